@@ -1,0 +1,870 @@
+# cython: language_level=3, embedsignature=True
+"""CommitLog record codec, Java hashes and message ids (compiled twin of rocketstore._codec_py).
+
+The format itself is written down once, in cext/record.h; this module wraps it for Python with the
+same names, exceptions and messages as the pure-Python twin (whose docstring carries the layout table).
+"""
+
+from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_IsContiguous,
+                             PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_SetItem
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX
+from libc.string cimport memchr, memcpy, memset
+
+# record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
+from _codec cimport *
+
+import time as _time
+from collections.abc import Mapping as _Mapping
+
+import numpy as _np
+
+from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
+                                InvalidTopicError, PropertiesTooLargeError)
+from rocketstore.message import MessageExt, host_from_bytes, host_to_bytes
+
+cdef extern from "Python.h":
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+
+__all__ = [
+    "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
+    "encode_properties", "decode_properties", "record_length",
+    "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
+    "decode_batch", "record_from_row",
+    "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
+    "RECORD_DTYPE",
+]
+
+# ---- constants, from record.h ----
+MAGIC_V1 = RS_MAGIC_V1
+MAGIC_V2 = RS_MAGIC_V2
+MAGIC_BLANK = RS_MAGIC_BLANK
+END_FILE_MIN_BLANK_LENGTH = RS_END_FILE_MIN_BLANK
+
+SYSFLAG_COMPRESSED = RS_SYSFLAG_COMPRESSED
+SYSFLAG_MULTI_TAGS = RS_SYSFLAG_MULTI_TAGS
+SYSFLAG_TRANSACTION_MASK = RS_SYSFLAG_TRANSACTION_MASK
+TRANSACTION_NOT_TYPE = RS_TRANSACTION_NOT_TYPE
+TRANSACTION_PREPARED_TYPE = RS_TRANSACTION_PREPARED_TYPE
+TRANSACTION_COMMIT_TYPE = RS_TRANSACTION_COMMIT_TYPE
+TRANSACTION_ROLLBACK_TYPE = RS_TRANSACTION_ROLLBACK_TYPE
+SYSFLAG_BORNHOST_V6 = RS_SYSFLAG_BORNHOST_V6
+SYSFLAG_STOREHOST_V6 = RS_SYSFLAG_STOREHOST_V6
+SYSFLAG_NEED_UNWRAP = RS_SYSFLAG_NEED_UNWRAP
+SYSFLAG_INNER_BATCH = RS_SYSFLAG_INNER_BATCH
+SYSFLAG_COMPRESSION_MASK = RS_SYSFLAG_COMPRESSION_MASK
+
+MAX_TOPIC_LENGTH = RS_MAX_TOPIC_LENGTH
+MAX_TOPIC_LENGTH_V2 = RS_MAX_TOPIC_LENGTH_V2
+MAX_PROPERTIES_LENGTH = RS_MAX_PROPERTIES_LENGTH
+
+INT_SIZE = RS_INT_SIZE
+LONG_SIZE = RS_LONG_SIZE
+HOST_V4_LENGTH = RS_HOST_V4_LENGTH
+HOST_V6_LENGTH = RS_HOST_V6_LENGTH
+HOST_V6_EXTRA_LENGTH = RS_HOST_V6_EXTRA
+TOPIC_LENGTH_SIZE = RS_TOPIC_LEN_SIZE
+TOPIC_LENGTH_SIZE_V2 = RS_TOPIC_LEN_SIZE_V2
+PROPERTIES_LENGTH_SIZE = RS_PROPERTIES_LEN_SIZE
+
+POS_TOTAL_SIZE = RS_POS_TOTAL_SIZE
+POS_MAGIC = RS_POS_MAGIC
+POS_BODY_CRC = RS_POS_BODY_CRC
+POS_QUEUE_ID = RS_POS_QUEUE_ID
+POS_FLAG = RS_POS_FLAG
+POS_QUEUE_OFFSET = RS_POS_QUEUE_OFFSET
+POS_PHYSICAL_OFFSET = RS_POS_PHYSICAL_OFFSET
+POS_SYSFLAG = RS_POS_SYSFLAG
+POS_BORN_TIMESTAMP = RS_POS_BORN_TIMESTAMP
+POS_BORN_HOST = RS_POS_BORN_HOST
+POS_STORE_TIMESTAMP = RS_POS_STORE_TIMESTAMP
+POS_STORE_HOST = RS_POS_STORE_HOST
+POS_RECONSUME_TIMES = RS_POS_RECONSUME_TIMES
+POS_PREPARED_TRANSACTION_OFFSET = RS_POS_PREPARED_TRANSACTION_OFFSET
+POS_BODY_LENGTH = RS_POS_BODY_LENGTH
+POS_BODY = RS_POS_BODY
+RECORD_FIXED_LENGTH = RS_RECORD_FIXED_LENGTH
+
+# rs_decode_record's results map onto these as 1 - code (BLANK 0 -> 1, ..., BAD_CRC -4 -> 5)
+cdef enum:
+    _STOP_LIMIT = 0
+    _STOP_BLANK = 1
+    _STOP_NEED_ROOM = -1   # internal to the scan: the row array is full
+STOP_LIMIT = 0
+STOP_BLANK = 1
+STOP_END = 2
+STOP_TRUNCATED = 3
+STOP_CORRUPT = 4
+STOP_BAD_CRC = 5
+
+_MESSAGES = {
+    STOP_BLANK: "BLANK end-of-file record at position {pos}",
+    STOP_END: "end of data at position {pos}: no record magic",
+    STOP_TRUNCATED: "truncated record at position {pos}: it runs past the end of the data",
+    STOP_CORRUPT: "corrupt record at position {pos}: inconsistent lengths",
+    STOP_BAD_CRC: "corrupt record at position {pos}: body CRC mismatch",
+}
+
+RECORD_DTYPE = _np.dtype([
+    ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),
+    ("queue_id", "=i4"), ("flag", "=i4"), ("queue_offset", "=i8"), ("physical_offset", "=i8"),
+    ("sys_flag", "=i4"), ("born_timestamp", "=i8"), ("born_host", "S16"), ("born_port", "=i4"),
+    ("store_timestamp", "=i8"), ("store_host", "S16"), ("store_port", "=i4"),
+    ("reconsume_times", "=i4"), ("prepared_transaction_offset", "=i8"),
+    ("body_pos", "=i8"), ("body_len", "=i4"), ("topic_pos", "=i8"), ("topic_len", "=i4"),
+    ("properties_pos", "=i8"), ("properties_len", "=i4"),
+], align=True)
+
+
+cdef _check_row_layout():
+    """decode_batch writes rs_batch_row structs straight into RECORD_DTYPE arrays: prove they match."""
+    cdef rs_batch_row row
+    cdef char *base = <char *>&row
+    offsets = {
+        "position": <char *>&row.position - base, "size": <char *>&row.size - base,
+        "magic": <char *>&row.magic - base, "body_crc": <char *>&row.body_crc - base,
+        "queue_id": <char *>&row.queue_id - base, "flag": <char *>&row.flag - base,
+        "queue_offset": <char *>&row.queue_offset - base,
+        "physical_offset": <char *>&row.physical_offset - base,
+        "sys_flag": <char *>&row.sys_flag - base, "born_timestamp": <char *>&row.born_timestamp - base,
+        "born_host": <char *>&row.born_host[0] - base, "born_port": <char *>&row.born_port - base,
+        "store_timestamp": <char *>&row.store_timestamp - base,
+        "store_host": <char *>&row.store_host[0] - base, "store_port": <char *>&row.store_port - base,
+        "reconsume_times": <char *>&row.reconsume_times - base,
+        "prepared_transaction_offset": <char *>&row.prepared_transaction_offset - base,
+        "body_pos": <char *>&row.body_pos - base, "body_len": <char *>&row.body_len - base,
+        "topic_pos": <char *>&row.topic_pos - base, "topic_len": <char *>&row.topic_len - base,
+        "properties_pos": <char *>&row.properties_pos - base,
+        "properties_len": <char *>&row.properties_len - base,
+    }
+    expected = {name: RECORD_DTYPE.fields[name][1] for name in RECORD_DTYPE.names}
+    if offsets != expected or <Py_ssize_t>sizeof(rs_batch_row) != RECORD_DTYPE.itemsize:
+        raise ImportError(f"rs_batch_row layout {offsets} (size {sizeof(rs_batch_row)}) does not match "
+                          f"RECORD_DTYPE {expected} (itemsize {RECORD_DTYPE.itemsize})")
+
+
+_check_row_layout()
+
+# Above this many bytes decode_batch scans without the GIL (the buffer stays pinned meanwhile).
+cdef enum:
+    _NOGIL_SCAN_BYTES = 65536
+
+
+# ---------------------------------------------------------------------------------------------
+# Java hashes
+
+def java_hash(s):
+    """Java ``String.hashCode`` of ``s``: over UTF-16 code units, as a signed int32."""
+    cdef uint32_t h = 0, u
+    cdef Py_UCS4 ch
+    if not isinstance(s, str):
+        raise TypeError(f"java_hash expects str, not {type(s).__name__}")
+    for ch in <str>s:
+        u = <uint32_t>ch
+        if u >= 0x10000u:
+            u -= 0x10000u
+            h = 31u * h + (0xD800u | (u >> 10))
+            h = 31u * h + (0xDC00u | (u & 0x3FFu))
+        else:
+            h = 31u * h + u
+    return <int32_t>h
+
+
+def java_hash_bytes(data):
+    """``java_hash`` of UTF-8 bytes (invalid bytes count as ``surrogateescape`` decodes them)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return rs_java_hash_utf8(<const uint8_t *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def tags_code(tags):
+    """The ConsumeQueue tagsCode of a TAGS value: its Java hash, sign-extended; 0 for none/empty."""
+    if tags is None or tags == "":
+        return 0
+    return java_hash(tags)
+
+
+def index_key_hash(key):
+    """IndexFile key hash: ``abs(key.hashCode())``, with Integer.MIN_VALUE giving 0 (§5.2)."""
+    cdef int32_t h = java_hash(key)
+    if h == INT32_MIN:
+        return 0
+    return -h if h < 0 else h
+
+
+def body_crc(body):
+    """The BODYCRC of a body: ``crc32(body) & 0x7FFFFFFF`` (0 for an empty body)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        return rs_body_crc(<const uint8_t *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+
+def encode_properties(props):
+    """``name\\x01value\\x02`` for every entry whose value is not None, UTF-8 encoded."""
+    if not isinstance(props, _Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
+    parts = []
+    for key, value in props.items():
+        if value is None:
+            continue
+        if not isinstance(key, str):
+            raise InvalidMessageError(f"property name {key!r} is not a str")
+        if not key:
+            raise InvalidMessageError("property name is empty")
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
+        if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
+            raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
+        parts.append(key)
+        parts.append("\x01")
+        parts.append(value)
+        parts.append("\x02")
+    try:
+        data = "".join(parts).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise InvalidMessageError("properties are not encodable as UTF-8") from None
+    if len(data) > RS_MAX_PROPERTIES_LENGTH:
+        raise PropertiesTooLargeError(
+            f"properties are {len(data)} bytes long; the limit is {RS_MAX_PROPERTIES_LENGTH}")
+    return data
+
+
+cdef inline str _utf8(const uint8_t *p, Py_ssize_t n):
+    return PyUnicode_DecodeUTF8(<const char *>p, n, "surrogateescape")
+
+
+cdef dict _decode_properties(const uint8_t *data, Py_ssize_t n):
+    cdef dict props = {}
+    cdef Py_ssize_t i = 0, end, sep
+    cdef const uint8_t *hit
+    while i <= n:
+        hit = <const uint8_t *>memchr(data + i, 2, <size_t>(n - i)) if i < n else NULL
+        end = (hit - data) if hit != NULL else n
+        if end - i >= 3:
+            hit = <const uint8_t *>memchr(data + i, 1, <size_t>(end - i))
+            if hit != NULL:
+                sep = hit - data
+                if i < sep < end - 1:
+                    PyDict_SetItem(props, _utf8(data + i, sep - i), _utf8(data + sep + 1, end - sep - 1))
+        i = end + 1
+    return props
+
+
+def decode_properties(data):
+    """Parse a properties string with RocketMQ 5.x's lenient rule; never raises on bytes.
+
+    A piece between 0x02 separators is kept when its first 0x01 has a non-empty name before it and
+    a non-empty value after it (the value may contain 0x01); a later duplicate name wins.
+    """
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return _decode_properties(<const uint8_t *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+cdef int64_t _check_int(object value, str name, int64_t lo, int64_t hi) except? -1:
+    cdef int overflow = 0
+    cdef long long x
+    if not isinstance(value, int):
+        raise InvalidMessageError(f"{name} must be an int, not {type(value).__name__}")
+    x = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow != 0 or x < lo or x > hi:
+        raise InvalidMessageError(f"{name} {value} is out of range [{lo}, {hi}]")
+    return x
+
+
+def record_length(body_len, topic_len, properties_len, sys_flag=0, magic=RS_MAGIC_V1):
+    """``91 + B + T + P`` (+12 per IPv6 host in ``sys_flag``, +1 for V2 magic)."""
+    cdef int64_t n = rs_record_length(
+        <int32_t>_check_int(body_len, "body_len", INT32_MIN, INT32_MAX),
+        <int32_t>_check_int(topic_len, "topic_len", INT32_MIN, INT32_MAX),
+        <int32_t>_check_int(properties_len, "properties_len", INT32_MIN, INT32_MAX),
+        <int32_t>_check_int(sys_flag, "sys_flag", INT32_MIN, INT32_MAX),
+        <int32_t>_check_int(magic, "magic", INT32_MIN, INT32_MAX))
+    if n < 0:
+        raise InvalidMessageError(
+            f"no record has body length {body_len}, topic length {topic_len} and "
+            f"properties length {properties_len} (magic {magic})")
+    return n
+
+
+cdef bytes _topic_bytes(topic):
+    cdef bytes data
+    if isinstance(topic, str):
+        try:
+            data = (<str>topic).encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise InvalidTopicError(f"topic {topic!r} is not encodable as UTF-8") from None
+    elif isinstance(topic, (bytes, bytearray, memoryview)):
+        data = bytes(topic)
+    else:
+        raise InvalidTopicError(f"topic must be str or bytes, not {type(topic).__name__}")
+    if not data:
+        raise InvalidTopicError("topic is empty")
+    if len(data) > RS_MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {RS_MAX_TOPIC_LENGTH}")
+    return data
+
+
+cdef bytes _properties_bytes(properties):
+    cdef bytes data
+    if properties is None:
+        return b""
+    if isinstance(properties, (bytes, bytearray, memoryview)):
+        data = bytes(properties)
+        if len(data) > RS_MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {len(data)} bytes long; the limit is {RS_MAX_PROPERTIES_LENGTH}")
+        return data
+    if isinstance(properties, _Mapping):
+        return encode_properties(properties)
+    raise InvalidMessageError(f"properties must be bytes or a mapping, not {type(properties).__name__}")
+
+
+# (ip text) -> raw address bytes; producers reuse a handful of hosts, so parsing each once pays
+cdef dict _HOST_CACHE = {}
+
+
+cdef bytes _host_raw_text(str ip, str name):
+    cdef object raw = _HOST_CACHE.get(ip)
+    if raw is None:
+        try:
+            raw = host_to_bytes(ip)
+        except ValueError:
+            raise InvalidMessageError(f"{name} {ip!r} is not an IPv4 or IPv6 address") from None
+        if len(_HOST_CACHE) >= 4096:
+            _HOST_CACHE.clear()
+        _HOST_CACHE[ip] = raw
+    return <bytes>raw
+
+
+cdef int32_t _host(object host, str name, uint8_t *out, int32_t *port_out) except -1:
+    """Fill out[0..16) with the address (zero-padded) and *port_out; return the address length."""
+    try:
+        ip, port = host
+    except (TypeError, ValueError):
+        raise InvalidMessageError(f"{name} must be an (ip, port) pair") from None
+    if isinstance(ip, str):
+        raw = _host_raw_text(ip, name)
+    elif isinstance(ip, (bytes, bytearray, memoryview)) and len(ip) in (RS_HOST_V4_LENGTH, RS_HOST_V6_LENGTH):
+        raw = bytes(ip)
+    else:
+        raise InvalidMessageError(f"{name} address must be text or 4 or 16 bytes, not {ip!r}")
+    port_out[0] = <int32_t>_check_int(port, name + " port", INT32_MIN, INT32_MAX)
+    memset(out, 0, 16)
+    memcpy(out, PyBytes_AS_STRING(raw), <size_t>PyBytes_GET_SIZE(raw))
+    return <int32_t>PyBytes_GET_SIZE(raw)
+
+
+cdef class _Prepared:
+    """A validated record: the rs_record plus the objects its pointers borrow from."""
+    cdef rs_record rec
+    cdef int64_t length
+    cdef bytes topic_b
+    cdef bytes props_b
+    cdef Py_buffer body_view
+    cdef bint has_body_view
+
+    def __dealloc__(self):
+        if self.has_body_view:
+            PyBuffer_Release(&self.body_view)
+
+
+cdef _Prepared _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
+                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+                        reconsume_times, prepared_transaction_offset, body_crc):
+    """Validate every field, in the pure twin's order and with its messages, into an rs_record."""
+    cdef _Prepared p = _Prepared.__new__(_Prepared)
+    cdef rs_record *r = &p.rec
+    cdef int32_t born_len, store_len, sflag
+    cdef Py_ssize_t body_len
+    memset(r, 0, sizeof(rs_record))
+    p.topic_b = _topic_bytes(topic)
+    p.props_b = _properties_bytes(properties)
+    if PyObject_CheckBuffer(body):
+        try:
+            PyObject_GetBuffer(body, &p.body_view, PyBUF_SIMPLE)
+            p.has_body_view = True
+        except (TypeError, BufferError):
+            pass
+    if not p.has_body_view:
+        raise InvalidMessageError(f"body must be a contiguous bytes-like object, not {type(body).__name__}")
+    r.queue_id = <int32_t>_check_int(queue_id, "queue_id", INT32_MIN, INT32_MAX)
+    r.flag = <int32_t>_check_int(flag, "flag", INT32_MIN, INT32_MAX)
+    r.queue_offset = _check_int(queue_offset, "queue_offset", INT64_MIN, INT64_MAX)
+    r.physical_offset = _check_int(physical_offset, "physical_offset", INT64_MIN, INT64_MAX)
+    sflag = <int32_t>_check_int(sys_flag, "sys_flag", INT32_MIN, INT32_MAX)
+    r.born_timestamp = _check_int(born_timestamp, "born_timestamp", INT64_MIN, INT64_MAX)
+    born_len = _host(born_host, "born_host", r.born_host, &r.born_port)
+    r.store_timestamp = _check_int(store_timestamp, "store_timestamp", INT64_MIN, INT64_MAX)
+    store_len = _host(store_host, "store_host", r.store_host, &r.store_port)
+    r.reconsume_times = <int32_t>_check_int(reconsume_times, "reconsume_times", INT32_MIN, INT32_MAX)
+    r.prepared_transaction_offset = _check_int(prepared_transaction_offset, "prepared_transaction_offset",
+                                               INT64_MIN, INT64_MAX)
+    if body_crc is not None:
+        r.body_crc = <int32_t>_check_int(body_crc, "body_crc", INT32_MIN, INT32_MAX)
+    if born_len == RS_HOST_V6_LENGTH:
+        sflag |= RS_SYSFLAG_BORNHOST_V6
+    elif sflag & RS_SYSFLAG_BORNHOST_V6:
+        raise InvalidMessageError("sys_flag says the born host is IPv6 but its address is IPv4")
+    if store_len == RS_HOST_V6_LENGTH:
+        sflag |= RS_SYSFLAG_STOREHOST_V6
+    elif sflag & RS_SYSFLAG_STOREHOST_V6:
+        raise InvalidMessageError("sys_flag says the store host is IPv6 but its address is IPv4")
+    r.sys_flag = sflag
+    body_len = p.body_view.len
+    p.length = -1
+    if body_len <= INT32_MAX:
+        p.length = rs_record_length(<int32_t>body_len, <int32_t>len(p.topic_b), <int32_t>len(p.props_b),
+                                    sflag, RS_MAGIC_V1)
+    if p.length < 0:
+        raise InvalidMessageError(f"a record with a {body_len}-byte body is too long for a Java int")
+    r.body = <const uint8_t *>p.body_view.buf
+    r.body_len = <int32_t>body_len
+    r.topic = <const uint8_t *>PyBytes_AS_STRING(p.topic_b)
+    r.topic_len = <int32_t>len(p.topic_b)
+    r.properties = <const uint8_t *>PyBytes_AS_STRING(p.props_b)
+    r.properties_len = <int32_t>len(p.props_b)
+    if body_crc is None:
+        r.body_crc = rs_body_crc(r.body, r.body_len)
+    return p
+
+
+def encode_record(*, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
+                  physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
+                  store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
+                  prepared_transaction_offset=0, body_crc=None):
+    """One V1 CommitLog record as bytes. ``body_crc=None`` computes the masked CRC.
+
+    IPv6 hosts set sysFlag 0x10 / 0x20 themselves; a v6 bit for an IPv4 address raises
+    InvalidMessageError. Hosts are ``(ip, port)`` with ip as text or 4/16 raw bytes.
+    """
+    cdef _Prepared p = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
+                                sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+                                reconsume_times, prepared_transaction_offset, body_crc)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, p.length)
+    if rs_encode_record(<uint8_t *>PyBytes_AS_STRING(out), p.length, &p.rec) != p.length:
+        raise AssertionError("rs_encode_record disagrees with rs_record_length")
+    return out
+
+
+cdef int _get_writable(object buffer, Py_buffer *view) except -1:
+    if not PyObject_CheckBuffer(buffer):
+        raise TypeError(f"buffer must be a writable bytes-like object, not {type(buffer).__name__}")
+    PyObject_GetBuffer(buffer, view, PyBUF_STRIDES)
+    if view.readonly:
+        PyBuffer_Release(view)
+        raise TypeError("buffer is read-only")
+    if not PyBuffer_IsContiguous(view, b'C'):
+        PyBuffer_Release(view)
+        raise TypeError("buffer must be C-contiguous")
+    return 0
+
+
+cdef int _get_readable(object buffer, Py_buffer *view) except -1:
+    if not PyObject_CheckBuffer(buffer):
+        raise TypeError(f"buffer must be a bytes-like object, not {type(buffer).__name__}")
+    PyObject_GetBuffer(buffer, view, PyBUF_STRIDES)
+    if not PyBuffer_IsContiguous(view, b'C'):
+        PyBuffer_Release(view)
+        raise TypeError("buffer must be C-contiguous")
+    return 0
+
+
+cdef int64_t _check_pos(object pos, Py_ssize_t size) except -1:
+    if not isinstance(pos, int):
+        raise TypeError(f"pos must be an int, not {type(pos).__name__}")
+    if pos < 0 or pos > size:
+        raise ValueError(f"pos {pos} is out of range for a buffer of {size} bytes")
+    return pos
+
+
+_ENCODE_DEFAULTS = dict(properties=b"", queue_id=0, flag=0, queue_offset=0, physical_offset=0,
+                        sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0), store_timestamp=0,
+                        store_host=("127.0.0.1", 10911), reconsume_times=0,
+                        prepared_transaction_offset=0, body_crc=None)
+_ENCODE_NAMES = frozenset(_ENCODE_DEFAULTS) | {"topic", "body"}
+
+
+def encode_record_into(buffer, pos, **fields):
+    """Write one record (same keywords as :func:`encode_record`) into ``buffer`` at ``pos``.
+
+    Returns the record length. Raises ValueError("buffer too small: ...") if it does not fit;
+    nothing is written when anything raises.
+    """
+    cdef Py_buffer view
+    cdef int64_t at
+    cdef _Prepared p
+    unknown = fields.keys() - _ENCODE_NAMES
+    _get_writable(buffer, &view)
+    try:
+        at = _check_pos(pos, view.len)
+        if unknown:
+            raise TypeError(f"encode_record_into() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        for required in ("topic", "body"):
+            if required not in fields:
+                raise TypeError(f"encode_record_into() missing required keyword argument {required!r}")
+        get = fields.get
+        p = _prepare(fields["topic"], fields["body"], get("properties", b""), get("queue_id", 0),
+                     get("flag", 0), get("queue_offset", 0), get("physical_offset", 0),
+                     get("sys_flag", 0), get("born_timestamp", 0), get("born_host", ("127.0.0.1", 0)),
+                     get("store_timestamp", 0), get("store_host", ("127.0.0.1", 10911)),
+                     get("reconsume_times", 0), get("prepared_transaction_offset", 0),
+                     get("body_crc", None))
+        if p.length > view.len - at:
+            raise ValueError(f"buffer too small: the record needs {p.length} bytes at position {pos}, "
+                             f"{view.len - at} available")
+        if rs_encode_record(<uint8_t *>view.buf + at, view.len - at, &p.rec) != p.length:
+            raise AssertionError("rs_encode_record disagrees with rs_record_length")
+        return p.length
+    finally:
+        PyBuffer_Release(&view)
+
+
+def encode_blank_into(buffer, pos, max_blank):
+    """Write the 8-byte BLANK header (``max_blank``, MAGIC_BLANK) at ``pos``; returns 8."""
+    cdef Py_buffer view
+    cdef int64_t at
+    cdef int32_t blank
+    _get_writable(buffer, &view)
+    try:
+        at = _check_pos(pos, view.len)
+        blank = <int32_t>_check_int(max_blank, "max_blank", INT32_MIN, INT32_MAX)
+        if view.len - at < RS_END_FILE_MIN_BLANK:
+            raise ValueError(f"buffer too small: the BLANK record needs {RS_END_FILE_MIN_BLANK} bytes "
+                             f"at position {pos}, {view.len - at} available")
+        rs_encode_blank(<uint8_t *>view.buf + at, blank)
+        return RS_END_FILE_MIN_BLANK
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+cdef dict _V4_TEXT = {}   # IPv4 address as uint32 -> dotted text
+
+
+cdef object _host_text(const uint8_t *raw, int32_t length):
+    cdef uint32_t key
+    if length != RS_HOST_V4_LENGTH:
+        return host_from_bytes(PyBytes_FromStringAndSize(<const char *>raw, length))
+    key = (<uint32_t>raw[0] << 24) | (<uint32_t>raw[1] << 16) | (<uint32_t>raw[2] << 8) | raw[3]
+    text = _V4_TEXT.get(key)
+    if text is None:
+        text = f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}"
+        if len(_V4_TEXT) >= 4096:
+            _V4_TEXT.clear()
+        _V4_TEXT[key] = text
+    return text
+
+
+cdef inline int32_t _host_len(int32_t sys_flag, int32_t bit) noexcept nogil:
+    return RS_HOST_V6_LENGTH if sys_flag & bit else RS_HOST_V4_LENGTH
+
+
+cdef object _corrupt(int reason, object pos, int32_t total):
+    msg = _MESSAGES[reason].format(pos=pos)
+    if reason == _STOP_BLANK:
+        msg += f" (length {total})"
+    err = CorruptRecordError(msg)
+    err.reason = reason
+    err.position = pos
+    return err
+
+
+cdef object _message(object buffer, const uint8_t *base, const rs_record *r, bint copy_body):
+    """A MessageExt for the decoded record r, whose pointers point into base (= buffer's data)."""
+    m = MessageExt.__new__(MessageExt)
+    m.size = r.total_size
+    m.magic = r.magic
+    m.body_crc = r.body_crc
+    m.queue_id = r.queue_id
+    m.flag = r.flag
+    m.queue_offset = r.queue_offset
+    m.commitlog_offset = r.physical_offset
+    m.sys_flag = r.sys_flag
+    m.born_timestamp = r.born_timestamp
+    m.born_host = (_host_text(r.born_host, _host_len(r.sys_flag, RS_SYSFLAG_BORNHOST_V6)), r.born_port)
+    m.store_timestamp = r.store_timestamp
+    m.store_host = (_host_text(r.store_host, _host_len(r.sys_flag, RS_SYSFLAG_STOREHOST_V6)), r.store_port)
+    m.reconsume_times = r.reconsume_times
+    m.prepared_transaction_offset = r.prepared_transaction_offset
+    if copy_body:
+        m.body = PyBytes_FromStringAndSize(<const char *>r.body, r.body_len)
+    else:
+        start = r.body - base
+        m.body = memoryview(buffer).cast("B").toreadonly()[start:start + r.body_len]
+    m.topic = _utf8(r.topic, r.topic_len)
+    m.properties = _decode_properties(r.properties, r.properties_len)
+    return m
+
+
+def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
+    """Decode the record at ``buffer[pos:]`` into a MessageExt.
+
+    Raises CorruptRecordError (with ``.reason``, a STOP_* code, and ``.position``) when there is
+    no valid record there, including a BLANK. ``copy_body=False`` gives a read-only memoryview
+    into ``buffer`` as the body, which keeps ``buffer`` exported (an mmap cannot close) while it lives.
+    """
+    cdef Py_buffer view
+    cdef rs_record rec
+    cdef int64_t at, rc
+    _get_readable(buffer, &view)
+    try:
+        at = _check_pos(pos, view.len)
+        rc = rs_decode_record(<const uint8_t *>view.buf + at, view.len - at, &rec, 1 if check_crc else 0)
+        if rc <= 0:
+            raise _corrupt(<int>(1 - rc), pos, rec.total_size)
+        return _message(buffer, <const uint8_t *>view.buf, &rec, copy_body)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int64_t _scan(const uint8_t *base, int64_t *pos_io, int64_t end, rs_batch_row *rows,
+                   int64_t room, int64_t limit, int check_crc, int *reason) noexcept nogil:
+    """Decode records from base[*pos_io] until end, limit rows (-1: none) or room runs out."""
+    cdef int64_t n = 0, pos = pos_io[0], rc
+    cdef rs_record rec
+    cdef rs_batch_row *row
+    while True:
+        if pos >= end or n == limit:
+            reason[0] = _STOP_LIMIT
+            break
+        rc = rs_decode_record(base + pos, end - pos, &rec, check_crc)
+        if rc <= 0:
+            reason[0] = <int>(1 - rc)
+            break
+        if n >= room:   # decoded again after the array grows
+            reason[0] = _STOP_NEED_ROOM
+            break
+        row = &rows[n]
+        memset(row, 0, sizeof(rs_batch_row))   # zeroed padding: arrays compare bytewise
+        row.position = pos
+        row.size = rec.total_size
+        row.magic = rec.magic
+        row.body_crc = rec.body_crc
+        row.queue_id = rec.queue_id
+        row.flag = rec.flag
+        row.queue_offset = rec.queue_offset
+        row.physical_offset = rec.physical_offset
+        row.sys_flag = rec.sys_flag
+        row.born_timestamp = rec.born_timestamp
+        memcpy(row.born_host, rec.born_host, 16)
+        row.born_port = rec.born_port
+        row.store_timestamp = rec.store_timestamp
+        memcpy(row.store_host, rec.store_host, 16)
+        row.store_port = rec.store_port
+        row.reconsume_times = rec.reconsume_times
+        row.prepared_transaction_offset = rec.prepared_transaction_offset
+        row.body_pos = rec.body - base
+        row.body_len = rec.body_len
+        row.topic_pos = rec.topic - base
+        row.topic_len = rec.topic_len
+        row.properties_pos = rec.properties - base
+        row.properties_len = rec.properties_len
+        n += 1
+        pos += rc
+    pos_io[0] = pos
+    return n
+
+
+cdef _check_range(start, end, Py_ssize_t size):
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if start < 0 or start > end or end > size:
+        raise ValueError(f"range [{start}, {end}) is out of bounds for a buffer of {size} bytes")
+
+
+def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
+    """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
+
+    Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
+    (STOP_LIMIT; negative means no limit), or at the first position that is not a valid record
+    (STOP_BLANK, STOP_END, STOP_TRUNCATED, STOP_CORRUPT, STOP_BAD_CRC); ``stop_pos`` is there.
+    The scan runs without the GIL for large ranges; ``buffer`` stays exported (pinned) meanwhile.
+    """
+    cdef Py_buffer src, dst
+    cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got
+    cdef int reason = _STOP_LIMIT, crc = 1 if check_crc else 0
+    cdef const uint8_t *base
+    _get_readable(buffer, &src)
+    try:
+        if end is None:
+            end = src.len
+        _check_range(start, end, src.len)
+        if not isinstance(max_records, int):
+            raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+        pos = start
+        start_pos = pos
+        c_end = end
+        base = <const uint8_t *>src.buf
+        # every record is at least RECORD_FIXED_LENGTH bytes: no scan finds more rows than bound
+        bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH
+        limit = -1
+        if max_records >= 0:
+            limit = min(max_records, bound)
+            bound = limit
+        cap = min(bound, 1024)
+        rows = _np.empty(cap, dtype=RECORD_DTYPE)   # _scan writes every byte of each row it fills
+        while True:
+            PyObject_GetBuffer(rows, &dst, PyBUF_WRITABLE)
+            try:
+                if c_end - pos >= _NOGIL_SCAN_BYTES:
+                    with nogil:
+                        got = _scan(base, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
+                                    -1 if limit < 0 else limit - n, crc, &reason)
+                else:
+                    got = _scan(base, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
+                                -1 if limit < 0 else limit - n, crc, &reason)
+            finally:
+                PyBuffer_Release(&dst)
+            n += got
+            if reason != _STOP_NEED_ROOM:
+                break
+            if cap >= bound:
+                raise AssertionError("decode_batch found more records than fit in its range")
+            # grow once to what the rest of the range holds at the mean record size so far
+            # (+1/8), and at least double, so a large scan reallocates O(1) times, not O(log n)
+            cap = min(bound, max(cap * 2, n + (c_end - pos) * n // (pos - start_pos) * 9 // 8 + 16))
+            grown = _np.empty(cap, dtype=RECORD_DTYPE)
+            grown[:n] = rows[:n]
+            rows = grown
+        if n != cap:
+            rows.resize(n, refcheck=False)   # shrinks in place: no view of rows exists yet
+        return rows, pos, reason
+    finally:
+        PyBuffer_Release(&src)
+
+
+def record_from_row(buffer, row, *, copy_body=True):
+    """The MessageExt for one row of :func:`decode_batch` over the same ``buffer`` (no re-check)."""
+    cdef Py_buffer view
+    cdef rs_record rec
+    cdef int64_t body_pos, topic_pos, props_pos
+    _get_readable(buffer, &view)
+    try:
+        memset(&rec, 0, sizeof(rs_record))
+        rec.sys_flag = int(row["sys_flag"])
+        body_pos, rec.body_len = int(row["body_pos"]), int(row["body_len"])
+        topic_pos, rec.topic_len = int(row["topic_pos"]), int(row["topic_len"])
+        props_pos, rec.properties_len = int(row["properties_pos"]), int(row["properties_len"])
+        for start, length in ((body_pos, rec.body_len), (topic_pos, rec.topic_len),
+                              (props_pos, rec.properties_len)):
+            if start < 0 or length < 0 or start + length > view.len:
+                raise ValueError("row does not describe a record inside this buffer")
+        rec.body = <const uint8_t *>view.buf + body_pos
+        rec.topic = <const uint8_t *>view.buf + topic_pos
+        rec.properties = <const uint8_t *>view.buf + props_pos
+        rec.total_size = int(row["size"])
+        rec.magic = int(row["magic"])
+        rec.body_crc = int(row["body_crc"])
+        rec.queue_id = int(row["queue_id"])
+        rec.flag = int(row["flag"])
+        rec.queue_offset = int(row["queue_offset"])
+        rec.physical_offset = int(row["physical_offset"])
+        rec.born_timestamp = int(row["born_timestamp"])
+        born = bytes(row["born_host"])[:16]
+        memcpy(rec.born_host, PyBytes_AS_STRING(born), <size_t>len(born))
+        rec.born_port = int(row["born_port"])
+        rec.store_timestamp = int(row["store_timestamp"])
+        store = bytes(row["store_host"])[:16]
+        memcpy(rec.store_host, PyBytes_AS_STRING(store), <size_t>len(store))
+        rec.store_port = int(row["store_port"])
+        rec.reconsume_times = int(row["reconsume_times"])
+        rec.prepared_transaction_offset = int(row["prepared_transaction_offset"])
+        return _message(buffer, <const uint8_t *>view.buf, &rec, copy_body)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message ids (§3): string work, kept as close to the pure twin as the compiler allows
+
+def _host_raw(host):
+    if isinstance(host, str):
+        try:
+            return host_to_bytes(host)
+        except ValueError:
+            raise InvalidMessageError(f"{host!r} is not an IPv4 or IPv6 address") from None
+    if isinstance(host, (bytes, bytearray, memoryview)) and len(host) in (RS_HOST_V4_LENGTH, RS_HOST_V6_LENGTH):
+        return bytes(host)
+    raise InvalidMessageError(f"host must be address text or 4 or 16 bytes, not {host!r}")
+
+
+def make_offset_msg_id(host_bytes, port, offset):
+    """offsetMsgId (§3.1): store address, int port and long offset as upper-case hex (32 or 56 chars)."""
+    raw = _host_raw(host_bytes)
+    _check_int(port, "port", INT32_MIN, INT32_MAX)
+    _check_int(offset, "offset", INT64_MIN, INT64_MAX)
+    return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+cdef bytes _unhex(s, str what):
+    if not isinstance(s, str):
+        raise InvalidMessageIdError(f"{what} must be a str, not {type(s).__name__}")
+    if len(s) not in (32, 56):
+        raise InvalidMessageIdError(f"{what} {s!r} is not 32 or 56 hex characters long")
+    cdef Py_UCS4 ch
+    for ch in <str>s:
+        if not (u'0' <= ch <= u'9' or u'a' <= ch <= u'f' or u'A' <= ch <= u'F'):
+            raise InvalidMessageIdError(f"{what} {s!r} is not hexadecimal")
+    return bytes.fromhex(s)
+
+
+def parse_offset_msg_id(s):
+    """``(host_bytes, port, offset)`` of an offsetMsgId; InvalidMessageIdError if malformed."""
+    raw = _unhex(s, "offsetMsgId")
+    ip_len = len(raw) - 12
+    return (raw[:ip_len], int.from_bytes(raw[ip_len:ip_len + 4], "big", signed=True),
+            int.from_bytes(raw[ip_len + 4:], "big", signed=True))
+
+
+def make_uniq_key(ip_bytes, pid, loader_hash, time_ms, counter, month_start_ms):
+    """UNIQ_KEY (§3.2): ip, pid (16 bits), class-loader hash, ms since month start (32 bits), counter."""
+    raw = _host_raw(ip_bytes)
+    for name, value in (("pid", pid), ("loader_hash", loader_hash), ("time_ms", time_ms),
+                        ("counter", counter), ("month_start_ms", month_start_ms)):
+        _check_int(value, name, INT64_MIN, INT64_MAX)
+    span = (time_ms - month_start_ms) & 0xFFFFFFFF
+    if span >= 0x80000000 and span - (1 << 32) > -1000000:
+        span = 0   # 5.x: a clock stepped back by less than 1000 s counts as the month start
+    return (raw + (pid & 0xFFFF).to_bytes(2, "big") + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
+            + span.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
+
+
+def _local_month_start(ms):
+    tm = _time.localtime(ms // 1000)
+    return int(_time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
+
+
+def uniq_key_time(key, now_ms, month_start_fn=None):
+    """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
+
+    ``month_start_fn(ms)`` gives the start of the month containing ``ms`` (default: local time).
+    """
+    raw = _unhex(key, "UNIQ_KEY")
+    ip_len = len(raw) - 12
+    span = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
+    month_start = month_start_fn or _local_month_start
+    base = month_start(now_ms)
+    if base + span >= now_ms:
+        base = month_start(base - 1)
+    return base + span

@@ -1,0 +1,1044 @@
+# cython: language_level=3, embedsignature=True
+"""Compiled CommitLog append core: records encoded straight into the segment map, group commit.
+
+Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python layer
+(``rocketstore.commitlog``) owns segment files; this module owns the hot path:
+
+* ``CommitLogCore.put`` / ``put_batch`` / ``put_many`` validate, take the append lock, encode each
+  record into the active map (bounds-checked against the segment), apply the BLANK rule and ask
+  the Python layer for the next segment when one fills.
+* A C flush thread (``flusher.c``) makes written bytes durable; durable puts wait on it with the
+  GIL released, and ``PutFuture`` lets one thread keep many durable puts in flight.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
+                               PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock,
+                               PyThread_type_lock)
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from rocketstore._clock import month_bounds
+from rocketstore._flushwatch import FlushWatcher
+from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
+                                PropertiesTooLargeError, SegmentError, StoreClosedError)
+from rocketstore.status import PutStatus
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    int CLOCK_REALTIME
+
+cdef extern from "record.h" nogil:
+    ctypedef struct rs_record:
+        int32_t total_size
+        int32_t magic
+        int32_t body_crc
+        int32_t queue_id
+        int32_t flag
+        int64_t queue_offset
+        int64_t physical_offset
+        int32_t sys_flag
+        int64_t born_timestamp
+        uint8_t born_host[16]
+        int32_t born_port
+        int64_t store_timestamp
+        uint8_t store_host[16]
+        int32_t store_port
+        int32_t reconsume_times
+        int64_t prepared_transaction_offset
+        const uint8_t *body
+        int32_t body_len
+        const uint8_t *topic
+        int32_t topic_len
+        const uint8_t *properties
+        int32_t properties_len
+    int32_t RS_MAGIC_V1
+    int RS_END_FILE_MIN_BLANK
+    int RS_MAX_PROPERTIES_LENGTH
+    int RS_SYSFLAG_TRANSACTION_MASK
+    int RS_TRANSACTION_PREPARED_TYPE
+    int RS_TRANSACTION_ROLLBACK_TYPE
+    int RS_SYSFLAG_BORNHOST_V6
+    int RS_SYSFLAG_STOREHOST_V6
+    int64_t rs_record_length(int32_t body_len, int32_t topic_len, int32_t properties_len,
+                             int32_t sys_flag, int32_t magic)
+    int64_t rs_encode_record(uint8_t *dst, int64_t cap, const rs_record *r)
+    int32_t rs_body_crc(const uint8_t *body, int64_t len)
+    void rs_encode_blank(uint8_t *dst, int32_t max_blank)
+
+cdef extern from "flusher.h" nogil:
+    ctypedef struct rs_flusher:
+        pass
+    ctypedef struct rs_flusher_stats:
+        int64_t flush_rounds
+        int64_t flushed_bytes
+        int64_t sync_requests
+        int64_t sync_timeouts
+        int64_t prefaulted_bytes
+        int64_t wrote
+        int64_t flushed
+        int last_errno
+    rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_pages,
+                               int thorough_ms, int64_t prefault_bytes)
+    void rs_flusher_free(rs_flusher *f)
+    int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size)
+    int rs_flusher_unregister(rs_flusher *f, int64_t start)
+    void rs_flusher_publish(rs_flusher *f, int64_t end)
+    void rs_flusher_reset(rs_flusher *f, int64_t offset)
+    int64_t rs_flusher_flushed(const rs_flusher *f)
+    int64_t rs_flusher_wrote(const rs_flusher *f)
+    int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms)
+    void rs_flusher_request(rs_flusher *f, int64_t target)
+    void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out)
+
+cdef extern from *:
+    """
+    static const char rs_hex_digits[] = "0123456789ABCDEF";
+    static const char rs_uniq_property_name[] = "UNIQ_KEY\x01";
+    """
+    const char *rs_hex_digits
+    const char *rs_uniq_property_name
+
+cdef enum:
+    UNIQ_NAME_LEN = 9      # len("UNIQ_KEY\x01")
+    MAX_UNIQ_RAW = 28      # IPv6 UNIQ_KEY: 16 + 2 + 4 + 4 + 2 bytes
+
+cdef int PUT_OK = PutStatus.PUT_OK
+cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+
+# How a record's durability is asked for (the ``wait`` argument of the put methods).
+WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
+WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
+WAIT_FUTURE = 2      # return a PutFuture resolved by the flush thread
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef inline void _acquire(PyThread_type_lock lock):
+    if not PyThread_acquire_lock(lock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(lock, WAIT_LOCK)
+
+
+cdef str _hex(const uint8_t *raw, int n):
+    cdef bytearray out = bytearray(2 * n)
+    cdef char *p = out
+    cdef int i
+    for i in range(n):
+        p[2 * i] = rs_hex_digits[raw[i] >> 4]
+        p[2 * i + 1] = rs_hex_digits[raw[i] & 15]
+    return out.decode("ascii")
+
+
+cdef class _Pin:
+    """Holds a buffer export of a segment map: the map cannot be closed while pinned."""
+    cdef Py_buffer view
+    cdef bint held
+    cdef readonly int64_t start
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+            self.held = False
+
+
+cdef class _Topic:
+    cdef bytes name
+    cdef int nqueues
+    cdef int64_t *next_offsets
+    cdef unsigned int rr
+
+    def __dealloc__(self):
+        free(self.next_offsets)
+
+
+cdef class PutResult:
+    """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
+    cdef int _status
+    cdef readonly int64_t commitlog_offset
+    cdef readonly int32_t size
+    cdef readonly int32_t queue_id
+    cdef readonly int64_t queue_offset
+    cdef readonly int64_t store_timestamp
+    cdef object _unique_key      # the caller's UNIQ_KEY, or None to render _uniq_raw
+    cdef uint8_t _uniq_raw[MAX_UNIQ_RAW]
+    cdef int _uniq_len
+    cdef bytes _host
+    cdef int32_t _port
+
+    @property
+    def status(self):
+        return PutStatus(self._status)
+
+    @property
+    def ok(self):
+        """True when stored and, if durability was asked for, flushed."""
+        return self._status == PUT_OK
+
+    @property
+    def unique_key(self):
+        if self._unique_key is None and self._uniq_len:
+            self._unique_key = _hex(self._uniq_raw, self._uniq_len)
+        return self._unique_key
+
+    @property
+    def msg_id(self):
+        """offsetMsgId (spec §3.1): store host, port and commitlog offset as upper-case hex."""
+        cdef uint8_t raw[28]
+        cdef int n = len(self._host)
+        memcpy(raw, <char *>self._host, n)
+        cdef uint32_t port = <uint32_t>self._port
+        cdef uint64_t off = <uint64_t>self.commitlog_offset
+        cdef int i
+        for i in range(4):
+            raw[n + i] = (port >> (24 - 8 * i)) & 0xFF
+        for i in range(8):
+            raw[n + 4 + i] = (off >> (56 - 8 * i)) & 0xFF
+        return _hex(raw, n + 12)
+
+    def _set_status(self, int status):
+        self._status = status
+
+    def __repr__(self):
+        return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
+                f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"size={self.size}, store_timestamp={self.store_timestamp})")
+
+
+cdef class BatchPutResult:
+    """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
+    cdef int _status
+    cdef readonly str topic
+    cdef readonly int32_t queue_id
+    cdef readonly int64_t first_queue_offset
+    cdef readonly object commitlog_offsets   # numpy int64
+    cdef readonly object sizes               # numpy int32
+    cdef readonly object store_timestamps    # numpy int64
+    cdef readonly object queue_offsets       # numpy int64
+    cdef object _uniq_raw                    # numpy (n, uniq_len) uint8, or None
+    cdef object _unique_keys                 # list of str, when the caller gave them
+    cdef bytes _host
+    cdef int32_t _port
+
+    @property
+    def status(self):
+        return PutStatus(self._status)
+
+    @property
+    def ok(self):
+        return self._status == PUT_OK
+
+    def _set_status(self, int status):
+        self._status = status
+
+    @property
+    def unique_keys(self):
+        if self._unique_keys is None:
+            raw = self._uniq_raw
+            self._unique_keys = [bytes(row).hex().upper() for row in raw] if raw is not None else []
+        return self._unique_keys
+
+    @property
+    def msg_ids(self):
+        prefix = (self._host + self._port.to_bytes(4, "big")).hex().upper()
+        return [prefix + format(int(o), "016X") for o in self.commitlog_offsets]
+
+    @property
+    def end_offset(self):
+        n = len(self.commitlog_offsets)
+        return int(self.commitlog_offsets[n - 1]) + int(self.sizes[n - 1]) if n else 0
+
+    def __len__(self):
+        return len(self.commitlog_offsets)
+
+    def __getitem__(self, i):
+        cdef PutResult r = PutResult.__new__(PutResult)
+        r._status = self._status
+        r.commitlog_offset = self.commitlog_offsets[i]
+        r.size = self.sizes[i]
+        r.queue_id = self.queue_id
+        r.queue_offset = self.queue_offsets[i]
+        r.store_timestamp = self.store_timestamps[i]
+        r._unique_key = self.unique_keys[i] if (self._uniq_raw is not None or self._unique_keys) else None
+        r._host = self._host
+        r._port = self._port
+        return r
+
+    def __repr__(self):
+        return (f"BatchPutResult(status={self.status.name}, count={len(self)}, topic={self.topic!r}, "
+                f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
+
+
+cdef class PutFuture:
+    """A durable put in flight: resolved when the flush thread's flushed offset covers it.
+
+    ``result(timeout=None)`` returns the put's result with status PUT_OK once flushed, or
+    FLUSH_DISK_TIMEOUT when ``sync_flush_timeout_ms`` passed since the put (the message is stored
+    either way); a ``timeout`` that runs out first raises ``TimeoutError``.
+    """
+    cdef CommitLogCore _core
+    cdef object _result
+    cdef readonly int64_t target
+    cdef int64_t _deadline_ms
+    cdef bint _resolved
+
+    def done(self):
+        if self._resolved:
+            return True
+        if self._core._flusher != NULL and rs_flusher_flushed(self._core._flusher) >= self.target:
+            return True
+        return _now_ms() >= self._deadline_ms
+
+    def result(self, timeout=None):
+        if self._resolved:
+            return self._result
+        cdef int64_t now = _now_ms()
+        cdef int64_t wait_ms = self._deadline_ms - now
+        cdef bint caller_limited = False
+        if timeout is not None:
+            t = int(timeout * 1000)
+            if t < wait_ms:
+                wait_ms = t
+                caller_limited = True
+        rc = self._core._wait(self.target, wait_ms if wait_ms > 0 else 0)
+        if rc == 0:
+            self._result._set_status(PUT_OK)
+        elif caller_limited and rc == 1:
+            raise TimeoutError(f"offset {self.target} not flushed yet")
+        else:
+            self._result._set_status(FLUSH_DISK_TIMEOUT)
+        self._resolved = True
+        return self._result
+
+    def add_done_callback(self, fn):
+        """Call ``fn(future)`` from the flush-callback thread once done (at once if done)."""
+        if self.done():
+            fn(self)
+        else:
+            self._core._watcher_add(self.target, fn, self)
+
+    def __await__(self):
+        import asyncio
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def _done(_self):
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+
+        self.add_done_callback(_done)
+        yield from fut.__await__()
+        return self.result()
+
+
+cdef class CommitLogCore:
+    """The append path of one CommitLog. See the module docstring; not for direct use."""
+
+    cdef rs_flusher *_flusher
+    cdef PyThread_type_lock _lock
+    cdef uint8_t *_base              # active segment map, or NULL when a roll is due
+    cdef int64_t _file_from          # active segment's start offset
+    cdef int64_t _file_size
+    cdef int64_t _pos                # write position within the active segment
+    cdef int64_t _max_message_size
+    cdef int64_t _last_store_ts
+    cdef int64_t _sync_flush_timeout_ms
+    cdef bytes _store_host
+    cdef int32_t _store_port
+    cdef uint8_t _store_host_raw[16]
+    cdef bytes _born_host
+    cdef int32_t _born_port
+    cdef uint8_t _born_host_raw[16]
+    cdef int32_t _host_sysflag       # IPv6 bits implied by the hosts
+    cdef uint8_t _uniq_prefix[22]
+    cdef int _uniq_prefix_len
+    cdef int64_t _month_start, _month_next
+    cdef uint32_t _uniq_counter
+    cdef uint8_t *_props             # scratch: user properties + generated UNIQ_KEY
+    cdef dict _topics
+    cdef dict _pins                  # segment start -> _Pin, while registered with the flusher
+    cdef dict _queue_offsets_pending # topic -> {queue_id: next offset} for topics not loaded yet
+    cdef int64_t _final_wrote        # wrote offset at close (the flusher is gone then)
+    cdef object _topic_lookup
+    cdef object _roll
+    cdef object _watcher
+    cdef bint _closed
+    cdef readonly int64_t puts       # counters for stats()
+    cdef readonly int64_t durable_waits
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        self._props = <uint8_t *>malloc(RS_MAX_PROPERTIES_LENGTH + 64)
+        if self._lock == NULL or self._props == NULL:
+            raise MemoryError()
+
+    def __init__(self, *, int64_t file_size, int64_t start_offset, bytes store_host, int store_port,
+                 bytes born_host, int born_port, bytes uniq_prefix, int64_t max_message_size,
+                 topic_lookup, roll, int flush_interval_ms=500, int flush_least_pages=4,
+                 int flush_thorough_ms=10000, int64_t prefault_bytes=0,
+                 int64_t sync_flush_timeout_ms=5000):
+        if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
+            raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
+        if len(uniq_prefix) not in (10, 22):
+            raise ValueError("uniq_prefix must be 10 or 22 bytes (ip + pid + loader hash)")
+        if file_size < 4096:
+            raise ValueError("file_size must be at least 4096 bytes")
+        self._file_size = file_size
+        self._max_message_size = max_message_size
+        self._sync_flush_timeout_ms = sync_flush_timeout_ms
+        self._store_host = store_host
+        self._store_port = store_port
+        memcpy(self._store_host_raw, <char *>store_host, len(store_host))
+        self._born_host = born_host
+        self._born_port = born_port
+        memcpy(self._born_host_raw, <char *>born_host, len(born_host))
+        self._host_sysflag = ((RS_SYSFLAG_STOREHOST_V6 if len(store_host) == 16 else 0)
+                              | (RS_SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0))
+        memcpy(self._uniq_prefix, <char *>uniq_prefix, len(uniq_prefix))
+        self._uniq_prefix_len = len(uniq_prefix)
+        self._topics = {}
+        self._pins = {}
+        self._topic_lookup = topic_lookup
+        self._roll = roll
+        self._file_from = start_offset - start_offset % file_size
+        self._pos = start_offset - self._file_from
+        self._flusher = rs_flusher_new(start_offset, flush_interval_ms, flush_least_pages,
+                                       flush_thorough_ms, prefault_bytes)
+        if self._flusher == NULL:
+            raise OSError("could not start the flush thread")
+
+    def __dealloc__(self):
+        if self._flusher != NULL:
+            with nogil:
+                rs_flusher_free(self._flusher)
+            self._flusher = NULL
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+        free(self._props)
+
+    # ---- segments ----
+
+    def set_active(self, mm, int64_t file_from_offset, int64_t wrote_position, fd=None):
+        """Make ``mm`` (a writable map of ``file_size`` bytes) the segment appends go to."""
+        cdef _Pin pin = self._pin(mm, file_from_offset)
+        self._base = <uint8_t *>pin.view.buf
+        self._file_from = file_from_offset
+        self._pos = wrote_position
+        rs_flusher_publish(self._flusher, file_from_offset + wrote_position)
+
+    def add_segment(self, mm, int64_t file_from_offset, fd=None):
+        """Register a prepared next segment, so its first pages are pre-faulted before use."""
+        self._pin(mm, file_from_offset)
+
+    cdef _Pin _pin(self, mm, int64_t start):
+        cdef _Pin pin = self._pins.get(start)
+        if pin is not None:
+            return pin
+        pin = _Pin.__new__(_Pin)
+        PyObject_GetBuffer(mm, &pin.view, PyBUF_WRITABLE)
+        pin.held = True
+        pin.start = start
+        if pin.view.len != self._file_size:
+            raise ValueError(f"segment map is {pin.view.len} bytes, expected {self._file_size}")
+        if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+            raise SegmentError("too many unflushed segments registered with the flush thread")
+        self._pins[start] = pin
+        return pin
+
+    def release_segment(self, int64_t file_from_offset):
+        """Stop flushing a segment and drop the pin on its map (flush it first)."""
+        cdef _Pin pin = self._pins.pop(file_from_offset, None)
+        if pin is None:
+            return
+        if self._base == <uint8_t *>pin.view.buf:
+            self._base = NULL
+        with nogil:
+            rs_flusher_unregister(self._flusher, file_from_offset)
+        del pin
+
+    def release_flushed_segments(self):
+        """Release every segment wholly below the flushed offset, except the active one."""
+        cdef int64_t flushed = rs_flusher_flushed(self._flusher)
+        for start in sorted(self._pins):
+            if start + self._file_size <= flushed and start != self._file_from:
+                self.release_segment(start)
+
+    def reset(self, int64_t offset):
+        """Set wrote = flushed = ``offset`` (after recovery); no segment is active afterwards."""
+        self._base = NULL
+        self._file_from = offset - offset % self._file_size
+        self._pos = offset - self._file_from
+        rs_flusher_reset(self._flusher, offset)
+
+    # ---- topics and queue offsets ----
+
+    cdef _Topic _topic(self, str topic):
+        cdef _Topic t = self._topics.get(topic)
+        if t is not None:
+            return t
+        nqueues = self._topic_lookup(topic)  # validates; raises InvalidTopicError
+        t = _Topic.__new__(_Topic)
+        t.name = topic.encode("utf-8")
+        t.nqueues = nqueues
+        t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * max(1, nqueues))
+        if t.next_offsets == NULL:
+            raise MemoryError()
+        memset(t.next_offsets, 0, sizeof(int64_t) * max(1, nqueues))
+        old = self._queue_offsets_pending.pop(topic, None) if self._queue_offsets_pending else None
+        if old:
+            for qid, nxt in old.items():
+                if 0 <= qid < nqueues:
+                    t.next_offsets[qid] = nxt
+        self._topics[topic] = t
+        return t
+
+    def set_queue_offset(self, str topic, int queue_id, int64_t next_offset):
+        """Set the next queue offset of (topic, queue_id) (after recovery)."""
+        cdef _Topic t = self._topics.get(topic)
+        if t is not None and 0 <= queue_id < t.nqueues:
+            t.next_offsets[queue_id] = next_offset
+            return
+        if self._queue_offsets_pending is None:
+            self._queue_offsets_pending = {}
+        self._queue_offsets_pending.setdefault(topic, {})[queue_id] = next_offset
+
+    def queue_offsets(self):
+        """{(topic, queue_id): next queue offset} for every queue that has one."""
+        out = {}
+        cdef _Topic t
+        for name, t in self._topics.items():
+            for q in range(t.nqueues):
+                if t.next_offsets[q]:
+                    out[(name, q)] = t.next_offsets[q]
+        if self._queue_offsets_pending:
+            for name, qs in self._queue_offsets_pending.items():
+                for q, nxt in qs.items():
+                    out.setdefault((name, q), nxt)
+        return out
+
+    def forget_topic(self, str topic):
+        """Drop the cached queue count of ``topic`` (its offsets are kept) after it changed."""
+        cdef _Topic t = self._topics.pop(topic, None)
+        if t is not None:
+            for q in range(t.nqueues):
+                if t.next_offsets[q]:
+                    self.set_queue_offset(topic, q, t.next_offsets[q])
+
+    # ---- the append path ----
+
+    cdef int _check_open(self) except -1:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        return 0
+
+    cdef int _choose_queue(self, _Topic t, int queue_id) except -2:
+        if queue_id < 0:
+            queue_id = t.rr % t.nqueues
+            t.rr += 1
+        elif queue_id >= t.nqueues:
+            raise InvalidQueueIdError(
+                f"queue id {queue_id} out of range: topic {t.name.decode()!r} has {t.nqueues} queues")
+        return queue_id
+
+    cdef int64_t _month_roll(self, int64_t now) except -1:
+        start, nxt = month_bounds(now)
+        self._month_start = start
+        self._month_next = nxt
+        return 0
+
+    cdef inline int _make_uniq(self, int64_t now, uint8_t *raw) except -1:
+        """UNIQ_KEY raw bytes (spec §3.2): prefix, ms since month start (u32), counter (u16)."""
+        if now >= self._month_next or now < self._month_start:
+            self._month_roll(now)
+        cdef int n = self._uniq_prefix_len
+        cdef int64_t span = now - self._month_start
+        memcpy(raw, self._uniq_prefix, n)
+        cdef uint32_t s = <uint32_t>(span if span > 0 else 0)
+        raw[n] = s >> 24
+        raw[n + 1] = (s >> 16) & 0xFF
+        raw[n + 2] = (s >> 8) & 0xFF
+        raw[n + 3] = s & 0xFF
+        cdef uint16_t c = <uint16_t>self._uniq_counter
+        self._uniq_counter += 1
+        raw[n + 4] = c >> 8
+        raw[n + 5] = c & 0xFF
+        return n + 6
+
+    cdef int _roll_segment(self) except -1:
+        """Ask the Python layer for the segment starting at the current end; make it active."""
+        cdef int64_t start = self._file_from, pos = self._pos
+        if pos >= self._file_size:     # the active segment is full (BLANK written): the next one
+            start += self._file_size
+            pos = 0
+        mm, fd = self._roll(start)
+        self.set_active(mm, start, pos, fd)
+        self.release_flushed_segments()
+        return 0
+
+    cdef int64_t _append(self, _Topic t, int queue_id, const uint8_t *body, int32_t body_len,
+                         int32_t body_crc, const uint8_t *props, int32_t props_len,
+                         object unique_key, int32_t flag, int64_t born_ts, int32_t sys_flag,
+                         int32_t reconsume, int64_t prepared_offset, PutResult out) except -1:
+        """Append one record (append lock held). Fills ``out``; returns the end offset."""
+        cdef rs_record r
+        cdef int uniq_len = 0
+        cdef int32_t total_props = props_len
+        cdef int64_t length, now, remaining, end
+        cdef bint consumes_offset
+        cdef int tx
+        if unique_key is None:
+            uniq_len = self._uniq_prefix_len + 6
+            total_props += UNIQ_NAME_LEN + 2 * uniq_len + 1
+        if total_props > RS_MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {total_props} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
+        sys_flag |= self._host_sysflag
+        length = rs_record_length(body_len, len(t.name), total_props, sys_flag, RS_MAGIC_V1)
+        if length < 0 or length > self._max_message_size or length + RS_END_FILE_MIN_BLANK > self._file_size:
+            raise MessageTooLargeError(
+                f"record of {length} bytes exceeds max_message_size {self._max_message_size}"
+                if length >= 0 else "record fields out of range")
+
+        now = _now_ms()
+        if now < self._last_store_ts:
+            now = self._last_store_ts     # store timestamps never decrease in file order
+        self._last_store_ts = now
+        if uniq_len:
+            self._make_uniq(now, out._uniq_raw)
+            out._uniq_len = uniq_len
+            if props_len:
+                memcpy(self._props, props, props_len)
+            self._write_uniq_property(self._props + props_len, out._uniq_raw, uniq_len)
+            props = self._props
+        else:
+            out._unique_key = unique_key
+
+        while True:
+            if self._base == NULL:
+                self._roll_segment()
+            remaining = self._file_size - self._pos
+            if length + RS_END_FILE_MIN_BLANK <= remaining:
+                break
+            # BLANK rule (§1.4): the record does not fit with 8 bytes to spare; end the file.
+            rs_encode_blank(self._base + self._pos, <int32_t>remaining)
+            self._pos = self._file_size
+            rs_flusher_publish(self._flusher, self._file_from + self._file_size)
+            self._base = NULL
+
+        tx = sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+        consumes_offset = tx != RS_TRANSACTION_PREPARED_TYPE and tx != RS_TRANSACTION_ROLLBACK_TYPE
+        r.body_crc = body_crc
+        r.queue_id = queue_id
+        r.flag = flag
+        r.queue_offset = t.next_offsets[queue_id] if consumes_offset else 0
+        r.physical_offset = self._file_from + self._pos
+        r.sys_flag = sys_flag
+        r.born_timestamp = born_ts if born_ts > 0 else now
+        memcpy(r.born_host, self._born_host_raw, 16)
+        r.born_port = self._born_port
+        r.store_timestamp = now
+        memcpy(r.store_host, self._store_host_raw, 16)
+        r.store_port = self._store_port
+        r.reconsume_times = reconsume
+        r.prepared_transaction_offset = prepared_offset
+        r.body = body
+        r.body_len = body_len
+        r.topic = <const uint8_t *>PyBytes_AS_STRING(t.name)
+        r.topic_len = <int32_t>PyBytes_GET_SIZE(t.name)
+        r.properties = props
+        r.properties_len = total_props
+        if rs_encode_record(self._base + self._pos, self._file_size - self._pos, &r) != length:
+            raise SegmentError("internal error: record does not fit the checked space")
+        self._pos += length
+        end = self._file_from + self._pos
+        rs_flusher_publish(self._flusher, end)
+        if consumes_offset:
+            t.next_offsets[queue_id] += 1
+        self.puts += 1
+
+        out._status = PUT_OK
+        out.commitlog_offset = r.physical_offset
+        out.size = <int32_t>length
+        out.queue_id = queue_id
+        out.queue_offset = r.queue_offset
+        out.store_timestamp = now
+        out._host = self._store_host
+        out._port = self._store_port
+        return end
+
+    cdef inline void _write_uniq_property(self, uint8_t *p, const uint8_t *raw, int n) noexcept:
+        cdef int i
+        memcpy(p, rs_uniq_property_name, UNIQ_NAME_LEN)
+        p += UNIQ_NAME_LEN
+        for i in range(n):
+            p[2 * i] = rs_hex_digits[raw[i] >> 4]
+            p[2 * i + 1] = rs_hex_digits[raw[i] & 15]
+        p[2 * n] = 2
+
+    cdef int _wait(self, int64_t target, int64_t timeout_ms) except -1:
+        """0 flushed, 1 timed out, else errno; the GIL is released while waiting."""
+        cdef int rc
+        if self._flusher == NULL:     # closed: close() flushed everything
+            return 0
+        if rs_flusher_flushed(self._flusher) >= target:
+            return 0
+        self.durable_waits += 1
+        with nogil:
+            rc = rs_flusher_wait_nogil(self._flusher, target, timeout_ms)
+        return rc
+
+    cdef object _finish(self, object result, int64_t end, int wait):
+        cdef PutFuture fut
+        if wait == 0:
+            return result
+        if wait == 1:
+            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+                result._set_status(FLUSH_DISK_TIMEOUT)
+            return result
+        rs_flusher_request(self._flusher, end)
+        fut = PutFuture.__new__(PutFuture)
+        fut._core = self
+        fut._result = result
+        fut.target = end
+        fut._deadline_ms = _now_ms() + self._sync_flush_timeout_ms
+        return fut
+
+    def put(self, str topic not None, body not None, properties=None, int queue_id=-1,
+            int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
+            int32_t reconsume_times=0, int64_t prepared_transaction_offset=0,
+            unique_key=None, int wait=0):
+        """Append one record; ``properties`` are encoded bytes (UNIQ_KEY is added unless
+        ``unique_key`` names the one they already carry). Returns PutResult or PutFuture."""
+        cdef Py_buffer bview, pview
+        cdef const uint8_t *bp
+        cdef Py_ssize_t blen
+        cdef const uint8_t *pp = NULL
+        cdef Py_ssize_t plen = 0
+        cdef bint have_b = False, have_p = False
+        cdef int32_t crc
+        cdef int64_t end
+        cdef _Topic t
+        cdef int qid
+        self._check_open()
+        t = self._topic(topic)
+        qid = self._choose_queue(t, queue_id)
+        if PyBytes_CheckExact(body):
+            bp = <const uint8_t *>PyBytes_AS_STRING(body)
+            blen = PyBytes_GET_SIZE(body)
+        else:
+            PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE)
+            have_b = True
+            bp = <const uint8_t *>bview.buf
+            blen = bview.len
+        try:
+            if properties is not None:
+                if PyBytes_CheckExact(properties):
+                    pp = <const uint8_t *>PyBytes_AS_STRING(properties)
+                    plen = PyBytes_GET_SIZE(properties)
+                else:
+                    PyObject_GetBuffer(properties, &pview, PyBUF_SIMPLE)
+                    have_p = True
+                    pp = <const uint8_t *>pview.buf
+                    plen = pview.len
+            if blen > self._max_message_size or plen > RS_MAX_PROPERTIES_LENGTH:
+                if plen > RS_MAX_PROPERTIES_LENGTH:
+                    raise PropertiesTooLargeError(
+                        f"properties are {plen} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
+                raise MessageTooLargeError(
+                    f"body of {blen} bytes exceeds max_message_size {self._max_message_size}")
+            if blen >= 65536:
+                with nogil:
+                    crc = rs_body_crc(bp, blen)
+            else:
+                crc = rs_body_crc(bp, blen)
+            result = PutResult.__new__(PutResult)
+            _acquire(self._lock)
+            try:
+                self._check_open()
+                end = self._append(t, qid, bp, <int32_t>blen, crc, pp, <int32_t>plen, unique_key,
+                                   flag, born_timestamp, sys_flag, reconsume_times,
+                                   prepared_transaction_offset, <PutResult>result)
+            finally:
+                PyThread_release_lock(self._lock)
+        finally:
+            if have_b:
+                PyBuffer_Release(&bview)
+            if have_p:
+                PyBuffer_Release(&pview)
+        return self._finish(result, end, wait)
+
+    def put_batch(self, str topic not None, bodies not None, lengths=None, properties=None,
+                  int queue_id=-1, int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
+                  int wait=0):
+        """Append many records of one topic and queue under one lock (consecutive queue offsets).
+
+        ``bodies`` is a list/tuple of bytes-like objects, or one buffer cut into bodies by
+        ``lengths`` (a sequence or array of non-negative ints summing to its size).
+        ``properties`` (encoded bytes) are shared; each record gets its own UNIQ_KEY.
+        """
+        cdef _Topic t
+        cdef int qid
+        cdef Py_ssize_t n, i
+        cdef Py_buffer whole, pview
+        cdef bint have_whole = False, have_p = False
+        cdef const uint8_t *pp = NULL
+        cdef Py_ssize_t plen = 0
+        cdef int64_t[::1] lens_view
+        cdef int64_t[::1] starts
+        cdef int64_t[::1] c_offsets, c_qoffsets, c_times
+        cdef int32_t[::1] c_sizes
+        cdef int32_t[::1] crcs
+        cdef uint8_t[:, ::1] uniq
+        cdef list views = None
+        cdef PutResult scratch
+        cdef int64_t end = 0, total = 0, start
+        cdef Py_buffer *bufs = NULL
+        cdef Py_ssize_t nbufs = 0
+        cdef int uniq_len = self._uniq_prefix_len + 6
+        cdef const uint8_t *bp
+        cdef int64_t blen
+        self._check_open()
+        t = self._topic(topic)
+        if sys_flag & RS_SYSFLAG_TRANSACTION_MASK:
+            raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
+
+        if properties is not None:
+            PyObject_GetBuffer(properties, &pview, PyBUF_SIMPLE)
+            have_p = True
+            pp = <const uint8_t *>pview.buf
+            plen = pview.len
+        try:
+            if plen > RS_MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError(
+                    f"properties are {plen} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
+            if lengths is not None:
+                lens_arr = np.ascontiguousarray(lengths, dtype=np.int64)
+                if lens_arr.ndim != 1:
+                    raise InvalidMessageError("lengths must be one-dimensional")
+                n = lens_arr.shape[0]
+                lens_view = lens_arr
+                PyObject_GetBuffer(bodies, &whole, PyBUF_SIMPLE)
+                have_whole = True
+                starts_arr = np.empty(n, dtype=np.int64)
+                starts = starts_arr
+                for i in range(n):
+                    if lens_view[i] < 0:
+                        raise InvalidMessageError(f"lengths[{i}] is negative")
+                    starts[i] = total
+                    total += lens_view[i]
+                if total != whole.len:
+                    raise InvalidMessageError(
+                        f"lengths sum to {total} but the bodies buffer holds {whole.len} bytes")
+            else:
+                if not isinstance(bodies, (list, tuple)):
+                    bodies = list(bodies)
+                n = len(bodies)
+                bufs = <Py_buffer *>malloc(sizeof(Py_buffer) * max(n, 1))
+                if bufs == NULL:
+                    raise MemoryError()
+                lens_arr = np.empty(n, dtype=np.int64)
+                lens_view = lens_arr
+                for i in range(n):
+                    PyObject_GetBuffer(bodies[i], &bufs[i], PyBUF_SIMPLE)
+                    nbufs += 1
+                    lens_view[i] = bufs[i].len
+
+            # Validate everything before the first byte is written.
+            for i in range(n):
+                blen = lens_view[i]
+                if blen > self._max_message_size:
+                    raise MessageTooLargeError(
+                        f"bodies[{i}] of {blen} bytes exceeds max_message_size {self._max_message_size}")
+                if rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1),
+                                    sys_flag | self._host_sysflag, RS_MAGIC_V1) > self._max_message_size:
+                    raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}")
+            if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
+            qid = self._choose_queue(t, queue_id)
+
+            crcs_arr = np.empty(n, dtype=np.int32)
+            crcs = crcs_arr
+            for i in range(n):
+                bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
+                crcs[i] = rs_body_crc(bp, lens_view[i])
+
+            res = BatchPutResult.__new__(BatchPutResult)
+            offsets_arr = np.empty(n, dtype=np.int64)
+            qoff_arr = np.empty(n, dtype=np.int64)
+            times_arr = np.empty(n, dtype=np.int64)
+            sizes_arr = np.empty(n, dtype=np.int32)
+            uniq_arr = np.empty((n, uniq_len), dtype=np.uint8)
+            c_offsets = offsets_arr
+            c_qoffsets = qoff_arr
+            c_times = times_arr
+            c_sizes = sizes_arr
+            if n:
+                uniq = uniq_arr
+            scratch = PutResult.__new__(PutResult)
+            _acquire(self._lock)
+            try:
+                self._check_open()
+                (<BatchPutResult>res).first_queue_offset = t.next_offsets[qid]
+                for i in range(n):
+                    bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
+                    end = self._append(t, qid, bp, <int32_t>lens_view[i], crcs[i], pp, <int32_t>plen,
+                                       None, flag, born_timestamp, sys_flag, 0, 0, scratch)
+                    c_offsets[i] = scratch.commitlog_offset
+                    c_sizes[i] = scratch.size
+                    c_qoffsets[i] = scratch.queue_offset
+                    c_times[i] = scratch.store_timestamp
+                    memcpy(&uniq[i, 0], scratch._uniq_raw, uniq_len)
+            finally:
+                PyThread_release_lock(self._lock)
+        finally:
+            if have_p:
+                PyBuffer_Release(&pview)
+            if have_whole:
+                PyBuffer_Release(&whole)
+            for i in range(nbufs):
+                PyBuffer_Release(&bufs[i])
+            free(bufs)
+
+        cdef BatchPutResult br = <BatchPutResult>res
+        br._status = PUT_OK
+        br.topic = topic
+        br.queue_id = qid
+        br.commitlog_offsets = offsets_arr
+        br.sizes = sizes_arr
+        br.queue_offsets = qoff_arr
+        br.store_timestamps = times_arr
+        br._uniq_raw = uniq_arr
+        br._host = self._store_host
+        br._port = self._store_port
+        if n == 0:
+            return br
+        return self._finish(br, end, wait)
+
+    def put_many(self, list items not None, int wait=0):
+        """Append records of any topics under one lock. Each item is a tuple
+        ``(topic, body, properties, queue_id, flag, born_timestamp, sys_flag, reconsume_times,
+        unique_key)``. Everything is validated before the first byte is written."""
+        cdef Py_ssize_t n = len(items), i
+        cdef list topics = [], qids = [], crcs = [], results = []
+        cdef _Topic t
+        cdef int64_t end = 0
+        cdef bytes body, props
+        for i in range(n):
+            item = items[i]
+            topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
+            t = self._topic(topic)
+            topics.append(t)
+            qids.append(self._choose_queue(t, queue_id))
+            if len(body) > self._max_message_size:
+                raise MessageTooLargeError(
+                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+            extra = 0 if unique_key is not None else 9 + 2 * (self._uniq_prefix_len + 6) + 1
+            if len(props) + extra > RS_MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError(f"message {i}: properties exceed 32767 bytes")
+            length = rs_record_length(len(body), len(t.name), len(props) + extra,
+                                      sys_flag | self._host_sysflag, RS_MAGIC_V1)
+            if length < 0 or length > self._max_message_size:
+                raise MessageTooLargeError(f"message {i}: record exceeds max_message_size {self._max_message_size}")
+            crcs.append(rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(body), len(body)))
+        self._check_open()
+        _acquire(self._lock)
+        try:
+            self._check_open()
+            for i in range(n):
+                topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = items[i]
+                r = PutResult.__new__(PutResult)
+                end = self._append(<_Topic>topics[i], qids[i], <const uint8_t *>PyBytes_AS_STRING(body),
+                                   len(body), crcs[i], <const uint8_t *>PyBytes_AS_STRING(props), len(props),
+                                   unique_key, flag, born_ts, sys_flag, reconsume, 0, <PutResult>r)
+                results.append(r)
+        finally:
+            PyThread_release_lock(self._lock)
+        if wait == 1 and n:
+            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+                for r in results:
+                    r._set_status(FLUSH_DISK_TIMEOUT)
+        elif wait == 2 and n:
+            return [self._finish(r, end, 2) for r in results]
+        return results
+
+    # ---- flushing, state ----
+
+    @property
+    def wrote_offset(self):
+        return rs_flusher_wrote(self._flusher) if self._flusher != NULL else self._final_wrote
+
+    @property
+    def flushed_offset(self):
+        return rs_flusher_flushed(self._flusher) if self._flusher != NULL else self._final_wrote
+
+    @property
+    def active_segment(self):
+        """(start offset, write position) of the segment appends go to."""
+        return self._file_from, self._pos
+
+    def wait_flushed(self, int64_t offset, int64_t timeout_ms=-1):
+        """Block (GIL released) until ``offset`` is flushed: 0, 1 on timeout, or an errno."""
+        return self._wait(offset, timeout_ms)
+
+    def flush(self, int64_t timeout_ms=-1):
+        """Flush everything written so far; True when done within ``timeout_ms``."""
+        return self._wait(self.wrote_offset, timeout_ms) == 0
+
+    def stats(self):
+        cdef rs_flusher_stats s
+        self._check_open()
+        rs_flusher_get_stats(self._flusher, &s)
+        return {
+            "puts": self.puts,
+            "durable_waits": self.durable_waits,
+            "flush_rounds": s.flush_rounds,
+            "flushed_bytes": s.flushed_bytes,
+            "sync_requests": s.sync_requests,
+            "sync_timeouts": s.sync_timeouts,
+            "prefaulted_bytes": s.prefaulted_bytes,
+            "wrote_offset": s.wrote,
+            "flushed_offset": s.flushed,
+            "last_flush_errno": s.last_errno,
+        }
+
+    def _watcher_add(self, int64_t target, fn, future):
+        if self._watcher is None:
+            self._watcher = FlushWatcher(self)
+        self._watcher.add(target, fn, future)
+
+    def close(self):
+        """Flush everything, stop the threads and release every segment pin."""
+        if self._closed:
+            return
+        _acquire(self._lock)
+        self._closed = True
+        PyThread_release_lock(self._lock)
+        with nogil:
+            rs_flusher_wait_nogil(self._flusher, rs_flusher_wrote(self._flusher), -1)
+        if self._watcher is not None:
+            self._watcher.close()
+        for start in list(self._pins):
+            self.release_segment(start)
+        self._base = NULL
+        self._final_wrote = rs_flusher_wrote(self._flusher)
+        with nogil:
+            rs_flusher_free(self._flusher)   # joins the threads after a last full flush
+        self._flusher = NULL
+
+    @property
+    def closed(self):
+        return self._closed

@@ -1,0 +1,383 @@
+/* CommitLog flush and pre-fault threads; see flusher.h for the contract. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "flusher.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define PREFAULT_CHUNK (2 * 1024 * 1024)
+#define PREFAULT_POLL_MS 2
+#define FLUSH_ERROR_BACKOFF_MS 10
+
+typedef struct {
+    int64_t start;
+    uint8_t *addr;
+    int64_t size;
+} segment;
+
+struct rs_flusher {
+    /* `mu` guards the request/stop/stat fields and the condition variables. */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;   /* flush thread sleeps here */
+    pthread_cond_t done_cv;   /* durable waiters sleep here */
+    pthread_cond_t stop_cv;   /* pre-fault thread sleeps here */
+    /* `seg_mu` guards the segment table and is held across every msync/madvise of a map. */
+    pthread_mutex_t seg_mu;
+    segment segs[RS_FLUSHER_MAX_SEGMENTS];
+    int nsegs;
+
+    _Atomic int64_t wrote;
+    _Atomic int64_t flushed;
+    _Atomic int64_t prefaulted;
+    int64_t requested;
+    int stop;
+    int last_errno;
+
+    int interval_ms;
+    int least_pages;
+    int thorough_ms;
+    int64_t prefault_bytes;
+    int64_t page;
+
+    int64_t flush_rounds, flushed_bytes, sync_requests, sync_timeouts, prefaulted_bytes;
+
+    pthread_t flush_thread;
+    pthread_t prefault_thread;
+    int prefault_running;
+    int populate_write_ok;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Condition variables wait on CLOCK_MONOTONIC where pthread_condattr_setclock exists. */
+#if defined(__APPLE__)
+#define RS_COND_CLOCK CLOCK_REALTIME
+#else
+#define RS_COND_CLOCK CLOCK_MONOTONIC
+#endif
+
+static void deadline_after(struct timespec *ts, int64_t ms) {
+    clock_gettime(RS_COND_CLOCK, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec += 1;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* One flush round: msync [flushed, wrote) of every registered map. Called and returns with mu held. */
+static void flush_round(rs_flusher *f) {
+    int64_t from = atomic_load_explicit(&f->flushed, memory_order_acquire);
+    int64_t target = atomic_load_explicit(&f->wrote, memory_order_acquire);
+    if (target <= from)
+        return;
+    pthread_mutex_unlock(&f->mu);
+
+    int err = 0;
+    pthread_mutex_lock(&f->seg_mu);
+    for (int i = 0; i < f->nsegs; i++) {
+        segment *s = &f->segs[i];
+        int64_t lo = max64(from, s->start), hi = min64(target, s->start + s->size);
+        if (lo >= hi)
+            continue;
+        int64_t rel_lo = (lo - s->start) & ~(f->page - 1);
+        if (msync(s->addr + rel_lo, (size_t)(hi - s->start - rel_lo), MS_SYNC) != 0)
+            err = errno;
+    }
+    pthread_mutex_unlock(&f->seg_mu);
+
+    pthread_mutex_lock(&f->mu);
+    if (err == 0) {
+        atomic_store_explicit(&f->flushed, target, memory_order_release);
+        f->flush_rounds++;
+        f->flushed_bytes += target - from;
+    }
+    f->last_errno = err;
+    pthread_cond_broadcast(&f->done_cv);
+}
+
+static void *flush_main(void *arg) {
+    rs_flusher *f = (rs_flusher *)arg;
+    pthread_mutex_lock(&f->mu);
+    int64_t next_async = now_ms() + f->interval_ms;
+    int64_t last_thorough = now_ms();
+    while (!f->stop) {
+        if (f->requested > atomic_load(&f->flushed)) {
+            flush_round(f);
+            if (f->last_errno) {
+                struct timespec ts;
+                deadline_after(&ts, FLUSH_ERROR_BACKOFF_MS);
+                pthread_cond_timedwait(&f->work_cv, &f->mu, &ts);
+            }
+            continue;
+        }
+        int64_t now = now_ms();
+        if (now >= next_async) {
+            next_async = now + f->interval_ms;
+            int64_t wrote = atomic_load(&f->wrote), flushed = atomic_load(&f->flushed);
+            if (now - last_thorough >= f->thorough_ms) {
+                last_thorough = now;
+                flush_round(f);
+            } else if (wrote / f->page - flushed / f->page >= f->least_pages) {
+                flush_round(f);
+            }
+            continue;
+        }
+        struct timespec ts;
+        deadline_after(&ts, next_async - now);
+        pthread_cond_timedwait(&f->work_cv, &f->mu, &ts);
+    }
+    flush_round(f);
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+/* Populate [lo, hi) of a map for writing without changing its bytes. */
+static void populate(rs_flusher *f, uint8_t *addr, int64_t lo, int64_t hi) {
+    int64_t start = lo & ~(f->page - 1);
+    if (f->populate_write_ok) {
+        if (madvise(addr + start, (size_t)(hi - start), MADV_POPULATE_WRITE) == 0)
+            return;
+        if (errno != EINVAL && errno != EOPNOTSUPP)
+            return; /* ENOMEM/EFAULT/EIO: leave it to the writer's own faults */
+        f->populate_write_ok = 0;
+    }
+    /* Older kernels: an atomic add of zero write-faults each page and cannot lose a racing store. */
+    for (int64_t p = start; p < hi; p += f->page)
+        __atomic_fetch_add(addr + p, (uint8_t)0, __ATOMIC_RELAXED);
+}
+
+static void *prefault_main(void *arg) {
+    rs_flusher *f = (rs_flusher *)arg;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        int64_t wrote = atomic_load(&f->wrote);
+        int64_t from = max64(atomic_load(&f->prefaulted), wrote);
+        int64_t want = wrote + f->prefault_bytes;
+        if (from >= want) {
+            struct timespec ts;
+            deadline_after(&ts, PREFAULT_POLL_MS);
+            pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&f->mu);
+
+        /* One chunk per pass, so unregister and flush rounds never wait long for seg_mu. */
+        int64_t to = min64(want, from + PREFAULT_CHUNK), reached = from;
+        pthread_mutex_lock(&f->seg_mu);
+        for (int i = 0; i < f->nsegs; i++) {
+            segment *s = &f->segs[i];
+            if (s->start <= from && from < s->start + s->size) {
+                int64_t hi = min64(to, s->start + s->size);
+                populate(f, s->addr, from - s->start, hi - s->start);
+                reached = hi;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&f->seg_mu);
+
+        pthread_mutex_lock(&f->mu);
+        if (reached > from) {
+            /* A reset() meanwhile moved `prefaulted` back: keep its value. */
+            int64_t expected = atomic_load(&f->prefaulted);
+            if (expected <= from)
+                atomic_store(&f->prefaulted, reached);
+            f->prefaulted_bytes += reached - from;
+        } else {
+            /* The space ahead is not mapped yet (next segment not registered): wait for it. */
+            struct timespec ts;
+            deadline_after(&ts, PREFAULT_POLL_MS * 5);
+            pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_pages, int thorough_ms,
+                           int64_t prefault_bytes) {
+    rs_flusher *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+#if !defined(__APPLE__)
+    pthread_condattr_setclock(&ca, RS_COND_CLOCK);
+#endif
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->seg_mu, NULL);
+    pthread_cond_init(&f->work_cv, &ca);
+    pthread_cond_init(&f->done_cv, &ca);
+    pthread_cond_init(&f->stop_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&f->wrote, start_offset);
+    atomic_init(&f->flushed, start_offset);
+    atomic_init(&f->prefaulted, start_offset);
+    f->requested = start_offset;
+    f->interval_ms = interval_ms > 0 ? interval_ms : 1;
+    f->least_pages = least_pages > 0 ? least_pages : 0;
+    f->thorough_ms = thorough_ms > 0 ? thorough_ms : 1;
+    f->prefault_bytes = prefault_bytes > 0 ? prefault_bytes : 0;
+    f->page = sysconf(_SC_PAGESIZE);
+    if (f->page <= 0)
+        f->page = 4096;
+    f->populate_write_ok = 1;
+
+    int rc = pthread_create(&f->flush_thread, NULL, flush_main, f);
+    if (rc != 0) {
+        free(f);
+        errno = rc;
+        return NULL;
+    }
+    if (f->prefault_bytes > 0 && pthread_create(&f->prefault_thread, NULL, prefault_main, f) == 0)
+        f->prefault_running = 1;
+    return f;
+}
+
+void rs_flusher_free(rs_flusher *f) {
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->work_cv);
+    pthread_cond_broadcast(&f->stop_cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->flush_thread, NULL);
+    if (f->prefault_running)
+        pthread_join(f->prefault_thread, NULL);
+    /* Wake any waiter still blocked so it sees the final state (callers ensure none remain). */
+    pthread_mutex_lock(&f->mu);
+    pthread_cond_broadcast(&f->done_cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_cond_destroy(&f->work_cv);
+    pthread_cond_destroy(&f->done_cv);
+    pthread_cond_destroy(&f->stop_cv);
+    pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->seg_mu);
+    free(f);
+}
+
+int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size) {
+    int rc = -1;
+    pthread_mutex_lock(&f->seg_mu);
+    if (f->nsegs < RS_FLUSHER_MAX_SEGMENTS) {
+        f->segs[f->nsegs++] = (segment){start, addr, size};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&f->seg_mu);
+    return rc;
+}
+
+int rs_flusher_unregister(rs_flusher *f, int64_t start) {
+    int rc = -1;
+    pthread_mutex_lock(&f->seg_mu);
+    for (int i = 0; i < f->nsegs; i++) {
+        if (f->segs[i].start == start) {
+            memmove(&f->segs[i], &f->segs[i + 1], (size_t)(f->nsegs - i - 1) * sizeof(segment));
+            f->nsegs--;
+            rc = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->seg_mu);
+    return rc;
+}
+
+void rs_flusher_publish(rs_flusher *f, int64_t end) {
+    atomic_store_explicit(&f->wrote, end, memory_order_release);
+}
+
+void rs_flusher_reset(rs_flusher *f, int64_t offset) {
+    pthread_mutex_lock(&f->mu);
+    atomic_store(&f->wrote, offset);
+    atomic_store(&f->flushed, offset);
+    atomic_store(&f->prefaulted, offset);
+    f->requested = offset;
+    pthread_mutex_unlock(&f->mu);
+}
+
+int64_t rs_flusher_flushed(const rs_flusher *f) {
+    return atomic_load_explicit(&((rs_flusher *)f)->flushed, memory_order_acquire);
+}
+
+int64_t rs_flusher_wrote(const rs_flusher *f) {
+    return atomic_load_explicit(&((rs_flusher *)f)->wrote, memory_order_acquire);
+}
+
+void rs_flusher_request(rs_flusher *f, int64_t target) {
+    if (atomic_load_explicit(&f->flushed, memory_order_acquire) >= target)
+        return;
+    pthread_mutex_lock(&f->mu);
+    if (target > f->requested) {
+        f->requested = target;
+        pthread_cond_signal(&f->work_cv);
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
+    if (atomic_load_explicit(&f->flushed, memory_order_acquire) >= target)
+        return 0;
+    struct timespec ts;
+    if (timeout_ms >= 0)
+        deadline_after(&ts, timeout_ms);
+    int result = 0;
+    pthread_mutex_lock(&f->mu);
+    f->sync_requests++;
+    if (target > f->requested) {
+        f->requested = target;
+        pthread_cond_signal(&f->work_cv);
+    }
+    while (atomic_load(&f->flushed) < target) {
+        if (f->last_errno) {
+            result = f->last_errno;
+            break;
+        }
+        if (f->stop) {
+            result = ESHUTDOWN;
+            break;
+        }
+        int rc = timeout_ms >= 0 ? pthread_cond_timedwait(&f->done_cv, &f->mu, &ts)
+                                 : pthread_cond_wait(&f->done_cv, &f->mu);
+        if (rc == ETIMEDOUT && atomic_load(&f->flushed) < target) {
+            f->sync_timeouts++;
+            result = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return result;
+}
+
+void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out) {
+    pthread_mutex_lock(&f->mu);
+    out->flush_rounds = f->flush_rounds;
+    out->flushed_bytes = f->flushed_bytes;
+    out->sync_requests = f->sync_requests;
+    out->sync_timeouts = f->sync_timeouts;
+    out->prefaulted_bytes = f->prefaulted_bytes;
+    out->wrote = atomic_load(&f->wrote);
+    out->flushed = atomic_load(&f->flushed);
+    out->last_errno = f->last_errno;
+    pthread_mutex_unlock(&f->mu);
+}

@@ -1,0 +1,36 @@
+"""rocketstore: an embeddable, high-throughput message store with Apache RocketMQ's on-disk format.
+
+The CommitLog, its records, ids and flush semantics are byte-compatible with a Java RocketMQ 4.x
+broker's store. Hot paths are compiled (``cext/``) with pure-Python twins of the same names;
+``ROCKETSTORE_NO_EXTENSIONS=1`` forces the twins.
+"""
+
+from rocketstore import errors
+from rocketstore._impl import DEFAULT as _DEFAULT
+from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
+from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
+from rocketstore.message import Message, MessageExt
+from rocketstore.status import PutStatus
+from rocketstore.store import MessageStore, open_store
+
+__version__ = "0.1.0"
+
+#: "c" when the compiled hot paths are in use, "py" for the pure-Python twins.
+IMPLEMENTATION = _DEFAULT.name
+
+PutResult = _DEFAULT.store.PutResult
+BatchPutResult = _DEFAULT.store.BatchPutResult
+PutFuture = _DEFAULT.store.PutFuture
+
+crc32 = _DEFAULT.crc32.crc32
+java_hash = _DEFAULT.codec.java_hash
+encode_record = _DEFAULT.codec.encode_record
+decode_record = _DEFAULT.codec.decode_record
+decode_batch = _DEFAULT.codec.decode_batch
+
+__all__ = [
+    "MessageStore", "open_store", "StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path",
+    "Message", "MessageExt", "PutStatus", "PutResult", "BatchPutResult", "PutFuture",
+    "IMPLEMENTATION", "crc32", "java_hash", "encode_record", "decode_record", "decode_batch",
+    "errors",
+] + errors.__all__

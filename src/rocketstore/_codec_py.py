@@ -1,0 +1,758 @@
+"""CommitLog record codec, Java hashes and message ids: the pure-Python twin of ``rocketstore._codec``.
+
+Both twins have the same public names, raise the same exceptions with the same messages, and
+produce identical bytes and arrays; tests/test_codec_properties.py checks that they do.
+
+CommitLog record (spec §1.1), V1 magic, IPv4 hosts; all integers big-endian, signed:
+
+=====  ==========  ======  ===========================================================
+ #      position    size    field
+=====  ==========  ======  ===========================================================
+  1     0           4       TOTALSIZE: length of the whole record
+  2     4           4       MAGICCODE: V1 0xDAA320A7 (V2 0xDAA320AB: 2-byte topic length)
+  3     8           4       BODYCRC: crc32(body) & 0x7FFFFFFF, 0 for an empty body
+  4     12          4       QUEUEID
+  5     16          4       FLAG
+  6     20          8       QUEUEOFFSET
+  7     28          8       PHYSICALOFFSET: CommitLog offset of the record's first byte
+  8     36          4       SYSFLAG (0x10: born host IPv6, 0x20: store host IPv6)
+  9     40          8       BORNTIMESTAMP
+ 10     48          8       BORNHOST: 4 address bytes + int port (IPv6: 16 + 4)
+ 11     56          8       STORETIMESTAMP         (+12 from here if the born host is IPv6)
+ 12     64          8       STOREHOST: as BORNHOST (IPv6 when SYSFLAG 0x20)
+ 13     72          4       RECONSUMETIMES         (+12 per IPv6 host from here)
+ 14     76          8       PREPAREDTRANSACTIONOFFSET
+ 15     84          4 + B   BODY: int length B, then B bytes
+ 16     88+B        1 + T   TOPIC: signed-byte length T (V2: signed short), then T bytes UTF-8
+ 17     89+B+T      2 + P   PROPERTIES: signed-short length P, then P bytes (§2)
+=====  ==========  ======  ===========================================================
+
+``TOTALSIZE = 91 + B + T + P``, plus 12 per IPv6 host and 1 for V2. Encoding always writes V1;
+decoding reads V1 and V2. A BLANK end-of-file record is 8 header bytes (``maxBlank``,
+``0xCBD43194``) followed by don't-care filler up to the end of the segment.
+
+Text: topics and properties are UTF-8. Decoding uses ``errors="surrogateescape"`` so that any
+bytes decode without raising and re-encode (encoding uses the same handler) to the same bytes;
+valid UTF-8, which every Java writer produces, decodes exactly as Java would. Java hashes are
+over UTF-16 code units (lone surrogates count as themselves), so ``java_hash`` of such an
+escaped string equals ``java_hash_bytes`` of the raw bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from .errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
+                     InvalidTopicError, PropertiesTooLargeError)
+from .message import MessageExt, host_from_bytes, host_to_bytes
+
+__all__ = [
+    "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
+    "encode_properties", "decode_properties", "record_length",
+    "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
+    "decode_batch", "record_from_row",
+    "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
+    "RECORD_DTYPE",
+]
+
+# ---- magic codes and flags (§1.1, §1.2) ----
+MAGIC_V1 = -626843481          # 0xDAA320A7
+MAGIC_V2 = -626843477          # 0xDAA320AB
+MAGIC_BLANK = -875286124       # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8  # TOTALSIZE + MAGICCODE of the BLANK record
+
+SYSFLAG_COMPRESSED = 0x001
+SYSFLAG_MULTI_TAGS = 0x002
+SYSFLAG_TRANSACTION_MASK = 0x00C
+TRANSACTION_NOT_TYPE = 0x000
+TRANSACTION_PREPARED_TYPE = 0x004
+TRANSACTION_COMMIT_TYPE = 0x008
+TRANSACTION_ROLLBACK_TYPE = 0x00C
+SYSFLAG_BORNHOST_V6 = 0x010
+SYSFLAG_STOREHOST_V6 = 0x020
+SYSFLAG_NEED_UNWRAP = 0x040
+SYSFLAG_INNER_BATCH = 0x080
+SYSFLAG_COMPRESSION_MASK = 0x700
+
+MAX_TOPIC_LENGTH = 127          # V1 topic length is a signed byte
+MAX_TOPIC_LENGTH_V2 = 32767
+MAX_PROPERTIES_LENGTH = 32767   # signed short
+
+# ---- sizes and fixed positions (V1, IPv4), each derived from the one before ----
+INT_SIZE = 4
+LONG_SIZE = 8
+HOST_V4_LENGTH = 4
+HOST_V6_LENGTH = 16
+HOST_V6_EXTRA_LENGTH = HOST_V6_LENGTH - HOST_V4_LENGTH   # 12
+TOPIC_LENGTH_SIZE = 1
+TOPIC_LENGTH_SIZE_V2 = 2
+PROPERTIES_LENGTH_SIZE = 2
+
+POS_TOTAL_SIZE = 0
+POS_MAGIC = POS_TOTAL_SIZE + INT_SIZE                                  # 4
+POS_BODY_CRC = POS_MAGIC + INT_SIZE                                    # 8
+POS_QUEUE_ID = POS_BODY_CRC + INT_SIZE                                 # 12
+POS_FLAG = POS_QUEUE_ID + INT_SIZE                                     # 16
+POS_QUEUE_OFFSET = POS_FLAG + INT_SIZE                                 # 20
+POS_PHYSICAL_OFFSET = POS_QUEUE_OFFSET + LONG_SIZE                     # 28
+POS_SYSFLAG = POS_PHYSICAL_OFFSET + LONG_SIZE                          # 36
+POS_BORN_TIMESTAMP = POS_SYSFLAG + INT_SIZE                            # 40
+POS_BORN_HOST = POS_BORN_TIMESTAMP + LONG_SIZE                         # 48
+POS_STORE_TIMESTAMP = POS_BORN_HOST + HOST_V4_LENGTH + INT_SIZE        # 56
+POS_STORE_HOST = POS_STORE_TIMESTAMP + LONG_SIZE                       # 64
+POS_RECONSUME_TIMES = POS_STORE_HOST + HOST_V4_LENGTH + INT_SIZE       # 72
+POS_PREPARED_TRANSACTION_OFFSET = POS_RECONSUME_TIMES + INT_SIZE       # 76
+POS_BODY_LENGTH = POS_PREPARED_TRANSACTION_OFFSET + LONG_SIZE          # 84
+POS_BODY = POS_BODY_LENGTH + INT_SIZE                                  # 88
+RECORD_FIXED_LENGTH = POS_BODY + TOPIC_LENGTH_SIZE + PROPERTIES_LENGTH_SIZE   # 91
+
+# ---- why a scan stopped (decode_batch) / why decode_record raised (CorruptRecordError.reason) ----
+STOP_LIMIT = 0       # reached `end` exactly, or max_records
+STOP_BLANK = 1       # BLANK end-of-file record at stop_pos
+STOP_END = 2         # fewer than 8 bytes, or no record magic (zero-filled space)
+STOP_TRUNCATED = 3   # TOTALSIZE or an inner length runs past the end of the data
+STOP_CORRUPT = 4     # inconsistent lengths
+STOP_BAD_CRC = 5     # body CRC mismatch
+
+_MESSAGES = {
+    STOP_BLANK: "BLANK end-of-file record at position {pos}",
+    STOP_END: "end of data at position {pos}: no record magic",
+    STOP_TRUNCATED: "truncated record at position {pos}: it runs past the end of the data",
+    STOP_CORRUPT: "corrupt record at position {pos}: inconsistent lengths",
+    STOP_BAD_CRC: "corrupt record at position {pos}: body CRC mismatch",
+}
+
+#: One row per record found by decode_batch; native-endian, naturally aligned (the compiled
+#: twin fills it from a C struct of the same layout). Positions are relative to the buffer.
+RECORD_DTYPE = np.dtype([
+    ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),
+    ("queue_id", "=i4"), ("flag", "=i4"), ("queue_offset", "=i8"), ("physical_offset", "=i8"),
+    ("sys_flag", "=i4"), ("born_timestamp", "=i8"), ("born_host", "S16"), ("born_port", "=i4"),
+    ("store_timestamp", "=i8"), ("store_host", "S16"), ("store_port", "=i4"),
+    ("reconsume_times", "=i4"), ("prepared_transaction_offset", "=i8"),
+    ("body_pos", "=i8"), ("body_len", "=i4"), ("topic_pos", "=i8"), ("topic_len", "=i4"),
+    ("properties_pos", "=i8"), ("properties_len", "=i4"),
+], align=True)
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+_HEAD = struct.Struct(">ii")
+_FIXED = struct.Struct(">iiiqqiq")           # BODYCRC .. BORNTIMESTAMP (positions 8..47)
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_PORT_TS = struct.Struct(">iq")
+_TAIL = struct.Struct(">iiqi")               # store port, reconsume, prepared offset, body length
+_ENC_HEAD = struct.Struct(">iiiiiqqiq")      # TOTALSIZE .. BORNTIMESTAMP
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+# ---------------------------------------------------------------------------------------------
+# Java hashes (§2, §5.2)
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode`` of ``s``: over UTF-16 code units, as a signed int32."""
+    if not isinstance(s, str):
+        raise TypeError(f"java_hash expects str, not {type(s).__name__}")
+    h = 0
+    if s.isascii():
+        for u in s.encode("ascii"):
+            h = (31 * h + u) & 0xFFFFFFFF
+    else:
+        for u in memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
+            h = (31 * h + u) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hash_bytes(data) -> int:
+    """``java_hash`` of UTF-8 bytes (invalid bytes count as ``surrogateescape`` decodes them)."""
+    return java_hash(bytes(data).decode("utf-8", "surrogateescape"))
+
+
+def tags_code(tags: str | None) -> int:
+    """The ConsumeQueue tagsCode of a TAGS value: its Java hash, sign-extended; 0 for none/empty."""
+    if tags is None or tags == "":
+        return 0
+    return java_hash(tags)
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile key hash: ``abs(key.hashCode())``, with Integer.MIN_VALUE giving 0 (§5.2)."""
+    h = java_hash(key)
+    return 0 if h == _INT32_MIN else abs(h)
+
+
+def body_crc(body) -> int:
+    """The BODYCRC of a body: ``crc32(body) & 0x7FFFFFFF`` (0 for an empty body)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties (§2)
+
+def encode_properties(props: Mapping) -> bytes:
+    """``name\\x01value\\x02`` for every entry whose value is not None, UTF-8 encoded."""
+    if not isinstance(props, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
+    parts = []
+    for key, value in props.items():
+        if value is None:
+            continue
+        if not isinstance(key, str):
+            raise InvalidMessageError(f"property name {key!r} is not a str")
+        if not key:
+            raise InvalidMessageError("property name is empty")
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
+        if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
+            raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
+        parts.append(key)
+        parts.append("\x01")
+        parts.append(value)
+        parts.append("\x02")
+    try:
+        data = "".join(parts).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise InvalidMessageError("properties are not encodable as UTF-8") from None
+    if len(data) > MAX_PROPERTIES_LENGTH:
+        raise PropertiesTooLargeError(
+            f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}")
+    return data
+
+
+def decode_properties(data) -> dict:
+    """Parse a properties string with RocketMQ 5.x's lenient rule; never raises on bytes.
+
+    A piece between 0x02 separators is kept when its first 0x01 has a non-empty name before it and
+    a non-empty value after it (the value may contain 0x01); a later duplicate name wins.
+    """
+    props = {}
+    for piece in bytes(data).split(b"\x02"):
+        i = piece.find(b"\x01")
+        if 0 < i < len(piece) - 1:
+            props[piece[:i].decode("utf-8", "surrogateescape")] = \
+                piece[i + 1:].decode("utf-8", "surrogateescape")
+    return props
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+def _length(body_len, topic_len, properties_len, sys_flag, magic):
+    """The C rs_record_length: -1 when a length is out of range."""
+    if magic == MAGIC_V1:
+        max_topic = MAX_TOPIC_LENGTH
+    elif magic == MAGIC_V2:
+        max_topic = MAX_TOPIC_LENGTH_V2
+    else:
+        return -1
+    if (body_len < 0 or body_len > _INT32_MAX or topic_len < 0 or topic_len > max_topic
+            or properties_len < 0 or properties_len > MAX_PROPERTIES_LENGTH):
+        return -1
+    n = RECORD_FIXED_LENGTH + body_len + topic_len + properties_len
+    if sys_flag & SYSFLAG_BORNHOST_V6:
+        n += HOST_V6_EXTRA_LENGTH
+    if sys_flag & SYSFLAG_STOREHOST_V6:
+        n += HOST_V6_EXTRA_LENGTH
+    if magic == MAGIC_V2:
+        n += TOPIC_LENGTH_SIZE_V2 - TOPIC_LENGTH_SIZE
+    return -1 if n > _INT32_MAX else n
+
+
+def record_length(body_len: int, topic_len: int, properties_len: int, sys_flag: int = 0,
+                  magic: int = MAGIC_V1) -> int:
+    """``91 + B + T + P`` (+12 per IPv6 host in ``sys_flag``, +1 for V2 magic)."""
+    n = _length(_check_int(body_len, "body_len", _INT32_MIN, _INT32_MAX),
+                _check_int(topic_len, "topic_len", _INT32_MIN, _INT32_MAX),
+                _check_int(properties_len, "properties_len", _INT32_MIN, _INT32_MAX),
+                _check_int(sys_flag, "sys_flag", _INT32_MIN, _INT32_MAX),
+                _check_int(magic, "magic", _INT32_MIN, _INT32_MAX))
+    if n < 0:
+        raise InvalidMessageError(
+            f"no record has body length {body_len}, topic length {topic_len} and "
+            f"properties length {properties_len} (magic {magic})")
+    return n
+
+
+def _check_int(value, name, lo, hi):
+    if not isinstance(value, int):
+        raise InvalidMessageError(f"{name} must be an int, not {type(value).__name__}")
+    if value < lo or value > hi:
+        raise InvalidMessageError(f"{name} {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _topic_bytes(topic):
+    if isinstance(topic, str):
+        try:
+            data = topic.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise InvalidTopicError(f"topic {topic!r} is not encodable as UTF-8") from None
+    elif isinstance(topic, (bytes, bytearray, memoryview)):
+        data = bytes(topic)
+    else:
+        raise InvalidTopicError(f"topic must be str or bytes, not {type(topic).__name__}")
+    if not data:
+        raise InvalidTopicError("topic is empty")
+    if len(data) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {MAX_TOPIC_LENGTH}")
+    return data
+
+
+def _properties_bytes(properties):
+    if properties is None:
+        return b""
+    if isinstance(properties, (bytes, bytearray, memoryview)):
+        data = bytes(properties)
+        if len(data) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}")
+        return data
+    if isinstance(properties, Mapping):
+        return encode_properties(properties)
+    raise InvalidMessageError(f"properties must be bytes or a mapping, not {type(properties).__name__}")
+
+
+def _body_view(body):
+    try:
+        view = memoryview(body)
+    except TypeError:
+        view = None
+    if view is None or not view.c_contiguous:
+        raise InvalidMessageError(f"body must be a contiguous bytes-like object, not {type(body).__name__}")
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def _host(host, name):
+    try:
+        ip, port = host
+    except (TypeError, ValueError):
+        raise InvalidMessageError(f"{name} must be an (ip, port) pair") from None
+    if isinstance(ip, str):
+        try:
+            raw = host_to_bytes(ip)
+        except ValueError:
+            raise InvalidMessageError(f"{name} {ip!r} is not an IPv4 or IPv6 address") from None
+    elif isinstance(ip, (bytes, bytearray, memoryview)) and len(ip) in (HOST_V4_LENGTH, HOST_V6_LENGTH):
+        raw = bytes(ip)
+    else:
+        raise InvalidMessageError(f"{name} address must be text or 4 or 16 bytes, not {ip!r}")
+    return raw, _check_int(port, name + " port", _INT32_MIN, _INT32_MAX)
+
+
+def _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset, sys_flag,
+             born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+             prepared_transaction_offset, body_crc):
+    """Validate every field (in this order, as the compiled twin does) and pack the header."""
+    topic_b = _topic_bytes(topic)
+    props_b = _properties_bytes(properties)
+    body_v = _body_view(body)
+    _check_int(queue_id, "queue_id", _INT32_MIN, _INT32_MAX)
+    _check_int(flag, "flag", _INT32_MIN, _INT32_MAX)
+    _check_int(queue_offset, "queue_offset", _INT64_MIN, _INT64_MAX)
+    _check_int(physical_offset, "physical_offset", _INT64_MIN, _INT64_MAX)
+    _check_int(sys_flag, "sys_flag", _INT32_MIN, _INT32_MAX)
+    _check_int(born_timestamp, "born_timestamp", _INT64_MIN, _INT64_MAX)
+    born_ip, born_port = _host(born_host, "born_host")
+    _check_int(store_timestamp, "store_timestamp", _INT64_MIN, _INT64_MAX)
+    store_ip, store_port = _host(store_host, "store_host")
+    _check_int(reconsume_times, "reconsume_times", _INT32_MIN, _INT32_MAX)
+    _check_int(prepared_transaction_offset, "prepared_transaction_offset", _INT64_MIN, _INT64_MAX)
+    if body_crc is not None:
+        _check_int(body_crc, "body_crc", _INT32_MIN, _INT32_MAX)
+    if len(born_ip) == HOST_V6_LENGTH:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    elif sys_flag & SYSFLAG_BORNHOST_V6:
+        raise InvalidMessageError("sys_flag says the born host is IPv6 but its address is IPv4")
+    if len(store_ip) == HOST_V6_LENGTH:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    elif sys_flag & SYSFLAG_STOREHOST_V6:
+        raise InvalidMessageError("sys_flag says the store host is IPv6 but its address is IPv4")
+    body_len = body_v.nbytes
+    n = _length(body_len, len(topic_b), len(props_b), sys_flag, MAGIC_V1)
+    if n < 0:
+        raise InvalidMessageError(f"a record with a {body_len}-byte body is too long for a Java int")
+    if body_crc is None:
+        body_crc = zlib.crc32(body_v) & 0x7FFFFFFF if body_len else 0
+    parts = (
+        _ENC_HEAD.pack(n, MAGIC_V1, body_crc, queue_id, flag, queue_offset, physical_offset,
+                       sys_flag, born_timestamp),
+        born_ip, _PORT_TS.pack(born_port, store_timestamp), store_ip,
+        _TAIL.pack(store_port, reconsume_times, prepared_transaction_offset, body_len),
+        body_v, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props_b)), props_b,
+    )
+    return n, parts
+
+
+def encode_record(*, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
+                  physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
+                  store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
+                  prepared_transaction_offset=0, body_crc=None) -> bytes:
+    """One V1 CommitLog record as bytes. ``body_crc=None`` computes the masked CRC.
+
+    IPv6 hosts set sysFlag 0x10 / 0x20 themselves; a v6 bit for an IPv4 address raises
+    InvalidMessageError. Hosts are ``(ip, port)`` with ip as text or 4/16 raw bytes.
+    """
+    _, parts = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
+                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+                        reconsume_times, prepared_transaction_offset, body_crc)
+    return b"".join(parts)
+
+
+def _writable_view(buffer):
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"buffer must be a writable bytes-like object, not {type(buffer).__name__}") from None
+    if view.readonly:
+        raise TypeError("buffer is read-only")
+    if not view.c_contiguous:
+        raise TypeError("buffer must be C-contiguous")
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def _readable_view(buffer):
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"buffer must be a bytes-like object, not {type(buffer).__name__}") from None
+    if not view.c_contiguous:
+        raise TypeError("buffer must be C-contiguous")
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def _check_pos(pos, size):
+    if not isinstance(pos, int):
+        raise TypeError(f"pos must be an int, not {type(pos).__name__}")
+    if pos < 0 or pos > size:
+        raise ValueError(f"pos {pos} is out of range for a buffer of {size} bytes")
+
+
+def encode_record_into(buffer, pos, **fields) -> int:
+    """Write one record (same keywords as :func:`encode_record`) into ``buffer`` at ``pos``.
+
+    Returns the record length. Raises ValueError("buffer too small: ...") if it does not fit;
+    nothing is written when anything raises.
+    """
+    view = _writable_view(buffer)
+    _check_pos(pos, view.nbytes)
+    n, parts = _prepare(**_encode_kwargs(fields))
+    if n > view.nbytes - pos:
+        raise ValueError(f"buffer too small: the record needs {n} bytes at position {pos}, "
+                         f"{view.nbytes - pos} available")
+    at = pos
+    for part in parts:
+        size = len(part) if not isinstance(part, memoryview) else part.nbytes
+        view[at:at + size] = part
+        at += size
+    return n
+
+
+_ENCODE_DEFAULTS = dict(properties=b"", queue_id=0, flag=0, queue_offset=0, physical_offset=0,
+                        sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0), store_timestamp=0,
+                        store_host=("127.0.0.1", 10911), reconsume_times=0,
+                        prepared_transaction_offset=0, body_crc=None)
+
+
+def _encode_kwargs(fields):
+    unknown = set(fields) - set(_ENCODE_DEFAULTS) - {"topic", "body"}
+    if unknown:
+        raise TypeError(f"encode_record_into() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    for required in ("topic", "body"):
+        if required not in fields:
+            raise TypeError(f"encode_record_into() missing required keyword argument {required!r}")
+    merged = dict(_ENCODE_DEFAULTS)
+    merged.update(fields)
+    return merged
+
+
+def encode_blank_into(buffer, pos: int, max_blank: int) -> int:
+    """Write the 8-byte BLANK header (``max_blank``, MAGIC_BLANK) at ``pos``; returns 8."""
+    view = _writable_view(buffer)
+    _check_pos(pos, view.nbytes)
+    _check_int(max_blank, "max_blank", _INT32_MIN, _INT32_MAX)
+    if view.nbytes - pos < END_FILE_MIN_BLANK_LENGTH:
+        raise ValueError(f"buffer too small: the BLANK record needs {END_FILE_MIN_BLANK_LENGTH} bytes "
+                         f"at position {pos}, {view.nbytes - pos} available")
+    _HEAD.pack_into(view, pos, max_blank, MAGIC_BLANK)
+    return END_FILE_MIN_BLANK_LENGTH
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+def _parse(buf, pos, end, check_crc):
+    """Decode the record at buf[pos:end], step for step as rs_decode_record does.
+
+    Returns (None, row) for a record, row being RECORD_DTYPE's fields in order; otherwise
+    (stop_reason, total_size or None).
+    """
+    avail = end - pos
+    if avail < END_FILE_MIN_BLANK_LENGTH:
+        return STOP_END, None
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return STOP_BLANK, total
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        return STOP_END, total
+    if total < RECORD_FIXED_LENGTH:
+        return STOP_CORRUPT, total
+    if total > avail:
+        return STOP_TRUNCATED, total
+    crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = \
+        _FIXED.unpack_from(buf, pos + POS_BODY_CRC)
+    born_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4_LENGTH
+    store_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_STOREHOST_V6 else HOST_V4_LENGTH
+    p = POS_BORN_HOST
+    if p + born_len + INT_SIZE + LONG_SIZE + store_len + INT_SIZE + INT_SIZE + LONG_SIZE + INT_SIZE > avail:
+        return STOP_TRUNCATED, total
+    born_host = bytes(buf[pos + p:pos + p + born_len])
+    p += born_len
+    born_port, store_ts = _PORT_TS.unpack_from(buf, pos + p)
+    p += INT_SIZE + LONG_SIZE
+    store_host = bytes(buf[pos + p:pos + p + store_len])
+    p += store_len
+    store_port, reconsume, prepared, body_len = _TAIL.unpack_from(buf, pos + p)
+    p += INT_SIZE + INT_SIZE + LONG_SIZE + INT_SIZE
+    if body_len < 0:
+        return STOP_CORRUPT, total
+    if body_len > avail - p:
+        return STOP_TRUNCATED, total
+    body_pos = pos + p
+    p += body_len
+    if magic == MAGIC_V2:
+        if TOPIC_LENGTH_SIZE_V2 > avail - p:
+            return STOP_TRUNCATED, total
+        topic_len = _SHORT.unpack_from(buf, pos + p)[0]
+        p += TOPIC_LENGTH_SIZE_V2
+    else:
+        if TOPIC_LENGTH_SIZE > avail - p:
+            return STOP_TRUNCATED, total
+        topic_len = buf[pos + p]
+        if topic_len > 127:
+            topic_len -= 256
+        p += TOPIC_LENGTH_SIZE
+    if topic_len < 0:
+        return STOP_CORRUPT, total
+    if topic_len > avail - p:
+        return STOP_TRUNCATED, total
+    topic_pos = pos + p
+    p += topic_len
+    if PROPERTIES_LENGTH_SIZE > avail - p:
+        return STOP_TRUNCATED, total
+    props_len = _SHORT.unpack_from(buf, pos + p)[0]
+    p += PROPERTIES_LENGTH_SIZE
+    if props_len < 0:
+        return STOP_CORRUPT, total
+    if props_len > avail - p:
+        return STOP_TRUNCATED, total
+    props_pos = pos + p
+    p += props_len
+    if p != total:
+        return STOP_CORRUPT, total
+    if check_crc and body_len > 0 and zlib.crc32(buf[body_pos:body_pos + body_len]) & 0x7FFFFFFF != crc:
+        return STOP_BAD_CRC, total
+    return None, (pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                  born_ts, born_host, born_port, store_ts, store_host, store_port, reconsume,
+                  prepared, body_pos, body_len, topic_pos, topic_len, props_pos, props_len)
+
+
+def _corrupt(reason, pos, total):
+    msg = _MESSAGES[reason].format(pos=pos)
+    if reason == STOP_BLANK:
+        msg += f" (length {total})"
+    err = CorruptRecordError(msg)
+    err.reason = reason
+    err.position = pos
+    return err
+
+
+def _message(buf, row, copy_body):
+    (pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+     born_host, born_port, store_ts, store_host, store_port, reconsume, prepared, body_pos,
+     body_len, topic_pos, topic_len, props_pos, props_len) = row
+    m = MessageExt.__new__(MessageExt)
+    m.size = total
+    m.magic = magic
+    m.body_crc = crc
+    m.queue_id = queue_id
+    m.flag = flag
+    m.queue_offset = queue_offset
+    m.commitlog_offset = physical_offset
+    m.sys_flag = sys_flag
+    m.born_timestamp = born_ts
+    m.born_host = (host_from_bytes(born_host), born_port)
+    m.store_timestamp = store_ts
+    m.store_host = (host_from_bytes(store_host), store_port)
+    m.reconsume_times = reconsume
+    m.prepared_transaction_offset = prepared
+    if copy_body:
+        m.body = bytes(buf[body_pos:body_pos + body_len])
+    else:
+        m.body = buf.toreadonly()[body_pos:body_pos + body_len]
+    m.topic = bytes(buf[topic_pos:topic_pos + topic_len]).decode("utf-8", "surrogateescape")
+    m.properties = decode_properties(buf[props_pos:props_pos + props_len])
+    return m
+
+
+def decode_record(buffer, pos: int = 0, *, check_crc: bool = True, copy_body: bool = True) -> MessageExt:
+    """Decode the record at ``buffer[pos:]`` into a MessageExt.
+
+    Raises CorruptRecordError (with ``.reason``, a STOP_* code, and ``.position``) when there is
+    no valid record there, including a BLANK. ``copy_body=False`` gives a read-only memoryview
+    into ``buffer`` as the body, which keeps ``buffer`` exported (an mmap cannot close) while it lives.
+    """
+    buf = _readable_view(buffer)
+    _check_pos(pos, buf.nbytes)
+    reason, row = _parse(buf, pos, buf.nbytes, check_crc)
+    if reason is not None:
+        raise _corrupt(reason, pos, row)
+    return _message(buf, row, copy_body)
+
+
+def decode_batch(buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True,
+                 max_records: int = -1):
+    """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
+
+    Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
+    (STOP_LIMIT; negative means no limit), or at the first position that is not a valid record
+    (STOP_BLANK, STOP_END, STOP_TRUNCATED, STOP_CORRUPT, STOP_BAD_CRC); ``stop_pos`` is there.
+    """
+    buf = _readable_view(buffer)
+    size = buf.nbytes
+    if end is None:
+        end = size
+    _check_range(start, end, size)
+    if not isinstance(max_records, int):
+        raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+    rows = []
+    pos = start
+    reason = STOP_LIMIT
+    while pos < end and len(rows) != max_records:
+        stop, row = _parse(buf, pos, end, check_crc)
+        if stop is not None:
+            reason = stop
+            break
+        rows.append(row)
+        pos += row[1]
+    table = np.zeros(len(rows), dtype=RECORD_DTYPE)   # zeroed padding: arrays compare bytewise
+    if rows:
+        table[:] = rows
+    return table, pos, reason
+
+
+def _check_range(start, end, size):
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if start < 0 or start > end or end > size:
+        raise ValueError(f"range [{start}, {end}) is out of bounds for a buffer of {size} bytes")
+
+
+def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
+    """The MessageExt for one row of :func:`decode_batch` over the same ``buffer`` (no re-check)."""
+    buf = _readable_view(buffer)
+    sys_flag = int(row["sys_flag"])
+    born_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4_LENGTH
+    store_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_STOREHOST_V6 else HOST_V4_LENGTH
+    body_pos, body_len = int(row["body_pos"]), int(row["body_len"])
+    topic_pos, topic_len = int(row["topic_pos"]), int(row["topic_len"])
+    props_pos, props_len = int(row["properties_pos"]), int(row["properties_len"])
+    for start, length in ((body_pos, body_len), (topic_pos, topic_len), (props_pos, props_len)):
+        if start < 0 or length < 0 or start + length > buf.nbytes:
+            raise ValueError("row does not describe a record inside this buffer")
+    fields = (int(row["position"]), int(row["size"]), int(row["magic"]), int(row["body_crc"]),
+              int(row["queue_id"]), int(row["flag"]), int(row["queue_offset"]),
+              int(row["physical_offset"]), sys_flag, int(row["born_timestamp"]),
+              bytes(row["born_host"]).ljust(HOST_V6_LENGTH, b"\0")[:born_len], int(row["born_port"]),
+              int(row["store_timestamp"]),
+              bytes(row["store_host"]).ljust(HOST_V6_LENGTH, b"\0")[:store_len], int(row["store_port"]),
+              int(row["reconsume_times"]), int(row["prepared_transaction_offset"]),
+              body_pos, body_len, topic_pos, topic_len, props_pos, props_len)
+    return _message(buf, fields, copy_body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message ids (§3)
+
+def _host_raw(host):
+    if isinstance(host, str):
+        try:
+            return host_to_bytes(host)
+        except ValueError:
+            raise InvalidMessageError(f"{host!r} is not an IPv4 or IPv6 address") from None
+    if isinstance(host, (bytes, bytearray, memoryview)) and len(host) in (HOST_V4_LENGTH, HOST_V6_LENGTH):
+        return bytes(host)
+    raise InvalidMessageError(f"host must be address text or 4 or 16 bytes, not {host!r}")
+
+
+def make_offset_msg_id(host_bytes, port: int, offset: int) -> str:
+    """offsetMsgId (§3.1): store address, int port and long offset as upper-case hex (32 or 56 chars)."""
+    raw = _host_raw(host_bytes)
+    _check_int(port, "port", _INT32_MIN, _INT32_MAX)
+    _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+    return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def _unhex(s, what):
+    if not isinstance(s, str):
+        raise InvalidMessageIdError(f"{what} must be a str, not {type(s).__name__}")
+    if len(s) not in (32, 56):
+        raise InvalidMessageIdError(f"{what} {s!r} is not 32 or 56 hex characters long")
+    if not s.isascii() or not all(c in "0123456789abcdefABCDEF" for c in s):
+        raise InvalidMessageIdError(f"{what} {s!r} is not hexadecimal")
+    return bytes.fromhex(s)
+
+
+def parse_offset_msg_id(s: str):
+    """``(host_bytes, port, offset)`` of an offsetMsgId; InvalidMessageIdError if malformed."""
+    raw = _unhex(s, "offsetMsgId")
+    ip_len = len(raw) - 12
+    return (raw[:ip_len], int.from_bytes(raw[ip_len:ip_len + 4], "big", signed=True),
+            int.from_bytes(raw[ip_len + 4:], "big", signed=True))
+
+
+def make_uniq_key(ip_bytes, pid: int, loader_hash: int, time_ms: int, counter: int,
+                  month_start_ms: int) -> str:
+    """UNIQ_KEY (§3.2): ip, pid (16 bits), class-loader hash, ms since month start (32 bits), counter."""
+    raw = _host_raw(ip_bytes)
+    for name, value in (("pid", pid), ("loader_hash", loader_hash), ("time_ms", time_ms),
+                        ("counter", counter), ("month_start_ms", month_start_ms)):
+        _check_int(value, name, _INT64_MIN, _INT64_MAX)
+    span = (time_ms - month_start_ms) & 0xFFFFFFFF
+    if span >= 0x80000000 and span - (1 << 32) > -1000000:
+        span = 0   # 5.x: a clock stepped back by less than 1000 s counts as the month start
+    return (raw + (pid & 0xFFFF).to_bytes(2, "big") + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
+            + span.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
+
+
+def _local_month_start(ms: int) -> int:
+    tm = time.localtime(ms // 1000)
+    return int(time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
+
+
+def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
+    """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
+
+    ``month_start_fn(ms)`` gives the start of the month containing ``ms`` (default: local time).
+    """
+    raw = _unhex(key, "UNIQ_KEY")
+    ip_len = len(raw) - 12
+    span = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
+    month_start = month_start_fn or _local_month_start
+    base = month_start(now_ms)
+    if base + span >= now_ms:
+        base = month_start(base - 1)
+    return base + span

@@ -1,0 +1,78 @@
+"""The one place that chooses between the compiled hot paths and their pure-Python twins.
+
+``ROCKETSTORE_NO_EXTENSIONS=1`` forces the pure-Python twins.
+``ROCKETSTORE_REQUIRE_EXTENSIONS=1`` turns a missing compiled module into an ImportError.
+
+Each implementation is an :class:`Implementation`: a named bundle of the twin modules
+(``crc32``, ``codec``, ``store``), so a store, or a test, can be pinned to one of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+__all__ = ["Implementation", "PURE", "COMPILED", "DEFAULT", "NO_EXTENSIONS", "REQUIRE_EXTENSIONS"]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+NO_EXTENSIONS = _env_flag("ROCKETSTORE_NO_EXTENSIONS")
+REQUIRE_EXTENSIONS = _env_flag("ROCKETSTORE_REQUIRE_EXTENSIONS")
+
+_TWINS = ("crc32", "codec", "store")
+
+
+class Implementation:
+    """The twin modules of one implementation: ``.crc32``, ``.codec``, ``.store``."""
+
+    __slots__ = ("name", "compiled") + _TWINS
+
+    def __init__(self, name: str, compiled: bool, modules: dict):
+        self.name = name
+        self.compiled = compiled
+        for twin in _TWINS:
+            setattr(self, twin, modules[twin])
+
+    def __repr__(self) -> str:
+        return f"<rocketstore implementation {self.name!r}>"
+
+
+def _load(suffix: str) -> dict:
+    return {twin: importlib.import_module(f"rocketstore._{twin}{suffix}") for twin in _TWINS}
+
+
+PURE = Implementation("py", False, _load("_py"))
+
+COMPILED: Implementation | None
+IMPORT_ERROR: ImportError | None = None
+if NO_EXTENSIONS:
+    COMPILED = None
+else:
+    try:
+        COMPILED = Implementation("c", True, _load(""))
+    except ImportError as exc:  # pragma: no cover - depends on the build
+        if REQUIRE_EXTENSIONS:
+            raise ImportError(
+                "ROCKETSTORE_REQUIRE_EXTENSIONS=1 but the compiled modules did not import: " + str(exc)
+            ) from exc
+        COMPILED = None
+        IMPORT_ERROR = exc
+
+DEFAULT: Implementation = COMPILED if COMPILED is not None else PURE
+
+
+def get(name: str | None = None) -> Implementation:
+    """The implementation named ``"c"`` or ``"py"`` (``None``: the default)."""
+    if name is None:
+        return DEFAULT
+    if name == "py":
+        return PURE
+    if name == "c":
+        if COMPILED is None:
+            raise ImportError("rocketstore's compiled modules are not available"
+                              + (f": {IMPORT_ERROR}" if IMPORT_ERROR else ""))
+        return COMPILED
+    raise ValueError(f"unknown implementation {name!r} (expected 'c' or 'py')")

@@ -1,0 +1,722 @@
+"""Pure-Python twin of ``rocketstore._store``: the CommitLog append path and its flush thread.
+
+Same public names and behaviour as the compiled module (see cext/_store.pyx), built on
+``struct.pack_into`` into the segment's ``mmap`` and a ``threading.Thread`` that fdatasyncs.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+
+import numpy as np
+
+from rocketstore._clock import month_bounds, now_ms as _now_ms
+from rocketstore._flushwatch import FlushWatcher
+from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
+                                PropertiesTooLargeError, SegmentError, StoreClosedError)
+from rocketstore.status import PutStatus
+
+__all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture",
+           "WAIT_NONE", "WAIT_BLOCK", "WAIT_FUTURE"]
+
+WAIT_NONE = 0
+WAIT_BLOCK = 1
+WAIT_FUTURE = 2
+
+MAGIC_V1 = -626843481
+MAGIC_BLANK = -875286124
+END_FILE_MIN_BLANK = 8
+MAX_PROPERTIES_LENGTH = 32767
+SYSFLAG_TRANSACTION_MASK = 0x0C
+TRANSACTION_PREPARED = 0x04
+TRANSACTION_ROLLBACK = 0x0C
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+_UNIQ_NAME = b"UNIQ_KEY\x01"
+_BLANK = struct.Struct(">ii")
+_PUT_OK = PutStatus.PUT_OK
+_FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+
+
+def _record_struct(born_len: int, store_len: int) -> struct.Struct:
+    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+    # BORNHOST(+port) STORETIMESTAMP STOREHOST(+port) RECONSUMETIMES PREPAREDOFFSET BODYLEN
+    return struct.Struct(f">iiiiiqqiq{born_len}siq{store_len}siiqi")
+
+
+def _body_crc(body) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF if len(body) else 0
+
+
+class PutResult:
+    """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
+
+    __slots__ = ("_status", "commitlog_offset", "size", "queue_id", "queue_offset",
+                 "store_timestamp", "_unique_key", "_host", "_port")
+
+    def __init__(self):
+        self._status = _PUT_OK
+        self._unique_key = None
+
+    @property
+    def status(self):
+        return PutStatus(self._status)
+
+    @property
+    def ok(self):
+        return self._status == _PUT_OK
+
+    @property
+    def unique_key(self):
+        return self._unique_key
+
+    @property
+    def msg_id(self):
+        return (self._host + self._port.to_bytes(4, "big")
+                + self.commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+    def _set_status(self, status):
+        self._status = status
+
+    def __repr__(self):
+        return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
+                f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"size={self.size}, store_timestamp={self.store_timestamp})")
+
+
+class BatchPutResult:
+    """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
+
+    __slots__ = ("_status", "topic", "queue_id", "first_queue_offset", "commitlog_offsets",
+                 "sizes", "store_timestamps", "queue_offsets", "_unique_keys", "_host", "_port")
+
+    @property
+    def status(self):
+        return PutStatus(self._status)
+
+    @property
+    def ok(self):
+        return self._status == _PUT_OK
+
+    def _set_status(self, status):
+        self._status = status
+
+    @property
+    def unique_keys(self):
+        return self._unique_keys
+
+    @property
+    def msg_ids(self):
+        prefix = (self._host + self._port.to_bytes(4, "big")).hex().upper()
+        return [prefix + format(int(o), "016X") for o in self.commitlog_offsets]
+
+    @property
+    def end_offset(self):
+        n = len(self.commitlog_offsets)
+        return int(self.commitlog_offsets[n - 1]) + int(self.sizes[n - 1]) if n else 0
+
+    def __len__(self):
+        return len(self.commitlog_offsets)
+
+    def __getitem__(self, i):
+        r = PutResult()
+        r._status = self._status
+        r.commitlog_offset = int(self.commitlog_offsets[i])
+        r.size = int(self.sizes[i])
+        r.queue_id = self.queue_id
+        r.queue_offset = int(self.queue_offsets[i])
+        r.store_timestamp = int(self.store_timestamps[i])
+        r._unique_key = self._unique_keys[i]
+        r._host = self._host
+        r._port = self._port
+        return r
+
+    def __repr__(self):
+        return (f"BatchPutResult(status={self.status.name}, count={len(self)}, topic={self.topic!r}, "
+                f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
+
+
+class PutFuture:
+    """A durable put in flight: resolved when the flush thread's flushed offset covers it."""
+
+    __slots__ = ("_core", "_result", "target", "_deadline_ms", "_resolved")
+
+    def __init__(self, core, result, target, deadline_ms):
+        self._core = core
+        self._result = result
+        self.target = target
+        self._deadline_ms = deadline_ms
+        self._resolved = False
+
+    def done(self):
+        return (self._resolved or self._core.flushed_offset >= self.target
+                or _now_ms() >= self._deadline_ms)
+
+    def result(self, timeout=None):
+        if self._resolved:
+            return self._result
+        wait_ms = self._deadline_ms - _now_ms()
+        caller_limited = False
+        if timeout is not None and int(timeout * 1000) < wait_ms:
+            wait_ms = int(timeout * 1000)
+            caller_limited = True
+        rc = self._core.wait_flushed(self.target, max(wait_ms, 0))
+        if rc == 0:
+            self._result._set_status(_PUT_OK)
+        elif caller_limited and rc == 1:
+            raise TimeoutError(f"offset {self.target} not flushed yet")
+        else:
+            self._result._set_status(_FLUSH_DISK_TIMEOUT)
+        self._resolved = True
+        return self._result
+
+    def add_done_callback(self, fn):
+        if self.done():
+            fn(self)
+        else:
+            self._core._watcher_add(self.target, fn, self)
+
+    def __await__(self):
+        import asyncio
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.add_done_callback(lambda _f: loop.call_soon_threadsafe(
+            lambda: fut.done() or fut.set_result(None)))
+        yield from fut.__await__()
+        return self.result()
+
+
+class _Flusher:
+    """The flush thread: ASYNC interval flushes plus group commit for waiting puts."""
+
+    def __init__(self, start_offset, interval_ms, least_pages, thorough_ms):
+        self.cond = threading.Condition()
+        self.wrote = start_offset
+        self.flushed = start_offset
+        self.requested = start_offset
+        self.segments = {}  # start -> (fd, size)
+        self.interval = max(interval_ms, 1) / 1000
+        self.least_pages = least_pages
+        self.thorough = max(thorough_ms, 1) / 1000
+        self.page = 4096
+        self.stop = False
+        self.last_errno = 0
+        self.stats = dict(flush_rounds=0, flushed_bytes=0, sync_requests=0, sync_timeouts=0,
+                          prefaulted_bytes=0)
+        self.seg_lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="rocketstore-flush", daemon=True)
+        self.thread.start()
+
+    def _round(self):
+        # called with self.cond held
+        lo, hi = self.flushed, self.wrote
+        if hi <= lo:
+            return
+        self.cond.release()
+        err = 0
+        try:
+            with self.seg_lock:
+                for start, (fd, size) in list(self.segments.items()):
+                    if start < hi and lo < start + size and fd is not None:
+                        try:
+                            os.fdatasync(fd)
+                        except OSError as exc:
+                            err = exc.errno or 5
+        finally:
+            self.cond.acquire()
+        if not err:
+            self.flushed = max(self.flushed, hi)
+            self.stats["flush_rounds"] += 1
+            self.stats["flushed_bytes"] += hi - lo
+        self.last_errno = err
+        self.cond.notify_all()
+
+    def _run(self):
+        with self.cond:
+            next_async = time.monotonic() + self.interval
+            last_thorough = time.monotonic()
+            while not self.stop:
+                if self.requested > self.flushed:
+                    self._round()
+                    if self.last_errno:
+                        self.cond.wait(0.01)
+                    continue
+                now = time.monotonic()
+                if now >= next_async:
+                    next_async = now + self.interval
+                    if now - last_thorough >= self.thorough:
+                        last_thorough = now
+                        self._round()
+                    elif self.wrote // self.page - self.flushed // self.page >= self.least_pages:
+                        self._round()
+                    continue
+                self.cond.wait(next_async - now)
+            self._round()
+
+    def wait(self, target, timeout_ms):
+        if self.flushed >= target:
+            return 0
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        with self.cond:
+            self.stats["sync_requests"] += 1
+            if target > self.requested:
+                self.requested = target
+                self.cond.notify_all()
+            while self.flushed < target:
+                if self.last_errno:
+                    return self.last_errno
+                if self.stop:
+                    return 108  # ESHUTDOWN
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self.stats["sync_timeouts"] += 1
+                    return 1
+                self.cond.wait(left)
+        return 0
+
+    def request(self, target):
+        if self.flushed >= target:
+            return
+        with self.cond:
+            if target > self.requested:
+                self.requested = target
+                self.cond.notify_all()
+
+    def close(self):
+        with self.cond:
+            self.stop = True
+            self.cond.notify_all()
+        self.thread.join()
+
+
+class _Topic:
+    __slots__ = ("name", "nqueues", "next_offsets", "rr")
+
+    def __init__(self, name, nqueues):
+        self.name = name.encode("utf-8")
+        self.nqueues = nqueues
+        self.next_offsets = [0] * max(1, nqueues)
+        self.rr = 0
+
+
+class CommitLogCore:
+    """The append path of one CommitLog. See the module docstring; not for direct use."""
+
+    def __init__(self, *, file_size, start_offset, store_host, store_port, born_host, born_port,
+                 uniq_prefix, max_message_size, topic_lookup, roll, flush_interval_ms=500,
+                 flush_least_pages=4, flush_thorough_ms=10000, prefault_bytes=0,
+                 sync_flush_timeout_ms=5000):
+        if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
+            raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
+        if len(uniq_prefix) not in (10, 22):
+            raise ValueError("uniq_prefix must be 10 or 22 bytes (ip + pid + loader hash)")
+        if file_size < 4096:
+            raise ValueError("file_size must be at least 4096 bytes")
+        self._file_size = file_size
+        self._max_message_size = max_message_size
+        self._sync_flush_timeout_ms = sync_flush_timeout_ms
+        self._store_host = bytes(store_host)
+        self._store_port = store_port
+        self._born_host = bytes(born_host)
+        self._born_port = born_port
+        self._host_sysflag = ((SYSFLAG_STOREHOST_V6 if len(store_host) == 16 else 0)
+                              | (SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0))
+        self._struct = _record_struct(len(born_host), len(store_host))
+        self._uniq_prefix = bytes(uniq_prefix)
+        self._month_start = self._month_next = 0
+        self._uniq_counter = 0
+        self._topics = {}
+        self._pending = {}
+        self._topic_lookup = topic_lookup
+        self._roll = roll
+        self._mm = None
+        self._file_from = start_offset - start_offset % file_size
+        self._pos = start_offset - self._file_from
+        self._last_store_ts = 0
+        self._lock = threading.RLock()
+        self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
+        self._watcher = None
+        self._closed = False
+        self._final_wrote = 0
+        self.puts = 0
+        self.durable_waits = 0
+
+    # ---- segments ----
+
+    def set_active(self, mm, file_from_offset, wrote_position, fd=None):
+        self.add_segment(mm, file_from_offset, fd)
+        self._mm = mm
+        self._file_from = file_from_offset
+        self._pos = wrote_position
+        self._publish(file_from_offset + wrote_position)
+
+    def add_segment(self, mm, file_from_offset, fd=None):
+        if len(mm) != self._file_size:
+            raise ValueError(f"segment map is {len(mm)} bytes, expected {self._file_size}")
+        with self._flusher.seg_lock:
+            self._flusher.segments[file_from_offset] = (fd, self._file_size)
+
+    def release_segment(self, file_from_offset):
+        with self._flusher.seg_lock:
+            self._flusher.segments.pop(file_from_offset, None)
+        if file_from_offset == self._file_from:
+            self._mm = None
+
+    def release_flushed_segments(self):
+        flushed = self._flusher.flushed
+        for start in sorted(self._flusher.segments):
+            if start + self._file_size <= flushed and start != self._file_from:
+                self.release_segment(start)
+
+    def reset(self, offset):
+        self._mm = None
+        self._file_from = offset - offset % self._file_size
+        self._pos = offset - self._file_from
+        with self._flusher.cond:
+            self._flusher.wrote = self._flusher.flushed = self._flusher.requested = offset
+
+    def _publish(self, end):
+        self._flusher.wrote = end  # an int store is atomic under the GIL
+
+    # ---- topics and queue offsets ----
+
+    def _topic(self, topic):
+        t = self._topics.get(topic)
+        if t is not None:
+            return t
+        t = _Topic(topic, self._topic_lookup(topic))
+        for qid, nxt in self._pending.pop(topic, {}).items():
+            if 0 <= qid < t.nqueues:
+                t.next_offsets[qid] = nxt
+        self._topics[topic] = t
+        return t
+
+    def set_queue_offset(self, topic, queue_id, next_offset):
+        t = self._topics.get(topic)
+        if t is not None and 0 <= queue_id < t.nqueues:
+            t.next_offsets[queue_id] = next_offset
+        else:
+            self._pending.setdefault(topic, {})[queue_id] = next_offset
+
+    def queue_offsets(self):
+        out = {}
+        for name, t in self._topics.items():
+            for q in range(t.nqueues):
+                if t.next_offsets[q]:
+                    out[(name, q)] = t.next_offsets[q]
+        for name, qs in self._pending.items():
+            for q, nxt in qs.items():
+                out.setdefault((name, q), nxt)
+        return out
+
+    def forget_topic(self, topic):
+        t = self._topics.pop(topic, None)
+        if t is not None:
+            for q in range(t.nqueues):
+                if t.next_offsets[q]:
+                    self.set_queue_offset(topic, q, t.next_offsets[q])
+
+    # ---- the append path ----
+
+    def _check_open(self):
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    def _choose_queue(self, t, queue_id):
+        if queue_id < 0:
+            queue_id = t.rr % t.nqueues
+            t.rr += 1
+        elif queue_id >= t.nqueues:
+            raise InvalidQueueIdError(
+                f"queue id {queue_id} out of range: topic {t.name.decode()!r} has {t.nqueues} queues")
+        return queue_id
+
+    def _make_uniq(self, now):
+        if now >= self._month_next or now < self._month_start:
+            self._month_start, self._month_next = month_bounds(now)
+        span = max(now - self._month_start, 0) & 0xFFFFFFFF
+        counter = self._uniq_counter & 0xFFFF
+        self._uniq_counter += 1
+        return (self._uniq_prefix + span.to_bytes(4, "big") + counter.to_bytes(2, "big")).hex().upper()
+
+    def _roll_segment(self):
+        start, pos = self._file_from, self._pos
+        if pos >= self._file_size:
+            start += self._file_size
+            pos = 0
+        mm, fd = self._roll(start)
+        self.set_active(mm, start, pos, fd)
+        self.release_flushed_segments()
+
+    def _uniq_extra(self):
+        return len(_UNIQ_NAME) + 2 * (len(self._uniq_prefix) + 6) + 1
+
+    def _validate(self, t, body_len, props_len, unique_key, sys_flag):
+        total_props = props_len + (0 if unique_key is not None else self._uniq_extra())
+        if total_props > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {total_props} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+        sys_flag |= self._host_sysflag
+        length = (91 + body_len + len(t.name) + total_props
+                  + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+                  + (12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0))
+        if length > self._max_message_size or length + END_FILE_MIN_BLANK > self._file_size:
+            raise MessageTooLargeError(
+                f"record of {length} bytes exceeds max_message_size {self._max_message_size}")
+        return length
+
+    def _append(self, t, queue_id, body, body_crc, props, unique_key, flag, born_ts, sys_flag,
+                reconsume, prepared_offset, length):
+        """Append one validated record (append lock held); returns (PutResult, end offset)."""
+        now = _now_ms()
+        if now < self._last_store_ts:
+            now = self._last_store_ts
+        self._last_store_ts = now
+        out = PutResult()
+        if unique_key is None:
+            unique_key = self._make_uniq(now)
+            props = props + _UNIQ_NAME + unique_key.encode("ascii") + b"\x02"
+        out._unique_key = unique_key
+        sys_flag |= self._host_sysflag
+
+        while True:
+            if self._mm is None:
+                self._roll_segment()
+            remaining = self._file_size - self._pos
+            if length + END_FILE_MIN_BLANK <= remaining:
+                break
+            _BLANK.pack_into(self._mm, self._pos, remaining, MAGIC_BLANK)
+            self._pos = self._file_size
+            self._publish(self._file_from + self._file_size)
+            self._mm = None
+
+        tx = sys_flag & SYSFLAG_TRANSACTION_MASK
+        consumes = tx != TRANSACTION_PREPARED and tx != TRANSACTION_ROLLBACK
+        queue_offset = t.next_offsets[queue_id] if consumes else 0
+        physical = self._file_from + self._pos
+        mm, pos, s = self._mm, self._pos, self._struct
+        s.pack_into(mm, pos, length, MAGIC_V1, body_crc, queue_id, flag, queue_offset, physical,
+                    sys_flag, born_ts if born_ts > 0 else now, self._born_host, self._born_port,
+                    now, self._store_host, self._store_port, reconsume, prepared_offset, len(body))
+        pos += s.size
+        mm[pos:pos + len(body)] = body
+        pos += len(body)
+        mm[pos] = len(t.name)
+        mm[pos + 1:pos + 1 + len(t.name)] = t.name
+        pos += 1 + len(t.name)
+        mm[pos:pos + 2] = len(props).to_bytes(2, "big")
+        mm[pos + 2:pos + 2 + len(props)] = props
+        self._pos += length
+        end = self._file_from + self._pos
+        self._publish(end)
+        if consumes:
+            t.next_offsets[queue_id] += 1
+        self.puts += 1
+        out.commitlog_offset = physical
+        out.size = length
+        out.queue_id = queue_id
+        out.queue_offset = queue_offset
+        out.store_timestamp = now
+        out._host = self._store_host
+        out._port = self._store_port
+        return out, end
+
+    def _wait(self, target, timeout_ms):
+        if self._flusher is None or self._flusher.flushed >= target:
+            return 0
+        self.durable_waits += 1
+        return self._flusher.wait(target, timeout_ms)
+
+    def _finish(self, result, end, wait):
+        if wait == WAIT_NONE:
+            return result
+        if wait == WAIT_BLOCK:
+            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+                result._set_status(_FLUSH_DISK_TIMEOUT)
+            return result
+        self._flusher.request(end)
+        return PutFuture(self, result, end, _now_ms() + self._sync_flush_timeout_ms)
+
+    def put(self, topic, body, properties=None, queue_id=-1, flag=0, born_timestamp=0, sys_flag=0,
+            reconsume_times=0, prepared_transaction_offset=0, unique_key=None, wait=0):
+        self._check_open()
+        if topic is None or body is None:
+            raise TypeError("topic and body are required")
+        t = self._topic(topic)
+        qid = self._choose_queue(t, queue_id)
+        body = memoryview(body).cast("B") if not isinstance(body, bytes) else body
+        props = bytes(properties) if properties is not None else b""
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+        if len(body) > self._max_message_size:
+            raise MessageTooLargeError(
+                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+        length = self._validate(t, len(body), len(props), unique_key, sys_flag)
+        crc = _body_crc(body)
+        with self._lock:
+            self._check_open()
+            result, end = self._append(t, qid, body, crc, props, unique_key, flag, born_timestamp,
+                                       sys_flag, reconsume_times, prepared_transaction_offset, length)
+        return self._finish(result, end, wait)
+
+    def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,
+                  born_timestamp=0, sys_flag=0, wait=0):
+        self._check_open()
+        t = self._topic(topic)
+        if sys_flag & SYSFLAG_TRANSACTION_MASK:
+            raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
+        props = bytes(properties) if properties is not None else b""
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+        if lengths is not None:
+            lens = np.ascontiguousarray(lengths, dtype=np.int64)
+            if lens.ndim != 1:
+                raise InvalidMessageError("lengths must be one-dimensional")
+            whole = memoryview(bodies).cast("B")
+            if (lens < 0).any():
+                raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
+            if int(lens.sum()) != len(whole):
+                raise InvalidMessageError(
+                    f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes")
+            starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
+            items = [whole[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]
+        else:
+            items = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in bodies]
+        n = len(items)
+        lengths_ = []
+        for i, body in enumerate(items):
+            if len(body) > self._max_message_size:
+                raise MessageTooLargeError(
+                    f"bodies[{i}] of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+            try:
+                lengths_.append(self._validate(t, len(body), len(props), None, sys_flag))
+            except MessageTooLargeError:
+                raise MessageTooLargeError(
+                    f"record {i} exceeds max_message_size {self._max_message_size}") from None
+        if len(props) + self._uniq_extra() > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
+        qid = self._choose_queue(t, queue_id)
+        crcs = [_body_crc(b) for b in items]
+        res = BatchPutResult()
+        offsets = np.empty(n, dtype=np.int64)
+        qoffs = np.empty(n, dtype=np.int64)
+        times = np.empty(n, dtype=np.int64)
+        sizes = np.empty(n, dtype=np.int32)
+        keys = []
+        end = 0
+        with self._lock:
+            self._check_open()
+            res.first_queue_offset = t.next_offsets[qid]
+            for i in range(n):
+                r, end = self._append(t, qid, items[i], crcs[i], props, None, flag, born_timestamp,
+                                      sys_flag, 0, 0, lengths_[i])
+                offsets[i] = r.commitlog_offset
+                sizes[i] = r.size
+                qoffs[i] = r.queue_offset
+                times[i] = r.store_timestamp
+                keys.append(r._unique_key)
+        res._status = _PUT_OK
+        res.topic = topic
+        res.queue_id = qid
+        res.commitlog_offsets = offsets
+        res.sizes = sizes
+        res.queue_offsets = qoffs
+        res.store_timestamps = times
+        res._unique_keys = keys
+        res._host = self._store_host
+        res._port = self._store_port
+        if n == 0:
+            return res
+        return self._finish(res, end, wait)
+
+    def put_many(self, items, wait=0):
+        checked = []
+        for i, item in enumerate(items):
+            topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
+            t = self._topic(topic)
+            qid = self._choose_queue(t, queue_id)
+            if len(body) > self._max_message_size:
+                raise MessageTooLargeError(
+                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+            try:
+                length = self._validate(t, len(body), len(props), unique_key, sys_flag)
+            except PropertiesTooLargeError:
+                raise PropertiesTooLargeError(f"message {i}: properties exceed 32767 bytes") from None
+            except MessageTooLargeError:
+                raise MessageTooLargeError(
+                    f"message {i}: record exceeds max_message_size {self._max_message_size}") from None
+            checked.append((t, qid, body, _body_crc(body), props, unique_key, flag, born_ts,
+                            sys_flag, reconsume, 0, length))
+        self._check_open()
+        results = []
+        end = 0
+        with self._lock:
+            self._check_open()
+            for args in checked:
+                r, end = self._append(*args)
+                results.append(r)
+        if wait == WAIT_BLOCK and results:
+            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+                for r in results:
+                    r._set_status(_FLUSH_DISK_TIMEOUT)
+        elif wait == WAIT_FUTURE and results:
+            return [self._finish(r, end, WAIT_FUTURE) for r in results]
+        return results
+
+    # ---- flushing, state ----
+
+    @property
+    def wrote_offset(self):
+        return self._flusher.wrote if self._flusher is not None else self._final_wrote
+
+    @property
+    def flushed_offset(self):
+        return self._flusher.flushed if self._flusher is not None else self._final_wrote
+
+    @property
+    def active_segment(self):
+        return self._file_from, self._pos
+
+    def wait_flushed(self, offset, timeout_ms=-1):
+        return self._wait(offset, timeout_ms)
+
+    def flush(self, timeout_ms=-1):
+        return self._wait(self.wrote_offset, timeout_ms) == 0
+
+    def stats(self):
+        self._check_open()
+        f = self._flusher
+        with f.cond:
+            return dict(puts=self.puts, durable_waits=self.durable_waits, **f.stats,
+                        wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno)
+
+    def _watcher_add(self, target, fn, future):
+        if self._watcher is None:
+            self._watcher = FlushWatcher(self)
+        self._watcher.add(target, fn, future)
+
+    def close(self):
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+        self._flusher.wait(self._flusher.wrote, -1)
+        if self._watcher is not None:
+            self._watcher.close()
+        self._final_wrote = self._flusher.wrote
+        self._flusher.close()
+        with self._flusher.seg_lock:
+            self._flusher.segments.clear()
+        self._mm = None
+        self._flusher = None
+
+    @property
+    def closed(self):
+        return self._closed

@@ -1,0 +1,85 @@
+"""Store options, with RocketMQ's defaults (MessageStoreConfig) where RocketMQ has one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import Optional
+
+from rocketstore.errors import StoreConfigError
+
+__all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path", "local_ipv4"]
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def default_store_path() -> str:
+    """``$ROCKETSTORE_HOME``, else ``~/store`` (RocketMQ's ``storePathRootDir``)."""
+    return os.environ.get("ROCKETSTORE_HOME") or os.path.join(os.path.expanduser("~"), "store")
+
+
+def local_ipv4() -> str:
+    """This machine's IPv4 address as its host name resolves, else 127.0.0.1 (no packet is sent)."""
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+        socket.inet_pton(socket.AF_INET, addr)
+        return addr
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclasses.dataclass
+class StoreConfig:
+    """Options of a :class:`rocketstore.MessageStore`; keyword arguments of its constructor."""
+
+    #: CommitLog segment size (``mappedFileSizeCommitLog``, 1 GiB). Fixed for a store's lifetime.
+    commitlog_file_size: int = GiB
+    #: Largest record accepted (``maxMessageSize``, 4 MiB), whole record as in RocketMQ 4.x.
+    max_message_size: int = 4 * MiB
+    #: ``ASYNC_FLUSH`` (durable within ``flush_interval_ms``, or when a put asks for it) or
+    #: ``SYNC_FLUSH`` (every put waits for group commit unless its ``WAIT`` property is "false").
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_ms: int = 500
+    flush_least_pages: int = 4
+    flush_thorough_interval_ms: int = 10_000
+    #: How long a durable put waits before answering FLUSH_DISK_TIMEOUT (the message stays stored).
+    sync_flush_timeout_ms: int = 5000
+    #: Bytes of segment space kept pre-faulted ahead of the writer by a background thread.
+    prefault_bytes: int = 32 * MiB
+    #: Queues of a topic created on first put (a producer's ``defaultTopicQueueNums``).
+    default_queues: int = 4
+    #: Store host written into records and offsetMsgIds (None: this machine's IPv4 address).
+    store_host: Optional[str] = None
+    store_port: int = 10911
+    #: Born host of messages put through this store (None: the store host).
+    born_host: Optional[str] = None
+    born_port: int = 0
+
+    def __post_init__(self):
+        if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
+            raise StoreConfigError("commitlog_file_size must be a positive multiple of 4096")
+        if self.commitlog_file_size > (1 << 62):
+            raise StoreConfigError("commitlog_file_size is too large")
+        if not 91 < self.max_message_size < (1 << 31):
+            raise StoreConfigError("max_message_size must be between 92 and 2**31 - 1")
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise StoreConfigError(f"flush_disk_type must be {ASYNC_FLUSH!r} or {SYNC_FLUSH!r}")
+        for name in ("flush_interval_ms", "flush_thorough_interval_ms", "sync_flush_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise StoreConfigError(f"{name} must be positive")
+        if self.flush_least_pages < 0 or self.prefault_bytes < 0:
+            raise StoreConfigError("flush_least_pages and prefault_bytes must not be negative")
+        if not 1 <= self.default_queues <= 1024:
+            raise StoreConfigError("default_queues must be between 1 and 1024")
+        for name in ("store_port", "born_port"):
+            if not 0 <= getattr(self, name) <= 0xFFFF:
+                raise StoreConfigError(f"{name} must be a TCP port number")
+        if self.store_host is None:
+            self.store_host = local_ipv4()
+        if self.born_host is None:
+            self.born_host = self.store_host

@@ -1,0 +1,78 @@
+"""The one error hierarchy of rocketstore, raised by the compiled and the pure-Python twins alike.
+
+Bad input raises a subclass that is also a ``ValueError`` (or ``OSError`` for the environment),
+and a call that raises has written nothing.
+"""
+
+__all__ = [
+    "RocketStoreError",
+    "InvalidMessageError",
+    "InvalidTopicError",
+    "InvalidQueueIdError",
+    "PropertiesTooLargeError",
+    "MessageTooLargeError",
+    "InvalidMessageIdError",
+    "CorruptRecordError",
+    "MessageNotFoundError",
+    "StoreClosedError",
+    "StoreLockedError",
+    "StoreReadOnlyError",
+    "StoreConfigError",
+    "SegmentError",
+]
+
+
+class RocketStoreError(Exception):
+    """Base class of every error rocketstore raises on purpose."""
+
+
+class InvalidMessageError(RocketStoreError, ValueError):
+    """A message that cannot be stored as given (nothing was written)."""
+
+
+class InvalidTopicError(InvalidMessageError):
+    """Topic empty, longer than 127 characters, or with characters outside ``[%|a-zA-Z0-9_-]``."""
+
+
+class InvalidQueueIdError(InvalidMessageError):
+    """Queue id outside ``0 .. queues_per_topic - 1``."""
+
+
+class PropertiesTooLargeError(InvalidMessageError):
+    """The encoded properties string is longer than 32767 bytes (a Java signed short)."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """The encoded record is longer than ``max_message_size`` (4 MiB by default)."""
+
+
+class InvalidMessageIdError(RocketStoreError, ValueError):
+    """A string that is not an offsetMsgId (32 or 56 hex characters) or UNIQ_KEY."""
+
+
+class CorruptRecordError(RocketStoreError, ValueError):
+    """Bytes that do not decode as a CommitLog record (bad magic, lengths or CRC)."""
+
+
+class MessageNotFoundError(RocketStoreError, LookupError):
+    """No message at that offset or with that id in this store."""
+
+
+class StoreClosedError(RocketStoreError):
+    """The store was closed; open it again to use it."""
+
+
+class StoreLockedError(RocketStoreError, OSError):
+    """Another process (or another store object) holds the store's write lock."""
+
+
+class StoreReadOnlyError(RocketStoreError):
+    """A write was attempted on a store opened read-only."""
+
+
+class StoreConfigError(RocketStoreError, ValueError):
+    """An invalid store option, or a store directory laid out for other options."""
+
+
+class SegmentError(RocketStoreError, OSError):
+    """A CommitLog segment could not be created, mapped or grown (disk full, permissions)."""

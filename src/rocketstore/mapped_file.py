@@ -1,0 +1,234 @@
+"""Segment files: one mmap per fixed-size file, named by its 20-digit start offset (spec §1.5).
+
+:class:`MappedFile` owns a file and its map; :class:`MappedFileQueue` owns a directory of them,
+contiguous by start offset, and prepares the next segment ahead of need on a background thread.
+
+Lifetime: zero-copy reads are memoryviews of the map. Python's ``mmap`` refuses to unmap while
+such views exist, so :meth:`MappedFile.close` drops its own reference and leaves the unmapping to
+the last view's release: a view can never point into unmapped memory.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from typing import Optional
+
+from rocketstore.errors import SegmentError, StoreConfigError
+
+__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name"]
+
+FILE_NAME_DIGITS = 20
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: the start offset as a 20-digit zero-padded decimal."""
+    return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Reserve the blocks of a new segment, so writes through the map never hit ENOSPC (SIGBUS)."""
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+                raise
+    os.ftruncate(fd, size)
+
+
+class MappedFile:
+    """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``."""
+
+    __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "read_only", "wrote_position",
+                 "__weakref__")
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
+                 read_only: bool = False):
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.read_only = read_only
+        self.wrote_position = 0
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        try:
+            self.fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise SegmentError(exc.errno, f"cannot open segment: {exc.strerror}", path) from exc
+        try:
+            if create:
+                _allocate(self.fd, file_size)
+            actual = os.fstat(self.fd).st_size
+            if actual != file_size:
+                raise StoreConfigError(
+                    f"segment {path} is {actual} bytes; this store's segments are {file_size} bytes")
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self.mm = mmap.mmap(self.fd, file_size, access=access)
+        except OSError as exc:
+            os.close(self.fd)
+            if create:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise SegmentError(exc.errno, f"cannot create or map segment: {exc.strerror}", path) from exc
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def view(self, position: int = 0, size: Optional[int] = None) -> memoryview:
+        """A read-only zero-copy view of ``[position, position + size)``; keeps the map alive."""
+        if size is None:
+            size = self.file_size - position
+        if position < 0 or size < 0 or position + size > self.file_size:
+            raise IndexError(f"range [{position}, {position + size}) outside a {self.file_size}-byte segment")
+        return memoryview(self.mm).toreadonly()[position:position + size]
+
+    def close(self) -> None:
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # zero-copy views are alive: the map is released with the last of them
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"<MappedFile {self.path} from={self.file_from_offset} size={self.file_size}>"
+
+
+class MappedFileQueue:
+    """The contiguous segment files of one directory (CommitLog or a ConsumeQueue)."""
+
+    def __init__(self, directory: str, file_size: int, *, read_only: bool = False):
+        self.directory = directory
+        self.file_size = file_size
+        self.read_only = read_only
+        self.files: list[MappedFile] = []
+        self._lock = threading.Lock()
+        self._next: Optional[MappedFile] = None
+        self._next_error: Optional[BaseException] = None
+        self._preparing: Optional[threading.Thread] = None
+
+    def load(self) -> None:
+        """Map every segment in the directory, checking names, sizes and contiguity."""
+        if not os.path.isdir(self.directory):
+            if self.read_only:
+                return
+            os.makedirs(self.directory, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.directory)
+                       if len(n) == FILE_NAME_DIGITS and n.isdigit())
+        expected = None
+        for name in names:
+            start = int(name)
+            path = os.path.join(self.directory, name)
+            size = os.path.getsize(path)
+            if size == 0 and name == names[-1] and not self.read_only:
+                os.unlink(path)  # a crash while creating the last segment (5.x does the same)
+                continue
+            if start % self.file_size:
+                raise StoreConfigError(f"segment {path} does not start at a multiple of {self.file_size}")
+            if expected is not None and start != expected:
+                raise StoreConfigError(f"segment {path} leaves a gap: expected a segment at {expected}")
+            self.files.append(MappedFile(path, start, self.file_size, read_only=self.read_only))
+            expected = start + self.file_size
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    def find(self, offset: int) -> Optional[MappedFile]:
+        """The segment holding ``offset``, or None."""
+        files = self.files
+        if not files:
+            return None
+        index = (offset - files[0].file_from_offset) // self.file_size
+        if 0 <= index < len(files):
+            return files[index]
+        return None
+
+    def segment_at(self, start: int) -> MappedFile:
+        """The segment starting at ``start``: existing, prepared ahead, or created now."""
+        with self._lock:
+            if self.files and self.files[-1].file_from_offset == start:
+                return self.files[-1]
+            if self.files and start != self.files[-1].end_offset:
+                raise SegmentError(f"segment at {start} would leave a gap after {self.files[-1].end_offset}")
+            nxt = self._take_prepared(start)
+            if nxt is None:
+                nxt = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
+                                 self.file_size, create=True)
+            self.files.append(nxt)
+            return nxt
+
+    def _take_prepared(self, start: int) -> Optional[MappedFile]:
+        thread = self._preparing
+        if thread is not None:
+            thread.join()
+            self._preparing = None
+        nxt, self._next = self._next, None
+        if nxt is not None and nxt.file_from_offset != start:
+            nxt.destroy()
+            nxt = None
+        return nxt
+
+    def prepare_next(self, on_ready=None) -> None:
+        """Create the segment after the last one in the background (AllocateMappedFileService)."""
+        with self._lock:
+            if self._preparing is not None or self._next is not None or not self.files:
+                return
+            start = self.files[-1].end_offset
+
+            def work():
+                try:
+                    mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
+                                    self.file_size, create=True)
+                except FileExistsError:
+                    return
+                except Exception as exc:  # reported when the segment is needed
+                    self._next_error = exc
+                    return
+                self._next = mf
+                if on_ready is not None:
+                    on_ready(mf)
+
+            self._preparing = threading.Thread(target=work, name="rocketstore-allocate", daemon=True)
+            self._preparing.start()
+
+    def truncate_after(self, offset: int) -> None:
+        """Destroy every segment that starts after the one holding ``offset`` (truncateDirtyFiles)."""
+        with self._lock:
+            while self.files and self.files[-1].file_from_offset > offset and \
+                    not (offset == self.files[-1].file_from_offset):
+                self.files.pop().destroy()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._preparing is not None:
+                self._preparing.join()
+                self._preparing = None
+            if self._next is not None:
+                # an unused pre-allocated segment: remove it, so a reopen sees the true end
+                self._next.destroy()
+                self._next = None
+            for mf in self.files:
+                mf.close()
+            self.files = []

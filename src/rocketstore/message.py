@@ -1,0 +1,116 @@
+"""Message types shared by both twins.
+
+:class:`Message` is what a producer hands to ``put``; :class:`MessageExt` is a record as stored
+in the CommitLog (what decoding returns). Hosts are ``(ip_text, port)`` tuples; ``ip_text`` is
+dotted IPv4 or compressed IPv6, as :func:`socket.inet_ntop` renders it.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Mapping, Optional
+
+__all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "PROPERTY_KEYS",
+           "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "PROPERTY_WAIT", "PROPERTY_DELAY"]
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+
+
+def host_to_bytes(ip: str) -> bytes:
+    """4 address bytes for IPv4 text, 16 for IPv6 text (raises ValueError otherwise)."""
+    try:
+        return socket.inet_pton(socket.AF_INET, ip)
+    except OSError:
+        pass
+    try:
+        return socket.inet_pton(socket.AF_INET6, ip)
+    except OSError:
+        raise ValueError(f"not an IPv4 or IPv6 address: {ip!r}") from None
+
+
+def host_from_bytes(raw: bytes) -> str:
+    """Text form of 4 (IPv4) or 16 (IPv6) address bytes."""
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, bytes(raw))
+
+
+class Message:
+    """A message to store: topic, body, and optional tags, keys, properties, flag, queue."""
+
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "queue_id",
+                 "born_timestamp", "reconsume_times", "sys_flag")
+
+    def __init__(self, topic: str, body: bytes, tags: Optional[str] = None,
+                 keys: Optional[str | list[str] | tuple[str, ...]] = None,
+                 properties: Optional[Mapping[str, str]] = None, flag: int = 0,
+                 queue_id: int = -1, born_timestamp: int = 0, reconsume_times: int = 0,
+                 sys_flag: int = 0):
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self.keys = keys
+        self.properties = properties
+        self.flag = flag
+        self.queue_id = queue_id
+        self.born_timestamp = born_timestamp
+        self.reconsume_times = reconsume_times
+        self.sys_flag = sys_flag
+
+    def __repr__(self) -> str:
+        return (f"Message(topic={self.topic!r}, body={bytes(self.body[:32])!r}"
+                f"{'...' if len(self.body) > 32 else ''}, tags={self.tags!r}, keys={self.keys!r})")
+
+
+class MessageExt:
+    """A record as stored in the CommitLog (RocketMQ's MessageExt), as decoding returns it.
+
+    ``body`` is ``bytes`` unless a zero-copy read was asked for, in which case it is a read-only
+    memoryview into the segment map that keeps the map alive while it exists.
+    """
+
+    __slots__ = ("size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+                 "commitlog_offset", "sys_flag", "born_timestamp", "born_host",
+                 "store_timestamp", "store_host", "reconsume_times",
+                 "prepared_transaction_offset", "body", "topic", "properties")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+    @property
+    def tags(self) -> Optional[str]:
+        return self.properties.get(PROPERTY_TAGS) if self.properties else None
+
+    @property
+    def keys(self) -> Optional[str]:
+        return self.properties.get(PROPERTY_KEYS) if self.properties else None
+
+    @property
+    def unique_key(self) -> Optional[str]:
+        return self.properties.get(PROPERTY_UNIQ_KEY) if self.properties else None
+
+    @property
+    def msg_id(self) -> str:
+        """The offsetMsgId: store host, port and commitlog offset as upper-case hex (§3.1)."""
+        host, port = self.store_host
+        return (host_to_bytes(host) + port.to_bytes(4, "big")
+                + self.commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other):
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        return all(bytes(getattr(self, n)) == bytes(getattr(other, n)) if n == "body"
+                   else getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"size={self.size}, body={bytes(self.body[:32])!r})")
