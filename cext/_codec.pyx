@@ -495,14 +495,10 @@ cdef int64_t _check_pos(object pos, Py_ssize_t size) except -1:
     return pos
 
 
-_ENCODE_DEFAULTS = dict(properties=b"", queue_id=0, flag=0, queue_offset=0, physical_offset=0,
-                        sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0), store_timestamp=0,
-                        store_host=("127.0.0.1", 10911), reconsume_times=0,
-                        prepared_transaction_offset=0, body_crc=None)
-_ENCODE_NAMES = frozenset(_ENCODE_DEFAULTS) | {"topic", "body"}
-
-
-def encode_record_into(buffer, pos, **fields):
+def encode_record_into(buffer, pos, *, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
+                       physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
+                       store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
+                       prepared_transaction_offset=0, body_crc=None):
     """Write one record (same keywords as :func:`encode_record`) into ``buffer`` at ``pos``.
 
     Returns the record length. Raises ValueError("buffer too small: ...") if it does not fit;
@@ -511,22 +507,12 @@ def encode_record_into(buffer, pos, **fields):
     cdef Py_buffer view
     cdef int64_t at
     cdef _Prepared p
-    unknown = fields.keys() - _ENCODE_NAMES
     _get_writable(buffer, &view)
     try:
         at = _check_pos(pos, view.len)
-        if unknown:
-            raise TypeError(f"encode_record_into() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-        for required in ("topic", "body"):
-            if required not in fields:
-                raise TypeError(f"encode_record_into() missing required keyword argument {required!r}")
-        get = fields.get
-        p = _prepare(fields["topic"], fields["body"], get("properties", b""), get("queue_id", 0),
-                     get("flag", 0), get("queue_offset", 0), get("physical_offset", 0),
-                     get("sys_flag", 0), get("born_timestamp", 0), get("born_host", ("127.0.0.1", 0)),
-                     get("store_timestamp", 0), get("store_host", ("127.0.0.1", 10911)),
-                     get("reconsume_times", 0), get("prepared_transaction_offset", 0),
-                     get("body_crc", None))
+        p = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                     born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+                     prepared_transaction_offset, body_crc)
         if p.length > view.len - at:
             raise ValueError(f"buffer too small: the record needs {p.length} bytes at position {pos}, "
                              f"{view.len - at} available")
@@ -745,7 +731,8 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
             # (+1/8), and at least double, so a large scan reallocates O(1) times, not O(log n)
             cap = min(bound, max(cap * 2, n + (c_end - pos) * n // (pos - start_pos) * 9 // 8 + 16))
             grown = _np.empty(cap, dtype=RECORD_DTYPE)
-            grown[:n] = rows[:n]
+            # bytewise, padding included (a structured assignment copies only the fields)
+            grown.view(_np.uint8)[:n * sizeof(rs_batch_row)] = rows.view(_np.uint8)[:n * sizeof(rs_batch_row)]
             rows = grown
         if n != cap:
             rows.resize(n, refcheck=False)   # shrinks in place: no view of rows exists yet

@@ -986,6 +986,11 @@ cdef class CommitLogCore:
         return rs_flusher_flushed(self._flusher) if self._flusher != NULL else self._final_wrote
 
     @property
+    def last_store_timestamp(self):
+        """Store timestamp of the last record appended by this core (0 if none)."""
+        return self._last_store_ts
+
+    @property
     def active_segment(self):
         """(start offset, write position) of the segment appends go to."""
         return self._file_from, self._pos

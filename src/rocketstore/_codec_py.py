@@ -440,7 +440,10 @@ def _check_pos(pos, size):
         raise ValueError(f"pos {pos} is out of range for a buffer of {size} bytes")
 
 
-def encode_record_into(buffer, pos, **fields) -> int:
+def encode_record_into(buffer, pos, *, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
+                       physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
+                       store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
+                       prepared_transaction_offset=0, body_crc=None) -> int:
     """Write one record (same keywords as :func:`encode_record`) into ``buffer`` at ``pos``.
 
     Returns the record length. Raises ValueError("buffer too small: ...") if it does not fit;
@@ -448,7 +451,9 @@ def encode_record_into(buffer, pos, **fields) -> int:
     """
     view = _writable_view(buffer)
     _check_pos(pos, view.nbytes)
-    n, parts = _prepare(**_encode_kwargs(fields))
+    n, parts = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
+                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+                        reconsume_times, prepared_transaction_offset, body_crc)
     if n > view.nbytes - pos:
         raise ValueError(f"buffer too small: the record needs {n} bytes at position {pos}, "
                          f"{view.nbytes - pos} available")
@@ -458,24 +463,6 @@ def encode_record_into(buffer, pos, **fields) -> int:
         view[at:at + size] = part
         at += size
     return n
-
-
-_ENCODE_DEFAULTS = dict(properties=b"", queue_id=0, flag=0, queue_offset=0, physical_offset=0,
-                        sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0), store_timestamp=0,
-                        store_host=("127.0.0.1", 10911), reconsume_times=0,
-                        prepared_transaction_offset=0, body_crc=None)
-
-
-def _encode_kwargs(fields):
-    unknown = set(fields) - set(_ENCODE_DEFAULTS) - {"topic", "body"}
-    if unknown:
-        raise TypeError(f"encode_record_into() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-    for required in ("topic", "body"):
-        if required not in fields:
-            raise TypeError(f"encode_record_into() missing required keyword argument {required!r}")
-    merged = dict(_ENCODE_DEFAULTS)
-    merged.update(fields)
-    return merged
 
 
 def encode_blank_into(buffer, pos: int, max_blank: int) -> int:

@@ -681,6 +681,10 @@ class CommitLogCore:
         return self._flusher.flushed if self._flusher is not None else self._final_wrote
 
     @property
+    def last_store_timestamp(self):
+        return self._last_store_ts
+
+    @property
     def active_segment(self):
         return self._file_from, self._pos
 

@@ -307,7 +307,7 @@ class MessageStore:
             self._closed = True
             if self._core is not None:
                 self._core.close()
-                last = self._last_store_timestamp()
+                last = self._core.last_store_timestamp
                 if last:
                     self._checkpoint.physic_msg_timestamp = last
                     self._checkpoint.logics_msg_timestamp = last
@@ -320,14 +320,6 @@ class MessageStore:
                 except FileNotFoundError:
                     pass
             self._release_lock()
-
-    def _last_store_timestamp(self) -> int:
-        for mf in reversed(self._segments.files):
-            end = self._readable_end(mf)
-            arr, _, _ = self._codec.decode_batch(mf.mm, 0, end, check_crc=False)
-            if len(arr):
-                return int(arr["store_timestamp"][-1])
-        return 0
 
     def __enter__(self) -> "MessageStore":
         return self
