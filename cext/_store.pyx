@@ -88,6 +88,7 @@ cdef extern from "flusher.h" nogil:
         int64_t wrote
         int64_t flushed
         int last_errno
+        int prefault_errno
     rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_pages,
                                int thorough_ms, int64_t prefault_bytes)
     void rs_flusher_free(rs_flusher *f)
@@ -100,6 +101,10 @@ cdef extern from "flusher.h" nogil:
     int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms)
     void rs_flusher_request(rs_flusher *f, int64_t target)
     void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out)
+    int rs_populate_supported()
+    int rs_populate_write(uint8_t *addr, int64_t len)
+    int64_t rs_flusher_prefaulted(const rs_flusher *f)
+    void rs_flusher_note_prefaulted(rs_flusher *f, int64_t upto)
 
 cdef extern from *:
     """
@@ -115,6 +120,11 @@ cdef enum:
 
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+
+#: True when the kernel populates file pages for writing on request (MADV_POPULATE_WRITE): then
+#: segments may be sparse, because the writer never stores into a page that was not populated
+#: (a full disk is an error code, not a SIGBUS). Otherwise segments must be fallocated.
+POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
@@ -373,6 +383,7 @@ cdef class CommitLogCore:
     cdef dict _pins                  # segment start -> _Pin, while registered with the flusher
     cdef dict _queue_offsets_pending # topic -> {queue_id: next offset} for topics not loaded yet
     cdef int64_t _final_wrote        # wrote offset at close (the flusher is gone then)
+    cdef bint _populate              # POPULATE_WRITE: populate before every store (see above)
     cdef object _topic_lookup
     cdef object _roll
     cdef object _watcher
@@ -416,6 +427,7 @@ cdef class CommitLogCore:
         self._roll = roll
         self._file_from = start_offset - start_offset % file_size
         self._pos = start_offset - self._file_from
+        self._populate = POPULATE_WRITE
         self._flusher = rs_flusher_new(start_offset, flush_interval_ms, flush_least_pages,
                                        flush_thorough_ms, prefault_bytes)
         if self._flusher == NULL:
@@ -578,6 +590,27 @@ cdef class CommitLogCore:
         raw[n + 5] = c & 0xFF
         return n + 6
 
+    cdef int _ensure_populated(self, int64_t length) except -1:
+        """Populate [pos, pos + length) of the active segment before storing into it."""
+        cdef int64_t start = self._file_from + self._pos
+        cdef int64_t end = start + length
+        cdef int64_t done = rs_flusher_prefaulted(self._flusher)
+        cdef int64_t lo, hi
+        cdef int err
+        if not self._populate or end <= done:
+            return 0
+        lo = (done if done > start else start) - self._file_from
+        hi = end - self._file_from + 262144          # a little ahead: fewer calls
+        if hi > self._file_size:
+            hi = self._file_size
+        with nogil:
+            err = rs_populate_write(self._base + lo, hi - lo)
+        if err != 0:
+            raise SegmentError(err, "cannot reserve space for the record in the CommitLog segment "
+                                    "(disk full?); nothing was written", self._file_from)
+        rs_flusher_note_prefaulted(self._flusher, self._file_from + hi)
+        return 0
+
     cdef int _roll_segment(self) except -1:
         """Ask the Python layer for the segment starting at the current end; make it active."""
         cdef int64_t start = self._file_from, pos = self._pos
@@ -634,11 +667,13 @@ cdef class CommitLogCore:
             if length + RS_END_FILE_MIN_BLANK <= remaining:
                 break
             # BLANK rule (§1.4): the record does not fit with 8 bytes to spare; end the file.
+            self._ensure_populated(RS_END_FILE_MIN_BLANK)
             rs_encode_blank(self._base + self._pos, <int32_t>remaining)
             self._pos = self._file_size
             rs_flusher_publish(self._flusher, self._file_from + self._file_size)
             self._base = NULL
 
+        self._ensure_populated(length)
         tx = sys_flag & RS_SYSFLAG_TRANSACTION_MASK
         consumes_offset = tx != RS_TRANSACTION_PREPARED_TYPE and tx != RS_TRANSACTION_ROLLBACK_TYPE
         r.body_crc = body_crc
@@ -1018,6 +1053,7 @@ cdef class CommitLogCore:
             "wrote_offset": s.wrote,
             "flushed_offset": s.flushed,
             "last_flush_errno": s.last_errno,
+            "last_prefault_errno": s.prefault_errno,
         }
 
     def _watcher_add(self, int64_t target, fn, future):

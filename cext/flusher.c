@@ -57,6 +57,7 @@ struct rs_flusher {
     pthread_t prefault_thread;
     int prefault_running;
     int populate_write_ok;
+    int prefault_errno;
 };
 
 static int64_t now_ms(void) {
@@ -152,19 +153,70 @@ static void *flush_main(void *arg) {
     return NULL;
 }
 
-/* Populate [lo, hi) of a map for writing without changing its bytes. */
-static void populate(rs_flusher *f, uint8_t *addr, int64_t lo, int64_t hi) {
-    int64_t start = lo & ~(f->page - 1);
+static int64_t page_size(void) {
+    static int64_t page = 0;
+    if (page == 0) {
+        long p = sysconf(_SC_PAGESIZE);
+        page = p > 0 ? p : 4096;
+    }
+    return page;
+}
+
+int rs_populate_write(uint8_t *addr, int64_t len) {
+#if defined(__linux__)
+    if (len <= 0)
+        return 0;
+    uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(page_size() - 1);
+    size_t span = (size_t)((uintptr_t)addr + (uintptr_t)len - start);
+    return madvise((void *)start, span, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+#else
+    (void)addr;
+    (void)len;
+    return EINVAL;
+#endif
+}
+
+int rs_populate_supported(void) {
+    static int supported = -1;
+    if (supported < 0) {
+        int64_t page = page_size();
+        void *probe = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (probe == MAP_FAILED) {
+            supported = 0;
+        } else {
+            supported = rs_populate_write((uint8_t *)probe, page) == 0;
+            munmap(probe, (size_t)page);
+        }
+    }
+    return supported;
+}
+
+static void advance_prefaulted(rs_flusher *f, int64_t upto) {
+    int64_t cur = atomic_load(&f->prefaulted);
+    while (cur < upto && !atomic_compare_exchange_weak(&f->prefaulted, &cur, upto))
+        ;
+}
+
+int64_t rs_flusher_prefaulted(const rs_flusher *f) {
+    return atomic_load_explicit(&((rs_flusher *)f)->prefaulted, memory_order_acquire);
+}
+
+void rs_flusher_note_prefaulted(rs_flusher *f, int64_t upto) { advance_prefaulted(f, upto); }
+
+/* Populate [lo, hi) of a map for writing without changing its bytes; 0 or an errno. */
+static int populate(rs_flusher *f, uint8_t *addr, int64_t lo, int64_t hi) {
     if (f->populate_write_ok) {
-        if (madvise(addr + start, (size_t)(hi - start), MADV_POPULATE_WRITE) == 0)
-            return;
-        if (errno != EINVAL && errno != EOPNOTSUPP)
-            return; /* ENOMEM/EFAULT/EIO: leave it to the writer's own faults */
+        int err = rs_populate_write(addr + lo, hi - lo);
+        if (err != EINVAL && err != EOPNOTSUPP)
+            return err;
         f->populate_write_ok = 0;
     }
-    /* Older kernels: an atomic add of zero write-faults each page and cannot lose a racing store. */
+    /* Kernels without MADV_POPULATE_WRITE: segments are fallocated (blocks reserved), so an
+       atomic add of zero can write-fault each page without risking SIGBUS or a lost store. */
+    int64_t start = lo & ~(f->page - 1);
     for (int64_t p = start; p < hi; p += f->page)
         __atomic_fetch_add(addr + p, (uint8_t)0, __ATOMIC_RELAXED);
+    return 0;
 }
 
 static void *prefault_main(void *arg) {
@@ -184,29 +236,31 @@ static void *prefault_main(void *arg) {
 
         /* One chunk per pass, so unregister and flush rounds never wait long for seg_mu. */
         int64_t to = min64(want, from + PREFAULT_CHUNK), reached = from;
+        int err = 0;
         pthread_mutex_lock(&f->seg_mu);
         for (int i = 0; i < f->nsegs; i++) {
             segment *s = &f->segs[i];
             if (s->start <= from && from < s->start + s->size) {
                 int64_t hi = min64(to, s->start + s->size);
-                populate(f, s->addr, from - s->start, hi - s->start);
-                reached = hi;
+                err = populate(f, s->addr, from - s->start, hi - s->start);
+                if (err == 0)
+                    reached = hi;
                 break;
             }
         }
         pthread_mutex_unlock(&f->seg_mu);
 
         pthread_mutex_lock(&f->mu);
+        f->prefault_errno = err;
         if (reached > from) {
-            /* A reset() meanwhile moved `prefaulted` back: keep its value. */
-            int64_t expected = atomic_load(&f->prefaulted);
-            if (expected <= from)
-                atomic_store(&f->prefaulted, reached);
+            /* A reset() meanwhile may have moved `prefaulted` back: only ever advance from `from`. */
+            if (atomic_load(&f->prefaulted) <= from)
+                advance_prefaulted(f, reached);
             f->prefaulted_bytes += reached - from;
         } else {
-            /* The space ahead is not mapped yet (next segment not registered): wait for it. */
+            /* Not mapped yet (next segment not registered) or out of space: wait, then retry. */
             struct timespec ts;
-            deadline_after(&ts, PREFAULT_POLL_MS * 5);
+            deadline_after(&ts, err ? 100 : PREFAULT_POLL_MS * 5);
             pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
         }
     }
@@ -238,9 +292,7 @@ rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_page
     f->least_pages = least_pages > 0 ? least_pages : 0;
     f->thorough_ms = thorough_ms > 0 ? thorough_ms : 1;
     f->prefault_bytes = prefault_bytes > 0 ? prefault_bytes : 0;
-    f->page = sysconf(_SC_PAGESIZE);
-    if (f->page <= 0)
-        f->page = 4096;
+    f->page = page_size();
     f->populate_write_ok = 1;
 
     int rc = pthread_create(&f->flush_thread, NULL, flush_main, f);
@@ -379,5 +431,6 @@ void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out) {
     out->wrote = atomic_load(&f->wrote);
     out->flushed = atomic_load(&f->flushed);
     out->last_errno = f->last_errno;
+    out->prefault_errno = f->prefault_errno;
     pthread_mutex_unlock(&f->mu);
 }

@@ -37,6 +37,7 @@ typedef struct {
     int64_t wrote;
     int64_t flushed;
     int last_errno;            /* errno of the last failed msync, 0 if none */
+    int prefault_errno;        /* errno of the last failed background populate, 0 if none */
 } rs_flusher_stats;
 
 /* Returns NULL with errno set on failure. Starts both threads. */
@@ -65,5 +66,17 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms);
 void rs_flusher_request(rs_flusher *f, int64_t target);
 
 void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out);
+
+/* Pre-faulting. [wrote, prefaulted) is always populated for writing. On kernels with
+ * MADV_POPULATE_WRITE (Linux >= 5.14) segments can be sparse files: populating a page reserves
+ * its blocks, and a failure (ENOSPC) is an error code here instead of a SIGBUS at the writer's
+ * store. The writer therefore calls rs_populate_write() itself for any range it is about to write
+ * that the background thread has not reached, and writes only when that succeeded. */
+int rs_populate_supported(void);
+/* 0, or an errno (ENOSPC, EFAULT, EINVAL if unsupported). addr need not be page-aligned. */
+int rs_populate_write(uint8_t *addr, int64_t len);
+int64_t rs_flusher_prefaulted(const rs_flusher *f);
+/* The writer populated up to `upto` itself: advance `prefaulted` (monotonic max). */
+void rs_flusher_note_prefaulted(rs_flusher *f, int64_t upto);
 
 #endif

@@ -23,6 +23,9 @@ from rocketstore.status import PutStatus
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture",
            "WAIT_NONE", "WAIT_BLOCK", "WAIT_FUTURE"]
 
+#: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
+POPULATE_WRITE = False
+
 WAIT_NONE = 0
 WAIT_BLOCK = 1
 WAIT_FUTURE = 2
@@ -699,7 +702,8 @@ class CommitLogCore:
         f = self._flusher
         with f.cond:
             return dict(puts=self.puts, durable_waits=self.durable_waits, **f.stats,
-                        wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno)
+                        wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno,
+                        last_prefault_errno=0)
 
     def _watcher_add(self, target, fn, future):
         if self._watcher is None:

@@ -23,8 +23,32 @@ def default_store_path() -> str:
     return os.environ.get("ROCKETSTORE_HOME") or os.path.join(os.path.expanduser("~"), "store")
 
 
+def _interface_ipv4s() -> list[str]:
+    """IPv4 addresses of this machine's network interfaces (Linux ioctl; empty elsewhere)."""
+    import fcntl
+    import struct
+    found = []
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return found
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
+            except OSError:
+                continue
+            found.append(addr)
+    return found
+
+
 def local_ipv4() -> str:
-    """This machine's IPv4 address as its host name resolves, else 127.0.0.1 (no packet is sent)."""
+    """This machine's IPv4 address, as RocketMQ picks one: the first non-loopback interface
+    address, else what the host name resolves to, else 127.0.0.1. No packet is sent."""
+    for addr in _interface_ipv4s():
+        if not addr.startswith("127."):
+            return addr
     try:
         addr = socket.gethostbyname(socket.gethostname())
         socket.inet_pton(socket.AF_INET, addr)

@@ -47,7 +47,7 @@ class MappedFile:
                  "__weakref__")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 read_only: bool = False):
+                 read_only: bool = False, preallocate: bool = True):
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -62,7 +62,10 @@ class MappedFile:
             raise SegmentError(exc.errno, f"cannot open segment: {exc.strerror}", path) from exc
         try:
             if create:
-                _allocate(self.fd, file_size)
+                if preallocate:
+                    _allocate(self.fd, file_size)
+                else:  # sparse: the writer populates (reserves) pages before storing into them
+                    os.ftruncate(self.fd, file_size)
             actual = os.fstat(self.fd).st_size
             if actual != file_size:
                 raise StoreConfigError(
@@ -118,8 +121,10 @@ class MappedFile:
 class MappedFileQueue:
     """The contiguous segment files of one directory (CommitLog or a ConsumeQueue)."""
 
-    def __init__(self, directory: str, file_size: int, *, read_only: bool = False):
+    def __init__(self, directory: str, file_size: int, *, read_only: bool = False,
+                 preallocate: bool = True):
         self.directory = directory
+        self.preallocate = preallocate
         self.file_size = file_size
         self.read_only = read_only
         self.files: list[MappedFile] = []
@@ -175,7 +180,7 @@ class MappedFileQueue:
             nxt = self._take_prepared(start)
             if nxt is None:
                 nxt = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
-                                 self.file_size, create=True)
+                                 self.file_size, create=True, preallocate=self.preallocate)
             self.files.append(nxt)
             return nxt
 
@@ -200,7 +205,7 @@ class MappedFileQueue:
             def work():
                 try:
                     mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
-                                    self.file_size, create=True)
+                                    self.file_size, create=True, preallocate=self.preallocate)
                 except FileExistsError:
                     return
                 except Exception as exc:  # reported when the segment is needed

@@ -20,6 +20,9 @@ class PutStatus(enum.IntEnum):
     OS_PAGE_CACHE_BUSY = 8
     UNKNOWN_ERROR = 9
 
+    def __str__(self) -> str:
+        return self.name
+
     @property
     def stored(self) -> bool:
         """True when the message is in the CommitLog (PUT_OK or FLUSH_DISK_TIMEOUT)."""

@@ -40,6 +40,7 @@ __all__ = ["MessageStore", "open_store"]
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 _TX_MASK = 0x0C
+SCAN_CHUNK = 65536  # records per decode_batch call when scanning
 _TX_NOT_CONSUMING = (0x04, 0x0C)  # PREPARED, ROLLBACK: written with queue offset 0
 
 
@@ -187,7 +188,11 @@ class MessageStore:
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
         self._topics = _TopicTable(os.path.join(self.path, "config", "topics.json"),
                                    cfg.default_queues, self.read_only)
-        self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size, read_only=self.read_only)
+        # Sparse segments where the compiled core populates pages before every store (no SIGBUS
+        # on a full disk); fallocated segments otherwise.
+        preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)
+        self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size,
+                                         read_only=self.read_only, preallocate=preallocate)
         self._segments.load()
         end, queue_offsets = self._recover()
         self._end = end
@@ -228,9 +233,9 @@ class MessageStore:
         end = files[0].file_from_offset if files else 0
         queue_max: dict = {}
         for mf in files:
-            arr, stop, reason = codec.decode_batch(mf.mm, 0, size, check_crc=True)
-            if len(arr):
-                self._collect_queue_offsets(mf.mm, arr, queue_max)
+            for arr, stop, reason in self._decode_chunks(mf.mm, 0, size, check_crc=True):
+                if len(arr):
+                    self._collect_queue_offsets(mf.mm, arr, queue_max)
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
@@ -240,6 +245,19 @@ class MessageStore:
         if not self.read_only:
             self._truncate_to(end)
         return end, {key: q + 1 for key, q in queue_max.items()}
+
+    def _decode_chunks(self, buffer, lo: int, hi: int, *, check_crc: bool):
+        """decode_batch over [lo, hi) in chunks of at most SCAN_CHUNK records (bounded memory).
+
+        Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
+        """
+        decode_batch, limit = self._codec.decode_batch, self._codec.STOP_LIMIT
+        while True:
+            arr, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=SCAN_CHUNK)
+            yield arr, stop, reason
+            if reason != limit or stop >= hi or not len(arr):
+                return
+            lo = stop
 
     def _collect_queue_offsets(self, buffer, arr, queue_max) -> None:
         keep = ~np.isin(arr["sys_flag"] & _TX_MASK, _TX_NOT_CONSUMING)
@@ -525,8 +543,9 @@ class MessageStore:
                 yield self._codec.record_from_row(view, row, copy_body=not zero_copy)
 
     def scan(self, start: Optional[int] = None, end: Optional[int] = None):
-        """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of
-        ``RECORD_DTYPE`` rows (positions relative to the segment), decoded without per-field calls."""
+        """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
+        65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
+        Python call per field."""
         self._check_open()
         for mf, arr in self._scan(start, end):
             yield mf.file_from_offset, arr
@@ -546,8 +565,9 @@ class MessageStore:
             if lo >= limit:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
-            arr, stop, reason = self._codec.decode_batch(mf.view(0, limit), lo, hi, check_crc=False)
-            yield mf, arr
+            for arr, stop, reason in self._decode_chunks(mf.view(0, limit), lo, hi, check_crc=False):
+                if len(arr):
+                    yield mf, arr
             if reason != self._codec.STOP_BLANK and stop < limit:
                 break
 

@@ -1,0 +1,194 @@
+"""Closing, reopening and recovering a store: offsets continue, the size is kept, bad tails go."""
+
+import os
+import random
+import struct
+
+import pytest
+
+from rocketstore import MessageStore
+from rocketstore.errors import MessageNotFoundError, StoreConfigError
+
+SEGMENT = 64 * 1024
+HOST = "10.0.0.7"
+MAGIC_V1 = -626843481
+POS_BODY = 88
+
+
+def seeded_rng():
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    return random.Random(seed)
+
+
+def open_store(path, impl, **options):
+    return MessageStore(path, implementation=impl.name, store_host=HOST, **options)
+
+
+def segment_path(path, offset):
+    start = offset - offset % SEGMENT
+    return os.path.join(path, "commitlog", f"{start:020d}")
+
+
+def flip_byte(path, offset):
+    with open(segment_path(path, offset), "r+b") as f:
+        f.seek(offset % SEGMENT)
+        b = f.read(1)
+        f.seek(offset % SEGMENT)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def fill(store, rng, n, topic="TopicR"):
+    bodies, results = [], []
+    for _ in range(n):
+        body = rng.randbytes(rng.randrange(1, 3000))
+        bodies.append(body)
+        results.append(store.put(topic, body, tags="t"))
+    return bodies, results
+
+
+def test_reopen_continues_queue_offsets_and_reads_every_message(tmp_path, impl):
+    rng = seeded_rng()
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        bodies, results = fill(s, rng, 90)                          # several segments
+        s.put_batch("TopicBatch", [b"b%d" % i for i in range(7)], queue_id=2)
+        offsets_before = s.queue_offsets()
+        end_before = s.max_offset
+    assert not (path / "abort").exists()
+    with open_store(path, impl) as s:
+        assert s.last_shutdown_clean
+        assert s.config.commitlog_file_size == SEGMENT
+        assert s.max_offset == end_before
+        assert s.queue_offsets() == offsets_before
+        assert [m.body for m in s.iter_messages() if m.topic == "TopicR"] == bodies
+        for body, r in zip(bodies, results):
+            assert s.get_by_msg_id(r.msg_id).body == body
+        nxt = [s.put("TopicR", b"after reopen") for _ in range(4)]
+        for r in nxt:
+            assert r.queue_offset == offsets_before[("TopicR", r.queue_id)]
+        assert nxt[0].commitlog_offset == end_before
+        b = s.put_batch("TopicBatch", [b"x", b"y"], queue_id=2)
+        assert list(b.queue_offsets) == [7, 8]
+        assert s.put("TopicNew", b"n", queue_id=1).queue_offset == 0
+        assert s.topics["TopicR"] == 4
+
+
+def test_reopen_many_times_keeps_offsets_growing(tmp_path, impl):
+    path = tmp_path / "store"
+    seen = []
+    for round_ in range(4):
+        with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+            for i in range(30):
+                r = s.put("TopicRe", b"r%d-%d" % (round_, i) * 40, queue_id=0)
+                seen.append(r.queue_offset)
+    assert seen == list(range(120))
+
+
+def test_reopen_with_a_different_explicit_segment_size_raises_config_error(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        s.put("TopicS", b"x")
+    for wrong in (2 * SEGMENT, SEGMENT // 2, 1 << 30):
+        with pytest.raises(StoreConfigError):
+            open_store(path, impl, commitlog_file_size=wrong)
+    # the failed opens released the lock and changed nothing
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        assert [m.body for m in s.iter_messages()] == [b"x"]
+
+
+def test_reopen_without_the_size_option_detects_the_segment_size(tmp_path, impl):
+    rng = seeded_rng()
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        bodies, _ = fill(s, rng, 60)
+    with open_store(path, impl) as s:
+        assert s.config.commitlog_file_size == SEGMENT
+        assert s.stats()["segment_size"] == SEGMENT
+        assert [m.body for m in s.iter_messages()] == bodies
+        more, _ = fill(s, rng, 60)
+    for name in os.listdir(path / "commitlog"):
+        assert os.path.getsize(path / "commitlog" / name) == SEGMENT
+    with open_store(path, impl, read_only=True) as s:
+        assert s.config.commitlog_file_size == SEGMENT
+        assert [m.body for m in s.iter_messages()] == bodies + more
+
+
+def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl):
+    rng = seeded_rng()
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        bodies, results = fill(s, rng, 40)
+        queues_before = s.queue_offsets()
+    last = results[-1]
+    flip_byte(path, last.commitlog_offset + POS_BODY + len(bodies[-1]) // 2)
+    with open_store(path, impl) as s:
+        assert s.max_offset == last.commitlog_offset
+        assert [m.body for m in s.iter_messages()] == bodies[:-1]
+        with pytest.raises(MessageNotFoundError):
+            s.read(last.commitlog_offset)
+        assert s.queue_offsets()[("TopicR", last.queue_id)] == queues_before[("TopicR", last.queue_id)] - 1
+        r = s.put("TopicR", b"replacement", queue_id=last.queue_id)
+        assert r.commitlog_offset == last.commitlog_offset
+        assert r.queue_offset == last.queue_offset
+        assert s.read(r.commitlog_offset).body == b"replacement"
+    with open_store(path, impl) as s:
+        assert [m.body for m in s.iter_messages()] == bodies[:-1] + [b"replacement"]
+
+
+def test_recover_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl):
+    rng = seeded_rng()
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        bodies, results = fill(s, rng, 150)                         # ~4 segments
+        assert s.max_offset > 3 * SEGMENT
+    victim_index = next(i for i, r in enumerate(results) if r.commitlog_offset >= SEGMENT) + 3
+    victim = results[victim_index]
+    flip_byte(path, victim.commitlog_offset + POS_BODY)
+    with open_store(path, impl) as s:
+        assert s.max_offset == victim.commitlog_offset
+        assert [m.body for m in s.iter_messages()] == bodies[:victim_index]
+        for r in results[victim_index:]:
+            with pytest.raises(MessageNotFoundError):
+                s.read(r.commitlog_offset)
+        assert s.stats()["segments"] == victim.commitlog_offset // SEGMENT + 1
+        # the bytes after the cut are gone, not just hidden
+        with open(segment_path(path, victim.commitlog_offset), "rb") as f:
+            data = f.read()
+        assert data[victim.commitlog_offset % SEGMENT:] == bytes(SEGMENT - victim.commitlog_offset % SEGMENT)
+        new = [s.put("TopicR", b"new-%d" % i) for i in range(3)]
+        assert new[0].commitlog_offset == victim.commitlog_offset
+    with open_store(path, impl) as s:
+        assert [m.body for m in s.iter_messages()] == bodies[:victim_index] + [b"new-0", b"new-1", b"new-2"]
+
+
+def test_recover_truncates_a_torn_record_after_the_last_good_one(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        results = [s.put("TopicT", b"good-%d" % i) for i in range(10)]
+        end = s.max_offset
+    # a record header promising 500 bytes, cut short: what a crash mid-append leaves
+    with open(segment_path(path, end), "r+b") as f:
+        f.seek(end % SEGMENT)
+        f.write(struct.pack(">ii", 500, MAGIC_V1) + b"\x7f" * 40)
+    with open_store(path, impl) as s:
+        assert s.max_offset == end
+        assert [m.body for m in s.iter_messages()] == [b"good-%d" % i for i in range(10)]
+        r = s.put("TopicT", b"after torn tail")
+        assert r.commitlog_offset == end
+        assert s.read(r.commitlog_offset).body == b"after torn tail"
+    assert results[-1].commitlog_offset + results[-1].size == end
+
+
+def test_abort_file_marks_an_unclean_shutdown(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        s.put("TopicA", b"x")
+        assert (path / "abort").exists()
+    assert not (path / "abort").exists()
+    (path / "abort").touch()                    # as a crash leaves it
+    with open_store(path, impl) as s:
+        assert not s.last_shutdown_clean
+        assert [m.body for m in s.iter_messages()] == [b"x"]
+    with open_store(path, impl) as s:
+        assert s.last_shutdown_clean
