@@ -120,6 +120,7 @@ cdef enum:
 
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 
 #: True when the kernel populates file pages for writing on request (MADV_POPULATE_WRITE): then
 #: segments may be sparse, because the writer never stores into a page that was not populated
@@ -189,6 +190,7 @@ cdef class PutResult:
     cdef int _uniq_len
     cdef bytes _host
     cdef int32_t _port
+    cdef readonly object error       # the exception behind a failed status, else None
 
     @property
     def status(self):
@@ -228,6 +230,18 @@ cdef class PutResult:
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, store_timestamp={self.store_timestamp})")
+
+
+cdef void _failed(PutResult r, int status, int queue_id, object error, CommitLogCore core):
+    r._status = status
+    r.commitlog_offset = -1
+    r.queue_offset = -1
+    r.size = -1
+    r.store_timestamp = 0
+    r.queue_id = queue_id
+    r.error = error
+    r._host = core._store_host
+    r._port = core._store_port
 
 
 cdef class BatchPutResult:
@@ -807,6 +821,11 @@ cdef class CommitLogCore:
                 end = self._append(t, qid, bp, <int32_t>blen, crc, pp, <int32_t>plen, unique_key,
                                    flag, born_timestamp, sys_flag, reconsume_times,
                                    prepared_transaction_offset, <PutResult>result)
+            except SegmentError as exc:
+                # No segment space (creation, mapping or page reservation failed): nothing of this
+                # record was written. RocketMQ answers CREATE_MAPEDFILE_FAILED; so do we.
+                _failed(<PutResult>result, CREATE_MAPPED_FILE_FAILED, qid, exc, self)
+                return result
             finally:
                 PyThread_release_lock(self._lock)
         finally:

@@ -41,7 +41,8 @@ struct rs_flusher {
     _Atomic int64_t wrote;
     _Atomic int64_t flushed;
     _Atomic int64_t prefaulted;
-    int64_t requested;
+    _Atomic int64_t requested;  /* highest offset a durable put asked for */
+    _Atomic int idle;           /* flush thread is (about to be) asleep on work_cv */
     int stop;
     int last_errno;
 
@@ -123,7 +124,7 @@ static void *flush_main(void *arg) {
     int64_t next_async = now_ms() + f->interval_ms;
     int64_t last_thorough = now_ms();
     while (!f->stop) {
-        if (f->requested > atomic_load(&f->flushed)) {
+        if (atomic_load(&f->requested) > atomic_load(&f->flushed)) {
             flush_round(f);
             if (f->last_errno) {
                 struct timespec ts;
@@ -144,9 +145,15 @@ static void *flush_main(void *arg) {
             }
             continue;
         }
-        struct timespec ts;
-        deadline_after(&ts, next_async - now);
-        pthread_cond_timedwait(&f->work_cv, &f->mu, &ts);
+        /* Announce sleep, then re-check: a requester stores `requested` then loads `idle`, so
+           (seq_cst) either it sees idle and signals under mu, or we see its request here. */
+        atomic_store(&f->idle, 1);
+        if (atomic_load(&f->requested) <= atomic_load(&f->flushed)) {
+            struct timespec ts;
+            deadline_after(&ts, next_async - now);
+            pthread_cond_timedwait(&f->work_cv, &f->mu, &ts);
+        }
+        atomic_store(&f->idle, 0);
     }
     flush_round(f);
     pthread_mutex_unlock(&f->mu);
@@ -287,7 +294,8 @@ rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_page
     atomic_init(&f->wrote, start_offset);
     atomic_init(&f->flushed, start_offset);
     atomic_init(&f->prefaulted, start_offset);
-    f->requested = start_offset;
+    atomic_init(&f->requested, start_offset);
+    atomic_init(&f->idle, 0);
     f->interval_ms = interval_ms > 0 ? interval_ms : 1;
     f->least_pages = least_pages > 0 ? least_pages : 0;
     f->thorough_ms = thorough_ms > 0 ? thorough_ms : 1;
@@ -364,7 +372,7 @@ void rs_flusher_reset(rs_flusher *f, int64_t offset) {
     atomic_store(&f->wrote, offset);
     atomic_store(&f->flushed, offset);
     atomic_store(&f->prefaulted, offset);
-    f->requested = offset;
+    atomic_store(&f->requested, offset);
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -376,15 +384,22 @@ int64_t rs_flusher_wrote(const rs_flusher *f) {
     return atomic_load_explicit(&((rs_flusher *)f)->wrote, memory_order_acquire);
 }
 
+/* Raise `requested` to target (monotonic); wake the flush thread only if it sleeps. */
+static void raise_request(rs_flusher *f, int64_t target) {
+    int64_t cur = atomic_load(&f->requested);
+    while (cur < target && !atomic_compare_exchange_weak(&f->requested, &cur, target))
+        ;
+    if (atomic_load(&f->idle)) {
+        pthread_mutex_lock(&f->mu);
+        pthread_cond_signal(&f->work_cv);
+        pthread_mutex_unlock(&f->mu);
+    }
+}
+
 void rs_flusher_request(rs_flusher *f, int64_t target) {
     if (atomic_load_explicit(&f->flushed, memory_order_acquire) >= target)
         return;
-    pthread_mutex_lock(&f->mu);
-    if (target > f->requested) {
-        f->requested = target;
-        pthread_cond_signal(&f->work_cv);
-    }
-    pthread_mutex_unlock(&f->mu);
+    raise_request(f, target);
 }
 
 int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
@@ -394,12 +409,9 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
     if (timeout_ms >= 0)
         deadline_after(&ts, timeout_ms);
     int result = 0;
+    raise_request(f, target);
     pthread_mutex_lock(&f->mu);
     f->sync_requests++;
-    if (target > f->requested) {
-        f->requested = target;
-        pthread_cond_signal(&f->work_cv);
-    }
     while (atomic_load(&f->flushed) < target) {
         if (f->last_errno) {
             result = f->last_errno;

@@ -59,11 +59,12 @@ class PutResult:
     """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
 
     __slots__ = ("_status", "commitlog_offset", "size", "queue_id", "queue_offset",
-                 "store_timestamp", "_unique_key", "_host", "_port")
+                 "store_timestamp", "_unique_key", "_host", "_port", "error")
 
     def __init__(self):
         self._status = _PUT_OK
         self._unique_key = None
+        self.error = None
 
     @property
     def status(self):
@@ -564,8 +565,19 @@ class CommitLogCore:
         crc = _body_crc(body)
         with self._lock:
             self._check_open()
-            result, end = self._append(t, qid, body, crc, props, unique_key, flag, born_timestamp,
-                                       sys_flag, reconsume_times, prepared_transaction_offset, length)
+            try:
+                result, end = self._append(t, qid, body, crc, props, unique_key, flag, born_timestamp,
+                                           sys_flag, reconsume_times, prepared_transaction_offset, length)
+            except SegmentError as exc:
+                # No segment space: nothing of this record was written (CREATE_MAPEDFILE_FAILED).
+                result = PutResult()
+                result._status = PutStatus.CREATE_MAPPED_FILE_FAILED
+                result.commitlog_offset = result.queue_offset = result.size = -1
+                result.queue_id = qid
+                result.store_timestamp = 0
+                result.error = exc
+                result._host, result._port = self._store_host, self._store_port
+                return result
         return self._finish(result, end, wait)
 
     def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,

@@ -434,6 +434,8 @@ class MessageStore:
             return self._put_message(topic, True, 2)
         if self.read_only:
             self._check_writable()
+        if not kwargs:
+            return self._core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 2)
         kwargs.pop("durable", None)
         props, unique_key, _ = self._properties(kwargs.pop("tags", None), kwargs.pop("keys", None),
                                                 kwargs.pop("properties", None))
