@@ -18,7 +18,8 @@
 #endif
 
 #define PREFAULT_CHUNK (2 * 1024 * 1024)
-#define PREFAULT_POLL_MS 2
+#define PREFAULT_POLL_MS 2         /* while the writer moves */
+#define PREFAULT_IDLE_MAX_MS 200   /* back-off ceiling while it does not (an idle store sleeps) */
 #define FLUSH_ERROR_BACKOFF_MS 10
 
 typedef struct {
@@ -228,14 +229,17 @@ static int populate(rs_flusher *f, uint8_t *addr, int64_t lo, int64_t hi) {
 
 static void *prefault_main(void *arg) {
     rs_flusher *f = (rs_flusher *)arg;
+    int64_t last_wrote = -1, poll_ms = PREFAULT_POLL_MS;
     pthread_mutex_lock(&f->mu);
     while (!f->stop) {
         int64_t wrote = atomic_load(&f->wrote);
         int64_t from = max64(atomic_load(&f->prefaulted), wrote);
         int64_t want = wrote + f->prefault_bytes;
+        poll_ms = wrote != last_wrote ? PREFAULT_POLL_MS : min64(poll_ms * 2, PREFAULT_IDLE_MAX_MS);
+        last_wrote = wrote;
         if (from >= want) {
             struct timespec ts;
-            deadline_after(&ts, PREFAULT_POLL_MS);
+            deadline_after(&ts, poll_ms);
             pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
             continue;
         }
@@ -267,7 +271,7 @@ static void *prefault_main(void *arg) {
         } else {
             /* Not mapped yet (next segment not registered) or out of space: wait, then retry. */
             struct timespec ts;
-            deadline_after(&ts, err ? 100 : PREFAULT_POLL_MS * 5);
+            deadline_after(&ts, err ? 100 : max64(poll_ms, PREFAULT_POLL_MS * 5));
             pthread_cond_timedwait(&f->stop_cv, &f->mu, &ts);
         }
     }
