@@ -15,6 +15,8 @@ What each row means:
   ``--batch-size`` messages) on an ASYNC_FLUSH store, not counting the flush after the loop.
   "first run" is the first N messages on a fresh store in this process; "warm" is the next N on
   the same store, after the first run has warmed code, allocator and the prefault thread.
+  "warm" runs ``--reps`` times; the row shows the median run, with every run's rate in brackets,
+  and the goals are judged on that median.
 * "of raw write" divides the put's record bytes/s (a 128-byte body makes a 262-byte record) by
   the raw sequential write bandwidth measured here: 1 MiB write() calls to a file, then one
   fdatasync, counted together.
@@ -68,11 +70,11 @@ GOAL_PIPELINED = 0.5
 FULL = dict(single_c=1_000_000, single_py=200_000, batch=1_000_000, batch_py=200_000,
             fsync_seconds=2.0, durable_seconds=3.0, durable_threads=(4, 16, 64),
             pipelined=1_000_000, pipelined_cap_s=15.0, window=10_000,
-            raw_bytes=1 * GiB, mmap_bytes=1 * GiB, crc_seconds=0.5, recovery=1_000_000)
+            raw_bytes=1 * GiB, mmap_bytes=1 * GiB, crc_seconds=0.5, recovery=1_000_000, reps=3)
 QUICK = dict(single_c=200_000, single_py=20_000, batch=200_000, batch_py=20_000,
              fsync_seconds=1.0, durable_seconds=1.0, durable_threads=(4, 16, 64),
              pipelined=200_000, pipelined_cap_s=5.0, window=10_000,
-             raw_bytes=256 * MiB, mmap_bytes=256 * MiB, crc_seconds=0.2, recovery=200_000)
+             raw_bytes=256 * MiB, mmap_bytes=256 * MiB, crc_seconds=0.2, recovery=200_000, reps=3)
 
 
 def log(*parts) -> None:
@@ -111,6 +113,25 @@ def machine_facts(directory: str) -> dict:
     return dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(),
                 python=platform.python_version(), directory=directory, filesystem=fstype,
                 mount=point, device=source, compiled=_impl.COMPILED is not None, crc32_path=crc)
+
+
+def cpu_sample() -> dict:
+    """Machine-wide busy and steal CPU seconds (/proc/stat) and this process's own CPU seconds."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]
+    steal = fields[7] if len(fields) > 7 else 0
+    own = os.times()
+    return dict(busy=(sum(fields[:8]) - idle - steal) / tick, steal=steal / tick,
+                own=own.user + own.system, at=time.perf_counter())
+
+
+def other_load(before: dict, after: dict) -> dict:
+    """Share of the machine's CPU used by other processes (and stolen by the host) meanwhile."""
+    capacity = (after["at"] - before["at"]) * (os.cpu_count() or 1)
+    others = (after["busy"] - before["busy"]) - (after["own"] - before["own"])
+    return dict(others=max(0.0, others / capacity), steal=(after["steal"] - before["steal"]) / capacity)
 
 
 # ---- machine baselines ----
@@ -239,16 +260,22 @@ def _timed_puts(store: MessageStore, count: int) -> dict:
                 bytes_per_s=(store.max_offset - before) / elapsed)
 
 
-def single_puts(stores: Stores, impl: str, count: int) -> dict:
+def _median_run(runs: list) -> dict:
+    """The run of median rate, with every run's rate beside it."""
+    ordered = sorted(runs, key=lambda run: run["rate"])
+    return dict(ordered[len(ordered) // 2], runs=[run["rate"] for run in runs])
+
+
+def single_puts(stores: Stores, impl: str, count: int, reps: int) -> dict:
     path = stores.path(f"single-{impl}")
     store = stores.open(path, impl)
     try:
         first = _timed_puts(store, count)
-        warm = _timed_puts(store, count)
+        warm = [_timed_puts(store, count) for _ in range(reps)]
     finally:
         store.close()
         stores.remove(path)
-    return dict(first=first, warm=warm)
+    return dict(first=first, warm=_median_run(warm))
 
 
 def _timed_batches(store: MessageStore, count: int, batch: int, form: str) -> dict:
@@ -268,16 +295,16 @@ def _timed_batches(store: MessageStore, count: int, batch: int, form: str) -> di
                 bytes_per_s=(store.max_offset - before) / elapsed)
 
 
-def batch_puts(stores: Stores, impl: str, count: int, batch: int, form: str) -> dict:
+def batch_puts(stores: Stores, impl: str, count: int, batch: int, form: str, reps: int) -> dict:
     path = stores.path(f"batch-{form}-{impl}")
     store = stores.open(path, impl)
     try:
         first = _timed_batches(store, count, batch, form)
-        warm = _timed_batches(store, count, batch, form)
+        warm = [_timed_batches(store, count, batch, form) for _ in range(reps)]
     finally:
         store.close()
         stores.remove(path)
-    return dict(first=first, warm=warm)
+    return dict(first=first, warm=_median_run(warm))
 
 
 def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
@@ -390,6 +417,10 @@ def _k(rate: float) -> str:
     return f"{rate / 1e3:.1f} k msg/s" if rate < 1e6 else _m(rate)
 
 
+def _runs(warm: dict) -> str:
+    return ", ".join(f"{rate / 1e6:.2f}" for rate in warm["runs"])
+
+
 def _verdict(ok: bool) -> str:
     return "PASS" if ok else "SHORT"
 
@@ -422,8 +453,8 @@ def build_table(r: dict, p: dict) -> list[str]:
         ratio = f"{s['warm']['bytes_per_s'] / raw:.2f} of raw write"
         if impl == "py" and have_c:
             ratio += f"; c/py {r['single']['c']['warm']['rate'] / s['warm']['rate']:.1f}×"
-        row(f"async put, one at a time [{impl}], warm, {n:,} × 128 B", _m(s["warm"]["rate"]), ratio,
-            goal, verdict)
+        row(f"async put, one at a time [{impl}], warm, {n:,} × 128 B, median of {len(s['warm']['runs'])}",
+            f"{_m(s['warm']['rate'])} [{_runs(s['warm'])}]", ratio, goal, verdict)
         row(f"async put, one at a time [{impl}], first run, {s['first']['count']:,} × 128 B",
             _m(s["first"]["rate"]), f"{s['first']['bytes_per_s'] / raw:.2f} of raw write")
     for form in ("list", "buffer"):
@@ -436,8 +467,9 @@ def build_table(r: dict, p: dict) -> list[str]:
             if impl == "py" and f"{form}-c" in r["batch"]:
                 ratio += f"; c/py {r['batch'][f'{form}-c']['warm']['rate'] / b['warm']['rate']:.1f}×"
             label = "list of bytes" if form == "list" else "buffer + lengths"
-            row(f"batch put [{impl}], {label}, {p['batch_size']:,}/call, warm, {b['warm']['count']:,} × 128 B",
-                _m(b["warm"]["rate"]), ratio, goal, verdict)
+            row(f"batch put [{impl}], {label}, {p['batch_size']:,}/call, warm, {b['warm']['count']:,} × 128 B, "
+                f"median of {len(b['warm']['runs'])}", f"{_m(b['warm']['rate'])} [{_runs(b['warm'])}]",
+                ratio, goal, verdict)
             row(f"batch put [{impl}], {label}, first run", _m(b["first"]["rate"]),
                 f"{b['first']['bytes_per_s'] / raw:.2f} of raw write")
 
@@ -495,6 +527,7 @@ def main(argv=None) -> int:
     stores = Stores(root, args.segment_size)
     r: dict = dict(single={}, batch={}, durable=[])
     wall = time.perf_counter()
+    cpu_before = cpu_sample()
     try:
         log("machine baselines: write bandwidth, mmap bandwidth, CRC32")
         r["write"] = write_bandwidth(root, p["raw_bytes"])
@@ -502,13 +535,13 @@ def main(argv=None) -> int:
         r["crc32"] = crc_bandwidth(p["crc_seconds"])
         for impl in impls:
             n = p["single_c"] if impl == "c" else p["single_py"]
-            log(f"single put [{impl}] {n:,} first run + {n:,} warm")
-            r["single"][impl] = single_puts(stores, impl, n)
+            log(f"single put [{impl}] {n:,} first run + {p['reps']} × {n:,} warm")
+            r["single"][impl] = single_puts(stores, impl, n, p["reps"])
         for form in ("list", "buffer"):
             for impl in impls:
                 n = p["batch"] if impl == "c" else p["batch_py"]
-                log(f"batch put [{impl}] {form} {n:,} first run + {n:,} warm")
-                r["batch"][f"{form}-{impl}"] = batch_puts(stores, impl, n, args.batch_size, form)
+                log(f"batch put [{impl}] {form} {n:,} first run + {p['reps']} × {n:,} warm")
+                r["batch"][f"{form}-{impl}"] = batch_puts(stores, impl, n, args.batch_size, form, p["reps"])
         log(f"serial fdatasync {p['fsync_seconds']:g} s (before durable)")
         r["fsync_before"] = fdatasync_baseline(root, p["fsync_seconds"])
         for threads in p["durable_threads"]:
@@ -523,12 +556,15 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     wall = time.perf_counter() - wall
+    r["other_load"] = other_load(cpu_before, cpu_sample())
 
     print(f"rocketstore engine report ({'quick' if args.quick else 'full'}), "
           f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {wall:.0f} s")
     print(f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
           f"store dir on {facts['filesystem']} ({facts['device']} at {facts['mount']}); "
           f"segments {args.segment_size // MiB} MiB; compiled CRC32 path {facts['crc32_path']}")
+    print(f"during the run, other processes used {r['other_load']['others']:.0%} of the machine's CPU "
+          f"and the host stole {r['other_load']['steal']:.0%} (kernel threads such as writeback count as others)")
     print()
     print("\n".join(build_table(r, p)))
     if args.json:

@@ -22,6 +22,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+cimport cython
+
 import numpy as np
 
 from rocketstore._clock import month_bounds
@@ -177,6 +179,7 @@ cdef class _Topic:
         free(self.next_offsets)
 
 
+@cython.no_gc   # holds only str/bytes/int and an exception without traceback: no cycles
 cdef class PutResult:
     """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
     cdef int _status
@@ -239,7 +242,7 @@ cdef void _failed(PutResult r, int status, int queue_id, object error, CommitLog
     r.size = -1
     r.store_timestamp = 0
     r.queue_id = queue_id
-    r.error = error
+    r.error = error.with_traceback(None)   # no frames kept alive (PutResult is not GC-tracked)
     r._host = core._store_host
     r._port = core._store_port
 
@@ -308,6 +311,7 @@ cdef class BatchPutResult:
                 f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
 
 
+@cython.no_gc   # core and result never point back at a future (the callback heap is cleared on close)
 cdef class PutFuture:
     """A durable put in flight: resolved when the flush thread's flushed offset covers it.
 
@@ -763,7 +767,7 @@ cdef class CommitLogCore:
         fut._core = self
         fut._result = result
         fut.target = end
-        fut._deadline_ms = _now_ms() + self._sync_flush_timeout_ms
+        fut._deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
     def put(self, str topic not None, body not None, properties=None, int queue_id=-1,

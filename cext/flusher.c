@@ -34,8 +34,11 @@ struct rs_flusher {
     pthread_cond_t work_cv;   /* flush thread sleeps here */
     pthread_cond_t done_cv;   /* durable waiters sleep here */
     pthread_cond_t stop_cv;   /* pre-fault thread sleeps here */
-    /* `seg_mu` guards the segment table and is held across every msync/madvise of a map. */
+    /* `seg_mu` guards the segment table and is held across every madvise of a map. A flush
+       round copies the table under it and msyncs under `flush_mu` only, so a long msync never
+       blocks the pre-fault thread; unregister takes both, in turn, before the map may go. */
     pthread_mutex_t seg_mu;
+    pthread_mutex_t flush_mu;
     segment segs[RS_FLUSHER_MAX_SEGMENTS];
     int nsegs;
 
@@ -54,6 +57,10 @@ struct rs_flusher {
     int64_t page;
 
     int64_t flush_rounds, flushed_bytes, sync_requests, sync_timeouts, prefaulted_bytes;
+    int arrivals;                /* durable waits begun since the last round started (under mu) */
+    int round_size;              /* arrivals the last round started with */
+    int expected;                /* round_size + arrivals during that round: the group to gather */
+    int64_t last_round_us;       /* how long that round's msync took */
 
     pthread_t flush_thread;
     pthread_t prefault_thread;
@@ -89,17 +96,37 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* One flush round: msync [flushed, wrote) of every registered map. Called and returns with mu held. */
-static void flush_round(rs_flusher *f) {
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* One flush round: msync [flushed, target) of every registered map, where target is everything
+ * written (sync rounds) or only the whole pages behind the writer (async rounds: msync
+ * write-protects the pages it cleans, and the writer would fault again on its current page).
+ * Called and returns with mu held. */
+static void flush_round(rs_flusher *f, int whole_pages_only) {
     int64_t from = atomic_load_explicit(&f->flushed, memory_order_acquire);
     int64_t target = atomic_load_explicit(&f->wrote, memory_order_acquire);
+    if (whole_pages_only)
+        target &= ~(f->page - 1);
     if (target <= from)
         return;
+    f->round_size = f->arrivals;
+    f->arrivals = 0;
     pthread_mutex_unlock(&f->mu);
 
-    int err = 0;
+    segment segs[RS_FLUSHER_MAX_SEGMENTS];
+    int nsegs, err = 0;
+    int64_t started = now_us();
+    pthread_mutex_lock(&f->flush_mu);
     pthread_mutex_lock(&f->seg_mu);
-    for (int i = 0; i < f->nsegs; i++) {
-        segment *s = &f->segs[i];
+    nsegs = f->nsegs;
+    memcpy(segs, f->segs, sizeof(segment) * (size_t)nsegs);
+    pthread_mutex_unlock(&f->seg_mu);
+    for (int i = 0; i < nsegs; i++) {
+        segment *s = &segs[i];
         int64_t lo = max64(from, s->start), hi = min64(target, s->start + s->size);
         if (lo >= hi)
             continue;
@@ -107,7 +134,8 @@ static void flush_round(rs_flusher *f) {
         if (msync(s->addr + rel_lo, (size_t)(hi - s->start - rel_lo), MS_SYNC) != 0)
             err = errno;
     }
-    pthread_mutex_unlock(&f->seg_mu);
+    pthread_mutex_unlock(&f->flush_mu);
+    int64_t took = now_us() - started;
 
     pthread_mutex_lock(&f->mu);
     if (err == 0) {
@@ -115,8 +143,34 @@ static void flush_round(rs_flusher *f) {
         f->flush_rounds++;
         f->flushed_bytes += target - from;
     }
+    f->last_round_us = took;
+    /* Those it covers plus those that came during it: how many the next round should gather. */
+    f->expected = f->round_size + f->arrivals;
     f->last_errno = err;
     pthread_cond_broadcast(&f->done_cv);
+}
+
+/* Group commit: before a sync round, give the puts woken by the last round a moment to come
+ * back (bounded by half the last round's duration, at most 1 ms), so one msync covers them all
+ * instead of alternating one-put and many-put rounds. Called with mu held. */
+static void gather_waiters(rs_flusher *f) {
+    if (f->arrivals >= f->expected || f->expected <= 1)
+        return;
+    int64_t budget = min64(max64(f->last_round_us / 2, 20), 1000);
+    struct timespec ts;
+    clock_gettime(RS_COND_CLOCK, &ts);
+    ts.tv_nsec += budget * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000;
+    }
+    while (!f->stop && f->arrivals < f->expected) {
+        atomic_store(&f->idle, 1);
+        int rc = pthread_cond_timedwait(&f->work_cv, &f->mu, &ts);
+        atomic_store(&f->idle, 0);
+        if (rc == ETIMEDOUT)
+            break;
+    }
 }
 
 static void *flush_main(void *arg) {
@@ -126,7 +180,8 @@ static void *flush_main(void *arg) {
     int64_t last_thorough = now_ms();
     while (!f->stop) {
         if (atomic_load(&f->requested) > atomic_load(&f->flushed)) {
-            flush_round(f);
+            gather_waiters(f);
+            flush_round(f, 0);
             if (f->last_errno) {
                 struct timespec ts;
                 deadline_after(&ts, FLUSH_ERROR_BACKOFF_MS);
@@ -140,9 +195,9 @@ static void *flush_main(void *arg) {
             int64_t wrote = atomic_load(&f->wrote), flushed = atomic_load(&f->flushed);
             if (now - last_thorough >= f->thorough_ms) {
                 last_thorough = now;
-                flush_round(f);
+                flush_round(f, 0);
             } else if (wrote / f->page - flushed / f->page >= f->least_pages) {
-                flush_round(f);
+                flush_round(f, 1);
             }
             continue;
         }
@@ -156,7 +211,7 @@ static void *flush_main(void *arg) {
         }
         atomic_store(&f->idle, 0);
     }
-    flush_round(f);
+    flush_round(f, 0);
     pthread_mutex_unlock(&f->mu);
     return NULL;
 }
@@ -291,6 +346,7 @@ rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_page
 #endif
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->seg_mu, NULL);
+    pthread_mutex_init(&f->flush_mu, NULL);
     pthread_cond_init(&f->work_cv, &ca);
     pthread_cond_init(&f->done_cv, &ca);
     pthread_cond_init(&f->stop_cv, &ca);
@@ -338,6 +394,7 @@ void rs_flusher_free(rs_flusher *f) {
     pthread_cond_destroy(&f->stop_cv);
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->seg_mu);
+    pthread_mutex_destroy(&f->flush_mu);
     free(f);
 }
 
@@ -364,6 +421,9 @@ int rs_flusher_unregister(rs_flusher *f, int64_t start) {
         }
     }
     pthread_mutex_unlock(&f->seg_mu);
+    /* A flush round may have copied the table before the removal: wait for it to finish. */
+    pthread_mutex_lock(&f->flush_mu);
+    pthread_mutex_unlock(&f->flush_mu);
     return rc;
 }
 
@@ -416,6 +476,9 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
     raise_request(f, target);
     pthread_mutex_lock(&f->mu);
     f->sync_requests++;
+    f->arrivals++;
+    if (f->arrivals >= f->expected)
+        pthread_cond_signal(&f->work_cv); /* the group the flush thread gathers is complete */
     while (atomic_load(&f->flushed) < target) {
         if (f->last_errno) {
             result = f->last_errno;
