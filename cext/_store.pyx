@@ -335,6 +335,10 @@ cdef class PutFuture:
     def result(self, timeout=None):
         if self._resolved:
             return self._result
+        cdef rs_flusher *f = self._core._flusher
+        if f == NULL or rs_flusher_flushed(f) >= self.target:
+            self._resolved = True      # the put already says PUT_OK; closing flushed everything
+            return self._result
         cdef int64_t now = _now_ms()
         cdef int64_t wait_ms = self._deadline_ms - now
         cdef bint caller_limited = False
@@ -406,6 +410,7 @@ cdef class CommitLogCore:
     cdef object _roll
     cdef object _watcher
     cdef bint _closed
+    cdef int _default_wait           # wait mode of a put that does not say (SYNC_FLUSH: WAIT_BLOCK)
     cdef readonly int64_t puts       # counters for stats()
     cdef readonly int64_t durable_waits
 
@@ -419,7 +424,7 @@ cdef class CommitLogCore:
                  bytes born_host, int born_port, bytes uniq_prefix, int64_t max_message_size,
                  topic_lookup, roll, int flush_interval_ms=500, int flush_least_pages=4,
                  int flush_thorough_ms=10000, int64_t prefault_bytes=0,
-                 int64_t sync_flush_timeout_ms=5000):
+                 int64_t sync_flush_timeout_ms=5000, int default_wait=0):
         if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
             raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
         if len(uniq_prefix) not in (10, 22):
@@ -429,6 +434,7 @@ cdef class CommitLogCore:
         self._file_size = file_size
         self._max_message_size = max_message_size
         self._sync_flush_timeout_ms = sync_flush_timeout_ms
+        self._default_wait = default_wait
         self._store_host = store_host
         self._store_port = store_port
         memcpy(self._store_host_raw, <char *>store_host, len(store_host))
@@ -661,8 +667,10 @@ cdef class CommitLogCore:
         length = rs_record_length(body_len, len(t.name), total_props, sys_flag, RS_MAGIC_V1)
         if length < 0 or length > self._max_message_size or length + RS_END_FILE_MIN_BLANK > self._file_size:
             raise MessageTooLargeError(
+                "record fields out of range" if length < 0 else
                 f"record of {length} bytes exceeds max_message_size {self._max_message_size}"
-                if length >= 0 else "record fields out of range")
+                if length > self._max_message_size else
+                f"record of {length} bytes cannot fit a {self._file_size}-byte segment")
 
         now = _now_ms()
         if now < self._last_store_ts:
@@ -756,6 +764,8 @@ cdef class CommitLogCore:
 
     cdef object _finish(self, object result, int64_t end, int wait):
         cdef PutFuture fut
+        if wait < 0:
+            wait = self._default_wait
         if wait == 0:
             return result
         if wait == 1:
@@ -773,7 +783,7 @@ cdef class CommitLogCore:
     def put(self, str topic not None, body not None, properties=None, int queue_id=-1,
             int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
             int32_t reconsume_times=0, int64_t prepared_transaction_offset=0,
-            unique_key=None, int wait=0):
+            unique_key=None, int wait=-1):
         """Append one record; ``properties`` are encoded bytes (UNIQ_KEY is added unless
         ``unique_key`` names the one they already carry). Returns PutResult or PutFuture."""
         cdef Py_buffer bview, pview
@@ -841,7 +851,7 @@ cdef class CommitLogCore:
 
     def put_batch(self, str topic not None, bodies not None, lengths=None, properties=None,
                   int queue_id=-1, int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
-                  int wait=0):
+                  int wait=-1):
         """Append many records of one topic and queue under one lock (consecutive queue offsets).
 
         ``bodies`` is a list/tuple of bytes-like objects, or one buffer cut into bodies by
@@ -868,7 +878,7 @@ cdef class CommitLogCore:
         cdef Py_ssize_t nbufs = 0
         cdef int uniq_len = self._uniq_prefix_len + 6
         cdef const uint8_t *bp
-        cdef int64_t blen
+        cdef int64_t blen, length
         self._check_open()
         t = self._topic(topic)
         if sys_flag & RS_SYSFLAG_TRANSACTION_MASK:
@@ -921,9 +931,12 @@ cdef class CommitLogCore:
                 if blen > self._max_message_size:
                     raise MessageTooLargeError(
                         f"bodies[{i}] of {blen} bytes exceeds max_message_size {self._max_message_size}")
-                if rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1),
-                                    sys_flag | self._host_sysflag, RS_MAGIC_V1) > self._max_message_size:
-                    raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}")
+                length = rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1),
+                                          sys_flag | self._host_sysflag, RS_MAGIC_V1)
+                if length < 0 or length > self._max_message_size or length + RS_END_FILE_MIN_BLANK > self._file_size:
+                    raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}"
+                                               if length <= self._max_message_size else
+                                               f"record {i} of {length} bytes cannot fit a {self._file_size}-byte segment")
             if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
             qid = self._choose_queue(t, queue_id)
@@ -986,7 +999,7 @@ cdef class CommitLogCore:
             return br
         return self._finish(br, end, wait)
 
-    def put_many(self, list items not None, int wait=0):
+    def put_many(self, list items not None, int wait=-1):
         """Append records of any topics under one lock. Each item is a tuple
         ``(topic, body, properties, queue_id, flag, born_timestamp, sys_flag, reconsume_times,
         unique_key)``. Everything is validated before the first byte is written."""
@@ -1025,6 +1038,8 @@ cdef class CommitLogCore:
                 results.append(r)
         finally:
             PyThread_release_lock(self._lock)
+        if wait < 0:
+            wait = self._default_wait
         if wait == 1 and n:
             if self._wait(end, self._sync_flush_timeout_ms) != 0:
                 for r in results:

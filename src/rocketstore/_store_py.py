@@ -314,7 +314,7 @@ class CommitLogCore:
     def __init__(self, *, file_size, start_offset, store_host, store_port, born_host, born_port,
                  uniq_prefix, max_message_size, topic_lookup, roll, flush_interval_ms=500,
                  flush_least_pages=4, flush_thorough_ms=10000, prefault_bytes=0,
-                 sync_flush_timeout_ms=5000):
+                 sync_flush_timeout_ms=5000, default_wait=0):
         if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
             raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
         if len(uniq_prefix) not in (10, 22):
@@ -324,6 +324,7 @@ class CommitLogCore:
         self._file_size = file_size
         self._max_message_size = max_message_size
         self._sync_flush_timeout_ms = sync_flush_timeout_ms
+        self._default_wait = default_wait
         self._store_host = bytes(store_host)
         self._store_port = store_port
         self._born_host = bytes(born_host)
@@ -469,9 +470,12 @@ class CommitLogCore:
         length = (91 + body_len + len(t.name) + total_props
                   + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
                   + (12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0))
-        if length > self._max_message_size or length + END_FILE_MIN_BLANK > self._file_size:
+        if length > self._max_message_size:
             raise MessageTooLargeError(
                 f"record of {length} bytes exceeds max_message_size {self._max_message_size}")
+        if length + END_FILE_MIN_BLANK > self._file_size:
+            raise MessageTooLargeError(
+                f"record of {length} bytes cannot fit a {self._file_size}-byte segment")
         return length
 
     def _append(self, t, queue_id, body, body_crc, props, unique_key, flag, born_ts, sys_flag,
@@ -537,6 +541,8 @@ class CommitLogCore:
         return self._flusher.wait(target, timeout_ms)
 
     def _finish(self, result, end, wait):
+        if wait < 0:
+            wait = self._default_wait
         if wait == WAIT_NONE:
             return result
         if wait == WAIT_BLOCK:
@@ -547,7 +553,7 @@ class CommitLogCore:
         return PutFuture(self, result, end, _now_ms() + self._sync_flush_timeout_ms)
 
     def put(self, topic, body, properties=None, queue_id=-1, flag=0, born_timestamp=0, sys_flag=0,
-            reconsume_times=0, prepared_transaction_offset=0, unique_key=None, wait=0):
+            reconsume_times=0, prepared_transaction_offset=0, unique_key=None, wait=-1):
         self._check_open()
         if topic is None or body is None:
             raise TypeError("topic and body are required")
@@ -581,7 +587,7 @@ class CommitLogCore:
         return self._finish(result, end, wait)
 
     def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,
-                  born_timestamp=0, sys_flag=0, wait=0):
+                  born_timestamp=0, sys_flag=0, wait=-1):
         self._check_open()
         t = self._topic(topic)
         if sys_flag & SYSFLAG_TRANSACTION_MASK:
@@ -651,7 +657,7 @@ class CommitLogCore:
             return res
         return self._finish(res, end, wait)
 
-    def put_many(self, items, wait=0):
+    def put_many(self, items, wait=-1):
         checked = []
         for i, item in enumerate(items):
             topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
@@ -670,6 +676,8 @@ class CommitLogCore:
             checked.append((t, qid, body, _body_crc(body), props, unique_key, flag, born_ts,
                             sys_flag, reconsume, 0, length))
         self._check_open()
+        if wait < 0:
+            wait = self._default_wait
         results = []
         end = 0
         with self._lock:

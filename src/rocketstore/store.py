@@ -119,6 +119,15 @@ def _detect_segment_size(directory: str) -> Optional[int]:
     return sizes.pop() if len(sizes) == 1 else None
 
 
+class _ReadOnlyCore:
+    """Stands in for the append core of a read-only store: every write raises."""
+
+    def _refuse(self, *args, **kwargs):
+        raise StoreReadOnlyError("the store was opened read-only")
+
+    put = put_batch = put_many = flush = _refuse
+
+
 class MessageStore:
     """An embedded RocketMQ-format message store rooted at ``path`` (default ``~/store``).
 
@@ -198,6 +207,7 @@ class MessageStore:
         self._end = end
         if self.read_only:
             self._queue_offsets = queue_offsets
+            self._core = _ReadOnlyCore()
             return
 
         store_raw = host_to_bytes(cfg.store_host)
@@ -212,7 +222,7 @@ class MessageStore:
             topic_lookup=self._topic_queues, roll=self._roll,
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
-            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms)
+            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=self._default_wait)
         for (topic, qid), nxt in queue_offsets.items():
             self._core.set_queue_offset(topic, qid, nxt)
         segment = self._segments.find(end)
@@ -271,15 +281,24 @@ class MessageStore:
         np.minimum(idx, len(raw) - 1, out=idx)
         names = raw[idx]
         names[cols >= arr["topic_len"][:, None]] = 0
-        keys = np.empty(len(arr), dtype=[("t", f"S{width}"), ("q", "<i4")])
-        keys["t"] = names.view(f"S{width}").ravel()
-        keys["q"] = arr["queue_id"]
-        uniq, inverse = np.unique(keys, return_inverse=True)
+        # Group by (topic, queue) through a 64-bit FNV-1a hash of the topic bytes (a sort of
+        # integers, not of byte strings), then check each group really holds one topic.
+        h = np.full(len(arr), 0xCBF29CE484222325, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for c in range(width):
+                h ^= names[:, c].astype(np.uint64)
+                h *= np.uint64(0x100000001B3)
+            key = h ^ (arr["queue_id"].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        if not (np.array_equal(names, names[first][inverse])
+                and np.array_equal(arr["queue_id"], arr["queue_id"][first][inverse])):
+            raise StoreConfigError("topic hash collision while rebuilding queue offsets")  # pragma: no cover
         best = np.full(len(uniq), -1, dtype=np.int64)
-        np.maximum.at(best, inverse.ravel(), arr["queue_offset"])
-        for key, q in zip(uniq, best):
-            topic = key["t"].decode("utf-8", "surrogateescape")
-            k = (topic, int(key["q"]))
+        np.maximum.at(best, inverse, arr["queue_offset"])
+        for row, q in zip(first, best):
+            topic = names[row][:arr["topic_len"][row]].tobytes().decode("utf-8", "surrogateescape")
+            k = (topic, int(arr["queue_id"][row]))
             if q > queue_max.get(k, -1):
                 queue_max[k] = int(q)
 
@@ -323,7 +342,7 @@ class MessageStore:
             if self._closed:
                 return
             self._closed = True
-            if self._core is not None:
+            if not self.read_only and self._core is not None:
                 self._core.close()
                 last = self._core.last_store_timestamp
                 if last:
@@ -413,13 +432,11 @@ class MessageStore:
         commit (status FLUSH_DISK_TIMEOUT if the flush does not confirm in time; the message is
         stored either way); ``None`` follows ``flush_disk_type``.
         """
+        if tags is None and keys is None and properties is None and body is not None:
+            return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
+                                  -1 if durable is None else (1 if durable else 0))
         if body is None:
             return self._put_message(topic, durable, 0)
-        if self.read_only:
-            self._check_writable()
-        if tags is None and keys is None and not properties:
-            return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
-                                  self._default_wait if durable is None else (1 if durable else 0))
         props, unique_key, wait = self._properties(tags, keys, properties)
         return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
                               self._wait_mode(durable, wait))
@@ -432,8 +449,6 @@ class MessageStore:
         """
         if body is None:
             return self._put_message(topic, True, 2)
-        if self.read_only:
-            self._check_writable()
         if not kwargs:
             return self._core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 2)
         kwargs.pop("durable", None)
@@ -499,7 +514,7 @@ class MessageStore:
 
     def _readable_end(self, mf) -> int:
         """How much of segment ``mf`` holds complete records."""
-        if self._core is None:
+        if self.read_only:
             return mf.wrote_position
         wrote = self._core.wrote_offset
         return max(0, min(mf.file_size, wrote - mf.file_from_offset))
@@ -587,15 +602,15 @@ class MessageStore:
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
-        return self._core.wrote_offset if self._core is not None else self._end
+        return self._end if self.read_only else self._core.wrote_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self._core.flushed_offset if self._core is not None else self._end
+        return self._end if self.read_only else self._core.flushed_offset
 
     def queue_offsets(self) -> dict:
         """{(topic, queue_id): next queue offset}."""
-        if self._core is None:
+        if self.read_only:
             return dict(self._queue_offsets)
         return self._core.queue_offsets()
 
@@ -610,7 +625,7 @@ class MessageStore:
             "max_offset": self.max_offset,
             "topics": len(self._topics.topics),
         }
-        if self._core is not None:
+        if not self.read_only:
             out.update(self._core.stats())
         return out
 
