@@ -94,6 +94,7 @@ cdef extern from "flusher.h" nogil:
     rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_pages,
                                int thorough_ms, int64_t prefault_bytes)
     void rs_flusher_free(rs_flusher *f)
+    void rs_flusher_stop(rs_flusher *f)
     int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size)
     int rs_flusher_unregister(rs_flusher *f, int64_t start)
     void rs_flusher_publish(rs_flusher *f, int64_t end)
@@ -404,7 +405,6 @@ cdef class CommitLogCore:
     cdef dict _topics
     cdef dict _pins                  # segment start -> _Pin, while registered with the flusher
     cdef dict _queue_offsets_pending # topic -> {queue_id: next offset} for topics not loaded yet
-    cdef int64_t _final_wrote        # wrote offset at close (the flusher is gone then)
     cdef bint _populate              # POPULATE_WRITE: populate before every store (see above)
     cdef object _topic_lookup
     cdef object _roll
@@ -470,6 +470,7 @@ cdef class CommitLogCore:
 
     def set_active(self, mm, int64_t file_from_offset, int64_t wrote_position, fd=None):
         """Make ``mm`` (a writable map of ``file_size`` bytes) the segment appends go to."""
+        self._check_open()
         cdef _Pin pin = self._pin(mm, file_from_offset)
         self._base = <uint8_t *>pin.view.buf
         self._file_from = file_from_offset
@@ -478,6 +479,8 @@ cdef class CommitLogCore:
 
     def add_segment(self, mm, int64_t file_from_offset, fd=None):
         """Register a prepared next segment, so its first pages are pre-faulted before use."""
+        if self._closed:
+            return          # a segment prepared in the background after close: not needed
         self._pin(mm, file_from_offset)
 
     cdef _Pin _pin(self, mm, int64_t start):
@@ -522,11 +525,11 @@ cdef class CommitLogCore:
 
     # ---- topics and queue offsets ----
 
-    cdef _Topic _topic(self, str topic):
+    cdef _Topic _topic(self, topic):
         cdef _Topic t = self._topics.get(topic)
         if t is not None:
             return t
-        nqueues = self._topic_lookup(topic)  # validates; raises InvalidTopicError
+        nqueues = self._topic_lookup(topic)  # validates (InvalidTopicError); may switch threads
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
         t.nqueues = nqueues
@@ -539,8 +542,9 @@ cdef class CommitLogCore:
             for qid, nxt in old.items():
                 if 0 <= qid < nqueues:
                     t.next_offsets[qid] = nxt
-        self._topics[topic] = t
-        return t
+        # Another thread may have created the entry while the lookup ran: keep the first one,
+        # or the two would hand out the same queue offsets.
+        return self._topics.setdefault(topic, t)
 
     def set_queue_offset(self, str topic, int queue_id, int64_t next_offset):
         """Set the next queue offset of (topic, queue_id) (after recovery)."""
@@ -780,7 +784,7 @@ cdef class CommitLogCore:
         fut._deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
-    def put(self, str topic not None, body not None, properties=None, int queue_id=-1,
+    def put(self, topic not None, body not None, properties=None, int queue_id=-1,
             int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
             int32_t reconsume_times=0, int64_t prepared_transaction_offset=0,
             unique_key=None, int wait=-1):
@@ -849,7 +853,7 @@ cdef class CommitLogCore:
                 PyBuffer_Release(&pview)
         return self._finish(result, end, wait)
 
-    def put_batch(self, str topic not None, bodies not None, lengths=None, properties=None,
+    def put_batch(self, topic not None, bodies not None, lengths=None, properties=None,
                   int queue_id=-1, int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
                   int wait=-1):
         """Append many records of one topic and queue under one lock (consecutive queue offsets).
@@ -926,6 +930,8 @@ cdef class CommitLogCore:
                     lens_view[i] = bufs[i].len
 
             # Validate everything before the first byte is written.
+            if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
             for i in range(n):
                 blen = lens_view[i]
                 if blen > self._max_message_size:
@@ -1024,6 +1030,9 @@ cdef class CommitLogCore:
                                       sys_flag | self._host_sysflag, RS_MAGIC_V1)
             if length < 0 or length > self._max_message_size:
                 raise MessageTooLargeError(f"message {i}: record exceeds max_message_size {self._max_message_size}")
+            if length + RS_END_FILE_MIN_BLANK > self._file_size:
+                raise MessageTooLargeError(
+                    f"message {i}: record of {length} bytes cannot fit a {self._file_size}-byte segment")
             crcs.append(rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(body), len(body)))
         self._check_open()
         _acquire(self._lock)
@@ -1052,11 +1061,11 @@ cdef class CommitLogCore:
 
     @property
     def wrote_offset(self):
-        return rs_flusher_wrote(self._flusher) if self._flusher != NULL else self._final_wrote
+        return rs_flusher_wrote(self._flusher)
 
     @property
     def flushed_offset(self):
-        return rs_flusher_flushed(self._flusher) if self._flusher != NULL else self._final_wrote
+        return rs_flusher_flushed(self._flusher)
 
     @property
     def last_store_timestamp(self):
@@ -1113,10 +1122,10 @@ cdef class CommitLogCore:
         for start in list(self._pins):
             self.release_segment(start)
         self._base = NULL
-        self._final_wrote = rs_flusher_wrote(self._flusher)
         with nogil:
-            rs_flusher_free(self._flusher)   # joins the threads after a last full flush
-        self._flusher = NULL
+            # Threads stop after a last full flush; the struct lives on until __dealloc__, so a
+            # thread still inside a wait (it holds a reference to self) returns safely.
+            rs_flusher_stop(self._flusher)
 
     @property
     def closed(self):

@@ -47,6 +47,7 @@ struct rs_flusher {
     _Atomic int64_t prefaulted;
     _Atomic int64_t requested;  /* highest offset a durable put asked for */
     _Atomic int idle;           /* flush thread is (about to be) asleep on work_cv */
+    int joined;                 /* rs_flusher_stop finished: threads gone (under mu) */
     int stop;
     int last_errno;
 
@@ -374,10 +375,12 @@ rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_page
     return f;
 }
 
-void rs_flusher_free(rs_flusher *f) {
-    if (!f)
-        return;
+void rs_flusher_stop(rs_flusher *f) {
     pthread_mutex_lock(&f->mu);
+    if (f->joined) {
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
     f->stop = 1;
     pthread_cond_broadcast(&f->work_cv);
     pthread_cond_broadcast(&f->stop_cv);
@@ -385,10 +388,16 @@ void rs_flusher_free(rs_flusher *f) {
     pthread_join(f->flush_thread, NULL);
     if (f->prefault_running)
         pthread_join(f->prefault_thread, NULL);
-    /* Wake any waiter still blocked so it sees the final state (callers ensure none remain). */
     pthread_mutex_lock(&f->mu);
-    pthread_cond_broadcast(&f->done_cv);
+    f->joined = 1;
+    pthread_cond_broadcast(&f->done_cv); /* waiters see the final flushed offset, or `stop` */
     pthread_mutex_unlock(&f->mu);
+}
+
+void rs_flusher_free(rs_flusher *f) {
+    if (!f)
+        return;
+    rs_flusher_stop(f);
     pthread_cond_destroy(&f->work_cv);
     pthread_cond_destroy(&f->done_cv);
     pthread_cond_destroy(&f->stop_cv);

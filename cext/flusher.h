@@ -43,7 +43,10 @@ typedef struct {
 /* Returns NULL with errno set on failure. Starts both threads. */
 rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_pages,
                            int thorough_ms, int64_t prefault_bytes);
-/* Stops the threads after a final full flush, then frees. */
+/* Stops both threads after a final full flush (idempotent). The struct stays valid: every
+ * function may still be called (waits return at once), so a thread still inside one is safe. */
+void rs_flusher_stop(rs_flusher *f);
+/* rs_flusher_stop, then frees. Only when no thread can be using it any more. */
 void rs_flusher_free(rs_flusher *f);
 
 /* 0 on success, -1 if the table is full. addr/size: the whole map; start: its CommitLog offset. */

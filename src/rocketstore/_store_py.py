@@ -347,13 +347,13 @@ class CommitLogCore:
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
         self._watcher = None
         self._closed = False
-        self._final_wrote = 0
         self.puts = 0
         self.durable_waits = 0
 
     # ---- segments ----
 
     def set_active(self, mm, file_from_offset, wrote_position, fd=None):
+        self._check_open()
         self.add_segment(mm, file_from_offset, fd)
         self._mm = mm
         self._file_from = file_from_offset
@@ -361,6 +361,8 @@ class CommitLogCore:
         self._publish(file_from_offset + wrote_position)
 
     def add_segment(self, mm, file_from_offset, fd=None):
+        if self._closed:
+            return
         if len(mm) != self._file_size:
             raise ValueError(f"segment map is {len(mm)} bytes, expected {self._file_size}")
         with self._flusher.seg_lock:
@@ -398,8 +400,8 @@ class CommitLogCore:
         for qid, nxt in self._pending.pop(topic, {}).items():
             if 0 <= qid < t.nqueues:
                 t.next_offsets[qid] = nxt
-        self._topics[topic] = t
-        return t
+        # another thread may have created the entry meanwhile: keep the first one
+        return self._topics.setdefault(topic, t)
 
     def set_queue_offset(self, topic, queue_id, next_offset):
         t = self._topics.get(topic)
@@ -535,7 +537,7 @@ class CommitLogCore:
         return out, end
 
     def _wait(self, target, timeout_ms):
-        if self._flusher is None or self._flusher.flushed >= target:
+        if self._flusher.flushed >= target:
             return 0
         self.durable_waits += 1
         return self._flusher.wait(target, timeout_ms)
@@ -697,11 +699,11 @@ class CommitLogCore:
 
     @property
     def wrote_offset(self):
-        return self._flusher.wrote if self._flusher is not None else self._final_wrote
+        return self._flusher.wrote
 
     @property
     def flushed_offset(self):
-        return self._flusher.flushed if self._flusher is not None else self._final_wrote
+        return self._flusher.flushed
 
     @property
     def last_store_timestamp(self):
@@ -738,12 +740,8 @@ class CommitLogCore:
         self._flusher.wait(self._flusher.wrote, -1)
         if self._watcher is not None:
             self._watcher.close()
-        self._final_wrote = self._flusher.wrote
-        self._flusher.close()
-        with self._flusher.seg_lock:
-            self._flusher.segments.clear()
+        self._flusher.close()   # the stopped flusher stays readable for late callers
         self._mm = None
-        self._flusher = None
 
     @property
     def closed(self):

@@ -109,6 +109,13 @@ class _TopicTable:
         self.dirty = False
 
 
+# Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
+# locks belong to the process and vanish when ANY descriptor of the file is closed, so a second
+# open in this process must be refused before it opens (and later closes) the lock file.
+_LOCKED_DIRS: set = set()
+_LOCKED_DIRS_MUTEX = threading.Lock()
+
+
 def _detect_segment_size(directory: str) -> Optional[int]:
     try:
         sizes = {os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
@@ -173,22 +180,32 @@ class MessageStore:
 
     def _take_lock(self) -> None:
         path = os.path.join(self.path, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            # flock excludes other stores in this process too; the POSIX lock on byte 0 is the
-            # one a Java broker (FileChannel.tryLock) takes, so each side sees the other.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        except OSError:
-            os.close(fd)
-            raise StoreLockedError(f"store {self.path} is locked by another writer (lock file {path})") from None
-        os.pwrite(fd, b"lock", 0)
-        self._lock_fd = fd
+        st = os.stat(self.path)
+        key = (st.st_dev, st.st_ino)
+        with _LOCKED_DIRS_MUTEX:
+            if key in _LOCKED_DIRS:
+                raise StoreLockedError(f"store {self.path} is already open for writing in this process")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                # flock for other processes using flock; the POSIX lock on byte 0 is the one a
+                # Java broker (FileChannel.tryLock) takes, so each side sees the other.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise StoreLockedError(
+                    f"store {self.path} is locked by another writer (lock file {path})") from None
+            os.pwrite(fd, b"lock", 0)
+            self._lock_fd = fd
+            self._lock_key = key
+            _LOCKED_DIRS.add(key)
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # closing releases both locks
-            self._lock_fd = -1
+            with _LOCKED_DIRS_MUTEX:
+                os.close(self._lock_fd)  # closing releases both locks
+                self._lock_fd = -1
+                _LOCKED_DIRS.discard(self._lock_key)
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
@@ -205,6 +222,7 @@ class MessageStore:
         self._segments.load()
         end, queue_offsets = self._recover()
         self._end = end
+        self._default_wait = 1 if cfg.flush_disk_type == SYNC_FLUSH else 0
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
@@ -214,7 +232,6 @@ class MessageStore:
         born_raw = host_to_bytes(cfg.born_host)
         pid = os.getpid() & 0xFFFF
         uniq_prefix = born_raw + pid.to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
-        self._default_wait = 1 if cfg.flush_disk_type == SYNC_FLUSH else 0
         self._core = self._impl.store.CommitLogCore(
             file_size=cfg.commitlog_file_size, start_offset=end, store_host=store_raw,
             store_port=cfg.store_port, born_host=born_raw, born_port=cfg.born_port,
