@@ -16,12 +16,14 @@ import zlib
 
 import pytest
 
+import rocketstore
+
 from rocketstore import MessageStore, PutStatus
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 TESTS = pathlib.Path(__file__).resolve().parent
-SRC = str(TESTS.parent / "src")
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
 CHILD = str(TESTS / "crash_child.py")
 
 

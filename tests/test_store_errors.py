@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+import rocketstore
+
 from rocketstore import Message, MessageStore, errors
 from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError, InvalidQueueIdError,
                                 InvalidTopicError, MessageNotFoundError, MessageTooLargeError,
@@ -17,7 +19,7 @@ from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError, Inva
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
-SRC = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
 
 
 def open_store(path, impl, **options):

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import textwrap
 
-SRC = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+import rocketstore
+
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
 
 _PRELUDE = textwrap.dedent("""
     import sys, tempfile, threading, time

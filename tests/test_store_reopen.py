@@ -192,3 +192,29 @@ def test_abort_file_marks_an_unclean_shutdown(tmp_path, impl):
         assert [m.body for m in s.iter_messages()] == [b"x"]
     with open_store(path, impl) as s:
         assert s.last_shutdown_clean
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_failed_open_closes_the_segments_it_had_mapped(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        for _ in range(100):
+            s.put("TopicF", b"x" * 2000)                    # four segments
+    names = sorted(os.listdir(path / "commitlog"))
+    assert len(names) >= 3
+    last = path / "commitlog" / names[-1]
+    os.truncate(last, SEGMENT // 2)                         # a segment of the wrong size
+    before = _open_fds()
+    for _ in range(5):
+        with pytest.raises(StoreConfigError):
+            open_store(path, impl, commitlog_file_size=SEGMENT)
+    import gc
+    gc.collect()
+    assert _open_fds() == before, "a refused open leaked the descriptors of the segments it mapped"
+    os.truncate(last, SEGMENT)                              # repaired: the lock was released too
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        assert s.max_offset >= 3 * SEGMENT
