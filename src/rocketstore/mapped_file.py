@@ -141,6 +141,13 @@ class MappedFileQueue:
             os.makedirs(self.directory, exist_ok=True)
         names = sorted(n for n in os.listdir(self.directory)
                        if len(n) == FILE_NAME_DIGITS and n.isdigit())
+        try:
+            self._load(names)
+        except BaseException:
+            self.close()   # a refused store keeps no file or map open
+            raise
+
+    def _load(self, names: list) -> None:
         expected = None
         for name in names:
             start = int(name)

@@ -172,6 +172,10 @@ class MessageStore:
         try:
             self._open(commitlog_dir)
         except BaseException:
+            if getattr(self, "_core", None) is not None and not read_only:
+                self._core.close()
+            if getattr(self, "_segments", None) is not None:
+                self._segments.close()
             self._release_lock()
             raise
         self._closed = False
