@@ -40,43 +40,11 @@ cdef extern from "<time.h>" nogil:
     int clock_gettime(int clk, timespec *ts)
     int CLOCK_REALTIME
 
-cdef extern from "record.h" nogil:
-    ctypedef struct rs_record:
-        int32_t total_size
-        int32_t magic
-        int32_t body_crc
-        int32_t queue_id
-        int32_t flag
-        int64_t queue_offset
-        int64_t physical_offset
-        int32_t sys_flag
-        int64_t born_timestamp
-        uint8_t born_host[16]
-        int32_t born_port
-        int64_t store_timestamp
-        uint8_t store_host[16]
-        int32_t store_port
-        int32_t reconsume_times
-        int64_t prepared_transaction_offset
-        const uint8_t *body
-        int32_t body_len
-        const uint8_t *topic
-        int32_t topic_len
-        const uint8_t *properties
-        int32_t properties_len
-    int32_t RS_MAGIC_V1
-    int RS_END_FILE_MIN_BLANK
-    int RS_MAX_PROPERTIES_LENGTH
-    int RS_SYSFLAG_TRANSACTION_MASK
-    int RS_TRANSACTION_PREPARED_TYPE
-    int RS_TRANSACTION_ROLLBACK_TYPE
-    int RS_SYSFLAG_BORNHOST_V6
-    int RS_SYSFLAG_STOREHOST_V6
-    int64_t rs_record_length(int32_t body_len, int32_t topic_len, int32_t properties_len,
-                             int32_t sys_flag, int32_t magic)
-    int64_t rs_encode_record(uint8_t *dst, int64_t cap, const rs_record *r)
-    int32_t rs_body_crc(const uint8_t *body, int64_t len)
-    void rs_encode_blank(uint8_t *dst, int32_t max_blank)
+# The record layout and codec are declared once, in _codec.pxd (mirroring record.h).
+from _codec cimport (RS_END_FILE_MIN_BLANK, RS_MAGIC_V1, RS_MAX_PROPERTIES_LENGTH,
+                     RS_SYSFLAG_BORNHOST_V6, RS_SYSFLAG_STOREHOST_V6, RS_SYSFLAG_TRANSACTION_MASK,
+                     RS_TRANSACTION_PREPARED_TYPE, RS_TRANSACTION_ROLLBACK_TYPE, rs_body_crc,
+                     rs_encode_blank, rs_encode_record, rs_record, rs_record_length)
 
 cdef extern from "flusher.h" nogil:
     ctypedef struct rs_flusher:
