@@ -42,6 +42,7 @@ def _extensions():
         "_crc32": ["cext/_crc32.pyx", "cext/crc32.c"],
         "_codec": ["cext/_codec.pyx", "cext/crc32.c"],
         "_store": ["cext/_store.pyx", "cext/crc32.c", "cext/flusher.c"],
+        "_index": ["cext/_index.pyx"],
     }
     only = [m for m in os.environ.get("ROCKETSTORE_ONLY", "").split(",") if m]
     exts = []

@@ -8,7 +8,7 @@ def test_required_extensions_really_loaded():
         return
     assert _impl.COMPILED is not None
     assert _impl.DEFAULT is _impl.COMPILED
-    for twin in ("crc32", "codec", "store"):
+    for twin in _impl._TWINS:
         module = getattr(_impl.COMPILED, twin)
         assert module.__file__.endswith((".so", ".pyd")), module.__file__
 
@@ -21,5 +21,5 @@ def test_no_extensions_forces_the_pure_twins():
 
 
 def test_pure_twins_are_python_modules():
-    for twin in ("crc32", "codec", "store"):
+    for twin in _impl._TWINS:
         assert getattr(_impl.PURE, twin).__file__.endswith(".py")

@@ -4,7 +4,7 @@
 ``ROCKETSTORE_REQUIRE_EXTENSIONS=1`` turns a missing compiled module into an ImportError.
 
 Each implementation is an :class:`Implementation`: a named bundle of the twin modules
-(``crc32``, ``codec``, ``store``), so a store, or a test, can be pinned to one of them.
+(``crc32``, ``codec``, ``store``, ``index``), so a store, or a test, can be pinned to one of them.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ def _env_flag(name: str) -> bool:
 NO_EXTENSIONS = _env_flag("ROCKETSTORE_NO_EXTENSIONS")
 REQUIRE_EXTENSIONS = _env_flag("ROCKETSTORE_REQUIRE_EXTENSIONS")
 
-_TWINS = ("crc32", "codec", "store")
+_TWINS = ("crc32", "codec", "store", "index")
 
 
 class Implementation:
-    """The twin modules of one implementation: ``.crc32``, ``.codec``, ``.store``."""
+    """The twin modules of one implementation: ``.crc32``, ``.codec``, ``.store``, ``.index``."""
 
     __slots__ = ("name", "compiled") + _TWINS
 

@@ -1,0 +1,278 @@
+# cython: language_level=3, embedsignature=True
+"""IndexFile slot chaining (compiled twin of rocketstore._index_py).
+
+The format and the put / chain-walk code live in cext/index.h (plain C on the mapped bytes); this
+module wraps them for Python with the same names, exceptions and messages as the pure-Python twin,
+whose docstring carries the layout table.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+from _index cimport *
+
+import operator as _operator
+
+from rocketstore.errors import StoreConfigError, StoreReadOnlyError
+# Not hot paths: one definition, shared with the pure twin.
+from rocketstore._index_py import index_file_name, parse_index_file_name
+
+cdef extern from *:
+    """
+    /* PyUnicode_KIND/DATA need a "ready" string; 3.12+ has only ready strings and deprecates READY. */
+    #if PY_VERSION_HEX < 0x030C0000
+    #define rs_index_unicode_ready(o) PyUnicode_READY(o)
+    #else
+    #define rs_index_unicode_ready(o) 0
+    #endif
+    """
+    int rs_index_unicode_ready(object o) except -1
+
+__all__ = [
+    "IndexFile", "index_file_size", "index_file_name", "parse_index_file_name",
+    "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
+]
+
+# ---- constants, from index.h ----
+POS_BEGIN_TIMESTAMP = RS_INDEX_POS_BEGIN_TIMESTAMP
+POS_END_TIMESTAMP = RS_INDEX_POS_END_TIMESTAMP
+POS_BEGIN_PHY_OFFSET = RS_INDEX_POS_BEGIN_PHY_OFFSET
+POS_END_PHY_OFFSET = RS_INDEX_POS_END_PHY_OFFSET
+POS_HASH_SLOT_COUNT = RS_INDEX_POS_HASH_SLOT_COUNT
+POS_INDEX_COUNT = RS_INDEX_POS_INDEX_COUNT
+HEADER_SIZE = RS_INDEX_HEADER_SIZE
+HASH_SLOT_SIZE = RS_INDEX_HASH_SLOT_SIZE
+ITEM_POS_KEY_HASH = RS_INDEX_ITEM_POS_KEY_HASH
+ITEM_POS_PHY_OFFSET = RS_INDEX_ITEM_POS_PHY_OFFSET
+ITEM_POS_TIME_DIFF = RS_INDEX_ITEM_POS_TIME_DIFF
+ITEM_POS_PREV_INDEX = RS_INDEX_ITEM_POS_PREV_INDEX
+INDEX_ITEM_SIZE = RS_INDEX_INDEX_ITEM_SIZE
+DEFAULT_SLOT_COUNT = RS_INDEX_DEFAULT_SLOT_COUNT
+DEFAULT_INDEX_COUNT = RS_INDEX_DEFAULT_INDEX_COUNT
+INVALID_INDEX = RS_INDEX_INVALID_INDEX
+MAX_TIME_DIFF = RS_INDEX_MAX_TIME_DIFF
+
+# select() collects phyOffsets from C in batches of this many.
+cdef enum:
+    _SELECT_BATCH = 64
+
+
+def index_file_size(slots=DEFAULT_SLOT_COUNT, items=DEFAULT_INDEX_COUNT):
+    """Bytes of an index file: ``40 + 4*slots + 20*items`` (420,000,040 for the defaults)."""
+    return HEADER_SIZE + slots * HASH_SLOT_SIZE + items * INDEX_ITEM_SIZE
+
+
+cdef int32_t _key_hash(object key) except -1:
+    if not isinstance(key, str):
+        raise TypeError(f"index key must be str, not {type(key).__name__}")
+    rs_index_unicode_ready(key)
+    # the kinds are 1, 2 and 4: the bytes per code point
+    return rs_index_key_hash(PyUnicode_DATA(key), <int>PyUnicode_KIND(key), PyUnicode_GET_LENGTH(key))
+
+
+cdef int32_t _count_arg(str name, object value) except -1:
+    value = _operator.index(value)
+    if not 1 <= value <= 0x7FFFFFFF:
+        raise StoreConfigError(f"{name} must be in 1..{0x7FFFFFFF}, got {value}")
+    return <int32_t>value
+
+
+cdef class IndexFile:
+    """One index file over ``buffer`` (exactly ``index_file_size(slot_count, index_count)`` bytes).
+
+    A read-only buffer allows queries only. The buffer stays exported until :meth:`release`.
+    """
+
+    # The export pins the buffer: while held, ix.base stays valid (the map cannot be closed or
+    # resized), so every method may use it without re-checking anything but `held`.
+    cdef Py_buffer _view
+    cdef bint _held
+    cdef bint _writable
+    cdef rs_index_t _ix
+
+    def __init__(self, buffer, slot_count=DEFAULT_SLOT_COUNT, index_count=DEFAULT_INDEX_COUNT):
+        cdef int32_t slots = _count_arg("slot_count", slot_count)
+        cdef int32_t items = _count_arg("index_count", index_count)
+        cdef int64_t size = rs_index_file_size(slots, items)
+        cdef Py_ssize_t nbytes
+        self.release()
+        PyObject_GetBuffer(buffer, &self._view, PyBUF_SIMPLE)
+        if self._view.len != size:
+            nbytes = self._view.len
+            PyBuffer_Release(&self._view)
+            raise StoreConfigError(f"index file buffer is {nbytes} bytes, expected {size} "
+                                   f"for {slots} slots and {items} items")
+        self._held = True
+        self._writable = not self._view.readonly
+        self._ix.base = <uint8_t *>self._view.buf
+        self._ix.len = self._view.len
+        self._ix.slot_num = slots
+        self._ix.index_num = items
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._view)
+            self._held = False
+
+    # ---- lifetime ----
+
+    def release(self):
+        """Stop using the buffer and drop the export, so its map can be closed; idempotent."""
+        if self._held:
+            self._held = False
+            self._ix.base = NULL
+            self._ix.len = 0
+            PyBuffer_Release(&self._view)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+    cdef inline int _check(self) except -1:
+        if not self._held:
+            raise ValueError("IndexFile is released")
+        return 0
+
+    cdef inline int _check_writable(self) except -1:
+        self._check()
+        if not self._writable:
+            raise StoreReadOnlyError("index file buffer is read-only")
+        return 0
+
+    def __repr__(self):
+        if not self._held:
+            return f"<IndexFile slots={self._ix.slot_num} items={self._ix.index_num} released>"
+        return (f"<IndexFile slots={self._ix.slot_num} items={self._ix.index_num} "
+                f"index_count={self.index_count}>")
+
+    # ---- configuration and header ----
+
+    @property
+    def slot_num(self):
+        """Slots in the table (Java ``hashSlotNum``), as configured."""
+        return self._ix.slot_num
+
+    @property
+    def index_num(self):
+        """Items the file has room for, item 0 included (Java ``indexNum``), as configured."""
+        return self._ix.index_num
+
+    @property
+    def writable(self):
+        """Whether the buffer accepts puts."""
+        return self._writable
+
+    @property
+    def begin_timestamp(self):
+        self._check()
+        return rs_index_header_i64(&self._ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
+
+    @property
+    def end_timestamp(self):
+        self._check()
+        return rs_index_header_i64(&self._ix, RS_INDEX_POS_END_TIMESTAMP)
+
+    @property
+    def begin_phy_offset(self):
+        self._check()
+        return rs_index_header_i64(&self._ix, RS_INDEX_POS_BEGIN_PHY_OFFSET)
+
+    @property
+    def end_phy_offset(self):
+        self._check()
+        return rs_index_header_i64(&self._ix, RS_INDEX_POS_END_PHY_OFFSET)
+
+    @property
+    def hash_slot_count(self):
+        self._check()
+        return rs_index_header_i32(&self._ix, RS_INDEX_POS_HASH_SLOT_COUNT)
+
+    @property
+    def index_count(self):
+        """The next item number: 1 for an empty file (a header value <= 0 reads as 1)."""
+        self._check()
+        return rs_index_count(&self._ix)
+
+    @property
+    def is_full(self):
+        self._check()
+        return bool(rs_index_is_full(&self._ix))
+
+    def init_from(self, prev):
+        """Start where ``prev`` (the previous, full file) ended: begin = end = its end values (§5.4).
+
+        Like Java, each pair is set only when the previous value is > 0.
+        """
+        self._check_writable()
+        cdef int64_t end_phy = prev.end_phy_offset
+        cdef int64_t end_ts = prev.end_timestamp
+        if end_phy > 0:
+            rs_index_put_i64(self._ix.base + RS_INDEX_POS_BEGIN_PHY_OFFSET, end_phy)
+            rs_index_put_i64(self._ix.base + RS_INDEX_POS_END_PHY_OFFSET, end_phy)
+        if end_ts > 0:
+            rs_index_put_i64(self._ix.base + RS_INDEX_POS_BEGIN_TIMESTAMP, end_ts)
+            rs_index_put_i64(self._ix.base + RS_INDEX_POS_END_TIMESTAMP, end_ts)
+
+    def is_time_matched(self, int64_t begin, int64_t end):
+        """Whether ``[begin, end]`` overlaps the file's time range (Java ``isTimeMatched``)."""
+        self._check()
+        cdef int64_t file_begin = rs_index_header_i64(&self._ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
+        cdef int64_t file_end = rs_index_header_i64(&self._ix, RS_INDEX_POS_END_TIMESTAMP)
+        return ((begin < file_begin and end > file_end)
+                or file_begin <= begin <= file_end
+                or file_begin <= end <= file_end)
+
+    # ---- putKey ----
+
+    def put_key(self, key, int64_t phy_offset, int64_t store_timestamp):
+        """Index ``key`` for the record at ``phy_offset``; False when the file is full (§5.3)."""
+        self._check_writable()
+        return bool(rs_index_put(&self._ix, _key_hash(key), phy_offset, store_timestamp))
+
+    def put_keys(self, keys, int64_t phy_offset, int64_t store_timestamp):
+        """Index several keys of one record in order; returns how many fit (stops when full).
+
+        Every key is checked before the first is stored, so a bad key stores none.
+        """
+        self._check_writable()
+        cdef object seq = keys if type(keys) is list or type(keys) is tuple else list(keys)
+        cdef Py_ssize_t i, n
+        cdef object key
+        cdef bint is_list = type(seq) is list
+        for key in seq:
+            if not isinstance(key, str):
+                raise TypeError(f"index key must be str, not {type(key).__name__}")
+        n = PyList_GET_SIZE(seq) if is_list else PyTuple_GET_SIZE(seq)
+        for i in range(n):
+            key = <object>(PyList_GET_ITEM(seq, i) if is_list else PyTuple_GET_ITEM(seq, i))
+            if not rs_index_put(&self._ix, _key_hash(key), phy_offset, store_timestamp):
+                return i
+        return n
+
+    # ---- selectPhyOffset ----
+
+    def select(self, key, int64_t max_num, int64_t begin, int64_t end):
+        """Up to ``max_num`` phyOffsets of items whose key hash equals ``key``'s, stored within
+        ``[begin, end]`` (ms), newest first (Java ``selectPhyOffset``, §5.5).
+
+        Only hashes are compared: the caller re-checks the real key. A corrupt slot or chain
+        (pointer out of range, a cycle) ends the walk.
+        """
+        self._check()
+        cdef int32_t key_hash = _key_hash(key)
+        cdef rs_index_walk_t walk
+        cdef int64_t out[_SELECT_BATCH]
+        cdef int64_t got, i
+        cdef list found = []
+        rs_index_walk_start(&self._ix, &walk, key_hash, begin, end)
+        while max_num > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
+            got = rs_index_walk_next(&self._ix, &walk, out, max_num if max_num < _SELECT_BATCH else _SELECT_BATCH)
+            for i in range(got):
+                found.append(out[i])
+            max_num -= got
+        return found
