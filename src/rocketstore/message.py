@@ -7,10 +7,12 @@ dotted IPv4 or compressed IPv6, as :func:`socket.inet_ntop` renders it.
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Mapping, Optional
 
-__all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "PROPERTY_KEYS",
+__all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "validate_topic",
+           "is_valid_topic", "MAX_TOPIC_LENGTH", "PROPERTY_KEYS",
            "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "PROPERTY_WAIT", "PROPERTY_DELAY"]
 
 PROPERTY_KEYS = "KEYS"
@@ -18,6 +20,30 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_DELAY = "DELAY"
+
+
+#: RocketMQ's topic rule (TopicValidator): 1..127 characters of ``[%|a-zA-Z0-9_-]``.
+MAX_TOPIC_LENGTH = 127
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def is_valid_topic(topic) -> bool:
+    return (isinstance(topic, str) and 0 < len(topic) <= MAX_TOPIC_LENGTH
+            and _TOPIC_CHARS.fullmatch(topic) is not None)
+
+
+def validate_topic(topic) -> str:
+    """``topic`` if it follows RocketMQ's topic rule, else InvalidTopicError saying why."""
+    from rocketstore.errors import InvalidTopicError
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
+    if not topic:
+        raise InvalidTopicError("topic is empty")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic is {len(topic)} characters; the limit is {MAX_TOPIC_LENGTH}")
+    if _TOPIC_CHARS.fullmatch(topic) is None:
+        raise InvalidTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
+    return topic
 
 
 def host_to_bytes(ip: str) -> bytes:

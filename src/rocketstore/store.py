@@ -16,10 +16,8 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import random
-import re
 import threading
 from typing import Iterator, Mapping, Optional, Sequence
 
@@ -28,85 +26,19 @@ import numpy as np
 from rocketstore import _impl
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
+from rocketstore.configfiles import TopicConfigTable
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
-                                InvalidTopicError, MessageNotFoundError, StoreClosedError,
+                                MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
-                                 Message, MessageExt, host_to_bytes)
+                                 Message, MessageExt, host_to_bytes, validate_topic)
 
 __all__ = ["MessageStore", "open_store"]
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_LENGTH = 127
 _TX_MASK = 0x0C
 SCAN_CHUNK = 65536  # records per decode_batch call when scanning
 _TX_NOT_CONSUMING = (0x04, 0x0C)  # PREPARED, ROLLBACK: written with queue offset 0
-
-
-def validate_topic(topic) -> str:
-    """RocketMQ's topic rule: 1..127 characters of ``[%|a-zA-Z0-9_-]``."""
-    if not isinstance(topic, str):
-        raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
-    if not topic:
-        raise InvalidTopicError("topic is empty")
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic is {len(topic)} characters; the limit is {MAX_TOPIC_LENGTH}")
-    if not _TOPIC_RE.match(topic):
-        raise InvalidTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
-    return topic
-
-
-class _TopicTable:
-    """``config/topics.json`` in fastjson's layout (§10), with the ``.bak`` load fallback."""
-
-    def __init__(self, path: str, default_queues: int, read_only: bool):
-        self.path = path
-        self.default_queues = default_queues
-        self.read_only = read_only
-        self.topics: dict[str, dict] = {}
-        self.counter = 0
-        self.dirty = False
-        for candidate in (path, path + ".bak"):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    text = f.read()
-                data = json.loads(re.sub(r"([{,]\s*)(-?\d+)\s*:", r'\1"\2":', text))
-                self.topics = dict(data.get("topicConfigTable") or {})
-                self.counter = int((data.get("dataVersion") or {}).get("counter", 0))
-                break
-            except (OSError, ValueError, AttributeError, TypeError):
-                continue
-
-    def queues(self, topic: str) -> int:
-        entry = self.topics.get(topic)
-        if entry is None:
-            return 0
-        return int(entry.get("writeQueueNums") or entry.get("readQueueNums") or self.default_queues)
-
-    def create(self, topic: str, queues: int) -> None:
-        self.topics[topic] = {"order": False, "perm": 6, "readQueueNums": queues,
-                              "topicFilterType": "SINGLE_TAG", "topicName": topic,
-                              "topicSysFlag": 0, "writeQueueNums": queues}
-        self.counter += 1
-        self.dirty = True
-
-    def persist(self) -> None:
-        if self.read_only or not self.dirty:
-            return
-        import time
-        body = {"dataVersion": {"counter": self.counter, "timestamp": int(time.time() * 1000)},
-                "topicConfigTable": self.topics}
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(body, f, indent="\t", sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            os.replace(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
-        self.dirty = False
 
 
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
@@ -216,8 +148,8 @@ class MessageStore:
         self._abort_path = os.path.join(self.path, "abort")
         self.last_shutdown_clean = not os.path.exists(self._abort_path)
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
-        self._topics = _TopicTable(os.path.join(self.path, "config", "topics.json"),
-                                   cfg.default_queues, self.read_only)
+        self._topics = TopicConfigTable.open(os.path.join(self.path, "config", "topics.json"),
+                                             cfg.default_queues, self.read_only)
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
         # on a full disk); fallocated segments otherwise.
         preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)

@@ -1,0 +1,866 @@
+"""The broker's JSON config files under ``<root>/config/`` (spec §10), as fastjson 1.x writes them.
+
+fastjson is not strict JSON: a ``Map<Integer, …>`` is written with unquoted integer keys
+(``{0:250,1:250}``), and files are pretty-printed with tabs. :func:`loads_fastjson` is a small
+tokenizing parser that reads both quoted and unquoted keys (an unquoted integer key becomes a
+Python ``int``; text inside strings is never touched), and :func:`dumps_fastjson` writes exactly
+fastjson's pretty layout, ``int`` keys unquoted, so a Java broker reads the files back.
+
+:class:`ConfigFile` implements the ``.bak`` protocol (persist: ``<file>.tmp``, fsync, current
+file moved to ``<file>.bak``, tmp renamed over the file, directory fsynced; load: the file, else
+the ``.bak`` when the file is missing, empty or unparsable). Its subclasses are the four tables:
+
+=======================  ======================================================================
+ file                     class
+=======================  ======================================================================
+ topics.json              :class:`TopicConfigTable`
+ consumerOffset.json      :class:`ConsumerOffsetTable`
+ subscriptionGroup.json   :class:`SubscriptionGroupTable`
+ delayOffset.json         :class:`DelayOffsetTable`
+=======================  ======================================================================
+
+Fields a table does not know (5.x ``attributes``, ``forbiddenTable``, ``stateVersion`` …) are
+kept as read and written back. Bean properties and map entries are written sorted, as fastjson's
+default ``SortField`` feature does (it copies a HashMap into a TreeMap before writing).
+"""
+
+from __future__ import annotations
+
+import json.decoder
+import logging
+import math
+import os
+import re
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+from rocketstore.errors import (InvalidQueueIdError, StoreConfigError,
+                                StoreReadOnlyError)
+from rocketstore.message import validate_topic
+
+__all__ = [
+    "loads_fastjson", "dumps_fastjson", "ConfigFile", "TopicConfigTable", "ConsumerOffsetTable",
+    "DelayOffsetTable", "SubscriptionGroupTable", "TOPIC_GROUP_SEPARATOR",
+]
+
+log = logging.getLogger("rocketstore.configfiles")
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+# ---------------------------------------------------------------------------------------------
+# Lenient reader
+
+_WS = re.compile(r"[ \t\n\r\f\v\ufeff]*")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+_INT_KEY = re.compile(r"-?\d+")
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_LITERALS = {"true": True, "false": False, "null": None}
+_MAX_DEPTH = 512
+_scanstring = json.decoder.scanstring
+
+
+def loads_fastjson(text: str) -> Any:
+    """Parse fastjson output: JSON plus unquoted keys (integers become ``int``, identifiers
+    ``str``), any whitespace, trailing commas. Raises :class:`StoreConfigError` on bad input.
+    """
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StoreConfigError(f"config text is not UTF-8: {exc}") from None
+    if not isinstance(text, str):
+        raise StoreConfigError(f"config text must be str or bytes, not {type(text).__name__}")
+    parser = _Parser(text)
+    try:
+        value = parser.value(0)
+        parser.skip_ws()
+    except RecursionError:
+        raise StoreConfigError("config text is nested too deeply") from None
+    if parser.pos != len(text):
+        parser.fail("trailing text after the value")
+    return value
+
+
+class _Parser:
+    __slots__ = ("text", "pos")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+
+    def fail(self, what: str):
+        line = self.text.count("\n", 0, self.pos) + 1
+        raise StoreConfigError(f"bad fastjson at line {line}, offset {self.pos}: {what}")
+
+    def skip_ws(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()
+
+    def string(self) -> str:
+        try:
+            value, self.pos = _scanstring(self.text, self.pos + 1, False)
+        except ValueError as exc:
+            self.fail(f"bad string ({exc})")
+        return value
+
+    def value(self, depth: int) -> Any:
+        self.skip_ws()
+        text, pos = self.text, self.pos
+        if pos >= len(text):
+            self.fail("unexpected end of text")
+        ch = text[pos]
+        if ch == "{":
+            return self.obj(depth + 1)
+        if ch == "[":
+            return self.array(depth + 1)
+        if ch == '"':
+            return self.string()
+        m = _NUMBER.match(text, pos)
+        if m:
+            self.pos = m.end()
+            if m.group(1) is None and m.group(2) is None:
+                return int(m.group())
+            return float(m.group())
+        m = _IDENT.match(text, pos)
+        if m and m.group() in _LITERALS:
+            self.pos = m.end()
+            return _LITERALS[m.group()]
+        self.fail(f"unexpected {ch!r}")
+
+    def key(self) -> Any:
+        text, pos = self.text, self.pos
+        ch = text[pos] if pos < len(text) else ""
+        if ch == '"':
+            return self.string()
+        m = _INT_KEY.match(text, pos)
+        if m:
+            self.pos = m.end()
+            return int(m.group())
+        m = _IDENT.match(text, pos)
+        if m:
+            self.pos = m.end()
+            return m.group()
+        self.fail(f"expected a key, found {ch!r}" if ch else "expected a key, found the end")
+
+    def obj(self, depth: int) -> dict:
+        if depth > _MAX_DEPTH:
+            self.fail("nested too deeply")
+        self.pos += 1
+        result: dict = {}
+        text = self.text
+        while True:
+            self.skip_ws()
+            if self.pos < len(text) and text[self.pos] == "}":
+                self.pos += 1
+                return result
+            key = self.key()
+            self.skip_ws()
+            if self.pos >= len(text) or text[self.pos] != ":":
+                self.fail("expected ':' after a key")
+            self.pos += 1
+            result[key] = self.value(depth)
+            self.skip_ws()
+            if self.pos < len(text) and text[self.pos] == ",":
+                self.pos += 1
+            elif self.pos < len(text) and text[self.pos] == "}":
+                self.pos += 1
+                return result
+            else:
+                self.fail("expected ',' or '}'")
+
+    def array(self, depth: int) -> list:
+        if depth > _MAX_DEPTH:
+            self.fail("nested too deeply")
+        self.pos += 1
+        result: list = []
+        text = self.text
+        while True:
+            self.skip_ws()
+            if self.pos < len(text) and text[self.pos] == "]":
+                self.pos += 1
+                return result
+            result.append(self.value(depth))
+            self.skip_ws()
+            if self.pos < len(text) and text[self.pos] == ",":
+                self.pos += 1
+            elif self.pos < len(text) and text[self.pos] == "]":
+                self.pos += 1
+                return result
+            else:
+                self.fail("expected ',' or ']'")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writer
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
+
+
+def _escape_char(m: re.Match) -> str:
+    ch = m.group()
+    return _ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
+
+
+def _quote(s: str) -> str:
+    return '"' + _NEEDS_ESCAPE.sub(_escape_char, s) + '"'
+
+
+def dumps_fastjson(obj: Any, *, pretty: bool = True) -> str:
+    """Serialize like fastjson's ``toJSONString(obj, prettyFormat)``.
+
+    Pretty (fastjson's ``PrettyFormat``): tab indentation, no space after ``:``, no trailing
+    newline; each ``str``-keyed entry starts a new line while ``int`` keys (a Java
+    ``Map<Integer, …>``) are written unquoted on the same line, as in ``{0:250,1:249\\n\\t}``;
+    the closing brace of a non-empty map goes on its own line; lists of two or more items put
+    one item per line. Null map values are skipped (fastjson omits them). Map entries are written
+    in dict order: fastjson sorts them (``SortField``), so the tables pass sorted dicts. Keys
+    other than ``str``/``int`` raise :class:`StoreConfigError`. Non-ASCII text is written as is
+    (UTF-8 when saved); lone surrogates are ``\\u`` escaped.
+    """
+    out: list[str] = []
+    _write(obj, out, 0, pretty)
+    return "".join(out)
+
+
+def _write(obj: Any, out: list, depth: int, pretty: bool) -> None:
+    if depth > _MAX_DEPTH:
+        raise StoreConfigError("value is nested too deeply to write")
+    if obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(str(int(obj)))
+    elif isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise StoreConfigError(f"{obj!r} has no JSON form")
+        out.append(repr(obj))
+    elif isinstance(obj, str):
+        out.append(_quote(obj))
+    elif isinstance(obj, dict):
+        # MapSerializer: a str key starts a new line, an int key does not; null values are
+        # skipped; the closing brace goes on its own line whenever the map is not empty.
+        if not obj:
+            out.append("{}")
+            return
+        out.append("{")
+        first = True
+        for key, value in obj.items():
+            if value is None:
+                continue
+            if not first:
+                out.append(",")
+            first = False
+            if isinstance(key, str):
+                if pretty:
+                    out.append("\n" + "\t" * (depth + 1))
+                out.append(_quote(key))
+            elif isinstance(key, int) and not isinstance(key, bool):
+                out.append(str(int(key)))
+            else:
+                raise StoreConfigError(f"map key {key!r} is neither str nor int")
+            out.append(":")
+            _write(value, out, depth + 1, pretty)
+        if pretty:
+            out.append("\n" + "\t" * depth)
+        out.append("}")
+    elif isinstance(obj, (list, tuple)):
+        # ListSerializer: one item per line only when there are two or more
+        if not obj:
+            out.append("[]")
+            return
+        if len(obj) == 1 or not pretty:
+            out.append("[")
+            for i, value in enumerate(obj):
+                if i:
+                    out.append(",")
+                _write(value, out, depth, pretty)
+            out.append("]")
+            return
+        out.append("[")
+        for i, value in enumerate(obj):
+            if i:
+                out.append(",")
+            out.append("\n" + "\t" * (depth + 1))
+            _write(value, out, depth + 1, pretty)
+        out.append("\n" + "\t" * depth + "]")
+    else:
+        raise StoreConfigError(f"cannot write a {type(obj).__name__} as JSON")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files with the .bak protocol
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _camel(name: str) -> str:
+    """``retry_max_times`` → ``retryMaxTimes`` (camelCase names pass through)."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _bean(fields: dict) -> dict:
+    """A Java bean's properties as fastjson writes them: sorted by name, nulls omitted."""
+    return {k: fields[k] for k in sorted(fields) if fields[k] is not None}
+
+
+def _want_dict(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise StoreConfigError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _want_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and _INT_KEY.fullmatch(value):
+            return int(value)
+        raise StoreConfigError(f"{what} must be an integer, not {value!r}")
+    return value
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ConfigFile:
+    """A JSON config file with RocketMQ's ``.bak`` fallback (spec §10, persist protocol).
+
+    Subclasses define :attr:`FILE_NAME`, :meth:`reset` (the empty state), :meth:`decode`
+    (parsed JSON → state; must check everything before changing anything) and :meth:`encode`
+    (state → JSON object). Construction touches no file: call :meth:`load` (or use :meth:`open`).
+    """
+
+    FILE_NAME = ""
+
+    def __init__(self, path, *, read_only: bool = False):
+        self.path = os.fspath(path)
+        self.read_only = bool(read_only)
+        self.dirty = False
+        #: the file the state came from (``path``, ``path + ".bak"``) or None (defaults)
+        self.loaded_from: Optional[str] = None
+        self._lock = threading.RLock()
+        self._primary_ok = False
+        self._extra: dict = {}
+        self.reset()
+
+    @property
+    def bak_path(self) -> str:
+        return self.path + ".bak"
+
+    @classmethod
+    def open(cls, path, *args, **kwargs):
+        """Construct (same arguments as the class) and :meth:`load`."""
+        table = cls(path, *args, **kwargs)
+        table.load()
+        return table
+
+    @classmethod
+    def in_store(cls, root, *args, **kwargs):
+        """Open ``<root>/config/<FILE_NAME>``."""
+        return cls.open(os.path.join(os.fspath(root), "config", cls.FILE_NAME), *args, **kwargs)
+
+    # -- subclass hooks ---------------------------------------------------------------------
+    def reset(self) -> None:
+        """Set the empty state (no file yet)."""
+        self._extra = {}
+
+    def decode(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def encode(self) -> dict:
+        raise NotImplementedError
+
+    def _split_extra(self, data: Any, known: tuple) -> tuple[dict, dict]:
+        """(the known top-level properties, the others) of a parsed file."""
+        data = _want_dict(data, f"{self.FILE_NAME}")
+        return ({k: data.get(k) for k in known},
+                {k: v for k, v in data.items() if k not in known})
+
+    # -- text -------------------------------------------------------------------------------
+    def to_json(self, pretty: bool = True) -> str:
+        """The file's text as fastjson would write it."""
+        with self._lock:
+            return dumps_fastjson(self.encode(), pretty=pretty)
+
+    def from_json(self, text: str) -> None:
+        """Replace the state with the parsed ``text`` (no file involved)."""
+        with self._lock:
+            self.decode(loads_fastjson(text))
+
+    # -- load -------------------------------------------------------------------------------
+    def _try(self, path: str):
+        """('ok', parsed) | ('missing', None) | ('empty', None) | ('bad', error)."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return "missing", None
+        try:
+            text = raw.decode("utf-8")
+            if not text.strip():
+                return "empty", None
+            return "ok", loads_fastjson(text)
+        except (StoreConfigError, UnicodeDecodeError) as exc:
+            return "bad", exc
+
+    def load(self) -> bool:
+        """Read the file, else its ``.bak`` (file missing, empty or unparsable).
+
+        Returns True if a file was read, False if neither exists (empty state). Raises
+        :class:`StoreConfigError` when a file exists but neither it nor the ``.bak`` can be read:
+        rather than start empty and lose the table (RocketMQ refuses to start too).
+        """
+        with self._lock:
+            state, value = self._try(self.path)
+            if state == "ok":
+                try:
+                    self.decode(value)
+                except StoreConfigError as exc:
+                    state, value = "bad", exc
+                else:
+                    self._primary_ok, self.loaded_from, self.dirty = True, self.path, False
+                    return True
+            self._primary_ok = False
+            bak_state, bak_value = self._try(self.bak_path)
+            if bak_state == "ok":
+                try:
+                    self.decode(bak_value)
+                except StoreConfigError as exc:
+                    bak_state, bak_value = "bad", exc
+                else:
+                    log.warning("%s is %s; loaded %s", self.path, state, self.bak_path)
+                    self.loaded_from, self.dirty = self.bak_path, False
+                    return True
+            if state == "bad" or bak_state == "bad":
+                problems = []
+                if state == "bad":
+                    problems.append(f"{self.path}: {value}")
+                if bak_state == "bad":
+                    problems.append(f"{self.bak_path}: {bak_value}")
+                raise StoreConfigError("unreadable config file: " + "; ".join(problems))
+            self.reset()
+            self.loaded_from, self.dirty = None, False
+            return False
+
+    # -- persist ----------------------------------------------------------------------------
+    def persist(self, force: bool = False) -> bool:
+        """Write the file if it changed (or ``force``); True if written.
+
+        ``<file>.tmp`` is written and fsynced, the current file (if it is readable) becomes
+        ``<file>.bak``, the tmp file is renamed over ``<file>`` and the directory fsynced. At
+        every instant either the file or its ``.bak`` holds a complete table.
+        """
+        with self._lock:
+            if self.read_only:
+                raise StoreReadOnlyError(f"{self.path} was opened read-only")
+            if not (self.dirty or force):
+                return False
+            data = self.to_json().encode("utf-8")
+            directory = os.path.dirname(self.path) or "."
+            os.makedirs(directory, exist_ok=True)
+            tmp = self.path + ".tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # A garbage current file must not replace a good .bak.
+            if os.path.exists(self.path) and (self._primary_ok or self._try(self.path)[0] == "ok"):
+                os.replace(self.path, self.bak_path)
+            os.replace(tmp, self.path)
+            _fsync_dir(directory)
+            self._primary_ok, self.dirty = True, False
+            return True
+
+
+class _VersionedTable(ConfigFile):
+    """A table with a ``dataVersion`` bean: counter + timestamp, bumped on every change."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.data_version = {"counter": 0, "timestamp": _now_ms()}
+
+    def _decode_version(self, value) -> dict:
+        version = dict(_want_dict(value, "dataVersion"))
+        version["counter"] = _want_int(version.get("counter", 0), "dataVersion.counter")
+        version["timestamp"] = _want_int(version.get("timestamp", 0), "dataVersion.timestamp")
+        return version
+
+    @property
+    def counter(self) -> int:
+        return self.data_version["counter"]
+
+    def next_version(self) -> None:
+        """``DataVersion.nextVersion``: counter + 1, timestamp = now; marks the table dirty."""
+        self.data_version["counter"] += 1
+        self.data_version["timestamp"] = _now_ms()
+        self.dirty = True
+
+
+# -- topics.json -------------------------------------------------------------------------------
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+DEFAULT_PERM = PERM_READ | PERM_WRITE
+TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _check_topic(topic) -> str:
+    return validate_topic(topic)
+
+
+class TopicConfigTable(_VersionedTable):
+    """``topics.json``: ``dataVersion`` + ``topicConfigTable`` {topic: TopicConfig}."""
+
+    FILE_NAME = "topics.json"
+
+    def __init__(self, path, default_queues: int = 16, read_only: bool = False):
+        # same positional signature as store._TopicTable; call load() (or use open()) to read
+        self.default_queues = default_queues
+        super().__init__(path, read_only=read_only)
+
+    def reset(self) -> None:
+        super().reset()
+        self._topics: dict[str, dict] = {}
+
+    def decode(self, data) -> None:
+        known, extra = self._split_extra(data, ("dataVersion", "topicConfigTable"))
+        version = self._decode_version(known["dataVersion"])
+        topics = {}
+        for name, entry in _want_dict(known["topicConfigTable"], "topicConfigTable").items():
+            entry = dict(_want_dict(entry, f"topic {name!r}"))
+            for field in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
+                if field in entry:
+                    entry[field] = _want_int(entry[field], f"topic {name!r} {field}")
+            entry.setdefault("topicName", str(name))
+            topics[str(name)] = entry
+        self.data_version, self._topics, self._extra = version, topics, extra
+
+    def encode(self) -> dict:
+        return _bean({**self._extra, "dataVersion": _bean(self.data_version),
+                      "topicConfigTable": {name: _bean(self._topics[name]) for name in sorted(self._topics)}})
+
+    @property
+    def topics(self) -> dict[str, dict]:
+        """The live {topic: config} map; read it, change it through :meth:`create`/:meth:`delete`."""
+        return self._topics
+
+    def get(self, topic: str) -> Optional[dict]:
+        """A copy of the topic's config, or None."""
+        entry = self._topics.get(topic)
+        return dict(entry) if entry is not None else None
+
+    def queues(self, topic: str) -> int:
+        """The topic's write queue count (0 if the topic is unknown)."""
+        entry = self._topics.get(topic)
+        if entry is None:
+            return 0
+        return int(entry.get("writeQueueNums") or entry.get("readQueueNums") or self.default_queues)
+
+    def create(self, topic: str, queues: Optional[int] = None, *, read_queue_nums: Optional[int] = None,
+               write_queue_nums: Optional[int] = None, perm: int = DEFAULT_PERM,
+               topic_filter_type: str = "SINGLE_TAG", topic_sys_flag: int = 0,
+               order: bool = False) -> dict:
+        """Add or replace a topic (``updateTopicConfig``); bumps the data version."""
+        _check_topic(topic)
+        default = self.default_queues if queues is None else queues
+        read = default if read_queue_nums is None else read_queue_nums
+        write = default if write_queue_nums is None else write_queue_nums
+        for what, value in (("queue count", read), ("queue count", write), ("topicSysFlag", topic_sys_flag)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0x7FFFFFFF:
+                raise StoreConfigError(f"{what} {value!r} is not an int in 0 .. 2**31-1")
+        if isinstance(perm, bool) or not isinstance(perm, int) or not 0 <= perm <= 15:
+            raise StoreConfigError(f"perm {perm!r} is not a 4-bit int")
+        if topic_filter_type not in TOPIC_FILTER_TYPES:
+            raise StoreConfigError(
+                f"topicFilterType {topic_filter_type!r} is not one of {TOPIC_FILTER_TYPES}")
+        with self._lock:
+            entry = dict(self._topics.get(topic) or {})
+            entry.update(order=bool(order), perm=perm, readQueueNums=read, topicFilterType=topic_filter_type,
+                         topicName=topic, topicSysFlag=topic_sys_flag, writeQueueNums=write)
+            self._topics[topic] = entry
+            self.next_version()
+            return dict(entry)
+
+    def delete(self, topic: str) -> bool:
+        """Remove a topic; True if it existed."""
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self.next_version()
+            return True
+
+    def __contains__(self, topic) -> bool:
+        return topic in self._topics
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._topics))
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+
+# -- consumerOffset.json -----------------------------------------------------------------------
+
+def _check_name(name, what: str) -> str:
+    if not isinstance(name, str) or not name or TOPIC_GROUP_SEPARATOR in name:
+        raise StoreConfigError(f"{what} {name!r} must be a non-empty str without '@'")
+    return name
+
+
+def _check_qid(queue_id) -> int:
+    if isinstance(queue_id, bool) or not isinstance(queue_id, int) or queue_id < 0:
+        raise InvalidQueueIdError(f"queue id must be a non-negative int, not {queue_id!r}")
+    return queue_id
+
+
+def _check_offset(offset) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 1 << 63:
+        raise StoreConfigError(f"offset {offset!r} is not an int in 0 .. 2**63-1")
+    return offset
+
+
+def _int_map(value, what: str) -> dict[int, int]:
+    """A ``Map<Integer, Long>`` as read (int or digit-string keys), sorted by key."""
+    table = {}
+    for key, offset in _want_dict(value, what).items():
+        table[_want_int(key, f"{what} key")] = _want_int(offset, f"{what}[{key!r}]")
+    return dict(sorted(table.items()))
+
+
+class ConsumerOffsetTable(ConfigFile):
+    """``consumerOffset.json``: ``offsetTable`` {"topic@group": {queueId: next offset to consume}}.
+
+    5.x's derived ``groupTopicMap`` is dropped on load (it is derived, and ignored by brokers);
+    other extra properties are kept.
+    """
+
+    FILE_NAME = "consumerOffset.json"
+
+    def reset(self) -> None:
+        super().reset()
+        self._table: dict[str, dict[int, int]] = {}
+
+    def decode(self, data) -> None:
+        known, extra = self._split_extra(data, ("offsetTable",))
+        extra.pop("groupTopicMap", None)
+        table = {}
+        for key, offsets in _want_dict(known["offsetTable"], "offsetTable").items():
+            if not isinstance(key, str) or TOPIC_GROUP_SEPARATOR not in key:
+                raise StoreConfigError(f"offsetTable key {key!r} is not 'topic@group'")
+            table[key] = _int_map(offsets, f"offsetTable[{key!r}]")
+        self._table, self._extra = table, extra
+
+    def encode(self) -> dict:
+        return _bean({**self._extra, "offsetTable": {k: dict(sorted(self._table[k].items()))
+                                                      for k in sorted(self._table)}})
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return topic + TOPIC_GROUP_SEPARATOR + group
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``commitOffset``: the group's next offset to consume in (topic, queue_id)."""
+        key = self.key(_check_name(topic, "topic"), _check_name(group, "group"))
+        _check_qid(queue_id)
+        _check_offset(offset)
+        with self._lock:
+            offsets = self._table.setdefault(key, {})
+            previous = offsets.get(queue_id)
+            if previous is not None and offset < previous:
+                log.warning("offset of %s queue %d moves back from %d to %d", key, queue_id, previous, offset)
+            offsets[queue_id] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """``queryOffset``: the committed offset, -1 if none."""
+        offsets = self._table.get(self.key(topic, group))
+        if offsets is None:
+            return -1
+        return offsets.get(queue_id, -1)
+
+    def query_all(self, group: str, topic: str) -> dict[int, int]:
+        """{queue id: offset} of the group in the topic (a copy; empty if none)."""
+        return dict(self._table.get(self.key(topic, group)) or {})
+
+    def remove(self, group: str, topic: Optional[str] = None, queue_id: Optional[int] = None) -> bool:
+        """Forget a group's offsets: everywhere, in one topic, or of one queue. True if any."""
+        with self._lock:
+            removed = False
+            for key in list(self._table):
+                parts = key.split(TOPIC_GROUP_SEPARATOR)
+                if len(parts) < 2 or parts[1] != group or (topic is not None and parts[0] != topic):
+                    continue
+                if queue_id is None:
+                    del self._table[key]
+                    removed = True
+                elif self._table[key].pop(queue_id, None) is not None:
+                    removed = True
+                    if not self._table[key]:
+                        del self._table[key]
+            self.dirty |= removed
+            return removed
+
+    def groups(self, topic: Optional[str] = None) -> list[str]:
+        """Groups with offsets (in ``topic``, if given)."""
+        found = []
+        for key in list(self._table):
+            parts = key.split(TOPIC_GROUP_SEPARATOR)
+            if topic is None or parts[0] == topic:
+                found.append(parts[1])
+        return sorted(set(found))
+
+    def topics(self, group: Optional[str] = None) -> list[str]:
+        """Topics with offsets (of ``group``, if given)."""
+        found = []
+        for key in list(self._table):
+            parts = key.split(TOPIC_GROUP_SEPARATOR)
+            if group is None or parts[1] == group:
+                found.append(parts[0])
+        return sorted(set(found))
+
+    def items(self) -> Iterator[tuple[str, dict[int, int]]]:
+        """("topic@group", {queue id: offset}) pairs (copies)."""
+        return iter([(k, dict(v)) for k, v in list(self._table.items())])
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+# -- delayOffset.json --------------------------------------------------------------------------
+
+class DelayOffsetTable(ConfigFile):
+    """``delayOffset.json``: ``offsetTable`` {delay level: next offset in SCHEDULE_TOPIC_XXXX
+    queue level-1}."""
+
+    FILE_NAME = "delayOffset.json"
+
+    def reset(self) -> None:
+        super().reset()
+        self._table: dict[int, int] = {}
+
+    def decode(self, data) -> None:
+        known, extra = self._split_extra(data, ("offsetTable",))
+        self._table, self._extra = _int_map(known["offsetTable"], "offsetTable"), extra
+
+    def encode(self) -> dict:
+        return _bean({**self._extra, "offsetTable": dict(sorted(self._table.items()))})
+
+    def get(self, level: int) -> int:
+        """The level's next offset (0 if none yet, as ScheduleMessageService)."""
+        return self._table.get(level, 0)
+
+    def update(self, level: int, offset: int) -> None:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise StoreConfigError(f"delay level {level!r} is not a positive int")
+        _check_offset(offset)
+        with self._lock:
+            self._table[level] = offset
+            self.dirty = True
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        return iter(list(self._table.items()))
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+# -- subscriptionGroup.json --------------------------------------------------------------------
+
+#: 4.3's SubscriptionGroupConfig defaults (groupName added per group).
+SUBSCRIPTION_GROUP_DEFAULTS = {
+    "brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True,
+    "consumeFromMinEnable": True, "notifyConsumerIdsChangedEnable": True,
+    "retryMaxTimes": 16, "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1,
+}
+
+
+class SubscriptionGroupTable(_VersionedTable):
+    """``subscriptionGroup.json``: ``dataVersion`` + ``subscriptionGroupTable`` {group: config}."""
+
+    FILE_NAME = "subscriptionGroup.json"
+
+    def reset(self) -> None:
+        super().reset()
+        self._groups: dict[str, dict] = {}
+
+    def decode(self, data) -> None:
+        known, extra = self._split_extra(data, ("dataVersion", "subscriptionGroupTable"))
+        version = self._decode_version(known["dataVersion"])
+        groups = {}
+        for name, entry in _want_dict(known["subscriptionGroupTable"], "subscriptionGroupTable").items():
+            entry = dict(_want_dict(entry, f"group {name!r}"))
+            for field in ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly"):
+                if field in entry:
+                    entry[field] = _want_int(entry[field], f"group {name!r} {field}")
+            entry.setdefault("groupName", str(name))
+            groups[str(name)] = entry
+        self.data_version, self._groups, self._extra = version, groups, extra
+
+    def encode(self) -> dict:
+        return _bean({**self._extra, "dataVersion": _bean(self.data_version),
+                      "subscriptionGroupTable": {n: _bean(self._groups[n]) for n in sorted(self._groups)}})
+
+    def get(self, group: str) -> Optional[dict]:
+        """A copy of the group's config, or None."""
+        entry = self._groups.get(group)
+        return dict(entry) if entry is not None else None
+
+    def create(self, group: str, **fields) -> dict:
+        """Add or update a group; ``fields`` by Java or snake_case name (``retry_max_times=3``)."""
+        _check_name(group, "group")
+        updates = {_camel(k): v for k, v in fields.items()}
+        for field in ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly"):
+            value = updates.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise StoreConfigError(f"{field} must be an int, not {value!r}")
+        with self._lock:
+            entry = dict(self._groups.get(group) or {**SUBSCRIPTION_GROUP_DEFAULTS, "groupName": group})
+            entry.update(updates)
+            entry["groupName"] = group
+            self._groups[group] = entry
+            self.next_version()
+            return dict(entry)
+
+    def find_or_create(self, group: str) -> dict:
+        """The group's config, created with the defaults if missing (autoCreateSubscriptionGroup)."""
+        with self._lock:
+            entry = self._groups.get(group)
+            return dict(entry) if entry is not None else self.create(group)
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            if self._groups.pop(group, None) is None:
+                return False
+            self.next_version()
+            return True
+
+    def retry_max_times(self, group: str) -> int:
+        """The group's ``retryMaxTimes`` (16 when unknown)."""
+        entry = self._groups.get(group) or {}
+        return int(entry.get("retryMaxTimes", SUBSCRIPTION_GROUP_DEFAULTS["retryMaxTimes"]))
+
+    def __contains__(self, group) -> bool:
+        return group in self._groups
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._groups))
+
+    def __len__(self) -> int:
+        return len(self._groups)

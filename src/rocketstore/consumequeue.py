@@ -1,0 +1,763 @@
+"""ConsumeQueue: the per-(topic, queue) index of CommitLog positions (spec §4).
+
+Each queue is a directory ``<root>/consumequeue/<topic>/<queueId>/`` of fixed-size files named
+by the 20-digit start *byte* offset, holding 20-byte units; queue offset ``q`` lives at byte
+``q * 20``:
+
+=====  ======  ===============================================
+ pos    size    field (big-endian, signed)
+=====  ======  ===============================================
+   0      8     CommitLog offset of the record (long)
+   8      4     record size, = TOTALSIZE (int)
+  12      8     tagsCode: Java hash of TAGS, sign-extended (long)
+=====  ======  ===============================================
+
+A file holds ``units_per_file`` units (300,000 = 6,000,000 bytes in RocketMQ). A unit is valid
+iff ``commitlog_offset >= 0 and size > 0``; a zero-filled tail reads as invalid. The placeholder
+unit ``(0, 0x7FFFFFFF, 0)`` pads the head of a queue's first file when its first queue offset is
+not at a file start (§4.2 step 4); placeholders are valid but never part of ``[min_offset,
+max_offset)``.
+
+Lifetime: :meth:`ConsumeQueue.units` returns read-only numpy views into the map. A view keeps its
+map alive (Python's ``mmap`` refuses to unmap while exported), so closing or deleting a queue file
+never leaves a view pointing into unmapped memory; the memory is released with the last view.
+
+Versions: dispatch, recovery and ``maxPhysicOffset`` follow RocketMQ 5.x (duplicate iff
+``offset + size <= maxPhysicOffset``, which holds start + size); ``correct_min_offset`` is the
+5.x algorithm (last-unit check, then a binary search of the first file).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError,
+                                MessageNotFoundError, StoreClosedError, StoreConfigError,
+                                StoreReadOnlyError)
+from rocketstore.message import is_valid_topic, validate_topic
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
+
+__all__ = [
+    "CQ_UNIT_SIZE", "DEFAULT_CQ_UNITS", "DEFAULT_CQ_FILE_SIZE", "CQ_UNIT_DTYPE",
+    "PLACEHOLDER_SIZE", "PLACEHOLDER_UNIT", "encode_unit", "unit_location", "roll_next_file",
+    "ConsumeQueue", "ConsumeQueueStore",
+]
+
+log = logging.getLogger("rocketstore.consumequeue")
+
+# -- the unit layout, each field placed after the previous one ----------------------------------
+CQ_OFFSET_POS = 0
+CQ_OFFSET_SIZE = 8
+CQ_SIZE_POS = CQ_OFFSET_POS + CQ_OFFSET_SIZE          # 8
+CQ_SIZE_SIZE = 4
+CQ_TAGS_POS = CQ_SIZE_POS + CQ_SIZE_SIZE              # 12
+CQ_TAGS_SIZE = 8
+CQ_UNIT_SIZE = CQ_TAGS_POS + CQ_TAGS_SIZE             # 20
+
+DEFAULT_CQ_UNITS = 300_000
+DEFAULT_CQ_FILE_SIZE = DEFAULT_CQ_UNITS * CQ_UNIT_SIZE  # 6,000,000
+
+_UNIT = struct.Struct(">qiq")
+_LONG = struct.Struct(">q")
+assert _UNIT.size == CQ_UNIT_SIZE
+
+#: numpy view of a unit; views returned by :meth:`ConsumeQueue.units` have this dtype.
+CQ_UNIT_DTYPE = np.dtype({"names": ["commitlog_offset", "size", "tags_code"],
+                          "formats": [">i8", ">i4", ">i8"],
+                          "offsets": [CQ_OFFSET_POS, CQ_SIZE_POS, CQ_TAGS_POS],
+                          "itemsize": CQ_UNIT_SIZE})
+
+PLACEHOLDER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE
+PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def encode_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
+    """The 20 bytes of one unit."""
+    _check_unit(commitlog_offset, size, tags_code)
+    return _UNIT.pack(commitlog_offset, size, tags_code)
+
+
+def unit_location(queue_offset: int, units_per_file: int = DEFAULT_CQ_UNITS) -> tuple[str, int]:
+    """(file name, byte position in it) of queue offset ``queue_offset`` (§4.1)."""
+    if queue_offset < 0:
+        raise InvalidMessageError(f"queue offset {queue_offset} is negative")
+    byte = queue_offset * CQ_UNIT_SIZE
+    file_size = units_per_file * CQ_UNIT_SIZE
+    return offset_to_file_name(byte - byte % file_size), byte % file_size
+
+
+def roll_next_file(queue_offset: int, units_per_file: int = DEFAULT_CQ_UNITS) -> int:
+    """``rollNextFile``: the first queue offset of the file after the one holding ``queue_offset``."""
+    return queue_offset + units_per_file - queue_offset % units_per_file
+
+
+def _check_unit(commitlog_offset: int, size: int, tags_code: int) -> None:
+    if not 0 <= commitlog_offset <= _INT64_MAX:
+        raise InvalidMessageError(f"CommitLog offset {commitlog_offset} is outside 0 .. 2**63-1")
+    if not 0 < size <= PLACEHOLDER_SIZE:
+        raise InvalidMessageError(f"record size {size} is outside 1 .. 2**31-1")
+    if not _INT64_MIN <= tags_code <= _INT64_MAX:
+        raise InvalidMessageError(f"tagsCode {tags_code} does not fit a Java long")
+
+
+def _check_topic(topic) -> str:
+    return validate_topic(topic)
+
+
+def _check_queue_id(queue_id) -> int:
+    if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or queue_id < 0:
+        raise InvalidQueueIdError(f"queue id must be a non-negative int, not {queue_id!r}")
+    return int(queue_id)
+
+
+class _UnitFileQueue(MappedFileQueue):
+    """A :class:`MappedFileQueue` that can also drop files at either end (retention, truncation)."""
+
+    def drop_first(self) -> None:
+        with self._lock:
+            self.files.pop(0).destroy()
+
+    def drop_last(self) -> None:
+        with self._lock:
+            self.files.pop().destroy()
+
+    def forget_after(self, offset: int) -> None:
+        """Unmap (without deleting) every file that starts after ``offset``: read-only recovery."""
+        with self._lock:
+            while self.files and self.files[-1].file_from_offset > offset:
+                self.files.pop().close()
+
+
+def _file_units(mf: MappedFile, count: Optional[int] = None) -> np.ndarray:
+    """A numpy view of the first ``count`` units of ``mf`` (all of them by default).
+
+    The view holds an export of the map: keep it local, so it is released before anyone closes
+    the map.
+    """
+    if count is None:
+        count = mf.file_size // CQ_UNIT_SIZE
+    return np.frombuffer(memoryview(mf.mm).toreadonly(), dtype=CQ_UNIT_DTYPE, count=count)
+
+
+def _first_false(mask: np.ndarray) -> int:
+    """Index of the first False in a bool array, or its length when all are True."""
+    if mask.all():
+        return len(mask)
+    return int(np.argmin(mask))
+
+
+class ConsumeQueue:
+    """The consume queue of one (topic, queue id) under ``<root>/consumequeue/<topic>/<queueId>``.
+
+    Call :meth:`load` then :meth:`recover` to open an existing queue; a new queue needs neither
+    (its directory and first file are created by the first :meth:`append`). All methods are
+    thread-safe; ``units`` views may be read from any thread while the queue is appended to.
+    """
+
+    def __init__(self, root: str, topic: str, queue_id: int, units_per_file: int = DEFAULT_CQ_UNITS,
+                 read_only: bool = False, *, preallocate: bool = True):
+        self.topic = _check_topic(topic)
+        self.queue_id = _check_queue_id(queue_id)
+        if isinstance(units_per_file, bool) or not isinstance(units_per_file, int) or units_per_file < 1:
+            raise StoreConfigError(f"units_per_file must be a positive int, not {units_per_file!r}")
+        self.units_per_file = units_per_file
+        self.file_size = units_per_file * CQ_UNIT_SIZE
+        self.read_only = bool(read_only)
+        self.directory = os.path.join(os.fspath(root), "consumequeue", topic, str(self.queue_id))
+        self._files = _UnitFileQueue(self.directory, self.file_size, read_only=self.read_only,
+                                     preallocate=preallocate)
+        self._lock = threading.RLock()
+        self._min_logic = 0      # minLogicOffset, in bytes
+        self._max_physic = -1    # 5.x maxPhysicOffset: start + size of the last unit written
+        self._flushed = 0        # byte offset below which every unit has been msynced
+        self._closed = False
+
+    # -- opening ------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the queue's files (checking names, sizes and contiguity); :meth:`recover` next.
+
+        Until :meth:`recover` runs, every file counts as full (as RocketMQ's ``load``).
+        """
+        with self._lock:
+            self._check_open()
+            self._files.load()
+            for mf in self._files.files:
+                mf.wrote_position = self.file_size
+            self._min_logic = self._files.min_offset
+            self._flushed = self._end()
+
+    def recover(self) -> int:
+        """§4.4: find the end of valid units from the third-last file on; drop the files after it.
+
+        Returns the queue's max physical offset as RocketMQ 5.x computes it (start + size of the
+        last valid unit), or -1 when the queue holds no unit pointing into the CommitLog.
+        Also sets ``min_offset`` to the first unit that is not a placeholder.
+        """
+        with self._lock:
+            self._check_open()
+            files = self._files.files
+            if not files:
+                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
+                return -1
+            first_scanned = max(0, len(files) - 3)
+            for mf in files[:first_scanned]:
+                mf.wrote_position = self.file_size
+            end = files[first_scanned].file_from_offset
+            for mf in files[first_scanned:]:
+                arr = _file_units(mf)
+                valid = _first_false((arr["commitlog_offset"] >= 0) & (arr["size"] > 0))
+                del arr
+                mf.wrote_position = valid * CQ_UNIT_SIZE
+                end = mf.file_from_offset + mf.wrote_position
+                if valid < self.units_per_file:
+                    break
+            if self.read_only:
+                self._files.forget_after(end)
+            else:
+                self._files.truncate_after(end)
+            self._flushed = end
+            self._max_physic = self._last_physic_end()
+            self._min_logic = self._first_real_logic()
+            return self._max_physic
+
+    # -- bounds -------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """The smallest queue offset still readable (``minLogicOffset / 20``)."""
+        return self._min_logic // CQ_UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last queue offset written (``maxOffsetInQueue``)."""
+        return self._end() // CQ_UNIT_SIZE
+
+    @property
+    def max_physic_offset(self) -> int:
+        """5.x ``maxPhysicOffset``: start + size of the last record dispatched (-1: none)."""
+        return self._max_physic
+
+    @property
+    def file_count(self) -> int:
+        """How many files the queue maps."""
+        return len(self._files.files)
+
+    def roll_next_file(self, queue_offset: int) -> int:
+        """The first queue offset of the file after the one holding ``queue_offset``."""
+        return roll_next_file(queue_offset, self.units_per_file)
+
+    def _end(self) -> int:
+        try:
+            last = self._files.files[-1]
+        except IndexError:  # no file (read without the lock: the list may empty meanwhile)
+            return 0
+        return last.file_from_offset + last.wrote_position
+
+    def _last_physic_end(self) -> int:
+        """start + size of the last unit, -1 for none or a placeholder."""
+        end = self._end()
+        mf = self._files.find(end - CQ_UNIT_SIZE) if end >= CQ_UNIT_SIZE else None
+        if mf is None:
+            return -1
+        offset, size, _ = _UNIT.unpack_from(mf.mm, end - CQ_UNIT_SIZE - mf.file_from_offset)
+        if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0:
+            return -1
+        return offset + size
+
+    def _first_real_logic(self) -> int:
+        """Byte offset of the first unit of the first file that is not a placeholder."""
+        files = self._files.files
+        if not files:
+            return 0
+        first = files[0]
+        n = first.wrote_position // CQ_UNIT_SIZE
+        if n == 0 or _UNIT.unpack_from(first.mm, 0)[:2] != (0, PLACEHOLDER_SIZE):
+            return first.file_from_offset
+        arr = _file_units(first, n)
+        leading = _first_false((arr["commitlog_offset"] == 0) & (arr["size"] == PLACEHOLDER_SIZE))
+        return first.file_from_offset + leading * CQ_UNIT_SIZE
+
+    # -- writing (dispatch, §4.2) -------------------------------------------------------------
+    def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Dispatch one record's unit at ``queue_offset``; True if written, False if skipped.
+
+        Skipped (as RocketMQ returns success without writing): a duplicate
+        (``commitlog_offset + size <= max_physic_offset``), or a unit "built repeatedly"
+        (``queue_offset`` below the end). A ``queue_offset`` above the end logs a warning and the
+        unit is written at the end, as RocketMQ does. The first unit of an empty queue at a
+        non-zero offset pads its file with placeholders and sets ``min_offset`` there.
+        """
+        if queue_offset < 0:
+            raise InvalidMessageError(f"queue offset {queue_offset} is negative")
+        _check_unit(commitlog_offset, size, tags_code)
+        with self._lock:
+            self._check_writable()
+            return self._append_one(queue_offset, commitlog_offset, size, tags_code)
+
+    def _append_one(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        if commitlog_offset + size <= self._max_physic:
+            return False
+        expect = queue_offset * CQ_UNIT_SIZE
+        mf = self._file_for_append(expect)
+        end = mf.file_from_offset + mf.wrote_position
+        if expect < end:
+            log.warning("consume queue %s-%d built repeatedly: unit at %d is below the end %d",
+                        self.topic, self.queue_id, queue_offset, end // CQ_UNIT_SIZE)
+            return False
+        if expect > end:
+            log.warning("[BUG] consume queue %s-%d order maybe wrong: expected offset %d, end %d",
+                        self.topic, self.queue_id, queue_offset, end // CQ_UNIT_SIZE)
+        _UNIT.pack_into(mf.mm, mf.wrote_position, commitlog_offset, size, tags_code)
+        mf.wrote_position += CQ_UNIT_SIZE
+        self._max_physic = commitlog_offset + size
+        return True
+
+    def _is_empty(self) -> bool:
+        """True when the queue holds no unit at all (no file, or one file with nothing valid)."""
+        files = self._files.files
+        return not files or (len(files) == 1 and files[0].wrote_position == 0)
+
+    def _file_for_append(self, expect: int) -> MappedFile:
+        """The file the next unit goes into: the last one, the next one, or a queue's first."""
+        files = self._files.files
+        if self._is_empty():
+            start = expect - expect % self.file_size
+            if files and files[0].file_from_offset != start:
+                self._files.drop_last()   # an empty leftover (crash, truncation) elsewhere
+            os.makedirs(self.directory, exist_ok=True)
+            mf = self._files.segment_at(start)
+            pad = (expect - start) // CQ_UNIT_SIZE
+            if pad:
+                mf.mm[:pad * CQ_UNIT_SIZE] = PLACEHOLDER_UNIT * pad
+                mf.wrote_position = pad * CQ_UNIT_SIZE
+            self._min_logic = expect
+            self._flushed = min(self._flushed, start)
+            return mf
+        last = files[-1]
+        if last.wrote_position >= self.file_size:
+            return self._files.segment_at(last.end_offset)
+        return last
+
+    def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
+        """Dispatch many units (equal-length sequences or arrays); returns how many were written.
+
+        Each unit follows the rules of :meth:`append`; runs of units that continue the queue in
+        order are copied into the map in one numpy assignment per file. The arguments are all
+        checked before anything is written.
+        """
+        try:
+            q = np.asarray(queue_offsets, dtype=np.int64).reshape(-1)
+            phys = np.asarray(commitlog_offsets, dtype=np.int64).reshape(-1)
+            sz = np.asarray(sizes, dtype=np.int64).reshape(-1)
+            tags = np.asarray(tags_codes, dtype=np.int64).reshape(-1)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InvalidMessageError(f"append_many needs integer arrays: {exc}") from None
+        n = len(q)
+        if not len(phys) == len(sz) == len(tags) == n:
+            raise InvalidMessageError("append_many needs four sequences of the same length")
+        if n == 0:
+            return 0
+        if (q < 0).any():
+            raise InvalidMessageError("a queue offset is negative")
+        if (phys < 0).any():
+            raise InvalidMessageError("a CommitLog offset is negative")
+        if ((sz <= 0) | (sz > PLACEHOLDER_SIZE)).any():
+            raise InvalidMessageError("a record size is outside 1 .. 2**31-1")
+        if (phys > _INT64_MAX - sz).any():
+            raise InvalidMessageError("a CommitLog offset + size overflows a Java long")
+        ends = phys + sz
+        # in_order[j]: unit j+1 continues unit j (next queue offset, not a duplicate of it)
+        in_order = (np.diff(q) == 1) & (np.diff(ends) > 0)
+        written = 0
+        with self._lock:
+            self._check_writable()
+            i = 0
+            while i < n:
+                end = self._end()
+                if (self._is_empty() or int(q[i]) * CQ_UNIT_SIZE != end
+                        or int(ends[i]) <= self._max_physic):
+                    written += self._append_one(int(q[i]), int(phys[i]), int(sz[i]), int(tags[i]))
+                    i += 1
+                    continue
+                mf = self._file_for_append(end)
+                room = (self.file_size - mf.wrote_position) // CQ_UNIT_SIZE
+                k = min(room, n - i)
+                k = 1 + _first_false(in_order[i:i + k - 1])
+                dst = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=k, offset=mf.wrote_position)
+                dst["commitlog_offset"] = phys[i:i + k]
+                dst["size"] = sz[i:i + k]
+                dst["tags_code"] = tags[i:i + k]
+                del dst
+                mf.wrote_position += k * CQ_UNIT_SIZE
+                self._max_physic = int(ends[i + k - 1])
+                written += k
+                i += k
+        return written
+
+    # -- reading ------------------------------------------------------------------------------
+    def _locate(self, queue_offset: int) -> tuple[MappedFile, int]:
+        if not self.min_offset <= queue_offset < self.max_offset:
+            raise MessageNotFoundError(
+                f"queue offset {queue_offset} is outside [{self.min_offset}, {self.max_offset}) "
+                f"of {self.topic}-{self.queue_id}")
+        byte = queue_offset * CQ_UNIT_SIZE
+        mf = self._files.find(byte)
+        if mf is None:
+            raise MessageNotFoundError(f"the file of queue offset {queue_offset} is gone")
+        return mf, byte - mf.file_from_offset
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """(commitlog_offset, size, tags_code) at ``queue_offset`` in ``[min_offset, max_offset)``."""
+        with self._lock:
+            self._check_open()
+            mf, pos = self._locate(queue_offset)
+            return _UNIT.unpack_from(mf.mm, pos)
+
+    def units(self, start: int, count: int) -> np.ndarray:
+        """Up to ``count`` units from queue offset ``start``, as a zero-copy read-only view.
+
+        The array (dtype :data:`CQ_UNIT_DTYPE`) is a view into the file's map: it stops at the
+        end of the file holding ``start`` and at ``max_offset``, so it may be shorter than
+        ``count``; callers loop from ``start + len(view)``. ``start == max_offset`` gives an
+        empty array; a ``start`` outside ``[min_offset, max_offset]`` raises
+        :class:`MessageNotFoundError`. The view keeps the map alive after the queue is closed or
+        its file deleted (see the module docstring).
+        """
+        if count < 0:
+            raise InvalidMessageError(f"count {count} is negative")
+        with self._lock:
+            self._check_open()
+            if start == self.max_offset and start >= self.min_offset:
+                return np.empty(0, dtype=CQ_UNIT_DTYPE)
+            mf, pos = self._locate(start)
+            count = min(count, (mf.wrote_position - pos) // CQ_UNIT_SIZE)
+            return np.frombuffer(mf.view(pos, count * CQ_UNIT_SIZE), dtype=CQ_UNIT_DTYPE)
+
+    def iter_units(self, start: Optional[int] = None, stop: Optional[int] = None,
+                   chunk: int = 65536) -> Iterator[tuple[int, np.ndarray]]:
+        """(first queue offset, view) chunks covering ``[start, stop)`` (default: the whole queue)."""
+        offset = self.min_offset if start is None else start
+        while True:
+            limit = self.max_offset if stop is None else min(stop, self.max_offset)
+            if offset >= limit:
+                return
+            view = self.units(offset, min(chunk, limit - offset))
+            if not len(view):
+                return
+            yield offset, view
+            offset += len(view)
+
+    def offset_of_time(self, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (ms).
+
+        ``store_time_of(commitlog_offset)`` returns a record's store timestamp, or None when the
+        record is gone (it then counts as older). Binary search over ``[min_offset, max_offset)``,
+        so store times must not decrease along the queue (true for one writer). Returns
+        ``max_offset`` when every message is older (5.x ``BoundaryType.LOWER`` semantics).
+        """
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                commitlog_offset = self.unit(mid)[0]
+            except MessageNotFoundError:  # deleted under us: older than anything left
+                lo = mid + 1
+                continue
+            stored = store_time_of(commitlog_offset)
+            if stored is None or stored < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- recovery against the CommitLog and retention -----------------------------------------
+    def truncate_dirty(self, process_offset: int) -> None:
+        """§4.4 ``truncateDirtyLogicFiles``: cut every unit pointing at or past ``process_offset``.
+
+        Works back from the last file: a file whose first unit points at or past the end is
+        deleted; otherwise the queue ends before the first unit that is invalid or points past
+        it. Unlike RocketMQ the cut-off units are zeroed, so a crash before they are overwritten
+        cannot bring them back.
+        """
+        with self._lock:
+            self._check_writable()
+            files = self._files.files
+            while files:
+                mf = files[-1]
+                arr = _file_units(mf)
+                offsets, sizes = arr["commitlog_offset"], arr["size"]
+                if offsets[0] >= process_offset:
+                    del arr, offsets, sizes
+                    self._files.drop_last()
+                    continue
+                plain_valid = (offsets >= 0) & (sizes > 0)
+                keep = _first_false(plain_valid & (offsets < process_offset))
+                stale_end = keep + _first_false(plain_valid[keep:])
+                del arr, offsets, sizes, plain_valid
+                mf.wrote_position = keep * CQ_UNIT_SIZE
+                if stale_end > keep:
+                    lo, hi = keep * CQ_UNIT_SIZE, stale_end * CQ_UNIT_SIZE
+                    mf.mm[lo:hi] = bytes(hi - lo)
+                    aligned = lo - lo % mmap.PAGESIZE
+                    mf.mm.flush(aligned, hi - aligned)
+                break
+            end = self._end()
+            self._flushed = min(self._flushed, end)
+            self._max_physic = self._last_physic_end()
+            self._min_logic = min(self._min_logic, end) if files else 0
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """§4.5, the 5.x algorithm: ``min_offset`` := the first unit pointing at or past
+        ``min_commitlog_offset``.
+
+        When even the last unit points below it, the queue has no live entry and
+        ``min_offset = max_offset``. Otherwise the first file is binary-searched from the current
+        ``min_offset`` (placeholders skipped); ``min_offset`` never moves back.
+        """
+        with self._lock:
+            self._check_open()
+            files = self._files.files
+            end = self._end()
+            if not files or self._min_logic >= end:
+                return
+            last_mf = self._files.find(end - CQ_UNIT_SIZE)
+            if last_mf is None:
+                return
+            last_offset = _LONG.unpack_from(last_mf.mm, end - CQ_UNIT_SIZE - last_mf.file_from_offset)[0]
+            if last_offset < min_commitlog_offset:
+                self._min_logic = end
+                return
+            first = files[0]
+            lo = max(self._min_logic, self._first_real_logic()) - first.file_from_offset
+            hi = first.wrote_position
+            if lo > hi:
+                return
+            lo //= CQ_UNIT_SIZE
+            hi //= CQ_UNIT_SIZE
+            mm = first.mm
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _LONG.unpack_from(mm, mid * CQ_UNIT_SIZE)[0] < min_commitlog_offset:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            self._min_logic = max(self._min_logic, first.file_from_offset + lo * CQ_UNIT_SIZE)
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """§4.6 ``deleteExpiredFileByOffset``: delete leading files whose last unit points below
+        ``min_phy_offset`` (never the last file), then :meth:`correct_min_offset`.
+
+        Returns the number of files deleted.
+        """
+        deleted = 0
+        with self._lock:
+            self._check_writable()
+            files = self._files.files
+            while len(files) > 1:
+                mf = files[0]
+                last_offset = _LONG.unpack_from(mf.mm, self.file_size - CQ_UNIT_SIZE)[0]
+                if last_offset >= min_phy_offset:
+                    break
+                self._files.drop_first()
+                deleted += 1
+            self.correct_min_offset(min_phy_offset)
+        return deleted
+
+    # -- durability and lifetime --------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """msync the units written since the last flush; True if anything was flushed.
+
+        With ``least_pages`` > 0, flush only when at least that many 4 KiB pages are dirty
+        (``flushConsumeQueueLeastPages``).
+        """
+        with self._lock:
+            if self._closed or self.read_only:
+                return False
+            end = self._end()
+            if end <= self._flushed:
+                return False
+            page = 4096
+            if least_pages > 0 and end // page - self._flushed // page < least_pages:
+                return False
+            for mf in self._files.files:
+                lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
+                hi = min(end, mf.end_offset) - mf.file_from_offset
+                if hi <= lo or mf.mm is None:
+                    continue
+                aligned = lo - lo % mmap.PAGESIZE
+                mf.mm.flush(aligned, hi - aligned)
+            self._flushed = end
+            return True
+
+    def close(self) -> None:
+        """Flush and unmap; views from :meth:`units` stay readable until released."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.flush()
+            finally:
+                self._closed = True
+                self._files.close()
+
+    def destroy(self) -> None:
+        """Delete every file of the queue and its directory (``ConsumeQueue.destroy``)."""
+        with self._lock:
+            self._check_writable()
+            while self._files.files:
+                self._files.drop_last()
+            self._closed = True
+            self._files.close()
+            try:
+                os.rmdir(self.directory)
+            except OSError:
+                pass
+            self._min_logic, self._max_physic, self._flushed = 0, -1, 0
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"consume queue {self.topic}-{self.queue_id} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(f"consume queue {self.topic}-{self.queue_id} is read-only")
+
+    def __enter__(self) -> "ConsumeQueue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<ConsumeQueue {self.topic}-{self.queue_id} [{self.min_offset}, {self.max_offset})"
+                f" files={self.file_count}>")
+
+
+class ConsumeQueueStore:
+    """Every consume queue under ``<root>/consumequeue``, keyed by (topic, queue id).
+
+    The constructor maps every ``consumequeue/<topic>/<queueId>`` directory (skipping names that
+    are not a topic or an integer queue id); call :meth:`recover` next, as the store does.
+    """
+
+    def __init__(self, root: str, units_per_file: int = DEFAULT_CQ_UNITS, read_only: bool = False,
+                 *, preallocate: bool = True):
+        self.root = os.fspath(root)
+        self.directory = os.path.join(self.root, "consumequeue")
+        self.units_per_file = units_per_file
+        self.read_only = bool(read_only)
+        self.preallocate = preallocate
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+        self.load()
+
+    def load(self) -> None:
+        """Map every queue on disk (a queue already loaded is kept)."""
+        try:
+            topics = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return
+        try:
+            for topic in topics:
+                topic_dir = os.path.join(self.directory, topic)
+                if not os.path.isdir(topic_dir) or not is_valid_topic(topic):
+                    continue
+                for name in sorted(os.listdir(topic_dir)):
+                    if not (name.isascii() and name.isdigit()) or \
+                            not os.path.isdir(os.path.join(topic_dir, name)):
+                        continue
+                    key = (topic, int(name))
+                    if key in self._queues:
+                        continue
+                    cq = ConsumeQueue(self.root, topic, key[1], self.units_per_file, self.read_only,
+                                      preallocate=self.preallocate)
+                    cq.load()
+                    self._queues[key] = cq
+        except BaseException:
+            self.close()
+            raise
+
+    def recover(self) -> int:
+        """Recover every queue (§4.4); returns the max physical offset over all (-1: none)."""
+        return max((cq.recover() for cq in self), default=-1)
+
+    def truncate_dirty(self, process_offset: int) -> None:
+        """``truncateDirtyLogicFiles(process_offset)`` on every queue."""
+        for cq in self:
+            cq.truncate_dirty(process_offset)
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """:meth:`ConsumeQueue.correct_min_offset` on every queue."""
+        for cq in self:
+            cq.correct_min_offset(min_commitlog_offset)
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """``deleteExpiredFile`` on every queue; returns the number of files deleted."""
+        return sum(cq.delete_expired(min_phy_offset) for cq in self)
+
+    def get(self, topic: str, queue_id: int) -> Optional[ConsumeQueue]:
+        """The queue, or None when it does not exist (``NO_MATCHED_LOGIC_QUEUE``)."""
+        return self._queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue of (topic, queue_id), created empty (nothing on disk yet) if missing."""
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is not None:
+            return cq
+        with self._lock:
+            cq = self._queues.get(key)
+            if cq is None:
+                cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self.read_only,
+                                  preallocate=self.preallocate)
+                self._queues[key] = cq
+            return cq
+
+    def topics(self) -> list[str]:
+        """The topics that have at least one queue, sorted."""
+        return sorted({topic for topic, _ in self._queues})
+
+    def max_offsets(self) -> dict[tuple[str, int], int]:
+        """{(topic, queue id): max_offset} of every queue."""
+        with self._lock:
+            queues = list(self._queues.items())
+        return {key: cq.max_offset for key, cq in queues}
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush every queue; True if any had something to flush."""
+        flushed = False
+        for cq in self:
+            flushed |= cq.flush(least_pages)
+        return flushed
+
+    def close(self) -> None:
+        """Flush and close every queue."""
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for cq in queues:
+            cq.close()
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        with self._lock:
+            return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def __contains__(self, key) -> bool:
+        return key in self._queues
+
+    def __enter__(self) -> "ConsumeQueueStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
