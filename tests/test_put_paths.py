@@ -93,3 +93,12 @@ def test_store_host_default_is_an_ipv4_address(impl, tmp_path):
     with _open(impl, tmp_path / "s") as store:
         assert len(host_to_bytes(store.config.store_host)) == 4
         assert store.config.store_port == 10911
+
+
+@pytest.mark.parametrize("topic", ["T\n", "T ", "%RETRY%g#1", "é"])
+def test_topics_outside_rocketmq_rule_are_refused_on_both_twins(impl, tmp_path, topic):
+    from rocketstore.errors import InvalidTopicError
+    with _open(impl, tmp_path / "s") as store:
+        with pytest.raises(InvalidTopicError):
+            store.put(topic, b"x")
+        assert store.max_offset == 0
