@@ -1,0 +1,479 @@
+"""IndexService: the ``<root>/index/`` directory of IndexFiles (spec §5.4, §5.5).
+
+Message keys (``topic#UNIQ_KEY`` and each ``KEYS`` token) map to CommitLog offsets through a
+list of fixed-size index files, oldest first; only the last one is written. Each file is exactly
+``index_file_size(slot_count, index_count)`` bytes (420,000,040 for RocketMQ's defaults),
+created **sparse** and memory-mapped, and named by its creation time ``yyyyMMddHHmmssSSS``
+(local time), so name order is creation order. The slot chaining itself is the hot path of the
+chosen twin's :class:`IndexFile` (``rocketstore._index`` or ``rocketstore._index_py``); this
+module decides which file, when to roll, what to delete, and in which order to query.
+
+Rolling: when the last file is full, a new file starts where it ended (``init_from``: begin =
+end = the full file's end timestamp and phyOffset), the full file is msynced, and its end
+timestamp is reported (``on_file_full`` callback and the return value of :meth:`IndexService.build_index`)
+so the store can set ``checkpoint.indexMsgTimestamp`` to it (§6). After an abnormal shutdown,
+:meth:`IndexService.load` deletes every file whose end timestamp is newer than that checkpoint value;
+re-dispatch rebuilds their entries.
+
+Durability: index pages reach the disk when a file fills, on :meth:`IndexService.flush` and on
+:meth:`IndexService.close` (5.x; 4.3 leaves them to the page cache). A sparse map has no blocks
+reserved: on a full disk, the kernel would fault a write into it (as with Java's index files).
+
+Queries return *candidates*: only 31-bit key hashes are compared, so the caller re-checks the
+real key and topic of each record it reads.
+
+Thread safety: every public method takes one lock, so queries, builds, deletion and close may be
+called from different threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import operator
+import os
+import threading
+from typing import Callable, Iterable, Optional
+
+from rocketstore import _impl
+from rocketstore._clock import now_ms
+from rocketstore._codec_py import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from rocketstore.errors import (InvalidMessageError, SegmentError, StoreClosedError,
+                                StoreConfigError, StoreReadOnlyError)
+from rocketstore.mapped_file import MappedFile
+
+__all__ = ["IndexService", "MappedIndexFile", "INDEX_DIR_NAME", "MAX_MSGS_NUM_BATCH", "KEY_SEPARATOR"]
+
+INDEX_DIR_NAME = "index"
+MAX_MSGS_NUM_BATCH = 64      # maxMsgsNumBatch: the cap on one query's results (§5.5)
+KEY_SEPARATOR = " "          # MessageConst.KEY_SEPARATOR: KEYS is split on single spaces only
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = 0x7FFFFFFF
+_NAME_TRIES = 1000           # bumps of 1 ms to find a free, later name
+_HOUR_MS = 3_600_000
+
+
+def _check_str(what: str, value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be str, not {type(value).__name__}")
+    return value
+
+
+class MappedIndexFile:
+    """One index file of the service: its path, its map and the twin's :class:`IndexFile` over it.
+
+    Read its header through the properties; they read the map, so they are current.
+    """
+
+    __slots__ = ("path", "name", "mapped", "index", "dirty")
+
+    def __init__(self, path: str, mapped: MappedFile, index):
+        self.path = path
+        self.name = os.path.basename(path)
+        self.mapped = mapped
+        self.index = index
+        self.dirty = False   # written since the last msync
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self.index.begin_timestamp
+
+    @property
+    def end_timestamp(self) -> int:
+        return self.index.end_timestamp
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self.index.begin_phy_offset
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self.index.end_phy_offset
+
+    @property
+    def index_count(self) -> int:
+        """The next item number (1 for an empty file)."""
+        return self.index.index_count
+
+    @property
+    def is_full(self) -> bool:
+        return self.index.is_full
+
+    @property
+    def file_size(self) -> int:
+        return self.mapped.file_size
+
+    def flush(self) -> None:
+        """msync the whole map (cheap for clean pages, even in a 420 MB sparse file)."""
+        if self.mapped.mm is not None and not self.mapped.read_only:
+            self.mapped.mm.flush()
+        self.dirty = False
+
+    def close(self) -> None:
+        """Drop the IndexFile's export of the map, then unmap and close the file."""
+        self.index.release()
+        self.mapped.close()
+
+    def destroy(self) -> None:
+        self.index.release()
+        self.mapped.destroy()
+
+    def __repr__(self) -> str:
+        if self.mapped.mm is None:
+            return f"<MappedIndexFile {self.name} closed>"
+        return (f"<MappedIndexFile {self.name} items={self.index_count - 1} "
+                f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}] "
+                f"time=[{self.begin_timestamp}, {self.end_timestamp}]>")
+
+
+class IndexService:
+    """The index files under ``<root>/index/`` (Java ``IndexService``).
+
+    Call :meth:`load` once before anything else (also for a new store). ``implementation`` pins
+    the twin ("c" or "py"; default: compiled if built), as :class:`rocketstore.MessageStore`
+    does. ``slot_count`` and ``index_count`` are ``maxHashSlotNum`` and ``maxIndexNum``; every
+    file in the directory must have the matching size. ``read_only=True`` maps read-only and
+    never creates, deletes or writes a file. ``on_file_full(end_timestamp)`` is called (after
+    the build call that filled a file has stored all its keys) for every file that became full,
+    once that file has been msynced: set ``checkpoint.index_msg_timestamp`` to the value.
+    """
+
+    def __init__(self, root, *, implementation: Optional[str] = None,
+                 slot_count: int = 5_000_000, index_count: int = 20_000_000,
+                 read_only: bool = False,
+                 on_file_full: Optional[Callable[[int], None]] = None):
+        self._index = _impl.get(implementation).index
+        slot_count = operator.index(slot_count)
+        index_count = operator.index(index_count)
+        if not 1 <= slot_count <= _INT32_MAX:
+            raise StoreConfigError(f"slot_count must be in 1..{_INT32_MAX}, got {slot_count}")
+        # Item 0 is never used: a file needs room for at least one real item, or rolling never ends.
+        if not 2 <= index_count <= _INT32_MAX:
+            raise StoreConfigError(f"index_count must be in 2..{_INT32_MAX}, got {index_count}")
+        self.slot_count = slot_count
+        self.index_count = index_count
+        self.file_size = self._index.index_file_size(slot_count, index_count)
+        self.read_only = bool(read_only)
+        self.directory = os.path.join(os.fspath(root), INDEX_DIR_NAME)
+        self.on_file_full = on_file_full
+        self._files: list[MappedIndexFile] = []
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._closed = False
+
+    # -- opening ------------------------------------------------------------------------------
+    def load(self, abnormal: bool = False, index_msg_timestamp: int = 0) -> None:
+        """Map the existing index files in name order (§5.4 load).
+
+        Names that are not ``yyyyMMddHHmmssSSS`` are ignored. A file of the wrong size raises
+        :class:`StoreConfigError` naming it, except an empty *last* file, which is what a crash
+        during creation leaves: it is deleted (skipped when read-only). After an ``abnormal``
+        shutdown, every file whose header endTimestamp > ``index_msg_timestamp`` (the
+        checkpoint's indexMsgTimestamp) is deleted, as Java does; a read-only service keeps
+        them, since it cannot rebuild their entries and queries return candidates anyway.
+        """
+        index_msg_timestamp = operator.index(index_msg_timestamp)
+        with self._lock:
+            self._check_open()
+            if self._loaded:
+                raise RuntimeError("IndexService.load() was already called")
+            names = []
+            if os.path.isdir(self.directory):
+                names = sorted(n for n in os.listdir(self.directory) if self._is_index_name(n))
+            try:
+                for name in names:
+                    path = os.path.join(self.directory, name)
+                    if not os.path.isfile(path):
+                        continue
+                    size = os.path.getsize(path)
+                    if size == 0 and name == names[-1]:
+                        if not self.read_only:
+                            os.unlink(path)
+                        continue
+                    if size != self.file_size:
+                        raise StoreConfigError(
+                            f"index file {path} is {size} bytes; this store's index files are "
+                            f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)")
+                    f = self._map(path, create=False)
+                    if abnormal and not self.read_only and f.end_timestamp > index_msg_timestamp:
+                        f.destroy()
+                        continue
+                    self._files.append(f)
+            except BaseException:
+                self._close_files()   # a refused load keeps no map open
+                raise
+            self._loaded = True
+
+    def _is_index_name(self, name: str) -> bool:
+        try:
+            self._index.parse_index_file_name(name)
+        except ValueError:
+            return False
+        return True
+
+    def _map(self, path: str, *, create: bool) -> MappedIndexFile:
+        mapped = MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
+                            preallocate=False)   # sparse: ftruncate, blocks only where written
+        try:
+            index = self._index.IndexFile(mapped.mm, self.slot_count, self.index_count)
+        except BaseException:
+            if create:
+                mapped.destroy()
+            else:
+                mapped.close()
+            raise
+        return MappedIndexFile(path, mapped, index)
+
+    # -- building -----------------------------------------------------------------------------
+    def build_index(self, topic: str, keys: Optional[str], phy_offset: int, store_timestamp: int,
+                    *, unique_key: Optional[str] = None, transaction_type: int = 0) -> Optional[int]:
+        """Index one dispatched record (§5.4 ``buildIndex``).
+
+        Keys are ``topic#unique_key`` (when ``unique_key`` is not None), then ``topic#token`` for
+        each non-empty token of ``keys`` split on single spaces. The record is skipped when it is
+        already indexed (``phy_offset`` below the last file's endPhyOffset, or equal to it while
+        that file has items and room left) or when ``transaction_type`` (the sysFlag transaction
+        bits; a whole sysFlag works too) is ROLLBACK. When the last file fills, a new one starts
+        where it ended and the rest of the keys go there.
+
+        Returns the end timestamp of the last file this call filled (for
+        ``checkpoint.indexMsgTimestamp``), or None when no file became full.
+        """
+        return self.build_many(((topic, keys, phy_offset, store_timestamp, unique_key, transaction_type),))
+
+    def build_many(self, rows: Iterable[tuple]) -> Optional[int]:
+        """Index many records in one call: each row is ``(topic, keys, phy_offset,
+        store_timestamp[, unique_key[, transaction_type]])`` as in :meth:`build_index`.
+
+        Every row is checked before the first key is stored, so bad input stores nothing.
+        Returns the end timestamp of the last file this call filled, or None.
+        """
+        batch = [self._row_keys(row) for row in rows]
+        with self._lock:
+            self._check_writable()
+            finished: list[int] = []
+            for keys, phy_offset, store_timestamp in batch:
+                if keys:
+                    self._build_one(keys, phy_offset, store_timestamp, finished)
+        if not finished:
+            return None
+        if self.on_file_full is not None:
+            for end_timestamp in finished:
+                self.on_file_full(end_timestamp)
+        return finished[-1]
+
+    @staticmethod
+    def _row_keys(row) -> tuple[list, int, int]:
+        """(index keys, phy_offset, store_timestamp) of one row; no keys when it is skipped."""
+        row = tuple(row)
+        if not 4 <= len(row) <= 6:
+            raise TypeError("a row is (topic, keys, phy_offset, store_timestamp"
+                            f"[, unique_key[, transaction_type]]), got {len(row)} fields")
+        topic, keys, phy_offset, store_timestamp = row[:4]
+        unique_key = row[4] if len(row) > 4 else None
+        transaction_type = operator.index(row[5]) if len(row) > 5 else 0
+        _check_str("topic", topic)
+        phy_offset = operator.index(phy_offset)
+        store_timestamp = operator.index(store_timestamp)
+        if not 0 <= phy_offset <= _INT64_MAX:
+            raise InvalidMessageError(f"CommitLog offset {phy_offset} is outside 0 .. 2**63-1")
+        if not -_INT64_MAX - 1 <= store_timestamp <= _INT64_MAX:
+            raise InvalidMessageError(f"store timestamp {store_timestamp} does not fit a Java long")
+        index_keys = []
+        if (transaction_type & SYSFLAG_TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE:
+            return index_keys, phy_offset, store_timestamp
+        if unique_key is not None:
+            index_keys.append(topic + "#" + _check_str("unique_key", unique_key))
+        if keys is not None:
+            for token in _check_str("keys", keys).split(KEY_SEPARATOR):
+                if token:
+                    index_keys.append(topic + "#" + token)
+        return index_keys, phy_offset, store_timestamp
+
+    def _build_one(self, keys: list, phy_offset: int, store_timestamp: int, finished: list) -> None:
+        last = self._files[-1] if self._files else None
+        if last is not None and self._already_indexed(last, phy_offset):
+            return
+        if last is None:
+            last = self._create_file(None)
+        pending = keys
+        while True:
+            stored = last.index.put_keys(pending, phy_offset, store_timestamp)
+            if stored:
+                last.dirty = True
+            if stored == len(pending):
+                return
+            pending = pending[stored:]
+            last = self._roll(last, finished)
+
+    @staticmethod
+    def _already_indexed(last: MappedIndexFile, phy_offset: int) -> bool:
+        end = last.end_phy_offset
+        if phy_offset < end:
+            return True
+        # Java skips only offset < endPhyOffset, so re-dispatching the newest indexed record adds
+        # its keys twice. A record spills into a new file only when this one fills, so when the
+        # last file has items and room left, the record at endPhyOffset has all its keys indexed:
+        # skip it too. A full last file (its successor deleted after a crash) or an empty rolled
+        # one may lack that record's spilled keys: index it again, as Java does (duplicates are
+        # only extra candidates; lost keys would be unfindable).
+        return phy_offset == end and last.index_count > 1 and not last.is_full
+
+    def _roll(self, full: MappedIndexFile, finished: list) -> MappedIndexFile:
+        """Start a new file where ``full`` ended; msync ``full`` and record its end timestamp."""
+        new = self._create_file(full)
+        full.flush()
+        finished.append(full.end_timestamp)
+        return new
+
+    def _create_file(self, previous: Optional[MappedIndexFile]) -> MappedIndexFile:
+        os.makedirs(self.directory, exist_ok=True)
+        last_name = self._files[-1].name if self._files else None
+        for name in self._candidate_names(last_name):
+            path = os.path.join(self.directory, name)
+            try:
+                f = self._map(path, create=True)
+            except SegmentError as exc:
+                if exc.errno == errno.EEXIST:
+                    continue   # a stray file holds the name: bump the time
+                raise
+            if previous is not None:
+                try:
+                    f.index.init_from(previous.index)
+                except BaseException:
+                    f.destroy()
+                    raise
+            self._files.append(f)
+            return f
+        raise SegmentError(errno.EEXIST, "no free index file name after the last one", last_name)
+
+    def _candidate_names(self, last_name: Optional[str]):
+        """Names for a file created now, each later than ``last_name``: the current time, bumped by
+        1 ms while it collides or does not sort after the last file (clock set back, two files in
+        one millisecond). The second run skips an hour, for a DST fall-back boundary."""
+        start = now_ms()
+        bases = [start]
+        if last_name is not None:
+            last_ms = self._index.parse_index_file_name(last_name)
+            bases = [max(start, last_ms + 1), last_ms + 1 + _HOUR_MS]
+        for base in bases:
+            for bump in range(_NAME_TRIES):
+                name = self._index.index_file_name(base + bump)
+                if last_name is None or name > last_name:
+                    yield name
+
+    # -- querying -----------------------------------------------------------------------------
+    def query(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+              end: int = _INT64_MAX) -> tuple[list[int], int, int]:
+        """§5.5 ``queryOffset``: CommitLog offsets of records indexed under ``topic#key`` and stored
+        within ``[begin, end]`` (ms).
+
+        At most ``min(max_num, 64)`` offsets, collected newest file first, are returned sorted
+        ascending, with the newest file's end timestamp and endPhyOffset (``indexLastUpdate*``;
+        0, 0 without files). The walk stops at the first file that begins before ``begin`` or once
+        enough offsets are found. These are candidates: re-check each record's key and topic.
+        """
+        _check_str("topic", topic)
+        _check_str("key", key)
+        max_num = min(operator.index(max_num), MAX_MSGS_NUM_BATCH)
+        begin = operator.index(begin)
+        end = operator.index(end)
+        full_key = topic + "#" + key
+        found: list[int] = []
+        last_timestamp = last_phy_offset = 0
+        with self._lock:
+            self._check_open()
+            for i in range(len(self._files) - 1, -1, -1):
+                f = self._files[i]
+                if i == len(self._files) - 1:
+                    last_timestamp, last_phy_offset = f.end_timestamp, f.end_phy_offset
+                if len(found) >= max_num:
+                    break
+                if f.index.is_time_matched(begin, end):
+                    found.extend(f.index.select(full_key, max_num - len(found), begin, end))
+                if f.begin_timestamp < begin or len(found) >= max_num:
+                    break
+        found.sort()
+        return found, last_timestamp, last_phy_offset
+
+    # -- retention and lifetime ---------------------------------------------------------------
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """§5.4 ``deleteExpiredFile``: delete files from the front while their endPhyOffset <
+        ``min_phy_offset``; never the last file. Returns the number of files deleted."""
+        min_phy_offset = operator.index(min_phy_offset)
+        deleted = 0
+        with self._lock:
+            self._check_writable()
+            while len(self._files) > 1 and self._files[0].end_phy_offset < min_phy_offset:
+                self._files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    @property
+    def files(self) -> list[MappedIndexFile]:
+        """The index files, oldest first (a copy of the list)."""
+        with self._lock:
+            return list(self._files)
+
+    def flush(self) -> bool:
+        """msync every file written since its last flush; True if any was."""
+        with self._lock:
+            if self._closed or self.read_only:
+                return False
+            flushed = False
+            for f in self._files:
+                if f.dirty:
+                    f.flush()
+                    flushed = True
+            return flushed
+
+    def close(self) -> None:
+        """Flush (as 5.x does at shutdown) and unmap every file; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.flush()
+            finally:
+                self._closed = True
+                self._close_files()
+
+    def destroy(self) -> None:
+        """Delete every index file and the ``index`` directory (Java ``IndexService.destroy``).
+
+        The service stays open and empty: the next build creates a new file.
+        """
+        with self._lock:
+            self._check_writable()
+            while self._files:
+                self._files.pop().destroy()
+            try:
+                os.rmdir(self.directory)
+            except OSError:
+                pass   # absent, or holds files that are not ours
+
+    def _close_files(self) -> None:
+        files, self._files = self._files, []
+        for f in files:
+            f.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"index service {self.directory} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnlyError(f"index service {self.directory} is read-only")
+        if not self._loaded:
+            raise RuntimeError("call IndexService.load() before building or deleting")
+
+    def __enter__(self) -> "IndexService":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._files)} files"
+        mode = " read-only" if self.read_only else ""
+        return f"<IndexService {self.directory}{mode} {state}>"
