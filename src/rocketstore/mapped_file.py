@@ -228,8 +228,7 @@ class MappedFileQueue:
     def truncate_after(self, offset: int) -> None:
         """Destroy every segment that starts after the one holding ``offset`` (truncateDirtyFiles)."""
         with self._lock:
-            while self.files and self.files[-1].file_from_offset > offset and \
-                    not (offset == self.files[-1].file_from_offset):
+            while self.files and self.files[-1].file_from_offset > offset:
                 self.files.pop().destroy()
 
     def close(self) -> None:
