@@ -2,6 +2,7 @@
 
 import heapq
 import itertools
+import logging
 import threading
 
 __all__ = ["FlushWatcher"]
@@ -42,7 +43,6 @@ class FlushWatcher:
             try:
                 fn(future)
             except Exception:  # a callback's failure must not stop the others (as concurrent.futures)
-                import logging
                 logging.getLogger("rocketstore").exception("PutFuture callback raised")
 
     def _run(self):

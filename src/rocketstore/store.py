@@ -38,6 +38,7 @@ __all__ = ["MessageStore", "open_store"]
 
 _TX_MASK = 0x0C
 SCAN_CHUNK = 65536  # records per decode_batch call when scanning
+_WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 _TX_NOT_CONSUMING = (0x04, 0x0C)  # PREPARED, ROLLBACK: written with queue offset 0
 
 
@@ -158,7 +159,6 @@ class MessageStore:
         self._segments.load()
         end, queue_offsets = self._recover()
         self._end = end
-        self._default_wait = 1 if cfg.flush_disk_type == SYNC_FLUSH else 0
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
@@ -175,7 +175,7 @@ class MessageStore:
             topic_lookup=self._topic_queues, roll=self._roll,
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
-            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=self._default_wait)
+            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
         for (topic, qid), nxt in queue_offsets.items():
             self._core.set_queue_offset(topic, qid, nxt)
         segment = self._segments.find(end)
@@ -371,9 +371,10 @@ class MessageStore:
         return self._codec.encode_properties(props), unique_key, wait
 
     def _wait_mode(self, durable, wait_override) -> int:
+        """The core's wait argument: -1 lets the core apply the store's flush_disk_type."""
         if durable is not None:
             return 1 if durable else 0
-        return self._default_wait if wait_override < 0 else wait_override
+        return wait_override
 
     def put(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
             properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
@@ -386,32 +387,33 @@ class MessageStore:
         stored either way); ``None`` follows ``flush_disk_type``.
         """
         if tags is None and keys is None and properties is None and body is not None:
+            # the hot path: one call into the core (-1: the store's flush_disk_type decides)
             return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
                                   -1 if durable is None else (1 if durable else 0))
         if body is None:
             return self._put_message(topic, durable, 0)
-        props, unique_key, wait = self._properties(tags, keys, properties)
-        return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
-                              self._wait_mode(durable, wait))
+        return self._put(topic, body, tags, keys, properties, queue_id, flag, durable, 0)
 
-    def put_pipelined(self, topic, body=None, **kwargs):
+    def put_pipelined(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
+                      properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
+                      flag: int = 0):
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
-        thread can keep thousands of durable puts in flight. Same arguments as :meth:`put`.
+        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
         """
         if body is None:
-            return self._put_message(topic, True, 2)
-        if not kwargs:
-            return self._core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 2)
-        kwargs.pop("durable", None)
-        props, unique_key, _ = self._properties(kwargs.pop("tags", None), kwargs.pop("keys", None),
-                                                kwargs.pop("properties", None))
-        queue_id = kwargs.pop("queue_id", -1)
-        flag = kwargs.pop("flag", 0)
-        if kwargs:
-            raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
-        return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key, 2)
+            return self._put_message(topic, True, _WAIT_FUTURE)
+        return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE)
+
+    def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode):
+        """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
+        if tags is None and keys is None and properties is None:
+            props, unique_key, wait = None, None, -1
+        else:
+            props, unique_key, wait = self._properties(tags, keys, properties)
+        return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
+                              mode or self._wait_mode(durable, wait))
 
     def _message_item(self, m: Message):
         if not isinstance(m, Message):
@@ -445,7 +447,7 @@ class MessageStore:
             props, unique_key, _ = self._properties(tags, None, properties)
             if unique_key is not None:
                 raise InvalidMessageError("a batch's shared properties cannot carry one UNIQ_KEY")
-        wait = 2 if pipelined else (self._default_wait if durable is None else (1 if durable else 0))
+        wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
     def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None):
