@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 
 from rocketstore._clock import month_bounds, now_ms as _now_ms
+from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError)
@@ -80,8 +81,7 @@ class PutResult:
 
     @property
     def msg_id(self):
-        return (self._host + self._port.to_bytes(4, "big")
-                + self.commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+        return make_offset_msg_id(self._host, self._port, self.commitlog_offset)
 
     def _set_status(self, status):
         self._status = status

@@ -121,9 +121,9 @@ class MessageExt:
     @property
     def msg_id(self) -> str:
         """The offsetMsgId: store host, port and commitlog offset as upper-case hex (§3.1)."""
+        from rocketstore._codec_py import make_offset_msg_id  # the codec imports this module
         host, port = self.store_host
-        return (host_to_bytes(host) + port.to_bytes(4, "big")
-                + self.commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+        return make_offset_msg_id(host_to_bytes(host), port, self.commitlog_offset)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
