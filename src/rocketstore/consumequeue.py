@@ -30,7 +30,6 @@ Versions: dispatch, recovery and ``maxPhysicOffset`` follow RocketMQ 5.x (duplic
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -506,8 +505,7 @@ class ConsumeQueue:
                 if stale_end > keep:
                     lo, hi = keep * CQ_UNIT_SIZE, stale_end * CQ_UNIT_SIZE
                     mf.mm[lo:hi] = bytes(hi - lo)
-                    aligned = lo - lo % mmap.PAGESIZE
-                    mf.mm.flush(aligned, hi - aligned)
+                    mf.flush(lo, hi)
                 break
             end = self._end()
             self._flushed = min(self._flushed, end)
@@ -590,10 +588,8 @@ class ConsumeQueue:
             for mf in self._files.files:
                 lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
                 hi = min(end, mf.end_offset) - mf.file_from_offset
-                if hi <= lo or mf.mm is None:
-                    continue
-                aligned = lo - lo % mmap.PAGESIZE
-                mf.mm.flush(aligned, hi - aligned)
+                if hi > lo:
+                    mf.flush(lo, hi)
             self._flushed = end
             return True
 

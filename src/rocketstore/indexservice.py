@@ -104,8 +104,7 @@ class MappedIndexFile:
 
     def flush(self) -> None:
         """msync the whole map (cheap for clean pages, even in a 420 MB sparse file)."""
-        if self.mapped.mm is not None and not self.mapped.read_only:
-            self.mapped.mm.flush()
+        self.mapped.flush()
         self.dirty = False
 
     def close(self) -> None:

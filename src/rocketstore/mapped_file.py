@@ -96,6 +96,15 @@ class MappedFile:
             raise IndexError(f"range [{position}, {position + size}) outside a {self.file_size}-byte segment")
         return memoryview(self.mm).toreadonly()[position:position + size]
 
+    def flush(self, start: int = 0, end: Optional[int] = None) -> None:
+        """msync ``[start, end)`` of the map (start rounded down to a page); no-op if read-only."""
+        if self.mm is None or self.read_only:
+            return
+        end = self.file_size if end is None else min(end, self.file_size)
+        start -= start % mmap.PAGESIZE
+        if end > start:
+            self.mm.flush(start, end - start)
+
     def close(self) -> None:
         mm, self.mm = self.mm, None
         if mm is not None:

@@ -270,7 +270,7 @@ class MessageStore:
                 break  # zero from here: preallocated space the writer never reached
             mm[pos:pos + n] = bytes(n)
             pos += n
-        mm.flush()
+        mf.flush(end - mf.file_from_offset, pos)
 
     def _topic_queues(self, topic: str) -> int:
         validate_topic(topic)
