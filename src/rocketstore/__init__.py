@@ -9,6 +9,8 @@ from rocketstore import errors
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
+from rocketstore.consume import GetMessageResult, GetMessageStatus, TagFilter
+from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.message import Message, MessageExt
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore, open_store
@@ -30,7 +32,8 @@ decode_batch = _DEFAULT.codec.decode_batch
 
 __all__ = [
     "MessageStore", "open_store", "StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path",
-    "Message", "MessageExt", "PutStatus", "PutResult", "BatchPutResult", "PutFuture",
+    "Message", "MessageExt", "PutStatus", "GetMessageStatus", "GetMessageResult", "TagFilter",
+    "CQ_UNIT_DTYPE", "PutResult", "BatchPutResult", "PutFuture",
     "IMPLEMENTATION", "crc32", "java_hash", "encode_record", "decode_record", "decode_batch",
     "errors",
 ] + errors.__all__

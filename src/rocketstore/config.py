@@ -57,6 +57,24 @@ def local_ipv4() -> str:
         return "127.0.0.1"
 
 
+_DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") as milliseconds per level (level 1 first)."""
+    if not isinstance(text, str):
+        raise StoreConfigError("message_delay_level must be a str like '1s 5s 10s 1m 2h'")
+    levels = []
+    for token in text.split():
+        unit = _DELAY_UNITS.get(token[-1:])
+        if unit is None or not token[:-1].isdigit():
+            raise StoreConfigError(f"bad delay level {token!r}: a number and one of s, m, h, d")
+        levels.append(int(token[:-1]) * unit)
+    if not 1 <= len(levels) <= 64:
+        raise StoreConfigError("message_delay_level needs 1 to 64 levels")
+    return tuple(levels)
+
+
 @dataclasses.dataclass
 class StoreConfig:
     """Options of a :class:`rocketstore.MessageStore`; keyword arguments of its constructor."""
@@ -83,6 +101,17 @@ class StoreConfig:
     #: Born host of messages put through this store (None: the store host).
     born_host: Optional[str] = None
     born_port: int = 0
+    #: Units per ConsumeQueue file (``mappedFileSizeConsumeQueue`` / 20: 300,000 = 6,000,000 bytes).
+    consume_queue_units: int = 300_000
+    #: Hash slots and items per index file (``maxHashSlotNum``, ``maxIndexNum``): 420 MB files.
+    index_slots: int = 5_000_000
+    index_count: int = 20_000_000
+    #: Delay levels (``messageDelayLevel``): the ConsumeQueue tagsCode of a delayed message is
+    #: its deliver time (§2), computed from this table.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: How often a background thread dispatches new records into the ConsumeQueues and the
+    #: index when no query does it first (ms; 0: only queries and close dispatch).
+    dispatch_interval_ms: int = 10
 
     def __post_init__(self):
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -103,6 +132,14 @@ class StoreConfig:
         for name in ("store_port", "born_port"):
             if not 0 <= getattr(self, name) <= 0xFFFF:
                 raise StoreConfigError(f"{name} must be a TCP port number")
+        if isinstance(self.consume_queue_units, bool) or not isinstance(self.consume_queue_units, int) \
+                or not 1 <= self.consume_queue_units <= (1 << 26):
+            raise StoreConfigError("consume_queue_units must be an int between 1 and 2**26")
+        if not 1 <= self.index_slots <= 0x7FFFFFFF or not 2 <= self.index_count <= 0x7FFFFFFF:
+            raise StoreConfigError("index_slots must be in 1..2**31-1 and index_count in 2..2**31-1")
+        if self.dispatch_interval_ms < 0:
+            raise StoreConfigError("dispatch_interval_ms must not be negative")
+        self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
         if self.store_host is None:
             self.store_host = local_ipv4()
         if self.born_host is None:

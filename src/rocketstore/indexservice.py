@@ -52,6 +52,23 @@ _NAME_TRIES = 1000           # bumps of 1 ms to find a free, later name
 _HOUR_MS = 3_600_000
 
 
+_ITEMS_START_BASE = 40        # header bytes before the slot table
+_SLOT_SIZE = 4
+_ITEM_SIZE = 20
+_RESERVE_ITEMS = 1 << 16      # items allocated ahead at a time (1.3 MB)
+
+
+def _fallocate(fd: int, offset: int, length: int) -> None:
+    if length <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+            return   # a file system without fallocate: stores fault pages in as before
+        raise SegmentError(exc.errno, f"cannot allocate index file space: {exc.strerror}") from exc
+
+
 def _check_str(what: str, value) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be str, not {type(value).__name__}")
@@ -64,7 +81,7 @@ class MappedIndexFile:
     Read its header through the properties; they read the map, so they are current.
     """
 
-    __slots__ = ("path", "name", "mapped", "index", "dirty")
+    __slots__ = ("path", "name", "mapped", "index", "dirty", "reserved")
 
     def __init__(self, path: str, mapped: MappedFile, index):
         self.path = path
@@ -72,6 +89,7 @@ class MappedIndexFile:
         self.mapped = mapped
         self.index = index
         self.dirty = False   # written since the last msync
+        self.reserved = 0    # items whose blocks are allocated (0: not even the slot table yet)
 
     @property
     def begin_timestamp(self) -> int:
@@ -296,6 +314,7 @@ class IndexService:
             last = self._create_file(None)
         pending = keys
         while True:
+            self._reserve(last, len(pending))
             stored = last.index.put_keys(pending, phy_offset, store_timestamp)
             if stored:
                 last.dirty = True
@@ -324,8 +343,69 @@ class IndexService:
         finished.append(full.end_timestamp)
         return new
 
-    def _create_file(self, previous: Optional[MappedIndexFile]) -> MappedIndexFile:
+    def build_refs(self, buffer, base_offset: int, records, keys) -> Optional[int]:
+        """Index the keys a dispatch extracted from a batch of records (the hot path).
+
+        ``records`` (``RECORD_DTYPE``) were decoded from ``buffer``, which starts at CommitLog
+        offset ``base_offset``; ``keys`` (``KEYREF_DTYPE``, from the codec's ``dispatch_info``)
+        locate each record's index keys in it, UNIQ_KEY first. Records already indexed are
+        skipped as in :meth:`build_index`; the twin's ``IndexFile.put_refs`` stores the rest,
+        rolling to new files as they fill. Returns what :meth:`build_many` returns.
+        """
+        finished: list[int] = []
+        with self._lock:
+            self._check_writable()
+            if not len(keys):
+                return None
+            last = self._files[-1] if self._files else None
+            if last is None:
+                last = self._create_file(None)
+            else:
+                phy = base_offset + records["position"][keys["record"]]
+                end = last.end_phy_offset
+                skip = phy < end
+                if last.index_count > 1 and not last.is_full:
+                    skip |= phy == end
+                if skip.any():
+                    keys = keys[~skip]
+            start, n = 0, len(keys)
+            while start < n:
+                self._reserve(last, n - start)
+                stored = last.index.put_refs(buffer, records, keys, base_offset, start)
+                if stored > start:
+                    last.dirty = True
+                start = stored
+                if start < n:
+                    last = self._roll(last, finished)
+        if not finished:
+            return None
+        if self.on_file_full is not None:
+            for end_timestamp in finished:
+                self.on_file_full(end_timestamp)
+        return finished[-1]
+
+    def _reserve(self, f: MappedIndexFile, items: int) -> None:
+        """Allocate the blocks ``items`` more items (and the slot table) will be written into.
+
+        The files are sparse and written through the map: on a full disk a store into a hole
+        would kill the process with SIGBUS. Allocating ahead turns that into an OSError here.
+        """
+        want = min(f.index_count + items, self.index_count)
+        if want <= f.reserved:
+            return
+        items_start = _ITEMS_START_BASE + self.slot_count * _SLOT_SIZE
+        fd = f.mapped.fd
+        if f.reserved == 0:
+            _fallocate(fd, 0, items_start)
+        target = min(self.index_count, max(want, f.reserved + _RESERVE_ITEMS))
+        _fallocate(fd, items_start + f.reserved * _ITEM_SIZE, (target - f.reserved) * _ITEM_SIZE)
+        f.reserved = target
+
+    def _make_directory(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
+
+    def _create_file(self, previous: Optional[MappedIndexFile]) -> MappedIndexFile:
+        self._make_directory()
         last_name = self._files[-1].name if self._files else None
         for name in self._candidate_names(last_name):
             path = os.path.join(self.directory, name)
@@ -404,6 +484,20 @@ class IndexService:
             self._check_writable()
             while len(self._files) > 1 and self._files[0].end_phy_offset < min_phy_offset:
                 self._files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    def drop_after(self, phy_offset: int) -> int:
+        """Delete files from the newest back while they index a record at or past ``phy_offset``
+        (what a CommitLog cut at ``phy_offset`` by recovery no longer holds); re-dispatch rebuilds
+        their entries. Returns the number of files deleted."""
+        phy_offset = operator.index(phy_offset)
+        deleted = 0
+        with self._lock:
+            self._check_writable()
+            while self._files and self._files[-1].index_count > 1 \
+                    and self._files[-1].end_phy_offset >= phy_offset:
+                self._files.pop().destroy()
                 deleted += 1
         return deleted
 

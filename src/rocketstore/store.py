@@ -26,17 +26,24 @@ import numpy as np
 from rocketstore import _impl
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
-from rocketstore.configfiles import TopicConfigTable
+from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
+from rocketstore.consume import GetMessageResult, TagFilter, get_message, get_units
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
+from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
+                                  queue_groups)
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
                                  Message, MessageExt, host_to_bytes, validate_topic)
+from rocketstore._clock import now_ms
 
 __all__ = ["MessageStore", "open_store"]
 
 _TX_MASK = 0x0C
+_INT64_MAX = (1 << 63) - 1
 SCAN_CHUNK = 65536  # records per decode_batch call when scanning
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 _TX_NOT_CONSUMING = (0x04, 0x0C)  # PREPARED, ROLLBACK: written with queue offset 0
@@ -57,6 +64,33 @@ def _detect_segment_size(directory: str) -> Optional[int]:
         return None
     sizes.discard(0)
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def _detect_queue_options(root: str, options: dict) -> None:
+    """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
+    if "consume_queue_units" not in options:
+        cq_root = os.path.join(root, "consumequeue")
+        try:
+            for topic in sorted(os.listdir(cq_root))[:16]:
+                for qid in sorted(os.listdir(os.path.join(cq_root, topic)))[:4]:
+                    size = _detect_segment_size(os.path.join(cq_root, topic, qid))
+                    if size and size % 20 == 0:
+                        options["consume_queue_units"] = size // 20
+                        break
+                if "consume_queue_units" in options:
+                    break
+        except OSError:
+            pass
+    if "index_slots" not in options and "index_count" not in options:
+        try:
+            names = [n for n in os.listdir(os.path.join(root, "index")) if len(n) == 17 and n.isdigit()]
+            size = max(os.path.getsize(os.path.join(root, "index", n)) for n in names) if names else 0
+        except OSError:
+            size = 0
+        # RocketMQ's files have 4 items per slot: size = 40 + 4 * slots + 20 * 4 * slots
+        if size > 40 and (size - 40) % 84 == 0:
+            options["index_slots"] = (size - 40) // 84
+            options["index_count"] = 4 * options["index_slots"]
 
 
 class _ReadOnlyCore:
@@ -96,6 +130,7 @@ class MessageStore:
             detected = _detect_segment_size(commitlog_dir)
             if detected is not None:
                 options["commitlog_file_size"] = detected
+        _detect_queue_options(self.path, options)
         self.config = StoreConfig(**options)
         if read_only and not os.path.isdir(self.path):
             raise FileNotFoundError(f"no store at {self.path}")
@@ -105,8 +140,11 @@ class MessageStore:
         try:
             self._open(commitlog_dir)
         except BaseException:
+            if getattr(self, "_dispatch_thread", None) is not None:
+                self._dispatch_thread.stop()
             if getattr(self, "_core", None) is not None and not read_only:
                 self._core.close()
+            self._close_queues()
             if getattr(self, "_segments", None) is not None:
                 self._segments.close()
             self._release_lock()
@@ -159,9 +197,16 @@ class MessageStore:
         self._segments.load()
         end, queue_offsets = self._recover()
         self._end = end
+        self._offsets = ConsumerOffsetTable.open(
+            os.path.join(self.path, "config", ConsumerOffsetTable.FILE_NAME), read_only=self.read_only)
+        dispatch_start = self._open_queues(end)
+        self._dispatch_thread = None
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
+            self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
+                                          start=dispatch_start, end_of=lambda: self._end,
+                                          delay_levels_ms=cfg.delay_levels_ms)
             return
 
         store_raw = host_to_bytes(cfg.store_host)
@@ -184,6 +229,52 @@ class MessageStore:
                                   segment.fd)
         with open(self._abort_path, "wb"):
             pass
+        core = self._core
+        self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
+                                      start=dispatch_start, end_of=lambda: core.wrote_offset,
+                                      delay_levels_ms=cfg.delay_levels_ms)
+        self._dispatcher.catch_up()    # what the queues and the index miss of the CommitLog
+        if cfg.dispatch_interval_ms:
+            self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms)
+
+    def _open_queues(self, end: int) -> int:
+        """Open the ConsumeQueues and the index; returns the CommitLog offset dispatch resumes at.
+
+        A writable store cuts units and index files past ``end`` (the CommitLog's recovered end).
+        A read-only store reads what is on disk and will dispatch the rest into memory.
+        """
+        cfg = self.config
+        abnormal = not self.last_shutdown_clean
+        index_options = dict(implementation=self._impl.name, slot_count=cfg.index_slots,
+                             index_count=cfg.index_count)
+        self._queues = self._index = self._disk_index = None
+        if self.read_only:
+            self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
+            ends = self._queues.recover()
+            self._disk_index = IndexService(self.path, read_only=True, **index_options)
+            self._disk_index.load()
+            self._index = MemoryIndexService(self.path, **index_options)
+            index_files = self._disk_index.files
+        else:
+            self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
+            for cq in self._queues:
+                cq.recover()
+            self._queues.truncate_dirty(end)
+            ends = [cq.max_physic_offset for cq in self._queues]
+            self._index = IndexService(self.path, on_file_full=self._index_file_full, **index_options)
+            self._index.load(abnormal, self._checkpoint.index_msg_timestamp)
+            self._index.drop_after(end)
+            index_files = self._index.files
+        lowest = self._segments.min_offset if self._segments.files else end
+        ends = [e for e in ends if e >= 0]
+        # After a clean close every queue was dispatched to the end: resume after the newest
+        # unit. After a crash, queues were flushed unevenly: resume at the one furthest behind.
+        queue_start = (min(ends) if abnormal else max(ends)) if ends else lowest
+        index_start = index_files[-1].end_phy_offset if index_files else lowest
+        return max(lowest, min(queue_start, index_start, end))
+
+    def _index_file_full(self, end_timestamp: int) -> None:
+        self._checkpoint.index_msg_timestamp = end_timestamp
 
     def _recover(self):
         """Scan every segment with CRC checks; cut the CommitLog at the first invalid record.
@@ -225,35 +316,10 @@ class MessageStore:
     def _collect_queue_offsets(self, buffer, arr, queue_max) -> None:
         keep = ~np.isin(arr["sys_flag"] & _TX_MASK, _TX_NOT_CONSUMING)
         arr = arr[keep]
-        if not len(arr):
-            return
-        raw = np.frombuffer(buffer, dtype=np.uint8)
-        width = max(int(arr["topic_len"].max()), 1)
-        cols = np.arange(width)
-        idx = arr["topic_pos"][:, None] + cols
-        np.minimum(idx, len(raw) - 1, out=idx)
-        names = raw[idx]
-        names[cols >= arr["topic_len"][:, None]] = 0
-        # Group by (topic, queue) through a 64-bit FNV-1a hash of the topic bytes (a sort of
-        # integers, not of byte strings), then check each group really holds one topic.
-        h = np.full(len(arr), 0xCBF29CE484222325, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for c in range(width):
-                h ^= names[:, c].astype(np.uint64)
-                h *= np.uint64(0x100000001B3)
-            key = h ^ (arr["queue_id"].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        inverse = inverse.ravel()
-        if not (np.array_equal(names, names[first][inverse])
-                and np.array_equal(arr["queue_id"], arr["queue_id"][first][inverse])):
-            raise StoreConfigError("topic hash collision while rebuilding queue offsets")  # pragma: no cover
-        best = np.full(len(uniq), -1, dtype=np.int64)
-        np.maximum.at(best, inverse, arr["queue_offset"])
-        for row, q in zip(first, best):
-            topic = names[row][:arr["topic_len"][row]].tobytes().decode("utf-8", "surrogateescape")
-            k = (topic, int(arr["queue_id"][row]))
-            if q > queue_max.get(k, -1):
-                queue_max[k] = int(q)
+        for topic, qid, rows in queue_groups(buffer, arr):
+            q = int(arr["queue_offset"][rows].max())
+            if q > queue_max.get((topic, qid), -1):
+                queue_max[(topic, qid)] = q
 
     def _truncate_to(self, end: int) -> None:
         """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
@@ -295,14 +361,21 @@ class MessageStore:
             if self._closed:
                 return
             self._closed = True
+            if self._dispatch_thread is not None:
+                self._dispatch_thread.stop()
             if not self.read_only and self._core is not None:
+                self._dispatcher.catch_up()
                 self._core.close()
+                self._close_queues()     # flushes the queues and the index
                 last = self._core.last_store_timestamp
                 if last:
                     self._checkpoint.physic_msg_timestamp = last
                     self._checkpoint.logics_msg_timestamp = last
                 self._checkpoint.flush()
                 self._topics.persist()
+                self._offsets.persist()
+            else:
+                self._close_queues()
             self._segments.close()
             if not self.read_only:
                 try:
@@ -310,6 +383,12 @@ class MessageStore:
                 except FileNotFoundError:
                     pass
             self._release_lock()
+
+    def _close_queues(self) -> None:
+        for part in ("_queues", "_index", "_disk_index"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                obj.close()
 
     def __enter__(self) -> "MessageStore":
         return self
@@ -543,6 +622,175 @@ class MessageStore:
             if reason != self._codec.STOP_BLANK and stop < limit:
                 break
 
+    # ---- consuming (§11) and consumer offsets (§10) ----
+
+    def _queue(self, topic, queue_id):
+        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None."""
+        self._check_open()
+        _check_name("topic", topic)
+        if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)):
+            raise InvalidMessageError(f"queue_id must be an int, not {type(queue_id).__name__}")
+        self._dispatcher.catch_up()
+        return self._queues.get(topic, int(queue_id))
+
+    def _read_unit(self, commitlog_offset: int, size: int) -> MessageExt:
+        return self.read(commitlog_offset)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: Optional[int] = None,
+                    max_msgs: int = 32, tags: Optional[str] = None) -> GetMessageResult:
+        """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
+
+        RocketMQ's ``getMessage`` (§11): ``result.status`` is a :class:`GetMessageStatus`
+        (FOUND, NO_MATCHED_MESSAGE, OFFSET_OVERFLOW_ONE, ...), ``result.messages`` the
+        :class:`MessageExt` found, ``result.next_begin_offset`` where the next pull starts.
+        ``offset=None`` starts at ``group``'s committed offset (else the queue's first).
+        ``tags``: ``None`` or ``"*"`` for all, or ``"TagA || TagB"``; filtered by tagsCode, then
+        re-checked against the real tag, so hash collisions never deliver a wrong tag.
+        """
+        _check_name("group", group)
+        tag_filter = TagFilter.parse(tags)
+        cq = self._queue(topic, queue_id)
+        if offset is None:
+            offset = self._offsets.query(group, topic, int(queue_id))
+            if offset < 0:
+                offset = cq.min_offset if cq is not None else 0
+        return get_message(cq, offset, max_msgs, tag_filter, self._read_unit)
+
+    def get_units(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                  tags: Optional[str] = None) -> GetMessageResult:
+        """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
+        ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
+        Tags are filtered by tagsCode only."""
+        return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
+
+    def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
+        """Up to ``count`` units of (topic, queue_id) from queue offset ``start``, as a zero-copy
+        read-only numpy view (``CQ_UNIT_DTYPE``: big-endian commitlog_offset, size, tags_code).
+
+        The view stops at the end of a ConsumeQueue file and at the queue's end: loop from
+        ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
+        """
+        cq = self._queue(topic, queue_id)
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) \
+                or isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+            raise InvalidMessageError("start and count must be ints")
+        if cq is None:
+            if start == 0:
+                return np.empty(0, dtype=CQ_UNIT_DTYPE)
+            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
+        return cq.units(int(start), int(count))
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
+        cq = self._queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last queue offset of (topic, queue_id); 0 for no queue."""
+        cq = self._queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
+        self._check_open()
+        self._dispatcher.catch_up()
+        return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
+
+        Kept in ``config/consumerOffset.json`` (written on close and by
+        :meth:`persist_offsets`).
+        """
+        self._check_writable()
+        self._offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed offset in (topic, queue_id); -1 when it has none."""
+        self._check_open()
+        _check_name("group", group)
+        _check_name("topic", topic)
+        return self._offsets.query(group, topic, queue_id)
+
+    def persist_offsets(self) -> bool:
+        """Write ``config/consumerOffset.json`` now if offsets changed; True if written."""
+        self._check_writable()
+        return self._offsets.persist()
+
+    # ---- lookups (§3, §5.5) ----
+
+    def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
+        found: set = set()
+        for service in (self._disk_index, self._index):
+            if service is not None:
+                found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
+        return sorted(found)
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                     end: Optional[int] = None) -> list[MessageExt]:
+        """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored between
+        ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``min(max_num, 64)``.
+
+        Unlike RocketMQ, every index hit is re-checked against the record's real topic and
+        keys, so a hash collision never returns a wrong message.
+        """
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("key", key)
+        max_num = _check_count("max_num", max_num)
+        begin = _check_count("begin", begin, 0)
+        end = _INT64_MAX if end is None else _check_count("end", end, 0)
+        self._dispatcher.catch_up()
+        found = []
+        for offset in self._index_candidates(topic, key, begin, end):
+            try:
+                msg = self.read(offset)
+            except MessageNotFoundError:
+                continue   # gone (retention) or cut by recovery
+            if msg.topic == topic and _has_key(msg, key) and begin <= msg.store_timestamp <= end:
+                found.append(msg)
+                if len(found) >= min(max_num, MAX_MSGS_NUM_BATCH):
+                    break
+        return found
+
+    def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
+        """The message of ``topic`` with this UNIQ_KEY (client msgId, §3.2).
+
+        The index is searched from the creation time the id encodes (less a second), then, if
+        nothing is found there, over all time; among several hits, the first stored wins.
+        """
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("unique_key", unique_key)
+        self._dispatcher.catch_up()
+        begins = [0]
+        try:
+            begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))
+        except (InvalidMessageIdError, ValueError):
+            pass   # not a RocketMQ-made id: no time hint
+        for begin in begins:
+            hits = []
+            for offset in self._index_candidates(topic, unique_key, begin, _INT64_MAX):
+                try:
+                    msg = self.read(offset)
+                except MessageNotFoundError:
+                    continue
+                if msg.topic == topic and msg.unique_key == unique_key:
+                    hits.append(msg)
+            if hits:
+                return min(hits, key=lambda m: m.store_timestamp)
+        raise MessageNotFoundError(f"no message of topic {topic!r} with UNIQ_KEY {unique_key!r}")
+
+    def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """The message at ``queue_offset`` of (topic, queue_id)."""
+        cq = self._queue(topic, queue_id)
+        if isinstance(queue_offset, bool) or not isinstance(queue_offset, (int, np.integer)):
+            raise InvalidMessageError(f"queue_offset must be an int, not {type(queue_offset).__name__}")
+        if cq is None:
+            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
+        commitlog_offset, _size, _tags = cq.unit(int(queue_offset))
+        return self.read(commitlog_offset)
+
     # ---- durability, state ----
 
     def flush(self, timeout: Optional[float] = None) -> bool:
@@ -587,6 +835,29 @@ class MessageStore:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.read_only else "open")
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
+
+
+def _check_name(what: str, value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidMessageError(f"{what} must not be empty")
+    return value
+
+
+def _check_count(what: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidMessageError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise InvalidMessageError(f"{what} must be >= {minimum}, not {value}")
+    return int(value)
+
+
+def _has_key(msg: MessageExt, key: str) -> bool:
+    if msg.unique_key == key:
+        return True
+    keys = msg.keys
+    return keys is not None and key in keys.split(" ")
 
 
 def open_store(path: Optional[str | os.PathLike] = None, **options) -> MessageStore:

@@ -1,0 +1,380 @@
+"""Dispatch: carrying CommitLog records into the ConsumeQueues and the index (spec §4.2, §5.4, §7).
+
+RocketMQ's ReputMessageService polls the CommitLog every millisecond and dispatches what is
+new, so a message becomes visible to consumers and key queries about a millisecond after its
+put returned. rocketstore dispatches *on demand* instead: every query first catches the
+dispatcher up to the CommitLog's current end (one decode of the new records in C, then one
+batch append per queue and one batch of index puts), and a background thread catches up when
+nothing asks. So when ``put`` returns, the next query sees the message (read-your-writes), and
+puts never wait for dispatch.
+
+A read-only store dispatches into memory: :class:`TailQueue` serves a queue's units from its
+files on disk and then from an in-memory tail; :class:`MemoryIndexService` keeps the missing
+index entries in anonymous memory. Nothing is written to the store directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import threading
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from rocketstore.consumequeue import (CQ_UNIT_DTYPE, ConsumeQueueStore, roll_next_file)
+from rocketstore.errors import InvalidMessageError, MessageNotFoundError
+from rocketstore.indexservice import IndexService, MappedIndexFile
+
+__all__ = ["Dispatcher", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
+
+log = logging.getLogger("rocketstore.dispatch")
+
+TX_MASK = 0x0C
+TX_PREPARED = 0x04
+TX_ROLLBACK = 0x0C
+SCAN_CHUNK = 65536  # records per decode_batch call
+
+
+def _topic_matrix(buffer, records) -> np.ndarray:
+    """The topic bytes of each record as an (n, width) uint8 matrix, zero-padded."""
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    lengths = records["topic_len"]
+    width = max(int(lengths.max()), 1)
+    cols = np.arange(width)
+    idx = records["topic_pos"][:, None] + cols
+    np.minimum(idx, len(raw) - 1, out=idx)
+    names = raw[idx]
+    names[cols >= lengths[:, None]] = 0
+    return names
+
+
+def _topic_at(names: np.ndarray, records, row: int) -> str:
+    return names[row][:records["topic_len"][row]].tobytes().decode("utf-8", "surrogateescape")
+
+
+def queue_groups(buffer, records) -> list[tuple[str, int, np.ndarray]]:
+    """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
+
+    ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
+    Python step per record: by queue id alone when every record has one topic (a batch put),
+    else by a 64-bit FNV-1a hash of the topic bytes and the queue id, checked afterwards.
+    """
+    n = len(records)
+    if n == 0:
+        return []
+    names = _topic_matrix(buffer, records)
+    qids = records["queue_id"]
+    if (names == names[0]).all():
+        key = qids.astype(np.int64)
+    else:
+        h = np.full(n, 0xCBF29CE484222325, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for c in range(names.shape[1]):
+                h ^= names[:, c].astype(np.uint64)
+                h *= np.uint64(0x100000001B3)
+            key = h ^ (qids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    uniq, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True,
+                                             return_counts=True)
+    inverse = inverse.ravel()
+    if len(uniq) == 1:
+        groups = [np.arange(n)]
+    else:
+        if not (np.array_equal(names, names[first][inverse])
+                and np.array_equal(qids, qids[first][inverse])):
+            raise RuntimeError("topic hash collision while grouping records")  # pragma: no cover
+        order = np.argsort(inverse, kind="stable")
+        groups = np.split(order, np.cumsum(counts)[:-1])
+    return [(_topic_at(names, records, int(first[g])), int(qids[first[g]]), rows)
+            for g, rows in enumerate(groups)]
+
+
+class Dispatcher:
+    """Carries records from CommitLog offset ``start`` into ``queues`` and ``index``.
+
+    ``segments`` is the CommitLog's :class:`~rocketstore.mapped_file.MappedFileQueue`,
+    ``end_of()`` the offset below which records are complete, ``queues`` has
+    ``find_or_create(topic, queue_id)`` returning something with ``append_many``, ``index`` has
+    ``build_refs``. :meth:`catch_up` is thread-safe and cheap when there is nothing new.
+    """
+
+    def __init__(self, segments, codec, queues, index, *, start: int, end_of: Callable[[], int],
+                 delay_levels_ms=None):
+        self._segments = segments
+        self._codec = codec
+        self._queues = queues
+        self._index = index
+        self._end_of = end_of
+        self._delay_levels = (codec.DEFAULT_DELAY_LEVELS_MS if delay_levels_ms is None
+                              else tuple(delay_levels_ms))
+        self.offset = start
+        self._lock = threading.Lock()
+        self.dispatched_records = 0
+
+    def catch_up(self) -> int:
+        """Dispatch every complete record below ``end_of()``; returns the new dispatch offset."""
+        if self.offset >= self._end_of():
+            return self.offset
+        with self._lock:
+            target = self._end_of()
+            pos = self.offset
+            while pos < target:
+                mf = self._segments.find(pos)
+                if mf is None:
+                    later = [f for f in self._segments.files if f.file_from_offset > pos]
+                    if not later:
+                        break
+                    pos = later[0].file_from_offset   # retention removed what lay before
+                    continue
+                pos = self._dispatch_segment(mf, pos, target)
+                self.offset = pos
+                if pos < target and self._segments.find(pos) is mf:
+                    break   # a record not yet complete: a reader stops before it
+            self.offset = pos
+            return pos
+
+    def _dispatch_segment(self, mf, pos: int, target: int) -> int:
+        codec = self._codec
+        base = mf.file_from_offset
+        hi = min(mf.file_size, target - base)
+        view = mf.view(0, hi)
+        lo = pos - base
+        while True:
+            records, stop, reason = codec.decode_batch(view, lo, hi, check_crc=False,
+                                                       max_records=SCAN_CHUNK)
+            if len(records):
+                self._dispatch(view, base, records)
+                self.offset = base + stop
+            if reason == codec.STOP_BLANK:
+                return mf.end_offset
+            if reason != codec.STOP_LIMIT or stop >= hi or not len(records):
+                return base + stop if stop < mf.file_size else mf.end_offset
+            lo = stop
+
+    def _dispatch(self, view, base: int, records) -> None:
+        info, keys = self._codec.dispatch_info(view, records, self._delay_levels)
+        tx = records["sys_flag"] & TX_MASK
+        consumable = (tx != TX_PREPARED) & (tx != TX_ROLLBACK)
+        if consumable.all():
+            rows, codes = records, info["tags_code"]
+        else:
+            rows, codes = records[consumable], info["tags_code"][consumable]
+        for topic, queue_id, idx in queue_groups(view, rows):
+            try:
+                queue = self._queues.find_or_create(topic, queue_id)
+            except InvalidMessageError as exc:   # not a topic a queue can be named after
+                log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
+                continue
+            sel = rows[idx]
+            queue.append_many(sel["queue_offset"], base + sel["position"], sel["size"], codes[idx])
+        if len(keys):
+            if (tx == TX_ROLLBACK).any():
+                keys = keys[tx[keys["record"]] != TX_ROLLBACK]
+            self._index.build_refs(view, base, records, keys)
+        self.dispatched_records += len(records)
+
+
+class DispatchThread:
+    """Calls ``dispatcher.catch_up()`` every ``interval_ms`` until :meth:`stop`.
+
+    Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
+    themselves). An error is logged and retried at the next tick.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, interval_ms: int):
+        self._dispatcher = dispatcher
+        self._interval = interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rocketstore-dispatch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._dispatcher.catch_up()
+            except Exception:   # pragma: no cover - logged, retried; queries raise it themselves
+                log.exception("background dispatch failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+# -- read-only stores: dispatch into memory ---------------------------------------------------
+
+class TailQueue:
+    """One queue of a read-only store: its units on disk, then units dispatched into memory.
+
+    Has the reading interface of :class:`~rocketstore.consumequeue.ConsumeQueue`
+    (``min_offset``, ``max_offset``, ``units``, ``unit``, ``roll_next_file``) and its
+    ``append_many`` rules (duplicates and units "built repeatedly" are skipped).
+    """
+
+    def __init__(self, topic: str, queue_id: int, disk=None, units_per_file: int = 300_000):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.disk = disk
+        self.units_per_file = units_per_file
+        self._lock = threading.Lock()
+        self._tail = np.empty(0, dtype=CQ_UNIT_DTYPE)
+        self._count = 0
+        has_disk = disk is not None and disk.max_offset > disk.min_offset
+        self._start: Optional[int] = disk.max_offset if has_disk else None
+        self._min = disk.min_offset if has_disk else None
+        self._max_physic = disk.max_physic_offset if has_disk else -1
+
+    @property
+    def min_offset(self) -> int:
+        return self._min if self._min is not None else 0
+
+    @property
+    def max_offset(self) -> int:
+        return 0 if self._start is None else self._start + self._count
+
+    @property
+    def max_physic_offset(self) -> int:
+        return self._max_physic
+
+    def roll_next_file(self, queue_offset: int) -> int:
+        return roll_next_file(queue_offset, self.units_per_file)
+
+    def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
+        q = np.asarray(queue_offsets, dtype=np.int64)
+        phys = np.asarray(commitlog_offsets, dtype=np.int64)
+        sz = np.asarray(sizes, dtype=np.int64)
+        keep = phys + sz > self._max_physic
+        with self._lock:
+            if not keep.any():
+                return 0
+            q, phys, sz, tags = q[keep], phys[keep], sz[keep], np.asarray(tags_codes)[keep]
+            if self._start is None:
+                self._start = self._min = int(q[0])   # the first unit at a non-zero offset
+            fresh = q >= self.max_offset
+            if not fresh.all():
+                phys, sz, tags = phys[fresh], sz[fresh], tags[fresh]
+            n = len(phys)
+            if not n:
+                return 0
+            need = self._count + n
+            if need > len(self._tail):
+                grown = np.empty(max(need, 2 * len(self._tail), 1024), dtype=CQ_UNIT_DTYPE)
+                grown[:self._count] = self._tail[:self._count]
+                self._tail = grown
+            dst = self._tail[self._count:need]
+            dst["commitlog_offset"] = phys
+            dst["size"] = sz
+            dst["tags_code"] = tags
+            self._count = need
+            self._max_physic = int(phys[-1] + sz[-1])
+            return n
+
+    def units(self, start: int, count: int) -> np.ndarray:
+        with self._lock:
+            lo, hi = self.min_offset, self.max_offset
+            if not lo <= start <= hi:
+                raise MessageNotFoundError(
+                    f"queue offset {start} is outside [{lo}, {hi}) of {self.topic}-{self.queue_id}")
+            if self._start is None:
+                return np.empty(0, dtype=CQ_UNIT_DTYPE)
+            if start < self._start:
+                return self.disk.units(start, min(count, self._start - start))
+            i = start - self._start
+            view = self._tail[i:min(self._count, i + count)]
+        view = view.view()
+        view.flags.writeable = False
+        return view
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        view = self.units(queue_offset, 1)
+        if not len(view):
+            raise MessageNotFoundError(f"queue offset {queue_offset} is past the end of "
+                                       f"{self.topic}-{self.queue_id}")
+        return int(view[0]["commitlog_offset"]), int(view[0]["size"]), int(view[0]["tags_code"])
+
+
+class TailQueueStore:
+    """The queues of a read-only store: those on disk (read-only), extended in memory."""
+
+    def __init__(self, root: str, units_per_file: int):
+        self.units_per_file = units_per_file
+        self.disk = ConsumeQueueStore(root, units_per_file, read_only=True)
+        self._queues: dict[tuple[str, int], TailQueue] = {}
+        self._lock = threading.Lock()
+
+    def recover(self) -> list[int]:
+        """Recover the disk queues (without writing); returns their max physical offsets."""
+        ends = [cq.recover() for cq in self.disk]
+        for cq in self.disk:
+            self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq,
+                                                              self.units_per_file)
+        return ends
+
+    def get(self, topic: str, queue_id: int) -> Optional[TailQueue]:
+        return self._queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> TailQueue:
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            with self._lock:
+                queue = self._queues.setdefault(
+                    key, TailQueue(topic, queue_id, None, self.units_per_file))
+        return queue
+
+    def __iter__(self) -> Iterator[TailQueue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def close(self) -> None:
+        self._queues = {}
+        self.disk.close()
+
+
+class _AnonymousMap:
+    """The part of :class:`~rocketstore.mapped_file.MappedFile` an index file uses, in memory."""
+
+    __slots__ = ("mm", "file_size", "fd")
+
+    def __init__(self, size: int):
+        self.mm = mmap.mmap(-1, size)   # zero pages, materialised only where written
+        self.file_size = size
+        self.fd = -1
+
+    def flush(self, *args) -> None:
+        pass
+
+    def close(self) -> None:
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass
+
+    destroy = close
+
+
+class MemoryIndexService(IndexService):
+    """An :class:`IndexService` whose files live in anonymous memory (a read-only store's tail)."""
+
+    def __init__(self, root, **kwargs):
+        super().__init__(root, **kwargs)
+        self._loaded = True
+
+    def _make_directory(self) -> None:
+        pass
+
+    def _map(self, path: str, *, create: bool) -> MappedIndexFile:
+        mapped = _AnonymousMap(self.file_size)
+        try:
+            index = self._index.IndexFile(mapped.mm, self.slot_count, self.index_count)
+        except BaseException:
+            mapped.close()
+            raise
+        return MappedIndexFile(path, mapped, index)
+
+    def _reserve(self, f, items: int) -> None:
+        pass
