@@ -93,6 +93,25 @@ cdef extern from "record.h" nogil:
     void rs_encode_blank(uint8_t *dst, int32_t max_blank)
     int64_t rs_decode_record(const uint8_t *src, int64_t avail, rs_record *out, int check_crc)
     int32_t rs_java_hash_utf8(const uint8_t *s, int64_t len)
+    uint32_t rs_java_hash_utf8_update(uint32_t h, const uint8_t *s, int64_t len)
+
+    const char *RS_SCHEDULE_TOPIC
+    const int RS_SCHEDULE_TOPIC_LEN
+    const uint8_t RS_KEY_SEPARATOR
+
+    ctypedef struct rs_dispatch_props:
+        int64_t tags_pos
+        int64_t keys_pos
+        int64_t uniq_key_pos
+        int64_t delay_pos
+        int32_t tags_len
+        int32_t keys_len
+        int32_t uniq_key_len
+        int32_t delay_len
+
+    void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispatch_props *out)
+    int rs_parse_java_int(const uint8_t *s, int64_t len, int32_t *out)
+    int64_t rs_count_key_tokens(const uint8_t *s, int64_t len)
 
 
 # One row of decode_batch's result: the C layout of RECORD_DTYPE (natural alignment, as numpy's
@@ -121,3 +140,18 @@ cdef struct rs_batch_row:
     int32_t topic_len
     int64_t properties_pos
     int32_t properties_len
+
+
+# One row of dispatch_info's info array: the C layout of DISPATCH_DTYPE (checked at import).
+cdef struct rs_dispatch_row:
+    int64_t tags_code
+    int64_t tags_pos
+    int32_t tags_len
+    int32_t delay_level
+
+
+# One index key of dispatch_info's keys array: the C layout of KEYREF_DTYPE (checked at import).
+cdef struct rs_keyref_row:
+    int64_t key_pos
+    int32_t key_len
+    int32_t record

@@ -10,12 +10,15 @@ from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuff
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX
-from libc.string cimport memchr, memcpy, memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport (int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MIN, INT32_MAX, INT64_MIN,
+                          INT64_MAX)
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
 from _codec cimport *
 
+import operator as _operator
 import time as _time
 from collections.abc import Mapping as _Mapping
 
@@ -32,9 +35,9 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row",
+    "decode_batch", "record_from_row", "dispatch_info",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
-    "RECORD_DTYPE",
+    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
 
 # ---- constants, from record.h ----
@@ -118,11 +121,29 @@ RECORD_DTYPE = _np.dtype([
 ], align=True)
 
 
-cdef _check_row_layout():
-    """decode_batch writes rs_batch_row structs straight into RECORD_DTYPE arrays: prove they match."""
+DISPATCH_DTYPE = _np.dtype([("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"),
+                            ("delay_level", "=i4")], align=True)
+KEYREF_DTYPE = _np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")], align=True)
+
+SCHEDULE_TOPIC = RS_SCHEDULE_TOPIC[:RS_SCHEDULE_TOPIC_LEN].decode("ascii")
+DEFAULT_DELAY_LEVELS_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
+                           420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
+
+
+cdef _check_layout(str struct_name, dict offsets, Py_ssize_t size, object dtype, str dtype_name):
+    expected = {name: dtype.fields[name][1] for name in dtype.names}
+    if offsets != expected or size != dtype.itemsize:
+        raise ImportError(f"{struct_name} layout {offsets} (size {size}) does not match "
+                          f"{dtype_name} {expected} (itemsize {dtype.itemsize})")
+
+
+cdef _check_row_layouts():
+    """decode_batch and dispatch_info write C structs straight into numpy arrays: prove they match."""
     cdef rs_batch_row row
+    cdef rs_dispatch_row info
+    cdef rs_keyref_row key
     cdef char *base = <char *>&row
-    offsets = {
+    _check_layout("rs_batch_row", {
         "position": <char *>&row.position - base, "size": <char *>&row.size - base,
         "magic": <char *>&row.magic - base, "body_crc": <char *>&row.body_crc - base,
         "queue_id": <char *>&row.queue_id - base, "flag": <char *>&row.flag - base,
@@ -138,14 +159,20 @@ cdef _check_row_layout():
         "topic_pos": <char *>&row.topic_pos - base, "topic_len": <char *>&row.topic_len - base,
         "properties_pos": <char *>&row.properties_pos - base,
         "properties_len": <char *>&row.properties_len - base,
-    }
-    expected = {name: RECORD_DTYPE.fields[name][1] for name in RECORD_DTYPE.names}
-    if offsets != expected or <Py_ssize_t>sizeof(rs_batch_row) != RECORD_DTYPE.itemsize:
-        raise ImportError(f"rs_batch_row layout {offsets} (size {sizeof(rs_batch_row)}) does not match "
-                          f"RECORD_DTYPE {expected} (itemsize {RECORD_DTYPE.itemsize})")
+    }, sizeof(rs_batch_row), RECORD_DTYPE, "RECORD_DTYPE")
+    base = <char *>&info
+    _check_layout("rs_dispatch_row", {
+        "tags_code": <char *>&info.tags_code - base, "tags_pos": <char *>&info.tags_pos - base,
+        "tags_len": <char *>&info.tags_len - base, "delay_level": <char *>&info.delay_level - base,
+    }, sizeof(rs_dispatch_row), DISPATCH_DTYPE, "DISPATCH_DTYPE")
+    base = <char *>&key
+    _check_layout("rs_keyref_row", {
+        "key_pos": <char *>&key.key_pos - base, "key_len": <char *>&key.key_len - base,
+        "record": <char *>&key.record - base,
+    }, sizeof(rs_keyref_row), KEYREF_DTYPE, "KEYREF_DTYPE")
 
 
-_check_row_layout()
+_check_row_layouts()
 
 # Above this many bytes decode_batch scans without the GIL (the buffer stays pinned meanwhile).
 cdef enum:
@@ -780,6 +807,218 @@ def record_from_row(buffer, row, *, copy_body=True):
         return _message(buffer, <const uint8_t *>view.buf, &rec, copy_body)
     finally:
         PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch (§2 tagsCode and DELAY, §5.2 index keys): what the ConsumeQueues and the index need
+
+# Where a record's index keys lie in the buffer, kept between dispatch_info's two passes.
+cdef struct _key_spans:
+    int64_t uniq_key_pos
+    int64_t keys_pos
+    int32_t uniq_key_len     # 0: no UNIQ_KEY
+    int32_t keys_len         # 0: no KEYS
+
+cdef enum:
+    _OUTSIDE_TOPIC = 1
+    _OUTSIDE_PROPERTIES = 2
+    # From this many records on, dispatch_info scans without the GIL (every buffer stays pinned).
+    _NOGIL_DISPATCH_RECORDS = 64
+
+
+cdef object _check_table(str name, object table, object dtype, str dtype_name):
+    """``table`` as a C-contiguous 1-D array of exactly ``dtype`` (TypeError otherwise)."""
+    if not isinstance(table, _np.ndarray) or table.ndim != 1 or table.dtype != dtype:
+        raise TypeError(f"{name} must be a one-dimensional numpy array of {dtype_name}")
+    return _np.ascontiguousarray(table)
+
+
+def _delay_table(delay_levels_ms):
+    """The delay table as a list of Java longs: level n is at [n - 1]."""
+    if isinstance(delay_levels_ms, (str, bytes, bytearray, memoryview, _Mapping)):
+        raise TypeError(f"delay_levels_ms must be a sequence of ints, not {type(delay_levels_ms).__name__}")
+    try:
+        items = tuple(delay_levels_ms)
+    except TypeError:
+        raise TypeError(f"delay_levels_ms must be a sequence of ints, "
+                        f"not {type(delay_levels_ms).__name__}") from None
+    table = []
+    for level, value in enumerate(items, 1):
+        try:
+            value = _operator.index(value)
+        except TypeError:
+            raise TypeError(f"delay level {level} must be an int (ms), not {type(value).__name__}") from None
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"delay level {level} is {value} ms, which does not fit a Java long")
+        table.append(value)
+    return table
+
+
+cdef object _outside(object i, object position, str what, object start, object length, object size):
+    # Python ints: start + length may not fit an int64
+    err = CorruptRecordError(f"record {i} at position {position}: its {what} bytes [{start}, "
+                             f"{start + length}) lie outside the buffer of {size} bytes")
+    err.reason = STOP_CORRUPT
+    err.position = position
+    return err
+
+
+cdef int64_t _dispatch_scan(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                            const int64_t *delays, int64_t max_level, rs_dispatch_row *info,
+                            _key_spans *spans, int64_t *bad, int *what) noexcept nogil:
+    """Pass 1: fill info[0..n) and spans[0..n); return how many index keys the records hold, or
+    -1 with *bad the first record whose topic or properties (*what) lie outside base[0..size)."""
+    cdef int64_t i, count = 0, level_ms
+    cdef const rs_batch_row *r
+    cdef const uint8_t *props
+    cdef rs_dispatch_row *out
+    cdef rs_dispatch_props found
+    cdef int32_t level
+    for i in range(n):
+        r = &rows[i]
+        if r.topic_pos < 0 or r.topic_len < 0 or r.topic_pos > size - r.topic_len:
+            bad[0] = i
+            what[0] = _OUTSIDE_TOPIC
+            return -1
+        if r.properties_pos < 0 or r.properties_len < 0 or r.properties_pos > size - r.properties_len:
+            bad[0] = i
+            what[0] = _OUTSIDE_PROPERTIES
+            return -1
+        props = base + r.properties_pos
+        rs_dispatch_properties(props, r.properties_len, &found)
+        out = &info[i]
+        out.tags_code = 0
+        out.tags_pos = -1
+        out.tags_len = 0
+        out.delay_level = 0
+        if found.tags_pos >= 0:
+            out.tags_pos = r.properties_pos + found.tags_pos
+            out.tags_len = found.tags_len
+            out.tags_code = rs_java_hash_utf8(props + found.tags_pos, found.tags_len)
+        if found.delay_pos >= 0 and rs_parse_java_int(props + found.delay_pos, found.delay_len, &level):
+            out.delay_level = level
+            if (r.topic_len == RS_SCHEDULE_TOPIC_LEN
+                    and memcmp(base + r.topic_pos, RS_SCHEDULE_TOPIC, RS_SCHEDULE_TOPIC_LEN) == 0):
+                level_ms = level if level < max_level else max_level
+                if level_ms > 0:   # Java long arithmetic wraps
+                    out.tags_code = <int64_t>(<uint64_t>r.store_timestamp + <uint64_t>delays[level_ms - 1])
+        spans[i].uniq_key_len = 0
+        spans[i].keys_len = 0
+        if found.uniq_key_pos >= 0:
+            spans[i].uniq_key_pos = r.properties_pos + found.uniq_key_pos
+            spans[i].uniq_key_len = found.uniq_key_len
+            count += 1
+        if found.keys_pos >= 0:
+            spans[i].keys_pos = r.properties_pos + found.keys_pos
+            spans[i].keys_len = found.keys_len
+            count += rs_count_key_tokens(props + found.keys_pos, found.keys_len)
+    return count
+
+
+cdef int64_t _dispatch_keys(const uint8_t *base, const _key_spans *spans, int64_t n, rs_keyref_row *out,
+                            int64_t cap) noexcept nogil:
+    """Pass 2: write the index keys of records 0..n-1 (UNIQ_KEY, then each KEYS token) to out,
+    at most cap of them (pass 1 counted exactly that many); return how many were written."""
+    cdef int64_t i, k = 0, j, first
+    cdef const uint8_t *value
+    for i in range(n):
+        if spans[i].uniq_key_len > 0 and k < cap:
+            out[k].key_pos = spans[i].uniq_key_pos
+            out[k].key_len = spans[i].uniq_key_len
+            out[k].record = <int32_t>i
+            k += 1
+        value = base + spans[i].keys_pos
+        j = 0
+        while j < spans[i].keys_len:
+            if value[j] == RS_KEY_SEPARATOR:
+                j += 1
+                continue
+            first = j
+            while j < spans[i].keys_len and value[j] != RS_KEY_SEPARATOR:
+                j += 1
+            if k < cap:
+                out[k].key_pos = spans[i].keys_pos + first
+                out[k].key_len = <int32_t>(j - first)
+                out[k].record = <int32_t>i
+                k += 1
+    return k
+
+
+def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
+    """What dispatch needs from each record of ``records`` (RECORD_DTYPE, decoded from ``buffer``).
+
+    Returns ``(info, keys)``. ``info`` (DISPATCH_DTYPE, one row per record) holds the tagsCode
+    (§2: Java hash of TAGS, 0 without one; for SCHEDULE_TOPIC_XXXX with a DELAY level clamped to
+    ``len(delay_levels_ms)`` and > 0, storeTimestamp + that level's delay), where the TAGS value
+    lies in ``buffer``, and the DELAY value as Integer.parseInt reads it (0 when absent or not a
+    number). ``keys`` (KEYREF_DTYPE, in record order) locates each record's index keys (§5.2):
+    its UNIQ_KEY, then each non-empty token of KEYS split on single spaces; no transaction
+    filtering. Properties are read as :func:`decode_properties` reads them.
+
+    A record whose topic or properties lie outside ``buffer`` raises CorruptRecordError. Large
+    batches are scanned without the GIL; ``buffer`` and ``records`` stay exported meanwhile.
+    """
+    cdef Py_buffer src, rec_view, info_view, keys_view
+    cdef int64_t n, count, written, bad = -1, max_level, i
+    cdef int what = 0
+    cdef int64_t *delays = NULL
+    cdef _key_spans *spans = NULL
+    cdef const rs_batch_row *rows
+    cdef const rs_batch_row *r
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    table = _delay_table(delay_levels_ms)
+    max_level = len(table)
+    _get_readable(buffer, &src)
+    try:
+        n = len(records)
+        if n > INT32_MAX:
+            raise ValueError(f"{n} records are too many for one call (at most {INT32_MAX})")
+        delays = <int64_t *>PyMem_Malloc(<size_t>(max_level if max_level > 0 else 1) * sizeof(int64_t))
+        spans = <_key_spans *>PyMem_Malloc(<size_t>(n if n > 0 else 1) * sizeof(_key_spans))
+        if delays == NULL or spans == NULL:
+            raise MemoryError()
+        for i in range(max_level):
+            delays[i] = table[i]
+        info = _np.empty(n, dtype=DISPATCH_DTYPE)   # _dispatch_scan writes every field of each row
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(info, &info_view, PyBUF_WRITABLE)
+            try:
+                rows = <const rs_batch_row *>rec_view.buf
+                if n >= _NOGIL_DISPATCH_RECORDS:
+                    with nogil:
+                        count = _dispatch_scan(<const uint8_t *>src.buf, src.len, rows, n, delays, max_level,
+                                               <rs_dispatch_row *>info_view.buf, spans, &bad, &what)
+                else:
+                    count = _dispatch_scan(<const uint8_t *>src.buf, src.len, rows, n, delays, max_level,
+                                           <rs_dispatch_row *>info_view.buf, spans, &bad, &what)
+                if count < 0:
+                    r = &rows[bad]
+                    if what == _OUTSIDE_TOPIC:
+                        raise _outside(bad, r.position, "topic", r.topic_pos, r.topic_len, src.len)
+                    raise _outside(bad, r.position, "properties", r.properties_pos, r.properties_len, src.len)
+            finally:
+                PyBuffer_Release(&info_view)
+        finally:
+            PyBuffer_Release(&rec_view)
+        keys = _np.empty(count, dtype=KEYREF_DTYPE)   # _dispatch_keys writes every field of each row
+        PyObject_GetBuffer(keys, &keys_view, PyBUF_WRITABLE)
+        try:
+            if count >= _NOGIL_DISPATCH_RECORDS:
+                with nogil:
+                    written = _dispatch_keys(<const uint8_t *>src.buf, spans, n,
+                                             <rs_keyref_row *>keys_view.buf, count)
+            else:
+                written = _dispatch_keys(<const uint8_t *>src.buf, spans, n, <rs_keyref_row *>keys_view.buf, count)
+        finally:
+            PyBuffer_Release(&keys_view)
+        if written != count:
+            raise AssertionError("dispatch_info found a different number of keys in its second pass")
+        return info, keys
+    finally:
+        PyMem_Free(spans)
+        PyMem_Free(delays)
+        PyBuffer_Release(&src)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ cdef extern from "index.h" nogil:
     int32_t rs_index_header_i32(const rs_index_t *ix, int pos)
     int32_t rs_index_count(const rs_index_t *ix)
     int rs_index_is_full(const rs_index_t *ix)
+    int32_t rs_index_hash_of_java(int32_t h)
     int32_t rs_index_key_hash(const void *data, int width, int64_t len)
     int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp)
     void rs_index_walk_start(const rs_index_t *ix, rs_index_walk_t *w, int32_t key_hash,

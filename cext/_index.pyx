@@ -6,19 +6,28 @@ module wraps them for Python with the same names, exceptions and messages as the
 whose docstring carries the layout table.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_IsContiguous,
+                             PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT64_MAX, INT64_MIN
 
 from _index cimport *
+# The record-batch row layouts and the UTF-8 Java hash, declared once with the codec (cext/record.h):
+# plain C declarations, so this module does not import rocketstore._codec.
+from _codec cimport rs_batch_row, rs_java_hash_utf8_update, rs_keyref_row
 
 import operator as _operator
 
-from rocketstore.errors import StoreConfigError, StoreReadOnlyError
+import numpy as _np
+
+from rocketstore.errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
 # Not hot paths: one definition, shared with the pure twin.
 from rocketstore._index_py import index_file_name, parse_index_file_name
+# The dtypes of put_refs' tables: numpy dtypes compare by layout, so the pure twin's are the compiled
+# twin's (rocketstore._codec checks its C structs against them at import).
+from rocketstore._codec_py import KEYREF_DTYPE, RECORD_DTYPE
 
 cdef extern from *:
     """
@@ -59,6 +68,18 @@ MAX_TIME_DIFF = RS_INDEX_MAX_TIME_DIFF
 cdef enum:
     _SELECT_BATCH = 64
 
+# put_refs: from this many keys on it runs without the GIL; why a key failed its check.
+cdef enum:
+    _NOGIL_PUT_KEYS = 64
+    _BAD_RECORD = 1
+    _BAD_POSITION = 2
+    _BAD_OFFSET = 3
+    _BAD_TOPIC = 4
+    _BAD_KEY = 5
+
+if sizeof(rs_keyref_row) != KEYREF_DTYPE.itemsize or sizeof(rs_batch_row) != RECORD_DTYPE.itemsize:
+    raise ImportError("rs_keyref_row / rs_batch_row do not match KEYREF_DTYPE / RECORD_DTYPE")
+
 
 def index_file_size(slots=DEFAULT_SLOT_COUNT, items=DEFAULT_INDEX_COUNT):
     """Bytes of an index file: ``40 + 4*slots + 20*items`` (420,000,040 for the defaults)."""
@@ -71,6 +92,101 @@ cdef int32_t _key_hash(object key) except -1:
     rs_index_unicode_ready(key)
     # the kinds are 1, 2 and 4: the bytes per code point
     return rs_index_key_hash(PyUnicode_DATA(key), <int>PyUnicode_KIND(key), PyUnicode_GET_LENGTH(key))
+
+
+cdef object _check_table(str name, object table, object dtype, str dtype_name):
+    """``table`` as a C-contiguous 1-D array of exactly ``dtype`` (TypeError otherwise)."""
+    if not isinstance(table, _np.ndarray) or table.ndim != 1 or table.dtype != dtype:
+        raise TypeError(f"{name} must be a one-dimensional numpy array of {dtype_name}")
+    return _np.ascontiguousarray(table)
+
+
+cdef int _get_readable(object buffer, Py_buffer *view) except -1:
+    if not PyObject_CheckBuffer(buffer):
+        raise TypeError(f"buffer must be a bytes-like object, not {type(buffer).__name__}")
+    PyObject_GetBuffer(buffer, view, PyBUF_STRIDES)
+    if not PyBuffer_IsContiguous(view, b'C'):
+        PyBuffer_Release(view)
+        raise TypeError("buffer must be C-contiguous")
+    return 0
+
+
+cdef int64_t _i64(str name, object value) except? -1:
+    value = _operator.index(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise OverflowError(f"{name} {value} does not fit a Java long")
+    return value
+
+
+cdef int64_t _check_refs(int64_t size, const rs_batch_row *rows, int64_t nrows, const rs_keyref_row *keys,
+                         int64_t start, int64_t n, int64_t base_offset, int *why) noexcept nogil:
+    """The first key of keys[start..n) that names no record, or whose record's position or topic,
+    or its own bytes, lie outside base[0..size) (*why says which), or -1 when all are fine."""
+    cdef int64_t k
+    cdef const rs_keyref_row *key
+    cdef const rs_batch_row *r
+    for k in range(start, n):
+        key = &keys[k]
+        if key.record < 0 or key.record >= nrows:
+            why[0] = _BAD_RECORD
+            return k
+        r = &rows[key.record]
+        if r.position < 0 or r.position >= size:
+            why[0] = _BAD_POSITION
+            return k
+        if base_offset > 0 and r.position > INT64_MAX - base_offset:
+            why[0] = _BAD_OFFSET
+            return k
+        if r.topic_pos < 0 or r.topic_len < 0 or r.topic_pos > size - r.topic_len:
+            why[0] = _BAD_TOPIC
+            return k
+        if key.key_pos < 0 or key.key_len < 0 or key.key_pos > size - key.key_len:
+            why[0] = _BAD_KEY
+            return k
+    return -1
+
+
+cdef int64_t _put_refs(rs_index_t *ix, const uint8_t *base, const rs_batch_row *rows,
+                       const rs_keyref_row *keys, int64_t start, int64_t n, int64_t base_offset) noexcept nogil:
+    """Store keys[start..n) (all checked by _check_refs); return the first one the full file refused, or n.
+    The hash of topic "#" key runs over the topic, '#' and the key where they lie, once per record."""
+    cdef int64_t k, record = -1
+    cdef uint32_t topic_hash = 0, h
+    cdef const rs_keyref_row *key
+    cdef const rs_batch_row *r = NULL
+    for k in range(start, n):
+        key = &keys[k]
+        if key.record != record:
+            record = key.record
+            r = &rows[record]
+            topic_hash = 31u * rs_java_hash_utf8_update(0, base + r.topic_pos, r.topic_len) + <uint32_t>b'#'
+        h = rs_java_hash_utf8_update(topic_hash, base + key.key_pos, key.key_len)
+        if not rs_index_put(ix, rs_index_hash_of_java(<int32_t>h), base_offset + r.position, r.store_timestamp):
+            return k
+    return n
+
+
+cdef object _bad_ref(int why, int64_t k, const rs_keyref_row *keys, const rs_batch_row *rows, int64_t nrows,
+                     int64_t base_offset, int64_t size):
+    """The exception for key k, which failed _check_refs' check ``why`` (the pure twin's messages)."""
+    cdef const rs_keyref_row *key = &keys[k]
+    cdef int64_t row = key.record
+    if why == _BAD_RECORD:
+        return CorruptRecordError(f"key {k} names record {row}; there are {nrows} records")
+    cdef const rs_batch_row *r = &rows[row]
+    # Python ints from here: a start plus a length may not fit an int64
+    cdef object topic_pos = r.topic_pos, key_pos = key.key_pos
+    if why == _BAD_POSITION:
+        return CorruptRecordError(f"key {k}: record {row} at position {r.position} lies outside "
+                                  f"the buffer of {size} bytes")
+    if why == _BAD_OFFSET:
+        return OverflowError(f"key {k}: CommitLog offset {base_offset} + {r.position} does not fit "
+                             f"a Java long")
+    if why == _BAD_TOPIC:
+        return CorruptRecordError(f"key {k}: the topic bytes [{topic_pos}, {topic_pos + r.topic_len}) "
+                                  f"of record {row} lie outside the buffer of {size} bytes")
+    return CorruptRecordError(f"key {k}: its bytes [{key_pos}, {key_pos + key.key_len}) lie "
+                              f"outside the buffer of {size} bytes")
 
 
 cdef int32_t _count_arg(str name, object value) except -1:
@@ -253,6 +369,73 @@ cdef class IndexFile:
             if not rs_index_put(&self._ix, _key_hash(key), phy_offset, store_timestamp):
                 return i
         return n
+
+    def put_refs(self, buffer, records, keys, base_offset, start=0):
+        """Index ``keys[start:]`` as ``put_key`` would, key by key; returns where the file filled.
+
+        ``records`` (RECORD_DTYPE, from the codec's ``decode_batch``) and ``keys`` (KEYREF_DTYPE,
+        from its ``dispatch_info``) locate their bytes in ``buffer``, which starts at CommitLog
+        offset ``base_offset``. Key ``k`` is stored as ``put_key(topic + "#" + key,
+        base_offset + records[k.record].position, records[k.record].store_timestamp)``.
+        Returns the index in ``keys`` of the first key not stored because the file is full, or
+        ``len(keys)`` when all were stored.
+
+        Every key from ``start`` on is checked before the first is stored, so bad input stores
+        nothing: a record number outside ``records``, or a position, topic or key outside
+        ``buffer`` raises CorruptRecordError; an offset beyond a Java long, OverflowError.
+        Large batches run without the GIL, with every buffer (this file's too) pinned.
+        """
+        cdef Py_buffer src, rec_view, key_view, pin
+        cdef int64_t offset, first, n, nrows, bad, stored
+        cdef int why = 0
+        cdef rs_index_t ix
+        cdef const rs_batch_row *rows
+        cdef const rs_keyref_row *refs
+        self._check_writable()
+        records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+        keys = _check_table("keys", keys, KEYREF_DTYPE, "KEYREF_DTYPE")
+        offset = _i64("base_offset", base_offset)
+        start = _operator.index(start)
+        n = len(keys)
+        if not 0 <= start <= n:
+            raise ValueError(f"start {start} is out of range for {n} keys")
+        first = start
+        nrows = len(records)
+        _get_readable(buffer, &src)
+        try:
+            PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+            try:
+                PyObject_GetBuffer(keys, &key_view, PyBUF_SIMPLE)
+                try:
+                    rows = <const rs_batch_row *>rec_view.buf
+                    refs = <const rs_keyref_row *>key_view.buf
+                    if n - first < _NOGIL_PUT_KEYS:
+                        bad = _check_refs(src.len, rows, nrows, refs, first, n, offset, &why)
+                        if bad < 0:
+                            stored = _put_refs(&self._ix, <const uint8_t *>src.buf, rows, refs, first, n, offset)
+                    else:
+                        # A second export of the map pins it through the nogil block even if another
+                        # thread calls release() meanwhile.
+                        PyObject_GetBuffer(self._view.obj, &pin, PyBUF_WRITABLE)
+                        try:
+                            ix = self._ix
+                            if <uint8_t *>pin.buf != ix.base or pin.len != ix.len:
+                                raise ValueError("index file buffer moved")   # pragma: no cover
+                            with nogil:
+                                bad = _check_refs(src.len, rows, nrows, refs, first, n, offset, &why)
+                                if bad < 0:
+                                    stored = _put_refs(&ix, <const uint8_t *>src.buf, rows, refs, first, n, offset)
+                        finally:
+                            PyBuffer_Release(&pin)
+                    if bad >= 0:
+                        raise _bad_ref(why, bad, refs, rows, nrows, offset, src.len)
+                    return stored
+                finally:
+                    PyBuffer_Release(&key_view)
+            finally:
+                PyBuffer_Release(&rec_view)
+        finally:
+            PyBuffer_Release(&src)
 
     # ---- selectPhyOffset ----
 

@@ -63,6 +63,7 @@ cdef extern from "flusher.h" nogil:
                                int thorough_ms, int64_t prefault_bytes)
     void rs_flusher_free(rs_flusher *f)
     void rs_flusher_stop(rs_flusher *f)
+    int RS_FLUSHER_MAX_SEGMENTS
     int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size)
     int rs_flusher_unregister(rs_flusher *f, int64_t start)
     void rs_flusher_publish(rs_flusher *f, int64_t end)
@@ -449,6 +450,8 @@ cdef class CommitLogCore:
         """Register a prepared next segment, so its first pages are pre-faulted before use."""
         if self._closed:
             return          # a segment prepared in the background after close: not needed
+        if len(self._pins) >= RS_FLUSHER_MAX_SEGMENTS - 2:
+            return          # pre-faulting is an optimisation: set_active pins it when needed
         self._pin(mm, file_from_offset)
 
     cdef _Pin _pin(self, mm, int64_t start):
@@ -462,7 +465,14 @@ cdef class CommitLogCore:
         if pin.view.len != self._file_size:
             raise ValueError(f"segment map is {pin.view.len} bytes, expected {self._file_size}")
         if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
-            raise SegmentError("too many unflushed segments registered with the flush thread")
+            # Tiny segments filled faster than the flush interval: flush what was written,
+            # release the flushed segments and try again.
+            self.release_flushed_segments()
+            if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+                self._wait(rs_flusher_wrote(self._flusher), -1)
+                self.release_flushed_segments()
+                if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+                    raise SegmentError("too many unflushed segments registered with the flush thread")
         self._pins[start] = pin
         return pin
 

@@ -154,6 +154,14 @@ static inline int rs_index_is_full(const rs_index_t *ix)
 
 /* ---- the Java key hash over UTF-16 code units (§2, §5.2) ---- */
 
+/* The index hash of a key whose Java String.hashCode is h: abs(h), with Integer.MIN_VALUE
+   (whose Math.abs is itself) giving 0. */
+static inline int32_t rs_index_hash_of_java(int32_t h)
+{
+    if (h == INT32_MIN) return 0;
+    return h < 0 ? -h : h;
+}
+
 /* Java String.hashCode of a string held as len code points of `width` bytes each (1: Latin-1,
    2: UCS-2, 4: UCS-4, Python's three compact forms); code points above U+FFFF count as their
    two surrogates. Then abs(), with Integer.MIN_VALUE giving 0. */
@@ -182,8 +190,7 @@ static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len
         }
     }
     signed_h = (int32_t)h;
-    if (signed_h == INT32_MIN) return 0;
-    return signed_h < 0 ? -signed_h : signed_h;
+    return rs_index_hash_of_java(signed_h);
 }
 
 /* ---- putKey (§5.3, 4.3 behaviour) ---- */

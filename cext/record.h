@@ -377,4 +377,144 @@ static inline int32_t rs_java_hash_utf8(const uint8_t *s, int64_t len)
     return (int32_t)h;
 }
 
+
+/* ---- dispatch (§2 tagsCode and DELAY, §5.2 index keys) ---- */
+
+/* rs_java_hash_utf8 continued from the running hash h of earlier text (pass 0 to start), without
+   the final cast: the same UTF-8 decoding and escaping, so hashing a, then b, equals hashing a + b
+   whenever no UTF-8 sequence could span the boundary. It cannot next to an ASCII byte, so the
+   IndexFile key topic "#" key hashes as topic, then '#', then key, with no string built. */
+static inline uint32_t rs_java_hash_utf8_update(uint32_t h, const uint8_t *s, int64_t len)
+{
+    int64_t i = 0;
+    while (i < len) {
+        uint32_t b0 = s[i], cp = 0, lo = 0x80, hi = 0xBF;
+        int need, k;
+        if (b0 < 0x80) {
+            h = 31u * h + b0;
+            i++;
+            continue;
+        }
+        if (b0 >= 0xC2 && b0 <= 0xDF) { need = 1; cp = b0 & 0x1F; }
+        else if (b0 >= 0xE0 && b0 <= 0xEF) {
+            need = 2; cp = b0 & 0x0F;
+            if (b0 == 0xE0) lo = 0xA0;           /* no overlongs */
+            else if (b0 == 0xED) hi = 0x9F;      /* no surrogates */
+        } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+            need = 3; cp = b0 & 0x07;
+            if (b0 == 0xF0) lo = 0x90;           /* no overlongs */
+            else if (b0 == 0xF4) hi = 0x8F;      /* <= U+10FFFF */
+        } else {
+            need = 0;
+        }
+        for (k = 1; k <= need; k++) {
+            uint32_t b;
+            if (i + k >= len) break;
+            b = s[i + k];
+            if (b < lo || b > hi) break;
+            lo = 0x80; hi = 0xBF;
+            cp = (cp << 6) | (b & 0x3F);
+        }
+        if (need == 0 || k <= need) {            /* invalid: escape this one byte */
+            h = 31u * h + (0xDC00u | b0);
+            i++;
+            continue;
+        }
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            h = 31u * h + (0xD800u | (cp >> 10));
+            h = 31u * h + (0xDC00u | (cp & 0x3FF));
+        } else {
+            h = 31u * h + cp;
+        }
+        i += need + 1;
+    }
+    return h;
+}
+
+#define RS_NAME_VALUE_SEPARATOR 0x01   /* MessageDecoder.NAME_VALUE_SEPARATOR */
+#define RS_PROPERTY_SEPARATOR   0x02   /* MessageDecoder.PROPERTY_SEPARATOR */
+#define RS_KEY_SEPARATOR        0x20   /* MessageConst.KEY_SEPARATOR: KEYS split on single spaces */
+#define RS_SCHEDULE_TOPIC       "SCHEDULE_TOPIC_XXXX"   /* TopicValidator.RMQ_SYS_SCHEDULE_TOPIC */
+#define RS_SCHEDULE_TOPIC_LEN   19
+
+/* The properties dispatch reads; offsets are into the properties string, -1 when absent. */
+typedef struct {
+    int64_t tags_pos, keys_pos, uniq_key_pos, delay_pos;
+    int32_t tags_len, keys_len, uniq_key_len, delay_len;
+} rs_dispatch_props;
+
+static inline int rs_name_is(const uint8_t *name, int64_t len, const char *want, int64_t want_len)
+{
+    return len == want_len && memcmp(name, want, (size_t)want_len) == 0;
+}
+
+/* Find TAGS, KEYS, UNIQ_KEY and DELAY in p[0..n) exactly as decode_properties (5.x's lenient
+   rule) keeps pieces: a piece between 0x02 separators counts when its first 0x01 has a non-empty
+   name before it and a non-empty value after it (the value may contain 0x01); a later kept
+   duplicate wins. Reads only p[0..n). */
+static inline void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispatch_props *out)
+{
+    int64_t i = 0;
+    out->tags_pos = out->keys_pos = out->uniq_key_pos = out->delay_pos = -1;
+    out->tags_len = out->keys_len = out->uniq_key_len = out->delay_len = 0;
+    while (i < n) {
+        const uint8_t *hit = (const uint8_t *)memchr(p + i, RS_PROPERTY_SEPARATOR, (size_t)(n - i));
+        int64_t end = hit != NULL ? hit - p : n, sep;
+        if (end - i >= 3) {
+            hit = (const uint8_t *)memchr(p + i, RS_NAME_VALUE_SEPARATOR, (size_t)(end - i));
+            sep = hit != NULL ? hit - p : -1;
+            if (sep > i && sep < end - 1) {
+                const uint8_t *name = p + i;
+                int64_t name_len = sep - i;
+                int64_t value_pos = sep + 1;
+                int32_t value_len = (int32_t)(end - value_pos);
+                if (rs_name_is(name, name_len, "TAGS", 4)) {
+                    out->tags_pos = value_pos; out->tags_len = value_len;
+                } else if (rs_name_is(name, name_len, "KEYS", 4)) {
+                    out->keys_pos = value_pos; out->keys_len = value_len;
+                } else if (rs_name_is(name, name_len, "UNIQ_KEY", 8)) {
+                    out->uniq_key_pos = value_pos; out->uniq_key_len = value_len;
+                } else if (rs_name_is(name, name_len, "DELAY", 5)) {
+                    out->delay_pos = value_pos; out->delay_len = value_len;
+                }
+            }
+        }
+        i = end + 1;
+    }
+}
+
+/* Java Integer.parseInt(s) over ASCII: an optional sign, then one or more digits 0-9, within the
+   int range. Returns 1 and sets *out, or 0 where Java throws NumberFormatException. (Java also
+   takes non-ASCII Unicode digits; brokers write DELAY in ASCII, so those count as unparseable.) */
+static inline int rs_parse_java_int(const uint8_t *s, int64_t len, int32_t *out)
+{
+    int64_t i = 0, value = 0;
+    int negative = 0;
+    if (len <= 0) return 0;
+    if (s[0] == '-' || s[0] == '+') {
+        negative = s[0] == '-';
+        i = 1;
+        if (len == 1) return 0;
+    }
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        value = value * 10 + (s[i] - '0');
+        if (value > (int64_t)INT32_MAX + 1) return 0;   /* keeps value far from int64 overflow */
+    }
+    if (negative) value = -value;
+    if (value > INT32_MAX) return 0;
+    *out = (int32_t)value;
+    return 1;
+}
+
+/* How many index keys the KEYS value s[0..len) holds: its non-empty tokens between single spaces. */
+static inline int64_t rs_count_key_tokens(const uint8_t *s, int64_t len)
+{
+    int64_t i, count = 0;
+    for (i = 0; i < len; i++)
+        if (s[i] != RS_KEY_SEPARATOR && (i == 0 || s[i - 1] == RS_KEY_SEPARATOR)) count++;
+    return count;
+}
+
 #endif /* ROCKETSTORE_RECORD_H */

@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import rocketstore
@@ -29,11 +30,13 @@ def run_child(body, impl, timeout=120):
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     code = _PRELUDE + textwrap.dedent(body)
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, impl.name], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"the child hung for {timeout} s") from None
+    with tempfile.TemporaryDirectory(prefix="rocketstore-lifecycle-") as scratch:
+        env["TMPDIR"] = scratch   # the child's mkdtemp() stores go where they are cleaned up
+        try:
+            proc = subprocess.run([sys.executable, "-c", code, impl.name], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the child hung for {timeout} s") from None
     rc = proc.returncode
     died = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
     assert rc == 0, f"child {died}\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}"

@@ -34,8 +34,8 @@ import operator
 import struct
 import time
 
-from ._codec_py import index_key_hash
-from .errors import StoreConfigError, StoreReadOnlyError
+from ._codec_py import KEYREF_DTYPE, RECORD_DTYPE, _check_table, _readable_view, index_key_hash
+from .errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
 
 __all__ = [
     "IndexFile", "index_file_size", "index_file_name", "parse_index_file_name",
@@ -262,6 +262,38 @@ class IndexFile:
             stored += 1
         return stored
 
+    def put_refs(self, buffer, records, keys, base_offset: int, start: int = 0) -> int:
+        """Index ``keys[start:]`` as ``put_key`` would, key by key; returns where the file filled.
+
+        ``records`` (RECORD_DTYPE, from the codec's ``decode_batch``) and ``keys`` (KEYREF_DTYPE,
+        from its ``dispatch_info``) locate their bytes in ``buffer``, which starts at CommitLog
+        offset ``base_offset``. Key ``k`` is stored as ``put_key(topic + "#" + key,
+        base_offset + records[k.record].position, records[k.record].store_timestamp)``.
+        Returns the index in ``keys`` of the first key not stored because the file is full, or
+        ``len(keys)`` when all were stored.
+
+        Every key from ``start`` on is checked before the first is stored, so bad input stores
+        nothing: a record number outside ``records``, or a position, topic or key outside
+        ``buffer`` raises CorruptRecordError; an offset beyond a Java long, OverflowError.
+        """
+        mv = self._writable_view()
+        _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+        _check_table("keys", keys, KEYREF_DTYPE, "KEYREF_DTYPE")
+        base_offset = _i64("base_offset", base_offset)
+        start = operator.index(start)
+        n = len(keys)
+        if not 0 <= start <= n:
+            raise ValueError(f"start {start} is out of range for {n} keys")
+        buf = _readable_view(buffer)
+        try:
+            puts = _ref_puts(buf, records, keys, base_offset, start)
+        finally:
+            buf.release()
+        for stored, (key_hash, phy_offset, store_timestamp) in enumerate(puts):
+            if not self._put(mv, key_hash, phy_offset, store_timestamp):
+                return start + stored
+        return n
+
     def _put(self, mv: memoryview, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = _HEADER.unpack_from(mv, 0)
         if count <= 0:
@@ -334,6 +366,43 @@ class IndexFile:
                 break
             cur = prev
         return found
+
+
+def _ref_puts(buf: memoryview, records, keys, base_offset: int, start: int) -> list:
+    """(key hash, phyOffset, storeTimestamp) of each key of ``keys[start:]``, all checked first."""
+    size = buf.nbytes
+    count = len(records)
+    positions, timestamps = records["position"].tolist(), records["store_timestamp"].tolist()
+    topic_pos, topic_len = records["topic_pos"].tolist(), records["topic_len"].tolist()
+    key_pos = keys["key_pos"][start:].tolist()
+    key_len = keys["key_len"][start:].tolist()
+    rows = keys["record"][start:].tolist()
+    puts = []
+    topics: dict = {}   # record -> topic bytes + b"#"
+    for k, row in enumerate(rows, start):
+        if not 0 <= row < count:
+            raise CorruptRecordError(f"key {k} names record {row}; there are {count} records")
+        position = positions[row]
+        if not 0 <= position < size:
+            raise CorruptRecordError(f"key {k}: record {row} at position {position} lies outside "
+                                     f"the buffer of {size} bytes")
+        if base_offset + position > _INT64_MAX:
+            raise OverflowError(f"key {k}: CommitLog offset {base_offset} + {position} does not fit "
+                                f"a Java long")
+        prefix = topics.get(row)
+        if prefix is None:
+            tp, tl = topic_pos[row], topic_len[row]
+            if tp < 0 or tl < 0 or tp + tl > size:
+                raise CorruptRecordError(f"key {k}: the topic bytes [{tp}, {tp + tl}) of record {row} "
+                                         f"lie outside the buffer of {size} bytes")
+            prefix = topics[row] = bytes(buf[tp:tp + tl]) + b"#"
+        kp, kl = key_pos[k - start], key_len[k - start]
+        if kp < 0 or kl < 0 or kp + kl > size:
+            raise CorruptRecordError(f"key {k}: its bytes [{kp}, {kp + kl}) lie outside the buffer "
+                                     f"of {size} bytes")
+        key = (prefix + bytes(buf[kp:kp + kl])).decode("utf-8", "surrogateescape")
+        puts.append((index_key_hash(key), base_offset + position, timestamps[row]))
+    return puts
 
 
 # ---- file names ----

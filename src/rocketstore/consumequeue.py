@@ -41,7 +41,7 @@ from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError,
                                 MessageNotFoundError, StoreClosedError, StoreConfigError,
                                 StoreReadOnlyError)
 from rocketstore.message import is_valid_topic, validate_topic
-from rocketstore.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, allocate_range, offset_to_file_name
 
 __all__ = [
     "CQ_UNIT_SIZE", "DEFAULT_CQ_UNITS", "DEFAULT_CQ_FILE_SIZE", "CQ_UNIT_DTYPE",
@@ -74,6 +74,7 @@ CQ_UNIT_DTYPE = np.dtype({"names": ["commitlog_offset", "size", "tags_code"],
                           "itemsize": CQ_UNIT_SIZE})
 
 PLACEHOLDER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE
+_RESERVE_BYTES = 1 << 17      # file space allocated ahead of the writer at a time (6,553 units)
 PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -163,7 +164,7 @@ class ConsumeQueue:
     """
 
     def __init__(self, root: str, topic: str, queue_id: int, units_per_file: int = DEFAULT_CQ_UNITS,
-                 read_only: bool = False, *, preallocate: bool = True):
+                 read_only: bool = False, *, preallocate: bool = False):
         self.topic = _check_topic(topic)
         self.queue_id = _check_queue_id(queue_id)
         if isinstance(units_per_file, bool) or not isinstance(units_per_file, int) or units_per_file < 1:
@@ -178,6 +179,7 @@ class ConsumeQueue:
         self._min_logic = 0      # minLogicOffset, in bytes
         self._max_physic = -1    # 5.x maxPhysicOffset: start + size of the last unit written
         self._flushed = 0        # byte offset below which every unit has been msynced
+        self._reserved = (-1, 0)  # (file start, bytes of it allocated ahead of the writer)
         self._closed = False
 
     # -- opening ------------------------------------------------------------------------------
@@ -314,10 +316,23 @@ class ConsumeQueue:
         if expect > end:
             log.warning("[BUG] consume queue %s-%d order maybe wrong: expected offset %d, end %d",
                         self.topic, self.queue_id, queue_offset, end // CQ_UNIT_SIZE)
+        self._reserve(mf, mf.wrote_position + CQ_UNIT_SIZE)
         _UNIT.pack_into(mf.mm, mf.wrote_position, commitlog_offset, size, tags_code)
         mf.wrote_position += CQ_UNIT_SIZE
         self._max_physic = commitlog_offset + size
         return True
+
+    def _reserve(self, mf: MappedFile, end: int) -> None:
+        """Allocate ``mf``'s blocks up to position ``end`` (and a stretch beyond) before units are
+        stored there: the files are sparse, and a store into a hole on a full disk is a SIGBUS."""
+        start, upto = self._reserved
+        if start == mf.file_from_offset and end <= upto:
+            return
+        if start != mf.file_from_offset:
+            upto = 0
+        target = min(mf.file_size, max(end, upto + _RESERVE_BYTES))
+        allocate_range(mf.fd, upto, target - upto)
+        self._reserved = (mf.file_from_offset, target)
 
     def _is_empty(self) -> bool:
         """True when the queue holds no unit at all (no file, or one file with nothing valid)."""
@@ -335,6 +350,7 @@ class ConsumeQueue:
             mf = self._files.segment_at(start)
             pad = (expect - start) // CQ_UNIT_SIZE
             if pad:
+                self._reserve(mf, pad * CQ_UNIT_SIZE)
                 mf.mm[:pad * CQ_UNIT_SIZE] = PLACEHOLDER_UNIT * pad
                 mf.wrote_position = pad * CQ_UNIT_SIZE
             self._min_logic = expect
@@ -390,6 +406,7 @@ class ConsumeQueue:
                 room = (self.file_size - mf.wrote_position) // CQ_UNIT_SIZE
                 k = min(room, n - i)
                 k = 1 + _first_false(in_order[i:i + k - 1])
+                self._reserve(mf, mf.wrote_position + k * CQ_UNIT_SIZE)
                 dst = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=k, offset=mf.wrote_position)
                 dst["commitlog_offset"] = phys[i:i + k]
                 dst["size"] = sz[i:i + k]
@@ -646,7 +663,7 @@ class ConsumeQueueStore:
     """
 
     def __init__(self, root: str, units_per_file: int = DEFAULT_CQ_UNITS, read_only: bool = False,
-                 *, preallocate: bool = True):
+                 *, preallocate: bool = False):
         self.root = os.fspath(root)
         self.directory = os.path.join(self.root, "consumequeue")
         self.units_per_file = units_per_file

@@ -40,6 +40,20 @@ def _allocate(fd: int, size: int) -> None:
     os.ftruncate(fd, size)
 
 
+def allocate_range(fd: int, offset: int, length: int) -> None:
+    """Allocate the blocks of ``[offset, offset + length)`` of a sparse file before it is written
+    through a map: a store into a hole on a full disk is a SIGBUS, this is an OSError
+    (:class:`SegmentError`). A file system without fallocate is left as it is."""
+    if length <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+            return
+        raise SegmentError(exc.errno, f"cannot allocate file space: {exc.strerror}") from exc
+
+
 class MappedFile:
     """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``."""
 
@@ -162,9 +176,12 @@ class MappedFileQueue:
             start = int(name)
             path = os.path.join(self.directory, name)
             size = os.path.getsize(path)
-            if size == 0 and name == names[-1] and not self.read_only:
-                os.unlink(path)  # a crash while creating the last segment (5.x does the same)
-                continue
+            if size == 0 and name == names[-1]:
+                if not self.read_only:
+                    os.unlink(path)  # a crash while creating the last segment (5.x does the same)
+                continue   # read-only: a writer is creating it right now
+            if self.read_only and name == names[-1] and size < self.file_size and expected is not None:
+                continue   # read-only: a writer is still sizing the segment it just created
             if start % self.file_size:
                 raise StoreConfigError(f"segment {path} does not start at a multiple of {self.file_size}")
             if expected is not None and start != expected:

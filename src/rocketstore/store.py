@@ -265,6 +265,8 @@ class MessageStore:
             self._index.load(abnormal, self._checkpoint.index_msg_timestamp)
             self._index.drop_after(end)
             index_files = self._index.files
+            if self._segments.files:
+                self._queues.correct_min_offset(self._segments.min_offset)
         lowest = self._segments.min_offset if self._segments.files else end
         ends = [e for e in ends if e >= 0]
         # After a clean close every queue was dispatched to the end: resume after the newest
@@ -703,7 +705,13 @@ class MessageStore:
         :meth:`persist_offsets`).
         """
         self._check_writable()
-        self._offsets.commit(group, topic, queue_id, offset)
+        _check_name("group", group)
+        _check_name("topic", topic)
+        _check_count("queue_id", queue_id, 0)
+        _check_count("offset", offset, 0)
+        if "@" in group or "@" in topic:
+            raise InvalidMessageError("group and topic must not contain '@' (the file's key separator)")
+        self._offsets.commit(group, topic, int(queue_id), int(offset))
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """``group``'s committed offset in (topic, queue_id); -1 when it has none."""
@@ -742,7 +750,10 @@ class MessageStore:
         end = _INT64_MAX if end is None else _check_count("end", end, 0)
         self._dispatcher.catch_up()
         found = []
-        for offset in self._index_candidates(topic, key, begin, end):
+        # the index keeps store times in whole seconds from its file's begin: widen the window
+        # by a second each way, then hold every record to the exact bounds
+        window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
+        for offset in self._index_candidates(topic, key, *window):
             try:
                 msg = self.read(offset)
             except MessageNotFoundError:

@@ -1,0 +1,367 @@
+"""MessageStore lookups: by key and UNIQ_KEY through the index (spec §5.5), by queue offset through
+the ConsumeQueue (§4), by offsetMsgId (§3.1); hash collisions, time bounds, index rolling,
+reopening, and bad input."""
+
+import random
+import re
+
+import pytest
+
+from rocketstore import Message, MessageStore
+from rocketstore._codec_py import java_hash
+from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
+                                StoreClosedError)
+
+SEGMENT = 64 * 1024
+HOST = "10.0.0.7"
+PORT = 10911
+SLOTS = 64
+ITEMS = 256
+INDEX_FILE_SIZE = 40 + SLOTS * 4 + ITEMS * 20
+
+
+def seeded_rng():
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    return random.Random(seed)
+
+
+def open_store(path, impl, **options):
+    options.setdefault("commitlog_file_size", SEGMENT)
+    options.setdefault("consume_queue_units", 64)
+    options.setdefault("index_slots", SLOTS)
+    options.setdefault("index_count", ITEMS)
+    return MessageStore(path, implementation=impl.name, store_host=HOST, store_port=PORT, **options)
+
+
+@pytest.fixture
+def store(tmp_path, impl):
+    s = open_store(tmp_path / "store", impl)
+    yield s
+    s.close()
+
+
+def offsets(messages):
+    return [m.commitlog_offset for m in messages]
+
+
+def index_files(path):
+    d = path / "index"
+    return sorted(p for p in d.iterdir()) if d.exists() else []
+
+
+# -- query_by_key ---------------------------------------------------------------------------------
+
+def test_query_by_key_finds_every_message_with_the_key_oldest_first(store):
+    a1 = store.put("TopicK", b"a1", keys="order-1")
+    store.put("TopicK", b"b", keys="order-2")
+    a2 = store.put("TopicK", b"a2", keys=["x", "order-1", "y"])
+    a3 = store.put_messages([Message("TopicK", b"a3", keys="order-1")])[0]
+    found = store.query_by_key("TopicK", "order-1")
+    assert [m.body for m in found] == [b"a1", b"a2", b"a3"]
+    assert offsets(found) == [a1.commitlog_offset, a2.commitlog_offset, a3.commitlog_offset]
+    assert [m.body for m in store.query_by_key("TopicK", "y")] == [b"a2"]
+    assert store.query_by_key("TopicK", "order-3") == []
+    assert store.query_by_key("OtherTopic", "order-1") == []
+
+
+def test_query_by_key_matches_whole_tokens_split_on_single_spaces(store):
+    store.put("TopicK", b"one", keys="alpha beta")
+    store.put("TopicK", b"two", keys="alphabet")
+    assert [m.body for m in store.query_by_key("TopicK", "alpha")] == [b"one"]
+    assert [m.body for m in store.query_by_key("TopicK", "beta")] == [b"one"]
+    assert [m.body for m in store.query_by_key("TopicK", "alphabet")] == [b"two"]
+    assert store.query_by_key("TopicK", "alpha beta") == []
+    assert store.query_by_key("TopicK", "alph") == []
+
+
+def test_query_by_key_also_finds_the_unique_key(store):
+    r = store.put("TopicK", b"u", keys="k")
+    assert [m.body for m in store.query_by_key("TopicK", r.unique_key)] == [b"u"]
+
+
+def test_query_by_key_limits_to_max_num_and_at_most_64(store):
+    results = [store.put("TopicK", b"m%d" % i, keys="same") for i in range(100)]
+    all_offsets = {r.commitlog_offset for r in results}
+    for max_num, expect in ((1, 1), (10, 10), (32, 32), (64, 64), (1000, 64)):
+        found = store.query_by_key("TopicK", "same", max_num=max_num)
+        assert len(found) == expect, max_num
+        got = offsets(found)
+        assert got == sorted(got) and len(set(got)) == len(got)
+        assert set(got) <= all_offsets
+    assert len(store.query_by_key("TopicK", "same")) == 32
+
+
+def test_hash_collision_of_keys_never_returns_the_other_key(store):
+    assert java_hash("TopicK#Aa") == java_hash("TopicK#BB")
+    aa = store.put("TopicK", b"aa", keys="Aa")
+    bb = store.put("TopicK", b"bb", keys="BB")
+    both = store.put("TopicK", b"both", keys="BB Aa")
+    assert offsets(store.query_by_key("TopicK", "Aa")) == [aa.commitlog_offset, both.commitlog_offset]
+    assert offsets(store.query_by_key("TopicK", "BB")) == [bb.commitlog_offset, both.commitlog_offset]
+
+
+def test_longer_constructed_key_collisions_are_rechecked(store):
+    keys = ["AaAaAa", "AaBBAa", "BBAaBB", "BBBBBB", "AaAaBB"]
+    assert len({java_hash("TopicK#" + k) for k in keys}) == 1
+    results = {k: [store.put("TopicK", k.encode() + b"%d" % i, keys=k) for i in range(3)] for k in keys}
+    for k in keys:
+        found = store.query_by_key("TopicK", k)
+        assert offsets(found) == [r.commitlog_offset for r in results[k]]
+        assert all(m.keys == k for m in found)
+
+
+def test_topic_part_of_a_colliding_index_key_is_rechecked(store):
+    # the index key is topic#key: topics "Aa" and "BB" make the same hash for the same key
+    assert java_hash("Aa#k") == java_hash("BB#k")
+    in_aa = store.put("Aa", b"in Aa", keys="k")
+    in_bb = store.put("BB", b"in BB", keys="k")
+    assert offsets(store.query_by_key("Aa", "k")) == [in_aa.commitlog_offset]
+    assert offsets(store.query_by_key("BB", "k")) == [in_bb.commitlog_offset]
+    assert store.query_by_unique_key("Aa", in_aa.unique_key).body == b"in Aa"
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("BB", in_aa.unique_key)
+
+
+def test_colliding_entries_are_rechecked_before_max_num_is_applied(store):
+    real = store.put("TopicK", b"real", keys="Aa")
+    for i in range(10):                        # newer colliding entries, walked first
+        store.put("TopicK", b"other%d" % i, keys="BB")
+    assert offsets(store.query_by_key("TopicK", "Aa", max_num=1)) == [real.commitlog_offset]
+    assert len(store.query_by_key("TopicK", "BB", max_num=3)) == 3
+    assert all(m.keys == "BB" for m in store.query_by_key("TopicK", "BB", max_num=64))
+
+
+def test_many_colliding_entries_still_return_only_the_right_key(store):
+    store.put("TopicK", b"real", keys="Aa")
+    for i in range(70):                        # more colliding entries than one index walk takes
+        store.put("TopicK", b"other%d" % i, keys="BB")
+    assert all(m.body == b"real" for m in store.query_by_key("TopicK", "Aa"))
+    found = store.query_by_key("TopicK", "BB", max_num=64)
+    assert len(found) == 64 and all(m.keys == "BB" for m in found)
+
+
+def test_key_whose_index_hash_is_integer_min_value(store):
+    # §14 vector 8: "TopicTest#OrderID1yoiddi".hashCode() == Integer.MIN_VALUE -> keyHash 0, slot 0
+    assert java_hash("TopicTest#OrderID1yoiddi") == -(1 << 31)
+    target = store.put("TopicTest", b"min value", keys="OrderID1yoiddi")
+    # keys landing in slot 0 of 64 too (keyHash % 64 == 0), to share the bucket
+    neighbours = [k for k in (f"n{i}" for i in range(2000))
+                  if abs(java_hash("TopicTest#" + k)) % SLOTS == 0][:5]
+    assert neighbours
+    others = [store.put("TopicTest", b"slot0 " + k.encode(), keys=k) for k in neighbours]
+    assert [m.body for m in store.query_by_key("TopicTest", "OrderID1yoiddi")] == [b"min value"]
+    assert store.query_by_key("TopicTest", "OrderID1yoiddi")[0].commitlog_offset == target.commitlog_offset
+    for k, r in zip(neighbours, others):
+        assert offsets(store.query_by_key("TopicTest", k)) == [r.commitlog_offset]
+
+
+def test_time_bounds_are_inclusive_store_timestamps_in_ms(store):
+    def put_in_a_new_millisecond(previous, body):
+        for _ in range(1_000_000):          # a busy loop on the store clock, no sleep
+            r = store.put("TopicT", b"filler", keys="filler")
+            if r.store_timestamp > previous:
+                break
+        else:
+            pytest.fail("the store clock did not move")
+        return store.put("TopicT", body, keys="timed")
+
+    m0 = store.put("TopicT", b"t0", keys="timed")
+    m1 = put_in_a_new_millisecond(m0.store_timestamp, b"t1")
+    m2 = put_in_a_new_millisecond(m1.store_timestamp, b"t2")
+    t0, t1, t2 = m0.store_timestamp, m1.store_timestamp, m2.store_timestamp
+    assert t0 < t1 < t2
+
+    def bodies(**kw):
+        return [m.body for m in store.query_by_key("TopicT", "timed", **kw)]
+
+    assert bodies() == [b"t0", b"t1", b"t2"]
+    assert bodies(begin=t0, end=t2) == [b"t0", b"t1", b"t2"]
+    assert bodies(begin=t1) == [b"t1", b"t2"]
+    assert bodies(begin=t1, end=t1) == [b"t1"]
+    assert bodies(end=t1) == [b"t0", b"t1"]
+    assert bodies(end=t1 - 1) == [b"t0"]
+    assert bodies(begin=t0 + 1, end=t2 - 1) == [b"t1"]
+    assert bodies(begin=t2 + 1) == []
+    assert bodies(end=t0 - 1) == []
+
+
+# -- query_by_unique_key ----------------------------------------------------------------------------
+
+def test_query_by_unique_key_finds_single_batch_and_put_messages(store):
+    single = store.put("TopicU", b"single", tags="T")
+    batch = store.put_batch("TopicU", [b"b0", b"b1", b"b2"])
+    many = store.put_messages([Message("TopicU", b"pm0"), Message("TopicU", b"pm1", keys="k")])
+    assert store.query_by_unique_key("TopicU", single.unique_key).body == b"single"
+    for k, uk in enumerate(batch.unique_keys):
+        m = store.query_by_unique_key("TopicU", uk)
+        assert m.body == b"b%d" % k and m.unique_key == uk
+    assert store.query_by_unique_key("TopicU", many[1].unique_key).body == b"pm1"
+
+
+def test_query_by_unique_key_with_a_caller_given_key(store):
+    given = "AC1100020001000000000000000000AB"
+    store.put("TopicU", b"mine", properties={"UNIQ_KEY": given})
+    assert store.query_by_unique_key("TopicU", given).body == b"mine"
+
+
+def test_query_by_unique_key_misses_raise_not_found(store):
+    r = store.put("TopicU", b"x")
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("TopicU", "0A6C73D91F905E2DE80C47B760000001")
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("OtherTopic", r.unique_key)
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("NoTopic", "not-an-id")
+
+
+def test_unique_key_of_one_message_used_as_another_key_is_not_a_unique_key_hit(store):
+    a = store.put("TopicU", b"a")
+    store.put("TopicU", b"b", keys=a.unique_key)         # a KEYS token equal to a's UNIQ_KEY
+    assert store.query_by_unique_key("TopicU", a.unique_key).body == b"a"
+    assert [m.body for m in store.query_by_key("TopicU", a.unique_key)] == [b"a", b"b"]
+
+
+# -- get_by_queue_offset --------------------------------------------------------------------------
+
+def test_get_by_queue_offset_reads_each_queue_position(store):
+    results = [store.put("TopicQ", b"q%d" % i, queue_id=i % 3) for i in range(30)]
+    for r in results:
+        m = store.get_by_queue_offset("TopicQ", r.queue_id, r.queue_offset)
+        assert m.commitlog_offset == r.commitlog_offset and m.queue_offset == r.queue_offset
+        assert m.queue_id == r.queue_id
+    for bad in ((0, 10), (0, 11), (3, 0), (0, 10**12)):
+        with pytest.raises(MessageNotFoundError):
+            store.get_by_queue_offset("TopicQ", *bad)
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_queue_offset("NoTopic", 0, 0)
+    with pytest.raises((MessageNotFoundError, InvalidMessageError)):
+        store.get_by_queue_offset("TopicQ", 0, -1)
+
+
+# -- get_by_msg_id --------------------------------------------------------------------------------
+
+def test_get_by_msg_id_for_every_put_path(store):
+    single = store.put("TopicM", b"s")
+    batch = store.put_batch("TopicM", [b"b0", b"b1"])
+    many = store.put_messages([Message("TopicM", b"p")])
+    pairs = [(single.msg_id, b"s"), (batch.msg_ids[0], b"b0"), (batch.msg_ids[1], b"b1"), (many[0].msg_id, b"p")]
+    for msg_id, body in pairs:
+        assert re.fullmatch(r"0A00000700002A9F[0-9A-F]{16}", msg_id), msg_id
+        m = store.get_by_msg_id(msg_id)
+        assert m.body == body and m.msg_id == msg_id
+
+
+def test_get_by_msg_id_misses(store):
+    r = store.put("TopicM", b"s")
+    past = "0A00000700002A9F" + format(store.max_offset + 1000, "016X")
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_msg_id(past)
+    inside = "0A00000700002A9F" + format(r.commitlog_offset + 1, "016X")   # not a record start
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_msg_id(inside)
+    other_host = "0A00000800002A9F" + format(r.commitlog_offset, "016X")
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_msg_id(other_host)
+    for bad in ("xyz", "0A0000070000", "G" * 32):
+        with pytest.raises(InvalidMessageIdError):
+            store.get_by_msg_id(bad)
+
+
+# -- index rolling, reopen --------------------------------------------------------------------------
+
+def test_index_rolls_over_small_files_and_every_key_is_found(tmp_path, impl):
+    path = tmp_path / "store"
+    rng = seeded_rng()
+    with open_store(path, impl) as s:
+        results = []
+        for i in range(600):       # 3 index items each (UNIQ_KEY, own key, common): ~7 files
+            r = s.put("TopicIdx", b"i%d" % i, keys=[f"key-{i}", "common"], queue_id=i % 2)
+            results.append(r)
+        for i in rng.sample(range(600), 100) + [0, 1, 599]:
+            found = s.query_by_key("TopicIdx", f"key-{i}")
+            assert offsets(found) == [results[i].commitlog_offset], i
+            assert s.query_by_unique_key("TopicIdx", results[i].unique_key).body == b"i%d" % i
+        common = s.query_by_key("TopicIdx", "common", max_num=64)
+        got = offsets(common)
+        assert len(got) == 64 and got == sorted(got) and len(set(got)) == 64
+        assert set(got) <= {r.commitlog_offset for r in results}
+    files = index_files(path)
+    assert len(files) >= 7                      # 1800 items, at most 255 per file
+    names = [p.name for p in files]
+    assert all(re.fullmatch(r"\d{17}", n) for n in names) and len(set(names)) == len(names)
+    assert all(p.stat().st_size == INDEX_FILE_SIZE for p in files)
+    with open_store(path, impl) as s:
+        assert [p.name for p in index_files(path)][:len(names)] == names
+        for i in rng.sample(range(600), 50):
+            assert offsets(s.query_by_key("TopicIdx", f"key-{i}")) == [results[i].commitlog_offset]
+
+
+def test_every_lookup_works_after_reopen_and_nothing_is_indexed_twice(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as s:
+        rs = [s.put("TopicRe", b"r%d" % i, keys=f"k{i % 5}", tags="T", queue_id=i % 2) for i in range(40)]
+    for _ in range(2):
+        with open_store(path, impl) as s:
+            for k in range(5):
+                expect = [r.commitlog_offset for i, r in enumerate(rs) if i % 5 == k]
+                assert offsets(s.query_by_key("TopicRe", f"k{k}")) == expect
+            for i, r in enumerate(rs):
+                assert s.query_by_unique_key("TopicRe", r.unique_key).body == b"r%d" % i
+                assert s.get_by_queue_offset("TopicRe", r.queue_id, r.queue_offset).body == b"r%d" % i
+                assert s.get_by_msg_id(r.msg_id).body == b"r%d" % i
+    with open_store(path, impl) as s:
+        new = s.put("TopicRe", b"new", keys="k0", queue_id=0)
+        found = s.query_by_key("TopicRe", "k0")
+        assert offsets(found)[-1] == new.commitlog_offset and len(found) == 9
+
+
+def test_lookups_on_a_read_only_store(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as s:
+        rs = [s.put("TopicRo", b"r%d" % i, keys="k", queue_id=0) for i in range(10)]
+    with MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64,
+                      index_slots=SLOTS, index_count=ITEMS) as ro:
+        assert offsets(ro.query_by_key("TopicRo", "k")) == [r.commitlog_offset for r in rs]
+        assert ro.query_by_unique_key("TopicRo", rs[3].unique_key).body == b"r3"
+        assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
+        assert ro.get_by_msg_id(rs[5].msg_id).body == b"r5"
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.query_by_key(123, "k"),
+    lambda s: s.query_by_key("TopicE", 5),
+    lambda s: s.query_by_key("TopicE", None),
+    lambda s: s.query_by_key("TopicE", b"k"),
+    lambda s: s.query_by_key("TopicE", "k", max_num="3"),
+    lambda s: s.query_by_key("TopicE", "k", max_num=0),
+    lambda s: s.query_by_key("TopicE", "k", begin="0"),
+    lambda s: s.query_by_key("TopicE", "k", end=1.5),
+    lambda s: s.query_by_unique_key("TopicE", None),
+    lambda s: s.query_by_unique_key(None, "AC1100020001000000000000000000AB"),
+    lambda s: s.get_by_queue_offset("TopicE", "0", 0),
+    lambda s: s.get_by_queue_offset("TopicE", 0, "0"),
+    lambda s: s.get_by_queue_offset("TopicE", 0, 1.0),
+    lambda s: s.get_by_queue_offset(None, 0, 0),
+])
+def test_bad_argument_types_raise_type_or_invalid_message_errors(store, call):
+    store.put("TopicE", b"x", keys="k", queue_id=0)
+    with pytest.raises((TypeError, InvalidMessageError)):
+        call(store)
+
+
+def test_get_by_msg_id_of_a_non_str_raises(store):
+    with pytest.raises((TypeError, InvalidMessageIdError)):
+        store.get_by_msg_id(12345)
+
+
+def test_lookups_on_a_closed_store_raise(tmp_path, impl):
+    s = open_store(tmp_path / "store", impl)
+    r = s.put("TopicE", b"x", keys="k", queue_id=0)
+    s.close()
+    for call in (lambda: s.query_by_key("TopicE", "k"), lambda: s.query_by_unique_key("TopicE", r.unique_key),
+                 lambda: s.get_by_queue_offset("TopicE", 0, 0), lambda: s.get_by_msg_id(r.msg_id)):
+        with pytest.raises(StoreClosedError):
+            call()
