@@ -199,7 +199,7 @@ class MessageStore:
         self._end = end
         self._offsets = ConsumerOffsetTable.open(
             os.path.join(self.path, "config", ConsumerOffsetTable.FILE_NAME), read_only=self.read_only)
-        dispatch_start = self._open_queues(end)
+        dispatch_start = self._open_queues(end, queue_offsets)
         self._dispatch_thread = None
         if self.read_only:
             self._queue_offsets = queue_offsets
@@ -237,7 +237,7 @@ class MessageStore:
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms)
 
-    def _open_queues(self, end: int) -> int:
+    def _open_queues(self, end: int, queue_offsets: dict) -> int:
         """Open the ConsumeQueues and the index; returns the CommitLog offset dispatch resumes at.
 
         A writable store cuts units and index files past ``end`` (the CommitLog's recovered end).
@@ -268,6 +268,9 @@ class MessageStore:
             if self._segments.files:
                 self._queues.correct_min_offset(self._segments.min_offset)
         lowest = self._segments.min_offset if self._segments.files else end
+        with_units = {(cq.topic, cq.queue_id) for cq in self._queues if cq.max_physic_offset >= 0}
+        if any(key not in with_units for key in queue_offsets):
+            ends = []   # a queue the CommitLog has is missing or empty on disk: rebuild it all
         ends = [e for e in ends if e >= 0]
         # After a clean close every queue was dispatched to the end: resume after the newest
         # unit. After a crash, queues were flushed unevenly: resume at the one furthest behind.
