@@ -56,14 +56,19 @@ def _open(path: str, impl: str, **options) -> MessageStore:
     return MessageStore(path, implementation=impl, commitlog_file_size=256 << 20, **options)
 
 
+def _put_all(store: MessageStore, keys: list[str]) -> None:
+    """One put per key: a 128-byte body, tags alternating TagB/TagA, the key as KEYS."""
+    put = store.put
+    for i, key in enumerate(keys):
+        put(TOPIC, BODY, tags="TagA" if i & 1 else "TagB", keys=key)
+
+
 def put_core_then_dispatch(root: str, impl: str, n: int) -> dict:
     path = os.path.join(root, "core")
     keys = _keys(n)
     with _open(path, impl, dispatch_interval_ms=0) as store:
-        put = store.put
         t0 = time.perf_counter()
-        for i in range(n):
-            put(TOPIC, BODY, tags="TagA" if i & 1 else "TagB", keys=keys[i])
+        _put_all(store, keys)
         t1 = time.perf_counter()
         store._dispatcher.catch_up()
         t2 = time.perf_counter()
@@ -77,10 +82,8 @@ def put_with_dispatch(root: str, impl: str, n: int) -> dict:
     path = os.path.join(root, "on")
     keys = _keys(n)
     store = _open(path, impl)
-    put = store.put
     t0 = time.perf_counter()
-    for i in range(n):
-        put(TOPIC, BODY, tags="TagA" if i & 1 else "TagB", keys=keys[i])
+    _put_all(store, keys)
     t1 = time.perf_counter()
     store._dispatcher.catch_up()
     t2 = time.perf_counter()

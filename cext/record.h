@@ -327,63 +327,12 @@ static inline int64_t rs_decode_record(const uint8_t *src, int64_t avail, rs_rec
    Callers should pass valid UTF-8. An invalid byte (anything Python's strict UTF-8 decoder rejects:
    stray continuation, overlong form, encoded surrogate, > U+10FFFF, truncated sequence) is hashed as
    the unit 0xDC00 | byte and decoding resumes at the next byte; that is exactly the string Python's
-   bytes.decode('utf-8', 'surrogateescape') gives, so the pure twin agrees on every input. */
-static inline int32_t rs_java_hash_utf8(const uint8_t *s, int64_t len)
-{
-    uint32_t h = 0;
-    int64_t i = 0;
-    while (i < len) {
-        uint32_t b0 = s[i], cp = 0, lo = 0x80, hi = 0xBF;
-        int need, k;
-        if (b0 < 0x80) {
-            h = 31u * h + b0;
-            i++;
-            continue;
-        }
-        if (b0 >= 0xC2 && b0 <= 0xDF) { need = 1; cp = b0 & 0x1F; }
-        else if (b0 >= 0xE0 && b0 <= 0xEF) {
-            need = 2; cp = b0 & 0x0F;
-            if (b0 == 0xE0) lo = 0xA0;           /* no overlongs */
-            else if (b0 == 0xED) hi = 0x9F;      /* no surrogates */
-        } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-            need = 3; cp = b0 & 0x07;
-            if (b0 == 0xF0) lo = 0x90;           /* no overlongs */
-            else if (b0 == 0xF4) hi = 0x8F;      /* <= U+10FFFF */
-        } else {
-            need = 0;
-        }
-        for (k = 1; k <= need; k++) {
-            uint32_t b;
-            if (i + k >= len) break;
-            b = s[i + k];
-            if (b < lo || b > hi) break;
-            lo = 0x80; hi = 0xBF;
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        if (need == 0 || k <= need) {            /* invalid: escape this one byte */
-            h = 31u * h + (0xDC00u | b0);
-            i++;
-            continue;
-        }
-        if (cp >= 0x10000) {
-            cp -= 0x10000;
-            h = 31u * h + (0xD800u | (cp >> 10));
-            h = 31u * h + (0xDC00u | (cp & 0x3FF));
-        } else {
-            h = 31u * h + cp;
-        }
-        i += need + 1;
-    }
-    return (int32_t)h;
-}
+   bytes.decode('utf-8', 'surrogateescape') gives, so the pure twin agrees on every input.
 
-
-/* ---- dispatch (§2 tagsCode and DELAY, §5.2 index keys) ---- */
-
-/* rs_java_hash_utf8 continued from the running hash h of earlier text (pass 0 to start), without
-   the final cast: the same UTF-8 decoding and escaping, so hashing a, then b, equals hashing a + b
-   whenever no UTF-8 sequence could span the boundary. It cannot next to an ASCII byte, so the
-   IndexFile key topic "#" key hashes as topic, then '#', then key, with no string built. */
+   The running form: continue from the hash h of earlier text (0 to start), without the final cast.
+   Hashing a, then b, equals hashing a + b whenever no UTF-8 sequence could span the boundary. It
+   cannot next to an ASCII byte, so the IndexFile key topic "#" key hashes as topic, then '#', then
+   key, with no string built. */
 static inline uint32_t rs_java_hash_utf8_update(uint32_t h, const uint8_t *s, int64_t len)
 {
     int64_t i = 0;
@@ -431,6 +380,14 @@ static inline uint32_t rs_java_hash_utf8_update(uint32_t h, const uint8_t *s, in
     }
     return h;
 }
+
+static inline int32_t rs_java_hash_utf8(const uint8_t *s, int64_t len)
+{
+    return (int32_t)rs_java_hash_utf8_update(0, s, len);
+}
+
+
+/* ---- dispatch (§2 tagsCode and DELAY, §5.2 index keys) ---- */
 
 #define RS_NAME_VALUE_SEPARATOR 0x01   /* MessageDecoder.NAME_VALUE_SEPARATOR */
 #define RS_PROPERTY_SEPARATOR   0x02   /* MessageDecoder.PROPERTY_SEPARATOR */

@@ -22,18 +22,38 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
+                                   TRANSACTION_ROLLBACK_TYPE)
 from rocketstore.consumequeue import (CQ_UNIT_DTYPE, ConsumeQueueStore, roll_next_file)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
-from rocketstore.indexservice import IndexService, MappedIndexFile
+from rocketstore.indexservice import IndexService
+from rocketstore.mapped_file import close_map
 
 __all__ = ["Dispatcher", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
 
 log = logging.getLogger("rocketstore.dispatch")
 
-TX_MASK = 0x0C
-TX_PREPARED = 0x04
-TX_ROLLBACK = 0x0C
-SCAN_CHUNK = 65536  # records per decode_batch call
+SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
+
+
+def decode_chunks(codec, buffer, lo: int, hi: int, *, check_crc: bool):
+    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most SCAN_CHUNK records.
+
+    Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
+    """
+    decode_batch, limit = codec.decode_batch, codec.STOP_LIMIT
+    while True:
+        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=SCAN_CHUNK)
+        yield records, stop, reason
+        if reason != limit or stop >= hi or not len(records):
+            return
+        lo = stop
+
+
+def consumable(records) -> np.ndarray:
+    """Mask of the records that get a ConsumeQueue unit: not PREPARED or ROLLBACK (§4.2)."""
+    tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
+    return (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
 
 
 def _topic_matrix(buffer, records) -> np.ndarray:
@@ -134,42 +154,39 @@ class Dispatcher:
             return pos
 
     def _dispatch_segment(self, mf, pos: int, target: int) -> int:
-        codec = self._codec
         base = mf.file_from_offset
         hi = min(mf.file_size, target - base)
         view = mf.view(0, hi)
-        lo = pos - base
-        while True:
-            records, stop, reason = codec.decode_batch(view, lo, hi, check_crc=False,
-                                                       max_records=SCAN_CHUNK)
+        stop, reason = pos - base, None
+        for records, stop, reason in decode_chunks(self._codec, view, pos - base, hi, check_crc=False):
             if len(records):
                 self._dispatch(view, base, records)
                 self.offset = base + stop
-            if reason == codec.STOP_BLANK:
-                return mf.end_offset
-            if reason != codec.STOP_LIMIT or stop >= hi or not len(records):
-                return base + stop if stop < mf.file_size else mf.end_offset
-            lo = stop
+        if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
+            return mf.end_offset
+        return base + stop
 
     def _dispatch(self, view, base: int, records) -> None:
         info, keys = self._codec.dispatch_info(view, records, self._delay_levels)
-        tx = records["sys_flag"] & TX_MASK
-        consumable = (tx != TX_PREPARED) & (tx != TX_ROLLBACK)
-        if consumable.all():
-            rows, codes = records, info["tags_code"]
-        else:
-            rows, codes = records[consumable], info["tags_code"][consumable]
+        keep = consumable(records)
+        rows, codes = records, info["tags_code"]
+        if not keep.all():
+            rows, codes = records[keep], codes[keep]
+        columns = (rows["queue_offset"], base + rows["position"], rows["size"], codes)
         for topic, queue_id, idx in queue_groups(view, rows):
             try:
                 queue = self._queues.find_or_create(topic, queue_id)
             except InvalidMessageError as exc:   # not a topic a queue can be named after
                 log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
                 continue
-            sel = rows[idx]
-            queue.append_many(sel["queue_offset"], base + sel["position"], sel["size"], codes[idx])
+            if len(idx) == len(rows):
+                queue.append_many(*columns)
+            else:
+                queue.append_many(*(column[idx] for column in columns))
         if len(keys):
-            if (tx == TX_ROLLBACK).any():
-                keys = keys[tx[keys["record"]] != TX_ROLLBACK]
+            rollback = (records["sys_flag"] & SYSFLAG_TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE
+            if rollback.any():
+                keys = keys[~rollback[keys["record"]]]
             self._index.build_refs(view, base, records, keys)
         self.dispatched_records += len(records)
 
@@ -348,11 +365,7 @@ class _AnonymousMap:
 
     def close(self) -> None:
         mm, self.mm = self.mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass
+        close_map(mm)
 
     destroy = close
 
@@ -367,14 +380,8 @@ class MemoryIndexService(IndexService):
     def _make_directory(self) -> None:
         pass
 
-    def _map(self, path: str, *, create: bool) -> MappedIndexFile:
-        mapped = _AnonymousMap(self.file_size)
-        try:
-            index = self._index.IndexFile(mapped.mm, self.slot_count, self.index_count)
-        except BaseException:
-            mapped.close()
-            raise
-        return MappedIndexFile(path, mapped, index)
+    def _open_mapping(self, path: str, create: bool) -> "_AnonymousMap":
+        return _AnonymousMap(self.file_size)
 
     def _reserve(self, f, items: int) -> None:
         pass

@@ -216,9 +216,14 @@ class IndexService:
             return False
         return True
 
+    def _open_mapping(self, path: str, create: bool):
+        """The map an index file lives in: here the file itself, sparse (ftruncate; blocks are
+        allocated ahead of the writer by :meth:`_reserve`)."""
+        return MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
+                          preallocate=False)
+
     def _map(self, path: str, *, create: bool) -> MappedIndexFile:
-        mapped = MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
-                            preallocate=False)   # sparse: ftruncate, blocks only where written
+        mapped = self._open_mapping(path, create)
         try:
             index = self._index.IndexFile(mapped.mm, self.slot_count, self.index_count)
         except BaseException:
@@ -260,6 +265,10 @@ class IndexService:
             for keys, phy_offset, store_timestamp in batch:
                 if keys:
                     self._build_one(keys, phy_offset, store_timestamp, finished)
+        return self._report_full(finished)
+
+    def _report_full(self, finished: list) -> Optional[int]:
+        """Call ``on_file_full`` for each file a build filled (outside the lock); the last end time."""
         if not finished:
             return None
         if self.on_file_full is not None:
@@ -313,17 +322,18 @@ class IndexService:
             last = self._roll(last, finished)
 
     @staticmethod
-    def _already_indexed(last: MappedIndexFile, phy_offset: int) -> bool:
+    def _already_indexed(last: MappedIndexFile, phy_offset):
+        """Whether the record at ``phy_offset`` (an int, or a numpy array of them: a mask) is
+        indexed in ``last`` already."""
         end = last.end_phy_offset
-        if phy_offset < end:
-            return True
         # Java skips only offset < endPhyOffset, so re-dispatching the newest indexed record adds
         # its keys twice. A record spills into a new file only when this one fills, so when the
         # last file has items and room left, the record at endPhyOffset has all its keys indexed:
         # skip it too. A full last file (its successor deleted after a crash) or an empty rolled
         # one may lack that record's spilled keys: index it again, as Java does (duplicates are
         # only extra candidates; lost keys would be unfindable).
-        return phy_offset == end and last.index_count > 1 and not last.is_full
+        room_left = last.index_count > 1 and not last.is_full
+        return (phy_offset < end) | ((phy_offset == end) & room_left)
 
     def _roll(self, full: MappedIndexFile, finished: list) -> MappedIndexFile:
         """Start a new file where ``full`` ended; msync ``full`` and record its end timestamp."""
@@ -350,11 +360,7 @@ class IndexService:
             if last is None:
                 last = self._create_file(None)
             else:
-                phy = base_offset + records["position"][keys["record"]]
-                end = last.end_phy_offset
-                skip = phy < end
-                if last.index_count > 1 and not last.is_full:
-                    skip |= phy == end
+                skip = self._already_indexed(last, base_offset + records["position"][keys["record"]])
                 if skip.any():
                     keys = keys[~skip]
             start, n = 0, len(keys)
@@ -366,12 +372,7 @@ class IndexService:
                 start = stored
                 if start < n:
                     last = self._roll(last, finished)
-        if not finished:
-            return None
-        if self.on_file_full is not None:
-            for end_timestamp in finished:
-                self.on_file_full(end_timestamp)
-        return finished[-1]
+        return self._report_full(finished)
 
     def _reserve(self, f: MappedIndexFile, items: int) -> None:
         """Allocate the blocks the next ``items`` items will be written into, ahead of the writer.

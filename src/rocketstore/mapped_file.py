@@ -40,6 +40,15 @@ def _allocate(fd: int, size: int) -> None:
     os.ftruncate(fd, size)
 
 
+def close_map(mm: Optional[mmap.mmap]) -> None:
+    """Close a map unless zero-copy views of it are alive: then it is released with the last."""
+    if mm is not None:
+        try:
+            mm.close()
+        except BufferError:
+            pass
+
+
 def allocate_range(fd: int, offset: int, length: int) -> None:
     """Allocate the blocks of ``[offset, offset + length)`` of a sparse file before it is written
     through a map: a store into a hole on a full disk is a SIGBUS, this is an OSError
@@ -121,11 +130,7 @@ class MappedFile:
 
     def close(self) -> None:
         mm, self.mm = self.mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # zero-copy views are alive: the map is released with the last of them
+        close_map(mm)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

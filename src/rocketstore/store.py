@@ -27,10 +27,10 @@ from rocketstore import _impl
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
-from rocketstore.consume import GetMessageResult, TagFilter, get_message, get_units
+from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  queue_groups)
+                                  consumable, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, StoreClosedError,
@@ -42,11 +42,8 @@ from rocketstore._clock import now_ms
 
 __all__ = ["MessageStore", "open_store"]
 
-_TX_MASK = 0x0C
 _INT64_MAX = (1 << 63) - 1
-SCAN_CHUNK = 65536  # records per decode_batch call when scanning
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
-_TX_NOT_CONSUMING = (0x04, 0x0C)  # PREPARED, ROLLBACK: written with queue offset 0
 
 
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
@@ -187,8 +184,7 @@ class MessageStore:
         self._abort_path = os.path.join(self.path, "abort")
         self.last_shutdown_clean = not os.path.exists(self._abort_path)
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
-        self._topics = TopicConfigTable.open(os.path.join(self.path, "config", "topics.json"),
-                                             cfg.default_queues, self.read_only)
+        self._topics = TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only)
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
         # on a full disk); fallocated segments otherwise.
         preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)
@@ -197,8 +193,7 @@ class MessageStore:
         self._segments.load()
         end, queue_offsets = self._recover()
         self._end = end
-        self._offsets = ConsumerOffsetTable.open(
-            os.path.join(self.path, "config", ConsumerOffsetTable.FILE_NAME), read_only=self.read_only)
+        self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
         dispatch_start = self._open_queues(end, queue_offsets)
         self._dispatch_thread = None
         if self.read_only:
@@ -292,7 +287,7 @@ class MessageStore:
         end = files[0].file_from_offset if files else 0
         queue_max: dict = {}
         for mf in files:
-            for arr, stop, reason in self._decode_chunks(mf.mm, 0, size, check_crc=True):
+            for arr, stop, reason in decode_chunks(self._codec, mf.mm, 0, size, check_crc=True):
                 if len(arr):
                     self._collect_queue_offsets(mf.mm, arr, queue_max)
             mf.wrote_position = stop
@@ -305,22 +300,8 @@ class MessageStore:
             self._truncate_to(end)
         return end, {key: q + 1 for key, q in queue_max.items()}
 
-    def _decode_chunks(self, buffer, lo: int, hi: int, *, check_crc: bool):
-        """decode_batch over [lo, hi) in chunks of at most SCAN_CHUNK records (bounded memory).
-
-        Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
-        """
-        decode_batch, limit = self._codec.decode_batch, self._codec.STOP_LIMIT
-        while True:
-            arr, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=SCAN_CHUNK)
-            yield arr, stop, reason
-            if reason != limit or stop >= hi or not len(arr):
-                return
-            lo = stop
-
     def _collect_queue_offsets(self, buffer, arr, queue_max) -> None:
-        keep = ~np.isin(arr["sys_flag"] & _TX_MASK, _TX_NOT_CONSUMING)
-        arr = arr[keep]
+        arr = arr[consumable(arr)]
         for topic, qid, rows in queue_groups(buffer, arr):
             q = int(arr["queue_offset"][rows].max())
             if q > queue_max.get((topic, qid), -1):
@@ -621,7 +602,7 @@ class MessageStore:
             if lo >= limit:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
-            for arr, stop, reason in self._decode_chunks(mf.view(0, limit), lo, hi, check_crc=False):
+            for arr, stop, reason in decode_chunks(self._codec, mf.view(0, limit), lo, hi, check_crc=False):
                 if len(arr):
                     yield mf, arr
             if reason != self._codec.STOP_BLANK and stop < limit:
@@ -633,10 +614,9 @@ class MessageStore:
         """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None."""
         self._check_open()
         _check_name("topic", topic)
-        if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)):
-            raise InvalidMessageError(f"queue_id must be an int, not {type(queue_id).__name__}")
+        queue_id = _check_int("queue_id", queue_id)
         self._dispatcher.catch_up()
-        return self._queues.get(topic, int(queue_id))
+        return self._queues.get(topic, queue_id)
 
     def _read_unit(self, commitlog_offset: int, size: int) -> MessageExt:
         return self.read(commitlog_offset)
@@ -676,14 +656,12 @@ class MessageStore:
         ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
         """
         cq = self._queue(topic, queue_id)
-        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) \
-                or isinstance(count, bool) or not isinstance(count, (int, np.integer)):
-            raise InvalidMessageError("start and count must be ints")
+        start, count = _check_int("start", start), _check_int("count", count)
         if cq is None:
             if start == 0:
                 return np.empty(0, dtype=CQ_UNIT_DTYPE)
             raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        return cq.units(int(start), int(count))
+        return cq.units(start, count)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
@@ -710,8 +688,8 @@ class MessageStore:
         self._check_writable()
         _check_name("group", group)
         _check_name("topic", topic)
-        _check_count("queue_id", queue_id, 0)
-        _check_count("offset", offset, 0)
+        _check_int("queue_id", queue_id, 0)
+        _check_int("offset", offset, 0)
         if "@" in group or "@" in topic:
             raise InvalidMessageError("group and topic must not contain '@' (the file's key separator)")
         self._offsets.commit(group, topic, int(queue_id), int(offset))
@@ -748,9 +726,9 @@ class MessageStore:
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
-        max_num = _check_count("max_num", max_num)
-        begin = _check_count("begin", begin, 0)
-        end = _INT64_MAX if end is None else _check_count("end", end, 0)
+        max_num = _check_int("max_num", max_num, 1)
+        begin = _check_int("begin", begin, 0)
+        end = _INT64_MAX if end is None else _check_int("end", end, 0)
         self._dispatcher.catch_up()
         found = []
         # the index keeps store times in whole seconds from its file's begin: widen the window
@@ -798,11 +776,10 @@ class MessageStore:
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at ``queue_offset`` of (topic, queue_id)."""
         cq = self._queue(topic, queue_id)
-        if isinstance(queue_offset, bool) or not isinstance(queue_offset, (int, np.integer)):
-            raise InvalidMessageError(f"queue_offset must be an int, not {type(queue_offset).__name__}")
+        queue_offset = _check_int("queue_offset", queue_offset)
         if cq is None:
             raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        commitlog_offset, _size, _tags = cq.unit(int(queue_offset))
+        commitlog_offset, _size, _tags = cq.unit(queue_offset)
         return self.read(commitlog_offset)
 
     # ---- durability, state ----
@@ -857,14 +834,6 @@ def _check_name(what: str, value) -> str:
     if not value:
         raise InvalidMessageError(f"{what} must not be empty")
     return value
-
-
-def _check_count(what: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidMessageError(f"{what} must be an int, not {type(value).__name__}")
-    if value < minimum:
-        raise InvalidMessageError(f"{what} must be >= {minimum}, not {value}")
-    return int(value)
 
 
 def _has_key(msg: MessageExt, key: str) -> bool:
