@@ -136,7 +136,7 @@ def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl):
         assert [m.body for m in s.iter_messages()] == bodies[:-1] + [b"replacement"]
 
 
-def test_recover_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl):
+def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl):
     rng = seeded_rng()
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
@@ -145,6 +145,9 @@ def test_recover_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path,
     victim_index = next(i for i, r in enumerate(results) if r.commitlog_offset >= SEGMENT) + 3
     victim = results[victim_index]
     flip_byte(path, victim.commitlog_offset + POS_BODY)
+    # A crash with no checkpoint to trust: recovery scans from the first segment (§7).
+    os.unlink(path / "checkpoint")
+    (path / "abort").touch()
     with open_store(path, impl) as s:
         assert s.max_offset == victim.commitlog_offset
         assert [m.body for m in s.iter_messages()] == bodies[:victim_index]
@@ -218,3 +221,28 @@ def test_failed_open_closes_the_segments_it_had_mapped(tmp_path, impl):
     os.truncate(last, SEGMENT)                              # repaired: the lock was released too
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         assert s.max_offset >= 3 * SEGMENT
+
+
+def test_a_clean_reopen_reads_past_an_old_damaged_record_and_verify_reports_it(tmp_path, impl):
+    """Recovery after a clean close re-reads only the tail the checkpoint does not vouch for
+    (§7); damage in an older segment does not cut off the good data after it: the damaged
+    record reads as missing and ``verify`` names it."""
+    rng = seeded_rng()
+    path = tmp_path / "store"
+    with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
+        bodies, results = fill(s, rng, 150)
+        end = s.max_offset
+    victim_index = next(i for i, r in enumerate(results) if r.commitlog_offset >= SEGMENT) + 3
+    victim = results[victim_index]
+    flip_byte(path, victim.commitlog_offset + POS_BODY)
+    for read_only in (True, False):
+        with open_store(path, impl, read_only=read_only) as s:
+            assert s.max_offset == end
+            with pytest.raises(MessageNotFoundError):
+                s.read(victim.commitlog_offset)
+            for i in (victim_index - 1, victim_index + 1, len(results) - 1):
+                assert s.read(results[i].commitlog_offset).body == bodies[i]
+            report = s.verify()
+            assert not report["ok"]
+            assert [p["offset"] for p in report["problems"]] == [victim.commitlog_offset]
+            assert "CRC" in report["problems"][0]["reason"]

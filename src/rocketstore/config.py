@@ -75,6 +75,25 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
+def parse_delete_when(text: str) -> tuple[int, ...]:
+    """``deleteWhen`` ("04", "01;13") as the local hours it names; "" names none."""
+    if not isinstance(text, str):
+        raise StoreConfigError("delete_when must be a str of ';'-separated hours like '04'")
+    hours = []
+    for token in text.split(";"):
+        token = token.strip()
+        if not token:
+            continue
+        if not (token.isascii() and token.isdigit()) or not 0 <= int(token) <= 23:
+            raise StoreConfigError(f"bad hour {token!r} in delete_when: hours are 0 to 23")
+        hours.append(int(token))
+    return tuple(sorted(set(hours)))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclasses.dataclass
 class StoreConfig:
     """Options of a :class:`rocketstore.MessageStore`; keyword arguments of its constructor."""
@@ -112,6 +131,35 @@ class StoreConfig:
     #: How often a background thread dispatches new records into the ConsumeQueues and the
     #: index when no query does it first (ms; 0: only queries and close dispatch).
     dispatch_interval_ms: int = 10
+    #: How often that thread makes the ConsumeQueues and the index durable and records in the
+    #: checkpoint the CommitLog offset they are complete to (``confirmPhyOffset``, §6): recovery
+    #: after a crash re-reads only from there (ms; 0: only at close).
+    checkpoint_interval_ms: int = 1000
+    #: Retention (spec §9). A CommitLog segment whose file mtime is older than this many hours
+    #: is expired (``fileReservedTime``, 72); expired segments are deleted at the ``delete_when``
+    #: hours, or at any hour when the disk is above ``disk_max_used_space_ratio``.
+    file_reserved_time: float = 72
+    #: Local hours of the day at which expired segments are deleted, ``;``-separated
+    #: (``deleteWhen``, "04"; "" never on schedule).
+    delete_when: str = "04"
+    #: Percent of the CommitLog partition in use above which expired segments are deleted at
+    #: any hour (``diskMaxUsedSpaceRatio``, 75).
+    disk_max_used_space_ratio: float = 75
+    #: Percent of the CommitLog partition in use above which segments are deleted regardless of
+    #: age, oldest first (``diskSpaceCleanForciblyRatio``, 85). After a disk-full, puts are
+    #: accepted again once usage is back at or below this level.
+    disk_space_clean_forcibly_ratio: float = 85
+    #: Percent in use above which the store is marked disk-full: puts are refused (status
+    #: SERVICE_NOT_AVAILABLE, ``result.error`` a ``DiskFullError``) (``diskSpaceWarningLevelRatio``, 90).
+    disk_space_warning_level_ratio: float = 90
+    #: Whether above the forcible level segments younger than ``file_reserved_time`` may go
+    #: (``cleanFileForciblyEnable``).
+    clean_file_forcibly_enable: bool = True
+    #: How often the cleaner checks the disk and deletes (``cleanResourceInterval``, 10 s; 0: no
+    #: background cleaner, only ``MessageStore.clean()``).
+    clean_resource_interval_ms: int = 10_000
+    #: At most this many CommitLog segments are deleted per pass (``deleteFileBatchMax``, 10).
+    delete_files_batch_max: int = 10
 
     def __post_init__(self):
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -137,10 +185,32 @@ class StoreConfig:
             raise StoreConfigError("consume_queue_units must be an int between 1 and 2**26")
         if not 1 <= self.index_slots <= 0x7FFFFFFF or not 2 <= self.index_count <= 0x7FFFFFFF:
             raise StoreConfigError("index_slots must be in 1..2**31-1 and index_count in 2..2**31-1")
-        if self.dispatch_interval_ms < 0:
-            raise StoreConfigError("dispatch_interval_ms must not be negative")
+        if self.dispatch_interval_ms < 0 or self.checkpoint_interval_ms < 0:
+            raise StoreConfigError("dispatch_interval_ms and checkpoint_interval_ms must not be negative")
         self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
+        self._check_retention()
         if self.store_host is None:
             self.store_host = local_ipv4()
         if self.born_host is None:
             self.born_host = self.store_host
+
+    def _check_retention(self) -> None:
+        if not _is_number(self.file_reserved_time) or not 0 <= self.file_reserved_time < 1e9:
+            raise StoreConfigError("file_reserved_time must be a number of hours, 0 or more")
+        self.delete_hours = parse_delete_when(self.delete_when)
+        for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio",
+                     "disk_space_warning_level_ratio"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 < value <= 100:
+                raise StoreConfigError(f"{name} must be a percentage in (0, 100]")
+        if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio:
+            raise StoreConfigError("disk_space_clean_forcibly_ratio must not exceed "
+                                   "disk_space_warning_level_ratio")
+        if not isinstance(self.clean_file_forcibly_enable, bool):
+            raise StoreConfigError("clean_file_forcibly_enable must be a bool")
+        if isinstance(self.clean_resource_interval_ms, bool) \
+                or not isinstance(self.clean_resource_interval_ms, int) or self.clean_resource_interval_ms < 0:
+            raise StoreConfigError("clean_resource_interval_ms must be an int, 0 or more")
+        if isinstance(self.delete_files_batch_max, bool) \
+                or not isinstance(self.delete_files_batch_max, int) or self.delete_files_batch_max < 1:
+            raise StoreConfigError("delete_files_batch_max must be a positive int")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import threading
+import time
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -130,28 +131,48 @@ class Dispatcher:
         self.offset = start
         self._lock = threading.Lock()
         self.dispatched_records = 0
+        #: store timestamp of the last record dispatched (0: none yet); with ``offset`` it is
+        #: what the checkpoint records (§6)
+        self.last_store_timestamp = 0
+        self._progress = None
 
-    def catch_up(self) -> int:
-        """Dispatch every complete record below ``end_of()``; returns the new dispatch offset."""
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while records are dispatched: hold it to see the queues and index at rest."""
+        return self._lock
+
+    def catch_up(self, *, progress: Optional[Callable[[int], None]] = None,
+                 target: Optional[int] = None) -> int:
+        """Dispatch every complete record below ``end_of()`` (or ``target``, if lower); returns
+        the new dispatch offset. ``progress(offset)`` is called after every decoded chunk."""
         if self.offset >= self._end_of():
             return self.offset
         with self._lock:
-            target = self._end_of()
+            end = self._end_of()
+            target = end if target is None else min(target, end)
             pos = self.offset
-            while pos < target:
-                mf = self._segments.find(pos)
-                if mf is None:
-                    later = [f for f in self._segments.files if f.file_from_offset > pos]
-                    if not later:
-                        break
-                    pos = later[0].file_from_offset   # retention removed what lay before
-                    continue
-                pos = self._dispatch_segment(mf, pos, target)
-                self.offset = pos
-                if pos < target and self._segments.find(pos) is mf:
-                    break   # a record not yet complete: a reader stops before it
+            self._progress = progress
+            try:
+                pos = self._catch_up_to(pos, target)
+            finally:
+                self._progress = None
             self.offset = pos
             return pos
+
+    def _catch_up_to(self, pos: int, target: int) -> int:
+        while pos < target:
+            mf = self._segments.find(pos)
+            if mf is None:
+                later = [f for f in self._segments.files if f.file_from_offset > pos]
+                if not later:
+                    break
+                pos = later[0].file_from_offset   # retention removed what lay before
+                continue
+            pos = self._dispatch_segment(mf, pos, target)
+            self.offset = pos
+            if pos < target and self._segments.find(pos) is mf:
+                break   # a record not yet complete: a reader stops before it
+        return pos
 
     def _dispatch_segment(self, mf, pos: int, target: int) -> int:
         base = mf.file_from_offset
@@ -162,6 +183,8 @@ class Dispatcher:
             if len(records):
                 self._dispatch(view, base, records)
                 self.offset = base + stop
+                if self._progress is not None:
+                    self._progress(self.offset)
         if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
             return mf.end_offset
         return base + stop
@@ -189,26 +212,36 @@ class Dispatcher:
                 keys = keys[~rollback[keys["record"]]]
             self._index.build_refs(view, base, records, keys)
         self.dispatched_records += len(records)
+        self.last_store_timestamp = int(records["store_timestamp"][-1])
 
 
 class DispatchThread:
-    """Calls ``dispatcher.catch_up()`` every ``interval_ms`` until :meth:`stop`.
+    """Calls ``dispatcher.catch_up()`` every ``interval_ms`` until :meth:`stop`, and
+    ``checkpoint()`` every ``checkpoint_interval_ms`` (0: never).
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
-    themselves). An error is logged and retried at the next tick.
+    themselves), and their durable state recorded in the checkpoint, which bounds what a
+    recovery after a crash re-reads. An error is logged and retried at the next tick.
     """
 
-    def __init__(self, dispatcher: Dispatcher, interval_ms: int):
+    def __init__(self, dispatcher: Dispatcher, interval_ms: int, *,
+                 checkpoint: Optional[Callable[[], None]] = None, checkpoint_interval_ms: int = 0):
         self._dispatcher = dispatcher
         self._interval = interval_ms / 1000.0
+        self._checkpoint = checkpoint if checkpoint_interval_ms > 0 else None
+        self._checkpoint_every = checkpoint_interval_ms / 1000.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rocketstore-dispatch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        next_checkpoint = time.monotonic() + self._checkpoint_every
         while not self._stop.wait(self._interval):
             try:
                 self._dispatcher.catch_up()
+                if self._checkpoint is not None and time.monotonic() >= next_checkpoint:
+                    self._checkpoint()
+                    next_checkpoint = time.monotonic() + self._checkpoint_every
             except Exception:   # pragma: no cover - logged, retried; queries raise it themselves
                 log.exception("background dispatch failed")
 

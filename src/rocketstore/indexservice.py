@@ -174,7 +174,8 @@ class IndexService:
         :class:`StoreConfigError` naming it, except an empty *last* file, which is what a crash
         during creation leaves: it is deleted (skipped when read-only). After an ``abnormal``
         shutdown, every file whose header endTimestamp > ``index_msg_timestamp`` (the
-        checkpoint's indexMsgTimestamp) is deleted, as Java does; a read-only service keeps
+        checkpoint's indexMsgTimestamp) is deleted, as Java does, and so is any file that is not
+        full (its header cannot be trusted) and every file after one deleted; a read-only service keeps
         them, since it cannot rebuild their entries and queries return candidates anyway.
         """
         index_msg_timestamp = operator.index(index_msg_timestamp)
@@ -185,6 +186,7 @@ class IndexService:
             names = []
             if os.path.isdir(self.directory):
                 names = sorted(n for n in os.listdir(self.directory) if self._is_index_name(n))
+            dropping = False
             try:
                 for name in names:
                     path = os.path.join(self.directory, name)
@@ -200,7 +202,12 @@ class IndexService:
                             f"index file {path} is {size} bytes; this store's index files are "
                             f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)")
                     f = self._map(path, create=False)
-                    if abnormal and not self.read_only and f.end_timestamp > index_msg_timestamp:
+                    if abnormal and not self.read_only and (
+                            dropping or f.end_timestamp > index_msg_timestamp or not f.is_full):
+                        # Not provably complete and flushed: only a file that was full when
+                        # the checkpoint recorded it is (a power cut can leave any bytes,
+                        # a header included, in the others). It and every newer one go.
+                        dropping = True
                         f.destroy()
                         continue
                     self._files.append(f)

@@ -44,6 +44,8 @@ __all__ = ["MessageStore", "open_store"]
 
 _INT64_MAX = (1 << 63) - 1
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
+#: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
+REBUILD_STEP = 256 << 20
 
 
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
@@ -110,12 +112,19 @@ class MessageStore:
     Keyword options are those of :class:`rocketstore.StoreConfig`. ``read_only=True`` never writes
     a byte nor takes the lock. ``implementation`` pins the twin ("c" or "py"; default: compiled
     when built). Thread-safe: any number of threads may put and read at once.
+
+    ``progress(stage, done, total)``, if given, is called while the open recovers: ``stage`` is
+    ``"recover"`` (CRC scan) or ``"dispatch"`` (rebuilding ConsumeQueue and index entries),
+    ``done`` and ``total`` count CommitLog bytes.
     """
 
     def __init__(self, path: Optional[str | os.PathLike] = None, *, read_only: bool = False,
-                 implementation: Optional[str] = None, **options):
+                 implementation: Optional[str] = None, progress=None, **options):
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be a callable(stage, done, total)")
+        self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
         self._closed = True
@@ -183,6 +192,11 @@ class MessageStore:
         cfg = self.config
         self._abort_path = os.path.join(self.path, "abort")
         self.last_shutdown_clean = not os.path.exists(self._abort_path)
+        if not self.read_only:
+            # From here until a clean close, an interruption (a crash, a kill during this very
+            # recovery) makes the next open an abnormal one.
+            with open(self._abort_path, "wb"):
+                pass
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
         self._topics = TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only)
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
@@ -191,10 +205,10 @@ class MessageStore:
         self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size,
                                          read_only=self.read_only, preallocate=preallocate)
         self._segments.load()
-        end, queue_offsets = self._recover()
-        self._end = end
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
-        dispatch_start = self._open_queues(end, queue_offsets)
+        self._open_queues()
+        end, queue_offsets, dispatch_start = self._recover()
+        self._end = end
         self._dispatch_thread = None
         if self.read_only:
             self._queue_offsets = queue_offsets
@@ -202,6 +216,7 @@ class MessageStore:
             self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                           start=dispatch_start, end_of=lambda: self._end,
                                           delay_levels_ms=cfg.delay_levels_ms)
+            self._rebuild(end)
             return
 
         store_raw = host_to_bytes(cfg.store_host)
@@ -222,90 +237,187 @@ class MessageStore:
         if segment is not None:
             self._core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset,
                                   segment.fd)
-        with open(self._abort_path, "wb"):
-            pass
         core = self._core
         self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                       start=dispatch_start, end_of=lambda: core.wrote_offset,
                                       delay_levels_ms=cfg.delay_levels_ms)
-        self._dispatcher.catch_up()    # what the queues and the index miss of the CommitLog
+        self._rebuild(end)    # what the queues and the index miss of the CommitLog
         if cfg.dispatch_interval_ms:
-            self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms)
+            self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
+                                                   checkpoint=self._save_checkpoint,
+                                                   checkpoint_interval_ms=cfg.checkpoint_interval_ms)
 
-    def _open_queues(self, end: int, queue_offsets: dict) -> int:
-        """Open the ConsumeQueues and the index; returns the CommitLog offset dispatch resumes at.
+    def _open_queues(self) -> None:
+        """Open the ConsumeQueues (recovered, §4.4) and the index files.
 
-        A writable store cuts units and index files past ``end`` (the CommitLog's recovered end).
-        A read-only store reads what is on disk and will dispatch the rest into memory.
+        A read-only store reads what is on disk and dispatches the rest into memory. After an
+        abnormal shutdown a writable store drops the index files newer than the checkpoint's
+        indexMsgTimestamp (§5.4); they are rebuilt from the CommitLog.
         """
         cfg = self.config
-        abnormal = not self.last_shutdown_clean
         index_options = dict(implementation=self._impl.name, slot_count=cfg.index_slots,
                              index_count=cfg.index_count)
         self._queues = self._index = self._disk_index = None
         if self.read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
-            ends = self._queues.recover()
+            self._queues.recover()
             self._disk_index = IndexService(self.path, read_only=True, **index_options)
             self._disk_index.load()
             self._index = MemoryIndexService(self.path, **index_options)
-            index_files = self._disk_index.files
         else:
             self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
             for cq in self._queues:
                 cq.recover()
-            self._queues.truncate_dirty(end)
-            ends = [cq.max_physic_offset for cq in self._queues]
             self._index = IndexService(self.path, on_file_full=self._index_file_full, **index_options)
-            self._index.load(abnormal, self._checkpoint.index_msg_timestamp)
-            self._index.drop_after(end)
-            index_files = self._index.files
-            if self._segments.files:
-                self._queues.correct_min_offset(self._segments.min_offset)
-        lowest = self._segments.min_offset if self._segments.files else end
-        with_units = {(cq.topic, cq.queue_id) for cq in self._queues if cq.max_physic_offset >= 0}
-        if any(key not in with_units for key in queue_offsets):
-            ends = []   # a queue the CommitLog has is missing or empty on disk: rebuild it all
-        ends = [e for e in ends if e >= 0]
-        # After a clean close every queue was dispatched to the end: resume after the newest
-        # unit. After a crash, queues were flushed unevenly: resume at the one furthest behind.
-        queue_start = (min(ends) if abnormal else max(ends)) if ends else lowest
-        index_start = index_files[-1].end_phy_offset if index_files else lowest
-        return max(lowest, min(queue_start, index_start, end))
+            self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
-    def _index_file_full(self, end_timestamp: int) -> None:
-        self._checkpoint.index_msg_timestamp = end_timestamp
+    def _scan_start(self) -> tuple[int, int]:
+        """Where recovery's CRC scan starts, and the CommitLog offset below which the queues are
+        known complete: ``(segment start, complete_to)``.
+
+        * The checkpoint's confirmPhyOffset, when it lies within the CommitLog: the store wrote
+          it after making the CommitLog, the ConsumeQueues and the index durable up to there.
+        * Otherwise (a store from elsewhere, or never checkpointed) RocketMQ's rules (§7): the
+          third-last segment after a clean shutdown; after a crash the newest segment whose
+          first record is valid and not newer than the checkpoint's timestamps, else the first.
+        * No ConsumeQueue on disk at all: the first segment (everything is dispatched again).
+        """
+        files = self._segments.files
+        if not files:
+            return 0, 0
+        first = files[0].file_from_offset
+        if not len(self._queues):
+            return first, first
+        confirm = self._checkpoint.confirm_phy_offset
+        if first < confirm <= files[-1].end_offset:
+            mf = self._segments.find(confirm) or files[-1]
+            return mf.file_from_offset, confirm
+        if self.last_shutdown_clean:
+            start = files[max(0, len(files) - 3)].file_from_offset
+            return start, start
+        limit = self._checkpoint.min_timestamp
+        for mf in reversed(files):
+            try:
+                head = self._codec.decode_record(mf.view(), 0, check_crc=True, copy_body=False)
+            except CorruptRecordError:
+                continue
+            if 0 < head.store_timestamp <= limit:
+                return mf.file_from_offset, mf.file_from_offset
+        return first, first
 
     def _recover(self):
-        """Scan every segment with CRC checks; cut the CommitLog at the first invalid record.
+        """§7: scan with CRC checks from :meth:`_scan_start` to the first invalid record, cut the
+        CommitLog, the ConsumeQueues and the index there.
 
-        Returns (end offset, {(topic, queue_id): next queue offset}).
+        Returns (end offset, {(topic, queue_id): next queue offset}, dispatch start offset).
         """
         codec = self._codec
-        size = self.config.commitlog_file_size
-        files = self._segments.files
-        end = files[0].file_from_offset if files else 0
-        queue_max: dict = {}
+        abnormal = not self.last_shutdown_clean
+        scan_from, complete_to = self._scan_start()
+        if abnormal and not self.read_only:
+            # Units past what the checkpoint vouches for may be torn (a power cut flushes pages
+            # in any order): drop them; the scan below dispatches those records again.
+            self._queues.truncate_dirty(complete_to)
+        for mf in self._segments.files:
+            if mf.end_offset <= scan_from:
+                mf.wrote_position = mf.file_size     # verified by an earlier recovery
+        files = [mf for mf in self._segments.files if mf.end_offset > scan_from]
+        total = files[-1].end_offset - scan_from if files else 0
+        end = scan_from
+        tail: dict = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
         for mf in files:
-            for arr, stop, reason in decode_chunks(self._codec, mf.mm, 0, size, check_crc=True):
+            for arr, stop, reason in decode_chunks(codec, mf.mm, 0, mf.file_size, check_crc=True):
                 if len(arr):
-                    self._collect_queue_offsets(mf.mm, arr, queue_max)
+                    self._collect_queue_offsets(mf.mm, arr, tail)
+                self._report("recover", mf.file_from_offset + stop - scan_from, total)
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
                 continue
             end = mf.file_from_offset + stop
             break
+        self._report("recover", total, total)
         if not self.read_only:
             self._truncate_to(end)
-        return end, {key: q + 1 for key, q in queue_max.items()}
+            self._queues.truncate_dirty(end)
+            self._index.drop_after(end)
+            if self._segments.files:
+                self._queues.correct_min_offset(self._segments.min_offset)
+        queue_offsets = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._queues if cq.max_offset}
+        lowest = self._segments.min_offset if self._segments.files else end
+        gap = False
+        for key, (low, high) in tail.items():
+            have = queue_offsets.get(key, 0)
+            gap |= low > have                 # units missing before the scanned range
+            queue_offsets[key] = max(have, high + 1)
+        # Resume dispatch where every queue and the index are complete to.
+        if gap:
+            queue_start = lowest     # a queue the CommitLog holds is missing or short on disk
+        elif abnormal:
+            queue_start = complete_to
+            if self.read_only and complete_to == scan_from:
+                ends = [cq.max_physic_offset for cq in self._queues if cq.max_physic_offset >= 0]
+                queue_start = min(ends, default=lowest)
+        else:
+            queue_start = max((cq.max_physic_offset for cq in self._queues), default=lowest)
+            queue_start = lowest if queue_start < 0 else queue_start
+        index_files = (self._disk_index if self.read_only else self._index).files
+        index_start = index_files[-1].end_phy_offset if index_files else lowest
+        return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
-    def _collect_queue_offsets(self, buffer, arr, queue_max) -> None:
+    def _collect_queue_offsets(self, buffer, arr, tail) -> None:
         arr = arr[consumable(arr)]
         for topic, qid, rows in queue_groups(buffer, arr):
-            q = int(arr["queue_offset"][rows].max())
-            if q > queue_max.get((topic, qid), -1):
-                queue_max[(topic, qid)] = q
+            offsets = arr["queue_offset"][rows]
+            low, high = int(offsets.min()), int(offsets.max())
+            seen = tail.get((topic, qid))
+            if seen is None:
+                tail[(topic, qid)] = [low, high]
+            else:
+                seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
+
+    def _report(self, stage: str, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress(stage, done, total)
+
+    def _rebuild(self, end: int) -> None:
+        """Dispatch what the queues and the index miss below ``end``; a writable store records
+        its progress in the checkpoint every REBUILD_STEP bytes, so an interrupted rebuild
+        resumes from there instead of from the start."""
+        dispatcher = self._dispatcher
+        start = dispatcher.offset
+        total = end - start
+        if total <= 0:
+            return
+        report = (lambda offset: self._report("dispatch", offset - start, total))
+        while dispatcher.offset < end:
+            before = dispatcher.offset
+            dispatcher.catch_up(progress=report, target=min(end, before + REBUILD_STEP))
+            if dispatcher.offset <= before:
+                break     # nothing dispatchable (read-only beside a writer mid-record)
+            if not self.read_only and dispatcher.offset < end:
+                self._save_checkpoint()
+        self._report("dispatch", total, total)
+
+    def _save_checkpoint(self) -> None:
+        """Make the ConsumeQueues and the index durable up to the dispatch offset and record
+        that offset (and its store time) in the checkpoint: a recovery after a crash starts there."""
+        dispatcher, cp = self._dispatcher, self._checkpoint
+        with dispatcher.lock:
+            offset, timestamp = dispatcher.offset, dispatcher.last_store_timestamp
+            if offset == cp.confirm_phy_offset:
+                return
+            if self._core.flushed_offset < offset and not self._core.flush(5000):
+                return      # the CommitLog is not durable that far yet: next time
+            self._queues.flush()
+            self._index.flush()
+            cp.confirm_phy_offset = offset
+            if timestamp:
+                cp.physic_msg_timestamp = cp.logics_msg_timestamp = timestamp
+            cp.flush()
+
+    def _index_file_full(self, end_timestamp: int) -> None:
+        self._checkpoint.index_msg_timestamp = end_timestamp
 
     def _truncate_to(self, end: int) -> None:
         """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
@@ -323,6 +435,7 @@ class MessageStore:
             mm[pos:pos + n] = bytes(n)
             pos += n
         mf.flush(end - mf.file_from_offset, pos)
+
 
     def _topic_queues(self, topic: str) -> int:
         validate_topic(topic)
@@ -353,11 +466,12 @@ class MessageStore:
                 self._dispatcher.catch_up()
                 self._core.close()
                 self._close_queues()     # flushes the queues and the index
-                last = self._core.last_store_timestamp
+                cp = self._checkpoint
+                last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
                 if last:
-                    self._checkpoint.physic_msg_timestamp = last
-                    self._checkpoint.logics_msg_timestamp = last
-                self._checkpoint.flush()
+                    cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
+                cp.confirm_phy_offset = self._dispatcher.offset
+                cp.flush()
                 self._topics.persist()
                 self._offsets.persist()
             else:
@@ -608,6 +722,93 @@ class MessageStore:
             if reason != self._codec.STOP_BLANK and stop < limit:
                 break
 
+    def verify(self, progress=None) -> dict:
+        """Check every record's structure and body CRC, segment by segment, and every
+        ConsumeQueue unit against the record it points to. Works on read-only stores.
+
+        Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
+        "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
+        CRC is skipped by its length and the scan goes on; a record whose lengths make no sense
+        ends its segment. ``progress("verify", done, total)`` is called as bytes are checked.
+        """
+        self._check_open()
+        codec = self._codec
+        self._dispatcher.catch_up()
+        files = list(self._segments.files)
+        problems: list = []
+        found = []            # (positions, sizes, queue ids, queue offsets) of consumable records
+        records = 0
+        first = files[0].file_from_offset if files else 0
+        total = (files[-1].end_offset - first) if files else 0
+        expected = first
+        for mf in files:
+            base = mf.file_from_offset
+            if base != expected:
+                problems.append({"offset": expected,
+                                 "reason": f"segment missing: the next one starts at {base}"})
+            expected = mf.end_offset
+            limit = mf.file_size
+            if mf is files[-1] and not self.read_only:
+                limit = max(0, min(limit, self._core.wrote_offset - base))
+            view, pos = mf.view(0, limit), 0
+            while pos < limit:
+                for arr, stop, reason in decode_chunks(codec, view, pos, limit, check_crc=True):
+                    if len(arr):
+                        records += len(arr)
+                        keep = arr[consumable(arr)]
+                        found.append((base + keep["position"], keep["size"], keep["queue_id"],
+                                      keep["queue_offset"]))
+                    if progress is not None:
+                        progress("verify", base + stop - first, total)
+                if reason == codec.STOP_BLANK or stop >= limit:
+                    break
+                if reason == codec.STOP_END and mf is files[-1] and not any(view[stop:]):
+                    break       # zero-filled space after the last record
+                problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+                size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
+                if reason != codec.STOP_BAD_CRC or size <= 0:
+                    break       # lengths cannot be trusted: the rest of this segment is unreadable
+                pos = stop + size
+        if progress is not None:
+            progress("verify", total, total)
+        checked = self._verify_queues(found, problems)
+        return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
+                "min_offset": first, "max_offset": self.max_offset, "queues": checked,
+                "problems": problems}
+
+    def _verify_queues(self, found, problems, max_per_queue: int = 10) -> int:
+        """Every unit of every queue must point at a record of that queue id and queue offset."""
+        if found:
+            positions, sizes, qids, qoffsets = (np.concatenate(c) for c in zip(*found))
+        else:
+            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
+        damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
+        checked = 0
+        for cq in list(self._queues):
+            checked += 1
+            bad = 0
+            q = cq.min_offset
+            while q < cq.max_offset and bad < max_per_queue:
+                units = cq.units(q, 65536)
+                if not len(units):
+                    break
+                phys = units["commitlog_offset"]
+                at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
+                if len(positions):
+                    ok = ((positions[at] == phys) & (sizes[at] == units["size"])
+                          & (qids[at] == cq.queue_id)
+                          & (qoffsets[at] == q + np.arange(len(units))))
+                else:
+                    ok = np.zeros(len(units), dtype=bool)
+                ok |= np.isin(phys, damaged)      # that record's damage is reported already
+                for i in np.flatnonzero(~ok)[:max_per_queue - bad]:
+                    bad += 1
+                    problems.append({"offset": int(phys[i]),
+                                     "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit {q + int(i)} "
+                                               f"does not point at a valid record of its queue"})
+                q += len(units)
+        return checked
+
     # ---- consuming (§11) and consumer offsets (§10) ----
 
     def _queue(self, topic, queue_id):
@@ -826,6 +1027,13 @@ class MessageStore:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.read_only else "open")
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
+
+
+def _stop_reason(codec, reason: int) -> str:
+    return {codec.STOP_END: "no record where one should be (zeros or garbage)",
+            codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
+            codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
+            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch"}.get(reason, f"stop reason {reason}")
 
 
 def _check_name(what: str, value) -> str:
