@@ -516,11 +516,17 @@ class ConsumeQueue:
                     continue
                 plain_valid = (offsets >= 0) & (sizes > 0)
                 keep = _first_false(plain_valid & (offsets < process_offset))
-                stale_end = keep + _first_false(plain_valid[keep:])
                 del arr, offsets, sizes, plain_valid
                 mf.wrote_position = keep * CQ_UNIT_SIZE
-                if stale_end > keep:
-                    lo, hi = keep * CQ_UNIT_SIZE, stale_end * CQ_UNIT_SIZE
+                # Zero everything after the cut, not just the next valid-looking units: after a
+                # power cut the rest of the file may hold any bytes, and a unit left there would
+                # come back as valid once the queue grows up to it again.
+                lo = keep * CQ_UNIT_SIZE
+                tail = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - lo, offset=lo)
+                dirty = np.flatnonzero(tail)
+                del tail
+                if len(dirty):
+                    hi = lo + int(dirty[-1]) + 1
                     mf.mm[lo:hi] = bytes(hi - lo)
                     mf.flush(lo, hi)
                 break

@@ -1,0 +1,326 @@
+"""Crash harness: a writer process is SIGKILLed at random moments; the store must keep its promises.
+
+    python tests/crash_harness.py --iterations 1000                 # kill -9
+    python tests/crash_harness.py --iterations 200 --power-loss     # kill -9, then a simulated power cut
+    python tests/crash_harness.py --iterations 50 --impl py --seed 7
+
+The child (``child`` sub-command) runs several threads putting into several topics with small
+segments, ConsumeQueue and index files (so all of them roll), mixing durable puts (``durable=True``,
+pipelined futures, durable batches) with asynchronous ones. It prints one ``ACK`` line per durable
+put acknowledged as flushed, and ``FLUSHED <offset>`` lines with the CommitLog's flushed offset.
+
+After the kill the parent optionally simulates a power cut: it keeps only what the store had made
+durable — the CommitLog below the highest flushed offset it was told of, the ConsumeQueue units
+and index files the checkpoint vouches for — and overwrites everything after that, page by page,
+with zeros, random bytes, or leaves it (the kernel may have written a page back, or not).
+
+Then it reopens the store and checks (:func:`check_store`):
+
+* every acknowledged durable message is there, intact, and found by its key and its msgId;
+* ``verify()`` finds no damaged record, and every ConsumeQueue unit points at a record of its
+  queue with its queue offset;
+* every queue is contiguous from 0 and holds one unit per message of that queue in the
+  CommitLog (queues and CommitLog agree);
+* a put after the crash continues every queue's offsets;
+* a read-only open beside the recovered store sees the same.
+
+The suite runs a few iterations (tests/test_crash_harness.py); this script runs many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEGMENT = 64 * 1024
+CQ_UNITS = 400                  # 8,000-byte ConsumeQueue files
+INDEX_SLOTS, INDEX_COUNT = 64, 600
+TOPICS = ("CrashA", "CrashB", "CrashC")
+HOST = "10.0.0.7"
+STORE_OPTIONS = dict(commitlog_file_size=SEGMENT, consume_queue_units=CQ_UNITS,
+                     index_slots=INDEX_SLOTS, index_count=INDEX_COUNT, store_host=HOST,
+                     checkpoint_interval_ms=20)
+PAGE = 4096
+
+
+# -- the child ------------------------------------------------------------------------------------
+
+def child_main(path: str, implementation: str, seed: int) -> None:
+    from rocketstore import MessageStore, PutStatus
+
+    store = MessageStore(path, implementation=implementation, **STORE_OPTIONS)
+    out = sys.stdout
+    out_lock = threading.Lock()
+
+    def emit(lines):
+        if lines:
+            with out_lock:
+                out.write("".join(lines))
+                out.flush()
+
+    def ack_line(topic, r, key, body):
+        return (f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size}\n"
+                if r.status is PutStatus.PUT_OK else None)
+
+    def writer(t: int):
+        rng = random.Random(seed * 31 + t)
+        n = 0
+        while True:
+            topic = rng.choice(TOPICS)
+            op = rng.random()
+            n += 1
+            key = f"k{t}-{n}"
+            body = key.encode() + b":" + rng.randbytes(rng.randrange(0, 1500))
+            if op < 0.3:
+                r = store.put(topic, body, keys=key, tags=f"t{t}", durable=True)
+                emit([x for x in [ack_line(topic, r, key, body)] if x])
+            elif op < 0.5:
+                r = store.put_pipelined(topic, body, keys=key).result()
+                emit([x for x in [ack_line(topic, r, key, body)] if x])
+            elif op < 0.75:
+                store.put(topic, body, keys=key)                  # asynchronous: no promise
+            elif op < 0.9:
+                bodies = [body + b"%d" % k for k in range(rng.randrange(1, 20))]
+                store.put_batch(topic, bodies, tags="batch")      # asynchronous batch
+            else:
+                bodies = [body + b"%d" % k for k in range(rng.randrange(1, 20))]
+                b = store.put_batch(topic, bodies, durable=True)
+                if b.status is PutStatus.PUT_OK:
+                    # a batch has no keys: acknowledge by msgId (key "-")
+                    emit([f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size}\n"
+                          for k, x in enumerate(bodies)])
+
+    threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(3)]
+    emit(["READY\n"])
+    for th in threads:
+        th.start()
+    while True:
+        time.sleep(0.002)
+        emit([f"FLUSHED {store.flushed_offset}\n"])
+
+
+# -- the parent -----------------------------------------------------------------------------------
+
+class Acked:
+    __slots__ = ("topic", "msg_id", "key", "crc", "offset", "size")
+
+    def __init__(self, topic, msg_id, key, crc, offset, size):
+        self.topic, self.msg_id, self.key = topic, msg_id, key
+        self.crc, self.offset, self.size = int(crc), int(offset), int(size)
+
+
+def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
+    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "child", path,
+                              implementation, str(rng.randrange(2**32))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        first = child.stdout.readline()
+        if first != b"READY\n":
+            child.kill()
+            raise AssertionError(f"child did not start: {first!r} {child.stderr.read()!r}")
+        time.sleep(rng.choice((0.0, 0.02, 0.1, 0.3, 0.6)) + rng.random() * 0.2)
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode != -signal.SIGKILL:
+        raise AssertionError(f"child exited with {child.returncode}: {err.decode(errors='replace')}")
+    acked, flushed = [], 0
+    for line in out.split(b"\n")[:-1]:            # a torn last line was not acknowledged
+        parts = line.decode().split()
+        if parts[0] == "ACK":
+            a = Acked(*parts[1:])
+            acked.append(a)
+            flushed = max(flushed, a.offset + a.size)
+        elif parts[0] == "FLUSHED":
+            flushed = max(flushed, int(parts[1]))
+    return acked, flushed
+
+
+def _damage(path: str, start: int, rng: random.Random) -> None:
+    """Overwrite ``path`` from byte ``start`` on, page by page: zeros, random bytes, or as is."""
+    size = os.path.getsize(path)
+    if start >= size:
+        return
+    style = rng.choice(("zeros", "garbage", "mixed"))
+    with open(path, "r+b") as f:
+        pos = start
+        while pos < size:
+            end = min(size, (pos // PAGE + 1) * PAGE)
+            choice = style if style != "mixed" else rng.choice(("zeros", "garbage", "keep"))
+            if choice != "keep":
+                f.seek(pos)
+                f.write(bytes(end - pos) if choice == "zeros" else rng.randbytes(end - pos))
+            pos = end
+
+
+def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
+    """Keep what was durable, damage the rest (see the module docstring). Returns what it did."""
+    from rocketstore.checkpoint import Checkpoint
+    cp = Checkpoint(os.path.join(path, "checkpoint"))
+    confirm = cp.confirm_phy_offset
+    # The checkpoint is written after the CommitLog was flushed past confirm: durable as well.
+    flushed = max(flushed, confirm)
+    damaged = {"commitlog": 0, "consumequeue": 0, "index": 0}
+    cl = os.path.join(path, "commitlog")
+    for name in sorted(os.listdir(cl)):
+        start = int(name)
+        keep = max(0, flushed - start)
+        if keep < SEGMENT:
+            _damage(os.path.join(cl, name), keep, rng)
+            damaged["commitlog"] += 1
+    cq_root = os.path.join(path, "consumequeue")
+    for dirpath, _dirs, files in os.walk(cq_root):
+        for name in sorted(files):
+            file = os.path.join(dirpath, name)
+            with open(file, "rb") as f:
+                data = f.read()
+            keep = 0
+            for pos in range(0, len(data) - 19, 20):
+                offset, size, _tags = struct.unpack_from(">qiq", data, pos)
+                if size <= 0 or not 0 <= offset < confirm:
+                    break
+                keep = pos + 20
+            if keep < len(data):
+                _damage(file, keep, rng)
+                damaged["consumequeue"] += 1
+    index_dir = os.path.join(path, "index")
+    if os.path.isdir(index_dir):
+        for name in sorted(os.listdir(index_dir)):
+            file = os.path.join(index_dir, name)
+            with open(file, "rb") as f:
+                head = f.read(40)
+            end_ts = struct.unpack_from(">q", head, 8)[0] if len(head) == 40 else 0
+            count = struct.unpack_from(">i", head, 36)[0] if len(head) == 40 else 0
+            if end_ts > cp.index_msg_timestamp or count < INDEX_COUNT:
+                _damage(file, 0, rng)                   # not flushed as a whole: anything goes
+                damaged["index"] += 1
+    return damaged
+
+
+def check_store(path: str, implementation: str, acked) -> dict:
+    """Reopen after the crash and check every promise (see the module docstring)."""
+    from rocketstore import MessageStore, PutStatus
+
+    with MessageStore(path, implementation=implementation, **STORE_OPTIONS) as store:
+        assert not store.last_shutdown_clean, "the crash left no abort file"
+        for a in acked:
+            msg = store.get_by_msg_id(a.msg_id)
+            assert zlib.crc32(bytes(msg.body)) == a.crc, f"acknowledged message {a.msg_id} damaged"
+            assert msg.topic == a.topic
+            if a.key != "-":
+                found = store.query_by_key(a.topic, a.key, max_num=64)
+                assert any(m.msg_id == a.msg_id for m in found), f"key {a.key} not found"
+        report = store.verify()
+        assert report["ok"], f"verify: {report['problems'][:5]}"
+        per_queue: dict = {}
+        for m in store.iter_messages():
+            per_queue[(m.topic, m.queue_id)] = per_queue.get((m.topic, m.queue_id), 0) + 1
+        queues = store.queues()
+        for key, n in per_queue.items():
+            low, high = queues.get(key, (0, 0))
+            assert (low, high) == (0, n), f"queue {key}: units [{low}, {high}) for {n} messages"
+            got = store.get_message("harness", key[0], key[1], 0, max_msgs=n + 1)
+            offsets = [m.queue_offset for m in got.messages]
+            assert offsets == list(range(len(offsets))), f"queue {key}: offsets {offsets[:10]}..."
+        for key in queues:
+            assert key in per_queue or queues[key][1] == 0, f"queue {key} without messages"
+        after = {}
+        for topic in TOPICS:
+            r = store.put(topic, b"after the crash", durable=True)
+            assert r.status is PutStatus.PUT_OK
+            expected = per_queue.get((topic, r.queue_id), 0)
+            assert r.queue_offset == expected, (topic, r.queue_id, r.queue_offset, expected)
+            after[topic] = r
+        counts = {"messages": sum(per_queue.values()), "records": report["records"]}
+    with MessageStore(path, implementation=implementation, read_only=True, **STORE_OPTIONS) as reader:
+        assert reader.last_shutdown_clean
+        for topic, r in after.items():
+            assert reader.get_by_queue_offset(topic, r.queue_id, r.queue_offset).body == b"after the crash"
+        assert reader.verify()["ok"]
+    return counts
+
+
+def one_iteration(workdir: str, implementation: str, rng: random.Random, *, power_loss: bool,
+                  src: str, rounds: int = 1) -> dict:
+    """Crash (and recover) ``rounds`` times in one store, then check it."""
+    path = os.path.join(workdir, "store")
+    acked_all = []
+    damaged = None
+    for _ in range(rounds):
+        acked, flushed = run_and_kill(path, implementation, rng, src)
+        acked_all += acked
+        if power_loss:
+            damaged = simulate_power_loss(path, flushed, rng)
+    counts = check_store(path, implementation, acked_all)
+    counts["acknowledged"] = len(acked_all)
+    if damaged is not None:
+        counts["damaged_files"] = sum(damaged.values())
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--impl", default=None, help="c or py (default: the compiled one when built)")
+    parser.add_argument("--power-loss", action="store_true", help="simulate a power cut after each kill")
+    parser.add_argument("--rounds", type=int, default=1, help="crashes per store before the check")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep-failures", default=None, help="copy failing stores here")
+    args = parser.parse_args(argv)
+    src = os.path.join(os.path.dirname(HERE), "src")
+    sys.path.insert(0, src)
+    import rocketstore
+    implementation = args.impl or rocketstore.IMPLEMENTATION
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    print(f"crash harness: {args.iterations} iterations, impl={implementation}, "
+          f"power_loss={args.power_loss}, rounds={args.rounds}, seed={seed}", flush=True)
+    rng = random.Random(seed)
+    failures = 0
+    totals = {"acknowledged": 0, "messages": 0}
+    t0 = time.monotonic()
+    for i in range(args.iterations):
+        workdir = tempfile.mkdtemp(prefix="rs-crash-")
+        try:
+            counts = one_iteration(workdir, implementation, rng, power_loss=args.power_loss,
+                                   src=src, rounds=args.rounds)
+            for k in totals:
+                totals[k] += counts[k]
+        except AssertionError as exc:
+            failures += 1
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            print(f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): {exc}", flush=True)
+            if args.keep_failures:
+                shutil.copytree(workdir, os.path.join(args.keep_failures, f"failure-{i}"))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if (i + 1) % 50 == 0:
+            print(f"  {i + 1} iterations, {failures} violations, {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"done: {args.iterations} iterations, {failures} violations, "
+          f"{totals['acknowledged']} acknowledged durable puts checked, "
+          f"{totals['messages']} messages recovered, {time.monotonic() - t0:.0f} s", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(main())
