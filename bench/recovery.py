@@ -1,0 +1,175 @@
+"""Recovery and verify speed: GB/s of CommitLog checked, beside the machine's own limits.
+
+    PYTHONPATH=src python bench/recovery.py [--mb 1024] [--impl py] [--json out.json]
+
+Builds a store of ``--mb`` MiB of 128-byte messages with a 20-character key each (kept in
+``--dir`` between runs), warms the page cache, then measures in one run:
+
+* raw read: the segment files read into a buffer (``readinto``), and raw read + ``zlib.crc32``;
+* ``verify()``: every record's structure and body CRC, and every ConsumeQueue unit;
+* recovery scan: an abnormal open with no checkpoint scans the whole CommitLog with CRC
+  checks (the ``"recover"`` stage of the progress callback), then rebuilds the ConsumeQueues
+  and the index (``"dispatch"`` stage), timed separately;
+* an interrupted rebuild: a child process doing that open is killed half-way through the
+  dispatch stage; the next open resumes from the checkpoint the rebuild left, and we report
+  how much of the rebuild it had left to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+
+from rocketstore import MessageStore  # noqa: E402
+
+SEGMENT = 128 << 20
+OPTIONS = dict(commitlog_file_size=SEGMENT, dispatch_interval_ms=0)
+
+
+def build(path: str, mb: int, impl) -> None:
+    if os.path.isdir(path):
+        with MessageStore(path, implementation=impl, read_only=True, **OPTIONS) as s:
+            if s.max_offset >= mb << 20:
+                return
+        shutil.rmtree(path)
+    body = os.urandom(128)
+    with MessageStore(path, implementation=impl, **OPTIONS) as s:
+        n = 0
+        while s.max_offset < mb << 20:
+            for i in range(10_000):
+                s.put("BenchTopic", body, keys="key-%016d" % n)
+                n += 1
+
+
+def segment_files(path: str) -> list[str]:
+    d = os.path.join(path, "commitlog")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def raw_read(files, crc: bool) -> tuple[int, float]:
+    buf = bytearray(SEGMENT)
+    view = memoryview(buf)
+    total = 0
+    t0 = time.perf_counter()
+    for name in files:
+        with open(name, "rb", buffering=0) as f:
+            n = f.readinto(buf)
+        if crc:
+            zlib.crc32(view[:n])
+        total += n
+    return total, time.perf_counter() - t0
+
+
+def stage_timer():
+    marks = {}
+
+    def progress(stage, done, total):
+        now = time.perf_counter()
+        first = marks.setdefault(stage, [now, now, 0])
+        first[1], first[2] = now, done
+    return marks, progress
+
+
+def make_abnormal(path: str) -> None:
+    os.unlink(os.path.join(path, "checkpoint"))
+    open(os.path.join(path, "abort"), "wb").close()
+
+
+def interrupted(path: str, impl) -> dict:
+    """Kill a rebuilding open half-way through; the next open resumes. Returns the bytes each
+    open had to dispatch."""
+    make_abnormal(path)
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from rocketstore import MessageStore\n"
+        "def p(stage, done, total):\n"
+        "    if stage == 'dispatch' and done * 2 >= total:\n"
+        "        print('HALF', done, total, flush=True)\n"
+        "        import time; time.sleep(60)\n"
+        "MessageStore(%r, implementation=%r, progress=p, **%r)\n"
+    ) % (os.path.join(os.path.dirname(HERE), "src"), path, impl, OPTIONS)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    line = child.stdout.readline().split()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    first_done, first_total = int(line[1]), int(line[2])
+    marks, progress = stage_timer()
+    t0 = time.perf_counter()
+    with MessageStore(path, implementation=impl, progress=progress, **OPTIONS):
+        pass
+    second = time.perf_counter() - t0
+    redo = marks.get("dispatch", [0, 0, 0])[2]
+    return {"first_open_dispatch_bytes": first_total, "killed_after_bytes": first_done,
+            "second_open_dispatch_bytes": redo, "second_open_s": round(second, 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=1024)
+    ap.add_argument("--impl", default=None)
+    ap.add_argument("--dir", default="/tmp/rocketstore-bench-recovery")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the store for the next run")
+    args = ap.parse_args()
+    impl = args.impl
+    build(args.dir, args.mb, impl)
+    files = segment_files(args.dir)
+    raw_read(files, crc=False)                     # warm the page cache
+    out = {}
+    n, t = raw_read(files, crc=False)
+    out["raw_read_GBps"] = n / t / 1e9
+    n, t = raw_read(files, crc=True)
+    out["raw_read_zlib_crc_GBps"] = n / t / 1e9
+
+    with MessageStore(args.dir, implementation=impl, read_only=True, **OPTIONS) as s:
+        t0 = time.perf_counter()
+        report = s.verify()
+        t = time.perf_counter() - t0
+        assert report["ok"], report["problems"][:3]
+        out["verify_GBps"] = report["bytes"] / t / 1e9
+        out["records"] = report["records"]
+        out["bytes"] = report["bytes"]
+        out["implementation"] = s.stats()["implementation"]
+
+    make_abnormal(args.dir)
+    marks, progress = stage_timer()
+    t0 = time.perf_counter()
+    with MessageStore(args.dir, implementation=impl, progress=progress, **OPTIONS) as s:
+        opened = time.perf_counter() - t0
+        end = s.max_offset
+    scan = marks["recover"]
+    out["recovery_scan_GBps"] = end / (scan[1] - t0) / 1e9
+    if "dispatch" in marks:
+        d = marks["dispatch"]
+        out["rebuild_dispatch_GBps"] = d[2] / (d[1] - scan[1]) / 1e9
+        out["rebuild_dispatch_Mmsgs"] = out["records"] / (d[1] - scan[1]) / 1e6
+    out["abnormal_open_no_checkpoint_s"] = opened
+
+    t0 = time.perf_counter()
+    with MessageStore(args.dir, implementation=impl, **OPTIONS):
+        pass
+    out["clean_open_s"] = time.perf_counter() - t0
+
+    out["interrupted_rebuild"] = interrupted(args.dir, impl)
+    for k, v in out.items():
+        print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    if not args.keep:
+        shutil.rmtree(args.dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
