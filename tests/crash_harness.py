@@ -303,10 +303,11 @@ def main(argv=None) -> int:
                                    src=src, rounds=args.rounds)
             for k in totals:
                 totals[k] += counts[k]
-        except AssertionError as exc:
+        except Exception as exc:      # any failure to keep a promise, not only a failed assert
             failures += 1
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            print(f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): {exc}", flush=True)
+            print(f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): "
+                  f"{type(exc).__name__}: {exc}", flush=True)
             if args.keep_failures:
                 shutil.copytree(workdir, os.path.join(args.keep_failures, f"failure-{i}"))
         finally:
