@@ -741,7 +741,7 @@ class MessageStore:
         found = []            # (positions, sizes, queue ids, queue offsets) of consumable records
         records = 0
         first = files[0].file_from_offset if files else 0
-        total = (files[-1].end_offset - first) if files else 0
+        total = (self.max_offset - first) if files else 0
         expected = first
         for mf in files:
             base = mf.file_from_offset
@@ -762,7 +762,7 @@ class MessageStore:
                         found.append((base + keep["position"], keep["size"], keep["queue_id"],
                                       keep["queue_offset"]))
                     if progress is not None:
-                        progress("verify", base + stop - first, total)
+                        progress("verify", min(base + stop - first, total), total)
                 if reason == codec.STOP_BLANK or stop >= limit:
                     break
                 if reason == codec.STOP_END and mf is files[-1] and \
@@ -776,8 +776,7 @@ class MessageStore:
         if progress is not None:
             progress("verify", total, total)
         checked = self._verify_queues(found, problems)
-        data = (self.max_offset - first) if files else 0
-        return {"ok": not problems, "records": records, "bytes": data, "segments": len(files),
+        return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
                 "min_offset": first, "max_offset": self.max_offset, "queues": checked,
                 "problems": problems}
 
