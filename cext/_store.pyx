@@ -9,6 +9,12 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
   the Python layer for the next segment when one fills.
 * A C flush thread (``flusher.c``) makes written bytes durable; durable puts wait on it with the
   GIL released, and ``PutFuture`` lets one thread keep many durable puts in flight.
+* A full disk never half-writes: a put that cannot get segment space (creation or page
+  population fails) writes nothing and answers CREATE_MAPPED_FILE_FAILED with ``result.error``
+  a ``DiskFullError``; ``put_batch`` / ``put_many`` reserve every segment and page they need
+  before the first record, so they are stored whole or not at all. A failed flush answers a
+  durable put FLUSH_DISK_TIMEOUT with the error. ``refuse_puts(error)`` (set by retention while
+  the disk is above its warning level) makes every put answer SERVICE_NOT_AVAILABLE.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -18,6 +24,7 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock,
                                PyThread_type_lock)
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.errno cimport EFAULT, ENOSPC
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -30,6 +37,7 @@ from rocketstore._clock import month_bounds
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError)
+from rocketstore.mapped_file import flush_error, space_error
 from rocketstore.status import PutStatus
 
 cdef extern from "<time.h>" nogil:
@@ -93,6 +101,7 @@ cdef enum:
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
 cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
+cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 
 #: True when the kernel populates file pages for writing on request (MADV_POPULATE_WRITE): then
 #: segments may be sparse, because the writer never stores into a page that was not populated
@@ -217,6 +226,41 @@ cdef void _failed(PutResult r, int status, int queue_id, object error, CommitLog
     r._port = core._store_port
 
 
+cdef object _failed_batch(int status, topic, int queue_id, Py_ssize_t n, object error,
+                          CommitLogCore core):
+    """A batch of which nothing was written: ``n`` rows of -1, the status and the error."""
+    cdef BatchPutResult br = BatchPutResult.__new__(BatchPutResult)
+    br._status = status
+    br.topic = topic
+    br.queue_id = queue_id
+    br.first_queue_offset = -1
+    br.commitlog_offsets = np.full(n, -1, dtype=np.int64)
+    br.sizes = np.full(n, -1, dtype=np.int32)
+    br.queue_offsets = np.full(n, -1, dtype=np.int64)
+    br.store_timestamps = np.zeros(n, dtype=np.int64)
+    br._unique_keys = [None] * n
+    br._host = core._store_host
+    br._port = core._store_port
+    br.error = error.with_traceback(None)
+    return br
+
+
+cdef void _set_error(object result, object error):
+    if isinstance(result, PutResult):
+        (<PutResult>result).error = error
+    elif isinstance(result, BatchPutResult):
+        (<BatchPutResult>result).error = error
+
+
+cdef object _populate_error(int err, int64_t segment_start):
+    # EFAULT: the kernel's populating fault would have been a SIGBUS at a store, which for a
+    # page inside the file means no block could be had for it: report it as the ENOSPC it is.
+    if err == EFAULT:
+        err = ENOSPC
+    return space_error(err, "cannot reserve space for the record in the CommitLog segment; "
+                            "nothing was written", segment_start)
+
+
 cdef class BatchPutResult:
     """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
     cdef int _status
@@ -231,6 +275,7 @@ cdef class BatchPutResult:
     cdef object _unique_keys                 # list of str, when the caller gave them
     cdef bytes _host
     cdef int32_t _port
+    cdef readonly object error               # the exception behind a failed status, else None
 
     @property
     def status(self):
@@ -324,6 +369,7 @@ cdef class PutFuture:
             raise TimeoutError(f"offset {self.target} not flushed yet")
         else:
             self._result._set_status(FLUSH_DISK_TIMEOUT)
+            _set_error(self._result, flush_error(rc))
         self._resolved = True
         return self._result
 
@@ -382,6 +428,8 @@ cdef class CommitLogCore:
     cdef int _default_wait           # wait mode of a put that does not say (SYNC_FLUSH: WAIT_BLOCK)
     cdef readonly int64_t puts       # counters for stats()
     cdef readonly int64_t durable_waits
+    cdef readonly int64_t refused_puts
+    cdef object _refusal             # while set (disk full), every put is refused with it
 
     def __cinit__(self):
         self._lock = PyThread_allocate_lock()
@@ -611,11 +659,86 @@ cdef class CommitLogCore:
             hi = self._file_size
         with nogil:
             err = rs_populate_write(self._base + lo, hi - lo)
+        if err != 0 and hi > end - self._file_from:
+            hi = end - self._file_from               # nearly full: just what the record needs
+            with nogil:
+                err = rs_populate_write(self._base + lo, hi - lo)
         if err != 0:
-            raise SegmentError(err, "cannot reserve space for the record in the CommitLog segment "
-                                    "(disk full?); nothing was written", self._file_from)
+            raise _populate_error(err, self._file_from)
         rs_flusher_note_prefaulted(self._flusher, self._file_from + hi)
         return 0
+
+    cdef int _reserve_space(self, int64_t[::1] lens) except -1:
+        """Before a batch writes its first byte (append lock held): create every segment its
+        records go to and populate the pages they will fill, so a full disk fails the whole
+        batch up front instead of storing half of it. Raises SegmentError / DiskFullError."""
+        cdef int64_t size = self._file_size, start = self._file_from, pos = self._pos, lo
+        cdef Py_ssize_t i, n = lens.shape[0]
+        cdef list ranges = []
+        if n == 0:
+            return 0
+        if self._base == NULL and pos >= size:    # BLANK written, roll due
+            start += size
+            pos = 0
+        lo = pos
+        for i in range(n):
+            if lens[i] + RS_END_FILE_MIN_BLANK > size - pos:
+                ranges.append((start, lo, pos + RS_END_FILE_MIN_BLANK))   # the BLANK
+                start += size
+                pos = 0
+                lo = 0
+            pos += lens[i]
+        ranges.append((start, lo, pos))
+        for start, lo, end in ranges:
+            self._reserve_range(start, lo, end)
+        return 0
+
+    cdef int _reserve_range(self, int64_t start, int64_t lo, int64_t hi) except -1:
+        """Make sure the segment at ``start`` exists and ``[lo, hi)`` of it is populated."""
+        cdef Py_buffer view
+        cdef int64_t done
+        cdef int err = 0
+        cdef bint active = self._base != NULL and start == self._file_from
+        if not active:
+            mm, fd = self._roll(start)    # created now (or found, when created ahead)
+        if not self._populate:
+            return 0                      # segments are fallocated when created
+        done = rs_flusher_prefaulted(self._flusher) - start   # [wrote, prefaulted) is populated
+        if done > lo:
+            lo = done
+        if lo >= hi:
+            return 0
+        if active:
+            with nogil:
+                err = rs_populate_write(self._base + lo, hi - lo)
+        else:
+            PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
+            try:
+                if view.len != self._file_size:
+                    raise ValueError(f"segment map is {view.len} bytes, expected {self._file_size}")
+                with nogil:
+                    err = rs_populate_write(<uint8_t *>view.buf + lo, hi - lo)
+            finally:
+                PyBuffer_Release(&view)
+        if err != 0:
+            raise _populate_error(err, start)
+        return 0
+
+    # ---- refusing puts (disk full, spec §9) ----
+
+    def refuse_puts(self, error=None):
+        """While ``error`` is set (a DiskFullError), every put writes nothing and returns status
+        SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again."""
+        self._refusal = error
+
+    @property
+    def refusing_puts(self):
+        """The error puts are refused with, or None."""
+        return self._refusal
+
+    cdef object _refused(self):
+        self.refused_puts += 1
+        return self._refusal
 
     cdef int _roll_segment(self) except -1:
         """Ask the Python layer for the segment starting at the current end; make it active."""
@@ -746,13 +869,16 @@ cdef class CommitLogCore:
 
     cdef object _finish(self, object result, int64_t end, int wait):
         cdef PutFuture fut
+        cdef int rc
         if wait < 0:
             wait = self._default_wait
         if wait == 0:
             return result
         if wait == 1:
-            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
                 result._set_status(FLUSH_DISK_TIMEOUT)
+                _set_error(result, flush_error(rc))
             return result
         rs_flusher_request(self._flusher, end)
         fut = PutFuture.__new__(PutFuture)
@@ -779,6 +905,10 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef int qid
         self._check_open()
+        if self._refusal is not None:
+            result = PutResult.__new__(PutResult)
+            _failed(<PutResult>result, SERVICE_NOT_AVAILABLE, queue_id, self._refused(), self)
+            return result
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
         if PyBytes_CheckExact(body):
@@ -861,7 +991,14 @@ cdef class CommitLogCore:
         cdef int uniq_len = self._uniq_prefix_len + 6
         cdef const uint8_t *bp
         cdef int64_t blen, length
+        cdef int64_t[::1] rec_lens
         self._check_open()
+        if self._refusal is not None:
+            try:
+                n = len(lengths if lengths is not None else bodies)
+            except TypeError:
+                n = 0
+            return _failed_batch(SERVICE_NOT_AVAILABLE, topic, queue_id, n, self._refused(), self)
         t = self._topic(topic)
         if sys_flag & RS_SYSFLAG_TRANSACTION_MASK:
             raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
@@ -910,6 +1047,8 @@ cdef class CommitLogCore:
             # Validate everything before the first byte is written.
             if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
+            rec_lens_arr = np.empty(n, dtype=np.int64)
+            rec_lens = rec_lens_arr
             for i in range(n):
                 blen = lens_view[i]
                 if blen > self._max_message_size:
@@ -921,6 +1060,7 @@ cdef class CommitLogCore:
                     raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}"
                                                if length <= self._max_message_size else
                                                f"record {i} of {length} bytes cannot fit a {self._file_size}-byte segment")
+                rec_lens[i] = length
             if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
             qid = self._choose_queue(t, queue_id)
@@ -947,6 +1087,10 @@ cdef class CommitLogCore:
             _acquire(self._lock)
             try:
                 self._check_open()
+                try:
+                    self._reserve_space(rec_lens)
+                except SegmentError as exc:
+                    return _failed_batch(CREATE_MAPPED_FILE_FAILED, topic, qid, n, exc, self)
                 (<BatchPutResult>res).first_queue_offset = t.next_offsets[qid]
                 for i in range(n):
                     bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
@@ -992,6 +1136,17 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef int64_t end = 0
         cdef bytes body, props
+        cdef int64_t[::1] rec_lens
+        self._check_open()
+        if self._refusal is not None:
+            error = self._refused()
+            for item in items:
+                r = PutResult.__new__(PutResult)
+                _failed(<PutResult>r, SERVICE_NOT_AVAILABLE, item[3], error, self)
+                results.append(r)
+            return results
+        rec_lens_arr = np.empty(n, dtype=np.int64)
+        rec_lens = rec_lens_arr
         for i in range(n):
             item = items[i]
             topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
@@ -1011,11 +1166,20 @@ cdef class CommitLogCore:
             if length + RS_END_FILE_MIN_BLANK > self._file_size:
                 raise MessageTooLargeError(
                     f"message {i}: record of {length} bytes cannot fit a {self._file_size}-byte segment")
+            rec_lens[i] = length
             crcs.append(rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(body), len(body)))
         self._check_open()
         _acquire(self._lock)
         try:
             self._check_open()
+            try:
+                self._reserve_space(rec_lens)
+            except SegmentError as exc:
+                for i in range(n):
+                    r = PutResult.__new__(PutResult)
+                    _failed(<PutResult>r, CREATE_MAPPED_FILE_FAILED, qids[i], exc, self)
+                    results.append(r)
+                return results
             for i in range(n):
                 topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = items[i]
                 r = PutResult.__new__(PutResult)
@@ -1028,9 +1192,12 @@ cdef class CommitLogCore:
         if wait < 0:
             wait = self._default_wait
         if wait == 1 and n:
-            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
+                error = flush_error(rc)
                 for r in results:
                     r._set_status(FLUSH_DISK_TIMEOUT)
+                    (<PutResult>r).error = error
         elif wait == 2 and n:
             return [self._finish(r, end, 2) for r in results]
         return results
@@ -1070,6 +1237,7 @@ cdef class CommitLogCore:
         return {
             "puts": self.puts,
             "durable_waits": self.durable_waits,
+            "refused_puts": self.refused_puts,
             "flush_rounds": s.flush_rounds,
             "flushed_bytes": s.flushed_bytes,
             "sync_requests": s.sync_requests,

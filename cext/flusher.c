@@ -50,6 +50,9 @@ struct rs_flusher {
     int joined;                 /* rs_flusher_stop finished: threads gone (under mu) */
     int stop;
     int last_errno;
+    int64_t round_seq;           /* flush rounds begun (under mu) */
+    int64_t err_seq;             /* the round that set last_errno: waiters that arrived before
+                                    it began get its error; later ones wait for a fresh round */
 
     int interval_ms;
     int least_pages;
@@ -116,6 +119,7 @@ static void flush_round(rs_flusher *f, int whole_pages_only) {
         return;
     f->round_size = f->arrivals;
     f->arrivals = 0;
+    int64_t seq = ++f->round_seq;
     pthread_mutex_unlock(&f->mu);
 
     segment segs[RS_FLUSHER_MAX_SEGMENTS];
@@ -148,6 +152,8 @@ static void flush_round(rs_flusher *f, int whole_pages_only) {
     /* Those it covers plus those that came during it: how many the next round should gather. */
     f->expected = f->round_size + f->arrivals;
     f->last_errno = err;
+    if (err)
+        f->err_seq = seq;
     pthread_cond_broadcast(&f->done_cv);
 }
 
@@ -484,12 +490,15 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
     int result = 0;
     raise_request(f, target);
     pthread_mutex_lock(&f->mu);
+    /* An error only counts when a round that began after this wait did fail: it covered the
+       target. An older error (space since freed) must not fail a put that a retry would flush. */
+    int64_t seen = f->round_seq;
     f->sync_requests++;
     f->arrivals++;
     if (f->arrivals >= f->expected)
         pthread_cond_signal(&f->work_cv); /* the group the flush thread gathers is complete */
     while (atomic_load(&f->flushed) < target) {
-        if (f->last_errno) {
+        if (f->last_errno && f->err_seq > seen) {
             result = f->last_errno;
             break;
         }

@@ -19,6 +19,7 @@ from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError)
+from rocketstore.mapped_file import flush_error
 from rocketstore.status import PutStatus
 
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture",
@@ -44,6 +45,8 @@ _UNIQ_NAME = b"UNIQ_KEY\x01"
 _BLANK = struct.Struct(">ii")
 _PUT_OK = PutStatus.PUT_OK
 _FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+_CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
+_SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 
 
 def _record_struct(born_len: int, store_len: int) -> struct.Struct:
@@ -97,7 +100,11 @@ class BatchPutResult:
     """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
 
     __slots__ = ("_status", "topic", "queue_id", "first_queue_offset", "commitlog_offsets",
-                 "sizes", "store_timestamps", "queue_offsets", "_unique_keys", "_host", "_port")
+                 "sizes", "store_timestamps", "queue_offsets", "_unique_keys", "_host", "_port",
+                 "error")
+
+    def __init__(self):
+        self.error = None
 
     @property
     def status(self):
@@ -176,6 +183,7 @@ class PutFuture:
             raise TimeoutError(f"offset {self.target} not flushed yet")
         else:
             self._result._set_status(_FLUSH_DISK_TIMEOUT)
+            self._result.error = flush_error(rc)
         self._resolved = True
         return self._result
 
@@ -210,6 +218,8 @@ class _Flusher:
         self.page = 4096
         self.stop = False
         self.last_errno = 0
+        self.round_seq = 0   # rounds begun; err_seq: the round that set last_errno (see wait)
+        self.err_seq = 0
         self.stats = dict(flush_rounds=0, flushed_bytes=0, sync_requests=0, sync_timeouts=0,
                           prefaulted_bytes=0)
         self.seg_lock = threading.Lock()
@@ -221,6 +231,8 @@ class _Flusher:
         lo, hi = self.flushed, self.wrote
         if hi <= lo:
             return
+        self.round_seq += 1
+        seq = self.round_seq
         self.cond.release()
         err = 0
         try:
@@ -238,6 +250,8 @@ class _Flusher:
             self.stats["flush_rounds"] += 1
             self.stats["flushed_bytes"] += hi - lo
         self.last_errno = err
+        if err:
+            self.err_seq = seq
         self.cond.notify_all()
 
     def _run(self):
@@ -267,12 +281,14 @@ class _Flusher:
             return 0
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         with self.cond:
+            # only an error of a round begun after this wait covers the target (see flusher.c)
+            seen = self.round_seq
             self.stats["sync_requests"] += 1
             if target > self.requested:
                 self.requested = target
                 self.cond.notify_all()
             while self.flushed < target:
-                if self.last_errno:
+                if self.last_errno and self.err_seq > seen:
                     return self.last_errno
                 if self.stop:
                     return 108  # ESHUTDOWN
@@ -347,8 +363,10 @@ class CommitLogCore:
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
         self._watcher = None
         self._closed = False
+        self._refusal = None     # while set (disk full), every put is refused with it
         self.puts = 0
         self.durable_waits = 0
+        self.refused_puts = 0
 
     # ---- segments ----
 
@@ -427,6 +445,66 @@ class CommitLogCore:
             for q in range(t.nqueues):
                 if t.next_offsets[q]:
                     self.set_queue_offset(topic, q, t.next_offsets[q])
+
+    # ---- refusing puts (disk full, spec §9) ----
+
+    def refuse_puts(self, error=None):
+        """While ``error`` is set (a :class:`DiskFullError`), every put writes nothing and returns
+        status SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again."""
+        self._refusal = error
+
+    @property
+    def refusing_puts(self):
+        """The error puts are refused with, or None."""
+        return self._refusal
+
+    def _failed_result(self, status, queue_id, error):
+        r = PutResult()
+        r._status = status
+        r.commitlog_offset = r.queue_offset = r.size = -1
+        r.queue_id = queue_id
+        r.store_timestamp = 0
+        r.error = error.with_traceback(None)
+        r._host, r._port = self._store_host, self._store_port
+        return r
+
+    def _failed_batch(self, status, topic, queue_id, n, error):
+        res = BatchPutResult()
+        res._status = status
+        res.topic = topic
+        res.queue_id = queue_id
+        res.first_queue_offset = -1
+        res.commitlog_offsets = np.full(n, -1, dtype=np.int64)
+        res.sizes = np.full(n, -1, dtype=np.int32)
+        res.queue_offsets = np.full(n, -1, dtype=np.int64)
+        res.store_timestamps = np.zeros(n, dtype=np.int64)
+        res._unique_keys = [None] * n
+        res._host, res._port = self._store_host, self._store_port
+        res.error = error.with_traceback(None)
+        return res
+
+    def _refused(self):
+        self.refused_puts += 1
+        return self._refusal
+
+    def _reserve_space(self, lengths):
+        """Create every segment the records of one call will go to before the first is written,
+        so that a batch is stored whole or not at all: a full disk fails it up front. (Segments
+        of this twin are fallocated when created: creating them is all the reserving needed.)"""
+        if not lengths:
+            return
+        size = self._file_size
+        start, pos = self._file_from, self._pos
+        if self._mm is None and pos >= size:
+            start, pos = start + size, 0
+        starts = [start] if self._mm is None else []
+        for length in lengths:
+            if length + END_FILE_MIN_BLANK > size - pos:
+                start, pos = start + size, 0
+                starts.append(start)
+            pos += length
+        for start in starts:
+            self._roll(start)
 
     # ---- the append path ----
 
@@ -548,8 +626,10 @@ class CommitLogCore:
         if wait == WAIT_NONE:
             return result
         if wait == WAIT_BLOCK:
-            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
                 result._set_status(_FLUSH_DISK_TIMEOUT)
+                result.error = flush_error(rc)
             return result
         self._flusher.request(end)
         return PutFuture(self, result, end, _now_ms() + self._sync_flush_timeout_ms)
@@ -559,6 +639,8 @@ class CommitLogCore:
         self._check_open()
         if topic is None or body is None:
             raise TypeError("topic and body are required")
+        if self._refusal is not None:
+            return self._failed_result(_SERVICE_NOT_AVAILABLE, queue_id, self._refused())
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
         body = memoryview(body).cast("B") if not isinstance(body, bytes) else body
@@ -578,19 +660,18 @@ class CommitLogCore:
                                            sys_flag, reconsume_times, prepared_transaction_offset, length)
             except SegmentError as exc:
                 # No segment space: nothing of this record was written (CREATE_MAPEDFILE_FAILED).
-                result = PutResult()
-                result._status = PutStatus.CREATE_MAPPED_FILE_FAILED
-                result.commitlog_offset = result.queue_offset = result.size = -1
-                result.queue_id = qid
-                result.store_timestamp = 0
-                result.error = exc
-                result._host, result._port = self._store_host, self._store_port
-                return result
+                return self._failed_result(_CREATE_MAPPED_FILE_FAILED, qid, exc)
         return self._finish(result, end, wait)
 
     def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,
                   born_timestamp=0, sys_flag=0, wait=-1):
         self._check_open()
+        if self._refusal is not None:
+            try:
+                n = len(lengths if lengths is not None else bodies)
+            except TypeError:
+                n = 0
+            return self._failed_batch(_SERVICE_NOT_AVAILABLE, topic, queue_id, n, self._refused())
         t = self._topic(topic)
         if sys_flag & SYSFLAG_TRANSACTION_MASK:
             raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
@@ -636,6 +717,10 @@ class CommitLogCore:
         end = 0
         with self._lock:
             self._check_open()
+            try:
+                self._reserve_space(lengths_)
+            except SegmentError as exc:
+                return self._failed_batch(_CREATE_MAPPED_FILE_FAILED, topic, qid, n, exc)
             res.first_queue_offset = t.next_offsets[qid]
             for i in range(n):
                 r, end = self._append(t, qid, items[i], crcs[i], props, None, flag, born_timestamp,
@@ -660,6 +745,10 @@ class CommitLogCore:
         return self._finish(res, end, wait)
 
     def put_many(self, items, wait=-1):
+        self._check_open()
+        if self._refusal is not None:
+            error = self._refused()
+            return [self._failed_result(_SERVICE_NOT_AVAILABLE, item[3], error) for item in items]
         checked = []
         for i, item in enumerate(items):
             topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
@@ -684,13 +773,20 @@ class CommitLogCore:
         end = 0
         with self._lock:
             self._check_open()
+            try:
+                self._reserve_space([args[-1] for args in checked])
+            except SegmentError as exc:
+                return [self._failed_result(_CREATE_MAPPED_FILE_FAILED, args[1], exc) for args in checked]
             for args in checked:
                 r, end = self._append(*args)
                 results.append(r)
         if wait == WAIT_BLOCK and results:
-            if self._wait(end, self._sync_flush_timeout_ms) != 0:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
+                error = flush_error(rc)
                 for r in results:
                     r._set_status(_FLUSH_DISK_TIMEOUT)
+                    r.error = error
         elif wait == WAIT_FUTURE and results:
             return [self._finish(r, end, WAIT_FUTURE) for r in results]
         return results
@@ -723,7 +819,8 @@ class CommitLogCore:
         self._check_open()
         f = self._flusher
         with f.cond:
-            return dict(puts=self.puts, durable_waits=self.durable_waits, **f.stats,
+            return dict(puts=self.puts, durable_waits=self.durable_waits,
+                        refused_puts=self.refused_puts, **f.stats,
                         wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno,
                         last_prefault_errno=0)
 

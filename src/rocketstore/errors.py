@@ -19,6 +19,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreConfigError",
     "SegmentError",
+    "DiskFullError",
 ]
 
 
@@ -76,3 +77,10 @@ class StoreConfigError(RocketStoreError, ValueError):
 
 class SegmentError(RocketStoreError, OSError):
     """A CommitLog segment could not be created, mapped or grown (disk full, permissions)."""
+
+
+class DiskFullError(SegmentError):
+    """No space for the store's files: a segment or queue file could not be created or grown
+    (ENOSPC, EDQUOT), or the disk is above ``disk_space_warning_level_ratio`` and puts are
+    refused until retention frees space (spec §9). Nothing of the refused write was stored;
+    writes resume by themselves once space returns."""

@@ -16,8 +16,15 @@ so the store can set ``checkpoint.indexMsgTimestamp`` to it (§6). After an abno
 re-dispatch rebuilds their entries.
 
 Durability: index pages reach the disk when a file fills, on :meth:`IndexService.flush` and on
-:meth:`IndexService.close` (5.x; 4.3 leaves them to the page cache). A sparse map has no blocks
-reserved: on a full disk, the kernel would fault a write into it (as with Java's index files).
+:meth:`IndexService.close` (5.x; 4.3 leaves them to the page cache).
+
+Full disk: the files are sparse and written through the map, and a store into a hole the file
+system cannot back is a SIGBUS. So nothing is stored into a page before its blocks are
+allocated: the header and the slot table when a file is created (or first written after a
+load), the items region ahead of the writer (:meth:`IndexService._reserve`). A full disk is a
+:class:`~rocketstore.errors.DiskFullError` from the build call, never a signal. (Files that
+other writers left sparse are still read through holes; on tmpfs, which needs a page even for
+that, a full file system can fault such a read.)
 
 Queries return *candidates*: only 31-bit key hashes are compared, so the caller re-checks the
 real key and topic of each record it reads.
@@ -186,6 +193,8 @@ class IndexService:
             names = []
             if os.path.isdir(self.directory):
                 names = sorted(n for n in os.listdir(self.directory) if self._is_index_name(n))
+            elif os.path.lexists(self.directory):
+                raise StoreConfigError(f"{self.directory} is not a directory")
             dropping = False
             try:
                 for name in names:
@@ -224,10 +233,19 @@ class IndexService:
         return True
 
     def _open_mapping(self, path: str, create: bool):
-        """The map an index file lives in: here the file itself, sparse (ftruncate; blocks are
-        allocated ahead of the writer by :meth:`_reserve`)."""
-        return MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
-                          preallocate=False)
+        """The map an index file lives in: here the file itself, sparse (ftruncate), but for the
+        header and the slot table, allocated before the file is mapped and read (on tmpfs even a
+        read of a hole needs a page); the items region is allocated ahead of the writer by
+        :meth:`_reserve`."""
+        mapped = MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
+                            preallocate=False)
+        if create:
+            try:
+                allocate_range(mapped.fd, 0, _HEADER_SIZE + self.slot_count * _SLOT_SIZE)
+            except BaseException:
+                mapped.destroy()
+                raise
+        return mapped
 
     def _map(self, path: str, *, create: bool) -> MappedIndexFile:
         mapped = self._open_mapping(path, create)
@@ -385,15 +403,18 @@ class IndexService:
         """Allocate the blocks the next ``items`` items will be written into, ahead of the writer.
 
         The files are sparse and written through the map: on a full disk a store into a hole
-        is a SIGBUS. The items region (400 MB of the 420) is written in order, so its blocks are
-        allocated ahead here and a full disk becomes a :class:`SegmentError`. The 20 MB slot
-        table is written at random and stays sparse (known gap: a slot page first touched on a
-        full disk still faults, as in RocketMQ; to be closed with per-page population).
+        is a SIGBUS. The items region is written in order, so its blocks are allocated a stretch
+        ahead. The header and the slot table (20 MB of RocketMQ's 420, written at random) are
+        allocated when a file is created; for a file loaded from disk (perhaps made sparse by
+        another writer) the first call allocates them (a no-op when they are). A full disk
+        becomes a :class:`DiskFullError`.
         """
         want = min(f.index_count + items, self.index_count)
         if want <= f.reserved:
             return
         items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
+        if f.reserved == 0:
+            allocate_range(f.mapped.fd, 0, items_start)
         target = min(self.index_count, max(want, f.reserved + _RESERVE_ITEMS))
         allocate_range(f.mapped.fd, items_start + f.reserved * _ITEM_SIZE,
                        (target - f.reserved) * _ITEM_SIZE)

@@ -3,9 +3,16 @@
 :class:`MappedFile` owns a file and its map; :class:`MappedFileQueue` owns a directory of them,
 contiguous by start offset, and prepares the next segment ahead of need on a background thread.
 
-Lifetime: zero-copy reads are memoryviews of the map. Python's ``mmap`` refuses to unmap while
-such views exist, so :meth:`MappedFile.close` drops its own reference and leaves the unmapping to
-the last view's release: a view can never point into unmapped memory.
+Lifetime (RocketMQ's ``ReferenceResource``, spec §9): zero-copy reads are memoryviews of the
+map, and each view counts as a reference. Python's ``mmap`` refuses to unmap while such views
+exist, so :meth:`MappedFile.close` drops the file's own reference and leaves the unmapping to the
+last view's release: a view can never point into unmapped memory. :meth:`MappedFile.destroy`
+(retention) unlinks the file at once and marks it destroyed; views taken before keep reading the
+old bytes (the blocks are freed with the last view), and a view asked for afterwards raises
+:class:`MessageNotFoundError`. Files are unlinked, never truncated, so no mapping ever faults.
+
+Full disk: every failure to create, size or allocate a file raises :class:`SegmentError`, and
+:class:`DiskFullError` (a subclass) when the cause is ENOSPC or EDQUOT (:func:`space_error`).
 """
 
 from __future__ import annotations
@@ -16,9 +23,13 @@ import os
 import threading
 from typing import Optional
 
-from rocketstore.errors import SegmentError, StoreConfigError
+from rocketstore.errors import (DiskFullError, MessageNotFoundError, SegmentError, StoreClosedError,
+                                StoreConfigError)
 
-__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name"]
+__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "space_error", "flush_error"]
+
+#: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 FILE_NAME_DIGITS = 20
 
@@ -26,6 +37,28 @@ FILE_NAME_DIGITS = 20
 def offset_to_file_name(offset: int) -> str:
     """``UtilAll.offset2FileName``: the start offset as a 20-digit zero-padded decimal."""
     return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+def space_error(err: int, message: str, path=None) -> SegmentError:
+    """The error for a file operation that failed with ``err``: :class:`DiskFullError` when the
+    file system is out of space (ENOSPC, EDQUOT), else :class:`SegmentError`. Both twins use it,
+    so they raise the same class with the same message."""
+    cls = DiskFullError if err in NO_SPACE_ERRNOS else SegmentError
+    strerror = os.strerror(err) if err else "unknown error"
+    if path is None:
+        return cls(err, f"{message}: {strerror}")
+    return cls(err, f"{message}: {strerror}", path)
+
+
+def flush_error(rc: int) -> Optional[BaseException]:
+    """What a durable put's failed flush wait (the flusher's return code) means for the caller:
+    None for 0 (flushed) and 1 (timed out), else the error to attach to its result."""
+    if rc in (0, 1):
+        return None
+    if rc == errno.ESHUTDOWN:
+        return StoreClosedError("the store closed before the flush confirmed the message")
+    return space_error(rc, "flushing the CommitLog failed; the message is stored but not known "
+                           "to be durable")
 
 
 def _allocate(fd: int, size: int) -> None:
@@ -38,6 +71,16 @@ def _allocate(fd: int, size: int) -> None:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
                 raise
     os.ftruncate(fd, size)
+
+
+def _size_new_file(fd: int, size: int, preallocate: bool) -> None:
+    """Give a newly created file its ``size``: fallocated, or sparse (``preallocate=False``: the
+    writer reserves blocks before storing into a page). The one place a new segment gets its
+    space, so tests inject a full disk here."""
+    if preallocate:
+        _allocate(fd, size)
+    else:
+        os.ftruncate(fd, size)
 
 
 def close_map(mm: Optional[mmap.mmap]) -> None:
@@ -60,14 +103,14 @@ def allocate_range(fd: int, offset: int, length: int) -> None:
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
             return
-        raise SegmentError(exc.errno, f"cannot allocate file space: {exc.strerror}") from exc
+        raise space_error(exc.errno, "cannot allocate file space") from exc
 
 
 class MappedFile:
     """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``."""
 
     __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "read_only", "wrote_position",
-                 "__weakref__")
+                 "destroyed", "__weakref__")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  read_only: bool = False, preallocate: bool = True):
@@ -76,19 +119,18 @@ class MappedFile:
         self.file_size = file_size
         self.read_only = read_only
         self.wrote_position = 0
+        self.destroyed = False
+        self.mm = None
         flags = os.O_RDONLY if read_only else os.O_RDWR
         if create:
             flags |= os.O_CREAT | os.O_EXCL
         try:
             self.fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
-            raise SegmentError(exc.errno, f"cannot open segment: {exc.strerror}", path) from exc
+            raise space_error(exc.errno, "cannot open segment", path) from exc
         try:
             if create:
-                if preallocate:
-                    _allocate(self.fd, file_size)
-                else:  # sparse: the writer populates (reserves) pages before storing into them
-                    os.ftruncate(self.fd, file_size)
+                _size_new_file(self.fd, file_size, preallocate)
             actual = os.fstat(self.fd).st_size
             if actual != file_size:
                 raise StoreConfigError(
@@ -102,7 +144,7 @@ class MappedFile:
                     os.unlink(path)
                 except OSError:
                     pass
-            raise SegmentError(exc.errno, f"cannot create or map segment: {exc.strerror}", path) from exc
+            raise space_error(exc.errno, "cannot create or map segment", path) from exc
         except BaseException:
             os.close(self.fd)
             raise
@@ -112,12 +154,26 @@ class MappedFile:
         return self.file_from_offset + self.file_size
 
     def view(self, position: int = 0, size: Optional[int] = None) -> memoryview:
-        """A read-only zero-copy view of ``[position, position + size)``; keeps the map alive."""
+        """A read-only zero-copy view of ``[position, position + size)``; keeps the map alive.
+
+        Raises :class:`MessageNotFoundError` once the file was destroyed (retention) and
+        :class:`StoreClosedError` once it was closed, also when that happens concurrently.
+        """
         if size is None:
             size = self.file_size - position
         if position < 0 or size < 0 or position + size > self.file_size:
             raise IndexError(f"range [{position}, {position + size}) outside a {self.file_size}-byte segment")
-        return memoryview(self.mm).toreadonly()[position:position + size]
+        mm = self.mm
+        try:
+            whole = memoryview(mm)   # the reference a reader holds (ReferenceResource.hold)
+        except (TypeError, ValueError):  # None, or closed by another thread since it was read
+            whole = None
+        if whole is None:
+            if self.destroyed:
+                raise MessageNotFoundError(
+                    f"segment {os.path.basename(self.path)} was deleted (retention)")
+            raise StoreClosedError(f"segment {os.path.basename(self.path)} is closed")
+        return whole.toreadonly()[position:position + size]
 
     def flush(self, start: int = 0, end: Optional[int] = None) -> None:
         """msync ``[start, end)`` of the map (start rounded down to a page); no-op if read-only."""
@@ -136,11 +192,17 @@ class MappedFile:
             self.fd = -1
 
     def destroy(self) -> None:
-        self.close()
+        """Unlink the file and drop the file's own reference to the map (ReferenceResource.destroy).
+
+        Views taken before stay readable; the map is unmapped, and the blocks freed, when the
+        last of them is released. Views asked for afterwards raise MessageNotFoundError.
+        """
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        self.destroyed = True
+        self.close()
 
     def __repr__(self) -> str:
         return f"<MappedFile {self.path} from={self.file_from_offset} size={self.file_size}>"
@@ -164,6 +226,8 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every segment in the directory, checking names, sizes and contiguity."""
         if not os.path.isdir(self.directory):
+            if os.path.lexists(self.directory):
+                raise StoreConfigError(f"{self.directory} is not a directory")
             if self.read_only:
                 return
             os.makedirs(self.directory, exist_ok=True)
@@ -180,7 +244,14 @@ class MappedFileQueue:
         for name in names:
             start = int(name)
             path = os.path.join(self.directory, name)
-            size = os.path.getsize(path)
+            # checked before anything opens it: a FIFO would block the open (a read-only store
+            # would hang), a directory or a symlink loop cannot be mapped
+            try:
+                size = os.stat(path).st_size
+            except OSError as exc:
+                raise SegmentError(exc.errno, f"cannot stat segment: {exc.strerror}", path) from exc
+            if not os.path.isfile(path):
+                raise StoreConfigError(f"segment {path} is not a regular file")
             if size == 0 and name == names[-1]:
                 if not self.read_only:
                     os.unlink(path)  # a crash while creating the last segment (5.x does the same)
@@ -209,10 +280,14 @@ class MappedFileQueue:
         return None
 
     def segment_at(self, start: int) -> MappedFile:
-        """The segment starting at ``start``: existing, prepared ahead, or created now."""
+        """The segment starting at ``start``: existing (also one created ahead for a batch that
+        spans segments), prepared ahead, or created now."""
         with self._lock:
-            if self.files and self.files[-1].file_from_offset == start:
-                return self.files[-1]
+            if self.files and start < self.files[-1].end_offset:
+                mf = self.find(start)
+                if mf is not None and mf.file_from_offset == start:
+                    return mf
+                raise SegmentError(f"no segment starts at {start}")
             if self.files and start != self.files[-1].end_offset:
                 raise SegmentError(f"segment at {start} would leave a gap after {self.files[-1].end_offset}")
             nxt = self._take_prepared(start)
@@ -255,6 +330,35 @@ class MappedFileQueue:
 
             self._preparing = threading.Thread(target=work, name="rocketstore-allocate", daemon=True)
             self._preparing.start()
+
+    def delete_first(self, doomed: list, release=None) -> list:
+        """Delete the leading segments ``doomed`` (oldest first; retention, spec §9).
+
+        Stops at the first one that is not the next leading segment, and never deletes the last
+        segment. Each is taken out of :attr:`files` first (a new list: a reader that took the
+        old list keeps consistent, if stale, segments), then ``release(mf)`` runs (the append
+        core drops its pin and stops flushing it), then it is destroyed. A destroy that fails
+        stops the pass: that segment and the rest stay. Returns the segments deleted.
+        """
+        with self._lock:
+            count = 0
+            for mf in doomed:
+                if count >= len(self.files) - 1 or self.files[count] is not mf:
+                    break
+                count += 1
+            gone, self.files = self.files[:count], self.files[count:]
+        deleted = []
+        for i, mf in enumerate(gone):
+            if release is not None:
+                release(mf)
+            try:
+                mf.destroy()
+            except OSError:
+                with self._lock:   # the undeleted ones go back in front, in order
+                    self.files = gone[i:] + self.files
+                raise
+            deleted.append(mf)
+        return deleted
 
     def truncate_after(self, offset: int) -> None:
         """Destroy every segment that starts after the one holding ``offset`` (truncateDirtyFiles)."""

@@ -16,6 +16,7 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 from __future__ import annotations
 
 import fcntl
+import logging
 import mmap
 import os
 import random
@@ -33,6 +34,7 @@ from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.retention import Cleaner
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
@@ -40,6 +42,8 @@ from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
                                  Message, MessageExt, host_to_bytes, validate_topic)
 from rocketstore._clock import now_ms
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["MessageStore", "open_store"]
 
@@ -147,6 +151,8 @@ class MessageStore:
         try:
             self._open(commitlog_dir)
         except BaseException:
+            if getattr(self, "_cleaner", None) is not None:
+                self._cleaner.stop()
             if getattr(self, "_dispatch_thread", None) is not None:
                 self._dispatch_thread.stop()
             if getattr(self, "_core", None) is not None and not read_only:
@@ -211,6 +217,7 @@ class MessageStore:
         end, queue_offsets, dispatch_start = self._recover()
         self._end = end
         self._dispatch_thread = None
+        self._cleaner = None
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
@@ -247,6 +254,8 @@ class MessageStore:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
                                                    checkpoint=self._save_checkpoint,
                                                    checkpoint_interval_ms=cfg.checkpoint_interval_ms)
+        self._cleaner = Cleaner(self)
+        self._cleaner.start()
 
     def _open_queues(self) -> None:
         """Open the ConsumeQueues (recovered, §4.4) and the index files.
@@ -462,6 +471,8 @@ class MessageStore:
             if self._closed:
                 return
             self._closed = True
+            if self._cleaner is not None:
+                self._cleaner.stop()
             if self._dispatch_thread is not None:
                 self._dispatch_thread.stop()
             if not self.read_only and self._core is not None:
@@ -718,9 +729,12 @@ class MessageStore:
             if lo >= limit:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
-            for arr, stop, reason in decode_chunks(self._codec, mf.view(0, limit), lo, hi, check_crc=False):
+            for arr, stop, reason in _checked_chunks(self._codec, mf.view(0, limit), lo, hi):
                 if len(arr):
                     yield mf, arr
+                if reason == self._codec.STOP_BAD_CRC:
+                    _log.warning("skipping the record at commitlog offset %d: body CRC mismatch "
+                                 "(verify() lists every damaged record)", mf.file_from_offset + stop)
             if reason != self._codec.STOP_BLANK and stop < limit:
                 break
 
@@ -753,26 +767,23 @@ class MessageStore:
             if mf is files[-1] and not self.read_only:
                 limit = max(0, min(limit, self._core.wrote_offset - base))
             _will_read(mf)
-            view, pos = mf.view(0, limit), 0
-            while pos < limit:
-                for arr, stop, reason in decode_chunks(codec, view, pos, limit, check_crc=True):
-                    if len(arr):
-                        records += len(arr)
-                        keep = arr[consumable(arr)]
-                        found.append((base + keep["position"], keep["size"], keep["queue_id"],
-                                      keep["queue_offset"]))
-                    if progress is not None:
-                        progress("verify", min(base + stop - first, total), total)
-                if reason == codec.STOP_BLANK or stop >= limit:
-                    break
-                if reason == codec.STOP_END and mf is files[-1] and \
-                        not np.frombuffer(view, dtype=np.uint8, offset=stop).any():
-                    break       # zero-filled space after the last record
-                problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
-                size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
-                if reason != codec.STOP_BAD_CRC or size <= 0:
-                    break       # lengths cannot be trusted: the rest of this segment is unreadable
-                pos = stop + size
+            view = mf.view(0, limit)
+            for arr, stop, reason in _checked_chunks(codec, view, 0, limit):
+                if len(arr):
+                    records += len(arr)
+                    keep = arr[consumable(arr)]
+                    found.append((base + keep["position"], keep["size"], keep["queue_id"],
+                                  keep["queue_offset"]))
+                if progress is not None:
+                    progress("verify", min(base + stop - first, total), total)
+                if reason == codec.STOP_BAD_CRC:
+                    problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+            if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC) or stop >= limit:
+                continue    # a bad CRC that ends the segment has lengths that cannot be trusted
+            if reason == codec.STOP_END and mf is files[-1] and \
+                    not np.frombuffer(view, dtype=np.uint8, offset=stop).any():
+                continue    # zero-filled space after the last record
+            problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
         if progress is not None:
             progress("verify", total, total)
         checked = self._verify_queues(found, problems)
@@ -987,7 +998,20 @@ class MessageStore:
         commitlog_offset, _size, _tags = cq.unit(queue_offset)
         return self.read(commitlog_offset)
 
-    # ---- durability, state ----
+    # ---- retention, durability, state ----
+
+    def clean(self, force: bool = False) -> dict:
+        """Delete expired CommitLog segments now, whatever the hour or disk usage (spec §9), and
+        the ConsumeQueue and index files left entirely below the new min offset.
+
+        ``force=True`` deletes every segment but the one being written, expired or not.
+        Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
+        "min_offset", "disk_usage", "disk_full"}``. The background cleaner does the same every
+        ``clean_resource_interval_ms`` at the ``delete_when`` hours or when the disk fills.
+        """
+        self._check_writable()
+        return self._cleaner.clean(force=force)
+
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Make everything put so far durable; True when done within ``timeout`` seconds."""
@@ -1026,11 +1050,31 @@ class MessageStore:
         }
         if not self.read_only:
             out.update(self._core.stats())
+            out.update(self._cleaner.stats())
         return out
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.read_only else "open")
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
+
+
+def _checked_chunks(codec, view, lo: int, hi: int):
+    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]``, stepping over a record
+    whose CRC fails when its length is still plausible (a flipped bit in a body).
+
+    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``
+    (more may follow). The last chunk's stop and reason say where and why the scan ended.
+    """
+    pos = lo
+    while True:
+        for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
+            yield arr, stop, reason
+        if reason != codec.STOP_BAD_CRC:
+            return
+        size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
+        if size <= 0 or stop + size > hi:
+            return
+        pos = stop + size
 
 
 def _will_read(mf) -> None:

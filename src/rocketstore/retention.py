@@ -1,0 +1,333 @@
+"""Retention (spec §9): deleting old CommitLog segments, and the queue and index files below them.
+
+A :class:`Cleaner` belongs to one writable :class:`~rocketstore.MessageStore`. Each pass
+(:meth:`Cleaner.run_once`, every ``clean_resource_interval_ms`` on a background thread, or a
+manual :meth:`Cleaner.clean`) does what RocketMQ's ``CleanCommitLogService`` and
+``CleanConsumeQueueService`` do:
+
+1. **Disk check** of the CommitLog's partition (and the store root's, when it is another one),
+   usage being ``used / (used + available)`` as RocketMQ 5.x computes it:
+
+   =====================================  ==================================================
+   usage (percent)                        effect
+   =====================================  ==================================================
+   > ``disk_space_warning_level_ratio``    disk full: puts are refused (SERVICE_NOT_AVAILABLE,
+   (90)                                   ``result.error`` a DiskFullError); clean forcibly
+   > ``disk_space_clean_forcibly_ratio``   clean forcibly (ignore age); a disk-full stays
+   (85)
+   at or below both                       disk OK: puts are accepted again
+   > ``disk_max_used_space_ratio`` (75)    expired segments may be deleted at any hour
+   =====================================  ==================================================
+
+2. **CommitLog**, when the local hour is one of ``delete_when``, the disk is above
+   ``disk_max_used_space_ratio`` (or unreadable), or the pass is manual: walk the segments oldest
+   first and delete each one whose file mtime is ``file_reserved_time`` hours old (any age when
+   cleaning forcibly), at most ``delete_files_batch_max`` per pass. The walk stops at the first
+   segment that may not go, so no hole is ever left; the last segment, and any segment the
+   writer has not finished, never goes.
+3. **ConsumeQueues and index**, when the CommitLog's min offset grew: delete the queue files
+   whose last unit points below it and correct every queue's min offset (§4.5, §4.6), then the
+   index files that end below it (§5.4).
+
+Deletion while readers hold views (``ReferenceResource``): RocketMQ counts references and
+unmaps a file when the last reader releases it (forcibly after 120 s). Here each zero-copy view
+(``read(zero_copy=True)`` bodies, ``iter_messages(zero_copy=True)``, ``queue_units`` arrays) is
+such a reference, kept by Python's ``mmap`` itself: a segment is unlinked at once and its map is
+unmapped when the last view is released, never before, so a reader can neither crash nor see
+other bytes. Until then the file's blocks stay allocated (an unlinked, still-mapped file), which
+is why a pass's freed space may show up only once old views are dropped. A read that starts
+after the deletion raises :class:`~rocketstore.errors.MessageNotFoundError`.
+
+Time, disk usage and the local hour are injectable (``clock``, ``disk_usage``, ``local_hour``),
+so tests run hours of retention without waiting.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from typing import Callable, Optional
+
+from rocketstore._clock import now_ms as _now_ms
+from rocketstore.errors import DiskFullError
+
+__all__ = ["Cleaner", "disk_usage", "MANUAL_PASSES"]
+
+log = logging.getLogger("rocketstore.retention")
+
+HOUR_MS = 3_600_000
+#: Passes a manual clean runs at most (RocketMQ's ``executeDeleteFilesManually`` arms 20).
+MANUAL_PASSES = 20
+
+
+def disk_usage(path: str) -> float:
+    """The fraction of the file system holding ``path`` that is in use, as RocketMQ 5.x's
+    ``getDiskPartitionSpaceUsedPercent``: used / (used + available to unprivileged users), so a
+    file system whose reserved blocks are all that is left reads as full. -1.0 when unreadable."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = st.f_bavail * st.f_frsize
+    if used + usable <= 0:
+        return -1.0
+    return used / (used + usable)
+
+
+_statvfs_usage = disk_usage
+
+
+def _local_hour(at_ms: int) -> int:
+    return time.localtime(at_ms / 1000).tm_hour
+
+
+def _mtime_ms(path: str) -> Optional[int]:
+    try:
+        return os.stat(path).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return None
+
+
+class Cleaner:
+    """Retention of one writable store (spec §9): see the module docstring.
+
+    ``store`` is a :class:`~rocketstore.MessageStore` opened for writing; the cleaner works on
+    its CommitLog segments (``_segments``), append core (``_core``), dispatcher
+    (``_dispatcher``), ConsumeQueues (``_queues``), index (``_index``) and ``config``.
+    ``clock()`` gives epoch milliseconds, ``disk_usage(path)`` the fraction in use (negative:
+    unreadable), ``local_hour(ms)`` the local hour of an epoch-ms time.
+    """
+
+    def __init__(self, store, *, clock: Optional[Callable[[], int]] = None,
+                 disk_usage: Optional[Callable[[str], float]] = None,
+                 local_hour: Optional[Callable[[int], int]] = None):
+        self._store = store
+        self.config = store.config
+        self._clock = clock or _now_ms
+        self._disk_usage = disk_usage or _statvfs_usage
+        self._local_hour = local_hour or _local_hour
+        self._pass_lock = threading.Lock()       # one pass at a time
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._queues_cleaned_below = -1          # CommitLog min offset the queues were cleaned to
+        #: True while puts are refused because the disk is above the warning level
+        self.disk_full = False
+        #: the usage fraction the last check read (None before the first; negative: unreadable)
+        self.last_disk_usage: Optional[float] = None
+        self.passes = 0
+        self.deleted_segments = 0
+        self.deleted_queue_files = 0
+        self.deleted_index_files = 0
+
+    # ---- the disk check ----
+
+    def _partitions(self) -> list[str]:
+        """The CommitLog directory, plus the store root when it lives on another file system."""
+        paths = [self._store._segments.directory]
+        try:
+            if os.stat(self._store.path).st_dev != os.stat(paths[0]).st_dev:
+                paths.append(self._store.path)
+        except OSError:
+            pass
+        return paths
+
+    def check_disk(self) -> tuple[float, bool]:
+        """Read disk usage and apply the thresholds: mark the store disk-full (puts refused) or
+        disk-OK (puts accepted). Returns (usage fraction, clean forcibly)."""
+        cfg = self.config
+        readings = [self._disk_usage(p) for p in self._partitions()]
+        usage = -1.0 if any(r < 0 for r in readings) else max(readings)
+        self.last_disk_usage = usage
+        percent = usage * 100
+        core = self._store._core
+        if percent > cfg.disk_space_warning_level_ratio:
+            if not self.disk_full:
+                log.error("disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
+                          "refusing puts", self._store.path, percent, cfg.disk_space_warning_level_ratio)
+            self.disk_full = True
+            core.refuse_puts(DiskFullError(
+                errno.ENOSPC,
+                f"the disk of store {self._store.path} is {percent:.1f}% full, above "
+                f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}%: puts are "
+                f"refused until retention brings it to {cfg.disk_space_clean_forcibly_ratio}% or "
+                "below; nothing was written"))
+            return usage, True
+        if percent > cfg.disk_space_clean_forcibly_ratio:
+            return usage, True          # a disk-full stays until usage is back at the forcible level
+        if self.disk_full and usage >= 0:
+            log.warning("disk of %s is %.1f%% full again: accepting puts", self._store.path, percent)
+            self.disk_full = False
+            core.refuse_puts(None)
+        return usage, False
+
+    # ---- passes ----
+
+    def run_once(self, now_ms: Optional[int] = None, *, manual: bool = False,
+                 force: bool = False) -> dict:
+        """One cleaning pass at time ``now_ms`` (default: the clock). Returns what it did::
+
+            {"trigger": "time" | "space" | "manual" | None,  # why the CommitLog was cleaned
+             "forced": bool,                  # segments were deleted regardless of age
+             "commitlog": [start offsets of the segments deleted],
+             "consumequeue_files": int, "index_files": int,   # files deleted
+             "min_offset": int,               # the CommitLog's min offset afterwards
+             "disk_usage": float,             # fraction in use after the pass (-1: unreadable)
+             "disk_full": bool}               # puts are refused
+
+        ``manual`` runs the CommitLog step whatever the hour or disk (RocketMQ's manual delete);
+        ``force`` also ignores the segments' age.
+        """
+        cfg = self.config
+        now = self._clock() if now_ms is None else int(now_ms)
+        with self._pass_lock:
+            self.passes += 1
+            usage, clean_forcibly = self.check_disk()
+            if manual:
+                trigger = "manual"
+            elif self._local_hour(now) in cfg.delete_hours:
+                trigger = "time"
+            elif usage < 0 or usage * 100 > cfg.disk_max_used_space_ratio or clean_forcibly:
+                trigger = "space"
+            else:
+                trigger = None
+            forced = force or (clean_forcibly and cfg.clean_file_forcibly_enable)
+            deleted = self._delete_segments(now, forced) if trigger else []
+            if trigger == "space" and not deleted:
+                log.warning("disk of %s is %.1f%% full, but no CommitLog segment could be deleted",
+                            self._store.path, usage * 100)
+            cq_files, index_files = self._clean_queues()
+            if deleted:
+                usage, _ = self.check_disk()   # puts may resume at once
+            return {
+                "trigger": trigger,
+                "forced": bool(trigger) and forced,
+                "commitlog": [mf.file_from_offset for mf in deleted],
+                "consumequeue_files": cq_files,
+                "index_files": index_files,
+                "min_offset": self._store._segments.min_offset,
+                "disk_usage": usage,
+                "disk_full": self.disk_full,
+            }
+
+    def clean(self, force: bool = False, now_ms: Optional[int] = None) -> dict:
+        """A manual clean (``MessageStore.clean``): passes until one deletes no segment, at most
+        :data:`MANUAL_PASSES`, whatever the hour and disk. Expired segments only, unless
+        ``force``: then every segment but the one being written. Returns the passes' totals in
+        the shape of :meth:`run_once`."""
+        total = None
+        for _ in range(MANUAL_PASSES):
+            result = self.run_once(now_ms, manual=True, force=force)
+            if total is None:
+                total = result
+            else:
+                total["commitlog"] += result["commitlog"]
+                total["consumequeue_files"] += result["consumequeue_files"]
+                total["index_files"] += result["index_files"]
+                for key in ("min_offset", "disk_usage", "disk_full"):
+                    total[key] = result[key]
+            if not result["commitlog"]:
+                break
+        return total
+
+    def _delete_segments(self, now: int, forced: bool) -> list:
+        """Delete the leading segments that may go (§9 ``deleteExpiredFileByTime``)."""
+        store, cfg = self._store, self.config
+        segments = store._segments
+        files = list(segments.files)
+        wrote = store._core.wrote_offset
+        reserved_ms = cfg.file_reserved_time * HOUR_MS
+        doomed = []
+        for mf in files[:-1]:
+            if len(doomed) >= cfg.delete_files_batch_max or mf.end_offset > wrote:
+                break   # never a segment the writer has not finished
+            if not forced:
+                mtime = _mtime_ms(mf.path)
+                if mtime is not None and now < mtime + reserved_ms:
+                    break
+            doomed.append(mf)
+        if not doomed:
+            return []
+        dispatcher = store._dispatcher
+        try:
+            dispatcher.catch_up()   # let the queues and the index see what is about to go
+        except Exception:
+            log.exception("dispatch before deleting CommitLog segments failed")
+        core = store._core
+        with dispatcher.lock:
+            try:
+                deleted = segments.delete_first(
+                    doomed, release=lambda mf: core.release_segment(mf.file_from_offset))
+            except OSError:
+                log.exception("deleting a CommitLog segment failed; the pass stops there")
+                deleted = [mf for mf in doomed if mf.destroyed]
+        for mf in deleted:
+            log.info("deleted CommitLog segment %s", mf.path)
+        self.deleted_segments += len(deleted)
+        return deleted
+
+    def _clean_queues(self) -> tuple[int, int]:
+        """Delete ConsumeQueue and index files entirely below the CommitLog's min offset and
+        correct the queues' min offsets, once per growth of that offset."""
+        store = self._store
+        if not store._segments.files:
+            return 0, 0
+        min_offset = store._segments.min_offset
+        if min_offset <= self._queues_cleaned_below:
+            return 0, 0
+        cq_files = index_files = 0
+        with store._dispatcher.lock:
+            try:
+                cq_files = store._queues.delete_expired(min_offset)
+                index_files = store._index.delete_expired(min_offset)
+            except OSError:
+                log.exception("deleting ConsumeQueue or index files failed; retried next pass")
+                return cq_files, index_files
+        self._queues_cleaned_below = min_offset
+        self.deleted_queue_files += cq_files
+        self.deleted_index_files += index_files
+        return cq_files, index_files
+
+    # ---- the background thread ----
+
+    def start(self) -> None:
+        """Check the disk now, then run a pass every ``clean_resource_interval_ms`` on a daemon
+        thread until :meth:`stop` (no thread when the interval is 0)."""
+        if self._thread is not None:
+            return
+        self.check_disk()
+        interval = self.config.clean_resource_interval_ms
+        if not interval:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(interval / 1000,),
+                                        name="rocketstore-clean", daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.run_once()
+            except Exception:   # logged and retried at the next tick
+                log.exception("retention pass failed")
+
+    def stop(self) -> None:
+        """Stop the background thread, waiting for a pass in progress."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def stats(self) -> dict:
+        """Counters for ``MessageStore.stats()``."""
+        return {
+            "disk_usage": self.last_disk_usage,
+            "disk_full": self.disk_full,
+            "clean_passes": self.passes,
+            "deleted_segments": self.deleted_segments,
+            "deleted_queue_files": self.deleted_queue_files,
+            "deleted_index_files": self.deleted_index_files,
+        }

@@ -1,0 +1,429 @@
+"""A full disk (ENOSPC) or a failed file creation: puts fail with a clear, typed error and write
+nothing, everything acknowledged before stays readable, a reopen recovers cleanly, and writes
+resume by themselves once space returns.
+
+Failures are injected in-process (the one place a new segment gets its space, the allocation
+of queue and index files, the pure twin's fdatasync); a real full file system is a small tmpfs,
+used when this machine lets the tests mount one (root), in a child process so that a SIGBUS
+would fail the test instead of killing the run.
+"""
+
+import errno
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+import rocketstore
+from rocketstore import Message, MessageStore, PutStatus
+from rocketstore import _store_py, consumequeue, indexservice, mapped_file
+from rocketstore.errors import DiskFullError, SegmentError
+from rocketstore.indexservice import IndexService
+
+SEGMENT = 64 * 1024
+BODY = 1000
+TOPIC = "TopicFull"
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
+
+
+def open_store(path, impl, **options):
+    options.setdefault("commitlog_file_size", SEGMENT)
+    options.setdefault("consume_queue_units", 16)
+    options.setdefault("index_slots", 16)
+    options.setdefault("index_count", 64)
+    options.setdefault("clean_resource_interval_ms", 0)
+    return MessageStore(path, implementation=impl.name, store_host="10.0.0.7", **options)
+
+
+def body(i):
+    return b"%06d" % i + bytes([i % 251]) * (BODY - 6)
+
+
+class Switch:
+    """A failure that is on while ``on`` is True."""
+
+    def __init__(self):
+        self.on = False
+        self.hits = 0
+
+    def check(self):
+        if self.on:
+            self.hits += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture
+def no_segment_space(monkeypatch):
+    """While ``.on``, creating any new store file fails with ENOSPC (segments and queue files)."""
+    switch = Switch()
+    real = mapped_file._size_new_file
+
+    def size_new_file(fd, size, preallocate):
+        switch.check()
+        real(fd, size, preallocate)
+
+    monkeypatch.setattr(mapped_file, "_size_new_file", size_new_file)
+    return switch
+
+
+def check_readable(store, acked):
+    """Every acknowledged put is readable with its body; nothing else is in the CommitLog."""
+    for i, r in acked:
+        assert store.read(r.commitlog_offset).body == body(i)
+    assert [m.commitlog_offset for m in store.iter_messages()] == [r.commitlog_offset for _, r in acked]
+
+
+def check_queue(store, acked, queue_id=0):
+    """The queue holds the acknowledged puts of ``queue_id`` in order, contiguous from 0."""
+    mine = [r for _, r in acked if r.queue_id == queue_id]
+    got, offset = [], 0
+    while True:
+        res = store.get_message("g", TOPIC, queue_id, offset, max_msgs=32)
+        if not res.messages:
+            break
+        got += res.messages
+        offset = res.next_begin_offset
+    assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in mine]
+    assert [m.queue_offset for m in got] == list(range(len(mine)))
+
+
+def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(tmp_path, impl,
+                                                                               no_segment_space):
+    path = tmp_path / "s"
+    acked = []
+    with open_store(path, impl) as store:
+        for i in range(10):
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
+        no_segment_space.on = True
+        failed = None
+        for i in range(10, 400):
+            r = store.put(TOPIC, body(i), queue_id=0)
+            if not r.ok:
+                failed = r
+                break
+            acked.append((i, r))
+        assert failed is not None, "the store never needed a new segment"
+        assert failed.status == PutStatus.CREATE_MAPPED_FILE_FAILED
+        assert failed.commitlog_offset == -1 and failed.queue_offset == -1
+        assert isinstance(failed.error, DiskFullError) and isinstance(failed.error, SegmentError)
+        assert failed.error.errno == errno.ENOSPC and "No space left" in str(failed.error)
+        assert store.max_offset % SEGMENT == 0       # the full segment ends in its BLANK
+
+        # still full: every kind of put fails the same way, writing nothing
+        again = store.put(TOPIC, body(0), tags="T", keys="k")
+        batch = store.put_batch(TOPIC, [b"a", b"b", b"c"], queue_id=0)
+        many = store.put_messages([Message(TOPIC, b"a", queue_id=0), Message(TOPIC, b"b", queue_id=1)])
+        for r in (again, batch, *many):
+            assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED and isinstance(r.error, DiskFullError)
+        assert len(batch) == 3 and list(batch.commitlog_offsets) == [-1, -1, -1]
+        check_readable(store, acked)
+        end = store.max_offset
+        mapped_end = store._segments.files[-1].end_offset
+        assert all(int(n) < mapped_end for n in os.listdir(path / "commitlog"))  # no half-made file
+
+        # space is back: the next put starts the next segment, queue offsets continue
+        no_segment_space.on = False
+        i = len(acked)
+        r = store.put(TOPIC, body(i), queue_id=0)
+        assert r.ok and r.commitlog_offset == end and r.queue_offset == len(acked)
+        acked.append((i, r))
+        check_readable(store, acked)
+        check_queue(store, acked)
+    with open_store(path, impl) as store:     # the reopen recovers everything acknowledged
+        check_readable(store, acked)
+        check_queue(store, acked)
+        i = len(acked)
+        acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
+        check_readable(store, acked)
+
+
+@pytest.mark.parametrize("how", ["put_batch", "put_messages"])
+def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl, no_segment_space, how):
+    path = tmp_path / "s"
+    acked = []
+    with open_store(path, impl) as store:
+        for i in range(30):                            # half of segment 0
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
+        end, offsets = store.max_offset, store.queue_offsets()
+        no_segment_space.on = True
+        # ~3.5 segments: even a segment prepared ahead in the background cannot hold it all
+        ids = range(len(acked), len(acked) + 220)
+
+        def put_all():
+            if how == "put_batch":
+                res = store.put_batch(TOPIC, [body(i) for i in ids], queue_id=0)
+                return [res.status] * len(res), res.error, [res[k] for k in range(len(res))]
+            res = store.put_messages([Message(TOPIC, body(i), queue_id=0) for i in ids])
+            return [r.status for r in res], res[0].error, res
+
+        statuses, error, _ = put_all()
+        assert set(statuses) == {PutStatus.CREATE_MAPPED_FILE_FAILED} and len(statuses) == 220
+        assert isinstance(error, DiskFullError)
+        assert store.max_offset == end and store.queue_offsets() == offsets   # not a byte written
+        check_readable(store, acked)
+
+        no_segment_space.on = False
+        statuses, error, results = put_all()
+        assert set(statuses) == {PutStatus.PUT_OK} and error is None
+        acked += list(zip(ids, results))
+        assert [r.queue_offset for _, r in acked] == list(range(len(acked)))
+        assert store._segments.files[-1].file_from_offset >= 3 * SEGMENT
+        check_readable(store, acked)
+    with open_store(path, impl) as store:
+        check_readable(store, acked)
+        check_queue(store, acked)
+
+
+def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path, impl, no_segment_space):
+    path = tmp_path / "s"
+    with open_store(path, impl, prefault_bytes=0) as store:
+        acked = [(i, store.put(TOPIC, body(i), queue_id=0)) for i in range(30)]
+        real = mapped_file._size_new_file
+        made = []
+
+        def one_more(fd, size, preallocate):   # room for exactly one more new file
+            if made:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            made.append(fd)
+            real(fd, size, preallocate)
+
+        mapped_file._size_new_file = one_more
+        try:
+            res = store.put_batch(TOPIC, [body(i) for i in range(30, 250)], queue_id=0)
+            assert res.status == PutStatus.CREATE_MAPPED_FILE_FAILED
+            for i in range(30, 120):             # single puts fill segment 0 and roll on
+                r = store.put(TOPIC, body(i), queue_id=0)
+                if not r.ok:
+                    assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED
+                    break
+                acked.append((i, r))
+        finally:
+            mapped_file._size_new_file = real
+        assert acked[-1][1].commitlog_offset >= SEGMENT   # a segment created for the batch took them
+        check_readable(store, acked)
+    with open_store(path, impl) as store:
+        check_readable(store, acked)
+        check_queue(store, acked)
+
+
+def test_queue_and_index_files_that_cannot_grow_stop_dispatch_with_disk_full_until_space_returns(
+        tmp_path, impl, monkeypatch):
+    switch = Switch()
+
+    def failing(real):
+        def allocate(fd, offset, length):
+            if switch.on:
+                switch.hits += 1
+                raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+            real(fd, offset, length)
+        return allocate
+
+    monkeypatch.setattr(consumequeue, "allocate_range", failing(consumequeue.allocate_range))
+    monkeypatch.setattr(indexservice, "allocate_range", failing(indexservice.allocate_range))
+    path = tmp_path / "s"
+    acked = []
+    with open_store(path, impl, dispatch_interval_ms=0) as store:
+        for i in range(5):
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
+        store.queues()
+        switch.on = True
+        for i in range(5, 120):          # the CommitLog still takes puts
+            r = store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")
+            assert r.ok
+            acked.append((i, r))
+        with pytest.raises(DiskFullError):
+            store.queues()               # dispatch needs new queue and index file space
+        with pytest.raises(DiskFullError):
+            store.get_message("g", TOPIC, 0, 0)
+        assert switch.hits
+        check_readable(store, acked)
+
+        switch.on = False                # dispatch resumes where it stopped: nothing lost or doubled
+        check_queue(store, acked)
+        for i in (3, 60, 119):
+            assert [m.commitlog_offset for m in store.query_by_key(TOPIC, f"key{i}")] == \
+                [acked[i][1].commitlog_offset]
+    with open_store(path, impl) as store:
+        check_queue(store, acked)
+
+
+def test_a_new_index_file_allocates_its_header_and_slot_table_before_anything_is_written(tmp_path, impl):
+    slots, items = 4096, 64
+    service = IndexService(tmp_path, implementation=impl.name, slot_count=slots, index_count=items)
+    service.load()
+    try:
+        service.build_index("T", "k1", 100, 1_700_000_000_000)
+        f = service.files[0]
+        probe = os.open(tmp_path / "probe", os.O_RDWR | os.O_CREAT)
+        try:
+            os.posix_fallocate(probe, 0, 4096)
+        except OSError:
+            pytest.skip("this file system does not allocate blocks on request")
+        finally:
+            os.close(probe)
+        allocated = os.stat(f.path).st_blocks * 512
+        head = 40 + 4 * slots                      # 16 KiB of slots: sparse unless allocated
+        assert allocated >= head
+    finally:
+        service.close()
+
+
+def test_a_failed_index_file_creation_leaves_no_file(tmp_path, impl, monkeypatch):
+    service = IndexService(tmp_path, implementation=impl.name, slot_count=16, index_count=4)
+    service.load()
+
+    def refuse(fd, offset, length):
+        raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+
+    real = indexservice.allocate_range
+    monkeypatch.setattr(indexservice, "allocate_range", refuse)
+    with pytest.raises(DiskFullError):
+        service.build_index("T", "k1", 100, 1_700_000_000_000)
+    assert service.files == [] and os.listdir(tmp_path / "index") == []
+    monkeypatch.setattr(indexservice, "allocate_range", real)
+    service.build_index("T", "k1", 100, 1_700_000_000_000)
+    assert service.query("T", "k1")[0] == [100]
+    service.close()
+
+
+class _FailingOs:
+    """The ``os`` module, but fdatasync fails with ENOSPC (the pure twin's flush)."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def fdatasync(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, impl, monkeypatch):
+    if impl.name != "py":
+        pytest.skip("an msync failure cannot be injected into the compiled flush thread")
+    with open_store(tmp_path / "s", impl) as store:
+        monkeypatch.setattr(_store_py, "os", _FailingOs())
+        r = store.put(TOPIC, b"durable?", durable=True)
+        assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and not r.ok and r.status.stored
+        assert isinstance(r.error, DiskFullError) and "flushing the CommitLog failed" in str(r.error)
+        assert store.read(r.commitlog_offset).body == b"durable?"   # stored, not known durable
+        future = store.put_pipelined(TOPIC, b"pipelined")
+        got = future.result()
+        assert got.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(got.error, DiskFullError)
+        batch = store.put_batch(TOPIC, [b"a", b"b"], durable=True)
+        assert batch.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(batch.error, DiskFullError)
+
+        monkeypatch.setattr(_store_py, "os", os)     # space is back: no stale error
+        ok = store.put(TOPIC, b"durable", durable=True)
+        assert ok.status == PutStatus.PUT_OK and ok.error is None
+        assert store.flushed_offset >= ok.commitlog_offset + ok.size > r.commitlog_offset
+
+
+# ---- a real full file system ----
+
+CHILD = textwrap.dedent(r"""
+    import errno, json, os, sys
+    from rocketstore import Message, MessageStore, PutStatus
+    from rocketstore.errors import DiskFullError
+
+    impl, root = sys.argv[1], sys.argv[2]
+    path = os.path.join(root, "store")
+    ballast = os.path.join(root, "ballast")
+    options = dict(implementation=impl, store_host="10.0.0.7", commitlog_file_size=64 * 1024,
+                   consume_queue_units=64, index_slots=32, index_count=128,
+                   clean_resource_interval_ms=0, prefault_bytes=64 * 1024)
+    TOPIC = "TopicFull"
+
+    def body(i):
+        return b"%06d" % i + bytes([i % 251]) * 994
+
+    store = MessageStore(path, **options)
+    store.create_topic(TOPIC, 2)
+    with open(ballast, "wb") as f:          # room to give back later
+        f.write(b"\xff" * (384 * 1024))
+    acked, failures, i = [], {}, 0
+    while sum(failures.values()) < 40 and i < 4000:
+        r = store.put(TOPIC, body(i), keys="key%d" % i, durable=(i % 3 == 0))
+        if r.status == PutStatus.PUT_OK:
+            acked.append((i, r.commitlog_offset))
+        else:
+            assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED, r.status
+            assert isinstance(r.error, DiskFullError), repr(r.error)
+            failures[r.status.name] = failures.get(r.status.name, 0) + 1
+        i += 1
+    assert failures, "the disk never filled"
+    batch = store.put_batch(TOPIC, [body(k) for k in range(200)])
+    assert batch.status == PutStatus.CREATE_MAPPED_FILE_FAILED and isinstance(batch.error, DiskFullError)
+    many = store.put_messages([Message(TOPIC, body(k)) for k in range(200)])
+    assert {r.status for r in many} == {PutStatus.CREATE_MAPPED_FILE_FAILED}
+    for k, off in acked:
+        assert store.read(off).body == body(k)
+    try:
+        store.queues()                      # dispatch may or may not find room
+    except DiskFullError:
+        pass
+    full_at = len(acked)
+
+    os.unlink(ballast)                      # space returns: writes resume by themselves
+    for k in range(i, i + 100):
+        r = store.put(TOPIC, body(k), keys="key%d" % k)
+        assert r.ok, (r.status, r.error)
+        acked.append((k, r.commitlog_offset))
+    store.queues()
+    for k, off in acked:
+        assert store.read(off).body == body(k)
+    store.close()
+
+    store = MessageStore(path, **options)   # the reopen recovers cleanly
+    got = [(int(bytes(m.body[:6])), m.commitlog_offset) for m in store.iter_messages()]
+    assert got == acked, (len(got), len(acked))
+    units = []
+    for q in (0, 1):
+        offset = 0
+        while True:
+            res = store.get_message("g", TOPIC, q, offset, max_msgs=32)
+            if not res.messages:
+                break
+            assert [m.queue_offset for m in res.messages] == list(range(offset, offset + len(res.messages)))
+            units += [m.commitlog_offset for m in res.messages]
+            offset = res.next_begin_offset
+    assert sorted(units) == [off for _, off in acked]
+    k, off = acked[full_at - 1]
+    assert [m.commitlog_offset for m in store.query_by_key(TOPIC, "key%d" % k)] == [off]
+    store.close()
+    print(json.dumps({"acked": len(acked), "full_at": full_at, "failures": failures}))
+""")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 2 MiB tmpfs mounted under tmp_path (skips when mounting is not allowed here)."""
+    mount_point = tmp_path / f"tmpfs-{uuid.uuid4().hex[:8]}"
+    mount_point.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+        mount_point.rmdir()
+
+
+def test_a_real_full_tmpfs_fails_puts_cleanly_and_writes_resume_when_space_returns(impl, small_tmpfs):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", CHILD, impl.name, str(small_tmpfs)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, (
+        f"child {'killed by signal ' + str(-proc.returncode) if proc.returncode < 0 else 'failed'}"
+        f"\nstdout: {proc.stdout}\nstderr: {proc.stderr[-4000:]}")
+    assert '"failures"' in proc.stdout
