@@ -4,7 +4,12 @@ Environment switches (read here only):
 
 * ``ROCKETSTORE_NO_EXTENSIONS=1`` - build a pure-Python package (no compiler needed).
 * ``ROCKETSTORE_DEBUG=1``         - ``-O0 -g`` and Cython line tracing off, for gdb.
-* ``ROCKETSTORE_ASAN=1``          - AddressSanitizer build (run with LD_PRELOAD=$(gcc -print-file-name=libasan.so)).
+* ``ROCKETSTORE_SANITIZE=1``      - AddressSanitizer + UndefinedBehaviorSanitizer build
+  (``-fsanitize=address,undefined``; ``ROCKETSTORE_ASAN=1`` is an older name for it). Build it
+  apart from the dev build (``-t build/tmp_asan``) and run the tests with
+  ``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1``: the interpreter itself is not instrumented,
+  so the ASan runtime must be loaded first.
 * ``ROCKETSTORE_ONLY=_crc32,...`` - build only the named extensions (development shortcut).
 """
 
@@ -32,9 +37,10 @@ def _extensions():
     else:
         cflags = ["-O3", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
     ldflags = []
-    if _flag("ROCKETSTORE_ASAN"):
-        cflags += ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
-        ldflags += ["-fsanitize=address"]
+    if _flag("ROCKETSTORE_SANITIZE") or _flag("ROCKETSTORE_ASAN"):
+        sanitizers = "-fsanitize=address,undefined"
+        cflags += [sanitizers, "-fno-omit-frame-pointer", "-g"]
+        ldflags += [sanitizers]
     libraries = [] if sys.platform == "win32" else ["pthread"]
 
     # name -> sources; crc32.c is linked into every module that checksums.

@@ -729,11 +729,14 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
         start_pos = pos
         c_end = end
         base = <const uint8_t *>src.buf
-        # every record is at least RECORD_FIXED_LENGTH bytes: no scan finds more rows than bound
+        # every record is at least RECORD_FIXED_LENGTH bytes: no scan finds more rows than bound.
+        # A max_records above bound can never be reached, so it is no limit: clamping it to bound
+        # would stop the scan after `bound` records with STOP_LIMIT where the next position holds
+        # a BLANK or the end of data (the pure twin, and recovery, need that reason).
         bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH
         limit = -1
-        if max_records >= 0:
-            limit = min(max_records, bound)
+        if 0 <= max_records <= bound:
+            limit = max_records
             bound = limit
         cap = min(bound, 1024)
         rows = _np.empty(cap, dtype=RECORD_DTYPE)   # _scan writes every byte of each row it fills
@@ -902,6 +905,9 @@ cdef int64_t _dispatch_scan(const uint8_t *base, int64_t size, const rs_batch_ro
                 level_ms = level if level < max_level else max_level
                 if level_ms > 0:   # Java long arithmetic wraps
                     out.tags_code = <int64_t>(<uint64_t>r.store_timestamp + <uint64_t>delays[level_ms - 1])
+        # every field set, so pass 2 never forms a pointer from uninitialized memory
+        spans[i].uniq_key_pos = 0
+        spans[i].keys_pos = 0
         spans[i].uniq_key_len = 0
         spans[i].keys_len = 0
         if found.uniq_key_pos >= 0:

@@ -9,12 +9,21 @@
   24    masterFlushedOffset     5.x HA (kept as read)
   32    confirmPhyOffset        5.1.1+ (kept as read)
 =====  ======================  =================================================
+
+A checkpoint of another size is read for what it holds: fields it is too short for read as 0
+(a file cut short, or never written), bytes past 4096 are ignored, and :meth:`Checkpoint.flush`
+rewrites it as exactly 4096 bytes. Something that is not a regular file in its place (a
+directory, a FIFO) raises :class:`~rocketstore.errors.StoreConfigError`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
+
+from rocketstore.errors import StoreConfigError
 
 __all__ = ["Checkpoint", "CHECKPOINT_SIZE"]
 
@@ -29,15 +38,24 @@ class Checkpoint:
 
     def __init__(self, path: str):
         self.path = path
-        values = (0,) * len(_FIELDS)
+        data = b""
         try:
-            with open(path, "rb") as f:
-                data = f.read(CHECKPOINT_SIZE)
-            if len(data) >= _LAYOUT.size:
-                values = _LAYOUT.unpack_from(data)
+            fd = _open(path, os.O_RDONLY)
         except FileNotFoundError:
-            pass
-        for name, value in zip(_FIELDS, values):
+            fd = -1
+        if fd >= 0:
+            try:
+                while len(data) < CHECKPOINT_SIZE:
+                    chunk = os.pread(fd, CHECKPOINT_SIZE - len(data), len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                os.close(fd)
+        # every field the file holds whole; the rest (a short or empty file) reads as 0
+        whole = min(len(data), _LAYOUT.size) // 8 * 8
+        data = data[:whole].ljust(_LAYOUT.size, b"\0")
+        for name, value in zip(_FIELDS, _LAYOUT.unpack(data)):
             setattr(self, name, value)
 
     @property
@@ -50,9 +68,27 @@ class Checkpoint:
         return head + bytes(CHECKPOINT_SIZE - len(head))
 
     def flush(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = _open(self.path, os.O_WRONLY | os.O_CREAT)
         try:
             os.pwrite(fd, self.to_bytes(), 0)
+            if os.fstat(fd).st_size != CHECKPOINT_SIZE:
+                os.ftruncate(fd, CHECKPOINT_SIZE)
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _open(path: str, flags: int) -> int:
+    """Open the checkpoint without blocking on a FIFO; StoreConfigError unless it is a regular file."""
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except IsADirectoryError:
+        raise StoreConfigError(f"checkpoint {path} is a directory, not a file") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):   # a symlink loop; a FIFO no one reads
+            raise StoreConfigError(f"checkpoint {path} is not a regular file: {exc.strerror}") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreConfigError(f"checkpoint {path} is not a regular file")
+    return fd

@@ -26,11 +26,13 @@ default ``SortField`` feature does (it copies a HashMap into a TreeMap before wr
 
 from __future__ import annotations
 
+import errno
 import json.decoder
 import logging
 import math
 import os
 import re
+import stat
 import threading
 import time
 from typing import Any, Iterator, Optional
@@ -58,6 +60,15 @@ _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 _MAX_DEPTH = 512
 _scanstring = json.decoder.scanstring
+
+
+def _int_text(text: str) -> int:
+    """``int(text)`` of a decimal the grammar matched; Python refuses more than 4300 digits
+    (``sys.get_int_max_str_digits``) with a bare ValueError: that is bad config, not a crash."""
+    try:
+        return int(text)
+    except ValueError:
+        raise StoreConfigError(f"integer of {len(text)} digits is out of range") from None
 
 
 def loads_fastjson(text: str) -> Any:
@@ -119,8 +130,14 @@ class _Parser:
         if m:
             self.pos = m.end()
             if m.group(1) is None and m.group(2) is None:
-                return int(m.group())
-            return float(m.group())
+                try:
+                    return _int_text(m.group())
+                except StoreConfigError as exc:
+                    self.fail(str(exc))
+            number = float(m.group())
+            if not math.isfinite(number):   # 1e999: no double holds it, and it cannot be written back
+                self.fail(f"number {m.group()[:20]!r} is out of range")
+            return number
         m = _IDENT.match(text, pos)
         if m and m.group() in _LITERALS:
             self.pos = m.end()
@@ -135,7 +152,10 @@ class _Parser:
         m = _INT_KEY.match(text, pos)
         if m:
             self.pos = m.end()
-            return int(m.group())
+            try:
+                return _int_text(m.group())
+            except StoreConfigError as exc:
+                self.fail(str(exc))
         m = _IDENT.match(text, pos)
         if m:
             self.pos = m.end()
@@ -317,12 +337,49 @@ def _want_dict(value, what: str) -> dict:
     return value
 
 
+def _want_bean(value, what: str) -> dict:
+    """A Java bean's properties: an object whose keys are all names (an unquoted integer key
+    cannot be a property, and could not be sorted among the names when written back)."""
+    value = _want_dict(value, what)
+    for key in value:
+        if not isinstance(key, str):
+            raise StoreConfigError(f"{what} has the key {key!r}, which is not a property name")
+    return value
+
+
 def _want_int(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and _INT_KEY.fullmatch(value):
-            return int(value)
+            try:
+                return _int_text(value)
+            except StoreConfigError as exc:
+                raise StoreConfigError(f"{what}: {exc}") from None
         raise StoreConfigError(f"{what} must be an integer, not {value!r}")
     return value
+
+
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of ``path``; StoreConfigError if it is not a regular file (a directory, or a FIFO,
+    whose open would block until a writer appears)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise StoreConfigError(f"{path} is a directory, not a config file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreConfigError(f"{path} is a symbolic link loop, not a config file") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreConfigError(f"{path} is not a regular file")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(directory: str) -> None:
@@ -383,7 +440,7 @@ class ConfigFile:
 
     def _split_extra(self, data: Any, known: tuple) -> tuple[dict, dict]:
         """(the known top-level properties, the others) of a parsed file."""
-        data = _want_dict(data, f"{self.FILE_NAME}")
+        data = _want_bean(data, f"{self.FILE_NAME}")
         return ({k: data.get(k) for k in known},
                 {k: v for k, v in data.items() if k not in known})
 
@@ -402,10 +459,11 @@ class ConfigFile:
     def _try(self, path: str):
         """('ok', parsed) | ('missing', None) | ('empty', None) | ('bad', error)."""
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = _read_regular_file(path)
         except FileNotFoundError:
             return "missing", None
+        except StoreConfigError as exc:
+            return "bad", exc
         try:
             text = raw.decode("utf-8")
             if not text.strip():
@@ -468,6 +526,8 @@ class ConfigFile:
                 return False
             data = self.to_json().encode("utf-8")
             directory = os.path.dirname(self.path) or "."
+            if os.path.isdir(self.path) and not os.path.islink(self.path):
+                raise StoreConfigError(f"{self.path} is a directory: the config file cannot replace it")
             os.makedirs(directory, exist_ok=True)
             tmp = self.path + ".tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -495,7 +555,7 @@ class _VersionedTable(ConfigFile):
         self.data_version = {"counter": 0, "timestamp": _now_ms()}
 
     def _decode_version(self, value) -> dict:
-        version = dict(_want_dict(value, "dataVersion"))
+        version = dict(_want_bean(value, "dataVersion"))
         version["counter"] = _want_int(version.get("counter", 0), "dataVersion.counter")
         version["timestamp"] = _want_int(version.get("timestamp", 0), "dataVersion.timestamp")
         return version
@@ -516,6 +576,11 @@ class _VersionedTable(ConfigFile):
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_PERM = PERM_READ | PERM_WRITE
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+#: The most queues a topic may have. Java sets no bound, but the append path keeps a table of
+#: next queue offsets per topic sized by this count: a garbage ``-3`` or ``2147483647`` in
+#: topics.json must be refused at load, not become a negative index or a 16 GiB allocation.
+MAX_QUEUE_NUMS = 1 << 16
+_QUEUE_FIELDS = ("readQueueNums", "writeQueueNums")
 
 
 def _check_topic(topic) -> str:
@@ -541,10 +606,13 @@ class TopicConfigTable(_VersionedTable):
         version = self._decode_version(known["dataVersion"])
         topics = {}
         for name, entry in _want_dict(known["topicConfigTable"], "topicConfigTable").items():
-            entry = dict(_want_dict(entry, f"topic {name!r}"))
+            entry = dict(_want_bean(entry, f"topic {name!r}"))
             for field in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"):
                 if field in entry:
                     entry[field] = _want_int(entry[field], f"topic {name!r} {field}")
+            for field in _QUEUE_FIELDS:
+                if field in entry and not 0 <= entry[field] <= MAX_QUEUE_NUMS:
+                    raise StoreConfigError(f"topic {name!r} {field} {entry[field]} is not in 0 .. {MAX_QUEUE_NUMS}")
             entry.setdefault("topicName", str(name))
             topics[str(name)] = entry
         self.data_version, self._topics, self._extra = version, topics, extra
@@ -579,9 +647,10 @@ class TopicConfigTable(_VersionedTable):
         default = self.default_queues if queues is None else queues
         read = default if read_queue_nums is None else read_queue_nums
         write = default if write_queue_nums is None else write_queue_nums
-        for what, value in (("queue count", read), ("queue count", write), ("topicSysFlag", topic_sys_flag)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0x7FFFFFFF:
-                raise StoreConfigError(f"{what} {value!r} is not an int in 0 .. 2**31-1")
+        for what, value, limit in (("queue count", read, MAX_QUEUE_NUMS), ("queue count", write, MAX_QUEUE_NUMS),
+                                   ("topicSysFlag", topic_sys_flag, 0x7FFFFFFF)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+                raise StoreConfigError(f"{what} {value!r} is not an int in 0 .. {limit}")
         if isinstance(perm, bool) or not isinstance(perm, int) or not 0 <= perm <= 15:
             raise StoreConfigError(f"perm {perm!r} is not a 4-bit int")
         if topic_filter_type not in TOPIC_FILTER_TYPES:
@@ -805,7 +874,7 @@ class SubscriptionGroupTable(_VersionedTable):
         version = self._decode_version(known["dataVersion"])
         groups = {}
         for name, entry in _want_dict(known["subscriptionGroupTable"], "subscriptionGroupTable").items():
-            entry = dict(_want_dict(entry, f"group {name!r}"))
+            entry = dict(_want_bean(entry, f"group {name!r}"))
             for field in ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly"):
                 if field in entry:
                     entry[field] = _want_int(entry[field], f"group {name!r} {field}")

@@ -190,7 +190,10 @@ class ConsumeQueue:
         """
         with self._lock:
             self._check_open()
-            self._files.load()
+            try:
+                self._files.load()
+            except StoreConfigError as exc:
+                raise StoreConfigError(f"consume queue {self.topic}-{self.queue_id}: {exc}") from None
             for mf in self._files.files:
                 mf.wrote_position = self.file_size
             self._min_logic = self._files.min_offset
@@ -685,6 +688,8 @@ class ConsumeQueueStore:
             topics = sorted(os.listdir(self.directory))
         except FileNotFoundError:
             return
+        except NotADirectoryError:
+            raise StoreConfigError(f"{self.directory} is not a directory") from None
         try:
             for topic in topics:
                 topic_dir = os.path.join(self.directory, topic)
