@@ -35,7 +35,7 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info",
+    "decode_batch", "record_from_row", "dispatch_info", "queue_keys", "same_queues",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -1029,6 +1029,95 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
 
 # ---------------------------------------------------------------------------------------------
 # Message ids (§3): string work, kept as close to the pure twin as the compiler allows
+
+cdef int64_t _queue_keys(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                         uint64_t *keys) noexcept nogil:
+    """FNV-1a 64 of each record's topic bytes, then of its queue id; -1 or the first bad row."""
+    cdef int64_t i, j
+    cdef uint64_t h
+    cdef const uint8_t *t
+    for i in range(n):
+        if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
+            return i
+        t = base + rows[i].topic_pos
+        h = 0xCBF29CE484222325ULL
+        for j in range(rows[i].topic_len):
+            h = (h ^ t[j]) * 0x100000001B3ULL
+        keys[i] = (h ^ <uint32_t>rows[i].queue_id) * 0x100000001B3ULL
+    return -1
+
+
+def queue_keys(buffer, records):
+    """One uint64 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``): FNV-1a 64
+    over its topic bytes, then its queue id (as uint32). Records of one (topic, queue id) get
+    one key; check a grouping made from them with :func:`same_queues`. A topic outside
+    ``buffer`` raises CorruptRecordError."""
+    cdef Py_buffer src, rec_view, keys_view
+    cdef int64_t n, bad
+    cdef const rs_batch_row *rows
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    n = len(records)
+    keys = _np.empty(n, dtype=_np.uint64)
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(keys, &keys_view, PyBUF_WRITABLE)
+            try:
+                rows = <const rs_batch_row *>rec_view.buf
+                with nogil:
+                    bad = _queue_keys(<const uint8_t *>src.buf, src.len, rows, n, <uint64_t *>keys_view.buf)
+                if bad >= 0:
+                    raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos,
+                                   rows[bad].topic_len, src.len)
+            finally:
+                PyBuffer_Release(&keys_view)
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    return keys
+
+
+def same_queues(buffer, records, representatives):
+    """True when every record ``i`` has the topic bytes and queue id of record
+    ``representatives[i]`` (int64 row numbers into ``records``). Out-of-range row numbers raise
+    IndexError; a topic outside ``buffer`` raises CorruptRecordError."""
+    cdef Py_buffer src, rec_view
+    cdef int64_t n, i, r
+    cdef const rs_batch_row *rows
+    cdef const int64_t[::1] reps
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    reps = _np.ascontiguousarray(representatives, dtype=_np.int64)
+    n = len(records)
+    if reps.shape[0] != n:
+        raise ValueError(f"{reps.shape[0]} representatives for {n} records")
+    for i in range(n):
+        if reps[i] < 0 or reps[i] >= n:
+            raise IndexError(f"representative {reps[i]} of record {i} is not a row of the {n} records")
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            rows = <const rs_batch_row *>rec_view.buf
+            for i in range(n):
+                if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or \
+                        rows[i].topic_pos > src.len - rows[i].topic_len:
+                    raise _outside(i, rows[i].position, "topic", rows[i].topic_pos, rows[i].topic_len,
+                                   src.len)
+            for i in range(n):
+                r = reps[i]
+                if rows[i].queue_id != rows[r].queue_id or rows[i].topic_len != rows[r].topic_len:
+                    return False
+                if memcmp(<const uint8_t *>src.buf + rows[i].topic_pos,
+                          <const uint8_t *>src.buf + rows[r].topic_pos, rows[i].topic_len) != 0:
+                    return False
+            return True
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+
 
 def _host_raw(host):
     if isinstance(host, str):

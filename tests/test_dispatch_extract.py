@@ -579,3 +579,55 @@ def test_put_refs_twins_agree_on_hostile_tables(records, data):
     base_offset = data.draw(st.one_of(st.integers(0, 2**40), st.integers(INT64_MIN, INT64_MAX)))
     assert (_put_outcome(_index_c, 5, 30, buf[:cut], rows, keys, base_offset)
             == _put_outcome(_index_py, 5, 30, buf[:cut], rows, keys, base_offset))
+
+
+# ---- grouping records by queue (queue_keys, same_queues, dispatch.queue_groups) ----
+
+def _fnv_key(topic: bytes, queue_id: int) -> int:
+    h = 0xCBF29CE484222325
+    for b in topic:
+        h = ((h ^ b) * 0x100000001B3) & (2**64 - 1)
+    return ((h ^ (queue_id & 0xFFFFFFFF)) * 0x100000001B3) & (2**64 - 1)
+
+
+GROUP_TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%group-y", "T" * 127]
+
+
+@given(st.lists(st.tuples(st.sampled_from(GROUP_TOPICS), st.integers(INT32_MIN, INT32_MAX) | st.integers(0, 3)),
+                min_size=1, max_size=40))
+@SETTINGS
+def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs):
+    from rocketstore.dispatch import queue_groups
+    buf, rows = batch(*({"topic": t, "queue_id": q} for t, q in pairs))
+    expected = {}
+    for i, (t, q) in enumerate(pairs):
+        expected.setdefault((t, q), []).append(i)
+    for twin in [_codec_py] + ([_codec_c] if _codec_c is not None else []):
+        keys = twin.queue_keys(buf, rows)
+        assert keys.dtype == np.uint64
+        assert keys.tolist() == [_fnv_key(t.encode(), q) for t, q in pairs]
+        groups = {(t, q): sorted(idx.tolist()) for t, q, idx in queue_groups(twin, buf, rows)}
+        assert groups == expected
+
+
+def test_same_queues_compares_topic_bytes_and_queue_ids(codec):
+    buf, rows = batch({"topic": "abcdefghiX"}, {"topic": "abcdefghiY"}, {"topic": "abcdefghiX", "queue_id": 1},
+                      {"topic": "abcdefghiX"})
+    assert codec.same_queues(buf, rows, [0, 1, 2, 0])
+    assert not codec.same_queues(buf, rows, [0, 0, 2, 3])     # the topics differ in their last byte
+    assert not codec.same_queues(buf, rows, [0, 1, 0, 3])     # the queue ids differ
+    with pytest.raises(IndexError):
+        codec.same_queues(buf, rows, [0, 1, 2, 4])
+    with pytest.raises(ValueError):
+        codec.same_queues(buf, rows, [0, 1, 2])
+
+
+def test_queue_keys_refuse_topics_outside_the_buffer(codec):
+    buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"})
+    for field, value in (("topic_pos", len(buf) - 2), ("topic_pos", -1), ("topic_len", -3)):
+        bad = rows.copy()
+        bad[field][1] = value
+        with pytest.raises(CorruptRecordError):
+            codec.queue_keys(buf, bad)
+        with pytest.raises(CorruptRecordError):
+            codec.same_queues(buf, bad, [0, 1])

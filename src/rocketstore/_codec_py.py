@@ -58,7 +58,7 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info",
+    "decode_batch", "record_from_row", "dispatch_info", "queue_keys", "same_queues",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -752,6 +752,61 @@ def _dispatch_properties(data):
                 found[which] = (at + sep + 1, len(piece) - sep - 1)
         at += len(piece) + 1
     return found
+
+
+_FNV_BASIS = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def _topic_matrix(buffer, records):
+    """(topic bytes as an (n, width) uint8 matrix zero-padded, topic lengths); CorruptRecordError
+    when a topic lies outside ``buffer``."""
+    _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    raw = np.frombuffer(_readable_view(buffer), dtype=np.uint8)
+    pos = records["topic_pos"].astype(np.int64)
+    lengths = records["topic_len"].astype(np.int64)
+    bad = np.flatnonzero((pos < 0) | (lengths < 0) | (pos > len(raw) - lengths))
+    if len(bad):
+        i = int(bad[0])
+        raise _outside(i, int(records["position"][i]), "topic", int(pos[i]), int(lengths[i]), len(raw))
+    width = max(int(lengths.max(initial=0)), 1)
+    cols = np.arange(width)
+    idx = np.minimum(pos[:, None] + cols, max(len(raw) - 1, 0))
+    names = raw[idx] if len(raw) else np.zeros((len(records), width), dtype=np.uint8)
+    names[cols >= lengths[:, None]] = 0
+    return names, lengths
+
+
+def queue_keys(buffer, records):
+    """One uint64 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``): FNV-1a 64
+    over its topic bytes, then its queue id (as uint32). Records of one (topic, queue id) get
+    one key; check a grouping made from them with :func:`same_queues`. A topic outside
+    ``buffer`` raises CorruptRecordError."""
+    names, lengths = _topic_matrix(buffer, records)
+    h = np.full(len(records), _FNV_BASIS, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in range(names.shape[1]):
+            h = np.where(c < lengths, (h ^ names[:, c].astype(np.uint64)) * _FNV_PRIME, h)
+        qids = records["queue_id"].astype(np.int64) & 0xFFFFFFFF
+        return (h ^ qids.astype(np.uint64)) * _FNV_PRIME
+
+
+def same_queues(buffer, records, representatives):
+    """True when every record ``i`` has the topic bytes and queue id of record
+    ``representatives[i]`` (int64 row numbers into ``records``). Out-of-range row numbers raise
+    IndexError; a topic outside ``buffer`` raises CorruptRecordError."""
+    reps = np.ascontiguousarray(representatives, dtype=np.int64)
+    n = len(records)
+    if len(reps) != n:
+        raise ValueError(f"{len(reps)} representatives for {n} records")
+    bad = np.flatnonzero((reps < 0) | (reps >= n))
+    if len(bad):
+        i = int(bad[0])
+        raise IndexError(f"representative {int(reps[i])} of record {i} is not a row of the {n} records")
+    names, lengths = _topic_matrix(buffer, records)
+    qids = records["queue_id"]
+    return bool(np.array_equal(qids, qids[reps]) and np.array_equal(lengths, lengths[reps])
+                and np.array_equal(names, names[reps]))
 
 
 def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):

@@ -30,7 +30,7 @@ from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import close_map
 
-__all__ = ["Dispatcher", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
+__all__ = ["Dispatcher", "consumable_rows", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
 
 log = logging.getLogger("rocketstore.dispatch")
 
@@ -57,57 +57,46 @@ def consumable(records) -> np.ndarray:
     return (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
 
 
-def _topic_matrix(buffer, records) -> np.ndarray:
-    """The topic bytes of each record as an (n, width) uint8 matrix, zero-padded."""
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    lengths = records["topic_len"]
-    width = max(int(lengths.max()), 1)
-    cols = np.arange(width)
-    idx = records["topic_pos"][:, None] + cols
-    np.minimum(idx, len(raw) - 1, out=idx)
-    names = raw[idx]
-    names[cols >= lengths[:, None]] = 0
-    return names
+def consumable_rows(records):
+    """The records that get a ConsumeQueue unit: ``records`` itself when that is all of them
+    (no copy of the rows), else the ones :func:`consumable` keeps."""
+    keep = consumable(records)
+    return records if keep.all() else records[keep]
 
 
-def _topic_at(names: np.ndarray, records, row: int) -> str:
-    return names[row][:records["topic_len"][row]].tobytes().decode("utf-8", "surrogateescape")
-
-
-def queue_groups(buffer, records) -> list[tuple[str, int, np.ndarray]]:
+def queue_groups(codec, buffer, records) -> list[tuple[str, int, np.ndarray]]:
     """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
 
     ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
-    Python step per record: by queue id alone when every record has one topic (a batch put),
-    else by a 64-bit FNV-1a hash of the topic bytes and the queue id, checked afterwards.
+    Python step per record, by ``codec.queue_keys`` (a 64-bit hash of topic and queue id), and
+    the grouping is checked byte for byte (``codec.same_queues``), so a hash collision can never
+    merge two queues.
     """
     n = len(records)
     if n == 0:
         return []
-    names = _topic_matrix(buffer, records)
-    qids = records["queue_id"]
-    if (names == names[0]).all():
-        key = qids.astype(np.int64)
-    else:
-        h = np.full(n, 0xCBF29CE484222325, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for c in range(names.shape[1]):
-                h ^= names[:, c].astype(np.uint64)
-                h *= np.uint64(0x100000001B3)
-            key = h ^ (qids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    uniq, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True,
-                                             return_counts=True)
-    inverse = inverse.ravel()
-    if len(uniq) == 1:
+    keys = codec.queue_keys(buffer, records)
+    if (keys == keys[0]).all():      # one queue: the common case of a batch, or a quiet store
+        first = np.zeros(1, dtype=np.int64)
         groups = [np.arange(n)]
+        representatives = np.zeros(n, dtype=np.int64)
     else:
-        if not (np.array_equal(names, names[first][inverse])
-                and np.array_equal(qids, qids[first][inverse])):
-            raise RuntimeError("topic hash collision while grouping records")  # pragma: no cover
+        _uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True,
+                                                  return_counts=True)
+        inverse = inverse.ravel()
+        representatives = first[inverse]
         order = np.argsort(inverse, kind="stable")
         groups = np.split(order, np.cumsum(counts)[:-1])
-    return [(_topic_at(names, records, int(first[g])), int(qids[first[g]]), rows)
-            for g, rows in enumerate(groups)]
+    if not codec.same_queues(buffer, records, representatives):
+        raise RuntimeError("topic hash collision while grouping records")  # pragma: no cover
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    out = []
+    for g, rows in enumerate(groups):
+        r = int(first[g])
+        at = int(records["topic_pos"][r])
+        topic = raw[at:at + int(records["topic_len"][r])].tobytes().decode("utf-8", "surrogateescape")
+        out.append((topic, int(records["queue_id"][r]), rows))
+    return out
 
 
 class Dispatcher:
@@ -196,7 +185,7 @@ class Dispatcher:
         if not keep.all():
             rows, codes = records[keep], codes[keep]
         columns = (rows["queue_offset"], base + rows["position"], rows["size"], codes)
-        for topic, queue_id, idx in queue_groups(view, rows):
+        for topic, queue_id, idx in queue_groups(self._codec, view, rows):
             try:
                 queue = self._queues.find_or_create(topic, queue_id)
             except InvalidMessageError as exc:   # not a topic a queue can be named after

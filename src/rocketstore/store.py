@@ -32,7 +32,7 @@ from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable, decode_chunks, queue_groups)
+                                  consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
@@ -377,8 +377,8 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(self, buffer, arr, tail) -> None:
-        arr = arr[consumable(arr)]
-        for topic, qid, rows in queue_groups(buffer, arr):
+        arr = consumable_rows(arr)
+        for topic, qid, rows in queue_groups(self._codec, buffer, arr):
             offsets = arr["queue_offset"][rows]
             low, high = int(offsets.min()), int(offsets.max())
             seen = tail.get((topic, qid))
@@ -771,7 +771,7 @@ class MessageStore:
             for arr, stop, reason in _checked_chunks(codec, view, 0, limit):
                 if len(arr):
                     records += len(arr)
-                    keep = arr[consumable(arr)]
+                    keep = consumable_rows(arr)
                     found.append((base + keep["position"], keep["size"], keep["queue_id"],
                                   keep["queue_offset"]))
                 if progress is not None:
