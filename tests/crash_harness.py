@@ -30,6 +30,7 @@ The suite runs a few iterations (tests/test_crash_harness.py); this script runs 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -154,9 +155,10 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
     return acked, flushed
 
 
-def _damage(path: str, start: int, rng: random.Random) -> None:
-    """Overwrite ``path`` from byte ``start`` on, page by page: zeros, random bytes, or as is."""
-    size = os.path.getsize(path)
+def _damage(path: str, start: int, rng: random.Random, end: int = -1) -> None:
+    """Overwrite ``path`` from byte ``start`` to ``end`` (default: its end), page by page: zeros,
+    random bytes, or as is."""
+    size = os.path.getsize(path) if end < 0 else min(end, os.path.getsize(path))
     if start >= size:
         return
     style = rng.choice(("zeros", "garbage", "mixed"))
@@ -202,14 +204,27 @@ def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
                 _damage(file, keep, rng)
                 damaged["consumequeue"] += 1
     index_dir = os.path.join(path, "index")
+    try:   # the index resume point, written whole (fsync, rename) after its file was msynced
+        with open(os.path.join(path, "indexResume")) as f:
+            resume = json.load(f)
+    except FileNotFoundError:
+        resume = {"file": None}
     if os.path.isdir(index_dir):
+        items_start = 40 + 4 * INDEX_SLOTS
         for name in sorted(os.listdir(index_dir)):
             file = os.path.join(index_dir, name)
             with open(file, "rb") as f:
                 head = f.read(40)
             end_ts = struct.unpack_from(">q", head, 8)[0] if len(head) == 40 else 0
             count = struct.unpack_from(">i", head, 36)[0] if len(head) == 40 else 0
-            if end_ts > cp.index_msg_timestamp or count < INDEX_COUNT:
+            if name == resume["file"]:
+                # its items up to the saved count were durable; header, slots and later items not
+                _damage(file, 0, rng, end=items_start + 20)
+                _damage(file, items_start + resume["header"][5] * 20, rng)
+                damaged["index"] += 1
+            elif resume["file"] is not None and name < resume["file"] and count >= INDEX_COUNT:
+                pass                                    # full, msynced when the next one began
+            elif end_ts > cp.index_msg_timestamp or count < INDEX_COUNT:
                 _damage(file, 0, rng)                   # not flushed as a whole: anything goes
                 damaged["index"] += 1
     return damaged

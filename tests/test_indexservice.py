@@ -313,6 +313,61 @@ def test_abnormal_load_drops_files_newer_than_the_checkpoint(impl, tmp_path):
         assert sorted(set(s.query("TopicA", "common", 64)[0])) == [100 * i for i in range(12)]
 
 
+def _garble_header_and_slots(path, rng):
+    """What a power cut can leave of the pages written after the last msync."""
+    with open(path, "r+b") as f:
+        f.write(rng.randbytes(40 + 4 * SLOTS))
+
+
+@pytest.mark.parametrize("garble", [False, True], ids=["killed", "power-cut"])
+def test_abnormal_load_rolls_the_newest_file_back_to_its_resume_point(impl, tmp_path, garble):
+    records = [record(i) for i in range(40)]         # 3 keys each: 120 items, one file of 128
+    with open_service(impl, tmp_path) as s:
+        build(s, records[:30])
+        s.flush()
+        s.save_resume_point()
+        saved = s.files[-1]
+        header = (saved.begin_timestamp, saved.end_timestamp, saved.begin_phy_offset,
+                  saved.end_phy_offset, saved.index_count)
+        build(s, records[30:])                       # after the resume point: not durable
+        name = saved.name
+        assert s.files[-1].index_count == 121
+    if garble:
+        _garble_header_and_slots(tmp_path / "index" / name, random.Random(7))
+    with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
+        assert [f.name for f in s.files] == [name]   # kept, not deleted and rebuilt
+        f = s.files[-1]
+        assert (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
+                f.index_count) == header == (T0, T0 + 29_000, 0, 2900, 91)
+        assert s.query("TopicA", "common", 64)[0] == [100 * i for i in range(30)]
+        for i in range(40):
+            expected = [100 * i] if i < 30 else []
+            assert s.query("TopicA", f"U{i}")[0] == expected
+            assert s.query("TopicA", f"k{i}")[0] == expected
+        build(s, records)                            # re-dispatch: only the lost records are added
+        assert s.query("TopicA", "common", 64)[0] == [100 * i for i in range(40)]
+        for i in range(40):
+            assert s.query("TopicA", f"U{i}")[0] == [100 * i]
+            assert s.query("TopicA", f"k{i}")[0] == [100 * i]
+
+
+def test_a_resume_point_that_does_not_match_the_file_is_ignored(impl, tmp_path):
+    with open_service(impl, tmp_path) as s:
+        build(s, [record(i) for i in range(30)])
+        s.flush()
+        s.save_resume_point()
+        path = s.files[-1].path
+        item = 40 + 4 * SLOTS + 90 * 20                 # the last of 90 items (3 keys a record)
+    with open(path, "r+b") as f:                     # the saved last item is not what the file holds
+        f.seek(item)
+        f.write(bytes(20))
+    with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
+        assert s.files == []                         # the old rule: a file not full goes
+    (tmp_path / "indexResume").write_text("{not json")
+    with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
+        assert s.files == []
+
+
 def test_load_ignores_other_names_and_rejects_a_wrong_size(impl, tmp_path):
     with open_service(impl, tmp_path) as s:
         s.build_index("T", "a", 0, T0)

@@ -246,3 +246,44 @@ def test_a_clean_reopen_reads_past_an_old_damaged_record_and_verify_reports_it(t
             assert not report["ok"]
             assert [p["offset"] for p in report["problems"]] == [victim.commitlog_offset]
             assert "CRC" in report["problems"][0]["reason"]
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, impl, monkeypatch):
+    """Queues and index are rebuilt in steps, each recorded (checkpoint, index resume point): an
+    open that dies half-way leaves the next one only the rest to do, and nothing twice."""
+    import rocketstore.store as store_module
+    path = str(tmp_path / "s")
+    count = 2000
+    with open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0) as store:
+        for i in range(count):
+            store.put(f"T{i % 3}", b"body-%d" % i, keys=f"key-{i}")
+        end = store.max_offset
+    os.unlink(os.path.join(path, "checkpoint"))        # a crash before any checkpoint: rebuild it all
+    open(os.path.join(path, "abort"), "wb").close()
+    monkeypatch.setattr(store_module, "REBUILD_STEP", SEGMENT)
+
+    def die_half_way(stage, done, total):
+        if stage == "dispatch" and done * 2 >= total:
+            raise _Interrupt()
+    with pytest.raises(_Interrupt):
+        open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0, progress=die_half_way)
+    assert os.path.exists(os.path.join(path, "abort"))
+
+    seen = {}
+    with open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0,
+                    progress=lambda stage, done, total: seen.__setitem__(stage, total)) as store:
+        assert 0 < seen["dispatch"] <= end // 2 + SEGMENT     # only what the first open had not done
+        for i in range(0, count, 7):
+            found = store.query_by_key(f"T{i % 3}", f"key-{i}")
+            assert [m.body for m in found] == [b"body-%d" % i]  # found once: not indexed twice
+        per_topic = {}
+        for (topic, qid), (low, high) in store.queues().items():
+            units = store.queue_units(topic, qid, low, high - low)
+            assert len(units) == high - low and (units["commitlog_offset"][1:] > units["commitlog_offset"][:-1]).all()
+            per_topic[topic] = per_topic.get(topic, 0) + len(units)
+        assert per_topic == {f"T{t}": len(range(t, count, 3)) for t in range(3)}
+        assert store.verify()["ok"]

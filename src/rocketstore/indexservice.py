@@ -35,11 +35,18 @@ called from different threads.
 
 from __future__ import annotations
 
+import binascii
 import errno
+import json
+import logging
+import mmap
 import operator
 import os
+import struct
 import threading
 from typing import Callable, Iterable, Optional
+
+import numpy as np
 
 from rocketstore import _impl
 from rocketstore._clock import now_ms
@@ -47,6 +54,8 @@ from rocketstore._codec_py import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from rocketstore.errors import (InvalidMessageError, SegmentError, StoreClosedError,
                                 StoreConfigError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFile, allocate_range
+
+log = logging.getLogger("rocketstore.indexservice")
 
 __all__ = ["IndexService", "MappedIndexFile", "INDEX_DIR_NAME", "MAX_MSGS_NUM_BATCH", "KEY_SEPARATOR"]
 
@@ -62,6 +71,12 @@ _HOUR_MS = 3_600_000
 _HEADER_SIZE = 40             # header bytes before the slot table
 _SLOT_SIZE = 4
 _ITEM_SIZE = 20
+_HEADER = struct.Struct(">qqqqii")
+_ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+#: The resume point of the newest index file, beside ``index/`` (Java never reads it): what that
+#: file held when it was last made durable, so an abnormal open rolls it back instead of
+#: deleting it and re-indexing everything it covered.
+RESUME_FILE_NAME = "indexResume"
 _RESERVE_ITEMS = 1 << 14      # items allocated ahead at a time (320 KB)
 
 
@@ -168,6 +183,8 @@ class IndexService:
         self.read_only = bool(read_only)
         self.directory = os.path.join(os.fspath(root), INDEX_DIR_NAME)
         self.on_file_full = on_file_full
+        self._resume_path = os.path.join(os.fspath(root), RESUME_FILE_NAME)
+        self._resume_saved: Optional[dict] = None
         self._files: list[MappedIndexFile] = []
         self._lock = threading.RLock()
         self._loaded = False
@@ -183,7 +200,9 @@ class IndexService:
         shutdown, every file whose header endTimestamp > ``index_msg_timestamp`` (the
         checkpoint's indexMsgTimestamp) is deleted, as Java does, and so is any file that is not
         full (its header cannot be trusted) and every file after one deleted; a read-only service keeps
-        them, since it cannot rebuild their entries and queries return candidates anyway.
+        them, since it cannot rebuild their entries and queries return candidates anyway. The
+        exception is the file the resume point (:meth:`save_resume_point`) names: it is rolled
+        back to that point (:meth:`_roll_back`) and kept, so its entries are not indexed again.
         """
         index_msg_timestamp = operator.index(index_msg_timestamp)
         with self._lock:
@@ -196,6 +215,7 @@ class IndexService:
             elif os.path.lexists(self.directory):
                 raise StoreConfigError(f"{self.directory} is not a directory")
             dropping = False
+            resume = self._read_resume_point() if abnormal and not self.read_only else None
             try:
                 for name in names:
                     path = os.path.join(self.directory, name)
@@ -210,8 +230,19 @@ class IndexService:
                         raise StoreConfigError(
                             f"index file {path} is {size} bytes; this store's index files are "
                             f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)")
+                    if resume is not None and not dropping and name == resume["file"]:
+                        try:
+                            self._roll_back(path, resume)
+                        except StoreConfigError as exc:
+                            log.warning("index file %s not resumed: %s", path, exc)
+                        else:
+                            self._files.append(self._map(path, create=False))
+                            dropping = True     # files after the resume point were never durable
+                            continue
                     f = self._map(path, create=False)
-                    if abnormal and not self.read_only and (
+                    # a full file older than the resume point's was msynced before that was saved
+                    durable = resume is not None and name < resume["file"] and f.is_full
+                    if abnormal and not self.read_only and not durable and (
                             dropping or f.end_timestamp > index_msg_timestamp or not f.is_full):
                         # Not provably complete and flushed: only a file that was full when
                         # the checkpoint recorded it is (a power cut can leave any bytes,
@@ -224,6 +255,91 @@ class IndexService:
                 self._close_files()   # a refused load keeps no map open
                 raise
             self._loaded = True
+
+    # -- the resume point -----------------------------------------------------------------------
+    def save_resume_point(self) -> None:
+        """Record the newest file's header and last item in ``indexResume`` (written whole:
+        temporary file, fsync, rename). Call it after :meth:`flush`, when no build runs: the
+        file's items up to that point are then durable, and an abnormal open rolls the file
+        back to it (:meth:`load`) instead of deleting it."""
+        with self._lock:
+            if self._closed or self.read_only or not self._files:
+                return
+            f = self._files[-1]
+            count = f.index_count
+            last = b""
+            if count > 1:
+                at = _HEADER_SIZE + self.slot_count * _SLOT_SIZE + (count - 1) * _ITEM_SIZE
+                last = bytes(f.mapped.view(at, _ITEM_SIZE))
+            record = {"version": 1, "file": f.name, "slotNum": self.slot_count, "indexNum": self.index_count,
+                      "header": [f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
+                                 f.index.hash_slot_count, count],
+                      "lastItem": last.hex()}
+            if record == self._resume_saved:
+                return
+            tmp = self._resume_path + ".tmp"
+            with open(tmp, "w") as out:
+                json.dump(record, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self._resume_path)
+            self._resume_saved = record
+
+    def _read_resume_point(self) -> Optional[dict]:
+        """The saved resume point if it is one for this geometry, else None (ignored)."""
+        try:
+            with open(self._resume_path) as f:
+                record = json.load(f)
+            header = record["header"]
+            ok = (record.get("version") == 1 and isinstance(record["file"], str)
+                  and record["slotNum"] == self.slot_count and record["indexNum"] == self.index_count
+                  and len(header) == 6 and all(type(v) is int for v in header)
+                  and 1 <= header[5] < self.index_count
+                  and len(binascii.unhexlify(record["lastItem"])) == (_ITEM_SIZE if header[5] > 1 else 0))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError, binascii.Error) as exc:
+            log.warning("ignoring the index resume point %s: %s", self._resume_path, exc)
+            return None
+        if not ok:
+            log.warning("ignoring the index resume point %s: not one for these index files", self._resume_path)
+            return None
+        return record
+
+    def _roll_back(self, path: str, resume: dict) -> None:
+        """Return the index file at ``path`` to its resume point: items below the saved count are
+        kept (they were durable), the header is the saved one and the slot table is rebuilt from
+        those items (its pages may hold later writes, or garbage after a power cut). Raises
+        StoreConfigError when the file does not hold the saved last item (not the same file)."""
+        count = resume["header"][5]
+        items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                raise StoreConfigError(f"index file {path} is not {self.file_size} bytes")
+            mm = mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+        try:
+            last = bytes.fromhex(resume["lastItem"])
+            at = items_start + (count - 1) * _ITEM_SIZE
+            if last and mm[at:at + _ITEM_SIZE] != last:
+                raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
+            items = np.frombuffer(mm, dtype=_ITEM_DTYPE, count=count - 1, offset=items_start + _ITEM_SIZE)
+            hashes = items["key_hash"].astype(np.int64)
+            del items
+            slots = np.frombuffer(mm, dtype=">i4", count=self.slot_count, offset=_HEADER_SIZE)
+            slots[:] = 0
+            if len(hashes):
+                used = hashes % self.slot_count
+                # the newest item of each slot heads its chain: last occurrence = first reversed
+                uniq, first_reversed = np.unique(used[::-1], return_index=True)
+                slots[uniq] = len(hashes) - first_reversed     # item numbers start at 1
+            del slots
+            _HEADER.pack_into(mm, 0, *resume["header"])
+            mm.flush()
+        finally:
+            mm.close()
 
     def _is_index_name(self, name: str) -> bool:
         try:

@@ -422,6 +422,7 @@ class MessageStore:
                 return      # the CommitLog is not durable that far yet: next time
             self._queues.flush()
             self._index.flush()
+            self._index.save_resume_point()
             cp.confirm_phy_offset = offset
             if timestamp:
                 cp.physic_msg_timestamp = cp.logics_msg_timestamp = timestamp
