@@ -18,12 +18,10 @@ directory, a FIFO) raises :class:`~rocketstore.errors.StoreConfigError`.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import struct
 
-from rocketstore.errors import StoreConfigError
+from rocketstore._files import open_regular
 
 __all__ = ["Checkpoint", "CHECKPOINT_SIZE"]
 
@@ -40,7 +38,7 @@ class Checkpoint:
         self.path = path
         data = b""
         try:
-            fd = _open(path, os.O_RDONLY)
+            fd = open_regular(path, os.O_RDONLY, "checkpoint")
         except FileNotFoundError:
             fd = -1
         if fd >= 0:
@@ -68,7 +66,7 @@ class Checkpoint:
         return head + bytes(CHECKPOINT_SIZE - len(head))
 
     def flush(self) -> None:
-        fd = _open(self.path, os.O_WRONLY | os.O_CREAT)
+        fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT, "checkpoint")
         try:
             os.pwrite(fd, self.to_bytes(), 0)
             if os.fstat(fd).st_size != CHECKPOINT_SIZE:
@@ -76,19 +74,3 @@ class Checkpoint:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _open(path: str, flags: int) -> int:
-    """Open the checkpoint without blocking on a FIFO; StoreConfigError unless it is a regular file."""
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except IsADirectoryError:
-        raise StoreConfigError(f"checkpoint {path} is a directory, not a file") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO):   # a symlink loop; a FIFO no one reads
-            raise StoreConfigError(f"checkpoint {path} is not a regular file: {exc.strerror}") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StoreConfigError(f"checkpoint {path} is not a regular file")
-    return fd

@@ -42,6 +42,7 @@ from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
                                  Message, MessageExt, host_to_bytes, validate_topic)
 from rocketstore._clock import now_ms
+from rocketstore._files import open_regular
 
 _log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class MessageStore:
         with _LOCKED_DIRS_MUTEX:
             if key in _LOCKED_DIRS:
                 raise StoreLockedError(f"store {self.path} is already open for writing in this process")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
             try:
                 # flock for other processes using flock; the POSIX lock on byte 0 is the one a
                 # Java broker (FileChannel.tryLock) takes, so each side sees the other.
@@ -202,8 +203,7 @@ class MessageStore:
         if not self.read_only:
             # From here until a clean close, an interruption (a crash, a kill during this very
             # recovery) makes the next open an abnormal one.
-            with open(self._abort_path, "wb"):
-                pass
+            os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
         self._topics = TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only)
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
