@@ -747,6 +747,11 @@ class MessageStore:
         "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
         CRC is skipped by its length and the scan goes on; a record whose lengths make no sense
         ends its segment. ``progress("verify", done, total)`` is called as bytes are checked.
+
+        A read-only store checks every segment to the end of the file: damage followed by
+        whole records is reported, but not what follows the last whole record, since a writer
+        beside it may be in the middle of writing that (or a crash left it, which the next
+        writable open cuts).
         """
         self._check_open()
         codec = self._codec
@@ -754,7 +759,7 @@ class MessageStore:
         files = list(self._segments.files)
         problems: list = []
         found = []            # (positions, sizes, queue ids, queue offsets) of consumable records
-        records = 0
+        records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
         expected = first
@@ -766,11 +771,12 @@ class MessageStore:
             expected = mf.end_offset
             limit = mf.file_size
             if mf is files[-1] and not self.read_only:
-                limit = max(0, min(limit, self._core.wrote_offset - base))
+                limit = self._readable_end(mf)
             _will_read(mf)
             view = mf.view(0, limit)
             for arr, stop, reason in _checked_chunks(codec, view, 0, limit):
                 if len(arr):
+                    data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
                     keep = consumable_rows(arr)
                     found.append((base + keep["position"], keep["size"], keep["queue_id"],
@@ -780,11 +786,14 @@ class MessageStore:
                 if reason == codec.STOP_BAD_CRC:
                     problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
             if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC) or stop >= limit:
-                continue    # a bad CRC that ends the segment has lengths that cannot be trusted
-            if reason == codec.STOP_END and mf is files[-1] and \
+                pass        # a bad CRC that ends the segment has lengths that cannot be trusted
+            elif reason == codec.STOP_END and mf is files[-1] and \
                     not np.frombuffer(view, dtype=np.uint8, offset=stop).any():
-                continue    # zero-filled space after the last record
-            problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+                pass        # zero-filled space after the last record
+            else:
+                problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+        if self.read_only:      # a writer's record in progress is no damage
+            problems = [p for p in problems if p["offset"] < data_end]
         if progress is not None:
             progress("verify", total, total)
         checked = self._verify_queues(found, problems)
