@@ -168,6 +168,13 @@ class DelayProgress(DelayOffsetTable):
         super().reset()
         self.intent: Optional[dict] = None
 
+    def restore(self, offsets: dict, intent: Optional[dict]) -> None:
+        """Put back the offsets (``as_dict()``) and intent a failed persist would have replaced."""
+        with self._lock:
+            self._table = dict(offsets)
+            self.intent = intent
+            self.dirty = True
+
     def decode(self, data) -> None:
         intent = None
         if isinstance(data, dict) and _INTENT_KEY in data:
@@ -349,20 +356,27 @@ class ScheduleService:
                 progress.persist()
                 return 0, more, next_due
             core = self._store._core
-            progress.intent = {"commitlogOffset": core.wrote_offset, "nextOffsets": nexts,
-                               "skipped": skipped}
+            intent = {"commitlogOffset": core.wrote_offset, "nextOffsets": nexts, "skipped": skipped}
+            # From here until the advanced offsets are saved, a failure leaves the intent in
+            # memory as on disk: the next pass (or open) settles it by _reconcile.
+            self._needs_reconcile = True
+            progress.intent = intent
             progress.dirty = True
             progress.persist()
-            self._needs_reconcile = True
             results = core.put_many([u.item for u in units], 0)
             if not all(PutStatus(r.status).stored for r in results):
                 raise RuntimeError(f"delayed delivery: put failed ({results[-1].status})")
             if not core.flush(FLUSH_TIMEOUT_MS):
                 raise RuntimeError("delayed delivery: the CommitLog flush timed out")
-            for level, offset in nexts.items():
-                progress.update(level, offset)
-            progress.intent = None
-            progress.persist()
+            saved = progress.as_dict()
+            try:
+                for level, offset in nexts.items():
+                    progress.update(level, offset)
+                progress.intent = None
+                progress.persist()
+            except BaseException:
+                progress.restore(saved, intent)
+                raise
             self._needs_reconcile = False
             self.delivered += len(units)
             return len(units), more, next_due
