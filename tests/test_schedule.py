@@ -386,3 +386,42 @@ def test_read_only_store_reports_delayed_counts_and_refuses_delivery(tmp_path, i
             ro.put("TopicA", b"z", delay_level=1)
     finally:
         ro.close()
+
+
+def test_an_undeliverable_record_is_skipped_even_across_a_crash(tmp_path, impl, clock):
+    """A scheduled record whose REAL_QID lies outside its topic is logged and skipped (RocketMQ
+    drops a message whose redelivery fails); the intent names it, so settling a crash does not
+    stop there."""
+    path = tmp_path / "store"
+    store = open_store(path, impl, clock)
+    store.put("TopicA", b"a", delay_level=1)
+    store.put(SCHEDULE_TOPIC, b"bad", queue_id=0, properties={"REAL_TOPIC": "TopicA", "REAL_QID": "99"})
+    store.put("TopicA", b"b", delay_level=1)
+    clock.now = now_ms() + 2000
+    _crash_on_persist(store, 2)
+    with pytest.raises(_Crash):
+        store.deliver_delayed()
+    assert store._schedule.dropped == 1
+    assert loads_fastjson((path / "config" / "delayOffset.json").read_text())["rocketstoreDelivering"]["skipped"] == [[1, 1]]
+    store.close()
+    store = open_store(path, impl, clock)
+    try:
+        assert store._schedule.reconciled == 1
+        assert store.deliver_delayed() == 0
+        assert sorted(m.body for m in copies(store, "TopicA")) == [b"a", b"b"]
+        assert store._schedule.offsets() == {1: 3}
+    finally:
+        store.close()
+
+
+def test_intent_round_trips_through_the_file(tmp_path):
+    table = DelayProgress(tmp_path / "delayOffset.json")
+    table.update(3, 7)
+    table.intent = {"commitlogOffset": 4096, "fromOffsets": {3: 7}, "nextOffsets": {3: 9},
+                    "skipped": {(3, 8)}}
+    table.persist(force=True)
+    again = DelayProgress.open(tmp_path / "delayOffset.json")
+    assert again.as_dict() == {3: 7}
+    assert again.intent == table.intent
+    text = (tmp_path / "delayOffset.json").read_text()
+    assert text.startswith('{\n\t"offsetTable":{3:7\n\t},\n\t"rocketstoreDelivering":{')

@@ -161,8 +161,9 @@ def delivered_properties(props: dict) -> dict:
 
 class DelayProgress(DelayOffsetTable):
     """``delayOffset.json`` plus the intent of a delivery pass in progress (see the module
-    docstring): ``{"commitlogOffset": E, "nextOffsets": {level: offset}, "skipped": [[level,
-    offset], ...]}`` under ``rocketstoreDelivering``, or nothing between passes."""
+    docstring): ``{"commitlogOffset": E, "fromOffsets": {level: first unit}, "nextOffsets":
+    {level: offset after the pass}, "skipped": [[level, offset], ...]}`` under
+    ``rocketstoreDelivering``, or nothing between passes."""
 
     def reset(self) -> None:
         super().reset()
@@ -187,8 +188,9 @@ class DelayProgress(DelayOffsetTable):
         out = super().encode()
         if self.intent is not None:
             out[_INTENT_KEY] = {"commitlogOffset": self.intent["commitlogOffset"],
+                                "fromOffsets": dict(sorted(self.intent["fromOffsets"].items())),
                                 "nextOffsets": dict(sorted(self.intent["nextOffsets"].items())),
-                                "skipped": [list(u) for u in self.intent["skipped"]]}
+                                "skipped": [list(u) for u in sorted(self.intent["skipped"])]}
         return dict(sorted(out.items()))
 
 
@@ -200,13 +202,18 @@ def _decode_intent(value) -> dict:
 
     if not isinstance(value, dict):
         raise StoreConfigError(f"{_INTENT_KEY} must be an object")
-    nexts = value.get("nextOffsets") or {}
+    def levels(name):
+        table = value.get(name) or {}
+        if not isinstance(table, dict):
+            raise StoreConfigError(f"{_INTENT_KEY}: {name} must be an object")
+        return {integer(int(k) if isinstance(k, str) and k.isdigit() else k, "level"):
+                integer(v, "offset") for k, v in table.items()}
+
     skipped = value.get("skipped") or []
-    if not isinstance(nexts, dict) or not isinstance(skipped, list):
-        raise StoreConfigError(f"{_INTENT_KEY}: nextOffsets must be an object, skipped a list")
+    if not isinstance(skipped, list):
+        raise StoreConfigError(f"{_INTENT_KEY}: skipped must be a list")
     return {"commitlogOffset": integer(value.get("commitlogOffset"), "commitlogOffset"),
-            "nextOffsets": {integer(int(k) if isinstance(k, str) and k.isdigit() else k, "level"):
-                            integer(v, "offset") for k, v in nexts.items()},
+            "fromOffsets": levels("fromOffsets"), "nextOffsets": levels("nextOffsets"),
             "skipped": {(integer(u[0], "level"), integer(u[1], "offset"))
                         for u in skipped if isinstance(u, list) and len(u) == 2}}
 
@@ -346,7 +353,7 @@ class ScheduleService:
             if self._needs_reconcile:
                 self._reconcile()
             now = self.clock() if now is None else now
-            units, nexts, skipped, more, next_due = self._plan(now)
+            units, starts, nexts, skipped, more, next_due = self._plan(now)
             if not nexts:
                 return 0, False, next_due
             progress = self._progress
@@ -356,7 +363,8 @@ class ScheduleService:
                 progress.persist()
                 return 0, more, next_due
             core = self._store._core
-            intent = {"commitlogOffset": core.wrote_offset, "nextOffsets": nexts, "skipped": skipped}
+            intent = {"commitlogOffset": core.wrote_offset, "fromOffsets": starts,
+                      "nextOffsets": nexts, "skipped": skipped}
             # From here until the advanced offsets are saved, a failure leaves the intent in
             # memory as on disk: the next pass (or open) settles it by _reconcile.
             self._needs_reconcile = True
@@ -382,12 +390,13 @@ class ScheduleService:
             return len(units), more, next_due
 
     def _plan(self, now: int):
-        """The units due at ``now``, in level then queue order (at most PASS_LIMIT), each level's
-        offset after them, the units skipped, whether the budget ran out, and the earliest
-        deliver time not yet reached."""
+        """The units due at ``now``, in level then queue order (at most PASS_LIMIT), where each
+        level's walk started and its offset after them, the units skipped, whether the budget
+        ran out, and the earliest deliver time not yet reached."""
         store = self._store
         store._dispatcher.catch_up()
         units: list = []
+        starts: dict = {}
         nexts: dict = {}
         skipped: set = set()
         next_due = None
@@ -438,8 +447,8 @@ class ScheduleService:
                     examined += 1
                 pos += examined
             if pos != self._progress.get(level):
-                nexts[level] = pos
-        return units, nexts, skipped, budget <= 0, next_due
+                starts[level], nexts[level] = start, pos
+        return units, starts, nexts, skipped, budget <= 0, next_due
 
     def _store_time(self, commitlog_offset: int) -> int:
         try:
@@ -504,11 +513,11 @@ class ScheduleService:
             return
         store = self._store
         store._dispatcher.catch_up()
-        nexts, skipped = intent["nextOffsets"], intent["skipped"]
+        starts, nexts, skipped = intent["fromOffsets"], intent["nextOffsets"], intent["skipped"]
         expected: list = []       # (level, queue offset, identity or None: nothing to find)
         for level in sorted(nexts):
             cq = store._queues.get(SCHEDULE_TOPIC, level - 1)
-            for q in range(progress.get(level), nexts[level]):
+            for q in range(starts.get(level, progress.get(level)), nexts[level]):
                 if (level, q) in skipped:
                     continue
                 try:
