@@ -3,12 +3,10 @@ its deliver-time tagsCode (§2), delivery at each level's time with an injected 
 within a level, delayOffset.json (§10), restarts and interrupted passes (exactly once), bad
 levels, lookups, and the background thread."""
 
-import os
 import random
 import shutil
 import time
 
-import numpy as np
 import pytest
 
 from rocketstore import Message, MessageStore

@@ -74,7 +74,7 @@ from typing import Callable, Optional
 
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
-                                     SubscriptionGroupTable, dumps_fastjson)
+                                     SubscriptionGroupTable)
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (InvalidDelayLevelError, InvalidMessageError, InvalidQueueIdError,
                                 MessageNotFoundError, StoreConfigError)
@@ -624,9 +624,6 @@ class ScheduleService:
     def offsets(self) -> dict[int, int]:
         """{level: next queue offset of SCHEDULE_TOPIC_XXXX queue level-1}."""
         return self._progress.as_dict()
-
-    def describe(self) -> str:
-        return dumps_fastjson(self._progress.encode())
 
 
 def _is_copy(rec: MessageExt, identity) -> bool:

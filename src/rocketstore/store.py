@@ -39,7 +39,7 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
                                  PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
-from rocketstore.schedule import ScheduleService, pending_counts
+from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore._clock import now_ms
 
 __all__ = ["MessageStore", "open_store"]
@@ -696,7 +696,6 @@ class MessageStore:
         if self._schedule is not None:
             offsets = self._schedule.offsets()
         else:
-            from rocketstore.schedule import DelayProgress
             offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
         return pending_counts(self.queues(), offsets)
 
