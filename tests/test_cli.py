@@ -516,3 +516,19 @@ def test_message_dict_gives_text_bodies_as_text_and_others_as_base64(impl):
         d = message_dict(impl.codec.decode_record(record))
         assert (d["body"], d.get("body_encoding"), d["tags"], d["born_host"]) == (expected, encoding, "t", "10.0.0.8:5")
         assert json.loads(json.dumps(d)) == d
+
+
+def test_stats_shows_delayed_and_dead_letter_counts(run, tmp_path):
+    store_dir = tmp_path / "delays"
+    with MessageStore(store_dir, store_host="10.0.0.1", schedule_interval_ms=0) as store:
+        store.put("TopicA", b"a", delay_level=3)
+        store.put("TopicA", b"b", delay_level=5)
+        store.put("TopicA", b"c", delay_level=5)
+        failed = store.read(store.put("TopicA", b"d").commitlog_offset)
+        store.send_back("G1", failed, -1)
+    text = run("--store", store_dir, "stats", check=0).stdout
+    assert "delayed:       3 (level 3: 1, level 5: 2)" in text
+    assert "dead letters:  1 (G1: 1)" in text
+    report = json.loads(run("--store", store_dir, "--json", "stats", check=0).stdout)
+    assert report["delayed"] == {"3": 1, "5": 2}
+    assert report["dead_letters"] == {"G1": 1}

@@ -9,7 +9,7 @@ from rocketstore import errors
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
-from rocketstore.consume import GetMessageResult, GetMessageStatus, TagFilter
+from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, TagFilter
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.message import Message, MessageExt
 from rocketstore.status import PutStatus
@@ -32,7 +32,7 @@ decode_batch = _DEFAULT.codec.decode_batch
 
 __all__ = [
     "MessageStore", "open_store", "StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path",
-    "Message", "MessageExt", "PutStatus", "GetMessageStatus", "GetMessageResult", "TagFilter",
+    "Message", "MessageExt", "PutStatus", "GetMessageStatus", "Consumer", "GetMessageResult", "TagFilter",
     "CQ_UNIT_DTYPE", "PutResult", "BatchPutResult", "PutFuture",
     "IMPLEMENTATION", "crc32", "java_hash", "encode_record", "decode_record", "decode_batch",
     "errors",

@@ -33,6 +33,7 @@ from rocketstore.consume import GetMessageStatus
 from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, RocketStoreError,
                                 StoreLockedError)
 from rocketstore.message import MessageExt
+from rocketstore.schedule import dlq_counts
 from rocketstore.store import MessageStore
 
 __all__ = ["main", "build_parser", "message_dict", "Progress", "quickstart", "CliError"]
@@ -653,7 +654,8 @@ def _disk_usage(path: str) -> int:
 
 
 def store_report(store: MessageStore) -> dict:
-    """What ``stats`` prints: CommitLog extent, topics and queues, consumer lag per group."""
+    """What ``stats`` prints: CommitLog extent, topics and queues, consumer lag per group,
+    delayed messages per level and dead letters per group."""
     base = store.stats()
     queues = store.queues()
     topics: dict = {}
@@ -686,7 +688,17 @@ def store_report(store: MessageStore) -> dict:
         "messages": sum(t["messages"] for t in topics.values()),
         "topics": dict(sorted(topics.items())),
         "groups": groups,
+        "delayed": {str(level): n for level, n in store.delayed_counts().items()},
+        "dead_letters": dlq_counts(queues),
     }
+
+
+def _counted(counts: dict, label: str) -> str:
+    """``"3 (level 1: 2, level 5: 1)"``, or ``"0"``."""
+    total = sum(counts.values())
+    if not total:
+        return "0"
+    return f"{total:,} (" + ", ".join(f"{label}{_printable(str(k))}: {n:,}" for k, n in counts.items()) + ")"
 
 
 def cmd_stats(args) -> int:
@@ -703,6 +715,8 @@ def cmd_stats(args) -> int:
                       f"({report['bytes']:,} bytes; {_human_bytes(report['disk_bytes'])} on disk)"),
         ("messages", f"{report['messages']:,} in {_n(len(report['topics']), 'topic')}, {_n(queue_count, 'queue')}"),
         ("last shutdown", "clean" if report["last_shutdown_clean"] else "abnormal (recovery runs on the next writable open)"),
+        ("delayed", _counted(report["delayed"], "level ")),
+        ("dead letters", _counted(report["dead_letters"], "")),
     ])
     if queue_count:
         print()

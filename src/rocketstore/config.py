@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from typing import Optional
+from typing import Callable, Optional
 
 from rocketstore.errors import StoreConfigError
 
@@ -160,6 +160,12 @@ class StoreConfig:
     clean_resource_interval_ms: int = 10_000
     #: At most this many CommitLog segments are deleted per pass (``deleteFileBatchMax``, 10).
     delete_files_batch_max: int = 10
+    #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
+    #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
+    schedule_interval_ms: int = 100
+    #: The delay service's clock: a callable returning epoch milliseconds (None: the system
+    #: clock). Tests inject one to deliver hours of delays without waiting.
+    clock: Optional[Callable[[], int]] = None
 
     def __post_init__(self):
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -189,6 +195,11 @@ class StoreConfig:
             raise StoreConfigError("dispatch_interval_ms and checkpoint_interval_ms must not be negative")
         self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
         self._check_retention()
+        if isinstance(self.schedule_interval_ms, bool) or not isinstance(self.schedule_interval_ms, int) \
+                or self.schedule_interval_ms < 0:
+            raise StoreConfigError("schedule_interval_ms must be an int, 0 or more")
+        if self.clock is not None and not callable(self.clock):
+            raise StoreConfigError("clock must be a callable returning epoch milliseconds")
         if self.store_host is None:
             self.store_host = local_ipv4()
         if self.born_host is None:

@@ -52,7 +52,7 @@ queue's map (when every unit examined in one file is accepted); like
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 
 __all__ = [
     "GetMessageStatus", "TagFilter", "GetMessageResult", "get_message", "get_units",
-    "MIN_SCAN_BYTES", "MIN_SCAN_UNITS", "scan_budget",
+    "MIN_SCAN_BYTES", "MIN_SCAN_UNITS", "scan_budget", "Consumer",
 ]
 
 #: RocketMQ reads at least 16,000 bytes of units per pull (``max(16000, maxMsgNums * 20)``).
@@ -455,3 +455,105 @@ def get_units(cq, offset: int, max_msgs: int, tag_filter=None, *,
     """
     return _pull(cq, offset, max_msgs, tag_filter, None, max_scan_units=max_scan_units,
                  max_bytes=max_bytes, max_files=max_files, recheck_tags=False)
+
+
+class Consumer:
+    """A consumer group pulling its subscriptions and its retry topic, as RocketMQ's push
+    consumer does: every queue of each subscribed topic, plus ``%RETRY%<group>`` (all tags).
+
+    ``subscriptions`` is a topic, a sequence of topics (all tags), or ``{topic: tag expression}``.
+    :meth:`poll` returns up to ``max_msgs`` messages from the group's positions (its committed
+    offset in each queue, else the queue's first) and moves the positions past them;
+    :meth:`send_back` gives a failed message to the store's retry path
+    (:meth:`MessageStore.send_back`); :meth:`commit` records the positions as the group's
+    committed offsets (written to ``consumerOffset.json`` by ``persist_offsets()`` or close).
+
+    A message from the retry topic is returned under its original topic (its ``RETRY_TOPIC``
+    property), as the RocketMQ client resets it; ``queue_id`` and ``queue_offset`` still name its
+    place in the retry queue, and :meth:`send_back` finds it by its CommitLog offset.
+
+    >>> consumer = Consumer(store, "GroupA", {"TopicA": "TagA || TagB"})   # doctest: +SKIP
+    >>> for msg in consumer.poll():                                        # doctest: +SKIP
+    ...     try:
+    ...         handle(msg)
+    ...     except Exception:
+    ...         consumer.send_back(msg)
+    >>> consumer.commit()                                                  # doctest: +SKIP
+    """
+
+    def __init__(self, store, group: str,
+                 subscriptions: Union[str, Iterable[str], Mapping[str, Optional[str]]], *,
+                 retry: bool = True):
+        from rocketstore.schedule import retry_topic
+        if not isinstance(group, str) or not group:
+            raise InvalidMessageError("group must be a non-empty str")
+        if isinstance(subscriptions, str):
+            subscriptions = {subscriptions: None}
+        elif not isinstance(subscriptions, Mapping):
+            subscriptions = dict.fromkeys(subscriptions)
+        if not subscriptions:
+            raise InvalidMessageError("a consumer needs at least one subscription")
+        self.store = store
+        self.group = group
+        self.retry_topic = retry_topic(group)
+        self._filters = {topic: TagFilter.parse(expr) for topic, expr in subscriptions.items()}
+        if retry:
+            self._filters.setdefault(self.retry_topic, _MATCH_ALL)
+        self._positions: dict[tuple[str, int], int] = {}
+        self._turn = 0
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics pulled: the subscriptions, then the retry topic."""
+        return list(self._filters)
+
+    @property
+    def positions(self) -> dict[tuple[str, int], int]:
+        """{(topic, queue_id): next offset to pull} of the queues pulled so far."""
+        return dict(self._positions)
+
+    def poll(self, max_msgs: int = 32) -> list:
+        """Up to ``max_msgs`` messages, taking turns among the queues so none starves."""
+        max_msgs = _check_int("max_msgs", max_msgs, 1)
+        bounds = {key: lo_hi for key, lo_hi in self.store.queues().items() if key[0] in self._filters}
+        keys = sorted(bounds)
+        if not keys:
+            return []
+        start = self._turn % len(keys)
+        self._turn += 1
+        out: list = []
+        for key in keys[start:] + keys[:start]:
+            if len(out) >= max_msgs:
+                break
+            topic, queue_id = key
+            position = self._position(key, bounds[key][0])
+            if position >= bounds[key][1]:
+                continue
+            res = self.store.get_message(self.group, topic, queue_id, position,
+                                         max_msgs=max_msgs - len(out), tags=self._filters[topic].expression)
+            for msg in res.messages:
+                if topic == self.retry_topic:
+                    msg.topic = (msg.properties or {}).get("RETRY_TOPIC", msg.topic)
+                out.append(msg)
+            self._positions[key] = max(res.next_begin_offset, bounds[key][0])
+        return out
+
+    def _position(self, key: tuple[str, int], low: int) -> int:
+        position = self._positions.get(key)
+        if position is None:
+            committed = self.store.committed_offset(self.group, *key)
+            position = committed if committed >= 0 else low
+        if position < low:      # removed by retention meanwhile
+            position = low
+        self._positions[key] = position
+        return position
+
+    def send_back(self, message, delay_level: int = 0):
+        """Hand back a message this group failed to consume (retry, after the last one the DLQ)."""
+        return self.store.send_back(self.group, message, delay_level)
+
+    def commit(self) -> None:
+        """Record the positions as the group's committed offsets."""
+        for (topic, queue_id), position in self._positions.items():
+            if position != self.store.committed_offset(self.group, topic, queue_id):
+                self.store.commit_offset(self.group, topic, queue_id, position)

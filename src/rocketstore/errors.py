@@ -9,6 +9,7 @@ __all__ = [
     "InvalidMessageError",
     "InvalidTopicError",
     "InvalidQueueIdError",
+    "InvalidDelayLevelError",
     "PropertiesTooLargeError",
     "MessageTooLargeError",
     "InvalidMessageIdError",
@@ -37,6 +38,11 @@ class InvalidTopicError(InvalidMessageError):
 
 class InvalidQueueIdError(InvalidMessageError):
     """Queue id outside ``0 .. queues_per_topic - 1``."""
+
+
+class InvalidDelayLevelError(InvalidMessageError):
+    """A delay level that is not an int in ``1 .. len(message_delay_level)`` (18 by default),
+    or a ``DELAY`` property that is not a decimal int."""
 
 
 class PropertiesTooLargeError(InvalidMessageError):

@@ -39,8 +39,9 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
                                 MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
-from rocketstore.message import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT,
-                                 Message, MessageExt, host_to_bytes, validate_topic)
+from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+                                 PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
+from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
@@ -152,6 +153,8 @@ class MessageStore:
         try:
             self._open(commitlog_dir)
         except BaseException:
+            if getattr(self, "_schedule", None) is not None:
+                self._schedule.close()
             if getattr(self, "_cleaner", None) is not None:
                 self._cleaner.stop()
             if getattr(self, "_dispatch_thread", None) is not None:
@@ -218,6 +221,7 @@ class MessageStore:
         self._end = end
         self._dispatch_thread = None
         self._cleaner = None
+        self._schedule = None     # the delay service (rocketstore.schedule) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
@@ -256,6 +260,8 @@ class MessageStore:
                                                    checkpoint_interval_ms=cfg.checkpoint_interval_ms)
         self._cleaner = Cleaner(self)
         self._cleaner.start()
+        self._schedule = ScheduleService(self, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
+        self._schedule.start()
 
     def _open_queues(self) -> None:
         """Open the ConsumeQueues (recovered, §4.4) and the index files.
@@ -468,6 +474,8 @@ class MessageStore:
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock."""
+        if getattr(self, "_schedule", None) is not None:
+            self._schedule.close()    # before the mutex: a delivery pass in progress may need it
         with self._mutex:
             if self._closed:
                 return
@@ -571,36 +579,42 @@ class MessageStore:
 
     def put(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
             properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
-            durable: Optional[bool] = None):
+            durable: Optional[bool] = None, delay_level: Optional[int] = None):
         """Store one message; returns a :class:`PutResult`.
 
         ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
         string of space-separated keys or a sequence of keys. ``durable=True`` waits for group
         commit (status FLUSH_DISK_TIMEOUT if the flush does not confirm in time; the message is
-        stored either way); ``None`` follows ``flush_disk_type``.
+        stored either way); ``None`` follows ``flush_disk_type``. ``delay_level`` (1 .. 18 with
+        the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
+        ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
         """
-        if tags is None and keys is None and properties is None and body is not None:
+        if tags is None and keys is None and properties is None and body is not None \
+                and delay_level is None:
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
             return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
                                   -1 if durable is None else (1 if durable else 0))
         if body is None:
-            return self._put_message(topic, durable, 0)
-        return self._put(topic, body, tags, keys, properties, queue_id, flag, durable, 0)
+            return self._put_message(topic, durable, 0, delay_level)
+        return self._put(topic, body, tags, keys, properties, queue_id, flag, durable, 0, delay_level)
 
     def put_pipelined(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
                       properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
-                      flag: int = 0):
+                      flag: int = 0, delay_level: Optional[int] = None):
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
         thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
         """
         if body is None:
-            return self._put_message(topic, True, _WAIT_FUTURE)
-        return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE)
+            return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
+        return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE,
+                         delay_level)
 
-    def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode):
+    def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode, delay_level=None):
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
+        if delay_level is not None or (properties and PROPERTY_DELAY in properties):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
         if tags is None and keys is None and properties is None:
             props, unique_key, wait = None, None, -1
         else:
@@ -608,17 +622,21 @@ class MessageStore:
         return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
                               mode or self._wait_mode(durable, wait))
 
-    def _message_item(self, m: Message):
+    def _message_item(self, m: Message, delay_level: Optional[int] = None):
         if not isinstance(m, Message):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
-        props, unique_key, wait = self._properties(m.tags, m.keys, m.properties)
+        topic, queue_id, properties = m.topic, m.queue_id, m.properties
+        if delay_level is not None or (properties and PROPERTY_DELAY in properties):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
+        props, unique_key, wait = self._properties(m.tags, m.keys, properties)
         body = m.body if isinstance(m.body, bytes) else bytes(m.body)
-        return (m.topic, body, props, m.queue_id, m.flag, m.born_timestamp, m.sys_flag,
+        return (topic, body, props, queue_id, m.flag, m.born_timestamp, m.sys_flag,
                 m.reconsume_times, unique_key), wait
 
-    def _put_message(self, m, durable, mode):
+    def _put_message(self, m, durable, mode, delay_level=None):
         self._check_writable()
-        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(m)
+        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = \
+            self._message_item(m, delay_level)
         wait_mode = mode or self._wait_mode(durable, wait)
         return self._core.put(topic, body, props, qid, flag, born, sys_flag, reconsume, 0,
                               unique_key, wait_mode)
@@ -640,6 +658,8 @@ class MessageStore:
             props, unique_key, _ = self._properties(tags, None, properties)
             if unique_key is not None:
                 raise InvalidMessageError("a batch's shared properties cannot carry one UNIQ_KEY")
+            if properties and PROPERTY_DELAY in properties:
+                raise InvalidMessageError("a batch cannot be delayed (RocketMQ refuses DELAY on batches)")
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
@@ -658,6 +678,47 @@ class MessageStore:
         mode = self._wait_mode(durable, 0 if waits and all(w == 0 for w in waits) else -1)
         return self._core.put_many(items, mode)
 
+    # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
+
+    def _delayed(self, topic, queue_id, properties, delay_level):
+        """(topic, queue_id, properties) of a put, rewritten into SCHEDULE_TOPIC_XXXX if delayed."""
+        self._check_writable()
+        return self._schedule.rewrite(topic, queue_id, properties, delay_level)
+
+    def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
+                  max_reconsume_times: Optional[int] = None):
+        """Give back a message ``group`` failed to consume (RocketMQ's ``consumerSendMsgBack``).
+
+        It is stored again with reconsume times + 1, ``RETRY_TOPIC`` (its first topic) and
+        ``ORIGIN_MESSAGE_ID`` (its first msgId): in ``%RETRY%<group>`` after a back-off of delay
+        level ``3 + reconsume times`` (``delay_level`` > 0 picks one), or in ``%DLQ%<group>`` once
+        it has been reconsumed ``max_reconsume_times`` times (default: the group's
+        ``retryMaxTimes``, 16) or when ``delay_level`` < 0. Returns the :class:`PutResult`.
+        """
+        self._check_writable()
+        return self._schedule.send_back(group, message, delay_level, max_reconsume_times)
+
+    def deliver_delayed(self, now: Optional[int] = None) -> int:
+        """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
+        now, as the background thread does every ``schedule_interval_ms``; returns how many."""
+        self._check_writable()
+        return self._schedule.deliver(now)
+
+    def delayed_counts(self) -> dict[int, int]:
+        """{delay level: messages waiting in it} (levels with none left out)."""
+        self._check_open()
+        if self._schedule is not None:
+            offsets = self._schedule.offsets()
+        else:
+            offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
+        return pending_counts(self.queues(), offsets)
+
+    def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict:
+        """Set ``group``'s ``retryMaxTimes`` (how often :meth:`send_back` retries before the
+        DLQ) in ``config/subscriptionGroup.json``; returns the group's config."""
+        self._check_writable()
+        return self._schedule.update_group(group, retry_max_times)
+
     # ---- reads ----
 
     def _readable_end(self, mf) -> int:
@@ -674,6 +735,9 @@ class MessageStore:
         as long as you hold it (the map is not unmapped while it lives, even after close()).
         """
         self._check_open()
+        return self._read(commitlog_offset, zero_copy)
+
+    def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
         if not isinstance(commitlog_offset, (int, np.integer)) or commitlog_offset < 0:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset!r}")
         mf = self._segments.find(int(commitlog_offset))
