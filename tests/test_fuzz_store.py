@@ -49,7 +49,7 @@ from rocketstore.consume import GetMessageStatus
 from rocketstore.errors import MessageNotFoundError, RocketStoreError, StoreConfigError
 
 OPTIONS = dict(commitlog_file_size=16 * 1024, consume_queue_units=16, index_slots=16, index_count=64)
-FIXED = dict(store_host="127.0.0.1", dispatch_interval_ms=0)
+FIXED = dict(store_host="127.0.0.1", dispatch_interval_ms=0, schedule_interval_ms=0)   # nothing moves while checked
 TOPICS = ["T0", "T1", "T2", "%RETRY%g1"]
 MESSAGES = 300
 WATCHDOG_S = 120          # one example (open, read everything, put, reopen) taking longer is a hang

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import threading
 import time
 from typing import Callable, Iterator, Optional
@@ -176,7 +177,24 @@ class Dispatcher:
                     self._progress(self.offset)
         if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
             return mf.end_offset
+        if self._damaged_at(mf, stop):
+            # Every record below end_of() is complete, so this one is damaged and its length
+            # cannot be trusted: skip the rest of the segment, as RocketMQ's reput does, rather
+            # than stall every queue behind it. verify() reports it.
+            log.error("skipping the rest of CommitLog segment %s: no valid record at offset %d",
+                      os.path.basename(mf.path), base + stop)
+            return mf.end_offset
         return base + stop
+
+    def _damaged_at(self, mf, stop: int) -> bool:
+        """Whether the scan of ``mf`` that stopped at ``stop`` met a damaged record, rather than
+        the end of the data or a step's target cutting a record in two."""
+        hi = min(mf.file_size, self._end_of() - mf.file_from_offset)
+        if stop >= hi:
+            return False
+        _records, at, reason = self._codec.decode_batch(mf.view(0, hi), stop, hi, check_crc=False,
+                                                        max_records=1)
+        return at == stop and reason not in (self._codec.STOP_LIMIT, self._codec.STOP_BLANK)
 
     def _dispatch(self, view, base: int, records) -> None:
         info, keys = self._codec.dispatch_info(view, records, self._delay_levels)

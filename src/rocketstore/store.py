@@ -341,17 +341,37 @@ class MessageStore:
         total = files[-1].end_offset - scan_from if files else 0
         end = scan_from
         tail: dict = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
+        # Below what the checkpoint vouches for as flushed, an invalid record is damage (bit rot,
+        # a careless edit), not a crash's torn tail: cutting there would throw away good,
+        # acknowledged data after it. It is stepped over (a bad CRC) or its segment's rest is
+        # skipped (lengths that cannot be trusted), and verify() reports it.
+        durable = self._checkpoint.confirm_phy_offset
         for mf in files:
             _will_read(mf)
-            for arr, stop, reason in decode_chunks(codec, mf.mm, 0, mf.file_size, check_crc=True):
-                if len(arr):
-                    self._collect_queue_offsets(mf.mm, arr, tail)
-                self._report("recover", mf.file_from_offset + stop - scan_from, total)
+            pos = 0
+            while True:
+                for arr, stop, reason in decode_chunks(codec, mf.mm, pos, mf.file_size, check_crc=True):
+                    if len(arr):
+                        self._collect_queue_offsets(mf.mm, arr, tail)
+                    self._report("recover", mf.file_from_offset + stop - scan_from, total)
+                size = int.from_bytes(mf.mm[stop:stop + 4], "big", signed=True) if stop + 4 <= mf.file_size else 0
+                if reason != codec.STOP_BAD_CRC or mf.file_from_offset + stop >= durable \
+                        or not 0 < size <= mf.file_size - stop:
+                    break
+                _log.error("damaged record at commitlog offset %d (body CRC mismatch) below the "
+                           "checkpoint: kept, stepped over", mf.file_from_offset + stop)
+                pos = stop + size
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
                 continue
             end = mf.file_from_offset + stop
+            if end < durable and mf is not files[-1]:
+                _log.error("no valid record at commitlog offset %d, below the checkpoint: the rest "
+                           "of segment %d is skipped, later segments kept", end, mf.file_from_offset)
+                mf.wrote_position = mf.file_size
+                end = mf.end_offset
+                continue
             break
         self._report("recover", total, total)
         if not self.read_only:
@@ -801,7 +821,12 @@ class MessageStore:
                     _log.warning("skipping the record at commitlog offset %d: body CRC mismatch "
                                  "(verify() lists every damaged record)", mf.file_from_offset + stop)
             if reason != self._codec.STOP_BLANK and stop < limit:
-                break
+                if hi < limit:
+                    break       # the range asked for ends here
+                # complete records end at `limit`: this one is damaged beyond stepping over
+                _log.warning("skipping the rest of CommitLog segment %d: no valid record at offset %d "
+                             "(verify() lists every damaged record)", mf.file_from_offset,
+                             mf.file_from_offset + stop)
 
     def verify(self, progress=None) -> dict:
         """Check every record's structure and body CRC, segment by segment, and every
