@@ -38,7 +38,9 @@ import zlib
 
 import pytest
 
-if __name__ == "__main__":   # script mode: import the package the tests import
+if __name__ == "__main__" and "--child" not in sys.argv:
+    # script mode from a checkout: the package in src/ (a child the tests start gets the parent's
+    # package through PYTHONPATH: under CI that is the installed, compiled one)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src"))
 
 from rocketstore import MessageStore, _impl
