@@ -52,7 +52,7 @@ __all__ = ["MessageStore", "open_store"]
 _INT64_MAX = (1 << 63) - 1
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
-REBUILD_STEP = 256 << 20
+REBUILD_STEP = 64 << 20
 
 
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
