@@ -876,9 +876,9 @@ class MessageStore:
                     problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
             if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC) or stop >= limit:
                 pass        # a bad CRC that ends the segment has lengths that cannot be trusted
-            elif reason == codec.STOP_END and mf is files[-1] and \
-                    not np.frombuffer(view, dtype=np.uint8, offset=stop).any():
-                pass        # zero-filled space after the last record
+            elif reason == codec.STOP_END and mf is files[-1] and (
+                    self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any()):
+                pass        # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
         if self.read_only:      # a writer's record in progress is no damage
