@@ -7,14 +7,18 @@
 Absolute rates move with the machine (a laptop, a CI runner, a shared VM under load), so every
 headline rate is divided by a limit of the same machine measured in the same run, right beside
 it, each pair repeated ``reps`` times in alternation and the median ratio kept. Single-threaded
-work (everything but the durable puts and the fdatasync probe) is timed in CPU seconds of the
+work (everything but put_fresh, the durable puts and their probes) is timed in CPU seconds of the
 measuring thread (``time.thread_time``), so other tenants taking turns on the cores do not count:
 
 =================  ===========================================================  ==================
 ratio              rocketstore (compiled)                                        ÷ machine limit
 =================  ===========================================================  ==================
-put_single         put() one call per 128-byte message, record bytes/s           write() to page cache
-put_batch          put_batch() 10k bodies per call (buffer + lengths), bytes/s   write() to page cache
+put_single         put() one call per 128-byte message into a pre-faulted        dict lookup loop /s
+                   segment, msg/s
+put_batch          put_batch() 10k bodies per call (buffer + lengths) into a     memcpy GB/s
+                   pre-faulted segment, record bytes/s
+put_fresh          put() one call per message onto fresh pages, wall time,       write() to page cache
+                   record bytes/s
 durable_16         durable put() from 16 threads, msg/s                          16 × fdatasync rate
 crc32              CRC32 of 1 MiB, GB/s                                          memcpy GB/s
 lookup             query_by_key() of random 20-character keys, /s                dict lookup loop /s
@@ -74,15 +78,16 @@ TOLERANCE_FLOOR = 0.20          # never tighter than this, however quiet the run
 SPREAD_FACTOR = 2.5             # tolerance = SPREAD_FACTOR × worst drop below the median
 GATE_LIMIT = 0.5                # a ratio needing more tolerance than this cannot catch a halving
 
-QUICK = dict(single=300_000, batch=1_000_000, keyed=100_000, lookups=30_000, pulls=30_000,
+QUICK = dict(single=300_000, batch=500_000, keyed=100_000, lookups=30_000, pulls=30_000,
              write_bytes=128 * MiB, durable_seconds=0.5, fsync_seconds=0.3, reps=5)
-FULL = dict(single=1_000_000, batch=2_000_000, keyed=200_000, lookups=100_000, pulls=100_000,
+FULL = dict(single=400_000, batch=600_000, keyed=200_000, lookups=100_000, pulls=100_000,
             write_bytes=256 * MiB, durable_seconds=2.0, fsync_seconds=1.0, reps=5)
 
 # ratio name -> what it divides, for the report
 RATIOS = {
-    "put_single": "put() 1/call record bytes/s ÷ write() to page cache",
-    "put_batch": "put_batch() 10k/call record bytes/s ÷ write() to page cache",
+    "put_single": "put() 1/call msg/s, pre-faulted segment ÷ dict lookup loop /s",
+    "put_batch": "put_batch() 10k/call record bytes/s, pre-faulted ÷ memcpy",
+    "put_fresh": "put() 1/call record bytes/s, fresh pages, wall ÷ write() to page cache",
     "durable_16": "durable put, 16 threads, msg/s ÷ 16 × fdatasync/s",
     "crc32": "CRC32 1 MiB GB/s ÷ memcpy GB/s",
     "lookup": "query_by_key /s ÷ dict lookup loop /s",
@@ -100,15 +105,15 @@ def log(*parts) -> None:
 # ---- machine limits ----
 
 def page_cache_write(directory: str, total: int) -> float:
-    """bytes/s of 1 MiB write() calls to a fresh file (no sync): what an async put competes with."""
+    """bytes/s (wall) of 1 MiB write() calls to a fresh file, no sync: fresh page-cache pages."""
     path = os.path.join(directory, "write.probe")
     chunk = np.random.default_rng(1).integers(0, 256, MiB, dtype=np.uint8).tobytes()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        start = cpu_clock()
+        start = time.perf_counter()
         for _ in range(total // MiB):
             os.write(fd, chunk)
-        elapsed = cpu_clock() - start
+        elapsed = time.perf_counter() - start
     finally:
         os.close(fd)
         os.unlink(path)
@@ -185,29 +190,55 @@ class Run:
         return os.path.join(self.root, f"{self.count:03d}-{name}")
 
     def _open(self, path, **options):
-        store = MessageStore(path, implementation=self.impl, commitlog_file_size=256 * MiB,
-                             index_slots=500_000, index_count=2_000_000, **options)
+        options.setdefault("commitlog_file_size", 256 * MiB)
+        store = MessageStore(path, implementation=self.impl, index_slots=500_000,
+                             index_count=2_000_000, **options)
         store.put(TOPIC, BODY)   # the topic's creation (a config write and fsync) stays untimed
         return store
 
+    def _prefaulted(self, name, size):
+        """A store whose one ``size``-byte segment the prefault thread has wholly touched: puts
+        into it cost CPU, not first-touch page faults (whose price a VM's host sets, not us)."""
+        path = self._path(name)
+        store = self._open(path, commitlog_file_size=size, prefault_bytes=size)
+        deadline = time.perf_counter() + 20
+        while store.stats()["prefaulted_bytes"] < size - MiB and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        return path, store
+
+    def _timed_puts(self, store, count, clock) -> float:
+        put = store.put
+        before = store.max_offset
+        t0 = clock()
+        for _ in range(count):
+            put(TOPIC, BODY)
+        return count / (clock() - t0), (store.max_offset - before) / count
+
     def put_single(self) -> float:
-        path = self._path("single")
+        """msg/s of put() into a pre-faulted segment, in CPU seconds."""
+        n = self.p["single"]
+        path, store = self._prefaulted("single", 128 * MiB)
+        try:
+            rate, _ = self._timed_puts(store, n, cpu_clock)
+            return rate
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def put_fresh(self) -> float:
+        """record bytes/s of put() onto fresh pages, wall time (as a user sees it)."""
+        path = self._path("fresh")
         store = self._open(path)
         try:
-            put, n = store.put, self.p["single"]
-            before = store.max_offset
-            t0 = cpu_clock()
-            for _ in range(n):
-                put(TOPIC, BODY)
-            elapsed = cpu_clock() - t0
-            return (store.max_offset - before) / elapsed
+            rate, size = self._timed_puts(store, self.p["single"], time.perf_counter)
+            return rate * size
         finally:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
 
     def put_batch(self) -> float:
-        path = self._path("batch")
-        store = self._open(path)
+        """record bytes/s of put_batch() (10k bodies per call) into a pre-faulted segment, CPU."""
+        path, store = self._prefaulted("batch", 192 * MiB)
         try:
             buffer = BODY * 10_000
             lengths = np.full(10_000, len(BODY), dtype=np.int32)
@@ -285,12 +316,15 @@ class Run:
 
     @staticmethod
     def scan(store, size) -> float:
-        t0 = cpu_clock()
-        n = sum(len(records) for _start, records in store.scan())
-        elapsed = cpu_clock() - t0
-        if n < 2:
-            raise RuntimeError("scan found nothing")
-        return size / elapsed
+        """best of 5: one scan of this store takes milliseconds, less than a scheduler tick"""
+        best = float("inf")
+        for _ in range(5):
+            t0 = cpu_clock()
+            n = sum(len(records) for _start, records in store.scan())
+            best = min(best, cpu_clock() - t0)
+            if n < 2:
+                raise RuntimeError("scan found nothing")
+        return size / best
 
     @staticmethod
     def verify(store) -> float:
@@ -333,8 +367,9 @@ def measure(root: str, p: dict, impl: str) -> dict:
         run.lookups(store, keys)
         for rep in range(p["reps"]):
             w = page_cache_write(root, p["write_bytes"])
-            pairs["put_single"].append((run.put_single(), w))
-            pairs["put_batch"].append((run.put_batch(), page_cache_write(root, p["write_bytes"])))
+            pairs["put_fresh"].append((run.put_fresh(), w))
+            pairs["put_single"].append((run.put_single(), dict_loop()))
+            pairs["put_batch"].append((run.put_batch(), memcpy()))
             f = fdatasync_rate(root, p["fsync_seconds"])
             pairs["durable_16"].append((run.durable(16), 16 * f))
             m = memcpy()
@@ -491,12 +526,16 @@ def main(argv=None) -> int:
             f.write("\n")
         print(f"\nwrote {args.baseline}")
         return 0
-    if failures:
-        print("\nREGRESSION: " + "\nREGRESSION: ".join(failures))
-        return 1
     if baseline is None:
         print(f"\nno baseline at {args.baseline}: make one with --runs 10 --update-baseline")
-    return 0
+        return 0
+    if failures:
+        print("\nREGRESSION: " + "\nREGRESSION: ".join(failures))
+    gated = [n for n in RATIOS if baseline["ratios"].get(n, {}).get("gate", False)]
+    # the plain closing line CI systems read: gating ratios checked, the others skipped
+    print(f"\nregress: {len(gated) - len(failures)} passed, {len(failures)} failed, "
+          f"{len(RATIOS) - len(gated)} skipped")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
