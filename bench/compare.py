@@ -982,19 +982,29 @@ def chart(path: str, agg: dict, names: list[str], title: str) -> str | None:
     colors = plt.get_cmap("tab10").colors
     for ax, (row, label, unit) in zip(np.atleast_1d(axes), rows):
         values = [(_value(agg[n].get(row), unit) if isinstance(agg.get(n), dict) else None) or 0 for n in names]
-        bars = ax.barh(range(len(names)), values, color=[colors[i % 10] for i in range(len(names))])
+        positive = [v for v in values if v > 0]
+        low, high = min(positive) / 4, max(positive) * 6      # room for the labels on a log axis
+        bars = ax.barh(range(len(names)), [v or low for v in values],
+                       color=[colors[i % 10] if v else "none" for i, v in enumerate(values)])
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         ax.set_xscale("log")
+        ax.set_xlim(low, high)
         ax.set_title(label + (" (GB/s)" if unit == "GB" else " (per second, log scale)"), fontsize=8, loc="left")
         ax.tick_params(axis="x", labelsize=7)
         for bar, v, n in zip(bars, values, names):
             cell = agg.get(n, {}).get(row) if isinstance(agg.get(n), dict) else None
-            text = _fmt_rate(v, unit) if v else ("n/a" if isinstance(cell, dict) and "na" in cell else "—")
-            ax.text(max(v, ax.get_xlim()[0]) if v else ax.get_xlim()[0], bar.get_y() + bar.get_height() / 2,
-                    " " + text, va="center", fontsize=6)
+            if v:
+                text = _fmt_rate(v, unit)
+            elif isinstance(cell, dict) and "na" in cell:
+                text = "n/a — " + cell["na"]
+            elif isinstance(agg.get(n), str):
+                text = agg[n]
+            else:
+                text = "—"
+            ax.text(v or low, bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=6)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
