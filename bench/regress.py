@@ -6,7 +6,9 @@
 
 Absolute rates move with the machine (a laptop, a CI runner, a shared VM under load), so every
 headline rate is divided by a limit of the same machine measured in the same run, right beside
-it, each pair repeated ``reps`` times in alternation and the median ratio kept. Single-threaded
+it, each pair repeated ``reps`` times in alternation; the ratio is the fastest rate over the
+fastest limit, each rate itself the fastest of many short pieces (chunks of puts, lookups,
+pulls). On a shared machine, "least disturbed" is repeatable; "typical" is not. Single-threaded
 work (everything but put_fresh, the durable puts and their probes) is timed in CPU seconds of the
 measuring thread (``time.thread_time``), so other tenants taking turns on the cores do not count:
 
@@ -159,6 +161,20 @@ def memcpy(seconds: float = 0.1) -> float:
 
 
 _DICT = {}
+CHUNK = 10_000
+
+
+def best_of_chunks(items, size, fn) -> float:
+    """items/s of fn(chunk) at its fastest chunk of ``size`` items (CPU time). The fastest of
+    many short pieces is what the code costs when no other tenant is in the way; a median of
+    long pieces mixes in however busy the machine happened to be."""
+    best = float("inf")
+    for i in range(0, len(items) - size + 1, size):
+        chunk = items[i:i + size]
+        t0 = cpu_clock()
+        fn(chunk)
+        best = min(best, cpu_clock() - t0)
+    return size / best
 
 
 def dict_loop(count: int = 50_000) -> float:
@@ -167,13 +183,7 @@ def dict_loop(count: int = 50_000) -> float:
         keys = [f"order-{i:014d}" for i in range(count)]
         _DICT.update(table=dict.fromkeys(keys, b""), sample=random.Random(5).choices(keys, k=count))
     get, sample = _DICT["table"].get, _DICT["sample"]
-    best = float("inf")
-    for _ in range(2):
-        t0 = cpu_clock()
-        for key in sample:
-            get(key)
-        best = min(best, cpu_clock() - t0)
-    return len(sample) / best
+    return best_of_chunks(sample, 5_000, lambda chunk: [get(key) for key in chunk])
 
 
 # ---- rocketstore's rates ----
@@ -214,13 +224,20 @@ class Run:
             put(TOPIC, BODY)
         return count / (clock() - t0), (store.max_offset - before) / count
 
+    def _best_chunk_puts(self, store, count) -> float:
+        put = store.put
+
+        def puts(chunk):
+            for _ in chunk:
+                put(TOPIC, BODY)
+        return best_of_chunks(range(count), CHUNK, puts)
+
     def put_single(self) -> float:
         """msg/s of put() into a pre-faulted segment, in CPU seconds."""
         n = self.p["single"]
         path, store = self._prefaulted("single", 128 * MiB)
         try:
-            rate, _ = self._timed_puts(store, n, cpu_clock)
-            return rate
+            return self._best_chunk_puts(store, n)
         finally:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
@@ -244,11 +261,9 @@ class Run:
             lengths = np.full(10_000, len(BODY), dtype=np.int32)
             put_batch = store.put_batch
             before = store.max_offset
-            t0 = cpu_clock()
-            for _ in range(self.p["batch"] // 10_000):
-                put_batch(TOPIC, buffer, lengths=lengths)
-            elapsed = cpu_clock() - t0
-            return (store.max_offset - before) / elapsed
+            calls = self.p["batch"] // 10_000
+            rate = best_of_chunks(range(calls), 1, lambda _: put_batch(TOPIC, buffer, lengths=lengths))
+            return rate * (store.max_offset - before) / calls
         finally:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
@@ -296,23 +311,22 @@ class Run:
     def lookups(self, store, keys) -> float:
         sample = random.Random(7).choices(keys, k=self.p["lookups"])
         query = store.query_by_key
-        t0 = cpu_clock()
-        for key in sample:
-            if not query("Keyed", key, 1):
-                raise RuntimeError(f"key {key} not found")
-        return len(sample) / (cpu_clock() - t0)
+
+        def lookups(chunk):
+            for key in chunk:
+                if not query("Keyed", key, 1):
+                    raise RuntimeError(f"key {key} not found")
+        return best_of_chunks(sample, 2_000, lookups)
 
     def get_message(self, store) -> float:
-        offset = total = 0
-        t0 = cpu_clock()
-        while total < self.p["pulls"]:
-            r = store.get_message("bench", "Keyed", 0, offset, 32)
-            if not r.messages:
-                offset = 0
-                continue
-            total += len(r.messages)
-            offset = r.next_begin_offset
-        return total / (cpu_clock() - t0)
+        """messages/s of get_message pulls of 32, best chunk of 64 pulls"""
+        offsets = list(range(0, self.p["keyed"] - 32, 32))[:self.p["pulls"] // 32]
+
+        def pulls(chunk):
+            for offset in chunk:
+                if len(store.get_message("bench", "Keyed", 0, offset, 32).messages) != 32:
+                    raise RuntimeError("get_message came back short")
+        return 32 * best_of_chunks(offsets, 64, pulls)
 
     @staticmethod
     def scan(store, size) -> float:
@@ -356,7 +370,7 @@ def crc32_rate() -> float:
 
 
 def measure(root: str, p: dict, impl: str) -> dict:
-    """One run: every ratio, each the median of p['reps'] adjacent (rate, limit) pairs."""
+    """One run: every ratio from p['reps'] adjacent (rate, limit) pairs."""
     run = Run(root, impl, p)
     pairs = {name: [] for name in RATIOS}
     limits = {"write_gbps": [], "fdatasync": [], "memcpy_gbps": [], "dict_rate": []}
@@ -388,9 +402,12 @@ def measure(root: str, p: dict, impl: str) -> dict:
     for rep in range(p["reps"]):
         pairs["recovery"].append((run.recovery(path, size), memcpy()))
     shutil.rmtree(path, ignore_errors=True)
-    ratios = {name: statistics.median(rate / limit for rate, limit in got) for name, got in pairs.items()}
-    rates = {name: statistics.median(rate for rate, _ in got) for name, got in pairs.items()}
-    return dict(ratios=ratios, rates=rates, pairs=pairs,
+    # the fastest rate over the reps ÷ the fastest limit over the reps: both are what the machine
+    # does when least disturbed (ratios_median, the median of the adjacent pairs, is kept for comparison)
+    ratios = {name: max(rate for rate, _ in got) / max(limit for _, limit in got) for name, got in pairs.items()}
+    ratios_median = {name: statistics.median(rate / limit for rate, limit in got) for name, got in pairs.items()}
+    rates = {name: max(rate for rate, _ in got) for name, got in pairs.items()}
+    return dict(ratios=ratios, ratios_median=ratios_median, rates=rates, pairs=pairs,
                 limits={k: statistics.median(v) for k, v in limits.items()})
 
 
@@ -441,7 +458,8 @@ def report(runs: list[dict], baseline: dict | None) -> tuple[list[str], list[str
             continue
         floor = b["value"] * (1 - b["tolerance"])
         if now >= floor:
-            verdict = "ok" if now <= b["value"] * (1 + b["tolerance"]) else "ok (faster: consider --update-baseline)"
+            faster = now > b["value"] * (1 + b["tolerance"]) and b.get("gate", True)
+            verdict = "ok (faster: consider --update-baseline)" if faster else "ok"
         elif b.get("gate", True):
             verdict = f"FAIL: {now / b['value']:.2f} × baseline"
             failures.append(f"{name} ({what}) is {now:.4g}, below {floor:.4g} = baseline {b['value']:.4g} "
