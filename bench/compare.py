@@ -685,7 +685,8 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
             c.settle()
             return _result(count, seconds + time.perf_counter() - t0, n)
         _attempt(r, "batch", batch)
-    stored = max(r.get("batch", {}).get("count", 0), r.get("single", {}).get("count", 0))
+    # what the store kept for reading holds: the batch phase's count, or phase (a)'s without one
+    stored = (r["batch"] if "count" in r.get("batch", {}) else r.get("single", {})).get("count", 0)
     if isinstance(c, Rocket):
         def bodies_only():
             c.close()
