@@ -504,10 +504,13 @@ def all_contenders() -> list[Contender]:
 
 def memcpy_gbps(seconds: float = 0.3) -> float:
     src = np.random.default_rng(3).integers(0, 256, 64 * MiB, dtype=np.uint8)
-    dst = np.empty_like(src)
+    dst = np.zeros_like(src)
+    dst[::4096] = 1                 # fault the destination in first: a copy, not page faults
     best = float("inf")
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
+    copies = 0
+    while time.perf_counter() < deadline or copies < 3:
+        copies += 1
         t0 = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t0)
@@ -688,6 +691,20 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     # what the store kept for reading holds: the batch phase's count, or phase (a)'s without one
     stored = (r["batch"] if "count" in r.get("batch", {}) else r.get("single", {})).get("count", 0)
     if isinstance(c, Rocket):
+        def no_key():
+            c.close()
+            bpath = os.path.join(root, "no-key")
+            c.open(bpath)
+            try:
+                put = c.store.put
+                count, seconds = _capped(lambda k, b: put(TOPIC, b), keys, bodies, cap)
+                return _result(count, seconds, n)
+            finally:
+                c.close()
+                shutil.rmtree(bpath, ignore_errors=True)
+                c.open(read_path)
+        _attempt(r, "single_no_key", no_key)
+
         def bodies_only():
             c.close()
             bpath = os.path.join(root, "bodies-only")
@@ -797,6 +814,7 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
 ROWS = [
     # key, label, unit, hardware limit for rocketstore's ratio
     ("single", "(a) put, 1 per call, not durable", "msg", "raw_write"),
+    ("single_no_key", "(a') put, 1 per call, no key: put(topic, body)", "msg", "raw_write"),
     ("batch", f"(b) batch put, {BATCH:,} per call, keyed", "msg", "raw_write"),
     ("batch_bodies", f"(b') batch put, {BATCH:,} bodies per call, no per-message key", "msg", "raw_write"),
     ("durable_4", "(c) durable put, 4 threads", "msg", "fsync_4"),
@@ -952,7 +970,8 @@ def goals_table(agg: dict, limits: dict) -> list[str]:
         rows.append(f"| {what} | {fmt(value)} | {fmt(target)} | {verdict} |")
 
     m = lambda x: f"{x / 1e6:.2f} M msg/s"  # noqa: E731
-    goal("single put (keyed, dispatch included)", _value(ours.get("single"), "msg"), GOALS["single"], m)
+    goal("single put, put(topic, body)", _value(ours.get("single_no_key"), "msg"), GOALS["single"], m)
+    goal("single put, keyed, until indexed", _value(ours.get("single"), "msg"), GOALS["single"], m)
     goal("batch put (bodies only)", _value(ours.get("batch_bodies"), "msg"), GOALS["batch"], m)
     for t in THREADS:
         v = _value(ours.get(f"durable_{t}"), "msg")
