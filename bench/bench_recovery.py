@@ -34,6 +34,8 @@ def closed_store(tmp_path_factory):
 
 def _gbps(benchmark, size):
     benchmark.extra_info["bytes"] = size
+    if benchmark.stats is None:   # --benchmark-disable
+        return
     benchmark.extra_info["GB/s"] = round(size / benchmark.stats.stats.min / 1e9, 3)
 
 

@@ -66,6 +66,10 @@ def run(benchmark, impl, fn, *args, py_rounds=20, py_iterations=1, **kwargs):
 
 
 def rate(benchmark, items):
-    """Record ``items``/s at the fastest round in ``extra_info`` (shown in ``--benchmark-json``)."""
+    """Record ``items``/s at the fastest round in ``extra_info`` (shown in ``--benchmark-json``).
+
+    Under ``--benchmark-disable`` (each benchmark run once, as a smoke test) there are no stats."""
+    if benchmark.stats is None:
+        return
     benchmark.extra_info["items"] = items
     benchmark.extra_info["items/s"] = round(items / benchmark.stats.stats.min)
