@@ -50,6 +50,25 @@ def test_decode_record(benchmark, impl):
     rate(benchmark, 1)
 
 
+def test_encode_batch_10k(benchmark, impl):
+    # encode_record_into one shared buffer, as the store's append does: no allocation per record
+    codec = _codec(impl)
+    size = len(codec.encode_record(**RECORD_ARGS))
+    buf = bytearray(size * BATCH)
+    encode_into = codec.encode_record_into
+    benchmark.group = "encode-batch-10k"
+    benchmark.extra_info["bytes"] = len(buf)
+
+    def encode_all():
+        pos = 0
+        for i in range(BATCH):
+            pos += encode_into(buf, pos, **RECORD_ARGS)
+        return pos
+    end = run(benchmark, impl, encode_all, py_rounds=3)
+    assert end == len(buf) and bytes(buf[:size]) == _impl.PURE.codec.encode_record(**RECORD_ARGS)
+    rate(benchmark, BATCH)
+
+
 def test_decode_batch_10k(benchmark, impl):
     codec = _codec(impl)
     buf = _records(codec, BATCH)

@@ -4,7 +4,11 @@
 
 ``pytest bench`` collects ``bench_*.py`` here (the project's ``python_files`` is for ``tests/``).
 Every store benchmark runs once per implementation (ids ``c`` / ``py``) and names its group after
-the operation, so grouping by group prints the twins one under the other.
+the operation, so grouping by group prints the twins one under the other: ``bench_crc32.py``
+(64 B … 1 MiB), ``bench_engine.py`` (encode/decode of one record and of 10k, single, batch and
+durable puts, reads by offset and msgId), ``bench_queues.py`` (ConsumeQueue reads, get_message,
+query_by_key, index put by dispatch), ``bench_index.py`` (IndexFile put and select) and
+``bench_recovery.py`` (recovery scan, verify). bench/README.md lists the groups.
 """
 
 import os
@@ -62,6 +66,10 @@ def run(benchmark, impl, fn, *args, py_rounds=20, py_iterations=1, **kwargs):
 
 
 def rate(benchmark, items):
-    """Record ``items``/s at the fastest round in ``extra_info`` (shown in ``--benchmark-json``)."""
+    """Record ``items``/s at the fastest round in ``extra_info`` (shown in ``--benchmark-json``).
+
+    Under ``--benchmark-disable`` (each benchmark run once, as a smoke test) there are no stats."""
+    if benchmark.stats is None:
+        return
     benchmark.extra_info["items"] = items
     benchmark.extra_info["items/s"] = round(items / benchmark.stats.stats.min)

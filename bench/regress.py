@@ -1,0 +1,560 @@
+"""Throughput regression check: rocketstore's headline rates as ratios to this machine's own limits.
+
+    python bench/regress.py --quick                  # CI: compare with bench/baseline.json
+    python bench/regress.py --quick --runs 10        # measure the run-to-run spread
+    python bench/regress.py --quick --runs 10 --update-baseline   # record a new baseline
+
+Absolute rates move with the machine (a laptop, a CI runner, a shared VM under load), so every
+headline rate is divided by a limit of the same machine measured in the same run, right beside
+it, each pair repeated ``reps`` times in alternation; the ratio is the fastest rate over the
+fastest limit, each rate itself the fastest of many short pieces (chunks of puts, lookups,
+pulls). On a shared machine, "least disturbed" is repeatable; "typical" is not. Single-threaded
+work (everything but put_fresh, the durable puts and their probes) is timed in CPU seconds of the
+measuring thread (``time.thread_time``), so other tenants taking turns on the cores do not count:
+
+=================  ===========================================================  ==================
+ratio              rocketstore (compiled)                                        ÷ machine limit
+=================  ===========================================================  ==================
+put_single         put() one call per 128-byte message into a pre-faulted        dict lookup loop /s
+                   segment, msg/s
+put_batch          put_batch() 10k bodies per call (buffer + lengths) into a     memcpy GB/s
+                   pre-faulted segment, record bytes/s
+put_fresh          put() one call per message onto fresh pages, wall time,       write() to page cache
+                   record bytes/s
+durable_16         durable put() from 16 threads, msg/s                          16 × fdatasync rate
+crc32              CRC32 of 1 MiB, GB/s                                          memcpy GB/s
+lookup             query_by_key() of random 20-character keys, /s                dict lookup loop /s
+get_message        get_message() pulls of 32 MessageExt, msg/s                   dict lookup loop /s
+scan               columnar scan(), record bytes/s                               memcpy GB/s
+verify             verify(), CommitLog bytes/s                                   memcpy GB/s
+recovery           open of a closed store (CRC scan), bytes/s                    memcpy GB/s
+=================  ===========================================================  ==================
+
+Each ratio is compared with ``bench/baseline.json`` (``--baseline``): the run fails (exit 1,
+naming the ratio) when one drops below ``baseline × (1 − tolerance)``. Every ratio carries its
+own tolerance, derived from the spread of the runs that made the baseline
+(``--update-baseline`` with ``--runs N``): ``max(0.30, 2.5 × the worst drop below the median seen
+in N runs)``. A ratio whose spread is too wide to catch a halving (tolerance 0.5 or more) is
+measured and printed but does not gate. Exit 2: the compiled build is not what would be measured.
+
+The compiled build is required (``--allow-pure`` measures the pure twin instead, for
+curiosity). ``src/`` is used when it holds an in-place build (``python setup.py build_ext
+--inplace``), else the installed package. Stores and probe files live in a temporary directory
+(``--dir``), removed at the end. Every JSON output (``--json``) records ``os.getloadavg()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+_SRC = os.path.join(os.path.dirname(BENCH_DIR), "src")
+if glob.glob(os.path.join(_SRC, "rocketstore", "_store*.so")) and _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+
+import numpy as np  # noqa: E402
+
+from rocketstore import MessageStore, _impl  # noqa: E402
+
+MiB = 1 << 20
+# CPU seconds of the calling thread: a shared machine's other tenants take turns on the cores,
+# which stretches wall time but not the CPU time a piece of code needs. Everything single-threaded
+# is timed with it, numerator and denominator alike; only durable puts (which wait on the disk) and
+# the fdatasync rate use wall time.
+cpu_clock = time.thread_time
+TOPIC = "BenchTopic"
+BODY = bytes(range(128))
+BASELINE = os.path.join(BENCH_DIR, "baseline.json")
+TOLERANCE_FLOOR = 0.30          # never tighter than this, however quiet the runs were
+SPREAD_FACTOR = 2.5             # tolerance = SPREAD_FACTOR × worst drop below the median
+GATE_LIMIT = 0.5                # a ratio needing more tolerance than this cannot catch a halving
+
+QUICK = dict(single=300_000, batch=500_000, keyed=100_000, lookups=30_000, pulls=30_000,
+             write_bytes=128 * MiB, durable_seconds=0.5, fsync_seconds=0.3, reps=5)
+FULL = dict(single=400_000, batch=600_000, keyed=200_000, lookups=100_000, pulls=100_000,
+            write_bytes=256 * MiB, durable_seconds=2.0, fsync_seconds=1.0, reps=5)
+
+# ratio name -> what it divides, for the report
+RATIOS = {
+    "put_single": "put() 1/call msg/s, pre-faulted segment ÷ dict lookup loop /s",
+    "put_batch": "put_batch() 10k/call record bytes/s, pre-faulted ÷ memcpy",
+    "put_fresh": "put() 1/call record bytes/s, fresh pages, wall ÷ write() to page cache",
+    "durable_16": "durable put, 16 threads, msg/s ÷ 16 × fdatasync/s",
+    "crc32": "CRC32 1 MiB GB/s ÷ memcpy GB/s",
+    "lookup": "query_by_key /s ÷ dict lookup loop /s",
+    "get_message": "get_message msg/s ÷ dict lookup loop /s",
+    "scan": "columnar scan record bytes/s ÷ memcpy",
+    "verify": "verify() bytes/s ÷ memcpy",
+    "recovery": "open (CRC scan) bytes/s ÷ memcpy",
+}
+
+
+def log(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+# ---- machine limits ----
+
+def page_cache_write(directory: str, total: int) -> float:
+    """bytes/s (wall) of 1 MiB write() calls to a fresh file, no sync: fresh page-cache pages."""
+    path = os.path.join(directory, "write.probe")
+    chunk = np.random.default_rng(1).integers(0, 256, MiB, dtype=np.uint8).tobytes()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(total // MiB):
+            os.write(fd, chunk)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return total / elapsed
+
+
+def fdatasync_rate(directory: str, seconds: float) -> float:
+    path = os.path.join(directory, "fsync.probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 64 * MiB)
+        os.fdatasync(fd)
+        block, pos, n = b"\x5a" * 4096, 0, 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            os.pwrite(fd, block, pos)
+            os.fdatasync(fd)
+            pos = (pos + 4096) % (64 * MiB)
+            n += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return n / elapsed
+
+
+_MEMCPY = {}
+
+
+def memcpy(seconds: float = 0.1) -> float:
+    """bytes/s of a numpy copy of 64 MiB (beyond the caches), best of a short burst."""
+    if not _MEMCPY:
+        src = np.random.default_rng(3).integers(0, 256, 64 * MiB, dtype=np.uint8)
+        _MEMCPY.update(src=src, dst=np.empty_like(src))
+    src, dst = _MEMCPY["src"], _MEMCPY["dst"]
+    best = float("inf")
+    deadline = cpu_clock() + seconds
+    while cpu_clock() < deadline:
+        t0 = cpu_clock()
+        np.copyto(dst, src)
+        best = min(best, cpu_clock() - t0)
+    return src.nbytes / best
+
+
+_DICT = {}
+CHUNK = 10_000
+
+
+def best_of_chunks(items, size, fn) -> float:
+    """items/s of fn(chunk) at its fastest chunk of ``size`` items (CPU time). The fastest of
+    many short pieces is what the code costs when no other tenant is in the way; a median of
+    long pieces mixes in however busy the machine happened to be."""
+    best = float("inf")
+    for i in range(0, len(items) - size + 1, size):
+        chunk = items[i:i + size]
+        t0 = cpu_clock()
+        fn(chunk)
+        best = min(best, cpu_clock() - t0)
+    return size / best
+
+
+def dict_loop(count: int = 50_000) -> float:
+    """A fixed loop of dict.get over 20-character keys: what one Python-level lookup costs here."""
+    if not _DICT:
+        keys = [f"order-{i:014d}" for i in range(count)]
+        _DICT.update(table=dict.fromkeys(keys, b""), sample=random.Random(5).choices(keys, k=count))
+    get, sample = _DICT["table"].get, _DICT["sample"]
+    return best_of_chunks(sample, 5_000, lambda chunk: [get(key) for key in chunk])
+
+
+# ---- rocketstore's rates ----
+
+class Run:
+    """The stores of one measurement run, under one temporary root."""
+
+    def __init__(self, root: str, impl: str, p: dict):
+        self.root, self.impl, self.p = root, impl, p
+        self.count = 0
+
+    def _path(self, name):
+        self.count += 1
+        return os.path.join(self.root, f"{self.count:03d}-{name}")
+
+    def _open(self, path, **options):
+        options.setdefault("commitlog_file_size", 256 * MiB)
+        store = MessageStore(path, implementation=self.impl, index_slots=500_000,
+                             index_count=2_000_000, **options)
+        store.put(TOPIC, BODY)   # the topic's creation (a config write and fsync) stays untimed
+        return store
+
+    def _prefaulted(self, name, size):
+        """A store whose one ``size``-byte segment the prefault thread has wholly touched: puts
+        into it cost CPU, not first-touch page faults (whose price a VM's host sets, not us)."""
+        path = self._path(name)
+        store = self._open(path, commitlog_file_size=size, prefault_bytes=size)
+        deadline = time.perf_counter() + 20
+        while store.stats()["prefaulted_bytes"] < size - MiB and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        return path, store
+
+    def _timed_puts(self, store, count, clock) -> float:
+        put = store.put
+        before = store.max_offset
+        t0 = clock()
+        for _ in range(count):
+            put(TOPIC, BODY)
+        return count / (clock() - t0), (store.max_offset - before) / count
+
+    def _best_chunk_puts(self, store, count) -> float:
+        put = store.put
+
+        def puts(chunk):
+            for _ in chunk:
+                put(TOPIC, BODY)
+        return best_of_chunks(range(count), CHUNK, puts)
+
+    def put_single(self) -> float:
+        """msg/s of put() into a pre-faulted segment, in CPU seconds."""
+        n = self.p["single"]
+        path, store = self._prefaulted("single", 128 * MiB)
+        try:
+            return self._best_chunk_puts(store, n)
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def put_fresh(self) -> float:
+        """record bytes/s of put() onto fresh pages, wall time (as a user sees it)."""
+        path = self._path("fresh")
+        store = self._open(path)
+        try:
+            rate, size = self._timed_puts(store, self.p["single"], time.perf_counter)
+            return rate * size
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def put_batch(self) -> float:
+        """record bytes/s of put_batch() (10k bodies per call) into a pre-faulted segment, CPU."""
+        path, store = self._prefaulted("batch", 192 * MiB)
+        try:
+            buffer = BODY * 10_000
+            lengths = np.full(10_000, len(BODY), dtype=np.int32)
+            put_batch = store.put_batch
+            before = store.max_offset
+            calls = self.p["batch"] // 10_000
+            rate = best_of_chunks(range(calls), 1, lambda _: put_batch(TOPIC, buffer, lengths=lengths))
+            return rate * (store.max_offset - before) / calls
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def durable(self, threads: int) -> float:
+        path = self._path("durable")
+        store = self._open(path)
+        counts = [0] * threads
+        barrier = threading.Barrier(threads + 1)
+        end = [0.0]
+
+        def worker(i):
+            put, n = store.put, 0
+            barrier.wait()
+            while time.perf_counter() < end[0]:
+                put(TOPIC, BODY, durable=True)
+                n += 1
+            counts[i] = n
+        try:
+            pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+            for t in pool:
+                t.start()
+            t0 = time.perf_counter()
+            end[0] = t0 + self.p["durable_seconds"]
+            barrier.wait()
+            for t in pool:
+                t.join()
+            return sum(counts) / (time.perf_counter() - t0)
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def keyed_store(self):
+        """A closed store of p['keyed'] messages with a 20-character key each: (path, keys, bytes)."""
+        path = self._path("keyed")
+        keys = [f"order-{i:014d}" for i in range(self.p["keyed"])]
+        with self._open(path) as store:
+            store.create_topic("Keyed", 1)
+            put = store.put
+            for key in keys:
+                put("Keyed", BODY, tags="TagA", keys=key)
+            size = store.max_offset - store.min_offset
+        return path, keys, size
+
+    def lookups(self, store, keys) -> float:
+        sample = random.Random(7).choices(keys, k=self.p["lookups"])
+        query = store.query_by_key
+
+        def lookups(chunk):
+            for key in chunk:
+                if not query("Keyed", key, 1):
+                    raise RuntimeError(f"key {key} not found")
+        return best_of_chunks(sample, 2_000, lookups)
+
+    def get_message(self, store) -> float:
+        """messages/s of get_message pulls of 32, best chunk of 64 pulls"""
+        offsets = list(range(0, self.p["keyed"] - 32, 32))[:self.p["pulls"] // 32]
+
+        def pulls(chunk):
+            for offset in chunk:
+                if len(store.get_message("bench", "Keyed", 0, offset, 32).messages) != 32:
+                    raise RuntimeError("get_message came back short")
+        return 32 * best_of_chunks(offsets, 64, pulls)
+
+    @staticmethod
+    def scan(store, size) -> float:
+        """best of 5: one scan of this store takes milliseconds, less than a scheduler tick"""
+        best = float("inf")
+        for _ in range(5):
+            t0 = cpu_clock()
+            n = sum(len(records) for _start, records in store.scan())
+            best = min(best, cpu_clock() - t0)
+            if n < 2:
+                raise RuntimeError("scan found nothing")
+        return size / best
+
+    @staticmethod
+    def verify(store) -> float:
+        t0 = cpu_clock()
+        result = store.verify()
+        elapsed = cpu_clock() - t0
+        if not result["ok"]:
+            raise RuntimeError(f"verify found problems: {result['problems'][:3]}")
+        return result["bytes"] / elapsed
+
+    def recovery(self, path, size) -> float:
+        t0 = cpu_clock()
+        store = MessageStore(path, implementation=self.impl)
+        elapsed = cpu_clock() - t0
+        store.close()
+        return size / elapsed
+
+
+def crc32_rate() -> float:
+    crc = _impl.get(None).crc32.crc32
+    data = random.Random(1).randbytes(MiB)
+    best = float("inf")
+    for _ in range(20):
+        t0 = cpu_clock()
+        for _ in range(4):
+            crc(data)
+        best = min(best, (cpu_clock() - t0) / 4)
+    return MiB / best
+
+
+def measure(root: str, p: dict, impl: str) -> dict:
+    """One run: every ratio from p['reps'] adjacent (rate, limit) pairs."""
+    run = Run(root, impl, p)
+    pairs = {name: [] for name in RATIOS}
+    limits = {"write_gbps": [], "fdatasync": [], "memcpy_gbps": [], "dict_rate": []}
+    path, keys, size = run.keyed_store()
+    store = MessageStore(path, implementation=impl, read_only=True)
+    try:
+        # the read-only store's index and queues are on disk; warm them once, untimed
+        run.lookups(store, keys)
+        for rep in range(p["reps"]):
+            w = page_cache_write(root, p["write_bytes"])
+            pairs["put_fresh"].append((run.put_fresh(), w))
+            pairs["put_single"].append((run.put_single(), dict_loop()))
+            pairs["put_batch"].append((run.put_batch(), memcpy()))
+            f = fdatasync_rate(root, p["fsync_seconds"])
+            pairs["durable_16"].append((run.durable(16), 16 * f))
+            m = memcpy()
+            pairs["crc32"].append((crc32_rate(), m))
+            d = dict_loop()
+            pairs["lookup"].append((run.lookups(store, keys), d))
+            pairs["get_message"].append((run.get_message(store), dict_loop()))
+            pairs["scan"].append((run.scan(store, size), memcpy()))
+            pairs["verify"].append((run.verify(store), memcpy()))
+            limits["write_gbps"].append(w / 1e9)
+            limits["fdatasync"].append(f)
+            limits["memcpy_gbps"].append(m / 1e9)
+            limits["dict_rate"].append(d)
+    finally:
+        store.close()
+    for rep in range(p["reps"]):
+        pairs["recovery"].append((run.recovery(path, size), memcpy()))
+    shutil.rmtree(path, ignore_errors=True)
+    # the fastest rate over the reps ÷ the fastest limit over the reps: both are what the machine
+    # does when least disturbed (ratios_median, the median of the adjacent pairs, is kept for comparison)
+    ratios = {name: max(rate for rate, _ in got) / max(limit for _, limit in got) for name, got in pairs.items()}
+    ratios_median = {name: statistics.median(rate / limit for rate, limit in got) for name, got in pairs.items()}
+    rates = {name: max(rate for rate, _ in got) for name, got in pairs.items()}
+    return dict(ratios=ratios, ratios_median=ratios_median, rates=rates, pairs=pairs,
+                limits={k: statistics.median(v) for k, v in limits.items()})
+
+
+# ---- baseline ----
+
+def derive(runs: list[dict]) -> dict:
+    """name -> {value, tolerance, gate, spread}: the baseline entry of each ratio from N runs."""
+    out = {}
+    for name in RATIOS:
+        values = [r["ratios"][name] for r in runs]
+        med = statistics.median(values)
+        drop = max(0.0, 1 - min(values) / med) if med else 1.0
+        rise = max(0.0, max(values) / med - 1) if med else 0.0
+        tolerance = round(max(TOLERANCE_FLOOR, SPREAD_FACTOR * drop), 3)
+        out[name] = dict(value=med, tolerance=min(tolerance, 0.95), gate=tolerance < GATE_LIMIT,
+                         spread=dict(runs=len(values), min=min(values), median=med, max=max(values),
+                                     worst_drop=round(drop, 4), worst_rise=round(rise, 4),
+                                     relative_range=round((max(values) - min(values)) / med, 4) if med else None))
+    return out
+
+
+def machine() -> dict:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+    except OSError:
+        pass
+    compiled = _impl.COMPILED
+    return dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), python=platform.python_version(),
+                rocketstore=os.path.dirname(_impl.__file__),
+                crc32_path=compiled.crc32.IMPLEMENTATION if compiled else None)
+
+
+def report(runs: list[dict], baseline: dict | None) -> tuple[list[str], list[str]]:
+    """(table lines, failures)."""
+    lines = ["| ratio | this run" + (f" (median of {len(runs)})" if len(runs) > 1 else "")
+             + " | baseline | tolerance | floor | verdict |", "|---|---|---|---|---|---|"]
+    failures = []
+    base = (baseline or {}).get("ratios", {})
+    for name, what in RATIOS.items():
+        values = [r["ratios"][name] for r in runs]
+        now = statistics.median(values)
+        spread = "" if len(values) < 2 else f" [{min(values):.3g} … {max(values):.3g}]"
+        b = base.get(name)
+        if b is None:
+            lines.append(f"| {name}: {what} | {now:.4g}{spread} | — | — | — | no baseline |")
+            continue
+        floor = b["value"] * (1 - b["tolerance"])
+        if now >= floor:
+            faster = now > b["value"] * (1 + b["tolerance"]) and b.get("gate", True)
+            verdict = "ok (faster: consider --update-baseline)" if faster else "ok"
+        elif b.get("gate", True):
+            verdict = f"FAIL: {now / b['value']:.2f} × baseline"
+            failures.append(f"{name} ({what}) is {now:.4g}, below {floor:.4g} = baseline {b['value']:.4g} "
+                            f"× (1 − {b['tolerance']:.2f}): {1 - now / b['value']:.0%} slower")
+        else:
+            verdict = f"low ({now / b['value']:.2f} × baseline), not gating: its spread is too wide"
+        lines.append(f"| {name}: {what} | {now:.4g}{spread} | {b['value']:.4g} | {b['tolerance']:.2f}"
+                     f"{'' if b.get('gate', True) else ' (not gating)'} | {floor:.4g} | {verdict} |")
+    return lines, failures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the short version CI runs (well under 2 minutes)")
+    ap.add_argument("--runs", type=int, default=1, help="whole measurement runs; > 1 prints their spread")
+    ap.add_argument("--baseline", default=BASELINE, help="baseline JSON (default bench/baseline.json)")
+    ap.add_argument("--update-baseline", action="store_true",
+                    help="write the baseline from these runs (tolerances from their spread; use --runs >= 10)")
+    ap.add_argument("--json", help="write every run's rates, limits and ratios here")
+    ap.add_argument("--dir", help="where stores and probe files go (default: a temp dir, removed)")
+    ap.add_argument("--allow-pure", action="store_true", help="measure the pure-Python twin if not built")
+    args = ap.parse_args(argv)
+    p = QUICK if args.quick else FULL
+
+    if _impl.COMPILED is None and not args.allow_pure:
+        print(f"regress: the compiled build did not load ({_impl.IMPORT_ERROR}); build it "
+              "(pip install . or python setup.py build_ext --inplace) or pass --allow-pure", file=sys.stderr)
+        return 2
+    impl = "c" if _impl.COMPILED is not None else "py"
+    facts = machine()
+    load_before = os.getloadavg()
+    log(f"rocketstore from {facts['rocketstore']} (implementation {impl}, CRC32 {facts['crc32_path']}); "
+        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    runs = []
+    t_start = time.perf_counter()
+    for i in range(args.runs):
+        root = tempfile.mkdtemp(prefix="rocketstore-regress-", dir=args.dir)
+        try:
+            t0 = time.perf_counter()
+            result = measure(root, p, impl)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        result["seconds"] = time.perf_counter() - t0
+        result["loadavg"] = os.getloadavg()
+        runs.append(result)
+        log(f"run {i + 1}/{args.runs}: {result['seconds']:.0f} s, load {result['loadavg'][0]:.2f}; "
+            + ", ".join(f"{k} {v:.3g}" for k, v in result["ratios"].items()))
+    load_after = os.getloadavg()
+
+    baseline = None
+    if os.path.exists(args.baseline) and not args.update_baseline:
+        with open(args.baseline) as f:
+            baseline = json.load(f)
+        if baseline.get("quick") != args.quick:
+            print(f"regress: {args.baseline} was made {'with' if baseline.get('quick') else 'without'} "
+                  f"--quick; compare like with like", file=sys.stderr)
+            return 2
+    lines, failures = report(runs, baseline)
+    print(f"rocketstore regression check ({'quick' if args.quick else 'full'}), {args.runs} run(s), "
+          f"{time.perf_counter() - t_start:.0f} s; {facts['nproc']} CPUs, {facts['cpu']}, Python {facts['python']}, "
+          f"implementation {impl}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+    print("\n".join(lines))
+    if len(runs) > 1:
+        print(f"\nspread over {len(runs)} runs (worst drop below the median → the tolerance it implies):")
+        for name, entry in derive(runs).items():
+            s = entry["spread"]
+            print(f"  {name:12s} min {s['min']:.4g}  median {s['median']:.4g}  max {s['max']:.4g}  "
+                  f"range {s['relative_range']:.1%}  worst drop {s['worst_drop']:.1%} → tolerance "
+                  f"{entry['tolerance']:.2f}{'' if entry['gate'] else ' (too wide to gate)'}")
+    out = dict(when=time.strftime("%Y-%m-%d %H:%M:%S %Z"), quick=args.quick, machine=facts, params=p,
+               loadavg_before=load_before, loadavg_after=load_after, runs=runs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    if args.update_baseline:
+        if len(runs) < 10:
+            log(f"note: a baseline from {len(runs)} run(s); tolerances are only as good as the spread seen (use --runs 10)")
+        with open(args.baseline, "w") as f:
+            json.dump(dict(out, ratios=derive(runs), tolerance_rule=(
+                f"max({TOLERANCE_FLOOR}, {SPREAD_FACTOR} × worst drop below the median over the runs); "
+                f"a ratio whose tolerance reaches {GATE_LIMIT} is reported but does not gate")), f, indent=1)
+            f.write("\n")
+        print(f"\nwrote {args.baseline}")
+        return 0
+    if baseline is None:
+        print(f"\nno baseline at {args.baseline}: make one with --runs 10 --update-baseline")
+        return 0
+    if failures:
+        print("\nREGRESSION: " + "\nREGRESSION: ".join(failures))
+    gated = [n for n in RATIOS if baseline["ratios"].get(n, {}).get("gate", False)]
+    # the plain closing line CI systems read: gating ratios checked, the others skipped
+    print(f"\nregress: {len(gated) - len(failures)} passed, {len(failures)} failed, "
+          f"{len(RATIOS) - len(gated)} skipped")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
