@@ -75,6 +75,17 @@ class Unsupported(Exception):
     """A contender lacks what a phase needs; the message says what ("no batch API")."""
 
 
+def count_until(items, cap: float) -> int:
+    """How many of ``items`` are taken before ``cap`` seconds pass (the clock is read once per
+    CHECK_EVERY items), or all of them."""
+    n = 0
+    deadline = time.perf_counter() + cap
+    for n, _item in enumerate(items, 1):
+        if not n % CHECK_EVERY and time.perf_counter() > deadline:
+            break
+    return n
+
+
 def _key(i: int) -> str:
     return f"key-{i:016d}"          # 20 characters
 
@@ -180,12 +191,7 @@ class Rocket(Contender):
         self.store._dispatcher.catch_up()
 
     def read_all(self, cap):
-        n = 0
-        deadline = time.perf_counter() + cap
-        for n, _msg in enumerate(self.store.iter_messages(), 1):
-            if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                break
-        return n
+        return count_until(self.store.iter_messages(), cap)
 
     def scan_all(self) -> int:
         return sum(len(records) for _start, records in self.store.scan())
@@ -234,13 +240,8 @@ class Lmdb(Contender):
     durable_putter = putter
 
     def read_all(self, cap):
-        n = 0
-        deadline = time.perf_counter() + cap
         with self.env.begin() as txn:
-            for n, _item in enumerate(txn.cursor(), 1):
-                if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                    break
-        return n
+            return count_until(txn.cursor(), cap)
 
     def getter(self):
         txn = self.env.begin()
@@ -285,12 +286,7 @@ class Rocks(Contender):
         return one
 
     def read_all(self, cap):
-        n = 0
-        deadline = time.perf_counter() + cap
-        for n, _item in enumerate(self.db.items(), 1):
-            if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                break
-        return n
+        return count_until(self.db.items(), cap)
 
     def getter(self):
         return self.db.get
@@ -327,12 +323,7 @@ class Level(Contender):
         return one
 
     def read_all(self, cap):
-        n = 0
-        deadline = time.perf_counter() + cap
-        for n, _item in enumerate(self.db, 1):
-            if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                break
-        return n
+        return count_until(self.db, cap)
 
     def getter(self):
         return self.db.get
@@ -393,12 +384,7 @@ class Sqlite(Contender):
         return one
 
     def read_all(self, cap):
-        n = 0
-        deadline = time.perf_counter() + cap
-        for n, _row in enumerate(self.conn.execute("SELECT key, value FROM kv"), 1):
-            if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                break
-        return n
+        return count_until(self.conn.execute("SELECT key, value FROM kv"), cap)
 
     def getter(self):
         execute = self.conn.execute
@@ -443,14 +429,8 @@ class DiskCache(Contender):
 
     def read_all(self, cap):
         # no value iterator: keys in insertion order, then a get each
-        n = 0
-        deadline = time.perf_counter() + cap
         get = self.cache.get
-        for n, key in enumerate(self.cache.iterkeys(), 1):
-            get(key)
-            if not n % CHECK_EVERY and time.perf_counter() > deadline:
-                break
-        return n
+        return count_until((get(key) for key in self.cache.iterkeys()), cap)
 
     def getter(self):
         return self.cache.get
@@ -909,7 +889,7 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
     ratios = {}
     peers = [n for n in names if not n.startswith("rocketstore")]
     for row, label, unit, kind in ROWS:
-        cells = [agg.get(n, {}).get(row) for n in names]
+        cells = [agg[n].get(row) if isinstance(agg.get(n), dict) else None for n in names]
         if all(c is None for c in cells):
             continue
         texts = [cell_text(c if c is not None else (agg[n] if isinstance(agg.get(n), str) else None), unit)

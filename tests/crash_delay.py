@@ -31,12 +31,13 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
+
+from crash_harness import spawn_child
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPEED = 1000                     # the child's delay clock runs this much faster than real time
@@ -100,11 +101,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
 
 def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
     """Start a child, SIGKILL it at a random moment; returns (acked UNIQ_KEYs, reconciled on open)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "child", path,
-                              implementation, str(rng.randrange(2**32))],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    child = spawn_child(__file__, path, implementation, rng, src)
     try:
         first = child.stdout.readline().split()
         if not first or first[0] != b"READY":

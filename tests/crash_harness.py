@@ -122,13 +122,19 @@ class Acked:
         self.crc, self.offset, self.size = int(crc), int(offset), int(size)
 
 
-def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
-    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
+def spawn_child(script: str, path: str, implementation: str, rng: random.Random, src: str):
+    """``python script child <path> <implementation> <seed>`` importing the package in ``src``,
+    with its stdout and stderr piped (crash_delay.py starts its writers the same way)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "child", path,
-                              implementation, str(rng.randrange(2**32))],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return subprocess.Popen([sys.executable, os.path.abspath(script), "child", path,
+                             implementation, str(rng.randrange(2**32))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
+    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
+    child = spawn_child(__file__, path, implementation, rng, src)
     try:
         first = child.stdout.readline()
         if first != b"READY\n":
