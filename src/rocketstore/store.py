@@ -984,6 +984,45 @@ class MessageStore:
             raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
         return cq.units(start, count)
 
+    def records_at(self, commitlog_offsets, sizes, *, check_crc: bool = True):
+        """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
+        columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
+        ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
+        segment, kept alive by whoever holds it). Records that follow one another are decoded in
+        one C call. A unit with no whole, undamaged record of that size raises
+        ``MessageNotFoundError`` rather than skipping it (a queue range must be exact)."""
+        self._check_open()
+        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if len(offsets) != len(sizes):
+            raise ValueError("commitlog_offsets and sizes differ in length")
+        if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
+            raise ValueError("commitlog_offsets must be strictly ascending")
+        codec = self._codec
+        i, n = 0, len(offsets)
+        while i < n:
+            mf = self._segments.find(int(offsets[i]))
+            if mf is None:
+                raise MessageNotFoundError(f"no message at commitlog offset {int(offsets[i])}")
+            base, limit = mf.file_from_offset, self._readable_end(mf)
+            j = int(np.searchsorted(offsets, mf.end_offset, side="left"))
+            pos, size = offsets[i:j] - base, sizes[i:j]
+            breaks = np.flatnonzero(pos[1:] != pos[:-1] + size[:-1]) + 1
+            view = mf.view(0, limit)
+            parts = []
+            for a, b in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [j - i]))):
+                lo, hi = int(pos[a]), int(pos[b - 1] + size[b - 1])
+                if hi > limit:
+                    raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
+                rows, stop, _reason = codec.decode_batch(view, lo, hi, check_crc=check_crc,
+                                                         max_records=int(b - a))
+                if len(rows) != b - a or (rows["size"] != size[a:b]).any():
+                    raise MessageNotFoundError(
+                        f"no valid message of the expected size at commitlog offset {base + stop}")
+                parts.append(rows)
+            yield base, view, (parts[0] if len(parts) == 1 else np.concatenate(parts))
+            i = j
+
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
         cq = self._queue(topic, queue_id)

@@ -1,0 +1,567 @@
+"""PySpark (>= 4.0) data source ``rocketstore``: read and write store directories from Spark.
+
+>>> from rocketstore.spark import register                      # doctest: +SKIP
+>>> register(spark)
+>>> df = spark.read.format("rocketstore").option("subscribe", "TopicA").load("/data/store")
+>>> df.write.format("rocketstore").mode("append").save("/data/other-store")
+
+Built on PySpark's Python data source API (``pyspark.sql.datasource``); no jar. Design, API facts
+and pitfalls: ``shared/spec/pyspark-datasource.md``. Rows leave ``read()`` as ``pyarrow``
+record batches built column by column from the C decoder's ``RECORD_DTYPE`` rows: bodies, topics
+and properties are gathered by Arrow ``take`` over a zero-copy wrap of the segment map, never
+through a Python object per row.
+
+Schema (fixed; a user ``.schema(...)`` naming a subset of these columns is the projection,
+``includeBody=false`` drops ``body``)::
+
+    topic STRING, queueId INT, queueOffset BIGINT, commitLogOffset BIGINT, brokerName STRING,
+    body BINARY, tags STRING, keys STRING, properties MAP<STRING,STRING>, msgId STRING,
+    flag INT, sysFlag INT, reconsumeTimes INT, bornTimestamp TIMESTAMP, storeTimestamp TIMESTAMP,
+    bornHost STRING, storeHost STRING
+
+``msgId`` is the offsetMsgId (store host, port and CommitLog offset in upper-case hex, as
+``MessageExt.msg_id``); hosts read ``ip:port`` (``[ip]:port`` for IPv6).
+
+Batch read options (names as Spark's Kafka source where the meaning matches): ``path`` (from
+``load(p)``) or ``paths`` (JSON list, from ``load([..])``, or comma-separated); at most one of
+``subscribe`` (comma list), ``subscribePattern`` (regex) and ``assign`` (JSON
+``{"topic": [queueIds]}``), all topics when none; ``startingOffsets`` / ``endingOffsets``:
+``earliest``, ``latest`` or JSON ``{"topic": {"queueId": offset}}`` (-2 earliest, -1 latest;
+three levels ``{"topic": {"broker": {"queueId": offset}}}`` when several stores are read);
+``maxRecordsPerPartition`` (default 1,000,000), ``minPartitions``, ``includeBody`` (true),
+``brokerName`` (one store only; default: the store directory's name), ``failOnDataLoss`` (true:
+a starting offset below what retention kept raises), ``arrowBatchRows`` (32768).
+
+Where code runs: ``partitions()`` in a planner process on the driver host, ``read()`` in executor
+Python workers, so every executor must be able to open every store path (Spark's API has no
+locality hint: use local mode or a shared filesystem). Workers import this module, so install
+rocketstore into the interpreter ``PYSPARK_PYTHON`` names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
+                                    InputPartition, WriterCommitMessage)
+
+__all__ = ["register", "RocketStoreDataSource", "SCHEMA_DDL", "COLUMNS", "arrow_schema"]
+
+#: (column, Spark DDL type) in schema order.
+COLUMNS = (
+    ("topic", "STRING"), ("queueId", "INT"), ("queueOffset", "BIGINT"), ("commitLogOffset", "BIGINT"),
+    ("brokerName", "STRING"), ("body", "BINARY"), ("tags", "STRING"), ("keys", "STRING"),
+    ("properties", "MAP<STRING,STRING>"), ("msgId", "STRING"), ("flag", "INT"), ("sysFlag", "INT"),
+    ("reconsumeTimes", "INT"), ("bornTimestamp", "TIMESTAMP"), ("storeTimestamp", "TIMESTAMP"),
+    ("bornHost", "STRING"), ("storeHost", "STRING"),
+)
+_COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+
+EARLIEST, LATEST = -2, -1
+DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
+DEFAULT_ARROW_BATCH_ROWS = 32768
+FORMAT_NAME = "rocketstore"
+
+
+def register(spark) -> None:
+    """Register the ``rocketstore`` format with ``spark`` (per session; a second call is a no-op)."""
+    try:
+        spark.dataSource.register(RocketStoreDataSource)
+    except Exception as exc:            # 4.0 refuses a name auto-discovery registered already
+        if "ALREADY_EXISTS" not in str(exc):
+            raise
+
+
+def arrow_schema(columns=_COLUMN_NAMES):
+    """The pyarrow schema Spark expects for ``columns`` (types and nullability must match
+    exactly: Spark checks ``Schema.equals``); every field is nullable, as Spark's are."""
+    import pyarrow as pa
+    types = {
+        "STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(), "BINARY": pa.binary(),
+        "MAP<STRING,STRING>": pa.map_(pa.string(), pa.string()),
+        "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    }
+    kinds = dict(COLUMNS)
+    return pa.schema([pa.field(name, types[kinds[name]], nullable=True) for name in columns])
+
+
+def _bool_option(options, name: str, default: bool) -> bool:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    if value.strip().lower() in ("true", "1", "yes"):
+        return True
+    if value.strip().lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {name} must be true or false, not {value!r}")
+
+
+def _int_option(options, name: str, default: Optional[int]) -> Optional[int]:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, not {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"option {name} must be positive, not {number}")
+    return number
+
+
+def _store_paths(options) -> list[str]:
+    if options.get("paths"):
+        raw = options["paths"]
+        paths = json.loads(raw) if raw.lstrip().startswith("[") else raw.split(",")
+    elif options.get("path"):
+        paths = [options["path"]]
+    else:
+        raise ValueError("rocketstore needs a store path: load(path), load([paths]) or option paths")
+    paths = [os.path.abspath(p.strip()) for p in paths if p.strip()]
+    if not paths:
+        raise ValueError("rocketstore needs at least one store path")
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# The data source
+
+class RocketStoreDataSource(DataSource):
+    """``format("rocketstore")``: batch reads and batch writes of rocketstore / RocketMQ stores."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self):
+        if not _bool_option(self.options, "includeBody", True):
+            return ", ".join(f"{n} {k}" for n, k in COLUMNS if n != "body")
+        return SCHEMA_DDL
+
+    def reader(self, schema):
+        return RocketStoreReader([f.name for f in schema.fields], dict(self.options))
+
+    def writer(self, schema, overwrite: bool):
+        if overwrite:
+            raise ValueError("rocketstore appends only: use .mode(\"append\") (a store is a log; "
+                             "overwrite would mean deleting messages)")
+        return RocketStoreWriter(dict(self.options), [f.name for f in schema.fields])
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch read
+
+@dataclass
+class QueueRange(InputPartition):
+    """Queue offsets [start, end) of one ConsumeQueue of one store: small and picklable."""
+    root: str
+    broker: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def _broker_name(root: str, options, many: bool) -> str:
+    if options.get("brokername") and not many:
+        return options["brokername"]
+    return os.path.basename(root.rstrip(os.sep)) or root
+
+
+def _select_topics(options, topics) -> dict:
+    """{topic: queue ids or None (all)} the options select among ``topics``."""
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
+    if len(chosen) > 1:
+        raise ValueError("give only one of subscribe, subscribePattern and assign")
+    if not chosen:
+        return {t: None for t in topics}
+    kind, value = chosen[0], options[chosen[0]]
+    if kind == "subscribe":
+        return {t.strip(): None for t in value.split(",") if t.strip()}
+    if kind == "subscribepattern":
+        pattern = re.compile(value)
+        return {t: None for t in topics if pattern.fullmatch(t)}
+    assign = json.loads(value)
+    if not isinstance(assign, dict):
+        raise ValueError('assign must be JSON like {"TopicA": [0, 1]}')
+    return {t: {int(q) for q in ids} for t, ids in assign.items()}
+
+
+def _offset_spec(options, name: str, default: str):
+    value = options.get(name.lower(), default).strip()
+    if value in ("earliest", "latest"):
+        return value
+    spec = json.loads(value)
+    if not isinstance(spec, dict):
+        raise ValueError(f"{name} must be earliest, latest or JSON {{\"topic\": {{\"queueId\": offset}}}}")
+    return spec
+
+
+def _resolve(spec, topic, broker, queue_id, lo, hi, many) -> int:
+    """One queue's offset from a startingOffsets/endingOffsets spec; ``lo``/``hi`` its bounds."""
+    if spec == "earliest":
+        return lo
+    if spec == "latest":
+        return hi
+    per_topic = spec.get(topic)
+    if per_topic is None:
+        return None
+    if many:
+        per_topic = per_topic.get(broker, {})
+    value = per_topic.get(str(queue_id))
+    if value is None:
+        return None
+    value = int(value)
+    return lo if value == EARLIEST else hi if value == LATEST else value
+
+
+class RocketStoreReader(DataSourceReader):
+    """Batch reader: one partition per queue offset range (split by maxRecordsPerPartition)."""
+
+    def __init__(self, columns, options):
+        unknown = [c for c in columns if c not in _COLUMN_NAMES]
+        if unknown:
+            raise ValueError(f"rocketstore has no column(s) {unknown}; its schema is: {SCHEMA_DDL}")
+        self.columns = list(columns)
+        self.options = options
+        self.paths = _store_paths(options)
+        self.batch_rows = _int_option(options, "arrowBatchRows", DEFAULT_ARROW_BATCH_ROWS)
+
+    def partitions(self):
+        from rocketstore.store import MessageStore
+        options = self.options
+        starting = _offset_spec(options, "startingOffsets", "earliest")
+        ending = _offset_spec(options, "endingOffsets", "latest")
+        max_rows = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION)
+        min_parts = _int_option(options, "minPartitions", None)
+        fail_on_loss = _bool_option(options, "failOnDataLoss", True)
+        many = len(self.paths) > 1
+        ranges = []
+        for root in self.paths:
+            broker = _broker_name(root, options, many)
+            with MessageStore(root, read_only=True) as store:
+                queues = store.queues()
+                wanted = _select_topics(options, sorted({t for t, _ in queues}))
+                for (topic, queue_id), (lo, hi) in sorted(queues.items()):
+                    if topic not in wanted or (wanted[topic] is not None and queue_id not in wanted[topic]):
+                        continue
+                    start = _resolve(starting, topic, broker, queue_id, lo, hi, many)
+                    end = _resolve(ending, topic, broker, queue_id, lo, hi, many)
+                    start = lo if start is None else start
+                    end = hi if end is None else min(end, hi)
+                    if start < lo:
+                        if fail_on_loss:
+                            raise ValueError(
+                                f"{topic}-{queue_id} on {broker}: starting offset {start} is below the "
+                                f"queue's first kept offset {lo} (retention deleted it); "
+                                "set failOnDataLoss=false to start at the first kept offset")
+                        start = lo
+                    if end > start:
+                        ranges.append(QueueRange(root, broker, topic, queue_id, start, end))
+        total = sum(r.end - r.start for r in ranges)
+        if min_parts and total:
+            max_rows = min(max_rows, max(1, -(-total // min_parts)))
+        parts = []
+        for r in ranges:
+            for s in range(r.start, r.end, max_rows):
+                parts.append(QueueRange(r.root, r.broker, r.topic, r.queue_id, s, min(r.end, s + max_rows)))
+        return parts     # a list: Spark refuses a tuple or generator
+
+    def read(self, partition) -> Iterator:
+        return read_queue_range(partition, self.columns, self.batch_rows)
+
+
+_STORES: dict = {}
+
+
+def _open_read_only(root: str):
+    """A read-only store per root, kept per worker process (Spark reuses Python workers); a
+    store written by someone else meanwhile is re-opened so its new tail is seen."""
+    from rocketstore.store import MessageStore
+    store = _STORES.get(root)
+    if store is None or store.closed:
+        store = _STORES[root] = MessageStore(root, read_only=True)
+    return store
+
+
+def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
+    """Yield ``pyarrow.RecordBatch`` es of ``columns`` for queue range ``p`` (plain Python: callable
+    without Spark)."""
+    import numpy as np
+    from rocketstore.store import MessageStore
+    with MessageStore(p.root, read_only=True) as store:
+        q = p.start
+        while q < p.end:
+            units = store.queue_units(p.topic, p.queue_id, q, min(batch_rows, p.end - q))
+            if not len(units):
+                raise ValueError(f"{p.topic}-{p.queue_id}: no ConsumeQueue units at offset {q}")
+            offsets = units["commitlog_offset"].astype(np.int64)
+            sizes = units["size"].astype(np.int64)
+            for _base, view, rows in store.records_at(offsets, sizes):
+                yield _record_batch(rows, view, columns, p.topic, p.broker)
+            q += len(units)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow columns from RECORD_DTYPE rows over one segment view
+
+def _slices(buffer, starts, lengths, kind):
+    """A binary/string array of ``buffer[starts[i]:starts[i]+lengths[i]]``: offsets over the
+    zero-copy buffer (values and the gaps between them), then one Arrow ``take`` of the values.
+    ``starts`` must be ascending and non-overlapping, as records in one segment are."""
+    import numpy as np
+    import pyarrow as pa
+    n = len(starts)
+    if n == 0:
+        return pa.array([], type=kind)
+    starts = starts.astype(np.int64)
+    ends = starts + lengths.astype(np.int64)
+    first = int(starts[0])
+    edges = np.empty(2 * n, dtype=np.int64)
+    edges[0::2] = starts - first
+    edges[1::2] = ends - first
+    data = pa.py_buffer(buffer)[first:int(ends[-1])]
+    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1,
+                                  [None, pa.py_buffer(edges.astype(np.int32)), data])
+    values = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    return values if kind == pa.binary() else values.cast(kind)
+
+
+def _constant_strings(value: str, n: int):
+    import numpy as np
+    import pyarrow as pa
+    raw = value.encode("utf-8")
+    offsets = (np.arange(n + 1, dtype=np.int32) * len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def _properties_map(strings):
+    """``name\\x01value\\x02`` strings to a map array, by RocketMQ's lenient rule (a piece is
+    kept when it has a non-empty name and value; the value may contain 0x01)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    pieces = pc.split_pattern(strings, "\x02")
+    flat = pieces.flatten()
+    pair = pc.split_pattern(flat, "\x01", max_splits=1)
+    names = pc.list_element(pc.if_else(pc.greater_equal(pc.list_value_length(pair), 2), pair,
+                                       pa.scalar(["", ""], pa.list_(pa.string()))), 0)
+    values = pc.list_element(pc.if_else(pc.greater_equal(pc.list_value_length(pair), 2), pair,
+                                        pa.scalar(["", ""], pa.list_(pa.string()))), 1)
+    keep = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
+    # Which row each piece belongs to, and per-row counts of kept pieces: the map's offsets.
+    import numpy as np
+    lengths = pc.list_value_length(pieces).to_numpy(zero_copy_only=False).astype(np.int64)
+    row_of = np.repeat(np.arange(len(strings)), lengths)
+    kept = keep.to_numpy(zero_copy_only=False)
+    counts = np.bincount(row_of[kept], minlength=len(strings))
+    offsets = np.zeros(len(strings) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), names.filter(keep), values.filter(keep))
+
+
+_HEX = None
+
+
+def _msg_ids(rows):
+    """offsetMsgId per row: store host (4 bytes), port, CommitLog offset as upper-case hex."""
+    import numpy as np
+    import pyarrow as pa
+    from rocketstore._codec_py import SYSFLAG_STOREHOST_V6, make_offset_msg_id
+    from rocketstore.message import host_from_bytes
+    global _HEX
+    n = len(rows)
+    if (rows["sys_flag"] & SYSFLAG_STOREHOST_V6).any():      # rare: per row
+        return pa.array([make_offset_msg_id(bytes(r["store_host"])[:16 if r["sys_flag"] & SYSFLAG_STOREHOST_V6 else 4],
+                                            int(r["store_port"]), int(r["physical_offset"])) for r in rows],
+                        type=pa.string())
+    if _HEX is None:
+        _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
+    raw = np.empty((n, 16), dtype=np.uint8)
+    raw[:, :4] = np.ascontiguousarray(rows["store_host"]).view(np.uint8).reshape(n, 16)[:, :4]
+    raw[:, 4:8] = np.ascontiguousarray(rows["store_port"], dtype=">i4").view(np.uint8).reshape(n, 4)
+    raw[:, 8:] = np.ascontiguousarray(rows["physical_offset"], dtype=">i8").view(np.uint8).reshape(n, 8)
+    text = np.ascontiguousarray(_HEX[raw]).tobytes()
+    offsets = np.arange(n + 1, dtype=np.int32) * 32
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def _hosts(rows, host_field: str, port_field: str, v6_flag: int):
+    """``ip:port`` per row, formatted once per distinct (address, port)."""
+    import numpy as np
+    import pyarrow as pa
+    from rocketstore.message import host_from_bytes
+    v6 = (rows["sys_flag"] & v6_flag) != 0
+    key = np.empty(len(rows), dtype=[("h", "S16"), ("p", "<i4"), ("v6", "?")])
+    key["h"], key["p"], key["v6"] = rows[host_field], rows[port_field], v6
+    unique, inverse = np.unique(key, return_inverse=True)
+    texts = []
+    for h, port, is_v6 in unique:
+        raw = bytes(h).ljust(16, b"\0")
+        texts.append(f"[{host_from_bytes(raw)}]:{port}" if is_v6 else f"{host_from_bytes(raw[:4])}:{port}")
+    return pa.array(texts, type=pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
+
+
+def _timestamps(ms):
+    import numpy as np
+    import pyarrow as pa
+    return pa.array(ms.astype(np.int64) * 1000, type=pa.timestamp("us", tz="UTC"))
+
+
+def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
+    """One RecordBatch of ``columns`` for ``rows`` (RECORD_DTYPE over ``view``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from rocketstore._codec_py import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+    n = len(rows)
+    props = pmap = None
+
+    def properties():
+        nonlocal props, pmap
+        if pmap is None:
+            props = _slices(view, rows["properties_pos"], rows["properties_len"], pa.string())
+            pmap = _properties_map(props)
+        return pmap
+
+    def lookup(name):
+        return pc.map_lookup(properties(), pa.scalar(name, pa.string()), "last")
+
+    build = {
+        "topic": lambda: (_constant_strings(topic, n) if topic is not None
+                          else _slices(view, rows["topic_pos"], rows["topic_len"], pa.string())),
+        "queueId": lambda: pa.array(rows["queue_id"].astype(np.int32)),
+        "queueOffset": lambda: pa.array(rows["queue_offset"].astype(np.int64)),
+        "commitLogOffset": lambda: pa.array(rows["physical_offset"].astype(np.int64)),
+        "brokerName": lambda: _constant_strings(broker, n),
+        "body": lambda: _slices(view, rows["body_pos"], rows["body_len"], pa.binary()),
+        "tags": lambda: lookup("TAGS"),
+        "keys": lambda: lookup("KEYS"),
+        "properties": properties,
+        "msgId": lambda: _msg_ids(rows),
+        "flag": lambda: pa.array(rows["flag"].astype(np.int32)),
+        "sysFlag": lambda: pa.array(rows["sys_flag"].astype(np.int32)),
+        "reconsumeTimes": lambda: pa.array(rows["reconsume_times"].astype(np.int32)),
+        "bornTimestamp": lambda: _timestamps(rows["born_timestamp"]),
+        "storeTimestamp": lambda: _timestamps(rows["store_timestamp"]),
+        "bornHost": lambda: _hosts(rows, "born_host", "born_port", SYSFLAG_BORNHOST_V6),
+        "storeHost": lambda: _hosts(rows, "store_host", "store_port", SYSFLAG_STOREHOST_V6),
+    }
+    return pa.RecordBatch.from_arrays([build[c]() for c in columns], schema=arrow_schema(columns))
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch write: tasks stage Arrow IPC files, the driver appends them under the store's lock
+
+@dataclass
+class StagedPart(WriterCommitMessage):
+    path: str
+    rows: int
+    partition_id: int
+
+
+_WRITE_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queueId", "flag")
+
+
+class RocketStoreWriter(DataSourceArrowWriter):
+    """``df.write.format("rocketstore").mode("append").save(path)``.
+
+    Input columns: ``body`` (binary or string, required), ``topic`` (unless the ``topic`` option
+    is set; the option wins), optional ``tags``, ``keys``, ``properties`` (map), ``queueId``,
+    ``flag``; other columns are ignored. Each task writes its rows to an Arrow IPC file under
+    ``<store>/.spark-staging/<job>``; the driver's commit opens the store (taking its
+    single-writer lock) and appends every part in partition order, so a failed job writes
+    nothing. ``abort`` deletes the staged files.
+    """
+
+    def __init__(self, options, columns):
+        import uuid
+        self.path = _store_paths(options)[0]
+        self.topic = options.get("topic")
+        if "body" not in columns:
+            raise ValueError("writing to rocketstore needs a body column (binary or string)")
+        if self.topic is None and "topic" not in columns:
+            raise ValueError("writing to rocketstore needs a topic column or the topic option")
+        self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
+                                    uuid.uuid4().hex)
+
+    def write(self, iterator):
+        import uuid
+        import pyarrow as pa
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        partition_id = ctx.partitionId() if ctx is not None else 0
+        os.makedirs(self.staging, exist_ok=True)
+        path = os.path.join(self.staging, f"part-{partition_id:05d}-{uuid.uuid4().hex}.arrow")
+        rows = 0
+        writer = None
+        try:
+            for batch in iterator:
+                keep = [c for c in _WRITE_COLUMNS if c in batch.schema.names]
+                batch = batch.select(keep)
+                if writer is None:
+                    writer = pa.ipc.new_stream(path, batch.schema)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        return StagedPart(path if writer is not None else "", rows, partition_id)
+
+    def commit(self, messages):
+        from rocketstore.store import MessageStore
+        parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
+        try:
+            with MessageStore(self.path) as store:
+                for part in parts:
+                    _append_part(store, part.path, self.topic)
+                store.flush()
+        finally:
+            self._clean(messages)
+
+    def abort(self, messages):
+        self._clean(messages)
+
+    def _clean(self, messages):
+        import shutil
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _append_part(store, path: str, topic_option: Optional[str]) -> int:
+    """Append one staged Arrow IPC file to ``store``; returns the rows written."""
+    import pyarrow as pa
+    from rocketstore.message import Message
+    written = 0
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_stream(source)
+        for batch in reader:
+            data = batch.to_pydict()
+            n = batch.num_rows
+            topics = [topic_option] * n if topic_option else data["topic"]
+            bodies = data["body"]
+            tags = data.get("tags", [None] * n)
+            keys = data.get("keys", [None] * n)
+            props = data.get("properties", [None] * n)
+            qids = data.get("queueId", [None] * n)
+            flags = data.get("flag", [None] * n)
+            messages = []
+            for i in range(n):
+                body = bodies[i]
+                if body is None:
+                    raise ValueError("a row to write has a null body")
+                if isinstance(body, str):
+                    body = body.encode("utf-8")
+                p = props[i]
+                messages.append(Message(
+                    topics[i], body, tags=tags[i], keys=keys[i],
+                    properties=(dict(p) if p else None),
+                    queue_id=-1 if qids[i] is None else int(qids[i]),
+                    flag=0 if flags[i] is None else int(flags[i])))
+            if messages:
+                store.put_messages(messages)
+            written += n
+    return written
