@@ -27,3 +27,32 @@ def java_store():
     if not (JAVA_STORE / "commitlog" / "00000000000000000000").is_file():
         pytest.skip("../shared/testdata is not present in this checkout")
     return JAVA_STORE
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local[2] SparkSession for the whole run (a JVM start costs ~10 s on 2 cores), with the
+    rocketstore format registered. Skips when pyspark or Java is missing."""
+    import shutil
+    import sys
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    pytest.importorskip("pyarrow")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (17 or 21) on PATH or JAVA_HOME")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)     # workers: this interpreter
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    tmp = tmp_path_factory.mktemp("spark")
+    session = (pyspark_sql.SparkSession.builder.master("local[2]").appName("rocketstore-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "512m")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.local.dir", str(tmp / "local"))
+               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    from rocketstore.spark import register
+    register(session)
+    yield session
+    session.stop()

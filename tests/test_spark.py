@@ -1,0 +1,140 @@
+"""The ``rocketstore`` PySpark data source (marker ``spark``; skipped without pyspark/Java).
+
+One session-scoped local[2] SparkSession (conftest ``spark``) serves every test here."""
+
+import random
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from rocketstore.store import MessageStore  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+TOPICS = {"TopicA": 2, "TopicB": 3, "TopicC": 1}
+
+
+def _fill(path, seed, count=120, segment=16 * 1024):
+    """A store with several topics and queues over several CommitLog segments."""
+    print("seed", seed)
+    rng = random.Random(seed)
+    with MessageStore(path, commitlog_file_size=segment) as store:
+        for topic, queues in TOPICS.items():
+            store.create_topic(topic, queues)
+        for i in range(count):
+            topic = rng.choice(sorted(TOPICS))
+            store.put(topic, rng.randbytes(rng.randrange(0, 300)),
+                      tags=rng.choice([None, "TagA", "TagB"]),
+                      keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
+                      properties=rng.choice([None, {"color": "red"}, {"a": "1", "b": "x=y"}]),
+                      queue_id=rng.randrange(TOPICS[topic]))
+    return str(path)
+
+
+def _expected(path, broker=None):
+    """Every message through the store's own get_message, as the data source's rows."""
+    rows = []
+    with MessageStore(path, read_only=True) as store:
+        for (topic, queue_id), (lo, hi) in sorted(store.queues().items()):
+            offset = lo
+            while offset < hi:
+                result = store.get_message("spark-test", topic, queue_id, offset, 32)
+                for m in result.messages:
+                    rows.append({
+                        "topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+                        "commitLogOffset": m.commitlog_offset, "brokerName": broker,
+                        "body": bytes(m.body), "tags": m.tags, "keys": m.keys,
+                        "properties": dict(m.properties or {}), "msgId": m.msg_id, "flag": m.flag,
+                        "sysFlag": m.sys_flag, "reconsumeTimes": m.reconsume_times,
+                        "bornTimestamp": m.born_timestamp, "storeTimestamp": m.store_timestamp,
+                        "bornHost": "%s:%d" % m.born_host, "storeHost": "%s:%d" % m.store_host,
+                    })
+                offset = result.next_begin_offset
+    return rows
+
+
+def _collected(df):
+    rows = df.toArrow().to_pylist()
+    for r in rows:
+        if "properties" in r:
+            r["properties"] = dict(r["properties"])
+        for ts in ("bornTimestamp", "storeTimestamp"):
+            if ts in r:
+                r[ts] = int(r[ts].timestamp() * 1000 + 0.5)
+    return sorted(rows, key=lambda r: (r.get("brokerName") or "", r["topic"], r["queueId"], r["queueOffset"]))
+
+
+def test_spark_batch_read_equals_get_message(spark, tmp_path):
+    path = _fill(tmp_path / "broker-a", seed=6)
+    expected = _expected(path, broker="broker-a")
+    got = _collected(spark.read.format("rocketstore").load(path))
+    assert len(got) == len(expected) == 120
+    assert got == expected
+
+
+def test_spark_read_many_stores_names_each_broker(spark, tmp_path):
+    a = _fill(tmp_path / "broker-a", seed=61, count=40)
+    b = _fill(tmp_path / "broker-b", seed=62, count=30)
+    got = _collected(spark.read.format("rocketstore").load([a, b]))
+    expected = sorted(_expected(a, "broker-a") + _expected(b, "broker-b"),
+                      key=lambda r: (r["brokerName"], r["topic"], r["queueId"], r["queueOffset"]))
+    assert got == expected
+
+
+def test_spark_read_subset_schema_is_the_projection(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=63, count=50)
+    df = (spark.read.format("rocketstore").schema("queueOffset BIGINT, topic STRING, queueId INT")
+          .option("subscribe", "TopicB").load(path))
+    assert df.columns == ["queueOffset", "topic", "queueId"]
+    want = sorted((r["topic"], r["queueId"], r["queueOffset"]) for r in _expected(path) if r["topic"] == "TopicB")
+    assert sorted((r.topic, r.queueId, r.queueOffset) for r in df.collect()) == want
+    no_body = spark.read.format("rocketstore").option("includeBody", "false").load(path)
+    assert "body" not in no_body.columns and no_body.count() == 50
+
+
+def test_spark_read_offsets_and_partition_split(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=64, count=90)
+    with MessageStore(path, read_only=True) as store:
+        hi = store.max_queue_offset("TopicA", 0)
+        size_a1 = store.max_queue_offset("TopicA", 1)
+    df = (spark.read.format("rocketstore").option("assign", '{"TopicA": [0, 1]}')
+          .option("startingOffsets", '{"TopicA": {"0": 2, "1": -2}}')
+          .option("endingOffsets", '{"TopicA": {"0": -1, "1": 3}}')
+          .option("maxRecordsPerPartition", "4").load(path))
+    got = sorted((r.queueId, r.queueOffset) for r in df.select("queueId", "queueOffset").collect())
+    assert got == [(0, q) for q in range(2, hi)] + [(1, q) for q in range(min(3, size_a1))]
+    expected_parts = -(-(hi - 2) // 4) + -(-min(3, size_a1) // 4)
+    assert df.rdd.getNumPartitions() == expected_parts
+
+
+def test_spark_read_refuses_offsets_lost_to_retention(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=65, count=20)
+    df = (spark.read.format("rocketstore").option("subscribe", "TopicC")
+          .option("startingOffsets", '{"TopicC": {"0": -5}}').load(path))
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        df.collect()
+
+
+def test_spark_sink_round_trips_a_dataframe(spark, tmp_path):
+    source = _fill(tmp_path / "src", seed=66, count=80)
+    target = str(tmp_path / "dst")
+    df = spark.read.format("rocketstore").load(source)
+    df.select("topic", "queueId", "body", "tags", "keys", "properties").repartition(2) \
+        .write.format("rocketstore").mode("append").save(target)
+    cols = ["topic", "queueId", "body", "tags", "keys"]
+    before = sorted(tuple(r[c] for c in cols) for r in _expected(source))
+    after_rows = _collected(spark.read.format("rocketstore").load(target))
+    assert sorted(tuple(r[c] for c in cols) for r in after_rows) == before
+    # user properties survive; UNIQ_KEY is the new store's own
+    strip = lambda p: {k: v for k, v in p.items() if k != "UNIQ_KEY"}  # noqa: E731
+    assert sorted(sorted(strip(r["properties"]).items()) for r in after_rows) == \
+        sorted(sorted(strip(r["properties"]).items()) for r in _expected(source))
+    assert not list((tmp_path / "dst" / ".spark-staging").glob("*"))
+
+
+def test_spark_sink_needs_append_mode(spark, tmp_path):
+    df = spark.createDataFrame([("T", b"x")], "topic STRING, body BINARY")
+    with pytest.raises(Exception, match="append"):
+        df.write.format("rocketstore").mode("overwrite").save(str(tmp_path / "o"))
