@@ -1,0 +1,126 @@
+"""Spark read/write throughput of the rocketstore data source (issue 6).
+
+    . .venv-spark/bin/activate && python bench/spark.py --messages 1000000 --body 64
+
+Prints rows/s for: a full-store read into Spark's ``noop`` sink; the same rows read by Spark from
+Parquet; the same store through a tuple-yielding Python data source (the slow baseline the Arrow
+path is meant to beat); and the sink (DataFrame -> new store). Each timing is the best of
+``--repeat`` runs after one warm-up query; the machine's load is printed alongside.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader
+
+from rocketstore.spark import (QueueRange, RocketStoreReader, read_queue_range, register)
+from rocketstore.store import MessageStore
+
+
+class TupleSource(DataSource):
+    """The same partitions and columns as rocketstore's, but rows as Python tuples."""
+
+    @classmethod
+    def name(cls):
+        return "rocketstore_tuples"
+
+    def schema(self):
+        return "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp BIGINT, body BINARY"
+
+    def reader(self, schema):
+        return TupleReader(dict(self.options))
+
+
+class TupleReader(DataSourceReader):
+    def __init__(self, options):
+        self.options = options
+
+    def partitions(self):
+        return RocketStoreReader(["topic"], self.options).partitions()
+
+    def read(self, p: QueueRange):
+        with MessageStore(p.root, read_only=True) as store:
+            q = p.start
+            while q < p.end:
+                result = store.get_message("bench", p.topic, p.queue_id, q, 1024)
+                for m in result.messages:
+                    yield (m.topic, m.queue_id, m.queue_offset, m.store_timestamp, bytes(m.body))
+                q = result.next_begin_offset
+
+
+def best(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times), times
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--body", type=int, default=64)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    work = tempfile.mkdtemp(dir=args.dir, prefix="spark-bench-")
+    try:
+        store_path = os.path.join(work, "store")
+        with MessageStore(store_path) as store:
+            store.create_topic("Bench", args.queues)
+            body = b"b" * args.body
+            per = args.messages // args.queues
+            for q in range(args.queues):
+                for i in range(0, per, 4096):
+                    store.put_batch("Bench", [body] * min(4096, per - i), queue_id=q)
+        n = per * args.queues
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(TupleSource)
+        cols = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
+        arrow_df = spark.read.format("rocketstore").schema(cols).load(store_path)
+        full_df = spark.read.format("rocketstore").load(store_path)
+        parquet = os.path.join(work, "parquet")
+        arrow_df.write.parquet(parquet)
+        parquet_df = spark.read.parquet(parquet)
+        tuple_df = spark.read.format("rocketstore_tuples").load(store_path)
+        print(f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f}")
+        results = {}
+        for name, df in (("rocketstore arrow (5 cols)", arrow_df), ("rocketstore arrow (all 17 cols)", full_df),
+                         ("parquet (5 cols)", parquet_df), ("tuple source (5 cols)", tuple_df)):
+            df.write.format("noop").mode("overwrite").save()         # warm-up
+            t, times = best(lambda: df.write.format("noop").mode("overwrite").save(), args.repeat)
+            results[name] = n / t
+            print(f"{name:34s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
+        a, p, u = results["rocketstore arrow (5 cols)"], results["parquet (5 cols)"], results["tuple source (5 cols)"]
+        print(f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x")
+        sink_times = []
+        for i in range(args.repeat):
+            target = os.path.join(work, f"sink-{i}")
+            t = time.perf_counter()
+            arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(target)
+            sink_times.append(time.perf_counter() - t)
+        print(f"{'sink (topic, body)':34s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
+              f"  runs {[round(x, 2) for x in sink_times]}")
+        print(f"load after: {os.getloadavg()[0]:.2f}")
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
