@@ -138,3 +138,39 @@ def test_spark_sink_needs_append_mode(spark, tmp_path):
     df = spark.createDataFrame([("T", b"x")], "topic STRING, body BINARY")
     with pytest.raises(Exception, match="append"):
         df.write.format("rocketstore").mode("overwrite").save(str(tmp_path / "o"))
+
+
+APPEND_CHILD = """
+import sys
+from rocketstore.store import MessageStore
+with MessageStore(sys.argv[1]) as s:
+    for i in range(int(sys.argv[2])):
+        s.put("TopicA", b"late-%d" % i, queue_id=i % 2)
+"""
+
+
+def test_spark_stream_resumes_from_checkpoint_without_loss_or_duplicates(spark, tmp_path):
+    import subprocess
+    import sys
+    path = _fill(tmp_path / "s", seed=67, count=60)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def run_once():
+        query = (spark.readStream.format("rocketstore").option("subscribe", "TopicA")
+                 .option("startingOffsets", "earliest").load(path)
+                 .select("topic", "queueId", "queueOffset", "body")
+                 .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+
+    run_once()
+    first = spark.read.parquet(out).count()
+    subprocess.run([sys.executable, "-c", APPEND_CHILD, path, "25"], check=True)   # another process appends
+    run_once()
+    got = sorted((r.queueId, r.queueOffset, bytes(r.body)) for r in spark.read.parquet(out).collect())
+    want = sorted((r["queueId"], r["queueOffset"], r["body"]) for r in _expected(path) if r["topic"] == "TopicA")
+    assert first == len(want) - 25
+    assert got == want
+    offsets = sorted((p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()),
+                     key=lambda p: int(p.name))
+    assert '"v": 1' in offsets[-1].read_text()

@@ -47,7 +47,16 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                    InputPartition, WriterCommitMessage)
+                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
+
+try:                                    # 4.2+: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+except ImportError:                     # 4.0/4.1: latestOffset() is called without a limit
+    class ReadMaxRows:                  # never passed in: isinstance() checks stay false
+        max_rows = 0
+
+    class SupportsTriggerAvailableNow:
+        pass
 
 __all__ = ["register", "RocketStoreDataSource", "SCHEMA_DDL", "COLUMNS", "arrow_schema"]
 
@@ -145,6 +154,9 @@ class RocketStoreDataSource(DataSource):
 
     def reader(self, schema):
         return RocketStoreReader([f.name for f in schema.fields], dict(self.options))
+
+    def streamReader(self, schema):
+        return RocketStoreStreamReader([f.name for f in schema.fields], dict(self.options))
 
     def writer(self, schema, overwrite: bool):
         if overwrite:
@@ -274,6 +286,123 @@ class RocketStoreReader(DataSourceReader):
 
     def read(self, partition) -> Iterator:
         return read_queue_range(partition, self.columns, self.batch_rows)
+
+
+OFFSETS_VERSION = 1
+
+
+class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Offsets (the checkpoint keeps them verbatim, so the shape is a
+    format): ``{"v": 1, "offsets": {topic: {queueId: nextOffset}}}`` for one store,
+    ``{topic: {brokerName: {queueId: nextOffset}}}`` inside ``offsets`` for several; queue ids
+    are strings (JSON keys), ends exclusive. New queues start at their earliest offset.
+    ``startingOffsets`` (default ``latest``) applies to a new query only; a restart resumes from
+    the checkpoint. ``maxOffsetsPerTrigger`` (4.2+) splits the rows across queues by lag.
+    """
+
+    def __init__(self, columns, options):
+        self.reader = RocketStoreReader(columns, options)
+        self.options = options
+        self.many = len(self.reader.paths) > 1
+        self.max_per_trigger = _int_option(options, "maxOffsetsPerTrigger", None)
+        self.fail_on_loss = _bool_option(options, "failOnDataLoss", True)
+        self.target = None
+
+    def _bounds(self) -> dict:
+        """{(root, broker, topic, queue_id): (min, max)} of the selected queues, read now."""
+        from rocketstore.store import MessageStore
+        out = {}
+        for root in self.reader.paths:
+            broker = _broker_name(root, self.options, self.many)
+            with MessageStore(root, read_only=True) as store:
+                queues = store.queues()
+                wanted = _select_topics(self.options, sorted({t for t, _ in queues}))
+                for (topic, qid), bounds in queues.items():
+                    if topic in wanted and (wanted[topic] is None or qid in wanted[topic]):
+                        out[(root, broker, topic, qid)] = bounds
+        return out
+
+    def _to_json(self, flat: dict) -> dict:
+        offsets: dict = {}
+        for (_root, broker, topic, qid), value in sorted(flat.items()):
+            level = offsets.setdefault(topic, {})
+            if self.many:
+                level = level.setdefault(broker, {})
+            level[str(qid)] = int(value)
+        return {"v": OFFSETS_VERSION, "offsets": offsets}
+
+    def _from_json(self, offsets: dict) -> dict:
+        if offsets.get("v") != OFFSETS_VERSION:
+            raise ValueError(f"rocketstore offsets of an unknown version: {offsets!r}")
+        roots = {_broker_name(r, self.options, self.many): r for r in self.reader.paths}
+        flat = {}
+        for topic, level in offsets["offsets"].items():
+            per_broker = level.items() if self.many else [(next(iter(roots)), level)]
+            for broker, queues in per_broker:
+                for qid, value in queues.items():
+                    flat[(roots.get(broker, broker), broker, topic, int(qid))] = int(value)
+        return flat
+
+    def initialOffset(self) -> dict:
+        bounds = self._bounds()
+        spec = _offset_spec(self.options, "startingOffsets", "latest")
+        flat = {}
+        for key, (lo, hi) in bounds.items():
+            _root, broker, topic, qid = key
+            value = _resolve(spec, topic, broker, qid, lo, hi, self.many)
+            flat[key] = lo if value is None else value
+        return self._to_json(flat)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {k: hi for k, (_lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start=None, limit=None) -> dict:    # 4.0/4.1 call it with no arguments
+        latest = self.target if self.target is not None else {k: hi for k, (_lo, hi) in self._bounds().items()}
+        if start is None or not isinstance(limit, ReadMaxRows):
+            return self._to_json(latest)
+        begin = self._from_json(start)
+        lags = {k: hi - begin.get(k, 0) for k, hi in latest.items() if hi > begin.get(k, 0)}
+        total = sum(lags.values())
+        budget = limit.max_rows
+        if total <= budget:
+            return self._to_json({**begin, **latest})
+        end = dict(begin)
+        for k, lag in sorted(lags.items()):
+            share = lag * budget / total
+            take = min(lag, budget, max(1, int(share)) if share >= 1 else 1)
+            if take <= 0:
+                break
+            end[k] = begin.get(k, 0) + take
+            budget -= take
+        return self._to_json(end)
+
+    def getDefaultReadLimit(self):
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return super().getDefaultReadLimit()
+
+    def partitions(self, start: dict, end: dict):
+        begin, stop = self._from_json(start), self._from_json(end)
+        bounds = self._bounds()
+        parts = []
+        for key, e in sorted(stop.items()):
+            s = begin.get(key, bounds.get(key, (0, 0))[0])
+            lo = bounds.get(key, (0, 0))[0]
+            if s < lo:
+                if self.fail_on_loss:
+                    raise ValueError(f"{key[2]}-{key[3]} on {key[1]}: offset {s} is below the queue's first "
+                                     f"kept offset {lo} (retention deleted it); set failOnDataLoss=false "
+                                     "to skip ahead")
+                s = lo
+            if e > s:
+                parts.append(QueueRange(key[0], key[1], key[2], key[3], s, e))
+        return parts
+
+    def read(self, partition):
+        return read_queue_range(partition, self.reader.columns, self.reader.batch_rows)
+
+    def commit(self, end: dict) -> None:
+        pass        # the Spark checkpoint is the only record of progress
 
 
 _STORES: dict = {}
