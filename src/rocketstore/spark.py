@@ -405,19 +405,6 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         pass        # the Spark checkpoint is the only record of progress
 
 
-_STORES: dict = {}
-
-
-def _open_read_only(root: str):
-    """A read-only store per root, kept per worker process (Spark reuses Python workers); a
-    store written by someone else meanwhile is re-opened so its new tail is seen."""
-    from rocketstore.store import MessageStore
-    store = _STORES.get(root)
-    if store is None or store.closed:
-        store = _STORES[root] = MessageStore(root, read_only=True)
-    return store
-
-
 def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
     """Yield ``pyarrow.RecordBatch`` es of ``columns`` for queue range ``p`` (plain Python: callable
     without Spark)."""
@@ -501,7 +488,6 @@ def _msg_ids(rows):
     import numpy as np
     import pyarrow as pa
     from rocketstore._codec_py import SYSFLAG_STOREHOST_V6, make_offset_msg_id
-    from rocketstore.message import host_from_bytes
     global _HEX
     n = len(rows)
     if (rows["sys_flag"] & SYSFLAG_STOREHOST_V6).any():      # rare: per row
