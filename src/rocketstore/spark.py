@@ -4,6 +4,8 @@
 >>> register(spark)
 >>> df = spark.read.format("rocketstore").option("subscribe", "TopicA").load("/data/store")
 >>> df.write.format("rocketstore").mode("append").save("/data/other-store")
+>>> (df.writeStream.format("rocketstore").option("checkpointLocation", "/ck")  # replays skipped
+...    .start("/data/other-store"))
 
 Built on PySpark's Python data source API (``pyspark.sql.datasource``); no jar. Design, API facts
 and pitfalls: ``shared/spec/pyspark-datasource.md``. Rows leave ``read()`` as ``pyarrow``
@@ -49,6 +51,13 @@ from typing import Iterator, Optional
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
                                     DataSourceStreamReader, InputPartition, WriterCommitMessage)
 
+try:                                    # 4.1+: the streaming sink receives Arrow batches
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+    _STREAM_ARROW = True
+except ImportError:                     # 4.0: Rows, turned into Arrow batches in write()
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+    _STREAM_ARROW = False
+
 try:                                    # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:                     # 4.0/4.1: latestOffset() is called without a limit
@@ -58,7 +67,7 @@ except ImportError:                     # 4.0/4.1: latestOffset() is called with
     class SupportsTriggerAvailableNow:
         pass
 
-__all__ = ["register", "RocketStoreDataSource", "SCHEMA_DDL", "COLUMNS", "arrow_schema"]
+__all__ = ["register", "RocketStoreDataSource", "SCHEMA_DDL", "COLUMNS", "arrow_schema", "read_sink_commits"]
 
 #: (column, Spark DDL type) in schema order.
 COLUMNS = (
@@ -163,6 +172,11 @@ class RocketStoreDataSource(DataSource):
             raise ValueError("rocketstore appends only: use .mode(\"append\") (a store is a log; "
                              "overwrite would mean deleting messages)")
         return RocketStoreWriter(dict(self.options), [f.name for f in schema.fields])
+
+    def streamWriter(self, schema, overwrite: bool):
+        if overwrite:
+            raise ValueError("rocketstore appends only: use outputMode(\"append\") (a store is a log)")
+        return RocketStoreStreamWriter(dict(self.options), [f.name for f in schema.fields])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -613,27 +627,7 @@ class RocketStoreWriter(DataSourceArrowWriter):
                                     uuid.uuid4().hex)
 
     def write(self, iterator):
-        import uuid
-        import pyarrow as pa
-        from pyspark import TaskContext
-        ctx = TaskContext.get()
-        partition_id = ctx.partitionId() if ctx is not None else 0
-        os.makedirs(self.staging, exist_ok=True)
-        path = os.path.join(self.staging, f"part-{partition_id:05d}-{uuid.uuid4().hex}.arrow")
-        rows = 0
-        writer = None
-        try:
-            for batch in iterator:
-                keep = [c for c in _WRITE_COLUMNS if c in batch.schema.names]
-                batch = batch.select(keep)
-                if writer is None:
-                    writer = pa.ipc.new_stream(path, batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        return StagedPart(path if writer is not None else "", rows, partition_id)
+        return _stage(self.staging, iterator)
 
     def commit(self, messages):
         from rocketstore.store import MessageStore
@@ -652,6 +646,144 @@ class RocketStoreWriter(DataSourceArrowWriter):
     def _clean(self, messages):
         import shutil
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _stage(staging: str, iterator) -> StagedPart:
+    """Write one task's Arrow batches to an Arrow IPC file under ``staging``."""
+    import uuid
+    import pyarrow as pa
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    partition_id = ctx.partitionId() if ctx is not None else 0
+    os.makedirs(staging, exist_ok=True)
+    path = os.path.join(staging, f"part-{partition_id:05d}-{uuid.uuid4().hex}.arrow")
+    rows = 0
+    writer = None
+    try:
+        for batch in iterator:
+            keep = [c for c in _WRITE_COLUMNS if c in batch.schema.names]
+            batch = batch.select(keep)
+            if writer is None:
+                writer = pa.ipc.new_stream(path, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return StagedPart(path if writer is not None else "", rows, partition_id)
+
+
+def _rows_to_batches(rows, batch_rows: int = 8192):
+    """4.0's row-based stream writer: ``Row`` objects -> Arrow batches of the write columns."""
+    import pyarrow as pa
+    chunk = []
+    for row in rows:
+        chunk.append(row.asDict())
+        if len(chunk) >= batch_rows:
+            yield pa.RecordBatch.from_pylist(chunk)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk)
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming write: the batch sink's staging, plus the last committed batch id kept in the store
+
+SINK_COMMITS_FILE = "sparkSinkCommits.json"
+
+
+def _sink_commits_path(root: str) -> str:
+    return os.path.join(root, "config", SINK_COMMITS_FILE)
+
+
+def read_sink_commits(root: str) -> dict:
+    """``{sinkId: lastCommittedBatchId}`` of the streaming sinks that wrote into the store at ``root``."""
+    try:
+        with open(_sink_commits_path(root), encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    if data.get("v") != 1:
+        raise ValueError(f"{_sink_commits_path(root)}: unknown version {data.get('v')!r}")
+    return {str(k): int(v) for k, v in data["sinks"].items()}
+
+
+def _write_sink_commits(root: str, commits: dict) -> None:
+    """Replace the file atomically: a temporary file, fsync, rename, fsync of the directory."""
+    path = _sink_commits_path(root)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"v": 1, "sinks": commits}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RocketStoreStreamWriter(_StreamWriterBase):
+    """``df.writeStream.format("rocketstore").option("checkpointLocation", ck).start(path)``.
+
+    Same input columns and staging as the batch sink. ``commit(messages, batchId)`` runs on the
+    driver under the store's single-writer lock: a batch id at or below the one recorded for this
+    sink in ``<store>/config/sparkSinkCommits.json`` is a replay (Spark re-runs a micro-batch
+    whose commit it did not log) and is dropped; otherwise the parts are appended, flushed, and
+    the batch id recorded (file replaced atomically). The sink id is the option ``sinkId``, else
+    the ``checkpointLocation``, else ``queryName``. Left open: a crash after the flush and before
+    the id is recorded writes that batch again on replay (at-least-once in that window).
+    """
+
+    def __init__(self, options, columns):
+        import uuid
+        self.path = _store_paths(options)[0]
+        self.topic = options.get("topic")
+        if "body" not in columns:
+            raise ValueError("writing to rocketstore needs a body column (binary or string)")
+        if self.topic is None and "topic" not in columns:
+            raise ValueError("writing to rocketstore needs a topic column or the topic option")
+        self.sink_id = (options.get("sinkid") or options.get("checkpointlocation")
+                        or options.get("queryname") or "default")
+        self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
+                                    uuid.uuid4().hex)
+
+    def write(self, iterator):
+        return _stage(self.staging, iterator if _STREAM_ARROW else _rows_to_batches(iterator))
+
+    def commit(self, messages, batchId) -> None:
+        from rocketstore.store import MessageStore
+        parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
+        try:
+            with MessageStore(self.path) as store:
+                commits = read_sink_commits(self.path)
+                last = commits.get(self.sink_id)
+                if last is not None and batchId <= last:
+                    return                          # a replayed micro-batch: written already
+                for part in parts:
+                    _append_part(store, part.path, self.topic)
+                store.flush()
+                commits[self.sink_id] = int(batchId)
+                _write_sink_commits(self.path, commits)
+        finally:
+            _remove_parts(self.staging, messages)
+
+    def abort(self, messages, batchId) -> None:
+        _remove_parts(self.staging, messages)
+
+
+def _remove_parts(staging: str, messages) -> None:
+    for m in messages or ():
+        if m is not None and m.path:
+            try:
+                os.remove(m.path)
+            except FileNotFoundError:
+                pass
+    try:
+        os.rmdir(staging)
+    except OSError:
+        pass
 
 
 def _append_part(store, path: str, topic_option: Optional[str]) -> int:
