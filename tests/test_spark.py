@@ -223,3 +223,95 @@ def test_stream_sink_commit_drops_batch_ids_at_or_below_the_last(tmp_path):
     writer.commit(batch(b"a"), 0)                   # an older one
     assert sorted(r["body"] for r in _expected(target)) == [b"a1", b"a2", b"b1", b"b2"]
     assert read_sink_commits(target) == {"q1": 1}
+
+
+GROW_AND_CLEAN_CHILD = """
+import sys
+from rocketstore.store import MessageStore
+with MessageStore(sys.argv[1], commitlog_file_size=16 * 1024) as s:
+    for i in range(int(sys.argv[2])):
+        s.put("T", b"y" * 100, queue_id=i % 2)
+    s.flush()
+    s.clean(force=True)          # every segment but the last: the query's next offsets are gone
+"""
+
+
+def _stream_to_parquet(spark, path, out, checkpoint, **options):
+    reader = spark.readStream.format("rocketstore").option("startingOffsets", "earliest")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return (reader.load(path).select("queueId", "queueOffset")
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start())
+
+
+@pytest.mark.parametrize("fail_on_loss", [True, False])
+def test_spark_stream_fail_on_data_loss_after_retention(spark, tmp_path, fail_on_loss):
+    import subprocess
+    import sys
+    path = str(tmp_path / "s")
+    with MessageStore(path, commitlog_file_size=16 * 1024) as store:
+        store.create_topic("T", 2)
+        for i in range(20):
+            store.put("T", b"x" * 100, queue_id=i % 2)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
+    option = {"failOnDataLoss": str(fail_on_loss).lower()}
+    assert _stream_to_parquet(spark, path, out, checkpoint, **option).awaitTermination(120)
+    subprocess.run([sys.executable, "-c", GROW_AND_CLEAN_CHILD, path, "400"], check=True)
+    with MessageStore(path, read_only=True) as store:
+        kept = store.queues()
+    assert all(lo > 10 for lo, _hi in kept.values())     # offsets 10.. of both queues were deleted
+    query = _stream_to_parquet(spark, path, out, checkpoint, **option)
+    if fail_on_loss:
+        with pytest.raises(Exception, match="failOnDataLoss"):
+            query.awaitTermination(120)
+        return
+    assert query.awaitTermination(120)
+    got = sorted((r.queueId, r.queueOffset) for r in spark.read.parquet(out).collect())
+    want = [(q, o) for q in (0, 1) for o in range(10)]
+    want += [(q, o) for (_t, q), (lo, hi) in sorted(kept.items()) for o in range(lo, hi)]
+    assert got == sorted(want)               # skipped ahead to what retention kept
+
+
+def test_stream_max_offsets_per_trigger_splits_by_lag(tmp_path):
+    pytest.importorskip("pyspark.sql.streaming.datasource", reason="ReadMaxRows: PySpark 4.2+")
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from rocketstore.spark import RocketStoreStreamReader
+    path = str(tmp_path / "s")
+    with MessageStore(path) as store:
+        store.create_topic("T", 3)
+        for queue_id, count in enumerate([60, 30, 10]):
+            for _ in range(count):
+                store.put("T", b"x", queue_id=queue_id)
+    reader = RocketStoreStreamReader(["queueOffset"], {"path": path, "startingoffsets": "earliest",
+                                                       "maxoffsetspertrigger": "20"})
+    assert reader.getDefaultReadLimit() == ReadMaxRows(20)
+    start = reader.initialOffset()
+    assert start["offsets"] == {"T": {"0": 0, "1": 0, "2": 0}}
+    end = reader.latestOffset(start, ReadMaxRows(20))
+    assert end["offsets"] == {"T": {"0": 12, "1": 6, "2": 2}}         # 20 rows in the lags' 6:3:1
+    total, batches = 0, 0
+    while True:
+        nxt = reader.latestOffset(start, ReadMaxRows(20))
+        rows = sum(nxt["offsets"]["T"].values()) - sum(start["offsets"]["T"].values())
+        if rows == 0:
+            break
+        assert rows <= 20
+        total, batches, start = total + rows, batches + 1, nxt
+    assert (total, batches) == (100, 5)
+    assert start["offsets"] == {"T": {"0": 60, "1": 30, "2": 10}}
+    assert reader.latestOffset(start, None) == start               # no limit: everything there is
+
+
+def test_spark_stream_max_offsets_per_trigger_bounds_each_batch(spark, tmp_path):
+    pytest.importorskip("pyspark.sql.streaming.datasource", reason="ReadMaxRows: PySpark 4.2+")
+    import json
+    path = _fill(tmp_path / "s", seed=69, count=90)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
+    assert _stream_to_parquet(spark, path, out, checkpoint, maxOffsetsPerTrigger="25").awaitTermination(120)
+    assert spark.read.parquet(out).count() == 90
+    logs = [p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()]
+    ends = [json.loads(p.read_text().splitlines()[-1]) for p in sorted(logs, key=lambda p: int(p.name))]
+    sizes = [sum(v for q in e["offsets"].values() for v in q.values()) for e in ends]
+    sizes = [b - a for a, b in zip([0] + sizes, sizes)]
+    assert sum(sizes) == 90 and max(sizes) <= 25 and len(sizes) >= 4

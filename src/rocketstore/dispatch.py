@@ -367,6 +367,14 @@ class TailQueueStore:
                                                               self.units_per_file)
         return ends
 
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Raise each queue's ``min_offset`` past units whose records retention deleted, in
+        memory only (``ConsumeQueue.correct_min_offset`` reads, never writes)."""
+        self.disk.correct_min_offset(min_commitlog_offset)
+        for queue in self._queues.values():
+            if queue._min is not None and queue.disk is not None:
+                queue._min = max(queue._min, queue.disk.min_offset)
+
     def get(self, topic: str, queue_id: int) -> Optional[TailQueue]:
         return self._queues.get((topic, queue_id))
 

@@ -380,14 +380,17 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         budget = limit.max_rows
         if total <= budget:
             return self._to_json({**begin, **latest})
+        # Each queue's floor share of the budget by lag, then the rows the floors left over one
+        # by one to the largest remainders (ties: larger lag, then key order): exactly `budget`.
+        takes = {k: lag * budget // total for k, lag in lags.items()}
+        rest = budget - sum(takes.values())
+        by_remainder = sorted(lags, key=lambda k: (-(lags[k] * budget % total), -lags[k], k))
+        for k in by_remainder[:rest]:
+            takes[k] += 1
         end = dict(begin)
-        for k, lag in sorted(lags.items()):
-            share = lag * budget / total
-            take = min(lag, budget, max(1, int(share)) if share >= 1 else 1)
-            if take <= 0:
-                break
-            end[k] = begin.get(k, 0) + take
-            budget -= take
+        for k, take in takes.items():
+            if take:
+                end[k] = begin.get(k, 0) + take
         return self._to_json(end)
 
     def getDefaultReadLimit(self):

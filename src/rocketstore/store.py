@@ -380,6 +380,8 @@ class MessageStore:
             self._index.drop_after(end)
             if self._segments.files:
                 self._queues.correct_min_offset(self._segments.min_offset)
+        elif self._segments.files:      # in memory only: what retention deleted is not readable
+            self._queues.correct_min_offset(self._segments.min_offset)
         queue_offsets = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._queues if cq.max_offset}
         lowest = self._segments.min_offset if self._segments.files else end
         gap = False
