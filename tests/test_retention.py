@@ -580,3 +580,17 @@ def test_abnormal_reopen_after_retention_recovers_what_is_left(tmp_path, impl):
             assert got.messages and int(bytes(got.messages[0].body[:6])) >= numbers[0]
         assert [int(bytes(m.body[:6])) for m in store.query_by_key(TOPIC, "k429")] == [429]
         assert store.query_by_key(TOPIC, "k0") == []
+
+
+def test_read_only_open_starts_queues_past_what_retention_deleted(tmp_path, impl):
+    path = str(tmp_path / "s")
+    with MessageStore(path, commitlog_file_size=16 * 1024) as s:
+        s.create_topic("T", 2)
+        for i in range(400):
+            s.put("T", b"x" * 100, queue_id=i % 2)
+        s.clean(force=True)
+        kept = s.queues()
+    assert all(lo > 0 for lo, _hi in kept.values())
+    with MessageStore(path, read_only=True) as r:
+        assert r.queues() == kept
+        assert r.get_message("g", "T", 0, None, 1).messages[0].queue_offset == kept[("T", 0)][0]
