@@ -315,3 +315,24 @@ def test_spark_stream_max_offsets_per_trigger_bounds_each_batch(spark, tmp_path)
     sizes = [sum(v for q in e["offsets"].values() for v in q.values()) for e in ends]
     sizes = [b - a for a, b in zip([0] + sizes, sizes)]
     assert sum(sizes) == 90 and max(sizes) <= 25 and len(sizes) >= 4
+
+
+def test_spark_sink_fast_path_keeps_each_queues_order(spark, tmp_path):
+    rows = [("T%d" % (i % 2), i % 3, b"m%05d" % i) for i in range(3000)]
+    df = spark.createDataFrame(rows, "topic STRING, queueId INT, body BINARY").coalesce(1)
+    target = str(tmp_path / "dst")
+    with MessageStore(target) as store:
+        store.create_topic("T0", 3)
+        store.create_topic("T1", 3)
+    df.write.format("rocketstore").mode("append").save(target)
+    got = [(r["topic"], r["queueId"], r["queueOffset"], r["body"]) for r in _expected(target)]
+    for topic in ("T0", "T1"):
+        for q in range(3):
+            bodies = [b for t, qq, _o, b in sorted(got) if (t, qq) == (topic, q)]
+            assert bodies == [b for t, qq, b in rows if (t, qq) == (topic, q)]
+    # no queueId: runs of rows spread round-robin over the topic's queues
+    many = spark.createDataFrame([(b"x%06d" % i,) for i in range(10000)], "body BINARY").coalesce(1)
+    many.write.format("rocketstore").option("topic", "T0").mode("append").save(target)
+    with MessageStore(target, read_only=True) as store:
+        sizes = [hi - lo for (t, _q), (lo, hi) in store.queues().items() if t == "T0"]
+    assert sum(sizes) == 1500 + 10000 and min(sizes) > 1000

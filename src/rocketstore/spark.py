@@ -789,14 +789,73 @@ def _remove_parts(staging: str, messages) -> None:
         pass
 
 
+_PER_ROW_COLUMNS = ("tags", "keys", "properties", "flag")
+#: Rows without a queueId go to the store's round-robin queue in runs of this many (one
+#: put_batch each), not row by row.
+FAST_RUN_ROWS = 4096
+
+
+def _bodies_only(batch) -> bool:
+    """True when no row carries tags, keys, properties or a flag (then put_batch can store it)."""
+    for name in _PER_ROW_COLUMNS:
+        if name in batch.schema.names and batch.column(name).null_count != batch.num_rows:
+            return False
+    return True
+
+
+def _put_runs(store, batch, topic_option: Optional[str]) -> None:
+    """One ``put_batch`` per run of rows with the same (topic, queueId), the bodies handed over
+    as one buffer and their lengths: no Python object per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    n = batch.num_rows
+    bodies = batch.column("body")
+    if bodies.null_count:
+        raise ValueError("a row to write has a null body")
+    if not pa.types.is_binary(bodies.type):
+        bodies = bodies.cast(pa.binary())
+    cuts = {0, n}
+    if topic_option:
+        topics = None
+    else:
+        topics = batch.column("topic")
+        if topics.null_count:
+            raise ValueError("a row to write has a null topic")
+        change = np.flatnonzero(pc.not_equal(topics[1:], topics[:-1]).to_numpy(zero_copy_only=False))
+        cuts.update((change + 1).tolist())
+    qids = None
+    if "queueId" in batch.schema.names and batch.column("queueId").null_count != n:
+        qids = batch.column("queueId").fill_null(-1).to_numpy().astype(np.int64)
+        cuts.update((np.flatnonzero(qids[1:] != qids[:-1]) + 1).tolist())
+    bounds = sorted(cuts)
+    offsets = np.frombuffer(bodies.buffers()[1], dtype=np.int32)[bodies.offset:bodies.offset + n + 1]
+    data = memoryview(bodies.buffers()[2]) if bodies.buffers()[2] is not None else memoryview(b"")
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        topic = topic_option or topics[lo].as_py()
+        queue_id = -1 if qids is None else int(qids[lo])
+        step = hi - lo if queue_id >= 0 else FAST_RUN_ROWS
+        for a in range(lo, hi, step):
+            b = min(hi, a + step)
+            lengths = np.diff(offsets[a:b + 1])
+            store.put_batch(topic, data[int(offsets[a]):int(offsets[b])], lengths=lengths,
+                            queue_id=queue_id)
+
+
 def _append_part(store, path: str, topic_option: Optional[str]) -> int:
-    """Append one staged Arrow IPC file to ``store``; returns the rows written."""
+    """Append one staged Arrow IPC file to ``store``; returns the rows written. Batches whose
+    rows carry only topic, body and queueId go through ``put_batch`` per (topic, queue) run;
+    others through ``put_messages``, a ``Message`` per row."""
     import pyarrow as pa
     from rocketstore.message import Message
     written = 0
     with pa.memory_map(path) as source:
         reader = pa.ipc.open_stream(source)
         for batch in reader:
+            if batch.num_rows and _bodies_only(batch):
+                _put_runs(store, batch, topic_option)
+                written += batch.num_rows
+                continue
             data = batch.to_pydict()
             n = batch.num_rows
             topics = [topic_option] * n if topic_option else data["topic"]
