@@ -671,33 +671,25 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     # what the store kept for reading holds: the batch phase's count, or phase (a)'s without one
     stored = (r["batch"] if "count" in r.get("batch", {}) else r.get("single", {})).get("count", 0)
     if isinstance(c, Rocket):
-        def no_key():
-            c.close()
-            bpath = os.path.join(root, "no-key")
-            c.open(bpath)
-            try:
-                put = c.store.put
-                count, seconds = _capped(lambda k, b: put(TOPIC, b), keys, bodies, cap)
-                return _result(count, seconds, n)
-            finally:
+        def in_scratch_store(name, timed, make_call):
+            """``timed`` over ``make_call(store)`` in a store of its own, then back to reading."""
+            def run():
                 c.close()
-                shutil.rmtree(bpath, ignore_errors=True)
-                c.open(read_path)
-        _attempt(r, "single_no_key", no_key)
-
-        def bodies_only():
-            c.close()
-            bpath = os.path.join(root, "bodies-only")
-            c.open(bpath)
-            try:
-                put_batch = c.store.put_batch
-                count, seconds = _capped_batches(lambda k, b: put_batch(TOPIC, b), keys, bodies, cap)
-                return _result(count, seconds, n)
-            finally:
-                c.close()
-                shutil.rmtree(bpath, ignore_errors=True)
-                c.open(read_path)
-        _attempt(r, "batch_bodies", bodies_only)
+                bpath = os.path.join(root, name)
+                c.open(bpath)
+                try:
+                    count, seconds = timed(make_call(c.store), keys, bodies, cap)
+                    return _result(count, seconds, n)
+                finally:
+                    c.close()
+                    shutil.rmtree(bpath, ignore_errors=True)
+                    c.open(read_path)
+            return run
+        _attempt(r, "single_no_key", in_scratch_store(
+            "no-key", _capped, lambda store: (lambda k, b, put=store.put: put(TOPIC, b))))
+        _attempt(r, "batch_bodies", in_scratch_store(
+            "bodies-only", _capped_batches,
+            lambda store: (lambda k, b, put_batch=store.put_batch: put_batch(TOPIC, b))))
     try:
         # (d) sequential read of what is stored
         def read():

@@ -30,14 +30,13 @@ import argparse
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import traceback
 
-from crash_harness import spawn_child
+from crash_harness import start_and_kill
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPEED = 1000                     # the child's delay clock runs this much faster than real time
@@ -101,24 +100,10 @@ def child_main(path: str, implementation: str, seed: int) -> None:
 
 def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
     """Start a child, SIGKILL it at a random moment; returns (acked UNIQ_KEYs, reconciled on open)."""
-    child = spawn_child(__file__, path, implementation, rng, src)
-    try:
-        first = child.stdout.readline().split()
-        if not first or first[0] != b"READY":
-            child.kill()
-            raise AssertionError(f"child did not start: {first!r} {child.stderr.read()!r}")
-        reconciled = int(first[1])
-        time.sleep(rng.choice((0.0, 0.03, 0.1, 0.3)) + rng.random() * 0.4)
-        child.send_signal(signal.SIGKILL)
-        out, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    if child.returncode != -signal.SIGKILL:
-        raise AssertionError(f"child exited with {child.returncode}: {err.decode(errors='replace')}")
+    ready, out = start_and_kill(__file__, path, implementation, rng, src,
+                                delays=(0.0, 0.03, 0.1, 0.3), jitter=0.4)
     acked = [line.split()[1].decode() for line in out.split(b"\n")[:-1] if line.startswith(b"ACK ")]
-    return acked, reconciled
+    return acked, int(ready[1])
 
 
 def killed_inside_a_pass(path: str) -> bool:

@@ -122,25 +122,23 @@ class Acked:
         self.crc, self.offset, self.size = int(crc), int(offset), int(size)
 
 
-def spawn_child(script: str, path: str, implementation: str, rng: random.Random, src: str):
-    """``python script child <path> <implementation> <seed>`` importing the package in ``src``,
-    with its stdout and stderr piped (crash_delay.py starts its writers the same way)."""
+def start_and_kill(script: str, path: str, implementation: str, rng: random.Random, src: str,
+                   delays: tuple, jitter: float) -> tuple[list, bytes]:
+    """Run ``python script child <path> <implementation> <seed>`` (importing the package in
+    ``src``), wait for its ``READY`` line, SIGKILL it after ``choice(delays) + random() * jitter``
+    seconds; returns (the READY line's fields, its stdout). crash_delay.py kills its writers the
+    same way."""
     env = dict(os.environ)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen([sys.executable, os.path.abspath(script), "child", path,
-                             implementation, str(rng.randrange(2**32))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-
-
-def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
-    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
-    child = spawn_child(__file__, path, implementation, rng, src)
+    child = subprocess.Popen([sys.executable, os.path.abspath(script), "child", path,
+                              implementation, str(rng.randrange(2**32))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        first = child.stdout.readline()
-        if first != b"READY\n":
+        first = child.stdout.readline().split()
+        if not first or first[0] != b"READY":
             child.kill()
             raise AssertionError(f"child did not start: {first!r} {child.stderr.read()!r}")
-        time.sleep(rng.choice((0.0, 0.02, 0.1, 0.3, 0.6)) + rng.random() * 0.2)
+        time.sleep(rng.choice(delays) + rng.random() * jitter)
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate(timeout=60)
     finally:
@@ -149,6 +147,13 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
             child.wait()
     if child.returncode != -signal.SIGKILL:
         raise AssertionError(f"child exited with {child.returncode}: {err.decode(errors='replace')}")
+    return first, out
+
+
+def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
+    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
+    _ready, out = start_and_kill(__file__, path, implementation, rng, src,
+                                 delays=(0.0, 0.02, 0.1, 0.3, 0.6), jitter=0.2)
     acked, flushed = [], 0
     for line in out.split(b"\n")[:-1]:            # a torn last line was not acknowledged
         parts = line.decode().split()

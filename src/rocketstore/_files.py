@@ -1,4 +1,4 @@
-"""Opening the store's small fixed files (lock, abort, checkpoint) safely.
+"""The store's small files: opening them safely, and replacing them whole.
 
 A store directory copied carelessly, or tampered with, can hold a directory, a FIFO or a symlink
 loop where one of these files belongs. Opening a FIFO for writing blocks until someone reads it,
@@ -13,7 +13,7 @@ import stat
 
 from rocketstore.errors import StoreConfigError
 
-__all__ = ["open_regular"]
+__all__ = ["open_regular", "replace_file", "fsync_dir"]
 
 
 def open_regular(path: str, flags: int, what: str) -> int:
@@ -31,3 +31,28 @@ def open_regular(path: str, flags: int, what: str) -> int:
         os.close(fd)
         raise StoreConfigError(f"{what} {path} is not a regular file")
     return fd
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync a directory, so a rename in it survives a power cut."""
+    fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Give ``path`` the content ``data`` all at once: a temporary file beside it, fsynced,
+    renamed over it, and the directory fsynced. A crash leaves the old file or the new one."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))

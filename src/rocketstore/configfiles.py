@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
+from rocketstore._files import fsync_dir
 from rocketstore.errors import (InvalidQueueIdError, StoreConfigError,
                                 StoreReadOnlyError)
 from rocketstore.message import validate_topic
@@ -382,14 +383,6 @@ def _read_regular_file(path: str) -> bytes:
         os.close(fd)
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ConfigFile:
     """A JSON config file with RocketMQ's ``.bak`` fallback (spec §10, persist protocol).
 
@@ -542,7 +535,7 @@ class ConfigFile:
             if os.path.exists(self.path) and (self._primary_ok or self._try(self.path)[0] == "ok"):
                 os.replace(self.path, self.bak_path)
             os.replace(tmp, self.path)
-            _fsync_dir(directory)
+            fsync_dir(directory)
             self._primary_ok, self.dirty = True, False
             return True
 

@@ -53,6 +53,7 @@ from rocketstore._clock import now_ms
 from rocketstore._codec_py import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketstore.errors import (InvalidMessageError, SegmentError, StoreClosedError,
                                 StoreConfigError, StoreReadOnlyError)
+from rocketstore._files import replace_file
 from rocketstore.mapped_file import MappedFile, allocate_range
 
 log = logging.getLogger("rocketstore.indexservice")
@@ -277,12 +278,7 @@ class IndexService:
                       "lastItem": last.hex()}
             if record == self._resume_saved:
                 return
-            tmp = self._resume_path + ".tmp"
-            with open(tmp, "w") as out:
-                json.dump(record, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self._resume_path)
+            replace_file(self._resume_path, json.dumps(record).encode())
             self._resume_saved = record
 
     def _read_resume_point(self) -> Optional[dict]:

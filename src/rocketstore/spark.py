@@ -48,6 +48,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from rocketstore._files import replace_file
+
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
                                     DataSourceStreamReader, InputPartition, WriterCommitMessage)
 
@@ -607,16 +609,9 @@ class StagedPart(WriterCommitMessage):
 _WRITE_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queueId", "flag")
 
 
-class RocketStoreWriter(DataSourceArrowWriter):
-    """``df.write.format("rocketstore").mode("append").save(path)``.
-
-    Input columns: ``body`` (binary or string, required), ``topic`` (unless the ``topic`` option
-    is set; the option wins), optional ``tags``, ``keys``, ``properties`` (map), ``queueId``,
-    ``flag``; other columns are ignored. Each task writes its rows to an Arrow IPC file under
-    ``<store>/.spark-staging/<job>``; the driver's commit opens the store (taking its
-    single-writer lock) and appends every part in partition order, so a failed job writes
-    nothing. ``abort`` deletes the staged files.
-    """
+class _StagingSink:
+    """What the batch and the streaming sink share: the checked options, the job's staging
+    directory, and appending the staged parts to an open store in partition order."""
 
     def __init__(self, options, columns):
         import uuid
@@ -629,17 +624,32 @@ class RocketStoreWriter(DataSourceArrowWriter):
         self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
                                     uuid.uuid4().hex)
 
+    def _append_parts(self, store, messages) -> None:
+        parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
+        for part in parts:
+            _append_part(store, part.path, self.topic)
+        store.flush()
+
+
+class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
+    """``df.write.format("rocketstore").mode("append").save(path)``.
+
+    Input columns: ``body`` (binary or string, required), ``topic`` (unless the ``topic`` option
+    is set; the option wins), optional ``tags``, ``keys``, ``properties`` (map), ``queueId``,
+    ``flag``; other columns are ignored. Each task writes its rows to an Arrow IPC file under
+    ``<store>/.spark-staging/<job>``; the driver's commit opens the store (taking its
+    single-writer lock) and appends every part in partition order, so a failed job writes
+    nothing. ``abort`` deletes the staged files.
+    """
+
     def write(self, iterator):
         return _stage(self.staging, iterator)
 
     def commit(self, messages):
         from rocketstore.store import MessageStore
-        parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
         try:
             with MessageStore(self.path) as store:
-                for part in parts:
-                    _append_part(store, part.path, self.topic)
-                store.flush()
+                self._append_parts(store, messages)
         finally:
             self._clean(messages)
 
@@ -712,22 +722,12 @@ def read_sink_commits(root: str) -> dict:
 
 
 def _write_sink_commits(root: str, commits: dict) -> None:
-    """Replace the file atomically: a temporary file, fsync, rename, fsync of the directory."""
-    path = _sink_commits_path(root)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"v": 1, "sinks": commits}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Replace the file whole (:func:`rocketstore._files.replace_file`)."""
+    data = json.dumps({"v": 1, "sinks": commits}, indent=1, sort_keys=True)
+    replace_file(_sink_commits_path(root), data.encode("utf-8"))
 
 
-class RocketStoreStreamWriter(_StreamWriterBase):
+class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
     """``df.writeStream.format("rocketstore").option("checkpointLocation", ck).start(path)``.
 
     Same input columns and staging as the batch sink. ``commit(messages, batchId)`` runs on the
@@ -740,33 +740,22 @@ class RocketStoreStreamWriter(_StreamWriterBase):
     """
 
     def __init__(self, options, columns):
-        import uuid
-        self.path = _store_paths(options)[0]
-        self.topic = options.get("topic")
-        if "body" not in columns:
-            raise ValueError("writing to rocketstore needs a body column (binary or string)")
-        if self.topic is None and "topic" not in columns:
-            raise ValueError("writing to rocketstore needs a topic column or the topic option")
+        super().__init__(options, columns)
         self.sink_id = (options.get("sinkid") or options.get("checkpointlocation")
                         or options.get("queryname") or "default")
-        self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
-                                    uuid.uuid4().hex)
 
     def write(self, iterator):
         return _stage(self.staging, iterator if _STREAM_ARROW else _rows_to_batches(iterator))
 
     def commit(self, messages, batchId) -> None:
         from rocketstore.store import MessageStore
-        parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
         try:
             with MessageStore(self.path) as store:
                 commits = read_sink_commits(self.path)
                 last = commits.get(self.sink_id)
                 if last is not None and batchId <= last:
                     return                          # a replayed micro-batch: written already
-                for part in parts:
-                    _append_part(store, part.path, self.topic)
-                store.flush()
+                self._append_parts(store, messages)
                 commits[self.sink_id] = int(batchId)
                 _write_sink_commits(self.path, commits)
         finally:
