@@ -351,6 +351,20 @@ def test_abnormal_load_rolls_the_newest_file_back_to_its_resume_point(impl, tmp_
             assert s.query("TopicA", f"k{i}")[0] == [100 * i]
 
 
+def test_a_resume_point_saved_when_the_file_was_exactly_full_is_used(impl, tmp_path, caplog):
+    records = [record(i) for i in range(40)]
+    with open_service(impl, tmp_path, items=91) as s:    # 30 records x 3 keys fill it exactly
+        build(s, records[:30])
+        assert s.files[-1].is_full
+        s.flush()
+        s.save_resume_point()
+        name = s.files[-1].name
+    with open_service(impl, tmp_path, items=91, abnormal=True, checkpoint=0) as s:
+        assert [f.name for f in s.files] == [name]
+        assert s.query("TopicA", "U29")[0] == [2900]
+    assert "ignoring the index resume point" not in caplog.text
+
+
 def test_a_resume_point_that_does_not_match_the_file_is_ignored(impl, tmp_path):
     with open_service(impl, tmp_path) as s:
         build(s, [record(i) for i in range(30)])

@@ -290,7 +290,7 @@ class IndexService:
             ok = (record.get("version") == 1 and isinstance(record["file"], str)
                   and record["slotNum"] == self.slot_count and record["indexNum"] == self.index_count
                   and len(header) == 6 and all(type(v) is int for v in header)
-                  and 1 <= header[5] < self.index_count
+                  and 1 <= header[5] <= self.index_count
                   and len(binascii.unhexlify(record["lastItem"])) == (_ITEM_SIZE if header[5] > 1 else 0))
         except FileNotFoundError:
             return None
