@@ -29,16 +29,30 @@ def java_store():
     return JAVA_STORE
 
 
+def require_spark() -> None:
+    """Skip the caller (a test, or a whole module at import) when pyspark, pyarrow or Java is
+    missing; under ROCKETSTORE_REQUIRE_SPARK=1 (set by .ci/run) fail instead, so CI cannot pass
+    with the Spark tests silently skipped."""
+    import importlib.util
+    import shutil
+    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        missing.append("Java (17 or 21) on PATH or JAVA_HOME")
+    if not missing:
+        return
+    why = "the Spark tests need " + ", ".join(missing) + " (pip install 'rocketstore[spark]')"
+    if os.environ.get("ROCKETSTORE_REQUIRE_SPARK") == "1":
+        pytest.fail(why + "; ROCKETSTORE_REQUIRE_SPARK=1 forbids skipping them", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local[2] SparkSession for the whole run (a JVM start costs ~10 s on 2 cores), with the
-    rocketstore format registered. Skips when pyspark or Java is missing."""
-    import shutil
+    rocketstore format registered."""
     import sys
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    pytest.importorskip("pyarrow")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (17 or 21) on PATH or JAVA_HOME")
+    require_spark()
+    import pyspark.sql as pyspark_sql
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)     # workers: this interpreter
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     tmp = tmp_path_factory.mktemp("spark")

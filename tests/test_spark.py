@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+from conftest import require_spark
+
+require_spark()      # skip this module without pyspark/pyarrow/Java (fail under .ci/run)
 
 from rocketstore.store import MessageStore  # noqa: E402
 
