@@ -346,3 +346,78 @@ def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, 
             per_topic[topic] = per_topic.get(topic, 0) + len(units)
         assert per_topic == {f"T{t}": len(range(t, count, 3)) for t in range(3)}
         assert store.verify()["ok"]
+
+
+def _commitlog_end(path):
+    """Where the last CommitLog segment file ends (the writer maps the next one ahead)."""
+    last = max(os.listdir(os.path.join(path, "commitlog")))
+    return int(last) + os.path.getsize(os.path.join(path, "commitlog", last))
+
+
+def _recover_total(path, impl, **options):
+    """Open read-only; returns (store, bytes its recovery scan covered: from its start to the
+    last segment's end)."""
+    seen = {}
+    store = open_store(path, impl, read_only=True, **options,
+                       progress=lambda stage, done, total: seen.setdefault(stage, total))
+    return store, seen.get("recover", 0)
+
+
+def test_a_read_only_open_scans_from_the_checkpoint_not_its_segment_start(tmp_path, impl):
+    """Below confirmPhyOffset the queues are complete and durable: a reader does not re-verify a
+    large segment on every open (a Spark task opens the store once per partition)."""
+    from rocketstore.checkpoint import Checkpoint
+    path = str(tmp_path / "s")
+    with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
+        bodies = [b"m%d-" % i + bytes(200) for i in range(300)]      # 300 records, one segment
+        results = [store.put(f"T{i % 3}", b) for i, b in enumerate(bodies)]
+        end = store.max_offset
+    assert end < 4 * SEGMENT and Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset == end
+    store, scanned = _recover_total(path, impl)
+    with store:
+        assert scanned == _commitlog_end(path) - end       # from confirm, not from 0
+        assert store.max_offset == end
+        assert [store.read(r.commitlog_offset).body for r in results] == bodies
+        assert store.get_by_queue_offset("T2", results[-1].queue_id, results[-1].queue_offset).body == bodies[-1]
+
+
+def test_a_read_only_open_scans_the_segment_when_confirm_is_not_a_record_boundary(tmp_path, impl):
+    """A checkpoint no queue unit ends at (a damaged file, a store edited by hand) is not trusted
+    to start the scan: the reader scans from its segment's start and sees every message."""
+    from rocketstore.checkpoint import Checkpoint
+    path = str(tmp_path / "s")
+    with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
+        results = [store.put("T", b"x%d" % i) for i in range(50)]
+        more = [store.put("T", b"y%d" % i) for i in range(50)]
+    cp = Checkpoint(os.path.join(path, "checkpoint"))
+    cp.confirm_phy_offset = more[0].commitlog_offset + 7         # inside a record
+    cp.flush()
+    store, scanned = _recover_total(path, impl)
+    with store:
+        assert scanned == _commitlog_end(path)      # from the segment's start
+        assert [store.read(r.commitlog_offset).body for r in results + more] == \
+            [b"x%d" % i for i in range(50)] + [b"y%d" % i for i in range(50)]
+        assert sum(high - low for (topic, _q), (low, high) in store.queues().items() if topic == "T") == 100
+
+
+def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(tmp_path, impl):
+    """A live writer dispatches past its last checkpoint: confirmPhyOffset is then the end of a
+    unit inside some queue (found by binary search), and the reader still sees everything."""
+    path = str(tmp_path / "s")
+    from rocketstore.checkpoint import Checkpoint
+    with open_store(path, impl, commitlog_file_size=4 * SEGMENT, dispatch_interval_ms=0) as w:
+        first = [w.put("T", b"a%d" % i, queue_id=0) for i in range(40)]
+        w._dispatcher.catch_up()
+        w._save_checkpoint()
+        confirm = first[-1].commitlog_offset + first[-1].size
+        assert Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset == confirm
+        later = [w.put("T", b"b%d" % i, queue_id=0) for i in range(40)]
+        w.flush()
+        w._dispatcher.catch_up()
+        assert w.max_queue_offset("T", 0) == 80
+        store, scanned = _recover_total(path, impl)
+        with store:
+            assert scanned == _commitlog_end(path) - confirm
+            assert [m.body for m in store.get_message("g", "T", 0, 0, max_msgs=100).messages] == \
+                [b"a%d" % i for i in range(40)] + [b"b%d" % i for i in range(40)]
+        assert later

@@ -497,6 +497,25 @@ class ConsumeQueue:
                 hi = mid
         return lo
 
+    def ends_record_at(self, commitlog_offset: int) -> bool:
+        """Whether a unit of this queue ends exactly at ``commitlog_offset`` (offset + size):
+        a binary search, as units ascend in CommitLog offset."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                offset, size, _tags = self.unit(mid)
+            except MessageNotFoundError:  # deleted under us: below anything left
+                lo = mid + 1
+                continue
+            if offset + size == commitlog_offset and size > 0:
+                return True
+            if offset < commitlog_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return False
+
     # -- recovery against the CommitLog and retention -----------------------------------------
     def truncate_dirty(self, process_offset: int) -> None:
         """§4.4 ``truncateDirtyLogicFiles``: cut every unit pointing at or past ``process_offset``.

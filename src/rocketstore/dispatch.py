@@ -296,6 +296,10 @@ class TailQueue:
     def roll_next_file(self, queue_offset: int) -> int:
         return roll_next_file(queue_offset, self.units_per_file)
 
+    def ends_record_at(self, commitlog_offset: int) -> bool:
+        """Whether a unit on disk ends at ``commitlog_offset`` (the memory tail is not asked)."""
+        return self.disk is not None and self.disk.ends_record_at(commitlog_offset)
+
     def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
         q = np.asarray(queue_offsets, dtype=np.int64)
         phys = np.asarray(commitlog_offsets, dtype=np.int64)

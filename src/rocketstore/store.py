@@ -297,6 +297,11 @@ class MessageStore:
           third-last segment after a clean shutdown; after a crash the newest segment whose
           first record is valid and not newer than the checkpoint's timestamps, else the first.
         * No ConsumeQueue on disk at all: the first segment (everything is dispatched again).
+
+        A read-only open starts at confirmPhyOffset itself, not at its segment's start, when the
+        queues prove it a record boundary (:meth:`_ends_a_record`): it cuts nothing, so it need
+        not re-verify what the checkpoint vouches for (reads check each record's CRC anyway),
+        and a reader of a store with large segments opens in time independent of their size.
         """
         files = self._segments.files
         if not files:
@@ -306,6 +311,8 @@ class MessageStore:
             return first, first
         confirm = self._checkpoint.confirm_phy_offset
         if first < confirm <= files[-1].end_offset:
+            if self.read_only and self._ends_a_record(confirm):
+                return confirm, confirm
             mf = self._segments.find(confirm) or files[-1]
             return mf.file_from_offset, confirm
         if self.last_shutdown_clean:
@@ -320,6 +327,16 @@ class MessageStore:
             if 0 < head.store_timestamp <= limit:
                 return mf.file_from_offset, mf.file_from_offset
         return first, first
+
+    def _ends_a_record(self, offset: int) -> bool:
+        """Whether ``offset`` is provably where a record (or a segment) ends: a segment starts
+        there, or a ConsumeQueue unit ends there (a unit below the checkpoint is durable)."""
+        if any(mf.file_from_offset == offset for mf in self._segments.files):
+            return True
+        queues = list(self._queues)
+        if any(cq.max_physic_offset == offset for cq in queues):
+            return True
+        return any(cq.ends_record_at(offset) for cq in queues if cq.max_physic_offset > offset)
 
     def _recover(self):
         """§7: scan with CRC checks from :meth:`_scan_start` to the first invalid record, cut the
@@ -348,7 +365,7 @@ class MessageStore:
         durable = self._checkpoint.confirm_phy_offset
         for mf in files:
             _will_read(mf)
-            pos = 0
+            pos = max(0, scan_from - mf.file_from_offset)
             while True:
                 for arr, stop, reason in decode_chunks(codec, mf.mm, pos, mf.file_size, check_crc=True):
                     if len(arr):
@@ -394,7 +411,8 @@ class MessageStore:
             queue_start = lowest     # a queue the CommitLog holds is missing or short on disk
         elif abnormal:
             queue_start = complete_to
-            if self.read_only and complete_to == scan_from:
+            if self.read_only and complete_to == scan_from != self._checkpoint.confirm_phy_offset:
+                # RocketMQ's rules chose the segment: nothing vouches for the queues below it
                 ends = [cq.max_physic_offset for cq in self._queues if cq.max_physic_offset >= 0]
                 queue_start = min(ends, default=lowest)
         else:
