@@ -110,6 +110,15 @@ cdef extern from "record.h" nogil:
         int32_t delay_len
 
     void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispatch_props *out)
+
+    # One kept properties piece (property_pieces' rows: the C layout of PIECE_DTYPE).
+    ctypedef struct rs_piece_row:
+        int64_t name_pos
+        int64_t value_pos
+        int32_t name_len
+        int32_t value_len
+
+    int64_t rs_property_pieces(const uint8_t *p, int64_t n, int64_t base, rs_piece_row *out, int64_t cap)
     int rs_parse_java_int(const uint8_t *s, int64_t len, int32_t *out)
     int64_t rs_count_key_tokens(const uint8_t *s, int64_t len)
 

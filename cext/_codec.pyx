@@ -35,9 +35,9 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info", "queue_keys", "same_queues",
+    "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
-    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
+    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
 
 # ---- constants, from record.h ----
@@ -124,6 +124,8 @@ RECORD_DTYPE = _np.dtype([
 DISPATCH_DTYPE = _np.dtype([("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"),
                             ("delay_level", "=i4")], align=True)
 KEYREF_DTYPE = _np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")], align=True)
+PIECE_DTYPE = _np.dtype([("name_pos", "=i8"), ("value_pos", "=i8"), ("name_len", "=i4"),
+                         ("value_len", "=i4")], align=True)
 
 SCHEDULE_TOPIC = RS_SCHEDULE_TOPIC[:RS_SCHEDULE_TOPIC_LEN].decode("ascii")
 DEFAULT_DELAY_LEVELS_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
@@ -142,6 +144,7 @@ cdef _check_row_layouts():
     cdef rs_batch_row row
     cdef rs_dispatch_row info
     cdef rs_keyref_row key
+    cdef rs_piece_row piece
     cdef char *base = <char *>&row
     _check_layout("rs_batch_row", {
         "position": <char *>&row.position - base, "size": <char *>&row.size - base,
@@ -170,6 +173,11 @@ cdef _check_row_layouts():
         "key_pos": <char *>&key.key_pos - base, "key_len": <char *>&key.key_len - base,
         "record": <char *>&key.record - base,
     }, sizeof(rs_keyref_row), KEYREF_DTYPE, "KEYREF_DTYPE")
+    base = <char *>&piece
+    _check_layout("rs_piece_row", {
+        "name_pos": <char *>&piece.name_pos - base, "value_pos": <char *>&piece.value_pos - base,
+        "name_len": <char *>&piece.name_len - base, "value_len": <char *>&piece.value_len - base,
+    }, sizeof(rs_piece_row), PIECE_DTYPE, "PIECE_DTYPE")
 
 
 _check_row_layouts()
@@ -1025,6 +1033,83 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
         PyMem_Free(spans)
         PyMem_Free(delays)
         PyBuffer_Release(&src)
+
+
+cdef int64_t _count_pieces(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                           int32_t *counts, int64_t *bad) noexcept nogil:
+    """Pass 1 of property_pieces: kept pieces per record; -1 with *bad the first record whose
+    properties lie outside base[0..size)."""
+    cdef int64_t i, total = 0, k
+    for i in range(n):
+        if rows[i].properties_pos < 0 or rows[i].properties_len < 0 \
+                or rows[i].properties_pos > size - rows[i].properties_len:
+            bad[0] = i
+            return -1
+        k = rs_property_pieces(base + rows[i].properties_pos, rows[i].properties_len, 0, NULL, 0)
+        counts[i] = <int32_t>k
+        total += k
+    return total
+
+
+cdef int64_t _fill_pieces(const uint8_t *base, const rs_batch_row *rows, int64_t n, rs_piece_row *out,
+                          int64_t cap) noexcept nogil:
+    """Pass 2: write the pieces (at most cap, the count of pass 1); returns how many."""
+    cdef int64_t i, k = 0
+    for i in range(n):
+        k += rs_property_pieces(base + rows[i].properties_pos, rows[i].properties_len,
+                                rows[i].properties_pos, out + k, cap - k)
+        if k > cap:
+            return k
+    return k
+
+
+def property_pieces(buffer, records):
+    """Every properties piece of ``records`` (RECORD_DTYPE, decoded from ``buffer``) that
+    :func:`decode_properties` keeps, duplicates included, in record order.
+
+    Returns ``(pieces, counts)``: ``pieces`` (PIECE_DTYPE) locates each piece's name and value
+    in ``buffer``; ``counts`` (int32, one per record) says how many pieces each record has, so
+    the pieces of record ``i`` follow those of records ``0..i-1``. Columnar readers (the Spark
+    source) build a properties map from them without a Python object per message. A record
+    whose properties lie outside ``buffer`` raises CorruptRecordError; the scan runs without the
+    GIL, ``buffer`` and ``records`` stay exported meanwhile.
+    """
+    cdef Py_buffer src, rec_view, counts_view, out_view
+    cdef int64_t n, total, written, bad = -1
+    cdef const rs_batch_row *rows
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    n = len(records)
+    counts = _np.empty(n, dtype=_np.int32)
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            rows = <const rs_batch_row *>rec_view.buf
+            PyObject_GetBuffer(counts, &counts_view, PyBUF_WRITABLE)
+            try:
+                with nogil:
+                    total = _count_pieces(<const uint8_t *>src.buf, src.len, rows, n,
+                                          <int32_t *>counts_view.buf, &bad)
+            finally:
+                PyBuffer_Release(&counts_view)
+            if total < 0:
+                raise _outside(bad, rows[bad].position, "properties", rows[bad].properties_pos,
+                               rows[bad].properties_len, src.len)
+            pieces = _np.empty(total, dtype=PIECE_DTYPE)   # _fill_pieces writes every field
+            PyObject_GetBuffer(pieces, &out_view, PyBUF_WRITABLE)
+            try:
+                with nogil:
+                    written = _fill_pieces(<const uint8_t *>src.buf, rows, n, <rs_piece_row *>out_view.buf,
+                                           total)
+            finally:
+                PyBuffer_Release(&out_view)
+            if written != total:
+                raise AssertionError("property_pieces found a different number of pieces in its second pass")
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    return pieces, counts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -441,6 +441,42 @@ static inline void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispat
     }
 }
 
+/* The properties pieces that the lenient rule keeps (see rs_dispatch_properties), in order,
+   duplicates included: for each, where its name and value start (relative to p, plus base) and
+   their lengths. Writes at most cap pieces to out (out may be NULL with cap 0); returns how many
+   pieces are kept in all. Reads only p[0..n). */
+typedef struct {
+    int64_t name_pos;
+    int64_t value_pos;
+    int32_t name_len;
+    int32_t value_len;
+} rs_piece_row;
+
+static inline int64_t rs_property_pieces(const uint8_t *p, int64_t n, int64_t base,
+                                         rs_piece_row *out, int64_t cap)
+{
+    int64_t i = 0, kept = 0;
+    while (i < n) {
+        const uint8_t *hit = (const uint8_t *)memchr(p + i, RS_PROPERTY_SEPARATOR, (size_t)(n - i));
+        int64_t end = hit != NULL ? hit - p : n, sep;
+        if (end - i >= 3) {
+            hit = (const uint8_t *)memchr(p + i, RS_NAME_VALUE_SEPARATOR, (size_t)(end - i));
+            sep = hit != NULL ? hit - p : -1;
+            if (sep > i && sep < end - 1) {
+                if (kept < cap) {
+                    out[kept].name_pos = base + i;
+                    out[kept].name_len = (int32_t)(sep - i);
+                    out[kept].value_pos = base + sep + 1;
+                    out[kept].value_len = (int32_t)(end - sep - 1);
+                }
+                kept++;
+            }
+        }
+        i = end + 1;
+    }
+    return kept;
+}
+
 /* Java Integer.parseInt(s) over ASCII: an optional sign, then one or more digits 0-9, within the
    int range. Returns 1 and sets *out, or 0 where Java throws NumberFormatException. (Java also
    takes non-ASCII Unicode digits; brokers write DELAY in ASCII, so those count as unparseable.) */

@@ -631,3 +631,73 @@ def test_queue_keys_refuse_topics_outside_the_buffer(codec):
             codec.queue_keys(buf, bad)
         with pytest.raises(CorruptRecordError):
             codec.same_queues(buf, bad, [0, 1])
+
+
+# ---- property_pieces: every kept piece, for columnar readers (the Spark source) ----
+
+def _pieces_as_bytes(buf, pieces, counts):
+    """Per record, its (name, value) pairs in order, sliced from ``buf`` at the pieces' spans."""
+    out, k = [], 0
+    for c in counts.tolist():
+        out.append([(bytes(buf[p["name_pos"]:p["name_pos"] + p["name_len"]]),
+                     bytes(buf[p["value_pos"]:p["value_pos"] + p["value_len"]])) for p in pieces[k:k + c]])
+        k += c
+    assert k == len(pieces)
+    return out
+
+
+def test_property_pieces_keeps_every_piece_in_order_with_duplicates(codec):
+    buf, rows = batch({"properties": b"TAGS\x01a\x02bad\x02\x01v\x02n\x01\x02TAGS\x01b\x01c\x02KEYS\x01k1 k2"},
+                      {"properties": b""}, {"properties": {"UNIQ_KEY": "u"}}, prefix=b"\0" * 7)
+    pieces, counts = codec.property_pieces(buf, rows)
+    assert pieces.dtype == codec.PIECE_DTYPE and counts.dtype == np.int32
+    assert _pieces_as_bytes(buf, pieces, counts) == [
+        [(b"TAGS", b"a"), (b"TAGS", b"b\x01c"), (b"KEYS", b"k1 k2")], [], [(b"UNIQ_KEY", b"u")]]
+
+
+def test_property_pieces_rejects_properties_outside_the_buffer(codec):
+    buf, rows = batch({"properties": {"TAGS": "a"}}, {"properties": {"TAGS": "b"}})
+    rows = rows.copy()
+    rows[1]["properties_len"] = INT32_MAX
+    with pytest.raises(CorruptRecordError, match="^record 1 at position .* its properties bytes"):
+        codec.property_pieces(buf, rows)
+    with pytest.raises(TypeError, match="RECORD_DTYPE"):
+        codec.property_pieces(buf, np.zeros(2, dtype=codec.KEYREF_DTYPE))
+
+
+@SETTINGS
+@given(records=RECORDS)
+def test_property_pieces_of_both_twins_rebuild_decode_properties(records):
+    buf, rows = batch(*records)
+    twins = [_codec_py] + ([_codec_c] if _codec_c is not None else [])
+    results = [twin.property_pieces(buf, rows) for twin in twins]
+    for pieces, counts in results:
+        for row, pairs in zip(rows, _pieces_as_bytes(buf, pieces, counts)):
+            props = bytes(buf[row["properties_pos"]:row["properties_pos"] + row["properties_len"]])
+            expected = _codec_py.decode_properties(props)
+            text = lambda b: b.decode("utf-8", "surrogateescape")  # noqa: E731
+            assert {text(n): text(v) for n, v in pairs} == expected       # the last duplicate wins
+            assert len(pairs) == sum(1 for p in props.split(b"\x02") if 0 < p.find(b"\x01") < len(p) - 1)
+    for pieces, counts in results[1:]:
+        assert pieces.tobytes() == results[0][0].tobytes() and counts.tobytes() == results[0][1].tobytes()
+
+
+@needs_compiled
+@SETTINGS
+@given(records=RECORDS.filter(bool), data=st.data())
+def test_property_pieces_twins_agree_on_hostile_tables(records, data):
+    buf, rows = batch(*records)
+    rows = rows.copy()
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(rows) - 1))
+        field = data.draw(st.sampled_from(["properties_pos", "properties_len"]))
+        rows[i][field] = data.draw(INT64 if field.endswith("pos") else INT32)
+    cut = data.draw(st.integers(0, len(buf)))
+
+    def outcome(fn):
+        try:
+            pieces, counts = fn(buf[:cut], rows)
+            return ("ok", pieces.tobytes(), counts.tobytes())
+        except CorruptRecordError as exc:
+            return ("raised", str(exc))
+    assert outcome(_codec_c.property_pieces) == outcome(_codec_py.property_pieces)

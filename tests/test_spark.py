@@ -337,3 +337,22 @@ def test_spark_sink_fast_path_keeps_each_queues_order(spark, tmp_path):
     with MessageStore(target, read_only=True) as store:
         sizes = [hi - lo for (t, _q), (lo, hi) in store.queues().items() if t == "T0"]
     assert sum(sizes) == 1500 + 10000 and min(sizes) > 1000
+
+
+def test_record_batch_properties_follow_decode_properties():
+    """tags, keys and the properties map come from one compiled pass over the properties bytes
+    (duplicates: the map keeps each, tags/keys the last, as decode_properties does)."""
+    from rocketstore import _codec_py
+    from rocketstore.spark import _record_batch
+    raw = [b"TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b\x01c\x02bad\x02\x01v\x02n\x01",
+           b"", b"KEYS\x01only", b"x\x01\xc3\xa9\x02TAGS\x01\x02"]
+    buf = bytes(7) + b"".join(_codec_py.encode_record(topic="T", body=b"b%d" % i, properties=p)
+                              for i, p in enumerate(raw))
+    rows, _stop, _reason = _codec_py.decode_batch(buf, 7)
+    batch = _record_batch(rows, memoryview(buf), ["tags", "keys", "properties"], "T", "broker")
+    got = batch.to_pylist()
+    assert [r["tags"] for r in got] == ["b\x01c", None, None, None]
+    assert [r["keys"] for r in got] == ["k1 k2", None, "only", None]
+    assert [r["properties"] for r in got] == [
+        [("TAGS", "a"), ("KEYS", "k1 k2"), ("TAGS", "b\x01c")], [], [("KEYS", "only")], [("x", "é")]]
+    assert [dict(r["properties"]) for r in got] == [_codec_py.decode_properties(p) for p in raw]

@@ -58,9 +58,9 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info", "queue_keys", "same_queues",
+    "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
-    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
+    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
 
 # ---- magic codes and flags (§1.1, §1.2) ----
@@ -149,6 +149,9 @@ DISPATCH_DTYPE = np.dtype([("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len
                            ("delay_level", "=i4")], align=True)
 #: One index key of a record (dispatch_info): its bytes in the buffer and the record's row number.
 KEYREF_DTYPE = np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")], align=True)
+#: One kept properties piece (property_pieces): where its name and value lie in the buffer.
+PIECE_DTYPE = np.dtype([("name_pos", "=i8"), ("value_pos", "=i8"), ("name_len", "=i4"),
+                        ("value_len", "=i4")], align=True)
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 #: messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", level n at [n - 1]
@@ -807,6 +810,42 @@ def same_queues(buffer, records, representatives):
     qids = records["queue_id"]
     return bool(np.array_equal(qids, qids[reps]) and np.array_equal(lengths, lengths[reps])
                 and np.array_equal(names, names[reps]))
+
+
+def property_pieces(buffer, records):
+    """Every properties piece of ``records`` (RECORD_DTYPE, decoded from ``buffer``) that
+    :func:`decode_properties` keeps, duplicates included, in record order.
+
+    Returns ``(pieces, counts)``: ``pieces`` (PIECE_DTYPE) locates each piece's name and value
+    in ``buffer``; ``counts`` (int32, one per record) says how many pieces each record has.
+    A record whose properties lie outside ``buffer`` raises CorruptRecordError.
+    """
+    _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    buf = _readable_view(buffer)
+    try:
+        size = buf.nbytes
+        n = len(records)
+        positions = records["position"].tolist()
+        props_pos, props_len = records["properties_pos"].tolist(), records["properties_len"].tolist()
+        counts = np.zeros(n, dtype=np.int32)
+        found = []
+        for i in range(n):
+            pp, pl = props_pos[i], props_len[i]
+            if pp < 0 or pl < 0 or pp + pl > size:
+                raise _outside(i, positions[i], "properties", pp, pl, size)
+            at = pp
+            for piece in bytes(buf[pp:pp + pl]).split(b"\x02"):
+                sep = piece.find(b"\x01")
+                if 0 < sep < len(piece) - 1:
+                    found.append((at, at + sep + 1, sep, len(piece) - sep - 1))
+                    counts[i] += 1
+                at += len(piece) + 1
+    finally:
+        buf.release()
+    pieces = np.zeros(len(found), dtype=PIECE_DTYPE)
+    if found:
+        pieces[:] = found
+    return pieces, counts
 
 
 def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):

@@ -445,15 +445,13 @@ def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BAT
 # ---------------------------------------------------------------------------------------------
 # Arrow columns from RECORD_DTYPE rows over one segment view
 
-def _slices(buffer, starts, lengths, kind):
-    """A binary/string array of ``buffer[starts[i]:starts[i]+lengths[i]]``: offsets over the
-    zero-copy buffer (values and the gaps between them), then one Arrow ``take`` of the values.
-    ``starts`` must be ascending and non-overlapping, as records in one segment are."""
+def _spans(buffer, starts, lengths):
+    """A binary array over the zero-copy ``buffer`` of ``2n - 1`` elements: span ``i`` at
+    ``2i``, the gap after it at ``2i + 1``. ``starts`` must be ascending and the spans must not
+    overlap, as fields of consecutive records in one segment do."""
     import numpy as np
     import pyarrow as pa
     n = len(starts)
-    if n == 0:
-        return pa.array([], type=kind)
     starts = starts.astype(np.int64)
     ends = starts + lengths.astype(np.int64)
     first = int(starts[0])
@@ -461,9 +459,20 @@ def _slices(buffer, starts, lengths, kind):
     edges[0::2] = starts - first
     edges[1::2] = ends - first
     data = pa.py_buffer(buffer)[first:int(ends[-1])]
-    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1,
-                                  [None, pa.py_buffer(edges.astype(np.int32)), data])
-    values = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    return pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(edges.astype(np.int32)), data])
+
+
+def _slices(buffer, starts, lengths, kind, valid=None):
+    """A binary/string array of ``buffer[starts[i]:starts[i]+lengths[i]]`` (null where ``valid``
+    is False): :func:`_spans`, then one Arrow ``take`` of every other element."""
+    import numpy as np
+    import pyarrow as pa
+    n = len(starts)
+    if n == 0:
+        return pa.array([], type=kind)
+    picks = np.arange(0, 2 * n, 2, dtype=np.int32)
+    values = _spans(buffer, starts, lengths).take(
+        pa.array(picks, mask=None if valid is None else ~valid))
     return values if kind == pa.binary() else values.cast(kind)
 
 
@@ -475,28 +484,57 @@ def _constant_strings(value: str, n: int):
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
-def _properties_map(strings):
-    """``name\\x01value\\x02`` strings to a map array, by RocketMQ's lenient rule (a piece is
-    kept when it has a non-empty name and value; the value may contain 0x01)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    pieces = pc.split_pattern(strings, "\x02")
-    flat = pieces.flatten()
-    pair = pc.split_pattern(flat, "\x01", max_splits=1)
-    names = pc.list_element(pc.if_else(pc.greater_equal(pc.list_value_length(pair), 2), pair,
-                                       pa.scalar(["", ""], pa.list_(pa.string()))), 0)
-    values = pc.list_element(pc.if_else(pc.greater_equal(pc.list_value_length(pair), 2), pair,
-                                        pa.scalar(["", ""], pa.list_(pa.string()))), 1)
-    keep = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
-    # Which row each piece belongs to, and per-row counts of kept pieces: the map's offsets.
-    import numpy as np
-    lengths = pc.list_value_length(pieces).to_numpy(zero_copy_only=False).astype(np.int64)
-    row_of = np.repeat(np.arange(len(strings)), lengths)
-    kept = keep.to_numpy(zero_copy_only=False)
-    counts = np.bincount(row_of[kept], minlength=len(strings))
-    offsets = np.zeros(len(strings) + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(offsets), names.filter(keep), values.filter(keep))
+class _Properties:
+    """The properties of a batch of records, from the codec's ``property_pieces`` (one compiled
+    pass over the bytes, RocketMQ's lenient rule, duplicates kept): the ``properties`` map column
+    and the value of one property per record (the last duplicate, as decode_properties keeps)."""
+
+    def __init__(self, view, rows):
+        import numpy as np
+        from rocketstore import _impl
+        self.view, self.rows = view, rows
+        self.pieces, self.counts = _impl.DEFAULT.codec.property_pieces(view, rows)
+        self.record = np.repeat(np.arange(len(rows)), self.counts)
+
+    def map(self):
+        import numpy as np
+        import pyarrow as pa
+        p, m = self.pieces, len(self.pieces)
+        offsets = np.zeros(len(self.rows) + 1, dtype=np.int32)
+        np.cumsum(self.counts, out=offsets[1:])
+        if m == 0:
+            empty = pa.array([], type=pa.string())
+            return pa.MapArray.from_arrays(pa.array(offsets), empty, empty)
+        starts = np.empty(2 * m, dtype=np.int64)
+        lengths = np.empty(2 * m, dtype=np.int64)
+        starts[0::2], starts[1::2] = p["name_pos"], p["value_pos"]
+        lengths[0::2], lengths[1::2] = p["name_len"], p["value_len"]
+        spans = _spans(self.view, starts, lengths)      # name, gap, value, gap, name, ...
+        names = spans.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32))).cast(pa.string())
+        values = spans.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32))).cast(pa.string())
+        return pa.MapArray.from_arrays(pa.array(offsets), names, values)
+
+    def value(self, name: str):
+        """A string column: each record's last ``name`` property, null where it has none."""
+        import numpy as np
+        import pyarrow as pa
+        raw = name.encode()
+        p, n = self.pieces, len(self.rows)
+        hit = np.nonzero(p["name_len"] == len(raw))[0]
+        if len(hit):
+            bytes_ = np.frombuffer(self.view, dtype=np.uint8)
+            text = bytes_[p["name_pos"][hit, None] + np.arange(len(raw))]
+            hit = hit[(text == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
+        last = np.full(n, -1, dtype=np.int64)
+        if len(hit):
+            owner = self.record[hit]
+            final = np.ones(len(hit), dtype=bool)
+            final[:-1] = owner[1:] != owner[:-1]          # pieces come in record order
+            last[owner[final]] = hit[final]
+        valid = last >= 0
+        starts = np.where(valid, p["value_pos"][last] if len(p) else 0, self.rows["properties_pos"])
+        lengths = np.where(valid, p["value_len"][last] if len(p) else 0, 0)
+        return _slices(self.view, starts, lengths, pa.string(), valid)
 
 
 _HEX = None
@@ -558,20 +596,15 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
     """One RecordBatch of ``columns`` for ``rows`` (RECORD_DTYPE over ``view``)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
     from rocketstore._codec_py import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
     n = len(rows)
-    props = pmap = None
+    props = None
 
     def properties():
-        nonlocal props, pmap
-        if pmap is None:
-            props = _slices(view, rows["properties_pos"], rows["properties_len"], pa.string())
-            pmap = _properties_map(props)
-        return pmap
-
-    def lookup(name):
-        return pc.map_lookup(properties(), pa.scalar(name, pa.string()), "last")
+        nonlocal props
+        if props is None:
+            props = _Properties(view, rows)
+        return props
 
     build = {
         "topic": lambda: (_constant_strings(topic, n) if topic is not None
@@ -581,9 +614,9 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
         "commitLogOffset": lambda: pa.array(rows["physical_offset"].astype(np.int64)),
         "brokerName": lambda: _constant_strings(broker, n),
         "body": lambda: _slices(view, rows["body_pos"], rows["body_len"], pa.binary()),
-        "tags": lambda: lookup("TAGS"),
-        "keys": lambda: lookup("KEYS"),
-        "properties": properties,
+        "tags": lambda: properties().value("TAGS"),
+        "keys": lambda: properties().value("KEYS"),
+        "properties": lambda: properties().map(),
         "msgId": lambda: _msg_ids(rows),
         "flag": lambda: pa.array(rows["flag"].astype(np.int32)),
         "sysFlag": lambda: pa.array(rows["sys_flag"].astype(np.int32)),
