@@ -427,3 +427,51 @@ def test_a_real_full_tmpfs_fails_puts_cleanly_and_writes_resume_when_space_retur
         f"child {'killed by signal ' + str(-proc.returncode) if proc.returncode < 0 else 'failed'}"
         f"\nstdout: {proc.stdout}\nstderr: {proc.stderr[-4000:]}")
     assert '"failures"' in proc.stdout
+
+
+@pytest.fixture
+def config_files_full(monkeypatch):
+    """Call it to make writes to the config files' ``.tmp`` copies fail with ENOSPC (other
+    writes go through); ``.undo()`` gives the space back."""
+    real_write = os.write
+
+    def write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    class Full:
+        def __call__(self):
+            monkeypatch.setattr(os, "write", write)
+
+        def undo(self):
+            monkeypatch.undo()
+    return Full()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_config_files_that_cannot_be_written_raise_disk_full_keep_the_old_file_and_close_cleanly(
+        tmp_path, impl, config_files_full):
+    path = tmp_path / "s"
+    store = open_store(path, impl)
+    before = store.put("Old", b"kept", durable=True)
+    store.commit_offset("g", "Old", before.queue_id, 1)
+    with open(path / "config" / "topics.json", "rb") as f:
+        topics_before = f.read()
+    config_files_full()
+    with pytest.raises(DiskFullError, match="writing topics.json failed, the file on disk is unchanged"):
+        store.create_topic("New", 4)
+    with pytest.raises(DiskFullError, match="topics.json"):
+        store.put("Brand", b"never stored")                 # a new topic must be recorded first
+    assert (path / "config" / "topics.json").read_bytes() == topics_before
+    assert not [n for n in os.listdir(path / "config") if n.endswith(".tmp")]
+    with pytest.raises(DiskFullError, match="consumerOffset.json|topics.json"):
+        store.close()                                         # says so, but closes all the same
+    assert not (path / "abort").exists()
+    config_files_full.undo()
+    with open_store(path, impl) as store:                     # not locked: the close finished
+        assert store.last_shutdown_clean
+        assert store.get_by_queue_offset("Old", before.queue_id, 0).body == b"kept"
+        assert "Brand" not in store.topics and not store.queues().get(("Brand", 0))
+        store.create_topic("New", 4)                          # space is back: writes resume
+    assert b'"New"' in (path / "config" / "topics.json").read_bytes()

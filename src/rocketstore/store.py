@@ -35,7 +35,7 @@ from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService
                                   consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
-from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
@@ -513,9 +513,14 @@ class MessageStore:
         return mf.mm, mf.fd
 
     def close(self) -> None:
-        """Flush everything, write the checkpoint, remove the abort file and release the lock."""
+        """Flush everything, write the checkpoint, remove the abort file and release the lock.
+
+        When topics.json or consumerOffset.json cannot be written for lack of space, the store
+        still closes completely (its data is durable and the checkpoint written), then the
+        :class:`DiskFullError` is raised; that file keeps its previous content."""
         if getattr(self, "_schedule", None) is not None:
             self._schedule.close()    # before the mutex: a delivery pass in progress may need it
+        config_error = None
         with self._mutex:
             if self._closed:
                 return
@@ -534,8 +539,11 @@ class MessageStore:
                     cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
                 cp.confirm_phy_offset = self._dispatcher.offset
                 cp.flush()
-                self._topics.persist()
-                self._offsets.persist()
+                for table in (self._topics, self._offsets):
+                    try:
+                        table.persist()
+                    except DiskFullError as exc:   # the data is closed cleanly all the same
+                        config_error = config_error or exc
             else:
                 self._close_queues()
             self._segments.close()
@@ -545,6 +553,10 @@ class MessageStore:
                 except FileNotFoundError:
                     pass
             self._release_lock()
+        if config_error is not None:
+            # The CommitLog, queues, index and checkpoint are durable and the store is closed;
+            # topics.json or consumerOffset.json keeps its previous content.
+            raise config_error
 
     def _close_queues(self) -> None:
         for part in ("_queues", "_index", "_disk_index"):
