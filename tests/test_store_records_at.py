@@ -72,6 +72,10 @@ def test_queue_offset_of_time_is_the_first_offset_stored_at_or_after(impl, tmp_p
                 assert store.queue_offset_of_time("A", q, ts) == want, (q, ts)
         assert store.queue_offset_of_time("A", 7, 0) == 0         # no such queue
         assert store.queue_offset_of_time("Nope", 0, 0) == 0
+    with MessageStore(tmp_path, implementation=impl.name, read_only=True) as store:
+        stamps = times[1]
+        for ts in sorted(set(stamps)):
+            assert store.queue_offset_of_time("A", 1, ts) == stamps.index(ts)
 
 
 def test_key_offsets_lists_every_candidate_or_none_past_the_index_cap(impl, tmp_path):

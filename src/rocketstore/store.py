@@ -30,7 +30,7 @@ from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
@@ -1062,7 +1062,7 @@ class MessageStore:
             except MessageNotFoundError:
                 return None      # gone (retention): older than anything left
 
-        return cq.offset_of_time(timestamp, store_time_of)
+        return offset_of_time(cq, timestamp, store_time_of)      # a read-only store's TailQueue too
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
