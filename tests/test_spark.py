@@ -476,3 +476,23 @@ def test_spark_commitlog_scan_gives_the_queue_scans_rows(spark, tmp_path):
     assert load(**offsets).rdd.getNumPartitions() == 3  # auto: a part of the store, by queue
     narrow = load(scan="commitlog", subscribe="TopicB", startingOffsets="latest")
     assert narrow.count() == 0
+
+
+def test_spark_sink_removes_staging_left_by_a_crashed_job(spark, tmp_path):
+    import os
+    import time
+    target = tmp_path / "dst"
+    staging = target / ".spark-staging"
+    crashed, running = staging / ("a" * 32), staging / ("b" * 32)
+    for d in (crashed, running):
+        d.mkdir(parents=True)
+        (d / "part-00000-x.arrow").write_bytes(b"staged")
+    old = time.time() - 3 * 3600
+    for p in (crashed / "part-00000-x.arrow", crashed):
+        os.utime(p, (old, old))
+    (staging / "not-a-job").mkdir()
+    os.utime(staging / "not-a-job", (old, old))
+    df = spark.createDataFrame([("T", b"x"), ("T", b"y")], "topic STRING, body BINARY")
+    df.write.format("rocketstore").option("stagingRetentionMinutes", "60").mode("append").save(str(target))
+    assert sorted(p.name for p in staging.iterdir()) == ["b" * 32, "not-a-job"]
+    assert sorted(r["body"] for r in _expected(str(target))) == [b"x", b"y"]

@@ -1021,6 +1021,10 @@ class StagedPart(WriterCommitMessage):
     partition_id: int
 
 
+#: A sink's staging directory is a uuid4 hex: only such directories are ever deleted as stale.
+_STAGING_NAME = re.compile(r"[0-9a-f]{32}")
+DEFAULT_STAGING_RETENTION_MINUTES = 24 * 60
+
 _WRITE_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queueId", "flag")
 
 
@@ -1036,14 +1040,42 @@ class _StagingSink:
             raise ValueError("writing to rocketstore needs a body column (binary or string)")
         if self.topic is None and "topic" not in columns:
             raise ValueError("writing to rocketstore needs a topic column or the topic option")
-        self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
-                                    uuid.uuid4().hex)
+        self.staging_root = options.get("staging") or os.path.join(self.path, ".spark-staging")
+        self.staging = os.path.join(self.staging_root, uuid.uuid4().hex)
+        minutes = _int_option(options, "stagingRetentionMinutes", DEFAULT_STAGING_RETENTION_MINUTES)
+        self.staging_retention_s = 60 * minutes
 
     def _append_parts(self, store, messages) -> None:
         parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
         for part in parts:
             _append_part(store, part.path, self.topic)
         store.flush()
+
+    def _remove_stale_staging(self) -> list:
+        """Delete the staging directories of other jobs that nothing has written to for
+        ``stagingRetentionMinutes`` (a crashed driver's leftovers; a job still running writes
+        its parts, so its newest file stays younger). Returns the directories deleted."""
+        import shutil
+        import time
+        cutoff = time.time() - self.staging_retention_s
+        removed = []
+        try:
+            entries = list(os.scandir(self.staging_root))
+        except FileNotFoundError:
+            return removed
+        for entry in entries:
+            if (entry.path == self.staging or not _STAGING_NAME.fullmatch(entry.name)
+                    or not entry.is_dir(follow_symlinks=False)):
+                continue
+            try:
+                newest = max([entry.stat(follow_symlinks=False).st_mtime]
+                             + [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)])
+            except FileNotFoundError:
+                continue                    # its own job finished meanwhile
+            if newest < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+        return removed
 
 
 class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
@@ -1052,9 +1084,12 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
     Input columns: ``body`` (binary or string, required), ``topic`` (unless the ``topic`` option
     is set; the option wins), optional ``tags``, ``keys``, ``properties`` (map), ``queueId``,
     ``flag``; other columns are ignored. Each task writes its rows to an Arrow IPC file under
-    ``<store>/.spark-staging/<job>``; the driver's commit opens the store (taking its
-    single-writer lock) and appends every part in partition order, so a failed job writes
-    nothing. ``abort`` deletes the staged files.
+    ``<store>/.spark-staging/<job>`` (option ``staging``: another root); the driver's commit
+    opens the store (taking its single-writer lock) and appends every part in partition order,
+    so a failed job writes nothing. ``abort`` deletes the staged files. A commit also deletes
+    the staging directories of other jobs untouched for ``stagingRetentionMinutes`` (default
+    1440): what a driver that crashed before its commit or abort left behind. The sink does this
+    rather than the store's open, because the store knows nothing of Spark jobs.
     """
 
     def write(self, iterator):
@@ -1067,6 +1102,7 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
                 self._append_parts(store, messages)
         finally:
             self._clean(messages)
+        self._remove_stale_staging()
 
     def abort(self, messages):
         self._clean(messages)
@@ -1175,6 +1211,7 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
                 _write_sink_commits(self.path, commits)
         finally:
             _remove_parts(self.staging, messages)
+        self._remove_stale_staging()
 
     def abort(self, messages, batchId) -> None:
         _remove_parts(self.staging, messages)
