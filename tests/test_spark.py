@@ -496,3 +496,50 @@ def test_spark_sink_removes_staging_left_by_a_crashed_job(spark, tmp_path):
     df.write.format("rocketstore").option("stagingRetentionMinutes", "60").mode("append").save(str(target))
     assert sorted(p.name for p in staging.iterdir()) == ["b" * 32, "not-a-job"]
     assert sorted(r["body"] for r in _expected(str(target))) == [b"x", b"y"]
+
+
+@pytest.mark.parametrize("crash", ["after_append", "between_parts"])
+def test_stream_sink_replay_after_a_crash_mid_commit_stores_the_batch_once(tmp_path, monkeypatch, crash):
+    import pyarrow as pa
+    import rocketstore.spark as rs
+    target = str(tmp_path / "dst")
+
+    def staged(writer):
+        parts = []
+        for i, tag in enumerate((b"p", b"q")):
+            data = pa.record_batch({"topic": ["T"] * 3, "body": [tag + b"%d" % j for j in range(3)]})
+            part = rs._stage(writer.staging, iter([data]))
+            part.partition_id = i
+            parts.append(part)
+        return parts
+
+    writer = rs.RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
+    writer.commit(staged(writer), 0)
+    real_append, real_record = rs._append_part, rs._write_sink_commits
+    calls = []
+
+    def append_then_die(store, path, topic, skip=0):
+        if calls:
+            raise SystemExit("crash between the parts")
+        calls.append(path)
+        return real_append(store, path, topic, skip)
+
+    def record_then_die(root, commits, pending=None):
+        if not pending:                             # the record that the batch is done
+            raise SystemExit("crash after the append")
+        real_record(root, commits, pending)
+
+    monkeypatch.setattr(rs, "_append_part" if crash == "between_parts" else "_write_sink_commits",
+                        append_then_die if crash == "between_parts" else record_then_die)
+    with pytest.raises(SystemExit):
+        writer.commit(staged(writer), 1)
+    monkeypatch.setattr(rs, "_append_part", real_append)
+    monkeypatch.setattr(rs, "_write_sink_commits", real_record)
+    landed = len(_expected(target))
+    assert landed == (9 if crash == "between_parts" else 12)
+    replay = rs.RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
+    replay.commit(staged(replay), 1)                # Spark replays batch 1
+    bodies = sorted(r["body"] for r in _expected(target))
+    assert bodies == sorted([b"p0", b"p1", b"p2", b"q0", b"q1", b"q2"] * 2)
+    assert rs.read_sink_commits(target) == {"q1": 1}
+    assert "pending" not in (tmp_path / "dst" / "config" / "sparkSinkCommits.json").read_text()

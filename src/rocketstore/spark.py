@@ -1045,10 +1045,15 @@ class _StagingSink:
         minutes = _int_option(options, "stagingRetentionMinutes", DEFAULT_STAGING_RETENTION_MINUTES)
         self.staging_retention_s = 60 * minutes
 
-    def _append_parts(self, store, messages) -> None:
+    def _append_parts(self, store, messages, skip: int = 0) -> None:
+        """Append the staged parts in partition order, leaving out their first ``skip`` rows."""
         parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
         for part in parts:
-            _append_part(store, part.path, self.topic)
+            if skip >= part.rows:
+                skip -= part.rows
+                continue
+            _append_part(store, part.path, self.topic, skip)
+            skip = 0
         store.flush()
 
     def _remove_stale_staging(self) -> list:
@@ -1162,20 +1167,29 @@ def _sink_commits_path(root: str) -> str:
 
 def read_sink_commits(root: str) -> dict:
     """``{sinkId: lastCommittedBatchId}`` of the streaming sinks that wrote into the store at ``root``."""
+    return _read_sink_state(root)[0]
+
+
+def _read_sink_state(root: str) -> tuple[dict, dict]:
+    """(``{sinkId: last batch id}``, ``{sinkId: {"batch", "start", "rows"}}`` of the appends
+    begun and not yet recorded as done)."""
     try:
         with open(_sink_commits_path(root), encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
-        return {}
+        return {}, {}
     if data.get("v") != 1:
         raise ValueError(f"{_sink_commits_path(root)}: unknown version {data.get('v')!r}")
-    return {str(k): int(v) for k, v in data["sinks"].items()}
+    return ({str(k): int(v) for k, v in data["sinks"].items()},
+            {str(k): {n: int(x) for n, x in v.items()} for k, v in data.get("pending", {}).items()})
 
 
-def _write_sink_commits(root: str, commits: dict) -> None:
+def _write_sink_commits(root: str, commits: dict, pending: Optional[dict] = None) -> None:
     """Replace the file whole (:func:`rocketstore._files.replace_file`)."""
-    data = json.dumps({"v": 1, "sinks": commits}, indent=1, sort_keys=True)
-    replace_file(_sink_commits_path(root), data.encode("utf-8"))
+    state = {"v": 1, "sinks": commits}
+    if pending:
+        state["pending"] = pending
+    replace_file(_sink_commits_path(root), json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
 
 
 class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
@@ -1186,8 +1200,16 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
     sink in ``<store>/config/sparkSinkCommits.json`` is a replay (Spark re-runs a micro-batch
     whose commit it did not log) and is dropped; otherwise the parts are appended, flushed, and
     the batch id recorded (file replaced atomically). The sink id is the option ``sinkId``, else
-    the ``checkpointLocation``, else ``queryName``. Left open: a crash after the flush and before
-    the id is recorded writes that batch again on replay (at-least-once in that window).
+    the ``checkpointLocation``, else ``queryName``.
+
+    Before appending, the same file records the batch as pending with the CommitLog end offset
+    and its row count. A crash before the batch id is recorded leaves that entry; when Spark
+    replays the batch, the records stored since that offset are the ones that landed, and only
+    the rows after them are appended, so the batch is stored exactly once. This assumes that
+    (a) the replay stages the same rows in the same partition order (Spark replays a micro-batch
+    from the same offsets; a deterministic query gives the same rows) and (b) nothing else
+    wrote to the store between the crash and the replay: more records than the batch has
+    raise rather than guess.
     """
 
     def __init__(self, options, columns):
@@ -1202,13 +1224,28 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
         from rocketstore.store import MessageStore
         try:
             with MessageStore(self.path) as store:
-                commits = read_sink_commits(self.path)
+                commits, pending = _read_sink_state(self.path)
                 last = commits.get(self.sink_id)
                 if last is not None and batchId <= last:
                     return                          # a replayed micro-batch: written already
-                self._append_parts(store, messages)
+                rows = sum(m.rows for m in messages if m is not None and m.path)
+                begun = pending.get(self.sink_id)
+                landed = 0
+                if begun is not None and begun["batch"] == batchId:
+                    # this batch's append was begun and its end not recorded: a crash
+                    landed = sum(len(records) for _base, records in store.scan(begun["start"]))
+                    if landed > begun["rows"] or begun["rows"] != rows:
+                        raise RuntimeError(
+                            f"streaming sink {self.sink_id!r}: batch {batchId} was begun at CommitLog "
+                            f"offset {begun['start']} with {begun['rows']} rows; the replay has {rows} "
+                            f"and {landed} records follow that offset, so what landed cannot be told")
+                else:
+                    pending[self.sink_id] = {"batch": int(batchId), "start": store.max_offset, "rows": rows}
+                    _write_sink_commits(self.path, commits, pending)
+                self._append_parts(store, messages, skip=landed)
                 commits[self.sink_id] = int(batchId)
-                _write_sink_commits(self.path, commits)
+                pending.pop(self.sink_id, None)
+                _write_sink_commits(self.path, commits, pending)
         finally:
             _remove_parts(self.staging, messages)
         self._remove_stale_staging()
@@ -1283,16 +1320,21 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
                             queue_id=queue_id)
 
 
-def _append_part(store, path: str, topic_option: Optional[str]) -> int:
-    """Append one staged Arrow IPC file to ``store``; returns the rows written. Batches whose
-    rows carry only topic, body and queueId go through ``put_batch`` per (topic, queue) run;
-    others through ``put_messages``, a ``Message`` per row."""
+def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -> int:
+    """Append one staged Arrow IPC file to ``store``, but for its first ``skip`` rows; returns
+    the rows written. Batches whose rows carry only topic, body and queueId go through
+    ``put_batch`` per (topic, queue) run; others through ``put_messages``, a ``Message`` per row."""
     import pyarrow as pa
     from rocketstore.message import Message
     written = 0
     with pa.memory_map(path) as source:
         reader = pa.ipc.open_stream(source)
         for batch in reader:
+            if skip:
+                cut = min(skip, batch.num_rows)
+                batch, skip = batch.slice(cut), skip - cut
+                if not batch.num_rows:
+                    continue
             if batch.num_rows and _bodies_only(batch):
                 _put_runs(store, batch, topic_option)
                 written += batch.num_rows
