@@ -3,6 +3,7 @@
 One session-scoped local[2] SparkSession (conftest ``spark``) serves every test here."""
 
 import random
+import re
 
 import pytest
 
@@ -356,3 +357,208 @@ def test_record_batch_properties_follow_decode_properties():
     assert [r["properties"] for r in got] == [
         [("TAGS", "a"), ("KEYS", "k1 k2"), ("TAGS", "b\x01c")], [], [("KEYS", "only")], [("x", "é")]]
     assert [dict(r["properties"]) for r in got] == [_codec_py.decode_properties(p) for p in raw]
+
+# ---- filter pushdown (4.1+), timestamps, CommitLog scans, staging cleanup -----------------------
+
+def _fill_over_time(path, seed, count=120):
+    """As _fill, with a pause every 10 puts: store times repeat and grow."""
+    import time
+    print("seed", seed)
+    rng = random.Random(seed)
+    with MessageStore(path, commitlog_file_size=16 * 1024) as store:
+        for topic, queues in TOPICS.items():
+            store.create_topic(topic, queues)
+        for i in range(count):
+            topic = rng.choice(sorted(TOPICS))
+            store.put(topic, rng.randbytes(rng.randrange(0, 300)),
+                      keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
+                      queue_id=rng.randrange(TOPICS[topic]))
+            if i % 10 == 9:
+                time.sleep(0.003)
+    return str(path)
+
+
+def _both(spark, path, where, **options):
+    """(pushed, unpushed) DataFrames of ``where`` over the store: the plain reader
+    (pushFilters=false) leaves every filter to Spark."""
+    def load(push):
+        reader = spark.read.format("rocketstore").option("pushFilters", str(push).lower())
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load(path).where(where)
+    return load(True), load(False)
+
+
+def test_spark_pushdown_of_topic_queue_and_offsets_prunes_partitions(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=71, count=150)
+    where = "topic = 'TopicB' AND queueId IN (0, 2) AND queueOffset >= 3 AND queueOffset < 12"
+    pushed, plain = _both(spark, path, where, maxRecordsPerPartition="4", scan="queue")
+    assert _collected(pushed) == _collected(plain)
+    want = [(r["queueId"], r["queueOffset"]) for r in _expected(path)
+            if r["topic"] == "TopicB" and r["queueId"] in (0, 2) and 3 <= r["queueOffset"] < 12]
+    assert sorted((r["queueId"], r["queueOffset"]) for r in _collected(pushed)) == sorted(want)
+    # two queues x offsets 3..11 in runs of 4: 3 partitions each (when the queues are that long)
+    assert pushed.rdd.getNumPartitions() <= 6 < plain.rdd.getNumPartitions()
+    # everything was pushed: no Filter node is left above the scan
+    plan = pushed._jdf.queryExecution().executedPlan().toString()
+    assert not re.search(r"(^|\s)Filter \(", plan), plan
+    assert re.search(r"(^|\s)Filter \(", plain._jdf.queryExecution().executedPlan().toString())
+    prefix, prefix_plain = _both(spark, path, "topic LIKE 'TopicA%' AND queueId > 0", scan="queue")
+    assert _collected(prefix) == _collected(prefix_plain) and prefix.rdd.getNumPartitions() == 1
+
+
+def test_spark_pushdown_of_store_time_narrows_the_queue_ranges(spark, tmp_path):
+    path = _fill_over_time(tmp_path / "s", seed=72)
+    stamps = sorted(r["storeTimestamp"] for r in _expected(path))
+    lo, hi = stamps[40], stamps[90]
+    where = (f"storeTimestamp >= timestamp_millis({lo}) AND storeTimestamp < timestamp_millis({hi})")
+    pushed, plain = _both(spark, path, where, maxRecordsPerPartition="3", scan="queue")
+    got = _collected(pushed)
+    assert got == _collected(plain)
+    assert len(got) == sum(1 for t in stamps if lo <= t < hi) > 0
+    assert pushed.rdd.getNumPartitions() < plain.rdd.getNumPartitions()
+
+
+def test_spark_pushdown_of_keys_and_msg_id_reads_only_the_matches(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=73, count=150)
+    rows = _expected(path)
+    keyed = [r["keys"] for r in rows if r["keys"] and " " in r["keys"]][:2]
+    ids = [rows[5]["msgId"], rows[77]["msgId"], "0A0000010000" + "0" * 20]
+    for where in (f"keys IN ('{keyed[0]}', '{keyed[1]}', 'absent')",
+                  f"keys = '{keyed[0].split()[0]}'",                # one key of several: no row
+                  f"msgId IN ('{ids[0]}', '{ids[1]}', '{ids[2]}')",
+                  f"msgId = '{ids[0]}' AND topic = '{rows[5]['topic']}'",
+                  f"msgId = '{ids[0]}' AND queueOffset > {rows[5]['queueOffset']}"):
+        pushed, plain = _both(spark, path, where)
+        got = _collected(pushed)
+        assert got == _collected(plain), where
+        assert pushed.rdd.getNumPartitions() == 1 < plain.rdd.getNumPartitions(), where
+    assert [r["keys"] for r in _collected(_both(spark, path, f"keys = '{keyed[0]}'")[0])] == [keyed[0]]
+    assert len(_collected(_both(spark, path, f"msgId IN ('{ids[0]}', '{ids[1]}')")[0])) == 2
+
+
+def test_spark_starting_and_ending_timestamps_pick_offsets_by_store_time(spark, tmp_path):
+    path = _fill_over_time(tmp_path / "s", seed=74)
+    rows = _expected(path, broker="s")
+    stamps = sorted(r["storeTimestamp"] for r in rows)
+    lo, hi = stamps[30], stamps[100]
+    df = (spark.read.format("rocketstore").option("startingTimestamp", str(lo))
+          .option("endingTimestamp", str(hi)).load(path))
+    want = [r for r in rows if lo <= r["storeTimestamp"] < hi]
+    assert _collected(df) == want and want
+    # the timestamp wins over startingOffsets given with it
+    both = (spark.read.format("rocketstore").option("startingOffsets", "latest")
+            .option("startingTimestamp", str(lo)).load(path))
+    assert _collected(both) == [r for r in rows if r["storeTimestamp"] >= lo]
+
+
+def test_stream_starting_timestamp_sets_the_initial_offsets(tmp_path):
+    from rocketstore.spark import RocketStoreStreamReader
+    path = _fill_over_time(tmp_path / "s", seed=75, count=60)
+    rows = _expected(path)
+    ts = sorted(r["storeTimestamp"] for r in rows)[25]
+    reader = RocketStoreStreamReader(["topic"], {"path": path, "startingtimestamp": str(ts)})
+    want = {}
+    for r in rows:
+        queue = want.setdefault(r["topic"], {}).setdefault(str(r["queueId"]), None)
+        if queue is None and r["storeTimestamp"] >= ts:
+            want[r["topic"]][str(r["queueId"])] = r["queueOffset"]
+    with MessageStore(path, read_only=True) as store:
+        for topic, queues in want.items():
+            for q, offset in queues.items():
+                if offset is None:
+                    queues[q] = store.max_queue_offset(topic, int(q))
+    assert reader.initialOffset() == {"v": 1, "offsets": want}
+
+
+def test_spark_commitlog_scan_gives_the_queue_scans_rows(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=76, count=200)
+    with MessageStore(path, read_only=True) as store:
+        segments = -(-store.max_offset // (16 * 1024))
+
+    def load(**options):
+        reader = spark.read.format("rocketstore")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load(path)
+
+    everything = _collected(load(scan="queue"))
+    assert everything == _expected(path, broker="s")
+    scanned = load(scan="commitlog")
+    assert _collected(scanned) == everything
+    assert scanned.rdd.getNumPartitions() == segments > 1
+    auto = load()                                       # all topics from earliest: the CommitLog
+    assert auto.rdd.getNumPartitions() == segments and _collected(auto) == everything
+    offsets = dict(subscribe="TopicA,TopicC", startingOffsets='{"TopicA": {"0": 3}}',
+                   endingOffsets='{"TopicC": {"0": 9}}')
+    assert _collected(load(scan="commitlog", **offsets)) == _collected(load(scan="queue", **offsets))
+    assert load(**offsets).rdd.getNumPartitions() == 3  # auto: a part of the store, by queue
+    narrow = load(scan="commitlog", subscribe="TopicB", startingOffsets="latest")
+    assert narrow.count() == 0
+
+
+def test_spark_sink_removes_staging_left_by_a_crashed_job(spark, tmp_path):
+    import os
+    import time
+    target = tmp_path / "dst"
+    staging = target / ".spark-staging"
+    crashed, running = staging / ("a" * 32), staging / ("b" * 32)
+    for d in (crashed, running):
+        d.mkdir(parents=True)
+        (d / "part-00000-x.arrow").write_bytes(b"staged")
+    old = time.time() - 3 * 3600
+    for p in (crashed / "part-00000-x.arrow", crashed):
+        os.utime(p, (old, old))
+    (staging / "not-a-job").mkdir()
+    os.utime(staging / "not-a-job", (old, old))
+    df = spark.createDataFrame([("T", b"x"), ("T", b"y")], "topic STRING, body BINARY")
+    df.write.format("rocketstore").option("stagingRetentionMinutes", "60").mode("append").save(str(target))
+    assert sorted(p.name for p in staging.iterdir()) == ["b" * 32, "not-a-job"]
+    assert sorted(r["body"] for r in _expected(str(target))) == [b"x", b"y"]
+
+
+@pytest.mark.parametrize("crash", ["after_append", "between_parts"])
+def test_stream_sink_replay_after_a_crash_mid_commit_stores_the_batch_once(tmp_path, monkeypatch, crash):
+    import pyarrow as pa
+    import rocketstore.spark as rs
+    target = str(tmp_path / "dst")
+
+    def staged(writer):
+        parts = []
+        for i, tag in enumerate((b"p", b"q")):
+            data = pa.record_batch({"topic": ["T"] * 3, "body": [tag + b"%d" % j for j in range(3)]})
+            part = rs._stage(writer.staging, iter([data]))
+            part.partition_id = i
+            parts.append(part)
+        return parts
+
+    writer = rs.RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
+    writer.commit(staged(writer), 0)
+    real_append, real_record = rs._append_part, rs._write_sink_commits
+    calls = []
+
+    def append_then_die(store, path, topic, skip=0):
+        if calls:
+            raise SystemExit("crash between the parts")
+        calls.append(path)
+        return real_append(store, path, topic, skip)
+
+    def record_then_die(root, commits, pending=None):
+        if not pending:                             # the record that the batch is done
+            raise SystemExit("crash after the append")
+        real_record(root, commits, pending)
+
+    monkeypatch.setattr(rs, "_append_part" if crash == "between_parts" else "_write_sink_commits",
+                        append_then_die if crash == "between_parts" else record_then_die)
+    with pytest.raises(SystemExit):
+        writer.commit(staged(writer), 1)
+    monkeypatch.setattr(rs, "_append_part", real_append)
+    monkeypatch.setattr(rs, "_write_sink_commits", real_record)
+    landed = len(_expected(target))
+    assert landed == (9 if crash == "between_parts" else 12)
+    replay = rs.RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
+    replay.commit(staged(replay), 1)                # Spark replays batch 1
+    bodies = sorted(r["body"] for r in _expected(target))
+    assert bodies == sorted([b"p0", b"p1", b"p2", b"q0", b"q1", b"q2"] * 2)
+    assert rs.read_sink_commits(target) == {"q1": 1}
+    assert "pending" not in (tmp_path / "dst" / "config" / "sparkSinkCommits.json").read_text()

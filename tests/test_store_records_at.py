@@ -44,3 +44,66 @@ def test_records_at_refuses_a_unit_that_is_not_a_record(impl, tmp_path):
         with pytest.raises(ValueError):
             list(store.records_at(offsets[::-1], sizes[::-1]))
         assert list(store.records_at(offsets[:0], sizes[:0])) == []
+
+
+def _put_spread_over_time(store, count):
+    """``count`` messages round-robin over queues 0/1 of "A", a few milliseconds apart in groups,
+    so store times repeat and grow; returns {queue_id: [store timestamps in queue order]}."""
+    import time
+    store.create_topic("A", 2)
+    for i in range(count):
+        store.put("A", b"m%d" % i, keys=f"k{i % 5} all", queue_id=i % 2)
+        if i % 4 == 3:
+            time.sleep(0.003)
+    times = {}
+    for q in (0, 1):
+        lo, hi = store.min_queue_offset("A", q), store.max_queue_offset("A", q)
+        times[q] = [store.get_by_queue_offset("A", q, o).store_timestamp for o in range(lo, hi)]
+    return times
+
+
+def test_queue_offset_of_time_is_the_first_offset_stored_at_or_after(impl, tmp_path):
+    with MessageStore(tmp_path, implementation=impl.name) as store:
+        times = _put_spread_over_time(store, 40)
+        for q, stamps in times.items():
+            probes = sorted(set(stamps)) + [stamps[0] - 1, stamps[-1] + 1, 0]
+            for ts in probes:
+                want = next((o for o, t in enumerate(stamps) if t >= ts), len(stamps))
+                assert store.queue_offset_of_time("A", q, ts) == want, (q, ts)
+        assert store.queue_offset_of_time("A", 7, 0) == 0         # no such queue
+        assert store.queue_offset_of_time("Nope", 0, 0) == 0
+    with MessageStore(tmp_path, implementation=impl.name, read_only=True) as store:
+        stamps = times[1]
+        for ts in sorted(set(stamps)):
+            assert store.queue_offset_of_time("A", 1, ts) == stamps.index(ts)
+
+
+def test_key_offsets_lists_every_candidate_or_none_past_the_index_cap(impl, tmp_path):
+    with MessageStore(tmp_path, implementation=impl.name) as store:
+        _put_spread_over_time(store, 40)
+        found = store.key_offsets("A", "k3")
+        assert [store.read(o).queue_offset * 2 + store.read(o).queue_id for o in found] == \
+            [i for i in range(40) if i % 5 == 3]
+        assert store.key_offsets("A", "absent") == []
+        for i in range(70):
+            store.put("A", b"x", keys="many")
+        assert store.key_offsets("A", "many") is None
+    with MessageStore(tmp_path, implementation=impl.name, read_only=True) as store:
+        assert len(store.key_offsets("A", "k3")) == 8
+
+
+def test_scan_with_views_decodes_like_read(impl, tmp_path):
+    with MessageStore(tmp_path, implementation=impl.name, commitlog_file_size=4 * 1024) as store:
+        store.create_topic("A", 2)
+        offsets = [store.put("A", b"y" * (i % 90), queue_id=i % 2).commitlog_offset for i in range(100)]
+        seen, bases = [], set()
+        for base, view, rows in store.scan(views=True):
+            bases.add(base)
+            for row in rows:
+                m = impl.codec.record_from_row(view, row)
+                assert m == store.read(base + int(row["position"]))
+                seen.append(m.commitlog_offset)
+        assert seen == offsets and len(bases) > 1
+        mid = offsets[50]
+        assert [base + int(r["position"]) for base, _v, rows in store.scan(mid, offsets[60], views=True)
+                for r in rows] == offsets[50:60]

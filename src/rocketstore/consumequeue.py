@@ -482,20 +482,7 @@ class ConsumeQueue:
         so store times must not decrease along the queue (true for one writer). Returns
         ``max_offset`` when every message is older (5.x ``BoundaryType.LOWER`` semantics).
         """
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            try:
-                commitlog_offset = self.unit(mid)[0]
-            except MessageNotFoundError:  # deleted under us: older than anything left
-                lo = mid + 1
-                continue
-            stored = store_time_of(commitlog_offset)
-            if stored is None or stored < timestamp:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return offset_of_time(self, timestamp, store_time_of)
 
     def ends_record_at(self, commitlog_offset: int) -> bool:
         """Whether a unit of this queue ends exactly at ``commitlog_offset`` (offset + size):
@@ -804,3 +791,22 @@ class ConsumeQueueStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def offset_of_time(queue, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
+    """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
+    (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
+    lo, hi = queue.min_offset, queue.max_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            commitlog_offset = queue.unit(mid)[0]
+        except MessageNotFoundError:  # deleted under us: older than anything left
+            lo = mid + 1
+            continue
+        stored = store_time_of(commitlog_offset)
+        if stored is None or stored < timestamp:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

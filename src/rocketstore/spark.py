@@ -34,6 +34,30 @@ three levels ``{"topic": {"broker": {"queueId": offset}}}`` when several stores 
 ``brokerName`` (one store only; default: the store directory's name), ``failOnDataLoss`` (true:
 a starting offset below what retention kept raises), ``arrowBatchRows`` (32768).
 
+``startingTimestamp`` / ``endingTimestamp`` (ms since the epoch): per queue, the first offset
+stored at or after the time (a binary search over the ConsumeQueue reading store times,
+RocketMQ's ``getOffsetInQueueByTime``), as the start (inclusive) / end (exclusive). Each wins
+over ``startingOffsets`` / ``endingOffsets`` given with it, as in Spark's Kafka source; the
+streaming reader takes ``startingTimestamp`` for a new query.
+
+``scan``: ``queue`` reads each queue range through its ConsumeQueue; ``commitlog`` makes one
+partition per CommitLog segment (between the first and the last record selected), decodes the
+segment whole and keeps the records of the selected queue ranges (same rows, another order; not
+split by ``maxRecordsPerPartition``); ``auto`` (default) takes ``commitlog`` for a store when
+the selected ranges hold at least 3/4 of its messages (and it has at least ``minPartitions``
+segments), else ``queue``.
+
+Filter pushdown (PySpark 4.1+; ``register`` turns on ``spark.sql.python.filterPushdown.enabled``,
+without which Spark refuses a reader that pushes, so option ``pushFilters=false`` gives one that
+does not). Applied exactly and not re-checked by Spark: ``topic`` =, IN, LIKE 'prefix%';
+``queueId`` =, IN, <, <=, >, >=; ``queueOffset`` =, <, <=, >, >= (IN narrows the range and
+goes back to Spark); ``keys`` / ``msgId`` =, IN: partitions of exactly the matching records,
+found by the index (``keys``: one of the value's keys, then the record's KEYS compared whole;
+left to Spark when a lookup reaches the index's 64-per-query cap) and by the CommitLog offset
+inside an offsetMsgId; IS NOT NULL on columns never null. ``storeTimestamp`` ranges narrow each
+queue range by binary search and go back to Spark (store times may step back with the clock).
+On 4.0 nothing is pushed and Spark filters after the read.
+
 Where code runs: ``partitions()`` in a planner process on the driver host, ``read()`` in executor
 Python workers, so every executor must be able to open every store path (Spark's API has no
 locality hint: use local mode or a shared filesystem). Workers import this module, so install
@@ -59,6 +83,18 @@ try:                                    # 4.1+: the streaming sink receives Arro
 except ImportError:                     # 4.0: Rows, turned into Arrow batches in write()
     from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
     _STREAM_ARROW = False
+
+try:                                    # 4.1+: filter pushdown
+    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull,
+                                        LessThan, LessThanOrEqual, StringStartsWith)
+    _PUSHABLE = (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan, LessThanOrEqual,
+                 StringStartsWith)
+except ImportError:                     # 4.0: no pushFilters; Spark filters after the read
+    class _NoFilter:
+        pass
+    EqualTo = GreaterThan = GreaterThanOrEqual = In = IsNotNull = _NoFilter
+    LessThan = LessThanOrEqual = StringStartsWith = _NoFilter
+    _PUSHABLE = ()
 
 try:                                    # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
@@ -95,6 +131,8 @@ def register(spark) -> None:
     except Exception as exc:            # 4.0 refuses a name auto-discovery registered already
         if "ALREADY_EXISTS" not in str(exc):
             raise
+    if _PUSHABLE:                       # 4.1+: a reader with pushFilters fails planning without it
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
 def arrow_schema(columns=_COLUMN_NAMES):
@@ -164,7 +202,10 @@ class RocketStoreDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema):
-        return RocketStoreReader([f.name for f in schema.fields], dict(self.options))
+        options = dict(self.options)
+        if _PUSHABLE and _bool_option(options, "pushFilters", True):
+            return RocketStorePushdownReader([f.name for f in schema.fields], options)
+        return RocketStoreReader([f.name for f in schema.fields], options)
 
     def streamReader(self, schema):
         return RocketStoreStreamReader([f.name for f in schema.fields], dict(self.options))
@@ -248,8 +289,68 @@ def _resolve(spec, topic, broker, queue_id, lo, hi, many) -> int:
     return lo if value == EARLIEST else hi if value == LATEST else value
 
 
+class _Pushed:
+    """What pushFilters() accepted, as plain data (the reader is pickled to the executors).
+
+    Topic and queue constraints select whole queues and queue offsets narrow their ranges, so
+    every partition kind applies them exactly. Store times narrow ranges by binary search only
+    (the filter goes back to Spark). ``keys``/``msgId`` become exact record lists."""
+
+    def __init__(self):
+        self.topics = None              # set of names, or None: any
+        self.prefixes = []              # topic must start with each
+        self.queue_ids = None           # set, or None: any
+        self.queue_lo, self.queue_hi = 0, None
+        self.offset_lo, self.offset_hi = 0, None
+        self.time_lo, self.time_hi = None, None     # ms, [lo, hi)
+        self.keys = None                # set of KEYS values
+        self.msg_ids = None             # set of msgId values
+        self.candidates = None          # {root: sorted CommitLog offsets} for keys/msgId
+
+    def topic_ok(self, topic: str) -> bool:
+        return ((self.topics is None or topic in self.topics)
+                and all(topic.startswith(p) for p in self.prefixes))
+
+    def queue_ok(self, queue_id: int) -> bool:
+        return ((self.queue_ids is None or queue_id in self.queue_ids) and queue_id >= self.queue_lo
+                and (self.queue_hi is None or queue_id < self.queue_hi))
+
+
+def _intersect(current, values):
+    return set(values) if current is None else current & set(values)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _epoch_us(value) -> Optional[int]:
+    """A filter's timestamp literal as microseconds since the epoch (naive: UTC)."""
+    import datetime
+    if not isinstance(value, datetime.datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.timezone.utc)
+    return (value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
+
+
+#: Columns the source never leaves null (IsNotNull on them is true of every row).
+_NEVER_NULL = frozenset(_COLUMN_NAMES) - {"tags", "keys"}
+
+
+def _parse_timestamp_option(options, name: str) -> Optional[int]:
+    value = options.get(name.lower())
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"option {name} must be milliseconds since the epoch, not {value!r}") from None
+
+
 class RocketStoreReader(DataSourceReader):
-    """Batch reader: one partition per queue offset range (split by maxRecordsPerPartition)."""
+    """Batch reader. Partitions are queue offset ranges (split by maxRecordsPerPartition),
+    CommitLog segment scans (``scan``), or exact record lists (pushed ``keys``/``msgId``)."""
 
     def __init__(self, columns, options):
         unknown = [c for c in columns if c not in _COLUMN_NAMES]
@@ -259,49 +360,309 @@ class RocketStoreReader(DataSourceReader):
         self.options = options
         self.paths = _store_paths(options)
         self.batch_rows = _int_option(options, "arrowBatchRows", DEFAULT_ARROW_BATCH_ROWS)
+        self.scan = options.get("scan", "auto").strip().lower()
+        if self.scan not in ("auto", "queue", "commitlog"):
+            raise ValueError(f"option scan must be auto, queue or commitlog, not {self.scan!r}")
+        self.pushed = _Pushed()
+
+    # ---- filter pushdown: RocketStorePushdownReader.pushFilters (4.1+) calls these ----
+
+    def _push_filters(self, filters):
+        """Accept what the partitions apply exactly; return the rest (the same objects) to Spark."""
+        rest, lookups = [], []
+        for f in filters:
+            verdict = self._push(f)
+            if verdict == "lookup":
+                lookups.append(f)
+            elif not verdict:
+                rest.append(f)
+        if lookups and not self._look_up():
+            self.pushed.keys = self.pushed.msg_ids = None
+            rest.extend(lookups)
+        return rest
+
+    def _push(self, f):
+        """True: applied exactly; "lookup": applied if the index lookups are complete; False: not."""
+        if not isinstance(f, _PUSHABLE) or len(getattr(f, "attribute", ())) != 1:
+            return False
+        column, p = f.attribute[0], self.pushed
+        if isinstance(f, IsNotNull):
+            return column in _NEVER_NULL
+        value = f.value
+        values = tuple(v for v in value if v is not None) if isinstance(f, In) else (value,)
+        if column == "topic":
+            if not all(isinstance(v, str) for v in values):
+                return False
+            if isinstance(f, StringStartsWith):
+                p.prefixes.append(value)
+                return True
+            if isinstance(f, (EqualTo, In)):
+                p.topics = _intersect(p.topics, values)
+                return True
+            return False
+        if column in ("queueId", "queueOffset"):
+            if not all(_is_int(v) for v in values):
+                return False
+            lo, hi = ("queue_lo", "queue_hi") if column == "queueId" else ("offset_lo", "offset_hi")
+            bound = _int_bounds(f, values)
+            if bound is None:
+                return False
+            setattr(p, lo, max(getattr(p, lo), bound[0]))
+            if bound[1] is not None:
+                setattr(p, hi, bound[1] if getattr(p, hi) is None else min(getattr(p, hi), bound[1]))
+            if isinstance(f, In):
+                if column == "queueId":
+                    p.queue_ids = _intersect(p.queue_ids, values)
+                    return True
+                return len(values) <= 1         # a range around the values: Spark picks them
+            return True
+        if column == "storeTimestamp":
+            micros = [_epoch_us(v) for v in values]
+            if not micros or None in micros:
+                return False
+            bound = _int_bounds(f, [-(-us // 1000) for us in micros] if isinstance(f, (GreaterThanOrEqual, LessThan))
+                                else [us // 1000 for us in micros])
+            if bound is None or isinstance(f, In):
+                return False
+            if isinstance(f, EqualTo):                # [ceil(us/1000), floor(us/1000) + 1)
+                bound = (-(-micros[0] // 1000), micros[0] // 1000 + 1)
+            if not isinstance(f, (LessThan, LessThanOrEqual)):
+                p.time_lo = bound[0] if p.time_lo is None else max(p.time_lo, bound[0])
+            if bound[1] is not None:
+                p.time_hi = bound[1] if p.time_hi is None else min(p.time_hi, bound[1])
+            return False                                # store times may step back: Spark re-checks
+        if column in ("keys", "msgId") and isinstance(f, (EqualTo, In)):
+            if not all(isinstance(v, str) for v in values):
+                return False
+            if column == "keys":
+                if not all(any(v.split(" ")) for v in values):
+                    return False                       # no token the index could hold
+                p.keys = _intersect(p.keys, values)
+            else:
+                p.msg_ids = _intersect(p.msg_ids, values)
+            return "lookup"
+        return False
+
+    def _look_up(self) -> bool:
+        """CommitLog offsets of the records pushed ``keys``/``msgId`` may match, per store
+        (``self.pushed.candidates``); False when an index lookup could be incomplete."""
+        from rocketstore.errors import InvalidMessageIdError, MessageNotFoundError
+        from rocketstore.store import MessageStore
+        p = self.pushed
+        p.candidates = {}
+        for root in self.paths:
+            with MessageStore(root, read_only=True) as store:
+                found = None
+                if p.msg_ids is not None:
+                    found = set()
+                    for msg_id in p.msg_ids:
+                        try:
+                            found.add(store.get_by_msg_id(msg_id).commitlog_offset)
+                        except (InvalidMessageIdError, MessageNotFoundError, ValueError):
+                            pass
+                if p.keys is not None:
+                    by_key = set()
+                    topics = {t for t, _q in store.queues() if p.topic_ok(t)}
+                    for keys in p.keys:
+                        token = next(t for t in keys.split(" ") if t)
+                        for topic in topics:
+                            hits = store.key_offsets(topic, token)
+                            if hits is None:
+                                return False
+                            by_key.update(hits)
+                    found = by_key if found is None else found & by_key
+                p.candidates[root] = sorted(found)
+        return True
+
+    # ---- planning ----
+
+    def _queue_ranges(self, store, root: str, broker: str, many: bool) -> list:
+        """The QueueRange (unsplit) of every selected queue of one open store: options, then
+        startingTimestamp/endingTimestamp, then what was pushed down."""
+        options, p = self.options, self.pushed
+        starting = _offset_spec(options, "startingOffsets", "earliest")
+        ending = _offset_spec(options, "endingOffsets", "latest")
+        start_ts = _parse_timestamp_option(options, "startingTimestamp")
+        end_ts = _parse_timestamp_option(options, "endingTimestamp")
+        fail_on_loss = _bool_option(options, "failOnDataLoss", True)
+        queues = store.queues()
+        wanted = _select_topics(options, sorted({t for t, _ in queues}))
+        ranges = []
+        for (topic, queue_id), (lo, hi) in sorted(queues.items()):
+            if topic not in wanted or (wanted[topic] is not None and queue_id not in wanted[topic]):
+                continue
+            if not (p.topic_ok(topic) and p.queue_ok(queue_id)):
+                continue
+            start = _resolve(starting, topic, broker, queue_id, lo, hi, many)
+            end = _resolve(ending, topic, broker, queue_id, lo, hi, many)
+            if start_ts is not None:
+                start = store.queue_offset_of_time(topic, queue_id, start_ts)
+            if end_ts is not None:
+                end = store.queue_offset_of_time(topic, queue_id, end_ts)
+            start = lo if start is None else start
+            end = hi if end is None else min(end, hi)
+            if start < lo:
+                if fail_on_loss:
+                    raise ValueError(
+                        f"{topic}-{queue_id} on {broker}: starting offset {start} is below the "
+                        f"queue's first kept offset {lo} (retention deleted it); "
+                        "set failOnDataLoss=false to start at the first kept offset")
+                start = lo
+            start = max(start, p.offset_lo)
+            if p.offset_hi is not None:
+                end = min(end, p.offset_hi)
+            if end > start and p.time_lo is not None:
+                start = max(start, store.queue_offset_of_time(topic, queue_id, p.time_lo))
+            if end > start and p.time_hi is not None:
+                end = min(end, store.queue_offset_of_time(topic, queue_id, p.time_hi))
+            if end > start:
+                ranges.append(QueueRange(root, broker, topic, queue_id, start, end))
+        return ranges
 
     def partitions(self):
         from rocketstore.store import MessageStore
         options = self.options
-        starting = _offset_spec(options, "startingOffsets", "earliest")
-        ending = _offset_spec(options, "endingOffsets", "latest")
         max_rows = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION)
         min_parts = _int_option(options, "minPartitions", None)
-        fail_on_loss = _bool_option(options, "failOnDataLoss", True)
         many = len(self.paths) > 1
-        ranges = []
+        ranges, scans, lists = [], [], []
         for root in self.paths:
             broker = _broker_name(root, options, many)
             with MessageStore(root, read_only=True) as store:
-                queues = store.queues()
-                wanted = _select_topics(options, sorted({t for t, _ in queues}))
-                for (topic, queue_id), (lo, hi) in sorted(queues.items()):
-                    if topic not in wanted or (wanted[topic] is not None and queue_id not in wanted[topic]):
-                        continue
-                    start = _resolve(starting, topic, broker, queue_id, lo, hi, many)
-                    end = _resolve(ending, topic, broker, queue_id, lo, hi, many)
-                    start = lo if start is None else start
-                    end = hi if end is None else min(end, hi)
-                    if start < lo:
-                        if fail_on_loss:
-                            raise ValueError(
-                                f"{topic}-{queue_id} on {broker}: starting offset {start} is below the "
-                                f"queue's first kept offset {lo} (retention deleted it); "
-                                "set failOnDataLoss=false to start at the first kept offset")
-                        start = lo
-                    if end > start:
-                        ranges.append(QueueRange(root, broker, topic, queue_id, start, end))
+                store_ranges = self._queue_ranges(store, root, broker, many)
+                if self.pushed.candidates is not None:
+                    lists.extend(_record_lists(store, root, broker, store_ranges, self.pushed, max_rows))
+                elif self._scan_commitlog(store, store_ranges, min_parts):
+                    scans.extend(_commitlog_ranges(store, root, broker, store_ranges))
+                else:
+                    ranges.extend(store_ranges)
         total = sum(r.end - r.start for r in ranges)
         if min_parts and total:
-            max_rows = min(max_rows, max(1, -(-total // min_parts)))
-        parts = []
+            max_rows = min(max_rows, max(1, -(-total // max(1, min_parts - len(scans) - len(lists)))))
+        parts = lists + scans
         for r in ranges:
             for s in range(r.start, r.end, max_rows):
                 parts.append(QueueRange(r.root, r.broker, r.topic, r.queue_id, s, min(r.end, s + max_rows)))
         return parts     # a list: Spark refuses a tuple or generator
 
+    def _scan_commitlog(self, store, ranges, min_parts) -> bool:
+        """scan=auto's rule: scan the CommitLog when the selected ranges hold at least 3/4 of the
+        store's messages (so skipping the other topics' records costs little) and there are at
+        least minPartitions segments to scan; else read through the ConsumeQueues."""
+        if self.scan != "auto" or not ranges:
+            return self.scan == "commitlog" and bool(ranges)
+        selected = sum(r.end - r.start for r in ranges)
+        everything = sum(hi - lo for lo, hi in store.queues().values())
+        if 4 * selected < 3 * everything:
+            return False
+        if min_parts:
+            size = store.config.commitlog_file_size
+            return -(-store.max_offset // size) - store.min_offset // size >= min_parts
+        return True
+
     def read(self, partition) -> Iterator:
-        return read_queue_range(partition, self.columns, self.batch_rows)
+        if isinstance(partition, CommitLogRange):
+            return read_commitlog_range(partition, self.columns, self.batch_rows)
+        if isinstance(partition, RecordList):
+            return read_record_list(partition, self.columns, self.batch_rows)
+        if isinstance(partition, QueueRange):
+            return read_queue_range(partition, self.columns, self.batch_rows)
+        return iter(())      # Spark's InputPartition(None) when nothing matched
+
+
+class RocketStorePushdownReader(RocketStoreReader):
+    """The batch reader with ``pushFilters`` (4.1+). Spark refuses to plan a reader that
+    overrides it while ``spark.sql.python.filterPushdown.enabled`` is false, so option
+    ``pushFilters=false`` (or 4.0) gives the plain reader, and Spark filters after the read."""
+
+    def pushFilters(self, filters):
+        return self._push_filters(filters)
+
+
+def _int_bounds(f, values):
+    """[lo, hi) (hi None: unbounded) an integer comparison or In allows; None if not one."""
+    if not values:
+        return None
+    v = values[0]
+    if isinstance(f, EqualTo):
+        return v, v + 1
+    if isinstance(f, In):
+        return min(values), max(values) + 1
+    if isinstance(f, GreaterThan):
+        return v + 1, None
+    if isinstance(f, GreaterThanOrEqual):
+        return v, None
+    if isinstance(f, LessThan):
+        return 0, v
+    if isinstance(f, LessThanOrEqual):
+        return 0, v + 1
+    return None
+
+
+@dataclass
+class CommitLogRange(InputPartition):
+    """CommitLog bytes [start, end) of one segment of one store, scanned whole; rows are kept
+    when their (topic, queueId, queueOffset) falls in one of ``ranges``: ((topic, queue_id,
+    start, end), ...)."""
+    root: str
+    broker: str
+    start: int
+    end: int
+    ranges: tuple
+
+
+@dataclass
+class RecordList(InputPartition):
+    """Exactly these records (CommitLog offsets ascending, and their sizes) of one store."""
+    root: str
+    broker: str
+    offsets: tuple
+    sizes: tuple
+
+
+def _commitlog_ranges(store, root: str, broker: str, ranges) -> list:
+    """One CommitLogRange per segment between the first and the last record the ranges hold."""
+    lo_phys = hi_phys = None
+    for r in ranges:
+        first = store.queue_units(r.topic, r.queue_id, r.start, 1)
+        last = store.queue_units(r.topic, r.queue_id, r.end - 1, 1)
+        a = int(first["commitlog_offset"][0])
+        b = int(last["commitlog_offset"][0]) + int(last["size"][0])
+        lo_phys = a if lo_phys is None else min(lo_phys, a)
+        hi_phys = b if hi_phys is None else max(hi_phys, b)
+    if lo_phys is None:
+        return []
+    keep = tuple((r.topic, r.queue_id, r.start, r.end) for r in ranges)
+    size = store.config.commitlog_file_size
+    return [CommitLogRange(root, broker, max(lo_phys, base), min(hi_phys, base + size), keep)
+            for base in range(lo_phys // size * size, hi_phys, size)]
+
+
+def _record_lists(store, root: str, broker: str, ranges, pushed: _Pushed, max_rows: int) -> list:
+    """RecordList partitions of the lookup candidates that really match: a record of a selected
+    queue range, the unit at its queue offset pointing at it, and the pushed keys/msgId equal."""
+    from rocketstore.errors import MessageNotFoundError
+    bounds = {(r.topic, r.queue_id): (r.start, r.end) for r in ranges}
+    offsets, sizes = [], []
+    for offset in pushed.candidates.get(root, ()):
+        try:
+            msg = store.read(offset)
+        except MessageNotFoundError:
+            continue
+        start, end = bounds.get((msg.topic, msg.queue_id), (0, 0))
+        if not start <= msg.queue_offset < end:
+            continue
+        unit = store.queue_units(msg.topic, msg.queue_id, msg.queue_offset, 1)
+        if not len(unit) or int(unit["commitlog_offset"][0]) != offset:
+            continue                        # not consumable (a prepared transaction, ...)
+        if pushed.keys is not None and msg.keys not in pushed.keys:
+            continue
+        if pushed.msg_ids is not None and msg.msg_id not in pushed.msg_ids:
+            continue
+        offsets.append(offset)
+        sizes.append(msg.size)
+    return [RecordList(root, broker, tuple(offsets[i:i + max_rows]), tuple(sizes[i:i + max_rows]))
+            for i in range(0, len(offsets), max_rows)]
 
 
 OFFSETS_VERSION = 1
@@ -362,11 +723,19 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def initialOffset(self) -> dict:
         bounds = self._bounds()
         spec = _offset_spec(self.options, "startingOffsets", "latest")
+        start_ts = _parse_timestamp_option(self.options, "startingTimestamp")
         flat = {}
         for key, (lo, hi) in bounds.items():
             _root, broker, topic, qid = key
             value = _resolve(spec, topic, broker, qid, lo, hi, self.many)
             flat[key] = lo if value is None else value
+        if start_ts is not None:            # wins over startingOffsets, as in Spark's Kafka source
+            from rocketstore.store import MessageStore
+            for root in self.reader.paths:
+                with MessageStore(root, read_only=True) as store:
+                    for key in flat:
+                        if key[0] == root:
+                            flat[key] = store.queue_offset_of_time(key[2], key[3], start_ts)
         return self._to_json(flat)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -440,6 +809,52 @@ def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BAT
             for _base, view, rows in store.records_at(offsets, sizes):
                 yield _record_batch(rows, view, columns, p.topic, p.broker)
             q += len(units)
+
+
+def read_record_list(p: RecordList, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
+    """Yield ``pyarrow.RecordBatch`` es of ``columns`` for exactly the records of ``p``."""
+    import numpy as np
+    from rocketstore.store import MessageStore
+    offsets = np.asarray(p.offsets, dtype=np.int64)
+    sizes = np.asarray(p.sizes, dtype=np.int64)
+    with MessageStore(p.root, read_only=True) as store:
+        for i in range(0, len(offsets), batch_rows):
+            for _base, view, rows in store.records_at(offsets[i:i + batch_rows], sizes[i:i + batch_rows]):
+                yield _record_batch(rows, view, columns, None, p.broker)
+
+
+def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
+    """Yield ``pyarrow.RecordBatch`` es of ``columns`` for the records of CommitLog bytes
+    [p.start, p.end) whose (topic, queueId, queueOffset) lies in one of ``p.ranges``: the
+    segment is decoded whole (``MessageStore.scan``), and rows are picked without a Python
+    step per record (topics matched by Arrow ``index_in``, ranges by a sorted-key search)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from rocketstore.dispatch import consumable_rows
+    from rocketstore.store import MessageStore
+    topics = sorted({t for t, _q, _s, _e in p.ranges})
+    topic_index = {t: i for i, t in enumerate(topics)}
+    spans = sorted(((topic_index[t] << 32) | q, s, e) for t, q, s, e in p.ranges)
+    keys = np.array([k for k, _s, _e in spans], dtype=np.int64)
+    starts = np.array([s for _k, s, _e in spans], dtype=np.int64)
+    ends = np.array([e for _k, _s, e in spans], dtype=np.int64)
+    wanted = pa.array(topics, type=pa.string())
+    with MessageStore(p.root, read_only=True) as store:
+        for _base, view, rows in store.scan(p.start, p.end, views=True):
+            rows = consumable_rows(rows)
+            if not len(rows):
+                continue
+            names = _slices(view, rows["topic_pos"], rows["topic_len"], pa.string())
+            which = pc.index_in(names, value_set=wanted).fill_null(-1).to_numpy().astype(np.int64)
+            key = (which << 32) | rows["queue_id"].astype(np.int64)
+            at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+            offset = rows["queue_offset"].astype(np.int64)
+            keep = (which >= 0) & (keys[at] == key) & (offset >= starts[at]) & (offset < ends[at])
+            if not keep.all():
+                rows = rows[keep]
+            for i in range(0, len(rows), batch_rows):
+                yield _record_batch(rows[i:i + batch_rows], view, columns, None, p.broker)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -639,6 +1054,10 @@ class StagedPart(WriterCommitMessage):
     partition_id: int
 
 
+#: A sink's staging directory is a uuid4 hex: only such directories are ever deleted as stale.
+_STAGING_NAME = re.compile(r"[0-9a-f]{32}")
+DEFAULT_STAGING_RETENTION_MINUTES = 24 * 60
+
 _WRITE_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queueId", "flag")
 
 
@@ -654,14 +1073,47 @@ class _StagingSink:
             raise ValueError("writing to rocketstore needs a body column (binary or string)")
         if self.topic is None and "topic" not in columns:
             raise ValueError("writing to rocketstore needs a topic column or the topic option")
-        self.staging = os.path.join(options.get("staging") or os.path.join(self.path, ".spark-staging"),
-                                    uuid.uuid4().hex)
+        self.staging_root = options.get("staging") or os.path.join(self.path, ".spark-staging")
+        self.staging = os.path.join(self.staging_root, uuid.uuid4().hex)
+        minutes = _int_option(options, "stagingRetentionMinutes", DEFAULT_STAGING_RETENTION_MINUTES)
+        self.staging_retention_s = 60 * minutes
 
-    def _append_parts(self, store, messages) -> None:
+    def _append_parts(self, store, messages, skip: int = 0) -> None:
+        """Append the staged parts in partition order, leaving out their first ``skip`` rows."""
         parts = sorted((m for m in messages if m is not None and m.path), key=lambda m: m.partition_id)
         for part in parts:
-            _append_part(store, part.path, self.topic)
+            if skip >= part.rows:
+                skip -= part.rows
+                continue
+            _append_part(store, part.path, self.topic, skip)
+            skip = 0
         store.flush()
+
+    def _remove_stale_staging(self) -> list:
+        """Delete the staging directories of other jobs that nothing has written to for
+        ``stagingRetentionMinutes`` (a crashed driver's leftovers; a job still running writes
+        its parts, so its newest file stays younger). Returns the directories deleted."""
+        import shutil
+        import time
+        cutoff = time.time() - self.staging_retention_s
+        removed = []
+        try:
+            entries = list(os.scandir(self.staging_root))
+        except FileNotFoundError:
+            return removed
+        for entry in entries:
+            if (entry.path == self.staging or not _STAGING_NAME.fullmatch(entry.name)
+                    or not entry.is_dir(follow_symlinks=False)):
+                continue
+            try:
+                newest = max([entry.stat(follow_symlinks=False).st_mtime]
+                             + [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)])
+            except FileNotFoundError:
+                continue                    # its own job finished meanwhile
+            if newest < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+        return removed
 
 
 class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
@@ -670,9 +1122,12 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
     Input columns: ``body`` (binary or string, required), ``topic`` (unless the ``topic`` option
     is set; the option wins), optional ``tags``, ``keys``, ``properties`` (map), ``queueId``,
     ``flag``; other columns are ignored. Each task writes its rows to an Arrow IPC file under
-    ``<store>/.spark-staging/<job>``; the driver's commit opens the store (taking its
-    single-writer lock) and appends every part in partition order, so a failed job writes
-    nothing. ``abort`` deletes the staged files.
+    ``<store>/.spark-staging/<job>`` (option ``staging``: another root); the driver's commit
+    opens the store (taking its single-writer lock) and appends every part in partition order,
+    so a failed job writes nothing. ``abort`` deletes the staged files. A commit also deletes
+    the staging directories of other jobs untouched for ``stagingRetentionMinutes`` (default
+    1440): what a driver that crashed before its commit or abort left behind. The sink does this
+    rather than the store's open, because the store knows nothing of Spark jobs.
     """
 
     def write(self, iterator):
@@ -685,6 +1140,7 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
                 self._append_parts(store, messages)
         finally:
             self._clean(messages)
+        self._remove_stale_staging()
 
     def abort(self, messages):
         self._clean(messages)
@@ -744,20 +1200,29 @@ def _sink_commits_path(root: str) -> str:
 
 def read_sink_commits(root: str) -> dict:
     """``{sinkId: lastCommittedBatchId}`` of the streaming sinks that wrote into the store at ``root``."""
+    return _read_sink_state(root)[0]
+
+
+def _read_sink_state(root: str) -> tuple[dict, dict]:
+    """(``{sinkId: last batch id}``, ``{sinkId: {"batch", "start", "rows"}}`` of the appends
+    begun and not yet recorded as done)."""
     try:
         with open(_sink_commits_path(root), encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
-        return {}
+        return {}, {}
     if data.get("v") != 1:
         raise ValueError(f"{_sink_commits_path(root)}: unknown version {data.get('v')!r}")
-    return {str(k): int(v) for k, v in data["sinks"].items()}
+    return ({str(k): int(v) for k, v in data["sinks"].items()},
+            {str(k): {n: int(x) for n, x in v.items()} for k, v in data.get("pending", {}).items()})
 
 
-def _write_sink_commits(root: str, commits: dict) -> None:
+def _write_sink_commits(root: str, commits: dict, pending: Optional[dict] = None) -> None:
     """Replace the file whole (:func:`rocketstore._files.replace_file`)."""
-    data = json.dumps({"v": 1, "sinks": commits}, indent=1, sort_keys=True)
-    replace_file(_sink_commits_path(root), data.encode("utf-8"))
+    state = {"v": 1, "sinks": commits}
+    if pending:
+        state["pending"] = pending
+    replace_file(_sink_commits_path(root), json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
 
 
 class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
@@ -768,8 +1233,16 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
     sink in ``<store>/config/sparkSinkCommits.json`` is a replay (Spark re-runs a micro-batch
     whose commit it did not log) and is dropped; otherwise the parts are appended, flushed, and
     the batch id recorded (file replaced atomically). The sink id is the option ``sinkId``, else
-    the ``checkpointLocation``, else ``queryName``. Left open: a crash after the flush and before
-    the id is recorded writes that batch again on replay (at-least-once in that window).
+    the ``checkpointLocation``, else ``queryName``.
+
+    Before appending, the same file records the batch as pending with the CommitLog end offset
+    and its row count. A crash before the batch id is recorded leaves that entry; when Spark
+    replays the batch, the records stored since that offset are the ones that landed, and only
+    the rows after them are appended, so the batch is stored exactly once. This assumes that
+    (a) the replay stages the same rows in the same partition order (Spark replays a micro-batch
+    from the same offsets; a deterministic query gives the same rows) and (b) nothing else
+    wrote to the store between the crash and the replay: more records than the batch has
+    raise rather than guess.
     """
 
     def __init__(self, options, columns):
@@ -784,15 +1257,31 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
         from rocketstore.store import MessageStore
         try:
             with MessageStore(self.path) as store:
-                commits = read_sink_commits(self.path)
+                commits, pending = _read_sink_state(self.path)
                 last = commits.get(self.sink_id)
                 if last is not None and batchId <= last:
                     return                          # a replayed micro-batch: written already
-                self._append_parts(store, messages)
+                rows = sum(m.rows for m in messages if m is not None and m.path)
+                begun = pending.get(self.sink_id)
+                landed = 0
+                if begun is not None and begun["batch"] == batchId:
+                    # this batch's append was begun and its end not recorded: a crash
+                    landed = sum(len(records) for _base, records in store.scan(begun["start"]))
+                    if landed > begun["rows"] or begun["rows"] != rows:
+                        raise RuntimeError(
+                            f"streaming sink {self.sink_id!r}: batch {batchId} was begun at CommitLog "
+                            f"offset {begun['start']} with {begun['rows']} rows; the replay has {rows} "
+                            f"and {landed} records follow that offset, so what landed cannot be told")
+                else:
+                    pending[self.sink_id] = {"batch": int(batchId), "start": store.max_offset, "rows": rows}
+                    _write_sink_commits(self.path, commits, pending)
+                self._append_parts(store, messages, skip=landed)
                 commits[self.sink_id] = int(batchId)
-                _write_sink_commits(self.path, commits)
+                pending.pop(self.sink_id, None)
+                _write_sink_commits(self.path, commits, pending)
         finally:
             _remove_parts(self.staging, messages)
+        self._remove_stale_staging()
 
     def abort(self, messages, batchId) -> None:
         _remove_parts(self.staging, messages)
@@ -864,16 +1353,21 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
                             queue_id=queue_id)
 
 
-def _append_part(store, path: str, topic_option: Optional[str]) -> int:
-    """Append one staged Arrow IPC file to ``store``; returns the rows written. Batches whose
-    rows carry only topic, body and queueId go through ``put_batch`` per (topic, queue) run;
-    others through ``put_messages``, a ``Message`` per row."""
+def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -> int:
+    """Append one staged Arrow IPC file to ``store``, but for its first ``skip`` rows; returns
+    the rows written. Batches whose rows carry only topic, body and queueId go through
+    ``put_batch`` per (topic, queue) run; others through ``put_messages``, a ``Message`` per row."""
     import pyarrow as pa
     from rocketstore.message import Message
     written = 0
     with pa.memory_map(path) as source:
         reader = pa.ipc.open_stream(source)
         for batch in reader:
+            if skip:
+                cut = min(skip, batch.num_rows)
+                batch, skip = batch.slice(cut), skip - cut
+                if not batch.num_rows:
+                    continue
             if batch.num_rows and _bodies_only(batch):
                 _put_runs(store, batch, topic_option)
                 written += batch.num_rows

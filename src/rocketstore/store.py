@@ -30,7 +30,7 @@ from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
@@ -826,13 +826,20 @@ class MessageStore:
             for row in arr:
                 yield self._codec.record_from_row(view, row, copy_body=not zero_copy)
 
-    def scan(self, start: Optional[int] = None, end: Optional[int] = None, *, check_crc: bool = True):
+    def scan(self, start: Optional[int] = None, end: Optional[int] = None, *, check_crc: bool = True,
+             views: bool = False):
         """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
         65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
-        Python call per field. CRCs as in :meth:`iter_messages`."""
+        Python call per field. CRCs as in :meth:`iter_messages`.
+
+        ``views=True`` yields ``(segment_start, view, records)`` as :meth:`records_at` does:
+        ``view`` is a read-only map of the segment the positions point into."""
         self._check_open()
         for mf, arr in self._scan(start, end, check_crc):
-            yield mf.file_from_offset, arr
+            if views:
+                yield mf.file_from_offset, mf.view(0, self._readable_end(mf)), arr
+            else:
+                yield mf.file_from_offset, arr
 
     def _scan(self, start, end, check_crc: bool = True):
         files = list(self._segments.files)
@@ -1065,6 +1072,28 @@ class MessageStore:
         cq = self._queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
+    def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset of (topic, queue_id) whose message was stored at or after
+        ``timestamp`` (ms); the queue's max offset when all are older (RocketMQ's
+        ``getOffsetInQueueByTime``, 5.x lower-bound semantics), 0 for no queue.
+
+        A binary search over the ConsumeQueue reading each probed record's store time, so it
+        relies on store times not decreasing along a queue (they are taken under the put lock;
+        a clock stepped back breaks that, and the answer is then one of the offsets around it).
+        """
+        cq = self._queue(topic, queue_id)
+        timestamp = _check_int("timestamp", timestamp)
+        if cq is None:
+            return 0
+
+        def store_time_of(commitlog_offset: int) -> Optional[int]:
+            try:
+                return self._read(commitlog_offset).store_timestamp
+            except MessageNotFoundError:
+                return None      # gone (retention): older than anything left
+
+        return offset_of_time(cq, timestamp, store_time_of)      # a read-only store's TailQueue too
+
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
         self._check_open()
@@ -1105,6 +1134,24 @@ class MessageStore:
         for service in (self._disk_index, self._index):
             if service is not None:
                 found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
+        return sorted(found)
+
+    def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
+        """Every CommitLog offset the index holds under ``topic#key`` (a KEYS entry or UNIQ_KEY),
+        ascending; these are candidates (a hash collision lists another key's record: re-check
+        it). None when a lookup reached the index's 64-per-query cap, so the list could be
+        incomplete."""
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("key", key)
+        self._dispatcher.catch_up()
+        found: set = set()
+        for service in (self._disk_index, self._index):
+            if service is not None:
+                offsets = service.query(topic, key, MAX_MSGS_NUM_BATCH, 0, _INT64_MAX)[0]
+                if len(offsets) >= MAX_MSGS_NUM_BATCH:
+                    return None
+                found.update(offsets)
         return sorted(found)
 
     def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
