@@ -378,6 +378,13 @@ def _fill_over_time(path, seed, count=120):
     return str(path)
 
 
+def _pushdown():
+    """Whether this PySpark has filter pushdown (4.1+); on 4.0 Spark filters after the read, so
+    the tests check the same results but no pruning."""
+    from rocketstore.spark import _PUSHABLE
+    return bool(_PUSHABLE)
+
+
 def _both(spark, path, where, **options):
     """(pushed, unpushed) DataFrames of ``where`` over the store: the plain reader
     (pushFilters=false) leaves every filter to Spark."""
@@ -397,14 +404,17 @@ def test_spark_pushdown_of_topic_queue_and_offsets_prunes_partitions(spark, tmp_
     want = [(r["queueId"], r["queueOffset"]) for r in _expected(path)
             if r["topic"] == "TopicB" and r["queueId"] in (0, 2) and 3 <= r["queueOffset"] < 12]
     assert sorted((r["queueId"], r["queueOffset"]) for r in _collected(pushed)) == sorted(want)
+    prefix, prefix_plain = _both(spark, path, "topic LIKE 'TopicA%' AND queueId > 0", scan="queue")
+    assert _collected(prefix) == _collected(prefix_plain)
+    if not _pushdown():
+        return
     # two queues x offsets 3..11 in runs of 4: 3 partitions each (when the queues are that long)
     assert pushed.rdd.getNumPartitions() <= 6 < plain.rdd.getNumPartitions()
     # everything was pushed: no Filter node is left above the scan
     plan = pushed._jdf.queryExecution().executedPlan().toString()
     assert not re.search(r"(^|\s)Filter \(", plan), plan
     assert re.search(r"(^|\s)Filter \(", plain._jdf.queryExecution().executedPlan().toString())
-    prefix, prefix_plain = _both(spark, path, "topic LIKE 'TopicA%' AND queueId > 0", scan="queue")
-    assert _collected(prefix) == _collected(prefix_plain) and prefix.rdd.getNumPartitions() == 1
+    assert prefix.rdd.getNumPartitions() == 1
 
 
 def test_spark_pushdown_of_store_time_narrows_the_queue_ranges(spark, tmp_path):
@@ -416,7 +426,7 @@ def test_spark_pushdown_of_store_time_narrows_the_queue_ranges(spark, tmp_path):
     got = _collected(pushed)
     assert got == _collected(plain)
     assert len(got) == sum(1 for t in stamps if lo <= t < hi) > 0
-    assert pushed.rdd.getNumPartitions() < plain.rdd.getNumPartitions()
+    assert pushed.rdd.getNumPartitions() < plain.rdd.getNumPartitions() or not _pushdown()
 
 
 def test_spark_pushdown_of_keys_and_msg_id_reads_only_the_matches(spark, tmp_path):
@@ -432,7 +442,7 @@ def test_spark_pushdown_of_keys_and_msg_id_reads_only_the_matches(spark, tmp_pat
         pushed, plain = _both(spark, path, where)
         got = _collected(pushed)
         assert got == _collected(plain), where
-        assert pushed.rdd.getNumPartitions() == 1 < plain.rdd.getNumPartitions(), where
+        assert pushed.rdd.getNumPartitions() == 1 < plain.rdd.getNumPartitions() or not _pushdown(), where
     assert [r["keys"] for r in _collected(_both(spark, path, f"keys = '{keyed[0]}'")[0])] == [keyed[0]]
     assert len(_collected(_both(spark, path, f"msgId IN ('{ids[0]}', '{ids[1]}')")[0])) == 2
 
