@@ -41,7 +41,7 @@ class TupleReader(DataSourceReader):
         self.options = options
 
     def partitions(self):
-        return RocketStoreReader(["topic"], self.options).partitions()
+        return RocketStoreReader(["topic"], {**self.options, "scan": "queue"}).partitions()
 
     def read(self, p: QueueRange):
         with MessageStore(p.root, read_only=True) as store:
@@ -94,20 +94,26 @@ def main():
         spark.dataSource.register(TupleSource)
         cols = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
         arrow_df = spark.read.format("rocketstore").schema(cols).load(store_path)
+        by_segment_df = (spark.read.format("rocketstore").schema(cols).option("scan", "commitlog")
+                         .option("minPartitions", "1").load(store_path))
         full_df = spark.read.format("rocketstore").load(store_path)
         parquet = os.path.join(work, "parquet")
         arrow_df.write.parquet(parquet)
         parquet_df = spark.read.parquet(parquet)
         tuple_df = spark.read.format("rocketstore_tuples").load(store_path)
-        print(f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f}")
+        print(f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f} "
+              f"partitions: queue scan {arrow_df.rdd.getNumPartitions()}, "
+              f"commitlog scan {by_segment_df.rdd.getNumPartitions()}")
         results = {}
-        reads = (("rocketstore arrow (5 cols)", arrow_df), ("rocketstore arrow (all 17 cols)", full_df),
+        reads = (("rocketstore arrow (5 cols)", arrow_df),
+                 ("rocketstore arrow, scan=commitlog (5 cols)", by_segment_df),
+                 ("rocketstore arrow (all 17 cols)", full_df),
                  ("parquet (5 cols)", parquet_df), ("tuple source (5 cols)", tuple_df))
         for name, df in () if args.sink_only else reads:
             df.write.format("noop").mode("overwrite").save()         # warm-up
             t, times = best(lambda: df.write.format("noop").mode("overwrite").save(), args.repeat)
             results[name] = n / t
-            print(f"{name:34s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
+            print(f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
         if results:
             a, p, u = results["rocketstore arrow (5 cols)"], results["parquet (5 cols)"], results["tuple source (5 cols)"]
             print(f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x")
@@ -120,7 +126,7 @@ def main():
             t = time.perf_counter()
             arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(target)
             sink_times.append(time.perf_counter() - t)
-        print(f"{'sink (topic, body)':34s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
+        print(f"{'sink (topic, body)':44s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
               f"  runs {[round(x, 2) for x in sink_times]}")
         print(f"load after: {os.getloadavg()[0]:.2f}")
         spark.stop()

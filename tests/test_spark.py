@@ -497,8 +497,14 @@ def test_spark_commitlog_scan_gives_the_queue_scans_rows(spark, tmp_path):
     scanned = load(scan="commitlog")
     assert _collected(scanned) == everything
     assert scanned.rdd.getNumPartitions() == segments > 1
-    auto = load()                                       # all topics from earliest: the CommitLog
-    assert auto.rdd.getNumPartitions() == segments and _collected(auto) == everything
+    auto = load()               # all topics from earliest, but 4 segments would be 6 queues' parallelism
+    assert segments < 6 and auto.rdd.getNumPartitions() == 6 and _collected(auto) == everything
+    big = _fill(tmp_path / "big", seed=76, count=600)
+    with MessageStore(big, read_only=True) as store:
+        big_segments = -(-store.max_offset // (16 * 1024))
+    auto_big = spark.read.format("rocketstore").load(big)    # as many segments as queues, or more
+    assert big_segments >= 6 and auto_big.rdd.getNumPartitions() == big_segments
+    assert _collected(auto_big) == _expected(big, broker="big")
     offsets = dict(subscribe="TopicA,TopicC", startingOffsets='{"TopicA": {"0": 3}}',
                    endingOffsets='{"TopicC": {"0": 9}}')
     assert _collected(load(scan="commitlog", **offsets)) == _collected(load(scan="queue", **offsets))

@@ -44,8 +44,8 @@ streaming reader takes ``startingTimestamp`` for a new query.
 partition per CommitLog segment (between the first and the last record selected), decodes the
 segment whole and keeps the records of the selected queue ranges (same rows, another order; not
 split by ``maxRecordsPerPartition``); ``auto`` (default) takes ``commitlog`` for a store when
-the selected ranges hold at least 3/4 of its messages (and it has at least ``minPartitions``
-segments), else ``queue``.
+the selected ranges hold at least 3/4 of its messages and its segments make at least as many
+partitions as the queue ranges would (and ``minPartitions``), else ``queue``.
 
 Filter pushdown (PySpark 4.1+; ``register`` turns on ``spark.sql.python.filterPushdown.enabled``,
 without which Spark refuses a reader that pushes, so option ``pushFilters=false`` gives one that
@@ -532,7 +532,7 @@ class RocketStoreReader(DataSourceReader):
                 store_ranges = self._queue_ranges(store, root, broker, many)
                 if self.pushed.candidates is not None:
                     lists.extend(_record_lists(store, root, broker, store_ranges, self.pushed, max_rows))
-                elif self._scan_commitlog(store, store_ranges, min_parts):
+                elif self._scan_commitlog(store, store_ranges, min_parts, max_rows):
                     scans.extend(_commitlog_ranges(store, root, broker, store_ranges))
                 else:
                     ranges.extend(store_ranges)
@@ -545,20 +545,21 @@ class RocketStoreReader(DataSourceReader):
                 parts.append(QueueRange(r.root, r.broker, r.topic, r.queue_id, s, min(r.end, s + max_rows)))
         return parts     # a list: Spark refuses a tuple or generator
 
-    def _scan_commitlog(self, store, ranges, min_parts) -> bool:
+    def _scan_commitlog(self, store, ranges, min_parts, max_rows) -> bool:
         """scan=auto's rule: scan the CommitLog when the selected ranges hold at least 3/4 of the
-        store's messages (so skipping the other topics' records costs little) and there are at
-        least minPartitions segments to scan; else read through the ConsumeQueues."""
+        store's messages (so skipping the other topics' records costs little) and its segments
+        give at least as many partitions as the queue ranges would (and minPartitions), so the
+        choice never costs parallelism; else read through the ConsumeQueues."""
         if self.scan != "auto" or not ranges:
             return self.scan == "commitlog" and bool(ranges)
         selected = sum(r.end - r.start for r in ranges)
         everything = sum(hi - lo for lo, hi in store.queues().values())
         if 4 * selected < 3 * everything:
             return False
-        if min_parts:
-            size = store.config.commitlog_file_size
-            return -(-store.max_offset // size) - store.min_offset // size >= min_parts
-        return True
+        size = store.config.commitlog_file_size
+        segments = -(-store.max_offset // size) - store.min_offset // size
+        queue_parts = sum(-(-(r.end - r.start) // max_rows) for r in ranges)
+        return segments >= max(min_parts or 0, queue_parts)
 
     def read(self, partition) -> Iterator:
         if isinstance(partition, CommitLogRange):
