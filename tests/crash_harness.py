@@ -340,7 +340,8 @@ def main(argv=None) -> int:
     parser.add_argument("--power-loss", action="store_true", help="simulate a power cut after each kill")
     parser.add_argument("--rounds", type=int, default=1, help="crashes per store before the check")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--keep-failures", default=None, help="copy failing stores here")
+    parser.add_argument("--keep-failures", default=None,
+                        help="copy failing stores here, with each round's child stdout and rounds.json")
     args = parser.parse_args(argv)
     src = os.path.join(os.path.dirname(HERE), "src")
     sys.path.insert(0, src)
