@@ -10,7 +10,8 @@ pipelined futures, durable batches) with asynchronous ones. It prints one ``ACK`
 put acknowledged as flushed, and ``FLUSHED <offset>`` lines with the CommitLog's flushed offset.
 
 After the kill the parent optionally simulates a power cut: it keeps only what the store had made
-durable — the CommitLog below the highest flushed offset it was told of, the ConsumeQueue units
+durable — the CommitLog below the highest flushed offset it was told of (in this round or an
+earlier one on the same store: what was durable stays durable), the ConsumeQueue units
 and index files the checkpoint vouches for — and overwrites everything after that, page by page,
 with zeros, random bytes, or leaves it (the kernel may have written a page back, or not).
 
@@ -150,10 +151,20 @@ def start_and_kill(script: str, path: str, implementation: str, rng: random.Rand
     return first, out
 
 
-def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
-    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset)."""
+KILL_DELAYS, KILL_JITTER = (0.0, 0.02, 0.1, 0.3, 0.6), 0.2
+
+
+def run_and_kill(path: str, implementation: str, rng: random.Random, src: str, *,
+                 delays: tuple = KILL_DELAYS, jitter: float = KILL_JITTER, log: str | None = None):
+    """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset).
+
+    The flushed offset is 0 when the child printed nothing before the kill (a kill right after
+    READY; more likely on a loaded machine). ``log``: a file to save the child's stdout in."""
     _ready, out = start_and_kill(__file__, path, implementation, rng, src,
-                                 delays=(0.0, 0.02, 0.1, 0.3, 0.6), jitter=0.2)
+                                 delays=delays, jitter=jitter)
+    if log is not None:
+        with open(log, "wb") as f:
+            f.write(out)
     acked, flushed = [], 0
     for line in out.split(b"\n")[:-1]:            # a torn last line was not acknowledged
         parts = line.decode().split()
@@ -285,16 +296,36 @@ def check_store(path: str, implementation: str, acked) -> dict:
 
 
 def one_iteration(workdir: str, implementation: str, rng: random.Random, *, power_loss: bool,
-                  src: str, rounds: int = 1) -> dict:
-    """Crash (and recover) ``rounds`` times in one store, then check it."""
+                  src: str, rounds: int = 1, run=run_and_kill) -> dict:
+    """Crash (and recover) ``rounds`` times in one store, then check it.
+
+    What one round made durable stays durable in the later ones: each power cut keeps the
+    CommitLog below the highest flushed offset *any* round reported, not only the last one (a
+    round killed before it printed a line reports nothing, and the checkpoint may be older than
+    the earlier rounds' acknowledged puts). Each child's stdout and what each round did are kept
+    in ``workdir`` (``round-<k>.out``, ``rounds.json``) for ``--keep-failures``.
+
+    ``run(path, implementation, rng, src, log=...)`` runs and kills one child (tests replace it)."""
+    from rocketstore.checkpoint import Checkpoint
+
     path = os.path.join(workdir, "store")
     acked_all = []
     damaged = None
-    for _ in range(rounds):
-        acked, flushed = run_and_kill(path, implementation, rng, src)
+    durable = 0
+    rounds_log = []
+    for k in range(rounds):
+        acked, flushed = run(path, implementation, rng, src,
+                             log=os.path.join(workdir, f"round-{k}.out"))
         acked_all += acked
+        durable = max(durable, flushed)
+        entry = {"round": k, "acked": len(acked), "flushed": flushed, "durable": durable,
+                 "confirm": Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset}
         if power_loss:
-            damaged = simulate_power_loss(path, flushed, rng)
+            damaged = simulate_power_loss(path, durable, rng)
+            entry["damaged"] = damaged
+        rounds_log.append(entry)
+        with open(os.path.join(workdir, "rounds.json"), "w") as f:
+            json.dump(rounds_log, f, indent=1)
     counts = check_store(path, implementation, acked_all)
     counts["acknowledged"] = len(acked_all)
     if damaged is not None:
@@ -309,7 +340,8 @@ def main(argv=None) -> int:
     parser.add_argument("--power-loss", action="store_true", help="simulate a power cut after each kill")
     parser.add_argument("--rounds", type=int, default=1, help="crashes per store before the check")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--keep-failures", default=None, help="copy failing stores here")
+    parser.add_argument("--keep-failures", default=None,
+                        help="copy failing stores here, with each round's child stdout and rounds.json")
     args = parser.parse_args(argv)
     src = os.path.join(os.path.dirname(HERE), "src")
     sys.path.insert(0, src)

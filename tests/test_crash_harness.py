@@ -40,3 +40,38 @@ def test_the_power_cut_simulation_damages_what_was_not_durable(tmp_path, impl):
     acked, flushed = crash_harness.run_and_kill(path, impl.name, rng, SRC)
     damaged = crash_harness.simulate_power_loss(path, flushed, rng)
     assert damaged["commitlog"] >= 1
+
+
+def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_path, impl):
+    """Seed 2840997190 (c, power-loss) lost an acknowledged put at 722887: a second round killed
+    right after READY printed no line, so its power cut kept only what the checkpoint vouched
+    for, and the checkpoint (written every 20 ms, later under load) was older than the first
+    round's last acknowledged puts. Here deterministically: round 1 runs long enough to
+    acknowledge puts, its checkpoint is set back to before them (a checkpoint that lagged),
+    round 2 is killed before the parent heard anything from it."""
+    from rocketstore.checkpoint import Checkpoint
+
+    rng = seeded_rng()
+    runs = []
+
+    def run(path, implementation, rng, src, log=None):
+        if not runs:       # round 1: acknowledged puts, the checkpoint behind some of them
+            acked, flushed = crash_harness.run_and_kill(path, implementation, rng, src,
+                                                        delays=(0.4,), jitter=0.0, log=log)
+            assert acked, "round 1 acknowledged nothing"
+            cp = Checkpoint(str(pathlib.Path(path) / "checkpoint"))
+            earlier = [a.offset for a in acked if a.offset <= cp.confirm_phy_offset]
+            if earlier:          # an earlier checkpoint: a record start the last one passed
+                cp.confirm_phy_offset = min(earlier)
+                cp.flush()
+            assert any(a.offset + a.size > cp.confirm_phy_offset for a in acked)
+        else:              # round 2: killed right after READY, the parent heard nothing
+            crash_harness.run_and_kill(path, implementation, rng, src, delays=(0.0,), jitter=0.0,
+                                       log=log)
+            acked, flushed = [], 0
+        runs.append(len(acked))
+        return acked, flushed
+
+    counts = crash_harness.one_iteration(str(tmp_path), impl.name, rng, power_loss=True, src=SRC,
+                                         rounds=2, run=run)
+    assert runs[0] > 0 and counts["acknowledged"] == runs[0]

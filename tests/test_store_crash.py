@@ -153,3 +153,48 @@ def test_repeated_crashes_keep_every_acknowledged_message(tmp_path, impl):
                 check_every_record_up_to_the_end(path, impl, store)
         acked += run_and_kill(path, impl, mode, rng, acks_before_kill=rng.randrange(50, 200))
     reopen_and_check(path, impl, acked)
+
+
+def test_an_abnormal_open_makes_the_commitlog_it_kept_durable(tmp_path, impl, monkeypatch):
+    """After a kill, the records past the last flush are only in the page cache; recovery finds
+    them valid and keeps them, and the reopened store's flush thread starts at the recovered end,
+    reporting all of it as flushed. So the open must msync what it kept (from the checkpoint's
+    segment on), or a power cut after the next acknowledged put could lose the kept records and
+    the recovery after it would cut at the hole, acknowledged records and all."""
+    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.mapped_file import MappedFile
+
+    path = tmp_path / "store"
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
+                      store_host=HOST) as store:
+        results = [store.put("TopicK", b"%05d" % i + b"x" * 700) for i in range(300)]
+    end = results[-1].commitlog_offset + results[-1].size
+    confirm = results[20].commitlog_offset
+    assert end > confirm + 3 * SEGMENT            # the kept records span several segments
+    # What a kill leaves: the abort file and a checkpoint written before most of the records.
+    (path / "abort").touch()
+    cp = Checkpoint(str(path / "checkpoint"))
+    cp.confirm_phy_offset = confirm
+    cp.flush()
+
+    synced = []
+    real_flush = MappedFile.flush
+
+    def spy(self, start=0, stop=None):
+        if pathlib.Path(self.path).parent.name == "commitlog":
+            synced.append((self.file_from_offset + start,
+                           self.file_from_offset + (self.file_size if stop is None else stop)))
+        return real_flush(self, start, stop)
+
+    monkeypatch.setattr(MappedFile, "flush", spy)
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
+                      store_host=HOST) as store:
+        assert not store.last_shutdown_clean
+        assert store.flushed_offset == end        # what it claims durable from the start...
+        at_open = sorted(synced)
+        covered = confirm - confirm % SEGMENT     # ...was msynced by the open, from there on
+        for lo, hi in at_open:
+            if lo <= covered:
+                covered = max(covered, hi)
+        assert covered >= end, f"msynced {at_open}: [{covered}, {end}) only in the page cache"
+        assert store.read(results[-1].commitlog_offset).body == b"00299" + b"x" * 700

@@ -393,6 +393,8 @@ class MessageStore:
         self._report("recover", total, total)
         if not self.read_only:
             self._truncate_to(end)
+            if abnormal:
+                self._sync_recovered(scan_from, end)
             self._queues.truncate_dirty(end)
             self._index.drop_after(end)
             if self._segments.files:
@@ -494,6 +496,22 @@ class MessageStore:
             pos += n
         mf.flush(end - mf.file_from_offset, pos)
 
+
+    def _sync_recovered(self, start: int, end: int) -> None:
+        """msync the CommitLog that an abnormal recovery kept, ``[start, end)``.
+
+        After a kill the records past the last flush are still in the page cache, so the scan
+        finds them valid and keeps them; the flush thread then starts at ``end`` and reports
+        everything below it as flushed, although nothing wrote those pages back. A power cut
+        later could lose them while the new, acknowledged records after them survive, and
+        recovery would cut at the hole, taking the acknowledged records with it (and a
+        checkpoint written meanwhile would vouch for records that are gone). Below ``start``
+        (the segment of confirmPhyOffset) the previous run had flushed before it checkpointed."""
+        for mf in self._segments.files:
+            if mf.end_offset <= start or mf.file_from_offset >= end:
+                continue
+            mf.flush(max(start, mf.file_from_offset) - mf.file_from_offset,
+                     min(end, mf.end_offset) - mf.file_from_offset)
 
     def _topic_queues(self, topic: str) -> int:
         validate_topic(topic)
