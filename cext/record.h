@@ -410,34 +410,48 @@ static inline int rs_name_is(const uint8_t *name, int64_t len, const char *want,
    rule) keeps pieces: a piece between 0x02 separators counts when its first 0x01 has a non-empty
    name before it and a non-empty value after it (the value may contain 0x01); a later kept
    duplicate wins. Reads only p[0..n). */
-static inline void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispatch_props *out)
+/* The next piece the lenient rule keeps, looking from *at: returns 1 with the piece's name at
+   [*name, *sep) and its value at [*sep + 1, *end), and *at moved past it; 0 when none is left.
+   Reads only p[0..n). */
+static inline int rs_next_property(const uint8_t *p, int64_t n, int64_t *at,
+                                   int64_t *name, int64_t *sep, int64_t *end)
 {
-    int64_t i = 0;
-    out->tags_pos = out->keys_pos = out->uniq_key_pos = out->delay_pos = -1;
-    out->tags_len = out->keys_len = out->uniq_key_len = out->delay_len = 0;
+    int64_t i = *at;
     while (i < n) {
         const uint8_t *hit = (const uint8_t *)memchr(p + i, RS_PROPERTY_SEPARATOR, (size_t)(n - i));
-        int64_t end = hit != NULL ? hit - p : n, sep;
-        if (end - i >= 3) {
-            hit = (const uint8_t *)memchr(p + i, RS_NAME_VALUE_SEPARATOR, (size_t)(end - i));
-            sep = hit != NULL ? hit - p : -1;
-            if (sep > i && sep < end - 1) {
-                const uint8_t *name = p + i;
-                int64_t name_len = sep - i;
-                int64_t value_pos = sep + 1;
-                int32_t value_len = (int32_t)(end - value_pos);
-                if (rs_name_is(name, name_len, "TAGS", 4)) {
-                    out->tags_pos = value_pos; out->tags_len = value_len;
-                } else if (rs_name_is(name, name_len, "KEYS", 4)) {
-                    out->keys_pos = value_pos; out->keys_len = value_len;
-                } else if (rs_name_is(name, name_len, "UNIQ_KEY", 8)) {
-                    out->uniq_key_pos = value_pos; out->uniq_key_len = value_len;
-                } else if (rs_name_is(name, name_len, "DELAY", 5)) {
-                    out->delay_pos = value_pos; out->delay_len = value_len;
-                }
+        int64_t stop = hit != NULL ? hit - p : n, s;
+        if (stop - i >= 3) {
+            hit = (const uint8_t *)memchr(p + i, RS_NAME_VALUE_SEPARATOR, (size_t)(stop - i));
+            s = hit != NULL ? hit - p : -1;
+            if (s > i && s < stop - 1) {
+                *name = i; *sep = s; *end = stop; *at = stop + 1;
+                return 1;
             }
         }
-        i = end + 1;
+        i = stop + 1;
+    }
+    *at = n;
+    return 0;
+}
+
+static inline void rs_dispatch_properties(const uint8_t *p, int64_t n, rs_dispatch_props *out)
+{
+    int64_t at = 0, name, sep, end;
+    out->tags_pos = out->keys_pos = out->uniq_key_pos = out->delay_pos = -1;
+    out->tags_len = out->keys_len = out->uniq_key_len = out->delay_len = 0;
+    while (rs_next_property(p, n, &at, &name, &sep, &end)) {
+        int64_t name_len = sep - name;
+        int64_t value_pos = sep + 1;
+        int32_t value_len = (int32_t)(end - value_pos);
+        if (rs_name_is(p + name, name_len, "TAGS", 4)) {
+            out->tags_pos = value_pos; out->tags_len = value_len;
+        } else if (rs_name_is(p + name, name_len, "KEYS", 4)) {
+            out->keys_pos = value_pos; out->keys_len = value_len;
+        } else if (rs_name_is(p + name, name_len, "UNIQ_KEY", 8)) {
+            out->uniq_key_pos = value_pos; out->uniq_key_len = value_len;
+        } else if (rs_name_is(p + name, name_len, "DELAY", 5)) {
+            out->delay_pos = value_pos; out->delay_len = value_len;
+        }
     }
 }
 
@@ -455,24 +469,15 @@ typedef struct {
 static inline int64_t rs_property_pieces(const uint8_t *p, int64_t n, int64_t base,
                                          rs_piece_row *out, int64_t cap)
 {
-    int64_t i = 0, kept = 0;
-    while (i < n) {
-        const uint8_t *hit = (const uint8_t *)memchr(p + i, RS_PROPERTY_SEPARATOR, (size_t)(n - i));
-        int64_t end = hit != NULL ? hit - p : n, sep;
-        if (end - i >= 3) {
-            hit = (const uint8_t *)memchr(p + i, RS_NAME_VALUE_SEPARATOR, (size_t)(end - i));
-            sep = hit != NULL ? hit - p : -1;
-            if (sep > i && sep < end - 1) {
-                if (kept < cap) {
-                    out[kept].name_pos = base + i;
-                    out[kept].name_len = (int32_t)(sep - i);
-                    out[kept].value_pos = base + sep + 1;
-                    out[kept].value_len = (int32_t)(end - sep - 1);
-                }
-                kept++;
-            }
+    int64_t at = 0, kept = 0, name, sep, end;
+    while (rs_next_property(p, n, &at, &name, &sep, &end)) {
+        if (kept < cap) {
+            out[kept].name_pos = base + name;
+            out[kept].name_len = (int32_t)(sep - name);
+            out[kept].value_pos = base + sep + 1;
+            out[kept].value_len = (int32_t)(end - sep - 1);
         }
-        i = end + 1;
+        kept++;
     }
     return kept;
 }

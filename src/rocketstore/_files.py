@@ -42,17 +42,30 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def write_synced(path: str, data: bytes) -> None:
+    """Create or truncate ``path``, write ``data`` and fsync it. On failure (a full disk, say)
+    the partial file is removed, since it helps nobody and holds space, and the error raised."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+
+
 def replace_file(path: str, data: bytes) -> None:
     """Give ``path`` the content ``data`` all at once: a temporary file beside it, fsynced,
     renamed over it, and the directory fsynced. A crash leaves the old file or the new one."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_synced(tmp, data)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path))

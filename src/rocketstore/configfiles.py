@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from rocketstore._files import fsync_dir
+from rocketstore._files import fsync_dir, write_synced
 from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
 from rocketstore.errors import (InvalidQueueIdError, StoreConfigError,
                                 StoreReadOnlyError)
@@ -525,21 +525,10 @@ class ConfigFile:
             os.makedirs(directory, exist_ok=True)
             tmp = self.path + ".tmp"
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                write_synced(tmp, data)
             except OSError as exc:
                 if exc.errno not in NO_SPACE_ERRNOS:
                     raise
-                try:
-                    os.unlink(tmp)       # a partial copy helps nobody and holds space
-                except OSError:
-                    pass
                 raise space_error(exc.errno, f"writing {os.path.basename(self.path)} failed, the "
                                   "file on disk is unchanged", self.path) from exc
             # A garbage current file must not replace a good .bak.
