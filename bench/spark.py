@@ -2,9 +2,11 @@
 
     . .venv-spark/bin/activate && python bench/spark.py --messages 1000000 --body 64
 
-Prints rows/s for: a full-store read into Spark's ``noop`` sink; the same rows read by Spark from
-Parquet; the same store through a tuple-yielding Python data source (the slow baseline the Arrow
-path is meant to beat); and the sink (DataFrame -> new store). Each timing is the best of
+Prints rows/s for: a full-store read into Spark's ``noop`` sink (by queue and by CommitLog
+segment); the same rows read by Spark from Parquet; the same store through a tuple-yielding
+Python data source (the slow baseline the Arrow path is meant to beat); a Python data source
+that only re-yields prebuilt Arrow batches of the same shape (the floor of PySpark's Python data
+source path on this machine: no store read can beat it); and the sink (DataFrame -> new store). Each timing is the best of
 ``--repeat`` runs after one warm-up query; the machine's load is printed alongside.
 """
 
@@ -53,6 +55,43 @@ class TupleReader(DataSourceReader):
                 q = result.next_begin_offset
 
 
+class FloorSource(DataSource):
+    """The cost of the Python data source path itself: the same 5 columns, the same partition
+    count and batch size, from Arrow batches built once per task and re-yielded, so no store is
+    read. No Python source can be faster than this on the machine it runs on."""
+
+    @classmethod
+    def name(cls):
+        return "rocketstore_floor"
+
+    def schema(self):
+        return "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
+
+    def reader(self, schema):
+        return FloorReader(dict(self.options))
+
+
+class FloorReader(DataSourceReader):
+    def __init__(self, options):
+        self.options = options
+
+    def partitions(self):
+        return RocketStoreReader(["topic"], {**self.options, "scan": "queue"}).partitions()
+
+    def read(self, p: QueueRange):
+        import numpy as np
+        import pyarrow as pa
+        rows = 32768
+        batch = pa.RecordBatch.from_arrays([
+            pa.array(["Bench"] * rows), pa.array(np.zeros(rows, dtype=np.int32)),
+            pa.array(np.arange(rows, dtype=np.int64)),
+            pa.array(np.zeros(rows, dtype=np.int64), type=pa.timestamp("us", tz="UTC")),
+            pa.array([b"b" * int(self.options.get("body", "64"))] * rows, type=pa.binary())],
+            names=["topic", "queueId", "queueOffset", "storeTimestamp", "body"])
+        for start in range(p.start, p.end, rows):
+            yield batch.slice(0, min(rows, p.end - start))
+
+
 def best(fn, repeat):
     times = []
     for _ in range(repeat):
@@ -92,6 +131,7 @@ def main():
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(TupleSource)
+        spark.dataSource.register(FloorSource)
         cols = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
         arrow_df = spark.read.format("rocketstore").schema(cols).load(store_path)
         by_segment_df = (spark.read.format("rocketstore").schema(cols).option("scan", "commitlog")
@@ -101,6 +141,7 @@ def main():
         arrow_df.write.parquet(parquet)
         parquet_df = spark.read.parquet(parquet)
         tuple_df = spark.read.format("rocketstore_tuples").load(store_path)
+        floor_df = spark.read.format("rocketstore_floor").option("body", str(args.body)).load(store_path)
         print(f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f} "
               f"partitions: queue scan {arrow_df.rdd.getNumPartitions()}, "
               f"commitlog scan {by_segment_df.rdd.getNumPartitions()}")
@@ -108,7 +149,8 @@ def main():
         reads = (("rocketstore arrow (5 cols)", arrow_df),
                  ("rocketstore arrow, scan=commitlog (5 cols)", by_segment_df),
                  ("rocketstore arrow (all 17 cols)", full_df),
-                 ("parquet (5 cols)", parquet_df), ("tuple source (5 cols)", tuple_df))
+                 ("parquet (5 cols)", parquet_df), ("tuple source (5 cols)", tuple_df),
+                 ("no-op Arrow Python source (5 cols)", floor_df))
         for name, df in () if args.sink_only else reads:
             df.write.format("noop").mode("overwrite").save()         # warm-up
             t, times = best(lambda: df.write.format("noop").mode("overwrite").save(), args.repeat)
@@ -116,7 +158,9 @@ def main():
             print(f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
         if results:
             a, p, u = results["rocketstore arrow (5 cols)"], results["parquet (5 cols)"], results["tuple source (5 cols)"]
-            print(f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x")
+            f = results["no-op Arrow Python source (5 cols)"]
+            print(f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x   "
+                  f"arrow/no-op Python source = {a / f:.2f}x   no-op Python source/parquet = {f / p:.2f}x")
         else:
             arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(
                 os.path.join(work, "sink-warmup"))
