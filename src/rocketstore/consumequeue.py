@@ -486,22 +486,15 @@ class ConsumeQueue:
 
     def ends_record_at(self, commitlog_offset: int) -> bool:
         """Whether a unit of this queue ends exactly at ``commitlog_offset`` (offset + size):
-        a binary search, as units ascend in CommitLog offset."""
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            try:
-                offset, size, _tags = self.unit(mid)
-            except MessageNotFoundError:  # deleted under us: below anything left
-                lo = mid + 1
-                continue
-            if offset + size == commitlog_offset and size > 0:
-                return True
-            if offset < commitlog_offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        return False
+        the last unit that starts below it (units ascend in CommitLog offset)."""
+        after = first_unit_where(self, lambda unit: unit[0] >= commitlog_offset)
+        if after <= self.min_offset:
+            return False
+        try:
+            offset, size, _tags = self.unit(after - 1)
+        except MessageNotFoundError:  # deleted under us
+            return False
+        return size > 0 and offset + size == commitlog_offset
 
     # -- recovery against the CommitLog and retention -----------------------------------------
     def truncate_dirty(self, process_offset: int) -> None:
@@ -793,20 +786,30 @@ class ConsumeQueueStore:
         self.close()
 
 
-def offset_of_time(queue, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
-    """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
-    (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
+def first_unit_where(queue, reached: Callable[[tuple], bool]) -> int:
+    """The first queue offset of ``queue`` (anything with ``min_offset``, ``max_offset`` and
+    ``unit``) whose ``(commitlog_offset, size, tags_code)`` unit ``reached`` holds for, by binary
+    search: ``reached`` must be False up to some point along the queue and True after it.
+    ``max_offset`` when it holds for none; a unit deleted under the search counts as False."""
     lo, hi = queue.min_offset, queue.max_offset
     while lo < hi:
         mid = (lo + hi) // 2
         try:
-            commitlog_offset = queue.unit(mid)[0]
-        except MessageNotFoundError:  # deleted under us: older than anything left
+            unit = queue.unit(mid)
+        except MessageNotFoundError:  # deleted under us: before anything left
             lo = mid + 1
             continue
-        stored = store_time_of(commitlog_offset)
-        if stored is None or stored < timestamp:
-            lo = mid + 1
-        else:
+        if reached(unit):
             hi = mid
+        else:
+            lo = mid + 1
     return lo
+
+
+def offset_of_time(queue, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
+    """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
+    (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
+    def reached(unit) -> bool:
+        stored = store_time_of(unit[0])
+        return stored is not None and stored >= timestamp
+    return first_unit_where(queue, reached)
