@@ -42,7 +42,6 @@ import os
 import platform
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -57,6 +56,8 @@ if _SRC not in sys.path:
 import numpy as np  # noqa: E402
 
 from rocketstore import MessageStore, _impl  # noqa: E402
+
+from probes import fdatasync_baseline, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TOPIC = "BenchTopic"
@@ -135,56 +136,6 @@ def other_load(before: dict, after: dict) -> dict:
 
 
 # ---- machine baselines ----
-
-def fdatasync_baseline(directory: str, seconds: float) -> dict:
-    """Back-to-back write-4KiB + fdatasync to fresh blocks of a posix_fallocate'd file."""
-    path = os.path.join(directory, "fdatasync.probe")
-    size = 1 * GiB
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.posix_fallocate(fd, 0, size)
-        os.fdatasync(fd)
-        block = b"\x5a" * (4 * KiB)
-        latencies = []
-        pos = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        now = start
-        while now < deadline:
-            os.pwrite(fd, block, pos)
-            os.fdatasync(fd)
-            after = time.perf_counter()
-            latencies.append(after - now)
-            now = after
-            pos = (pos + len(block)) % size
-        elapsed = now - start
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    latencies.sort()
-    return dict(ops=len(latencies), seconds=elapsed, rate=len(latencies) / elapsed,
-                median_us=statistics.median(latencies) * 1e6,
-                p99_us=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6)
-
-
-def write_bandwidth(directory: str, total: int) -> dict:
-    """write() of 1 MiB chunks to a new file, then fdatasync; GB/s with and without the sync."""
-    path = os.path.join(directory, "write.probe")
-    chunk = np.random.default_rng(1).integers(0, 256, MiB, dtype=np.uint8).tobytes()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        start = time.perf_counter()
-        for _ in range(total // MiB):
-            os.write(fd, chunk)
-        written = time.perf_counter()
-        os.fdatasync(fd)
-        synced = time.perf_counter()
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return dict(bytes=total, gbps=total / (synced - start) / 1e9,
-                page_cache_gbps=total / (written - start) / 1e9)
-
 
 def mmap_bandwidth(directory: str, total: int) -> dict:
     """Copy 1 MiB chunks into fresh pages of a mapped posix_fallocate'd file (no msync)."""

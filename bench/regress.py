@@ -67,6 +67,10 @@ import numpy as np  # noqa: E402
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 
+if BENCH_DIR not in sys.path:      # also when loaded by file path (tests/test_bench_regress.py)
+    sys.path.insert(0, BENCH_DIR)
+from probes import fdatasync_baseline, write_bandwidth  # noqa: E402
+
 MiB = 1 << 20
 # CPU seconds of the calling thread: a shared machine's other tenants take turns on the cores,
 # which stretches wall time but not the CPU time a piece of code needs. Everything single-threaded
@@ -105,42 +109,6 @@ def log(*parts) -> None:
 
 
 # ---- machine limits ----
-
-def page_cache_write(directory: str, total: int) -> float:
-    """bytes/s (wall) of 1 MiB write() calls to a fresh file, no sync: fresh page-cache pages."""
-    path = os.path.join(directory, "write.probe")
-    chunk = np.random.default_rng(1).integers(0, 256, MiB, dtype=np.uint8).tobytes()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        start = time.perf_counter()
-        for _ in range(total // MiB):
-            os.write(fd, chunk)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return total / elapsed
-
-
-def fdatasync_rate(directory: str, seconds: float) -> float:
-    path = os.path.join(directory, "fsync.probe")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.posix_fallocate(fd, 0, 64 * MiB)
-        os.fdatasync(fd)
-        block, pos, n = b"\x5a" * 4096, 0, 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            os.pwrite(fd, block, pos)
-            os.fdatasync(fd)
-            pos = (pos + 4096) % (64 * MiB)
-            n += 1
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return n / elapsed
-
 
 _MEMCPY = {}
 
@@ -380,11 +348,11 @@ def measure(root: str, p: dict, impl: str) -> dict:
         # the read-only store's index and queues are on disk; warm them once, untimed
         run.lookups(store, keys)
         for rep in range(p["reps"]):
-            w = page_cache_write(root, p["write_bytes"])
+            w = write_bandwidth(root, p["write_bytes"], sync=False)["page_cache_gbps"] * 1e9
             pairs["put_fresh"].append((run.put_fresh(), w))
             pairs["put_single"].append((run.put_single(), dict_loop()))
             pairs["put_batch"].append((run.put_batch(), memcpy()))
-            f = fdatasync_rate(root, p["fsync_seconds"])
+            f = fdatasync_baseline(root, p["fsync_seconds"], size=64 * MiB)["rate"]
             pairs["durable_16"].append((run.durable(16), 16 * f))
             m = memcpy()
             pairs["crc32"].append((crc32_rate(), m))

@@ -20,7 +20,7 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from rocketstore.spark import (QueueRange, RocketStoreReader, read_queue_range, register)
+from rocketstore.spark import QueueRange, RocketStoreReader, register
 from rocketstore.store import MessageStore
 
 
