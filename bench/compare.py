@@ -563,33 +563,20 @@ def _result(count: int, seconds: float, target: int | None = None, **extra) -> d
 
 def durable_run(c: Contender, threads: int, seconds: float) -> dict:
     put = c.durable_putter()
-    counts = [0] * threads
     errors = []
-    barrier = threading.Barrier(threads + 1)
-    deadline = [0.0]
 
-    def worker(t: int) -> None:
+    def work(t: int, end: float) -> int:
         n = 0
         body = os.urandom(BODY_SIZE)
-        barrier.wait()
-        end = deadline[0]
         try:
             while time.perf_counter() < end:
                 put(f"t{t:02d}-{n:016d}", body) if not c.bytes_keys else put(b"t%02d-%016d" % (t, n), body)
                 n += 1
         except Exception as exc:        # reported in the cell, never hidden
             errors.append(f"{type(exc).__name__}: {exc}")
-        counts[t] = n
+        return n
 
-    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
-    for t in pool:
-        t.start()
-    start = time.perf_counter()
-    deadline[0] = start + seconds
-    barrier.wait()
-    for t in pool:
-        t.join()
-    elapsed = time.perf_counter() - start
+    counts, elapsed = engine.run_threads(threads, seconds, work)
     if errors:
         raise RuntimeError(errors[0])
     return _result(sum(counts), elapsed, threads=threads)

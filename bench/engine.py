@@ -44,7 +44,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import zlib
 
@@ -57,7 +56,7 @@ import numpy as np  # noqa: E402
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 
-from probes import fdatasync_baseline, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
+from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TOPIC = "BenchTopic"
@@ -261,38 +260,24 @@ def batch_puts(stores: Stores, impl: str, count: int, batch: int, form: str, rep
 def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
     path = stores.path(f"durable-{threads}")
     store = stores.open(path, "c" if _impl.COMPILED is not None else "py")
-    counts = [0] * threads
-    not_ok = [0] * threads
-    barrier = threading.Barrier(threads + 1)
-    deadline = [0.0]
 
-    def worker(i: int) -> None:
+    def work(_i, end):
         put = store.put
         n = bad = 0
-        barrier.wait()
-        end = deadline[0]
         while time.perf_counter() < end:
             if not put(TOPIC, BODY, durable=True).ok:
                 bad += 1
             n += 1
-        counts[i] = n
-        not_ok[i] = bad
+        return n, bad
 
     try:
-        pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-        for t in pool:
-            t.start()
         before = store.stats()
-        start = time.perf_counter()
-        deadline[0] = start + seconds
-        barrier.wait()
-        for t in pool:
-            t.join()
-        elapsed = time.perf_counter() - start
+        done, elapsed = run_threads(threads, seconds, work)
         after = store.stats()
     finally:
         store.close()
         stores.remove(path)
+    counts, not_ok = [n for n, _ in done], [bad for _, bad in done]
     msgs = sum(counts)
     rounds = after["flush_rounds"] - before["flush_rounds"]
     return dict(threads=threads, messages=msgs, seconds=elapsed, rate=msgs / elapsed,

@@ -1,11 +1,13 @@
-"""The machine's own limits that the benchmarks divide by: page-cache write bandwidth and the
-fdatasync rate. Shared by engine.py, compare.py and regress.py; importing it has no side effects
-(regress.py must measure the installed package, not whatever ``src/`` holds)."""
+"""What engine.py, compare.py and regress.py share: the machine's own limits that they divide by
+(page-cache write bandwidth, the fdatasync rate) and a timed run of worker threads. Importing it
+has no side effects (regress.py must measure the installed package, not whatever ``src/``
+holds)."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -65,3 +67,26 @@ def write_bandwidth(directory: str, total: int, *, sync: bool = True) -> dict:
     if sync:
         result["gbps"] = total / (synced - start) / 1e9
     return result
+
+
+def run_threads(threads: int, seconds: float, work) -> tuple[list, float]:
+    """Run ``work(i, end)`` on ``threads`` threads released together by a barrier, each until
+    ``time.perf_counter()`` passes ``end`` (``seconds`` after the release). Returns (what each
+    call returned, wall seconds from the release until the last thread finished)."""
+    results = [None] * threads
+    barrier = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results[i] = work(i, deadline[0])
+
+    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+    for t in pool:
+        t.start()
+    start = time.perf_counter()
+    deadline[0] = start + seconds
+    barrier.wait()
+    for t in pool:
+        t.join()
+    return results, time.perf_counter() - start

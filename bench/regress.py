@@ -55,7 +55,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -69,7 +68,7 @@ from rocketstore import MessageStore, _impl  # noqa: E402
 
 if BENCH_DIR not in sys.path:      # also when loaded by file path (tests/test_bench_regress.py)
     sys.path.insert(0, BENCH_DIR)
-from probes import fdatasync_baseline, write_bandwidth  # noqa: E402
+from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402
 
 MiB = 1 << 20
 # CPU seconds of the calling thread: a shared machine's other tenants take turns on the cores,
@@ -239,27 +238,16 @@ class Run:
     def durable(self, threads: int) -> float:
         path = self._path("durable")
         store = self._open(path)
-        counts = [0] * threads
-        barrier = threading.Barrier(threads + 1)
-        end = [0.0]
 
-        def worker(i):
+        def work(_i, end):
             put, n = store.put, 0
-            barrier.wait()
-            while time.perf_counter() < end[0]:
+            while time.perf_counter() < end:
                 put(TOPIC, BODY, durable=True)
                 n += 1
-            counts[i] = n
+            return n
         try:
-            pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-            for t in pool:
-                t.start()
-            t0 = time.perf_counter()
-            end[0] = t0 + self.p["durable_seconds"]
-            barrier.wait()
-            for t in pool:
-                t.join()
-            return sum(counts) / (time.perf_counter() - t0)
+            counts, elapsed = run_threads(threads, self.p["durable_seconds"], work)
+            return sum(counts) / elapsed
         finally:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
