@@ -135,32 +135,38 @@ def test_placeholder_fill_in_small_files_and_reopen(tmp_path):
     assert cq.unit(13) == (0, MSG, 7)
 
 
-def test_duplicate_units_are_skipped(tmp_path):
+def test_a_re_dispatched_unit_is_skipped(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 3)
     assert cq.max_physic_offset == 3 * MSG
-    assert cq.append(3, 2 * MSG, MSG, 7) is False          # offset + size <= maxPhysicOffset
-    assert cq.append(3, 0, MSG, 7) is False
+    assert cq.append(2, 2 * MSG, MSG, 7) is False          # already there: a re-dispatch
+    assert cq.append(0, 0, MSG, 7) is False
     assert cq.max_offset == 3
     assert cq.append(3, 3 * MSG, MSG, 7) is True
 
 
-def test_unit_below_the_end_is_built_repeatedly_and_skipped(tmp_path, caplog):
+def test_a_wrong_unit_below_the_end_is_rewritten_at_its_queue_offset(tmp_path, caplog):
+    """RocketMQ skips it ("built repeatedly"), leaving a unit that points at another record."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 5)
     with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
-        assert cq.append(2, 10_000, MSG, 9) is False
-    assert "built repeatedly" in caplog.text
-    assert cq.max_offset == 5 and cq.unit(2) == (2 * MSG, MSG, 7)
+        assert cq.append(2, 10_000, MSG, 9) is True
+    assert "rewritten" in caplog.text
+    assert cq.max_offset == 5 and cq.unit(2) == (10_000, MSG, 9) and cq.unit(3) == (3 * MSG, MSG, 7)
 
 
-def test_unit_above_the_end_is_written_at_the_end_with_a_warning(tmp_path, caplog):
+def test_a_unit_past_the_end_goes_to_its_queue_offset_and_the_gap_is_a_hole(tmp_path, caplog):
+    """RocketMQ writes it at the end ("order maybe wrong"): every later unit then sits at the
+    wrong queue offset. Here the gap is padded with placeholders and recorded for repair."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 2)
     with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
         assert cq.append(7, 10_000, MSG, 9) is True
-    assert "[BUG]" in caplog.text
-    assert cq.max_offset == 3 and cq.unit(2) == (10_000, MSG, 9)
+    assert "past the end" in caplog.text
+    assert cq.max_offset == 8 and cq.unit(7) == (10_000, MSG, 9)
+    assert cq.unit(2) == (0, PLACEHOLDER_SIZE, 0) and cq.holes == [(2, 7)]
+    cq.repair([0, 1, 3, 7], [0, MSG, 3 * MSG, 10_000], [MSG] * 4, [7, 7, 7, 9])
+    assert cq.holes == [] and cq.unit(3) == (3 * MSG, MSG, 7) and cq.unit(2) == (0, PLACEHOLDER_SIZE, 0)
 
 
 def test_appends_roll_into_new_files(tmp_path):
@@ -250,7 +256,10 @@ def test_reopen_recovers_end_and_max_physic_offset(tmp_path):
     assert cq.unit(23)[0] == 500 + 23 * MSG
 
 
-def test_recover_stops_at_a_corrupt_tail_unit_and_drops_later_files(tmp_path):
+def test_recover_keeps_the_units_after_a_corrupt_one_and_records_a_hole(tmp_path):
+    """After a clean stop zeros follow the last unit, so an invalid unit before it is damage:
+    RocketMQ ends the queue there and drops every later file; here they are kept and the
+    invalid unit is recorded for repair."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 25)
     cq.close()
@@ -260,19 +269,37 @@ def test_recover_stops_at_a_corrupt_tail_unit_and_drops_later_files(tmp_path):
         f.write((0).to_bytes(4, "big"))
     cq = ConsumeQueue(str(tmp_path), "TopicTest", 0, units_per_file=UNITS)
     cq.load()
-    assert cq.recover() == 14 * MSG
-    assert cq.max_offset == 14
-    assert files(cq) == [name(0), name(200)]
+    assert cq.recover() == 25 * MSG
+    assert cq.max_offset == 25 and cq.holes == [(14, 15)]
+    assert files(cq) == [name(0), name(200), name(400)]
 
 
-def test_recover_treats_a_negative_commitlog_offset_as_the_end(tmp_path):
+def test_recover_treats_a_negative_commitlog_offset_as_a_hole(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 6)
     cq.close()
     with open(os.path.join(cq.directory, name(0)), "r+b") as f:
         f.seek(3 * 20)
         f.write((-1).to_bytes(8, "big", signed=True))
-    assert open_cq(tmp_path).max_offset == 3
+    cq = open_cq(tmp_path)
+    assert cq.max_offset == 6 and cq.holes == [(3, 4)]
+
+
+def test_recover_prefix_keeps_the_units_the_checkpoint_vouches_for(tmp_path):
+    """After an abnormal stop: every file is searched, not only the last ones, and a zero file
+    does not stop the cut."""
+    cq = open_cq(tmp_path)
+    fill(cq, 0, 45)                                       # files 0..4
+    cq.close()
+    with open(os.path.join(cq.directory, name(400)), "r+b") as f:
+        f.write(bytes(200))                               # never written back: zeros
+    cq = ConsumeQueue(str(tmp_path), "TopicTest", 0, units_per_file=UNITS)
+    cq.load()
+    assert cq.recover_prefix(13 * MSG) == 13 * MSG
+    assert cq.max_offset == 13 and files(cq) == [name(0), name(200)]
+    raw = open(os.path.join(cq.directory, name(200)), "rb").read()
+    assert raw[3 * 20:] == bytes(len(raw) - 3 * 20)       # nothing stale left after the cut
+    assert cq.append(13, 13 * MSG, MSG, 7) and cq.unit(13) == (13 * MSG, MSG, 7)
 
 
 def test_recover_scans_only_from_the_third_last_file(tmp_path):
@@ -306,7 +333,7 @@ def test_read_only_recovery_deletes_nothing(tmp_path):
         f.seek(5 * 20 + 8)
         f.write(bytes(4))
     ro = open_cq(tmp_path, read_only=True)
-    assert ro.max_offset == 5
+    assert ro.max_offset == 25 and ro.holes == [(5, 6)]
     assert files(ro) == [name(0), name(200), name(400)]
     with pytest.raises(StoreReadOnlyError):
         ro.append(5, 5 * MSG, MSG, 7)

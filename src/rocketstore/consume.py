@@ -106,6 +106,18 @@ class GetMessageStatus(enum.IntEnum):
         return self.name
 
 
+class _DamagedUnit(Exception):
+    """Raised by a ``read`` callback for a unit that does not point at its own record (damage).
+
+    A pull that has collected messages stops before that unit (the next pull starts there);
+    one that has not lets it through, for the caller to rebuild the queue or report the
+    position missing."""
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int):
+        super().__init__(topic, queue_id, queue_offset)
+        self.queue_offset = queue_offset
+
+
 def _int32(value: int) -> int:
     """Java ``(int) value``: the low 32 bits, signed."""
     value &= 0xFFFFFFFF
@@ -310,7 +322,8 @@ def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter,
 
 
 def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Scan,
-                  read: Callable, recheck: bool, messages: list) -> tuple[int, bool]:
+                  read: Callable, recheck: bool, messages: list,
+                  with_queue_offset: bool = False) -> tuple[int, bool]:
     """Read each candidate of ``view`` (one ``read`` call per candidate) until the batch is full.
 
     Returns (units examined, batch full).
@@ -328,9 +341,15 @@ def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Sca
             break
         size = int(sizes[j])
         try:
-            msg = read(int(offsets[j]), size)
+            msg = (read(int(offsets[j]), size, base + j) if with_queue_offset
+                   else read(int(offsets[j]), size))
         except MessageNotFoundError:
             msg = None
+        except _DamagedUnit:
+            if not scan.count:
+                raise
+            stop, full = j, True      # hand out what came before it; the next pull starts here
+            break
         if msg is None:
             last_gone = j
             continue
@@ -355,7 +374,7 @@ def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Sca
 
 
 def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, max_files,
-          recheck_tags) -> GetMessageResult:
+          recheck_tags, with_queue_offset=False) -> GetMessageResult:
     offset = _check_int("offset", offset)
     max_msgs = _check_int("max_msgs", max_msgs, 1)
     tag_filter = _as_filter(tag_filter)
@@ -398,7 +417,7 @@ def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, 
             examined, full = _scan_units_only(view, position, tag_filter, scan)
         else:
             examined, full = _scan_reading(view, position, tag_filter, scan, read, recheck_tags,
-                                           messages)
+                                           messages, with_queue_offset)
         del view
         position += examined
         budget -= examined
@@ -420,16 +439,19 @@ def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, 
     return GetMessageResult(status, position, lo, hi, messages, units, queue_offsets)
 
 
-def get_message(cq, offset: int, max_msgs: int, tag_filter, read: Callable[[int, int], Any], *,
+def get_message(cq, offset: int, max_msgs: int, tag_filter, read: Callable[..., Any], *,
                 max_scan_units: Optional[int] = None, recheck_tags: bool = True,
-                max_bytes: Optional[int] = None, max_files: int = 2) -> GetMessageResult:
+                max_bytes: Optional[int] = None, max_files: int = 2,
+                with_queue_offset: bool = False) -> GetMessageResult:
     """RocketMQ's ``getMessage`` (§11) on one consume queue (``None``: no such queue).
 
     ``tag_filter`` is a :class:`TagFilter` or an expression for :meth:`TagFilter.parse`.
     ``read(commitlog_offset, size)`` returns the message, or None (or raises
     :class:`~rocketstore.errors.MessageNotFoundError`) when the record is gone; with
     ``recheck_tags`` what it returns must have a ``tags`` attribute (``MessageExt`` does), and a
-    message whose real tag is not subscribed is filtered out.
+    message whose real tag is not subscribed is filtered out. ``with_queue_offset=True`` calls
+    ``read(commitlog_offset, size, queue_offset)``, so that it can check the record is the one
+    the unit's position names.
 
     At most ``max_scan_units`` units are examined (default ``max(800, max_msgs)``, RocketMQ's
     ``max(16000, maxMsgNums * 20)`` bytes), in at most ``max_files`` ConsumeQueue files. The
@@ -440,7 +462,8 @@ def get_message(cq, offset: int, max_msgs: int, tag_filter, read: Callable[[int,
     if read is None:
         raise InvalidMessageError("get_message needs a read callback (get_units reads nothing)")
     return _pull(cq, offset, max_msgs, tag_filter, read, max_scan_units=max_scan_units,
-                 max_bytes=max_bytes, max_files=max_files, recheck_tags=recheck_tags)
+                 max_bytes=max_bytes, max_files=max_files, recheck_tags=recheck_tags,
+                 with_queue_offset=with_queue_offset)
 
 
 def get_units(cq, offset: int, max_msgs: int, tag_filter=None, *,

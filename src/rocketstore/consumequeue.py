@@ -148,6 +148,12 @@ def _file_units(mf: MappedFile, count: Optional[int] = None) -> np.ndarray:
     return np.frombuffer(memoryview(mf.mm).toreadonly(), dtype=CQ_UNIT_DTYPE, count=count)
 
 
+def _false_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` index ranges where a bool array is False."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([1], mask.view(np.int8), [1]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
 def _first_false(mask: np.ndarray) -> int:
     """Index of the first False in a bool array, or its length when all are True."""
     if mask.all():
@@ -181,6 +187,9 @@ class ConsumeQueue:
         self._flushed = 0        # byte offset below which every unit has been msynced
         self._reserved = (-1, 0)  # (file start, bytes of it allocated ahead of the writer)
         self._closed = False
+        #: ``[lo, hi)`` queue offset ranges whose units are missing (damage, or records
+        #: dispatched past a gap): the store rebuilds them from the CommitLog (:meth:`repair`)
+        self.holes: list[tuple[int, int]] = []
 
     # -- opening ------------------------------------------------------------------------------
     def load(self) -> None:
@@ -200,7 +209,13 @@ class ConsumeQueue:
             self._flushed = self._end()
 
     def recover(self) -> int:
-        """§4.4: find the end of valid units from the third-last file on; drop the files after it.
+        """§4.4 after a clean stop: find the end of the units from the third-last file on; drop
+        the files after it.
+
+        A clean stop leaves zeros after the last unit, so the queue ends after the last valid
+        unit of those files, not at the first invalid one as in RocketMQ: an invalid unit before
+        it is damage (a zeroed page), not the end, and cutting there would lose every unit after
+        it. Such units are recorded in :attr:`holes` for the store to repair from the CommitLog.
 
         Returns the queue's max physical offset as RocketMQ 5.x computes it (start + size of the
         last valid unit), or -1 when the queue holds no unit pointing into the CommitLog.
@@ -208,30 +223,105 @@ class ConsumeQueue:
         """
         with self._lock:
             self._check_open()
+            self.holes = []
             files = self._files.files
             if not files:
                 self._min_logic, self._max_physic, self._flushed = 0, -1, 0
                 return -1
             first_scanned = max(0, len(files) - 3)
-            for mf in files[:first_scanned]:
-                mf.wrote_position = self.file_size
             end = files[first_scanned].file_from_offset
+            masks = []
             for mf in files[first_scanned:]:
                 arr = _file_units(mf)
-                valid = _first_false((arr["commitlog_offset"] >= 0) & (arr["size"] > 0))
+                valid = (arr["commitlog_offset"] >= 0) & (arr["size"] > 0)
                 del arr
-                mf.wrote_position = valid * CQ_UNIT_SIZE
-                end = mf.file_from_offset + mf.wrote_position
-                if valid < self.units_per_file:
-                    break
-            if self.read_only:
-                self._files.forget_after(end)
-            else:
-                self._files.truncate_after(end)
-            self._flushed = end
+                masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
+                used = np.flatnonzero(valid)
+                if len(used):
+                    end = mf.file_from_offset + (int(used[-1]) + 1) * CQ_UNIT_SIZE
+            for first, valid in masks:
+                valid = valid[:max(0, end // CQ_UNIT_SIZE - first)]
+                self.holes += [(first + lo, first + hi) for lo, hi in _false_runs(valid)]
+            self._set_end(end, zero=False)    # only invalid units follow the last valid one
+            self._max_physic = self._last_physic_end()
+            self._min_logic = self._first_real_logic()
+            self.holes = [(lo, hi) for lo, hi in self.holes if hi * CQ_UNIT_SIZE > self._min_logic]
+            if self.holes:
+                log.error("consume queue %s-%d: %d unit(s) zeroed or invalid before its end "
+                          "(damage); they are rebuilt from the CommitLog", self.topic,
+                          self.queue_id, sum(hi - lo for lo, hi in self.holes))
+            return self._max_physic
+
+    def recover_prefix(self, limit: int) -> int:
+        """Recovery after an abnormal stop: keep the longest run of units, from the queue's
+        start, that are valid and point below CommitLog offset ``limit``; drop the rest.
+
+        ``limit`` is what the checkpoint vouches for: every unit of a record below it was made
+        durable before the checkpoint was written, and every unit written since points at or past
+        it. A power cut can leave any of the later units zero, half written or stale, in any file
+        (not only the last ones), but never one of the earlier ones, so "valid and below
+        ``limit``" holds exactly on a prefix of the queue and a binary search over every file
+        finds its end. The store then dispatches the records from ``limit`` on again, each at its
+        own queue offset. Returns the max physical offset, as :meth:`recover`.
+        """
+        with self._lock:
+            self._check_open()
+            self.holes = []
+            files = self._files.files
+            if not files:
+                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
+                return -1
+            lo = files[0].file_from_offset // CQ_UNIT_SIZE
+            hi = files[-1].end_offset // CQ_UNIT_SIZE
+            while lo < hi:
+                mid = (lo + hi) // 2
+                offset, size, _tags = self._stored(mid)
+                if offset >= 0 and size > 0 and offset < limit:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            self._set_end(lo * CQ_UNIT_SIZE)
             self._max_physic = self._last_physic_end()
             self._min_logic = self._first_real_logic()
             return self._max_physic
+
+    def _stored(self, queue_offset: int) -> tuple[int, int, int]:
+        """The unit bytes at ``queue_offset`` whatever the queue's bounds ((0, 0, 0) without a file)."""
+        byte = queue_offset * CQ_UNIT_SIZE
+        mf = self._files.find(byte)
+        if mf is None:
+            return 0, 0, 0
+        return _UNIT.unpack_from(mf.mm, byte - mf.file_from_offset)
+
+    def _set_end(self, end: int, *, zero: bool = True) -> None:
+        """Make byte offset ``end`` the queue's end: the files before it full, the one holding it
+        written up to it, the later ones dropped (read-only: forgotten). A writable queue zeroes
+        what lies after the end in its file, so nothing stale comes back when it grows again."""
+        files = self._files.files
+        for mf in files:
+            if mf.end_offset <= end:
+                mf.wrote_position = self.file_size
+            elif mf.file_from_offset <= end:
+                mf.wrote_position = end - mf.file_from_offset
+        if self.read_only:
+            self._files.forget_after(end)
+        else:
+            self._files.truncate_after(end)
+            mf = self._files.find(end)
+            if mf is not None and zero:
+                self._zero_after(mf, end - mf.file_from_offset)
+        self._flushed = end
+
+    @staticmethod
+    def _zero_after(mf: MappedFile, lo: int) -> None:
+        """Zero ``mf`` from byte ``lo`` to its last non-zero byte, and msync that."""
+        tail = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - lo, offset=lo)
+        dirty = np.flatnonzero(tail)
+        del tail
+        if len(dirty):
+            hi = lo + int(dirty[-1]) + 1
+            mf.mm[lo:hi] = bytes(hi - lo)
+            mf.flush(lo, hi)
 
     # -- bounds -------------------------------------------------------------------------------
     @property
@@ -291,13 +381,20 @@ class ConsumeQueue:
 
     # -- writing (dispatch, §4.2) -------------------------------------------------------------
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
-        """Dispatch one record's unit at ``queue_offset``; True if written, False if skipped.
+        """Dispatch one record's unit at ``queue_offset``; True if written, False if already there.
 
-        Skipped (as RocketMQ returns success without writing): a duplicate
-        (``commitlog_offset + size <= max_physic_offset``), or a unit "built repeatedly"
-        (``queue_offset`` below the end). A ``queue_offset`` above the end logs a warning and the
-        unit is written at the end, as RocketMQ does. The first unit of an empty queue at a
-        non-zero offset pads its file with placeholders and sets ``min_offset`` there.
+        Every unit goes to its own queue offset, never elsewhere (RocketMQ appends a unit whose
+        offset is past the end at the end, "order maybe wrong", and skips one below the end,
+        "built repeatedly"; both hand out wrong messages after damage):
+
+        * at the end: appended;
+        * past the end: the gap is padded with placeholder units and recorded in :attr:`holes`
+          (their records were not dispatched here: the store rebuilds them from the CommitLog);
+        * below the end: a unit already pointing at this record is left alone (a re-dispatch);
+          any other unit there is damage or stale, and is overwritten.
+
+        The first unit of an empty queue at a non-zero offset pads its file with placeholders
+        and sets ``min_offset`` there.
         """
         if queue_offset < 0:
             raise InvalidMessageError(f"queue offset {queue_offset} is negative")
@@ -307,23 +404,80 @@ class ConsumeQueue:
             return self._append_one(queue_offset, commitlog_offset, size, tags_code)
 
     def _append_one(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
-        if commitlog_offset + size <= self._max_physic:
-            return False
         expect = queue_offset * CQ_UNIT_SIZE
+        if not self._is_empty() and expect < self._end():
+            return self._rewrite_one(queue_offset, commitlog_offset, size, tags_code)
         mf = self._file_for_append(expect)
         end = mf.file_from_offset + mf.wrote_position
-        if expect < end:
-            log.warning("consume queue %s-%d built repeatedly: unit at %d is below the end %d",
-                        self.topic, self.queue_id, queue_offset, end // CQ_UNIT_SIZE)
-            return False
         if expect > end:
-            log.warning("[BUG] consume queue %s-%d order maybe wrong: expected offset %d, end %d",
-                        self.topic, self.queue_id, queue_offset, end // CQ_UNIT_SIZE)
+            log.warning("consume queue %s-%d: unit %d dispatched past the end %d; the units between "
+                        "are rebuilt from the CommitLog", self.topic, self.queue_id, queue_offset,
+                        end // CQ_UNIT_SIZE)
+            self.holes.append((end // CQ_UNIT_SIZE, queue_offset))
+            self._pad(end, expect)
+            mf = self._file_for_append(expect)
         self._reserve(mf, mf.wrote_position + CQ_UNIT_SIZE)
         _UNIT.pack_into(mf.mm, mf.wrote_position, commitlog_offset, size, tags_code)
         mf.wrote_position += CQ_UNIT_SIZE
         self._max_physic = commitlog_offset + size
         return True
+
+    def _pad(self, pos: int, end: int) -> None:
+        """Append placeholder units from byte offset ``pos`` (the queue's end) up to ``end``."""
+        while pos < end:
+            mf = self._file_for_append(pos)
+            n = min(end - pos, self.file_size - mf.wrote_position)
+            self._reserve(mf, mf.wrote_position + n)
+            mf.mm[mf.wrote_position:mf.wrote_position + n] = PLACEHOLDER_UNIT * (n // CQ_UNIT_SIZE)
+            mf.wrote_position += n
+            pos += n
+
+    def _rewrite_one(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """A unit for a queue offset below the end: keep the one there when it points at the same
+        record, else overwrite it. Units below ``min_offset`` are left alone."""
+        byte = queue_offset * CQ_UNIT_SIZE
+        mf = self._files.find(byte)
+        if mf is None or byte < self._min_logic:
+            return False
+        pos = byte - mf.file_from_offset
+        offset, stored_size, _tags = _UNIT.unpack_from(mf.mm, pos)
+        if (offset, stored_size) == (commitlog_offset, size):
+            return False
+        log.warning("consume queue %s-%d: unit %d pointed at (%d, %d), not at its record (%d, %d): "
+                    "rewritten", self.topic, self.queue_id, queue_offset, offset, stored_size,
+                    commitlog_offset, size)
+        _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
+        self._flushed = min(self._flushed, byte)
+        if byte + CQ_UNIT_SIZE == self._end():
+            self._max_physic = commitlog_offset + size
+        return True
+
+    def _stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(commitlog offsets, sizes) stored at ``queue_offsets``; zeros where no file holds one."""
+        offsets = np.zeros(len(queue_offsets), dtype=np.int64)
+        sizes = np.zeros(len(queue_offsets), dtype=np.int64)
+        files = self._files.files
+        if not files or not len(queue_offsets):
+            return offsets, sizes
+        first = files[0].file_from_offset // CQ_UNIT_SIZE
+        which = (queue_offsets - first) // self.units_per_file
+        for k in np.unique(which).tolist():
+            if not 0 <= k < len(files):
+                continue
+            rows = which == k
+            arr = _file_units(files[k])
+            at = queue_offsets[rows] - files[k].file_from_offset // CQ_UNIT_SIZE
+            offsets[rows] = arr["commitlog_offset"][at]
+            sizes[rows] = arr["size"][at]
+            del arr
+        return offsets, sizes
+
+    def _rewrite_many(self, q, phys, sz, tags) -> int:
+        """:meth:`_rewrite_one` over arrays, comparing in bulk (a re-dispatch of many units)."""
+        stored_offsets, stored_sizes = self._stored_many(q)
+        differ = np.flatnonzero((stored_offsets != phys) | (stored_sizes != sz))
+        return sum(self._rewrite_one(int(q[k]), int(phys[k]), int(sz[k]), int(tags[k]))
+                   for k in differ.tolist())
 
     def _reserve(self, mf: MappedFile, end: int) -> None:
         """Allocate ``mf``'s blocks up to position ``end`` (and a stretch beyond) before units are
@@ -400,8 +554,13 @@ class ConsumeQueue:
             i = 0
             while i < n:
                 end = self._end()
-                if (self._is_empty() or int(q[i]) * CQ_UNIT_SIZE != end
-                        or int(ends[i]) <= self._max_physic):
+                if not self._is_empty() and int(q[i]) * CQ_UNIT_SIZE < end:
+                    # a re-dispatch of units below the end: compared in bulk, rewritten if wrong
+                    j = i + _first_false(q[i:] * CQ_UNIT_SIZE < end)
+                    written += self._rewrite_many(q[i:j], phys[i:j], sz[i:j], tags[i:j])
+                    i = j
+                    continue
+                if self._is_empty() or int(q[i]) * CQ_UNIT_SIZE != end:
                     written += self._append_one(int(q[i]), int(phys[i]), int(sz[i]), int(tags[i]))
                     i += 1
                     continue
@@ -496,6 +655,55 @@ class ConsumeQueue:
             return False
         return size > 0 and offset + size == commitlog_offset
 
+    def repair(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> tuple[int, int]:
+        """Rebuild the queue from its records: every unit in ``[min_offset, max_offset)`` becomes
+        the unit of the record that carries its queue offset, or a placeholder where none does
+        (the record is gone: damage); records past the end are appended. The arguments describe
+        every verified record of this queue in the CommitLog (``MessageStore`` scans for them),
+        ascending by queue offset, one per offset. Clears :attr:`holes`.
+
+        Returns (units rewritten, positions left without a record).
+        """
+        q = np.asarray(queue_offsets, dtype=np.int64)
+        phys = np.asarray(commitlog_offsets, dtype=np.int64)
+        sz = np.asarray(sizes, dtype=np.int64)
+        tags = np.asarray(tags_codes, dtype=np.int64)
+        rewritten = missing = 0
+        with self._lock:
+            self._check_writable()
+            lo, hi = self.min_offset, self.max_offset
+            for mf in list(self._files.files):
+                first = mf.file_from_offset // CQ_UNIT_SIZE
+                a, b = max(lo, first), min(hi, first + mf.wrote_position // CQ_UNIT_SIZE)
+                if a >= b:
+                    continue
+                expected = np.zeros(b - a, dtype=CQ_UNIT_DTYPE)
+                expected["size"] = PLACEHOLDER_SIZE
+                rows = (q >= a) & (q < b)
+                expected["commitlog_offset"][q[rows] - a] = phys[rows]
+                expected["size"][q[rows] - a] = sz[rows]
+                expected["tags_code"][q[rows] - a] = tags[rows]
+                missing += (b - a) - int(rows.sum())
+                stored = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=b - a,
+                                       offset=(a - first) * CQ_UNIT_SIZE)
+                wrong = ((stored["commitlog_offset"] != expected["commitlog_offset"])
+                         | (stored["size"] != expected["size"]))
+                if wrong.any():
+                    stored[wrong] = expected[wrong]
+                    rewritten += int(wrong.sum())
+                    self._flushed = min(self._flushed, a * CQ_UNIT_SIZE)
+                del stored
+            later = q >= hi
+            if later.any():
+                self.append_many(q[later], phys[later], sz[later], tags[later])
+            self.holes = []
+            self._max_physic = self._last_physic_end()
+        if rewritten or missing:
+            log.error("consume queue %s-%d rebuilt from the CommitLog: %d unit(s) rewritten, %d "
+                      "position(s) whose record is gone (skipped by consumers)", self.topic,
+                      self.queue_id, rewritten, missing)
+        return rewritten, missing
+
     # -- recovery against the CommitLog and retention -----------------------------------------
     def truncate_dirty(self, process_offset: int) -> None:
         """§4.4 ``truncateDirtyLogicFiles``: cut every unit pointing at or past ``process_offset``.
@@ -523,14 +731,7 @@ class ConsumeQueue:
                 # Zero everything after the cut, not just the next valid-looking units: after a
                 # power cut the rest of the file may hold any bytes, and a unit left there would
                 # come back as valid once the queue grows up to it again.
-                lo = keep * CQ_UNIT_SIZE
-                tail = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - lo, offset=lo)
-                dirty = np.flatnonzero(tail)
-                del tail
-                if len(dirty):
-                    hi = lo + int(dirty[-1]) + 1
-                    mf.mm[lo:hi] = bytes(hi - lo)
-                    mf.flush(lo, hi)
+                self._zero_after(mf, keep * CQ_UNIT_SIZE)
                 break
             end = self._end()
             self._flushed = min(self._flushed, end)
@@ -709,9 +910,13 @@ class ConsumeQueueStore:
             self.close()
             raise
 
-    def recover(self) -> int:
-        """Recover every queue (§4.4); returns the max physical offset over all (-1: none)."""
-        return max((cq.recover() for cq in self), default=-1)
+    def recover(self, limit: Optional[int] = None) -> int:
+        """Recover every queue: :meth:`ConsumeQueue.recover` (§4.4, after a clean stop), or with
+        ``limit`` :meth:`ConsumeQueue.recover_prefix` (after an abnormal one). Returns the max
+        physical offset over all (-1: none)."""
+        if limit is None:
+            return max((cq.recover() for cq in self), default=-1)
+        return max((cq.recover_prefix(limit) for cq in self), default=-1)
 
     def truncate_dirty(self, process_offset: int) -> None:
         """``truncateDirtyLogicFiles(process_offset)`` on every queue."""

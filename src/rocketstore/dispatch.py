@@ -26,7 +26,8 @@ import numpy as np
 
 from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                    TRANSACTION_ROLLBACK_TYPE)
-from rocketstore.consumequeue import (CQ_UNIT_DTYPE, ConsumeQueueStore, roll_next_file)
+from rocketstore.consumequeue import (CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore,
+                                      roll_next_file)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import close_map
@@ -265,7 +266,9 @@ class TailQueue:
 
     Has the reading interface of :class:`~rocketstore.consumequeue.ConsumeQueue`
     (``min_offset``, ``max_offset``, ``units``, ``unit``, ``roll_next_file``) and its
-    ``append_many`` rules (duplicates and units "built repeatedly" are skipped).
+    ``append_many`` and ``repair`` rules, in memory: every unit at its own queue offset (a gap
+    padded with placeholders and recorded in ``holes``; a wrong unit below the end replaced).
+    A queue that needs a unit replaced is copied into memory whole; the disk is never written.
     """
 
     def __init__(self, topic: str, queue_id: int, disk=None, units_per_file: int = 300_000):
@@ -280,6 +283,9 @@ class TailQueue:
         self._start: Optional[int] = disk.max_offset if has_disk else None
         self._min = disk.min_offset if has_disk else None
         self._max_physic = disk.max_physic_offset if has_disk else -1
+        self.holes: list = list(disk.holes) if disk is not None else []
+        if not has_disk:
+            self.disk = None
 
     @property
     def min_offset(self) -> int:
@@ -300,35 +306,132 @@ class TailQueue:
         """Whether a unit on disk ends at ``commitlog_offset`` (the memory tail is not asked)."""
         return self.disk is not None and self.disk.ends_record_at(commitlog_offset)
 
+    def _grow(self, need: int) -> None:
+        if need > len(self._tail):
+            grown = np.empty(max(need, 2 * len(self._tail), 1024), dtype=CQ_UNIT_DTYPE)
+            grown[:self._count] = self._tail[:self._count]
+            self._tail = grown
+
+    def _in_memory(self) -> None:
+        """Copy the units on disk into memory, so any unit can be replaced."""
+        if self.disk is None or self._start is None:
+            self.disk = None
+            return
+        head = np.zeros(self._start - self.min_offset, dtype=CQ_UNIT_DTYPE)
+        head["size"] = PLACEHOLDER_SIZE
+        q = self.min_offset
+        while q < self._start:
+            try:
+                view = self.disk.units(q, self._start - q)
+            except MessageNotFoundError:
+                break
+            if not len(view):
+                break
+            head[q - self.min_offset:q - self.min_offset + len(view)] = view
+            q += len(view)
+        self._tail = np.concatenate((head, self._tail[:self._count]))
+        self._count = len(self._tail)
+        self._start = self.min_offset
+        self.disk = None
+
+    def _stored(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(commitlog offsets, sizes) held at queue offsets ``q`` (all below max_offset)."""
+        offsets = np.zeros(len(q), dtype=np.int64)
+        sizes = np.zeros(len(q), dtype=np.int64)
+        mine = q >= self._start
+        at = q[mine] - self._start
+        offsets[mine] = self._tail["commitlog_offset"][at]
+        sizes[mine] = self._tail["size"][at]
+        if self.disk is not None and not mine.all():
+            offsets[~mine], sizes[~mine] = self.disk._stored_many(q[~mine])
+        return offsets, sizes
+
     def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
         q = np.asarray(queue_offsets, dtype=np.int64)
         phys = np.asarray(commitlog_offsets, dtype=np.int64)
         sz = np.asarray(sizes, dtype=np.int64)
-        keep = phys + sz > self._max_physic
+        tags = np.asarray(tags_codes, dtype=np.int64)
+        if not len(q):
+            return 0
         with self._lock:
-            if not keep.any():
-                return 0
-            q, phys, sz, tags = q[keep], phys[keep], sz[keep], np.asarray(tags_codes)[keep]
             if self._start is None:
-                self._start = self._min = int(q[0])   # the first unit at a non-zero offset
-            fresh = q >= self.max_offset
-            if not fresh.all():
-                phys, sz, tags = phys[fresh], sz[fresh], tags[fresh]
-            n = len(phys)
-            if not n:
-                return 0
-            need = self._count + n
-            if need > len(self._tail):
-                grown = np.empty(max(need, 2 * len(self._tail), 1024), dtype=CQ_UNIT_DTYPE)
-                grown[:self._count] = self._tail[:self._count]
-                self._tail = grown
-            dst = self._tail[self._count:need]
-            dst["commitlog_offset"] = phys
-            dst["size"] = sz
-            dst["tags_code"] = tags
-            self._count = need
-            self._max_physic = int(phys[-1] + sz[-1])
-            return n
+                self._start = self._min = int(q.min())   # the first unit at a non-zero offset
+            written = 0
+            below = (q < self.max_offset) & (q >= self.min_offset)
+            if below.any():
+                stored_offsets, stored_sizes = self._stored(q[below])
+                wrong = (stored_offsets != phys[below]) | (stored_sizes != sz[below])
+                if wrong.any():
+                    log.warning("consume queue %s-%d: %d unit(s) below the end do not point at "
+                                "their records: replaced in memory", self.topic, self.queue_id,
+                                int(wrong.sum()))
+                    self._in_memory()
+                    rows = np.flatnonzero(below)[wrong]
+                    dst = self._tail[q[rows] - self._start]
+                    dst["commitlog_offset"], dst["size"], dst["tags_code"] = phys[rows], sz[rows], tags[rows]
+                    self._tail[q[rows] - self._start] = dst
+                    written += len(rows)
+            later = q >= self.max_offset
+            if later.any():
+                q, phys, sz, tags = q[later], phys[later], sz[later], tags[later]
+                end = self.max_offset
+                need = int(q.max()) + 1 - self._start
+                self._grow(need)
+                fresh = self._tail[self._count:need]
+                fresh["commitlog_offset"] = 0
+                fresh["size"] = PLACEHOLDER_SIZE
+                fresh["tags_code"] = 0
+                at = q - self._start
+                self._tail["commitlog_offset"][at] = phys
+                self._tail["size"][at] = sz
+                self._tail["tags_code"][at] = tags
+                filled = np.zeros(need - self._count, dtype=bool)
+                filled[at - self._count] = True
+                if not filled.all():
+                    gaps = np.flatnonzero(~filled)
+                    log.warning("consume queue %s-%d: %d unit(s) dispatched past the end %d; the "
+                                "units between are rebuilt from the CommitLog", self.topic,
+                                self.queue_id, len(q), end)
+                    self.holes.append((end + int(gaps[0]), end + int(gaps[-1]) + 1))
+                self._count = need
+                last = self._tail[need - 1]
+                self._max_physic = int(last["commitlog_offset"]) + int(last["size"])
+                written += len(q)
+            return written
+
+    def repair(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> tuple[int, int]:
+        """:meth:`ConsumeQueue.repair` in memory."""
+        q = np.asarray(queue_offsets, dtype=np.int64)
+        with self._lock:
+            if self._start is None:
+                if not len(q):
+                    return 0, 0
+                self._start = self._min = int(q.min())
+            self._in_memory()
+            lo, hi = self.min_offset, self.max_offset
+            top = max(hi, int(q.max()) + 1 if len(q) else hi)
+            before = self._tail[lo - self._start:hi - self._start].copy()
+            units = np.zeros(top - lo, dtype=CQ_UNIT_DTYPE)
+            units["size"] = PLACEHOLDER_SIZE
+            rows = q >= lo
+            at = q[rows] - lo
+            units["commitlog_offset"][at] = np.asarray(commitlog_offsets, dtype=np.int64)[rows]
+            units["size"][at] = np.asarray(sizes, dtype=np.int64)[rows]
+            units["tags_code"][at] = np.asarray(tags_codes, dtype=np.int64)[rows]
+            n = hi - lo
+            rewritten = int(((before["commitlog_offset"] != units["commitlog_offset"][:n])
+                             | (before["size"] != units["size"][:n])).sum())
+            missing = (top - lo) - int(rows.sum())
+            self._tail, self._count, self._start, self.disk = units, len(units), lo, None
+            self.holes = []
+            if len(units):
+                last = units[-1]
+                self._max_physic = int(last["commitlog_offset"]) + int(last["size"])
+        if rewritten or missing:
+            log.error("consume queue %s-%d rebuilt from the CommitLog in memory: %d unit(s) "
+                      "replaced, %d position(s) whose record is gone (skipped by consumers)",
+                      self.topic, self.queue_id, rewritten, missing)
+        return rewritten, missing
 
     def units(self, start: int, count: int) -> np.ndarray:
         with self._lock:
@@ -363,9 +466,10 @@ class TailQueueStore:
         self._queues: dict[tuple[str, int], TailQueue] = {}
         self._lock = threading.Lock()
 
-    def recover(self) -> list[int]:
-        """Recover the disk queues (without writing); returns their max physical offsets."""
-        ends = [cq.recover() for cq in self.disk]
+    def recover(self, limit: Optional[int] = None) -> list[int]:
+        """Recover the disk queues (without writing; ``limit``: as after an abnormal stop, see
+        :meth:`ConsumeQueueStore.recover`); returns their max physical offsets."""
+        ends = [cq.recover() if limit is None else cq.recover_prefix(limit) for cq in self.disk]
         for cq in self.disk:
             self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq,
                                                               self.units_per_file)

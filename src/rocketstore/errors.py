@@ -15,6 +15,7 @@ __all__ = [
     "InvalidMessageIdError",
     "CorruptRecordError",
     "MessageNotFoundError",
+    "ConsumeQueueDamagedError",
     "StoreClosedError",
     "StoreLockedError",
     "StoreReadOnlyError",
@@ -63,6 +64,17 @@ class CorruptRecordError(RocketStoreError, ValueError):
 
 class MessageNotFoundError(RocketStoreError, LookupError):
     """No message at that offset or with that id in this store."""
+
+
+class ConsumeQueueDamagedError(MessageNotFoundError):
+    """A ConsumeQueue position whose unit does not point at its own message (topic, queue id,
+    queue offset, size and CRC checked), and that rebuilding the queue from the CommitLog did not
+    mend. The position is reported missing; no other message is ever handed out in its place.
+    ``topic``, ``queue_id`` and ``queue_offset`` name it."""
+
+    def __init__(self, message: str, topic: str = "", queue_id: int = -1, queue_offset: int = -1):
+        super().__init__(message)
+        self.topic, self.queue_id, self.queue_offset = topic, queue_id, queue_offset
 
 
 class StoreClosedError(RocketStoreError):

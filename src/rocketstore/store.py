@@ -29,13 +29,14 @@ from rocketstore import _impl
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
-from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore, offset_of_time
+from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message,
+                                get_units)
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
-from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
+from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
@@ -229,6 +230,7 @@ class MessageStore:
                                           start=dispatch_start, end_of=lambda: self._end,
                                           delay_levels_ms=cfg.delay_levels_ms)
             self._rebuild(end)
+            self._repair_holes()
             return
 
         store_raw = host_to_bytes(cfg.store_host)
@@ -254,6 +256,7 @@ class MessageStore:
                                       start=dispatch_start, end_of=lambda: core.wrote_offset,
                                       delay_levels_ms=cfg.delay_levels_ms)
         self._rebuild(end)    # what the queues and the index miss of the CommitLog
+        self._repair_holes()
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
                                                    checkpoint=self._save_checkpoint,
@@ -282,8 +285,10 @@ class MessageStore:
             self._index = MemoryIndexService(self.path, **index_options)
         else:
             self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
-            for cq in self._queues:
-                cq.recover()
+            if self.last_shutdown_clean:
+                for cq in self._queues:
+                    cq.recover()
+            # after an abnormal stop _recover() cuts each queue where the checkpoint vouches for
             self._index = IndexService(self.path, on_file_full=self._index_file_full, **index_options)
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
@@ -313,8 +318,13 @@ class MessageStore:
         if first < confirm <= files[-1].end_offset:
             if self.read_only and self._ends_a_record(confirm):
                 return confirm, confirm
-            mf = self._segments.find(confirm) or files[-1]
-            return mf.file_from_offset, confirm
+            if self._walks_to(confirm):
+                mf = self._segments.find(confirm) or files[-1]
+                return mf.file_from_offset, confirm
+            # Not where a record ends (a damaged checkpoint, or one copied from another store):
+            # dispatching from there would decode garbage and misplace every later unit.
+            _log.error("the checkpoint's confirmPhyOffset %d is not where a record ends: ignored",
+                       confirm)
         if self.last_shutdown_clean:
             start = files[max(0, len(files) - 3)].file_from_offset
             return start, start
@@ -327,6 +337,19 @@ class MessageStore:
             if 0 < head.store_timestamp <= limit:
                 return mf.file_from_offset, mf.file_from_offset
         return first, first
+
+    def _walks_to(self, offset: int) -> bool:
+        """Whether the records of the segment holding ``offset``, walked by their lengths from
+        the segment's start, end exactly at ``offset`` (the end of the last segment counts)."""
+        mf = self._segments.find(offset)
+        if mf is None:
+            files = self._segments.files
+            return bool(files) and offset == files[-1].end_offset
+        pos = offset - mf.file_from_offset
+        stop = 0
+        for _records, stop, _reason in decode_chunks(self._codec, mf.mm, 0, pos, check_crc=False):
+            pass
+        return stop == pos
 
     def _ends_a_record(self, offset: int) -> bool:
         """Whether ``offset`` is provably where a record (or a segment) ends: a segment starts
@@ -347,10 +370,12 @@ class MessageStore:
         codec = self._codec
         abnormal = not self.last_shutdown_clean
         scan_from, complete_to = self._scan_start()
-        if abnormal and not self.read_only:
-            # Units past what the checkpoint vouches for may be torn (a power cut flushes pages
-            # in any order): drop them; the scan below dispatches those records again.
-            self._queues.truncate_dirty(complete_to)
+        if abnormal:
+            # Units past what the checkpoint vouches for may be torn, zero or stale in any of the
+            # files written since (a power cut writes pages back in any order): each queue keeps
+            # the prefix the checkpoint vouches for; the records after it are dispatched again.
+            # A read-only store does it in memory.
+            self._queues.recover(limit=complete_to)
         for mf in self._segments.files:
             if mf.end_offset <= scan_from:
                 mf.wrote_position = mf.file_size     # verified by an earlier recovery
@@ -457,6 +482,12 @@ class MessageStore:
             if not self.read_only and dispatcher.offset < end:
                 self._save_checkpoint()
         self._report("dispatch", total, total)
+
+    def _repair_holes(self) -> None:
+        """Rebuild from the CommitLog every queue that recovery or dispatch found units missing in."""
+        damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
+        if damaged:
+            self._repair_queues(damaged)
 
     def _save_checkpoint(self) -> None:
         """Make the ConsumeQueues and the index durable up to the dispatch offset and record
@@ -989,15 +1020,91 @@ class MessageStore:
     # ---- consuming (§11) and consumer offsets (§10) ----
 
     def _queue(self, topic, queue_id):
-        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None."""
+        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
+        with known holes is rebuilt from the CommitLog first."""
         self._check_open()
         _check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id)
         self._dispatcher.catch_up()
-        return self._queues.get(topic, queue_id)
+        cq = self._queues.get(topic, queue_id)
+        if cq is not None and cq.holes:
+            self._repair_queues([(topic, queue_id)])
+        return cq
 
-    def _read_unit(self, commitlog_offset: int, size: int) -> MessageExt:
-        return self.read(commitlog_offset)
+    def _unit_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int,
+                      size: int) -> Optional[MessageExt]:
+        """The message a ConsumeQueue unit points at, checked: its record must have a valid CRC,
+        this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
+        None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
+        point at its own record (damage: the caller rebuilds the queue or reports it missing)."""
+        if commitlog_offset < self._segments.min_offset:
+            return None
+        try:
+            msg = self._read(commitlog_offset)
+        except MessageNotFoundError:
+            raise _DamagedUnit(topic, queue_id, queue_offset) from None
+        if (msg.queue_offset != queue_offset or msg.queue_id != queue_id or msg.size != size
+                or msg.commitlog_offset != commitlog_offset or msg.topic != topic):
+            raise _DamagedUnit(topic, queue_id, queue_offset)
+        return msg
+
+    def _repair_queues(self, keys) -> None:
+        """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every
+        record with a valid CRC that sits where its PHYSICALOFFSET says is put back at its queue
+        offset; a position no such record claims becomes a placeholder (consumers skip it,
+        ``get_by_queue_offset`` says it is missing, ``verify()`` reports it). A read-only store
+        does it in memory. One CommitLog scan for all of them."""
+        keys = set(keys)
+        with self._dispatcher.lock:
+            end = self._dispatcher.offset
+            found: dict = {key: [] for key in keys}
+            codec = self._codec
+            for mf, arr in self._scan(None, end, True):
+                base = mf.file_from_offset
+                arr = consumable_rows(arr)
+                arr = arr[arr["physical_offset"] == base + arr["position"]]
+                if not len(arr):
+                    continue
+                view = mf.view(0, self._readable_end(mf))
+                groups = [g for g in queue_groups(codec, view, arr) if (g[0], g[1]) in keys]
+                if not groups:
+                    continue
+                tags = codec.dispatch_info(view, arr, self.config.delay_levels_ms)[0]["tags_code"]
+                for topic, qid, rows in groups:
+                    found[(topic, qid)].append((arr["queue_offset"][rows], base + arr["position"][rows],
+                                                arr["size"][rows], tags[rows]))
+            if self._segments.files:
+                self._queues.correct_min_offset(self._segments.min_offset)
+            for key, parts in found.items():
+                cq = self._queues.get(*key)
+                if cq is None:
+                    continue
+                if parts:
+                    q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
+                    q, first = np.unique(q, return_index=True)    # one record per queue offset
+                    phys, sizes, tags = phys[first], sizes[first], tags[first]
+                else:
+                    q = phys = sizes = tags = np.empty(0, dtype=np.int64)
+                cq.repair(q, phys, sizes, tags)
+
+    def _pull(self, topic: str, queue_id: int, fetch):
+        """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
+        :meth:`_unit_message`: a unit that does not point at its own record makes the store
+        rebuild the queue from the CommitLog and try again; if that cannot help, the position is
+        reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
+        cq = self._queue(topic, queue_id)
+        for attempt in range(2):
+            read = (lambda offset, size, q: self._unit_message(topic, queue_id, q, offset, size))
+            try:
+                return fetch(cq, read)
+            except _DamagedUnit as exc:
+                if attempt:
+                    raise ConsumeQueueDamagedError(
+                        f"ConsumeQueue {topic}-{queue_id} unit {exc.queue_offset} does not point at "
+                        f"its message, and rebuilding the queue from the CommitLog did not help",
+                        topic, queue_id, exc.queue_offset) from None
+                self._repair_queues([(topic, queue_id)])
+                cq = self._queues.get(topic, queue_id)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: Optional[int] = None,
                     max_msgs: int = 32, tags: Optional[str] = None) -> GetMessageResult:
@@ -1012,12 +1119,16 @@ class MessageStore:
         """
         _check_name("group", group)
         tag_filter = TagFilter.parse(tags)
-        cq = self._queue(topic, queue_id)
-        if offset is None:
-            offset = self._offsets.query(group, topic, int(queue_id))
-            if offset < 0:
-                offset = cq.min_offset if cq is not None else 0
-        return get_message(cq, offset, max_msgs, tag_filter, self._read_unit)
+
+        def pull(cq, read):
+            start = offset
+            if start is None:
+                start = self._offsets.query(group, topic, int(queue_id))
+                if start < 0:
+                    start = cq.min_offset if cq is not None else 0
+            return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
+
+        return self._pull(topic, queue_id, pull)
 
     def get_units(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                   tags: Optional[str] = None) -> GetMessageResult:
@@ -1232,12 +1343,22 @@ class MessageStore:
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at ``queue_offset`` of (topic, queue_id)."""
-        cq = self._queue(topic, queue_id)
         queue_offset = _check_int("queue_offset", queue_offset)
-        if cq is None:
-            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        commitlog_offset, _size, _tags = cq.unit(queue_offset)
-        return self.read(commitlog_offset)
+
+        def lookup(cq, read):
+            if cq is None:
+                raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
+            commitlog_offset, size, _tags = cq.unit(queue_offset)
+            if (commitlog_offset, size) == (0, PLACEHOLDER_SIZE):
+                raise MessageNotFoundError(f"no message at {topic}-{queue_id} offset {queue_offset}: "
+                                           f"its record is gone (damage)")
+            msg = read(commitlog_offset, size, queue_offset)
+            if msg is None:
+                raise MessageNotFoundError(f"the message at {topic}-{queue_id} offset {queue_offset} "
+                                           f"was deleted (retention)")
+            return msg
+
+        return self._pull(topic, queue_id, lookup)
 
     # ---- retention, durability, state ----
 
