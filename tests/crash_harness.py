@@ -3,6 +3,7 @@
     python tests/crash_harness.py --iterations 1000                 # kill -9
     python tests/crash_harness.py --iterations 200 --power-loss     # kill -9, then a simulated power cut
     python tests/crash_harness.py --iterations 50 --impl py --seed 7
+    python tests/crash_harness.py --iterations 300 --power-loss --cq-units 50   # queues roll often
 
 The child (``child`` sub-command) runs several threads putting into several topics with small
 segments, ConsumeQueue and index files (so all of them roll), mixing durable puts (``durable=True``,
@@ -22,6 +23,9 @@ Then it reopens the store and checks (:func:`check_store`):
   queue with its queue offset;
 * every queue is contiguous from 0 and holds one unit per message of that queue in the
   CommitLog (queues and CommitLog agree);
+* every acknowledged message is found by its queue offset, and a consumer pulling each queue
+  from 0 gets each of its messages once, at contiguous offsets, each the one its position names
+  (:func:`check_queue_integrity`, on the writable reopen and on the read-only one);
 * a put after the crash continues every queue's offsets;
 * a read-only open beside the recovered store sees the same.
 
@@ -47,7 +51,8 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEGMENT = 64 * 1024
-CQ_UNITS = 400                  # 8,000-byte ConsumeQueue files
+#: units per ConsumeQueue file (400: 8,000-byte files); --cq-units sets it, for the child too
+CQ_UNITS = int(os.environ.get("ROCKETSTORE_HARNESS_CQ_UNITS", "400"))
 INDEX_SLOTS, INDEX_COUNT = 64, 600
 TOPICS = ("CrashA", "CrashB", "CrashC")
 HOST = "10.0.0.7"
@@ -55,6 +60,14 @@ STORE_OPTIONS = dict(commitlog_file_size=SEGMENT, consume_queue_units=CQ_UNITS,
                      index_slots=INDEX_SLOTS, index_count=INDEX_COUNT, store_host=HOST,
                      checkpoint_interval_ms=20)
 PAGE = 4096
+
+
+def set_queue_units(units: int) -> None:
+    """Use ConsumeQueue files of ``units`` units here and in the children started after."""
+    global CQ_UNITS
+    CQ_UNITS = units
+    STORE_OPTIONS["consume_queue_units"] = units
+    os.environ["ROCKETSTORE_HARNESS_CQ_UNITS"] = str(units)
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -73,8 +86,8 @@ def child_main(path: str, implementation: str, seed: int) -> None:
                 out.flush()
 
     def ack_line(topic, r, key, body):
-        return (f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size}\n"
-                if r.status is PutStatus.PUT_OK else None)
+        return (f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size} "
+                f"{r.queue_id} {r.queue_offset}\n" if r.status is PutStatus.PUT_OK else None)
 
     def writer(t: int):
         rng = random.Random(seed * 31 + t)
@@ -101,8 +114,8 @@ def child_main(path: str, implementation: str, seed: int) -> None:
                 b = store.put_batch(topic, bodies, durable=True)
                 if b.status is PutStatus.PUT_OK:
                     # a batch has no keys: acknowledge by msgId (key "-")
-                    emit([f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size}\n"
-                          for k, x in enumerate(bodies)])
+                    emit([f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size} "
+                          f"{b[k].queue_id} {b[k].queue_offset}\n" for k, x in enumerate(bodies)])
 
     threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(3)]
     emit(["READY\n"])
@@ -116,11 +129,12 @@ def child_main(path: str, implementation: str, seed: int) -> None:
 # -- the parent -----------------------------------------------------------------------------------
 
 class Acked:
-    __slots__ = ("topic", "msg_id", "key", "crc", "offset", "size")
+    __slots__ = ("topic", "msg_id", "key", "crc", "offset", "size", "queue_id", "queue_offset")
 
-    def __init__(self, topic, msg_id, key, crc, offset, size):
+    def __init__(self, topic, msg_id, key, crc, offset, size, queue_id, queue_offset):
         self.topic, self.msg_id, self.key = topic, msg_id, key
         self.crc, self.offset, self.size = int(crc), int(offset), int(size)
+        self.queue_id, self.queue_offset = int(queue_id), int(queue_offset)
 
 
 def start_and_kill(script: str, path: str, implementation: str, rng: random.Random, src: str,
@@ -265,6 +279,7 @@ def check_store(path: str, implementation: str, acked) -> dict:
             if a.key != "-":
                 found = store.query_by_key(a.topic, a.key, max_num=64)
                 assert any(m.msg_id == a.msg_id for m in found), f"key {a.key} not found"
+        check_queue_integrity(store, acked)
         report = store.verify()
         assert report["ok"], f"verify: {report['problems'][:5]}"
         per_queue: dict = {}
@@ -274,9 +289,6 @@ def check_store(path: str, implementation: str, acked) -> dict:
         for key, n in per_queue.items():
             low, high = queues.get(key, (0, 0))
             assert (low, high) == (0, n), f"queue {key}: units [{low}, {high}) for {n} messages"
-            got = store.get_message("harness", key[0], key[1], 0, max_msgs=n + 1)
-            offsets = [m.queue_offset for m in got.messages]
-            assert offsets == list(range(len(offsets))), f"queue {key}: offsets {offsets[:10]}..."
         for key in queues:
             assert key in per_queue or queues[key][1] == 0, f"queue {key} without messages"
         after = {}
@@ -291,8 +303,34 @@ def check_store(path: str, implementation: str, acked) -> dict:
         assert reader.last_shutdown_clean
         for topic, r in after.items():
             assert reader.get_by_queue_offset(topic, r.queue_id, r.queue_offset).body == b"after the crash"
+        check_queue_integrity(reader, acked)
         assert reader.verify()["ok"]
     return counts
+
+
+def check_queue_integrity(store, acked) -> None:
+    """Every acknowledged message is found by its queue offset, and a consumer pulling each queue
+    from 0 gets every message of it once, at contiguous offsets, each the one its position names."""
+    for a in acked:
+        m = store.get_by_queue_offset(a.topic, a.queue_id, a.queue_offset)
+        assert m.msg_id == a.msg_id, \
+            f"{a.topic}-{a.queue_id}@{a.queue_offset}: {m.msg_id} handed out for acknowledged {a.msg_id}"
+    wanted = {}
+    for a in acked:
+        wanted.setdefault((a.topic, a.queue_id), {})[a.queue_offset] = a.msg_id
+    for (topic, qid), (low, high) in store.queues().items():
+        assert low == 0, f"queue {topic}-{qid} starts at {low}"
+        offset, seen = 0, []
+        while offset < high:
+            res = store.get_message("harness", topic, qid, offset, max_msgs=32)
+            assert res.messages, f"{topic}-{qid}: nothing pulled at {offset} of {high} ({res.status})"
+            for m in res.messages:
+                assert (m.topic, m.queue_id) == (topic, qid), f"{topic}-{qid}: pulled {m.topic}-{m.queue_id}"
+                expected = wanted.get((topic, qid), {}).get(m.queue_offset)
+                assert expected is None or m.msg_id == expected, f"{topic}-{qid}@{m.queue_offset}: wrong message"
+                seen.append(m.queue_offset)
+            offset = res.next_begin_offset
+        assert seen == list(range(high)), f"{topic}-{qid}: pulled offsets {seen[:10]}... of {high}"
 
 
 def one_iteration(workdir: str, implementation: str, rng: random.Random, *, power_loss: bool,
@@ -340,16 +378,20 @@ def main(argv=None) -> int:
     parser.add_argument("--power-loss", action="store_true", help="simulate a power cut after each kill")
     parser.add_argument("--rounds", type=int, default=1, help="crashes per store before the check")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--cq-units", type=int, default=CQ_UNITS,
+                        help="units per ConsumeQueue file (small: queues roll over many files)")
     parser.add_argument("--keep-failures", default=None,
                         help="copy failing stores here, with each round's child stdout and rounds.json")
     args = parser.parse_args(argv)
+    set_queue_units(args.cq_units)
     src = os.path.join(os.path.dirname(HERE), "src")
     sys.path.insert(0, src)
     import rocketstore
     implementation = args.impl or rocketstore.IMPLEMENTATION
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     print(f"crash harness: {args.iterations} iterations, impl={implementation}, "
-          f"power_loss={args.power_loss}, rounds={args.rounds}, seed={seed}", flush=True)
+          f"power_loss={args.power_loss}, rounds={args.rounds}, cq_units={CQ_UNITS}, seed={seed}",
+          flush=True)
     rng = random.Random(seed)
     failures = 0
     totals = {"acknowledged": 0, "messages": 0}

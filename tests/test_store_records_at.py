@@ -46,6 +46,29 @@ def test_records_at_refuses_a_unit_that_is_not_a_record(impl, tmp_path):
         assert list(store.records_at(offsets[:0], sizes[:0])) == []
 
 
+def test_records_at_with_a_queue_refuses_units_that_name_another_message(impl, tmp_path):
+    """The Spark reader labels rows with the queue it reads: a unit pointing at another queue's
+    record, or at the wrong position of its own, must not become a row."""
+    from rocketstore.errors import ConsumeQueueDamagedError
+    with MessageStore(tmp_path, implementation=impl.name, commitlog_file_size=8 * 1024) as store:
+        store.create_topic("A", 2)
+        store.create_topic("B", 1)
+        for i in range(90):
+            store.put("A" if i % 3 else "B", b"x" * (i % 50), queue_id=i % 2 if i % 3 else 0)
+        a, a_sizes = _units(store, "A", 1)
+        b, b_sizes = _units(store, "B", 0)
+        assert sum(len(r) for _b, _v, r in store.records_at(a, a_sizes, queue=("A", 1, 0))) == len(a)
+        assert sum(len(r) for _b, _v, r in store.records_at(a[5:], a_sizes[5:], queue=("A", 1, 5))) == len(a) - 5
+        for offsets, sizes, queue in [(b, b_sizes, ("A", 1, 0)), (a, a_sizes, ("A", 0, 0)),
+                                      (a, a_sizes, ("A", 1, 1)), (a[1:], a_sizes[1:], ("A", 1, 0))]:
+            with pytest.raises(ConsumeQueueDamagedError):
+                list(store.records_at(offsets, sizes, queue=queue))
+        mixed = np.sort(np.concatenate((a[:3], b[:1])))
+        sizes = np.array([store.read(int(o)).size for o in mixed])
+        with pytest.raises(ConsumeQueueDamagedError):
+            list(store.records_at(mixed, sizes, queue=("A", 1, 0)))
+
+
 def _put_spread_over_time(store, count):
     """``count`` messages round-robin over queues 0/1 of "A", a few milliseconds apart in groups,
     so store times repeat and grow; returns {queue_id: [store timestamps in queue order]}."""

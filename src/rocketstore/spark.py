@@ -807,7 +807,7 @@ def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BAT
                 raise ValueError(f"{p.topic}-{p.queue_id}: no ConsumeQueue units at offset {q}")
             offsets = units["commitlog_offset"].astype(np.int64)
             sizes = units["size"].astype(np.int64)
-            for _base, view, rows in store.records_at(offsets, sizes):
+            for _base, view, rows in store.records_at(offsets, sizes, queue=(p.topic, p.queue_id, q)):
                 yield _record_batch(rows, view, columns, p.topic, p.broker)
             q += len(units)
 

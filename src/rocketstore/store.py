@@ -1152,13 +1152,19 @@ class MessageStore:
             raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
         return cq.units(start, count)
 
-    def records_at(self, commitlog_offsets, sizes, *, check_crc: bool = True):
+    def records_at(self, commitlog_offsets, sizes, *, check_crc: bool = True,
+                   queue: Optional[tuple] = None):
         """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
         columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
         ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
         segment, kept alive by whoever holds it). Records that follow one another are decoded in
         one C call. A unit with no whole, undamaged record of that size raises
-        ``MessageNotFoundError`` rather than skipping it (a queue range must be exact)."""
+        ``MessageNotFoundError`` rather than skipping it (a queue range must be exact).
+
+        ``queue=(topic, queue_id, first_queue_offset)``: the units are that queue's from that
+        offset on, and each record must be the one its position names (topic, queue id, queue
+        offset, PHYSICALOFFSET), else :class:`ConsumeQueueDamagedError`: a damaged unit never
+        yields another message's row."""
         self._check_open()
         offsets = np.asarray(commitlog_offsets, dtype=np.int64)
         sizes = np.asarray(sizes, dtype=np.int64)
@@ -1187,9 +1193,30 @@ class MessageStore:
                 if len(rows) != b - a or (rows["size"] != size[a:b]).any():
                     raise MessageNotFoundError(
                         f"no valid message of the expected size at commitlog offset {base + stop}")
+                if queue is not None:
+                    self._check_queue_rows(view, base, rows, queue, i + int(a))
                 parts.append(rows)
             yield base, view, (parts[0] if len(parts) == 1 else np.concatenate(parts))
             i = j
+
+    def _check_queue_rows(self, view, base: int, rows, queue: tuple, first: int) -> None:
+        """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
+        (topic, queue_id, queue offset of unit 0) at units ``first`` .. ``first + len(rows)``."""
+        topic, queue_id, q0 = queue
+        want = q0 + first + np.arange(len(rows), dtype=np.int64)
+        bad = ((rows["queue_offset"] != want) | (rows["queue_id"] != queue_id)
+               | (rows["physical_offset"] != base + rows["position"]))
+        if not bad.any():
+            groups = queue_groups(self._codec, view, rows)
+            if len(groups) == 1 and groups[0][0] == topic:
+                return
+            bad = np.ones(len(rows), dtype=bool)
+            for name, _qid, idx in groups:
+                bad[idx] = name != topic
+        k = int(np.flatnonzero(bad)[0])
+        raise ConsumeQueueDamagedError(
+            f"ConsumeQueue {topic}-{queue_id} unit {int(want[k])} does not point at its message "
+            f"(commitlog offset {base + int(rows['position'][k])})", topic, queue_id, int(want[k]))
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
