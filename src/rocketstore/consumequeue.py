@@ -756,7 +756,7 @@ class ConsumeQueue:
             if last_mf is None:
                 return
             last_offset = _LONG.unpack_from(last_mf.mm, end - CQ_UNIT_SIZE - last_mf.file_from_offset)[0]
-            if last_offset < min_commitlog_offset:
+            if 0 <= last_offset < min_commitlog_offset:
                 self._min_logic = end
                 return
             first = files[0]
@@ -769,7 +769,9 @@ class ConsumeQueue:
             mm = first.mm
             while lo < hi:
                 mid = (lo + hi) // 2
-                if _LONG.unpack_from(mm, mid * CQ_UNIT_SIZE)[0] < min_commitlog_offset:
+                # an invalid unit (damage) is not "below": min_offset never moves past it, and
+                # the read that meets it rebuilds the queue
+                if 0 <= _LONG.unpack_from(mm, mid * CQ_UNIT_SIZE)[0] < min_commitlog_offset:
                     lo = mid + 1
                 else:
                     hi = mid

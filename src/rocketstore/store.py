@@ -230,7 +230,7 @@ class MessageStore:
                                           start=dispatch_start, end_of=lambda: self._end,
                                           delay_levels_ms=cfg.delay_levels_ms)
             self._rebuild(end)
-            self._repair_holes()
+            self._repair_holes(queue_offsets)
             return
 
         store_raw = host_to_bytes(cfg.store_host)
@@ -256,7 +256,7 @@ class MessageStore:
                                       start=dispatch_start, end_of=lambda: core.wrote_offset,
                                       delay_levels_ms=cfg.delay_levels_ms)
         self._rebuild(end)    # what the queues and the index miss of the CommitLog
-        self._repair_holes()
+        self._repair_holes(queue_offsets)
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
                                                    checkpoint=self._save_checkpoint,
@@ -483,8 +483,15 @@ class MessageStore:
                 self._save_checkpoint()
         self._report("dispatch", total, total)
 
-    def _repair_holes(self) -> None:
-        """Rebuild from the CommitLog every queue that recovery or dispatch found units missing in."""
+    def _repair_holes(self, queue_offsets: dict) -> None:
+        """Rebuild from the CommitLog every queue that recovery or dispatch found units missing
+        in, and every queue that ends before the next queue offset its records in the CommitLog
+        call for (``queue_offsets``: its last units were lost, e.g. a zeroed file)."""
+        for (topic, qid), nxt in queue_offsets.items():
+            cq = self._queues.get(topic, qid)
+            if cq is None or cq.max_offset < nxt:
+                cq = self._queues.find_or_create(topic, qid)
+                cq.holes.append((cq.max_offset, nxt))
         damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
         if damaged:
             self._repair_queues(damaged)
@@ -1037,6 +1044,8 @@ class MessageStore:
         this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
         None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
         point at its own record (damage: the caller rebuilds the queue or reports it missing)."""
+        if commitlog_offset < 0 or size <= 0:
+            raise _DamagedUnit(topic, queue_id, queue_offset)
         if commitlog_offset < self._segments.min_offset:
             return None
         try:
