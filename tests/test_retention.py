@@ -200,22 +200,57 @@ def test_disk_above_max_used_space_ratio_deletes_expired_segments_at_any_hour(st
     assert result["disk_usage"] == 0.76 and not result["disk_full"]
 
 
-def test_disk_above_clean_forcibly_ratio_deletes_young_segments_too(store):
-    fill(store, 5)
-    age(store, 1)
-    result = cleaner(store, Disk(0.86), hour=5).run_once()
-    assert result["trigger"] == "space" and result["forced"]
-    assert result["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
-    assert not result["disk_full"]
+def test_by_default_a_fuller_disk_deletes_only_expired_segments_and_refuses_puts(tmp_path, impl):
+    # RocketMQ's broker deletes young segments above 85 % (cleanFileForciblyEnable); a library
+    # must not: whatever filled the disk, acknowledged messages younger than file_reserved_time
+    # stay, and puts are refused with a typed error instead.
+    path = tmp_path / "s"
+    with open_store(path, impl) as store:
+        results = fill(store, 5)
+        files = list(store._segments.files)
+        age(store, 100, files[:2])
+        age(store, 1, files[2:])
+        result = cleaner(store, Disk(0.86), hour=5).run_once()
+        assert result["trigger"] == "space" and not result["forced"]
+        assert result["commitlog"] == [0, SEGMENT]           # the expired ones only
+        c = cleaner(store, Disk(0.99), hour=5)
+        result = c.run_once()
+        assert result["commitlog"] == [] and not result["forced"] and result["disk_full"]
+        assert c.clean()["commitlog"] == []                    # a manual clean keeps them too
+        assert starts(store) == on_disk(store) == [mf.file_from_offset for mf in files[2:]]
+        refused = store.put(TOPIC, b"x", queue_id=0)
+        assert not refused.ok and isinstance(refused.error, DiskFullError)
+        assert "delete_unexpired_when_disk_full" in str(refused.error)
+        kept = [r for r in results if r.commitlog_offset >= 2 * SEGMENT]
+    with open_store(path, impl) as store:
+        for r in kept:
+            assert store.read(r.commitlog_offset).body[:6] == b"%06d" % results.index(r)
 
 
-def test_clean_file_forcibly_enable_false_keeps_young_segments_on_a_fuller_disk(tmp_path, impl):
-    with open_store(tmp_path / "s", impl, clean_file_forcibly_enable=False) as store:
+def test_delete_unexpired_when_disk_full_deletes_young_segments_above_the_forcible_ratio(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, delete_unexpired_when_disk_full=True) as store:
+        fill(store, 5)
+        age(store, 1)
+        result = cleaner(store, Disk(0.86), hour=5).run_once()
+        assert result["trigger"] == "space" and result["forced"]
+        assert result["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
+        assert not result["disk_full"]
+
+
+def test_the_old_clean_file_forcibly_enable_name_maps_to_the_new_option(tmp_path, impl):
+    with pytest.warns(DeprecationWarning, match="delete_unexpired_when_disk_full"):
+        store = open_store(tmp_path / "s", impl, clean_file_forcibly_enable=True)
+    with store:
+        assert store.config.delete_unexpired_when_disk_full is True
         fill(store, 4)
         age(store, 1)
-        result = cleaner(store, Disk(0.95), hour=5).run_once()
-        assert result["trigger"] == "space" and result["commitlog"] == []
-        assert result["disk_full"]
+        assert len(cleaner(store, Disk(0.95), hour=5).run_once()["commitlog"]) == 3
+    with pytest.warns(DeprecationWarning):
+        cfg = StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=False)
+    assert cfg.delete_unexpired_when_disk_full is False
+    with pytest.raises(StoreConfigError, match="clean_file_forcibly_enable"):
+        StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=True,
+                    delete_unexpired_when_disk_full=False)
 
 
 def test_an_unreadable_disk_usage_triggers_cleaning_of_expired_segments(store):
@@ -261,19 +296,20 @@ def test_disk_above_warning_level_refuses_every_put_until_usage_is_back_at_the_f
     assert ok.queue_offset == queue_offsets[(TOPIC, 0)]
 
 
-def test_puts_resume_in_the_same_pass_that_freed_the_space(store):
-    fill(store, 4)
-    disk = Disk(0.95)
-    c = cleaner(store, disk)
-    c.check_disk()
-    assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
+def test_puts_resume_in_the_same_pass_that_freed_the_space(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, delete_unexpired_when_disk_full=True) as store:
+        fill(store, 4)
+        disk = Disk(0.95)
+        c = cleaner(store, disk)
+        c.check_disk()
+        assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
 
-    def freed(path):      # usage falls once the segments are gone
-        return 0.5 if len(store._segments.files) == 1 else 0.95
-    c._disk_usage = freed
-    result = c.run_once()
-    assert result["forced"] and len(result["commitlog"]) == 3 and not result["disk_full"]
-    assert store.put(TOPIC, b"x").ok
+        def freed(path):      # usage falls once the segments are gone
+            return 0.5 if len(store._segments.files) == 1 else 0.95
+        c._disk_usage = freed
+        result = c.run_once()
+        assert result["forced"] and len(result["commitlog"]) == 3 and not result["disk_full"]
+        assert store.put(TOPIC, b"x").ok
 
 
 def test_disk_usage_reads_the_file_system(tmp_path):
@@ -521,7 +557,8 @@ def test_store_clean_and_stats_use_the_cleaner(tmp_path, impl):
     dict(delete_when="24"), dict(delete_when="04;x"), dict(delete_when=4),
     dict(disk_max_used_space_ratio=0), dict(disk_space_warning_level_ratio=101),
     dict(disk_space_clean_forcibly_ratio=95),           # above the warning level (90)
-    dict(clean_file_forcibly_enable=1), dict(clean_resource_interval_ms=-1),
+    dict(clean_file_forcibly_enable=1), dict(delete_unexpired_when_disk_full=1),
+    dict(delete_unexpired_when_disk_full="no"), dict(clean_resource_interval_ms=-1),
     dict(clean_resource_interval_ms=1.5), dict(delete_files_batch_max=0),
 ])
 def test_bad_retention_options_raise_store_config_error(options):
@@ -535,6 +572,7 @@ def test_retention_options_have_rocketmq_defaults_and_parse_delete_when():
     assert (cfg.disk_max_used_space_ratio, cfg.disk_space_clean_forcibly_ratio,
             cfg.disk_space_warning_level_ratio) == (75, 85, 90)
     assert cfg.clean_resource_interval_ms == 10_000 and cfg.delete_files_batch_max == 10
+    assert cfg.delete_unexpired_when_disk_full is False      # unlike RocketMQ's broker: see README
     assert StoreConfig(store_host="10.0.0.7", delete_when="13; 1;").delete_hours == (1, 13)
     assert StoreConfig(store_host="10.0.0.7", delete_when="").delete_hours == ()
 
