@@ -635,3 +635,100 @@ def test_read_only_open_starts_queues_past_what_retention_deleted(tmp_path, impl
     with MessageStore(path, read_only=True) as r:
         assert r.queues() == kept
         assert r.get_message("g", "T", 0, None, 1).messages[0].queue_offset == kept[("T", 0)][0]
+
+
+# ---- stats() tells the disk's state now; retention never outruns dispatch ----
+
+def test_stats_reads_the_disk_at_call_time_without_a_background_cleaner(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, clean_resource_interval_ms=0) as store:
+        fill(store, 1)
+        disk = Disk(0.5)
+        store._cleaner._disk_usage = disk       # the disk changes after the open's own check
+        stats = store.stats()
+        assert stats["disk_usage"] == 0.5 and stats["disk_full"] is False
+        disk.usage = 1.0                        # something else filled the disk
+        stats = store.stats()
+        assert stats["disk_usage"] == 1.0 and stats["disk_full"] is True
+        refused = store.stats()["refused_puts"]
+        assert not store.put(TOPIC, b"x", queue_id=0).ok
+        assert store.stats()["refused_puts"] == refused + 1
+        disk.usage = 0.5
+        stats = store.stats()
+        assert stats["disk_full"] is False and store.put(TOPIC, b"x", queue_id=0).ok
+
+
+def test_stats_disk_usage_is_the_file_systems(tmp_path, impl):
+    with open_store(tmp_path / "s", impl) as store:
+        assert store.stats()["disk_usage"] == pytest.approx(disk_usage(str(tmp_path)), abs=0.01)
+
+
+def undispatched_store(tmp_path, impl):
+    """A store whose puts are not dispatched until something asks (no dispatch thread)."""
+    return open_store(tmp_path / "s", impl, dispatch_interval_ms=0, checkpoint_interval_ms=0)
+
+
+def check_every_queue_position(store, results):
+    """Every put is reachable by its queue offset, as itself: topic, queue id, queue offset."""
+    for q in (0, 1):
+        mine = [r for r in results if r.queue_id == q]
+        got, offset = [], store.min_queue_offset(TOPIC, q)
+        assert offset == (mine[0].queue_offset if mine else store.max_queue_offset(TOPIC, q))
+        while True:
+            res = store.get_message("g", TOPIC, q, offset, max_msgs=64)
+            if not res.messages:
+                break
+            got += res.messages
+            offset = res.next_begin_offset
+        assert [(m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) for m in got] == \
+            [(TOPIC, q, r.queue_offset, r.commitlog_offset) for r in mine]
+        for r in mine:
+            m = store.get_by_queue_offset(TOPIC, q, r.queue_offset)
+            assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == \
+                (TOPIC, q, r.queue_offset, r.commitlog_offset)
+
+
+def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, impl, monkeypatch, caplog):
+    with undispatched_store(tmp_path, impl) as store:
+        results = []
+        for q in (0, 1, 0, 1, 0):
+            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+        before = starts(store)
+        assert len(before) >= 5 and store._dispatcher.offset < before[1]   # nothing dispatched
+
+        def full(*args, **kwargs):
+            raise DiskFullError(28, "No space left on device (test)")
+        monkeypatch.setattr(store._dispatcher, "catch_up", full)
+        with caplog.at_level("INFO", logger="rocketstore.retention"):
+            assert store.clean(force=True)["commitlog"] == []
+            c = store._cleaner                  # one cleaner: its passes say it once
+            c._disk_usage, c._local_hour = Disk(0.99), (lambda ms: 4)
+            for _ in range(3):
+                age(store, 100, now=time.time() * 1000)
+                assert c.run_once()["commitlog"] == [] and store.clean()["commitlog"] == []
+            c._disk_usage = Disk(0.5)
+        assert starts(store) == on_disk(store) == before
+        errors = [r for r in caplog.records if r.levelname == "ERROR" and "dispatch" in r.getMessage()]
+        assert len(errors) == 1 and "no segment is deleted" in errors[0].getMessage()
+
+        monkeypatch.undo()                      # space returns: the next pass dispatches, then deletes
+        check_every_queue_position(store, results)
+        assert store.clean(force=True)["commitlog"] == before[:-1]
+        kept = [r for r in results if r.commitlog_offset >= before[-1]]
+        check_every_queue_position(store, kept)
+
+
+def test_retention_deletes_only_segments_the_dispatcher_has_passed(tmp_path, impl, monkeypatch):
+    with undispatched_store(tmp_path, impl) as store:
+        results = []
+        for q in (0, 1, 0, 1, 0):
+            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+        before = starts(store)
+        real = store._dispatcher.catch_up
+
+        def partial(*args, **kwargs):           # dispatch stops inside the third segment
+            return real(target=before[2] + 10)
+        monkeypatch.setattr(store._dispatcher, "catch_up", partial)
+        assert store.clean(force=True)["commitlog"] == before[:2]
+        monkeypatch.undo()
+        kept = [r for r in results if r.commitlog_offset >= before[2]]
+        check_every_queue_position(store, kept)
