@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 
 import pytest
@@ -475,3 +477,77 @@ def test_config_files_that_cannot_be_written_raise_disk_full_keep_the_old_file_a
         assert "Brand" not in store.topics and not store.queues().get(("Brand", 0))
         store.create_topic("New", 4)                          # space is back: writes resume
     assert b'"New"' in (path / "config" / "topics.json").read_bytes()
+
+
+# ---- background threads on a full disk: one error with its cause, a count, a recovery ----
+
+class FlakyTask:
+    """A dispatcher (``catch_up``) or checkpoint (``__call__``) that fails ``failures`` times
+    with DiskFullError, then succeeds; ``recovered`` is set at the first success after that."""
+
+    def __init__(self, failures):
+        self.left = failures
+        self.recovered = threading.Event()
+
+    def catch_up(self):
+        if self.left:
+            self.left -= 1
+            raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+        self.recovered.set()
+        return 0
+
+    __call__ = catch_up
+
+
+def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
+    from rocketstore.dispatch import DispatchThread
+    dispatcher, checkpoint = FlakyTask(12), FlakyTask(7)
+    with caplog.at_level("INFO", logger="rocketstore.dispatch"):
+        thread = DispatchThread(dispatcher, 1, checkpoint=checkpoint, checkpoint_interval_ms=1)
+        try:
+            assert dispatcher.recovered.wait(60) and checkpoint.recovered.wait(60)
+        finally:
+            thread.stop()
+    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    errors = [r for r in records if r.levelname == "ERROR"]
+    assert len(errors) == 2, [r.getMessage() for r in errors]     # dispatch once, checkpoint once
+    assert all("No space left on device" in r.getMessage() for r in errors)
+    recovered = [r.getMessage() for r in records if r.levelname == "INFO"]
+    assert len(recovered) == 2
+    assert any("dispatch recovered after 12 failures" in m for m in recovered)
+    assert any("checkpoint recovered after 7 failures" in m for m in recovered)
+
+
+def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_recovers(
+        tmp_path, impl, monkeypatch, caplog):
+    switch = Switch()
+    real = consumequeue.allocate_range
+
+    def allocate(fd, offset, length):
+        if switch.on:
+            switch.hits += 1
+            raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+        real(fd, offset, length)
+
+    monkeypatch.setattr(consumequeue, "allocate_range", allocate)
+    acked = []
+    with caplog.at_level("INFO", logger="rocketstore.dispatch"), \
+            open_store(tmp_path / "s", impl, dispatch_interval_ms=1) as store:
+        switch.on = True
+        for i in range(60):              # 16 units a queue file: needs new queue files
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
+        deadline = time.monotonic() + 60
+        while switch.hits < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)             # the dispatch thread keeps retrying
+        assert switch.hits >= 5
+        switch.on = False                # space returns: the thread catches up by itself
+
+        def recovered():
+            return [r for r in caplog.records if "dispatch recovered after" in r.getMessage()]
+        while not recovered() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert recovered() and store._dispatcher.offset == store.max_offset
+        check_queue(store, acked)
+    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    assert len([r for r in records if r.levelname == "ERROR"]) == 1
+    assert len([r for r in records if "recovered after" in r.getMessage()]) == 1
