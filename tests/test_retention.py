@@ -525,6 +525,29 @@ def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
         assert disk.checks == checks
 
 
+def test_a_failing_background_pass_logs_one_error_then_its_recovery(store, caplog):
+    c = cleaner(store)
+    left, recovered = [6], threading.Event()
+
+    def run_once():
+        if left[0]:
+            left[0] -= 1
+            raise DiskFullError(28, "No space left on device (test)")
+        recovered.set()
+    c.run_once = run_once
+    store.config.clean_resource_interval_ms = 1
+    with caplog.at_level("INFO", logger="rocketstore.retention"):
+        c.start()
+        try:
+            assert recovered.wait(60)
+        finally:
+            c.stop()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "No space left on device" in errors[0]
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == \
+        ["background retention pass recovered after 6 failures"]
+
+
 def test_start_checks_the_disk_at_once_and_marks_it_full(store):
     fill(store, 1)
     c = cleaner(store, Disk(0.99))
