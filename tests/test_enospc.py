@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 import rocketstore
+import rocketstore.retention
 from rocketstore import Message, MessageStore, PutStatus
 from rocketstore import _store_py, consumequeue, indexservice, mapped_file
 from rocketstore.errors import DiskFullError, SegmentError
@@ -551,3 +552,48 @@ def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_re
     records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
     assert len([r for r in records if r.levelname == "ERROR"]) == 1
     assert len([r for r in records if "recovered after" in r.getMessage()]) == 1
+
+
+def put_is_refused_with_disk_full(store):
+    """A put on a full disk stores nothing and says so: a failed result carrying a DiskFullError,
+    or the DiskFullError raised."""
+    end = store.max_offset
+    try:
+        r = store.put(TOPIC, body(0), queue_id=0)
+    except DiskFullError:
+        pass
+    else:
+        assert not r.ok and isinstance(r.error, DiskFullError), (r.status, r.error)
+    assert store.max_offset == end
+
+
+def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_stats(impl, small_tmpfs):
+    # What filled the disk is not the store's: by default retention deletes nothing younger than
+    # file_reserved_time (RocketMQ's broker would, above 85 %); puts are refused, stats() says so.
+    path, ballast = small_tmpfs / "store", small_tmpfs / "ballast"
+    acked = []
+    with open_store(path, impl) as store:          # default retention options; no background pass
+        for i in range(300):
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
+        store.queues()
+        segments = [mf.file_from_offset for mf in store._segments.files]
+        assert len(segments) >= 5
+        st = os.statvfs(small_tmpfs)
+        with open(ballast, "wb") as f:             # fill the file system to about 96 %
+            f.write(b"\xff" * (st.f_bavail * st.f_frsize - st.f_blocks * st.f_frsize // 25))
+        stats = store.stats()
+        assert stats["disk_full"] is True and stats["disk_usage"] > 0.9
+        assert stats["disk_usage"] == pytest.approx(rocketstore.retention.disk_usage(str(path)), abs=0.01)
+        assert store.clean()["commitlog"] == []    # nothing is expired: nothing goes
+        put_is_refused_with_disk_full(store)
+        assert store.stats()["refused_puts"] >= 1
+        assert [mf.file_from_offset for mf in store._segments.files] == segments
+
+        os.unlink(ballast)                         # space returns
+        assert store.stats()["disk_full"] is False
+        r = store.put(TOPIC, body(300), queue_id=0, keys="key300")
+        assert r.ok
+        acked.append((300, r))
+    with open_store(path, impl) as store:
+        check_readable(store, acked)
+        check_queue(store, acked)
