@@ -163,7 +163,9 @@ class Cleaner:
         if percent > cfg.disk_space_warning_level_ratio:
             if not self.disk_full:
                 log.error("disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
-                          "refusing puts", self._store.path, percent, cfg.disk_space_warning_level_ratio)
+                          "refusing puts until it is at %s%% or below (%s)", self._store.path, percent,
+                          cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio,
+                          self._what_retention_frees())
             self.disk_full = True
             core.refuse_puts(DiskFullError(
                 errno.ENOSPC,
