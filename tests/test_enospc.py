@@ -597,3 +597,27 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
     with open_store(path, impl) as store:
         check_readable(store, acked)
         check_queue(store, acked)
+
+
+def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplog):
+    import logging
+    from rocketstore._failurelog import FailureLog
+    log = logging.getLogger("rocketstore.test_failurelog")
+    quiet = FailureLog(log, "task")                         # summaries at most once a minute
+    chatty = FailureLog(log, "other", summary_every=0)      # a summary at every failure
+    full = DiskFullError(errno.ENOSPC, "No space left on device")
+    with caplog.at_level("INFO", logger="rocketstore.test_failurelog"):
+        for _ in range(50):
+            quiet.failed(full)
+        quiet.failed(PermissionError("denied"))              # another cause: logged again
+        quiet.succeeded()
+        quiet.succeeded()                                    # nothing to recover from
+        chatty.failed(full)
+        chatty.failed(full)
+    got = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in got] == ["ERROR", "ERROR", "INFO", "ERROR", "WARNING"]
+    assert got[0][1].startswith("task failed: [Errno 28] No space left on device (retried")
+    assert got[1][1].startswith("task failed: denied")
+    assert got[2][1] == "task recovered after 51 failures"
+    assert got[4][1].startswith("other still failing after 2 attempts")
+    assert caplog.records[0].exc_info is not None           # the cause, with its traceback
