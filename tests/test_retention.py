@@ -722,7 +722,8 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
             raise DiskFullError(28, "No space left on device (test)")
         monkeypatch.setattr(store._dispatcher, "catch_up", full)
         with caplog.at_level("INFO", logger="rocketstore.retention"):
-            assert store.clean(force=True)["commitlog"] == []
+            result = store.clean(force=True)
+            assert result["commitlog"] == [] and isinstance(result["dispatch_error"], DiskFullError)
             c = store._cleaner                  # one cleaner: its passes say it once
             c._disk_usage, c._local_hour = Disk(0.99), (lambda ms: 4)
             for _ in range(3):
@@ -735,7 +736,8 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
 
         monkeypatch.undo()                      # space returns: the next pass dispatches, then deletes
         check_every_queue_position(store, results)
-        assert store.clean(force=True)["commitlog"] == before[:-1]
+        result = store.clean(force=True)
+        assert result["commitlog"] == before[:-1] and result["dispatch_error"] is None
         kept = [r for r in results if r.commitlog_offset >= before[-1]]
         check_every_queue_position(store, kept)
 

@@ -126,6 +126,7 @@ class Cleaner:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._queues_cleaned_below = -1          # CommitLog min offset the queues were cleaned to
+        self._dispatch_error: Optional[BaseException] = None   # this pass's failed dispatch
         #: True while puts are refused because the disk is above the warning level
         self.disk_full = False
         #: the usage fraction the last check read (None before the first; negative: unreadable)
@@ -194,7 +195,9 @@ class Cleaner:
              "consumequeue_files": int, "index_files": int,   # files deleted
              "min_offset": int,               # the CommitLog's min offset afterwards
              "disk_usage": float,             # fraction in use after the pass (-1: unreadable)
-             "disk_full": bool}               # puts are refused
+             "disk_full": bool,               # puts are refused
+             "dispatch_error": None | Exception}  # why no segment could go: the dispatch
+                                              # that must precede a deletion failed
 
         ``manual`` runs the CommitLog step whatever the hour or disk (RocketMQ's manual delete);
         ``force`` also ignores the segments' age.
@@ -203,6 +206,7 @@ class Cleaner:
         now = self._clock() if now_ms is None else int(now_ms)
         with self._pass_lock:
             self.passes += 1
+            self._dispatch_error = None
             usage, clean_forcibly = self.check_disk()
             if manual:
                 trigger = "manual"
@@ -234,6 +238,7 @@ class Cleaner:
                 "min_offset": self._store._segments.min_offset,
                 "disk_usage": usage,
                 "disk_full": self.disk_full,
+                "dispatch_error": self._dispatch_error,
             }
 
     def _what_retention_frees(self) -> str:
@@ -258,7 +263,7 @@ class Cleaner:
                 total["commitlog"] += result["commitlog"]
                 total["consumequeue_files"] += result["consumequeue_files"]
                 total["index_files"] += result["index_files"]
-                for key in ("min_offset", "disk_usage", "disk_full"):
+                for key in ("min_offset", "disk_usage", "disk_full", "dispatch_error"):
                     total[key] = result[key]
             if not result["commitlog"]:
                 break
@@ -286,6 +291,7 @@ class Cleaner:
         try:
             dispatcher.catch_up()   # the queues and the index must hold all that is about to go
         except Exception as exc:
+            self._dispatch_error = exc
             self._dispatch_failures.failed(exc)
             return []
         self._dispatch_failures.succeeded()

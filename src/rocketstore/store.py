@@ -1247,9 +1247,10 @@ class MessageStore:
 
         ``force=True`` deletes every segment but the one being written, expired or not. Either
         way a segment goes only once all its records are dispatched into the ConsumeQueues and
-        the index: the pass dispatches first, and deletes nothing if that fails (a full disk).
+        the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
+        ``"dispatch_error"`` in the result is then that error, else None).
         Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
-        "min_offset", "disk_usage", "disk_full"}``. The background cleaner does the same every
+        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner does the same every
         ``clean_resource_interval_ms`` at the ``delete_when`` hours or when the disk fills.
         """
         self._check_writable()
