@@ -24,9 +24,9 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from rocketstore._failurelog import FailureLog
 from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                    TRANSACTION_ROLLBACK_TYPE)
+from rocketstore._failurelog import FailureLog
 from rocketstore.consumequeue import (CQ_UNIT_DTYPE, ConsumeQueueStore, roll_next_file)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
@@ -231,7 +231,8 @@ class DispatchThread:
     themselves), and their durable state recorded in the checkpoint, which bounds what a
     recovery after a crash re-reads. A failure (a full disk) is logged once with its cause, then
     counted (:class:`~rocketstore._failurelog.FailureLog`), and retried with a backoff doubling up
-    to :data:`MAX_RETRY_WAIT` seconds; the thread recovers by itself when space returns.
+    to :data:`MAX_RETRY_WAIT` seconds (or ``interval_ms`` if longer); the thread recovers by
+    itself when space returns.
     """
 
     #: Longest wait between two retries of a failing dispatch (seconds).
@@ -258,7 +259,7 @@ class DispatchThread:
                 self._dispatcher.catch_up()
             except Exception as exc:   # queries raise it themselves
                 self._dispatch_failures.failed(exc)
-                wait = min(max(2 * wait, self._interval), self.MAX_RETRY_WAIT)
+                wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
                 continue
             self._dispatch_failures.succeeded()
             wait = self._interval
