@@ -581,9 +581,11 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
         st = os.statvfs(small_tmpfs)
         with open(ballast, "wb") as f:             # fill the file system to about 96 %
             f.write(b"\xff" * (st.f_bavail * st.f_frsize - st.f_blocks * st.f_frsize // 25))
+        before = rocketstore.retention.disk_usage(str(path))
         stats = store.stats()
-        assert stats["disk_full"] is True and stats["disk_usage"] > 0.9
-        assert stats["disk_usage"] == pytest.approx(rocketstore.retention.disk_usage(str(path)), abs=0.01)
+        after = rocketstore.retention.disk_usage(str(path))   # the store may allocate meanwhile
+        assert stats["disk_full"] is True and before - 0.01 <= stats["disk_usage"] <= after + 0.01
+        assert before > 0.9
         assert store.clean()["commitlog"] == []    # nothing is expired: nothing goes
         put_is_refused_with_disk_full(store)
         assert store.stats()["refused_puts"] >= 1
