@@ -1250,8 +1250,9 @@ class MessageStore:
         the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
         ``"dispatch_error"`` in the result is then that error, else None).
         Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
-        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner does the same every
-        ``clean_resource_interval_ms`` at the ``delete_when`` hours or when the disk fills.
+        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
+        does the same every ``clean_resource_interval_ms`` at the ``delete_when`` hours or when
+        the disk fills.
         """
         self._check_writable()
         return self._cleaner.clean(force=force)
@@ -1286,7 +1287,7 @@ class MessageStore:
 
         A writable store also reports its disk as read now (``disk_usage``, the fraction of the
         CommitLog's file system in use; ``disk_full``, whether puts are refused for it, which
-        this reading updates) and ``refused_puts``, the puts refused because the disk was full.
+        this reading updates) and ``refused_puts``, the puts refused while it was marked full.
         """
         self._check_open()
         out = {
