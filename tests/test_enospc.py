@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 
 import pytest
 
 import rocketstore
+import rocketstore.retention
 from rocketstore import Message, MessageStore, PutStatus
 from rocketstore import _store_py, consumequeue, indexservice, mapped_file
 from rocketstore.errors import DiskFullError, SegmentError
@@ -181,7 +184,8 @@ def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl,
 
 def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path, impl, no_segment_space):
     path = tmp_path / "s"
-    with open_store(path, impl, prefault_bytes=0) as store:
+    # no dispatch thread: a queue file it created in the background could take the one file's room
+    with open_store(path, impl, prefault_bytes=0, dispatch_interval_ms=0) as store:
         acked = [(i, store.put(TOPIC, body(i), queue_id=0)) for i in range(30)]
         real = mapped_file._size_new_file
         made = []
@@ -475,3 +479,148 @@ def test_config_files_that_cannot_be_written_raise_disk_full_keep_the_old_file_a
         assert "Brand" not in store.topics and not store.queues().get(("Brand", 0))
         store.create_topic("New", 4)                          # space is back: writes resume
     assert b'"New"' in (path / "config" / "topics.json").read_bytes()
+
+
+# ---- background threads on a full disk: one error with its cause, a count, a recovery ----
+
+class FlakyTask:
+    """A dispatcher (``catch_up``) or checkpoint (``__call__``) that fails ``failures`` times
+    with DiskFullError, then succeeds; ``recovered`` is set at the first success after that."""
+
+    def __init__(self, failures):
+        self.left = failures
+        self.recovered = threading.Event()
+
+    def catch_up(self):
+        if self.left:
+            self.left -= 1
+            raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+        self.recovered.set()
+        return 0
+
+    __call__ = catch_up
+
+
+def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
+    from rocketstore.dispatch import DispatchThread
+    dispatcher, checkpoint = FlakyTask(12), FlakyTask(7)
+    with caplog.at_level("INFO", logger="rocketstore.dispatch"):
+        thread = DispatchThread(dispatcher, 1, checkpoint=checkpoint, checkpoint_interval_ms=1)
+        try:
+            assert dispatcher.recovered.wait(60) and checkpoint.recovered.wait(60)
+        finally:
+            thread.stop()
+    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    errors = [r for r in records if r.levelname == "ERROR"]
+    assert len(errors) == 2, [r.getMessage() for r in errors]     # dispatch once, checkpoint once
+    assert all("No space left on device" in r.getMessage() for r in errors)
+    recovered = [r.getMessage() for r in records if r.levelname == "INFO"]
+    assert len(recovered) == 2
+    assert any("dispatch recovered after 12 failures" in m for m in recovered)
+    assert any("checkpoint recovered after 7 failures" in m for m in recovered)
+
+
+def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_recovers(
+        tmp_path, impl, monkeypatch, caplog):
+    switch = Switch()
+    real = consumequeue.allocate_range
+
+    def allocate(fd, offset, length):
+        if switch.on:
+            switch.hits += 1
+            raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+        real(fd, offset, length)
+
+    monkeypatch.setattr(consumequeue, "allocate_range", allocate)
+    acked = []
+    with caplog.at_level("INFO", logger="rocketstore.dispatch"), \
+            open_store(tmp_path / "s", impl, dispatch_interval_ms=1) as store:
+        switch.on = True
+        for i in range(60):              # 16 units a queue file: needs new queue files
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
+        deadline = time.monotonic() + 60
+        while switch.hits < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)             # the dispatch thread keeps retrying
+        assert switch.hits >= 5
+        switch.on = False                # space returns: the thread catches up by itself
+
+        def recovered():
+            return [r for r in caplog.records if "dispatch recovered after" in r.getMessage()]
+        while not recovered() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert recovered() and store._dispatcher.offset == store.max_offset
+        check_queue(store, acked)
+    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    assert len([r for r in records if r.levelname == "ERROR"]) == 1
+    assert len([r for r in records if "recovered after" in r.getMessage()]) == 1
+
+
+def put_is_refused_with_disk_full(store):
+    """A put on a full disk stores nothing and says so: a failed result carrying a DiskFullError,
+    or the DiskFullError raised."""
+    end = store.max_offset
+    try:
+        r = store.put(TOPIC, body(0), queue_id=0)
+    except DiskFullError:
+        pass
+    else:
+        assert not r.ok and isinstance(r.error, DiskFullError), (r.status, r.error)
+    assert store.max_offset == end
+
+
+def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_stats(impl, small_tmpfs):
+    # What filled the disk is not the store's: by default retention deletes nothing younger than
+    # file_reserved_time (RocketMQ's broker would, above 85 %); puts are refused, stats() says so.
+    path, ballast = small_tmpfs / "store", small_tmpfs / "ballast"
+    acked = []
+    with open_store(path, impl) as store:          # default retention options; no background pass
+        for i in range(300):
+            acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
+        store.queues()
+        segments = [mf.file_from_offset for mf in store._segments.files]
+        assert len(segments) >= 5
+        st = os.statvfs(small_tmpfs)
+        with open(ballast, "wb") as f:             # fill the file system to about 96 %
+            f.write(b"\xff" * (st.f_bavail * st.f_frsize - st.f_blocks * st.f_frsize // 25))
+        before = rocketstore.retention.disk_usage(str(path))
+        stats = store.stats()
+        after = rocketstore.retention.disk_usage(str(path))   # the store may allocate meanwhile
+        assert stats["disk_full"] is True and before - 0.01 <= stats["disk_usage"] <= after + 0.01
+        assert before > 0.9
+        assert store.clean()["commitlog"] == []    # nothing is expired: nothing goes
+        put_is_refused_with_disk_full(store)
+        assert store.stats()["refused_puts"] >= 1
+        assert [mf.file_from_offset for mf in store._segments.files] == segments
+
+        os.unlink(ballast)                         # space returns
+        assert store.stats()["disk_full"] is False
+        r = store.put(TOPIC, body(300), queue_id=0, keys="key300")
+        assert r.ok
+        acked.append((300, r))
+    with open_store(path, impl) as store:
+        check_readable(store, acked)
+        check_queue(store, acked)
+
+
+def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplog):
+    import logging
+    from rocketstore._failurelog import FailureLog
+    log = logging.getLogger("rocketstore.test_failurelog")
+    quiet = FailureLog(log, "task")                         # summaries at most once a minute
+    chatty = FailureLog(log, "other", summary_every=0)      # a summary at every failure
+    full = DiskFullError(errno.ENOSPC, "No space left on device")
+    with caplog.at_level("INFO", logger="rocketstore.test_failurelog"):
+        for _ in range(50):
+            quiet.failed(full)
+        quiet.failed(PermissionError("denied"))              # another cause: logged again
+        quiet.succeeded()
+        quiet.succeeded()                                    # nothing to recover from
+        chatty.failed(full)
+        chatty.failed(full)
+    got = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in got] == ["ERROR", "ERROR", "INFO", "ERROR", "WARNING"]
+    assert got[0][1].startswith("task failed: [Errno 28] No space left on device (retried")
+    assert got[1][1].startswith("task failed: denied")
+    assert got[2][1] == "task recovered after 51 failures"
+    assert got[4][1].startswith("other still failing after 2 attempts")
+    assert caplog.records[0].exc_info is not None           # the cause, with its traceback

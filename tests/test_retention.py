@@ -200,22 +200,57 @@ def test_disk_above_max_used_space_ratio_deletes_expired_segments_at_any_hour(st
     assert result["disk_usage"] == 0.76 and not result["disk_full"]
 
 
-def test_disk_above_clean_forcibly_ratio_deletes_young_segments_too(store):
-    fill(store, 5)
-    age(store, 1)
-    result = cleaner(store, Disk(0.86), hour=5).run_once()
-    assert result["trigger"] == "space" and result["forced"]
-    assert result["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
-    assert not result["disk_full"]
+def test_by_default_a_fuller_disk_deletes_only_expired_segments_and_refuses_puts(tmp_path, impl):
+    # RocketMQ's broker deletes young segments above 85 % (cleanFileForciblyEnable); a library
+    # must not: whatever filled the disk, acknowledged messages younger than file_reserved_time
+    # stay, and puts are refused with a typed error instead.
+    path = tmp_path / "s"
+    with open_store(path, impl) as store:
+        results = fill(store, 5)
+        files = list(store._segments.files)
+        age(store, 100, files[:2])
+        age(store, 1, files[2:])
+        result = cleaner(store, Disk(0.86), hour=5).run_once()
+        assert result["trigger"] == "space" and not result["forced"]
+        assert result["commitlog"] == [0, SEGMENT]           # the expired ones only
+        c = cleaner(store, Disk(0.99), hour=5)
+        result = c.run_once()
+        assert result["commitlog"] == [] and not result["forced"] and result["disk_full"]
+        assert c.clean()["commitlog"] == []                    # a manual clean keeps them too
+        assert starts(store) == on_disk(store) == [mf.file_from_offset for mf in files[2:]]
+        refused = store.put(TOPIC, b"x", queue_id=0)
+        assert not refused.ok and isinstance(refused.error, DiskFullError)
+        assert "delete_unexpired_when_disk_full" in str(refused.error)
+        kept = [r for r in results if r.commitlog_offset >= 2 * SEGMENT]
+    with open_store(path, impl) as store:
+        for r in kept:
+            assert store.read(r.commitlog_offset).body[:6] == b"%06d" % results.index(r)
 
 
-def test_clean_file_forcibly_enable_false_keeps_young_segments_on_a_fuller_disk(tmp_path, impl):
-    with open_store(tmp_path / "s", impl, clean_file_forcibly_enable=False) as store:
+def test_delete_unexpired_when_disk_full_deletes_young_segments_above_the_forcible_ratio(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, delete_unexpired_when_disk_full=True) as store:
+        fill(store, 5)
+        age(store, 1)
+        result = cleaner(store, Disk(0.86), hour=5).run_once()
+        assert result["trigger"] == "space" and result["forced"]
+        assert result["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
+        assert not result["disk_full"]
+
+
+def test_the_old_clean_file_forcibly_enable_name_maps_to_the_new_option(tmp_path, impl):
+    with pytest.warns(DeprecationWarning, match="delete_unexpired_when_disk_full"):
+        store = open_store(tmp_path / "s", impl, clean_file_forcibly_enable=True)
+    with store:
+        assert store.config.delete_unexpired_when_disk_full is True
         fill(store, 4)
         age(store, 1)
-        result = cleaner(store, Disk(0.95), hour=5).run_once()
-        assert result["trigger"] == "space" and result["commitlog"] == []
-        assert result["disk_full"]
+        assert len(cleaner(store, Disk(0.95), hour=5).run_once()["commitlog"]) == 3
+    with pytest.warns(DeprecationWarning):
+        cfg = StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=False)
+    assert cfg.delete_unexpired_when_disk_full is False
+    with pytest.raises(StoreConfigError, match="clean_file_forcibly_enable"):
+        StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=True,
+                    delete_unexpired_when_disk_full=False)
 
 
 def test_an_unreadable_disk_usage_triggers_cleaning_of_expired_segments(store):
@@ -261,19 +296,20 @@ def test_disk_above_warning_level_refuses_every_put_until_usage_is_back_at_the_f
     assert ok.queue_offset == queue_offsets[(TOPIC, 0)]
 
 
-def test_puts_resume_in_the_same_pass_that_freed_the_space(store):
-    fill(store, 4)
-    disk = Disk(0.95)
-    c = cleaner(store, disk)
-    c.check_disk()
-    assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
+def test_puts_resume_in_the_same_pass_that_freed_the_space(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, delete_unexpired_when_disk_full=True) as store:
+        fill(store, 4)
+        disk = Disk(0.95)
+        c = cleaner(store, disk)
+        c.check_disk()
+        assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
 
-    def freed(path):      # usage falls once the segments are gone
-        return 0.5 if len(store._segments.files) == 1 else 0.95
-    c._disk_usage = freed
-    result = c.run_once()
-    assert result["forced"] and len(result["commitlog"]) == 3 and not result["disk_full"]
-    assert store.put(TOPIC, b"x").ok
+        def freed(path):      # usage falls once the segments are gone
+            return 0.5 if len(store._segments.files) == 1 else 0.95
+        c._disk_usage = freed
+        result = c.run_once()
+        assert result["forced"] and len(result["commitlog"]) == 3 and not result["disk_full"]
+        assert store.put(TOPIC, b"x").ok
 
 
 def test_disk_usage_reads_the_file_system(tmp_path):
@@ -489,6 +525,29 @@ def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
         assert disk.checks == checks
 
 
+def test_a_failing_background_pass_logs_one_error_then_its_recovery(store, caplog):
+    c = cleaner(store)
+    left, recovered = [6], threading.Event()
+
+    def run_once():
+        if left[0]:
+            left[0] -= 1
+            raise DiskFullError(28, "No space left on device (test)")
+        recovered.set()
+    c.run_once = run_once
+    store.config.clean_resource_interval_ms = 1
+    with caplog.at_level("INFO", logger="rocketstore.retention"):
+        c.start()
+        try:
+            assert recovered.wait(60)
+        finally:
+            c.stop()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "No space left on device" in errors[0]
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == \
+        ["background retention pass recovered after 6 failures"]
+
+
 def test_start_checks_the_disk_at_once_and_marks_it_full(store):
     fill(store, 1)
     c = cleaner(store, Disk(0.99))
@@ -521,7 +580,8 @@ def test_store_clean_and_stats_use_the_cleaner(tmp_path, impl):
     dict(delete_when="24"), dict(delete_when="04;x"), dict(delete_when=4),
     dict(disk_max_used_space_ratio=0), dict(disk_space_warning_level_ratio=101),
     dict(disk_space_clean_forcibly_ratio=95),           # above the warning level (90)
-    dict(clean_file_forcibly_enable=1), dict(clean_resource_interval_ms=-1),
+    dict(clean_file_forcibly_enable=1), dict(delete_unexpired_when_disk_full=1),
+    dict(delete_unexpired_when_disk_full="no"), dict(clean_resource_interval_ms=-1),
     dict(clean_resource_interval_ms=1.5), dict(delete_files_batch_max=0),
 ])
 def test_bad_retention_options_raise_store_config_error(options):
@@ -535,6 +595,7 @@ def test_retention_options_have_rocketmq_defaults_and_parse_delete_when():
     assert (cfg.disk_max_used_space_ratio, cfg.disk_space_clean_forcibly_ratio,
             cfg.disk_space_warning_level_ratio) == (75, 85, 90)
     assert cfg.clean_resource_interval_ms == 10_000 and cfg.delete_files_batch_max == 10
+    assert cfg.delete_unexpired_when_disk_full is False      # unlike RocketMQ's broker: see README
     assert StoreConfig(store_host="10.0.0.7", delete_when="13; 1;").delete_hours == (1, 13)
     assert StoreConfig(store_host="10.0.0.7", delete_when="").delete_hours == ()
 
@@ -597,3 +658,102 @@ def test_read_only_open_starts_queues_past_what_retention_deleted(tmp_path, impl
     with MessageStore(path, read_only=True) as r:
         assert r.queues() == kept
         assert r.get_message("g", "T", 0, None, 1).messages[0].queue_offset == kept[("T", 0)][0]
+
+
+# ---- stats() tells the disk's state now; retention never outruns dispatch ----
+
+def test_stats_reads_the_disk_at_call_time_without_a_background_cleaner(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, clean_resource_interval_ms=0) as store:
+        fill(store, 1)
+        disk = Disk(0.5)
+        store._cleaner._disk_usage = disk       # the disk changes after the open's own check
+        stats = store.stats()
+        assert stats["disk_usage"] == 0.5 and stats["disk_full"] is False
+        disk.usage = 1.0                        # something else filled the disk
+        stats = store.stats()
+        assert stats["disk_usage"] == 1.0 and stats["disk_full"] is True
+        refused = store.stats()["refused_puts"]
+        assert not store.put(TOPIC, b"x", queue_id=0).ok
+        assert store.stats()["refused_puts"] == refused + 1
+        disk.usage = 0.5
+        stats = store.stats()
+        assert stats["disk_full"] is False and store.put(TOPIC, b"x", queue_id=0).ok
+
+
+def test_stats_disk_usage_is_the_file_systems(tmp_path, impl):
+    with open_store(tmp_path / "s", impl) as store:
+        assert store.stats()["disk_usage"] == pytest.approx(disk_usage(str(tmp_path)), abs=0.01)
+
+
+def undispatched_store(tmp_path, impl):
+    """A store whose puts are not dispatched until something asks (no dispatch thread)."""
+    return open_store(tmp_path / "s", impl, dispatch_interval_ms=0, checkpoint_interval_ms=0)
+
+
+def check_every_queue_position(store, results):
+    """Every put is reachable by its queue offset, as itself: topic, queue id, queue offset."""
+    for q in (0, 1):
+        mine = [r for r in results if r.queue_id == q]
+        got, offset = [], store.min_queue_offset(TOPIC, q)
+        assert offset == (mine[0].queue_offset if mine else store.max_queue_offset(TOPIC, q))
+        while True:
+            res = store.get_message("g", TOPIC, q, offset, max_msgs=64)
+            if not res.messages:
+                break
+            got += res.messages
+            offset = res.next_begin_offset
+        assert [(m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) for m in got] == \
+            [(TOPIC, q, r.queue_offset, r.commitlog_offset) for r in mine]
+        for r in mine:
+            m = store.get_by_queue_offset(TOPIC, q, r.queue_offset)
+            assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == \
+                (TOPIC, q, r.queue_offset, r.commitlog_offset)
+
+
+def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, impl, monkeypatch, caplog):
+    with undispatched_store(tmp_path, impl) as store:
+        results = []
+        for q in (0, 1, 0, 1, 0):
+            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+        before = starts(store)
+        assert len(before) >= 5 and store._dispatcher.offset < before[1]   # nothing dispatched
+
+        def full(*args, **kwargs):
+            raise DiskFullError(28, "No space left on device (test)")
+        monkeypatch.setattr(store._dispatcher, "catch_up", full)
+        with caplog.at_level("INFO", logger="rocketstore.retention"):
+            result = store.clean(force=True)
+            assert result["commitlog"] == [] and isinstance(result["dispatch_error"], DiskFullError)
+            c = store._cleaner                  # one cleaner: its passes say it once
+            c._disk_usage, c._local_hour = Disk(0.99), (lambda ms: 4)
+            for _ in range(3):
+                age(store, 100, now=time.time() * 1000)
+                assert c.run_once()["commitlog"] == [] and store.clean()["commitlog"] == []
+            c._disk_usage = Disk(0.5)
+        assert starts(store) == on_disk(store) == before
+        errors = [r for r in caplog.records if r.levelname == "ERROR" and "dispatch" in r.getMessage()]
+        assert len(errors) == 1 and "no segment is deleted" in errors[0].getMessage()
+
+        monkeypatch.undo()                      # space returns: the next pass dispatches, then deletes
+        check_every_queue_position(store, results)
+        result = store.clean(force=True)
+        assert result["commitlog"] == before[:-1] and result["dispatch_error"] is None
+        kept = [r for r in results if r.commitlog_offset >= before[-1]]
+        check_every_queue_position(store, kept)
+
+
+def test_retention_deletes_only_segments_the_dispatcher_has_passed(tmp_path, impl, monkeypatch):
+    with undispatched_store(tmp_path, impl) as store:
+        results = []
+        for q in (0, 1, 0, 1, 0):
+            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+        before = starts(store)
+        real = store._dispatcher.catch_up
+
+        def partial(*args, **kwargs):           # dispatch stops inside the third segment
+            return real(target=before[2] + 10)
+        monkeypatch.setattr(store._dispatcher, "catch_up", partial)
+        assert store.clean(force=True)["commitlog"] == before[:2]
+        monkeypatch.undo()
+        kept = [r for r in results if r.commitlog_offset >= before[2]]
+        check_every_queue_position(store, kept)

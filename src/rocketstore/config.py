@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import warnings
 from typing import Callable, Optional
 
 from rocketstore.errors import StoreConfigError
@@ -146,15 +147,21 @@ class StoreConfig:
     #: any hour (``diskMaxUsedSpaceRatio``, 75).
     disk_max_used_space_ratio: float = 75
     #: Percent of the CommitLog partition in use above which segments are deleted regardless of
-    #: age, oldest first (``diskSpaceCleanForciblyRatio``, 85). After a disk-full, puts are
-    #: accepted again once usage is back at or below this level.
+    #: age, oldest first, but only with ``delete_unexpired_when_disk_full`` (RocketMQ's
+    #: ``diskSpaceCleanForciblyRatio``, 85). After a disk-full, puts are accepted again once usage
+    #: is back at or below this level.
     disk_space_clean_forcibly_ratio: float = 85
     #: Percent in use above which the store is marked disk-full: puts are refused (status
     #: SERVICE_NOT_AVAILABLE, ``result.error`` a ``DiskFullError``) (``diskSpaceWarningLevelRatio``, 90).
     disk_space_warning_level_ratio: float = 90
-    #: Whether above the forcible level segments younger than ``file_reserved_time`` may go
-    #: (``cleanFileForciblyEnable``).
-    clean_file_forcibly_enable: bool = True
+    #: Whether a disk above ``disk_space_clean_forcibly_ratio`` may delete segments younger than
+    #: ``file_reserved_time`` (acknowledged messages of any age) to make room. Off by default:
+    #: whatever filled the disk, a library must not throw away young data; puts are refused
+    #: instead. True is RocketMQ's broker behaviour (``cleanFileForciblyEnable``, default true there).
+    delete_unexpired_when_disk_full: Optional[bool] = None
+    #: Deprecated name of ``delete_unexpired_when_disk_full`` (RocketMQ's ``cleanFileForciblyEnable``);
+    #: accepted with a DeprecationWarning and moved there (then None).
+    clean_file_forcibly_enable: Optional[bool] = None
     #: How often the cleaner checks the disk and deletes (``cleanResourceInterval``, 10 s; 0: no
     #: background cleaner, only ``MessageStore.clean()``).
     clean_resource_interval_ms: int = 10_000
@@ -217,11 +224,26 @@ class StoreConfig:
         if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio:
             raise StoreConfigError("disk_space_clean_forcibly_ratio must not exceed "
                                    "disk_space_warning_level_ratio")
-        if not isinstance(self.clean_file_forcibly_enable, bool):
-            raise StoreConfigError("clean_file_forcibly_enable must be a bool")
+        self._check_delete_unexpired()
         if isinstance(self.clean_resource_interval_ms, bool) \
                 or not isinstance(self.clean_resource_interval_ms, int) or self.clean_resource_interval_ms < 0:
             raise StoreConfigError("clean_resource_interval_ms must be an int, 0 or more")
         if isinstance(self.delete_files_batch_max, bool) \
                 or not isinstance(self.delete_files_batch_max, int) or self.delete_files_batch_max < 1:
             raise StoreConfigError("delete_files_batch_max must be a positive int")
+
+    def _check_delete_unexpired(self) -> None:
+        """Validate ``delete_unexpired_when_disk_full`` (default False) and fold the deprecated
+        ``clean_file_forcibly_enable`` into it."""
+        new, old = self.delete_unexpired_when_disk_full, self.clean_file_forcibly_enable
+        for name, value in (("delete_unexpired_when_disk_full", new), ("clean_file_forcibly_enable", old)):
+            if value is not None and not isinstance(value, bool):
+                raise StoreConfigError(f"{name} must be a bool")
+        if old is not None:
+            if new is not None and new != old:
+                raise StoreConfigError("clean_file_forcibly_enable (deprecated) and "
+                                       "delete_unexpired_when_disk_full disagree: give only the latter")
+            warnings.warn("clean_file_forcibly_enable is deprecated: use delete_unexpired_when_disk_full",
+                          DeprecationWarning, stacklevel=5)
+            new, self.clean_file_forcibly_enable = old, None
+        self.delete_unexpired_when_disk_full = bool(new)

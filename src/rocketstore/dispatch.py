@@ -26,6 +26,7 @@ import numpy as np
 
 from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                                    TRANSACTION_ROLLBACK_TYPE)
+from rocketstore._failurelog import FailureLog
 from rocketstore.consumequeue import (CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore,
                                       roll_next_file)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
@@ -229,8 +230,14 @@ class DispatchThread:
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
     themselves), and their durable state recorded in the checkpoint, which bounds what a
-    recovery after a crash re-reads. An error is logged and retried at the next tick.
+    recovery after a crash re-reads. A failure (a full disk) is logged once with its cause, then
+    counted (:class:`~rocketstore._failurelog.FailureLog`), and retried with a backoff doubling up
+    to :data:`MAX_RETRY_WAIT` seconds (or ``interval_ms`` if longer); the thread recovers by
+    itself when space returns.
     """
+
+    #: Longest wait between two retries of a failing dispatch (seconds).
+    MAX_RETRY_WAIT = 1.0
 
     def __init__(self, dispatcher: Dispatcher, interval_ms: int, *,
                  checkpoint: Optional[Callable[[], None]] = None, checkpoint_interval_ms: int = 0):
@@ -238,20 +245,33 @@ class DispatchThread:
         self._interval = interval_ms / 1000.0
         self._checkpoint = checkpoint if checkpoint_interval_ms > 0 else None
         self._checkpoint_every = checkpoint_interval_ms / 1000.0
+        self._dispatch_failures = FailureLog(log, "background dispatch",
+                                             "retried; queries dispatch for themselves")
+        self._checkpoint_failures = FailureLog(log, "background checkpoint", "retried")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rocketstore-dispatch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         next_checkpoint = time.monotonic() + self._checkpoint_every
-        while not self._stop.wait(self._interval):
+        wait = self._interval
+        while not self._stop.wait(wait):
             try:
                 self._dispatcher.catch_up()
-                if self._checkpoint is not None and time.monotonic() >= next_checkpoint:
+            except Exception as exc:   # queries raise it themselves
+                self._dispatch_failures.failed(exc)
+                wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
+                continue
+            self._dispatch_failures.succeeded()
+            wait = self._interval
+            if self._checkpoint is not None and time.monotonic() >= next_checkpoint:
+                try:
                     self._checkpoint()
-                    next_checkpoint = time.monotonic() + self._checkpoint_every
-            except Exception:   # pragma: no cover - logged, retried; queries raise it themselves
-                log.exception("background dispatch failed")
+                except Exception as exc:
+                    self._checkpoint_failures.failed(exc)
+                else:
+                    self._checkpoint_failures.succeeded()
+                next_checkpoint = time.monotonic() + self._checkpoint_every
 
     def stop(self) -> None:
         self._stop.set()

@@ -12,19 +12,24 @@ manual :meth:`Cleaner.clean`) does what RocketMQ's ``CleanCommitLogService`` and
    usage (percent)                        effect
    =====================================  ==================================================
    > ``disk_space_warning_level_ratio``    disk full: puts are refused (SERVICE_NOT_AVAILABLE,
-   (90)                                   ``result.error`` a DiskFullError); clean forcibly
-   > ``disk_space_clean_forcibly_ratio``   clean forcibly (ignore age); a disk-full stays
-   (85)
+   (90)                                   ``result.error`` a DiskFullError)
+   > ``disk_space_clean_forcibly_ratio``   a disk-full stays; with ``delete_unexpired_when_disk_full``
+   (85)                                   (off by default) segments go regardless of age
    at or below both                       disk OK: puts are accepted again
    > ``disk_max_used_space_ratio`` (75)    expired segments may be deleted at any hour
    =====================================  ==================================================
+
+   By default nothing younger than ``file_reserved_time`` is ever deleted to make room (RocketMQ's
+   broker does, ``cleanFileForciblyEnable``): a full disk refuses puts instead.
 
 2. **CommitLog**, when the local hour is one of ``delete_when``, the disk is above
    ``disk_max_used_space_ratio`` (or unreadable), or the pass is manual: walk the segments oldest
    first and delete each one whose file mtime is ``file_reserved_time`` hours old (any age when
    cleaning forcibly), at most ``delete_files_batch_max`` per pass. The walk stops at the first
    segment that may not go, so no hole is ever left; the last segment, and any segment the
-   writer has not finished, never goes.
+   writer has not finished, never goes; nor does a segment whose records are not all dispatched
+   into the ConsumeQueues and the index (the pass dispatches first; when that fails it deletes
+   nothing).
 3. **ConsumeQueues and index**, when the CommitLog's min offset grew: delete the queue files
    whose last unit points below it and correct every queue's min offset (§4.5, §4.6), then the
    index files that end below it (§5.4).
@@ -52,6 +57,7 @@ import time
 from typing import Callable, Optional
 
 from rocketstore._clock import now_ms as _now_ms
+from rocketstore._failurelog import FailureLog
 from rocketstore.errors import DiskFullError
 
 __all__ = ["Cleaner", "disk_usage", "MANUAL_PASSES"]
@@ -111,9 +117,16 @@ class Cleaner:
         self._disk_usage = disk_usage or _statvfs_usage
         self._local_hour = local_hour or _local_hour
         self._pass_lock = threading.Lock()       # one pass at a time
+        self._check_lock = threading.Lock()      # one disk check at a time (passes, stats())
+        self._space_warned = False               # "disk fills, nothing may go" logged already
+        self._dispatch_failures = FailureLog(log, "dispatch before deleting CommitLog segments",
+                                             "no segment is deleted until it succeeds")
+        self._pass_failures = FailureLog(log, "background retention pass", "retried every "
+                                         f"{self.config.clean_resource_interval_ms} ms")
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._queues_cleaned_below = -1          # CommitLog min offset the queues were cleaned to
+        self._dispatch_error: Optional[BaseException] = None   # this pass's failed dispatch
         #: True while puts are refused because the disk is above the warning level
         self.disk_full = False
         #: the usage fraction the last check read (None before the first; negative: unreadable)
@@ -137,7 +150,11 @@ class Cleaner:
 
     def check_disk(self) -> tuple[float, bool]:
         """Read disk usage and apply the thresholds: mark the store disk-full (puts refused) or
-        disk-OK (puts accepted). Returns (usage fraction, clean forcibly)."""
+        disk-OK (puts accepted). Returns (usage fraction, above the forcible level)."""
+        with self._check_lock:
+            return self._check_disk()
+
+    def _check_disk(self) -> tuple[float, bool]:
         cfg = self.config
         readings = [self._disk_usage(p) for p in self._partitions()]
         usage = -1.0 if any(r < 0 for r in readings) else max(readings)
@@ -147,14 +164,16 @@ class Cleaner:
         if percent > cfg.disk_space_warning_level_ratio:
             if not self.disk_full:
                 log.error("disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
-                          "refusing puts", self._store.path, percent, cfg.disk_space_warning_level_ratio)
+                          "refusing puts until it is at %s%% or below (%s)", self._store.path, percent,
+                          cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio,
+                          self._what_retention_frees())
             self.disk_full = True
             core.refuse_puts(DiskFullError(
                 errno.ENOSPC,
                 f"the disk of store {self._store.path} is {percent:.1f}% full, above "
                 f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}%: puts are "
-                f"refused until retention brings it to {cfg.disk_space_clean_forcibly_ratio}% or "
-                "below; nothing was written"))
+                f"refused until usage is back at {cfg.disk_space_clean_forcibly_ratio}% or below "
+                f"({self._what_retention_frees()}); nothing was written"))
             return usage, True
         if percent > cfg.disk_space_clean_forcibly_ratio:
             return usage, True          # a disk-full stays until usage is back at the forcible level
@@ -176,7 +195,9 @@ class Cleaner:
              "consumequeue_files": int, "index_files": int,   # files deleted
              "min_offset": int,               # the CommitLog's min offset afterwards
              "disk_usage": float,             # fraction in use after the pass (-1: unreadable)
-             "disk_full": bool}               # puts are refused
+             "disk_full": bool,               # puts are refused
+             "dispatch_error": None | Exception}  # why no segment could go: the dispatch
+                                              # that must precede a deletion failed
 
         ``manual`` runs the CommitLog step whatever the hour or disk (RocketMQ's manual delete);
         ``force`` also ignores the segments' age.
@@ -185,6 +206,7 @@ class Cleaner:
         now = self._clock() if now_ms is None else int(now_ms)
         with self._pass_lock:
             self.passes += 1
+            self._dispatch_error = None
             usage, clean_forcibly = self.check_disk()
             if manual:
                 trigger = "manual"
@@ -194,11 +216,16 @@ class Cleaner:
                 trigger = "space"
             else:
                 trigger = None
-            forced = force or (clean_forcibly and cfg.clean_file_forcibly_enable)
+            forced = force or (clean_forcibly and cfg.delete_unexpired_when_disk_full)
             deleted = self._delete_segments(now, forced) if trigger else []
             if trigger == "space" and not deleted:
-                log.warning("disk of %s is %.1f%% full, but no CommitLog segment could be deleted",
-                            self._store.path, usage * 100)
+                if not self._space_warned:     # once until a pass deletes or the disk has room
+                    log.warning("disk of %s is %.1f%% full, but no CommitLog segment could be "
+                                "deleted (%s)", self._store.path, usage * 100,
+                                self._what_retention_frees())
+                self._space_warned = True
+            else:
+                self._space_warned = False
             cq_files, index_files = self._clean_queues()
             if deleted:
                 usage, _ = self.check_disk()   # puts may resume at once
@@ -211,7 +238,16 @@ class Cleaner:
                 "min_offset": self._store._segments.min_offset,
                 "disk_usage": usage,
                 "disk_full": self.disk_full,
+                "dispatch_error": self._dispatch_error,
             }
+
+    def _what_retention_frees(self) -> str:
+        cfg = self.config
+        if cfg.delete_unexpired_when_disk_full:
+            return ("retention deletes the oldest segments whatever their age: "
+                    "delete_unexpired_when_disk_full is on")
+        return (f"retention deletes only segments older than file_reserved_time, "
+                f"{cfg.file_reserved_time:g} h; delete_unexpired_when_disk_full is off")
 
     def clean(self, force: bool = False, now_ms: Optional[int] = None) -> dict:
         """A manual clean (``MessageStore.clean``): passes until one deletes no segment, at most
@@ -227,7 +263,7 @@ class Cleaner:
                 total["commitlog"] += result["commitlog"]
                 total["consumequeue_files"] += result["consumequeue_files"]
                 total["index_files"] += result["index_files"]
-                for key in ("min_offset", "disk_usage", "disk_full"):
+                for key in ("min_offset", "disk_usage", "disk_full", "dispatch_error"):
                     total[key] = result[key]
             if not result["commitlog"]:
                 break
@@ -253,11 +289,20 @@ class Cleaner:
             return []
         dispatcher = store._dispatcher
         try:
-            dispatcher.catch_up()   # let the queues and the index see what is about to go
-        except Exception:
-            log.exception("dispatch before deleting CommitLog segments failed")
+            dispatcher.catch_up()   # the queues and the index must hold all that is about to go
+        except Exception as exc:
+            self._dispatch_error = exc
+            self._dispatch_failures.failed(exc)
+            return []
+        self._dispatch_failures.succeeded()
         core = store._core
         with dispatcher.lock:
+            # Only segments whose every record is in the queues and the index: deleting one the
+            # dispatcher has not passed would leave its records in no queue and give later units
+            # wrong positions.
+            doomed = [mf for mf in doomed if mf.end_offset <= dispatcher.offset]
+            if not doomed:
+                return []
             try:
                 deleted = segments.delete_first(
                     doomed, release=lambda mf: core.release_segment(mf.file_from_offset))
@@ -311,8 +356,10 @@ class Cleaner:
         while not self._stop.wait(interval):
             try:
                 self.run_once()
-            except Exception:   # logged and retried at the next tick
-                log.exception("retention pass failed")
+            except Exception as exc:   # logged once, counted, retried at the next tick
+                self._pass_failures.failed(exc)
+            else:
+                self._pass_failures.succeeded()
 
     def stop(self) -> None:
         """Stop the background thread, waiting for a pass in progress."""
@@ -322,7 +369,9 @@ class Cleaner:
             thread.join()
 
     def stats(self) -> dict:
-        """Counters for ``MessageStore.stats()``."""
+        """Counters for ``MessageStore.stats()``, with the disk checked now (``disk_usage``, and
+        ``disk_full`` as that reading sets it), whether or not a background cleaner runs."""
+        self.check_disk()
         return {
             "disk_usage": self.last_disk_usage,
             "disk_full": self.disk_full,

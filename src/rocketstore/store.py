@@ -1402,10 +1402,14 @@ class MessageStore:
         """Delete expired CommitLog segments now, whatever the hour or disk usage (spec §9), and
         the ConsumeQueue and index files left entirely below the new min offset.
 
-        ``force=True`` deletes every segment but the one being written, expired or not.
+        ``force=True`` deletes every segment but the one being written, expired or not. Either
+        way a segment goes only once all its records are dispatched into the ConsumeQueues and
+        the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
+        ``"dispatch_error"`` in the result is then that error, else None).
         Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
-        "min_offset", "disk_usage", "disk_full"}``. The background cleaner does the same every
-        ``clean_resource_interval_ms`` at the ``delete_when`` hours or when the disk fills.
+        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
+        does the same every ``clean_resource_interval_ms`` at the ``delete_when`` hours or when
+        the disk fills.
         """
         self._check_writable()
         return self._cleaner.clean(force=force)
@@ -1436,7 +1440,12 @@ class MessageStore:
         return self._core.queue_offsets()
 
     def stats(self) -> dict:
-        """Counters and sizes: puts, flush rounds (fsyncs), durable waits, offsets, segments."""
+        """Counters and sizes: puts, flush rounds (fsyncs), durable waits, offsets, segments.
+
+        A writable store also reports its disk as read now (``disk_usage``, the fraction of the
+        CommitLog's file system in use; ``disk_full``, whether puts are refused for it, which
+        this reading updates) and ``refused_puts``, the puts refused while it was marked full.
+        """
         self._check_open()
         out = {
             "implementation": self._impl.name,
