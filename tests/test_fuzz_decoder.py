@@ -580,7 +580,8 @@ def cq_directory(draw):
 
 def check_queue_reads(cq, checked_from: int, cut=None) -> None:
     """Every unit of [min_offset, max_offset) reads; those recovery checked (from ``checked_from``,
-    the start of the third-last file as loaded: RocketMQ counts older files as full) are valid,
+    the start of the third-last file as loaded: RocketMQ counts older files as full) are valid
+    or recorded in ``holes``,
     and those of the last file point below ``cut`` (truncate_dirty looks no further back)."""
     lo, hi = cq.min_offset, cq.max_offset
     assert 0 <= lo <= hi
@@ -588,8 +589,8 @@ def check_queue_reads(cq, checked_from: int, cut=None) -> None:
     last_from = files[-1].file_from_offset // CQ_UNIT_SIZE if files else 0
     for q in range(lo, hi):
         offset, size, _tags = cq.unit(q)
-        if q >= checked_from:
-            assert offset >= 0 and size > 0
+        if q >= checked_from:     # valid, or a hole recovery recorded for the store to rebuild
+            assert (offset >= 0 and size > 0) or any(a <= q < b for a, b in cq.holes)
         if cut is not None and q >= last_from:
             assert offset < cut
     seen = 0

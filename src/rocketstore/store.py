@@ -318,7 +318,8 @@ class MessageStore:
         if first < confirm <= files[-1].end_offset:
             if self.read_only and self._ends_a_record(confirm):
                 return confirm, confirm
-            if self._walks_to(confirm):
+            # After a clean stop the queues say where dispatch resumes, not confirmPhyOffset.
+            if self.last_shutdown_clean or self._walks_to(confirm):
                 mf = self._segments.find(confirm) or files[-1]
                 return mf.file_from_offset, confirm
             # Not where a record ends (a damaged checkpoint, or one copied from another store):
