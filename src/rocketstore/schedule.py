@@ -607,7 +607,7 @@ class ScheduleService:
         copy = Message(topic, bytes(msg.body), properties=props, flag=msg.flag, queue_id=0,
                        born_timestamp=msg.born_timestamp, reconsume_times=reconsume + 1,
                        sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6)
-        return self._store.put(copy)
+        return self._store._put_message(copy, None, 0)     # the store's own put into a system topic
 
     def update_group(self, group: str, retry_max_times: int) -> dict:
         """Set a subscription group's ``retryMaxTimes`` in ``subscriptionGroup.json``."""

@@ -40,7 +40,8 @@ from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessag
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
-                                 PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
+                                 PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
+                                 validate_topic)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
@@ -138,6 +139,7 @@ class MessageStore:
         self._lock_fd = -1
         self._core = None
         self._mutex = threading.RLock()
+        self._user_topics: set = set()     # topics a user's put was checked for (not system topics)
         commitlog_dir = os.path.join(self.path, "commitlog")
         if "commitlog_file_size" not in options:
             detected = _detect_segment_size(commitlog_dir)
@@ -659,6 +661,8 @@ class MessageStore:
         the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
         ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
         """
+        if topic.__class__ is not str or topic not in self._user_topics:
+            self._check_user_topic(topic)
         if tags is None and keys is None and properties is None and body is not None \
                 and delay_level is None:
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
@@ -676,10 +680,19 @@ class MessageStore:
         The future resolves when the flush thread's group commit covers the message, so one
         thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
         """
+        self._check_user_topic(topic)
         if body is None:
             return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
         return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE,
                          delay_level)
+
+    def _check_user_topic(self, topic) -> None:
+        """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
+        the store's own puts into them (delay, send_back) do not come through here."""
+        name = topic.topic if isinstance(topic, Message) else topic
+        check_user_topic(name)
+        if name.__class__ is str and len(self._user_topics) < 65536:
+            self._user_topics.add(name)
 
     def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode, delay_level=None):
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
@@ -723,6 +736,7 @@ class MessageStore:
         message raises and nothing of the batch is written.
         """
         self._check_writable()
+        self._check_user_topic(topic)
         props = None
         if tags is not None or properties:
             props, unique_key, _ = self._properties(tags, None, properties)
@@ -742,6 +756,7 @@ class MessageStore:
         items = []
         waits = []
         for m in messages:
+            self._check_user_topic(m)
             item, wait = self._message_item(m)
             items.append(item)
             waits.append(wait)
