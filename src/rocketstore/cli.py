@@ -30,11 +30,11 @@ import rocketstore
 from rocketstore.config import default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import GetMessageStatus
-from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, RocketStoreError,
+from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, NotAStoreError, RocketStoreError,
                                 StoreLockedError)
 from rocketstore.message import MessageExt
 from rocketstore.schedule import dlq_counts
-from rocketstore.store import MessageStore
+from rocketstore.store import MessageStore, check_store_dir
 
 __all__ = ["main", "build_parser", "message_dict", "Progress", "quickstart", "CliError"]
 
@@ -409,17 +409,12 @@ def _store_path(args) -> str:
 def _check_store_dir(path: str, *, may_create: bool = False) -> None:
     """Refuse (CliError) a path that is not a store. ``may_create``: a missing or empty
     directory is fine (``put`` starts a store there)."""
-    if not os.path.exists(path):
-        if may_create:
-            return
+    if not os.path.lexists(path) and not may_create:
         raise CliError(f"no store at {path} (give --store DIR, or set ROCKETSTORE_HOME)")
-    if not os.path.isdir(path):
-        raise CliError(f"{path} is not a store: it is not a directory")
-    if os.path.isdir(os.path.join(path, "commitlog")):
-        return
-    if may_create and not os.listdir(path):
-        return
-    raise CliError(f"{path} is not a store: it has no commitlog/ directory")
+    try:
+        check_store_dir(path, read_only=not may_create)
+    except (NotAStoreError, OSError) as exc:
+        raise CliError(str(exc)) from None
 
 
 def open_store(args, *, writable: bool = False, create: bool = False,

@@ -26,7 +26,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from rocketstore import _impl
-from rocketstore.checkpoint import Checkpoint
+from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
@@ -36,7 +36,7 @@ from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
-                                MessageNotFoundError, StoreClosedError,
+                                MessageNotFoundError, NotAStoreError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
@@ -48,7 +48,7 @@ from rocketstore._files import open_regular
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["MessageStore", "open_store"]
+__all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MAX = (1 << 63) - 1
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
@@ -61,6 +61,58 @@ REBUILD_STEP = 64 << 20
 # open in this process must be refused before it opens (and later closes) the lock file.
 _LOCKED_DIRS: set = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
+
+
+#: What a store root holds before its first segment exists (a store stopped while it was being
+#: created): rocketstore's own entries, each {name: (is a directory, largest size if a file)}.
+_EARLY_STORE_ENTRIES = {"config": (True, 0), "consumequeue": (True, 0), "index": (True, 0),
+                        "lock": (False, 4), "abort": (False, 0), "checkpoint": (False, CHECKPOINT_SIZE),
+                        ".spark-staging": (True, 0)}    # the Spark sink stages parts before it opens
+
+
+def check_store_dir(path: str, *, read_only: bool) -> None:
+    """Refuse a ``path`` that holds no store, before anything in it is touched.
+
+    A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
+    as a Java broker's does; or, before its first segment, a ``config/`` directory beside
+    nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``, ``consumequeue/``,
+    ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty directory is where a writable open creates a store.
+    Anything else raises :class:`NotAStoreError`; a read-only open of a missing path raises
+    FileNotFoundError.
+    """
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        if read_only:
+            raise FileNotFoundError(f"no store at {path}") from None
+        return
+    except NotADirectoryError:
+        raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
+    if not names:
+        if read_only:
+            raise NotAStoreError(f"{path} is not a store: it is an empty directory "
+                                 "(a writable open creates a store there)")
+        return
+    commitlog = os.path.join(path, "commitlog")
+    if "commitlog" in names:
+        try:
+            segments = os.listdir(commitlog)
+        except NotADirectoryError:
+            raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
+        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
+                                 "which is not a segment (20-digit name)")
+        return
+    for name in sorted(names):
+        entry = os.path.join(path, name)
+        is_dir, largest = _EARLY_STORE_ENTRIES.get(name, (None, 0))
+        if is_dir is None or os.path.isdir(entry) != is_dir or os.path.islink(entry) \
+                or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest)):
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
+                                 "is not one of a store's files")
+    if "config" not in names and (read_only or names != [".spark-staging"]):
+        raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
 
 
 def _detect_segment_size(directory: str) -> Optional[int]:
@@ -130,13 +182,14 @@ class MessageStore:
                  implementation: Optional[str] = None, progress=None, **options):
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
+        self._closed = True
+        self._lock_fd = -1
+        check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._closed = True
-        self._lock_fd = -1
         self._core = None
         self._mutex = threading.RLock()
         self._user_topics: set = set()     # topics a user's put was checked for (not system topics)
@@ -147,8 +200,6 @@ class MessageStore:
                 options["commitlog_file_size"] = detected
         _detect_queue_options(self.path, options)
         self.config = StoreConfig(**options)
-        if read_only and not os.path.isdir(self.path):
-            raise FileNotFoundError(f"no store at {self.path}")
         if not read_only:
             os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
             self._take_lock()
