@@ -51,6 +51,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms as _now_ms
 from rocketstore.errors import DiskFullError
 
@@ -303,16 +304,16 @@ class Cleaner:
         if not interval:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(interval / 1000,),
-                                        name="rocketstore-clean", daemon=True)
-        self._thread.start()
+        # holds the cleaner (and so the store) only during a pass: a dropped store is collected
+        self._thread = start_weak_thread(self, Cleaner._tick, self._stop, "rocketstore-clean",
+                                         first_wait=interval / 1000)
 
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.run_once()
-            except Exception:   # logged and retried at the next tick
-                log.exception("retention pass failed")
+    def _tick(self) -> float:
+        try:
+            self.run_once()
+        except Exception:   # logged and retried at the next tick
+            log.exception("retention pass failed")
+        return self.config.clean_resource_interval_ms / 1000
 
     def stop(self) -> None:
         """Stop the background thread, waiting for a pass in progress."""

@@ -72,6 +72,7 @@ import re
 import threading
 from typing import Callable, Optional
 
+from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
                                      SubscriptionGroupTable)
@@ -263,8 +264,8 @@ class ScheduleService:
     def start(self) -> None:
         """Start the background thread (not when ``interval_ms`` is 0)."""
         if self._interval_ms and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="rocketstore-schedule", daemon=True)
-            self._thread.start()
+            # holds the service (and so the store) only during a pass: a dropped store is collected
+            self._thread = start_weak_thread(self, ScheduleService._tick, self._stop, "rocketstore-schedule")
 
     def close(self) -> None:
         """Stop the thread (a pass in progress completes) and save progress. Idempotent."""
@@ -276,18 +277,18 @@ class ScheduleService:
             if self._progress.dirty and self._progress.intent is None:
                 self._progress.persist()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                delivered, more, next_due = self._pass(None)
-            except Exception:
-                log.exception("delayed delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
-                wait_ms = RETRY_AFTER_FAILURE_MS
-            else:
-                wait_ms = 0 if more else self._interval_ms
-                if next_due is not None:
-                    wait_ms = min(wait_ms, max(0, next_due - self.clock()))
-            self._stop.wait(wait_ms / 1000)
+    def _tick(self) -> float:
+        """One pass of the background thread; the seconds until the next."""
+        try:
+            delivered, more, next_due = self._pass(None)
+        except Exception:
+            log.exception("delayed delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
+            wait_ms = RETRY_AFTER_FAILURE_MS
+        else:
+            wait_ms = 0 if more else self._interval_ms
+            if next_due is not None:
+                wait_ms = min(wait_ms, max(0, next_due - self.clock()))
+        return wait_ms / 1000
 
     # ---- topics ----
 

@@ -26,6 +26,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from rocketstore import _impl
+from rocketstore._background import weak_method
 from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
@@ -113,6 +114,10 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
                                  "is not one of a store's files")
     if "config" not in names and (read_only or names != [".spark-staging"]):
         raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
+
+
+def _closed_error():
+    raise StoreClosedError("the store is closed")
 
 
 def _detect_segment_size(directory: str) -> Optional[int]:
@@ -206,18 +211,7 @@ class MessageStore:
         try:
             self._open(commitlog_dir)
         except BaseException:
-            if getattr(self, "_schedule", None) is not None:
-                self._schedule.close()
-            if getattr(self, "_cleaner", None) is not None:
-                self._cleaner.stop()
-            if getattr(self, "_dispatch_thread", None) is not None:
-                self._dispatch_thread.stop()
-            if getattr(self, "_core", None) is not None and not read_only:
-                self._core.close()
-            self._close_queues()
-            if getattr(self, "_segments", None) is not None:
-                self._segments.close()
-            self._release_lock()
+            self._teardown(clean=False)      # what was opened is closed; the abort file stays
             raise
         self._closed = False
 
@@ -292,7 +286,8 @@ class MessageStore:
             file_size=cfg.commitlog_file_size, start_offset=end, store_host=store_raw,
             store_port=cfg.store_port, born_host=born_raw, born_port=cfg.born_port,
             uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
-            topic_lookup=self._topic_queues, roll=self._roll,
+            topic_lookup=weak_method(self._topic_queues, _closed_error),
+            roll=weak_method(self._roll, _closed_error),
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
             sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
@@ -309,7 +304,7 @@ class MessageStore:
         self._rebuild(end)    # what the queues and the index miss of the CommitLog
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
-                                                   checkpoint=self._save_checkpoint,
+                                                   checkpoint=weak_method(self._save_checkpoint),
                                                    checkpoint_interval_ms=cfg.checkpoint_interval_ms)
         self._cleaner = Cleaner(self)
         self._cleaner.start()
@@ -337,7 +332,8 @@ class MessageStore:
             self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
             for cq in self._queues:
                 cq.recover()
-            self._index = IndexService(self.path, on_file_full=self._index_file_full, **index_options)
+            self._index = IndexService(self.path, on_file_full=weak_method(self._index_file_full),
+                                       **index_options)
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
     def _scan_start(self) -> tuple[int, int]:
@@ -586,54 +582,94 @@ class MessageStore:
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
 
-        When topics.json or consumerOffset.json cannot be written for lack of space, the store
-        still closes completely (its data is durable and the checkpoint written), then the
-        :class:`DiskFullError` is raised; that file keeps its previous content."""
-        if getattr(self, "_schedule", None) is not None:
-            self._schedule.close()    # before the mutex: a delivery pass in progress may need it
-        config_error = None
+        Every step runs whatever an earlier one raised: the threads stop, the files are closed
+        and the lock is released, and then the first error is raised (the store is closed
+        either way; a second ``close()`` does nothing). When a step that makes the data durable
+        failed (the final dispatch, the CommitLog's, the queues' or the index's flush, the
+        checkpoint), the checkpoint is not advanced and the abort file stays, so the next open
+        recovers as after a crash. When only topics.json or consumerOffset.json cannot be
+        written (e.g. :class:`DiskFullError`), the data is closed cleanly all the same and that
+        file keeps its previous content. A store dropped without ``close()`` is closed alike
+        when it is collected."""
+        if getattr(self, "_closed", True):
+            return
+        if self._schedule is not None:
+            try:
+                self._schedule.close()    # before the mutex: a delivery pass in progress may need it
+            except BaseException:
+                pass                      # _teardown closes it again and reports the error
         with self._mutex:
             if self._closed:
                 return
             self._closed = True
-            if self._cleaner is not None:
-                self._cleaner.stop()
-            if self._dispatch_thread is not None:
-                self._dispatch_thread.stop()
-            if not self.read_only and self._core is not None:
-                self._dispatcher.catch_up()
-                self._core.close()
-                self._close_queues()     # flushes the queues and the index
-                cp = self._checkpoint
-                last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
-                if last:
-                    cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
-                cp.confirm_phy_offset = self._dispatcher.offset
-                cp.flush()
-                for table in (self._topics, self._offsets):
-                    try:
-                        table.persist()
-                    except DiskFullError as exc:   # the data is closed cleanly all the same
-                        config_error = config_error or exc
-            else:
-                self._close_queues()
-            self._segments.close()
-            if not self.read_only:
-                try:
-                    os.unlink(self._abort_path)
-                except FileNotFoundError:
-                    pass
-            self._release_lock()
-        if config_error is not None:
-            # The CommitLog, queues, index and checkpoint are durable and the store is closed;
-            # topics.json or consumerOffset.json keeps its previous content.
-            raise config_error
+            errors = self._teardown(clean=True)
+        if errors:
+            raise errors[0]
+
+    def _teardown(self, clean: bool) -> list:
+        """Stop and close every part that was opened, each whatever the others raised, and
+        release the lock; the errors, in order. ``clean``: a close (dispatch the rest, write the
+        checkpoint and remove the abort file if all that made the data durable); else a failed
+        open (the abort file stays)."""
+        errors = []
+
+        def run(step) -> bool:
+            try:
+                step()
+                return True
+            except BaseException as exc:
+                errors.append(exc)
+                return False
+
+        for part in ("_schedule", "_cleaner", "_dispatch_thread"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close if part == "_schedule" else obj.stop)
+        writable = not self.read_only
+        core = getattr(self, "_core", None)
+        durable = clean and writable and core is not None
+        if durable:
+            durable = run(self._dispatcher.catch_up)
+        if writable and core is not None:
+            durable = run(core.close) and durable
+        durable = run(self._close_queues) and durable     # flushes the queues and the index
+        if durable:
+            durable = run(self._final_checkpoint)
+            for table in (self._topics, self._offsets):
+                run(table.persist)      # the data is closed cleanly all the same
+        if getattr(self, "_segments", None) is not None:
+            run(self._segments.close)
+        if durable:
+            run(self._remove_abort_file)
+        run(self._release_lock)
+        return errors
+
+    def _final_checkpoint(self) -> None:
+        cp = self._checkpoint
+        last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
+        if last:
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
+        cp.confirm_phy_offset = self._dispatcher.offset
+        cp.flush()
+
+    def _remove_abort_file(self) -> None:
+        try:
+            os.unlink(self._abort_path)
+        except FileNotFoundError:
+            pass
 
     def _close_queues(self) -> None:
+        """Close the ConsumeQueues and the index files, each whatever the others raised."""
+        error = None
         for part in ("_queues", "_index", "_disk_index"):
             obj = getattr(self, part, None)
             if obj is not None:
-                obj.close()
+                try:
+                    obj.close()
+                except BaseException as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
 
     def __enter__(self) -> "MessageStore":
         return self
@@ -642,10 +678,21 @@ class MessageStore:
         self.close()
 
     def __del__(self):
+        # Dropped without close(): close it as close() would. The store's own threads hold it
+        # only weakly, so this can run on one of them mid-step (holding a lock close() needs):
+        # then a new thread closes it (which keeps it alive until then).
+        if getattr(self, "_closed", True):
+            return
+        if threading.current_thread().name.startswith("rocketstore-"):
+            threading.Thread(target=self._close_quietly, name="rocketstore-finalize").start()
+        else:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
         try:
             self.close()
         except Exception:
-            pass
+            _log.exception("closing the dropped store %s failed", self.path)
 
     @property
     def closed(self) -> bool:
