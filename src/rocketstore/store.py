@@ -34,7 +34,7 @@ from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_mes
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, decode_chunks, queue_groups)
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
                                 MessageNotFoundError, NotAStoreError, StoreClosedError,
@@ -146,15 +146,9 @@ def _detect_queue_options(root: str, options: dict) -> None:
         except OSError:
             pass
     if "index_slots" not in options and "index_count" not in options:
-        try:
-            names = [n for n in os.listdir(os.path.join(root, "index")) if len(n) == 17 and n.isdigit()]
-            size = max(os.path.getsize(os.path.join(root, "index", n)) for n in names) if names else 0
-        except OSError:
-            size = 0
-        # RocketMQ's files have 4 items per slot: size = 40 + 4 * slots + 20 * 4 * slots
-        if size > 40 and (size - 40) % 84 == 0:
-            options["index_slots"] = (size - 40) // 84
-            options["index_count"] = 4 * options["index_slots"]
+        geometry = detect_index_geometry(root)
+        if geometry is not None:
+            options["index_slots"], options["index_count"] = geometry
 
 
 class _ReadOnlyCore:
