@@ -307,9 +307,14 @@ class IndexService:
             try:
                 for name in names:
                     path = os.path.join(self.directory, name)
-                    if not os.path.isfile(path):
-                        continue
-                    size = os.path.getsize(path)
+                    try:
+                        if not os.path.isfile(path):
+                            continue
+                        size = os.path.getsize(path)
+                    except FileNotFoundError:
+                        if self.read_only:
+                            continue      # deleted by the writer's retention since the listing
+                        raise
                     if size == 0 and name == names[-1]:
                         if not self.read_only:
                             os.unlink(path)
@@ -327,7 +332,12 @@ class IndexService:
                             self._files.append(self._map(path, create=False))
                             dropping = True     # files after the resume point were never durable
                             continue
-                    f = self._map(path, create=False)
+                    try:
+                        f = self._map(path, create=False)
+                    except SegmentError as exc:
+                        if self.read_only and exc.errno == errno.ENOENT:
+                            continue      # deleted since the listing, as above
+                        raise
                     # a full file older than the resume point's was msynced before that was saved
                     durable = resume is not None and name < resume["file"] and f.is_full
                     if abnormal and not self.read_only and not durable and (

@@ -116,17 +116,31 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
         raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
 
 
+#: How often a read-only open looks again when what it found changed under it (see __init__).
+_READ_ONLY_ATTEMPTS = 5
+#: What an open sets up, each closed by _teardown if set (None before it is).
+_PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "_segments",
+          "_queues", "_index", "_disk_index")
+
+
 def _closed_error():
     raise StoreClosedError("the store is closed")
 
 
 def _detect_segment_size(directory: str) -> Optional[int]:
     try:
-        sizes = {os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-                 if len(n) == 20 and n.isdigit()}
+        names = [n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()]
     except OSError:
         return None
-    sizes.discard(0)
+    sizes = set()
+    for name in names:
+        try:
+            sizes.add(os.path.getsize(os.path.join(directory, name)))
+        except FileNotFoundError:
+            pass        # deleted by a writer's retention since the listing
+        except OSError:
+            return None
+    sizes.discard(0)    # being created by a writer
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -193,20 +207,32 @@ class MessageStore:
         self._mutex = threading.RLock()
         self._user_topics: set = set()     # topics a user's put was checked for (not system topics)
         commitlog_dir = os.path.join(self.path, "commitlog")
-        if "commitlog_file_size" not in options:
-            detected = _detect_segment_size(commitlog_dir)
-            if detected is not None:
-                options["commitlog_file_size"] = detected
-        _detect_queue_options(self.path, options)
-        self.config = StoreConfig(**options)
-        if not read_only:
-            os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
-            self._take_lock()
-        try:
-            self._open(commitlog_dir)
-        except BaseException:
-            self._teardown(clean=False)      # what was opened is closed; the abort file stays
-            raise
+        # A read-only open beside a writer whose retention deletes files (and creates new ones)
+        # while it looks may see a moment no store was in (a file sized or gone between two
+        # looks): it looks again, a few times, before it reports what it found.
+        for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
+            found = dict(options)
+            if "commitlog_file_size" not in found:
+                detected = _detect_segment_size(commitlog_dir)
+                if detected is not None:
+                    found["commitlog_file_size"] = detected
+            _detect_queue_options(self.path, found)
+            self.config = StoreConfig(**found)
+            if not read_only:
+                os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
+                self._take_lock()
+            for part in _PARTS:
+                setattr(self, part, None)
+            try:
+                self._open(commitlog_dir)
+                break
+            except (StoreConfigError, OSError):
+                self._teardown(clean=False)
+                if attempt + 1 >= _READ_ONLY_ATTEMPTS or not read_only:
+                    raise
+            except BaseException:
+                self._teardown(clean=False)      # what was opened is closed; the abort file stays
+                raise
         self._closed = False
 
     # ---- open / close ----
@@ -255,9 +281,16 @@ class MessageStore:
         preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)
         self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size,
                                          read_only=self.read_only, preallocate=preallocate)
-        self._segments.load()
+        if self.read_only:
+            # Queues and index first: a writer's retention deletes segments before the queue
+            # and index files that point into them, so every segment found after these has
+            # its units and index entries here (or dispatched into memory).
+            self._open_queues()
+            self._segments.load()
+        else:
+            self._segments.load()
+            self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
-        self._open_queues()
         end, queue_offsets, dispatch_start = self._recover()
         self._end = end
         self._dispatch_thread = None
@@ -1052,16 +1085,31 @@ class MessageStore:
             else:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
         if self.read_only:      # a writer's record in progress is no damage
-            problems = [p for p in problems if p["offset"] < data_end]
+            problems = [p for p in problems if p["offset"] < data_end and not self._written_since(p["offset"])]
         if progress is not None:
             progress("verify", total, total)
-        checked = self._verify_queues(found, problems)
+        checked = self._verify_queues(found, problems, first)
         return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
                 "min_offset": first, "max_offset": self.max_offset, "queues": checked,
                 "problems": problems}
 
-    def _verify_queues(self, found, problems, max_per_queue: int = 10) -> int:
-        """Every unit of every queue must point at a record of that queue id and queue offset."""
+    def _written_since(self, offset: int) -> bool:
+        """Whether a whole record, or a segment's end marker, starts at ``offset`` now
+        (read-only: a writer beside this store finished what a scan met half-written)."""
+        mf = self._segments.find(offset)
+        if mf is None or mf.mm is None:
+            return False
+        pos = offset - mf.file_from_offset
+        view = mf.view(0, mf.file_size)
+        for arr, stop, reason in decode_chunks(self._codec, view, pos, mf.file_size, check_crc=True):
+            if len(arr):
+                return int(arr["position"][0]) == pos
+            return stop == pos and reason == self._codec.STOP_BLANK
+        return False
+
+    def _verify_queues(self, found, problems, low: int, max_per_queue: int = 10) -> int:
+        """Every unit of every queue must point at a record of that queue id and queue offset
+        (units below ``low``, the first segment checked, point at what retention deleted)."""
         if found:
             positions, sizes, qids, qoffsets = (np.concatenate(c) for c in zip(*found))
         else:
@@ -1085,6 +1133,7 @@ class MessageStore:
                 else:
                     ok = np.zeros(len(units), dtype=bool)
                 ok |= np.isin(phys, damaged)      # that record's damage is reported already
+                ok |= phys < low                  # deleted by retention: not damage
                 for i in np.flatnonzero(~ok)[:max_per_queue - bad]:
                     bad += 1
                     problems.append({"offset": int(phys[i]),
