@@ -50,7 +50,12 @@ def _commitlog_is_a_file(root):
     (root / "commitlog").write_text("a file\n")
 
 
-FOREIGN = {"tensorflow checkpoint dir": _tensorflow, "a copy of /etc": _etc,
+def _project_with_a_config_dir(root):
+    (root / "config").mkdir()
+    (root / "config" / "settings.yaml").write_text("debug: true\n")
+
+
+FOREIGN = {"a project's config/ only": _project_with_a_config_dir, "tensorflow checkpoint dir": _tensorflow, "a copy of /etc": _etc,
            "store names, foreign content": _store_names_with_foreign_content,
            "commitlog/ with foreign files": _commitlog_with_foreign_files,
            "commitlog is a file": _commitlog_is_a_file}
@@ -97,6 +102,7 @@ def test_a_missing_directory_becomes_a_store(tmp_path, impl):
 
 
 @pytest.mark.parametrize("files", [("config/", "lock", "abort"), ("config/", "lock", "abort", "checkpoint"),
+                                   ("config/", "config/topics.json", "config/topics.json.tmp", "lock", "abort"),
                                    ("config/", "lock", "abort", "checkpoint", "commitlog/"), ("config/",)])
 def test_a_store_killed_before_its_first_segment_reopens(tmp_path, impl, files):
     root = tmp_path / "store"
@@ -104,6 +110,8 @@ def test_a_store_killed_before_its_first_segment_reopens(tmp_path, impl, files):
     for name in files:
         if name.endswith("/"):
             (root / name).mkdir()
+        elif name.startswith("config/"):
+            (root / name).write_text('{\n\t"topicConfigTable":{}\n}' if name.endswith(".json") else "{")
         elif name == "checkpoint":
             (root / name).write_bytes(bytes(4096))
         else:

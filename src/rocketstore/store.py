@@ -75,11 +75,11 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
     """Refuse a ``path`` that holds no store, before anything in it is touched.
 
     A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
-    as a Java broker's does; or, before its first segment, a ``config/`` directory beside
-    nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``, ``consumequeue/``,
-    ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty directory is where a writable open creates a store.
-    Anything else raises :class:`NotAStoreError`; a read-only open of a missing path raises
-    FileNotFoundError.
+    as a Java broker's does; or, before its first segment, a ``config/`` directory of JSON
+    files beside nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``,
+    ``consumequeue/``, ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty
+    directory is where a writable open creates a store. Anything else raises
+    :class:`NotAStoreError`; a read-only open of a missing path raises FileNotFoundError.
     """
     try:
         names = os.listdir(path)
@@ -114,6 +114,12 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
                                  "is not one of a store's files")
     if "config" not in names and (read_only or names != [".spark-staging"]):
         raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
+    if "config" in names:
+        foreign = [n for n in os.listdir(os.path.join(path, "config"))
+                   if not n.endswith((".json", ".json.bak", ".json.tmp"))]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and its config/ "
+                                 f"holds {sorted(foreign)[0]!r}, which is not a store's config file")
 
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
