@@ -13,20 +13,21 @@ from rocketstore.errors import DiskFullError, StoreClosedError
 SEGMENT = 64 * 1024
 
 
-def resources():
+def resources(collect=True):
     """(Python threads, OS threads, open fds) of this process, after collecting garbage (an
     earlier test's dropped store is closed then, not in the middle of this one)."""
-    gc.collect()
+    if collect:
+        gc.collect()
     return (sorted(t.name for t in threading.enumerate()), len(os.listdir("/proc/self/task")),
             len(os.listdir("/proc/self/fd")))
 
 
-def settled(before):
+def settled(before, collect=True):
     """resources() once they are back to ``before`` (an exiting thread may linger a moment after
     its join returns); whatever they are after a bounded number of looks otherwise."""
     event = threading.Event()
     for _ in range(500):
-        now = resources()
+        now = resources(collect)
         if now == before:
             break
         event.wait(0.01)
@@ -139,3 +140,28 @@ def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
     durable = step == "segments"
     assert (tmp_path / "store" / "abort").exists() is not durable
     check_reopens_clean(tmp_path / "store", impl, expect_clean=durable)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_dropped_store_is_closed_at_once_without_a_garbage_collection(tmp_path, impl, read_only):
+    # no reference cycle through the store: dropping the last reference closes it (as a file)
+    path = tmp_path / "store"
+    busy_store(path, impl).close()
+    before = resources()
+    gc.disable()
+    try:
+        s = MessageStore(path, implementation=impl.name, read_only=read_only)
+        assert s.query_by_key("T", "k1")[0].body == b"m1"
+        if not read_only:
+            s.put("T", b"late", delay_level=1)
+            future = s.put_pipelined("T", b"piped")
+            future.add_done_callback(lambda f: None)
+            future.result()
+            del future
+        del s
+        if not read_only:
+            assert not (path / "abort").exists()
+            open_store(path, impl).close()       # the lock was released
+        assert settled(before, collect=False) == before
+    finally:
+        gc.enable()

@@ -11,7 +11,7 @@ import threading
 import weakref
 from typing import Callable, Optional
 
-__all__ = ["start_weak_thread", "weak_method"]
+__all__ = ["start_weak_thread", "weak_method", "weak_proxy"]
 
 
 def start_weak_thread(owner, tick: Callable[[object], Optional[float]], stop: threading.Event,
@@ -46,3 +46,13 @@ def weak_method(method, dead: Optional[Callable[[], object]] = None):
             return dead() if dead is not None else None
         return bound(*args, **kwargs)
     return call
+
+
+def weak_proxy(obj):
+    """A weak proxy of ``obj`` (for a part of a store that refers back to it: no reference
+    cycle, so a dropped store is closed at once), or ``obj`` itself if it cannot be weakly
+    referenced."""
+    try:
+        return weakref.proxy(obj)
+    except TypeError:
+        return obj

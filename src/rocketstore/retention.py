@@ -51,7 +51,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from rocketstore._background import start_weak_thread
+from rocketstore._background import start_weak_thread, weak_proxy
 from rocketstore._clock import now_ms as _now_ms
 from rocketstore.errors import DiskFullError
 
@@ -106,7 +106,7 @@ class Cleaner:
     def __init__(self, store, *, clock: Optional[Callable[[], int]] = None,
                  disk_usage: Optional[Callable[[str], float]] = None,
                  local_hour: Optional[Callable[[int], int]] = None):
-        self._store = store
+        self._store = weak_proxy(store)     # the store owns this: no reference cycle
         self.config = store.config
         self._clock = clock or _now_ms
         self._disk_usage = disk_usage or _statvfs_usage

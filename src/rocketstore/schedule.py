@@ -72,7 +72,7 @@ import re
 import threading
 from typing import Callable, Optional
 
-from rocketstore._background import start_weak_thread
+from rocketstore._background import start_weak_thread, weak_proxy
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
                                      SubscriptionGroupTable)
@@ -236,7 +236,7 @@ class ScheduleService:
     docstring). Built by the store when it opens; it reconciles an interrupted pass at once."""
 
     def __init__(self, store, *, clock: Optional[Callable[[], int]] = None, interval_ms: int = 100):
-        self._store = store
+        self._store = weak_proxy(store)     # the store owns this: no reference cycle
         cfg = store.config
         self.levels_ms = tuple(cfg.delay_levels_ms)
         self.max_level = len(self.levels_ms)

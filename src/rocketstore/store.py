@@ -306,7 +306,7 @@ class MessageStore:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
             self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
-                                          start=dispatch_start, end_of=lambda: self._end,
+                                          start=dispatch_start, end_of=weak_method(self._read_only_end),
                                           delay_levels_ms=cfg.delay_levels_ms)
             self._rebuild(end)
             return
@@ -343,6 +343,9 @@ class MessageStore:
         self._cleaner.start()
         self._schedule = ScheduleService(self, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
+
+    def _read_only_end(self) -> int:
+        return self._end
 
     def _open_queues(self) -> None:
         """Open the ConsumeQueues (recovered, §4.4) and the index files.
