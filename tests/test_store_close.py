@@ -26,7 +26,7 @@ def settled(before, collect=True):
     """resources() once they are back to ``before`` (an exiting thread may linger a moment after
     its join returns); whatever they are after a bounded number of looks otherwise."""
     event = threading.Event()
-    for _ in range(500):
+    for _ in range(2000):
         now = resources(collect)
         if now == before:
             break
