@@ -304,7 +304,7 @@ class Cleaner:
         if not interval:
             return
         self._stop.clear()
-        # holds the cleaner (and so the store) only during a pass: a dropped store is collected
+        # holds the cleaner only during a pass (it holds the store weakly): a dropped store closes
         self._thread = start_weak_thread(self, Cleaner._tick, self._stop, "rocketstore-clean",
                                          first_wait=interval / 1000)
 

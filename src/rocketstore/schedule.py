@@ -264,7 +264,7 @@ class ScheduleService:
     def start(self) -> None:
         """Start the background thread (not when ``interval_ms`` is 0)."""
         if self._interval_ms and self._thread is None:
-            # holds the service (and so the store) only during a pass: a dropped store is collected
+            # holds the service only during a pass (it holds the store weakly): a dropped store closes
             self._thread = start_weak_thread(self, ScheduleService._tick, self._stop, "rocketstore-schedule")
 
     def close(self) -> None:
