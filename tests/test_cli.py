@@ -382,6 +382,18 @@ def test_export_parquet_without_pyarrow_is_one_clear_error(run, unchanged, tmp_p
     (("--store", "{store}", "query-by-key", "T", "k", "--max", "65"), 2, "65 is above 64"),
     (("--store", "{store}", "query-by-key", "T", "k", "--begin", "yesterday"), 2, "'yesterday' is neither"),
     (("frobnicate",), 2, "invalid choice: 'frobnicate'"),
+    # numbers too large for the store's fields: one line, exit 2 (they printed OverflowError tracebacks)
+    (("--store", "{store}", "put", "T", "x", "--queue", "99999999999999999999999"), 2, "is above 2147483647"),
+    (("--store", "{store}", "query-by-key", "T", "k", "--begin", "99999999999999999999"), 2,
+     "is above 9223372036854775807"),
+    (("--store", "{store}", "query-by-key", "T", "k", "--end", "99999999999999999999"), 2, "is above"),
+    (("--store", "{store}", "query-by-offset", "T", "0", "99999999999999999999"), 2, "is above"),
+    (("--store", "{store}", "query-by-offset", "T", "99999999999", "0"), 2, "is above 2147483647"),
+    (("--store", "{store}", "consume", "T", "--group", "g", "--max", "99999999999999999999"), 2, "is above"),
+    (("--store", "{store}", "consume", "T", "--group", "g", "--queue", "2147483648"), 2, "is above"),
+    (("--store", "{store}", "dump", "--from", "99999999999999999999"), 2, "is above"),
+    (("--store", "{store}", "dump", "--to", "99999999999999999999"), 2, "is above"),
+    (("--store", "{tmp}/new", "quickstart", "--body-size", "99999999999999999999"), 2, "is above"),
 ])
 def test_user_mistakes_are_one_line_on_stderr(run, store, tmp_path, args, status, message):
     (tmp_path / "file").write_text("not a store")

@@ -701,3 +701,28 @@ def test_property_pieces_twins_agree_on_hostile_tables(records, data):
         except CorruptRecordError as exc:
             return ("raised", str(exc))
     assert outcome(_codec_c.property_pieces) == outcome(_codec_py.property_pieces)
+
+
+class _CollidingKeys:
+    """A codec whose queue_keys gives every record the same 64-bit key (a hash collision)."""
+
+    def __init__(self, codec):
+        self._codec = codec
+
+    def __getattr__(self, name):
+        return getattr(self._codec, name)
+
+    def queue_keys(self, buffer, records):
+        keys = self._codec.queue_keys(buffer, records)
+        keys[:] = keys[-1]
+        return keys
+
+
+def test_queue_groups_survive_a_queue_key_collision(codec):
+    # Before: a collision raised a bare RuntimeError, and the dispatch thread retried the same
+    # range forever. Now the rows are grouped exactly, by topic bytes and queue id.
+    from rocketstore.dispatch import queue_groups
+    buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"}, {"topic": "TopicA", "queue_id": 1},
+                      {"topic": "TopicA"}, {"topic": "TopicB"})
+    groups = {(t, q): idx.tolist() for t, q, idx in queue_groups(_CollidingKeys(codec), buf, rows)}
+    assert groups == {("TopicA", 0): [0, 3], ("TopicB", 0): [1, 4], ("TopicA", 1): [2]}

@@ -73,9 +73,10 @@ def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str
             topic = TOPICS[i % len(TOPICS)]
             key = f"k{i}"
             body = rng.randbytes(rng.choice([0, 1, 20, 200, 700]))
-            r = store.put(topic, body, tags=f"tag{i % 3}", keys=f"{key} shared{i % 5}",
-                          queue_id=(i // len(TOPICS)) % 2,
-                          properties={"DELAY": "3"} if i % 17 == 0 else None)
+            args = (topic, body, f"tag{i % 3}", f"{key} shared{i % 5}",
+                    {"DELAY": "3"} if i % 17 == 0 else None, (i // len(TOPICS)) % 2, 0, None, 0)
+            # a user's put cannot reach %RETRY%g1 (a system topic): the store's internal path can
+            r = store._put(*args)
             written.append((r.commitlog_offset, topic, r.queue_id, key))
         store.put_batch("T1", [b"batch-%d" % i for i in range(20)], tags="batch", queue_id=0)
         store.commit_offset("g1", "T0", 0, 5)

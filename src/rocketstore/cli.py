@@ -30,11 +30,11 @@ import rocketstore
 from rocketstore.config import default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import GetMessageStatus
-from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, RocketStoreError,
+from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, NotAStoreError, RocketStoreError,
                                 StoreLockedError)
 from rocketstore.message import MessageExt
 from rocketstore.schedule import dlq_counts
-from rocketstore.store import MessageStore
+from rocketstore.store import MessageStore, check_store_dir
 
 __all__ = ["main", "build_parser", "message_dict", "Progress", "quickstart", "CliError"]
 
@@ -409,17 +409,12 @@ def _store_path(args) -> str:
 def _check_store_dir(path: str, *, may_create: bool = False) -> None:
     """Refuse (CliError) a path that is not a store. ``may_create``: a missing or empty
     directory is fine (``put`` starts a store there)."""
-    if not os.path.exists(path):
-        if may_create:
-            return
+    if not os.path.lexists(path) and not may_create:
         raise CliError(f"no store at {path} (give --store DIR, or set ROCKETSTORE_HOME)")
-    if not os.path.isdir(path):
-        raise CliError(f"{path} is not a store: it is not a directory")
-    if os.path.isdir(os.path.join(path, "commitlog")):
-        return
-    if may_create and not os.listdir(path):
-        return
-    raise CliError(f"{path} is not a store: it has no commitlog/ directory")
+    try:
+        check_store_dir(path, read_only=not may_create)
+    except (NotAStoreError, OSError) as exc:
+        raise CliError(str(exc)) from None
 
 
 def open_store(args, *, writable: bool = False, create: bool = False,
@@ -1181,7 +1176,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _int_at_least(minimum: int, what: str = "a number"):
+_INT64_MAX = (1 << 63) - 1
+DEFAULT_BODY_LIMIT = 4 << 20        # quickstart's bodies: the default max_message_size
+_INT32_MAX = (1 << 31) - 1
+
+
+def _int_at_least(minimum: int, what: str = "a number", maximum: int = _INT64_MAX):
+    """An argument type: an int in ``minimum .. maximum`` (the store's field: int64 by default)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -1189,13 +1190,15 @@ def _int_at_least(minimum: int, what: str = "a number"):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is above {maximum}")
         return value
     return parse
 
 
 _offset = _int_at_least(0, "an offset")
 _count = _int_at_least(1, "a count")
-_queue = _int_at_least(0, "a queue id")
+_queue = _int_at_least(0, "a queue id", _INT32_MAX)      # a Java int
 
 
 def _key_max(text: str) -> int:
@@ -1212,7 +1215,7 @@ def _time_ms(text: str) -> int:
     """Milliseconds since the epoch, or an ISO 8601 time (local time unless it has an offset)."""
     text = text.strip()
     if text.isdigit():
-        return int(text)
+        return _int_at_least(0, "a time")(text)
     try:
         moment = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
@@ -1319,7 +1322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("quickstart", cmd_quickstart,
                 "write, consume and query a million messages in the store and print the rates")
     p.add_argument("--count", type=_count, default=1_000_000, metavar="N")
-    p.add_argument("--body-size", type=_int_at_least(0, "a size"), default=128, metavar="BYTES")
+    p.add_argument("--body-size", type=_int_at_least(0, "a size", DEFAULT_BODY_LIMIT), default=128, metavar="BYTES")
     return parser
 
 

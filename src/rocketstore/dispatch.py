@@ -72,8 +72,8 @@ def queue_groups(codec, buffer, records) -> list[tuple[str, int, np.ndarray]]:
 
     ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
     Python step per record, by ``codec.queue_keys`` (a 64-bit hash of topic and queue id), and
-    the grouping is checked byte for byte (``codec.same_queues``), so a hash collision can never
-    merge two queues.
+    the grouping is checked byte for byte (``codec.same_queues``); should two queues' keys
+    collide, the rows are grouped again exactly, by topic bytes and queue id.
     """
     n = len(records)
     if n == 0:
@@ -90,16 +90,22 @@ def queue_groups(codec, buffer, records) -> list[tuple[str, int, np.ndarray]]:
         representatives = first[inverse]
         order = np.argsort(inverse, kind="stable")
         groups = np.split(order, np.cumsum(counts)[:-1])
-    if not codec.same_queues(buffer, records, representatives):
-        raise RuntimeError("topic hash collision while grouping records")  # pragma: no cover
     raw = np.frombuffer(buffer, dtype=np.uint8)
-    out = []
-    for g, rows in enumerate(groups):
-        r = int(first[g])
-        at = int(records["topic_pos"][r])
-        topic = raw[at:at + int(records["topic_len"][r])].tobytes().decode("utf-8", "surrogateescape")
-        out.append((topic, int(records["queue_id"][r]), rows))
-    return out
+    topic_pos, topic_len = records["topic_pos"], records["topic_len"]
+
+    def topic_of(r: int) -> bytes:
+        at = int(topic_pos[r])
+        return raw[at:at + int(topic_len[r])].tobytes()
+
+    if not codec.same_queues(buffer, records, representatives):
+        # Two queues share a 64-bit key: group exactly, one Python step per record.
+        exact: dict = {}
+        for r in range(n):
+            exact.setdefault((topic_of(r), int(records["queue_id"][r])), []).append(r)
+        return [(topic.decode("utf-8", "surrogateescape"), queue_id, np.array(rows, dtype=np.int64))
+                for (topic, queue_id), rows in exact.items()]
+    return [(topic_of(int(first[g])).decode("utf-8", "surrogateescape"), int(records["queue_id"][int(first[g])]), rows)
+            for g, rows in enumerate(groups)]
 
 
 class Dispatcher:

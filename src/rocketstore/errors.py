@@ -8,6 +8,7 @@ __all__ = [
     "RocketStoreError",
     "InvalidMessageError",
     "InvalidTopicError",
+    "SystemTopicError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
     "PropertiesTooLargeError",
@@ -20,6 +21,7 @@ __all__ = [
     "StoreLockedError",
     "StoreReadOnlyError",
     "StoreConfigError",
+    "NotAStoreError",
     "SegmentError",
     "DiskFullError",
 ]
@@ -35,6 +37,12 @@ class InvalidMessageError(RocketStoreError, ValueError):
 
 class InvalidTopicError(InvalidMessageError):
     """Topic empty, longer than 127 characters, or with characters outside ``[%|a-zA-Z0-9_-]``."""
+
+
+class SystemTopicError(InvalidTopicError):
+    """A put to one of RocketMQ's system topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``,
+    ``%RETRY%<group>``, ``%DLQ%<group>``, ...): only the store itself writes there (delayed
+    messages, :meth:`~rocketstore.MessageStore.send_back`). Reading them is allowed."""
 
 
 class InvalidQueueIdError(InvalidMessageError):
@@ -91,6 +99,11 @@ class StoreReadOnlyError(RocketStoreError):
 
 class StoreConfigError(RocketStoreError, ValueError):
     """An invalid store option, or a store directory laid out for other options."""
+
+
+class NotAStoreError(StoreConfigError):
+    """The directory exists and is not empty, but holds no store (no ``commitlog/`` of
+    20-digit segments, no rocketstore files): it is not opened and nothing in it is touched."""
 
 
 class SegmentError(RocketStoreError, OSError):

@@ -58,7 +58,8 @@ from rocketstore.mapped_file import MappedFile, allocate_range
 
 log = logging.getLogger("rocketstore.indexservice")
 
-__all__ = ["IndexService", "MappedIndexFile", "INDEX_DIR_NAME", "MAX_MSGS_NUM_BATCH", "KEY_SEPARATOR"]
+__all__ = ["IndexService", "MappedIndexFile", "INDEX_DIR_NAME", "MAX_MSGS_NUM_BATCH", "KEY_SEPARATOR",
+           "detect_index_geometry"]
 
 INDEX_DIR_NAME = "index"
 MAX_MSGS_NUM_BATCH = 64      # maxMsgsNumBatch: the cap on one query's results (§5.5)
@@ -154,6 +155,92 @@ class MappedIndexFile:
                 f"time=[{self.begin_timestamp}, {self.end_timestamp}]>")
 
 
+# -- the geometry of existing files -----------------------------------------------------------
+
+_MAX_CANDIDATES = 1 << 16     # slot counts tried per file before giving up on it
+
+
+def detect_index_geometry(root: str) -> Optional[tuple[int, int]]:
+    """``(slot count, item count)`` the index files under ``root/index`` were written with, or
+    None when there are none or nothing fits.
+
+    They are read from a file's own bytes (§5.1, §5.3), newest file first: its size is
+    ``40 + 4 * slots + 20 * items``, and only the right slot count puts the header's
+    beginPhyOffset in item 1, its endPhyOffset in the last item (indexCount - 1), and that
+    item's number in the slot of its key hash.
+    """
+    directory = os.path.join(root, INDEX_DIR_NAME)
+    try:
+        names = sorted((n for n in os.listdir(directory) if len(n) == 17 and n.isdigit()), reverse=True)
+        sizes = {n: os.path.getsize(os.path.join(directory, n)) for n in names}
+    except OSError:
+        return None
+    fallback = None
+    for name in names:
+        size = sizes[name]
+        if size <= _HEADER_SIZE:
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            continue
+        try:
+            found = _geometry_of(data, size)
+        finally:
+            data.close()
+        if found is not None:
+            return found
+        if fallback is None and (size - _HEADER_SIZE) % 84 == 0:     # RocketMQ's 4 items per slot
+            fallback = ((size - _HEADER_SIZE) // 84, 4 * ((size - _HEADER_SIZE) // 84))
+    return fallback
+
+
+def _geometry_of(data, size: int) -> Optional[tuple[int, int]]:
+    """The (slots, items) of one index file's bytes ``data``, if its items tell (see above)."""
+    if size < _HEADER_SIZE:
+        return None
+    _bt, _et, begin_phy, end_phy, _hsc, count = _HEADER.unpack_from(data, 0)
+    last = count - 1
+    if last < 1 or size < _HEADER_SIZE + _SLOT_SIZE + _ITEM_SIZE * count:
+        return None     # no item yet: any geometry reads it alike
+
+    def fits(slots: int) -> bool:
+        items_at = _HEADER_SIZE + _SLOT_SIZE * slots
+        rest = size - items_at
+        if slots < 1 or rest % _ITEM_SIZE or rest // _ITEM_SIZE < count:
+            return False
+        first = items_at + _ITEM_SIZE
+        key_hash, phy, _diff, prev = struct.unpack_from(">iqii", data, items_at + _ITEM_SIZE * last)
+        if phy != end_phy or key_hash < 0 or prev < 0 or prev >= last:
+            return False
+        if struct.unpack_from(">q", data, first + 4)[0] != begin_phy or struct.unpack_from(">i", data, first + 16)[0]:
+            return False
+        if data[items_at:first].count(0) != _ITEM_SIZE:
+            return False
+        return struct.unpack_from(">i", data, _HEADER_SIZE + _SLOT_SIZE * (key_hash % slots))[0] == last
+
+    top = (size - _HEADER_SIZE - _ITEM_SIZE * count) // _SLOT_SIZE
+    if (size - _HEADER_SIZE) % 84 == 0 and fits((size - _HEADER_SIZE) // 84):
+        return (size - _HEADER_SIZE) // 84, 4 * ((size - _HEADER_SIZE) // 84)
+    if end_phy != 0:
+        # the last item's phyOffset field sits at 44 + 4 * slots + 20 * last
+        pattern = struct.pack(">q", end_phy)
+        at = data.find(pattern, _HEADER_SIZE + 4 + _SLOT_SIZE + _ITEM_SIZE * last)
+        for _ in range(_MAX_CANDIDATES):
+            if at < 0:
+                break
+            slots, odd = divmod(at - _HEADER_SIZE - 4 - _ITEM_SIZE * last, _SLOT_SIZE)
+            if not odd and slots <= top and fits(slots):
+                return slots, (size - _HEADER_SIZE - _SLOT_SIZE * slots) // _ITEM_SIZE
+            at = data.find(pattern, at + 1)
+        return None
+    for slots in range(1, min(top, _MAX_CANDIDATES) + 1):
+        if fits(slots):
+            return slots, (size - _HEADER_SIZE - _SLOT_SIZE * slots) // _ITEM_SIZE
+    return None
+
+
 class IndexService:
     """The index files under ``<root>/index/`` (Java ``IndexService``).
 
@@ -220,9 +307,14 @@ class IndexService:
             try:
                 for name in names:
                     path = os.path.join(self.directory, name)
-                    if not os.path.isfile(path):
-                        continue
-                    size = os.path.getsize(path)
+                    try:
+                        if not os.path.isfile(path):
+                            continue
+                        size = os.path.getsize(path)
+                    except FileNotFoundError:
+                        if self.read_only:
+                            continue      # deleted by the writer's retention since the listing
+                        raise
                     if size == 0 and name == names[-1]:
                         if not self.read_only:
                             os.unlink(path)
@@ -240,7 +332,12 @@ class IndexService:
                             self._files.append(self._map(path, create=False))
                             dropping = True     # files after the resume point were never durable
                             continue
-                    f = self._map(path, create=False)
+                    try:
+                        f = self._map(path, create=False)
+                    except SegmentError as exc:
+                        if self.read_only and exc.errno == errno.ENOENT:
+                            continue      # deleted since the listing, as above
+                        raise
                     # a full file older than the resume point's was msynced before that was saved
                     durable = resume is not None and name < resume["file"] and f.is_full
                     if abnormal and not self.read_only and not durable and (

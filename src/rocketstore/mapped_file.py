@@ -248,6 +248,11 @@ class MappedFileQueue:
             # would hang), a directory or a symlink loop cannot be mapped
             try:
                 size = os.stat(path).st_size
+            except FileNotFoundError:
+                if not self.read_only:
+                    raise SegmentError(errno.ENOENT, "segment vanished while the store opened", path) from None
+                expected = self._forget_loaded()
+                continue
             except OSError as exc:
                 raise SegmentError(exc.errno, f"cannot stat segment: {exc.strerror}", path) from exc
             if not os.path.isfile(path):
@@ -262,8 +267,23 @@ class MappedFileQueue:
                 raise StoreConfigError(f"segment {path} does not start at a multiple of {self.file_size}")
             if expected is not None and start != expected:
                 raise StoreConfigError(f"segment {path} leaves a gap: expected a segment at {expected}")
-            self.files.append(MappedFile(path, start, self.file_size, read_only=self.read_only))
+            try:
+                self.files.append(MappedFile(path, start, self.file_size, read_only=self.read_only))
+            except SegmentError as exc:
+                if not (self.read_only and exc.errno == errno.ENOENT):
+                    raise
+                expected = self._forget_loaded()
+                continue
             expected = start + self.file_size
+
+    def _forget_loaded(self) -> None:
+        """A read-only load met a segment that vanished since the listing: retention deleted it
+        and, deleting oldest first, every one before it, which are dropped too (the store is
+        seen as it is after that deletion). Returns None, the next expected start."""
+        for mf in self.files:
+            mf.close()
+        self.files.clear()
+        return None
 
     @property
     def min_offset(self) -> int:

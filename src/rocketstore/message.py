@@ -12,7 +12,7 @@ import socket
 from typing import Mapping, Optional
 
 __all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "validate_topic",
-           "is_valid_topic", "MAX_TOPIC_LENGTH", "PROPERTY_KEYS",
+           "is_valid_topic", "is_system_topic", "check_user_topic", "MAX_TOPIC_LENGTH", "PROPERTY_KEYS",
            "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "PROPERTY_WAIT", "PROPERTY_DELAY"]
 
 PROPERTY_KEYS = "KEYS"
@@ -44,6 +44,25 @@ def validate_topic(topic) -> str:
     if _TOPIC_CHARS.fullmatch(topic) is None:
         raise InvalidTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
     return topic
+
+
+#: Topics only the broker writes to (TopicValidator's not-allowed-send set and system prefixes,
+#: MixAll's retry and dead-letter prefixes); rocketstore's own puts reach them internally.
+SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
+SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%RETRY%", "%DLQ%")
+
+
+def is_system_topic(topic) -> bool:
+    """Whether ``topic`` is one of RocketMQ's system topics (a user may read, not put to it)."""
+    return isinstance(topic, str) and (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES))
+
+
+def check_user_topic(topic) -> None:
+    """Raise SystemTopicError if a user's put names a system topic (other checks: the core's)."""
+    if is_system_topic(topic):
+        from rocketstore.errors import SystemTopicError
+        raise SystemTopicError(f"topic {topic!r} is a RocketMQ system topic: only the store writes to it "
+                               "(delay_level, send_back); reading it is allowed")
 
 
 def host_to_bytes(ip: str) -> bytes:

@@ -56,6 +56,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from rocketstore._background import start_weak_thread, weak_proxy
 from rocketstore._clock import now_ms as _now_ms
 from rocketstore._failurelog import FailureLog
 from rocketstore.errors import DiskFullError
@@ -111,7 +112,7 @@ class Cleaner:
     def __init__(self, store, *, clock: Optional[Callable[[], int]] = None,
                  disk_usage: Optional[Callable[[str], float]] = None,
                  local_hour: Optional[Callable[[int], int]] = None):
-        self._store = store
+        self._store = weak_proxy(store)     # the store owns this: no reference cycle
         self.config = store.config
         self._clock = clock or _now_ms
         self._disk_usage = disk_usage or _statvfs_usage
@@ -348,18 +349,18 @@ class Cleaner:
         if not interval:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(interval / 1000,),
-                                        name="rocketstore-clean", daemon=True)
-        self._thread.start()
+        # holds the cleaner only during a pass (it holds the store weakly): a dropped store closes
+        self._thread = start_weak_thread(self, Cleaner._tick, self._stop, "rocketstore-clean",
+                                         first_wait=interval / 1000)
 
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.run_once()
-            except Exception as exc:   # logged once, counted, retried at the next tick
-                self._pass_failures.failed(exc)
-            else:
-                self._pass_failures.succeeded()
+    def _tick(self) -> float:
+        try:
+            self.run_once()
+        except Exception as exc:   # logged once, counted, retried at the next tick
+            self._pass_failures.failed(exc)
+        else:
+            self._pass_failures.succeeded()
+        return self.config.clean_resource_interval_ms / 1000
 
     def stop(self) -> None:
         """Stop the background thread, waiting for a pass in progress."""

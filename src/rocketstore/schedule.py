@@ -72,6 +72,7 @@ import re
 import threading
 from typing import Callable, Optional
 
+from rocketstore._background import start_weak_thread, weak_proxy
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
                                      SubscriptionGroupTable)
@@ -235,7 +236,7 @@ class ScheduleService:
     docstring). Built by the store when it opens; it reconciles an interrupted pass at once."""
 
     def __init__(self, store, *, clock: Optional[Callable[[], int]] = None, interval_ms: int = 100):
-        self._store = store
+        self._store = weak_proxy(store)     # the store owns this: no reference cycle
         cfg = store.config
         self.levels_ms = tuple(cfg.delay_levels_ms)
         self.max_level = len(self.levels_ms)
@@ -263,8 +264,8 @@ class ScheduleService:
     def start(self) -> None:
         """Start the background thread (not when ``interval_ms`` is 0)."""
         if self._interval_ms and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="rocketstore-schedule", daemon=True)
-            self._thread.start()
+            # holds the service only during a pass (it holds the store weakly): a dropped store closes
+            self._thread = start_weak_thread(self, ScheduleService._tick, self._stop, "rocketstore-schedule")
 
     def close(self) -> None:
         """Stop the thread (a pass in progress completes) and save progress. Idempotent."""
@@ -276,18 +277,18 @@ class ScheduleService:
             if self._progress.dirty and self._progress.intent is None:
                 self._progress.persist()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                delivered, more, next_due = self._pass(None)
-            except Exception:
-                log.exception("delayed delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
-                wait_ms = RETRY_AFTER_FAILURE_MS
-            else:
-                wait_ms = 0 if more else self._interval_ms
-                if next_due is not None:
-                    wait_ms = min(wait_ms, max(0, next_due - self.clock()))
-            self._stop.wait(wait_ms / 1000)
+    def _tick(self) -> float:
+        """One pass of the background thread; the seconds until the next."""
+        try:
+            delivered, more, next_due = self._pass(None)
+        except Exception:
+            log.exception("delayed delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
+            wait_ms = RETRY_AFTER_FAILURE_MS
+        else:
+            wait_ms = 0 if more else self._interval_ms
+            if next_due is not None:
+                wait_ms = min(wait_ms, max(0, next_due - self.clock()))
+        return wait_ms / 1000
 
     # ---- topics ----
 
@@ -607,7 +608,7 @@ class ScheduleService:
         copy = Message(topic, bytes(msg.body), properties=props, flag=msg.flag, queue_id=0,
                        born_timestamp=msg.born_timestamp, reconsume_times=reconsume + 1,
                        sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6)
-        return self._store.put(copy)
+        return self._store._put_message(copy, None, 0)     # the store's own put into a system topic
 
     def update_group(self, group: str, retry_max_times: int) -> dict:
         """Set a subscription group's ``retryMaxTimes`` in ``subscriptionGroup.json``."""

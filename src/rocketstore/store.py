@@ -26,7 +26,8 @@ from typing import Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from rocketstore import _impl
-from rocketstore.checkpoint import Checkpoint
+from rocketstore._background import weak_method
+from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message,
@@ -34,21 +35,23 @@ from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _Damag
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, decode_chunks, queue_groups)
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
 from rocketstore.retention import Cleaner
-from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
-                                MessageNotFoundError, StoreClosedError,
+from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError,
+                                InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
+                                NotAStoreError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
-                                 PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
+                                 PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
+                                 validate_topic)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["MessageStore", "open_store"]
+__all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MAX = (1 << 63) - 1
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
@@ -63,13 +66,89 @@ _LOCKED_DIRS: set = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
 
 
+#: What a store root holds before its first segment exists (a store stopped while it was being
+#: created): rocketstore's own entries, each {name: (is a directory, largest size if a file)}.
+_EARLY_STORE_ENTRIES = {"config": (True, 0), "consumequeue": (True, 0), "index": (True, 0),
+                        "lock": (False, 4), "abort": (False, 0), "checkpoint": (False, CHECKPOINT_SIZE),
+                        ".spark-staging": (True, 0)}    # the Spark sink stages parts before it opens
+
+
+def check_store_dir(path: str, *, read_only: bool) -> None:
+    """Refuse a ``path`` that holds no store, before anything in it is touched.
+
+    A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
+    as a Java broker's does; or, before its first segment, a ``config/`` directory of JSON
+    files beside nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``,
+    ``consumequeue/``, ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty
+    directory is where a writable open creates a store. Anything else raises
+    :class:`NotAStoreError`; a read-only open of a missing path raises FileNotFoundError.
+    """
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        if read_only:
+            raise FileNotFoundError(f"no store at {path}") from None
+        return
+    except NotADirectoryError:
+        raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
+    if not names:
+        if read_only:
+            raise NotAStoreError(f"{path} is not a store: it is an empty directory "
+                                 "(a writable open creates a store there)")
+        return
+    commitlog = os.path.join(path, "commitlog")
+    if "commitlog" in names:
+        try:
+            segments = os.listdir(commitlog)
+        except NotADirectoryError:
+            raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
+        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
+                                 "which is not a segment (20-digit name)")
+        return
+    for name in sorted(names):
+        entry = os.path.join(path, name)
+        is_dir, largest = _EARLY_STORE_ENTRIES.get(name, (None, 0))
+        if is_dir is None or os.path.isdir(entry) != is_dir or os.path.islink(entry) \
+                or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest)):
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
+                                 "is not one of a store's files")
+    if "config" not in names and (read_only or names != [".spark-staging"]):
+        raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
+    if "config" in names:
+        foreign = [n for n in os.listdir(os.path.join(path, "config"))
+                   if not n.endswith((".json", ".json.bak", ".json.tmp"))]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and its config/ "
+                                 f"holds {sorted(foreign)[0]!r}, which is not a store's config file")
+
+
+#: How often a read-only open looks again when what it found changed under it (see __init__).
+_READ_ONLY_ATTEMPTS = 5
+#: What an open sets up, each closed by _teardown if set (None before it is).
+_PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "_segments",
+          "_queues", "_index", "_disk_index")
+
+
+def _closed_error():
+    raise StoreClosedError("the store is closed")
+
+
 def _detect_segment_size(directory: str) -> Optional[int]:
     try:
-        sizes = {os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-                 if len(n) == 20 and n.isdigit()}
+        names = [n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()]
     except OSError:
         return None
-    sizes.discard(0)
+    sizes = set()
+    for name in names:
+        try:
+            sizes.add(os.path.getsize(os.path.join(directory, name)))
+        except FileNotFoundError:
+            pass        # deleted by a writer's retention since the listing
+        except OSError:
+            return None
+    sizes.discard(0)    # being created by a writer
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -89,15 +168,9 @@ def _detect_queue_options(root: str, options: dict) -> None:
         except OSError:
             pass
     if "index_slots" not in options and "index_count" not in options:
-        try:
-            names = [n for n in os.listdir(os.path.join(root, "index")) if len(n) == 17 and n.isdigit()]
-            size = max(os.path.getsize(os.path.join(root, "index", n)) for n in names) if names else 0
-        except OSError:
-            size = 0
-        # RocketMQ's files have 4 items per slot: size = 40 + 4 * slots + 20 * 4 * slots
-        if size > 40 and (size - 40) % 84 == 0:
-            options["index_slots"] = (size - 40) // 84
-            options["index_count"] = 4 * options["index_slots"]
+        geometry = detect_index_geometry(root)
+        if geometry is not None:
+            options["index_slots"], options["index_count"] = geometry
 
 
 class _ReadOnlyCore:
@@ -130,43 +203,44 @@ class MessageStore:
                  implementation: Optional[str] = None, progress=None, **options):
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
+        self._closed = True
+        self._lock_fd = -1
+        check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._closed = True
-        self._lock_fd = -1
         self._core = None
         self._mutex = threading.RLock()
+        self._user_topics: set = set()     # topics a user's put was checked for (not system topics)
         commitlog_dir = os.path.join(self.path, "commitlog")
-        if "commitlog_file_size" not in options:
-            detected = _detect_segment_size(commitlog_dir)
-            if detected is not None:
-                options["commitlog_file_size"] = detected
-        _detect_queue_options(self.path, options)
-        self.config = StoreConfig(**options)
-        if read_only and not os.path.isdir(self.path):
-            raise FileNotFoundError(f"no store at {self.path}")
-        if not read_only:
-            os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
-            self._take_lock()
-        try:
-            self._open(commitlog_dir)
-        except BaseException:
-            if getattr(self, "_schedule", None) is not None:
-                self._schedule.close()
-            if getattr(self, "_cleaner", None) is not None:
-                self._cleaner.stop()
-            if getattr(self, "_dispatch_thread", None) is not None:
-                self._dispatch_thread.stop()
-            if getattr(self, "_core", None) is not None and not read_only:
-                self._core.close()
-            self._close_queues()
-            if getattr(self, "_segments", None) is not None:
-                self._segments.close()
-            self._release_lock()
-            raise
+        # A read-only open beside a writer whose retention deletes files (and creates new ones)
+        # while it looks may see a moment no store was in (a file sized or gone between two
+        # looks): it looks again, a few times, before it reports what it found.
+        for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
+            found = dict(options)
+            if "commitlog_file_size" not in found:
+                detected = _detect_segment_size(commitlog_dir)
+                if detected is not None:
+                    found["commitlog_file_size"] = detected
+            _detect_queue_options(self.path, found)
+            self.config = StoreConfig(**found)
+            if not read_only:
+                os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
+                self._take_lock()
+            for part in _PARTS:
+                setattr(self, part, None)
+            try:
+                self._open(commitlog_dir)
+                break
+            except (StoreConfigError, OSError):
+                self._teardown(clean=False)
+                if attempt + 1 >= _READ_ONLY_ATTEMPTS or not read_only:
+                    raise
+            except BaseException:
+                self._teardown(clean=False)      # what was opened is closed; the abort file stays
+                raise
         self._closed = False
 
     # ---- open / close ----
@@ -215,9 +289,16 @@ class MessageStore:
         preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)
         self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size,
                                          read_only=self.read_only, preallocate=preallocate)
-        self._segments.load()
+        if self.read_only:
+            # Queues and index first: a writer's retention deletes segments before the queue
+            # and index files that point into them, so every segment found after these has
+            # its units and index entries here (or dispatched into memory).
+            self._open_queues()
+            self._segments.load()
+        else:
+            self._segments.load()
+            self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
-        self._open_queues()
         end, queue_offsets, dispatch_start = self._recover()
         self._end = end
         self._dispatch_thread = None
@@ -227,7 +308,7 @@ class MessageStore:
             self._queue_offsets = queue_offsets
             self._core = _ReadOnlyCore()
             self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
-                                          start=dispatch_start, end_of=lambda: self._end,
+                                          start=dispatch_start, end_of=weak_method(self._read_only_end),
                                           delay_levels_ms=cfg.delay_levels_ms)
             self._rebuild(end)
             self._repair_holes(queue_offsets)
@@ -241,7 +322,8 @@ class MessageStore:
             file_size=cfg.commitlog_file_size, start_offset=end, store_host=store_raw,
             store_port=cfg.store_port, born_host=born_raw, born_port=cfg.born_port,
             uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
-            topic_lookup=self._topic_queues, roll=self._roll,
+            topic_lookup=weak_method(self._topic_queues, _closed_error),
+            roll=weak_method(self._roll, _closed_error),
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
             sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
@@ -259,12 +341,15 @@ class MessageStore:
         self._repair_holes(queue_offsets)
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
-                                                   checkpoint=self._save_checkpoint,
+                                                   checkpoint=weak_method(self._save_checkpoint),
                                                    checkpoint_interval_ms=cfg.checkpoint_interval_ms)
         self._cleaner = Cleaner(self)
         self._cleaner.start()
         self._schedule = ScheduleService(self, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
+
+    def _read_only_end(self) -> int:
+        return self._end
 
     def _open_queues(self) -> None:
         """Open the ConsumeQueues (recovered, §4.4) and the index files.
@@ -289,7 +374,8 @@ class MessageStore:
                 for cq in self._queues:
                     cq.recover()
             # after an abnormal stop _recover() cuts each queue where the checkpoint vouches for
-            self._index = IndexService(self.path, on_file_full=self._index_file_full, **index_options)
+            self._index = IndexService(self.path, on_file_full=weak_method(self._index_file_full),
+                                       **index_options)
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
     def _scan_start(self) -> tuple[int, int]:
@@ -572,54 +658,94 @@ class MessageStore:
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
 
-        When topics.json or consumerOffset.json cannot be written for lack of space, the store
-        still closes completely (its data is durable and the checkpoint written), then the
-        :class:`DiskFullError` is raised; that file keeps its previous content."""
-        if getattr(self, "_schedule", None) is not None:
-            self._schedule.close()    # before the mutex: a delivery pass in progress may need it
-        config_error = None
+        Every step runs whatever an earlier one raised: the threads stop, the files are closed
+        and the lock is released, and then the first error is raised (the store is closed
+        either way; a second ``close()`` does nothing). When a step that makes the data durable
+        failed (the final dispatch, the CommitLog's, the queues' or the index's flush, the
+        checkpoint), the checkpoint is not advanced and the abort file stays, so the next open
+        recovers as after a crash. When only topics.json or consumerOffset.json cannot be
+        written (e.g. :class:`DiskFullError`), the data is closed cleanly all the same and that
+        file keeps its previous content. A store dropped without ``close()`` is closed alike
+        when it is collected."""
+        if getattr(self, "_closed", True):
+            return
+        if self._schedule is not None:
+            try:
+                self._schedule.close()    # before the mutex: a delivery pass in progress may need it
+            except BaseException:
+                pass                      # _teardown closes it again and reports the error
         with self._mutex:
             if self._closed:
                 return
             self._closed = True
-            if self._cleaner is not None:
-                self._cleaner.stop()
-            if self._dispatch_thread is not None:
-                self._dispatch_thread.stop()
-            if not self.read_only and self._core is not None:
-                self._dispatcher.catch_up()
-                self._core.close()
-                self._close_queues()     # flushes the queues and the index
-                cp = self._checkpoint
-                last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
-                if last:
-                    cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
-                cp.confirm_phy_offset = self._dispatcher.offset
-                cp.flush()
-                for table in (self._topics, self._offsets):
-                    try:
-                        table.persist()
-                    except DiskFullError as exc:   # the data is closed cleanly all the same
-                        config_error = config_error or exc
-            else:
-                self._close_queues()
-            self._segments.close()
-            if not self.read_only:
-                try:
-                    os.unlink(self._abort_path)
-                except FileNotFoundError:
-                    pass
-            self._release_lock()
-        if config_error is not None:
-            # The CommitLog, queues, index and checkpoint are durable and the store is closed;
-            # topics.json or consumerOffset.json keeps its previous content.
-            raise config_error
+            errors = self._teardown(clean=True)
+        if errors:
+            raise errors[0]
+
+    def _teardown(self, clean: bool) -> list:
+        """Stop and close every part that was opened, each whatever the others raised, and
+        release the lock; the errors, in order. ``clean``: a close (dispatch the rest, write the
+        checkpoint and remove the abort file if all that made the data durable); else a failed
+        open (the abort file stays)."""
+        errors = []
+
+        def run(step) -> bool:
+            try:
+                step()
+                return True
+            except BaseException as exc:
+                errors.append(exc)
+                return False
+
+        for part in ("_schedule", "_cleaner", "_dispatch_thread"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close if part == "_schedule" else obj.stop)
+        writable = not self.read_only
+        core = getattr(self, "_core", None)
+        durable = clean and writable and core is not None
+        if durable:
+            durable = run(self._dispatcher.catch_up)
+        if writable and core is not None:
+            durable = run(core.close) and durable
+        durable = run(self._close_queues) and durable     # flushes the queues and the index
+        if durable:
+            durable = run(self._final_checkpoint)
+            for table in (self._topics, self._offsets):
+                run(table.persist)      # the data is closed cleanly all the same
+        if getattr(self, "_segments", None) is not None:
+            run(self._segments.close)
+        if durable:
+            run(self._remove_abort_file)
+        run(self._release_lock)
+        return errors
+
+    def _final_checkpoint(self) -> None:
+        cp = self._checkpoint
+        last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
+        if last:
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
+        cp.confirm_phy_offset = self._dispatcher.offset
+        cp.flush()
+
+    def _remove_abort_file(self) -> None:
+        try:
+            os.unlink(self._abort_path)
+        except FileNotFoundError:
+            pass
 
     def _close_queues(self) -> None:
+        """Close the ConsumeQueues and the index files, each whatever the others raised."""
+        error = None
         for part in ("_queues", "_index", "_disk_index"):
             obj = getattr(self, part, None)
             if obj is not None:
-                obj.close()
+                try:
+                    obj.close()
+                except BaseException as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
 
     def __enter__(self) -> "MessageStore":
         return self
@@ -628,10 +754,21 @@ class MessageStore:
         self.close()
 
     def __del__(self):
+        # Dropped without close(): close it as close() would. The store's own threads hold it
+        # only weakly, so this can run on one of them mid-step (holding a lock close() needs):
+        # then a new thread closes it (which keeps it alive until then).
+        if getattr(self, "_closed", True):
+            return
+        if threading.current_thread().name.startswith("rocketstore-"):
+            threading.Thread(target=self._close_quietly, name="rocketstore-finalize").start()
+        else:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
         try:
             self.close()
         except Exception:
-            pass
+            _log.exception("closing the dropped store %s failed", self.path)
 
     @property
     def closed(self) -> bool:
@@ -698,6 +835,8 @@ class MessageStore:
         the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
         ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
         """
+        if topic.__class__ is not str or topic not in self._user_topics:
+            self._check_user_topic(topic)
         if tags is None and keys is None and properties is None and body is not None \
                 and delay_level is None:
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
@@ -715,10 +854,19 @@ class MessageStore:
         The future resolves when the flush thread's group commit covers the message, so one
         thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
         """
+        self._check_user_topic(topic)
         if body is None:
             return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
         return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE,
                          delay_level)
+
+    def _check_user_topic(self, topic) -> None:
+        """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
+        the store's own puts into them (delay, send_back) do not come through here."""
+        name = topic.topic if isinstance(topic, Message) else topic
+        check_user_topic(name)
+        if name.__class__ is str and len(self._user_topics) < 65536:
+            self._user_topics.add(name)
 
     def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode, delay_level=None):
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
@@ -762,6 +910,7 @@ class MessageStore:
         message raises and nothing of the batch is written.
         """
         self._check_writable()
+        self._check_user_topic(topic)
         props = None
         if tags is not None or properties:
             props, unique_key, _ = self._properties(tags, None, properties)
@@ -781,6 +930,7 @@ class MessageStore:
         items = []
         waits = []
         for m in messages:
+            self._check_user_topic(m)
             item, wait = self._message_item(m)
             items.append(item)
             waits.append(wait)
@@ -984,16 +1134,31 @@ class MessageStore:
             else:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
         if self.read_only:      # a writer's record in progress is no damage
-            problems = [p for p in problems if p["offset"] < data_end]
+            problems = [p for p in problems if p["offset"] < data_end and not self._written_since(p["offset"])]
         if progress is not None:
             progress("verify", total, total)
-        checked = self._verify_queues(found, problems)
+        checked = self._verify_queues(found, problems, first)
         return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
                 "min_offset": first, "max_offset": self.max_offset, "queues": checked,
                 "problems": problems}
 
-    def _verify_queues(self, found, problems, max_per_queue: int = 10) -> int:
-        """Every unit of every queue must point at a record of that queue id and queue offset."""
+    def _written_since(self, offset: int) -> bool:
+        """Whether a whole record, or a segment's end marker, starts at ``offset`` now
+        (read-only: a writer beside this store finished what a scan met half-written)."""
+        mf = self._segments.find(offset)
+        if mf is None or mf.mm is None:
+            return False
+        pos = offset - mf.file_from_offset
+        view = mf.view(0, mf.file_size)
+        for arr, stop, reason in decode_chunks(self._codec, view, pos, mf.file_size, check_crc=True):
+            if len(arr):
+                return int(arr["position"][0]) == pos
+            return stop == pos and reason == self._codec.STOP_BLANK
+        return False
+
+    def _verify_queues(self, found, problems, low: int, max_per_queue: int = 10) -> int:
+        """Every unit of every queue must point at a record of that queue id and queue offset
+        (units below ``low``, the first segment checked, point at what retention deleted)."""
         if found:
             positions, sizes, qids, qoffsets = (np.concatenate(c) for c in zip(*found))
         else:
@@ -1017,6 +1182,7 @@ class MessageStore:
                 else:
                     ok = np.zeros(len(units), dtype=bool)
                 ok |= np.isin(phys, damaged)      # that record's damage is reported already
+                ok |= phys < low                  # deleted by retention: not damage
                 for i in np.flatnonzero(~ok)[:max_per_queue - bad]:
                     bad += 1
                     problems.append({"offset": int(phys[i]),
