@@ -393,3 +393,47 @@ def test_damaged_queues_never_hand_out_another_message(property_stores, tmp_path
             damaged |= _apply(root, op)
         _check_property_store(root, implementation, read_only, counts, damaged)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- damage below the checkpoint never cuts the records after it ----------------------------------
+
+@pytest.mark.parametrize("field", [("size", 3, 4), ("magic", 4, 0xFF), ("size-zero", 0, None)])
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "crashed"])
+def test_a_damaged_record_header_below_the_checkpoint_does_not_cut_the_log(tmp_path, impl, field, clean):
+    """A flipped bit in record 20's TOTALSIZE (or magic) in the last segment of a cleanly closed
+    store: its length cannot be trusted, but the records after it are durable and intact. The
+    writable open used to cut the CommitLog there and let new puts overwrite records 21..39."""
+    path = str(tmp_path / "store")
+    opts = dict(OPTIONS, commitlog_file_size=1 << 20)
+    with MessageStore(path, implementation=impl.name, **opts) as store:
+        put_round(store, ["A"], 40)
+        offsets = [store.get_by_queue_offset("A", 0, q).commitlog_offset for q in range(40)]
+        if not clean:
+            store._save_checkpoint()
+            crashed = crash_copy(path, str(tmp_path / "crashed"))
+    if not clean:
+        path = crashed
+    name, at, flip = field
+    seg = os.path.join(path, "commitlog", f"{0:020d}")
+    with open(seg, "r+b") as f:
+        f.seek(offsets[20] + at)
+        if flip is None:
+            f.write(bytes(4))
+        else:
+            b = f.read(1)[0]
+            f.seek(offsets[20] + at)
+            f.write(bytes([b ^ flip]))
+    for read_only in (True, False):
+        with MessageStore(path, read_only=read_only, implementation=impl.name, **opts) as store:
+            for q in range(40):
+                if q == 20:
+                    continue
+                m = store.get_by_queue_offset("A", 0, q)
+                assert bytes(m.body) == body_of("A", 0, q)
+            if not read_only:
+                r = store.put("A", b"after", queue_id=0)
+                assert r.queue_offset == 40 and r.commitlog_offset > offsets[39]
+            assert not store.verify()["ok"]             # the damage is reported
+    with MessageStore(path, implementation=impl.name, **opts) as store:
+        assert [bytes(store.get_by_queue_offset("A", 0, q).body) for q in (19, 21, 39, 40)] == \
+            [body_of("A", 0, 19), body_of("A", 0, 21), body_of("A", 0, 39), b"after"]

@@ -33,7 +33,7 @@ from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import close_map
 
-__all__ = ["Dispatcher", "consumable_rows", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
+__all__ = ["Dispatcher", "resync", "consumable_rows", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
 
 log = logging.getLogger("rocketstore.dispatch")
 
@@ -52,6 +52,38 @@ def decode_chunks(codec, buffer, lo: int, hi: int, *, check_crc: bool):
         if reason != limit or stop >= hi or not len(records):
             return
         lo = stop
+
+
+#: Where PHYSICALOFFSET lies in a record (TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET).
+_PHYSICAL_OFFSET_POS = 28
+_RESYNC_WINDOW = 4 << 20
+
+
+def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
+    """After damage at ``pos`` (a record whose lengths cannot be trusted), where the next whole
+    record of ``buffer[:hi]`` starts: the first position past ``pos`` holding a message magic
+    code, whose PHYSICALOFFSET is ``base`` + that position, and which decodes with a valid body
+    CRC. -1 when there is none. The damaged bytes between are stepped over, so the records after
+    a flipped bit in a TOTALSIZE field are neither cut off nor skipped."""
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    start = pos + 1
+    while start + _PHYSICAL_OFFSET_POS + 8 <= hi:
+        stop = min(hi, start + _RESYNC_WINDOW)
+        w = raw[start + 4:stop + 4 if stop + 4 <= hi else hi]    # the magic sits at +4
+        if len(w) < 4:
+            return -1
+        hits = np.flatnonzero((w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20)
+                              & ((w[3:] == 0xA7) | (w[3:] == 0xAB)))
+        for h in hits.tolist():
+            at = start + h
+            field = raw[at + _PHYSICAL_OFFSET_POS:at + _PHYSICAL_OFFSET_POS + 8]
+            if len(field) < 8 or int.from_bytes(field.tobytes(), "big", signed=True) != base + at:
+                continue
+            records, _stop, _reason = codec.decode_batch(buffer, at, hi, check_crc=True, max_records=1)
+            if len(records) == 1 and int(records["position"][0]) == at:
+                return at
+        start = stop
+    return -1
 
 
 def consumable(records) -> np.ndarray:
@@ -176,23 +208,32 @@ class Dispatcher:
         base = mf.file_from_offset
         hi = min(mf.file_size, target - base)
         view = mf.view(0, hi)
-        stop, reason = pos - base, None
-        for records, stop, reason in decode_chunks(self._codec, view, pos - base, hi, check_crc=False):
-            if len(records):
-                self._dispatch(view, base, records)
-                self.offset = base + stop
-                if self._progress is not None:
-                    self._progress(self.offset)
-        if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
-            return mf.end_offset
-        if self._damaged_at(mf, stop):
+        lo = pos - base
+        while True:
+            stop, reason = lo, None
+            for records, stop, reason in decode_chunks(self._codec, view, lo, hi, check_crc=False):
+                if len(records):
+                    self._dispatch(view, base, records)
+                    self.offset = base + stop
+                    if self._progress is not None:
+                        self._progress(self.offset)
+            if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
+                return mf.end_offset
+            if not self._damaged_at(mf, stop):
+                return base + stop
             # Every record below end_of() is complete, so this one is damaged and its length
-            # cannot be trusted: skip the rest of the segment, as RocketMQ's reput does, rather
-            # than stall every queue behind it. verify() reports it.
-            log.error("skipping the rest of CommitLog segment %s: no valid record at offset %d",
-                      os.path.basename(mf.path), base + stop)
-            return mf.end_offset
-        return base + stop
+            # cannot be trusted: go on at the next whole record (its magic code and
+            # PHYSICALOFFSET found), rather than stall every queue behind it or skip the rest of
+            # the segment as RocketMQ's reput does. verify() reports it.
+            lo = resync(self._codec, view, stop, hi, base)
+            if lo < 0:
+                if hi < mf.file_size:
+                    return base + stop       # what follows may not be written yet: look again
+                log.error("skipping the rest of CommitLog segment %s: no valid record after "
+                          "offset %d", os.path.basename(mf.path), base + stop)
+                return mf.end_offset
+            log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop,
+                      base + lo)
 
     def _damaged_at(self, mf, stop: int) -> bool:
         """Whether the scan of ``mf`` that stopped at ``stop`` met a damaged record, rather than

@@ -34,7 +34,7 @@ from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _Damag
                                 get_units)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable_rows, decode_chunks, queue_groups)
+                                  consumable_rows, decode_chunks, queue_groups, resync)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError,
@@ -432,11 +432,17 @@ class MessageStore:
         if mf is None:
             files = self._segments.files
             return bool(files) and offset == files[-1].end_offset
-        pos = offset - mf.file_from_offset
-        stop = 0
-        for _records, stop, _reason in decode_chunks(self._codec, mf.mm, 0, pos, check_crc=False):
-            pass
-        return stop == pos
+        target = offset - mf.file_from_offset
+        pos = 0
+        while True:
+            stop = pos
+            for _records, stop, _reason in decode_chunks(self._codec, mf.mm, pos, target, check_crc=False):
+                pass
+            if stop >= target:
+                return stop == target
+            pos = resync(self._codec, mf.mm, stop, mf.file_size, mf.file_from_offset)  # damage
+            if not 0 <= pos <= target:
+                return False
 
     def _ends_a_record(self, offset: int) -> bool:
         """Whether ``offset`` is provably where a record (or a segment) ends: a segment starts
@@ -483,13 +489,23 @@ class MessageStore:
                     if len(arr):
                         self._collect_queue_offsets(mf.mm, arr, tail)
                     self._report("recover", mf.file_from_offset + stop - scan_from, total)
-                size = int.from_bytes(mf.mm[stop:stop + 4], "big", signed=True) if stop + 4 <= mf.file_size else 0
-                if reason != codec.STOP_BAD_CRC or mf.file_from_offset + stop >= durable \
-                        or not 0 < size <= mf.file_size - stop:
+                if reason == codec.STOP_BLANK or stop >= mf.file_size \
+                        or mf.file_from_offset + stop >= durable:
                     break
-                _log.error("damaged record at commitlog offset %d (body CRC mismatch) below the "
-                           "checkpoint: kept, stepped over", mf.file_from_offset + stop)
-                pos = stop + size
+                size = int.from_bytes(mf.mm[stop:stop + 4], "big", signed=True) if stop + 4 <= mf.file_size else 0
+                if reason == codec.STOP_BAD_CRC and 0 < size <= mf.file_size - stop:
+                    _log.error("damaged record at commitlog offset %d (body CRC mismatch) below the "
+                               "checkpoint: kept, stepped over", mf.file_from_offset + stop)
+                    pos = stop + size
+                    continue
+                # lengths that cannot be trusted, below what the checkpoint vouches for: the next
+                # whole record (found by its magic code and PHYSICALOFFSET) goes on from there
+                nxt = resync(codec, mf.mm, stop, mf.file_size, mf.file_from_offset)
+                if nxt < 0:
+                    break
+                _log.error("damaged bytes at commitlog offset %d .. %d below the checkpoint: kept, "
+                           "stepped over", mf.file_from_offset + stop, mf.file_from_offset + nxt)
+                pos = nxt
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
