@@ -246,19 +246,26 @@ def body_crc(body):
 # Properties
 
 def encode_properties(props):
-    """``name\\x01value\\x02`` for every entry whose value is not None, UTF-8 encoded."""
+    """``name\\x01value\\x02`` for every entry, UTF-8 encoded.
+
+    A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
+    with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
+    refuses) raises InvalidMessageError rather than being stored as something that reads back
+    different.
+    """
     if not isinstance(props, _Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
     parts = []
     for key, value in props.items():
-        if value is None:
-            continue
         if not isinstance(key, str):
             raise InvalidMessageError(f"property name {key!r} is not a str")
         if not key:
             raise InvalidMessageError("property name is empty")
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
+        if not value:
+            raise InvalidMessageError(f"property {key!r} has an empty value, which RocketMQ's format "
+                                      "cannot carry (it would read back as absent)")
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
             raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
         parts.append(key)
