@@ -12,9 +12,12 @@ property > 0, is rewritten as RocketMQ 4.x's ``CommitLog.putMessage`` does: the 
 ``schedule_interval_ms``) walks each level's queue from its saved offset. A unit whose deliver
 time has come (a deliver time more than the level's delay ahead of the clock counts as due now,
 RocketMQ's clock-skew guard) is read and put again as a new record in ``REAL_TOPIC`` /
-``REAL_QID``: body, flag, sysFlag, born timestamp and reconsume times copied, properties kept
-except ``DELAY``, ``WAIT=false`` (§12); the first unit not yet due ends the level's walk, so
-order within a level is kept. Each level's next queue offset is kept in
+``REAL_QID``: body, flag, sysFlag, born timestamp and reconsume times copied, and the properties
+written as RocketMQ 4.9.8 writes them: all of them, ``DELAY`` included and no ``WAIT`` added, in
+the iteration order of the Java ``HashMap`` the broker decodes them into
+(:func:`delivered_properties`). The copy is put straight into the append core, so its ``DELAY``
+does not delay it again. The first unit not yet due ends the level's walk, so order within a
+level is kept. Each level's next queue offset is kept in
 ``config/delayOffset.json`` (fastjson layout, ``{"offsetTable":{1:5,3:2}}``).
 
 A record whose ``REAL_TOPIC``/``REAL_QID`` cannot be delivered (missing, not a topic, queue id
@@ -51,11 +54,11 @@ creates it) at once.
 
 Deviations from RocketMQ 4.x, on purpose:
 
-* 4.x serializes the delivered copy's properties *before* it removes ``DELAY`` and sets
-  ``WAIT=false``, so the bytes a 4.x broker writes still carry ``DELAY`` and the original
-  ``WAIT``. A consumer that sends such a message back at the maximum then sees its dead letter
-  delayed by the last level (apache/rocketmq PR #2722). Here the copy carries what §12 describes
-  (no ``DELAY``, ``WAIT=false``), and :meth:`send_back` drops ``DELAY`` for the DLQ.
+* §12 describes the copy without ``DELAY`` and with ``WAIT=false``; 4.x (4.9.8 included)
+  serializes the properties *before* it removes ``DELAY`` and sets ``WAIT=false``, so its bytes
+  keep ``DELAY`` and the original ``WAIT``. rocketstore writes what 4.9.8 writes. A 4.x consumer
+  that sends such a message back at the maximum sees its dead letter delayed by the last level
+  (apache/rocketmq PR #2722); :meth:`send_back` here drops ``DELAY`` for the DLQ.
 * 4.x writes ``ORIGIN_MESSAGE_ID`` into a dead letter only if the message had been retried
   before (the property is set after the properties string); here every dead letter has it.
 * The copy's born and store hosts are this store's, not the scheduled record's (the append
@@ -73,6 +76,7 @@ import threading
 from typing import Callable, Optional
 
 from rocketstore._clock import now_ms
+from rocketstore._codec_py import java_hash
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
                                      SubscriptionGroupTable)
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
@@ -152,11 +156,43 @@ def _check_group(group) -> str:
     return group
 
 
+def java_hashmap_order(keys) -> list:
+    """``keys`` (distinct str, in insertion order) in the order a ``java.util.HashMap`` (Java 8+)
+    they were put into in that order iterates them: bucket by bucket, ``(h ^ h >>> 16) & (n - 1)``
+    of ``String.hashCode`` h, then insertion order within a bucket; the table starts at 16
+    buckets and doubles past 3/4 full, or when a bucket reaches 9 entries while it has fewer
+    than 64. (A bucket of 9 or more at 64 buckets and up becomes a red-black tree, whose order
+    is not reproduced: that takes 9 property names whose spread hashes agree in 6 low bits.)"""
+    capacity, size = 16, 0
+    buckets: list = [[] for _ in range(capacity)]
+
+    def grow(buckets, capacity):
+        capacity *= 2
+        grown: list = [[] for _ in range(capacity)]
+        for bucket in buckets:
+            for spread, key in bucket:
+                grown[spread & (capacity - 1)].append((spread, key))
+        return grown, capacity
+
+    for key in keys:
+        h = java_hash(key) & 0xFFFFFFFF
+        spread = h ^ (h >> 16)
+        bucket = buckets[spread & (capacity - 1)]
+        bucket.append((spread, key))
+        if len(bucket) > 8 and capacity < 64:            # treeifyBin on a small table: resize
+            buckets, capacity = grow(buckets, capacity)
+        size += 1
+        if size > capacity * 3 // 4:
+            buckets, capacity = grow(buckets, capacity)
+    return [key for bucket in buckets for _spread, key in bucket]
+
+
 def delivered_properties(props: dict) -> dict:
-    """The properties of a due message's copy: all but ``DELAY``, with ``WAIT=false`` (§12)."""
-    out = {k: v for k, v in props.items() if k != PROPERTY_DELAY}
-    out[PROPERTY_WAIT] = "false"
-    return out
+    """The properties of a due message's copy, as RocketMQ 4.9.8 writes them: every property of
+    the scheduled record, ``DELAY`` included, nothing added, in the order of the ``HashMap``
+    ``MessageDecoder.decode`` reads them into (``messageTimeup`` serialises that map before it
+    clears ``DELAY`` and sets ``WAIT=false``)."""
+    return {key: props[key] for key in java_hashmap_order(props)}
 
 
 class DelayProgress(DelayOffsetTable):
