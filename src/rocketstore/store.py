@@ -41,7 +41,8 @@ from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessag
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
                                  PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
-from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress, ScheduleService, pending_counts
+from rocketstore._verify import CQ_EXT_MAX_ADDR, record_problems, timestamp_problems
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
@@ -892,8 +893,12 @@ class MessageStore:
                              mf.file_from_offset + stop)
 
     def verify(self, progress=None) -> dict:
-        """Check every record's structure and body CRC, segment by segment, and every
-        ConsumeQueue unit against the record it points to. Works on read-only stores.
+        """Check every record's structure and body CRC, segment by segment, every field that can
+        be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
+        room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
+        characters, properties as UTF-8, store timestamps against their neighbours'), and every
+        ConsumeQueue unit against the record it points to (queue, queue offset, size, tagsCode).
+        Works on read-only stores.
 
         Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
         "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
@@ -910,7 +915,8 @@ class MessageStore:
         self._dispatcher.catch_up()
         files = list(self._segments.files)
         problems: list = []
-        found = []            # (positions, sizes, queue ids, queue offsets) of consumable records
+        found = []            # (positions, sizes, queue ids, queue offsets, queue keys, tagsCodes)
+        stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
@@ -931,8 +937,13 @@ class MessageStore:
                     data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
                     keep = consumable_rows(arr)
+                    info, _keys = codec.dispatch_info(view, keep, self.config.delay_levels_ms)
                     found.append((base + keep["position"], keep["size"], keep["queue_id"],
-                                  keep["queue_offset"]))
+                                  keep["queue_offset"], codec.queue_keys(view, keep),
+                                  info["tags_code"]))
+                    stamps.append((base + arr["position"], arr["store_timestamp"]))
+                    problems.extend({"offset": offset, "reason": reason} for offset, reason
+                                    in record_problems(view, base, arr, mf.file_size))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason == codec.STOP_BAD_CRC:
@@ -944,6 +955,10 @@ class MessageStore:
                 pass        # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+        if stamps:
+            offsets, times = (np.concatenate(c) for c in zip(*stamps))
+            problems.extend({"offset": offset, "reason": reason}
+                            for offset, reason in timestamp_problems(offsets, times))
         if self.read_only:      # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end]
         if progress is not None:
@@ -954,16 +969,22 @@ class MessageStore:
                 "problems": problems}
 
     def _verify_queues(self, found, problems, max_per_queue: int = 10) -> int:
-        """Every unit of every queue must point at a record of that queue id and queue offset."""
+        """Every unit of every queue must point at a record of that topic, queue id, queue offset
+        and size, and (but in SCHEDULE_TOPIC_XXXX, whose tagsCode depends on the delay table,
+        and for ConsumeQueueExt addresses) carry the tagsCode of its TAGS."""
         if found:
-            positions, sizes, qids, qoffsets = (np.concatenate(c) for c in zip(*found))
+            positions, sizes, qids, qoffsets, keys, tags = (np.concatenate(c) for c in zip(*found))
         else:
-            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
+            positions = sizes = qids = qoffsets = tags = np.empty(0, dtype=np.int64)
+            keys = np.empty(0, dtype=np.uint64)
+        codec = self._codec
         damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
         checked = 0
         for cq in list(self._queues):
             checked += 1
             bad = 0
+            key = _queue_key(codec, cq.topic, cq.queue_id)
+            check_tags = cq.topic != SCHEDULE_TOPIC
             q = cq.min_offset
             while q < cq.max_offset and bad < max_per_queue:
                 units = cq.units(q, 65536)
@@ -973,8 +994,11 @@ class MessageStore:
                 at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
                 if len(positions):
                     ok = ((positions[at] == phys) & (sizes[at] == units["size"])
-                          & (qids[at] == cq.queue_id)
+                          & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
                           & (qoffsets[at] == q + np.arange(len(units))))
+                    if check_tags:
+                        code = units["tags_code"]
+                        ok &= (tags[at] == code) | (code <= CQ_EXT_MAX_ADDR)
                 else:
                     ok = np.zeros(len(units), dtype=bool)
                 ok |= np.isin(phys, damaged)      # that record's damage is reported already
@@ -1316,6 +1340,16 @@ def _checked_chunks(codec, view, lo: int, hi: int):
         if size <= 0 or stop + size > hi:
             return
         pos = stop + size
+
+
+def _queue_key(codec, topic: str, queue_id: int):
+    """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
+    can carry."""
+    try:
+        probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
+    except InvalidMessageError:
+        return None
+    return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]
 
 
 def _will_read(mf) -> None:

@@ -1,0 +1,133 @@
+"""The per-record checks of :meth:`MessageStore.verify` beyond the body CRC, vectorised.
+
+RocketMQ's record has a CRC over its body only (and, from 5.2, an optional one over the whole
+record, spec §1.6). What else a flipped bit can be caught by is a cross-check: a field that must
+agree with where the record lies, with another field, with a rule every writer follows, or with
+its neighbours. Each function here takes ``RECORD_DTYPE`` rows (positions relative to ``view``)
+and returns ``[(commitlog offset, reason), ...]`` without a Python step per record unless a
+record fails.
+
+What no check can see (a valid value turned into another valid one): FLAG, BORNTIMESTAMP, both
+hosts and ports, RECONSUMETIMES, the low bits of STORETIMESTAMP (within
+:data:`TIMESTAMP_WINDOW_MS` of its neighbours), and property names and values other than TAGS
+(which the ConsumeQueue's tagsCode cross-checks) as long as they stay valid UTF-8 — unless the
+record carries the §1.6 CRC32 property.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["record_problems", "timestamp_problems", "TIMESTAMP_WINDOW_MS", "KNOWN_SYSFLAG_BITS",
+           "CQ_EXT_MAX_ADDR"]
+
+#: Every sysFlag bit RocketMQ (4.x and 5.x) defines: compressed, multi tags, transaction type,
+#: IPv6 born / store host, need unwrap, inner batch, compression type (bits 8-10, values 0-3).
+KNOWN_SYSFLAG_BITS = 0x7FF
+_COMPRESSION_SHIFT = 8
+_MAX_COMPRESSION_TYPE = 3
+#: A store timestamp further than this outside the range of its two neighbours' is reported.
+#: Store timestamps never decrease in file order in rocketstore, nor in a Java broker unless its
+#: clock was stepped back (by more than a day, and forward again, to false-alarm here).
+TIMESTAMP_WINDOW_MS = 86_400_000
+#: A ConsumeQueue tagsCode at or below this is a ConsumeQueueExt address, not a tags hash.
+CQ_EXT_MAX_ADDR = -(1 << 31) - 1
+END_FILE_MIN_BLANK_LENGTH = 8      # every record leaves room for a BLANK record after it (§1.4)
+
+_TOPIC_BYTES = np.zeros(256, dtype=bool)
+for _c in b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ":
+    _TOPIC_BYTES[_c] = True
+
+
+def _gather(raw, starts, lengths):
+    """The bytes ``raw[starts[i]:starts[i] + lengths[i]]`` of every row, concatenated, and the row
+    each byte belongs to."""
+    lengths = lengths.astype(np.int64)
+    total = int(lengths.sum())
+    first = np.cumsum(lengths) - lengths
+    idx = np.repeat(starts.astype(np.int64) - first, lengths) + np.arange(total, dtype=np.int64)
+    return raw[idx], np.repeat(np.arange(len(lengths)), lengths)
+
+
+def _not_utf8(raw, starts, lengths) -> np.ndarray:
+    """Row numbers whose bytes are not valid UTF-8: one decode of them all (joined by NUL, which
+    cannot complete or start a multi-byte sequence), row by row only when that fails."""
+    data, rows = _gather(raw, starts, lengths)
+    cuts = (np.cumsum(lengths.astype(np.int64)) - lengths)[1:]
+    joined = np.insert(data, cuts, 0).tobytes()
+    try:
+        joined.decode("utf-8")
+        return np.empty(0, dtype=np.int64)
+    except UnicodeDecodeError:
+        pass
+    bad = []
+    for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        try:
+            raw[s:s + n].tobytes().decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)
+    return np.array(bad, dtype=np.int64)
+
+
+def record_problems(view, base: int, rows, segment_size: int) -> list:
+    """What is wrong with the fields of ``rows`` (decoded from segment ``view``, which starts at
+    CommitLog offset ``base``), field by field."""
+    if not len(rows):
+        return []
+    raw = np.frombuffer(view, dtype=np.uint8)
+    offsets = base + rows["position"].astype(np.int64)
+    out = []
+
+    def report(mask, reason):
+        for i in np.flatnonzero(mask):
+            out.append((int(offsets[i]), reason(int(i))))
+
+    phys = rows["physical_offset"]
+    report(phys != offsets, lambda i: f"PhysicalOffset field says {int(phys[i])}, the record is at "
+                                      f"{int(offsets[i])}")
+    ends = rows["position"].astype(np.int64) + rows["size"]
+    report(ends + END_FILE_MIN_BLANK_LENGTH > segment_size,
+           lambda i: f"record of {int(rows['size'][i])} bytes leaves no room for the segment's "
+                     f"BLANK end record")
+    sys_flag = rows["sys_flag"].astype(np.int64) & 0xFFFFFFFF
+    unknown = (sys_flag & ~KNOWN_SYSFLAG_BITS) != 0
+    report(unknown, lambda i: f"sysFlag {int(sys_flag[i]):#x} has bits RocketMQ does not define")
+    compression = (sys_flag >> _COMPRESSION_SHIFT) & 0x7
+    report(~unknown & (compression > _MAX_COMPRESSION_TYPE),
+           lambda i: f"sysFlag {int(sys_flag[i]):#x} names compression type {int(compression[i])}, "
+                     f"which does not exist")
+    prepared = rows["prepared_transaction_offset"]
+    report((prepared != 0) & ((prepared < 0) | (prepared >= offsets)),
+           lambda i: f"PreparedTransactionOffset {int(prepared[i])} is not an earlier record's offset")
+    topic_len = rows["topic_len"]
+    report(topic_len <= 0, lambda i: "empty topic")
+    data, owner = _gather(raw, rows["topic_pos"], topic_len)
+    bad_topic = np.zeros(len(rows), dtype=bool)
+    bad_topic[owner[~_TOPIC_BYTES[data]]] = True
+    report(bad_topic, lambda i: "topic has characters outside [%|a-zA-Z0-9_-]")
+    bad_props = np.zeros(len(rows), dtype=bool)
+    bad_props[_not_utf8(raw, rows["properties_pos"], rows["properties_len"])] = True
+    report(bad_props, lambda i: "properties are not valid UTF-8")
+    return out
+
+
+def timestamp_problems(offsets, timestamps) -> list:
+    """Store timestamps (in CommitLog order) implausible against their neighbours: further than
+    TIMESTAMP_WINDOW_MS outside the range of the two around them; the first record later than
+    the second, and the last earlier than the one before, by more than that; any negative one."""
+    ts = np.asarray(timestamps, dtype=np.int64)
+    n = len(ts)
+    if n == 0:
+        return []
+    t = ts.astype(np.float64)          # no int64 overflow at the window's edges
+    w = float(TIMESTAMP_WINDOW_MS)
+    bad = ts < 0
+    if n >= 2:
+        bad[0] |= t[0] > t[1] + w
+        bad[-1] |= t[-1] < t[-2] - w
+    if n >= 3:
+        prev, cur, nxt = t[:-2], t[1:-1], t[2:]
+        bad[1:-1] |= (cur < np.minimum(prev, nxt) - w) | (cur > np.maximum(prev, nxt) + w)
+    return [(int(offsets[i]), f"store timestamp {int(ts[i])} is implausible beside its neighbours' "
+                              f"({', '.join(str(int(ts[j])) for j in (i - 1, i + 1) if 0 <= j < n)})")
+            for i in np.flatnonzero(bad)]
