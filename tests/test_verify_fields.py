@@ -177,3 +177,60 @@ def test_cli_verify_exits_non_zero_on_a_header_flip(clean, impl):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"offset {offset}: " in proc.stdout
+
+
+# ---- the RocketMQ 5.2+ CRC32 property (spec §1.6) ----
+
+def _raw_records(path):
+    """(offset, record bytes) of every record in the store's first segment."""
+    data = _segment(path).read_bytes()
+    out, pos = [], 0
+    while pos + 8 <= len(data):
+        size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+        if size <= 0 or int.from_bytes(data[pos + 4:pos + 8], "big") not in (0xDAA320A7,):
+            break
+        out.append((pos, data[pos:pos + size]))
+        pos += size
+    return out
+
+
+def test_prop_crc_digits_are_least_significant_first():
+    from rocketstore._verify import prop_crc_digits, prop_crc_value
+    assert prop_crc_digits(198614610) == b"0164168910"
+    assert prop_crc_digits(0) == b"0" * 10 and prop_crc_value(b"0164168910") == 198614610
+
+
+def test_append_prop_crc_writes_a_crc_over_each_record_and_verify_checks_it(tmp_path, impl):
+    import zlib
+    now = [1_700_000_000_000]
+    path = tmp_path / "s"
+    with open_store(path, impl, append_prop_crc=True, clock=lambda: now[0]) as s:
+        s.put("TopicE", b"plain")
+        s.put("TopicE", b"tagged", tags="T", keys="a b", properties={"p": "v"})
+        s.put_batch("TopicE", [b"b1", b"b2"], tags="T")
+        s.put_messages([Message("TopicE", b"m1", properties={"UNIQ_KEY": "0A0000070000" + "0" * 20})])
+        s.put_pipelined("TopicE", b"piped", tags="T").result()
+        s.put("TopicE", b"late", tags="T", delay_level=1)
+        now[0] += 1000
+        assert s.deliver_delayed() == 1
+        assert s.verify()["ok"] is True
+    records = _raw_records(path)
+    assert len(records) == 8
+    for _offset, rec in records:
+        tail = rec[-20:]
+        assert tail[:9] == b"__CRC32#\x01" and tail[-1:] == b"\x02", rec
+        crc = zlib.crc32(rec[:-20]) & 0x7FFFFFFF
+        assert tail[9:19] == str(crc).encode()[::-1].ljust(10, b"0")
+        assert rec.count(b"__CRC32#") == 1          # the delivered copy has only its own
+    offset = records[3][0]
+    data = bytearray(_segment(path).read_bytes())
+    data[offset + 19] ^= 0x01                       # FLAG: nothing else can see this
+    _segment(path).write_bytes(bytes(data))
+    with open_store(path, impl, read_only=True) as s:
+        problems = s.verify()["problems"]
+    assert [p["offset"] for p in problems] == [offset] and "CRC" in problems[0]["reason"]
+
+
+def test_prop_crc_is_off_by_default(clean):
+    path, _records = clean
+    assert all(b"__CRC32#" not in rec for _o, rec in _raw_records(path))

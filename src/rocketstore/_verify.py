@@ -16,10 +16,12 @@ record carries the §1.6 CRC32 property.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 __all__ = ["record_problems", "timestamp_problems", "TIMESTAMP_WINDOW_MS", "KNOWN_SYSFLAG_BITS",
-           "CQ_EXT_MAX_ADDR"]
+           "CQ_EXT_MAX_ADDR", "PROP_CRC_LENGTH", "prop_crc_digits", "prop_crc_value"]
 
 #: Every sysFlag bit RocketMQ (4.x and 5.x) defines: compressed, multi tags, transaction type,
 #: IPv6 born / store host, need unwrap, inner batch, compression type (bits 8-10, values 0-3).
@@ -32,6 +34,9 @@ _MAX_COMPRESSION_TYPE = 3
 TIMESTAMP_WINDOW_MS = 86_400_000
 #: A ConsumeQueue tagsCode at or below this is a ConsumeQueueExt address, not a tags hash.
 CQ_EXT_MAX_ADDR = -(1 << 31) - 1
+#: The §1.6 property: b"__CRC32#", 0x01, 10 digits, 0x02 (CommitLog.CRC32_RESERVED_LEN).
+_PROP_CRC_HEAD = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
+PROP_CRC_LENGTH = len(_PROP_CRC_HEAD) + 10 + 1
 END_FILE_MIN_BLANK_LENGTH = 8      # every record leaves room for a BLANK record after it (§1.4)
 
 _TOPIC_BYTES = np.zeros(256, dtype=bool)
@@ -108,6 +113,47 @@ def record_problems(view, base: int, rows, segment_size: int) -> list:
     bad_props = np.zeros(len(rows), dtype=bool)
     bad_props[_not_utf8(raw, rows["properties_pos"], rows["properties_len"])] = True
     report(bad_props, lambda i: "properties are not valid UTF-8")
+    out.extend(prop_crc_problems(raw, offsets, rows))
+    return out
+
+
+def prop_crc_value(digits) -> int:
+    """The CRC of a ``__CRC32#`` property's 10 digits: least significant first (§1.6)."""
+    return sum((d - 0x30) * 10 ** k for k, d in enumerate(bytes(digits)))
+
+
+def prop_crc_digits(crc: int) -> bytes:
+    """The 10 digits of a ``__CRC32#`` property for ``crc`` (masked to 31 bits): least
+    significant first, padded with '0' (MessageDecoder.createCrc32)."""
+    crc &= 0x7FFFFFFF
+    out = bytearray()
+    for _ in range(10):
+        out.append(0x30 + crc % 10)
+        crc //= 10
+    return bytes(out)
+
+
+def prop_crc_problems(raw, offsets, rows) -> list:
+    """Records whose properties end in the §1.6 CRC32 property (``__CRC32#``, 0x01, 10 digits,
+    0x02) whose CRC does not match the record's bytes before those 20."""
+    ends = rows["position"].astype(np.int64) + rows["size"]
+    has = rows["properties_len"] >= PROP_CRC_LENGTH
+    if not has.any():
+        return []
+    tails = raw[np.maximum(ends - PROP_CRC_LENGTH, 0)[:, None] + np.arange(PROP_CRC_LENGTH)]
+    has &= (tails[:, :len(_PROP_CRC_HEAD)] == _PROP_CRC_HEAD).all(axis=1) & (tails[:, -1] == 2)
+    out = []
+    for i in np.flatnonzero(has):
+        digits = tails[i, len(_PROP_CRC_HEAD):-1]
+        start = int(rows["position"][i])
+        if ((digits < 0x30) | (digits > 0x39)).any():
+            out.append((int(offsets[i]), "the __CRC32# property is not 10 digits"))
+            continue
+        expected = prop_crc_value(digits)
+        actual = zlib.crc32(raw[start:int(ends[i]) - PROP_CRC_LENGTH]) & 0x7FFFFFFF
+        if actual != expected:
+            out.append((int(offsets[i]), f"record CRC mismatch: its __CRC32# property says {expected}, "
+                                         f"its bytes give {actual}"))
     return out
 
 

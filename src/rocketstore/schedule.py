@@ -102,6 +102,7 @@ PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_CRC32 = "__CRC32#"                     # MessageConst.PROPERTY_CRC32 (5.2+, spec §1.6)
 #: ``retryMaxTimes`` of a subscription group, and what a max of -1 means.
 DEFAULT_MAX_RECONSUME_TIMES = 16
 RETRY_QUEUE_NUMS = 1                            # SubscriptionGroupConfig.retryQueueNums
@@ -191,8 +192,9 @@ def delivered_properties(props: dict) -> dict:
     """The properties of a due message's copy, as RocketMQ 4.9.8 writes them: every property of
     the scheduled record, ``DELAY`` included, nothing added, in the order of the ``HashMap``
     ``MessageDecoder.decode`` reads them into (``messageTimeup`` serialises that map before it
-    clears ``DELAY`` and sets ``WAIT=false``)."""
-    return {key: props[key] for key in java_hashmap_order(props)}
+    clears ``DELAY`` and sets ``WAIT=false``). A §1.6 CRC32 property, which covers the
+    scheduled record only, is left out (the core writes the copy's own when it is on)."""
+    return {key: props[key] for key in java_hashmap_order(props) if key != PROPERTY_CRC32}
 
 
 class DelayProgress(DelayOffsetTable):
@@ -627,7 +629,7 @@ class ScheduleService:
         msg = self._store.read(message.commitlog_offset)
         if msg.msg_id != message.msg_id:
             raise MessageNotFoundError(f"message {message.msg_id} is not in this store")
-        props = dict(msg.properties or {})
+        props = {k: v for k, v in (msg.properties or {}).items() if k != PROPERTY_CRC32}
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props[PROPERTY_WAIT] = "false"
         reconsume = msg.reconsume_times
@@ -667,7 +669,7 @@ def _is_copy(rec: MessageExt, identity) -> bool:
     if (rec.topic != topic or rec.queue_id != queue_id or rec.born_timestamp != born
             or rec.reconsume_times != reconsume or rec.flag != flag or bytes(rec.body) != body):
         return False
-    found = rec.properties or {}
+    found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}   # the core's
     if PROPERTY_UNIQ_KEY not in props:      # the core generated one for the copy
         found = {k: v for k, v in found.items() if k != PROPERTY_UNIQ_KEY}
     return found == props

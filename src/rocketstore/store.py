@@ -244,6 +244,7 @@ class MessageStore:
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
             sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
+        self._core.append_prop_crc = cfg.append_prop_crc
         for (topic, qid), nxt in queue_offsets.items():
             self._core.set_queue_offset(topic, qid, nxt)
         segment = self._segments.find(end)
