@@ -251,7 +251,8 @@ def encode_properties(props):
     A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
     with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
     refuses) raises InvalidMessageError rather than being stored as something that reads back
-    different.
+    different; so does text that is not valid UTF-8 (a lone surrogate, which Java would read
+    back as U+FFFD).
     """
     if not isinstance(props, _Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
@@ -273,8 +274,8 @@ def encode_properties(props):
         parts.append(value)
         parts.append("\x02")
     try:
-        data = "".join(parts).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
         raise InvalidMessageError("properties are not encodable as UTF-8") from None
     if len(data) > RS_MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(

@@ -1,4 +1,4 @@
-"""Empty and None property values are refused, never dropped (issue 16).
+"""Empty, None and non-UTF-8 property values are refused, never dropped or mangled (issue 16).
 
 RocketMQ's properties string cannot carry an empty value: ``string2messageProperties`` (4.9.8)
 keeps a piece only when its value is non-empty, so ``TAGS=""`` written to disk reads back as no
@@ -57,6 +57,11 @@ BAD = {
     "put_messages with one property None": lambda s: s.put_messages(
         [Message(T, b"ok"), Message(T, b"x", properties={"k": None})]),
     "put_messages with one keys=''": lambda s: s.put_messages([Message(T, b"ok"), Message(T, b"x", keys="")]),
+    # not UTF-8 (a lone surrogate): Java would read back U+FFFD, verify() would call it damage
+    "put property value not UTF-8": lambda s: s.put(T, b"x", properties={"p": "\udcff"}),
+    "put property name not UTF-8": lambda s: s.put(T, b"x", properties={"\ud800": "v"}),
+    "put tags not UTF-8": lambda s: s.put(T, b"x", tags="a\udcffb"),
+    "put_batch keys not UTF-8": lambda s: s.put_batch(T, [b"a"], properties={"KEYS": "\udcff"}),
 }
 
 
@@ -74,7 +79,8 @@ def test_an_empty_or_none_value_is_refused_and_writes_nothing(store, case):
     assert store.read(r.commitlog_offset).tags == "TagB"
 
 
-@pytest.mark.parametrize("props", [{"p": ""}, {"k": None}, {"a": "1", "b": ""}, {"TAGS": ""}])
+@pytest.mark.parametrize("props", [{"p": ""}, {"k": None}, {"a": "1", "b": ""}, {"TAGS": ""},
+                                   {"p": "\udcff"}, {"\udc80k": "v"}])
 def test_codec_refuses_empty_and_none_values_in_both_twins(impl, props):
     with pytest.raises(InvalidMessageError):
         impl.codec.encode_properties(props)

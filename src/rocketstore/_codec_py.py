@@ -32,8 +32,10 @@ decoding reads V1 and V2. A BLANK end-of-file record is 8 header bytes (``maxBla
 ``0xCBD43194``) followed by don't-care filler up to the end of the segment.
 
 Text: topics and properties are UTF-8. Decoding uses ``errors="surrogateescape"`` so that any
-bytes decode without raising and re-encode (encoding uses the same handler) to the same bytes;
-valid UTF-8, which every Java writer produces, decodes exactly as Java would. Java hashes are
+bytes decode without raising (a topic re-encodes with the same handler to the same bytes;
+:func:`encode_properties` refuses such escapes, as Java would read them back as U+FFFD: pass
+raw bytes to write invalid UTF-8); valid UTF-8, which every Java writer produces, decodes
+exactly as Java would. Java hashes are
 over UTF-16 code units (lone surrogates count as themselves), so ``java_hash`` of such an
 escaped string equals ``java_hash_bytes`` of the raw bytes.
 """
@@ -220,7 +222,8 @@ def encode_properties(props: Mapping) -> bytes:
     A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
     with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
     refuses) raises InvalidMessageError rather than being stored as something that reads back
-    different.
+    different; so does text that is not valid UTF-8 (a lone surrogate, which Java would read
+    back as U+FFFD).
     """
     if not isinstance(props, Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
@@ -242,8 +245,8 @@ def encode_properties(props: Mapping) -> bytes:
         parts.append(value)
         parts.append("\x02")
     try:
-        data = "".join(parts).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
         raise InvalidMessageError("properties are not encodable as UTF-8") from None
     if len(data) > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
