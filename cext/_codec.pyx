@@ -36,6 +36,7 @@ __all__ = [
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "text_problems", "TEXT_BAD_TOPIC", "TEXT_BAD_PROPERTIES",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -843,6 +844,8 @@ cdef enum:
     _OUTSIDE_PROPERTIES = 2
     # From this many records on, dispatch_info scans without the GIL (every buffer stays pinned).
     _NOGIL_DISPATCH_RECORDS = 64
+    _TEXT_BAD_TOPIC = 1
+    _TEXT_BAD_PROPERTIES = 2
 
 
 cdef object _check_table(str name, object table, object dtype, str dtype_name):
@@ -1170,6 +1173,124 @@ def queue_keys(buffer, records):
     finally:
         PyBuffer_Release(&src)
     return keys
+
+
+cdef bint _utf8_ok(const uint8_t *p, int64_t n) noexcept nogil:
+    """Strict UTF-8, as Python's decoder has it (no overlongs, surrogates or > U+10FFFF)."""
+    cdef int64_t i = 0, k
+    cdef uint8_t c, lo, hi
+    cdef int need
+    cdef uint64_t word
+    while i < n:
+        if i + 8 <= n:
+            memcpy(&word, p + i, 8)
+            if not (word & 0x8080808080808080ULL):
+                i += 8
+                continue
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF
+        if c < 0xC2:
+            return 0
+        elif c < 0xE0:
+            need = 1
+        elif c < 0xF0:
+            need = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif c < 0xF5:
+            need = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return 0
+        if need >= n - i:
+            return 0
+        if p[i + 1] < lo or p[i + 1] > hi:
+            return 0
+        for k in range(2, need + 1):
+            if p[i + k] < 0x80 or p[i + k] > 0xBF:
+                return 0
+        i += need + 1
+    return 1
+
+
+#: text_problems flags
+TEXT_BAD_TOPIC = _TEXT_BAD_TOPIC
+TEXT_BAD_PROPERTIES = _TEXT_BAD_PROPERTIES
+
+cdef uint8_t _TOPIC_BYTE[256]
+memset(_TOPIC_BYTE, 0, 256)
+for _c in list(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"):
+    _TOPIC_BYTE[<int>_c] = 1
+
+
+cdef int64_t _text_problems(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                            uint8_t *out, int *what) noexcept nogil:
+    """Fill ``out`` (see text_problems); -1, or the first row whose text lies outside."""
+    cdef int64_t i, j
+    cdef uint8_t flags
+    for i in range(n):
+        if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
+            what[0] = _OUTSIDE_TOPIC
+            return i
+        if rows[i].properties_pos < 0 or rows[i].properties_len < 0 or \
+                rows[i].properties_pos > size - rows[i].properties_len:
+            what[0] = _OUTSIDE_PROPERTIES
+            return i
+        flags = _TEXT_BAD_TOPIC if rows[i].topic_len == 0 else 0
+        for j in range(rows[i].topic_len):
+            if not _TOPIC_BYTE[base[rows[i].topic_pos + j]]:
+                flags = _TEXT_BAD_TOPIC
+                break
+        if not _utf8_ok(base + rows[i].properties_pos, rows[i].properties_len):
+            flags |= _TEXT_BAD_PROPERTIES
+        out[i] = flags
+    return -1
+
+
+def text_problems(buffer, records):
+    """One uint8 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``): bit
+    TEXT_BAD_TOPIC when its topic is empty or has a byte outside RocketMQ's topic characters
+    ``[%|a-zA-Z0-9_-]``, bit TEXT_BAD_PROPERTIES when its properties are not valid UTF-8 (every
+    Java writer writes valid UTF-8). A topic or properties outside ``buffer`` raises
+    CorruptRecordError."""
+    cdef Py_buffer src, rec_view, out_view
+    cdef int64_t n, bad
+    cdef int what = 0
+    cdef const rs_batch_row *rows
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    n = len(records)
+    flags = _np.zeros(n, dtype=_np.uint8)
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(flags, &out_view, PyBUF_WRITABLE)
+            try:
+                rows = <const rs_batch_row *>rec_view.buf
+                with nogil:
+                    bad = _text_problems(<const uint8_t *>src.buf, src.len, rows, n,
+                                         <uint8_t *>out_view.buf, &what)
+                if bad >= 0:
+                    if what == _OUTSIDE_TOPIC:
+                        raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos,
+                                       rows[bad].topic_len, src.len)
+                    raise _outside(bad, rows[bad].position, "properties", rows[bad].properties_pos,
+                                   rows[bad].properties_len, src.len)
+            finally:
+                PyBuffer_Release(&out_view)
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    return flags
 
 
 def same_queues(buffer, records, representatives):

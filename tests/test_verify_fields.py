@@ -234,3 +234,29 @@ def test_append_prop_crc_writes_a_crc_over_each_record_and_verify_checks_it(tmp_
 def test_prop_crc_is_off_by_default(clean):
     path, _records = clean
     assert all(b"__CRC32#" not in rec for _o, rec in _raw_records(path))
+
+
+UTF8_SAMPLES = [b"", b"a\x01b\x02", "é😀".encode(), b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                b"\xe2\x82", b"ok\xe2\x82\xac", b"\xf0\x9f\x98\x80" * 3, b"12345678\xff", b"\x80",
+                b"abcdefgh" * 3 + b"\xc3", b"\xf5\x80\x80\x80", b"\xef\xbf\xbf", b"\xc2\x80"]
+TOPIC_SAMPLES = [b"TopicA", b"%RETRY%g-1|x", b"a#b", "é".encode(), b"a b", b"T" * 127]
+
+
+def test_text_problems_twins_agree_with_pythons_utf8_and_topic_rule():
+    from rocketstore import _impl
+    from rocketstore.message import is_valid_topic
+    codecs = [_impl.get(name).codec for name in ("c", "py") if name == "py" or _impl.COMPILED]
+    buf = b"".join(codecs[-1].encode_record(topic=t, body=b"x", properties=p)
+                   for t in TOPIC_SAMPLES for p in UTF8_SAMPLES)
+    rows = codecs[-1].decode_batch(buf)[0]
+    expected = []
+    for t in TOPIC_SAMPLES:
+        for p in UTF8_SAMPLES:
+            try:
+                p.decode("utf-8")
+                ok = True
+            except UnicodeDecodeError:
+                ok = False
+            expected.append((0 if is_valid_topic(t.decode("utf-8")) else 1) | (0 if ok else 2))
+    for codec in codecs:
+        assert codec.text_problems(buf, rows).tolist() == expected

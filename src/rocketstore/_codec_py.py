@@ -61,6 +61,7 @@ __all__ = [
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "text_problems", "TEXT_BAD_TOPIC", "TEXT_BAD_PROPERTIES",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -820,6 +821,58 @@ def same_queues(buffer, records, representatives):
     qids = records["queue_id"]
     return bool(np.array_equal(qids, qids[reps]) and np.array_equal(lengths, lengths[reps])
                 and np.array_equal(names, names[reps]))
+
+
+#: text_problems flags
+TEXT_BAD_TOPIC = 1
+TEXT_BAD_PROPERTIES = 2
+_TOPIC_BYTE = np.zeros(256, dtype=bool)
+_TOPIC_BYTE[np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                          dtype=np.uint8)] = True
+
+
+def _gather(raw, starts, lengths):
+    """The bytes ``raw[starts[i]:starts[i] + lengths[i]]`` of every row, concatenated, and the row
+    each byte belongs to."""
+    lengths = lengths.astype(np.int64)
+    first = np.cumsum(lengths) - lengths
+    idx = np.repeat(starts.astype(np.int64) - first, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return raw[idx], np.repeat(np.arange(len(lengths)), lengths)
+
+
+def text_problems(buffer, records):
+    """One uint8 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``): bit
+    TEXT_BAD_TOPIC when its topic is empty or has a byte outside RocketMQ's topic characters
+    ``[%|a-zA-Z0-9_-]``, bit TEXT_BAD_PROPERTIES when its properties are not valid UTF-8 (every
+    Java writer writes valid UTF-8). A topic or properties outside ``buffer`` raises
+    CorruptRecordError."""
+    _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    raw = np.frombuffer(_readable_view(buffer), dtype=np.uint8)
+    n = len(records)
+    for what, pos, length in (("topic", "topic_pos", "topic_len"),
+                              ("properties", "properties_pos", "properties_len")):
+        p, l = records[pos].astype(np.int64), records[length].astype(np.int64)
+        bad = np.flatnonzero((p < 0) | (l < 0) | (p > len(raw) - l))
+        if len(bad):
+            i = int(bad[0])
+            raise _outside(i, int(records["position"][i]), what, int(p[i]), int(l[i]), len(raw))
+    flags = np.zeros(n, dtype=np.uint8)
+    data, owner = _gather(raw, records["topic_pos"], records["topic_len"])
+    flags[owner[~_TOPIC_BYTE[data]]] = TEXT_BAD_TOPIC
+    flags[records["topic_len"] == 0] = TEXT_BAD_TOPIC
+    starts, lengths = records["properties_pos"], records["properties_len"].astype(np.int64)
+    data, _owner = _gather(raw, starts, lengths)
+    # one decode of them all, joined by NUL (which cannot complete or start a multi-byte
+    # sequence); record by record only when that fails
+    try:
+        np.insert(data, (np.cumsum(lengths) - lengths)[1:], 0).tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        for i, (p, l) in enumerate(zip(starts.tolist(), lengths.tolist())):
+            try:
+                raw[p:p + l].tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                flags[i] |= TEXT_BAD_PROPERTIES
+    return flags
 
 
 def property_pieces(buffer, records):

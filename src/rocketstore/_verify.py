@@ -39,44 +39,9 @@ _PROP_CRC_HEAD = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 PROP_CRC_LENGTH = len(_PROP_CRC_HEAD) + 10 + 1
 END_FILE_MIN_BLANK_LENGTH = 8      # every record leaves room for a BLANK record after it (§1.4)
 
-_TOPIC_BYTES = np.zeros(256, dtype=bool)
-for _c in b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ":
-    _TOPIC_BYTES[_c] = True
-
-
-def _gather(raw, starts, lengths):
-    """The bytes ``raw[starts[i]:starts[i] + lengths[i]]`` of every row, concatenated, and the row
-    each byte belongs to."""
-    lengths = lengths.astype(np.int64)
-    total = int(lengths.sum())
-    first = np.cumsum(lengths) - lengths
-    idx = np.repeat(starts.astype(np.int64) - first, lengths) + np.arange(total, dtype=np.int64)
-    return raw[idx], np.repeat(np.arange(len(lengths)), lengths)
-
-
-def _not_utf8(raw, starts, lengths) -> np.ndarray:
-    """Row numbers whose bytes are not valid UTF-8: one decode of them all (joined by NUL, which
-    cannot complete or start a multi-byte sequence), row by row only when that fails."""
-    data, rows = _gather(raw, starts, lengths)
-    cuts = (np.cumsum(lengths.astype(np.int64)) - lengths)[1:]
-    joined = np.insert(data, cuts, 0).tobytes()
-    try:
-        joined.decode("utf-8")
-        return np.empty(0, dtype=np.int64)
-    except UnicodeDecodeError:
-        pass
-    bad = []
-    for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
-        try:
-            raw[s:s + n].tobytes().decode("utf-8")
-        except UnicodeDecodeError:
-            bad.append(i)
-    return np.array(bad, dtype=np.int64)
-
-
-def record_problems(view, base: int, rows, segment_size: int) -> list:
+def record_problems(codec, view, base: int, rows, segment_size: int) -> list:
     """What is wrong with the fields of ``rows`` (decoded from segment ``view``, which starts at
-    CommitLog offset ``base``), field by field."""
+    CommitLog offset ``base``, by ``codec``), field by field."""
     if not len(rows):
         return []
     raw = np.frombuffer(view, dtype=np.uint8)
@@ -104,15 +69,10 @@ def record_problems(view, base: int, rows, segment_size: int) -> list:
     prepared = rows["prepared_transaction_offset"]
     report((prepared != 0) & ((prepared < 0) | (prepared >= offsets)),
            lambda i: f"PreparedTransactionOffset {int(prepared[i])} is not an earlier record's offset")
-    topic_len = rows["topic_len"]
-    report(topic_len <= 0, lambda i: "empty topic")
-    data, owner = _gather(raw, rows["topic_pos"], topic_len)
-    bad_topic = np.zeros(len(rows), dtype=bool)
-    bad_topic[owner[~_TOPIC_BYTES[data]]] = True
-    report(bad_topic, lambda i: "topic has characters outside [%|a-zA-Z0-9_-]")
-    bad_props = np.zeros(len(rows), dtype=bool)
-    bad_props[_not_utf8(raw, rows["properties_pos"], rows["properties_len"])] = True
-    report(bad_props, lambda i: "properties are not valid UTF-8")
+    text = codec.text_problems(view, rows)
+    report(text & codec.TEXT_BAD_TOPIC, lambda i: "topic is empty or has characters outside "
+                                                  "[%|a-zA-Z0-9_-]")
+    report(text & codec.TEXT_BAD_PROPERTIES, lambda i: "properties are not valid UTF-8")
     out.extend(prop_crc_problems(raw, offsets, rows))
     return out
 
@@ -136,12 +96,15 @@ def prop_crc_digits(crc: int) -> bytes:
 def prop_crc_problems(raw, offsets, rows) -> list:
     """Records whose properties end in the §1.6 CRC32 property (``__CRC32#``, 0x01, 10 digits,
     0x02) whose CRC does not match the record's bytes before those 20."""
-    ends = rows["position"].astype(np.int64) + rows["size"]
-    has = rows["properties_len"] >= PROP_CRC_LENGTH
-    if not has.any():
+    ends = rows["position"].astype(np.int64) + rows["size"]     # a record is > 20 bytes long
+    head = ends - PROP_CRC_LENGTH
+    maybe = np.flatnonzero((rows["properties_len"] >= PROP_CRC_LENGTH) & (raw[ends - 1] == 2)
+                           & (raw[head + len(_PROP_CRC_HEAD) - 1] == 1) & (raw[head] == _PROP_CRC_HEAD[0]))
+    if not len(maybe):
         return []
-    tails = raw[np.maximum(ends - PROP_CRC_LENGTH, 0)[:, None] + np.arange(PROP_CRC_LENGTH)]
-    has &= (tails[:, :len(_PROP_CRC_HEAD)] == _PROP_CRC_HEAD).all(axis=1) & (tails[:, -1] == 2)
+    tails = np.zeros((len(rows), PROP_CRC_LENGTH), dtype=np.uint8)
+    tails[maybe] = raw[head[maybe][:, None] + np.arange(PROP_CRC_LENGTH)]
+    has = (tails[:, :len(_PROP_CRC_HEAD)] == _PROP_CRC_HEAD).all(axis=1)
     out = []
     for i in np.flatnonzero(has):
         digits = tails[i, len(_PROP_CRC_HEAD):-1]

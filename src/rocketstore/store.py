@@ -944,7 +944,7 @@ class MessageStore:
                                   info["tags_code"]))
                     stamps.append((base + arr["position"], arr["store_timestamp"]))
                     problems.extend({"offset": offset, "reason": reason} for offset, reason
-                                    in record_problems(view, base, arr, mf.file_size))
+                                    in record_problems(codec, view, base, arr, mf.file_size))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason == codec.STOP_BAD_CRC:
