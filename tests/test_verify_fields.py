@@ -74,8 +74,9 @@ FIELDS = {
     "TOPIC other valid topic": (lambda s, d: _find(d, b"Topic", s, 200) + 5, 0x03),  # A -> B
     "PROPERTIES length": (lambda s, d: _find(d, b"Topic", s, 200) + 7, 0x01),
     "PROPERTIES not UTF-8": (lambda s, d: _find(d, b"value-", s, 200), 0x80),
-    "TAGS value": (lambda s, d: _find(d, b"TagA", s, 200) + 3, 0x03),
 }
+# Not detectable without the CRC32 property (see the README): FLAG, BORNTIMESTAMP, the hosts,
+# RECONSUMETIMES, a property value that stays valid UTF-8 (TAGS "TagA" -> "TagB").
 
 
 #: Damage the decoder itself sees (lengths, magic): a writable open treats what follows as a
@@ -195,9 +196,9 @@ def _raw_records(path):
 
 
 def test_prop_crc_digits_are_least_significant_first():
-    from rocketstore._verify import prop_crc_digits, prop_crc_value
+    from rocketstore._verify import prop_crc_digits
     assert prop_crc_digits(198614610) == b"0164168910"
-    assert prop_crc_digits(0) == b"0" * 10 and prop_crc_value(b"0164168910") == 198614610
+    assert prop_crc_digits(0) == b"0" * 10 and prop_crc_digits(-1) == b"7463847412"
 
 
 def test_append_prop_crc_writes_a_crc_over_each_record_and_verify_checks_it(tmp_path, impl):
@@ -242,7 +243,7 @@ UTF8_SAMPLES = [b"", b"a\x01b\x02", "é😀".encode(), b"\xc0\x80", b"\xed\xa0\x
 TOPIC_SAMPLES = [b"TopicA", b"%RETRY%g-1|x", b"a#b", "é".encode(), b"a b", b"T" * 127]
 
 
-def test_text_problems_twins_agree_with_pythons_utf8_and_topic_rule():
+def test_field_problems_twins_agree_with_pythons_utf8_and_topic_rule():
     from rocketstore import _impl
     from rocketstore.message import is_valid_topic
     codecs = [_impl.get(name).codec for name in ("c", "py") if name == "py" or _impl.COMPILED]
@@ -258,5 +259,9 @@ def test_text_problems_twins_agree_with_pythons_utf8_and_topic_rule():
             except UnicodeDecodeError:
                 ok = False
             expected.append((0 if is_valid_topic(t.decode("utf-8")) else 1) | (0 if ok else 2))
-    for codec in codecs:
-        assert codec.text_problems(buf, rows).tolist() == expected
+    text = codecs[0].BAD_TOPIC | codecs[0].BAD_PROPERTIES_UTF8
+    results = [codec.field_problems(buf, rows) for codec in codecs]
+    for flags, keys in results:
+        assert (flags & text).tolist() == expected
+        assert keys.tolist() == codecs[0].queue_keys(buf, rows).tolist()
+    assert all(f.tolist() == results[0][0].tolist() for f, _k in results)

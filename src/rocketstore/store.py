@@ -32,7 +32,7 @@ from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import GetMessageResult, TagFilter, _check_int, get_message, get_units
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable_rows, decode_chunks, queue_groups)
+                                  consumable, consumable_rows, decode_chunks, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessageError, InvalidMessageIdError,
@@ -41,8 +41,8 @@ from rocketstore.errors import (CorruptRecordError, DiskFullError, InvalidMessag
 from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
                                  PROPERTY_WAIT, Message, MessageExt, host_to_bytes, validate_topic)
-from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress, ScheduleService, pending_counts
-from rocketstore._verify import CQ_EXT_MAX_ADDR, record_problems, timestamp_problems
+from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
@@ -897,8 +897,9 @@ class MessageStore:
         """Check every record's structure and body CRC, segment by segment, every field that can
         be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
         room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
-        characters, properties as UTF-8, store timestamps against their neighbours'), and every
-        ConsumeQueue unit against the record it points to (queue, queue offset, size, tagsCode).
+        characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
+        timestamps against their neighbours'), and every ConsumeQueue unit against the record it
+        points to (topic, queue id, queue offset, size).
         Works on read-only stores.
 
         Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
@@ -916,7 +917,7 @@ class MessageStore:
         self._dispatcher.catch_up()
         files = list(self._segments.files)
         problems: list = []
-        found = []            # (positions, sizes, queue ids, queue offsets, queue keys, tagsCodes)
+        found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
         stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
@@ -937,14 +938,13 @@ class MessageStore:
                 if len(arr):
                     data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
-                    keep = consumable_rows(arr)
-                    info, _keys = codec.dispatch_info(view, keep, self.config.delay_levels_ms)
-                    found.append((base + keep["position"], keep["size"], keep["queue_id"],
-                                  keep["queue_offset"], codec.queue_keys(view, keep),
-                                  info["tags_code"]))
+                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
+                    problems.extend({"offset": at, "reason": why} for at, why in bad_fields)
+                    keep = consumable(arr)
+                    rows = arr if keep.all() else arr[keep]
+                    found.append((base + rows["position"], rows["size"], rows["queue_id"],
+                                  rows["queue_offset"], keys if rows is arr else keys[keep]))
                     stamps.append((base + arr["position"], arr["store_timestamp"]))
-                    problems.extend({"offset": offset, "reason": reason} for offset, reason
-                                    in record_problems(codec, view, base, arr, mf.file_size))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason == codec.STOP_BAD_CRC:
@@ -971,12 +971,11 @@ class MessageStore:
 
     def _verify_queues(self, found, problems, max_per_queue: int = 10) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
-        and size, and (but in SCHEDULE_TOPIC_XXXX, whose tagsCode depends on the delay table,
-        and for ConsumeQueueExt addresses) carry the tagsCode of its TAGS."""
+        and size."""
         if found:
-            positions, sizes, qids, qoffsets, keys, tags = (np.concatenate(c) for c in zip(*found))
+            positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
         else:
-            positions = sizes = qids = qoffsets = tags = np.empty(0, dtype=np.int64)
+            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
             keys = np.empty(0, dtype=np.uint64)
         codec = self._codec
         damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
@@ -985,7 +984,6 @@ class MessageStore:
             checked += 1
             bad = 0
             key = _queue_key(codec, cq.topic, cq.queue_id)
-            check_tags = cq.topic != SCHEDULE_TOPIC
             q = cq.min_offset
             while q < cq.max_offset and bad < max_per_queue:
                 units = cq.units(q, 65536)
@@ -997,9 +995,6 @@ class MessageStore:
                     ok = ((positions[at] == phys) & (sizes[at] == units["size"])
                           & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
                           & (qoffsets[at] == q + np.arange(len(units))))
-                    if check_tags:
-                        code = units["tags_code"]
-                        ok &= (tags[at] == code) | (code <= CQ_EXT_MAX_ADDR)
                 else:
                     ok = np.zeros(len(units), dtype=bool)
                 ok |= np.isin(phys, damaged)      # that record's damage is reported already
