@@ -265,3 +265,18 @@ def test_field_problems_twins_agree_with_pythons_utf8_and_topic_rule():
         assert (flags & text).tolist() == expected
         assert keys.tolist() == codecs[0].queue_keys(buf, rows).tolist()
     assert all(f.tolist() == results[0][0].tolist() for f, _k in results)
+
+
+def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_path, impl):
+    # §1.6: properties that do not end in 0x02 get one before the reserved 20 bytes (only raw
+    # properties given to the append core with their own UNIQ_KEY can lack it)
+    path = tmp_path / "s"
+    with open_store(path, impl, append_prop_crc=True) as s:
+        s.create_topic("TopicF", 1)
+        r = s._core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
+        assert s.read(r.commitlog_offset).properties == {"a": "b", "__CRC32#": s.read(
+            r.commitlog_offset).properties["__CRC32#"]}
+        assert s.verify()["ok"] is True
+    [(_offset, rec)] = _raw_records(path)
+    assert rec.endswith(b"a\x01b\x02__CRC32#\x01" + rec[-11:-1] + b"\x02")
+    assert len(rec) == 91 + 1 + len("TopicF") + len(b"a\x01b") + 1 + 20
