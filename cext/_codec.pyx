@@ -36,6 +36,8 @@ __all__ = [
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
+    "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -246,19 +248,27 @@ def body_crc(body):
 # Properties
 
 def encode_properties(props):
-    """``name\\x01value\\x02`` for every entry whose value is not None, UTF-8 encoded."""
+    """``name\\x01value\\x02`` for every entry, UTF-8 encoded.
+
+    A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
+    with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
+    refuses) raises InvalidMessageError rather than being stored as something that reads back
+    different; so does text that is not valid UTF-8 (a lone surrogate, which Java would read
+    back as U+FFFD).
+    """
     if not isinstance(props, _Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
     parts = []
     for key, value in props.items():
-        if value is None:
-            continue
         if not isinstance(key, str):
             raise InvalidMessageError(f"property name {key!r} is not a str")
         if not key:
             raise InvalidMessageError("property name is empty")
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
+        if not value:
+            raise InvalidMessageError(f"property {key!r} has an empty value, which RocketMQ's format "
+                                      "cannot carry (it would read back as absent)")
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
             raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
         parts.append(key)
@@ -266,8 +276,8 @@ def encode_properties(props):
         parts.append(value)
         parts.append("\x02")
     try:
-        data = "".join(parts).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
         raise InvalidMessageError("properties are not encodable as UTF-8") from None
     if len(data) > RS_MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
@@ -835,6 +845,14 @@ cdef enum:
     _OUTSIDE_PROPERTIES = 2
     # From this many records on, dispatch_info scans without the GIL (every buffer stays pinned).
     _NOGIL_DISPATCH_RECORDS = 64
+    _OUTSIDE_RECORD = 3
+    _BAD_TOPIC = 1
+    _BAD_PROPERTIES_UTF8 = 2
+    _BAD_PHYSICAL_OFFSET = 4
+    _BAD_NO_BLANK_ROOM = 8
+    _BAD_SYSFLAG = 16
+    _BAD_PREPARED_OFFSET = 32
+    _BAD_PROP_CRC = 64
 
 
 cdef object _check_table(str name, object table, object dtype, str dtype_name):
@@ -1115,21 +1133,26 @@ def property_pieces(buffer, records):
 # ---------------------------------------------------------------------------------------------
 # Message ids (§3): string work, kept as close to the pure twin as the compiler allows
 
+cdef inline uint64_t _queue_key_of(const uint8_t *t, int32_t topic_len, int32_t queue_id) noexcept nogil:
+    """FNV-1a 64 of a topic's bytes, then of its queue id (as uint32)."""
+    cdef uint64_t h = 0xCBF29CE484222325ULL
+    cdef int32_t j
+    for j in range(topic_len):
+        h = (h ^ t[j]) * 0x100000001B3ULL
+    return (h ^ <uint32_t>queue_id) * 0x100000001B3ULL
+
+
 cdef int64_t _queue_keys(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
                          uint64_t *keys) noexcept nogil:
     """FNV-1a 64 of each record's topic bytes, then of its queue id; -1 or the first bad row."""
-    cdef int64_t i, j
-    cdef uint64_t h
-    cdef const uint8_t *t
+    cdef int64_t i
     for i in range(n):
         if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
             return i
-        t = base + rows[i].topic_pos
-        h = 0xCBF29CE484222325ULL
-        for j in range(rows[i].topic_len):
-            h = (h ^ t[j]) * 0x100000001B3ULL
-        keys[i] = (h ^ <uint32_t>rows[i].queue_id) * 0x100000001B3ULL
+        keys[i] = _queue_key_of(base + rows[i].topic_pos, rows[i].topic_len, rows[i].queue_id)
     return -1
+
+
 
 
 def queue_keys(buffer, records):
@@ -1162,6 +1185,185 @@ def queue_keys(buffer, records):
     finally:
         PyBuffer_Release(&src)
     return keys
+
+
+cdef bint _utf8_ok(const uint8_t *p, int64_t n) noexcept nogil:
+    """Strict UTF-8, as Python's decoder has it (no overlongs, surrogates or > U+10FFFF)."""
+    cdef int64_t i = 0, k
+    cdef uint8_t c, lo, hi
+    cdef int need
+    cdef uint64_t word, seen = 0
+    while i + 8 <= n:               # all ASCII (the usual case): one OR per 8 bytes
+        memcpy(&word, p + i, 8)
+        seen |= word
+        i += 8
+    while i < n:
+        seen |= p[i]
+        i += 1
+    if not (seen & 0x8080808080808080ULL):
+        return 1
+    i = 0
+    while i < n:
+        if i + 8 <= n:
+            memcpy(&word, p + i, 8)
+            if not (word & 0x8080808080808080ULL):
+                i += 8
+                continue
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF
+        if c < 0xC2:
+            return 0
+        elif c < 0xE0:
+            need = 1
+        elif c < 0xF0:
+            need = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif c < 0xF5:
+            need = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return 0
+        if need >= n - i:
+            return 0
+        if p[i + 1] < lo or p[i + 1] > hi:
+            return 0
+        for k in range(2, need + 1):
+            if p[i + k] < 0x80 or p[i + k] > 0xBF:
+                return 0
+        i += need + 1
+    return 1
+
+
+#: field_problems flags, one bit per check a record fails
+BAD_TOPIC = 1               # empty, or a byte outside [%|a-zA-Z0-9_-]
+BAD_PROPERTIES_UTF8 = 2     # properties not valid UTF-8
+BAD_PHYSICAL_OFFSET = 4     # PHYSICALOFFSET is not base + position
+BAD_NO_BLANK_ROOM = 8       # fewer than 8 bytes of the segment left after the record (§1.4)
+BAD_SYSFLAG = 16            # sysFlag bits RocketMQ does not define, or compression type 4..7
+BAD_PREPARED_OFFSET = 32    # PREPAREDTRANSACTIONOFFSET neither 0 nor an earlier record's offset
+BAD_PROP_CRC = 64           # a trailing __CRC32# property (§1.6) that does not match the record
+
+cdef uint8_t _TOPIC_BYTE[256]
+memset(_TOPIC_BYTE, 0, 256)
+for _c in list(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"):
+    _TOPIC_BYTE[<int>_c] = 1
+
+cdef const char *_PROP_CRC_NAME = b"__CRC32#\x01"
+cdef enum:
+    _PROP_CRC_NAME_LEN = 9
+    _PROP_CRC_LEN = 20
+    _KNOWN_SYSFLAG_BITS = 0x7FF
+
+
+cdef uint8_t _prop_crc_flag(const uint8_t *rec, int64_t size, int32_t props_len) noexcept nogil:
+    """BAD_PROP_CRC when the record ends in a __CRC32# property whose CRC does not match."""
+    cdef const uint8_t *tail = rec + size - _PROP_CRC_LEN
+    cdef int64_t expected = 0, scale = 1
+    cdef int k
+    if props_len < _PROP_CRC_LEN or rec[size - 1] != 2 or \
+            memcmp(tail, _PROP_CRC_NAME, _PROP_CRC_NAME_LEN) != 0:
+        return 0
+    for k in range(10):
+        if tail[_PROP_CRC_NAME_LEN + k] < 0x30 or tail[_PROP_CRC_NAME_LEN + k] > 0x39:
+            return _BAD_PROP_CRC
+        expected += (tail[_PROP_CRC_NAME_LEN + k] - 0x30) * scale
+        scale *= 10
+    return 0 if expected == rs_body_crc(rec, size - _PROP_CRC_LEN) else _BAD_PROP_CRC
+
+
+cdef int64_t _field_problems(const uint8_t *buf, int64_t size, const rs_batch_row *rows, int64_t n,
+                             int64_t base, int64_t segment_size, uint8_t *out, uint64_t *keys,
+                             int *what) noexcept nogil:
+    """Fill ``out`` (see field_problems); -1, or the first row that lies outside ``buf``."""
+    cdef int64_t i, j
+    cdef uint8_t flags
+    cdef uint32_t sys_flag
+    cdef const rs_batch_row *r
+    for i in range(n):
+        r = &rows[i]
+        if r.position < 0 or r.size < 0 or r.position > size - r.size:
+            what[0] = _OUTSIDE_RECORD
+            return i
+        if r.topic_pos < 0 or r.topic_len < 0 or r.topic_pos > size - r.topic_len:
+            what[0] = _OUTSIDE_TOPIC
+            return i
+        if r.properties_pos < 0 or r.properties_len < 0 or r.properties_pos > size - r.properties_len:
+            what[0] = _OUTSIDE_PROPERTIES
+            return i
+        keys[i] = _queue_key_of(buf + r.topic_pos, r.topic_len, r.queue_id)
+        flags = _BAD_TOPIC if r.topic_len == 0 else 0
+        for j in range(r.topic_len):
+            if not _TOPIC_BYTE[buf[r.topic_pos + j]]:
+                flags = _BAD_TOPIC
+                break
+        if not _utf8_ok(buf + r.properties_pos, r.properties_len):
+            flags |= _BAD_PROPERTIES_UTF8
+        if r.physical_offset != base + r.position:
+            flags |= _BAD_PHYSICAL_OFFSET
+        if r.position + r.size > segment_size - RS_END_FILE_MIN_BLANK:
+            flags |= _BAD_NO_BLANK_ROOM
+        sys_flag = <uint32_t>r.sys_flag
+        if (sys_flag & ~(<uint32_t>_KNOWN_SYSFLAG_BITS)) or ((sys_flag >> 8) & 7) > 3:
+            flags |= _BAD_SYSFLAG
+        if r.prepared_transaction_offset != 0 and (r.prepared_transaction_offset < 0
+                                                   or r.prepared_transaction_offset >= base + r.position):
+            flags |= _BAD_PREPARED_OFFSET
+        flags |= _prop_crc_flag(buf + r.position, r.size, r.properties_len)
+        out[i] = flags
+    return -1
+
+
+def field_problems(buffer, records, int64_t base=0, int64_t segment_size=INT64_MAX):
+    """One uint8 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``, which starts
+    at CommitLog offset ``base`` and is a segment of ``segment_size`` bytes): the BAD_* bits of
+    the cross-checks the record fails, 0 for none (what :meth:`MessageStore.verify` checks
+    beyond lengths and the body CRC); and the records' :func:`queue_keys`, from the same pass.
+    A record, topic or properties outside ``buffer`` raises CorruptRecordError."""
+    cdef Py_buffer src, rec_view, out_view, keys_view
+    cdef int64_t n, bad
+    cdef int what = 0
+    cdef const rs_batch_row *rows
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    n = len(records)
+    flags = _np.zeros(n, dtype=_np.uint8)
+    keys = _np.zeros(n, dtype=_np.uint64)
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(flags, &out_view, PyBUF_WRITABLE)
+            PyObject_GetBuffer(keys, &keys_view, PyBUF_WRITABLE)
+            try:
+                rows = <const rs_batch_row *>rec_view.buf
+                with nogil:
+                    bad = _field_problems(<const uint8_t *>src.buf, src.len, rows, n, base, segment_size,
+                                          <uint8_t *>out_view.buf, <uint64_t *>keys_view.buf, &what)
+                if bad >= 0:
+                    if what == _OUTSIDE_RECORD:
+                        raise _outside(bad, rows[bad].position, "record", rows[bad].position,
+                                       rows[bad].size, src.len)
+                    if what == _OUTSIDE_TOPIC:
+                        raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos,
+                                       rows[bad].topic_len, src.len)
+                    raise _outside(bad, rows[bad].position, "properties", rows[bad].properties_pos,
+                                   rows[bad].properties_len, src.len)
+            finally:
+                PyBuffer_Release(&keys_view)
+                PyBuffer_Release(&out_view)
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    return flags, keys
 
 
 def same_queues(buffer, records, representatives):

@@ -90,13 +90,25 @@ cdef extern from *:
     """
     static const char rs_hex_digits[] = "0123456789ABCDEF";
     static const char rs_uniq_property_name[] = "UNIQ_KEY\x01";
+    static const char rs_prop_crc_reserved[] = "__CRC32#\x01" "0000000000" "\x02";
     """
     const char *rs_hex_digits
     const char *rs_uniq_property_name
+    const char *rs_prop_crc_reserved
 
 cdef enum:
     UNIQ_NAME_LEN = 9      # len("UNIQ_KEY\x01")
+    PROP_CRC_NAME_LENGTH = 9   # len("__CRC32#\x01")
+    PROP_CRC_LENGTH = 20       # the §1.6 property: name, 0x01, 10 digits, 0x02
     MAX_UNIQ_RAW = 28      # IPv6 UNIQ_KEY: 16 + 2 + 4 + 4 + 2 bytes
+
+cdef inline void _prop_crc_digits(int32_t crc, uint8_t *out) noexcept:
+    """The 10 digits of a §1.6 CRC32 property: least significant first, padded with '0'."""
+    cdef int i
+    for i in range(10):
+        out[i] = 0x30 + crc % 10
+        crc //= 10
+
 
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
@@ -416,7 +428,8 @@ cdef class CommitLogCore:
     cdef int _uniq_prefix_len
     cdef int64_t _month_start, _month_next
     cdef uint32_t _uniq_counter
-    cdef uint8_t *_props             # scratch: user properties + generated UNIQ_KEY
+    cdef uint8_t *_props             # scratch: user properties + generated UNIQ_KEY (+ CRC32)
+    cdef public bint append_prop_crc # write RocketMQ 5.2+'s CRC32 property (spec §1.6)
     cdef dict _topics
     cdef dict _pins                  # segment start -> _Pin, while registered with the flusher
     cdef dict _queue_offsets_pending # topic -> {queue_id: next offset} for topics not loaded yet
@@ -751,6 +764,14 @@ cdef class CommitLogCore:
         self.release_flushed_segments()
         return 0
 
+    cdef inline int _prop_crc_extra(self, const uint8_t *props, Py_ssize_t props_len,
+                                    bint have_unique_key) noexcept:
+        """Bytes the §1.6 CRC32 property adds (0 unless append_prop_crc): 20, plus a 0x02 when
+        the final properties do not end in one (a generated UNIQ_KEY does)."""
+        if not self.append_prop_crc:
+            return 0
+        return PROP_CRC_LENGTH + (have_unique_key and props_len > 0 and props[props_len - 1] != 2)
+
     cdef int64_t _append(self, _Topic t, int queue_id, const uint8_t *body, int32_t body_len,
                          int32_t body_crc, const uint8_t *props, int32_t props_len,
                          object unique_key, int32_t flag, int64_t born_ts, int32_t sys_flag,
@@ -762,9 +783,13 @@ cdef class CommitLogCore:
         cdef int64_t length, now, remaining, end
         cdef bint consumes_offset
         cdef int tx
+        cdef int crc_extra = self._prop_crc_extra(props, props_len, unique_key is not None)
+        cdef int32_t at
+        cdef uint8_t *rec
         if unique_key is None:
             uniq_len = self._uniq_prefix_len + 6
             total_props += UNIQ_NAME_LEN + 2 * uniq_len + 1
+        total_props += crc_extra
         if total_props > RS_MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
                 f"properties are {total_props} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
@@ -790,6 +815,16 @@ cdef class CommitLogCore:
             props = self._props
         else:
             out._unique_key = unique_key
+        if crc_extra:       # the reserved 20 bytes (and a 0x02 before them if needed)
+            at = total_props - crc_extra
+            if props != self._props:
+                if at:
+                    memcpy(self._props, props, at)
+                props = self._props
+            if crc_extra > PROP_CRC_LENGTH:
+                self._props[at] = 2
+                at += 1
+            memcpy(self._props + at, rs_prop_crc_reserved, PROP_CRC_LENGTH)
 
         while True:
             if self._base == NULL:
@@ -827,8 +862,12 @@ cdef class CommitLogCore:
         r.topic_len = <int32_t>PyBytes_GET_SIZE(t.name)
         r.properties = props
         r.properties_len = total_props
-        if rs_encode_record(self._base + self._pos, self._file_size - self._pos, &r) != length:
+        rec = self._base + self._pos
+        if rs_encode_record(rec, self._file_size - self._pos, &r) != length:
             raise SegmentError("internal error: record does not fit the checked space")
+        if crc_extra:       # over the whole record as written, but its last 20 bytes (§1.6)
+            _prop_crc_digits(rs_body_crc(rec, length - PROP_CRC_LENGTH),
+                             rec + length - PROP_CRC_LENGTH + PROP_CRC_NAME_LENGTH)
         self._pos += length
         end = self._file_from + self._pos
         rs_flusher_publish(self._flusher, end)
@@ -1045,7 +1084,7 @@ cdef class CommitLogCore:
                     lens_view[i] = bufs[i].len
 
             # Validate everything before the first byte is written.
-            if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
+            if plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False) > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
             rec_lens_arr = np.empty(n, dtype=np.int64)
             rec_lens = rec_lens_arr
@@ -1054,14 +1093,14 @@ cdef class CommitLogCore:
                 if blen > self._max_message_size:
                     raise MessageTooLargeError(
                         f"bodies[{i}] of {blen} bytes exceeds max_message_size {self._max_message_size}")
-                length = rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1),
+                length = rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False)),
                                           sys_flag | self._host_sysflag, RS_MAGIC_V1)
                 if length < 0 or length > self._max_message_size or length + RS_END_FILE_MIN_BLANK > self._file_size:
                     raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}"
                                                if length <= self._max_message_size else
                                                f"record {i} of {length} bytes cannot fit a {self._file_size}-byte segment")
                 rec_lens[i] = length
-            if plen + 9 + 2 * uniq_len + 1 > RS_MAX_PROPERTIES_LENGTH:
+            if plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False) > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
             qid = self._choose_queue(t, queue_id)
 
@@ -1157,6 +1196,8 @@ cdef class CommitLogCore:
                 raise MessageTooLargeError(
                     f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
             extra = 0 if unique_key is not None else 9 + 2 * (self._uniq_prefix_len + 6) + 1
+            extra += self._prop_crc_extra(<const uint8_t *>PyBytes_AS_STRING(props), len(props),
+                                          unique_key is not None)
             if len(props) + extra > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError(f"message {i}: properties exceed 32767 bytes")
             length = rs_record_length(len(body), len(t.name), len(props) + extra,

@@ -193,7 +193,7 @@ static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len
     return rs_index_hash_of_java(signed_h);
 }
 
-/* ---- putKey (§5.3, 4.3 behaviour) ---- */
+/* ---- putKey (§5.3, as 4.7.1+ do it) ---- */
 
 /* Store one key. Returns 1, or 0 when the file is full (or, defensively, when the map is too
    short for the item: the owner checks its length, so that does not happen). */
@@ -236,9 +236,12 @@ static inline int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_off
         rs_index_put_i64(h + RS_INDEX_POS_BEGIN_PHY_OFFSET, phy_offset);
         rs_index_put_i64(h + RS_INDEX_POS_BEGIN_TIMESTAMP, store_timestamp);
     }
-    /* 4.3 counts every put (5.x only puts into empty slots); an int, so it wraps like Java's */
-    slot_count = (int32_t)((uint32_t)rs_index_get_i32(h + RS_INDEX_POS_HASH_SLOT_COUNT) + 1u);
-    rs_index_put_i32(h + RS_INDEX_POS_HASH_SLOT_COUNT, slot_count);
+    /* 4.7.1+ (so 4.9.8 and 5.x) counts a put only when its slot was empty (or held an invalid
+       item number); 4.3 counted every put. An int, so it wraps like Java's. */
+    if (slot_value == RS_INDEX_INVALID_INDEX) {
+        slot_count = (int32_t)((uint32_t)rs_index_get_i32(h + RS_INDEX_POS_HASH_SLOT_COUNT) + 1u);
+        rs_index_put_i32(h + RS_INDEX_POS_HASH_SLOT_COUNT, slot_count);
+    }
     rs_index_put_i32(h + RS_INDEX_POS_INDEX_COUNT, count + 1);
     rs_index_put_i64(h + RS_INDEX_POS_END_PHY_OFFSET, phy_offset);
     rs_index_put_i64(h + RS_INDEX_POS_END_TIMESTAMP, store_timestamp);

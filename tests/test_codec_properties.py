@@ -22,7 +22,7 @@ topics = st.one_of(
     .filter(lambda t: len(t.encode()) <= 127),
     st.binary(min_size=1, max_size=127))
 properties = st.one_of(
-    st.dictionaries(prop_text.filter(bool), st.one_of(prop_text, st.none()), max_size=6),
+    st.dictionaries(prop_text.filter(bool), prop_text.filter(bool), max_size=6),   # "" / None: refused
     st.binary(max_size=300))
 records = st.fixed_dictionaries({
     "topic": topics, "body": st.binary(max_size=300), "properties": properties,

@@ -264,7 +264,7 @@ PIECE = st.one_of(
 PROPERTIES = st.one_of(
     st.lists(PIECE, max_size=8).map(b"\x02".join),
     st.lists(PIECE, max_size=8).map(lambda ps: b"".join(p + b"\x02" for p in ps)),
-    st.dictionaries(NAMES.filter(lambda n: " " not in n), VALUES.filter(lambda v: "\x01" not in v
+    st.dictionaries(NAMES.filter(lambda n: " " not in n), VALUES.filter(lambda v: v and "\x01" not in v
                                                                         and "\x02" not in v), max_size=4),
     st.binary(max_size=64))
 TOPICS = st.one_of(st.just(SCHEDULE), st.just("TopicTest"), st.just("é#"),
@@ -528,7 +528,7 @@ KEY_TEXT = st.one_of(st.text(st.characters(blacklist_characters=" \x01\x02", bla
 REF_RECORDS = st.lists(st.fixed_dictionaries({
     "topic": st.one_of(st.just("TopicTest"), st.just("é😀"), st.binary(min_size=1, max_size=6)),
     "properties": st.one_of(
-        st.fixed_dictionaries({"KEYS": st.lists(KEY_TEXT, max_size=4).map(" ".join)},
+        st.fixed_dictionaries({"KEYS": st.lists(KEY_TEXT, min_size=1, max_size=4).map(" ".join)},
                               optional={"UNIQ_KEY": KEY_TEXT}),
         st.lists(st.binary(max_size=6), max_size=4).map(lambda ks: b"KEYS\x01" + b" ".join(ks) + b"\x02")),
     "body": st.just(b""),

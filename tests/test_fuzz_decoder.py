@@ -102,7 +102,8 @@ records = st.fixed_dictionaries({
     "properties": st.one_of(st.binary(max_size=60),
                             st.dictionaries(prop_names, prop_values, max_size=4)
                             .map(lambda d: {k: v.replace("\x01", "").replace("\x02", "") for k, v in d.items()
-                                            if "\x01" not in k})),
+                                            if "\x01" not in k})
+                            .map(lambda d: {k: v for k, v in d.items() if v})),   # "": refused
     "queue_id": INT32, "queue_offset": INT64, "physical_offset": INT64,
     "sys_flag": st.sampled_from([0, 1, 2, 4, 8, 12, 0x40, 0x80, 0x700]),
     "store_timestamp": st.one_of(st.just(T0), INT64), "born_host": hosts, "store_host": hosts,

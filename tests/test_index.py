@@ -176,15 +176,15 @@ def test_vector8_min_value_keys_chain_and_select(index):
 
 # ---- putKey ----
 
-def test_put_key_updates_header_as_java_4_3(index):
+def test_put_key_updates_header_as_java_4_9_8(index):
     f, buf = new_file(index, 4, 10)
     assert (f.begin_timestamp, f.end_timestamp, f.hash_slot_count, f.index_count) == (0, 0, 0, 1)
     assert f.put_key("k#a", 500, T0)
-    assert f.put_key("k#a", 900, T0 + 2500)          # same slot: hashSlotCount still counts it
+    assert f.put_key("k#a", 900, T0 + 2500)          # same slot: hashSlotCount counts it once
     assert (f.begin_phy_offset, f.begin_timestamp) == (500, T0)
     assert (f.end_phy_offset, f.end_timestamp) == (900, T0 + 2500)
-    assert (f.hash_slot_count, f.index_count) == (2, 3)
-    assert buf[:40] == struct.pack(">qqqqii", T0, T0 + 2500, 500, 900, 2, 3)
+    assert (f.hash_slot_count, f.index_count) == (1, 3)
+    assert buf[:40] == struct.pack(">qqqqii", T0, T0 + 2500, 500, 900, 1, 3)
     h = _codec_py.index_key_hash("k#a")
     # an empty file's begin is 0: the first item's timeDiff is 0; then seconds, truncated
     assert item_at(buf, 4, 1) == (h, 500, 0, 0)
@@ -231,6 +231,32 @@ def test_invalid_slot_value_is_treated_as_empty(index):
     struct.pack_into(">i", buf, 40, -3)
     f.put_key("a", 3, T0)
     assert item_at(buf, 1, 3)[3] == 0
+
+
+def test_hash_slot_count_counts_the_slots_found_empty_as_4_7_1_and_later():
+    # IndexFile.putKey (4.7.1+) increments hashSlotCount only when the slot held no valid item:
+    # 400 keys over 100 slots count each occupied slot once, not 400 times as 4.3 did.
+    keys = [f"TopicTest#key-{i}" for i in range(400)] + ["Aa", "BB"]   # "Aa", "BB": one hash
+    occupied = {_codec_py.index_key_hash(k) % 100 for k in keys}
+    files = []
+    for twin in TWINS:
+        f, buf = new_file(twin, 100, 500)
+        for phy, key in enumerate(keys, start=1):
+            assert f.put_key(key, phy, T0 + phy)
+        assert f.hash_slot_count == len(occupied) < len(keys)
+        assert struct.unpack_from(">i", buf, 32)[0] == len(occupied)
+        files.append(bytes(buf))
+    assert all(b == files[0] for b in files)
+
+
+def test_a_slot_with_an_invalid_item_number_counts_as_empty_again(index):
+    f, buf = new_file(index, 1, 8)
+    f.put_key("a", 1, T0)
+    f.put_key("a", 2, T0)
+    assert f.hash_slot_count == 1
+    struct.pack_into(">i", buf, 40, 99)              # beyond indexCount: read as empty
+    f.put_key("a", 3, T0)
+    assert f.hash_slot_count == 2
 
 
 def test_full_file_put_returns_false_and_writes_nothing(index):

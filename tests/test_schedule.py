@@ -3,6 +3,7 @@ its deliver-time tagsCode (§2), delivery at each level's time with an injected 
 within a level, delayOffset.json (§10), restarts and interrupted passes (exactly once), bad
 levels, lookups, and the background thread."""
 
+import pathlib
 import random
 import shutil
 import time
@@ -108,7 +109,24 @@ def test_every_level_delivers_at_its_time(store, clock):
     assert store.delayed_counts() == {}
 
 
-def test_delivered_copy_is_what_a_broker_writes(store, clock):
+def raw_properties(store, impl, m):
+    """The properties bytes of record ``m`` as they lie in its CommitLog segment."""
+    size = store.config.commitlog_file_size
+    name = pathlib.Path(store.path) / "commitlog" / f"{m.commitlog_offset - m.commitlog_offset % size:020d}"
+    with open(name, "rb") as f:
+        f.seek(m.commitlog_offset % size)
+        data = f.read(m.size)
+    rows, _stop, _reason = impl.codec.decode_batch(data)
+    start, length = int(rows["properties_pos"][0]), int(rows["properties_len"][0])
+    return data[start:start + length]
+
+
+def java_properties(props, order):
+    """messageProperties2String over ``props`` iterated in ``order``."""
+    return "".join(f"{k}\x01{props[k]}\x02" for k in order).encode()
+
+
+def test_delivered_copy_is_what_a_broker_writes(store, clock, impl):
     r = store.put(Message("TopicA", b"body", tags="TagB", keys="k1 k2", flag=7, queue_id=1,
                           properties={"user": "v"}, born_timestamp=1234567890123), delay_level=1)
     sched = store.read(r.commitlog_offset)
@@ -118,15 +136,39 @@ def test_delivered_copy_is_what_a_broker_writes(store, clock):
     assert (m.topic, m.queue_id, m.queue_offset) == ("TopicA", 1, 0)
     assert m.body == b"body" and m.flag == 7 and m.born_timestamp == 1234567890123
     assert m.reconsume_times == 0 and m.sys_flag == sched.sys_flag
-    # §12: everything kept but DELAY (REAL_TOPIC/REAL_QID stay), WAIT=false
-    expected = dict(sched.properties)
-    del expected["DELAY"]
-    expected["WAIT"] = "false"
-    assert m.properties == expected
+    # 4.9.8's messageTimeup serialises the properties before it clears DELAY and sets WAIT=false:
+    # the copy keeps every property, DELAY included, and gains no WAIT
+    assert m.properties == sched.properties and m.properties["DELAY"] == "1"
+    assert "WAIT" not in m.properties
     assert m.properties["UNIQ_KEY"] == r.unique_key
+    # ... in the order of the HashMap MessageDecoder.decode read them into (computed with
+    # java.util.HashMap on OpenJDK 17; "user" and "DELAY" share a bucket, in file order)
+    order = ["REAL_TOPIC", "KEYS", "UNIQ_KEY", "user", "DELAY", "TAGS", "REAL_QID"]
+    assert raw_properties(store, impl, m) == java_properties(sched.properties, order)
     # tagsCode recomputed from TAGS
     assert store.queue_units("TopicA", 1, 0, 1).tolist() == [(m.commitlog_offset, m.size, java_hash("TagB"))]
     assert m.commitlog_offset > sched.commitlog_offset
+    # the copy's DELAY does not delay it again: delivered once, nothing waits
+    clock.now += 7_200_000
+    assert store.deliver_delayed() == 0
+    assert store.delayed_counts() == {}
+    assert store.queues()[(SCHEDULE_TOPIC, 0)] == (0, 1)
+
+
+def test_delivered_copy_property_order_follows_a_grown_java_hashmap(store, clock, impl):
+    # 19 properties: the HashMap grows to 32 buckets; "BB" and "Aa" have one hash and keep
+    # their order in the scheduled record
+    user = {"BB": "1", "Aa": "2", **{f"p{i:02d}": str(i) for i in range(1, 11)}, "WAIT": "true"}
+    r = store.put("TopicA", b"x", tags="T", properties=user, queue_id=0, delay_level=2)
+    sched = store.read(r.commitlog_offset)
+    assert list(sched.properties).index("BB") < list(sched.properties).index("Aa")
+    clock.now = sched.store_timestamp + 5000
+    assert store.deliver_delayed() == 1
+    [m] = copies(store, "TopicA")
+    order = ["BB", "Aa", "p10", "p01", "REAL_TOPIC", "p03", "p02", "p05", "p04", "p07", "p06",
+             "p09", "p08", "UNIQ_KEY", "WAIT", "DELAY", "TAGS", "REAL_QID"]
+    assert m.properties["WAIT"] == "true" and m.properties["DELAY"] == "2"
+    assert raw_properties(store, impl, m) == java_properties(sched.properties, order)
 
 
 def test_order_within_a_level_is_kept(store, clock):

@@ -32,8 +32,10 @@ decoding reads V1 and V2. A BLANK end-of-file record is 8 header bytes (``maxBla
 ``0xCBD43194``) followed by don't-care filler up to the end of the segment.
 
 Text: topics and properties are UTF-8. Decoding uses ``errors="surrogateescape"`` so that any
-bytes decode without raising and re-encode (encoding uses the same handler) to the same bytes;
-valid UTF-8, which every Java writer produces, decodes exactly as Java would. Java hashes are
+bytes decode without raising (a topic re-encodes with the same handler to the same bytes;
+:func:`encode_properties` refuses such escapes, as Java would read them back as U+FFFD: pass
+raw bytes to write invalid UTF-8); valid UTF-8, which every Java writer produces, decodes
+exactly as Java would. Java hashes are
 over UTF-16 code units (lone surrogates count as themselves), so ``java_hash`` of such an
 escaped string equals ``java_hash_bytes`` of the raw bytes.
 """
@@ -59,6 +61,8 @@ __all__ = [
     "encode_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
+    "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]
@@ -215,19 +219,27 @@ def body_crc(body) -> int:
 # Properties (§2)
 
 def encode_properties(props: Mapping) -> bytes:
-    """``name\\x01value\\x02`` for every entry whose value is not None, UTF-8 encoded."""
+    """``name\\x01value\\x02`` for every entry, UTF-8 encoded.
+
+    A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
+    with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
+    refuses) raises InvalidMessageError rather than being stored as something that reads back
+    different; so does text that is not valid UTF-8 (a lone surrogate, which Java would read
+    back as U+FFFD).
+    """
     if not isinstance(props, Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
     parts = []
     for key, value in props.items():
-        if value is None:
-            continue
         if not isinstance(key, str):
             raise InvalidMessageError(f"property name {key!r} is not a str")
         if not key:
             raise InvalidMessageError("property name is empty")
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
+        if not value:
+            raise InvalidMessageError(f"property {key!r} has an empty value, which RocketMQ's format "
+                                      "cannot carry (it would read back as absent)")
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
             raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
         parts.append(key)
@@ -235,8 +247,8 @@ def encode_properties(props: Mapping) -> bytes:
         parts.append(value)
         parts.append("\x02")
     try:
-        data = "".join(parts).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
         raise InvalidMessageError("properties are not encodable as UTF-8") from None
     if len(data) > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
@@ -810,6 +822,109 @@ def same_queues(buffer, records, representatives):
     qids = records["queue_id"]
     return bool(np.array_equal(qids, qids[reps]) and np.array_equal(lengths, lengths[reps])
                 and np.array_equal(names, names[reps]))
+
+
+#: field_problems flags, one bit per check a record fails
+BAD_TOPIC = 1               # empty, or a byte outside [%|a-zA-Z0-9_-]
+BAD_PROPERTIES_UTF8 = 2     # properties not valid UTF-8
+BAD_PHYSICAL_OFFSET = 4     # PHYSICALOFFSET is not base + position
+BAD_NO_BLANK_ROOM = 8       # fewer than 8 bytes of the segment left after the record (§1.4)
+BAD_SYSFLAG = 16            # sysFlag bits RocketMQ does not define, or compression type 4..7
+BAD_PREPARED_OFFSET = 32    # PREPAREDTRANSACTIONOFFSET neither 0 nor an earlier record's offset
+BAD_PROP_CRC = 64           # a trailing __CRC32# property (§1.6) that does not match the record
+_KNOWN_SYSFLAG_BITS = 0x7FF
+_PROP_CRC_NAME = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
+_PROP_CRC_LENGTH = len(_PROP_CRC_NAME) + 10 + 1
+_TOPIC_BYTE = np.zeros(256, dtype=bool)
+_TOPIC_BYTE[np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                          dtype=np.uint8)] = True
+
+
+def _gather(raw, starts, lengths):
+    """The bytes ``raw[starts[i]:starts[i] + lengths[i]]`` of every row, concatenated, and the row
+    each byte belongs to."""
+    lengths = lengths.astype(np.int64)
+    first = np.cumsum(lengths) - lengths
+    idx = np.repeat(starts.astype(np.int64) - first, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return raw[idx], np.repeat(np.arange(len(lengths)), lengths)
+
+
+def _not_utf8(raw, starts, lengths):
+    """Mask of the rows whose bytes are not valid UTF-8: one decode of them all, joined by NUL
+    (which cannot complete or start a multi-byte sequence); row by row only when that fails."""
+    bad = np.zeros(len(starts), dtype=bool)
+    data, _owner = _gather(raw, starts, lengths)
+    lengths = lengths.astype(np.int64)
+    try:
+        np.insert(data, (np.cumsum(lengths) - lengths)[1:], 0).tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        for i, (p, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+            try:
+                raw[p:p + n].tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                bad[i] = True
+    return bad
+
+
+def _prop_crc_bad(raw, records):
+    """Mask of the records ending in a __CRC32# property (§1.6) whose CRC does not match."""
+    pos = records["position"].astype(np.int64)
+    ends = pos + records["size"]
+    head = ends - _PROP_CRC_LENGTH                          # a record is > 20 bytes long
+    bad = np.zeros(len(records), dtype=bool)
+    maybe = np.flatnonzero((records["properties_len"] >= _PROP_CRC_LENGTH) & (raw[ends - 1] == 2)
+                           & (raw[head + len(_PROP_CRC_NAME) - 1] == 1) & (raw[head] == _PROP_CRC_NAME[0]))
+    for i in maybe.tolist():
+        tail = raw[head[i]:ends[i]]
+        if not np.array_equal(tail[:len(_PROP_CRC_NAME)], _PROP_CRC_NAME):
+            continue
+        digits = tail[len(_PROP_CRC_NAME):-1]
+        if ((digits < 0x30) | (digits > 0x39)).any():
+            bad[i] = True
+            continue
+        expected = sum((int(d) - 0x30) * 10 ** k for k, d in enumerate(digits))
+        bad[i] = expected != zlib.crc32(raw[pos[i]:head[i]]) & 0x7FFFFFFF
+    return bad
+
+
+def field_problems(buffer, records, base: int = 0, segment_size: int = _INT64_MAX):
+    """One uint8 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``, which starts
+    at CommitLog offset ``base`` and is a segment of ``segment_size`` bytes): the BAD_* bits of
+    the cross-checks the record fails, 0 for none (what :meth:`MessageStore.verify` checks
+    beyond lengths and the body CRC); and the records' :func:`queue_keys`, from the same pass.
+    A record, topic or properties outside ``buffer`` raises CorruptRecordError."""
+    _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    for name, value in (("base", base), ("segment_size", segment_size)):
+        if not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise OverflowError(f"{name} {value} does not fit a Java long")
+    raw = np.frombuffer(_readable_view(buffer), dtype=np.uint8)
+    n = len(records)
+    for what, pos, length in (("record", "position", "size"), ("topic", "topic_pos", "topic_len"),
+                              ("properties", "properties_pos", "properties_len")):
+        p, l = records[pos].astype(np.int64), records[length].astype(np.int64)
+        bad = np.flatnonzero((p < 0) | (l < 0) | (p > len(raw) - l))
+        if len(bad):
+            i = int(bad[0])
+            raise _outside(i, int(records["position"][i]), what, int(p[i]), int(l[i]), len(raw))
+    flags = np.zeros(n, dtype=np.uint8)
+    if not n:
+        return flags, np.zeros(0, dtype=np.uint64)
+    data, owner = _gather(raw, records["topic_pos"], records["topic_len"])
+    flags[owner[~_TOPIC_BYTE[data]]] = BAD_TOPIC
+    flags[records["topic_len"] == 0] = BAD_TOPIC
+    flags[_not_utf8(raw, records["properties_pos"], records["properties_len"])] |= BAD_PROPERTIES_UTF8
+    offsets = base + records["position"].astype(np.int64)
+    flags[records["physical_offset"] != offsets] |= BAD_PHYSICAL_OFFSET
+    ends = records["position"].astype(np.int64) + records["size"]
+    flags[ends > segment_size - END_FILE_MIN_BLANK_LENGTH] |= BAD_NO_BLANK_ROOM
+    sys_flag = records["sys_flag"].astype(np.int64) & 0xFFFFFFFF
+    flags[((sys_flag & ~_KNOWN_SYSFLAG_BITS) != 0) | (((sys_flag >> 8) & 7) > 3)] |= BAD_SYSFLAG
+    prepared = records["prepared_transaction_offset"]
+    flags[(prepared != 0) & ((prepared < 0) | (prepared >= offsets))] |= BAD_PREPARED_OFFSET
+    flags[_prop_crc_bad(raw, records)] |= BAD_PROP_CRC
+    return flags, queue_keys(buffer, records)
 
 
 def property_pieces(buffer, records):

@@ -320,8 +320,10 @@ class IndexFile:
         if count <= 1:
             begin_phy = phy_offset
             begin_ts = store_timestamp
-        # 4.3 counts every put (5.x only puts into empty slots); an int, so it wraps like Java's.
-        slot_count = ((slot_count + 1 + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        # 4.7.1+ (so 4.9.8 and 5.x) counts a put only when its slot was empty (or held an invalid
+        # item number); 4.3 counted every put. An int, so it wraps like Java's.
+        if slot_value == INVALID_INDEX:
+            slot_count = ((slot_count + 1 + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
         _HEADER.pack_into(mv, 0, begin_ts, store_timestamp, begin_phy, phy_offset, slot_count, count + 1)
         return True
 

@@ -17,6 +17,7 @@ import numpy as np
 from rocketstore._clock import month_bounds, now_ms as _now_ms
 from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
+from rocketstore._verify import PROP_CRC_LENGTH, prop_crc_digits
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError)
 from rocketstore.mapped_file import flush_error
@@ -324,6 +325,10 @@ class _Topic:
         self.rr = 0
 
 
+_PROP_CRC_NAME = b"__CRC32#\x01"
+_PROP_CRC_RESERVED = _PROP_CRC_NAME + b"0" * 10 + b"\x02"
+
+
 class CommitLogCore:
     """The append path of one CommitLog. See the module docstring; not for direct use."""
 
@@ -349,6 +354,8 @@ class CommitLogCore:
                               | (SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0))
         self._struct = _record_struct(len(born_host), len(store_host))
         self._uniq_prefix = bytes(uniq_prefix)
+        #: Write RocketMQ 5.2+'s CRC32 property (``enabledAppendPropCRC``, spec §1.6).
+        self.append_prop_crc = False
         self._month_start = self._month_next = 0
         self._uniq_counter = 0
         self._topics = {}
@@ -541,8 +548,16 @@ class CommitLogCore:
     def _uniq_extra(self):
         return len(_UNIQ_NAME) + 2 * (len(self._uniq_prefix) + 6) + 1
 
-    def _validate(self, t, body_len, props_len, unique_key, sys_flag):
-        total_props = props_len + (0 if unique_key is not None else self._uniq_extra())
+    def _prop_crc_extra(self, props, unique_key) -> int:
+        """Bytes the §1.6 CRC32 property adds to ``props`` (0 unless ``append_prop_crc``): 20,
+        plus a 0x02 when the final properties do not end in one (a generated UNIQ_KEY does)."""
+        if not self.append_prop_crc:
+            return 0
+        return PROP_CRC_LENGTH + (unique_key is not None and len(props) > 0 and props[-1] != 2)
+
+    def _validate(self, t, body_len, props, unique_key, sys_flag):
+        total_props = (len(props) + (0 if unique_key is not None else self._uniq_extra())
+                       + self._prop_crc_extra(props, unique_key))
         if total_props > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
                 f"properties are {total_props} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
@@ -566,10 +581,13 @@ class CommitLogCore:
             now = self._last_store_ts
         self._last_store_ts = now
         out = PutResult()
+        crc_extra = self._prop_crc_extra(props, unique_key)
         if unique_key is None:
             unique_key = self._make_uniq(now)
             props = props + _UNIQ_NAME + unique_key.encode("ascii") + b"\x02"
         out._unique_key = unique_key
+        if crc_extra:
+            props = props + b"\x02" * (crc_extra - PROP_CRC_LENGTH) + _PROP_CRC_RESERVED
         sys_flag |= self._host_sysflag
 
         while True:
@@ -599,6 +617,9 @@ class CommitLogCore:
         pos += 1 + len(t.name)
         mm[pos:pos + 2] = len(props).to_bytes(2, "big")
         mm[pos + 2:pos + 2 + len(props)] = props
+        if crc_extra:       # over the whole record as written, but its last 20 bytes (§1.6)
+            digits = self._pos + length - PROP_CRC_LENGTH + len(_PROP_CRC_NAME)
+            mm[digits:digits + 10] = prop_crc_digits(zlib.crc32(mm[self._pos:digits - len(_PROP_CRC_NAME)]))
         self._pos += length
         end = self._file_from + self._pos
         self._publish(end)
@@ -651,7 +672,7 @@ class CommitLogCore:
         if len(body) > self._max_message_size:
             raise MessageTooLargeError(
                 f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
-        length = self._validate(t, len(body), len(props), unique_key, sys_flag)
+        length = self._validate(t, len(body), props, unique_key, sys_flag)
         crc = _body_crc(body)
         with self._lock:
             self._check_open()
@@ -700,7 +721,7 @@ class CommitLogCore:
                 raise MessageTooLargeError(
                     f"bodies[{i}] of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
             try:
-                lengths_.append(self._validate(t, len(body), len(props), None, sys_flag))
+                lengths_.append(self._validate(t, len(body), props, None, sys_flag))
             except MessageTooLargeError:
                 raise MessageTooLargeError(
                     f"record {i} exceeds max_message_size {self._max_message_size}") from None
@@ -758,7 +779,7 @@ class CommitLogCore:
                 raise MessageTooLargeError(
                     f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
             try:
-                length = self._validate(t, len(body), len(props), unique_key, sys_flag)
+                length = self._validate(t, len(body), props, unique_key, sys_flag)
             except PropertiesTooLargeError:
                 raise PropertiesTooLargeError(f"message {i}: properties exceed 32767 bytes") from None
             except MessageTooLargeError:

@@ -1300,7 +1300,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("stats", cmd_stats, "topics, queues, segments, bytes and consumer lag per group",
             aliases=["info"])
-    command("verify", cmd_verify, "check the CRC and structure of every record (exit status 0 only if all is well)")
+    command("verify", cmd_verify, "check the CRCs, structure and fields of every record and queue unit "
+            "(exit status 0 only if all is well)")
     command("recover", cmd_recover, "run recovery now: cut a torn tail, rebuild missing ConsumeQueues and index")
 
     p = command("dump", cmd_dump, "records in CommitLog order, as a table or JSON lines")

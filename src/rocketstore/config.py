@@ -170,6 +170,10 @@ class StoreConfig:
     #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
     schedule_interval_ms: int = 100
+    #: Append RocketMQ 5.2+'s CRC32 property to every record written (``enabledAppendPropCRC``,
+    #: spec §1.6): ``__CRC32#`` with a CRC of the whole record but its last 20 bytes, which
+    #: ``verify()`` checks wherever it is present. 20 bytes more per record.
+    append_prop_crc: bool = False
     #: The delay service's clock: a callable returning epoch milliseconds (None: the system
     #: clock). Tests inject one to deliver hours of delays without waiting.
     clock: Optional[Callable[[], int]] = None
@@ -205,6 +209,8 @@ class StoreConfig:
         if isinstance(self.schedule_interval_ms, bool) or not isinstance(self.schedule_interval_ms, int) \
                 or self.schedule_interval_ms < 0:
             raise StoreConfigError("schedule_interval_ms must be an int, 0 or more")
+        if not isinstance(self.append_prop_crc, bool):
+            raise StoreConfigError("append_prop_crc must be a bool")
         if self.clock is not None and not callable(self.clock):
             raise StoreConfigError("clock must be a callable returning epoch milliseconds")
         if self.store_host is None:

@@ -12,9 +12,12 @@ property > 0, is rewritten as RocketMQ 4.x's ``CommitLog.putMessage`` does: the 
 ``schedule_interval_ms``) walks each level's queue from its saved offset. A unit whose deliver
 time has come (a deliver time more than the level's delay ahead of the clock counts as due now,
 RocketMQ's clock-skew guard) is read and put again as a new record in ``REAL_TOPIC`` /
-``REAL_QID``: body, flag, sysFlag, born timestamp and reconsume times copied, properties kept
-except ``DELAY``, ``WAIT=false`` (§12); the first unit not yet due ends the level's walk, so
-order within a level is kept. Each level's next queue offset is kept in
+``REAL_QID``: body, flag, sysFlag, born timestamp and reconsume times copied, and the properties
+written as RocketMQ 4.9.8 writes them: all of them, ``DELAY`` included and no ``WAIT`` added, in
+the iteration order of the Java ``HashMap`` the broker decodes them into
+(:func:`delivered_properties`). The copy is put straight into the append core, so its ``DELAY``
+does not delay it again. The first unit not yet due ends the level's walk, so order within a
+level is kept. Each level's next queue offset is kept in
 ``config/delayOffset.json`` (fastjson layout, ``{"offsetTable":{1:5,3:2}}``).
 
 A record whose ``REAL_TOPIC``/``REAL_QID`` cannot be delivered (missing, not a topic, queue id
@@ -51,11 +54,11 @@ creates it) at once.
 
 Deviations from RocketMQ 4.x, on purpose:
 
-* 4.x serializes the delivered copy's properties *before* it removes ``DELAY`` and sets
-  ``WAIT=false``, so the bytes a 4.x broker writes still carry ``DELAY`` and the original
-  ``WAIT``. A consumer that sends such a message back at the maximum then sees its dead letter
-  delayed by the last level (apache/rocketmq PR #2722). Here the copy carries what §12 describes
-  (no ``DELAY``, ``WAIT=false``), and :meth:`send_back` drops ``DELAY`` for the DLQ.
+* §12 describes the copy without ``DELAY`` and with ``WAIT=false``; 4.x (4.9.8 included)
+  serializes the properties *before* it removes ``DELAY`` and sets ``WAIT=false``, so its bytes
+  keep ``DELAY`` and the original ``WAIT``. rocketstore writes what 4.9.8 writes. A 4.x consumer
+  that sends such a message back at the maximum sees its dead letter delayed by the last level
+  (apache/rocketmq PR #2722); :meth:`send_back` here drops ``DELAY`` for the DLQ.
 * 4.x writes ``ORIGIN_MESSAGE_ID`` into a dead letter only if the message had been retried
   before (the property is set after the properties string); here every dead letter has it.
 * The copy's born and store hosts are this store's, not the scheduled record's (the append
@@ -74,6 +77,7 @@ from typing import Callable, Optional
 
 from rocketstore._background import start_weak_thread, weak_proxy
 from rocketstore._clock import now_ms
+from rocketstore._codec_py import java_hash
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
                                      SubscriptionGroupTable)
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
@@ -99,6 +103,7 @@ PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_CRC32 = "__CRC32#"                     # MessageConst.PROPERTY_CRC32 (5.2+, spec §1.6)
 #: ``retryMaxTimes`` of a subscription group, and what a max of -1 means.
 DEFAULT_MAX_RECONSUME_TIMES = 16
 RETRY_QUEUE_NUMS = 1                            # SubscriptionGroupConfig.retryQueueNums
@@ -153,11 +158,44 @@ def _check_group(group) -> str:
     return group
 
 
+def java_hashmap_order(keys) -> list:
+    """``keys`` (distinct str, in insertion order) in the order a ``java.util.HashMap`` (Java 8+)
+    they were put into in that order iterates them: bucket by bucket, ``(h ^ h >>> 16) & (n - 1)``
+    of ``String.hashCode`` h, then insertion order within a bucket; the table starts at 16
+    buckets and doubles past 3/4 full, or when a bucket reaches 9 entries while it has fewer
+    than 64. (A bucket of 9 or more at 64 buckets and up becomes a red-black tree, whose order
+    is not reproduced: that takes 9 property names whose spread hashes agree in 6 low bits.)"""
+    capacity, size = 16, 0
+    buckets: list = [[] for _ in range(capacity)]
+
+    def grow(buckets, capacity):
+        capacity *= 2
+        grown: list = [[] for _ in range(capacity)]
+        for bucket in buckets:
+            for spread, key in bucket:
+                grown[spread & (capacity - 1)].append((spread, key))
+        return grown, capacity
+
+    for key in keys:
+        h = java_hash(key) & 0xFFFFFFFF
+        spread = h ^ (h >> 16)
+        bucket = buckets[spread & (capacity - 1)]
+        bucket.append((spread, key))
+        if len(bucket) > 8 and capacity < 64:            # treeifyBin on a small table: resize
+            buckets, capacity = grow(buckets, capacity)
+        size += 1
+        if size > capacity * 3 // 4:
+            buckets, capacity = grow(buckets, capacity)
+    return [key for bucket in buckets for _spread, key in bucket]
+
+
 def delivered_properties(props: dict) -> dict:
-    """The properties of a due message's copy: all but ``DELAY``, with ``WAIT=false`` (§12)."""
-    out = {k: v for k, v in props.items() if k != PROPERTY_DELAY}
-    out[PROPERTY_WAIT] = "false"
-    return out
+    """The properties of a due message's copy, as RocketMQ 4.9.8 writes them: every property of
+    the scheduled record, ``DELAY`` included, nothing added, in the order of the ``HashMap``
+    ``MessageDecoder.decode`` reads them into (``messageTimeup`` serialises that map before it
+    clears ``DELAY`` and sets ``WAIT=false``). A §1.6 CRC32 property, which covers the
+    scheduled record only, is left out (the core writes the copy's own when it is on)."""
+    return {key: props[key] for key in java_hashmap_order(props) if key != PROPERTY_CRC32}
 
 
 class DelayProgress(DelayOffsetTable):
@@ -592,7 +630,7 @@ class ScheduleService:
         msg = self._store.read(message.commitlog_offset)
         if msg.msg_id != message.msg_id:
             raise MessageNotFoundError(f"message {message.msg_id} is not in this store")
-        props = dict(msg.properties or {})
+        props = {k: v for k, v in (msg.properties or {}).items() if k != PROPERTY_CRC32}
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props[PROPERTY_WAIT] = "false"
         reconsume = msg.reconsume_times
@@ -632,7 +670,7 @@ def _is_copy(rec: MessageExt, identity) -> bool:
     if (rec.topic != topic or rec.queue_id != queue_id or rec.born_timestamp != born
             or rec.reconsume_times != reconsume or rec.flag != flag or bytes(rec.body) != body):
         return False
-    found = rec.properties or {}
+    found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}   # the core's
     if PROPERTY_UNIQ_KEY not in props:      # the core generated one for the copy
         found = {k: v for k, v in found.items() if k != PROPERTY_UNIQ_KEY}
     return found == props

@@ -34,7 +34,8 @@ from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _Damag
                                 get_units)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable_rows, decode_chunks, queue_groups, resync)
+                                  consumable, consumable_rows, decode_chunks, queue_groups,
+                                  resync)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError,
@@ -46,6 +47,7 @@ from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, P
                                  PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
                                  validate_topic)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
@@ -327,6 +329,7 @@ class MessageStore:
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
             flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
             sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
+        self._core.append_prop_crc = cfg.append_prop_crc
         for (topic, qid), nxt in queue_offsets.items():
             self._core.set_queue_offset(topic, qid, nxt)
         segment = self._segments.find(end)
@@ -1097,8 +1100,13 @@ class MessageStore:
                              mf.file_from_offset + stop)
 
     def verify(self, progress=None) -> dict:
-        """Check every record's structure and body CRC, segment by segment, and every
-        ConsumeQueue unit against the record it points to. Works on read-only stores.
+        """Check every record's structure and body CRC, segment by segment, every field that can
+        be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
+        room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
+        characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
+        timestamps against their neighbours'), and every ConsumeQueue unit against the record it
+        points to (topic, queue id, queue offset, size).
+        Works on read-only stores.
 
         Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
         "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
@@ -1115,7 +1123,8 @@ class MessageStore:
         self._dispatcher.catch_up()
         files = list(self._segments.files)
         problems: list = []
-        found = []            # (positions, sizes, queue ids, queue offsets) of consumable records
+        found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
+        stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
@@ -1135,9 +1144,13 @@ class MessageStore:
                 if len(arr):
                     data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
-                    keep = consumable_rows(arr)
-                    found.append((base + keep["position"], keep["size"], keep["queue_id"],
-                                  keep["queue_offset"]))
+                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
+                    problems.extend({"offset": at, "reason": why} for at, why in bad_fields)
+                    keep = consumable(arr)
+                    rows = arr if keep.all() else arr[keep]
+                    found.append((base + rows["position"], rows["size"], rows["queue_id"],
+                                  rows["queue_offset"], keys if rows is arr else keys[keep]))
+                    stamps.append((base + arr["position"], arr["store_timestamp"]))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason == codec.STOP_BAD_CRC:
@@ -1149,6 +1162,10 @@ class MessageStore:
                 pass        # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
+        if stamps:
+            offsets, times = (np.concatenate(c) for c in zip(*stamps))
+            problems.extend({"offset": offset, "reason": reason}
+                            for offset, reason in timestamp_problems(offsets, times))
         if self.read_only:      # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end and not self._written_since(p["offset"])]
         if progress is not None:
@@ -1173,17 +1190,21 @@ class MessageStore:
         return False
 
     def _verify_queues(self, found, problems, low: int, max_per_queue: int = 10) -> int:
-        """Every unit of every queue must point at a record of that queue id and queue offset
-        (units below ``low``, the first segment checked, point at what retention deleted)."""
+        """Every unit of every queue must point at a record of that topic, queue id, queue offset
+        and size (units below ``low``, the first segment checked, point at what retention
+        deleted)."""
         if found:
-            positions, sizes, qids, qoffsets = (np.concatenate(c) for c in zip(*found))
+            positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
         else:
             positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
+            keys = np.empty(0, dtype=np.uint64)
+        codec = self._codec
         damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
         checked = 0
         for cq in list(self._queues):
             checked += 1
             bad = 0
+            key = _queue_key(codec, cq.topic, cq.queue_id)
             q = cq.min_offset
             while q < cq.max_offset and bad < max_per_queue:
                 units = cq.units(q, 65536)
@@ -1193,7 +1214,7 @@ class MessageStore:
                 at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
                 if len(positions):
                     ok = ((positions[at] == phys) & (sizes[at] == units["size"])
-                          & (qids[at] == cq.queue_id)
+                          & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
                           & (qoffsets[at] == q + np.arange(len(units))))
                 else:
                     ok = np.zeros(len(units), dtype=bool)
@@ -1665,6 +1686,16 @@ def _checked_chunks(codec, view, lo: int, hi: int):
         if size <= 0 or stop + size > hi:
             return
         pos = stop + size
+
+
+def _queue_key(codec, topic: str, queue_id: int):
+    """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
+    can carry."""
+    try:
+        probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
+    except InvalidMessageError:
+        return None
+    return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]
 
 
 def _will_read(mf) -> None:
