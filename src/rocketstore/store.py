@@ -596,7 +596,10 @@ class MessageStore:
         for (topic, qid), nxt in queue_offsets.items():
             cq = self._queues.get(topic, qid)
             if cq is None or cq.max_offset < nxt:
-                cq = self._queues.find_or_create(topic, qid)
+                try:
+                    cq = self._queues.find_or_create(topic, qid)
+                except InvalidMessageError:      # not a topic a queue can be named after (damage)
+                    continue
                 cq.holes.append((cq.max_offset, nxt))
         damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
         if damaged:
@@ -1083,14 +1086,15 @@ class MessageStore:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
             view = mf.view(0, limit)
-            chunks = (_checked_chunks(self._codec, view, lo, hi) if check_crc
+            chunks = (_checked_chunks(self._codec, view, lo, hi, mf.file_from_offset) if check_crc
                       else decode_chunks(self._codec, view, lo, hi, check_crc=False))
             for arr, stop, reason in chunks:
                 if len(arr):
                     yield mf, arr
-                if reason == self._codec.STOP_BAD_CRC:
-                    _log.warning("skipping the record at commitlog offset %d: body CRC mismatch "
-                                 "(verify() lists every damaged record)", mf.file_from_offset + stop)
+                if reason in (self._codec.STOP_BAD_CRC, _STEPPED):
+                    _log.warning("skipping %s at commitlog offset %d (verify() lists every damaged "
+                                 "record)", "the record" if reason == _STEPPED else
+                                 "the record (body CRC mismatch)", mf.file_from_offset + stop)
             if reason != self._codec.STOP_BLANK and stop < limit:
                 if hi < limit:
                     break       # the range asked for ends here
@@ -1122,7 +1126,8 @@ class MessageStore:
         codec = self._codec
         self._dispatcher.catch_up()
         files = list(self._segments.files)
-        problems: list = []
+        problems: list = []   # where the scan found no whole record
+        fields: list = []     # fields of whole records that fail a cross-check
         found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
         stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
@@ -1140,12 +1145,12 @@ class MessageStore:
                 limit = self._readable_end(mf)
             _will_read(mf)
             view = mf.view(0, limit)
-            for arr, stop, reason in _checked_chunks(codec, view, 0, limit):
+            for arr, stop, reason in _checked_chunks(codec, view, 0, limit, base):
                 if len(arr):
                     data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
                     bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
-                    problems.extend({"offset": at, "reason": why} for at, why in bad_fields)
+                    fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
                     keep = consumable(arr)
                     rows = arr if keep.all() else arr[keep]
                     found.append((base + rows["position"], rows["size"], rows["queue_id"],
@@ -1153,9 +1158,9 @@ class MessageStore:
                     stamps.append((base + arr["position"], arr["store_timestamp"]))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
-                if reason == codec.STOP_BAD_CRC:
+                if reason in (codec.STOP_BAD_CRC, _STEPPED):
                     problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
-            if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC) or stop >= limit:
+            if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC, _STEPPED) or stop >= limit:
                 pass        # a bad CRC that ends the segment has lengths that cannot be trusted
             elif reason == codec.STOP_END and mf is files[-1] and (
                     self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any()):
@@ -1164,10 +1169,11 @@ class MessageStore:
                 problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
         if stamps:
             offsets, times = (np.concatenate(c) for c in zip(*stamps))
-            problems.extend({"offset": offset, "reason": reason}
-                            for offset, reason in timestamp_problems(offsets, times))
+            fields.extend({"offset": offset, "reason": reason}
+                          for offset, reason in timestamp_problems(offsets, times))
         if self.read_only:      # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end and not self._written_since(p["offset"])]
+        problems += fields      # problems of whole records
         if progress is not None:
             progress("verify", total, total)
         checked = self._verify_queues(found, problems, first)
@@ -1669,23 +1675,36 @@ class MessageStore:
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
 
 
-def _checked_chunks(codec, view, lo: int, hi: int):
-    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]``, stepping over a record
-    whose CRC fails when its length is still plausible (a flipped bit in a body).
+#: A pseudo stop reason of :func:`_checked_chunks`: damaged bytes at ``stop``, stepped over to the
+#: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
+_STEPPED = -1
 
-    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``
-    (more may follow). The last chunk's stop and reason say where and why the scan ended.
+
+def _checked_chunks(codec, view, lo: int, hi: int, base: int):
+    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
+    CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
+    is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
+    the next whole record (its magic code, PHYSICALOFFSET and CRC found).
+
+    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
+    that ends at stepped-over bytes ``_STEPPED`` (more may follow either). The last chunk's stop
+    and reason say where and why the scan ended.
     """
     pos = lo
     while True:
+        nxt = -1
         for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
-            yield arr, stop, reason
-        if reason != codec.STOP_BAD_CRC:
+            if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
+                yield arr, stop, reason
+            else:       # lengths that cannot be trusted, or the end of the data
+                nxt = resync(codec, view, stop, hi, base)
+                yield arr, stop, (reason if nxt < 0 else _STEPPED)
+        if reason == codec.STOP_BAD_CRC and stop < hi:
+            size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
+            nxt = stop + size if 0 < size <= hi - stop else resync(codec, view, stop, hi, base)
+        if nxt < 0:
             return
-        size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
-        if size <= 0 or stop + size > hi:
-            return
-        pos = stop + size
+        pos = nxt
 
 
 def _queue_key(codec, topic: str, queue_id: int):
@@ -1710,7 +1729,9 @@ def _stop_reason(codec, reason: int) -> str:
     return {codec.STOP_END: "no record where one should be (zeros or garbage)",
             codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
             codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
-            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch"}.get(reason, f"stop reason {reason}")
+            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
+            _STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next "
+                      "whole record)"}.get(reason, f"stop reason {reason}")
 
 
 def _check_name(what: str, value) -> str:
