@@ -10,11 +10,13 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 * A C flush thread (``flusher.c``) makes written bytes durable; durable puts wait on it with the
   GIL released, and ``PutFuture`` lets one thread keep many durable puts in flight.
 * A full disk never half-writes: a put that cannot get segment space (creation or page
-  population fails) writes nothing and answers CREATE_MAPPED_FILE_FAILED with ``result.error``
-  a ``DiskFullError``; ``put_batch`` / ``put_many`` reserve every segment and page they need
-  before the first record, so they are stored whole or not at all. A failed flush answers a
-  durable put FLUSH_DISK_TIMEOUT with the error. ``refuse_puts(error)`` (set by retention while
-  the disk is above its warning level) makes every put answer SERVICE_NOT_AVAILABLE.
+  population fails) writes nothing and raises ``CreateMappedFileFailedError`` (a
+  ``SegmentDiskFullError`` for ENOSPC); ``put_batch`` / ``put_many`` reserve every segment and
+  page they need before the first record, so they are stored whole or not at all. A durable put
+  whose flush times out or fails raises ``FlushTimeoutError`` (stored; ``.result`` says where).
+  ``refuse_puts(error)`` (set by retention while the disk is above its warning level) makes every
+  put raise ``ServiceNotAvailableError``. In WAIT_FUTURE mode a put that stored nothing returns
+  a future that raises the error.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -36,8 +38,8 @@ import numpy as np
 from rocketstore._clock import month_bounds
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
-                                PropertiesTooLargeError, SegmentError, StoreClosedError)
-from rocketstore.mapped_file import flush_error, space_error
+                                PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
+from rocketstore.mapped_file import flush_timeout, space_error
 from rocketstore.status import PutStatus
 
 cdef extern from "<time.h>" nogil:
@@ -99,7 +101,6 @@ cdef enum:
     MAX_UNIQ_RAW = 28      # IPv6 UNIQ_KEY: 16 + 2 + 4 + 4 + 2 bytes
 
 cdef int PUT_OK = PutStatus.PUT_OK
-cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
 cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 
@@ -207,49 +208,14 @@ cdef class PutResult:
     def _set_status(self, int status):
         self._status = status
 
+    def _set_error(self, error):
+        self.error = error
+
     def __repr__(self):
         return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, store_timestamp={self.store_timestamp})")
-
-
-cdef void _failed(PutResult r, int status, int queue_id, object error, CommitLogCore core):
-    r._status = status
-    r.commitlog_offset = -1
-    r.queue_offset = -1
-    r.size = -1
-    r.store_timestamp = 0
-    r.queue_id = queue_id
-    r.error = error.with_traceback(None)   # no frames kept alive (PutResult is not GC-tracked)
-    r._host = core._store_host
-    r._port = core._store_port
-
-
-cdef object _failed_batch(int status, topic, int queue_id, Py_ssize_t n, object error,
-                          CommitLogCore core):
-    """A batch of which nothing was written: ``n`` rows of -1, the status and the error."""
-    cdef BatchPutResult br = BatchPutResult.__new__(BatchPutResult)
-    br._status = status
-    br.topic = topic
-    br.queue_id = queue_id
-    br.first_queue_offset = -1
-    br.commitlog_offsets = np.full(n, -1, dtype=np.int64)
-    br.sizes = np.full(n, -1, dtype=np.int32)
-    br.queue_offsets = np.full(n, -1, dtype=np.int64)
-    br.store_timestamps = np.zeros(n, dtype=np.int64)
-    br._unique_keys = [None] * n
-    br._host = core._store_host
-    br._port = core._store_port
-    br.error = error.with_traceback(None)
-    return br
-
-
-cdef void _set_error(object result, object error):
-    if isinstance(result, PutResult):
-        (<PutResult>result).error = error
-    elif isinstance(result, BatchPutResult):
-        (<BatchPutResult>result).error = error
 
 
 cdef object _populate_error(int err, int64_t segment_start):
@@ -287,6 +253,9 @@ cdef class BatchPutResult:
 
     def _set_status(self, int status):
         self._status = status
+
+    def _set_error(self, error):
+        self.error = error
 
     @property
     def unique_keys(self):
@@ -326,51 +295,51 @@ cdef class BatchPutResult:
                 f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
 
 
-@cython.no_gc   # core and result never point back at a future (the callback heap is cleared on close)
-cdef class PutFuture:
+cdef class PutFuture:   # GC-tracked: a raised _error's traceback can point back at the future
     """A durable put in flight: resolved when the flush thread's flushed offset covers it.
 
-    ``result(timeout=None)`` returns the put's result with status PUT_OK once flushed, or
-    FLUSH_DISK_TIMEOUT when ``sync_flush_timeout_ms`` passed since the put (the message is stored
-    either way); a ``timeout`` that runs out first raises ``TimeoutError``.
+    ``result(timeout=None)`` returns the put's result once flushed; raises
+    :class:`~rocketstore.errors.FlushTimeoutError` (stored, not confirmed durable) when
+    ``sync_flush_timeout_ms`` passed since the put or the flush failed, the put's
+    :class:`~rocketstore.errors.PutError` when nothing was stored, and ``TimeoutError`` when the
+    caller's ``timeout`` runs out first. Done-callbacks and ``await`` fire in every case.
     """
     cdef CommitLogCore _core
     cdef object _result
     cdef readonly int64_t target
-    cdef int64_t _deadline_ms
+    cdef readonly int64_t deadline_ms
     cdef bint _resolved
+    cdef object _error
 
     def done(self):
         if self._resolved:
             return True
         if self._core._flusher != NULL and rs_flusher_flushed(self._core._flusher) >= self.target:
             return True
-        return _now_ms() >= self._deadline_ms
+        return _now_ms() >= self.deadline_ms
 
     def result(self, timeout=None):
-        if self._resolved:
-            return self._result
         cdef rs_flusher *f = self._core._flusher
-        if f == NULL or rs_flusher_flushed(f) >= self.target:
-            self._resolved = True      # the put already says PUT_OK; closing flushed everything
-            return self._result
-        cdef int64_t now = _now_ms()
-        cdef int64_t wait_ms = self._deadline_ms - now
+        cdef int64_t wait_ms
         cdef bint caller_limited = False
-        if timeout is not None:
-            t = int(timeout * 1000)
-            if t < wait_ms:
-                wait_ms = t
-                caller_limited = True
-        rc = self._core._wait(self.target, wait_ms if wait_ms > 0 else 0)
-        if rc == 0:
-            self._result._set_status(PUT_OK)
-        elif caller_limited and rc == 1:
-            raise TimeoutError(f"offset {self.target} not flushed yet")
-        else:
-            self._result._set_status(FLUSH_DISK_TIMEOUT)
-            _set_error(self._result, flush_error(rc))
-        self._resolved = True
+        if not self._resolved:
+            if f == NULL or rs_flusher_flushed(f) >= self.target:
+                self._resolved = True      # the put already says PUT_OK; closing flushed everything
+                return self._result
+            wait_ms = self.deadline_ms - _now_ms()
+            if timeout is not None:
+                t = int(timeout * 1000)
+                if t < wait_ms:
+                    wait_ms = t
+                    caller_limited = True
+            rc = self._core._wait(self.target, wait_ms if wait_ms > 0 else 0)
+            if caller_limited and rc == 1:
+                raise TimeoutError(f"offset {self.target} not flushed yet")
+            if rc != 0:
+                self._error = flush_timeout(self._result, rc)
+            self._resolved = True
+        if self._error is not None:
+            raise self._error
         return self._result
 
     def add_done_callback(self, fn):
@@ -378,7 +347,7 @@ cdef class PutFuture:
         if self.done():
             fn(self)
         else:
-            self._core._watcher_add(self.target, fn, self)
+            self._core._watcher_add(self, fn)
 
     def __await__(self):
         import asyncio
@@ -740,6 +709,21 @@ cdef class CommitLogCore:
         self.refused_puts += 1
         return self._refusal
 
+    cdef object _not_stored(self, int status, object cause, int wait, Py_ssize_t n):
+        """A put that wrote nothing: raise its PutError, or (``wait`` WAIT_FUTURE) return a
+        future that raises it (a list of ``n`` of them when ``n`` >= 0, for put_many)."""
+        cdef PutFuture fut
+        error = not_stored(PutStatus(status), cause)
+        error.__cause__ = cause.with_traceback(None)
+        if wait != 2:
+            raise error
+        fut = PutFuture.__new__(PutFuture)
+        fut._core = self
+        fut.target = -1
+        fut._resolved = True
+        fut._error = error
+        return fut if n < 0 else [fut] * n
+
     cdef int _roll_segment(self) except -1:
         """Ask the Python layer for the segment starting at the current end; make it active."""
         cdef int64_t start = self._file_from, pos = self._pos
@@ -877,15 +861,14 @@ cdef class CommitLogCore:
         if wait == 1:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                result._set_status(FLUSH_DISK_TIMEOUT)
-                _set_error(result, flush_error(rc))
+                raise flush_timeout(result, rc)
             return result
         rs_flusher_request(self._flusher, end)
         fut = PutFuture.__new__(PutFuture)
         fut._core = self
         fut._result = result
         fut.target = end
-        fut._deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
+        fut.deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
     def put(self, topic not None, body not None, properties=None, int queue_id=-1,
@@ -906,9 +889,7 @@ cdef class CommitLogCore:
         cdef int qid
         self._check_open()
         if self._refusal is not None:
-            result = PutResult.__new__(PutResult)
-            _failed(<PutResult>result, SERVICE_NOT_AVAILABLE, queue_id, self._refused(), self)
-            return result
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
         if PyBytes_CheckExact(body):
@@ -950,8 +931,7 @@ cdef class CommitLogCore:
             except SegmentError as exc:
                 # No segment space (creation, mapping or page reservation failed): nothing of this
                 # record was written. RocketMQ answers CREATE_MAPEDFILE_FAILED; so do we.
-                _failed(<PutResult>result, CREATE_MAPPED_FILE_FAILED, qid, exc, self)
-                return result
+                return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
             finally:
                 PyThread_release_lock(self._lock)
         finally:
@@ -994,11 +974,7 @@ cdef class CommitLogCore:
         cdef int64_t[::1] rec_lens
         self._check_open()
         if self._refusal is not None:
-            try:
-                n = len(lengths if lengths is not None else bodies)
-            except TypeError:
-                n = 0
-            return _failed_batch(SERVICE_NOT_AVAILABLE, topic, queue_id, n, self._refused(), self)
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
         if sys_flag & RS_SYSFLAG_TRANSACTION_MASK:
             raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
@@ -1090,7 +1066,7 @@ cdef class CommitLogCore:
                 try:
                     self._reserve_space(rec_lens)
                 except SegmentError as exc:
-                    return _failed_batch(CREATE_MAPPED_FILE_FAILED, topic, qid, n, exc, self)
+                    return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
                 (<BatchPutResult>res).first_queue_offset = t.next_offsets[qid]
                 for i in range(n):
                     bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
@@ -1139,12 +1115,7 @@ cdef class CommitLogCore:
         cdef int64_t[::1] rec_lens
         self._check_open()
         if self._refusal is not None:
-            error = self._refused()
-            for item in items:
-                r = PutResult.__new__(PutResult)
-                _failed(<PutResult>r, SERVICE_NOT_AVAILABLE, item[3], error, self)
-                results.append(r)
-            return results
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, n)
         rec_lens_arr = np.empty(n, dtype=np.int64)
         rec_lens = rec_lens_arr
         for i in range(n):
@@ -1175,11 +1146,7 @@ cdef class CommitLogCore:
             try:
                 self._reserve_space(rec_lens)
             except SegmentError as exc:
-                for i in range(n):
-                    r = PutResult.__new__(PutResult)
-                    _failed(<PutResult>r, CREATE_MAPPED_FILE_FAILED, qids[i], exc, self)
-                    results.append(r)
-                return results
+                return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
             for i in range(n):
                 topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = items[i]
                 r = PutResult.__new__(PutResult)
@@ -1194,10 +1161,7 @@ cdef class CommitLogCore:
         if wait == 1 and n:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                error = flush_error(rc)
-                for r in results:
-                    r._set_status(FLUSH_DISK_TIMEOUT)
-                    (<PutResult>r).error = error
+                raise flush_timeout(results, rc)
         elif wait == 2 and n:
             return [self._finish(r, end, 2) for r in results]
         return results
@@ -1249,10 +1213,10 @@ cdef class CommitLogCore:
             "last_prefault_errno": s.prefault_errno,
         }
 
-    def _watcher_add(self, int64_t target, fn, future):
+    def _watcher_add(self, future, fn):
         if self._watcher is None:
             self._watcher = FlushWatcher(self)
-        self._watcher.add(target, fn, future)
+        self._watcher.add(future, fn)
 
     def close(self):
         """Flush everything, stop the threads and release every segment pin."""

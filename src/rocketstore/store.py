@@ -650,12 +650,15 @@ class MessageStore:
     def put(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
             properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
             durable: Optional[bool] = None, delay_level: Optional[int] = None):
-        """Store one message; returns a :class:`PutResult`.
+        """Store one message; returns a :class:`PutResult` (status PUT_OK).
 
         ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
         string of space-separated keys or a sequence of keys. ``durable=True`` waits for group
-        commit (status FLUSH_DISK_TIMEOUT if the flush does not confirm in time; the message is
-        stored either way); ``None`` follows ``flush_disk_type``. ``delay_level`` (1 .. 18 with
+        commit; ``None`` follows ``flush_disk_type``. A message that was not stored raises a
+        :class:`~rocketstore.errors.PutError` (e.g. ``ServiceNotAvailableError`` while the disk
+        is full); one that was stored but whose flush did not confirm within
+        ``sync_flush_timeout_ms`` raises :class:`~rocketstore.errors.FlushTimeoutError`, whose
+        ``result`` says where it is. ``delay_level`` (1 .. 18 with
         the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
         ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
         """
@@ -674,7 +677,9 @@ class MessageStore:
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
-        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
+        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`. It is
+        always a future: its ``result()`` raises what :meth:`put` would (a put that stored
+        nothing gives an already-done future that raises its ``PutError``).
         """
         if body is None:
             return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
@@ -718,9 +723,10 @@ class MessageStore:
 
         ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
         into bodies by ``lengths``. Tags and properties are shared; each message gets its own
-        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or a
+        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or always a
         :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
-        message raises and nothing of the batch is written.
+        message raises and nothing of the batch is written. A batch is stored whole or not at
+        all; the errors are :meth:`put`'s.
         """
         self._check_writable()
         props = None
@@ -736,7 +742,8 @@ class MessageStore:
     def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None):
         """Store :class:`Message` objects of any topics under one lock; returns a list of results.
 
-        Every message is validated before the first is written.
+        Every message is validated before the first is written; they are stored all or none,
+        with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
         """
         self._check_writable()
         items = []
