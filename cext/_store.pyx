@@ -28,7 +28,7 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.errno cimport EFAULT, ENOSPC
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 cimport cython
@@ -152,6 +152,7 @@ cdef class _Pin:
 cdef class _Topic:
     cdef bytes name
     cdef int nqueues
+    cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
     cdef int64_t *next_offsets
     cdef unsigned int rr
 
@@ -528,10 +529,11 @@ cdef class CommitLogCore:
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
         t.nqueues = nqueues
-        t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * max(1, nqueues))
+        t.capacity = max(1, nqueues)
+        t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * t.capacity)
         if t.next_offsets == NULL:
             raise MemoryError()
-        memset(t.next_offsets, 0, sizeof(int64_t) * max(1, nqueues))
+        memset(t.next_offsets, 0, sizeof(int64_t) * t.capacity)
         old = self._queue_offsets_pending.pop(topic, None) if self._queue_offsets_pending else None
         if old:
             for qid, nxt in old.items():
@@ -544,7 +546,7 @@ cdef class CommitLogCore:
     def set_queue_offset(self, str topic, int queue_id, int64_t next_offset):
         """Set the next queue offset of (topic, queue_id) (after recovery)."""
         cdef _Topic t = self._topics.get(topic)
-        if t is not None and 0 <= queue_id < t.nqueues:
+        if t is not None and 0 <= queue_id < t.capacity:
             t.next_offsets[queue_id] = next_offset
             return
         if self._queue_offsets_pending is None:
@@ -556,7 +558,7 @@ cdef class CommitLogCore:
         out = {}
         cdef _Topic t
         for name, t in self._topics.items():
-            for q in range(t.nqueues):
+            for q in range(t.capacity):
                 if t.next_offsets[q]:
                     out[(name, q)] = t.next_offsets[q]
         if self._queue_offsets_pending:
@@ -566,12 +568,33 @@ cdef class CommitLogCore:
         return out
 
     def forget_topic(self, str topic):
-        """Drop the cached queue count of ``topic`` (its offsets are kept) after it changed."""
-        cdef _Topic t = self._topics.pop(topic, None)
-        if t is not None:
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    self.set_queue_offset(topic, q, t.next_offsets[q])
+        """Take the new queue count of ``topic`` after it changed. The cached entry is changed
+        in place under the append lock (never replaced: a put holding the old entry would hand
+        out queue offsets again); its offsets are kept, also those of queues beyond a smaller
+        count, which a put that chose its queue before the change may still use."""
+        cdef _Topic t
+        cdef int64_t *grown
+        cdef int nqueues = self._topic_lookup(topic)
+        _acquire(self._lock)
+        try:
+            t = self._topics.get(topic)
+            if t is None:
+                return
+            if nqueues > t.capacity:
+                grown = <int64_t *>realloc(t.next_offsets, sizeof(int64_t) * nqueues)
+                if grown == NULL:
+                    raise MemoryError()
+                memset(grown + t.capacity, 0, sizeof(int64_t) * (nqueues - t.capacity))
+                t.next_offsets = grown
+                pending = self._queue_offsets_pending.get(topic) if self._queue_offsets_pending else None
+                if pending:
+                    for qid in range(t.capacity, nqueues):
+                        if qid in pending:
+                            t.next_offsets[qid] = pending.pop(qid)
+                t.capacity = nqueues
+            t.nqueues = nqueues
+        finally:
+            PyThread_release_lock(self._lock)
 
     # ---- the append path ----
 

@@ -458,28 +458,40 @@ class CommitLogCore:
 
     def set_queue_offset(self, topic, queue_id, next_offset):
         t = self._topics.get(topic)
-        if t is not None and 0 <= queue_id < t.nqueues:
+        if t is not None and 0 <= queue_id < len(t.next_offsets):
             t.next_offsets[queue_id] = next_offset
         else:
             self._pending.setdefault(topic, {})[queue_id] = next_offset
 
     def queue_offsets(self):
         out = {}
-        for name, t in self._topics.items():
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    out[(name, q)] = t.next_offsets[q]
+        for name, t in list(self._topics.items()):
+            for q, nxt in enumerate(t.next_offsets):
+                if nxt:
+                    out[(name, q)] = nxt
         for name, qs in self._pending.items():
             for q, nxt in qs.items():
                 out.setdefault((name, q), nxt)
         return out
 
     def forget_topic(self, topic):
-        t = self._topics.pop(topic, None)
-        if t is not None:
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    self.set_queue_offset(topic, q, t.next_offsets[q])
+        """Take the new queue count of ``topic`` after it changed. The cached entry is changed
+        in place under the append lock (never replaced: a put holding the old entry would hand
+        out queue offsets again); its offsets are kept, also those of queues beyond a smaller
+        count, which a put that chose its queue before the change may still use."""
+        nqueues = self._topic_lookup(topic)
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is None:
+                return
+            have = len(t.next_offsets)
+            if nqueues > have:
+                t.next_offsets.extend([0] * (nqueues - have))
+                pending = self._pending.get(topic, {})
+                for qid in range(have, nqueues):
+                    if qid in pending:
+                        t.next_offsets[qid] = pending.pop(qid)
+            t.nqueues = nqueues
 
     # ---- refusing puts (disk full, spec §9) ----
 
