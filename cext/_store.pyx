@@ -35,6 +35,7 @@ cimport cython
 
 import numpy as np
 
+from rocketstore._checks import batch_lengths, contiguous
 from rocketstore._clock import month_bounds
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
@@ -915,6 +916,8 @@ cdef class CommitLogCore:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
+        if not PyBytes_CheckExact(body):
+            body = contiguous(body)        # a strided view: copied (PyBUF_SIMPLE needs contiguity)
         if PyBytes_CheckExact(body):
             bp = <const uint8_t *>PyBytes_AS_STRING(body)
             blen = PyBytes_GET_SIZE(body)
@@ -987,6 +990,7 @@ cdef class CommitLogCore:
         cdef int32_t[::1] crcs
         cdef uint8_t[:, ::1] uniq
         cdef list views = None
+        cdef list copies = None
         cdef PutResult scratch
         cdef int64_t end = 0, total = 0, start
         cdef Py_buffer *bufs = NULL
@@ -1012,11 +1016,10 @@ cdef class CommitLogCore:
                 raise PropertiesTooLargeError(
                     f"properties are {plen} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
             if lengths is not None:
-                lens_arr = np.ascontiguousarray(lengths, dtype=np.int64)
-                if lens_arr.ndim != 1:
-                    raise InvalidMessageError("lengths must be one-dimensional")
+                lens_arr = batch_lengths(lengths)
                 n = lens_arr.shape[0]
                 lens_view = lens_arr
+                bodies = contiguous(bodies)
                 PyObject_GetBuffer(bodies, &whole, PyBUF_SIMPLE)
                 have_whole = True
                 starts_arr = np.empty(n, dtype=np.int64)
@@ -1039,7 +1042,14 @@ cdef class CommitLogCore:
                 lens_arr = np.empty(n, dtype=np.int64)
                 lens_view = lens_arr
                 for i in range(n):
-                    PyObject_GetBuffer(bodies[i], &bufs[i], PyBUF_SIMPLE)
+                    item = bodies[i]
+                    if not PyBytes_CheckExact(item):
+                        copied = contiguous(item)
+                        if copied is not item:     # kept alive with the batch's buffers
+                            copies = [] if copies is None else copies
+                            copies.append(copied)
+                            item = copied
+                    PyObject_GetBuffer(item, &bufs[i], PyBUF_SIMPLE)
                     nbufs += 1
                     lens_view[i] = bufs[i].len
 

@@ -16,6 +16,7 @@ import zlib
 
 import numpy as np
 
+from rocketstore._checks import batch_lengths, contiguous
 from rocketstore._clock import month_bounds, now_ms as _now_ms
 from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
@@ -674,7 +675,9 @@ class CommitLogCore:
             return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
-        body = memoryview(body).cast("B") if not isinstance(body, bytes) else body
+        body = contiguous(body)
+        if type(body) is not bytes:
+            body = memoryview(body).cast("B")
         props = bytes(properties) if properties is not None else b""
         if len(props) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
@@ -707,19 +710,15 @@ class CommitLogCore:
             raise PropertiesTooLargeError(
                 f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
         if lengths is not None:
-            lens = np.ascontiguousarray(lengths, dtype=np.int64)
-            if lens.ndim != 1:
-                raise InvalidMessageError("lengths must be one-dimensional")
-            whole = memoryview(bodies).cast("B")
-            if (lens < 0).any():
-                raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
+            lens = batch_lengths(lengths)
+            whole = memoryview(contiguous(bodies)).cast("B")
             if int(lens.sum()) != len(whole):
                 raise InvalidMessageError(
                     f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes")
             starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
             items = [whole[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]
         else:
-            items = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in bodies]
+            items = [b if type(b) is bytes else memoryview(contiguous(b)).cast("B") for b in bodies]
         n = len(items)
         lengths_ = []
         for i, body in enumerate(items):
