@@ -75,7 +75,7 @@ cdef extern from "flusher.h" nogil:
     void rs_flusher_free(rs_flusher *f)
     void rs_flusher_stop(rs_flusher *f)
     int RS_FLUSHER_MAX_SEGMENTS
-    int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size)
+    int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size, int fd)
     int rs_flusher_unregister(rs_flusher *f, int64_t start)
     void rs_flusher_publish(rs_flusher *f, int64_t end)
     void rs_flusher_reset(rs_flusher *f, int64_t offset)
@@ -459,7 +459,7 @@ cdef class CommitLogCore:
     def set_active(self, mm, int64_t file_from_offset, int64_t wrote_position, fd=None):
         """Make ``mm`` (a writable map of ``file_size`` bytes) the segment appends go to."""
         self._check_open()
-        cdef _Pin pin = self._pin(mm, file_from_offset)
+        cdef _Pin pin = self._pin(mm, file_from_offset, fd)
         self._base = <uint8_t *>pin.view.buf
         self._file_from = file_from_offset
         self._pos = wrote_position
@@ -471,9 +471,10 @@ cdef class CommitLogCore:
             return          # a segment prepared in the background after close: not needed
         if len(self._pins) >= RS_FLUSHER_MAX_SEGMENTS - 2:
             return          # pre-faulting is an optimisation: set_active pins it when needed
-        self._pin(mm, file_from_offset)
+        self._pin(mm, file_from_offset, fd)
 
-    cdef _Pin _pin(self, mm, int64_t start):
+    cdef _Pin _pin(self, mm, int64_t start, fd):
+        cdef int fileno = -1 if fd is None else fd
         cdef _Pin pin = self._pins.get(start)
         if pin is not None:
             return pin
@@ -483,14 +484,14 @@ cdef class CommitLogCore:
         pin.start = start
         if pin.view.len != self._file_size:
             raise ValueError(f"segment map is {pin.view.len} bytes, expected {self._file_size}")
-        if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+        if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
             # Tiny segments filled faster than the flush interval: flush what was written,
             # release the flushed segments and try again.
             self.release_flushed_segments()
-            if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+            if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
                 self._wait(rs_flusher_wrote(self._flusher), -1)
                 self.release_flushed_segments()
-                if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+                if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
                     raise SegmentError("too many unflushed segments registered with the flush thread")
         self._pins[start] = pin
         return pin
