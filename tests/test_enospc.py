@@ -262,7 +262,7 @@ def test_a_new_index_file_allocates_its_header_and_slot_table_before_anything_is
         probe = os.open(tmp_path / "probe", os.O_RDWR | os.O_CREAT)
         try:
             os.posix_fallocate(probe, 0, 4096)
-        except OSError:
+        except (OSError, AttributeError):          # macOS has no posix_fallocate
             pytest.skip("this file system does not allocate blocks on request")
         finally:
             os.close(probe)
@@ -291,22 +291,17 @@ def test_a_failed_index_file_creation_leaves_no_file(tmp_path, impl, monkeypatch
     service.close()
 
 
-class _FailingOs:
-    """The ``os`` module, but fdatasync fails with ENOSPC (the pure twin's flush)."""
-
-    def __getattr__(self, name):
-        return getattr(os, name)
-
-    @staticmethod
-    def fdatasync(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+def _failing_sync(fd):
+    """The pure twin's data sync (fdatasync, or F_FULLFSYNC on macOS), failing with ENOSPC."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, impl, monkeypatch):
     if impl.name != "py":
         pytest.skip("an msync failure cannot be injected into the compiled flush thread")
     with open_store(tmp_path / "s", impl) as store:
-        monkeypatch.setattr(_store_py, "os", _FailingOs())
+        real_sync = _store_py._data_sync
+        monkeypatch.setattr(_store_py, "_data_sync", _failing_sync)
         with pytest.raises(FlushTimeoutError) as info:
             store.put(TOPIC, b"durable?", durable=True)
         r = info.value.result
@@ -323,7 +318,7 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
         batch = info.value.result
         assert batch.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(batch.error, DiskFullError)
 
-        monkeypatch.setattr(_store_py, "os", os)     # space is back: no stale error
+        monkeypatch.setattr(_store_py, "_data_sync", real_sync)     # space is back: no stale error
         ok = store.put(TOPIC, b"durable", durable=True)
         assert ok.status == PutStatus.PUT_OK and ok.error is None
         assert store.flushed_offset >= ok.commitlog_offset + ok.size > r.commitlog_offset

@@ -286,3 +286,27 @@ def test_an_exception_in_the_flush_thread_fails_durable_puts_and_close_returns(i
     closer.start()
     closer.join(HANG_GUARD_S)
     assert not closer.is_alive(), "close() hung"
+
+
+def test_a_dead_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path):
+    _pure_only(impl)
+    store = _open(impl, tmp_path / "s", sync_flush_timeout_ms=60_000)
+    flusher = store._core._flusher
+
+    def broken_round():
+        raise RuntimeError("the flush thread's own bug")
+
+    flusher._round = broken_round
+    hook, threading.excepthook = threading.excepthook, lambda args: None   # expected: quiet
+    try:
+        with pytest.raises(FlushTimeoutError) as info:
+            store.put(TOPIC, b"durable", durable=True)
+        assert isinstance(info.value.__cause__, SegmentError)
+        with pytest.raises(FlushTimeoutError):
+            store.put_pipelined(TOPIC, b"pipelined").result()
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        closer.join(HANG_GUARD_S)
+        assert not closer.is_alive(), "close() hung"
+    finally:
+        threading.excepthook = hook

@@ -326,7 +326,9 @@ class _Flusher:
             while self.flushed < target:
                 if self.last_errno and self.err_seq > seen:
                     return self.last_errno
-                if self.stop or self.dead is not None:
+                if self.dead is not None:
+                    return errno.EIO          # the thread is gone: nothing will flush this
+                if self.stop:
                     return errno.ESHUTDOWN
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
