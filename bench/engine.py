@@ -55,6 +55,7 @@ if _SRC not in sys.path:
 import numpy as np  # noqa: E402
 
 from rocketstore import MessageStore, _impl  # noqa: E402
+from rocketstore.errors import FlushTimeoutError  # noqa: E402
 
 from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
@@ -265,7 +266,9 @@ def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
         put = store.put
         n = bad = 0
         while time.perf_counter() < end:
-            if not put(TOPIC, BODY, durable=True).ok:
+            try:
+                put(TOPIC, BODY, durable=True)
+            except FlushTimeoutError:       # stored, flush not confirmed in time
                 bad += 1
             n += 1
         return n, bad
@@ -286,6 +289,14 @@ def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
                 sync_requests=after["sync_requests"] - before["sync_requests"])
 
 
+def _flushed(future) -> bool:
+    try:
+        future.result()
+        return True
+    except FlushTimeoutError:
+        return False
+
+
 def pipelined(stores: Stores, count: int, window: int, cap_s: float) -> dict:
     path = stores.path("pipelined")
     store = stores.open(path, "c" if _impl.COMPILED is not None else "py")
@@ -301,13 +312,11 @@ def pipelined(stores: Stores, count: int, window: int, cap_s: float) -> dict:
             inflight.append(put(TOPIC, BODY))
             done += 1
             if len(inflight) > window:
-                if not inflight.popleft().result().ok:
-                    not_ok += 1
+                not_ok += not _flushed(inflight.popleft())
                 if not done % 4096 and time.perf_counter() > deadline:
                     break
         while inflight:
-            if not inflight.popleft().result().ok:
-                not_ok += 1
+            not_ok += not _flushed(inflight.popleft())
         elapsed = time.perf_counter() - start
         after = store.stats()
     finally:

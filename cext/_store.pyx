@@ -10,11 +10,13 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 * A C flush thread (``flusher.c``) makes written bytes durable; durable puts wait on it with the
   GIL released, and ``PutFuture`` lets one thread keep many durable puts in flight.
 * A full disk never half-writes: a put that cannot get segment space (creation or page
-  population fails) writes nothing and answers CREATE_MAPPED_FILE_FAILED with ``result.error``
-  a ``DiskFullError``; ``put_batch`` / ``put_many`` reserve every segment and page they need
-  before the first record, so they are stored whole or not at all. A failed flush answers a
-  durable put FLUSH_DISK_TIMEOUT with the error. ``refuse_puts(error)`` (set by retention while
-  the disk is above its warning level) makes every put answer SERVICE_NOT_AVAILABLE.
+  population fails) writes nothing and raises ``CreateMappedFileFailedError`` (a
+  ``SegmentDiskFullError`` for ENOSPC); ``put_batch`` / ``put_many`` reserve every segment and
+  page they need before the first record, so they are stored whole or not at all. A durable put
+  whose flush times out or fails raises ``FlushTimeoutError`` (stored; ``.result`` says where).
+  ``refuse_puts(error)`` (set by retention while the disk is above its warning level) makes every
+  put raise ``ServiceNotAvailableError``. In WAIT_FUTURE mode a put that stored nothing returns
+  a future that raises the error.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -26,18 +28,19 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.errno cimport EFAULT, ENOSPC
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 cimport cython
 
 import numpy as np
 
+from rocketstore._checks import batch_lengths, contiguous
 from rocketstore._clock import month_bounds
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
-                                PropertiesTooLargeError, SegmentError, StoreClosedError)
-from rocketstore.mapped_file import flush_error, space_error
+                                PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
+from rocketstore.mapped_file import flush_timeout, space_error
 from rocketstore.status import PutStatus
 
 cdef extern from "<time.h>" nogil:
@@ -72,7 +75,7 @@ cdef extern from "flusher.h" nogil:
     void rs_flusher_free(rs_flusher *f)
     void rs_flusher_stop(rs_flusher *f)
     int RS_FLUSHER_MAX_SEGMENTS
-    int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size)
+    int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size, int fd)
     int rs_flusher_unregister(rs_flusher *f, int64_t start)
     void rs_flusher_publish(rs_flusher *f, int64_t end)
     void rs_flusher_reset(rs_flusher *f, int64_t offset)
@@ -111,7 +114,6 @@ cdef inline void _prop_crc_digits(int32_t crc, uint8_t *out) noexcept:
 
 
 cdef int PUT_OK = PutStatus.PUT_OK
-cdef int FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
 cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 
@@ -163,6 +165,7 @@ cdef class _Pin:
 cdef class _Topic:
     cdef bytes name
     cdef int nqueues
+    cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
     cdef int64_t *next_offsets
     cdef unsigned int rr
 
@@ -219,49 +222,14 @@ cdef class PutResult:
     def _set_status(self, int status):
         self._status = status
 
+    def _set_error(self, error):
+        self.error = error
+
     def __repr__(self):
         return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, store_timestamp={self.store_timestamp})")
-
-
-cdef void _failed(PutResult r, int status, int queue_id, object error, CommitLogCore core):
-    r._status = status
-    r.commitlog_offset = -1
-    r.queue_offset = -1
-    r.size = -1
-    r.store_timestamp = 0
-    r.queue_id = queue_id
-    r.error = error.with_traceback(None)   # no frames kept alive (PutResult is not GC-tracked)
-    r._host = core._store_host
-    r._port = core._store_port
-
-
-cdef object _failed_batch(int status, topic, int queue_id, Py_ssize_t n, object error,
-                          CommitLogCore core):
-    """A batch of which nothing was written: ``n`` rows of -1, the status and the error."""
-    cdef BatchPutResult br = BatchPutResult.__new__(BatchPutResult)
-    br._status = status
-    br.topic = topic
-    br.queue_id = queue_id
-    br.first_queue_offset = -1
-    br.commitlog_offsets = np.full(n, -1, dtype=np.int64)
-    br.sizes = np.full(n, -1, dtype=np.int32)
-    br.queue_offsets = np.full(n, -1, dtype=np.int64)
-    br.store_timestamps = np.zeros(n, dtype=np.int64)
-    br._unique_keys = [None] * n
-    br._host = core._store_host
-    br._port = core._store_port
-    br.error = error.with_traceback(None)
-    return br
-
-
-cdef void _set_error(object result, object error):
-    if isinstance(result, PutResult):
-        (<PutResult>result).error = error
-    elif isinstance(result, BatchPutResult):
-        (<BatchPutResult>result).error = error
 
 
 cdef object _populate_error(int err, int64_t segment_start):
@@ -299,6 +267,9 @@ cdef class BatchPutResult:
 
     def _set_status(self, int status):
         self._status = status
+
+    def _set_error(self, error):
+        self.error = error
 
     @property
     def unique_keys(self):
@@ -338,51 +309,51 @@ cdef class BatchPutResult:
                 f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
 
 
-@cython.no_gc   # core and result never point back at a future (the callback heap is cleared on close)
-cdef class PutFuture:
+cdef class PutFuture:   # GC-tracked: a raised _error's traceback can point back at the future
     """A durable put in flight: resolved when the flush thread's flushed offset covers it.
 
-    ``result(timeout=None)`` returns the put's result with status PUT_OK once flushed, or
-    FLUSH_DISK_TIMEOUT when ``sync_flush_timeout_ms`` passed since the put (the message is stored
-    either way); a ``timeout`` that runs out first raises ``TimeoutError``.
+    ``result(timeout=None)`` returns the put's result once flushed; raises
+    :class:`~rocketstore.errors.FlushTimeoutError` (stored, not confirmed durable) when
+    ``sync_flush_timeout_ms`` passed since the put or the flush failed, the put's
+    :class:`~rocketstore.errors.PutError` when nothing was stored, and ``TimeoutError`` when the
+    caller's ``timeout`` runs out first. Done-callbacks and ``await`` fire in every case.
     """
     cdef CommitLogCore _core
     cdef object _result
     cdef readonly int64_t target
-    cdef int64_t _deadline_ms
+    cdef readonly int64_t deadline_ms
     cdef bint _resolved
+    cdef object _error
 
     def done(self):
         if self._resolved:
             return True
         if self._core._flusher != NULL and rs_flusher_flushed(self._core._flusher) >= self.target:
             return True
-        return _now_ms() >= self._deadline_ms
+        return _now_ms() >= self.deadline_ms
 
     def result(self, timeout=None):
-        if self._resolved:
-            return self._result
         cdef rs_flusher *f = self._core._flusher
-        if f == NULL or rs_flusher_flushed(f) >= self.target:
-            self._resolved = True      # the put already says PUT_OK; closing flushed everything
-            return self._result
-        cdef int64_t now = _now_ms()
-        cdef int64_t wait_ms = self._deadline_ms - now
+        cdef int64_t wait_ms
         cdef bint caller_limited = False
-        if timeout is not None:
-            t = int(timeout * 1000)
-            if t < wait_ms:
-                wait_ms = t
-                caller_limited = True
-        rc = self._core._wait(self.target, wait_ms if wait_ms > 0 else 0)
-        if rc == 0:
-            self._result._set_status(PUT_OK)
-        elif caller_limited and rc == 1:
-            raise TimeoutError(f"offset {self.target} not flushed yet")
-        else:
-            self._result._set_status(FLUSH_DISK_TIMEOUT)
-            _set_error(self._result, flush_error(rc))
-        self._resolved = True
+        if not self._resolved:
+            if f == NULL or rs_flusher_flushed(f) >= self.target:
+                self._resolved = True      # the put already says PUT_OK; closing flushed everything
+                return self._result
+            wait_ms = self.deadline_ms - _now_ms()
+            if timeout is not None:
+                t = int(timeout * 1000)
+                if t < wait_ms:
+                    wait_ms = t
+                    caller_limited = True
+            rc = self._core._wait(self.target, wait_ms if wait_ms > 0 else 0)
+            if caller_limited and rc == 1:
+                raise TimeoutError(f"offset {self.target} not flushed yet")
+            if rc != 0:
+                self._error = flush_timeout(self._result, rc)
+            self._resolved = True
+        if self._error is not None:
+            raise self._error
         return self._result
 
     def add_done_callback(self, fn):
@@ -390,7 +361,7 @@ cdef class PutFuture:
         if self.done():
             fn(self)
         else:
-            self._core._watcher_add(self.target, fn, self)
+            self._core._watcher_add(self, fn)
 
     def __await__(self):
         import asyncio
@@ -501,7 +472,7 @@ cdef class CommitLogCore:
     def set_active(self, mm, int64_t file_from_offset, int64_t wrote_position, fd=None):
         """Make ``mm`` (a writable map of ``file_size`` bytes) the segment appends go to."""
         self._check_open()
-        cdef _Pin pin = self._pin(mm, file_from_offset)
+        cdef _Pin pin = self._pin(mm, file_from_offset, fd)
         self._base = <uint8_t *>pin.view.buf
         self._file_from = file_from_offset
         self._pos = wrote_position
@@ -513,9 +484,10 @@ cdef class CommitLogCore:
             return          # a segment prepared in the background after close: not needed
         if len(self._pins) >= RS_FLUSHER_MAX_SEGMENTS - 2:
             return          # pre-faulting is an optimisation: set_active pins it when needed
-        self._pin(mm, file_from_offset)
+        self._pin(mm, file_from_offset, fd)
 
-    cdef _Pin _pin(self, mm, int64_t start):
+    cdef _Pin _pin(self, mm, int64_t start, fd):
+        cdef int fileno = -1 if fd is None else fd
         cdef _Pin pin = self._pins.get(start)
         if pin is not None:
             return pin
@@ -525,14 +497,14 @@ cdef class CommitLogCore:
         pin.start = start
         if pin.view.len != self._file_size:
             raise ValueError(f"segment map is {pin.view.len} bytes, expected {self._file_size}")
-        if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+        if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
             # Tiny segments filled faster than the flush interval: flush what was written,
             # release the flushed segments and try again.
             self.release_flushed_segments()
-            if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+            if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
                 self._wait(rs_flusher_wrote(self._flusher), -1)
                 self.release_flushed_segments()
-                if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len) != 0:
+                if rs_flusher_register(self._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
                     raise SegmentError("too many unflushed segments registered with the flush thread")
         self._pins[start] = pin
         return pin
@@ -572,10 +544,11 @@ cdef class CommitLogCore:
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
         t.nqueues = nqueues
-        t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * max(1, nqueues))
+        t.capacity = max(1, nqueues)
+        t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * t.capacity)
         if t.next_offsets == NULL:
             raise MemoryError()
-        memset(t.next_offsets, 0, sizeof(int64_t) * max(1, nqueues))
+        memset(t.next_offsets, 0, sizeof(int64_t) * t.capacity)
         old = self._queue_offsets_pending.pop(topic, None) if self._queue_offsets_pending else None
         if old:
             for qid, nxt in old.items():
@@ -588,7 +561,7 @@ cdef class CommitLogCore:
     def set_queue_offset(self, str topic, int queue_id, int64_t next_offset):
         """Set the next queue offset of (topic, queue_id) (after recovery)."""
         cdef _Topic t = self._topics.get(topic)
-        if t is not None and 0 <= queue_id < t.nqueues:
+        if t is not None and 0 <= queue_id < t.capacity:
             t.next_offsets[queue_id] = next_offset
             return
         if self._queue_offsets_pending is None:
@@ -600,7 +573,7 @@ cdef class CommitLogCore:
         out = {}
         cdef _Topic t
         for name, t in self._topics.items():
-            for q in range(t.nqueues):
+            for q in range(t.capacity):
                 if t.next_offsets[q]:
                     out[(name, q)] = t.next_offsets[q]
         if self._queue_offsets_pending:
@@ -610,12 +583,33 @@ cdef class CommitLogCore:
         return out
 
     def forget_topic(self, str topic):
-        """Drop the cached queue count of ``topic`` (its offsets are kept) after it changed."""
-        cdef _Topic t = self._topics.pop(topic, None)
-        if t is not None:
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    self.set_queue_offset(topic, q, t.next_offsets[q])
+        """Take the new queue count of ``topic`` after it changed. The cached entry is changed
+        in place under the append lock (never replaced: a put holding the old entry would hand
+        out queue offsets again); its offsets are kept, also those of queues beyond a smaller
+        count, which a put that chose its queue before the change may still use."""
+        cdef _Topic t
+        cdef int64_t *grown
+        cdef int nqueues = self._topic_lookup(topic)
+        _acquire(self._lock)
+        try:
+            t = self._topics.get(topic)
+            if t is None:
+                return
+            if nqueues > t.capacity:
+                grown = <int64_t *>realloc(t.next_offsets, sizeof(int64_t) * nqueues)
+                if grown == NULL:
+                    raise MemoryError()
+                memset(grown + t.capacity, 0, sizeof(int64_t) * (nqueues - t.capacity))
+                t.next_offsets = grown
+                pending = self._queue_offsets_pending.get(topic) if self._queue_offsets_pending else None
+                if pending:
+                    for qid in range(t.capacity, nqueues):
+                        if qid in pending:
+                            t.next_offsets[qid] = pending.pop(qid)
+                t.capacity = nqueues
+            t.nqueues = nqueues
+        finally:
+            PyThread_release_lock(self._lock)
 
     # ---- the append path ----
 
@@ -752,6 +746,21 @@ cdef class CommitLogCore:
     cdef object _refused(self):
         self.refused_puts += 1
         return self._refusal
+
+    cdef object _not_stored(self, int status, object cause, int wait, Py_ssize_t n):
+        """A put that wrote nothing: raise its PutError, or (``wait`` WAIT_FUTURE) return a
+        future that raises it (a list of ``n`` of them when ``n`` >= 0, for put_many)."""
+        cdef PutFuture fut
+        error = not_stored(PutStatus(status), cause)
+        error.__cause__ = cause.with_traceback(None)
+        if wait != 2:
+            raise error
+        fut = PutFuture.__new__(PutFuture)
+        fut._core = self
+        fut.target = -1
+        fut._resolved = True
+        fut._error = error
+        return fut if n < 0 else [fut] * n
 
     cdef int _roll_segment(self) except -1:
         """Ask the Python layer for the segment starting at the current end; make it active."""
@@ -916,15 +925,14 @@ cdef class CommitLogCore:
         if wait == 1:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                result._set_status(FLUSH_DISK_TIMEOUT)
-                _set_error(result, flush_error(rc))
+                raise flush_timeout(result, rc)
             return result
         rs_flusher_request(self._flusher, end)
         fut = PutFuture.__new__(PutFuture)
         fut._core = self
         fut._result = result
         fut.target = end
-        fut._deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
+        fut.deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
     def put(self, topic not None, body not None, properties=None, int queue_id=-1,
@@ -945,11 +953,11 @@ cdef class CommitLogCore:
         cdef int qid
         self._check_open()
         if self._refusal is not None:
-            result = PutResult.__new__(PutResult)
-            _failed(<PutResult>result, SERVICE_NOT_AVAILABLE, queue_id, self._refused(), self)
-            return result
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
+        if not PyBytes_CheckExact(body):
+            body = contiguous(body)        # a strided view: copied (PyBUF_SIMPLE needs contiguity)
         if PyBytes_CheckExact(body):
             bp = <const uint8_t *>PyBytes_AS_STRING(body)
             blen = PyBytes_GET_SIZE(body)
@@ -989,8 +997,7 @@ cdef class CommitLogCore:
             except SegmentError as exc:
                 # No segment space (creation, mapping or page reservation failed): nothing of this
                 # record was written. RocketMQ answers CREATE_MAPEDFILE_FAILED; so do we.
-                _failed(<PutResult>result, CREATE_MAPPED_FILE_FAILED, qid, exc, self)
-                return result
+                return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
             finally:
                 PyThread_release_lock(self._lock)
         finally:
@@ -1023,6 +1030,7 @@ cdef class CommitLogCore:
         cdef int32_t[::1] crcs
         cdef uint8_t[:, ::1] uniq
         cdef list views = None
+        cdef list copies = None
         cdef PutResult scratch
         cdef int64_t end = 0, total = 0, start
         cdef Py_buffer *bufs = NULL
@@ -1033,11 +1041,7 @@ cdef class CommitLogCore:
         cdef int64_t[::1] rec_lens
         self._check_open()
         if self._refusal is not None:
-            try:
-                n = len(lengths if lengths is not None else bodies)
-            except TypeError:
-                n = 0
-            return _failed_batch(SERVICE_NOT_AVAILABLE, topic, queue_id, n, self._refused(), self)
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
         if sys_flag & RS_SYSFLAG_TRANSACTION_MASK:
             raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
@@ -1052,11 +1056,10 @@ cdef class CommitLogCore:
                 raise PropertiesTooLargeError(
                     f"properties are {plen} bytes encoded; the limit is {RS_MAX_PROPERTIES_LENGTH}")
             if lengths is not None:
-                lens_arr = np.ascontiguousarray(lengths, dtype=np.int64)
-                if lens_arr.ndim != 1:
-                    raise InvalidMessageError("lengths must be one-dimensional")
+                lens_arr = batch_lengths(lengths)
                 n = lens_arr.shape[0]
                 lens_view = lens_arr
+                bodies = contiguous(bodies)
                 PyObject_GetBuffer(bodies, &whole, PyBUF_SIMPLE)
                 have_whole = True
                 starts_arr = np.empty(n, dtype=np.int64)
@@ -1079,7 +1082,14 @@ cdef class CommitLogCore:
                 lens_arr = np.empty(n, dtype=np.int64)
                 lens_view = lens_arr
                 for i in range(n):
-                    PyObject_GetBuffer(bodies[i], &bufs[i], PyBUF_SIMPLE)
+                    item = bodies[i]
+                    if not PyBytes_CheckExact(item):
+                        copied = contiguous(item)
+                        if copied is not item:     # kept alive with the batch's buffers
+                            copies = [] if copies is None else copies
+                            copies.append(copied)
+                            item = copied
+                    PyObject_GetBuffer(item, &bufs[i], PyBUF_SIMPLE)
                     nbufs += 1
                     lens_view[i] = bufs[i].len
 
@@ -1129,7 +1139,7 @@ cdef class CommitLogCore:
                 try:
                     self._reserve_space(rec_lens)
                 except SegmentError as exc:
-                    return _failed_batch(CREATE_MAPPED_FILE_FAILED, topic, qid, n, exc, self)
+                    return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
                 (<BatchPutResult>res).first_queue_offset = t.next_offsets[qid]
                 for i in range(n):
                     bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
@@ -1178,12 +1188,7 @@ cdef class CommitLogCore:
         cdef int64_t[::1] rec_lens
         self._check_open()
         if self._refusal is not None:
-            error = self._refused()
-            for item in items:
-                r = PutResult.__new__(PutResult)
-                _failed(<PutResult>r, SERVICE_NOT_AVAILABLE, item[3], error, self)
-                results.append(r)
-            return results
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, n)
         rec_lens_arr = np.empty(n, dtype=np.int64)
         rec_lens = rec_lens_arr
         for i in range(n):
@@ -1216,11 +1221,7 @@ cdef class CommitLogCore:
             try:
                 self._reserve_space(rec_lens)
             except SegmentError as exc:
-                for i in range(n):
-                    r = PutResult.__new__(PutResult)
-                    _failed(<PutResult>r, CREATE_MAPPED_FILE_FAILED, qids[i], exc, self)
-                    results.append(r)
-                return results
+                return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
             for i in range(n):
                 topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = items[i]
                 r = PutResult.__new__(PutResult)
@@ -1235,10 +1236,7 @@ cdef class CommitLogCore:
         if wait == 1 and n:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                error = flush_error(rc)
-                for r in results:
-                    r._set_status(FLUSH_DISK_TIMEOUT)
-                    (<PutResult>r).error = error
+                raise flush_timeout(results, rc)
         elif wait == 2 and n:
             return [self._finish(r, end, 2) for r in results]
         return results
@@ -1290,10 +1288,10 @@ cdef class CommitLogCore:
             "last_prefault_errno": s.prefault_errno,
         }
 
-    def _watcher_add(self, int64_t target, fn, future):
+    def _watcher_add(self, future, fn):
         if self._watcher is None:
             self._watcher = FlushWatcher(self)
-        self._watcher.add(target, fn, future)
+        self._watcher.add(future, fn)
 
     def close(self):
         """Flush everything, stop the threads and release every segment pin."""

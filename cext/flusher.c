@@ -5,6 +5,7 @@
 #include "flusher.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ typedef struct {
     int64_t start;
     uint8_t *addr;
     int64_t size;
+    int fd;                 /* the segment file, or -1: F_FULLFSYNC after msync where it exists */
 } segment;
 
 struct rs_flusher {
@@ -34,11 +36,15 @@ struct rs_flusher {
     pthread_cond_t work_cv;   /* flush thread sleeps here */
     pthread_cond_t done_cv;   /* durable waiters sleep here */
     pthread_cond_t stop_cv;   /* pre-fault thread sleeps here */
-    /* `seg_mu` guards the segment table and is held across every madvise of a map. A flush
-       round copies the table under it and msyncs under `flush_mu` only, so a long msync never
-       blocks the pre-fault thread; unregister takes both, in turn, before the map may go. */
+    /* `seg_mu` guards the segment table and is only ever held for a copy or an edit of it, so
+       rs_flusher_register (called with the GIL held) never waits behind a system call. A flush
+       round copies the table under it and msyncs under `flush_mu`; the pre-fault thread copies
+       the segment it fills and populates under `populate_mu`. Unregister removes the segment,
+       then takes `flush_mu` and `populate_mu` in turn: a round or a populate that copied the
+       table before the removal has finished when it returns, so the map may go. */
     pthread_mutex_t seg_mu;
     pthread_mutex_t flush_mu;
+    pthread_mutex_t populate_mu;
     segment segs[RS_FLUSHER_MAX_SEGMENTS];
     int nsegs;
 
@@ -99,7 +105,23 @@ static void deadline_after(struct timespec *ts, int64_t ms) {
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* One flush round: msync [flushed, wrote) of every registered map. Called and returns with mu held. */
+/* After msync: macOS's msync and fsync leave the data in the drive's cache; F_FULLFSYNC flushes
+ * it (a file system without it falls back to fsync). Elsewhere msync(MS_SYNC) is the data sync. */
+static int full_sync(int fd) {
+#ifdef F_FULLFSYNC
+    if (fd < 0)
+        return 0;
+    if (fcntl(fd, F_FULLFSYNC) == 0)
+        return 0;
+    if (errno == ENOTSUP || errno == EINVAL)
+        return fsync(fd);
+    return errno == EBADF ? 0 : -1;    /* file closed meanwhile: the msync was all there was */
+#else
+    (void)fd;
+    return 0;
+#endif
+}
+
 static int64_t now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -137,6 +159,8 @@ static void flush_round(rs_flusher *f, int whole_pages_only) {
             continue;
         int64_t rel_lo = (lo - s->start) & ~(f->page - 1);
         if (msync(s->addr + rel_lo, (size_t)(hi - s->start - rel_lo), MS_SYNC) != 0)
+            err = errno;
+        else if (full_sync(s->fd) != 0)
             err = errno;
     }
     pthread_mutex_unlock(&f->flush_mu);
@@ -307,21 +331,27 @@ static void *prefault_main(void *arg) {
         }
         pthread_mutex_unlock(&f->mu);
 
-        /* One chunk per pass, so unregister and flush rounds never wait long for seg_mu. */
+        /* One chunk per pass, so unregister never waits long for populate_mu. */
         int64_t to = min64(want, from + PREFAULT_CHUNK), reached = from;
-        int err = 0;
+        int err = 0, found = 0;
+        segment seg;
+        pthread_mutex_lock(&f->populate_mu);
         pthread_mutex_lock(&f->seg_mu);
         for (int i = 0; i < f->nsegs; i++) {
-            segment *s = &f->segs[i];
-            if (s->start <= from && from < s->start + s->size) {
-                int64_t hi = min64(to, s->start + s->size);
-                err = populate(f, s->addr, from - s->start, hi - s->start);
-                if (err == 0)
-                    reached = hi;
+            if (f->segs[i].start <= from && from < f->segs[i].start + f->segs[i].size) {
+                seg = f->segs[i];
+                found = 1;
                 break;
             }
         }
         pthread_mutex_unlock(&f->seg_mu);
+        if (found) {
+            int64_t hi = min64(to, seg.start + seg.size);
+            err = populate(f, seg.addr, from - seg.start, hi - seg.start);
+            if (err == 0)
+                reached = hi;
+        }
+        pthread_mutex_unlock(&f->populate_mu);
 
         pthread_mutex_lock(&f->mu);
         f->prefault_errno = err;
@@ -354,6 +384,7 @@ rs_flusher *rs_flusher_new(int64_t start_offset, int interval_ms, int least_page
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->seg_mu, NULL);
     pthread_mutex_init(&f->flush_mu, NULL);
+    pthread_mutex_init(&f->populate_mu, NULL);
     pthread_cond_init(&f->work_cv, &ca);
     pthread_cond_init(&f->done_cv, &ca);
     pthread_cond_init(&f->stop_cv, &ca);
@@ -410,14 +441,15 @@ void rs_flusher_free(rs_flusher *f) {
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->seg_mu);
     pthread_mutex_destroy(&f->flush_mu);
+    pthread_mutex_destroy(&f->populate_mu);
     free(f);
 }
 
-int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size) {
+int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size, int fd) {
     int rc = -1;
     pthread_mutex_lock(&f->seg_mu);
     if (f->nsegs < RS_FLUSHER_MAX_SEGMENTS) {
-        f->segs[f->nsegs++] = (segment){start, addr, size};
+        f->segs[f->nsegs++] = (segment){start, addr, size, fd};
         rc = 0;
     }
     pthread_mutex_unlock(&f->seg_mu);
@@ -436,9 +468,11 @@ int rs_flusher_unregister(rs_flusher *f, int64_t start) {
         }
     }
     pthread_mutex_unlock(&f->seg_mu);
-    /* A flush round may have copied the table before the removal: wait for it to finish. */
+    /* A flush round or a populate may have copied the table before the removal: wait for it. */
     pthread_mutex_lock(&f->flush_mu);
     pthread_mutex_unlock(&f->flush_mu);
+    pthread_mutex_lock(&f->populate_mu);
+    pthread_mutex_unlock(&f->populate_mu);
     return rc;
 }
 

@@ -14,8 +14,8 @@
  * kernel has it) so the writer does not take a page fault per 4 KiB on fresh segment space.
  *
  * Segment maps are owned by the caller (Python mmap objects). A registered map must stay mapped
- * until rs_flusher_unregister() returns: unregister takes the lock the flush round holds while
- * it msyncs, so no msync or pre-fault ever touches an unmapped range.
+ * until rs_flusher_unregister() returns: unregister takes the locks the flush round holds while
+ * it msyncs and the pre-fault thread while it populates, so neither touches an unmapped range.
  *
  * Functions named *_nogil may be called without the GIL; none of them calls back into Python.
  */
@@ -49,8 +49,10 @@ void rs_flusher_stop(rs_flusher *f);
 /* rs_flusher_stop, then frees. Only when no thread can be using it any more. */
 void rs_flusher_free(rs_flusher *f);
 
-/* 0 on success, -1 if the table is full. addr/size: the whole map; start: its CommitLog offset. */
-int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size);
+/* 0 on success, -1 if the table is full. addr/size: the whole map; start: its CommitLog offset;
+ * fd: its file (F_FULLFSYNC'd after each msync where the platform has it; kept open until
+ * unregistered), or -1. Never waits behind a system call of the flush or pre-fault threads. */
+int rs_flusher_register(rs_flusher *f, int64_t start, uint8_t *addr, int64_t size, int fd);
 /* Waits for any flush round in progress; returns 0, or -1 if no such segment. */
 int rs_flusher_unregister(rs_flusher *f, int64_t start);
 

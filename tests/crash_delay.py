@@ -52,6 +52,7 @@ STORE_OPTIONS = dict(commitlog_file_size=256 * 1024, consume_queue_units=400, in
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
     from rocketstore._clock import now_ms
+    from rocketstore.errors import FlushTimeoutError
 
     started = now_ms()
 
@@ -77,8 +78,11 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             body = b"w%d-%d:" % (t, n) + rng.randbytes(rng.randrange(0, 300))
             op = rng.random()
             if op < 0.5:
-                r = store.put(topic, body, delay_level=rng.choice(LEVELS), queue_id=rng.randrange(4),
-                              tags="d", durable=True)
+                try:
+                    r = store.put(topic, body, delay_level=rng.choice(LEVELS), queue_id=rng.randrange(4),
+                                  tags="d", durable=True)
+                except FlushTimeoutError:     # stored, but not promised durable
+                    continue
                 if r.status is PutStatus.PUT_OK:
                     emit(f"ACK {r.unique_key}\n")
             elif op < 0.8:

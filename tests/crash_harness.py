@@ -74,6 +74,7 @@ def set_queue_units(units: int) -> None:
 
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
+    from rocketstore.errors import FlushTimeoutError
 
     store = MessageStore(path, implementation=implementation, **STORE_OPTIONS)
     out = sys.stdout
@@ -89,6 +90,14 @@ def child_main(path: str, implementation: str, seed: int) -> None:
         return (f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size} "
                 f"{r.queue_id} {r.queue_offset}\n" if r.status is PutStatus.PUT_OK else None)
 
+    def durable(put, *args, **kwargs):
+        """The put's result, or None when its flush did not confirm (stored, not promised)."""
+        try:
+            result = put(*args, **kwargs)
+            return result.result() if hasattr(result, "add_done_callback") else result
+        except FlushTimeoutError:
+            return None
+
     def writer(t: int):
         rng = random.Random(seed * 31 + t)
         n = 0
@@ -99,11 +108,11 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             key = f"k{t}-{n}"
             body = key.encode() + b":" + rng.randbytes(rng.randrange(0, 1500))
             if op < 0.3:
-                r = store.put(topic, body, keys=key, tags=f"t{t}", durable=True)
-                emit([x for x in [ack_line(topic, r, key, body)] if x])
+                r = durable(store.put, topic, body, keys=key, tags=f"t{t}", durable=True)
+                emit([x for x in [r and ack_line(topic, r, key, body)] if x])
             elif op < 0.5:
-                r = store.put_pipelined(topic, body, keys=key).result()
-                emit([x for x in [ack_line(topic, r, key, body)] if x])
+                r = durable(store.put_pipelined, topic, body, keys=key)
+                emit([x for x in [r and ack_line(topic, r, key, body)] if x])
             elif op < 0.75:
                 store.put(topic, body, keys=key)                  # asynchronous: no promise
             elif op < 0.9:
@@ -111,8 +120,8 @@ def child_main(path: str, implementation: str, seed: int) -> None:
                 store.put_batch(topic, bodies, tags="batch")      # asynchronous batch
             else:
                 bodies = [body + b"%d" % k for k in range(rng.randrange(1, 20))]
-                b = store.put_batch(topic, bodies, durable=True)
-                if b.status is PutStatus.PUT_OK:
+                b = durable(store.put_batch, topic, bodies, durable=True)
+                if b is not None and b.status is PutStatus.PUT_OK:
                     # a batch has no keys: acknowledge by msgId (key "-")
                     emit([f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size} "
                           f"{b[k].queue_id} {b[k].queue_offset}\n" for k, x in enumerate(bodies)])

@@ -25,7 +25,8 @@ import rocketstore
 import rocketstore.retention
 from rocketstore import Message, MessageStore, PutStatus
 from rocketstore import _store_py, consumequeue, indexservice, mapped_file
-from rocketstore.errors import DiskFullError, SegmentError
+from rocketstore.errors import (CreateMappedFileFailedError, DiskFullError, FlushTimeoutError, PutError,
+                                SegmentDiskFullError, SegmentError)
 from rocketstore.indexservice import IndexService
 
 SEGMENT = 64 * 1024
@@ -105,25 +106,25 @@ def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(tmp
         no_segment_space.on = True
         failed = None
         for i in range(10, 400):
-            r = store.put(TOPIC, body(i), queue_id=0)
-            if not r.ok:
-                failed = r
+            try:
+                r = store.put(TOPIC, body(i), queue_id=0)
+            except PutError as exc:
+                failed = exc
                 break
             acked.append((i, r))
         assert failed is not None, "the store never needed a new segment"
         assert failed.status == PutStatus.CREATE_MAPPED_FILE_FAILED
-        assert failed.commitlog_offset == -1 and failed.queue_offset == -1
-        assert isinstance(failed.error, DiskFullError) and isinstance(failed.error, SegmentError)
-        assert failed.error.errno == errno.ENOSPC and "No space left" in str(failed.error)
+        assert isinstance(failed, DiskFullError) and isinstance(failed, SegmentError)
+        assert failed.errno == errno.ENOSPC and "No space left" in str(failed)
         assert store.max_offset % SEGMENT == 0       # the full segment ends in its BLANK
 
         # still full: every kind of put fails the same way, writing nothing
-        again = store.put(TOPIC, body(0), tags="T", keys="k")
-        batch = store.put_batch(TOPIC, [b"a", b"b", b"c"], queue_id=0)
-        many = store.put_messages([Message(TOPIC, b"a", queue_id=0), Message(TOPIC, b"b", queue_id=1)])
-        for r in (again, batch, *many):
-            assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED and isinstance(r.error, DiskFullError)
-        assert len(batch) == 3 and list(batch.commitlog_offsets) == [-1, -1, -1]
+        for put in (lambda: store.put(TOPIC, body(0), tags="T", keys="k"),
+                    lambda: store.put_batch(TOPIC, [b"a", b"b", b"c"], queue_id=0),
+                    lambda: store.put_messages([Message(TOPIC, b"a", queue_id=0),
+                                                Message(TOPIC, b"b", queue_id=1)])):
+            with pytest.raises(SegmentDiskFullError):
+                put()
         check_readable(store, acked)
         end = store.max_offset
         mapped_end = store._segments.files[-1].end_offset
@@ -164,9 +165,8 @@ def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl,
             res = store.put_messages([Message(TOPIC, body(i), queue_id=0) for i in ids])
             return [r.status for r in res], res[0].error, res
 
-        statuses, error, _ = put_all()
-        assert set(statuses) == {PutStatus.CREATE_MAPPED_FILE_FAILED} and len(statuses) == 220
-        assert isinstance(error, DiskFullError)
+        with pytest.raises(SegmentDiskFullError):
+            put_all()
         assert store.max_offset == end and store.queue_offsets() == offsets   # not a byte written
         check_readable(store, acked)
 
@@ -198,12 +198,12 @@ def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path
 
         mapped_file._size_new_file = one_more
         try:
-            res = store.put_batch(TOPIC, [body(i) for i in range(30, 250)], queue_id=0)
-            assert res.status == PutStatus.CREATE_MAPPED_FILE_FAILED
+            with pytest.raises(CreateMappedFileFailedError):
+                store.put_batch(TOPIC, [body(i) for i in range(30, 250)], queue_id=0)
             for i in range(30, 120):             # single puts fill segment 0 and roll on
-                r = store.put(TOPIC, body(i), queue_id=0)
-                if not r.ok:
-                    assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED
+                try:
+                    r = store.put(TOPIC, body(i), queue_id=0)
+                except CreateMappedFileFailedError:
                     break
                 acked.append((i, r))
         finally:
@@ -266,7 +266,7 @@ def test_a_new_index_file_allocates_its_header_and_slot_table_before_anything_is
         probe = os.open(tmp_path / "probe", os.O_RDWR | os.O_CREAT)
         try:
             os.posix_fallocate(probe, 0, 4096)
-        except OSError:
+        except (OSError, AttributeError):          # macOS has no posix_fallocate
             pytest.skip("this file system does not allocate blocks on request")
         finally:
             os.close(probe)
@@ -295,33 +295,34 @@ def test_a_failed_index_file_creation_leaves_no_file(tmp_path, impl, monkeypatch
     service.close()
 
 
-class _FailingOs:
-    """The ``os`` module, but fdatasync fails with ENOSPC (the pure twin's flush)."""
-
-    def __getattr__(self, name):
-        return getattr(os, name)
-
-    @staticmethod
-    def fdatasync(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+def _failing_sync(fd):
+    """The pure twin's data sync (fdatasync, or F_FULLFSYNC on macOS), failing with ENOSPC."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, impl, monkeypatch):
     if impl.name != "py":
         pytest.skip("an msync failure cannot be injected into the compiled flush thread")
     with open_store(tmp_path / "s", impl) as store:
-        monkeypatch.setattr(_store_py, "os", _FailingOs())
-        r = store.put(TOPIC, b"durable?", durable=True)
+        real_sync = _store_py._data_sync
+        monkeypatch.setattr(_store_py, "_data_sync", _failing_sync)
+        with pytest.raises(FlushTimeoutError) as info:
+            store.put(TOPIC, b"durable?", durable=True)
+        r = info.value.result
         assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and not r.ok and r.status.stored
         assert isinstance(r.error, DiskFullError) and "flushing the CommitLog failed" in str(r.error)
         assert store.read(r.commitlog_offset).body == b"durable?"   # stored, not known durable
         future = store.put_pipelined(TOPIC, b"pipelined")
-        got = future.result()
+        with pytest.raises(FlushTimeoutError) as info:
+            future.result()
+        got = info.value.result
         assert got.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(got.error, DiskFullError)
-        batch = store.put_batch(TOPIC, [b"a", b"b"], durable=True)
+        with pytest.raises(FlushTimeoutError) as info:
+            store.put_batch(TOPIC, [b"a", b"b"], durable=True)
+        batch = info.value.result
         assert batch.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(batch.error, DiskFullError)
 
-        monkeypatch.setattr(_store_py, "os", os)     # space is back: no stale error
+        monkeypatch.setattr(_store_py, "_data_sync", real_sync)     # space is back: no stale error
         ok = store.put(TOPIC, b"durable", durable=True)
         assert ok.status == PutStatus.PUT_OK and ok.error is None
         assert store.flushed_offset >= ok.commitlog_offset + ok.size > r.commitlog_offset
@@ -332,7 +333,7 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
 CHILD = textwrap.dedent(r"""
     import errno, json, os, sys
     from rocketstore import Message, MessageStore, PutStatus
-    from rocketstore.errors import DiskFullError
+    from rocketstore.errors import DiskFullError, PutError
 
     impl, root = sys.argv[1], sys.argv[2]
     path = os.path.join(root, "store")
@@ -351,19 +352,22 @@ CHILD = textwrap.dedent(r"""
         f.write(b"\xff" * (384 * 1024))
     acked, failures, i = [], {}, 0
     while sum(failures.values()) < 40 and i < 4000:
-        r = store.put(TOPIC, body(i), keys="key%d" % i, durable=(i % 3 == 0))
-        if r.status == PutStatus.PUT_OK:
+        try:
+            r = store.put(TOPIC, body(i), keys="key%d" % i, durable=(i % 3 == 0))
             acked.append((i, r.commitlog_offset))
-        else:
-            assert r.status == PutStatus.CREATE_MAPPED_FILE_FAILED, r.status
-            assert isinstance(r.error, DiskFullError), repr(r.error)
-            failures[r.status.name] = failures.get(r.status.name, 0) + 1
+        except PutError as exc:
+            assert exc.status == PutStatus.CREATE_MAPPED_FILE_FAILED, exc.status
+            assert isinstance(exc, DiskFullError), repr(exc)
+            failures[exc.status.name] = failures.get(exc.status.name, 0) + 1
         i += 1
     assert failures, "the disk never filled"
-    batch = store.put_batch(TOPIC, [body(k) for k in range(200)])
-    assert batch.status == PutStatus.CREATE_MAPPED_FILE_FAILED and isinstance(batch.error, DiskFullError)
-    many = store.put_messages([Message(TOPIC, body(k)) for k in range(200)])
-    assert {r.status for r in many} == {PutStatus.CREATE_MAPPED_FILE_FAILED}
+    for put in (lambda: store.put_batch(TOPIC, [body(k) for k in range(200)]),
+                lambda: store.put_messages([Message(TOPIC, body(k)) for k in range(200)])):
+        try:
+            put()
+            raise AssertionError("a batch was stored on a full disk")
+        except PutError as exc:
+            assert exc.status == PutStatus.CREATE_MAPPED_FILE_FAILED and isinstance(exc, DiskFullError)
     for k, off in acked:
         assert store.read(off).body == body(k)
     try:

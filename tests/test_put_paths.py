@@ -5,7 +5,7 @@ import os
 import pytest
 
 from rocketstore import MessageStore, PutStatus
-from rocketstore.errors import SegmentError
+from rocketstore.errors import CreateMappedFileFailedError, SegmentError
 from rocketstore.message import host_to_bytes
 
 SEGMENT = 64 * 1024
@@ -27,15 +27,14 @@ def test_put_without_segment_space_reports_create_mapped_file_failed(impl, tmp_p
         real_roll = store._segments.segment_at
         store._segments.segment_at = refuse
         # fill the first segment until a record must go to the next one
-        statuses = []
-        for _ in range(SEGMENT // 1000 + 2):
-            statuses.append(store.put("T", b"y" * 900))
-            if statuses[-1].status != PutStatus.PUT_OK:
-                break
-        failed = statuses[-1]
+        stored = 0
+        with pytest.raises(CreateMappedFileFailedError) as info:
+            for _ in range(SEGMENT // 1000 + 2):
+                store.put("T", b"y" * 900)
+                stored += 1
+        failed = info.value
         assert failed.status == PutStatus.CREATE_MAPPED_FILE_FAILED
-        assert not failed.ok and failed.commitlog_offset == -1
-        assert isinstance(failed.error, SegmentError)
+        assert isinstance(failed, SegmentError) and isinstance(failed.__cause__, SegmentError)
         stored_end = store.max_offset
         assert stored_end >= before
         # space is back: the same put succeeds at the start of the next segment
@@ -44,7 +43,7 @@ def test_put_without_segment_space_reports_create_mapped_file_failed(impl, tmp_p
         assert again.ok and again.commitlog_offset == SEGMENT
         assert store.read(again.commitlog_offset).body == b"z" * 900
         # the first put, the stored ones (all but the failed one), and the one after space returned
-        assert len(list(store.iter_messages())) == 1 + (len(statuses) - 1) + 1
+        assert len(list(store.iter_messages())) == 1 + stored + 1
 
 
 def test_ipv6_hosts_set_sysflag_and_long_msg_ids(impl, tmp_path):

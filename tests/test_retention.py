@@ -18,7 +18,8 @@ import pytest
 import rocketstore
 from rocketstore import Message, MessageStore, PutStatus
 from rocketstore.config import StoreConfig
-from rocketstore.errors import DiskFullError, MessageNotFoundError, StoreConfigError
+from rocketstore.errors import (DiskFullError, MessageNotFoundError, PutError, ServiceNotAvailableError,
+                                StoreConfigError)
 from rocketstore.retention import Cleaner, disk_usage
 
 SEGMENT = 64 * 1024
@@ -270,25 +271,27 @@ def test_disk_above_warning_level_refuses_every_put_until_usage_is_back_at_the_f
     end, count = store.max_offset, len(list(store.iter_messages()))
     queue_offsets = store.queue_offsets()
     refused = [
-        store.put(TOPIC, b"x", queue_id=0),
-        store.put(TOPIC, b"x", tags="TagA", keys="k"),
-        store.put(Message(TOPIC, b"x")),
-        store.put(TOPIC, b"x", durable=True),
-        store.put_batch(TOPIC, [b"a", b"b"]),
-        store.put_pipelined(TOPIC, b"x"),
-        *store.put_messages([Message(TOPIC, b"a"), Message(TOPIC, b"b", queue_id=1)]),
+        lambda: store.put(TOPIC, b"x", queue_id=0),
+        lambda: store.put(TOPIC, b"x", tags="TagA", keys="k"),
+        lambda: store.put(Message(TOPIC, b"x")),
+        lambda: store.put(TOPIC, b"x", durable=True),
+        lambda: store.put_batch(TOPIC, [b"a", b"b"]),
+        lambda: store.put_pipelined(TOPIC, b"x").result(),
+        lambda: store.put_messages([Message(TOPIC, b"a"), Message(TOPIC, b"b", queue_id=1)]),
     ]
-    for r in refused:
-        assert r.status == PutStatus.SERVICE_NOT_AVAILABLE and not r.ok
-        assert isinstance(r.error, DiskFullError) and "disk_space_warning_level_ratio" in str(r.error)
-    assert len(refused[4]) == 2 and list(refused[4].commitlog_offsets) == [-1, -1]
+    for put in refused:
+        with pytest.raises(DiskFullError) as info:
+            put()
+        assert isinstance(info.value, PutError) and info.value.status == PutStatus.SERVICE_NOT_AVAILABLE
+        assert "disk_space_warning_level_ratio" in str(info.value)
     assert store.max_offset == end and len(list(store.iter_messages())) == count
     assert store.queue_offsets() == queue_offsets
-    assert store._core.stats()["refused_puts"] == len(refused) - 1   # put_messages: one call
+    assert store._core.stats()["refused_puts"] == len(refused)
 
     disk.usage = 0.88          # below the warning level, above the forcible one: still full
     assert c.run_once()["disk_full"]
-    assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(ServiceNotAvailableError):
+        store.put(TOPIC, b"x")
     disk.usage = 0.85          # at the forcible level: disk OK
     assert not c.run_once()["disk_full"]
     ok = store.put(TOPIC, b"back", queue_id=0)
@@ -302,7 +305,8 @@ def test_puts_resume_in_the_same_pass_that_freed_the_space(tmp_path, impl):
         disk = Disk(0.95)
         c = cleaner(store, disk)
         c.check_disk()
-        assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
+        with pytest.raises(ServiceNotAvailableError):
+            store.put(TOPIC, b"x")
 
         def freed(path):      # usage falls once the segments are gone
             return 0.5 if len(store._segments.files) == 1 else 0.95
@@ -554,7 +558,8 @@ def test_start_checks_the_disk_at_once_and_marks_it_full(store):
     c.start()                                # interval 0: no thread, but the check runs
     try:
         assert c.disk_full and c.stats()["disk_full"]
-        assert store.put(TOPIC, b"x").status == PutStatus.SERVICE_NOT_AVAILABLE
+        with pytest.raises(ServiceNotAvailableError):
+            store.put(TOPIC, b"x")
     finally:
         c.stop()
 

@@ -1,11 +1,17 @@
-"""Runs ``PutFuture`` done-callbacks when the flush thread's progress covers them (both twins)."""
+"""Runs ``PutFuture`` done-callbacks when the flush thread's progress covers them, or when their
+``sync_flush_timeout_ms`` has passed (then ``result()`` raises FlushTimeoutError) (both twins)."""
 
 import heapq
 import itertools
 import logging
 import threading
 
+from rocketstore._clock import now_ms
+
 __all__ = ["FlushWatcher"]
+
+#: Longest single wait for the flushed offset to move, so deadlines and close() are noticed.
+POLL_MS = 100
 
 
 class FlushWatcher:
@@ -14,16 +20,22 @@ class FlushWatcher:
     def __init__(self, core):
         self._core = core
         self._lock = threading.Lock()
-        self._heap = []  # (target offset, seq, callback, future)
+        # Every pending callback is in both heaps: by target offset and by deadline (epoch ms).
+        # An entry is [key, seq, callback, future, fired]; whichever heap pops it first fires it.
+        self._by_target = []
+        self._by_deadline = []
         self._seq = itertools.count()
         self._wake = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="rocketstore-flush-callbacks", daemon=True)
         self._thread.start()
 
-    def add(self, target, fn, future):
+    def add(self, future, fn):
+        seq = next(self._seq)
+        entry = [fn, future, False]
         with self._lock:
-            heapq.heappush(self._heap, (target, next(self._seq), fn, future))
+            heapq.heappush(self._by_target, (future.target, seq, entry))
+            heapq.heappush(self._by_deadline, (future.deadline_ms, seq, entry))
         self._wake.set()
 
     def close(self):
@@ -33,25 +45,49 @@ class FlushWatcher:
             self._thread.join()
         self._fire(all_=True)
 
+    def _pop_due(self, heap, limit, all_):
+        ready = []
+        while heap and (all_ or heap[0][0] <= limit):
+            entry = heapq.heappop(heap)[2]
+            if not entry[2]:
+                entry[2] = True
+                ready.append(entry)
+        return ready
+
     def _fire(self, all_=False):
         flushed = self._core.flushed_offset
-        ready = []
+        now = now_ms()
         with self._lock:
-            while self._heap and (all_ or self._heap[0][0] <= flushed):
-                ready.append(heapq.heappop(self._heap))
-        for _, _, fn, future in ready:
+            ready = (self._pop_due(self._by_target, flushed, all_)
+                     + self._pop_due(self._by_deadline, now, all_))
+        for fn, future, _ in ready:
             try:
                 fn(future)
             except Exception:  # a callback's failure must not stop the others (as concurrent.futures)
                 logging.getLogger("rocketstore").exception("PutFuture callback raised")
 
+    def _next(self):
+        """(lowest pending target, ms until the earliest deadline), or None when idle."""
+        with self._lock:
+            while self._by_target and self._by_target[0][2][2]:
+                heapq.heappop(self._by_target)
+            while self._by_deadline and self._by_deadline[0][2][2]:
+                heapq.heappop(self._by_deadline)
+            if not self._by_target:
+                return None
+            return self._by_target[0][0], self._by_deadline[0][0] - now_ms()
+
     def _run(self):
         while not self._closed:
-            with self._lock:
-                target = self._heap[0][0] if self._heap else None
-            if target is None:
-                self._wake.wait(0.1)
+            pending = self._next()
+            if pending is None:
+                self._wake.wait(POLL_MS / 1000)
                 self._wake.clear()
                 continue
-            self._core.wait_flushed(target, 100)
+            target, until_deadline = pending
+            if until_deadline > 0:
+                timeout = min(until_deadline, POLL_MS)
+                if self._core.wait_flushed(target, timeout) > 1:   # a failing flush: no spin
+                    self._wake.wait(timeout / 1000)
+                    self._wake.clear()
             self._fire()

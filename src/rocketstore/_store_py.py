@@ -6,6 +6,8 @@ Same public names and behaviour as the compiled module (see cext/_store.pyx), bu
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import struct
 import threading
@@ -14,13 +16,14 @@ import zlib
 
 import numpy as np
 
+from rocketstore._checks import batch_lengths, contiguous
 from rocketstore._clock import month_bounds, now_ms as _now_ms
 from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore._verify import PROP_CRC_LENGTH, prop_crc_digits
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
-                                PropertiesTooLargeError, SegmentError, StoreClosedError)
-from rocketstore.mapped_file import flush_error
+                                PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
+from rocketstore.mapped_file import flush_timeout
 from rocketstore.status import PutStatus
 
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture",
@@ -45,7 +48,6 @@ SYSFLAG_STOREHOST_V6 = 0x20
 _UNIQ_NAME = b"UNIQ_KEY\x01"
 _BLANK = struct.Struct(">ii")
 _PUT_OK = PutStatus.PUT_OK
-_FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
 _CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 _SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 
@@ -90,6 +92,9 @@ class PutResult:
     def _set_status(self, status):
         self._status = status
 
+    def _set_error(self, error):
+        self.error = error
+
     def __repr__(self):
         return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
@@ -117,6 +122,9 @@ class BatchPutResult:
 
     def _set_status(self, status):
         self._status = status
+
+    def _set_error(self, error):
+        self.error = error
 
     @property
     def unique_keys(self):
@@ -154,45 +162,51 @@ class BatchPutResult:
 
 
 class PutFuture:
-    """A durable put in flight: resolved when the flush thread's flushed offset covers it."""
+    """A durable put in flight: resolved when the flush thread's flushed offset covers it.
 
-    __slots__ = ("_core", "_result", "target", "_deadline_ms", "_resolved")
+    ``result(timeout=None)`` returns the put's result once flushed; raises
+    :class:`~rocketstore.errors.FlushTimeoutError` (stored, not confirmed durable) when
+    ``sync_flush_timeout_ms`` passed since the put or the flush failed, the put's
+    :class:`~rocketstore.errors.PutError` when nothing was stored, and ``TimeoutError`` when the
+    caller's ``timeout`` runs out first. Done-callbacks and ``await`` fire in every case.
+    """
 
-    def __init__(self, core, result, target, deadline_ms):
+    __slots__ = ("_core", "_result", "target", "deadline_ms", "_resolved", "_error")
+
+    def __init__(self, core, result, target, deadline_ms, error=None):
         self._core = core
         self._result = result
         self.target = target
-        self._deadline_ms = deadline_ms
-        self._resolved = False
+        self.deadline_ms = deadline_ms
+        self._resolved = error is not None
+        self._error = error
 
     def done(self):
         return (self._resolved or self._core.flushed_offset >= self.target
-                or _now_ms() >= self._deadline_ms)
+                or _now_ms() >= self.deadline_ms)
 
     def result(self, timeout=None):
-        if self._resolved:
-            return self._result
-        wait_ms = self._deadline_ms - _now_ms()
-        caller_limited = False
-        if timeout is not None and int(timeout * 1000) < wait_ms:
-            wait_ms = int(timeout * 1000)
-            caller_limited = True
-        rc = self._core.wait_flushed(self.target, max(wait_ms, 0))
-        if rc == 0:
-            self._result._set_status(_PUT_OK)
-        elif caller_limited and rc == 1:
-            raise TimeoutError(f"offset {self.target} not flushed yet")
-        else:
-            self._result._set_status(_FLUSH_DISK_TIMEOUT)
-            self._result.error = flush_error(rc)
-        self._resolved = True
+        if not self._resolved:
+            wait_ms = self.deadline_ms - _now_ms()
+            caller_limited = False
+            if timeout is not None and int(timeout * 1000) < wait_ms:
+                wait_ms = int(timeout * 1000)
+                caller_limited = True
+            rc = self._core.wait_flushed(self.target, max(wait_ms, 0))
+            if caller_limited and rc == 1:
+                raise TimeoutError(f"offset {self.target} not flushed yet")
+            if rc != 0:
+                self._error = flush_timeout(self._result, rc)
+            self._resolved = True
+        if self._error is not None:
+            raise self._error
         return self._result
 
     def add_done_callback(self, fn):
         if self.done():
             fn(self)
         else:
-            self._core._watcher_add(self.target, fn, self)
+            self._core._watcher_add(self, fn)
 
     def __await__(self):
         import asyncio
@@ -202,6 +216,16 @@ class PutFuture:
             lambda: fut.done() or fut.set_result(None)))
         yield from fut.__await__()
         return self.result()
+
+
+def _data_sync(fd):
+    """Make a file's written data durable with the platform's strongest data sync: macOS's
+    fsync leaves data in the drive's cache (F_FULLFSYNC does not), and macOS has no fdatasync."""
+    full_sync = getattr(fcntl, "F_FULLFSYNC", None)
+    if full_sync is not None:
+        fcntl.fcntl(fd, full_sync)
+    else:
+        getattr(os, "fdatasync", os.fsync)(fd)
 
 
 class _Flusher:
@@ -219,6 +243,8 @@ class _Flusher:
         self.page = 4096
         self.stop = False
         self.last_errno = 0
+        self.last_error = None   # the exception behind last_errno (flush_timeout's cause)
+        self.dead = None         # the exception that ended the thread, if one did
         self.round_seq = 0   # rounds begun; err_seq: the round that set last_errno (see wait)
         self.err_seq = 0
         self.stats = dict(flush_rounds=0, flushed_bytes=0, sync_requests=0, sync_timeouts=0,
@@ -241,9 +267,10 @@ class _Flusher:
                 for start, (fd, size) in list(self.segments.items()):
                     if start < hi and lo < start + size and fd is not None:
                         try:
-                            os.fdatasync(fd)
-                        except OSError as exc:
-                            err = exc.errno or 5
+                            _data_sync(fd)
+                        except Exception as exc:  # the waiting puts' error; the thread lives on
+                            err = getattr(exc, "errno", None) or errno.EIO
+                            self.last_error = exc
         finally:
             self.cond.acquire()
         if not err:
@@ -256,6 +283,15 @@ class _Flusher:
         self.cond.notify_all()
 
     def _run(self):
+        try:
+            self._serve()
+        except BaseException as exc:
+            with self.cond:
+                self.dead = exc
+                self.cond.notify_all()
+            raise
+
+    def _serve(self):
         with self.cond:
             next_async = time.monotonic() + self.interval
             last_thorough = time.monotonic()
@@ -291,8 +327,10 @@ class _Flusher:
             while self.flushed < target:
                 if self.last_errno and self.err_seq > seen:
                     return self.last_errno
+                if self.dead is not None:
+                    return errno.EIO          # the thread is gone: nothing will flush this
                 if self.stop:
-                    return 108  # ESHUTDOWN
+                    return errno.ESHUTDOWN
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     self.stats["sync_timeouts"] += 1
@@ -430,28 +468,40 @@ class CommitLogCore:
 
     def set_queue_offset(self, topic, queue_id, next_offset):
         t = self._topics.get(topic)
-        if t is not None and 0 <= queue_id < t.nqueues:
+        if t is not None and 0 <= queue_id < len(t.next_offsets):
             t.next_offsets[queue_id] = next_offset
         else:
             self._pending.setdefault(topic, {})[queue_id] = next_offset
 
     def queue_offsets(self):
         out = {}
-        for name, t in self._topics.items():
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    out[(name, q)] = t.next_offsets[q]
+        for name, t in list(self._topics.items()):
+            for q, nxt in enumerate(t.next_offsets):
+                if nxt:
+                    out[(name, q)] = nxt
         for name, qs in self._pending.items():
             for q, nxt in qs.items():
                 out.setdefault((name, q), nxt)
         return out
 
     def forget_topic(self, topic):
-        t = self._topics.pop(topic, None)
-        if t is not None:
-            for q in range(t.nqueues):
-                if t.next_offsets[q]:
-                    self.set_queue_offset(topic, q, t.next_offsets[q])
+        """Take the new queue count of ``topic`` after it changed. The cached entry is changed
+        in place under the append lock (never replaced: a put holding the old entry would hand
+        out queue offsets again); its offsets are kept, also those of queues beyond a smaller
+        count, which a put that chose its queue before the change may still use."""
+        nqueues = self._topic_lookup(topic)
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is None:
+                return
+            have = len(t.next_offsets)
+            if nqueues > have:
+                t.next_offsets.extend([0] * (nqueues - have))
+                pending = self._pending.get(topic, {})
+                for qid in range(have, nqueues):
+                    if qid in pending:
+                        t.next_offsets[qid] = pending.pop(qid)
+            t.nqueues = nqueues
 
     # ---- refusing puts (disk full, spec §9) ----
 
@@ -465,30 +515,15 @@ class CommitLogCore:
         """The error puts are refused with, or None."""
         return self._refusal
 
-    def _failed_result(self, status, queue_id, error):
-        r = PutResult()
-        r._status = status
-        r.commitlog_offset = r.queue_offset = r.size = -1
-        r.queue_id = queue_id
-        r.store_timestamp = 0
-        r.error = error.with_traceback(None)
-        r._host, r._port = self._store_host, self._store_port
-        return r
-
-    def _failed_batch(self, status, topic, queue_id, n, error):
-        res = BatchPutResult()
-        res._status = status
-        res.topic = topic
-        res.queue_id = queue_id
-        res.first_queue_offset = -1
-        res.commitlog_offsets = np.full(n, -1, dtype=np.int64)
-        res.sizes = np.full(n, -1, dtype=np.int32)
-        res.queue_offsets = np.full(n, -1, dtype=np.int64)
-        res.store_timestamps = np.zeros(n, dtype=np.int64)
-        res._unique_keys = [None] * n
-        res._host, res._port = self._store_host, self._store_port
-        res.error = error.with_traceback(None)
-        return res
+    def _not_stored(self, status, cause, wait, n=1):
+        """A put that wrote nothing: raise its PutError, or (``wait`` WAIT_FUTURE) return a
+        future that raises it (``n`` of them for put_many)."""
+        error = not_stored(status, cause)
+        error.__cause__ = cause.with_traceback(None)
+        if wait != WAIT_FUTURE:
+            raise error
+        future = PutFuture(self, None, -1, 0, error)
+        return future if n is None else [future] * n
 
     def _refused(self):
         self.refused_puts += 1
@@ -649,8 +684,7 @@ class CommitLogCore:
         if wait == WAIT_BLOCK:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                result._set_status(_FLUSH_DISK_TIMEOUT)
-                result.error = flush_error(rc)
+                raise flush_timeout(result, rc)
             return result
         self._flusher.request(end)
         return PutFuture(self, result, end, _now_ms() + self._sync_flush_timeout_ms)
@@ -661,10 +695,12 @@ class CommitLogCore:
         if topic is None or body is None:
             raise TypeError("topic and body are required")
         if self._refusal is not None:
-            return self._failed_result(_SERVICE_NOT_AVAILABLE, queue_id, self._refused())
+            return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
         t = self._topic(topic)
         qid = self._choose_queue(t, queue_id)
-        body = memoryview(body).cast("B") if not isinstance(body, bytes) else body
+        body = contiguous(body)
+        if type(body) is not bytes:
+            body = memoryview(body).cast("B")
         props = bytes(properties) if properties is not None else b""
         if len(props) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
@@ -681,18 +717,14 @@ class CommitLogCore:
                                            sys_flag, reconsume_times, prepared_transaction_offset, length)
             except SegmentError as exc:
                 # No segment space: nothing of this record was written (CREATE_MAPEDFILE_FAILED).
-                return self._failed_result(_CREATE_MAPPED_FILE_FAILED, qid, exc)
+                return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
         return self._finish(result, end, wait)
 
     def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,
                   born_timestamp=0, sys_flag=0, wait=-1):
         self._check_open()
         if self._refusal is not None:
-            try:
-                n = len(lengths if lengths is not None else bodies)
-            except TypeError:
-                n = 0
-            return self._failed_batch(_SERVICE_NOT_AVAILABLE, topic, queue_id, n, self._refused())
+            return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
         t = self._topic(topic)
         if sys_flag & SYSFLAG_TRANSACTION_MASK:
             raise InvalidMessageError("a batch may not be transactional (spec §1.7)")
@@ -701,19 +733,15 @@ class CommitLogCore:
             raise PropertiesTooLargeError(
                 f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
         if lengths is not None:
-            lens = np.ascontiguousarray(lengths, dtype=np.int64)
-            if lens.ndim != 1:
-                raise InvalidMessageError("lengths must be one-dimensional")
-            whole = memoryview(bodies).cast("B")
-            if (lens < 0).any():
-                raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
+            lens = batch_lengths(lengths)
+            whole = memoryview(contiguous(bodies)).cast("B")
             if int(lens.sum()) != len(whole):
                 raise InvalidMessageError(
                     f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes")
             starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
             items = [whole[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]
         else:
-            items = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in bodies]
+            items = [b if type(b) is bytes else memoryview(contiguous(b)).cast("B") for b in bodies]
         n = len(items)
         lengths_ = []
         for i, body in enumerate(items):
@@ -741,7 +769,7 @@ class CommitLogCore:
             try:
                 self._reserve_space(lengths_)
             except SegmentError as exc:
-                return self._failed_batch(_CREATE_MAPPED_FILE_FAILED, topic, qid, n, exc)
+                return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
             res.first_queue_offset = t.next_offsets[qid]
             for i in range(n):
                 r, end = self._append(t, qid, items[i], crcs[i], props, None, flag, born_timestamp,
@@ -768,8 +796,7 @@ class CommitLogCore:
     def put_many(self, items, wait=-1):
         self._check_open()
         if self._refusal is not None:
-            error = self._refused()
-            return [self._failed_result(_SERVICE_NOT_AVAILABLE, item[3], error) for item in items]
+            return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, len(items))
         checked = []
         for i, item in enumerate(items):
             topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
@@ -797,17 +824,14 @@ class CommitLogCore:
             try:
                 self._reserve_space([args[-1] for args in checked])
             except SegmentError as exc:
-                return [self._failed_result(_CREATE_MAPPED_FILE_FAILED, args[1], exc) for args in checked]
+                return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, len(checked))
             for args in checked:
                 r, end = self._append(*args)
                 results.append(r)
         if wait == WAIT_BLOCK and results:
             rc = self._wait(end, self._sync_flush_timeout_ms)
             if rc != 0:
-                error = flush_error(rc)
-                for r in results:
-                    r._set_status(_FLUSH_DISK_TIMEOUT)
-                    r.error = error
+                raise flush_timeout(results, rc)
         elif wait == WAIT_FUTURE and results:
             return [self._finish(r, end, WAIT_FUTURE) for r in results]
         return results
@@ -845,10 +869,10 @@ class CommitLogCore:
                         wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno,
                         last_prefault_errno=0)
 
-    def _watcher_add(self, target, fn, future):
+    def _watcher_add(self, future, fn):
         if self._watcher is None:
             self._watcher = FlushWatcher(self)
-        self._watcher.add(target, fn, future)
+        self._watcher.add(future, fn)
 
     def close(self):
         if self._closed:

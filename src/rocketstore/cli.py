@@ -30,8 +30,8 @@ import rocketstore
 from rocketstore.config import default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import GetMessageStatus
-from rocketstore.errors import (InvalidMessageIdError, MessageNotFoundError, NotAStoreError, RocketStoreError,
-                                StoreLockedError)
+from rocketstore.errors import (FlushTimeoutError, InvalidMessageIdError, MessageNotFoundError,
+                                NotAStoreError, RocketStoreError, StoreLockedError)
 from rocketstore.message import MessageExt
 from rocketstore.schedule import dlq_counts
 from rocketstore.store import MessageStore, check_store_dir
@@ -494,9 +494,13 @@ def cmd_put(args) -> int:
             # each run is a new producer: start at a random queue, as RocketMQ's producer does,
             # rather than always at queue 0
             queue_id = random.randrange(store.topics.get(args.topic) or store.config.default_queues)
-        result = store.put(args.topic, body, tags=args.tags, keys=args.keys,
-                           properties=properties or None, queue_id=queue_id,
-                           durable=True if args.sync else None)
+        flush_failed = None
+        try:
+            result = store.put(args.topic, body, tags=args.tags, keys=args.keys,
+                               properties=properties or None, queue_id=queue_id,
+                               durable=True if args.sync else None)
+        except FlushTimeoutError as exc:      # stored, but not confirmed durable: say where
+            result, flush_failed = exc.result, exc
         fields = {
             "status": result.status.name,
             "msg_id": result.msg_id,
@@ -515,8 +519,8 @@ def cmd_put(args) -> int:
                        ("Unique key", fields["unique_key"]), ("Topic", fields["topic"]),
                        ("Queue", fields["queue_id"]), ("Queue offset", fields["queue_offset"]),
                        ("CommitLog offset", fields["commitlog_offset"]), ("Size", f"{fields['size']:,} bytes")])
-    if not result.status.stored:
-        _error(f"the message was not stored: {result.status.name}")
+    if flush_failed is not None:
+        _error(str(flush_failed))
         return EXIT_ERROR
     return EXIT_OK
 
@@ -1094,7 +1098,7 @@ def quickstart(store_path: str, count: int, body_size: int, out=None) -> int:
             for i in range(0, durable_count, step):
                 futures.extend(store.put_pipelined(topic, body) for _ in range(min(step, durable_count - i)))
                 phase.update(len(futures))
-            statuses = sorted({f.result().status.name for f in futures})
+            statuses = sorted({_future_status(f) for f in futures})
         del futures
         say("put_pipelined, durable", f"{durable_count:,} x {body_size} B", _rate(durable_count, phase.seconds),
             ", ".join(statuses))
@@ -1341,6 +1345,13 @@ def _error(message: str) -> None:
 def _os_error_text(exc: OSError) -> str:
     text = exc.strerror or str(exc)
     return f"{text}: {exc.filename}" if exc.filename else text
+
+
+def _future_status(future) -> str:
+    try:
+        return future.result().status.name
+    except FlushTimeoutError as exc:
+        return exc.status.name
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -109,7 +109,7 @@ class StoreConfig:
     flush_interval_ms: int = 500
     flush_least_pages: int = 4
     flush_thorough_interval_ms: int = 10_000
-    #: How long a durable put waits before answering FLUSH_DISK_TIMEOUT (the message stays stored).
+    #: How long a durable put waits before raising FlushTimeoutError (the message stays stored).
     sync_flush_timeout_ms: int = 5000
     #: Bytes of segment space kept pre-faulted ahead of the writer by a background thread.
     prefault_bytes: int = 32 * MiB
@@ -151,8 +151,8 @@ class StoreConfig:
     #: ``diskSpaceCleanForciblyRatio``, 85). After a disk-full, puts are accepted again once usage
     #: is back at or below this level.
     disk_space_clean_forcibly_ratio: float = 85
-    #: Percent in use above which the store is marked disk-full: puts are refused (status
-    #: SERVICE_NOT_AVAILABLE, ``result.error`` a ``DiskFullError``) (``diskSpaceWarningLevelRatio``, 90).
+    #: Percent in use above which the store is marked disk-full: puts are refused (they raise
+    #: ``PutRefusedDiskFullError``, SERVICE_NOT_AVAILABLE, a ``DiskFullError``) (``diskSpaceWarningLevelRatio``, 90).
     disk_space_warning_level_ratio: float = 90
     #: Whether a disk above ``disk_space_clean_forcibly_ratio`` may delete segments younger than
     #: ``file_reserved_time`` (acknowledged messages of any age) to make room. Off by default:

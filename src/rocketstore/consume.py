@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
+from rocketstore._checks import check_int
 from rocketstore._codec_py import java_hash
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
@@ -251,13 +252,7 @@ def scan_budget(max_msgs: int) -> int:
     return max(MIN_SCAN_UNITS, max_msgs)
 
 
-def _check_int(name: str, value, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidMessageError(f"{name} must be an int, not {type(value).__name__}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise InvalidMessageError(f"{name} must be >= {minimum}, not {value}")
-    return value
+_check_int = check_int      # name, value, minimum: an int within a Java long, else InvalidMessageError
 
 
 class _Scan:

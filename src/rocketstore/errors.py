@@ -2,7 +2,13 @@
 
 Bad input raises a subclass that is also a ``ValueError`` (or ``OSError`` for the environment),
 and a call that raises has written nothing.
+
+A put that could not store its message raises a :class:`PutError` (nothing of it, or of its
+batch, was written); a put whose message IS stored but whose flush did not confirm in time
+raises :class:`FlushTimeoutError`, which is not a ``PutError`` and carries the result.
 """
+
+from rocketstore.status import PutStatus
 
 __all__ = [
     "RocketStoreError",
@@ -24,6 +30,12 @@ __all__ = [
     "NotAStoreError",
     "SegmentError",
     "DiskFullError",
+    "PutError",
+    "ServiceNotAvailableError",
+    "CreateMappedFileFailedError",
+    "PutRefusedDiskFullError",
+    "SegmentDiskFullError",
+    "FlushTimeoutError",
 ]
 
 
@@ -115,3 +127,68 @@ class DiskFullError(SegmentError):
     (ENOSPC, EDQUOT), or the disk is above ``disk_space_warning_level_ratio`` and puts are
     refused until retention frees space (spec §9). Nothing of the refused write was stored;
     writes resume by themselves once space returns."""
+
+
+class PutError(RocketStoreError):
+    """A put that did NOT store its message: nothing of it (or of its batch) was written, so it
+    may be retried. ``status`` is RocketMQ's PutMessageStatus (a :class:`PutStatus`);
+    ``__cause__`` the error behind it, when there is one."""
+
+    status = PutStatus.UNKNOWN_ERROR
+
+
+class ServiceNotAvailableError(PutError):
+    """The store refuses puts for now (SERVICE_NOT_AVAILABLE)."""
+
+    status = PutStatus.SERVICE_NOT_AVAILABLE
+
+
+class CreateMappedFileFailedError(PutError, SegmentError):
+    """No CommitLog segment space could be had for the message (CREATE_MAPPED_FILE_FAILED):
+    a segment could not be created, mapped or its pages reserved."""
+
+    status = PutStatus.CREATE_MAPPED_FILE_FAILED
+
+
+class PutRefusedDiskFullError(ServiceNotAvailableError, DiskFullError):
+    """Puts are refused because the disk is above ``disk_space_warning_level_ratio``
+    (SERVICE_NOT_AVAILABLE); they are accepted again once retention has made room."""
+
+
+class SegmentDiskFullError(CreateMappedFileFailedError, DiskFullError):
+    """The file system is out of space for a new segment or its pages (ENOSPC, EDQUOT;
+    CREATE_MAPPED_FILE_FAILED)."""
+
+
+class FlushTimeoutError(RocketStoreError):
+    """The message IS stored, but its flush did not confirm within ``sync_flush_timeout_ms``
+    or failed (FLUSH_DISK_TIMEOUT): it is readable, and durable once a later flush succeeds.
+
+    ``result`` is the put's result (a ``PutResult``, a ``BatchPutResult`` or, for
+    ``put_messages``, the list of ``PutResult``) with that status; ``__cause__`` is the flush's
+    error when it failed rather than timed out. Not a :class:`PutError`: retrying would store
+    the message twice."""
+
+    status = PutStatus.FLUSH_DISK_TIMEOUT
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+def not_stored(status, cause) -> PutError:
+    """The :class:`PutError` for a put that wrote nothing because of ``cause`` (both twins use
+    it, so they raise the same class with the same message); ``raise ... from cause``."""
+    disk_full = isinstance(cause, DiskFullError)
+    if status == PutStatus.SERVICE_NOT_AVAILABLE:
+        cls = PutRefusedDiskFullError if disk_full else ServiceNotAvailableError
+    elif status == PutStatus.CREATE_MAPPED_FILE_FAILED:
+        cls = SegmentDiskFullError if disk_full else CreateMappedFileFailedError
+    else:
+        cls = PutError
+    if issubclass(cls, OSError) and isinstance(cause, OSError) and cause.errno is not None:
+        args = (cause.errno, cause.strerror)
+        if cause.filename is not None:
+            args += (cause.filename,)
+        return cls(*args)
+    return cls(str(cause))

@@ -23,10 +23,12 @@ import os
 import threading
 from typing import Optional
 
-from rocketstore.errors import (DiskFullError, MessageNotFoundError, SegmentError, StoreClosedError,
-                                StoreConfigError)
+from rocketstore.errors import (DiskFullError, FlushTimeoutError, MessageNotFoundError, SegmentError,
+                                StoreClosedError, StoreConfigError)
+from rocketstore.status import PutStatus
 
-__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "space_error", "flush_error"]
+__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "space_error", "flush_error",
+           "flush_timeout"]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -59,6 +61,22 @@ def flush_error(rc: int) -> Optional[BaseException]:
         return StoreClosedError("the store closed before the flush confirmed the message")
     return space_error(rc, "flushing the CommitLog failed; the message is stored but not known "
                            "to be durable")
+
+
+def flush_timeout(result, rc: int) -> FlushTimeoutError:
+    """Mark ``result`` (a put's result, or a list of them) FLUSH_DISK_TIMEOUT with the flush's
+    error, and return the :class:`FlushTimeoutError` to raise for it (both twins)."""
+    error = flush_error(rc)
+    for r in (result if isinstance(result, list) else (result,)):
+        r._set_status(PutStatus.FLUSH_DISK_TIMEOUT)
+        r._set_error(error)
+    if error is None:
+        message = "the message is stored, but its flush did not confirm within sync_flush_timeout_ms"
+    else:
+        message = f"the message is stored, but its flush failed: {error}"
+    exc = FlushTimeoutError(message, result)
+    exc.__cause__ = error
+    return exc
 
 
 def _allocate(fd: int, size: int) -> None:

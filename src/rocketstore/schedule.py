@@ -85,7 +85,6 @@ from rocketstore.errors import (InvalidDelayLevelError, InvalidMessageError, Inv
                                 MessageNotFoundError, StoreConfigError)
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message,
                                  MessageExt, is_valid_topic, validate_topic)
-from rocketstore.status import PutStatus
 
 __all__ = [
     "SCHEDULE_TOPIC", "RETRY_GROUP_TOPIC_PREFIX", "DLQ_GROUP_TOPIC_PREFIX",
@@ -410,9 +409,7 @@ class ScheduleService:
             progress.intent = intent
             progress.dirty = True
             progress.persist()
-            results = core.put_many([u.item for u in units], 0)
-            if not all(PutStatus(r.status).stored for r in results):
-                raise RuntimeError(f"delayed delivery: put failed ({results[-1].status})")
+            core.put_many([u.item for u in units], 0)    # stores all or raises a PutError
             if not core.flush(FLUSH_TIMEOUT_MS):
                 raise RuntimeError("delayed delivery: the CommitLog flush timed out")
             saved = progress.as_dict()

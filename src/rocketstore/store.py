@@ -27,6 +27,7 @@ import numpy as np
 
 from rocketstore import _impl
 from rocketstore._background import weak_method
+from rocketstore._checks import (INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms)
 from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
 from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
@@ -56,6 +57,7 @@ _log = logging.getLogger(__name__)
 __all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MAX = (1 << 63) - 1
+_INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
 REBUILD_STEP = 64 << 20
@@ -812,8 +814,8 @@ class MessageStore:
         self._check_writable()
         validate_topic(topic)
         queues = self.config.default_queues if queues is None else queues
-        if not isinstance(queues, int) or not 1 <= queues <= 1024:
-            raise InvalidMessageError("queues must be an int between 1 and 1024")
+        check_int("queues", queues, 1, 1024)
+        queues = int(queues)
         with self._mutex:
             self._topics.create(topic, queues)
             self._topics.persist()
@@ -832,7 +834,11 @@ class MessageStore:
         if tags is not None:
             props[PROPERTY_TAGS] = tags
         if keys is not None:
-            props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+            if not isinstance(keys, str):
+                if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+                    raise InvalidMessageError("keys must be a str or a list or tuple of str")
+                keys = " ".join(keys)
+            props[PROPERTY_KEYS] = keys
         wait = -1
         if props.get(PROPERTY_WAIT) == "false":
             wait = 0
@@ -848,17 +854,23 @@ class MessageStore:
     def put(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
             properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
             durable: Optional[bool] = None, delay_level: Optional[int] = None):
-        """Store one message; returns a :class:`PutResult`.
+        """Store one message; returns a :class:`PutResult` (status PUT_OK).
 
         ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
         string of space-separated keys or a sequence of keys. ``durable=True`` waits for group
-        commit (status FLUSH_DISK_TIMEOUT if the flush does not confirm in time; the message is
-        stored either way); ``None`` follows ``flush_disk_type``. ``delay_level`` (1 .. 18 with
+        commit; ``None`` follows ``flush_disk_type``. A message that was not stored raises a
+        :class:`~rocketstore.errors.PutError` (e.g. ``ServiceNotAvailableError`` while the disk
+        is full); one that was stored but whose flush did not confirm within
+        ``sync_flush_timeout_ms`` raises :class:`~rocketstore.errors.FlushTimeoutError`, whose
+        ``result`` says where it is. ``delay_level`` (1 .. 18 with
         the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
         ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
         """
         if topic.__class__ is not str or topic not in self._user_topics:
             self._check_user_topic(topic)
+        if type(queue_id) is not int or type(flag) is not int or not -1 <= queue_id <= _INT32_MAX \
+                or not _INT32_MIN <= flag <= _INT32_MAX:
+            queue_id, flag = check_put_ints(queue_id, flag)
         if tags is None and keys is None and properties is None and body is not None \
                 and delay_level is None:
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
@@ -874,11 +886,14 @@ class MessageStore:
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
-        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`.
+        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`. It is
+        always a future: its ``result()`` raises what :meth:`put` would (a put that stored
+        nothing gives an already-done future that raises its ``PutError``).
         """
         self._check_user_topic(topic)
         if body is None:
             return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
+        queue_id, flag = check_put_ints(queue_id, flag)
         return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE,
                          delay_level)
 
@@ -892,6 +907,7 @@ class MessageStore:
 
     def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode, delay_level=None):
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
+        _check_mapping(properties)
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
             topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
         if tags is None and keys is None and properties is None:
@@ -904,13 +920,16 @@ class MessageStore:
     def _message_item(self, m: Message, delay_level: Optional[int] = None):
         if not isinstance(m, Message):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
-        topic, queue_id, properties = m.topic, m.queue_id, m.properties
+        topic, properties = m.topic, _check_mapping(m.properties)
+        queue_id, flag = check_put_ints(m.queue_id, m.flag)
+        born = check_int("born_timestamp", m.born_timestamp)
+        sys_flag = check_int("sys_flag", m.sys_flag, INT32_MIN, INT32_MAX)
+        reconsume = check_int("reconsume_times", m.reconsume_times, INT32_MIN, INT32_MAX)
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
             topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
         props, unique_key, wait = self._properties(m.tags, m.keys, properties)
-        body = m.body if isinstance(m.body, bytes) else bytes(m.body)
-        return (topic, body, props, queue_id, m.flag, m.born_timestamp, m.sys_flag,
-                m.reconsume_times, unique_key), wait
+        body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()   # never bytes(int)
+        return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
 
     def _put_message(self, m, durable, mode, delay_level=None):
         self._check_writable()
@@ -927,13 +946,16 @@ class MessageStore:
 
         ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
         into bodies by ``lengths``. Tags and properties are shared; each message gets its own
-        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or a
+        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or always a
         :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
-        message raises and nothing of the batch is written.
+        message raises and nothing of the batch is written. A batch is stored whole or not at
+        all; the errors are :meth:`put`'s.
         """
         self._check_writable()
         self._check_user_topic(topic)
+        queue_id, flag = check_put_ints(queue_id, flag)
         props = None
+        _check_mapping(properties)
         if tags is not None or properties:
             props, unique_key, _ = self._properties(tags, None, properties)
             if unique_key is not None:
@@ -946,7 +968,8 @@ class MessageStore:
     def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None):
         """Store :class:`Message` objects of any topics under one lock; returns a list of results.
 
-        Every message is validated before the first is written.
+        Every message is validated before the first is written; they are stored all or none,
+        with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
         """
         self._check_writable()
         items = []
@@ -1628,7 +1651,7 @@ class MessageStore:
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Make everything put so far durable; True when done within ``timeout`` seconds."""
         self._check_writable()
-        return self._core.flush(-1 if timeout is None else int(timeout * 1000))
+        return self._core.flush(timeout_ms(timeout))
 
     @property
     def min_offset(self) -> int:
@@ -1732,6 +1755,12 @@ def _stop_reason(codec, reason: int) -> str:
             codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
             _STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next "
                       "whole record)"}.get(reason, f"stop reason {reason}")
+
+
+def _check_mapping(properties):
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
+    return properties
 
 
 def _check_name(what: str, value) -> str:

@@ -1,0 +1,80 @@
+"""Argument checks shared by the store and both twins, so bad input raises the same typed error
+(from ``rocketstore.errors``) in every implementation before anything is written."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from rocketstore.errors import InvalidMessageError, InvalidQueueIdError
+
+__all__ = ["check_int", "check_put_ints", "contiguous", "batch_lengths", "timeout_ms",
+           "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX"]
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def check_int(name: str, value, minimum: Optional[int] = None, maximum: int = INT64_MAX,
+              error=InvalidMessageError) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (default: a Java long), else ``error``.
+    bool, float and other types are refused (never truncated); numpy integers are accepted."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise error(f"{name} must be an int, not {type(value).__name__}")
+        value = int(value)
+    lo = INT64_MIN if minimum is None else minimum
+    if value < lo:
+        raise error(f"{name} must be >= {lo}, not {value}")
+    if value > maximum:
+        raise error(f"{name} must be <= {maximum}, not {value}")
+    return value
+
+
+def check_put_ints(queue_id, flag) -> tuple[int, int]:
+    """A put's queue id (-1: any queue, else 0 .. 2**31-1; the topic's count is checked by the
+    core) and flag (a Java int)."""
+    return (check_int("queue_id", queue_id, -1, INT32_MAX, InvalidQueueIdError),
+            check_int("flag", flag, INT32_MIN, INT32_MAX))
+
+
+def contiguous(body):
+    """``body`` itself when it exports a C-contiguous buffer, else a bytes copy of it (a strided
+    memoryview or numpy slice); TypeError for objects that are not bytes-like."""
+    if type(body) is bytes:
+        return body
+    view = memoryview(body)
+    return body if view.c_contiguous else view.tobytes()
+
+
+def batch_lengths(lengths) -> np.ndarray:
+    """``put_batch``'s ``lengths`` as a one-dimensional int64 array of non-negative lengths."""
+    try:
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu" and arr.size:
+            raise InvalidMessageError(f"lengths must be ints, not {arr.dtype}")
+        lens = np.ascontiguousarray(arr, dtype=np.int64)
+    except (OverflowError, ValueError, TypeError) as exc:
+        if isinstance(exc, InvalidMessageError):
+            raise
+        raise InvalidMessageError(f"lengths must be a sequence of ints: {exc}") from None
+    if lens.ndim != 1:
+        raise InvalidMessageError("lengths must be one-dimensional")
+    if (lens < 0).any():
+        raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
+    return lens
+
+
+def timeout_ms(timeout) -> int:
+    """A timeout in seconds (None or inf: no limit) as the cores' milliseconds (-1: no limit)."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
+    if math.isinf(timeout):
+        return -1
+    return min(int(timeout * 1000), INT64_MAX // 2)
