@@ -221,36 +221,26 @@ class ConsumeQueue:
         last valid unit), or -1 when the queue holds no unit pointing into the CommitLog.
         Also sets ``min_offset`` to the first unit that is not a placeholder.
         """
-        with self._lock:
-            self._check_open()
-            self.holes = []
-            files = self._files.files
-            if not files:
-                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
-                return -1
-            first_scanned = max(0, len(files) - 3)
-            end = files[first_scanned].file_from_offset
-            masks = []
-            for mf in files[first_scanned:]:
-                arr = _file_units(mf)
-                valid = (arr["commitlog_offset"] >= 0) & (arr["size"] > 0)
-                del arr
-                masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
-                used = np.flatnonzero(valid)
-                if len(used):
-                    end = mf.file_from_offset + (int(used[-1]) + 1) * CQ_UNIT_SIZE
-            for first, valid in masks:
-                valid = valid[:max(0, end // CQ_UNIT_SIZE - first)]
-                self.holes += [(first + lo, first + hi) for lo, hi in _false_runs(valid)]
-            self._set_end(end, zero=False)    # only invalid units follow the last valid one
-            self._max_physic = self._last_physic_end()
-            self._min_logic = self._first_real_logic()
-            self.holes = [(lo, hi) for lo, hi in self.holes if hi * CQ_UNIT_SIZE > self._min_logic]
-            if self.holes:
-                log.error("consume queue %s-%d: %d unit(s) zeroed or invalid before its end "
-                          "(damage); they are rebuilt from the CommitLog", self.topic,
-                          self.queue_id, sum(hi - lo for lo, hi in self.holes))
-            return self._max_physic
+        return self._recover(self._end_after_last_valid, zero=False)
+
+    def _end_after_last_valid(self, files) -> int:
+        """:meth:`recover`'s end: after the last valid unit of the last three files; the invalid
+        units before it go to :attr:`holes`."""
+        first_scanned = max(0, len(files) - 3)
+        end = files[first_scanned].file_from_offset
+        masks = []
+        for mf in files[first_scanned:]:
+            arr = _file_units(mf)
+            valid = (arr["commitlog_offset"] >= 0) & (arr["size"] > 0)
+            del arr
+            masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
+            used = np.flatnonzero(valid)
+            if len(used):
+                end = mf.file_from_offset + (int(used[-1]) + 1) * CQ_UNIT_SIZE
+        for first, valid in masks:
+            valid = valid[:max(0, end // CQ_UNIT_SIZE - first)]
+            self.holes += [(first + lo, first + hi) for lo, hi in _false_runs(valid)]
+        return end
 
     def recover_prefix(self, limit: int) -> int:
         """Recovery after an abnormal stop: keep the longest run of units, from the queue's
@@ -264,13 +254,7 @@ class ConsumeQueue:
         finds its end. The store then dispatches the records from ``limit`` on again, each at its
         own queue offset. Returns the max physical offset, as :meth:`recover`.
         """
-        with self._lock:
-            self._check_open()
-            self.holes = []
-            files = self._files.files
-            if not files:
-                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
-                return -1
+        def prefix_end(files) -> int:
             lo = files[0].file_from_offset // CQ_UNIT_SIZE
             hi = files[-1].end_offset // CQ_UNIT_SIZE
             while lo < hi:
@@ -280,9 +264,27 @@ class ConsumeQueue:
                     lo = mid + 1
                 else:
                     hi = mid
-            self._set_end(lo * CQ_UNIT_SIZE)
+            return lo * CQ_UNIT_SIZE
+
+        return self._recover(prefix_end, zero=True)
+
+    def _recover(self, end_of, *, zero: bool) -> int:
+        """Set the queue's end to ``end_of(files)`` (:meth:`_set_end`), then its bounds."""
+        with self._lock:
+            self._check_open()
+            self.holes = []
+            files = self._files.files
+            if not files:
+                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
+                return -1
+            self._set_end(end_of(files), zero=zero)
             self._max_physic = self._last_physic_end()
             self._min_logic = self._first_real_logic()
+            self.holes = [(lo, hi) for lo, hi in self.holes if hi * CQ_UNIT_SIZE > self._min_logic]
+            if self.holes:
+                log.error("consume queue %s-%d: %d unit(s) zeroed or invalid before its end "
+                          "(damage); they are rebuilt from the CommitLog", self.topic,
+                          self.queue_id, sum(hi - lo for lo, hi in self.holes))
             return self._max_physic
 
     def _stored(self, queue_offset: int) -> tuple[int, int, int]:
