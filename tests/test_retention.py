@@ -219,9 +219,10 @@ def test_by_default_a_fuller_disk_deletes_only_expired_segments_and_refuses_puts
         assert result["commitlog"] == [] and not result["forced"] and result["disk_full"]
         assert c.clean()["commitlog"] == []                    # a manual clean keeps them too
         assert starts(store) == on_disk(store) == [mf.file_from_offset for mf in files[2:]]
-        refused = store.put(TOPIC, b"x", queue_id=0)
-        assert not refused.ok and isinstance(refused.error, DiskFullError)
-        assert "delete_unexpired_when_disk_full" in str(refused.error)
+        with pytest.raises(DiskFullError) as refused:
+            store.put(TOPIC, b"x", queue_id=0)
+        assert isinstance(refused.value, ServiceNotAvailableError)
+        assert "delete_unexpired_when_disk_full" in str(refused.value)
         kept = [r for r in results if r.commitlog_offset >= 2 * SEGMENT]
     with open_store(path, impl) as store:
         for r in kept:
@@ -678,7 +679,8 @@ def test_stats_reads_the_disk_at_call_time_without_a_background_cleaner(tmp_path
         stats = store.stats()
         assert stats["disk_usage"] == 1.0 and stats["disk_full"] is True
         refused = store.stats()["refused_puts"]
-        assert not store.put(TOPIC, b"x", queue_id=0).ok
+        with pytest.raises(DiskFullError):
+            store.put(TOPIC, b"x", queue_id=0)
         assert store.stats()["refused_puts"] == refused + 1
         disk.usage = 0.5
         stats = store.stats()
