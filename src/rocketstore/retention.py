@@ -11,8 +11,8 @@ manual :meth:`Cleaner.clean`) does what RocketMQ's ``CleanCommitLogService`` and
    =====================================  ==================================================
    usage (percent)                        effect
    =====================================  ==================================================
-   > ``disk_space_warning_level_ratio``    disk full: puts are refused (SERVICE_NOT_AVAILABLE,
-   (90)                                   ``result.error`` a DiskFullError)
+   > ``disk_space_warning_level_ratio``    disk full: puts are refused (they raise
+   (90)                                   ``PutRefusedDiskFullError``, SERVICE_NOT_AVAILABLE)
    > ``disk_space_clean_forcibly_ratio``   a disk-full stays; with ``delete_unexpired_when_disk_full``
    (85)                                   (off by default) segments go regardless of age
    at or below both                       disk OK: puts are accepted again
