@@ -177,3 +177,15 @@ def test_an_int_like_but_not_int_queue_id_is_refused_not_truncated(impl, tmp_pat
         r = store.put(TOPIC, b"x", queue_id=np.int32(2))      # numpy ints are ints
         assert r.queue_id == 2
         assert store.flush(math.inf) and store.flush(0.5) and store.flush(0)
+
+
+@pytest.mark.parametrize("sys_flag", [0x800, -1, 0x400 | 0x300, 1 << 30])
+def test_a_sys_flag_rocketmq_does_not_define_is_refused(tmp_path, impl, sys_flag):
+    """verify() reports such a record (unknown bits, compression type 4..7): refuse it instead."""
+    from rocketstore import Message, MessageStore
+    from rocketstore.errors import InvalidMessageError
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
+        with pytest.raises(InvalidMessageError):
+            store.put(Message("T", b"x", sys_flag=sys_flag))
+        assert store.max_offset == 0
+        store.put(Message("T", b"x", sys_flag=0x1))       # compressed: a bit RocketMQ defines

@@ -924,6 +924,10 @@ class MessageStore:
         queue_id, flag = check_put_ints(m.queue_id, m.flag)
         born = check_int("born_timestamp", m.born_timestamp)
         sys_flag = check_int("sys_flag", m.sys_flag, INT32_MIN, INT32_MAX)
+        if sys_flag & ~0x7FF or (sys_flag >> 8) & 7 > 3:
+            # bits RocketMQ does not define, or a compression type that does not exist:
+            # verify() would report the record
+            raise InvalidMessageError(f"sys_flag {sys_flag:#x} has bits RocketMQ does not define")
         reconsume = check_int("reconsume_times", m.reconsume_times, INT32_MIN, INT32_MAX)
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
             topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
