@@ -437,3 +437,32 @@ def test_a_damaged_record_header_below_the_checkpoint_does_not_cut_the_log(tmp_p
     with MessageStore(path, implementation=impl.name, **opts) as store:
         assert [bytes(store.get_by_queue_offset("A", 0, q).body) for q in (19, 21, 39, 40)] == \
             [body_of("A", 0, 19), body_of("A", 0, 21), body_of("A", 0, 39), b"after"]
+
+
+def test_verify_counts_every_bad_unit_and_reports_lost_positions(tmp_path, impl):
+    """verify() names the first bad units of a queue and counts the rest; a position rebuilt
+    without a record (its message lost to CommitLog damage) is reported, not passed."""
+    path = str(tmp_path / "store")
+    with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
+        put_round(store, ["T"], 30)
+    zero_units(path, "T", 0, 0, 25)               # read-only: nothing rebuilt on disk
+    with MessageStore(path, read_only=True, implementation=impl.name, **OPTIONS) as store:
+        report = store.verify()
+    assert not report["ok"] and any("25 unit(s) on disk" in p["reason"] for p in report["problems"])
+    zero_units(path, "T", 0, 0, 2)
+    with MessageStore(path, read_only=True, implementation=impl.name, **OPTIONS) as store:
+        store.get_message("g", "T", 0, 0)         # mended in memory as it is read: still reported
+        assert not store.verify()["ok"]
+    with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
+        lost = store.get_by_queue_offset("T", 0, 3).commitlog_offset
+        seg = os.path.join(path, "commitlog", f"{lost - lost % SEGMENT:020d}")
+        assert store.verify()["ok"]               # rebuilt from the CommitLog
+    with open(seg, "r+b") as f:                   # destroy record 3 and its unit
+        f.seek(lost % SEGMENT + 4)
+        f.write(bytes(8))
+    zero_units(path, "T", 0, 3, 4)
+    with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
+        with pytest.raises(MessageNotFoundError):
+            store.get_by_queue_offset("T", 0, 3)
+        assert any("lost" in p["reason"] for p in store.verify()["problems"])
+        check_queues(store, {("T", 0): 30}, allow_missing=True)

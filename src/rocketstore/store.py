@@ -209,6 +209,7 @@ class MessageStore:
         self.read_only = read_only
         self._closed = True
         self._lock_fd = -1
+        self._mended: dict = {}    # read-only: units of each queue rebuilt in memory
         check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
@@ -1204,6 +1205,10 @@ class MessageStore:
         if progress is not None:
             progress("verify", total, total)
         checked = self._verify_queues(found, problems, first)
+        for (topic, qid), n in sorted(self._mended.items()):
+            problems.append({"offset": first, "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
+                             f"disk did not point at their records (rebuilt in memory; a writable "
+                             f"open rewrites them)"})
         return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
                 "min_offset": first, "max_offset": self.max_offset, "queues": checked,
                 "problems": problems}
@@ -1239,7 +1244,7 @@ class MessageStore:
             bad = 0
             key = _queue_key(codec, cq.topic, cq.queue_id)
             q = cq.min_offset
-            while q < cq.max_offset and bad < max_per_queue:
+            while q < cq.max_offset:
                 units = cq.units(q, 65536)
                 if not len(units):
                     break
@@ -1253,12 +1258,21 @@ class MessageStore:
                     ok = np.zeros(len(units), dtype=bool)
                 ok |= np.isin(phys, damaged)      # that record's damage is reported already
                 ok |= phys < low                  # deleted by retention: not damage
-                for i in np.flatnonzero(~ok)[:max_per_queue - bad]:
+                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)   # rebuilt without a record
+                ok &= ~lost
+                for i in np.flatnonzero(~ok).tolist():
                     bad += 1
-                    problems.append({"offset": int(phys[i]),
-                                     "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit {q + int(i)} "
-                                               f"does not point at a valid record of its queue"})
+                    if bad <= max_per_queue:
+                        what = ("has no record: the message at this position is lost (damage)"
+                                if lost[i] else "does not point at a valid record of its queue")
+                        problems.append({"offset": int(phys[i]),
+                                         "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit "
+                                                   f"{q + i} {what}"})
                 q += len(units)
+            if bad > max_per_queue:
+                problems.append({"offset": problems[-1]["offset"],
+                                 "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id}: {bad - max_per_queue} "
+                                           f"more such units ({bad} in all)"})
         return checked
 
     # ---- consuming (§11) and consumer offsets (§10) ----
@@ -1331,7 +1345,9 @@ class MessageStore:
                     phys, sizes, tags = phys[first], sizes[first], tags[first]
                 else:
                     q = phys = sizes = tags = np.empty(0, dtype=np.int64)
-                cq.repair(q, phys, sizes, tags)
+                rewritten, missing = cq.repair(q, phys, sizes, tags)
+                if self.read_only and rewritten:      # mended in memory only: verify() says so
+                    self._mended[key] = self._mended.get(key, 0) + rewritten
 
     def _pull(self, topic: str, queue_id: int, fetch):
         """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
