@@ -72,8 +72,12 @@ def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
         w = raw[start + 4:stop + 4 if stop + 4 <= hi else hi]    # the magic sits at +4
         if len(w) < 4:
             return -1
-        hits = np.flatnonzero((w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20)
-                              & ((w[3:] == 0xA7) | (w[3:] == 0xAB)))
+        if not w.any():          # zeros (the unwritten end of a segment): nothing starts here
+            start = stop
+            continue
+        first = np.flatnonzero(w[:-3] == 0xDA)
+        follow = w[first + 3]
+        hits = first[(w[first + 1] == 0xA3) & (w[first + 2] == 0x20) & ((follow == 0xA7) | (follow == 0xAB))]
         for h in hits.tolist():
             at = start + h
             field = raw[at + _PHYSICAL_OFFSET_POS:at + _PHYSICAL_OFFSET_POS + 8]

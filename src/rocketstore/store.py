@@ -1114,7 +1114,7 @@ class MessageStore:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
             view = mf.view(0, limit)
-            chunks = (_checked_chunks(self._codec, view, lo, hi, mf.file_from_offset) if check_crc
+            chunks = (_checked_chunks(self._codec, view, lo, hi, mf.file_from_offset, limit) if check_crc
                       else decode_chunks(self._codec, view, lo, hi, check_crc=False))
             for arr, stop, reason in chunks:
                 if len(arr):
@@ -1173,7 +1173,7 @@ class MessageStore:
                 limit = self._readable_end(mf)
             _will_read(mf)
             view = mf.view(0, limit)
-            for arr, stop, reason in _checked_chunks(codec, view, 0, limit, base):
+            for arr, stop, reason in _checked_chunks(codec, view, 0, limit, base, self._readable_end(mf)):
                 if len(arr):
                     data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
                     records += len(arr)
@@ -1723,7 +1723,7 @@ class MessageStore:
 _STEPPED = -1
 
 
-def _checked_chunks(codec, view, lo: int, hi: int, base: int):
+def _checked_chunks(codec, view, lo: int, hi: int, base: int, data_end: Optional[int] = None):
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
     is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
@@ -1731,8 +1731,15 @@ def _checked_chunks(codec, view, lo: int, hi: int, base: int):
 
     Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
     that ends at stepped-over bytes ``_STEPPED`` (more may follow either). The last chunk's stop
-    and reason say where and why the scan ended.
+    and reason say where and why the scan ended. No record is looked for past ``data_end``
+    (default ``hi``): what recovery found written (a segment's unwritten end is no damage, and
+    searching a gigabyte of zeros for one costs a second).
     """
+    resync_hi = hi if data_end is None else min(hi, data_end)
+
+    def resync_at(stop: int) -> int:
+        return resync(codec, view, stop, resync_hi, base) if stop < resync_hi else -1
+
     pos = lo
     while True:
         nxt = -1
@@ -1740,11 +1747,11 @@ def _checked_chunks(codec, view, lo: int, hi: int, base: int):
             if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
                 yield arr, stop, reason
             else:       # lengths that cannot be trusted, or the end of the data
-                nxt = resync(codec, view, stop, hi, base)
+                nxt = resync_at(stop)
                 yield arr, stop, (reason if nxt < 0 else _STEPPED)
         if reason == codec.STOP_BAD_CRC and stop < hi:
             size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
-            nxt = stop + size if 0 < size <= hi - stop else resync(codec, view, stop, hi, base)
+            nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
         if nxt < 0:
             return
         pos = nxt
