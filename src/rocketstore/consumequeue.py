@@ -674,6 +674,11 @@ class ConsumeQueue:
         with self._lock:
             self._check_writable()
             lo, hi = self.min_offset, self.max_offset
+            if len(q) and int(q.min()) > lo:
+                # no record claims the queue's first positions: deleted (retention, maybe racing
+                # this scan) or never there; the queue starts at its first record
+                lo = min(hi, int(q.min()))
+                self._min_logic = max(self._min_logic, lo * CQ_UNIT_SIZE)
             for mf in list(self._files.files):
                 first = mf.file_from_offset // CQ_UNIT_SIZE
                 a, b = max(lo, first), min(hi, first + mf.wrote_position // CQ_UNIT_SIZE)

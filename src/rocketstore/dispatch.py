@@ -480,6 +480,8 @@ class TailQueue:
                 self._start = self._min = int(q.min())
             self._in_memory()
             lo, hi = self.min_offset, self.max_offset
+            if len(q) and int(q.min()) > lo:     # the first positions' records are gone: as
+                lo = self._min = min(hi, int(q.min()))    # ConsumeQueue.repair
             top = max(hi, int(q.max()) + 1 if len(q) else hi)
             before = self._tail[lo - self._start:hi - self._start].copy()
             units = np.zeros(top - lo, dtype=CQ_UNIT_DTYPE)
