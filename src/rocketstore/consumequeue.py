@@ -684,13 +684,8 @@ class ConsumeQueue:
                 a, b = max(lo, first), min(hi, first + mf.wrote_position // CQ_UNIT_SIZE)
                 if a >= b:
                     continue
-                expected = np.zeros(b - a, dtype=CQ_UNIT_DTYPE)
-                expected["size"] = PLACEHOLDER_SIZE
-                rows = (q >= a) & (q < b)
-                expected["commitlog_offset"][q[rows] - a] = phys[rows]
-                expected["size"][q[rows] - a] = sz[rows]
-                expected["tags_code"][q[rows] - a] = tags[rows]
-                missing += (b - a) - int(rows.sum())
+                expected, found = units_of_records(a, b, q, phys, sz, tags)
+                missing += (b - a) - found
                 stored = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=b - a,
                                        offset=(a - first) * CQ_UNIT_SIZE)
                 wrong = ((stored["commitlog_offset"] != expected["commitlog_offset"])
@@ -998,6 +993,21 @@ class ConsumeQueueStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def units_of_records(lo: int, hi: int, queue_offsets, commitlog_offsets, sizes, tags_codes):
+    """The units of queue offsets ``[lo, hi)`` that records (arrays, one per queue offset) call
+    for: each record's unit at its queue offset, a placeholder where no record is. Returns
+    (units, how many have a record); :meth:`ConsumeQueue.repair` and the read-only store's
+    in-memory repair both rebuild from it."""
+    units = np.zeros(hi - lo, dtype=CQ_UNIT_DTYPE)
+    units["size"] = PLACEHOLDER_SIZE
+    rows = (queue_offsets >= lo) & (queue_offsets < hi)
+    at = queue_offsets[rows] - lo
+    units["commitlog_offset"][at] = commitlog_offsets[rows]
+    units["size"][at] = sizes[rows]
+    units["tags_code"][at] = tags_codes[rows]
+    return units, int(rows.sum())
 
 
 def first_unit_where(queue, reached: Callable[[tuple], bool]) -> int:

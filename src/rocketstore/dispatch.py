@@ -28,7 +28,7 @@ from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARE
                                    TRANSACTION_ROLLBACK_TYPE)
 from rocketstore._failurelog import FailureLog
 from rocketstore.consumequeue import (CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore,
-                                      roll_next_file)
+                                      roll_next_file, units_of_records)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import close_map
@@ -484,17 +484,13 @@ class TailQueue:
                 lo = self._min = min(hi, int(q.min()))    # ConsumeQueue.repair
             top = max(hi, int(q.max()) + 1 if len(q) else hi)
             before = self._tail[lo - self._start:hi - self._start].copy()
-            units = np.zeros(top - lo, dtype=CQ_UNIT_DTYPE)
-            units["size"] = PLACEHOLDER_SIZE
-            rows = q >= lo
-            at = q[rows] - lo
-            units["commitlog_offset"][at] = np.asarray(commitlog_offsets, dtype=np.int64)[rows]
-            units["size"][at] = np.asarray(sizes, dtype=np.int64)[rows]
-            units["tags_code"][at] = np.asarray(tags_codes, dtype=np.int64)[rows]
+            units, found = units_of_records(lo, top, q, np.asarray(commitlog_offsets, dtype=np.int64),
+                                            np.asarray(sizes, dtype=np.int64),
+                                            np.asarray(tags_codes, dtype=np.int64))
             n = hi - lo
             rewritten = int(((before["commitlog_offset"] != units["commitlog_offset"][:n])
                              | (before["size"] != units["size"][:n])).sum())
-            missing = (top - lo) - int(rows.sum())
+            missing = (top - lo) - found
             self._tail, self._count, self._start, self.disk = units, len(units), lo, None
             self.holes = []
             if len(units):

@@ -490,28 +490,16 @@ class MessageStore:
         for mf in files:
             _will_read(mf)
             pos = max(0, scan_from - mf.file_from_offset)
-            while True:
-                for arr, stop, reason in decode_chunks(codec, mf.mm, pos, mf.file_size, check_crc=True):
-                    if len(arr):
-                        self._collect_queue_offsets(mf.mm, arr, tail)
-                    self._report("recover", mf.file_from_offset + stop - scan_from, total)
-                if reason == codec.STOP_BLANK or stop >= mf.file_size \
-                        or mf.file_from_offset + stop >= durable:
-                    break
-                size = int.from_bytes(mf.mm[stop:stop + 4], "big", signed=True) if stop + 4 <= mf.file_size else 0
-                if reason == codec.STOP_BAD_CRC and 0 < size <= mf.file_size - stop:
-                    _log.error("damaged record at commitlog offset %d (body CRC mismatch) below the "
-                               "checkpoint: kept, stepped over", mf.file_from_offset + stop)
-                    pos = stop + size
-                    continue
-                # lengths that cannot be trusted, below what the checkpoint vouches for: the next
-                # whole record (found by its magic code and PHYSICALOFFSET) goes on from there
-                nxt = resync(codec, mf.mm, stop, mf.file_size, mf.file_from_offset)
-                if nxt < 0:
-                    break
-                _log.error("damaged bytes at commitlog offset %d .. %d below the checkpoint: kept, "
-                           "stepped over", mf.file_from_offset + stop, mf.file_from_offset + nxt)
-                pos = nxt
+            below = max(0, durable - mf.file_from_offset)     # stepped over when damaged
+            for arr, stop, reason in _checked_chunks(codec, mf.mm, pos, mf.file_size,
+                                                     mf.file_from_offset, below):
+                if len(arr):
+                    self._collect_queue_offsets(mf.mm, arr, tail)
+                self._report("recover", mf.file_from_offset + stop - scan_from, total)
+                if reason in (codec.STOP_BAD_CRC, _STEPPED) and stop < below:
+                    _log.error("damaged record at commitlog offset %d below the checkpoint (%s): "
+                               "kept, stepped over", mf.file_from_offset + stop,
+                               _stop_reason(codec, reason))
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
@@ -1731,14 +1719,15 @@ def _checked_chunks(codec, view, lo: int, hi: int, base: int, data_end: Optional
 
     Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
     that ends at stepped-over bytes ``_STEPPED`` (more may follow either). The last chunk's stop
-    and reason say where and why the scan ended. No record is looked for past ``data_end``
-    (default ``hi``): what recovery found written (a segment's unwritten end is no damage, and
-    searching a gigabyte of zeros for one costs a second).
+    and reason say where and why the scan ended. Damage at or past ``data_end`` (default
+    ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
+    segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
+    record costs a second).
     """
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:
-        return resync(codec, view, stop, resync_hi, base) if stop < resync_hi else -1
+        return resync(codec, view, stop, hi, base) if stop < resync_hi else -1
 
     pos = lo
     while True:
@@ -1749,7 +1738,7 @@ def _checked_chunks(codec, view, lo: int, hi: int, base: int, data_end: Optional
             else:       # lengths that cannot be trusted, or the end of the data
                 nxt = resync_at(stop)
                 yield arr, stop, (reason if nxt < 0 else _STEPPED)
-        if reason == codec.STOP_BAD_CRC and stop < hi:
+        if reason == codec.STOP_BAD_CRC and stop < resync_hi:
             size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
             nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
         if nxt < 0:
