@@ -52,7 +52,7 @@ def open_store(path, impl, **options):
 
 def cleaner(store, disk=None, hour=5):
     """A Cleaner on ``store`` whose local hour is ``hour`` (04 is delete_when) and clock NOW."""
-    return Cleaner(store, clock=lambda: NOW, disk_usage=disk or Disk(),
+    return Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk or Disk(),
                    local_hour=lambda ms: hour)
 
 
@@ -516,7 +516,7 @@ def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
                 return super().__call__(path)
 
         disk = CountingDisk(0.5)
-        c = Cleaner(store, clock=lambda: NOW, disk_usage=disk, local_hour=lambda ms: 4)
+        c = Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk, local_hour=lambda ms: 4)
         store.config.clean_resource_interval_ms = 5
         c.start()
         try:
@@ -617,7 +617,7 @@ store = MessageStore(path, implementation=impl, store_host="10.0.0.7", commitlog
 for i in range(400):
     assert store.put("TopicRetention", b"%06d" % i + b"c" * 994, keys="k%d" % i, queue_id=i % 2).ok
 store.queues()
-deleted = Cleaner(store, disk_usage=lambda p: 0.5).clean(force=True)["commitlog"]
+deleted = Cleaner(store._parts, disk_usage=lambda p: 0.5).clean(force=True)["commitlog"]
 assert len(deleted) >= 5
 for i in range(400, 430):
     assert store.put("TopicRetention", b"%06d" % i + b"c" * 994, keys="k%d" % i, queue_id=i % 2).ok

@@ -56,10 +56,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-from rocketstore._background import start_weak_thread, weak_proxy
+from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms as _now_ms
 from rocketstore._failurelog import FailureLog
 from rocketstore.errors import DiskFullError
+from rocketstore.parts import StoreParts
 
 __all__ = ["Cleaner", "disk_usage", "MANUAL_PASSES"]
 
@@ -102,18 +103,18 @@ def _mtime_ms(path: str) -> Optional[int]:
 class Cleaner:
     """Retention of one writable store (spec §9): see the module docstring.
 
-    ``store`` is a :class:`~rocketstore.MessageStore` opened for writing; the cleaner works on
-    its CommitLog segments (``_segments``), append core (``_core``), dispatcher
-    (``_dispatcher``), ConsumeQueues (``_queues``), index (``_index``) and ``config``.
+    ``parts`` are the layers of a store opened for writing (:class:`~rocketstore.parts.StoreParts`):
+    the cleaner deletes CommitLog segments, ConsumeQueue and index files, and tells the append
+    core to refuse puts while the disk is full.
     ``clock()`` gives epoch milliseconds, ``disk_usage(path)`` the fraction in use (negative:
     unreadable), ``local_hour(ms)`` the local hour of an epoch-ms time.
     """
 
-    def __init__(self, store, *, clock: Optional[Callable[[], int]] = None,
+    def __init__(self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None,
                  disk_usage: Optional[Callable[[str], float]] = None,
                  local_hour: Optional[Callable[[int], int]] = None):
-        self._store = weak_proxy(store)     # the store owns this: no reference cycle
-        self.config = store.config
+        self._parts = parts
+        self.config = parts.config
         self._clock = clock or _now_ms
         self._disk_usage = disk_usage or _statvfs_usage
         self._local_hour = local_hour or _local_hour
@@ -141,10 +142,10 @@ class Cleaner:
 
     def _partitions(self) -> list[str]:
         """The CommitLog directory, plus the store root when it lives on another file system."""
-        paths = [self._store._segments.directory]
+        paths = [self._parts.commitlog.directory]
         try:
-            if os.stat(self._store.path).st_dev != os.stat(paths[0]).st_dev:
-                paths.append(self._store.path)
+            if os.stat(self._parts.path).st_dev != os.stat(paths[0]).st_dev:
+                paths.append(self._parts.path)
         except OSError:
             pass
         return paths
@@ -161,17 +162,17 @@ class Cleaner:
         usage = -1.0 if any(r < 0 for r in readings) else max(readings)
         self.last_disk_usage = usage
         percent = usage * 100
-        core = self._store._core
+        core = self._parts.commitlog.core
         if percent > cfg.disk_space_warning_level_ratio:
             if not self.disk_full:
                 log.error("disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
-                          "refusing puts until it is at %s%% or below (%s)", self._store.path, percent,
+                          "refusing puts until it is at %s%% or below (%s)", self._parts.path, percent,
                           cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio,
                           self._what_retention_frees())
             self.disk_full = True
             core.refuse_puts(DiskFullError(
                 errno.ENOSPC,
-                f"the disk of store {self._store.path} is {percent:.1f}% full, above "
+                f"the disk of store {self._parts.path} is {percent:.1f}% full, above "
                 f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}%: puts are "
                 f"refused until usage is back at {cfg.disk_space_clean_forcibly_ratio}% or below "
                 f"({self._what_retention_frees()}); nothing was written"))
@@ -179,7 +180,7 @@ class Cleaner:
         if percent > cfg.disk_space_clean_forcibly_ratio:
             return usage, True          # a disk-full stays until usage is back at the forcible level
         if self.disk_full and usage >= 0:
-            log.warning("disk of %s is %.1f%% full again: accepting puts", self._store.path, percent)
+            log.warning("disk of %s is %.1f%% full again: accepting puts", self._parts.path, percent)
             self.disk_full = False
             core.refuse_puts(None)
         return usage, False
@@ -222,7 +223,7 @@ class Cleaner:
             if trigger == "space" and not deleted:
                 if not self._space_warned:     # once until a pass deletes or the disk has room
                     log.warning("disk of %s is %.1f%% full, but no CommitLog segment could be "
-                                "deleted (%s)", self._store.path, usage * 100,
+                                "deleted (%s)", self._parts.path, usage * 100,
                                 self._what_retention_frees())
                 self._space_warned = True
             else:
@@ -236,7 +237,7 @@ class Cleaner:
                 "commitlog": [mf.file_from_offset for mf in deleted],
                 "consumequeue_files": cq_files,
                 "index_files": index_files,
-                "min_offset": self._store._segments.min_offset,
+                "min_offset": self._parts.commitlog.min_offset,
                 "disk_usage": usage,
                 "disk_full": self.disk_full,
                 "dispatch_error": self._dispatch_error,
@@ -272,10 +273,10 @@ class Cleaner:
 
     def _delete_segments(self, now: int, forced: bool) -> list:
         """Delete the leading segments that may go (§9 ``deleteExpiredFileByTime``)."""
-        store, cfg = self._store, self.config
-        segments = store._segments
-        files = list(segments.files)
-        wrote = store._core.wrote_offset
+        parts, cfg = self._parts, self.config
+        commitlog = parts.commitlog
+        files = list(commitlog.files)
+        wrote = commitlog.max_offset
         reserved_ms = cfg.file_reserved_time * HOUR_MS
         doomed = []
         for mf in files[:-1]:
@@ -288,7 +289,7 @@ class Cleaner:
             doomed.append(mf)
         if not doomed:
             return []
-        dispatcher = store._dispatcher
+        dispatcher = parts.dispatcher
         try:
             dispatcher.catch_up()   # the queues and the index must hold all that is about to go
         except Exception as exc:
@@ -296,7 +297,6 @@ class Cleaner:
             self._dispatch_failures.failed(exc)
             return []
         self._dispatch_failures.succeeded()
-        core = store._core
         with dispatcher.lock:
             # Only segments whose every record is in the queues and the index: deleting one the
             # dispatcher has not passed would leave its records in no queue and give later units
@@ -305,8 +305,7 @@ class Cleaner:
             if not doomed:
                 return []
             try:
-                deleted = segments.delete_first(
-                    doomed, release=lambda mf: core.release_segment(mf.file_from_offset))
+                deleted = commitlog.delete_first(doomed)
             except OSError:
                 log.exception("deleting a CommitLog segment failed; the pass stops there")
                 deleted = [mf for mf in doomed if mf.destroyed]
@@ -318,17 +317,17 @@ class Cleaner:
     def _clean_queues(self) -> tuple[int, int]:
         """Delete ConsumeQueue and index files entirely below the CommitLog's min offset and
         correct the queues' min offsets, once per growth of that offset."""
-        store = self._store
-        if not store._segments.files:
+        parts = self._parts
+        if not parts.commitlog.files:
             return 0, 0
-        min_offset = store._segments.min_offset
+        min_offset = parts.commitlog.min_offset
         if min_offset <= self._queues_cleaned_below:
             return 0, 0
         cq_files = index_files = 0
-        with store._dispatcher.lock:
+        with parts.dispatcher.lock:
             try:
-                cq_files = store._queues.delete_expired(min_offset)
-                index_files = store._index.delete_expired(min_offset)
+                cq_files = parts.queues.delete_expired(min_offset)
+                index_files = parts.index.delete_expired(min_offset)
             except OSError:
                 log.exception("deleting ConsumeQueue or index files failed; retried next pass")
                 return cq_files, index_files

@@ -75,7 +75,7 @@ import re
 import threading
 from typing import Callable, Optional
 
-from rocketstore._background import start_weak_thread, weak_proxy
+from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms
 from rocketstore._codec_py import java_hash
 from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
@@ -83,6 +83,7 @@ from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (InvalidDelayLevelError, InvalidMessageError, InvalidQueueIdError,
                                 MessageNotFoundError, StoreConfigError)
+from rocketstore.parts import StoreParts
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message,
                                  MessageExt, is_valid_topic, validate_topic)
 
@@ -272,15 +273,16 @@ class ScheduleService:
     """The delay service of one writable :class:`~rocketstore.MessageStore` (see the module
     docstring). Built by the store when it opens; it reconciles an interrupted pass at once."""
 
-    def __init__(self, store, *, clock: Optional[Callable[[], int]] = None, interval_ms: int = 100):
-        self._store = weak_proxy(store)     # the store owns this: no reference cycle
-        cfg = store.config
+    def __init__(self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None,
+                 interval_ms: int = 100):
+        self._parts = parts
+        cfg = parts.config
         self.levels_ms = tuple(cfg.delay_levels_ms)
         self.max_level = len(self.levels_ms)
         self.clock = clock or now_ms
         self._interval_ms = interval_ms
-        self._progress = DelayProgress.in_store(store.path)
-        self._groups = SubscriptionGroupTable.in_store(store.path)
+        self._progress = DelayProgress.in_store(parts.path)
+        self._groups = SubscriptionGroupTable.in_store(parts.path)
         self._round_robin: dict = {}
         self._lock = threading.Lock()           # one pass at a time
         self._stop = threading.Event()
@@ -330,13 +332,7 @@ class ScheduleService:
     # ---- topics ----
 
     def _ensure_topic(self, topic: str, queues: int, perm: int) -> None:
-        store = self._store
-        with store._mutex:
-            if store._topics.get(topic) is not None and store._topics.queues(topic) >= queues:
-                return
-            store._topics.create(topic, queues, perm=perm)
-            store._topics.persist()
-            store._core.forget_topic(topic)
+        self._parts.topics.ensure(topic, queues, perm=perm)
 
     # ---- the rewrite on put (§12) ----
 
@@ -359,7 +355,7 @@ class ScheduleService:
             raise InvalidMessageError(f"a message for {SCHEDULE_TOPIC} cannot be delayed again")
         if isinstance(queue_id, bool) or not isinstance(queue_id, int):
             raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
-        queues = self._store._topic_queues(topic)      # creates the topic, as a plain put would
+        queues = self._parts.topics.queues_for_put(topic)      # creates the topic, as a plain put would
         if queue_id < 0:
             counter = self._round_robin.setdefault(topic, itertools.count())
             queue_id = next(counter) % queues
@@ -400,7 +396,7 @@ class ScheduleService:
                     progress.update(level, offset)
                 progress.persist()
                 return 0, more, next_due
-            core = self._store._core
+            core = self._parts.commitlog.core
             intent = {"commitlogOffset": core.wrote_offset, "fromOffsets": starts,
                       "nextOffsets": nexts, "skipped": skipped}
             # From here until the advanced offsets are saved, a failure leaves the intent in
@@ -429,8 +425,8 @@ class ScheduleService:
         """The units due at ``now``, in level then queue order (at most PASS_LIMIT), where each
         level's walk started and its offset after them, the units skipped, whether the budget
         ran out, and the earliest deliver time not yet reached."""
-        store = self._store
-        store._dispatcher.catch_up()
+        parts = self._parts
+        parts.dispatcher.catch_up()
         units: list = []
         starts: dict = {}
         nexts: dict = {}
@@ -438,7 +434,7 @@ class ScheduleService:
         next_due = None
         budget = PASS_LIMIT
         for level in range(1, self.max_level + 1):
-            cq = store._queues.get(SCHEDULE_TOPIC, level - 1)
+            cq = parts.queues.get(SCHEDULE_TOPIC, level - 1)
             if cq is None or budget <= 0:
                 continue
             start = self._progress.get(level)
@@ -488,15 +484,15 @@ class ScheduleService:
 
     def _store_time(self, commitlog_offset: int) -> int:
         try:
-            return self._store._read(commitlog_offset).store_timestamp
+            return self._parts.commitlog.read(commitlog_offset).store_timestamp
         except MessageNotFoundError:
             return 0
 
     def _unit(self, level: int, queue_offset: int, commitlog_offset: int) -> Optional[_Unit]:
         """The delivery of one scheduled record, or None when it cannot be delivered."""
-        store = self._store
+        parts = self._parts
         try:
-            sched = store._read(commitlog_offset)
+            sched = parts.commitlog.read(commitlog_offset)
         except MessageNotFoundError:
             log.warning("delay level %d unit %d: record at %d is gone", level, queue_offset,
                         commitlog_offset)
@@ -509,21 +505,21 @@ class ScheduleService:
             why = f"REAL_TOPIC {topic!r} is not a topic"
         elif queue_id is None or queue_id < 0:
             why = f"REAL_QID {props.get(PROPERTY_REAL_QUEUE_ID)!r} is not a queue id"
-        elif queue_id >= store._topic_queues(topic):
+        elif queue_id >= parts.topics.queues_for_put(topic):
             why = f"REAL_QID {queue_id} is outside topic {topic!r}"
         copy_props = delivered_properties(props)
         raw = b""
         if why is None:
             try:
-                raw = store._codec.encode_properties(copy_props)
+                raw = parts.commitlog.codec.encode_properties(copy_props)
             except InvalidMessageError as exc:
                 why = str(exc)
         body = bytes(sched.body)
         unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
         length = (91 + len(body) + len(topic.encode("utf-8")) + len(raw) + self._host_extra
                   + (0 if unique_key is not None else _UNIQ_KEY_EXTRA)) if why is None else 0
-        if why is None and (length > store.config.max_message_size
-                            or length + 8 > store.config.commitlog_file_size):
+        if why is None and (length > parts.config.max_message_size
+                            or length + 8 > parts.config.commitlog_file_size):
             why = f"its copy would be a {length}-byte record, too large for this store"
         if why is not None:
             self.dropped += 1
@@ -547,12 +543,12 @@ class ScheduleService:
         if intent is None:
             self._needs_reconcile = False
             return
-        store = self._store
-        store._dispatcher.catch_up()
+        parts = self._parts
+        parts.dispatcher.catch_up()
         starts, nexts, skipped = intent["fromOffsets"], intent["nextOffsets"], intent["skipped"]
         expected: list = []       # (level, queue offset, identity or None: nothing to find)
         for level in sorted(nexts):
-            cq = store._queues.get(SCHEDULE_TOPIC, level - 1)
+            cq = parts.queues.get(SCHEDULE_TOPIC, level - 1)
             for q in range(starts.get(level, progress.get(level)), nexts[level]):
                 if (level, q) in skipped:
                     continue
@@ -571,7 +567,7 @@ class ScheduleService:
                 progress.update(level, nexts[level])
             elif level == first[0]:
                 progress.update(level, first[1])
-        store._core.flush(FLUSH_TIMEOUT_MS)
+        parts.commitlog.core.flush(FLUSH_TIMEOUT_MS)
         progress.intent = None
         progress.dirty = True
         progress.persist()
@@ -583,7 +579,7 @@ class ScheduleService:
     def _match(self, start: int, expected: list) -> int:
         """How many entries of ``expected`` lead the copies found from CommitLog ``start`` on
         (``None`` entries match nothing and are passed over; ``False`` ones stop the match)."""
-        store = self._store
+        commitlog = self._parts.commitlog
         j = 0
 
         def skip_none(j):
@@ -594,10 +590,10 @@ class ScheduleService:
         j = skip_none(j)
         if j == len(expected) or expected[j][2] is False:
             return j
-        for mf, rows in store._scan(start, None):
-            view = mf.view(0, store._readable_end(mf))
+        for mf, rows in commitlog.chunks(start, None):
+            view = mf.view(0, commitlog.readable_end(mf))
             for row in rows:
-                rec = store._codec.record_from_row(view, row, copy_body=True)
+                rec = commitlog.codec.record_from_row(view, row, copy_body=True)
                 if _is_copy(rec, expected[j][2]):
                     j = skip_none(j + 1)
                     if j == len(expected) or expected[j][2] is False:
@@ -624,7 +620,7 @@ class ScheduleService:
             max_reconsume_times = DEFAULT_MAX_RECONSUME_TIMES
         if not isinstance(message, MessageExt):
             raise TypeError(f"send_back needs a MessageExt read from this store, not {type(message).__name__}")
-        msg = self._store.read(message.commitlog_offset)
+        msg = self._parts.commitlog.read(message.commitlog_offset)
         if msg.msg_id != message.msg_id:
             raise MessageNotFoundError(f"message {message.msg_id} is not in this store")
         props = {k: v for k, v in (msg.properties or {}).items() if k != PROPERTY_CRC32}
@@ -643,7 +639,7 @@ class ScheduleService:
         copy = Message(topic, bytes(msg.body), properties=props, flag=msg.flag, queue_id=0,
                        born_timestamp=msg.born_timestamp, reconsume_times=reconsume + 1,
                        sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6)
-        return self._store._put_message(copy, None, 0)     # the store's own put into a system topic
+        return self._parts.put_message(copy, None, 0)     # the store's own put into a system topic
 
     def update_group(self, group: str, retry_max_times: int) -> dict:
         """Set a subscription group's ``retryMaxTimes`` in ``subscriptionGroup.json``."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import mmap
 import os
 import random
 import threading
@@ -29,26 +28,25 @@ from rocketstore import _impl
 from rocketstore._background import weak_method
 from rocketstore._checks import (INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms)
 from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
-from rocketstore.config import SYNC_FLUSH, StoreConfig, default_store_path
+from rocketstore.commitlog import CommitLog
+from rocketstore.parts import StoreParts
+from rocketstore.topics import Topics
+from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message,
                                 get_units)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable, consumable_rows, decode_chunks, queue_groups,
-                                  resync)
+                                  consumable_rows, queue_groups)
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
 from rocketstore.retention import Cleaner
-from rocketstore.errors import (ConsumeQueueDamagedError, CorruptRecordError, DiskFullError,
-                                InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
+from rocketstore.errors import (ConsumeQueueDamagedError, InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
                                 NotAStoreError, StoreClosedError,
                                 StoreConfigError, StoreLockedError, StoreReadOnlyError)
-from rocketstore.mapped_file import MappedFileQueue
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
                                  PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
                                  validate_topic)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
-from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 
@@ -131,7 +129,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
 #: What an open sets up, each closed by _teardown if set (None before it is).
-_PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "_segments",
+_PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "_commitlog", "_segments",
           "_queues", "_index", "_disk_index")
 
 
@@ -175,15 +173,6 @@ def _detect_queue_options(root: str, options: dict) -> None:
         geometry = detect_index_geometry(root)
         if geometry is not None:
             options["index_slots"], options["index_count"] = geometry
-
-
-class _ReadOnlyCore:
-    """Stands in for the append core of a read-only store: every write raises."""
-
-    def _refuse(self, *args, **kwargs):
-        raise StoreReadOnlyError("the store was opened read-only")
-
-    put = put_batch = put_many = flush = _refuse
 
 
 class MessageStore:
@@ -288,30 +277,27 @@ class MessageStore:
             # recovery) makes the next open an abnormal one.
             os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
-        self._topics = TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only)
-        # Sparse segments where the compiled core populates pages before every store (no SIGBUS
-        # on a full disk); fallocated segments otherwise.
-        preallocate = not getattr(self._impl.store, "POPULATE_WRITE", False)
-        self._segments = MappedFileQueue(commitlog_dir, cfg.commitlog_file_size,
-                                         read_only=self.read_only, preallocate=preallocate)
+        self._topics = Topics(TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only),
+                              cfg.default_queues, self._mutex)
+        self._commitlog = commitlog = CommitLog(commitlog_dir, cfg, self._impl, read_only=self.read_only)
+        self._segments = commitlog.segments
         if self.read_only:
             # Queues and index first: a writer's retention deletes segments before the queue
             # and index files that point into them, so every segment found after these has
             # its units and index entries here (or dispatched into memory).
             self._open_queues()
-            self._segments.load()
+            commitlog.load()
         else:
-            self._segments.load()
+            commitlog.load()
             self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
         end, queue_offsets, dispatch_start = self._recover()
-        self._end = end
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None     # the delay service (rocketstore.schedule) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
-            self._core = _ReadOnlyCore()
+            self._core = commitlog.core
             self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                           start=dispatch_start, end_of=weak_method(self._read_only_end),
                                           delay_levels_ms=cfg.delay_levels_ms)
@@ -319,27 +305,14 @@ class MessageStore:
             self._repair_holes(queue_offsets)
             return
 
-        store_raw = host_to_bytes(cfg.store_host)
-        born_raw = host_to_bytes(cfg.born_host)
         pid = os.getpid() & 0xFFFF
-        uniq_prefix = born_raw + pid.to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
-        self._core = self._impl.store.CommitLogCore(
-            file_size=cfg.commitlog_file_size, start_offset=end, store_host=store_raw,
-            store_port=cfg.store_port, born_host=born_raw, born_port=cfg.born_port,
-            uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
+        uniq_prefix = (host_to_bytes(cfg.born_host) + pid.to_bytes(2, "big")
+                       + random.getrandbits(32).to_bytes(4, "big"))
+        self._core = core = commitlog.start_appending(
+            end, queue_offsets, uniq_prefix,
             topic_lookup=weak_method(self._topic_queues, _closed_error),
-            roll=weak_method(self._roll, _closed_error),
-            flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
-            flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
-            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms, default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
-        self._core.append_prop_crc = cfg.append_prop_crc
-        for (topic, qid), nxt in queue_offsets.items():
-            self._core.set_queue_offset(topic, qid, nxt)
-        segment = self._segments.find(end)
-        if segment is not None:
-            self._core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset,
-                                  segment.fd)
-        core = self._core
+            roll=weak_method(commitlog.roll, _closed_error))
+        self._topics.core = core
         self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                       start=dispatch_start, end_of=lambda: core.wrote_offset,
                                       delay_levels_ms=cfg.delay_levels_ms)
@@ -349,13 +322,15 @@ class MessageStore:
             self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
                                                    checkpoint=weak_method(self._save_checkpoint),
                                                    checkpoint_interval_ms=cfg.checkpoint_interval_ms)
-        self._cleaner = Cleaner(self)
+        self._parts = StoreParts(self.path, cfg, commitlog, self._queues, self._index, self._dispatcher,
+                                 self._topics, weak_method(self._put_message, _closed_error))
+        self._cleaner = Cleaner(self._parts)
         self._cleaner.start()
-        self._schedule = ScheduleService(self, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
+        self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
 
     def _read_only_end(self) -> int:
-        return self._end
+        return self._commitlog.end
 
     def _open_queues(self) -> None:
         """Open the ConsumeQueues (recovered, §4.4) and the index files.
@@ -384,147 +359,40 @@ class MessageStore:
                                        **index_options)
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
-    def _scan_start(self) -> tuple[int, int]:
-        """Where recovery's CRC scan starts, and the CommitLog offset below which the queues are
-        known complete: ``(segment start, complete_to)``.
-
-        * The checkpoint's confirmPhyOffset, when it lies within the CommitLog: the store wrote
-          it after making the CommitLog, the ConsumeQueues and the index durable up to there.
-        * Otherwise (a store from elsewhere, or never checkpointed) RocketMQ's rules (§7): the
-          third-last segment after a clean shutdown; after a crash the newest segment whose
-          first record is valid and not newer than the checkpoint's timestamps, else the first.
-        * No ConsumeQueue on disk at all: the first segment (everything is dispatched again).
-
-        A read-only open starts at confirmPhyOffset itself, not at its segment's start, when the
-        queues prove it a record boundary (:meth:`_ends_a_record`): it cuts nothing, so it need
-        not re-verify what the checkpoint vouches for (reads check each record's CRC anyway),
-        and a reader of a store with large segments opens in time independent of their size.
-        """
-        files = self._segments.files
-        if not files:
-            return 0, 0
-        first = files[0].file_from_offset
-        if not len(self._queues):
-            return first, first
-        confirm = self._checkpoint.confirm_phy_offset
-        if first < confirm <= files[-1].end_offset:
-            if self.read_only and self._ends_a_record(confirm):
-                return confirm, confirm
-            # After a clean stop the queues say where dispatch resumes, not confirmPhyOffset.
-            if self.last_shutdown_clean or self._walks_to(confirm):
-                mf = self._segments.find(confirm) or files[-1]
-                return mf.file_from_offset, confirm
-            # Not where a record ends (a damaged checkpoint, or one copied from another store):
-            # dispatching from there would decode garbage and misplace every later unit.
-            _log.error("the checkpoint's confirmPhyOffset %d is not where a record ends: ignored",
-                       confirm)
-        if self.last_shutdown_clean:
-            start = files[max(0, len(files) - 3)].file_from_offset
-            return start, start
-        limit = self._checkpoint.min_timestamp
-        for mf in reversed(files):
-            try:
-                head = self._codec.decode_record(mf.view(), 0, check_crc=True, copy_body=False)
-            except CorruptRecordError:
-                continue
-            if 0 < head.store_timestamp <= limit:
-                return mf.file_from_offset, mf.file_from_offset
-        return first, first
-
-    def _walks_to(self, offset: int) -> bool:
-        """Whether the records of the segment holding ``offset``, walked by their lengths from
-        the segment's start, end exactly at ``offset`` (the end of the last segment counts)."""
-        mf = self._segments.find(offset)
-        if mf is None:
-            files = self._segments.files
-            return bool(files) and offset == files[-1].end_offset
-        target = offset - mf.file_from_offset
-        pos = 0
-        while True:
-            stop = pos
-            for _records, stop, _reason in decode_chunks(self._codec, mf.mm, pos, target, check_crc=False):
-                pass
-            if stop >= target:
-                return stop == target
-            pos = resync(self._codec, mf.mm, stop, mf.file_size, mf.file_from_offset)  # damage
-            if not 0 <= pos <= target:
-                return False
-
-    def _ends_a_record(self, offset: int) -> bool:
-        """Whether ``offset`` is provably where a record (or a segment) ends: a segment starts
-        there, or a ConsumeQueue unit ends there (a unit below the checkpoint is durable)."""
-        if any(mf.file_from_offset == offset for mf in self._segments.files):
-            return True
-        queues = list(self._queues)
-        if any(cq.max_physic_offset == offset for cq in queues):
-            return True
-        return any(cq.ends_record_at(offset) for cq in queues if cq.max_physic_offset > offset)
-
     def _recover(self):
-        """§7: scan with CRC checks from :meth:`_scan_start` to the first invalid record, cut the
-        CommitLog, the ConsumeQueues and the index there.
+        """Recover the CommitLog (:meth:`CommitLog.recover`: a CRC scan from where the checkpoint
+        or RocketMQ's rules say, to the first invalid record) and cut the CommitLog, the
+        ConsumeQueues and the index where its valid data ends.
 
         Returns (end offset, {(topic, queue_id): next queue offset}, dispatch start offset).
         """
-        codec = self._codec
+        commitlog = self._commitlog
         abnormal = not self.last_shutdown_clean
-        scan_from, complete_to = self._scan_start()
+        scan_from, complete_to = commitlog.scan_start(self._checkpoint, self._queues,
+                                                      clean=not abnormal)
         if abnormal:
             # Units past what the checkpoint vouches for may be torn, zero or stale in any of the
             # files written since (a power cut writes pages back in any order): each queue keeps
             # the prefix the checkpoint vouches for; the records after it are dispatched again.
             # A read-only store does it in memory.
             self._queues.recover(limit=complete_to)
-        for mf in self._segments.files:
-            if mf.end_offset <= scan_from:
-                mf.wrote_position = mf.file_size     # verified by an earlier recovery
-        files = [mf for mf in self._segments.files if mf.end_offset > scan_from]
-        total = files[-1].end_offset - scan_from if files else 0
-        end = scan_from
         tail: dict = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
-        # Below what the checkpoint vouches for as flushed, an invalid record is damage (bit rot,
-        # a careless edit), not a crash's torn tail: cutting there would throw away good,
-        # acknowledged data after it. It is stepped over (a bad CRC) or its segment's rest is
-        # skipped (lengths that cannot be trusted), and verify() reports it.
-        durable = self._checkpoint.confirm_phy_offset
-        for mf in files:
-            _will_read(mf)
-            pos = max(0, scan_from - mf.file_from_offset)
-            below = max(0, durable - mf.file_from_offset)     # stepped over when damaged
-            for arr, stop, reason in _checked_chunks(codec, mf.mm, pos, mf.file_size,
-                                                     mf.file_from_offset, below):
-                if len(arr):
-                    self._collect_queue_offsets(mf.mm, arr, tail)
-                self._report("recover", mf.file_from_offset + stop - scan_from, total)
-                if reason in (codec.STOP_BAD_CRC, _STEPPED) and stop < below:
-                    _log.error("damaged record at commitlog offset %d below the checkpoint (%s): "
-                               "kept, stepped over", mf.file_from_offset + stop,
-                               _stop_reason(codec, reason))
-            mf.wrote_position = stop
-            if reason == codec.STOP_BLANK:
-                end = mf.end_offset
-                continue
-            end = mf.file_from_offset + stop
-            if end < durable and mf is not files[-1]:
-                _log.error("no valid record at commitlog offset %d, below the checkpoint: the rest "
-                           "of segment %d is skipped, later segments kept", end, mf.file_from_offset)
-                mf.wrote_position = mf.file_size
-                end = mf.end_offset
-                continue
-            break
-        self._report("recover", total, total)
+        end = commitlog.recover(
+            scan_from, self._checkpoint.confirm_phy_offset,
+            on_records=lambda buffer, arr: self._collect_queue_offsets(buffer, arr, tail),
+            report=lambda done, total: self._report("recover", done, total))
         if not self.read_only:
-            self._truncate_to(end)
+            commitlog.truncate_to(end)
             if abnormal:
-                self._sync_recovered(scan_from, end)
+                commitlog.sync_recovered(scan_from, end)
             self._queues.truncate_dirty(end)
             self._index.drop_after(end)
-            if self._segments.files:
-                self._queues.correct_min_offset(self._segments.min_offset)
-        elif self._segments.files:      # in memory only: what retention deleted is not readable
-            self._queues.correct_min_offset(self._segments.min_offset)
+            if commitlog.files:
+                self._queues.correct_min_offset(commitlog.min_offset)
+        elif commitlog.files:      # in memory only: what retention deleted is not readable
+            self._queues.correct_min_offset(commitlog.min_offset)
         queue_offsets = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._queues if cq.max_offset}
-        lowest = self._segments.min_offset if self._segments.files else end
+        lowest = commitlog.min_offset if commitlog.files else end
         gap = False
         for key, (low, high) in tail.items():
             have = queue_offsets.get(key, 0)
@@ -617,56 +485,8 @@ class MessageStore:
     def _index_file_full(self, end_timestamp: int) -> None:
         self._checkpoint.index_msg_timestamp = end_timestamp
 
-    def _truncate_to(self, end: int) -> None:
-        """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
-        self._segments.truncate_after(end)
-        mf = self._segments.find(end)
-        if mf is None:
-            return
-        pos = end - mf.file_from_offset
-        chunk = 1 << 20
-        mm = mf.mm
-        while pos < mf.file_size:
-            n = min(chunk, mf.file_size - pos)
-            if mm[pos:pos + n].count(0) == n:
-                break  # zero from here: preallocated space the writer never reached
-            mm[pos:pos + n] = bytes(n)
-            pos += n
-        mf.flush(end - mf.file_from_offset, pos)
-
-
-    def _sync_recovered(self, start: int, end: int) -> None:
-        """msync the CommitLog that an abnormal recovery kept, ``[start, end)``.
-
-        After a kill the records past the last flush are still in the page cache, so the scan
-        finds them valid and keeps them; the flush thread then starts at ``end`` and reports
-        everything below it as flushed, although nothing wrote those pages back. A power cut
-        later could lose them while the new, acknowledged records after them survive, and
-        recovery would cut at the hole, taking the acknowledged records with it (and a
-        checkpoint written meanwhile would vouch for records that are gone). Below ``start``
-        (the segment of confirmPhyOffset) the previous run had flushed before it checkpointed."""
-        for mf in self._segments.files:
-            if mf.end_offset <= start or mf.file_from_offset >= end:
-                continue
-            mf.flush(max(start, mf.file_from_offset) - mf.file_from_offset,
-                     min(end, mf.end_offset) - mf.file_from_offset)
-
     def _topic_queues(self, topic: str) -> int:
-        validate_topic(topic)
-        with self._mutex:
-            queues = self._topics.queues(topic)
-            if not queues:
-                queues = self.config.default_queues
-                self._topics.create(topic, queues)
-                self._topics.persist()
-            return queues
-
-    def _roll(self, start: int):
-        mf = self._segments.segment_at(start)
-        core = self._core
-        self._segments.prepare_next(
-            on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd))
-        return mf.mm, mf.fd
+        return self._topics.queues_for_put(topic)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
@@ -726,8 +546,8 @@ class MessageStore:
             durable = run(self._final_checkpoint)
             for table in (self._topics, self._offsets):
                 run(table.persist)      # the data is closed cleanly all the same
-        if getattr(self, "_segments", None) is not None:
-            run(self._segments.close)
+        if getattr(self, "_commitlog", None) is not None:
+            run(self._commitlog.close)
         if durable:
             run(self._remove_abort_file)
         run(self._release_lock)
@@ -805,15 +625,12 @@ class MessageStore:
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
-        with self._mutex:
-            self._topics.create(topic, queues)
-            self._topics.persist()
-            self._core.forget_topic(topic)
+        self._topics.set(topic, queues)
 
     @property
     def topics(self) -> dict[str, int]:
         """{topic: queue count}."""
-        return {t: self._topics.queues(t) for t in self._topics.topics}
+        return self._topics.counts()
 
     # ---- puts ----
 
@@ -1019,11 +836,7 @@ class MessageStore:
     # ---- reads ----
 
     def _readable_end(self, mf) -> int:
-        """How much of segment ``mf`` holds complete records."""
-        if self.read_only:
-            return mf.wrote_position
-        wrote = self._core.wrote_offset
-        return max(0, min(mf.file_size, wrote - mf.file_from_offset))
+        return self._commitlog.readable_end(mf)
 
     def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
         """The message at a CommitLog offset (``MessageNotFoundError`` if none starts there).
@@ -1035,19 +848,7 @@ class MessageStore:
         return self._read(commitlog_offset, zero_copy)
 
     def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
-        if not isinstance(commitlog_offset, (int, np.integer)) or commitlog_offset < 0:
-            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset!r}")
-        mf = self._segments.find(int(commitlog_offset))
-        if mf is None:
-            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
-        end = self._readable_end(mf)
-        pos = int(commitlog_offset) - mf.file_from_offset
-        if pos >= end:
-            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
-        try:
-            return self._codec.decode_record(mf.view(0, end), pos, check_crc=True, copy_body=not zero_copy)
-        except CorruptRecordError as exc:
-            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}: {exc}") from None
+        return self._commitlog.read(commitlog_offset, zero_copy)
 
     def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
         """The message with this offsetMsgId (§3.1): 32 hex characters (IPv4) or 56 (IPv6)."""
@@ -1087,37 +888,7 @@ class MessageStore:
                 yield mf.file_from_offset, arr
 
     def _scan(self, start, end, check_crc: bool = True):
-        files = list(self._segments.files)
-        if not files:
-            return
-        start = files[0].file_from_offset if start is None else start
-        for mf in files:
-            if mf.end_offset <= start:
-                continue
-            if end is not None and mf.file_from_offset >= end:
-                break
-            limit = self._readable_end(mf)
-            lo = max(0, start - mf.file_from_offset)
-            if lo >= limit:
-                break
-            hi = limit if end is None else min(limit, end - mf.file_from_offset)
-            view = mf.view(0, limit)
-            chunks = (_checked_chunks(self._codec, view, lo, hi, mf.file_from_offset, limit) if check_crc
-                      else decode_chunks(self._codec, view, lo, hi, check_crc=False))
-            for arr, stop, reason in chunks:
-                if len(arr):
-                    yield mf, arr
-                if reason in (self._codec.STOP_BAD_CRC, _STEPPED):
-                    _log.warning("skipping %s at commitlog offset %d (verify() lists every damaged "
-                                 "record)", "the record" if reason == _STEPPED else
-                                 "the record (body CRC mismatch)", mf.file_from_offset + stop)
-            if reason != self._codec.STOP_BLANK and stop < limit:
-                if hi < limit:
-                    break       # the range asked for ends here
-                # complete records end at `limit`: this one is damaged beyond stepping over
-                _log.warning("skipping the rest of CommitLog segment %d: no valid record at offset %d "
-                             "(verify() lists every damaged record)", mf.file_from_offset,
-                             mf.file_from_offset + stop)
+        return self._commitlog.chunks(start, end, check_crc)
 
     def verify(self, progress=None) -> dict:
         """Check every record's structure and body CRC, segment by segment, every field that can
@@ -1139,81 +910,17 @@ class MessageStore:
         writable open cuts).
         """
         self._check_open()
-        codec = self._codec
         self._dispatcher.catch_up()
-        files = list(self._segments.files)
-        problems: list = []   # where the scan found no whole record
-        fields: list = []     # fields of whole records that fail a cross-check
-        found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
-        stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
-        records = data_end = 0
-        first = files[0].file_from_offset if files else 0
-        total = (self.max_offset - first) if files else 0
-        expected = first
-        for mf in files:
-            base = mf.file_from_offset
-            if base != expected:
-                problems.append({"offset": expected,
-                                 "reason": f"segment missing: the next one starts at {base}"})
-            expected = mf.end_offset
-            limit = mf.file_size
-            if mf is files[-1] and not self.read_only:
-                limit = self._readable_end(mf)
-            _will_read(mf)
-            view = mf.view(0, limit)
-            for arr, stop, reason in _checked_chunks(codec, view, 0, limit, base, self._readable_end(mf)):
-                if len(arr):
-                    data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
-                    records += len(arr)
-                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
-                    fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
-                    keep = consumable(arr)
-                    rows = arr if keep.all() else arr[keep]
-                    found.append((base + rows["position"], rows["size"], rows["queue_id"],
-                                  rows["queue_offset"], keys if rows is arr else keys[keep]))
-                    stamps.append((base + arr["position"], arr["store_timestamp"]))
-                if progress is not None:
-                    progress("verify", min(base + stop - first, total), total)
-                if reason in (codec.STOP_BAD_CRC, _STEPPED):
-                    problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
-            if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC, _STEPPED) or stop >= limit:
-                pass        # a bad CRC that ends the segment has lengths that cannot be trusted
-            elif reason == codec.STOP_END and mf is files[-1] and (
-                    self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any()):
-                pass        # zero-filled space after the last record (read-only: see below)
-            else:
-                problems.append({"offset": base + stop, "reason": _stop_reason(codec, reason)})
-        if stamps:
-            offsets, times = (np.concatenate(c) for c in zip(*stamps))
-            fields.extend({"offset": offset, "reason": reason}
-                          for offset, reason in timestamp_problems(offsets, times))
-        if self.read_only:      # a writer's record in progress is no damage
-            problems = [p for p in problems if p["offset"] < data_end and not self._written_since(p["offset"])]
-        problems += fields      # problems of whole records
-        if progress is not None:
-            progress("verify", total, total)
-        checked = self._verify_queues(found, problems, first)
+        found = self._commitlog.verify(progress)
+        problems, first = found["problems"], found["min_offset"]
+        checked = self._verify_queues(found.pop("found"), problems, first)
         for (topic, qid), n in sorted(self._mended.items()):
             problems.append({"offset": first, "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
                              f"disk did not point at their records (rebuilt in memory; a writable "
                              f"open rewrites them)"})
-        return {"ok": not problems, "records": records, "bytes": total, "segments": len(files),
-                "min_offset": first, "max_offset": self.max_offset, "queues": checked,
-                "problems": problems}
-
-    def _written_since(self, offset: int) -> bool:
-        """Whether a whole record, or a segment's end marker, starts at ``offset`` now
-        (read-only: a writer beside this store finished what a scan met half-written)."""
-        mf = self._segments.find(offset)
-        if mf is None or mf.mm is None:
-            return False
-        pos = offset - mf.file_from_offset
-        view = mf.view(0, mf.file_size)
-        for arr, stop, reason in decode_chunks(self._codec, view, pos, mf.file_size, check_crc=True):
-            if len(arr):
-                return int(arr["position"][0]) == pos
-            return stop == pos and reason == self._codec.STOP_BLANK
-        return False
+        return {"ok": not problems, "records": found["records"], "bytes": found["bytes"],
+                "segments": found["segments"], "min_offset": first, "max_offset": self.max_offset,
+                "queues": checked, "problems": problems}
 
     def _verify_queues(self, found, problems, low: int, max_per_queue: int = 10) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
@@ -1422,32 +1129,10 @@ class MessageStore:
             raise ValueError("commitlog_offsets and sizes differ in length")
         if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
             raise ValueError("commitlog_offsets must be strictly ascending")
-        codec = self._codec
-        i, n = 0, len(offsets)
-        while i < n:
-            mf = self._segments.find(int(offsets[i]))
-            if mf is None:
-                raise MessageNotFoundError(f"no message at commitlog offset {int(offsets[i])}")
-            base, limit = mf.file_from_offset, self._readable_end(mf)
-            j = int(np.searchsorted(offsets, mf.end_offset, side="left"))
-            pos, size = offsets[i:j] - base, sizes[i:j]
-            breaks = np.flatnonzero(pos[1:] != pos[:-1] + size[:-1]) + 1
-            view = mf.view(0, limit)
-            parts = []
-            for a, b in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [j - i]))):
-                lo, hi = int(pos[a]), int(pos[b - 1] + size[b - 1])
-                if hi > limit:
-                    raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
-                rows, stop, _reason = codec.decode_batch(view, lo, hi, check_crc=check_crc,
-                                                         max_records=int(b - a))
-                if len(rows) != b - a or (rows["size"] != size[a:b]).any():
-                    raise MessageNotFoundError(
-                        f"no valid message of the expected size at commitlog offset {base + stop}")
-                if queue is not None:
-                    self._check_queue_rows(view, base, rows, queue, i + int(a))
-                parts.append(rows)
-            yield base, view, (parts[0] if len(parts) == 1 else np.concatenate(parts))
-            i = j
+        check = None
+        if queue is not None:
+            check = (lambda view, base, rows, first: self._check_queue_rows(view, base, rows, queue, first))
+        yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def _check_queue_rows(self, view, base: int, rows, queue: tuple, first: int) -> None:
         """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
@@ -1668,11 +1353,11 @@ class MessageStore:
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
-        return self._end if self.read_only else self._core.wrote_offset
+        return self._commitlog.max_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self._end if self.read_only else self._core.flushed_offset
+        return self._commitlog.flushed_offset
 
     def queue_offsets(self) -> dict:
         """{(topic, queue_id): next queue offset}."""
@@ -1694,7 +1379,7 @@ class MessageStore:
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
-            "topics": len(self._topics.topics),
+            "topics": len(self._topics),
         }
         if not self.read_only:
             out.update(self._core.stats())
@@ -1706,46 +1391,6 @@ class MessageStore:
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
 
 
-#: A pseudo stop reason of :func:`_checked_chunks`: damaged bytes at ``stop``, stepped over to the
-#: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
-_STEPPED = -1
-
-
-def _checked_chunks(codec, view, lo: int, hi: int, base: int, data_end: Optional[int] = None):
-    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
-    CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
-    is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
-    the next whole record (its magic code, PHYSICALOFFSET and CRC found).
-
-    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
-    that ends at stepped-over bytes ``_STEPPED`` (more may follow either). The last chunk's stop
-    and reason say where and why the scan ended. Damage at or past ``data_end`` (default
-    ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
-    segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
-    record costs a second).
-    """
-    resync_hi = hi if data_end is None else min(hi, data_end)
-
-    def resync_at(stop: int) -> int:
-        return resync(codec, view, stop, hi, base) if stop < resync_hi else -1
-
-    pos = lo
-    while True:
-        nxt = -1
-        for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
-            if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
-                yield arr, stop, reason
-            else:       # lengths that cannot be trusted, or the end of the data
-                nxt = resync_at(stop)
-                yield arr, stop, (reason if nxt < 0 else _STEPPED)
-        if reason == codec.STOP_BAD_CRC and stop < resync_hi:
-            size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
-            nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
-        if nxt < 0:
-            return
-        pos = nxt
-
-
 def _queue_key(codec, topic: str, queue_id: int):
     """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
     can carry."""
@@ -1754,23 +1399,6 @@ def _queue_key(codec, topic: str, queue_id: int):
     except InvalidMessageError:
         return None
     return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]
-
-
-def _will_read(mf) -> None:
-    """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
-    try:
-        mf.mm.madvise(mmap.MADV_WILLNEED)
-    except (AttributeError, OSError, ValueError):   # no madvise here, or a closed map
-        pass
-
-
-def _stop_reason(codec, reason: int) -> str:
-    return {codec.STOP_END: "no record where one should be (zeros or garbage)",
-            codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
-            codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
-            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
-            _STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next "
-                      "whole record)"}.get(reason, f"stop reason {reason}")
 
 
 def _check_mapping(properties):

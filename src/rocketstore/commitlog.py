@@ -1,0 +1,529 @@
+"""The CommitLog: segments, the append core, recovery's CRC scan, truncation, reads and scans.
+
+One of a store's layers (``ARCHITECTURE.md``): it knows records and segments, not queues. The
+store facade (:class:`rocketstore.store.MessageStore`) owns a ``CommitLog`` beside the
+ConsumeQueues, the index and the services, and tells it where recovery starts and what the
+checkpoint vouches for; the services (retention, delayed delivery) use it through the methods
+below, never through its attributes' internals.
+
+* ``segments``: the :class:`~rocketstore.mapped_file.MappedFileQueue` of
+  ``<root>/commitlog/<20-digit start offset>`` files.
+* ``core``: the compiled (or pure) append core of a writable log, created by
+  :meth:`CommitLog.start_appending`; a read-only log has one whose every write raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+
+from rocketstore.config import StoreConfig
+from rocketstore.dispatch import decode_chunks, resync
+from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
+from rocketstore.mapped_file import MappedFile, MappedFileQueue
+from rocketstore.message import MessageExt
+from rocketstore._verify import record_problems, timestamp_problems
+from rocketstore.dispatch import consumable
+
+__all__ = ["CommitLog", "checked_chunks", "stop_reason", "STEPPED"]
+
+_log = logging.getLogger("rocketstore.store")
+
+#: A pseudo stop reason of :func:`checked_chunks`: damaged bytes at ``stop``, stepped over to the
+#: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
+STEPPED = -1
+
+
+class _ReadOnlyCore:
+    """Stands in for the append core of a read-only log: every write raises."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise StoreReadOnlyError("the store was opened read-only")
+
+    put = put_batch = put_many = flush = _refuse
+
+
+class CommitLog:
+    """The segments under ``directory`` and, once :meth:`start_appending` ran, the append core."""
+
+    def __init__(self, directory: str, config: StoreConfig, impl: Any, *, read_only: bool) -> None:
+        self.directory = directory
+        self.config = config
+        self.codec = impl.codec
+        self.read_only = read_only
+        self._impl = impl
+        # Sparse segments where the compiled core populates pages before every store (no SIGBUS
+        # on a full disk); fallocated segments otherwise.
+        preallocate = not getattr(impl.store, "POPULATE_WRITE", False)
+        self.segments = MappedFileQueue(directory, config.commitlog_file_size,
+                                        read_only=read_only, preallocate=preallocate)
+        self.core: Any = _ReadOnlyCore() if read_only else None
+        #: Where recovery found the valid data to end (a read-only log's end, for good).
+        self.end = 0
+
+    # ---- geometry ----
+
+    def load(self) -> None:
+        self.segments.load()
+
+    @property
+    def files(self) -> list[MappedFile]:
+        return self.segments.files
+
+    def find(self, offset: int) -> Optional[MappedFile]:
+        return self.segments.find(offset)
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The CommitLog offset just past the last record."""
+        return self.end if self.read_only else self.core.wrote_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.end if self.read_only else self.core.flushed_offset
+
+    def readable_end(self, mf: MappedFile) -> int:
+        """How much of segment ``mf`` holds complete records."""
+        if self.read_only:
+            return mf.wrote_position
+        wrote = self.core.wrote_offset
+        return max(0, min(mf.file_size, wrote - mf.file_from_offset))
+
+    # ---- recovery ----
+
+    def scan_start(self, checkpoint: Any, queues: Any, clean: bool) -> tuple[int, int]:
+        """Where recovery's CRC scan starts, and the CommitLog offset below which the queues are
+        known complete: ``(segment start, complete_to)``.
+
+        * The checkpoint's confirmPhyOffset, when it lies within the CommitLog: the store wrote
+          it after making the CommitLog, the ConsumeQueues and the index durable up to there.
+        * Otherwise (a store from elsewhere, or never checkpointed) RocketMQ's rules: the
+          third-last segment after a clean shutdown; after a crash the newest segment whose
+          first record is valid and not newer than the checkpoint's timestamps, else the first.
+        * No ConsumeQueue on disk at all: the first segment (everything is dispatched again).
+
+        A read-only open starts at confirmPhyOffset itself, not at its segment's start, when the
+        queues prove it a record boundary (:meth:`ends_a_record`): it cuts nothing, so it need
+        not re-verify what the checkpoint vouches for (reads check each record's CRC anyway),
+        and a reader of a store with large segments opens in time independent of their size.
+        """
+        files = self.segments.files
+        if not files:
+            return 0, 0
+        first = files[0].file_from_offset
+        if not len(queues):
+            return first, first
+        confirm = checkpoint.confirm_phy_offset
+        if first < confirm <= files[-1].end_offset:
+            if self.read_only and self.ends_a_record(confirm, queues):
+                return confirm, confirm
+            # After a clean stop the queues say where dispatch resumes, not confirmPhyOffset.
+            if clean or self.walks_to(confirm):
+                mf = self.segments.find(confirm) or files[-1]
+                return mf.file_from_offset, confirm
+            # Not where a record ends (a damaged checkpoint, or one copied from another store):
+            # dispatching from there would decode garbage and misplace every later unit.
+            _log.error("the checkpoint's confirmPhyOffset %d is not where a record ends: ignored",
+                       confirm)
+        if clean:
+            start = files[max(0, len(files) - 3)].file_from_offset
+            return start, start
+        limit = checkpoint.min_timestamp
+        for mf in reversed(files):
+            try:
+                head = self.codec.decode_record(mf.view(), 0, check_crc=True, copy_body=False)
+            except CorruptRecordError:
+                continue
+            if 0 < head.store_timestamp <= limit:
+                return mf.file_from_offset, mf.file_from_offset
+        return first, first
+
+    def walks_to(self, offset: int) -> bool:
+        """Whether the records of the segment holding ``offset``, walked by their lengths from
+        the segment's start, end exactly at ``offset`` (the end of the last segment counts)."""
+        mf = self.segments.find(offset)
+        if mf is None:
+            files = self.segments.files
+            return bool(files) and offset == files[-1].end_offset
+        target = offset - mf.file_from_offset
+        pos = 0
+        while True:
+            stop = pos
+            for _records, stop, _reason in decode_chunks(self.codec, mf.mm, pos, target, check_crc=False):
+                pass
+            if stop >= target:
+                return stop == target
+            pos = resync(self.codec, mf.mm, stop, mf.file_size, mf.file_from_offset)  # damage
+            if not 0 <= pos <= target:
+                return False
+
+    def ends_a_record(self, offset: int, queues: Any) -> bool:
+        """Whether ``offset`` is provably where a record (or a segment) ends: a segment starts
+        there, or a ConsumeQueue unit ends there (a unit below the checkpoint is durable)."""
+        if any(mf.file_from_offset == offset for mf in self.segments.files):
+            return True
+        queues = list(queues)
+        if any(cq.max_physic_offset == offset for cq in queues):
+            return True
+        return any(cq.ends_record_at(offset) for cq in queues if cq.max_physic_offset > offset)
+
+    def recover(self, scan_from: int, durable: int,
+                on_records: Callable[[Any, np.ndarray], None],
+                report: Callable[[int, int], None]) -> int:
+        """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
+        valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
+        it holds. ``on_records(buffer, rows)`` sees every chunk of valid records;
+        ``report(done, total)`` counts bytes.
+
+        Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
+        damage (bit rot, a careless edit), not a crash's torn tail: cutting there would throw
+        away good, acknowledged data after it. It is stepped over (a bad CRC) or its segment's
+        rest is skipped (lengths that cannot be trusted), and verify() reports it.
+        """
+        codec = self.codec
+        for mf in self.segments.files:
+            if mf.end_offset <= scan_from:
+                mf.wrote_position = mf.file_size     # verified by an earlier recovery
+        files = [mf for mf in self.segments.files if mf.end_offset > scan_from]
+        total = files[-1].end_offset - scan_from if files else 0
+        end = scan_from
+        for mf in files:
+            will_read(mf)
+            pos = max(0, scan_from - mf.file_from_offset)
+            below = max(0, durable - mf.file_from_offset)     # stepped over when damaged
+            for arr, stop, reason in checked_chunks(codec, mf.mm, pos, mf.file_size,
+                                                    mf.file_from_offset, below):
+                if len(arr):
+                    on_records(mf.mm, arr)
+                report(mf.file_from_offset + stop - scan_from, total)
+                if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
+                    _log.error("damaged record at commitlog offset %d below the checkpoint (%s): "
+                               "kept, stepped over", mf.file_from_offset + stop,
+                               stop_reason(codec, reason))
+            mf.wrote_position = stop
+            if reason == codec.STOP_BLANK:
+                end = mf.end_offset
+                continue
+            end = mf.file_from_offset + stop
+            if end < durable and mf is not files[-1]:
+                _log.error("no valid record at commitlog offset %d, below the checkpoint: the rest "
+                           "of segment %d is skipped, later segments kept", end, mf.file_from_offset)
+                mf.wrote_position = mf.file_size
+                end = mf.end_offset
+                continue
+            break
+        report(total, total)
+        self.end = end
+        return end
+
+    def truncate_to(self, end: int) -> None:
+        """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
+        self.segments.truncate_after(end)
+        mf = self.segments.find(end)
+        if mf is None:
+            return
+        pos = end - mf.file_from_offset
+        chunk = 1 << 20
+        mm = mf.mm
+        while pos < mf.file_size:
+            n = min(chunk, mf.file_size - pos)
+            if mm[pos:pos + n].count(0) == n:
+                break  # zero from here: preallocated space the writer never reached
+            mm[pos:pos + n] = bytes(n)
+            pos += n
+        mf.flush(end - mf.file_from_offset, pos)
+
+    def sync_recovered(self, start: int, end: int) -> None:
+        """msync the CommitLog that an abnormal recovery kept, ``[start, end)``.
+
+        After a kill the records past the last flush are still in the page cache, so the scan
+        finds them valid and keeps them; the flush thread then starts at ``end`` and reports
+        everything below it as flushed, although nothing wrote those pages back. A power cut
+        later could lose them while the new, acknowledged records after them survive, and
+        recovery would cut at the hole, taking the acknowledged records with it (and a
+        checkpoint written meanwhile would vouch for records that are gone). Below ``start``
+        (the segment of confirmPhyOffset) the previous run had flushed before it checkpointed."""
+        for mf in self.segments.files:
+            if mf.end_offset <= start or mf.file_from_offset >= end:
+                continue
+            mf.flush(max(start, mf.file_from_offset) - mf.file_from_offset,
+                     min(end, mf.end_offset) - mf.file_from_offset)
+
+    # ---- appending ----
+
+    def start_appending(self, end: int, queue_offsets: dict, uniq_prefix: bytes,
+                        topic_lookup: Callable[[str], int], roll: Callable[[int], Any]) -> Any:
+        """Create the append core at ``end`` (after recovery), with the next queue offsets.
+        ``roll`` is the core's callback for a new segment: a weak reference to :meth:`roll`
+        through the owner (the core must not keep the store alive)."""
+        from rocketstore.config import SYNC_FLUSH
+        from rocketstore.message import host_to_bytes
+        cfg = self.config
+        core = self._impl.store.CommitLogCore(
+            file_size=cfg.commitlog_file_size, start_offset=end,
+            store_host=host_to_bytes(cfg.store_host), store_port=cfg.store_port,
+            born_host=host_to_bytes(cfg.born_host), born_port=cfg.born_port,
+            uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
+            topic_lookup=topic_lookup, roll=roll,
+            flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
+            flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
+            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms,
+            default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
+        core.append_prop_crc = cfg.append_prop_crc
+        for (topic, qid), nxt in queue_offsets.items():
+            core.set_queue_offset(topic, qid, nxt)
+        segment = self.segments.find(end)
+        if segment is not None:
+            core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset,
+                            segment.fd)
+        self.core = core
+        self.end = end
+        return core
+
+    def roll(self, start: int) -> tuple[Any, int]:
+        """The core's callback when it fills a segment: the map and descriptor of the segment at
+        ``start`` (created now unless prepared), and the next one prepared in the background."""
+        mf = self.segments.segment_at(start)
+        core = self.core
+        self.segments.prepare_next(
+            on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd))
+        return mf.mm, mf.fd
+
+    def delete_first(self, doomed: list[MappedFile]) -> list[MappedFile]:
+        """Delete leading segments (retention): the core lets go of each first."""
+        core = self.core
+        return self.segments.delete_first(
+            doomed, release=lambda mf: core.release_segment(mf.file_from_offset))
+
+    def close(self) -> None:
+        self.segments.close()
+
+    # ---- reads ----
+
+    def read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
+        """The message at a CommitLog offset (``MessageNotFoundError`` if no whole, CRC-valid
+        record starts there)."""
+        if not isinstance(commitlog_offset, (int, np.integer)) or commitlog_offset < 0:
+            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset!r}")
+        mf = self.segments.find(int(commitlog_offset))
+        if mf is None:
+            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
+        end = self.readable_end(mf)
+        pos = int(commitlog_offset) - mf.file_from_offset
+        if pos >= end:
+            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
+        try:
+            return self.codec.decode_record(mf.view(0, end), pos, check_crc=True, copy_body=not zero_copy)
+        except CorruptRecordError as exc:
+            raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}: {exc}") from None
+
+    def chunks(self, start: Optional[int], end: Optional[int],
+               check_crc: bool = True) -> Iterator[tuple[MappedFile, np.ndarray]]:
+        """``(segment, records)`` in CommitLog order over ``[start, end)``: damaged records are
+        stepped over and logged (verify() lists them)."""
+        files = list(self.segments.files)
+        if not files:
+            return
+        start = files[0].file_from_offset if start is None else start
+        codec = self.codec
+        for mf in files:
+            if mf.end_offset <= start:
+                continue
+            if end is not None and mf.file_from_offset >= end:
+                break
+            limit = self.readable_end(mf)
+            lo = max(0, start - mf.file_from_offset)
+            if lo >= limit:
+                break
+            hi = limit if end is None else min(limit, end - mf.file_from_offset)
+            view = mf.view(0, limit)
+            chunks = (checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit) if check_crc
+                      else decode_chunks(codec, view, lo, hi, check_crc=False))
+            for arr, stop, reason in chunks:
+                if len(arr):
+                    yield mf, arr
+                if reason in (codec.STOP_BAD_CRC, STEPPED):
+                    _log.warning("skipping %s at commitlog offset %d (verify() lists every damaged "
+                                 "record)", "the record" if reason == STEPPED else
+                                 "the record (body CRC mismatch)", mf.file_from_offset + stop)
+            if reason != codec.STOP_BLANK and stop < limit:
+                if hi < limit:
+                    break       # the range asked for ends here
+                # complete records end at `limit`: this one is damaged beyond stepping over
+                _log.warning("skipping the rest of CommitLog segment %d: no valid record at offset %d "
+                             "(verify() lists every damaged record)", mf.file_from_offset,
+                             mf.file_from_offset + stop)
+
+    def records_at(self, offsets: np.ndarray, sizes: np.ndarray, check_crc: bool = True,
+                   check: Optional[Callable[[Any, int, np.ndarray, int], None]] = None,
+                   ) -> Iterator[tuple[int, Any, np.ndarray]]:
+        """``(segment_start, view, records)`` of the records at ascending ``offsets`` of ``sizes``
+        (see :meth:`MessageStore.records_at`); ``check(view, base, rows, first)`` vets each run
+        of rows (``first``: the index of its first unit)."""
+        codec = self.codec
+        i, n = 0, len(offsets)
+        while i < n:
+            mf = self.segments.find(int(offsets[i]))
+            if mf is None:
+                raise MessageNotFoundError(f"no message at commitlog offset {int(offsets[i])}")
+            base, limit = mf.file_from_offset, self.readable_end(mf)
+            j = int(np.searchsorted(offsets, mf.end_offset, side="left"))
+            pos, size = offsets[i:j] - base, sizes[i:j]
+            breaks = np.flatnonzero(pos[1:] != pos[:-1] + size[:-1]) + 1
+            view = mf.view(0, limit)
+            parts = []
+            for a, b in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [j - i]))):
+                lo, hi = int(pos[a]), int(pos[b - 1] + size[b - 1])
+                if hi > limit:
+                    raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
+                rows, stop, _reason = codec.decode_batch(view, lo, hi, check_crc=check_crc,
+                                                         max_records=int(b - a))
+                if len(rows) != b - a or (rows["size"] != size[a:b]).any():
+                    raise MessageNotFoundError(
+                        f"no valid message of the expected size at commitlog offset {base + stop}")
+                if check is not None:
+                    check(view, base, rows, i + int(a))
+                parts.append(rows)
+            yield base, view, (parts[0] if len(parts) == 1 else np.concatenate(parts))
+            i = j
+
+    def written_since(self, offset: int) -> bool:
+        """Whether a whole record, or a segment's end marker, starts at ``offset`` now
+        (read-only: a writer beside this log finished what a scan met half-written)."""
+        mf = self.segments.find(offset)
+        if mf is None or mf.mm is None:
+            return False
+        pos = offset - mf.file_from_offset
+        view = mf.view(0, mf.file_size)
+        for arr, stop, reason in decode_chunks(self.codec, view, pos, mf.file_size, check_crc=True):
+            if len(arr):
+                return int(arr["position"][0]) == pos
+            return stop == pos and reason == self.codec.STOP_BLANK
+        return False
+
+    # ---- verify ----
+
+    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict:
+        """Check every record's structure, body CRC and cross-checkable fields
+        (``rocketstore._verify``), segment by segment.
+
+        Returns ``{"records", "bytes", "segments", "min_offset", "problems", "found"}``:
+        ``problems`` as :meth:`MessageStore.verify` reports them, ``found`` the consumable
+        records' (offsets, sizes, queue ids, queue offsets, queue keys), one tuple per chunk,
+        for checking the ConsumeQueues against.
+        """
+        codec = self.codec
+        files = list(self.segments.files)
+        problems: list = []   # where the scan found no whole record
+        fields: list = []     # fields of whole records that fail a cross-check
+        found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
+        stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
+        records = data_end = 0
+        first = files[0].file_from_offset if files else 0
+        total = (self.max_offset - first) if files else 0
+        expected = first
+        for mf in files:
+            base = mf.file_from_offset
+            if base != expected:
+                problems.append({"offset": expected,
+                                 "reason": f"segment missing: the next one starts at {base}"})
+            expected = mf.end_offset
+            limit = mf.file_size
+            if mf is files[-1] and not self.read_only:
+                limit = self.readable_end(mf)
+            will_read(mf)
+            view = mf.view(0, limit)
+            for arr, stop, reason in checked_chunks(codec, view, 0, limit, base, self.readable_end(mf)):
+                if len(arr):
+                    data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
+                    records += len(arr)
+                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
+                    fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
+                    keep = consumable(arr)
+                    rows = arr if keep.all() else arr[keep]
+                    found.append((base + rows["position"], rows["size"], rows["queue_id"],
+                                  rows["queue_offset"], keys if rows is arr else keys[keep]))
+                    stamps.append((base + arr["position"], arr["store_timestamp"]))
+                if progress is not None:
+                    progress("verify", min(base + stop - first, total), total)
+                if reason in (codec.STOP_BAD_CRC, STEPPED):
+                    problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
+            if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC, STEPPED) or stop >= limit:
+                pass        # a bad CRC that ends the segment has lengths that cannot be trusted
+            elif reason == codec.STOP_END and mf is files[-1] and (
+                    self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any()):
+                pass        # zero-filled space after the last record (read-only: see below)
+            else:
+                problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
+        if stamps:
+            offsets, times = (np.concatenate(c) for c in zip(*stamps))
+            fields.extend({"offset": offset, "reason": reason}
+                          for offset, reason in timestamp_problems(offsets, times))
+        if self.read_only:      # a writer's record in progress is no damage
+            problems = [p for p in problems if p["offset"] < data_end and not self.written_since(p["offset"])]
+        problems += fields      # problems of whole records
+        if progress is not None:
+            progress("verify", total, total)
+        return {"records": records, "bytes": total, "segments": len(files), "min_offset": first,
+                "problems": problems, "found": found}
+
+
+def checked_chunks(codec: Any, view: Any, lo: int, hi: int, base: int,
+                   data_end: Optional[int] = None) -> Iterator[tuple[np.ndarray, int, int]]:
+    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
+    CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
+    is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
+    the next whole record (its magic code, PHYSICALOFFSET and CRC found).
+
+    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
+    that ends at stepped-over bytes ``STEPPED`` (more may follow either). The last chunk's stop
+    and reason say where and why the scan ended. Damage at or past ``data_end`` (default
+    ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
+    segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
+    record costs a second).
+    """
+    resync_hi = hi if data_end is None else min(hi, data_end)
+
+    def resync_at(stop: int) -> int:
+        return resync(codec, view, stop, hi, base) if stop < resync_hi else -1
+
+    pos = lo
+    while True:
+        nxt = -1
+        for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
+            if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
+                yield arr, stop, reason
+            else:       # lengths that cannot be trusted, or the end of the data
+                nxt = resync_at(stop)
+                yield arr, stop, (reason if nxt < 0 else STEPPED)
+        if reason == codec.STOP_BAD_CRC and stop < resync_hi:
+            size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
+            nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
+        if nxt < 0:
+            return
+        pos = nxt
+
+
+def will_read(mf: MappedFile) -> None:
+    """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
+    try:
+        mf.mm.madvise(mmap.MADV_WILLNEED)
+    except (AttributeError, OSError, ValueError):   # no madvise here, or a closed map
+        pass
+
+
+def stop_reason(codec: Any, reason: int) -> str:
+    """What a scan's stop ``reason`` means, in words."""
+    return {codec.STOP_END: "no record where one should be (zeros or garbage)",
+            codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
+            codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
+            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
+            STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next "
+                     "whole record)"}.get(reason, f"stop reason {reason}")

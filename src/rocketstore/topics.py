@@ -1,0 +1,67 @@
+"""A store's topics (``config/topics.json``) as puts, the append core and the services see them.
+
+Every change is persisted at once and told to the append core, which caches each topic's queue
+count; one lock orders changes against each other and against the core's first-use lookups.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from rocketstore.configfiles import TopicConfigTable
+from rocketstore.message import validate_topic
+
+__all__ = ["Topics"]
+
+
+class Topics:
+    """The topic table of one store; ``core`` (the append core, None until there is one) is told
+    of every change so that its cached queue counts stay right."""
+
+    def __init__(self, table: TopicConfigTable, default_queues: int,
+                 lock: Optional[threading.RLock] = None) -> None:
+        self.table = table
+        self.default_queues = default_queues
+        self.lock = lock if lock is not None else threading.RLock()
+        self.core: Any = None
+
+    def counts(self) -> dict[str, int]:
+        """{topic: queue count}."""
+        return {t: self.table.queues(t) for t in self.table.topics}
+
+    def __len__(self) -> int:
+        return len(self.table.topics)
+
+    def queues_for_put(self, topic: str) -> int:
+        """The queue count of ``topic``, created with ``default_queues`` on first use (as a
+        broker's autoCreateTopicEnable does). The append core's lookup."""
+        validate_topic(topic)
+        with self.lock:
+            queues = self.table.queues(topic)
+            if not queues:
+                queues = self.default_queues
+                self.table.create(topic, queues)
+                self.table.persist()
+            return queues
+
+    def set(self, topic: str, queues: int, *, perm: Optional[int] = None) -> None:
+        """Create ``topic`` or change its queue count (and permission bits)."""
+        with self.lock:
+            if perm is None:
+                self.table.create(topic, queues)
+            else:
+                self.table.create(topic, queues, perm=perm)
+            self.table.persist()
+            if self.core is not None:
+                self.core.forget_topic(topic)
+
+    def ensure(self, topic: str, queues: int, *, perm: int) -> None:
+        """Make ``topic`` exist with at least ``queues`` queues (a system topic a service writes)."""
+        with self.lock:
+            if self.table.get(topic) is not None and self.table.queues(topic) >= queues:
+                return
+            self.set(topic, queues, perm=perm)
+
+    def persist(self) -> None:
+        self.table.persist()
