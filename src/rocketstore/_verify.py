@@ -5,7 +5,7 @@ record, spec §1.6). What else a flipped bit can be caught by is a cross-check: 
 agree with where the record lies, with another field, with a rule every writer follows, or with
 its neighbours. ``codec.field_problems`` runs the per-record ones in one pass (in C for the
 compiled twin); this module turns its flags into reasons and checks store timestamps against
-their neighbours. :meth:`MessageStore._verify_queues` checks each ConsumeQueue unit against the
+their neighbours. :meth:`rocketstore.queuecheck.QueueGuard.verify` checks each ConsumeQueue unit against the
 topic, queue id, queue offset and size of its record.
 
 What no check can see (a valid value turned into another valid one): FLAG, BORNTIMESTAMP, both

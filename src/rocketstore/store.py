@@ -15,7 +15,6 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import random
@@ -27,10 +26,12 @@ import numpy as np
 from rocketstore import _impl
 from rocketstore._background import weak_method
 from rocketstore._checks import (INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms)
-from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
+from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import CommitLog
 from rocketstore.parts import StoreParts
 from rocketstore.topics import Topics
+from rocketstore.queuecheck import QueueGuard
+from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message,
@@ -38,11 +39,11 @@ from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _Damag
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
                                   consumable_rows, queue_groups)
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_index_geometry
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.retention import Cleaner
 from rocketstore.errors import (ConsumeQueueDamagedError, InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
-                                NotAStoreError, StoreClosedError,
-                                StoreConfigError, StoreLockedError, StoreReadOnlyError)
+                                StoreClosedError,
+                                StoreConfigError, StoreReadOnlyError)
 from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
                                  PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
                                  validate_topic)
@@ -61,71 +62,6 @@ _WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT
 REBUILD_STEP = 64 << 20
 
 
-# Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
-# locks belong to the process and vanish when ANY descriptor of the file is closed, so a second
-# open in this process must be refused before it opens (and later closes) the lock file.
-_LOCKED_DIRS: set = set()
-_LOCKED_DIRS_MUTEX = threading.Lock()
-
-
-#: What a store root holds before its first segment exists (a store stopped while it was being
-#: created): rocketstore's own entries, each {name: (is a directory, largest size if a file)}.
-_EARLY_STORE_ENTRIES = {"config": (True, 0), "consumequeue": (True, 0), "index": (True, 0),
-                        "lock": (False, 4), "abort": (False, 0), "checkpoint": (False, CHECKPOINT_SIZE),
-                        ".spark-staging": (True, 0)}    # the Spark sink stages parts before it opens
-
-
-def check_store_dir(path: str, *, read_only: bool) -> None:
-    """Refuse a ``path`` that holds no store, before anything in it is touched.
-
-    A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
-    as a Java broker's does; or, before its first segment, a ``config/`` directory of JSON
-    files beside nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``,
-    ``consumequeue/``, ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty
-    directory is where a writable open creates a store. Anything else raises
-    :class:`NotAStoreError`; a read-only open of a missing path raises FileNotFoundError.
-    """
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        if read_only:
-            raise FileNotFoundError(f"no store at {path}") from None
-        return
-    except NotADirectoryError:
-        raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
-    if not names:
-        if read_only:
-            raise NotAStoreError(f"{path} is not a store: it is an empty directory "
-                                 "(a writable open creates a store there)")
-        return
-    commitlog = os.path.join(path, "commitlog")
-    if "commitlog" in names:
-        try:
-            segments = os.listdir(commitlog)
-        except NotADirectoryError:
-            raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
-        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
-        if foreign:
-            raise NotAStoreError(f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
-                                 "which is not a segment (20-digit name)")
-        return
-    for name in sorted(names):
-        entry = os.path.join(path, name)
-        is_dir, largest = _EARLY_STORE_ENTRIES.get(name, (None, 0))
-        if is_dir is None or os.path.isdir(entry) != is_dir or os.path.islink(entry) \
-                or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest)):
-            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
-                                 "is not one of a store's files")
-    if "config" not in names and (read_only or names != [".spark-staging"]):
-        raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
-    if "config" in names:
-        foreign = [n for n in os.listdir(os.path.join(path, "config"))
-                   if not n.endswith((".json", ".json.bak", ".json.tmp"))]
-        if foreign:
-            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and its config/ "
-                                 f"holds {sorted(foreign)[0]!r}, which is not a store's config file")
-
-
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
 #: What an open sets up, each closed by _teardown if set (None before it is).
@@ -135,44 +71,6 @@ _PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "
 
 def _closed_error():
     raise StoreClosedError("the store is closed")
-
-
-def _detect_segment_size(directory: str) -> Optional[int]:
-    try:
-        names = [n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()]
-    except OSError:
-        return None
-    sizes = set()
-    for name in names:
-        try:
-            sizes.add(os.path.getsize(os.path.join(directory, name)))
-        except FileNotFoundError:
-            pass        # deleted by a writer's retention since the listing
-        except OSError:
-            return None
-    sizes.discard(0)    # being created by a writer
-    return sizes.pop() if len(sizes) == 1 else None
-
-
-def _detect_queue_options(root: str, options: dict) -> None:
-    """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
-    if "consume_queue_units" not in options:
-        cq_root = os.path.join(root, "consumequeue")
-        try:
-            for topic in sorted(os.listdir(cq_root))[:16]:
-                for qid in sorted(os.listdir(os.path.join(cq_root, topic)))[:4]:
-                    size = _detect_segment_size(os.path.join(cq_root, topic, qid))
-                    if size and size % 20 == 0:
-                        options["consume_queue_units"] = size // 20
-                        break
-                if "consume_queue_units" in options:
-                    break
-        except OSError:
-            pass
-    if "index_slots" not in options and "index_count" not in options:
-        geometry = detect_index_geometry(root)
-        if geometry is not None:
-            options["index_slots"], options["index_count"] = geometry
 
 
 class MessageStore:
@@ -197,8 +95,7 @@ class MessageStore:
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
         self._closed = True
-        self._lock_fd = -1
-        self._mended: dict = {}    # read-only: units of each queue rebuilt in memory
+        self._lock = StoreLock(self.path)
         check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
@@ -215,14 +112,14 @@ class MessageStore:
         for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
             found = dict(options)
             if "commitlog_file_size" not in found:
-                detected = _detect_segment_size(commitlog_dir)
+                detected = detect_segment_size(commitlog_dir)
                 if detected is not None:
                     found["commitlog_file_size"] = detected
-            _detect_queue_options(self.path, found)
+            detect_queue_options(self.path, found)
             self.config = StoreConfig(**found)
             if not read_only:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
-                self._take_lock()
+                self._lock.acquire()
             for part in _PARTS:
                 setattr(self, part, None)
             try:
@@ -238,35 +135,6 @@ class MessageStore:
         self._closed = False
 
     # ---- open / close ----
-
-    def _take_lock(self) -> None:
-        path = os.path.join(self.path, "lock")
-        st = os.stat(self.path)
-        key = (st.st_dev, st.st_ino)
-        with _LOCKED_DIRS_MUTEX:
-            if key in _LOCKED_DIRS:
-                raise StoreLockedError(f"store {self.path} is already open for writing in this process")
-            fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
-            try:
-                # flock for other processes using flock; the POSIX lock on byte 0 is the one a
-                # Java broker (FileChannel.tryLock) takes, so each side sees the other.
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            except OSError:
-                os.close(fd)
-                raise StoreLockedError(
-                    f"store {self.path} is locked by another writer (lock file {path})") from None
-            os.pwrite(fd, b"lock", 0)
-            self._lock_fd = fd
-            self._lock_key = key
-            _LOCKED_DIRS.add(key)
-
-    def _release_lock(self) -> None:
-        if self._lock_fd >= 0:
-            with _LOCKED_DIRS_MUTEX:
-                os.close(self._lock_fd)  # closing releases both locks
-                self._lock_fd = -1
-                _LOCKED_DIRS.discard(self._lock_key)
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
@@ -301,6 +169,7 @@ class MessageStore:
             self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                           start=dispatch_start, end_of=weak_method(self._read_only_end),
                                           delay_levels_ms=cfg.delay_levels_ms)
+            self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
             self._repair_holes(queue_offsets)
             return
@@ -316,6 +185,7 @@ class MessageStore:
         self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
                                       start=dispatch_start, end_of=lambda: core.wrote_offset,
                                       delay_levels_ms=cfg.delay_levels_ms)
+        self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         self._rebuild(end)    # what the queues and the index miss of the CommitLog
         self._repair_holes(queue_offsets)
         if cfg.dispatch_interval_ms:
@@ -462,7 +332,7 @@ class MessageStore:
                 cq.holes.append((cq.max_offset, nxt))
         damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
         if damaged:
-            self._repair_queues(damaged)
+            self._guard.repair(damaged)
 
     def _save_checkpoint(self) -> None:
         """Make the ConsumeQueues and the index durable up to the dispatch offset and record
@@ -550,7 +420,7 @@ class MessageStore:
             run(self._commitlog.close)
         if durable:
             run(self._remove_abort_file)
-        run(self._release_lock)
+        run(self._lock.release)
         return errors
 
     def _final_checkpoint(self) -> None:
@@ -913,62 +783,14 @@ class MessageStore:
         self._dispatcher.catch_up()
         found = self._commitlog.verify(progress)
         problems, first = found["problems"], found["min_offset"]
-        checked = self._verify_queues(found.pop("found"), problems, first)
-        for (topic, qid), n in sorted(self._mended.items()):
+        checked = self._guard.verify(found.pop("found"), problems, first)
+        for (topic, qid), n in sorted(self._guard.mended.items()):
             problems.append({"offset": first, "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
                              f"disk did not point at their records (rebuilt in memory; a writable "
                              f"open rewrites them)"})
         return {"ok": not problems, "records": found["records"], "bytes": found["bytes"],
                 "segments": found["segments"], "min_offset": first, "max_offset": self.max_offset,
                 "queues": checked, "problems": problems}
-
-    def _verify_queues(self, found, problems, low: int, max_per_queue: int = 10) -> int:
-        """Every unit of every queue must point at a record of that topic, queue id, queue offset
-        and size (units below ``low``, the first segment checked, point at what retention
-        deleted)."""
-        if found:
-            positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
-        else:
-            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
-            keys = np.empty(0, dtype=np.uint64)
-        codec = self._codec
-        damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
-        checked = 0
-        for cq in list(self._queues):
-            checked += 1
-            bad = 0
-            key = _queue_key(codec, cq.topic, cq.queue_id)
-            q = cq.min_offset
-            while q < cq.max_offset:
-                units = cq.units(q, 65536)
-                if not len(units):
-                    break
-                phys = units["commitlog_offset"]
-                at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
-                if len(positions):
-                    ok = ((positions[at] == phys) & (sizes[at] == units["size"])
-                          & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
-                          & (qoffsets[at] == q + np.arange(len(units))))
-                else:
-                    ok = np.zeros(len(units), dtype=bool)
-                ok |= np.isin(phys, damaged)      # that record's damage is reported already
-                ok |= phys < low                  # deleted by retention: not damage
-                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)   # rebuilt without a record
-                ok &= ~lost
-                for i in np.flatnonzero(~ok).tolist():
-                    bad += 1
-                    if bad <= max_per_queue:
-                        what = ("has no record: the message at this position is lost (damage)"
-                                if lost[i] else "does not point at a valid record of its queue")
-                        problems.append({"offset": int(phys[i]),
-                                         "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit "
-                                                   f"{q + i} {what}"})
-                q += len(units)
-            if bad > max_per_queue:
-                problems.append({"offset": problems[-1]["offset"],
-                                 "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id}: {bad - max_per_queue} "
-                                           f"more such units ({bad} in all)"})
-        return checked
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
@@ -981,68 +803,8 @@ class MessageStore:
         self._dispatcher.catch_up()
         cq = self._queues.get(topic, queue_id)
         if cq is not None and cq.holes:
-            self._repair_queues([(topic, queue_id)])
+            self._guard.repair([(topic, queue_id)])
         return cq
-
-    def _unit_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int,
-                      size: int) -> Optional[MessageExt]:
-        """The message a ConsumeQueue unit points at, checked: its record must have a valid CRC,
-        this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
-        None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
-        point at its own record (damage: the caller rebuilds the queue or reports it missing)."""
-        if commitlog_offset < 0 or size <= 0:
-            raise _DamagedUnit(topic, queue_id, queue_offset)
-        if commitlog_offset < self._segments.min_offset:
-            return None
-        try:
-            msg = self._read(commitlog_offset)
-        except MessageNotFoundError:
-            raise _DamagedUnit(topic, queue_id, queue_offset) from None
-        if (msg.queue_offset != queue_offset or msg.queue_id != queue_id or msg.size != size
-                or msg.commitlog_offset != commitlog_offset or msg.topic != topic):
-            raise _DamagedUnit(topic, queue_id, queue_offset)
-        return msg
-
-    def _repair_queues(self, keys) -> None:
-        """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every
-        record with a valid CRC that sits where its PHYSICALOFFSET says is put back at its queue
-        offset; a position no such record claims becomes a placeholder (consumers skip it,
-        ``get_by_queue_offset`` says it is missing, ``verify()`` reports it). A read-only store
-        does it in memory. One CommitLog scan for all of them."""
-        keys = set(keys)
-        with self._dispatcher.lock:
-            end = self._dispatcher.offset
-            found: dict = {key: [] for key in keys}
-            codec = self._codec
-            for mf, arr in self._scan(None, end, True):
-                base = mf.file_from_offset
-                arr = consumable_rows(arr)
-                arr = arr[arr["physical_offset"] == base + arr["position"]]
-                if not len(arr):
-                    continue
-                view = mf.view(0, self._readable_end(mf))
-                groups = [g for g in queue_groups(codec, view, arr) if (g[0], g[1]) in keys]
-                if not groups:
-                    continue
-                tags = codec.dispatch_info(view, arr, self.config.delay_levels_ms)[0]["tags_code"]
-                for topic, qid, rows in groups:
-                    found[(topic, qid)].append((arr["queue_offset"][rows], base + arr["position"][rows],
-                                                arr["size"][rows], tags[rows]))
-            if self._segments.files:
-                self._queues.correct_min_offset(self._segments.min_offset)
-            for key, parts in found.items():
-                cq = self._queues.get(*key)
-                if cq is None:
-                    continue
-                if parts:
-                    q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
-                    q, first = np.unique(q, return_index=True)    # one record per queue offset
-                    phys, sizes, tags = phys[first], sizes[first], tags[first]
-                else:
-                    q = phys = sizes = tags = np.empty(0, dtype=np.int64)
-                rewritten, missing = cq.repair(q, phys, sizes, tags)
-                if self.read_only and rewritten:      # mended in memory only: verify() says so
-                    self._mended[key] = self._mended.get(key, 0) + rewritten
 
     def _pull(self, topic: str, queue_id: int, fetch):
         """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
@@ -1051,7 +813,7 @@ class MessageStore:
         reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
         cq = self._queue(topic, queue_id)
         for attempt in range(2):
-            read = (lambda offset, size, q: self._unit_message(topic, queue_id, q, offset, size))
+            read = (lambda offset, size, q: self._guard.unit_message(topic, queue_id, q, offset, size))
             try:
                 return fetch(cq, read)
             except _DamagedUnit as exc:
@@ -1060,7 +822,7 @@ class MessageStore:
                         f"ConsumeQueue {topic}-{queue_id} unit {exc.queue_offset} does not point at "
                         f"its message, and rebuilding the queue from the CommitLog did not help",
                         topic, queue_id, exc.queue_offset) from None
-                self._repair_queues([(topic, queue_id)])
+                self._guard.repair([(topic, queue_id)])
                 cq = self._queues.get(topic, queue_id)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: Optional[int] = None,
@@ -1131,27 +893,8 @@ class MessageStore:
             raise ValueError("commitlog_offsets must be strictly ascending")
         check = None
         if queue is not None:
-            check = (lambda view, base, rows, first: self._check_queue_rows(view, base, rows, queue, first))
+            check = (lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first))
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
-
-    def _check_queue_rows(self, view, base: int, rows, queue: tuple, first: int) -> None:
-        """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
-        (topic, queue_id, queue offset of unit 0) at units ``first`` .. ``first + len(rows)``."""
-        topic, queue_id, q0 = queue
-        want = q0 + first + np.arange(len(rows), dtype=np.int64)
-        bad = ((rows["queue_offset"] != want) | (rows["queue_id"] != queue_id)
-               | (rows["physical_offset"] != base + rows["position"]))
-        if not bad.any():
-            groups = queue_groups(self._codec, view, rows)
-            if len(groups) == 1 and groups[0][0] == topic:
-                return
-            bad = np.ones(len(rows), dtype=bool)
-            for name, _qid, idx in groups:
-                bad[idx] = name != topic
-        k = int(np.flatnonzero(bad)[0])
-        raise ConsumeQueueDamagedError(
-            f"ConsumeQueue {topic}-{queue_id} unit {int(want[k])} does not point at its message "
-            f"(commitlog offset {base + int(rows['position'][k])})", topic, queue_id, int(want[k]))
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
@@ -1389,16 +1132,6 @@ class MessageStore:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.read_only else "open")
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
-
-
-def _queue_key(codec, topic: str, queue_id: int):
-    """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
-    can carry."""
-    try:
-        probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
-    except InvalidMessageError:
-        return None
-    return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]
 
 
 def _check_mapping(properties):

@@ -1,0 +1,174 @@
+"""Queue integrity: every message handed out by queue position is the one stored there.
+
+A ConsumeQueue unit is only a pointer. :class:`QueueGuard` checks each record a unit points at
+(valid CRC, the unit's size, topic, queue id and queue offset, a PHYSICALOFFSET equal to where
+it lies), rebuilds a queue from the CommitLog when one does not (one scan; a read-only store
+does it in memory), and checks every unit of every queue for ``verify()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from rocketstore.commitlog import CommitLog
+from rocketstore.consume import _DamagedUnit
+from rocketstore.consumequeue import PLACEHOLDER_SIZE
+from rocketstore.dispatch import consumable_rows, queue_groups
+from rocketstore.errors import ConsumeQueueDamagedError, InvalidMessageError, MessageNotFoundError
+from rocketstore.message import MessageExt
+
+__all__ = ["QueueGuard"]
+
+
+class QueueGuard:
+    """The integrity checks and repairs of one store's ConsumeQueues (``queues``) against its
+    CommitLog; ``dispatcher`` is the store's (a repair holds its lock)."""
+
+    def __init__(self, commitlog: CommitLog, queues: Any, dispatcher: Any,
+                 delay_levels_ms: Iterable[int], read_only: bool) -> None:
+        self._commitlog = commitlog
+        self._queues = queues
+        self._dispatcher = dispatcher
+        self._delay_levels_ms = tuple(delay_levels_ms)
+        self.read_only = read_only
+        #: read-only: units of each queue rebuilt in memory, {(topic, queue_id): count}
+        self.mended: dict = {}
+
+    def verify(self, found, problems, low: int, max_per_queue: int = 10) -> int:
+        """Every unit of every queue must point at a record of that topic, queue id, queue offset
+        and size (units below ``low``, the first segment checked, point at what retention
+        deleted)."""
+        if found:
+            positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
+        else:
+            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
+            keys = np.empty(0, dtype=np.uint64)
+        codec = self._commitlog.codec
+        damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
+        checked = 0
+        for cq in list(self._queues):
+            checked += 1
+            bad = 0
+            key = _queue_key(codec, cq.topic, cq.queue_id)
+            q = cq.min_offset
+            while q < cq.max_offset:
+                units = cq.units(q, 65536)
+                if not len(units):
+                    break
+                phys = units["commitlog_offset"]
+                at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
+                if len(positions):
+                    ok = ((positions[at] == phys) & (sizes[at] == units["size"])
+                          & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
+                          & (qoffsets[at] == q + np.arange(len(units))))
+                else:
+                    ok = np.zeros(len(units), dtype=bool)
+                ok |= np.isin(phys, damaged)      # that record's damage is reported already
+                ok |= phys < low                  # deleted by retention: not damage
+                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)   # rebuilt without a record
+                ok &= ~lost
+                for i in np.flatnonzero(~ok).tolist():
+                    bad += 1
+                    if bad <= max_per_queue:
+                        what = ("has no record: the message at this position is lost (damage)"
+                                if lost[i] else "does not point at a valid record of its queue")
+                        problems.append({"offset": int(phys[i]),
+                                         "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit "
+                                                   f"{q + i} {what}"})
+                q += len(units)
+            if bad > max_per_queue:
+                problems.append({"offset": problems[-1]["offset"],
+                                 "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id}: {bad - max_per_queue} "
+                                           f"more such units ({bad} in all)"})
+        return checked
+
+    def unit_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int,
+                      size: int) -> Optional[MessageExt]:
+        """The message a ConsumeQueue unit points at, checked: its record must have a valid CRC,
+        this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
+        None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
+        point at its own record (damage: the caller rebuilds the queue or reports it missing)."""
+        if commitlog_offset < 0 or size <= 0:
+            raise _DamagedUnit(topic, queue_id, queue_offset)
+        if commitlog_offset < self._commitlog.min_offset:
+            return None
+        try:
+            msg = self._commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            raise _DamagedUnit(topic, queue_id, queue_offset) from None
+        if (msg.queue_offset != queue_offset or msg.queue_id != queue_id or msg.size != size
+                or msg.commitlog_offset != commitlog_offset or msg.topic != topic):
+            raise _DamagedUnit(topic, queue_id, queue_offset)
+        return msg
+
+    def repair(self, keys) -> None:
+        """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every
+        record with a valid CRC that sits where its PHYSICALOFFSET says is put back at its queue
+        offset; a position no such record claims becomes a placeholder (consumers skip it,
+        ``get_by_queue_offset`` says it is missing, ``verify()`` reports it). A read-only store
+        does it in memory. One CommitLog scan for all of them."""
+        keys = set(keys)
+        with self._dispatcher.lock:
+            end = self._dispatcher.offset
+            found: dict = {key: [] for key in keys}
+            codec = self._commitlog.codec
+            for mf, arr in self._commitlog.chunks(None, end, True):
+                base = mf.file_from_offset
+                arr = consumable_rows(arr)
+                arr = arr[arr["physical_offset"] == base + arr["position"]]
+                if not len(arr):
+                    continue
+                view = mf.view(0, self._commitlog.readable_end(mf))
+                groups = [g for g in queue_groups(codec, view, arr) if (g[0], g[1]) in keys]
+                if not groups:
+                    continue
+                tags = codec.dispatch_info(view, arr, self._delay_levels_ms)[0]["tags_code"]
+                for topic, qid, rows in groups:
+                    found[(topic, qid)].append((arr["queue_offset"][rows], base + arr["position"][rows],
+                                                arr["size"][rows], tags[rows]))
+            if self._commitlog.files:
+                self._queues.correct_min_offset(self._commitlog.min_offset)
+            for key, parts in found.items():
+                cq = self._queues.get(*key)
+                if cq is None:
+                    continue
+                if parts:
+                    q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
+                    q, first = np.unique(q, return_index=True)    # one record per queue offset
+                    phys, sizes, tags = phys[first], sizes[first], tags[first]
+                else:
+                    q = phys = sizes = tags = np.empty(0, dtype=np.int64)
+                rewritten, missing = cq.repair(q, phys, sizes, tags)
+                if self.read_only and rewritten:      # mended in memory only: verify() says so
+                    self.mended[key] = self.mended.get(key, 0) + rewritten
+
+    def check_rows(self, view, base: int, rows, queue: tuple, first: int) -> None:
+        """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
+        (topic, queue_id, queue offset of unit 0) at units ``first`` .. ``first + len(rows)``."""
+        topic, queue_id, q0 = queue
+        want = q0 + first + np.arange(len(rows), dtype=np.int64)
+        bad = ((rows["queue_offset"] != want) | (rows["queue_id"] != queue_id)
+               | (rows["physical_offset"] != base + rows["position"]))
+        if not bad.any():
+            groups = queue_groups(self._commitlog.codec, view, rows)
+            if len(groups) == 1 and groups[0][0] == topic:
+                return
+            bad = np.ones(len(rows), dtype=bool)
+            for name, _qid, idx in groups:
+                bad[idx] = name != topic
+        k = int(np.flatnonzero(bad)[0])
+        raise ConsumeQueueDamagedError(
+            f"ConsumeQueue {topic}-{queue_id} unit {int(want[k])} does not point at its message "
+            f"(commitlog offset {base + int(rows['position'][k])})", topic, queue_id, int(want[k]))
+
+
+def _queue_key(codec, topic: str, queue_id: int):
+    """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
+    can carry."""
+    try:
+        probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
+    except InvalidMessageError:
+        return None
+    return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]

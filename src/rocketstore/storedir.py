@@ -1,0 +1,166 @@
+"""A store's directory: what counts as a store (before anything in it is touched), the sizes its
+existing files were written with, and the writer's lock.
+
+The lock is the one a Java broker takes (a POSIX record lock on byte 0 of ``<root>/lock``, which
+``FileChannel.tryLock`` takes) plus ``flock`` for other processes that use it: each side sees the
+other, so a directory is never written by two writers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from typing import Optional
+
+from rocketstore._files import open_regular
+from rocketstore.checkpoint import CHECKPOINT_SIZE
+from rocketstore.errors import NotAStoreError, StoreLockedError
+from rocketstore.indexservice import detect_index_geometry
+
+__all__ = ["check_store_dir", "detect_segment_size", "detect_queue_options", "StoreLock"]
+
+
+# Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
+# locks belong to the process and vanish when ANY descriptor of the file is closed, so a second
+# open in this process must be refused before it opens (and later closes) the lock file.
+_LOCKED_DIRS: set = set()
+_LOCKED_DIRS_MUTEX = threading.Lock()
+
+
+#: What a store root holds before its first segment exists (a store stopped while it was being
+#: created): rocketstore's own entries, each {name: (is a directory, largest size if a file)}.
+_EARLY_STORE_ENTRIES = {"config": (True, 0), "consumequeue": (True, 0), "index": (True, 0),
+                        "lock": (False, 4), "abort": (False, 0), "checkpoint": (False, CHECKPOINT_SIZE),
+                        ".spark-staging": (True, 0)}    # the Spark sink stages parts before it opens
+
+
+def check_store_dir(path: str, *, read_only: bool) -> None:
+    """Refuse a ``path`` that holds no store, before anything in it is touched.
+
+    A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
+    as a Java broker's does; or, before its first segment, a ``config/`` directory of JSON
+    files beside nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``,
+    ``consumequeue/``, ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty
+    directory is where a writable open creates a store. Anything else raises
+    :class:`NotAStoreError`; a read-only open of a missing path raises FileNotFoundError.
+    """
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        if read_only:
+            raise FileNotFoundError(f"no store at {path}") from None
+        return
+    except NotADirectoryError:
+        raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
+    if not names:
+        if read_only:
+            raise NotAStoreError(f"{path} is not a store: it is an empty directory "
+                                 "(a writable open creates a store there)")
+        return
+    commitlog = os.path.join(path, "commitlog")
+    if "commitlog" in names:
+        try:
+            segments = os.listdir(commitlog)
+        except NotADirectoryError:
+            raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
+        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
+                                 "which is not a segment (20-digit name)")
+        return
+    for name in sorted(names):
+        entry = os.path.join(path, name)
+        is_dir, largest = _EARLY_STORE_ENTRIES.get(name, (None, 0))
+        if is_dir is None or os.path.isdir(entry) != is_dir or os.path.islink(entry) \
+                or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest)):
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
+                                 "is not one of a store's files")
+    if "config" not in names and (read_only or names != [".spark-staging"]):
+        raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
+    if "config" in names:
+        foreign = [n for n in os.listdir(os.path.join(path, "config"))
+                   if not n.endswith((".json", ".json.bak", ".json.tmp"))]
+        if foreign:
+            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and its config/ "
+                                 f"holds {sorted(foreign)[0]!r}, which is not a store's config file")
+
+
+def detect_segment_size(directory: str) -> Optional[int]:
+    """The size of the 20-digit-named files in ``directory`` when they all have one (None if not)."""
+    try:
+        names = [n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()]
+    except OSError:
+        return None
+    sizes = set()
+    for name in names:
+        try:
+            sizes.add(os.path.getsize(os.path.join(directory, name)))
+        except FileNotFoundError:
+            pass        # deleted by a writer's retention since the listing
+        except OSError:
+            return None
+    sizes.discard(0)    # being created by a writer
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def detect_queue_options(root: str, options: dict) -> None:
+    """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
+    if "consume_queue_units" not in options:
+        cq_root = os.path.join(root, "consumequeue")
+        try:
+            for topic in sorted(os.listdir(cq_root))[:16]:
+                for qid in sorted(os.listdir(os.path.join(cq_root, topic)))[:4]:
+                    size = detect_segment_size(os.path.join(cq_root, topic, qid))
+                    if size and size % 20 == 0:
+                        options["consume_queue_units"] = size // 20
+                        break
+                if "consume_queue_units" in options:
+                    break
+        except OSError:
+            pass
+    if "index_slots" not in options and "index_count" not in options:
+        geometry = detect_index_geometry(root)
+        if geometry is not None:
+            options["index_slots"], options["index_count"] = geometry
+
+
+class StoreLock:
+    """The exclusive write lock of the store at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+        self._key: tuple = ()
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`StoreLockedError` (held by another writer, or already
+        by this process: POSIX record locks belong to the process)."""
+        path = os.path.join(self.path, "lock")
+        st = os.stat(self.path)
+        key = (st.st_dev, st.st_ino)
+        with _LOCKED_DIRS_MUTEX:
+            if key in _LOCKED_DIRS:
+                raise StoreLockedError(f"store {self.path} is already open for writing in this process")
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
+            try:
+                # flock for other processes using flock; the POSIX lock on byte 0 is the one a
+                # Java broker (FileChannel.tryLock) takes, so each side sees the other.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise StoreLockedError(
+                    f"store {self.path} is locked by another writer (lock file {path})") from None
+            os.pwrite(fd, b"lock", 0)
+            self._fd = fd
+            self._key = key
+            _LOCKED_DIRS.add(key)
+
+    def release(self) -> None:
+        """Release the lock (closing the file releases both locks); idempotent."""
+        if self._fd >= 0:
+            with _LOCKED_DIRS_MUTEX:
+                os.close(self._fd)  # closing releases both locks
+                self._fd = -1
+                _LOCKED_DIRS.discard(self._key)
