@@ -5,6 +5,8 @@ broker's store. Hot paths are compiled (``cext/``) with pure-Python twins of the
 ``ROCKETSTORE_NO_EXTENSIONS=1`` forces the twins.
 """
 
+from typing import TYPE_CHECKING
+
 from rocketstore import errors
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
@@ -20,9 +22,12 @@ __version__ = "0.1.0"
 #: "c" when the compiled hot paths are in use, "py" for the pure-Python twins.
 IMPLEMENTATION = _DEFAULT.name
 
-PutResult = _DEFAULT.store.PutResult
-BatchPutResult = _DEFAULT.store.BatchPutResult
-PutFuture = _DEFAULT.store.PutFuture
+if TYPE_CHECKING:     # the compiled twins have the same names and signatures (.pyi stubs)
+    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+else:
+    PutResult = _DEFAULT.store.PutResult
+    BatchPutResult = _DEFAULT.store.BatchPutResult
+    PutFuture = _DEFAULT.store.PutFuture
 
 crc32 = _DEFAULT.crc32.crc32
 java_hash = _DEFAULT.codec.java_hash
@@ -36,4 +41,5 @@ __all__ = [
     "CQ_UNIT_DTYPE", "PutResult", "BatchPutResult", "PutFuture",
     "IMPLEMENTATION", "crc32", "java_hash", "encode_record", "decode_record", "decode_batch",
     "errors",
-] + errors.__all__
+]
+__all__ += errors.__all__
