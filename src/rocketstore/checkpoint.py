@@ -34,7 +34,12 @@ _LAYOUT = struct.Struct(">" + "q" * len(_FIELDS))
 class Checkpoint:
     """Read on open, written in place and fsynced by :meth:`flush`."""
 
-    def __init__(self, path: str):
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+    confirm_phy_offset: int
+
+    def __init__(self, path: str) -> None:
         self.path = path
         data = b""
         try:

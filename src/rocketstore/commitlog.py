@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import mmap
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -28,13 +28,35 @@ from rocketstore.message import MessageExt
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.dispatch import consumable
 
-__all__ = ["CommitLog", "checked_chunks", "stop_reason", "STEPPED"]
+if TYPE_CHECKING:
+    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+
+__all__ = ["CommitLog", "AppendCore", "checked_chunks", "stop_reason", "STEPPED"]
 
 _log = logging.getLogger("rocketstore.store")
 
 #: A pseudo stop reason of :func:`checked_chunks`: damaged bytes at ``stop``, stepped over to the
 #: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
 STEPPED = -1
+
+
+class AppendCore(Protocol):
+    """What the store uses of the append core (``_store_py.CommitLogCore`` or its compiled twin)."""
+
+    wrote_offset: int
+    flushed_offset: int
+    last_store_timestamp: int
+    append_prop_crc: bool
+
+    def put(self, *args: Any) -> PutResult: ...
+    def put_batch(self, *args: Any) -> BatchPutResult | PutFuture: ...
+    def put_many(self, items: Any, mode: int) -> BatchPutResult: ...
+    def flush(self, timeout_ms: int) -> bool: ...
+    def queue_offsets(self) -> dict[tuple[str, int], int]: ...
+    def stats(self) -> dict[str, Any]: ...
+    def forget_topic(self, topic: str) -> None: ...
+    def refuse_puts(self, error: Optional[BaseException]) -> None: ...
+    def close(self) -> None: ...
 
 
 class _ReadOnlyCore:
@@ -94,7 +116,7 @@ class CommitLog:
         if self.read_only:
             return mf.wrote_position
         wrote = self.core.wrote_offset
-        return max(0, min(mf.file_size, wrote - mf.file_from_offset))
+        return max(0, min(mf.file_size, int(wrote) - mf.file_from_offset))
 
     # ---- recovery ----
 
@@ -232,6 +254,7 @@ class CommitLog:
         pos = end - mf.file_from_offset
         chunk = 1 << 20
         mm = mf.mm
+        assert mm is not None
         while pos < mf.file_size:
             n = min(chunk, mf.file_size - pos)
             if mm[pos:pos + n].count(0) == n:
@@ -258,7 +281,7 @@ class CommitLog:
 
     # ---- appending ----
 
-    def start_appending(self, end: int, queue_offsets: dict, uniq_prefix: bytes,
+    def start_appending(self, end: int, queue_offsets: dict[tuple[str, int], int], uniq_prefix: bytes,
                         topic_lookup: Callable[[str], int], roll: Callable[[int], Any]) -> Any:
         """Create the append core at ``end`` (after recovery), with the next queue offsets.
         ``roll`` is the core's callback for a new segment: a weak reference to :meth:`roll`
@@ -268,8 +291,8 @@ class CommitLog:
         cfg = self.config
         core = self._impl.store.CommitLogCore(
             file_size=cfg.commitlog_file_size, start_offset=end,
-            store_host=host_to_bytes(cfg.store_host), store_port=cfg.store_port,
-            born_host=host_to_bytes(cfg.born_host), born_port=cfg.born_port,
+            store_host=host_to_bytes(cfg.store_host or ""), store_port=cfg.store_port,
+            born_host=host_to_bytes(cfg.born_host or ""), born_port=cfg.born_port,
             uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
             topic_lookup=topic_lookup, roll=roll,
             flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
@@ -320,7 +343,9 @@ class CommitLog:
         if pos >= end:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
         try:
-            return self.codec.decode_record(mf.view(0, end), pos, check_crc=True, copy_body=not zero_copy)
+            msg: MessageExt = self.codec.decode_record(mf.view(0, end), pos, check_crc=True,
+                                                      copy_body=not zero_copy)
+            return msg
         except CorruptRecordError as exc:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}: {exc}") from None
 
@@ -405,12 +430,12 @@ class CommitLog:
         for arr, stop, reason in decode_chunks(self.codec, view, pos, mf.file_size, check_crc=True):
             if len(arr):
                 return int(arr["position"][0]) == pos
-            return stop == pos and reason == self.codec.STOP_BLANK
+            return bool(stop == pos and reason == self.codec.STOP_BLANK)
         return False
 
     # ---- verify ----
 
-    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict:
+    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
         """Check every record's structure, body CRC and cross-checkable fields
         (``rocketstore._verify``), segment by segment.
 
@@ -421,8 +446,8 @@ class CommitLog:
         """
         codec = self.codec
         files = list(self.segments.files)
-        problems: list = []   # where the scan found no whole record
-        fields: list = []     # fields of whole records that fail a cross-check
+        problems: list[dict[str, Any]] = []   # where the scan found no whole record
+        fields: list[dict[str, Any]] = []     # fields of whole records that fail a cross-check
         found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
         stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
@@ -514,7 +539,7 @@ def checked_chunks(codec: Any, view: Any, lo: int, hi: int, base: int,
 def will_read(mf: MappedFile) -> None:
     """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
     try:
-        mf.mm.madvise(mmap.MADV_WILLNEED)
+        mf.mm.madvise(mmap.MADV_WILLNEED)  # type: ignore[union-attr]  # None: caught below
     except (AttributeError, OSError, ValueError):   # no madvise here, or a closed map
         pass
 

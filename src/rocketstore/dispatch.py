@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -90,13 +90,13 @@ def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
     return -1
 
 
-def consumable(records) -> np.ndarray:
+def consumable(records: np.ndarray) -> np.ndarray:
     """Mask of the records that get a ConsumeQueue unit: not PREPARED or ROLLBACK (§4.2)."""
     tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
     return (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
 
 
-def consumable_rows(records):
+def consumable_rows(records: np.ndarray) -> np.ndarray:
     """The records that get a ConsumeQueue unit: ``records`` itself when that is all of them
     (no copy of the rows), else the ones :func:`consumable` keeps."""
     keep = consumable(records)
@@ -598,7 +598,7 @@ class _AnonymousMap:
 class MemoryIndexService(IndexService):
     """An :class:`IndexService` whose files live in anonymous memory (a read-only store's tail)."""
 
-    def __init__(self, root, **kwargs):
+    def __init__(self, root: str, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
         self._loaded = True
 

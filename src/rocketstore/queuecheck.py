@@ -34,9 +34,10 @@ class QueueGuard:
         self._delay_levels_ms = tuple(delay_levels_ms)
         self.read_only = read_only
         #: read-only: units of each queue rebuilt in memory, {(topic, queue_id): count}
-        self.mended: dict = {}
+        self.mended: dict[tuple[str, int], int] = {}
 
-    def verify(self, found, problems, low: int, max_per_queue: int = 10) -> int:
+    def verify(self, found: list[tuple[np.ndarray, ...]], problems: list[dict[str, Any]], low: int,
+               max_per_queue: int = 10) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
         and size (units below ``low``, the first segment checked, point at what retention
         deleted)."""
@@ -103,7 +104,7 @@ class QueueGuard:
             raise _DamagedUnit(topic, queue_id, queue_offset)
         return msg
 
-    def repair(self, keys) -> None:
+    def repair(self, keys: Iterable[tuple[str, int]]) -> None:
         """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every
         record with a valid CRC that sits where its PHYSICALOFFSET says is put back at its queue
         offset; a position no such record claims becomes a placeholder (consumers skip it,
@@ -112,7 +113,7 @@ class QueueGuard:
         keys = set(keys)
         with self._dispatcher.lock:
             end = self._dispatcher.offset
-            found: dict = {key: [] for key in keys}
+            found: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {key: [] for key in keys}
             codec = self._commitlog.codec
             for mf, arr in self._commitlog.chunks(None, end, True):
                 base = mf.file_from_offset
@@ -144,7 +145,8 @@ class QueueGuard:
                 if self.read_only and rewritten:      # mended in memory only: verify() says so
                     self.mended[key] = self.mended.get(key, 0) + rewritten
 
-    def check_rows(self, view, base: int, rows, queue: tuple, first: int) -> None:
+    def check_rows(self, view: Any, base: int, rows: np.ndarray, queue: tuple[str, int, int],
+                   first: int) -> None:
         """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
         (topic, queue_id, queue offset of unit 0) at units ``first`` .. ``first + len(rows)``."""
         topic, queue_id, q0 = queue
@@ -164,11 +166,11 @@ class QueueGuard:
             f"(commitlog offset {base + int(rows['position'][k])})", topic, queue_id, int(want[k]))
 
 
-def _queue_key(codec, topic: str, queue_id: int):
+def _queue_key(codec: Any, topic: str, queue_id: int) -> Optional[int]:
     """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
     can carry."""
     try:
         probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
     except InvalidMessageError:
         return None
-    return codec.queue_keys(probe, codec.decode_batch(probe)[0])[0]
+    return int(codec.queue_keys(probe, codec.decode_batch(probe)[0])[0])

@@ -19,7 +19,8 @@ import logging
 import os
 import random
 import threading
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Optional, Sequence,
+                    TypeVar, Union, cast)
 
 import numpy as np
 
@@ -27,7 +28,8 @@ from rocketstore import _impl
 from rocketstore._background import weak_method
 from rocketstore._checks import (INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms)
 from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import CommitLog
+from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.mapped_file import MappedFile
 from rocketstore.parts import StoreParts
 from rocketstore.topics import Topics
 from rocketstore.queuecheck import QueueGuard
@@ -53,6 +55,15 @@ from rocketstore._files import open_regular
 
 _log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:     # the compiled twins have the same classes (see the .pyi stubs)
+    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+
+#: A message body: bytes or anything with the buffer protocol.
+Body = Union[bytes, bytearray, memoryview]
+#: ``keys=``: one string of space-separated keys, or a sequence of keys.
+Keys = Union[str, Sequence[str], None]
+_T = TypeVar("_T")
+
 __all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MAX = (1 << 63) - 1
@@ -69,7 +80,7 @@ _PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "
           "_queues", "_index", "_disk_index")
 
 
-def _closed_error():
+def _closed_error() -> NoReturn:
     raise StoreClosedError("the store is closed")
 
 
@@ -90,8 +101,33 @@ class MessageStore:
     ``done`` and ``total`` count CommitLog bytes.
     """
 
-    def __init__(self, path: Optional[str | os.PathLike] = None, *, read_only: bool = False,
-                 implementation: Optional[str] = None, progress=None, **options):
+    # What an open sets up (each None until it is: _PARTS). Any where the class is a twin's
+    # (compiled or pure) or a read-only stand-in's.
+    config: StoreConfig
+    last_shutdown_clean: bool
+    _impl: Any
+    _codec: Any
+    _core: AppendCore
+    _commitlog: CommitLog
+    _segments: Any
+    _end: int
+    _queues: Any
+    _index: Any
+    _disk_index: Any
+    _dispatcher: Any
+    _dispatch_thread: Any
+    _cleaner: Any
+    _schedule: Any
+    _guard: QueueGuard
+    _parts: StoreParts
+    _checkpoint: Checkpoint
+    _offsets: ConsumerOffsetTable
+    _topics: Topics
+    _queue_offsets: dict[tuple[str, int], int]
+
+    def __init__(self, path: Optional[str | os.PathLike[str]] = None, *, read_only: bool = False,
+                 implementation: Optional[str] = None,
+                 progress: Optional[Callable[[str, int, int], None]] = None, **options: Any) -> None:
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
         self._closed = True
@@ -102,9 +138,9 @@ class MessageStore:
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._core = None
+        self._core = None     # type: ignore[assignment]  # set by _open
         self._mutex = threading.RLock()
-        self._user_topics: set = set()     # topics a user's put was checked for (not system topics)
+        self._user_topics: set[str] = set()     # topics a user's put was checked for (not system topics)
         commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
@@ -175,7 +211,7 @@ class MessageStore:
             return
 
         pid = os.getpid() & 0xFFFF
-        uniq_prefix = (host_to_bytes(cfg.born_host) + pid.to_bytes(2, "big")
+        uniq_prefix = (host_to_bytes(cfg.born_host or "") + pid.to_bytes(2, "big")
                        + random.getrandbits(32).to_bytes(4, "big"))
         self._core = core = commitlog.start_appending(
             end, queue_offsets, uniq_prefix,
@@ -229,7 +265,7 @@ class MessageStore:
                                        **index_options)
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
-    def _recover(self):
+    def _recover(self) -> tuple[int, dict[tuple[str, int], int], int]:
         """Recover the CommitLog (:meth:`CommitLog.recover`: a CRC scan from where the checkpoint
         or RocketMQ's rules say, to the first invalid record) and cut the CommitLog, the
         ConsumeQueues and the index where its valid data ends.
@@ -246,7 +282,7 @@ class MessageStore:
             # the prefix the checkpoint vouches for; the records after it are dispatched again.
             # A read-only store does it in memory.
             self._queues.recover(limit=complete_to)
-        tail: dict = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
+        tail: dict[tuple[str, int], list[int]] = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
         end = commitlog.recover(
             scan_from, self._checkpoint.confirm_phy_offset,
             on_records=lambda buffer, arr: self._collect_queue_offsets(buffer, arr, tail),
@@ -284,7 +320,7 @@ class MessageStore:
         index_start = index_files[-1].end_phy_offset if index_files else lowest
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
-    def _collect_queue_offsets(self, buffer, arr, tail) -> None:
+    def _collect_queue_offsets(self, buffer: Any, arr: np.ndarray, tail: dict[tuple[str, int], list[int]]) -> None:
         arr = consumable_rows(arr)
         for topic, qid, rows in queue_groups(self._codec, buffer, arr):
             offsets = arr["queue_offset"][rows]
@@ -318,7 +354,7 @@ class MessageStore:
                 self._save_checkpoint()
         self._report("dispatch", total, total)
 
-    def _repair_holes(self, queue_offsets: dict) -> None:
+    def _repair_holes(self, queue_offsets: dict[tuple[str, int], int]) -> None:
         """Rebuild from the CommitLog every queue that recovery or dispatch found units missing
         in, and every queue that ends before the next queue offset its records in the CommitLog
         call for (``queue_offsets``: its last units were lost, e.g. a zeroed file)."""
@@ -385,14 +421,14 @@ class MessageStore:
         if errors:
             raise errors[0]
 
-    def _teardown(self, clean: bool) -> list:
+    def _teardown(self, clean: bool) -> list[BaseException]:
         """Stop and close every part that was opened, each whatever the others raised, and
         release the lock; the errors, in order. ``clean``: a close (dispatch the rest, write the
         checkpoint and remove the abort file if all that made the data durable); else a failed
         open (the abort file stays)."""
         errors = []
 
-        def run(step) -> bool:
+        def run(step: Callable[[], object]) -> bool:
             try:
                 step()
                 return True
@@ -453,10 +489,10 @@ class MessageStore:
     def __enter__(self) -> "MessageStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         # Dropped without close(): close it as close() would. The store's own threads hold it
         # only weakly, so this can run on one of them mid-step (holding a lock close() needs):
         # then a new thread closes it (which keeps it alive until then).
@@ -504,7 +540,8 @@ class MessageStore:
 
     # ---- puts ----
 
-    def _properties(self, tags, keys, properties) -> tuple[Optional[bytes], Optional[str], int]:
+    def _properties(self, tags: Optional[str], keys: Keys, properties: Optional[Mapping[str, str]],
+                    ) -> tuple[Optional[bytes], Optional[str], int]:
         """(encoded properties, the caller's UNIQ_KEY or None, wait override or -1)."""
         props = dict(properties) if properties else {}
         if tags is not None:
@@ -521,15 +558,16 @@ class MessageStore:
         unique_key = props.get(PROPERTY_UNIQ_KEY)
         return self._codec.encode_properties(props), unique_key, wait
 
-    def _wait_mode(self, durable, wait_override) -> int:
+    def _wait_mode(self, durable: Optional[bool], wait_override: int) -> int:
         """The core's wait argument: -1 lets the core apply the store's flush_disk_type."""
         if durable is not None:
             return 1 if durable else 0
         return wait_override
 
-    def put(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
-            properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
-            durable: Optional[bool] = None, delay_level: Optional[int] = None):
+    def put(self, topic: str | Message, body: Optional[Body] = None, *, tags: Optional[str] = None,
+            keys: Keys = None, properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
+            flag: int = 0, durable: Optional[bool] = None, delay_level: Optional[int] = None,
+            ) -> PutResult:
         """Store one message; returns a :class:`PutResult` (status PUT_OK).
 
         ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
@@ -553,12 +591,14 @@ class MessageStore:
             return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
                                   -1 if durable is None else (1 if durable else 0))
         if body is None:
-            return self._put_message(topic, durable, 0, delay_level)
-        return self._put(topic, body, tags, keys, properties, queue_id, flag, durable, 0, delay_level)
+            return cast("PutResult", self._put_message(topic, durable, 0, delay_level))
+        return cast("PutResult", self._put(cast(str, topic), body, tags, keys, properties, queue_id, flag,
+                                            durable, 0, delay_level))
 
-    def put_pipelined(self, topic, body=None, *, tags: Optional[str] = None, keys=None,
+    def put_pipelined(self, topic: str | Message, body: Optional[Body] = None, *,
+                      tags: Optional[str] = None, keys: Keys = None,
                       properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
-                      flag: int = 0, delay_level: Optional[int] = None):
+                      flag: int = 0, delay_level: Optional[int] = None) -> PutFuture:
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
@@ -568,12 +608,12 @@ class MessageStore:
         """
         self._check_user_topic(topic)
         if body is None:
-            return self._put_message(topic, True, _WAIT_FUTURE, delay_level)
+            return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level))
         queue_id, flag = check_put_ints(queue_id, flag)
-        return self._put(topic, body, tags, keys, properties, queue_id, flag, True, _WAIT_FUTURE,
-                         delay_level)
+        return cast("PutFuture", self._put(cast(str, topic), body, tags, keys, properties, queue_id,
+                                           flag, True, _WAIT_FUTURE, delay_level))
 
-    def _check_user_topic(self, topic) -> None:
+    def _check_user_topic(self, topic: object) -> None:
         """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
         the store's own puts into them (delay, send_back) do not come through here."""
         name = topic.topic if isinstance(topic, Message) else topic
@@ -581,7 +621,9 @@ class MessageStore:
         if name.__class__ is str and len(self._user_topics) < 65536:
             self._user_topics.add(name)
 
-    def _put(self, topic, body, tags, keys, properties, queue_id, flag, durable, mode, delay_level=None):
+    def _put(self, topic: str, body: Body, tags: Optional[str], keys: Keys,
+             properties: Optional[Mapping[str, str]], queue_id: int, flag: int,
+             durable: Optional[bool], mode: int, delay_level: Optional[int] = None) -> Any:
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
         _check_mapping(properties)
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
@@ -593,7 +635,7 @@ class MessageStore:
         return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
                               mode or self._wait_mode(durable, wait))
 
-    def _message_item(self, m: Message, delay_level: Optional[int] = None):
+    def _message_item(self, m: Message, delay_level: Optional[int] = None) -> tuple[Any, ...]:
         if not isinstance(m, Message):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
@@ -611,17 +653,19 @@ class MessageStore:
         body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()   # never bytes(int)
         return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
 
-    def _put_message(self, m, durable, mode, delay_level=None):
+    def _put_message(self, m: object, durable: Optional[bool], mode: int,
+                     delay_level: Optional[int] = None) -> Any:
         self._check_writable()
         (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = \
-            self._message_item(m, delay_level)
+            self._message_item(cast(Message, m), delay_level)
         wait_mode = mode or self._wait_mode(durable, wait)
         return self._core.put(topic, body, props, qid, flag, born, sys_flag, reconsume, 0,
                               unique_key, wait_mode)
 
-    def put_batch(self, topic, bodies, *, lengths=None, tags: Optional[str] = None,
+    def put_batch(self, topic: str, bodies: Any, *, lengths: Any = None, tags: Optional[str] = None,
                   properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
-                  durable: Optional[bool] = None, pipelined: bool = False):
+                  durable: Optional[bool] = None, pipelined: bool = False,
+                  ) -> BatchPutResult | PutFuture:
         """Store many messages of one topic and queue in one call under one lock.
 
         ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
@@ -645,7 +689,8 @@ class MessageStore:
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
-    def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None):
+    def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None,
+                     ) -> BatchPutResult:
         """Store :class:`Message` objects of any topics under one lock; returns a list of results.
 
         Every message is validated before the first is written; they are stored all or none,
@@ -664,13 +709,16 @@ class MessageStore:
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
 
-    def _delayed(self, topic, queue_id, properties, delay_level):
+    def _delayed(self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]],
+                 delay_level: Optional[int]) -> tuple[str, int, Optional[Mapping[str, str]]]:
         """(topic, queue_id, properties) of a put, rewritten into SCHEDULE_TOPIC_XXXX if delayed."""
         self._check_writable()
-        return self._schedule.rewrite(topic, queue_id, properties, delay_level)
+        rewritten: tuple[str, int, Optional[Mapping[str, str]]] = self._schedule.rewrite(
+            topic, queue_id, properties, delay_level)
+        return rewritten
 
     def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
-                  max_reconsume_times: Optional[int] = None):
+                  max_reconsume_times: Optional[int] = None) -> PutResult:
         """Give back a message ``group`` failed to consume (RocketMQ's ``consumerSendMsgBack``).
 
         It is stored again with reconsume times + 1, ``RETRY_TOPIC`` (its first topic) and
@@ -680,13 +728,14 @@ class MessageStore:
         ``retryMaxTimes``, 16) or when ``delay_level`` < 0. Returns the :class:`PutResult`.
         """
         self._check_writable()
-        return self._schedule.send_back(group, message, delay_level, max_reconsume_times)
+        return cast("PutResult", self._schedule.send_back(group, message, delay_level, max_reconsume_times))
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
         """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
         now, as the background thread does every ``schedule_interval_ms``; returns how many."""
         self._check_writable()
-        return self._schedule.deliver(now)
+        delivered: int = self._schedule.deliver(now)
+        return delivered
 
     def delayed_counts(self) -> dict[int, int]:
         """{delay level: messages waiting in it} (levels with none left out)."""
@@ -697,15 +746,16 @@ class MessageStore:
             offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
         return pending_counts(self.queues(), offsets)
 
-    def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict:
+    def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
         """Set ``group``'s ``retryMaxTimes`` (how often :meth:`send_back` retries before the
         DLQ) in ``config/subscriptionGroup.json``; returns the group's config."""
         self._check_writable()
-        return self._schedule.update_group(group, retry_max_times)
+        group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
+        return group_config
 
     # ---- reads ----
 
-    def _readable_end(self, mf) -> int:
+    def _readable_end(self, mf: MappedFile) -> int:
         return self._commitlog.readable_end(mf)
 
     def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
@@ -743,7 +793,7 @@ class MessageStore:
                 yield self._codec.record_from_row(view, row, copy_body=not zero_copy)
 
     def scan(self, start: Optional[int] = None, end: Optional[int] = None, *, check_crc: bool = True,
-             views: bool = False):
+             views: bool = False) -> Iterator[tuple[Any, ...]]:
         """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
         65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
         Python call per field. CRCs as in :meth:`iter_messages`.
@@ -757,10 +807,11 @@ class MessageStore:
             else:
                 yield mf.file_from_offset, arr
 
-    def _scan(self, start, end, check_crc: bool = True):
+    def _scan(self, start: Optional[int], end: Optional[int],
+              check_crc: bool = True) -> Iterator[tuple[MappedFile, np.ndarray]]:
         return self._commitlog.chunks(start, end, check_crc)
 
-    def verify(self, progress=None) -> dict:
+    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
         """Check every record's structure and body CRC, segment by segment, every field that can
         be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
         room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
@@ -794,7 +845,7 @@ class MessageStore:
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
-    def _queue(self, topic, queue_id):
+    def _queue(self, topic: str, queue_id: int) -> Any:
         """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
         with known holes is rebuilt from the CommitLog first."""
         self._check_open()
@@ -806,7 +857,7 @@ class MessageStore:
             self._guard.repair([(topic, queue_id)])
         return cq
 
-    def _pull(self, topic: str, queue_id: int, fetch):
+    def _pull(self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T]) -> _T:
         """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
         :meth:`_unit_message`: a unit that does not point at its own record makes the store
         rebuild the queue from the CommitLog and try again; if that cannot help, the position is
@@ -824,6 +875,7 @@ class MessageStore:
                         topic, queue_id, exc.queue_offset) from None
                 self._guard.repair([(topic, queue_id)])
                 cq = self._queues.get(topic, queue_id)
+        raise AssertionError("unreachable")      # the second attempt returns or raises
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: Optional[int] = None,
                     max_msgs: int = 32, tags: Optional[str] = None) -> GetMessageResult:
@@ -839,7 +891,7 @@ class MessageStore:
         _check_name("group", group)
         tag_filter = TagFilter.parse(tags)
 
-        def pull(cq, read):
+        def pull(cq: Any, read: Any) -> GetMessageResult:
             start = offset
             if start is None:
                 start = self._offsets.query(group, topic, int(queue_id))
@@ -869,10 +921,12 @@ class MessageStore:
             if start == 0:
                 return np.empty(0, dtype=CQ_UNIT_DTYPE)
             raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        return cq.units(start, count)
+        units: np.ndarray = cq.units(start, count)
+        return units
 
-    def records_at(self, commitlog_offsets, sizes, *, check_crc: bool = True,
-                   queue: Optional[tuple] = None):
+    def records_at(self, commitlog_offsets: Any, sizes: Any, *, check_crc: bool = True,
+                   queue: Optional[tuple[str, int, int]] = None,
+                   ) -> Iterator[tuple[int, Any, np.ndarray]]:
         """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
         columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
         ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
@@ -922,7 +976,7 @@ class MessageStore:
 
         def store_time_of(commitlog_offset: int) -> Optional[int]:
             try:
-                return self._read(commitlog_offset).store_timestamp
+                return int(self._read(commitlog_offset).store_timestamp)
             except MessageNotFoundError:
                 return None      # gone (retention): older than anything left
 
@@ -964,7 +1018,7 @@ class MessageStore:
     # ---- lookups (§3, §5.5) ----
 
     def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
-        found: set = set()
+        found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
                 found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
@@ -979,7 +1033,7 @@ class MessageStore:
         _check_name("topic", topic)
         _check_name("key", key)
         self._dispatcher.catch_up()
-        found: set = set()
+        found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
                 offsets = service.query(topic, key, MAX_MSGS_NUM_BATCH, 0, _INT64_MAX)[0]
@@ -1050,14 +1104,14 @@ class MessageStore:
         """The message at ``queue_offset`` of (topic, queue_id)."""
         queue_offset = _check_int("queue_offset", queue_offset)
 
-        def lookup(cq, read):
+        def lookup(cq: Any, read: Any) -> MessageExt:
             if cq is None:
                 raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
             commitlog_offset, size, _tags = cq.unit(queue_offset)
             if (commitlog_offset, size) == (0, PLACEHOLDER_SIZE):
                 raise MessageNotFoundError(f"no message at {topic}-{queue_id} offset {queue_offset}: "
                                            f"its record is gone (damage)")
-            msg = read(commitlog_offset, size, queue_offset)
+            msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
             if msg is None:
                 raise MessageNotFoundError(f"the message at {topic}-{queue_id} offset {queue_offset} "
                                            f"was deleted (retention)")
@@ -1067,7 +1121,7 @@ class MessageStore:
 
     # ---- retention, durability, state ----
 
-    def clean(self, force: bool = False) -> dict:
+    def clean(self, force: bool = False) -> dict[str, Any]:
         """Delete expired CommitLog segments now, whatever the hour or disk usage (spec §9), and
         the ConsumeQueue and index files left entirely below the new min offset.
 
@@ -1081,7 +1135,8 @@ class MessageStore:
         the disk fills.
         """
         self._check_writable()
-        return self._cleaner.clean(force=force)
+        cleaned: dict[str, Any] = self._cleaner.clean(force=force)
+        return cleaned
 
 
     def flush(self, timeout: Optional[float] = None) -> bool:
@@ -1091,7 +1146,7 @@ class MessageStore:
 
     @property
     def min_offset(self) -> int:
-        return self._segments.min_offset
+        return self._commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
@@ -1102,13 +1157,13 @@ class MessageStore:
     def flushed_offset(self) -> int:
         return self._commitlog.flushed_offset
 
-    def queue_offsets(self) -> dict:
+    def queue_offsets(self) -> dict[tuple[str, int], int]:
         """{(topic, queue_id): next queue offset}."""
         if self.read_only:
             return dict(self._queue_offsets)
         return self._core.queue_offsets()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counters and sizes: puts, flush rounds (fsyncs), durable waits, offsets, segments.
 
         A writable store also reports its disk as read now (``disk_usage``, the fraction of the
@@ -1134,13 +1189,13 @@ class MessageStore:
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
 
 
-def _check_mapping(properties):
+def _check_mapping(properties: object) -> Optional[Mapping[str, str]]:
     if properties is not None and not isinstance(properties, Mapping):
         raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
     return properties
 
 
-def _check_name(what: str, value) -> str:
+def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
@@ -1155,6 +1210,6 @@ def _has_key(msg: MessageExt, key: str) -> bool:
     return keys is not None and key in keys.split(" ")
 
 
-def open_store(path: Optional[str | os.PathLike] = None, **options) -> MessageStore:
+def open_store(path: Optional[str | os.PathLike[str]] = None, **options: Any) -> MessageStore:
     """``MessageStore(path, **options)``."""
     return MessageStore(path, **options)

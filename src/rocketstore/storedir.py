@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from rocketstore._files import open_regular
 from rocketstore.checkpoint import CHECKPOINT_SIZE
@@ -24,7 +24,7 @@ __all__ = ["check_store_dir", "detect_segment_size", "detect_queue_options", "St
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
 # locks belong to the process and vanish when ANY descriptor of the file is closed, so a second
 # open in this process must be refused before it opens (and later closes) the lock file.
-_LOCKED_DIRS: set = set()
+_LOCKED_DIRS: set[tuple[int, int]] = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
 
 
@@ -104,7 +104,7 @@ def detect_segment_size(directory: str) -> Optional[int]:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def detect_queue_options(root: str, options: dict) -> None:
+def detect_queue_options(root: str, options: dict[str, Any]) -> None:
     """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
     if "consume_queue_units" not in options:
         cq_root = os.path.join(root, "consumequeue")
@@ -131,7 +131,7 @@ class StoreLock:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd = -1
-        self._key: tuple = ()
+        self._key: tuple[int, int] = (0, 0)
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`StoreLockedError` (held by another writer, or already
