@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
+
+_O = TypeVar("_O")
 
 __all__ = ["start_weak_thread", "weak_method", "weak_proxy"]
 
 
-def start_weak_thread(owner, tick: Callable[[object], Optional[float]], stop: threading.Event,
+def start_weak_thread(owner: _O, tick: Callable[[_O], Optional[float]], stop: threading.Event,
                       name: str, first_wait: float = 0.0) -> threading.Thread:
     """Start a daemon thread calling ``tick(owner)`` until ``stop`` is set, ``owner`` is gone,
     or ``tick`` returns None; ``tick`` returns the seconds to wait before the next call."""
@@ -24,7 +26,8 @@ def start_weak_thread(owner, tick: Callable[[object], Optional[float]], stop: th
     return thread
 
 
-def _loop(ref, tick, stop: threading.Event, wait: float) -> None:
+def _loop(ref: Callable[[], Any], tick: Callable[[Any], Optional[float]], stop: threading.Event,
+          wait: Optional[float]) -> None:
     while not stop.wait(wait):
         owner = ref()
         if owner is None:
@@ -35,12 +38,13 @@ def _loop(ref, tick, stop: threading.Event, wait: float) -> None:
             return
 
 
-def weak_method(method, dead: Optional[Callable[[], object]] = None):
+def weak_method(method: Callable[..., Any], dead: Optional[Callable[[], object]] = None,
+                ) -> Callable[..., Any]:
     """A callable running the bound ``method`` while its object lives; afterwards it returns
     ``dead()`` (None when not given)."""
     ref = weakref.WeakMethod(method)
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         bound = ref()
         if bound is None:
             return dead() if dead is not None else None
@@ -48,11 +52,12 @@ def weak_method(method, dead: Optional[Callable[[], object]] = None):
     return call
 
 
-def weak_proxy(obj):
+def weak_proxy(obj: _O) -> _O:
     """A weak proxy of ``obj`` (for a part of a store that refers back to it: no reference
     cycle, so a dropped store is closed at once), or ``obj`` itself if it cannot be weakly
     referenced."""
     try:
-        return weakref.proxy(obj)
+        proxy: _O = weakref.proxy(obj)     # stands in for obj
+        return proxy
     except TypeError:
         return obj

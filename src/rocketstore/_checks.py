@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -17,8 +17,8 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def check_int(name: str, value, minimum: Optional[int] = None, maximum: int = INT64_MAX,
-              error=InvalidMessageError) -> int:
+def check_int(name: str, value: object, minimum: Optional[int] = None, maximum: int = INT64_MAX,
+              error: type[Exception] = InvalidMessageError) -> int:
     """``value`` as an int in ``[minimum, maximum]`` (default: a Java long), else ``error``.
     bool, float and other types are refused (never truncated); numpy integers are accepted."""
     if type(value) is not int:
@@ -33,14 +33,14 @@ def check_int(name: str, value, minimum: Optional[int] = None, maximum: int = IN
     return value
 
 
-def check_put_ints(queue_id, flag) -> tuple[int, int]:
+def check_put_ints(queue_id: object, flag: object) -> tuple[int, int]:
     """A put's queue id (-1: any queue, else 0 .. 2**31-1; the topic's count is checked by the
     core) and flag (a Java int)."""
     return (check_int("queue_id", queue_id, -1, INT32_MAX, InvalidQueueIdError),
             check_int("flag", flag, INT32_MIN, INT32_MAX))
 
 
-def contiguous(body):
+def contiguous(body: Any) -> Any:
     """``body`` itself when it exports a C-contiguous buffer, else a bytes copy of it (a strided
     memoryview or numpy slice); TypeError for objects that are not bytes-like."""
     if type(body) is bytes:
@@ -49,7 +49,7 @@ def contiguous(body):
     return body if view.c_contiguous else view.tobytes()
 
 
-def batch_lengths(lengths) -> np.ndarray:
+def batch_lengths(lengths: Any) -> np.ndarray:
     """``put_batch``'s ``lengths`` as a one-dimensional int64 array of non-negative lengths."""
     try:
         arr = np.asarray(lengths)
@@ -67,7 +67,7 @@ def batch_lengths(lengths) -> np.ndarray:
     return lens
 
 
-def timeout_ms(timeout) -> int:
+def timeout_ms(timeout: object) -> int:
     """A timeout in seconds (None or inf: no limit) as the cores' milliseconds (-1: no limit)."""
     if timeout is None:
         return -1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 __all__ = ["FailureLog"]
 
@@ -27,7 +28,7 @@ class FailureLog:
         self._summary_every = summary_every
         #: failures since the last success
         self.failures = 0
-        self._cause = None          # the class of the failure last logged at ERROR
+        self._cause: Optional[type[BaseException]] = None   # the class of the failure last logged at ERROR
         self._next_summary = 0.0
 
     def failed(self, exc: BaseException) -> None:

@@ -16,6 +16,8 @@ property, which covers all of them.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 __all__ = ["record_problems", "timestamp_problems", "TIMESTAMP_WINDOW_MS", "PROP_CRC_LENGTH",
@@ -40,16 +42,17 @@ def prop_crc_digits(crc: int) -> bytes:
     return bytes(out)
 
 
-def record_problems(codec, view, base: int, rows, segment_size: int):
+def record_problems(codec: Any, view: Any, base: int, rows: np.ndarray,
+                    segment_size: int) -> tuple[list[tuple[int, str]], np.ndarray]:
     """``([(commitlog offset, reason), ...], queue keys)`` for ``rows`` (decoded by ``codec``
     from segment ``view``, which starts at CommitLog offset ``base``): what is wrong with their
     fields, and their ``codec.queue_keys`` (computed in the same pass)."""
     flags, keys = codec.field_problems(view, rows, base, segment_size)
-    out = []
+    out: list[tuple[int, str]] = []
     for i in np.flatnonzero(flags).tolist():
         row, f = rows[i], int(flags[i])
         offset = base + int(row["position"])
-        reasons = {
+        reasons: dict[int, Callable[[], str]] = {
             codec.BAD_PHYSICAL_OFFSET: lambda: f"PhysicalOffset field says {int(row['physical_offset'])}, "
                                                f"the record is at {offset}",
             codec.BAD_NO_BLANK_ROOM: lambda: f"record of {int(row['size'])} bytes leaves no room for the "
@@ -68,7 +71,7 @@ def record_problems(codec, view, base: int, rows, segment_size: int):
     return out, keys
 
 
-def timestamp_problems(offsets, timestamps) -> list:
+def timestamp_problems(offsets: Any, timestamps: Any) -> list[tuple[int, str]]:
     """Store timestamps (in CommitLog order) implausible against their neighbours: further than
     TIMESTAMP_WINDOW_MS outside the range of the two around them; the first record later than
     the second, and the last earlier than the one before, by more than that; any negative one."""

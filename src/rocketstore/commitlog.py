@@ -254,7 +254,6 @@ class CommitLog:
         pos = end - mf.file_from_offset
         chunk = 1 << 20
         mm = mf.mm
-        assert mm is not None
         while pos < mf.file_size:
             n = min(chunk, mf.file_size - pos)
             if mm[pos:pos + n].count(0) == n:
@@ -539,7 +538,7 @@ def checked_chunks(codec: Any, view: Any, lo: int, hi: int, base: int,
 def will_read(mf: MappedFile) -> None:
     """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
     try:
-        mf.mm.madvise(mmap.MADV_WILLNEED)  # type: ignore[union-attr]  # None: caught below
+        mf.mm.madvise(mmap.MADV_WILLNEED)
     except (AttributeError, OSError, ValueError):   # no madvise here, or a closed map
         pass
 

@@ -28,7 +28,7 @@ def _interface_ipv4s() -> list[str]:
     """IPv4 addresses of this machine's network interfaces (Linux ioctl; empty elsewhere)."""
     import fcntl
     import struct
-    found = []
+    found: list[str] = []
     try:
         names = [name for _, name in socket.if_nameindex()]
     except (OSError, AttributeError):
@@ -91,7 +91,7 @@ def parse_delete_when(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(hours)))
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -178,7 +178,7 @@ class StoreConfig:
     #: clock). Tests inject one to deliver hours of delays without waiting.
     clock: Optional[Callable[[], int]] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
             raise StoreConfigError("commitlog_file_size must be a positive multiple of 4096")
         if self.commitlog_file_size > (1 << 62):

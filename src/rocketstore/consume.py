@@ -52,7 +52,7 @@ queue's map (when every unit examined in one file is accepted); like
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -60,6 +60,11 @@ from rocketstore._checks import check_int
 from rocketstore._codec_py import java_hash
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
+from rocketstore.message import MessageExt
+
+if TYPE_CHECKING:
+    from rocketstore._store_py import PutResult
+    from rocketstore.store import MessageStore
 
 __all__ = [
     "GetMessageStatus", "TagFilter", "GetMessageResult", "get_message", "get_units",
@@ -163,20 +168,21 @@ class TagFilter:
             return True
         return _int32(int(tags_code)) in self.codes
 
-    def mask(self, codes) -> np.ndarray:
+    def mask(self, codes: np.ndarray) -> np.ndarray:
         """:meth:`matches_code` over an int64 array (any byte order): a bool array of its shape."""
         codes = np.asarray(codes)
         if self.match_all:
             return np.ones(codes.shape, dtype=bool)
         # astype wraps modulo 2**32, which is exactly Java's (int) narrowing
         hit = np.isin(codes.astype(np.int32), self._code_array)
-        return hit | (codes <= _EXT_ADDR_MAX)
+        mask: np.ndarray = hit | (codes <= _EXT_ADDR_MAX)
+        return mask
 
     def matches_tag(self, tag: Optional[str]) -> bool:
         """Client-side exact re-check of a message's real TAGS value."""
         return self.match_all or (tag is not None and tag in self.tags)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, TagFilter):
             return NotImplemented
         return (self.match_all, self.tags) == (other.match_all, other.tags)
@@ -191,7 +197,7 @@ class TagFilter:
 _MATCH_ALL = TagFilter()
 
 
-def _as_filter(tag_filter) -> TagFilter:
+def _as_filter(tag_filter: Union[TagFilter, str, None]) -> TagFilter:
     if isinstance(tag_filter, TagFilter):
         return tag_filter
     if tag_filter is None:
@@ -215,7 +221,7 @@ class GetMessageResult:
                  "queue_offsets")
 
     def __init__(self, status: GetMessageStatus, next_begin_offset: int, min_offset: int = 0,
-                 max_offset: int = 0, messages: Optional[list] = None,
+                 max_offset: int = 0, messages: Optional[list[MessageExt]] = None,
                  units: Optional[np.ndarray] = None, queue_offsets: Optional[np.ndarray] = None):
         self.status = status
         self.next_begin_offset = next_begin_offset
@@ -317,7 +323,7 @@ def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter,
 
 
 def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Scan,
-                  read: Callable, recheck: bool, messages: list,
+                  read: Callable[..., Any], recheck: bool, messages: list[MessageExt],
                   with_queue_offset: bool = False) -> tuple[int, bool]:
     """Read each candidate of ``view`` (one ``read`` call per candidate) until the batch is full.
 
@@ -368,8 +374,9 @@ def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Sca
     return stop, full
 
 
-def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, max_files,
-          recheck_tags, with_queue_offset=False) -> GetMessageResult:
+def _pull(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Optional[Callable[..., Any]], *,
+          max_scan_units: Optional[int], max_bytes: Optional[int], max_files: Optional[int],
+          recheck_tags: bool, with_queue_offset: bool = False) -> GetMessageResult:
     offset = _check_int("offset", offset)
     max_msgs = _check_int("max_msgs", max_msgs, 1)
     tag_filter = _as_filter(tag_filter)
@@ -394,7 +401,7 @@ def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, 
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
 
     scan = _Scan(max_msgs, max_bytes)
-    messages: list = []
+    messages: list[MessageExt] = []
     position = offset
     for file_number in range(max_files):
         if budget <= 0 or position >= hi:
@@ -430,11 +437,11 @@ def _pull(cq, offset, max_msgs, tag_filter, read, *, max_scan_units, max_bytes, 
     elif scan.accepted:
         units, queue_offsets = np.concatenate(scan.accepted), np.concatenate(scan.offsets)
     else:
-        units = queue_offsets = None
+        units = queue_offsets = None  # type: ignore[assignment]  # empty: the result's default
     return GetMessageResult(status, position, lo, hi, messages, units, queue_offsets)
 
 
-def get_message(cq, offset: int, max_msgs: int, tag_filter, read: Callable[..., Any], *,
+def get_message(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Callable[..., Any], *,
                 max_scan_units: Optional[int] = None, recheck_tags: bool = True,
                 max_bytes: Optional[int] = None, max_files: int = 2,
                 with_queue_offset: bool = False) -> GetMessageResult:
@@ -461,7 +468,7 @@ def get_message(cq, offset: int, max_msgs: int, tag_filter, read: Callable[..., 
                  with_queue_offset=with_queue_offset)
 
 
-def get_units(cq, offset: int, max_msgs: int, tag_filter=None, *,
+def get_units(cq: Any, offset: int, max_msgs: int, tag_filter: Any = None, *,
               max_scan_units: Optional[int] = None, max_bytes: Optional[int] = None,
               max_files: int = 2) -> GetMessageResult:
     """:func:`get_message` without reading the CommitLog: ``result.units`` holds the accepted units.
@@ -499,7 +506,7 @@ class Consumer:
     >>> consumer.commit()                                                  # doctest: +SKIP
     """
 
-    def __init__(self, store, group: str,
+    def __init__(self, store: MessageStore, group: str,
                  subscriptions: Union[str, Iterable[str], Mapping[str, Optional[str]]], *,
                  retry: bool = True):
         from rocketstore.schedule import retry_topic
@@ -530,7 +537,7 @@ class Consumer:
         """{(topic, queue_id): next offset to pull} of the queues pulled so far."""
         return dict(self._positions)
 
-    def poll(self, max_msgs: int = 32) -> list:
+    def poll(self, max_msgs: int = 32) -> list[MessageExt]:
         """Up to ``max_msgs`` messages, taking turns among the queues so none starves."""
         max_msgs = _check_int("max_msgs", max_msgs, 1)
         bounds = {key: lo_hi for key, lo_hi in self.store.queues().items() if key[0] in self._filters}
@@ -539,7 +546,7 @@ class Consumer:
             return []
         start = self._turn % len(keys)
         self._turn += 1
-        out: list = []
+        out: list[MessageExt] = []
         for key in keys[start:] + keys[:start]:
             if len(out) >= max_msgs:
                 break
@@ -566,7 +573,7 @@ class Consumer:
         self._positions[key] = position
         return position
 
-    def send_back(self, message, delay_level: int = 0):
+    def send_back(self, message: MessageExt, delay_level: int = 0) -> PutResult:
         """Hand back a message this group failed to consume (retry, after the last one the DLQ)."""
         return self.store.send_back(self.group, message, delay_level)
 

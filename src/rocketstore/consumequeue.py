@@ -33,7 +33,7 @@ import logging
 import os
 import struct
 import threading
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -109,11 +109,11 @@ def _check_unit(commitlog_offset: int, size: int, tags_code: int) -> None:
         raise InvalidMessageError(f"tagsCode {tags_code} does not fit a Java long")
 
 
-def _check_topic(topic) -> str:
+def _check_topic(topic: object) -> str:
     return validate_topic(topic)
 
 
-def _check_queue_id(queue_id) -> int:
+def _check_queue_id(queue_id: object) -> int:
     if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or queue_id < 0:
         raise InvalidQueueIdError(f"queue id must be a non-negative int, not {queue_id!r}")
     return int(queue_id)
@@ -223,12 +223,12 @@ class ConsumeQueue:
         """
         return self._recover(self._end_after_last_valid, zero=False)
 
-    def _end_after_last_valid(self, files) -> int:
+    def _end_after_last_valid(self, files: list[MappedFile]) -> int:
         """:meth:`recover`'s end: after the last valid unit of the last three files; the invalid
         units before it go to :attr:`holes`."""
         first_scanned = max(0, len(files) - 3)
         end = files[first_scanned].file_from_offset
-        masks = []
+        masks: list[tuple[int, np.ndarray]] = []
         for mf in files[first_scanned:]:
             arr = _file_units(mf)
             valid = (arr["commitlog_offset"] >= 0) & (arr["size"] > 0)
@@ -254,7 +254,7 @@ class ConsumeQueue:
         finds its end. The store then dispatches the records from ``limit`` on again, each at its
         own queue offset. Returns the max physical offset, as :meth:`recover`.
         """
-        def prefix_end(files) -> int:
+        def prefix_end(files: list[MappedFile]) -> int:
             lo = files[0].file_from_offset // CQ_UNIT_SIZE
             hi = files[-1].end_offset // CQ_UNIT_SIZE
             while lo < hi:
@@ -264,11 +264,11 @@ class ConsumeQueue:
                     lo = mid + 1
                 else:
                     hi = mid
-            return lo * CQ_UNIT_SIZE
+            return int(lo) * CQ_UNIT_SIZE
 
         return self._recover(prefix_end, zero=True)
 
-    def _recover(self, end_of, *, zero: bool) -> int:
+    def _recover(self, end_of: Callable[[list[MappedFile]], int], *, zero: bool) -> int:
         """Set the queue's end to ``end_of(files)`` (:meth:`_set_end`), then its bounds."""
         with self._lock:
             self._check_open()
@@ -309,9 +309,9 @@ class ConsumeQueue:
             self._files.forget_after(end)
         else:
             self._files.truncate_after(end)
-            mf = self._files.find(end)
-            if mf is not None and zero:
-                self._zero_after(mf, end - mf.file_from_offset)
+            last = self._files.find(end)
+            if last is not None and zero:
+                self._zero_after(last, end - last.file_from_offset)
         self._flushed = end
 
     @staticmethod
@@ -366,7 +366,7 @@ class ConsumeQueue:
         offset, size, _ = _UNIT.unpack_from(mf.mm, end - CQ_UNIT_SIZE - mf.file_from_offset)
         if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0:
             return -1
-        return offset + size
+        return int(offset) + int(size)
 
     def _first_real_logic(self) -> int:
         """Byte offset of the first unit of the first file that is not a placeholder."""
@@ -474,7 +474,7 @@ class ConsumeQueue:
             del arr
         return offsets, sizes
 
-    def _rewrite_many(self, q, phys, sz, tags) -> int:
+    def _rewrite_many(self, q: np.ndarray, phys: np.ndarray, sz: np.ndarray, tags: np.ndarray) -> int:
         """:meth:`_rewrite_one` over arrays, comparing in bulk (a re-dispatch of many units)."""
         stored_offsets, stored_sizes = self._stored_many(q)
         differ = np.flatnonzero((stored_offsets != phys) | (stored_sizes != sz))
@@ -520,7 +520,7 @@ class ConsumeQueue:
             return self._files.segment_at(last.end_offset)
         return last
 
-    def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
+    def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
         """Dispatch many units (equal-length sequences or arrays); returns how many were written.
 
         Each unit follows the rules of :meth:`append`; runs of units that continue the queue in
@@ -657,7 +657,8 @@ class ConsumeQueue:
             return False
         return size > 0 and offset + size == commitlog_offset
 
-    def repair(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> tuple[int, int]:
+    def repair(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any,
+               tags_codes: Any) -> tuple[int, int]:
         """Rebuild the queue from its records: every unit in ``[min_offset, max_offset)`` becomes
         the unit of the record that carries its queue offset, or a placeholder where none does
         (the record is gone: damage); records past the end are appended. The arguments describe
@@ -860,7 +861,7 @@ class ConsumeQueue:
     def __enter__(self) -> "ConsumeQueue":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -985,17 +986,18 @@ class ConsumeQueueStore:
     def __len__(self) -> int:
         return len(self._queues)
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._queues
 
     def __enter__(self) -> "ConsumeQueueStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def units_of_records(lo: int, hi: int, queue_offsets, commitlog_offsets, sizes, tags_codes):
+def units_of_records(lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
+                     sizes: np.ndarray, tags_codes: np.ndarray) -> tuple[np.ndarray, int]:
     """The units of queue offsets ``[lo, hi)`` that records (arrays, one per queue offset) call
     for: each record's unit at its queue offset, a placeholder where no record is. Returns
     (units, how many have a record); :meth:`ConsumeQueue.repair` and the read-only store's
@@ -1010,12 +1012,13 @@ def units_of_records(lo: int, hi: int, queue_offsets, commitlog_offsets, sizes, 
     return units, int(rows.sum())
 
 
-def first_unit_where(queue, reached: Callable[[tuple], bool]) -> int:
+def first_unit_where(queue: Any, reached: Callable[[tuple[int, int, int]], bool]) -> int:
     """The first queue offset of ``queue`` (anything with ``min_offset``, ``max_offset`` and
     ``unit``) whose ``(commitlog_offset, size, tags_code)`` unit ``reached`` holds for, by binary
     search: ``reached`` must be False up to some point along the queue and True after it.
     ``max_offset`` when it holds for none; a unit deleted under the search counts as False."""
-    lo, hi = queue.min_offset, queue.max_offset
+    lo: int = queue.min_offset
+    hi: int = queue.max_offset
     while lo < hi:
         mid = (lo + hi) // 2
         try:
@@ -1030,10 +1033,10 @@ def first_unit_where(queue, reached: Callable[[tuple], bool]) -> int:
     return lo
 
 
-def offset_of_time(queue, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
+def offset_of_time(queue: Any, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
     """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
     (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
-    def reached(unit) -> bool:
+    def reached(unit: tuple[int, int, int]) -> bool:
         stored = store_time_of(unit[0])
         return stored is not None and stored >= timestamp
     return first_unit_where(queue, reached)

@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from rocketstore.consumequeue import (CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQu
                                       roll_next_file, units_of_records)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
-from rocketstore.mapped_file import close_map
+from rocketstore.mapped_file import MappedFile, close_map
 
 __all__ = ["Dispatcher", "resync", "consumable_rows", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
 
@@ -40,7 +40,8 @@ log = logging.getLogger("rocketstore.dispatch")
 SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
 
 
-def decode_chunks(codec, buffer, lo: int, hi: int, *, check_crc: bool):
+def decode_chunks(codec: Any, buffer: Any, lo: int, hi: int, *,
+                  check_crc: bool) -> Iterator[tuple[np.ndarray, int, int]]:
     """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most SCAN_CHUNK records.
 
     Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
@@ -59,7 +60,7 @@ _PHYSICAL_OFFSET_POS = 28
 _RESYNC_WINDOW = 4 << 20
 
 
-def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
+def resync(codec: Any, buffer: Any, pos: int, hi: int, base: int) -> int:
     """After damage at ``pos`` (a record whose lengths cannot be trusted), where the next whole
     record of ``buffer[:hi]`` starts: the first position past ``pos`` holding a message magic
     code, whose PHYSICALOFFSET is ``base`` + that position, and which decodes with a valid body
@@ -85,7 +86,7 @@ def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
                 continue
             records, _stop, _reason = codec.decode_batch(buffer, at, hi, check_crc=True, max_records=1)
             if len(records) == 1 and int(records["position"][0]) == at:
-                return at
+                return int(at)
         start = stop
     return -1
 
@@ -93,7 +94,8 @@ def resync(codec, buffer, pos: int, hi: int, base: int) -> int:
 def consumable(records: np.ndarray) -> np.ndarray:
     """Mask of the records that get a ConsumeQueue unit: not PREPARED or ROLLBACK (§4.2)."""
     tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
-    return (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
+    keep: np.ndarray = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
+    return keep
 
 
 def consumable_rows(records: np.ndarray) -> np.ndarray:
@@ -103,7 +105,7 @@ def consumable_rows(records: np.ndarray) -> np.ndarray:
     return records if keep.all() else records[keep]
 
 
-def queue_groups(codec, buffer, records) -> list[tuple[str, int, np.ndarray]]:
+def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
     """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
 
     ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
@@ -135,7 +137,7 @@ def queue_groups(codec, buffer, records) -> list[tuple[str, int, np.ndarray]]:
 
     if not codec.same_queues(buffer, records, representatives):
         # Two queues share a 64-bit key: group exactly, one Python step per record.
-        exact: dict = {}
+        exact: dict[tuple[bytes, int], list[int]] = {}
         for r in range(n):
             exact.setdefault((topic_of(r), int(records["queue_id"][r])), []).append(r)
         return [(topic.decode("utf-8", "surrogateescape"), queue_id, np.array(rows, dtype=np.int64))
@@ -153,8 +155,8 @@ class Dispatcher:
     ``build_refs``. :meth:`catch_up` is thread-safe and cheap when there is nothing new.
     """
 
-    def __init__(self, segments, codec, queues, index, *, start: int, end_of: Callable[[], int],
-                 delay_levels_ms=None):
+    def __init__(self, segments: Any, codec: Any, queues: Any, index: Any, *, start: int,
+                 end_of: Callable[[], int], delay_levels_ms: Optional[Iterable[int]] = None) -> None:
         self._segments = segments
         self._codec = codec
         self._queues = queues
@@ -168,7 +170,7 @@ class Dispatcher:
         #: store timestamp of the last record dispatched (0: none yet); with ``offset`` it is
         #: what the checkpoint records (§6)
         self.last_store_timestamp = 0
-        self._progress = None
+        self._progress: Optional[Callable[[int], None]] = None
 
     @property
     def lock(self) -> threading.Lock:
@@ -208,7 +210,7 @@ class Dispatcher:
                 break   # a record not yet complete: a reader stops before it
         return pos
 
-    def _dispatch_segment(self, mf, pos: int, target: int) -> int:
+    def _dispatch_segment(self, mf: MappedFile, pos: int, target: int) -> int:
         base = mf.file_from_offset
         hi = min(mf.file_size, target - base)
         view = mf.view(0, hi)
@@ -224,7 +226,7 @@ class Dispatcher:
             if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
                 return mf.end_offset
             if not self._damaged_at(mf, stop):
-                return base + stop
+                return base + int(stop)
             # Every record below end_of() is complete, so this one is damaged and its length
             # cannot be trusted: go on at the next whole record (its magic code and
             # PHYSICALOFFSET found), rather than stall every queue behind it or skip the rest of
@@ -232,14 +234,14 @@ class Dispatcher:
             lo = resync(self._codec, view, stop, hi, base)
             if lo < 0:
                 if hi < mf.file_size:
-                    return base + stop       # what follows may not be written yet: look again
+                    return base + int(stop)       # what follows may not be written yet: look again
                 log.error("skipping the rest of CommitLog segment %s: no valid record after "
                           "offset %d", os.path.basename(mf.path), base + stop)
                 return mf.end_offset
             log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop,
                       base + lo)
 
-    def _damaged_at(self, mf, stop: int) -> bool:
+    def _damaged_at(self, mf: MappedFile, stop: int) -> bool:
         """Whether the scan of ``mf`` that stopped at ``stop`` met a damaged record, rather than
         the end of the data or a step's target cutting a record in two."""
         hi = min(mf.file_size, self._end_of() - mf.file_from_offset)
@@ -249,7 +251,7 @@ class Dispatcher:
                                                         max_records=1)
         return at == stop and reason not in (self._codec.STOP_LIMIT, self._codec.STOP_BLANK)
 
-    def _dispatch(self, view, base: int, records) -> None:
+    def _dispatch(self, view: Any, base: int, records: np.ndarray) -> None:
         info, keys = self._codec.dispatch_info(view, records, self._delay_levels)
         keep = consumable(records)
         rows, codes = records, info["tags_code"]
@@ -342,7 +344,7 @@ class TailQueue:
     A queue that needs a unit replaced is copied into memory whole; the disk is never written.
     """
 
-    def __init__(self, topic: str, queue_id: int, disk=None, units_per_file: int = 300_000):
+    def __init__(self, topic: str, queue_id: int, disk: Any = None, units_per_file: int = 300_000) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.disk = disk
@@ -354,7 +356,7 @@ class TailQueue:
         self._start: Optional[int] = disk.max_offset if has_disk else None
         self._min = disk.min_offset if has_disk else None
         self._max_physic = disk.max_physic_offset if has_disk else -1
-        self.holes: list = list(disk.holes) if disk is not None else []
+        self.holes: list[tuple[int, int]] = list(disk.holes) if disk is not None else []
         if not has_disk:
             self.disk = None
 
@@ -417,7 +419,7 @@ class TailQueue:
             offsets[~mine], sizes[~mine] = self.disk._stored_many(q[~mine])
         return offsets, sizes
 
-    def append_many(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> int:
+    def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
         q = np.asarray(queue_offsets, dtype=np.int64)
         phys = np.asarray(commitlog_offsets, dtype=np.int64)
         sz = np.asarray(sizes, dtype=np.int64)
@@ -470,7 +472,8 @@ class TailQueue:
                 written += len(q)
             return written
 
-    def repair(self, queue_offsets, commitlog_offsets, sizes, tags_codes) -> tuple[int, int]:
+    def repair(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any,
+               tags_codes: Any) -> tuple[int, int]:
         """:meth:`ConsumeQueue.repair` in memory."""
         q = np.asarray(queue_offsets, dtype=np.int64)
         with self._lock:
@@ -511,7 +514,8 @@ class TailQueue:
             if self._start is None:
                 return np.empty(0, dtype=CQ_UNIT_DTYPE)
             if start < self._start:
-                return self.disk.units(start, min(count, self._start - start))
+                head: np.ndarray = self.disk.units(start, min(count, self._start - start))
+                return head
             i = start - self._start
             view = self._tail[i:min(self._count, i + count)]
         view = view.view()
@@ -581,15 +585,15 @@ class _AnonymousMap:
     __slots__ = ("mm", "file_size", "fd")
 
     def __init__(self, size: int):
-        self.mm = mmap.mmap(-1, size)   # zero pages, materialised only where written
+        self.mm: mmap.mmap = mmap.mmap(-1, size)   # zero pages, materialised only where written
         self.file_size = size
         self.fd = -1
 
-    def flush(self, *args) -> None:
+    def flush(self, *args: object) -> None:
         pass
 
     def close(self) -> None:
-        mm, self.mm = self.mm, None
+        mm, self.mm = self.mm, None  # type: ignore[assignment]  # closed
         close_map(mm)
 
     destroy = close
@@ -608,5 +612,5 @@ class MemoryIndexService(IndexService):
     def _open_mapping(self, path: str, create: bool) -> "_AnonymousMap":
         return _AnonymousMap(self.file_size)
 
-    def _reserve(self, f, items: int) -> None:
+    def _reserve(self, f: Any, items: int) -> None:
         pass

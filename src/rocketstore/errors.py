@@ -8,6 +8,8 @@ batch, was written); a put whose message IS stored but whose flush did not confi
 raises :class:`FlushTimeoutError`, which is not a ``PutError`` and carries the result.
 """
 
+from typing import Any
+
 from rocketstore.status import PutStatus
 
 __all__ = [
@@ -171,15 +173,16 @@ class FlushTimeoutError(RocketStoreError):
 
     status = PutStatus.FLUSH_DISK_TIMEOUT
 
-    def __init__(self, message, result=None):
+    def __init__(self, message: str, result: Any = None) -> None:
         super().__init__(message)
         self.result = result
 
 
-def not_stored(status, cause) -> PutError:
+def not_stored(status: int, cause: BaseException) -> PutError:
     """The :class:`PutError` for a put that wrote nothing because of ``cause`` (both twins use
     it, so they raise the same class with the same message); ``raise ... from cause``."""
     disk_full = isinstance(cause, DiskFullError)
+    cls: type[PutError]
     if status == PutStatus.SERVICE_NOT_AVAILABLE:
         cls = PutRefusedDiskFullError if disk_full else ServiceNotAvailableError
     elif status == PutStatus.CREATE_MAPPED_FILE_FAILED:
@@ -187,7 +190,7 @@ def not_stored(status, cause) -> PutError:
     else:
         cls = PutError
     if issubclass(cls, OSError) and isinstance(cause, OSError) and cause.errno is not None:
-        args = (cause.errno, cause.strerror)
+        args: tuple[Any, ...] = (cause.errno, cause.strerror)
         if cause.filename is not None:
             args += (cause.filename,)
         return cls(*args)

@@ -21,7 +21,7 @@ import errno
 import mmap
 import os
 import threading
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from rocketstore.errors import (DiskFullError, FlushTimeoutError, MessageNotFoundError, SegmentError,
                                 StoreClosedError, StoreConfigError)
@@ -41,11 +41,11 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
-def space_error(err: int, message: str, path=None) -> SegmentError:
+def space_error(err: Optional[int], message: str, path: Optional[str] = None) -> SegmentError:
     """The error for a file operation that failed with ``err``: :class:`DiskFullError` when the
     file system is out of space (ENOSPC, EDQUOT), else :class:`SegmentError`. Both twins use it,
     so they raise the same class with the same message."""
-    cls = DiskFullError if err in NO_SPACE_ERRNOS else SegmentError
+    cls: type[SegmentError] = DiskFullError if err in NO_SPACE_ERRNOS else SegmentError
     strerror = os.strerror(err) if err else "unknown error"
     if path is None:
         return cls(err, f"{message}: {strerror}")
@@ -63,7 +63,7 @@ def flush_error(rc: int) -> Optional[BaseException]:
                            "to be durable")
 
 
-def flush_timeout(result, rc: int) -> FlushTimeoutError:
+def flush_timeout(result: Any, rc: int) -> FlushTimeoutError:
     """Mark ``result`` (a put's result, or a list of them) FLUSH_DISK_TIMEOUT with the flush's
     error, and return the :class:`FlushTimeoutError` to raise for it (both twins)."""
     error = flush_error(rc)
@@ -130,6 +130,10 @@ class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "read_only", "wrote_position",
                  "destroyed", "__weakref__")
 
+    #: the file's map; None once closed (typed as always there: nothing reads it after closing
+    #: but the checks that say so; a caller holding a view keeps the map itself alive)
+    mm: mmap.mmap
+
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  read_only: bool = False, preallocate: bool = True):
         self.path = path
@@ -138,7 +142,7 @@ class MappedFile:
         self.read_only = read_only
         self.wrote_position = 0
         self.destroyed = False
-        self.mm = None
+        self.mm = None  # type: ignore[assignment]  # until mapped below
         flags = os.O_RDONLY if read_only else os.O_RDWR
         if create:
             flags |= os.O_CREAT | os.O_EXCL
@@ -203,7 +207,7 @@ class MappedFile:
             self.mm.flush(start, end - start)
 
     def close(self) -> None:
-        mm, self.mm = self.mm, None
+        mm, self.mm = self.mm, None  # type: ignore[assignment]  # closed
         close_map(mm)
         if self.fd >= 0:
             os.close(self.fd)
@@ -257,7 +261,7 @@ class MappedFileQueue:
             self.close()   # a refused store keeps no file or map open
             raise
 
-    def _load(self, names: list) -> None:
+    def _load(self, names: list[str]) -> None:
         expected = None
         for name in names:
             start = int(name)
@@ -294,7 +298,7 @@ class MappedFileQueue:
                 continue
             expected = start + self.file_size
 
-    def _forget_loaded(self) -> None:
+    def _forget_loaded(self) -> Optional[int]:
         """A read-only load met a segment that vanished since the listing: retention deleted it
         and, deleting oldest first, every one before it, which are dropped too (the store is
         seen as it is after that deletion). Returns None, the next expected start."""
@@ -346,14 +350,14 @@ class MappedFileQueue:
             nxt = None
         return nxt
 
-    def prepare_next(self, on_ready=None) -> None:
+    def prepare_next(self, on_ready: Optional[Callable[[MappedFile], object]] = None) -> None:
         """Create the segment after the last one in the background (AllocateMappedFileService)."""
         with self._lock:
             if self._preparing is not None or self._next is not None or not self.files:
                 return
             start = self.files[-1].end_offset
 
-            def work():
+            def work() -> None:
                 try:
                     mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
                                     self.file_size, create=True, preallocate=self.preallocate)
@@ -369,7 +373,8 @@ class MappedFileQueue:
             self._preparing = threading.Thread(target=work, name="rocketstore-allocate", daemon=True)
             self._preparing.start()
 
-    def delete_first(self, doomed: list, release=None) -> list:
+    def delete_first(self, doomed: list[MappedFile],
+                     release: Optional[Callable[[MappedFile], object]] = None) -> list[MappedFile]:
         """Delete the leading segments ``doomed`` (oldest first; retention, spec §9).
 
         Stops at the first one that is not the next leading segment, and never deletes the last
@@ -385,7 +390,7 @@ class MappedFileQueue:
                     break
                 count += 1
             gone, self.files = self.files[:count], self.files[count:]
-        deleted = []
+        deleted: list[MappedFile] = []
         for i, mf in enumerate(gone):
             if release is not None:
                 release(mf)

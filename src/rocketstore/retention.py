@@ -54,12 +54,13 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms as _now_ms
 from rocketstore._failurelog import FailureLog
 from rocketstore.errors import DiskFullError
+from rocketstore.mapped_file import MappedFile
 from rocketstore.parts import StoreParts
 
 __all__ = ["Cleaner", "disk_usage", "MANUAL_PASSES"]
@@ -188,7 +189,7 @@ class Cleaner:
     # ---- passes ----
 
     def run_once(self, now_ms: Optional[int] = None, *, manual: bool = False,
-                 force: bool = False) -> dict:
+                 force: bool = False) -> dict[str, Any]:
         """One cleaning pass at time ``now_ms`` (default: the clock). Returns what it did::
 
             {"trigger": "time" | "space" | "manual" | None,  # why the CommitLog was cleaned
@@ -218,7 +219,7 @@ class Cleaner:
                 trigger = "space"
             else:
                 trigger = None
-            forced = force or (clean_forcibly and cfg.delete_unexpired_when_disk_full)
+            forced = force or (clean_forcibly and bool(cfg.delete_unexpired_when_disk_full))
             deleted = self._delete_segments(now, forced) if trigger else []
             if trigger == "space" and not deleted:
                 if not self._space_warned:     # once until a pass deletes or the disk has room
@@ -251,15 +252,15 @@ class Cleaner:
         return (f"retention deletes only segments older than file_reserved_time, "
                 f"{cfg.file_reserved_time:g} h; delete_unexpired_when_disk_full is off")
 
-    def clean(self, force: bool = False, now_ms: Optional[int] = None) -> dict:
+    def clean(self, force: bool = False, now_ms: Optional[int] = None) -> dict[str, Any]:
         """A manual clean (``MessageStore.clean``): passes until one deletes no segment, at most
         :data:`MANUAL_PASSES`, whatever the hour and disk. Expired segments only, unless
         ``force``: then every segment but the one being written. Returns the passes' totals in
         the shape of :meth:`run_once`."""
-        total = None
+        total: dict[str, Any] = {}
         for _ in range(MANUAL_PASSES):
             result = self.run_once(now_ms, manual=True, force=force)
-            if total is None:
+            if not total:
                 total = result
             else:
                 total["commitlog"] += result["commitlog"]
@@ -271,14 +272,14 @@ class Cleaner:
                 break
         return total
 
-    def _delete_segments(self, now: int, forced: bool) -> list:
+    def _delete_segments(self, now: int, forced: bool) -> list[MappedFile]:
         """Delete the leading segments that may go (§9 ``deleteExpiredFileByTime``)."""
         parts, cfg = self._parts, self.config
         commitlog = parts.commitlog
         files = list(commitlog.files)
         wrote = commitlog.max_offset
         reserved_ms = cfg.file_reserved_time * HOUR_MS
-        doomed = []
+        doomed: list[MappedFile] = []
         for mf in files[:-1]:
             if len(doomed) >= cfg.delete_files_batch_max or mf.end_offset > wrote:
                 break   # never a segment the writer has not finished
@@ -368,7 +369,7 @@ class Cleaner:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counters for ``MessageStore.stats()``, with the disk checked now (``disk_usage``, and
         ``disk_full`` as that reading sets it), whether or not a background cleaner runs."""
         self.check_disk()
