@@ -44,7 +44,7 @@ import operator
 import os
 import struct
 import threading
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -82,7 +82,7 @@ RESUME_FILE_NAME = "indexResume"
 _RESERVE_ITEMS = 1 << 14      # items allocated ahead at a time (320 KB)
 
 
-def _check_str(what: str, value) -> str:
+def _check_str(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be str, not {type(value).__name__}")
     return value
@@ -96,7 +96,7 @@ class MappedIndexFile:
 
     __slots__ = ("path", "name", "mapped", "index", "dirty", "reserved")
 
-    def __init__(self, path: str, mapped: MappedFile, index):
+    def __init__(self, path: str, mapped: MappedFile, index: Any) -> None:
         self.path = path
         self.name = os.path.basename(path)
         self.mapped = mapped
@@ -106,28 +106,28 @@ class MappedIndexFile:
 
     @property
     def begin_timestamp(self) -> int:
-        return self.index.begin_timestamp
+        return int(self.index.begin_timestamp)
 
     @property
     def end_timestamp(self) -> int:
-        return self.index.end_timestamp
+        return int(self.index.end_timestamp)
 
     @property
     def begin_phy_offset(self) -> int:
-        return self.index.begin_phy_offset
+        return int(self.index.begin_phy_offset)
 
     @property
     def end_phy_offset(self) -> int:
-        return self.index.end_phy_offset
+        return int(self.index.end_phy_offset)
 
     @property
     def index_count(self) -> int:
         """The next item number (1 for an empty file)."""
-        return self.index.index_count
+        return int(self.index.index_count)
 
     @property
     def is_full(self) -> bool:
-        return self.index.is_full
+        return bool(self.index.is_full)
 
     @property
     def file_size(self) -> int:
@@ -196,7 +196,7 @@ def detect_index_geometry(root: str) -> Optional[tuple[int, int]]:
     return fallback
 
 
-def _geometry_of(data, size: int) -> Optional[tuple[int, int]]:
+def _geometry_of(data: Any, size: int) -> Optional[tuple[int, int]]:
     """The (slots, items) of one index file's bytes ``data``, if its items tell (see above)."""
     if size < _HEADER_SIZE:
         return None
@@ -218,7 +218,7 @@ def _geometry_of(data, size: int) -> Optional[tuple[int, int]]:
             return False
         if data[items_at:first].count(0) != _ITEM_SIZE:
             return False
-        return struct.unpack_from(">i", data, _HEADER_SIZE + _SLOT_SIZE * (key_hash % slots))[0] == last
+        return bool(struct.unpack_from(">i", data, _HEADER_SIZE + _SLOT_SIZE * (key_hash % slots))[0] == last)
 
     top = (size - _HEADER_SIZE - _ITEM_SIZE * count) // _SLOT_SIZE
     if (size - _HEADER_SIZE) % 84 == 0 and fits((size - _HEADER_SIZE) // 84):
@@ -253,10 +253,10 @@ class IndexService:
     once that file has been msynced: set ``checkpoint.index_msg_timestamp`` to the value.
     """
 
-    def __init__(self, root, *, implementation: Optional[str] = None,
+    def __init__(self, root: str, *, implementation: Optional[str] = None,
                  slot_count: int = 5_000_000, index_count: int = 20_000_000,
                  read_only: bool = False,
-                 on_file_full: Optional[Callable[[int], None]] = None):
+                 on_file_full: Optional[Callable[[int], None]] = None) -> None:
         self._index = _impl.get(implementation).index
         slot_count = operator.index(slot_count)
         index_count = operator.index(index_count)
@@ -272,7 +272,7 @@ class IndexService:
         self.directory = os.path.join(os.fspath(root), INDEX_DIR_NAME)
         self.on_file_full = on_file_full
         self._resume_path = os.path.join(os.fspath(root), RESUME_FILE_NAME)
-        self._resume_saved: Optional[dict] = None
+        self._resume_saved: Optional[dict[str, Any]] = None
         self._files: list[MappedIndexFile] = []
         self._lock = threading.RLock()
         self._loaded = False
@@ -378,7 +378,7 @@ class IndexService:
             replace_file(self._resume_path, json.dumps(record).encode())
             self._resume_saved = record
 
-    def _read_resume_point(self) -> Optional[dict]:
+    def _read_resume_point(self) -> Optional[dict[str, Any]]:
         """The saved resume point if it is one for this geometry, else None (ignored)."""
         try:
             with open(self._resume_path) as f:
@@ -397,9 +397,10 @@ class IndexService:
         if not ok:
             log.warning("ignoring the index resume point %s: not one for these index files", self._resume_path)
             return None
-        return record
+        resume: dict[str, Any] = record
+        return resume
 
-    def _roll_back(self, path: str, resume: dict) -> None:
+    def _roll_back(self, path: str, resume: dict[str, Any]) -> None:
         """Return the index file at ``path`` to its resume point: items below the saved count are
         kept (they were durable), the header is the saved one and the slot table is rebuilt from
         those items (its pages may hold later writes, or garbage after a power cut). Raises
@@ -441,7 +442,7 @@ class IndexService:
             return False
         return True
 
-    def _open_mapping(self, path: str, create: bool):
+    def _open_mapping(self, path: str, create: bool) -> Any:
         """The map an index file lives in: here the file itself, sparse (ftruncate), but for the
         header and the slot table, allocated before the file is mapped and read (on tmpfs even a
         read of a hole needs a page); the items region is allocated ahead of the writer by
@@ -485,7 +486,7 @@ class IndexService:
         """
         return self.build_many(((topic, keys, phy_offset, store_timestamp, unique_key, transaction_type),))
 
-    def build_many(self, rows: Iterable[tuple]) -> Optional[int]:
+    def build_many(self, rows: Iterable[tuple[Any, ...]]) -> Optional[int]:
         """Index many records in one call: each row is ``(topic, keys, phy_offset,
         store_timestamp[, unique_key[, transaction_type]])`` as in :meth:`build_index`.
 
@@ -501,7 +502,7 @@ class IndexService:
                     self._build_one(keys, phy_offset, store_timestamp, finished)
         return self._report_full(finished)
 
-    def _report_full(self, finished: list) -> Optional[int]:
+    def _report_full(self, finished: list[int]) -> Optional[int]:
         """Call ``on_file_full`` for each file a build filled (outside the lock); the last end time."""
         if not finished:
             return None
@@ -511,7 +512,7 @@ class IndexService:
         return finished[-1]
 
     @staticmethod
-    def _row_keys(row) -> tuple[list, int, int]:
+    def _row_keys(row: Iterable[Any]) -> tuple[list[str], int, int]:
         """(index keys, phy_offset, store_timestamp) of one row; no keys when it is skipped."""
         row = tuple(row)
         if not 4 <= len(row) <= 6:
@@ -527,7 +528,7 @@ class IndexService:
             raise InvalidMessageError(f"CommitLog offset {phy_offset} is outside 0 .. 2**63-1")
         if not -_INT64_MAX - 1 <= store_timestamp <= _INT64_MAX:
             raise InvalidMessageError(f"store timestamp {store_timestamp} does not fit a Java long")
-        index_keys = []
+        index_keys: list[str] = []
         if (transaction_type & SYSFLAG_TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return index_keys, phy_offset, store_timestamp
         if unique_key is not None:
@@ -538,7 +539,8 @@ class IndexService:
                     index_keys.append(topic + "#" + token)
         return index_keys, phy_offset, store_timestamp
 
-    def _build_one(self, keys: list, phy_offset: int, store_timestamp: int, finished: list) -> None:
+    def _build_one(self, keys: list[str], phy_offset: int, store_timestamp: int,
+                   finished: list[int]) -> None:
         last = self._files[-1] if self._files else None
         if last is not None and self._already_indexed(last, phy_offset):
             return
@@ -556,7 +558,7 @@ class IndexService:
             last = self._roll(last, finished)
 
     @staticmethod
-    def _already_indexed(last: MappedIndexFile, phy_offset):
+    def _already_indexed(last: MappedIndexFile, phy_offset: Any) -> Any:
         """Whether the record at ``phy_offset`` (an int, or a numpy array of them: a mask) is
         indexed in ``last`` already."""
         end = last.end_phy_offset
@@ -569,14 +571,14 @@ class IndexService:
         room_left = last.index_count > 1 and not last.is_full
         return (phy_offset < end) | ((phy_offset == end) & room_left)
 
-    def _roll(self, full: MappedIndexFile, finished: list) -> MappedIndexFile:
+    def _roll(self, full: MappedIndexFile, finished: list[int]) -> MappedIndexFile:
         """Start a new file where ``full`` ended; msync ``full`` and record its end timestamp."""
         new = self._create_file(full)
         full.flush()
         finished.append(full.end_timestamp)
         return new
 
-    def build_refs(self, buffer, base_offset: int, records, keys) -> Optional[int]:
+    def build_refs(self, buffer: Any, base_offset: int, records: np.ndarray, keys: Any) -> Optional[int]:
         """Index the keys a dispatch extracted from a batch of records (the hot path).
 
         ``records`` (``RECORD_DTYPE``) were decoded from ``buffer``, which starts at CommitLog
@@ -653,7 +655,7 @@ class IndexService:
             return f
         raise SegmentError(errno.EEXIST, "no free index file name after the last one", last_name)
 
-    def _candidate_names(self, last_name: Optional[str]):
+    def _candidate_names(self, last_name: Optional[str]) -> Iterator[str]:
         """Names for a file created now, each later than ``last_name``: the current time, bumped by
         1 ms while it collides or does not sort after the last file (clock set back, two files in
         one millisecond). The second run skips an hour, for a DST fall-back boundary."""
@@ -791,7 +793,7 @@ class IndexService:
     def __enter__(self) -> "IndexService":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -73,7 +73,7 @@ import itertools
 import logging
 import re
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms
@@ -131,7 +131,7 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
-def check_delay_level(level, max_level: int) -> int:
+def check_delay_level(level: object, max_level: int) -> int:
     """``level`` if it is an int in 1 .. max_level, else :class:`InvalidDelayLevelError`."""
     if isinstance(level, bool) or not isinstance(level, int):
         raise InvalidDelayLevelError(f"delay_level must be an int, not {type(level).__name__}")
@@ -140,7 +140,7 @@ def check_delay_level(level, max_level: int) -> int:
     return level
 
 
-def _java_int(text) -> Optional[int]:
+def _java_int(text: object) -> Optional[int]:
     """``Integer.parseInt``: None where Java throws."""
     if not isinstance(text, str) or _JAVA_INT.fullmatch(text) is None:
         return None
@@ -148,7 +148,7 @@ def _java_int(text) -> Optional[int]:
     return value if -(1 << 31) <= value < (1 << 31) else None
 
 
-def _check_group(group) -> str:
+def _check_group(group: object) -> str:
     if not isinstance(group, str):
         raise TypeError(f"group must be a str, not {type(group).__name__}")
     if not group or "@" in group or not is_valid_topic(retry_topic(group)):
@@ -158,7 +158,7 @@ def _check_group(group) -> str:
     return group
 
 
-def java_hashmap_order(keys) -> list:
+def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     """``keys`` (distinct str, in insertion order) in the order a ``java.util.HashMap`` (Java 8+)
     they were put into in that order iterates them: bucket by bucket, ``(h ^ h >>> 16) & (n - 1)``
     of ``String.hashCode`` h, then insertion order within a bucket; the table starts at 16
@@ -166,11 +166,11 @@ def java_hashmap_order(keys) -> list:
     than 64. (A bucket of 9 or more at 64 buckets and up becomes a red-black tree, whose order
     is not reproduced: that takes 9 property names whose spread hashes agree in 6 low bits.)"""
     capacity, size = 16, 0
-    buckets: list = [[] for _ in range(capacity)]
+    buckets: list[list[tuple[int, str]]] = [[] for _ in range(capacity)]
 
-    def grow(buckets, capacity):
+    def grow(buckets: list[list[tuple[int, str]]], capacity: int) -> tuple[list[list[tuple[int, str]]], int]:
         capacity *= 2
-        grown: list = [[] for _ in range(capacity)]
+        grown: list[list[tuple[int, str]]] = [[] for _ in range(capacity)]
         for bucket in buckets:
             for spread, key in bucket:
                 grown[spread & (capacity - 1)].append((spread, key))
@@ -189,7 +189,7 @@ def java_hashmap_order(keys) -> list:
     return [key for bucket in buckets for _spread, key in bucket]
 
 
-def delivered_properties(props: dict) -> dict:
+def delivered_properties(props: Mapping[str, str]) -> dict[str, str]:
     """The properties of a due message's copy, as RocketMQ 4.9.8 writes them: every property of
     the scheduled record, ``DELAY`` included, nothing added, in the order of the ``HashMap``
     ``MessageDecoder.decode`` reads them into (``messageTimeup`` serialises that map before it
@@ -206,16 +206,16 @@ class DelayProgress(DelayOffsetTable):
 
     def reset(self) -> None:
         super().reset()
-        self.intent: Optional[dict] = None
+        self.intent: Optional[dict[str, Any]] = None
 
-    def restore(self, offsets: dict, intent: Optional[dict]) -> None:
+    def restore(self, offsets: dict[int, int], intent: Optional[dict[str, Any]]) -> None:
         """Put back the offsets (``as_dict()``) and intent a failed persist would have replaced."""
         with self._lock:
             self._table = dict(offsets)
             self.intent = intent
             self.dirty = True
 
-    def decode(self, data) -> None:
+    def decode(self, data: Any) -> None:
         intent = None
         if isinstance(data, dict) and _INTENT_KEY in data:
             data = dict(data)
@@ -223,7 +223,7 @@ class DelayProgress(DelayOffsetTable):
         super().decode(data)
         self.intent = intent
 
-    def encode(self) -> dict:
+    def encode(self) -> dict[str, Any]:
         out = super().encode()
         if self.intent is not None:
             out[_INTENT_KEY] = {"commitlogOffset": self.intent["commitlogOffset"],
@@ -233,15 +233,15 @@ class DelayProgress(DelayOffsetTable):
         return dict(sorted(out.items()))
 
 
-def _decode_intent(value) -> dict:
-    def integer(v, what):
+def _decode_intent(value: Any) -> dict[str, Any]:
+    def integer(v: object, what: str) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise StoreConfigError(f"{_INTENT_KEY}: {what} is not a non-negative int: {v!r}")
         return v
 
     if not isinstance(value, dict):
         raise StoreConfigError(f"{_INTENT_KEY} must be an object")
-    def levels(name):
+    def levels(name: str) -> dict[int, int]:
         table = value.get(name) or {}
         if not isinstance(table, dict):
             raise StoreConfigError(f"{_INTENT_KEY}: {name} must be an object")
@@ -262,7 +262,8 @@ class _Unit:
 
     __slots__ = ("level", "queue_offset", "item", "identity")
 
-    def __init__(self, level, queue_offset, item, identity):
+    def __init__(self, level: int, queue_offset: int, item: tuple[Any, ...],
+                 identity: tuple[Any, ...]) -> None:
         self.level = level
         self.queue_offset = queue_offset
         self.item = item
@@ -283,13 +284,13 @@ class ScheduleService:
         self._interval_ms = interval_ms
         self._progress = DelayProgress.in_store(parts.path)
         self._groups = SubscriptionGroupTable.in_store(parts.path)
-        self._round_robin: dict = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
         self._lock = threading.Lock()           # one pass at a time
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._needs_reconcile = self._progress.intent is not None
-        born_v6 = ":" in cfg.born_host
-        store_v6 = ":" in cfg.store_host
+        born_v6 = ":" in (cfg.born_host or "")
+        store_v6 = ":" in (cfg.store_host or "")
         self._host_extra = 12 * born_v6 + 12 * store_v6
         #: counters: copies put, units skipped as undeliverable, passes reconciled
         self.delivered = self.dropped = self.reconciled = 0
@@ -336,7 +337,8 @@ class ScheduleService:
 
     # ---- the rewrite on put (§12) ----
 
-    def rewrite(self, topic, queue_id, properties, delay_level):
+    def rewrite(self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]],
+                delay_level: Optional[int]) -> tuple[str, int, Optional[Mapping[str, str]]]:
         """``(topic, queue_id, properties)`` of a put: rewritten into SCHEDULE_TOPIC_XXXX when it is
         delayed (``delay_level``, else a ``DELAY`` property > 0), else returned as given."""
         props = dict(properties) if properties else {}
@@ -344,12 +346,12 @@ class ScheduleService:
             level = check_delay_level(delay_level, self.max_level)
         else:
             text = props.get(PROPERTY_DELAY)
-            level = _java_int(text)
-            if level is None:
+            parsed = _java_int(text)
+            if parsed is None:
                 raise InvalidDelayLevelError(f"the DELAY property {text!r} is not a decimal int")
-            if level <= 0:
+            if parsed <= 0:
                 return topic, queue_id, properties       # not delayed (getDelayTimeLevel() <= 0)
-            level = min(level, self.max_level)
+            level = min(parsed, self.max_level)
         validate_topic(topic)
         if topic == SCHEDULE_TOPIC:
             raise InvalidMessageError(f"a message for {SCHEDULE_TOPIC} cannot be delayed again")
@@ -421,16 +423,17 @@ class ScheduleService:
             self.delivered += len(units)
             return len(units), more, next_due
 
-    def _plan(self, now: int):
+    def _plan(self, now: int) -> tuple[list[_Unit], dict[int, int], dict[int, int],
+                                       set[tuple[int, int]], bool, Optional[int]]:
         """The units due at ``now``, in level then queue order (at most PASS_LIMIT), where each
         level's walk started and its offset after them, the units skipped, whether the budget
         ran out, and the earliest deliver time not yet reached."""
         parts = self._parts
         parts.dispatcher.catch_up()
-        units: list = []
-        starts: dict = {}
-        nexts: dict = {}
-        skipped: set = set()
+        units: list[_Unit] = []
+        starts: dict[int, int] = {}
+        nexts: dict[int, int] = {}
+        skipped: set[tuple[int, int]] = set()
         next_due = None
         budget = PASS_LIMIT
         for level in range(1, self.max_level + 1):
@@ -484,7 +487,7 @@ class ScheduleService:
 
     def _store_time(self, commitlog_offset: int) -> int:
         try:
-            return self._parts.commitlog.read(commitlog_offset).store_timestamp
+            return int(self._parts.commitlog.read(commitlog_offset).store_timestamp)
         except MessageNotFoundError:
             return 0
 
@@ -516,7 +519,7 @@ class ScheduleService:
                 why = str(exc)
         body = bytes(sched.body)
         unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
-        length = (91 + len(body) + len(topic.encode("utf-8")) + len(raw) + self._host_extra
+        length = (91 + len(body) + len((topic or "").encode("utf-8")) + len(raw) + self._host_extra
                   + (0 if unique_key is not None else _UNIQ_KEY_EXTRA)) if why is None else 0
         if why is None and (length > parts.config.max_message_size
                             or length + 8 > parts.config.commitlog_file_size):
@@ -546,7 +549,7 @@ class ScheduleService:
         parts = self._parts
         parts.dispatcher.catch_up()
         starts, nexts, skipped = intent["fromOffsets"], intent["nextOffsets"], intent["skipped"]
-        expected: list = []       # (level, queue offset, identity or None: nothing to find)
+        expected: list[tuple[int, int, Any]] = []       # (level, queue offset, identity or None: nothing to find)
         for level in sorted(nexts):
             cq = parts.queues.get(SCHEDULE_TOPIC, level - 1)
             for q in range(starts.get(level, progress.get(level)), nexts[level]):
@@ -576,13 +579,13 @@ class ScheduleService:
         log.warning("delayed delivery: settled an interrupted pass, %d of %d copies were written",
                     sum(1 for _l, _q, ident in expected[:matched] if ident), len(expected))
 
-    def _match(self, start: int, expected: list) -> int:
+    def _match(self, start: int, expected: list[tuple[int, int, Any]]) -> int:
         """How many entries of ``expected`` lead the copies found from CommitLog ``start`` on
         (``None`` entries match nothing and are passed over; ``False`` ones stop the match)."""
         commitlog = self._parts.commitlog
         j = 0
 
-        def skip_none(j):
+        def skip_none(j: int) -> int:
             while j < len(expected) and expected[j][2] is None:
                 j += 1
             return j
@@ -603,7 +606,7 @@ class ScheduleService:
     # ---- retry and DLQ ----
 
     def send_back(self, group: str, message: MessageExt, delay_level: int = 0,
-                  max_reconsume_times: Optional[int] = None):
+                  max_reconsume_times: Optional[int] = None) -> Any:
         """See :meth:`MessageStore.send_back`."""
         _check_group(group)
         if isinstance(delay_level, bool) or not isinstance(delay_level, int):
@@ -641,13 +644,13 @@ class ScheduleService:
                        sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6)
         return self._parts.put_message(copy, None, 0)     # the store's own put into a system topic
 
-    def update_group(self, group: str, retry_max_times: int) -> dict:
+    def update_group(self, group: str, retry_max_times: int) -> dict[str, Any]:
         """Set a subscription group's ``retryMaxTimes`` in ``subscriptionGroup.json``."""
         _check_group(group)
         if isinstance(retry_max_times, bool) or not isinstance(retry_max_times, int) \
                 or not 0 <= retry_max_times <= 0x7FFFFFFF:
             raise InvalidMessageError(f"retry_max_times must be an int >= 0, not {retry_max_times!r}")
-        entry = self._groups.create(group, retry_max_times=retry_max_times)
+        entry: dict[str, Any] = self._groups.create(group, retry_max_times=retry_max_times)
         self._groups.persist()
         return entry
 
@@ -655,10 +658,11 @@ class ScheduleService:
 
     def offsets(self) -> dict[int, int]:
         """{level: next queue offset of SCHEDULE_TOPIC_XXXX queue level-1}."""
-        return self._progress.as_dict()
+        offsets: dict[int, int] = self._progress.as_dict()
+        return offsets
 
 
-def _is_copy(rec: MessageExt, identity) -> bool:
+def _is_copy(rec: MessageExt, identity: tuple[Any, ...]) -> bool:
     topic, queue_id, body, props, born, reconsume, flag = identity
     if (rec.topic != topic or rec.queue_id != queue_id or rec.born_timestamp != born
             or rec.reconsume_times != reconsume or rec.flag != flag or bytes(rec.body) != body):
@@ -666,10 +670,11 @@ def _is_copy(rec: MessageExt, identity) -> bool:
     found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}   # the core's
     if PROPERTY_UNIQ_KEY not in props:      # the core generated one for the copy
         found = {k: v for k, v in found.items() if k != PROPERTY_UNIQ_KEY}
-    return found == props
+    return bool(found == props)
 
 
-def pending_counts(queues: dict, offsets: dict) -> dict[int, int]:
+def pending_counts(queues: Mapping[tuple[str, int], tuple[int, int]],
+                   offsets: Mapping[int, int]) -> dict[int, int]:
     """{level: delayed messages not yet delivered}, from ``store.queues()`` and the levels'
     offsets (``delayOffset.json``); levels with none are left out."""
     out = {}
@@ -683,9 +688,9 @@ def pending_counts(queues: dict, offsets: dict) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
-def dlq_counts(queues: dict) -> dict[str, int]:
+def dlq_counts(queues: Mapping[tuple[str, int], tuple[int, int]]) -> dict[str, int]:
     """{group: messages in its ``%DLQ%<group>`` topic}, from ``store.queues()``."""
-    out: dict = {}
+    out: dict[str, int] = {}
     for (topic, _queue_id), (lo, hi) in queues.items():
         if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             group = topic[len(DLQ_GROUP_TOPIC_PREFIX):]
