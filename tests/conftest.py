@@ -7,8 +7,8 @@ import pytest
 
 from rocketstore import _impl
 
-SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
-JAVA_STORE = SHARED / "testdata" / "rocketmq-4.x-store"
+#: A store written by Apache RocketMQ 4.x itself (tests/data/README.md says where it comes from).
+JAVA_STORE = pathlib.Path(__file__).resolve().parent / "data" / "rocketmq-4.x-store"
 
 
 @pytest.fixture(params=["c", "py"])
@@ -23,9 +23,8 @@ def impl(request):
 
 @pytest.fixture
 def java_store():
-    """The store directory written by Java RocketMQ 4.x (skips when ../shared is absent)."""
-    if not (JAVA_STORE / "commitlog" / "00000000000000000000").is_file():
-        pytest.skip("../shared/testdata is not present in this checkout")
+    """The store directory written by Java RocketMQ 4.x (read-only: copy it before a writable open)."""
+    assert (JAVA_STORE / "commitlog" / "00000000000000000000").is_file(), f"{JAVA_STORE} is missing"
     return JAVA_STORE
 
 

@@ -125,7 +125,7 @@ def unchanged(shared_store):
 
 @pytest.fixture
 def java_copy(java_store, tmp_path):
-    """A writable copy of the Java broker's store (skips when ../shared is absent)."""
+    """A writable copy of the Java broker's store (tests/data)."""
     copy = tmp_path / "java-store"
     shutil.copytree(java_store, copy)
     for dirpath, _dirs, files in os.walk(copy):
