@@ -245,6 +245,22 @@ class CommitLog:
         self.end = end
         return end
 
+    def record_end(self, offset: int, limit: int) -> Optional[int]:
+        """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;
+        else None."""
+        mf = self.segments.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        hi = min(mf.file_size, limit - mf.file_from_offset)
+        if not 0 <= pos < hi:
+            return None
+        rows, _stop, _reason = self.codec.decode_batch(mf.view(0, hi), pos, hi, check_crc=True,
+                                                       max_records=1)
+        if len(rows) != 1:
+            return None
+        return offset + int(rows["size"][0])
+
     def truncate_to(self, end: int) -> None:
         """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
         self.segments.truncate_after(end)

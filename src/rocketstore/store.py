@@ -317,7 +317,14 @@ class MessageStore:
             queue_start = max((cq.max_physic_offset for cq in self._queues), default=lowest)
             queue_start = lowest if queue_start < 0 else queue_start
         index_files = (self._disk_index if self.read_only else self._index).files
-        index_start = index_files[-1].end_phy_offset if index_files else lowest
+        index_start = lowest
+        if index_files:
+            last = index_files[-1]
+            index_start = last.end_phy_offset
+            if last.index_count > 1 and not last.is_full:
+                # endPhyOffset is where the last indexed record starts; in a file with room left
+                # all its keys are there (IndexService._already_indexed): resume after it.
+                index_start = commitlog.record_end(index_start, end) or index_start
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(self, buffer: Any, arr: np.ndarray, tail: dict[tuple[str, int], list[int]]) -> None:
