@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import random
 
 import pytest
 
@@ -9,6 +10,35 @@ from rocketstore import _impl
 
 #: A store written by Apache RocketMQ 4.x itself (tests/data/README.md says where it comes from).
 JAVA_STORE = pathlib.Path(__file__).resolve().parent / "data" / "rocketmq-4.x-store"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--default-impl-only", action="store_true",
+                     help="run only the tests that use the default implementation, not those "
+                          "parametrized by twin ([c]/[py]): .ci/run's second pass, under "
+                          "ROCKETSTORE_NO_EXTENSIONS=1, where the [py] items would repeat the first pass's")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--default-impl-only"):
+        return
+    keep, drop = [], []
+    for item in items:
+        twin = getattr(item, "callspec", None) is not None and "impl" in item.callspec.params
+        (drop if twin else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def rng(request):
+    """A ``random.Random`` seeded at random, its seed printed (shown with a failure's output) and
+    recorded in the test report; ``ROCKETSTORE_TEST_SEED=<n>`` replays a run."""
+    seed = int(os.environ.get("ROCKETSTORE_TEST_SEED") or random.randrange(2**32))
+    print(f"seed={seed} (replay with ROCKETSTORE_TEST_SEED={seed})")
+    request.node.user_properties.append(("seed", seed))
+    return random.Random(seed)
 
 
 @pytest.fixture(params=["c", "py"])

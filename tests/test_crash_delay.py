@@ -3,7 +3,6 @@ implementation, several kills per store, most of them inside a delivery pass. Th
 the long version: ``python tests/crash_delay.py --iterations 200``."""
 
 import pathlib
-import random
 
 import rocketstore
 
@@ -12,10 +11,7 @@ import crash_delay
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 
 
-def test_kill_during_delivery_loses_and_repeats_nothing(tmp_path, impl):
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+def test_kill_during_delivery_loses_and_repeats_nothing(tmp_path, impl, rng):
     scheduled = 0
     for i in range(2):
         workdir = tmp_path / str(i)

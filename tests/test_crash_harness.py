@@ -3,7 +3,6 @@ per implementation, several crashes per store. The script runs the long versions
 ``python tests/crash_harness.py --iterations 1000`` and ``... --iterations 200 --power-loss``."""
 
 import pathlib
-import random
 
 import pytest
 
@@ -12,12 +11,6 @@ import rocketstore
 import crash_harness
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 @pytest.fixture(params=[400, 50], ids=["cq400", "cq50"])
@@ -30,9 +23,9 @@ def queue_units(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.slow  # 3 crash iterations per case; the two tests below cover the harness fast
 @pytest.mark.parametrize("power_loss", [False, True], ids=["kill", "power-loss"])
-def test_crashes_keep_every_promise(tmp_path, impl, power_loss, queue_units):
-    rng = seeded_rng()
+def test_crashes_keep_every_promise(tmp_path, impl, power_loss, queue_units, rng):
     total = 0
     for i in range(3):
         workdir = tmp_path / str(i)
@@ -43,16 +36,15 @@ def test_crashes_keep_every_promise(tmp_path, impl, power_loss, queue_units):
     assert total > 0      # the checks ran against acknowledged puts
 
 
-def test_the_power_cut_simulation_damages_what_was_not_durable(tmp_path, impl):
+def test_the_power_cut_simulation_damages_what_was_not_durable(tmp_path, impl, rng):
     """The simulation must really destroy the unflushed tail, or the test above proves nothing."""
-    rng = seeded_rng()
     path = str(tmp_path / "store")
     acked, flushed = crash_harness.run_and_kill(path, impl.name, rng, SRC)
     damaged = crash_harness.simulate_power_loss(path, flushed, rng)
     assert damaged["commitlog"] >= 1
 
 
-def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_path, impl):
+def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_path, impl, rng):
     """Seed 2840997190 (c, power-loss) lost an acknowledged put at 722887: a second round killed
     right after READY printed no line, so its power cut kept only what the checkpoint vouched
     for, and the checkpoint (written every 20 ms, later under load) was older than the first
@@ -61,7 +53,6 @@ def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_
     round 2 is killed before the parent heard anything from it."""
     from rocketstore.checkpoint import Checkpoint
 
-    rng = seeded_rng()
     runs = []
 
     def run(path, implementation, rng, src, log=None):

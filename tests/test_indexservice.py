@@ -6,6 +6,7 @@ make rolling happen after a few records.
 
 import hashlib
 import os
+import pathlib
 import random
 import time
 
@@ -524,11 +525,11 @@ def test_corrupt_files_are_queried_in_bounded_work(impl, tmp_path):
         build(s, [record(i) for i in range(50)])
         paths = [f.path for f in s.files]
     for path in paths:
-        data = bytearray(open(path, "rb").read())
+        data = bytearray(pathlib.Path(path).read_bytes())
         for _ in range(200):
             data[rng.randrange(len(data))] = rng.randrange(256)
         data[36:40] = rng.choice([b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", bytes(4)])
-        open(path, "wb").write(bytes(data))
+        pathlib.Path(path).write_bytes(bytes(data))
     with open_service(impl, tmp_path, items=ITEMS) as s:
         for i in range(50):
             offsets, _, _ = s.query("TopicA", f"k{i}", 64)

@@ -8,6 +8,7 @@ queue from 0 (:func:`check_queues`).
 """
 
 import os
+import pathlib
 import shutil
 import struct
 
@@ -161,7 +162,7 @@ def test_power_cut_stale_units_past_the_checkpoint(tmp_path, impl):
     finally:
         store.close()
     # units 45..49 point at B's records (a page of another life), 50..59 are zero
-    src = open(cq_file(crashed, "B", 0, 40), "rb").read()
+    src = pathlib.Path(cq_file(crashed, "B", 0, 40)).read_bytes()
     with open(cq_file(crashed, "A", 0, 40), "r+b") as f:
         f.seek(5 * 20)
         f.write(src[5 * 20:10 * 20])
@@ -369,6 +370,7 @@ def _check_property_store(root, implementation, read_only, counts, commitlog_dam
     return "opened"
 
 
+@pytest.mark.slow  # a hypothesis property over many damaged stores
 @pytest.mark.parametrize("implementation", ["py", "c"])
 @pytest.mark.parametrize("which", ["clean", "crashed"])
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None,

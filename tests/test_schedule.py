@@ -4,7 +4,6 @@ within a level, delayOffset.json (§10), restarts and interrupted passes (exactl
 levels, lookups, and the background thread."""
 
 import pathlib
-import random
 import shutil
 import time
 
@@ -20,12 +19,6 @@ from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress
 HOST = "10.0.0.7"
 DEFAULT_LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
                      420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 class FakeClock:
@@ -171,8 +164,7 @@ def test_delivered_copy_property_order_follows_a_grown_java_hashmap(store, clock
     assert raw_properties(store, impl, m) == java_properties(sched.properties, order)
 
 
-def test_order_within_a_level_is_kept(store, clock):
-    rng = seeded_rng()
+def test_order_within_a_level_is_kept(store, clock, rng):
     sent = []
     for i in range(200):
         level = rng.choice([2, 5])
@@ -212,8 +204,7 @@ def test_java_delay_offset_file_round_trips(java_store, tmp_path):
     assert table.to_json().encode() == original
 
 
-def test_restart_in_the_middle_of_a_delay_delivers_each_message_once(tmp_path, impl, clock):
-    rng = seeded_rng()
+def test_restart_in_the_middle_of_a_delay_delivers_each_message_once(tmp_path, impl, clock, rng):
     path = tmp_path / "store"
     store = open_store(path, impl, clock)
     sent = {}

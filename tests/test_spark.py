@@ -13,7 +13,7 @@ require_spark()      # skip this module without pyspark/pyarrow/Java (fail under
 
 from rocketstore.store import MessageStore  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]   # a JVM; CI runs them (.ci/run)
 
 TOPICS = {"TopicA": 2, "TopicB": 3, "TopicC": 1}
 

@@ -1,6 +1,5 @@
 """Batch puts (``put_batch``, ``put_messages``): one lock, consecutive queue offsets, all or nothing."""
 
-import random
 
 import numpy as np
 import pytest
@@ -11,12 +10,6 @@ from rocketstore.errors import InvalidMessageError, MessageTooLargeError
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 MIN_BLANK = 8
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 @pytest.fixture
@@ -54,8 +47,7 @@ def assert_batch_matches_reads(store, result, bodies, topic):
     assert result.end_offset == int(result.commitlog_offsets[-1]) + int(result.sizes[-1])
 
 
-def test_put_batch_list_form_results_match_what_read_returns(store):
-    rng = seeded_rng()
+def test_put_batch_list_form_results_match_what_read_returns(store, rng):
     bodies = [rng.randbytes(rng.randrange(0, 2500)) for _ in range(100)]   # rolls several segments
     result = store.put_batch("TopicB", bodies, tags="TagB", properties={"k": "v"}, queue_id=1)
     assert result.queue_id == 1 and result.first_queue_offset == 0
@@ -66,8 +58,7 @@ def test_put_batch_list_form_results_match_what_read_returns(store):
     assert store.max_offset == result.end_offset
 
 
-def test_put_batch_buffer_and_lengths_form_results_match_what_read_returns(store):
-    rng = seeded_rng()
+def test_put_batch_buffer_and_lengths_form_results_match_what_read_returns(store, rng):
     lengths = np.array([rng.randrange(0, 1500) for _ in range(120)], dtype=np.int64)
     buffer = np.frombuffer(rng.randbytes(int(lengths.sum())), dtype=np.uint8)
     result = store.put_batch("TopicBuf", buffer, lengths=lengths)

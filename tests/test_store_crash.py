@@ -7,7 +7,6 @@ anywhere in the append path), reopens the store and checks every acknowledged me
 
 import os
 import pathlib
-import random
 import signal
 import subprocess
 import sys
@@ -25,12 +24,6 @@ HOST = "10.0.0.7"
 TESTS = pathlib.Path(__file__).resolve().parent
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
 CHILD = str(TESTS / "crash_child.py")
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def run_and_kill(path, impl, mode, rng, acks_before_kill):
@@ -59,6 +52,8 @@ def run_and_kill(path, impl, mode, rng, acks_before_kill):
         if child.poll() is None:
             child.kill()
             child.wait()
+        child.stdout.close()
+        child.stderr.close()
     assert child.returncode == -signal.SIGKILL, err
     # lines already in the pipe were acknowledged too; a torn last line was not yet
     acked += [line + b"\n" for line in rest.split(b"\n")[:-1]]
@@ -125,24 +120,21 @@ def reopen_and_check(path, impl, acked):
 
 
 @pytest.mark.parametrize("mode", ["single", "pipelined"])
-def test_sigkill_during_durable_puts_loses_nothing_acknowledged(tmp_path, impl, mode):
-    rng = seeded_rng()
+def test_sigkill_during_durable_puts_loses_nothing_acknowledged(tmp_path, impl, mode, rng):
     path = tmp_path / "store"
     acked = run_and_kill(path, impl, mode, rng, acks_before_kill=300)
     assert len(acked) >= 300
     reopen_and_check(path, impl, acked)
 
 
-def test_sigkill_during_durable_batch_puts_leaves_only_valid_records(tmp_path, impl):
-    rng = seeded_rng()
+def test_sigkill_during_durable_batch_puts_leaves_only_valid_records(tmp_path, impl, rng):
     path = tmp_path / "store"
     acked = run_and_kill(path, impl, "batch", rng, acks_before_kill=600)
     assert len(acked) >= 600
     reopen_and_check(path, impl, acked)
 
 
-def test_repeated_crashes_keep_every_acknowledged_message(tmp_path, impl):
-    rng = seeded_rng()
+def test_repeated_crashes_keep_every_acknowledged_message(tmp_path, impl, rng):
     path = tmp_path / "store"
     acked = []
     for mode in ("single", "batch", "single"):

@@ -1,6 +1,5 @@
 """Errors MessageStore raises: the specific class, nothing written, and the store still usable."""
 
-import fcntl
 import os
 import pathlib
 import subprocess

@@ -8,7 +8,6 @@ import socket
 import stat
 import struct
 
-import pytest
 
 from rocketstore import GetMessageStatus, MessageStore
 from rocketstore._codec_py import java_hash

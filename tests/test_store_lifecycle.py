@@ -12,6 +12,8 @@ import sys
 import tempfile
 import textwrap
 
+import pytest
+
 import rocketstore
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
@@ -69,6 +71,7 @@ def test_close_right_after_a_roll_does_not_race_the_segment_allocator(impl):
     assert "thread errors: 0 " in out, out
 
 
+@pytest.mark.slow  # a race run for many rounds
 def test_close_while_durable_puts_are_waiting_does_not_crash(impl):
     # Durable puts in other threads either finish (stored) or raise StoreClosedError; the flush
     # thread's state must outlive every waiter. (100 rounds: 0.2 s each, run on each twin and in

@@ -2,7 +2,6 @@
 the ConsumeQueue (§4), by offsetMsgId (§3.1); hash collisions, time bounds, index rolling,
 reopening, and bad input."""
 
-import random
 import re
 
 import pytest
@@ -18,12 +17,6 @@ PORT = 10911
 SLOTS = 64
 ITEMS = 256
 INDEX_FILE_SIZE = 40 + SLOTS * 4 + ITEMS * 20
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def open_store(path, impl, **options):
@@ -270,9 +263,8 @@ def test_get_by_msg_id_misses(store):
 
 # -- index rolling, reopen --------------------------------------------------------------------------
 
-def test_index_rolls_over_small_files_and_every_key_is_found(tmp_path, impl):
+def test_index_rolls_over_small_files_and_every_key_is_found(tmp_path, impl, rng):
     path = tmp_path / "store"
-    rng = seeded_rng()
     with open_store(path, impl) as s:
         results = []
         for i in range(600):       # 3 index items each (UNIQ_KEY, own key, common): ~7 files

@@ -2,6 +2,7 @@
 refused with NotAStoreError and nothing in it is written, created or truncated."""
 
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -20,7 +21,7 @@ def snapshot(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            data = open(path, "rb").read() if os.path.isfile(path) else None
+            data = pathlib.Path(path).read_bytes() if os.path.isfile(path) else None
             out[os.path.relpath(path, root)] = (st.st_mode, st.st_mtime_ns, data)
     return out
 

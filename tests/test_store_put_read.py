@@ -1,7 +1,6 @@
 """MessageStore put/read behaviour: what a put returns is what a read finds, on both twins."""
 
 import gc
-import random
 import re
 import socket
 
@@ -20,12 +19,6 @@ def store(tmp_path, impl):
                      store_host=HOST, store_port=PORT)
     yield s
     s.close()
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def test_store_uses_the_requested_implementation(store, impl):
@@ -71,8 +64,7 @@ def test_put_accepts_bytes_like_bodies(store):
     assert store.read(r2.commitlog_offset).body == b"from memoryview"
 
 
-def test_put_results_round_robin_queues_with_consecutive_queue_offsets(store):
-    rng = seeded_rng()
+def test_put_results_round_robin_queues_with_consecutive_queue_offsets(store, rng):
     results = [store.put("TopicRR", rng.randbytes(rng.randrange(0, 300))) for _ in range(40)]
     assert [r.queue_id for r in results] == [i % 4 for i in range(40)]
     for q in range(4):
@@ -80,8 +72,7 @@ def test_put_results_round_robin_queues_with_consecutive_queue_offsets(store):
     assert store.queue_offsets() == {("TopicRR", q): 10 for q in range(4)}
 
 
-def test_put_results_offsets_sizes_timestamps_and_ids_are_consistent(store):
-    rng = seeded_rng()
+def test_put_results_offsets_sizes_timestamps_and_ids_are_consistent(store, rng):
     bodies = [rng.randbytes(rng.randrange(0, 2000)) for _ in range(120)]  # rolls a 64 KiB segment
     results = [store.put("TopicIds", b, tags="T") for b in bodies]
     offsets = [r.commitlog_offset for r in results]
@@ -160,8 +151,7 @@ def test_zero_copy_read_gives_a_memoryview_equal_to_the_body(store):
     assert isinstance(copied.body, bytes) and copied.body == body
 
 
-def test_zero_copy_body_stays_valid_after_the_store_closes(tmp_path, impl):
-    rng = seeded_rng()
+def test_zero_copy_body_stays_valid_after_the_store_closes(tmp_path, impl, rng):
     s = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT,
                      store_host=HOST)
     bodies = [rng.randbytes(rng.randrange(1, 3000)) for _ in range(60)]   # several segments

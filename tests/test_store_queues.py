@@ -4,7 +4,6 @@ transactional records (§4.2), read-your-writes, reopening, and a read-only read
 
 import os
 import pathlib
-import random
 import re
 import shutil
 import signal
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 
 import rocketstore
@@ -32,12 +30,6 @@ PORT = 10911
 CQ_UNITS = 64                     # units per ConsumeQueue file in these tests: rolls every 64
 UNIT = struct.Struct(">qiq")      # §4.1: commitlog offset, size, tagsCode, big-endian
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def open_store(path, impl, **options):
@@ -534,8 +526,7 @@ def test_read_your_writes_from_several_threads(tmp_path, impl):
 
 # -- reopening --------------------------------------------------------------------------------------
 
-def test_reopen_keeps_queues_offsets_and_continues(tmp_path, impl):
-    rng = seeded_rng()
+def test_reopen_keeps_queues_offsets_and_continues(tmp_path, impl, rng):
     path = tmp_path / "store"
     expected = {}
     with open_store(path, impl) as s:
@@ -713,6 +704,7 @@ s.close()
 """
 
 
+@pytest.mark.slow  # a writer subprocess; the in-process test above is the fast one
 def test_read_only_store_beside_a_writer_process_sees_a_prefix(tmp_path, impl):
     path = tmp_path / "store"
     n = 30000
@@ -738,6 +730,7 @@ def test_read_only_store_beside_a_writer_process_sees_a_prefix(tmp_path, impl):
         assert check_prefix(ro, "TopicW", (0, 1), lambda q: writer_bodies(q, n)) == n
 
 
+@pytest.mark.slow  # kills a writer subprocess mid-put, repeatedly
 def test_read_only_store_beside_a_writer_killed_mid_put_sees_only_whole_messages(tmp_path, impl):
     """kill -9 of the writer while readers open and read: every reader, before and after the
     kill, sees a prefix of whole, CRC-valid messages; the killed writer's store then recovers."""

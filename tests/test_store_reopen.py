@@ -1,7 +1,6 @@
 """Closing, reopening and recovering a store: offsets continue, the size is kept, bad tails go."""
 
 import os
-import random
 import shutil
 import struct
 
@@ -14,12 +13,6 @@ SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 MAGIC_V1 = -626843481
 POS_BODY = 88
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def open_store(path, impl, **options):
@@ -48,8 +41,7 @@ def fill(store, rng, n, topic="TopicR"):
     return bodies, results
 
 
-def test_reopen_continues_queue_offsets_and_reads_every_message(tmp_path, impl):
-    rng = seeded_rng()
+def test_reopen_continues_queue_offsets_and_reads_every_message(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 90)                          # several segments
@@ -98,8 +90,7 @@ def test_reopen_with_a_different_explicit_segment_size_raises_config_error(tmp_p
         assert [m.body for m in s.iter_messages()] == [b"x"]
 
 
-def test_reopen_without_the_size_option_detects_the_segment_size(tmp_path, impl):
-    rng = seeded_rng()
+def test_reopen_without_the_size_option_detects_the_segment_size(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, _ = fill(s, rng, 60)
@@ -115,11 +106,10 @@ def test_reopen_without_the_size_option_detects_the_segment_size(tmp_path, impl)
         assert [m.body for m in s.iter_messages()] == bodies + more
 
 
-def test_recover_keeps_a_damaged_record_the_checkpoint_vouched_for(tmp_path, impl):
+def test_recover_keeps_a_damaged_record_the_checkpoint_vouched_for(tmp_path, impl, rng):
     """Below the checkpoint's confirmPhyOffset the CommitLog was flushed: a bad CRC there is
     damage, not a torn tail. The record reads as missing and verify() names it, but recovery
     does not cut the CommitLog there (RocketMQ would)."""
-    rng = seeded_rng()
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 40)
@@ -136,8 +126,7 @@ def test_recover_keeps_a_damaged_record_the_checkpoint_vouched_for(tmp_path, imp
         assert r.commitlog_offset in (end, end - end % SEGMENT + SEGMENT)   # or the next segment's start
 
 
-def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl):
-    rng = seeded_rng()
+def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 40)
@@ -159,8 +148,7 @@ def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl):
         assert [m.body for m in s.iter_messages()] == bodies[:-1] + [b"replacement"]
 
 
-def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl):
-    rng = seeded_rng()
+def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 150)                         # ~4 segments
@@ -246,11 +234,10 @@ def test_failed_open_closes_the_segments_it_had_mapped(tmp_path, impl):
         assert s.max_offset >= 3 * SEGMENT
 
 
-def test_a_clean_reopen_reads_past_an_old_damaged_record_and_verify_reports_it(tmp_path, impl):
+def test_a_clean_reopen_reads_past_an_old_damaged_record_and_verify_reports_it(tmp_path, impl, rng):
     """Recovery after a clean close re-reads only the tail the checkpoint does not vouch for
     (§7); damage in an older segment does not cut off the good data after it: the damaged
     record reads as missing and ``verify`` names it."""
-    rng = seeded_rng()
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 150)
@@ -277,12 +264,11 @@ def test_a_clean_reopen_reads_past_an_old_damaged_record_and_verify_reports_it(t
             assert sum(len(rows) for _, rows in s.scan(check_crc=False)) == len(results)
 
 
-def test_a_damaged_length_in_an_old_segment_is_stepped_over_and_never_stalls_the_queues(tmp_path, impl):
+def test_a_damaged_length_in_an_old_segment_is_stepped_over_and_never_stalls_the_queues(tmp_path, impl, rng):
     """A TOTALSIZE flipped in a segment a clean reopen does not re-scan: the queues are rebuilt
     past it, and only the damaged record is missing (RocketMQ's reput skips the rest of the
     segment; here the next whole record is found by its magic code and PHYSICALOFFSET); new puts
     reach their queues, and a read-only reopen sees them."""
-    rng = seeded_rng()
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 200)

@@ -1,10 +1,8 @@
 """Segment rolling and the BLANK end-of-file rule (spec §1.4, §1.5) as MessageStore writes them."""
 
 import os
-import random
 import struct
 
-import pytest
 
 from rocketstore import MessageStore
 
@@ -15,12 +13,6 @@ MAGIC_BLANK = -875286124
 MIN_BLANK = 8
 UNIQ_PROPERTY = len("UNIQ_KEY\x01") + 32 + 1
 _HEAD = struct.Struct(">ii")
-
-
-def seeded_rng():
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def open_store(path, impl, **options):
@@ -54,8 +46,7 @@ def walk_segment(data):
     return out
 
 
-def test_rolling_fills_contiguous_segments_each_ending_in_a_blank(tmp_path, impl):
-    rng = seeded_rng()
+def test_rolling_fills_contiguous_segments_each_ending_in_a_blank(tmp_path, impl, rng):
     path = tmp_path / "store"
     bodies = []
     with open_store(path, impl) as store:
@@ -148,8 +139,7 @@ def test_largest_record_that_fits_a_segment_fills_it_but_for_the_blank(tmp_path,
         assert store.read(0).body == b"z" * body_len
 
 
-def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path, impl):
-    rng = seeded_rng()
+def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path, impl, rng):
     with open_store(tmp_path / "store", impl) as store:
         results = [store.put("TopicIt", rng.randbytes(rng.randrange(500, 3000))) for _ in range(80)]
         middle = results[len(results) // 2]
