@@ -1153,8 +1153,6 @@ cdef int64_t _queue_keys(const uint8_t *base, int64_t size, const rs_batch_row *
     return -1
 
 
-
-
 def queue_keys(buffer, records):
     """One uint64 per record of ``records`` (RECORD_DTYPE, decoded from ``buffer``): FNV-1a 64
     over its topic bytes, then its queue id (as uint32). Records of one (topic, queue id) get

@@ -21,11 +21,9 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock,
                                PyThread_type_lock)
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.errno cimport EFAULT, ENOSPC
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
@@ -400,10 +398,10 @@ cdef class CommitLogCore:
     cdef int64_t _month_start, _month_next
     cdef uint32_t _uniq_counter
     cdef uint8_t *_props             # scratch: user properties + generated UNIQ_KEY (+ CRC32)
-    cdef public bint append_prop_crc # write RocketMQ 5.2+'s CRC32 property (spec §1.6)
+    cdef public bint append_prop_crc  # write RocketMQ 5.2+'s CRC32 property (spec §1.6)
     cdef dict _topics
     cdef dict _pins                  # segment start -> _Pin, while registered with the flusher
-    cdef dict _queue_offsets_pending # topic -> {queue_id: next offset} for topics not loaded yet
+    cdef dict _queue_offsets_pending  # topic -> {queue_id: next offset} for topics not loaded yet
     cdef bint _populate              # POPULATE_WRITE: populate before every store (see above)
     cdef object _topic_lookup
     cdef object _roll
@@ -707,7 +705,7 @@ cdef class CommitLogCore:
         cdef int err = 0
         cdef bint active = self._base != NULL and start == self._file_from
         if not active:
-            mm, fd = self._roll(start)    # created now (or found, when created ahead)
+            mm, _fd = self._roll(start)   # created now (or found, when created ahead)
         if not self._populate:
             return 0                      # segments are fallocated when created
         done = rs_flusher_prefaulted(self._flusher) - start   # [wrote, prefaulted) is populated
@@ -1029,10 +1027,9 @@ cdef class CommitLogCore:
         cdef int32_t[::1] c_sizes
         cdef int32_t[::1] crcs
         cdef uint8_t[:, ::1] uniq
-        cdef list views = None
         cdef list copies = None
         cdef PutResult scratch
-        cdef int64_t end = 0, total = 0, start
+        cdef int64_t end = 0, total = 0
         cdef Py_buffer *bufs = NULL
         cdef Py_ssize_t nbufs = 0
         cdef int uniq_len = self._uniq_prefix_len + 6
@@ -1103,12 +1100,15 @@ cdef class CommitLogCore:
                 if blen > self._max_message_size:
                     raise MessageTooLargeError(
                         f"bodies[{i}] of {blen} bytes exceeds max_message_size {self._max_message_size}")
-                length = rs_record_length(<int32_t>blen, len(t.name), <int32_t>(plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False)),
-                                          sys_flag | self._host_sysflag, RS_MAGIC_V1)
+                length = rs_record_length(
+                    <int32_t>blen, len(t.name),
+                    <int32_t>(plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False)),
+                    sys_flag | self._host_sysflag, RS_MAGIC_V1)
                 if length < 0 or length > self._max_message_size or length + RS_END_FILE_MIN_BLANK > self._file_size:
-                    raise MessageTooLargeError(f"record {i} exceeds max_message_size {self._max_message_size}"
-                                               if length <= self._max_message_size else
-                                               f"record {i} of {length} bytes cannot fit a {self._file_size}-byte segment")
+                    raise MessageTooLargeError(
+                        f"record {i} exceeds max_message_size {self._max_message_size}"
+                        if length <= self._max_message_size else
+                        f"record {i} of {length} bytes cannot fit a {self._file_size}-byte segment")
                 rec_lens[i] = length
             if plen + 9 + 2 * uniq_len + 1 + self._prop_crc_extra(NULL, 0, False) > RS_MAX_PROPERTIES_LENGTH:
                 raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")

@@ -48,6 +48,7 @@ import struct
 import sys
 import time
 import zlib
+from typing import Any, Optional
 from collections.abc import Mapping
 
 import numpy as np
@@ -654,7 +655,7 @@ def decode_batch(buffer, start: int = 0, end: int | None = None, *, check_crc: b
     _check_range(start, end, size)
     if not isinstance(max_records, int):
         raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     pos = start
     reason = STOP_LIMIT
     while pos < end and len(rows) != max_records:
@@ -757,7 +758,7 @@ def _java_int(data):
 def _dispatch_properties(data):
     """The (offset, length) in ``data`` of the TAGS, KEYS, UNIQ_KEY and DELAY values, each None
     when absent: the pieces :func:`decode_properties` keeps, a later duplicate winning."""
-    found = [None, None, None, None]
+    found: list[Optional[tuple[int, int]]] = [None, None, None, None]
     at = 0
     for piece in data.split(b"\x02"):
         sep = piece.find(b"\x01")

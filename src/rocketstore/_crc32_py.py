@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import operator
 import zlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["crc32", "masked_crc32", "IMPLEMENTATION"]
 
@@ -14,7 +18,7 @@ __all__ = ["crc32", "masked_crc32", "IMPLEMENTATION"]
 IMPLEMENTATION = "zlib"
 
 
-def crc32(data, value: int = 0) -> int:
+def crc32(data: Buffer, value: int = 0) -> int:
     """CRC-32 of ``data`` continuing from ``value``; equal to ``zlib.crc32(data, value)``.
 
     ``data`` is any C-contiguous buffer (bytes, bytearray, memoryview, numpy array);
@@ -26,6 +30,6 @@ def crc32(data, value: int = 0) -> int:
     return zlib.crc32(data, start)
 
 
-def masked_crc32(data) -> int:
+def masked_crc32(data: Buffer) -> int:
     """``crc32(data) & 0x7FFFFFFF``: the BODYCRC field of a RocketMQ CommitLog record."""
     return zlib.crc32(data) & 0x7FFFFFFF

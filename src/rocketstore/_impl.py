@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import os
+from types import ModuleType
+from typing import Any
 
 __all__ = ["Implementation", "PURE", "COMPILED", "DEFAULT", "NO_EXTENSIONS", "REQUIRE_EXTENSIONS"]
 
@@ -30,17 +32,26 @@ class Implementation:
 
     __slots__ = ("name", "compiled") + _TWINS
 
-    def __init__(self, name: str, compiled: bool, modules: dict):
+    # The twins' API is their pure modules' (the compiled ones match it: tests/test_twin_parity.py);
+    # typed Any here because which module fills each place is decided at run time.
+    crc32: Any
+    codec: Any
+    store: Any
+    index: Any
+
+    def __init__(self, name: str, compiled: bool, modules: dict[str, ModuleType]) -> None:
         self.name = name
         self.compiled = compiled
-        for twin in _TWINS:
-            setattr(self, twin, modules[twin])
+        self.crc32 = modules["crc32"]
+        self.codec = modules["codec"]
+        self.store = modules["store"]
+        self.index = modules["index"]
 
     def __repr__(self) -> str:
         return f"<rocketstore implementation {self.name!r}>"
 
 
-def _load(suffix: str) -> dict:
+def _load(suffix: str) -> dict[str, ModuleType]:
     return {twin: importlib.import_module(f"rocketstore._{twin}{suffix}") for twin in _TWINS}
 
 

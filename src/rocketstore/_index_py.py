@@ -31,6 +31,7 @@ writers; readers on other threads see whole items only after the slot points at 
 from __future__ import annotations
 
 import operator
+from typing import Optional
 import struct
 import time
 
@@ -127,7 +128,7 @@ class IndexFile:
             mv.release()
             raise StoreConfigError(f"index file buffer is {nbytes} bytes, expected {size} "
                                    f"for {slot_count} slots and {index_count} items")
-        self._mv = mv
+        self._mv: Optional[memoryview] = mv
         self._slot_num = slot_count
         self._index_num = index_count
         self._items_start = HEADER_SIZE + slot_count * HASH_SLOT_SIZE

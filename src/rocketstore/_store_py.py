@@ -13,6 +13,7 @@ import struct
 import threading
 import time
 import zlib
+from typing import Any, Callable, Generator, Optional
 
 import numpy as np
 
@@ -68,34 +69,47 @@ class PutResult:
     __slots__ = ("_status", "commitlog_offset", "size", "queue_id", "queue_offset",
                  "store_timestamp", "_unique_key", "_host", "_port", "error")
 
-    def __init__(self):
+    _status: int
+    commitlog_offset: int           #: where the record starts in the CommitLog
+    size: int                       #: the record's length in bytes
+    queue_id: int
+    queue_offset: int               #: the message's position in its ConsumeQueue
+    store_timestamp: int            #: ms since the epoch
+    #: a flush's error (with status FLUSH_DISK_TIMEOUT), else None
+    error: Optional[BaseException]
+
+    def __init__(self) -> None:
         self._status = _PUT_OK
-        self._unique_key = None
+        self._unique_key: Optional[str] = None
+        self._host = b""
+        self._port = 0
         self.error = None
 
     @property
-    def status(self):
+    def status(self) -> PutStatus:
         return PutStatus(self._status)
 
     @property
-    def ok(self):
-        return self._status == _PUT_OK
+    def ok(self) -> bool:
+        return bool(self._status == _PUT_OK)
 
     @property
-    def unique_key(self):
+    def unique_key(self) -> Optional[str]:
+        """The UNIQ_KEY property: the client-side message id (msgId)."""
         return self._unique_key
 
     @property
-    def msg_id(self):
-        return make_offset_msg_id(self._host, self._port, self.commitlog_offset)
+    def msg_id(self) -> str:
+        """The offsetMsgId: store host, port and CommitLog offset in hex."""
+        return str(make_offset_msg_id(self._host, self._port, self.commitlog_offset))
 
-    def _set_status(self, status):
+    def _set_status(self, status: int) -> None:
         self._status = status
 
-    def _set_error(self, error):
+    def _set_error(self, error: Optional[BaseException]) -> None:
         self.error = error
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
@@ -109,41 +123,54 @@ class BatchPutResult:
                  "sizes", "store_timestamps", "queue_offsets", "_unique_keys", "_host", "_port",
                  "error")
 
-    def __init__(self):
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    commitlog_offsets: Any          #: int64 array, one per message
+    sizes: Any                      #: int32 array
+    store_timestamps: Any           #: int64 array
+    queue_offsets: Any              #: int64 array
+    error: Optional[BaseException]
+    _status: int
+    _unique_keys: list[Optional[str]]
+    _host: bytes
+    _port: int
+
+    def __init__(self) -> None:
         self.error = None
 
     @property
-    def status(self):
+    def status(self) -> PutStatus:
         return PutStatus(self._status)
 
     @property
-    def ok(self):
-        return self._status == _PUT_OK
+    def ok(self) -> bool:
+        return bool(self._status == _PUT_OK)
 
-    def _set_status(self, status):
+    def _set_status(self, status: int) -> None:
         self._status = status
 
-    def _set_error(self, error):
+    def _set_error(self, error: Optional[BaseException]) -> None:
         self.error = error
 
     @property
-    def unique_keys(self):
-        return self._unique_keys
+    def unique_keys(self) -> list[Optional[str]]:
+        return list(self._unique_keys)
 
     @property
-    def msg_ids(self):
+    def msg_ids(self) -> list[str]:
         prefix = (self._host + self._port.to_bytes(4, "big")).hex().upper()
         return [prefix + format(int(o), "016X") for o in self.commitlog_offsets]
 
     @property
-    def end_offset(self):
+    def end_offset(self) -> int:
         n = len(self.commitlog_offsets)
         return int(self.commitlog_offsets[n - 1]) + int(self.sizes[n - 1]) if n else 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.commitlog_offsets)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> PutResult:
         r = PutResult()
         r._status = self._status
         r.commitlog_offset = int(self.commitlog_offsets[i])
@@ -156,7 +183,7 @@ class BatchPutResult:
         r._port = self._port
         return r
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"BatchPutResult(status={self.status.name}, count={len(self)}, topic={self.topic!r}, "
                 f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
 
@@ -173,7 +200,11 @@ class PutFuture:
 
     __slots__ = ("_core", "_result", "target", "deadline_ms", "_resolved", "_error")
 
-    def __init__(self, core, result, target, deadline_ms, error=None):
+    target: int                     #: the CommitLog offset the flush must reach
+    deadline_ms: int                #: when sync_flush_timeout_ms runs out (epoch ms)
+
+    def __init__(self, core: Any, result: Any, target: int, deadline_ms: int,
+                 error: Optional[BaseException] = None) -> None:
         self._core = core
         self._result = result
         self.target = target
@@ -181,11 +212,11 @@ class PutFuture:
         self._resolved = error is not None
         self._error = error
 
-    def done(self):
+    def done(self) -> bool:
         return (self._resolved or self._core.flushed_offset >= self.target
                 or _now_ms() >= self.deadline_ms)
 
-    def result(self, timeout=None):
+    def result(self, timeout: Optional[float] = None) -> Any:
         if not self._resolved:
             wait_ms = self.deadline_ms - _now_ms()
             caller_limited = False
@@ -202,18 +233,18 @@ class PutFuture:
             raise self._error
         return self._result
 
-    def add_done_callback(self, fn):
+    def add_done_callback(self, fn: Callable[[PutFuture], object]) -> None:
         if self.done():
             fn(self)
         else:
             self._core._watcher_add(self, fn)
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, Any]:
         import asyncio
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self.add_done_callback(lambda _f: loop.call_soon_threadsafe(
-            lambda: fut.done() or fut.set_result(None)))
+            lambda: None if fut.done() else fut.set_result(None)))
         yield from fut.__await__()
         return self.result()
 
@@ -400,7 +431,7 @@ class CommitLogCore:
         self._pending = {}
         self._topic_lookup = topic_lookup
         self._roll = roll
-        self._mm = None
+        self._mm: Any = None      # the active segment's map (None before the first)
         self._file_from = start_offset - start_offset % file_size
         self._pos = start_offset - self._file_from
         self._last_store_ts = 0
@@ -741,7 +772,8 @@ class CommitLogCore:
             starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
             items = [whole[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]
         else:
-            items = [b if type(b) is bytes else memoryview(contiguous(b)).cast("B") for b in bodies]
+            items = [b if type(b) is bytes else memoryview(contiguous(b)).cast("B")  # type: ignore[misc]
+                     for b in bodies]
         n = len(items)
         lengths_ = []
         for i, body in enumerate(items):

@@ -35,7 +35,7 @@ import re
 import stat
 import threading
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, TypeVar
 
 from rocketstore._files import fsync_dir, write_synced
 from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
@@ -61,7 +61,7 @@ _INT_KEY = re.compile(r"-?\d+")
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 _MAX_DEPTH = 512
-_scanstring = json.decoder.scanstring
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public since 2.6, not in typeshed
 
 
 def _int_text(text: str) -> int:
@@ -107,7 +107,7 @@ class _Parser:
         raise StoreConfigError(f"bad fastjson at line {line}, offset {self.pos}: {what}")
 
     def skip_ws(self) -> None:
-        self.pos = _WS.match(self.text, self.pos).end()
+        self.pos = _WS.match(self.text, self.pos).end()  # type: ignore[union-attr]  # \s* always matches
 
     def string(self) -> str:
         try:
@@ -374,7 +374,7 @@ def _read_regular_file(path: str) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise StoreConfigError(f"{path} is not a regular file")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -383,6 +383,8 @@ def _read_regular_file(path: str) -> bytes:
     finally:
         os.close(fd)
 
+
+_C = TypeVar("_C", bound="ConfigFile")
 
 class ConfigFile:
     """A JSON config file with RocketMQ's ``.bak`` fallback (spec §10, persist protocol).
@@ -410,14 +412,14 @@ class ConfigFile:
         return self.path + ".bak"
 
     @classmethod
-    def open(cls, path, *args, **kwargs):
+    def open(cls: type[_C], path: str, *args: Any, **kwargs: Any) -> _C:
         """Construct (same arguments as the class) and :meth:`load`."""
         table = cls(path, *args, **kwargs)
         table.load()
         return table
 
     @classmethod
-    def in_store(cls, root, *args, **kwargs):
+    def in_store(cls: type[_C], root: str | os.PathLike[str], *args: Any, **kwargs: Any) -> _C:
         """Open ``<root>/config/<FILE_NAME>``."""
         return cls.open(os.path.join(os.fspath(root), "config", cls.FILE_NAME), *args, **kwargs)
 

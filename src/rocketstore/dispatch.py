@@ -518,9 +518,9 @@ class TailQueue:
                 return head
             i = start - self._start
             view = self._tail[i:min(self._count, i + count)]
-        view = view.view()
-        view.flags.writeable = False
-        return view
+        out: np.ndarray = view.view()
+        out.flags.writeable = False
+        return out
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         view = self.units(queue_offset, 1)

@@ -81,7 +81,11 @@ class InvalidMessageIdError(RocketStoreError, ValueError):
 
 
 class CorruptRecordError(RocketStoreError, ValueError):
-    """Bytes that do not decode as a CommitLog record (bad magic, lengths or CRC)."""
+    """Bytes that do not decode as a CommitLog record (bad magic, lengths or CRC); ``reason`` is
+    the decoder's stop code and ``position`` where in the buffer it stopped (when known)."""
+
+    reason: int = 0
+    position: int = -1
 
 
 class MessageNotFoundError(RocketStoreError, LookupError):

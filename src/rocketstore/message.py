@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 __all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "validate_topic",
            "is_valid_topic", "is_system_topic", "check_user_topic", "MAX_TOPIC_LENGTH", "PROPERTY_KEYS",
@@ -27,12 +27,12 @@ MAX_TOPIC_LENGTH = 127
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
-def is_valid_topic(topic) -> bool:
+def is_valid_topic(topic: object) -> bool:
     return (isinstance(topic, str) and 0 < len(topic) <= MAX_TOPIC_LENGTH
             and _TOPIC_CHARS.fullmatch(topic) is not None)
 
 
-def validate_topic(topic) -> str:
+def validate_topic(topic: object) -> str:
     """``topic`` if it follows RocketMQ's topic rule, else InvalidTopicError saying why."""
     from rocketstore.errors import InvalidTopicError
     if not isinstance(topic, str):
@@ -52,12 +52,12 @@ SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TE
 SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%RETRY%", "%DLQ%")
 
 
-def is_system_topic(topic) -> bool:
+def is_system_topic(topic: object) -> bool:
     """Whether ``topic`` is one of RocketMQ's system topics (a user may read, not put to it)."""
     return isinstance(topic, str) and (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES))
 
 
-def check_user_topic(topic) -> None:
+def check_user_topic(topic: object) -> None:
     """Raise SystemTopicError if a user's put names a system topic (other checks: the core's)."""
     if is_system_topic(topic):
         from rocketstore.errors import SystemTopicError
@@ -88,11 +88,11 @@ class Message:
     __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "queue_id",
                  "born_timestamp", "reconsume_times", "sys_flag")
 
-    def __init__(self, topic: str, body: bytes, tags: Optional[str] = None,
+    def __init__(self, topic: str, body: Union[bytes, bytearray, memoryview], tags: Optional[str] = None,
                  keys: Optional[str | list[str] | tuple[str, ...]] = None,
                  properties: Optional[Mapping[str, str]] = None, flag: int = 0,
                  queue_id: int = -1, born_timestamp: int = 0, reconsume_times: int = 0,
-                 sys_flag: int = 0):
+                 sys_flag: int = 0) -> None:
         self.topic = topic
         self.body = body
         self.tags = tags
@@ -121,7 +121,25 @@ class MessageExt:
                  "store_timestamp", "store_host", "reconsume_times",
                  "prepared_transaction_offset", "body", "topic", "properties")
 
-    def __init__(self, **fields):
+    size: int                           #: the record's length in bytes (TOTALSIZE)
+    magic: int                          #: MAGICCODE (V1 or V2)
+    body_crc: int                       #: BODYCRC
+    queue_id: int
+    flag: int
+    queue_offset: int                   #: the message's position in its ConsumeQueue
+    commitlog_offset: int               #: PHYSICALOFFSET: where the record starts
+    sys_flag: int
+    born_timestamp: int                 #: ms since the epoch, set by the producer
+    born_host: tuple[str, int]          #: (ip text, port)
+    store_timestamp: int                #: ms since the epoch, set by the store
+    store_host: tuple[str, int]         #: (ip text, port)
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: Union[bytes, memoryview]      #: a read-only memoryview after a zero-copy read
+    topic: str
+    properties: dict[str, str]          #: empty when the record has none
+
+    def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
 
@@ -144,16 +162,16 @@ class MessageExt:
         host, port = self.store_host
         return make_offset_msg_id(host_to_bytes(host), port, self.commitlog_offset)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
             return NotImplemented
         return all(bytes(getattr(self, n)) == bytes(getattr(other, n)) if n == "body"
                    else getattr(self, n) == getattr(other, n) for n in self.__slots__)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable
 
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
