@@ -46,7 +46,7 @@ def _import_pyarrow():
         import pyarrow.parquet
     except ImportError:
         raise CliError("Parquet export needs pyarrow, which is not installed "
-                       "(pip install pyarrow); or export JSON lines with --format jsonl") from None
+                       "(pip install 'rocketstore[parquet]'); or export JSON lines with --format jsonl") from None
     return pyarrow, pyarrow.parquet
 
 
