@@ -755,6 +755,8 @@ def test_read_only_store_beside_a_writer_killed_mid_put_sees_only_whole_messages
         if child.poll() is None:
             child.kill()
             child.wait()
+        child.stdout.close()
+        child.stderr.close()
     assert child.returncode == -signal.SIGKILL
     assert seen == sorted(seen) and seen[-1] == seen[-2] > 0    # after the kill nothing moves
     with MessageStore(path, implementation=impl.name, store_host="10.0.0.7", consume_queue_units=64,
