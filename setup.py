@@ -12,6 +12,9 @@ Environment switches (read here only):
   ``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1``: the interpreter itself is not instrumented,
   so the ASan runtime must be loaded first.
+* ``ROCKETSTORE_DEBUG_HOOKS=1``   - compile the C test seams (``rocketstore._store._debug_fail_syncs``:
+  make the flush thread's msync fail), which tests/test_flush_failure.py uses; .ci/run builds
+  them once beside the release build.
 * ``ROCKETSTORE_ONLY=_crc32,...`` - build only the named extensions (development shortcut).
 """
 
@@ -52,6 +55,8 @@ def _extensions():
         cflags += [sanitizers, "-fno-omit-frame-pointer", "-g"]
         ldflags += [sanitizers]
     libraries = [] if sys.platform == "win32" else ["pthread"]
+    # ROCKETSTORE_DEBUG_HOOKS=1: test seams in the C code (rocketstore._store._debug_fail_syncs)
+    macros = [("RS_DEBUG_HOOKS", "1")] if _flag("ROCKETSTORE_DEBUG_HOOKS") else []
 
     # name -> sources; crc32.c is linked into every module that checksums.
     modules = {
@@ -70,8 +75,13 @@ def _extensions():
                 "rocketstore." + name,
                 sources=sources,
                 include_dirs=["cext"],
-                depends=[os.path.join("cext", f) for f in os.listdir(os.path.join(HERE, "cext")) if f.endswith((".h", ".pxd"))],
+                depends=[
+                    os.path.join("cext", f)
+                    for f in os.listdir(os.path.join(HERE, "cext"))
+                    if f.endswith((".h", ".pxd"))
+                ],
                 extra_compile_args=cflags,
+                define_macros=macros,
                 extra_link_args=ldflags,
                 libraries=libraries,
             )
@@ -96,26 +106,29 @@ class _OptionalBuildExt(build_ext):
     def run(self):
         try:
             super().run()
-        except Exception as exc:          # no compiler at all: the build_ext step itself fails
+        except Exception as exc:  # no compiler at all: the build_ext step itself fails
             self._fall_back(exc)
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
-        except Exception as exc:          # CompileError, LinkError, a missing compiler binary
+        except Exception as exc:  # CompileError, LinkError, a missing compiler binary
             self._fall_back(exc, ext.name)
 
     def _fall_back(self, exc, name="the compiled extensions"):
         if _flag("ROCKETSTORE_REQUIRE_EXTENSIONS"):
             raise
-        message = (f"rocketstore: could not build {name} ({type(exc).__name__}: {exc}); "
-                   "installing the pure-Python implementation, which is correct but several times "
-                   "slower. Install a C compiler and the Python headers and reinstall for the "
-                   "compiled one; set ROCKETSTORE_NO_EXTENSIONS=1 to skip this attempt, or "
-                   "ROCKETSTORE_REQUIRE_EXTENSIONS=1 to make it an error.")
+        message = (
+            f"rocketstore: could not build {name} ({type(exc).__name__}: {exc}); "
+            "installing the pure-Python implementation, which is correct but several times "
+            "slower. Install a C compiler and the Python headers and reinstall for the "
+            "compiled one; set ROCKETSTORE_NO_EXTENSIONS=1 to skip this attempt, or "
+            "ROCKETSTORE_REQUIRE_EXTENSIONS=1 to make it an error."
+        )
         bar = "*" * 78
         sys.stderr.write(f"\n{bar}\n{message}\n{bar}\n\n")
         import warnings
+
         warnings.warn(message, stacklevel=1)
 
 

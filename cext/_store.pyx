@@ -89,6 +89,18 @@ cdef extern from "flusher.h" nogil:
 
 cdef extern from *:
     """
+    #ifdef RS_DEBUG_HOOKS
+    #define RS_HAVE_DEBUG_HOOKS 1
+    #else
+    #define RS_HAVE_DEBUG_HOOKS 0
+    static void rs_flusher_debug_fail_syncs(int err) { (void)err; }
+    #endif
+    """
+    int RS_HAVE_DEBUG_HOOKS
+    void rs_flusher_debug_fail_syncs(int err)
+
+cdef extern from *:
+    """
     static const char rs_hex_digits[] = "0123456789ABCDEF";
     static const char rs_uniq_property_name[] = "UNIQ_KEY\x01";
     static const char rs_prop_crc_reserved[] = "__CRC32#\x01" "0000000000" "\x02";
@@ -121,9 +133,23 @@ cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
+__all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
+           "WAIT_FUTURE"]
+
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
 WAIT_FUTURE = 2      # return a PutFuture resolved by the flush thread
+
+#: Built with ROCKETSTORE_DEBUG_HOOKS=1: _debug_fail_syncs() can make the flush thread fail.
+DEBUG_HOOKS = bool(RS_HAVE_DEBUG_HOOKS)
+
+
+def _debug_fail_syncs(int err):
+    """Debug builds only: every flush round fails with errno ``err`` until called with 0 (the
+    error path of a failing disk, for tests). RuntimeError in a release build."""
+    if not RS_HAVE_DEBUG_HOOKS:
+        raise RuntimeError("built without ROCKETSTORE_DEBUG_HOOKS=1")
+    rs_flusher_debug_fail_syncs(err)
 
 
 cdef inline int64_t _now_ms() noexcept nogil:

@@ -77,6 +77,11 @@ void rs_flusher_get_stats(rs_flusher *f, rs_flusher_stats *out);
  * its blocks, and a failure (ENOSPC) is an error code here instead of a SIGBUS at the writer's
  * store. The writer therefore calls rs_populate_write() itself for any range it is about to write
  * that the background thread has not reached, and writes only when that succeeded. */
+#ifdef RS_DEBUG_HOOKS
+/* Debug builds only: make every flush round fail with ``err`` (0: stop failing). */
+void rs_flusher_debug_fail_syncs(int err);
+#endif
+
 int rs_populate_supported(void);
 /* 0, or an errno (ENOSPC, EFAULT, EINVAL if unsupported). addr need not be page-aligned. */
 int rs_populate_write(uint8_t *addr, int64_t len);

@@ -13,25 +13,51 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Callable, Generator, Optional
+from collections.abc import Callable, Generator
+from typing import Any, Optional
 
 import numpy as np
 
 from rocketstore._checks import batch_lengths, contiguous
-from rocketstore._clock import month_bounds, now_ms as _now_ms
+from rocketstore._clock import month_bounds
+from rocketstore._clock import now_ms as _now_ms
 from rocketstore._codec_py import make_offset_msg_id
 from rocketstore._flushwatch import FlushWatcher
 from rocketstore._verify import PROP_CRC_LENGTH, prop_crc_digits
-from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
-                                PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    SegmentError,
+    StoreClosedError,
+    not_stored,
+)
 from rocketstore.mapped_file import flush_timeout
 from rocketstore.status import PutStatus
 
-__all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture",
-           "WAIT_NONE", "WAIT_BLOCK", "WAIT_FUTURE"]
+__all__ = [
+    "CommitLogCore",
+    "PutResult",
+    "BatchPutResult",
+    "PutFuture",
+    "WAIT_NONE",
+    "WAIT_BLOCK",
+    "WAIT_FUTURE",
+]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
 POPULATE_WRITE = False
+
+#: The pure twin can always fail its flush thread on purpose (the compiled one only in debug builds).
+DEBUG_HOOKS = True
+_debug_sync_errno = 0
+
+
+def _debug_fail_syncs(err: int) -> None:
+    """Every flush round fails with errno ``err`` until called with 0 (tests of the error path)."""
+    global _debug_sync_errno
+    _debug_sync_errno = int(err)
 
 WAIT_NONE = 0
 WAIT_BLOCK = 1
@@ -66,15 +92,25 @@ def _body_crc(body) -> int:
 class PutResult:
     """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
 
-    __slots__ = ("_status", "commitlog_offset", "size", "queue_id", "queue_offset",
-                 "store_timestamp", "_unique_key", "_host", "_port", "error")
+    __slots__ = (
+        "_status",
+        "commitlog_offset",
+        "size",
+        "queue_id",
+        "queue_offset",
+        "store_timestamp",
+        "_unique_key",
+        "_host",
+        "_port",
+        "error",
+    )
 
     _status: int
-    commitlog_offset: int           #: where the record starts in the CommitLog
-    size: int                       #: the record's length in bytes
+    commitlog_offset: int  #: where the record starts in the CommitLog
+    size: int  #: the record's length in bytes
     queue_id: int
-    queue_offset: int               #: the message's position in its ConsumeQueue
-    store_timestamp: int            #: ms since the epoch
+    queue_offset: int  #: the message's position in its ConsumeQueue
+    store_timestamp: int  #: ms since the epoch
     #: a flush's error (with status FLUSH_DISK_TIMEOUT), else None
     error: Optional[BaseException]
 
@@ -110,26 +146,39 @@ class PutResult:
         self.error = error
 
     def __repr__(self) -> str:
-        return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
-                f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
-                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
-                f"size={self.size}, store_timestamp={self.store_timestamp})")
+        return (
+            f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
+            f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+            f"size={self.size}, store_timestamp={self.store_timestamp})"
+        )
 
 
 class BatchPutResult:
     """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
 
-    __slots__ = ("_status", "topic", "queue_id", "first_queue_offset", "commitlog_offsets",
-                 "sizes", "store_timestamps", "queue_offsets", "_unique_keys", "_host", "_port",
-                 "error")
+    __slots__ = (
+        "_status",
+        "topic",
+        "queue_id",
+        "first_queue_offset",
+        "commitlog_offsets",
+        "sizes",
+        "store_timestamps",
+        "queue_offsets",
+        "_unique_keys",
+        "_host",
+        "_port",
+        "error",
+    )
 
     topic: str
     queue_id: int
     first_queue_offset: int
-    commitlog_offsets: Any          #: int64 array, one per message
-    sizes: Any                      #: int32 array
-    store_timestamps: Any           #: int64 array
-    queue_offsets: Any              #: int64 array
+    commitlog_offsets: Any  #: int64 array, one per message
+    sizes: Any  #: int32 array
+    store_timestamps: Any  #: int64 array
+    queue_offsets: Any  #: int64 array
     error: Optional[BaseException]
     _status: int
     _unique_keys: list[Optional[str]]
@@ -184,8 +233,10 @@ class BatchPutResult:
         return r
 
     def __repr__(self) -> str:
-        return (f"BatchPutResult(status={self.status.name}, count={len(self)}, topic={self.topic!r}, "
-                f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
+        return (
+            f"BatchPutResult(status={self.status.name}, count={len(self)}, topic={self.topic!r}, "
+            f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})"
+        )
 
 
 class PutFuture:
@@ -200,11 +251,12 @@ class PutFuture:
 
     __slots__ = ("_core", "_result", "target", "deadline_ms", "_resolved", "_error")
 
-    target: int                     #: the CommitLog offset the flush must reach
-    deadline_ms: int                #: when sync_flush_timeout_ms runs out (epoch ms)
+    target: int  #: the CommitLog offset the flush must reach
+    deadline_ms: int  #: when sync_flush_timeout_ms runs out (epoch ms)
 
-    def __init__(self, core: Any, result: Any, target: int, deadline_ms: int,
-                 error: Optional[BaseException] = None) -> None:
+    def __init__(
+        self, core: Any, result: Any, target: int, deadline_ms: int, error: Optional[BaseException] = None
+    ) -> None:
         self._core = core
         self._result = result
         self.target = target
@@ -213,8 +265,7 @@ class PutFuture:
         self._error = error
 
     def done(self) -> bool:
-        return (self._resolved or self._core.flushed_offset >= self.target
-                or _now_ms() >= self.deadline_ms)
+        return self._resolved or self._core.flushed_offset >= self.target or _now_ms() >= self.deadline_ms
 
     def result(self, timeout: Optional[float] = None) -> Any:
         if not self._resolved:
@@ -241,10 +292,12 @@ class PutFuture:
 
     def __await__(self) -> Generator[Any, None, Any]:
         import asyncio
+
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.add_done_callback(lambda _f: loop.call_soon_threadsafe(
-            lambda: None if fut.done() else fut.set_result(None)))
+        self.add_done_callback(
+            lambda _f: loop.call_soon_threadsafe(lambda: None if fut.done() else fut.set_result(None))
+        )
         yield from fut.__await__()
         return self.result()
 
@@ -257,6 +310,8 @@ def _data_sync(fd):
         fcntl.fcntl(fd, full_sync)
     else:
         getattr(os, "fdatasync", os.fsync)(fd)
+    if _debug_sync_errno:
+        raise OSError(_debug_sync_errno, os.strerror(_debug_sync_errno))
 
 
 class _Flusher:
@@ -274,12 +329,13 @@ class _Flusher:
         self.page = 4096
         self.stop = False
         self.last_errno = 0
-        self.last_error = None   # the exception behind last_errno (flush_timeout's cause)
-        self.dead = None         # the exception that ended the thread, if one did
-        self.round_seq = 0   # rounds begun; err_seq: the round that set last_errno (see wait)
+        self.last_error = None  # the exception behind last_errno (flush_timeout's cause)
+        self.dead = None  # the exception that ended the thread, if one did
+        self.round_seq = 0  # rounds begun; err_seq: the round that set last_errno (see wait)
         self.err_seq = 0
-        self.stats = dict(flush_rounds=0, flushed_bytes=0, sync_requests=0, sync_timeouts=0,
-                          prefaulted_bytes=0)
+        self.stats = dict(
+            flush_rounds=0, flushed_bytes=0, sync_requests=0, sync_timeouts=0, prefaulted_bytes=0
+        )
         self.seg_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="rocketstore-flush", daemon=True)
         self.thread.start()
@@ -359,7 +415,7 @@ class _Flusher:
                 if self.last_errno and self.err_seq > seen:
                     return self.last_errno
                 if self.dead is not None:
-                    return errno.EIO          # the thread is gone: nothing will flush this
+                    return errno.EIO  # the thread is gone: nothing will flush this
                 if self.stop:
                     return errno.ESHUTDOWN
                 left = None if deadline is None else deadline - time.monotonic()
@@ -401,10 +457,26 @@ _PROP_CRC_RESERVED = _PROP_CRC_NAME + b"0" * 10 + b"\x02"
 class CommitLogCore:
     """The append path of one CommitLog. See the module docstring; not for direct use."""
 
-    def __init__(self, *, file_size, start_offset, store_host, store_port, born_host, born_port,
-                 uniq_prefix, max_message_size, topic_lookup, roll, flush_interval_ms=500,
-                 flush_least_pages=4, flush_thorough_ms=10000, prefault_bytes=0,
-                 sync_flush_timeout_ms=5000, default_wait=0):
+    def __init__(
+        self,
+        *,
+        file_size,
+        start_offset,
+        store_host,
+        store_port,
+        born_host,
+        born_port,
+        uniq_prefix,
+        max_message_size,
+        topic_lookup,
+        roll,
+        flush_interval_ms=500,
+        flush_least_pages=4,
+        flush_thorough_ms=10000,
+        prefault_bytes=0,
+        sync_flush_timeout_ms=5000,
+        default_wait=0,
+    ):
         if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
             raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
         if len(uniq_prefix) not in (10, 22):
@@ -419,8 +491,9 @@ class CommitLogCore:
         self._store_port = store_port
         self._born_host = bytes(born_host)
         self._born_port = born_port
-        self._host_sysflag = ((SYSFLAG_STOREHOST_V6 if len(store_host) == 16 else 0)
-                              | (SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0))
+        self._host_sysflag = (SYSFLAG_STOREHOST_V6 if len(store_host) == 16 else 0) | (
+            SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0
+        )
         self._struct = _record_struct(len(born_host), len(store_host))
         self._uniq_prefix = bytes(uniq_prefix)
         #: Write RocketMQ 5.2+'s CRC32 property (``enabledAppendPropCRC``, spec §1.6).
@@ -431,7 +504,7 @@ class CommitLogCore:
         self._pending = {}
         self._topic_lookup = topic_lookup
         self._roll = roll
-        self._mm: Any = None      # the active segment's map (None before the first)
+        self._mm: Any = None  # the active segment's map (None before the first)
         self._file_from = start_offset - start_offset % file_size
         self._pos = start_offset - self._file_from
         self._last_store_ts = 0
@@ -439,7 +512,7 @@ class CommitLogCore:
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
         self._watcher = None
         self._closed = False
-        self._refusal = None     # while set (disk full), every put is refused with it
+        self._refusal = None  # while set (disk full), every put is refused with it
         self.puts = 0
         self.durable_waits = 0
         self.refused_puts = 0
@@ -591,7 +664,8 @@ class CommitLogCore:
             t.rr += 1
         elif queue_id >= t.nqueues:
             raise InvalidQueueIdError(
-                f"queue id {queue_id} out of range: topic {t.name.decode()!r} has {t.nqueues} queues")
+                f"queue id {queue_id} out of range: topic {t.name.decode()!r} has {t.nqueues} queues"
+            )
         return queue_id
 
     def _make_uniq(self, now):
@@ -622,25 +696,49 @@ class CommitLogCore:
         return PROP_CRC_LENGTH + (unique_key is not None and len(props) > 0 and props[-1] != 2)
 
     def _validate(self, t, body_len, props, unique_key, sys_flag):
-        total_props = (len(props) + (0 if unique_key is not None else self._uniq_extra())
-                       + self._prop_crc_extra(props, unique_key))
+        total_props = (
+            len(props)
+            + (0 if unique_key is not None else self._uniq_extra())
+            + self._prop_crc_extra(props, unique_key)
+        )
         if total_props > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
-                f"properties are {total_props} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+                f"properties are {total_props} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+            )
         sys_flag |= self._host_sysflag
-        length = (91 + body_len + len(t.name) + total_props
-                  + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
-                  + (12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0))
+        length = (
+            91
+            + body_len
+            + len(t.name)
+            + total_props
+            + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+            + (12 if sys_flag & SYSFLAG_STOREHOST_V6 else 0)
+        )
         if length > self._max_message_size:
             raise MessageTooLargeError(
-                f"record of {length} bytes exceeds max_message_size {self._max_message_size}")
+                f"record of {length} bytes exceeds max_message_size {self._max_message_size}"
+            )
         if length + END_FILE_MIN_BLANK > self._file_size:
             raise MessageTooLargeError(
-                f"record of {length} bytes cannot fit a {self._file_size}-byte segment")
+                f"record of {length} bytes cannot fit a {self._file_size}-byte segment"
+            )
         return length
 
-    def _append(self, t, queue_id, body, body_crc, props, unique_key, flag, born_ts, sys_flag,
-                reconsume, prepared_offset, length):
+    def _append(
+        self,
+        t,
+        queue_id,
+        body,
+        body_crc,
+        props,
+        unique_key,
+        flag,
+        born_ts,
+        sys_flag,
+        reconsume,
+        prepared_offset,
+        length,
+    ):
         """Append one validated record (append lock held); returns (PutResult, end offset)."""
         now = _now_ms()
         if now < self._last_store_ts:
@@ -672,20 +770,40 @@ class CommitLogCore:
         queue_offset = t.next_offsets[queue_id] if consumes else 0
         physical = self._file_from + self._pos
         mm, pos, s = self._mm, self._pos, self._struct
-        s.pack_into(mm, pos, length, MAGIC_V1, body_crc, queue_id, flag, queue_offset, physical,
-                    sys_flag, born_ts if born_ts > 0 else now, self._born_host, self._born_port,
-                    now, self._store_host, self._store_port, reconsume, prepared_offset, len(body))
+        s.pack_into(
+            mm,
+            pos,
+            length,
+            MAGIC_V1,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical,
+            sys_flag,
+            born_ts if born_ts > 0 else now,
+            self._born_host,
+            self._born_port,
+            now,
+            self._store_host,
+            self._store_port,
+            reconsume,
+            prepared_offset,
+            len(body),
+        )
         pos += s.size
-        mm[pos:pos + len(body)] = body
+        mm[pos : pos + len(body)] = body
         pos += len(body)
         mm[pos] = len(t.name)
-        mm[pos + 1:pos + 1 + len(t.name)] = t.name
+        mm[pos + 1 : pos + 1 + len(t.name)] = t.name
         pos += 1 + len(t.name)
-        mm[pos:pos + 2] = len(props).to_bytes(2, "big")
-        mm[pos + 2:pos + 2 + len(props)] = props
-        if crc_extra:       # over the whole record as written, but its last 20 bytes (§1.6)
+        mm[pos : pos + 2] = len(props).to_bytes(2, "big")
+        mm[pos + 2 : pos + 2 + len(props)] = props
+        if crc_extra:  # over the whole record as written, but its last 20 bytes (§1.6)
             digits = self._pos + length - PROP_CRC_LENGTH + len(_PROP_CRC_NAME)
-            mm[digits:digits + 10] = prop_crc_digits(zlib.crc32(mm[self._pos:digits - len(_PROP_CRC_NAME)]))
+            mm[digits : digits + 10] = prop_crc_digits(
+                zlib.crc32(mm[self._pos : digits - len(_PROP_CRC_NAME)])
+            )
         self._pos += length
         end = self._file_from + self._pos
         self._publish(end)
@@ -720,8 +838,20 @@ class CommitLogCore:
         self._flusher.request(end)
         return PutFuture(self, result, end, _now_ms() + self._sync_flush_timeout_ms)
 
-    def put(self, topic, body, properties=None, queue_id=-1, flag=0, born_timestamp=0, sys_flag=0,
-            reconsume_times=0, prepared_transaction_offset=0, unique_key=None, wait=-1):
+    def put(
+        self,
+        topic,
+        body,
+        properties=None,
+        queue_id=-1,
+        flag=0,
+        born_timestamp=0,
+        sys_flag=0,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        unique_key=None,
+        wait=-1,
+    ):
         self._check_open()
         if topic is None or body is None:
             raise TypeError("topic and body are required")
@@ -735,24 +865,48 @@ class CommitLogCore:
         props = bytes(properties) if properties is not None else b""
         if len(props) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
-                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+            )
         if len(body) > self._max_message_size:
             raise MessageTooLargeError(
-                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
+            )
         length = self._validate(t, len(body), props, unique_key, sys_flag)
         crc = _body_crc(body)
         with self._lock:
             self._check_open()
             try:
-                result, end = self._append(t, qid, body, crc, props, unique_key, flag, born_timestamp,
-                                           sys_flag, reconsume_times, prepared_transaction_offset, length)
+                result, end = self._append(
+                    t,
+                    qid,
+                    body,
+                    crc,
+                    props,
+                    unique_key,
+                    flag,
+                    born_timestamp,
+                    sys_flag,
+                    reconsume_times,
+                    prepared_transaction_offset,
+                    length,
+                )
             except SegmentError as exc:
                 # No segment space: nothing of this record was written (CREATE_MAPEDFILE_FAILED).
                 return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
         return self._finish(result, end, wait)
 
-    def put_batch(self, topic, bodies, lengths=None, properties=None, queue_id=-1, flag=0,
-                  born_timestamp=0, sys_flag=0, wait=-1):
+    def put_batch(
+        self,
+        topic,
+        bodies,
+        lengths=None,
+        properties=None,
+        queue_id=-1,
+        flag=0,
+        born_timestamp=0,
+        sys_flag=0,
+        wait=-1,
+    ):
         self._check_open()
         if self._refusal is not None:
             return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
@@ -762,29 +916,35 @@ class CommitLogCore:
         props = bytes(properties) if properties is not None else b""
         if len(props) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
-                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}")
+                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+            )
         if lengths is not None:
             lens = batch_lengths(lengths)
             whole = memoryview(contiguous(bodies)).cast("B")
             if int(lens.sum()) != len(whole):
                 raise InvalidMessageError(
-                    f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes")
+                    f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes"
+                )
             starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
-            items = [whole[int(s):int(s) + int(n)] for s, n in zip(starts, lens)]
+            items = [whole[int(s) : int(s) + int(n)] for s, n in zip(starts, lens)]
         else:
-            items = [b if type(b) is bytes else memoryview(contiguous(b)).cast("B")  # type: ignore[misc]
-                     for b in bodies]
+            items = [
+                b if type(b) is bytes else memoryview(contiguous(b)).cast("B")  # type: ignore[misc]
+                for b in bodies
+            ]
         n = len(items)
         lengths_ = []
         for i, body in enumerate(items):
             if len(body) > self._max_message_size:
                 raise MessageTooLargeError(
-                    f"bodies[{i}] of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+                    f"bodies[{i}] of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
+                )
             try:
                 lengths_.append(self._validate(t, len(body), props, None, sys_flag))
             except MessageTooLargeError:
                 raise MessageTooLargeError(
-                    f"record {i} exceeds max_message_size {self._max_message_size}") from None
+                    f"record {i} exceeds max_message_size {self._max_message_size}"
+                ) from None
         if len(props) + self._uniq_extra() > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError("properties plus UNIQ_KEY exceed 32767 bytes")
         qid = self._choose_queue(t, queue_id)
@@ -804,8 +964,9 @@ class CommitLogCore:
                 return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
             res.first_queue_offset = t.next_offsets[qid]
             for i in range(n):
-                r, end = self._append(t, qid, items[i], crcs[i], props, None, flag, born_timestamp,
-                                      sys_flag, 0, 0, lengths_[i])
+                r, end = self._append(
+                    t, qid, items[i], crcs[i], props, None, flag, born_timestamp, sys_flag, 0, 0, lengths_[i]
+                )
                 offsets[i] = r.commitlog_offset
                 sizes[i] = r.size
                 qoffs[i] = r.queue_offset
@@ -836,16 +997,32 @@ class CommitLogCore:
             qid = self._choose_queue(t, queue_id)
             if len(body) > self._max_message_size:
                 raise MessageTooLargeError(
-                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}")
+                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
+                )
             try:
                 length = self._validate(t, len(body), props, unique_key, sys_flag)
             except PropertiesTooLargeError:
                 raise PropertiesTooLargeError(f"message {i}: properties exceed 32767 bytes") from None
             except MessageTooLargeError:
                 raise MessageTooLargeError(
-                    f"message {i}: record exceeds max_message_size {self._max_message_size}") from None
-            checked.append((t, qid, body, _body_crc(body), props, unique_key, flag, born_ts,
-                            sys_flag, reconsume, 0, length))
+                    f"message {i}: record exceeds max_message_size {self._max_message_size}"
+                ) from None
+            checked.append(
+                (
+                    t,
+                    qid,
+                    body,
+                    _body_crc(body),
+                    props,
+                    unique_key,
+                    flag,
+                    born_ts,
+                    sys_flag,
+                    reconsume,
+                    0,
+                    length,
+                )
+            )
         self._check_open()
         if wait < 0:
             wait = self._default_wait
@@ -896,10 +1073,16 @@ class CommitLogCore:
         self._check_open()
         f = self._flusher
         with f.cond:
-            return dict(puts=self.puts, durable_waits=self.durable_waits,
-                        refused_puts=self.refused_puts, **f.stats,
-                        wrote_offset=f.wrote, flushed_offset=f.flushed, last_flush_errno=f.last_errno,
-                        last_prefault_errno=0)
+            return dict(
+                puts=self.puts,
+                durable_waits=self.durable_waits,
+                refused_puts=self.refused_puts,
+                **f.stats,
+                wrote_offset=f.wrote,
+                flushed_offset=f.flushed,
+                last_flush_errno=f.last_errno,
+                last_prefault_errno=0,
+            )
 
     def _watcher_add(self, future, fn):
         if self._watcher is None:
@@ -914,7 +1097,7 @@ class CommitLogCore:
         self._flusher.wait(self._flusher.wrote, -1)
         if self._watcher is not None:
             self._watcher.close()
-        self._flusher.close()   # the stopped flusher stays readable for late callers
+        self._flusher.close()  # the stopped flusher stays readable for late callers
         self._mm = None
 
     @property
