@@ -50,7 +50,7 @@ def test_crc32_throughput(benchmark, name, size):
     benchmark.extra_info["bytes"] = len(data)
     result = benchmark(fn, data, *args)
     assert result == pure.crc32(data)
-    if benchmark.stats is not None:   # None under --benchmark-disable
+    if benchmark.stats is not None:  # None under --benchmark-disable
         benchmark.extra_info["GB/s"] = round(len(data) / benchmark.stats.stats.min / 1e9, 2)
 
 

@@ -12,15 +12,23 @@ sustained rates at 1M messages, durable group commit and the machine's own basel
 
 import numpy as np
 import pytest
+from conftest import BODY, TOPIC, rate, run
 
-from conftest import BODY, TOPIC, run, rate
 from rocketstore import _impl
 
 BATCH = 10_000
-RECORD_ARGS = dict(topic=TOPIC, body=BODY, properties=b"TAGS\x01TagA\x02KEYS\x01order-1\x02",
-                   queue_id=3, queue_offset=42, physical_offset=1 << 30, born_timestamp=1_700_000_000_000,
-                   born_host=("10.0.0.1", 5555), store_timestamp=1_700_000_000_001,
-                   store_host=("10.0.0.2", 10911))
+RECORD_ARGS = dict(
+    topic=TOPIC,
+    body=BODY,
+    properties=b"TAGS\x01TagA\x02KEYS\x01order-1\x02",
+    queue_id=3,
+    queue_offset=42,
+    physical_offset=1 << 30,
+    born_timestamp=1_700_000_000_000,
+    born_host=("10.0.0.1", 5555),
+    store_timestamp=1_700_000_000_001,
+    store_host=("10.0.0.2", 10911),
+)
 
 
 def _codec(impl):
@@ -32,6 +40,7 @@ def _records(codec, count):
 
 
 # ---- codec ----
+
 
 def test_encode_record(benchmark, impl):
     codec = _codec(impl)
@@ -61,9 +70,10 @@ def test_encode_batch_10k(benchmark, impl):
 
     def encode_all():
         pos = 0
-        for i in range(BATCH):
+        for _i in range(BATCH):
             pos += encode_into(buf, pos, **RECORD_ARGS)
         return pos
+
     end = run(benchmark, impl, encode_all, py_rounds=3)
     assert end == len(buf) and bytes(buf[:size]) == _impl.PURE.codec.encode_record(**RECORD_ARGS)
     rate(benchmark, BATCH)
@@ -81,13 +91,15 @@ def test_decode_batch_10k(benchmark, impl):
 
 # ---- puts ----
 
+
 def test_put_single(benchmark, impl, store):
     # Fixed rounds of many puts each: a calibrated run times a few hundred single puts, too few
     # to include the page faults and segment rolls a sustained writer pays.
     benchmark.group = "put-single-128B"
     iterations = 1000 if impl == "c" else 100
-    result = benchmark.pedantic(store.put, args=(TOPIC, BODY), rounds=100, iterations=iterations,
-                                warmup_rounds=1)
+    result = benchmark.pedantic(
+        store.put, args=(TOPIC, BODY), rounds=100, iterations=iterations, warmup_rounds=1
+    )
     assert result.ok
     rate(benchmark, 1)
 
@@ -112,13 +124,15 @@ def test_put_batch_10k_buffer(benchmark, impl, store):
 def test_put_durable_one_thread(benchmark, impl, store):
     # One fdatasync per put: the disk, not the twin, sets this rate; both get the same bounded rounds.
     benchmark.group = "put-durable-1-thread"
-    result = benchmark.pedantic(store.put, args=(TOPIC, BODY), kwargs=dict(durable=True),
-                                rounds=30, iterations=1, warmup_rounds=2)
+    result = benchmark.pedantic(
+        store.put, args=(TOPIC, BODY), kwargs=dict(durable=True), rounds=30, iterations=1, warmup_rounds=2
+    )
     assert result.ok
     rate(benchmark, 1)
 
 
 # ---- reads ----
+
 
 @pytest.fixture
 def filled(store):

@@ -11,8 +11,8 @@ The store's goal for the compiled path is >= 1M key lookups/s.
 import random
 
 import pytest
-
 from conftest import rate
+
 from rocketstore import _impl
 
 SLOTS = 500_000
@@ -73,7 +73,7 @@ def test_put_key(benchmark, impl):
 def test_put_keys_two_per_record(benchmark, impl):
     index = _impl.get(impl).index
     keys = _keys(PUT_KEYS[impl])
-    records = [keys[i:i + 2] for i in range(0, len(keys), 2)]
+    records = [keys[i : i + 2] for i in range(0, len(keys), 2)]
     benchmark.group = "index-put"
 
     def setup():

@@ -19,8 +19,8 @@ built once per module and implementation (tmp_path_factory), warm in the page ca
 import random
 
 import pytest
-
 from conftest import BODY, TOPIC, rate
+
 from rocketstore import MessageStore
 
 MESSAGES = 20_000
@@ -29,7 +29,7 @@ OPTIONS = dict(commitlog_file_size=64 << 20, index_slots=100_000, index_count=40
 
 
 def _keys(n, start=0):
-    return [f"order-{i:014d}" for i in range(start, start + n)]   # 20 characters
+    return [f"order-{i:014d}" for i in range(start, start + n)]  # 20 characters
 
 
 def _open(path, impl, **options):
@@ -51,6 +51,7 @@ def queued(tmp_path_factory):
             store._dispatcher.catch_up()
             stores[impl] = store
         return stores[impl]
+
     yield get
     for store in stores.values():
         store.close()
@@ -68,6 +69,7 @@ def test_cq_read_units(benchmark, impl, queued):
                 return total
             total += len(view)
             offset += len(view)
+
     total = benchmark.pedantic(read_all, rounds=50, iterations=1, warmup_rounds=2)
     assert total == MESSAGES
     rate(benchmark, MESSAGES)
@@ -84,6 +86,7 @@ def test_cq_get_units_32(benchmark, impl, queued):
             total += len(r.units)
             offset = r.next_begin_offset
         return total
+
     total = benchmark.pedantic(pull_all, rounds=10 if impl == "c" else 3, iterations=1, warmup_rounds=1)
     assert total == MESSAGES
     rate(benchmark, MESSAGES)
@@ -101,6 +104,7 @@ def test_get_message_32(benchmark, impl, queued):
             total += len(r.messages)
             offset = r.next_begin_offset
         return total
+
     total = benchmark.pedantic(pull, rounds=10 if impl == "c" else 3, iterations=1, warmup_rounds=1)
     assert total >= count
     rate(benchmark, total)
@@ -118,6 +122,7 @@ def test_query_by_key(benchmark, impl, queued):
         for key in keys:
             found += len(query(TOPIC, key, 1))
         return found
+
     found = benchmark.pedantic(lookup_all, rounds=10 if impl == "c" else 3, iterations=1, warmup_rounds=1)
     assert found == len(keys)
     rate(benchmark, len(keys))
@@ -140,8 +145,9 @@ def test_index_put_by_dispatch(benchmark, impl, tmp_path):
         return (), {}
 
     try:
-        benchmark.pedantic(store._dispatcher.catch_up, setup=setup, rounds=5 if impl == "c" else 3,
-                           iterations=1)
+        benchmark.pedantic(
+            store._dispatcher.catch_up, setup=setup, rounds=5 if impl == "c" else 3, iterations=1
+        )
         assert len(store.query_by_key(TOPIC, _keys(1, start[0] - 1)[0], 1)) == 1
     finally:
         store.close()

@@ -12,8 +12,8 @@ store beside raw read and ``zlib.crc32``, run ``python bench/recovery.py``.
 
 import numpy as np
 import pytest
-
 from conftest import BODY, TOPIC
+
 from rocketstore import MessageStore
 
 MESSAGES = 100_000
@@ -34,7 +34,7 @@ def closed_store(tmp_path_factory):
 
 def _gbps(benchmark, size):
     benchmark.extra_info["bytes"] = size
-    if benchmark.stats is None:   # --benchmark-disable
+    if benchmark.stats is None:  # --benchmark-disable
         return
     benchmark.extra_info["GB/s"] = round(size / benchmark.stats.stats.min / 1e9, 3)
 
@@ -52,8 +52,7 @@ def test_recovery_scan(benchmark, impl, closed_store):
     def reopen():
         opened.append(MessageStore(path, implementation=impl, **OPTIONS))
 
-    benchmark.pedantic(reopen, setup=setup, rounds=5 if impl == "c" else 2, iterations=1,
-                       warmup_rounds=1)
+    benchmark.pedantic(reopen, setup=setup, rounds=5 if impl == "c" else 2, iterations=1, warmup_rounds=1)
     store = opened.pop()
     try:
         assert store.max_offset - store.min_offset == size
@@ -66,7 +65,8 @@ def test_verify(benchmark, impl, closed_store):
     path, size = closed_store
     benchmark.group = "verify"
     with MessageStore(path, implementation=impl, read_only=True, **OPTIONS) as store:
-        result = benchmark.pedantic(store.verify, rounds=5 if impl == "c" else 2, iterations=1,
-                                    warmup_rounds=1)
+        result = benchmark.pedantic(
+            store.verify, rounds=5 if impl == "c" else 2, iterations=1, warmup_rounds=1
+        )
     assert result["ok"] and result["records"] == MESSAGES
     _gbps(benchmark, size)

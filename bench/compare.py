@@ -54,9 +54,8 @@ if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 
 import engine  # noqa: E402  (also puts src/ on sys.path)
-from engine import MiB, GiB, log  # noqa: E402
-
 import numpy as np  # noqa: E402
+from engine import GiB, MiB, log  # noqa: E402
 
 from rocketstore import Message, MessageStore, _impl  # noqa: E402
 
@@ -65,10 +64,17 @@ BODY_SIZE = 128
 KEY_SIZE = 20
 BATCH = 10_000
 THREADS = (4, 16, 64)
-CHECK_EVERY = 1024           # a capped loop looks at the clock once per this many operations
+CHECK_EVERY = 1024  # a capped loop looks at the clock once per this many operations
 
-GOALS = dict(single=2_000_000, batch=8_000_000, durable=0.7, lookup=1_000_000, batch_read=10_000_000,
-             crc_gbps=20.0, verify_gbps=2.0)
+GOALS = dict(
+    single=2_000_000,
+    batch=8_000_000,
+    durable=0.7,
+    lookup=1_000_000,
+    batch_read=10_000_000,
+    crc_gbps=20.0,
+    verify_gbps=2.0,
+)
 
 
 class Unsupported(Exception):
@@ -87,18 +93,19 @@ def count_until(items, cap: float) -> int:
 
 
 def _key(i: int) -> str:
-    return f"key-{i:016d}"          # 20 characters
+    return f"key-{i:016d}"  # 20 characters
 
 
 # ---- contenders ----
+
 
 class Contender:
     """One store under test. Subclasses open it in ``path`` and hand out callables for each phase."""
 
     name = "?"
-    package = None              # the pip name, for "not installed"
-    module = None               # the import name
-    bytes_keys = True           # keys as bytes (else str)
+    package = None  # the pip name, for "not installed"
+    module = None  # the import name
+    bytes_keys = True  # keys as bytes (else str)
 
     def missing(self) -> str | None:
         if self.module is None:
@@ -155,8 +162,9 @@ class Rocket(Contender):
 
     def open(self, path, durable=False):
         self.path = path
-        self.store = MessageStore(path, implementation=self.impl, index_slots=2_000_000,
-                                  index_count=8_000_000)
+        self.store = MessageStore(
+            path, implementation=self.impl, index_slots=2_000_000, index_count=8_000_000
+        )
         self.store.create_topic(TOPIC, 4)
 
     def close(self):
@@ -169,6 +177,7 @@ class Rocket(Contender):
 
         def one(key, body):
             put(TOPIC, body, keys=key)
+
         return one
 
     def batch_putter(self):
@@ -176,6 +185,7 @@ class Rocket(Contender):
 
         def batch(keys, bodies):
             put_messages([Message(TOPIC, body, keys=key) for key, body in zip(keys, bodies)])
+
         return batch
 
     def durable_putter(self):
@@ -184,6 +194,7 @@ class Rocket(Contender):
         def one(key, body):
             if not put(TOPIC, body, keys=key, durable=True).ok:
                 raise RuntimeError("durable put was not PUT_OK")
+
         return one
 
     def settle(self):
@@ -201,6 +212,7 @@ class Rocket(Contender):
 
         def get(key):
             return query(TOPIC, key, 1)[0].body
+
         return get
 
 
@@ -209,10 +221,10 @@ class Lmdb(Contender):
 
     def open(self, path, durable=False):
         import lmdb
+
         os.makedirs(path, exist_ok=True)
         # sync=False: commits reach the page cache only (durable=True: every commit fsyncs)
-        self.env = lmdb.open(path, map_size=8 * GiB, sync=durable, metasync=durable,
-                             max_spare_txns=128)
+        self.env = lmdb.open(path, map_size=8 * GiB, sync=durable, metasync=durable, max_spare_txns=128)
 
     def close(self):
         txn = getattr(self, "_read_txn", None)
@@ -227,6 +239,7 @@ class Lmdb(Contender):
         def one(key, body):
             with begin(write=True) as txn:
                 txn.put(key, body)
+
         return one
 
     def batch_putter(self):
@@ -235,6 +248,7 @@ class Lmdb(Contender):
         def batch(keys, bodies):
             with begin(write=True) as txn:
                 txn.cursor().putmulti(zip(keys, bodies))
+
         return batch
 
     durable_putter = putter
@@ -254,6 +268,7 @@ class Rocks(Contender):
 
     def open(self, path, durable=False):
         import rocksdict
+
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
         self.db = rocksdict.Rdict(path, options)
@@ -268,6 +283,7 @@ class Rocks(Contender):
 
     def batch_putter(self):
         import rocksdict
+
         write = self.db.write
 
         def batch(keys, bodies):
@@ -276,6 +292,7 @@ class Rocks(Contender):
             for key, body in zip(keys, bodies):
                 put(key, body)
             write(wb)
+
         return batch
 
     def durable_putter(self):
@@ -283,6 +300,7 @@ class Rocks(Contender):
 
         def one(key, body):
             put(key, body, sync)
+
         return one
 
     def read_all(self, cap):
@@ -297,6 +315,7 @@ class Level(Contender):
 
     def open(self, path, durable=False):
         import plyvel
+
         self.db = plyvel.DB(path, create_if_missing=True)
 
     def close(self):
@@ -313,6 +332,7 @@ class Level(Contender):
                 put = wb.put
                 for key, body in zip(keys, bodies):
                     put(key, body)
+
         return batch
 
     def durable_putter(self):
@@ -320,6 +340,7 @@ class Level(Contender):
 
         def one(key, body):
             put(key, body, sync=True)
+
         return one
 
     def read_all(self, cap):
@@ -358,7 +379,8 @@ class Sqlite(Contender):
         sql = "INSERT INTO kv VALUES (?, ?)"
 
         def one(key, body):
-            execute(sql, (key, body))      # autocommit: one transaction per put
+            execute(sql, (key, body))  # autocommit: one transaction per put
+
         return one
 
     def batch_putter(self):
@@ -368,6 +390,7 @@ class Sqlite(Contender):
             conn.execute("BEGIN")
             conn.executemany("INSERT INTO kv VALUES (?, ?)", zip(keys, bodies))
             conn.execute("COMMIT")
+
         return batch
 
     def durable_putter(self):
@@ -376,11 +399,12 @@ class Sqlite(Contender):
 
         def one(key, body):
             conn = getattr(self.local, "conn", None)
-            if conn is None:                # one connection per thread, as sqlite wants
+            if conn is None:  # one connection per thread, as sqlite wants
                 conn = self.local.conn = self._connect()
                 with lock:
                     self.conns.append(conn)
             conn.execute(sql, (key, body))
+
         return one
 
     def read_all(self, cap):
@@ -392,6 +416,7 @@ class Sqlite(Contender):
 
         def get(key):
             return execute(sql, (key,)).fetchone()[0]
+
         return get
 
     def verify(self) -> None:
@@ -405,9 +430,11 @@ class DiskCache(Contender):
 
     def open(self, path, durable=False):
         import diskcache
+
         # its defaults: SQLite in WAL mode, synchronous NORMAL; durable=True asks for FULL
-        self.cache = diskcache.Cache(path, size_limit=64 * GiB, cull_limit=0,
-                                     sqlite_synchronous=2 if durable else 1)
+        self.cache = diskcache.Cache(
+            path, size_limit=64 * GiB, cull_limit=0, sqlite_synchronous=2 if durable else 1
+        )
 
     def close(self):
         self.cache.close()
@@ -423,6 +450,7 @@ class DiskCache(Contender):
                 put = cache.set
                 for key, body in zip(keys, bodies):
                     put(key, body)
+
         return batch
 
     durable_putter = putter
@@ -441,6 +469,7 @@ class PersistQueue(Contender):
 
     def open(self, path, durable=False):
         import persistqueue
+
         self.queue = persistqueue.Queue(path, autosave=True)
 
     def close(self):
@@ -451,6 +480,7 @@ class PersistQueue(Contender):
 
         def one(key, body):
             put((key, body))
+
         return one
 
     def durable_putter(self):
@@ -461,6 +491,7 @@ class PersistQueue(Contender):
         deadline = time.perf_counter() + cap
         get, done = self.queue.get_nowait, self.queue.task_done
         import persistqueue
+
         try:
             while True:
                 get()
@@ -482,10 +513,11 @@ def all_contenders() -> list[Contender]:
 
 # ---- the machine's limits ----
 
+
 def memcpy_gbps(seconds: float = 0.3) -> float:
     src = np.random.default_rng(3).integers(0, 256, 64 * MiB, dtype=np.uint8)
     dst = np.zeros_like(src)
-    dst[::4096] = 1                 # fault the destination in first: a copy, not page faults
+    dst[::4096] = 1  # fault the destination in first: a copy, not page faults
     best = float("inf")
     deadline = time.perf_counter() + seconds
     copies = 0
@@ -515,14 +547,20 @@ def dict_lookup_rate(count: int = 100_000) -> float:
 def machine_limits(root: str, p: dict) -> dict:
     fsync = engine.fdatasync_baseline(root, p["fsync_seconds"])
     crc = engine.crc_bandwidth(0.2)
-    return dict(raw_write_gbps=engine.write_bandwidth(root, p["raw_bytes"])["gbps"],
-                fdatasync_rate=fsync["rate"], fdatasync_median_us=fsync["median_us"],
-                fdatasync_p99_us=fsync["p99_us"], memcpy_gbps=memcpy_gbps(),
-                zlib_crc32_gbps=crc["zlib"], rocketstore_crc32_gbps=crc.get("c"),
-                dict_lookup_rate=dict_lookup_rate())
+    return dict(
+        raw_write_gbps=engine.write_bandwidth(root, p["raw_bytes"])["gbps"],
+        fdatasync_rate=fsync["rate"],
+        fdatasync_median_us=fsync["median_us"],
+        fdatasync_p99_us=fsync["p99_us"],
+        memcpy_gbps=memcpy_gbps(),
+        zlib_crc32_gbps=crc["zlib"],
+        rocketstore_crc32_gbps=crc.get("c"),
+        dict_lookup_rate=dict_lookup_rate(),
+    )
 
 
 # ---- phases ----
+
 
 def _capped(fn, keys, bodies, cap: float) -> tuple[int, float]:
     """fn(key, body) over the pairs until done or ``cap`` seconds: (count, seconds)."""
@@ -572,7 +610,7 @@ def durable_run(c: Contender, threads: int, seconds: float) -> dict:
             while time.perf_counter() < end:
                 put(f"t{t:02d}-{n:016d}", body) if not c.bytes_keys else put(b"t%02d-%016d" % (t, n), body)
                 n += 1
-        except Exception as exc:        # reported in the cell, never hidden
+        except Exception as exc:  # reported in the cell, never hidden
             errors.append(f"{type(exc).__name__}: {exc}")
         return n
 
@@ -625,11 +663,13 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     path = os.path.join(root, "single")
     c.open(path)
     try:
+
         def single():
             count, seconds = _capped(c.putter(), keys, bodies, cap)
             t0 = time.perf_counter()
             c.settle()
             return _result(count, seconds + time.perf_counter() - t0, n)
+
         _attempt(r, "single", single)
         if isinstance(c, Rocket):
             size = c.store.max_offset - c.store.min_offset
@@ -654,12 +694,15 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
             t0 = time.perf_counter()
             c.settle()
             return _result(count, seconds + time.perf_counter() - t0, n)
+
         _attempt(r, "batch", batch)
     # what the store kept for reading holds: the batch phase's count, or phase (a)'s without one
     stored = (r["batch"] if "count" in r.get("batch", {}) else r.get("single", {})).get("count", 0)
     if isinstance(c, Rocket):
+
         def in_scratch_store(name, timed, make_call):
             """``timed`` over ``make_call(store)`` in a store of its own, then back to reading."""
+
             def run():
                 c.close()
                 bpath = os.path.join(root, name)
@@ -671,18 +714,30 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
                     c.close()
                     shutil.rmtree(bpath, ignore_errors=True)
                     c.open(read_path)
+
             return run
-        _attempt(r, "single_no_key", in_scratch_store(
-            "no-key", _capped, lambda store: (lambda k, b, put=store.put: put(TOPIC, b))))
-        _attempt(r, "batch_bodies", in_scratch_store(
-            "bodies-only", _capped_batches,
-            lambda store: (lambda k, b, put_batch=store.put_batch: put_batch(TOPIC, b))))
+
+        _attempt(
+            r,
+            "single_no_key",
+            in_scratch_store("no-key", _capped, lambda store: lambda k, b, put=store.put: put(TOPIC, b)),
+        )
+        _attempt(
+            r,
+            "batch_bodies",
+            in_scratch_store(
+                "bodies-only",
+                _capped_batches,
+                lambda store: lambda k, b, put_batch=store.put_batch: put_batch(TOPIC, b),
+            ),
+        )
     try:
         # (d) sequential read of what is stored
         def read():
             t0 = time.perf_counter()
             count = c.read_all(cap)
             return _result(count, time.perf_counter() - t0, stored)
+
         # (e) random lookups by key among the stored keys
         sample = random.Random(11).choices(keys[:stored], k=p["lookups"]) if stored else []
 
@@ -697,14 +752,17 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
                 if not done % CHECK_EVERY and time.perf_counter() > deadline:
                     break
             return _result(done, time.perf_counter() - t0, len(sample))
+
         # lookups before the read: persist-queue's read consumes its queue
         _attempt(r, "lookup", lookups)
         _attempt(r, "read", read)
         if isinstance(c, Rocket):
+
             def scan():
                 t0 = time.perf_counter()
                 count = c.scan_all()
                 return _result(count, time.perf_counter() - t0)
+
             _attempt(r, "scan", scan)
             size = c.store.max_offset - c.store.min_offset
 
@@ -713,29 +771,39 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
                 v = c.store.verify()
                 if not v["ok"]:
                     raise RuntimeError(f"verify found problems: {v['problems'][:3]}")
-                return _result(v["records"], time.perf_counter() - t0, bytes=v["bytes"],
-                               gbps=v["bytes"] / (time.perf_counter() - t0) / 1e9)
+                return _result(
+                    v["records"],
+                    time.perf_counter() - t0,
+                    bytes=v["bytes"],
+                    gbps=v["bytes"] / (time.perf_counter() - t0) / 1e9,
+                )
+
             _attempt(r, "verify", verify)
         elif isinstance(c, Sqlite):
+
             def verify():
                 size = os.path.getsize(c.file) + os.path.getsize(c.file + "-wal")
                 t0 = time.perf_counter()
                 c.verify()
                 seconds = time.perf_counter() - t0
-                return _result(stored, seconds, bytes=size, gbps=size / seconds / 1e9,
-                               note="PRAGMA integrity_check")
+                return _result(
+                    stored, seconds, bytes=size, gbps=size / seconds / 1e9, note="PRAGMA integrity_check"
+                )
+
             _attempt(r, "verify", verify)
         else:
             r["verify"] = dict(na="no verify API")
     finally:
         c.close()
     if isinstance(c, Rocket):
+
         def recovery():
             t0 = time.perf_counter()
             c.open(read_path)
             seconds = time.perf_counter() - t0
             c.close()
             return _result(stored, seconds, bytes=size, gbps=size / seconds / 1e9)
+
         _attempt(r, "recovery", recovery)
     else:
         r["recovery"] = dict(na="opens without a checksum scan")
@@ -745,13 +813,13 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     for threads in p["threads"]:
         path = os.path.join(root, f"durable-{threads}")
         try:
-            c.durable_putter
+            c.durable_putter  # noqa: B018 (raises AttributeError when the contender has none)
             c.open(path, durable=True)
         except Exception as exc:
             r[f"durable_{threads}"] = dict(error=f"{type(exc).__name__}: {exc}")
             continue
         try:
-            _attempt(r, f"durable_{threads}", lambda: durable_run(c, threads, p["durable_seconds"]))
+            _attempt(r, f"durable_{threads}", lambda t=threads: durable_run(c, t, p["durable_seconds"]))
         finally:
             c.close()
             shutil.rmtree(path, ignore_errors=True)
@@ -808,8 +876,13 @@ def aggregate(rounds: list[dict]) -> dict:
         for name, rows in per_round.items():
             for row, cell in rows.items():
                 out.setdefault(name, {}).setdefault(row, []).append(cell)
-    return {name: {row: (_median_cell(cells) if isinstance(cells[0], dict) else statistics.median(cells))
-                   for row, cells in rows.items()} for name, rows in out.items()}
+    return {
+        name: {
+            row: (_median_cell(cells) if isinstance(cells[0], dict) else statistics.median(cells))
+            for row, cells in rows.items()
+        }
+        for name, rows in out.items()
+    }
 
 
 def _fmt_rate(x: float, unit: str) -> str:
@@ -847,23 +920,31 @@ def _value(cell, unit):
 def limit_for(kind: str, limits: dict, record_bytes: float, unit: str) -> tuple[float, str]:
     """(the machine limit in the row's unit, its description)."""
     if kind == "raw_write":
-        return (limits["raw_write_gbps"] * 1e9 / record_bytes,
-                f"raw write {limits['raw_write_gbps']:.2f} GB/s = {limits['raw_write_gbps'] * 1e9 / record_bytes / 1e6:.2f} M records/s")
+        return (
+            limits["raw_write_gbps"] * 1e9 / record_bytes,
+            f"raw write {limits['raw_write_gbps']:.2f} GB/s = {limits['raw_write_gbps'] * 1e9 / record_bytes / 1e6:.2f} M records/s",
+        )
     if kind.startswith("fsync_"):
         t = int(kind.split("_")[1])
         return t * limits["fdatasync_rate"], f"{t} × fdatasync {limits['fdatasync_rate']:,.0f}/s"
     if kind == "memcpy":
         if unit == "GB":
             return limits["memcpy_gbps"], f"memcpy {limits['memcpy_gbps']:.1f} GB/s"
-        return (limits["memcpy_gbps"] * 1e9 / record_bytes,
-                f"memcpy {limits['memcpy_gbps']:.1f} GB/s = {limits['memcpy_gbps'] * 1e9 / record_bytes / 1e6:.0f} M records/s")
+        return (
+            limits["memcpy_gbps"] * 1e9 / record_bytes,
+            f"memcpy {limits['memcpy_gbps']:.1f} GB/s = {limits['memcpy_gbps'] * 1e9 / record_bytes / 1e6:.0f} M records/s",
+        )
     if kind == "dict":
         return limits["dict_lookup_rate"], f"dict lookup loop {limits['dict_lookup_rate'] / 1e6:.2f} M/s"
     raise ValueError(kind)
 
 
 def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) -> tuple[list[str], dict]:
-    head = "| workload | " + " | ".join(names) + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit |"
+    head = (
+        "| workload | "
+        + " | ".join(names)
+        + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit |"
+    )
     lines = [head, "|" + "---|" * (len(names) + 3)]
     ratios = {}
     peers = [n for n in names if not n.startswith("rocketstore")]
@@ -871,11 +952,19 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
         cells = [agg[n].get(row) if isinstance(agg.get(n), dict) else None for n in names]
         if all(c is None for c in cells):
             continue
-        texts = [cell_text(c if c is not None else (agg[n] if isinstance(agg.get(n), str) else None), unit)
-                 for n, c in zip(names, cells)]
-        ours = _value(agg.get("rocketstore [c]", {}).get(row) if isinstance(agg.get("rocketstore [c]"), dict) else None, unit)
-        peer_values = [(v, n) for n in peers
-                       if isinstance(agg.get(n), dict) and (v := _value(agg[n].get(row), unit)) is not None]
+        texts = [
+            cell_text(c if c is not None else (agg[n] if isinstance(agg.get(n), str) else None), unit)
+            for n, c in zip(names, cells)
+        ]
+        ours = _value(
+            agg.get("rocketstore [c]", {}).get(row) if isinstance(agg.get("rocketstore [c]"), dict) else None,
+            unit,
+        )
+        peer_values = [
+            (v, n)
+            for n in peers
+            if isinstance(agg.get(n), dict) and (v := _value(agg[n].get(row), unit)) is not None
+        ]
         vs_peer = vs_limit = ""
         if ours is not None and peer_values:
             best, best_name = max(peer_values)
@@ -890,24 +979,41 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
 
 
 def limits_table(limits_runs: list[dict]) -> list[str]:
-    med = {k: statistics.median(r[k] for r in limits_runs) for k in limits_runs[0] if limits_runs[0][k] is not None}
+    med = {
+        k: statistics.median(r[k] for r in limits_runs)
+        for k in limits_runs[0]
+        if limits_runs[0][k] is not None
+    }
     every = lambda k, f: ", ".join(f.format(r[k]) for r in limits_runs)  # noqa: E731
     rows = [
-        ("raw sequential write (1 MiB write() + fdatasync)", f"{med['raw_write_gbps']:.2f} GB/s",
-         every("raw_write_gbps", "{:.2f}")),
-        ("serial fdatasync (4 KiB to fresh blocks)",
-         f"{med['fdatasync_rate']:,.0f} /s (median {med['fdatasync_median_us']:.0f} µs, p99 {med['fdatasync_p99_us']:.0f} µs)",
-         every("fdatasync_rate", "{:,.0f}")),
+        (
+            "raw sequential write (1 MiB write() + fdatasync)",
+            f"{med['raw_write_gbps']:.2f} GB/s",
+            every("raw_write_gbps", "{:.2f}"),
+        ),
+        (
+            "serial fdatasync (4 KiB to fresh blocks)",
+            f"{med['fdatasync_rate']:,.0f} /s (median {med['fdatasync_median_us']:.0f} µs, p99 {med['fdatasync_p99_us']:.0f} µs)",
+            every("fdatasync_rate", "{:,.0f}"),
+        ),
         ("memcpy (numpy copy, 64 MiB)", f"{med['memcpy_gbps']:.1f} GB/s", every("memcpy_gbps", "{:.1f}")),
         ("zlib.crc32, 1 MiB", f"{med['zlib_crc32_gbps']:.2f} GB/s", every("zlib_crc32_gbps", "{:.2f}")),
-        ("dict lookup loop, 20-char keys", f"{med['dict_lookup_rate'] / 1e6:.2f} M/s",
-         every("dict_lookup_rate", "{:,.0f}")),
+        (
+            "dict lookup loop, 20-char keys",
+            f"{med['dict_lookup_rate'] / 1e6:.2f} M/s",
+            every("dict_lookup_rate", "{:,.0f}"),
+        ),
     ]
     if "rocketstore_crc32_gbps" in med:
-        rows.append(("rocketstore CRC32 [c], 1 MiB", f"{med['rocketstore_crc32_gbps']:.1f} GB/s "
-                     f"({med['rocketstore_crc32_gbps'] / med['memcpy_gbps']:.2f} of memcpy, "
-                     f"{med['rocketstore_crc32_gbps'] / med['zlib_crc32_gbps']:.1f}× zlib)",
-                     every("rocketstore_crc32_gbps", "{:.1f}")))
+        rows.append(
+            (
+                "rocketstore CRC32 [c], 1 MiB",
+                f"{med['rocketstore_crc32_gbps']:.1f} GB/s "
+                f"({med['rocketstore_crc32_gbps'] / med['memcpy_gbps']:.2f} of memcpy, "
+                f"{med['rocketstore_crc32_gbps'] / med['zlib_crc32_gbps']:.1f}× zlib)",
+                every("rocketstore_crc32_gbps", "{:.1f}"),
+            )
+        )
     lines = ["| machine limit | median | every measurement |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return lines
@@ -937,10 +1043,18 @@ def goals_table(agg: dict, limits: dict) -> list[str]:
         target = GOALS["durable"] * t * limits["fdatasync_rate"]
         if v is None:
             continue
-        rows.append(f"| durable put, {t} threads | {v / 1e3:.1f} k msg/s | ≥ 0.7 × {t} × {limits['fdatasync_rate']:,.0f}/s"
-                    f" = {target / 1e3:.1f} k msg/s | "
-                    + ("met" if v >= target else f"missed: {v / target:.2f} of the goal") + " |")
-    goal("lookups by key", _value(ours.get("lookup"), "lookup"), GOALS["lookup"], lambda x: f"{x / 1e6:.2f} M/s")
+        rows.append(
+            f"| durable put, {t} threads | {v / 1e3:.1f} k msg/s | ≥ 0.7 × {t} × {limits['fdatasync_rate']:,.0f}/s"
+            f" = {target / 1e3:.1f} k msg/s | "
+            + ("met" if v >= target else f"missed: {v / target:.2f} of the goal")
+            + " |"
+        )
+    goal(
+        "lookups by key",
+        _value(ours.get("lookup"), "lookup"),
+        GOALS["lookup"],
+        lambda x: f"{x / 1e6:.2f} M/s",
+    )
     goal("batch read (columnar scan)", _value(ours.get("scan"), "msg"), GOALS["batch_read"], m)
     crc = limits.get("rocketstore_crc32_gbps")
     goal("CRC32, 1 MiB", crc, GOALS["crc_gbps"], lambda x: f"{x:.1f} GB/s")
@@ -951,25 +1065,36 @@ def goals_table(agg: dict, limits: dict) -> list[str]:
 def chart(path: str, agg: dict, names: list[str], title: str) -> str | None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install matplotlib): no chart"
-    rows = [(row, label, unit) for row, label, unit, _ in ROWS
-            if any(_value(agg.get(n, {}).get(row) if isinstance(agg.get(n), dict) else None, unit) for n in names)]
+    rows = [
+        (row, label, unit)
+        for row, label, unit, _ in ROWS
+        if any(_value(agg.get(n, {}).get(row) if isinstance(agg.get(n), dict) else None, unit) for n in names)
+    ]
     fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.0 + 1.55 * len(rows)))
     colors = plt.get_cmap("tab10").colors
     for ax, (row, label, unit) in zip(np.atleast_1d(axes), rows):
-        values = [(_value(agg[n].get(row), unit) if isinstance(agg.get(n), dict) else None) or 0 for n in names]
+        values = [
+            (_value(agg[n].get(row), unit) if isinstance(agg.get(n), dict) else None) or 0 for n in names
+        ]
         positive = [v for v in values if v > 0]
-        low, high = min(positive) / 4, max(positive) * 6      # room for the labels on a log axis
-        bars = ax.barh(range(len(names)), [v or low for v in values],
-                       color=[colors[i % 10] if v else "none" for i, v in enumerate(values)])
+        low, high = min(positive) / 4, max(positive) * 6  # room for the labels on a log axis
+        bars = ax.barh(
+            range(len(names)),
+            [v or low for v in values],
+            color=[colors[i % 10] if v else "none" for i, v in enumerate(values)],
+        )
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
         ax.set_xscale("log")
         ax.set_xlim(low, high)
-        ax.set_title(label + (" (GB/s)" if unit == "GB" else " (per second, log scale)"), fontsize=8, loc="left")
+        ax.set_title(
+            label + (" (GB/s)" if unit == "GB" else " (per second, log scale)"), fontsize=8, loc="left"
+        )
         ax.tick_params(axis="x", labelsize=7)
         for bar, v, n in zip(bars, values, names):
             cell = agg.get(n, {}).get(row) if isinstance(agg.get(n), dict) else None
@@ -991,30 +1116,44 @@ def chart(path: str, agg: dict, names: list[str], title: str) -> str | None:
 
 def make_data(n: int) -> dict:
     blob = os.urandom(n * BODY_SIZE)
-    bodies = [blob[i * BODY_SIZE:(i + 1) * BODY_SIZE] for i in range(n)]
+    bodies = [blob[i * BODY_SIZE : (i + 1) * BODY_SIZE] for i in range(n)]
     skeys = [_key(i) for i in range(n)]
-    random.Random(2).shuffle(skeys)       # keys arrive unordered, as real keys do
+    random.Random(2).shuffle(skeys)  # keys arrive unordered, as real keys do
     return dict(bodies=bodies, skeys=skeys, bkeys=[k.encode() for k in skeys])
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100k messages, 1 round, 5 s caps, 1 s durable phases")
-    ap.add_argument("--messages", type=int, help="messages per phase (default 1,000,000; 100,000 with --quick)")
+    ap.add_argument(
+        "--quick", action="store_true", help="100k messages, 1 round, 5 s caps, 1 s durable phases"
+    )
+    ap.add_argument(
+        "--messages", type=int, help="messages per phase (default 1,000,000; 100,000 with --quick)"
+    )
     ap.add_argument("--lookups", type=int, help="random lookups (default 100,000; 20,000 with --quick)")
-    ap.add_argument("--rounds", type=int, help="rounds, contenders rotated each round (default 2; 1 with --quick)")
+    ap.add_argument(
+        "--rounds", type=int, help="rounds, contenders rotated each round (default 2; 1 with --quick)"
+    )
     ap.add_argument("--cap", type=float, help="seconds at most per timed phase (default 20; 5 with --quick)")
-    ap.add_argument("--durable-seconds", type=float, help="seconds per durable phase (default 3; 1 with --quick)")
+    ap.add_argument(
+        "--durable-seconds", type=float, help="seconds per durable phase (default 3; 1 with --quick)"
+    )
     ap.add_argument("--only", help="comma-separated contender names to run (substring match)")
     ap.add_argument("--dir", help="where stores go (default: a temp dir under /tmp, removed at the end)")
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results"), help="where JSON and PNG go")
     args = ap.parse_args(argv)
     q = args.quick
-    p = dict(messages=args.messages or (100_000 if q else 1_000_000),
-             lookups=args.lookups or (20_000 if q else 100_000),
-             rounds=args.rounds or (1 if q else 2), cap=args.cap or (5.0 if q else 20.0),
-             durable_seconds=args.durable_seconds or (1.0 if q else 3.0), threads=THREADS,
-             fsync_seconds=0.5 if q else 1.5, raw_bytes=(128 if q else 512) * MiB, quick=q)
+    p = dict(
+        messages=args.messages or (100_000 if q else 1_000_000),
+        lookups=args.lookups or (20_000 if q else 100_000),
+        rounds=args.rounds or (1 if q else 2),
+        cap=args.cap or (5.0 if q else 20.0),
+        durable_seconds=args.durable_seconds or (1.0 if q else 3.0),
+        threads=THREADS,
+        fsync_seconds=0.5 if q else 1.5,
+        raw_bytes=(128 if q else 512) * MiB,
+        quick=q,
+    )
     p["lookups"] = min(p["lookups"], p["messages"])
 
     contenders = all_contenders()
@@ -1065,8 +1204,11 @@ def main(argv=None) -> int:
 
     agg = aggregate(rounds)
     agg.update(missing)
-    limits = {k: statistics.median(r[k] for r in limits_runs) for k in limits_runs[0]
-              if limits_runs[0][k] is not None}
+    limits = {
+        k: statistics.median(r[k] for r in limits_runs)
+        for k in limits_runs[0]
+        if limits_runs[0][k] is not None
+    }
     record_bytes = 0.0
     for per_round in rounds:
         rb = per_round.get("rocketstore [c]", per_round.get("rocketstore [py]", {})).get("record_bytes")
@@ -1093,16 +1235,34 @@ def main(argv=None) -> int:
 
     base = os.path.join(args.out, "compare-quick" if q else "compare")
     with open(base + ".json", "w") as f:
-        json.dump(dict(when=stamp, machine=facts, params={k: list(v) if isinstance(v, tuple) else v
-                                                          for k, v in p.items()},
-                       loadavg_before=load_before, loadavg_after=load_after, other_load=others,
-                       wall_seconds=wall, limits=limits, limits_runs=limits_runs,
-                       record_bytes=record_bytes, rounds=rounds, median=agg, ratios=ratios), f, indent=1,
-                  default=str)
+        json.dump(
+            dict(
+                when=stamp,
+                machine=facts,
+                params={k: list(v) if isinstance(v, tuple) else v for k, v in p.items()},
+                loadavg_before=load_before,
+                loadavg_after=load_after,
+                other_load=others,
+                wall_seconds=wall,
+                limits=limits,
+                limits_runs=limits_runs,
+                record_bytes=record_bytes,
+                rounds=rounds,
+                median=agg,
+                ratios=ratios,
+            ),
+            f,
+            indent=1,
+            default=str,
+        )
     with open(base + ".md", "w") as f:
         f.write(report + "\n")
-    note = chart(base + ".png", agg, names,
-                 f"{p['messages']:,} messages × {BODY_SIZE} B, {facts['nproc']} CPUs, load {load_before[0]:.1f}→{load_after[0]:.1f}")
+    note = chart(
+        base + ".png",
+        agg,
+        names,
+        f"{p['messages']:,} messages × {BODY_SIZE} B, {facts['nproc']} CPUs, load {load_before[0]:.1f}→{load_after[0]:.1f}",
+    )
     log(note or f"wrote {base}.json, {base}.md and {base}.png")
     if note:
         log(f"wrote {base}.json and {base}.md")

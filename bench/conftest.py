@@ -32,8 +32,11 @@ IMPLEMENTATIONS = ["c", "py"] if _impl.COMPILED is not None else ["py"]
 def pytest_collect_file(file_path, parent):
     # Files named on the command line are collected by pytest itself; collecting them here too
     # would run each benchmark twice.
-    if (file_path.suffix == ".py" and file_path.name.startswith("bench_")
-            and not parent.session.isinitpath(file_path)):
+    if (
+        file_path.suffix == ".py"
+        and file_path.name.startswith("bench_")
+        and not parent.session.isinitpath(file_path)
+    ):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
@@ -47,8 +50,9 @@ def impl(request):
 @pytest.fixture
 def store(impl, tmp_path):
     """An ASYNC_FLUSH store of 64 MiB segments pinned to ``impl``; closed after the benchmark."""
-    s = MessageStore(tmp_path / "store", implementation=impl, commitlog_file_size=SEGMENT_SIZE,
-                     prefault_bytes=8 << 20)
+    s = MessageStore(
+        tmp_path / "store", implementation=impl, commitlog_file_size=SEGMENT_SIZE, prefault_bytes=8 << 20
+    )
     s.put(TOPIC, BODY)  # creates the topic (a topics.json write and fsync) outside the timing
     yield s
     s.close()
@@ -60,8 +64,9 @@ def run(benchmark, impl, fn, *args, py_rounds=20, py_iterations=1, **kwargs):
     The pure twin is 10-100x slower; left to calibrate, it would take most of the time budget.
     """
     if impl == "py":
-        return benchmark.pedantic(fn, args=args, kwargs=kwargs, rounds=py_rounds,
-                                  iterations=py_iterations, warmup_rounds=1)
+        return benchmark.pedantic(
+            fn, args=args, kwargs=kwargs, rounds=py_rounds, iterations=py_iterations, warmup_rounds=1
+        )
     return benchmark(fn, *args, **kwargs)
 
 

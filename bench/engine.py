@@ -53,11 +53,10 @@ if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 
 import numpy as np  # noqa: E402
+from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 from rocketstore.errors import FlushTimeoutError  # noqa: E402
-
-from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TOPIC = "BenchTopic"
@@ -68,14 +67,40 @@ GOAL_BATCH = 8_000_000
 GOAL_DURABLE = 0.7
 GOAL_PIPELINED = 0.5
 
-FULL = dict(single_c=1_000_000, single_py=200_000, batch=1_000_000, batch_py=200_000,
-            fsync_seconds=2.0, durable_seconds=3.0, durable_threads=(4, 16, 64),
-            pipelined=1_000_000, pipelined_cap_s=15.0, window=10_000,
-            raw_bytes=1 * GiB, mmap_bytes=1 * GiB, crc_seconds=0.5, recovery=1_000_000, reps=3)
-QUICK = dict(single_c=200_000, single_py=20_000, batch=200_000, batch_py=20_000,
-             fsync_seconds=1.0, durable_seconds=1.0, durable_threads=(4, 16, 64),
-             pipelined=200_000, pipelined_cap_s=5.0, window=10_000,
-             raw_bytes=256 * MiB, mmap_bytes=256 * MiB, crc_seconds=0.2, recovery=200_000, reps=3)
+FULL = dict(
+    single_c=1_000_000,
+    single_py=200_000,
+    batch=1_000_000,
+    batch_py=200_000,
+    fsync_seconds=2.0,
+    durable_seconds=3.0,
+    durable_threads=(4, 16, 64),
+    pipelined=1_000_000,
+    pipelined_cap_s=15.0,
+    window=10_000,
+    raw_bytes=1 * GiB,
+    mmap_bytes=1 * GiB,
+    crc_seconds=0.5,
+    recovery=1_000_000,
+    reps=3,
+)
+QUICK = dict(
+    single_c=200_000,
+    single_py=20_000,
+    batch=200_000,
+    batch_py=20_000,
+    fsync_seconds=1.0,
+    durable_seconds=1.0,
+    durable_threads=(4, 16, 64),
+    pipelined=200_000,
+    pipelined_cap_s=5.0,
+    window=10_000,
+    raw_bytes=256 * MiB,
+    mmap_bytes=256 * MiB,
+    crc_seconds=0.2,
+    recovery=200_000,
+    reps=3,
+)
 
 
 def log(*parts) -> None:
@@ -83,6 +108,7 @@ def log(*parts) -> None:
 
 
 # ---- machine facts ----
+
 
 def _mount_of(path: str) -> tuple[str, str, str]:
     """(mount point, filesystem type, source) of the mount holding ``path``."""
@@ -111,9 +137,18 @@ def machine_facts(directory: str) -> dict:
         pass
     point, fstype, source = _mount_of(directory)
     crc = _impl.COMPILED.crc32.IMPLEMENTATION if _impl.COMPILED is not None else "none (not built)"
-    return dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(),
-                python=platform.python_version(), directory=directory, filesystem=fstype,
-                mount=point, device=source, compiled=_impl.COMPILED is not None, crc32_path=crc)
+    return dict(
+        nproc=os.cpu_count(),
+        cpu=cpu,
+        kernel=platform.release(),
+        python=platform.python_version(),
+        directory=directory,
+        filesystem=fstype,
+        mount=point,
+        device=source,
+        compiled=_impl.COMPILED is not None,
+        crc32_path=crc,
+    )
 
 
 def cpu_sample() -> dict:
@@ -124,8 +159,12 @@ def cpu_sample() -> dict:
     idle = fields[3] + fields[4]
     steal = fields[7] if len(fields) > 7 else 0
     own = os.times()
-    return dict(busy=(sum(fields[:8]) - idle - steal) / tick, steal=steal / tick,
-                own=own.user + own.system, at=time.perf_counter())
+    return dict(
+        busy=(sum(fields[:8]) - idle - steal) / tick,
+        steal=steal / tick,
+        own=own.user + own.system,
+        at=time.perf_counter(),
+    )
 
 
 def other_load(before: dict, after: dict) -> dict:
@@ -136,6 +175,7 @@ def other_load(before: dict, after: dict) -> dict:
 
 
 # ---- machine baselines ----
+
 
 def mmap_bandwidth(directory: str, total: int) -> dict:
     """Copy 1 MiB chunks into fresh pages of a mapped posix_fallocate'd file (no msync)."""
@@ -148,7 +188,7 @@ def mmap_bandwidth(directory: str, total: int) -> dict:
         try:
             start = time.perf_counter()
             for pos in range(0, total, MiB):
-                mm[pos:pos + MiB] = chunk
+                mm[pos : pos + MiB] = chunk
             elapsed = time.perf_counter() - start
         finally:
             mm.close()
@@ -177,6 +217,7 @@ def crc_bandwidth(seconds: float) -> dict:
 
 
 # ---- store phases ----
+
 
 class Stores:
     """Fresh store directories under one root, each removed when its phase is done."""
@@ -207,8 +248,9 @@ def _timed_puts(store: MessageStore, count: int) -> dict:
     for _ in range(count):
         put(TOPIC, BODY)
     elapsed = time.perf_counter() - start
-    return dict(count=count, seconds=elapsed, rate=count / elapsed,
-                bytes_per_s=(store.max_offset - before) / elapsed)
+    return dict(
+        count=count, seconds=elapsed, rate=count / elapsed, bytes_per_s=(store.max_offset - before) / elapsed
+    )
 
 
 def _median_run(runs: list) -> dict:
@@ -242,8 +284,9 @@ def _timed_batches(store: MessageStore, count: int, batch: int, form: str) -> di
         put_batch(TOPIC, *args, **kwargs)
     elapsed = time.perf_counter() - start
     done = calls * batch
-    return dict(count=done, seconds=elapsed, rate=done / elapsed,
-                bytes_per_s=(store.max_offset - before) / elapsed)
+    return dict(
+        count=done, seconds=elapsed, rate=done / elapsed, bytes_per_s=(store.max_offset - before) / elapsed
+    )
 
 
 def batch_puts(stores: Stores, impl: str, count: int, batch: int, form: str, reps: int) -> dict:
@@ -268,7 +311,7 @@ def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
         while time.perf_counter() < end:
             try:
                 put(TOPIC, BODY, durable=True)
-            except FlushTimeoutError:       # stored, flush not confirmed in time
+            except FlushTimeoutError:  # stored, flush not confirmed in time
                 bad += 1
             n += 1
         return n, bad
@@ -283,10 +326,17 @@ def durable_threads(stores: Stores, threads: int, seconds: float) -> dict:
     counts, not_ok = [n for n, _ in done], [bad for _, bad in done]
     msgs = sum(counts)
     rounds = after["flush_rounds"] - before["flush_rounds"]
-    return dict(threads=threads, messages=msgs, seconds=elapsed, rate=msgs / elapsed,
-                flush_rounds=rounds, fsyncs_per_msg=rounds / msgs if msgs else float("nan"),
-                rounds_per_s=rounds / elapsed, not_ok=sum(not_ok),
-                sync_requests=after["sync_requests"] - before["sync_requests"])
+    return dict(
+        threads=threads,
+        messages=msgs,
+        seconds=elapsed,
+        rate=msgs / elapsed,
+        flush_rounds=rounds,
+        fsyncs_per_msg=rounds / msgs if msgs else float("nan"),
+        rounds_per_s=rounds / elapsed,
+        not_ok=sum(not_ok),
+        sync_requests=after["sync_requests"] - before["sync_requests"],
+    )
 
 
 def _flushed(future) -> bool:
@@ -323,8 +373,15 @@ def pipelined(stores: Stores, count: int, window: int, cap_s: float) -> dict:
         store.close()
         stores.remove(path)
     rounds = after["flush_rounds"] - before["flush_rounds"]
-    return dict(count=done, seconds=elapsed, rate=done / elapsed, flush_rounds=rounds,
-                fsyncs_per_msg=rounds / done, not_ok=not_ok, capped=done < count)
+    return dict(
+        count=done,
+        seconds=elapsed,
+        rate=done / elapsed,
+        flush_rounds=rounds,
+        fsyncs_per_msg=rounds / done,
+        not_ok=not_ok,
+        capped=done < count,
+    )
 
 
 def recovery(stores: Stores, count: int, impls) -> dict:
@@ -354,6 +411,7 @@ def recovery(stores: Stores, count: int, impls) -> dict:
 
 # ---- the report ----
 
+
 def _m(rate: float) -> str:
     return f"{rate / 1e6:.2f} M msg/s"
 
@@ -378,45 +436,71 @@ def build_table(r: dict, p: dict) -> list[str]:
 
     raw = r["write"]["gbps"] * 1e9
     have_c = "c" in r["single"]
-    row("serial fdatasync, before durable (4 KiB + fdatasync)",
+    row(
+        "serial fdatasync, before durable (4 KiB + fdatasync)",
         f"{r['fsync_before']['rate']:,.0f} /s (median {r['fsync_before']['median_us']:.0f} µs, "
-        f"p99 {r['fsync_before']['p99_us']:.0f} µs)")
-    row("serial fdatasync, after durable",
+        f"p99 {r['fsync_before']['p99_us']:.0f} µs)",
+    )
+    row(
+        "serial fdatasync, after durable",
         f"{r['fsync_after']['rate']:,.0f} /s (median {r['fsync_after']['median_us']:.0f} µs, "
-        f"p99 {r['fsync_after']['p99_us']:.0f} µs)")
-    row(f"raw sequential write, 1 MiB write() × {r['write']['bytes'] // MiB} + fdatasync",
-        f"{r['write']['gbps']:.2f} GB/s", f"write() alone {r['write']['page_cache_gbps']:.2f} GB/s")
-    row(f"mmap fresh-page write, 1 MiB copies × {r['mmap']['bytes'] // MiB}",
-        f"{r['mmap']['gbps']:.2f} GB/s")
+        f"p99 {r['fsync_after']['p99_us']:.0f} µs)",
+    )
+    row(
+        f"raw sequential write, 1 MiB write() × {r['write']['bytes'] // MiB} + fdatasync",
+        f"{r['write']['gbps']:.2f} GB/s",
+        f"write() alone {r['write']['page_cache_gbps']:.2f} GB/s",
+    )
+    row(f"mmap fresh-page write, 1 MiB copies × {r['mmap']['bytes'] // MiB}", f"{r['mmap']['gbps']:.2f} GB/s")
 
     for impl in ("c", "py"):
         if impl not in r["single"]:
             continue
         s = r["single"][impl]
         n = s["warm"]["count"]
-        goal, verdict = ("≥ 2 M msg/s", _verdict(s["warm"]["rate"] >= GOAL_SINGLE)) if impl == "c" else ("", "")
+        goal, verdict = (
+            ("≥ 2 M msg/s", _verdict(s["warm"]["rate"] >= GOAL_SINGLE)) if impl == "c" else ("", "")
+        )
         ratio = f"{s['warm']['bytes_per_s'] / raw:.2f} of raw write"
         if impl == "py" and have_c:
             ratio += f"; c/py {r['single']['c']['warm']['rate'] / s['warm']['rate']:.1f}×"
-        row(f"async put, one at a time [{impl}], warm, {n:,} × 128 B, median of {len(s['warm']['runs'])}",
-            f"{_m(s['warm']['rate'])} [{_runs(s['warm'])}]", ratio, goal, verdict)
-        row(f"async put, one at a time [{impl}], first run, {s['first']['count']:,} × 128 B",
-            _m(s["first"]["rate"]), f"{s['first']['bytes_per_s'] / raw:.2f} of raw write")
+        row(
+            f"async put, one at a time [{impl}], warm, {n:,} × 128 B, median of {len(s['warm']['runs'])}",
+            f"{_m(s['warm']['rate'])} [{_runs(s['warm'])}]",
+            ratio,
+            goal,
+            verdict,
+        )
+        row(
+            f"async put, one at a time [{impl}], first run, {s['first']['count']:,} × 128 B",
+            _m(s["first"]["rate"]),
+            f"{s['first']['bytes_per_s'] / raw:.2f} of raw write",
+        )
     for form in ("list", "buffer"):
         for impl in ("c", "py"):
             b = r["batch"].get(f"{form}-{impl}")
             if b is None:
                 continue
-            goal, verdict = ("≥ 8 M msg/s", _verdict(b["warm"]["rate"] >= GOAL_BATCH)) if impl == "c" else ("", "")
+            goal, verdict = (
+                ("≥ 8 M msg/s", _verdict(b["warm"]["rate"] >= GOAL_BATCH)) if impl == "c" else ("", "")
+            )
             ratio = f"{b['warm']['bytes_per_s'] / raw:.2f} of raw write"
             if impl == "py" and f"{form}-c" in r["batch"]:
                 ratio += f"; c/py {r['batch'][f'{form}-c']['warm']['rate'] / b['warm']['rate']:.1f}×"
             label = "list of bytes" if form == "list" else "buffer + lengths"
-            row(f"batch put [{impl}], {label}, {p['batch_size']:,}/call, warm, {b['warm']['count']:,} × 128 B, "
-                f"median of {len(b['warm']['runs'])}", f"{_m(b['warm']['rate'])} [{_runs(b['warm'])}]",
-                ratio, goal, verdict)
-            row(f"batch put [{impl}], {label}, first run", _m(b["first"]["rate"]),
-                f"{b['first']['bytes_per_s'] / raw:.2f} of raw write")
+            row(
+                f"batch put [{impl}], {label}, {p['batch_size']:,}/call, warm, {b['warm']['count']:,} × 128 B, "
+                f"median of {len(b['warm']['runs'])}",
+                f"{_m(b['warm']['rate'])} [{_runs(b['warm'])}]",
+                ratio,
+                goal,
+                verdict,
+            )
+            row(
+                f"batch put [{impl}], {label}, first run",
+                _m(b["first"]["rate"]),
+                f"{b['first']['bytes_per_s'] / raw:.2f} of raw write",
+            )
 
     fb, fa = r["fsync_before"]["rate"], r["fsync_after"]["rate"]
     strict = max(fb, fa)
@@ -425,18 +509,25 @@ def build_table(r: dict, p: dict) -> list[str]:
         ratio_b = d["rate"] / (t * fb)
         ratio_a = d["rate"] / (t * fa)
         note = f"; {d['not_ok']} not PUT_OK" if d["not_ok"] else ""
-        row(f"blocking durable put, {t} threads × {p['durable_seconds']:g} s",
+        row(
+            f"blocking durable put, {t} threads × {p['durable_seconds']:g} s",
             f"{_k(d['rate'])}; {d['fsyncs_per_msg']:.3f} fsync/msg ({d['rounds_per_s']:,.0f} rounds/s){note}",
             f"{ratio_b:.2f} (before) / {ratio_a:.2f} (after) of threads × fdatasync",
-            "≥ 0.7 × threads × fdatasync", _verdict(d["rate"] >= GOAL_DURABLE * t * strict))
+            "≥ 0.7 × threads × fdatasync",
+            _verdict(d["rate"] >= GOAL_DURABLE * t * strict),
+        )
     if "pipelined" in r and have_c:
         pl = r["pipelined"]
         ratio = pl["rate"] / r["single"]["c"]["warm"]["rate"]
         note = "; stopped at the time cap" if pl["capped"] else ""
         note += f"; {pl['not_ok']} not PUT_OK" if pl["not_ok"] else ""
-        row(f"pipelined durable put, 1 thread, window {p['window']:,}, {pl['count']:,} msgs",
+        row(
+            f"pipelined durable put, 1 thread, window {p['window']:,}, {pl['count']:,} msgs",
             f"{_k(pl['rate'])}; {pl['fsyncs_per_msg']:.4f} fsync/msg{note}",
-            f"{ratio:.2f} of async single put", "≥ 0.5 (within 2×)", _verdict(ratio >= GOAL_PIPELINED))
+            f"{ratio:.2f} of async single put",
+            "≥ 0.5 (within 2×)",
+            _verdict(ratio >= GOAL_PIPELINED),
+        )
     crc = r["crc32"]
     if "c" in crc:
         row("CRC32 of 1 MiB [c]", f"{crc['c']:.2f} GB/s", f"{crc['c'] / crc['zlib']:.1f}× zlib")
@@ -444,8 +535,10 @@ def build_table(r: dict, p: dict) -> list[str]:
     rec = r["recovery"]
     for impl in ("c", "py"):
         if impl in rec:
-            row(f"recovery open [{impl}], {rec['messages']:,} msgs, {rec['bytes'] / MiB:.0f} MiB (page cache warm)",
-                f"{rec[impl]['seconds'] * 1e3:.0f} ms = {rec[impl]['gbps']:.2f} GB/s scanned")
+            row(
+                f"recovery open [{impl}], {rec['messages']:,} msgs, {rec['bytes'] / MiB:.0f} MiB (page cache warm)",
+                f"{rec[impl]['seconds'] * 1e3:.0f} ms = {rec[impl]['gbps']:.2f} GB/s scanned",
+            )
 
     head = ["| measurement | result | ratio | goal | verdict |", "|---|---|---|---|---|"]
     return head + rows
@@ -455,12 +548,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="reduced counts and durations (< 60 s)")
     ap.add_argument("--json", metavar="PATH", help="write every measured number here")
-    ap.add_argument("--dir", metavar="DIR", help="where stores and probe files go (default: a temp dir in bench/)")
+    ap.add_argument(
+        "--dir", metavar="DIR", help="where stores and probe files go (default: a temp dir in bench/)"
+    )
     ap.add_argument("--segment-size", type=int, default=GiB, help="CommitLog segment size (default 1 GiB)")
     ap.add_argument("--batch-size", type=int, default=10_000, help="messages per put_batch call")
     args = ap.parse_args(argv)
-    p = dict(QUICK if args.quick else FULL, batch_size=args.batch_size, segment_size=args.segment_size,
-             quick=args.quick)
+    p = dict(
+        QUICK if args.quick else FULL,
+        batch_size=args.batch_size,
+        segment_size=args.segment_size,
+        quick=args.quick,
+    )
 
     parent = args.dir or BENCH_DIR
     os.makedirs(parent, exist_ok=True)
@@ -503,20 +602,33 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - wall
     r["other_load"] = other_load(cpu_before, cpu_sample())
 
-    print(f"rocketstore engine report ({'quick' if args.quick else 'full'}), "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {wall:.0f} s")
-    print(f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
-          f"store dir on {facts['filesystem']} ({facts['device']} at {facts['mount']}); "
-          f"segments {args.segment_size // MiB} MiB; compiled CRC32 path {facts['crc32_path']}")
-    print(f"during the run, other processes used {r['other_load']['others']:.0%} of the machine's CPU "
-          f"and the host stole {r['other_load']['steal']:.0%} (kernel threads such as writeback count as others)")
+    print(
+        f"rocketstore engine report ({'quick' if args.quick else 'full'}), "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {wall:.0f} s"
+    )
+    print(
+        f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
+        f"store dir on {facts['filesystem']} ({facts['device']} at {facts['mount']}); "
+        f"segments {args.segment_size // MiB} MiB; compiled CRC32 path {facts['crc32_path']}"
+    )
+    print(
+        f"during the run, other processes used {r['other_load']['others']:.0%} of the machine's CPU "
+        f"and the host stole {r['other_load']['steal']:.0%} (kernel threads such as writeback count as others)"
+    )
     print()
     print("\n".join(build_table(r, p)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(machine=facts, params={k: list(v) if isinstance(v, tuple) else v
-                                                  for k, v in p.items()},
-                           results=r, wall_seconds=wall), f, indent=2)
+            json.dump(
+                dict(
+                    machine=facts,
+                    params={k: list(v) if isinstance(v, tuple) else v for k, v in p.items()},
+                    results=r,
+                    wall_seconds=wall,
+                ),
+                f,
+                indent=2,
+            )
     return 0
 
 

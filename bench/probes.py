@@ -29,7 +29,7 @@ def data_sync(fd: int) -> None:
 def _allocate(fd: int, size: int) -> None:
     if hasattr(os, "posix_fallocate"):
         os.posix_fallocate(fd, 0, size)
-    else:                       # macOS: sparse, like the store's segments there
+    else:  # macOS: sparse, like the store's segments there
         os.ftruncate(fd, size)
 
 
@@ -59,9 +59,13 @@ def fdatasync_baseline(directory: str, seconds: float, size: int = GiB) -> dict:
         os.close(fd)
         os.unlink(path)
     latencies.sort()
-    return dict(ops=len(latencies), seconds=elapsed, rate=len(latencies) / elapsed,
-                median_us=statistics.median(latencies) * 1e6,
-                p99_us=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6)
+    return dict(
+        ops=len(latencies),
+        seconds=elapsed,
+        rate=len(latencies) / elapsed,
+        median_us=statistics.median(latencies) * 1e6,
+        p99_us=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
+    )
 
 
 def write_bandwidth(directory: str, total: int, *, sync: bool = True) -> dict:

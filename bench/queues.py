@@ -49,7 +49,7 @@ def log(*parts) -> None:
 
 
 def _keys(n: int) -> list[str]:
-    return [f"order-{i:014d}" for i in range(n)]   # 20 characters
+    return [f"order-{i:014d}" for i in range(n)]  # 20 characters
 
 
 def _open(path: str, impl: str, **options) -> MessageStore:
@@ -73,9 +73,14 @@ def put_core_then_dispatch(root: str, impl: str, n: int) -> dict:
         store._dispatcher.catch_up()
         t2 = time.perf_counter()
     shutil.rmtree(path)
-    return {"messages": n, "put_s": t1 - t0, "put_rate": n / (t1 - t0),
-            "dispatch_s": t2 - t1, "dispatch_rate": n / (t2 - t1),
-            "put_plus_dispatch_rate": n / (t2 - t0)}
+    return {
+        "messages": n,
+        "put_s": t1 - t0,
+        "put_rate": n / (t1 - t0),
+        "dispatch_s": t2 - t1,
+        "dispatch_rate": n / (t2 - t1),
+        "put_plus_dispatch_rate": n / (t2 - t0),
+    }
 
 
 def put_with_dispatch(root: str, impl: str, n: int) -> dict:
@@ -87,8 +92,13 @@ def put_with_dispatch(root: str, impl: str, n: int) -> dict:
     t1 = time.perf_counter()
     store._dispatcher.catch_up()
     t2 = time.perf_counter()
-    return {"messages": n, "put_rate": n / (t1 - t0), "caught_up_rate": n / (t2 - t0),
-            "store": store, "keys": keys}
+    return {
+        "messages": n,
+        "put_rate": n / (t1 - t0),
+        "caught_up_rate": n / (t2 - t0),
+        "store": store,
+        "keys": keys,
+    }
 
 
 def get_objects(store: MessageStore) -> dict:
@@ -140,8 +150,13 @@ def lookups(store: MessageStore, keys: list[str], count: int) -> dict:
     for k in sample:
         table.get(k)
     t3 = time.perf_counter()
-    return {"lookups": count, "found": found, "store_rate": count / (t1 - t0),
-            "index_rate": count / (t_index - t1), "dict_rate": count / (t3 - t2)}
+    return {
+        "lookups": count,
+        "found": found,
+        "store_rate": count / (t1 - t0),
+        "index_rate": count / (t_index - t1),
+        "dict_rate": count / (t3 - t2),
+    }
 
 
 def main(argv=None) -> int:
@@ -163,7 +178,7 @@ def main(argv=None) -> int:
         store, keys = on.pop("store"), on.pop("keys")
         try:
             log("get_message")
-            get_objects(store)   # warm the page cache and code paths once
+            get_objects(store)  # warm the page cache and code paths once
             objects = get_objects(store)
             log("queue_units")
             units = get_units(store)
@@ -173,27 +188,54 @@ def main(argv=None) -> int:
             store.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = {"impl": impl, "core_then_dispatch": core, "dispatch_on": on, "get_objects": objects,
-              "queue_units": units, "lookups": look}
+    result = {
+        "impl": impl,
+        "core_then_dispatch": core,
+        "dispatch_on": on,
+        "get_objects": objects,
+        "queue_units": units,
+        "lookups": look,
+    }
     m = lambda r: f"{r / 1e6:.2f} M/s"  # noqa: E731
     rows = [
         ("put, core alone (dispatcher off)", m(core["put_rate"]), ""),
         ("dispatch of those records (one catch-up)", m(core["dispatch_rate"]), ""),
-        ("put + dispatch, serial", m(core["put_plus_dispatch_rate"]),
-         f"{core['put_plus_dispatch_rate'] / core['put_rate']:.2f} x core alone"),
-        ("put, background dispatcher on", m(on["put_rate"]),
-         f"{on['put_rate'] / core['put_rate']:.2f} x core alone"),
-        ("put, dispatcher on, until caught up", m(on["caught_up_rate"]),
-         f"{on['caught_up_rate'] / core['put_rate']:.2f} x core alone"),
-        ("get_message, MessageExt objects", m(objects["rate"]),
-         f"goal {GOAL_GET_OBJECTS / 1e6:.0f} M/s: {'PASS' if objects['rate'] >= GOAL_GET_OBJECTS else 'SHORT'}"),
-        ("queue_units, numpy views", m(units["rate"]),
-         f"goal {GOAL_GET_BATCH / 1e6:.0f} M/s: {'PASS' if units['rate'] >= GOAL_GET_BATCH else 'SHORT'}"),
-        ("query_by_key (index + record re-check)", m(look["store_rate"]),
-         f"goal {GOAL_LOOKUPS / 1e6:.0f} M/s: {'PASS' if look['store_rate'] >= GOAL_LOOKUPS else 'SHORT'}"),
+        (
+            "put + dispatch, serial",
+            m(core["put_plus_dispatch_rate"]),
+            f"{core['put_plus_dispatch_rate'] / core['put_rate']:.2f} x core alone",
+        ),
+        (
+            "put, background dispatcher on",
+            m(on["put_rate"]),
+            f"{on['put_rate'] / core['put_rate']:.2f} x core alone",
+        ),
+        (
+            "put, dispatcher on, until caught up",
+            m(on["caught_up_rate"]),
+            f"{on['caught_up_rate'] / core['put_rate']:.2f} x core alone",
+        ),
+        (
+            "get_message, MessageExt objects",
+            m(objects["rate"]),
+            f"goal {GOAL_GET_OBJECTS / 1e6:.0f} M/s: {'PASS' if objects['rate'] >= GOAL_GET_OBJECTS else 'SHORT'}",
+        ),
+        (
+            "queue_units, numpy views",
+            m(units["rate"]),
+            f"goal {GOAL_GET_BATCH / 1e6:.0f} M/s: {'PASS' if units['rate'] >= GOAL_GET_BATCH else 'SHORT'}",
+        ),
+        (
+            "query_by_key (index + record re-check)",
+            m(look["store_rate"]),
+            f"goal {GOAL_LOOKUPS / 1e6:.0f} M/s: {'PASS' if look['store_rate'] >= GOAL_LOOKUPS else 'SHORT'}",
+        ),
         ("index alone (IndexService.query)", m(look["index_rate"]), ""),
-        ("baseline: dict lookup loop", m(look["dict_rate"]),
-         f"store lookup = {look['store_rate'] / look['dict_rate']:.3f} x dict"),
+        (
+            "baseline: dict lookup loop",
+            m(look["dict_rate"]),
+            f"store lookup = {look['store_rate'] / look['dict_rate']:.3f} x dict",
+        ),
     ]
     print(f"| {n:,} messages, impl {impl} | rate | note |")
     print("|---|---:|---|")

@@ -46,7 +46,7 @@ def build(path: str, mb: int, impl) -> None:
     with MessageStore(path, implementation=impl, **OPTIONS) as s:
         n = 0
         while s.max_offset < mb << 20:
-            for i in range(10_000):
+            for _i in range(10_000):
                 s.put("BenchTopic", body, keys="key-%016d" % n)
                 n += 1
 
@@ -77,6 +77,7 @@ def stage_timer():
         now = time.perf_counter()
         first = marks.setdefault(stage, [now, now, 0])
         first[1], first[2] = now, done
+
     return marks, progress
 
 
@@ -109,8 +110,12 @@ def interrupted(path: str, impl) -> dict:
         pass
     second = time.perf_counter() - t0
     redo = marks.get("dispatch", [0, 0, 0])[2]
-    return {"first_open_dispatch_bytes": first_total, "killed_after_bytes": first_done,
-            "second_open_dispatch_bytes": redo, "second_open_s": round(second, 3)}
+    return {
+        "first_open_dispatch_bytes": first_total,
+        "killed_after_bytes": first_done,
+        "second_open_dispatch_bytes": redo,
+        "second_open_s": round(second, 3),
+    }
 
 
 def main() -> int:
@@ -124,7 +129,7 @@ def main() -> int:
     impl = args.impl
     build(args.dir, args.mb, impl)
     files = segment_files(args.dir)
-    raw_read(files, crc=False)                     # warm the page cache
+    raw_read(files, crc=False)  # warm the page cache
     out = {}
     n, t = raw_read(files, crc=False)
     out["raw_read_GBps"] = n / t / 1e9

@@ -66,7 +66,7 @@ import numpy as np  # noqa: E402
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 
-if BENCH_DIR not in sys.path:      # also when loaded by file path (tests/test_bench_regress.py)
+if BENCH_DIR not in sys.path:  # also when loaded by file path (tests/test_bench_regress.py)
     sys.path.insert(0, BENCH_DIR)
 from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402
 
@@ -79,14 +79,32 @@ cpu_clock = time.thread_time
 TOPIC = "BenchTopic"
 BODY = bytes(range(128))
 BASELINE = os.path.join(BENCH_DIR, "baseline.json")
-TOLERANCE_FLOOR = 0.30          # never tighter than this, however quiet the runs were
-SPREAD_FACTOR = 2.5             # tolerance = SPREAD_FACTOR × worst drop below the median
-GATE_LIMIT = 0.5                # a ratio needing more tolerance than this cannot catch a halving
+TOLERANCE_FLOOR = 0.30  # never tighter than this, however quiet the runs were
+SPREAD_FACTOR = 2.5  # tolerance = SPREAD_FACTOR × worst drop below the median
+GATE_LIMIT = 0.5  # a ratio needing more tolerance than this cannot catch a halving
 
-QUICK = dict(single=300_000, batch=500_000, keyed=100_000, lookups=30_000, pulls=30_000,
-             write_bytes=128 * MiB, durable_seconds=0.5, fsync_seconds=0.3, reps=5)
-FULL = dict(single=400_000, batch=600_000, keyed=200_000, lookups=100_000, pulls=100_000,
-            write_bytes=256 * MiB, durable_seconds=2.0, fsync_seconds=1.0, reps=5)
+QUICK = dict(
+    single=300_000,
+    batch=500_000,
+    keyed=100_000,
+    lookups=30_000,
+    pulls=30_000,
+    write_bytes=128 * MiB,
+    durable_seconds=0.5,
+    fsync_seconds=0.3,
+    reps=5,
+)
+FULL = dict(
+    single=400_000,
+    batch=600_000,
+    keyed=200_000,
+    lookups=100_000,
+    pulls=100_000,
+    write_bytes=256 * MiB,
+    durable_seconds=2.0,
+    fsync_seconds=1.0,
+    reps=5,
+)
 
 # ratio name -> what it divides, for the report
 RATIOS = {
@@ -137,7 +155,7 @@ def best_of_chunks(items, size, fn) -> float:
     long pieces mixes in however busy the machine happened to be."""
     best = float("inf")
     for i in range(0, len(items) - size + 1, size):
-        chunk = items[i:i + size]
+        chunk = items[i : i + size]
         t0 = cpu_clock()
         fn(chunk)
         best = min(best, cpu_clock() - t0)
@@ -155,6 +173,7 @@ def dict_loop(count: int = 50_000) -> float:
 
 # ---- rocketstore's rates ----
 
+
 class Run:
     """The stores of one measurement run, under one temporary root."""
 
@@ -168,9 +187,10 @@ class Run:
 
     def _open(self, path, **options):
         options.setdefault("commitlog_file_size", 256 * MiB)
-        store = MessageStore(path, implementation=self.impl, index_slots=500_000,
-                             index_count=2_000_000, **options)
-        store.put(TOPIC, BODY)   # the topic's creation (a config write and fsync) stays untimed
+        store = MessageStore(
+            path, implementation=self.impl, index_slots=500_000, index_count=2_000_000, **options
+        )
+        store.put(TOPIC, BODY)  # the topic's creation (a config write and fsync) stays untimed
         return store
 
     def _prefaulted(self, name, size):
@@ -197,6 +217,7 @@ class Run:
         def puts(chunk):
             for _ in chunk:
                 put(TOPIC, BODY)
+
         return best_of_chunks(range(count), CHUNK, puts)
 
     def put_single(self) -> float:
@@ -245,6 +266,7 @@ class Run:
                 put(TOPIC, BODY, durable=True)
                 n += 1
             return n
+
         try:
             counts, elapsed = run_threads(threads, self.p["durable_seconds"], work)
             return sum(counts) / elapsed
@@ -272,16 +294,18 @@ class Run:
             for key in chunk:
                 if not query("Keyed", key, 1):
                     raise RuntimeError(f"key {key} not found")
+
         return best_of_chunks(sample, 2_000, lookups)
 
     def get_message(self, store) -> float:
         """messages/s of get_message pulls of 32, best chunk of 64 pulls"""
-        offsets = list(range(0, self.p["keyed"] - 32, 32))[:self.p["pulls"] // 32]
+        offsets = list(range(0, self.p["keyed"] - 32, 32))[: self.p["pulls"] // 32]
 
         def pulls(chunk):
             for offset in chunk:
                 if len(store.get_message("bench", "Keyed", 0, offset, 32).messages) != 32:
                     raise RuntimeError("get_message came back short")
+
         return 32 * best_of_chunks(offsets, 64, pulls)
 
     @staticmethod
@@ -335,7 +359,7 @@ def measure(root: str, p: dict, impl: str) -> dict:
     try:
         # the read-only store's index and queues are on disk; warm them once, untimed
         run.lookups(store, keys)
-        for rep in range(p["reps"]):
+        for _rep in range(p["reps"]):
             w = write_bandwidth(root, p["write_bytes"], sync=False)["page_cache_gbps"] * 1e9
             pairs["put_fresh"].append((run.put_fresh(), w))
             pairs["put_single"].append((run.put_single(), dict_loop()))
@@ -355,19 +379,29 @@ def measure(root: str, p: dict, impl: str) -> dict:
             limits["dict_rate"].append(d)
     finally:
         store.close()
-    for rep in range(p["reps"]):
+    for _rep in range(p["reps"]):
         pairs["recovery"].append((run.recovery(path, size), memcpy()))
     shutil.rmtree(path, ignore_errors=True)
     # the fastest rate over the reps ÷ the fastest limit over the reps: both are what the machine
     # does when least disturbed (ratios_median, the median of the adjacent pairs, is kept for comparison)
-    ratios = {name: max(rate for rate, _ in got) / max(limit for _, limit in got) for name, got in pairs.items()}
-    ratios_median = {name: statistics.median(rate / limit for rate, limit in got) for name, got in pairs.items()}
+    ratios = {
+        name: max(rate for rate, _ in got) / max(limit for _, limit in got) for name, got in pairs.items()
+    }
+    ratios_median = {
+        name: statistics.median(rate / limit for rate, limit in got) for name, got in pairs.items()
+    }
     rates = {name: max(rate for rate, _ in got) for name, got in pairs.items()}
-    return dict(ratios=ratios, ratios_median=ratios_median, rates=rates, pairs=pairs,
-                limits={k: statistics.median(v) for k, v in limits.items()})
+    return dict(
+        ratios=ratios,
+        ratios_median=ratios_median,
+        rates=rates,
+        pairs=pairs,
+        limits={k: statistics.median(v) for k, v in limits.items()},
+    )
 
 
 # ---- baseline ----
+
 
 def derive(runs: list[dict]) -> dict:
     """name -> {value, tolerance, gate, spread}: the baseline entry of each ratio from N runs."""
@@ -378,10 +412,20 @@ def derive(runs: list[dict]) -> dict:
         drop = max(0.0, 1 - min(values) / med) if med else 1.0
         rise = max(0.0, max(values) / med - 1) if med else 0.0
         tolerance = round(max(TOLERANCE_FLOOR, SPREAD_FACTOR * drop), 3)
-        out[name] = dict(value=med, tolerance=min(tolerance, 0.95), gate=tolerance < GATE_LIMIT,
-                         spread=dict(runs=len(values), min=min(values), median=med, max=max(values),
-                                     worst_drop=round(drop, 4), worst_rise=round(rise, 4),
-                                     relative_range=round((max(values) - min(values)) / med, 4) if med else None))
+        out[name] = dict(
+            value=med,
+            tolerance=min(tolerance, 0.95),
+            gate=tolerance < GATE_LIMIT,
+            spread=dict(
+                runs=len(values),
+                min=min(values),
+                median=med,
+                max=max(values),
+                worst_drop=round(drop, 4),
+                worst_rise=round(rise, 4),
+                relative_range=round((max(values) - min(values)) / med, 4) if med else None,
+            ),
+        )
     return out
 
 
@@ -393,15 +437,24 @@ def machine() -> dict:
     except OSError:
         pass
     compiled = _impl.COMPILED
-    return dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), python=platform.python_version(),
-                rocketstore=os.path.dirname(_impl.__file__),
-                crc32_path=compiled.crc32.IMPLEMENTATION if compiled else None)
+    return dict(
+        nproc=os.cpu_count(),
+        cpu=cpu,
+        kernel=platform.release(),
+        python=platform.python_version(),
+        rocketstore=os.path.dirname(_impl.__file__),
+        crc32_path=compiled.crc32.IMPLEMENTATION if compiled else None,
+    )
 
 
 def report(runs: list[dict], baseline: dict | None) -> tuple[list[str], list[str]]:
     """(table lines, failures)."""
-    lines = ["| ratio | this run" + (f" (median of {len(runs)})" if len(runs) > 1 else "")
-             + " | baseline | tolerance | floor | verdict |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| ratio | this run"
+        + (f" (median of {len(runs)})" if len(runs) > 1 else "")
+        + " | baseline | tolerance | floor | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     failures = []
     base = (baseline or {}).get("ratios", {})
     for name, what in RATIOS.items():
@@ -418,12 +471,16 @@ def report(runs: list[dict], baseline: dict | None) -> tuple[list[str], list[str
             verdict = "ok (faster: consider --update-baseline)" if faster else "ok"
         elif b.get("gate", True):
             verdict = f"FAIL: {now / b['value']:.2f} × baseline"
-            failures.append(f"{name} ({what}) is {now:.4g}, below {floor:.4g} = baseline {b['value']:.4g} "
-                            f"× (1 − {b['tolerance']:.2f}): {1 - now / b['value']:.0%} slower")
+            failures.append(
+                f"{name} ({what}) is {now:.4g}, below {floor:.4g} = baseline {b['value']:.4g} "
+                f"× (1 − {b['tolerance']:.2f}): {1 - now / b['value']:.0%} slower"
+            )
         else:
             verdict = f"low ({now / b['value']:.2f} × baseline), not gating: its spread is too wide"
-        lines.append(f"| {name}: {what} | {now:.4g}{spread} | {b['value']:.4g} | {b['tolerance']:.2f}"
-                     f"{'' if b.get('gate', True) else ' (not gating)'} | {floor:.4g} | {verdict} |")
+        lines.append(
+            f"| {name}: {what} | {now:.4g}{spread} | {b['value']:.4g} | {b['tolerance']:.2f}"
+            f"{'' if b.get('gate', True) else ' (not gating)'} | {floor:.4g} | {verdict} |"
+        )
     return lines, failures
 
 
@@ -432,8 +489,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the short version CI runs (well under 2 minutes)")
     ap.add_argument("--runs", type=int, default=1, help="whole measurement runs; > 1 prints their spread")
     ap.add_argument("--baseline", default=BASELINE, help="baseline JSON (default bench/baseline.json)")
-    ap.add_argument("--update-baseline", action="store_true",
-                    help="write the baseline from these runs (tolerances from their spread; use --runs >= 10)")
+    ap.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="write the baseline from these runs (tolerances from their spread; use --runs >= 10)",
+    )
     ap.add_argument("--json", help="write every run's rates, limits and ratios here")
     ap.add_argument("--dir", help="where stores and probe files go (default: a temp dir, removed)")
     ap.add_argument("--allow-pure", action="store_true", help="measure the pure-Python twin if not built")
@@ -441,14 +501,19 @@ def main(argv=None) -> int:
     p = QUICK if args.quick else FULL
 
     if _impl.COMPILED is None and not args.allow_pure:
-        print(f"regress: the compiled build did not load ({_impl.IMPORT_ERROR}); build it "
-              "(pip install . or python setup.py build_ext --inplace) or pass --allow-pure", file=sys.stderr)
+        print(
+            f"regress: the compiled build did not load ({_impl.IMPORT_ERROR}); build it "
+            "(pip install . or python setup.py build_ext --inplace) or pass --allow-pure",
+            file=sys.stderr,
+        )
         return 2
     impl = "c" if _impl.COMPILED is not None else "py"
     facts = machine()
     load_before = os.getloadavg()
-    log(f"rocketstore from {facts['rocketstore']} (implementation {impl}, CRC32 {facts['crc32_path']}); "
-        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    log(
+        f"rocketstore from {facts['rocketstore']} (implementation {impl}, CRC32 {facts['crc32_path']}); "
+        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
+    )
     runs = []
     t_start = time.perf_counter()
     for i in range(args.runs):
@@ -461,8 +526,10 @@ def main(argv=None) -> int:
         result["seconds"] = time.perf_counter() - t0
         result["loadavg"] = os.getloadavg()
         runs.append(result)
-        log(f"run {i + 1}/{args.runs}: {result['seconds']:.0f} s, load {result['loadavg'][0]:.2f}; "
-            + ", ".join(f"{k} {v:.3g}" for k, v in result["ratios"].items()))
+        log(
+            f"run {i + 1}/{args.runs}: {result['seconds']:.0f} s, load {result['loadavg'][0]:.2f}; "
+            + ", ".join(f"{k} {v:.3g}" for k, v in result["ratios"].items())
+        )
     load_after = os.getloadavg()
 
     baseline = None
@@ -470,33 +537,58 @@ def main(argv=None) -> int:
         with open(args.baseline) as f:
             baseline = json.load(f)
         if baseline.get("quick") != args.quick:
-            print(f"regress: {args.baseline} was made {'with' if baseline.get('quick') else 'without'} "
-                  f"--quick; compare like with like", file=sys.stderr)
+            print(
+                f"regress: {args.baseline} was made {'with' if baseline.get('quick') else 'without'} "
+                f"--quick; compare like with like",
+                file=sys.stderr,
+            )
             return 2
     lines, failures = report(runs, baseline)
-    print(f"rocketstore regression check ({'quick' if args.quick else 'full'}), {args.runs} run(s), "
-          f"{time.perf_counter() - t_start:.0f} s; {facts['nproc']} CPUs, {facts['cpu']}, Python {facts['python']}, "
-          f"implementation {impl}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+    print(
+        f"rocketstore regression check ({'quick' if args.quick else 'full'}), {args.runs} run(s), "
+        f"{time.perf_counter() - t_start:.0f} s; {facts['nproc']} CPUs, {facts['cpu']}, Python {facts['python']}, "
+        f"implementation {impl}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
+    )
     print("\n".join(lines))
     if len(runs) > 1:
         print(f"\nspread over {len(runs)} runs (worst drop below the median → the tolerance it implies):")
         for name, entry in derive(runs).items():
             s = entry["spread"]
-            print(f"  {name:12s} min {s['min']:.4g}  median {s['median']:.4g}  max {s['max']:.4g}  "
-                  f"range {s['relative_range']:.1%}  worst drop {s['worst_drop']:.1%} → tolerance "
-                  f"{entry['tolerance']:.2f}{'' if entry['gate'] else ' (too wide to gate)'}")
-    out = dict(when=time.strftime("%Y-%m-%d %H:%M:%S %Z"), quick=args.quick, machine=facts, params=p,
-               loadavg_before=load_before, loadavg_after=load_after, runs=runs)
+            print(
+                f"  {name:12s} min {s['min']:.4g}  median {s['median']:.4g}  max {s['max']:.4g}  "
+                f"range {s['relative_range']:.1%}  worst drop {s['worst_drop']:.1%} → tolerance "
+                f"{entry['tolerance']:.2f}{'' if entry['gate'] else ' (too wide to gate)'}"
+            )
+    out = dict(
+        when=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        quick=args.quick,
+        machine=facts,
+        params=p,
+        loadavg_before=load_before,
+        loadavg_after=load_after,
+        runs=runs,
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     if args.update_baseline:
         if len(runs) < 10:
-            log(f"note: a baseline from {len(runs)} run(s); tolerances are only as good as the spread seen (use --runs 10)")
+            log(
+                f"note: a baseline from {len(runs)} run(s); tolerances are only as good as the spread seen (use --runs 10)"
+            )
         with open(args.baseline, "w") as f:
-            json.dump(dict(out, ratios=derive(runs), tolerance_rule=(
-                f"max({TOLERANCE_FLOOR}, {SPREAD_FACTOR} × worst drop below the median over the runs); "
-                f"a ratio whose tolerance reaches {GATE_LIMIT} is reported but does not gate")), f, indent=1)
+            json.dump(
+                dict(
+                    out,
+                    ratios=derive(runs),
+                    tolerance_rule=(
+                        f"max({TOLERANCE_FLOOR}, {SPREAD_FACTOR} × worst drop below the median over the runs); "
+                        f"a ratio whose tolerance reaches {GATE_LIMIT} is reported but does not gate"
+                    ),
+                ),
+                f,
+                indent=1,
+            )
             f.write("\n")
         print(f"\nwrote {args.baseline}")
         return 0
@@ -507,8 +599,10 @@ def main(argv=None) -> int:
         print("\nREGRESSION: " + "\nREGRESSION: ".join(failures))
     gated = [n for n in RATIOS if baseline["ratios"].get(n, {}).get("gate", False)]
     # the plain closing line CI systems read: gating ratios checked, the others skipped
-    print(f"\nregress: {len(gated) - len(failures)} passed, {len(failures)} failed, "
-          f"{len(RATIOS) - len(gated)} skipped")
+    print(
+        f"\nregress: {len(gated) - len(failures)} passed, {len(failures)} failed, "
+        f"{len(RATIOS) - len(gated)} skipped"
+    )
     return 1 if failures else 0
 
 

@@ -81,13 +81,18 @@ class FloorReader(DataSourceReader):
     def read(self, p: QueueRange):
         import numpy as np
         import pyarrow as pa
+
         rows = 32768
-        batch = pa.RecordBatch.from_arrays([
-            pa.array(["Bench"] * rows), pa.array(np.zeros(rows, dtype=np.int32)),
-            pa.array(np.arange(rows, dtype=np.int64)),
-            pa.array(np.zeros(rows, dtype=np.int64), type=pa.timestamp("us", tz="UTC")),
-            pa.array([b"b" * int(self.options.get("body", "64"))] * rows, type=pa.binary())],
-            names=["topic", "queueId", "queueOffset", "storeTimestamp", "body"])
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(["Bench"] * rows),
+                pa.array(np.zeros(rows, dtype=np.int32)),
+                pa.array(np.arange(rows, dtype=np.int64)),
+                pa.array(np.zeros(rows, dtype=np.int64), type=pa.timestamp("us", tz="UTC")),
+                pa.array([b"b" * int(self.options.get("body", "64"))] * rows, type=pa.binary()),
+            ],
+            names=["topic", "queueId", "queueOffset", "storeTimestamp", "body"],
+        )
         for start in range(p.start, p.end, rows):
             yield batch.slice(0, min(rows, p.end - start))
 
@@ -123,55 +128,79 @@ def main():
                 for i in range(0, per, 4096):
                     store.put_batch("Bench", [body] * min(4096, per - i), queue_id=q)
         n = per * args.queues
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g")
-                 .config("spark.sql.session.timeZone", "UTC")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "1g")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(TupleSource)
         spark.dataSource.register(FloorSource)
         cols = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
         arrow_df = spark.read.format("rocketstore").schema(cols).load(store_path)
-        by_segment_df = (spark.read.format("rocketstore").schema(cols).option("scan", "commitlog")
-                         .option("minPartitions", "1").load(store_path))
+        by_segment_df = (
+            spark.read.format("rocketstore")
+            .schema(cols)
+            .option("scan", "commitlog")
+            .option("minPartitions", "1")
+            .load(store_path)
+        )
         full_df = spark.read.format("rocketstore").load(store_path)
         parquet = os.path.join(work, "parquet")
         arrow_df.write.parquet(parquet)
         parquet_df = spark.read.parquet(parquet)
         tuple_df = spark.read.format("rocketstore_tuples").load(store_path)
         floor_df = spark.read.format("rocketstore_floor").option("body", str(args.body)).load(store_path)
-        print(f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f} "
-              f"partitions: queue scan {arrow_df.rdd.getNumPartitions()}, "
-              f"commitlog scan {by_segment_df.rdd.getNumPartitions()}")
+        print(
+            f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f} "
+            f"partitions: queue scan {arrow_df.rdd.getNumPartitions()}, "
+            f"commitlog scan {by_segment_df.rdd.getNumPartitions()}"
+        )
         results = {}
-        reads = (("rocketstore arrow (5 cols)", arrow_df),
-                 ("rocketstore arrow, scan=commitlog (5 cols)", by_segment_df),
-                 ("rocketstore arrow (all 17 cols)", full_df),
-                 ("parquet (5 cols)", parquet_df), ("tuple source (5 cols)", tuple_df),
-                 ("no-op Arrow Python source (5 cols)", floor_df))
+        reads = (
+            ("rocketstore arrow (5 cols)", arrow_df),
+            ("rocketstore arrow, scan=commitlog (5 cols)", by_segment_df),
+            ("rocketstore arrow (all 17 cols)", full_df),
+            ("parquet (5 cols)", parquet_df),
+            ("tuple source (5 cols)", tuple_df),
+            ("no-op Arrow Python source (5 cols)", floor_df),
+        )
         for name, df in () if args.sink_only else reads:
-            df.write.format("noop").mode("overwrite").save()         # warm-up
-            t, times = best(lambda: df.write.format("noop").mode("overwrite").save(), args.repeat)
+            df.write.format("noop").mode("overwrite").save()  # warm-up
+            t, times = best(lambda df=df: df.write.format("noop").mode("overwrite").save(), args.repeat)
             results[name] = n / t
             print(f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
         if results:
-            a, p, u = results["rocketstore arrow (5 cols)"], results["parquet (5 cols)"], results["tuple source (5 cols)"]
+            a, p, u = (
+                results["rocketstore arrow (5 cols)"],
+                results["parquet (5 cols)"],
+                results["tuple source (5 cols)"],
+            )
             f = results["no-op Arrow Python source (5 cols)"]
-            print(f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x   "
-                  f"arrow/no-op Python source = {a / f:.2f}x   no-op Python source/parquet = {f / p:.2f}x")
+            print(
+                f"arrow/parquet = {a / p:.2f}x   arrow/tuples = {a / u:.2f}x   "
+                f"arrow/no-op Python source = {a / f:.2f}x   no-op Python source/parquet = {f / p:.2f}x"
+            )
         else:
             arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(
-                os.path.join(work, "sink-warmup"))
+                os.path.join(work, "sink-warmup")
+            )
         sink_times = []
         for i in range(args.repeat):
             target = os.path.join(work, f"sink-{i}")
             t = time.perf_counter()
             arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(target)
             sink_times.append(time.perf_counter() - t)
-        print(f"{'sink (topic, body)':44s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
-              f"  runs {[round(x, 2) for x in sink_times]}")
+        print(
+            f"{'sink (topic, body)':44s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
+            f"  runs {[round(x, 2) for x in sink_times]}"
+        )
         print(f"load after: {os.getloadavg()[0]:.2f}")
         spark.stop()
     finally:

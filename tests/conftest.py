@@ -13,10 +13,13 @@ JAVA_STORE = pathlib.Path(__file__).resolve().parent / "data" / "rocketmq-4.x-st
 
 
 def pytest_addoption(parser):
-    parser.addoption("--default-impl-only", action="store_true",
-                     help="run only the tests that use the default implementation, not those "
-                          "parametrized by twin ([c]/[py]): .ci/run's second pass, under "
-                          "ROCKETSTORE_NO_EXTENSIONS=1, where the [py] items would repeat the first pass's")
+    parser.addoption(
+        "--default-impl-only",
+        action="store_true",
+        help="run only the tests that use the default implementation, not those "
+        "parametrized by twin ([c]/[py]): .ci/run's second pass, under "
+        "ROCKETSTORE_NO_EXTENSIONS=1, where the [py] items would repeat the first pass's",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,7 +50,9 @@ def impl(request):
     if request.param == "c" and _impl.COMPILED is None:
         if _impl.REQUIRE_EXTENSIONS:
             pytest.fail(f"compiled modules required but missing: {_impl.IMPORT_ERROR}")
-        pytest.skip("compiled modules not built" if not _impl.NO_EXTENSIONS else "ROCKETSTORE_NO_EXTENSIONS=1")
+        pytest.skip(
+            "compiled modules not built" if not _impl.NO_EXTENSIONS else "ROCKETSTORE_NO_EXTENSIONS=1"
+        )
     return _impl.get(request.param)
 
 
@@ -64,6 +69,7 @@ def require_spark() -> None:
     with the Spark tests silently skipped."""
     import importlib.util
     import shutil
+
     missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         missing.append("Java (17 or 21) on PATH or JAVA_HOME")
@@ -80,22 +86,31 @@ def spark(tmp_path_factory):
     """One local[2] SparkSession for the whole run (a JVM start costs ~10 s on 2 cores), with the
     rocketstore format registered."""
     import sys
+
     require_spark()
     import pyspark.sql as pyspark_sql
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)     # workers: this interpreter
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers: this interpreter
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     tmp = tmp_path_factory.mktemp("spark")
-    session = (pyspark_sql.SparkSession.builder.master("local[2]").appName("rocketstore-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "512m")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.local.dir", str(tmp / "local"))
-               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2]")
+        .appName("rocketstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp / "local"))
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     from rocketstore.spark import register
+
     register(session)
     yield session
     session.stop()

@@ -19,8 +19,9 @@ def main(argv):
     path, implementation, mode, seed = argv[1], argv[2], argv[3], int(argv[4])
     segment = int(argv[5]) if len(argv) > 5 else 64 * 1024
     rng = random.Random(seed)
-    store = MessageStore(path, implementation=implementation, commitlog_file_size=segment,
-                         store_host="10.0.0.7")
+    store = MessageStore(
+        path, implementation=implementation, commitlog_file_size=segment, store_host="10.0.0.7"
+    )
     out = sys.stdout
     out.write("READY\n")
     out.flush()
@@ -36,18 +37,22 @@ def main(argv):
                 r = store.put_pipelined("CrashTopic", body).result()
                 acked = [(r, body)]
             elif mode == "batch":
-                bodies = [b"%08d:" % (n + k) + rng.randbytes(rng.randrange(0, 1500))
-                          for k in range(rng.randrange(1, 40))]
+                bodies = [
+                    b"%08d:" % (n + k) + rng.randbytes(rng.randrange(0, 1500))
+                    for k in range(rng.randrange(1, 40))
+                ]
                 b = store.put_batch("CrashTopic", bodies, durable=True)
-                acked = [(b[k], body) for k, body in enumerate(bodies)] if b.status is PutStatus.PUT_OK else []
+                acked = (
+                    [(b[k], body) for k, body in enumerate(bodies)] if b.status is PutStatus.PUT_OK else []
+                )
             else:
                 raise SystemExit(f"unknown mode {mode!r}")
-        except FlushTimeoutError:   # stored, but not promised durable
+        except FlushTimeoutError:  # stored, but not promised durable
             acked = []
         n += max(1, len(acked))
         lines = []
         for r, body in acked:
-            if r.status is not PutStatus.PUT_OK:   # stored, but not promised durable
+            if r.status is not PutStatus.PUT_OK:  # stored, but not promised durable
                 continue
             lines.append(f"ACK {r.msg_id} {body.hex()}\n")
         out.write("".join(lines))

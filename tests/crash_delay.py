@@ -39,15 +39,22 @@ import traceback
 from crash_harness import start_and_kill
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SPEED = 1000                     # the child's delay clock runs this much faster than real time
-LEVELS = range(1, 7)             # 1 s .. 2 min: 1 .. 120 ms real
+SPEED = 1000  # the child's delay clock runs this much faster than real time
+LEVELS = range(1, 7)  # 1 s .. 2 min: 1 .. 120 ms real
 TOPICS = ("DelayA", "DelayB")
 HOST = "10.0.0.7"
-STORE_OPTIONS = dict(commitlog_file_size=256 * 1024, consume_queue_units=400, index_slots=64,
-                     index_count=600, store_host=HOST, checkpoint_interval_ms=20)
+STORE_OPTIONS = dict(
+    commitlog_file_size=256 * 1024,
+    consume_queue_units=400,
+    index_slots=64,
+    index_count=600,
+    store_host=HOST,
+    checkpoint_interval_ms=20,
+)
 
 
 # -- the child ------------------------------------------------------------------------------------
+
 
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
@@ -59,8 +66,9 @@ def child_main(path: str, implementation: str, seed: int) -> None:
     def fast_clock() -> int:
         return started + (now_ms() - started) * SPEED
 
-    store = MessageStore(path, implementation=implementation, clock=fast_clock,
-                         schedule_interval_ms=1, **STORE_OPTIONS)
+    store = MessageStore(
+        path, implementation=implementation, clock=fast_clock, schedule_interval_ms=1, **STORE_OPTIONS
+    )
     out = sys.stdout
     out_lock = threading.Lock()
 
@@ -79,9 +87,15 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             op = rng.random()
             if op < 0.5:
                 try:
-                    r = store.put(topic, body, delay_level=rng.choice(LEVELS), queue_id=rng.randrange(4),
-                                  tags="d", durable=True)
-                except FlushTimeoutError:     # stored, but not promised durable
+                    r = store.put(
+                        topic,
+                        body,
+                        delay_level=rng.choice(LEVELS),
+                        queue_id=rng.randrange(4),
+                        tags="d",
+                        durable=True,
+                    )
+                except FlushTimeoutError:  # stored, but not promised durable
                     continue
                 if r.status is PutStatus.PUT_OK:
                     emit(f"ACK {r.unique_key}\n")
@@ -102,10 +116,12 @@ def child_main(path: str, implementation: str, seed: int) -> None:
 
 # -- the parent -----------------------------------------------------------------------------------
 
+
 def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
     """Start a child, SIGKILL it at a random moment; returns (acked UNIQ_KEYs, reconciled on open)."""
-    ready, out = start_and_kill(__file__, path, implementation, rng, src,
-                                delays=(0.0, 0.03, 0.1, 0.3), jitter=0.4)
+    ready, out = start_and_kill(
+        __file__, path, implementation, rng, src, delays=(0.0, 0.03, 0.1, 0.3), jitter=0.4
+    )
     acked = [line.split()[1].decode() for line in out.split(b"\n")[:-1] if line.startswith(b"ACK ")]
     return acked, int(ready[1])
 
@@ -113,6 +129,7 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
 def killed_inside_a_pass(path: str) -> bool:
     """Whether delayOffset.json (or its .bak, if the file was being replaced) holds an intent."""
     from rocketstore.schedule import DelayProgress
+
     return DelayProgress.in_store(path, read_only=True).intent is not None
 
 
@@ -123,8 +140,9 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
     from rocketstore.schedule import SCHEDULE_TOPIC
 
     ahead = now_ms() + 86_400_000
-    with MessageStore(path, implementation=implementation, clock=lambda: ahead,
-                      schedule_interval_ms=0, **STORE_OPTIONS) as store:
+    with MessageStore(
+        path, implementation=implementation, clock=lambda: ahead, schedule_interval_ms=0, **STORE_OPTIONS
+    ) as store:
         assert not store.last_shutdown_clean, "the crash left no abort file"
         reconciled = store._schedule.reconciled
         store.deliver_delayed()
@@ -151,7 +169,9 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
         duplicated = {k: len(v) for k, v in found.items() if len(v) > 1}
         orphans = [k for k in found if k not in scheduled]
         assert not lost, f"{len(lost)} delayed messages never delivered, e.g. {lost[:3]}"
-        assert not duplicated, f"{len(duplicated)} delivered more than once, e.g. {list(duplicated.items())[:3]}"
+        assert not duplicated, (
+            f"{len(duplicated)} delivered more than once, e.g. {list(duplicated.items())[:3]}"
+        )
         assert not orphans, f"{len(orphans)} copies without a scheduled record, e.g. {orphans[:3]}"
         for key, [copy] in found.items():
             s = scheduled[key]
@@ -164,8 +184,9 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
     return {"scheduled": len(scheduled), "acknowledged": len(acked), "reconciled": reconciled}
 
 
-def one_iteration(workdir: str, implementation: str, rng: random.Random, *, src: str,
-                  rounds: int = 3) -> dict:
+def one_iteration(
+    workdir: str, implementation: str, rng: random.Random, *, src: str, rounds: int = 3
+) -> dict:
     path = os.path.join(workdir, "store")
     acked: set = set()
     reconciled = in_pass = 0
@@ -192,10 +213,13 @@ def main(argv=None) -> int:
     src = os.path.join(os.path.dirname(HERE), "src")
     sys.path.insert(0, src)
     from rocketstore import _impl
+
     implementation = args.impl or _impl.DEFAULT.name
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    print(f"crash_delay: {args.iterations} iterations x {args.rounds} kills, impl={implementation}, seed={seed}",
-          flush=True)
+    print(
+        f"crash_delay: {args.iterations} iterations x {args.rounds} kills, impl={implementation}, seed={seed}",
+        flush=True,
+    )
     rng = random.Random(seed)
     totals = {"scheduled": 0, "acknowledged": 0, "reconciled": 0, "kills_in_pass": 0, "kills": 0}
     violations = 0
@@ -215,12 +239,16 @@ def main(argv=None) -> int:
         for k in totals:
             totals[k] += counts[k]
         if (i + 1) % 10 == 0 or i + 1 == args.iterations:
-            print(f"{i + 1} iterations, {violations} violations, {totals}, "
-                  f"{time.monotonic() - started:.0f} s", flush=True)
-    print(f"done: {args.iterations} iterations, {totals['kills']} kills "
-          f"({totals['kills_in_pass']} inside a delivery pass, {totals['reconciled']} passes settled on open), "
-          f"{totals['scheduled']} delayed messages ({totals['acknowledged']} acknowledged durable), "
-          f"{violations} violations")
+            print(
+                f"{i + 1} iterations, {violations} violations, {totals}, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+    print(
+        f"done: {args.iterations} iterations, {totals['kills']} kills "
+        f"({totals['kills_in_pass']} inside a delivery pass, {totals['reconciled']} passes settled on open), "
+        f"{totals['scheduled']} delayed messages ({totals['acknowledged']} acknowledged durable), "
+        f"{violations} violations"
+    )
     return 1 if violations else 0
 
 

@@ -56,9 +56,14 @@ CQ_UNITS = int(os.environ.get("ROCKETSTORE_HARNESS_CQ_UNITS", "400"))
 INDEX_SLOTS, INDEX_COUNT = 64, 600
 TOPICS = ("CrashA", "CrashB", "CrashC")
 HOST = "10.0.0.7"
-STORE_OPTIONS = dict(commitlog_file_size=SEGMENT, consume_queue_units=CQ_UNITS,
-                     index_slots=INDEX_SLOTS, index_count=INDEX_COUNT, store_host=HOST,
-                     checkpoint_interval_ms=20)
+STORE_OPTIONS = dict(
+    commitlog_file_size=SEGMENT,
+    consume_queue_units=CQ_UNITS,
+    index_slots=INDEX_SLOTS,
+    index_count=INDEX_COUNT,
+    store_host=HOST,
+    checkpoint_interval_ms=20,
+)
 PAGE = 4096
 
 
@@ -71,6 +76,7 @@ def set_queue_units(units: int) -> None:
 
 
 # -- the child ------------------------------------------------------------------------------------
+
 
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
@@ -87,8 +93,12 @@ def child_main(path: str, implementation: str, seed: int) -> None:
                 out.flush()
 
     def ack_line(topic, r, key, body):
-        return (f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size} "
-                f"{r.queue_id} {r.queue_offset}\n" if r.status is PutStatus.PUT_OK else None)
+        return (
+            f"ACK {topic} {r.msg_id} {key} {zlib.crc32(body)} {r.commitlog_offset} {r.size} "
+            f"{r.queue_id} {r.queue_offset}\n"
+            if r.status is PutStatus.PUT_OK
+            else None
+        )
 
     def durable(put, *args, **kwargs):
         """The put's result, or None when its flush did not confirm (stored, not promised)."""
@@ -114,17 +124,22 @@ def child_main(path: str, implementation: str, seed: int) -> None:
                 r = durable(store.put_pipelined, topic, body, keys=key)
                 emit([x for x in [r and ack_line(topic, r, key, body)] if x])
             elif op < 0.75:
-                store.put(topic, body, keys=key)                  # asynchronous: no promise
+                store.put(topic, body, keys=key)  # asynchronous: no promise
             elif op < 0.9:
                 bodies = [body + b"%d" % k for k in range(rng.randrange(1, 20))]
-                store.put_batch(topic, bodies, tags="batch")      # asynchronous batch
+                store.put_batch(topic, bodies, tags="batch")  # asynchronous batch
             else:
                 bodies = [body + b"%d" % k for k in range(rng.randrange(1, 20))]
                 b = durable(store.put_batch, topic, bodies, durable=True)
                 if b is not None and b.status is PutStatus.PUT_OK:
                     # a batch has no keys: acknowledge by msgId (key "-")
-                    emit([f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size} "
-                          f"{b[k].queue_id} {b[k].queue_offset}\n" for k, x in enumerate(bodies)])
+                    emit(
+                        [
+                            f"ACK {topic} {b[k].msg_id} - {zlib.crc32(x)} {b[k].commitlog_offset} {b[k].size} "
+                            f"{b[k].queue_id} {b[k].queue_offset}\n"
+                            for k, x in enumerate(bodies)
+                        ]
+                    )
 
     threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(3)]
     emit(["READY\n"])
@@ -137,6 +152,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
 
 # -- the parent -----------------------------------------------------------------------------------
 
+
 class Acked:
     __slots__ = ("topic", "msg_id", "key", "crc", "offset", "size", "queue_id", "queue_offset")
 
@@ -146,17 +162,21 @@ class Acked:
         self.queue_id, self.queue_offset = int(queue_id), int(queue_offset)
 
 
-def start_and_kill(script: str, path: str, implementation: str, rng: random.Random, src: str,
-                   delays: tuple, jitter: float) -> tuple[list, bytes]:
+def start_and_kill(
+    script: str, path: str, implementation: str, rng: random.Random, src: str, delays: tuple, jitter: float
+) -> tuple[list, bytes]:
     """Run ``python script child <path> <implementation> <seed>`` (importing the package in
     ``src``), wait for its ``READY`` line, SIGKILL it after ``choice(delays) + random() * jitter``
     seconds; returns (the READY line's fields, its stdout). crash_delay.py kills its writers the
     same way."""
     env = dict(os.environ)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, os.path.abspath(script), "child", path,
-                              implementation, str(rng.randrange(2**32))],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(script), "child", path, implementation, str(rng.randrange(2**32))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         first = child.stdout.readline().split()
         if not first or first[0] != b"READY":
@@ -177,19 +197,26 @@ def start_and_kill(script: str, path: str, implementation: str, rng: random.Rand
 KILL_DELAYS, KILL_JITTER = (0.0, 0.02, 0.1, 0.3, 0.6), 0.2
 
 
-def run_and_kill(path: str, implementation: str, rng: random.Random, src: str, *,
-                 delays: tuple = KILL_DELAYS, jitter: float = KILL_JITTER, log: str | None = None):
+def run_and_kill(
+    path: str,
+    implementation: str,
+    rng: random.Random,
+    src: str,
+    *,
+    delays: tuple = KILL_DELAYS,
+    jitter: float = KILL_JITTER,
+    log: str | None = None,
+):
     """Start a child, SIGKILL it at a random moment; returns (acked, highest flushed offset).
 
     The flushed offset is 0 when the child printed nothing before the kill (a kill right after
     READY; more likely on a loaded machine). ``log``: a file to save the child's stdout in."""
-    _ready, out = start_and_kill(__file__, path, implementation, rng, src,
-                                 delays=delays, jitter=jitter)
+    _ready, out = start_and_kill(__file__, path, implementation, rng, src, delays=delays, jitter=jitter)
     if log is not None:
         with open(log, "wb") as f:
             f.write(out)
     acked, flushed = [], 0
-    for line in out.split(b"\n")[:-1]:            # a torn last line was not acknowledged
+    for line in out.split(b"\n")[:-1]:  # a torn last line was not acknowledged
         parts = line.decode().split()
         if parts[0] == "ACK":
             a = Acked(*parts[1:])
@@ -221,6 +248,7 @@ def _damage(path: str, start: int, rng: random.Random, end: int = -1) -> None:
 def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
     """Keep what was durable, damage the rest (see the module docstring). Returns what it did."""
     from rocketstore.checkpoint import Checkpoint
+
     cp = Checkpoint(os.path.join(path, "checkpoint"))
     confirm = cp.confirm_phy_offset
     # The checkpoint is written after the CommitLog was flushed past confirm: durable as well.
@@ -249,7 +277,7 @@ def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
                 _damage(file, keep, rng)
                 damaged["consumequeue"] += 1
     index_dir = os.path.join(path, "index")
-    try:   # the index resume point, written whole (fsync, rename) after its file was msynced
+    try:  # the index resume point, written whole (fsync, rename) after its file was msynced
         with open(os.path.join(path, "indexResume")) as f:
             resume = json.load(f)
     except FileNotFoundError:
@@ -268,9 +296,9 @@ def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
                 _damage(file, items_start + resume["header"][5] * 20, rng)
                 damaged["index"] += 1
             elif resume["file"] is not None and name < resume["file"] and count >= INDEX_COUNT:
-                pass                                    # full, msynced when the next one began
+                pass  # full, msynced when the next one began
             elif end_ts > cp.index_msg_timestamp or count < INDEX_COUNT:
-                _damage(file, 0, rng)                   # not flushed as a whole: anything goes
+                _damage(file, 0, rng)  # not flushed as a whole: anything goes
                 damaged["index"] += 1
     return damaged
 
@@ -322,8 +350,9 @@ def check_queue_integrity(store, acked) -> None:
     from 0 gets every message of it once, at contiguous offsets, each the one its position names."""
     for a in acked:
         m = store.get_by_queue_offset(a.topic, a.queue_id, a.queue_offset)
-        assert m.msg_id == a.msg_id, \
+        assert m.msg_id == a.msg_id, (
             f"{a.topic}-{a.queue_id}@{a.queue_offset}: {m.msg_id} handed out for acknowledged {a.msg_id}"
+        )
     wanted = {}
     for a in acked:
         wanted.setdefault((a.topic, a.queue_id), {})[a.queue_offset] = a.msg_id
@@ -336,14 +365,24 @@ def check_queue_integrity(store, acked) -> None:
             for m in res.messages:
                 assert (m.topic, m.queue_id) == (topic, qid), f"{topic}-{qid}: pulled {m.topic}-{m.queue_id}"
                 expected = wanted.get((topic, qid), {}).get(m.queue_offset)
-                assert expected is None or m.msg_id == expected, f"{topic}-{qid}@{m.queue_offset}: wrong message"
+                assert expected is None or m.msg_id == expected, (
+                    f"{topic}-{qid}@{m.queue_offset}: wrong message"
+                )
                 seen.append(m.queue_offset)
             offset = res.next_begin_offset
         assert seen == list(range(high)), f"{topic}-{qid}: pulled offsets {seen[:10]}... of {high}"
 
 
-def one_iteration(workdir: str, implementation: str, rng: random.Random, *, power_loss: bool,
-                  src: str, rounds: int = 1, run=run_and_kill) -> dict:
+def one_iteration(
+    workdir: str,
+    implementation: str,
+    rng: random.Random,
+    *,
+    power_loss: bool,
+    src: str,
+    rounds: int = 1,
+    run=run_and_kill,
+) -> dict:
     """Crash (and recover) ``rounds`` times in one store, then check it.
 
     What one round made durable stays durable in the later ones: each power cut keeps the
@@ -361,12 +400,16 @@ def one_iteration(workdir: str, implementation: str, rng: random.Random, *, powe
     durable = 0
     rounds_log = []
     for k in range(rounds):
-        acked, flushed = run(path, implementation, rng, src,
-                             log=os.path.join(workdir, f"round-{k}.out"))
+        acked, flushed = run(path, implementation, rng, src, log=os.path.join(workdir, f"round-{k}.out"))
         acked_all += acked
         durable = max(durable, flushed)
-        entry = {"round": k, "acked": len(acked), "flushed": flushed, "durable": durable,
-                 "confirm": Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset}
+        entry = {
+            "round": k,
+            "acked": len(acked),
+            "flushed": flushed,
+            "durable": durable,
+            "confirm": Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset,
+        }
         if power_loss:
             damaged = simulate_power_loss(path, durable, rng)
             entry["damaged"] = damaged
@@ -387,20 +430,30 @@ def main(argv=None) -> int:
     parser.add_argument("--power-loss", action="store_true", help="simulate a power cut after each kill")
     parser.add_argument("--rounds", type=int, default=1, help="crashes per store before the check")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--cq-units", type=int, default=CQ_UNITS,
-                        help="units per ConsumeQueue file (small: queues roll over many files)")
-    parser.add_argument("--keep-failures", default=None,
-                        help="copy failing stores here, with each round's child stdout and rounds.json")
+    parser.add_argument(
+        "--cq-units",
+        type=int,
+        default=CQ_UNITS,
+        help="units per ConsumeQueue file (small: queues roll over many files)",
+    )
+    parser.add_argument(
+        "--keep-failures",
+        default=None,
+        help="copy failing stores here, with each round's child stdout and rounds.json",
+    )
     args = parser.parse_args(argv)
     set_queue_units(args.cq_units)
     src = os.path.join(os.path.dirname(HERE), "src")
     sys.path.insert(0, src)
     import rocketstore
+
     implementation = args.impl or rocketstore.IMPLEMENTATION
     seed = args.seed if args.seed is not None else random.randrange(2**32)
-    print(f"crash harness: {args.iterations} iterations, impl={implementation}, "
-          f"power_loss={args.power_loss}, rounds={args.rounds}, cq_units={CQ_UNITS}, seed={seed}",
-          flush=True)
+    print(
+        f"crash harness: {args.iterations} iterations, impl={implementation}, "
+        f"power_loss={args.power_loss}, rounds={args.rounds}, cq_units={CQ_UNITS}, seed={seed}",
+        flush=True,
+    )
     rng = random.Random(seed)
     failures = 0
     totals = {"acknowledged": 0, "messages": 0}
@@ -408,24 +461,31 @@ def main(argv=None) -> int:
     for i in range(args.iterations):
         workdir = tempfile.mkdtemp(prefix="rs-crash-")
         try:
-            counts = one_iteration(workdir, implementation, rng, power_loss=args.power_loss,
-                                   src=src, rounds=args.rounds)
+            counts = one_iteration(
+                workdir, implementation, rng, power_loss=args.power_loss, src=src, rounds=args.rounds
+            )
             for k in totals:
                 totals[k] += counts[k]
-        except Exception as exc:      # any failure to keep a promise, not only a failed assert
+        except Exception as exc:  # any failure to keep a promise, not only a failed assert
             failures += 1
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            print(f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): "
-                  f"{type(exc).__name__}: {exc}", flush=True)
+            print(
+                f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): "
+                f"{type(exc).__name__}: {exc}",
+                flush=True,
+            )
             if args.keep_failures:
                 shutil.copytree(workdir, os.path.join(args.keep_failures, f"failure-{i}"))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         if (i + 1) % 50 == 0:
             print(f"  {i + 1} iterations, {failures} violations, {time.monotonic() - t0:.0f} s", flush=True)
-    print(f"done: {args.iterations} iterations, {failures} violations, "
-          f"{totals['acknowledged']} acknowledged durable puts checked, "
-          f"{totals['messages']} messages recovered, {time.monotonic() - t0:.0f} s", flush=True)
+    print(
+        f"done: {args.iterations} iterations, {failures} violations, "
+        f"{totals['acknowledged']} acknowledged durable puts checked, "
+        f"{totals['messages']} messages recovered, {time.monotonic() - t0:.0f} s",
+        flush=True,
+    )
     return 1 if failures else 0
 
 

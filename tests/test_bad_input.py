@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from rocketstore import Message, MessageStore
-from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, InvalidTopicError,
-                                RocketStoreError)
+from rocketstore.errors import InvalidMessageError, InvalidQueueIdError, InvalidTopicError, RocketStoreError
 
 TOPIC = "T"
 QUEUES = 4
-HUGE = [2**31, 2**63, 2**64, -2**31 - 1, -2**63 - 1]
+HUGE = [2**31, 2**63, 2**64, -(2**31) - 1, -(2**63) - 1]
 NON_INTS = [1.5, 1.0, math.inf, math.nan, True, False, "1", b"1", [1], np.float64(1.0)]
 STRIDED = memoryview(bytes(range(20)))[::2]
 
@@ -29,39 +28,72 @@ def case(label, expected, call):
 
 for v in HUGE + [-2, QUEUES]:
     case(f"put-queue_id-{v}", InvalidQueueIdError, lambda s, v=v: s.put(TOPIC, b"x", queue_id=v))
-    case(f"put-tags-queue_id-{v}", InvalidQueueIdError,
-         lambda s, v=v: s.put(TOPIC, b"x", tags="a", queue_id=v))
-    case(f"put_pipelined-queue_id-{v}", InvalidQueueIdError,
-         lambda s, v=v: s.put_pipelined(TOPIC, b"x", queue_id=v))
-    case(f"put_batch-queue_id-{v}", InvalidQueueIdError, lambda s, v=v: s.put_batch(TOPIC, [b"x"], queue_id=v))
-    case(f"put_messages-queue_id-{v}", InvalidQueueIdError,
-         lambda s, v=v: s.put_messages([Message(TOPIC, b"x", queue_id=v)]))
-    case(f"put-Message-queue_id-{v}", InvalidQueueIdError, lambda s, v=v: s.put(Message(TOPIC, b"x", queue_id=v)))
+    case(
+        f"put-tags-queue_id-{v}", InvalidQueueIdError, lambda s, v=v: s.put(TOPIC, b"x", tags="a", queue_id=v)
+    )
+    case(
+        f"put_pipelined-queue_id-{v}",
+        InvalidQueueIdError,
+        lambda s, v=v: s.put_pipelined(TOPIC, b"x", queue_id=v),
+    )
+    case(
+        f"put_batch-queue_id-{v}", InvalidQueueIdError, lambda s, v=v: s.put_batch(TOPIC, [b"x"], queue_id=v)
+    )
+    case(
+        f"put_messages-queue_id-{v}",
+        InvalidQueueIdError,
+        lambda s, v=v: s.put_messages([Message(TOPIC, b"x", queue_id=v)]),
+    )
+    case(
+        f"put-Message-queue_id-{v}",
+        InvalidQueueIdError,
+        lambda s, v=v: s.put(Message(TOPIC, b"x", queue_id=v)),
+    )
 for v in NON_INTS:
     case(f"put-queue_id-{v!r}", InvalidQueueIdError, lambda s, v=v: s.put(TOPIC, b"x", queue_id=v))
-    case(f"put_batch-queue_id-{v!r}", InvalidQueueIdError,
-         lambda s, v=v: s.put_batch(TOPIC, [b"x"], queue_id=v))
-    case(f"put_messages-queue_id-{v!r}", InvalidQueueIdError,
-         lambda s, v=v: s.put_messages([Message(TOPIC, b"x", queue_id=v)]))
+    case(
+        f"put_batch-queue_id-{v!r}",
+        InvalidQueueIdError,
+        lambda s, v=v: s.put_batch(TOPIC, [b"x"], queue_id=v),
+    )
+    case(
+        f"put_messages-queue_id-{v!r}",
+        InvalidQueueIdError,
+        lambda s, v=v: s.put_messages([Message(TOPIC, b"x", queue_id=v)]),
+    )
 for v in HUGE[:3] + HUGE[3:4] + NON_INTS + [None]:
     case(f"put-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put(TOPIC, b"x", flag=v))
     case(f"put-tags-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put(TOPIC, b"x", tags="a", flag=v))
     case(f"put_batch-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put_batch(TOPIC, [b"x"], flag=v))
-    case(f"put_pipelined-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put_pipelined(TOPIC, b"x", flag=v))
+    case(
+        f"put_pipelined-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put_pipelined(TOPIC, b"x", flag=v)
+    )
     case(f"Message-flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put(Message(TOPIC, b"x", flag=v)))
-    case(f"Message-reconsume-{v!r}", InvalidMessageError,
-         lambda s, v=v: s.put(Message(TOPIC, b"x", reconsume_times=v)))
-    case(f"Message-sys_flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put(Message(TOPIC, b"x", sys_flag=v)))
+    case(
+        f"Message-reconsume-{v!r}",
+        InvalidMessageError,
+        lambda s, v=v: s.put(Message(TOPIC, b"x", reconsume_times=v)),
+    )
+    case(
+        f"Message-sys_flag-{v!r}", InvalidMessageError, lambda s, v=v: s.put(Message(TOPIC, b"x", sys_flag=v))
+    )
 for v in HUGE[1:3] + NON_INTS + [None]:
-    case(f"Message-born-{v!r}", InvalidMessageError,
-         lambda s, v=v: s.put(Message(TOPIC, b"x", born_timestamp=v)))
+    case(
+        f"Message-born-{v!r}",
+        InvalidMessageError,
+        lambda s, v=v: s.put(Message(TOPIC, b"x", born_timestamp=v)),
+    )
 for v in [0, 1025, True, 1.0, 2**64, "2"]:
     case(f"create_topic-queues-{v!r}", InvalidMessageError, lambda s, v=v: s.create_topic(TOPIC, v))
 for v in [1, "", "a b", "x" * 128, b"T"]:
     case(f"put-topic-{v!r}", InvalidTopicError, lambda s, v=v: s.put(v, b"x"))
     case(f"put_batch-topic-{v!r}", InvalidTopicError, lambda s, v=v: s.put_batch(v, [b"x"]))
 for v in [None, 1, 1.5, "text", [1, 2]]:
-    case(f"put-body-{v!r}", TypeError, lambda s, v=v: s.put(TOPIC, v) if v is not None else s.put(TOPIC, None, tags="a"))
+    case(
+        f"put-body-{v!r}",
+        TypeError,
+        lambda s, v=v: s.put(TOPIC, v) if v is not None else s.put(TOPIC, None, tags="a"),
+    )
     case(f"put_batch-bodies-item-{v!r}", TypeError, lambda s, v=v: s.put_batch(TOPIC, [b"ok", v]))
     case(f"put_messages-body-{v!r}", TypeError, lambda s, v=v: s.put_messages([Message(TOPIC, v)]))
 for v in [1, ["a", 1], {"k": "v"}]:
@@ -70,12 +102,17 @@ for v in [1, "a", [("a", "b")]]:
     case(f"put-properties-{v!r}", InvalidMessageError, lambda s, v=v: s.put(TOPIC, b"x", properties=v))
 for v in [{1: "a"}, {"a": 1}, {"a": b"b"}, {"": "b"}, {"a\x01": "b"}]:
     case(f"put-properties-{v!r}", InvalidMessageError, lambda s, v=v: s.put(TOPIC, b"x", properties=v))
-    case(f"put_batch-properties-{v!r}", InvalidMessageError,
-         lambda s, v=v: s.put_batch(TOPIC, [b"x"], properties=v))
+    case(
+        f"put_batch-properties-{v!r}",
+        InvalidMessageError,
+        lambda s, v=v: s.put_batch(TOPIC, [b"x"], properties=v),
+    )
 for v in [1, True, 1.5]:
     case(f"put-tags-{v!r}", InvalidMessageError, lambda s, v=v: s.put(TOPIC, b"x", tags=v))
 for v in [[2**63, 4], [1.5, 2.5], ["a"], [[2, 2]], [-1, 5], [3, 3], math.inf]:
-    case(f"put_batch-lengths-{v!r}", InvalidMessageError, lambda s, v=v: s.put_batch(TOPIC, b"xxxx", lengths=v))
+    case(
+        f"put_batch-lengths-{v!r}", InvalidMessageError, lambda s, v=v: s.put_batch(TOPIC, b"xxxx", lengths=v)
+    )
 for v in [-1.0, math.nan]:
     case(f"flush-{v!r}", ValueError, lambda s, v=v: s.flush(v))
 for v in ["1", b"1", True, [1]]:
@@ -83,18 +120,36 @@ for v in ["1", b"1", True, [1]]:
 for v in [1, "m", None]:
     case(f"put_messages-item-{v!r}", TypeError, lambda s, v=v: s.put_messages([Message(TOPIC, b"ok"), v]))
 for v in HUGE[1:3] + [-1, 1.5, True, "0"]:
-    case(f"read-{v!r}", RocketStoreError, lambda s, v=v: s.read(v))   # MessageNotFoundError: none there
-    case(f"get_by_queue_offset-offset-{v!r}", RocketStoreError, lambda s, v=v: s.get_by_queue_offset(TOPIC, 0, v))
-    case(f"get_by_queue_offset-queue-{v!r}", RocketStoreError, lambda s, v=v: s.get_by_queue_offset(TOPIC, v, 0))
-    if v != -1:   # a pull from -1, a queue -1 or a time -1 answers "nothing there", not an error
+    case(f"read-{v!r}", RocketStoreError, lambda s, v=v: s.read(v))  # MessageNotFoundError: none there
+    case(
+        f"get_by_queue_offset-offset-{v!r}",
+        RocketStoreError,
+        lambda s, v=v: s.get_by_queue_offset(TOPIC, 0, v),
+    )
+    case(
+        f"get_by_queue_offset-queue-{v!r}",
+        RocketStoreError,
+        lambda s, v=v: s.get_by_queue_offset(TOPIC, v, 0),
+    )
+    if v != -1:  # a pull from -1, a queue -1 or a time -1 answers "nothing there", not an error
         case(f"get_message-offset-{v!r}", RocketStoreError, lambda s, v=v: s.get_message("g", TOPIC, 0, v))
         case(f"get_message-queue-{v!r}", RocketStoreError, lambda s, v=v: s.get_message("g", TOPIC, v, 0))
-        case(f"queue_offset_of_time-{v!r}", RocketStoreError, lambda s, v=v: s.queue_offset_of_time(TOPIC, 0, v))
+        case(
+            f"queue_offset_of_time-{v!r}",
+            RocketStoreError,
+            lambda s, v=v: s.queue_offset_of_time(TOPIC, 0, v),
+        )
     case(f"query_by_key-begin-{v!r}", RocketStoreError, lambda s, v=v: s.query_by_key(TOPIC, "k", begin=v))
     case(f"query_by_key-end-{v!r}", RocketStoreError, lambda s, v=v: s.query_by_key(TOPIC, "k", end=v))
 for v in [0, -1, 1.5, True, 2**64]:
-    case(f"get_message-max_msgs-{v!r}", RocketStoreError, lambda s, v=v: s.get_message("g", TOPIC, 0, 0, max_msgs=v))
-    case(f"query_by_key-max_num-{v!r}", RocketStoreError, lambda s, v=v: s.query_by_key(TOPIC, "k", max_num=v))
+    case(
+        f"get_message-max_msgs-{v!r}",
+        RocketStoreError,
+        lambda s, v=v: s.get_message("g", TOPIC, 0, 0, max_msgs=v),
+    )
+    case(
+        f"query_by_key-max_num-{v!r}", RocketStoreError, lambda s, v=v: s.query_by_key(TOPIC, "k", max_num=v)
+    )
 for v in [None, 1, ""]:
     case(f"query_by_key-key-{v!r}", (TypeError, RocketStoreError), lambda s, v=v: s.query_by_key(TOPIC, v))
 
@@ -117,13 +172,20 @@ def _digest(path) -> dict:
 def stores(tmp_path_factory):
     """One store per twin, shared by the cases (none of them may change it)."""
     from rocketstore import _impl
+
     opened = {}
     for name in ("c", "py"):
         if name == "c" and _impl.COMPILED is None:
             continue
         path = tmp_path_factory.mktemp(f"bad-input-{name}")
-        store = MessageStore(path, implementation=name, commitlog_file_size=1 << 20,
-                             consume_queue_units=64, index_slots=32, index_count=128)
+        store = MessageStore(
+            path,
+            implementation=name,
+            commitlog_file_size=1 << 20,
+            consume_queue_units=64,
+            index_slots=32,
+            index_count=128,
+        )
         store.create_topic(TOPIC, QUEUES)
         store.put(TOPIC, b"seed", keys="k", queue_id=0)
         opened[name] = (path, store)
@@ -135,7 +197,7 @@ def stores(tmp_path_factory):
 @pytest.mark.parametrize("call, expected", CASES)
 def test_bad_input_raises_its_documented_error_and_changes_nothing(impl, stores, call, expected):
     path, store = stores[impl.name]
-    store.queues()          # dispatch caught up: nothing in flight that could change a file
+    store.queues()  # dispatch caught up: nothing in flight that could change a file
     store.flush()
     before, end, offsets = _digest(path), store.max_offset, store.queue_offsets()
     with pytest.raises(expected) as info:
@@ -158,10 +220,13 @@ def test_a_strided_body_is_stored_as_its_bytes(impl, tmp_path):
     with MessageStore(tmp_path / "s", implementation=impl.name, commitlog_file_size=1 << 20) as store:
         expect = bytes(STRIDED)
         column = np.arange(12, dtype=np.uint8).reshape(3, 4)[:, 1]
-        results = [store.put(TOPIC, STRIDED), store.put(TOPIC, STRIDED, tags="a"),
-                   store.put_pipelined(TOPIC, STRIDED).result(),
-                   *store.put_batch(TOPIC, [STRIDED, column]),
-                   store.put_messages([Message(TOPIC, STRIDED)])[0]]
+        results = [
+            store.put(TOPIC, STRIDED),
+            store.put(TOPIC, STRIDED, tags="a"),
+            store.put_pipelined(TOPIC, STRIDED).result(),
+            *store.put_batch(TOPIC, [STRIDED, column]),
+            store.put_messages([Message(TOPIC, STRIDED)])[0],
+        ]
         bodies = [bytes(store.read(r.commitlog_offset).body) for r in results]
         assert bodies == [expect] * 4 + [column.tobytes(), expect]
         whole = store.put_batch(TOPIC, STRIDED, lengths=[4, 6])
@@ -174,7 +239,7 @@ def test_an_int_like_but_not_int_queue_id_is_refused_not_truncated(impl, tmp_pat
         with pytest.raises(InvalidQueueIdError):
             store.put(TOPIC, b"x", queue_id=1.5)
         assert store.max_offset == 0
-        r = store.put(TOPIC, b"x", queue_id=np.int32(2))      # numpy ints are ints
+        r = store.put(TOPIC, b"x", queue_id=np.int32(2))  # numpy ints are ints
         assert r.queue_id == 2
         assert store.flush(math.inf) and store.flush(0.5) and store.flush(0)
 
@@ -184,8 +249,9 @@ def test_a_sys_flag_rocketmq_does_not_define_is_refused(tmp_path, impl, sys_flag
     """verify() reports such a record (unknown bits, compression type 4..7): refuse it instead."""
     from rocketstore import Message, MessageStore
     from rocketstore.errors import InvalidMessageError
+
     with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
         with pytest.raises(InvalidMessageError):
             store.put(Message("T", b"x", sys_flag=sys_flag))
         assert store.max_offset == 0
-        store.put(Message("T", b"x", sys_flag=0x1))       # compressed: a bit RocketMQ defines
+        store.put(Message("T", b"x", sys_flag=0x1))  # compressed: a bit RocketMQ defines

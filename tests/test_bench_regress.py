@@ -18,8 +18,10 @@ def regress():
 
 def _runs(regress, values_by_name):
     count = len(next(iter(values_by_name.values())))
-    return [{"ratios": {name: values_by_name.get(name, [1.0] * count)[i] for name in regress.RATIOS}}
-            for i in range(count)]
+    return [
+        {"ratios": {name: values_by_name.get(name, [1.0] * count)[i] for name in regress.RATIOS}}
+        for i in range(count)
+    ]
 
 
 def test_tolerance_is_the_floor_for_quiet_runs_and_spread_times_factor_for_noisy_ones(regress):

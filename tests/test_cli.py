@@ -26,9 +26,15 @@ from rocketstore import MessageStore
 from rocketstore.cli import Progress, message_dict
 
 SEGMENT = 16 * 1024
-SMALL = dict(commitlog_file_size=SEGMENT, consume_queue_units=64, index_slots=64, index_count=256,
-             store_host="10.0.0.7", store_port=10911)
-JAVA_LAST_MSG_ID = "C0A8470100001FBB0000000000001EE8"     # 192.168.71.1:8123, offset 7912
+SMALL = dict(
+    commitlog_file_size=SEGMENT,
+    consume_queue_units=64,
+    index_slots=64,
+    index_count=256,
+    store_host="10.0.0.7",
+    store_port=10911,
+)
+JAVA_LAST_MSG_ID = "C0A8470100001FBB0000000000001EE8"  # 192.168.71.1:8123, offset 7912
 OLD_MESSAGES, NEW_MESSAGES = 200, 100
 
 
@@ -49,7 +55,7 @@ COMMAND, COMMAND_ENV = _cli_command()
 
 def _env(tmp_path, **extra):
     env = dict(os.environ, **COMMAND_ENV)
-    env["ROCKETSTORE_HOME"] = str(tmp_path / "no-default-store")   # a forgotten --store fails
+    env["ROCKETSTORE_HOME"] = str(tmp_path / "no-default-store")  # a forgotten --store fails
     env["PYTHONIOENCODING"] = "utf-8"
     env.pop("COLUMNS", None)
     env.update(extra)
@@ -59,14 +65,21 @@ def _env(tmp_path, **extra):
 @pytest.fixture
 def run(tmp_path):
     """``run(*args, input=None, env=None)``: the CLI's CompletedProcess (text stdout/stderr)."""
+
     def run(*args, input=None, env=None, check=None):
-        proc = subprocess.run(COMMAND + [str(a) for a in args], input=input, capture_output=True,
-                              env=env or _env(tmp_path), timeout=120,
-                              stdin=subprocess.DEVNULL if input is None else None)
+        proc = subprocess.run(
+            COMMAND + [str(a) for a in args],
+            input=input,
+            capture_output=True,
+            env=env or _env(tmp_path),
+            timeout=120,
+            stdin=subprocess.DEVNULL if input is None else None,
+        )
         proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
         if check is not None:
             assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
         return proc
+
     return run
 
 
@@ -138,6 +151,7 @@ def java_copy(java_store, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the Java broker's store
 
+
 def test_java_store_copy_answers_every_lookup_without_writing_a_byte(run, java_copy):
     data = (java_copy / "commitlog" / "00000000000000000000").read_bytes()
     rows, _, _ = rocketstore.decode_batch(data)
@@ -154,7 +168,11 @@ def test_java_store_copy_answers_every_lookup_without_writing_a_byte(run, java_c
 
     last = json_lines(run(*s, "--json", "query-by-offset", "abc", 0, 46, check=0).stdout)
     assert len(last) == 1
-    assert (last[0]["msg_id"], last[0]["commitlog_offset"], last[0]["queue_offset"]) == (JAVA_LAST_MSG_ID, 7912, 46)
+    assert (last[0]["msg_id"], last[0]["commitlog_offset"], last[0]["queue_offset"]) == (
+        JAVA_LAST_MSG_ID,
+        7912,
+        46,
+    )
     assert last[0]["store_host"] == "192.168.71.1:8123" and last[0]["tags"] == "TAG1"
     assert last[0]["properties"]["0"] == "imagoodperson0"
 
@@ -163,7 +181,9 @@ def test_java_store_copy_answers_every_lookup_without_writing_a_byte(run, java_c
 
     stats = json.loads(run(*s, "stats", "--json", check=0).stdout)
     assert stats["messages"] == 47
-    assert stats["topics"]["abc"]["queues"] == [{"queue_id": 0, "min_offset": 0, "max_offset": 47, "messages": 47}]
+    assert stats["topics"]["abc"]["queues"] == [
+        {"queue_id": 0, "min_offset": 0, "max_offset": 47, "messages": 47}
+    ]
 
     dumped = json_lines(run(*s, "--json", "dump", check=0).stdout)
     assert [m["queue_offset"] for m in dumped] == list(range(47))
@@ -179,18 +199,29 @@ def test_recover_rebuilds_the_java_stores_consume_queue_and_index(run, java_copy
     assert out["end_offset"] == 8192 and out["messages"] == 47 and out["dispatched_records"] == 47
     assert (java_copy / "consumequeue" / "abc" / "0").is_dir()
     assert any((java_copy / "index").iterdir())
-    again = run("--store", java_copy, "recover", check=0).stdout     # nothing left to rebuild
+    again = run("--store", java_copy, "recover", check=0).stdout  # nothing left to rebuild
     assert "last shutdown: clean" in again and "47 messages in 1 queue of 1 topic" in again
 
 
 # ---------------------------------------------------------------------------------------------
 # lookups
 
+
 def test_query_by_key_lists_matches_as_table_and_json(run, unchanged):
     s = ("--store", unchanged)
     table = run(*s, "query-by-key", "T", "k7", check=0).stdout.splitlines()
-    assert table[0].split() == ["COMMITLOG", "SIZE", "TOPIC", "QUEUE", "OFFSET", "STORED", "MSG_ID",
-                                "TAGS", "KEYS", "BODY"]
+    assert table[0].split() == [
+        "COMMITLOG",
+        "SIZE",
+        "TOPIC",
+        "QUEUE",
+        "OFFSET",
+        "STORED",
+        "MSG_ID",
+        "TAGS",
+        "KEYS",
+        "BODY",
+    ]
     assert len(table) == 2 and table[1].endswith("body 7")
     shared = json_lines(run(*s, "queryMsgByKey", "T", "shared", "--json", "--max", "5", check=0).stdout)
     assert len(shared) == 5 and all(m["keys"].endswith(" shared") for m in shared)
@@ -204,9 +235,27 @@ def test_query_by_key_lists_matches_as_table_and_json(run, unchanged):
 def test_query_by_id_and_unique_key_find_the_same_message(run, unchanged):
     s = ("--store", unchanged)
     m = json_lines(run(*s, "--json", "query-by-key", "T", "k42", check=0).stdout)[0]
-    assert set(m) >= {"topic", "queue_id", "queue_offset", "commitlog_offset", "size", "msg_id",
-                      "unique_key", "keys", "tags", "flag", "sys_flag", "born_timestamp", "born_host",
-                      "store_timestamp", "store_host", "reconsume_times", "body_crc", "properties", "body"}
+    assert set(m) >= {
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "commitlog_offset",
+        "size",
+        "msg_id",
+        "unique_key",
+        "keys",
+        "tags",
+        "flag",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        "reconsume_times",
+        "body_crc",
+        "properties",
+        "body",
+    }
     assert m["store_host"] == "10.0.0.7:10911" and m["keys"] == "k42 shared" and m["tags"] == "B"
     by_id = json_lines(run(*s, "--json", "queryMsgById", m["msg_id"].lower(), check=0).stdout)
     by_unique = json_lines(run(*s, "--json", "queryMsgByUniqueKey", "T", m["unique_key"], check=0).stdout)
@@ -228,14 +277,40 @@ def test_query_by_offset_and_binary_bodies(run, unchanged):
 # ---------------------------------------------------------------------------------------------
 # put, consume
 
+
 def test_put_prints_where_the_message_went_and_it_can_be_found(run, store):
     s = ("--store", store)
-    put = json.loads(run(*s, "--json", "put", "T", "héllo", "--tags", "X", "--keys", "a b",
-                         "--property", "p=1", "--property", "q=x=y", "--queue", 2, "--sync", check=0).stdout)
+    put = json.loads(
+        run(
+            *s,
+            "--json",
+            "put",
+            "T",
+            "héllo",
+            "--tags",
+            "X",
+            "--keys",
+            "a b",
+            "--property",
+            "p=1",
+            "--property",
+            "q=x=y",
+            "--queue",
+            2,
+            "--sync",
+            check=0,
+        ).stdout
+    )
     assert put["status"] == "PUT_OK" and put["queue_id"] == 2 and put["queue_offset"] == 75
     assert set(put) >= {"msg_id", "unique_key", "commitlog_offset"}
     m = json_lines(run(*s, "--json", "query-by-id", put["msg_id"], check=0).stdout)[0]
-    assert (m["body"], m["tags"], m["keys"], m["properties"]["p"], m["properties"]["q"]) == ("héllo", "X", "a b", "1", "x=y")
+    assert (m["body"], m["tags"], m["keys"], m["properties"]["p"], m["properties"]["q"]) == (
+        "héllo",
+        "X",
+        "a b",
+        "1",
+        "x=y",
+    )
     assert m["unique_key"] == put["unique_key"] and m["commitlog_offset"] == put["commitlog_offset"]
     text = run(*s, "put", "Fresh", "-", input=b"\xff\x00binary from stdin", check=0).stdout
     fields = dict(line.split(":", 1) for line in text.splitlines())
@@ -249,15 +324,19 @@ def test_put_prints_where_the_message_went_and_it_can_be_found(run, store):
 def test_consume_reads_without_committing_then_commits_with_commit(run, store):
     s = ("--store", store)
     before = tree_digest(store)
-    peek = json_lines(run(*s, "--json", "consume", "T", "--group", "g1", "--queue", 0, "--max", 3, check=0).stdout)
-    assert [m["queue_offset"] for m in peek] == [10, 11, 12]            # from g1's committed offset
+    peek = json_lines(
+        run(*s, "--json", "consume", "T", "--group", "g1", "--queue", 0, "--max", 3, check=0).stdout
+    )
+    assert [m["queue_offset"] for m in peek] == [10, 11, 12]  # from g1's committed offset
     assert tree_digest(store) == before
     text = run(*s, "consume", "T", "--group", "g2", "--tags", "A", "--max", 4, "--commit", check=0).stdout
     lines = text.splitlines()
     assert lines[0].startswith("COMMITLOG") and all(" T " in line and " A " in line for line in lines[1:5])
     assert lines[5] == "4 messages of T for group g2; next offsets (committed):"
-    again = json_lines(run(*s, "--json", "consume", "T", "--group", "g2", "--tags", "A", "--max", 1, check=0).stdout)
-    assert again[0]["queue_offset"] == 4 and again[0]["tags"] == "A"       # queue 0 holds only B
+    again = json_lines(
+        run(*s, "--json", "consume", "T", "--group", "g2", "--tags", "A", "--max", 1, check=0).stdout
+    )
+    assert again[0]["queue_offset"] == 4 and again[0]["tags"] == "A"  # queue 0 holds only B
     stats = json.loads(run(*s, "--json", "stats", check=0).stdout)
     g2 = stats["groups"]["g2"]["queues"]
     assert [(q["queue_id"], q["committed"]) for q in g2] == [(0, 75), (1, 4)]
@@ -268,6 +347,7 @@ def test_consume_reads_without_committing_then_commits_with_commit(run, store):
 
 # ---------------------------------------------------------------------------------------------
 # stats, verify, recover
+
 
 def test_stats_table_and_json(run, unchanged):
     text = run("--store", unchanged, "stats", check=0).stdout
@@ -286,7 +366,7 @@ def test_verify_passes_and_reports_a_damaged_record(run, unchanged, store):
     m = json_lines(run("--store", store, "--json", "query-by-key", "T", "k5", check=0).stdout)[0]
     segment = store / "commitlog" / f"{m['commitlog_offset'] // SEGMENT * SEGMENT:020d}"
     data = bytearray(segment.read_bytes())
-    data[data.index(b"body 5", m["commitlog_offset"] % SEGMENT)] ^= 0xFF     # a byte of its body
+    data[data.index(b"body 5", m["commitlog_offset"] % SEGMENT)] ^= 0xFF  # a byte of its body
     segment.write_bytes(bytes(data))
     bad = run("--store", store, "verify")
     assert bad.returncode == 1 and bad.stdout.startswith("FAILED: 1 problem")
@@ -304,13 +384,14 @@ def test_recover_rebuilds_deleted_consume_queues(run, store):
 # ---------------------------------------------------------------------------------------------
 # dump, export
 
+
 def test_dump_ranges_topics_and_limits(run, unchanged):
     s = ("--store", unchanged)
     everything = json_lines(run(*s, "--json", "dump", check=0).stdout)
     assert len(everything) == OLD_MESSAGES + NEW_MESSAGES + 1
     offsets = [m["commitlog_offset"] for m in everything]
     assert offsets == sorted(offsets)
-    mid = offsets[100] + 1              # inside a record: starts at the next one
+    mid = offsets[100] + 1  # inside a record: starts at the next one
     part = json_lines(run(*s, "dump", "--json", "--from", mid, "--to", offsets[110], check=0).stdout)
     assert [m["commitlog_offset"] for m in part] == offsets[101:110]
     table = run(*s, "dump", "--topic", "Bin", check=0).stdout.splitlines()
@@ -325,7 +406,9 @@ def test_export_json_lines_filtered_by_topic_and_time(run, unchanged, tmp_path):
     summary = run(*s, "export", "--topic", "T", "--begin", first_new["store_timestamp"], "-o", out, check=0)
     assert summary.stdout == f"exported {NEW_MESSAGES} messages to {out} (jsonl)\n"
     exported = json_lines(out.read_text())
-    assert [m["body"] for m in exported] == [f"body {i}" for i in range(OLD_MESSAGES, OLD_MESSAGES + NEW_MESSAGES)]
+    assert [m["body"] for m in exported] == [
+        f"body {i}" for i in range(OLD_MESSAGES, OLD_MESSAGES + NEW_MESSAGES)
+    ]
     old = json_lines(run(*s, "export", "--end", first_new["store_timestamp"] - 1, check=0).stdout)
     assert len(old) == OLD_MESSAGES
     stamp = first_new["store_timestamp"]
@@ -361,40 +444,94 @@ def test_export_parquet_without_pyarrow_is_one_clear_error(run, unchanged, tmp_p
 # ---------------------------------------------------------------------------------------------
 # errors, options, pipes
 
-@pytest.mark.parametrize("args, status, message", [
-    (("--store", "{tmp}/missing", "stats"), 1, "no store at {tmp}/missing"),
-    (("--store", "{tmp}", "verify"), 1, "{tmp} is not a store: it has no commitlog/ directory"),
-    (("--store", "{tmp}/file", "dump"), 1, "{tmp}/file is not a store: it is not a directory"),
-    (("--store", "{tmp}", "put", "T", "x"), 1, "{tmp} is not a store: it has no commitlog/ directory"),
-    (("--store", "{store}", "query-by-id", "XYZ"), 1, "bad msgId: offsetMsgId 'XYZ' is not 32 or 56 hex"),
-    (("--store", "{store}", "query-by-id", "0A00000700002A9F00000000DEADBEEF"), 1, "no message with msgId"),
-    (("--store", "{store}", "query-by-key", "Nope", "k1"), 1, "unknown topic 'Nope' (topics: Bin, T)"),
-    (("--store", "{store}", "query-by-offset", "T", "9", "0"), 1, "unknown queue 9 of topic 'T' (queues: 0..3)"),
-    (("--store", "{store}", "query-by-offset", "T", "1", "75"), 1,
-     "offset 75 is out of range: queue 1 of 'T' holds offsets 0..74"),
-    (("--store", "{store}", "consume", "T", "--group", "g", "--from", "99"), 1, "offset 99 is out of range"),
-    (("--store", "{store}", "dump", "--from", "99999999"), 1, "offset 99999999 is out of range: the CommitLog"),
-    (("--store", "{store}", "query-by-unique-key", "T", "00FF"), 1, "no message of topic 'T' with UNIQ_KEY '00FF'"),
-    (("--store", "{store}", "put", "bad topic", "x"), 1, "topic 'bad topic' has characters outside"),
-    (("--store", "{store}", "put", "T", "x", "--queue", "4"), 1, "queue id 4 out of range: topic 'T' has 4 queues"),
-    (("--store", "{store}", "put", "T", "x", "--property", "novalue"), 2, "--property 'novalue': expected KEY=VALUE"),
-    (("--store", "{store}", "query-by-offset", "T", "x", "0"), 2, "argument QUEUE_ID: 'x' is not a queue id"),
-    (("--store", "{store}", "query-by-key", "T", "k", "--max", "65"), 2, "65 is above 64"),
-    (("--store", "{store}", "query-by-key", "T", "k", "--begin", "yesterday"), 2, "'yesterday' is neither"),
-    (("frobnicate",), 2, "invalid choice: 'frobnicate'"),
-    # numbers too large for the store's fields: one line, exit 2 (they printed OverflowError tracebacks)
-    (("--store", "{store}", "put", "T", "x", "--queue", "99999999999999999999999"), 2, "is above 2147483647"),
-    (("--store", "{store}", "query-by-key", "T", "k", "--begin", "99999999999999999999"), 2,
-     "is above 9223372036854775807"),
-    (("--store", "{store}", "query-by-key", "T", "k", "--end", "99999999999999999999"), 2, "is above"),
-    (("--store", "{store}", "query-by-offset", "T", "0", "99999999999999999999"), 2, "is above"),
-    (("--store", "{store}", "query-by-offset", "T", "99999999999", "0"), 2, "is above 2147483647"),
-    (("--store", "{store}", "consume", "T", "--group", "g", "--max", "99999999999999999999"), 2, "is above"),
-    (("--store", "{store}", "consume", "T", "--group", "g", "--queue", "2147483648"), 2, "is above"),
-    (("--store", "{store}", "dump", "--from", "99999999999999999999"), 2, "is above"),
-    (("--store", "{store}", "dump", "--to", "99999999999999999999"), 2, "is above"),
-    (("--store", "{tmp}/new", "quickstart", "--body-size", "99999999999999999999"), 2, "is above"),
-])
+
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        (("--store", "{tmp}/missing", "stats"), 1, "no store at {tmp}/missing"),
+        (("--store", "{tmp}", "verify"), 1, "{tmp} is not a store: it has no commitlog/ directory"),
+        (("--store", "{tmp}/file", "dump"), 1, "{tmp}/file is not a store: it is not a directory"),
+        (("--store", "{tmp}", "put", "T", "x"), 1, "{tmp} is not a store: it has no commitlog/ directory"),
+        (("--store", "{store}", "query-by-id", "XYZ"), 1, "bad msgId: offsetMsgId 'XYZ' is not 32 or 56 hex"),
+        (
+            ("--store", "{store}", "query-by-id", "0A00000700002A9F00000000DEADBEEF"),
+            1,
+            "no message with msgId",
+        ),
+        (("--store", "{store}", "query-by-key", "Nope", "k1"), 1, "unknown topic 'Nope' (topics: Bin, T)"),
+        (
+            ("--store", "{store}", "query-by-offset", "T", "9", "0"),
+            1,
+            "unknown queue 9 of topic 'T' (queues: 0..3)",
+        ),
+        (
+            ("--store", "{store}", "query-by-offset", "T", "1", "75"),
+            1,
+            "offset 75 is out of range: queue 1 of 'T' holds offsets 0..74",
+        ),
+        (
+            ("--store", "{store}", "consume", "T", "--group", "g", "--from", "99"),
+            1,
+            "offset 99 is out of range",
+        ),
+        (
+            ("--store", "{store}", "dump", "--from", "99999999"),
+            1,
+            "offset 99999999 is out of range: the CommitLog",
+        ),
+        (
+            ("--store", "{store}", "query-by-unique-key", "T", "00FF"),
+            1,
+            "no message of topic 'T' with UNIQ_KEY '00FF'",
+        ),
+        (("--store", "{store}", "put", "bad topic", "x"), 1, "topic 'bad topic' has characters outside"),
+        (
+            ("--store", "{store}", "put", "T", "x", "--queue", "4"),
+            1,
+            "queue id 4 out of range: topic 'T' has 4 queues",
+        ),
+        (
+            ("--store", "{store}", "put", "T", "x", "--property", "novalue"),
+            2,
+            "--property 'novalue': expected KEY=VALUE",
+        ),
+        (
+            ("--store", "{store}", "query-by-offset", "T", "x", "0"),
+            2,
+            "argument QUEUE_ID: 'x' is not a queue id",
+        ),
+        (("--store", "{store}", "query-by-key", "T", "k", "--max", "65"), 2, "65 is above 64"),
+        (
+            ("--store", "{store}", "query-by-key", "T", "k", "--begin", "yesterday"),
+            2,
+            "'yesterday' is neither",
+        ),
+        (("frobnicate",), 2, "invalid choice: 'frobnicate'"),
+        # numbers too large for the store's fields: one line, exit 2 (they printed OverflowError tracebacks)
+        (
+            ("--store", "{store}", "put", "T", "x", "--queue", "99999999999999999999999"),
+            2,
+            "is above 2147483647",
+        ),
+        (
+            ("--store", "{store}", "query-by-key", "T", "k", "--begin", "99999999999999999999"),
+            2,
+            "is above 9223372036854775807",
+        ),
+        (("--store", "{store}", "query-by-key", "T", "k", "--end", "99999999999999999999"), 2, "is above"),
+        (("--store", "{store}", "query-by-offset", "T", "0", "99999999999999999999"), 2, "is above"),
+        (("--store", "{store}", "query-by-offset", "T", "99999999999", "0"), 2, "is above 2147483647"),
+        (
+            ("--store", "{store}", "consume", "T", "--group", "g", "--max", "99999999999999999999"),
+            2,
+            "is above",
+        ),
+        (("--store", "{store}", "consume", "T", "--group", "g", "--queue", "2147483648"), 2, "is above"),
+        (("--store", "{store}", "dump", "--from", "99999999999999999999"), 2, "is above"),
+        (("--store", "{store}", "dump", "--to", "99999999999999999999"), 2, "is above"),
+        (("--store", "{tmp}/new", "quickstart", "--body-size", "99999999999999999999"), 2, "is above"),
+    ],
+)
 def test_user_mistakes_are_one_line_on_stderr(run, store, tmp_path, args, status, message):
     (tmp_path / "file").write_text("not a store")
     args = [a.format(tmp=tmp_path, store=store) for a in args]
@@ -428,19 +565,29 @@ def test_defaults_to_rocketstore_home_and_takes_options_after_the_command(run, u
 
 def test_python_dash_m_runs_the_same_command_line(unchanged, tmp_path):
     env = _env(tmp_path)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(rocketstore.__file__).parents[1]),
-                                                      os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-m", "rocketstore", "--store", str(unchanged), "--version"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(pathlib.Path(rocketstore.__file__).parents[1]), os.environ.get("PYTHONPATH")])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocketstore", "--store", str(unchanged), "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0 and proc.stdout.startswith(f"rocketstore {rocketstore.__version__} (")
 
 
 def test_a_closed_pipe_ends_quietly(unchanged, tmp_path):
-    proc = subprocess.Popen(COMMAND + ["--store", str(unchanged), "--json", "dump"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=_env(tmp_path))
+    proc = subprocess.Popen(
+        COMMAND + ["--store", str(unchanged), "--json", "dump"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_env(tmp_path),
+    )
     first = proc.stdout.readline()
-    proc.stdout.close()                  # as `| head -1` does
+    proc.stdout.close()  # as `| head -1` does
     _, err = proc.communicate(timeout=60)
     assert json.loads(first)["commitlog_offset"] == 0
     assert err == b"" and proc.returncode == 141
@@ -448,15 +595,32 @@ def test_a_closed_pipe_ends_quietly(unchanged, tmp_path):
 
 def test_quickstart_writes_consumes_and_queries(run, tmp_path):
     path = tmp_path / "qs"
-    with MessageStore(path, **dict(SMALL, commitlog_file_size=256 * 1024, consume_queue_units=1024,
-                                   index_slots=4096, index_count=16384)) as setup:
-        setup.put("Setup", b"x", keys="k")      # files whose sizes quickstart's open detects
+    with MessageStore(
+        path,
+        **dict(
+            SMALL,
+            commitlog_file_size=256 * 1024,
+            consume_queue_units=1024,
+            index_slots=4096,
+            index_count=16384,
+        ),
+    ) as setup:
+        setup.put("Setup", b"x", keys="k")  # files whose sizes quickstart's open detects
     proc = run("--store", path, "quickstart", "--count", 2000, "--body-size", 16, check=0)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"rocketstore {rocketstore.__version__}") and str(path) in lines[0]
-    for start in ("put, one per call", "put, tags + keys", "put_batch", "put_pipelined, durable",
-                  "consume, get_message", "query_by_key", "scan (columnar)", "read by offset",
-                  "first tagged message: msg_id", "store: "):
+    for start in (
+        "put, one per call",
+        "put, tags + keys",
+        "put_batch",
+        "put_pipelined, durable",
+        "consume, get_message",
+        "query_by_key",
+        "scan (columnar)",
+        "read by offset",
+        "first tagged message: msg_id",
+        "store: ",
+    ):
         assert any(line.startswith(start) for line in lines), start
     assert "2,000 messages" in proc.stdout and proc.stderr == ""
     stats = json.loads(run("--store", path, "--json", "stats", check=0).stdout)
@@ -467,12 +631,18 @@ def test_quickstart_writes_consumes_and_queries(run, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the progress bar
 
+
 def _run_on_terminal(args, tmp_path, columns=100):
     """Run the CLI with stderr on a pseudo-terminal; returns (status, stdout, terminal bytes)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen(COMMAND + [str(a) for a in args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=slave, env=_env(tmp_path))
+    proc = subprocess.Popen(
+        COMMAND + [str(a) for a in args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=_env(tmp_path),
+    )
     os.close(slave)
     screen = bytearray()
     deadline = time.monotonic() + 120
@@ -481,7 +651,7 @@ def _run_on_terminal(args, tmp_path, columns=100):
         if ready:
             try:
                 chunk = os.read(master, 65536)
-            except OSError:              # EIO: the child closed the terminal
+            except OSError:  # EIO: the child closed the terminal
                 break
             if not chunk:
                 break
@@ -497,23 +667,30 @@ def _run_on_terminal(args, tmp_path, columns=100):
 @pytest.mark.parametrize("command, label", [("verify", b"verify"), ("recover", b"dispatch")])
 def test_progress_bar_renders_on_a_terminal_and_is_erased(store, tmp_path, command, label):
     if command == "recover":
-        shutil.rmtree(store / "consumequeue")      # something to dispatch
+        shutil.rmtree(store / "consumequeue")  # something to dispatch
     status, stdout, screen = _run_on_terminal(["--store", store, command], tmp_path)
     assert status == 0, (stdout, screen)
     frames = screen.split(b"\r")
     assert any(f.startswith(label) and b"100%" in f for f in frames), screen
     assert all(len(f.decode().replace("\x1b[K", "").replace("\x1b[2K", "")) < 100 for f in frames)
-    assert screen.endswith(b"\r\x1b[2K"), screen        # the line is cleared at the end
-    assert b"\n" not in screen                          # nothing else was written to the terminal
+    assert screen.endswith(b"\r\x1b[2K"), screen  # the line is cleared at the end
+    assert b"\n" not in screen  # nothing else was written to the terminal
     assert stdout.startswith("OK: 301 records") if command == "verify" else "dispatched:" in stdout
 
 
 def test_progress_stays_quiet_off_a_terminal():
     class Pipe:
         written = ""
-        def isatty(self): return False
-        def write(self, s): self.written += s
-        def flush(self): pass
+
+        def isatty(self):
+            return False
+
+        def write(self, s):
+            self.written += s
+
+        def flush(self):
+            pass
+
     pipe = Pipe()
     with Progress("verify", stream=pipe) as bar:
         bar("verify", 1, 2)
@@ -523,10 +700,20 @@ def test_progress_stays_quiet_off_a_terminal():
 
 def test_message_dict_gives_text_bodies_as_text_and_others_as_base64(impl):
     for body, expected, encoding in ((b"caf\xc3\xa9", "café", None), (b"\xff\xfe", "//4=", "base64")):
-        record = impl.codec.encode_record(topic="T", body=body, properties=impl.codec.encode_properties({"TAGS": "t"}),
-                                          store_host=("10.0.0.7", 10911), born_host=("10.0.0.8", 5))
+        record = impl.codec.encode_record(
+            topic="T",
+            body=body,
+            properties=impl.codec.encode_properties({"TAGS": "t"}),
+            store_host=("10.0.0.7", 10911),
+            born_host=("10.0.0.8", 5),
+        )
         d = message_dict(impl.codec.decode_record(record))
-        assert (d["body"], d.get("body_encoding"), d["tags"], d["born_host"]) == (expected, encoding, "t", "10.0.0.8:5")
+        assert (d["body"], d.get("body_encoding"), d["tags"], d["born_host"]) == (
+            expected,
+            encoding,
+            "t",
+            "10.0.0.8:5",
+        )
         assert json.loads(json.dumps(d)) == d
 
 

@@ -4,20 +4,38 @@
 an interrupted command's exit status, and a quickstart that left a gigabyte behind."""
 
 import json
-import os
 import signal
 import subprocess
 import time
 
 import pytest
+from test_cli import COMMAND, _env, _run_on_terminal
 
 import rocketstore
 from rocketstore import MessageStore
 
-from test_cli import COMMAND, _env, _run_on_terminal, run  # noqa: F401  (run: a fixture)
 
-SMALL = dict(commitlog_file_size=256 * 1024, consume_queue_units=1024, index_slots=4096,
-             index_count=16384)
+@pytest.fixture
+def run(tmp_path):
+    """``run(*args, check=None)``: the CLI's CompletedProcess (text stdout and stderr)."""
+
+    def run(*args, check=None):
+        proc = subprocess.run(
+            COMMAND + [str(a) for a in args],
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+        if check is not None:
+            assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    return run
+
+
+SMALL = dict(commitlog_file_size=256 * 1024, consume_queue_units=1024, index_slots=4096, index_count=16384)
 
 
 @pytest.fixture
@@ -40,9 +58,10 @@ def test_recover_on_a_clean_store_dispatches_nothing(run, small_store):
 
 def test_quickstart_json_prints_one_object_and_cleanup_removes_the_store_it_made(run, tmp_path):
     path = tmp_path / "qs"
-    proc = run("--store", path, "--json", "quickstart", "--count", 500, "--body-size", 8, "--cleanup",
-               check=0)
-    report = json.loads(proc.stdout)          # one object, nothing else on stdout
+    proc = run(
+        "--store", path, "--json", "quickstart", "--count", 500, "--body-size", 8, "--cleanup", check=0
+    )
+    report = json.loads(proc.stdout)  # one object, nothing else on stdout
     assert report["messages_written"] == 3 * 500 + 50 and report["removed"] is True
     assert [s["step"] for s in report["steps"]][:2] == ["put, one per call", "put, tags + keys"]
     assert all(s["count"] > 0 for s in report["steps"])
@@ -50,16 +69,16 @@ def test_quickstart_json_prints_one_object_and_cleanup_removes_the_store_it_made
 
 
 def test_quickstart_says_what_it_left_and_keeps_a_store_it_did_not_create(run, small_store):
-    proc = run("--store", small_store, "quickstart", "--count", 300, "--body-size", 8, "--cleanup",
-               check=0)
+    proc = run("--store", small_store, "quickstart", "--count", 300, "--body-size", 8, "--cleanup", check=0)
     last = proc.stdout.splitlines()[-1]
     assert last.startswith("wrote 930 messages") and "on disk in" in last and "rm -rf" not in last
-    assert (small_store / "commitlog").is_dir()          # not ours: --cleanup leaves it
+    assert (small_store / "commitlog").is_dir()  # not ours: --cleanup leaves it
 
 
 def test_quickstart_default_is_light():
     from rocketstore.cli._quickstart import DEFAULT_COUNT
-    assert DEFAULT_COUNT * 3.1 * 128 < 64 << 20         # about 50 MB of messages, not a gigabyte
+
+    assert DEFAULT_COUNT * 3.1 * 128 < 64 << 20  # about 50 MB of messages, not a gigabyte
 
 
 def test_json_help_says_what_each_command_prints(run):
@@ -77,9 +96,13 @@ def test_progress_bar_on_a_terminal_of_zero_columns_is_a_whole_bar(small_store, 
 
 
 def test_an_interrupted_command_exits_130(tmp_path):
-    proc = subprocess.Popen(COMMAND + ["--store", str(tmp_path / "big"), "quickstart", "--count",
-                                       "5000000"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env(tmp_path))
+    proc = subprocess.Popen(
+        COMMAND + ["--store", str(tmp_path / "big"), "quickstart", "--count", "5000000"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "big" / "commitlog").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -88,6 +111,6 @@ def test_an_interrupted_command_exits_130(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
     assert err.decode().strip().endswith("rocketstore: error: interrupted"), err
-    with MessageStore(tmp_path / "big", read_only=True) as store:      # closed cleanly on the way out
+    with MessageStore(tmp_path / "big", read_only=True) as store:  # closed cleanly on the way out
         assert store.last_shutdown_clean
     assert rocketstore.__version__

@@ -18,20 +18,34 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20)
 hosts = st.tuples(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str), INT32)
 topics = st.one_of(
-    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
-    .filter(lambda t: len(t.encode()) <= 127),
-    st.binary(min_size=1, max_size=127))
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(
+        lambda t: len(t.encode()) <= 127
+    ),
+    st.binary(min_size=1, max_size=127),
+)
 properties = st.one_of(
-    st.dictionaries(prop_text.filter(bool), prop_text.filter(bool), max_size=6),   # "" / None: refused
-    st.binary(max_size=300))
-records = st.fixed_dictionaries({
-    "topic": topics, "body": st.binary(max_size=300), "properties": properties,
-    "queue_id": INT32, "flag": INT32, "queue_offset": INT64, "physical_offset": INT64,
-    "sys_flag": INT32.map(lambda f: f & ~0x30), "born_timestamp": INT64, "born_host": hosts,
-    "store_timestamp": INT64, "store_host": hosts, "reconsume_times": INT32,
-    "prepared_transaction_offset": INT64,
-    "body_crc": st.one_of(st.none(), INT32),
-})
+    st.dictionaries(prop_text.filter(bool), prop_text.filter(bool), max_size=6),  # "" / None: refused
+    st.binary(max_size=300),
+)
+records = st.fixed_dictionaries(
+    {
+        "topic": topics,
+        "body": st.binary(max_size=300),
+        "properties": properties,
+        "queue_id": INT32,
+        "flag": INT32,
+        "queue_offset": INT64,
+        "physical_offset": INT64,
+        "sys_flag": INT32.map(lambda f: f & ~0x30),
+        "born_timestamp": INT64,
+        "born_host": hosts,
+        "store_timestamp": INT64,
+        "store_host": hosts,
+        "reconsume_times": INT32,
+        "prepared_transaction_offset": INT64,
+        "body_crc": st.one_of(st.none(), INT32),
+    }
+)
 
 
 def _outcome(fn, *args, **kwargs):
@@ -53,13 +67,23 @@ def _message_fields(m):
 def _reencode_fields(codec, buffer, row):
     m = codec.record_from_row(buffer, row)
     start, length = int(row["properties_pos"]), int(row["properties_len"])
-    return dict(topic=m.topic, body=m.body, properties=bytes(buffer[start:start + length]),
-                queue_id=m.queue_id, flag=m.flag, queue_offset=m.queue_offset,
-                physical_offset=m.commitlog_offset, sys_flag=m.sys_flag,
-                born_timestamp=m.born_timestamp, born_host=m.born_host,
-                store_timestamp=m.store_timestamp, store_host=m.store_host,
-                reconsume_times=m.reconsume_times,
-                prepared_transaction_offset=m.prepared_transaction_offset, body_crc=m.body_crc)
+    return dict(
+        topic=m.topic,
+        body=m.body,
+        properties=bytes(buffer[start : start + length]),
+        queue_id=m.queue_id,
+        flag=m.flag,
+        queue_offset=m.queue_offset,
+        physical_offset=m.commitlog_offset,
+        sys_flag=m.sys_flag,
+        born_timestamp=m.born_timestamp,
+        born_host=m.born_host,
+        store_timestamp=m.store_timestamp,
+        store_host=m.store_host,
+        reconsume_times=m.reconsume_times,
+        prepared_transaction_offset=m.prepared_transaction_offset,
+        body_crc=m.body_crc,
+    )
 
 
 @pytest.mark.parametrize("twins", TWINS)
@@ -69,7 +93,7 @@ def test_record_encoded_by_one_twin_decodes_and_reencodes_in_the_other(twins, fi
     writer, reader = twins
     try:
         data = writer.encode_record(**fields)
-    except RocketStoreError as exc:        # only property maps can be too large here
+    except RocketStoreError as exc:  # only property maps can be too large here
         assert _outcome(reader.encode_record, **fields)[1:3] == (type(exc), str(exc))
         return
     assert reader.encode_record(**fields) == data
@@ -82,26 +106,46 @@ def test_record_encoded_by_one_twin_decodes_and_reencodes_in_the_other(twins, fi
 
 
 @SETTINGS
-@given(fields=records, value=st.one_of(st.integers(), st.floats(), st.text(max_size=3), st.none()),
-       name=st.sampled_from(["queue_id", "flag", "queue_offset", "physical_offset", "sys_flag",
-                             "born_timestamp", "store_timestamp", "reconsume_times",
-                             "prepared_transaction_offset", "body_crc"]))
+@given(
+    fields=records,
+    value=st.one_of(st.integers(), st.floats(), st.text(max_size=3), st.none()),
+    name=st.sampled_from(
+        [
+            "queue_id",
+            "flag",
+            "queue_offset",
+            "physical_offset",
+            "sys_flag",
+            "born_timestamp",
+            "store_timestamp",
+            "reconsume_times",
+            "prepared_transaction_offset",
+            "body_crc",
+        ]
+    ),
+)
 def test_twins_accept_and_reject_the_same_field_values(fields, value, name):
     fields[name] = value
     assert _outcome(c.encode_record, **fields) == _outcome(py.encode_record, **fields)
 
 
 @SETTINGS
-@given(fields=records, born=st.tuples(st.one_of(st.text(max_size=8), st.binary(max_size=17)), INT64),
-       sys_flag=INT32)
+@given(
+    fields=records,
+    born=st.tuples(st.one_of(st.text(max_size=8), st.binary(max_size=17)), INT64),
+    sys_flag=INT32,
+)
 def test_twins_agree_on_host_and_flag_errors(fields, born, sys_flag):
     fields.update(born_host=born, sys_flag=sys_flag)
     assert _outcome(c.encode_record, **fields) == _outcome(py.encode_record, **fields)
 
 
 @SETTINGS
-@given(props=st.dictionaries(st.text(max_size=5), st.one_of(st.text(max_size=5), st.none(), st.integers()),
-                             max_size=5))
+@given(
+    props=st.dictionaries(
+        st.text(max_size=5), st.one_of(st.text(max_size=5), st.none(), st.integers()), max_size=5
+    )
+)
 def test_twins_agree_on_property_maps(props):
     assert _outcome(c.encode_properties, props) == _outcome(py.encode_properties, props)
 
@@ -127,8 +171,11 @@ def test_java_hash_twins_agree_with_the_spec_reference(text):
 @SETTINGS
 @given(data=st.binary(max_size=40))
 def test_java_hash_of_arbitrary_utf8_bytes_agrees(data):
-    assert c.java_hash_bytes(data) == py.java_hash_bytes(data) == py.java_hash(
-        data.decode("utf-8", "surrogateescape"))
+    assert (
+        c.java_hash_bytes(data)
+        == py.java_hash_bytes(data)
+        == py.java_hash(data.decode("utf-8", "surrogateescape"))
+    )
 
 
 @SETTINGS
@@ -194,10 +241,12 @@ def test_arbitrary_bytes_behind_a_record_magic_never_crash_either_twin(data):
 
 
 @SETTINGS
-@given(batch=st.lists(records, min_size=1, max_size=3),
-       flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 7)), max_size=4),
-       overwrite=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), INT32)),
-       cut=st.integers(0, 10_000))
+@given(
+    batch=st.lists(records, min_size=1, max_size=3),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 7)), max_size=4),
+    overwrite=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), INT32)),
+    cut=st.integers(0, 10_000),
+)
 def test_bit_flips_overwrites_and_truncations_never_crash_either_twin(batch, flips, overwrite, cut):
     data = bytearray()
     for fields in batch:
@@ -210,8 +259,8 @@ def test_bit_flips_overwrites_and_truncations_never_crash_either_twin(batch, fli
         data[at % len(data)] ^= 1 << bit
     if overwrite is not None:
         at = overwrite[0] % len(data)
-        data[at:at + 4] = overwrite[1].to_bytes(4, "big", signed=True)
-    data = bytes(data[:cut % (len(data) + 1)])
+        data[at : at + 4] = overwrite[1].to_bytes(4, "big", signed=True)
+    data = bytes(data[: cut % (len(data) + 1)])
     _agree_on_garbage(data)
     _agree_on_garbage(data, check_crc=False)
 
@@ -230,7 +279,7 @@ def test_extreme_total_sizes_are_rejected_without_overreading(codec, total):
 @pytest.mark.parametrize("codec", [c, py], ids=["c", "py"])
 def test_huge_or_negative_body_length_is_rejected(codec, field_pos, value):
     data = bytearray(py.encode_record(topic="t", body=b"x" * 10))
-    data[field_pos:field_pos + 4] = value.to_bytes(4, "big", signed=True)
+    data[field_pos : field_pos + 4] = value.to_bytes(4, "big", signed=True)
     with pytest.raises(CorruptRecordError) as info:
         codec.decode_record(bytes(data))
     assert info.value.reason == (codec.STOP_TRUNCATED if value > 0 else codec.STOP_CORRUPT)
@@ -238,7 +287,7 @@ def test_huge_or_negative_body_length_is_rejected(codec, field_pos, value):
 
 def test_large_scan_releases_the_gil_and_matches_pure_twin():
     one = py.encode_record(topic="TopicTest", body=bytes(range(128)), properties={"TAGS": "a"})
-    data = one * 2000 + bytes(100)       # > 64 KiB: the compiled scan runs without the GIL
+    data = one * 2000 + bytes(100)  # > 64 KiB: the compiled scan runs without the GIL
     c_rows, c_stop, c_reason = c.decode_batch(data)
     p_rows, p_stop, p_reason = py.decode_batch(data)
     assert len(c_rows) == 2000 and (c_stop, c_reason) == (p_stop, p_reason) == (len(one) * 2000, c.STOP_END)

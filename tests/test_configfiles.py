@@ -6,29 +6,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore.configfiles import (ConsumerOffsetTable, DelayOffsetTable, SubscriptionGroupTable,
-                                     TopicConfigTable, dumps_fastjson, loads_fastjson)
+from rocketstore.configfiles import (
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+    SubscriptionGroupTable,
+    TopicConfigTable,
+    dumps_fastjson,
+    loads_fastjson,
+)
 from rocketstore.errors import InvalidQueueIdError, InvalidTopicError, StoreConfigError, StoreReadOnlyError
 
 # consumerOffset.json as a 4.x broker writes it (fastjson PrettyFormat + SortField): the
 # Map<Integer, Long> of each group is written inline with unquoted keys, its brace on a new line.
 BROKER_CONSUMER_OFFSET = (
-    '{\n'
+    "{\n"
     '\t"offsetTable":{\n'
     '\t\t"%RETRY%please_rename_unique_group_name_4@please_rename_unique_group_name_4":{0:0\n'
-    '\t\t},\n'
+    "\t\t},\n"
     '\t\t"TopicTest@please_rename_unique_group_name_4":{0:250,1:249,2:251,3:250\n'
-    '\t\t}\n'
-    '\t}\n'
-    '}'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
 )
 
 BROKER_TOPICS = (
-    '{\n'
+    "{\n"
     '\t"dataVersion":{\n'
     '\t\t"counter":5,\n'
     '\t\t"timestamp":1682946169710\n'
-    '\t},\n'
+    "\t},\n"
     '\t"topicConfigTable":{\n'
     '\t\t"TopicTest":{\n'
     '\t\t\t"order":false,\n'
@@ -38,13 +44,14 @@ BROKER_TOPICS = (
     '\t\t\t"topicName":"TopicTest",\n'
     '\t\t\t"topicSysFlag":0,\n'
     '\t\t\t"writeQueueNums":4\n'
-    '\t\t}\n'
-    '\t}\n'
-    '}'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
 )
 
 
 # -- the reader ------------------------------------------------------------------------------------
+
 
 def test_unquoted_integer_keys_become_ints():
     assert loads_fastjson("{0:250,1:250}") == {0: 250, 1: 250}
@@ -66,9 +73,25 @@ def test_escapes_and_unicode():
     assert loads_fastjson(b'{"k":"\xc3\xa9"}') == {"k": "é"}
 
 
-@pytest.mark.parametrize("text", ["", "   ", "{", "{\"a\":}", "{\"a\":1}x", "[1,,2]", "{:1}",
-                                  "{\"a\" 1}", "nul", "{'a':1}", "\"unterminated", "[1 2]",
-                                  "{\"a\":1,,}", b"\xff"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "{",
+        '{"a":}',
+        '{"a":1}x',
+        "[1,,2]",
+        "{:1}",
+        '{"a" 1}',
+        "nul",
+        "{'a':1}",
+        '"unterminated',
+        "[1 2]",
+        '{"a":1,,}',
+        b"\xff",
+    ],
+)
 def test_garbage_raises_store_config_error(text):
     with pytest.raises(StoreConfigError) as info:
         loads_fastjson(text)
@@ -82,13 +105,16 @@ def test_deep_nesting_is_refused_not_crashed():
 
 # -- the writer ------------------------------------------------------------------------------------
 
+
 def test_writer_matches_fastjson_pretty_layout():
     assert dumps_fastjson({"offsetTable": {}}) == '{\n\t"offsetTable":{}\n}'
     assert dumps_fastjson({"offsetTable": {1: 0, 2: 5}}) == '{\n\t"offsetTable":{1:0,2:5\n\t}\n}'
-    assert dumps_fastjson({"a": [1, 2], "b": [3], "c": [], "d": None}) == \
-        '{\n\t"a":[\n\t\t1,\n\t\t2\n\t],\n\t"b":[3],\n\t"c":[]\n}'
+    assert (
+        dumps_fastjson({"a": [1, 2], "b": [3], "c": [], "d": None})
+        == '{\n\t"a":[\n\t\t1,\n\t\t2\n\t],\n\t"b":[3],\n\t"c":[]\n}'
+    )
     assert dumps_fastjson({"a": {0: 1}}, pretty=False) == '{"a":{0:1}}'
-    assert dumps_fastjson("q\"\\\x01\u2028é") == '"q\\"\\\\\\u0001\u2028é"'
+    assert dumps_fastjson('q"\\\x01\u2028é') == '"q\\"\\\\\\u0001\u2028é"'
 
 
 def test_writer_refuses_what_json_cannot_hold():
@@ -97,14 +123,22 @@ def test_writer_refuses_what_json_cannot_hold():
             dumps_fastjson(bad)
 
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | \
-    st.floats(allow_nan=False, allow_infinity=False) | st.text()
-json_keys = st.text() | st.integers(-2**63, 2**63 - 1)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_keys = st.text() | st.integers(-(2**63), 2**63 - 1)
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(json_keys, children.filter(lambda v: v is not None), max_size=5),
-    max_leaves=30)
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(json_keys, children.filter(lambda v: v is not None), max_size=5)
+    ),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -114,9 +148,16 @@ def test_fastjson_round_trip(value, pretty):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(json_scalars, lambda c: st.lists(c, max_size=4)
-                    | st.dictionaries(st.text(), c.filter(lambda v: v is not None), max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        json_scalars,
+        lambda c: (
+            st.lists(c, max_size=4)
+            | st.dictionaries(st.text(), c.filter(lambda v: v is not None), max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
 def test_output_without_int_keys_is_strict_json(value):
     text = dumps_fastjson(value)
     assert json.loads(text) == value
@@ -124,6 +165,7 @@ def test_output_without_int_keys_is_strict_json(value):
 
 
 # -- the .bak protocol -------------------------------------------------------------------------
+
 
 def test_persist_writes_file_and_keeps_previous_as_bak(tmp_path):
     path = tmp_path / "config" / "delayOffset.json"
@@ -133,7 +175,7 @@ def test_persist_writes_file_and_keeps_previous_as_bak(tmp_path):
     assert table.persist() is True
     assert path.read_text() == '{\n\t"offsetTable":{1:10\n\t}\n}'
     assert not (tmp_path / "config" / "delayOffset.json.bak").exists()
-    assert table.persist() is False                       # nothing changed
+    assert table.persist() is False  # nothing changed
     table.update(2, 3)
     table.persist()
     assert (tmp_path / "config" / "delayOffset.json.bak").read_text() == '{\n\t"offsetTable":{1:10\n\t}\n}'
@@ -148,13 +190,19 @@ def test_load_falls_back_to_bak(tmp_path, damage):
     table.commit("g", "TopicTest", 0, 5)
     table.persist()
     table.commit("g", "TopicTest", 0, 9)
-    table.persist()                                       # .bak holds 5, the file 9
+    table.persist()  # .bak holds 5, the file 9
     if damage == "missing":
         path.unlink()
     else:
-        path.write_text({"empty": "", "blank": " \n\t", "garbage": "\x00\x01 not json",
-                         "truncated": BROKER_CONSUMER_OFFSET[:40],
-                         "wrong-shape": '{"offsetTable":[1,2]}'}[damage])
+        path.write_text(
+            {
+                "empty": "",
+                "blank": " \n\t",
+                "garbage": "\x00\x01 not json",
+                "truncated": BROKER_CONSUMER_OFFSET[:40],
+                "wrong-shape": '{"offsetTable":[1,2]}',
+            }[damage]
+        )
     loaded = ConsumerOffsetTable.open(str(path))
     assert loaded.loaded_from == str(path) + ".bak"
     assert loaded.query("g", "TopicTest", 0) == 5
@@ -171,7 +219,7 @@ def test_persist_after_a_bad_file_keeps_the_good_bak(tmp_path):
     loaded = TopicConfigTable.open(str(path))
     assert sorted(loaded.topics) == ["A"]
     loaded.create("C", 2)
-    loaded.persist()                                      # the garbage is not moved over the .bak
+    loaded.persist()  # the garbage is not moved over the .bak
     assert sorted(TopicConfigTable.open(str(path) + ".bak").topics) == ["A"]
     assert sorted(TopicConfigTable.open(str(path)).topics) == ["A", "C"]
 
@@ -197,6 +245,7 @@ def test_read_only_table_refuses_to_persist(tmp_path):
 
 # -- Java-written files ------------------------------------------------------------------------
 
+
 def test_java_delay_offset_json_loads_and_is_written_back_identically(java_store):
     path = java_store / "config" / "delayOffset.json"
     table = DelayOffsetTable.open(str(path), read_only=True)
@@ -216,7 +265,7 @@ def test_consumer_offsets_as_a_broker_writes_them(tmp_path):
     assert table.query("nobody", "TopicTest", 0) == -1
     assert table.topics(group) == ["%RETRY%please_rename_unique_group_name_4", "TopicTest"]
     assert table.groups("TopicTest") == [group]
-    assert table.to_json() == BROKER_CONSUMER_OFFSET       # byte for byte what the broker wrote
+    assert table.to_json() == BROKER_CONSUMER_OFFSET  # byte for byte what the broker wrote
 
 
 def test_consumer_offset_commit_and_remove(tmp_path):
@@ -225,7 +274,7 @@ def test_consumer_offset_commit_and_remove(tmp_path):
     table.commit("g1", "T", 0, 10)
     table.commit("g1", "U", 0, 1)
     table.commit("g2", "T", 0, 7)
-    assert '"T@g1":{0:10,3:30\n' in table.to_json()       # queue ids sorted, as a TreeMap
+    assert '"T@g1":{0:10,3:30\n' in table.to_json()  # queue ids sorted, as a TreeMap
     assert table.remove("g1", "T", 3) and table.query("g1", "T", 3) == -1
     assert table.remove("g1", "T") and table.query_all("g1", "T") == {}
     assert not table.remove("g1", "T")
@@ -242,8 +291,10 @@ def test_consumer_offset_commit_and_remove(tmp_path):
 
 def test_consumer_offset_quoted_keys_and_5x_extras(tmp_path):
     path = tmp_path / "consumerOffset.json"
-    path.write_text('{"dataVersion":{"counter":3,"timestamp":1},'
-                    '"groupTopicMap":{"g":["T"]},"offsetTable":{"T@g":{"0":4}}}')
+    path.write_text(
+        '{"dataVersion":{"counter":3,"timestamp":1},'
+        '"groupTopicMap":{"g":["T"]},"offsetTable":{"T@g":{"0":4}}}'
+    )
     table = ConsumerOffsetTable.open(str(path))
     assert table.query("g", "T", 0) == 4
     text = table.to_json()
@@ -257,8 +308,15 @@ def test_topics_json_round_trip_and_api(tmp_path):
     assert table.counter == 5 and table.queues("TopicTest") == 4 and table.queues("Nope") == 0
     assert table.to_json() == BROKER_TOPICS
     entry = table.create("Orders", 8, perm=4, order=True)
-    assert entry == {"order": True, "perm": 4, "readQueueNums": 8, "topicFilterType": "SINGLE_TAG",
-                     "topicName": "Orders", "topicSysFlag": 0, "writeQueueNums": 8}
+    assert entry == {
+        "order": True,
+        "perm": 4,
+        "readQueueNums": 8,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "Orders",
+        "topicSysFlag": 0,
+        "writeQueueNums": 8,
+    }
     assert table.counter == 6 and table.dirty
     assert "Orders" in table and list(table) == ["TopicTest", "Orders"]
     table.persist()
@@ -276,9 +334,11 @@ def test_topics_json_round_trip_and_api(tmp_path):
 
 def test_topics_json_keeps_5x_fields(tmp_path):
     path = tmp_path / "topics.json"
-    path.write_text('{"dataVersion":{"counter":1,"stateVersion":0,"timestamp":2},'
-                    '"topicConfigTable":{"T":{"attributes":{},"order":false,"perm":6,"readQueueNums":1,'
-                    '"topicFilterType":"SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":1}}}')
+    path.write_text(
+        '{"dataVersion":{"counter":1,"stateVersion":0,"timestamp":2},'
+        '"topicConfigTable":{"T":{"attributes":{},"order":false,"perm":6,"readQueueNums":1,'
+        '"topicFilterType":"SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":1}}}'
+    )
     table = TopicConfigTable.open(str(path))
     assert loads_fastjson(table.to_json()) == loads_fastjson(path.read_text())
     table.create("T", 2)
@@ -306,7 +366,7 @@ def test_subscription_groups(tmp_path):
 
 def test_topic_table_takes_the_store_topic_table_arguments(tmp_path):
     path = str(tmp_path / "config" / "topics.json")
-    table = TopicConfigTable.open(path, 8, False)        # (path, default_queues, read_only)
+    table = TopicConfigTable.open(path, 8, False)  # (path, default_queues, read_only)
     assert table.queues("T") == 0
     table.create("T")
     assert table.queues("T") == 8 and table.topics["T"]["writeQueueNums"] == 8

@@ -10,14 +10,21 @@ from hypothesis import strategies as st
 
 from rocketstore import MessageStore
 from rocketstore._codec_py import java_hash, tags_code
-from rocketstore.consume import (MIN_SCAN_UNITS, GetMessageResult, GetMessageStatus, TagFilter,
-                                 get_message, get_units, scan_budget)
+from rocketstore.consume import (
+    MIN_SCAN_UNITS,
+    GetMessageResult,
+    GetMessageStatus,
+    TagFilter,
+    get_message,
+    get_units,
+    scan_budget,
+)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueue
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 
 S = GetMessageStatus
-UNITS = 4          # units per ConsumeQueue file: boundaries every 4 offsets
-SIZE = 100         # record size of the fake CommitLog
+UNITS = 4  # units per ConsumeQueue file: boundaries every 4 offsets
+SIZE = 100  # record size of the fake CommitLog
 
 
 class Rec:
@@ -64,11 +71,20 @@ def offsets_of(result):
 
 # -- the enum and the hash the filters rely on ---------------------------------------------------
 
+
 def test_status_enum_follows_rocketmq_get_message_status_order():
     assert [s.name for s in GetMessageStatus] == [
-        "FOUND", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING", "OFFSET_FOUND_NULL",
-        "OFFSET_OVERFLOW_BADLY", "OFFSET_OVERFLOW_ONE", "OFFSET_TOO_SMALL",
-        "NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE", "OFFSET_RESET"]
+        "FOUND",
+        "NO_MATCHED_MESSAGE",
+        "MESSAGE_WAS_REMOVING",
+        "OFFSET_FOUND_NULL",
+        "OFFSET_OVERFLOW_BADLY",
+        "OFFSET_OVERFLOW_ONE",
+        "OFFSET_TOO_SMALL",
+        "NO_MATCHED_LOGIC_QUEUE",
+        "NO_MESSAGE_IN_QUEUE",
+        "OFFSET_RESET",
+    ]
     assert [int(s) for s in GetMessageStatus] == list(range(10))
     assert str(S.OFFSET_OVERFLOW_ONE) == "OFFSET_OVERFLOW_ONE"
 
@@ -81,6 +97,7 @@ def test_java_hash_of_aa_equals_bb_so_their_tags_codes_collide():
 
 # -- TagFilter ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("expression", [None, "", "*"])
 def test_none_empty_and_star_subscribe_to_everything(expression):
     f = TagFilter.parse(expression)
@@ -89,8 +106,9 @@ def test_none_empty_and_star_subscribe_to_everything(expression):
     assert f.mask(np.array([1, 0, -5], dtype=np.int64)).tolist() == [True, True, True]
 
 
-@pytest.mark.parametrize("expression", ["TagA || TagB", "TagA||TagB", "  TagA ||TagB||", "||TagA|| ||TagB",
-                                        "\tTagA\n||\x00TagB "])
+@pytest.mark.parametrize(
+    "expression", ["TagA || TagB", "TagA||TagB", "  TagA ||TagB||", "||TagA|| ||TagB", "\tTagA\n||\x00TagB "]
+)
 def test_expression_splits_on_double_bar_trims_and_drops_empty_tags(expression):
     f = TagFilter.parse(expression)
     assert not f.match_all
@@ -123,19 +141,25 @@ def test_matches_code_compares_the_int_narrowing_of_the_long_tags_code():
     f = TagFilter.parse("TagA")
     h = java_hash("TagA")
     assert f.matches_code(h)
-    assert f.matches_code(h + (5 << 32))            # (int) keeps the low 32 bits only
+    assert f.matches_code(h + (5 << 32))  # (int) keeps the low 32 bits only
     assert not f.matches_code(h + 1)
-    assert not f.matches_code(0)                     # a message without a tag
+    assert not f.matches_code(0)  # a message without a tag
     # a ConsumeQueueExt address has no ext file to resolve it: RocketMQ lets it through
     assert f.matches_code(-(1 << 31) - 1) and f.matches_code(-(1 << 63))
-    assert not f.matches_code(-(1 << 31))            # Integer.MIN_VALUE is a hash, not an address
+    assert not f.matches_code(-(1 << 31))  # Integer.MIN_VALUE is a hash, not an address
 
 
 def test_mask_agrees_with_matches_code_on_big_endian_int64(rng):
-    tags = ["TagA", "BB", "ü", "\U0001F600"]
+    tags = ["TagA", "BB", "ü", "\U0001f600"]
     f = TagFilter.parse(" || ".join(tags[:3]))
-    values = [java_hash(t) for t in tags] + [java_hash("Aa") + (7 << 32), 0, -(1 << 31), -(1 << 31) - 1,
-                                             (1 << 63) - 1, -(1 << 63)]
+    values = [java_hash(t) for t in tags] + [
+        java_hash("Aa") + (7 << 32),
+        0,
+        -(1 << 31),
+        -(1 << 31) - 1,
+        (1 << 63) - 1,
+        -(1 << 63),
+    ]
     values += [rng.randrange(-(1 << 63), 1 << 63) for _ in range(500)]
     codes = np.array(values, dtype=">i8")
     assert f.mask(codes).tolist() == [f.matches_code(v) for v in values]
@@ -151,6 +175,7 @@ def test_matches_tag_is_exact_and_case_sensitive():
 
 
 # -- statuses and next_begin_offset -------------------------------------------------------------
+
 
 def test_no_queue_is_no_matched_logic_queue_with_next_zero():
     r = get_message(None, 7, 32, "*", FakeCommitLog())
@@ -182,10 +207,10 @@ def test_offset_at_max_is_overflow_one_and_stays(tmp_path):
 def test_offset_past_max_is_overflow_badly_with_the_43_rule(tmp_path):
     from_zero, log0 = build(tmp_path / "a", ["A"] * 5)
     r = get_message(from_zero, 9, 32, None, log0)
-    assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 0)      # min == 0: min
+    assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 0)  # min == 0: min
     from_ten, log10 = build(tmp_path / "b", ["A"] * 5, start=10)
     r = get_message(from_ten, 99, 32, None, log10)
-    assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 15)     # else max
+    assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 15)  # else max
 
 
 class VanishingQueue:
@@ -225,7 +250,7 @@ def test_all_units_filtered_is_no_matched_message_and_consumes_them(tmp_path):
     cq, log = build(tmp_path, ["B", "C", "B"], units=10)
     r = get_message(cq, 0, 32, "A", log)
     assert (r.status, r.next_begin_offset, len(r)) == (S.NO_MATCHED_MESSAGE, 3, 0)
-    assert log.reads == []           # rejected by tagsCode: the CommitLog is not touched
+    assert log.reads == []  # rejected by tagsCode: the CommitLog is not touched
 
 
 def test_every_record_gone_is_message_was_removing(tmp_path):
@@ -245,14 +270,16 @@ def test_read_raising_message_not_found_counts_as_gone(tmp_path):
     assert (r.status, r.next_begin_offset) == (S.MESSAGE_WAS_REMOVING, 3)
 
 
-@pytest.mark.parametrize("tags, gone, expected", [
-    (["A", "B"], {0}, S.NO_MATCHED_MESSAGE),           # gone, then filtered: filtered is last
-    (["B", "A"], {1}, S.MESSAGE_WAS_REMOVING),         # filtered, then gone
-    (["A", "BB"], {0}, S.NO_MATCHED_MESSAGE),          # gone, then a collision rejected on re-check
-    (["BB", "A"], {1}, S.MESSAGE_WAS_REMOVING),        # collision rejected, then gone
-])
-def test_while_nothing_is_collected_the_last_unit_examined_decides_the_status(tmp_path, tags, gone,
-                                                                               expected):
+@pytest.mark.parametrize(
+    "tags, gone, expected",
+    [
+        (["A", "B"], {0}, S.NO_MATCHED_MESSAGE),  # gone, then filtered: filtered is last
+        (["B", "A"], {1}, S.MESSAGE_WAS_REMOVING),  # filtered, then gone
+        (["A", "BB"], {0}, S.NO_MATCHED_MESSAGE),  # gone, then a collision rejected on re-check
+        (["BB", "A"], {1}, S.MESSAGE_WAS_REMOVING),  # collision rejected, then gone
+    ],
+)
+def test_while_nothing_is_collected_the_last_unit_examined_decides_the_status(tmp_path, tags, gone, expected):
     # RocketMQ 4.3 overwrites the status on each filtered or gone unit until one is collected
     cq, log = build(tmp_path, tags, units=10, gone=gone)
     r = get_message(cq, 0, 32, "A || Aa", log)
@@ -267,15 +294,19 @@ def test_gone_records_before_a_found_one_still_give_found(tmp_path):
 
 # -- tag filtering and collisions ---------------------------------------------------------------
 
-@pytest.mark.parametrize("expression, expected", [
-    ("TagA || TagB", [0, 1, 4]),
-    ("  TagB||TagA  ", [0, 1, 4]),
-    ("TagC", [3]),
-    ("*", [0, 1, 2, 3, 4, 5]),
-    ("", [0, 1, 2, 3, 4, 5]),
-    (None, [0, 1, 2, 3, 4, 5]),
-    ("TagZ", []),
-])
+
+@pytest.mark.parametrize(
+    "expression, expected",
+    [
+        ("TagA || TagB", [0, 1, 4]),
+        ("  TagB||TagA  ", [0, 1, 4]),
+        ("TagC", [3]),
+        ("*", [0, 1, 2, 3, 4, 5]),
+        ("", [0, 1, 2, 3, 4, 5]),
+        (None, [0, 1, 2, 3, 4, 5]),
+        ("TagZ", []),
+    ],
+)
 def test_tag_expression_selects_matching_messages(tmp_path, expression, expected):
     cq, log = build(tmp_path, ["TagA", "TagB", None, "TagC", "TagA", ""], units=10)
     r = get_message(cq, 0, 32, expression, log)
@@ -291,7 +322,7 @@ def test_a_tags_code_collision_is_filtered_by_the_real_tag(tmp_path):
     r = get_message(cq, 0, 32, "Aa", log)
     assert offsets_of(r) == [0, 2] and r.next_begin_offset == 4
     assert [m.tags for m in r] == ["Aa", "Aa"]
-    assert len(log.reads) == 4        # the hash let the BB units through to the CommitLog read
+    assert len(log.reads) == 4  # the hash let the BB units through to the CommitLog read
     # without the re-check the broker-side answer includes the colliding tag, as in RocketMQ
     assert offsets_of(get_message(cq, 0, 32, "Aa", log, recheck_tags=False)) == [0, 1, 2, 3]
     assert get_units(cq, 0, 32, "Aa").queue_offsets.tolist() == [0, 1, 2, 3]
@@ -311,6 +342,7 @@ def test_collision_rejected_after_a_message_does_not_stop_the_batch(tmp_path):
 
 # -- placeholders and file boundaries -----------------------------------------------------------
 
+
 class QueueFromFileStart(ConsumeQueue):
     """A queue that reports its first file's start as min_offset, exposing the placeholders."""
 
@@ -324,7 +356,7 @@ def test_queue_starting_at_10_skips_the_placeholders_before_it(tmp_path):
     assert (cq.min_offset, cq.max_offset) == (10, 13)
     r = get_message(cq, 10, 32, None, log)
     assert (r.status, r.next_begin_offset, offsets_of(r)) == (S.FOUND, 13, [10, 11, 12])
-    r = get_message(cq, 10, 32, None, log, max_files=1)     # the first file ends at 12
+    r = get_message(cq, 10, 32, None, log, max_files=1)  # the first file ends at 12
     assert (r.status, r.next_begin_offset, offsets_of(r)) == (S.FOUND, 12, [10, 11])
 
     exposed = QueueFromFileStart(str(tmp_path), "TopicTest", 0, units_per_file=UNITS)
@@ -339,7 +371,7 @@ def test_queue_starting_at_10_skips_the_placeholders_before_it(tmp_path):
     assert (0, PLACEHOLDER_SIZE) not in log.reads and len(log.reads) == 3
     r = get_units(exposed, 8, 32, max_files=1)
     assert r.queue_offsets.tolist() == [10, 11] and r.units["size"].tolist() == [SIZE, SIZE]
-    r = get_message(exposed, 8, 32, "Z", log)               # placeholders alone match nothing
+    r = get_message(exposed, 8, 32, "Z", log)  # placeholders alone match nothing
     assert (r.status, r.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 13)
     exposed.close()
 
@@ -349,7 +381,7 @@ def test_scan_crosses_one_file_boundary_but_not_two(tmp_path):
     r = get_message(cq, 2, 100, None, log)
     assert (r.status, r.next_begin_offset) == (S.FOUND, 8)
     assert offsets_of(r) == [2, 3, 4, 5, 6, 7]
-    r = get_message(cq, 2, 100, None, log, max_files=1)        # RocketMQ 4.3: one file only
+    r = get_message(cq, 2, 100, None, log, max_files=1)  # RocketMQ 4.3: one file only
     assert (r.next_begin_offset, offsets_of(r)) == (4, [2, 3])
     r = get_units(cq, 8, 100, max_files=3)
     assert r.next_begin_offset == 14 and r.queue_offsets.tolist() == list(range(8, 14))
@@ -372,6 +404,7 @@ def test_batch_full_inside_the_first_file_does_not_touch_the_second(tmp_path):
 
 
 # -- batch limits and the scan budget -----------------------------------------------------------
+
 
 def test_max_msgs_stops_after_the_last_accepted_unit(tmp_path):
     cq, log = build(tmp_path, ["B", "A", "B", "A", "B", "A", "B"], units=10)
@@ -404,7 +437,7 @@ def test_byte_limit_is_off_by_default_and_opt_in(tmp_path):
     assert len(get_message(cq, 0, 32, None, log)) == 6
     r = get_message(cq, 0, 32, None, log, max_bytes=250)
     assert (r.next_begin_offset, offsets_of(r), r.buffer_total_size) == (2, [0, 1], 200)
-    r = get_message(cq, 0, 32, None, log, max_bytes=200)     # exactly at the limit still fits
+    r = get_message(cq, 0, 32, None, log, max_bytes=200)  # exactly at the limit still fits
     assert (r.next_begin_offset, offsets_of(r)) == (2, [0, 1])
     assert get_units(cq, 0, 32, None, max_bytes=300).next_begin_offset == 3
     # never full before the first message, however large
@@ -423,6 +456,7 @@ def test_byte_limit_looks_at_every_unit_even_a_filtered_one(tmp_path):
 
 
 # -- get_units: the zero-copy path ---------------------------------------------------------------
+
 
 def test_get_units_returns_a_read_only_view_when_every_unit_is_accepted(tmp_path):
     cq, log = build(tmp_path, ["A", "B", "A", "A"], units=10)
@@ -456,18 +490,22 @@ def test_get_units_statuses_for_bounds_and_no_match(tmp_path):
 
 # -- argument checks ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"max_msgs": 0}, "max_msgs must be >= 1"),
-    ({"max_msgs": True}, "max_msgs must be an int"),
-    ({"offset": "3"}, "offset must be an int"),
-    ({"offset": 1.0}, "offset must be an int"),
-    ({"max_scan_units": 0}, "max_scan_units must be >= 1"),
-    ({"max_bytes": 0}, "max_bytes must be >= 1"),
-    ({"max_files": 0}, "max_files must be >= 1"),
-    ({"tag_filter": b"A"}, "tag expression must be a str"),
-    ({"read": None}, "needs a read callback"),
-    ({"read": 42}, "read must be callable"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"max_msgs": 0}, "max_msgs must be >= 1"),
+        ({"max_msgs": True}, "max_msgs must be an int"),
+        ({"offset": "3"}, "offset must be an int"),
+        ({"offset": 1.0}, "offset must be an int"),
+        ({"max_scan_units": 0}, "max_scan_units must be >= 1"),
+        ({"max_bytes": 0}, "max_bytes must be >= 1"),
+        ({"max_files": 0}, "max_files must be >= 1"),
+        ({"tag_filter": b"A"}, "tag expression must be a str"),
+        ({"read": None}, "needs a read callback"),
+        ({"read": 42}, "read must be callable"),
+    ],
+)
 def test_bad_arguments_raise_invalid_message_error(tmp_path, kwargs, match):
     cq, log = build(tmp_path, ["A"], units=10)
     args = {"cq": cq, "offset": 0, "max_msgs": 1, "tag_filter": None, "read": log, **kwargs}
@@ -482,6 +520,7 @@ def test_numpy_integers_are_accepted_as_offsets(tmp_path):
 
 
 # -- a real store: MessageExt from the CommitLog ------------------------------------------------
+
 
 def test_get_message_reads_message_ext_from_a_real_store(tmp_path, impl):
     store = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=64 * 1024)
@@ -499,7 +538,10 @@ def test_get_message_reads_message_ext_from_a_real_store(tmp_path, impl):
         r = get_message(cq, 0, 32, "Aa || TagA", read)
         assert (r.status, r.next_begin_offset) == (S.FOUND, 6)
         assert [(m.queue_offset, m.tags, bytes(m.body)) for m in r] == [
-            (0, "Aa", b"body-0"), (3, "TagA", b"body-3"), (4, "Aa", b"body-4")]
+            (0, "Aa", b"body-0"),
+            (3, "TagA", b"body-3"),
+            (4, "Aa", b"body-4"),
+        ]
         assert r.units["size"].tolist() == [m.size for m in r]
     finally:
         cq.close()
@@ -512,8 +554,19 @@ TAGS = ["A", "B", "Aa", "BB", None, "", "C"]
 EXPRESSIONS = [None, "", "*", "A", "Aa", "BB", "A || B", " Aa ||BB ", "||", "C || A || Aa", "Z"]
 
 
-def model_get(entries, start, units_per_file, offset, max_msgs, expression, budget, max_files,
-              max_bytes, recheck, reading=True):
+def model_get(
+    entries,
+    start,
+    units_per_file,
+    offset,
+    max_msgs,
+    expression,
+    budget,
+    max_files,
+    max_bytes,
+    recheck,
+    reading=True,
+):
     """A per-unit transcription of RocketMQ 4.3's getMessage over a plain list.
 
     entries[i] = (tag, gone, size) at queue offset start + i. Returns (status, next, offsets).
@@ -555,25 +608,42 @@ def model_get(entries, start, units_per_file, offset, max_msgs, expression, budg
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(units_per_file=st.integers(2, 6), start=st.integers(0, 9),
-       entries=st.lists(st.tuples(st.sampled_from(TAGS), st.booleans(), st.integers(1, 300)), max_size=25),
-       offset_delta=st.integers(-11, 4), max_msgs=st.integers(1, 6),
-       expression=st.sampled_from(EXPRESSIONS),
-       budget=st.one_of(st.none(), st.integers(1, 12)), max_files=st.integers(1, 3),
-       max_bytes=st.one_of(st.none(), st.integers(50, 700)), recheck=st.booleans())
-def test_get_message_and_get_units_agree_with_a_list_model(units_per_file, start, entries, offset_delta,
-                                                           max_msgs, expression, budget, max_files,
-                                                           max_bytes, recheck):
+@given(
+    units_per_file=st.integers(2, 6),
+    start=st.integers(0, 9),
+    entries=st.lists(st.tuples(st.sampled_from(TAGS), st.booleans(), st.integers(1, 300)), max_size=25),
+    offset_delta=st.integers(-11, 4),
+    max_msgs=st.integers(1, 6),
+    expression=st.sampled_from(EXPRESSIONS),
+    budget=st.one_of(st.none(), st.integers(1, 12)),
+    max_files=st.integers(1, 3),
+    max_bytes=st.one_of(st.none(), st.integers(50, 700)),
+    recheck=st.booleans(),
+)
+def test_get_message_and_get_units_agree_with_a_list_model(
+    units_per_file, start, entries, offset_delta, max_msgs, expression, budget, max_files, max_bytes, recheck
+):
     with tempfile.TemporaryDirectory() as root:
         tags = [tag for tag, _, _ in entries]
         gone = {start + i for i, (_, g, _) in enumerate(entries) if g}
-        cq, log = build(root, tags, start=start, units=units_per_file, gone=gone,
-                        sizes=[size for _, _, size in entries])
+        cq, log = build(
+            root, tags, start=start, units=units_per_file, gone=gone, sizes=[size for _, _, size in entries]
+        )
         try:
             offset = (start + len(entries) if entries else 0) + offset_delta
             options = dict(max_scan_units=budget, max_files=max_files, max_bytes=max_bytes)
-            want = model_get(entries, start, units_per_file, offset, max_msgs, expression, budget,
-                             max_files, max_bytes, recheck)
+            want = model_get(
+                entries,
+                start,
+                units_per_file,
+                offset,
+                max_msgs,
+                expression,
+                budget,
+                max_files,
+                max_bytes,
+                recheck,
+            )
             r = get_message(cq, offset, max_msgs, expression, log, recheck_tags=recheck, **options)
             assert (r.status, r.next_begin_offset, offsets_of(r)) == want
             assert r.queue_offsets.tolist() == want[2]
@@ -581,8 +651,19 @@ def test_get_message_and_get_units_agree_with_a_list_model(units_per_file, start
             if entries:
                 assert (r.min_offset, r.max_offset) == (start, start + len(entries))
 
-            want_units = model_get(entries, start, units_per_file, offset, max_msgs, expression, budget,
-                                   max_files, max_bytes, recheck, reading=False)
+            want_units = model_get(
+                entries,
+                start,
+                units_per_file,
+                offset,
+                max_msgs,
+                expression,
+                budget,
+                max_files,
+                max_bytes,
+                recheck,
+                reading=False,
+            )
             u = get_units(cq, offset, max_msgs, expression, **options)
             assert (u.status, u.next_begin_offset, u.queue_offsets.tolist()) == want_units
             assert len(u.units) == len(want_units[2])

@@ -8,16 +8,31 @@ import numpy as np
 import pytest
 
 from rocketstore._codec_py import tags_code
-from rocketstore.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE,
-                                      DEFAULT_CQ_UNITS, PLACEHOLDER_SIZE, PLACEHOLDER_UNIT,
-                                      ConsumeQueue, ConsumeQueueStore, encode_unit, roll_next_file,
-                                      unit_location)
-from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, InvalidTopicError,
-                                MessageNotFoundError, StoreClosedError, StoreConfigError,
-                                StoreReadOnlyError)
+from rocketstore.consumequeue import (
+    CQ_UNIT_DTYPE,
+    CQ_UNIT_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
+    DEFAULT_CQ_UNITS,
+    PLACEHOLDER_SIZE,
+    PLACEHOLDER_UNIT,
+    ConsumeQueue,
+    ConsumeQueueStore,
+    encode_unit,
+    roll_next_file,
+    unit_location,
+)
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreReadOnlyError,
+)
 
-UNITS = 10          # small files for most tests: 200 bytes each
-MSG = 137           # the record size of vector 6
+UNITS = 10  # small files for most tests: 200 bytes each
+MSG = 137  # the record size of vector 6
 
 
 def open_cq(root, units=UNITS, topic="TopicTest", qid=0, read_only=False):
@@ -48,6 +63,7 @@ def name(byte_offset):
 
 # -- layout and the §14 vectors ------------------------------------------------------------------
 
+
 def test_unit_dtype_is_the_20_byte_big_endian_layout():
     assert CQ_UNIT_SIZE == 20 and CQ_UNIT_DTYPE.itemsize == 20
     assert [CQ_UNIT_DTYPE.fields[f][1] for f in CQ_UNIT_DTYPE.names] == [0, 8, 12]
@@ -58,7 +74,7 @@ def test_unit_dtype_is_the_20_byte_big_endian_layout():
 
 
 def test_unit_for_record_6_matches_vector_7(tmp_path):
-    expected = bytes.fromhex("0000000000000000" "00000089" "000000000027A807")
+    expected = bytes.fromhex("000000000000000000000089000000000027A807")
     assert tags_code("TagA") == 2598919
     assert encode_unit(0, MSG, tags_code("TagA")) == expected
     cq = open_cq(tmp_path)
@@ -72,12 +88,12 @@ def test_unit_for_record_6_matches_vector_7(tmp_path):
 
 
 def test_placeholder_unit_matches_vector_7():
-    assert PLACEHOLDER_UNIT == bytes.fromhex("0000000000000000" "7FFFFFFF" "0000000000000000")
+    assert bytes.fromhex("00000000000000007FFFFFFF0000000000000000") == PLACEHOLDER_UNIT
     assert PLACEHOLDER_SIZE == 0x7FFFFFFF
 
 
 def test_negative_tags_code_is_sign_extended():
-    h = tags_code("TopicTest#OrderID001")      # -1231272886, vector 1
+    h = tags_code("TopicTest#OrderID001")  # -1231272886, vector 1
     assert encode_unit(5, 10, h)[12:] == (h & (2**64 - 1)).to_bytes(8, "big")
 
 
@@ -112,7 +128,7 @@ def test_first_offset_inside_a_file_is_padded_with_placeholders_vector_9(tmp_pat
     assert data[3135800:3135820] == bytes(20)
     assert (cq.min_offset, cq.max_offset) == (123456789, 123456790)
     cq.close()
-    cq = open_cq(tmp_path, units=DEFAULT_CQ_UNITS)       # placeholders are valid, but not offsets
+    cq = open_cq(tmp_path, units=DEFAULT_CQ_UNITS)  # placeholders are valid, but not offsets
     assert (cq.min_offset, cq.max_offset) == (123456789, 123456790)
     assert cq.max_physic_offset == MSG
     cq.close()
@@ -120,13 +136,14 @@ def test_first_offset_inside_a_file_is_padded_with_placeholders_vector_9(tmp_pat
 
 # -- dispatch rules (§4.2) ---------------------------------------------------------------------
 
+
 def test_placeholder_fill_in_small_files_and_reopen(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 13, 3)
     assert files(cq) == [name(200)]
     assert (cq.min_offset, cq.max_offset) == (13, 16)
     with pytest.raises(MessageNotFoundError):
-        cq.unit(12)                                     # a placeholder is not a readable offset
+        cq.unit(12)  # a placeholder is not a readable offset
     cq.close()
     assert file_bytes(cq, name(200))[:60] == PLACEHOLDER_UNIT * 3
     cq = open_cq(tmp_path)
@@ -139,7 +156,7 @@ def test_a_re_dispatched_unit_is_skipped(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 3)
     assert cq.max_physic_offset == 3 * MSG
-    assert cq.append(2, 2 * MSG, MSG, 7) is False          # already there: a re-dispatch
+    assert cq.append(2, 2 * MSG, MSG, 7) is False  # already there: a re-dispatch
     assert cq.append(0, 0, MSG, 7) is False
     assert cq.max_offset == 3
     assert cq.append(3, 3 * MSG, MSG, 7) is True
@@ -180,8 +197,15 @@ def test_appends_roll_into_new_files(tmp_path):
 
 def test_append_rejects_bad_input_and_writes_nothing(tmp_path):
     cq = open_cq(tmp_path)
-    for args in [(-1, 0, 1, 0), (0, -1, 1, 0), (0, 0, 0, 0), (0, 0, -5, 0), (0, 0, 2**31, 0),
-                 (0, 0, 1, 2**63), (0, 0, 1, -2**63 - 1)]:
+    for args in [
+        (-1, 0, 1, 0),
+        (0, -1, 1, 0),
+        (0, 0, 0, 0),
+        (0, 0, -5, 0),
+        (0, 0, 2**31, 0),
+        (0, 0, 1, 2**63),
+        (0, 0, 1, -(2**63) - 1),
+    ]:
         with pytest.raises(InvalidMessageError):
             cq.append(*args)
     assert cq.max_offset == 0
@@ -201,22 +225,38 @@ def test_append_many_writes_the_same_bytes_as_append(tmp_path, rng):
     for _ in range(300):
         r = rng.random()
         size = rng.randrange(50, 300)
-        if r < 0.05 and q:            # a duplicate of the previous record
-            q.append(q[-1]); phys.append(phys[-1]); sizes.append(sizes[-1]); tags.append(tags[-1])
+        if r < 0.05 and q:  # a duplicate of the previous record
+            q.append(q[-1])
+            phys.append(phys[-1])
+            sizes.append(sizes[-1])
+            tags.append(tags[-1])
             continue
-        if r < 0.08:                  # a gap in queue offsets
+        if r < 0.08:  # a gap in queue offsets
             qo += rng.randrange(1, 4)
-        q.append(qo); phys.append(po); sizes.append(size); tags.append(rng.randrange(-2**63, 2**63))
+        q.append(qo)
+        phys.append(po)
+        sizes.append(size)
+        tags.append(rng.randrange(-(2**63), 2**63))
         qo += 1
         po += size
     one = open_cq(tmp_path / "one")
     many = open_cq(tmp_path / "many")
     written = sum(one.append(*args) for args in zip(q, phys, sizes, tags))
-    assert many.append_many(q[:100], phys[:100], sizes[:100], tags[:100]) + \
-        many.append_many(np.array(q[100:]), np.array(phys[100:]), np.array(sizes[100:]),
-                         np.array(tags[100:], dtype=np.int64)) == written
-    assert (many.min_offset, many.max_offset, many.max_physic_offset) == \
-        (one.min_offset, one.max_offset, one.max_physic_offset)
+    assert (
+        many.append_many(q[:100], phys[:100], sizes[:100], tags[:100])
+        + many.append_many(
+            np.array(q[100:]),
+            np.array(phys[100:]),
+            np.array(sizes[100:]),
+            np.array(tags[100:], dtype=np.int64),
+        )
+        == written
+    )
+    assert (many.min_offset, many.max_offset, many.max_physic_offset) == (
+        one.min_offset,
+        one.max_offset,
+        one.max_physic_offset,
+    )
     expected_max = one.max_offset
     one.close()
     many.close()
@@ -241,6 +281,7 @@ def test_append_many_checks_everything_before_writing(tmp_path):
 
 # -- recovery (§4.4) ---------------------------------------------------------------------------
 
+
 def test_reopen_recovers_end_and_max_physic_offset(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 23, start_phys=500)
@@ -261,7 +302,7 @@ def test_recover_keeps_the_units_after_a_corrupt_one_and_records_a_hole(tmp_path
     fill(cq, 0, 25)
     cq.close()
     path = os.path.join(cq.directory, name(200))
-    with open(path, "r+b") as f:                          # unit 14: size 0
+    with open(path, "r+b") as f:  # unit 14: size 0
         f.seek(4 * 20 + 8)
         f.write((0).to_bytes(4, "big"))
     cq = ConsumeQueue(str(tmp_path), "TopicTest", 0, units_per_file=UNITS)
@@ -286,25 +327,25 @@ def test_recover_prefix_keeps_the_units_the_checkpoint_vouches_for(tmp_path):
     """After an abnormal stop: every file is searched, not only the last ones, and a zero file
     does not stop the cut."""
     cq = open_cq(tmp_path)
-    fill(cq, 0, 45)                                       # files 0..4
+    fill(cq, 0, 45)  # files 0..4
     cq.close()
     with open(os.path.join(cq.directory, name(400)), "r+b") as f:
-        f.write(bytes(200))                               # never written back: zeros
+        f.write(bytes(200))  # never written back: zeros
     cq = ConsumeQueue(str(tmp_path), "TopicTest", 0, units_per_file=UNITS)
     cq.load()
     assert cq.recover_prefix(13 * MSG) == 13 * MSG
     assert cq.max_offset == 13 and files(cq) == [name(0), name(200)]
     raw = pathlib.Path(cq.directory, name(200)).read_bytes()
-    assert raw[3 * 20:] == bytes(len(raw) - 3 * 20)       # nothing stale left after the cut
+    assert raw[3 * 20 :] == bytes(len(raw) - 3 * 20)  # nothing stale left after the cut
     assert cq.append(13, 13 * MSG, MSG, 7) and cq.unit(13) == (13 * MSG, MSG, 7)
 
 
 def test_recover_scans_only_from_the_third_last_file(tmp_path):
     cq = open_cq(tmp_path)
-    fill(cq, 0, 45)                                       # files 0..4, the last half full
+    fill(cq, 0, 45)  # files 0..4, the last half full
     cq.close()
     with open(os.path.join(cq.directory, name(0)), "r+b") as f:
-        f.write(bytes(20))                                # not scanned: before the third-last
+        f.write(bytes(20))  # not scanned: before the third-last
     cq = open_cq(tmp_path)
     assert cq.max_offset == 45 and len(files(cq)) == 5
 
@@ -317,7 +358,7 @@ def test_recover_of_a_zero_filled_queue_is_empty_and_appends_from_scratch(tmp_pa
     cq.load()
     assert cq.recover() == -1
     assert (cq.min_offset, cq.max_offset) == (0, 0)
-    assert cq.append(12, 0, MSG, 7)                      # an empty leftover file is replaced
+    assert cq.append(12, 0, MSG, 7)  # an empty leftover file is replaced
     assert files(cq) == [name(200)]
     assert (cq.min_offset, cq.max_offset) == (12, 13)
 
@@ -350,6 +391,7 @@ def test_files_of_another_size_are_refused(tmp_path):
 
 # -- truncateDirtyLogicFiles -------------------------------------------------------------------
 
+
 def test_truncate_dirty_cuts_units_at_or_past_the_commitlog_end(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 25)
@@ -357,7 +399,7 @@ def test_truncate_dirty_cuts_units_at_or_past_the_commitlog_end(tmp_path):
     assert cq.max_offset == 17
     assert cq.max_physic_offset == 17 * MSG
     assert files(cq) == [name(0), name(200)]
-    assert cq.append(17, 17 * MSG, 50, 1)                # dispatch resumes at the cut
+    assert cq.append(17, 17 * MSG, 50, 1)  # dispatch resumes at the cut
     cq.close()
     assert open_cq(tmp_path).max_offset == 18
 
@@ -382,16 +424,17 @@ def test_truncated_units_do_not_come_back_after_a_crash(tmp_path):
 
 # -- minLogicOffset (§4.5) and deletion (§4.6) -------------------------------------------------
 
+
 def test_correct_min_offset_finds_the_first_live_unit(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 25, start_phys=1000)
     cq.correct_min_offset(1000 + 4 * MSG)
     assert cq.min_offset == 4
-    cq.correct_min_offset(1000 + 4 * MSG + 1)            # between records: the next one
+    cq.correct_min_offset(1000 + 4 * MSG + 1)  # between records: the next one
     assert cq.min_offset == 5
-    cq.correct_min_offset(0)                              # never moves back
+    cq.correct_min_offset(0)  # never moves back
     assert cq.min_offset == 5
-    cq.correct_min_offset(1000 + 12 * MSG)               # past the first file: its end
+    cq.correct_min_offset(1000 + 12 * MSG)  # past the first file: its end
     assert cq.min_offset == 10
 
 
@@ -403,14 +446,14 @@ def test_correct_min_offset_with_no_live_unit_sets_min_to_max(tmp_path):
     with pytest.raises(MessageNotFoundError):
         cq.units(6, 1)
     assert len(cq.units(7, 5)) == 0
-    fill(cq, 7, 2, start_phys=7 * MSG)                    # new messages are readable from 7
+    fill(cq, 7, 2, start_phys=7 * MSG)  # new messages are readable from 7
     assert cq.units(7, 5)["commitlog_offset"].tolist() == [7 * MSG, 8 * MSG]
 
 
 def test_delete_expired_removes_leading_files_but_never_the_last(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 35)
-    assert cq.delete_expired(15 * MSG) == 1              # file 0 ends at unit 9 < 15
+    assert cq.delete_expired(15 * MSG) == 1  # file 0 ends at unit 9 < 15
     assert files(cq) == [name(200), name(400), name(600)]
     assert cq.min_offset == 15
     assert cq.unit(15)[0] == 15 * MSG
@@ -426,6 +469,7 @@ def test_delete_expired_removes_leading_files_but_never_the_last(tmp_path):
 
 # -- zero-copy views -----------------------------------------------------------------------------
 
+
 def test_units_view_is_zero_copy_and_sees_later_writes(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 5)
@@ -435,7 +479,7 @@ def test_units_view_is_zero_copy_and_sees_later_writes(tmp_path):
     cq.truncate_dirty(2 * MSG)
     cq.append(2, 5000, 11, 42)
     assert int(view[2]["commitlog_offset"]) == 5000 and int(view[2]["tags_code"]) == 42
-    assert int(view[3]["size"]) == 0                     # cut off (and zeroed) under the view
+    assert int(view[3]["size"]) == 0  # cut off (and zeroed) under the view
 
 
 def test_view_keeps_its_map_alive_after_close_and_deletion(tmp_path):
@@ -443,7 +487,7 @@ def test_view_keeps_its_map_alive_after_close_and_deletion(tmp_path):
     fill(cq, 0, 25)
     first = cq.units(0, 10)
     last = cq.units(20, 5)
-    cq.delete_expired(12 * MSG)                          # file 0 deleted while `first` lives
+    cq.delete_expired(12 * MSG)  # file 0 deleted while `first` lives
     assert not os.path.exists(os.path.join(cq.directory, name(0)))
     cq.close()
     assert first["commitlog_offset"].tolist() == [i * MSG for i in range(10)]
@@ -484,10 +528,10 @@ def test_reads_outside_the_queue_raise(tmp_path):
 def test_offset_of_time_binary_searches_store_times(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 25)
-    times = {i * MSG: 1000 + 10 * (i // 2) for i in range(25)}   # pairs share a timestamp
+    times = {i * MSG: 1000 + 10 * (i // 2) for i in range(25)}  # pairs share a timestamp
     assert cq.offset_of_time(0, times.get) == 0
     assert cq.offset_of_time(1000, times.get) == 0
-    assert cq.offset_of_time(1030, times.get) == 6               # the first of the pair
+    assert cq.offset_of_time(1030, times.get) == 6  # the first of the pair
     assert cq.offset_of_time(1031, times.get) == 8
     assert cq.offset_of_time(10**6, times.get) == 25
     gone = {k: (None if k < 10 * MSG else v) for k, v in times.items()}
@@ -496,17 +540,18 @@ def test_offset_of_time_binary_searches_store_times(tmp_path):
 
 # -- flushing and lifetime ---------------------------------------------------------------------
 
+
 def test_flush_reports_work_and_honours_least_pages(tmp_path):
     cq = open_cq(tmp_path, units=DEFAULT_CQ_UNITS)
     assert cq.flush() is False
     fill(cq, 0, 10)
-    assert cq.flush(least_pages=2) is False              # 200 bytes dirty: less than 2 pages
+    assert cq.flush(least_pages=2) is False  # 200 bytes dirty: less than 2 pages
     assert cq.flush() is True
     assert cq.flush() is False
-    fill(cq, 10, 500, start_phys=10 * MSG)               # 10,000 bytes: two page boundaries
+    fill(cq, 10, 500, start_phys=10 * MSG)  # 10,000 bytes: two page boundaries
     assert cq.flush(least_pages=2) is True
     cq.close()
-    cq.close()                                           # idempotent
+    cq.close()  # idempotent
     with pytest.raises(StoreClosedError):
         cq.append(510, 510 * MSG, MSG, 0)
 
@@ -520,6 +565,7 @@ def test_destroy_removes_the_queue_directory(tmp_path):
 
 # -- ConsumeQueueStore -------------------------------------------------------------------------
 
+
 def test_store_loads_every_queue_and_skips_foreign_directories(tmp_path):
     with ConsumeQueueStore(str(tmp_path), UNITS) as store:
         assert len(store) == 0
@@ -527,7 +573,7 @@ def test_store_loads_every_queue_and_skips_foreign_directories(tmp_path):
         fill(store.find_or_create("TopicA", 3), 0, 2, start_phys=10_000)
         fill(store.find_or_create("%RETRY%group", 0), 0, 1, start_phys=20_000)
         assert store.find_or_create("TopicA", 0) is store.get("TopicA", 0)
-        store.find_or_create("Unused", 1)                 # nothing on disk until an append
+        store.find_or_create("Unused", 1)  # nothing on disk until an append
     cq_dir = tmp_path / "consumequeue"
     (cq_dir / "TopicA" / "notaqueue").mkdir()
     (cq_dir / "TopicA" / "7.bak").mkdir()

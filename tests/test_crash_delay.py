@@ -4,9 +4,9 @@ the long version: ``python tests/crash_delay.py --iterations 200``."""
 
 import pathlib
 
-import rocketstore
-
 import crash_delay
+
+import rocketstore
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 
@@ -18,4 +18,4 @@ def test_kill_during_delivery_loses_and_repeats_nothing(tmp_path, impl, rng):
         workdir.mkdir()
         counts = crash_delay.one_iteration(str(workdir), impl.name, rng, src=SRC, rounds=2)
         scheduled += counts["scheduled"]
-    assert scheduled > 0      # the checks ran against delayed messages
+    assert scheduled > 0  # the checks ran against delayed messages

@@ -4,11 +4,10 @@ per implementation, several crashes per store. The script runs the long versions
 
 import pathlib
 
+import crash_harness
 import pytest
 
 import rocketstore
-
-import crash_harness
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 
@@ -30,10 +29,11 @@ def test_crashes_keep_every_promise(tmp_path, impl, power_loss, queue_units, rng
     for i in range(3):
         workdir = tmp_path / str(i)
         workdir.mkdir()
-        counts = crash_harness.one_iteration(str(workdir), impl.name, rng, power_loss=power_loss,
-                                             src=SRC, rounds=2)
+        counts = crash_harness.one_iteration(
+            str(workdir), impl.name, rng, power_loss=power_loss, src=SRC, rounds=2
+        )
         total += counts["acknowledged"]
-    assert total > 0      # the checks ran against acknowledged puts
+    assert total > 0  # the checks ran against acknowledged puts
 
 
 def test_the_power_cut_simulation_damages_what_was_not_durable(tmp_path, impl, rng):
@@ -56,23 +56,24 @@ def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_
     runs = []
 
     def run(path, implementation, rng, src, log=None):
-        if not runs:       # round 1: acknowledged puts, the checkpoint behind some of them
-            acked, flushed = crash_harness.run_and_kill(path, implementation, rng, src,
-                                                        delays=(0.4,), jitter=0.0, log=log)
+        if not runs:  # round 1: acknowledged puts, the checkpoint behind some of them
+            acked, flushed = crash_harness.run_and_kill(
+                path, implementation, rng, src, delays=(0.4,), jitter=0.0, log=log
+            )
             assert acked, "round 1 acknowledged nothing"
             cp = Checkpoint(str(pathlib.Path(path) / "checkpoint"))
             earlier = [a.offset for a in acked if a.offset <= cp.confirm_phy_offset]
-            if earlier:          # an earlier checkpoint: a record start the last one passed
+            if earlier:  # an earlier checkpoint: a record start the last one passed
                 cp.confirm_phy_offset = min(earlier)
                 cp.flush()
             assert any(a.offset + a.size > cp.confirm_phy_offset for a in acked)
-        else:              # round 2: killed right after READY, the parent heard nothing
-            crash_harness.run_and_kill(path, implementation, rng, src, delays=(0.0,), jitter=0.0,
-                                       log=log)
+        else:  # round 2: killed right after READY, the parent heard nothing
+            crash_harness.run_and_kill(path, implementation, rng, src, delays=(0.0,), jitter=0.0, log=log)
             acked, flushed = [], 0
         runs.append(len(acked))
         return acked, flushed
 
-    counts = crash_harness.one_iteration(str(tmp_path), impl.name, rng, power_loss=True, src=SRC,
-                                         rounds=2, run=run)
+    counts = crash_harness.one_iteration(
+        str(tmp_path), impl.name, rng, power_loss=True, src=SRC, rounds=2, run=run
+    )
     assert runs[0] > 0 and counts["acknowledged"] == runs[0]

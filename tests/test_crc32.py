@@ -34,7 +34,11 @@ ANY_BYTES = st.one_of(st.binary(max_size=2048), LONG_BYTES)
 # Every length that crosses a fold width (16/64/256 bytes) or the SIMD threshold, and the nogil limit.
 BOUNDARY_LENGTHS = sorted(
     set(range(0, 1101))
-    | {n + d for n in (2048, 4096, 8192, 65536, 1 << 20) for d in (-65, -64, -17, -16, -1, 0, 1, 15, 16, 63, 64)}
+    | {
+        n + d
+        for n in (2048, 4096, 8192, 65536, 1 << 20)
+        for d in (-65, -64, -17, -16, -1, 0, 1, 15, 16, 63, 64)
+    }
 )
 
 
@@ -120,7 +124,7 @@ def test_every_boundary_length_equals_zlib(crc):
     for n in BOUNDARY_LENGTHS:
         offset = n % 61  # walk the start through every alignment
         value = rng.getrandbits(32)
-        chunk = buf[offset:offset + n]
+        chunk = buf[offset : offset + n]
         assert crc.crc32(chunk, value) == zlib.crc32(chunk, value), f"n={n} offset={offset} seed={SEED}"
 
 
@@ -128,7 +132,7 @@ def test_unaligned_memoryview_slices_equal_zlib(crc):
     buf = memoryview(_random_bytes(70_000))
     for offset in range(64):
         for n in (63, 64, 65, 255, 256, 257, 1000, 4096, 65537):
-            chunk = buf[offset:offset + n]
+            chunk = buf[offset : offset + n]
             assert crc.crc32(chunk, offset) == zlib.crc32(chunk, offset), f"n={n} offset={offset} seed={SEED}"
 
 
@@ -256,7 +260,7 @@ def test_each_path_equals_zlib_at_every_boundary_length(path):
     for n in BOUNDARY_LENGTHS:
         for offset in (0, 1, 15, n % 64):
             value = rng.getrandbits(32)
-            chunk = buf[offset:offset + n]
+            chunk = buf[offset : offset + n]
             assert compiled_crc32._crc32_with(chunk, path, value) == zlib.crc32(chunk, value), (
                 f"path={path} n={n} offset={offset} seed={SEED}"
             )
@@ -266,7 +270,7 @@ def test_each_path_equals_zlib_at_every_alignment(path):
     buf = memoryview(_random_bytes(5000))
     for offset in range(64):
         for n in (64, 100, 256, 300, 1024, 4000):
-            chunk = buf[offset:offset + n]
+            chunk = buf[offset : offset + n]
             assert compiled_crc32._crc32_with(chunk, path, 0xFFFFFFFF) == zlib.crc32(chunk, 0xFFFFFFFF)
 
 

@@ -42,19 +42,20 @@ def index(impl):
 
 def batch(*records, prefix=b""):
     """(buffer, rows): records encoded with the pure codec (kwargs dicts) after ``prefix``."""
-    buf = prefix + b"".join(_codec_py.encode_record(**{"body": b"x", "topic": "TopicTest", **r})
-                            for r in records)
+    buf = prefix + b"".join(
+        _codec_py.encode_record(**{"body": b"x", "topic": "TopicTest", **r}) for r in records
+    )
     rows, stop, reason = _codec_py.decode_batch(buf, len(prefix))
     assert (stop, reason, len(rows)) == (len(buf), _codec_py.STOP_LIMIT, len(records))
     return buf, rows
 
 
 def key_bytes(buf, keys):
-    return [(bytes(buf[k["key_pos"]:k["key_pos"] + k["key_len"]]), int(k["record"])) for k in keys]
+    return [(bytes(buf[k["key_pos"] : k["key_pos"] + k["key_len"]]), int(k["record"])) for k in keys]
 
 
 def tags_bytes(buf, row):
-    return bytes(buf[row["tags_pos"]:row["tags_pos"] + row["tags_len"]])
+    return bytes(buf[row["tags_pos"] : row["tags_pos"] + row["tags_len"]])
 
 
 def java_int(text):
@@ -67,16 +68,41 @@ def java_int(text):
 
 # ---- the API ----
 
+
 def test_dtypes_and_constants(codec):
-    assert codec.DISPATCH_DTYPE == np.dtype([("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"),
-                                             ("delay_level", "=i4")], align=True)
-    assert codec.KEYREF_DTYPE == np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")],
-                                          align=True)
+    assert (
+        np.dtype(
+            [("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"), ("delay_level", "=i4")],
+            align=True,
+        )
+        == codec.DISPATCH_DTYPE
+    )
+    assert (
+        np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")], align=True)
+        == codec.KEYREF_DTYPE
+    )
     assert (codec.DISPATCH_DTYPE.itemsize, codec.KEYREF_DTYPE.itemsize) == (24, 16)
     assert codec.SCHEDULE_TOPIC == SCHEDULE
-    assert codec.DEFAULT_DELAY_LEVELS_MS == (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000,
-                                             360000, 420000, 480000, 540000, 600000, 1200000, 1800000,
-                                             3600000, 7200000)
+    assert codec.DEFAULT_DELAY_LEVELS_MS == (
+        1000,
+        5000,
+        10000,
+        30000,
+        60000,
+        120000,
+        180000,
+        240000,
+        300000,
+        360000,
+        420000,
+        480000,
+        540000,
+        600000,
+        1200000,
+        1800000,
+        3600000,
+        7200000,
+    )
 
 
 def test_empty_batch_gives_empty_tables(codec):
@@ -86,10 +112,15 @@ def test_empty_batch_gives_empty_tables(codec):
 
 # ---- §2 / §14 vectors ----
 
+
 def test_tags_code_is_the_java_hash_of_tags(codec):
-    buf, rows = batch({"properties": {"KEYS": "OrderID001", "TAGS": "TagA"}},
-                      {"properties": {"TAGS": "TagB"}}, {"properties": {"TAGS": "*"}},
-                      {"properties": {"KEYS": "k"}}, {"properties": b""})
+    buf, rows = batch(
+        {"properties": {"KEYS": "OrderID001", "TAGS": "TagA"}},
+        {"properties": {"TAGS": "TagB"}},
+        {"properties": {"TAGS": "*"}},
+        {"properties": {"KEYS": "k"}},
+        {"properties": b""},
+    )
     info, _ = codec.dispatch_info(buf, rows)
     assert info["tags_code"].tolist() == [2598919, 2598920, 42, 0, 0]
     assert [tags_bytes(buf, r) for r in info[:3]] == [b"TagA", b"TagB", b"*"]
@@ -98,31 +129,58 @@ def test_tags_code_is_the_java_hash_of_tags(codec):
 
 
 def test_tags_code_is_sign_extended_and_over_utf16_units(codec):
-    buf, rows = batch({"properties": {"TAGS": "TopicTest#OrderID001"}}, {"properties": {"TAGS": "😀é"}},
-                      {"properties": b"TAGS\x01\xff\xc3(\x02"})
+    buf, rows = batch(
+        {"properties": {"TAGS": "TopicTest#OrderID001"}},
+        {"properties": {"TAGS": "😀é"}},
+        {"properties": b"TAGS\x01\xff\xc3(\x02"},
+    )
     info, _ = codec.dispatch_info(buf, rows)
-    assert info["tags_code"].tolist() == [-1231272886, _codec_py.java_hash("😀é"),
-                                          _codec_py.java_hash_bytes(b"\xff\xc3(")]
+    assert info["tags_code"].tolist() == [
+        -1231272886,
+        _codec_py.java_hash("😀é"),
+        _codec_py.java_hash_bytes(b"\xff\xc3("),
+    ]
 
 
 def test_schedule_topic_tags_code_is_the_delivery_time(codec):
-    buf, rows = batch({"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "3", "TAGS": "TagA"}},
-                      {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "99"}},
-                      {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "1"}},
-                      {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "18"}})
+    buf, rows = batch(
+        {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "3", "TAGS": "TagA"}},
+        {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "99"}},
+        {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "1"}},
+        {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": "18"}},
+    )
     info, _ = codec.dispatch_info(buf, rows)
     assert info["tags_code"].tolist() == [1_700_000_010_123, T + 7_200_000, T + 1000, T + 7_200_000]
     assert info["delay_level"].tolist() == [3, 99, 1, 18]
-    assert tags_bytes(buf, info[0]) == b"TagA"   # still located, though its hash is not the code
+    assert tags_bytes(buf, info[0]) == b"TagA"  # still located, though its hash is not the code
 
 
-@pytest.mark.parametrize("delay, level", [
-    ("0", 0), ("-1", -1), ("-2147483648", INT32_MIN), ("+5", 5), ("007", 7), ("2147483647", INT32_MAX),
-    ("2147483648", 0), ("-2147483649", 0), ("abc", 0), ("3 ", 0), (" 3", 0), ("+", 0), ("-", 0),
-    ("3.0", 0), ("٣", 0), ("99999999999999999999999", 0)])
+@pytest.mark.parametrize(
+    "delay, level",
+    [
+        ("0", 0),
+        ("-1", -1),
+        ("-2147483648", INT32_MIN),
+        ("+5", 5),
+        ("007", 7),
+        ("2147483647", INT32_MAX),
+        ("2147483648", 0),
+        ("-2147483649", 0),
+        ("abc", 0),
+        ("3 ", 0),
+        (" 3", 0),
+        ("+", 0),
+        ("-", 0),
+        ("3.0", 0),
+        ("٣", 0),
+        ("99999999999999999999999", 0),
+    ],
+)
 def test_delay_is_read_as_integer_parse_int(codec, delay, level):
-    buf, rows = batch({"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": delay, "TAGS": "TagA"}},
-                      {"topic": "TopicTest", "store_timestamp": T, "properties": {"DELAY": delay, "TAGS": "TagA"}})
+    buf, rows = batch(
+        {"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": delay, "TAGS": "TagA"}},
+        {"topic": "TopicTest", "store_timestamp": T, "properties": {"DELAY": delay, "TAGS": "TagA"}},
+    )
     info, _ = codec.dispatch_info(buf, rows)
     assert info["delay_level"].tolist() == [level, level]
     schedule_code = T + codec.DEFAULT_DELAY_LEVELS_MS[min(level, 18) - 1] if level > 0 else 2598919
@@ -130,34 +188,53 @@ def test_delay_is_read_as_integer_parse_int(codec, delay, level):
 
 
 def test_schedule_rule_needs_the_exact_topic(codec):
-    buf, rows = batch(*({"topic": t, "store_timestamp": T, "properties": {"DELAY": "2"}}
-                        for t in ("SCHEDULE_TOPIC_XXXXY", "SCHEDULE_TOPIC_XXX", "schedule_topic_xxxx")))
+    buf, rows = batch(
+        *(
+            {"topic": t, "store_timestamp": T, "properties": {"DELAY": "2"}}
+            for t in ("SCHEDULE_TOPIC_XXXXY", "SCHEDULE_TOPIC_XXX", "schedule_topic_xxxx")
+        )
+    )
     info, _ = codec.dispatch_info(buf, rows)
     assert info["tags_code"].tolist() == [0, 0, 0]
     assert info["delay_level"].tolist() == [2, 2, 2]
 
 
 def test_delay_table_is_the_callers(codec):
-    buf, rows = batch(*({"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": d}} for d in "1234"))
+    buf, rows = batch(
+        *({"topic": SCHEDULE, "store_timestamp": T, "properties": {"DELAY": d}} for d in "1234")
+    )
     info, _ = codec.dispatch_info(buf, rows, [10, 20])
     assert info["tags_code"].tolist() == [T + 10, T + 20, T + 20, T + 20]
     info, _ = codec.dispatch_info(buf, rows, np.array([7, 8, 9], dtype=np.int64))
     assert info["tags_code"].tolist() == [T + 7, T + 8, T + 9, T + 9]
-    info, _ = codec.dispatch_info(buf, rows, ())          # maxDelayLevel 0: nothing is delayed
+    info, _ = codec.dispatch_info(buf, rows, ())  # maxDelayLevel 0: nothing is delayed
     assert info["tags_code"].tolist() == [0, 0, 0, 0]
     assert info["delay_level"].tolist() == [1, 2, 3, 4]
 
 
 def test_delivery_time_wraps_like_a_java_long(codec):
-    buf, rows = batch({"topic": SCHEDULE, "store_timestamp": INT64_MAX - 5, "properties": {"DELAY": "1"}},
-                      {"topic": SCHEDULE, "store_timestamp": INT64_MIN, "properties": {"DELAY": "2"}})
+    buf, rows = batch(
+        {"topic": SCHEDULE, "store_timestamp": INT64_MAX - 5, "properties": {"DELAY": "1"}},
+        {"topic": SCHEDULE, "store_timestamp": INT64_MIN, "properties": {"DELAY": "2"}},
+    )
     info, _ = codec.dispatch_info(buf, rows, [10, -1])
     assert info["tags_code"].tolist() == [INT64_MIN + 4, INT64_MAX]
 
 
-@pytest.mark.parametrize("table, error", [
-    ("1000", TypeError), (b"\x01", TypeError), (None, TypeError), (5, TypeError), ({1: 2}, TypeError),
-    ([1000, 1.5], TypeError), (["1000"], TypeError), ([2**63], ValueError), ([-(2**63) - 1], ValueError)])
+@pytest.mark.parametrize(
+    "table, error",
+    [
+        ("1000", TypeError),
+        (b"\x01", TypeError),
+        (None, TypeError),
+        (5, TypeError),
+        ({1: 2}, TypeError),
+        ([1000, 1.5], TypeError),
+        (["1000"], TypeError),
+        ([2**63], ValueError),
+        ([-(2**63) - 1], ValueError),
+    ],
+)
 def test_bad_delay_tables_raise(codec, table, error):
     buf, rows = batch({"properties": {"TAGS": "a"}})
     with pytest.raises(error, match="delay"):
@@ -165,27 +242,42 @@ def test_bad_delay_tables_raise(codec, table, error):
 
 
 def test_keys_are_uniq_key_then_each_keys_token(codec):
-    buf, rows = batch({"properties": {"KEYS": "a  b", "UNIQ_KEY": "U1"}},
-                      {"properties": {"KEYS": " lead trail  "}},
-                      {"properties": {"KEYS": "   "}},
-                      {"properties": {"UNIQ_KEY": "only"}},
-                      {"properties": {"KEYS": "x\ty z"}})
+    buf, rows = batch(
+        {"properties": {"KEYS": "a  b", "UNIQ_KEY": "U1"}},
+        {"properties": {"KEYS": " lead trail  "}},
+        {"properties": {"KEYS": "   "}},
+        {"properties": {"UNIQ_KEY": "only"}},
+        {"properties": {"KEYS": "x\ty z"}},
+    )
     _, keys = codec.dispatch_info(buf, rows)
-    assert key_bytes(buf, keys) == [(b"U1", 0), (b"a", 0), (b"b", 0), (b"lead", 1), (b"trail", 1),
-                                    (b"only", 3), (b"x\ty", 4), (b"z", 4)]
+    assert key_bytes(buf, keys) == [
+        (b"U1", 0),
+        (b"a", 0),
+        (b"b", 0),
+        (b"lead", 1),
+        (b"trail", 1),
+        (b"only", 3),
+        (b"x\ty", 4),
+        (b"z", 4),
+    ]
 
 
-@pytest.mark.parametrize("props, tags, keys", [
-    (b"TAGS\x01\x02", None, []),                                  # empty value: dropped
-    (b"TAGS\x01a\x02TAGS\x01\x02", b"a", []),                     # a dropped duplicate does not win
-    (b"TAGS\x01a\x02TAGS\x01b\x02", b"b", []),                    # the later kept duplicate wins
-    (b"TAGS\x01a\x01b\x02", b"a\x01b", []),                       # the value may hold 0x01
-    (b"\x01TAGS\x01a\x02", None, []),                             # empty name
-    (b"TAGSa\x02KEYS\x01k1 k2", None, [b"k1", b"k2"]),            # no separator; no final 0x02
-    (b"KEYS\x01\x02UNIQ_KEY\x01u\x02KEYS\x01k\x02", None, [b"u", b"k"]),
-    (b"tags\x01a\x02 TAGS\x01b\x02TAGS \x01c\x02", None, []),     # names match exactly
-    (b"\x02\x02\x02", None, []), (b"", None, []), (b"T", None, []),
-])
+@pytest.mark.parametrize(
+    "props, tags, keys",
+    [
+        (b"TAGS\x01\x02", None, []),  # empty value: dropped
+        (b"TAGS\x01a\x02TAGS\x01\x02", b"a", []),  # a dropped duplicate does not win
+        (b"TAGS\x01a\x02TAGS\x01b\x02", b"b", []),  # the later kept duplicate wins
+        (b"TAGS\x01a\x01b\x02", b"a\x01b", []),  # the value may hold 0x01
+        (b"\x01TAGS\x01a\x02", None, []),  # empty name
+        (b"TAGSa\x02KEYS\x01k1 k2", None, [b"k1", b"k2"]),  # no separator; no final 0x02
+        (b"KEYS\x01\x02UNIQ_KEY\x01u\x02KEYS\x01k\x02", None, [b"u", b"k"]),
+        (b"tags\x01a\x02 TAGS\x01b\x02TAGS \x01c\x02", None, []),  # names match exactly
+        (b"\x02\x02\x02", None, []),
+        (b"", None, []),
+        (b"T", None, []),
+    ],
+)
 def test_properties_are_read_as_decode_properties_reads_them(codec, props, tags, keys):
     buf, rows = batch({"properties": props})
     info, refs = codec.dispatch_info(buf, rows)
@@ -202,7 +294,7 @@ def test_reads_a_view_of_a_map_and_positions_are_relative_to_it(codec, tmp_path)
             info, keys = codec.dispatch_info(view, rows)
             assert tags_bytes(buf, info[0]) == b"TagA" and key_bytes(buf, keys) == [(b"k", 0)]
             assert info["tags_pos"][0] > 100
-        info, keys = codec.dispatch_info(mm, rows[::-1][::-1])   # any contiguity of the table
+        info, keys = codec.dispatch_info(mm, rows[::-1][::-1])  # any contiguity of the table
         assert key_bytes(buf, keys) == [(b"k", 0)]
 
 
@@ -214,18 +306,29 @@ def test_a_strided_records_table_is_read_row_by_row(codec):
 
 # ---- hostile tables ----
 
-@pytest.mark.parametrize("field, value, what", [
-    ("properties_pos", 10**6, "properties"), ("properties_pos", -1, "properties"),
-    ("properties_len", -1, "properties"), ("properties_len", INT32_MAX, "properties"),
-    ("properties_pos", INT64_MAX, "properties"), ("properties_pos", INT64_MIN, "properties"),
-    ("topic_pos", 10**6, "topic"), ("topic_len", -5, "topic"), ("topic_pos", INT64_MAX - 3, "topic"),
-])
+
+@pytest.mark.parametrize(
+    "field, value, what",
+    [
+        ("properties_pos", 10**6, "properties"),
+        ("properties_pos", -1, "properties"),
+        ("properties_len", -1, "properties"),
+        ("properties_len", INT32_MAX, "properties"),
+        ("properties_pos", INT64_MAX, "properties"),
+        ("properties_pos", INT64_MIN, "properties"),
+        ("topic_pos", 10**6, "topic"),
+        ("topic_len", -5, "topic"),
+        ("topic_pos", INT64_MAX - 3, "topic"),
+    ],
+)
 def test_positions_outside_the_buffer_raise_corrupt_record_error(codec, field, value, what):
     buf, rows = batch({"properties": {"TAGS": "a"}}, {"properties": {"TAGS": "b"}})
     rows = rows.copy()
     rows[1][field] = value
     position = int(rows[1]["position"])
-    with pytest.raises(CorruptRecordError, match=rf"^record 1 at position {position}: its {what} bytes") as exc:
+    with pytest.raises(
+        CorruptRecordError, match=rf"^record 1 at position {position}: its {what} bytes"
+    ) as exc:
         codec.dispatch_info(buf, rows)
     assert exc.value.position == position
     assert exc.value.reason == codec.STOP_CORRUPT
@@ -237,9 +340,16 @@ def test_a_shorter_buffer_than_the_records_raises(codec):
         codec.dispatch_info(buf[:-10], rows)
 
 
-@pytest.mark.parametrize("table", [
-    np.zeros(2, dtype=_codec_py.KEYREF_DTYPE), np.zeros((2, 2), dtype=_codec_py.RECORD_DTYPE),
-    np.zeros(2, dtype=np.dtype(_codec_py.RECORD_DTYPE.descr)), [], None])
+@pytest.mark.parametrize(
+    "table",
+    [
+        np.zeros(2, dtype=_codec_py.KEYREF_DTYPE),
+        np.zeros((2, 2), dtype=_codec_py.RECORD_DTYPE),
+        np.zeros(2, dtype=np.dtype(_codec_py.RECORD_DTYPE.descr)),
+        [],
+        None,
+    ],
+)
 def test_records_must_be_a_record_dtype_table(codec, table):
     with pytest.raises(TypeError, match="records must be a one-dimensional numpy array of RECORD_DTYPE"):
         codec.dispatch_info(b"", table)
@@ -256,31 +366,47 @@ NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "T", "TAGS
 ODD_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 VALUES = st.one_of(
     st.sampled_from(["", " ", "a b", " a  b ", "TagA", "3", "-1", "+18", "99", "2147483648", "١", "😀"]),
-    st.integers(-5, 40).map(str), ODD_TEXT,
-    st.lists(st.sampled_from(["k", "é", "", "😀", "key1"]), max_size=5).map(" ".join))
+    st.integers(-5, 40).map(str),
+    ODD_TEXT,
+    st.lists(st.sampled_from(["k", "é", "", "😀", "key1"]), max_size=5).map(" ".join),
+)
 PIECE = st.one_of(
     st.tuples(NAMES, VALUES).map(lambda nv: (nv[0] + "\x01" + nv[1]).encode("utf-8")),
-    st.binary(max_size=8), st.sampled_from([b"\x01", b"\x01\x01", b"TAGS\x01\xff\xfe", b"KEYS\x01\xc3 \xa9"]))
+    st.binary(max_size=8),
+    st.sampled_from([b"\x01", b"\x01\x01", b"TAGS\x01\xff\xfe", b"KEYS\x01\xc3 \xa9"]),
+)
 PROPERTIES = st.one_of(
     st.lists(PIECE, max_size=8).map(b"\x02".join),
     st.lists(PIECE, max_size=8).map(lambda ps: b"".join(p + b"\x02" for p in ps)),
-    st.dictionaries(NAMES.filter(lambda n: " " not in n), VALUES.filter(lambda v: v and "\x01" not in v
-                                                                        and "\x02" not in v), max_size=4),
-    st.binary(max_size=64))
-TOPICS = st.one_of(st.just(SCHEDULE), st.just("TopicTest"), st.just("é#"),
-                   st.binary(min_size=1, max_size=20))
-RECORDS = st.lists(st.fixed_dictionaries({
-    "topic": TOPICS, "properties": PROPERTIES, "body": st.binary(max_size=8),
-    "store_timestamp": st.one_of(st.integers(INT64_MIN, INT64_MAX), st.just(T)),
-}), max_size=12)
+    st.dictionaries(
+        NAMES.filter(lambda n: " " not in n),
+        VALUES.filter(lambda v: v and "\x01" not in v and "\x02" not in v),
+        max_size=4,
+    ),
+    st.binary(max_size=64),
+)
+TOPICS = st.one_of(st.just(SCHEDULE), st.just("TopicTest"), st.just("é#"), st.binary(min_size=1, max_size=20))
+RECORDS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "topic": TOPICS,
+            "properties": PROPERTIES,
+            "body": st.binary(max_size=8),
+            "store_timestamp": st.one_of(st.integers(INT64_MIN, INT64_MAX), st.just(T)),
+        }
+    ),
+    max_size=12,
+)
 
 
 def _reference(buf, rows, delay_levels):
     """info and key bytes computed from decode_properties, independently of both twins."""
     expected = []
     for row in rows:
-        props = _codec_py.decode_properties(buf[row["properties_pos"]:row["properties_pos"] + row["properties_len"]])
-        topic = bytes(buf[row["topic_pos"]:row["topic_pos"] + row["topic_len"]])
+        props = _codec_py.decode_properties(
+            buf[row["properties_pos"] : row["properties_pos"] + row["properties_len"]]
+        )
+        topic = bytes(buf[row["topic_pos"] : row["topic_pos"] + row["topic_len"]])
         enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
         tags = props.get("TAGS")
         code = _codec_py.java_hash(tags) if tags else 0
@@ -289,8 +415,9 @@ def _reference(buf, rows, delay_levels):
             clamped = min(level, len(delay_levels))
             if clamped > 0:
                 code = (int(row["store_timestamp"]) + delay_levels[clamped - 1] + 2**63) % 2**64 - 2**63
-        keys = ([enc(props["UNIQ_KEY"])] if props.get("UNIQ_KEY") else []) + \
-            [enc(t) for t in props.get("KEYS", "").split(" ") if t]
+        keys = ([enc(props["UNIQ_KEY"])] if props.get("UNIQ_KEY") else []) + [
+            enc(t) for t in props.get("KEYS", "").split(" ") if t
+        ]
         expected.append((enc(tags) if tags else None, code, level or 0, keys))
     return expected
 
@@ -299,13 +426,24 @@ def _observed(buf, rows, info, keys):
     by_record = [[] for _ in rows]
     for k, i in key_bytes(buf, keys):
         by_record[i].append(k)
-    return [(tags_bytes(buf, r) if r["tags_pos"] >= 0 else None, int(r["tags_code"]), int(r["delay_level"]),
-             by_record[i]) for i, r in enumerate(info)]
+    return [
+        (
+            tags_bytes(buf, r) if r["tags_pos"] >= 0 else None,
+            int(r["tags_code"]),
+            int(r["delay_level"]),
+            by_record[i],
+        )
+        for i, r in enumerate(info)
+    ]
 
 
 @SETTINGS
-@given(records=RECORDS, delay_levels=st.one_of(st.just(_codec_py.DEFAULT_DELAY_LEVELS_MS),
-                                               st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=5)))
+@given(
+    records=RECORDS,
+    delay_levels=st.one_of(
+        st.just(_codec_py.DEFAULT_DELAY_LEVELS_MS), st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=5)
+    ),
+)
 def test_both_twins_agree_with_decode_properties_on_random_records(records, delay_levels):
     buf, rows = batch(*records)
     twins = [_codec_py] + ([_codec_c] if _codec_c is not None else [])
@@ -341,23 +479,35 @@ def test_twins_agree_on_hostile_tables(records, data):
         field = data.draw(st.sampled_from(["topic_pos", "topic_len", "properties_pos", "properties_len"]))
         rows[i][field] = data.draw(INT64 if field.endswith("pos") else INT32)
     cut = data.draw(st.integers(0, len(buf)))
-    assert _outcome(_codec_c.dispatch_info, buf[:cut], rows) == _outcome(_codec_py.dispatch_info, buf[:cut], rows)
+    assert _outcome(_codec_c.dispatch_info, buf[:cut], rows) == _outcome(
+        _codec_py.dispatch_info, buf[:cut], rows
+    )
 
 
 @needs_compiled
 def test_twins_agree_on_a_large_batch():
     rng = np.random.default_rng(20240601)
     print("seed 20240601")
-    records = [{"topic": SCHEDULE if i % 7 == 0 else "TopicTest", "store_timestamp": T + i,
-                "properties": {"TAGS": f"tag{i % 13}", "KEYS": f"order{i} user{i % 100}",
-                               "UNIQ_KEY": f"{i:032X}", "DELAY": str(int(rng.integers(-2, 25)))}}
-               for i in range(3000)]
+    records = [
+        {
+            "topic": SCHEDULE if i % 7 == 0 else "TopicTest",
+            "store_timestamp": T + i,
+            "properties": {
+                "TAGS": f"tag{i % 13}",
+                "KEYS": f"order{i} user{i % 100}",
+                "UNIQ_KEY": f"{i:032X}",
+                "DELAY": str(int(rng.integers(-2, 25))),
+            },
+        }
+        for i in range(3000)
+    ]
     buf, rows = batch(*records)
     (ci, ck), (pi, pk) = _codec_c.dispatch_info(buf, rows), _codec_py.dispatch_info(buf, rows)
     assert ci.tobytes() == pi.tobytes() and ck.tobytes() == pk.tobytes() and len(ck) == 9000
 
 
 # ---- IndexFile.put_refs ----
+
 
 def new_file(index, slots, items):
     buf = bytearray(index.index_file_size(slots, items))
@@ -371,8 +521,8 @@ def put_key_sequence(index, slots, items, buf, rows, keys, base_offset, start=0,
         prepare(f)
     for k in range(start, len(keys)):
         row = rows[keys[k]["record"]]
-        topic = bytes(buf[row["topic_pos"]:row["topic_pos"] + row["topic_len"]])
-        key = bytes(buf[keys[k]["key_pos"]:keys[k]["key_pos"] + keys[k]["key_len"]])
+        topic = bytes(buf[row["topic_pos"] : row["topic_pos"] + row["topic_len"]])
+        key = bytes(buf[keys[k]["key_pos"] : keys[k]["key_pos"] + keys[k]["key_len"]])
         text = (topic + b"#" + key).decode("utf-8", "surrogateescape")
         if not f.put_key(text, base_offset + int(row["position"]), int(row["store_timestamp"])):
             return k, bytes(out)
@@ -380,9 +530,17 @@ def put_key_sequence(index, slots, items, buf, rows, keys, base_offset, start=0,
 
 
 def many_records(n, topic="TopicTest"):
-    return batch(*({"topic": topic, "store_timestamp": T + 1000 * i,
-                    "properties": {"UNIQ_KEY": f"U{i}", "KEYS": f"order{i} user{i % 5}", "TAGS": "t"}}
-                   for i in range(n)), prefix=b"\0" * 64)
+    return batch(
+        *(
+            {
+                "topic": topic,
+                "store_timestamp": T + 1000 * i,
+                "properties": {"UNIQ_KEY": f"U{i}", "KEYS": f"order{i} user{i % 5}", "TAGS": "t"},
+            }
+            for i in range(n)
+        ),
+        prefix=b"\0" * 64,
+    )
 
 
 class _Prev:
@@ -398,7 +556,9 @@ def test_vector7_index_item_through_put_refs(codec, index):
     assert f.put_refs(buf, rows, keys, 0) == 1
     slot = 1231272886 % 5
     assert struct.unpack_from(">i", out, 40 + 4 * slot)[0] == 1
-    assert bytes(out[40 + 20 + 20:40 + 20 + 40]) == bytes.fromhex("4963BBB6 0000000000000000 00000000 00000000")
+    assert bytes(out[40 + 20 + 20 : 40 + 20 + 40]) == bytes.fromhex(
+        "4963BBB6 0000000000000000 00000000 00000000"
+    )
 
 
 @pytest.mark.parametrize("key", ["OrderID1yoiddi"])
@@ -408,7 +568,7 @@ def test_vector8_min_value_key_hash_is_zero(codec, index, key):
     assert _codec_py.java_hash("TopicTest#" + key) == INT32_MIN
     f, out = new_file(index, 7, 4)
     assert f.put_refs(buf, rows, keys, 500) == 1
-    assert struct.unpack_from(">i", out, 40)[0] == 1                       # slot 0
+    assert struct.unpack_from(">i", out, 40)[0] == 1  # slot 0
     assert ITEM.unpack_from(out, 40 + 28 + 20) == (0, 500 + int(rows[0]["position"]), 0, 0)
     assert f.select("TopicTest#" + key, 4, 0, INT64_MAX) == [500 + int(rows[0]["position"])]
 
@@ -424,16 +584,20 @@ def test_put_refs_writes_what_put_key_writes(codec, index):
 def test_put_refs_fills_a_small_file_and_resumes_in_the_next(codec, index):
     buf, rows = many_records(60)
     _, keys = codec.dispatch_info(buf, rows)
-    first, out1 = new_file(index, 7, 101)              # 100 usable items
+    first, out1 = new_file(index, 7, 101)  # 100 usable items
     assert first.put_refs(buf, rows, keys, 0) == 100
     assert first.is_full and put_key_sequence(index, 7, 101, buf, rows, keys, 0) == (100, bytes(out1))
-    assert first.put_refs(buf, rows, keys, 0, 100) == 100 and bytes(out1) == put_key_sequence(
-        index, 7, 101, buf, rows, keys, 0)[1]          # full: nothing more, nothing written
+    assert (
+        first.put_refs(buf, rows, keys, 0, 100) == 100
+        and bytes(out1) == put_key_sequence(index, 7, 101, buf, rows, keys, 0)[1]
+    )  # full: nothing more, nothing written
     second, out2 = new_file(index, 7, 101)
     second.init_from(first)
     assert second.put_refs(buf, rows, keys, 0, 100) == 180
-    assert put_key_sequence(index, 7, 101, buf, rows, keys, 0, 100,
-                            prepare=lambda f: f.init_from(first)) == (180, bytes(out2))
+    assert put_key_sequence(index, 7, 101, buf, rows, keys, 0, 100, prepare=lambda f: f.init_from(first)) == (
+        180,
+        bytes(out2),
+    )
 
 
 def test_put_refs_start_at_the_end_stores_nothing(codec, index):
@@ -463,19 +627,22 @@ def _hostile(codec, field, value):
     return buf, rows, keys
 
 
-@pytest.mark.parametrize("field, value, error, message", [
-    ("keys.record", 4, CorruptRecordError, "key 11 names record 4; there are 4 records"),
-    ("keys.record", -1, CorruptRecordError, "key 11 names record -1; there are 4 records"),
-    ("keys.key_pos", 10**9, CorruptRecordError, "key 11: its bytes .* lie outside the buffer of"),
-    ("keys.key_pos", -1, CorruptRecordError, "key 11: its bytes"),
-    ("keys.key_len", -1, CorruptRecordError, "key 11: its bytes"),
-    ("keys.key_pos", INT64_MAX, CorruptRecordError, "key 11: its bytes"),
-    ("topic_pos", 10**9, CorruptRecordError, "key 9: the topic bytes .* of record 3 lie outside"),
-    ("topic_len", -1, CorruptRecordError, "key 9: the topic bytes"),
-    ("topic_pos", INT64_MAX, CorruptRecordError, "key 9: the topic bytes"),
-    ("position", -1, CorruptRecordError, "key 9: record 3 at position -1 lies outside"),
-    ("position", 10**9, CorruptRecordError, "key 9: record 3 at position"),
-])
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("keys.record", 4, CorruptRecordError, "key 11 names record 4; there are 4 records"),
+        ("keys.record", -1, CorruptRecordError, "key 11 names record -1; there are 4 records"),
+        ("keys.key_pos", 10**9, CorruptRecordError, "key 11: its bytes .* lie outside the buffer of"),
+        ("keys.key_pos", -1, CorruptRecordError, "key 11: its bytes"),
+        ("keys.key_len", -1, CorruptRecordError, "key 11: its bytes"),
+        ("keys.key_pos", INT64_MAX, CorruptRecordError, "key 11: its bytes"),
+        ("topic_pos", 10**9, CorruptRecordError, "key 9: the topic bytes .* of record 3 lie outside"),
+        ("topic_len", -1, CorruptRecordError, "key 9: the topic bytes"),
+        ("topic_pos", INT64_MAX, CorruptRecordError, "key 9: the topic bytes"),
+        ("position", -1, CorruptRecordError, "key 9: record 3 at position -1 lies outside"),
+        ("position", 10**9, CorruptRecordError, "key 9: record 3 at position"),
+    ],
+)
 def test_put_refs_rejects_hostile_tables_and_writes_nothing(codec, index, field, value, error, message):
     buf, rows, keys = _hostile(codec, field, value)
     f, out = new_file(index, 7, 50)
@@ -522,23 +689,45 @@ def test_put_refs_checks_its_tables_and_its_file(codec, index):
         f.put_refs(buf, rows, keys, 0)
 
 
-KEY_TEXT = st.one_of(st.text(st.characters(blacklist_characters=" \x01\x02", blacklist_categories=("Cs",)),
-                             min_size=1, max_size=10),
-                     st.sampled_from(["OrderID1yoiddi", "polygenelubricants", "é", "😀"]))
-REF_RECORDS = st.lists(st.fixed_dictionaries({
-    "topic": st.one_of(st.just("TopicTest"), st.just("é😀"), st.binary(min_size=1, max_size=6)),
-    "properties": st.one_of(
-        st.fixed_dictionaries({"KEYS": st.lists(KEY_TEXT, min_size=1, max_size=4).map(" ".join)},
-                              optional={"UNIQ_KEY": KEY_TEXT}),
-        st.lists(st.binary(max_size=6), max_size=4).map(lambda ks: b"KEYS\x01" + b" ".join(ks) + b"\x02")),
-    "body": st.just(b""),
-    "store_timestamp": st.one_of(st.just(T), st.integers(0, 2**50), st.integers(INT64_MIN, INT64_MAX)),
-}), min_size=1, max_size=30)
+KEY_TEXT = st.one_of(
+    st.text(
+        st.characters(blacklist_characters=" \x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=10
+    ),
+    st.sampled_from(["OrderID1yoiddi", "polygenelubricants", "é", "😀"]),
+)
+REF_RECORDS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "topic": st.one_of(st.just("TopicTest"), st.just("é😀"), st.binary(min_size=1, max_size=6)),
+            "properties": st.one_of(
+                st.fixed_dictionaries(
+                    {"KEYS": st.lists(KEY_TEXT, min_size=1, max_size=4).map(" ".join)},
+                    optional={"UNIQ_KEY": KEY_TEXT},
+                ),
+                st.lists(st.binary(max_size=6), max_size=4).map(
+                    lambda ks: b"KEYS\x01" + b" ".join(ks) + b"\x02"
+                ),
+            ),
+            "body": st.just(b""),
+            "store_timestamp": st.one_of(
+                st.just(T), st.integers(0, 2**50), st.integers(INT64_MIN, INT64_MAX)
+            ),
+        }
+    ),
+    min_size=1,
+    max_size=30,
+)
 
 
 @SETTINGS
-@given(records=REF_RECORDS, slots=st.integers(1, 9), items=st.integers(1, 40), begin=st.integers(-5, 2**45),
-       base_offset=st.integers(0, 2**40), start=st.integers(0, 5))
+@given(
+    records=REF_RECORDS,
+    slots=st.integers(1, 9),
+    items=st.integers(1, 40),
+    begin=st.integers(-5, 2**45),
+    base_offset=st.integers(0, 2**40),
+    start=st.integers(0, 5),
+)
 def test_put_refs_matches_put_key_on_both_twins(records, slots, items, begin, base_offset, start):
     buf, rows = batch(*records)
     _, keys = _codec_py.dispatch_info(buf, rows)
@@ -577,11 +766,13 @@ def test_put_refs_twins_agree_on_hostile_tables(records, data):
             rows[i][field] = data.draw(INT32 if field == "topic_len" else INT64)
     cut = data.draw(st.integers(0, len(buf)))
     base_offset = data.draw(st.one_of(st.integers(0, 2**40), st.integers(INT64_MIN, INT64_MAX)))
-    assert (_put_outcome(_index_c, 5, 30, buf[:cut], rows, keys, base_offset)
-            == _put_outcome(_index_py, 5, 30, buf[:cut], rows, keys, base_offset))
+    assert _put_outcome(_index_c, 5, 30, buf[:cut], rows, keys, base_offset) == _put_outcome(
+        _index_py, 5, 30, buf[:cut], rows, keys, base_offset
+    )
 
 
 # ---- grouping records by queue (queue_keys, same_queues, dispatch.queue_groups) ----
+
 
 def _fnv_key(topic: bytes, queue_id: int) -> int:
     h = 0xCBF29CE484222325
@@ -593,11 +784,17 @@ def _fnv_key(topic: bytes, queue_id: int) -> int:
 GROUP_TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%group-y", "T" * 127]
 
 
-@given(st.lists(st.tuples(st.sampled_from(GROUP_TOPICS), st.integers(INT32_MIN, INT32_MAX) | st.integers(0, 3)),
-                min_size=1, max_size=40))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(GROUP_TOPICS), st.integers(INT32_MIN, INT32_MAX) | st.integers(0, 3)),
+        min_size=1,
+        max_size=40,
+    )
+)
 @SETTINGS
 def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs):
     from rocketstore.dispatch import queue_groups
+
     buf, rows = batch(*({"topic": t, "queue_id": q} for t, q in pairs))
     expected = {}
     for i, (t, q) in enumerate(pairs):
@@ -611,11 +808,15 @@ def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs)
 
 
 def test_same_queues_compares_topic_bytes_and_queue_ids(codec):
-    buf, rows = batch({"topic": "abcdefghiX"}, {"topic": "abcdefghiY"}, {"topic": "abcdefghiX", "queue_id": 1},
-                      {"topic": "abcdefghiX"})
+    buf, rows = batch(
+        {"topic": "abcdefghiX"},
+        {"topic": "abcdefghiY"},
+        {"topic": "abcdefghiX", "queue_id": 1},
+        {"topic": "abcdefghiX"},
+    )
     assert codec.same_queues(buf, rows, [0, 1, 2, 0])
-    assert not codec.same_queues(buf, rows, [0, 0, 2, 3])     # the topics differ in their last byte
-    assert not codec.same_queues(buf, rows, [0, 1, 0, 3])     # the queue ids differ
+    assert not codec.same_queues(buf, rows, [0, 0, 2, 3])  # the topics differ in their last byte
+    assert not codec.same_queues(buf, rows, [0, 1, 0, 3])  # the queue ids differ
     with pytest.raises(IndexError):
         codec.same_queues(buf, rows, [0, 1, 2, 4])
     with pytest.raises(ValueError):
@@ -635,24 +836,39 @@ def test_queue_keys_refuse_topics_outside_the_buffer(codec):
 
 # ---- property_pieces: every kept piece, for columnar readers (the Spark source) ----
 
+
 def _pieces_as_bytes(buf, pieces, counts):
     """Per record, its (name, value) pairs in order, sliced from ``buf`` at the pieces' spans."""
     out, k = [], 0
     for c in counts.tolist():
-        out.append([(bytes(buf[p["name_pos"]:p["name_pos"] + p["name_len"]]),
-                     bytes(buf[p["value_pos"]:p["value_pos"] + p["value_len"]])) for p in pieces[k:k + c]])
+        out.append(
+            [
+                (
+                    bytes(buf[p["name_pos"] : p["name_pos"] + p["name_len"]]),
+                    bytes(buf[p["value_pos"] : p["value_pos"] + p["value_len"]]),
+                )
+                for p in pieces[k : k + c]
+            ]
+        )
         k += c
     assert k == len(pieces)
     return out
 
 
 def test_property_pieces_keeps_every_piece_in_order_with_duplicates(codec):
-    buf, rows = batch({"properties": b"TAGS\x01a\x02bad\x02\x01v\x02n\x01\x02TAGS\x01b\x01c\x02KEYS\x01k1 k2"},
-                      {"properties": b""}, {"properties": {"UNIQ_KEY": "u"}}, prefix=b"\0" * 7)
+    buf, rows = batch(
+        {"properties": b"TAGS\x01a\x02bad\x02\x01v\x02n\x01\x02TAGS\x01b\x01c\x02KEYS\x01k1 k2"},
+        {"properties": b""},
+        {"properties": {"UNIQ_KEY": "u"}},
+        prefix=b"\0" * 7,
+    )
     pieces, counts = codec.property_pieces(buf, rows)
     assert pieces.dtype == codec.PIECE_DTYPE and counts.dtype == np.int32
     assert _pieces_as_bytes(buf, pieces, counts) == [
-        [(b"TAGS", b"a"), (b"TAGS", b"b\x01c"), (b"KEYS", b"k1 k2")], [], [(b"UNIQ_KEY", b"u")]]
+        [(b"TAGS", b"a"), (b"TAGS", b"b\x01c"), (b"KEYS", b"k1 k2")],
+        [],
+        [(b"UNIQ_KEY", b"u")],
+    ]
 
 
 def test_property_pieces_rejects_properties_outside_the_buffer(codec):
@@ -673,10 +889,10 @@ def test_property_pieces_of_both_twins_rebuild_decode_properties(records):
     results = [twin.property_pieces(buf, rows) for twin in twins]
     for pieces, counts in results:
         for row, pairs in zip(rows, _pieces_as_bytes(buf, pieces, counts)):
-            props = bytes(buf[row["properties_pos"]:row["properties_pos"] + row["properties_len"]])
+            props = bytes(buf[row["properties_pos"] : row["properties_pos"] + row["properties_len"]])
             expected = _codec_py.decode_properties(props)
             text = lambda b: b.decode("utf-8", "surrogateescape")  # noqa: E731
-            assert {text(n): text(v) for n, v in pairs} == expected       # the last duplicate wins
+            assert {text(n): text(v) for n, v in pairs} == expected  # the last duplicate wins
             assert len(pairs) == sum(1 for p in props.split(b"\x02") if 0 < p.find(b"\x01") < len(p) - 1)
     for pieces, counts in results[1:]:
         assert pieces.tobytes() == results[0][0].tobytes() and counts.tobytes() == results[0][1].tobytes()
@@ -700,6 +916,7 @@ def test_property_pieces_twins_agree_on_hostile_tables(records, data):
             return ("ok", pieces.tobytes(), counts.tobytes())
         except CorruptRecordError as exc:
             return ("raised", str(exc))
+
     assert outcome(_codec_c.property_pieces) == outcome(_codec_py.property_pieces)
 
 
@@ -722,7 +939,13 @@ def test_queue_groups_survive_a_queue_key_collision(codec):
     # Before: a collision raised a bare RuntimeError, and the dispatch thread retried the same
     # range forever. Now the rows are grouped exactly, by topic bytes and queue id.
     from rocketstore.dispatch import queue_groups
-    buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"}, {"topic": "TopicA", "queue_id": 1},
-                      {"topic": "TopicA"}, {"topic": "TopicB"})
+
+    buf, rows = batch(
+        {"topic": "TopicA"},
+        {"topic": "TopicB"},
+        {"topic": "TopicA", "queue_id": 1},
+        {"topic": "TopicA"},
+        {"topic": "TopicB"},
+    )
     groups = {(t, q): idx.tolist() for t, q, idx in queue_groups(_CollidingKeys(codec), buf, rows)}
     assert groups == {("TopicA", 0): [0, 3], ("TopicB", 0): [1, 4], ("TopicA", 1): [2]}

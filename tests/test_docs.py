@@ -17,8 +17,11 @@ _BLOCK = re.compile(r"(<!-- no-run:[^>]*-->\s*\n)?```(\w+)[^\n]*\n(.*?)\n```", r
 
 
 def blocks(page: pathlib.Path, language: str) -> list[str]:
-    return [code for skip, lang, code in _BLOCK.findall(page.read_text(encoding="utf-8"))
-            if lang == language and not skip]
+    return [
+        code
+        for skip, lang, code in _BLOCK.findall(page.read_text(encoding="utf-8"))
+        if lang == language and not skip
+    ]
 
 
 def _env(tmp_path) -> dict:
@@ -28,27 +31,50 @@ def _env(tmp_path) -> dict:
     return env
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_python_blocks_run(page, tmp_path):
     script = "\n\n".join(blocks(page, "python"))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"{page.name}:\n{proc.stderr[-3000:]}"
 
 
 def test_readme_command_lines_run(tmp_path):
     """The tour's store, then each ``rocketstore ...`` line of the README's bash blocks."""
     readme = ROOT / "README.md"
-    subprocess.run([sys.executable, "-c", "\n\n".join(blocks(readme, "python"))], cwd=tmp_path,
-                   env=_env(tmp_path), check=True, capture_output=True, timeout=300)
-    lines = [line.strip() for code in blocks(readme, "bash") for line in code.splitlines()
-             if line.strip().startswith("rocketstore ")]
+    subprocess.run(
+        [sys.executable, "-c", "\n\n".join(blocks(readme, "python"))],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    lines = [
+        line.strip()
+        for code in blocks(readme, "bash")
+        for line in code.splitlines()
+        if line.strip().startswith("rocketstore ")
+    ]
     assert lines
     for line in lines:
         args = line.split()[1:]
-        proc = subprocess.run([sys.executable, "-m", "rocketstore", *args], cwd=tmp_path,
-                              env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "rocketstore", *args],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, (line, proc.stderr)
 
 

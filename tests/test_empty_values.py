@@ -19,8 +19,9 @@ T = "TopicEmpty"
 
 @pytest.fixture
 def store(tmp_path, impl):
-    s = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT,
-                     store_host="10.0.0.7")
+    s = MessageStore(
+        tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT, store_host="10.0.0.7"
+    )
     s.put(T, b"before", tags="TagA", queue_id=0)
     yield s
     s.close()
@@ -53,9 +54,11 @@ BAD = {
     "put_batch property None": lambda s: s.put_batch(T, [b"a", b"b"], properties={"k": None}),
     "put_batch pipelined tags=''": lambda s: _future(s.put_batch(T, [b"a"], tags="", pipelined=True)),
     "put_messages with one tags=''": lambda s: s.put_messages(
-        [Message(T, b"ok", tags="TagA"), Message(T, b"x", tags="")]),
+        [Message(T, b"ok", tags="TagA"), Message(T, b"x", tags="")]
+    ),
     "put_messages with one property None": lambda s: s.put_messages(
-        [Message(T, b"ok"), Message(T, b"x", properties={"k": None})]),
+        [Message(T, b"ok"), Message(T, b"x", properties={"k": None})]
+    ),
     "put_messages with one keys=''": lambda s: s.put_messages([Message(T, b"ok"), Message(T, b"x", keys="")]),
     # not UTF-8 (a lone surrogate): Java would read back U+FFFD, verify() would call it damage
     "put property value not UTF-8": lambda s: s.put(T, b"x", properties={"p": "\udcff"}),
@@ -79,8 +82,9 @@ def test_an_empty_or_none_value_is_refused_and_writes_nothing(store, case):
     assert store.read(r.commitlog_offset).tags == "TagB"
 
 
-@pytest.mark.parametrize("props", [{"p": ""}, {"k": None}, {"a": "1", "b": ""}, {"TAGS": ""},
-                                   {"p": "\udcff"}, {"\udc80k": "v"}])
+@pytest.mark.parametrize(
+    "props", [{"p": ""}, {"k": None}, {"a": "1", "b": ""}, {"TAGS": ""}, {"p": "\udcff"}, {"\udc80k": "v"}]
+)
 def test_codec_refuses_empty_and_none_values_in_both_twins(impl, props):
     with pytest.raises(InvalidMessageError):
         impl.codec.encode_properties(props)

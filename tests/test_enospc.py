@@ -23,10 +23,15 @@ import pytest
 
 import rocketstore
 import rocketstore.retention
-from rocketstore import Message, MessageStore, PutStatus
-from rocketstore import _store_py, consumequeue, indexservice, mapped_file
-from rocketstore.errors import (CreateMappedFileFailedError, DiskFullError, FlushTimeoutError, PutError,
-                                SegmentDiskFullError, SegmentError)
+from rocketstore import Message, MessageStore, PutStatus, _store_py, consumequeue, indexservice, mapped_file
+from rocketstore.errors import (
+    CreateMappedFileFailedError,
+    DiskFullError,
+    FlushTimeoutError,
+    PutError,
+    SegmentDiskFullError,
+    SegmentError,
+)
 from rocketstore.indexservice import IndexService
 
 SEGMENT = 64 * 1024
@@ -96,8 +101,9 @@ def check_queue(store, acked, queue_id=0):
     assert [m.queue_offset for m in got] == list(range(len(mine)))
 
 
-def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(tmp_path, impl,
-                                                                               no_segment_space):
+def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(
+    tmp_path, impl, no_segment_space
+):
     path = tmp_path / "s"
     acked = []
     with open_store(path, impl) as store:
@@ -116,13 +122,14 @@ def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(tmp
         assert failed.status == PutStatus.CREATE_MAPPED_FILE_FAILED
         assert isinstance(failed, DiskFullError) and isinstance(failed, SegmentError)
         assert failed.errno == errno.ENOSPC and "No space left" in str(failed)
-        assert store.max_offset % SEGMENT == 0       # the full segment ends in its BLANK
+        assert store.max_offset % SEGMENT == 0  # the full segment ends in its BLANK
 
         # still full: every kind of put fails the same way, writing nothing
-        for put in (lambda: store.put(TOPIC, body(0), tags="T", keys="k"),
-                    lambda: store.put_batch(TOPIC, [b"a", b"b", b"c"], queue_id=0),
-                    lambda: store.put_messages([Message(TOPIC, b"a", queue_id=0),
-                                                Message(TOPIC, b"b", queue_id=1)])):
+        for put in (
+            lambda: store.put(TOPIC, body(0), tags="T", keys="k"),
+            lambda: store.put_batch(TOPIC, [b"a", b"b", b"c"], queue_id=0),
+            lambda: store.put_messages([Message(TOPIC, b"a", queue_id=0), Message(TOPIC, b"b", queue_id=1)]),
+        ):
             with pytest.raises(SegmentDiskFullError):
                 put()
         check_readable(store, acked)
@@ -138,7 +145,7 @@ def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(tmp
         acked.append((i, r))
         check_readable(store, acked)
         check_queue(store, acked)
-    with open_store(path, impl) as store:     # the reopen recovers everything acknowledged
+    with open_store(path, impl) as store:  # the reopen recovers everything acknowledged
         check_readable(store, acked)
         check_queue(store, acked)
         i = len(acked)
@@ -151,7 +158,7 @@ def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl,
     path = tmp_path / "s"
     acked = []
     with open_store(path, impl) as store:
-        for i in range(30):                            # half of segment 0
+        for i in range(30):  # half of segment 0
             acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
         end, offsets = store.max_offset, store.queue_offsets()
         no_segment_space.on = True
@@ -167,7 +174,7 @@ def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl,
 
         with pytest.raises(SegmentDiskFullError):
             put_all()
-        assert store.max_offset == end and store.queue_offsets() == offsets   # not a byte written
+        assert store.max_offset == end and store.queue_offsets() == offsets  # not a byte written
         check_readable(store, acked)
 
         no_segment_space.on = False
@@ -190,7 +197,7 @@ def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path
         real = mapped_file._size_new_file
         made = []
 
-        def one_more(fd, size, preallocate):   # room for exactly one more new file
+        def one_more(fd, size, preallocate):  # room for exactly one more new file
             if made:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             made.append(fd)
@@ -200,7 +207,7 @@ def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path
         try:
             with pytest.raises(CreateMappedFileFailedError):
                 store.put_batch(TOPIC, [body(i) for i in range(30, 250)], queue_id=0)
-            for i in range(30, 120):             # single puts fill segment 0 and roll on
+            for i in range(30, 120):  # single puts fill segment 0 and roll on
                 try:
                     r = store.put(TOPIC, body(i), queue_id=0)
                 except CreateMappedFileFailedError:
@@ -208,7 +215,7 @@ def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path
                 acked.append((i, r))
         finally:
             mapped_file._size_new_file = real
-        assert acked[-1][1].commitlog_offset >= SEGMENT   # a segment created for the batch took them
+        assert acked[-1][1].commitlog_offset >= SEGMENT  # a segment created for the batch took them
         check_readable(store, acked)
     with open_store(path, impl) as store:
         check_readable(store, acked)
@@ -216,7 +223,8 @@ def test_a_failed_batch_leaves_segments_it_created_usable_by_later_puts(tmp_path
 
 
 def test_queue_and_index_files_that_cannot_grow_stop_dispatch_with_disk_full_until_space_returns(
-        tmp_path, impl, monkeypatch):
+    tmp_path, impl, monkeypatch
+):
     switch = Switch()
 
     def failing(real):
@@ -225,6 +233,7 @@ def test_queue_and_index_files_that_cannot_grow_stop_dispatch_with_disk_full_unt
                 switch.hits += 1
                 raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
             real(fd, offset, length)
+
         return allocate
 
     monkeypatch.setattr(consumequeue, "allocate_range", failing(consumequeue.allocate_range))
@@ -236,22 +245,23 @@ def test_queue_and_index_files_that_cannot_grow_stop_dispatch_with_disk_full_unt
             acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
         store.queues()
         switch.on = True
-        for i in range(5, 120):          # the CommitLog still takes puts
+        for i in range(5, 120):  # the CommitLog still takes puts
             r = store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")
             assert r.ok
             acked.append((i, r))
         with pytest.raises(DiskFullError):
-            store.queues()               # dispatch needs new queue and index file space
+            store.queues()  # dispatch needs new queue and index file space
         with pytest.raises(DiskFullError):
             store.get_message("g", TOPIC, 0, 0)
         assert switch.hits
         check_readable(store, acked)
 
-        switch.on = False                # dispatch resumes where it stopped: nothing lost or doubled
+        switch.on = False  # dispatch resumes where it stopped: nothing lost or doubled
         check_queue(store, acked)
         for i in (3, 60, 119):
-            assert [m.commitlog_offset for m in store.query_by_key(TOPIC, f"key{i}")] == \
-                [acked[i][1].commitlog_offset]
+            assert [m.commitlog_offset for m in store.query_by_key(TOPIC, f"key{i}")] == [
+                acked[i][1].commitlog_offset
+            ]
     with open_store(path, impl) as store:
         check_queue(store, acked)
 
@@ -266,12 +276,12 @@ def test_a_new_index_file_allocates_its_header_and_slot_table_before_anything_is
         probe = os.open(tmp_path / "probe", os.O_RDWR | os.O_CREAT)
         try:
             os.posix_fallocate(probe, 0, 4096)
-        except (OSError, AttributeError):          # macOS has no posix_fallocate
+        except (OSError, AttributeError):  # macOS has no posix_fallocate
             pytest.skip("this file system does not allocate blocks on request")
         finally:
             os.close(probe)
         allocated = os.stat(f.path).st_blocks * 512
-        head = 40 + 4 * slots                      # 16 KiB of slots: sparse unless allocated
+        head = 40 + 4 * slots  # 16 KiB of slots: sparse unless allocated
         assert allocated >= head
     finally:
         service.close()
@@ -311,7 +321,7 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
         r = info.value.result
         assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and not r.ok and r.status.stored
         assert isinstance(r.error, DiskFullError) and "flushing the CommitLog failed" in str(r.error)
-        assert store.read(r.commitlog_offset).body == b"durable?"   # stored, not known durable
+        assert store.read(r.commitlog_offset).body == b"durable?"  # stored, not known durable
         future = store.put_pipelined(TOPIC, b"pipelined")
         with pytest.raises(FlushTimeoutError) as info:
             future.result()
@@ -322,7 +332,7 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
         batch = info.value.result
         assert batch.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(batch.error, DiskFullError)
 
-        monkeypatch.setattr(_store_py, "_data_sync", real_sync)     # space is back: no stale error
+        monkeypatch.setattr(_store_py, "_data_sync", real_sync)  # space is back: no stale error
         ok = store.put(TOPIC, b"durable", durable=True)
         assert ok.status == PutStatus.PUT_OK and ok.error is None
         assert store.flushed_offset >= ok.commitlog_offset + ok.size > r.commitlog_offset
@@ -414,8 +424,9 @@ def small_tmpfs(tmp_path):
     mount_point.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -429,11 +440,17 @@ def small_tmpfs(tmp_path):
 def test_a_real_full_tmpfs_fails_puts_cleanly_and_writes_resume_when_space_returns(impl, small_tmpfs):
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CHILD, impl.name, str(small_tmpfs)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, impl.name, str(small_tmpfs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, (
         f"child {'killed by signal ' + str(-proc.returncode) if proc.returncode < 0 else 'failed'}"
-        f"\nstdout: {proc.stdout}\nstderr: {proc.stderr[-4000:]}")
+        f"\nstdout: {proc.stdout}\nstderr: {proc.stderr[-4000:]}"
+    )
     assert '"failures"' in proc.stdout
 
 
@@ -454,12 +471,14 @@ def config_files_full(monkeypatch):
 
         def undo(self):
             monkeypatch.undo()
+
     return Full()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_config_files_that_cannot_be_written_raise_disk_full_keep_the_old_file_and_close_cleanly(
-        tmp_path, impl, config_files_full):
+    tmp_path, impl, config_files_full
+):
     path = tmp_path / "s"
     store = open_store(path, impl)
     before = store.put("Old", b"kept", durable=True)
@@ -470,22 +489,23 @@ def test_config_files_that_cannot_be_written_raise_disk_full_keep_the_old_file_a
     with pytest.raises(DiskFullError, match="writing topics.json failed, the file on disk is unchanged"):
         store.create_topic("New", 4)
     with pytest.raises(DiskFullError, match="topics.json"):
-        store.put("Brand", b"never stored")                 # a new topic must be recorded first
+        store.put("Brand", b"never stored")  # a new topic must be recorded first
     assert (path / "config" / "topics.json").read_bytes() == topics_before
     assert not [n for n in os.listdir(path / "config") if n.endswith(".tmp")]
     with pytest.raises(DiskFullError, match="consumerOffset.json|topics.json"):
-        store.close()                                         # says so, but closes all the same
+        store.close()  # says so, but closes all the same
     assert not (path / "abort").exists()
     config_files_full.undo()
-    with open_store(path, impl) as store:                     # not locked: the close finished
+    with open_store(path, impl) as store:  # not locked: the close finished
         assert store.last_shutdown_clean
         assert store.get_by_queue_offset("Old", before.queue_id, 0).body == b"kept"
         assert "Brand" not in store.topics and not store.queues().get(("Brand", 0))
-        store.create_topic("New", 4)                          # space is back: writes resume
+        store.create_topic("New", 4)  # space is back: writes resume
     assert b'"New"' in (path / "config" / "topics.json").read_bytes()
 
 
 # ---- background threads on a full disk: one error with its cause, a count, a recovery ----
+
 
 class FlakyTask:
     """A dispatcher (``catch_up``) or checkpoint (``__call__``) that fails ``failures`` times
@@ -507,6 +527,7 @@ class FlakyTask:
 
 def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
     from rocketstore.dispatch import DispatchThread
+
     dispatcher, checkpoint = FlakyTask(12), FlakyTask(7)
     with caplog.at_level("INFO", logger="rocketstore.dispatch"):
         thread = DispatchThread(dispatcher, 1, checkpoint=checkpoint, checkpoint_interval_ms=1)
@@ -516,7 +537,7 @@ def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
             thread.stop()
     records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
     errors = [r for r in records if r.levelname == "ERROR"]
-    assert len(errors) == 2, [r.getMessage() for r in errors]     # dispatch once, checkpoint once
+    assert len(errors) == 2, [r.getMessage() for r in errors]  # dispatch once, checkpoint once
     assert all("No space left on device" in r.getMessage() for r in errors)
     recovered = [r.getMessage() for r in records if r.levelname == "INFO"]
     assert len(recovered) == 2
@@ -525,7 +546,8 @@ def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
 
 
 def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_recovers(
-        tmp_path, impl, monkeypatch, caplog):
+    tmp_path, impl, monkeypatch, caplog
+):
     switch = Switch()
     real = consumequeue.allocate_range
 
@@ -537,19 +559,22 @@ def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_re
 
     monkeypatch.setattr(consumequeue, "allocate_range", allocate)
     acked = []
-    with caplog.at_level("INFO", logger="rocketstore.dispatch"), \
-            open_store(tmp_path / "s", impl, dispatch_interval_ms=1) as store:
+    with (
+        caplog.at_level("INFO", logger="rocketstore.dispatch"),
+        open_store(tmp_path / "s", impl, dispatch_interval_ms=1) as store,
+    ):
         switch.on = True
-        for i in range(60):              # 16 units a queue file: needs new queue files
+        for i in range(60):  # 16 units a queue file: needs new queue files
             acked.append((i, store.put(TOPIC, body(i), queue_id=0)))
         deadline = time.monotonic() + 60
         while switch.hits < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)             # the dispatch thread keeps retrying
+            time.sleep(0.01)  # the dispatch thread keeps retrying
         assert switch.hits >= 5
-        switch.on = False                # space returns: the thread catches up by itself
+        switch.on = False  # space returns: the thread catches up by itself
 
         def recovered():
             return [r for r in caplog.records if "dispatch recovered after" in r.getMessage()]
+
         while not recovered() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert recovered() and store._dispatcher.offset == store.max_offset
@@ -577,26 +602,26 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
     # file_reserved_time (RocketMQ's broker would, above 85 %); puts are refused, stats() says so.
     path, ballast = small_tmpfs / "store", small_tmpfs / "ballast"
     acked = []
-    with open_store(path, impl) as store:          # default retention options; no background pass
+    with open_store(path, impl) as store:  # default retention options; no background pass
         for i in range(300):
             acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
         store.queues()
         segments = [mf.file_from_offset for mf in store._segments.files]
         assert len(segments) >= 5
         st = os.statvfs(small_tmpfs)
-        with open(ballast, "wb") as f:             # fill the file system to about 96 %
+        with open(ballast, "wb") as f:  # fill the file system to about 96 %
             f.write(b"\xff" * (st.f_bavail * st.f_frsize - st.f_blocks * st.f_frsize // 25))
         before = rocketstore.retention.disk_usage(str(path))
         stats = store.stats()
-        after = rocketstore.retention.disk_usage(str(path))   # the store may allocate meanwhile
+        after = rocketstore.retention.disk_usage(str(path))  # the store may allocate meanwhile
         assert stats["disk_full"] is True and before - 0.01 <= stats["disk_usage"] <= after + 0.01
         assert before > 0.9
-        assert store.clean()["commitlog"] == []    # nothing is expired: nothing goes
+        assert store.clean()["commitlog"] == []  # nothing is expired: nothing goes
         put_is_refused_with_disk_full(store)
         assert store.stats()["refused_puts"] >= 1
         assert [mf.file_from_offset for mf in store._segments.files] == segments
 
-        os.unlink(ballast)                         # space returns
+        os.unlink(ballast)  # space returns
         assert store.stats()["disk_full"] is False
         r = store.put(TOPIC, body(300), queue_id=0, keys="key300")
         assert r.ok
@@ -608,17 +633,19 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
 
 def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplog):
     import logging
+
     from rocketstore._failurelog import FailureLog
+
     log = logging.getLogger("rocketstore.test_failurelog")
-    quiet = FailureLog(log, "task")                         # summaries at most once a minute
-    chatty = FailureLog(log, "other", summary_every=0)      # a summary at every failure
+    quiet = FailureLog(log, "task")  # summaries at most once a minute
+    chatty = FailureLog(log, "other", summary_every=0)  # a summary at every failure
     full = DiskFullError(errno.ENOSPC, "No space left on device")
     with caplog.at_level("INFO", logger="rocketstore.test_failurelog"):
         for _ in range(50):
             quiet.failed(full)
-        quiet.failed(PermissionError("denied"))              # another cause: logged again
+        quiet.failed(PermissionError("denied"))  # another cause: logged again
         quiet.succeeded()
-        quiet.succeeded()                                    # nothing to recover from
+        quiet.succeeded()  # nothing to recover from
         chatty.failed(full)
         chatty.failed(full)
     got = [(r.levelname, r.getMessage()) for r in caplog.records]
@@ -627,4 +654,4 @@ def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplo
     assert got[1][1].startswith("task failed: denied")
     assert got[2][1] == "task recovered after 51 failures"
     assert got[4][1].startswith("other still failing after 2 attempts")
-    assert caplog.records[0].exc_info is not None           # the cause, with its traceback
+    assert caplog.records[0].exc_info is not None  # the cause, with its traceback

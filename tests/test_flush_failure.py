@@ -24,8 +24,9 @@ def failing(impl):
 
 
 def test_a_failing_flush_fails_the_waiting_durable_puts_then_the_store_resumes(tmp_path, impl, failing):
-    with MessageStore(tmp_path / "s", implementation=impl.name, commitlog_file_size=1 << 20,
-                      sync_flush_timeout_ms=5000) as store:
+    with MessageStore(
+        tmp_path / "s", implementation=impl.name, commitlog_file_size=1 << 20, sync_flush_timeout_ms=5000
+    ) as store:
         assert store.put("T", b"before", durable=True).ok
         failing(errno.ENOSPC)
         with pytest.raises(FlushTimeoutError) as info:
@@ -33,12 +34,17 @@ def test_a_failing_flush_fails_the_waiting_durable_puts_then_the_store_resumes(t
         result = info.value.result
         assert result.status == PutStatus.FLUSH_DISK_TIMEOUT and result.status.stored
         assert isinstance(result.error, DiskFullError) and result.error.errno == errno.ENOSPC
-        assert store.read(result.commitlog_offset).body == b"during"      # stored, not durable
+        assert store.read(result.commitlog_offset).body == b"during"  # stored, not durable
         future = store.put_pipelined("T", b"pipelined")
         with pytest.raises(FlushTimeoutError):
             future.result()
         failing(0)
-        again = store.put("T", b"after", durable=True)                   # a fresh round succeeds
+        again = store.put("T", b"after", durable=True)  # a fresh round succeeds
         assert again.ok and store.flushed_offset >= again.commitlog_offset + again.size
     with MessageStore(tmp_path / "s", implementation=impl.name, read_only=True) as store:
-        assert [bytes(m.body) for m in store.iter_messages()] == [b"before", b"during", b"pipelined", b"after"]
+        assert [bytes(m.body) for m in store.iter_messages()] == [
+            b"before",
+            b"during",
+            b"pipelined",
+            b"after",
+        ]

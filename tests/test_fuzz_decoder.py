@@ -31,8 +31,14 @@ from hypothesis import strategies as st
 
 from rocketstore import _codec_py, _impl, _index_py
 from rocketstore.consumequeue import CQ_UNIT_SIZE, PLACEHOLDER_SIZE, ConsumeQueue
-from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
-                                MessageNotFoundError, RocketStoreError, StoreConfigError)
+from rocketstore.errors import (
+    CorruptRecordError,
+    InvalidMessageError,
+    InvalidMessageIdError,
+    MessageNotFoundError,
+    RocketStoreError,
+    StoreConfigError,
+)
 
 # ---- the twins under test ----------------------------------------------------------------------
 
@@ -47,9 +53,11 @@ _EXAMPLES = int(os.environ.get("ROCKETSTORE_FUZZ_EXAMPLES", "0") or 0)
 
 def fuzz_settings(examples: int):
     """``examples`` per test, or ROCKETSTORE_FUZZ_EXAMPLES when set (longer runs, ASan)."""
-    return settings(max_examples=_EXAMPLES or examples, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+    return settings(
+        max_examples=_EXAMPLES or examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
 
 
 def test_the_compiled_twin_is_fuzzed_unless_extensions_are_off():
@@ -66,8 +74,13 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32 = st.integers(INT32_MIN, INT32_MAX)
 INT64 = st.integers(INT64_MIN, INT64_MAX)
 T0 = 1_700_000_000_000
-STOP_REASONS = {_codec_py.STOP_BLANK, _codec_py.STOP_END, _codec_py.STOP_TRUNCATED,
-                _codec_py.STOP_CORRUPT, _codec_py.STOP_BAD_CRC}
+STOP_REASONS = {
+    _codec_py.STOP_BLANK,
+    _codec_py.STOP_END,
+    _codec_py.STOP_TRUNCATED,
+    _codec_py.STOP_CORRUPT,
+    _codec_py.STOP_BAD_CRC,
+}
 
 
 def outcome(fn, *args, **kwargs):
@@ -93,22 +106,47 @@ def message_dict(m) -> dict:
 
 hosts = st.tuples(st.sampled_from(["10.0.0.1", "127.0.0.1", "::1", "fe80::1:2"]), st.integers(0, 65535))
 prop_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "x", "TAGS\x01"])
-prop_values = st.one_of(st.sampled_from(["TagA", "a b  c", " ", "3", "-1", "99999999999", "2147483648",
-                                         "7F0000010001000000010000000000000001", "é", "\udcff"]),
-                        st.text(max_size=12))
-records = st.fixed_dictionaries({
-    "topic": st.sampled_from(["T", "TopicTest", "SCHEDULE_TOPIC_XXXX", "%RETRY%g", "é" * 5, "t" * 127]),
-    "body": st.binary(max_size=200),
-    "properties": st.one_of(st.binary(max_size=60),
-                            st.dictionaries(prop_names, prop_values, max_size=4)
-                            .map(lambda d: {k: v.replace("\x01", "").replace("\x02", "") for k, v in d.items()
-                                            if "\x01" not in k})
-                            .map(lambda d: {k: v for k, v in d.items() if v})),   # "": refused
-    "queue_id": INT32, "queue_offset": INT64, "physical_offset": INT64,
-    "sys_flag": st.sampled_from([0, 1, 2, 4, 8, 12, 0x40, 0x80, 0x700]),
-    "store_timestamp": st.one_of(st.just(T0), INT64), "born_host": hosts, "store_host": hosts,
-    "body_crc": st.one_of(st.none(), st.none(), INT32),
-})
+prop_values = st.one_of(
+    st.sampled_from(
+        [
+            "TagA",
+            "a b  c",
+            " ",
+            "3",
+            "-1",
+            "99999999999",
+            "2147483648",
+            "7F0000010001000000010000000000000001",
+            "é",
+            "\udcff",
+        ]
+    ),
+    st.text(max_size=12),
+)
+records = st.fixed_dictionaries(
+    {
+        "topic": st.sampled_from(["T", "TopicTest", "SCHEDULE_TOPIC_XXXX", "%RETRY%g", "é" * 5, "t" * 127]),
+        "body": st.binary(max_size=200),
+        "properties": st.one_of(
+            st.binary(max_size=60),
+            st.dictionaries(prop_names, prop_values, max_size=4)
+            .map(
+                lambda d: {
+                    k: v.replace("\x01", "").replace("\x02", "") for k, v in d.items() if "\x01" not in k
+                }
+            )
+            .map(lambda d: {k: v for k, v in d.items() if v}),
+        ),  # "": refused
+        "queue_id": INT32,
+        "queue_offset": INT64,
+        "physical_offset": INT64,
+        "sys_flag": st.sampled_from([0, 1, 2, 4, 8, 12, 0x40, 0x80, 0x700]),
+        "store_timestamp": st.one_of(st.just(T0), INT64),
+        "born_host": hosts,
+        "store_host": hosts,
+        "body_crc": st.one_of(st.none(), st.none(), INT32),
+    }
+)
 
 
 def encode(fields: dict, v2: bool) -> bytes:
@@ -118,7 +156,7 @@ def encode(fields: dict, v2: bool) -> bytes:
         return data
     row = _codec_py.decode_batch(data, check_crc=False)[0][0]
     at = int(row["topic_pos"]) - 1
-    out = bytearray(data[:at]) + struct.pack(">h", data[at]) + data[at + 1:]
+    out = bytearray(data[:at]) + struct.pack(">h", data[at]) + data[at + 1 :]
     struct.pack_into(">ii", out, 0, len(out), _codec_py.MAGIC_V2)
     return bytes(out)
 
@@ -130,8 +168,14 @@ def field_positions(data: bytes) -> list[int]:
     for row in rows:
         pos = int(row["position"])
         topic_len_size = 2 if int(row["magic"]) == _codec_py.MAGIC_V2 else 1
-        found += [pos, pos + 4, pos + 36, int(row["body_pos"]) - 4,
-                  int(row["topic_pos"]) - topic_len_size, int(row["properties_pos"]) - 2]
+        found += [
+            pos,
+            pos + 4,
+            pos + 36,
+            int(row["body_pos"]) - 4,
+            int(row["topic_pos"]) - topic_len_size,
+            int(row["properties_pos"]) - 2,
+        ]
     return found
 
 
@@ -144,7 +188,7 @@ def record_bytes(draw, max_records=4):
             chunks.append(encode(fields, draw(st.booleans())))
         except RocketStoreError:
             pass
-        if draw(st.integers(0, 9)) == 0:   # a BLANK end-of-file record, then filler
+        if draw(st.integers(0, 9)) == 0:  # a BLANK end-of-file record, then filler
             chunks.append(struct.pack(">ii", 8 + 13, _codec_py.MAGIC_BLANK) + bytes(13))
     data = b"".join(chunks) + draw(st.sampled_from([b"", bytes(8), bytes(100), b"\xff" * 9]))
     starts = [int(p) for p in _codec_py.decode_batch(data, check_crc=False)[0]["position"]]
@@ -154,10 +198,37 @@ def record_bytes(draw, max_records=4):
 def interesting_ints(size: int, pos: int):
     """Values a hostile length or magic field takes."""
     return st.one_of(
-        st.sampled_from([-1, 0, 1, 4, 8, 90, 91, 92, 127, 128, 255, 32767, -32768, INT32_MAX, INT32_MIN,
-                         size, size - pos, size - pos + 1, size - pos - 1, _codec_py.MAGIC_V1,
-                         _codec_py.MAGIC_V2, _codec_py.MAGIC_BLANK, 0x10, 0x20, 0x30]),
-        INT32)
+        st.sampled_from(
+            [
+                -1,
+                0,
+                1,
+                4,
+                8,
+                90,
+                91,
+                92,
+                127,
+                128,
+                255,
+                32767,
+                -32768,
+                INT32_MAX,
+                INT32_MIN,
+                size,
+                size - pos,
+                size - pos + 1,
+                size - pos - 1,
+                _codec_py.MAGIC_V1,
+                _codec_py.MAGIC_V2,
+                _codec_py.MAGIC_BLANK,
+                0x10,
+                0x20,
+                0x30,
+            ]
+        ),
+        INT32,
+    )
 
 
 @st.composite
@@ -181,20 +252,21 @@ def mutated(draw, max_records=4):
         elif kind in ("set32", "set16", "set8"):
             width = {"set32": 4, "set16": 2, "set8": 1}[kind]
             value = draw(interesting_ints(len(buf), at)) & ((1 << (8 * width)) - 1)
-            buf[at:at + width] = value.to_bytes(width, "big")[:len(buf) - at]
+            buf[at : at + width] = value.to_bytes(width, "big")[: len(buf) - at]
         elif kind == "cut":
-            del buf[draw(st.integers(0, len(buf))):]
+            del buf[draw(st.integers(0, len(buf))) :]
         elif kind == "zero":
             n = draw(st.integers(1, 64))
-            buf[at:at + n] = bytes(len(buf[at:at + n]))
+            buf[at : at + n] = bytes(len(buf[at : at + n]))
         elif kind == "insert":
             buf[at:at] = draw(st.binary(min_size=1, max_size=16))
         else:
-            del buf[at:at + draw(st.integers(1, 16))]
+            del buf[at : at + draw(st.integers(1, 16))]
     return bytes(buf), starts, fields
 
 
 # ---- decode_record ---------------------------------------------------------------------------------
+
 
 def check_decoded(data: bytes, pos: int, m, check_crc: bool) -> None:
     """A decoded record lies inside data and, when CRC-checked, carries its body's CRC."""
@@ -250,6 +322,7 @@ def test_decode_record_position_outside_the_buffer_is_a_value_or_type_error(twin
 
 # ---- decode_batch: windows, limits, and the rows' bounds -------------------------------------------
 
+
 def check_rows(data: bytes, start: int, end: int, rows, stop: int, reason: int, max_records: int) -> None:
     assert start <= stop <= end
     assert reason in STOP_REASONS | {_codec_py.STOP_LIMIT}
@@ -281,12 +354,14 @@ def test_decode_batch_windows_never_read_past_end_and_twins_agree(case, data):
         rows, stop, reason = codec.decode_batch(buf, start, end, check_crc=check_crc, max_records=max_records)
         check_rows(buf, start, end, rows, stop, reason, max_records)
         # the bytes past `end` play no part: the same scan over a copy that ends there
-        cut_rows, cut_stop, cut_reason = codec.decode_batch(buf[:end], start, check_crc=check_crc,
-                                                            max_records=max_records)
+        cut_rows, cut_stop, cut_reason = codec.decode_batch(
+            buf[:end], start, check_crc=check_crc, max_records=max_records
+        )
         assert (cut_rows.tobytes(), cut_stop, cut_reason) == (rows.tobytes(), stop, reason)
         # ... nor the bytes before `start`, up to the shift of every position
-        own, own_stop, own_reason = codec.decode_batch(buf[start:end], check_crc=check_crc,
-                                                       max_records=max_records)
+        own, own_stop, own_reason = codec.decode_batch(
+            buf[start:end], check_crc=check_crc, max_records=max_records
+        )
         assert (own_stop + start, own_reason) == (stop, reason)
         assert (own["position"] + start).tolist() == rows["position"].tolist()
         for row in rows:
@@ -299,10 +374,12 @@ def test_decode_batch_windows_never_read_past_end_and_twins_agree(case, data):
 
 @pytest.mark.parametrize("twin", TWINS, ids=[t.name for t in TWINS])
 @pytest.mark.parametrize("max_records", [2, 5, 65536, -1])
-def test_decode_batch_stops_at_a_blank_even_when_max_records_exceeds_what_the_range_can_hold(twin, max_records):
+def test_decode_batch_stops_at_a_blank_even_when_max_records_exceeds_what_the_range_can_hold(
+    twin, max_records
+):
     """Regression: the compiled twin clamped max_records to range // 91 and so stopped with
     STOP_LIMIT right before a BLANK (recovery would take that for the end of the CommitLog)."""
-    record = _codec_py.encode_record(topic="T", body=b"")          # 92 bytes: range // 91 == 1
+    record = _codec_py.encode_record(topic="T", body=b"")  # 92 bytes: range // 91 == 1
     data = record + struct.pack(">ii", 8, _codec_py.MAGIC_BLANK)
     rows, stop, reason = twin.codec.decode_batch(data, max_records=max_records)
     assert (len(rows), stop, reason) == (1, len(record), _codec_py.STOP_BLANK)
@@ -318,15 +395,28 @@ def test_decode_batch_window_outside_the_buffer_is_a_value_or_type_error(twin, s
 
 # ---- dispatch_info and record_from_row on decoded and on hostile rows --------------------------------
 
-ROW_FIELDS = ["position", "size", "body_pos", "body_len", "topic_pos", "topic_len", "properties_pos",
-              "properties_len", "store_timestamp", "sys_flag", "born_host", "store_host", "magic"]
+ROW_FIELDS = [
+    "position",
+    "size",
+    "body_pos",
+    "body_len",
+    "topic_pos",
+    "topic_len",
+    "properties_pos",
+    "properties_len",
+    "store_timestamp",
+    "sys_flag",
+    "born_host",
+    "store_host",
+    "magic",
+]
 
 
 def hostile_rows(draw, rows, size: int):
     """``rows`` with some fields set to values pointing anywhere (or a table of random bytes)."""
     if draw(st.integers(0, 5)) == 0:
         raw = draw(st.binary(min_size=0, max_size=4 * _codec_py.RECORD_DTYPE.itemsize))
-        raw = raw[:len(raw) - len(raw) % _codec_py.RECORD_DTYPE.itemsize]
+        raw = raw[: len(raw) - len(raw) % _codec_py.RECORD_DTYPE.itemsize]
         return np.frombuffer(raw, dtype=_codec_py.RECORD_DTYPE).copy()
     rows = rows.copy()
     if not len(rows):
@@ -339,8 +429,11 @@ def hostile_rows(draw, rows, size: int):
             continue
         bits = 64 if rows.dtype[name] == np.dtype("=i8") else 32
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-        rows[name][i] = draw(st.one_of(st.sampled_from([-1, 0, size, size - 1, size + 1, lo, hi, hi - size]),
-                                       st.integers(lo, hi)))
+        rows[name][i] = draw(
+            st.one_of(
+                st.sampled_from([-1, 0, size, size - 1, size + 1, lo, hi, hi - size]), st.integers(lo, hi)
+            )
+        )
     return rows
 
 
@@ -351,8 +444,9 @@ def test_dispatch_info_and_record_from_row_on_hostile_rows_raise_only_documented
     rows = _codec_py.decode_batch(buf, check_crc=False)[0]
     if data.draw(st.booleans(), label="hostile"):
         rows = hostile_rows(data.draw, rows, len(buf))
-    delays = data.draw(st.sampled_from([_codec_py.DEFAULT_DELAY_LEVELS_MS, (), (1,), (INT64_MAX, INT64_MIN)]),
-                       label="delays")
+    delays = data.draw(
+        st.sampled_from([_codec_py.DEFAULT_DELAY_LEVELS_MS, (), (1,), (INT64_MAX, INT64_MIN)]), label="delays"
+    )
     results = []
     for codec in CODECS:
         got = outcome(codec.dispatch_info, buf, rows, delays)
@@ -361,14 +455,18 @@ def test_dispatch_info_and_record_from_row_on_hostile_rows_raise_only_documented
             assert len(info) == len(rows)
             for key in keys:
                 assert 0 <= key["record"] < len(rows)
-                assert 0 <= key["key_pos"] and key["key_len"] > 0 and key["key_pos"] + key["key_len"] <= len(buf)
+                assert (
+                    key["key_pos"] >= 0 and key["key_len"] > 0 and key["key_pos"] + key["key_len"] <= len(buf)
+                )
             for row, inf in zip(rows, info):
                 if inf["tags_pos"] >= 0:
                     lo, n = int(inf["tags_pos"]), int(inf["tags_len"])
                     assert lo + n <= len(buf)
-                    if bytes(buf[int(row["topic_pos"]):int(row["topic_pos"]) + int(row["topic_len"])]) \
-                            != b"SCHEDULE_TOPIC_XXXX":
-                        assert inf["tags_code"] == _codec_py.java_hash_bytes(buf[lo:lo + n])
+                    if (
+                        bytes(buf[int(row["topic_pos"]) : int(row["topic_pos"]) + int(row["topic_len"])])
+                        != b"SCHEDULE_TOPIC_XXXX"
+                    ):
+                        assert inf["tags_code"] == _codec_py.java_hash_bytes(buf[lo : lo + n])
             got = ("ok", info.tobytes(), keys.tobytes())
         else:
             assert got[1] is CorruptRecordError, got
@@ -387,11 +485,17 @@ def test_dispatch_info_and_record_from_row_on_hostile_rows_raise_only_documented
 
 # ---- properties, message ids ---------------------------------------------------------------------
 
+
 @fuzz_settings(200)
-@given(data=st.one_of(st.binary(max_size=200),
-                      st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"KEYS", b"a", b"\xff", b"\xed\xa0\x80"]),
-                               max_size=40).map(b"".join)),
-       kind=st.sampled_from([bytes, bytearray, memoryview]))
+@given(
+    data=st.one_of(
+        st.binary(max_size=200),
+        st.lists(
+            st.sampled_from([b"\x01", b"\x02", b"TAGS", b"KEYS", b"a", b"\xff", b"\xed\xa0\x80"]), max_size=40
+        ).map(b"".join),
+    ),
+    kind=st.sampled_from([bytes, bytearray, memoryview]),
+)
 def test_decode_properties_never_raises_on_any_bytes_and_twins_agree(data, kind):
     results = [codec.decode_properties(kind(data)) for codec in CODECS]
     agree(results, "decode_properties")
@@ -402,7 +506,7 @@ def test_decode_properties_never_raises_on_any_bytes_and_twins_agree(data, kind)
 hex_ids = st.one_of(
     st.text(alphabet="0123456789abcdefABCDEF", min_size=32, max_size=32),
     st.text(alphabet="0123456789abcdefABCDEF", min_size=56, max_size=56),
-    st.text(alphabet="0123456789abcdefABCDEFgG \x00é٣Ａ\U0001F600", min_size=30, max_size=58),
+    st.text(alphabet="0123456789abcdefABCDEFgG \x00é٣Ａ\U0001f600", min_size=30, max_size=58),
     st.text(max_size=60),
     st.sampled_from(["", "0" * 32, "F" * 56, "٣" * 32, "Ａ" * 32, "0x" + "0" * 30, " " + "0" * 31]),
 )
@@ -426,9 +530,11 @@ def test_parse_offset_msg_id_raises_only_invalid_message_id_and_twins_agree(msg_
 
 
 @fuzz_settings(300)
-@given(key=st.one_of(hex_ids, st.binary(max_size=40), st.none()),
-       now_ms=st.one_of(st.integers(-(10 ** 12), 10 ** 14), st.just(T0)),
-       fixed_month=st.booleans())
+@given(
+    key=st.one_of(hex_ids, st.binary(max_size=40), st.none()),
+    now_ms=st.one_of(st.integers(-(10**12), 10**14), st.just(T0)),
+    fixed_month=st.booleans(),
+)
 def test_uniq_key_time_raises_only_invalid_message_id_and_twins_agree(key, now_ms, fixed_month):
     month_start = (lambda ms: ms - ms % 2_592_000_000) if fixed_month else None
     results = []
@@ -441,6 +547,7 @@ def test_uniq_key_time_raises_only_invalid_message_id_and_twins_agree(key, now_m
 
 
 # ---- IndexFile over hostile bytes --------------------------------------------------------------------
+
 
 @st.composite
 def index_bytes(draw):
@@ -460,13 +567,24 @@ def index_bytes(draw):
 
 
 index_keys = st.sampled_from(["k0", "k1", "k2", "Aa", "BB", "polygenelubricants", "T#k", ""])
-index_ops = st.lists(st.one_of(
-    st.tuples(st.just("select"), index_keys, st.sampled_from([0, 1, 3, 1 << 40]),
-              st.sampled_from([INT64_MIN, 0, T0]), st.sampled_from([INT64_MAX, T0, T0 + 10**9])),
-    st.tuples(st.just("put"), index_keys, INT64, st.one_of(st.just(T0), INT64)),
-    st.tuples(st.just("header"),),
-    st.tuples(st.just("matched"), INT64, INT64),
-), min_size=1, max_size=12)
+index_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("select"),
+            index_keys,
+            st.sampled_from([0, 1, 3, 1 << 40]),
+            st.sampled_from([INT64_MIN, 0, T0]),
+            st.sampled_from([INT64_MAX, T0, T0 + 10**9]),
+        ),
+        st.tuples(st.just("put"), index_keys, INT64, st.one_of(st.just(T0), INT64)),
+        st.tuples(
+            st.just("header"),
+        ),
+        st.tuples(st.just("matched"), INT64, INT64),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 @fuzz_settings(200)
@@ -489,8 +607,15 @@ def test_index_file_reads_of_hostile_bytes_stay_in_bounds_and_twins_agree(case, 
                 elif op[0] == "matched":
                     got = f.is_time_matched(*op[1:])
                 else:
-                    got = (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
-                           f.hash_slot_count, f.index_count, f.is_full)
+                    got = (
+                        f.begin_timestamp,
+                        f.end_timestamp,
+                        f.begin_phy_offset,
+                        f.end_phy_offset,
+                        f.hash_slot_count,
+                        f.index_count,
+                        f.is_full,
+                    )
                     assert got[5] >= 1
                 results.append(got)
             agree(results, op)
@@ -520,8 +645,12 @@ def test_index_put_refs_of_hostile_rows_stores_nothing_or_the_same_bytes(case, d
         i = data.draw(st.integers(0, len(keys) - 1))
         name = data.draw(st.sampled_from(["key_pos", "key_len", "record"]))
         bits = 64 if name == "key_pos" else 32
-        keys[name][i] = data.draw(st.one_of(st.sampled_from([-1, len(buf), len(buf) + 1, len(rows)]),
-                                            st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)))
+        keys[name][i] = data.draw(
+            st.one_of(
+                st.sampled_from([-1, len(buf), len(buf) + 1, len(rows)]),
+                st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1),
+            )
+        )
     base_offset = data.draw(st.sampled_from([0, 1 << 30, INT64_MAX, -1]), label="base_offset")
     size = _index_py.index_file_size(3, 8)
     bufs = [bytearray(size) for _ in INDEXES]
@@ -532,7 +661,7 @@ def test_index_put_refs_of_hostile_rows_stores_nothing_or_the_same_bytes(case, d
             results.append(("ok", f.put_refs(buf, rows, keys, base_offset)))
         except (CorruptRecordError, OverflowError) as exc:
             results.append(("raised", type(exc), str(exc)))
-            assert ibuf == bytearray(size)   # bad input stores nothing
+            assert ibuf == bytearray(size)  # bad input stores nothing
         finally:
             f.release()
     agree(results, "put_refs")
@@ -559,7 +688,7 @@ def cq_directory(draw):
     for n in range(draw(st.integers(0, 4))):
         name = f"{(first + n) * CQ_FILE:020d}"
         if draw(st.integers(0, 6)) == 0:
-            continue   # a missing file in the middle
+            continue  # a missing file in the middle
         kind = draw(st.sampled_from(["units", "units", "units", "random", "zeros", "short", "long", "empty"]))
         if kind == "units":
             data = b"".join(draw(st.lists(cq_units, min_size=CQ_UNITS, max_size=CQ_UNITS)))
@@ -575,7 +704,9 @@ def cq_directory(draw):
             data = b""
         files[name] = data
     if draw(st.integers(0, 4)) == 0:
-        files[draw(st.sampled_from(["junk", "0000000000000000000x", "00000000000000000007", ".tmp"]))] = b"junk"
+        files[draw(st.sampled_from(["junk", "0000000000000000000x", "00000000000000000007", ".tmp"]))] = (
+            b"junk"
+        )
     return files
 
 
@@ -590,7 +721,7 @@ def check_queue_reads(cq, checked_from: int, cut=None) -> None:
     last_from = files[-1].file_from_offset // CQ_UNIT_SIZE if files else 0
     for q in range(lo, hi):
         offset, size, _tags = cq.unit(q)
-        if q >= checked_from:     # valid, or a hole recovery recorded for the store to rebuild
+        if q >= checked_from:  # valid, or a hole recovery recorded for the store to rebuild
             assert (offset >= 0 and size > 0) or any(a <= q < b for a, b in cq.holes)
         if cut is not None and q >= last_from:
             assert offset < cut
@@ -606,9 +737,15 @@ def check_queue_reads(cq, checked_from: int, cut=None) -> None:
 
 
 @fuzz_settings(150)
-@given(files=cq_directory(), read_only=st.booleans(), cut=st.integers(-1, 10_000),
-       min_phy=st.integers(-1, 10_000))
-def test_consume_queue_of_hostile_files_loads_or_refuses_and_reads_stay_in_range(files, read_only, cut, min_phy):
+@given(
+    files=cq_directory(),
+    read_only=st.booleans(),
+    cut=st.integers(-1, 10_000),
+    min_phy=st.integers(-1, 10_000),
+)
+def test_consume_queue_of_hostile_files_loads_or_refuses_and_reads_stay_in_range(
+    files, read_only, cut, min_phy
+):
     root = tempfile.mkdtemp(prefix="cqfuzz-")
     try:
         directory = os.path.join(root, "consumequeue", "T", "0")
@@ -622,8 +759,9 @@ def test_consume_queue_of_hostile_files_loads_or_refuses_and_reads_stay_in_range
                 cq.load()
             except StoreConfigError:
                 segments = {n: d for n, d in files.items() if n.isdigit() and len(n) == 20}
-                assert any(len(d) != CQ_FILE or int(n) % CQ_FILE for n, d in segments.items()) \
-                    or _has_gap(segments)
+                assert any(len(d) != CQ_FILE or int(n) % CQ_FILE for n, d in segments.items()) or _has_gap(
+                    segments
+                )
                 return
             loaded = cq._files.files
             checked_from = loaded[max(0, len(loaded) - 3)].file_from_offset // CQ_UNIT_SIZE if loaded else 0

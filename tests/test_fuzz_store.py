@@ -45,16 +45,24 @@ if __name__ == "__main__" and "--child" not in sys.argv:
 
 from rocketstore import MessageStore, _impl
 from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
-from rocketstore.configfiles import (MAX_QUEUE_NUMS, ConsumerOffsetTable, DelayOffsetTable,
-                                     SubscriptionGroupTable, TopicConfigTable, dumps_fastjson)
+from rocketstore.configfiles import (
+    MAX_QUEUE_NUMS,
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+    SubscriptionGroupTable,
+    TopicConfigTable,
+    dumps_fastjson,
+)
 from rocketstore.consume import GetMessageStatus
 from rocketstore.errors import MessageNotFoundError, RocketStoreError, StoreConfigError
 
 OPTIONS = dict(commitlog_file_size=16 * 1024, consume_queue_units=16, index_slots=16, index_count=64)
-FIXED = dict(store_host="127.0.0.1", dispatch_interval_ms=0, schedule_interval_ms=0)   # nothing moves while checked
+FIXED = dict(
+    store_host="127.0.0.1", dispatch_interval_ms=0, schedule_interval_ms=0
+)  # nothing moves while checked
 TOPICS = ["T0", "T1", "T2", "%RETRY%g1"]
 MESSAGES = 300
-WATCHDOG_S = 120          # one example (open, read everything, put, reopen) taking longer is a hang
+WATCHDOG_S = 120  # one example (open, read everything, put, reopen) taking longer is a hang
 CHILD_TIMEOUT_S = 300
 
 _EXAMPLES = int(os.environ.get("ROCKETSTORE_FUZZ_EXAMPLES", "0") or 0)
@@ -63,6 +71,7 @@ TWIN_NAMES = ["py"] + (["c"] if _impl.COMPILED is not None else [])
 
 
 # ---- the base store ---------------------------------------------------------------------------------
+
 
 def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str]]:
     """Write the base store; returns (commitlog offset, topic, queue id, key) of every message."""
@@ -73,8 +82,17 @@ def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str
             topic = TOPICS[i % len(TOPICS)]
             key = f"k{i}"
             body = rng.randbytes(rng.choice([0, 1, 20, 200, 700]))
-            args = (topic, body, f"tag{i % 3}", f"{key} shared{i % 5}",
-                    {"DELAY": "3"} if i % 17 == 0 else None, (i // len(TOPICS)) % 2, 0, None, 0)
+            args = (
+                topic,
+                body,
+                f"tag{i % 3}",
+                f"{key} shared{i % 5}",
+                {"DELAY": "3"} if i % 17 == 0 else None,
+                (i // len(TOPICS)) % 2,
+                0,
+                None,
+                0,
+            )
             # a user's put cannot reach %RETRY%g1 (a system topic): the store's internal path can
             r = store._put(*args)
             written.append((r.commitlog_offset, topic, r.queue_id, key))
@@ -84,7 +102,7 @@ def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str
     config = os.path.join(path, "config")
     for cls in (DelayOffsetTable, SubscriptionGroupTable):
         table = cls.open(os.path.join(config, cls.FILE_NAME))
-        for level in (1, 2):   # twice, so a .bak exists too
+        for level in (1, 2):  # twice, so a .bak exists too
             if cls is DelayOffsetTable:
                 table.update(level, 10 * level)
             else:
@@ -92,27 +110,76 @@ def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str
             table.persist()
     for cls in (TopicConfigTable, ConsumerOffsetTable):
         table = cls.open(os.path.join(config, cls.FILE_NAME))
-        table.persist(force=True)   # a .bak of each
+        table.persist(force=True)  # a .bak of each
     return written
 
 
 # ---- damage ------------------------------------------------------------------------------------------
 
-CATEGORIES = ["commitlog", "commitlog", "commitlog", "consumequeue", "consumequeue", "index", "config", "root"]
-INTERESTING_INTS = [-1, 0, 1, 8, 90, 91, 92, 127, 128, 255, 32767, 65535, 16384, 16383, 16385,
-                    (1 << 31) - 1, -(1 << 31), -626843481, -626843477, -875286124, 0x10, 0x20, 0x30]
+CATEGORIES = [
+    "commitlog",
+    "commitlog",
+    "commitlog",
+    "consumequeue",
+    "consumequeue",
+    "index",
+    "config",
+    "root",
+]
+INTERESTING_INTS = [
+    -1,
+    0,
+    1,
+    8,
+    90,
+    91,
+    92,
+    127,
+    128,
+    255,
+    32767,
+    65535,
+    16384,
+    16383,
+    16385,
+    (1 << 31) - 1,
+    -(1 << 31),
+    -626843481,
+    -626843477,
+    -875286124,
+    0x10,
+    0x20,
+    0x30,
+]
 GARBAGE_JSON = [
-    "", " ", "{", "}", "[]", "null", "0", '"x"', "{]", '{"a":}', "\x00\x01", "\xff\xfe",
+    "",
+    " ",
+    "{",
+    "}",
+    "[]",
+    "null",
+    "0",
+    '"x"',
+    "{]",
+    '{"a":}',
+    "\x00\x01",
+    "\xff\xfe",
     '{"topicConfigTable":{"T0":{"writeQueueNums":-3,"readQueueNums":-3}}}',
     '{"topicConfigTable":{"T0":{"writeQueueNums":2147483647}}}',
     '{"topicConfigTable":{"T0":{"writeQueueNums":"12"}},"dataVersion":{"counter":"x"}}',
-    '{"topicConfigTable":{"T0":[]}}', '{"topicConfigTable":[1,2]}',
+    '{"topicConfigTable":{"T0":[]}}',
+    '{"topicConfigTable":[1,2]}',
     '{"topicConfigTable":{"../x":{"writeQueueNums":1},"\\ud800":{}}}',
     '{"offsetTable":{"T0@g1":{0:-5,1:99999999999999999999999}}}',
-    '{"offsetTable":{"T0@g1":{-1:5},"nogroup":{0:1}}}', '{"offsetTable":{"T0@g1":{"a":1}}}',
-    '{"offsetTable":{' + "1" * 5000 + ':1}}', '{"dataVersion":{"counter":' + "9" * 5000 + "}}",
-    "[" * 5000 + "]" * 5000, '{"a":' * 300 + "1" + "}" * 300, '{"x":1e999999,"y":-1e400}',
-    '{"subscriptionGroupTable":{"g":{"retryMaxTimes":"many"}}}', '{"offsetTable":{1:2}}',
+    '{"offsetTable":{"T0@g1":{-1:5},"nogroup":{0:1}}}',
+    '{"offsetTable":{"T0@g1":{"a":1}}}',
+    '{"offsetTable":{' + "1" * 5000 + ":1}}",
+    '{"dataVersion":{"counter":' + "9" * 5000 + "}}",
+    "[" * 5000 + "]" * 5000,
+    '{"a":' * 300 + "1" + "}" * 300,
+    '{"x":1e999999,"y":-1e400}',
+    '{"subscriptionGroupTable":{"g":{"retryMaxTimes":"many"}}}',
+    '{"offsetTable":{1:2}}',
 ]
 
 
@@ -126,6 +193,7 @@ class Draw:
     def int(self, lo: int, hi: int) -> int:
         if self.hypothesis:
             from hypothesis import strategies as st
+
             return self.source.draw(st.integers(lo, hi))
         return self.source.randint(lo, hi)
 
@@ -135,6 +203,7 @@ class Draw:
     def bytes(self, lo: int, hi: int) -> bytes:
         if self.hypothesis:
             from hypothesis import strategies as st
+
             return self.source.draw(st.binary(min_size=lo, max_size=hi))
         return self.source.randbytes(self.source.randint(lo, hi))
 
@@ -143,13 +212,30 @@ def draw_damage(d: Draw, written) -> list[tuple]:
     """1 to 4 edits, each a tuple naming what it does (shown when an example fails)."""
     ops = []
     for _ in range(d.int(1, 4)):
-        kind = d.pick(["flip", "flip", "field", "set32", "truncate", "extend", "delete", "garbage",
-                       "zero", "json", "checkpoint", "junk", "special", "swap", "abort"])
+        kind = d.pick(
+            [
+                "flip",
+                "flip",
+                "field",
+                "set32",
+                "truncate",
+                "extend",
+                "delete",
+                "garbage",
+                "zero",
+                "json",
+                "checkpoint",
+                "junk",
+                "special",
+                "swap",
+                "abort",
+            ]
+        )
         category = d.pick(CATEGORIES)
         which = d.int(0, 1 << 16)
         if kind == "flip":
             ops.append(("flip", category, which, d.int(0, 1 << 16), d.int(0, 7)))
-        elif kind == "field":   # a length, magic or flag field of one record
+        elif kind == "field":  # a length, magic or flag field of one record
             offset = written[d.int(0, len(written) - 1)][0]
             ops.append(("field", offset, d.pick([0, 4, 36, 84, 88]), d.pick(INTERESTING_INTS)))
         elif kind == "set32":
@@ -165,18 +251,52 @@ def draw_damage(d: Draw, written) -> list[tuple]:
         elif kind == "zero":
             ops.append(("zero", category, which, d.int(0, 1 << 16), d.pick([1, 8, 91, 4096])))
         elif kind == "json":
-            ops.append(("json", d.pick(["topics.json", "consumerOffset.json", "delayOffset.json",
-                                        "subscriptionGroup.json"]), d.pick(["", ".bak"]),
-                        d.pick(GARBAGE_JSON)))
+            ops.append(
+                (
+                    "json",
+                    d.pick(
+                        ["topics.json", "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json"]
+                    ),
+                    d.pick(["", ".bak"]),
+                    d.pick(GARBAGE_JSON),
+                )
+            )
         elif kind == "checkpoint":
             ops.append(("checkpoint", d.pick([0, 10, 40, 8192]), d.int(0, 255)))
         elif kind == "junk":
-            ops.append(("junk", d.pick(["commitlog", "consumequeue", "consumequeue/T0", "consumequeue/T0/0",
-                                        "index", "config", ""]),
-                        d.pick(["junk", "0000000000000000000x", "00000000000000000001", "00000000000000032768",
-                                "99999999999999999999", "20991231235959999", "2099123123595999x", "7",
-                                "-1", "bad topic!", ".hidden"]),
-                        d.pick(["file", "dir"]), d.bytes(0, 32)))
+            ops.append(
+                (
+                    "junk",
+                    d.pick(
+                        [
+                            "commitlog",
+                            "consumequeue",
+                            "consumequeue/T0",
+                            "consumequeue/T0/0",
+                            "index",
+                            "config",
+                            "",
+                        ]
+                    ),
+                    d.pick(
+                        [
+                            "junk",
+                            "0000000000000000000x",
+                            "00000000000000000001",
+                            "00000000000000032768",
+                            "99999999999999999999",
+                            "20991231235959999",
+                            "2099123123595999x",
+                            "7",
+                            "-1",
+                            "bad topic!",
+                            ".hidden",
+                        ]
+                    ),
+                    d.pick(["file", "dir"]),
+                    d.bytes(0, 32),
+                )
+            )
         elif kind == "special":
             ops.append(("special", category, which, d.pick(["dir", "fifo", "symlink-loop"])))
         elif kind == "swap":
@@ -219,15 +339,17 @@ def _write_at(path: str, pos: int, data: bytes) -> None:
     pos %= size
     with open(path, "r+b") as f:
         f.seek(pos)
-        f.write(data[:size - pos])
+        f.write(data[: size - pos])
 
 
-def apply_damage(root: str, ops) -> None:
+def apply_damage(root: str, ops) -> None:  # noqa: C901 (one branch per kind of damage)
     for op in ops:
         kind = op[0]
         if kind == "field":
             offset, field, value = op[1:]
-            segment = os.path.join(root, "commitlog", f"{offset - offset % OPTIONS['commitlog_file_size']:020d}")
+            segment = os.path.join(
+                root, "commitlog", f"{offset - offset % OPTIONS['commitlog_file_size']:020d}"
+            )
             if _regular(segment):
                 with open(segment, "r+b") as f:
                     f.seek(offset % OPTIONS["commitlog_file_size"] + field)
@@ -237,7 +359,7 @@ def apply_damage(root: str, ops) -> None:
             name, suffix, text = op[1:]
             path = os.path.join(root, "config", name + suffix)
             if os.path.lexists(path) and not _regular(path):
-                continue   # a FIFO put there by an earlier edit: opening it would block
+                continue  # a FIFO put there by an earlier edit: opening it would block
             with open(path, "wb") as f:
                 f.write(text.encode("utf-8", "surrogatepass"))
             continue
@@ -299,7 +421,7 @@ def apply_damage(root: str, ops) -> None:
             elif op[3] == "fifo":
                 os.mkfifo(path)
             else:
-                os.symlink(os.path.basename(path), path)   # a link to itself: ELOOP
+                os.symlink(os.path.basename(path), path)  # a link to itself: ELOOP
         elif kind == "swap":
             other = _pick(root, op[1], op[3])
             if other is not None and other != path and _regular(other):
@@ -307,6 +429,7 @@ def apply_damage(root: str, ops) -> None:
 
 
 # ---- the checks ----------------------------------------------------------------------------------------
+
 
 class Violation(AssertionError):
     pass
@@ -324,7 +447,7 @@ def _segments(root: str) -> dict:
     return found
 
 
-_MAGICS = [v.to_bytes(4, "big", signed=True) for v in (-626843481, -626843477)]   # V1, V2
+_MAGICS = [v.to_bytes(4, "big", signed=True) for v in (-626843481, -626843477)]  # V1, V2
 
 
 def _decodes_at(codec, segments: dict, at: int, m) -> bool:
@@ -345,8 +468,9 @@ def _check_intact(codec, segments: dict, m, where: str, at=None) -> None:
     misstate: then every record start on disk is tried)."""
     body = bytes(m.body)
     if body and zlib.crc32(body) & 0x7FFFFFFF != m.body_crc:
-        raise Violation(f"{where}: the message at {at if at is not None else m.commitlog_offset} "
-                        f"fails its body CRC")
+        raise Violation(
+            f"{where}: the message at {at if at is not None else m.commitlog_offset} fails its body CRC"
+        )
     for candidate in (at, m.commitlog_offset):
         if candidate is not None and _decodes_at(codec, segments, candidate, m):
             return
@@ -357,8 +481,10 @@ def _check_intact(codec, segments: dict, m, where: str, at=None) -> None:
                 if _decodes_at(codec, segments, start + p - 4, m):
                     return
                 p = data.find(magic, p + 1)
-    raise Violation(f"{where}: the message read at {at} (commitlog_offset {m.commitlog_offset}) is no "
-                    f"CRC-valid record on disk")
+    raise Violation(
+        f"{where}: the message read at {at} (commitlog_offset {m.commitlog_offset}) is no "
+        f"CRC-valid record on disk"
+    )
 
 
 def check_readable(store, codec, root: str, written) -> int:
@@ -368,8 +494,13 @@ def check_readable(store, codec, root: str, written) -> int:
     for start, rows in store.scan():
         for row in rows:
             at = start + int(row["position"])
-            _check_intact(codec, segments, codec.record_from_row(segments.get(start, b""), row)
-                          if start in segments else store.read(at), "scan/iter_messages", at)
+            _check_intact(
+                codec,
+                segments,
+                codec.record_from_row(segments.get(start, b""), row) if start in segments else store.read(at),
+                "scan/iter_messages",
+                at,
+            )
             count += 1
     if sum(1 for _ in store.iter_messages()) != count:
         raise Violation("iter_messages and scan disagree on the number of records")
@@ -384,8 +515,9 @@ def check_readable(store, codec, root: str, written) -> int:
         for _ in range(50):
             result = store.get_message("fuzz", topic, queue_id, offset, max_msgs=32)
             for m, unit in zip(result.messages, result.units):
-                _check_intact(codec, segments, m, f"get_message({topic}, {queue_id})",
-                              int(unit["commitlog_offset"]))
+                _check_intact(
+                    codec, segments, m, f"get_message({topic}, {queue_id})", int(unit["commitlog_offset"])
+                )
             if result.status != GetMessageStatus.FOUND or result.next_begin_offset <= offset:
                 break
             offset = result.next_begin_offset
@@ -409,7 +541,7 @@ def open_damaged(root: str, implementation: str, read_only: bool, detect: bool, 
             return "opened"
         try:
             r = store.put("T0", b"after the damage", keys="fresh-key")
-        except RocketStoreError:   # e.g. a directory where the next segment goes: a clear error
+        except RocketStoreError:  # e.g. a directory where the next segment goes: a clear error
             r = None
     # what a writable open repaired stays repaired: it reopens with everything intact
     try:
@@ -442,7 +574,9 @@ class _Watchdog:
         faulthandler.cancel_dump_traceback_later()
 
 
-def run_case(base: str, scratch: str, ops, implementation: str, read_only: bool, detect: bool, written) -> str:
+def run_case(
+    base: str, scratch: str, ops, implementation: str, read_only: bool, detect: bool, written
+) -> str:
     """Copy the base store into ``scratch``, damage it with ``ops``, open and check it."""
     root = os.path.join(scratch, "store")
     if os.path.lexists(root):
@@ -457,6 +591,7 @@ def run_case(base: str, scratch: str, ops, implementation: str, read_only: bool,
 
 
 # ---- pytest ----------------------------------------------------------------------------------------------
+
 
 class BaseStores(dict):
     """{twin: (base store path, written)}, with a short repr for hypothesis' failure reports."""
@@ -490,12 +625,20 @@ def _hypothesis_test():
 
     @pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
     @pytest.mark.parametrize("implementation", TWIN_NAMES)
-    @settings(max_examples=_EXAMPLES or 12, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=_EXAMPLES or 12,
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(data=st.data(), detect=st.booleans())
-    def test_damaged_store_opens_with_only_intact_messages_or_refuses(base_stores, tmp_path, implementation,
-                                                                       read_only, data, detect):
+    def test_damaged_store_opens_with_only_intact_messages_or_refuses(
+        base_stores, tmp_path, implementation, read_only, data, detect
+    ):
         base, written = base_stores[implementation]
         ops = draw_damage(Draw(data), written)
         note(f"damage: {ops!r}")
@@ -510,22 +653,37 @@ test_damaged_store_opens_with_only_intact_messages_or_refuses = _hypothesis_test
 @pytest.mark.parametrize(
     "ops",
     [
-        [("checkpoint", 0, 0)], [("checkpoint", 10, 7)], [("checkpoint", 8192, 255)],
+        [("checkpoint", 0, 0)],
+        [("checkpoint", 10, 7)],
+        [("checkpoint", 8192, 255)],
         [("json", "topics.json", "", '{"topicConfigTable":{"T0":{"writeQueueNums":-3,"readQueueNums":-3}}}')],
         [("json", "topics.json", "", '{"topicConfigTable":{"T0":{"writeQueueNums":2147483647}}}')],
-        [("json", "topics.json", ".bak", "{")], [("json", "consumerOffset.json", "", "[" * 5000)],
+        [("json", "topics.json", ".bak", "{")],
+        [("json", "consumerOffset.json", "", "[" * 5000)],
         [("json", "consumerOffset.json", "", '{"offsetTable":{' + "1" * 5000 + ":1}}")],
-        [("special", "config", 0, "dir")], [("special", "config", 6, "fifo")], [("special", "root", 0, "fifo")], [("special", "root", 1, "fifo")], [("special", "root", 1, "dir")],
+        [("special", "config", 0, "dir")],
+        [("special", "config", 6, "fifo")],
+        [("special", "root", 0, "fifo")],
+        [("special", "root", 1, "fifo")],
+        [("special", "root", 1, "dir")],
         [("special", "root", 2, "fifo"), ("abort",)],
-        [("special", "commitlog", 1, "fifo")], [("special", "commitlog", 4, "fifo")],
-        [("special", "consumequeue", 7, "fifo")], [("special", "index", 3, "fifo")],
-        [("special", "commitlog", 2, "symlink-loop")], [("special", "root", 0, "dir")],
-        [("delete", "commitlog", 2)], [("truncate", "commitlog", 4, 8000)], [("extend", "commitlog", 0, 4096, 0)],
-        [("truncate", "consumequeue", 3, 7)], [("garbage", "index", 2, b"\xff", 1384)],
+        [("special", "commitlog", 1, "fifo")],
+        [("special", "commitlog", 4, "fifo")],
+        [("special", "consumequeue", 7, "fifo")],
+        [("special", "index", 3, "fifo")],
+        [("special", "commitlog", 2, "symlink-loop")],
+        [("special", "root", 0, "dir")],
+        [("delete", "commitlog", 2)],
+        [("truncate", "commitlog", 4, 8000)],
+        [("extend", "commitlog", 0, 4096, 0)],
+        [("truncate", "consumequeue", 3, 7)],
+        [("garbage", "index", 2, b"\xff", 1384)],
         [("junk", "commitlog", "00000000000000000001", "file", b"x")],
         [("junk", "commitlog", "00000000000000032768", "dir", b"")],
-        [("junk", "consumequeue", "bad topic!", "dir", b"")], [("junk", "index", "20991231235959999", "dir", b"")],
-        [("field", 0, 84, -1), ("abort",)], [("field", 0, 0, (1 << 31) - 1)],
+        [("junk", "consumequeue", "bad topic!", "dir", b"")],
+        [("junk", "index", "20991231235959999", "dir", b"")],
+        [("field", 0, 84, -1), ("abort",)],
+        [("field", 0, 0, (1 << 31) - 1)],
     ],
     ids=lambda ops: "+".join(str(part) for op in ops for part in op[:2])[:60],
 )
@@ -548,30 +706,68 @@ def _garbage_json(i: int) -> str:
 
 def _config_text_strategy():
     from hypothesis import strategies as st
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False, allow_infinity=False),
-                        st.text(max_size=6))
-    values = st.recursive(scalars, lambda inner: st.one_of(
-        st.lists(inner, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=5), st.integers(-3, 3),
-                                  st.sampled_from(["T0", "T0@g1", "writeQueueNums", "readQueueNums",
-                                                   "counter", "dataVersion"])), inner, max_size=4)),
-        max_leaves=12)
-    shaped = st.fixed_dictionaries({}, optional={
-        "dataVersion": values, "topicConfigTable": values, "offsetTable": values,
-        "subscriptionGroupTable": values, "extra": values}).map(lambda d: dumps_fastjson(d))
-    return st.one_of(st.integers(0, len(GARBAGE_JSON) - 1).map(_garbage_json), st.text(max_size=40), shaped,
-                     st.tuples(shaped, st.integers(0, 200), st.text(max_size=3))
-                     .map(lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:]))
+
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(1 << 70), 1 << 70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=6),
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(
+                st.one_of(
+                    st.text(max_size=5),
+                    st.integers(-3, 3),
+                    st.sampled_from(
+                        ["T0", "T0@g1", "writeQueueNums", "readQueueNums", "counter", "dataVersion"]
+                    ),
+                ),
+                inner,
+                max_size=4,
+            ),
+        ),
+        max_leaves=12,
+    )
+    shaped = st.fixed_dictionaries(
+        {},
+        optional={
+            "dataVersion": values,
+            "topicConfigTable": values,
+            "offsetTable": values,
+            "subscriptionGroupTable": values,
+            "extra": values,
+        },
+    ).map(lambda d: dumps_fastjson(d))
+    return st.one_of(
+        st.integers(0, len(GARBAGE_JSON) - 1).map(_garbage_json),
+        st.text(max_size=40),
+        shaped,
+        st.tuples(shaped, st.integers(0, 200), st.text(max_size=3)).map(
+            lambda t: t[0][: t[1]] + t[2] + t[0][t[1] :]
+        ),
+    )
 
 
 def _config_test():
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=_EXAMPLES or 300, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-    @given(cls=st.sampled_from(CONFIG_TABLES), primary=st.one_of(st.none(), _config_text_strategy()),
-           bak=st.one_of(st.none(), _config_text_strategy()), read_only=st.booleans())
+    @settings(
+        max_examples=_EXAMPLES or 300,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        cls=st.sampled_from(CONFIG_TABLES),
+        primary=st.one_of(st.none(), _config_text_strategy()),
+        bak=st.one_of(st.none(), _config_text_strategy()),
+        read_only=st.booleans(),
+    )
     def test_config_tables_load_garbage_and_bak_files_or_refuse(tmp_path, cls, primary, bak, read_only):
         path = os.path.join(str(tmp_path), cls.FILE_NAME)
         for name in (path, path + ".bak"):
@@ -586,9 +782,9 @@ def _config_test():
             table.load()
         except StoreConfigError:
             return
-        text = table.to_json()          # whatever loaded can be written back ...
+        text = table.to_json()  # whatever loaded can be written back ...
         again = cls(path)
-        again.from_json(text)           # ... and reads back the same
+        again.from_json(text)  # ... and reads back the same
         assert again.to_json() == text
         if cls is TopicConfigTable:
             for topic in table.topics:
@@ -623,11 +819,17 @@ def test_store_whose_topics_json_has_a_negative_queue_count_refuses_to_open(tmp_
         MessageStore(tmp_path, implementation=implementation, **OPTIONS, **FIXED)
 
 
-@pytest.mark.parametrize("text", ['{"offsetTable":{"T@g":{0:' + "9" * 5000 + "}}}",
-                                  '{"offsetTable":{"T@g":{' + "1" * 5000 + ":0}}}",
-                                  '{"offsetTable":{"T@g":{"0":"' + "1" * 5000 + '"}}}',
-                                  '{"offsetTable":{},"x":1e999}', '{"offsetTable":{},"x":-1e400}',
-                                  '{"offsetTable":{},1:2}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"offsetTable":{"T@g":{0:' + "9" * 5000 + "}}}",
+        '{"offsetTable":{"T@g":{' + "1" * 5000 + ":0}}}",
+        '{"offsetTable":{"T@g":{"0":"' + "1" * 5000 + '"}}}',
+        '{"offsetTable":{},"x":1e999}',
+        '{"offsetTable":{},"x":-1e400}',
+        '{"offsetTable":{},1:2}',
+    ],
+)
 def test_config_numbers_python_cannot_hold_or_write_back_are_bad_config(tmp_path, text):
     """Regression: 5000-digit integers raised a bare ValueError (Python's int-string limit), 1e999
     loaded as inf and failed only when written back, an integer property name failed sorting."""
@@ -637,14 +839,16 @@ def test_config_numbers_python_cannot_hold_or_write_back_are_bad_config(tmp_path
         ConsumerOffsetTable.open(path)
 
 
-@pytest.mark.parametrize("size, fill, expect", [(0, 0, 0), (10, 1, 0x0101010101010101), (40, 2, 0x0202020202020202),
-                                                (8192, 3, 0x0303030303030303)])
+@pytest.mark.parametrize(
+    "size, fill, expect",
+    [(0, 0, 0), (10, 1, 0x0101010101010101), (40, 2, 0x0202020202020202), (8192, 3, 0x0303030303030303)],
+)
 def test_checkpoint_of_the_wrong_size_reads_whole_fields_and_flushes_4096_bytes(tmp_path, size, fill, expect):
     path = tmp_path / "checkpoint"
     path.write_bytes(bytes([fill]) * size)
     cp = Checkpoint(str(path))
     assert cp.physic_msg_timestamp == expect
-    assert cp.logics_msg_timestamp == (expect if size >= 16 else 0)   # 10 bytes: one whole field
+    assert cp.logics_msg_timestamp == (expect if size >= 16 else 0)  # 10 bytes: one whole field
     cp.flush()
     assert path.stat().st_size == CHECKPOINT_SIZE
     assert Checkpoint(str(path)).physic_msg_timestamp == expect
@@ -664,8 +868,17 @@ def test_checkpoint_that_is_not_a_file_is_a_store_config_error_not_a_hang(tmp_pa
 
 
 def _child_command(iterations: int, seed: int, implementation: str) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), "--child", "--iterations", str(iterations),
-            "--seed", str(seed), "--impl", implementation]
+    return [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--iterations",
+        str(iterations),
+        "--seed",
+        str(seed),
+        "--impl",
+        implementation,
+    ]
 
 
 def _child_env() -> dict:
@@ -686,11 +899,18 @@ def test_damaged_stores_never_crash_the_interpreter(implementation, tmp_path):
     env = _child_env()
     env["TMPDIR"] = str(tmp_path)
     try:
-        proc = subprocess.run(_child_command(iterations, seed, implementation), capture_output=True,
-                              timeout=CHILD_TIMEOUT_S, env=env)
+        proc = subprocess.run(
+            _child_command(iterations, seed, implementation),
+            capture_output=True,
+            timeout=CHILD_TIMEOUT_S,
+            env=env,
+        )
     except subprocess.TimeoutExpired as exc:
-        cases = [line for line in (exc.stdout or b"").decode(errors="replace").splitlines()
-                 if line.startswith("CASE")]
+        cases = [
+            line
+            for line in (exc.stdout or b"").decode(errors="replace").splitlines()
+            if line.startswith("CASE")
+        ]
         pytest.fail(f"the child hung (no end after {CHILD_TIMEOUT_S} s) in {cases[-1:]}")
     out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     for finding in _findings(out):
@@ -698,11 +918,13 @@ def test_damaged_stores_never_crash_the_interpreter(implementation, tmp_path):
     last = [line for line in out.splitlines() if line.startswith("CASE")][-1:]
     sanitizer = [line for line in err.splitlines() if "Sanitizer" in line or "runtime error:" in line]
     assert proc.returncode in (0, 1) and not sanitizer, (
-        f"child ended with {proc.returncode} in {last}\n--- stderr tail\n{err[-3000:]}")
+        f"child ended with {proc.returncode} in {last}\n--- stderr tail\n{err[-3000:]}"
+    )
     assert f"done iterations={iterations}" in out, out[-2000:]
 
 
 # ---- script mode -------------------------------------------------------------------------------------------
+
 
 def child_main(iterations: int, seed: int, implementation: str) -> int:
     """Run ``iterations`` damaged stores in this process; one CASE line before each, a VIOLATION
@@ -716,17 +938,23 @@ def child_main(iterations: int, seed: int, implementation: str) -> int:
             rng = random.Random(seed * 1_000_003 + i)
             ops = draw_damage(Draw(rng), written)
             read_only, detect = rng.random() < 0.5, rng.random() < 0.2
-            print(f"CASE {i} impl={implementation} read_only={read_only} detect={detect} ops={ops!r}", flush=True)
+            print(
+                f"CASE {i} impl={implementation} read_only={read_only} detect={detect} ops={ops!r}",
+                flush=True,
+            )
             try:
                 outcome = run_case(base, scratch, ops, implementation, read_only, detect, written)
             except Violation as exc:
                 print(f"VIOLATION {i}: {exc}", flush=True)
                 outcome = "violations"
-            except Exception as exc:   # not a RocketStoreError: an untyped error is a finding too
+            except Exception as exc:  # not a RocketStoreError: an untyped error is a finding too
                 print(f"UNTYPED {i}: {exc!r}", flush=True)
                 outcome = "untyped"
             counts[outcome] = counts.get(outcome, 0) + 1
-        print(f"done iterations={iterations} " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())), flush=True)
+        print(
+            f"done iterations={iterations} " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+            flush=True,
+        )
         return 1 if counts.get("violations") or counts.get("untyped") else 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -765,30 +993,50 @@ def main(argv=None) -> int:
             n = min(args.batch, args.iterations - done)
             batch_seed = seed + batch
             try:
-                proc = subprocess.run(_child_command(n, batch_seed, implementation), capture_output=True,
-                                      timeout=CHILD_TIMEOUT_S, env=_child_env())
-                out, err, code = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"), proc.returncode
+                proc = subprocess.run(
+                    _child_command(n, batch_seed, implementation),
+                    capture_output=True,
+                    timeout=CHILD_TIMEOUT_S,
+                    env=_child_env(),
+                )
+                out, err, code = (
+                    proc.stdout.decode(errors="replace"),
+                    proc.stderr.decode(errors="replace"),
+                    proc.returncode,
+                )
             except subprocess.TimeoutExpired as exc:
-                out, err, code = (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace"), "timeout"
+                out, err, code = (
+                    (exc.stdout or b"").decode(errors="replace"),
+                    (exc.stderr or b"").decode(errors="replace"),
+                    "timeout",
+                )
             summary = [line for line in out.splitlines() if line.startswith("done")]
             for finding in _findings(out):
                 print(finding, flush=True)
             sanitizer = [line for line in err.splitlines() if "Sanitizer" in line or "runtime error:" in line]
-            if code not in (0, 1) or not summary or sanitizer:   # a signal, a hang, a sanitizer report
+            if code not in (0, 1) or not summary or sanitizer:  # a signal, a hang, a sanitizer report
                 crashes += 1
                 cases = [line for line in out.splitlines() if line.startswith("CASE")]
-                print(f"CRASH impl={implementation} batch seed={batch_seed} exit={code} last={cases[-1:]}\n"
-                      f"{err[-3000:]}", flush=True)
-            for part in (summary[-1].split()[2:] if summary else []):
+                print(
+                    f"CRASH impl={implementation} batch seed={batch_seed} exit={code} last={cases[-1:]}\n"
+                    f"{err[-3000:]}",
+                    flush=True,
+                )
+            for part in summary[-1].split()[2:] if summary else []:
                 key, value = part.split("=")
                 totals[key] = totals.get(key, 0) + int(value)
-            print(f"impl={implementation} batch seed={batch_seed} exit={code}: {summary[-1:] or 'no summary'}",
-                  flush=True)
+            print(
+                f"impl={implementation} batch seed={batch_seed} exit={code}: {summary[-1:] or 'no summary'}",
+                flush=True,
+            )
             done += n
             batch += 1
-    print(f"total iterations={args.iterations * len(impls)} crashes/hangs/sanitizer reports={crashes} "
-          + " ".join(f"{k}={v}" for k, v in sorted(totals.items()))
-          + f" seconds={time.monotonic() - started:.0f}", flush=True)
+    print(
+        f"total iterations={args.iterations * len(impls)} crashes/hangs/sanitizer reports={crashes} "
+        + " ".join(f"{k}={v}" for k, v in sorted(totals.items()))
+        + f" seconds={time.monotonic() - started:.0f}",
+        flush=True,
+    )
     return 1 if crashes or totals.get("violations") or totals.get("untyped") else 0
 
 

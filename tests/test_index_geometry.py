@@ -14,8 +14,9 @@ SEGMENT = 64 * 1024
 @pytest.mark.parametrize("slots, count", [(16, 100), (7, 13), (50, 60), (3, 40)])
 def test_index_files_of_another_ratio_are_detected(tmp_path, impl, slots, count):
     path = tmp_path / "store"
-    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
-                      index_slots=slots, index_count=count) as s:
+    with MessageStore(
+        path, implementation=impl.name, commitlog_file_size=SEGMENT, index_slots=slots, index_count=count
+    ) as s:
         for i in range(150):
             s.put("T", b"m%d" % i, keys="k%d shared" % i)
     files = sorted(os.listdir(path / "index"))
@@ -34,8 +35,9 @@ def test_index_files_of_another_ratio_are_detected(tmp_path, impl, slots, count)
 
 def test_an_index_file_whose_last_key_is_at_offset_zero_is_detected(tmp_path, impl):
     path = tmp_path / "store"
-    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
-                      index_slots=9, index_count=50) as s:
+    with MessageStore(
+        path, implementation=impl.name, commitlog_file_size=SEGMENT, index_slots=9, index_count=50
+    ) as s:
         s.put("T", b"first", keys="a b c")
     assert detect_index_geometry(str(path)) == (9, 50)
     with MessageStore(path, implementation=impl.name, read_only=True) as s:

@@ -13,8 +13,7 @@ import time
 import pytest
 
 from rocketstore import _codec_py, indexservice
-from rocketstore.errors import (InvalidMessageError, StoreClosedError, StoreConfigError,
-                                StoreReadOnlyError)
+from rocketstore.errors import InvalidMessageError, StoreClosedError, StoreConfigError, StoreReadOnlyError
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 
 SLOTS = 64
@@ -23,10 +22,12 @@ T0 = 1_700_000_000_000
 ROLLBACK, PREPARED, COMMIT = 0xC, 0x4, 0x8
 
 
-def open_service(impl, root, *, items=ITEMS, slots=SLOTS, read_only=False, abnormal=False,
-                 checkpoint=0, **kwargs):
-    service = IndexService(root, implementation=impl.name, slot_count=slots, index_count=items,
-                           read_only=read_only, **kwargs)
+def open_service(
+    impl, root, *, items=ITEMS, slots=SLOTS, read_only=False, abnormal=False, checkpoint=0, **kwargs
+):
+    service = IndexService(
+        root, implementation=impl.name, slot_count=slots, index_count=items, read_only=read_only, **kwargs
+    )
     service.load(abnormal, checkpoint)
     return service
 
@@ -73,6 +74,7 @@ def frozen_clock(monkeypatch):
 
 # -- keys and queries ---------------------------------------------------------------------------
 
+
 def test_uniq_key_and_each_keys_token_are_found(impl, tmp_path):
     with open_service(impl, tmp_path) as s:
         s.build_index("TopicA", "order-1  order-2 ", 4096, T0, unique_key="UNIQ1")
@@ -81,7 +83,7 @@ def test_uniq_key_and_each_keys_token_are_found(impl, tmp_path):
         assert s.query("TopicA", "order-1")[0] == [4096]
         assert s.query("TopicA", "order-2")[0] == [4096]
         assert s.query("TopicA", "order-3") == ([8192], T0 + 5, 8192)
-        assert s.query("TopicA", "")[0] == []          # the empty tokens were not indexed
+        assert s.query("TopicA", "")[0] == []  # the empty tokens were not indexed
         assert s.files[-1].index_count - 1 == 4
 
 
@@ -129,6 +131,7 @@ def test_records_without_keys_create_no_file(impl, tmp_path):
 
 # -- rolling ------------------------------------------------------------------------------------
 
+
 def test_rolling_starts_each_file_at_the_previous_end(impl, tmp_path):
     # 8 items per file = 7 usable; records of 3 keys split across files at records 2 and 4.
     ends = []
@@ -154,7 +157,7 @@ def test_rolling_starts_each_file_at_the_previous_end(impl, tmp_path):
 
 def test_a_file_filled_exactly_rolls_on_the_next_record(impl, tmp_path):
     with open_service(impl, tmp_path, items=8) as s:
-        for i in range(4):   # 2 keys a record: the 7th item lands in record 3, the 8th rolls
+        for i in range(4):  # 2 keys a record: the 7th item lands in record 3, the 8th rolls
             s.build_index("T", f"a{i} b{i}", 100 * i, T0 + 1000 * i)
         s.build_index("T", "x", 400, T0 + 4000)
         first, second = s.files
@@ -164,7 +167,7 @@ def test_a_file_filled_exactly_rolls_on_the_next_record(impl, tmp_path):
 
 def test_queries_span_files_newest_first_and_are_capped(impl, tmp_path):
     with open_service(impl, tmp_path, items=8) as s:
-        build(s, [record(i) for i in range(20)])   # 3 keys a record: 20 records fill 8+ files
+        build(s, [record(i) for i in range(20)])  # 3 keys a record: 20 records fill 8+ files
         assert len(s.files) >= 8
         offsets, last_ts, last_phy = s.query("TopicA", "common", max_num=1000)
         assert offsets == [100 * i for i in range(20)]
@@ -179,7 +182,7 @@ def test_queries_span_files_newest_first_and_are_capped(impl, tmp_path):
 
 def test_query_is_capped_at_max_msgs_num_batch(impl, tmp_path):
     with open_service(impl, tmp_path) as s:
-        build(s, [record(i) for i in range(100)])   # 300 items: 3 files of 127
+        build(s, [record(i) for i in range(100)])  # 300 items: 3 files of 127
         assert len(s.files) == 3
         offsets = s.query("TopicA", "common", max_num=1000)[0]
         assert len(offsets) == MAX_MSGS_NUM_BATCH
@@ -214,7 +217,7 @@ def test_rebuilding_already_indexed_records_adds_nothing(impl, tmp_path):
 def test_rollback_records_are_skipped(impl, tmp_path):
     with open_service(impl, tmp_path) as s:
         s.build_index("T", "rb", 0, T0, unique_key="U0", transaction_type=ROLLBACK)
-        s.build_index("T", "rb2", 100, T0, transaction_type=ROLLBACK | 0x3)   # a whole sysFlag
+        s.build_index("T", "rb2", 100, T0, transaction_type=ROLLBACK | 0x3)  # a whole sysFlag
         s.build_index("T", "prep", 200, T0, transaction_type=PREPARED)
         s.build_index("T", "commit", 300, T0, transaction_type=COMMIT)
         assert s.query("T", "rb")[0] == [] and s.query("T", "U0")[0] == []
@@ -225,8 +228,10 @@ def test_rollback_records_are_skipped(impl, tmp_path):
 
 def test_build_many_writes_the_same_bytes_as_build_index(impl, tmp_path, frozen_clock):
     rows = [record(i) + ((ROLLBACK if i % 7 == 3 else 0),) for i in range(60)]
-    with open_service(impl, tmp_path / "one", items=16) as one, \
-            open_service(impl, tmp_path / "many", items=16) as many:
+    with (
+        open_service(impl, tmp_path / "one", items=16) as one,
+        open_service(impl, tmp_path / "many", items=16) as many,
+    ):
         for topic, keys, phy, ts, uniq, tran in rows:
             one.build_index(topic, keys, phy, ts, unique_key=uniq, transaction_type=tran)
         many.build_many(rows[:25])
@@ -237,6 +242,7 @@ def test_build_many_writes_the_same_bytes_as_build_index(impl, tmp_path, frozen_
 
 def test_twins_write_identical_files(tmp_path, frozen_clock):
     from rocketstore import _impl
+
     if _impl.COMPILED is None:
         pytest.skip("compiled modules not built")
     seed = random.randrange(2**32)
@@ -275,6 +281,7 @@ def test_bad_rows_store_nothing(impl, tmp_path):
 
 # -- load, reopen, abnormal shutdown ------------------------------------------------------------
 
+
 def test_reopen_finds_everything(impl, tmp_path):
     with open_service(impl, tmp_path, items=8) as s:
         build(s, [record(i) for i in range(20)])
@@ -295,7 +302,7 @@ def test_abnormal_load_drops_files_newer_than_the_checkpoint(impl, tmp_path):
         build(s, records)
         names = [f.name for f in s.files]
     assert len(names) == 6 and len(ends) == 5
-    checkpoint = ends[1]                 # as if the checkpoint were written after the second roll
+    checkpoint = ends[1]  # as if the checkpoint were written after the second roll
     with open_service(impl, tmp_path, items=8, abnormal=True, checkpoint=checkpoint) as s:
         assert [f.name for f in s.files] == names[:2]
         assert s.files[-1].end_timestamp == checkpoint
@@ -310,7 +317,7 @@ def test_abnormal_load_drops_files_newer_than_the_checkpoint(impl, tmp_path):
             expected = [100 * i for i in range(12)] if key == "common" else [100 * int(key[1:])]
             assert sorted(set(offsets)) == expected
             assert all(offsets.count(o) == 1 for o in offsets if o != boundary)
-    with open_service(impl, tmp_path, items=8) as s:   # a normal load keeps every file
+    with open_service(impl, tmp_path, items=8) as s:  # a normal load keeps every file
         assert sorted(set(s.query("TopicA", "common", 64)[0])) == [100 * i for i in range(12)]
 
 
@@ -322,30 +329,38 @@ def _garble_header_and_slots(path, rng):
 
 @pytest.mark.parametrize("garble", [False, True], ids=["killed", "power-cut"])
 def test_abnormal_load_rolls_the_newest_file_back_to_its_resume_point(impl, tmp_path, garble):
-    records = [record(i) for i in range(40)]         # 3 keys each: 120 items, one file of 128
+    records = [record(i) for i in range(40)]  # 3 keys each: 120 items, one file of 128
     with open_service(impl, tmp_path) as s:
         build(s, records[:30])
         s.flush()
         s.save_resume_point()
         saved = s.files[-1]
-        header = (saved.begin_timestamp, saved.end_timestamp, saved.begin_phy_offset,
-                  saved.end_phy_offset, saved.index_count)
-        build(s, records[30:])                       # after the resume point: not durable
+        header = (
+            saved.begin_timestamp,
+            saved.end_timestamp,
+            saved.begin_phy_offset,
+            saved.end_phy_offset,
+            saved.index_count,
+        )
+        build(s, records[30:])  # after the resume point: not durable
         name = saved.name
         assert s.files[-1].index_count == 121
     if garble:
         _garble_header_and_slots(tmp_path / "index" / name, random.Random(7))
     with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
-        assert [f.name for f in s.files] == [name]   # kept, not deleted and rebuilt
+        assert [f.name for f in s.files] == [name]  # kept, not deleted and rebuilt
         f = s.files[-1]
-        assert (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
-                f.index_count) == header == (T0, T0 + 29_000, 0, 2900, 91)
+        assert (
+            (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset, f.index_count)
+            == header
+            == (T0, T0 + 29_000, 0, 2900, 91)
+        )
         assert s.query("TopicA", "common", 64)[0] == [100 * i for i in range(30)]
         for i in range(40):
             expected = [100 * i] if i < 30 else []
             assert s.query("TopicA", f"U{i}")[0] == expected
             assert s.query("TopicA", f"k{i}")[0] == expected
-        build(s, records)                            # re-dispatch: only the lost records are added
+        build(s, records)  # re-dispatch: only the lost records are added
         assert s.query("TopicA", "common", 64)[0] == [100 * i for i in range(40)]
         for i in range(40):
             assert s.query("TopicA", f"U{i}")[0] == [100 * i]
@@ -354,7 +369,7 @@ def test_abnormal_load_rolls_the_newest_file_back_to_its_resume_point(impl, tmp_
 
 def test_a_resume_point_saved_when_the_file_was_exactly_full_is_used(impl, tmp_path, caplog):
     records = [record(i) for i in range(40)]
-    with open_service(impl, tmp_path, items=91) as s:    # 30 records x 3 keys fill it exactly
+    with open_service(impl, tmp_path, items=91) as s:  # 30 records x 3 keys fill it exactly
         build(s, records[:30])
         assert s.files[-1].is_full
         s.flush()
@@ -372,12 +387,12 @@ def test_a_resume_point_that_does_not_match_the_file_is_ignored(impl, tmp_path):
         s.flush()
         s.save_resume_point()
         path = s.files[-1].path
-        item = 40 + 4 * SLOTS + 90 * 20                 # the last of 90 items (3 keys a record)
-    with open(path, "r+b") as f:                     # the saved last item is not what the file holds
+        item = 40 + 4 * SLOTS + 90 * 20  # the last of 90 items (3 keys a record)
+    with open(path, "r+b") as f:  # the saved last item is not what the file holds
         f.seek(item)
         f.write(bytes(20))
     with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
-        assert s.files == []                         # the old rule: a file not full goes
+        assert s.files == []  # the old rule: a file not full goes
     (tmp_path / "indexResume").write_text("{not json")
     with open_service(impl, tmp_path, abnormal=True, checkpoint=0) as s:
         assert s.files == []
@@ -388,7 +403,7 @@ def test_load_ignores_other_names_and_rejects_a_wrong_size(impl, tmp_path):
         s.build_index("T", "a", 0, T0)
         name = s.files[0].name
     (tmp_path / "index" / "README").write_text("not an index file")
-    (tmp_path / "index" / "2023111422132000").write_bytes(b"x")   # 16 digits
+    (tmp_path / "index" / "2023111422132000").write_bytes(b"x")  # 16 digits
     with open_service(impl, tmp_path) as s:
         assert [f.name for f in s.files] == [name]
     bad = tmp_path / "index" / "20991231235959999"
@@ -396,7 +411,7 @@ def test_load_ignores_other_names_and_rejects_a_wrong_size(impl, tmp_path):
     s = IndexService(tmp_path, implementation=impl.name, slot_count=SLOTS, index_count=ITEMS)
     with pytest.raises(StoreConfigError, match="20991231235959999"):
         s.load()
-    with pytest.raises(StoreConfigError, match=name):     # other sizes: every file is wrong
+    with pytest.raises(StoreConfigError, match=name):  # other sizes: every file is wrong
         open_service(impl, tmp_path, items=ITEMS * 2)
 
 
@@ -429,7 +444,7 @@ def test_file_names_are_creation_times_sorted_and_unique(impl, tmp_path, monkeyp
     with open_service(impl, tmp_path, items=8) as s:
         build(s, [record(i) for i in range(10, 20)])
         more = [f.name for f in s.files]
-        assert more[:len(names)] == names and len(more) > len(names)
+        assert more[: len(names)] == names and len(more) > len(names)
         assert more == sorted(more) and len(set(more)) == len(more)
 
 
@@ -442,12 +457,13 @@ def test_frozen_clock_bumps_names_by_one_millisecond(impl, tmp_path, frozen_cloc
 
 # -- deletion, read-only, lifetime ----------------------------------------------------------------
 
+
 def test_delete_expired_deletes_from_the_front_and_keeps_the_last_file(impl, tmp_path):
     with open_service(impl, tmp_path, items=8) as s:
         build(s, [record(i) for i in range(10)])
         files = s.files
         assert len(files) == 5
-        assert s.delete_expired(files[0].end_phy_offset) == 0     # not below: kept
+        assert s.delete_expired(files[0].end_phy_offset) == 0  # not below: kept
         assert s.delete_expired(files[1].end_phy_offset + 1) == 2
         assert [f.name for f in s.files] == [f.name for f in files[2:]]
         assert s.delete_expired(10**12) == 2
@@ -460,7 +476,7 @@ def test_read_only_open_queries_and_never_writes(impl, tmp_path):
     ends = []
     with open_service(impl, tmp_path, items=8, on_file_full=ends.append) as s:
         build(s, [record(i) for i in range(10)])
-    (tmp_path / "index" / "20991231235959999").write_bytes(b"")   # would be removed by a writer
+    (tmp_path / "index" / "20991231235959999").write_bytes(b"")  # would be removed by a writer
     snapshot = index_dir_snapshot(str(tmp_path))
     time.sleep(0.01)
     # abnormal with an old checkpoint: a writer would delete files; a reader keeps them all
@@ -491,7 +507,7 @@ def test_flush_close_and_destroy(impl, tmp_path):
     assert s.flush() is True and s.flush() is False
     s.destroy()
     assert s.files == [] and not (tmp_path / "index").exists()
-    s.build_index("T", "b", 100, T0)          # still usable after destroy
+    s.build_index("T", "b", 100, T0)  # still usable after destroy
     assert s.query("T", "b")[0] == [100]
     s.close()
     s.close()
@@ -539,6 +555,7 @@ def test_corrupt_files_are_queried_in_bounded_work(impl, tmp_path):
 
 # -- the real default size ------------------------------------------------------------------------
 
+
 def test_default_sized_file_is_sparse(impl, tmp_path):
     with IndexService(tmp_path, implementation=impl.name) as s:
         s.load(False, 0)
@@ -561,16 +578,19 @@ def test_default_sized_file_is_sparse(impl, tmp_path):
 
 def test_queries_run_while_another_thread_builds_and_deletes(impl, tmp_path):
     import threading
+
     errors = []
     with open_service(impl, tmp_path, items=16) as s:
+
         def writer():
             try:
                 for i in range(300):
                     s.build_index(*record(i)[:4], unique_key=record(i)[4])
                     if i % 50 == 49:
                         s.delete_expired(100 * (i - 60))
-            except BaseException as exc:   # pragma: no cover - reported below
+            except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
+
         thread = threading.Thread(target=writer)
         thread.start()
         while thread.is_alive():

@@ -36,7 +36,7 @@ def test_java_commitlog_has_47_messages_then_a_blank(codec, commitlog):
 def test_java_commitlog_messages_decode_one_by_one(codec, commitlog):
     pos = 0
     for i in range(47):
-        m = codec.decode_record(commitlog, pos)     # check_crc=True: every CRC is valid
+        m = codec.decode_record(commitlog, pos)  # check_crc=True: every CRC is valid
         assert (m.size, m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == (172, "abc", 0, i, pos)
         assert m.body == BODY
         assert m.body_crc == codec.body_crc(BODY)
@@ -45,7 +45,7 @@ def test_java_commitlog_messages_decode_one_by_one(codec, commitlog):
         assert m.sys_flag == 0 and m.flag == 0 and m.reconsume_times == 0
         assert m.prepared_transaction_offset == 0
         assert m.tags == "TAG1"
-        assert m.keys.isdigit() and len(m.keys) == 13       # a millisecond timestamp as text
+        assert m.keys.isdigit() and len(m.keys) == 13  # a millisecond timestamp as text
         assert m.properties["0"] == "imagoodperson0"
         assert set(m.properties) == {"KEYS", "TAGS", "0"}
         assert m.store_timestamp >= m.born_timestamp
@@ -67,24 +67,35 @@ def test_java_commitlog_reencodes_byte_for_byte(codec, commitlog):
     pos = 0
     for row in rows:
         m = codec.record_from_row(commitlog, row)
-        raw_properties = commitlog[row["properties_pos"]:row["properties_pos"] + row["properties_len"]]
+        raw_properties = commitlog[row["properties_pos"] : row["properties_pos"] + row["properties_len"]]
         fields = dict(
-            topic=m.topic, body=m.body, properties=raw_properties, queue_id=m.queue_id, flag=m.flag,
-            queue_offset=m.queue_offset, physical_offset=m.commitlog_offset, sys_flag=m.sys_flag,
-            born_timestamp=m.born_timestamp, born_host=m.born_host, store_timestamp=m.store_timestamp,
-            store_host=m.store_host, reconsume_times=m.reconsume_times,
-            prepared_transaction_offset=m.prepared_transaction_offset)
-        record = codec.encode_record(**fields)       # CRC recomputed, not copied
-        assert record == commitlog[pos:pos + m.size]
+            topic=m.topic,
+            body=m.body,
+            properties=raw_properties,
+            queue_id=m.queue_id,
+            flag=m.flag,
+            queue_offset=m.queue_offset,
+            physical_offset=m.commitlog_offset,
+            sys_flag=m.sys_flag,
+            born_timestamp=m.born_timestamp,
+            born_host=m.born_host,
+            store_timestamp=m.store_timestamp,
+            store_host=m.store_host,
+            reconsume_times=m.reconsume_times,
+            prepared_transaction_offset=m.prepared_transaction_offset,
+        )
+        record = codec.encode_record(**fields)  # CRC recomputed, not copied
+        assert record == commitlog[pos : pos + m.size]
         assert codec.encode_record_into(rebuilt, pos, **fields) == m.size
         pos += m.size
     assert pos == stop == 8084
     codec.encode_blank_into(rebuilt, pos, SEGMENT_SIZE - pos)
-    assert rebuilt[:pos + 8] == commitlog[:pos + 8]
+    assert rebuilt[: pos + 8] == commitlog[: pos + 8]
 
 
 def test_java_commitlog_rows_agree_across_twins(commitlog):
     from rocketstore import _codec_py
+
     compiled = pytest.importorskip("rocketstore._codec")
     c_rows, c_stop, c_reason = compiled.decode_batch(commitlog)
     p_rows, p_stop, p_reason = _codec_py.decode_batch(commitlog)

@@ -8,14 +8,20 @@ import threading
 
 import pytest
 
-from rocketstore import Message, MessageStore, PutStatus
-from rocketstore import _store_py
-from rocketstore._flushwatch import FlushWatcher
+from rocketstore import Message, MessageStore, PutStatus, _store_py
 from rocketstore._clock import now_ms
+from rocketstore._flushwatch import FlushWatcher
+from rocketstore.errors import (
+    CreateMappedFileFailedError,
+    DiskFullError,
+    FlushTimeoutError,
+    PutError,
+    PutRefusedDiskFullError,
+    SegmentDiskFullError,
+    SegmentError,
+    ServiceNotAvailableError,
+)
 from rocketstore.mapped_file import space_error
-from rocketstore.errors import (CreateMappedFileFailedError, DiskFullError, FlushTimeoutError,
-                                PutError, PutRefusedDiskFullError, SegmentDiskFullError,
-                                SegmentError, ServiceNotAvailableError)
 
 SEGMENT = 64 * 1024
 TOPIC = "PutErrors"
@@ -70,9 +76,11 @@ def test_refused_puts_raise_a_typed_put_error_and_write_nothing(impl, tmp_path):
                 put()
             err = info.value
             assert isinstance(err, ServiceNotAvailableError) and isinstance(err, PutRefusedDiskFullError)
-            assert isinstance(err, DiskFullError) and isinstance(err, OSError)   # as before
+            assert isinstance(err, DiskFullError) and isinstance(err, OSError)  # as before
             assert not isinstance(err, FlushTimeoutError)
-            assert err.status == PutStatus.SERVICE_NOT_AVAILABLE and str(err.status) == "SERVICE_NOT_AVAILABLE"
+            assert (
+                err.status == PutStatus.SERVICE_NOT_AVAILABLE and str(err.status) == "SERVICE_NOT_AVAILABLE"
+            )
             assert err.errno == errno.ENOSPC and "97% full" in str(err)
         for put in _pipelined_puts(store):
             future = put()
@@ -109,7 +117,7 @@ def test_a_put_without_segment_space_raises_create_mapped_file_failed(impl, tmp_
         assert err.status == PutStatus.CREATE_MAPPED_FILE_FAILED and err.errno == errno.ENOSPC
         assert isinstance(err.__cause__, SegmentError)
         end = store.max_offset
-        assert end % SEGMENT == 0                      # the full segment ends in its BLANK
+        assert end % SEGMENT == 0  # the full segment ends in its BLANK
         for put in _every_put(store):
             with pytest.raises(SegmentDiskFullError):
                 put()
@@ -156,9 +164,11 @@ def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(im
         err = info.value
         assert not isinstance(err, PutError) and err.status == PutStatus.FLUSH_DISK_TIMEOUT
         r = err.result
-        assert r.status == PutStatus.FLUSH_DISK_TIMEOUT and r.status.stored and isinstance(r.error, SegmentError)
+        assert (
+            r.status == PutStatus.FLUSH_DISK_TIMEOUT and r.status.stored and isinstance(r.error, SegmentError)
+        )
         assert err.__cause__ is r.error and "flushing the CommitLog failed" in str(err)
-        assert store.read(r.commitlog_offset).body == b"durable?"     # stored, not known durable
+        assert store.read(r.commitlog_offset).body == b"durable?"  # stored, not known durable
         assert store.get_by_msg_id(r.msg_id).body == b"durable?"
         with pytest.raises(FlushTimeoutError) as info:
             store.put_batch(TOPIC, [b"a", b"b"], durable=True)
@@ -170,7 +180,7 @@ def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(im
         with pytest.raises(FlushTimeoutError) as info:
             future.result()
         assert store.read(info.value.result.commitlog_offset).body == b"pipelined"
-        monkeypatch.setattr(_store_py, "_data_sync", _store_py.os.fsync)   # space is back
+        monkeypatch.setattr(_store_py, "_data_sync", _store_py.os.fsync)  # space is back
         assert store.put(TOPIC, b"durable", durable=True).ok
 
 
@@ -297,7 +307,7 @@ def test_a_dead_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path
         raise RuntimeError("the flush thread's own bug")
 
     flusher._round = broken_round
-    hook, threading.excepthook = threading.excepthook, lambda args: None   # expected: quiet
+    hook, threading.excepthook = threading.excepthook, lambda args: None  # expected: quiet
     try:
         with pytest.raises(FlushTimeoutError) as info:
             store.put(TOPIC, b"durable", durable=True)

@@ -60,21 +60,30 @@ def test_ipv6_hosts_set_sysflag_and_long_msg_ids(impl, tmp_path):
 
 
 def test_records_on_disk_are_what_the_codec_encodes(impl, tmp_path):
-    with _open(impl, tmp_path / "s", store_host="10.108.115.217", born_host="192.168.0.1",
-               born_port=54321) as store:
+    with _open(
+        impl, tmp_path / "s", store_host="10.108.115.217", born_host="192.168.0.1", born_port=54321
+    ) as store:
         results = [store.put("TopicTest", bytes([i]) * i, keys=f"k{i}", flag=i) for i in range(50)]
         results += list(store.put_batch("TopicTest", [b"batch"] * 5, tags="TagB"))
         segment = store._segments.files[0]
         for r in results:
             m = store.read(r.commitlog_offset)
-            raw = bytes(segment.mm[r.commitlog_offset:r.commitlog_offset + r.size])
+            raw = bytes(segment.mm[r.commitlog_offset : r.commitlog_offset + r.size])
             again = store._codec.encode_record(
-                topic=m.topic, body=m.body, properties=raw[-(len(raw) - 91 - len(m.body) - len(m.topic)):],
-                queue_id=m.queue_id, flag=m.flag, queue_offset=m.queue_offset,
-                physical_offset=m.commitlog_offset, sys_flag=m.sys_flag,
-                born_timestamp=m.born_timestamp, born_host=m.born_host,
-                store_timestamp=m.store_timestamp, store_host=m.store_host,
-                reconsume_times=m.reconsume_times)
+                topic=m.topic,
+                body=m.body,
+                properties=raw[-(len(raw) - 91 - len(m.body) - len(m.topic)) :],
+                queue_id=m.queue_id,
+                flag=m.flag,
+                queue_offset=m.queue_offset,
+                physical_offset=m.commitlog_offset,
+                sys_flag=m.sys_flag,
+                born_timestamp=m.born_timestamp,
+                born_host=m.born_host,
+                store_timestamp=m.store_timestamp,
+                store_host=m.store_host,
+                reconsume_times=m.reconsume_times,
+            )
             assert again == raw
             assert m.store_host == ("10.108.115.217", 10911)
             assert r.msg_id == ("0A6C73D900002A9F" + format(r.commitlog_offset, "016X"))
@@ -97,6 +106,7 @@ def test_store_host_default_is_an_ipv4_address(impl, tmp_path):
 @pytest.mark.parametrize("topic", ["T\n", "T ", "%RETRY%g#1", "é"])
 def test_topics_outside_rocketmq_rule_are_refused_on_both_twins(impl, tmp_path, topic):
     from rocketstore.errors import InvalidTopicError
+
     with _open(impl, tmp_path / "s") as store:
         with pytest.raises(InvalidTopicError):
             store.put(topic, b"x")

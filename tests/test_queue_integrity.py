@@ -19,9 +19,15 @@ from rocketstore.checkpoint import Checkpoint
 from rocketstore.errors import MessageNotFoundError
 
 SEGMENT = 8192
-UNITS = 10                       # 200-byte ConsumeQueue files: a queue rolls every 10 messages
-OPTIONS = dict(commitlog_file_size=SEGMENT, consume_queue_units=UNITS, store_host="10.0.0.7",
-               dispatch_interval_ms=0, clean_resource_interval_ms=0, schedule_interval_ms=0)
+UNITS = 10  # 200-byte ConsumeQueue files: a queue rolls every 10 messages
+OPTIONS = dict(
+    commitlog_file_size=SEGMENT,
+    consume_queue_units=UNITS,
+    store_host="10.0.0.7",
+    dispatch_interval_ms=0,
+    clean_resource_interval_ms=0,
+    schedule_interval_ms=0,
+)
 
 
 def body_of(topic, queue_id, q):
@@ -55,8 +61,12 @@ def check_queues(store, counts, *, allow_missing=False):
                 assert allow_missing, f"{topic}-{qid}@{q} missing"
                 missing += 1
                 continue
-            assert (m.topic, m.queue_id, m.queue_offset, bytes(m.body)) == \
-                (topic, qid, q, body_of(topic, qid, q)), f"{topic}-{qid}@{q}: got {m.topic}-{m.queue_id}@{m.queue_offset}"
+            assert (m.topic, m.queue_id, m.queue_offset, bytes(m.body)) == (
+                topic,
+                qid,
+                q,
+                body_of(topic, qid, q),
+            ), f"{topic}-{qid}@{q}: got {m.topic}-{m.queue_id}@{m.queue_offset}"
         got = []
         offset = 0
         for _ in range(10 * n + 10):
@@ -67,7 +77,11 @@ def check_queues(store, counts, *, allow_missing=False):
                 offset += 1
                 continue
             for m in res.messages:
-                assert (m.topic, m.queue_id, bytes(m.body)) == (topic, qid, body_of(topic, qid, m.queue_offset))
+                assert (m.topic, m.queue_id, bytes(m.body)) == (
+                    topic,
+                    qid,
+                    body_of(topic, qid, m.queue_offset),
+                )
                 got.append(m.queue_offset)
             if res.next_begin_offset <= offset:
                 break
@@ -115,7 +129,7 @@ def reopen_both_ways(impl, path, tmp_path, counts, *, allow_missing=False, after
     shutil.copytree(path, rw)
     with MessageStore(rw, implementation=impl.name, **OPTIONS) as store:
         check_queues(store, counts, allow_missing=allow_missing)
-        for (topic, qid), n in counts.items():     # new puts continue the queue, and are reachable
+        for (topic, qid), n in counts.items():  # new puts continue the queue, and are reachable
             r = store.put(topic, body_of(topic, qid, n), queue_id=qid)
             assert r.queue_offset == n
             counts[(topic, qid)] = n + 1
@@ -126,20 +140,25 @@ def reopen_both_ways(impl, path, tmp_path, counts, *, allow_missing=False, after
 
 # ---- 1. power cut: queue files written since the checkpoint come back partly zero ----------------
 
-@pytest.mark.parametrize("holes", [
-    [(45, 60)],                       # a zero file inside the range written since the checkpoint
-    [(35, 40), (52, 71)],             # several, spanning files
-    [(31, 100)],                      # nothing written back at all
-    [(40, 50), (90, 100)],            # the last file and one in the middle
-], ids=["one-file", "spanning", "all", "middle-and-last"])
+
+@pytest.mark.parametrize(
+    "holes",
+    [
+        [(45, 60)],  # a zero file inside the range written since the checkpoint
+        [(35, 40), (52, 71)],  # several, spanning files
+        [(31, 100)],  # nothing written back at all
+        [(40, 50), (90, 100)],  # the last file and one in the middle
+    ],
+    ids=["one-file", "spanning", "all", "middle-and-last"],
+)
 def test_power_cut_queue_files_since_the_checkpoint(tmp_path, impl, holes):
     path = str(tmp_path / "store")
     with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
-        put_round(store, ["A", "B"], 30)           # checkpointed by the clean close
+        put_round(store, ["A", "B"], 30)  # checkpointed by the clean close
     store = MessageStore(path, implementation=impl.name, **OPTIONS)
     try:
-        put_round(store, ["A", "B"], 70)           # ~7 queue files more per queue
-        assert store.flush(10)                     # the CommitLog is durable, the queues are not
+        put_round(store, ["A", "B"], 70)  # ~7 queue files more per queue
+        assert store.flush(10)  # the CommitLog is durable, the queues are not
         crashed = crash_copy(path, str(tmp_path / "crashed"))
     finally:
         store.close()
@@ -165,12 +184,13 @@ def test_power_cut_stale_units_past_the_checkpoint(tmp_path, impl):
     src = pathlib.Path(cq_file(crashed, "B", 0, 40)).read_bytes()
     with open(cq_file(crashed, "A", 0, 40), "r+b") as f:
         f.seek(5 * 20)
-        f.write(src[5 * 20:10 * 20])
+        f.write(src[5 * 20 : 10 * 20])
     zero_units(crashed, "A", 0, 50, 60)
     reopen_both_ways(impl, crashed, tmp_path, {("A", 0): 60, ("B", 0): 60})
 
 
 # ---- 2. a zeroed ConsumeQueue page (damage below the checkpoint) ------------------------------------
+
 
 @pytest.mark.parametrize("where", [(0, 5), (12, 13), (3, 27)], ids=["head", "one", "spanning"])
 def test_zeroed_queue_units_never_give_another_message(tmp_path, impl, where):
@@ -190,32 +210,39 @@ def test_units_pointing_at_other_records_are_never_handed_out(tmp_path, impl):
         other = store.queue_units("U", 0, 7, 1)[0]
     with open(cq_file(path, "T", 0, 7), "r+b") as f:
         f.seek(7 * 20)
-        f.write(struct.pack(">qiq", int(other["commitlog_offset"]), int(other["size"]), int(other["tags_code"])))
+        f.write(
+            struct.pack(">qiq", int(other["commitlog_offset"]), int(other["size"]), int(other["tags_code"]))
+        )
     reopen_both_ways(impl, path, tmp_path, {("T", 0): 30, ("U", 0): 30})
 
 
 # ---- 3. a checkpoint whose confirmPhyOffset is inside a record ---------------------------------------
+
 
 @pytest.mark.parametrize("inside", [7, 1, 100])
 def test_checkpoint_inside_a_record_is_not_trusted(tmp_path, impl, inside):
     path = str(tmp_path / "store")
     store = MessageStore(path, implementation=impl.name, **OPTIONS)
     try:
-        put_round(store, ["A", "B"], 60)           # several segments
+        put_round(store, ["A", "B"], 60)  # several segments
         # a record early in its segment, so that many records follow it there
-        mid = next(m.commitlog_offset for m in store.iter_messages()
-                   if m.commitlog_offset > SEGMENT and 0 < m.commitlog_offset % SEGMENT < SEGMENT // 4)
-        store._save_checkpoint()                   # queues, index and its resume point durable
+        mid = next(
+            m.commitlog_offset
+            for m in store.iter_messages()
+            if m.commitlog_offset > SEGMENT and 0 < m.commitlog_offset % SEGMENT < SEGMENT // 4
+        )
+        store._save_checkpoint()  # queues, index and its resume point durable
         crashed = crash_copy(path, str(tmp_path / "crashed"))
     finally:
         store.close()
     cp = Checkpoint(os.path.join(crashed, "checkpoint"))
-    cp.confirm_phy_offset = mid + inside          # damaged, or copied from another store
+    cp.confirm_phy_offset = mid + inside  # damaged, or copied from another store
     cp.flush()
     reopen_both_ways(impl, crashed, tmp_path, {("A", 0): 60, ("B", 0): 60})
 
 
 # ---- 5. swapped queue files and segments ----------------------------------------------------------
+
 
 def test_swapped_queue_files(tmp_path, impl):
     path = str(tmp_path / "store")
@@ -278,8 +305,9 @@ def property_stores(tmp_path_factory):
 
 
 def _queue_files(root):
-    return sorted(os.path.join(d, n) for d, _s, names in os.walk(os.path.join(root, "consumequeue"))
-                  for n in names)
+    return sorted(
+        os.path.join(d, n) for d, _s, names in os.walk(os.path.join(root, "consumequeue")) for n in names
+    )
 
 
 def _segment_files(root):
@@ -288,9 +316,19 @@ def _segment_files(root):
 
 _damage = st.one_of(
     st.tuples(st.just("zero-units"), st.integers(0, 10_000), st.integers(0, 200), st.integers(1, 30)),
-    st.tuples(st.just("copy-unit"), st.integers(0, 10_000), st.integers(0, 200), st.integers(0, 10_000),
-              st.integers(0, 200)),
-    st.tuples(st.just("garbage-unit"), st.integers(0, 10_000), st.integers(0, 200), st.binary(min_size=20, max_size=20)),
+    st.tuples(
+        st.just("copy-unit"),
+        st.integers(0, 10_000),
+        st.integers(0, 200),
+        st.integers(0, 10_000),
+        st.integers(0, 200),
+    ),
+    st.tuples(
+        st.just("garbage-unit"),
+        st.integers(0, 10_000),
+        st.integers(0, 200),
+        st.binary(min_size=20, max_size=20),
+    ),
     st.tuples(st.just("swap-queue-files"), st.integers(0, 10_000), st.integers(0, 10_000)),
     st.tuples(st.just("checkpoint"), st.integers(-5, 70_000), st.booleans()),
     st.tuples(st.just("swap-segments"), st.integers(0, 10_000), st.integers(0, 10_000)),
@@ -325,7 +363,7 @@ def _apply(root, op) -> bool:
                 data = f.read(20)
         with open(file, "r+b") as f:
             f.seek(pos)
-            f.write(data[:size - pos])
+            f.write(data[: size - pos])
         return tail
     if kind == "swap-queue-files":
         a, b = queues[op[1] % len(queues)], queues[op[2] % len(queues)]
@@ -373,11 +411,13 @@ def _check_property_store(root, implementation, read_only, counts, commitlog_dam
 @pytest.mark.slow  # a hypothesis property over many damaged stores
 @pytest.mark.parametrize("implementation", ["py", "c"])
 @pytest.mark.parametrize("which", ["clean", "crashed"])
-@settings(max_examples=PROPERTY_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=PROPERTY_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(ops=st.lists(_damage, min_size=1, max_size=4))
-def test_damaged_queues_never_hand_out_another_message(property_stores, tmp_path, implementation,
-                                                       which, ops):
+def test_damaged_queues_never_hand_out_another_message(property_stores, tmp_path, implementation, which, ops):
     """Queue files, checkpoints and segments damaged in any of the ways a crash, a power cut or a
     careless copy does: every message handed out by queue position is the one put there, read-only
     and writable; with the CommitLog intact nothing is missing."""
@@ -398,6 +438,7 @@ def test_damaged_queues_never_hand_out_another_message(property_stores, tmp_path
 
 
 # ---- damage below the checkpoint never cuts the records after it ----------------------------------
+
 
 @pytest.mark.parametrize("field", [("size", 3, 4), ("magic", 4, 0xFF), ("size-zero", 0, None)])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "crashed"])
@@ -435,10 +476,14 @@ def test_a_damaged_record_header_below_the_checkpoint_does_not_cut_the_log(tmp_p
             if not read_only:
                 r = store.put("A", b"after", queue_id=0)
                 assert r.queue_offset == 40 and r.commitlog_offset > offsets[39]
-            assert not store.verify()["ok"]             # the damage is reported
+            assert not store.verify()["ok"]  # the damage is reported
     with MessageStore(path, implementation=impl.name, **opts) as store:
-        assert [bytes(store.get_by_queue_offset("A", 0, q).body) for q in (19, 21, 39, 40)] == \
-            [body_of("A", 0, 19), body_of("A", 0, 21), body_of("A", 0, 39), b"after"]
+        assert [bytes(store.get_by_queue_offset("A", 0, q).body) for q in (19, 21, 39, 40)] == [
+            body_of("A", 0, 19),
+            body_of("A", 0, 21),
+            body_of("A", 0, 39),
+            b"after",
+        ]
 
 
 def test_verify_counts_every_bad_unit_and_reports_lost_positions(tmp_path, impl):
@@ -447,19 +492,19 @@ def test_verify_counts_every_bad_unit_and_reports_lost_positions(tmp_path, impl)
     path = str(tmp_path / "store")
     with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
         put_round(store, ["T"], 30)
-    zero_units(path, "T", 0, 0, 25)               # read-only: nothing rebuilt on disk
+    zero_units(path, "T", 0, 0, 25)  # read-only: nothing rebuilt on disk
     with MessageStore(path, read_only=True, implementation=impl.name, **OPTIONS) as store:
         report = store.verify()
     assert not report["ok"] and any("25 unit(s) on disk" in p["reason"] for p in report["problems"])
     zero_units(path, "T", 0, 0, 2)
     with MessageStore(path, read_only=True, implementation=impl.name, **OPTIONS) as store:
-        store.get_message("g", "T", 0, 0)         # mended in memory as it is read: still reported
+        store.get_message("g", "T", 0, 0)  # mended in memory as it is read: still reported
         assert not store.verify()["ok"]
     with MessageStore(path, implementation=impl.name, **OPTIONS) as store:
         lost = store.get_by_queue_offset("T", 0, 3).commitlog_offset
         seg = os.path.join(path, "commitlog", f"{lost - lost % SEGMENT:020d}")
-        assert store.verify()["ok"]               # rebuilt from the CommitLog
-    with open(seg, "r+b") as f:                   # destroy record 3 and its unit
+        assert store.verify()["ok"]  # rebuilt from the CommitLog
+    with open(seg, "r+b") as f:  # destroy record 3 and its unit
         f.seek(lost % SEGMENT + 4)
         f.write(bytes(8))
     zero_units(path, "T", 0, 3, 4)

@@ -22,14 +22,14 @@ def test_create_topic_racing_with_puts_keeps_queue_offsets_unique_and_contiguous
             try:
                 for i in range(PUTS):
                     results.append(store.put(TOPIC, b"w%d-%d" % (t, i), queue_id=0))
-            except BaseException as exc:       # reported below, with the offsets
+            except BaseException as exc:  # reported below, with the offsets
                 errors.append(exc)
 
         def retopic():
             start.wait()
             queues = 1
             while not writers_done.is_set():
-                queues = 3 - queues              # 1, 2, 1, 2, ...: a count change every call
+                queues = 3 - queues  # 1, 2, 1, 2, ...: a count change every call
                 store.create_topic(TOPIC, queues)
 
         threads = [threading.Thread(target=writer, args=(t,)) for t in range(WRITERS)]
@@ -44,7 +44,8 @@ def test_create_topic_racing_with_puts_keeps_queue_offsets_unique_and_contiguous
 
         offsets = sorted(r.queue_offset for r in results)
         assert offsets == list(range(WRITERS * PUTS)), (
-            f"{len(offsets) - len(set(offsets))} duplicated queue offsets")
+            f"{len(offsets) - len(set(offsets))} duplicated queue offsets"
+        )
         by_offset = {r.queue_offset: r for r in results}
         for q, r in by_offset.items():
             got = store.get_by_queue_offset(TOPIC, 0, q)

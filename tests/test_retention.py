@@ -18,14 +18,19 @@ import pytest
 import rocketstore
 from rocketstore import Message, MessageStore, PutStatus
 from rocketstore.config import StoreConfig
-from rocketstore.errors import (DiskFullError, MessageNotFoundError, PutError, ServiceNotAvailableError,
-                                StoreConfigError)
+from rocketstore.errors import (
+    DiskFullError,
+    MessageNotFoundError,
+    PutError,
+    ServiceNotAvailableError,
+    StoreConfigError,
+)
 from rocketstore.retention import Cleaner, disk_usage
 
 SEGMENT = 64 * 1024
-BODY = 1000                   # about 60 records per segment
+BODY = 1000  # about 60 records per segment
 HOUR_MS = 3_600_000
-NOW = 1_900_000_000_000       # a fixed "now" (epoch ms), far after any file's real mtime
+NOW = 1_900_000_000_000  # a fixed "now" (epoch ms), far after any file's real mtime
 TOPIC = "TopicRetention"
 
 
@@ -43,17 +48,16 @@ class Disk:
 
 def open_store(path, impl, **options):
     options.setdefault("commitlog_file_size", SEGMENT)
-    options.setdefault("consume_queue_units", 16)     # 16 units a file: several files per queue
+    options.setdefault("consume_queue_units", 16)  # 16 units a file: several files per queue
     options.setdefault("index_slots", 16)
-    options.setdefault("index_count", 64)             # 63 keys a file: several index files
+    options.setdefault("index_count", 64)  # 63 keys a file: several index files
     options.setdefault("clean_resource_interval_ms", 0)
     return MessageStore(path, implementation=impl.name, store_host="10.0.0.7", **options)
 
 
 def cleaner(store, disk=None, hour=5):
     """A Cleaner on ``store`` whose local hour is ``hour`` (04 is delete_when) and clock NOW."""
-    return Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk or Disk(),
-                   local_hour=lambda ms: hour)
+    return Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk or Disk(), local_hour=lambda ms: hour)
 
 
 def fill(store, segments, queue_id=0, keys=True):
@@ -94,6 +98,7 @@ def store(tmp_path, impl):
 
 
 # ---- which segments go, and when ----
+
 
 def test_expired_segments_are_deleted_at_a_delete_when_hour_oldest_first(store):
     fill(store, 6)
@@ -137,7 +142,7 @@ def test_deletion_stops_at_the_first_young_segment_and_leaves_no_hole(store):
     fill(store, 6)
     files = list(store._segments.files)
     age(store, 100)
-    age(store, 1, [files[2]])          # segments 0, 1 expired; 2 young; 3, 4 expired again
+    age(store, 1, [files[2]])  # segments 0, 1 expired; 2 young; 3, 4 expired again
     result = cleaner(store, hour=4).run_once()
     assert result["commitlog"] == [0, SEGMENT]
     assert starts(store) == on_disk(store) == [mf.file_from_offset for mf in files[2:]]
@@ -150,7 +155,7 @@ def test_a_pass_deletes_at_most_delete_files_batch_max_segments(tmp_path, impl):
         c = cleaner(store, hour=4)
         assert c.run_once()["commitlog"] == [0, SEGMENT, 2 * SEGMENT]
         assert len(c.run_once()["commitlog"]) == 3
-        assert len(c.run_once()["commitlog"]) == 2      # the last segment stays
+        assert len(c.run_once()["commitlog"]) == 2  # the last segment stays
         assert c.run_once()["commitlog"] == []
         assert len(store._segments.files) == 1
 
@@ -174,8 +179,7 @@ def test_forced_clean_deletes_every_segment_but_the_one_being_written(store):
     assert total["forced"] and total["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
     assert starts(store) == on_disk(store) == [last]
     kept = [r for r in results if r.commitlog_offset >= last]
-    assert kept and all(store.read(r.commitlog_offset).body[:6] == b"%06d" % results.index(r)
-                        for r in kept)
+    assert kept and all(store.read(r.commitlog_offset).body[:6] == b"%06d" % results.index(r) for r in kept)
     again = store.put(TOPIC, b"after", queue_id=0)
     assert again.ok and store.read(again.commitlog_offset).body == b"after"
 
@@ -189,6 +193,7 @@ def test_a_full_segment_still_being_flushed_by_the_writer_is_never_deleted(store
 
 
 # ---- disk usage ----
+
 
 def test_disk_above_max_used_space_ratio_deletes_expired_segments_at_any_hour(store):
     fill(store, 5)
@@ -213,11 +218,11 @@ def test_by_default_a_fuller_disk_deletes_only_expired_segments_and_refuses_puts
         age(store, 1, files[2:])
         result = cleaner(store, Disk(0.86), hour=5).run_once()
         assert result["trigger"] == "space" and not result["forced"]
-        assert result["commitlog"] == [0, SEGMENT]           # the expired ones only
+        assert result["commitlog"] == [0, SEGMENT]  # the expired ones only
         c = cleaner(store, Disk(0.99), hour=5)
         result = c.run_once()
         assert result["commitlog"] == [] and not result["forced"] and result["disk_full"]
-        assert c.clean()["commitlog"] == []                    # a manual clean keeps them too
+        assert c.clean()["commitlog"] == []  # a manual clean keeps them too
         assert starts(store) == on_disk(store) == [mf.file_from_offset for mf in files[2:]]
         with pytest.raises(DiskFullError) as refused:
             store.put(TOPIC, b"x", queue_id=0)
@@ -251,8 +256,9 @@ def test_the_old_clean_file_forcibly_enable_name_maps_to_the_new_option(tmp_path
         cfg = StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=False)
     assert cfg.delete_unexpired_when_disk_full is False
     with pytest.raises(StoreConfigError, match="clean_file_forcibly_enable"):
-        StoreConfig(store_host="10.0.0.7", clean_file_forcibly_enable=True,
-                    delete_unexpired_when_disk_full=False)
+        StoreConfig(
+            store_host="10.0.0.7", clean_file_forcibly_enable=True, delete_unexpired_when_disk_full=False
+        )
 
 
 def test_an_unreadable_disk_usage_triggers_cleaning_of_expired_segments(store):
@@ -289,11 +295,11 @@ def test_disk_above_warning_level_refuses_every_put_until_usage_is_back_at_the_f
     assert store.queue_offsets() == queue_offsets
     assert store._core.stats()["refused_puts"] == len(refused)
 
-    disk.usage = 0.88          # below the warning level, above the forcible one: still full
+    disk.usage = 0.88  # below the warning level, above the forcible one: still full
     assert c.run_once()["disk_full"]
     with pytest.raises(ServiceNotAvailableError):
         store.put(TOPIC, b"x")
-    disk.usage = 0.85          # at the forcible level: disk OK
+    disk.usage = 0.85  # at the forcible level: disk OK
     assert not c.run_once()["disk_full"]
     ok = store.put(TOPIC, b"back", queue_id=0)
     assert ok.ok and ok.commitlog_offset == end and store.read(end).body == b"back"
@@ -309,8 +315,9 @@ def test_puts_resume_in_the_same_pass_that_freed_the_space(tmp_path, impl):
         with pytest.raises(ServiceNotAvailableError):
             store.put(TOPIC, b"x")
 
-        def freed(path):      # usage falls once the segments are gone
+        def freed(path):  # usage falls once the segments are gone
             return 0.5 if len(store._segments.files) == 1 else 0.95
+
         c._disk_usage = freed
         result = c.run_once()
         assert result["forced"] and len(result["commitlog"]) == 3 and not result["disk_full"]
@@ -327,9 +334,10 @@ def test_disk_usage_reads_the_file_system(tmp_path):
 
 # ---- ConsumeQueue and index files follow the CommitLog ----
 
+
 def test_queue_and_index_files_below_the_new_min_offset_go_and_min_offsets_are_corrected(store):
     results = fill(store, 6)
-    store.queues()              # dispatch everything
+    store.queues()  # dispatch everything
     cq = store._queues.get(TOPIC, 0)
     cq_dir = cq.directory
     cq_files_before = sorted(os.listdir(cq_dir))
@@ -350,7 +358,7 @@ def test_queue_and_index_files_below_the_new_min_offset_go_and_min_offsets_are_c
     assert sorted(os.listdir(cq_dir)) == cq_files_before[gone_files:]
     assert store.min_queue_offset(TOPIC, 0) == expected_min
     assert store.max_queue_offset(TOPIC, 0) == len(results)
-    stale = store.get_message("g", TOPIC, 0, 0, max_msgs=4)   # a consumer behind retention
+    stale = store.get_message("g", TOPIC, 0, 0, max_msgs=4)  # a consumer behind retention
     assert not stale.messages and stale.next_begin_offset == expected_min
     got = store.get_message("g", TOPIC, 0, stale.next_begin_offset, max_msgs=4)
     assert [m.queue_offset for m in got.messages] == list(range(expected_min, expected_min + 4))
@@ -369,7 +377,7 @@ def test_queues_are_cleaned_only_when_the_commitlog_min_offset_grew(store):
     fill(store, 3)
     store.queues()
     c = cleaner(store)
-    first = c.run_once()                 # nothing to delete; queues corrected once
+    first = c.run_once()  # nothing to delete; queues corrected once
     assert first["commitlog"] == [] and first["consumequeue_files"] == 0
     calls = []
     real = store._queues.delete_expired
@@ -398,6 +406,7 @@ def test_store_reopens_cleanly_after_retention(tmp_path, impl):
 
 
 # ---- deletion while readers hold views (ReferenceResource) ----
+
 
 def _mapped_paths():
     with open("/proc/self/maps") as f:
@@ -432,16 +441,16 @@ def test_views_taken_before_deletion_stay_readable_and_later_reads_raise_not_fou
     with pytest.raises(MessageNotFoundError):
         store.get_by_msg_id(first.msg_id)
     with pytest.raises(MessageNotFoundError, match="deleted"):
-        seg0.view(0, 16)                 # a reader that still holds the old segment object
+        seg0.view(0, 16)  # a reader that still holds the old segment object
     with pytest.raises(MessageNotFoundError):
         store.queue_units(TOPIC, 0, 0, 16)
     with pytest.raises(MessageNotFoundError, match="deleted"):
-        list(iterator)                   # the iteration reaches a deleted segment
+        list(iterator)  # the iteration reaches a deleted segment
     if os.path.exists("/proc/self/maps"):
-        assert seg0_path in _mapped_paths()   # unlinked, still mapped for the views
+        assert seg0_path in _mapped_paths()  # unlinked, still mapped for the views
         del body_view, m0, units, iterator
         gc.collect()
-        assert seg0_path not in _mapped_paths()   # unmapped with the last view
+        assert seg0_path not in _mapped_paths()  # unmapped with the last view
 
 
 def test_readers_racing_the_cleaner_see_whole_messages_or_not_found(tmp_path, impl):
@@ -477,7 +486,7 @@ def test_readers_racing_the_cleaner_see_whole_messages_or_not_found(tmp_path, im
                     # Two readers that never sleep hold the GIL most of the time: the writer
                     # and the cleaner crawled (the pure twin took 50-80 s instead of 2).
                     time.sleep(0.001)
-            except BaseException as exc:      # reported by the main thread
+            except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
 
         threads = [threading.Thread(target=reader) for _ in range(2)]
@@ -485,14 +494,14 @@ def test_readers_racing_the_cleaner_see_whole_messages_or_not_found(tmp_path, im
             t.start()
         c = cleaner(store)
         try:
-            for round_ in range(12):
-                for i in range(90):
+            for _round in range(12):
+                for _i in range(90):
                     r = store.put(TOPIC, b"%06d" % len(results) + b"r" * (BODY - 6), queue_id=0)
                     assert r.ok
                     expected[r.commitlog_offset] = b"%06d" % len(results)
                     results.append(r)
                 c.clean(force=True)
-            saw_gone.wait(60)      # let the readers meet the deleted segments at least once
+            saw_gone.wait(60)  # let the readers meet the deleted segments at least once
         finally:
             stop.set()
             for t in threads:
@@ -503,6 +512,7 @@ def test_readers_racing_the_cleaner_see_whole_messages_or_not_found(tmp_path, im
 
 
 # ---- the background thread and the store's entry points ----
+
 
 def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
     with open_store(tmp_path / "s", impl) as store:
@@ -520,13 +530,13 @@ def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
         store.config.clean_resource_interval_ms = 5
         c.start()
         try:
-            for _ in range(3):               # start()'s own check, then two passes
+            for _ in range(3):  # start()'s own check, then two passes
                 assert passes.acquire(timeout=30)
         finally:
             c.stop()
         assert starts(store) == [2 * SEGMENT]
         checks = disk.checks
-        time.sleep(0.05)                     # a stopped cleaner checks nothing more
+        time.sleep(0.05)  # a stopped cleaner checks nothing more
         assert disk.checks == checks
 
 
@@ -539,6 +549,7 @@ def test_a_failing_background_pass_logs_one_error_then_its_recovery(store, caplo
             left[0] -= 1
             raise DiskFullError(28, "No space left on device (test)")
         recovered.set()
+
     c.run_once = run_once
     store.config.clean_resource_interval_ms = 1
     with caplog.at_level("INFO", logger="rocketstore.retention"):
@@ -549,14 +560,15 @@ def test_a_failing_background_pass_logs_one_error_then_its_recovery(store, caplo
             c.stop()
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "No space left on device" in errors[0]
-    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == \
-        ["background retention pass recovered after 6 failures"]
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == [
+        "background retention pass recovered after 6 failures"
+    ]
 
 
 def test_start_checks_the_disk_at_once_and_marks_it_full(store):
     fill(store, 1)
     c = cleaner(store, Disk(0.99))
-    c.start()                                # interval 0: no thread, but the check runs
+    c.start()  # interval 0: no thread, but the check runs
     try:
         assert c.disk_full and c.stats()["disk_full"]
         with pytest.raises(ServiceNotAvailableError):
@@ -568,7 +580,7 @@ def test_start_checks_the_disk_at_once_and_marks_it_full(store):
 def test_store_clean_and_stats_use_the_cleaner(tmp_path, impl):
     with open_store(tmp_path / "s", impl) as store:
         fill(store, 3)
-        age(store, 1, now=time.time() * 1000)       # the store's cleaner runs on the real clock
+        age(store, 1, now=time.time() * 1000)  # the store's cleaner runs on the real clock
         assert store.clean()["commitlog"] == []
         age(store, 100, now=time.time() * 1000)
         assert store.clean()["commitlog"] == [0, SEGMENT]
@@ -581,15 +593,27 @@ def test_store_clean_and_stats_use_the_cleaner(tmp_path, impl):
 
 # ---- options ----
 
-@pytest.mark.parametrize("options", [
-    dict(file_reserved_time=-1), dict(file_reserved_time="72"), dict(file_reserved_time=True),
-    dict(delete_when="24"), dict(delete_when="04;x"), dict(delete_when=4),
-    dict(disk_max_used_space_ratio=0), dict(disk_space_warning_level_ratio=101),
-    dict(disk_space_clean_forcibly_ratio=95),           # above the warning level (90)
-    dict(clean_file_forcibly_enable=1), dict(delete_unexpired_when_disk_full=1),
-    dict(delete_unexpired_when_disk_full="no"), dict(clean_resource_interval_ms=-1),
-    dict(clean_resource_interval_ms=1.5), dict(delete_files_batch_max=0),
-])
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(file_reserved_time=-1),
+        dict(file_reserved_time="72"),
+        dict(file_reserved_time=True),
+        dict(delete_when="24"),
+        dict(delete_when="04;x"),
+        dict(delete_when=4),
+        dict(disk_max_used_space_ratio=0),
+        dict(disk_space_warning_level_ratio=101),
+        dict(disk_space_clean_forcibly_ratio=95),  # above the warning level (90)
+        dict(clean_file_forcibly_enable=1),
+        dict(delete_unexpired_when_disk_full=1),
+        dict(delete_unexpired_when_disk_full="no"),
+        dict(clean_resource_interval_ms=-1),
+        dict(clean_resource_interval_ms=1.5),
+        dict(delete_files_batch_max=0),
+    ],
+)
 def test_bad_retention_options_raise_store_config_error(options):
     with pytest.raises(StoreConfigError):
         StoreConfig(store_host="10.0.0.7", **options)
@@ -598,10 +622,13 @@ def test_bad_retention_options_raise_store_config_error(options):
 def test_retention_options_have_rocketmq_defaults_and_parse_delete_when():
     cfg = StoreConfig(store_host="10.0.0.7")
     assert (cfg.file_reserved_time, cfg.delete_when, cfg.delete_hours) == (72, "04", (4,))
-    assert (cfg.disk_max_used_space_ratio, cfg.disk_space_clean_forcibly_ratio,
-            cfg.disk_space_warning_level_ratio) == (75, 85, 90)
+    assert (
+        cfg.disk_max_used_space_ratio,
+        cfg.disk_space_clean_forcibly_ratio,
+        cfg.disk_space_warning_level_ratio,
+    ) == (75, 85, 90)
     assert cfg.clean_resource_interval_ms == 10_000 and cfg.delete_files_batch_max == 10
-    assert cfg.delete_unexpired_when_disk_full is False      # unlike RocketMQ's broker: see README
+    assert cfg.delete_unexpired_when_disk_full is False  # unlike RocketMQ's broker: see README
     assert StoreConfig(store_host="10.0.0.7", delete_when="13; 1;").delete_hours == (1, 13)
     assert StoreConfig(store_host="10.0.0.7", delete_when="").delete_hours == ()
 
@@ -633,8 +660,13 @@ def test_abnormal_reopen_after_retention_recovers_what_is_left(tmp_path, impl):
     env = dict(os.environ)
     src = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CRASH_CHILD, impl.name, str(path)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_CHILD, impl.name, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     min_offset, max_offset = map(int, proc.stdout.split())
     assert (path / "abort").exists()
@@ -668,14 +700,15 @@ def test_read_only_open_starts_queues_past_what_retention_deleted(tmp_path, impl
 
 # ---- stats() tells the disk's state now; retention never outruns dispatch ----
 
+
 def test_stats_reads_the_disk_at_call_time_without_a_background_cleaner(tmp_path, impl):
     with open_store(tmp_path / "s", impl, clean_resource_interval_ms=0) as store:
         fill(store, 1)
         disk = Disk(0.5)
-        store._cleaner._disk_usage = disk       # the disk changes after the open's own check
+        store._cleaner._disk_usage = disk  # the disk changes after the open's own check
         stats = store.stats()
         assert stats["disk_usage"] == 0.5 and stats["disk_full"] is False
-        disk.usage = 1.0                        # something else filled the disk
+        disk.usage = 1.0  # something else filled the disk
         stats = store.stats()
         assert stats["disk_usage"] == 1.0 and stats["disk_full"] is True
         refused = store.stats()["refused_puts"]
@@ -709,12 +742,17 @@ def check_every_queue_position(store, results):
                 break
             got += res.messages
             offset = res.next_begin_offset
-        assert [(m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) for m in got] == \
-            [(TOPIC, q, r.queue_offset, r.commitlog_offset) for r in mine]
+        assert [(m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) for m in got] == [
+            (TOPIC, q, r.queue_offset, r.commitlog_offset) for r in mine
+        ]
         for r in mine:
             m = store.get_by_queue_offset(TOPIC, q, r.queue_offset)
-            assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == \
-                (TOPIC, q, r.queue_offset, r.commitlog_offset)
+            assert (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset) == (
+                TOPIC,
+                q,
+                r.queue_offset,
+                r.commitlog_offset,
+            )
 
 
 def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, impl, monkeypatch, caplog):
@@ -723,15 +761,16 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
         for q in (0, 1, 0, 1, 0):
             results += fill(store, len(store._segments.files) + 1, queue_id=q)
         before = starts(store)
-        assert len(before) >= 5 and store._dispatcher.offset < before[1]   # nothing dispatched
+        assert len(before) >= 5 and store._dispatcher.offset < before[1]  # nothing dispatched
 
         def full(*args, **kwargs):
             raise DiskFullError(28, "No space left on device (test)")
+
         monkeypatch.setattr(store._dispatcher, "catch_up", full)
         with caplog.at_level("INFO", logger="rocketstore.retention"):
             result = store.clean(force=True)
             assert result["commitlog"] == [] and isinstance(result["dispatch_error"], DiskFullError)
-            c = store._cleaner                  # one cleaner: its passes say it once
+            c = store._cleaner  # one cleaner: its passes say it once
             c._disk_usage, c._local_hour = Disk(0.99), (lambda ms: 4)
             for _ in range(3):
                 age(store, 100, now=time.time() * 1000)
@@ -741,7 +780,7 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
         errors = [r for r in caplog.records if r.levelname == "ERROR" and "dispatch" in r.getMessage()]
         assert len(errors) == 1 and "no segment is deleted" in errors[0].getMessage()
 
-        monkeypatch.undo()                      # space returns: the next pass dispatches, then deletes
+        monkeypatch.undo()  # space returns: the next pass dispatches, then deletes
         check_every_queue_position(store, results)
         result = store.clean(force=True)
         assert result["commitlog"] == before[:-1] and result["dispatch_error"] is None
@@ -757,8 +796,9 @@ def test_retention_deletes_only_segments_the_dispatcher_has_passed(tmp_path, imp
         before = starts(store)
         real = store._dispatcher.catch_up
 
-        def partial(*args, **kwargs):           # dispatch stops inside the third segment
+        def partial(*args, **kwargs):  # dispatch stops inside the third segment
             return real(target=before[2] + 10)
+
         monkeypatch.setattr(store._dispatcher, "catch_up", partial)
         assert store.clean(force=True)["commitlog"] == before[:2]
         monkeypatch.undo()

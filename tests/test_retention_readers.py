@@ -26,7 +26,7 @@ def test_read_only_opens_beside_forced_cleans_see_a_consistent_store(tmp_path, i
                     writer.put("T", b"m%06d" % i, keys="k%d" % i, queue_id=i % 2)
                     i += 1
                 writer.clean(force=True)
-        except BaseException as exc:      # reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     thread = threading.Thread(target=write)
@@ -43,7 +43,7 @@ def test_read_only_opens_beside_forced_cleans_see_a_consistent_store(tmp_path, i
                         problems.append(("verify", report["problems"][:3]))
                     for (topic, qid), (lo, hi) in r.queues().items():
                         if lo == hi:
-                            continue      # every message of the queue was deleted
+                            continue  # every message of the queue was deleted
                         got = r.get_message("g", topic, qid, lo, max_msgs=8)
                         if got.status != GetMessageStatus.FOUND:
                             problems.append(("get_message", topic, qid, lo, hi, got.status))
@@ -61,7 +61,7 @@ def test_read_only_opens_beside_forced_cleans_see_a_consistent_store(tmp_path, i
                         seen["deleted"] += 1
             except Exception as exc:
                 problems.append(("open", repr(exc)))
-            done.wait(0.002)      # let the writer run (the GIL), see test_retention
+            done.wait(0.002)  # let the writer run (the GIL), see test_retention
     finally:
         done.set()
         thread.join()

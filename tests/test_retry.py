@@ -14,8 +14,26 @@ from rocketstore.schedule import SCHEDULE_TOPIC
 HOST = "10.0.0.7"
 GROUP = "GroupA"
 RETRY, DLQ = "%RETRY%GroupA", "%DLQ%GroupA"
-LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
-             420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]
+LEVELS_MS = [
+    1000,
+    5000,
+    10000,
+    30000,
+    60000,
+    120000,
+    180000,
+    240000,
+    300000,
+    360000,
+    420000,
+    480000,
+    540000,
+    600000,
+    1200000,
+    1800000,
+    3600000,
+    7200000,
+]
 
 
 class FakeClock:
@@ -32,9 +50,18 @@ def clock():
 
 
 def open_store(path, impl, clock, **options):
-    return MessageStore(path, implementation=impl.name, store_host=HOST, clock=clock,
-                        schedule_interval_ms=0, commitlog_file_size=256 * 1024,
-                        consume_queue_units=64, index_slots=64, index_count=256, **options)
+    return MessageStore(
+        path,
+        implementation=impl.name,
+        store_host=HOST,
+        clock=clock,
+        schedule_interval_ms=0,
+        commitlog_file_size=256 * 1024,
+        consume_queue_units=64,
+        index_slots=64,
+        index_count=256,
+        **options,
+    )
 
 
 @pytest.fixture
@@ -60,9 +87,15 @@ def test_send_back_goes_through_the_schedule_to_the_retry_topic(store, clock):
     sched = store.read(back.commitlog_offset)
     # level 3 + reconsume times (0): SCHEDULE_TOPIC_XXXX queue 2, bound for %RETRY%GroupA-0
     assert (sched.topic, sched.queue_id, sched.reconsume_times) == (SCHEDULE_TOPIC, 2, 1)
-    assert sched.properties == {**original.properties, "RETRY_TOPIC": "TopicA", "WAIT": "false",
-                                "DELAY": "3", "ORIGIN_MESSAGE_ID": original.msg_id,
-                                "REAL_TOPIC": RETRY, "REAL_QID": "0"}
+    assert sched.properties == {
+        **original.properties,
+        "RETRY_TOPIC": "TopicA",
+        "WAIT": "false",
+        "DELAY": "3",
+        "ORIGIN_MESSAGE_ID": original.msg_id,
+        "REAL_TOPIC": RETRY,
+        "REAL_QID": "0",
+    }
     assert sched.born_timestamp == original.born_timestamp and sched.body == b"work"
     assert store.queue_units(SCHEDULE_TOPIC, 2, 0, 1)["tags_code"][0] == sched.store_timestamp + 10_000
     clock.now = sched.store_timestamp + 10_000
@@ -89,7 +122,7 @@ def test_sixteen_retries_then_the_dlq_with_history_in_properties(store, clock):
         assert store.deliver_delayed() == 1
         msg = last_of(store, RETRY)
         assert msg.reconsume_times == attempt + 1
-    assert levels == list(range(3, 19))            # 3 + reconsume times: 10 s ... 2 h
+    assert levels == list(range(3, 19))  # 3 + reconsume times: 10 s ... 2 h
     # the 17th failure: reconsumed 16 times = retryMaxTimes, so the dead-letter queue, at once
     back = store.send_back(GROUP, msg)
     dead = store.read(back.commitlog_offset)
@@ -102,7 +135,7 @@ def test_sixteen_retries_then_the_dlq_with_history_in_properties(store, clock):
     assert store.delayed_counts() == {}
     assert store.max_queue_offset(DLQ, 0) == 1 and store.max_queue_offset(RETRY, 0) == 16
     topics = config(store, "topics.json")["topicConfigTable"]
-    assert (topics[DLQ]["writeQueueNums"], topics[DLQ]["perm"]) == (1, 2)   # 4.3: PERM_WRITE
+    assert (topics[DLQ]["writeQueueNums"], topics[DLQ]["perm"]) == (1, 2)  # 4.3: PERM_WRITE
     # lookups still find the message wherever it went
     assert store.get_by_msg_id(dead.properties["ORIGIN_MESSAGE_ID"]).body == b"poison"
     assert [m.commitlog_offset for m in store.query_by_key(DLQ, "order-9")] == [dead.commitlog_offset]
@@ -125,8 +158,14 @@ def test_group_max_reconsume_times_and_overrides(store, clock):
         msg = last_of(store, RETRY)
     assert store.read(store.send_back(GROUP, msg).commitlog_offset).topic == DLQ
     # the request's own maximum wins over the group's (-1 means 16)
-    assert store.read(store.send_back(GROUP, msg, max_reconsume_times=-1).commitlog_offset).topic == SCHEDULE_TOPIC
-    assert store.read(store.send_back("Other", msg, max_reconsume_times=0).commitlog_offset).topic == "%DLQ%Other"
+    assert (
+        store.read(store.send_back(GROUP, msg, max_reconsume_times=-1).commitlog_offset).topic
+        == SCHEDULE_TOPIC
+    )
+    assert (
+        store.read(store.send_back("Other", msg, max_reconsume_times=0).commitlog_offset).topic
+        == "%DLQ%Other"
+    )
 
 
 def test_delay_level_argument(store, clock):
@@ -184,7 +223,7 @@ def test_consumer_reads_its_retry_topic_with_its_subscriptions(store, clock):
     failed = next(m for m in got if m.body == b"a3")
     back = consumer.send_back(failed)
     consumer.commit()
-    assert consumer.poll() == []                  # the retry is still in the schedule
+    assert consumer.poll() == []  # the retry is still in the schedule
     clock.now = store.read(back.commitlog_offset).store_timestamp + 10_000
     store.deliver_delayed()
     [again] = consumer.poll()
@@ -192,7 +231,7 @@ def test_consumer_reads_its_retry_topic_with_its_subscriptions(store, clock):
     assert (again.body, again.topic, again.reconsume_times) == (b"a3", "TopicA", 1)
     assert again.properties["RETRY_TOPIC"] == "TopicA"
     assert (again.queue_id, again.queue_offset) == (0, 0)
-    second = store.read(consumer.send_back(again).commitlog_offset)    # fails again: level 4
+    second = store.read(consumer.send_back(again).commitlog_offset)  # fails again: level 4
     assert (second.topic, second.properties["DELAY"], second.reconsume_times) == (SCHEDULE_TOPIC, "4", 2)
     consumer.commit()
     assert store.committed_offset(GROUP, RETRY, 0) == 1

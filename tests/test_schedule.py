@@ -17,8 +17,26 @@ from rocketstore.errors import InvalidDelayLevelError, InvalidMessageError, Inva
 from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress
 
 HOST = "10.0.0.7"
-DEFAULT_LEVELS_MS = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
-                     420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000]
+DEFAULT_LEVELS_MS = [
+    1000,
+    5000,
+    10000,
+    30000,
+    60000,
+    120000,
+    180000,
+    240000,
+    300000,
+    360000,
+    420000,
+    480000,
+    540000,
+    600000,
+    1200000,
+    1800000,
+    3600000,
+    7200000,
+]
 
 
 class FakeClock:
@@ -63,14 +81,20 @@ def copies(store, topic):
 
 def test_delayed_put_is_stored_in_schedule_topic_as_a_broker_stores_it(store):
     r = store.put("TopicA", b"hello", tags="TagA", keys="order-1", queue_id=2, delay_level=3)
-    assert r.ok and r.queue_id == 2         # the schedule queue of level 3
+    assert r.ok and r.queue_id == 2  # the schedule queue of level 3
     m = store.read(r.commitlog_offset)
     assert (m.topic, m.queue_id, m.queue_offset) == (SCHEDULE_TOPIC, 2, 0)
-    assert m.properties == {"DELAY": "3", "REAL_TOPIC": "TopicA", "REAL_QID": "2", "TAGS": "TagA",
-                            "KEYS": "order-1", "UNIQ_KEY": r.unique_key}
+    assert m.properties == {
+        "DELAY": "3",
+        "REAL_TOPIC": "TopicA",
+        "REAL_QID": "2",
+        "TAGS": "TagA",
+        "KEYS": "order-1",
+        "UNIQ_KEY": r.unique_key,
+    }
     units = store.queue_units(SCHEDULE_TOPIC, 2, 0, 10)
     assert units.tolist() == [(r.commitlog_offset, r.size, m.store_timestamp + 10_000)]
-    assert store.max_queue_offset("TopicA", 2) == 0          # not visible yet
+    assert store.max_queue_offset("TopicA", 2) == 0  # not visible yet
     assert store.topics[SCHEDULE_TOPIC] == 18
     assert store.delayed_counts() == {3: 1}
 
@@ -78,10 +102,15 @@ def test_delayed_put_is_stored_in_schedule_topic_as_a_broker_stores_it(store):
 def test_spec_vector_level_3_deliver_time(impl):
     """§14: delay level 3 with store timestamp 1700000000123 → queue 2, tagsCode 1700000010123."""
     codec = impl.codec
-    rec = codec.encode_record(topic=SCHEDULE_TOPIC, body=b"x", queue_id=2,
-                              properties=codec.encode_properties({"DELAY": "3", "REAL_TOPIC": "T",
-                                                                  "REAL_QID": "0", "TAGS": "TagA"}),
-                              store_timestamp=1700000000123)
+    rec = codec.encode_record(
+        topic=SCHEDULE_TOPIC,
+        body=b"x",
+        queue_id=2,
+        properties=codec.encode_properties(
+            {"DELAY": "3", "REAL_TOPIC": "T", "REAL_QID": "0", "TAGS": "TagA"}
+        ),
+        store_timestamp=1700000000123,
+    )
     rows, _stop, _reason = codec.decode_batch(rec)
     info, _keys = codec.dispatch_info(rec, rows, DEFAULT_LEVELS_MS)
     assert int(info["tags_code"][0]) == 1700000010123
@@ -89,8 +118,9 @@ def test_spec_vector_level_3_deliver_time(impl):
 
 
 def test_every_level_delivers_at_its_time(store, clock):
-    results = {level: store.put("TopicA", b"level-%d" % level, tags="T", delay_level=level)
-               for level in range(1, 19)}
+    results = {
+        level: store.put("TopicA", b"level-%d" % level, tags="T", delay_level=level) for level in range(1, 19)
+    }
     for level in range(1, 19):
         due = results[level].store_timestamp + DEFAULT_LEVELS_MS[level - 1]
         clock.now = due - 1
@@ -111,7 +141,7 @@ def raw_properties(store, impl, m):
         data = f.read(m.size)
     rows, _stop, _reason = impl.codec.decode_batch(data)
     start, length = int(rows["properties_pos"][0]), int(rows["properties_len"][0])
-    return data[start:start + length]
+    return data[start : start + length]
 
 
 def java_properties(props, order):
@@ -120,8 +150,19 @@ def java_properties(props, order):
 
 
 def test_delivered_copy_is_what_a_broker_writes(store, clock, impl):
-    r = store.put(Message("TopicA", b"body", tags="TagB", keys="k1 k2", flag=7, queue_id=1,
-                          properties={"user": "v"}, born_timestamp=1234567890123), delay_level=1)
+    r = store.put(
+        Message(
+            "TopicA",
+            b"body",
+            tags="TagB",
+            keys="k1 k2",
+            flag=7,
+            queue_id=1,
+            properties={"user": "v"},
+            born_timestamp=1234567890123,
+        ),
+        delay_level=1,
+    )
     sched = store.read(r.commitlog_offset)
     clock.now = sched.store_timestamp + 1000
     assert store.deliver_delayed() == 1
@@ -158,8 +199,26 @@ def test_delivered_copy_property_order_follows_a_grown_java_hashmap(store, clock
     clock.now = sched.store_timestamp + 5000
     assert store.deliver_delayed() == 1
     [m] = copies(store, "TopicA")
-    order = ["BB", "Aa", "p10", "p01", "REAL_TOPIC", "p03", "p02", "p05", "p04", "p07", "p06",
-             "p09", "p08", "UNIQ_KEY", "WAIT", "DELAY", "TAGS", "REAL_QID"]
+    order = [
+        "BB",
+        "Aa",
+        "p10",
+        "p01",
+        "REAL_TOPIC",
+        "p03",
+        "p02",
+        "p05",
+        "p04",
+        "p07",
+        "p06",
+        "p09",
+        "p08",
+        "UNIQ_KEY",
+        "WAIT",
+        "DELAY",
+        "TAGS",
+        "REAL_QID",
+    ]
     assert m.properties["WAIT"] == "true" and m.properties["DELAY"] == "2"
     assert raw_properties(store, impl, m) == java_properties(sched.properties, order)
 
@@ -211,7 +270,7 @@ def test_restart_in_the_middle_of_a_delay_delivers_each_message_once(tmp_path, i
     for i in range(60):
         r = store.put("TopicA", b"m%d" % i, delay_level=rng.randrange(1, 6))
         sent[r.unique_key] = r.store_timestamp
-    clock.now = now_ms() + 5000         # levels 1 and 2 are due, 3..5 not
+    clock.now = now_ms() + 5000  # levels 1 and 2 are due, 3..5 not
     first = store.deliver_delayed()
     store.close()
     assert 0 < first < 60
@@ -219,11 +278,11 @@ def test_restart_in_the_middle_of_a_delay_delivers_each_message_once(tmp_path, i
     assert set(saved) <= {1, 2}
 
     store = open_store(path, impl, clock)
-    assert store.deliver_delayed() == 0             # nothing new is due, nothing repeated
+    assert store.deliver_delayed() == 0  # nothing new is due, nothing repeated
     clock.now += 60_000
     assert store.deliver_delayed() == 60 - first
     keys = [m.unique_key for m in copies(store, "TopicA")]
-    assert sorted(keys) == sorted(sent)             # every message exactly once
+    assert sorted(keys) == sorted(sent)  # every message exactly once
     store.close()
     store = open_store(path, impl, clock)
     clock.now += 3 * 3600_000
@@ -237,7 +296,7 @@ class _Crash(Exception):
 
 
 def _crash_on_persist(store, call):
-    """"Crash" the next pass at its ``call``-th write of delayOffset.json: 1, right after the
+    """ "Crash" the next pass at its ``call``-th write of delayOffset.json: 1, right after the
     intent is written; 2, right before the advanced offsets would be written."""
     progress = store._schedule._progress
     real = progress.persist
@@ -275,7 +334,7 @@ def test_an_interrupted_pass_is_settled_on_open_exactly_once(tmp_path, impl, clo
         with pytest.raises(_Crash):
             store.deliver_delayed()
         assert svc._progress.intent is not None
-        if written == "some":     # the first 4 copies made it, in order, before the crash
+        if written == "some":  # the first 4 copies made it, in order, before the crash
             units = svc._plan(clock.now)[0]
             store._core.put_many([u.item for u in units[:4]], 0)
     # the intent is on disk; a clean close keeps it (it must be settled by the next open)
@@ -323,9 +382,9 @@ def test_delay_property_follows_the_broker(store):
     with pytest.raises(InvalidQueueIdError):
         store.put("TopicA", b"x", queue_id=9, delay_level=1)
     assert store.max_offset == before
-    r = store.put("TopicA", b"x", properties={"DELAY": "0"})      # not delayed
+    r = store.put("TopicA", b"x", properties={"DELAY": "0"})  # not delayed
     assert store.read(r.commitlog_offset).topic == "TopicA"
-    r = store.put("TopicA", b"x", properties={"DELAY": "40"})     # clamped to the last level
+    r = store.put("TopicA", b"x", properties={"DELAY": "40"})  # clamped to the last level
     m = store.read(r.commitlog_offset)
     assert (m.topic, m.queue_id, m.properties["DELAY"]) == (SCHEDULE_TOPIC, 17, "18")
     [r] = store.put_messages([Message("TopicB", b"y", properties={"DELAY": "2"})])
@@ -347,9 +406,9 @@ def test_delay_table_is_configurable(tmp_path, impl, clock):
 
 
 def test_clock_skew_guard_delivers_a_deliver_time_too_far_ahead(store, clock):
-    r = store.put("TopicA", b"x", delay_level=2)        # 5 s
-    clock.now = r.store_timestamp - 10_000               # the clock went back 10 s
-    assert store.deliver_delayed() == 1                  # deliverTs > now + 5 s: due now
+    r = store.put("TopicA", b"x", delay_level=2)  # 5 s
+    clock.now = r.store_timestamp - 10_000  # the clock went back 10 s
+    assert store.deliver_delayed() == 1  # deliverTs > now + 5 s: due now
 
 
 def test_lookups_find_a_message_before_and_after_delivery(store, clock):
@@ -385,9 +444,9 @@ def test_background_thread_delivers_and_stops_on_close(tmp_path, impl):
     shift = [0]
     store = open_store(tmp_path / "store", impl, lambda: now_ms() + shift[0], schedule_interval_ms=5)
     try:
-        store.put("TopicA", b"x", delay_level=4)      # 30 s
+        store.put("TopicA", b"x", delay_level=4)  # 30 s
         time.sleep(0.05)
-        assert copies(store, "TopicA") == []            # 30 s have not passed on its clock
+        assert copies(store, "TopicA") == []  # 30 s have not passed on its clock
         shift[0] = 31_000
         deadline = time.monotonic() + 10
         while not copies(store, "TopicA") and time.monotonic() < deadline:
@@ -434,7 +493,9 @@ def test_an_undeliverable_record_is_skipped_even_across_a_crash(tmp_path, impl, 
     with pytest.raises(_Crash):
         store.deliver_delayed()
     assert store._schedule.dropped == 1
-    assert loads_fastjson((path / "config" / "delayOffset.json").read_text())["rocketstoreDelivering"]["skipped"] == [[1, 1]]
+    assert loads_fastjson((path / "config" / "delayOffset.json").read_text())["rocketstoreDelivering"][
+        "skipped"
+    ] == [[1, 1]]
     store.close()
     store = open_store(path, impl, clock)
     try:
@@ -449,8 +510,12 @@ def test_an_undeliverable_record_is_skipped_even_across_a_crash(tmp_path, impl, 
 def test_intent_round_trips_through_the_file(tmp_path):
     table = DelayProgress(tmp_path / "delayOffset.json")
     table.update(3, 7)
-    table.intent = {"commitlogOffset": 4096, "fromOffsets": {3: 7}, "nextOffsets": {3: 9},
-                    "skipped": {(3, 8)}}
+    table.intent = {
+        "commitlogOffset": 4096,
+        "fromOffsets": {3: 7},
+        "nextOffsets": {3: 9},
+        "skipped": {(3, 8)},
+    }
     table.persist(force=True)
     again = DelayProgress.open(tmp_path / "delayOffset.json")
     assert again.as_dict() == {3: 7}

@@ -6,14 +6,13 @@ import random
 import re
 
 import pytest
-
 from conftest import require_spark
 
-require_spark()      # skip this module without pyspark/pyarrow/Java (fail under .ci/run)
+require_spark()  # skip this module without pyspark/pyarrow/Java (fail under .ci/run)
 
 from rocketstore.store import MessageStore  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]   # a JVM; CI runs them (.ci/run)
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a JVM; CI runs them (.ci/run)
 
 TOPICS = {"TopicA": 2, "TopicB": 3, "TopicC": 1}
 
@@ -27,11 +26,14 @@ def _fill(path, seed, count=120, segment=16 * 1024):
             store.create_topic(topic, queues)
         for i in range(count):
             topic = rng.choice(sorted(TOPICS))
-            store.put(topic, rng.randbytes(rng.randrange(0, 300)),
-                      tags=rng.choice([None, "TagA", "TagB"]),
-                      keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
-                      properties=rng.choice([None, {"color": "red"}, {"a": "1", "b": "x=y"}]),
-                      queue_id=rng.randrange(TOPICS[topic]))
+            store.put(
+                topic,
+                rng.randbytes(rng.randrange(0, 300)),
+                tags=rng.choice([None, "TagA", "TagB"]),
+                keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
+                properties=rng.choice([None, {"color": "red"}, {"a": "1", "b": "x=y"}]),
+                queue_id=rng.randrange(TOPICS[topic]),
+            )
     return str(path)
 
 
@@ -44,15 +46,27 @@ def _expected(path, broker=None):
             while offset < hi:
                 result = store.get_message("spark-test", topic, queue_id, offset, 32)
                 for m in result.messages:
-                    rows.append({
-                        "topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
-                        "commitLogOffset": m.commitlog_offset, "brokerName": broker,
-                        "body": bytes(m.body), "tags": m.tags, "keys": m.keys,
-                        "properties": dict(m.properties or {}), "msgId": m.msg_id, "flag": m.flag,
-                        "sysFlag": m.sys_flag, "reconsumeTimes": m.reconsume_times,
-                        "bornTimestamp": m.born_timestamp, "storeTimestamp": m.store_timestamp,
-                        "bornHost": "%s:%d" % m.born_host, "storeHost": "%s:%d" % m.store_host,
-                    })
+                    rows.append(
+                        {
+                            "topic": m.topic,
+                            "queueId": m.queue_id,
+                            "queueOffset": m.queue_offset,
+                            "commitLogOffset": m.commitlog_offset,
+                            "brokerName": broker,
+                            "body": bytes(m.body),
+                            "tags": m.tags,
+                            "keys": m.keys,
+                            "properties": dict(m.properties or {}),
+                            "msgId": m.msg_id,
+                            "flag": m.flag,
+                            "sysFlag": m.sys_flag,
+                            "reconsumeTimes": m.reconsume_times,
+                            "bornTimestamp": m.born_timestamp,
+                            "storeTimestamp": m.store_timestamp,
+                            "bornHost": "%s:%d" % m.born_host,
+                            "storeHost": "%s:%d" % m.store_host,
+                        }
+                    )
                 offset = result.next_begin_offset
     return rows
 
@@ -80,17 +94,25 @@ def test_spark_read_many_stores_names_each_broker(spark, tmp_path):
     a = _fill(tmp_path / "broker-a", seed=61, count=40)
     b = _fill(tmp_path / "broker-b", seed=62, count=30)
     got = _collected(spark.read.format("rocketstore").load([a, b]))
-    expected = sorted(_expected(a, "broker-a") + _expected(b, "broker-b"),
-                      key=lambda r: (r["brokerName"], r["topic"], r["queueId"], r["queueOffset"]))
+    expected = sorted(
+        _expected(a, "broker-a") + _expected(b, "broker-b"),
+        key=lambda r: (r["brokerName"], r["topic"], r["queueId"], r["queueOffset"]),
+    )
     assert got == expected
 
 
 def test_spark_read_subset_schema_is_the_projection(spark, tmp_path):
     path = _fill(tmp_path / "s", seed=63, count=50)
-    df = (spark.read.format("rocketstore").schema("queueOffset BIGINT, topic STRING, queueId INT")
-          .option("subscribe", "TopicB").load(path))
+    df = (
+        spark.read.format("rocketstore")
+        .schema("queueOffset BIGINT, topic STRING, queueId INT")
+        .option("subscribe", "TopicB")
+        .load(path)
+    )
     assert df.columns == ["queueOffset", "topic", "queueId"]
-    want = sorted((r["topic"], r["queueId"], r["queueOffset"]) for r in _expected(path) if r["topic"] == "TopicB")
+    want = sorted(
+        (r["topic"], r["queueId"], r["queueOffset"]) for r in _expected(path) if r["topic"] == "TopicB"
+    )
     assert sorted((r.topic, r.queueId, r.queueOffset) for r in df.collect()) == want
     no_body = spark.read.format("rocketstore").option("includeBody", "false").load(path)
     assert "body" not in no_body.columns and no_body.count() == 50
@@ -101,10 +123,14 @@ def test_spark_read_offsets_and_partition_split(spark, tmp_path):
     with MessageStore(path, read_only=True) as store:
         hi = store.max_queue_offset("TopicA", 0)
         size_a1 = store.max_queue_offset("TopicA", 1)
-    df = (spark.read.format("rocketstore").option("assign", '{"TopicA": [0, 1]}')
-          .option("startingOffsets", '{"TopicA": {"0": 2, "1": -2}}')
-          .option("endingOffsets", '{"TopicA": {"0": -1, "1": 3}}')
-          .option("maxRecordsPerPartition", "4").load(path))
+    df = (
+        spark.read.format("rocketstore")
+        .option("assign", '{"TopicA": [0, 1]}')
+        .option("startingOffsets", '{"TopicA": {"0": 2, "1": -2}}')
+        .option("endingOffsets", '{"TopicA": {"0": -1, "1": 3}}')
+        .option("maxRecordsPerPartition", "4")
+        .load(path)
+    )
     got = sorted((r.queueId, r.queueOffset) for r in df.select("queueId", "queueOffset").collect())
     assert got == [(0, q) for q in range(2, hi)] + [(1, q) for q in range(min(3, size_a1))]
     expected_parts = -(-(hi - 2) // 4) + -(-min(3, size_a1) // 4)
@@ -113,8 +139,12 @@ def test_spark_read_offsets_and_partition_split(spark, tmp_path):
 
 def test_spark_read_refuses_offsets_lost_to_retention(spark, tmp_path):
     path = _fill(tmp_path / "s", seed=65, count=20)
-    df = (spark.read.format("rocketstore").option("subscribe", "TopicC")
-          .option("startingOffsets", '{"TopicC": {"0": -5}}').load(path))
+    df = (
+        spark.read.format("rocketstore")
+        .option("subscribe", "TopicC")
+        .option("startingOffsets", '{"TopicC": {"0": -5}}')
+        .load(path)
+    )
     with pytest.raises(Exception, match="failOnDataLoss"):
         df.collect()
 
@@ -123,16 +153,18 @@ def test_spark_sink_round_trips_a_dataframe(spark, tmp_path):
     source = _fill(tmp_path / "src", seed=66, count=80)
     target = str(tmp_path / "dst")
     df = spark.read.format("rocketstore").load(source)
-    df.select("topic", "queueId", "body", "tags", "keys", "properties").repartition(2) \
-        .write.format("rocketstore").mode("append").save(target)
+    df.select("topic", "queueId", "body", "tags", "keys", "properties").repartition(2).write.format(
+        "rocketstore"
+    ).mode("append").save(target)
     cols = ["topic", "queueId", "body", "tags", "keys"]
     before = sorted(tuple(r[c] for c in cols) for r in _expected(source))
     after_rows = _collected(spark.read.format("rocketstore").load(target))
     assert sorted(tuple(r[c] for c in cols) for r in after_rows) == before
     # user properties survive; UNIQ_KEY is the new store's own
     strip = lambda p: {k: v for k, v in p.items() if k != "UNIQ_KEY"}  # noqa: E731
-    assert sorted(sorted(strip(r["properties"]).items()) for r in after_rows) == \
-        sorted(sorted(strip(r["properties"]).items()) for r in _expected(source))
+    assert sorted(sorted(strip(r["properties"]).items()) for r in after_rows) == sorted(
+        sorted(strip(r["properties"]).items()) for r in _expected(source)
+    )
     assert not list((tmp_path / "dst" / ".spark-staging").glob("*"))
 
 
@@ -154,40 +186,58 @@ with MessageStore(sys.argv[1]) as s:
 def test_spark_stream_resumes_from_checkpoint_without_loss_or_duplicates(spark, tmp_path):
     import subprocess
     import sys
+
     path = _fill(tmp_path / "s", seed=67, count=60)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
 
     def run_once():
-        query = (spark.readStream.format("rocketstore").option("subscribe", "TopicA")
-                 .option("startingOffsets", "earliest").load(path)
-                 .select("topic", "queueId", "queueOffset", "body")
-                 .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
+        query = (
+            spark.readStream.format("rocketstore")
+            .option("subscribe", "TopicA")
+            .option("startingOffsets", "earliest")
+            .load(path)
+            .select("topic", "queueId", "queueOffset", "body")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         assert query.awaitTermination(120)
 
     run_once()
     first = spark.read.parquet(out).count()
-    subprocess.run([sys.executable, "-c", APPEND_CHILD, path, "25"], check=True)   # another process appends
+    subprocess.run([sys.executable, "-c", APPEND_CHILD, path, "25"], check=True)  # another process appends
     run_once()
     got = sorted((r.queueId, r.queueOffset, bytes(r.body)) for r in spark.read.parquet(out).collect())
-    want = sorted((r["queueId"], r["queueOffset"], r["body"]) for r in _expected(path) if r["topic"] == "TopicA")
+    want = sorted(
+        (r["queueId"], r["queueOffset"], r["body"]) for r in _expected(path) if r["topic"] == "TopicA"
+    )
     assert first == len(want) - 25
     assert got == want
-    offsets = sorted((p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()),
-                     key=lambda p: int(p.name))
+    offsets = sorted(
+        (p for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+    )
     assert '"v": 1' in offsets[-1].read_text()
 
 
 def test_spark_stream_sink_skips_a_replayed_batch(spark, tmp_path):
     from rocketstore.spark import read_sink_commits
+
     source = _fill(tmp_path / "src", seed=68, count=50)
     target, checkpoint = str(tmp_path / "dst"), str(tmp_path / "ck")
 
     def run_once():
-        query = (spark.readStream.format("rocketstore").option("startingOffsets", "earliest").load(source)
-                 .select("topic", "queueId", "body")
-                 .writeStream.format("rocketstore").option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start(target))
+        query = (
+            spark.readStream.format("rocketstore")
+            .option("startingOffsets", "earliest")
+            .load(source)
+            .select("topic", "queueId", "body")
+            .writeStream.format("rocketstore")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(target)
+        )
         assert query.awaitTermination(120)
 
     def target_rows():
@@ -201,17 +251,19 @@ def test_spark_stream_sink_skips_a_replayed_batch(spark, tmp_path):
     # Spark replays a micro-batch whose commit it did not log: drop the log entry of batch 0
     commit_log = tmp_path / "ck" / "commits" / "0"
     commit_log.unlink()
-    (commit_log.parent / ".0.crc").unlink(missing_ok=True)     # Hadoop's checksum beside it
+    (commit_log.parent / ".0.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
     run_once()
-    assert commit_log.exists()                      # batch 0 ran again ...
-    assert target_rows() == want                    # ... and wrote nothing twice
+    assert commit_log.exists()  # batch 0 ran again ...
+    assert target_rows() == want  # ... and wrote nothing twice
     assert read_sink_commits(target) == commits
     assert not list((tmp_path / "dst" / ".spark-staging").glob("*/*"))
 
 
 def test_stream_sink_commit_drops_batch_ids_at_or_below_the_last(tmp_path):
     import pyarrow as pa
+
     from rocketstore.spark import RocketStoreStreamWriter, _stage, read_sink_commits
+
     target = str(tmp_path / "dst")
     writer = RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
 
@@ -220,9 +272,9 @@ def test_stream_sink_commit_drops_batch_ids_at_or_below_the_last(tmp_path):
         return [_stage(writer.staging, iter([data]))]
 
     writer.commit(batch(b"a"), 0)
-    writer.commit(batch(b"a"), 0)                   # replay
+    writer.commit(batch(b"a"), 0)  # replay
     writer.commit(batch(b"b"), 1)
-    writer.commit(batch(b"a"), 0)                   # an older one
+    writer.commit(batch(b"a"), 0)  # an older one
     assert sorted(r["body"] for r in _expected(target)) == [b"a1", b"a2", b"b1", b"b2"]
     assert read_sink_commits(target) == {"q1": 1}
 
@@ -242,15 +294,22 @@ def _stream_to_parquet(spark, path, out, checkpoint, **options):
     reader = spark.readStream.format("rocketstore").option("startingOffsets", "earliest")
     for name, value in options.items():
         reader = reader.option(name, value)
-    return (reader.load(path).select("queueId", "queueOffset")
-            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True).start())
+    return (
+        reader.load(path)
+        .select("queueId", "queueOffset")
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 @pytest.mark.parametrize("fail_on_loss", [True, False])
 def test_spark_stream_fail_on_data_loss_after_retention(spark, tmp_path, fail_on_loss):
     import subprocess
     import sys
+
     path = str(tmp_path / "s")
     with MessageStore(path, commitlog_file_size=16 * 1024) as store:
         store.create_topic("T", 2)
@@ -262,7 +321,7 @@ def test_spark_stream_fail_on_data_loss_after_retention(spark, tmp_path, fail_on
     subprocess.run([sys.executable, "-c", GROW_AND_CLEAN_CHILD, path, "400"], check=True)
     with MessageStore(path, read_only=True) as store:
         kept = store.queues()
-    assert all(lo > 10 for lo, _hi in kept.values())     # offsets 10.. of both queues were deleted
+    assert all(lo > 10 for lo, _hi in kept.values())  # offsets 10.. of both queues were deleted
     query = _stream_to_parquet(spark, path, out, checkpoint, **option)
     if fail_on_loss:
         with pytest.raises(Exception, match="failOnDataLoss"):
@@ -272,26 +331,29 @@ def test_spark_stream_fail_on_data_loss_after_retention(spark, tmp_path, fail_on
     got = sorted((r.queueId, r.queueOffset) for r in spark.read.parquet(out).collect())
     want = [(q, o) for q in (0, 1) for o in range(10)]
     want += [(q, o) for (_t, q), (lo, hi) in sorted(kept.items()) for o in range(lo, hi)]
-    assert got == sorted(want)               # skipped ahead to what retention kept
+    assert got == sorted(want)  # skipped ahead to what retention kept
 
 
 def test_stream_max_offsets_per_trigger_splits_by_lag(tmp_path):
     pytest.importorskip("pyspark.sql.streaming.datasource", reason="ReadMaxRows: PySpark 4.2+")
     from pyspark.sql.streaming.datasource import ReadMaxRows
+
     from rocketstore.spark import RocketStoreStreamReader
+
     path = str(tmp_path / "s")
     with MessageStore(path) as store:
         store.create_topic("T", 3)
         for queue_id, count in enumerate([60, 30, 10]):
             for _ in range(count):
                 store.put("T", b"x", queue_id=queue_id)
-    reader = RocketStoreStreamReader(["queueOffset"], {"path": path, "startingoffsets": "earliest",
-                                                       "maxoffsetspertrigger": "20"})
+    reader = RocketStoreStreamReader(
+        ["queueOffset"], {"path": path, "startingoffsets": "earliest", "maxoffsetspertrigger": "20"}
+    )
     assert reader.getDefaultReadLimit() == ReadMaxRows(20)
     start = reader.initialOffset()
     assert start["offsets"] == {"T": {"0": 0, "1": 0, "2": 0}}
     end = reader.latestOffset(start, ReadMaxRows(20))
-    assert end["offsets"] == {"T": {"0": 12, "1": 6, "2": 2}}         # 20 rows in the lags' 6:3:1
+    assert end["offsets"] == {"T": {"0": 12, "1": 6, "2": 2}}  # 20 rows in the lags' 6:3:1
     total, batches = 0, 0
     while True:
         nxt = reader.latestOffset(start, ReadMaxRows(20))
@@ -302,12 +364,13 @@ def test_stream_max_offsets_per_trigger_splits_by_lag(tmp_path):
         total, batches, start = total + rows, batches + 1, nxt
     assert (total, batches) == (100, 5)
     assert start["offsets"] == {"T": {"0": 60, "1": 30, "2": 10}}
-    assert reader.latestOffset(start, None) == start               # no limit: everything there is
+    assert reader.latestOffset(start, None) == start  # no limit: everything there is
 
 
 def test_spark_stream_max_offsets_per_trigger_bounds_each_batch(spark, tmp_path):
     pytest.importorskip("pyspark.sql.streaming.datasource", reason="ReadMaxRows: PySpark 4.2+")
     import json
+
     path = _fill(tmp_path / "s", seed=69, count=90)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
     assert _stream_to_parquet(spark, path, out, checkpoint, maxOffsetsPerTrigger="25").awaitTermination(120)
@@ -345,24 +408,37 @@ def test_record_batch_properties_follow_decode_properties():
     (duplicates: the map keeps each, tags/keys the last, as decode_properties does)."""
     from rocketstore import _codec_py
     from rocketstore.spark import _record_batch
-    raw = [b"TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b\x01c\x02bad\x02\x01v\x02n\x01",
-           b"", b"KEYS\x01only", b"x\x01\xc3\xa9\x02TAGS\x01\x02"]
-    buf = bytes(7) + b"".join(_codec_py.encode_record(topic="T", body=b"b%d" % i, properties=p)
-                              for i, p in enumerate(raw))
+
+    raw = [
+        b"TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b\x01c\x02bad\x02\x01v\x02n\x01",
+        b"",
+        b"KEYS\x01only",
+        b"x\x01\xc3\xa9\x02TAGS\x01\x02",
+    ]
+    buf = bytes(7) + b"".join(
+        _codec_py.encode_record(topic="T", body=b"b%d" % i, properties=p) for i, p in enumerate(raw)
+    )
     rows, _stop, _reason = _codec_py.decode_batch(buf, 7)
     batch = _record_batch(rows, memoryview(buf), ["tags", "keys", "properties"], "T", "broker")
     got = batch.to_pylist()
     assert [r["tags"] for r in got] == ["b\x01c", None, None, None]
     assert [r["keys"] for r in got] == ["k1 k2", None, "only", None]
     assert [r["properties"] for r in got] == [
-        [("TAGS", "a"), ("KEYS", "k1 k2"), ("TAGS", "b\x01c")], [], [("KEYS", "only")], [("x", "é")]]
+        [("TAGS", "a"), ("KEYS", "k1 k2"), ("TAGS", "b\x01c")],
+        [],
+        [("KEYS", "only")],
+        [("x", "é")],
+    ]
     assert [dict(r["properties"]) for r in got] == [_codec_py.decode_properties(p) for p in raw]
 
+
 # ---- filter pushdown (4.1+), timestamps, CommitLog scans, staging cleanup -----------------------
+
 
 def _fill_over_time(path, seed, count=120):
     """As _fill, with a pause every 10 puts: store times repeat and grow."""
     import time
+
     print("seed", seed)
     rng = random.Random(seed)
     with MessageStore(path, commitlog_file_size=16 * 1024) as store:
@@ -370,9 +446,12 @@ def _fill_over_time(path, seed, count=120):
             store.create_topic(topic, queues)
         for i in range(count):
             topic = rng.choice(sorted(TOPICS))
-            store.put(topic, rng.randbytes(rng.randrange(0, 300)),
-                      keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
-                      queue_id=rng.randrange(TOPICS[topic]))
+            store.put(
+                topic,
+                rng.randbytes(rng.randrange(0, 300)),
+                keys=rng.choice([None, f"k{i}", f"k{i} order-{i % 7}"]),
+                queue_id=rng.randrange(TOPICS[topic]),
+            )
             if i % 10 == 9:
                 time.sleep(0.003)
     return str(path)
@@ -382,17 +461,20 @@ def _pushdown():
     """Whether this PySpark has filter pushdown (4.1+); on 4.0 Spark filters after the read, so
     the tests check the same results but no pruning."""
     from rocketstore.spark import _PUSHABLE
+
     return bool(_PUSHABLE)
 
 
 def _both(spark, path, where, **options):
     """(pushed, unpushed) DataFrames of ``where`` over the store: the plain reader
     (pushFilters=false) leaves every filter to Spark."""
+
     def load(push):
         reader = spark.read.format("rocketstore").option("pushFilters", str(push).lower())
         for k, v in options.items():
             reader = reader.option(k, v)
         return reader.load(path).where(where)
+
     return load(True), load(False)
 
 
@@ -401,8 +483,11 @@ def test_spark_pushdown_of_topic_queue_and_offsets_prunes_partitions(spark, tmp_
     where = "topic = 'TopicB' AND queueId IN (0, 2) AND queueOffset >= 3 AND queueOffset < 12"
     pushed, plain = _both(spark, path, where, maxRecordsPerPartition="4", scan="queue")
     assert _collected(pushed) == _collected(plain)
-    want = [(r["queueId"], r["queueOffset"]) for r in _expected(path)
-            if r["topic"] == "TopicB" and r["queueId"] in (0, 2) and 3 <= r["queueOffset"] < 12]
+    want = [
+        (r["queueId"], r["queueOffset"])
+        for r in _expected(path)
+        if r["topic"] == "TopicB" and r["queueId"] in (0, 2) and 3 <= r["queueOffset"] < 12
+    ]
     assert sorted((r["queueId"], r["queueOffset"]) for r in _collected(pushed)) == sorted(want)
     prefix, prefix_plain = _both(spark, path, "topic LIKE 'TopicA%' AND queueId > 0", scan="queue")
     assert _collected(prefix) == _collected(prefix_plain)
@@ -421,7 +506,7 @@ def test_spark_pushdown_of_store_time_narrows_the_queue_ranges(spark, tmp_path):
     path = _fill_over_time(tmp_path / "s", seed=72)
     stamps = sorted(r["storeTimestamp"] for r in _expected(path))
     lo, hi = stamps[40], stamps[90]
-    where = (f"storeTimestamp >= timestamp_millis({lo}) AND storeTimestamp < timestamp_millis({hi})")
+    where = f"storeTimestamp >= timestamp_millis({lo}) AND storeTimestamp < timestamp_millis({hi})"
     pushed, plain = _both(spark, path, where, maxRecordsPerPartition="3", scan="queue")
     got = _collected(pushed)
     assert got == _collected(plain)
@@ -434,11 +519,13 @@ def test_spark_pushdown_of_keys_and_msg_id_reads_only_the_matches(spark, tmp_pat
     rows = _expected(path)
     keyed = [r["keys"] for r in rows if r["keys"] and " " in r["keys"]][:2]
     ids = [rows[5]["msgId"], rows[77]["msgId"], "0A0000010000" + "0" * 20]
-    for where in (f"keys IN ('{keyed[0]}', '{keyed[1]}', 'absent')",
-                  f"keys = '{keyed[0].split()[0]}'",                # one key of several: no row
-                  f"msgId IN ('{ids[0]}', '{ids[1]}', '{ids[2]}')",
-                  f"msgId = '{ids[0]}' AND topic = '{rows[5]['topic']}'",
-                  f"msgId = '{ids[0]}' AND queueOffset > {rows[5]['queueOffset']}"):
+    for where in (
+        f"keys IN ('{keyed[0]}', '{keyed[1]}', 'absent')",
+        f"keys = '{keyed[0].split()[0]}'",  # one key of several: no row
+        f"msgId IN ('{ids[0]}', '{ids[1]}', '{ids[2]}')",
+        f"msgId = '{ids[0]}' AND topic = '{rows[5]['topic']}'",
+        f"msgId = '{ids[0]}' AND queueOffset > {rows[5]['queueOffset']}",
+    ):
         pushed, plain = _both(spark, path, where)
         got = _collected(pushed)
         assert got == _collected(plain), where
@@ -452,18 +539,27 @@ def test_spark_starting_and_ending_timestamps_pick_offsets_by_store_time(spark, 
     rows = _expected(path, broker="s")
     stamps = sorted(r["storeTimestamp"] for r in rows)
     lo, hi = stamps[30], stamps[100]
-    df = (spark.read.format("rocketstore").option("startingTimestamp", str(lo))
-          .option("endingTimestamp", str(hi)).load(path))
+    df = (
+        spark.read.format("rocketstore")
+        .option("startingTimestamp", str(lo))
+        .option("endingTimestamp", str(hi))
+        .load(path)
+    )
     want = [r for r in rows if lo <= r["storeTimestamp"] < hi]
     assert _collected(df) == want and want
     # the timestamp wins over startingOffsets given with it
-    both = (spark.read.format("rocketstore").option("startingOffsets", "latest")
-            .option("startingTimestamp", str(lo)).load(path))
+    both = (
+        spark.read.format("rocketstore")
+        .option("startingOffsets", "latest")
+        .option("startingTimestamp", str(lo))
+        .load(path)
+    )
     assert _collected(both) == [r for r in rows if r["storeTimestamp"] >= lo]
 
 
 def test_stream_starting_timestamp_sets_the_initial_offsets(tmp_path):
     from rocketstore.spark import RocketStoreStreamReader
+
     path = _fill_over_time(tmp_path / "s", seed=75, count=60)
     rows = _expected(path)
     ts = sorted(r["storeTimestamp"] for r in rows)[25]
@@ -497,16 +593,19 @@ def test_spark_commitlog_scan_gives_the_queue_scans_rows(spark, tmp_path):
     scanned = load(scan="commitlog")
     assert _collected(scanned) == everything
     assert scanned.rdd.getNumPartitions() == segments > 1
-    auto = load()               # all topics from earliest, but 4 segments would be 6 queues' parallelism
+    auto = load()  # all topics from earliest, but 4 segments would be 6 queues' parallelism
     assert segments < 6 and auto.rdd.getNumPartitions() == 6 and _collected(auto) == everything
     big = _fill(tmp_path / "big", seed=76, count=600)
     with MessageStore(big, read_only=True) as store:
         big_segments = -(-store.max_offset // (16 * 1024))
-    auto_big = spark.read.format("rocketstore").load(big)    # as many segments as queues, or more
+    auto_big = spark.read.format("rocketstore").load(big)  # as many segments as queues, or more
     assert big_segments >= 6 and auto_big.rdd.getNumPartitions() == big_segments
     assert _collected(auto_big) == _expected(big, broker="big")
-    offsets = dict(subscribe="TopicA,TopicC", startingOffsets='{"TopicA": {"0": 3}}',
-                   endingOffsets='{"TopicC": {"0": 9}}')
+    offsets = dict(
+        subscribe="TopicA,TopicC",
+        startingOffsets='{"TopicA": {"0": 3}}',
+        endingOffsets='{"TopicC": {"0": 9}}',
+    )
     assert _collected(load(scan="commitlog", **offsets)) == _collected(load(scan="queue", **offsets))
     assert load(**offsets).rdd.getNumPartitions() == 3  # auto: a part of the store, by queue
     narrow = load(scan="commitlog", subscribe="TopicB", startingOffsets="latest")
@@ -516,6 +615,7 @@ def test_spark_commitlog_scan_gives_the_queue_scans_rows(spark, tmp_path):
 def test_spark_sink_removes_staging_left_by_a_crashed_job(spark, tmp_path):
     import os
     import time
+
     target = tmp_path / "dst"
     staging = target / ".spark-staging"
     crashed, running = staging / ("a" * 32), staging / ("b" * 32)
@@ -536,7 +636,9 @@ def test_spark_sink_removes_staging_left_by_a_crashed_job(spark, tmp_path):
 @pytest.mark.parametrize("crash", ["after_append", "between_parts"])
 def test_stream_sink_replay_after_a_crash_mid_commit_stores_the_batch_once(tmp_path, monkeypatch, crash):
     import pyarrow as pa
-    from rocketstore.spark import _writer as rs      # the module whose functions the test replaces
+
+    from rocketstore.spark import _writer as rs  # the module whose functions the test replaces
+
     target = str(tmp_path / "dst")
 
     def staged(writer):
@@ -560,12 +662,15 @@ def test_stream_sink_replay_after_a_crash_mid_commit_stores_the_batch_once(tmp_p
         return real_append(store, path, topic, skip)
 
     def record_then_die(root, commits, pending=None):
-        if not pending:                             # the record that the batch is done
+        if not pending:  # the record that the batch is done
             raise SystemExit("crash after the append")
         real_record(root, commits, pending)
 
-    monkeypatch.setattr(rs, "_append_part" if crash == "between_parts" else "_write_sink_commits",
-                        append_then_die if crash == "between_parts" else record_then_die)
+    monkeypatch.setattr(
+        rs,
+        "_append_part" if crash == "between_parts" else "_write_sink_commits",
+        append_then_die if crash == "between_parts" else record_then_die,
+    )
     with pytest.raises(SystemExit):
         writer.commit(staged(writer), 1)
     monkeypatch.setattr(rs, "_append_part", real_append)
@@ -573,7 +678,7 @@ def test_stream_sink_replay_after_a_crash_mid_commit_stores_the_batch_once(tmp_p
     landed = len(_expected(target))
     assert landed == (9 if crash == "between_parts" else 12)
     replay = rs.RocketStoreStreamWriter({"path": target, "sinkid": "q1"}, ["topic", "body"])
-    replay.commit(staged(replay), 1)                # Spark replays batch 1
+    replay.commit(staged(replay), 1)  # Spark replays batch 1
     bodies = sorted(r["body"] for r in _expected(target))
     assert bodies == sorted([b"p0", b"p1", b"p2", b"q0", b"q1", b"q2"] * 2)
     assert rs.read_sink_commits(target) == {"q1": 1}

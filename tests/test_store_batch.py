@@ -1,6 +1,5 @@
 """Batch puts (``put_batch``, ``put_messages``): one lock, consecutive queue offsets, all or nothing."""
 
-
 import numpy as np
 import pytest
 
@@ -14,8 +13,9 @@ MIN_BLANK = 8
 
 @pytest.fixture
 def store(tmp_path, impl):
-    s = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT,
-                     store_host=HOST)
+    s = MessageStore(
+        tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST
+    )
     yield s
     s.close()
 
@@ -37,18 +37,24 @@ def assert_batch_matches_reads(store, result, bodies, topic):
         assert m.unique_key == keys[i]
         assert m.msg_id == ids[i]
         one = result[i]
-        assert (one.commitlog_offset, one.size, one.queue_offset, one.unique_key, one.msg_id) == \
-            (m.commitlog_offset, m.size, m.queue_offset, m.unique_key, m.msg_id)
+        assert (one.commitlog_offset, one.size, one.queue_offset, one.unique_key, one.msg_id) == (
+            m.commitlog_offset,
+            m.size,
+            m.queue_offset,
+            m.unique_key,
+            m.msg_id,
+        )
         # no record spans two files
         assert m.commitlog_offset // SEGMENT == (m.commitlog_offset + m.size - 1) // SEGMENT
     assert len(set(keys)) == len(keys)
-    assert list(result.queue_offsets) == list(range(result.first_queue_offset,
-                                                    result.first_queue_offset + len(bodies)))
+    assert list(result.queue_offsets) == list(
+        range(result.first_queue_offset, result.first_queue_offset + len(bodies))
+    )
     assert result.end_offset == int(result.commitlog_offsets[-1]) + int(result.sizes[-1])
 
 
 def test_put_batch_list_form_results_match_what_read_returns(store, rng):
-    bodies = [rng.randbytes(rng.randrange(0, 2500)) for _ in range(100)]   # rolls several segments
+    bodies = [rng.randbytes(rng.randrange(0, 2500)) for _ in range(100)]  # rolls several segments
     result = store.put_batch("TopicB", bodies, tags="TagB", properties={"k": "v"}, queue_id=1)
     assert result.queue_id == 1 and result.first_queue_offset == 0
     assert_batch_matches_reads(store, result, bodies, "TopicB")
@@ -63,7 +69,7 @@ def test_put_batch_buffer_and_lengths_form_results_match_what_read_returns(store
     buffer = np.frombuffer(rng.randbytes(int(lengths.sum())), dtype=np.uint8)
     result = store.put_batch("TopicBuf", buffer, lengths=lengths)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    bodies = [buffer[s:s + n].tobytes() for s, n in zip(starts, lengths)]
+    bodies = [buffer[s : s + n].tobytes() for s, n in zip(starts, lengths)]
     assert_batch_matches_reads(store, result, bodies, "TopicBuf")
     # a plain list of lengths over a bytes buffer works too
     result2 = store.put_batch("TopicBuf", b"abcdefghij", lengths=[3, 0, 7], queue_id=result.queue_id)
@@ -105,8 +111,13 @@ def _prefill(store):
 
 
 def test_put_batch_with_a_body_over_max_message_size_raises_and_writes_nothing(tmp_path, impl):
-    with MessageStore(tmp_path / "s", implementation=impl.name, commitlog_file_size=SEGMENT,
-                      store_host=HOST, max_message_size=8192) as store:
+    with MessageStore(
+        tmp_path / "s",
+        implementation=impl.name,
+        commitlog_file_size=SEGMENT,
+        store_host=HOST,
+        max_message_size=8192,
+    ) as store:
         before, queues = _prefill(store)
         bodies = [b"ok"] * 10 + [b"x" * 9000] + [b"ok"] * 10
         with pytest.raises(MessageTooLargeError):
@@ -118,8 +129,13 @@ def test_put_batch_with_a_body_over_max_message_size_raises_and_writes_nothing(t
 
 def test_put_batch_with_a_record_just_over_max_message_size_raises_and_writes_nothing(tmp_path, impl):
     # the body alone is under the limit; the record (header, topic, UNIQ_KEY) is over it
-    with MessageStore(tmp_path / "s", implementation=impl.name, commitlog_file_size=SEGMENT,
-                      store_host=HOST, max_message_size=8192) as store:
+    with MessageStore(
+        tmp_path / "s",
+        implementation=impl.name,
+        commitlog_file_size=SEGMENT,
+        store_host=HOST,
+        max_message_size=8192,
+    ) as store:
         before, queues = _prefill(store)
         with pytest.raises(MessageTooLargeError):
             store.put_batch("TopicPre", [b"ok", b"x" * 8150, b"ok"], queue_id=0)
@@ -148,8 +164,11 @@ def test_put_batch_whose_lengths_do_not_sum_to_the_buffer_raises_and_writes_noth
 
 def test_put_messages_with_a_record_larger_than_a_segment_raises_and_writes_nothing(store):
     before, queues = _prefill(store)
-    messages = [Message("TopicPre", b"fits", queue_id=0), Message("TopicOther", b"fits too"),
-                Message("TopicPre", b"x" * (SEGMENT + 100), queue_id=0)]
+    messages = [
+        Message("TopicPre", b"fits", queue_id=0),
+        Message("TopicOther", b"fits too"),
+        Message("TopicPre", b"x" * (SEGMENT + 100), queue_id=0),
+    ]
     with pytest.raises(MessageTooLargeError):
         store.put_messages(messages)
     _assert_nothing_written(store, before, queues)
@@ -164,7 +183,7 @@ def test_put_messages_with_an_invalid_message_raises_and_writes_nothing(store):
 
 
 def test_put_batch_larger_than_a_segment_is_spread_over_segments(store):
-    bodies = [b"%05d" % i * 200 for i in range(100)]   # 1000-byte bodies, ~110 KiB in all
+    bodies = [b"%05d" % i * 200 for i in range(100)]  # 1000-byte bodies, ~110 KiB in all
     result = store.put_batch("TopicBig", bodies, queue_id=3)
     assert_batch_matches_reads(store, result, bodies, "TopicBig")
     assert store.stats()["segments"] >= 2

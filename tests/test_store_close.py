@@ -18,8 +18,11 @@ def resources(collect=True):
     earlier test's dropped store is closed then, not in the middle of this one)."""
     if collect:
         gc.collect()
-    return (sorted(t.name for t in threading.enumerate()), len(os.listdir("/proc/self/task")),
-            len(os.listdir("/proc/self/fd")))
+    return (
+        sorted(t.name for t in threading.enumerate()),
+        len(os.listdir("/proc/self/task")),
+        len(os.listdir("/proc/self/fd")),
+    )
 
 
 def settled(before, collect=True):
@@ -82,6 +85,7 @@ def test_a_dropped_read_only_store_releases_everything(tmp_path, impl):
 def _fail(exc):
     def boom(*args, **kwargs):
         raise exc
+
     return boom
 
 
@@ -92,7 +96,7 @@ def test_close_runs_every_step_when_the_final_dispatch_fails(tmp_path, impl):
     with pytest.raises(DiskFullError, match="no space for the ConsumeQueue"):
         s.close()
     assert s.closed
-    s.close()                       # idempotent: nothing left to do, nothing raised
+    s.close()  # idempotent: nothing left to do, nothing raised
     with pytest.raises(StoreClosedError):
         s.put("T", b"x")
     # the queues may not be durable: the abort file stays, so the next open recovers
@@ -116,8 +120,9 @@ class _Wrapped:
 @pytest.mark.parametrize("step", ["core", "checkpoint", "queues", "segments"])
 def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
     s = busy_store(tmp_path / "store", impl)
-    target = {"core": s._core, "checkpoint": s._checkpoint, "queues": s._queues,
-              "segments": s._segments}[step]
+    target = {"core": s._core, "checkpoint": s._checkpoint, "queues": s._queues, "segments": s._segments}[
+        step
+    ]
     name = "flush" if step == "checkpoint" else "close"
     original = getattr(target, name)
     calls = []
@@ -125,10 +130,11 @@ def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
     def fails(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            original(*args, **kwargs)      # the work is done, then the step reports a failure
+            original(*args, **kwargs)  # the work is done, then the step reports a failure
             raise OSError(5, f"{step} failed")
         return original(*args, **kwargs)
-    if step == "core":      # a compiled class's method cannot be patched: wrap the core
+
+    if step == "core":  # a compiled class's method cannot be patched: wrap the core
         s._core = _Wrapped(target, close=fails)
     else:
         setattr(target, name, fails)
@@ -161,7 +167,7 @@ def test_a_dropped_store_is_closed_at_once_without_a_garbage_collection(tmp_path
         del s
         if not read_only:
             assert not (path / "abort").exists()
-            open_store(path, impl).close()       # the lock was released
+            open_store(path, impl).close()  # the lock was released
         assert settled(before, collect=False) == before
     finally:
         gc.enable()

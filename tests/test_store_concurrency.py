@@ -2,7 +2,6 @@
 
 import threading
 
-
 from rocketstore import MessageStore
 
 SEGMENT = 64 * 1024
@@ -23,6 +22,7 @@ def run_threads(targets, timeout=120):
                 fn()
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=guarded(fn)) for fn in targets]
@@ -49,6 +49,7 @@ def test_concurrent_puts_and_reads_on_one_queue_give_unique_consecutive_offsets(
                 for j in range(per_writer):
                     body = b"w%d-%d|" % (i, j) * (1 + j % 20)
                     results[i].append((body, s.put("TopicC", body, queue_id=1, tags="t%d" % i)))
+
             return run
 
         def reader(k):
@@ -64,6 +65,7 @@ def test_concurrent_puts_and_reads_on_one_queue_give_unique_consecutive_offsets(
                         again = s.read(last.commitlog_offset)
                         assert bytes(again.body) == bytes(last.body)
                     reads[k] += 1
+
             return run
 
         def writers_then_stop():
@@ -76,7 +78,7 @@ def test_concurrent_puts_and_reads_on_one_queue_give_unique_consecutive_offsets(
         assert sorted(r.queue_offset for _, r in flat) == list(range(writers * per_writer))
         assert len({r.commitlog_offset for _, r in flat}) == len(flat)
         assert len({r.unique_key for _, r in flat}) == len(flat)
-        for rs in results:                # each thread's own puts are in order
+        for rs in results:  # each thread's own puts are in order
             offs = [r.queue_offset for _, r in rs]
             assert offs == sorted(offs)
         messages = list(s.iter_messages())
@@ -99,12 +101,14 @@ def test_concurrent_first_puts_to_a_new_topic_give_unique_queue_offsets(tmp_path
                 barrier.wait()
                 for _ in range(per_writer):
                     offsets[i].append(s.put("BrandNewTopic", b"x", queue_id=0).queue_offset)
+
             return run
 
         run_threads([writer(i) for i in range(writers)])
         flat = sorted(q for qs in offsets for q in qs)
-        assert flat == list(range(writers * per_writer)), \
+        assert flat == list(range(writers * per_writer)), (
             f"duplicate queue offsets: {sorted({q for q in flat if flat.count(q) > 1})}"
+        )
         assert [m.queue_offset for m in s.iter_messages()] == list(range(writers * per_writer))
 
 
@@ -123,6 +127,7 @@ def test_concurrent_first_puts_after_reopen_continue_the_queue_offsets(tmp_path,
                 barrier.wait()
                 for _ in range(per_writer):
                     offsets[i].append(s.put("TopicReopen", b"after", queue_id=0).queue_offset)
+
             return run
 
         run_threads([writer(i) for i in range(writers)])
@@ -137,8 +142,9 @@ def test_concurrent_batches_and_single_puts_interleave_without_gaps(tmp_path, im
 
         def batcher():
             for i in range(40):
-                batch_results.append(s.put_batch("TopicMix", [b"b%d-%d" % (i, k) for k in range(10)],
-                                                 queue_id=0))
+                batch_results.append(
+                    s.put_batch("TopicMix", [b"b%d-%d" % (i, k) for k in range(10)], queue_id=0)
+                )
 
         def single():
             for i in range(200):
@@ -148,6 +154,6 @@ def test_concurrent_batches_and_single_puts_interleave_without_gaps(tmp_path, im
         offsets = [int(q) for b in batch_results for q in b.queue_offsets]
         offsets += [r.queue_offset for r in single_results]
         assert sorted(offsets) == list(range(800 + 400))
-        for b in batch_results:           # a batch is contiguous in queue and in the CommitLog
+        for b in batch_results:  # a batch is contiguous in queue and in the CommitLog
             assert list(b.queue_offsets) == list(range(b.first_queue_offset, b.first_queue_offset + 10))
         assert [m.queue_offset for m in s.iter_messages()] == list(range(1200))

@@ -16,13 +16,14 @@ import zlib
 import pytest
 
 import rocketstore
-
 from rocketstore import MessageStore, PutStatus
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 TESTS = pathlib.Path(__file__).resolve().parent
-SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
+SRC = str(
+    pathlib.Path(rocketstore.__file__).resolve().parents[1]
+)  # where the package under test was imported from (src/ or site-packages)
 CHILD = str(TESTS / "crash_child.py")
 
 
@@ -30,9 +31,12 @@ def run_and_kill(path, impl, mode, rng, acks_before_kill):
     """Start the child, kill it after ``acks_before_kill`` acks; return [(msg_id, body)] acked."""
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, CHILD, str(path), impl.name, mode,
-                              str(rng.randrange(2**32)), str(SEGMENT)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, CHILD, str(path), impl.name, mode, str(rng.randrange(2**32)), str(SEGMENT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     acked = []
     deadline = time.monotonic() + 120
     try:
@@ -43,10 +47,10 @@ def run_and_kill(path, impl, mode, rng, acks_before_kill):
             assert line, f"child exited early: {child.wait()} {child.stderr.read()!r}"
             acked.append(line)
             assert time.monotonic() < deadline, "child too slow"
-        time.sleep(rng.random() * 0.05)            # land the kill anywhere in the put loop
+        time.sleep(rng.random() * 0.05)  # land the kill anywhere in the put loop
         child.send_signal(signal.SIGKILL)
         child.wait(60)
-        rest = child.stdout.read()        # through the reader's buffer: communicate() would skip it
+        rest = child.stdout.read()  # through the reader's buffer: communicate() would skip it
         err = child.stderr.read()
     finally:
         if child.poll() is None:
@@ -85,14 +89,14 @@ def check_every_record_up_to_the_end(path, impl, store):
         else:
             assert (stop, reason) == (limit, codec.STOP_LIMIT), (name, stop, reason)
         for row in rows:
-            body = data[int(row["body_pos"]):int(row["body_pos"]) + int(row["body_len"])]
+            body = data[int(row["body_pos"]) : int(row["body_pos"]) + int(row["body_len"])]
             assert int(row["body_crc"]) == zlib.crc32(body) & 0x7FFFFFFF
             assert int(row["physical_offset"]) == start + int(row["position"])
         total += len(rows)
     messages = list(store.iter_messages())
     assert len(messages) == total
     for m in messages:
-        assert store.read(m.commitlog_offset).body == m.body       # read() checks the CRC again
+        assert store.read(m.commitlog_offset).body == m.body  # read() checks the CRC again
     return messages
 
 
@@ -104,7 +108,7 @@ def reopen_and_check(path, impl, acked):
         messages = check_every_record_up_to_the_end(path, impl, store)
         assert len(messages) >= len(acked)
         queue_offsets = {}
-        for m in messages:                     # queue offsets survive the crash without gaps
+        for m in messages:  # queue offsets survive the crash without gaps
             expected = queue_offsets.get(m.queue_id, 0)
             assert m.queue_offset == expected
             queue_offsets[m.queue_id] = expected + 1
@@ -138,7 +142,7 @@ def test_repeated_crashes_keep_every_acknowledged_message(tmp_path, impl, rng):
     path = tmp_path / "store"
     acked = []
     for mode in ("single", "batch", "single"):
-        if acked:                         # recover in between, as a restarted service would
+        if acked:  # recover in between, as a restarted service would
             with MessageStore(path, implementation=impl.name, store_host=HOST) as store:
                 for msg_id, body in acked:
                     assert store.get_by_msg_id(msg_id).body == body
@@ -157,12 +161,11 @@ def test_an_abnormal_open_makes_the_commitlog_it_kept_durable(tmp_path, impl, mo
     from rocketstore.mapped_file import MappedFile
 
     path = tmp_path / "store"
-    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
-                      store_host=HOST) as store:
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST) as store:
         results = [store.put("TopicK", b"%05d" % i + b"x" * 700) for i in range(300)]
     end = results[-1].commitlog_offset + results[-1].size
     confirm = results[20].commitlog_offset
-    assert end > confirm + 3 * SEGMENT            # the kept records span several segments
+    assert end > confirm + 3 * SEGMENT  # the kept records span several segments
     # What a kill leaves: the abort file and a checkpoint written before most of the records.
     (path / "abort").touch()
     cp = Checkpoint(str(path / "checkpoint"))
@@ -174,17 +177,20 @@ def test_an_abnormal_open_makes_the_commitlog_it_kept_durable(tmp_path, impl, mo
 
     def spy(self, start=0, stop=None):
         if pathlib.Path(self.path).parent.name == "commitlog":
-            synced.append((self.file_from_offset + start,
-                           self.file_from_offset + (self.file_size if stop is None else stop)))
+            synced.append(
+                (
+                    self.file_from_offset + start,
+                    self.file_from_offset + (self.file_size if stop is None else stop),
+                )
+            )
         return real_flush(self, start, stop)
 
     monkeypatch.setattr(MappedFile, "flush", spy)
-    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT,
-                      store_host=HOST) as store:
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST) as store:
         assert not store.last_shutdown_clean
-        assert store.flushed_offset == end        # what it claims durable from the start...
+        assert store.flushed_offset == end  # what it claims durable from the start...
         at_open = sorted(synced)
-        covered = confirm - confirm % SEGMENT     # ...was msynced by the open, from there on
+        covered = confirm - confirm % SEGMENT  # ...was msynced by the open, from there on
         for lo, hi in at_open:
             if lo <= covered:
                 covered = max(covered, hi)

@@ -9,7 +9,7 @@ from rocketstore import SYNC_FLUSH, MessageStore, PutStatus
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
-NEVER_MS = 600_000   # an interval flush that never comes during a test
+NEVER_MS = 600_000  # an interval flush that never comes during a test
 
 
 def open_store(path, impl, **options):
@@ -20,8 +20,7 @@ def open_store(path, impl, **options):
 @pytest.fixture
 def lazy_store(tmp_path, impl):
     """ASYNC_FLUSH whose background flush never runs by itself: only asked-for flushes happen."""
-    s = open_store(tmp_path / "store", impl, flush_interval_ms=NEVER_MS,
-                   flush_thorough_interval_ms=NEVER_MS)
+    s = open_store(tmp_path / "store", impl, flush_interval_ms=NEVER_MS, flush_thorough_interval_ms=NEVER_MS)
     yield s
     s.close()
 
@@ -43,6 +42,7 @@ def test_durable_put_returns_put_ok_and_is_covered_by_the_flushed_offset(lazy_st
 
 def test_durable_put_with_properties_and_message_and_batch_forms(lazy_store):
     from rocketstore import Message
+
     r1 = lazy_store.put("TopicD", b"a", tags="t", durable=True)
     assert r1.status is PutStatus.PUT_OK and lazy_store.flushed_offset >= end_of(r1)
     r2 = lazy_store.put(Message("TopicD", b"b"), durable=True)
@@ -55,15 +55,20 @@ def test_durable_put_with_properties_and_message_and_batch_forms(lazy_store):
 
 
 def test_flush_makes_everything_put_so_far_durable(lazy_store):
-    results = [lazy_store.put("TopicF", b"x" * 500) for _ in range(200)]   # crosses segments
+    results = [lazy_store.put("TopicF", b"x" * 500) for _ in range(200)]  # crosses segments
     assert lazy_store.flushed_offset < end_of(results[-1])
     assert lazy_store.flush(timeout=10)
     assert lazy_store.flushed_offset >= end_of(results[-1])
 
 
 def test_sync_flush_store_makes_plain_puts_durable(tmp_path, impl):
-    with open_store(tmp_path / "store", impl, flush_disk_type=SYNC_FLUSH, flush_interval_ms=NEVER_MS,
-                    flush_thorough_interval_ms=NEVER_MS) as s:
+    with open_store(
+        tmp_path / "store",
+        impl,
+        flush_disk_type=SYNC_FLUSH,
+        flush_interval_ms=NEVER_MS,
+        flush_thorough_interval_ms=NEVER_MS,
+    ) as s:
         for i in range(20):
             r = s.put("TopicS", b"sync-%d" % i * 100)
             assert r.status is PutStatus.PUT_OK
@@ -75,8 +80,13 @@ def test_sync_flush_store_makes_plain_puts_durable(tmp_path, impl):
 
 
 def test_wait_false_property_on_a_sync_flush_store_does_not_wait(tmp_path, impl):
-    with open_store(tmp_path / "store", impl, flush_disk_type=SYNC_FLUSH, flush_interval_ms=NEVER_MS,
-                    flush_thorough_interval_ms=NEVER_MS) as s:
+    with open_store(
+        tmp_path / "store",
+        impl,
+        flush_disk_type=SYNC_FLUSH,
+        flush_interval_ms=NEVER_MS,
+        flush_thorough_interval_ms=NEVER_MS,
+    ) as s:
         s.put("TopicW", b"waits", durable=True)
         before = s.stats()
         results = [s.put("TopicW", b"no wait %d" % i, properties={"WAIT": "false"}) for i in range(10)]
@@ -134,8 +144,9 @@ def test_put_pipelined_done_callback_fires(lazy_store):
 
 def test_put_pipelined_future_can_be_awaited_in_asyncio(lazy_store):
     async def main():
-        results = await asyncio.gather(*(_await(lazy_store.put_pipelined("TopicA", b"a%d" % i))
-                                         for i in range(20)))
+        results = await asyncio.gather(
+            *(_await(lazy_store.put_pipelined("TopicA", b"a%d" % i)) for i in range(20))
+        )
         single = await lazy_store.put_pipelined("TopicA", b"single")
         return results, single
 
@@ -186,8 +197,10 @@ def test_group_commit_flushes_many_durable_puts_per_round(tmp_path, impl):
             for j, r in enumerate(rs):
                 assert s.read(r.commitlog_offset).body == b"t%d-m%d" % (i, j)
         stats = s.stats()
-        print(f"impl={s.stats()['implementation']} durable puts={count} "
-              f"flush_rounds={stats['flush_rounds']} durable_waits={stats['durable_waits']} "
-              f"sync_requests={stats['sync_requests']}")
+        print(
+            f"impl={s.stats()['implementation']} durable puts={count} "
+            f"flush_rounds={stats['flush_rounds']} durable_waits={stats['durable_waits']} "
+            f"sync_requests={stats['sync_requests']}"
+        )
         assert stats["flushed_offset"] >= max(end_of(r) for r in flat)
         assert stats["flush_rounds"] < 0.5 * count

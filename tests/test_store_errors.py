@@ -9,16 +9,26 @@ import textwrap
 import pytest
 
 import rocketstore
-
 from rocketstore import Message, MessageStore, errors
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError, InvalidQueueIdError,
-                                InvalidTopicError, MessageNotFoundError, MessageTooLargeError,
-                                PropertiesTooLargeError, RocketStoreError, StoreClosedError,
-                                StoreLockedError, StoreReadOnlyError)
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidMessageIdError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageNotFoundError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    RocketStoreError,
+    StoreClosedError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
-SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
+SRC = str(
+    pathlib.Path(rocketstore.__file__).resolve().parents[1]
+)  # where the package under test was imported from (src/ or site-packages)
 
 
 def open_store(path, impl, **options):
@@ -52,29 +62,51 @@ BAD_PUTS = {
     "queue id = queue count": (InvalidQueueIdError, lambda s: s.put("TopicPre", b"x", queue_id=4)),
     "queue id far out of range": (InvalidQueueIdError, lambda s: s.put("TopicPre", b"x", queue_id=1000)),
     "properties over 32767 bytes": (
-        PropertiesTooLargeError, lambda s: s.put("TopicPre", b"x", properties={"big": "v" * 32767})),
+        PropertiesTooLargeError,
+        lambda s: s.put("TopicPre", b"x", properties={"big": "v" * 32767}),
+    ),
     "properties that fit only without the added UNIQ_KEY": (
-        PropertiesTooLargeError, lambda s: s.put("TopicPre", b"x", properties={"big": "v" * 32740})),
+        PropertiesTooLargeError,
+        lambda s: s.put("TopicPre", b"x", properties={"big": "v" * 32740}),
+    ),
     "property value with \\x01": (
-        InvalidMessageError, lambda s: s.put("TopicPre", b"x", properties={"k": "a\x01b"})),
+        InvalidMessageError,
+        lambda s: s.put("TopicPre", b"x", properties={"k": "a\x01b"}),
+    ),
     "property value with \\x02": (
-        InvalidMessageError, lambda s: s.put("TopicPre", b"x", properties={"k": "a\x02b"})),
+        InvalidMessageError,
+        lambda s: s.put("TopicPre", b"x", properties={"k": "a\x02b"}),
+    ),
     "property name with \\x01": (
-        InvalidMessageError, lambda s: s.put("TopicPre", b"x", properties={"k\x01": "v"})),
+        InvalidMessageError,
+        lambda s: s.put("TopicPre", b"x", properties={"k\x01": "v"}),
+    ),
     "tags with \\x02": (InvalidMessageError, lambda s: s.put("TopicPre", b"x", tags="a\x02b")),
     "body over max_message_size": (MessageTooLargeError, lambda s: s.put("TopicPre", b"x" * (16 * 1024 + 1))),
-    "record over max_message_size": (MessageTooLargeError, lambda s: s.put("TopicPre", b"x" * (16 * 1024 - 50))),
+    "record over max_message_size": (
+        MessageTooLargeError,
+        lambda s: s.put("TopicPre", b"x" * (16 * 1024 - 50)),
+    ),
     "batch with a bad topic": (InvalidTopicError, lambda s: s.put_batch("bad topic", [b"a", b"b"])),
     "batch with a bad queue id": (InvalidQueueIdError, lambda s: s.put_batch("TopicPre", [b"a"], queue_id=9)),
     "batch with a record over max_message_size": (
-        MessageTooLargeError, lambda s: s.put_batch("TopicPre", [b"a", b"x" * (16 * 1024 - 50)])),
+        MessageTooLargeError,
+        lambda s: s.put_batch("TopicPre", [b"a", b"x" * (16 * 1024 - 50)]),
+    ),
     "batch with properties over 32767 bytes": (
-        PropertiesTooLargeError, lambda s: s.put_batch("TopicPre", [b"a"], properties={"big": "v" * 32740})),
+        PropertiesTooLargeError,
+        lambda s: s.put_batch("TopicPre", [b"a"], properties={"big": "v" * 32740}),
+    ),
     "messages with a bad queue id": (
-        InvalidQueueIdError, lambda s: s.put_messages([Message("TopicPre", b"a"), Message("TopicPre", b"b", queue_id=7)])),
+        InvalidQueueIdError,
+        lambda s: s.put_messages([Message("TopicPre", b"a"), Message("TopicPre", b"b", queue_id=7)]),
+    ),
     "messages with properties over 32767 bytes": (
         PropertiesTooLargeError,
-        lambda s: s.put_messages([Message("TopicPre", b"a"), Message("TopicPre", b"b", properties={"big": "v" * 32740})])),
+        lambda s: s.put_messages(
+            [Message("TopicPre", b"a"), Message("TopicPre", b"b", properties={"big": "v" * 32740})]
+        ),
+    ),
     "pipelined put with a bad topic": (InvalidTopicError, lambda s: s.put_pipelined("bad#topic", b"x")),
 }
 
@@ -107,14 +139,16 @@ def test_put_after_close_raises_store_closed(tmp_path, impl):
     s.put("TopicC", b"x")
     s.close()
     assert s.closed
-    for call in (lambda: s.put("TopicC", b"y"),
-                 lambda: s.put("TopicC", b"y", tags="t"),
-                 lambda: s.put(Message("TopicC", b"y")),
-                 lambda: s.put_batch("TopicC", [b"y"]),
-                 lambda: s.put_messages([Message("TopicC", b"y")]),
-                 lambda: s.put_pipelined("TopicC", b"y"),
-                 lambda: s.read(0),
-                 lambda: s.flush()):
+    for call in (
+        lambda: s.put("TopicC", b"y"),
+        lambda: s.put("TopicC", b"y", tags="t"),
+        lambda: s.put(Message("TopicC", b"y")),
+        lambda: s.put_batch("TopicC", [b"y"]),
+        lambda: s.put_messages([Message("TopicC", b"y")]),
+        lambda: s.put_pipelined("TopicC", b"y"),
+        lambda: s.read(0),
+        lambda: s.flush(),
+    ):
         with pytest.raises(StoreClosedError):
             call()
     s.close()  # closing twice is harmless
@@ -127,7 +161,7 @@ def test_second_writer_in_the_same_process_raises_store_locked(tmp_path, impl):
         with pytest.raises(StoreLockedError):
             open_store(tmp_path / "store", impl)
         first.put("TopicL", b"first still works")
-    with open_store(tmp_path / "store", impl) as again:   # the lock went with close()
+    with open_store(tmp_path / "store", impl) as again:  # the lock went with close()
         assert [m.body for m in again.iter_messages()] == [b"first still works"]
 
 
@@ -145,11 +179,21 @@ def test_second_writer_from_a_subprocess_raises_store_locked(tmp_path, impl):
     """)
     path = str(tmp_path / "store")
     with open_store(path, impl):
-        out = subprocess.run([sys.executable, "-c", code, path, impl.name], env=child_env(),
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code, path, impl.name],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.stdout.strip() == "LOCKED", out.stderr
-    out = subprocess.run([sys.executable, "-c", code, path, impl.name], env=child_env(),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, path, impl.name],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "OPENED", out.stderr
 
 
@@ -166,8 +210,9 @@ _JAVA_STYLE_LOCK_PROBE = textwrap.dedent("""
 
 
 def _java_style_probe(lock_path):
-    out = subprocess.run([sys.executable, "-c", _JAVA_STYLE_LOCK_PROBE, lock_path],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", _JAVA_STYLE_LOCK_PROBE, lock_path], capture_output=True, text=True, timeout=60
+    )
     return out.stdout.strip()
 
 
@@ -193,14 +238,16 @@ def test_read_only_store_rejects_every_kind_of_put(tmp_path, impl):
     ro = MessageStore(path, implementation=impl.name, read_only=True)
     try:
         before = ro.max_offset
-        for call in (lambda: ro.put("TopicRO", b"y"),
-                     lambda: ro.put("TopicRO", b"y", tags="t"),
-                     lambda: ro.put(Message("TopicRO", b"y")),
-                     lambda: ro.put_batch("TopicRO", [b"y"]),
-                     lambda: ro.put_messages([Message("TopicRO", b"y")]),
-                     lambda: ro.put_pipelined("TopicRO", b"y"),
-                     lambda: ro.create_topic("TopicNew"),
-                     lambda: ro.flush()):
+        for call in (
+            lambda: ro.put("TopicRO", b"y"),
+            lambda: ro.put("TopicRO", b"y", tags="t"),
+            lambda: ro.put(Message("TopicRO", b"y")),
+            lambda: ro.put_batch("TopicRO", [b"y"]),
+            lambda: ro.put_messages([Message("TopicRO", b"y")]),
+            lambda: ro.put_pipelined("TopicRO", b"y"),
+            lambda: ro.create_topic("TopicNew"),
+            lambda: ro.flush(),
+        ):
             with pytest.raises(StoreReadOnlyError):
                 call()
         assert ro.max_offset == before
@@ -218,13 +265,24 @@ def test_read_only_open_of_a_missing_store_raises_file_not_found(tmp_path, impl)
 def test_read_at_an_offset_where_no_message_starts_raises_message_not_found(tmp_path, impl):
     with open_store(tmp_path / "store", impl) as s:
         first = s.put("TopicR", b"a" * 100)
-        body_len = SEGMENT - 8 - first.size - (91 + 6 + 42) - 10   # leaves 10 bytes + 8: a BLANK next
+        body_len = SEGMENT - 8 - first.size - (91 + 6 + 42) - 10  # leaves 10 bytes + 8: a BLANK next
         second = s.put("TopicR", b"b" * body_len)
         third = s.put("TopicR", b"c" * 100)
         assert third.commitlog_offset == SEGMENT
         blank_at = second.commitlog_offset + second.size
-        for offset in (-1, 1, first.commitlog_offset + 50, first.size - 1, blank_at, blank_at + 4,
-                       SEGMENT - 1, s.max_offset, s.max_offset + 1, 10 * SEGMENT, 2**62):
+        for offset in (
+            -1,
+            1,
+            first.commitlog_offset + 50,
+            first.size - 1,
+            blank_at,
+            blank_at + 4,
+            SEGMENT - 1,
+            s.max_offset,
+            s.max_offset + 1,
+            10 * SEGMENT,
+            2**62,
+        ):
             with pytest.raises(MessageNotFoundError):
                 s.read(offset)
         for offset in ("0", 1.0, None):
@@ -233,12 +291,19 @@ def test_read_at_an_offset_where_no_message_starts_raises_message_not_found(tmp_
         assert s.read(third.commitlog_offset).body == b"c" * 100
 
 
-@pytest.mark.parametrize("msg_id", [
-    "", "0A", "XYZ", "0A00000700002A9F000000000000000",      # 31 chars
-    "0A00000700002A9F00000000000000000",                     # 33 chars
-    "0A00000700002A9F000000000000000G", "0A00000700002A9F00000000 0000000",
-    "０A00000700002A9F0000000000000000",                     # non-ASCII digit
-])
+@pytest.mark.parametrize(
+    "msg_id",
+    [
+        "",
+        "0A",
+        "XYZ",
+        "0A00000700002A9F000000000000000",  # 31 chars
+        "0A00000700002A9F00000000000000000",  # 33 chars
+        "0A00000700002A9F000000000000000G",
+        "0A00000700002A9F00000000 0000000",
+        "０A00000700002A9F0000000000000000",  # non-ASCII digit
+    ],
+)
 def test_malformed_msg_id_raises_invalid_message_id(store, msg_id):
     with pytest.raises(InvalidMessageIdError):
         store.get_by_msg_id(msg_id)
@@ -263,16 +328,27 @@ def test_well_formed_msg_id_of_another_host_or_offset_raises_message_not_found(s
 def test_every_error_is_a_rocketstore_error_with_the_documented_builtin_base(name):
     cls = getattr(errors, name)
     assert issubclass(cls, RocketStoreError)
-    value_errors = {"InvalidMessageError", "InvalidTopicError", "InvalidQueueIdError",
-                    "PropertiesTooLargeError", "MessageTooLargeError", "InvalidMessageIdError",
-                    "CorruptRecordError", "StoreConfigError"}
+    value_errors = {
+        "InvalidMessageError",
+        "InvalidTopicError",
+        "InvalidQueueIdError",
+        "PropertiesTooLargeError",
+        "MessageTooLargeError",
+        "InvalidMessageIdError",
+        "CorruptRecordError",
+        "StoreConfigError",
+    }
     if name in value_errors:
         assert issubclass(cls, ValueError)
     if name == "MessageNotFoundError":
         assert issubclass(cls, LookupError)
     if name in ("StoreLockedError", "SegmentError"):
         assert issubclass(cls, OSError)
-    for sub in ("InvalidTopicError", "InvalidQueueIdError", "PropertiesTooLargeError",
-                "MessageTooLargeError"):
+    for sub in (
+        "InvalidTopicError",
+        "InvalidQueueIdError",
+        "PropertiesTooLargeError",
+        "MessageTooLargeError",
+    ):
         assert issubclass(getattr(errors, sub), errors.InvalidMessageError)
     assert getattr(__import__("rocketstore"), name) is cls

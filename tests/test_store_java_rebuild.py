@@ -8,7 +8,6 @@ import socket
 import stat
 import struct
 
-
 from rocketstore import GetMessageStatus, MessageStore
 from rocketstore._codec_py import java_hash
 
@@ -34,8 +33,11 @@ def writable_copy(java_store, tmp_path):
 
 
 def expected_msg_id(offset):
-    return (socket.inet_aton(STORE_HOST) + STORE_PORT.to_bytes(4, "big")
-            + offset.to_bytes(8, "big")).hex().upper()
+    return (
+        (socket.inet_aton(STORE_HOST) + STORE_PORT.to_bytes(4, "big") + offset.to_bytes(8, "big"))
+        .hex()
+        .upper()
+    )
 
 
 def snapshot(root):
@@ -49,8 +51,13 @@ def snapshot(root):
             if stat.S_ISREG(st.st_mode):
                 with open(p, "rb") as f:
                     data = f.read()
-            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_mtime_ns,
-                                             st.st_size, data)
+            out[os.path.relpath(p, root)] = (
+                stat.S_IFMT(st.st_mode),
+                st.st_mode,
+                st.st_mtime_ns,
+                st.st_size,
+                data,
+            )
     return out
 
 
@@ -85,7 +92,7 @@ def check_answers(store):
         assert m.store_host == (STORE_HOST, STORE_PORT)
     by_key = keys_by_message(store)
     assert sum(len(v) for v in by_key.values()) == COUNT
-    assert any(len(v) > 1 for v in by_key.values())          # several messages share a key
+    assert any(len(v) > 1 for v in by_key.values())  # several messages share a key
     for key, offs in by_key.items():
         found = store.query_by_key("abc", key)
         assert [m.commitlog_offset for m in found] == offs, key
@@ -93,7 +100,7 @@ def check_answers(store):
         assert store.query_by_key("abd", key) == []
     for q in range(COUNT):
         msg_id = expected_msg_id(SIZE * q)
-        assert msg_id.startswith("C0A8470100001FBB")           # 192.168.71.1 : 8123
+        assert msg_id.startswith("C0A8470100001FBB")  # 192.168.71.1 : 8123
         m = store.get_by_msg_id(msg_id)
         assert m.commitlog_offset == SIZE * q and m.msg_id == msg_id
     found, codes = pull_all(store, None, S.FOUND)
@@ -102,8 +109,10 @@ def check_answers(store):
     assert len(pull_all(store, "TAG1", S.FOUND)[0]) == COUNT
     assert pull_all(store, "TAG2", S.NO_MATCHED_MESSAGE)[0] == []
     assert store.get_message("g", "abc", 0, offset=COUNT).status is S.OFFSET_OVERFLOW_ONE
-    assert store.get_message("g", "abc", 1, offset=0).status in (S.NO_MATCHED_LOGIC_QUEUE,
-                                                                 S.NO_MESSAGE_IN_QUEUE)
+    assert store.get_message("g", "abc", 1, offset=0).status in (
+        S.NO_MATCHED_LOGIC_QUEUE,
+        S.NO_MESSAGE_IN_QUEUE,
+    )
 
 
 def expected_units():
@@ -112,31 +121,33 @@ def expected_units():
 
 # -- writable open --------------------------------------------------------------------------------
 
+
 def test_writable_open_dispatches_the_java_commitlog_into_a_consume_queue(java_store, tmp_path, impl):
     path = writable_copy(java_store, tmp_path)
     assert not (path / "consumequeue").exists() and not (path / "index").exists()
     with MessageStore(path, implementation=impl.name) as s:
         cq = path / CQ_FILE
-        assert cq.is_file()                                     # dispatched on open
+        assert cq.is_file()  # dispatched on open
         data = cq.read_bytes()
-        assert data[:COUNT * 20] == expected_units()
-        assert data[COUNT * 20:(COUNT + 1) * 20] == bytes(20)
+        assert data[: COUNT * 20] == expected_units()
+        assert data[COUNT * 20 : (COUNT + 1) * 20] == bytes(20)
         assert (path / "index").is_dir() and len(os.listdir(path / "index")) >= 1
         check_answers(s)
     data = (path / CQ_FILE).read_bytes()
-    assert data[:COUNT * 20] == expected_units() and data[COUNT * 20:] == bytes(len(data) - COUNT * 20)
+    assert data[: COUNT * 20] == expected_units() and data[COUNT * 20 :] == bytes(len(data) - COUNT * 20)
 
 
 def test_writable_open_with_small_queue_files(java_store, tmp_path, impl):
     path = writable_copy(java_store, tmp_path)
-    with MessageStore(path, implementation=impl.name, consume_queue_units=16,
-                      index_slots=8, index_count=16) as s:
+    with MessageStore(
+        path, implementation=impl.name, consume_queue_units=16, index_slots=8, index_count=16
+    ) as s:
         check_answers(s)
     names = sorted(os.listdir(path / "consumequeue" / "abc" / "0"))
-    assert names == [f"{16 * 20 * k:020d}" for k in range(3)]   # 47 units in files of 16
+    assert names == [f"{16 * 20 * k:020d}" for k in range(3)]  # 47 units in files of 16
     data = b"".join((path / "consumequeue" / "abc" / "0" / n).read_bytes() for n in names)
-    assert data[:COUNT * 20] == expected_units() and data[COUNT * 20:] == bytes(20)
-    assert len(os.listdir(path / "index")) >= 47 // 15            # 47 keys, 15 items per file
+    assert data[: COUNT * 20] == expected_units() and data[COUNT * 20 :] == bytes(20)
+    assert len(os.listdir(path / "index")) >= 47 // 15  # 47 keys, 15 items per file
 
 
 def test_reopen_of_the_rebuilt_java_store_dispatches_nothing_twice(java_store, tmp_path, impl):
@@ -147,7 +158,7 @@ def test_reopen_of_the_rebuilt_java_store_dispatches_nothing_twice(java_store, t
         with MessageStore(path, implementation=impl.name) as s:
             check_answers(s)
     data = (path / CQ_FILE).read_bytes()
-    assert data[:COUNT * 20] == expected_units() and data[COUNT * 20:] == bytes(len(data) - COUNT * 20)
+    assert data[: COUNT * 20] == expected_units() and data[COUNT * 20 :] == bytes(len(data) - COUNT * 20)
 
 
 def test_puts_after_the_rebuild_continue_the_java_queue(java_store, tmp_path, impl):
@@ -155,7 +166,7 @@ def test_puts_after_the_rebuild_continue_the_java_queue(java_store, tmp_path, im
     with MessageStore(path, implementation=impl.name, store_host="10.0.0.7", store_port=10911) as s:
         r = s.put("abc", b"from python", tags="TAG1", keys="py-key", queue_id=0)
         assert r.queue_offset == COUNT
-        assert r.commitlog_offset == 8192                    # the Java segment ends with a BLANK
+        assert r.commitlog_offset == 8192  # the Java segment ends with a BLANK
         assert s.max_queue_offset("abc", 0) == COUNT + 1
         assert s.get_by_queue_offset("abc", 0, COUNT).body == b"from python"
         assert [m.body for m in s.query_by_key("abc", "py-key")] == [b"from python"]
@@ -168,6 +179,7 @@ def test_puts_after_the_rebuild_continue_the_java_queue(java_store, tmp_path, im
 
 
 # -- read-only open -------------------------------------------------------------------------------
+
 
 def test_read_only_open_answers_everything_and_writes_nothing(java_store, tmp_path, impl):
     path = writable_copy(java_store, tmp_path)
@@ -183,8 +195,9 @@ def test_read_only_open_answers_everything_and_writes_nothing(java_store, tmp_pa
 def test_read_only_open_with_small_index_files_rolls_in_memory(java_store, tmp_path, impl):
     path = writable_copy(java_store, tmp_path)
     before = snapshot(path)
-    with MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=16,
-                      index_slots=8, index_count=16) as s:
+    with MessageStore(
+        path, read_only=True, implementation=impl.name, consume_queue_units=16, index_slots=8, index_count=16
+    ) as s:
         check_answers(s)
     assert snapshot(path) == before
 

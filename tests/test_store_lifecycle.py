@@ -16,7 +16,9 @@ import pytest
 
 import rocketstore
 
-SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])  # where the package under test was imported from (src/ or site-packages)
+SRC = str(
+    pathlib.Path(rocketstore.__file__).resolve().parents[1]
+)  # where the package under test was imported from (src/ or site-packages)
 
 _PRELUDE = textwrap.dedent("""
     import sys, tempfile, threading, time
@@ -33,10 +35,15 @@ def run_child(body, impl, timeout=120):
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     code = _PRELUDE + textwrap.dedent(body)
     with tempfile.TemporaryDirectory(prefix="rocketstore-lifecycle-") as scratch:
-        env["TMPDIR"] = scratch   # the child's mkdtemp() stores go where they are cleaned up
+        env["TMPDIR"] = scratch  # the child's mkdtemp() stores go where they are cleaned up
         try:
-            proc = subprocess.run([sys.executable, "-c", code, impl.name], env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "-c", code, impl.name],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise AssertionError(f"the child hung for {timeout} s") from None
     rc = proc.returncode
@@ -48,7 +55,8 @@ def run_child(body, impl, timeout=120):
 def test_close_right_after_a_roll_does_not_race_the_segment_allocator(impl):
     # The first put rolls to a new segment and starts preparing the next one on a thread; a close
     # right after must not let that thread register the new segment with a closed core.
-    out = run_child("""
+    out = run_child(
+        """
         import rocketstore.mapped_file as mapped_file
 
         class SlowMappedFile(mapped_file.MappedFile):
@@ -67,7 +75,9 @@ def test_close_right_after_a_roll_does_not_race_the_segment_allocator(impl):
             s.put("T", b"x")
             s.close()
         print("thread errors:", len(thread_errors), thread_errors[:3])
-    """, impl)
+    """,
+        impl,
+    )
     assert "thread errors: 0 " in out, out
 
 
@@ -76,7 +86,8 @@ def test_close_while_durable_puts_are_waiting_does_not_crash(impl):
     # Durable puts in other threads either finish (stored) or raise StoreClosedError; the flush
     # thread's state must outlive every waiter. (100 rounds: 0.2 s each, run on each twin and in
     # both CI passes.)
-    out = run_child("""
+    out = run_child(
+        """
         unexpected = []
         for i in range(100):
             s = MessageStore(tempfile.mkdtemp(), implementation=impl, commitlog_file_size=1 << 20,
@@ -107,12 +118,15 @@ def test_close_while_durable_puts_are_waiting_does_not_crash(impl):
             assert not any(t.is_alive() for t in threads), "a durable put hung after close"
         print("unexpected:", len(unexpected), unexpected[:3])
         print("thread errors:", len(thread_errors), thread_errors[:3])
-    """, impl)
+    """,
+        impl,
+    )
     assert "unexpected: 0 " in out and "thread errors: 0 " in out, out
 
 
 def test_pipelined_futures_resolve_after_the_store_closes(impl):
-    out = run_child("""
+    out = run_child(
+        """
         for i in range(30):
             s = MessageStore(tempfile.mkdtemp(), implementation=impl, commitlog_file_size=1 << 20,
                              store_host="10.0.0.7", flush_interval_ms=600000,
@@ -131,5 +145,7 @@ def test_pipelined_futures_resolve_after_the_store_closes(impl):
             with MessageStore(s.path, implementation=impl) as again:
                 assert [m.body for m in again.iter_messages()][1:] == [b"p%d" % k for k in range(50)]
         print("thread errors:", len(thread_errors), thread_errors[:3])
-    """, impl)
+    """,
+        impl,
+    )
     assert "thread errors: 0 " in out, out

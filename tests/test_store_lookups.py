@@ -8,8 +8,12 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore._codec_py import java_hash
-from rocketstore.errors import (InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
-                                StoreClosedError)
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidMessageIdError,
+    MessageNotFoundError,
+    StoreClosedError,
+)
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
@@ -44,6 +48,7 @@ def index_files(path):
 
 
 # -- query_by_key ---------------------------------------------------------------------------------
+
 
 def test_query_by_key_finds_every_message_with_the_key_oldest_first(store):
     a1 = store.put("TopicK", b"a1", keys="order-1")
@@ -118,7 +123,7 @@ def test_topic_part_of_a_colliding_index_key_is_rechecked(store):
 
 def test_colliding_entries_are_rechecked_before_max_num_is_applied(store):
     real = store.put("TopicK", b"real", keys="Aa")
-    for i in range(10):                        # newer colliding entries, walked first
+    for i in range(10):  # newer colliding entries, walked first
         store.put("TopicK", b"other%d" % i, keys="BB")
     assert offsets(store.query_by_key("TopicK", "Aa", max_num=1)) == [real.commitlog_offset]
     assert len(store.query_by_key("TopicK", "BB", max_num=3)) == 3
@@ -127,7 +132,7 @@ def test_colliding_entries_are_rechecked_before_max_num_is_applied(store):
 
 def test_many_colliding_entries_still_return_only_the_right_key(store):
     store.put("TopicK", b"real", keys="Aa")
-    for i in range(70):                        # more colliding entries than one index walk takes
+    for i in range(70):  # more colliding entries than one index walk takes
         store.put("TopicK", b"other%d" % i, keys="BB")
     assert all(m.body == b"real" for m in store.query_by_key("TopicK", "Aa"))
     found = store.query_by_key("TopicK", "BB", max_num=64)
@@ -139,8 +144,9 @@ def test_key_whose_index_hash_is_integer_min_value(store):
     assert java_hash("TopicTest#OrderID1yoiddi") == -(1 << 31)
     target = store.put("TopicTest", b"min value", keys="OrderID1yoiddi")
     # keys landing in slot 0 of 64 too (keyHash % 64 == 0), to share the bucket
-    neighbours = [k for k in (f"n{i}" for i in range(2000))
-                  if abs(java_hash("TopicTest#" + k)) % SLOTS == 0][:5]
+    neighbours = [k for k in (f"n{i}" for i in range(2000)) if abs(java_hash("TopicTest#" + k)) % SLOTS == 0][
+        :5
+    ]
     assert neighbours
     others = [store.put("TopicTest", b"slot0 " + k.encode(), keys=k) for k in neighbours]
     assert [m.body for m in store.query_by_key("TopicTest", "OrderID1yoiddi")] == [b"min value"]
@@ -151,7 +157,7 @@ def test_key_whose_index_hash_is_integer_min_value(store):
 
 def test_time_bounds_are_inclusive_store_timestamps_in_ms(store):
     def put_in_a_new_millisecond(previous, body):
-        for _ in range(1_000_000):          # a busy loop on the store clock, no sleep
+        for _ in range(1_000_000):  # a busy loop on the store clock, no sleep
             r = store.put("TopicT", b"filler", keys="filler")
             if r.store_timestamp > previous:
                 break
@@ -180,6 +186,7 @@ def test_time_bounds_are_inclusive_store_timestamps_in_ms(store):
 
 
 # -- query_by_unique_key ----------------------------------------------------------------------------
+
 
 def test_query_by_unique_key_finds_single_batch_and_put_messages(store):
     single = store.put("TopicU", b"single", tags="T")
@@ -210,12 +217,13 @@ def test_query_by_unique_key_misses_raise_not_found(store):
 
 def test_unique_key_of_one_message_used_as_another_key_is_not_a_unique_key_hit(store):
     a = store.put("TopicU", b"a")
-    store.put("TopicU", b"b", keys=a.unique_key)         # a KEYS token equal to a's UNIQ_KEY
+    store.put("TopicU", b"b", keys=a.unique_key)  # a KEYS token equal to a's UNIQ_KEY
     assert store.query_by_unique_key("TopicU", a.unique_key).body == b"a"
     assert [m.body for m in store.query_by_key("TopicU", a.unique_key)] == [b"a", b"b"]
 
 
 # -- get_by_queue_offset --------------------------------------------------------------------------
+
 
 def test_get_by_queue_offset_reads_each_queue_position(store):
     results = [store.put("TopicQ", b"q%d" % i, queue_id=i % 3) for i in range(30)]
@@ -234,11 +242,17 @@ def test_get_by_queue_offset_reads_each_queue_position(store):
 
 # -- get_by_msg_id --------------------------------------------------------------------------------
 
+
 def test_get_by_msg_id_for_every_put_path(store):
     single = store.put("TopicM", b"s")
     batch = store.put_batch("TopicM", [b"b0", b"b1"])
     many = store.put_messages([Message("TopicM", b"p")])
-    pairs = [(single.msg_id, b"s"), (batch.msg_ids[0], b"b0"), (batch.msg_ids[1], b"b1"), (many[0].msg_id, b"p")]
+    pairs = [
+        (single.msg_id, b"s"),
+        (batch.msg_ids[0], b"b0"),
+        (batch.msg_ids[1], b"b1"),
+        (many[0].msg_id, b"p"),
+    ]
     for msg_id, body in pairs:
         assert re.fullmatch(r"0A00000700002A9F[0-9A-F]{16}", msg_id), msg_id
         m = store.get_by_msg_id(msg_id)
@@ -250,7 +264,7 @@ def test_get_by_msg_id_misses(store):
     past = "0A00000700002A9F" + format(store.max_offset + 1000, "016X")
     with pytest.raises(MessageNotFoundError):
         store.get_by_msg_id(past)
-    inside = "0A00000700002A9F" + format(r.commitlog_offset + 1, "016X")   # not a record start
+    inside = "0A00000700002A9F" + format(r.commitlog_offset + 1, "016X")  # not a record start
     with pytest.raises(MessageNotFoundError):
         store.get_by_msg_id(inside)
     other_host = "0A00000800002A9F" + format(r.commitlog_offset, "016X")
@@ -263,11 +277,12 @@ def test_get_by_msg_id_misses(store):
 
 # -- index rolling, reopen --------------------------------------------------------------------------
 
+
 def test_index_rolls_over_small_files_and_every_key_is_found(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl) as s:
         results = []
-        for i in range(600):       # 3 index items each (UNIQ_KEY, own key, common): ~7 files
+        for i in range(600):  # 3 index items each (UNIQ_KEY, own key, common): ~7 files
             r = s.put("TopicIdx", b"i%d" % i, keys=[f"key-{i}", "common"], queue_id=i % 2)
             results.append(r)
         for i in rng.sample(range(600), 100) + [0, 1, 599]:
@@ -279,12 +294,12 @@ def test_index_rolls_over_small_files_and_every_key_is_found(tmp_path, impl, rng
         assert len(got) == 64 and got == sorted(got) and len(set(got)) == 64
         assert set(got) <= {r.commitlog_offset for r in results}
     files = index_files(path)
-    assert len(files) >= 7                      # 1800 items, at most 255 per file
+    assert len(files) >= 7  # 1800 items, at most 255 per file
     names = [p.name for p in files]
     assert all(re.fullmatch(r"\d{17}", n) for n in names) and len(set(names)) == len(names)
     assert all(p.stat().st_size == INDEX_FILE_SIZE for p in files)
     with open_store(path, impl) as s:
-        assert [p.name for p in index_files(path)][:len(names)] == names
+        assert [p.name for p in index_files(path)][: len(names)] == names
         for i in rng.sample(range(600), 50):
             assert offsets(s.query_by_key("TopicIdx", f"key-{i}")) == [results[i].commitlog_offset]
 
@@ -312,8 +327,14 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
     path = tmp_path / "store"
     with open_store(path, impl) as s:
         rs = [s.put("TopicRo", b"r%d" % i, keys="k", queue_id=0) for i in range(10)]
-    with MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64,
-                      index_slots=SLOTS, index_count=ITEMS) as ro:
+    with MessageStore(
+        path,
+        read_only=True,
+        implementation=impl.name,
+        consume_queue_units=64,
+        index_slots=SLOTS,
+        index_count=ITEMS,
+    ) as ro:
         assert offsets(ro.query_by_key("TopicRo", "k")) == [r.commitlog_offset for r in rs]
         assert ro.query_by_unique_key("TopicRo", rs[3].unique_key).body == b"r3"
         assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
@@ -322,22 +343,26 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
 
 # -- bad input ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("call", [
-    lambda s: s.query_by_key(123, "k"),
-    lambda s: s.query_by_key("TopicE", 5),
-    lambda s: s.query_by_key("TopicE", None),
-    lambda s: s.query_by_key("TopicE", b"k"),
-    lambda s: s.query_by_key("TopicE", "k", max_num="3"),
-    lambda s: s.query_by_key("TopicE", "k", max_num=0),
-    lambda s: s.query_by_key("TopicE", "k", begin="0"),
-    lambda s: s.query_by_key("TopicE", "k", end=1.5),
-    lambda s: s.query_by_unique_key("TopicE", None),
-    lambda s: s.query_by_unique_key(None, "AC1100020001000000000000000000AB"),
-    lambda s: s.get_by_queue_offset("TopicE", "0", 0),
-    lambda s: s.get_by_queue_offset("TopicE", 0, "0"),
-    lambda s: s.get_by_queue_offset("TopicE", 0, 1.0),
-    lambda s: s.get_by_queue_offset(None, 0, 0),
-])
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.query_by_key(123, "k"),
+        lambda s: s.query_by_key("TopicE", 5),
+        lambda s: s.query_by_key("TopicE", None),
+        lambda s: s.query_by_key("TopicE", b"k"),
+        lambda s: s.query_by_key("TopicE", "k", max_num="3"),
+        lambda s: s.query_by_key("TopicE", "k", max_num=0),
+        lambda s: s.query_by_key("TopicE", "k", begin="0"),
+        lambda s: s.query_by_key("TopicE", "k", end=1.5),
+        lambda s: s.query_by_unique_key("TopicE", None),
+        lambda s: s.query_by_unique_key(None, "AC1100020001000000000000000000AB"),
+        lambda s: s.get_by_queue_offset("TopicE", "0", 0),
+        lambda s: s.get_by_queue_offset("TopicE", 0, "0"),
+        lambda s: s.get_by_queue_offset("TopicE", 0, 1.0),
+        lambda s: s.get_by_queue_offset(None, 0, 0),
+    ],
+)
 def test_bad_argument_types_raise_type_or_invalid_message_errors(store, call):
     store.put("TopicE", b"x", keys="k", queue_id=0)
     with pytest.raises((TypeError, InvalidMessageError)):
@@ -353,7 +378,11 @@ def test_lookups_on_a_closed_store_raise(tmp_path, impl):
     s = open_store(tmp_path / "store", impl)
     r = s.put("TopicE", b"x", keys="k", queue_id=0)
     s.close()
-    for call in (lambda: s.query_by_key("TopicE", "k"), lambda: s.query_by_unique_key("TopicE", r.unique_key),
-                 lambda: s.get_by_queue_offset("TopicE", 0, 0), lambda: s.get_by_msg_id(r.msg_id)):
+    for call in (
+        lambda: s.query_by_key("TopicE", "k"),
+        lambda: s.query_by_unique_key("TopicE", r.unique_key),
+        lambda: s.get_by_queue_offset("TopicE", 0, 0),
+        lambda: s.get_by_msg_id(r.msg_id),
+    ):
         with pytest.raises(StoreClosedError):
             call()

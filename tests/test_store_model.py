@@ -14,8 +14,13 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from rocketstore import GetMessageStatus, Message, MessageStore
 from rocketstore._codec_py import java_hash
@@ -23,11 +28,18 @@ from rocketstore.errors import MessageNotFoundError
 
 S = GetMessageStatus
 CQ_UNITS = 8
-OPTIONS = dict(commitlog_file_size=16 * 1024, consume_queue_units=CQ_UNITS, index_slots=16,
-               index_count=32, store_host="10.0.0.7", store_port=10911, default_queues=2)
+OPTIONS = dict(
+    commitlog_file_size=16 * 1024,
+    consume_queue_units=CQ_UNITS,
+    index_slots=16,
+    index_count=32,
+    store_host="10.0.0.7",
+    store_port=10911,
+    default_queues=2,
+)
 TX_MASK, PREPARED, ROLLBACK = 0x0C, 0x04, 0x0C
 
-TOPICS = ["TopicA", "Aa", "BB"]                 # "Aa#k" and "BB#k" collide in the index
+TOPICS = ["TopicA", "Aa", "BB"]  # "Aa#k" and "BB#k" collide in the index
 GROUPS = ["g1", "g2"]
 KEYS = ["k1", "k2", "Aa", "BB", "AaBB", "BBAa", "OrderID1yoiddi"]
 TAGS = [None, "TagA", "Aa", "BB", "Aa", "BB"]
@@ -50,8 +62,18 @@ def index_hash(topic, key):
 class Rec:
     """One stored record as the model knows it."""
 
-    __slots__ = ("topic", "queue_id", "queue_offset", "body", "tags", "keys", "sys_flag",
-                 "commitlog_offset", "msg_id", "unique_key")
+    __slots__ = (
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "body",
+        "tags",
+        "keys",
+        "sys_flag",
+        "commitlog_offset",
+        "msg_id",
+        "unique_key",
+    )
 
     def __init__(self, topic, body, tags, keys, sys_flag, result):
         self.topic, self.body, self.tags, self.sys_flag = topic, bytes(body), tags, sys_flag
@@ -76,8 +98,14 @@ class Rec:
 
 
 def check_same(m, rec):
-    assert (m.topic, m.body, m.tags, m.commitlog_offset, m.msg_id, m.unique_key) == \
-        (rec.topic, rec.body, rec.tags, rec.commitlog_offset, rec.msg_id, rec.unique_key), (m, rec)
+    assert (m.topic, m.body, m.tags, m.commitlog_offset, m.msg_id, m.unique_key) == (
+        rec.topic,
+        rec.body,
+        rec.tags,
+        rec.commitlog_offset,
+        rec.msg_id,
+        rec.unique_key,
+    ), (m, rec)
     assert m.keys == (" ".join(rec.keys) if rec.keys else None)
     assert m.sys_flag & TX_MASK == rec.sys_flag & TX_MASK
     if rec.consumable:
@@ -99,8 +127,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.path = os.path.join(self.dir, "store")
         self.store = MessageStore(self.path, implementation=self.IMPL, **OPTIONS)
         self.records = []
-        self.queues = {}        # (topic, queue_id) -> [Rec] in queue order
-        self.offsets = {}       # (group, topic, queue_id) -> committed offset
+        self.queues = {}  # (topic, queue_id) -> [Rec] in queue order
+        self.offsets = {}  # (group, topic, queue_id) -> committed offset
 
     def teardown(self):
         try:
@@ -133,11 +161,16 @@ class StoreMachine(RuleBasedStateMachine):
         for k, body in enumerate(batch):
             self._stored(topic, body, tags, None, 0, b[k])
 
-    @rule(items=st.lists(st.tuples(topics, queue_ids, bodies, tags_st, keys_st, sys_flags),
-                         min_size=1, max_size=4))
+    @rule(
+        items=st.lists(
+            st.tuples(topics, queue_ids, bodies, tags_st, keys_st, sys_flags), min_size=1, max_size=4
+        )
+    )
     def put_messages(self, items):
-        msgs = [Message(t, body, tags=tags, keys=keys, queue_id=q, sys_flag=f)
-                for t, q, body, tags, keys, f in items]
+        msgs = [
+            Message(t, body, tags=tags, keys=keys, queue_id=q, sys_flag=f)
+            for t, q, body, tags, keys, f in items
+        ]
         results = self.store.put_messages(msgs)
         for (t, _q, body, tags, keys, f), r in zip(items, results):
             self._stored(t, body, tags, keys, f, r)
@@ -149,9 +182,14 @@ class StoreMachine(RuleBasedStateMachine):
 
     # -- queries ------------------------------------------------------------------------------
 
-    @rule(group=st.sampled_from(GROUPS), topic=topics, qid=st.integers(0, 2),
-          where=st.one_of(st.none(), st.integers(0, 12)), max_msgs=st.integers(1, 8),
-          expression=st.sampled_from(EXPRESSIONS))
+    @rule(
+        group=st.sampled_from(GROUPS),
+        topic=topics,
+        qid=st.integers(0, 2),
+        where=st.one_of(st.none(), st.integers(0, 12)),
+        max_msgs=st.integers(1, 8),
+        expression=st.sampled_from(EXPRESSIONS),
+    )
     def get_message(self, group, topic, qid, where, max_msgs, expression):
         queue = self.queues.get((topic, qid), [])
         r = self.store.get_message(group, topic, qid, offset=where, max_msgs=max_msgs, tags=expression)
@@ -178,15 +216,16 @@ class StoreMachine(RuleBasedStateMachine):
         assert list(r.queue_offsets) == [rec.queue_offset for rec in expected]
         if len(expected) == max_msgs:
             assert nxt == expected[-1].queue_offset + 1
-        else:   # the scan ran to the queue's end or stopped at a ConsumeQueue file end
+        else:  # the scan ran to the queue's end or stopped at a ConsumeQueue file end
             assert nxt == hi or nxt % CQ_UNITS == 0, (offset, nxt, hi)
         assert r.status is (S.FOUND if expected else S.NO_MATCHED_MESSAGE)
 
     @rule(topic=topics, key=st.sampled_from(KEYS))
     def query_by_key(self, topic, key):
         found = self.store.query_by_key(topic, key, max_num=64)
-        expected = [rec for rec in self.records
-                    if rec.topic == topic and rec.indexed and key in (rec.keys or [])]
+        expected = [
+            rec for rec in self.records if rec.topic == topic and rec.indexed and key in (rec.keys or [])
+        ]
         offsets = [m.commitlog_offset for m in found]
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), offsets
         by_offset = {rec.commitlog_offset: rec for rec in expected}
@@ -194,9 +233,14 @@ class StoreMachine(RuleBasedStateMachine):
             assert m.commitlog_offset in by_offset, (m, key)
             check_same(m, by_offset[m.commitlog_offset])
         target = index_hash(topic, key)
-        same_hash = sum(1 for rec in self.records if rec.indexed
-                        for k in rec.index_keys() if index_hash(rec.topic, k) == target)
-        if same_hash <= 64:      # an index walk of 64 hash hits sees every candidate
+        same_hash = sum(
+            1
+            for rec in self.records
+            if rec.indexed
+            for k in rec.index_keys()
+            if index_hash(rec.topic, k) == target
+        )
+        if same_hash <= 64:  # an index walk of 64 hash hits sees every candidate
             assert offsets == [rec.commitlog_offset for rec in expected], (key, expected)
 
     @precondition(lambda self: self.records)
@@ -251,8 +295,12 @@ class StoreMachine(RuleBasedStateMachine):
             assert self.store.max_queue_offset(topic, qid) == len(queue)
 
 
-SETTINGS = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 def test_store_agrees_with_the_model(impl):

@@ -56,10 +56,14 @@ def _project_with_a_config_dir(root):
     (root / "config" / "settings.yaml").write_text("debug: true\n")
 
 
-FOREIGN = {"a project's config/ only": _project_with_a_config_dir, "tensorflow checkpoint dir": _tensorflow, "a copy of /etc": _etc,
-           "store names, foreign content": _store_names_with_foreign_content,
-           "commitlog/ with foreign files": _commitlog_with_foreign_files,
-           "commitlog is a file": _commitlog_is_a_file}
+FOREIGN = {
+    "a project's config/ only": _project_with_a_config_dir,
+    "tensorflow checkpoint dir": _tensorflow,
+    "a copy of /etc": _etc,
+    "store names, foreign content": _store_names_with_foreign_content,
+    "commitlog/ with foreign files": _commitlog_with_foreign_files,
+    "commitlog is a file": _commitlog_is_a_file,
+}
 
 
 @pytest.mark.parametrize("read_only", [False, True])
@@ -102,9 +106,16 @@ def test_a_missing_directory_becomes_a_store(tmp_path, impl):
     assert (tmp_path / "a" / "b" / "commitlog").is_dir()
 
 
-@pytest.mark.parametrize("files", [("config/", "lock", "abort"), ("config/", "lock", "abort", "checkpoint"),
-                                   ("config/", "config/topics.json", "config/topics.json.tmp", "lock", "abort"),
-                                   ("config/", "lock", "abort", "checkpoint", "commitlog/"), ("config/",)])
+@pytest.mark.parametrize(
+    "files",
+    [
+        ("config/", "lock", "abort"),
+        ("config/", "lock", "abort", "checkpoint"),
+        ("config/", "config/topics.json", "config/topics.json.tmp", "lock", "abort"),
+        ("config/", "lock", "abort", "checkpoint", "commitlog/"),
+        ("config/",),
+    ],
+)
 def test_a_store_killed_before_its_first_segment_reopens(tmp_path, impl, files):
     root = tmp_path / "store"
     root.mkdir()

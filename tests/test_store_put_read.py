@@ -15,8 +15,13 @@ PORT = 10911
 
 @pytest.fixture
 def store(tmp_path, impl):
-    s = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT,
-                     store_host=HOST, store_port=PORT)
+    s = MessageStore(
+        tmp_path / "store",
+        implementation=impl.name,
+        commitlog_file_size=SEGMENT,
+        store_host=HOST,
+        store_port=PORT,
+    )
     yield s
     s.close()
 
@@ -27,8 +32,14 @@ def test_store_uses_the_requested_implementation(store, impl):
 
 def test_put_then_read_round_trips_body_topic_tags_keys_properties_and_flag(store):
     body = bytes(range(256)) * 3
-    r = store.put("TopicTest", body, tags="TagA", keys="order-1",
-                  properties={"color": "blue", "ünï": "cödé"}, flag=0x1234)
+    r = store.put(
+        "TopicTest",
+        body,
+        tags="TagA",
+        keys="order-1",
+        properties={"color": "blue", "ünï": "cödé"},
+        flag=0x1234,
+    )
     assert r.status is PutStatus.PUT_OK and r.ok
     m = store.read(r.commitlog_offset)
     assert m.body == body and isinstance(m.body, bytes)
@@ -79,8 +90,10 @@ def test_put_results_offsets_sizes_timestamps_and_ids_are_consistent(store, rng)
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     for a, b in zip(results, results[1:]):
         # the next record starts right after the previous one, or at the next segment's start
-        assert b.commitlog_offset in (a.commitlog_offset + a.size,
-                                      (a.commitlog_offset // SEGMENT + 1) * SEGMENT)
+        assert b.commitlog_offset in (
+            a.commitlog_offset + a.size,
+            (a.commitlog_offset // SEGMENT + 1) * SEGMENT,
+        )
         assert b.store_timestamp >= a.store_timestamp
     assert len({r.unique_key for r in results}) == len(results)
     host_raw = socket.inet_aton(HOST)
@@ -117,8 +130,17 @@ def test_unique_key_given_by_the_caller_is_kept(store):
 
 
 def test_put_accepts_a_message_object(store):
-    r = store.put(Message("TopicMsg", b"object body", tags="TagM", keys=["a", "b"],
-                          properties={"p": "1"}, flag=9, queue_id=1))
+    r = store.put(
+        Message(
+            "TopicMsg",
+            b"object body",
+            tags="TagM",
+            keys=["a", "b"],
+            properties={"p": "1"},
+            flag=9,
+            queue_id=1,
+        )
+    )
     m = store.read(r.commitlog_offset)
     assert (r.queue_id, m.queue_id) == (1, 1)
     assert (m.body, m.tags, m.keys, m.properties["p"], m.flag) == (b"object body", "TagM", "a b", "1", 9)
@@ -152,9 +174,10 @@ def test_zero_copy_read_gives_a_memoryview_equal_to_the_body(store):
 
 
 def test_zero_copy_body_stays_valid_after_the_store_closes(tmp_path, impl, rng):
-    s = MessageStore(tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT,
-                     store_host=HOST)
-    bodies = [rng.randbytes(rng.randrange(1, 3000)) for _ in range(60)]   # several segments
+    s = MessageStore(
+        tmp_path / "store", implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST
+    )
+    bodies = [rng.randbytes(rng.randrange(1, 3000)) for _ in range(60)]  # several segments
     results = [s.put("TopicZC", b) for b in bodies]
     views = [s.read(r.commitlog_offset, zero_copy=True).body for r in results]
     iterated = [m.body for m in s.iter_messages(zero_copy=True)]

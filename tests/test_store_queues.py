@@ -20,15 +20,14 @@ from rocketstore._codec_py import java_hash
 from rocketstore.configfiles import loads_fastjson
 from rocketstore.consume import GetMessageResult
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
-from rocketstore.errors import (InvalidMessageError, MessageNotFoundError, StoreClosedError,
-                                StoreReadOnlyError)
+from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError, StoreReadOnlyError
 
 S = GetMessageStatus
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 PORT = 10911
-CQ_UNITS = 64                     # units per ConsumeQueue file in these tests: rolls every 64
-UNIT = struct.Struct(">qiq")      # §4.1: commitlog offset, size, tagsCode, big-endian
+CQ_UNITS = 64  # units per ConsumeQueue file in these tests: rolls every 64
+UNIT = struct.Struct(">qiq")  # §4.1: commitlog offset, size, tagsCode, big-endian
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 
 
@@ -53,8 +52,10 @@ def bodies_of(result):
 
 def put_tagged(store, topic, tags, queue_id=0):
     """One message per entry of ``tags`` into (topic, queue_id); body b"<i>:<tag>"."""
-    return [store.put(topic, b"%d:%s" % (i, (t or "").encode()), tags=t, queue_id=queue_id)
-            for i, t in enumerate(tags)]
+    return [
+        store.put(topic, b"%d:%s" % (i, (t or "").encode()), tags=t, queue_id=queue_id)
+        for i, t in enumerate(tags)
+    ]
 
 
 def cq_file(root, topic, queue_id, start_unit=0):
@@ -62,6 +63,7 @@ def cq_file(root, topic, queue_id, start_unit=0):
 
 
 # -- statuses and next_begin_offset (§11) -------------------------------------------------------
+
 
 def test_result_types_are_the_consume_modules(store):
     store.put("TopicS", b"x", queue_id=0)
@@ -112,12 +114,12 @@ def test_offset_at_max_is_overflow_one_and_past_max_is_overflow_badly(store):
     assert one.status is S.OFFSET_OVERFLOW_ONE and one.next_begin_offset == 10 and one.messages == []
     badly = store.get_message("g", "TopicS", 0, offset=11)
     assert badly.status is S.OFFSET_OVERFLOW_BADLY and badly.messages == []
-    assert badly.next_begin_offset == 0      # 4.3: min when min == 0
+    assert badly.next_begin_offset == 0  # 4.3: min when min == 0
     assert (badly.min_offset, badly.max_offset) == (0, 10)
 
 
 def test_pulling_until_overflow_one_yields_every_message_once_across_cq_files(store):
-    put_tagged(store, "TopicS", ["T"] * 150)               # 3 ConsumeQueue files of 64 units
+    put_tagged(store, "TopicS", ["T"] * 150)  # 3 ConsumeQueue files of 64 units
     seen, offset = [], 0
     for _ in range(200):
         r = store.get_message("g", "TopicS", 0, offset=offset, max_msgs=32)
@@ -147,8 +149,8 @@ def test_offset_below_min_is_offset_too_small_after_the_queue_is_rebuilt_without
         results = [s.put("TopicS", b"m%03d" % i + bytes(300), queue_id=0) for i in range(40)]
     first_segment = path / "commitlog" / f"{0:020d}"
     assert first_segment.exists() and (path / "commitlog" / f"{4096:020d}").exists()
-    first_segment.unlink()                       # retention removed the oldest segment
-    for d in ("consumequeue", "index"):          # and the queues are rebuilt from what is left
+    first_segment.unlink()  # retention removed the oldest segment
+    for d in ("consumequeue", "index"):  # and the queues are rebuilt from what is left
         shutil.rmtree(path / d, ignore_errors=True)
     survivors = [r for r in results if r.commitlog_offset >= 4096]
     lowest = survivors[0].queue_offset
@@ -158,7 +160,7 @@ def test_offset_below_min_is_offset_too_small_after_the_queue_is_rebuilt_without
         assert s.max_queue_offset("TopicS", 0) == 40
         r = s.get_message("g", "TopicS", 0, offset=0)
         assert r.status is S.OFFSET_TOO_SMALL and r.next_begin_offset == lowest and r.messages == []
-        r = s.get_message("g", "TopicS", 0)      # no committed offset: starts at min
+        r = s.get_message("g", "TopicS", 0)  # no committed offset: starts at min
         assert r.status is S.FOUND and r.messages[0].queue_offset == lowest
         assert r.messages[0].commitlog_offset == survivors[0].commitlog_offset
 
@@ -177,6 +179,7 @@ def test_min_offset_follows_the_commitlog_min_offset_after_retention_on_reopen(t
 
 
 # -- tag filters (§4.3) -------------------------------------------------------------------------
+
 
 def test_tag_expression_selects_tags_and_consumes_the_filtered_units(store):
     tags = ["TagA", "TagB", "TagC", "TagA", None, "TagC", "TagB"]
@@ -233,6 +236,7 @@ def test_longer_constructed_collisions_are_rechecked(store):
 
 # -- get_units and queue_units ------------------------------------------------------------------
 
+
 def test_get_units_returns_units_not_messages(store):
     results = put_tagged(store, "TopicU", ["TagA", "TagB", "TagA"])
     r = store.get_units("TopicU", 0, 0)
@@ -251,7 +255,7 @@ def test_get_units_returns_units_not_messages(store):
 def test_get_units_filters_by_tags_code_only_so_a_collision_passes(store):
     put_tagged(store, "TopicU", ["Aa", "BB", "TagZ"])
     r = store.get_units("TopicU", 0, 0, tags="Aa")
-    assert list(r.queue_offsets) == [0, 1]          # documented: the caller re-checks the tags
+    assert list(r.queue_offsets) == [0, 1]  # documented: the caller re-checks the tags
 
 
 def test_queue_units_is_a_read_only_view_that_loops_across_cq_files(store):
@@ -270,7 +274,7 @@ def test_queue_units_is_a_read_only_view_that_loops_across_cq_files(store):
     assert got == expected
     assert len(store.queue_units("TopicU", 0, 150, 10)) == 0
     first = store.queue_units("TopicU", 0, 60, 50)
-    assert 4 <= len(first) <= 50                    # may stop at the end of the first file
+    assert 4 <= len(first) <= 50  # may stop at the end of the first file
 
 
 def test_queue_units_view_survives_close(tmp_path, impl):
@@ -283,6 +287,7 @@ def test_queue_units_view_survives_close(tmp_path, impl):
 
 # -- queue bounds ---------------------------------------------------------------------------------
 
+
 def test_min_and_max_queue_offset(store):
     assert (store.min_queue_offset("Nope", 0), store.max_queue_offset("Nope", 0)) == (0, 0)
     put_tagged(store, "TopicB", ["T"] * 7, queue_id=2)
@@ -294,6 +299,7 @@ def test_min_and_max_queue_offset(store):
 
 
 # -- consumer offsets (§10) -------------------------------------------------------------------------
+
 
 def test_committed_offset_is_minus_one_until_committed(store):
     assert store.committed_offset("g", "TopicO", 0) == -1
@@ -326,7 +332,7 @@ def test_offsets_persist_as_fastjson_on_close_and_come_back(tmp_path, impl):
         s.commit_offset("other", "TopicO", 1, 2)
     text = (path / "config" / "consumerOffset.json").read_text("utf-8")
     assert loads_fastjson(text) == {"offsetTable": {"TopicO@grp": {0: 5, 1: 7}, "TopicO@other": {1: 2}}}
-    assert re.search(r"\{0:5,1:7\b", text), text                   # unquoted integer keys
+    assert re.search(r"\{0:5,1:7\b", text), text  # unquoted integer keys
     assert '"0"' not in text
     with open_store(path, impl) as s:
         assert s.committed_offset("grp", "TopicO", 0) == 5
@@ -351,7 +357,9 @@ def test_a_java_written_offset_file_with_tabs_and_unquoted_keys_loads(tmp_path, 
     (path / "config").mkdir(parents=True)
     (path / "config" / "consumerOffset.json").write_text(
         '{\n\t"offsetTable":{\n\t\t"TopicJ@groupJ":{0:12,1:15,3:7\n\t\t},'
-        '\n\t\t"%RETRY%groupJ@groupJ":{0:0\n\t\t}\n\t}\n}', "utf-8")
+        '\n\t\t"%RETRY%groupJ@groupJ":{0:0\n\t\t}\n\t}\n}',
+        "utf-8",
+    )
     with open_store(path, impl) as s:
         assert s.committed_offset("groupJ", "TopicJ", 0) == 12
         assert s.committed_offset("groupJ", "TopicJ", 1) == 15
@@ -378,36 +386,40 @@ def test_a_read_only_store_reads_offsets_and_refuses_commits(tmp_path, impl):
 
 # -- the ConsumeQueue files (§4.1) ---------------------------------------------------------------
 
+
 def test_cq_file_holds_big_endian_units_and_rolls_by_units(tmp_path, impl):
     path = tmp_path / "store"
-    tags = [None, "TagA", "polygenelubricants", "ü😀"] * 25             # 100 units
-    assert java_hash("polygenelubricants") == -(1 << 31)               # sign-extended on disk
+    tags = [None, "TagA", "polygenelubricants", "ü😀"] * 25  # 100 units
+    assert java_hash("polygenelubricants") == -(1 << 31)  # sign-extended on disk
     with open_store(path, impl) as s:
         results = put_tagged(s, "TopicCQ", tags, queue_id=1)
-    expected = b"".join(UNIT.pack(r.commitlog_offset, r.size, java_hash(t) if t else 0)
-                        for r, t in zip(results, tags))
+    expected = b"".join(
+        UNIT.pack(r.commitlog_offset, r.size, java_hash(t) if t else 0) for r, t in zip(results, tags)
+    )
     first = cq_file(path, "TopicCQ", 1, 0)
     second = cq_file(path, "TopicCQ", 1, CQ_UNITS)
     assert second.name == "00000000000000001280"
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name, second.name]
     assert first.stat().st_size == second.stat().st_size == CQ_UNITS * 20
     data = first.read_bytes() + second.read_bytes()
-    assert data[:100 * 20] == expected
-    assert data[100 * 20:] == bytes(28 * 20)                           # the rest of file 2 is zero
-    assert data[2 * 20 + 12:2 * 20 + 20] == bytes.fromhex("FFFFFFFF80000000")
+    assert data[: 100 * 20] == expected
+    assert data[100 * 20 :] == bytes(28 * 20)  # the rest of file 2 is zero
+    assert data[2 * 20 + 12 : 2 * 20 + 20] == bytes.fromhex("FFFFFFFF80000000")
 
 
 def test_cq_files_are_written_while_open(tmp_path, impl):
     path = tmp_path / "store"
     with open_store(path, impl) as s:
         results = put_tagged(s, "TopicCQ", ["TagA"] * 3)
-        assert s.max_queue_offset("TopicCQ", 0) == 3                   # dispatch caught up
+        assert s.max_queue_offset("TopicCQ", 0) == 3  # dispatch caught up
         data = cq_file(path, "TopicCQ", 0).read_bytes()
-        assert data[:60] == b"".join(UNIT.pack(r.commitlog_offset, r.size, java_hash("TagA"))
-                                     for r in results)
+        assert data[:60] == b"".join(
+            UNIT.pack(r.commitlog_offset, r.size, java_hash("TagA")) for r in results
+        )
 
 
 # -- batches, put_messages, transactions (§4.2) ---------------------------------------------------
+
 
 def test_put_batch_is_dispatched_in_order(store):
     bodies = [b"batch-%d" % i for i in range(20)]
@@ -429,27 +441,34 @@ def test_put_messages_across_topics_is_dispatched_per_queue(store):
     results = store.put_messages(msgs)
     for topic_index in range(3):
         for qid in range(2):
-            expect = [(m.body, r.commitlog_offset) for m, r in zip(msgs, results)
-                      if m.topic == f"TopicM{topic_index}" and m.queue_id == qid]
+            expect = [
+                (m.body, r.commitlog_offset)
+                for m, r in zip(msgs, results)
+                if m.topic == f"TopicM{topic_index}" and m.queue_id == qid
+            ]
             r = store.get_message("g", f"TopicM{topic_index}", qid, offset=0)
             assert [(m.body, m.commitlog_offset) for m in r.messages] == expect
 
 
 def test_prepared_and_rollback_records_are_not_in_any_queue(store):
-    results = store.put_messages([
-        Message("TopicTx", b"prepared", keys="kp", queue_id=0, sys_flag=0x4),
-        Message("TopicTx", b"normal", keys="kn", queue_id=0),
-        Message("TopicTx", b"rollback", keys="kr", queue_id=0, sys_flag=0xC),
-        Message("TopicTx", b"commit", keys="kc", queue_id=0, sys_flag=0x8),
-    ])
+    results = store.put_messages(
+        [
+            Message("TopicTx", b"prepared", keys="kp", queue_id=0, sys_flag=0x4),
+            Message("TopicTx", b"normal", keys="kn", queue_id=0),
+            Message("TopicTx", b"rollback", keys="kr", queue_id=0, sys_flag=0xC),
+            Message("TopicTx", b"commit", keys="kc", queue_id=0, sys_flag=0x8),
+        ]
+    )
     single = store.put(Message("TopicTx", b"prepared2", queue_id=0, sys_flag=0x4))
     after = store.put("TopicTx", b"after", queue_id=0)
     r = store.get_message("g", "TopicTx", 0, offset=0)
     assert bodies_of(r) == [b"normal", b"commit", b"after"]
     assert list(r.queue_offsets) == [0, 1, 2]
-    assert [x.commitlog_offset for x in r.messages] == [results[1].commitlog_offset,
-                                                       results[3].commitlog_offset,
-                                                       after.commitlog_offset]
+    assert [x.commitlog_offset for x in r.messages] == [
+        results[1].commitlog_offset,
+        results[3].commitlog_offset,
+        after.commitlog_offset,
+    ]
     assert store.max_queue_offset("TopicTx", 0) == 3
     # still in the CommitLog: readable by offset and id
     assert store.read(results[0].commitlog_offset).body == b"prepared"
@@ -464,6 +483,7 @@ def test_prepared_and_rollback_records_are_not_in_any_queue(store):
 
 
 # -- read-your-writes -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dispatch_interval_ms", [0, 10])
 def test_every_put_is_visible_to_every_lookup_when_it_returns(tmp_path, impl, dispatch_interval_ms):
@@ -508,7 +528,7 @@ def test_read_your_writes_from_several_threads(tmp_path, impl):
                     assert [x.body for x in s.query_by_key("TopicThreads", f"th{t}-{i}")] == [body]
                     assert s.query_by_unique_key("TopicThreads", r.unique_key).body == body
                     s.commit_offset(f"grp{t}", "TopicThreads", t, i + 1)
-            except BaseException as exc:   # reported by the main thread
+            except BaseException as exc:  # reported by the main thread
                 errors.append((t, exc))
 
         threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
@@ -526,11 +546,12 @@ def test_read_your_writes_from_several_threads(tmp_path, impl):
 
 # -- reopening --------------------------------------------------------------------------------------
 
+
 def test_reopen_keeps_queues_offsets_and_continues(tmp_path, impl, rng):
     path = tmp_path / "store"
     expected = {}
     with open_store(path, impl) as s:
-        for i in range(300):
+        for _i in range(300):
             topic = rng.choice(["TopicR1", "TopicR2"])
             qid = rng.randrange(3)
             body = rng.randbytes(rng.randrange(0, 200))
@@ -549,7 +570,7 @@ def test_reopen_keeps_queues_offsets_and_continues(tmp_path, impl, rng):
     # the queue files hold each unit once: nothing dispatched twice over the reopen
     n = len(expected[("TopicR1", 0)]) + 1
     units = b"".join(p.read_bytes() for p in sorted(cq_file(path, "TopicR1", 0).parent.iterdir()))
-    assert units[n * 20:] == bytes(len(units) - n * 20)
+    assert units[n * 20 :] == bytes(len(units) - n * 20)
     assert all(UNIT.unpack_from(units, i * 20)[1] > 0 for i in range(n))
 
 
@@ -571,7 +592,7 @@ def test_reopen_after_a_crash_redispatches_the_lost_tail(tmp_path, impl):
         results = put_tagged(s, "TopicCr", ["T"] * 40)
     f = cq_file(path, "TopicCr", 0)
     data = bytearray(f.read_bytes())
-    data[20 * 25:] = bytes(len(data) - 20 * 25)
+    data[20 * 25 :] = bytes(len(data) - 20 * 25)
     f.write_bytes(bytes(data))
     (path / "abort").write_bytes(b"")
     with open_store(path, impl) as s:
@@ -582,8 +603,10 @@ def test_reopen_after_a_crash_redispatches_the_lost_tail(tmp_path, impl):
 
 # -- argument checking ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs", [dict(max_msgs=0), dict(max_msgs="3"), dict(offset="0"),
-                                    dict(tags=5), dict(offset=1.0)])
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(max_msgs=0), dict(max_msgs="3"), dict(offset="0"), dict(tags=5), dict(offset=1.0)]
+)
 def test_bad_get_message_arguments_raise(store, kwargs):
     store.put("TopicA", b"x", queue_id=0)
     args = dict(offset=0)
@@ -592,16 +615,19 @@ def test_bad_get_message_arguments_raise(store, kwargs):
         store.get_message("g", "TopicA", 0, **args)
 
 
-@pytest.mark.parametrize("call", [
-    lambda s: s.get_message(None, "TopicA", 0),
-    lambda s: s.get_message("g", 5, 0),
-    lambda s: s.get_message("g", "TopicA", "0"),
-    lambda s: s.commit_offset("g", "TopicA", 0, "5"),
-    lambda s: s.commit_offset("g", "TopicA", 0, -2),
-    lambda s: s.commit_offset(3, "TopicA", 0, 1),
-    lambda s: s.queue_units("TopicA", 0, "0", 5),
-    lambda s: s.max_queue_offset(b"TopicA", 0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get_message(None, "TopicA", 0),
+        lambda s: s.get_message("g", 5, 0),
+        lambda s: s.get_message("g", "TopicA", "0"),
+        lambda s: s.commit_offset("g", "TopicA", 0, "5"),
+        lambda s: s.commit_offset("g", "TopicA", 0, -2),
+        lambda s: s.commit_offset(3, "TopicA", 0, 1),
+        lambda s: s.queue_units("TopicA", 0, "0", 5),
+        lambda s: s.max_queue_offset(b"TopicA", 0),
+    ],
+)
 def test_bad_queue_arguments_raise_type_or_invalid_message_errors(store, call):
     store.put("TopicA", b"x", queue_id=0)
     with pytest.raises((TypeError, InvalidMessageError)):
@@ -612,14 +638,19 @@ def test_queue_methods_on_a_closed_store_raise(tmp_path, impl):
     s = open_store(tmp_path / "store", impl)
     s.put("TopicA", b"x", queue_id=0)
     s.close()
-    for call in (lambda: s.get_message("g", "TopicA", 0), lambda: s.max_queue_offset("TopicA", 0),
-                 lambda: s.queue_units("TopicA", 0, 0, 1), lambda: s.commit_offset("g", "TopicA", 0, 1),
-                 lambda: s.committed_offset("g", "TopicA", 0)):
+    for call in (
+        lambda: s.get_message("g", "TopicA", 0),
+        lambda: s.max_queue_offset("TopicA", 0),
+        lambda: s.queue_units("TopicA", 0, 0, 1),
+        lambda: s.commit_offset("g", "TopicA", 0, 1),
+        lambda: s.committed_offset("g", "TopicA", 0),
+    ):
         with pytest.raises(StoreClosedError):
             call()
 
 
 # -- a read-only reader beside a writer ------------------------------------------------------------
+
 
 def check_prefix(ro, topic, queue_ids, bodies_of_queue):
     """The read-only store shows, per queue, the first k messages the writer wrote, nothing else."""
@@ -654,8 +685,14 @@ def writer_bodies(qid, n):
 
 
 def open_read_only(path, impl):
-    return MessageStore(path, read_only=True, implementation=impl.name,
-                        consume_queue_units=CQ_UNITS, index_slots=64, index_count=256)
+    return MessageStore(
+        path,
+        read_only=True,
+        implementation=impl.name,
+        consume_queue_units=CQ_UNITS,
+        index_slots=64,
+        index_count=256,
+    )
 
 
 def test_read_only_store_beside_a_writer_in_this_process_sees_a_prefix(tmp_path, impl):
@@ -710,8 +747,12 @@ def test_read_only_store_beside_a_writer_process_sees_a_prefix(tmp_path, impl):
     n = 30000
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(path), impl.name, str(n)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER_CHILD, str(path), impl.name, str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         first = child.stdout.readline()
         assert first == b"READY\n", child.stderr.read() if child.poll() is not None else first
@@ -735,11 +776,15 @@ def test_read_only_store_beside_a_writer_killed_mid_put_sees_only_whole_messages
     """kill -9 of the writer while readers open and read: every reader, before and after the
     kill, sees a prefix of whole, CRC-valid messages; the killed writer's store then recovers."""
     path = tmp_path / "store"
-    n = 200000                                   # more than it writes before the kill
+    n = 200000  # more than it writes before the kill
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    child = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, str(path), impl.name, str(n)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER_CHILD, str(path), impl.name, str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         assert child.stdout.readline() == b"READY\n", child.stderr.read()
         seen = []
@@ -758,8 +803,14 @@ def test_read_only_store_beside_a_writer_killed_mid_put_sees_only_whole_messages
         child.stdout.close()
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
-    assert seen == sorted(seen) and seen[-1] == seen[-2] > 0    # after the kill nothing moves
-    with MessageStore(path, implementation=impl.name, store_host="10.0.0.7", consume_queue_units=64,
-                      index_slots=64, index_count=256) as store:
+    assert seen == sorted(seen) and seen[-1] == seen[-2] > 0  # after the kill nothing moves
+    with MessageStore(
+        path,
+        implementation=impl.name,
+        store_host="10.0.0.7",
+        consume_queue_units=64,
+        index_slots=64,
+        index_count=256,
+    ) as store:
         assert not store.last_shutdown_clean
         assert check_prefix(store, "TopicW", (0, 1), lambda q: writer_bodies(q, n)) >= seen[-1]

@@ -50,6 +50,7 @@ def test_records_at_with_a_queue_refuses_units_that_name_another_message(impl, t
     """The Spark reader labels rows with the queue it reads: a unit pointing at another queue's
     record, or at the wrong position of its own, must not become a row."""
     from rocketstore.errors import ConsumeQueueDamagedError
+
     with MessageStore(tmp_path, implementation=impl.name, commitlog_file_size=8 * 1024) as store:
         store.create_topic("A", 2)
         store.create_topic("B", 1)
@@ -58,9 +59,15 @@ def test_records_at_with_a_queue_refuses_units_that_name_another_message(impl, t
         a, a_sizes = _units(store, "A", 1)
         b, b_sizes = _units(store, "B", 0)
         assert sum(len(r) for _b, _v, r in store.records_at(a, a_sizes, queue=("A", 1, 0))) == len(a)
-        assert sum(len(r) for _b, _v, r in store.records_at(a[5:], a_sizes[5:], queue=("A", 1, 5))) == len(a) - 5
-        for offsets, sizes, queue in [(b, b_sizes, ("A", 1, 0)), (a, a_sizes, ("A", 0, 0)),
-                                      (a, a_sizes, ("A", 1, 1)), (a[1:], a_sizes[1:], ("A", 1, 0))]:
+        assert (
+            sum(len(r) for _b, _v, r in store.records_at(a[5:], a_sizes[5:], queue=("A", 1, 5))) == len(a) - 5
+        )
+        for offsets, sizes, queue in [
+            (b, b_sizes, ("A", 1, 0)),
+            (a, a_sizes, ("A", 0, 0)),
+            (a, a_sizes, ("A", 1, 1)),
+            (a[1:], a_sizes[1:], ("A", 1, 0)),
+        ]:
             with pytest.raises(ConsumeQueueDamagedError):
                 list(store.records_at(offsets, sizes, queue=queue))
         mixed = np.sort(np.concatenate((a[:3], b[:1])))
@@ -73,6 +80,7 @@ def _put_spread_over_time(store, count):
     """``count`` messages round-robin over queues 0/1 of "A", a few milliseconds apart in groups,
     so store times repeat and grow; returns {queue_id: [store timestamps in queue order]}."""
     import time
+
     store.create_topic("A", 2)
     for i in range(count):
         store.put("A", b"m%d" % i, keys=f"k{i % 5} all", queue_id=i % 2)
@@ -93,7 +101,7 @@ def test_queue_offset_of_time_is_the_first_offset_stored_at_or_after(impl, tmp_p
             for ts in probes:
                 want = next((o for o, t in enumerate(stamps) if t >= ts), len(stamps))
                 assert store.queue_offset_of_time("A", q, ts) == want, (q, ts)
-        assert store.queue_offset_of_time("A", 7, 0) == 0         # no such queue
+        assert store.queue_offset_of_time("A", 7, 0) == 0  # no such queue
         assert store.queue_offset_of_time("Nope", 0, 0) == 0
     with MessageStore(tmp_path, implementation=impl.name, read_only=True) as store:
         stamps = times[1]
@@ -105,10 +113,11 @@ def test_key_offsets_lists_every_candidate_or_none_past_the_index_cap(impl, tmp_
     with MessageStore(tmp_path, implementation=impl.name) as store:
         _put_spread_over_time(store, 40)
         found = store.key_offsets("A", "k3")
-        assert [store.read(o).queue_offset * 2 + store.read(o).queue_id for o in found] == \
-            [i for i in range(40) if i % 5 == 3]
+        assert [store.read(o).queue_offset * 2 + store.read(o).queue_id for o in found] == [
+            i for i in range(40) if i % 5 == 3
+        ]
         assert store.key_offsets("A", "absent") == []
-        for i in range(70):
+        for _i in range(70):
             store.put("A", b"x", keys="many")
         assert store.key_offsets("A", "many") is None
     with MessageStore(tmp_path, implementation=impl.name, read_only=True) as store:
@@ -128,5 +137,8 @@ def test_scan_with_views_decodes_like_read(impl, tmp_path):
                 seen.append(m.commitlog_offset)
         assert seen == offsets and len(bases) > 1
         mid = offsets[50]
-        assert [base + int(r["position"]) for base, _v, rows in store.scan(mid, offsets[60], views=True)
-                for r in rows] == offsets[50:60]
+        assert [
+            base + int(r["position"])
+            for base, _v, rows in store.scan(mid, offsets[60], views=True)
+            for r in rows
+        ] == offsets[50:60]

@@ -44,7 +44,7 @@ def fill(store, rng, n, topic="TopicR"):
 def test_reopen_continues_queue_offsets_and_reads_every_message(tmp_path, impl, rng):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
-        bodies, results = fill(s, rng, 90)                          # several segments
+        bodies, results = fill(s, rng, 90)  # several segments
         s.put_batch("TopicBatch", [b"b%d" % i for i in range(7)], queue_id=2)
         offsets_before = s.queue_offsets()
         end_before = s.max_offset
@@ -123,7 +123,7 @@ def test_recover_keeps_a_damaged_record_the_checkpoint_vouched_for(tmp_path, imp
         assert s.read(results[-1].commitlog_offset).body == bodies[-1]
         assert [p["offset"] for p in s.verify()["problems"]] == [victim.commitlog_offset]
         r = s.put("TopicR", b"next")
-        assert r.commitlog_offset in (end, end - end % SEGMENT + SEGMENT)   # or the next segment's start
+        assert r.commitlog_offset in (end, end - end % SEGMENT + SEGMENT)  # or the next segment's start
 
 
 def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl, rng):
@@ -133,7 +133,7 @@ def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl, rng):
         queues_before = s.queue_offsets()
     last = results[-1]
     flip_byte(path, last.commitlog_offset + POS_BODY + len(bodies[-1]) // 2)
-    os.unlink(os.path.join(path, "checkpoint"))     # as if it crashed before checkpointing that record
+    os.unlink(os.path.join(path, "checkpoint"))  # as if it crashed before checkpointing that record
     with open_store(path, impl) as s:
         assert s.max_offset == last.commitlog_offset
         assert [m.body for m in s.iter_messages()] == bodies[:-1]
@@ -148,10 +148,12 @@ def test_recover_truncates_at_a_corrupted_last_record(tmp_path, impl, rng):
         assert [m.body for m in s.iter_messages()] == bodies[:-1] + [b"replacement"]
 
 
-def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earlier_segment(tmp_path, impl, rng):
+def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earlier_segment(
+    tmp_path, impl, rng
+):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
-        bodies, results = fill(s, rng, 150)                         # ~4 segments
+        bodies, results = fill(s, rng, 150)  # ~4 segments
         assert s.max_offset > 3 * SEGMENT
     victim_index = next(i for i, r in enumerate(results) if r.commitlog_offset >= SEGMENT) + 3
     victim = results[victim_index]
@@ -169,7 +171,7 @@ def test_recover_without_a_checkpoint_truncates_at_a_corrupted_record_in_an_earl
         # the bytes after the cut are gone, not just hidden
         with open(segment_path(path, victim.commitlog_offset), "rb") as f:
             data = f.read()
-        assert data[victim.commitlog_offset % SEGMENT:] == bytes(SEGMENT - victim.commitlog_offset % SEGMENT)
+        assert data[victim.commitlog_offset % SEGMENT :] == bytes(SEGMENT - victim.commitlog_offset % SEGMENT)
         new = [s.put("TopicR", b"new-%d" % i) for i in range(3)]
         assert new[0].commitlog_offset == victim.commitlog_offset
     with open_store(path, impl) as s:
@@ -200,7 +202,7 @@ def test_abort_file_marks_an_unclean_shutdown(tmp_path, impl):
         s.put("TopicA", b"x")
         assert (path / "abort").exists()
     assert not (path / "abort").exists()
-    (path / "abort").touch()                    # as a crash leaves it
+    (path / "abort").touch()  # as a crash leaves it
     with open_store(path, impl) as s:
         assert not s.last_shutdown_clean
         assert [m.body for m in s.iter_messages()] == [b"x"]
@@ -217,19 +219,20 @@ def test_failed_open_closes_the_segments_it_had_mapped(tmp_path, impl):
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         for _ in range(100):
-            s.put("TopicF", b"x" * 2000)                    # four segments
+            s.put("TopicF", b"x" * 2000)  # four segments
     names = sorted(os.listdir(path / "commitlog"))
     assert len(names) >= 3
     last = path / "commitlog" / names[-1]
-    os.truncate(last, SEGMENT // 2)                         # a segment of the wrong size
+    os.truncate(last, SEGMENT // 2)  # a segment of the wrong size
     before = _open_fds()
     for _ in range(5):
         with pytest.raises(StoreConfigError):
             open_store(path, impl, commitlog_file_size=SEGMENT)
     import gc
+
     gc.collect()
     assert _open_fds() == before, "a refused open leaked the descriptors of the segments it mapped"
-    os.truncate(last, SEGMENT)                              # repaired: the lock was released too
+    os.truncate(last, SEGMENT)  # repaired: the lock was released too
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         assert s.max_offset >= 3 * SEGMENT
 
@@ -272,22 +275,28 @@ def test_a_damaged_length_in_an_old_segment_is_stepped_over_and_never_stalls_the
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         bodies, results = fill(s, rng, 200)
-    assert results[-1].commitlog_offset >= 4 * SEGMENT       # the damaged segment is not re-scanned
+    assert results[-1].commitlog_offset >= 4 * SEGMENT  # the damaged segment is not re-scanned
     first_in_1 = next(r for r in results if r.commitlog_offset >= SEGMENT)
-    flip_byte(path, first_in_1.commitlog_offset)             # the high byte of its TOTALSIZE
+    flip_byte(path, first_in_1.commitlog_offset)  # the high byte of its TOTALSIZE
     for name in os.listdir(os.path.join(path, "consumequeue")):
-        shutil.rmtree(os.path.join(path, "consumequeue", name))   # the queues must be rebuilt
+        shutil.rmtree(os.path.join(path, "consumequeue", name))  # the queues must be rebuilt
     with open_store(path, impl, commitlog_file_size=SEGMENT) as s:
         fresh = s.put("Fresh", b"after the damage", queue_id=0)
         assert s.max_queue_offset("Fresh", 0) == 1
         kept = [r for r in results if r is not first_in_1]
-        units = {int(u["commitlog_offset"]) for (t, q), (lo, hi) in s.queues().items()
-                 for u in s.queue_units(t, q, lo, hi - lo)}
+        units = {
+            int(u["commitlog_offset"])
+            for (t, q), (lo, hi) in s.queues().items()
+            for u in s.queue_units(t, q, lo, hi - lo)
+        }
         assert {r.commitlog_offset for r in kept} <= units
         assert first_in_1.commitlog_offset not in units
         for r in kept[::7]:
-            m = s.get_by_queue_offset(r.topic if hasattr(r, "topic") else s.read(r.commitlog_offset).topic,
-                                      r.queue_id, r.queue_offset)
+            m = s.get_by_queue_offset(
+                r.topic if hasattr(r, "topic") else s.read(r.commitlog_offset).topic,
+                r.queue_id,
+                r.queue_offset,
+            )
             assert m.commitlog_offset == r.commitlog_offset
         assert s.verify()["problems"][0]["offset"] == first_in_1.commitlog_offset
     with open_store(path, impl, read_only=True) as s:
@@ -303,34 +312,44 @@ def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, 
     """Queues and index are rebuilt in steps, each recorded (checkpoint, index resume point): an
     open that dies half-way leaves the next one only the rest to do, and nothing twice."""
     import rocketstore.store as store_module
+
     path = str(tmp_path / "s")
     count = 2000
     with open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0) as store:
         for i in range(count):
             store.put(f"T{i % 3}", b"body-%d" % i, keys=f"key-{i}")
         end = store.max_offset
-    os.unlink(os.path.join(path, "checkpoint"))        # a crash before any checkpoint: rebuild it all
+    os.unlink(os.path.join(path, "checkpoint"))  # a crash before any checkpoint: rebuild it all
     open(os.path.join(path, "abort"), "wb").close()
     monkeypatch.setattr(store_module, "REBUILD_STEP", SEGMENT)
 
     def die_half_way(stage, done, total):
         if stage == "dispatch" and done * 2 >= total:
             raise _Interrupt()
+
     with pytest.raises(_Interrupt):
         open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0, progress=die_half_way)
     assert os.path.exists(os.path.join(path, "abort"))
 
     seen = {}
-    with open_store(path, impl, commitlog_file_size=SEGMENT, dispatch_interval_ms=0,
-                    progress=lambda stage, done, total: seen.__setitem__(stage, total)) as store:
-        assert 0 < seen["dispatch"] <= end // 2 + SEGMENT     # only what the first open had not done
+    with open_store(
+        path,
+        impl,
+        commitlog_file_size=SEGMENT,
+        dispatch_interval_ms=0,
+        progress=lambda stage, done, total: seen.__setitem__(stage, total),
+    ) as store:
+        assert 0 < seen["dispatch"] <= end // 2 + SEGMENT  # only what the first open had not done
         for i in range(0, count, 7):
             found = store.query_by_key(f"T{i % 3}", f"key-{i}")
             assert [m.body for m in found] == [b"body-%d" % i]  # found once: not indexed twice
         per_topic = {}
         for (topic, qid), (low, high) in store.queues().items():
             units = store.queue_units(topic, qid, low, high - low)
-            assert len(units) == high - low and (units["commitlog_offset"][1:] > units["commitlog_offset"][:-1]).all()
+            assert (
+                len(units) == high - low
+                and (units["commitlog_offset"][1:] > units["commitlog_offset"][:-1]).all()
+            )
             per_topic[topic] = per_topic.get(topic, 0) + len(units)
         assert per_topic == {f"T{t}": len(range(t, count, 3)) for t in range(3)}
         assert store.verify()["ok"]
@@ -346,8 +365,13 @@ def _recover_total(path, impl, **options):
     """Open read-only; returns (store, bytes its recovery scan covered: from its start to the
     last segment's end)."""
     seen = {}
-    store = open_store(path, impl, read_only=True, **options,
-                       progress=lambda stage, done, total: seen.setdefault(stage, total))
+    store = open_store(
+        path,
+        impl,
+        read_only=True,
+        **options,
+        progress=lambda stage, done, total: seen.setdefault(stage, total),
+    )
     return store, seen.get("recover", 0)
 
 
@@ -355,36 +379,41 @@ def test_a_read_only_open_scans_from_the_checkpoint_not_its_segment_start(tmp_pa
     """Below confirmPhyOffset the queues are complete and durable: a reader does not re-verify a
     large segment on every open (a Spark task opens the store once per partition)."""
     from rocketstore.checkpoint import Checkpoint
+
     path = str(tmp_path / "s")
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
-        bodies = [b"m%d-" % i + bytes(200) for i in range(300)]      # 300 records, one segment
+        bodies = [b"m%d-" % i + bytes(200) for i in range(300)]  # 300 records, one segment
         results = [store.put(f"T{i % 3}", b) for i, b in enumerate(bodies)]
         end = store.max_offset
     assert end < 4 * SEGMENT and Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset == end
     store, scanned = _recover_total(path, impl)
     with store:
-        assert scanned == _commitlog_end(path) - end       # from confirm, not from 0
+        assert scanned == _commitlog_end(path) - end  # from confirm, not from 0
         assert store.max_offset == end
         assert [store.read(r.commitlog_offset).body for r in results] == bodies
-        assert store.get_by_queue_offset("T2", results[-1].queue_id, results[-1].queue_offset).body == bodies[-1]
+        assert (
+            store.get_by_queue_offset("T2", results[-1].queue_id, results[-1].queue_offset).body == bodies[-1]
+        )
 
 
 def test_a_read_only_open_scans_the_segment_when_confirm_is_not_a_record_boundary(tmp_path, impl):
     """A checkpoint no queue unit ends at (a damaged file, a store edited by hand) is not trusted
     to start the scan: the reader scans from its segment's start and sees every message."""
     from rocketstore.checkpoint import Checkpoint
+
     path = str(tmp_path / "s")
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
         results = [store.put("T", b"x%d" % i) for i in range(50)]
         more = [store.put("T", b"y%d" % i) for i in range(50)]
     cp = Checkpoint(os.path.join(path, "checkpoint"))
-    cp.confirm_phy_offset = more[0].commitlog_offset + 7         # inside a record
+    cp.confirm_phy_offset = more[0].commitlog_offset + 7  # inside a record
     cp.flush()
     store, scanned = _recover_total(path, impl)
     with store:
-        assert scanned == _commitlog_end(path)      # from the segment's start
-        assert [store.read(r.commitlog_offset).body for r in results + more] == \
-            [b"x%d" % i for i in range(50)] + [b"y%d" % i for i in range(50)]
+        assert scanned == _commitlog_end(path)  # from the segment's start
+        assert [store.read(r.commitlog_offset).body for r in results + more] == [
+            b"x%d" % i for i in range(50)
+        ] + [b"y%d" % i for i in range(50)]
         assert sum(high - low for (topic, _q), (low, high) in store.queues().items() if topic == "T") == 100
 
 
@@ -393,6 +422,7 @@ def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(
     unit inside some queue (found by binary search), and the reader still sees everything."""
     path = str(tmp_path / "s")
     from rocketstore.checkpoint import Checkpoint
+
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT, dispatch_interval_ms=0) as w:
         first = [w.put("T", b"a%d" % i, queue_id=0) for i in range(40)]
         w._dispatcher.catch_up()
@@ -406,6 +436,7 @@ def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(
         store, scanned = _recover_total(path, impl)
         with store:
             assert scanned == _commitlog_end(path) - confirm
-            assert [m.body for m in store.get_message("g", "T", 0, 0, max_msgs=100).messages] == \
-                [b"a%d" % i for i in range(40)] + [b"b%d" % i for i in range(40)]
+            assert [m.body for m in store.get_message("g", "T", 0, 0, max_msgs=100).messages] == [
+                b"a%d" % i for i in range(40)
+            ] + [b"b%d" % i for i in range(40)]
         assert later

@@ -3,7 +3,6 @@
 import os
 import struct
 
-
 from rocketstore import MessageStore
 
 SEGMENT = 64 * 1024
@@ -144,7 +143,7 @@ def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path
         results = [store.put("TopicIt", rng.randbytes(rng.randrange(500, 3000))) for _ in range(80)]
         middle = results[len(results) // 2]
         tail = [m.commitlog_offset for m in store.iter_messages(middle.commitlog_offset)]
-        assert tail == [r.commitlog_offset for r in results[len(results) // 2:]]
+        assert tail == [r.commitlog_offset for r in results[len(results) // 2 :]]
         window_end = results[60].commitlog_offset
         window = [m.commitlog_offset for m in store.iter_messages(middle.commitlog_offset, window_end)]
-        assert window == [r.commitlog_offset for r in results[len(results) // 2:60]]
+        assert window == [r.commitlog_offset for r in results[len(results) // 2 : 60]]

@@ -6,8 +6,16 @@ import pytest
 from rocketstore import Message, MessageStore
 from rocketstore.errors import InvalidTopicError, SystemTopicError
 
-SYSTEM_TOPICS = ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "rmq_sys_wheel",
-                 "%RETRY%group-a", "%DLQ%group-a", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"]
+SYSTEM_TOPICS = [
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "rmq_sys_wheel",
+    "%RETRY%group-a",
+    "%DLQ%group-a",
+    "OFFSET_MOVED_EVENT",
+    "SELF_TEST_TOPIC",
+]
 
 PUTS = {
     "put": lambda s, t: s.put(t, b"x"),
@@ -45,14 +53,14 @@ def test_the_store_still_puts_into_system_topics_itself(store):
     store.put("TopicOk", b"delayed", delay_level=1)
     original = store.put("TopicOk", b"to retry")
     msg = store.read(original.commitlog_offset)
-    store.send_back("group-a", msg)                    # %RETRY%group-a via SCHEDULE_TOPIC_XXXX
-    store.send_back("group-a", msg, delay_level=-1)    # %DLQ%group-a
+    store.send_back("group-a", msg)  # %RETRY%group-a via SCHEDULE_TOPIC_XXXX
+    store.send_back("group-a", msg, delay_level=-1)  # %DLQ%group-a
     queues = store.queue_offsets()
     assert queues[("SCHEDULE_TOPIC_XXXX", 0)] == 1
     assert queues[("%DLQ%group-a", 0)] == 1
-    assert store.deliver_delayed(now=2**62) == 2           # to TopicOk and to %RETRY%group-a
+    assert store.deliver_delayed(now=2**62) == 2  # to TopicOk and to %RETRY%group-a
     assert store.queue_offsets()[("%RETRY%group-a", 0)] == 1
-    got = store.get_message("g", "%DLQ%group-a", 0, 0)     # reading a system topic stays allowed
+    got = store.get_message("g", "%DLQ%group-a", 0, 0)  # reading a system topic stays allowed
     assert [m.body for m in got.messages] == [b"to retry"]
 
 

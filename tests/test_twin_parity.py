@@ -26,7 +26,7 @@ def test_both_twins_export_the_same_names(twin):
         if inspect.isfunction(b) and not inspect.isclass(b):
             try:
                 sig = inspect.signature(a)
-            except (TypeError, ValueError):      # a builtin without a text signature
+            except (TypeError, ValueError):  # a builtin without a text signature
                 continue
             pure_params = [p.name for p in inspect.signature(b).parameters.values()]
             assert [p.name for p in sig.parameters.values()] == pure_params, name

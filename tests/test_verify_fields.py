@@ -19,7 +19,7 @@ from rocketstore import Message, MessageStore
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"
 N = 40
-TARGET = 20          # the record damaged: neighbours on both sides
+TARGET = 20  # the record damaged: neighbours on both sides
 
 
 def open_store(path, impl, **options):
@@ -38,8 +38,13 @@ def clean(tmp_path, impl):
     records = []
     with open_store(path, impl) as s:
         for i in range(N):
-            r = s.put("TopicA" if i % 3 else "TopicB", b"body %d" % i, tags="TagA",
-                      keys=f"k{i}", properties={"user": f"value-{i}"})
+            r = s.put(
+                "TopicA" if i % 3 else "TopicB",
+                b"body %d" % i,
+                tags="TagA",
+                keys=f"k{i}",
+                properties={"user": f"value-{i}"},
+            )
             records.append((r.commitlog_offset, r.size))
     return path, records
 
@@ -70,7 +75,7 @@ FIELDS = {
     "PREPAREDTRANSACTIONOFFSET": (lambda s, d: s + 79, 0x10),
     "BODY": (lambda s, d: _find(d, b"body", s, 200) + 2, 0x01),
     "TOPIC length": (lambda s, d: _find(d, b"Topic", s, 200) - 1, 0x01),
-    "TOPIC bad character": (lambda s, d: _find(d, b"Topic", s, 200) + 2, 0x4C),   # 'p' -> '<'
+    "TOPIC bad character": (lambda s, d: _find(d, b"Topic", s, 200) + 2, 0x4C),  # 'p' -> '<'
     "TOPIC other valid topic": (lambda s, d: _find(d, b"Topic", s, 200) + 5, 0x03),  # A -> B
     "PROPERTIES length": (lambda s, d: _find(d, b"Topic", s, 200) + 7, 0x01),
     "PROPERTIES not UTF-8": (lambda s, d: _find(d, b"value-", s, 200), 0x80),
@@ -81,13 +86,20 @@ FIELDS = {
 
 #: Damage the decoder itself sees (lengths, magic): a writable open treats what follows as a
 #: torn tail (recovery's business), so these are checked read-only only.
-STRUCTURAL = {"TOTALSIZE", "MAGICCODE", "SYSFLAG IPv6 born host", "SYSFLAG IPv6 store host",
-              "TOPIC length", "PROPERTIES length"}
+STRUCTURAL = {
+    "TOTALSIZE",
+    "MAGICCODE",
+    "SYSFLAG IPv6 born host",
+    "SYSFLAG IPv6 store host",
+    "TOPIC length",
+    "PROPERTIES length",
+}
 CASES = [(f, ro) for f in FIELDS for ro in (True, False) if ro or f not in STRUCTURAL]
 
 
-@pytest.mark.parametrize("field, read_only", CASES,
-                         ids=[f"{f}-{'read-only' if ro else 'writable'}" for f, ro in CASES])
+@pytest.mark.parametrize(
+    "field, read_only", CASES, ids=[f"{f}-{'read-only' if ro else 'writable'}" for f, ro in CASES]
+)
 def test_a_flipped_byte_in_a_checkable_field_is_reported(clean, tmp_path, impl, field, read_only):
     path, records = clean
     damaged = tmp_path / "damaged"
@@ -109,7 +121,7 @@ def test_verify_names_the_field_and_its_values(clean, tmp_path, impl):
     path, records = clean
     offset, _size = records[TARGET]
     data = bytearray(_segment(path).read_bytes())
-    data[offset + 57] ^= 0x01                        # the issue's 72059389494330416-like time
+    data[offset + 57] ^= 0x01  # the issue's 72059389494330416-like time
     data[offset + 35] ^= 0x08
     _segment(path).write_bytes(bytes(data))
     with open_store(path, impl, read_only=True) as s:
@@ -129,13 +141,15 @@ def test_a_clean_store_reports_ok(clean, impl):
 def test_a_store_written_with_an_injected_clock_reports_ok(tmp_path, impl):
     # a clock that jumps forward by days, stands still and goes back: store timestamps never
     # decrease in file order, and gaps between records are no damage
-    ticks = iter([1000, 1000, 5 * 86_400_000, 5 * 86_400_000 + 1, 3, 3, 40 * 86_400_000, 7,
-                  7 * 365 * 86_400_000, 12] + [7 * 365 * 86_400_000 + 5] * 100)
+    ticks = iter(
+        [1000, 1000, 5 * 86_400_000, 5 * 86_400_000 + 1, 3, 3, 40 * 86_400_000, 7, 7 * 365 * 86_400_000, 12]
+        + [7 * 365 * 86_400_000 + 5] * 100
+    )
     path = tmp_path / "s"
     with open_store(path, impl, clock=lambda: next(ticks)) as s:
         for i in range(10):
             s.put("TopicC", b"x%d" % i, tags="T")
-    with open_store(path, impl) as s:                # then the real clock
+    with open_store(path, impl) as s:  # then the real clock
         s.put("TopicC", b"real", tags="T")
         result = s.verify()
     assert result["ok"] is True, result["problems"]
@@ -145,7 +159,7 @@ def test_a_store_with_delayed_delivery_and_retries_reports_ok(tmp_path, impl):
     now = [1_700_000_000_000]
     path = tmp_path / "s"
     with open_store(path, impl, clock=lambda: now[0]) as s:
-        r = s.put(Message("TopicD", b"late", tags="T", properties={"p": "v"}), delay_level=3)
+        s.put(Message("TopicD", b"late", tags="T", properties={"p": "v"}), delay_level=3)
         s.put("TopicD", b"now", tags="T", keys="a b")
         now[0] += 10_000
         assert s.deliver_delayed() == 1
@@ -174,35 +188,43 @@ def test_cli_verify_exits_non_zero_on_a_header_flip(clean, impl):
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if impl.name == "py":
         env["ROCKETSTORE_NO_EXTENSIONS"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "rocketstore", "--store", str(path), "verify"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocketstore", "--store", str(path), "verify"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"offset {offset}: " in proc.stdout
 
 
 # ---- the RocketMQ 5.2+ CRC32 property (spec §1.6) ----
 
+
 def _raw_records(path):
     """(offset, record bytes) of every record in the store's first segment."""
     data = _segment(path).read_bytes()
     out, pos = [], 0
     while pos + 8 <= len(data):
-        size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-        if size <= 0 or int.from_bytes(data[pos + 4:pos + 8], "big") not in (0xDAA320A7,):
+        size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+        if size <= 0 or int.from_bytes(data[pos + 4 : pos + 8], "big") not in (0xDAA320A7,):
             break
-        out.append((pos, data[pos:pos + size]))
+        out.append((pos, data[pos : pos + size]))
         pos += size
     return out
 
 
 def test_prop_crc_digits_are_least_significant_first():
     from rocketstore._verify import prop_crc_digits
+
     assert prop_crc_digits(198614610) == b"0164168910"
     assert prop_crc_digits(0) == b"0" * 10 and prop_crc_digits(-1) == b"7463847412"
 
 
 def test_append_prop_crc_writes_a_crc_over_each_record_and_verify_checks_it(tmp_path, impl):
     import zlib
+
     now = [1_700_000_000_000]
     path = tmp_path / "s"
     with open_store(path, impl, append_prop_crc=True, clock=lambda: now[0]) as s:
@@ -222,10 +244,10 @@ def test_append_prop_crc_writes_a_crc_over_each_record_and_verify_checks_it(tmp_
         assert tail[:9] == b"__CRC32#\x01" and tail[-1:] == b"\x02", rec
         crc = zlib.crc32(rec[:-20]) & 0x7FFFFFFF
         assert tail[9:19] == str(crc).encode()[::-1].ljust(10, b"0")
-        assert rec.count(b"__CRC32#") == 1          # the delivered copy has only its own
+        assert rec.count(b"__CRC32#") == 1  # the delivered copy has only its own
     offset = records[3][0]
     data = bytearray(_segment(path).read_bytes())
-    data[offset + 19] ^= 0x01                       # FLAG: nothing else can see this
+    data[offset + 19] ^= 0x01  # FLAG: nothing else can see this
     _segment(path).write_bytes(bytes(data))
     with open_store(path, impl, read_only=True) as s:
         problems = s.verify()["problems"]
@@ -237,18 +259,36 @@ def test_prop_crc_is_off_by_default(clean):
     assert all(b"__CRC32#" not in rec for _o, rec in _raw_records(path))
 
 
-UTF8_SAMPLES = [b"", b"a\x01b\x02", "é😀".encode(), b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
-                b"\xe2\x82", b"ok\xe2\x82\xac", b"\xf0\x9f\x98\x80" * 3, b"12345678\xff", b"\x80",
-                b"abcdefgh" * 3 + b"\xc3", b"\xf5\x80\x80\x80", b"\xef\xbf\xbf", b"\xc2\x80"]
+UTF8_SAMPLES = [
+    b"",
+    b"a\x01b\x02",
+    "é😀".encode(),
+    b"\xc0\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xe2\x82",
+    b"ok\xe2\x82\xac",
+    b"\xf0\x9f\x98\x80" * 3,
+    b"12345678\xff",
+    b"\x80",
+    b"abcdefgh" * 3 + b"\xc3",
+    b"\xf5\x80\x80\x80",
+    b"\xef\xbf\xbf",
+    b"\xc2\x80",
+]
 TOPIC_SAMPLES = [b"TopicA", b"%RETRY%g-1|x", b"a#b", "é".encode(), b"a b", b"T" * 127]
 
 
 def test_field_problems_twins_agree_with_pythons_utf8_and_topic_rule():
     from rocketstore import _impl
     from rocketstore.message import is_valid_topic
+
     codecs = [_impl.get(name).codec for name in ("c", "py") if name == "py" or _impl.COMPILED]
-    buf = b"".join(codecs[-1].encode_record(topic=t, body=b"x", properties=p)
-                   for t in TOPIC_SAMPLES for p in UTF8_SAMPLES)
+    buf = b"".join(
+        codecs[-1].encode_record(topic=t, body=b"x", properties=p)
+        for t in TOPIC_SAMPLES
+        for p in UTF8_SAMPLES
+    )
     rows = codecs[-1].decode_batch(buf)[0]
     expected = []
     for t in TOPIC_SAMPLES:
@@ -274,8 +314,10 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
     with open_store(path, impl, append_prop_crc=True) as s:
         s.create_topic("TopicF", 1)
         r = s._core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
-        assert s.read(r.commitlog_offset).properties == {"a": "b", "__CRC32#": s.read(
-            r.commitlog_offset).properties["__CRC32#"]}
+        assert s.read(r.commitlog_offset).properties == {
+            "a": "b",
+            "__CRC32#": s.read(r.commitlog_offset).properties["__CRC32#"],
+        }
         assert s.verify()["ok"] is True
     [(_offset, rec)] = _raw_records(path)
     assert rec.endswith(b"a\x01b\x02__CRC32#\x01" + rec[-11:-1] + b"\x02")

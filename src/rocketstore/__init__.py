@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from rocketstore import errors
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
-from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
 from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, TagFilter
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
+from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
 from rocketstore.message import Message, MessageExt
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore, open_store
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 #: "c" when the compiled hot paths are in use, "py" for the pure-Python twins.
 IMPLEMENTATION = _DEFAULT.name
 
-if TYPE_CHECKING:     # the compiled twins have the same names and signatures (.pyi stubs)
+if TYPE_CHECKING:  # the compiled twins have the same names and signatures (.pyi stubs)
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
 else:
     PutResult = _DEFAULT.store.PutResult
@@ -36,10 +36,29 @@ decode_record = _DEFAULT.codec.decode_record
 decode_batch = _DEFAULT.codec.decode_batch
 
 __all__ = [
-    "MessageStore", "open_store", "StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path",
-    "Message", "MessageExt", "PutStatus", "GetMessageStatus", "Consumer", "GetMessageResult", "TagFilter",
-    "CQ_UNIT_DTYPE", "PutResult", "BatchPutResult", "PutFuture",
-    "IMPLEMENTATION", "crc32", "java_hash", "encode_record", "decode_record", "decode_batch",
+    "MessageStore",
+    "open_store",
+    "StoreConfig",
+    "ASYNC_FLUSH",
+    "SYNC_FLUSH",
+    "default_store_path",
+    "Message",
+    "MessageExt",
+    "PutStatus",
+    "GetMessageStatus",
+    "Consumer",
+    "GetMessageResult",
+    "TagFilter",
+    "CQ_UNIT_DTYPE",
+    "PutResult",
+    "BatchPutResult",
+    "PutFuture",
+    "IMPLEMENTATION",
+    "crc32",
+    "java_hash",
+    "encode_record",
+    "decode_record",
+    "decode_batch",
     "errors",
 ]
 __all__ += errors.__all__

@@ -10,15 +10,29 @@ import numpy as np
 
 from rocketstore.errors import InvalidMessageError, InvalidQueueIdError
 
-__all__ = ["check_int", "check_put_ints", "contiguous", "batch_lengths", "timeout_ms",
-           "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX"]
+__all__ = [
+    "check_int",
+    "check_put_ints",
+    "contiguous",
+    "batch_lengths",
+    "timeout_ms",
+    "INT32_MIN",
+    "INT32_MAX",
+    "INT64_MIN",
+    "INT64_MAX",
+]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def check_int(name: str, value: object, minimum: Optional[int] = None, maximum: int = INT64_MAX,
-              error: type[Exception] = InvalidMessageError) -> int:
+def check_int(
+    name: str,
+    value: object,
+    minimum: Optional[int] = None,
+    maximum: int = INT64_MAX,
+    error: type[Exception] = InvalidMessageError,
+) -> int:
     """``value`` as an int in ``[minimum, maximum]`` (default: a Java long), else ``error``.
     bool, float and other types are refused (never truncated); numpy integers are accepted."""
     if type(value) is not int:
@@ -36,8 +50,10 @@ def check_int(name: str, value: object, minimum: Optional[int] = None, maximum: 
 def check_put_ints(queue_id: object, flag: object) -> tuple[int, int]:
     """A put's queue id (-1: any queue, else 0 .. 2**31-1; the topic's count is checked by the
     core) and flag (a Java int)."""
-    return (check_int("queue_id", queue_id, -1, INT32_MAX, InvalidQueueIdError),
-            check_int("flag", flag, INT32_MIN, INT32_MAX))
+    return (
+        check_int("queue_id", queue_id, -1, INT32_MAX, InvalidQueueIdError),
+        check_int("flag", flag, INT32_MIN, INT32_MAX),
+    )
 
 
 def contiguous(body: Any) -> Any:

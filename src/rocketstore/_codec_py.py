@@ -48,30 +48,63 @@ import struct
 import sys
 import time
 import zlib
-from typing import Any, Optional
 from collections.abc import Mapping
+from typing import Any, Optional
 
 import numpy as np
 
-from .errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
-                     InvalidTopicError, PropertiesTooLargeError)
+from .errors import (
+    CorruptRecordError,
+    InvalidMessageError,
+    InvalidMessageIdError,
+    InvalidTopicError,
+    PropertiesTooLargeError,
+)
 from .message import MessageExt, host_from_bytes, host_to_bytes
 
 __all__ = [
-    "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
-    "encode_properties", "decode_properties", "record_length",
-    "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
-    "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
-    "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
-    "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
-    "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
+    "java_hash",
+    "java_hash_bytes",
+    "tags_code",
+    "index_key_hash",
+    "body_crc",
+    "encode_properties",
+    "decode_properties",
+    "record_length",
+    "encode_record",
+    "encode_record_into",
+    "encode_blank_into",
+    "decode_record",
+    "decode_batch",
+    "record_from_row",
+    "dispatch_info",
+    "property_pieces",
+    "queue_keys",
+    "same_queues",
+    "field_problems",
+    "BAD_TOPIC",
+    "BAD_PROPERTIES_UTF8",
+    "BAD_PHYSICAL_OFFSET",
+    "BAD_NO_BLANK_ROOM",
+    "BAD_SYSFLAG",
+    "BAD_PREPARED_OFFSET",
+    "BAD_PROP_CRC",
+    "make_offset_msg_id",
+    "parse_offset_msg_id",
+    "make_uniq_key",
+    "uniq_key_time",
+    "RECORD_DTYPE",
+    "DISPATCH_DTYPE",
+    "KEYREF_DTYPE",
+    "PIECE_DTYPE",
+    "SCHEDULE_TOPIC",
+    "DEFAULT_DELAY_LEVELS_MS",
 ]
 
 # ---- magic codes and flags (§1.1, §1.2) ----
-MAGIC_V1 = -626843481          # 0xDAA320A7
-MAGIC_V2 = -626843477          # 0xDAA320AB
-MAGIC_BLANK = -875286124       # 0xCBD43194
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+MAGIC_BLANK = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 8  # TOTALSIZE + MAGICCODE of the BLANK record
 
 SYSFLAG_COMPRESSED = 0x001
@@ -87,45 +120,45 @@ SYSFLAG_NEED_UNWRAP = 0x040
 SYSFLAG_INNER_BATCH = 0x080
 SYSFLAG_COMPRESSION_MASK = 0x700
 
-MAX_TOPIC_LENGTH = 127          # V1 topic length is a signed byte
+MAX_TOPIC_LENGTH = 127  # V1 topic length is a signed byte
 MAX_TOPIC_LENGTH_V2 = 32767
-MAX_PROPERTIES_LENGTH = 32767   # signed short
+MAX_PROPERTIES_LENGTH = 32767  # signed short
 
 # ---- sizes and fixed positions (V1, IPv4), each derived from the one before ----
 INT_SIZE = 4
 LONG_SIZE = 8
 HOST_V4_LENGTH = 4
 HOST_V6_LENGTH = 16
-HOST_V6_EXTRA_LENGTH = HOST_V6_LENGTH - HOST_V4_LENGTH   # 12
+HOST_V6_EXTRA_LENGTH = HOST_V6_LENGTH - HOST_V4_LENGTH  # 12
 TOPIC_LENGTH_SIZE = 1
 TOPIC_LENGTH_SIZE_V2 = 2
 PROPERTIES_LENGTH_SIZE = 2
 
 POS_TOTAL_SIZE = 0
-POS_MAGIC = POS_TOTAL_SIZE + INT_SIZE                                  # 4
-POS_BODY_CRC = POS_MAGIC + INT_SIZE                                    # 8
-POS_QUEUE_ID = POS_BODY_CRC + INT_SIZE                                 # 12
-POS_FLAG = POS_QUEUE_ID + INT_SIZE                                     # 16
-POS_QUEUE_OFFSET = POS_FLAG + INT_SIZE                                 # 20
-POS_PHYSICAL_OFFSET = POS_QUEUE_OFFSET + LONG_SIZE                     # 28
-POS_SYSFLAG = POS_PHYSICAL_OFFSET + LONG_SIZE                          # 36
-POS_BORN_TIMESTAMP = POS_SYSFLAG + INT_SIZE                            # 40
-POS_BORN_HOST = POS_BORN_TIMESTAMP + LONG_SIZE                         # 48
-POS_STORE_TIMESTAMP = POS_BORN_HOST + HOST_V4_LENGTH + INT_SIZE        # 56
-POS_STORE_HOST = POS_STORE_TIMESTAMP + LONG_SIZE                       # 64
-POS_RECONSUME_TIMES = POS_STORE_HOST + HOST_V4_LENGTH + INT_SIZE       # 72
-POS_PREPARED_TRANSACTION_OFFSET = POS_RECONSUME_TIMES + INT_SIZE       # 76
-POS_BODY_LENGTH = POS_PREPARED_TRANSACTION_OFFSET + LONG_SIZE          # 84
-POS_BODY = POS_BODY_LENGTH + INT_SIZE                                  # 88
-RECORD_FIXED_LENGTH = POS_BODY + TOPIC_LENGTH_SIZE + PROPERTIES_LENGTH_SIZE   # 91
+POS_MAGIC = POS_TOTAL_SIZE + INT_SIZE  # 4
+POS_BODY_CRC = POS_MAGIC + INT_SIZE  # 8
+POS_QUEUE_ID = POS_BODY_CRC + INT_SIZE  # 12
+POS_FLAG = POS_QUEUE_ID + INT_SIZE  # 16
+POS_QUEUE_OFFSET = POS_FLAG + INT_SIZE  # 20
+POS_PHYSICAL_OFFSET = POS_QUEUE_OFFSET + LONG_SIZE  # 28
+POS_SYSFLAG = POS_PHYSICAL_OFFSET + LONG_SIZE  # 36
+POS_BORN_TIMESTAMP = POS_SYSFLAG + INT_SIZE  # 40
+POS_BORN_HOST = POS_BORN_TIMESTAMP + LONG_SIZE  # 48
+POS_STORE_TIMESTAMP = POS_BORN_HOST + HOST_V4_LENGTH + INT_SIZE  # 56
+POS_STORE_HOST = POS_STORE_TIMESTAMP + LONG_SIZE  # 64
+POS_RECONSUME_TIMES = POS_STORE_HOST + HOST_V4_LENGTH + INT_SIZE  # 72
+POS_PREPARED_TRANSACTION_OFFSET = POS_RECONSUME_TIMES + INT_SIZE  # 76
+POS_BODY_LENGTH = POS_PREPARED_TRANSACTION_OFFSET + LONG_SIZE  # 84
+POS_BODY = POS_BODY_LENGTH + INT_SIZE  # 88
+RECORD_FIXED_LENGTH = POS_BODY + TOPIC_LENGTH_SIZE + PROPERTIES_LENGTH_SIZE  # 91
 
 # ---- why a scan stopped (decode_batch) / why decode_record raised (CorruptRecordError.reason) ----
-STOP_LIMIT = 0       # reached `end` exactly, or max_records
-STOP_BLANK = 1       # BLANK end-of-file record at stop_pos
-STOP_END = 2         # fewer than 8 bytes, or no record magic (zero-filled space)
-STOP_TRUNCATED = 3   # TOTALSIZE or an inner length runs past the end of the data
-STOP_CORRUPT = 4     # inconsistent lengths
-STOP_BAD_CRC = 5     # body CRC mismatch
+STOP_LIMIT = 0  # reached `end` exactly, or max_records
+STOP_BLANK = 1  # BLANK end-of-file record at stop_pos
+STOP_END = 2  # fewer than 8 bytes, or no record magic (zero-filled space)
+STOP_TRUNCATED = 3  # TOTALSIZE or an inner length runs past the end of the data
+STOP_CORRUPT = 4  # inconsistent lengths
+STOP_BAD_CRC = 5  # body CRC mismatch
 
 _MESSAGES = {
     STOP_BLANK: "BLANK end-of-file record at position {pos}",
@@ -137,47 +170,87 @@ _MESSAGES = {
 
 #: One row per record found by decode_batch; native-endian, naturally aligned (the compiled
 #: twin fills it from a C struct of the same layout). Positions are relative to the buffer.
-RECORD_DTYPE = np.dtype([
-    ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),
-    ("queue_id", "=i4"), ("flag", "=i4"), ("queue_offset", "=i8"), ("physical_offset", "=i8"),
-    ("sys_flag", "=i4"), ("born_timestamp", "=i8"), ("born_host", "S16"), ("born_port", "=i4"),
-    ("store_timestamp", "=i8"), ("store_host", "S16"), ("store_port", "=i4"),
-    ("reconsume_times", "=i4"), ("prepared_transaction_offset", "=i8"),
-    ("body_pos", "=i8"), ("body_len", "=i4"), ("topic_pos", "=i8"), ("topic_len", "=i4"),
-    ("properties_pos", "=i8"), ("properties_len", "=i4"),
-], align=True)
+RECORD_DTYPE = np.dtype(
+    [
+        ("position", "=i8"),
+        ("size", "=i4"),
+        ("magic", "=i4"),
+        ("body_crc", "=i4"),
+        ("queue_id", "=i4"),
+        ("flag", "=i4"),
+        ("queue_offset", "=i8"),
+        ("physical_offset", "=i8"),
+        ("sys_flag", "=i4"),
+        ("born_timestamp", "=i8"),
+        ("born_host", "S16"),
+        ("born_port", "=i4"),
+        ("store_timestamp", "=i8"),
+        ("store_host", "S16"),
+        ("store_port", "=i4"),
+        ("reconsume_times", "=i4"),
+        ("prepared_transaction_offset", "=i8"),
+        ("body_pos", "=i8"),
+        ("body_len", "=i4"),
+        ("topic_pos", "=i8"),
+        ("topic_len", "=i4"),
+        ("properties_pos", "=i8"),
+        ("properties_len", "=i4"),
+    ],
+    align=True,
+)
 
 #: One row per record of dispatch_info: what the ConsumeQueue unit needs beyond the record row.
 #: ``tags_pos``/``tags_len`` locate the TAGS value in the buffer (-1/0 when absent); ``delay_level``
 #: is the DELAY property as Integer.parseInt reads it (0 when absent or unparseable).
-DISPATCH_DTYPE = np.dtype([("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"),
-                           ("delay_level", "=i4")], align=True)
+DISPATCH_DTYPE = np.dtype(
+    [("tags_code", "=i8"), ("tags_pos", "=i8"), ("tags_len", "=i4"), ("delay_level", "=i4")], align=True
+)
 #: One index key of a record (dispatch_info): its bytes in the buffer and the record's row number.
 KEYREF_DTYPE = np.dtype([("key_pos", "=i8"), ("key_len", "=i4"), ("record", "=i4")], align=True)
 #: One kept properties piece (property_pieces): where its name and value lie in the buffer.
-PIECE_DTYPE = np.dtype([("name_pos", "=i8"), ("value_pos", "=i8"), ("name_len", "=i4"),
-                        ("value_len", "=i4")], align=True)
+PIECE_DTYPE = np.dtype(
+    [("name_pos", "=i8"), ("value_pos", "=i8"), ("name_len", "=i4"), ("value_len", "=i4")], align=True
+)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 #: messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", level n at [n - 1]
-DEFAULT_DELAY_LEVELS_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
-                           420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
+DEFAULT_DELAY_LEVELS_MS = (
+    1000,
+    5000,
+    10000,
+    30000,
+    60000,
+    120000,
+    180000,
+    240000,
+    300000,
+    360000,
+    420000,
+    480000,
+    540000,
+    600000,
+    1200000,
+    1800000,
+    3600000,
+    7200000,
+)
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 _HEAD = struct.Struct(">ii")
-_FIXED = struct.Struct(">iiiqqiq")           # BODYCRC .. BORNTIMESTAMP (positions 8..47)
+_FIXED = struct.Struct(">iiiqqiq")  # BODYCRC .. BORNTIMESTAMP (positions 8..47)
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _PORT_TS = struct.Struct(">iq")
-_TAIL = struct.Struct(">iiqi")               # store port, reconsume, prepared offset, body length
-_ENC_HEAD = struct.Struct(">iiiiiqqiq")      # TOTALSIZE .. BORNTIMESTAMP
+_TAIL = struct.Struct(">iiqi")  # store port, reconsume, prepared offset, body length
+_ENC_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
 _UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 
 
 # ---------------------------------------------------------------------------------------------
 # Java hashes (§2, §5.2)
+
 
 def java_hash(s: str) -> int:
     """Java ``String.hashCode`` of ``s``: over UTF-16 code units, as a signed int32."""
@@ -219,6 +292,7 @@ def body_crc(body) -> int:
 # ---------------------------------------------------------------------------------------------
 # Properties (§2)
 
+
 def encode_properties(props: Mapping) -> bytes:
     """``name\\x01value\\x02`` for every entry, UTF-8 encoded.
 
@@ -239,8 +313,10 @@ def encode_properties(props: Mapping) -> bytes:
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
         if not value:
-            raise InvalidMessageError(f"property {key!r} has an empty value, which RocketMQ's format "
-                                      "cannot carry (it would read back as absent)")
+            raise InvalidMessageError(
+                f"property {key!r} has an empty value, which RocketMQ's format "
+                "cannot carry (it would read back as absent)"
+            )
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
             raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
         parts.append(key)
@@ -249,11 +325,12 @@ def encode_properties(props: Mapping) -> bytes:
         parts.append("\x02")
     try:
         data = "".join(parts).encode("utf-8")
-    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
+    except UnicodeEncodeError:  # a lone surrogate: Java would read back U+FFFD
         raise InvalidMessageError("properties are not encodable as UTF-8") from None
     if len(data) > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
-            f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}")
+            f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
+        )
     return data
 
 
@@ -267,13 +344,15 @@ def decode_properties(data) -> dict:
     for piece in bytes(data).split(b"\x02"):
         i = piece.find(b"\x01")
         if 0 < i < len(piece) - 1:
-            props[piece[:i].decode("utf-8", "surrogateescape")] = \
-                piece[i + 1:].decode("utf-8", "surrogateescape")
+            props[piece[:i].decode("utf-8", "surrogateescape")] = piece[i + 1 :].decode(
+                "utf-8", "surrogateescape"
+            )
     return props
 
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
+
 
 def _length(body_len, topic_len, properties_len, sys_flag, magic):
     """The C rs_record_length: -1 when a length is out of range."""
@@ -283,8 +362,14 @@ def _length(body_len, topic_len, properties_len, sys_flag, magic):
         max_topic = MAX_TOPIC_LENGTH_V2
     else:
         return -1
-    if (body_len < 0 or body_len > _INT32_MAX or topic_len < 0 or topic_len > max_topic
-            or properties_len < 0 or properties_len > MAX_PROPERTIES_LENGTH):
+    if (
+        body_len < 0
+        or body_len > _INT32_MAX
+        or topic_len < 0
+        or topic_len > max_topic
+        or properties_len < 0
+        or properties_len > MAX_PROPERTIES_LENGTH
+    ):
         return -1
     n = RECORD_FIXED_LENGTH + body_len + topic_len + properties_len
     if sys_flag & SYSFLAG_BORNHOST_V6:
@@ -296,18 +381,22 @@ def _length(body_len, topic_len, properties_len, sys_flag, magic):
     return -1 if n > _INT32_MAX else n
 
 
-def record_length(body_len: int, topic_len: int, properties_len: int, sys_flag: int = 0,
-                  magic: int = MAGIC_V1) -> int:
+def record_length(
+    body_len: int, topic_len: int, properties_len: int, sys_flag: int = 0, magic: int = MAGIC_V1
+) -> int:
     """``91 + B + T + P`` (+12 per IPv6 host in ``sys_flag``, +1 for V2 magic)."""
-    n = _length(_check_int(body_len, "body_len", _INT32_MIN, _INT32_MAX),
-                _check_int(topic_len, "topic_len", _INT32_MIN, _INT32_MAX),
-                _check_int(properties_len, "properties_len", _INT32_MIN, _INT32_MAX),
-                _check_int(sys_flag, "sys_flag", _INT32_MIN, _INT32_MAX),
-                _check_int(magic, "magic", _INT32_MIN, _INT32_MAX))
+    n = _length(
+        _check_int(body_len, "body_len", _INT32_MIN, _INT32_MAX),
+        _check_int(topic_len, "topic_len", _INT32_MIN, _INT32_MAX),
+        _check_int(properties_len, "properties_len", _INT32_MIN, _INT32_MAX),
+        _check_int(sys_flag, "sys_flag", _INT32_MIN, _INT32_MAX),
+        _check_int(magic, "magic", _INT32_MIN, _INT32_MAX),
+    )
     if n < 0:
         raise InvalidMessageError(
             f"no record has body length {body_len}, topic length {topic_len} and "
-            f"properties length {properties_len} (magic {magic})")
+            f"properties length {properties_len} (magic {magic})"
+        )
     return n
 
 
@@ -343,7 +432,8 @@ def _properties_bytes(properties):
         data = bytes(properties)
         if len(data) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
-                f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}")
+                f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
+            )
         return data
     if isinstance(properties, Mapping):
         return encode_properties(properties)
@@ -379,9 +469,23 @@ def _host(host, name):
     return raw, _check_int(port, name + " port", _INT32_MIN, _INT32_MAX)
 
 
-def _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset, sys_flag,
-             born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
-             prepared_transaction_offset, body_crc):
+def _prepare(
+    topic,
+    body,
+    properties,
+    queue_id,
+    flag,
+    queue_offset,
+    physical_offset,
+    sys_flag,
+    born_timestamp,
+    born_host,
+    store_timestamp,
+    store_host,
+    reconsume_times,
+    prepared_transaction_offset,
+    body_crc,
+):
     """Validate every field (in this order, as the compiled twin does) and pack the header."""
     topic_b = _topic_bytes(topic)
     props_b = _properties_bytes(properties)
@@ -414,27 +518,62 @@ def _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_off
     if body_crc is None:
         body_crc = zlib.crc32(body_v) & 0x7FFFFFFF if body_len else 0
     parts = (
-        _ENC_HEAD.pack(n, MAGIC_V1, body_crc, queue_id, flag, queue_offset, physical_offset,
-                       sys_flag, born_timestamp),
-        born_ip, _PORT_TS.pack(born_port, store_timestamp), store_ip,
+        _ENC_HEAD.pack(
+            n, MAGIC_V1, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp
+        ),
+        born_ip,
+        _PORT_TS.pack(born_port, store_timestamp),
+        store_ip,
         _TAIL.pack(store_port, reconsume_times, prepared_transaction_offset, body_len),
-        body_v, bytes((len(topic_b),)), topic_b, _SHORT.pack(len(props_b)), props_b,
+        body_v,
+        bytes((len(topic_b),)),
+        topic_b,
+        _SHORT.pack(len(props_b)),
+        props_b,
     )
     return n, parts
 
 
-def encode_record(*, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
-                  physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
-                  store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
-                  prepared_transaction_offset=0, body_crc=None) -> bytes:
+def encode_record(
+    *,
+    topic,
+    body,
+    properties=b"",
+    queue_id=0,
+    flag=0,
+    queue_offset=0,
+    physical_offset=0,
+    sys_flag=0,
+    born_timestamp=0,
+    born_host=("127.0.0.1", 0),
+    store_timestamp=0,
+    store_host=("127.0.0.1", 10911),
+    reconsume_times=0,
+    prepared_transaction_offset=0,
+    body_crc=None,
+) -> bytes:
     """One V1 CommitLog record as bytes. ``body_crc=None`` computes the masked CRC.
 
     IPv6 hosts set sysFlag 0x10 / 0x20 themselves; a v6 bit for an IPv4 address raises
     InvalidMessageError. Hosts are ``(ip, port)`` with ip as text or 4/16 raw bytes.
     """
-    _, parts = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
-                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
-                        reconsume_times, prepared_transaction_offset, body_crc)
+    _, parts = _prepare(
+        topic,
+        body,
+        properties,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_crc,
+    )
     return b"".join(parts)
 
 
@@ -471,10 +610,26 @@ def _check_pos(pos, size):
         raise ValueError(f"pos {pos} is out of range for a buffer of {size} bytes")
 
 
-def encode_record_into(buffer, pos, *, topic, body, properties=b"", queue_id=0, flag=0, queue_offset=0,
-                       physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("127.0.0.1", 0),
-                       store_timestamp=0, store_host=("127.0.0.1", 10911), reconsume_times=0,
-                       prepared_transaction_offset=0, body_crc=None) -> int:
+def encode_record_into(
+    buffer,
+    pos,
+    *,
+    topic,
+    body,
+    properties=b"",
+    queue_id=0,
+    flag=0,
+    queue_offset=0,
+    physical_offset=0,
+    sys_flag=0,
+    born_timestamp=0,
+    born_host=("127.0.0.1", 0),
+    store_timestamp=0,
+    store_host=("127.0.0.1", 10911),
+    reconsume_times=0,
+    prepared_transaction_offset=0,
+    body_crc=None,
+) -> int:
     """Write one record (same keywords as :func:`encode_record`) into ``buffer`` at ``pos``.
 
     Returns the record length. Raises ValueError("buffer too small: ...") if it does not fit;
@@ -482,16 +637,31 @@ def encode_record_into(buffer, pos, *, topic, body, properties=b"", queue_id=0, 
     """
     view = _writable_view(buffer)
     _check_pos(pos, view.nbytes)
-    n, parts = _prepare(topic, body, properties, queue_id, flag, queue_offset, physical_offset,
-                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
-                        reconsume_times, prepared_transaction_offset, body_crc)
+    n, parts = _prepare(
+        topic,
+        body,
+        properties,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_crc,
+    )
     if n > view.nbytes - pos:
-        raise ValueError(f"buffer too small: the record needs {n} bytes at position {pos}, "
-                         f"{view.nbytes - pos} available")
+        raise ValueError(
+            f"buffer too small: the record needs {n} bytes at position {pos}, {view.nbytes - pos} available"
+        )
     at = pos
     for part in parts:
         size = len(part) if not isinstance(part, memoryview) else part.nbytes
-        view[at:at + size] = part
+        view[at : at + size] = part
         at += size
     return n
 
@@ -502,8 +672,10 @@ def encode_blank_into(buffer, pos: int, max_blank: int) -> int:
     _check_pos(pos, view.nbytes)
     _check_int(max_blank, "max_blank", _INT32_MIN, _INT32_MAX)
     if view.nbytes - pos < END_FILE_MIN_BLANK_LENGTH:
-        raise ValueError(f"buffer too small: the BLANK record needs {END_FILE_MIN_BLANK_LENGTH} bytes "
-                         f"at position {pos}, {view.nbytes - pos} available")
+        raise ValueError(
+            f"buffer too small: the BLANK record needs {END_FILE_MIN_BLANK_LENGTH} bytes "
+            f"at position {pos}, {view.nbytes - pos} available"
+        )
     _HEAD.pack_into(view, pos, max_blank, MAGIC_BLANK)
     return END_FILE_MIN_BLANK_LENGTH
 
@@ -511,7 +683,8 @@ def encode_blank_into(buffer, pos: int, max_blank: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Decoding
 
-def _parse(buf, pos, end, check_crc):
+
+def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a record field by field, as record.h does)
     """Decode the record at buf[pos:end], step for step as rs_decode_record does.
 
     Returns (None, row) for a record, row being RECORD_DTYPE's fields in order; otherwise
@@ -529,18 +702,19 @@ def _parse(buf, pos, end, check_crc):
         return STOP_CORRUPT, total
     if total > avail:
         return STOP_TRUNCATED, total
-    crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = \
-        _FIXED.unpack_from(buf, pos + POS_BODY_CRC)
+    crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = _FIXED.unpack_from(
+        buf, pos + POS_BODY_CRC
+    )
     born_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4_LENGTH
     store_len = HOST_V6_LENGTH if sys_flag & SYSFLAG_STOREHOST_V6 else HOST_V4_LENGTH
     p = POS_BORN_HOST
     if p + born_len + INT_SIZE + LONG_SIZE + store_len + INT_SIZE + INT_SIZE + LONG_SIZE + INT_SIZE > avail:
         return STOP_TRUNCATED, total
-    born_host = bytes(buf[pos + p:pos + p + born_len])
+    born_host = bytes(buf[pos + p : pos + p + born_len])
     p += born_len
     born_port, store_ts = _PORT_TS.unpack_from(buf, pos + p)
     p += INT_SIZE + LONG_SIZE
-    store_host = bytes(buf[pos + p:pos + p + store_len])
+    store_host = bytes(buf[pos + p : pos + p + store_len])
     p += store_len
     store_port, reconsume, prepared, body_len = _TAIL.unpack_from(buf, pos + p)
     p += INT_SIZE + INT_SIZE + LONG_SIZE + INT_SIZE
@@ -551,12 +725,12 @@ def _parse(buf, pos, end, check_crc):
     body_pos = pos + p
     p += body_len
     if magic == MAGIC_V2:
-        if TOPIC_LENGTH_SIZE_V2 > avail - p:
+        if avail - p < TOPIC_LENGTH_SIZE_V2:
             return STOP_TRUNCATED, total
         topic_len = _SHORT.unpack_from(buf, pos + p)[0]
         p += TOPIC_LENGTH_SIZE_V2
     else:
-        if TOPIC_LENGTH_SIZE > avail - p:
+        if avail - p < TOPIC_LENGTH_SIZE:
             return STOP_TRUNCATED, total
         topic_len = buf[pos + p]
         if topic_len > 127:
@@ -568,7 +742,7 @@ def _parse(buf, pos, end, check_crc):
         return STOP_TRUNCATED, total
     topic_pos = pos + p
     p += topic_len
-    if PROPERTIES_LENGTH_SIZE > avail - p:
+    if avail - p < PROPERTIES_LENGTH_SIZE:
         return STOP_TRUNCATED, total
     props_len = _SHORT.unpack_from(buf, pos + p)[0]
     p += PROPERTIES_LENGTH_SIZE
@@ -580,11 +754,33 @@ def _parse(buf, pos, end, check_crc):
     p += props_len
     if p != total:
         return STOP_CORRUPT, total
-    if check_crc and body_len > 0 and zlib.crc32(buf[body_pos:body_pos + body_len]) & 0x7FFFFFFF != crc:
+    if check_crc and body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
         return STOP_BAD_CRC, total
-    return None, (pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-                  born_ts, born_host, born_port, store_ts, store_host, store_port, reconsume,
-                  prepared, body_pos, body_len, topic_pos, topic_len, props_pos, props_len)
+    return None, (
+        pos,
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_host,
+        born_port,
+        store_ts,
+        store_host,
+        store_port,
+        reconsume,
+        prepared,
+        body_pos,
+        body_len,
+        topic_pos,
+        topic_len,
+        props_pos,
+        props_len,
+    )
 
 
 def _corrupt(reason, pos, total):
@@ -598,9 +794,31 @@ def _corrupt(reason, pos, total):
 
 
 def _message(buf, row, copy_body):
-    (pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
-     born_host, born_port, store_ts, store_host, store_port, reconsume, prepared, body_pos,
-     body_len, topic_pos, topic_len, props_pos, props_len) = row
+    (
+        pos,
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_host,
+        born_port,
+        store_ts,
+        store_host,
+        store_port,
+        reconsume,
+        prepared,
+        body_pos,
+        body_len,
+        topic_pos,
+        topic_len,
+        props_pos,
+        props_len,
+    ) = row
     m = MessageExt.__new__(MessageExt)
     m.size = total
     m.magic = magic
@@ -617,11 +835,11 @@ def _message(buf, row, copy_body):
     m.reconsume_times = reconsume
     m.prepared_transaction_offset = prepared
     if copy_body:
-        m.body = bytes(buf[body_pos:body_pos + body_len])
+        m.body = bytes(buf[body_pos : body_pos + body_len])
     else:
-        m.body = buf.toreadonly()[body_pos:body_pos + body_len]
-    m.topic = bytes(buf[topic_pos:topic_pos + topic_len]).decode("utf-8", "surrogateescape")
-    m.properties = decode_properties(buf[props_pos:props_pos + props_len])
+        m.body = buf.toreadonly()[body_pos : body_pos + body_len]
+    m.topic = bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "surrogateescape")
+    m.properties = decode_properties(buf[props_pos : props_pos + props_len])
     return m
 
 
@@ -640,8 +858,9 @@ def decode_record(buffer, pos: int = 0, *, check_crc: bool = True, copy_body: bo
     return _message(buf, row, copy_body)
 
 
-def decode_batch(buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True,
-                 max_records: int = -1):
+def decode_batch(
+    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, max_records: int = -1
+):
     """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
 
     Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
@@ -665,7 +884,7 @@ def decode_batch(buffer, start: int = 0, end: int | None = None, *, check_crc: b
             break
         rows.append(row)
         pos += row[1]
-    table = np.zeros(len(rows), dtype=RECORD_DTYPE)   # zeroed padding: arrays compare bytewise
+    table = np.zeros(len(rows), dtype=RECORD_DTYPE)  # zeroed padding: arrays compare bytewise
     if rows:
         table[:] = rows
     return table, pos, reason
@@ -691,14 +910,31 @@ def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
     for start, length in ((body_pos, body_len), (topic_pos, topic_len), (props_pos, props_len)):
         if start < 0 or length < 0 or start + length > buf.nbytes:
             raise ValueError("row does not describe a record inside this buffer")
-    fields = (int(row["position"]), int(row["size"]), int(row["magic"]), int(row["body_crc"]),
-              int(row["queue_id"]), int(row["flag"]), int(row["queue_offset"]),
-              int(row["physical_offset"]), sys_flag, int(row["born_timestamp"]),
-              bytes(row["born_host"]).ljust(HOST_V6_LENGTH, b"\0")[:born_len], int(row["born_port"]),
-              int(row["store_timestamp"]),
-              bytes(row["store_host"]).ljust(HOST_V6_LENGTH, b"\0")[:store_len], int(row["store_port"]),
-              int(row["reconsume_times"]), int(row["prepared_transaction_offset"]),
-              body_pos, body_len, topic_pos, topic_len, props_pos, props_len)
+    fields = (
+        int(row["position"]),
+        int(row["size"]),
+        int(row["magic"]),
+        int(row["body_crc"]),
+        int(row["queue_id"]),
+        int(row["flag"]),
+        int(row["queue_offset"]),
+        int(row["physical_offset"]),
+        sys_flag,
+        int(row["born_timestamp"]),
+        bytes(row["born_host"]).ljust(HOST_V6_LENGTH, b"\0")[:born_len],
+        int(row["born_port"]),
+        int(row["store_timestamp"]),
+        bytes(row["store_host"]).ljust(HOST_V6_LENGTH, b"\0")[:store_len],
+        int(row["store_port"]),
+        int(row["reconsume_times"]),
+        int(row["prepared_transaction_offset"]),
+        body_pos,
+        body_len,
+        topic_pos,
+        topic_len,
+        props_pos,
+        props_len,
+    )
     return _message(buf, fields, copy_body)
 
 
@@ -707,8 +943,8 @@ def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
 
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode("ascii")
 _DISPATCH_PROPERTIES = {b"TAGS": 0, b"KEYS": 1, b"UNIQ_KEY": 2, b"DELAY": 3}
-_JAVA_INT = re.compile(rb"[+-]?[0-9]+")   # Integer.parseInt, ASCII digits only
-_KEY_SEPARATOR = b" "                     # MessageConst.KEY_SEPARATOR
+_JAVA_INT = re.compile(rb"[+-]?[0-9]+")  # Integer.parseInt, ASCII digits only
+_KEY_SEPARATOR = b" "  # MessageConst.KEY_SEPARATOR
 
 
 def _check_table(name, table, dtype, dtype_name):
@@ -725,8 +961,9 @@ def _delay_table(delay_levels_ms) -> list:
     try:
         items = tuple(delay_levels_ms)
     except TypeError:
-        raise TypeError(f"delay_levels_ms must be a sequence of ints, "
-                        f"not {type(delay_levels_ms).__name__}") from None
+        raise TypeError(
+            f"delay_levels_ms must be a sequence of ints, not {type(delay_levels_ms).__name__}"
+        ) from None
     table = []
     for level, value in enumerate(items, 1):
         try:
@@ -740,8 +977,10 @@ def _delay_table(delay_levels_ms) -> list:
 
 
 def _outside(i, position, what, start, length, size):
-    err = CorruptRecordError(f"record {i} at position {position}: its {what} bytes [{start}, "
-                             f"{start + length}) lie outside the buffer of {size} bytes")
+    err = CorruptRecordError(
+        f"record {i} at position {position}: its {what} bytes [{start}, "
+        f"{start + length}) lie outside the buffer of {size} bytes"
+    )
     err.reason = STOP_CORRUPT
     err.position = position
     return err
@@ -821,24 +1060,28 @@ def same_queues(buffer, records, representatives):
         raise IndexError(f"representative {int(reps[i])} of record {i} is not a row of the {n} records")
     names, lengths = _topic_matrix(buffer, records)
     qids = records["queue_id"]
-    return bool(np.array_equal(qids, qids[reps]) and np.array_equal(lengths, lengths[reps])
-                and np.array_equal(names, names[reps]))
+    return bool(
+        np.array_equal(qids, qids[reps])
+        and np.array_equal(lengths, lengths[reps])
+        and np.array_equal(names, names[reps])
+    )
 
 
 #: field_problems flags, one bit per check a record fails
-BAD_TOPIC = 1               # empty, or a byte outside [%|a-zA-Z0-9_-]
-BAD_PROPERTIES_UTF8 = 2     # properties not valid UTF-8
-BAD_PHYSICAL_OFFSET = 4     # PHYSICALOFFSET is not base + position
-BAD_NO_BLANK_ROOM = 8       # fewer than 8 bytes of the segment left after the record (§1.4)
-BAD_SYSFLAG = 16            # sysFlag bits RocketMQ does not define, or compression type 4..7
-BAD_PREPARED_OFFSET = 32    # PREPAREDTRANSACTIONOFFSET neither 0 nor an earlier record's offset
-BAD_PROP_CRC = 64           # a trailing __CRC32# property (§1.6) that does not match the record
+BAD_TOPIC = 1  # empty, or a byte outside [%|a-zA-Z0-9_-]
+BAD_PROPERTIES_UTF8 = 2  # properties not valid UTF-8
+BAD_PHYSICAL_OFFSET = 4  # PHYSICALOFFSET is not base + position
+BAD_NO_BLANK_ROOM = 8  # fewer than 8 bytes of the segment left after the record (§1.4)
+BAD_SYSFLAG = 16  # sysFlag bits RocketMQ does not define, or compression type 4..7
+BAD_PREPARED_OFFSET = 32  # PREPAREDTRANSACTIONOFFSET neither 0 nor an earlier record's offset
+BAD_PROP_CRC = 64  # a trailing __CRC32# property (§1.6) that does not match the record
 _KNOWN_SYSFLAG_BITS = 0x7FF
 _PROP_CRC_NAME = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 _PROP_CRC_LENGTH = len(_PROP_CRC_NAME) + 10 + 1
 _TOPIC_BYTE = np.zeros(256, dtype=bool)
-_TOPIC_BYTE[np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
-                          dtype=np.uint8)] = True
+_TOPIC_BYTE[
+    np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)
+] = True
 
 
 def _gather(raw, starts, lengths):
@@ -861,7 +1104,7 @@ def _not_utf8(raw, starts, lengths):
     except UnicodeDecodeError:
         for i, (p, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
             try:
-                raw[p:p + n].tobytes().decode("utf-8")
+                raw[p : p + n].tobytes().decode("utf-8")
             except UnicodeDecodeError:
                 bad[i] = True
     return bad
@@ -871,20 +1114,24 @@ def _prop_crc_bad(raw, records):
     """Mask of the records ending in a __CRC32# property (§1.6) whose CRC does not match."""
     pos = records["position"].astype(np.int64)
     ends = pos + records["size"]
-    head = ends - _PROP_CRC_LENGTH                          # a record is > 20 bytes long
+    head = ends - _PROP_CRC_LENGTH  # a record is > 20 bytes long
     bad = np.zeros(len(records), dtype=bool)
-    maybe = np.flatnonzero((records["properties_len"] >= _PROP_CRC_LENGTH) & (raw[ends - 1] == 2)
-                           & (raw[head + len(_PROP_CRC_NAME) - 1] == 1) & (raw[head] == _PROP_CRC_NAME[0]))
+    maybe = np.flatnonzero(
+        (records["properties_len"] >= _PROP_CRC_LENGTH)
+        & (raw[ends - 1] == 2)
+        & (raw[head + len(_PROP_CRC_NAME) - 1] == 1)
+        & (raw[head] == _PROP_CRC_NAME[0])
+    )
     for i in maybe.tolist():
-        tail = raw[head[i]:ends[i]]
-        if not np.array_equal(tail[:len(_PROP_CRC_NAME)], _PROP_CRC_NAME):
+        tail = raw[head[i] : ends[i]]
+        if not np.array_equal(tail[: len(_PROP_CRC_NAME)], _PROP_CRC_NAME):
             continue
-        digits = tail[len(_PROP_CRC_NAME):-1]
+        digits = tail[len(_PROP_CRC_NAME) : -1]
         if ((digits < 0x30) | (digits > 0x39)).any():
             bad[i] = True
             continue
-        expected = sum((int(d) - 0x30) * 10 ** k for k, d in enumerate(digits))
-        bad[i] = expected != zlib.crc32(raw[pos[i]:head[i]]) & 0x7FFFFFFF
+        expected = sum((int(d) - 0x30) * 10**k for k, d in enumerate(digits))
+        bad[i] = expected != zlib.crc32(raw[pos[i] : head[i]]) & 0x7FFFFFFF
     return bad
 
 
@@ -902,13 +1149,16 @@ def field_problems(buffer, records, base: int = 0, segment_size: int = _INT64_MA
             raise OverflowError(f"{name} {value} does not fit a Java long")
     raw = np.frombuffer(_readable_view(buffer), dtype=np.uint8)
     n = len(records)
-    for what, pos, length in (("record", "position", "size"), ("topic", "topic_pos", "topic_len"),
-                              ("properties", "properties_pos", "properties_len")):
-        p, l = records[pos].astype(np.int64), records[length].astype(np.int64)
-        bad = np.flatnonzero((p < 0) | (l < 0) | (p > len(raw) - l))
+    for what, pos, length in (
+        ("record", "position", "size"),
+        ("topic", "topic_pos", "topic_len"),
+        ("properties", "properties_pos", "properties_len"),
+    ):
+        p, size = records[pos].astype(np.int64), records[length].astype(np.int64)
+        bad = np.flatnonzero((p < 0) | (size < 0) | (p > len(raw) - size))
         if len(bad):
             i = int(bad[0])
-            raise _outside(i, int(records["position"][i]), what, int(p[i]), int(l[i]), len(raw))
+            raise _outside(i, int(records["position"][i]), what, int(p[i]), int(size[i]), len(raw))
     flags = np.zeros(n, dtype=np.uint8)
     if not n:
         return flags, np.zeros(0, dtype=np.uint64)
@@ -950,7 +1200,7 @@ def property_pieces(buffer, records):
             if pp < 0 or pl < 0 or pp + pl > size:
                 raise _outside(i, positions[i], "properties", pp, pl, size)
             at = pp
-            for piece in bytes(buf[pp:pp + pl]).split(b"\x02"):
+            for piece in bytes(buf[pp : pp + pl]).split(b"\x02"):
                 sep = piece.find(b"\x01")
                 if 0 < sep < len(piece) - 1:
                     found.append((at, at + sep + 1, sep, len(piece) - sep - 1))
@@ -964,7 +1214,7 @@ def property_pieces(buffer, records):
     return pieces, counts
 
 
-def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
+def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):  # noqa: C901 (one pass over a chunk's rows, as the compiled twin's loop)
     """What dispatch needs from each record of ``records`` (RECORD_DTYPE, decoded from ``buffer``).
 
     Returns ``(info, keys)``. ``info`` (DISPATCH_DTYPE, one row per record) holds the tagsCode
@@ -998,16 +1248,16 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
                 raise _outside(i, positions[i], "topic", tp, tl, size)
             if pp < 0 or pl < 0 or pp + pl > size:
                 raise _outside(i, positions[i], "properties", pp, pl, size)
-            data = bytes(buf[pp:pp + pl])
+            data = bytes(buf[pp : pp + pl])
             tags, keys_value, uniq, delay = _dispatch_properties(data)
             if tags is not None:
                 tags_pos[i], tags_len[i] = pp + tags[0], tags[1]
-                tags_code[i] = java_hash_bytes(data[tags[0]:tags[0] + tags[1]])
+                tags_code[i] = java_hash_bytes(data[tags[0] : tags[0] + tags[1]])
             if delay is not None:
-                level = _java_int(data[delay[0]:delay[0] + delay[1]])
+                level = _java_int(data[delay[0] : delay[0] + delay[1]])
                 if level is not None:
                     delay_level[i] = level
-                    if buf[tp:tp + tl] == _SCHEDULE_TOPIC_BYTES:
+                    if buf[tp : tp + tl] == _SCHEDULE_TOPIC_BYTES:
                         level = min(level, max_level)
                         if level > 0:
                             tags_code[i] = _wrap64(store_timestamps[i] + table[level - 1])
@@ -1040,6 +1290,7 @@ def _wrap64(value: int) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Message ids (§3)
+
 
 def _host_raw(host):
     if isinstance(host, str):
@@ -1074,22 +1325,40 @@ def parse_offset_msg_id(s: str):
     """``(host_bytes, port, offset)`` of an offsetMsgId; InvalidMessageIdError if malformed."""
     raw = _unhex(s, "offsetMsgId")
     ip_len = len(raw) - 12
-    return (raw[:ip_len], int.from_bytes(raw[ip_len:ip_len + 4], "big", signed=True),
-            int.from_bytes(raw[ip_len + 4:], "big", signed=True))
+    return (
+        raw[:ip_len],
+        int.from_bytes(raw[ip_len : ip_len + 4], "big", signed=True),
+        int.from_bytes(raw[ip_len + 4 :], "big", signed=True),
+    )
 
 
-def make_uniq_key(ip_bytes, pid: int, loader_hash: int, time_ms: int, counter: int,
-                  month_start_ms: int) -> str:
+def make_uniq_key(
+    ip_bytes, pid: int, loader_hash: int, time_ms: int, counter: int, month_start_ms: int
+) -> str:
     """UNIQ_KEY (§3.2): ip, pid (16 bits), class-loader hash, ms since month start (32 bits), counter."""
     raw = _host_raw(ip_bytes)
-    for name, value in (("pid", pid), ("loader_hash", loader_hash), ("time_ms", time_ms),
-                        ("counter", counter), ("month_start_ms", month_start_ms)):
+    for name, value in (
+        ("pid", pid),
+        ("loader_hash", loader_hash),
+        ("time_ms", time_ms),
+        ("counter", counter),
+        ("month_start_ms", month_start_ms),
+    ):
         _check_int(value, name, _INT64_MIN, _INT64_MAX)
     span = (time_ms - month_start_ms) & 0xFFFFFFFF
     if span >= 0x80000000 and span - (1 << 32) > -1000000:
-        span = 0   # 5.x: a clock stepped back by less than 1000 s counts as the month start
-    return (raw + (pid & 0xFFFF).to_bytes(2, "big") + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
-            + span.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
+        span = 0  # 5.x: a clock stepped back by less than 1000 s counts as the month start
+    return (
+        (
+            raw
+            + (pid & 0xFFFF).to_bytes(2, "big")
+            + (loader_hash & 0xFFFFFFFF).to_bytes(4, "big")
+            + span.to_bytes(4, "big")
+            + (counter & 0xFFFF).to_bytes(2, "big")
+        )
+        .hex()
+        .upper()
+    )
 
 
 def _local_month_start(ms: int) -> int:
@@ -1104,7 +1373,7 @@ def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     """
     raw = _unhex(key, "UNIQ_KEY")
     ip_len = len(raw) - 12
-    span = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
+    span = int.from_bytes(raw[ip_len + 6 : ip_len + 10], "big")
     month_start = month_start_fn or _local_month_start
     base = month_start(now_ms)
     if base + span >= now_ms:

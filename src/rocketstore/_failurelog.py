@@ -20,15 +20,16 @@ class FailureLog:
     """Failures of one background task named ``what`` ("background dispatch"), logged on ``log``;
     ``meanwhile`` says what happens until it succeeds ("retried")."""
 
-    def __init__(self, log: logging.Logger, what: str, meanwhile: str = "retried",
-                 summary_every: float = 60.0):
+    def __init__(
+        self, log: logging.Logger, what: str, meanwhile: str = "retried", summary_every: float = 60.0
+    ):
         self._log = log
         self._what = what
         self._meanwhile = meanwhile
         self._summary_every = summary_every
         #: failures since the last success
         self.failures = 0
-        self._cause: Optional[type[BaseException]] = None   # the class of the failure last logged at ERROR
+        self._cause: Optional[type[BaseException]] = None  # the class of the failure last logged at ERROR
         self._next_summary = 0.0
 
     def failed(self, exc: BaseException) -> None:
@@ -38,8 +39,13 @@ class FailureLog:
         if self.failures == 1 or type(exc) is not self._cause:
             self._cause = type(exc)
             self._next_summary = now + self._summary_every
-            self._log.error("%s failed: %s (%s; further failures are counted)", self._what, exc,
-                            self._meanwhile, exc_info=exc)
+            self._log.error(
+                "%s failed: %s (%s; further failures are counted)",
+                self._what,
+                exc,
+                self._meanwhile,
+                exc_info=exc,
+            )
         elif now >= self._next_summary:
             self._next_summary = now + self._summary_every
             self._log.warning("%s still failing after %d attempts: %s", self._what, self.failures, exc)

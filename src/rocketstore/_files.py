@@ -24,7 +24,7 @@ def open_regular(path: str, flags: int, what: str) -> int:
     except IsADirectoryError:
         raise StoreConfigError(f"{what} {path} is a directory, not a file") from None
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO):   # a symlink loop; a FIFO no one reads
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink loop; a FIFO no one reads
             raise StoreConfigError(f"{what} {path} is not a regular file: {exc.strerror}") from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -50,7 +50,7 @@ def write_synced(path: str, data: bytes) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

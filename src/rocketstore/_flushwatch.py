@@ -5,7 +5,8 @@ import heapq
 import itertools
 import logging
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from rocketstore._clock import now_ms
 
@@ -62,8 +63,9 @@ class FlushWatcher:
         flushed = self._core.flushed_offset
         now = now_ms()
         with self._lock:
-            ready = (self._pop_due(self._by_target, flushed, all_)
-                     + self._pop_due(self._by_deadline, now, all_))
+            ready = self._pop_due(self._by_target, flushed, all_) + self._pop_due(
+                self._by_deadline, now, all_
+            )
         for fn, future, _ in ready:
             try:
                 fn(future)
@@ -91,7 +93,7 @@ class FlushWatcher:
             target, until_deadline = pending
             if until_deadline > 0:
                 timeout = min(until_deadline, POLL_MS)
-                if self._core.wait_flushed(target, timeout) > 1:   # a failing flush: no spin
+                if self._core.wait_flushed(target, timeout) > 1:  # a failing flush: no spin
                     self._wake.wait(timeout / 1000)
                     self._wake.clear()
             self._fire()

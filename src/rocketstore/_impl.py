@@ -83,7 +83,9 @@ def get(name: str | None = None) -> Implementation:
         return PURE
     if name == "c":
         if COMPILED is None:
-            raise ImportError("rocketstore's compiled modules are not available"
-                              + (f": {IMPORT_ERROR}" if IMPORT_ERROR else ""))
+            raise ImportError(
+                "rocketstore's compiled modules are not available"
+                + (f": {IMPORT_ERROR}" if IMPORT_ERROR else "")
+            )
         return COMPILED
     raise ValueError(f"unknown implementation {name!r} (expected 'c' or 'py')")

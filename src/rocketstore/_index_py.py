@@ -31,16 +31,23 @@ writers; readers on other threads see whole items only after the slot points at 
 from __future__ import annotations
 
 import operator
-from typing import Optional
 import struct
 import time
+from typing import Optional
 
 from ._codec_py import KEYREF_DTYPE, RECORD_DTYPE, _check_table, _readable_view, index_key_hash
 from .errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
 
 __all__ = [
-    "IndexFile", "index_file_size", "index_file_name", "parse_index_file_name",
-    "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
+    "IndexFile",
+    "index_file_size",
+    "index_file_name",
+    "parse_index_file_name",
+    "HEADER_SIZE",
+    "HASH_SLOT_SIZE",
+    "INDEX_ITEM_SIZE",
+    "DEFAULT_SLOT_COUNT",
+    "DEFAULT_INDEX_COUNT",
 ]
 
 _INT_SIZE = 4
@@ -48,26 +55,26 @@ _LONG_SIZE = 8
 
 # ---- header fields, each derived from the one before ----
 POS_BEGIN_TIMESTAMP = 0
-POS_END_TIMESTAMP = POS_BEGIN_TIMESTAMP + _LONG_SIZE        # 8
-POS_BEGIN_PHY_OFFSET = POS_END_TIMESTAMP + _LONG_SIZE       # 16
-POS_END_PHY_OFFSET = POS_BEGIN_PHY_OFFSET + _LONG_SIZE      # 24
-POS_HASH_SLOT_COUNT = POS_END_PHY_OFFSET + _LONG_SIZE       # 32
-POS_INDEX_COUNT = POS_HASH_SLOT_COUNT + _INT_SIZE           # 36
-HEADER_SIZE = POS_INDEX_COUNT + _INT_SIZE                   # 40
+POS_END_TIMESTAMP = POS_BEGIN_TIMESTAMP + _LONG_SIZE  # 8
+POS_BEGIN_PHY_OFFSET = POS_END_TIMESTAMP + _LONG_SIZE  # 16
+POS_END_PHY_OFFSET = POS_BEGIN_PHY_OFFSET + _LONG_SIZE  # 24
+POS_HASH_SLOT_COUNT = POS_END_PHY_OFFSET + _LONG_SIZE  # 32
+POS_INDEX_COUNT = POS_HASH_SLOT_COUNT + _INT_SIZE  # 36
+HEADER_SIZE = POS_INDEX_COUNT + _INT_SIZE  # 40
 
-HASH_SLOT_SIZE = _INT_SIZE                                  # 4
+HASH_SLOT_SIZE = _INT_SIZE  # 4
 
 # ---- item fields ----
 ITEM_POS_KEY_HASH = 0
-ITEM_POS_PHY_OFFSET = ITEM_POS_KEY_HASH + _INT_SIZE         # 4
-ITEM_POS_TIME_DIFF = ITEM_POS_PHY_OFFSET + _LONG_SIZE       # 12
-ITEM_POS_PREV_INDEX = ITEM_POS_TIME_DIFF + _INT_SIZE        # 16
-INDEX_ITEM_SIZE = ITEM_POS_PREV_INDEX + _INT_SIZE           # 20
+ITEM_POS_PHY_OFFSET = ITEM_POS_KEY_HASH + _INT_SIZE  # 4
+ITEM_POS_TIME_DIFF = ITEM_POS_PHY_OFFSET + _LONG_SIZE  # 12
+ITEM_POS_PREV_INDEX = ITEM_POS_TIME_DIFF + _INT_SIZE  # 16
+INDEX_ITEM_SIZE = ITEM_POS_PREV_INDEX + _INT_SIZE  # 20
 
-DEFAULT_SLOT_COUNT = 5_000_000      # maxHashSlotNum
-DEFAULT_INDEX_COUNT = 20_000_000    # maxIndexNum
-INVALID_INDEX = 0                   # empty slot, end of chain
-MAX_TIME_DIFF = 0x7FFFFFFF          # timeDiff is clamped to [0, Integer.MAX_VALUE]
+DEFAULT_SLOT_COUNT = 5_000_000  # maxHashSlotNum
+DEFAULT_INDEX_COUNT = 20_000_000  # maxIndexNum
+INVALID_INDEX = 0  # empty slot, end of chain
+MAX_TIME_DIFF = 0x7FFFFFFF  # timeDiff is clamped to [0, Integer.MAX_VALUE]
 
 _INT32_MAX = 0x7FFFFFFF
 _INT64_MIN = -(1 << 63)
@@ -126,8 +133,10 @@ class IndexFile:
         if mv.nbytes != size:
             nbytes = mv.nbytes
             mv.release()
-            raise StoreConfigError(f"index file buffer is {nbytes} bytes, expected {size} "
-                                   f"for {slot_count} slots and {index_count} items")
+            raise StoreConfigError(
+                f"index file buffer is {nbytes} bytes, expected {size} "
+                f"for {slot_count} slots and {index_count} items"
+            )
         self._mv: Optional[memoryview] = mv
         self._slot_num = slot_count
         self._index_num = index_count
@@ -162,8 +171,7 @@ class IndexFile:
     def __repr__(self) -> str:
         if self._mv is None:
             return f"<IndexFile slots={self._slot_num} items={self._index_num} released>"
-        return (f"<IndexFile slots={self._slot_num} items={self._index_num} "
-                f"index_count={self.index_count}>")
+        return f"<IndexFile slots={self._slot_num} items={self._index_num} index_count={self.index_count}>"
 
     # ---- configuration and header ----
 
@@ -234,9 +242,11 @@ class IndexFile:
         mv = self._view()
         file_begin = _LONG.unpack_from(mv, POS_BEGIN_TIMESTAMP)[0]
         file_end = _LONG.unpack_from(mv, POS_END_TIMESTAMP)[0]
-        return ((begin < file_begin and end > file_end)
-                or file_begin <= begin <= file_end
-                or file_begin <= end <= file_end)
+        return (
+            (begin < file_begin and end > file_end)
+            or file_begin <= begin <= file_end
+            or file_begin <= end <= file_end
+        )
 
     # ---- putKey ----
 
@@ -312,11 +322,12 @@ class IndexFile:
             time_diff = 0
         else:
             delta = _wrap64(store_timestamp - begin_ts)
-            time_diff = delta // 1000 if delta >= 0 else -(-delta // 1000)   # Java: toward 0
+            time_diff = delta // 1000 if delta >= 0 else -(-delta // 1000)  # Java: toward 0
             time_diff = min(max(time_diff, 0), MAX_TIME_DIFF)
 
-        _ITEM.pack_into(mv, self._items_start + count * INDEX_ITEM_SIZE,
-                        key_hash, phy_offset, time_diff, slot_value)
+        _ITEM.pack_into(
+            mv, self._items_start + count * INDEX_ITEM_SIZE, key_hash, phy_offset, time_diff, slot_value
+        )
         _INT.pack_into(mv, slot_pos, count)
         if count <= 1:
             begin_phy = phy_offset
@@ -352,7 +363,7 @@ class IndexFile:
             return found
         index_num = self._index_num
         items_start = self._items_start
-        steps_left = min(count, index_num)   # a valid chain visits each used item at most once
+        steps_left = min(count, index_num)  # a valid chain visits each used item at most once
         cur = slot_value
         unpack_item = _ITEM.unpack_from
         while len(found) < max_num:
@@ -381,41 +392,49 @@ def _ref_puts(buf: memoryview, records, keys, base_offset: int, start: int) -> l
     key_len = keys["key_len"][start:].tolist()
     rows = keys["record"][start:].tolist()
     puts = []
-    topics: dict = {}   # record -> topic bytes + b"#"
+    topics: dict = {}  # record -> topic bytes + b"#"
     for k, row in enumerate(rows, start):
         if not 0 <= row < count:
             raise CorruptRecordError(f"key {k} names record {row}; there are {count} records")
         position = positions[row]
         if not 0 <= position < size:
-            raise CorruptRecordError(f"key {k}: record {row} at position {position} lies outside "
-                                     f"the buffer of {size} bytes")
+            raise CorruptRecordError(
+                f"key {k}: record {row} at position {position} lies outside the buffer of {size} bytes"
+            )
         if base_offset + position > _INT64_MAX:
-            raise OverflowError(f"key {k}: CommitLog offset {base_offset} + {position} does not fit "
-                                f"a Java long")
+            raise OverflowError(
+                f"key {k}: CommitLog offset {base_offset} + {position} does not fit a Java long"
+            )
         prefix = topics.get(row)
         if prefix is None:
             tp, tl = topic_pos[row], topic_len[row]
             if tp < 0 or tl < 0 or tp + tl > size:
-                raise CorruptRecordError(f"key {k}: the topic bytes [{tp}, {tp + tl}) of record {row} "
-                                         f"lie outside the buffer of {size} bytes")
-            prefix = topics[row] = bytes(buf[tp:tp + tl]) + b"#"
+                raise CorruptRecordError(
+                    f"key {k}: the topic bytes [{tp}, {tp + tl}) of record {row} "
+                    f"lie outside the buffer of {size} bytes"
+                )
+            prefix = topics[row] = bytes(buf[tp : tp + tl]) + b"#"
         kp, kl = key_pos[k - start], key_len[k - start]
         if kp < 0 or kl < 0 or kp + kl > size:
-            raise CorruptRecordError(f"key {k}: its bytes [{kp}, {kp + kl}) lie outside the buffer "
-                                     f"of {size} bytes")
-        key = (prefix + bytes(buf[kp:kp + kl])).decode("utf-8", "surrogateescape")
+            raise CorruptRecordError(
+                f"key {k}: its bytes [{kp}, {kp + kl}) lie outside the buffer of {size} bytes"
+            )
+        key = (prefix + bytes(buf[kp : kp + kl])).decode("utf-8", "surrogateescape")
         puts.append((index_key_hash(key), base_offset + position, timestamps[row]))
     return puts
 
 
 # ---- file names ----
 
+
 def index_file_name(ms: int) -> str:
     """The name of an index file created at ``ms``: ``yyyyMMddHHmmssSSS`` in local time (§5.1)."""
     ms = operator.index(ms)
     t = time.localtime(ms // 1000)
-    return (f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
-            f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}{ms % 1000:03d}")
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
+        f"{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}{ms % 1000:03d}"
+    )
 
 
 def parse_index_file_name(name: str) -> int:

@@ -59,6 +59,7 @@ def _debug_fail_syncs(err: int) -> None:
     global _debug_sync_errno
     _debug_sync_errno = int(err)
 
+
 WAIT_NONE = 0
 WAIT_BLOCK = 1
 WAIT_FUTURE = 2

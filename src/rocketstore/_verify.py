@@ -16,12 +16,18 @@ property, which covers all of them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["record_problems", "timestamp_problems", "TIMESTAMP_WINDOW_MS", "PROP_CRC_LENGTH",
-           "prop_crc_digits"]
+__all__ = [
+    "record_problems",
+    "timestamp_problems",
+    "TIMESTAMP_WINDOW_MS",
+    "PROP_CRC_LENGTH",
+    "prop_crc_digits",
+]
 
 #: A store timestamp further than this outside the range of its two neighbours' is reported.
 #: Store timestamps never decrease in file order in rocketstore, nor in a Java broker unless its
@@ -42,8 +48,9 @@ def prop_crc_digits(crc: int) -> bytes:
     return bytes(out)
 
 
-def record_problems(codec: Any, view: Any, base: int, rows: np.ndarray,
-                    segment_size: int) -> tuple[list[tuple[int, str]], np.ndarray]:
+def record_problems(
+    codec: Any, view: Any, base: int, rows: np.ndarray, segment_size: int
+) -> tuple[list[tuple[int, str]], np.ndarray]:
     """``([(commitlog offset, reason), ...], queue keys)`` for ``rows`` (decoded by ``codec``
     from segment ``view``, which starts at CommitLog offset ``base``): what is wrong with their
     fields, and their ``codec.queue_keys`` (computed in the same pass)."""
@@ -53,19 +60,24 @@ def record_problems(codec: Any, view: Any, base: int, rows: np.ndarray,
         row, f = rows[i], int(flags[i])
         offset = base + int(row["position"])
         reasons: dict[int, Callable[[], str]] = {
-            codec.BAD_PHYSICAL_OFFSET: lambda: f"PhysicalOffset field says {int(row['physical_offset'])}, "
-                                               f"the record is at {offset}",
-            codec.BAD_NO_BLANK_ROOM: lambda: f"record of {int(row['size'])} bytes leaves no room for the "
-                                             f"segment's BLANK end record",
-            codec.BAD_SYSFLAG: lambda: f"sysFlag {int(row['sys_flag']) & 0xFFFFFFFF:#x} has bits or a "
-                                       f"compression type RocketMQ does not define",
-            codec.BAD_PREPARED_OFFSET: lambda: f"PreparedTransactionOffset "
-                                               f"{int(row['prepared_transaction_offset'])} is not an "
-                                               f"earlier record's offset",
+            codec.BAD_PHYSICAL_OFFSET: lambda: (
+                f"PhysicalOffset field says {int(row['physical_offset'])}, the record is at {offset}"
+            ),
+            codec.BAD_NO_BLANK_ROOM: lambda: (
+                f"record of {int(row['size'])} bytes leaves no room for the segment's BLANK end record"
+            ),
+            codec.BAD_SYSFLAG: lambda: (
+                f"sysFlag {int(row['sys_flag']) & 0xFFFFFFFF:#x} has bits or a "
+                f"compression type RocketMQ does not define"
+            ),
+            codec.BAD_PREPARED_OFFSET: lambda: (
+                f"PreparedTransactionOffset "
+                f"{int(row['prepared_transaction_offset'])} is not an "
+                f"earlier record's offset"
+            ),
             codec.BAD_TOPIC: lambda: "topic is empty or has characters outside [%|a-zA-Z0-9_-]",
             codec.BAD_PROPERTIES_UTF8: lambda: "properties are not valid UTF-8",
-            codec.BAD_PROP_CRC: lambda: "record CRC mismatch: its __CRC32# property does not match "
-                                        "its bytes",
+            codec.BAD_PROP_CRC: lambda: "record CRC mismatch: its __CRC32# property does not match its bytes",
         }
         out.extend((offset, reason()) for bit, reason in reasons.items() if f & bit)
     return out, keys
@@ -78,8 +90,8 @@ def timestamp_problems(offsets: Any, timestamps: Any) -> list[tuple[int, str]]:
     ts = np.asarray(timestamps, dtype=np.int64)
     n = len(ts)
     if n == 0 or (ts[0] >= 0 and (np.diff(ts) >= 0).all()):
-        return []           # the usual case: never decreasing, so each lies between its neighbours
-    t = ts.astype(np.float64)          # no int64 overflow at the window's edges
+        return []  # the usual case: never decreasing, so each lies between its neighbours
+    t = ts.astype(np.float64)  # no int64 overflow at the window's edges
     w = float(TIMESTAMP_WINDOW_MS)
     bad = ts < 0
     if n >= 2:
@@ -88,6 +100,11 @@ def timestamp_problems(offsets: Any, timestamps: Any) -> list[tuple[int, str]]:
     if n >= 3:
         prev, cur, nxt = t[:-2], t[1:-1], t[2:]
         bad[1:-1] |= (cur < np.minimum(prev, nxt) - w) | (cur > np.maximum(prev, nxt) + w)
-    return [(int(offsets[i]), f"store timestamp {int(ts[i])} is implausible beside its neighbours' "
-                              f"({', '.join(str(int(ts[j])) for j in (i - 1, i + 1) if 0 <= j < n)})")
-            for i in np.flatnonzero(bad)]
+    return [
+        (
+            int(offsets[i]),
+            f"store timestamp {int(ts[i])} is implausible beside its neighbours' "
+            f"({', '.join(str(int(ts[j])) for j in (i - 1, i + 1) if 0 <= j < n)})",
+        )
+        for i in np.flatnonzero(bad)
+    ]

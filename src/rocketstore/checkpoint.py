@@ -26,8 +26,13 @@ from rocketstore._files import open_regular
 __all__ = ["Checkpoint", "CHECKPOINT_SIZE"]
 
 CHECKPOINT_SIZE = 4096
-_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
-           "master_flushed_offset", "confirm_phy_offset")
+_FIELDS = (
+    "physic_msg_timestamp",
+    "logics_msg_timestamp",
+    "index_msg_timestamp",
+    "master_flushed_offset",
+    "confirm_phy_offset",
+)
 _LAYOUT = struct.Struct(">" + "q" * len(_FIELDS))
 
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import logging
 import mmap
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import numpy as np
 
+from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import decode_chunks, resync
+from rocketstore.dispatch import consumable, decode_chunks, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue
 from rocketstore.message import MessageExt
-from rocketstore._verify import record_problems, timestamp_problems
-from rocketstore.dispatch import consumable
 
 if TYPE_CHECKING:
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
@@ -80,8 +80,9 @@ class CommitLog:
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
         # on a full disk); fallocated segments otherwise.
         preallocate = not getattr(impl.store, "POPULATE_WRITE", False)
-        self.segments = MappedFileQueue(directory, config.commitlog_file_size,
-                                        read_only=read_only, preallocate=preallocate)
+        self.segments = MappedFileQueue(
+            directory, config.commitlog_file_size, read_only=read_only, preallocate=preallocate
+        )
         self.core: Any = _ReadOnlyCore() if read_only else None
         #: Where recovery found the valid data to end (a read-only log's end, for good).
         self.end = 0
@@ -152,8 +153,7 @@ class CommitLog:
                 return mf.file_from_offset, confirm
             # Not where a record ends (a damaged checkpoint, or one copied from another store):
             # dispatching from there would decode garbage and misplace every later unit.
-            _log.error("the checkpoint's confirmPhyOffset %d is not where a record ends: ignored",
-                       confirm)
+            _log.error("the checkpoint's confirmPhyOffset %d is not where a record ends: ignored", confirm)
         if clean:
             start = files[max(0, len(files) - 3)].file_from_offset
             return start, start
@@ -178,7 +178,10 @@ class CommitLog:
         pos = 0
         while True:
             stop = pos
-            for _records, stop, _reason in decode_chunks(self.codec, mf.mm, pos, target, check_crc=False):
+            # the last chunk's stop is what counts: read after the loop
+            for _records, stop, _reason in decode_chunks(  # noqa: B007
+                self.codec, mf.mm, pos, target, check_crc=False
+            ):
                 pass
             if stop >= target:
                 return stop == target
@@ -196,9 +199,13 @@ class CommitLog:
             return True
         return any(cq.ends_record_at(offset) for cq in queues if cq.max_physic_offset > offset)
 
-    def recover(self, scan_from: int, durable: int,
-                on_records: Callable[[Any, np.ndarray], None],
-                report: Callable[[int, int], None]) -> int:
+    def recover(
+        self,
+        scan_from: int,
+        durable: int,
+        on_records: Callable[[Any, np.ndarray], None],
+        report: Callable[[int, int], None],
+    ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
         it holds. ``on_records(buffer, rows)`` sees every chunk of valid records;
@@ -212,31 +219,38 @@ class CommitLog:
         codec = self.codec
         for mf in self.segments.files:
             if mf.end_offset <= scan_from:
-                mf.wrote_position = mf.file_size     # verified by an earlier recovery
+                mf.wrote_position = mf.file_size  # verified by an earlier recovery
         files = [mf for mf in self.segments.files if mf.end_offset > scan_from]
         total = files[-1].end_offset - scan_from if files else 0
         end = scan_from
         for mf in files:
             will_read(mf)
             pos = max(0, scan_from - mf.file_from_offset)
-            below = max(0, durable - mf.file_from_offset)     # stepped over when damaged
-            for arr, stop, reason in checked_chunks(codec, mf.mm, pos, mf.file_size,
-                                                    mf.file_from_offset, below):
+            below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
+            for arr, stop, reason in checked_chunks(
+                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below
+            ):
                 if len(arr):
                     on_records(mf.mm, arr)
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
-                    _log.error("damaged record at commitlog offset %d below the checkpoint (%s): "
-                               "kept, stepped over", mf.file_from_offset + stop,
-                               stop_reason(codec, reason))
+                    _log.error(
+                        "damaged record at commitlog offset %d below the checkpoint (%s): kept, stepped over",
+                        mf.file_from_offset + stop,
+                        stop_reason(codec, reason),
+                    )
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
                 continue
             end = mf.file_from_offset + stop
             if end < durable and mf is not files[-1]:
-                _log.error("no valid record at commitlog offset %d, below the checkpoint: the rest "
-                           "of segment %d is skipped, later segments kept", end, mf.file_from_offset)
+                _log.error(
+                    "no valid record at commitlog offset %d, below the checkpoint: the rest "
+                    "of segment %d is skipped, later segments kept",
+                    end,
+                    mf.file_from_offset,
+                )
                 mf.wrote_position = mf.file_size
                 end = mf.end_offset
                 continue
@@ -255,8 +269,7 @@ class CommitLog:
         hi = min(mf.file_size, limit - mf.file_from_offset)
         if not 0 <= pos < hi:
             return None
-        rows, _stop, _reason = self.codec.decode_batch(mf.view(0, hi), pos, hi, check_crc=True,
-                                                       max_records=1)
+        rows, _stop, _reason = self.codec.decode_batch(mf.view(0, hi), pos, hi, check_crc=True, max_records=1)
         if len(rows) != 1:
             return None
         return offset + int(rows["size"][0])
@@ -272,9 +285,9 @@ class CommitLog:
         mm = mf.mm
         while pos < mf.file_size:
             n = min(chunk, mf.file_size - pos)
-            if mm[pos:pos + n].count(0) == n:
+            if mm[pos : pos + n].count(0) == n:
                 break  # zero from here: preallocated space the writer never reached
-            mm[pos:pos + n] = bytes(n)
+            mm[pos : pos + n] = bytes(n)
             pos += n
         mf.flush(end - mf.file_from_offset, pos)
 
@@ -291,36 +304,52 @@ class CommitLog:
         for mf in self.segments.files:
             if mf.end_offset <= start or mf.file_from_offset >= end:
                 continue
-            mf.flush(max(start, mf.file_from_offset) - mf.file_from_offset,
-                     min(end, mf.end_offset) - mf.file_from_offset)
+            mf.flush(
+                max(start, mf.file_from_offset) - mf.file_from_offset,
+                min(end, mf.end_offset) - mf.file_from_offset,
+            )
 
     # ---- appending ----
 
-    def start_appending(self, end: int, queue_offsets: dict[tuple[str, int], int], uniq_prefix: bytes,
-                        topic_lookup: Callable[[str], int], roll: Callable[[int], Any]) -> Any:
+    def start_appending(
+        self,
+        end: int,
+        queue_offsets: dict[tuple[str, int], int],
+        uniq_prefix: bytes,
+        topic_lookup: Callable[[str], int],
+        roll: Callable[[int], Any],
+    ) -> Any:
         """Create the append core at ``end`` (after recovery), with the next queue offsets.
         ``roll`` is the core's callback for a new segment: a weak reference to :meth:`roll`
         through the owner (the core must not keep the store alive)."""
         from rocketstore.config import SYNC_FLUSH
         from rocketstore.message import host_to_bytes
+
         cfg = self.config
         core = self._impl.store.CommitLogCore(
-            file_size=cfg.commitlog_file_size, start_offset=end,
-            store_host=host_to_bytes(cfg.store_host or ""), store_port=cfg.store_port,
-            born_host=host_to_bytes(cfg.born_host or ""), born_port=cfg.born_port,
-            uniq_prefix=uniq_prefix, max_message_size=cfg.max_message_size,
-            topic_lookup=topic_lookup, roll=roll,
-            flush_interval_ms=cfg.flush_interval_ms, flush_least_pages=cfg.flush_least_pages,
-            flush_thorough_ms=cfg.flush_thorough_interval_ms, prefault_bytes=cfg.prefault_bytes,
+            file_size=cfg.commitlog_file_size,
+            start_offset=end,
+            store_host=host_to_bytes(cfg.store_host or ""),
+            store_port=cfg.store_port,
+            born_host=host_to_bytes(cfg.born_host or ""),
+            born_port=cfg.born_port,
+            uniq_prefix=uniq_prefix,
+            max_message_size=cfg.max_message_size,
+            topic_lookup=topic_lookup,
+            roll=roll,
+            flush_interval_ms=cfg.flush_interval_ms,
+            flush_least_pages=cfg.flush_least_pages,
+            flush_thorough_ms=cfg.flush_thorough_interval_ms,
+            prefault_bytes=cfg.prefault_bytes,
             sync_flush_timeout_ms=cfg.sync_flush_timeout_ms,
-            default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0)
+            default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0,
+        )
         core.append_prop_crc = cfg.append_prop_crc
         for (topic, qid), nxt in queue_offsets.items():
             core.set_queue_offset(topic, qid, nxt)
         segment = self.segments.find(end)
         if segment is not None:
-            core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset,
-                            segment.fd)
+            core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset, segment.fd)
         self.core = core
         self.end = end
         return core
@@ -331,14 +360,16 @@ class CommitLog:
         mf = self.segments.segment_at(start)
         core = self.core
         self.segments.prepare_next(
-            on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd))
+            on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd)
+        )
         return mf.mm, mf.fd
 
     def delete_first(self, doomed: list[MappedFile]) -> list[MappedFile]:
         """Delete leading segments (retention): the core lets go of each first."""
         core = self.core
         return self.segments.delete_first(
-            doomed, release=lambda mf: core.release_segment(mf.file_from_offset))
+            doomed, release=lambda mf: core.release_segment(mf.file_from_offset)
+        )
 
     def close(self) -> None:
         self.segments.close()
@@ -358,14 +389,16 @@ class CommitLog:
         if pos >= end:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}")
         try:
-            msg: MessageExt = self.codec.decode_record(mf.view(0, end), pos, check_crc=True,
-                                                      copy_body=not zero_copy)
+            msg: MessageExt = self.codec.decode_record(
+                mf.view(0, end), pos, check_crc=True, copy_body=not zero_copy
+            )
             return msg
         except CorruptRecordError as exc:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}: {exc}") from None
 
-    def chunks(self, start: Optional[int], end: Optional[int],
-               check_crc: bool = True) -> Iterator[tuple[MappedFile, np.ndarray]]:
+    def chunks(
+        self, start: Optional[int], end: Optional[int], check_crc: bool = True
+    ) -> Iterator[tuple[MappedFile, np.ndarray]]:
         """``(segment, records)`` in CommitLog order over ``[start, end)``: damaged records are
         stepped over and logged (verify() lists them)."""
         files = list(self.segments.files)
@@ -384,26 +417,38 @@ class CommitLog:
                 break
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
             view = mf.view(0, limit)
-            chunks = (checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit) if check_crc
-                      else decode_chunks(codec, view, lo, hi, check_crc=False))
+            chunks = (
+                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit)
+                if check_crc
+                else decode_chunks(codec, view, lo, hi, check_crc=False)
+            )
             for arr, stop, reason in chunks:
                 if len(arr):
                     yield mf, arr
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
-                    _log.warning("skipping %s at commitlog offset %d (verify() lists every damaged "
-                                 "record)", "the record" if reason == STEPPED else
-                                 "the record (body CRC mismatch)", mf.file_from_offset + stop)
+                    _log.warning(
+                        "skipping %s at commitlog offset %d (verify() lists every damaged record)",
+                        "the record" if reason == STEPPED else "the record (body CRC mismatch)",
+                        mf.file_from_offset + stop,
+                    )
             if reason != codec.STOP_BLANK and stop < limit:
                 if hi < limit:
-                    break       # the range asked for ends here
+                    break  # the range asked for ends here
                 # complete records end at `limit`: this one is damaged beyond stepping over
-                _log.warning("skipping the rest of CommitLog segment %d: no valid record at offset %d "
-                             "(verify() lists every damaged record)", mf.file_from_offset,
-                             mf.file_from_offset + stop)
+                _log.warning(
+                    "skipping the rest of CommitLog segment %d: no valid record at offset %d "
+                    "(verify() lists every damaged record)",
+                    mf.file_from_offset,
+                    mf.file_from_offset + stop,
+                )
 
-    def records_at(self, offsets: np.ndarray, sizes: np.ndarray, check_crc: bool = True,
-                   check: Optional[Callable[[Any, int, np.ndarray, int], None]] = None,
-                   ) -> Iterator[tuple[int, Any, np.ndarray]]:
+    def records_at(
+        self,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        check_crc: bool = True,
+        check: Optional[Callable[[Any, int, np.ndarray, int], None]] = None,
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
         """``(segment_start, view, records)`` of the records at ascending ``offsets`` of ``sizes``
         (see :meth:`MessageStore.records_at`); ``check(view, base, rows, first)`` vets each run
         of rows (``first``: the index of its first unit)."""
@@ -423,11 +468,13 @@ class CommitLog:
                 lo, hi = int(pos[a]), int(pos[b - 1] + size[b - 1])
                 if hi > limit:
                     raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
-                rows, stop, _reason = codec.decode_batch(view, lo, hi, check_crc=check_crc,
-                                                         max_records=int(b - a))
+                rows, stop, _reason = codec.decode_batch(
+                    view, lo, hi, check_crc=check_crc, max_records=int(b - a)
+                )
                 if len(rows) != b - a or (rows["size"] != size[a:b]).any():
                     raise MessageNotFoundError(
-                        f"no valid message of the expected size at commitlog offset {base + stop}")
+                        f"no valid message of the expected size at commitlog offset {base + stop}"
+                    )
                 if check is not None:
                     check(view, base, rows, i + int(a))
                 parts.append(rows)
@@ -461,10 +508,10 @@ class CommitLog:
         """
         codec = self.codec
         files = list(self.segments.files)
-        problems: list[dict[str, Any]] = []   # where the scan found no whole record
-        fields: list[dict[str, Any]] = []     # fields of whole records that fail a cross-check
-        found = []            # (positions, sizes, queue ids, queue offsets, queue keys)
-        stamps = []           # (offsets, store timestamps) of every record, in CommitLog order
+        problems: list[dict[str, Any]] = []  # where the scan found no whole record
+        fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
+        found = []  # (positions, sizes, queue ids, queue offsets, queue keys)
+        stamps = []  # (offsets, store timestamps) of every record, in CommitLog order
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
@@ -472,8 +519,9 @@ class CommitLog:
         for mf in files:
             base = mf.file_from_offset
             if base != expected:
-                problems.append({"offset": expected,
-                                 "reason": f"segment missing: the next one starts at {base}"})
+                problems.append(
+                    {"offset": expected, "reason": f"segment missing: the next one starts at {base}"}
+                )
             expected = mf.end_offset
             limit = mf.file_size
             if mf is files[-1] and not self.read_only:
@@ -488,35 +536,53 @@ class CommitLog:
                     fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
                     keep = consumable(arr)
                     rows = arr if keep.all() else arr[keep]
-                    found.append((base + rows["position"], rows["size"], rows["queue_id"],
-                                  rows["queue_offset"], keys if rows is arr else keys[keep]))
+                    found.append(
+                        (
+                            base + rows["position"],
+                            rows["size"],
+                            rows["queue_id"],
+                            rows["queue_offset"],
+                            keys if rows is arr else keys[keep],
+                        )
+                    )
                     stamps.append((base + arr["position"], arr["store_timestamp"]))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
                     problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
             if reason in (codec.STOP_BLANK, codec.STOP_BAD_CRC, STEPPED) or stop >= limit:
-                pass        # a bad CRC that ends the segment has lengths that cannot be trusted
-            elif reason == codec.STOP_END and mf is files[-1] and (
-                    self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any()):
-                pass        # zero-filled space after the last record (read-only: see below)
+                pass  # a bad CRC that ends the segment has lengths that cannot be trusted
+            elif (
+                reason == codec.STOP_END
+                and mf is files[-1]
+                and (self.read_only or not np.frombuffer(view, dtype=np.uint8, offset=stop).any())
+            ):
+                pass  # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
         if stamps:
             offsets, times = (np.concatenate(c) for c in zip(*stamps))
-            fields.extend({"offset": offset, "reason": reason}
-                          for offset, reason in timestamp_problems(offsets, times))
-        if self.read_only:      # a writer's record in progress is no damage
+            fields.extend(
+                {"offset": offset, "reason": reason} for offset, reason in timestamp_problems(offsets, times)
+            )
+        if self.read_only:  # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end and not self.written_since(p["offset"])]
-        problems += fields      # problems of whole records
+        problems += fields  # problems of whole records
         if progress is not None:
             progress("verify", total, total)
-        return {"records": records, "bytes": total, "segments": len(files), "min_offset": first,
-                "problems": problems, "found": found}
+        return {
+            "records": records,
+            "bytes": total,
+            "segments": len(files),
+            "min_offset": first,
+            "problems": problems,
+            "found": found,
+        }
 
 
-def checked_chunks(codec: Any, view: Any, lo: int, hi: int, base: int,
-                   data_end: Optional[int] = None) -> Iterator[tuple[np.ndarray, int, int]]:
+def checked_chunks(
+    codec: Any, view: Any, lo: int, hi: int, base: int, data_end: Optional[int] = None
+) -> Iterator[tuple[np.ndarray, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
     is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
@@ -540,11 +606,11 @@ def checked_chunks(codec: Any, view: Any, lo: int, hi: int, base: int,
         for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
             if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
                 yield arr, stop, reason
-            else:       # lengths that cannot be trusted, or the end of the data
+            else:  # lengths that cannot be trusted, or the end of the data
                 nxt = resync_at(stop)
                 yield arr, stop, (reason if nxt < 0 else STEPPED)
         if reason == codec.STOP_BAD_CRC and stop < resync_hi:
-            size = int.from_bytes(view[stop:stop + 4], "big", signed=True)
+            size = int.from_bytes(view[stop : stop + 4], "big", signed=True)
             nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
         if nxt < 0:
             return
@@ -555,15 +621,16 @@ def will_read(mf: MappedFile) -> None:
     """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
     try:
         mf.mm.madvise(mmap.MADV_WILLNEED)
-    except (AttributeError, OSError, ValueError):   # no madvise here, or a closed map
+    except (AttributeError, OSError, ValueError):  # no madvise here, or a closed map
         pass
 
 
 def stop_reason(codec: Any, reason: int) -> str:
     """What a scan's stop ``reason`` means, in words."""
-    return {codec.STOP_END: "no record where one should be (zeros or garbage)",
-            codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
-            codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
-            codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
-            STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next "
-                     "whole record)"}.get(reason, f"stop reason {reason}")
+    return {
+        codec.STOP_END: "no record where one should be (zeros or garbage)",
+        codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
+        codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
+        codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
+        STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next whole record)",
+    }.get(reason, f"stop reason {reason}")

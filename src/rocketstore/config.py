@@ -6,7 +6,8 @@ import dataclasses
 import os
 import socket
 import warnings
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from rocketstore.errors import StoreConfigError
 
@@ -28,6 +29,7 @@ def _interface_ipv4s() -> list[str]:
     """IPv4 addresses of this machine's network interfaces (Linux ioctl; empty elsewhere)."""
     import fcntl
     import struct
+
     found: list[str] = []
     try:
         names = [name for _, name in socket.if_nameindex()]
@@ -178,7 +180,7 @@ class StoreConfig:
     #: clock). Tests inject one to deliver hours of delays without waiting.
     clock: Optional[Callable[[], int]] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 (one check per option, each with its own message)
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
             raise StoreConfigError("commitlog_file_size must be a positive multiple of 4096")
         if self.commitlog_file_size > (1 << 62):
@@ -197,8 +199,11 @@ class StoreConfig:
         for name in ("store_port", "born_port"):
             if not 0 <= getattr(self, name) <= 0xFFFF:
                 raise StoreConfigError(f"{name} must be a TCP port number")
-        if isinstance(self.consume_queue_units, bool) or not isinstance(self.consume_queue_units, int) \
-                or not 1 <= self.consume_queue_units <= (1 << 26):
+        if (
+            isinstance(self.consume_queue_units, bool)
+            or not isinstance(self.consume_queue_units, int)
+            or not 1 <= self.consume_queue_units <= (1 << 26)
+        ):
             raise StoreConfigError("consume_queue_units must be an int between 1 and 2**26")
         if not 1 <= self.index_slots <= 0x7FFFFFFF or not 2 <= self.index_count <= 0x7FFFFFFF:
             raise StoreConfigError("index_slots must be in 1..2**31-1 and index_count in 2..2**31-1")
@@ -206,8 +211,11 @@ class StoreConfig:
             raise StoreConfigError("dispatch_interval_ms and checkpoint_interval_ms must not be negative")
         self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
         self._check_retention()
-        if isinstance(self.schedule_interval_ms, bool) or not isinstance(self.schedule_interval_ms, int) \
-                or self.schedule_interval_ms < 0:
+        if (
+            isinstance(self.schedule_interval_ms, bool)
+            or not isinstance(self.schedule_interval_ms, int)
+            or self.schedule_interval_ms < 0
+        ):
             raise StoreConfigError("schedule_interval_ms must be an int, 0 or more")
         if not isinstance(self.append_prop_crc, bool):
             raise StoreConfigError("append_prop_crc must be a bool")
@@ -222,20 +230,30 @@ class StoreConfig:
         if not _is_number(self.file_reserved_time) or not 0 <= self.file_reserved_time < 1e9:
             raise StoreConfigError("file_reserved_time must be a number of hours, 0 or more")
         self.delete_hours = parse_delete_when(self.delete_when)
-        for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio",
-                     "disk_space_warning_level_ratio"):
+        for name in (
+            "disk_max_used_space_ratio",
+            "disk_space_clean_forcibly_ratio",
+            "disk_space_warning_level_ratio",
+        ):
             value = getattr(self, name)
             if not _is_number(value) or not 0 < value <= 100:
                 raise StoreConfigError(f"{name} must be a percentage in (0, 100]")
         if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio:
-            raise StoreConfigError("disk_space_clean_forcibly_ratio must not exceed "
-                                   "disk_space_warning_level_ratio")
+            raise StoreConfigError(
+                "disk_space_clean_forcibly_ratio must not exceed disk_space_warning_level_ratio"
+            )
         self._check_delete_unexpired()
-        if isinstance(self.clean_resource_interval_ms, bool) \
-                or not isinstance(self.clean_resource_interval_ms, int) or self.clean_resource_interval_ms < 0:
+        if (
+            isinstance(self.clean_resource_interval_ms, bool)
+            or not isinstance(self.clean_resource_interval_ms, int)
+            or self.clean_resource_interval_ms < 0
+        ):
             raise StoreConfigError("clean_resource_interval_ms must be an int, 0 or more")
-        if isinstance(self.delete_files_batch_max, bool) \
-                or not isinstance(self.delete_files_batch_max, int) or self.delete_files_batch_max < 1:
+        if (
+            isinstance(self.delete_files_batch_max, bool)
+            or not isinstance(self.delete_files_batch_max, int)
+            or self.delete_files_batch_max < 1
+        ):
             raise StoreConfigError("delete_files_batch_max must be a positive int")
 
     def _check_delete_unexpired(self) -> None:
@@ -247,9 +265,14 @@ class StoreConfig:
                 raise StoreConfigError(f"{name} must be a bool")
         if old is not None:
             if new is not None and new != old:
-                raise StoreConfigError("clean_file_forcibly_enable (deprecated) and "
-                                       "delete_unexpired_when_disk_full disagree: give only the latter")
-            warnings.warn("clean_file_forcibly_enable is deprecated: use delete_unexpired_when_disk_full",
-                          DeprecationWarning, stacklevel=5)
+                raise StoreConfigError(
+                    "clean_file_forcibly_enable (deprecated) and "
+                    "delete_unexpired_when_disk_full disagree: give only the latter"
+                )
+            warnings.warn(
+                "clean_file_forcibly_enable is deprecated: use delete_unexpired_when_disk_full",
+                DeprecationWarning,
+                stacklevel=5,
+            )
             new, self.clean_file_forcibly_enable = old, None
         self.delete_unexpired_when_disk_full = bool(new)

@@ -27,18 +27,24 @@ import os
 import stat
 import threading
 import time
-from typing import Any, Iterator, Optional, TypeVar
+from collections.abc import Iterator
+from typing import Any, Optional, TypeVar
 
 from rocketstore._files import fsync_dir, write_synced
-from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
-from rocketstore.errors import (InvalidQueueIdError, StoreConfigError,
-                                StoreReadOnlyError)
+from rocketstore.errors import InvalidQueueIdError, StoreConfigError, StoreReadOnlyError
 from rocketstore.fastjson import _INT_KEY, _int_text, dumps_fastjson, loads_fastjson
+from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
 from rocketstore.message import validate_topic
 
 __all__ = [
-    "loads_fastjson", "dumps_fastjson", "ConfigFile", "TopicConfigTable", "ConsumerOffsetTable",
-    "DelayOffsetTable", "SubscriptionGroupTable", "TOPIC_GROUP_SEPARATOR",
+    "loads_fastjson",
+    "dumps_fastjson",
+    "ConfigFile",
+    "TopicConfigTable",
+    "ConsumerOffsetTable",
+    "DelayOffsetTable",
+    "SubscriptionGroupTable",
+    "TOPIC_GROUP_SEPARATOR",
 ]
 
 log = logging.getLogger("rocketstore.configfiles")
@@ -47,6 +53,7 @@ TOPIC_GROUP_SEPARATOR = "@"
 
 # ---------------------------------------------------------------------------------------------
 # Files with the .bak protocol
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -118,6 +125,7 @@ def _read_regular_file(path: str) -> bytes:
 
 _C = TypeVar("_C", bound="ConfigFile")
 
+
 class ConfigFile:
     """A JSON config file with RocketMQ's ``.bak`` fallback (spec §10, persist protocol).
 
@@ -169,8 +177,7 @@ class ConfigFile:
     def _split_extra(self, data: Any, known: tuple) -> tuple[dict, dict]:
         """(the known top-level properties, the others) of a parsed file."""
         data = _want_bean(data, f"{self.FILE_NAME}")
-        return ({k: data.get(k) for k in known},
-                {k: v for k, v in data.items() if k not in known})
+        return ({k: data.get(k) for k in known}, {k: v for k, v in data.items() if k not in known})
 
     # -- text -------------------------------------------------------------------------------
     def to_json(self, pretty: bool = True) -> str:
@@ -263,8 +270,11 @@ class ConfigFile:
             except OSError as exc:
                 if exc.errno not in NO_SPACE_ERRNOS:
                     raise
-                raise space_error(exc.errno, f"writing {os.path.basename(self.path)} failed, the "
-                                  "file on disk is unchanged", self.path) from exc
+                raise space_error(
+                    exc.errno,
+                    f"writing {os.path.basename(self.path)} failed, the file on disk is unchanged",
+                    self.path,
+                ) from exc
             # A garbage current file must not replace a good .bak.
             if os.path.exists(self.path) and (self._primary_ok or self._try(self.path)[0] == "ok"):
                 os.replace(self.path, self.bak_path)
@@ -339,14 +349,21 @@ class TopicConfigTable(_VersionedTable):
                     entry[field] = _want_int(entry[field], f"topic {name!r} {field}")
             for field in _QUEUE_FIELDS:
                 if field in entry and not 0 <= entry[field] <= MAX_QUEUE_NUMS:
-                    raise StoreConfigError(f"topic {name!r} {field} {entry[field]} is not in 0 .. {MAX_QUEUE_NUMS}")
+                    raise StoreConfigError(
+                        f"topic {name!r} {field} {entry[field]} is not in 0 .. {MAX_QUEUE_NUMS}"
+                    )
             entry.setdefault("topicName", str(name))
             topics[str(name)] = entry
         self.data_version, self._topics, self._extra = version, topics, extra
 
     def encode(self) -> dict:
-        return _bean({**self._extra, "dataVersion": _bean(self.data_version),
-                      "topicConfigTable": {name: _bean(self._topics[name]) for name in sorted(self._topics)}})
+        return _bean(
+            {
+                **self._extra,
+                "dataVersion": _bean(self.data_version),
+                "topicConfigTable": {name: _bean(self._topics[name]) for name in sorted(self._topics)},
+            }
+        )
 
     @property
     def topics(self) -> dict[str, dict]:
@@ -365,28 +382,47 @@ class TopicConfigTable(_VersionedTable):
             return 0
         return int(entry.get("writeQueueNums") or entry.get("readQueueNums") or self.default_queues)
 
-    def create(self, topic: str, queues: Optional[int] = None, *, read_queue_nums: Optional[int] = None,
-               write_queue_nums: Optional[int] = None, perm: int = DEFAULT_PERM,
-               topic_filter_type: str = "SINGLE_TAG", topic_sys_flag: int = 0,
-               order: bool = False) -> dict:
+    def create(
+        self,
+        topic: str,
+        queues: Optional[int] = None,
+        *,
+        read_queue_nums: Optional[int] = None,
+        write_queue_nums: Optional[int] = None,
+        perm: int = DEFAULT_PERM,
+        topic_filter_type: str = "SINGLE_TAG",
+        topic_sys_flag: int = 0,
+        order: bool = False,
+    ) -> dict:
         """Add or replace a topic (``updateTopicConfig``); bumps the data version."""
         _check_topic(topic)
         default = self.default_queues if queues is None else queues
         read = default if read_queue_nums is None else read_queue_nums
         write = default if write_queue_nums is None else write_queue_nums
-        for what, value, limit in (("queue count", read, MAX_QUEUE_NUMS), ("queue count", write, MAX_QUEUE_NUMS),
-                                   ("topicSysFlag", topic_sys_flag, 0x7FFFFFFF)):
+        for what, value, limit in (
+            ("queue count", read, MAX_QUEUE_NUMS),
+            ("queue count", write, MAX_QUEUE_NUMS),
+            ("topicSysFlag", topic_sys_flag, 0x7FFFFFFF),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
                 raise StoreConfigError(f"{what} {value!r} is not an int in 0 .. {limit}")
         if isinstance(perm, bool) or not isinstance(perm, int) or not 0 <= perm <= 15:
             raise StoreConfigError(f"perm {perm!r} is not a 4-bit int")
         if topic_filter_type not in TOPIC_FILTER_TYPES:
             raise StoreConfigError(
-                f"topicFilterType {topic_filter_type!r} is not one of {TOPIC_FILTER_TYPES}")
+                f"topicFilterType {topic_filter_type!r} is not one of {TOPIC_FILTER_TYPES}"
+            )
         with self._lock:
             entry = dict(self._topics.get(topic) or {})
-            entry.update(order=bool(order), perm=perm, readQueueNums=read, topicFilterType=topic_filter_type,
-                         topicName=topic, topicSysFlag=topic_sys_flag, writeQueueNums=write)
+            entry.update(
+                order=bool(order),
+                perm=perm,
+                readQueueNums=read,
+                topicFilterType=topic_filter_type,
+                topicName=topic,
+                topicSysFlag=topic_sys_flag,
+                writeQueueNums=write,
+            )
             self._topics[topic] = entry
             self.next_version()
             return dict(entry)
@@ -410,6 +446,7 @@ class TopicConfigTable(_VersionedTable):
 
 
 # -- consumerOffset.json -----------------------------------------------------------------------
+
 
 def _check_name(name, what: str) -> str:
     if not isinstance(name, str) or not name or TOPIC_GROUP_SEPARATOR in name:
@@ -461,8 +498,12 @@ class ConsumerOffsetTable(ConfigFile):
         self._table, self._extra = table, extra
 
     def encode(self) -> dict:
-        return _bean({**self._extra, "offsetTable": {k: dict(sorted(self._table[k].items()))
-                                                      for k in sorted(self._table)}})
+        return _bean(
+            {
+                **self._extra,
+                "offsetTable": {k: dict(sorted(self._table[k].items())) for k in sorted(self._table)},
+            }
+        )
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -538,6 +579,7 @@ class ConsumerOffsetTable(ConfigFile):
 
 # -- delayOffset.json --------------------------------------------------------------------------
 
+
 class DelayOffsetTable(ConfigFile):
     """``delayOffset.json``: ``offsetTable`` {delay level: next offset in SCHEDULE_TOPIC_XXXX
     queue level-1}."""
@@ -581,9 +623,14 @@ class DelayOffsetTable(ConfigFile):
 
 #: 4.3's SubscriptionGroupConfig defaults (groupName added per group).
 SUBSCRIPTION_GROUP_DEFAULTS = {
-    "brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True,
-    "consumeFromMinEnable": True, "notifyConsumerIdsChangedEnable": True,
-    "retryMaxTimes": 16, "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1,
+    "brokerId": 0,
+    "consumeBroadcastEnable": True,
+    "consumeEnable": True,
+    "consumeFromMinEnable": True,
+    "notifyConsumerIdsChangedEnable": True,
+    "retryMaxTimes": 16,
+    "retryQueueNums": 1,
+    "whichBrokerWhenConsumeSlowly": 1,
 }
 
 
@@ -610,8 +657,13 @@ class SubscriptionGroupTable(_VersionedTable):
         self.data_version, self._groups, self._extra = version, groups, extra
 
     def encode(self) -> dict:
-        return _bean({**self._extra, "dataVersion": _bean(self.data_version),
-                      "subscriptionGroupTable": {n: _bean(self._groups[n]) for n in sorted(self._groups)}})
+        return _bean(
+            {
+                **self._extra,
+                "dataVersion": _bean(self.data_version),
+                "subscriptionGroupTable": {n: _bean(self._groups[n]) for n in sorted(self._groups)},
+            }
+        )
 
     def get(self, group: str) -> Optional[dict]:
         """A copy of the group's config, or None."""

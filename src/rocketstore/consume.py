@@ -52,7 +52,8 @@ queue's map (when every unit examined in one file is accepted); like
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -67,13 +68,20 @@ if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
 __all__ = [
-    "GetMessageStatus", "TagFilter", "GetMessageResult", "get_message", "get_units",
-    "MIN_SCAN_BYTES", "MIN_SCAN_UNITS", "scan_budget", "Consumer",
+    "GetMessageStatus",
+    "TagFilter",
+    "GetMessageResult",
+    "get_message",
+    "get_units",
+    "MIN_SCAN_BYTES",
+    "MIN_SCAN_UNITS",
+    "scan_budget",
+    "Consumer",
 ]
 
 #: RocketMQ reads at least 16,000 bytes of units per pull (``max(16000, maxMsgNums * 20)``).
 MIN_SCAN_BYTES = 16_000
-MIN_SCAN_UNITS = MIN_SCAN_BYTES // CQ_UNIT_SIZE   # 800
+MIN_SCAN_UNITS = MIN_SCAN_BYTES // CQ_UNIT_SIZE  # 800
 
 #: tagsCodes at or below this are ConsumeQueueExt addresses, not hashes (§2).
 _EXT_ADDR_MAX = -(1 << 31) - 1
@@ -145,7 +153,8 @@ class TagFilter:
     def __init__(self, expression: Optional[str] = None):
         if expression is not None and not isinstance(expression, str):
             raise InvalidMessageError(
-                f"a tag expression must be a str or None, not {type(expression).__name__}")
+                f"a tag expression must be a str or None, not {type(expression).__name__}"
+            )
         self.expression = _SUB_ALL if expression in (None, "", _SUB_ALL) else expression
         self.match_all = self.expression == _SUB_ALL
         if self.match_all:
@@ -158,7 +167,7 @@ class TagFilter:
         self._code_array = np.array(sorted(self.codes), dtype=np.int32)
 
     @classmethod
-    def parse(cls, expression: Optional[str]) -> "TagFilter":
+    def parse(cls, expression: Optional[str]) -> TagFilter:
         """The filter for a subscription expression (see the class docstring)."""
         return cls(expression)
 
@@ -217,20 +226,33 @@ class GetMessageResult:
     iteration go over ``messages`` when there are any, else over ``units``.
     """
 
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "units",
-                 "queue_offsets")
+    __slots__ = (
+        "status",
+        "next_begin_offset",
+        "min_offset",
+        "max_offset",
+        "messages",
+        "units",
+        "queue_offsets",
+    )
 
-    def __init__(self, status: GetMessageStatus, next_begin_offset: int, min_offset: int = 0,
-                 max_offset: int = 0, messages: Optional[list[MessageExt]] = None,
-                 units: Optional[np.ndarray] = None, queue_offsets: Optional[np.ndarray] = None):
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        next_begin_offset: int,
+        min_offset: int = 0,
+        max_offset: int = 0,
+        messages: Optional[list[MessageExt]] = None,
+        units: Optional[np.ndarray] = None,
+        queue_offsets: Optional[np.ndarray] = None,
+    ):
         self.status = status
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.messages = [] if messages is None else messages
         self.units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else units
-        self.queue_offsets = (np.empty(0, dtype=np.int64) if queue_offsets is None
-                              else queue_offsets)
+        self.queue_offsets = np.empty(0, dtype=np.int64) if queue_offsets is None else queue_offsets
 
     @property
     def message_count(self) -> int:
@@ -249,8 +271,10 @@ class GetMessageResult:
         return iter(self.messages) if self.messages else iter(self.units)
 
     def __repr__(self) -> str:
-        return (f"<GetMessageResult {self.status.name} next={self.next_begin_offset} "
-                f"count={self.message_count} queue=[{self.min_offset}, {self.max_offset})>")
+        return (
+            f"<GetMessageResult {self.status.name} next={self.next_begin_offset} "
+            f"count={self.message_count} queue=[{self.min_offset}, {self.max_offset})>"
+        )
 
 
 def scan_budget(max_msgs: int) -> int:
@@ -258,7 +282,7 @@ def scan_budget(max_msgs: int) -> int:
     return max(MIN_SCAN_UNITS, max_msgs)
 
 
-_check_int = check_int      # name, value, minimum: an int within a Java long, else InvalidMessageError
+_check_int = check_int  # name, value, minimum: an int within a Java long, else InvalidMessageError
 
 
 class _Scan:
@@ -271,9 +295,9 @@ class _Scan:
         self.max_bytes = max_bytes
         self.count = 0
         self.bytes = 0
-        self.gone_last = False     # the last unit examined pointed at a gone record
-        self.accepted: list[np.ndarray] = []   # the accepted units of each view
-        self.offsets: list[np.ndarray] = []    # and their queue offsets
+        self.gone_last = False  # the last unit examined pointed at a gone record
+        self.accepted: list[np.ndarray] = []  # the accepted units of each view
+        self.offsets: list[np.ndarray] = []  # and their queue offsets
 
     def byte_stop(self, sizes: np.ndarray, real: np.ndarray, start: int) -> int:
         """First index >= start whose size would overflow ``max_bytes`` (len(sizes): none)."""
@@ -291,8 +315,7 @@ def _candidates(view: np.ndarray, tag_filter: TagFilter) -> tuple[np.ndarray, np
     return sizes, real, real & tag_filter.mask(view["tags_code"])
 
 
-def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter,
-                     scan: _Scan) -> tuple[int, bool]:
+def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Scan) -> tuple[int, bool]:
     """Accept every candidate of ``view`` until the batch is full, without a Python loop.
 
     Returns (units examined, batch full).
@@ -310,7 +333,7 @@ def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter,
     stop = int(np.argmax(full)) if full.any() else n
     taken = cand[:stop]
     if taken.all():
-        scan.accepted.append(view[:stop])       # zero-copy: every unit examined is accepted
+        scan.accepted.append(view[:stop])  # zero-copy: every unit examined is accepted
         scan.offsets.append(np.arange(base, base + stop, dtype=np.int64))
     elif taken.any():
         scan.accepted.append(view[:stop][taken])
@@ -322,9 +345,16 @@ def _scan_units_only(view: np.ndarray, base: int, tag_filter: TagFilter,
     return stop, stop < n or scan.count >= scan.max_msgs
 
 
-def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Scan,
-                  read: Callable[..., Any], recheck: bool, messages: list[MessageExt],
-                  with_queue_offset: bool = False) -> tuple[int, bool]:
+def _scan_reading(
+    view: np.ndarray,
+    base: int,
+    tag_filter: TagFilter,
+    scan: _Scan,
+    read: Callable[..., Any],
+    recheck: bool,
+    messages: list[MessageExt],
+    with_queue_offset: bool = False,
+) -> tuple[int, bool]:
     """Read each candidate of ``view`` (one ``read`` call per candidate) until the batch is full.
 
     Returns (units examined, batch full).
@@ -342,20 +372,19 @@ def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Sca
             break
         size = int(sizes[j])
         try:
-            msg = (read(int(offsets[j]), size, base + j) if with_queue_offset
-                   else read(int(offsets[j]), size))
+            msg = read(int(offsets[j]), size, base + j) if with_queue_offset else read(int(offsets[j]), size)
         except MessageNotFoundError:
             msg = None
         except _DamagedUnit:
             if not scan.count:
                 raise
-            stop, full = j, True      # hand out what came before it; the next pull starts here
+            stop, full = j, True  # hand out what came before it; the next pull starts here
             break
         if msg is None:
             last_gone = j
             continue
         if recheck and not tag_filter.matches_tag(msg.tags):
-            continue    # a tagsCode collision: filtered, as the consumer would
+            continue  # a tagsCode collision: filtered, as the consumer would
         messages.append(msg)
         taken.append(j)
         scan.count += 1
@@ -374,14 +403,25 @@ def _scan_reading(view: np.ndarray, base: int, tag_filter: TagFilter, scan: _Sca
     return stop, full
 
 
-def _pull(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Optional[Callable[..., Any]], *,
-          max_scan_units: Optional[int], max_bytes: Optional[int], max_files: Optional[int],
-          recheck_tags: bool, with_queue_offset: bool = False) -> GetMessageResult:
+def _pull(  # noqa: C901 (RocketMQ's getMessage status rules, kept in one place)
+    cq: Any,
+    offset: int,
+    max_msgs: int,
+    tag_filter: Any,
+    read: Optional[Callable[..., Any]],
+    *,
+    max_scan_units: Optional[int],
+    max_bytes: Optional[int],
+    max_files: Optional[int],
+    recheck_tags: bool,
+    with_queue_offset: bool = False,
+) -> GetMessageResult:
     offset = _check_int("offset", offset)
     max_msgs = _check_int("max_msgs", max_msgs, 1)
     tag_filter = _as_filter(tag_filter)
-    budget = (scan_budget(max_msgs) if max_scan_units is None
-              else _check_int("max_scan_units", max_scan_units, 1))
+    budget = (
+        scan_budget(max_msgs) if max_scan_units is None else _check_int("max_scan_units", max_scan_units, 1)
+    )
     max_files = _check_int("max_files", max_files, 1)
     if max_bytes is not None:
         max_bytes = _check_int("max_bytes", max_bytes, 1)
@@ -397,7 +437,7 @@ def _pull(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Optional[C
         return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
     if offset == hi:
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-    if offset > hi:   # 4.3's rule; 5.x always answers max
+    if offset > hi:  # 4.3's rule; 5.x always answers max
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
 
     scan = _Scan(max_msgs, max_bytes)
@@ -408,18 +448,18 @@ def _pull(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Optional[C
             break
         try:
             view = cq.units(position, budget)
-        except MessageNotFoundError:   # the file went away (retention) since the bounds were read
+        except MessageNotFoundError:  # the file went away (retention) since the bounds were read
             view = np.empty(0, dtype=CQ_UNIT_DTYPE)
         if not len(view):
             if file_number == 0:
-                return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
-                                        cq.roll_next_file(offset), lo, hi)
+                return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
             break
         if read is None:
             examined, full = _scan_units_only(view, position, tag_filter, scan)
         else:
-            examined, full = _scan_reading(view, position, tag_filter, scan, read, recheck_tags,
-                                           messages, with_queue_offset)
+            examined, full = _scan_reading(
+                view, position, tag_filter, scan, read, recheck_tags, messages, with_queue_offset
+            )
         del view
         position += examined
         budget -= examined
@@ -441,10 +481,19 @@ def _pull(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Optional[C
     return GetMessageResult(status, position, lo, hi, messages, units, queue_offsets)
 
 
-def get_message(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Callable[..., Any], *,
-                max_scan_units: Optional[int] = None, recheck_tags: bool = True,
-                max_bytes: Optional[int] = None, max_files: int = 2,
-                with_queue_offset: bool = False) -> GetMessageResult:
+def get_message(
+    cq: Any,
+    offset: int,
+    max_msgs: int,
+    tag_filter: Any,
+    read: Callable[..., Any],
+    *,
+    max_scan_units: Optional[int] = None,
+    recheck_tags: bool = True,
+    max_bytes: Optional[int] = None,
+    max_files: int = 2,
+    with_queue_offset: bool = False,
+) -> GetMessageResult:
     """RocketMQ's ``getMessage`` (§11) on one consume queue (``None``: no such queue).
 
     ``tag_filter`` is a :class:`TagFilter` or an expression for :meth:`TagFilter.parse`.
@@ -463,14 +512,30 @@ def get_message(cq: Any, offset: int, max_msgs: int, tag_filter: Any, read: Call
     """
     if read is None:
         raise InvalidMessageError("get_message needs a read callback (get_units reads nothing)")
-    return _pull(cq, offset, max_msgs, tag_filter, read, max_scan_units=max_scan_units,
-                 max_bytes=max_bytes, max_files=max_files, recheck_tags=recheck_tags,
-                 with_queue_offset=with_queue_offset)
+    return _pull(
+        cq,
+        offset,
+        max_msgs,
+        tag_filter,
+        read,
+        max_scan_units=max_scan_units,
+        max_bytes=max_bytes,
+        max_files=max_files,
+        recheck_tags=recheck_tags,
+        with_queue_offset=with_queue_offset,
+    )
 
 
-def get_units(cq: Any, offset: int, max_msgs: int, tag_filter: Any = None, *,
-              max_scan_units: Optional[int] = None, max_bytes: Optional[int] = None,
-              max_files: int = 2) -> GetMessageResult:
+def get_units(
+    cq: Any,
+    offset: int,
+    max_msgs: int,
+    tag_filter: Any = None,
+    *,
+    max_scan_units: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    max_files: int = 2,
+) -> GetMessageResult:
     """:func:`get_message` without reading the CommitLog: ``result.units`` holds the accepted units.
 
     Filtering is by tagsCode only (a hash collision is *not* caught: re-check the real tags when
@@ -478,8 +543,17 @@ def get_units(cq: Any, offset: int, max_msgs: int, tag_filter: Any = None, *,
     NO_MATCHED_MESSAGE or one of the bound statuses. The whole scan is vectorised. When every unit
     examined lies in one file and is accepted, ``units`` is a zero-copy view into the map.
     """
-    return _pull(cq, offset, max_msgs, tag_filter, None, max_scan_units=max_scan_units,
-                 max_bytes=max_bytes, max_files=max_files, recheck_tags=False)
+    return _pull(
+        cq,
+        offset,
+        max_msgs,
+        tag_filter,
+        None,
+        max_scan_units=max_scan_units,
+        max_bytes=max_bytes,
+        max_files=max_files,
+        recheck_tags=False,
+    )
 
 
 class Consumer:
@@ -506,10 +580,16 @@ class Consumer:
     >>> consumer.commit()                                                  # doctest: +SKIP
     """
 
-    def __init__(self, store: MessageStore, group: str,
-                 subscriptions: Union[str, Iterable[str], Mapping[str, Optional[str]]], *,
-                 retry: bool = True):
+    def __init__(
+        self,
+        store: MessageStore,
+        group: str,
+        subscriptions: Union[str, Iterable[str], Mapping[str, Optional[str]]],
+        *,
+        retry: bool = True,
+    ):
         from rocketstore.schedule import retry_topic
+
         if not isinstance(group, str) or not group:
             raise InvalidMessageError("group must be a non-empty str")
         if isinstance(subscriptions, str):
@@ -554,8 +634,14 @@ class Consumer:
             position = self._position(key, bounds[key][0])
             if position >= bounds[key][1]:
                 continue
-            res = self.store.get_message(self.group, topic, queue_id, position,
-                                         max_msgs=max_msgs - len(out), tags=self._filters[topic].expression)
+            res = self.store.get_message(
+                self.group,
+                topic,
+                queue_id,
+                position,
+                max_msgs=max_msgs - len(out),
+                tags=self._filters[topic].expression,
+            )
             for msg in res.messages:
                 if topic == self.retry_topic:
                     msg.topic = (msg.properties or {}).get("RETRY_TOPIC", msg.topic)
@@ -568,7 +654,7 @@ class Consumer:
         if position is None:
             committed = self.store.committed_offset(self.group, *key)
             position = committed if committed >= 0 else low
-        if position < low:      # removed by retention meanwhile
+        if position < low:  # removed by retention meanwhile
             position = low
         self._positions[key] = position
         return position

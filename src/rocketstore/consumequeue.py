@@ -33,20 +33,34 @@ import logging
 import os
 import struct
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
 
 import numpy as np
 
-from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError,
-                                MessageNotFoundError, StoreClosedError, StoreConfigError,
-                                StoreReadOnlyError)
-from rocketstore.message import is_valid_topic, validate_topic
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreReadOnlyError,
+)
 from rocketstore.mapped_file import MappedFile, MappedFileQueue, allocate_range, offset_to_file_name
+from rocketstore.message import is_valid_topic, validate_topic
 
 __all__ = [
-    "CQ_UNIT_SIZE", "DEFAULT_CQ_UNITS", "DEFAULT_CQ_FILE_SIZE", "CQ_UNIT_DTYPE",
-    "PLACEHOLDER_SIZE", "PLACEHOLDER_UNIT", "encode_unit", "unit_location", "roll_next_file",
-    "ConsumeQueue", "ConsumeQueueStore",
+    "CQ_UNIT_SIZE",
+    "DEFAULT_CQ_UNITS",
+    "DEFAULT_CQ_FILE_SIZE",
+    "CQ_UNIT_DTYPE",
+    "PLACEHOLDER_SIZE",
+    "PLACEHOLDER_UNIT",
+    "encode_unit",
+    "unit_location",
+    "roll_next_file",
+    "ConsumeQueue",
+    "ConsumeQueueStore",
 ]
 
 log = logging.getLogger("rocketstore.consumequeue")
@@ -54,11 +68,11 @@ log = logging.getLogger("rocketstore.consumequeue")
 # -- the unit layout, each field placed after the previous one ----------------------------------
 CQ_OFFSET_POS = 0
 CQ_OFFSET_SIZE = 8
-CQ_SIZE_POS = CQ_OFFSET_POS + CQ_OFFSET_SIZE          # 8
+CQ_SIZE_POS = CQ_OFFSET_POS + CQ_OFFSET_SIZE  # 8
 CQ_SIZE_SIZE = 4
-CQ_TAGS_POS = CQ_SIZE_POS + CQ_SIZE_SIZE              # 12
+CQ_TAGS_POS = CQ_SIZE_POS + CQ_SIZE_SIZE  # 12
 CQ_TAGS_SIZE = 8
-CQ_UNIT_SIZE = CQ_TAGS_POS + CQ_TAGS_SIZE             # 20
+CQ_UNIT_SIZE = CQ_TAGS_POS + CQ_TAGS_SIZE  # 20
 
 DEFAULT_CQ_UNITS = 300_000
 DEFAULT_CQ_FILE_SIZE = DEFAULT_CQ_UNITS * CQ_UNIT_SIZE  # 6,000,000
@@ -68,13 +82,17 @@ _LONG = struct.Struct(">q")
 assert _UNIT.size == CQ_UNIT_SIZE
 
 #: numpy view of a unit; views returned by :meth:`ConsumeQueue.units` have this dtype.
-CQ_UNIT_DTYPE = np.dtype({"names": ["commitlog_offset", "size", "tags_code"],
-                          "formats": [">i8", ">i4", ">i8"],
-                          "offsets": [CQ_OFFSET_POS, CQ_SIZE_POS, CQ_TAGS_POS],
-                          "itemsize": CQ_UNIT_SIZE})
+CQ_UNIT_DTYPE = np.dtype(
+    {
+        "names": ["commitlog_offset", "size", "tags_code"],
+        "formats": [">i8", ">i4", ">i8"],
+        "offsets": [CQ_OFFSET_POS, CQ_SIZE_POS, CQ_TAGS_POS],
+        "itemsize": CQ_UNIT_SIZE,
+    }
+)
 
 PLACEHOLDER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE
-_RESERVE_BYTES = 1 << 17      # file space allocated ahead of the writer at a time (6,553 units)
+_RESERVE_BYTES = 1 << 17  # file space allocated ahead of the writer at a time (6,553 units)
 PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -169,8 +187,16 @@ class ConsumeQueue:
     thread-safe; ``units`` views may be read from any thread while the queue is appended to.
     """
 
-    def __init__(self, root: str, topic: str, queue_id: int, units_per_file: int = DEFAULT_CQ_UNITS,
-                 read_only: bool = False, *, preallocate: bool = False):
+    def __init__(
+        self,
+        root: str,
+        topic: str,
+        queue_id: int,
+        units_per_file: int = DEFAULT_CQ_UNITS,
+        read_only: bool = False,
+        *,
+        preallocate: bool = False,
+    ):
         self.topic = _check_topic(topic)
         self.queue_id = _check_queue_id(queue_id)
         if isinstance(units_per_file, bool) or not isinstance(units_per_file, int) or units_per_file < 1:
@@ -179,12 +205,13 @@ class ConsumeQueue:
         self.file_size = units_per_file * CQ_UNIT_SIZE
         self.read_only = bool(read_only)
         self.directory = os.path.join(os.fspath(root), "consumequeue", topic, str(self.queue_id))
-        self._files = _UnitFileQueue(self.directory, self.file_size, read_only=self.read_only,
-                                     preallocate=preallocate)
+        self._files = _UnitFileQueue(
+            self.directory, self.file_size, read_only=self.read_only, preallocate=preallocate
+        )
         self._lock = threading.RLock()
-        self._min_logic = 0      # minLogicOffset, in bytes
-        self._max_physic = -1    # 5.x maxPhysicOffset: start + size of the last unit written
-        self._flushed = 0        # byte offset below which every unit has been msynced
+        self._min_logic = 0  # minLogicOffset, in bytes
+        self._max_physic = -1  # 5.x maxPhysicOffset: start + size of the last unit written
+        self._flushed = 0  # byte offset below which every unit has been msynced
         self._reserved = (-1, 0)  # (file start, bytes of it allocated ahead of the writer)
         self._closed = False
         #: ``[lo, hi)`` queue offset ranges whose units are missing (damage, or records
@@ -238,7 +265,7 @@ class ConsumeQueue:
             if len(used):
                 end = mf.file_from_offset + (int(used[-1]) + 1) * CQ_UNIT_SIZE
         for first, valid in masks:
-            valid = valid[:max(0, end // CQ_UNIT_SIZE - first)]
+            valid = valid[: max(0, end // CQ_UNIT_SIZE - first)]
             self.holes += [(first + lo, first + hi) for lo, hi in _false_runs(valid)]
         return end
 
@@ -254,6 +281,7 @@ class ConsumeQueue:
         finds its end. The store then dispatches the records from ``limit`` on again, each at its
         own queue offset. Returns the max physical offset, as :meth:`recover`.
         """
+
         def prefix_end(files: list[MappedFile]) -> int:
             lo = files[0].file_from_offset // CQ_UNIT_SIZE
             hi = files[-1].end_offset // CQ_UNIT_SIZE
@@ -282,9 +310,13 @@ class ConsumeQueue:
             self._min_logic = self._first_real_logic()
             self.holes = [(lo, hi) for lo, hi in self.holes if hi * CQ_UNIT_SIZE > self._min_logic]
             if self.holes:
-                log.error("consume queue %s-%d: %d unit(s) zeroed or invalid before its end "
-                          "(damage); they are rebuilt from the CommitLog", self.topic,
-                          self.queue_id, sum(hi - lo for lo, hi in self.holes))
+                log.error(
+                    "consume queue %s-%d: %d unit(s) zeroed or invalid before its end "
+                    "(damage); they are rebuilt from the CommitLog",
+                    self.topic,
+                    self.queue_id,
+                    sum(hi - lo for lo, hi in self.holes),
+                )
             return self._max_physic
 
     def _stored(self, queue_offset: int) -> tuple[int, int, int]:
@@ -412,9 +444,14 @@ class ConsumeQueue:
         mf = self._file_for_append(expect)
         end = mf.file_from_offset + mf.wrote_position
         if expect > end:
-            log.warning("consume queue %s-%d: unit %d dispatched past the end %d; the units between "
-                        "are rebuilt from the CommitLog", self.topic, self.queue_id, queue_offset,
-                        end // CQ_UNIT_SIZE)
+            log.warning(
+                "consume queue %s-%d: unit %d dispatched past the end %d; the units between "
+                "are rebuilt from the CommitLog",
+                self.topic,
+                self.queue_id,
+                queue_offset,
+                end // CQ_UNIT_SIZE,
+            )
             self.holes.append((end // CQ_UNIT_SIZE, queue_offset))
             self._pad(end, expect)
             mf = self._file_for_append(expect)
@@ -430,7 +467,7 @@ class ConsumeQueue:
             mf = self._file_for_append(pos)
             n = min(end - pos, self.file_size - mf.wrote_position)
             self._reserve(mf, mf.wrote_position + n)
-            mf.mm[mf.wrote_position:mf.wrote_position + n] = PLACEHOLDER_UNIT * (n // CQ_UNIT_SIZE)
+            mf.mm[mf.wrote_position : mf.wrote_position + n] = PLACEHOLDER_UNIT * (n // CQ_UNIT_SIZE)
             mf.wrote_position += n
             pos += n
 
@@ -445,9 +482,16 @@ class ConsumeQueue:
         offset, stored_size, _tags = _UNIT.unpack_from(mf.mm, pos)
         if (offset, stored_size) == (commitlog_offset, size):
             return False
-        log.warning("consume queue %s-%d: unit %d pointed at (%d, %d), not at its record (%d, %d): "
-                    "rewritten", self.topic, self.queue_id, queue_offset, offset, stored_size,
-                    commitlog_offset, size)
+        log.warning(
+            "consume queue %s-%d: unit %d pointed at (%d, %d), not at its record (%d, %d): rewritten",
+            self.topic,
+            self.queue_id,
+            queue_offset,
+            offset,
+            stored_size,
+            commitlog_offset,
+            size,
+        )
         _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
         self._flushed = min(self._flushed, byte)
         if byte + CQ_UNIT_SIZE == self._end():
@@ -478,8 +522,9 @@ class ConsumeQueue:
         """:meth:`_rewrite_one` over arrays, comparing in bulk (a re-dispatch of many units)."""
         stored_offsets, stored_sizes = self._stored_many(q)
         differ = np.flatnonzero((stored_offsets != phys) | (stored_sizes != sz))
-        return sum(self._rewrite_one(int(q[k]), int(phys[k]), int(sz[k]), int(tags[k]))
-                   for k in differ.tolist())
+        return sum(
+            self._rewrite_one(int(q[k]), int(phys[k]), int(sz[k]), int(tags[k])) for k in differ.tolist()
+        )
 
     def _reserve(self, mf: MappedFile, end: int) -> None:
         """Allocate ``mf``'s blocks up to position ``end`` (and a stretch beyond) before units are
@@ -504,13 +549,13 @@ class ConsumeQueue:
         if self._is_empty():
             start = expect - expect % self.file_size
             if files and files[0].file_from_offset != start:
-                self._files.drop_last()   # an empty leftover (crash, truncation) elsewhere
+                self._files.drop_last()  # an empty leftover (crash, truncation) elsewhere
             os.makedirs(self.directory, exist_ok=True)
             mf = self._files.segment_at(start)
             pad = (expect - start) // CQ_UNIT_SIZE
             if pad:
                 self._reserve(mf, pad * CQ_UNIT_SIZE)
-                mf.mm[:pad * CQ_UNIT_SIZE] = PLACEHOLDER_UNIT * pad
+                mf.mm[: pad * CQ_UNIT_SIZE] = PLACEHOLDER_UNIT * pad
                 mf.wrote_position = pad * CQ_UNIT_SIZE
             self._min_logic = expect
             self._flushed = min(self._flushed, start)
@@ -569,12 +614,12 @@ class ConsumeQueue:
                 mf = self._file_for_append(end)
                 room = (self.file_size - mf.wrote_position) // CQ_UNIT_SIZE
                 k = min(room, n - i)
-                k = 1 + _first_false(in_order[i:i + k - 1])
+                k = 1 + _first_false(in_order[i : i + k - 1])
                 self._reserve(mf, mf.wrote_position + k * CQ_UNIT_SIZE)
                 dst = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=k, offset=mf.wrote_position)
-                dst["commitlog_offset"] = phys[i:i + k]
-                dst["size"] = sz[i:i + k]
-                dst["tags_code"] = tags[i:i + k]
+                dst["commitlog_offset"] = phys[i : i + k]
+                dst["size"] = sz[i : i + k]
+                dst["tags_code"] = tags[i : i + k]
                 del dst
                 mf.wrote_position += k * CQ_UNIT_SIZE
                 self._max_physic = int(ends[i + k - 1])
@@ -587,7 +632,8 @@ class ConsumeQueue:
         if not self.min_offset <= queue_offset < self.max_offset:
             raise MessageNotFoundError(
                 f"queue offset {queue_offset} is outside [{self.min_offset}, {self.max_offset}) "
-                f"of {self.topic}-{self.queue_id}")
+                f"of {self.topic}-{self.queue_id}"
+            )
         byte = queue_offset * CQ_UNIT_SIZE
         mf = self._files.find(byte)
         if mf is None:
@@ -621,8 +667,9 @@ class ConsumeQueue:
             count = min(count, (mf.wrote_position - pos) // CQ_UNIT_SIZE)
             return np.frombuffer(mf.view(pos, count * CQ_UNIT_SIZE), dtype=CQ_UNIT_DTYPE)
 
-    def iter_units(self, start: Optional[int] = None, stop: Optional[int] = None,
-                   chunk: int = 65536) -> Iterator[tuple[int, np.ndarray]]:
+    def iter_units(
+        self, start: Optional[int] = None, stop: Optional[int] = None, chunk: int = 65536
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """(first queue offset, view) chunks covering ``[start, stop)`` (default: the whole queue)."""
         offset = self.min_offset if start is None else start
         while True:
@@ -657,8 +704,9 @@ class ConsumeQueue:
             return False
         return size > 0 and offset + size == commitlog_offset
 
-    def repair(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any,
-               tags_codes: Any) -> tuple[int, int]:
+    def repair(
+        self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any
+    ) -> tuple[int, int]:
         """Rebuild the queue from its records: every unit in ``[min_offset, max_offset)`` becomes
         the unit of the record that carries its queue offset, or a placeholder where none does
         (the record is gone: damage); records past the end are appended. The arguments describe
@@ -687,10 +735,12 @@ class ConsumeQueue:
                     continue
                 expected, found = units_of_records(a, b, q, phys, sz, tags)
                 missing += (b - a) - found
-                stored = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=b - a,
-                                       offset=(a - first) * CQ_UNIT_SIZE)
-                wrong = ((stored["commitlog_offset"] != expected["commitlog_offset"])
-                         | (stored["size"] != expected["size"]))
+                stored = np.frombuffer(
+                    mf.mm, dtype=CQ_UNIT_DTYPE, count=b - a, offset=(a - first) * CQ_UNIT_SIZE
+                )
+                wrong = (stored["commitlog_offset"] != expected["commitlog_offset"]) | (
+                    stored["size"] != expected["size"]
+                )
                 if wrong.any():
                     stored[wrong] = expected[wrong]
                     rewritten += int(wrong.sum())
@@ -702,9 +752,14 @@ class ConsumeQueue:
             self.holes = []
             self._max_physic = self._last_physic_end()
         if rewritten or missing:
-            log.error("consume queue %s-%d rebuilt from the CommitLog: %d unit(s) rewritten, %d "
-                      "position(s) whose record is gone (skipped by consumers)", self.topic,
-                      self.queue_id, rewritten, missing)
+            log.error(
+                "consume queue %s-%d rebuilt from the CommitLog: %d unit(s) rewritten, %d "
+                "position(s) whose record is gone (skipped by consumers)",
+                self.topic,
+                self.queue_id,
+                rewritten,
+                missing,
+            )
         return rewritten, missing
 
     # -- recovery against the CommitLog and retention -----------------------------------------
@@ -858,15 +913,17 @@ class ConsumeQueue:
         if self.read_only:
             raise StoreReadOnlyError(f"consume queue {self.topic}-{self.queue_id} is read-only")
 
-    def __enter__(self) -> "ConsumeQueue":
+    def __enter__(self) -> ConsumeQueue:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<ConsumeQueue {self.topic}-{self.queue_id} [{self.min_offset}, {self.max_offset})"
-                f" files={self.file_count}>")
+        return (
+            f"<ConsumeQueue {self.topic}-{self.queue_id} [{self.min_offset}, {self.max_offset})"
+            f" files={self.file_count}>"
+        )
 
 
 class ConsumeQueueStore:
@@ -876,8 +933,14 @@ class ConsumeQueueStore:
     are not a topic or an integer queue id); call :meth:`recover` next, as the store does.
     """
 
-    def __init__(self, root: str, units_per_file: int = DEFAULT_CQ_UNITS, read_only: bool = False,
-                 *, preallocate: bool = False):
+    def __init__(
+        self,
+        root: str,
+        units_per_file: int = DEFAULT_CQ_UNITS,
+        read_only: bool = False,
+        *,
+        preallocate: bool = False,
+    ):
         self.root = os.fspath(root)
         self.directory = os.path.join(self.root, "consumequeue")
         self.units_per_file = units_per_file
@@ -901,14 +964,21 @@ class ConsumeQueueStore:
                 if not os.path.isdir(topic_dir) or not is_valid_topic(topic):
                     continue
                 for name in sorted(os.listdir(topic_dir)):
-                    if not (name.isascii() and name.isdigit()) or \
-                            not os.path.isdir(os.path.join(topic_dir, name)):
+                    if not (name.isascii() and name.isdigit()) or not os.path.isdir(
+                        os.path.join(topic_dir, name)
+                    ):
                         continue
                     key = (topic, int(name))
                     if key in self._queues:
                         continue
-                    cq = ConsumeQueue(self.root, topic, key[1], self.units_per_file, self.read_only,
-                                      preallocate=self.preallocate)
+                    cq = ConsumeQueue(
+                        self.root,
+                        topic,
+                        key[1],
+                        self.units_per_file,
+                        self.read_only,
+                        preallocate=self.preallocate,
+                    )
                     cq.load()
                     self._queues[key] = cq
         except BaseException:
@@ -950,8 +1020,14 @@ class ConsumeQueueStore:
         with self._lock:
             cq = self._queues.get(key)
             if cq is None:
-                cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self.read_only,
-                                  preallocate=self.preallocate)
+                cq = ConsumeQueue(
+                    self.root,
+                    topic,
+                    queue_id,
+                    self.units_per_file,
+                    self.read_only,
+                    preallocate=self.preallocate,
+                )
                 self._queues[key] = cq
             return cq
 
@@ -989,15 +1065,21 @@ class ConsumeQueueStore:
     def __contains__(self, key: object) -> bool:
         return key in self._queues
 
-    def __enter__(self) -> "ConsumeQueueStore":
+    def __enter__(self) -> ConsumeQueueStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def units_of_records(lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
-                     sizes: np.ndarray, tags_codes: np.ndarray) -> tuple[np.ndarray, int]:
+def units_of_records(
+    lo: int,
+    hi: int,
+    queue_offsets: np.ndarray,
+    commitlog_offsets: np.ndarray,
+    sizes: np.ndarray,
+    tags_codes: np.ndarray,
+) -> tuple[np.ndarray, int]:
     """The units of queue offsets ``[lo, hi)`` that records (arrays, one per queue offset) call
     for: each record's unit at its queue offset, a placeholder where no record is. Returns
     (units, how many have a record); :meth:`ConsumeQueue.repair` and the read-only store's
@@ -1036,7 +1118,9 @@ def first_unit_where(queue: Any, reached: Callable[[tuple[int, int, int]], bool]
 def offset_of_time(queue: Any, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
     """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
     (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
+
     def reached(unit: tuple[int, int, int]) -> bool:
         stored = store_time_of(unit[0])
         return stored is not None and stored >= timestamp
+
     return first_unit_where(queue, reached)

@@ -20,28 +20,46 @@ import mmap
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional
 
 import numpy as np
 
-from rocketstore._codec_py import (SYSFLAG_TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
-                                   TRANSACTION_ROLLBACK_TYPE)
+from rocketstore._codec_py import (
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from rocketstore._failurelog import FailureLog
-from rocketstore.consumequeue import (CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore,
-                                      roll_next_file, units_of_records)
+from rocketstore.consumequeue import (
+    CQ_UNIT_DTYPE,
+    PLACEHOLDER_SIZE,
+    ConsumeQueueStore,
+    roll_next_file,
+    units_of_records,
+)
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import MappedFile, close_map
 
-__all__ = ["Dispatcher", "resync", "consumable_rows", "queue_groups", "TailQueue", "TailQueueStore", "MemoryIndexService"]
+__all__ = [
+    "Dispatcher",
+    "resync",
+    "consumable_rows",
+    "queue_groups",
+    "TailQueue",
+    "TailQueueStore",
+    "MemoryIndexService",
+]
 
 log = logging.getLogger("rocketstore.dispatch")
 
 SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
 
 
-def decode_chunks(codec: Any, buffer: Any, lo: int, hi: int, *,
-                  check_crc: bool) -> Iterator[tuple[np.ndarray, int, int]]:
+def decode_chunks(
+    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool
+) -> Iterator[tuple[np.ndarray, int, int]]:
     """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most SCAN_CHUNK records.
 
     Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
@@ -70,10 +88,10 @@ def resync(codec: Any, buffer: Any, pos: int, hi: int, base: int) -> int:
     start = pos + 1
     while start + _PHYSICAL_OFFSET_POS + 8 <= hi:
         stop = min(hi, start + _RESYNC_WINDOW)
-        w = raw[start + 4:stop + 4 if stop + 4 <= hi else hi]    # the magic sits at +4
+        w = raw[start + 4 : stop + 4 if stop + 4 <= hi else hi]  # the magic sits at +4
         if len(w) < 4:
             return -1
-        if not w.any():          # zeros (the unwritten end of a segment): nothing starts here
+        if not w.any():  # zeros (the unwritten end of a segment): nothing starts here
             start = stop
             continue
         first = np.flatnonzero(w[:-3] == 0xDA)
@@ -81,7 +99,7 @@ def resync(codec: Any, buffer: Any, pos: int, hi: int, base: int) -> int:
         hits = first[(w[first + 1] == 0xA3) & (w[first + 2] == 0x20) & ((follow == 0xA7) | (follow == 0xAB))]
         for h in hits.tolist():
             at = start + h
-            field = raw[at + _PHYSICAL_OFFSET_POS:at + _PHYSICAL_OFFSET_POS + 8]
+            field = raw[at + _PHYSICAL_OFFSET_POS : at + _PHYSICAL_OFFSET_POS + 8]
             if len(field) < 8 or int.from_bytes(field.tobytes(), "big", signed=True) != base + at:
                 continue
             records, _stop, _reason = codec.decode_batch(buffer, at, hi, check_crc=True, max_records=1)
@@ -117,13 +135,14 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
     if n == 0:
         return []
     keys = codec.queue_keys(buffer, records)
-    if (keys == keys[0]).all():      # one queue: the common case of a batch, or a quiet store
+    if (keys == keys[0]).all():  # one queue: the common case of a batch, or a quiet store
         first = np.zeros(1, dtype=np.int64)
         groups = [np.arange(n)]
         representatives = np.zeros(n, dtype=np.int64)
     else:
-        _uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True,
-                                                  return_counts=True)
+        _uniq, first, inverse, counts = np.unique(
+            keys, return_index=True, return_inverse=True, return_counts=True
+        )
         inverse = inverse.ravel()
         representatives = first[inverse]
         order = np.argsort(inverse, kind="stable")
@@ -133,17 +152,25 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
 
     def topic_of(r: int) -> bytes:
         at = int(topic_pos[r])
-        return raw[at:at + int(topic_len[r])].tobytes()
+        return raw[at : at + int(topic_len[r])].tobytes()
 
     if not codec.same_queues(buffer, records, representatives):
         # Two queues share a 64-bit key: group exactly, one Python step per record.
         exact: dict[tuple[bytes, int], list[int]] = {}
         for r in range(n):
             exact.setdefault((topic_of(r), int(records["queue_id"][r])), []).append(r)
-        return [(topic.decode("utf-8", "surrogateescape"), queue_id, np.array(rows, dtype=np.int64))
-                for (topic, queue_id), rows in exact.items()]
-    return [(topic_of(int(first[g])).decode("utf-8", "surrogateescape"), int(records["queue_id"][int(first[g])]), rows)
-            for g, rows in enumerate(groups)]
+        return [
+            (topic.decode("utf-8", "surrogateescape"), queue_id, np.array(rows, dtype=np.int64))
+            for (topic, queue_id), rows in exact.items()
+        ]
+    return [
+        (
+            topic_of(int(first[g])).decode("utf-8", "surrogateescape"),
+            int(records["queue_id"][int(first[g])]),
+            rows,
+        )
+        for g, rows in enumerate(groups)
+    ]
 
 
 class Dispatcher:
@@ -155,15 +182,25 @@ class Dispatcher:
     ``build_refs``. :meth:`catch_up` is thread-safe and cheap when there is nothing new.
     """
 
-    def __init__(self, segments: Any, codec: Any, queues: Any, index: Any, *, start: int,
-                 end_of: Callable[[], int], delay_levels_ms: Optional[Iterable[int]] = None) -> None:
+    def __init__(
+        self,
+        segments: Any,
+        codec: Any,
+        queues: Any,
+        index: Any,
+        *,
+        start: int,
+        end_of: Callable[[], int],
+        delay_levels_ms: Optional[Iterable[int]] = None,
+    ) -> None:
         self._segments = segments
         self._codec = codec
         self._queues = queues
         self._index = index
         self._end_of = end_of
-        self._delay_levels = (codec.DEFAULT_DELAY_LEVELS_MS if delay_levels_ms is None
-                              else tuple(delay_levels_ms))
+        self._delay_levels = (
+            codec.DEFAULT_DELAY_LEVELS_MS if delay_levels_ms is None else tuple(delay_levels_ms)
+        )
         self.offset = start
         self._lock = threading.Lock()
         self.dispatched_records = 0
@@ -177,8 +214,9 @@ class Dispatcher:
         """Held while records are dispatched: hold it to see the queues and index at rest."""
         return self._lock
 
-    def catch_up(self, *, progress: Optional[Callable[[int], None]] = None,
-                 target: Optional[int] = None) -> int:
+    def catch_up(
+        self, *, progress: Optional[Callable[[int], None]] = None, target: Optional[int] = None
+    ) -> int:
         """Dispatch every complete record below ``end_of()`` (or ``target``, if lower); returns
         the new dispatch offset. ``progress(offset)`` is called after every decoded chunk."""
         if self.offset >= self._end_of():
@@ -202,12 +240,12 @@ class Dispatcher:
                 later = [f for f in self._segments.files if f.file_from_offset > pos]
                 if not later:
                     break
-                pos = later[0].file_from_offset   # retention removed what lay before
+                pos = later[0].file_from_offset  # retention removed what lay before
                 continue
             pos = self._dispatch_segment(mf, pos, target)
             self.offset = pos
             if pos < target and self._segments.find(pos) is mf:
-                break   # a record not yet complete: a reader stops before it
+                break  # a record not yet complete: a reader stops before it
         return pos
 
     def _dispatch_segment(self, mf: MappedFile, pos: int, target: int) -> int:
@@ -217,7 +255,9 @@ class Dispatcher:
         lo = pos - base
         while True:
             stop, reason = lo, None
-            for records, stop, reason in decode_chunks(self._codec, view, lo, hi, check_crc=False):
+            for records, stop, reason in decode_chunks(  # noqa: B007 (the last chunk's reason is read below)
+                self._codec, view, lo, hi, check_crc=False
+            ):
                 if len(records):
                     self._dispatch(view, base, records)
                     self.offset = base + stop
@@ -234,12 +274,14 @@ class Dispatcher:
             lo = resync(self._codec, view, stop, hi, base)
             if lo < 0:
                 if hi < mf.file_size:
-                    return base + int(stop)       # what follows may not be written yet: look again
-                log.error("skipping the rest of CommitLog segment %s: no valid record after "
-                          "offset %d", os.path.basename(mf.path), base + stop)
+                    return base + int(stop)  # what follows may not be written yet: look again
+                log.error(
+                    "skipping the rest of CommitLog segment %s: no valid record after offset %d",
+                    os.path.basename(mf.path),
+                    base + stop,
+                )
                 return mf.end_offset
-            log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop,
-                      base + lo)
+            log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop, base + lo)
 
     def _damaged_at(self, mf: MappedFile, stop: int) -> bool:
         """Whether the scan of ``mf`` that stopped at ``stop`` met a damaged record, rather than
@@ -247,8 +289,9 @@ class Dispatcher:
         hi = min(mf.file_size, self._end_of() - mf.file_from_offset)
         if stop >= hi:
             return False
-        _records, at, reason = self._codec.decode_batch(mf.view(0, hi), stop, hi, check_crc=False,
-                                                        max_records=1)
+        _records, at, reason = self._codec.decode_batch(
+            mf.view(0, hi), stop, hi, check_crc=False, max_records=1
+        )
         return at == stop and reason not in (self._codec.STOP_LIMIT, self._codec.STOP_BLANK)
 
     def _dispatch(self, view: Any, base: int, records: np.ndarray) -> None:
@@ -261,7 +304,7 @@ class Dispatcher:
         for topic, queue_id, idx in queue_groups(self._codec, view, rows):
             try:
                 queue = self._queues.find_or_create(topic, queue_id)
-            except InvalidMessageError as exc:   # not a topic a queue can be named after
+            except InvalidMessageError as exc:  # not a topic a queue can be named after
                 log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
                 continue
             if len(idx) == len(rows):
@@ -292,14 +335,21 @@ class DispatchThread:
     #: Longest wait between two retries of a failing dispatch (seconds).
     MAX_RETRY_WAIT = 1.0
 
-    def __init__(self, dispatcher: Dispatcher, interval_ms: int, *,
-                 checkpoint: Optional[Callable[[], None]] = None, checkpoint_interval_ms: int = 0):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        interval_ms: int,
+        *,
+        checkpoint: Optional[Callable[[], None]] = None,
+        checkpoint_interval_ms: int = 0,
+    ):
         self._dispatcher = dispatcher
         self._interval = interval_ms / 1000.0
         self._checkpoint = checkpoint if checkpoint_interval_ms > 0 else None
         self._checkpoint_every = checkpoint_interval_ms / 1000.0
-        self._dispatch_failures = FailureLog(log, "background dispatch",
-                                             "retried; queries dispatch for themselves")
+        self._dispatch_failures = FailureLog(
+            log, "background dispatch", "retried; queries dispatch for themselves"
+        )
         self._checkpoint_failures = FailureLog(log, "background checkpoint", "retried")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rocketstore-dispatch", daemon=True)
@@ -311,7 +361,7 @@ class DispatchThread:
         while not self._stop.wait(wait):
             try:
                 self._dispatcher.catch_up()
-            except Exception as exc:   # queries raise it themselves
+            except Exception as exc:  # queries raise it themselves
                 self._dispatch_failures.failed(exc)
                 wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
                 continue
@@ -333,6 +383,7 @@ class DispatchThread:
 
 
 # -- read-only stores: dispatch into memory ---------------------------------------------------
+
 
 class TailQueue:
     """One queue of a read-only store: its units on disk, then units dispatched into memory.
@@ -382,7 +433,7 @@ class TailQueue:
     def _grow(self, need: int) -> None:
         if need > len(self._tail):
             grown = np.empty(max(need, 2 * len(self._tail), 1024), dtype=CQ_UNIT_DTYPE)
-            grown[:self._count] = self._tail[:self._count]
+            grown[: self._count] = self._tail[: self._count]
             self._tail = grown
 
     def _in_memory(self) -> None:
@@ -400,9 +451,9 @@ class TailQueue:
                 break
             if not len(view):
                 break
-            head[q - self.min_offset:q - self.min_offset + len(view)] = view
+            head[q - self.min_offset : q - self.min_offset + len(view)] = view
             q += len(view)
-        self._tail = np.concatenate((head, self._tail[:self._count]))
+        self._tail = np.concatenate((head, self._tail[: self._count]))
         self._count = len(self._tail)
         self._start = self.min_offset
         self.disk = None
@@ -428,16 +479,20 @@ class TailQueue:
             return 0
         with self._lock:
             if self._start is None:
-                self._start = self._min = int(q.min())   # the first unit at a non-zero offset
+                self._start = self._min = int(q.min())  # the first unit at a non-zero offset
             written = 0
             below = (q < self.max_offset) & (q >= self.min_offset)
             if below.any():
                 stored_offsets, stored_sizes = self._stored(q[below])
                 wrong = (stored_offsets != phys[below]) | (stored_sizes != sz[below])
                 if wrong.any():
-                    log.warning("consume queue %s-%d: %d unit(s) below the end do not point at "
-                                "their records: replaced in memory", self.topic, self.queue_id,
-                                int(wrong.sum()))
+                    log.warning(
+                        "consume queue %s-%d: %d unit(s) below the end do not point at "
+                        "their records: replaced in memory",
+                        self.topic,
+                        self.queue_id,
+                        int(wrong.sum()),
+                    )
                     self._in_memory()
                     rows = np.flatnonzero(below)[wrong]
                     dst = self._tail[q[rows] - self._start]
@@ -450,7 +505,7 @@ class TailQueue:
                 end = self.max_offset
                 need = int(q.max()) + 1 - self._start
                 self._grow(need)
-                fresh = self._tail[self._count:need]
+                fresh = self._tail[self._count : need]
                 fresh["commitlog_offset"] = 0
                 fresh["size"] = PLACEHOLDER_SIZE
                 fresh["tags_code"] = 0
@@ -462,9 +517,14 @@ class TailQueue:
                 filled[at - self._count] = True
                 if not filled.all():
                     gaps = np.flatnonzero(~filled)
-                    log.warning("consume queue %s-%d: %d unit(s) dispatched past the end %d; the "
-                                "units between are rebuilt from the CommitLog", self.topic,
-                                self.queue_id, len(q), end)
+                    log.warning(
+                        "consume queue %s-%d: %d unit(s) dispatched past the end %d; the "
+                        "units between are rebuilt from the CommitLog",
+                        self.topic,
+                        self.queue_id,
+                        len(q),
+                        end,
+                    )
                     self.holes.append((end + int(gaps[0]), end + int(gaps[-1]) + 1))
                 self._count = need
                 last = self._tail[need - 1]
@@ -472,8 +532,9 @@ class TailQueue:
                 written += len(q)
             return written
 
-    def repair(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any,
-               tags_codes: Any) -> tuple[int, int]:
+    def repair(
+        self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any
+    ) -> tuple[int, int]:
         """:meth:`ConsumeQueue.repair` in memory."""
         q = np.asarray(queue_offsets, dtype=np.int64)
         with self._lock:
@@ -483,16 +544,25 @@ class TailQueue:
                 self._start = self._min = int(q.min())
             self._in_memory()
             lo, hi = self.min_offset, self.max_offset
-            if len(q) and int(q.min()) > lo:     # the first positions' records are gone: as
-                lo = self._min = min(hi, int(q.min()))    # ConsumeQueue.repair
+            if len(q) and int(q.min()) > lo:  # the first positions' records are gone: as
+                lo = self._min = min(hi, int(q.min()))  # ConsumeQueue.repair
             top = max(hi, int(q.max()) + 1 if len(q) else hi)
-            before = self._tail[lo - self._start:hi - self._start].copy()
-            units, found = units_of_records(lo, top, q, np.asarray(commitlog_offsets, dtype=np.int64),
-                                            np.asarray(sizes, dtype=np.int64),
-                                            np.asarray(tags_codes, dtype=np.int64))
+            before = self._tail[lo - self._start : hi - self._start].copy()
+            units, found = units_of_records(
+                lo,
+                top,
+                q,
+                np.asarray(commitlog_offsets, dtype=np.int64),
+                np.asarray(sizes, dtype=np.int64),
+                np.asarray(tags_codes, dtype=np.int64),
+            )
             n = hi - lo
-            rewritten = int(((before["commitlog_offset"] != units["commitlog_offset"][:n])
-                             | (before["size"] != units["size"][:n])).sum())
+            rewritten = int(
+                (
+                    (before["commitlog_offset"] != units["commitlog_offset"][:n])
+                    | (before["size"] != units["size"][:n])
+                ).sum()
+            )
             missing = (top - lo) - found
             self._tail, self._count, self._start, self.disk = units, len(units), lo, None
             self.holes = []
@@ -500,9 +570,14 @@ class TailQueue:
                 last = units[-1]
                 self._max_physic = int(last["commitlog_offset"]) + int(last["size"])
         if rewritten or missing:
-            log.error("consume queue %s-%d rebuilt from the CommitLog in memory: %d unit(s) "
-                      "replaced, %d position(s) whose record is gone (skipped by consumers)",
-                      self.topic, self.queue_id, rewritten, missing)
+            log.error(
+                "consume queue %s-%d rebuilt from the CommitLog in memory: %d unit(s) "
+                "replaced, %d position(s) whose record is gone (skipped by consumers)",
+                self.topic,
+                self.queue_id,
+                rewritten,
+                missing,
+            )
         return rewritten, missing
 
     def units(self, start: int, count: int) -> np.ndarray:
@@ -510,14 +585,15 @@ class TailQueue:
             lo, hi = self.min_offset, self.max_offset
             if not lo <= start <= hi:
                 raise MessageNotFoundError(
-                    f"queue offset {start} is outside [{lo}, {hi}) of {self.topic}-{self.queue_id}")
+                    f"queue offset {start} is outside [{lo}, {hi}) of {self.topic}-{self.queue_id}"
+                )
             if self._start is None:
                 return np.empty(0, dtype=CQ_UNIT_DTYPE)
             if start < self._start:
                 head: np.ndarray = self.disk.units(start, min(count, self._start - start))
                 return head
             i = start - self._start
-            view = self._tail[i:min(self._count, i + count)]
+            view = self._tail[i : min(self._count, i + count)]
         out: np.ndarray = view.view()
         out.flags.writeable = False
         return out
@@ -525,8 +601,9 @@ class TailQueue:
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         view = self.units(queue_offset, 1)
         if not len(view):
-            raise MessageNotFoundError(f"queue offset {queue_offset} is past the end of "
-                                       f"{self.topic}-{self.queue_id}")
+            raise MessageNotFoundError(
+                f"queue offset {queue_offset} is past the end of {self.topic}-{self.queue_id}"
+            )
         return int(view[0]["commitlog_offset"]), int(view[0]["size"]), int(view[0]["tags_code"])
 
 
@@ -544,8 +621,7 @@ class TailQueueStore:
         :meth:`ConsumeQueueStore.recover`); returns their max physical offsets."""
         ends = [cq.recover() if limit is None else cq.recover_prefix(limit) for cq in self.disk]
         for cq in self.disk:
-            self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq,
-                                                              self.units_per_file)
+            self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file)
         return ends
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
@@ -564,8 +640,7 @@ class TailQueueStore:
         queue = self._queues.get(key)
         if queue is None:
             with self._lock:
-                queue = self._queues.setdefault(
-                    key, TailQueue(topic, queue_id, None, self.units_per_file))
+                queue = self._queues.setdefault(key, TailQueue(topic, queue_id, None, self.units_per_file))
         return queue
 
     def __iter__(self) -> Iterator[TailQueue]:
@@ -585,7 +660,7 @@ class _AnonymousMap:
     __slots__ = ("mm", "file_size", "fd")
 
     def __init__(self, size: int):
-        self.mm: mmap.mmap = mmap.mmap(-1, size)   # zero pages, materialised only where written
+        self.mm: mmap.mmap = mmap.mmap(-1, size)  # zero pages, materialised only where written
         self.file_size = size
         self.fd = -1
 
@@ -609,7 +684,7 @@ class MemoryIndexService(IndexService):
     def _make_directory(self) -> None:
         pass
 
-    def _open_mapping(self, path: str, create: bool) -> "_AnonymousMap":
+    def _open_mapping(self, path: str, create: bool) -> _AnonymousMap:
         return _AnonymousMap(self.file_size)
 
     def _reserve(self, f: Any, items: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json.decoder
 import math
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from rocketstore.errors import StoreConfigError
 
@@ -27,7 +27,7 @@ _INT_KEY = re.compile(r"-?\d+")
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 _MAX_DEPTH = 512
-_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public since 2.6, not in typeshed
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]  # public since 2.6, not in typeshed
 
 
 def _int_text(text: str) -> int:
@@ -68,7 +68,7 @@ class _Parser:
         self.text = text
         self.pos = 0
 
-    def fail(self, what: str):
+    def fail(self, what: str) -> NoReturn:
         line = self.text.count("\n", 0, self.pos) + 1
         raise StoreConfigError(f"bad fastjson at line {line}, offset {self.pos}: {what}")
 
@@ -103,7 +103,7 @@ class _Parser:
                 except StoreConfigError as exc:
                     self.fail(str(exc))
             number = float(m.group())
-            if not math.isfinite(number):   # 1e999: no double holds it, and it cannot be written back
+            if not math.isfinite(number):  # 1e999: no double holds it, and it cannot be written back
                 self.fail(f"number {m.group()[:20]!r} is out of range")
             return number
         m = _IDENT.match(text, pos)
@@ -211,7 +211,7 @@ def dumps_fastjson(obj: Any, *, pretty: bool = True) -> str:
     return "".join(out)
 
 
-def _write(obj: Any, out: list, depth: int, pretty: bool) -> None:
+def _write(obj: Any, out: list, depth: int, pretty: bool) -> None:  # noqa: C901 (one branch per JSON type, as fastjson's serializer)
     if depth > _MAX_DEPTH:
         raise StoreConfigError("value is nested too deeply to write")
     if obj is None:

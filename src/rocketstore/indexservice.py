@@ -44,33 +44,45 @@ import operator
 import os
 import struct
 import threading
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional
 
 import numpy as np
 
 from rocketstore import _impl
 from rocketstore._clock import now_ms
 from rocketstore._codec_py import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
-from rocketstore.errors import (InvalidMessageError, SegmentError, StoreClosedError,
-                                StoreConfigError, StoreReadOnlyError)
 from rocketstore._files import replace_file
+from rocketstore.errors import (
+    InvalidMessageError,
+    SegmentError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreReadOnlyError,
+)
 from rocketstore.mapped_file import MappedFile, allocate_range
 
 log = logging.getLogger("rocketstore.indexservice")
 
-__all__ = ["IndexService", "MappedIndexFile", "INDEX_DIR_NAME", "MAX_MSGS_NUM_BATCH", "KEY_SEPARATOR",
-           "detect_index_geometry"]
+__all__ = [
+    "IndexService",
+    "MappedIndexFile",
+    "INDEX_DIR_NAME",
+    "MAX_MSGS_NUM_BATCH",
+    "KEY_SEPARATOR",
+    "detect_index_geometry",
+]
 
 INDEX_DIR_NAME = "index"
-MAX_MSGS_NUM_BATCH = 64      # maxMsgsNumBatch: the cap on one query's results (§5.5)
-KEY_SEPARATOR = " "          # MessageConst.KEY_SEPARATOR: KEYS is split on single spaces only
+MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query's results (§5.5)
+KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR: KEYS is split on single spaces only
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = 0x7FFFFFFF
-_NAME_TRIES = 1000           # bumps of 1 ms to find a free, later name
+_NAME_TRIES = 1000  # bumps of 1 ms to find a free, later name
 _HOUR_MS = 3_600_000
 
 
-_HEADER_SIZE = 40             # header bytes before the slot table
+_HEADER_SIZE = 40  # header bytes before the slot table
 _SLOT_SIZE = 4
 _ITEM_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")
@@ -79,7 +91,7 @@ _ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff"
 #: file held when it was last made durable, so an abnormal open rolls it back instead of
 #: deleting it and re-indexing everything it covered.
 RESUME_FILE_NAME = "indexResume"
-_RESERVE_ITEMS = 1 << 14      # items allocated ahead at a time (320 KB)
+_RESERVE_ITEMS = 1 << 14  # items allocated ahead at a time (320 KB)
 
 
 def _check_str(what: str, value: object) -> str:
@@ -101,8 +113,8 @@ class MappedIndexFile:
         self.name = os.path.basename(path)
         self.mapped = mapped
         self.index = index
-        self.dirty = False   # written since the last msync
-        self.reserved = 0    # items whose blocks are allocated (0: not even the slot table yet)
+        self.dirty = False  # written since the last msync
+        self.reserved = 0  # items whose blocks are allocated (0: not even the slot table yet)
 
     @property
     def begin_timestamp(self) -> int:
@@ -150,14 +162,16 @@ class MappedIndexFile:
     def __repr__(self) -> str:
         if self.mapped.mm is None:
             return f"<MappedIndexFile {self.name} closed>"
-        return (f"<MappedIndexFile {self.name} items={self.index_count - 1} "
-                f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}] "
-                f"time=[{self.begin_timestamp}, {self.end_timestamp}]>")
+        return (
+            f"<MappedIndexFile {self.name} items={self.index_count - 1} "
+            f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}] "
+            f"time=[{self.begin_timestamp}, {self.end_timestamp}]>"
+        )
 
 
 # -- the geometry of existing files -----------------------------------------------------------
 
-_MAX_CANDIDATES = 1 << 16     # slot counts tried per file before giving up on it
+_MAX_CANDIDATES = 1 << 16  # slot counts tried per file before giving up on it
 
 
 def detect_index_geometry(root: str) -> Optional[tuple[int, int]]:
@@ -191,7 +205,7 @@ def detect_index_geometry(root: str) -> Optional[tuple[int, int]]:
             data.close()
         if found is not None:
             return found
-        if fallback is None and (size - _HEADER_SIZE) % 84 == 0:     # RocketMQ's 4 items per slot
+        if fallback is None and (size - _HEADER_SIZE) % 84 == 0:  # RocketMQ's 4 items per slot
             fallback = ((size - _HEADER_SIZE) // 84, 4 * ((size - _HEADER_SIZE) // 84))
     return fallback
 
@@ -203,7 +217,7 @@ def _geometry_of(data: Any, size: int) -> Optional[tuple[int, int]]:
     _bt, _et, begin_phy, end_phy, _hsc, count = _HEADER.unpack_from(data, 0)
     last = count - 1
     if last < 1 or size < _HEADER_SIZE + _SLOT_SIZE + _ITEM_SIZE * count:
-        return None     # no item yet: any geometry reads it alike
+        return None  # no item yet: any geometry reads it alike
 
     def fits(slots: int) -> bool:
         items_at = _HEADER_SIZE + _SLOT_SIZE * slots
@@ -214,7 +228,10 @@ def _geometry_of(data: Any, size: int) -> Optional[tuple[int, int]]:
         key_hash, phy, _diff, prev = struct.unpack_from(">iqii", data, items_at + _ITEM_SIZE * last)
         if phy != end_phy or key_hash < 0 or prev < 0 or prev >= last:
             return False
-        if struct.unpack_from(">q", data, first + 4)[0] != begin_phy or struct.unpack_from(">i", data, first + 16)[0]:
+        if (
+            struct.unpack_from(">q", data, first + 4)[0] != begin_phy
+            or struct.unpack_from(">i", data, first + 16)[0]
+        ):
             return False
         if data[items_at:first].count(0) != _ITEM_SIZE:
             return False
@@ -253,10 +270,16 @@ class IndexService:
     once that file has been msynced: set ``checkpoint.index_msg_timestamp`` to the value.
     """
 
-    def __init__(self, root: str, *, implementation: Optional[str] = None,
-                 slot_count: int = 5_000_000, index_count: int = 20_000_000,
-                 read_only: bool = False,
-                 on_file_full: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        implementation: Optional[str] = None,
+        slot_count: int = 5_000_000,
+        index_count: int = 20_000_000,
+        read_only: bool = False,
+        on_file_full: Optional[Callable[[int], None]] = None,
+    ) -> None:
         self._index = _impl.get(implementation).index
         slot_count = operator.index(slot_count)
         index_count = operator.index(index_count)
@@ -279,7 +302,7 @@ class IndexService:
         self._closed = False
 
     # -- opening ------------------------------------------------------------------------------
-    def load(self, abnormal: bool = False, index_msg_timestamp: int = 0) -> None:
+    def load(self, abnormal: bool = False, index_msg_timestamp: int = 0) -> None:  # noqa: C901 (the recovery cases of the index files, in order)
         """Map the existing index files in name order (§5.4 load).
 
         Names that are not ``yyyyMMddHHmmssSSS`` are ignored. A file of the wrong size raises
@@ -313,7 +336,7 @@ class IndexService:
                         size = os.path.getsize(path)
                     except FileNotFoundError:
                         if self.read_only:
-                            continue      # deleted by the writer's retention since the listing
+                            continue  # deleted by the writer's retention since the listing
                         raise
                     if size == 0 and name == names[-1]:
                         if not self.read_only:
@@ -322,7 +345,8 @@ class IndexService:
                     if size != self.file_size:
                         raise StoreConfigError(
                             f"index file {path} is {size} bytes; this store's index files are "
-                            f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)")
+                            f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)"
+                        )
                     if resume is not None and not dropping and name == resume["file"]:
                         try:
                             self._roll_back(path, resume)
@@ -330,18 +354,22 @@ class IndexService:
                             log.warning("index file %s not resumed: %s", path, exc)
                         else:
                             self._files.append(self._map(path, create=False))
-                            dropping = True     # files after the resume point were never durable
+                            dropping = True  # files after the resume point were never durable
                             continue
                     try:
                         f = self._map(path, create=False)
                     except SegmentError as exc:
                         if self.read_only and exc.errno == errno.ENOENT:
-                            continue      # deleted since the listing, as above
+                            continue  # deleted since the listing, as above
                         raise
                     # a full file older than the resume point's was msynced before that was saved
                     durable = resume is not None and name < resume["file"] and f.is_full
-                    if abnormal and not self.read_only and not durable and (
-                            dropping or f.end_timestamp > index_msg_timestamp or not f.is_full):
+                    if (
+                        abnormal
+                        and not self.read_only
+                        and not durable
+                        and (dropping or f.end_timestamp > index_msg_timestamp or not f.is_full)
+                    ):
                         # Not provably complete and flushed: only a file that was full when
                         # the checkpoint recorded it is (a power cut can leave any bytes,
                         # a header included, in the others). It and every newer one go.
@@ -350,7 +378,7 @@ class IndexService:
                         continue
                     self._files.append(f)
             except BaseException:
-                self._close_files()   # a refused load keeps no map open
+                self._close_files()  # a refused load keeps no map open
                 raise
             self._loaded = True
 
@@ -369,10 +397,21 @@ class IndexService:
             if count > 1:
                 at = _HEADER_SIZE + self.slot_count * _SLOT_SIZE + (count - 1) * _ITEM_SIZE
                 last = bytes(f.mapped.view(at, _ITEM_SIZE))
-            record = {"version": 1, "file": f.name, "slotNum": self.slot_count, "indexNum": self.index_count,
-                      "header": [f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
-                                 f.index.hash_slot_count, count],
-                      "lastItem": last.hex()}
+            record = {
+                "version": 1,
+                "file": f.name,
+                "slotNum": self.slot_count,
+                "indexNum": self.index_count,
+                "header": [
+                    f.begin_timestamp,
+                    f.end_timestamp,
+                    f.begin_phy_offset,
+                    f.end_phy_offset,
+                    f.index.hash_slot_count,
+                    count,
+                ],
+                "lastItem": last.hex(),
+            }
             if record == self._resume_saved:
                 return
             replace_file(self._resume_path, json.dumps(record).encode())
@@ -384,18 +423,25 @@ class IndexService:
             with open(self._resume_path) as f:
                 record = json.load(f)
             header = record["header"]
-            ok = (record.get("version") == 1 and isinstance(record["file"], str)
-                  and record["slotNum"] == self.slot_count and record["indexNum"] == self.index_count
-                  and len(header) == 6 and all(type(v) is int for v in header)
-                  and 1 <= header[5] <= self.index_count
-                  and len(binascii.unhexlify(record["lastItem"])) == (_ITEM_SIZE if header[5] > 1 else 0))
+            ok = (
+                record.get("version") == 1
+                and isinstance(record["file"], str)
+                and record["slotNum"] == self.slot_count
+                and record["indexNum"] == self.index_count
+                and len(header) == 6
+                and all(type(v) is int for v in header)
+                and 1 <= header[5] <= self.index_count
+                and len(binascii.unhexlify(record["lastItem"])) == (_ITEM_SIZE if header[5] > 1 else 0)
+            )
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, KeyError, binascii.Error) as exc:
             log.warning("ignoring the index resume point %s: %s", self._resume_path, exc)
             return None
         if not ok:
-            log.warning("ignoring the index resume point %s: not one for these index files", self._resume_path)
+            log.warning(
+                "ignoring the index resume point %s: not one for these index files", self._resume_path
+            )
             return None
         resume: dict[str, Any] = record
         return resume
@@ -417,7 +463,7 @@ class IndexService:
         try:
             last = bytes.fromhex(resume["lastItem"])
             at = items_start + (count - 1) * _ITEM_SIZE
-            if last and mm[at:at + _ITEM_SIZE] != last:
+            if last and mm[at : at + _ITEM_SIZE] != last:
                 raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
             items = np.frombuffer(mm, dtype=_ITEM_DTYPE, count=count - 1, offset=items_start + _ITEM_SIZE)
             hashes = items["key_hash"].astype(np.int64)
@@ -428,7 +474,7 @@ class IndexService:
                 used = hashes % self.slot_count
                 # the newest item of each slot heads its chain: last occurrence = first reversed
                 uniq, first_reversed = np.unique(used[::-1], return_index=True)
-                slots[uniq] = len(hashes) - first_reversed     # item numbers start at 1
+                slots[uniq] = len(hashes) - first_reversed  # item numbers start at 1
             del slots
             _HEADER.pack_into(mm, 0, *resume["header"])
             mm.flush()
@@ -447,8 +493,9 @@ class IndexService:
         header and the slot table, allocated before the file is mapped and read (on tmpfs even a
         read of a hole needs a page); the items region is allocated ahead of the writer by
         :meth:`_reserve`."""
-        mapped = MappedFile(path, 0, self.file_size, create=create, read_only=self.read_only,
-                            preallocate=False)
+        mapped = MappedFile(
+            path, 0, self.file_size, create=create, read_only=self.read_only, preallocate=False
+        )
         if create:
             try:
                 allocate_range(mapped.fd, 0, _HEADER_SIZE + self.slot_count * _SLOT_SIZE)
@@ -470,8 +517,16 @@ class IndexService:
         return MappedIndexFile(path, mapped, index)
 
     # -- building -----------------------------------------------------------------------------
-    def build_index(self, topic: str, keys: Optional[str], phy_offset: int, store_timestamp: int,
-                    *, unique_key: Optional[str] = None, transaction_type: int = 0) -> Optional[int]:
+    def build_index(
+        self,
+        topic: str,
+        keys: Optional[str],
+        phy_offset: int,
+        store_timestamp: int,
+        *,
+        unique_key: Optional[str] = None,
+        transaction_type: int = 0,
+    ) -> Optional[int]:
         """Index one dispatched record (§5.4 ``buildIndex``).
 
         Keys are ``topic#unique_key`` (when ``unique_key`` is not None), then ``topic#token`` for
@@ -516,8 +571,10 @@ class IndexService:
         """(index keys, phy_offset, store_timestamp) of one row; no keys when it is skipped."""
         row = tuple(row)
         if not 4 <= len(row) <= 6:
-            raise TypeError("a row is (topic, keys, phy_offset, store_timestamp"
-                            f"[, unique_key[, transaction_type]]), got {len(row)} fields")
+            raise TypeError(
+                "a row is (topic, keys, phy_offset, store_timestamp"
+                f"[, unique_key[, transaction_type]]), got {len(row)} fields"
+            )
         topic, keys, phy_offset, store_timestamp = row[:4]
         unique_key = row[4] if len(row) > 4 else None
         transaction_type = operator.index(row[5]) if len(row) > 5 else 0
@@ -539,8 +596,7 @@ class IndexService:
                     index_keys.append(topic + "#" + token)
         return index_keys, phy_offset, store_timestamp
 
-    def _build_one(self, keys: list[str], phy_offset: int, store_timestamp: int,
-                   finished: list[int]) -> None:
+    def _build_one(self, keys: list[str], phy_offset: int, store_timestamp: int, finished: list[int]) -> None:
         last = self._files[-1] if self._files else None
         if last is not None and self._already_indexed(last, phy_offset):
             return
@@ -627,8 +683,7 @@ class IndexService:
         if f.reserved == 0:
             allocate_range(f.mapped.fd, 0, items_start)
         target = min(self.index_count, max(want, f.reserved + _RESERVE_ITEMS))
-        allocate_range(f.mapped.fd, items_start + f.reserved * _ITEM_SIZE,
-                       (target - f.reserved) * _ITEM_SIZE)
+        allocate_range(f.mapped.fd, items_start + f.reserved * _ITEM_SIZE, (target - f.reserved) * _ITEM_SIZE)
         f.reserved = target
 
     def _make_directory(self) -> None:
@@ -643,7 +698,7 @@ class IndexService:
                 f = self._map(path, create=True)
             except SegmentError as exc:
                 if exc.errno == errno.EEXIST:
-                    continue   # a stray file holds the name: bump the time
+                    continue  # a stray file holds the name: bump the time
                 raise
             if previous is not None:
                 try:
@@ -671,8 +726,9 @@ class IndexService:
                     yield name
 
     # -- querying -----------------------------------------------------------------------------
-    def query(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-              end: int = _INT64_MAX) -> tuple[list[int], int, int]:
+    def query(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = _INT64_MAX
+    ) -> tuple[list[int], int, int]:
         """§5.5 ``queryOffset``: CommitLog offsets of records indexed under ``topic#key`` and stored
         within ``[begin, end]`` (ms).
 
@@ -725,8 +781,11 @@ class IndexService:
         deleted = 0
         with self._lock:
             self._check_writable()
-            while self._files and self._files[-1].index_count > 1 \
-                    and self._files[-1].end_phy_offset >= phy_offset:
+            while (
+                self._files
+                and self._files[-1].index_count > 1
+                and self._files[-1].end_phy_offset >= phy_offset
+            ):
                 self._files.pop().destroy()
                 deleted += 1
         return deleted
@@ -772,7 +831,7 @@ class IndexService:
             try:
                 os.rmdir(self.directory)
             except OSError:
-                pass   # absent, or holds files that are not ours
+                pass  # absent, or holds files that are not ours
 
     def _close_files(self) -> None:
         files, self._files = self._files, []
@@ -790,7 +849,7 @@ class IndexService:
         if not self._loaded:
             raise RuntimeError("call IndexService.load() before building or deleting")
 
-    def __enter__(self) -> "IndexService":
+    def __enter__(self) -> IndexService:
         return self
 
     def __exit__(self, *exc: object) -> None:

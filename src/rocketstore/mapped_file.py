@@ -21,14 +21,27 @@ import errno
 import mmap
 import os
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
-from rocketstore.errors import (DiskFullError, FlushTimeoutError, MessageNotFoundError, SegmentError,
-                                StoreClosedError, StoreConfigError)
+from rocketstore.errors import (
+    DiskFullError,
+    FlushTimeoutError,
+    MessageNotFoundError,
+    SegmentError,
+    StoreClosedError,
+    StoreConfigError,
+)
 from rocketstore.status import PutStatus
 
-__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "space_error", "flush_error",
-           "flush_timeout"]
+__all__ = [
+    "MappedFile",
+    "MappedFileQueue",
+    "offset_to_file_name",
+    "space_error",
+    "flush_error",
+    "flush_timeout",
+]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -59,15 +72,14 @@ def flush_error(rc: int) -> Optional[BaseException]:
         return None
     if rc == errno.ESHUTDOWN:
         return StoreClosedError("the store closed before the flush confirmed the message")
-    return space_error(rc, "flushing the CommitLog failed; the message is stored but not known "
-                           "to be durable")
+    return space_error(rc, "flushing the CommitLog failed; the message is stored but not known to be durable")
 
 
 def flush_timeout(result: Any, rc: int) -> FlushTimeoutError:
     """Mark ``result`` (a put's result, or a list of them) FLUSH_DISK_TIMEOUT with the flush's
     error, and return the :class:`FlushTimeoutError` to raise for it (both twins)."""
     error = flush_error(rc)
-    for r in (result if isinstance(result, list) else (result,)):
+    for r in result if isinstance(result, list) else (result,):
         r._set_status(PutStatus.FLUSH_DISK_TIMEOUT)
         r._set_error(error)
     if error is None:
@@ -127,15 +139,32 @@ def allocate_range(fd: int, offset: int, length: int) -> None:
 class MappedFile:
     """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``."""
 
-    __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "read_only", "wrote_position",
-                 "destroyed", "__weakref__")
+    __slots__ = (
+        "path",
+        "file_from_offset",
+        "file_size",
+        "fd",
+        "mm",
+        "read_only",
+        "wrote_position",
+        "destroyed",
+        "__weakref__",
+    )
 
     #: the file's map; None once closed (typed as always there: nothing reads it after closing
     #: but the checks that say so; a caller holding a view keeps the map itself alive)
     mm: mmap.mmap
 
-    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 read_only: bool = False, preallocate: bool = True):
+    def __init__(
+        self,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        *,
+        create: bool = False,
+        read_only: bool = False,
+        preallocate: bool = True,
+    ):
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -156,7 +185,8 @@ class MappedFile:
             actual = os.fstat(self.fd).st_size
             if actual != file_size:
                 raise StoreConfigError(
-                    f"segment {path} is {actual} bytes; this store's segments are {file_size} bytes")
+                    f"segment {path} is {actual} bytes; this store's segments are {file_size} bytes"
+                )
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self.fd, file_size, access=access)
         except OSError as exc:
@@ -187,15 +217,14 @@ class MappedFile:
             raise IndexError(f"range [{position}, {position + size}) outside a {self.file_size}-byte segment")
         mm = self.mm
         try:
-            whole = memoryview(mm)   # the reference a reader holds (ReferenceResource.hold)
+            whole = memoryview(mm)  # the reference a reader holds (ReferenceResource.hold)
         except (TypeError, ValueError):  # None, or closed by another thread since it was read
             whole = None
         if whole is None:
             if self.destroyed:
-                raise MessageNotFoundError(
-                    f"segment {os.path.basename(self.path)} was deleted (retention)")
+                raise MessageNotFoundError(f"segment {os.path.basename(self.path)} was deleted (retention)")
             raise StoreClosedError(f"segment {os.path.basename(self.path)} is closed")
-        return whole.toreadonly()[position:position + size]
+        return whole.toreadonly()[position : position + size]
 
     def flush(self, start: int = 0, end: Optional[int] = None) -> None:
         """msync ``[start, end)`` of the map (start rounded down to a page); no-op if read-only."""
@@ -233,8 +262,7 @@ class MappedFile:
 class MappedFileQueue:
     """The contiguous segment files of one directory (CommitLog or a ConsumeQueue)."""
 
-    def __init__(self, directory: str, file_size: int, *, read_only: bool = False,
-                 preallocate: bool = True):
+    def __init__(self, directory: str, file_size: int, *, read_only: bool = False, preallocate: bool = True):
         self.directory = directory
         self.preallocate = preallocate
         self.file_size = file_size
@@ -253,12 +281,11 @@ class MappedFileQueue:
             if self.read_only:
                 return
             os.makedirs(self.directory, exist_ok=True)
-        names = sorted(n for n in os.listdir(self.directory)
-                       if len(n) == FILE_NAME_DIGITS and n.isdigit())
+        names = sorted(n for n in os.listdir(self.directory) if len(n) == FILE_NAME_DIGITS and n.isdigit())
         try:
             self._load(names)
         except BaseException:
-            self.close()   # a refused store keeps no file or map open
+            self.close()  # a refused store keeps no file or map open
             raise
 
     def _load(self, names: list[str]) -> None:
@@ -272,7 +299,9 @@ class MappedFileQueue:
                 size = os.stat(path).st_size
             except FileNotFoundError:
                 if not self.read_only:
-                    raise SegmentError(errno.ENOENT, "segment vanished while the store opened", path) from None
+                    raise SegmentError(
+                        errno.ENOENT, "segment vanished while the store opened", path
+                    ) from None
                 expected = self._forget_loaded()
                 continue
             except OSError as exc:
@@ -282,9 +311,9 @@ class MappedFileQueue:
             if size == 0 and name == names[-1]:
                 if not self.read_only:
                     os.unlink(path)  # a crash while creating the last segment (5.x does the same)
-                continue   # read-only: a writer is creating it right now
+                continue  # read-only: a writer is creating it right now
             if self.read_only and name == names[-1] and size < self.file_size and expected is not None:
-                continue   # read-only: a writer is still sizing the segment it just created
+                continue  # read-only: a writer is still sizing the segment it just created
             if start % self.file_size:
                 raise StoreConfigError(f"segment {path} does not start at a multiple of {self.file_size}")
             if expected is not None and start != expected:
@@ -334,8 +363,13 @@ class MappedFileQueue:
                 raise SegmentError(f"segment at {start} would leave a gap after {self.files[-1].end_offset}")
             nxt = self._take_prepared(start)
             if nxt is None:
-                nxt = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
-                                 self.file_size, create=True, preallocate=self.preallocate)
+                nxt = MappedFile(
+                    os.path.join(self.directory, offset_to_file_name(start)),
+                    start,
+                    self.file_size,
+                    create=True,
+                    preallocate=self.preallocate,
+                )
             self.files.append(nxt)
             return nxt
 
@@ -359,8 +393,13 @@ class MappedFileQueue:
 
             def work() -> None:
                 try:
-                    mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), start,
-                                    self.file_size, create=True, preallocate=self.preallocate)
+                    mf = MappedFile(
+                        os.path.join(self.directory, offset_to_file_name(start)),
+                        start,
+                        self.file_size,
+                        create=True,
+                        preallocate=self.preallocate,
+                    )
                 except FileExistsError:
                     return
                 except Exception as exc:  # reported when the segment is needed
@@ -373,8 +412,9 @@ class MappedFileQueue:
             self._preparing = threading.Thread(target=work, name="rocketstore-allocate", daemon=True)
             self._preparing.start()
 
-    def delete_first(self, doomed: list[MappedFile],
-                     release: Optional[Callable[[MappedFile], object]] = None) -> list[MappedFile]:
+    def delete_first(
+        self, doomed: list[MappedFile], release: Optional[Callable[[MappedFile], object]] = None
+    ) -> list[MappedFile]:
         """Delete the leading segments ``doomed`` (oldest first; retention, spec §9).
 
         Stops at the first one that is not the next leading segment, and never deletes the last
@@ -397,7 +437,7 @@ class MappedFileQueue:
             try:
                 mf.destroy()
             except OSError:
-                with self._lock:   # the undeleted ones go back in front, in order
+                with self._lock:  # the undeleted ones go back in front, in order
                     self.files = gone[i:] + self.files
                 raise
             deleted.append(mf)

@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any, Optional, Union
 
-__all__ = ["Message", "MessageExt", "host_to_bytes", "host_from_bytes", "validate_topic",
-           "is_valid_topic", "is_system_topic", "check_user_topic", "MAX_TOPIC_LENGTH", "PROPERTY_KEYS",
-           "PROPERTY_TAGS", "PROPERTY_UNIQ_KEY", "PROPERTY_WAIT", "PROPERTY_DELAY"]
+__all__ = [
+    "Message",
+    "MessageExt",
+    "host_to_bytes",
+    "host_from_bytes",
+    "validate_topic",
+    "is_valid_topic",
+    "is_system_topic",
+    "check_user_topic",
+    "MAX_TOPIC_LENGTH",
+    "PROPERTY_KEYS",
+    "PROPERTY_TAGS",
+    "PROPERTY_UNIQ_KEY",
+    "PROPERTY_WAIT",
+    "PROPERTY_DELAY",
+]
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -28,13 +42,17 @@ _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
 def is_valid_topic(topic: object) -> bool:
-    return (isinstance(topic, str) and 0 < len(topic) <= MAX_TOPIC_LENGTH
-            and _TOPIC_CHARS.fullmatch(topic) is not None)
+    return (
+        isinstance(topic, str)
+        and 0 < len(topic) <= MAX_TOPIC_LENGTH
+        and _TOPIC_CHARS.fullmatch(topic) is not None
+    )
 
 
 def validate_topic(topic: object) -> str:
     """``topic`` if it follows RocketMQ's topic rule, else InvalidTopicError saying why."""
     from rocketstore.errors import InvalidTopicError
+
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
     if not topic:
@@ -61,8 +79,11 @@ def check_user_topic(topic: object) -> None:
     """Raise SystemTopicError if a user's put names a system topic (other checks: the core's)."""
     if is_system_topic(topic):
         from rocketstore.errors import SystemTopicError
-        raise SystemTopicError(f"topic {topic!r} is a RocketMQ system topic: only the store writes to it "
-                               "(delay_level, send_back); reading it is allowed")
+
+        raise SystemTopicError(
+            f"topic {topic!r} is a RocketMQ system topic: only the store writes to it "
+            "(delay_level, send_back); reading it is allowed"
+        )
 
 
 def host_to_bytes(ip: str) -> bytes:
@@ -85,14 +106,32 @@ def host_from_bytes(raw: bytes) -> str:
 class Message:
     """A message to store: topic, body, and optional tags, keys, properties, flag, queue."""
 
-    __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "queue_id",
-                 "born_timestamp", "reconsume_times", "sys_flag")
+    __slots__ = (
+        "topic",
+        "body",
+        "tags",
+        "keys",
+        "properties",
+        "flag",
+        "queue_id",
+        "born_timestamp",
+        "reconsume_times",
+        "sys_flag",
+    )
 
-    def __init__(self, topic: str, body: Union[bytes, bytearray, memoryview], tags: Optional[str] = None,
-                 keys: Optional[str | list[str] | tuple[str, ...]] = None,
-                 properties: Optional[Mapping[str, str]] = None, flag: int = 0,
-                 queue_id: int = -1, born_timestamp: int = 0, reconsume_times: int = 0,
-                 sys_flag: int = 0) -> None:
+    def __init__(
+        self,
+        topic: str,
+        body: Union[bytes, bytearray, memoryview],
+        tags: Optional[str] = None,
+        keys: Optional[str | list[str] | tuple[str, ...]] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        flag: int = 0,
+        queue_id: int = -1,
+        born_timestamp: int = 0,
+        reconsume_times: int = 0,
+        sys_flag: int = 0,
+    ) -> None:
         self.topic = topic
         self.body = body
         self.tags = tags
@@ -105,8 +144,10 @@ class Message:
         self.sys_flag = sys_flag
 
     def __repr__(self) -> str:
-        return (f"Message(topic={self.topic!r}, body={bytes(self.body[:32])!r}"
-                f"{'...' if len(self.body) > 32 else ''}, tags={self.tags!r}, keys={self.keys!r})")
+        return (
+            f"Message(topic={self.topic!r}, body={bytes(self.body[:32])!r}"
+            f"{'...' if len(self.body) > 32 else ''}, tags={self.tags!r}, keys={self.keys!r})"
+        )
 
 
 class MessageExt:
@@ -116,28 +157,43 @@ class MessageExt:
     memoryview into the segment map that keeps the map alive while it exists.
     """
 
-    __slots__ = ("size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-                 "commitlog_offset", "sys_flag", "born_timestamp", "born_host",
-                 "store_timestamp", "store_host", "reconsume_times",
-                 "prepared_transaction_offset", "body", "topic", "properties")
+    __slots__ = (
+        "size",
+        "magic",
+        "body_crc",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "commitlog_offset",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body",
+        "topic",
+        "properties",
+    )
 
-    size: int                           #: the record's length in bytes (TOTALSIZE)
-    magic: int                          #: MAGICCODE (V1 or V2)
-    body_crc: int                       #: BODYCRC
+    size: int  #: the record's length in bytes (TOTALSIZE)
+    magic: int  #: MAGICCODE (V1 or V2)
+    body_crc: int  #: BODYCRC
     queue_id: int
     flag: int
-    queue_offset: int                   #: the message's position in its ConsumeQueue
-    commitlog_offset: int               #: PHYSICALOFFSET: where the record starts
+    queue_offset: int  #: the message's position in its ConsumeQueue
+    commitlog_offset: int  #: PHYSICALOFFSET: where the record starts
     sys_flag: int
-    born_timestamp: int                 #: ms since the epoch, set by the producer
-    born_host: tuple[str, int]          #: (ip text, port)
-    store_timestamp: int                #: ms since the epoch, set by the store
-    store_host: tuple[str, int]         #: (ip text, port)
+    born_timestamp: int  #: ms since the epoch, set by the producer
+    born_host: tuple[str, int]  #: (ip text, port)
+    store_timestamp: int  #: ms since the epoch, set by the store
+    store_host: tuple[str, int]  #: (ip text, port)
     reconsume_times: int
     prepared_transaction_offset: int
-    body: Union[bytes, memoryview]      #: a read-only memoryview after a zero-copy read
+    body: Union[bytes, memoryview]  #: a read-only memoryview after a zero-copy read
     topic: str
-    properties: dict[str, str]          #: empty when the record has none
+    properties: dict[str, str]  #: empty when the record has none
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -159,6 +215,7 @@ class MessageExt:
     def msg_id(self) -> str:
         """The offsetMsgId: store host, port and commitlog offset as upper-case hex (§3.1)."""
         from rocketstore._codec_py import make_offset_msg_id  # the codec imports this module
+
         host, port = self.store_host
         return make_offset_msg_id(host_to_bytes(host), port, self.commitlog_offset)
 
@@ -168,12 +225,18 @@ class MessageExt:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
             return NotImplemented
-        return all(bytes(getattr(self, n)) == bytes(getattr(other, n)) if n == "body"
-                   else getattr(self, n) == getattr(other, n) for n in self.__slots__)
+        return all(
+            bytes(getattr(self, n)) == bytes(getattr(other, n))
+            if n == "body"
+            else getattr(self, n) == getattr(other, n)
+            for n in self.__slots__
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable
 
     def __repr__(self) -> str:
-        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
-                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
-                f"size={self.size}, body={bytes(self.body[:32])!r})")
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+            f"size={self.size}, body={bytes(self.body[:32])!r})"
+        )

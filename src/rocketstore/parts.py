@@ -9,8 +9,9 @@ dropped store is still collected and closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig

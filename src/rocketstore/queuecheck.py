@@ -8,7 +8,8 @@ does it in memory), and checks every unit of every queue for ``verify()``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import numpy as np
 
@@ -26,8 +27,14 @@ class QueueGuard:
     """The integrity checks and repairs of one store's ConsumeQueues (``queues``) against its
     CommitLog; ``dispatcher`` is the store's (a repair holds its lock)."""
 
-    def __init__(self, commitlog: CommitLog, queues: Any, dispatcher: Any,
-                 delay_levels_ms: Iterable[int], read_only: bool) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: Any,
+        dispatcher: Any,
+        delay_levels_ms: Iterable[int],
+        read_only: bool,
+    ) -> None:
         self._commitlog = commitlog
         self._queues = queues
         self._dispatcher = dispatcher
@@ -36,8 +43,13 @@ class QueueGuard:
         #: read-only: units of each queue rebuilt in memory, {(topic, queue_id): count}
         self.mended: dict[tuple[str, int], int] = {}
 
-    def verify(self, found: list[tuple[np.ndarray, ...]], problems: list[dict[str, Any]], low: int,
-               max_per_queue: int = 10) -> int:
+    def verify(
+        self,
+        found: list[tuple[np.ndarray, ...]],
+        problems: list[dict[str, Any]],
+        low: int,
+        max_per_queue: int = 10,
+    ) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
         and size (units below ``low``, the first segment checked, point at what retention
         deleted)."""
@@ -61,32 +73,47 @@ class QueueGuard:
                 phys = units["commitlog_offset"]
                 at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
                 if len(positions):
-                    ok = ((positions[at] == phys) & (sizes[at] == units["size"])
-                          & (qids[at] == cq.queue_id) & ((keys[at] == key) | (key is None))
-                          & (qoffsets[at] == q + np.arange(len(units))))
+                    ok = (
+                        (positions[at] == phys)
+                        & (sizes[at] == units["size"])
+                        & (qids[at] == cq.queue_id)
+                        & ((keys[at] == key) | (key is None))
+                        & (qoffsets[at] == q + np.arange(len(units)))
+                    )
                 else:
                     ok = np.zeros(len(units), dtype=bool)
-                ok |= np.isin(phys, damaged)      # that record's damage is reported already
-                ok |= phys < low                  # deleted by retention: not damage
-                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)   # rebuilt without a record
+                ok |= np.isin(phys, damaged)  # that record's damage is reported already
+                ok |= phys < low  # deleted by retention: not damage
+                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)  # rebuilt without a record
                 ok &= ~lost
                 for i in np.flatnonzero(~ok).tolist():
                     bad += 1
                     if bad <= max_per_queue:
-                        what = ("has no record: the message at this position is lost (damage)"
-                                if lost[i] else "does not point at a valid record of its queue")
-                        problems.append({"offset": int(phys[i]),
-                                         "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit "
-                                                   f"{q + i} {what}"})
+                        what = (
+                            "has no record: the message at this position is lost (damage)"
+                            if lost[i]
+                            else "does not point at a valid record of its queue"
+                        )
+                        problems.append(
+                            {
+                                "offset": int(phys[i]),
+                                "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit {q + i} {what}",
+                            }
+                        )
                 q += len(units)
             if bad > max_per_queue:
-                problems.append({"offset": problems[-1]["offset"],
-                                 "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id}: {bad - max_per_queue} "
-                                           f"more such units ({bad} in all)"})
+                problems.append(
+                    {
+                        "offset": problems[-1]["offset"],
+                        "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id}: {bad - max_per_queue} "
+                        f"more such units ({bad} in all)",
+                    }
+                )
         return checked
 
-    def unit_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int,
-                      size: int) -> Optional[MessageExt]:
+    def unit_message(
+        self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, size: int
+    ) -> Optional[MessageExt]:
         """The message a ConsumeQueue unit points at, checked: its record must have a valid CRC,
         this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
         None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
@@ -99,8 +126,13 @@ class QueueGuard:
             msg = self._commitlog.read(commitlog_offset)
         except MessageNotFoundError:
             raise _DamagedUnit(topic, queue_id, queue_offset) from None
-        if (msg.queue_offset != queue_offset or msg.queue_id != queue_id or msg.size != size
-                or msg.commitlog_offset != commitlog_offset or msg.topic != topic):
+        if (
+            msg.queue_offset != queue_offset
+            or msg.queue_id != queue_id
+            or msg.size != size
+            or msg.commitlog_offset != commitlog_offset
+            or msg.topic != topic
+        ):
             raise _DamagedUnit(topic, queue_id, queue_offset)
         return msg
 
@@ -127,8 +159,14 @@ class QueueGuard:
                     continue
                 tags = codec.dispatch_info(view, arr, self._delay_levels_ms)[0]["tags_code"]
                 for topic, qid, rows in groups:
-                    found[(topic, qid)].append((arr["queue_offset"][rows], base + arr["position"][rows],
-                                                arr["size"][rows], tags[rows]))
+                    found[(topic, qid)].append(
+                        (
+                            arr["queue_offset"][rows],
+                            base + arr["position"][rows],
+                            arr["size"][rows],
+                            tags[rows],
+                        )
+                    )
             if self._commitlog.files:
                 self._queues.correct_min_offset(self._commitlog.min_offset)
             for key, parts in found.items():
@@ -137,22 +175,26 @@ class QueueGuard:
                     continue
                 if parts:
                     q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
-                    q, first = np.unique(q, return_index=True)    # one record per queue offset
+                    q, first = np.unique(q, return_index=True)  # one record per queue offset
                     phys, sizes, tags = phys[first], sizes[first], tags[first]
                 else:
                     q = phys = sizes = tags = np.empty(0, dtype=np.int64)
                 rewritten, missing = cq.repair(q, phys, sizes, tags)
-                if self.read_only and rewritten:      # mended in memory only: verify() says so
+                if self.read_only and rewritten:  # mended in memory only: verify() says so
                     self.mended[key] = self.mended.get(key, 0) + rewritten
 
-    def check_rows(self, view: Any, base: int, rows: np.ndarray, queue: tuple[str, int, int],
-                   first: int) -> None:
+    def check_rows(
+        self, view: Any, base: int, rows: np.ndarray, queue: tuple[str, int, int], first: int
+    ) -> None:
         """Raise ConsumeQueueDamagedError unless ``rows`` are the records of ``queue`` =
         (topic, queue_id, queue offset of unit 0) at units ``first`` .. ``first + len(rows)``."""
         topic, queue_id, q0 = queue
         want = q0 + first + np.arange(len(rows), dtype=np.int64)
-        bad = ((rows["queue_offset"] != want) | (rows["queue_id"] != queue_id)
-               | (rows["physical_offset"] != base + rows["position"]))
+        bad = (
+            (rows["queue_offset"] != want)
+            | (rows["queue_id"] != queue_id)
+            | (rows["physical_offset"] != base + rows["position"])
+        )
         if not bad.any():
             groups = queue_groups(self._commitlog.codec, view, rows)
             if len(groups) == 1 and groups[0][0] == topic:
@@ -163,7 +205,11 @@ class QueueGuard:
         k = int(np.flatnonzero(bad)[0])
         raise ConsumeQueueDamagedError(
             f"ConsumeQueue {topic}-{queue_id} unit {int(want[k])} does not point at its message "
-            f"(commitlog offset {base + int(rows['position'][k])})", topic, queue_id, int(want[k]))
+            f"(commitlog offset {base + int(rows['position'][k])})",
+            topic,
+            queue_id,
+            int(want[k]),
+        )
 
 
 def _queue_key(codec: Any, topic: str, queue_id: int) -> Optional[int]:

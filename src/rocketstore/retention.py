@@ -54,7 +54,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms as _now_ms
@@ -111,25 +112,32 @@ class Cleaner:
     unreadable), ``local_hour(ms)`` the local hour of an epoch-ms time.
     """
 
-    def __init__(self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None,
-                 disk_usage: Optional[Callable[[str], float]] = None,
-                 local_hour: Optional[Callable[[int], int]] = None):
+    def __init__(
+        self,
+        parts: StoreParts,
+        *,
+        clock: Optional[Callable[[], int]] = None,
+        disk_usage: Optional[Callable[[str], float]] = None,
+        local_hour: Optional[Callable[[int], int]] = None,
+    ):
         self._parts = parts
         self.config = parts.config
         self._clock = clock or _now_ms
         self._disk_usage = disk_usage or _statvfs_usage
         self._local_hour = local_hour or _local_hour
-        self._pass_lock = threading.Lock()       # one pass at a time
-        self._check_lock = threading.Lock()      # one disk check at a time (passes, stats())
-        self._space_warned = False               # "disk fills, nothing may go" logged already
-        self._dispatch_failures = FailureLog(log, "dispatch before deleting CommitLog segments",
-                                             "no segment is deleted until it succeeds")
-        self._pass_failures = FailureLog(log, "background retention pass", "retried every "
-                                         f"{self.config.clean_resource_interval_ms} ms")
+        self._pass_lock = threading.Lock()  # one pass at a time
+        self._check_lock = threading.Lock()  # one disk check at a time (passes, stats())
+        self._space_warned = False  # "disk fills, nothing may go" logged already
+        self._dispatch_failures = FailureLog(
+            log, "dispatch before deleting CommitLog segments", "no segment is deleted until it succeeds"
+        )
+        self._pass_failures = FailureLog(
+            log, "background retention pass", f"retried every {self.config.clean_resource_interval_ms} ms"
+        )
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._queues_cleaned_below = -1          # CommitLog min offset the queues were cleaned to
-        self._dispatch_error: Optional[BaseException] = None   # this pass's failed dispatch
+        self._queues_cleaned_below = -1  # CommitLog min offset the queues were cleaned to
+        self._dispatch_error: Optional[BaseException] = None  # this pass's failed dispatch
         #: True while puts are refused because the disk is above the warning level
         self.disk_full = False
         #: the usage fraction the last check read (None before the first; negative: unreadable)
@@ -166,20 +174,28 @@ class Cleaner:
         core = self._parts.commitlog.core
         if percent > cfg.disk_space_warning_level_ratio:
             if not self.disk_full:
-                log.error("disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
-                          "refusing puts until it is at %s%% or below (%s)", self._parts.path, percent,
-                          cfg.disk_space_warning_level_ratio, cfg.disk_space_clean_forcibly_ratio,
-                          self._what_retention_frees())
+                log.error(
+                    "disk of %s is %.1f%% full, above disk_space_warning_level_ratio %s%%: "
+                    "refusing puts until it is at %s%% or below (%s)",
+                    self._parts.path,
+                    percent,
+                    cfg.disk_space_warning_level_ratio,
+                    cfg.disk_space_clean_forcibly_ratio,
+                    self._what_retention_frees(),
+                )
             self.disk_full = True
-            core.refuse_puts(DiskFullError(
-                errno.ENOSPC,
-                f"the disk of store {self._parts.path} is {percent:.1f}% full, above "
-                f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}%: puts are "
-                f"refused until usage is back at {cfg.disk_space_clean_forcibly_ratio}% or below "
-                f"({self._what_retention_frees()}); nothing was written"))
+            core.refuse_puts(
+                DiskFullError(
+                    errno.ENOSPC,
+                    f"the disk of store {self._parts.path} is {percent:.1f}% full, above "
+                    f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}%: puts are "
+                    f"refused until usage is back at {cfg.disk_space_clean_forcibly_ratio}% or below "
+                    f"({self._what_retention_frees()}); nothing was written",
+                )
+            )
             return usage, True
         if percent > cfg.disk_space_clean_forcibly_ratio:
-            return usage, True          # a disk-full stays until usage is back at the forcible level
+            return usage, True  # a disk-full stays until usage is back at the forcible level
         if self.disk_full and usage >= 0:
             log.warning("disk of %s is %.1f%% full again: accepting puts", self._parts.path, percent)
             self.disk_full = False
@@ -188,8 +204,9 @@ class Cleaner:
 
     # ---- passes ----
 
-    def run_once(self, now_ms: Optional[int] = None, *, manual: bool = False,
-                 force: bool = False) -> dict[str, Any]:
+    def run_once(
+        self, now_ms: Optional[int] = None, *, manual: bool = False, force: bool = False
+    ) -> dict[str, Any]:
         """One cleaning pass at time ``now_ms`` (default: the clock). Returns what it did::
 
             {"trigger": "time" | "space" | "manual" | None,  # why the CommitLog was cleaned
@@ -222,16 +239,19 @@ class Cleaner:
             forced = force or (clean_forcibly and bool(cfg.delete_unexpired_when_disk_full))
             deleted = self._delete_segments(now, forced) if trigger else []
             if trigger == "space" and not deleted:
-                if not self._space_warned:     # once until a pass deletes or the disk has room
-                    log.warning("disk of %s is %.1f%% full, but no CommitLog segment could be "
-                                "deleted (%s)", self._parts.path, usage * 100,
-                                self._what_retention_frees())
+                if not self._space_warned:  # once until a pass deletes or the disk has room
+                    log.warning(
+                        "disk of %s is %.1f%% full, but no CommitLog segment could be deleted (%s)",
+                        self._parts.path,
+                        usage * 100,
+                        self._what_retention_frees(),
+                    )
                 self._space_warned = True
             else:
                 self._space_warned = False
             cq_files, index_files = self._clean_queues()
             if deleted:
-                usage, _ = self.check_disk()   # puts may resume at once
+                usage, _ = self.check_disk()  # puts may resume at once
             return {
                 "trigger": trigger,
                 "forced": bool(trigger) and forced,
@@ -247,10 +267,14 @@ class Cleaner:
     def _what_retention_frees(self) -> str:
         cfg = self.config
         if cfg.delete_unexpired_when_disk_full:
-            return ("retention deletes the oldest segments whatever their age: "
-                    "delete_unexpired_when_disk_full is on")
-        return (f"retention deletes only segments older than file_reserved_time, "
-                f"{cfg.file_reserved_time:g} h; delete_unexpired_when_disk_full is off")
+            return (
+                "retention deletes the oldest segments whatever their age: "
+                "delete_unexpired_when_disk_full is on"
+            )
+        return (
+            f"retention deletes only segments older than file_reserved_time, "
+            f"{cfg.file_reserved_time:g} h; delete_unexpired_when_disk_full is off"
+        )
 
     def clean(self, force: bool = False, now_ms: Optional[int] = None) -> dict[str, Any]:
         """A manual clean (``MessageStore.clean``): passes until one deletes no segment, at most
@@ -282,7 +306,7 @@ class Cleaner:
         doomed: list[MappedFile] = []
         for mf in files[:-1]:
             if len(doomed) >= cfg.delete_files_batch_max or mf.end_offset > wrote:
-                break   # never a segment the writer has not finished
+                break  # never a segment the writer has not finished
             if not forced:
                 mtime = _mtime_ms(mf.path)
                 if mtime is not None and now < mtime + reserved_ms:
@@ -292,7 +316,7 @@ class Cleaner:
             return []
         dispatcher = parts.dispatcher
         try:
-            dispatcher.catch_up()   # the queues and the index must hold all that is about to go
+            dispatcher.catch_up()  # the queues and the index must hold all that is about to go
         except Exception as exc:
             self._dispatch_error = exc
             self._dispatch_failures.failed(exc)
@@ -350,13 +374,14 @@ class Cleaner:
             return
         self._stop.clear()
         # holds the cleaner only during a pass (it holds the store weakly): a dropped store closes
-        self._thread = start_weak_thread(self, Cleaner._tick, self._stop, "rocketstore-clean",
-                                         first_wait=interval / 1000)
+        self._thread = start_weak_thread(
+            self, Cleaner._tick, self._stop, "rocketstore-clean", first_wait=interval / 1000
+        )
 
     def _tick(self) -> float:
         try:
             self.run_once()
-        except Exception as exc:   # logged once, counted, retried at the next tick
+        except Exception as exc:  # logged once, counted, retried at the next tick
             self._pass_failures.failed(exc)
         else:
             self._pass_failures.succeeded()

@@ -73,41 +73,64 @@ import itertools
 import logging
 import re
 import threading
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional
 
 from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms
 from rocketstore._codec_py import java_hash
-from rocketstore.configfiles import (PERM_READ, PERM_WRITE, DelayOffsetTable,
-                                     SubscriptionGroupTable)
+from rocketstore.configfiles import PERM_READ, PERM_WRITE, DelayOffsetTable, SubscriptionGroupTable
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
-from rocketstore.errors import (InvalidDelayLevelError, InvalidMessageError, InvalidQueueIdError,
-                                MessageNotFoundError, StoreConfigError)
+from rocketstore.errors import (
+    InvalidDelayLevelError,
+    InvalidMessageError,
+    InvalidQueueIdError,
+    MessageNotFoundError,
+    StoreConfigError,
+)
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    Message,
+    MessageExt,
+    is_valid_topic,
+    validate_topic,
+)
 from rocketstore.parts import StoreParts
-from rocketstore.message import (PROPERTY_DELAY, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message,
-                                 MessageExt, is_valid_topic, validate_topic)
 
 __all__ = [
-    "SCHEDULE_TOPIC", "RETRY_GROUP_TOPIC_PREFIX", "DLQ_GROUP_TOPIC_PREFIX",
-    "PROPERTY_REAL_TOPIC", "PROPERTY_REAL_QUEUE_ID", "PROPERTY_RETRY_TOPIC",
-    "PROPERTY_ORIGIN_MESSAGE_ID", "DEFAULT_MAX_RECONSUME_TIMES", "retry_topic", "dlq_topic",
-    "check_delay_level", "ScheduleService", "DelayProgress", "pending_counts", "dlq_counts",
+    "SCHEDULE_TOPIC",
+    "RETRY_GROUP_TOPIC_PREFIX",
+    "DLQ_GROUP_TOPIC_PREFIX",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_RETRY_TOPIC",
+    "PROPERTY_ORIGIN_MESSAGE_ID",
+    "DEFAULT_MAX_RECONSUME_TIMES",
+    "retry_topic",
+    "dlq_topic",
+    "check_delay_level",
+    "ScheduleService",
+    "DelayProgress",
+    "pending_counts",
+    "dlq_counts",
 ]
 
 log = logging.getLogger("rocketstore.schedule")
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"          # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"            # MixAll.RETRY_GROUP_TOPIC_PREFIX
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"                # MixAll.DLQ_GROUP_TOPIC_PREFIX
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_CRC32 = "__CRC32#"                     # MessageConst.PROPERTY_CRC32 (5.2+, spec §1.6)
+PROPERTY_CRC32 = "__CRC32#"  # MessageConst.PROPERTY_CRC32 (5.2+, spec §1.6)
 #: ``retryMaxTimes`` of a subscription group, and what a max of -1 means.
 DEFAULT_MAX_RECONSUME_TIMES = 16
-RETRY_QUEUE_NUMS = 1                            # SubscriptionGroupConfig.retryQueueNums
-DLQ_QUEUE_NUMS = 1                              # SendMessageProcessor.DLQ_NUMS_PER_GROUP
+RETRY_QUEUE_NUMS = 1  # SubscriptionGroupConfig.retryQueueNums
+DLQ_QUEUE_NUMS = 1  # SendMessageProcessor.DLQ_NUMS_PER_GROUP
 #: At most this many units are delivered per pass (bounds the intent and a reconcile's walk).
 PASS_LIMIT = 1024
 #: After a failed pass the thread waits this long (RocketMQ's DELAY_FOR_A_PERIOD).
@@ -115,8 +138,8 @@ RETRY_AFTER_FAILURE_MS = 10_000
 #: How long a pass waits for its copies to be flushed before it gives up (and reconciles later).
 FLUSH_TIMEOUT_MS = 10_000
 
-_SYSFLAG_HOSTS_V6 = 0x010 | 0x020       # BORNHOST_V6 | STOREHOST_V6: the core sets its own
-_UNIQ_KEY_EXTRA = len(PROPERTY_UNIQ_KEY) + 2 + 56   # a generated UNIQ_KEY property, at most
+_SYSFLAG_HOSTS_V6 = 0x010 | 0x020  # BORNHOST_V6 | STOREHOST_V6: the core sets its own
+_UNIQ_KEY_EXTRA = len(PROPERTY_UNIQ_KEY) + 2 + 56  # a generated UNIQ_KEY property, at most
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 _INTENT_KEY = "rocketstoreDelivering"
 
@@ -154,7 +177,8 @@ def _check_group(group: object) -> str:
     if not group or "@" in group or not is_valid_topic(retry_topic(group)):
         raise InvalidMessageError(
             f"group {group!r} cannot name a retry topic: 1..{127 - len(RETRY_GROUP_TOPIC_PREFIX)} "
-            "characters of [%|a-zA-Z0-9_-]")
+            "characters of [%|a-zA-Z0-9_-]"
+        )
     return group
 
 
@@ -165,7 +189,7 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     buckets and doubles past 3/4 full, or when a bucket reaches 9 entries while it has fewer
     than 64. (A bucket of 9 or more at 64 buckets and up becomes a red-black tree, whose order
     is not reproduced: that takes 9 property names whose spread hashes agree in 6 low bits.)"""
-    capacity, size = 16, 0
+    capacity = 16
     buckets: list[list[tuple[int, str]]] = [[] for _ in range(capacity)]
 
     def grow(buckets: list[list[tuple[int, str]]], capacity: int) -> tuple[list[list[tuple[int, str]]], int]:
@@ -176,14 +200,13 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
                 grown[spread & (capacity - 1)].append((spread, key))
         return grown, capacity
 
-    for key in keys:
+    for size, key in enumerate(keys, 1):
         h = java_hash(key) & 0xFFFFFFFF
         spread = h ^ (h >> 16)
         bucket = buckets[spread & (capacity - 1)]
         bucket.append((spread, key))
-        if len(bucket) > 8 and capacity < 64:            # treeifyBin on a small table: resize
+        if len(bucket) > 8 and capacity < 64:  # treeifyBin on a small table: resize
             buckets, capacity = grow(buckets, capacity)
-        size += 1
         if size > capacity * 3 // 4:
             buckets, capacity = grow(buckets, capacity)
     return [key for bucket in buckets for _spread, key in bucket]
@@ -226,10 +249,12 @@ class DelayProgress(DelayOffsetTable):
     def encode(self) -> dict[str, Any]:
         out = super().encode()
         if self.intent is not None:
-            out[_INTENT_KEY] = {"commitlogOffset": self.intent["commitlogOffset"],
-                                "fromOffsets": dict(sorted(self.intent["fromOffsets"].items())),
-                                "nextOffsets": dict(sorted(self.intent["nextOffsets"].items())),
-                                "skipped": [list(u) for u in sorted(self.intent["skipped"])]}
+            out[_INTENT_KEY] = {
+                "commitlogOffset": self.intent["commitlogOffset"],
+                "fromOffsets": dict(sorted(self.intent["fromOffsets"].items())),
+                "nextOffsets": dict(sorted(self.intent["nextOffsets"].items())),
+                "skipped": [list(u) for u in sorted(self.intent["skipped"])],
+            }
         return dict(sorted(out.items()))
 
 
@@ -241,20 +266,29 @@ def _decode_intent(value: Any) -> dict[str, Any]:
 
     if not isinstance(value, dict):
         raise StoreConfigError(f"{_INTENT_KEY} must be an object")
+
     def levels(name: str) -> dict[int, int]:
         table = value.get(name) or {}
         if not isinstance(table, dict):
             raise StoreConfigError(f"{_INTENT_KEY}: {name} must be an object")
-        return {integer(int(k) if isinstance(k, str) and k.isdigit() else k, "level"):
-                integer(v, "offset") for k, v in table.items()}
+        return {
+            integer(int(k) if isinstance(k, str) and k.isdigit() else k, "level"): integer(v, "offset")
+            for k, v in table.items()
+        }
 
     skipped = value.get("skipped") or []
     if not isinstance(skipped, list):
         raise StoreConfigError(f"{_INTENT_KEY}: skipped must be a list")
-    return {"commitlogOffset": integer(value.get("commitlogOffset"), "commitlogOffset"),
-            "fromOffsets": levels("fromOffsets"), "nextOffsets": levels("nextOffsets"),
-            "skipped": {(integer(u[0], "level"), integer(u[1], "offset"))
-                        for u in skipped if isinstance(u, list) and len(u) == 2}}
+    return {
+        "commitlogOffset": integer(value.get("commitlogOffset"), "commitlogOffset"),
+        "fromOffsets": levels("fromOffsets"),
+        "nextOffsets": levels("nextOffsets"),
+        "skipped": {
+            (integer(u[0], "level"), integer(u[1], "offset"))
+            for u in skipped
+            if isinstance(u, list) and len(u) == 2
+        },
+    }
 
 
 class _Unit:
@@ -262,8 +296,9 @@ class _Unit:
 
     __slots__ = ("level", "queue_offset", "item", "identity")
 
-    def __init__(self, level: int, queue_offset: int, item: tuple[Any, ...],
-                 identity: tuple[Any, ...]) -> None:
+    def __init__(
+        self, level: int, queue_offset: int, item: tuple[Any, ...], identity: tuple[Any, ...]
+    ) -> None:
         self.level = level
         self.queue_offset = queue_offset
         self.item = item
@@ -274,8 +309,9 @@ class ScheduleService:
     """The delay service of one writable :class:`~rocketstore.MessageStore` (see the module
     docstring). Built by the store when it opens; it reconciles an interrupted pass at once."""
 
-    def __init__(self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None,
-                 interval_ms: int = 100):
+    def __init__(
+        self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None, interval_ms: int = 100
+    ):
         self._parts = parts
         cfg = parts.config
         self.levels_ms = tuple(cfg.delay_levels_ms)
@@ -285,7 +321,7 @@ class ScheduleService:
         self._progress = DelayProgress.in_store(parts.path)
         self._groups = SubscriptionGroupTable.in_store(parts.path)
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._lock = threading.Lock()           # one pass at a time
+        self._lock = threading.Lock()  # one pass at a time
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._needs_reconcile = self._progress.intent is not None
@@ -294,7 +330,7 @@ class ScheduleService:
         self._host_extra = 12 * born_v6 + 12 * store_v6
         #: counters: copies put, units skipped as undeliverable, passes reconciled
         self.delivered = self.dropped = self.reconciled = 0
-        self._schedule_topic_ready = False     # created on the first delayed put
+        self._schedule_topic_ready = False  # created on the first delayed put
         if self._needs_reconcile:
             with self._lock:
                 self._reconcile()
@@ -337,8 +373,9 @@ class ScheduleService:
 
     # ---- the rewrite on put (§12) ----
 
-    def rewrite(self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]],
-                delay_level: Optional[int]) -> tuple[str, int, Optional[Mapping[str, str]]]:
+    def rewrite(
+        self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]], delay_level: Optional[int]
+    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
         """``(topic, queue_id, properties)`` of a put: rewritten into SCHEDULE_TOPIC_XXXX when it is
         delayed (``delay_level``, else a ``DELAY`` property > 0), else returned as given."""
         props = dict(properties) if properties else {}
@@ -350,20 +387,21 @@ class ScheduleService:
             if parsed is None:
                 raise InvalidDelayLevelError(f"the DELAY property {text!r} is not a decimal int")
             if parsed <= 0:
-                return topic, queue_id, properties       # not delayed (getDelayTimeLevel() <= 0)
+                return topic, queue_id, properties  # not delayed (getDelayTimeLevel() <= 0)
             level = min(parsed, self.max_level)
         validate_topic(topic)
         if topic == SCHEDULE_TOPIC:
             raise InvalidMessageError(f"a message for {SCHEDULE_TOPIC} cannot be delayed again")
         if isinstance(queue_id, bool) or not isinstance(queue_id, int):
             raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
-        queues = self._parts.topics.queues_for_put(topic)      # creates the topic, as a plain put would
+        queues = self._parts.topics.queues_for_put(topic)  # creates the topic, as a plain put would
         if queue_id < 0:
             counter = self._round_robin.setdefault(topic, itertools.count())
             queue_id = next(counter) % queues
         elif queue_id >= queues:
             raise InvalidQueueIdError(
-                f"queue id {queue_id} out of range: topic {topic!r} has {queues} queues")
+                f"queue id {queue_id} out of range: topic {topic!r} has {queues} queues"
+            )
         if not self._schedule_topic_ready:
             self._ensure_topic(SCHEDULE_TOPIC, self.max_level, PERM_READ | PERM_WRITE)
             self._schedule_topic_ready = True
@@ -399,15 +437,19 @@ class ScheduleService:
                 progress.persist()
                 return 0, more, next_due
             core = self._parts.commitlog.core
-            intent = {"commitlogOffset": core.wrote_offset, "fromOffsets": starts,
-                      "nextOffsets": nexts, "skipped": skipped}
+            intent = {
+                "commitlogOffset": core.wrote_offset,
+                "fromOffsets": starts,
+                "nextOffsets": nexts,
+                "skipped": skipped,
+            }
             # From here until the advanced offsets are saved, a failure leaves the intent in
             # memory as on disk: the next pass (or open) settles it by _reconcile.
             self._needs_reconcile = True
             progress.intent = intent
             progress.dirty = True
             progress.persist()
-            core.put_many([u.item for u in units], 0)    # stores all or raises a PutError
+            core.put_many([u.item for u in units], 0)  # stores all or raises a PutError
             if not core.flush(FLUSH_TIMEOUT_MS):
                 raise RuntimeError("delayed delivery: the CommitLog flush timed out")
             saved = progress.as_dict()
@@ -423,8 +465,9 @@ class ScheduleService:
             self.delivered += len(units)
             return len(units), more, next_due
 
-    def _plan(self, now: int) -> tuple[list[_Unit], dict[int, int], dict[int, int],
-                                       set[tuple[int, int]], bool, Optional[int]]:
+    def _plan(
+        self, now: int
+    ) -> tuple[list[_Unit], dict[int, int], dict[int, int], set[tuple[int, int]], bool, Optional[int]]:
         """The units due at ``now``, in level then queue order (at most PASS_LIMIT), where each
         level's walk started and its offset after them, the units skipped, whether the budget
         ran out, and the earliest deliver time not yet reached."""
@@ -442,12 +485,17 @@ class ScheduleService:
                 continue
             start = self._progress.get(level)
             if start < cq.min_offset:
-                log.warning("delay level %d: offset %d is below the queue's first %d (removed)",
-                            level, start, cq.min_offset)
+                log.warning(
+                    "delay level %d: offset %d is below the queue's first %d (removed)",
+                    level,
+                    start,
+                    cq.min_offset,
+                )
                 start = cq.min_offset
-            if start > cq.max_offset:       # the queue lost units (a power cut): its end is next
-                log.warning("delay level %d: offset %d is past the queue's end %d",
-                            level, start, cq.max_offset)
+            if start > cq.max_offset:  # the queue lost units (a power cut): its end is next
+                log.warning(
+                    "delay level %d: offset %d is past the queue's end %d", level, start, cq.max_offset
+                )
                 start = cq.max_offset
             delay = self.levels_ms[level - 1]
             pos = start
@@ -465,9 +513,9 @@ class ScheduleService:
                     if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
                         examined += 1
                         continue
-                    if deliver_ts <= -(1 << 31) - 1:     # a ConsumeQueueExt address: recompute
+                    if deliver_ts <= -(1 << 31) - 1:  # a ConsumeQueueExt address: recompute
                         deliver_ts = self._store_time(commitlog_offset) + delay
-                    if deliver_ts > now + delay:        # clock skew: deliver now
+                    if deliver_ts > now + delay:  # clock skew: deliver now
                         deliver_ts = now
                     if deliver_ts > now:
                         next_due = deliver_ts if next_due is None else min(next_due, deliver_ts)
@@ -497,8 +545,7 @@ class ScheduleService:
         try:
             sched = parts.commitlog.read(commitlog_offset)
         except MessageNotFoundError:
-            log.warning("delay level %d unit %d: record at %d is gone", level, queue_offset,
-                        commitlog_offset)
+            log.warning("delay level %d unit %d: record at %d is gone", level, queue_offset, commitlog_offset)
             return None
         props = sched.properties or {}
         topic = props.get(PROPERTY_REAL_TOPIC)
@@ -519,21 +566,53 @@ class ScheduleService:
                 why = str(exc)
         body = bytes(sched.body)
         unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
-        length = (91 + len(body) + len((topic or "").encode("utf-8")) + len(raw) + self._host_extra
-                  + (0 if unique_key is not None else _UNIQ_KEY_EXTRA)) if why is None else 0
-        if why is None and (length > parts.config.max_message_size
-                            or length + 8 > parts.config.commitlog_file_size):
+        length = (
+            (
+                91
+                + len(body)
+                + len((topic or "").encode("utf-8"))
+                + len(raw)
+                + self._host_extra
+                + (0 if unique_key is not None else _UNIQ_KEY_EXTRA)
+            )
+            if why is None
+            else 0
+        )
+        if why is None and (
+            length > parts.config.max_message_size or length + 8 > parts.config.commitlog_file_size
+        ):
             why = f"its copy would be a {length}-byte record, too large for this store"
         if why is not None:
             self.dropped += 1
-            log.error("delay level %d unit %d (record %d) cannot be delivered, skipped: %s",
-                      level, queue_offset, commitlog_offset, why)
+            log.error(
+                "delay level %d unit %d (record %d) cannot be delivered, skipped: %s",
+                level,
+                queue_offset,
+                commitlog_offset,
+                why,
+            )
             return None
         sys_flag = sched.sys_flag & ~_SYSFLAG_HOSTS_V6
-        item = (topic, body, raw, queue_id, sched.flag, sched.born_timestamp, sys_flag,
-                sched.reconsume_times, unique_key)
-        identity = (topic, queue_id, body, copy_props, sched.born_timestamp, sched.reconsume_times,
-                    sched.flag)
+        item = (
+            topic,
+            body,
+            raw,
+            queue_id,
+            sched.flag,
+            sched.born_timestamp,
+            sys_flag,
+            sched.reconsume_times,
+            unique_key,
+        )
+        identity = (
+            topic,
+            queue_id,
+            body,
+            copy_props,
+            sched.born_timestamp,
+            sched.reconsume_times,
+            sched.flag,
+        )
         return _Unit(level, queue_offset, item, identity)
 
     # ---- crash recovery ----
@@ -549,7 +628,7 @@ class ScheduleService:
         parts = self._parts
         parts.dispatcher.catch_up()
         starts, nexts, skipped = intent["fromOffsets"], intent["nextOffsets"], intent["skipped"]
-        expected: list[tuple[int, int, Any]] = []       # (level, queue offset, identity or None: nothing to find)
+        expected: list[tuple[int, int, Any]] = []  # (level, queue offset, identity or None: nothing to find)
         for level in sorted(nexts):
             cq = parts.queues.get(SCHEDULE_TOPIC, level - 1)
             for q in range(starts.get(level, progress.get(level)), nexts[level]):
@@ -558,13 +637,12 @@ class ScheduleService:
                 try:
                     commitlog_offset, _size, _code = cq.unit(q)
                 except (AttributeError, MessageNotFoundError, IndexError, ValueError):
-                    expected.append((level, q, False))     # the unit is gone: deliver it again
+                    expected.append((level, q, False))  # the unit is gone: deliver it again
                     continue
                 unit = self._unit(level, q, commitlog_offset)
                 expected.append((level, q, unit.identity if unit is not None else None))
         matched = self._match(intent["commitlogOffset"], expected)
-        first = next(((level, q) for level, q, ident in expected[matched:] if ident is not None),
-                     None)
+        first = next(((level, q) for level, q, ident in expected[matched:] if ident is not None), None)
         for level in sorted(nexts):
             if first is None or level < first[0]:
                 progress.update(level, nexts[level])
@@ -576,8 +654,11 @@ class ScheduleService:
         progress.persist()
         self._needs_reconcile = False
         self.reconciled += 1
-        log.warning("delayed delivery: settled an interrupted pass, %d of %d copies were written",
-                    sum(1 for _l, _q, ident in expected[:matched] if ident), len(expected))
+        log.warning(
+            "delayed delivery: settled an interrupted pass, %d of %d copies were written",
+            sum(1 for _l, _q, ident in expected[:matched] if ident),
+            len(expected),
+        )
 
     def _match(self, start: int, expected: list[tuple[int, int, Any]]) -> int:
         """How many entries of ``expected`` lead the copies found from CommitLog ``start`` on
@@ -605,24 +686,33 @@ class ScheduleService:
 
     # ---- retry and DLQ ----
 
-    def send_back(self, group: str, message: MessageExt, delay_level: int = 0,
-                  max_reconsume_times: Optional[int] = None) -> Any:
+    def send_back(
+        self, group: str, message: MessageExt, delay_level: int = 0, max_reconsume_times: Optional[int] = None
+    ) -> Any:
         """See :meth:`MessageStore.send_back`."""
         _check_group(group)
         if isinstance(delay_level, bool) or not isinstance(delay_level, int):
             raise InvalidDelayLevelError(f"delay_level must be an int, not {type(delay_level).__name__}")
         if delay_level > self.max_level:
             raise InvalidDelayLevelError(
-                f"delay_level must be at most {self.max_level} (0: back-off, < 0: DLQ), not {delay_level}")
+                f"delay_level must be at most {self.max_level} (0: back-off, < 0: DLQ), not {delay_level}"
+            )
         if max_reconsume_times is None:
             max_reconsume_times = self._groups.retry_max_times(group)
-        elif isinstance(max_reconsume_times, bool) or not isinstance(max_reconsume_times, int) \
-                or max_reconsume_times < -1:
-            raise InvalidMessageError(f"max_reconsume_times must be an int >= -1, not {max_reconsume_times!r}")
+        elif (
+            isinstance(max_reconsume_times, bool)
+            or not isinstance(max_reconsume_times, int)
+            or max_reconsume_times < -1
+        ):
+            raise InvalidMessageError(
+                f"max_reconsume_times must be an int >= -1, not {max_reconsume_times!r}"
+            )
         if max_reconsume_times == -1:
             max_reconsume_times = DEFAULT_MAX_RECONSUME_TIMES
         if not isinstance(message, MessageExt):
-            raise TypeError(f"send_back needs a MessageExt read from this store, not {type(message).__name__}")
+            raise TypeError(
+                f"send_back needs a MessageExt read from this store, not {type(message).__name__}"
+            )
         msg = self._parts.commitlog.read(message.commitlog_offset)
         if msg.msg_id != message.msg_id:
             raise MessageNotFoundError(f"message {message.msg_id} is not in this store")
@@ -639,16 +729,26 @@ class ScheduleService:
             props[PROPERTY_DELAY] = str(min(delay_level or 3 + reconsume, self.max_level))
             self._ensure_topic(topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
-        copy = Message(topic, bytes(msg.body), properties=props, flag=msg.flag, queue_id=0,
-                       born_timestamp=msg.born_timestamp, reconsume_times=reconsume + 1,
-                       sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6)
-        return self._parts.put_message(copy, None, 0)     # the store's own put into a system topic
+        copy = Message(
+            topic,
+            bytes(msg.body),
+            properties=props,
+            flag=msg.flag,
+            queue_id=0,
+            born_timestamp=msg.born_timestamp,
+            reconsume_times=reconsume + 1,
+            sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6,
+        )
+        return self._parts.put_message(copy, None, 0)  # the store's own put into a system topic
 
     def update_group(self, group: str, retry_max_times: int) -> dict[str, Any]:
         """Set a subscription group's ``retryMaxTimes`` in ``subscriptionGroup.json``."""
         _check_group(group)
-        if isinstance(retry_max_times, bool) or not isinstance(retry_max_times, int) \
-                or not 0 <= retry_max_times <= 0x7FFFFFFF:
+        if (
+            isinstance(retry_max_times, bool)
+            or not isinstance(retry_max_times, int)
+            or not 0 <= retry_max_times <= 0x7FFFFFFF
+        ):
             raise InvalidMessageError(f"retry_max_times must be an int >= 0, not {retry_max_times!r}")
         entry: dict[str, Any] = self._groups.create(group, retry_max_times=retry_max_times)
         self._groups.persist()
@@ -664,17 +764,24 @@ class ScheduleService:
 
 def _is_copy(rec: MessageExt, identity: tuple[Any, ...]) -> bool:
     topic, queue_id, body, props, born, reconsume, flag = identity
-    if (rec.topic != topic or rec.queue_id != queue_id or rec.born_timestamp != born
-            or rec.reconsume_times != reconsume or rec.flag != flag or bytes(rec.body) != body):
+    if (
+        rec.topic != topic
+        or rec.queue_id != queue_id
+        or rec.born_timestamp != born
+        or rec.reconsume_times != reconsume
+        or rec.flag != flag
+        or bytes(rec.body) != body
+    ):
         return False
-    found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}   # the core's
-    if PROPERTY_UNIQ_KEY not in props:      # the core generated one for the copy
+    found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}  # the core's
+    if PROPERTY_UNIQ_KEY not in props:  # the core generated one for the copy
         found = {k: v for k, v in found.items() if k != PROPERTY_UNIQ_KEY}
     return bool(found == props)
 
 
-def pending_counts(queues: Mapping[tuple[str, int], tuple[int, int]],
-                   offsets: Mapping[int, int]) -> dict[int, int]:
+def pending_counts(
+    queues: Mapping[tuple[str, int], tuple[int, int]], offsets: Mapping[int, int]
+) -> dict[int, int]:
     """{level: delayed messages not yet delivered}, from ``store.queues()`` and the levels'
     offsets (``delayOffset.json``); levels with none are left out."""
     out = {}
@@ -693,6 +800,6 @@ def dlq_counts(queues: Mapping[tuple[str, int], tuple[int, int]]) -> dict[str, i
     out: dict[str, int] = {}
     for (topic, _queue_id), (lo, hi) in queues.items():
         if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-            group = topic[len(DLQ_GROUP_TOPIC_PREFIX):]
+            group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
             out[group] = out.get(group, 0) + hi - lo
     return dict(sorted(out.items()))

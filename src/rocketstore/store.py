@@ -19,43 +19,71 @@ import logging
 import os
 import random
 import threading
-from typing import (TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Optional, Sequence,
-                    TypeVar, Union, cast)
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    NoReturn,
+    Optional,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import numpy as np
 
 from rocketstore import _impl
 from rocketstore._background import weak_method
-from rocketstore._checks import (INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms)
-from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import AppendCore, CommitLog
-from rocketstore.mapped_file import MappedFile
-from rocketstore.parts import StoreParts
-from rocketstore.topics import Topics
-from rocketstore.queuecheck import QueueGuard
-from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
-from rocketstore.config import StoreConfig, default_store_path
-from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
-from rocketstore.consume import (GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message,
-                                get_units)
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
-from rocketstore.dispatch import (Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore,
-                                  consumable_rows, queue_groups)
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
-from rocketstore.retention import Cleaner
-from rocketstore.errors import (ConsumeQueueDamagedError, InvalidMessageError, InvalidMessageIdError, MessageNotFoundError,
-                                StoreClosedError,
-                                StoreConfigError, StoreReadOnlyError)
-from rocketstore.message import (PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
-                                 PROPERTY_WAIT, Message, MessageExt, check_user_topic, host_to_bytes,
-                                 validate_topic)
-from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
+from rocketstore.checkpoint import Checkpoint
+from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.config import StoreConfig, default_store_path
+from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
+from rocketstore.consume import GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message, get_units
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
+from rocketstore.dispatch import (
+    Dispatcher,
+    DispatchThread,
+    MemoryIndexService,
+    TailQueueStore,
+    consumable_rows,
+    queue_groups,
+)
+from rocketstore.errors import (
+    ConsumeQueueDamagedError,
+    InvalidMessageError,
+    InvalidMessageIdError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreReadOnlyError,
+)
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.mapped_file import MappedFile
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    Message,
+    MessageExt,
+    check_user_topic,
+    host_to_bytes,
+    validate_topic,
+)
+from rocketstore.parts import StoreParts
+from rocketstore.queuecheck import QueueGuard
+from rocketstore.retention import Cleaner
+from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
+from rocketstore.topics import Topics
 
 _log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:     # the compiled twins have the same classes (see the .pyi stubs)
+if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
@@ -68,7 +96,7 @@ __all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MAX = (1 << 63) - 1
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
-_WAIT_FUTURE = 2    # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
+_WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
 REBUILD_STEP = 64 << 20
 
@@ -76,8 +104,18 @@ REBUILD_STEP = 64 << 20
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
 #: What an open sets up, each closed by _teardown if set (None before it is).
-_PARTS = ("_schedule", "_cleaner", "_dispatch_thread", "_core", "_dispatcher", "_commitlog", "_segments",
-          "_queues", "_index", "_disk_index")
+_PARTS = (
+    "_schedule",
+    "_cleaner",
+    "_dispatch_thread",
+    "_core",
+    "_dispatcher",
+    "_commitlog",
+    "_segments",
+    "_queues",
+    "_index",
+    "_disk_index",
+)
 
 
 def _closed_error() -> NoReturn:
@@ -125,9 +163,15 @@ class MessageStore:
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
 
-    def __init__(self, path: Optional[str | os.PathLike[str]] = None, *, read_only: bool = False,
-                 implementation: Optional[str] = None,
-                 progress: Optional[Callable[[str, int, int], None]] = None, **options: Any) -> None:
+    def __init__(
+        self,
+        path: Optional[str | os.PathLike[str]] = None,
+        *,
+        read_only: bool = False,
+        implementation: Optional[str] = None,
+        progress: Optional[Callable[[str, int, int], None]] = None,
+        **options: Any,
+    ) -> None:
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
         self.read_only = read_only
         self._closed = True
@@ -138,9 +182,9 @@ class MessageStore:
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._core = None     # type: ignore[assignment]  # set by _open
+        self._core = None  # type: ignore[assignment]  # set by _open
         self._mutex = threading.RLock()
-        self._user_topics: set[str] = set()     # topics a user's put was checked for (not system topics)
+        self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
         commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
@@ -166,7 +210,7 @@ class MessageStore:
                 if attempt + 1 >= _READ_ONLY_ATTEMPTS or not read_only:
                     raise
             except BaseException:
-                self._teardown(clean=False)      # what was opened is closed; the abort file stays
+                self._teardown(clean=False)  # what was opened is closed; the abort file stays
                 raise
         self._closed = False
 
@@ -181,8 +225,11 @@ class MessageStore:
             # recovery) makes the next open an abnormal one.
             os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
-        self._topics = Topics(TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only),
-                              cfg.default_queues, self._mutex)
+        self._topics = Topics(
+            TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only),
+            cfg.default_queues,
+            self._mutex,
+        )
         self._commitlog = commitlog = CommitLog(commitlog_dir, cfg, self._impl, read_only=self.read_only)
         self._segments = commitlog.segments
         if self.read_only:
@@ -198,38 +245,67 @@ class MessageStore:
         end, queue_offsets, dispatch_start = self._recover()
         self._dispatch_thread = None
         self._cleaner = None
-        self._schedule = None     # the delay service (rocketstore.schedule) of a writable store
+        self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
-            self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
-                                          start=dispatch_start, end_of=weak_method(self._read_only_end),
-                                          delay_levels_ms=cfg.delay_levels_ms)
+            self._dispatcher = Dispatcher(
+                self._segments,
+                self._codec,
+                self._queues,
+                self._index,
+                start=dispatch_start,
+                end_of=weak_method(self._read_only_end),
+                delay_levels_ms=cfg.delay_levels_ms,
+            )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
             self._repair_holes(queue_offsets)
             return
 
         pid = os.getpid() & 0xFFFF
-        uniq_prefix = (host_to_bytes(cfg.born_host or "") + pid.to_bytes(2, "big")
-                       + random.getrandbits(32).to_bytes(4, "big"))
+        uniq_prefix = (
+            host_to_bytes(cfg.born_host or "")
+            + pid.to_bytes(2, "big")
+            + random.getrandbits(32).to_bytes(4, "big")
+        )
         self._core = core = commitlog.start_appending(
-            end, queue_offsets, uniq_prefix,
+            end,
+            queue_offsets,
+            uniq_prefix,
             topic_lookup=weak_method(self._topic_queues, _closed_error),
-            roll=weak_method(commitlog.roll, _closed_error))
+            roll=weak_method(commitlog.roll, _closed_error),
+        )
         self._topics.core = core
-        self._dispatcher = Dispatcher(self._segments, self._codec, self._queues, self._index,
-                                      start=dispatch_start, end_of=lambda: core.wrote_offset,
-                                      delay_levels_ms=cfg.delay_levels_ms)
+        self._dispatcher = Dispatcher(
+            self._segments,
+            self._codec,
+            self._queues,
+            self._index,
+            start=dispatch_start,
+            end_of=lambda: core.wrote_offset,
+            delay_levels_ms=cfg.delay_levels_ms,
+        )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
-        self._rebuild(end)    # what the queues and the index miss of the CommitLog
+        self._rebuild(end)  # what the queues and the index miss of the CommitLog
         self._repair_holes(queue_offsets)
         if cfg.dispatch_interval_ms:
-            self._dispatch_thread = DispatchThread(self._dispatcher, cfg.dispatch_interval_ms,
-                                                   checkpoint=weak_method(self._save_checkpoint),
-                                                   checkpoint_interval_ms=cfg.checkpoint_interval_ms)
-        self._parts = StoreParts(self.path, cfg, commitlog, self._queues, self._index, self._dispatcher,
-                                 self._topics, weak_method(self._put_message, _closed_error))
+            self._dispatch_thread = DispatchThread(
+                self._dispatcher,
+                cfg.dispatch_interval_ms,
+                checkpoint=weak_method(self._save_checkpoint),
+                checkpoint_interval_ms=cfg.checkpoint_interval_ms,
+            )
+        self._parts = StoreParts(
+            self.path,
+            cfg,
+            commitlog,
+            self._queues,
+            self._index,
+            self._dispatcher,
+            self._topics,
+            weak_method(self._put_message, _closed_error),
+        )
         self._cleaner = Cleaner(self._parts)
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
@@ -246,8 +322,9 @@ class MessageStore:
         indexMsgTimestamp (§5.4); they are rebuilt from the CommitLog.
         """
         cfg = self.config
-        index_options = dict(implementation=self._impl.name, slot_count=cfg.index_slots,
-                             index_count=cfg.index_count)
+        index_options = dict(
+            implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
+        )
         self._queues = self._index = self._disk_index = None
         if self.read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
@@ -261,8 +338,9 @@ class MessageStore:
                 for cq in self._queues:
                     cq.recover()
             # after an abnormal stop _recover() cuts each queue where the checkpoint vouches for
-            self._index = IndexService(self.path, on_file_full=weak_method(self._index_file_full),
-                                       **index_options)
+            self._index = IndexService(
+                self.path, on_file_full=weak_method(self._index_file_full), **index_options
+            )
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
     def _recover(self) -> tuple[int, dict[tuple[str, int], int], int]:
@@ -274,19 +352,22 @@ class MessageStore:
         """
         commitlog = self._commitlog
         abnormal = not self.last_shutdown_clean
-        scan_from, complete_to = commitlog.scan_start(self._checkpoint, self._queues,
-                                                      clean=not abnormal)
+        scan_from, complete_to = commitlog.scan_start(self._checkpoint, self._queues, clean=not abnormal)
         if abnormal:
             # Units past what the checkpoint vouches for may be torn, zero or stale in any of the
             # files written since (a power cut writes pages back in any order): each queue keeps
             # the prefix the checkpoint vouches for; the records after it are dispatched again.
             # A read-only store does it in memory.
             self._queues.recover(limit=complete_to)
-        tail: dict[tuple[str, int], list[int]] = {}       # (topic, queue_id) -> [first, last] queue offset seen by the scan
+        tail: dict[
+            tuple[str, int], list[int]
+        ] = {}  # (topic, queue_id) -> [first, last] queue offset seen by the scan
         end = commitlog.recover(
-            scan_from, self._checkpoint.confirm_phy_offset,
+            scan_from,
+            self._checkpoint.confirm_phy_offset,
             on_records=lambda buffer, arr: self._collect_queue_offsets(buffer, arr, tail),
-            report=lambda done, total: self._report("recover", done, total))
+            report=lambda done, total: self._report("recover", done, total),
+        )
         if not self.read_only:
             commitlog.truncate_to(end)
             if abnormal:
@@ -295,18 +376,18 @@ class MessageStore:
             self._index.drop_after(end)
             if commitlog.files:
                 self._queues.correct_min_offset(commitlog.min_offset)
-        elif commitlog.files:      # in memory only: what retention deleted is not readable
+        elif commitlog.files:  # in memory only: what retention deleted is not readable
             self._queues.correct_min_offset(commitlog.min_offset)
         queue_offsets = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._queues if cq.max_offset}
         lowest = commitlog.min_offset if commitlog.files else end
         gap = False
         for key, (low, high) in tail.items():
             have = queue_offsets.get(key, 0)
-            gap |= low > have                 # units missing before the scanned range
+            gap |= low > have  # units missing before the scanned range
             queue_offsets[key] = max(have, high + 1)
         # Resume dispatch where every queue and the index are complete to.
         if gap:
-            queue_start = lowest     # a queue the CommitLog holds is missing or short on disk
+            queue_start = lowest  # a queue the CommitLog holds is missing or short on disk
         elif abnormal:
             queue_start = complete_to
             if self.read_only and complete_to == scan_from != self._checkpoint.confirm_phy_offset:
@@ -327,7 +408,9 @@ class MessageStore:
                 index_start = commitlog.record_end(index_start, end) or index_start
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
-    def _collect_queue_offsets(self, buffer: Any, arr: np.ndarray, tail: dict[tuple[str, int], list[int]]) -> None:
+    def _collect_queue_offsets(
+        self, buffer: Any, arr: np.ndarray, tail: dict[tuple[str, int], list[int]]
+    ) -> None:
         arr = consumable_rows(arr)
         for topic, qid, rows in queue_groups(self._codec, buffer, arr):
             offsets = arr["queue_offset"][rows]
@@ -351,12 +434,12 @@ class MessageStore:
         total = end - start
         if total <= 0:
             return
-        report = (lambda offset: self._report("dispatch", offset - start, total))
+        report = lambda offset: self._report("dispatch", offset - start, total)
         while dispatcher.offset < end:
             before = dispatcher.offset
             dispatcher.catch_up(progress=report, target=min(end, before + REBUILD_STEP))
             if dispatcher.offset <= before:
-                break     # nothing dispatchable (read-only beside a writer mid-record)
+                break  # nothing dispatchable (read-only beside a writer mid-record)
             if not self.read_only and dispatcher.offset < end:
                 self._save_checkpoint()
         self._report("dispatch", total, total)
@@ -370,7 +453,7 @@ class MessageStore:
             if cq is None or cq.max_offset < nxt:
                 try:
                     cq = self._queues.find_or_create(topic, qid)
-                except InvalidMessageError:      # not a topic a queue can be named after (damage)
+                except InvalidMessageError:  # not a topic a queue can be named after (damage)
                     continue
                 cq.holes.append((cq.max_offset, nxt))
         damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
@@ -386,7 +469,7 @@ class MessageStore:
             if offset == cp.confirm_phy_offset:
                 return
             if self._core.flushed_offset < offset and not self._core.flush(5000):
-                return      # the CommitLog is not durable that far yet: next time
+                return  # the CommitLog is not durable that far yet: next time
             self._queues.flush()
             self._index.flush()
             self._index.save_resume_point()
@@ -417,9 +500,9 @@ class MessageStore:
             return
         if self._schedule is not None:
             try:
-                self._schedule.close()    # before the mutex: a delivery pass in progress may need it
+                self._schedule.close()  # before the mutex: a delivery pass in progress may need it
             except BaseException:
-                pass                      # _teardown closes it again and reports the error
+                pass  # _teardown closes it again and reports the error
         with self._mutex:
             if self._closed:
                 return
@@ -454,11 +537,11 @@ class MessageStore:
             durable = run(self._dispatcher.catch_up)
         if writable and core is not None:
             durable = run(core.close) and durable
-        durable = run(self._close_queues) and durable     # flushes the queues and the index
+        durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
             durable = run(self._final_checkpoint)
             for table in (self._topics, self._offsets):
-                run(table.persist)      # the data is closed cleanly all the same
+                run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
             run(self._commitlog.close)
         if durable:
@@ -493,7 +576,7 @@ class MessageStore:
         if error is not None:
             raise error
 
-    def __enter__(self) -> "MessageStore":
+    def __enter__(self) -> MessageStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -547,8 +630,12 @@ class MessageStore:
 
     # ---- puts ----
 
-    def _properties(self, tags: Optional[str], keys: Keys, properties: Optional[Mapping[str, str]],
-                    ) -> tuple[Optional[bytes], Optional[str], int]:
+    def _properties(
+        self,
+        tags: Optional[str],
+        keys: Keys,
+        properties: Optional[Mapping[str, str]],
+    ) -> tuple[Optional[bytes], Optional[str], int]:
         """(encoded properties, the caller's UNIQ_KEY or None, wait override or -1)."""
         props = dict(properties) if properties else {}
         if tags is not None:
@@ -571,10 +658,19 @@ class MessageStore:
             return 1 if durable else 0
         return wait_override
 
-    def put(self, topic: str | Message, body: Optional[Body] = None, *, tags: Optional[str] = None,
-            keys: Keys = None, properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
-            flag: int = 0, durable: Optional[bool] = None, delay_level: Optional[int] = None,
-            ) -> PutResult:
+    def put(
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        delay_level: Optional[int] = None,
+    ) -> PutResult:
         """Store one message; returns a :class:`PutResult` (status PUT_OK).
 
         ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
@@ -589,23 +685,49 @@ class MessageStore:
         """
         if topic.__class__ is not str or topic not in self._user_topics:
             self._check_user_topic(topic)
-        if type(queue_id) is not int or type(flag) is not int or not -1 <= queue_id <= _INT32_MAX \
-                or not _INT32_MIN <= flag <= _INT32_MAX:
+        if (
+            type(queue_id) is not int
+            or type(flag) is not int
+            or not -1 <= queue_id <= _INT32_MAX
+            or not _INT32_MIN <= flag <= _INT32_MAX
+        ):
             queue_id, flag = check_put_ints(queue_id, flag)
-        if tags is None and keys is None and properties is None and body is not None \
-                and delay_level is None:
+        if tags is None and keys is None and properties is None and body is not None and delay_level is None:
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
-            return self._core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None,
-                                  -1 if durable is None else (1 if durable else 0))
+            return self._core.put(
+                topic,
+                body,
+                None,
+                queue_id,
+                flag,
+                0,
+                0,
+                0,
+                0,
+                None,
+                -1 if durable is None else (1 if durable else 0),
+            )
         if body is None:
             return cast("PutResult", self._put_message(topic, durable, 0, delay_level))
-        return cast("PutResult", self._put(cast(str, topic), body, tags, keys, properties, queue_id, flag,
-                                            durable, 0, delay_level))
+        return cast(
+            "PutResult",
+            self._put(
+                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level
+            ),
+        )
 
-    def put_pipelined(self, topic: str | Message, body: Optional[Body] = None, *,
-                      tags: Optional[str] = None, keys: Keys = None,
-                      properties: Optional[Mapping[str, str]] = None, queue_id: int = -1,
-                      flag: int = 0, delay_level: Optional[int] = None) -> PutFuture:
+    def put_pipelined(
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        delay_level: Optional[int] = None,
+    ) -> PutFuture:
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
         The future resolves when the flush thread's group commit covers the message, so one
@@ -617,8 +739,21 @@ class MessageStore:
         if body is None:
             return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level))
         queue_id, flag = check_put_ints(queue_id, flag)
-        return cast("PutFuture", self._put(cast(str, topic), body, tags, keys, properties, queue_id,
-                                           flag, True, _WAIT_FUTURE, delay_level))
+        return cast(
+            "PutFuture",
+            self._put(
+                cast(str, topic),
+                body,
+                tags,
+                keys,
+                properties,
+                queue_id,
+                flag,
+                True,
+                _WAIT_FUTURE,
+                delay_level,
+            ),
+        )
 
     def _check_user_topic(self, topic: object) -> None:
         """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
@@ -628,9 +763,19 @@ class MessageStore:
         if name.__class__ is str and len(self._user_topics) < 65536:
             self._user_topics.add(name)
 
-    def _put(self, topic: str, body: Body, tags: Optional[str], keys: Keys,
-             properties: Optional[Mapping[str, str]], queue_id: int, flag: int,
-             durable: Optional[bool], mode: int, delay_level: Optional[int] = None) -> Any:
+    def _put(
+        self,
+        topic: str,
+        body: Body,
+        tags: Optional[str],
+        keys: Keys,
+        properties: Optional[Mapping[str, str]],
+        queue_id: int,
+        flag: int,
+        durable: Optional[bool],
+        mode: int,
+        delay_level: Optional[int] = None,
+    ) -> Any:
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
         _check_mapping(properties)
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
@@ -639,8 +784,9 @@ class MessageStore:
             props, unique_key, wait = None, None, -1
         else:
             props, unique_key, wait = self._properties(tags, keys, properties)
-        return self._core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key,
-                              mode or self._wait_mode(durable, wait))
+        return self._core.put(
+            topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key, mode or self._wait_mode(durable, wait)
+        )
 
     def _message_item(self, m: Message, delay_level: Optional[int] = None) -> tuple[Any, ...]:
         if not isinstance(m, Message):
@@ -657,22 +803,34 @@ class MessageStore:
         if delay_level is not None or (properties and PROPERTY_DELAY in properties):
             topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
         props, unique_key, wait = self._properties(m.tags, m.keys, properties)
-        body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()   # never bytes(int)
+        body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()  # never bytes(int)
         return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
 
-    def _put_message(self, m: object, durable: Optional[bool], mode: int,
-                     delay_level: Optional[int] = None) -> Any:
+    def _put_message(
+        self, m: object, durable: Optional[bool], mode: int, delay_level: Optional[int] = None
+    ) -> Any:
         self._check_writable()
-        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = \
-            self._message_item(cast(Message, m), delay_level)
+        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(
+            cast(Message, m), delay_level
+        )
         wait_mode = mode or self._wait_mode(durable, wait)
-        return self._core.put(topic, body, props, qid, flag, born, sys_flag, reconsume, 0,
-                              unique_key, wait_mode)
+        return self._core.put(
+            topic, body, props, qid, flag, born, sys_flag, reconsume, 0, unique_key, wait_mode
+        )
 
-    def put_batch(self, topic: str, bodies: Any, *, lengths: Any = None, tags: Optional[str] = None,
-                  properties: Optional[Mapping[str, str]] = None, queue_id: int = -1, flag: int = 0,
-                  durable: Optional[bool] = None, pipelined: bool = False,
-                  ) -> BatchPutResult | PutFuture:
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: bool = False,
+    ) -> BatchPutResult | PutFuture:
         """Store many messages of one topic and queue in one call under one lock.
 
         ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
@@ -696,8 +854,12 @@ class MessageStore:
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
-    def put_messages(self, messages: Sequence[Message], *, durable: Optional[bool] = None,
-                     ) -> BatchPutResult:
+    def put_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        durable: Optional[bool] = None,
+    ) -> BatchPutResult:
         """Store :class:`Message` objects of any topics under one lock; returns a list of results.
 
         Every message is validated before the first is written; they are stored all or none,
@@ -716,16 +878,24 @@ class MessageStore:
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
 
-    def _delayed(self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]],
-                 delay_level: Optional[int]) -> tuple[str, int, Optional[Mapping[str, str]]]:
+    def _delayed(
+        self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]], delay_level: Optional[int]
+    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
         """(topic, queue_id, properties) of a put, rewritten into SCHEDULE_TOPIC_XXXX if delayed."""
         self._check_writable()
         rewritten: tuple[str, int, Optional[Mapping[str, str]]] = self._schedule.rewrite(
-            topic, queue_id, properties, delay_level)
+            topic, queue_id, properties, delay_level
+        )
         return rewritten
 
-    def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
-                  max_reconsume_times: Optional[int] = None) -> PutResult:
+    def send_back(
+        self,
+        group: str,
+        message: MessageExt,
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: Optional[int] = None,
+    ) -> PutResult:
         """Give back a message ``group`` failed to consume (RocketMQ's ``consumerSendMsgBack``).
 
         It is stored again with reconsume times + 1, ``RETRY_TOPIC`` (its first topic) and
@@ -787,8 +957,14 @@ class MessageStore:
             raise MessageNotFoundError(f"message {msg_id} is not in this store")
         return msg
 
-    def iter_messages(self, start: Optional[int] = None, end: Optional[int] = None, *,
-                      zero_copy: bool = False, check_crc: bool = True) -> Iterator[MessageExt]:
+    def iter_messages(
+        self,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        zero_copy: bool = False,
+        check_crc: bool = True,
+    ) -> Iterator[MessageExt]:
         """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
 
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
@@ -799,8 +975,14 @@ class MessageStore:
             for row in arr:
                 yield self._codec.record_from_row(view, row, copy_body=not zero_copy)
 
-    def scan(self, start: Optional[int] = None, end: Optional[int] = None, *, check_crc: bool = True,
-             views: bool = False) -> Iterator[tuple[Any, ...]]:
+    def scan(
+        self,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        check_crc: bool = True,
+        views: bool = False,
+    ) -> Iterator[tuple[Any, ...]]:
         """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
         65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
         Python call per field. CRCs as in :meth:`iter_messages`.
@@ -814,8 +996,9 @@ class MessageStore:
             else:
                 yield mf.file_from_offset, arr
 
-    def _scan(self, start: Optional[int], end: Optional[int],
-              check_crc: bool = True) -> Iterator[tuple[MappedFile, np.ndarray]]:
+    def _scan(
+        self, start: Optional[int], end: Optional[int], check_crc: bool = True
+    ) -> Iterator[tuple[MappedFile, np.ndarray]]:
         return self._commitlog.chunks(start, end, check_crc)
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
@@ -843,12 +1026,24 @@ class MessageStore:
         problems, first = found["problems"], found["min_offset"]
         checked = self._guard.verify(found.pop("found"), problems, first)
         for (topic, qid), n in sorted(self._guard.mended.items()):
-            problems.append({"offset": first, "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
-                             f"disk did not point at their records (rebuilt in memory; a writable "
-                             f"open rewrites them)"})
-        return {"ok": not problems, "records": found["records"], "bytes": found["bytes"],
-                "segments": found["segments"], "min_offset": first, "max_offset": self.max_offset,
-                "queues": checked, "problems": problems}
+            problems.append(
+                {
+                    "offset": first,
+                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
+                    f"disk did not point at their records (rebuilt in memory; a writable "
+                    f"open rewrites them)",
+                }
+            )
+        return {
+            "ok": not problems,
+            "records": found["records"],
+            "bytes": found["bytes"],
+            "segments": found["segments"],
+            "min_offset": first,
+            "max_offset": self.max_offset,
+            "queues": checked,
+            "problems": problems,
+        }
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
@@ -871,7 +1066,7 @@ class MessageStore:
         reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
         cq = self._queue(topic, queue_id)
         for attempt in range(2):
-            read = (lambda offset, size, q: self._guard.unit_message(topic, queue_id, q, offset, size))
+            read = lambda offset, size, q: self._guard.unit_message(topic, queue_id, q, offset, size)
             try:
                 return fetch(cq, read)
             except _DamagedUnit as exc:
@@ -879,13 +1074,23 @@ class MessageStore:
                     raise ConsumeQueueDamagedError(
                         f"ConsumeQueue {topic}-{queue_id} unit {exc.queue_offset} does not point at "
                         f"its message, and rebuilding the queue from the CommitLog did not help",
-                        topic, queue_id, exc.queue_offset) from None
+                        topic,
+                        queue_id,
+                        exc.queue_offset,
+                    ) from None
                 self._guard.repair([(topic, queue_id)])
                 cq = self._queues.get(topic, queue_id)
-        raise AssertionError("unreachable")      # the second attempt returns or raises
+        raise AssertionError("unreachable")  # the second attempt returns or raises
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: Optional[int] = None,
-                    max_msgs: int = 32, tags: Optional[str] = None) -> GetMessageResult:
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+    ) -> GetMessageResult:
         """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
 
         RocketMQ's ``getMessage`` (§11): ``result.status`` is a :class:`GetMessageStatus`
@@ -908,8 +1113,9 @@ class MessageStore:
 
         return self._pull(topic, queue_id, pull)
 
-    def get_units(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                  tags: Optional[str] = None) -> GetMessageResult:
+    def get_units(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
+    ) -> GetMessageResult:
         """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
         ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
         Tags are filtered by tagsCode only."""
@@ -931,9 +1137,14 @@ class MessageStore:
         units: np.ndarray = cq.units(start, count)
         return units
 
-    def records_at(self, commitlog_offsets: Any, sizes: Any, *, check_crc: bool = True,
-                   queue: Optional[tuple[str, int, int]] = None,
-                   ) -> Iterator[tuple[int, Any, np.ndarray]]:
+    def records_at(
+        self,
+        commitlog_offsets: Any,
+        sizes: Any,
+        *,
+        check_crc: bool = True,
+        queue: Optional[tuple[str, int, int]] = None,
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
         """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
         columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
         ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
@@ -954,7 +1165,7 @@ class MessageStore:
             raise ValueError("commitlog_offsets must be strictly ascending")
         check = None
         if queue is not None:
-            check = (lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first))
+            check = lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first)
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -985,9 +1196,9 @@ class MessageStore:
             try:
                 return int(self._read(commitlog_offset).store_timestamp)
             except MessageNotFoundError:
-                return None      # gone (retention): older than anything left
+                return None  # gone (retention): older than anything left
 
-        return offset_of_time(cq, timestamp, store_time_of)      # a read-only store's TailQueue too
+        return offset_of_time(cq, timestamp, store_time_of)  # a read-only store's TailQueue too
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
@@ -1049,8 +1260,9 @@ class MessageStore:
                 found.update(offsets)
         return sorted(found)
 
-    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-                     end: Optional[int] = None) -> list[MessageExt]:
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
+    ) -> list[MessageExt]:
         """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored between
         ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``min(max_num, 64)``.
 
@@ -1072,7 +1284,7 @@ class MessageStore:
             try:
                 msg = self.read(offset)
             except MessageNotFoundError:
-                continue   # gone (retention) or cut by recovery
+                continue  # gone (retention) or cut by recovery
             if msg.topic == topic and _has_key(msg, key) and begin <= msg.store_timestamp <= end:
                 found.append(msg)
                 if len(found) >= min(max_num, MAX_MSGS_NUM_BATCH):
@@ -1093,7 +1305,7 @@ class MessageStore:
         try:
             begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))
         except (InvalidMessageIdError, ValueError):
-            pass   # not a RocketMQ-made id: no time hint
+            pass  # not a RocketMQ-made id: no time hint
         for begin in begins:
             hits = []
             for offset in self._index_candidates(topic, unique_key, begin, _INT64_MAX):
@@ -1116,12 +1328,14 @@ class MessageStore:
                 raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
             commitlog_offset, size, _tags = cq.unit(queue_offset)
             if (commitlog_offset, size) == (0, PLACEHOLDER_SIZE):
-                raise MessageNotFoundError(f"no message at {topic}-{queue_id} offset {queue_offset}: "
-                                           f"its record is gone (damage)")
+                raise MessageNotFoundError(
+                    f"no message at {topic}-{queue_id} offset {queue_offset}: its record is gone (damage)"
+                )
             msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
             if msg is None:
-                raise MessageNotFoundError(f"the message at {topic}-{queue_id} offset {queue_offset} "
-                                           f"was deleted (retention)")
+                raise MessageNotFoundError(
+                    f"the message at {topic}-{queue_id} offset {queue_offset} was deleted (retention)"
+                )
             return msg
 
         return self._pull(topic, queue_id, lookup)
@@ -1144,7 +1358,6 @@ class MessageStore:
         self._check_writable()
         cleaned: dict[str, Any] = self._cleaner.clean(force=force)
         return cleaned
-
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Make everything put so far durable; True when done within ``timeout`` seconds."""

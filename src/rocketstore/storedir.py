@@ -30,9 +30,15 @@ _LOCKED_DIRS_MUTEX = threading.Lock()
 
 #: What a store root holds before its first segment exists (a store stopped while it was being
 #: created): rocketstore's own entries, each {name: (is a directory, largest size if a file)}.
-_EARLY_STORE_ENTRIES = {"config": (True, 0), "consumequeue": (True, 0), "index": (True, 0),
-                        "lock": (False, 4), "abort": (False, 0), "checkpoint": (False, CHECKPOINT_SIZE),
-                        ".spark-staging": (True, 0)}    # the Spark sink stages parts before it opens
+_EARLY_STORE_ENTRIES = {
+    "config": (True, 0),
+    "consumequeue": (True, 0),
+    "index": (True, 0),
+    "lock": (False, 4),
+    "abort": (False, 0),
+    "checkpoint": (False, CHECKPOINT_SIZE),
+    ".spark-staging": (True, 0),
+}  # the Spark sink stages parts before it opens
 
 
 def check_store_dir(path: str, *, read_only: bool) -> None:
@@ -55,8 +61,9 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
         raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
     if not names:
         if read_only:
-            raise NotAStoreError(f"{path} is not a store: it is an empty directory "
-                                 "(a writable open creates a store there)")
+            raise NotAStoreError(
+                f"{path} is not a store: it is an empty directory (a writable open creates a store there)"
+            )
         return
     commitlog = os.path.join(path, "commitlog")
     if "commitlog" in names:
@@ -66,24 +73,37 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
             raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
         foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
         if foreign:
-            raise NotAStoreError(f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
-                                 "which is not a segment (20-digit name)")
+            raise NotAStoreError(
+                f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
+                "which is not a segment (20-digit name)"
+            )
         return
     for name in sorted(names):
         entry = os.path.join(path, name)
         is_dir, largest = _EARLY_STORE_ENTRIES.get(name, (None, 0))
-        if is_dir is None or os.path.isdir(entry) != is_dir or os.path.islink(entry) \
-                or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest)):
-            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
-                                 "is not one of a store's files")
+        if (
+            is_dir is None
+            or os.path.isdir(entry) != is_dir
+            or os.path.islink(entry)
+            or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest))
+        ):
+            raise NotAStoreError(
+                f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
+                "is not one of a store's files"
+            )
     if "config" not in names and (read_only or names != [".spark-staging"]):
         raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory")
     if "config" in names:
-        foreign = [n for n in os.listdir(os.path.join(path, "config"))
-                   if not n.endswith((".json", ".json.bak", ".json.tmp"))]
+        foreign = [
+            n
+            for n in os.listdir(os.path.join(path, "config"))
+            if not n.endswith((".json", ".json.bak", ".json.tmp"))
+        ]
         if foreign:
-            raise NotAStoreError(f"{path} is not a store: it has no commitlog/ directory, and its config/ "
-                                 f"holds {sorted(foreign)[0]!r}, which is not a store's config file")
+            raise NotAStoreError(
+                f"{path} is not a store: it has no commitlog/ directory, and its config/ "
+                f"holds {sorted(foreign)[0]!r}, which is not a store's config file"
+            )
 
 
 def detect_segment_size(directory: str) -> Optional[int]:
@@ -97,10 +117,10 @@ def detect_segment_size(directory: str) -> Optional[int]:
         try:
             sizes.add(os.path.getsize(os.path.join(directory, name)))
         except FileNotFoundError:
-            pass        # deleted by a writer's retention since the listing
+            pass  # deleted by a writer's retention since the listing
         except OSError:
             return None
-    sizes.discard(0)    # being created by a writer
+    sizes.discard(0)  # being created by a writer
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -151,7 +171,8 @@ class StoreLock:
             except OSError:
                 os.close(fd)
                 raise StoreLockedError(
-                    f"store {self.path} is locked by another writer (lock file {path})") from None
+                    f"store {self.path} is locked by another writer (lock file {path})"
+                ) from None
             os.pwrite(fd, b"lock", 0)
             self._fd = fd
             self._key = key

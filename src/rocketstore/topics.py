@@ -19,8 +19,9 @@ class Topics:
     """The topic table of one store; ``core`` (the append core, None until there is one) is told
     of every change so that its cached queue counts stay right."""
 
-    def __init__(self, table: TopicConfigTable, default_queues: int,
-                 lock: Optional[threading.RLock] = None) -> None:
+    def __init__(
+        self, table: TopicConfigTable, default_queues: int, lock: Optional[threading.RLock] = None
+    ) -> None:
         self.table = table
         self.default_queues = default_queues
         self.lock = lock if lock is not None else threading.RLock()

@@ -4,8 +4,17 @@ well enough that code like this checks clean (tests/test_typing.py runs it)."""
 from __future__ import annotations
 
 import rocketstore
-from rocketstore import (Consumer, GetMessageResult, GetMessageStatus, Message, MessageExt,
-                         MessageStore, PutResult, StoreConfig, open_store)
+from rocketstore import (
+    Consumer,
+    GetMessageResult,
+    GetMessageStatus,
+    Message,
+    MessageExt,
+    MessageStore,
+    PutResult,
+    StoreConfig,
+    open_store,
+)
 from rocketstore.errors import MessageNotFoundError, PutError, RocketStoreError
 
 

@@ -63,7 +63,5 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_ERROR
 
 
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,7 +6,8 @@ import os
 import random
 import sys
 import time
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from rocketstore.cli._common import (
     DUMP_PROGRESS_BYTES,
@@ -50,11 +51,12 @@ from rocketstore.store import MessageStore
 # ---------------------------------------------------------------------------------------------
 # Commands
 
+
 def cmd_put(args) -> int:
     if args.body == "-":
         body = sys.stdin.buffer.read()
     else:
-        body = os.fsencode(args.body)       # the argument's bytes as given, UTF-8 or not
+        body = os.fsencode(args.body)  # the argument's bytes as given, UTF-8 or not
     properties = {}
     for item in args.property or ():
         name, sep, value = item.partition("=")
@@ -69,10 +71,16 @@ def cmd_put(args) -> int:
             queue_id = random.randrange(store.topics.get(args.topic) or store.config.default_queues)
         flush_failed = None
         try:
-            result = store.put(args.topic, body, tags=args.tags, keys=args.keys,
-                               properties=properties or None, queue_id=queue_id,
-                               durable=True if args.sync else None)
-        except FlushTimeoutError as exc:      # stored, but not confirmed durable: say where
+            result = store.put(
+                args.topic,
+                body,
+                tags=args.tags,
+                keys=args.keys,
+                properties=properties or None,
+                queue_id=queue_id,
+                durable=True if args.sync else None,
+            )
+        except FlushTimeoutError as exc:  # stored, but not confirmed durable: say where
             result, flush_failed = exc.result, exc
         fields = {
             "status": result.status.name,
@@ -88,10 +96,18 @@ def cmd_put(args) -> int:
     if args.json:
         _print_json(fields)
     else:
-        _print_fields([("Status", fields["status"]), ("Message ID", fields["msg_id"]),
-                       ("Unique key", fields["unique_key"]), ("Topic", fields["topic"]),
-                       ("Queue", fields["queue_id"]), ("Queue offset", fields["queue_offset"]),
-                       ("CommitLog offset", fields["commitlog_offset"]), ("Size", f"{fields['size']:,} bytes")])
+        _print_fields(
+            [
+                ("Status", fields["status"]),
+                ("Message ID", fields["msg_id"]),
+                ("Unique key", fields["unique_key"]),
+                ("Topic", fields["topic"]),
+                ("Queue", fields["queue_id"]),
+                ("Queue offset", fields["queue_offset"]),
+                ("CommitLog offset", fields["commitlog_offset"]),
+                ("Size", f"{fields['size']:,} bytes"),
+            ]
+        )
     if flush_failed is not None:
         _error(str(flush_failed))
         return EXIT_ERROR
@@ -101,8 +117,9 @@ def cmd_put(args) -> int:
 def cmd_query_by_key(args) -> int:
     with open_store(args) as store:
         _require_topic(store, args.topic)
-        found = store.query_by_key(args.topic, args.key, max_num=args.max, begin=args.begin or 0,
-                                   end=args.end)
+        found = store.query_by_key(
+            args.topic, args.key, max_num=args.max, begin=args.begin or 0, end=args.end
+        )
         if not found:
             raise CliError(f"no message of topic {args.topic!r} with key {args.key!r}")
         out = MessageOutput(args.json)
@@ -115,15 +132,18 @@ def cmd_query_by_key(args) -> int:
 def cmd_query_by_id(args) -> int:
     with open_store(args) as store:
         try:
-            msg = store.get_by_msg_id(args.msg_id)
+            msg: Optional[MessageExt] = store.get_by_msg_id(args.msg_id)
         except InvalidMessageIdError as exc:
             raise CliError(f"bad msgId: {exc}") from None
         except MessageNotFoundError:
             # mqadmin's queryMsgById also takes a client msgId (UNIQ_KEY): same length, same alphabet
             msg = _find_unique_key(store, args.msg_id, [args.topic] if args.topic else _topics_of(store))
             if msg is None:
-                raise CliError(f"no message with msgId {args.msg_id} in {store.path} "
-                               "(neither an offsetMsgId of this store nor a UNIQ_KEY)") from None
+                raise CliError(
+                    f"no message with msgId {args.msg_id} in {store.path} "
+                    "(neither an offsetMsgId of this store nor a UNIQ_KEY)"
+                ) from None
+        assert msg is not None
         _print_message(msg, args.json)
     return EXIT_OK
 
@@ -155,14 +175,20 @@ def cmd_query_by_offset(args) -> int:
         try:
             msg = store.get_by_queue_offset(args.topic, args.queue_id, args.offset)
         except MessageNotFoundError as exc:
-            raise CliError(f"queue offset {args.offset} of {args.topic!r} queue {args.queue_id}: {exc}") from None
+            raise CliError(
+                f"queue offset {args.offset} of {args.topic!r} queue {args.queue_id}: {exc}"
+            ) from None
         _print_message(msg, args.json)
     return EXIT_OK
 
 
-_PULL_DONE = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-              GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
-              GetMessageStatus.OFFSET_FOUND_NULL)
+_PULL_DONE = (
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+    GetMessageStatus.OFFSET_FOUND_NULL,
+)
 
 
 def cmd_consume(args) -> int:
@@ -185,8 +211,9 @@ def cmd_consume(args) -> int:
         for qid, offset in starts.items():
             hi = queues[qid][1]
             while remaining > 0 and offset < hi:
-                res = store.get_message(args.group, args.topic, qid, offset,
-                                        max_msgs=min(remaining, PULL_BATCH), tags=args.tags)
+                res = store.get_message(
+                    args.group, args.topic, qid, offset, max_msgs=min(remaining, PULL_BATCH), tags=args.tags
+                )
                 for msg in res.messages:
                     out.write(msg)
                 remaining -= len(res.messages)
@@ -232,8 +259,15 @@ def store_report(store: MessageStore) -> dict:
         for topic in sorted(topics):
             for qid, committed in sorted(offsets.query_all(group, topic).items()):
                 lo, hi = queues.get((topic, qid), (0, 0))
-                rows.append({"topic": topic, "queue_id": qid, "committed": committed,
-                             "max_offset": hi, "lag": max(0, hi - max(committed, lo))})
+                rows.append(
+                    {
+                        "topic": topic,
+                        "queue_id": qid,
+                        "committed": committed,
+                        "max_offset": hi,
+                        "lag": max(0, hi - max(committed, lo)),
+                    }
+                )
         groups[group] = {"lag": sum(r["lag"] for r in rows), "queues": rows}
     return {
         "store": store.path,
@@ -268,48 +302,81 @@ def cmd_stats(args) -> int:
         _print_json(report)
         return EXIT_OK
     queue_count = sum(len(t["queues"]) for t in report["topics"].values())
-    _print_fields([
-        ("store", f"{report['store']} ({report['implementation']} implementation)"),
-        ("commitlog", f"{_n(report['segments'], 'segment')} of {_human_bytes(report['segment_size'])}, "
-                      f"offsets {report['min_offset']:,} .. {report['max_offset']:,} "
-                      f"({report['bytes']:,} bytes; {_human_bytes(report['disk_bytes'])} on disk)"),
-        ("messages", f"{report['messages']:,} in {_n(len(report['topics']), 'topic')}, {_n(queue_count, 'queue')}"),
-        ("last shutdown", "clean" if report["last_shutdown_clean"] else "abnormal (recovery runs on the next writable open)"),
-        ("delayed", _counted(report["delayed"], "level ")),
-        ("dead letters", _counted(report["dead_letters"], "")),
-    ])
+    _print_fields(
+        [
+            ("store", f"{report['store']} ({report['implementation']} implementation)"),
+            (
+                "commitlog",
+                f"{_n(report['segments'], 'segment')} of {_human_bytes(report['segment_size'])}, "
+                f"offsets {report['min_offset']:,} .. {report['max_offset']:,} "
+                f"({report['bytes']:,} bytes; {_human_bytes(report['disk_bytes'])} on disk)",
+            ),
+            (
+                "messages",
+                f"{report['messages']:,} in {_n(len(report['topics']), 'topic')}, {_n(queue_count, 'queue')}",
+            ),
+            (
+                "last shutdown",
+                "clean"
+                if report["last_shutdown_clean"]
+                else "abnormal (recovery runs on the next writable open)",
+            ),
+            ("delayed", _counted(report["delayed"], "level ")),
+            ("dead letters", _counted(report["dead_letters"], "")),
+        ]
+    )
     if queue_count:
         print()
-        table = Table([("TOPIC", "<"), ("QUEUE", ">"), ("MIN_OFFSET", ">"), ("MAX_OFFSET", ">"),
-                       ("MESSAGES", ">")], sys.stdout)
+        table = Table(
+            [("TOPIC", "<"), ("QUEUE", ">"), ("MIN_OFFSET", ">"), ("MAX_OFFSET", ">"), ("MESSAGES", ">")],
+            sys.stdout,
+        )
         for topic, entry in report["topics"].items():
             for q in entry["queues"]:
                 table.add([_printable(topic), q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]])
         table.close()
     if report["groups"]:
         print()
-        table = Table([("GROUP", "<"), ("TOPIC", "<"), ("QUEUE", ">"), ("COMMITTED", ">"),
-                       ("MAX_OFFSET", ">"), ("LAG", ">")], sys.stdout)
+        table = Table(
+            [
+                ("GROUP", "<"),
+                ("TOPIC", "<"),
+                ("QUEUE", ">"),
+                ("COMMITTED", ">"),
+                ("MAX_OFFSET", ">"),
+                ("LAG", ">"),
+            ],
+            sys.stdout,
+        )
         for group, entry in report["groups"].items():
             for q in entry["queues"]:
-                table.add([_printable(group), _printable(q["topic"]), q["queue_id"], q["committed"],
-                           q["max_offset"], q["lag"]])
+                table.add(
+                    [
+                        _printable(group),
+                        _printable(q["topic"]),
+                        q["queue_id"],
+                        q["committed"],
+                        q["max_offset"],
+                        q["lag"],
+                    ]
+                )
         table.close()
     return EXIT_OK
 
 
 def cmd_verify(args) -> int:
-    with open_store(args) as store:
-        with Progress("verify") as bar:
-            result = store.verify(progress=bar)
+    with open_store(args) as store, Progress("verify") as bar:
+        result = store.verify(progress=bar)
     report = {"store": store.path, **result}
     if args.json:
         _print_json(report)
     else:
         verdict = "OK" if result["ok"] else f"FAILED: {_n(len(result['problems']), 'problem')}"
         queues = f", {_n(result['queues'], 'queue')}" if "queues" in result else ""
-        print(f"{verdict}: {_n(result['records'], 'record')}, {result['bytes']:,} bytes in "
-              f"{_n(result['segments'], 'segment')}{queues}, offsets {result['min_offset']:,} .. {result['max_offset']:,}")
+        print(
+            f"{verdict}: {_n(result['records'], 'record')}, {result['bytes']:,} bytes in "
+            f"{_n(result['segments'], 'segment')}{queues}, offsets {result['min_offset']:,} .. {result['max_offset']:,}"
+        )
         for problem in result["problems"]:
             extra = ", ".join(f"{k}={v}" for k, v in problem.items() if k not in ("offset", "reason"))
             print(f"  offset {problem['offset']}: {problem['reason']}" + (f" ({extra})" if extra else ""))
@@ -338,7 +405,8 @@ def cmd_recover(args) -> int:
             "min_offset": store.min_offset,
             "end_offset": end,
             "dispatched_records": sum(len(records) for _, records in store.scan(end - dispatched_bytes, end))
-                                  if dispatched_bytes else 0,
+            if dispatched_bytes
+            else 0,
             "dispatched_bytes": dispatched_bytes,
             "topics": len({t for t, _ in queues}),
             "queues": len(queues),
@@ -350,15 +418,26 @@ def cmd_recover(args) -> int:
     if args.json:
         _print_json(report)
     else:
-        _print_fields([
-            ("store", report["store"]),
-            ("last shutdown", "clean" if clean else "abnormal"),
-            ("commitlog", f"{_n(report['segments'], 'segment')}, valid data up to offset {report['end_offset']:,}"),
-            ("dispatched", f"{_n(report['dispatched_records'], 'record')} ({report['dispatched_bytes']:,} bytes) "
-                           "into the ConsumeQueues and the index"),
-            ("queues", f"{_n(report['messages'], 'message')} in {_n(report['queues'], 'queue')} of {_n(report['topics'], 'topic')}"),
-            ("took", f"{report['seconds']:.2f} s"),
-        ])
+        _print_fields(
+            [
+                ("store", report["store"]),
+                ("last shutdown", "clean" if clean else "abnormal"),
+                (
+                    "commitlog",
+                    f"{_n(report['segments'], 'segment')}, valid data up to offset {report['end_offset']:,}",
+                ),
+                (
+                    "dispatched",
+                    f"{_n(report['dispatched_records'], 'record')} ({report['dispatched_bytes']:,} bytes) "
+                    "into the ConsumeQueues and the index",
+                ),
+                (
+                    "queues",
+                    f"{_n(report['messages'], 'message')} in {_n(report['queues'], 'queue')} of {_n(report['topics'], 'topic')}",
+                ),
+                ("took", f"{report['seconds']:.2f} s"),
+            ]
+        )
     return EXIT_OK
 
 
@@ -386,8 +465,15 @@ def _commitlog_range(store: MessageStore, start: Optional[int], end: Optional[in
     return start, end
 
 
-def _messages(store: MessageStore, start: int, end: int, topics: Optional[set], begin_ms: Optional[int],
-              end_ms: Optional[int], bar: Optional[Progress] = None) -> Iterator[MessageExt]:
+def _messages(
+    store: MessageStore,
+    start: int,
+    end: int,
+    topics: Optional[set],
+    begin_ms: Optional[int],
+    end_ms: Optional[int],
+    bar: Optional[Progress] = None,
+) -> Iterator[MessageExt]:
     """Messages whose records lie in [start, end), in CommitLog order, filtered by topic and by
     store time (on the columnar scan, so only the records that match are decoded)."""
     first = _first_record_at_or_after(store, start, end) if start > store.min_offset else start
@@ -427,7 +513,3 @@ def cmd_dump(args) -> int:
                 out.write(msg)
         out.close()
     return EXIT_OK
-
-
-
-

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from rocketstore.config import default_store_path
 from rocketstore.errors import FlushTimeoutError, NotAStoreError, StoreLockedError
@@ -44,6 +45,7 @@ class CliError(Exception):
 # ---------------------------------------------------------------------------------------------
 # Opening the store
 
+
 def _store_path(args) -> str:
     return os.path.abspath(os.path.expanduser(args.store or default_store_path()))
 
@@ -59,8 +61,13 @@ def _check_store_dir(path: str, *, may_create: bool = False) -> None:
         raise CliError(str(exc)) from None
 
 
-def open_store(args, *, writable: bool = False, create: bool = False,
-               progress: Optional[Callable[[str, int, int], None]] = None) -> MessageStore:
+def open_store(
+    args,
+    *,
+    writable: bool = False,
+    create: bool = False,
+    progress: Optional[Callable[[str, int, int], None]] = None,
+) -> MessageStore:
     """The store of ``--store``: read-only unless ``writable``; ``create`` lets ``put`` start one."""
     path = _store_path(args)
     _check_store_dir(path, may_create=create)
@@ -107,8 +114,9 @@ def _id_list(ids) -> str:
     return ", ".join(map(str, ids)) or "none"
 
 
-def _check_queue_offset(topic: str, queue_id: int, offset: int, bounds: tuple[int, int],
-                        allow_end: bool = False) -> None:
+def _check_queue_offset(
+    topic: str, queue_id: int, offset: int, bounds: tuple[int, int], allow_end: bool = False
+) -> None:
     lo, hi = bounds
     if lo <= offset < hi or (allow_end and offset == hi):
         return
@@ -118,6 +126,7 @@ def _check_queue_offset(topic: str, queue_id: int, offset: int, bounds: tuple[in
 
 # ---------------------------------------------------------------------------------------------
 # Reporting
+
 
 def _error(message: str) -> None:
     try:

@@ -6,7 +6,8 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from rocketstore.cli._commands import _messages
 from rocketstore.cli._common import (
@@ -21,22 +22,54 @@ from rocketstore.cli._output import MessageOutput, Progress, _host_text, _is_ter
 from rocketstore.message import MessageExt
 from rocketstore.store import MessageStore
 
-_PARQUET_FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "msg_id",
-                   "unique_key", "keys", "tags", "flag", "sys_flag", "born_timestamp", "born_host",
-                   "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
-                   "body_crc", "properties", "body")
-
+_PARQUET_FIELDS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "size",
+    "msg_id",
+    "unique_key",
+    "keys",
+    "tags",
+    "flag",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body_crc",
+    "properties",
+    "body",
+)
 
 
 def _parquet_schema(pa):
     ts = pa.timestamp("ms", tz="UTC")
-    types = {"topic": pa.string(), "queue_id": pa.int32(), "queue_offset": pa.int64(),
-             "commitlog_offset": pa.int64(), "size": pa.int32(), "msg_id": pa.string(),
-             "unique_key": pa.string(), "keys": pa.string(), "tags": pa.string(), "flag": pa.int32(),
-             "sys_flag": pa.int32(), "born_timestamp": ts, "born_host": pa.string(),
-             "store_timestamp": ts, "store_host": pa.string(), "reconsume_times": pa.int32(),
-             "prepared_transaction_offset": pa.int64(), "body_crc": pa.int32(),
-             "properties": pa.map_(pa.string(), pa.string()), "body": pa.binary()}
+    types = {
+        "topic": pa.string(),
+        "queue_id": pa.int32(),
+        "queue_offset": pa.int64(),
+        "commitlog_offset": pa.int64(),
+        "size": pa.int32(),
+        "msg_id": pa.string(),
+        "unique_key": pa.string(),
+        "keys": pa.string(),
+        "tags": pa.string(),
+        "flag": pa.int32(),
+        "sys_flag": pa.int32(),
+        "born_timestamp": ts,
+        "born_host": pa.string(),
+        "store_timestamp": ts,
+        "store_host": pa.string(),
+        "reconsume_times": pa.int32(),
+        "prepared_transaction_offset": pa.int64(),
+        "body_crc": pa.int32(),
+        "properties": pa.map_(pa.string(), pa.string()),
+        "body": pa.binary(),
+    }
     return pa.schema([(name, types[name]) for name in _PARQUET_FIELDS])
 
 
@@ -45,8 +78,10 @@ def _import_pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise CliError("Parquet export needs pyarrow, which is not installed "
-                       "(pip install 'rocketstore[parquet]'); or export JSON lines with --format jsonl") from None
+        raise CliError(
+            "Parquet export needs pyarrow, which is not installed "
+            "(pip install 'rocketstore[parquet]'); or export JSON lines with --format jsonl"
+        ) from None
     return pyarrow, pyarrow.parquet
 
 
@@ -63,9 +98,20 @@ class _ParquetSink:
 
     def write(self, msg: MessageExt) -> None:
         c = self.columns
-        for name in ("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "flag",
-                     "sys_flag", "born_timestamp", "store_timestamp", "reconsume_times",
-                     "prepared_transaction_offset", "body_crc"):
+        for name in (
+            "topic",
+            "queue_id",
+            "queue_offset",
+            "commitlog_offset",
+            "size",
+            "flag",
+            "sys_flag",
+            "born_timestamp",
+            "store_timestamp",
+            "reconsume_times",
+            "prepared_transaction_offset",
+            "body_crc",
+        ):
             c[name].append(getattr(msg, name))
         c["msg_id"].append(msg.msg_id)
         c["unique_key"].append(msg.unique_key)
@@ -93,7 +139,8 @@ class _JsonLinesSink:
     """Messages as JSON lines to a file (``path``) or to stdout (``None``)."""
 
     def __init__(self, path: Optional[str]):
-        self.stream = sys.stdout if path is None else open(path, "w", encoding="utf-8", newline="\n")
+        # closed by close(): the sink outlives any with-block here
+        self.stream = sys.stdout if path is None else open(path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
         self.output = MessageOutput(True, self.stream)
 
     @property
@@ -120,7 +167,7 @@ def _replaced_on_success(target: str) -> Iterator[str]:
         yield tmp
         mask = os.umask(0)
         os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)        # what open() would have created
+        os.chmod(tmp, 0o666 & ~mask)  # what open() would have created
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -140,7 +187,9 @@ def _export_to(sink, store: MessageStore, args, show_bar: bool) -> int:
     topics = set(args.topic) if args.topic else None
     try:
         with Progress("export", enabled=None if show_bar else False) as bar:
-            for msg in _messages(store, store.min_offset, store.max_offset, topics, args.begin, args.end, bar):
+            for msg in _messages(
+                store, store.min_offset, store.max_offset, topics, args.begin, args.end, bar
+            ):
                 sink.write(msg)
     finally:
         sink.close()
@@ -153,7 +202,7 @@ def cmd_export(args) -> int:
     if fmt == "parquet":
         if to_stdout:
             raise CliError("Parquet export needs an output file: -o FILE.parquet", EXIT_USAGE)
-        _import_pyarrow()       # before any file is created
+        _import_pyarrow()  # before any file is created
     if args.begin is not None and args.end is not None and args.end < args.begin:
         raise CliError(f"--end {args.end} is before --begin {args.begin}", EXIT_USAGE)
     with open_store(args) as store:
@@ -172,5 +221,3 @@ def cmd_export(args) -> int:
     else:
         print(f"exported {_n(count, 'message')} to {target} ({fmt})")
     return EXIT_OK
-
-

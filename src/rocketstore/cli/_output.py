@@ -9,13 +9,15 @@ import os
 import sys
 import time
 import unicodedata
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 from rocketstore.cli._common import _SHOWN_APART, BODY_PREVIEW_CHARS, BODY_VIEW_CHARS, TABLE_SAMPLE_ROWS
 from rocketstore.message import MessageExt
 
 # ---------------------------------------------------------------------------------------------
 # Progress bar
+
 
 def _writes_utf8(stream) -> bool:
     return (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "") == "utf8"
@@ -98,13 +100,13 @@ class Progress:
             width = os.get_terminal_size(self.stream.fileno()).columns
         except (OSError, AttributeError, ValueError):
             width = 0
-        if width <= 0:      # unknown, or a terminal that reports 0 columns (serial consoles, some CI)
+        if width <= 0:  # unknown, or a terminal that reports 0 columns (serial consoles, some CI)
             width = 80
         head = f"{self.label:<10} "
         bar_width = max(10, min(50, width - 1 - len(head) - len(tail)))
         filled = int(bar_width * fraction)
         full, empty = ("\u2588", "\u2591") if _writes_utf8(self.stream) else ("#", "-")
-        line = (head + full * filled + empty * (bar_width - filled) + tail)[:max(1, width - 1)]
+        line = (head + full * filled + empty * (bar_width - filled) + tail)[: max(1, width - 1)]
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
         self._drawn = True
@@ -119,7 +121,7 @@ class Progress:
             except (OSError, ValueError):
                 pass
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -128,6 +130,7 @@ class Progress:
 
 # ---------------------------------------------------------------------------------------------
 # Rendering messages
+
 
 def _host_text(host) -> Optional[str]:
     if not host:
@@ -170,7 +173,7 @@ def message_dict(msg: MessageExt) -> dict:
 
 
 def _json_default(value):
-    if hasattr(value, "item"):          # numpy scalars
+    if hasattr(value, "item"):  # numpy scalars
         return value.item()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
@@ -194,8 +197,12 @@ def _printable(text: str) -> str:
     """``text`` with control characters escaped, so a message cannot drive the terminal."""
     if text.isprintable():
         return text
-    return "".join(c.encode("unicode_escape").decode("ascii")
-                   if not c.isprintable() and unicodedata.category(c)[0] == "C" else c for c in text)
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if not c.isprintable() and unicodedata.category(c)[0] == "C"
+        else c
+        for c in text
+    )
 
 
 def _body_text(body: bytes) -> Optional[str]:
@@ -211,7 +218,7 @@ def _body_preview(msg: MessageExt, limit: int = BODY_PREVIEW_CHARS) -> str:
     if text is None:
         return f"<{len(body):,} bytes, binary>"
     text = _printable(text)
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 class Table:
@@ -237,7 +244,9 @@ class Table:
             self._write(row)
 
     def _start(self) -> None:
-        self._widths = [max([len(h)] + [len(r[i]) for r in self._pending]) for i, h in enumerate(self.headers)]
+        self._widths = [
+            max([len(h)] + [len(r[i]) for r in self._pending]) for i, h in enumerate(self.headers)
+        ]
         self._write(self.headers)
         for row in self._pending:
             self._write(row)
@@ -246,9 +255,9 @@ class Table:
     def _write(self, row: list[str]) -> None:
         cells = []
         last = len(row) - 1
-        for i, (cell, width) in enumerate(zip(row, self._widths)):
+        for i, (cell, width) in enumerate(zip(row, self._widths or [])):
             if i == last:
-                cells.append(cell)      # no trailing blanks
+                cells.append(cell)  # no trailing blanks
             elif self.aligns[i] == ">":
                 cells.append(cell.rjust(width))
             else:
@@ -261,14 +270,33 @@ class Table:
             self._start()
 
 
-MESSAGE_COLUMNS = [("COMMITLOG", ">"), ("SIZE", ">"), ("TOPIC", "<"), ("QUEUE", ">"), ("OFFSET", ">"),
-                   ("STORED", "<"), ("MSG_ID", "<"), ("TAGS", "<"), ("KEYS", "<"), ("BODY", "<")]
+MESSAGE_COLUMNS = [
+    ("COMMITLOG", ">"),
+    ("SIZE", ">"),
+    ("TOPIC", "<"),
+    ("QUEUE", ">"),
+    ("OFFSET", ">"),
+    ("STORED", "<"),
+    ("MSG_ID", "<"),
+    ("TAGS", "<"),
+    ("KEYS", "<"),
+    ("BODY", "<"),
+]
 
 
 def _message_row(msg: MessageExt) -> list:
-    return [msg.commitlog_offset, msg.size, _printable(msg.topic), msg.queue_id, msg.queue_offset,
-            _ms_text(msg.store_timestamp), msg.msg_id, _printable(msg.tags or ""),
-            _printable(msg.keys or ""), _body_preview(msg)]
+    return [
+        msg.commitlog_offset,
+        msg.size,
+        _printable(msg.topic),
+        msg.queue_id,
+        msg.queue_offset,
+        _ms_text(msg.store_timestamp),
+        msg.msg_id,
+        _printable(msg.tags or ""),
+        _printable(msg.keys or ""),
+        _body_preview(msg),
+    ]
 
 
 class MessageOutput:
@@ -284,9 +312,11 @@ class MessageOutput:
     def write(self, msg: MessageExt) -> None:
         self.count += 1
         if self.as_json:
-            self.out.write(json.dumps(message_dict(msg), ensure_ascii=self.ensure_ascii,
-                                      default=_json_default) + "\n")
+            self.out.write(
+                json.dumps(message_dict(msg), ensure_ascii=self.ensure_ascii, default=_json_default) + "\n"
+            )
         else:
+            assert self.table is not None  # made in __init__ when not as_json
             self.table.add(_message_row(msg))
 
     def close(self) -> None:
@@ -325,24 +355,24 @@ def _print_message(msg: MessageExt, as_json: bool) -> None:
         if len(text) > BODY_VIEW_CHARS:
             body_view += f"\u2026 ({len(text) - BODY_VIEW_CHARS:,} more characters: --json prints all)"
     others = {k: v for k, v in (msg.properties or {}).items() if k not in _SHOWN_APART}
-    _print_fields([
-        ("Topic", _printable(msg.topic)),
-        ("Message ID", msg.msg_id),
-        ("Unique key", msg.unique_key),
-        ("Tags", _printable(msg.tags or "")),
-        ("Keys", _printable(msg.keys or "")),
-        ("Queue", msg.queue_id),
-        ("Queue offset", msg.queue_offset),
-        ("CommitLog offset", msg.commitlog_offset),
-        ("Size", f"{msg.size:,} bytes (body {len(body):,})"),
-        ("Born", f"{_ms_text(msg.born_timestamp)} from {_host_text(msg.born_host)}"),
-        ("Stored", f"{_ms_text(msg.store_timestamp)} at {_host_text(msg.store_host)}"),
-        ("Reconsume times", msg.reconsume_times),
-        ("Flag", msg.flag),
-        ("System flag", msg.sys_flag),
-        ("Body CRC", msg.body_crc),
-        ("Properties", ", ".join(_printable(f"{k}={v}") for k, v in others.items())),
-        ("Body", body_view),
-    ])
-
-
+    _print_fields(
+        [
+            ("Topic", _printable(msg.topic)),
+            ("Message ID", msg.msg_id),
+            ("Unique key", msg.unique_key),
+            ("Tags", _printable(msg.tags or "")),
+            ("Keys", _printable(msg.keys or "")),
+            ("Queue", msg.queue_id),
+            ("Queue offset", msg.queue_offset),
+            ("CommitLog offset", msg.commitlog_offset),
+            ("Size", f"{msg.size:,} bytes (body {len(body):,})"),
+            ("Born", f"{_ms_text(msg.born_timestamp)} from {_host_text(msg.born_host)}"),
+            ("Stored", f"{_ms_text(msg.store_timestamp)} at {_host_text(msg.store_host)}"),
+            ("Reconsume times", msg.reconsume_times),
+            ("Flag", msg.flag),
+            ("System flag", msg.sys_flag),
+            ("Body CRC", msg.body_crc),
+            ("Properties", ", ".join(_printable(f"{k}={v}") for k, v in others.items())),
+            ("Body", body_view),
+        ]
+    )

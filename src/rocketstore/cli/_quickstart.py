@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Any
 
 import rocketstore
 from rocketstore.cli._common import (
@@ -24,6 +25,7 @@ from rocketstore.store import MessageStore
 # ---------------------------------------------------------------------------------------------
 # quickstart
 
+
 def _rate(n: int, seconds: float, unit: str = "msg/s") -> str:
     return f"{n / seconds / 1e6:6.2f} M {unit}" if seconds > 0 else "n/a"
 
@@ -39,7 +41,7 @@ class _Phase:
     def update(self, done: int) -> None:
         self.bar.update(done, self.total)
 
-    def __enter__(self) -> "_Phase":
+    def __enter__(self) -> _Phase:
         self._t0 = time.perf_counter()
         return self
 
@@ -63,8 +65,15 @@ def _created_by_us(path: str) -> bool:
         return False
 
 
-def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128, out=None, *,
-               as_json: bool = False, cleanup: bool = False) -> int:
+def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
+    store_path: str,
+    count: int = DEFAULT_COUNT,
+    body_size: int = 128,
+    out=None,
+    *,
+    as_json: bool = False,
+    cleanup: bool = False,
+) -> int:
     """The README's main job, timed step by step: put ``count`` messages one per call, as many
     again with tags and keys, as many in batches and a tenth durably (3.1 x ``count`` in all);
     consume the tagged ones with ``get_message`` (committing the group's offsets); look them up
@@ -76,21 +85,38 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
     ours = _created_by_us(store_path)
     steps: list[dict] = []
 
-    def say(label: str, amount: str, rate: str, note: str = "", *, n: int = 0, seconds: float = 0.0,
-            unit: str = "msg/s") -> None:
-        steps.append({"step": label, "count": n, "seconds": round(seconds, 6),
-                      "rate_per_s": round(n / seconds) if seconds > 0 else None, "unit": unit,
-                      **({"note": note} if note else {})})
+    def say(
+        label: str,
+        amount: str,
+        rate: str,
+        note: str = "",
+        *,
+        n: int = 0,
+        seconds: float = 0.0,
+        unit: str = "msg/s",
+    ) -> None:
+        steps.append(
+            {
+                "step": label,
+                "count": n,
+                "seconds": round(seconds, 6),
+                "rate_per_s": round(n / seconds) if seconds > 0 else None,
+                "unit": unit,
+                **({"note": note} if note else {}),
+            }
+        )
         if not as_json:
             out.write(f"{label:<32}{amount:>22}  {rate}{'  (' + note + ')' if note else ''}\n")
             out.flush()
 
     if not as_json:
-        out.write(f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation), "
-                  f"store {store_path}\n")
+        out.write(
+            f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation), "
+            f"store {store_path}\n"
+        )
     body = os.urandom(body_size)
     topic, group = "QuickStart", "QuickStartGroup"
-    run = format(int(time.time() * 1000), "x")          # keys unique to this run
+    run = format(int(time.time() * 1000), "x")  # keys unique to this run
     step = 10_000
     sized = f"{count:,} x {body_size} B"
     with MessageStore(store_path) as store:
@@ -121,14 +147,20 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
 
         durable_count = max(1, count // 10)
         with _Phase("durable", durable_count) as phase:
-            futures = []
+            futures: list[Any] = []
             for i in range(0, durable_count, step):
                 futures.extend(store.put_pipelined(topic, body) for _ in range(min(step, durable_count - i)))
                 phase.update(len(futures))
             statuses = sorted({_future_status(f) for f in futures})
         del futures
-        say("put_pipelined, durable", f"{durable_count:,} x {body_size} B", _rate(durable_count, phase.seconds),
-            ", ".join(statuses), n=durable_count, seconds=phase.seconds)
+        say(
+            "put_pipelined, durable",
+            f"{durable_count:,} x {body_size} B",
+            _rate(durable_count, phase.seconds),
+            ", ".join(statuses),
+            n=durable_count,
+            seconds=phase.seconds,
+        )
 
         with _Phase("consume", count) as phase:
             consumed = 0
@@ -137,8 +169,9 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
                 while offset < hi:
                     # no further than the tagged messages: untagged ones after them would be
                     # skipped by the filter, and committed as consumed
-                    res = store.get_message(group, topic, qid, offset, max_msgs=min(PULL_BATCH, hi - offset),
-                                            tags="TagA")
+                    res = store.get_message(
+                        group, topic, qid, offset, max_msgs=min(PULL_BATCH, hi - offset), tags="TagA"
+                    )
                     if res.next_begin_offset <= offset:
                         break
                     consumed += len(res.messages)
@@ -149,8 +182,14 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
         store.persist_offsets()
         if consumed != count:
             raise CliError(f"quickstart consumed {consumed:,} messages, expected {count:,}")
-        say("consume, get_message 32/pull", f"{consumed:,} messages", _rate(consumed, phase.seconds),
-            f"{_n(len(tagged_to), 'queue')}, offsets committed", n=consumed, seconds=phase.seconds)
+        say(
+            "consume, get_message 32/pull",
+            f"{consumed:,} messages",
+            _rate(consumed, phase.seconds),
+            f"{_n(len(tagged_to), 'queue')}, offsets committed",
+            n=consumed,
+            seconds=phase.seconds,
+        )
 
         rng = np.random.default_rng(0)
         sample = rng.integers(0, count, size=min(count, 100_000)).tolist()
@@ -160,8 +199,14 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
                     raise CliError(f"quickstart: key order-{run}-{i} not found")
                 if n % 4096 == 0:
                     phase.update(n)
-        say("query_by_key", f"{len(sample):,} random keys", _rate(len(sample), phase.seconds, "keys/s"),
-            n=len(sample), seconds=phase.seconds, unit="keys/s")
+        say(
+            "query_by_key",
+            f"{len(sample):,} random keys",
+            _rate(len(sample), phase.seconds, "keys/s"),
+            n=len(sample),
+            seconds=phase.seconds,
+            unit="keys/s",
+        )
 
         with _Phase("scan", store.max_offset - start_offset, "bytes") as phase:
             seen = 0
@@ -179,12 +224,19 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
                 store.read(off)
                 if n % 4096 == 0:
                     phase.update(n)
-        say("read by offset", f"{len(picks):,} random", _rate(len(picks), phase.seconds), n=len(picks),
-            seconds=phase.seconds)
+        say(
+            "read by offset",
+            f"{len(picks):,} random",
+            _rate(len(picks), phase.seconds),
+            n=len(picks),
+            seconds=phase.seconds,
+        )
 
         msg = store.get_by_msg_id(first.msg_id)
         assert bytes(msg.body) == body and msg.tags == "TagA" and msg.keys == f"order-{run}-0"
-        assert store.query_by_unique_key(topic, first.unique_key).commitlog_offset == first.commitlog_offset
+        assert (
+            store.query_by_unique_key(topic, str(first.unique_key)).commitlog_offset == first.commitlog_offset
+        )
         stats = store.stats()
         written = store.max_offset - start_offset
         messages = 3 * count + durable_count
@@ -194,24 +246,46 @@ def quickstart(store_path: str, count: int = DEFAULT_COUNT, body_size: int = 128
         shutil.rmtree(store_path)
         removed = True
     if as_json:
-        out.write(json.dumps({
-            "version": rocketstore.__version__, "implementation": rocketstore.IMPLEMENTATION,
-            "store": store_path, "messages_written": messages, "bytes_written": written,
-            "disk_bytes": disk, "removed": removed, "steps": steps,
-            "first_tagged_message": {"msg_id": first.msg_id, "queue_id": first.queue_id,
-                                     "queue_offset": first.queue_offset},
-            "flush_rounds": stats["flush_rounds"], "durable_waits": stats["sync_requests"]}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "version": rocketstore.__version__,
+                    "implementation": rocketstore.IMPLEMENTATION,
+                    "store": store_path,
+                    "messages_written": messages,
+                    "bytes_written": written,
+                    "disk_bytes": disk,
+                    "removed": removed,
+                    "steps": steps,
+                    "first_tagged_message": {
+                        "msg_id": first.msg_id,
+                        "queue_id": first.queue_id,
+                        "queue_offset": first.queue_offset,
+                    },
+                    "flush_rounds": stats["flush_rounds"],
+                    "durable_waits": stats["sync_requests"],
+                }
+            )
+            + "\n"
+        )
         return EXIT_OK
-    out.write(f"first tagged message: msg_id {first.msg_id} (queue {first.queue_id}, "
-              f"offset {first.queue_offset})\n")
-    out.write(f"store: {_n(stats['segments'], 'segment')}, {stats['flush_rounds']:,} flush rounds for "
-              f"{stats['sync_requests']:,} durable waits\n")
+    out.write(
+        f"first tagged message: msg_id {first.msg_id} (queue {first.queue_id}, offset {first.queue_offset})\n"
+    )
+    out.write(
+        f"store: {_n(stats['segments'], 'segment')}, {stats['flush_rounds']:,} flush rounds for "
+        f"{stats['sync_requests']:,} durable waits\n"
+    )
     if removed:
-        out.write(f"wrote {messages:,} messages ({_human_bytes(written)}); removed {store_path} (--cleanup)\n")
+        out.write(
+            f"wrote {messages:,} messages ({_human_bytes(written)}); removed {store_path} (--cleanup)\n"
+        )
     else:
         how = f"rm -rf {store_path}" if ours else "it holds other data too: nothing to remove by hand"
-        out.write(f"wrote {messages:,} messages ({_human_bytes(written)}); {_human_bytes(disk)} on disk in "
-                  f"{store_path} (explore it: rocketstore --store {store_path} stats; remove it: {how})\n")
+        out.write(
+            f"wrote {messages:,} messages ({_human_bytes(written)}); {_human_bytes(disk)} on disk in "
+            f"{store_path} (explore it: rocketstore --store {store_path} stats; remove it: {how})\n"
+        )
     return EXIT_OK
 
 
@@ -219,5 +293,3 @@ def cmd_quickstart(args) -> int:
     path = _store_path(args)
     _check_store_dir(path, may_create=True)
     return quickstart(path, args.count, args.body_size, as_json=args.json, cleanup=args.cleanup)
-
-

@@ -79,80 +79,91 @@ from rocketstore.spark._options import (
     arrow_schema,
 )
 
-__all__ = ["register", "RocketStoreDataSource", "SCHEMA_DDL", "COLUMNS", "arrow_schema", "read_sink_commits",
-           "FORMAT_NAME", "DEFAULT_ARROW_BATCH_ROWS", "DEFAULT_MAX_RECORDS_PER_PARTITION",
-           "read_queue_range", "read_record_list", "read_commitlog_range"]
+__all__ = [
+    "register",
+    "RocketStoreDataSource",
+    "SCHEMA_DDL",
+    "COLUMNS",
+    "arrow_schema",
+    "read_sink_commits",
+    "FORMAT_NAME",
+    "DEFAULT_ARROW_BATCH_ROWS",
+    "DEFAULT_MAX_RECORDS_PER_PARTITION",
+    "read_queue_range",
+    "read_record_list",
+    "read_commitlog_range",
+]
 
 #: Names defined by the modules that need pyspark, loaded on first use (PEP 562).
 _LAZY = {
-    'COLUMNS': '_options',
-    'CommitLogRange': '_partitions',
-    'DEFAULT_ARROW_BATCH_ROWS': '_options',
-    'DEFAULT_MAX_RECORDS_PER_PARTITION': '_options',
-    'DEFAULT_STAGING_RETENTION_MINUTES': '_writer',
-    'EARLIEST': '_options',
-    'EqualTo': '_pyspark',
-    'FAST_RUN_ROWS': '_writer',
-    'FORMAT_NAME': '_options',
-    'LATEST': '_options',
-    'OFFSETS_VERSION': '_stream',
-    'QueueRange': '_partitions',
-    'RecordList': '_partitions',
-    'RocketStoreDataSource': '_source',
-    'RocketStorePushdownReader': '_reader',
-    'RocketStoreReader': '_reader',
-    'RocketStoreStreamReader': '_stream',
-    'RocketStoreStreamWriter': '_writer',
-    'RocketStoreWriter': '_writer',
-    'SCHEMA_DDL': '_options',
-    'SINK_COMMITS_FILE': '_writer',
-    'StagedPart': '_writer',
-    '_COLUMN_NAMES': '_options',
-    '_HEX': '_arrow',
-    '_NEVER_NULL': '_options',
-    '_PER_ROW_COLUMNS': '_writer',
-    '_PUSHABLE': '_pyspark',
-    '_Properties': '_arrow',
-    '_Pushed': '_pushdown',
-    '_STAGING_NAME': '_writer',
-    '_STREAM_ARROW': '_pyspark',
-    '_StagingSink': '_writer',
-    '_WRITE_COLUMNS': '_writer',
-    '_append_part': '_writer',
-    '_bodies_only': '_writer',
-    '_bool_option': '_options',
-    '_broker_name': '_options',
-    '_commitlog_ranges': '_partitions',
-    '_constant_strings': '_arrow',
-    '_epoch_us': '_options',
-    '_hosts': '_arrow',
-    '_int_bounds': '_pushdown',
-    '_int_option': '_options',
-    '_intersect': '_options',
-    '_is_int': '_options',
-    '_msg_ids': '_arrow',
-    '_offset_spec': '_options',
-    '_parse_timestamp_option': '_options',
-    '_put_runs': '_writer',
-    '_read_sink_state': '_writer',
-    '_record_batch': '_arrow',
-    '_record_lists': '_partitions',
-    '_remove_parts': '_writer',
-    '_resolve': '_options',
-    '_rows_to_batches': '_writer',
-    '_select_topics': '_options',
-    '_sink_commits_path': '_writer',
-    '_slices': '_arrow',
-    '_spans': '_arrow',
-    '_stage': '_writer',
-    '_store_paths': '_options',
-    '_timestamps': '_arrow',
-    '_write_sink_commits': '_writer',
-    'arrow_schema': '_options',
-    'read_commitlog_range': '_arrow',
-    'read_queue_range': '_arrow',
-    'read_record_list': '_arrow',
-    'read_sink_commits': '_writer',
+    "COLUMNS": "_options",
+    "CommitLogRange": "_partitions",
+    "DEFAULT_ARROW_BATCH_ROWS": "_options",
+    "DEFAULT_MAX_RECORDS_PER_PARTITION": "_options",
+    "DEFAULT_STAGING_RETENTION_MINUTES": "_writer",
+    "EARLIEST": "_options",
+    "EqualTo": "_pyspark",
+    "FAST_RUN_ROWS": "_writer",
+    "FORMAT_NAME": "_options",
+    "LATEST": "_options",
+    "OFFSETS_VERSION": "_stream",
+    "QueueRange": "_partitions",
+    "RecordList": "_partitions",
+    "RocketStoreDataSource": "_source",
+    "RocketStorePushdownReader": "_reader",
+    "RocketStoreReader": "_reader",
+    "RocketStoreStreamReader": "_stream",
+    "RocketStoreStreamWriter": "_writer",
+    "RocketStoreWriter": "_writer",
+    "SCHEMA_DDL": "_options",
+    "SINK_COMMITS_FILE": "_writer",
+    "StagedPart": "_writer",
+    "_COLUMN_NAMES": "_options",
+    "_HEX": "_arrow",
+    "_NEVER_NULL": "_options",
+    "_PER_ROW_COLUMNS": "_writer",
+    "_PUSHABLE": "_pyspark",
+    "_Properties": "_arrow",
+    "_Pushed": "_pushdown",
+    "_STAGING_NAME": "_writer",
+    "_STREAM_ARROW": "_pyspark",
+    "_StagingSink": "_writer",
+    "_WRITE_COLUMNS": "_writer",
+    "_append_part": "_writer",
+    "_bodies_only": "_writer",
+    "_bool_option": "_options",
+    "_broker_name": "_options",
+    "_commitlog_ranges": "_partitions",
+    "_constant_strings": "_arrow",
+    "_epoch_us": "_options",
+    "_hosts": "_arrow",
+    "_int_bounds": "_pushdown",
+    "_int_option": "_options",
+    "_intersect": "_options",
+    "_is_int": "_options",
+    "_msg_ids": "_arrow",
+    "_offset_spec": "_options",
+    "_parse_timestamp_option": "_options",
+    "_put_runs": "_writer",
+    "_read_sink_state": "_writer",
+    "_record_batch": "_arrow",
+    "_record_lists": "_partitions",
+    "_remove_parts": "_writer",
+    "_resolve": "_options",
+    "_rows_to_batches": "_writer",
+    "_select_topics": "_options",
+    "_sink_commits_path": "_writer",
+    "_slices": "_arrow",
+    "_spans": "_arrow",
+    "_stage": "_writer",
+    "_store_paths": "_options",
+    "_timestamps": "_arrow",
+    "_write_sink_commits": "_writer",
+    "arrow_schema": "_options",
+    "read_commitlog_range": "_arrow",
+    "read_queue_range": "_arrow",
+    "read_record_list": "_arrow",
+    "read_sink_commits": "_writer",
 }
 
 
@@ -164,8 +175,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "py4j"):
-            raise ImportError(f"rocketstore.spark.{name} needs PySpark: pip install 'rocketstore[spark]' "
-                              f"({exc})") from exc
+            raise ImportError(
+                f"rocketstore.spark.{name} needs PySpark: pip install 'rocketstore[spark]' ({exc})"
+            ) from exc
         raise
     globals()[name] = value
     return value
@@ -173,12 +185,12 @@ def __getattr__(name: str) -> Any:
 
 def register(spark) -> None:
     """Register the ``rocketstore`` format with ``spark`` (per session; a second call is a no-op)."""
-    RocketStoreDataSource = __getattr__("RocketStoreDataSource")   # ImportError without pyspark
+    RocketStoreDataSource = __getattr__("RocketStoreDataSource")  # ImportError without pyspark
     _PUSHABLE = __getattr__("_PUSHABLE")
     try:
         spark.dataSource.register(RocketStoreDataSource)
-    except Exception as exc:            # 4.0 refuses a name auto-discovery registered already
+    except Exception as exc:  # 4.0 refuses a name auto-discovery registered already
         if "ALREADY_EXISTS" not in str(exc):
             raise
-    if _PUSHABLE:                       # 4.1+: a reader with pushFilters fails planning without it
+    if _PUSHABLE:  # 4.1+: a reader with pushFilters fails planning without it
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

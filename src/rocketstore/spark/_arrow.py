@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rocketstore.spark._options import DEFAULT_ARROW_BATCH_ROWS, arrow_schema
 
-if TYPE_CHECKING:     # the partitions are pyspark classes; these functions only read their fields
+if TYPE_CHECKING:  # the partitions are pyspark classes; these functions only read their fields
     from rocketstore.spark._partitions import CommitLogRange, QueueRange, RecordList
 
 
@@ -16,6 +16,7 @@ def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BAT
     import numpy as np
 
     from rocketstore.store import MessageStore
+
     with MessageStore(p.root, read_only=True) as store:
         q = p.start
         while q < p.end:
@@ -34,11 +35,12 @@ def read_record_list(p: RecordList, columns, batch_rows: int = DEFAULT_ARROW_BAT
     import numpy as np
 
     from rocketstore.store import MessageStore
+
     offsets = np.asarray(p.offsets, dtype=np.int64)
     sizes = np.asarray(p.sizes, dtype=np.int64)
     with MessageStore(p.root, read_only=True) as store:
         for i in range(0, len(offsets), batch_rows):
-            for _base, view, rows in store.records_at(offsets[i:i + batch_rows], sizes[i:i + batch_rows]):
+            for _base, view, rows in store.records_at(offsets[i : i + batch_rows], sizes[i : i + batch_rows]):
                 yield _record_batch(rows, view, columns, None, p.broker)
 
 
@@ -53,6 +55,7 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
 
     from rocketstore.dispatch import consumable_rows
     from rocketstore.store import MessageStore
+
     topics = sorted({t for t, _q, _s, _e in p.ranges})
     topic_index = {t: i for i, t in enumerate(topics)}
     spans = sorted(((topic_index[t] << 32) | q, s, e) for t, q, s, e in p.ranges)
@@ -74,11 +77,12 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
             if not keep.all():
                 rows = rows[keep]
             for i in range(0, len(rows), batch_rows):
-                yield _record_batch(rows[i:i + batch_rows], view, columns, None, p.broker)
+                yield _record_batch(rows[i : i + batch_rows], view, columns, None, p.broker)
 
 
 # ---------------------------------------------------------------------------------------------
 # Arrow columns from RECORD_DTYPE rows over one segment view
+
 
 def _spans(buffer, starts, lengths):
     """A binary array over the zero-copy ``buffer`` of ``2n - 1`` elements: span ``i`` at
@@ -86,6 +90,7 @@ def _spans(buffer, starts, lengths):
     overlap, as fields of consecutive records in one segment do."""
     import numpy as np
     import pyarrow as pa
+
     n = len(starts)
     starts = starts.astype(np.int64)
     ends = starts + lengths.astype(np.int64)
@@ -93,7 +98,7 @@ def _spans(buffer, starts, lengths):
     edges = np.empty(2 * n, dtype=np.int64)
     edges[0::2] = starts - first
     edges[1::2] = ends - first
-    data = pa.py_buffer(buffer)[first:int(ends[-1])]
+    data = pa.py_buffer(buffer)[first : int(ends[-1])]
     return pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(edges.astype(np.int32)), data])
 
 
@@ -102,20 +107,21 @@ def _slices(buffer, starts, lengths, kind, valid=None):
     is False): :func:`_spans`, then one Arrow ``take`` of every other element."""
     import numpy as np
     import pyarrow as pa
+
     n = len(starts)
     if n == 0:
         return pa.array([], type=kind)
     picks = np.arange(0, 2 * n, 2, dtype=np.int32)
-    values = _spans(buffer, starts, lengths).take(
-        pa.array(picks, mask=None if valid is None else ~valid))
+    values = _spans(buffer, starts, lengths).take(pa.array(picks, mask=None if valid is None else ~valid))
     return values if kind == pa.binary() else values.cast(kind)
 
 
 def _constant_strings(value: str, n: int):
     import numpy as np
     import pyarrow as pa
+
     raw = value.encode("utf-8")
-    offsets = (np.arange(n + 1, dtype=np.int32) * len(raw))
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
@@ -128,6 +134,7 @@ class _Properties:
         import numpy as np
 
         from rocketstore import _impl
+
         self.view, self.rows = view, rows
         self.pieces, self.counts = _impl.DEFAULT.codec.property_pieces(view, rows)
         self.record = np.repeat(np.arange(len(rows)), self.counts)
@@ -135,6 +142,7 @@ class _Properties:
     def map(self):
         import numpy as np
         import pyarrow as pa
+
         p, m = self.pieces, len(self.pieces)
         offsets = np.zeros(len(self.rows) + 1, dtype=np.int32)
         np.cumsum(self.counts, out=offsets[1:])
@@ -145,7 +153,7 @@ class _Properties:
         lengths = np.empty(2 * m, dtype=np.int64)
         starts[0::2], starts[1::2] = p["name_pos"], p["value_pos"]
         lengths[0::2], lengths[1::2] = p["name_len"], p["value_len"]
-        spans = _spans(self.view, starts, lengths)      # name, gap, value, gap, name, ...
+        spans = _spans(self.view, starts, lengths)  # name, gap, value, gap, name, ...
         names = spans.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32))).cast(pa.string())
         values = spans.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32))).cast(pa.string())
         return pa.MapArray.from_arrays(pa.array(offsets), names, values)
@@ -154,6 +162,7 @@ class _Properties:
         """A string column: each record's last ``name`` property, null where it has none."""
         import numpy as np
         import pyarrow as pa
+
         raw = name.encode()
         p, n = self.pieces, len(self.rows)
         hit = np.nonzero(p["name_len"] == len(raw))[0]
@@ -165,7 +174,7 @@ class _Properties:
         if len(hit):
             owner = self.record[hit]
             final = np.ones(len(hit), dtype=bool)
-            final[:-1] = owner[1:] != owner[:-1]          # pieces come in record order
+            final[:-1] = owner[1:] != owner[:-1]  # pieces come in record order
             last[owner[final]] = hit[final]
         valid = last >= 0
         starts = np.where(valid, p["value_pos"][last] if len(p) else 0, self.rows["properties_pos"])
@@ -182,12 +191,21 @@ def _msg_ids(rows):
     import pyarrow as pa
 
     from rocketstore._codec_py import SYSFLAG_STOREHOST_V6, make_offset_msg_id
+
     global _HEX
     n = len(rows)
-    if (rows["sys_flag"] & SYSFLAG_STOREHOST_V6).any():      # rare: per row
-        return pa.array([make_offset_msg_id(bytes(r["store_host"])[:16 if r["sys_flag"] & SYSFLAG_STOREHOST_V6 else 4],
-                                            int(r["store_port"]), int(r["physical_offset"])) for r in rows],
-                        type=pa.string())
+    if (rows["sys_flag"] & SYSFLAG_STOREHOST_V6).any():  # rare: per row
+        return pa.array(
+            [
+                make_offset_msg_id(
+                    bytes(r["store_host"])[: 16 if r["sys_flag"] & SYSFLAG_STOREHOST_V6 else 4],
+                    int(r["store_port"]),
+                    int(r["physical_offset"]),
+                )
+                for r in rows
+            ],
+            type=pa.string(),
+        )
     if _HEX is None:
         _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
     raw = np.empty((n, 16), dtype=np.uint8)
@@ -206,27 +224,35 @@ def _hosts(rows, host_field: str, port_field: str, v6_flag: int):
     import pyarrow as pa
 
     from rocketstore.message import host_from_bytes
+
     n = len(rows)
     v6 = (rows["sys_flag"] & v6_flag) != 0
     if v6.any():
         texts = []
         for r, is_v6 in zip(rows, v6):
             raw = bytes(r[host_field]).ljust(16, b"\0")
-            texts.append(f"[{host_from_bytes(raw)}]:{r[port_field]}" if is_v6
-                         else f"{host_from_bytes(raw[:4])}:{r[port_field]}")
+            texts.append(
+                f"[{host_from_bytes(raw)}]:{r[port_field]}"
+                if is_v6
+                else f"{host_from_bytes(raw[:4])}:{r[port_field]}"
+            )
         return pa.array(texts, type=pa.string())
     address = np.ascontiguousarray(rows[host_field]).view(np.uint8).reshape(n, 16)[:, :4]
-    key = (np.ascontiguousarray(address).view(">u4").reshape(n).astype(np.uint64) << np.uint64(32)) \
-        | rows[port_field].astype(np.uint32).astype(np.uint64)
+    key = (np.ascontiguousarray(address).view(">u4").reshape(n).astype(np.uint64) << np.uint64(32)) | rows[
+        port_field
+    ].astype(np.uint32).astype(np.uint64)
     unique, inverse = np.unique(key, return_inverse=True)
-    texts = [f"{host_from_bytes((k >> 32).to_bytes(4, 'big'))}:{int(np.uint32(k & 0xFFFFFFFF).astype(np.int32))}"
-             for k in unique.tolist()]
+    texts = [
+        f"{host_from_bytes((k >> 32).to_bytes(4, 'big'))}:{int(np.uint32(k & 0xFFFFFFFF).astype(np.int32))}"
+        for k in unique.tolist()
+    ]
     return pa.array(texts, type=pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
 
 
 def _timestamps(ms):
     import numpy as np
     import pyarrow as pa
+
     return pa.array(ms.astype(np.int64) * 1000, type=pa.timestamp("us", tz="UTC"))
 
 
@@ -236,6 +262,7 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
     import pyarrow as pa
 
     from rocketstore._codec_py import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+
     n = len(rows)
     props = None
 
@@ -246,8 +273,11 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
         return props
 
     build = {
-        "topic": lambda: (_constant_strings(topic, n) if topic is not None
-                          else _slices(view, rows["topic_pos"], rows["topic_len"], pa.string())),
+        "topic": lambda: (
+            _constant_strings(topic, n)
+            if topic is not None
+            else _slices(view, rows["topic_pos"], rows["topic_len"], pa.string())
+        ),
         "queueId": lambda: pa.array(rows["queue_id"].astype(np.int32)),
         "queueOffset": lambda: pa.array(rows["queue_offset"].astype(np.int64)),
         "commitLogOffset": lambda: pa.array(rows["physical_offset"].astype(np.int64)),

@@ -5,15 +5,27 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Optional
+from typing import Any, Optional, overload
 
 #: (column, Spark DDL type) in schema order.
 COLUMNS = (
-    ("topic", "STRING"), ("queueId", "INT"), ("queueOffset", "BIGINT"), ("commitLogOffset", "BIGINT"),
-    ("brokerName", "STRING"), ("body", "BINARY"), ("tags", "STRING"), ("keys", "STRING"),
-    ("properties", "MAP<STRING,STRING>"), ("msgId", "STRING"), ("flag", "INT"), ("sysFlag", "INT"),
-    ("reconsumeTimes", "INT"), ("bornTimestamp", "TIMESTAMP"), ("storeTimestamp", "TIMESTAMP"),
-    ("bornHost", "STRING"), ("storeHost", "STRING"),
+    ("topic", "STRING"),
+    ("queueId", "INT"),
+    ("queueOffset", "BIGINT"),
+    ("commitLogOffset", "BIGINT"),
+    ("brokerName", "STRING"),
+    ("body", "BINARY"),
+    ("tags", "STRING"),
+    ("keys", "STRING"),
+    ("properties", "MAP<STRING,STRING>"),
+    ("msgId", "STRING"),
+    ("flag", "INT"),
+    ("sysFlag", "INT"),
+    ("reconsumeTimes", "INT"),
+    ("bornTimestamp", "TIMESTAMP"),
+    ("storeTimestamp", "TIMESTAMP"),
+    ("bornHost", "STRING"),
+    ("storeHost", "STRING"),
 )
 _COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
@@ -28,8 +40,12 @@ def arrow_schema(columns=_COLUMN_NAMES):
     """The pyarrow schema Spark expects for ``columns`` (types and nullability must match
     exactly: Spark checks ``Schema.equals``); every field is nullable, as Spark's are."""
     import pyarrow as pa
+
     types = {
-        "STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(), "BINARY": pa.binary(),
+        "STRING": pa.string(),
+        "INT": pa.int32(),
+        "BIGINT": pa.int64(),
+        "BINARY": pa.binary(),
         "MAP<STRING,STRING>": pa.map_(pa.string(), pa.string()),
         "TIMESTAMP": pa.timestamp("us", tz="UTC"),
     }
@@ -48,7 +64,11 @@ def _bool_option(options, name: str, default: bool) -> bool:
     raise ValueError(f"option {name} must be true or false, not {value!r}")
 
 
-def _int_option(options, name: str, default: Optional[int]) -> Optional[int]:
+@overload
+def _int_option(options: Any, name: str, default: int) -> int: ...
+@overload
+def _int_option(options: Any, name: str, default: None) -> Optional[int]: ...
+def _int_option(options: Any, name: str, default: Optional[int]) -> Optional[int]:
     value = options.get(name.lower())
     if value is None:
         return default
@@ -106,11 +126,11 @@ def _offset_spec(options, name: str, default: str):
         return value
     spec = json.loads(value)
     if not isinstance(spec, dict):
-        raise ValueError(f"{name} must be earliest, latest or JSON {{\"topic\": {{\"queueId\": offset}}}}")
+        raise ValueError(f'{name} must be earliest, latest or JSON {{"topic": {{"queueId": offset}}}}')
     return spec
 
 
-def _resolve(spec, topic, broker, queue_id, lo, hi, many) -> int:
+def _resolve(spec, topic, broker, queue_id, lo, hi, many) -> Optional[int]:
     """One queue's offset from a startingOffsets/endingOffsets spec; ``lo``/``hi`` its bounds."""
     if spec == "earliest":
         return lo
@@ -139,11 +159,14 @@ def _is_int(value) -> bool:
 def _epoch_us(value) -> Optional[int]:
     """A filter's timestamp literal as microseconds since the epoch (naive: UTC)."""
     import datetime
+
     if not isinstance(value, datetime.datetime):
         return None
     if value.tzinfo is None:
         value = value.replace(tzinfo=datetime.timezone.utc)
-    return (value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
+    return (value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(
+        microseconds=1
+    )
 
 
 #: Columns the source never leaves null (IsNotNull on them is true of every row).

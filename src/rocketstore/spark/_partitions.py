@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from rocketstore.spark._pushdown import _Pushed
 from rocketstore.spark._pyspark import InputPartition
@@ -10,9 +11,11 @@ from rocketstore.spark._pyspark import InputPartition
 # ---------------------------------------------------------------------------------------------
 # Batch read
 
+
 @dataclass
 class QueueRange(InputPartition):
     """Queue offsets [start, end) of one ConsumeQueue of one store: small and picklable."""
+
     root: str
     broker: str
     topic: str
@@ -26,6 +29,7 @@ class CommitLogRange(InputPartition):
     """CommitLog bytes [start, end) of one segment of one store, scanned whole; rows are kept
     when their (topic, queueId, queueOffset) falls in one of ``ranges``: ((topic, queue_id,
     start, end), ...)."""
+
     root: str
     broker: str
     start: int
@@ -36,6 +40,7 @@ class CommitLogRange(InputPartition):
 @dataclass
 class RecordList(InputPartition):
     """Exactly these records (CommitLog offsets ascending, and their sizes) of one store."""
+
     root: str
     broker: str
     offsets: tuple
@@ -44,7 +49,8 @@ class RecordList(InputPartition):
 
 def _commitlog_ranges(store, root: str, broker: str, ranges) -> list:
     """One CommitLogRange per segment between the first and the last record the ranges hold."""
-    lo_phys = hi_phys = None
+    lo_phys: Optional[int] = None
+    hi_phys: Optional[int] = None
     for r in ranges:
         first = store.queue_units(r.topic, r.queue_id, r.start, 1)
         last = store.queue_units(r.topic, r.queue_id, r.end - 1, 1)
@@ -52,21 +58,24 @@ def _commitlog_ranges(store, root: str, broker: str, ranges) -> list:
         b = int(last["commitlog_offset"][0]) + int(last["size"][0])
         lo_phys = a if lo_phys is None else min(lo_phys, a)
         hi_phys = b if hi_phys is None else max(hi_phys, b)
-    if lo_phys is None:
+    if lo_phys is None or hi_phys is None:
         return []
     keep = tuple((r.topic, r.queue_id, r.start, r.end) for r in ranges)
     size = store.config.commitlog_file_size
-    return [CommitLogRange(root, broker, max(lo_phys, base), min(hi_phys, base + size), keep)
-            for base in range(lo_phys // size * size, hi_phys, size)]
+    return [
+        CommitLogRange(root, broker, max(lo_phys, base), min(hi_phys, base + size), keep)
+        for base in range(lo_phys // size * size, hi_phys, size)
+    ]
 
 
 def _record_lists(store, root: str, broker: str, ranges, pushed: _Pushed, max_rows: int) -> list:
     """RecordList partitions of the lookup candidates that really match: a record of a selected
     queue range, the unit at its queue offset pointing at it, and the pushed keys/msgId equal."""
     from rocketstore.errors import MessageNotFoundError
+
     bounds = {(r.topic, r.queue_id): (r.start, r.end) for r in ranges}
     offsets, sizes = [], []
-    for offset in pushed.candidates.get(root, ()):
+    for offset in (pushed.candidates or {}).get(root, ()):
         try:
             msg = store.read(offset)
         except MessageNotFoundError:
@@ -76,12 +85,14 @@ def _record_lists(store, root: str, broker: str, ranges, pushed: _Pushed, max_ro
             continue
         unit = store.queue_units(msg.topic, msg.queue_id, msg.queue_offset, 1)
         if not len(unit) or int(unit["commitlog_offset"][0]) != offset:
-            continue                        # not consumable (a prepared transaction, ...)
+            continue  # not consumable (a prepared transaction, ...)
         if pushed.keys is not None and msg.keys not in pushed.keys:
             continue
         if pushed.msg_ids is not None and msg.msg_id not in pushed.msg_ids:
             continue
         offsets.append(offset)
         sizes.append(msg.size)
-    return [RecordList(root, broker, tuple(offsets[i:i + max_rows]), tuple(sizes[i:i + max_rows]))
-            for i in range(0, len(offsets), max_rows)]
+    return [
+        RecordList(root, broker, tuple(offsets[i : i + max_rows]), tuple(sizes[i : i + max_rows]))
+        for i in range(0, len(offsets), max_rows)
+    ]

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from rocketstore.spark._options import _NEVER_NULL, _epoch_us, _intersect, _is_int
-from rocketstore.spark._pyspark import (_PUSHABLE, EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull,
-                                        LessThan, LessThanOrEqual, StringStartsWith)
+from rocketstore.spark._pyspark import (
+    _PUSHABLE,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 
 
 class _Pushed:
@@ -15,23 +24,27 @@ class _Pushed:
     (the filter goes back to Spark). ``keys``/``msgId`` become exact record lists."""
 
     def __init__(self):
-        self.topics = None              # set of names, or None: any
-        self.prefixes = []              # topic must start with each
-        self.queue_ids = None           # set, or None: any
+        self.topics = None  # set of names, or None: any
+        self.prefixes = []  # topic must start with each
+        self.queue_ids = None  # set, or None: any
         self.queue_lo, self.queue_hi = 0, None
         self.offset_lo, self.offset_hi = 0, None
-        self.time_lo, self.time_hi = None, None     # ms, [lo, hi)
-        self.keys = None                # set of KEYS values
-        self.msg_ids = None             # set of msgId values
-        self.candidates = None          # {root: sorted CommitLog offsets} for keys/msgId
+        self.time_lo, self.time_hi = None, None  # ms, [lo, hi)
+        self.keys = None  # set of KEYS values
+        self.msg_ids = None  # set of msgId values
+        self.candidates = None  # {root: sorted CommitLog offsets} for keys/msgId
 
     def topic_ok(self, topic: str) -> bool:
-        return ((self.topics is None or topic in self.topics)
-                and all(topic.startswith(p) for p in self.prefixes))
+        return (self.topics is None or topic in self.topics) and all(
+            topic.startswith(p) for p in self.prefixes
+        )
 
     def queue_ok(self, queue_id: int) -> bool:
-        return ((self.queue_ids is None or queue_id in self.queue_ids) and queue_id >= self.queue_lo
-                and (self.queue_hi is None or queue_id < self.queue_hi))
+        return (
+            (self.queue_ids is None or queue_id in self.queue_ids)
+            and queue_id >= self.queue_lo
+            and (self.queue_hi is None or queue_id < self.queue_hi)
+        )
 
 
 def _int_bounds(f, values):
@@ -94,7 +107,7 @@ def _push_queue(f, p: _Pushed, column: str, values: tuple):
         if column == "queueId":
             p.queue_ids = _intersect(p.queue_ids, values)
             return True
-        return len(values) <= 1         # a range around the values: Spark picks them
+        return len(values) <= 1  # a range around the values: Spark picks them
     return True
 
 
@@ -104,12 +117,13 @@ def _push_time(f, p: _Pushed, column: str, values: tuple):
     micros = [_epoch_us(v) for v in values]
     if not micros or None in micros or isinstance(f, In):
         return False
+    us_values = [us for us in micros if us is not None]
     ceil = isinstance(f, (GreaterThanOrEqual, LessThan))
-    bound = _int_bounds(f, [-(-us // 1000) if ceil else us // 1000 for us in micros])
+    bound = _int_bounds(f, [-(-us // 1000) if ceil else us // 1000 for us in us_values])
     if bound is None:
         return False
-    if isinstance(f, EqualTo):                # [ceil(us/1000), floor(us/1000) + 1)
-        bound = (-(-micros[0] // 1000), micros[0] // 1000 + 1)
+    if isinstance(f, EqualTo):  # [ceil(us/1000), floor(us/1000) + 1)
+        bound = (-(-us_values[0] // 1000), us_values[0] // 1000 + 1)
     if not isinstance(f, (LessThan, LessThanOrEqual)):
         p.time_lo = bound[0] if p.time_lo is None else max(p.time_lo, bound[0])
     if bound[1] is not None:
@@ -123,12 +137,18 @@ def _push_lookup(f, p: _Pushed, column: str, values: tuple):
         return False
     if column == "keys":
         if not all(any(v.split(" ")) for v in values):
-            return False                       # no token the index could hold
+            return False  # no token the index could hold
         p.keys = _intersect(p.keys, values)
     else:
         p.msg_ids = _intersect(p.msg_ids, values)
     return "lookup"
 
 
-_BY_COLUMN = {"topic": _push_topic, "queueId": _push_queue, "queueOffset": _push_queue,
-              "storeTimestamp": _push_time, "keys": _push_lookup, "msgId": _push_lookup}
+_BY_COLUMN = {
+    "topic": _push_topic,
+    "queueId": _push_queue,
+    "queueOffset": _push_queue,
+    "storeTimestamp": _push_time,
+    "keys": _push_lookup,
+    "msgId": _push_lookup,
+}

@@ -5,38 +5,84 @@ pyspark."""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
-try:                                    # 4.1+: the streaming sink receives Arrow batches
+try:  # 4.1+: the streaming sink receives Arrow batches
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
     _STREAM_ARROW = True
-except ImportError:                     # 4.0: Rows, turned into Arrow batches in write()
+except ImportError:  # 4.0: Rows, turned into Arrow batches in write()
     from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+
     _STREAM_ARROW = False
 
-try:                                    # 4.1+: filter pushdown
-    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull,
-                                        LessThan, LessThanOrEqual, StringStartsWith)
-    _PUSHABLE = (EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNotNull, LessThan, LessThanOrEqual,
-                 StringStartsWith)
-except ImportError:                     # 4.0: no pushFilters; Spark filters after the read
+try:  # 4.1+: filter pushdown
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        LessThan,
+        LessThanOrEqual,
+        StringStartsWith,
+    )
+
+    _PUSHABLE = (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        LessThan,
+        LessThanOrEqual,
+        StringStartsWith,
+    )
+except ImportError:  # 4.0: no pushFilters; Spark filters after the read
+
     class _NoFilter:
         pass
+
     EqualTo = GreaterThan = GreaterThanOrEqual = In = IsNotNull = _NoFilter
     LessThan = LessThanOrEqual = StringStartsWith = _NoFilter
     _PUSHABLE = ()
 
-try:                                    # 4.2+: admission control and Trigger.AvailableNow
+try:  # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:                     # 4.0/4.1: latestOffset() is called without a limit
-    class ReadMaxRows:                  # never passed in: isinstance() checks stay false
+except ImportError:  # 4.0/4.1: latestOffset() is called without a limit
+
+    class ReadMaxRows:  # never passed in: isinstance() checks stay false
         max_rows = 0
 
     class SupportsTriggerAvailableNow:
         pass
 
-__all__ = ["DataSource", "DataSourceArrowWriter", "DataSourceReader", "DataSourceStreamReader",
-           "InputPartition", "WriterCommitMessage", "_StreamWriterBase", "_STREAM_ARROW", "EqualTo",
-           "GreaterThan", "GreaterThanOrEqual", "In", "IsNotNull", "LessThan", "LessThanOrEqual",
-           "StringStartsWith", "_PUSHABLE", "ReadMaxRows", "SupportsTriggerAvailableNow"]
+
+__all__ = [
+    "DataSource",
+    "DataSourceArrowWriter",
+    "DataSourceReader",
+    "DataSourceStreamReader",
+    "InputPartition",
+    "WriterCommitMessage",
+    "_StreamWriterBase",
+    "_STREAM_ARROW",
+    "EqualTo",
+    "GreaterThan",
+    "GreaterThanOrEqual",
+    "In",
+    "IsNotNull",
+    "LessThan",
+    "LessThanOrEqual",
+    "StringStartsWith",
+    "_PUSHABLE",
+    "ReadMaxRows",
+    "SupportsTriggerAvailableNow",
+]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from rocketstore.spark._arrow import read_commitlog_range, read_queue_range, read_record_list
 from rocketstore.spark._options import (
@@ -30,6 +30,7 @@ from rocketstore.spark._pushdown import _Pushed, push_filter
 from rocketstore.spark._pyspark import (
     DataSourceReader,
 )
+
 
 class RocketStoreReader(DataSourceReader):
     """Batch reader. Partitions are queue offset ranges (split by maxRecordsPerPartition),
@@ -73,6 +74,7 @@ class RocketStoreReader(DataSourceReader):
         (``self.pushed.candidates``); False when an index lookup could be incomplete."""
         from rocketstore.errors import InvalidMessageIdError, MessageNotFoundError
         from rocketstore.store import MessageStore
+
         p = self.pushed
         p.candidates = {}
         for root in self.paths:
@@ -131,7 +133,8 @@ class RocketStoreReader(DataSourceReader):
                     raise ValueError(
                         f"{topic}-{queue_id} on {broker}: starting offset {start} is below the "
                         f"queue's first kept offset {lo} (retention deleted it); "
-                        "set failOnDataLoss=false to start at the first kept offset")
+                        "set failOnDataLoss=false to start at the first kept offset"
+                    )
                 start = lo
             start = max(start, p.offset_lo)
             if p.offset_hi is not None:
@@ -146,6 +149,7 @@ class RocketStoreReader(DataSourceReader):
 
     def partitions(self):
         from rocketstore.store import MessageStore
+
         options = self.options
         max_rows = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION)
         min_parts = _int_option(options, "minPartitions", None)
@@ -168,7 +172,7 @@ class RocketStoreReader(DataSourceReader):
         for r in ranges:
             for s in range(r.start, r.end, max_rows):
                 parts.append(QueueRange(r.root, r.broker, r.topic, r.queue_id, s, min(r.end, s + max_rows)))
-        return parts     # a list: Spark refuses a tuple or generator
+        return parts  # a list: Spark refuses a tuple or generator
 
     def _scan_commitlog(self, store, ranges, min_parts, max_rows) -> bool:
         """scan=auto's rule: scan the CommitLog when the selected ranges hold at least 3/4 of the
@@ -193,7 +197,7 @@ class RocketStoreReader(DataSourceReader):
             return read_record_list(partition, self.columns, self.batch_rows)
         if isinstance(partition, QueueRange):
             return read_queue_range(partition, self.columns, self.batch_rows)
-        return iter(())      # Spark's InputPartition(None) when nothing matched
+        return iter(())  # Spark's InputPartition(None) when nothing matched
 
 
 class RocketStorePushdownReader(RocketStoreReader):

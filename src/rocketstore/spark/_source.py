@@ -8,9 +8,9 @@ from rocketstore.spark._reader import RocketStorePushdownReader, RocketStoreRead
 from rocketstore.spark._stream import RocketStoreStreamReader
 from rocketstore.spark._writer import RocketStoreStreamWriter, RocketStoreWriter
 
-
 # ---------------------------------------------------------------------------------------------
 # The data source
+
 
 class RocketStoreDataSource(DataSource):
     """``format("rocketstore")``: batch reads and batch writes of rocketstore / RocketMQ stores."""
@@ -35,13 +35,13 @@ class RocketStoreDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         if overwrite:
-            raise ValueError("rocketstore appends only: use .mode(\"append\") (a store is a log; "
-                             "overwrite would mean deleting messages)")
+            raise ValueError(
+                'rocketstore appends only: use .mode("append") (a store is a log; '
+                "overwrite would mean deleting messages)"
+            )
         return RocketStoreWriter(dict(self.options), [f.name for f in schema.fields])
 
     def streamWriter(self, schema, overwrite: bool):
         if overwrite:
-            raise ValueError("rocketstore appends only: use outputMode(\"append\") (a store is a log)")
+            raise ValueError('rocketstore appends only: use outputMode("append") (a store is a log)')
         return RocketStoreStreamWriter(dict(self.options), [f.name for f in schema.fields])
-
-

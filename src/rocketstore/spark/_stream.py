@@ -39,6 +39,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def _bounds(self) -> dict:
         """{(root, broker, topic, queue_id): (min, max)} of the selected queues, read now."""
         from rocketstore.store import MessageStore
+
         out = {}
         for root in self.reader.paths:
             broker = _broker_name(root, self.options, self.many)
@@ -80,8 +81,9 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             _root, broker, topic, qid = key
             value = _resolve(spec, topic, broker, qid, lo, hi, self.many)
             flat[key] = lo if value is None else value
-        if start_ts is not None:            # wins over startingOffsets, as in Spark's Kafka source
+        if start_ts is not None:  # wins over startingOffsets, as in Spark's Kafka source
             from rocketstore.store import MessageStore
+
             for root in self.reader.paths:
                 with MessageStore(root, read_only=True) as store:
                     for key in flat:
@@ -92,8 +94,10 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {k: hi for k, (_lo, hi) in self._bounds().items()}
 
-    def latestOffset(self, start=None, limit=None) -> dict:    # 4.0/4.1 call it with no arguments
-        latest = self.target if self.target is not None else {k: hi for k, (_lo, hi) in self._bounds().items()}
+    def latestOffset(self, start=None, limit=None) -> dict:  # 4.0/4.1 call it with no arguments
+        latest = (
+            self.target if self.target is not None else {k: hi for k, (_lo, hi) in self._bounds().items()}
+        )
         if start is None or not isinstance(limit, ReadMaxRows):
             return self._to_json(latest)
         begin = self._from_json(start)
@@ -129,9 +133,11 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             lo = bounds.get(key, (0, 0))[0]
             if s < lo:
                 if self.fail_on_loss:
-                    raise ValueError(f"{key[2]}-{key[3]} on {key[1]}: offset {s} is below the queue's first "
-                                     f"kept offset {lo} (retention deleted it); set failOnDataLoss=false "
-                                     "to skip ahead")
+                    raise ValueError(
+                        f"{key[2]}-{key[3]} on {key[1]}: offset {s} is below the queue's first "
+                        f"kept offset {lo} (retention deleted it); set failOnDataLoss=false "
+                        "to skip ahead"
+                    )
                 s = lo
             if e > s:
                 parts.append(QueueRange(key[0], key[1], key[2], key[3], s, e))
@@ -141,4 +147,4 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return read_queue_range(partition, self.reader.columns, self.reader.batch_rows)
 
     def commit(self, end: dict) -> None:
-        pass        # the Spark checkpoint is the only record of progress
+        pass  # the Spark checkpoint is the only record of progress

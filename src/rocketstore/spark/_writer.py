@@ -6,7 +6,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from rocketstore._files import replace_file
 from rocketstore.spark._options import _int_option, _store_paths
@@ -19,6 +19,7 @@ from rocketstore.spark._pyspark import (
 
 # ---------------------------------------------------------------------------------------------
 # Batch write: tasks stage Arrow IPC files, the driver appends them under the store's lock
+
 
 @dataclass
 class StagedPart(WriterCommitMessage):
@@ -40,6 +41,7 @@ class _StagingSink:
 
     def __init__(self, options, columns):
         import uuid
+
         self.path = _store_paths(options)[0]
         self.topic = options.get("topic")
         if "body" not in columns:
@@ -68,21 +70,27 @@ class _StagingSink:
         its parts, so its newest file stays younger). Returns the directories deleted."""
         import shutil
         import time
+
         cutoff = time.time() - self.staging_retention_s
-        removed = []
+        removed: list[str] = []
         try:
             entries = list(os.scandir(self.staging_root))
         except FileNotFoundError:
             return removed
         for entry in entries:
-            if (entry.path == self.staging or not _STAGING_NAME.fullmatch(entry.name)
-                    or not entry.is_dir(follow_symlinks=False)):
+            if (
+                entry.path == self.staging
+                or not _STAGING_NAME.fullmatch(entry.name)
+                or not entry.is_dir(follow_symlinks=False)
+            ):
                 continue
             try:
-                newest = max([entry.stat(follow_symlinks=False).st_mtime]
-                             + [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)])
+                newest = max(
+                    [entry.stat(follow_symlinks=False).st_mtime]
+                    + [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)]
+                )
             except FileNotFoundError:
-                continue                    # its own job finished meanwhile
+                continue  # its own job finished meanwhile
             if newest < cutoff:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry.path)
@@ -108,6 +116,7 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
 
     def commit(self, messages):
         from rocketstore.store import MessageStore
+
         try:
             with MessageStore(self.path) as store:
                 self._append_parts(store, messages)
@@ -120,6 +129,7 @@ class RocketStoreWriter(_StagingSink, DataSourceArrowWriter):
 
     def _clean(self, messages):
         import shutil
+
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
@@ -129,6 +139,7 @@ def _stage(staging: str, iterator) -> StagedPart:
 
     import pyarrow as pa
     from pyspark import TaskContext
+
     ctx = TaskContext.get()
     partition_id = ctx.partitionId() if ctx is not None else 0
     os.makedirs(staging, exist_ok=True)
@@ -152,6 +163,7 @@ def _stage(staging: str, iterator) -> StagedPart:
 def _rows_to_batches(rows, batch_rows: int = 8192):
     """4.0's row-based stream writer: ``Row`` objects -> Arrow batches of the write columns."""
     import pyarrow as pa
+
     chunk = []
     for row in rows:
         chunk.append(row.asDict())
@@ -187,8 +199,10 @@ def _read_sink_state(root: str) -> tuple[dict, dict]:
         return {}, {}
     if data.get("v") != 1:
         raise ValueError(f"{_sink_commits_path(root)}: unknown version {data.get('v')!r}")
-    return ({str(k): int(v) for k, v in data["sinks"].items()},
-            {str(k): {n: int(x) for n, x in v.items()} for k, v in data.get("pending", {}).items()})
+    return (
+        {str(k): int(v) for k, v in data["sinks"].items()},
+        {str(k): {n: int(x) for n, x in v.items()} for k, v in data.get("pending", {}).items()},
+    )
 
 
 def _write_sink_commits(root: str, commits: dict, pending: Optional[dict] = None) -> None:
@@ -221,20 +235,25 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
 
     def __init__(self, options, columns):
         super().__init__(options, columns)
-        self.sink_id = (options.get("sinkid") or options.get("checkpointlocation")
-                        or options.get("queryname") or "default")
+        self.sink_id = (
+            options.get("sinkid")
+            or options.get("checkpointlocation")
+            or options.get("queryname")
+            or "default"
+        )
 
     def write(self, iterator):
         return _stage(self.staging, iterator if _STREAM_ARROW else _rows_to_batches(iterator))
 
     def commit(self, messages, batchId) -> None:
         from rocketstore.store import MessageStore
+
         try:
             with MessageStore(self.path) as store:
                 commits, pending = _read_sink_state(self.path)
                 last = commits.get(self.sink_id)
                 if last is not None and batchId <= last:
-                    return                          # a replayed micro-batch: written already
+                    return  # a replayed micro-batch: written already
                 rows = sum(m.rows for m in messages if m is not None and m.path)
                 begun = pending.get(self.sink_id)
                 landed = 0
@@ -245,7 +264,8 @@ class RocketStoreStreamWriter(_StagingSink, _StreamWriterBase):
                         raise RuntimeError(
                             f"streaming sink {self.sink_id!r}: batch {batchId} was begun at CommitLog "
                             f"offset {begun['start']} with {begun['rows']} rows; the replay has {rows} "
-                            f"and {landed} records follow that offset, so what landed cannot be told")
+                            f"and {landed} records follow that offset, so what landed cannot be told"
+                        )
                 else:
                     pending[self.sink_id] = {"batch": int(batchId), "start": store.max_offset, "rows": rows}
                     _write_sink_commits(self.path, commits, pending)
@@ -294,6 +314,7 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
     n = batch.num_rows
     bodies = batch.column("body")
     if bodies.null_count:
@@ -314,17 +335,19 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
         qids = batch.column("queueId").fill_null(-1).to_numpy().astype(np.int64)
         cuts.update((np.flatnonzero(qids[1:] != qids[:-1]) + 1).tolist())
     bounds = sorted(cuts)
-    offsets = np.frombuffer(bodies.buffers()[1], dtype=np.int32)[bodies.offset:bodies.offset + n + 1]
+    offset_buffer: Any = bodies.buffers()[1]  # a binary array always has its offsets buffer
+    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[bodies.offset : bodies.offset + n + 1]
     data = memoryview(bodies.buffers()[2]) if bodies.buffers()[2] is not None else memoryview(b"")
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        topic = topic_option or topics[lo].as_py()
+        topic = topic_option or topics[lo].as_py()  # type: ignore[index]  # no topic column: topic_option
         queue_id = -1 if qids is None else int(qids[lo])
         step = hi - lo if queue_id >= 0 else FAST_RUN_ROWS
         for a in range(lo, hi, step):
             b = min(hi, a + step)
-            lengths = np.diff(offsets[a:b + 1])
-            store.put_batch(topic, data[int(offsets[a]):int(offsets[b])], lengths=lengths,
-                            queue_id=queue_id)
+            lengths = np.diff(offsets[a : b + 1])
+            store.put_batch(
+                topic, data[int(offsets[a]) : int(offsets[b])], lengths=lengths, queue_id=queue_id
+            )
 
 
 def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -> int:
@@ -334,6 +357,7 @@ def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -
     import pyarrow as pa
 
     from rocketstore.message import Message
+
     written = 0
     with pa.memory_map(path) as source:
         reader = pa.ipc.open_stream(source)
@@ -364,11 +388,17 @@ def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -
                 if isinstance(body, str):
                     body = body.encode("utf-8")
                 p = props[i]
-                messages.append(Message(
-                    topics[i], body, tags=tags[i], keys=keys[i],
-                    properties=(dict(p) if p else None),
-                    queue_id=-1 if qids[i] is None else int(qids[i]),
-                    flag=0 if flags[i] is None else int(flags[i])))
+                messages.append(
+                    Message(
+                        topics[i],
+                        body,
+                        tags=tags[i],
+                        keys=keys[i],
+                        properties=(dict(p) if p else None),
+                        queue_id=-1 if qids[i] is None else int(qids[i]),
+                        flag=0 if flags[i] is None else int(flags[i]),
+                    )
+                )
             if messages:
                 store.put_messages(messages)
             written += n
