@@ -17,7 +17,9 @@ def test_required_extensions_really_loaded():
 
 def test_no_extensions_forces_the_pure_twins():
     if not _impl.NO_EXTENSIONS:
-        pytest.skip("ROCKETSTORE_NO_EXTENSIONS=1 is not set: nothing to check (.ci/run's second pass sets it)")
+        pytest.skip(
+            "ROCKETSTORE_NO_EXTENSIONS=1 is not set: nothing to check (.ci/run's second pass sets it)"
+        )
     assert _impl.COMPILED is None
     assert _impl.DEFAULT is _impl.PURE
 
