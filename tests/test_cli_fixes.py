@@ -78,7 +78,7 @@ def test_quickstart_says_what_it_left_and_keeps_a_store_it_did_not_create(run, s
 def test_quickstart_default_is_light():
     from rocketstore.cli._quickstart import DEFAULT_COUNT
 
-    assert DEFAULT_COUNT * 3.1 * 128 < 64 << 20  # about 50 MB of messages, not a gigabyte
+    assert DEFAULT_COUNT * 3.1 * 300 < 128 << 20  # ~85 MB of records (~270 B each), not a gigabyte
 
 
 def test_json_help_says_what_each_command_prints(run):

@@ -50,7 +50,8 @@ class _Phase:
         self.bar.close()
 
 
-#: Messages of each kind the quickstart writes by default: 3.1 x this many in all (~50 MB).
+#: Messages of each kind the quickstart writes by default: 3.1 x this many in all (~85 MB of
+#: records, ~150 MB on disk with the index and queue files).
 DEFAULT_COUNT = 100_000
 
 
