@@ -7,6 +7,7 @@ import random
 import pytest
 
 from rocketstore import _impl
+from rocketstore._clock import now_ms
 
 #: A store written by Apache RocketMQ 4.x itself (tests/data/README.md says where it comes from).
 JAVA_STORE = pathlib.Path(__file__).resolve().parent / "data" / "rocketmq-4.x-store"
@@ -114,3 +115,21 @@ def spark(tmp_path_factory):
     register(session)
     yield session
     session.stop()
+
+
+#: RocketMQ's messageDelayLevel default, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+#: written out here rather than imported, so the tests check the store's copy against it.
+ROCKETMQ_DELAY_LEVELS_MS = [
+    1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000,
+    360000, 420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000,
+]  # fmt: skip
+
+
+class FakeClock:
+    """Epoch ms that only move when a test says so (starts at the real time)."""
+
+    def __init__(self):
+        self.now = now_ms()
+
+    def __call__(self) -> int:
+        return self.now

@@ -4,9 +4,10 @@ its properties, per-group maximum (subscriptionGroup.json), lookups along the wa
 that reads a group's retry topic with its subscriptions, and bad input."""
 
 import pytest
+from conftest import ROCKETMQ_DELAY_LEVELS_MS as LEVELS_MS
+from conftest import FakeClock
 
 from rocketstore import Consumer, MessageStore
-from rocketstore._clock import now_ms
 from rocketstore.configfiles import loads_fastjson
 from rocketstore.errors import InvalidDelayLevelError, InvalidMessageError, MessageNotFoundError
 from rocketstore.schedule import SCHEDULE_TOPIC
@@ -14,34 +15,6 @@ from rocketstore.schedule import SCHEDULE_TOPIC
 HOST = "10.0.0.7"
 GROUP = "GroupA"
 RETRY, DLQ = "%RETRY%GroupA", "%DLQ%GroupA"
-LEVELS_MS = [
-    1000,
-    5000,
-    10000,
-    30000,
-    60000,
-    120000,
-    180000,
-    240000,
-    300000,
-    360000,
-    420000,
-    480000,
-    540000,
-    600000,
-    1200000,
-    1800000,
-    3600000,
-    7200000,
-]
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = now_ms()
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

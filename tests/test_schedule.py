@@ -8,6 +8,8 @@ import shutil
 import time
 
 import pytest
+from conftest import ROCKETMQ_DELAY_LEVELS_MS as DEFAULT_LEVELS_MS
+from conftest import FakeClock
 
 from rocketstore import Message, MessageStore
 from rocketstore._clock import now_ms
@@ -17,36 +19,6 @@ from rocketstore.errors import InvalidDelayLevelError, InvalidMessageError, Inva
 from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress
 
 HOST = "10.0.0.7"
-DEFAULT_LEVELS_MS = [
-    1000,
-    5000,
-    10000,
-    30000,
-    60000,
-    120000,
-    180000,
-    240000,
-    300000,
-    360000,
-    420000,
-    480000,
-    540000,
-    600000,
-    1200000,
-    1800000,
-    3600000,
-    7200000,
-]
-
-
-class FakeClock:
-    """Epoch ms that only move when a test says so (starts at the real time)."""
-
-    def __init__(self):
-        self.now = now_ms()
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def open_store(path, impl, clock, **options):
