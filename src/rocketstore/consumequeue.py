@@ -258,7 +258,12 @@ class ConsumeQueue:
         masks: list[tuple[int, np.ndarray]] = []
         for mf in files[first_scanned:]:
             arr = _file_units(mf)
-            valid = (arr["commitlog_offset"] >= 0) & (arr["size"] > 0)
+            # a unit whose end would not fit a Java long points at no record (damage)
+            valid = (
+                (arr["commitlog_offset"] >= 0)
+                & (arr["size"] > 0)
+                & (arr["commitlog_offset"] <= _INT64_MAX - arr["size"].astype(np.int64))
+            )
             del arr
             masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
             used = np.flatnonzero(valid)
@@ -288,7 +293,7 @@ class ConsumeQueue:
             while lo < hi:
                 mid = (lo + hi) // 2
                 offset, size, _tags = self._stored(mid)
-                if offset >= 0 and size > 0 and offset < limit:
+                if offset >= 0 and size > 0 and offset < limit and offset <= _INT64_MAX - size:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -396,7 +401,7 @@ class ConsumeQueue:
         if mf is None:
             return -1
         offset, size, _ = _UNIT.unpack_from(mf.mm, end - CQ_UNIT_SIZE - mf.file_from_offset)
-        if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0:
+        if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0 or offset > _INT64_MAX - size:
             return -1
         return int(offset) + int(size)
 
