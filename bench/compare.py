@@ -1,7 +1,10 @@
 """rocketstore side by side with the stores users would pick, and with the machine's own limits.
 
-    pip install ".[bench]"            # the peers and matplotlib; every one of them is optional
+    pip install ".[bench]"            # rocketstore itself, the peers and matplotlib (peers optional)
     python bench/compare.py [--quick] [--messages N] [--rounds R] [--cap S] [--out DIR]
+
+It measures the installed rocketstore (``src/`` is never put on ``sys.path``; without an install
+it exits saying so); the report names the build (compiled or pure Python) and its CRC-32 path.
 
 One command, one process, one run. The same workload for every contender: ``--messages``
 (default 1,000,000) 128-byte random bodies, each under its own 20-character key:
@@ -53,11 +56,17 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 
-import engine  # noqa: E402  (also puts src/ on sys.path)
+import buildinfo  # noqa: E402
+
+buildinfo.require("bench/compare.py")
+
+import engine  # noqa: E402
 import numpy as np  # noqa: E402
 from engine import GiB, MiB, log  # noqa: E402
 
 from rocketstore import Message, MessageStore, _impl  # noqa: E402
+
+BUILD = buildinfo.describe()
 
 TOPIC = "BenchTopic"
 BODY_SIZE = 128
@@ -155,7 +164,7 @@ class Rocket(Contender):
 
     def missing(self):
         if self.impl == "c" and _impl.COMPILED is None:
-            return "not built (python setup.py build_ext --inplace)"
+            return f"not built: the installed rocketstore is pure Python ({BUILD['why_pure']})"
         return None
 
     bytes_keys = False
@@ -1168,6 +1177,7 @@ def main(argv=None) -> int:
     root = tempfile.mkdtemp(prefix="rocketstore-compare-", dir=args.dir)
     facts = engine.machine_facts(root)
     load_before = os.getloadavg()
+    log(buildinfo.header(BUILD))
     log(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     if facts["filesystem"] in ("tmpfs", "ramfs"):
         log(f"WARNING: {root} is on {facts['filesystem']}: fdatasync does nothing there")
@@ -1222,7 +1232,8 @@ def main(argv=None) -> int:
         f"{p['messages']:,} × {BODY_SIZE}-byte random bodies, {KEY_SIZE}-character keys, "
         f"{p['rounds']} round(s), cap {p['cap']:g} s per phase, durable phases {p['durable_seconds']:g} s",
         f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
-        f"stores on {facts['filesystem']} ({facts['device']} at {facts['mount']}); compiled CRC32 path {facts['crc32_path']}",
+        f"stores on {facts['filesystem']} ({facts['device']} at {facts['mount']})",
+        buildinfo.header(BUILD),
         f"load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}, "
         f"after {load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f} (1/5/15 min); other processes used "
         f"{others['others']:.0%} of the machine's CPU during the run, the host stole {others['steal']:.0%}",

@@ -38,15 +38,14 @@ in N runs)``. A ratio whose spread is too wide to catch a halving (tolerance 0.5
 measured and printed but does not gate. Exit 2: the compiled build is not what would be measured.
 
 The compiled build is required (``--allow-pure`` measures the pure twin instead, for
-curiosity). ``src/`` is used when it holds an in-place build (``python setup.py build_ext
---inplace``), else the installed package. Stores and probe files live in a temporary directory
+curiosity). It is the installed package's (``pip install .``): ``src/`` is never put on
+``sys.path``, and without an install the check exits 2 saying so. Stores and probe files live in a temporary directory
 (``--dir``), removed at the end. Every JSON output (``--json``) records ``os.getloadavg()``.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -58,17 +57,17 @@ import tempfile
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_SRC = os.path.join(os.path.dirname(BENCH_DIR), "src")
-if glob.glob(os.path.join(_SRC, "rocketstore", "_store*.so")) and _SRC not in sys.path:
-    sys.path.insert(0, _SRC)
-
-import numpy as np  # noqa: E402
-
-from rocketstore import MessageStore, _impl  # noqa: E402
-
 if BENCH_DIR not in sys.path:  # also when loaded by file path (tests/test_bench_regress.py)
     sys.path.insert(0, BENCH_DIR)
+
+import buildinfo  # noqa: E402
+
+buildinfo.require("bench/regress.py")
+
+import numpy as np  # noqa: E402
 from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402
+
+from rocketstore import MessageStore, _impl  # noqa: E402
 
 MiB = 1 << 20
 # CPU seconds of the calling thread: a shared machine's other tenants take turns on the cores,
@@ -436,14 +435,15 @@ def machine() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
     except OSError:
         pass
-    compiled = _impl.COMPILED
+    build = buildinfo.describe()
     return dict(
         nproc=os.cpu_count(),
         cpu=cpu,
         kernel=platform.release(),
         python=platform.python_version(),
-        rocketstore=os.path.dirname(_impl.__file__),
-        crc32_path=compiled.crc32.IMPLEMENTATION if compiled else None,
+        rocketstore=build["location"],
+        crc32_path=build["crc32_path"],
+        build=build,
     )
 
 
@@ -502,8 +502,8 @@ def main(argv=None) -> int:
 
     if _impl.COMPILED is None and not args.allow_pure:
         print(
-            f"regress: the compiled build did not load ({_impl.IMPORT_ERROR}); build it "
-            "(pip install . or python setup.py build_ext --inplace) or pass --allow-pure",
+            f"regress: the installed rocketstore is the pure-Python build ({buildinfo.describe()['why_pure']}); "
+            "reinstall it with a C compiler (pip install .) or pass --allow-pure",
             file=sys.stderr,
         )
         return 2
@@ -511,8 +511,8 @@ def main(argv=None) -> int:
     facts = machine()
     load_before = os.getloadavg()
     log(
-        f"rocketstore from {facts['rocketstore']} (implementation {impl}, CRC32 {facts['crc32_path']}); "
-        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
+        buildinfo.header(facts["build"])
+        + f"; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
     )
     runs = []
     t_start = time.perf_counter()
@@ -544,6 +544,7 @@ def main(argv=None) -> int:
             )
             return 2
     lines, failures = report(runs, baseline)
+    print(buildinfo.header(facts["build"]) + f"; measured twin [{impl}]")
     print(
         f"rocketstore regression check ({'quick' if args.quick else 'full'}), {args.runs} run(s), "
         f"{time.perf_counter() - t_start:.0f} s; {facts['nproc']} CPUs, {facts['cpu']}, Python {facts['python']}, "
