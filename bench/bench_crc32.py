@@ -1,6 +1,6 @@
 """CRC-32 throughput: the compiled module (and each of its C paths) beside the pure twin (zlib).
 
-    PYTHONPATH=src python -m pytest bench/bench_crc32.py --benchmark-only --benchmark-group-by=group
+    python -m pytest bench/bench_crc32.py --benchmark-only --benchmark-group-by=group
 
 Each size is one group. ``c`` is ``rocketstore._crc32.crc32`` on the path it picked for this CPU;
 ``c-path-*`` force one C path (through the slower-to-call test helper, which shows at 64 B);

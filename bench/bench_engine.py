@@ -1,6 +1,6 @@
 """Engine micro-benchmarks: the compiled twin (``c``) beside the pure one (``py``), per operation.
 
-    PYTHONPATH=src python -m pytest bench/bench_engine.py --benchmark-only --benchmark-group-by=group
+    python -m pytest bench/bench_engine.py --benchmark-only --benchmark-group-by=group
 
 One group per operation (``encode-record``, ``put-batch-10k-list``, ...), each holding ``[c]`` and
 ``[py]``. ``extra_info["items/s"]`` in ``--benchmark-json`` output holds the rate at the fastest

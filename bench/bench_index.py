@@ -1,6 +1,6 @@
 """IndexFile put and select rates, compiled beside pure, on a 500k-slot / 2M-item file (42 MB).
 
-    PYTHONPATH=src python -m pytest bench/bench_index.py --benchmark-only --benchmark-group-by=group
+    python -m pytest bench/bench_index.py --benchmark-only --benchmark-group-by=group
 
 Groups ``index-put`` (put_key one by one, and put_keys two keys per record as the store does for
 UNIQ_KEY + KEYS) and ``index-select`` (select of a key that is present, into a file holding 1M

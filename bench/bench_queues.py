@@ -1,6 +1,6 @@
 """Store-level read micro-benchmarks: ConsumeQueue reads, get_message, key lookups, dispatch.
 
-    PYTHONPATH=src python -m pytest bench/bench_queues.py --benchmark-only --benchmark-group-by=group
+    python -m pytest bench/bench_queues.py --benchmark-only --benchmark-group-by=group
 
 Each test runs against a store pinned to the compiled (``c``) and the pure (``py``) twin, one
 group per operation:

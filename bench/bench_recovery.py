@@ -1,6 +1,6 @@
 """Recovery scan and verify micro-benchmarks, compiled beside pure, on a 100k-message store.
 
-    PYTHONPATH=src python -m pytest bench/bench_recovery.py --benchmark-only --benchmark-group-by=group
+    python -m pytest bench/bench_recovery.py --benchmark-only --benchmark-group-by=group
 
 * ``recovery-scan``: ``MessageStore(path)`` of a closed store (a CRC scan of the whole CommitLog);
 * ``verify``: ``store.verify()`` (every record's structure and CRC, every ConsumeQueue unit).

@@ -1,19 +1,39 @@
 """rocketstore side by side with the stores users would pick, and with the machine's own limits.
 
-    pip install ".[bench]"            # the peers and matplotlib; every one of them is optional
+    pip install ".[bench]"            # rocketstore itself, the peers and matplotlib (peers optional)
     python bench/compare.py [--quick] [--messages N] [--rounds R] [--cap S] [--out DIR]
 
-One command, one process, one run. The same workload for every contender: ``--messages``
-(default 1,000,000) 128-byte random bodies, each under its own 20-character key:
+It measures the installed rocketstore (``src/`` is never put on ``sys.path``; without an install
+it exits saying so); the report names the build (compiled or pure Python) and its CRC-32 path.
+rocketstore runs with its default settings (index size, segment size, ...), one topic of 4 queues.
 
-(a) put, one call per message, not durable (each store's default write path, no fsync);
-(b) batch put, 10,000 messages per call, through the store's batch or transaction API;
-(c) durable put from 4, 16 and 64 threads for a fixed time each, every put waiting until it is
-    on disk (rocketstore: group commit; the others: their per-write sync option); and
+One command, one process, one run. The same workload for every contender: ``--messages``
+(default 1,000,000) 128-byte random bodies, each under its own 20-character key, and the same
+work: rocketstore keeps a CommitLog, consume queues and a key index; every peer keeps a message
+log (sequence number -> body) AND a key index (key -> sequence number), both written in the same
+transaction or write batch (LMDB: two named databases; RocksDB: two column families; LevelDB:
+two key prefixes; sqlite3: two tables; diskcache: integer and string keys of one cache). A peer
+that cannot keep an index (persist-queue, a FIFO) is shown with "log only" and is never the
+"best peer".
+
+(a) keyed put, one call per message, not durable (each store's default write path, no fsync),
+    until indexed; (a') rocketstore's put without a key;
+(b) keyed batch, 1,000 messages per call (``put_messages`` of ``Message`` objects; a peer's batch
+    or transaction writing log and index); (b') rocketstore's ``put_batch`` of 10,000 bodies;
+(c) durable keyed put from 4, 16 and 64 threads for a fixed time each, every put waiting until
+    it is on disk (rocketstore: group commit; the others: their per-write sync option); and
     rocketstore's pipelined durable put (one thread, a window of futures);
-(d) sequential read of everything the batch phase stored (or phase (a), without a batch API);
-(e) 100,000 random lookups by key among the stored keys;
-plus rocketstore's recovery scan (open of a closed store) and verify() in GB/s.
+then, on the store the batch phase left:
+(e) ``--lookups`` random lookups by key (``query_by_key(topic, key)``; a peer: two gets,
+    key -> seq -> body);
+(f) as many random reads by position: rocketstore by CommitLog offset (``read``), by msgId
+    (``get_by_msg_id``) and by queue offset (``get_by_queue_offset``); a peer: a get by seq,
+    measured once and shown in all three rows;
+(g) consuming every queue through ``get_message(..., max_msgs=32)`` (rocketstore only);
+(d) every message read in order as an object (``iter_messages()``; a peer: a cursor over its
+    log), and rocketstore's columnar ``scan()``;
+plus rocketstore's recovery scan (open of a closed store) and verify() in GB/s. The "goal"
+column holds issue 17's goals, absolute and as multiples of LMDB or LevelDB in the same run.
 
 Contenders: rocketstore compiled (``c``) and pure Python (``py``), LMDB (py-lmdb), RocksDB
 (rocksdict), LevelDB (plyvel), sqlite3 in WAL mode, diskcache, persist-queue (its file queue).
@@ -29,21 +49,24 @@ in every round (``--rounds``, default 2; 1 with ``--quick``), so slow drift of a
 (other tenants, disk throttling) spreads over all of them; a cell is the median over rounds.
 
 Output: a Markdown table on stdout (absolute rates, rocketstore ÷ best peer, rocketstore ÷ the
-machine limit named in the row) and, under ``--out`` (default ``bench/results/``), the JSON of
-every number measured and a PNG bar chart (skipped, with a note, when matplotlib is missing).
-The load average (``os.getloadavg()``) before and after the run is printed and recorded.
+machine limit named in the row, the goal) and, under ``--out`` (default ``bench/results/``), the
+JSON of every number measured and a PNG bar chart (skipped, with a note, when matplotlib is
+missing). The load average (``os.getloadavg()``) before and after the run is printed and recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import functools
+import itertools
 import json
 import os
 import random
 import shutil
 import sqlite3
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -53,24 +76,44 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 if BENCH_DIR not in sys.path:
     sys.path.insert(0, BENCH_DIR)
 
-import engine  # noqa: E402  (also puts src/ on sys.path)
+import buildinfo  # noqa: E402
+
+buildinfo.require("bench/compare.py")
+
+import engine  # noqa: E402
 import numpy as np  # noqa: E402
 from engine import GiB, MiB, log  # noqa: E402
 
 from rocketstore import Message, MessageStore, _impl  # noqa: E402
 
+BUILD = buildinfo.describe()
 TOPIC = "BenchTopic"
+QUEUES = 4
 BODY_SIZE = 128
 KEY_SIZE = 20
-BATCH = 10_000
+KEYED_BATCH = 1_000  # messages per call of the keyed batch (put_messages; a peer's transaction)
+BODIES_BATCH = 10_000  # bodies per call of put_batch (rocketstore only: no keys)
 THREADS = (4, 16, 64)
 CHECK_EVERY = 1024  # a capped loop looks at the clock once per this many operations
 
+# Issue 17's goals, per row of the main table: an absolute rate of rocketstore [c] and/or a
+# multiple of a peer measured in the same run (the "goal" column).
+ROW_GOALS = {
+    "single": dict(rate=1_000_000),
+    "batch": dict(rate=3_000_000),
+    "durable_64": dict(peer=("LevelDB", 1.5)),
+    "read": dict(rate=4_000_000, peer=("LMDB", 1.2)),
+    "get_message": dict(rate=4_000_000),
+    "read_offset": dict(rate=1_500_000),
+    "read_msg_id": dict(rate=1_500_000),
+    "read_queue_offset": dict(rate=1_500_000),
+    "lookup": dict(rate=1_000_000, peer=("LMDB", 4.0)),
+}
+# The earlier goals, in the table below the main one.
 GOALS = dict(
     single=2_000_000,
     batch=8_000_000,
     durable=0.7,
-    lookup=1_000_000,
     batch_read=10_000_000,
     crc_gbps=20.0,
     verify_gbps=2.0,
@@ -100,12 +143,19 @@ def _key(i: int) -> str:
 
 
 class Contender:
-    """One store under test. Subclasses open it in ``path`` and hand out callables for each phase."""
+    """One store under test. Subclasses open it in ``path`` and hand out callables for each phase.
+
+    Every peer does rocketstore's work, not a key-value store's: it keeps a message log (sequence
+    number -> body, the seq an 8-byte big-endian counter the contender assigns) AND a key index
+    (key -> seq), both written in the same transaction or write batch; a lookup by key is two gets
+    (key -> seq -> body). ``log_only`` marks a peer that cannot keep an index (a FIFO queue): its
+    cells say so and it is never the "best peer"."""
 
     name = "?"
     package = None  # the pip name, for "not installed"
     module = None  # the import name
     bytes_keys = True  # keys as bytes (else str)
+    log_only = False
 
     def missing(self) -> str | None:
         if self.module is None:
@@ -123,11 +173,11 @@ class Contender:
         raise NotImplementedError
 
     def putter(self):
-        """callable(key, body): one non-durable put."""
+        """callable(key, body): one non-durable put of one message (log + index)."""
         raise NotImplementedError
 
     def batch_putter(self):
-        """callable(keys, bodies): one call storing them all."""
+        """callable(keys, bodies): one call (transaction) storing them all, log + index."""
         raise Unsupported("no batch API")
 
     def durable_putter(self):
@@ -138,15 +188,38 @@ class Contender:
         """Whatever must happen before the written data is queryable (timed with the puts)."""
 
     def read_all(self, cap: float) -> int:
+        """Every stored message read in log order (peers: a cursor over the log): how many."""
         raise NotImplementedError
 
     def getter(self):
-        """callable(key) -> the body, for the lookups."""
+        """callable(key) -> the message (None if absent), through the key index."""
         raise Unsupported("no lookup by key")
+
+    def point_reads(self, sample: list[int]) -> dict:
+        """row -> callable(cap) -> count: random reads of the stored messages numbered ``sample``
+        (0 = first stored). Peers: one "get by seq" row, shown under every read-by-position row."""
+        raise Unsupported("no read by position")
+
+    def consume_all(self, cap: float) -> int:
+        """Every message pulled through the consume queues: how many."""
+        raise Unsupported("no consume queues (a log and a key index only)")
+
+
+def _reads(fn, args, cap: float) -> int:
+    """fn(arg) for each arg until done or ``cap`` seconds; a None result is an error."""
+    done = 0
+    deadline = time.perf_counter() + cap
+    for done, arg in enumerate(args, 1):
+        if fn(arg) is None:
+            raise RuntimeError(f"{arg!r} not found")
+        if not done % CHECK_EVERY and time.perf_counter() > deadline:
+            break
+    return done
 
 
 class Rocket(Contender):
     module = None
+    bytes_keys = False
 
     def __init__(self, impl: str):
         self.impl = impl
@@ -155,17 +228,14 @@ class Rocket(Contender):
 
     def missing(self):
         if self.impl == "c" and _impl.COMPILED is None:
-            return "not built (python setup.py build_ext --inplace)"
+            return f"not built: the installed rocketstore is pure Python ({BUILD['why_pure']})"
         return None
-
-    bytes_keys = False
 
     def open(self, path, durable=False):
         self.path = path
-        self.store = MessageStore(
-            path, implementation=self.impl, index_slots=2_000_000, index_count=8_000_000
-        )
-        self.store.create_topic(TOPIC, 4)
+        # the defaults (index_slots, index_count, segment size, ...): what a user gets
+        self.store = MessageStore(path, implementation=self.impl)
+        self.store.create_topic(TOPIC, QUEUES)
 
     def close(self):
         if self.store is not None:
@@ -211,12 +281,66 @@ class Rocket(Contender):
         query = self.store.query_by_key
 
         def get(key):
-            return query(TOPIC, key, 1)[0].body
+            return query(TOPIC, key) or None
 
         return get
 
+    def point_reads(self, sample):
+        """The sampled messages' CommitLog offsets, msgIds and (queue, queue offset), gathered
+        untimed (a columnar scan, then one read per sampled message for its msgId)."""
+        store = self.store
+        offsets, queue_ids, queue_offsets = [], [], []
+        for start, records in store.scan():
+            offsets.append(start + records["position"])
+            queue_ids.append(records["queue_id"])
+            queue_offsets.append(records["queue_offset"])
+        offsets, queue_ids, queue_offsets = (np.concatenate(a) for a in (offsets, queue_ids, queue_offsets))
+        at = [int(offsets[i]) for i in sample]
+        read, by_id, by_queue = store.read, store.get_by_msg_id, store.get_by_queue_offset
+        ids = [read(offset).msg_id for offset in at]
+        positions = [(int(queue_ids[i]), int(queue_offsets[i])) for i in sample]
+
+        def by_queue_offset(cap):
+            done = 0
+            deadline = time.perf_counter() + cap
+            for done, (queue_id, queue_offset) in enumerate(positions, 1):
+                by_queue(TOPIC, queue_id, queue_offset)
+                if not done % CHECK_EVERY and time.perf_counter() > deadline:
+                    break
+            return done
+
+        return {
+            "read_offset": lambda cap: _reads(read, at, cap),
+            "read_msg_id": lambda cap: _reads(by_id, ids, cap),
+            "read_queue_offset": by_queue_offset,
+        }
+
+    def consume_all(self, cap):
+        get_message = self.store.get_message
+        done = pulls = 0
+        deadline = time.perf_counter() + cap
+        for queue_id in range(QUEUES):
+            offset = 0
+            while True:
+                result = get_message("bench", TOPIC, queue_id, offset, max_msgs=32)
+                got = len(result.messages)
+                if not got:
+                    break
+                done += got
+                offset = result.next_begin_offset
+                pulls += 1
+                if not pulls % 32 and time.perf_counter() > deadline:
+                    return done
+        return done
+
+
+_SEQ = struct.Struct(">Q").pack  # a log key: the sequence number, 8 bytes big-endian (log order)
+
 
 class Lmdb(Contender):
+    """Two named databases in one environment, "log" (seq -> body, appended) and "index"
+    (key -> seq), written in the same write transaction."""
+
     name, package, module = "LMDB", "lmdb", "lmdb"
 
     def open(self, path, durable=False):
@@ -224,7 +348,12 @@ class Lmdb(Contender):
 
         os.makedirs(path, exist_ok=True)
         # sync=False: commits reach the page cache only (durable=True: every commit fsyncs)
-        self.env = lmdb.open(path, map_size=8 * GiB, sync=durable, metasync=durable, max_spare_txns=128)
+        self.env = lmdb.open(
+            path, map_size=8 * GiB, sync=durable, metasync=durable, max_spare_txns=128, max_dbs=2
+        )
+        self.log = self.env.open_db(b"log")
+        self.index = self.env.open_db(b"index")
+        self.seq = 0  # taken inside the write transaction, which LMDB serializes
 
     def close(self):
         txn = getattr(self, "_read_txn", None)
@@ -234,36 +363,59 @@ class Lmdb(Contender):
         self.env.close()
 
     def putter(self):
-        begin = self.env.begin
+        begin, log, index = self.env.begin, self.log, self.index
 
         def one(key, body):
             with begin(write=True) as txn:
-                txn.put(key, body)
+                seq = _SEQ(self.seq)
+                self.seq += 1
+                txn.put(seq, body, db=log, append=True)
+                txn.put(key, seq, db=index)
 
         return one
 
     def batch_putter(self):
-        begin = self.env.begin
+        begin, log, index = self.env.begin, self.log, self.index
 
         def batch(keys, bodies):
             with begin(write=True) as txn:
-                txn.cursor().putmulti(zip(keys, bodies))
+                seqs = [_SEQ(s) for s in range(self.seq, self.seq + len(keys))]
+                self.seq += len(keys)
+                txn.cursor(db=log).putmulti(zip(seqs, bodies), append=True)
+                txn.cursor(db=index).putmulti(zip(keys, seqs))
 
         return batch
 
     durable_putter = putter
 
+    def _reader(self):
+        txn = getattr(self, "_read_txn", None)
+        if txn is None:
+            txn = self._read_txn = self.env.begin()
+        return txn
+
     def read_all(self, cap):
         with self.env.begin() as txn:
-            return count_until(txn.cursor(), cap)
+            return count_until(txn.cursor(db=self.log).iternext(keys=False, values=True), cap)
 
     def getter(self):
-        txn = self.env.begin()
-        self._read_txn = txn
-        return txn.get
+        get, log, index = self._reader().get, self.log, self.index
+
+        def by_key(key):
+            seq = get(key, db=index)
+            return None if seq is None else get(seq, db=log)
+
+        return by_key
+
+    def point_reads(self, sample):
+        get = functools.partial(self._reader().get, db=self.log)
+        seqs = [_SEQ(i) for i in sample]
+        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
 
 
 class Rocks(Contender):
+    """Two column families, "log" and "index", written through one WriteBatch per put."""
+
     name, package, module = "RocksDB", "rocksdict", "rocksdict"
 
     def open(self, path, durable=False):
@@ -272,87 +424,145 @@ class Rocks(Contender):
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
         self.db = rocksdict.Rdict(path, options)
+        self.log = self.db.create_column_family("log", rocksdict.Options(raw_mode=True))
+        self.index = self.db.create_column_family("index", rocksdict.Options(raw_mode=True))
+        self.handles = self.db.get_column_family_handle("log"), self.db.get_column_family_handle("index")
         self.sync = rocksdict.WriteOptions()
         self.sync.sync = True
+        self.next_seq = itertools.count().__next__  # atomic under the GIL: safe across threads
 
     def close(self):
-        self.db.close()
+        for db in (self.log, self.index, self.db):
+            db.close()
+
+    def _writer(self, write_opt=None):
+        import rocksdict
+
+        batch_class, write, next_seq = rocksdict.WriteBatch, self.db.write, self.next_seq
+        log, index = self.handles
+
+        def one(key, body):
+            seq = _SEQ(next_seq())
+            wb = batch_class(raw_mode=True)
+            wb.put(seq, body, log)
+            wb.put(key, seq, index)
+            write(wb, write_opt)
+
+        return one
 
     def putter(self):
-        return self.db.put
+        return self._writer()
 
     def batch_putter(self):
         import rocksdict
 
-        write = self.db.write
+        batch_class, write, next_seq = rocksdict.WriteBatch, self.db.write, self.next_seq
+        log, index = self.handles
 
         def batch(keys, bodies):
-            wb = rocksdict.WriteBatch(raw_mode=True)
+            wb = batch_class(raw_mode=True)
             put = wb.put
             for key, body in zip(keys, bodies):
-                put(key, body)
+                seq = _SEQ(next_seq())
+                put(seq, body, log)
+                put(key, seq, index)
             write(wb)
 
         return batch
 
     def durable_putter(self):
-        put, sync = self.db.put, self.sync
-
-        def one(key, body):
-            put(key, body, sync)
-
-        return one
+        return self._writer(self.sync)
 
     def read_all(self, cap):
-        return count_until(self.db.items(), cap)
+        return count_until(self.log.values(), cap)
 
     def getter(self):
-        return self.db.get
+        log_get, index_get = self.log.get, self.index.get
+
+        def by_key(key):
+            seq = index_get(key)
+            return None if seq is None else log_get(seq)
+
+        return by_key
+
+    def point_reads(self, sample):
+        get = self.log.get
+        seqs = [_SEQ(i) for i in sample]
+        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
 
 
 class Level(Contender):
+    """One database, the log under prefix b"l" and the index under b"k", written through one
+    write batch per put."""
+
     name, package, module = "LevelDB", "plyvel", "plyvel"
 
     def open(self, path, durable=False):
         import plyvel
 
         self.db = plyvel.DB(path, create_if_missing=True)
+        self.log, self.index = self.db.prefixed_db(b"l"), self.db.prefixed_db(b"k")
+        self.next_seq = itertools.count().__next__
 
     def close(self):
         self.db.close()
 
+    def _writer(self, sync):
+        write_batch, next_seq = self.db.write_batch, self.next_seq
+
+        def one(key, body):
+            seq = _SEQ(next_seq())
+            with write_batch(sync=sync) as wb:
+                wb.put(b"l" + seq, body)
+                wb.put(b"k" + key, seq)
+
+        return one
+
     def putter(self):
-        return self.db.put
+        return self._writer(False)
 
     def batch_putter(self):
-        write_batch = self.db.write_batch
+        write_batch, next_seq = self.db.write_batch, self.next_seq
 
         def batch(keys, bodies):
             with write_batch() as wb:
                 put = wb.put
                 for key, body in zip(keys, bodies):
-                    put(key, body)
+                    seq = _SEQ(next_seq())
+                    put(b"l" + seq, body)
+                    put(b"k" + key, seq)
 
         return batch
 
     def durable_putter(self):
-        put = self.db.put
-
-        def one(key, body):
-            put(key, body, sync=True)
-
-        return one
+        return self._writer(True)
 
     def read_all(self, cap):
-        return count_until(self.db, cap)
+        return count_until(self.log.iterator(include_key=False), cap)
 
     def getter(self):
-        return self.db.get
+        log_get, index_get = self.log.get, self.index.get
+
+        def by_key(key):
+            seq = index_get(key)
+            return None if seq is None else log_get(seq)
+
+        return by_key
+
+    def point_reads(self, sample):
+        get = self.log.get
+        seqs = [_SEQ(i) for i in sample]
+        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
 
 
 class Sqlite(Contender):
+    """Tables ``log(seq INTEGER PRIMARY KEY, body)`` and ``idx(key PRIMARY KEY, seq) WITHOUT
+    ROWID``, both inserted in one transaction."""
+
     name, module = "sqlite3 WAL", None
     bytes_keys = False
+    INSERT_LOG = "INSERT INTO log VALUES (?, ?)"
+    INSERT_IDX = "INSERT INTO idx VALUES (?, ?)"
 
     def _connect(self):
         conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False, timeout=60)
@@ -363,61 +573,79 @@ class Sqlite(Contender):
 
     def open(self, path, durable=False):
         os.makedirs(path, exist_ok=True)
-        self.file = os.path.join(path, "kv.sqlite")
+        self.file = os.path.join(path, "log.sqlite")
         self.durable = durable
         self.conn = self._connect()
-        self.conn.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB)")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, body BLOB)")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS idx (key TEXT PRIMARY KEY, seq INTEGER) WITHOUT ROWID")
         self.local = threading.local()
         self.conns = [self.conn]
+        self.next_seq = itertools.count().__next__
 
     def close(self):
         for conn in self.conns:
             conn.close()
 
-    def putter(self):
-        execute = self.conn.execute
-        sql = "INSERT INTO kv VALUES (?, ?)"
+    def _one(self, conn):
+        execute, next_seq = conn.execute, self.next_seq
 
         def one(key, body):
-            execute(sql, (key, body))  # autocommit: one transaction per put
+            seq = next_seq()
+            execute("BEGIN IMMEDIATE")
+            execute(self.INSERT_LOG, (seq, body))
+            execute(self.INSERT_IDX, (key, seq))
+            execute("COMMIT")
 
         return one
 
+    def putter(self):
+        return self._one(self.conn)
+
     def batch_putter(self):
-        conn = self.conn
+        conn, next_seq = self.conn, self.next_seq
 
         def batch(keys, bodies):
-            conn.execute("BEGIN")
-            conn.executemany("INSERT INTO kv VALUES (?, ?)", zip(keys, bodies))
+            seqs = [next_seq() for _ in keys]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(self.INSERT_LOG, zip(seqs, bodies))
+            conn.executemany(self.INSERT_IDX, zip(keys, seqs))
             conn.execute("COMMIT")
 
         return batch
 
     def durable_putter(self):
         lock = threading.Lock()
-        sql = "INSERT INTO kv VALUES (?, ?)"
 
         def one(key, body):
-            conn = getattr(self.local, "conn", None)
-            if conn is None:  # one connection per thread, as sqlite wants
-                conn = self.local.conn = self._connect()
+            put = getattr(self.local, "put", None)
+            if put is None:  # one connection per thread, as sqlite wants
+                conn = self._connect()
                 with lock:
                     self.conns.append(conn)
-            conn.execute(sql, (key, body))
+                put = self.local.put = self._one(conn)
+            put(key, body)
 
         return one
 
     def read_all(self, cap):
-        return count_until(self.conn.execute("SELECT key, value FROM kv"), cap)
+        return count_until(self.conn.execute("SELECT body FROM log ORDER BY seq"), cap)
 
     def getter(self):
         execute = self.conn.execute
-        sql = "SELECT value FROM kv WHERE key = ?"
 
-        def get(key):
-            return execute(sql, (key,)).fetchone()[0]
+        def by_key(key):
+            row = execute("SELECT seq FROM idx WHERE key = ?", (key,)).fetchone()
+            return None if row is None else execute("SELECT body FROM log WHERE seq = ?", row).fetchone()
 
-        return get
+        return by_key
+
+    def point_reads(self, sample):
+        execute = self.conn.execute
+
+        def get(seq):
+            return execute("SELECT body FROM log WHERE seq = ?", (seq,)).fetchone()
+
+        return {"read_offset": lambda cap: _reads(get, list(sample), cap)}
 
     def verify(self) -> None:
         if self.conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
@@ -425,6 +653,9 @@ class Sqlite(Contender):
 
 
 class DiskCache(Contender):
+    """One Cache: the log under integer keys (seq), the index under the string keys, both set in
+    one ``transact()``."""
+
     name, package, module = "diskcache", "diskcache", "diskcache"
     bytes_keys = False
 
@@ -435,37 +666,59 @@ class DiskCache(Contender):
         self.cache = diskcache.Cache(
             path, size_limit=64 * GiB, cull_limit=0, sqlite_synchronous=2 if durable else 1
         )
+        self.next_seq = itertools.count().__next__
+        self.stored = 0
 
     def close(self):
         self.cache.close()
 
     def putter(self):
-        return self.cache.set
+        cache, next_seq = self.cache, self.next_seq
+
+        def one(key, body):
+            seq = next_seq()
+            with cache.transact():
+                cache.set(seq, body)
+                cache.set(key, seq)
+
+        return one
 
     def batch_putter(self):
-        cache = self.cache
+        cache, next_seq = self.cache, self.next_seq
 
         def batch(keys, bodies):
             with cache.transact():
                 put = cache.set
                 for key, body in zip(keys, bodies):
-                    put(key, body)
+                    seq = next_seq()
+                    put(seq, body)
+                    put(key, seq)
 
         return batch
 
     durable_putter = putter
 
     def read_all(self, cap):
-        # no value iterator: keys in insertion order, then a get each
+        # no value iterator and the keys mix log and index: a get per seq, in log order
         get = self.cache.get
-        return count_until((get(key) for key in self.cache.iterkeys()), cap)
+        return count_until((get(seq) for seq in range(len(self.cache) // 2)), cap)
 
     def getter(self):
-        return self.cache.get
+        get = self.cache.get
+
+        def by_key(key):
+            seq = get(key)
+            return None if seq is None else get(seq)
+
+        return by_key
+
+    def point_reads(self, sample):
+        return {"read_offset": lambda cap: _reads(self.cache.get, list(sample), cap)}
 
 
 class PersistQueue(Contender):
     name, package, module = "persist-queue", "persist-queue", "persistqueue"
+    log_only = True
 
     def open(self, path, durable=False):
         import persistqueue
@@ -505,6 +758,9 @@ class PersistQueue(Contender):
 
     def getter(self):
         raise Unsupported("a FIFO queue: no lookup by key")
+
+    def point_reads(self, sample):
+        raise Unsupported("a FIFO queue: no read by position")
 
 
 def all_contenders() -> list[Contender]:
@@ -578,13 +834,13 @@ def _capped(fn, keys, bodies, cap: float) -> tuple[int, float]:
     return done, time.perf_counter() - start
 
 
-def _capped_batches(fn, keys, bodies, cap: float) -> tuple[int, float]:
+def _capped_batches(fn, keys, bodies, cap: float, size: int = KEYED_BATCH) -> tuple[int, float]:
     n = len(keys)
     start = time.perf_counter()
     deadline = start + cap
     done = 0
     while done < n:
-        stop = min(n, done + BATCH)
+        stop = min(n, done + size)
         fn(keys[done:stop], bodies[done:stop])
         done = stop
         if time.perf_counter() > deadline:
@@ -651,6 +907,64 @@ def _attempt(results: dict, row: str, fn) -> None:
         log(f"    {row}: {results[row]['error']}")
 
 
+POINT_READS = ("read_offset", "read_msg_id", "read_queue_offset")
+
+
+def _read_phases(c: Contender, r: dict, keys: list, stored: int, p: dict) -> None:
+    """The read rows, on the store the batch phase (or phase (a)) left: lookups by key, random
+    reads by position, consuming the queues, reading everything as objects."""
+    cap = p["cap"]
+    rng = random.Random(11)
+    # (e) random lookups by key among the stored keys
+    sample = rng.choices(keys[:stored], k=p["lookups"]) if stored else []
+
+    def lookups():
+        get = c.getter()
+        t0 = time.perf_counter()
+        done = _reads(get, sample, cap)
+        return _result(done, time.perf_counter() - t0, len(sample))
+
+    # lookups first: persist-queue's read consumes its queue
+    _attempt(r, "lookup", lookups)
+    # (f) random reads by position: the same messages, numbered in store order
+    positions = rng.choices(range(stored), k=p["lookups"]) if stored else []
+    try:
+        readers = c.point_reads(positions)
+    except Unsupported as exc:
+        for row in POINT_READS:
+            r[row] = dict(na=str(exc))
+    else:
+        for row, run in readers.items():
+
+            def timed(run=run):
+                t0 = time.perf_counter()
+                done = run(cap)
+                return _result(done, time.perf_counter() - t0, len(positions))
+
+            _attempt(r, row, timed)
+        for row in POINT_READS:  # a peer's one "get by seq" stands for all three
+            if row not in readers:
+                r[row] = dict(r["read_offset"], note="get by seq")
+
+    # (g) consume every queue through get_message, 32 per pull
+    def consume():
+        t0 = time.perf_counter()
+        done = c.consume_all(cap)
+        if done < stored and time.perf_counter() - t0 < cap:
+            raise RuntimeError(f"get_message delivered {done:,} of {stored:,} messages")
+        return _result(done, time.perf_counter() - t0, stored)
+
+    _attempt(r, "get_message", consume)
+
+    # (d) every message read in log order, as an object
+    def read():
+        t0 = time.perf_counter()
+        count = c.read_all(cap)
+        return _result(count, time.perf_counter() - t0, stored)
+
+    _attempt(r, "read", read)
+
+
 def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     """Every phase for one contender, each store in a fresh directory removed afterwards."""
     n, cap = p["messages"], p["cap"]
@@ -659,7 +973,7 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
     r: dict = {}
 
     os.makedirs(root, exist_ok=True)
-    # (a) one put per call
+    # (a) one keyed put per call
     path = os.path.join(root, "single")
     c.open(path)
     try:
@@ -678,7 +992,7 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
         c.close()
         raise
     read_path = path
-    # (b) batch put
+    # (b) keyed batch put
     try:
         c.batch_putter()
     except Unsupported as exc:
@@ -727,35 +1041,12 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
             "batch_bodies",
             in_scratch_store(
                 "bodies-only",
-                _capped_batches,
+                functools.partial(_capped_batches, size=BODIES_BATCH),
                 lambda store: lambda k, b, put_batch=store.put_batch: put_batch(TOPIC, b),
             ),
         )
     try:
-        # (d) sequential read of what is stored
-        def read():
-            t0 = time.perf_counter()
-            count = c.read_all(cap)
-            return _result(count, time.perf_counter() - t0, stored)
-
-        # (e) random lookups by key among the stored keys
-        sample = random.Random(11).choices(keys[:stored], k=p["lookups"]) if stored else []
-
-        def lookups():
-            get = c.getter()
-            t0 = time.perf_counter()
-            deadline = t0 + cap
-            done = 0
-            for done, key in enumerate(sample, 1):
-                if get(key) is None:
-                    raise RuntimeError(f"key {key!r} not found")
-                if not done % CHECK_EVERY and time.perf_counter() > deadline:
-                    break
-            return _result(done, time.perf_counter() - t0, len(sample))
-
-        # lookups before the read: persist-queue's read consumes its queue
-        _attempt(r, "lookup", lookups)
-        _attempt(r, "read", read)
+        _read_phases(c, r, keys, stored, p)
         if isinstance(c, Rocket):
 
             def scan():
@@ -809,7 +1100,7 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
         r["recovery"] = dict(na="opens without a checksum scan")
     shutil.rmtree(read_path, ignore_errors=True)
 
-    # (c) durable puts
+    # (c) durable keyed puts
     for threads in p["threads"]:
         path = os.path.join(root, f"durable-{threads}")
         try:
@@ -833,6 +1124,10 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
             shutil.rmtree(path, ignore_errors=True)
     else:
         r["pipelined"] = dict(na="no asynchronous durable put")
+    if c.log_only:  # not the same work: said in every cell it measured
+        for cell in r.values():
+            if isinstance(cell, dict) and "rate" in cell:
+                cell["partial"] = "log only: no key index"
     return r
 
 
@@ -840,17 +1135,57 @@ def run_contender(c: Contender, root: str, data: dict, p: dict) -> dict:
 
 ROWS = [
     # key, label, unit, hardware limit for rocketstore's ratio
-    ("single", "(a) put, 1 per call, not durable", "msg", "raw_write"),
+    (
+        "single",
+        "(a) keyed put, 1 per call, until indexed: put(topic, body, keys=k); peers: log + index, one transaction",
+        "msg",
+        "raw_write",
+    ),
     ("single_no_key", "(a') put, 1 per call, no key: put(topic, body)", "msg", "raw_write"),
-    ("batch", f"(b) batch put, {BATCH:,} per call, keyed", "msg", "raw_write"),
-    ("batch_bodies", f"(b') batch put, {BATCH:,} bodies per call, no per-message key", "msg", "raw_write"),
-    ("durable_4", "(c) durable put, 4 threads", "msg", "fsync_4"),
-    ("durable_16", "(c) durable put, 16 threads", "msg", "fsync_16"),
-    ("durable_64", "(c) durable put, 64 threads", "msg", "fsync_64"),
+    (
+        "batch",
+        f"(b) keyed batch, {KEYED_BATCH:,} per call: put_messages([Message(topic, body, keys=k), ...]); "
+        "peers: one transaction of log + index",
+        "msg",
+        "raw_write",
+    ),
+    (
+        "batch_bodies",
+        f"(b') batch put, {BODIES_BATCH:,} bodies per call, no key: put_batch()",
+        "msg",
+        "raw_write",
+    ),
+    ("durable_4", "(c) durable keyed put, 4 threads", "msg", "fsync_4"),
+    ("durable_16", "(c) durable keyed put, 16 threads", "msg", "fsync_16"),
+    ("durable_64", "(c) durable keyed put, 64 threads", "msg", "fsync_64"),
     ("pipelined", "(c) durable put, pipelined, 1 thread", "msg", "raw_write"),
-    ("read", "(d) sequential read, objects", "msg", "memcpy"),
-    ("scan", "(d') sequential read, columnar scan", "msg", "memcpy"),
-    ("lookup", "(e) random lookup by key", "lookup", "dict"),
+    (
+        "read",
+        "(d) read every message as an object: iter_messages(); peers: cursor over the log",
+        "msg",
+        "memcpy",
+    ),
+    ("scan", "(d') read everything, columnar: scan()", "msg", "memcpy"),
+    (
+        "get_message",
+        "(g) consume every queue: get_message(group, topic, qid, offset, max_msgs=32)",
+        "msg",
+        "memcpy",
+    ),
+    ("read_offset", "(f) random read by CommitLog offset: read(offset); peers: get by seq", "read", "dict"),
+    ("read_msg_id", "(f) random read by msgId: get_by_msg_id(id); peers: get by seq", "read", "dict"),
+    (
+        "read_queue_offset",
+        "(f) random read by queue offset: get_by_queue_offset(topic, qid, qoff); peers: get by seq",
+        "read",
+        "dict",
+    ),
+    (
+        "lookup",
+        "(e) random lookup by key, on-disk index: query_by_key(topic, key); peers: key → seq → body, two gets",
+        "lookup",
+        "dict",
+    ),
     ("verify", "verify (checksums of everything)", "GB", "memcpy"),
     ("recovery", "recovery scan (open of a closed store)", "GB", "memcpy"),
 ]
@@ -908,6 +1243,9 @@ def cell_text(cell, unit: str) -> str:
     text = _fmt_rate(value, unit)
     if cell.get("capped"):
         text += f" (capped: {cell['count']:,} in {cell['seconds']:.0f} s)"
+    for why in (cell.get("note"), cell.get("partial")):
+        if why:
+            text += f" ({why})"
     return text
 
 
@@ -939,14 +1277,43 @@ def limit_for(kind: str, limits: dict, record_bytes: float, unit: str) -> tuple[
     raise ValueError(kind)
 
 
+def goal_text(row: str, ours: float | None, agg: dict) -> tuple[str, dict | None]:
+    """The goal cell of ``row`` ("" when it has none) and its verdict for the JSON."""
+    goal = ROW_GOALS.get(row)
+    if goal is None:
+        return "", None
+    wants, got, met = [], [], True
+    if "rate" in goal:
+        wants.append(f"≥ {_fmt_rate(goal['rate'], 'msg')}")
+        if ours is not None:
+            got.append(f"{ours / goal['rate']:.2f} of it")
+            met &= ours >= goal["rate"]
+    if "peer" in goal:
+        peer, factor = goal["peer"]
+        wants.append(f"≥ {factor:g}× {peer}")
+        theirs = _value(agg[peer].get(row), "msg") if isinstance(agg.get(peer), dict) else None
+        if theirs is None:
+            got.append(f"{peer} not measured")
+            met = False
+        elif ours is not None:
+            got.append(f"{ours / theirs:.2f}× {peer}")
+            met &= ours >= factor * theirs
+    want = " and ".join(wants)
+    if ours is None:
+        return f"{want}: not measured", dict(goal=want, met=None)
+    verdict = "met" if met else "MISSED"
+    return f"{want}: {verdict} ({'; '.join(got)})", dict(goal=want, met=met, measured=ours)
+
+
 def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) -> tuple[list[str], dict]:
     head = (
         "| workload | "
         + " | ".join(names)
-        + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit |"
+        + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit | goal (issue 17) |"
     )
-    lines = [head, "|" + "---|" * (len(names) + 3)]
+    lines = [head, "|" + "---|" * (len(names) + 4)]
     ratios = {}
+    # a peer doing less than the same work (no key index) is shown, never the "best peer"
     peers = [n for n in names if not n.startswith("rocketstore")]
     for row, label, unit, kind in ROWS:
         cells = [agg[n].get(row) if isinstance(agg.get(n), dict) else None for n in names]
@@ -963,7 +1330,9 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
         peer_values = [
             (v, n)
             for n in peers
-            if isinstance(agg.get(n), dict) and (v := _value(agg[n].get(row), unit)) is not None
+            if isinstance(agg.get(n), dict)
+            and not agg[n].get(row, {}).get("partial")
+            and (v := _value(agg[n].get(row), unit)) is not None
         ]
         vs_peer = vs_limit = ""
         if ours is not None and peer_values:
@@ -974,7 +1343,10 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
             lim, desc = limit_for(kind, limits, record_bytes, unit)
             vs_limit = f"{ours / lim:.2f} of {desc}"
             ratios.setdefault(row, {})["limit"] = dict(ratio=ours / lim, limit=desc)
-        lines.append(f"| {label} | " + " | ".join(texts) + f" | {vs_peer} | {vs_limit} |")
+        goal, verdict = goal_text(row, ours, agg)
+        if verdict is not None:
+            ratios.setdefault(row, {})["goal"] = verdict
+        lines.append(f"| {label} | " + " | ".join(texts) + f" | {vs_peer} | {vs_limit} | {goal} |")
     return lines, ratios
 
 
@@ -1036,7 +1408,6 @@ def goals_table(agg: dict, limits: dict) -> list[str]:
 
     m = lambda x: f"{x / 1e6:.2f} M msg/s"  # noqa: E731
     goal("single put, put(topic, body)", _value(ours.get("single_no_key"), "msg"), GOALS["single"], m)
-    goal("single put, keyed, until indexed", _value(ours.get("single"), "msg"), GOALS["single"], m)
     goal("batch put (bodies only)", _value(ours.get("batch_bodies"), "msg"), GOALS["batch"], m)
     for t in THREADS:
         v = _value(ours.get(f"durable_{t}"), "msg")
@@ -1049,17 +1420,11 @@ def goals_table(agg: dict, limits: dict) -> list[str]:
             + ("met" if v >= target else f"missed: {v / target:.2f} of the goal")
             + " |"
         )
-    goal(
-        "lookups by key",
-        _value(ours.get("lookup"), "lookup"),
-        GOALS["lookup"],
-        lambda x: f"{x / 1e6:.2f} M/s",
-    )
     goal("batch read (columnar scan)", _value(ours.get("scan"), "msg"), GOALS["batch_read"], m)
     crc = limits.get("rocketstore_crc32_gbps")
     goal("CRC32, 1 MiB", crc, GOALS["crc_gbps"], lambda x: f"{x:.1f} GB/s")
     goal("verify", _value(ours.get("verify"), "GB"), GOALS["verify_gbps"], lambda x: f"{x:.2f} GB/s")
-    return ["| goal | measured | target | verdict |", "|---|---|---|---|"] + rows
+    return ["| earlier goal | measured | target | verdict |", "|---|---|---|---|"] + rows
 
 
 def chart(path: str, agg: dict, names: list[str], title: str) -> str | None:
@@ -1168,6 +1533,7 @@ def main(argv=None) -> int:
     root = tempfile.mkdtemp(prefix="rocketstore-compare-", dir=args.dir)
     facts = engine.machine_facts(root)
     load_before = os.getloadavg()
+    log(buildinfo.header(BUILD))
     log(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     if facts["filesystem"] in ("tmpfs", "ramfs"):
         log(f"WARNING: {root} is on {facts['filesystem']}: fdatasync does nothing there")
@@ -1222,7 +1588,8 @@ def main(argv=None) -> int:
         f"{p['messages']:,} × {BODY_SIZE}-byte random bodies, {KEY_SIZE}-character keys, "
         f"{p['rounds']} round(s), cap {p['cap']:g} s per phase, durable phases {p['durable_seconds']:g} s",
         f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
-        f"stores on {facts['filesystem']} ({facts['device']} at {facts['mount']}); compiled CRC32 path {facts['crc32_path']}",
+        f"stores on {facts['filesystem']} ({facts['device']} at {facts['mount']})",
+        buildinfo.header(BUILD),
         f"load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}, "
         f"after {load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f} (1/5/15 min); other processes used "
         f"{others['others']:.0%} of the machine's CPU during the run, the host stole {others['steal']:.0%}",

@@ -1,6 +1,6 @@
 """Shared fixtures of the micro-benchmarks: both implementations side by side, tmp_path stores.
 
-    PYTHONPATH=src python -m pytest bench --benchmark-only --benchmark-group-by=group
+    pip install ".[bench]" && python -m pytest bench --benchmark-only --benchmark-group-by=group
 
 ``pytest bench`` collects ``bench_*.py`` here (the project's ``python_files`` is for ``tests/``).
 Every store benchmark runs once per implementation (ids ``c`` / ``py``) and names its group after
@@ -9,16 +9,16 @@ the operation, so grouping by group prints the twins one under the other: ``benc
 durable puts, reads by offset and msgId), ``bench_queues.py`` (ConsumeQueue reads, get_message,
 query_by_key, index put by dispatch), ``bench_index.py`` (IndexFile put and select) and
 ``bench_recovery.py`` (recovery scan, verify). bench/README.md lists the groups.
+
+They measure the installed rocketstore (``src/`` is never put on ``sys.path``; without an install
+the run stops saying so); the report header names the build, compiled or pure Python, and the
+CRC-32 path. The compiled ``[c]`` twin is benchmarked only where the installed build has it.
 """
 
-import os
-import sys
-
+import buildinfo
 import pytest
 
-_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-if _SRC not in sys.path:
-    sys.path.insert(0, _SRC)
+buildinfo.require("bench/conftest.py")
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 
@@ -27,6 +27,10 @@ BODY = bytes(range(128))
 TOPIC = "BenchTopic"
 
 IMPLEMENTATIONS = ["c", "py"] if _impl.COMPILED is not None else ["py"]
+
+
+def pytest_report_header(config):
+    return [buildinfo.header(), "benchmarked twins: " + ", ".join(f"[{i}]" for i in IMPLEMENTATIONS)]
 
 
 def pytest_collect_file(file_path, parent):

@@ -1,8 +1,10 @@
 """One-run engine report: put rates, durable group commit and the machine's own baselines.
 
-    PYTHONPATH=src python bench/engine.py [--quick] [--json out.json] [--dir DIR]
+    pip install ".[bench]" && python bench/engine.py [--quick] [--json out.json] [--dir DIR]
 
-Everything is measured in this one run, on stores under ``--dir`` (default: a temporary
+It measures the installed rocketstore (``src/`` is never put on ``sys.path``; without an install
+it exits saying so) and its first line names the build: compiled or pure Python, and the CRC-32
+path. Everything is measured in this one run, on stores under ``--dir`` (default: a temporary
 directory in ``bench/``, i.e. on the project's filesystem; a tmpfs directory gets a warning,
 because it turns every fdatasync into a no-op). The Markdown table on stdout holds absolute
 rates, the ratios the goals are stated in, and PASS/SHORT beside each goal; progress goes to
@@ -47,16 +49,17 @@ import tempfile
 import time
 import zlib
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_SRC = os.path.join(os.path.dirname(BENCH_DIR), "src")
-if _SRC not in sys.path:
-    sys.path.insert(0, _SRC)
+import buildinfo
+
+buildinfo.require("bench/engine.py")
 
 import numpy as np  # noqa: E402
 from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402,F401  (compare.py uses them as engine.*)
 
 from rocketstore import MessageStore, _impl  # noqa: E402
 from rocketstore.errors import FlushTimeoutError  # noqa: E402
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TOPIC = "BenchTopic"
@@ -136,7 +139,7 @@ def machine_facts(directory: str) -> dict:
     except OSError:
         pass
     point, fstype, source = _mount_of(directory)
-    crc = _impl.COMPILED.crc32.IMPLEMENTATION if _impl.COMPILED is not None else "none (not built)"
+    build = buildinfo.describe()
     return dict(
         nproc=os.cpu_count(),
         cpu=cpu,
@@ -146,8 +149,9 @@ def machine_facts(directory: str) -> dict:
         filesystem=fstype,
         mount=point,
         device=source,
-        compiled=_impl.COMPILED is not None,
-        crc32_path=crc,
+        compiled=build["compiled"],
+        crc32_path=build["crc32_path"],
+        build=build,
     )
 
 
@@ -572,6 +576,8 @@ def main(argv=None) -> int:
     r: dict = dict(single={}, batch={}, durable=[])
     wall = time.perf_counter()
     cpu_before = cpu_sample()
+    load = os.getloadavg()
+    log(buildinfo.header(facts["build"]))
     try:
         log("machine baselines: write bandwidth, mmap bandwidth, CRC32")
         r["write"] = write_bandwidth(root, p["raw_bytes"])
@@ -601,15 +607,19 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     wall = time.perf_counter() - wall
     r["other_load"] = other_load(cpu_before, cpu_sample())
+    r["loadavg_before"], r["loadavg_after"] = load, os.getloadavg()
+    load_after = r["loadavg_after"]
 
     print(
         f"rocketstore engine report ({'quick' if args.quick else 'full'}), "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {wall:.0f} s"
     )
+    print(buildinfo.header(facts["build"]))
     print(
         f"machine: {facts['nproc']} CPUs, {facts['cpu']}, Linux {facts['kernel']}, Python {facts['python']}; "
         f"store dir on {facts['filesystem']} ({facts['device']} at {facts['mount']}); "
-        f"segments {args.segment_size // MiB} MiB; compiled CRC32 path {facts['crc32_path']}"
+        f"segments {args.segment_size // MiB} MiB; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
+        f"before, {load_after[0]:.2f} after"
     )
     print(
         f"during the run, other processes used {r['other_load']['others']:.0%} of the machine's CPU "

@@ -1,6 +1,9 @@
 """One-run report for the ConsumeQueue / index layer: dispatch cost, consuming, lookups.
 
-    PYTHONPATH=src python bench/queues.py [--quick] [--impl c|py] [--json out.json] [--dir DIR]
+    pip install ".[bench]" && python bench/queues.py [--quick] [--impl c|py] [--json out.json] [--dir DIR]
+
+It measures the installed rocketstore (never ``src/``; without an install it exits saying so);
+the first line names the build (compiled or pure Python) and its CRC-32 path.
 
 Measured in this one run on a fresh store of ``N`` messages (128-byte bodies, a 20-character
 key, tags alternating TagA/TagB, 4 queues), with ``dispatch_interval_ms`` as stated per row:
@@ -30,12 +33,13 @@ import sys
 import tempfile
 import time
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_SRC = os.path.join(os.path.dirname(BENCH_DIR), "src")
-if _SRC not in sys.path:
-    sys.path.insert(0, _SRC)
+import buildinfo
+
+buildinfo.require("bench/queues.py")
 
 from rocketstore import MessageStore, _impl  # noqa: E402
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 TOPIC = "BenchTopic"
 BODY = bytes(range(128))
@@ -190,6 +194,8 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     result = {
         "impl": impl,
+        "build": buildinfo.describe(),
+        "loadavg": os.getloadavg(),
         "core_then_dispatch": core,
         "dispatch_on": on,
         "get_objects": objects,
@@ -237,6 +243,10 @@ def main(argv=None) -> int:
             f"store lookup = {look['store_rate'] / look['dict_rate']:.3f} x dict",
         ),
     ]
+    load = os.getloadavg()
+    print(buildinfo.header() + f"; measured twin [{impl}]")
+    print(f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min, after the run)")
+    print()
     print(f"| {n:,} messages, impl {impl} | rate | note |")
     print("|---|---:|---|")
     for what, rate, note in rows:

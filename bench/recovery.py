@@ -1,6 +1,9 @@
 """Recovery and verify speed: GB/s of CommitLog checked, beside the machine's own limits.
 
-    PYTHONPATH=src python bench/recovery.py [--mb 1024] [--impl py] [--json out.json]
+    pip install . && python bench/recovery.py [--mb 1024] [--impl py] [--json out.json]
+
+It measures the installed rocketstore (never ``src/``; without an install it exits saying so);
+the first line names the build (compiled or pure Python) and its CRC-32 path.
 
 Builds a store of ``--mb`` MiB of 128-byte messages with a 20-character key each (kept in
 ``--dir`` between runs), warms the page cache, then measures in one run:
@@ -27,8 +30,9 @@ import sys
 import time
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+import buildinfo
+
+buildinfo.require("bench/recovery.py")
 
 from rocketstore import MessageStore  # noqa: E402
 
@@ -91,14 +95,13 @@ def interrupted(path: str, impl) -> dict:
     open had to dispatch."""
     make_abnormal(path)
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
         "from rocketstore import MessageStore\n"
         "def p(stage, done, total):\n"
         "    if stage == 'dispatch' and done * 2 >= total:\n"
         "        print('HALF', done, total, flush=True)\n"
         "        import time; time.sleep(60)\n"
         "MessageStore(%r, implementation=%r, progress=p, **%r)\n"
-    ) % (os.path.join(os.path.dirname(HERE), "src"), path, impl, OPTIONS)
+    ) % (path, impl, OPTIONS)
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     line = child.stdout.readline().split()
     child.send_signal(signal.SIGKILL)
@@ -127,6 +130,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the store for the next run")
     args = ap.parse_args()
     impl = args.impl
+    print(buildinfo.header() + (f"; measured twin [{impl}]" if impl else ""))
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min, before the run)")
     build(args.dir, args.mb, impl)
     files = segment_files(args.dir)
     raw_read(files, crc=False)  # warm the page cache
@@ -166,6 +172,7 @@ def main() -> int:
     out["clean_open_s"] = time.perf_counter() - t0
 
     out["interrupted_rebuild"] = interrupted(args.dir, impl)
+    out["loadavg_after"] = list(os.getloadavg())
     for k, v in out.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
     if args.json:

@@ -7,7 +7,9 @@ segment); the same rows read by Spark from Parquet; the same store through a tup
 Python data source (the slow baseline the Arrow path is meant to beat); a Python data source
 that only re-yields prebuilt Arrow batches of the same shape (the floor of PySpark's Python data
 source path on this machine: no store read can beat it); and the sink (DataFrame -> new store). Each timing is the best of
-``--repeat`` runs after one warm-up query; the machine's load is printed alongside.
+``--repeat`` runs after one warm-up query; the machine's load is printed alongside, and the first
+line names the build measured: the installed rocketstore's (``src/`` is never put on ``sys.path``),
+compiled or pure Python, with its CRC-32 path.
 """
 
 import argparse
@@ -17,11 +19,14 @@ import sys
 import tempfile
 import time
 
+import buildinfo
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from rocketstore.spark import QueueRange, RocketStoreReader, register
-from rocketstore.store import MessageStore
+buildinfo.require("bench/spark.py")
+
+from rocketstore.spark import QueueRange, RocketStoreReader, register  # noqa: E402
+from rocketstore.store import MessageStore  # noqa: E402
 
 
 class TupleSource(DataSource):
@@ -157,6 +162,7 @@ def main():
         parquet_df = spark.read.parquet(parquet)
         tuple_df = spark.read.format("rocketstore_tuples").load(store_path)
         floor_df = spark.read.format("rocketstore_floor").option("body", str(args.body)).load(store_path)
+        print(buildinfo.header())
         print(
             f"messages={n} body={args.body}B queues={args.queues} load={os.getloadavg()[0]:.2f} "
             f"partitions: queue scan {arrow_df.rdd.getNumPartitions()}, "
