@@ -24,18 +24,22 @@ from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
+# the rare shapes of a put's properties (a mapping, bad input): one copy, the pure twin's
+from rocketstore._codec_py import put_properties as _put_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidTopicError, PropertiesTooLargeError)
-from rocketstore.message import MessageExt, host_from_bytes, host_to_bytes
+from rocketstore import message as _message_mod
+from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
-    "encode_properties", "decode_properties", "record_length",
+    "encode_properties", "put_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "unit_messages",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
@@ -283,6 +287,48 @@ def encode_properties(props):
         raise PropertiesTooLargeError(
             f"properties are {len(data)} bytes long; the limit is {RS_MAX_PROPERTIES_LENGTH}")
     return data
+
+
+cdef object _plain_value(object value):
+    """value if it is a non-empty str without a separator, else None (the slow path decides)."""
+    cdef Py_UCS4 ch
+    if type(value) is not str or not value:
+        return None
+    for ch in <str>value:
+        if ch == 1 or ch == 2:
+            return None
+    return value
+
+
+def put_properties(tags, keys, properties):
+    """The properties of a put: ``(encoded properties, the caller's UNIQ_KEY or None, -1, or 0
+    when the WAIT property is "false")``. ``properties`` is copied, then TAGS and KEYS (a str
+    or a list or tuple of str, joined by spaces) are set. Errors as encode_properties'."""
+    cdef list parts
+    if properties is None:
+        if keys is not None and type(keys) is not str:
+            if type(keys) in (list, tuple) and all(type(k) is str for k in keys):
+                keys = " ".join(keys)
+            else:
+                return _put_properties_slow(tags, keys, properties)
+        if (tags is not None and _plain_value(tags) is None) or (keys is not None and _plain_value(keys) is None):
+            return _put_properties_slow(tags, keys, properties)
+        parts = []
+        if tags is not None:
+            parts.append("TAGS\x01")
+            parts.append(tags)
+            parts.append("\x02")
+        if keys is not None:
+            parts.append("KEYS\x01")
+            parts.append(keys)
+            parts.append("\x02")
+        try:
+            data = "".join(parts).encode("utf-8")
+        except UnicodeEncodeError:
+            return _put_properties_slow(tags, keys, properties)
+        if len(data) <= RS_MAX_PROPERTIES_LENGTH:
+            return data, None, -1
+    return _put_properties_slow(tags, keys, properties)
 
 
 cdef inline str _utf8(const uint8_t *p, Py_ssize_t n):
@@ -620,9 +666,215 @@ cdef object _corrupt(int reason, object pos, int32_t total):
     return err
 
 
-cdef object _message(object buffer, const uint8_t *base, const rs_record *r, bint copy_body):
-    """A MessageExt for the decoded record r, whose pointers point into base (= buffer's data)."""
-    m = MessageExt.__new__(MessageExt)
+# ---------------------------------------------------------------------------------------------
+# The compiled message: a record's fixed fields in C, the rest decoded when first asked for
+
+cdef tuple _FIELDS = _message_mod.MESSAGE_FIELDS
+cdef object _MV_CAST = memoryview
+
+
+cdef class MessageExt:
+    """A record as stored in the CommitLog (compiled twin of :class:`rocketstore.MessageExt`).
+
+    The fixed-width fields are C integers; ``body``, ``topic``, ``properties`` and the hosts are
+    decoded from the record's bytes on first access and kept. The record is a private copy, or
+    (zero-copy reads) a read-only view of the segment map that this object keeps alive.
+    ``isinstance(m, rocketstore.MessageExt)`` is true, and it compares equal to the pure twin's
+    message for the same record.
+    """
+
+    cdef public int32_t size
+    cdef public int32_t magic
+    cdef public int32_t body_crc
+    cdef public int32_t queue_id
+    cdef public int32_t flag
+    cdef public int64_t queue_offset
+    cdef public int64_t commitlog_offset
+    cdef public int32_t sys_flag
+    cdef public int64_t born_timestamp
+    cdef public int64_t store_timestamp
+    cdef public int32_t reconsume_times
+    cdef public int64_t prepared_transaction_offset
+    cdef object _owner          # bytes (a copy of the record) or a read-only memoryview (zero copy)
+    cdef const uint8_t *_p      # the record's first byte, inside _owner's buffer
+    cdef bint _zero_copy
+    cdef int64_t _rec_pos       # zero copy: where the record starts in _owner
+    cdef int32_t _body_off, _body_len, _topic_off, _topic_len, _props_off, _props_len
+    cdef int32_t _born_port, _store_port
+    cdef uint8_t _born_raw[16]
+    cdef uint8_t _store_raw[16]
+    cdef object _body, _topic, _props, _born, _store   # decoded (or assigned) values; None: not yet
+    cdef bint _store_assigned
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("MessageExt objects are made by reading a store, not constructed")
+
+    @property
+    def body(self):
+        if self._body is None:
+            if self._zero_copy:
+                start = self._rec_pos + self._body_off
+                self._body = self._owner[start:start + self._body_len]
+            else:
+                self._body = PyBytes_FromStringAndSize(<const char *>self._p + self._body_off, self._body_len)
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        self._body = value
+
+    @property
+    def topic(self):
+        if self._topic is None:
+            self._topic = _utf8(self._p + self._topic_off, self._topic_len)
+        return self._topic
+
+    @topic.setter
+    def topic(self, value):
+        self._topic = value
+
+    @property
+    def properties(self):
+        if self._props is None:
+            self._props = _decode_properties(self._p + self._props_off, self._props_len)
+        return self._props
+
+    @properties.setter
+    def properties(self, value):
+        self._props = value
+
+    @property
+    def born_host(self):
+        if self._born is None:
+            self._born = (_host_text(self._born_raw, _host_len(self.sys_flag, RS_SYSFLAG_BORNHOST_V6)),
+                          self._born_port)
+        return self._born
+
+    @born_host.setter
+    def born_host(self, value):
+        self._born = value
+
+    @property
+    def store_host(self):
+        if self._store is None:
+            self._store = (_host_text(self._store_raw, _host_len(self.sys_flag, RS_SYSFLAG_STOREHOST_V6)),
+                           self._store_port)
+        return self._store
+
+    @store_host.setter
+    def store_host(self, value):
+        self._store = value
+        self._store_assigned = True
+
+    cdef object _property(self, const char *name, int which):
+        cdef rs_dispatch_props found
+        if self._props is not None:
+            return (<object>self._props).get(name.decode("ascii")) if self._props else None
+        rs_dispatch_properties(self._p + self._props_off, self._props_len, &found)
+        if which == 0 and found.tags_pos >= 0:
+            return _utf8(self._p + self._props_off + found.tags_pos, found.tags_len)
+        if which == 1 and found.keys_pos >= 0:
+            return _utf8(self._p + self._props_off + found.keys_pos, found.keys_len)
+        if which == 2 and found.uniq_key_pos >= 0:
+            return _utf8(self._p + self._props_off + found.uniq_key_pos, found.uniq_key_len)
+        return None
+
+    @property
+    def tags(self):
+        return self._property(b"TAGS", 0)
+
+    @property
+    def keys(self):
+        return self._property(b"KEYS", 1)
+
+    @property
+    def unique_key(self):
+        return self._property(b"UNIQ_KEY", 2)
+
+    @property
+    def msg_id(self):
+        """The offsetMsgId: store host, port and commitlog offset as upper-case hex (§3.1)."""
+        cdef uint8_t raw[28]
+        cdef char text[56]
+        cdef int32_t n, i
+        cdef uint64_t off = <uint64_t>self.commitlog_offset
+        cdef uint32_t port
+        if self._store_assigned:
+            host, port_obj = self._store
+            return make_offset_msg_id(host_to_bytes(host), port_obj, self.commitlog_offset)
+        n = _host_len(self.sys_flag, RS_SYSFLAG_STOREHOST_V6)
+        memcpy(raw, self._store_raw, <size_t>n)
+        port = <uint32_t>self._store_port
+        for i in range(4):
+            raw[n + i] = <uint8_t>(port >> (24 - 8 * i))
+        for i in range(8):
+            raw[n + 4 + i] = <uint8_t>(off >> (56 - 8 * i))
+        n += 12
+        for i in range(n):
+            text[2 * i] = b"0123456789ABCDEF"[raw[i] >> 4]
+            text[2 * i + 1] = b"0123456789ABCDEF"[raw[i] & 15]
+        return PyUnicode_DecodeUTF8(text, 2 * n, NULL)
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    def __reduce__(self):
+        fields = self.as_dict()
+        fields["body"] = bytes(fields["body"])
+        return (_message_from_fields, (fields,))
+
+    def __eq__(self, other):
+        if not isinstance(other, _PyMessageExt):
+            return NotImplemented
+        for name in _FIELDS:
+            if name == "body":
+                if bytes(self.body) != bytes(other.body):
+                    return False
+            elif getattr(self, name) != getattr(other, name):
+                return False
+        return True
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None   # mutable, compared by value: unhashable, as the pure twin's
+
+    def __repr__(self):
+        body = bytes(self.body[:32])
+        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"size={self.size}, body={body!r})")
+
+
+_message_mod.MessageExt.register(MessageExt)
+
+
+def _message_from_fields(fields):
+    """A compiled MessageExt holding ``fields`` (as ``as_dict()`` gives them): unpickling."""
+    cdef MessageExt m = MessageExt.__new__(MessageExt)
+    m._owner = b""
+    m._p = <const uint8_t *>PyBytes_AS_STRING(m._owner)
+    for name in _FIELDS:
+        setattr(m, name, fields[name])
+    m._store_assigned = True
+    return m
+
+
+cdef MessageExt _message(object zc_view, const uint8_t *base, int64_t pos, const rs_record *r):
+    """The message for the decoded record r at base[pos] (r's pointers point into base[pos ..
+    pos + r.total_size)): a private copy of the record, or with zc_view (a read-only 'B'
+    memoryview whose buffer starts at base) a zero-copy one that keeps zc_view alive."""
+    cdef MessageExt m = MessageExt.__new__(MessageExt)
+    cdef const uint8_t *rec = base + pos
+    if zc_view is None:
+        m._owner = PyBytes_FromStringAndSize(<const char *>rec, r.total_size)
+        m._p = <const uint8_t *>PyBytes_AS_STRING(m._owner)
+    else:
+        m._owner = zc_view
+        m._p = rec
+        m._zero_copy = True
+        m._rec_pos = pos
     m.size = r.total_size
     m.magic = r.magic
     m.body_crc = r.body_crc
@@ -632,19 +884,28 @@ cdef object _message(object buffer, const uint8_t *base, const rs_record *r, bin
     m.commitlog_offset = r.physical_offset
     m.sys_flag = r.sys_flag
     m.born_timestamp = r.born_timestamp
-    m.born_host = (_host_text(r.born_host, _host_len(r.sys_flag, RS_SYSFLAG_BORNHOST_V6)), r.born_port)
+    memcpy(m._born_raw, r.born_host, 16)
+    m._born_port = r.born_port
     m.store_timestamp = r.store_timestamp
-    m.store_host = (_host_text(r.store_host, _host_len(r.sys_flag, RS_SYSFLAG_STOREHOST_V6)), r.store_port)
+    memcpy(m._store_raw, r.store_host, 16)
+    m._store_port = r.store_port
     m.reconsume_times = r.reconsume_times
     m.prepared_transaction_offset = r.prepared_transaction_offset
-    if copy_body:
-        m.body = PyBytes_FromStringAndSize(<const char *>r.body, r.body_len)
-    else:
-        start = r.body - base
-        m.body = memoryview(buffer).cast("B").toreadonly()[start:start + r.body_len]
-    m.topic = _utf8(r.topic, r.topic_len)
-    m.properties = _decode_properties(r.properties, r.properties_len)
+    m._body_off = <int32_t>(r.body - rec)
+    m._body_len = r.body_len
+    m._topic_off = <int32_t>(r.topic - rec)
+    m._topic_len = r.topic_len
+    m._props_off = <int32_t>(r.properties - rec)
+    m._props_len = r.properties_len
     return m
+
+
+cdef object _zero_copy_view(object buffer):
+    """A read-only one-dimensional 'B' memoryview of buffer (which it keeps exported)."""
+    view = memoryview(buffer)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view.toreadonly()
 
 
 def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
@@ -657,13 +918,18 @@ def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
     cdef Py_buffer view
     cdef rs_record rec
     cdef int64_t at, rc
+    zc_view = None
     _get_readable(buffer, &view)
+    if not copy_body:   # decode from the view the message keeps: its pointers stay valid
+        PyBuffer_Release(&view)
+        zc_view = _zero_copy_view(buffer)
+        _get_readable(zc_view, &view)
     try:
         at = _check_pos(pos, view.len)
         rc = rs_decode_record(<const uint8_t *>view.buf + at, view.len - at, &rec, 1 if check_crc else 0)
         if rc <= 0:
             raise _corrupt(<int>(1 - rc), pos, rec.total_size)
-        return _message(buffer, <const uint8_t *>view.buf, &rec, copy_body)
+        return _message(zc_view, <const uint8_t *>view.buf, at, &rec)
     finally:
         PyBuffer_Release(&view)
 
@@ -789,45 +1055,81 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
         PyBuffer_Release(&src)
 
 
-def record_from_row(buffer, row, *, copy_body=True):
-    """The MessageExt for one row of :func:`decode_batch` over the same ``buffer`` (no re-check)."""
-    cdef Py_buffer view
+cdef int _row_record(const rs_batch_row *row, const uint8_t *base, Py_ssize_t n, rs_record *r) except -1:
+    """Fill r from a decode_batch row over base[0 .. n): ValueError unless the row's record and
+    its body, topic and properties lie inside that buffer."""
+    cdef int64_t pos = row.position, end = row.position + <int64_t>row.size
+    if (row.size <= 0 or pos < 0 or end > n
+            or row.body_len < 0 or row.body_pos < pos or row.body_pos + row.body_len > end
+            or row.topic_len < 0 or row.topic_pos < pos or row.topic_pos + row.topic_len > end
+            or row.properties_len < 0 or row.properties_pos < pos
+            or row.properties_pos + row.properties_len > end):
+        raise ValueError("row does not describe a record inside this buffer")
+    r.total_size = row.size
+    r.magic = row.magic
+    r.body_crc = row.body_crc
+    r.queue_id = row.queue_id
+    r.flag = row.flag
+    r.queue_offset = row.queue_offset
+    r.physical_offset = row.physical_offset
+    r.sys_flag = row.sys_flag
+    r.born_timestamp = row.born_timestamp
+    memcpy(r.born_host, row.born_host, 16)
+    r.born_port = row.born_port
+    r.store_timestamp = row.store_timestamp
+    memcpy(r.store_host, row.store_host, 16)
+    r.store_port = row.store_port
+    r.reconsume_times = row.reconsume_times
+    r.prepared_transaction_offset = row.prepared_transaction_offset
+    r.body = base + row.body_pos
+    r.body_len = row.body_len
+    r.topic = base + row.topic_pos
+    r.topic_len = row.topic_len
+    r.properties = base + row.properties_pos
+    r.properties_len = row.properties_len
+    return 0
+
+
+cdef list _rows_messages(object buffer, object rows, bint copy_body):
+    cdef Py_buffer view, table
     cdef rs_record rec
-    cdef int64_t body_pos, topic_pos, props_pos
-    _get_readable(buffer, &view)
+    cdef const rs_batch_row *row
+    cdef Py_ssize_t i, count
+    cdef list out = []
+    zc_view = None if copy_body else _zero_copy_view(buffer)
+    _get_readable(buffer if copy_body else zc_view, &view)
     try:
-        memset(&rec, 0, sizeof(rs_record))
-        rec.sys_flag = int(row["sys_flag"])
-        body_pos, rec.body_len = int(row["body_pos"]), int(row["body_len"])
-        topic_pos, rec.topic_len = int(row["topic_pos"]), int(row["topic_len"])
-        props_pos, rec.properties_len = int(row["properties_pos"]), int(row["properties_len"])
-        for start, length in ((body_pos, rec.body_len), (topic_pos, rec.topic_len),
-                              (props_pos, rec.properties_len)):
-            if start < 0 or length < 0 or start + length > view.len:
-                raise ValueError("row does not describe a record inside this buffer")
-        rec.body = <const uint8_t *>view.buf + body_pos
-        rec.topic = <const uint8_t *>view.buf + topic_pos
-        rec.properties = <const uint8_t *>view.buf + props_pos
-        rec.total_size = int(row["size"])
-        rec.magic = int(row["magic"])
-        rec.body_crc = int(row["body_crc"])
-        rec.queue_id = int(row["queue_id"])
-        rec.flag = int(row["flag"])
-        rec.queue_offset = int(row["queue_offset"])
-        rec.physical_offset = int(row["physical_offset"])
-        rec.born_timestamp = int(row["born_timestamp"])
-        born = bytes(row["born_host"])[:16]
-        memcpy(rec.born_host, PyBytes_AS_STRING(born), <size_t>len(born))
-        rec.born_port = int(row["born_port"])
-        rec.store_timestamp = int(row["store_timestamp"])
-        store = bytes(row["store_host"])[:16]
-        memcpy(rec.store_host, PyBytes_AS_STRING(store), <size_t>len(store))
-        rec.store_port = int(row["store_port"])
-        rec.reconsume_times = int(row["reconsume_times"])
-        rec.prepared_transaction_offset = int(row["prepared_transaction_offset"])
-        return _message(buffer, <const uint8_t *>view.buf, &rec, copy_body)
+        PyObject_GetBuffer(rows, &table, PyBUF_SIMPLE)
+        try:
+            count = table.len // <Py_ssize_t>sizeof(rs_batch_row)
+            row = <const rs_batch_row *>table.buf
+            for i in range(count):
+                _row_record(&row[i], <const uint8_t *>view.buf, view.len, &rec)
+                out.append(_message(zc_view, <const uint8_t *>view.buf, row[i].position, &rec))
+        finally:
+            PyBuffer_Release(&table)
     finally:
         PyBuffer_Release(&view)
+    return out
+
+
+def record_from_row(buffer, row, *, copy_body=True):
+    """The MessageExt for one row of :func:`decode_batch` over the same ``buffer`` (no re-check)."""
+    table = _np.zeros(1, dtype=RECORD_DTYPE)
+    if isinstance(row, _np.void) and row.dtype == RECORD_DTYPE:
+        table[0] = row
+    else:
+        for name in RECORD_DTYPE.names:
+            table[name][0] = row[name]
+    return _rows_messages(buffer, table, copy_body)[0]
+
+
+def messages_from_rows(buffer, rows, *, copy_body=True):
+    """The MessageExt of every row of a :func:`decode_batch` array over the same ``buffer``, as a
+    list (no re-check of the CRC; ValueError if a row points outside ``buffer``)."""
+    if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1474,3 +1776,68 @@ def uniq_key_time(key, now_ms, month_start_fn=None):
     if base + span >= now_ms:
         base = month_start(base - 1)
     return base + span
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what ConsumeQueue units point at, checked (one call for a run of units of one segment)
+
+cdef object _unit_message(const uint8_t *base, Py_ssize_t n, object zc_view, int64_t pos, int64_t offset,
+                          int64_t size, int64_t queue_offset, const uint8_t *topic, Py_ssize_t topic_len,
+                          int32_t queue_id, object tags):
+    cdef rs_record rec
+    cdef rs_dispatch_props found
+    cdef int64_t rc
+    if pos < 0 or pos >= n or size <= 0:
+        return None
+    rc = rs_decode_record(base + pos, n - pos, &rec, 1)
+    if (rc <= 0 or rec.total_size != size or rec.queue_id != queue_id or rec.queue_offset != queue_offset
+            or rec.physical_offset != offset or rec.topic_len != topic_len
+            or memcmp(rec.topic, topic, <size_t>topic_len) != 0):
+        return None
+    if tags is not None:
+        rs_dispatch_properties(rec.properties, rec.properties_len, &found)
+        if found.tags_pos < 0 or _utf8(rec.properties + found.tags_pos, found.tags_len) not in tags:
+            return False
+    return _message(zc_view, base, pos, &rec)
+
+
+def unit_messages(buffer, file_from, offsets, sizes, queue_offsets, topic, queue_id, tags=None, *,
+                  copy_body=True):
+    """The messages ConsumeQueue units point at, in a segment ``buffer`` that starts at CommitLog
+    offset ``file_from``: for unit i, the message at ``offsets[i]`` if a whole, CRC-valid record
+    starts there whose size is ``sizes[i]``, topic ``topic``, queue id ``queue_id``, queue
+    offset ``queue_offsets[i]`` and PHYSICALOFFSET ``offsets[i]``, else None; with ``tags`` (a set
+    of str), ``False`` for a message whose TAGS is not in it. Returns ``(list, how many None or
+    False)``. The arrays are one-dimensional int64 arrays of one length."""
+    cdef Py_buffer view
+    cdef const int64_t[::1] offs = _as_int64(offsets, "offsets")
+    cdef const int64_t[::1] lens = _as_int64(sizes, "sizes")
+    cdef const int64_t[::1] qoffs = _as_int64(queue_offsets, "queue_offsets")
+    cdef int64_t base_offset = _check_int(file_from, "file_from", 0, INT64_MAX)
+    cdef int32_t qid = <int32_t>_check_int(queue_id, "queue_id", INT32_MIN, INT32_MAX)
+    cdef Py_ssize_t i, count = offs.shape[0], bad = 0
+    cdef bytes topic_b = _topic_bytes(topic)
+    cdef list out = []
+    if lens.shape[0] != count or qoffs.shape[0] != count:
+        raise ValueError("offsets, sizes and queue_offsets must have one length")
+    if tags is not None and not isinstance(tags, (set, frozenset)):
+        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
+    zc_view = None if copy_body else _zero_copy_view(buffer)
+    _get_readable(buffer if copy_body else zc_view, &view)
+    try:
+        for i in range(count):
+            m = _unit_message(<const uint8_t *>view.buf, view.len, zc_view, offs[i] - base_offset, offs[i],
+                              lens[i], qoffs[i], <const uint8_t *>PyBytes_AS_STRING(topic_b),
+                              PyBytes_GET_SIZE(topic_b), qid, tags)
+            if m is None or m is False:
+                bad += 1
+            out.append(m)
+    finally:
+        PyBuffer_Release(&view)
+    return out, bad
+
+
+cdef object _as_int64(object values, str name):
+    if not isinstance(values, _np.ndarray) or values.ndim != 1 or values.dtype != _np.int64:
+        raise TypeError(f"{name} must be a one-dimensional numpy array of int64")
+    return _np.ascontiguousarray(values)

@@ -747,8 +747,17 @@ def check_queue_reads(cq, checked_from: int, cut=None) -> None:
 # at no record (it once made max_physic_offset 2**63 and the next append fail)
 @example(
     files={
-        "00000000000000000000": bytes(11) + b"\x01" + bytes(19) + b"\x01" + bytes(19) + b"\x01" + bytes(8)
-        + b"\x7f" + b"\xff" * 7 + b"\x00\x00\x00\x01" + bytes(8),
+        "00000000000000000000": bytes(11)
+        + b"\x01"
+        + bytes(19)
+        + b"\x01"
+        + bytes(19)
+        + b"\x01"
+        + bytes(8)
+        + b"\x7f"
+        + b"\xff" * 7
+        + b"\x00\x00\x00\x01"
+        + bytes(8),
         "00000000000000000080": bytes(80),
     },
     read_only=False,

@@ -149,3 +149,22 @@ def test_pipelined_futures_resolve_after_the_store_closes(impl):
         impl,
     )
     assert "thread errors: 0 " in out, out
+
+
+def test_a_store_left_open_at_exit_is_closed_cleanly(tmp_path, impl):
+    """A program that never closes its store: the store is closed at interpreter exit, while its
+    threads still run (not from __del__ during finalization, where a daemon thread stopped
+    mid-dispatch can hold a lock close() needs), and the process exits."""
+    path = tmp_path / "s"
+    script = (
+        "import sys\n"
+        "from rocketstore import MessageStore\n"
+        "s = MessageStore(sys.argv[1], implementation=sys.argv[2])\n"
+        "for i in range(20000):\n"
+        "    s.put('T', b'x' * 100, keys='k%d' % i)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path), impl.name], check=True, timeout=120)
+    assert not (path / "abort").exists()  # closed cleanly: no crash recovery at the next open
+    with rocketstore.MessageStore(str(path), implementation=impl.name) as store:
+        assert sum(1 for _ in store.iter_messages()) == 20000
+        assert len(store.query_by_key("T", "k19999")) == 1

@@ -69,6 +69,7 @@ __all__ = [
     "index_key_hash",
     "body_crc",
     "encode_properties",
+    "put_properties",
     "decode_properties",
     "record_length",
     "encode_record",
@@ -77,6 +78,9 @@ __all__ = [
     "decode_record",
     "decode_batch",
     "record_from_row",
+    "messages_from_rows",
+    "MessageExt",
+    "unit_messages",
     "dispatch_info",
     "property_pieces",
     "queue_keys",
@@ -332,6 +336,23 @@ def encode_properties(props: Mapping) -> bytes:
             f"properties are {len(data)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
         )
     return data
+
+
+def put_properties(tags, keys, properties) -> tuple:
+    """The properties of a put: ``(encoded properties, the caller's UNIQ_KEY or None, -1, or 0
+    when the WAIT property is "false")``. ``properties`` is copied, then TAGS and KEYS (a str
+    or a list or tuple of str, joined by spaces) are set. Errors as encode_properties'."""
+    props = dict(properties) if properties else {}
+    if tags is not None:
+        props["TAGS"] = tags
+    if keys is not None:
+        if not isinstance(keys, str):
+            if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+                raise InvalidMessageError("keys must be a str or a list or tuple of str")
+            keys = " ".join(keys)
+        props["KEYS"] = keys
+    wait = 0 if props.get("WAIT") == "false" else -1
+    return encode_properties(props), props.get("UNIQ_KEY"), wait
 
 
 def decode_properties(data) -> dict:
@@ -898,6 +919,64 @@ def _check_range(start, end, size):
         raise ValueError(f"range [{start}, {end}) is out of bounds for a buffer of {size} bytes")
 
 
+def messages_from_rows(buffer, rows, *, copy_body: bool = True) -> list[MessageExt]:
+    """The MessageExt of every row of a :func:`decode_batch` array over the same ``buffer``, as a
+    list (no re-check of the CRC; ValueError if a row points outside ``buffer``)."""
+    if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    return [record_from_row(buffer, row, copy_body=copy_body) for row in rows]
+
+
+def _int64_array(values, name):
+    if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype != np.int64:
+        raise TypeError(f"{name} must be a one-dimensional numpy array of int64")
+    return values.tolist()
+
+
+def unit_messages(
+    buffer, file_from, offsets, sizes, queue_offsets, topic, queue_id, tags=None, *, copy_body=True
+):
+    """The messages ConsumeQueue units point at, in a segment ``buffer`` that starts at CommitLog
+    offset ``file_from``: for unit i, the message at ``offsets[i]`` if a whole, CRC-valid record
+    starts there whose size is ``sizes[i]``, topic ``topic``, queue id ``queue_id``, queue
+    offset ``queue_offsets[i]`` and PHYSICALOFFSET ``offsets[i]``, else None; with ``tags`` (a set
+    of str), ``False`` for a message whose TAGS is not in it. Returns ``(list, how many None or
+    False)``. The arrays are one-dimensional int64 arrays of one length."""
+    offs = _int64_array(offsets, "offsets")
+    lens = _int64_array(sizes, "sizes")
+    qoffs = _int64_array(queue_offsets, "queue_offsets")
+    base_offset = _check_int(file_from, "file_from", 0, _INT64_MAX)
+    qid = _check_int(queue_id, "queue_id", _INT32_MIN, _INT32_MAX)
+    topic_b = _topic_bytes(topic)
+    if len(lens) != len(offs) or len(qoffs) != len(offs):
+        raise ValueError("offsets, sizes and queue_offsets must have one length")
+    if tags is not None and not isinstance(tags, (set, frozenset)):
+        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
+    buf = _readable_view(buffer)
+    out: list = []
+    bad = 0
+    for offset, size, queue_offset in zip(offs, lens, qoffs):
+        pos = offset - base_offset
+        m = None
+        if 0 <= pos < buf.nbytes and size > 0:
+            reason, row = _parse(buf, pos, buf.nbytes, True)
+            if (
+                reason is None
+                and row[1] == size
+                and row[4] == qid
+                and row[6] == queue_offset
+                and row[7] == offset
+                and bytes(buf[row[19] : row[19] + row[20]]) == topic_b
+            ):
+                m = _message(buf, row, copy_body)
+                if tags is not None and m.tags not in tags:
+                    m = False
+        if m is None or m is False:
+            bad += 1
+        out.append(m)
+    return out, bad
+
+
 def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
     """The MessageExt for one row of :func:`decode_batch` over the same ``buffer`` (no re-check)."""
     buf = _readable_view(buffer)
@@ -907,8 +986,12 @@ def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
     body_pos, body_len = int(row["body_pos"]), int(row["body_len"])
     topic_pos, topic_len = int(row["topic_pos"]), int(row["topic_len"])
     props_pos, props_len = int(row["properties_pos"]), int(row["properties_len"])
+    pos, size = int(row["position"]), int(row["size"])
+    end = pos + size
+    if size <= 0 or pos < 0 or end > buf.nbytes:
+        raise ValueError("row does not describe a record inside this buffer")
     for start, length in ((body_pos, body_len), (topic_pos, topic_len), (props_pos, props_len)):
-        if start < 0 or length < 0 or start + length > buf.nbytes:
+        if start < pos or length < 0 or start + length > end:
             raise ValueError("row does not describe a record inside this buffer")
     fields = (
         int(row["position"]),

@@ -168,7 +168,16 @@ class TagFilter:
 
     @classmethod
     def parse(cls, expression: Optional[str]) -> TagFilter:
-        """The filter for a subscription expression (see the class docstring)."""
+        """The filter for a subscription expression (see the class docstring); the filters of
+        the last few hundred expressions are kept, since consumers pull with the same one."""
+        if cls is TagFilter and (expression is None or type(expression) is str):
+            found = _PARSED.get(expression)
+            if found is None:
+                found = cls(expression)
+                if len(_PARSED) >= 256:
+                    _PARSED.clear()
+                _PARSED[expression] = found
+            return found
         return cls(expression)
 
     def matches_code(self, tags_code: int) -> bool:
@@ -203,6 +212,7 @@ class TagFilter:
         return f"TagFilter({self.expression!r})"
 
 
+_PARSED: dict[Optional[str], TagFilter] = {}
 _MATCH_ALL = TagFilter()
 
 
@@ -363,6 +373,10 @@ def _scan_reading(
     sizes, real, cand = _candidates(view, tag_filter)
     offsets = view["commitlog_offset"]
     recheck = recheck and not tag_filter.match_all
+    many = getattr(read, "many", None)
+    if with_queue_offset and many is not None and scan.max_bytes is None:
+        tags = tag_filter.tags if recheck else None
+        return _scan_reading_many(view, base, offsets, sizes, cand, tags, scan, many, messages)
     byte_stop = scan.byte_stop(sizes, real, 0)
     stop, full = n, False
     last_gone = -1
@@ -395,6 +409,66 @@ def _scan_reading(
         byte_stop = scan.byte_stop(sizes, real, j + 1)
     if not full and byte_stop < n:
         stop, full = byte_stop, True
+    if taken:
+        scan.accepted.append(view[taken])
+        scan.offsets.append(base + np.array(taken, dtype=np.int64))
+    if stop:
+        scan.gone_last = last_gone == stop - 1
+    return stop, full
+
+
+def _scan_reading_many(
+    view: np.ndarray,
+    base: int,
+    offsets: np.ndarray,
+    sizes: np.ndarray,
+    cand: np.ndarray,
+    tags: Optional[frozenset[str]],
+    scan: _Scan,
+    many: Callable[..., tuple[list[Any], int]],
+    messages: list[MessageExt],
+) -> tuple[int, bool]:
+    """:func:`_scan_reading` (without a byte budget) through ``read.many``: the candidates are
+    read as many at a time as the batch still wants, in one call; a run in which every unit
+    gave its message is taken whole, anything else one unit at a time by the same rules."""
+    n = len(view)
+    stop, full = n, False
+    last_gone = -1
+    taken: list[int] = []
+    todo = np.flatnonzero(cand)
+    at = 0
+    while at < len(todo) and not full:
+        chunk = todo[at : at + scan.max_msgs - scan.count]
+        at += len(chunk)
+        found, missed = many(
+            offsets[chunk].astype(np.int64), sizes[chunk], np.int64(base) + chunk.astype(np.int64), tags
+        )
+        if not missed:
+            messages.extend(found)
+            taken.extend(chunk.tolist())
+            scan.count += len(found)
+            scan.bytes += int(sizes[chunk].sum())
+            if scan.count >= scan.max_msgs:
+                stop, full = int(chunk[-1]) + 1, True
+            continue
+        for j, msg in zip(chunk.tolist(), found):
+            if msg is None:
+                last_gone = j
+                continue
+            if msg is False:
+                continue  # a tagsCode collision: filtered, as the consumer would
+            if isinstance(msg, _DamagedUnit):
+                if not scan.count:
+                    raise msg
+                stop, full = j, True  # hand out what came before it; the next pull starts here
+                break
+            messages.append(msg)
+            taken.append(j)
+            scan.count += 1
+            scan.bytes += int(sizes[j])
+            if scan.count >= scan.max_msgs:
+                stop, full = j + 1, True
+                break
     if taken:
         scan.accepted.append(view[taken])
         scan.offsets.append(base + np.array(taken, dtype=np.int64))

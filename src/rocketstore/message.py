@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 import socket
+from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 __all__ = [
     "Message",
     "MessageExt",
+    "MESSAGE_FIELDS",
     "host_to_bytes",
     "host_from_bytes",
     "validate_topic",
@@ -150,11 +152,39 @@ class Message:
         )
 
 
-class MessageExt:
+#: The fields of a MessageExt, in the order of :meth:`MessageExt.as_dict`.
+MESSAGE_FIELDS = (
+    "size",
+    "magic",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "commitlog_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body",
+    "topic",
+    "properties",
+)
+
+
+class MessageExt(metaclass=ABCMeta):
     """A record as stored in the CommitLog (RocketMQ's MessageExt), as decoding returns it.
 
     ``body`` is ``bytes`` unless a zero-copy read was asked for, in which case it is a read-only
     memoryview into the segment map that keeps the map alive while it exists.
+
+    This class is the pure-Python twin's message; the compiled build hands out
+    ``rocketstore._codec.MessageExt``, which decodes ``body``, ``topic``, ``properties`` and the
+    hosts on first access. Both are instances of this class (an ABC the compiled one registers
+    with), have the same attributes, compare equal for the same record, and pickle (a zero-copy
+    body pickles as bytes).
     """
 
     __slots__ = (
@@ -220,7 +250,13 @@ class MessageExt:
         return make_offset_msg_id(host_to_bytes(host), port, self.commitlog_offset)
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        """The fields (MESSAGE_FIELDS) as a dict."""
+        return {name: getattr(self, name) for name in MESSAGE_FIELDS}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = self.as_dict()
+        fields["body"] = bytes(fields["body"])
+        return (_message_from_fields, (fields,))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
@@ -229,7 +265,7 @@ class MessageExt:
             bytes(getattr(self, n)) == bytes(getattr(other, n))
             if n == "body"
             else getattr(self, n) == getattr(other, n)
-            for n in self.__slots__
+            for n in MESSAGE_FIELDS
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable
@@ -240,3 +276,11 @@ class MessageExt:
             f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
             f"size={self.size}, body={bytes(self.body[:32])!r})"
         )
+
+
+def _message_from_fields(fields: dict[str, Any]) -> MessageExt:
+    """A MessageExt holding ``fields`` (as ``as_dict()`` gives them): unpickling."""
+    m = MessageExt.__new__(MessageExt)
+    for name in MESSAGE_FIELDS:
+        setattr(m, name, fields[name])
+    return m

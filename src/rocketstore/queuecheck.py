@@ -136,6 +136,52 @@ class QueueGuard:
             raise _DamagedUnit(topic, queue_id, queue_offset)
         return msg
 
+    def unit_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offsets: np.ndarray,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        tags: Optional[frozenset[str]] = None,
+    ) -> tuple[list[Any], int]:
+        """:meth:`unit_message` for many units at once (int64 arrays), in one compiled call per
+        segment: each entry is the message, None (its segment is gone), ``False`` (with ``tags``:
+        its real TAGS is not among them) or a :class:`_DamagedUnit` to raise. Returns the list and
+        how many entries are not messages."""
+        out: list[Any] = []
+        bad = 0
+        count = len(offsets)
+        low = self._commitlog.min_offset
+        codec = self._commitlog.codec
+        i = 0
+        while i < count:
+            offset = int(offsets[i])
+            mf = self._commitlog.segments.find(offset) if offset >= low and sizes[i] > 0 else None
+            if mf is None:
+                gone = offset >= 0 and sizes[i] > 0 and offset < low
+                out.append(None if gone else _DamagedUnit(topic, queue_id, int(queue_offsets[i])))
+                bad += 1
+                i += 1
+                continue
+            rest = offsets[i:]
+            outside = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.end_offset))
+            j = i + (int(outside[0]) if len(outside) else len(rest))
+            view = mf.view(0, self._commitlog.readable_end(mf))
+            found, missed = codec.unit_messages(
+                view, mf.file_from_offset, offsets[i:j], sizes[i:j], queue_offsets[i:j], topic, queue_id, tags
+            )
+            del view
+            if missed:
+                found = [
+                    _DamagedUnit(topic, queue_id, int(queue_offsets[i + k])) if m is None else m
+                    for k, m in enumerate(found)
+                ]
+            out.extend(found)
+            bad += missed
+            i = j
+        return out, bad
+
     def repair(self, keys: Iterable[tuple[str, int]]) -> None:
         """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every
         record with a valid CRC that sits where its PHYSICALOFFSET says is put back at its queue

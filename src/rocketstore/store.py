@@ -15,10 +15,13 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import random
+import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -64,10 +67,6 @@ from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import (
     PROPERTY_DELAY,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT,
     Message,
     MessageExt,
     check_user_topic,
@@ -94,7 +93,7 @@ _T = TypeVar("_T")
 
 __all__ = ["MessageStore", "open_store", "check_store_dir"]
 
-_INT64_MAX = (1 << 63) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 _WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
@@ -103,6 +102,8 @@ REBUILD_STEP = 64 << 20
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
+#: iter_messages decodes this many records per compiled call (one list of messages at a time).
+_MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_schedule",
@@ -120,6 +121,42 @@ _PARTS = (
 
 def _closed_error() -> NoReturn:
     raise StoreClosedError("the store is closed")
+
+
+#: Stores open in this process: closed at interpreter exit (see _close_open_stores).
+_OPEN_STORES: weakref.WeakSet[MessageStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    """Close the stores a program left open, at exit, while the store's threads still run:
+    once the interpreter finalizes, a daemon thread it stops mid-dispatch keeps the lock that
+    a close from ``__del__`` would wait for (a hang at exit, seen once)."""
+    for store in list(_OPEN_STORES):
+        if not store.closed:
+            store._close_quietly()
+
+
+class _UnitReader:
+    """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
+    ``many`` reads a run of units in one compiled call per segment."""
+
+    __slots__ = ("_guard", "_topic", "_queue_id")
+
+    def __init__(self, guard: QueueGuard, topic: str, queue_id: int) -> None:
+        self._guard, self._topic, self._queue_id = guard, topic, queue_id
+
+    def __call__(self, offset: int, size: int, queue_offset: int) -> Optional[MessageExt]:
+        return self._guard.unit_message(self._topic, self._queue_id, queue_offset, offset, size)
+
+    def many(
+        self,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        queue_offsets: np.ndarray,
+        tags: Optional[frozenset[str]],
+    ) -> tuple[list[Any], int]:
+        return self._guard.unit_messages(self._topic, self._queue_id, queue_offsets, offsets, sizes, tags)
 
 
 class MessageStore:
@@ -213,6 +250,7 @@ class MessageStore:
                 self._teardown(clean=False)  # what was opened is closed; the abort file stays
                 raise
         self._closed = False
+        _OPEN_STORES.add(self)
 
     # ---- open / close ----
 
@@ -588,6 +626,10 @@ class MessageStore:
         # then a new thread closes it (which keeps it alive until then).
         if getattr(self, "_closed", True):
             return
+        if sys.is_finalizing():
+            # too late: a daemon thread stopped by the interpreter may hold a lock close() needs.
+            # _close_open_stores ran at exit; a store left open here recovers like after a crash.
+            return
         if threading.current_thread().name.startswith("rocketstore-"):
             threading.Thread(target=self._close_quietly, name="rocketstore-finalize").start()
         else:
@@ -637,20 +679,8 @@ class MessageStore:
         properties: Optional[Mapping[str, str]],
     ) -> tuple[Optional[bytes], Optional[str], int]:
         """(encoded properties, the caller's UNIQ_KEY or None, wait override or -1)."""
-        props = dict(properties) if properties else {}
-        if tags is not None:
-            props[PROPERTY_TAGS] = tags
-        if keys is not None:
-            if not isinstance(keys, str):
-                if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
-                    raise InvalidMessageError("keys must be a str or a list or tuple of str")
-                keys = " ".join(keys)
-            props[PROPERTY_KEYS] = keys
-        wait = -1
-        if props.get(PROPERTY_WAIT) == "false":
-            wait = 0
-        unique_key = props.get(PROPERTY_UNIQ_KEY)
-        return self._codec.encode_properties(props), unique_key, wait
+        found: tuple[Optional[bytes], Optional[str], int] = self._codec.put_properties(tags, keys, properties)
+        return found
 
     def _wait_mode(self, durable: Optional[bool], wait_override: int) -> int:
         """The core's wait argument: -1 lets the core apply the store's flush_disk_type."""
@@ -868,7 +898,33 @@ class MessageStore:
         self._check_writable()
         items = []
         waits = []
+        user_topics = self._user_topics
+        put_properties = self._codec.put_properties
         for m in messages:
+            if (
+                type(m) is Message
+                and m.topic.__class__ is str
+                and m.topic in user_topics
+                and m.properties is None
+                and type(m.body) is bytes
+                and m.queue_id.__class__ is int
+                and -1 <= m.queue_id <= _INT32_MAX
+                and m.flag.__class__ is int
+                and _INT32_MIN <= m.flag <= _INT32_MAX
+                and m.born_timestamp.__class__ is int
+                and _INT64_MIN <= m.born_timestamp <= _INT64_MAX
+                and m.sys_flag == 0
+                and m.reconsume_times == 0
+            ):
+                # the common shape (a known user topic, tags and keys at most): no Python check
+                # per field; anything else takes _message_item's full checks
+                if m.tags is None and m.keys is None:
+                    props, unique_key, wait = b"", None, -1
+                else:
+                    props, unique_key, wait = put_properties(m.tags, m.keys, None)
+                items.append((m.topic, m.body, props, m.queue_id, m.flag, m.born_timestamp, 0, 0, unique_key))
+                waits.append(wait)
+                continue
             self._check_user_topic(m)
             item, wait = self._message_item(m)
             items.append(item)
@@ -970,10 +1026,11 @@ class MessageStore:
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
         lists them). ``check_crc=False`` trusts the bytes and reads faster."""
         self._check_open()
+        decode = self._codec.messages_from_rows
         for mf, arr in self._scan(start, end, check_crc):
             view = mf.view(0, self._readable_end(mf))
-            for row in arr:
-                yield self._codec.record_from_row(view, row, copy_body=not zero_copy)
+            for at in range(0, len(arr), _MESSAGES_PER_DECODE):
+                yield from decode(view, arr[at : at + _MESSAGES_PER_DECODE], copy_body=not zero_copy)
 
     def scan(
         self,
@@ -1065,8 +1122,8 @@ class MessageStore:
         rebuild the queue from the CommitLog and try again; if that cannot help, the position is
         reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
         cq = self._queue(topic, queue_id)
+        read = _UnitReader(self._guard, topic, int(queue_id))
         for attempt in range(2):
-            read = lambda offset, size, q: self._guard.unit_message(topic, queue_id, q, offset, size)
             try:
                 return fetch(cq, read)
             except _DamagedUnit as exc:

@@ -1,0 +1,179 @@
+"""The message a read hands out: both twins' MessageExt have the same fields, equality, lazily
+decoded values, pickling and errors, whatever record they come from."""
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rocketstore
+from rocketstore import _codec_py
+from rocketstore.message import MESSAGE_FIELDS
+
+c_codec = pytest.importorskip("rocketstore._codec", reason="rocketstore._codec is not built")
+
+
+def _record(codec, **over):
+    fields = dict(
+        topic="TopicA",
+        body=b"hello body",
+        properties={"TAGS": "tagA", "KEYS": "k1 k2", "UNIQ_KEY": "U1", "x": "y"},
+        queue_id=3,
+        flag=7,
+        queue_offset=41,
+        physical_offset=1000,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        born_host=("10.1.2.3", 5555),
+        store_timestamp=1_700_000_000_001,
+        store_host=("192.168.0.9", 10911),
+        reconsume_times=2,
+        prepared_transaction_offset=0,
+    )
+    fields.update(over)
+    return codec.encode_record(**fields)
+
+
+@pytest.fixture(params=[{}, {"store_host": ("2001:db8::1", 10911), "sys_flag": 0x20}], ids=["v4", "v6"])
+def record(request):
+    return _record(_codec_py, **request.param)
+
+
+@pytest.mark.parametrize("copy_body", [True, False], ids=["copy", "zero-copy"])
+def test_every_field_agrees_between_twins(impl, record, copy_body):
+    mine = impl.codec.decode_record(bytearray(record), 0, copy_body=copy_body)
+    ref = _codec_py.decode_record(record, 0)
+    assert isinstance(mine, rocketstore.MessageExt)
+    for name in MESSAGE_FIELDS:
+        got, want = getattr(mine, name), getattr(ref, name)
+        assert (bytes(got) if name == "body" else got) == want, name
+    assert (mine.tags, mine.keys, mine.unique_key) == ("tagA", "k1 k2", "U1")
+    assert (
+        mine.msg_id
+        == ref.msg_id
+        == _codec_py.make_offset_msg_id(
+            rocketstore.message.host_to_bytes(ref.store_host[0]), ref.store_host[1], 1000
+        )
+    )
+    assert mine == ref and ref == mine
+    assert (mine != ref) is False
+    assert list(mine.as_dict()) == list(MESSAGE_FIELDS)
+    assert isinstance(mine.body, memoryview if not copy_body else bytes)
+
+
+def test_equality_sees_every_field(impl, record):
+    a = impl.codec.decode_record(record, 0)
+    for name, value in [("queue_offset", 42), ("topic", "Other"), ("body", b"x"), ("properties", {})]:
+        b = impl.codec.decode_record(record, 0)
+        setattr(b, name, value)
+        assert a != b, name
+    with pytest.raises(TypeError):
+        hash(a)
+
+
+def test_assigned_values_win_over_the_record(impl, record):
+    m = impl.codec.decode_record(record, 0)
+    m.properties = {"TAGS": "other"}
+    assert (m.tags, m.keys, m.unique_key) == ("other", None, None)
+    m.store_host = ("127.0.0.1", 1)
+    assert m.msg_id == _codec_py.make_offset_msg_id(b"\x7f\0\0\x01", 1, 1000)
+    m.properties = {}
+    assert m.tags is None
+
+
+@pytest.mark.parametrize("copy_body", [True, False], ids=["copy", "zero-copy"])
+def test_pickles_and_copies_as_the_same_message(impl, record, copy_body):
+    m = impl.codec.decode_record(record, 0, copy_body=copy_body)
+    assert m.properties  # one field decoded, the rest not yet: both states survive
+    again = pickle.loads(pickle.dumps(m))
+    assert again == m and type(again) is type(m)
+    assert isinstance(again.body, bytes)
+    assert again.msg_id == m.msg_id and again.tags == "tagA"
+    assert copy.deepcopy(m) == m
+
+
+def test_zero_copy_keeps_its_buffer_pinned(impl, record):
+    buf = bytearray(record)
+    m = impl.codec.decode_record(buf, 0, copy_body=False)
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # exported while the message lives
+    assert bytes(m.body) == b"hello body"
+
+
+def test_messages_from_rows_matches_decode_record(impl):
+    data = b"".join(_record(_codec_py, queue_offset=i, body=bytes([i]) * i) for i in range(20))
+    rows, _, _ = impl.codec.decode_batch(data)
+    got = impl.codec.messages_from_rows(data, rows)
+    want = [_codec_py.decode_record(data, int(p)) for p in rows["position"]]
+    assert got == want
+    assert impl.codec.messages_from_rows(data, rows[:0]) == []
+    assert impl.codec.record_from_row(data, rows[5]) == want[5]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("position", -1),
+        ("position", 10**9),
+        ("size", 0),
+        ("size", 10**6),
+        ("body_pos", 10**6),
+        ("topic_len", -1),
+    ],
+)
+def test_rows_pointing_outside_the_buffer_are_refused(impl, field, value):
+    data = _record(_codec_py) * 2
+    rows, _, _ = impl.codec.decode_batch(data)
+    rows = rows.copy()
+    rows[field][1] = value
+    with pytest.raises(ValueError, match="row does not describe a record inside this buffer"):
+        impl.codec.messages_from_rows(data, rows)
+    with pytest.raises(ValueError, match="row does not describe a record inside this buffer"):
+        impl.codec.record_from_row(data, rows[1])
+
+
+def test_messages_from_rows_wants_a_record_table(impl):
+    with pytest.raises(TypeError, match="RECORD_DTYPE"):
+        impl.codec.messages_from_rows(b"", np.zeros(3, dtype=np.int64))
+    with pytest.raises(TypeError, match="RECORD_DTYPE"):
+        impl.codec.messages_from_rows(b"", [1, 2])
+
+
+def test_store_reads_hand_out_the_twins_message(impl, tmp_path):
+    from rocketstore import MessageStore
+
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
+        res = store.put("T", b"body", keys="k", tags="t")
+        m = store.read(res.commitlog_offset)
+        assert isinstance(m, rocketstore.MessageExt)
+        assert [m] == list(store.iter_messages()) == [store.get_by_msg_id(res.msg_id)]
+        assert m == store.get_by_queue_offset("T", res.queue_id, res.queue_offset)
+        assert (m.tags, m.keys) == ("t", "k")
+
+
+_prop_text = st.one_of(
+    st.none(), st.text(max_size=8), st.sampled_from(["a", "tag\x01", "k\x02", "\udc80", "x" * 40000])
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tags=st.one_of(_prop_text, st.integers()),
+    keys=st.one_of(
+        _prop_text, st.lists(st.one_of(st.text(max_size=5), st.integers()), max_size=3), st.tuples(st.text())
+    ),
+    properties=st.one_of(
+        st.none(), st.dictionaries(st.text(max_size=5), st.one_of(st.text(max_size=5), st.none()), max_size=3)
+    ),
+)
+def test_put_properties_same_bytes_and_errors_in_both_twins(tags, keys, properties):
+    def run(codec):
+        try:
+            return codec.put_properties(tags, keys, properties)
+        except Exception as exc:  # the twins must raise the same type with the same message
+            return type(exc), str(exc)
+
+    assert run(c_codec) == run(_codec_py)
