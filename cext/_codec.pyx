@@ -38,7 +38,8 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "put_properties", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "unit_messages",
+    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "unit_messages", "pull_units",
+    "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
@@ -1058,12 +1059,16 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
 cdef int _row_record(const rs_batch_row *row, const uint8_t *base, Py_ssize_t n, rs_record *r) except -1:
     """Fill r from a decode_batch row over base[0 .. n): ValueError unless the row's record and
     its body, topic and properties lie inside that buffer."""
-    cdef int64_t pos = row.position, end = row.position + <int64_t>row.size
-    if (row.size <= 0 or pos < 0 or end > n
-            or row.body_len < 0 or row.body_pos < pos or row.body_pos + row.body_len > end
-            or row.topic_len < 0 or row.topic_pos < pos or row.topic_pos + row.topic_len > end
-            or row.properties_len < 0 or row.properties_pos < pos
-            or row.properties_pos + row.properties_len > end):
+    cdef int64_t pos = row.position, end
+    # compared without a sum that could overflow: hostile rows hold any int64
+    if row.size <= 0 or pos < 0 or pos > n or row.size > n - pos:
+        raise ValueError("row does not describe a record inside this buffer")
+    end = pos + row.size
+    if (row.body_len < 0 or row.body_pos < pos or row.body_pos > end or row.body_len > end - row.body_pos
+            or row.topic_len < 0 or row.topic_pos < pos or row.topic_pos > end
+            or row.topic_len > end - row.topic_pos
+            or row.properties_len < 0 or row.properties_pos < pos or row.properties_pos > end
+            or row.properties_len > end - row.properties_pos):
         raise ValueError("row does not describe a record inside this buffer")
     r.total_size = row.size
     r.magic = row.magic
@@ -1841,3 +1846,137 @@ cdef object _as_int64(object values, str name):
     if not isinstance(values, _np.ndarray) or values.ndim != 1 or values.dtype != _np.int64:
         raise TypeError(f"{name} must be a one-dimensional numpy array of int64")
     return _np.ascontiguousarray(values)
+
+
+cdef inline int64_t _be64(const uint8_t *p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return <int64_t>v
+
+
+cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef enum:
+    _CQ_UNIT = 20
+    _PLACEHOLDER_SIZE = 0x7FFFFFFF
+    _PULL_END = 0         # no unit left
+    _PULL_FULL = 1        # ``want`` messages taken
+    _PULL_OUTSIDE = 2     # the unit at stop is a candidate whose record is not in this segment
+    _PULL_DAMAGED = 3     # the unit at stop does not point at its own record
+
+
+def pull_units(buffer, file_from, file_size, units, start, want, first_queue_offset, topic, queue_id,
+               codes=None, tags=None, *, copy_body=True):
+    """One step of a pull (consume.get_message) over ConsumeQueue ``units`` (a one-dimensional
+    CQ_UNIT_DTYPE array; unit i has queue offset ``first_queue_offset + i``), from index ``start``.
+
+    Placeholders and units whose tagsCode is not in ``codes`` (a tuple of Java int tag hashes;
+    None: every unit; extended tagsCodes always pass) are skipped. Every other unit's record is
+    read from ``buffer``, the readable part of the CommitLog segment that starts at ``file_from``
+    and is ``file_size`` long (``buffer`` None: no segment yet), and checked as in
+    :func:`unit_messages`; a message whose TAGS is not in ``tags`` (a set, or None) is skipped.
+
+    Returns ``(messages, taken, stop, kind)``: the messages, the unit indices they came from, and
+    where and why it stopped: _PULL_END (stop = len(units)), _PULL_FULL (``want`` taken; stop after
+    the last), _PULL_OUTSIDE (the unit at stop lies outside this segment or below it: the caller
+    finds its segment and goes on from stop) or _PULL_DAMAGED (the unit at stop is not its record).
+    """
+    cdef Py_buffer view, table
+    cdef const uint8_t *seg = NULL
+    cdef const uint8_t *u
+    cdef Py_ssize_t seg_len = 0, n, i
+    cdef int64_t lo = _check_int(file_from, "file_from", 0, INT64_MAX)
+    cdef int64_t seg_size = _check_int(file_size, "file_size", 0, INT64_MAX)
+    cdef int64_t first = _check_int(first_queue_offset, "first_queue_offset", 0, INT64_MAX)
+    cdef int64_t left = _check_int(want, "want", 0, INT64_MAX)
+    cdef int32_t qid = <int32_t>_check_int(queue_id, "queue_id", INT32_MIN, INT32_MAX)
+    cdef int64_t offset, size, code
+    cdef int32_t code32
+    cdef int32_t *wanted = NULL
+    cdef Py_ssize_t ncodes = 0, k
+    cdef bint ok
+    cdef bytes topic_b = _topic_bytes(topic)
+    cdef list messages = [], taken = []
+    cdef int kind = _PULL_END
+    if not isinstance(units, _np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
+        raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    if tags is not None and not isinstance(tags, (set, frozenset)):
+        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
+    i = _check_int(start, "start", 0, INT64_MAX)
+    zc_view = None
+    if buffer is not None:
+        zc_view = None if copy_body else _zero_copy_view(buffer)
+        _get_readable(buffer if copy_body else zc_view, &view)
+        seg = <const uint8_t *>view.buf
+        seg_len = view.len
+    try:
+        if codes is not None:
+            ncodes = len(codes)
+            wanted = <int32_t *>PyMem_Malloc(max(1, ncodes) * sizeof(int32_t))
+            if wanted == NULL:
+                raise MemoryError()
+            for k in range(ncodes):
+                wanted[k] = <int32_t>_check_int(codes[k], "code", INT32_MIN, INT32_MAX)
+        units = _np.ascontiguousarray(units)
+        PyObject_GetBuffer(units, &table, PyBUF_SIMPLE)
+        try:
+            n = table.len // _CQ_UNIT
+            while True:
+                if i >= n:
+                    kind = _PULL_END
+                    break
+                if left <= 0:
+                    kind = _PULL_FULL
+                    break
+                u = <const uint8_t *>table.buf + i * _CQ_UNIT
+                offset = _be64(u)
+                size = _be32(u + 8)
+                if offset == 0 and size == _PLACEHOLDER_SIZE:
+                    i += 1
+                    continue
+                if wanted != NULL:
+                    code = _be64(u + 12)
+                    if code > -2147483649:   # not an extended tagsCode (those always pass)
+                        code32 = <int32_t>code
+                        ok = False
+                        for k in range(ncodes):
+                            if wanted[k] == code32:
+                                ok = True
+                                break
+                        if not ok:
+                            i += 1
+                            continue
+                if offset < 0 or size <= 0:
+                    kind = _PULL_DAMAGED
+                    break
+                if seg == NULL or offset < lo or offset - lo >= seg_size:
+                    kind = _PULL_OUTSIDE
+                    break
+                m = _unit_message(seg, seg_len, zc_view, offset - lo, offset, size, first + i,
+                                  <const uint8_t *>PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), qid, tags)
+                if m is None:
+                    kind = _PULL_DAMAGED
+                    break
+                i += 1
+                if m is False:
+                    continue
+                messages.append(m)
+                taken.append(i - 1)
+                left -= 1
+        finally:
+            PyBuffer_Release(&table)
+    finally:
+        PyMem_Free(wanted)
+        if seg != NULL:
+            PyBuffer_Release(&view)
+    return messages, taken, i, kind
+
+
+PULL_END = _PULL_END
+PULL_FULL = _PULL_FULL
+PULL_OUTSIDE = _PULL_OUTSIDE
+PULL_DAMAGED = _PULL_DAMAGED

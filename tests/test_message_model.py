@@ -135,6 +135,28 @@ def test_rows_pointing_outside_the_buffer_are_refused(impl, field, value):
         impl.codec.record_from_row(data, rows[1])
 
 
+def test_rows_whose_sums_overflow_are_refused(impl):
+    """A row near 2**63 whose position + size wraps around: refused, never read (this once
+    passed the bounds check by overflow and crashed the interpreter)."""
+    data = _record(_codec_py) * 2
+    rows, _, _ = impl.codec.decode_batch(data)
+    rows = rows.copy()
+    top = 2**63 - 10
+    for name, value in [
+        ("position", top),
+        ("size", 100),
+        ("body_pos", top + 5),
+        ("body_len", 10),
+        ("topic_pos", top + 5),
+        ("topic_len", 10),
+        ("properties_pos", top + 5),
+        ("properties_len", 10),
+    ]:
+        rows[name][1] = value
+    with pytest.raises(ValueError, match="row does not describe a record inside this buffer"):
+        impl.codec.messages_from_rows(data, rows)
+
+
 def test_messages_from_rows_wants_a_record_table(impl):
     with pytest.raises(TypeError, match="RECORD_DTYPE"):
         impl.codec.messages_from_rows(b"", np.zeros(3, dtype=np.int64))
@@ -177,3 +199,66 @@ def test_put_properties_same_bytes_and_errors_in_both_twins(tags, keys, properti
             return type(exc), str(exc)
 
     assert run(c_codec) == run(_codec_py)
+
+
+def _queue_fixture(count=12):
+    """A segment of ``count`` records of T-0 (queue offsets 0..count-1, tags a/b in turn) and
+    their ConsumeQueue units."""
+    from rocketstore.consumequeue import CQ_UNIT_DTYPE
+
+    records, units, pos = [], np.zeros(count, dtype=CQ_UNIT_DTYPE), 0
+    for i in range(count):
+        tag = "ab"[i % 2]
+        rec = _record(
+            _codec_py, topic="T", queue_id=0, queue_offset=i, physical_offset=pos, properties={"TAGS": tag}
+        )
+        records.append(rec)
+        units[i] = (pos, len(rec), _codec_py.tags_code(tag))
+        pos += len(rec)
+    return b"".join(records), units
+
+
+_unit_edits = st.lists(
+    st.tuples(
+        st.integers(0, 11),
+        st.sampled_from(["placeholder", "negative", "shifted", "size", "far", "other_code", "zero"]),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    edits=_unit_edits,
+    start=st.integers(0, 12),
+    want=st.integers(0, 14),
+    first=st.sampled_from([0, 1]),
+    segment=st.sampled_from(["whole", "half", "none"]),
+    codes=st.sampled_from([None, "a", "b", "ab"]),
+    recheck=st.booleans(),
+)
+def test_pull_units_agrees_between_twins(edits, start, want, first, segment, codes, recheck):
+    from rocketstore.consumequeue import PLACEHOLDER_SIZE
+
+    data, units = _queue_fixture()
+    for i, edit in edits:
+        offset, size, code = (int(x) for x in units[i])
+        offset, size, code = {
+            "placeholder": (0, PLACEHOLDER_SIZE, 0),
+            "negative": (-1, size, code),
+            "shifted": (offset + 1, size, code),
+            "size": (offset, size + 1 if size < PLACEHOLDER_SIZE else 1, code),
+            "far": (offset + 10**6, size, code),
+            "other_code": (offset, size, code + 1),
+            "zero": (offset, 0, code),
+        }[edit]
+        units[i] = (offset, size, code)
+    buffer = {"whole": data, "half": data[: len(data) // 2], "none": None}[segment]
+    tag_codes = None if codes is None else tuple(_codec_py.tags_code(t) for t in codes)
+    tags = None if codes is None or not recheck else frozenset(codes)
+    args = (buffer, 0, 1 << 20, units, start, want, first, "T", 0, tag_codes, tags)
+    assert c_codec.pull_units(*args) == _codec_py.pull_units(*args)
+    found, taken, stop, kind = c_codec.pull_units(*args)
+    for m, i in zip(found, taken):
+        assert m.queue_offset == first + i and m.commitlog_offset == int(units[i]["commitlog_offset"])
+    assert len(found) <= want and start <= stop <= len(units)

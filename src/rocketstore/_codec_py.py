@@ -81,6 +81,11 @@ __all__ = [
     "messages_from_rows",
     "MessageExt",
     "unit_messages",
+    "pull_units",
+    "PULL_END",
+    "PULL_FULL",
+    "PULL_OUTSIDE",
+    "PULL_DAMAGED",
     "dispatch_info",
     "property_pieces",
     "queue_keys",
@@ -1462,3 +1467,104 @@ def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     if base + span >= now_ms:
         base = month_start(base - 1)
     return base + span
+
+
+PULL_END = 0  # no unit left
+PULL_FULL = 1  # ``want`` messages taken
+PULL_OUTSIDE = 2  # the unit at stop is a candidate whose record is not in this segment
+PULL_DAMAGED = 3  # the unit at stop does not point at its own record
+_CQ_UNIT = 20
+_PLACEHOLDER_SIZE = 0x7FFFFFFF
+_EXT_TAGS_CODE_MAX = -(1 << 31) - 1
+
+
+def pull_units(
+    buffer,
+    file_from,
+    file_size,
+    units,
+    start,
+    want,
+    first_queue_offset,
+    topic,
+    queue_id,
+    codes=None,
+    tags=None,
+    *,
+    copy_body=True,
+):
+    """One step of a pull (consume.get_message) over ConsumeQueue ``units`` (a one-dimensional
+    CQ_UNIT_DTYPE array; unit i has queue offset ``first_queue_offset + i``), from index ``start``.
+
+    Placeholders and units whose tagsCode is not in ``codes`` (a tuple of Java int tag hashes;
+    None: every unit; extended tagsCodes always pass) are skipped. Every other unit's record is
+    read from ``buffer``, the readable part of the CommitLog segment that starts at ``file_from``
+    and is ``file_size`` long (``buffer`` None: no segment yet), and checked as in
+    :func:`unit_messages`; a message whose TAGS is not in ``tags`` (a set, or None) is skipped.
+
+    Returns ``(messages, taken, stop, kind)``: the messages, the unit indices they came from, and
+    where and why it stopped: PULL_END (stop = len(units)), PULL_FULL (``want`` taken; stop after
+    the last), PULL_OUTSIDE (the unit at stop lies outside this segment or below it: the caller
+    finds its segment and goes on from stop) or PULL_DAMAGED (the unit at stop is not its record).
+    """
+    lo = _check_int(file_from, "file_from", 0, _INT64_MAX)
+    seg_size = _check_int(file_size, "file_size", 0, _INT64_MAX)
+    first = _check_int(first_queue_offset, "first_queue_offset", 0, _INT64_MAX)
+    left = _check_int(want, "want", 0, _INT64_MAX)
+    qid = _check_int(queue_id, "queue_id", _INT32_MIN, _INT32_MAX)
+    topic_b = _topic_bytes(topic)
+    if not isinstance(units, np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
+        raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    if tags is not None and not isinstance(tags, (set, frozenset)):
+        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
+    i = _check_int(start, "start", 0, _INT64_MAX)
+    wanted = None if codes is None else {_check_int(c, "code", _INT32_MIN, _INT32_MAX) for c in codes}
+    buf = None if buffer is None else _readable_view(buffer)
+    raw = np.ascontiguousarray(units).view(np.uint8).tobytes()
+    n = len(raw) // _CQ_UNIT
+    messages: list = []
+    taken: list = []
+    while True:
+        if i >= n:
+            kind = PULL_END
+            break
+        if left <= 0:
+            kind = PULL_FULL
+            break
+        offset, size, code = struct.unpack_from(">qiq", raw, i * _CQ_UNIT)
+        if offset == 0 and size == _PLACEHOLDER_SIZE:
+            i += 1
+            continue
+        if wanted is not None and code > _EXT_TAGS_CODE_MAX:
+            code32 = ((code + (1 << 31)) % (1 << 32)) - (1 << 31)
+            if code32 not in wanted:
+                i += 1
+                continue
+        if offset < 0 or size <= 0:
+            kind = PULL_DAMAGED
+            break
+        if buf is None or offset < lo or offset - lo >= seg_size:
+            kind = PULL_OUTSIDE
+            break
+        found, _ = unit_messages(
+            buf,
+            lo,
+            np.array([offset], dtype=np.int64),
+            np.array([size], dtype=np.int64),
+            np.array([first + i], dtype=np.int64),
+            topic_b,
+            qid,
+            tags,
+            copy_body=copy_body,
+        )
+        m = found[0]
+        if m is None:
+            kind = PULL_DAMAGED
+            break
+        i += 1
+        if m is False:
+            continue
+        messages.append(m)
+        taken.append(i - 1)
+        left -= 1
+    return messages, taken, i, kind

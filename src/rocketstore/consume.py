@@ -148,7 +148,7 @@ class TagFilter:
     ``(int) tagsCode``).
     """
 
-    __slots__ = ("expression", "match_all", "tags", "codes", "_code_array")
+    __slots__ = ("expression", "match_all", "tags", "codes", "code_tuple", "_code_array")
 
     def __init__(self, expression: Optional[str] = None):
         if expression is not None and not isinstance(expression, str):
@@ -164,6 +164,7 @@ class TagFilter:
             tags = frozenset(piece for piece in pieces if piece)
         self.tags = tags
         self.codes = frozenset(java_hash(tag) for tag in tags)
+        self.code_tuple = tuple(sorted(self.codes))
         self._code_array = np.array(sorted(self.codes), dtype=np.int32)
 
     @classmethod
@@ -369,14 +370,13 @@ def _scan_reading(
 
     Returns (units examined, batch full).
     """
+    recheck = recheck and not tag_filter.match_all
+    pull = getattr(read, "pull", None)
+    if with_queue_offset and pull is not None and scan.max_bytes is None:
+        return _scan_pulling(view, base, tag_filter, recheck, scan, pull, messages)
     n = len(view)
     sizes, real, cand = _candidates(view, tag_filter)
     offsets = view["commitlog_offset"]
-    recheck = recheck and not tag_filter.match_all
-    many = getattr(read, "many", None)
-    if with_queue_offset and many is not None and scan.max_bytes is None:
-        tags = tag_filter.tags if recheck else None
-        return _scan_reading_many(view, base, offsets, sizes, cand, tags, scan, many, messages)
     byte_stop = scan.byte_stop(sizes, real, 0)
     stop, full = n, False
     last_gone = -1
@@ -417,60 +417,27 @@ def _scan_reading(
     return stop, full
 
 
-def _scan_reading_many(
+def _scan_pulling(
     view: np.ndarray,
     base: int,
-    offsets: np.ndarray,
-    sizes: np.ndarray,
-    cand: np.ndarray,
-    tags: Optional[frozenset[str]],
+    tag_filter: TagFilter,
+    recheck: bool,
     scan: _Scan,
-    many: Callable[..., tuple[list[Any], int]],
+    pull: Callable[..., tuple[list[Any], list[int], int, bool, int]],
     messages: list[MessageExt],
 ) -> tuple[int, bool]:
-    """:func:`_scan_reading` (without a byte budget) through ``read.many``: the candidates are
-    read as many at a time as the batch still wants, in one call; a run in which every unit
-    gave its message is taken whole, anything else one unit at a time by the same rules."""
-    n = len(view)
-    stop, full = n, False
-    last_gone = -1
-    taken: list[int] = []
-    todo = np.flatnonzero(cand)
-    at = 0
-    while at < len(todo) and not full:
-        chunk = todo[at : at + scan.max_msgs - scan.count]
-        at += len(chunk)
-        found, missed = many(
-            offsets[chunk].astype(np.int64), sizes[chunk], np.int64(base) + chunk.astype(np.int64), tags
-        )
-        if not missed:
-            messages.extend(found)
-            taken.extend(chunk.tolist())
-            scan.count += len(found)
-            scan.bytes += int(sizes[chunk].sum())
-            if scan.count >= scan.max_msgs:
-                stop, full = int(chunk[-1]) + 1, True
-            continue
-        for j, msg in zip(chunk.tolist(), found):
-            if msg is None:
-                last_gone = j
-                continue
-            if msg is False:
-                continue  # a tagsCode collision: filtered, as the consumer would
-            if isinstance(msg, _DamagedUnit):
-                if not scan.count:
-                    raise msg
-                stop, full = j, True  # hand out what came before it; the next pull starts here
-                break
-            messages.append(msg)
-            taken.append(j)
-            scan.count += 1
-            scan.bytes += int(sizes[j])
-            if scan.count >= scan.max_msgs:
-                stop, full = j + 1, True
-                break
-    if taken:
-        scan.accepted.append(view[taken])
+    """:func:`_scan_reading` (without a byte budget) through ``read.pull``: the tag filter, the
+    reads and their checks in one compiled call per CommitLog segment, by the same rules."""
+    codes = None if tag_filter.match_all else tag_filter.code_tuple
+    found, taken, stop, full, last_gone = pull(
+        view, base, scan.max_msgs - scan.count, codes, tag_filter.tags if recheck else None, scan.count == 0
+    )
+    if found:
+        messages.extend(found)
+        scan.count += len(found)
+        accepted = view[taken]
+        scan.bytes += int(accepted["size"].sum(dtype=np.int64))
+        scan.accepted.append(accepted)
         scan.offsets.append(base + np.array(taken, dtype=np.int64))
     if stop:
         scan.gone_last = last_gone == stop - 1

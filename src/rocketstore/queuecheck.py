@@ -36,6 +36,7 @@ class QueueGuard:
         read_only: bool,
     ) -> None:
         self._commitlog = commitlog
+        self.codec = commitlog.codec
         self._queues = queues
         self._dispatcher = dispatcher
         self._delay_levels_ms = tuple(delay_levels_ms)
@@ -136,51 +137,49 @@ class QueueGuard:
             raise _DamagedUnit(topic, queue_id, queue_offset)
         return msg
 
-    def unit_messages(
+    def pull(
         self,
         topic: str,
         queue_id: int,
-        queue_offsets: np.ndarray,
-        offsets: np.ndarray,
-        sizes: np.ndarray,
-        tags: Optional[frozenset[str]] = None,
-    ) -> tuple[list[Any], int]:
-        """:meth:`unit_message` for many units at once (int64 arrays), in one compiled call per
-        segment: each entry is the message, None (its segment is gone), ``False`` (with ``tags``:
-        its real TAGS is not among them) or a :class:`_DamagedUnit` to raise. Returns the list and
-        how many entries are not messages."""
-        out: list[Any] = []
-        bad = 0
-        count = len(offsets)
-        low = self._commitlog.min_offset
+        units: np.ndarray,
+        base: int,
+        want: int,
+        codes: Optional[tuple[int, ...]],
+        tags: Optional[frozenset[str]],
+    ) -> tuple[list[Any], list[int], int, int, int]:
+        """Read the messages of up to ``want`` candidate ``units`` (queue offset ``base`` first),
+        each checked as :meth:`unit_message` does, with the codec's ``pull_units`` (one compiled
+        call per CommitLog segment the units point into). Returns ``(messages, unit indices,
+        stop, kind, last gone)``: ``kind`` is the codec's PULL_END, PULL_FULL or PULL_DAMAGED
+        (the unit at ``stop`` does not point at its record); ``last gone`` is the index of the last
+        unit whose record retention deleted (-1: none)."""
         codec = self._commitlog.codec
-        i = 0
-        while i < count:
-            offset = int(offsets[i])
-            mf = self._commitlog.segments.find(offset) if offset >= low and sizes[i] > 0 else None
-            if mf is None:
-                gone = offset >= 0 and sizes[i] > 0 and offset < low
-                out.append(None if gone else _DamagedUnit(topic, queue_id, int(queue_offsets[i])))
-                bad += 1
-                i += 1
-                continue
-            rest = offsets[i:]
-            outside = np.flatnonzero((rest < mf.file_from_offset) | (rest >= mf.end_offset))
-            j = i + (int(outside[0]) if len(outside) else len(rest))
-            view = mf.view(0, self._commitlog.readable_end(mf))
-            found, missed = codec.unit_messages(
-                view, mf.file_from_offset, offsets[i:j], sizes[i:j], queue_offsets[i:j], topic, queue_id, tags
+        messages: list[Any] = []
+        taken: list[int] = []
+        pos, last_gone = 0, -1
+        buf: Any = None
+        lo = size = 0
+        while True:
+            got, idx, pos, kind = codec.pull_units(
+                buf, lo, size, units, pos, want - len(messages), base, topic, queue_id, codes, tags
             )
-            del view
-            if missed:
-                found = [
-                    _DamagedUnit(topic, queue_id, int(queue_offsets[i + k])) if m is None else m
-                    for k, m in enumerate(found)
-                ]
-            out.extend(found)
-            bad += missed
-            i = j
-        return out, bad
+            messages += got
+            taken += idx
+            if kind != codec.PULL_OUTSIDE:
+                return messages, taken, pos, kind, last_gone
+            offset = int(units[pos]["commitlog_offset"])
+            if offset < self._commitlog.min_offset:
+                last_gone = pos  # retention deleted its record
+                pos += 1
+                continue
+            mf = self._commitlog.segments.find(offset)
+            try:
+                if mf is None:
+                    raise MessageNotFoundError(f"no segment holds CommitLog offset {offset}")
+                buf = mf.view(0, self._commitlog.readable_end(mf))
+            except MessageNotFoundError:  # deleted under the pull: as unit_message, damage
+                return messages, taken, pos, codec.PULL_DAMAGED, last_gone
+            lo, size = mf.file_from_offset, mf.file_size
 
     def repair(self, keys: Iterable[tuple[str, int]]) -> None:
         """Rebuild the units of the queues ``keys`` from their records in the CommitLog: every

@@ -139,7 +139,7 @@ def _close_open_stores() -> None:
 
 class _UnitReader:
     """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
-    ``many`` reads a run of units in one compiled call per segment."""
+    ``pull`` reads the candidates of a view of units in one compiled call per segment."""
 
     __slots__ = ("_guard", "_topic", "_queue_id")
 
@@ -149,14 +149,25 @@ class _UnitReader:
     def __call__(self, offset: int, size: int, queue_offset: int) -> Optional[MessageExt]:
         return self._guard.unit_message(self._topic, self._queue_id, queue_offset, offset, size)
 
-    def many(
+    def pull(
         self,
-        offsets: np.ndarray,
-        sizes: np.ndarray,
-        queue_offsets: np.ndarray,
+        units: np.ndarray,
+        base: int,
+        want: int,
+        codes: Optional[tuple[int, ...]],
         tags: Optional[frozenset[str]],
-    ) -> tuple[list[Any], int]:
-        return self._guard.unit_messages(self._topic, self._queue_id, queue_offsets, offsets, sizes, tags)
+        nothing_yet: bool,
+    ) -> tuple[list[Any], list[int], int, bool, int]:
+        """The messages of up to ``want`` candidate units (see QueueGuard.pull): ``(messages,
+        unit indices, stop, full, last gone)``. A unit that does not point at its record ends
+        the batch before it, or raises ``_DamagedUnit`` when ``nothing_yet`` was collected."""
+        codec = self._guard.codec
+        found, taken, stop, kind, last_gone = self._guard.pull(
+            self._topic, self._queue_id, units, base, want, codes, tags
+        )
+        if kind == codec.PULL_DAMAGED and nothing_yet and not found:
+            raise _DamagedUnit(self._topic, self._queue_id, base + stop)
+        return found, taken, stop, kind != codec.PULL_END, last_gone
 
 
 class MessageStore:
