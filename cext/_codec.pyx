@@ -579,6 +579,14 @@ cdef int _get_readable(object buffer, Py_buffer *view) except -1:
     return 0
 
 
+cdef int64_t _check_end(object end, Py_ssize_t size) except -1:
+    if not isinstance(end, int):
+        raise TypeError(f"end must be an int, not {type(end).__name__}")
+    if end < 0 or end > size:
+        raise ValueError(f"end {end} is out of range for a buffer of {size} bytes")
+    return end
+
+
 cdef int64_t _check_pos(object pos, Py_ssize_t size) except -1:
     if not isinstance(pos, int):
         raise TypeError(f"pos must be an int, not {type(pos).__name__}")
@@ -909,8 +917,8 @@ cdef object _zero_copy_view(object buffer):
     return view.toreadonly()
 
 
-def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
-    """Decode the record at ``buffer[pos:]`` into a MessageExt.
+def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True, end=None):
+    """Decode the record at ``buffer[pos:end]`` (``end`` None: the whole buffer) into a MessageExt.
 
     Raises CorruptRecordError (with ``.reason``, a STOP_* code, and ``.position``) when there is
     no valid record there, including a BLANK. ``copy_body=False`` gives a read-only memoryview
@@ -918,7 +926,7 @@ def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
     """
     cdef Py_buffer view
     cdef rs_record rec
-    cdef int64_t at, rc
+    cdef int64_t at, rc, stop
     zc_view = None
     _get_readable(buffer, &view)
     if not copy_body:   # decode from the view the message keeps: its pointers stay valid
@@ -926,8 +934,9 @@ def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True):
         zc_view = _zero_copy_view(buffer)
         _get_readable(zc_view, &view)
     try:
-        at = _check_pos(pos, view.len)
-        rc = rs_decode_record(<const uint8_t *>view.buf + at, view.len - at, &rec, 1 if check_crc else 0)
+        stop = view.len if end is None else _check_end(end, view.len)
+        at = _check_pos(pos, stop)
+        rc = rs_decode_record(<const uint8_t *>view.buf + at, stop - at, &rec, 1 if check_crc else 0)
         if rc <= 0:
             raise _corrupt(<int>(1 - rc), pos, rec.total_size)
         return _message(zc_view, <const uint8_t *>view.buf, at, &rec)
@@ -1742,12 +1751,41 @@ cdef bytes _unhex(s, str what):
     return bytes.fromhex(s)
 
 
+cdef inline int _hex_value(Py_UCS4 ch) noexcept:
+    cdef uint32_t c = <uint32_t>ch
+    if 48 <= c <= 57:        # 0-9
+        return <int>(c - 48)
+    if 97 <= c <= 102:       # a-f
+        return <int>(c - 87)
+    if 65 <= c <= 70:        # A-F
+        return <int>(c - 55)
+    return -1
+
+
 def parse_offset_msg_id(s):
     """``(host_bytes, port, offset)`` of an offsetMsgId; InvalidMessageIdError if malformed."""
-    raw = _unhex(s, "offsetMsgId")
-    ip_len = len(raw) - 12
-    return (raw[:ip_len], int.from_bytes(raw[ip_len:ip_len + 4], "big", signed=True),
-            int.from_bytes(raw[ip_len + 4:], "big", signed=True))
+    cdef uint8_t raw[28]
+    cdef Py_ssize_t n, i, ip_len
+    cdef int hi, lo
+    cdef uint64_t offset = 0
+    cdef uint32_t port = 0
+    if type(s) is not str or len(<str>s) not in (32, 56):
+        raw_b = _unhex(s, "offsetMsgId")   # says what is wrong
+    else:
+        n = len(<str>s) // 2
+        for i in range(n):
+            hi = _hex_value((<str>s)[2 * i])
+            lo = _hex_value((<str>s)[2 * i + 1])
+            if hi < 0 or lo < 0:
+                _unhex(s, "offsetMsgId")   # raises, saying what is wrong
+            raw[i] = <uint8_t>(hi * 16 + lo)
+        raw_b = PyBytes_FromStringAndSize(<const char *>raw, n)
+    ip_len = len(raw_b) - 12
+    for i in range(4):
+        port = (port << 8) | <uint8_t>raw_b[ip_len + i]
+    for i in range(8):
+        offset = (offset << 8) | <uint8_t>raw_b[ip_len + 4 + i]
+    return raw_b[:ip_len], <int32_t>port, <int64_t>offset
 
 
 def make_uniq_key(ip_bytes, pid, loader_hash, time_ms, counter, month_start_ms):

@@ -262,3 +262,21 @@ def test_pull_units_agrees_between_twins(edits, start, want, first, segment, cod
     for m, i in zip(found, taken):
         assert m.queue_offset == first + i and m.commitlog_offset == int(units[i]["commitlog_offset"])
     assert len(found) <= want and start <= stop <= len(units)
+
+
+@pytest.mark.parametrize("end", [None, "whole", "short", -1, 10**9, "x"])
+def test_decode_record_end_bounds_the_record_in_both_twins(end, record):
+    from rocketstore.errors import CorruptRecordError
+
+    end = {"whole": len(record), "short": len(record) - 1}.get(end, end)
+    buf = record + b"\0" * 64
+
+    def run(codec):
+        try:
+            return ("ok", codec.decode_record(buf, 0, end=end).as_dict())
+        except (CorruptRecordError, ValueError, TypeError) as exc:
+            return type(exc), str(exc)
+
+    got = run(c_codec)
+    assert got == run(_codec_py)
+    assert (got[0] == "ok") == (end in (None, len(record)))

@@ -869,16 +869,25 @@ def _message(buf, row, copy_body):
     return m
 
 
-def decode_record(buffer, pos: int = 0, *, check_crc: bool = True, copy_body: bool = True) -> MessageExt:
-    """Decode the record at ``buffer[pos:]`` into a MessageExt.
+def decode_record(
+    buffer, pos: int = 0, *, check_crc: bool = True, copy_body: bool = True, end: int | None = None
+) -> MessageExt:
+    """Decode the record at ``buffer[pos:end]`` (``end`` None: the whole buffer) into a MessageExt.
 
     Raises CorruptRecordError (with ``.reason``, a STOP_* code, and ``.position``) when there is
     no valid record there, including a BLANK. ``copy_body=False`` gives a read-only memoryview
     into ``buffer`` as the body, which keeps ``buffer`` exported (an mmap cannot close) while it lives.
     """
     buf = _readable_view(buffer)
-    _check_pos(pos, buf.nbytes)
-    reason, row = _parse(buf, pos, buf.nbytes, check_crc)
+    stop = buf.nbytes
+    if end is not None:
+        if not isinstance(end, int):
+            raise TypeError(f"end must be an int, not {type(end).__name__}")
+        if end < 0 or end > stop:
+            raise ValueError(f"end {end} is out of range for a buffer of {stop} bytes")
+        stop = end
+    _check_pos(pos, stop)
+    reason, row = _parse(buf, pos, stop, check_crc)
     if reason is not None:
         raise _corrupt(reason, pos, row)
     return _message(buf, row, copy_body)
