@@ -36,7 +36,7 @@ cdef extern from "Python.h":
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
-    "encode_properties", "put_properties", "decode_properties", "record_length",
+    "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "unit_messages", "pull_units",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
@@ -302,9 +302,7 @@ cdef object _plain_value(object value):
 
 
 def put_properties(tags, keys, properties):
-    """The properties of a put: ``(encoded properties, the caller's UNIQ_KEY or None, -1, or 0
-    when the WAIT property is "false")``. ``properties`` is copied, then TAGS and KEYS (a str
-    or a list or tuple of str, joined by spaces) are set. Errors as encode_properties'."""
+    """The properties of a put (see rocketstore._codec_py.put_properties)."""
     cdef list parts
     if properties is None:
         if keys is not None and type(keys) is not str:
@@ -1139,8 +1137,7 @@ def record_from_row(buffer, row, *, copy_body=True):
 
 
 def messages_from_rows(buffer, rows, *, copy_body=True):
-    """The MessageExt of every row of a :func:`decode_batch` array over the same ``buffer``, as a
-    list (no re-check of the CRC; ValueError if a row points outside ``buffer``)."""
+    """The MessageExt of every row of a decode_batch array (see rocketstore._codec_py)."""
     if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
         raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
     return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
@@ -1846,12 +1843,7 @@ cdef object _unit_message(const uint8_t *base, Py_ssize_t n, object zc_view, int
 
 def unit_messages(buffer, file_from, offsets, sizes, queue_offsets, topic, queue_id, tags=None, *,
                   copy_body=True):
-    """The messages ConsumeQueue units point at, in a segment ``buffer`` that starts at CommitLog
-    offset ``file_from``: for unit i, the message at ``offsets[i]`` if a whole, CRC-valid record
-    starts there whose size is ``sizes[i]``, topic ``topic``, queue id ``queue_id``, queue
-    offset ``queue_offsets[i]`` and PHYSICALOFFSET ``offsets[i]``, else None; with ``tags`` (a set
-    of str), ``False`` for a message whose TAGS is not in it. Returns ``(list, how many None or
-    False)``. The arrays are one-dimensional int64 arrays of one length."""
+    """The checked messages ConsumeQueue units point at in one segment (see rocketstore._codec_py.unit_messages)."""
     cdef Py_buffer view
     cdef const int64_t[::1] offs = _as_int64(offsets, "offsets")
     cdef const int64_t[::1] lens = _as_int64(sizes, "sizes")
@@ -1909,20 +1901,7 @@ cdef enum:
 
 def pull_units(buffer, file_from, file_size, units, start, want, first_queue_offset, topic, queue_id,
                codes=None, tags=None, *, copy_body=True):
-    """One step of a pull (consume.get_message) over ConsumeQueue ``units`` (a one-dimensional
-    CQ_UNIT_DTYPE array; unit i has queue offset ``first_queue_offset + i``), from index ``start``.
-
-    Placeholders and units whose tagsCode is not in ``codes`` (a tuple of Java int tag hashes;
-    None: every unit; extended tagsCodes always pass) are skipped. Every other unit's record is
-    read from ``buffer``, the readable part of the CommitLog segment that starts at ``file_from``
-    and is ``file_size`` long (``buffer`` None: no segment yet), and checked as in
-    :func:`unit_messages`; a message whose TAGS is not in ``tags`` (a set, or None) is skipped.
-
-    Returns ``(messages, taken, stop, kind)``: the messages, the unit indices they came from, and
-    where and why it stopped: _PULL_END (stop = len(units)), _PULL_FULL (``want`` taken; stop after
-    the last), _PULL_OUTSIDE (the unit at stop lies outside this segment or below it: the caller
-    finds its segment and goes on from stop) or _PULL_DAMAGED (the unit at stop is not its record).
-    """
+    """One step of a pull over ConsumeQueue units (see the pure twin, rocketstore._codec_py.pull_units)."""
     cdef Py_buffer view, table
     cdef const uint8_t *seg = NULL
     cdef const uint8_t *u
@@ -2018,3 +1997,36 @@ PULL_END = _PULL_END
 PULL_FULL = _PULL_FULL
 PULL_OUTSIDE = _PULL_OUTSIDE
 PULL_DAMAGED = _PULL_DAMAGED
+
+
+def plain_message_items(messages, user_topics):
+    """The core's put items of a put_messages batch's plain messages (see rocketstore._codec_py)."""
+    cdef list items = [], slow = []
+    cdef Py_ssize_t i = 0
+    cdef object qid, flag, born, tags, keys
+    message_type = _message_mod.Message
+    for m in messages:
+        if type(m) is message_type:
+            topic = m.topic
+            body = m.body
+            qid = m.queue_id
+            flag = m.flag
+            born = m.born_timestamp
+            if (type(topic) is str and topic in user_topics and m.properties is None and type(body) is bytes
+                    and type(qid) is int and -1 <= qid <= INT32_MAX
+                    and type(flag) is int and INT32_MIN <= flag <= INT32_MAX
+                    and type(born) is int and INT64_MIN <= born <= INT64_MAX
+                    and m.sys_flag == 0 and m.reconsume_times == 0):
+                tags = m.tags
+                keys = m.keys
+                if tags is None and keys is None:
+                    items.append((topic, body, b"", qid, flag, born, 0, 0, None))
+                else:
+                    props, unique_key, _wait = put_properties(tags, keys, None)
+                    items.append((topic, body, props, qid, flag, born, 0, 0, unique_key))
+                i += 1
+                continue
+        items.append(None)
+        slow.append(i)
+        i += 1
+    return items, slow

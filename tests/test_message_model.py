@@ -280,3 +280,51 @@ def test_decode_record_end_bounds_the_record_in_both_twins(end, record):
     got = run(c_codec)
     assert got == run(_codec_py)
     assert (got[0] == "ok") == (end in (None, len(record)))
+
+
+_any_value = st.one_of(
+    st.none(), st.integers(-(2**64), 2**64), st.text(max_size=4), st.binary(max_size=4), st.booleans()
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "topic": st.sampled_from(["T", "Other", b"T"]),
+                "body": st.one_of(st.binary(max_size=4), st.just(bytearray(b"x")), st.none()),
+                "tags": _prop_text,
+                "keys": st.one_of(_prop_text, st.lists(st.text(max_size=3), max_size=2)),
+                "properties": st.one_of(st.none(), st.just({"a": "b"})),
+                "queue_id": _any_value,
+                "flag": _any_value,
+                "born_timestamp": _any_value,
+                "sys_flag": _any_value,
+                "reconsume_times": _any_value,
+            },
+        ),
+        max_size=4,
+    ),
+    not_a_message=st.booleans(),
+)
+def test_plain_message_items_agrees_between_twins(fields, not_a_message):
+    from rocketstore import Message
+
+    messages = []
+    for f in fields:
+        m = Message("T", b"")
+        for name, value in f.items():
+            setattr(m, name, value)
+        messages.append(m)
+    if not_a_message:
+        messages.append(("T", b"x"))
+
+    def run(codec):
+        try:
+            return codec.plain_message_items(messages, {"T"})
+        except Exception as exc:
+            return type(exc), str(exc)
+
+    assert run(c_codec) == run(_codec_py)

@@ -187,25 +187,7 @@ class MessageExt(metaclass=ABCMeta):
     body pickles as bytes).
     """
 
-    __slots__ = (
-        "size",
-        "magic",
-        "body_crc",
-        "queue_id",
-        "flag",
-        "queue_offset",
-        "commitlog_offset",
-        "sys_flag",
-        "born_timestamp",
-        "born_host",
-        "store_timestamp",
-        "store_host",
-        "reconsume_times",
-        "prepared_transaction_offset",
-        "body",
-        "topic",
-        "properties",
-    )
+    __slots__ = MESSAGE_FIELDS
 
     size: int  #: the record's length in bytes (TOTALSIZE)
     magic: int  #: MAGICCODE (V1 or V2)

@@ -907,38 +907,16 @@ class MessageStore:
         with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
         """
         self._check_writable()
-        items = []
-        waits = []
-        user_topics = self._user_topics
-        put_properties = self._codec.put_properties
-        for m in messages:
-            if (
-                type(m) is Message
-                and m.topic.__class__ is str
-                and m.topic in user_topics
-                and m.properties is None
-                and type(m.body) is bytes
-                and m.queue_id.__class__ is int
-                and -1 <= m.queue_id <= _INT32_MAX
-                and m.flag.__class__ is int
-                and _INT32_MIN <= m.flag <= _INT32_MAX
-                and m.born_timestamp.__class__ is int
-                and _INT64_MIN <= m.born_timestamp <= _INT64_MAX
-                and m.sys_flag == 0
-                and m.reconsume_times == 0
-            ):
-                # the common shape (a known user topic, tags and keys at most): no Python check
-                # per field; anything else takes _message_item's full checks
-                if m.tags is None and m.keys is None:
-                    props, unique_key, wait = b"", None, -1
-                else:
-                    props, unique_key, wait = put_properties(m.tags, m.keys, None)
-                items.append((m.topic, m.body, props, m.queue_id, m.flag, m.born_timestamp, 0, 0, unique_key))
-                waits.append(wait)
-                continue
+        # the plain messages (a known user topic, tags and keys at most) in one compiled call;
+        # every other one through _message_item's full checks
+        if not isinstance(messages, (list, tuple)):
+            messages = list(messages)
+        items, slow = self._codec.plain_message_items(messages, self._user_topics)
+        waits = [-1] * (len(items) - len(slow))
+        for i in slow:
+            m = messages[i]
             self._check_user_topic(m)
-            item, wait = self._message_item(m)
-            items.append(item)
+            items[i], wait = self._message_item(m)
             waits.append(wait)
         mode = self._wait_mode(durable, 0 if waits and all(w == 0 for w in waits) else -1)
         return self._core.put_many(items, mode)
