@@ -141,13 +141,13 @@ class _UnitReader:
     """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
     ``pull`` reads the candidates of a view of units in one compiled call per segment."""
 
-    __slots__ = ("_guard", "_topic", "_queue_id")
+    __slots__ = ("_guard", "topic", "queue_id")
 
     def __init__(self, guard: QueueGuard, topic: str, queue_id: int) -> None:
-        self._guard, self._topic, self._queue_id = guard, topic, queue_id
+        self._guard, self.topic, self.queue_id = guard, topic, queue_id
 
     def __call__(self, offset: int, size: int, queue_offset: int) -> Optional[MessageExt]:
-        return self._guard.unit_message(self._topic, self._queue_id, queue_offset, offset, size)
+        return self._guard.unit_message(self.topic, self.queue_id, queue_offset, offset, size)
 
     def pull(
         self,
@@ -163,10 +163,10 @@ class _UnitReader:
         the batch before it, or raises ``_DamagedUnit`` when ``nothing_yet`` was collected."""
         codec = self._guard.codec
         found, taken, stop, kind, last_gone = self._guard.pull(
-            self._topic, self._queue_id, units, base, want, codes, tags
+            self.topic, self.queue_id, units, base, want, codes, tags
         )
         if kind == codec.PULL_DAMAGED and nothing_yet and not found:
-            raise _DamagedUnit(self._topic, self._queue_id, base + stop)
+            raise _DamagedUnit(self.topic, self.queue_id, base + stop)
         return found, taken, stop, kind != codec.PULL_END, last_gone
 
 
@@ -1328,7 +1328,7 @@ class MessageStore:
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
         for offset in self._index_candidates(topic, key, *window):
             try:
-                msg = self.read(offset)
+                msg = self._commitlog.read(offset)
             except MessageNotFoundError:
                 continue  # gone (retention) or cut by recovery
             if msg.topic == topic and _has_key(msg, key) and begin <= msg.store_timestamp <= end:
@@ -1356,7 +1356,7 @@ class MessageStore:
             hits = []
             for offset in self._index_candidates(topic, unique_key, begin, _INT64_MAX):
                 try:
-                    msg = self.read(offset)
+                    msg = self._commitlog.read(offset)
                 except MessageNotFoundError:
                     continue
                 if msg.topic == topic and msg.unique_key == unique_key:
@@ -1368,23 +1368,13 @@ class MessageStore:
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at ``queue_offset`` of (topic, queue_id)."""
         queue_offset = _check_int("queue_offset", queue_offset)
-
-        def lookup(cq: Any, read: Any) -> MessageExt:
-            if cq is None:
-                raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-            commitlog_offset, size, _tags = cq.unit(queue_offset)
-            if (commitlog_offset, size) == (0, PLACEHOLDER_SIZE):
-                raise MessageNotFoundError(
-                    f"no message at {topic}-{queue_id} offset {queue_offset}: its record is gone (damage)"
-                )
-            msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
-            if msg is None:
-                raise MessageNotFoundError(
-                    f"the message at {topic}-{queue_id} offset {queue_offset} was deleted (retention)"
-                )
-            return msg
-
-        return self._pull(topic, queue_id, lookup)
+        cq = self._queue(topic, queue_id)
+        if cq is not None:
+            try:  # the common case, without _pull's retry frame
+                return _message_at_unit(cq, queue_offset, _UnitReader(self._guard, topic, int(queue_id)))
+            except _DamagedUnit:
+                pass  # _pull rebuilds the queue and tries again, or reports the position missing
+        return self._pull(topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read))
 
     # ---- retention, durability, state ----
 
@@ -1467,6 +1457,24 @@ def _check_name(what: str, value: object) -> str:
     if not value:
         raise InvalidMessageError(f"{what} must not be empty")
     return value
+
+
+def _message_at_unit(cq: Any, queue_offset: int, read: Any) -> MessageExt:
+    """The message the unit at ``queue_offset`` of ``cq`` points at, checked by ``read``
+    (MessageNotFoundError if the queue, the unit or its record is not there)."""
+    if cq is None:
+        raise MessageNotFoundError(f"no queue {read.topic}-{read.queue_id}")
+    commitlog_offset, size, _tags = cq.unit(queue_offset)
+    if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
+        raise MessageNotFoundError(
+            f"no message at {cq.topic}-{cq.queue_id} offset {queue_offset}: its record is gone (damage)"
+        )
+    msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
+    if msg is None:
+        raise MessageNotFoundError(
+            f"the message at {cq.topic}-{cq.queue_id} offset {queue_offset} was deleted (retention)"
+        )
+    return msg
 
 
 def _has_key(msg: MessageExt, key: str) -> bool:
