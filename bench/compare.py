@@ -82,6 +82,7 @@ buildinfo.require("bench/compare.py")
 
 import engine  # noqa: E402
 import numpy as np  # noqa: E402
+import probes  # noqa: E402
 from engine import GiB, MiB, log  # noqa: E402
 
 from rocketstore import Message, MessageStore, _impl  # noqa: E402
@@ -289,12 +290,7 @@ class Rocket(Contender):
         """The sampled messages' CommitLog offsets, msgIds and (queue, queue offset), gathered
         untimed (a columnar scan, then one read per sampled message for its msgId)."""
         store = self.store
-        offsets, queue_ids, queue_offsets = [], [], []
-        for start, records in store.scan():
-            offsets.append(start + records["position"])
-            queue_ids.append(records["queue_id"])
-            queue_offsets.append(records["queue_offset"])
-        offsets, queue_ids, queue_offsets = (np.concatenate(a) for a in (offsets, queue_ids, queue_offsets))
+        offsets, queue_ids, queue_offsets = probes.message_positions(store)
         at = [int(offsets[i]) for i in sample]
         read, by_id, by_queue = store.read, store.get_by_msg_id, store.get_by_queue_offset
         ids = [read(offset).msg_id for offset in at]
@@ -413,7 +409,26 @@ class Lmdb(Contender):
         return {"read_offset": lambda cap: _reads(get, seqs, cap)}
 
 
-class Rocks(Contender):
+class _LogAndIndex(Contender):
+    """A peer whose ``log`` (seq -> body) and ``index`` (key -> seq) both have ``get``: a lookup
+    by key is two gets, a read by position one."""
+
+    def getter(self):
+        log_get, index_get = self.log.get, self.index.get
+
+        def by_key(key):
+            seq = index_get(key)
+            return None if seq is None else log_get(seq)
+
+        return by_key
+
+    def point_reads(self, sample):
+        get = self.log.get
+        seqs = [_SEQ(i) for i in sample]
+        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
+
+
+class Rocks(_LogAndIndex):
     """Two column families, "log" and "index", written through one WriteBatch per put."""
 
     name, package, module = "RocksDB", "rocksdict", "rocksdict"
@@ -476,22 +491,8 @@ class Rocks(Contender):
     def read_all(self, cap):
         return count_until(self.log.values(), cap)
 
-    def getter(self):
-        log_get, index_get = self.log.get, self.index.get
 
-        def by_key(key):
-            seq = index_get(key)
-            return None if seq is None else log_get(seq)
-
-        return by_key
-
-    def point_reads(self, sample):
-        get = self.log.get
-        seqs = [_SEQ(i) for i in sample]
-        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
-
-
-class Level(Contender):
+class Level(_LogAndIndex):
     """One database, the log under prefix b"l" and the index under b"k", written through one
     write batch per put."""
 
@@ -539,20 +540,6 @@ class Level(Contender):
 
     def read_all(self, cap):
         return count_until(self.log.iterator(include_key=False), cap)
-
-    def getter(self):
-        log_get, index_get = self.log.get, self.index.get
-
-        def by_key(key):
-            seq = index_get(key)
-            return None if seq is None else log_get(seq)
-
-        return by_key
-
-    def point_reads(self, sample):
-        get = self.log.get
-        seqs = [_SEQ(i) for i in sample]
-        return {"read_offset": lambda cap: _reads(get, seqs, cap)}
 
 
 class Sqlite(Contender):

@@ -1,5 +1,6 @@
 """What engine.py, compare.py and regress.py share: the machine's own limits that they divide by
-(page-cache write bandwidth, the fdatasync rate) and a timed run of worker threads. Importing it
+(page-cache write bandwidth, the fdatasync rate), a timed run of worker threads, and where a
+store's messages are (for random reads). Importing it
 has no side effects (regress.py must measure the installed package, not whatever ``src/``
 holds)."""
 
@@ -112,3 +113,14 @@ def run_threads(threads: int, seconds: float, work) -> tuple[list, float]:
     for t in pool:
         t.join()
     return results, time.perf_counter() - start
+
+
+def message_positions(store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every message's (CommitLog offset, queue id, queue offset), in CommitLog order, from one
+    columnar scan of ``store``."""
+    offsets, queue_ids, queue_offsets = [], [], []
+    for start, records in store.scan():
+        offsets.append(start + records["position"])
+        queue_ids.append(records["queue_id"])
+        queue_offsets.append(records["queue_offset"])
+    return tuple(np.concatenate(a) for a in (offsets, queue_ids, queue_offsets))  # type: ignore[return-value]

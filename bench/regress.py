@@ -85,7 +85,7 @@ import buildinfo  # noqa: E402
 buildinfo.require("bench/regress.py")
 
 import numpy as np  # noqa: E402
-from probes import fdatasync_baseline, run_threads, write_bandwidth  # noqa: E402
+from probes import fdatasync_baseline, message_positions, run_threads, write_bandwidth  # noqa: E402
 
 from rocketstore import Message, MessageStore, _impl  # noqa: E402
 
@@ -397,12 +397,7 @@ class Run:
     def point_sample(self, store) -> dict:
         """Random messages of the keyed store: CommitLog offsets, msgIds, (queue, queue offset);
         gathered untimed (a columnar scan, then one read per message for its msgId)."""
-        offsets, queue_ids, queue_offsets = [], [], []
-        for start, records in store.scan():
-            offsets.append(start + records["position"])
-            queue_ids.append(records["queue_id"])
-            queue_offsets.append(records["queue_offset"])
-        offsets, queue_ids, queue_offsets = (np.concatenate(a) for a in (offsets, queue_ids, queue_offsets))
+        offsets, queue_ids, queue_offsets = message_positions(store)
         # record 0 is _open()'s topic-creating put to TOPIC; the rest are the "Keyed" messages
         picks = random.Random(9).choices(range(1, len(offsets)), k=self.p["lookups"])
         at = [int(offsets[i]) for i in picks]
