@@ -38,7 +38,7 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "unit_messages", "pull_units",
+    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -1819,7 +1819,7 @@ def uniq_key_time(key, now_ms, month_start_fn=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading what ConsumeQueue units point at, checked (one call for a run of units of one segment)
+# Reading what ConsumeQueue units point at, checked (pull_units: one call per segment of a pull)
 
 cdef object _unit_message(const uint8_t *base, Py_ssize_t n, object zc_view, int64_t pos, int64_t offset,
                           int64_t size, int64_t queue_offset, const uint8_t *topic, Py_ssize_t topic_len,
@@ -1839,43 +1839,6 @@ cdef object _unit_message(const uint8_t *base, Py_ssize_t n, object zc_view, int
         if found.tags_pos < 0 or _utf8(rec.properties + found.tags_pos, found.tags_len) not in tags:
             return False
     return _message(zc_view, base, pos, &rec)
-
-
-def unit_messages(buffer, file_from, offsets, sizes, queue_offsets, topic, queue_id, tags=None, *,
-                  copy_body=True):
-    """The checked messages ConsumeQueue units point at in one segment (see rocketstore._codec_py.unit_messages)."""
-    cdef Py_buffer view
-    cdef const int64_t[::1] offs = _as_int64(offsets, "offsets")
-    cdef const int64_t[::1] lens = _as_int64(sizes, "sizes")
-    cdef const int64_t[::1] qoffs = _as_int64(queue_offsets, "queue_offsets")
-    cdef int64_t base_offset = _check_int(file_from, "file_from", 0, INT64_MAX)
-    cdef int32_t qid = <int32_t>_check_int(queue_id, "queue_id", INT32_MIN, INT32_MAX)
-    cdef Py_ssize_t i, count = offs.shape[0], bad = 0
-    cdef bytes topic_b = _topic_bytes(topic)
-    cdef list out = []
-    if lens.shape[0] != count or qoffs.shape[0] != count:
-        raise ValueError("offsets, sizes and queue_offsets must have one length")
-    if tags is not None and not isinstance(tags, (set, frozenset)):
-        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
-    zc_view = None if copy_body else _zero_copy_view(buffer)
-    _get_readable(buffer if copy_body else zc_view, &view)
-    try:
-        for i in range(count):
-            m = _unit_message(<const uint8_t *>view.buf, view.len, zc_view, offs[i] - base_offset, offs[i],
-                              lens[i], qoffs[i], <const uint8_t *>PyBytes_AS_STRING(topic_b),
-                              PyBytes_GET_SIZE(topic_b), qid, tags)
-            if m is None or m is False:
-                bad += 1
-            out.append(m)
-    finally:
-        PyBuffer_Release(&view)
-    return out, bad
-
-
-cdef object _as_int64(object values, str name):
-    if not isinstance(values, _np.ndarray) or values.ndim != 1 or values.dtype != _np.int64:
-        raise TypeError(f"{name} must be a one-dimensional numpy array of int64")
-    return _np.ascontiguousarray(values)
 
 
 cdef inline int64_t _be64(const uint8_t *p) noexcept nogil:

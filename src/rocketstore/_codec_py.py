@@ -81,7 +81,6 @@ __all__ = [
     "record_from_row",
     "messages_from_rows",
     "MessageExt",
-    "unit_messages",
     "pull_units",
     "PULL_END",
     "PULL_FULL",
@@ -979,54 +978,26 @@ def messages_from_rows(buffer, rows, *, copy_body: bool = True) -> list[MessageE
     return [record_from_row(buffer, row, copy_body=copy_body) for row in rows]
 
 
-def _int64_array(values, name):
-    if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype != np.int64:
-        raise TypeError(f"{name} must be a one-dimensional numpy array of int64")
-    return values.tolist()
-
-
-def unit_messages(
-    buffer, file_from, offsets, sizes, queue_offsets, topic, queue_id, tags=None, *, copy_body=True
-):
-    """The messages ConsumeQueue units point at, in a segment ``buffer`` that starts at CommitLog
-    offset ``file_from``: for unit i, the message at ``offsets[i]`` if a whole, CRC-valid record
-    starts there whose size is ``sizes[i]``, topic ``topic``, queue id ``queue_id``, queue
-    offset ``queue_offsets[i]`` and PHYSICALOFFSET ``offsets[i]``, else None; with ``tags`` (a set
-    of str), ``False`` for a message whose TAGS is not in it. Returns ``(list, how many None or
-    False)``. The arrays are one-dimensional int64 arrays of one length."""
-    offs = _int64_array(offsets, "offsets")
-    lens = _int64_array(sizes, "sizes")
-    qoffs = _int64_array(queue_offsets, "queue_offsets")
-    base_offset = _check_int(file_from, "file_from", 0, _INT64_MAX)
-    qid = _check_int(queue_id, "queue_id", _INT32_MIN, _INT32_MAX)
-    topic_b = _topic_bytes(topic)
-    if len(lens) != len(offs) or len(qoffs) != len(offs):
-        raise ValueError("offsets, sizes and queue_offsets must have one length")
-    if tags is not None and not isinstance(tags, (set, frozenset)):
-        raise TypeError(f"tags must be a set or None, not {type(tags).__name__}")
-    buf = _readable_view(buffer)
-    out: list = []
-    bad = 0
-    for offset, size, queue_offset in zip(offs, lens, qoffs):
-        pos = offset - base_offset
-        m = None
-        if 0 <= pos < buf.nbytes and size > 0:
-            reason, row = _parse(buf, pos, buf.nbytes, True)
-            if (
-                reason is None
-                and row[1] == size
-                and row[4] == qid
-                and row[6] == queue_offset
-                and row[7] == offset
-                and bytes(buf[row[19] : row[19] + row[20]]) == topic_b
-            ):
-                m = _message(buf, row, copy_body)
-                if tags is not None and m.tags not in tags:
-                    m = False
-        if m is None or m is False:
-            bad += 1
-        out.append(m)
-    return out, bad
+def _unit_message(buf, pos, offset, size, queue_offset, topic_b, qid, tags, copy_body):
+    """The message at ``buf[pos:]`` if it is a whole, CRC-valid record of this size, topic, queue
+    id and queue offset whose PHYSICALOFFSET is ``offset``, else None; with ``tags`` (a set of
+    str), ``False`` for a message whose TAGS is not in it."""
+    if not (0 <= pos < buf.nbytes and size > 0):
+        return None
+    reason, row = _parse(buf, pos, buf.nbytes, True)
+    if (
+        reason is not None
+        or row[1] != size
+        or row[4] != qid
+        or row[6] != queue_offset
+        or row[7] != offset
+        or bytes(buf[row[19] : row[19] + row[20]]) != topic_b
+    ):
+        return None
+    m = _message(buf, row, copy_body)
+    if tags is not None and m.tags not in tags:
+        return False
+    return m
 
 
 def record_from_row(buffer, row, *, copy_body: bool = True) -> MessageExt:
@@ -1546,8 +1517,9 @@ def pull_units(
     Placeholders and units whose tagsCode is not in ``codes`` (a tuple of Java int tag hashes;
     None: every unit; extended tagsCodes always pass) are skipped. Every other unit's record is
     read from ``buffer``, the readable part of the CommitLog segment that starts at ``file_from``
-    and is ``file_size`` long (``buffer`` None: no segment yet), and checked as in
-    :func:`unit_messages`; a message whose TAGS is not in ``tags`` (a set, or None) is skipped.
+    and is ``file_size`` long (``buffer`` None: no segment yet), and checked
+    (a whole, CRC-valid record of this size, topic, queue id and queue offset whose PHYSICALOFFSET
+    is the unit's); a message whose TAGS is not in ``tags`` (a set, or None) is skipped.
 
     Returns ``(messages, taken, stop, kind)``: the messages, the unit indices they came from, and
     where and why it stopped: PULL_END (stop = len(units)), PULL_FULL (``want`` taken; stop after
@@ -1593,18 +1565,7 @@ def pull_units(
         if buf is None or offset < lo or offset - lo >= seg_size:
             kind = PULL_OUTSIDE
             break
-        found, _ = unit_messages(
-            buf,
-            lo,
-            np.array([offset], dtype=np.int64),
-            np.array([size], dtype=np.int64),
-            np.array([first + i], dtype=np.int64),
-            topic_b,
-            qid,
-            tags,
-            copy_body=copy_body,
-        )
-        m = found[0]
+        m = _unit_message(buf, offset - lo, offset, size, first + i, topic_b, qid, tags, copy_body)
         if m is None:
             kind = PULL_DAMAGED
             break

@@ -381,25 +381,20 @@ class CommitLog:
         record starts there)."""
         if commitlog_offset.__class__ is int and not zero_copy and not self.read_only:
             # the common read, decoded straight from the segment's map (pinned for the call)
-            files = self.segments.files
-            if files and commitlog_offset >= files[0].file_from_offset:
-                index = (commitlog_offset - files[0].file_from_offset) // self.segments.file_size
-                if index < len(files):
-                    seg = files[index]
-                    mm = seg.mm
-                    base = seg.file_from_offset
-                    end = min(seg.file_size, self.core.wrote_offset - base)
-                    pos = commitlog_offset - base
-                    if mm is not None and 0 <= pos < end:
-                        try:
-                            msg: MessageExt = self.codec.decode_record(mm, pos, end=end)
-                            return msg
-                        except CorruptRecordError as exc:
-                            raise MessageNotFoundError(
-                                f"no message at commitlog offset {commitlog_offset}: {exc}"
-                            ) from None
-                        except ValueError:
-                            pass  # closed under us (retention, close): the careful path says which
+            seg = self.segments.find(commitlog_offset) if commitlog_offset >= 0 else None
+            if seg is not None and seg.mm is not None:
+                base = seg.file_from_offset
+                end = min(seg.file_size, self.core.wrote_offset - base)  # readable_end, writable
+                if commitlog_offset - base < end:
+                    try:
+                        msg: MessageExt = self.codec.decode_record(seg.mm, commitlog_offset - base, end=end)
+                        return msg
+                    except CorruptRecordError as exc:
+                        raise MessageNotFoundError(
+                            f"no message at commitlog offset {commitlog_offset}: {exc}"
+                        ) from None
+                    except ValueError:
+                        pass  # closed under us (retention, close): the careful path says which
         if not isinstance(commitlog_offset, (int, np.integer)) or commitlog_offset < 0:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset!r}")
         mf = self.segments.find(int(commitlog_offset))

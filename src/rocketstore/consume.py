@@ -165,7 +165,7 @@ class TagFilter:
         self.tags = tags
         self.codes = frozenset(java_hash(tag) for tag in tags)
         self.code_tuple = tuple(sorted(self.codes))
-        self._code_array = np.array(sorted(self.codes), dtype=np.int32)
+        self._code_array = np.array(self.code_tuple, dtype=np.int32)
 
     @classmethod
     def parse(cls, expression: Optional[str]) -> TagFilter:

@@ -912,13 +912,13 @@ class MessageStore:
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
         items, slow = self._codec.plain_message_items(messages, self._user_topics)
-        waits = [-1] * (len(items) - len(slow))
+        no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
         for i in slow:
             m = messages[i]
             self._check_user_topic(m)
             items[i], wait = self._message_item(m)
-            waits.append(wait)
-        mode = self._wait_mode(durable, 0 if waits and all(w == 0 for w in waits) else -1)
+            no_wait = no_wait and wait == 0
+        mode = self._wait_mode(durable, 0 if no_wait else -1)
         return self._core.put_many(items, mode)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
