@@ -35,6 +35,18 @@ __all__ = ["CommitLog", "AppendCore", "checked_chunks", "stop_reason", "STEPPED"
 
 _log = logging.getLogger("rocketstore.store")
 
+
+def _TORN_FIELDS(codec: Any) -> int:  # noqa: N802 (a constant of the codec's BAD_* bits)
+    """The field_problems bits that mark a record torn by a crash (see CommitLog._first_torn)."""
+    return int(
+        codec.BAD_TOPIC
+        | codec.BAD_PROPERTIES_UTF8
+        | codec.BAD_PHYSICAL_OFFSET
+        | codec.BAD_SYSFLAG
+        | codec.BAD_PROP_CRC
+    )
+
+
 #: A pseudo stop reason of :func:`checked_chunks`: damaged bytes at ``stop``, stepped over to the
 #: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
 STEPPED = -1
@@ -205,6 +217,7 @@ class CommitLog:
         durable: int,
         on_records: Callable[[Any, np.ndarray], None],
         report: Callable[[int, int], None],
+        crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
@@ -215,6 +228,9 @@ class CommitLog:
         damage (bit rot, a careless edit), not a crash's torn tail: cutting there would throw
         away good, acknowledged data after it. It is stepped over (a bad CRC) or its segment's
         rest is skipped (lengths that cannot be trusted), and verify() reports it.
+
+        ``crashed`` (an abnormal stop): past ``durable`` a record whose fields are torn ends the
+        valid data as a bad CRC does (see :meth:`_first_torn`).
         """
         codec = self.codec
         for mf in self.segments.files:
@@ -230,6 +246,9 @@ class CommitLog:
             for arr, stop, reason in checked_chunks(
                 codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below
             ):
+                torn = self._first_torn(mf, arr, below) if crashed else None
+                if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
+                    arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
                 if len(arr):
                     on_records(mf.mm, arr)
                 report(mf.file_from_offset + stop - scan_from, total)
@@ -239,6 +258,8 @@ class CommitLog:
                         mf.file_from_offset + stop,
                         stop_reason(codec, reason),
                     )
+                if torn is not None:
+                    break
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
                 end = mf.end_offset
@@ -258,6 +279,20 @@ class CommitLog:
         report(total, total)
         self.end = end
         return end
+
+    def _first_torn(self, mf: MappedFile, rows: np.ndarray, below: int) -> Optional[int]:
+        """The index of the first of ``rows`` at or past ``below`` (where the checkpoint stops
+        vouching for the data) whose fields a whole record cannot have: a topic or properties
+        that are not text, a PhysicalOffset other than its position, undefined sysFlag bits, a
+        wrong CRC32 property. The body CRC covers only the body: a power cut can keep a record's
+        body page and lose the page its topic and properties lie in. None: no such row."""
+        if not len(rows) or int(rows["position"][-1]) < below:
+            return None
+        codec = self.codec
+        tail = np.flatnonzero(rows["position"] >= below)
+        flags, _keys = codec.field_problems(mf.mm, rows[tail], mf.file_from_offset, mf.file_size)
+        torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
+        return int(tail[torn[0]]) if len(torn) else None
 
     def record_end(self, offset: int, limit: int) -> Optional[int]:
         """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;

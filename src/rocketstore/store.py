@@ -416,6 +416,7 @@ class MessageStore:
             self._checkpoint.confirm_phy_offset,
             on_records=lambda buffer, arr: self._collect_queue_offsets(buffer, arr, tail),
             report=lambda done, total: self._report("recover", done, total),
+            crashed=abnormal,
         )
         if not self.read_only:
             commitlog.truncate_to(end)
