@@ -15,12 +15,15 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
+import math
 import os
 import random
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import (
@@ -44,7 +47,15 @@ from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
-from rocketstore.consume import GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message, get_units
+from rocketstore.consume import (
+    GetMessageResult,
+    GetMessageStatus,
+    TagFilter,
+    _check_int,
+    _DamagedUnit,
+    get_message,
+    get_units,
+)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (
     Dispatcher,
@@ -64,6 +75,7 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.live import AsyncWaker, Follower, LivePage
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -116,6 +128,20 @@ _PARTS = (
     "_queues",
     "_index",
     "_disk_index",
+    "_live",
+    "_follower",
+    "_waker",
+)
+
+
+#: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
+_WAITABLE = frozenset(
+    (
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    )
 )
 
 
@@ -210,6 +236,9 @@ class MessageStore:
     _offsets: ConsumerOffsetTable
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
+    _follower: Optional[Follower] = None
+    _live: Optional[LivePage] = None
+    _waker: Optional[AsyncWaker] = None
 
     def __init__(
         self,
@@ -282,6 +311,11 @@ class MessageStore:
         self._commitlog = commitlog = CommitLog(commitlog_dir, cfg, self._impl, read_only=self.read_only)
         self._segments = commitlog.segments
         if self.read_only:
+            # the writer's live page before anything is loaded: what it says next is newer
+            self._live = LivePage.attach(self.path, self._impl.store)
+            self._follower = None
+            if self._live is not None:
+                self._follower = Follower(self._live, commitlog, weak_method(self._segments_deleted))
             # Queues and index first: a writer's retention deletes segments before the queue
             # and index files that point into them, so every segment found after these has
             # its units and index entries here (or dispatched into memory).
@@ -310,6 +344,8 @@ class MessageStore:
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
             self._repair_holes(queue_offsets)
+            if self._follower is not None:
+                self._follower.wrote = commitlog.end
             return
 
         pid = os.getpid() & 0xFFFF
@@ -326,6 +362,9 @@ class MessageStore:
             roll=weak_method(commitlog.roll, _closed_error),
         )
         self._topics.core = core
+        self._live = LivePage.create(self.path, self._impl.store, end)
+        core.set_live(self._live.mm)
+        commitlog.on_deleted = self._live.changed
         self._dispatcher = Dispatcher(
             self._segments,
             self._codec,
@@ -359,6 +398,12 @@ class MessageStore:
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
+
+    def _segments_deleted(self) -> None:
+        """A read-only store's follower dropped segments retention deleted: the queues start
+        above them (what a writable store's Cleaner does for its own queues)."""
+        if self._commitlog.files:
+            self._queues.correct_min_offset(self._commitlog.min_offset)
 
     def _read_only_end(self) -> int:
         return self._commitlog.end
@@ -594,6 +639,10 @@ class MessageStore:
                 run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
             run(self._commitlog.close)
+        for part in ("_waker", "_live"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close)
         if durable:
             run(self._remove_abort_file)
         run(self._lock.release)
@@ -660,6 +709,23 @@ class MessageStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._follower is not None and not self._follower.follow():
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """A writer opened the store since this read-only one did (its recovery may have cut
+        what this one mapped): open it again, as if new."""
+        with self._mutex:
+            if self._closed or self._follower is None or self._follower.follow():
+                return
+            self._closed = True
+            errors = self._teardown(clean=False)
+            if errors:
+                raise errors[0]
+            for part in _PARTS:
+                setattr(self, part, None)
+            self._open(os.path.join(self.path, "commitlog"))
+            self._closed = False
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -1137,6 +1203,8 @@ class MessageStore:
         offset: Optional[int] = None,
         max_msgs: int = 32,
         tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
     ) -> GetMessageResult:
         """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
 
@@ -1146,10 +1214,63 @@ class MessageStore:
         ``offset=None`` starts at ``group``'s committed offset (else the queue's first).
         ``tags``: ``None`` or ``"*"`` for all, or ``"TagA || TagB"``; filtered by tagsCode, then
         re-checked against the real tag, so hash collisions never deliver a wrong tag.
+
+        ``wait``: seconds to wait when nothing is there yet (the queue is caught up, or nothing
+        matched): the call returns as soon as a matching message is put, by this process or
+        another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
         _check_name("group", group)
         tag_filter = TagFilter.parse(tags)
+        deadline = self._deadline(wait)
+        while True:
+            seen = self._live_seq()
+            found = self._pull(
+                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+            )
+            if deadline is None or not self._may_wait(found):
+                return found
+            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = found.next_begin_offset  # scanned past what did not match
+            if not self._wait_for_put(seen, deadline):
+                return found
 
+    async def get_message_async(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
+    ) -> GetMessageResult:
+        """:meth:`get_message` for asyncio: while it waits the event loop runs on (one thread per
+        store sleeps for every waiter)."""
+        _check_name("group", group)
+        tag_filter = TagFilter.parse(tags)
+        deadline = self._deadline(wait)
+        while True:
+            seen = self._live_seq()
+            found = self._pull(
+                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+            )
+            if deadline is None or not self._may_wait(found):
+                return found
+            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = found.next_begin_offset  # scanned past what did not match
+            if not await self._wait_for_put_async(seen, deadline):
+                return found
+
+    def _puller(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        max_msgs: int,
+        tag_filter: TagFilter,
+    ) -> Callable[[Any, Any], GetMessageResult]:
         def pull(cq: Any, read: Any) -> GetMessageResult:
             start = offset
             if start is None:
@@ -1158,7 +1279,53 @@ class MessageStore:
                     start = cq.min_offset if cq is not None else 0
             return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
 
-        return self._pull(topic, queue_id, pull)
+        return pull
+
+    # ---- waiting for puts (rocketstore.live) ----
+
+    @staticmethod
+    def _deadline(wait: Optional[float]) -> Optional[float]:
+        """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
+        if wait is None:
+            return None
+        ms = timeout_ms(wait)
+        return math.inf if ms < 0 else time.monotonic() + ms / 1000.0
+
+    @staticmethod
+    def _may_wait(found: GetMessageResult) -> bool:
+        return not found.messages and found.status in _WAITABLE
+
+    def _live_seq(self) -> int:
+        self._check_open()
+        live = self._live
+        return live.seq() if live is not None else 0
+
+    def _wait_for_put(self, seen: int, deadline: float) -> bool:
+        """Sleep until a put (or a deletion) after ``seen`` or the deadline; False at the deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        live = self._live
+        if live is None:  # a store no rocketstore writer keeps a live page for: nothing will come
+            time.sleep(min(left, 3600.0))
+            return False
+        live.wait(seen, min(left, 1.0))  # sliced: a close of this store is noticed
+        return True
+
+    async def _wait_for_put_async(self, seen: int, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        live = self._live
+        if live is None:
+            await asyncio.sleep(min(left, 3600.0))
+            return False
+        with self._mutex:
+            if self._waker is None:
+                self._waker = AsyncWaker(live)
+            waker = self._waker
+        await waker.changed(seen, None if math.isinf(left) else left)
+        return True
 
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
@@ -1403,11 +1570,15 @@ class MessageStore:
 
     @property
     def min_offset(self) -> int:
+        if self._follower is not None:
+            self._check_open()
         return self._commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
+        if self._follower is not None:
+            self._check_open()
         return self._commitlog.max_offset
 
     @property
@@ -1417,7 +1588,15 @@ class MessageStore:
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         """{(topic, queue_id): next queue offset}."""
         if self.read_only:
-            return dict(self._queue_offsets)
+            self._check_open()
+            found = dict(self._queue_offsets)
+            if self._follower is not None:
+                self._dispatcher.catch_up()
+                for cq in self._queues:
+                    key = (cq.topic, cq.queue_id)
+                    if cq.max_offset > found.get(key, 0):
+                        found[key] = cq.max_offset
+            return found
         return self._core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:
