@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from rocketstore.errors import StoreConfigError
+from rocketstore.errors import NotAStoreError, StoreConfigError
 from rocketstore.mapped_file import MappedFile
 
 __all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker"]
@@ -71,15 +71,24 @@ class LivePage:
         were there (readers then open again); a clean reopen changes no byte of it."""
         path = os.path.join(root, LIVE_NAME)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags, 0o644)
         try:
-            if os.fstat(fd).st_size != LIVE_SIZE:
-                os.ftruncate(fd, LIVE_SIZE)
+            fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
+        except OSError as exc:
+            raise NotAStoreError(f"{path} cannot be the store's live page: {exc.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, LIVE_SIZE):
+                raise NotAStoreError(f"{path} is not rocketstore's live page (a {st.st_size}-byte file)")
+            if st.st_size == 0:
+                os.ftruncate(fd, LIVE_SIZE)  # new, or a crash while it was being created
             mm = mmap.mmap(fd, LIVE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
         page = cls(path, fd, mm, store, True)
+        if mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
+            page.close()
+            raise NotAStoreError(f"{path} is not rocketstore's live page (no magic): it is left as it is")
         if mm[:8] != _MAGIC:
             mm[:] = bytes(LIVE_SIZE)
             _STATE.pack_into(mm, _WROTE, end, 1, 0)
@@ -183,12 +192,14 @@ class Follower:
         commitlog = self.commitlog
         if epoch != self.epoch or wrote < commitlog.end:
             return False
+        deleted = 0
         if changes != self.changes:
             self.changes = changes
-            if self._forget_deleted():
-                self.on_deleted()
-        if wrote > commitlog.end:
+            deleted = self._forget_deleted()
+        if wrote > commitlog.end or deleted:
             self._extend(wrote)
+        if deleted:
+            self.on_deleted()
         self.wrote = wrote
         return True
 

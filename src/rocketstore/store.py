@@ -266,14 +266,9 @@ class MessageStore:
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
         # looks): it looks again, a few times, before it reports what it found.
+        self._options = options
         for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
-            found = dict(options)
-            if "commitlog_file_size" not in found:
-                detected = detect_segment_size(commitlog_dir)
-                if detected is not None:
-                    found["commitlog_file_size"] = detected
-            detect_queue_options(self.path, found)
-            self.config = StoreConfig(**found)
+            self.config = self._detect_config(commitlog_dir)
             if not read_only:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
                 self._lock.acquire()
@@ -293,6 +288,16 @@ class MessageStore:
         _OPEN_STORES.add(self)
 
     # ---- open / close ----
+
+    def _detect_config(self, commitlog_dir: str) -> StoreConfig:
+        """The options given, and the geometry the store's files were written with."""
+        found = dict(self._options)
+        if "commitlog_file_size" not in found:
+            detected = detect_segment_size(commitlog_dir)
+            if detected is not None:
+                found["commitlog_file_size"] = detected
+        detect_queue_options(self.path, found)
+        return StoreConfig(**found)
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
@@ -402,8 +407,14 @@ class MessageStore:
     def _segments_deleted(self) -> None:
         """A read-only store's follower dropped segments retention deleted: the queues start
         above them (what a writable store's Cleaner does for its own queues)."""
-        if self._commitlog.files:
-            self._queues.correct_min_offset(self._commitlog.min_offset)
+        if not self._commitlog.files:
+            return
+        low = self._commitlog.min_offset
+        dispatcher = self._dispatcher
+        with dispatcher.lock:
+            if dispatcher.offset < low:
+                dispatcher.offset = low  # what it had not dispatched yet is gone
+        self._queues.correct_min_offset(low)
 
     def _read_only_end(self) -> int:
         return self._commitlog.end
@@ -724,7 +735,9 @@ class MessageStore:
                 raise errors[0]
             for part in _PARTS:
                 setattr(self, part, None)
-            self._open(os.path.join(self.path, "commitlog"))
+            commitlog_dir = os.path.join(self.path, "commitlog")
+            self.config = self._detect_config(commitlog_dir)
+            self._open(commitlog_dir)
             self._closed = False
 
     def _check_writable(self) -> None:
