@@ -371,3 +371,39 @@ def test_without_policies_passes_keep_rocketmqs_rules(store):
     age(store, 100)
     assert cleaner(store, hour=5).run_once()["commitlog"] == []  # not the hour
     assert cleaner(store, hour=4).run_once()["commitlog"] == [0, SEGMENT, 2 * SEGMENT]
+
+
+def test_the_store_wide_consumption_policy_leaves_system_topics_to_age_and_size(tmp_path, impl):
+    with open_store(tmp_path / "s", impl, delete_when_consumed=True, retention_ms=0) as s:
+        records = fill(s, 2)
+        msg = s.get_by_queue_offset("A", 0, 0)
+        s.send_back("G", msg, delay_level=-1)  # straight to %DLQ%G, which no group consumes
+        s.send_back("G", msg)  # into SCHEDULE_TOPIC_XXXX
+        fill(s, 4)
+        for q in (0, 1):
+            s.commit_offset("G", "A", q, s.max_queue_offset("A", q))
+        assert s.topic_retention("%DLQ%G")["delete_when_consumed"] is False
+        assert s.topic_retention("%DLQ%G")["source"]["delete_when_consumed"] == "system topic"
+        age(s, 1)
+        deleted = cleaner(s).run_once()["commitlog"]
+        assert deleted == [0, SEGMENT, 2 * SEGMENT]  # the DLQ and delayed records did not hold them
+        assert records  # (the first records were A's)
+        s.set_topic_retention("%DLQ%G", delete_when_consumed=True)  # its own attribute applies
+        assert s.topic_retention("%DLQ%G")["delete_when_consumed"] is True
+
+
+def test_a_failed_write_of_the_offsets_that_release_segments_deletes_nothing(store, monkeypatch):
+    fill(store, 4)
+    age(store, 100)
+    store.set_topic_retention("A", retention_ms=0, delete_when_consumed=True)
+    for q in (0, 1):
+        store.commit_offset("G", "A", q, store.max_queue_offset("A", q))
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store._parts.offsets, "persist", no_space)
+    result = cleaner(store).run_once()
+    assert result["commitlog"] == [] and isinstance(result["dispatch_error"], OSError)
+    monkeypatch.undo()
+    assert cleaner(store).run_once()["commitlog"] == [0, SEGMENT, 2 * SEGMENT]

@@ -66,6 +66,7 @@ from rocketstore._failurelog import FailureLog
 from rocketstore.consumequeue import PLACEHOLDER_SIZE, first_unit_where
 from rocketstore.errors import CorruptRecordError, DiskFullError, MessageNotFoundError, StoreConfigError
 from rocketstore.mapped_file import MappedFile
+from rocketstore.message import is_system_topic
 from rocketstore.parts import StoreParts
 
 __all__ = [
@@ -181,8 +182,12 @@ def _parse_long(text: str, low: int) -> Optional[int]:
     return value if low <= value <= _MAX_LONG else None
 
 
-def topic_policy(config: Any, attributes: dict[str, str]) -> TopicPolicy:
-    """The policy of a topic with these ``attributes`` in a store with this ``config``.
+def topic_policy(config: Any, attributes: dict[str, str], topic: Optional[str] = None) -> TopicPolicy:
+    """The policy of ``topic`` with these ``attributes`` in a store with this ``config``.
+
+    The store's ``delete_when_consumed`` applies to user topics only: RocketMQ's system topics
+    (delay levels, retry, dead letters) have no consumer group of their own to wait for, and
+    would hold every segment they have a record in for ever. Their own attribute still applies.
 
     An attribute value that cannot be read keeps data (no age limit, no cap, and consumption
     required) and is reported in ``bad_attributes``: a hand-edited ``topics.json`` never makes
@@ -215,6 +220,8 @@ def topic_policy(config: Any, attributes: dict[str, str]) -> TopicPolicy:
         retention_bytes, source["retention_bytes"] = value, "topic"
     consumed = bool(config.delete_when_consumed)
     source["delete_when_consumed"] = "store"
+    if consumed and topic is not None and is_system_topic(topic):
+        consumed, source["delete_when_consumed"] = False, "system topic"
     if ATTR_DELETE_WHEN_CONSUMED in attributes:
         text = attributes[ATTR_DELETE_WHEN_CONSUMED].strip().lower()
         if text not in ("true", "false"):
@@ -317,7 +324,9 @@ class RetentionView:
     def policy(self, topic: str) -> TopicPolicy:
         found = self._policies.get(topic)
         if found is None:
-            found = self._policies[topic] = topic_policy(self.config, self.topics_table.attributes(topic))
+            found = self._policies[topic] = topic_policy(
+                self.config, self.topics_table.attributes(topic), topic
+            )
         return found
 
     # -- what a segment holds --
@@ -679,7 +688,9 @@ class Cleaner:
              "disk_usage": float,             # fraction in use after the pass (-1: unreadable)
              "disk_full": bool,               # puts are refused
              "dispatch_error": None | Exception,  # why no segment could go: the dispatch
-                                              # that must precede a deletion failed
+                                              # that must precede a deletion failed, or the
+                                              # write of the consumer offsets that let
+                                              # segments go (delete_when_consumed)
              "held": None | {"start": offset, "held_by": {topic: [holds]}}}  # the first
                                               # segment a retention policy kept, and why
 
@@ -818,7 +829,14 @@ class Cleaner:
                     self._held = {"start": held[0].file_from_offset, "held_by": held[1]}
                 if doomed and view.used_offsets and parts.offsets is not None:
                     # the offsets that let these segments go are on disk before they go
-                    parts.offsets.persist()
+                    try:
+                        parts.offsets.persist()
+                    except OSError as exc:
+                        self._dispatch_error = exc
+                        log.error(
+                            "writing the consumer offsets before a deletion failed (%s): nothing deleted", exc
+                        )
+                        return []
             if not doomed:
                 return []
             try:

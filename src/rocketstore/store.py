@@ -711,15 +711,21 @@ class MessageStore:
         "delete_when_consumed", "source": {policy: "topic" | "store" | ...}}``."""
         self._check_open()
         validate_topic(topic)
-        return topic_policy(self.config, self._topics.attributes(topic)).as_dict()
+        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
 
     def retention_report(self) -> dict[str, Any]:
         """Per topic, its policy, its oldest segment and what holds that segment (which policy;
         for ``delete_when_consumed``, which groups at which offsets), and the store's oldest
-        segment with the topics that hold it. Also ``stats()["retention"]``."""
+        segment with the topics that hold it. Also ``stats()["retention"]``. A writable store
+        dispatches first; when that fails (a full disk) the report is of what was dispatched and
+        has ``"dispatch_error"``."""
         self._check_open()
+        dispatch_error = None
         if not self.read_only:
-            self._dispatcher.catch_up()
+            try:
+                self._dispatcher.catch_up()
+            except Exception as exc:  # a full disk: report on what is dispatched, and say so
+                dispatch_error = f"{type(exc).__name__}: {exc}"
         clock = self.config.clock
         view = RetentionView(
             self.config,
@@ -730,7 +736,10 @@ class MessageStore:
             clock() if clock is not None else now_ms(),
         )
         with self._dispatcher.lock:
-            return view.report()
+            report = view.report()
+        if dispatch_error is not None:
+            report["dispatch_error"] = dispatch_error
+        return report
 
     @property
     def topics(self) -> dict[str, int]:
