@@ -180,8 +180,9 @@ class StoreConfig:
     #: Default cap on the bytes of each topic's records (None: no cap; a topic's own
     #: ``retention.bytes`` attribute overrides it).
     topic_retention_bytes: Optional[int] = None
-    #: Default of every topic's ``delete_when_consumed``: a segment holding records of the topic
-    #: goes only once every group with an offset for the topic has consumed past them.
+    #: Default of every user topic's ``delete_when_consumed`` (system topics: their own
+    #: attribute only): a segment holding records of the topic goes only once every group with
+    #: an offset for the topic has consumed past them, whatever the age and size rules say.
     delete_when_consumed: bool = False
     #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
