@@ -74,6 +74,7 @@ __all__ = [
     "disk_usage",
     "MANUAL_PASSES",
     "RetentionView",
+    "retention_report",
     "TopicPolicy",
     "topic_policy",
     "retention_attribute_changes",
@@ -568,6 +569,36 @@ class RetentionView:
                 held.setdefault("", []).append({"policy": "segment_being_written"})
             oldest = {"start": first.file_from_offset, "held_by": held}
         return {"topics": topics, "oldest_segment": oldest}
+
+
+def retention_report(
+    config: Any,
+    commitlog: Any,
+    queues: Any,
+    topics_table: Any,
+    offsets: Any,
+    dispatcher: Any,
+    *,
+    dispatch: bool,
+) -> dict[str, Any]:
+    """:meth:`RetentionView.report` of a store at its clock's now (``MessageStore.retention_report``).
+
+    ``dispatch``: catch the queues up first (a writable store); when that fails (a full disk) the
+    report is of what was dispatched and says so under ``"dispatch_error"``.
+    """
+    dispatch_error = None
+    if dispatch:
+        try:
+            dispatcher.catch_up()
+        except Exception as exc:
+            dispatch_error = f"{type(exc).__name__}: {exc}"
+    now = config.clock() if config.clock is not None else _now_ms()
+    view = RetentionView(config, commitlog, queues, topics_table, offsets, now)
+    with dispatcher.lock:
+        report = view.report()
+    if dispatch_error is not None:
+        report["dispatch_error"] = dispatch_error
+    return report
 
 
 class Cleaner:

@@ -78,8 +78,8 @@ from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import (
     UNCHANGED,
     Cleaner,
-    RetentionView,
     retention_attribute_changes,
+    retention_report,
     topic_policy,
 )
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
@@ -720,26 +720,15 @@ class MessageStore:
         dispatches first; when that fails (a full disk) the report is of what was dispatched and
         has ``"dispatch_error"``."""
         self._check_open()
-        dispatch_error = None
-        if not self.read_only:
-            try:
-                self._dispatcher.catch_up()
-            except Exception as exc:  # a full disk: report on what is dispatched, and say so
-                dispatch_error = f"{type(exc).__name__}: {exc}"
-        clock = self.config.clock
-        view = RetentionView(
+        return retention_report(
             self.config,
             self._commitlog,
             self._queues,
             self._topics.table,
             self._offsets,
-            clock() if clock is not None else now_ms(),
+            self._dispatcher,
+            dispatch=not self.read_only,
         )
-        with self._dispatcher.lock:
-            report = view.report()
-        if dispatch_error is not None:
-            report["dispatch_error"] = dispatch_error
-        return report
 
     @property
     def topics(self) -> dict[str, int]:
