@@ -43,6 +43,15 @@ other bytes. Until then the file's blocks stay allocated (an unlinked, still-map
 is why a pass's freed space may show up only once old views are dropped. A read that starts
 after the deletion raises :class:`~rocketstore.errors.MessageNotFoundError`.
 
+**Policies** (issue 19; docs/guide/retention.md) add to step 2, per store (``StoreConfig``) and
+per topic (attributes in ``topics.json``, :func:`topic_policy`): ``retention_ms`` (age, at any
+pass), ``retention_bytes`` (the CommitLog's and each topic's size) and ``delete_when_consumed``
+(every group with an offset for the topic consumed past the segment). With any set, each pass
+decides segment by segment (:class:`RetentionView`): a segment goes when every topic with a
+record in it lets it go, consumption being a gate no age or size rule passes; only
+``clean(force=True)`` does. Which topics a segment holds and how far groups consumed are read
+from the ConsumeQueues and the consumer offset table at each pass; nothing else is stored.
+
 Time, disk usage and the local hour are injectable (``clock``, ``disk_usage``, ``local_hour``),
 so tests run hours of retention without waiting.
 """
