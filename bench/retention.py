@@ -111,7 +111,12 @@ def main() -> None:
     path = os.path.join(root, "store")
     out: dict[str, float] = {}
     t0 = time.perf_counter()
-    store = build(path, args.segments, args.impl)
+    try:
+        store = build(path, args.segments, args.impl)
+    except BaseException:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     files = store._segments.files
     messages = sum(hi - lo for lo, hi in store.queues().values())
     print(
