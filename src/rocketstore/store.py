@@ -87,7 +87,13 @@ from rocketstore.message import (
 )
 from rocketstore.parts import StoreParts
 from rocketstore.queuecheck import QueueGuard
-from rocketstore.retention import Cleaner
+from rocketstore.retention import (
+    UNCHANGED,
+    Cleaner,
+    retention_attribute_changes,
+    retention_report,
+    topic_policy,
+)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
 from rocketstore.topics import Topics
@@ -398,8 +404,9 @@ class MessageStore:
             self._dispatcher,
             self._topics,
             weak_method(self._put_message, _closed_error),
+            self._offsets,
         )
-        self._cleaner = Cleaner(self._parts)
+        self._cleaner = Cleaner(self._parts, clock=cfg.clock)
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
@@ -755,6 +762,52 @@ class MessageStore:
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
         self._topics.set(topic, queues)
+
+    def set_topic_retention(
+        self,
+        topic: str,
+        *,
+        retention_ms: Any = UNCHANGED,
+        retention_bytes: Any = UNCHANGED,
+        delete_when_consumed: Any = UNCHANGED,
+    ) -> dict[str, Any]:
+        """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
+        as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
+
+        Each argument left out stays as it is; None removes the topic's own value (the store's
+        option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
+        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
+        """
+        self._check_writable()
+        validate_topic(topic)
+        changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
+        if changes:
+            self._topics.update_attributes(topic, changes)
+        return self.topic_retention(topic)
+
+    def topic_retention(self, topic: str) -> dict[str, Any]:
+        """The retention ``topic`` gets: ``{"retention_ms", "retention_bytes",
+        "delete_when_consumed", "source": {policy: "topic" | "store" | ...}}``."""
+        self._check_open()
+        validate_topic(topic)
+        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
+
+    def retention_report(self) -> dict[str, Any]:
+        """Per topic, its policy, its oldest segment and what holds that segment (which policy;
+        for ``delete_when_consumed``, which groups at which offsets), and the store's oldest
+        segment with the topics that hold it. Also ``stats()["retention"]``. A writable store
+        dispatches first; when that fails (a full disk) the report is of what was dispatched and
+        has ``"dispatch_error"``."""
+        self._check_open()
+        return retention_report(
+            self.config,
+            self._commitlog,
+            self._queues,
+            self._topics.table,
+            self._offsets,
+            self._dispatcher,
+            dispatch=not self.read_only,
+        )
 
     @property
     def topics(self) -> dict[str, int]:
@@ -1631,6 +1684,7 @@ class MessageStore:
         if not self.read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
+        out["retention"] = self.retention_report()
         return out
 
     def __repr__(self) -> str:
