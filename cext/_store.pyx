@@ -89,10 +89,13 @@ cdef extern from "flusher.h" nogil:
 
 cdef extern from "live.h" nogil:
     int RS_LIVE_SIZE
-    void rs_live_publish(uint8_t *page, int64_t wrote)
     void rs_live_wake(uint8_t *page)
     uint32_t rs_live_seq(uint8_t *page)
     int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms)
+    int RS_LIVE_SLOTS, RS_LIVE_MAX_WAIT
+    void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t slots)
+    int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen, uint32_t page_seen,
+                           int64_t timeout_ms)
 
 
 cdef extern from *:
@@ -142,7 +145,7 @@ POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
-           "WAIT_FUTURE", "live_wait", "live_wake", "live_seq"]
+           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
@@ -181,6 +184,28 @@ def live_wait(page, uint32_t seen, int64_t timeout_ms):
     cdef int changed
     with nogil:
         changed = rs_live_wait(<uint8_t *>held.view.buf, seen, timeout_ms)
+    return changed != 0
+
+
+def live_wait_words(page, words, seen, uint32_t page_seen, int64_t timeout_ms):
+    """Sleep (GIL released) until one of the live page's u32 words at byte offsets ``words`` no
+    longer holds its value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one
+    changed. Without futex_waitv several words fall back to the page's sequence word, which
+    ``page_seen`` is the caller's look at."""
+    cdef _LivePage held = _LivePage(page)
+    cdef int n = len(words)
+    cdef int at[64]
+    cdef uint32_t values[64]
+    cdef int i, changed
+    if n < 1 or n > RS_LIVE_MAX_WAIT or len(seen) != n:
+        raise ValueError(f"1 to {RS_LIVE_MAX_WAIT} words, each with the value seen")
+    for i in range(n):
+        at[i] = words[i]
+        values[i] = seen[i]
+        if at[i] < 64 or at[i] > 4096 - 8 or at[i] % 8:
+            raise ValueError(f"{at[i]} is not a slot word of the live page")
+    with nogil:
+        changed = rs_live_wait_words(<uint8_t *>held.view.buf, n, at, values, page_seen, timeout_ms)
     return changed != 0
 
 
@@ -236,6 +261,7 @@ cdef class _Topic:
     cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
     cdef int64_t *next_offsets
     cdef unsigned int rr
+    cdef int slot                    # its live page slot (rocketstore.live.topic_slot)
 
     def __dealloc__(self):
         free(self.next_offsets)
@@ -484,6 +510,7 @@ cdef class CommitLogCore:
     cdef object _refusal             # while set (disk full), every put is refused with it
     cdef _LivePage _live             # the live page, once set_live() gave one
     cdef uint8_t *_live_page
+    cdef uint64_t _live_dirty       # slots of the topics put since the last _notify
 
     def __cinit__(self):
         self._lock = PyThread_allocate_lock()
@@ -556,8 +583,10 @@ cdef class CommitLogCore:
         self._live_page = <uint8_t *>self._live.view.buf
 
     cdef inline void _notify(self) noexcept:
+        cdef uint64_t dirty = self._live_dirty
         if self._live_page != NULL:
-            rs_live_publish(self._live_page, rs_flusher_wrote(self._flusher))
+            self._live_dirty = 0
+            rs_live_publish_slots(self._live_page, rs_flusher_wrote(self._flusher), dirty)
 
     def add_segment(self, mm, int64_t file_from_offset, fd=None):
         """Register a prepared next segment, so its first pages are pre-faulted before use."""
@@ -624,6 +653,7 @@ cdef class CommitLogCore:
         nqueues = self._topic_lookup(topic)  # validates (InvalidTopicError); may switch threads
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
+        t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(t.name), PyBytes_GET_SIZE(t.name)) % RS_LIVE_SLOTS
         t.nqueues = nqueues
         t.capacity = max(1, nqueues)
         t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * t.capacity)
@@ -961,6 +991,7 @@ cdef class CommitLogCore:
         self._pos += length
         end = self._file_from + self._pos
         rs_flusher_publish(self._flusher, end)
+        self._live_dirty |= (<uint64_t>1) << t.slot
         if consumes_offset:
             t.next_offsets[queue_id] += 1
         self.puts += 1

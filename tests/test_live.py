@@ -15,7 +15,7 @@ import rocketstore
 from rocketstore import Consumer, MessageStore
 from rocketstore.consume import GetMessageStatus as S
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, NotAStoreError, StoreClosedError
-from rocketstore.live import LIVE_NAME, LIVE_SIZE
+from rocketstore.live import LIVE_NAME, LIVE_SIZE, topic_slot
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 SMALL = dict(commitlog_file_size=8192, consume_queue_units=16, index_slots=16, index_count=64)
@@ -258,3 +258,35 @@ def test_a_clean_reopen_leaves_the_live_page_as_it_was(tmp_path, impl):
     with MessageStore(path, implementation=impl.name) as store, pytest.raises(InvalidMessageError):
         store.put("bad topic", b"x")
     assert (path / LIVE_NAME).read_bytes() == before
+
+
+def test_a_waiter_sleeps_through_puts_of_other_topics(tmp_path, impl):
+    """A put wakes the waiters of its topic's slot (and whoever waits for any put); a compiled
+    waiter of another topic sleeps on (the pure twin's waiters wake on every put and look again)."""
+    path = tmp_path / "s"
+    with MessageStore(path, implementation=impl.name) as store:
+        store.put("Busy", b"x")
+        store.put("Quiet", b"x")
+        assert topic_slot("Busy") != topic_slot("Quiet")
+        live = store._live
+        look = live.look((topic_slot("Quiet"),))
+        timer = threading.Timer(0.05, lambda: [store.put("Busy", b"y") for _ in range(50)])
+        timer.start()
+        woken = live.wait_look(look, 0.3)
+        timer.join()
+        assert woken == (impl.name == "py")
+        look = live.look((topic_slot("Quiet"),))
+        timer = threading.Timer(0.05, lambda: store.put("Quiet", b"y"))
+        timer.start()
+        assert live.wait_look(look, 30)
+        timer.join()
+
+
+def test_live_page_words_are_checked(tmp_path, impl):
+    with MessageStore(tmp_path / "s", implementation=impl.name) as store:
+        mm = store._live.mm
+        for words, seen in (([], []), ([8], [0]), ([64, 72], [0]), ([4096], [0]), ([65], [0])):
+            with pytest.raises(ValueError):
+                impl.store.live_wait_words(mm, words, seen, 0, 0)
+        with pytest.raises(ValueError):
+            impl.store.live_wait(bytearray(16), 0, 0)

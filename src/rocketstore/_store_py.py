@@ -48,6 +48,7 @@ __all__ = [
     "WAIT_BLOCK",
     "WAIT_FUTURE",
     "live_wait",
+    "live_wait_words",
     "live_wake",
     "live_seq",
 ]
@@ -64,6 +65,7 @@ _debug_sync_errno = 0
 
 _LIVE_SIZE = 4096
 _LIVE_SEQ, _LIVE_WAITERS, _LIVE_WROTE, _LIVE_ALWAYS_WAKE = 8, 12, 16, 40
+_LIVE_SLOTS, _LIVE_SLOT0, _LIVE_MAX_WAIT = 64, 64, 64  # see cext/live.h
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 #: SYS_futex by machine (Linux); elsewhere a waiter polls the word every millisecond.
 _SYS_FUTEX = {
@@ -135,16 +137,44 @@ def live_wait(page: Any, seen: int, timeout_ms: int) -> bool:
     return True
 
 
-def _live_publish(page: Any, wrote: int) -> None:
+def _live_publish(page: Any, wrote: int, slot: int = -1) -> None:
+    """Whole records end at ``wrote``; one of them (if ``slot`` >= 0) of a topic of that slot."""
     if struct.unpack_from("<q", page, _LIVE_WROTE)[0] == wrote:
         return  # nothing new (a failed put, a close): no byte of the page changes
+    always = struct.unpack_from("<I", page, _LIVE_ALWAYS_WAKE)[0]
     struct.pack_into("<q", page, _LIVE_WROTE, wrote)
-    word = _live_word(page)
-    word.value = (word.value + 1) & 0xFFFFFFFF
-    (waiters,) = struct.unpack_from("<I", page, _LIVE_WAITERS)
-    (always,) = struct.unpack_from("<I", page, _LIVE_ALWAYS_WAKE)
-    if (waiters or always) and _futex is not None:
-        _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+    words = [(_LIVE_SLOT0 + 8 * slot, _LIVE_SLOT0 + 8 * slot + 4)] if slot >= 0 else []
+    for at, waiters_at in [*words, (_LIVE_SEQ, _LIVE_WAITERS)]:
+        word = ctypes.c_uint32.from_buffer(page, at)
+        word.value = (word.value + 1) & 0xFFFFFFFF
+        if (always or struct.unpack_from("<I", page, waiters_at)[0]) and _futex is not None:
+            _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+
+def live_wait_words(page: Any, words: Any, seen: Any, page_seen: int, timeout_ms: int) -> bool:
+    """Sleep until one of the live page's u32 words at byte offsets ``words`` no longer holds its
+    value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one changed. The pure
+    twin sets the page's always-wake flag (it cannot count itself in atomically) and waits on the
+    page's sequence word, which every put moves (``page_seen``: the caller's look at it)."""
+    words, seen = list(words), list(seen)
+    n = len(words)
+    if n < 1 or n > _LIVE_MAX_WAIT or len(seen) != n:
+        raise ValueError(f"1 to {_LIVE_MAX_WAIT} words, each with the value seen")
+    for at in words:
+        if at < _LIVE_SLOT0 or at > _LIVE_SIZE - 8 or at % 8:
+            raise ValueError(f"{at} is not a slot word of the live page")
+    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
+    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    while True:
+        if any(struct.unpack_from("<I", page, at)[0] != s for at, s in zip(words, seen)):
+            return True
+        if live_seq(page) != page_seen:
+            return True  # a put of another topic, or of one of these: the caller looks again
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        if not live_wait(page, page_seen, -1 if left is None else max(1, int(left * 1000))):
+            return False
 
 
 def _debug_fail_syncs(err: int) -> None:
@@ -535,10 +565,11 @@ class _Flusher:
 
 
 class _Topic:
-    __slots__ = ("name", "nqueues", "next_offsets", "rr")
+    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot")
 
     def __init__(self, name, nqueues):
         self.name = name.encode("utf-8")
+        self.slot = _body_crc(self.name) % _LIVE_SLOTS  # its live page slot
         self.nqueues = nqueues
         self.next_offsets = [0] * max(1, nqueues)
         self.rr = 0
@@ -651,8 +682,6 @@ class CommitLogCore:
 
     def _publish(self, end):
         self._flusher.wrote = end  # an int store is atomic under the GIL
-        if self._live is not None:
-            _live_publish(self._live, end)
 
     def set_live(self, page):
         """Publish where whole records end in ``page`` (the live page's map) after every put
@@ -911,6 +940,8 @@ class CommitLogCore:
         self._pos += length
         end = self._file_from + self._pos
         self._publish(end)
+        if self._live is not None:
+            _live_publish(self._live, end, t.slot)
         if consumes:
             t.next_offsets[queue_id] += 1
         self.puts += 1

@@ -667,7 +667,7 @@ class Consumer:
         store = self.store
         deadline = store._deadline(timeout) if timeout != 0 else None
         while True:
-            seen = store._live_seq()
+            seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)
             if found or deadline is None or not store._wait_for_put(seen, deadline):
                 return found
@@ -677,7 +677,7 @@ class Consumer:
         store = self.store
         deadline = store._deadline(timeout) if timeout != 0 else None
         while True:
-            seen = store._live_seq()
+            seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)
             if found or deadline is None or not await store._wait_for_put_async(seen, deadline):
                 return found

@@ -38,19 +38,30 @@ import stat
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore.errors import NotAStoreError, StoreConfigError
 from rocketstore.mapped_file import MappedFile
 
-__all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker"]
+__all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
 
 LIVE_NAME = "rocketstore-live"
 LIVE_SIZE = 4096
 _MAGIC = b"RSLIVE\x00\x01"
 _STATE = struct.Struct("<qQQ")  # wrote, epoch, changes at offset 16
 _SEQ, _WROTE, _CHANGES = 8, 16, 32
+SLOTS, _SLOT0 = 64, 64  # per-topic words (cext/live.h)
+
+
+def topic_slot(topic: str) -> int:
+    """The page slot whose word a put of ``topic`` moves (both twins compute it alike)."""
+    return (zlib.crc32(topic.encode("utf-8")) & 0x7FFFFFFF) % SLOTS
+
+
+#: What a waiter saw before it looked for messages: (page sequence, slot word offsets, their values).
+Look = tuple[int, tuple[int, ...], tuple[int, ...]]
 
 
 class LivePage:
@@ -141,6 +152,22 @@ class LivePage:
     def seq(self) -> int:
         found: int = struct.unpack_from("<I", self.mm, _SEQ)[0]
         return found
+
+    def look(self, slots: tuple[int, ...]) -> Look:
+        """The sequence words a waiter for these slots compares against later."""
+        words = tuple(_SLOT0 + 8 * slot for slot in slots)
+        mm = self.mm
+        return self.seq(), words, tuple(struct.unpack_from("<I", mm, at)[0] for at in words)
+
+    def wait_look(self, seen: Look, timeout: Optional[float]) -> bool:
+        """Sleep until a put of a topic of the slots ``seen`` was taken for (or any put, with no
+        slots) or ``timeout`` seconds pass; True if one came."""
+        page_seen, words, values = seen
+        if not words or not self.writable:
+            return self.wait(page_seen, timeout)
+        ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
+        changed: bool = self._store.live_wait_words(self.mm, words, values, page_seen, ms)
+        return changed
 
     def wait(self, seen: int, timeout: Optional[float]) -> bool:
         """Sleep until the sequence is no longer ``seen`` or ``timeout`` seconds pass (None: no

@@ -75,7 +75,7 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
-from rocketstore.live import AsyncWaker, Follower, LivePage
+from rocketstore.live import AsyncWaker, Follower, LivePage, Look, topic_slot
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -1289,7 +1289,7 @@ class MessageStore:
         tag_filter = TagFilter.parse(tags)
         deadline = self._deadline(wait)
         while True:
-            seen = self._live_seq()
+            seen = self._live_look((topic,) if deadline is not None else ())
             found = self._pull(
                 topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
             )
@@ -1317,7 +1317,7 @@ class MessageStore:
         tag_filter = TagFilter.parse(tags)
         deadline = self._deadline(wait)
         while True:
-            seen = self._live_seq()
+            seen = self._live_look((topic,) if deadline is not None else ())
             found = self._pull(
                 topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
             )
@@ -1361,12 +1361,15 @@ class MessageStore:
     def _may_wait(found: GetMessageResult) -> bool:
         return not found.messages and found.status in _WAITABLE
 
-    def _live_seq(self) -> int:
+    def _live_look(self, topics: Sequence[str]) -> Look:
+        """What a wait for puts of ``topics`` compares against (taken before looking for messages)."""
         self._check_open()
         live = self._live
-        return live.seq() if live is not None else 0
+        if live is None:
+            return (0, (), ())
+        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
 
-    def _wait_for_put(self, seen: int, deadline: float) -> bool:
+    def _wait_for_put(self, seen: Look, deadline: float) -> bool:
         """Sleep until a put (or a deletion) after ``seen`` or the deadline; False at the deadline."""
         left = deadline - time.monotonic()
         if left <= 0:
@@ -1375,10 +1378,10 @@ class MessageStore:
         if live is None:  # a store no rocketstore writer keeps a live page for: nothing will come
             time.sleep(min(left, 3600.0))
             return False
-        live.wait(seen, min(left, 1.0))  # sliced: a close of this store is noticed
+        live.wait_look(seen, min(left, 1.0))  # sliced: a close of this store is noticed
         return True
 
-    async def _wait_for_put_async(self, seen: int, deadline: float) -> bool:
+    async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
@@ -1390,7 +1393,7 @@ class MessageStore:
             if self._waker is None:
                 self._waker = AsyncWaker(live)
             waker = self._waker
-        await waker.changed(seen, None if math.isinf(left) else left)
+        await waker.changed(seen[0], None if math.isinf(left) else left)
         return True
 
     def get_units(
