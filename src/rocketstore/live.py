@@ -8,9 +8,9 @@ made **visible**: written into the CommitLog and returned to the putter. Visible
 a record the writer has not flushed yet is seen by readers, and lost with it in a power cut
 (unless it was a durable put, which returns only after the flush).
 
-The page also carries a sequence word bumped after every put; a waiting consumer sleeps on it
-(a futex on Linux: no CPU while it waits, woken by a put in any process; elsewhere it polls the
-word every millisecond). Layout (little-endian):
+The page also carries a sequence word bumped after every put, and one per topic slot; a waiting
+consumer sleeps on its topics' words (a futex on Linux: no CPU while it waits, woken by a put of
+its topics in any process; elsewhere it polls the word every millisecond). Layout (little-endian):
 
 ======  ====  ========================================================================
 offset  type  field
@@ -23,6 +23,8 @@ offset  type  field
               there (a reader then opens the store again)
 32      u64   changes: bumped when retention deleted segments
 40      u32   always-wake: set by a waiter that cannot count itself in (the pure twin)
+64+8i   u32   topic slot i (0..63, :func:`topic_slot`): bumped by every put of its topics
+68+8i   u32   waiters of slot i
 ======  ====  ========================================================================
 
 The only write a read-only store makes is to this page's waiter fields, and only while one of
