@@ -192,11 +192,11 @@ class LivePage:
         self._store.live_wake(self.mm)
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except BufferError:  # a waiter in another thread still holds it: the map goes with it
-            pass
-        os.close(self._fd)
+        """Close the file; the map goes when the last reference does, so a thread still inside a
+        call of the closed store reads a valid page (and then finds the store closed)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class Follower:

@@ -1370,16 +1370,24 @@ class MessageStore:
         return live.look(tuple(sorted({topic_slot(t) for t in topics})))
 
     def _wait_for_put(self, seen: Look, deadline: float) -> bool:
-        """Sleep until a put (or a deletion) after ``seen`` or the deadline; False at the deadline."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
+        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
+        StoreClosedError)."""
         live = self._live
-        if live is None:  # a store no rocketstore writer keeps a live page for: nothing will come
-            time.sleep(min(left, 3600.0))
-            return False
-        live.wait_look(seen, min(left, 1.0))  # sliced: a close of this store is noticed
-        return True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._check_open()
+            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+                time.sleep(min(left, 1.0))
+                continue
+            try:
+                if live.wait_look(seen, min(left, 1.0)):
+                    return True
+            except ValueError:  # its map closed under it: this store was closed meanwhile
+                self._check_open()
+                raise
 
     async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
         left = deadline - time.monotonic()
