@@ -74,6 +74,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
+from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import AsyncWaker, Follower, LivePage, Look, topic_slot
 from rocketstore.mapped_file import MappedFile
@@ -336,6 +337,8 @@ class MessageStore:
             commitlog.load()
             self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
+        if not self.read_only:
+            self._import_group_offsets()
         end, queue_offsets, dispatch_start = self._recover()
         self._dispatch_thread = None
         self._cleaner = None
@@ -653,6 +656,7 @@ class MessageStore:
         durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
             durable = run(self._final_checkpoint)
+            run(self._import_group_offsets)
             for table in (self._topics, self._offsets):
                 run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
@@ -1520,9 +1524,31 @@ class MessageStore:
         return self._offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
-        """Write ``config/consumerOffset.json`` now if offsets changed; True if written."""
+        """Write ``config/consumerOffset.json`` now if offsets changed (with the offsets process
+        groups committed, :mod:`rocketstore.group`); True if written."""
         self._check_writable()
+        self._import_group_offsets()
         return self._offsets.persist()
+
+    def _import_group_offsets(self) -> None:
+        """Copy the offsets that group members (rocketstore.group) committed into this store's
+        table: ``consumerOffset.json`` then holds them as a broker's does."""
+        directory = os.path.join(self.path, GROUPS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            try:
+                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
+            except StoreConfigError:
+                _log.warning("group offsets %s are unreadable: not copied", name)
+                continue
+            for key, offsets in table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in offsets.items():
+                    if self._offsets.query(group, topic, queue_id) != offset:
+                        self._offsets.commit(group, topic, queue_id, offset)
 
     # ---- lookups (§3, §5.5) ----
 
