@@ -1,6 +1,7 @@
 """Readers that follow the writer and consumers that wait for puts (rocketstore.live)."""
 
 import asyncio
+import json
 import os
 import pathlib
 import struct
@@ -290,3 +291,22 @@ def test_live_page_words_are_checked(tmp_path, impl):
                 impl.store.live_wait_words(mm, words, seen, 0, 0)
         with pytest.raises(ValueError):
             impl.store.live_wait(bytearray(16), 0, 0)
+
+
+def test_cli_consume_follow_prints_messages_as_they_are_put(tmp_path):
+    path = str(tmp_path / "s")
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with MessageStore(path) as store:
+        store.create_topic("T", 2)
+        store.put("T", b"before")
+        cmd = [sys.executable, "-m", "rocketstore", "--store", path, "consume", "T", "--group", "g"]
+        with subprocess.Popen(
+            cmd + ["--follow", "--max", "3", "--json"], stdout=subprocess.PIPE, env=env
+        ) as child:
+            first = child.stdout.readline()
+            assert json.loads(first)["body"] == "before"
+            store.put("T", b"one")
+            assert json.loads(child.stdout.readline())["body"] == "one"
+            store.put("T", b"two")
+            assert json.loads(child.stdout.readline())["body"] == "two"
+            assert child.wait(60) == 0  # --max 3 reached

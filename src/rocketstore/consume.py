@@ -752,6 +752,13 @@ class Consumer:
         self._positions[key] = position
         return position
 
+    def seek(self, topic: str, queue_id: int, offset: int) -> None:
+        """Pull (topic, queue_id) from queue offset ``offset`` on (RocketMQ's ``seek``)."""
+        if topic not in self._filters:
+            raise InvalidMessageError(f"{topic!r} is not one of this consumer's topics")
+        queue_id = _check_int("queue_id", queue_id, 0, 2**31 - 1)
+        self._positions[(topic, queue_id)] = _check_int("offset", offset, 0)
+
     def send_back(self, message: MessageExt, delay_level: int = 0) -> PutResult:
         """Hand back a message this group failed to consume (retry, after the last one the DLQ)."""
         return self.store.send_back(self.group, message, delay_level)
