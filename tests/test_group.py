@@ -194,3 +194,26 @@ def test_members_killed_at_random_never_make_the_group_skip(tmp_path, rng):
     assert not missing, f"{len(missing)} of {len(want)} never consumed, e.g. {sorted(missing)[:5]}"
     duplicates = len(lines) - len(set(lines))
     print(f"{n + 1} messages, {rounds} kills: {duplicates} delivered again")
+
+
+def test_the_writer_writes_the_groups_offsets_into_consumer_offset_json(tmp_path, monkeypatch):
+    import rocketstore.store as store_module
+
+    monkeypatch.setattr(store_module, "_OFFSETS_PERSIST_MS", 0)
+    path = tmp_path / "s"
+    with MessageStore(path, checkpoint_interval_ms=10) as store:
+        store.create_topic("T", 1)
+        fill(store, 3)
+        with MessageStore(path, read_only=True) as reader:
+            member = GroupConsumer(reader, "g", "T")
+            assert len(member.poll(10)) == 3
+            member.poll(10)  # commits what the first poll handed out
+            deadline = time.monotonic() + 30
+            text = ""
+            while time.monotonic() < deadline and '"T@g"' not in text:
+                time.sleep(0.02)
+                offsets = path / "config" / "consumerOffset.json"
+                text = offsets.read_text() if offsets.exists() else ""
+            assert '"T@g":{0:3' in text.replace(" ", "").replace("\n", "").replace("\t", "")
+            assert store.committed_offset("g", "T", 0) == 3
+            member.close()

@@ -141,6 +141,8 @@ _PARTS = (
 )
 
 
+#: How often the dispatch thread writes the consumer offsets (RocketMQ's flushConsumerOffsetInterval).
+_OFFSETS_PERSIST_MS = 5000
 #: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
 _WAITABLE = frozenset(
     (
@@ -244,6 +246,7 @@ class MessageStore:
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
     _follower: Optional[Follower] = None
+    _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
 
@@ -395,7 +398,7 @@ class MessageStore:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
                 cfg.dispatch_interval_ms,
-                checkpoint=weak_method(self._save_checkpoint),
+                checkpoint=weak_method(self._background_checkpoint),
                 checkpoint_interval_ms=cfg.checkpoint_interval_ms,
             )
         self._parts = StoreParts(
@@ -575,6 +578,18 @@ class MessageStore:
         damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
         if damaged:
             self._guard.repair(damaged)
+
+    def _background_checkpoint(self) -> None:
+        """The dispatch thread's periodic step: the checkpoint, and every
+        ``_OFFSETS_PERSIST_MS`` the consumer offsets (with those process groups committed), as a
+        broker flushes them every 5 s."""
+        self._save_checkpoint()
+        now = time.monotonic()
+        if now - self._offsets_persisted >= _OFFSETS_PERSIST_MS / 1000.0:
+            self._offsets_persisted = now
+            # not under the store's mutex: close() holds it while it stops this thread
+            self._import_group_offsets()
+            self._offsets.persist()
 
     def _save_checkpoint(self) -> None:
         """Make the ConsumeQueues and the index durable up to the dispatch offset and record
