@@ -17,7 +17,7 @@ group among every process (and thread) that opened one on the same store:
   ``flock``). Each poll first commits what the previous polls handed out (``auto_commit``, on by
   default), so a member killed at any moment makes the group deliver again what it had not
   finished (at least once), never skip it. A writable store copies every group's offsets into
-  ``config/consumerOffset.json`` when it persists its offsets (and reads them at open), so a
+  ``config/consumerOffset.json`` every 5 s, when it persists its offsets and at open, so a
   broker, retention and :meth:`MessageStore.committed_offset` see them.
 * **Broadcasting** (``broadcasting=True``): every instance gets every message and keeps its own
   offsets (RocketMQ's ``LocalFileOffsetStore``), in ``<group>@<instance>.offsets.json``.
