@@ -310,3 +310,26 @@ def test_cli_consume_follow_prints_messages_as_they_are_put(tmp_path):
             store.put("T", b"two")
             assert json.loads(child.stdout.readline())["body"] == "two"
             assert child.wait(60) == 0  # --max 3 reached
+
+
+def test_async_waiters_of_different_topics_get_their_own_messages(tmp_path, impl):
+    with MessageStore(tmp_path / "s", implementation=impl.name) as store:
+        store.create_topic("A", 1)
+        store.create_topic("B", 1)
+        store.put("A", b"a0")
+        store.put("B", b"b0")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.1, lambda: store.put("A", b"a1"))
+            loop.call_later(0.3, lambda: store.put("B", b"b1"))
+            t0 = loop.time()
+            got_a, got_b = await asyncio.gather(
+                store.get_message_async("g", "A", 0, 1, wait=30),
+                store.get_message_async("g", "B", 0, 1, wait=30),
+            )
+            assert [m.body for m in got_a.messages] == [b"a1"]
+            assert [m.body for m in got_b.messages] == [b"b1"]
+            assert loop.time() - t0 < 25
+
+        asyncio.run(main())

@@ -157,7 +157,10 @@ class LivePage:
 
     def look(self, slots: tuple[int, ...]) -> Look:
         """The sequence words a waiter for these slots compares against later."""
-        words = tuple(_SLOT0 + 8 * slot for slot in slots)
+        return self.look_words(tuple(_SLOT0 + 8 * slot for slot in slots))
+
+    def look_words(self, words: tuple[int, ...]) -> Look:
+        """:meth:`look` by word offsets."""
         mm = self.mm
         return self.seq(), words, tuple(struct.unpack_from("<I", mm, at)[0] for at in words)
 
@@ -276,19 +279,20 @@ class Follower:
 
 
 class AsyncWaker:
-    """Wakes the asyncio waiters of one store when its live page's sequence moves: one thread per
-    store sleeps on the page for all of them, and on an event while nobody waits."""
+    """Wakes the asyncio waiters of one store when a put of their topics comes: one thread per
+    store sleeps on the page's words for all of them, and on an event while nobody waits."""
 
     def __init__(self, page: LivePage) -> None:
         self._page = page
         self._lock = threading.Lock()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], int]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
         self._someone = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    async def changed(self, seen: int, timeout: Optional[float]) -> None:
-        """Return once the sequence is no longer ``seen``, or after ``timeout`` seconds."""
+    async def changed(self, seen: Look, timeout: Optional[float]) -> None:
+        """Return once a put of the topics ``seen`` was taken for came (any put, for a look at no
+        topic), or after ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:
@@ -310,10 +314,21 @@ class AsyncWaker:
     def _run(self) -> None:
         page = self._page
         while not self._closed:
-            now = page.seq()
             with self._lock:
-                due = [w for w in self._waiters if w[2] != now]
-                self._waiters = [w for w in self._waiters if w[2] == now]
+                waiting = list(self._waiters)
+            words = sorted({at for _, _, look in waiting for at in look[1]})  # at most the 64 slots
+            now = page.look_words(tuple(words))  # taken before the waiters are compared with it
+            current = dict(zip(now[1], now[2]))
+            due: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
+            rest: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
+            for w in waiting:
+                page_seen, ats, values = w[2]
+                moved = (
+                    any(current.get(at, v) != v for at, v in zip(ats, values)) if ats else now[0] != page_seen
+                )
+                (due if moved else rest).append(w)
+            with self._lock:
+                self._waiters = [w for w in self._waiters if w not in due]
                 idle = not self._waiters
                 if idle:
                     self._someone.clear()
@@ -321,16 +336,18 @@ class AsyncWaker:
                 loop.call_soon_threadsafe(_resolve, fut)
             if idle:
                 self._someone.wait()
+            elif due:
+                continue  # look again at once: who is left waits on what it saw
+            elif any(not look[1] for _, _, look in rest) or not words:
+                page.wait(now[0], 0.5)  # a waiter for any put; sliced, so close() is noticed
             else:
-                page.wait(now, 0.5)  # sliced, so close() is noticed
+                page.wait_look(now, 0.5)
 
     def close(self) -> None:
+        """Stop the thread (within half a second; it holds no file)."""
         with self._lock:
             self._closed = True
         self._someone.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(2.0)
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

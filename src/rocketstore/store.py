@@ -1420,7 +1420,7 @@ class MessageStore:
             if self._waker is None:
                 self._waker = AsyncWaker(live)
             waker = self._waker
-        await waker.changed(seen[0], None if math.isinf(left) else left)
+        await waker.changed(seen, None if math.isinf(left) else left)
         return True
 
     def get_units(
