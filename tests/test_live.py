@@ -333,3 +333,32 @@ def test_async_waiters_of_different_topics_get_their_own_messages(tmp_path, impl
             assert loop.time() - t0 < 25
 
         asyncio.run(main())
+
+
+def test_a_reader_ahead_of_the_published_end_does_not_reopen(tmp_path, impl):
+    """A reader's own scan at open may find records the writer wrote but had not published yet
+    (or never will: killed first); that is not a cut."""
+    path = tmp_path / "s"
+    writer, reader = open_pair(path, impl)
+    with writer, reader:
+        end = reader.max_offset
+        follower = reader._follower
+        with open(path / LIVE_NAME, "r+b") as f:
+            f.seek(16)
+            f.write(struct.pack("<q", end - 10))
+        for _ in range(3):
+            assert reader.max_offset == end
+        assert reader._follower is follower
+
+
+def test_a_writer_opening_after_a_crash_makes_readers_open_again(tmp_path, impl):
+    path = tmp_path / "s"
+    writer, reader = open_pair(path, impl)
+    with reader:
+        writer.close()
+        (path / "abort").touch()  # as a killed writer leaves it
+        follower = reader._follower
+        with MessageStore(path, implementation=impl.name) as again:
+            again.put("T", b"after", queue_id=0)
+            assert reader.get_by_queue_offset("T", 0, 1).body == b"after"
+            assert reader._follower is not follower

@@ -19,8 +19,8 @@ offset  type  field
 8       u32   sequence: bumped after every put and every change below
 12      u32   waiters counted in (compiled waiters, atomically)
 16      i64   wrote: the end of the writer's whole records
-24      u64   epoch: bumped when a writable open's recovery cut records the page said were
-              there (a reader then opens the store again)
+24      u64   epoch: bumped by a writable open after a crash, or whose recovery cut records
+              the page said were there (a reader then opens the store again)
 32      u64   changes: bumped when retention deleted segments
 40      u32   always-wake: set by a waiter that cannot count itself in (the pure twin)
 64+8i   u32   topic slot i (0..63, :func:`topic_slot`): bumped by every put of its topics
@@ -78,10 +78,12 @@ class LivePage:
         self.writable = writable
 
     @classmethod
-    def create(cls, root: str, store: Any, end: int) -> LivePage:
+    def create(cls, root: str, store: Any, end: int, crashed: bool) -> LivePage:
         """The writer's page, created if missing, saying that whole records end at ``end`` (where
-        recovery found them to end). The epoch moves only when that cut records the page said
-        were there (readers then open again); a clean reopen changes no byte of it."""
+        recovery found them to end). The epoch moves when the store was not closed cleanly
+        (``crashed``: recovery may have cut records a reader mapped, written but never
+        published) or when ``end`` is below what the page said (readers then open again); a clean
+        reopen changes no byte of it."""
         path = os.path.join(root, LIVE_NAME)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -108,8 +110,8 @@ class LivePage:
             mm[:8] = _MAGIC
         else:
             wrote, epoch, changes = _STATE.unpack_from(mm, _WROTE)
-            if wrote != end:
-                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end else epoch, changes)
+            if wrote != end or crashed:
+                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end or crashed else epoch, changes)
                 store.live_wake(mm)
         return page
 
@@ -222,8 +224,10 @@ class Follower:
         if wrote == self.wrote and changes == self.changes and epoch == self.epoch:
             return True
         commitlog = self.commitlog
-        if epoch != self.epoch or wrote < commitlog.end:
+        if epoch != self.epoch:
             return False
+        # wrote < end: this reader's own scan at open found records the writer had not published
+        # yet (or will never: it was killed before); only an epoch says records were cut
         deleted = 0
         if changes != self.changes:
             self.changes = changes

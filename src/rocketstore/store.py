@@ -379,7 +379,7 @@ class MessageStore:
             roll=weak_method(commitlog.roll, _closed_error),
         )
         self._topics.core = core
-        self._live = LivePage.create(self.path, self._impl.store, end)
+        self._live = LivePage.create(self.path, self._impl.store, end, crashed=not self.last_shutdown_clean)
         core.set_live(self._live.mm)
         commitlog.on_deleted = self._live.changed
         self._dispatcher = Dispatcher(
