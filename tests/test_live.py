@@ -362,3 +362,49 @@ def test_a_writer_opening_after_a_crash_makes_readers_open_again(tmp_path, impl)
             again.put("T", b"after", queue_id=0)
             assert reader.get_by_queue_offset("T", 0, 1).body == b"after"
             assert reader._follower is not follower
+
+
+def test_async_iteration_ends_when_the_store_closes(tmp_path, impl):
+    writer, reader = open_pair(tmp_path / "s", impl)
+    got = []
+
+    async def main():
+        consumer = Consumer(reader, "g", "T")
+        asyncio.get_running_loop().call_later(0.3, reader.close)
+        async for msg in consumer:
+            got.append(msg.body)
+
+    with writer:
+        asyncio.run(asyncio.wait_for(main(), 30))
+    assert got == [b"first"]
+
+
+@pytest.mark.parametrize("kind", ["iter", "async"])
+def test_a_consumer_with_nothing_to_receive_sleeps(tmp_path, impl, kind):
+    """Waiting burns no CPU: a spinning consumer would use about the whole second."""
+    writer, reader = open_pair(tmp_path / "s", impl)
+    consumer = Consumer(reader, "g", "T")
+    assert len(consumer.poll()) == 1
+
+    def drain():
+        if kind == "iter":
+            for _ in consumer:
+                pass
+        else:
+
+            async def main():
+                async for _ in consumer:
+                    pass
+
+            asyncio.run(main())
+
+    thread = threading.Thread(target=drain)
+    cpu = time.process_time()
+    thread.start()
+    time.sleep(1.0)
+    reader.close()
+    thread.join(30)
+    used = time.process_time() - cpu
+    writer.close()
+    assert not thread.is_alive()
+    assert used < 0.3, f"{used:.2f} s of CPU in 1 s of waiting"

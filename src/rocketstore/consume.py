@@ -52,6 +52,7 @@ queue's map (when every unit examined in one file is accepted); like
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -597,6 +598,14 @@ def get_units(
     )
 
 
+def _poll_deadline(store: MessageStore, timeout: Optional[float]) -> Optional[float]:
+    """When a poll's wait ends: None (``timeout=0``: no wait), inf (``None``: until something
+    comes) or a monotonic time."""
+    if timeout is None:
+        return math.inf
+    return store._deadline(timeout) if timeout != 0 else None
+
+
 class Consumer:
     """A consumer group pulling its subscriptions and its retry topic, as RocketMQ's push
     consumer does: every queue of each subscribed topic, plus ``%RETRY%<group>`` (all tags).
@@ -665,7 +674,7 @@ class Consumer:
         process or another; the wait sleeps, no CPU) — ``0`` returns at once, ``None`` waits
         until something comes."""
         store = self.store
-        deadline = store._deadline(timeout) if timeout != 0 else None
+        deadline = _poll_deadline(store, timeout)
         while True:
             seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)
@@ -675,7 +684,7 @@ class Consumer:
     async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
         """:meth:`poll` for asyncio: the event loop runs on while it waits."""
         store = self.store
-        deadline = store._deadline(timeout) if timeout != 0 else None
+        deadline = _poll_deadline(store, timeout)
         while True:
             seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from rocketstore.configfiles import ConsumerOffsetTable
-from rocketstore.consume import Consumer
+from rocketstore.consume import Consumer, _poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError
 from rocketstore.message import MessageExt
 
@@ -320,7 +320,7 @@ class GroupConsumer(Consumer):
         """As :meth:`Consumer.poll`; a wait beats the heartbeat and rebalances as members come
         and go."""
         store = self.store
-        deadline = store._deadline(timeout) if timeout != 0 else None
+        deadline = _poll_deadline(store, timeout)
         while True:
             seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)
@@ -340,7 +340,7 @@ class GroupConsumer(Consumer):
 
     async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
         store = self.store
-        deadline = store._deadline(timeout) if timeout != 0 else None
+        deadline = _poll_deadline(store, timeout)
         while True:
             seen = store._live_look(self.topics if deadline is not None else ())
             found = self._poll_once(max_msgs)

@@ -348,10 +348,17 @@ class AsyncWaker:
                 page.wait_look(now, 0.5)
 
     def close(self) -> None:
-        """Stop the thread (within half a second; it holds no file)."""
+        """Stop the thread (within half a second; it holds no file) and wake every waiter (its
+        store is closed: the next look says so)."""
         with self._lock:
             self._closed = True
+            waiting, self._waiters = self._waiters, []
         self._someone.set()
+        for loop, fut, _ in waiting:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # that event loop is closed
+                pass
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -1413,9 +1413,10 @@ class MessageStore:
         if left <= 0:
             return False
         live = self._live
-        if live is None:
-            await asyncio.sleep(min(left, 3600.0))
-            return False
+        if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+            await asyncio.sleep(min(left, 1.0))
+            self._check_open()
+            return not math.isinf(left) and left > 1.0  # look again (and find nothing)
         with self._mutex:
             if self._waker is None:
                 self._waker = AsyncWaker(live)
