@@ -130,6 +130,10 @@ def test_bad_arguments_are_typed_errors(tmp_path):
             GroupConsumer(store, "g", "T", session_timeout=0)
         with pytest.raises(TypeError):
             GroupConsumer(store, "g", "T", session_timeout="10")
+        with pytest.raises(ValueError):
+            GroupConsumer(store, "g", "T", commit_interval=-1)
+        with pytest.raises(TypeError):
+            GroupConsumer(store, "g", "T", commit_interval=None)
         directory = tmp_path / "s" / GROUPS_DIR
         directory.mkdir(exist_ok=True)
         (directory / "x.members").write_bytes(b"not ours")
@@ -205,7 +209,7 @@ def test_the_writer_writes_the_groups_offsets_into_consumer_offset_json(tmp_path
         store.create_topic("T", 1)
         fill(store, 3)
         with MessageStore(path, read_only=True) as reader:
-            member = GroupConsumer(reader, "g", "T")
+            member = GroupConsumer(reader, "g", "T", commit_interval=0)
             assert len(member.poll(10)) == 3
             member.poll(10)  # commits what the first poll handed out
             deadline = time.monotonic() + 30

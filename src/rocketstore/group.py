@@ -14,9 +14,10 @@ group among every process (and thread) that opened one on the same store:
   members sorted by slot.
 * **Offsets** are the group's committed offsets in ``<store>/rocketstore-groups/<group>.offsets.json``
   (``consumerOffset.json``'s layout, written with its ``.bak`` protocol, under the members file's
-  ``flock``). Each poll first commits what the previous polls handed out (``auto_commit``, on by
-  default), so a member killed at any moment makes the group deliver again what it had not
-  finished (at least once), never skip it. A writable store copies every group's offsets into
+  ``flock``). A poll first commits what the previous polls handed out (``auto_commit``, on by
+  default; at most every ``commit_interval`` seconds, and always before the member gives up
+  queues), so a member killed at any moment makes the group deliver again what it had not
+  committed (at least once), never skip it. A writable store copies every group's offsets into
   ``config/consumerOffset.json`` every 5 s, when it persists its offsets and at open, so a
   broker, retention and :meth:`MessageStore.committed_offset` see them.
 * **Broadcasting** (``broadcasting=True``): every instance gets every message and keeps its own
@@ -193,8 +194,11 @@ class GroupConsumer(Consumer):
     ...     handle(msg)     # a member killed here makes the group deliver msg again
 
     ``session_timeout`` (seconds, default 10): how long a member whose process lives but does not
-    poll stays a member. ``auto_commit``: commit what earlier polls handed out at each poll (and at
-    :meth:`close`); else call :meth:`commit` after processing.
+    poll stays a member. ``auto_commit``: a poll commits what earlier polls handed out, at most
+    every ``commit_interval`` seconds (default 1; 0: every poll), and always before the member
+    gives up queues and at :meth:`close` (each commit is an fsynced file write); a member killed
+    meanwhile makes the group deliver again at most that much. Without it call :meth:`commit`
+    after processing.
     """
 
     def __init__(
@@ -207,6 +211,7 @@ class GroupConsumer(Consumer):
         instance: str = "default",
         session_timeout: float = 10.0,
         auto_commit: bool = True,
+        commit_interval: float = 1.0,
         retry: bool = True,
         clock: Any = None,
     ) -> None:
@@ -218,6 +223,12 @@ class GroupConsumer(Consumer):
         self.broadcasting = bool(broadcasting)
         self.session_timeout = float(session_timeout)
         self.auto_commit = bool(auto_commit)
+        if isinstance(commit_interval, bool) or not isinstance(commit_interval, (int, float)):
+            raise TypeError("commit_interval must be a number of seconds")
+        if not 0 <= commit_interval <= 3600:
+            raise ValueError("commit_interval must be between 0 and 3600 seconds")
+        self.commit_interval = float(commit_interval)
+        self._committed_at = time.monotonic()
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._lock = threading.RLock()
         directory = os.path.join(store.path, GROUPS_DIR)
@@ -259,7 +270,8 @@ class GroupConsumer(Consumer):
         if self._closed:
             raise StoreClosedError("the group consumer is closed")
         self.heartbeat()
-        self._commit_handed()
+        if time.monotonic() - self._committed_at >= self.commit_interval:
+            self._commit_handed()
         if self.broadcasting:
             return keys
         live = self.members()
@@ -268,6 +280,7 @@ class GroupConsumer(Consumer):
             live = self.members()
         mine = set(allocate_averagely(keys, live, self._slot))
         if mine != self._mine:
+            self._commit_handed()  # what it handled of the queues it gives up, before they go
             self.rebalances += 1
             with self._members.locked():
                 self._offsets.load()  # what the queues' previous owners committed
@@ -290,6 +303,7 @@ class GroupConsumer(Consumer):
             return found
 
     def _commit_handed(self) -> None:
+        self._committed_at = time.monotonic()
         if self.auto_commit and self._handed:
             self._write(self._handed)
             self._handed = {}
