@@ -289,6 +289,8 @@ class TimerService:
         #: crash or failure, copies such a settlement found already written (not written again)
         self.delivered = self.dropped = self.reconciled = self.resumed = 0
         self._next_due: Optional[int] = None
+        self._heap: list[tuple[int, int, int]] = []
+        self._loaded = False
         with self._lock:
             self._load()
 
@@ -408,8 +410,18 @@ class TimerService:
     def _load(self) -> None:
         """Rebuild the heap from the progress file and the timer queue; settle an intent."""
         progress = self._progress
+        if self._loaded:  # a reload after a failed pass: the file is the truth
+            progress.load()
+        self._loaded = True
         self._parts.dispatcher.catch_up()
         intent = progress.intent
+        cq = self._queue()
+        cap = cq.max_offset if cq is not None else 0  # a power cut may have taken units away
+        if progress.enqueue_offset > cap or (intent is not None and intent["to"][0] > cap):
+            log.warning("timer queue ends at %d, before the progress file's offsets: cut there", cap)
+            progress.enqueue_offset = min(progress.enqueue_offset, cap)
+            if intent is not None:
+                intent["to"] = (min(intent["to"][0], cap), intent["to"][1])
         q = progress.enqueue_offset
         end = intent["to"][0] if intent is not None else q
         units = self._read_units(progress.first_pending, end)
@@ -583,15 +595,9 @@ class TimerService:
         progress = self._progress
         intent = progress.intent
         assert intent is not None
-        from_q = intent["fromOffset"]
-        from_w = (intent["fromTimeMs"], intent["fromQueueOffset"])
         to_q, to_w = intent["to"]
         dequeue_ms = intent["dequeueMs"]
-        taken = sorted(
-            u
-            for u in units
-            if u[1] < to_q and (u[0], u[1]) <= to_w and ((u[0], u[1]) > from_w or u[1] >= from_q)
-        )
+        taken = intent_units(units, intent)
         done = min(intent["done"], len(taken))
         copies = [self._copy(u, dequeue_ms) for u in taken[done:]]
         expected = [c[1] if c is not None else None for c in copies]
@@ -661,6 +667,18 @@ class TimerService:
                 "reconciled": self.reconciled,
                 "resumed": self.resumed,
             }
+
+
+def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """The units (``(deliver ms, queue offset, CommitLog offset)``) the pass of ``intent``
+    delivers, in its order: below its new Q, with a key at most its new W and above its old W or
+    at or past its old Q."""
+    from_q = intent["fromOffset"]
+    from_w = (intent["fromTimeMs"], intent["fromQueueOffset"])
+    to_q, to_w = intent["to"]
+    return sorted(
+        u for u in units if u[1] < to_q and (u[0], u[1]) <= to_w and ((u[0], u[1]) > from_w or u[1] >= from_q)
+    )
 
 
 def _run(ref: Callable[[], Optional[TimerService]], stop: threading.Event, wake: threading.Event) -> None:
