@@ -22,7 +22,13 @@ from hypothesis.stateful import (
 from rocketstore import Message, MessageStore
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import loads_fastjson
-from rocketstore.errors import InvalidQueueIdError, InvalidTimerError, SystemTopicError, TimerTooFarError
+from rocketstore.errors import (
+    InvalidQueueIdError,
+    InvalidTimerError,
+    StoreReadOnlyError,
+    SystemTopicError,
+    TimerTooFarError,
+)
 from rocketstore.timer import TIMER_TOPIC, TimerProgress, intent_units
 
 HOST = "10.0.0.7"
@@ -339,9 +345,11 @@ def test_progress_round_trips_through_the_file(tmp_path):
 def test_read_only_store_refuses_timer_calls(tmp_path, impl, clock):
     path = tmp_path / "store"
     open_store(path, impl, clock).close()
-    with MessageStore(path, implementation=impl.name, read_only=True) as ro:
-        with pytest.raises(Exception, match="read-only"):
-            ro.deliver_timers()
+    with (
+        MessageStore(path, implementation=impl.name, read_only=True) as ro,
+        pytest.raises(StoreReadOnlyError),
+    ):
+        ro.deliver_timers()
 
 
 # ---- the model ----------------------------------------------------------------------------------
