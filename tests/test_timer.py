@@ -1,6 +1,6 @@
 """Timer messages (rocketstore.timer, RocketMQ 5.x's wheel timer): the rmq_sys_wheel_timer rewrite
 on put, delivery at the millisecond in deliver-time order with an injected clock, the copy's
-fields, timerProgress.json, restarts and interrupted passes (exactly once), bad input, and a
+fields, config/timerProgress, restarts and interrupted passes (exactly once), bad input, and a
 hypothesis state machine over put / advance / deliver / restart / crash on both twins."""
 
 import shutil
@@ -21,10 +21,10 @@ from hypothesis.stateful import (
 
 from rocketstore import Message, MessageStore
 from rocketstore._clock import now_ms
-from rocketstore.configfiles import loads_fastjson
 from rocketstore.errors import (
     InvalidQueueIdError,
     InvalidTimerError,
+    StoreConfigError,
     StoreReadOnlyError,
     SystemTopicError,
     TimerTooFarError,
@@ -155,17 +155,14 @@ def test_delivery_at_every_millisecond_in_deliver_time_order(store, clock, rng):
     assert store.timer_stats()["pending"] == 0
 
 
-def test_progress_file_is_fastjson_under_config(store, clock, tmp_path):
+def test_progress_file_under_config_holds_the_state(store, clock, tmp_path):
     store.put("TopicA", b"x", delay_ms=5)
     store.put("TopicA", b"y", delay_ms=50)
     store.deliver_timers(clock.now + 5)
-    data = loads_fastjson((tmp_path / "store" / "config" / "timerProgress.json").read_text())
-    assert data == {
-        "enqueueOffset": 2,
-        "firstPendingOffset": 1,
-        "readQueueOffset": 0,
-        "readTimeMs": clock.now + 5,
-    }
+    path = tmp_path / "store" / "config" / "timerProgress"
+    assert path.stat().st_size == 2 * TimerProgress.SLOT_SIZE
+    p = TimerProgress.in_store(tmp_path / "store", read_only=True)
+    assert (p.enqueue_offset, p.first_pending, p.watermark, p.intent) == (2, 1, (clock.now + 5, 0), None)
     for name in ("timerlog", "timerwheel"):  # 5.x's files are not written (docs/guide/timers.md)
         assert not (tmp_path / "store" / name).exists()
     assert not (tmp_path / "store" / "config" / "timercheck").exists()
@@ -198,20 +195,20 @@ class _Crash(Exception):
 
 
 def _crash_on_persist(store, call):
-    """ "Crash" the next pass at its ``call``-th write of timerProgress.json: 1, right after the
+    """ "Crash" the next pass at its ``call``-th write of config/timerProgress: 1, right after the
     intent is written; 2, right before the state after would be written."""
     progress = store._timer._progress
     real = progress.persist
     calls = []
 
-    def persist(force=False):
+    def persist():
         calls.append(1)
         if len(calls) == call:
             if call == 1:
-                real(force)
+                real()
             progress.persist = real
             raise _Crash()
-        return real(force)
+        return real()
 
     progress.persist = persist
 
@@ -233,7 +230,7 @@ def test_an_interrupted_pass_is_rolled_forward_on_open_exactly_once(tmp_path, im
         units = intent_units(svc._read_units(0, intent["to"][0]), intent)
         store._core.put_many([svc._copy(u, intent["dequeueMs"])[0] for u in units[:4]], 0)
     store.close()  # a clean close keeps the intent: the next open settles it
-    assert "delivering" in (path / "config" / "timerProgress.json").read_text()
+    assert TimerProgress.in_store(path, read_only=True).intent is not None
     store = open_store(path, impl, clock)
     stats = store.timer_stats()
     assert stats["reconciled"] == 1
@@ -243,7 +240,7 @@ def test_an_interrupted_pass_is_rolled_forward_on_open_exactly_once(tmp_path, im
     assert sorted(bodies) == sorted(b"m%d" % i for i in range(10))
     assert store.deliver_timers(clock.now + 1000) == 1
     store.close()
-    assert "delivering" not in (path / "config" / "timerProgress.json").read_text()
+    assert TimerProgress.in_store(path, read_only=True).intent is None
 
 
 def test_a_failed_pass_is_settled_before_the_next_one(store, clock):
@@ -330,16 +327,39 @@ def test_background_thread_delivers_and_stops_on_close(tmp_path, impl):
     assert not thread.is_alive()
 
 
-def test_progress_round_trips_through_the_file(tmp_path):
-    p = TimerProgress(tmp_path / "config" / "timerProgress.json")
+def _state(p):
+    return (p.enqueue_offset, p.watermark, p.first_pending, p.intent)
+
+
+def test_progress_round_trips_and_a_torn_slot_leaves_the_state_before(tmp_path):
+    path = tmp_path / "config" / "timerProgress"
+    p = TimerProgress(path)
+    p.set_state(3, (100, 1), 2)
+    p.persist()
+    before = _state(p)
     p.set_state(7, (123, 4), 5)
     p.intent = {
         "commitlogOffset": 100, "dequeueMs": 9, "done": 2, "fromOffset": 6,
         "fromTimeMs": -(1 << 63), "fromQueueOffset": -1, "to": (7, (123, 4)),
     }  # fmt: skip
-    p.persist(force=True)
-    q = TimerProgress.open(tmp_path / "config" / "timerProgress.json")
-    assert (q.enqueue_offset, q.watermark, q.first_pending, q.intent) == (7, (123, 4), 5, p.intent)
+    p.persist()
+    q = TimerProgress(path)
+    assert q.load() and _state(q) == _state(p)
+    raw = bytearray(path.read_bytes())
+    raw[TimerProgress.SLOT_SIZE + 20] ^= 0xFF  # the second write, torn
+    path.write_bytes(bytes(raw))
+    q = TimerProgress(path)
+    assert q.load() and _state(q) == before
+    q.persist()  # the next write goes to the torn slot, not over the good one
+    assert _state(TimerProgress.in_store(tmp_path)) == before
+    raw = bytearray(path.read_bytes())
+    raw[20] ^= 0xFF
+    raw[TimerProgress.SLOT_SIZE + 20] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(StoreConfigError):
+        TimerProgress(path).load()
+    path.write_bytes(bytes(2 * TimerProgress.SLOT_SIZE))  # created, never written: empty
+    assert not TimerProgress(path).load()
 
 
 def test_read_only_store_refuses_timer_calls(tmp_path, impl, clock):

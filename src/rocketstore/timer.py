@@ -64,13 +64,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
+import struct
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from rocketstore._clock import now_ms
-from rocketstore.configfiles import PERM_READ, PERM_WRITE, ConfigFile
+from rocketstore._files import fsync_dir, write_synced
+from rocketstore.configfiles import PERM_READ, PERM_WRITE
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
     InvalidMessageError,
@@ -78,8 +82,10 @@ from rocketstore.errors import (
     InvalidTimerError,
     MessageNotFoundError,
     StoreConfigError,
+    StoreReadOnlyError,
     TimerTooFarError,
 )
+from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
 from rocketstore.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, is_valid_topic, validate_topic
 from rocketstore.parts import StoreParts
 from rocketstore.schedule import (
@@ -182,85 +188,144 @@ def _deliver_ms(
     return deliver
 
 
-class TimerProgress(ConfigFile):
-    """``config/timerProgress.json``: ``enqueueOffset``, ``readTimeMs`` / ``readQueueOffset``
-    (the watermark), ``firstPendingOffset``, and under ``delivering`` the intent of a pass in
-    progress (module docstring)."""
+class TimerProgress:
+    """``config/timerProgress``: the timer service's state and the intent of a pass in progress
+    (module docstring), in two fixed slots written in turn, each fdatasynced.
 
-    FILE_NAME = "timerProgress.json"
-    _STATE = ("enqueueOffset", "firstPendingOffset", "readTimeMs", "readQueueOffset")
-    _INTENT = ("commitlogOffset", "dequeueMs", "done", "fromOffset", "fromTimeMs", "fromQueueOffset")
+    ========  ======  ===========================================================================
+    offset    size    field (big-endian, as RocketMQ's files)
+    ========  ======  ===========================================================================
+    0         4       magic ``0x544D5250`` ("TMRP")
+    4         4       version (1)
+    8         8       sequence number (the slot with the larger valid one is current)
+    16        8       enqueueOffset Q
+    24        8       firstPendingOffset L
+    32        8       readTimeMs, 40: readQueueOffset (the watermark W)
+    48        8       1 when an intent follows, else 0
+    56        8 x 9   intent: commitlogOffset, dequeueMs, done, fromOffset, fromTimeMs,
+                      fromQueueOffset, toOffset, toTimeMs, toQueueOffset
+    128       4       CRC32 of bytes 0..127
+    ========  ======  ===========================================================================
 
-    def reset(self) -> None:
-        super().reset()
+    Slot n lives at ``n * SLOT_SIZE``. A write goes to the slot not holding the current state and
+    is fdatasynced before anything depends on it, so a torn write leaves the other slot, and
+    the state before, intact. A file of zeros (created, nothing written yet) is the empty state;
+    a file with no valid slot but not all zeros is damage (:class:`StoreConfigError`)."""
+
+    FILE_NAME = "timerProgress"
+    MAGIC = 0x544D5250
+    VERSION = 1
+    SLOT_SIZE = 160
+    _LAYOUT = struct.Struct(">IIq" + "q" * 14)
+    _CRC = struct.Struct(">I")
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.read_only = read_only
+        self._seq = 0
+        self._slot = 1  # the next write goes to slot 0
         self.enqueue_offset = 0
         self.first_pending = 0
         self.watermark: tuple[int, int] = _NO_KEY
-        #: the pass in progress: commitlogOffset, dequeueMs, done, from (Q, W) and the state after
+        #: the pass in progress: commitlogOffset, dequeueMs, done, from (Q, W) and ``to`` (Q, W)
         self.intent: Optional[dict[str, Any]] = None
 
-    def decode(self, data: Any) -> None:
-        known, extra = self._split_extra(data, (*self._STATE, "delivering"))
+    @classmethod
+    def in_store(cls, root: str | os.PathLike[str], *, read_only: bool = False) -> TimerProgress:
+        """Open and load ``<root>/config/timerProgress``."""
+        progress = cls(os.path.join(os.fspath(root), "config", cls.FILE_NAME), read_only=read_only)
+        progress.load()
+        return progress
 
-        def integer(value: Any, what: str, low: int = 0) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _JAVA_LONG[1]:
-                raise StoreConfigError(f"{self.FILE_NAME}: {what} is not an int >= {low}: {value!r}")
-            return value
+    def load(self) -> bool:
+        """Read the current slot; False (empty state) when the file is missing or all zeros."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read(2 * self.SLOT_SIZE)
+        except FileNotFoundError:
+            return False
+        best = None
+        for n in (0, 1):
+            chunk = raw[n * self.SLOT_SIZE : n * self.SLOT_SIZE + self._LAYOUT.size + 4]
+            if len(chunk) < self._LAYOUT.size + 4:
+                continue
+            body, (crc,) = chunk[: self._LAYOUT.size], self._CRC.unpack(chunk[self._LAYOUT.size :])
+            fields = self._LAYOUT.unpack(body)
+            if fields[0] != self.MAGIC or zlib.crc32(body) != crc:
+                continue
+            if fields[1] != self.VERSION:
+                raise StoreConfigError(f"{self.path}: version {fields[1]} is not {self.VERSION}")
+            if best is None or fields[2] > best[1][2]:
+                best = (n, fields)
+        if best is None:
+            if raw.strip(b"\0"):
+                raise StoreConfigError(f"{self.path}: neither slot is valid (damaged)")
+            return False
+        self._slot, fields = best
+        self._seq = fields[2]
+        q, low, t, tq, has_intent = fields[3:8]
+        e, d, done, fq, ft, fqo, tq2, tt, tqo = fields[8:17]
+        if min(q, low, tq + 1, e, done, fq, fqo + 1, tq2, tqo + 1) < 0 or has_intent not in (0, 1):
+            raise StoreConfigError(f"{self.path}: a field is out of range: {fields}")
+        self.enqueue_offset, self.first_pending, self.watermark = q, low, (t, tq)
+        self.intent = None
+        if has_intent:
+            self.intent = {
+                "commitlogOffset": e,
+                "dequeueMs": d,
+                "done": done,
+                "fromOffset": fq,
+                "fromTimeMs": ft,
+                "fromQueueOffset": fqo,
+                "to": (tq2, (tt, tqo)),
+            }
+        return True
 
-        q = integer(known["enqueueOffset"] or 0, "enqueueOffset")
-        low = integer(known["firstPendingOffset"] or 0, "firstPendingOffset")
-        t = known["readTimeMs"]
-        w = (
-            _NO_KEY
-            if t is None
-            else (
-                integer(t, "readTimeMs", _JAVA_LONG[0]),
-                integer(known["readQueueOffset"], "readQueueOffset", -1),
-            )
+    def persist(self) -> None:
+        """Write the state (and intent) into the other slot and fdatasync it."""
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.path} was opened read-only")
+        i = self.intent
+        intent = (
+            (1, i["commitlogOffset"], i["dequeueMs"], i["done"], i["fromOffset"], i["fromTimeMs"],
+             i["fromQueueOffset"], i["to"][0], i["to"][1][0], i["to"][1][1])
+            if i is not None
+            else (0,) * 10
+        )  # fmt: skip
+        body = self._LAYOUT.pack(
+            self.MAGIC,
+            self.VERSION,
+            self._seq + 1,
+            self.enqueue_offset,
+            self.first_pending,
+            self.watermark[0],
+            self.watermark[1],
+            *intent,
         )
-        intent: Optional[dict[str, Any]] = None
-        if known["delivering"] is not None:
-            d = known["delivering"]
-            if not isinstance(d, dict):
-                raise StoreConfigError(f"{self.FILE_NAME}: delivering must be an object")
-            intent = {k: integer(d.get(k), k, _JAVA_LONG[0] if "Time" in k else -1) for k in self._INTENT}
-            intent["to"] = (
-                integer(d.get("enqueueOffset"), "delivering.enqueueOffset"),
-                (
-                    integer(d.get("readTimeMs"), "delivering.readTimeMs", _JAVA_LONG[0]),
-                    integer(d.get("readQueueOffset"), "delivering.readQueueOffset", -1),
-                ),
-            )
-        self.enqueue_offset, self.first_pending, self.watermark, self.intent = q, low, w, intent
-        self._extra = extra
-
-    def encode(self) -> dict[str, Any]:
-        out = dict(self._extra)
-        out.update(
-            enqueueOffset=self.enqueue_offset,
-            firstPendingOffset=self.first_pending,
-            readTimeMs=self.watermark[0],
-            readQueueOffset=self.watermark[1],
-        )
-        if self.intent is not None:
-            to_q, (to_t, to_qo) = self.intent["to"]
-            out["delivering"] = dict(
-                sorted(
-                    {
-                        **{k: self.intent[k] for k in self._INTENT},
-                        "enqueueOffset": to_q,
-                        "readTimeMs": to_t,
-                        "readQueueOffset": to_qo,
-                    }.items()
-                )
-            )
-        return dict(sorted(out.items()))
+        slot = 1 - self._slot
+        try:
+            created = not os.path.exists(self.path)
+            if created:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                write_synced(self.path, bytes(2 * self.SLOT_SIZE))
+                fsync_dir(os.path.dirname(self.path))
+            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.pwrite(fd, body + self._CRC.pack(zlib.crc32(body)), slot * self.SLOT_SIZE)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno not in NO_SPACE_ERRNOS:
+                raise
+            raise space_error(exc.errno, "writing timerProgress failed", self.path) from exc
+        self._seq += 1
+        self._slot = slot
 
     def set_state(self, enqueue_offset: int, watermark: tuple[int, int], first_pending: int) -> None:
-        with self._lock:
-            self.enqueue_offset, self.watermark, self.first_pending = enqueue_offset, watermark, first_pending
-            self.intent = None
-            self.dirty = True
+        """The state after a pass, without an intent (saved by :meth:`persist`)."""
+        self.enqueue_offset, self.watermark, self.first_pending = enqueue_offset, watermark, first_pending
+        self.intent = None
 
 
 class TimerService:
@@ -291,6 +356,7 @@ class TimerService:
         self._next_due: Optional[int] = None
         self._heap: list[tuple[int, int, int]] = []
         self._loaded = False
+        self._uncommitted = False  # the file holds the last pass's intent, not its state after
         with self._lock:
             self._load()
 
@@ -314,6 +380,8 @@ class TimerService:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        with self._lock:
+            self._commit()
 
     def _tick(self) -> float:
         """One pass of the background thread; the seconds until the next."""
@@ -437,7 +505,7 @@ class TimerService:
         self._gone: set[int] = set()
         heapq.heapify(self._heap)
         self._next_due = self._heap[0][0] if self._heap else None
-        self._needs_reload = False
+        self._needs_reload = self._uncommitted = False
 
     def _first_pending(self) -> int:
         offsets, gone = self._offsets, self._gone
@@ -454,6 +522,8 @@ class TimerService:
             delivered, more = self._pass(now)
             total += delivered
             if not more:
+                with self._lock:
+                    self._commit()
                 return total
 
     def _pass(self, now: Optional[int]) -> tuple[int, bool]:
@@ -473,6 +543,7 @@ class TimerService:
                 if (u[0], u[1]) > from_w:
                     heapq.heappush(heap, u)
                     heapq.heappush(self._offsets, u[1])
+            from_first = self._first_pending()
             taken = list(late)
             to_w = from_w
             while heap and heap[0][0] <= now and len(taken) < PASS_LIMIT + len(late):
@@ -485,11 +556,14 @@ class TimerService:
             self._next_due = heap[0][0] if heap else None
             more = end < (cq.max_offset if cq is not None else end) or bool(heap and heap[0][0] <= now)
             if not taken:
+                if self._uncommitted and not more:
+                    self._commit()  # idle: the previous pass's state replaces its intent
                 return 0, more  # only new units read: the file need not change (module docstring)
-            self._needs_reload = True  # until the state after is saved: the file is the truth
+            self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
             copies = [self._copy(u, now) for u in taken]
             core = self._parts.commitlog.core
+            progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
             progress.intent = {
                 "commitlogOffset": core.wrote_offset,
                 "dequeueMs": now,
@@ -499,18 +573,27 @@ class TimerService:
                 "fromQueueOffset": from_w[1],
                 "to": (end, to_w),
             }
-            progress.dirty = True
             progress.persist()
             items = [c[0] for c in copies if c is not None]
             if items:
                 core.put_many(items, 0)  # stores all or raises a PutError
                 if not core.flush(FLUSH_TIMEOUT_MS):
                     raise RuntimeError("timer delivery: the CommitLog flush timed out")
-            progress.set_state(end, to_w, self._first_pending())
-            progress.persist()
+            # The state after this pass is saved with the next pass's intent, or when the
+            # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
+            self._uncommitted = True
             self._needs_reload = False
             self.delivered += len(items)
             return len(items), more
+
+    def _commit(self) -> None:
+        """Save the state after the last pass in place of its intent (the lock is held)."""
+        if not self._uncommitted or self._needs_reload:
+            return
+        self._needs_reload = True
+        self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
+        self._progress.persist()
+        self._needs_reload = self._uncommitted = False
 
     def _copy(
         self, unit: tuple[int, int, int], dequeue_ms: int
@@ -607,7 +690,6 @@ class TimerService:
         found = sum(1 for e in expected[:matched] if e is not None)
         if missing:
             progress.intent = dict(intent, commitlogOffset=core.wrote_offset, done=done + matched)
-            progress.dirty = True
             progress.persist()
             core.put_many(missing, 0)
         if not core.flush(FLUSH_TIMEOUT_MS):
