@@ -20,22 +20,24 @@ timestamp and reconsume times copied and the properties of 5.x's ``convertMessag
 them but ``REAL_TOPIC`` / ``REAL_QID``, plus ``TIMER_DEQUEUE_MS`` (when the pass ran), in the
 iteration order of a Java ``HashMap``.
 
-**Progress** is three numbers in ``config/timerProgress.json`` (fastjson; a file a broker does
-not know, so it ignores it): ``enqueueOffset`` Q (units of the timer queue below Q have been
-read into the heap), the watermark W = ``(readTimeMs, readQueueOffset)`` and
-``firstPendingOffset`` L (no unit below L is waiting). The invariant: a unit below Q is delivered
-if its key is at most W, else it is waiting. A pass reads new units (Q onwards), takes every
-new unit whose key is at most W (put "late": due already) and then the waiting units in key
-order up to ``now`` (at most PASS_LIMIT), and moves W to the last key taken. An open rebuilds
-the heap from the units between L and Q (each record read once for its ``TIMER_OUT_MS``).
+**Progress** is in ``config/timerProgress`` (:class:`TimerProgress`: two fixed slots written in
+turn, each fdatasynced; a file a broker does not know): ``enqueueOffset`` Q (units of the timer
+queue below Q have been read into the heap), the watermark W = ``(readTimeMs,
+readQueueOffset)`` and ``firstPendingOffset`` L (no unit below L is waiting). The invariant: a
+unit below Q is delivered if its key is at most W, else it is waiting. A pass reads new units
+(Q onwards), takes every new unit whose key is at most W (put "late": due already) and then the
+waiting units in key order up to ``now`` (at most PASS_LIMIT), and moves W to the last key
+taken. An open rebuilds the heap from the units between L and Q (each record read once for its
+``TIMER_OUT_MS``).
 
 **Exactly once across crashes**, as the delay service (rocketstore.schedule) does it: a pass
 
-1. persists its *intent* (key ``delivering``): the CommitLog offset E its copies are written
-   after, the pass time, the state before and after;
+1. persists its *intent* (the CommitLog offset E its copies are written after, the pass time,
+   the state before and after) together with the state before it;
 2. puts the copies, in key order, in one ``put_many`` (nothing comes between them);
 3. flushes the CommitLog;
-4. persists the state after, without the intent (one atomic file replace).
+4. leaves the state after to be saved with the next pass's intent, or when the service is idle,
+   ``deliver()`` returns or the store closes (one fdatasync per pass before its copies).
 
 The units a pass delivers follow from its intent and the timer queue alone (the units below the
 new Q with a key at most the new W and above the old one, or at or past the old Q). An open
