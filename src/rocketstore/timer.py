@@ -88,7 +88,7 @@ from rocketstore.errors import (
     TimerTooFarError,
 )
 from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
-from rocketstore.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, is_valid_topic, validate_topic
+from rocketstore.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, is_valid_topic
 from rocketstore.parts import StoreParts
 from rocketstore.schedule import (
     _SYSFLAG_HOSTS_V6,
@@ -414,7 +414,6 @@ class TimerService:
         props = dict(properties) if properties else {}
         now = self.clock()
         deliver = _deliver_ms(props, deliver_at_ms, delay_ms, now)
-        validate_topic(topic)
         if isinstance(queue_id, bool) or not isinstance(queue_id, int):
             raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
         if deliver <= now:  # due already: a plain message (as 5.x stores it)
@@ -438,7 +437,7 @@ class TimerService:
         props[PROPERTY_REAL_TOPIC] = topic
         props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         due = self._next_due
-        if due is None or deliver < due:
+        if (due is None or deliver < due) and not self._wake.is_set():
             self._wake.set()  # the thread sleeps until a later time: let it look again
         return TIMER_TOPIC, 0, props
 
@@ -629,7 +628,7 @@ class TimerService:
             if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_CRC32)
         }
         kept[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
-        copy_props = {k: kept[k] for k in java_hashmap_order(kept)}
+        copy_props = {k: kept[k] for k in _hashmap_order(tuple(kept))}
         try:
             raw = parts.commitlog.codec.encode_properties(copy_props)
         except InvalidMessageError as exc:
@@ -751,6 +750,20 @@ class TimerService:
                 "reconciled": self.reconciled,
                 "resumed": self.resumed,
             }
+
+
+_ORDERS: dict[tuple[str, ...], list[str]] = {}
+
+
+def _hashmap_order(keys: tuple[str, ...]) -> list[str]:
+    """:func:`~rocketstore.schedule.java_hashmap_order`, remembered per key sequence (the copies
+    of one producer's messages share it)."""
+    order = _ORDERS.get(keys)
+    if order is None:
+        if len(_ORDERS) >= 4096:
+            _ORDERS.clear()
+        order = _ORDERS[keys] = java_hashmap_order(keys)
+    return order
 
 
 def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -> list[tuple[int, int, int]]:
