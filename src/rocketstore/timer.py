@@ -443,6 +443,12 @@ class TimerService:
 
     # ---- the heap ----
 
+    def _has_timers(self) -> bool:
+        """Whether this store has the timer topic (a timer message was ever put)."""
+        if not self._topic_ready:
+            self._topic_ready = self._parts.topics.table.get(TIMER_TOPIC) is not None
+        return self._topic_ready
+
     def _queue(self) -> Any:
         return self._parts.queues.get(TIMER_TOPIC, 0)
 
@@ -482,7 +488,8 @@ class TimerService:
         if self._loaded:  # a reload after a failed pass: the file is the truth
             progress.load()
         self._loaded = True
-        self._parts.dispatcher.catch_up()
+        if self._has_timers() or progress.intent is not None:
+            self._parts.dispatcher.catch_up()
         intent = progress.intent
         cq = self._queue()
         cap = cq.max_offset if cq is not None else 0  # a power cut may have taken units away
@@ -533,6 +540,8 @@ class TimerService:
             if self._needs_reload:
                 self._load()
             now = self.clock() if now is None else now
+            if not self._has_timers():
+                return 0, False  # no timer topic: nothing to read (and no dispatch started here)
             self._parts.dispatcher.catch_up()
             cq = self._queue()
             from_q, from_w = self._enqueued, self._watermark
@@ -739,7 +748,8 @@ class TimerService:
         with self._lock:
             if self._needs_reload:
                 self._load()
-            self._parts.dispatcher.catch_up()
+            if self._has_timers():
+                self._parts.dispatcher.catch_up()
             cq = self._queue()
             unread = (cq.max_offset if cq is not None else 0) - self._enqueued
             return {
