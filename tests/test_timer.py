@@ -498,3 +498,30 @@ def test_timers_agree_with_the_model(impl):
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+
+
+def test_a_late_unit_in_an_interrupted_pass_is_not_lost(tmp_path, impl, clock):
+    """A unit read in the same pass that delivers it, due at or before the watermark (put with a
+    clock behind the pass's), then a crash before its copy: the next open must still find it."""
+    path = tmp_path / "store"
+    store = open_store(path, impl, clock)
+    t0 = clock.now
+    store.put("TopicA", b"a", deliver_at_ms=t0 + 100)
+    assert store.deliver_timers(t0 + 100) == 1
+    clock.now = t0 + 50  # a clock behind the last pass (another thread's, or a skewed one)
+    store.put("TopicA", b"late", deliver_at_ms=t0 + 80)
+    store.put("TopicA", b"later", deliver_at_ms=t0 + 200)
+    _crash_on_persist(store, 1)
+    with pytest.raises(_Crash):
+        store.deliver_timers(t0 + 100)
+    store.close()
+    store = open_store(path, impl, clock)
+    store.deliver_timers(t0 + 1000)
+    assert sorted(m.body for m in copies(store, "TopicA")) == [b"a", b"late", b"later"]
+    store.close()
+
+
+def test_put_pipelined_takes_a_timer(store, clock):
+    fut = store.put_pipelined("TopicA", b"p", delay_ms=30)
+    assert store.read(fut.result().commitlog_offset).topic == TIMER_TOPIC
+    assert store.deliver_timers(clock.now + 30) == 1

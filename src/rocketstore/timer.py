@@ -553,7 +553,9 @@ class TimerService:
                 if (u[0], u[1]) > from_w:
                     heapq.heappush(heap, u)
                     heapq.heappush(self._offsets, u[1])
-            from_first = self._first_pending()
+            # an intent is settled from the units between its L and its new Q: those read in
+            # this pass (from the old Q on) are among them, also a late one no heap holds
+            from_first = min(self._first_pending(), from_q)
             taken = list(late)
             to_w = from_w
             while heap and heap[0][0] <= now and len(taken) < PASS_LIMIT + len(late):
