@@ -546,3 +546,23 @@ def test_put_pipelined_takes_a_timer(store, clock):
     fut = store.put_pipelined("TopicA", b"p", delay_ms=30)
     assert store.read(fut.result().commitlog_offset).topic == TIMER_TOPIC
     assert store.deliver_timers(clock.now + 30) == 1
+
+
+def test_a_timer_record_a_5x_broker_wrote_is_delivered(store, clock):
+    """A record already in rmq_sys_wheel_timer, as a 5.x broker's transformTimerMessage leaves it
+    (its deliver time rounded to the broker's precision): delivered at that time like our own."""
+    due = clock.now // 1000 * 1000 + 1000
+    props = {
+        "TIMER_DELIVER_MS": str(due + 1000),
+        "TIMER_OUT_MS": str(due),
+        "REAL_TOPIC": "TopicA",
+        "REAL_QID": "1",
+    }
+    store.create_topic("TopicA", 4)
+    raw = store._codec.encode_properties(props)  # the core appends the UNIQ_KEY
+    store._core.put(TIMER_TOPIC, b"java", raw, 0, 0, 0, 0, 0, 0, "7F0000010001000000000000000000AB", 0)
+    assert store.deliver_timers(due - 1) == 0
+    assert store.deliver_timers(due) == 1
+    [c] = copies(store, "TopicA")
+    assert (c.queue_id, c.body, c.unique_key) == (1, b"java", "7F0000010001000000000000000000AB")
+    assert "REAL_TOPIC" not in c.properties and c.properties["TIMER_OUT_MS"] == str(due)
