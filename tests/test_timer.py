@@ -557,10 +557,11 @@ def test_a_timer_record_a_5x_broker_wrote_is_delivered(store, clock):
         "TIMER_OUT_MS": str(due),
         "REAL_TOPIC": "TopicA",
         "REAL_QID": "1",
+        "UNIQ_KEY": "7F0000010001000000000000000000AB",
     }
     store.create_topic("TopicA", 4)
-    raw = store._codec.encode_properties(props)  # the core appends the UNIQ_KEY
-    store._core.put(TIMER_TOPIC, b"java", raw, 0, 0, 0, 0, 0, 0, "7F0000010001000000000000000000AB", 0)
+    raw = store._codec.encode_properties(props)  # with the UNIQ_KEY the core is told of
+    store._core.put(TIMER_TOPIC, b"java", raw, 0, 0, 0, 0, 0, 0, props["UNIQ_KEY"], 0)
     assert store.deliver_timers(due - 1) == 0
     assert store.deliver_timers(due) == 1
     [c] = copies(store, "TopicA")
