@@ -10,8 +10,8 @@ Writer threads put timer messages due 1 to 300 ms after their put (``delay_ms=``
 ones) and plain messages into the same topics; small segments, ConsumeQueue and index files
 roll. Each iteration kills several children in turn on one store at random moments.
 
-Then the parent notes whether the last kill hit a delivery pass (``timerProgress.json`` holds an
-intent), reopens the store with a clock a day ahead, delivers everything due, and checks:
+Then the parent notes whether the last kill left an intent in ``config/timerProgress`` (a pass
+in progress, or the last pass, whose state after is saved with the next one's intent), reopens the store with a clock a day ahead, delivers everything due, and checks:
 
 * every timer record (a unit of rmq_sys_wheel_timer) has exactly one copy in its ``REAL_TOPIC``
   / ``REAL_QID``, with its body, and no copy lacks a timer record (no loss, no duplicate);
@@ -113,7 +113,7 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
 
 
 def killed_inside_a_pass(path: str) -> bool:
-    """Whether timerProgress.json (or its .bak, if the file was being replaced) holds an intent."""
+    """Whether config/timerProgress holds an intent (module docstring)."""
     from rocketstore.timer import TimerProgress
 
     return TimerProgress.in_store(path, read_only=True).intent is not None
