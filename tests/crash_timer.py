@@ -11,7 +11,8 @@ ones) and plain messages into the same topics; small segments, ConsumeQueue and 
 roll. Each iteration kills several children in turn on one store at random moments.
 
 Then the parent notes whether the last kill left an intent in ``config/timerProgress`` (a pass
-in progress, or the last pass, whose state after is saved with the next one's intent), reopens the store with a clock a day ahead, delivers everything due, and checks:
+in progress, or the last pass, whose state after is saved with the next one's intent), reopens
+the store with a clock a day ahead, delivers everything due, and checks:
 
 * every timer record (a unit of rmq_sys_wheel_timer) has exactly one copy in its ``REAL_TOPIC``
   / ``REAL_QID``, with its body, and no copy lacks a timer record (no loss, no duplicate);
