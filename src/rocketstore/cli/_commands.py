@@ -284,7 +284,52 @@ def store_report(store: MessageStore) -> dict:
         "groups": groups,
         "delayed": {str(level): n for level, n in store.delayed_counts().items()},
         "dead_letters": dlq_counts(queues),
+        "retention": base["retention"],
     }
+
+
+def _policy_text(policy: dict) -> str:
+    """``"age 1h, size 10,000 B, when consumed"`` for a topic's retention policy."""
+    ms, size = policy["retention_ms"], policy["retention_bytes"]
+    if ms is None:
+        age = "age file_reserved_time"
+    elif ms == -1:
+        age = "age unlimited"
+    else:
+        age = f"age {ms:,} ms"
+    parts = [age]
+    if size not in (None, -1):
+        parts.append(f"size {size:,} B")
+    if policy["delete_when_consumed"]:
+        parts.append("when consumed")
+    return ", ".join(parts)
+
+
+def _hold_text(hold: dict) -> str:
+    """One reason a segment stays, as the RETENTION table prints it."""
+    policy = hold["policy"]
+    if policy == "delete_when_consumed":
+        if hold["no_group"]:
+            return "delete_when_consumed: no group has an offset"
+        groups = "; ".join(
+            f"{_printable(str(g))} ("
+            + ", ".join(f"q{q}@{o}" for q, o in sorted(offsets.items(), key=lambda kv: int(kv[0])))
+            + ")"
+            for g, offsets in hold["groups"].items()
+        )
+        return f"delete_when_consumed: {groups}"
+    if policy in ("file_reserved_time", "retention_ms"):
+        limit = hold["retention_ms"]
+        if limit == -1:
+            return f"{policy}: no age limit"
+        age = hold["age_ms"]
+        age_text = "?" if age is None else f"{age / 3_600_000:.2f} h"
+        return f"{policy}: age {age_text} of {limit / 3_600_000:.2f} h"
+    if policy == "delete_when":
+        return "delete_when: waits for hour " + ",".join(f"{h:02d}" for h in hold["hours"])
+    if policy == "retention_bytes":
+        return f"retention_bytes: {hold['bytes']:,} of {hold['retention_bytes']:,} B"
+    return policy
 
 
 def _counted(counts: dict, label: str) -> str:
@@ -334,6 +379,22 @@ def cmd_stats(args) -> int:
         for topic, entry in report["topics"].items():
             for q in entry["queues"]:
                 table.add([_printable(topic), q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]])
+        table.close()
+    retention = report["retention"]["topics"]
+    if retention:
+        print()
+        table = Table(
+            [("TOPIC", "<"), ("RETENTION", "<"), ("OLDEST_SEGMENT", ">"), ("HELD_BY", "<")], sys.stdout
+        )
+        for topic, entry in retention.items():
+            oldest = entry["oldest_segment"]
+            holds = entry.get("held_by") or []
+            held = (
+                "; ".join(_hold_text(h) for h in holds) if holds else ("-" if oldest is None else "nothing")
+            )
+            table.add(
+                [_printable(topic), _policy_text(entry["policy"]), "-" if oldest is None else oldest, held]
+            )
         table.close()
     if report["groups"]:
         print()

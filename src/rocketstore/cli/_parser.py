@@ -228,7 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     command(
-        "stats", cmd_stats, "topics, queues, segments, bytes and consumer lag per group", aliases=["info"]
+        "stats",
+        cmd_stats,
+        "topics, queues, segments, bytes, consumer lag per group and what holds each topic's oldest segment",
+        aliases=["info"],
     )
     command(
         "verify",
