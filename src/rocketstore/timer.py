@@ -385,8 +385,11 @@ class TimerService:
         with self._lock:
             self._commit()
 
-    def _tick(self) -> float:
-        """One pass of the background thread; the seconds until the next."""
+    def _tick(self) -> Optional[float]:
+        """One pass of the background thread; the seconds until the next (None: until a timer
+        put wakes it, in a store without the timer topic)."""
+        if not self._has_timers():
+            return None
         try:
             _delivered, more = self._pass(None)
         except Exception:
@@ -791,9 +794,9 @@ def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -
 
 
 def _run(ref: Callable[[], Optional[TimerService]], stop: threading.Event, wake: threading.Event) -> None:
-    """The thread: a pass, then wait for its wait time or a wake-up; holds the service only
-    during a pass (a dropped store is still collected)."""
-    wait = 0.0
+    """The thread: a pass, then wait for its wait time (None: for ever) or a wake-up; holds the
+    service only during a pass (a dropped store is still collected)."""
+    wait: Optional[float] = 0.0
     while not stop.is_set():
         wake.wait(wait)
         wake.clear()
