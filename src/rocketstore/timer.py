@@ -127,6 +127,9 @@ TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERT
 #: At most this many copies per pass, and this many new units read per pass.
 PASS_LIMIT = 8192
 ENQUEUE_LIMIT = 65536
+#: A pass keeps at most this many records (and bytes of them) it read as new and due at once.
+KEEP_RECORDS = PASS_LIMIT
+KEEP_BYTES = 64 << 20
 #: After a failed pass the thread waits this long before the next.
 RETRY_AFTER_FAILURE_MS = 1000
 FLUSH_TIMEOUT_MS = 10_000
@@ -455,18 +458,15 @@ class TimerService:
     def _queue(self) -> Any:
         return self._parts.queues.get(TIMER_TOPIC, 0)
 
-    def _deliver_time(self, commitlog_offset: int) -> int:
-        """The record's TIMER_OUT_MS; 0 (due now, and dropped at delivery) when it has none."""
-        try:
-            props = self._parts.commitlog.read(commitlog_offset).properties or {}
-        except MessageNotFoundError:
-            return 0
-        value = _java_long(props.get(PROPERTY_TIMER_OUT_MS))
-        return 0 if value is None else value
-
-    def _read_units(self, start: int, end: int) -> list[tuple[int, int, int]]:
+    def _read_units(
+        self, start: int, end: int, keep: Optional[dict[int, Any]] = None, due_by: int = 0
+    ) -> list[tuple[int, int, int]]:
         """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's units in
-        [start, end) (placeholders left out)."""
+        [start, end) (placeholders left out); a unit's deliver time is its record's
+        TIMER_OUT_MS, 0 (due now, dropped at delivery) when it has none or is gone. ``keep``
+        gets the records due by ``due_by``, up to KEEP_RECORDS / KEEP_BYTES, so that the pass
+        delivering them does not read them again."""
+        kept_bytes = 0
         cq = self._queue()
         out: list[tuple[int, int, int]] = []
         pos = max(start, cq.min_offset) if cq is not None else end
@@ -481,7 +481,21 @@ class TimerService:
             for i, (commitlog_offset, size, _code) in enumerate(rows):
                 if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
                     continue
-                out.append((self._deliver_time(commitlog_offset), pos + i, commitlog_offset))
+                try:
+                    rec = self._parts.commitlog.read(commitlog_offset)
+                except MessageNotFoundError:
+                    out.append((0, pos + i, commitlog_offset))
+                    continue
+                deliver = _java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
+                out.append((deliver, pos + i, commitlog_offset))
+                if (
+                    keep is not None
+                    and deliver <= due_by
+                    and len(keep) < KEEP_RECORDS
+                    and kept_bytes < KEEP_BYTES
+                ):
+                    keep[commitlog_offset] = rec
+                    kept_bytes += rec.size
             pos += len(rows)
         return out
 
@@ -549,7 +563,8 @@ class TimerService:
             cq = self._queue()
             from_q, from_w = self._enqueued, self._watermark
             end = min(cq.max_offset, from_q + ENQUEUE_LIMIT) if cq is not None else from_q
-            new = self._read_units(from_q, end) if end > from_q else []
+            records: dict[int, Any] = {}
+            new = self._read_units(from_q, end, records, now) if end > from_q else []
             late = sorted(u for u in new if (u[0], u[1]) <= from_w)
             heap = self._heap
             for u in new:
@@ -576,7 +591,8 @@ class TimerService:
                 return 0, more  # only new units read: the file need not change (module docstring)
             self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
-            copies = [self._copy(u, now) for u in taken]
+            copies = [self._copy(u, now, records.get(u[2])) for u in taken]
+            records.clear()
             core = self._parts.commitlog.core
             progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
             progress.intent = {
@@ -611,16 +627,17 @@ class TimerService:
         self._needs_reload = self._uncommitted = False
 
     def _copy(
-        self, unit: tuple[int, int, int], dequeue_ms: int
+        self, unit: tuple[int, int, int], dequeue_ms: int, rec: Any = None
     ) -> Optional[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        """(the put_many item, the identity of the copy) of one timer unit; None (logged,
-        counted) when it cannot be delivered."""
+        """(the put_many item, the identity of the copy) of one timer unit (``rec``: its record,
+        if read already); None (logged, counted) when it cannot be delivered."""
         deliver_ms, queue_offset, commitlog_offset = unit
         parts = self._parts
-        try:
-            rec = parts.commitlog.read(commitlog_offset)
-        except MessageNotFoundError:
-            return self._drop(queue_offset, commitlog_offset, "the record is gone")
+        if rec is None:
+            try:
+                rec = parts.commitlog.read(commitlog_offset)
+            except MessageNotFoundError:
+                return self._drop(queue_offset, commitlog_offset, "the record is gone")
         props = rec.properties or {}
         topic = props.get(PROPERTY_REAL_TOPIC)
         queue_id = _java_int(props.get(PROPERTY_REAL_QUEUE_ID))
