@@ -706,7 +706,7 @@ class Consumer:
     def _poll_once(self, max_msgs: int) -> list[MessageExt]:
         max_msgs = _check_int("max_msgs", max_msgs, 1)
         bounds = {key: lo_hi for key, lo_hi in self.store.queues().items() if key[0] in self._filters}
-        keys = sorted(bounds)
+        keys = self._assigned(sorted(bounds))
         if not keys:
             return []
         start = self._turn % len(keys)
@@ -734,15 +734,30 @@ class Consumer:
             self._positions[key] = max(res.next_begin_offset, bounds[key][0])
         return out
 
+    def _assigned(self, keys: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The queues this consumer pulls, of ``keys`` (all of them; a group member's share)."""
+        return keys
+
+    def _committed(self, key: tuple[str, int]) -> int:
+        """The group's committed offset of a queue, -1 if none."""
+        return self.store.committed_offset(self.group, *key)
+
     def _position(self, key: tuple[str, int], low: int) -> int:
         position = self._positions.get(key)
         if position is None:
-            committed = self.store.committed_offset(self.group, *key)
+            committed = self._committed(key)
             position = committed if committed >= 0 else low
         if position < low:  # removed by retention meanwhile
             position = low
         self._positions[key] = position
         return position
+
+    def seek(self, topic: str, queue_id: int, offset: int) -> None:
+        """Pull (topic, queue_id) from queue offset ``offset`` on (RocketMQ's ``seek``)."""
+        if topic not in self._filters:
+            raise InvalidMessageError(f"{topic!r} is not one of this consumer's topics")
+        queue_id = _check_int("queue_id", queue_id, 0, 2**31 - 1)
+        self._positions[(topic, queue_id)] = _check_int("offset", offset, 0)
 
     def send_back(self, message: MessageExt, delay_level: int = 0) -> PutResult:
         """Hand back a message this group failed to consume (retry, after the last one the DLQ)."""

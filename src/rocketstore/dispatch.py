@@ -501,6 +501,16 @@ class TailQueue:
         tags = np.asarray(tags_codes, dtype=np.int64)
         if not len(q):
             return 0
+        if len(q) == 1 and self._start is not None and not self._rebase:
+            # one unit at the end (a follower catching up with one put): no array work
+            q0 = int(q[0])
+            with self._lock:
+                if q0 == self._start + self._count and self._start is not None and not self._rebase:
+                    self._grow(self._count + 1)
+                    self._tail[self._count] = (int(phys[0]), int(sz[0]), int(tags[0]))
+                    self._count += 1
+                    self._max_physic = int(phys[0]) + int(sz[0])
+                    return 1
         with self._lock:
             if self._start is None:
                 self._start = self._min = int(q.min())  # the first unit at a non-zero offset

@@ -19,8 +19,8 @@ offset  type  field
 8       u32   sequence: bumped after every put and every change below
 12      u32   waiters counted in (compiled waiters, atomically)
 16      i64   wrote: the end of the writer's whole records
-24      u64   epoch: bumped when a writable open's recovery cut records the page said were
-              there (a reader then opens the store again)
+24      u64   epoch: bumped by a writable open after a crash, or whose recovery cut records
+              the page said were there (a reader then opens the store again)
 32      u64   changes: bumped when retention deleted segments
 40      u32   always-wake: set by a waiter that cannot count itself in (the pure twin)
 64+8i   u32   topic slot i (0..63, :func:`topic_slot`): bumped by every put of its topics
@@ -78,10 +78,12 @@ class LivePage:
         self.writable = writable
 
     @classmethod
-    def create(cls, root: str, store: Any, end: int) -> LivePage:
+    def create(cls, root: str, store: Any, end: int, crashed: bool) -> LivePage:
         """The writer's page, created if missing, saying that whole records end at ``end`` (where
-        recovery found them to end). The epoch moves only when that cut records the page said
-        were there (readers then open again); a clean reopen changes no byte of it."""
+        recovery found them to end). The epoch moves when the store was not closed cleanly
+        (``crashed``: recovery may have cut records a reader mapped, written but never
+        published) or when ``end`` is below what the page said (readers then open again); a clean
+        reopen changes no byte of it."""
         path = os.path.join(root, LIVE_NAME)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -108,8 +110,8 @@ class LivePage:
             mm[:8] = _MAGIC
         else:
             wrote, epoch, changes = _STATE.unpack_from(mm, _WROTE)
-            if wrote != end:
-                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end else epoch, changes)
+            if wrote != end or crashed:
+                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end or crashed else epoch, changes)
                 store.live_wake(mm)
         return page
 
@@ -157,7 +159,10 @@ class LivePage:
 
     def look(self, slots: tuple[int, ...]) -> Look:
         """The sequence words a waiter for these slots compares against later."""
-        words = tuple(_SLOT0 + 8 * slot for slot in slots)
+        return self.look_words(tuple(_SLOT0 + 8 * slot for slot in slots))
+
+    def look_words(self, words: tuple[int, ...]) -> Look:
+        """:meth:`look` by word offsets."""
         mm = self.mm
         return self.seq(), words, tuple(struct.unpack_from("<I", mm, at)[0] for at in words)
 
@@ -192,11 +197,11 @@ class LivePage:
         self._store.live_wake(self.mm)
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except BufferError:  # a waiter in another thread still holds it: the map goes with it
-            pass
-        os.close(self._fd)
+        """Close the file; the map goes when the last reference does, so a thread still inside a
+        call of the closed store reads a valid page (and then finds the store closed)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class Follower:
@@ -219,8 +224,10 @@ class Follower:
         if wrote == self.wrote and changes == self.changes and epoch == self.epoch:
             return True
         commitlog = self.commitlog
-        if epoch != self.epoch or wrote < commitlog.end:
+        if epoch != self.epoch:
             return False
+        # wrote < end: this reader's own scan at open found records the writer had not published
+        # yet (or will never: it was killed before); only an epoch says records were cut
         deleted = 0
         if changes != self.changes:
             self.changes = changes
@@ -276,19 +283,20 @@ class Follower:
 
 
 class AsyncWaker:
-    """Wakes the asyncio waiters of one store when its live page's sequence moves: one thread per
-    store sleeps on the page for all of them, and on an event while nobody waits."""
+    """Wakes the asyncio waiters of one store when a put of their topics comes: one thread per
+    store sleeps on the page's words for all of them, and on an event while nobody waits."""
 
     def __init__(self, page: LivePage) -> None:
         self._page = page
         self._lock = threading.Lock()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], int]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
         self._someone = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    async def changed(self, seen: int, timeout: Optional[float]) -> None:
-        """Return once the sequence is no longer ``seen``, or after ``timeout`` seconds."""
+    async def changed(self, seen: Look, timeout: Optional[float]) -> None:
+        """Return once a put of the topics ``seen`` was taken for came (any put, for a look at no
+        topic), or after ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:
@@ -310,10 +318,21 @@ class AsyncWaker:
     def _run(self) -> None:
         page = self._page
         while not self._closed:
-            now = page.seq()
             with self._lock:
-                due = [w for w in self._waiters if w[2] != now]
-                self._waiters = [w for w in self._waiters if w[2] == now]
+                waiting = list(self._waiters)
+            words = sorted({at for _, _, look in waiting for at in look[1]})  # at most the 64 slots
+            now = page.look_words(tuple(words))  # taken before the waiters are compared with it
+            current = dict(zip(now[1], now[2]))
+            due: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
+            rest: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Look]] = []
+            for w in waiting:
+                page_seen, ats, values = w[2]
+                moved = (
+                    any(current.get(at, v) != v for at, v in zip(ats, values)) if ats else now[0] != page_seen
+                )
+                (due if moved else rest).append(w)
+            with self._lock:
+                self._waiters = [w for w in self._waiters if w not in due]
                 idle = not self._waiters
                 if idle:
                     self._someone.clear()
@@ -321,16 +340,18 @@ class AsyncWaker:
                 loop.call_soon_threadsafe(_resolve, fut)
             if idle:
                 self._someone.wait()
+            elif due:
+                continue  # look again at once: who is left waits on what it saw
+            elif any(not look[1] for _, _, look in rest) or not words:
+                page.wait(now[0], 0.5)  # a waiter for any put; sliced, so close() is noticed
             else:
-                page.wait(now, 0.5)  # sliced, so close() is noticed
+                page.wait_look(now, 0.5)
 
     def close(self) -> None:
+        """Stop the thread (within half a second; it holds no file)."""
         with self._lock:
             self._closed = True
         self._someone.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(2.0)
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

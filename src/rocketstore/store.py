@@ -75,6 +75,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
+from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import AsyncWaker, Follower, LivePage, Look, topic_slot
 from rocketstore.mapped_file import MappedFile
@@ -145,6 +146,8 @@ _PARTS = (
 )
 
 
+#: How often the dispatch thread writes the consumer offsets (RocketMQ's flushConsumerOffsetInterval).
+_OFFSETS_PERSIST_MS = 5000
 #: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
 _WAITABLE = frozenset(
     (
@@ -249,6 +252,7 @@ class MessageStore:
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
     _follower: Optional[Follower] = None
+    _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
 
@@ -342,6 +346,8 @@ class MessageStore:
             commitlog.load()
             self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
+        if not self.read_only:
+            self._import_group_offsets()
         end, queue_offsets, dispatch_start = self._recover()
         self._dispatch_thread = None
         self._cleaner = None
@@ -380,7 +386,7 @@ class MessageStore:
             roll=weak_method(commitlog.roll, _closed_error),
         )
         self._topics.core = core
-        self._live = LivePage.create(self.path, self._impl.store, end)
+        self._live = LivePage.create(self.path, self._impl.store, end, crashed=not self.last_shutdown_clean)
         core.set_live(self._live.mm)
         commitlog.on_deleted = self._live.changed
         self._dispatcher = Dispatcher(
@@ -399,7 +405,7 @@ class MessageStore:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
                 cfg.dispatch_interval_ms,
-                checkpoint=weak_method(self._save_checkpoint),
+                checkpoint=weak_method(self._background_checkpoint),
                 checkpoint_interval_ms=cfg.checkpoint_interval_ms,
             )
         self._parts = StoreParts(
@@ -582,6 +588,18 @@ class MessageStore:
         if damaged:
             self._guard.repair(damaged)
 
+    def _background_checkpoint(self) -> None:
+        """The dispatch thread's periodic step: the checkpoint, and every
+        ``_OFFSETS_PERSIST_MS`` the consumer offsets (with those process groups committed), as a
+        broker flushes them every 5 s."""
+        self._save_checkpoint()
+        now = time.monotonic()
+        if now - self._offsets_persisted >= _OFFSETS_PERSIST_MS / 1000.0:
+            self._offsets_persisted = now
+            # not under the store's mutex: close() holds it while it stops this thread
+            self._import_group_offsets()
+            self._offsets.persist()
+
     def _save_checkpoint(self) -> None:
         """Make the ConsumeQueues and the index durable up to the dispatch offset and record
         that offset (and its store time) in the checkpoint: a recovery after a crash starts there."""
@@ -663,6 +681,7 @@ class MessageStore:
         durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
             durable = run(self._final_checkpoint)
+            run(self._import_group_offsets)
             for table in (self._topics, self._offsets):
                 run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
@@ -1451,16 +1470,24 @@ class MessageStore:
         return live.look(tuple(sorted({topic_slot(t) for t in topics})))
 
     def _wait_for_put(self, seen: Look, deadline: float) -> bool:
-        """Sleep until a put (or a deletion) after ``seen`` or the deadline; False at the deadline."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
+        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
+        StoreClosedError)."""
         live = self._live
-        if live is None:  # a store no rocketstore writer keeps a live page for: nothing will come
-            time.sleep(min(left, 3600.0))
-            return False
-        live.wait_look(seen, min(left, 1.0))  # sliced: a close of this store is noticed
-        return True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._check_open()
+            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+                time.sleep(min(left, 1.0))
+                continue
+            try:
+                if live.wait_look(seen, min(left, 1.0)):
+                    return True
+            except ValueError:  # its map closed under it: this store was closed meanwhile
+                self._check_open()
+                raise
 
     async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
         left = deadline - time.monotonic()
@@ -1474,7 +1501,7 @@ class MessageStore:
             if self._waker is None:
                 self._waker = AsyncWaker(live)
             waker = self._waker
-        await waker.changed(seen[0], None if math.isinf(left) else left)
+        await waker.changed(seen, None if math.isinf(left) else left)
         return True
 
     def get_units(
@@ -1593,9 +1620,31 @@ class MessageStore:
         return self._offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
-        """Write ``config/consumerOffset.json`` now if offsets changed; True if written."""
+        """Write ``config/consumerOffset.json`` now if offsets changed (with the offsets process
+        groups committed, :mod:`rocketstore.group`); True if written."""
         self._check_writable()
+        self._import_group_offsets()
         return self._offsets.persist()
+
+    def _import_group_offsets(self) -> None:
+        """Copy the offsets that group members (rocketstore.group) committed into this store's
+        table: ``consumerOffset.json`` then holds them as a broker's does."""
+        directory = os.path.join(self.path, GROUPS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            try:
+                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
+            except StoreConfigError:
+                _log.warning("group offsets %s are unreadable: not copied", name)
+                continue
+            for key, offsets in table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in offsets.items():
+                    if self._offsets.query(group, topic, queue_id) != offset:
+                        self._offsets.commit(group, topic, queue_id, offset)
 
     # ---- lookups (§3, §5.5) ----
 

@@ -38,6 +38,7 @@ _EARLY_STORE_ENTRIES = {
     "abort": (False, 0),
     "checkpoint": (False, CHECKPOINT_SIZE),
     "rocketstore-live": (False, 4096),  # rocketstore.live's page (LIVE_SIZE)
+    "rocketstore-groups": (True, 0),  # rocketstore.group's members and offsets
     ".spark-staging": (True, 0),
 }  # the Spark sink stages parts before it opens
 

@@ -38,7 +38,7 @@ from rocketstore.cli._output import (
     _printable,
 )
 from rocketstore.configfiles import ConsumerOffsetTable
-from rocketstore.consume import GetMessageStatus
+from rocketstore.consume import Consumer, GetMessageStatus
 from rocketstore.errors import (
     FlushTimeoutError,
     InvalidMessageIdError,
@@ -191,6 +191,40 @@ _PULL_DONE = (
 )
 
 
+def _follow(store, args, ends: dict, remaining: int) -> None:
+    """``consume --follow``: print each message as it is put (one batch at a time)."""
+    consumer = Consumer(store, args.group, {args.topic: args.tags}, retry=False)
+    for qid, offset in ends.items():
+        consumer.seek(args.topic, qid, offset)
+    while remaining > 0:
+        if args.queue is None:
+            batch = consumer.poll(min(remaining, PULL_BATCH), timeout=None)
+        else:
+            key = (args.topic, args.queue)
+            res = store.get_message(
+                args.group,
+                *key,
+                consumer.positions.get(key, 0),
+                min(remaining, PULL_BATCH),
+                args.tags,
+                wait=3600,
+            )
+            batch = res.messages
+            consumer.seek(args.topic, args.queue, res.next_begin_offset)
+        if not batch:
+            continue
+        out = MessageOutput(args.json)
+        for msg in batch:
+            out.write(msg)
+        out.close()
+        sys.stdout.flush()
+        remaining -= len(batch)
+        if args.commit:
+            for (_, qid), offset in consumer.positions.items():
+                store.commit_offset(args.group, args.topic, qid, offset)
+            store.persist_offsets()
+
+
 def cmd_consume(args) -> int:
     with open_store(args, writable=args.commit) as store:
         if args.queue is None:
@@ -232,7 +266,9 @@ def cmd_consume(args) -> int:
                 if moved and offset != committed[qid]:
                     store.commit_offset(args.group, args.topic, qid, offset)
             store.persist_offsets()
-    if not args.json:
+        if args.follow:
+            _follow(store, args, ends, remaining)
+    if not args.json and not args.follow:
         verb = "committed" if args.commit else "not committed: add --commit to store them"
         print(f"{_n(out.count, 'message')} of {args.topic} for group {args.group}; next offsets ({verb}):")
         for qid, offset in ends.items():

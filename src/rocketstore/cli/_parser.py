@@ -226,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--commit", action="store_true", help="commit the group's next offsets (opens the store for writing)"
     )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep printing messages as they are put, until --max or Ctrl-C (with --commit, "
+        "committing after each batch)",
+    )
 
     command(
         "stats",
