@@ -187,6 +187,14 @@ class StoreConfig:
     #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
     schedule_interval_ms: int = 100
+    #: Timer messages (``put(deliver_at_ms=)`` / ``delay_ms=``, RocketMQ 5.x's wheel timer;
+    #: rocketstore.timer): the furthest ahead a message may be due, in seconds
+    #: (``timerMaxDelaySec``, 3 days). Further raises ``TimerTooFarError`` and writes nothing.
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    #: How often the timer service looks for new timer messages when none is due sooner (ms). It
+    #: also wakes at the next due time and when a put is due before it. 0: no background
+    #: thread; :meth:`MessageStore.deliver_timers` delivers.
+    timer_interval_ms: int = 10
     #: Append RocketMQ 5.2+'s CRC32 property to every record written (``enabledAppendPropCRC``,
     #: spec §1.6): ``__CRC32#`` with a CRC of the whole record but its last 20 bytes, which
     #: ``verify()`` checks wherever it is present. 20 bytes more per record.
@@ -232,6 +240,10 @@ class StoreConfig:
             or self.schedule_interval_ms < 0
         ):
             raise StoreConfigError("schedule_interval_ms must be an int, 0 or more")
+        for name in ("timer_max_delay_sec", "timer_interval_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << 40):
+                raise StoreConfigError(f"{name} must be an int, 0 or more")
         if not isinstance(self.append_prop_crc, bool):
             raise StoreConfigError("append_prop_crc must be a bool")
         if self.clock is not None and not callable(self.clock):

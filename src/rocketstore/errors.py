@@ -19,6 +19,8 @@ __all__ = [
     "SystemTopicError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
+    "InvalidTimerError",
+    "TimerTooFarError",
     "PropertiesTooLargeError",
     "MessageTooLargeError",
     "InvalidMessageIdError",
@@ -66,6 +68,18 @@ class InvalidQueueIdError(InvalidMessageError):
 class InvalidDelayLevelError(InvalidMessageError):
     """A delay level that is not an int in ``1 .. len(message_delay_level)`` (18 by default),
     or a ``DELAY`` property that is not a decimal int."""
+
+
+class InvalidTimerError(InvalidMessageError):
+    """A timer message (``deliver_at_ms=`` / ``delay_ms=``, or a ``TIMER_DELIVER_MS`` /
+    ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` property) whose time is not a decimal int, that is
+    also given a delay level, or that names more than one of them (RocketMQ 5.x's
+    ``WHEEL_TIMER_MSG_ILLEGAL``). Nothing was written."""
+
+
+class TimerTooFarError(InvalidTimerError):
+    """A timer message due further ahead than ``timer_max_delay_sec`` (RocketMQ 5.x's
+    ``timerMaxDelaySec``, 3 days). Nothing was written."""
 
 
 class PropertiesTooLargeError(InvalidMessageError):

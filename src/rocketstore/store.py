@@ -69,6 +69,7 @@ from rocketstore.errors import (
     ConsumeQueueDamagedError,
     InvalidMessageError,
     InvalidMessageIdError,
+    InvalidTimerError,
     MessageNotFoundError,
     StoreClosedError,
     StoreConfigError,
@@ -97,6 +98,7 @@ from rocketstore.retention import (
 )
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
+from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
 from rocketstore.topics import Topics
 
 _log = logging.getLogger(__name__)
@@ -113,6 +115,8 @@ _T = TypeVar("_T")
 __all__ = ["MessageStore", "open_store", "check_store_dir"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: Properties that make a put delayed or timed (rocketstore.schedule, rocketstore.timer).
+_SCHEDULING = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 _WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
@@ -125,6 +129,7 @@ _READ_ONLY_ATTEMPTS = 5
 _MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
+    "_timer",
     "_schedule",
     "_cleaner",
     "_dispatch_thread",
@@ -239,6 +244,7 @@ class MessageStore:
     _dispatch_thread: Any
     _cleaner: Any
     _schedule: Any
+    _timer: Any
     _guard: QueueGuard
     _parts: StoreParts
     _checkpoint: Checkpoint
@@ -346,6 +352,7 @@ class MessageStore:
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
+        self._timer = None  # the timer service (rocketstore.timer) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
@@ -416,6 +423,8 @@ class MessageStore:
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
+        self._timer = TimerService(self._parts, clock=cfg.clock, interval_ms=cfg.timer_interval_ms)
+        self._timer.start()
 
     def _segments_deleted(self) -> None:
         """A read-only store's follower dropped segments retention deleted: the queues start
@@ -629,11 +638,12 @@ class MessageStore:
         when it is collected."""
         if getattr(self, "_closed", True):
             return
-        if self._schedule is not None:
-            try:
-                self._schedule.close()  # before the mutex: a delivery pass in progress may need it
-            except BaseException:
-                pass  # _teardown closes it again and reports the error
+        for service in (self._timer, self._schedule):
+            if service is not None:
+                try:
+                    service.close()  # before the mutex: a delivery pass in progress may need it
+                except BaseException:
+                    pass  # _teardown closes it again and reports the error
         with self._mutex:
             if self._closed:
                 return
@@ -657,10 +667,10 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
-        for part in ("_schedule", "_cleaner", "_dispatch_thread"):
+        for part in ("_timer", "_schedule", "_cleaner", "_dispatch_thread"):
             obj = getattr(self, part, None)
             if obj is not None:
-                run(obj.close if part == "_schedule" else obj.stop)
+                run(obj.close if part in ("_timer", "_schedule") else obj.stop)
         writable = not self.read_only
         core = getattr(self, "_core", None)
         durable = clean and writable and core is not None
@@ -863,6 +873,8 @@ class MessageStore:
         flag: int = 0,
         durable: Optional[bool] = None,
         delay_level: Optional[int] = None,
+        deliver_at_ms: Optional[int] = None,
+        delay_ms: Optional[int] = None,
     ) -> PutResult:
         """Store one message; returns a :class:`PutResult` (status PUT_OK).
 
@@ -875,6 +887,10 @@ class MessageStore:
         ``result`` says where it is. ``delay_level`` (1 .. 18 with
         the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
         ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
+        ``deliver_at_ms`` (epoch ms) or ``delay_ms`` makes it a timer message: stored in
+        ``rmq_sys_wheel_timer`` and put into ``topic`` at that millisecond (so do the
+        ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` properties), at most
+        ``timer_max_delay_sec`` ahead (:class:`~rocketstore.errors.TimerTooFarError`).
         """
         if topic.__class__ is not str or topic not in self._user_topics:
             self._check_user_topic(topic)
@@ -885,7 +901,15 @@ class MessageStore:
             or not _INT32_MIN <= flag <= _INT32_MAX
         ):
             queue_id, flag = check_put_ints(queue_id, flag)
-        if tags is None and keys is None and properties is None and body is not None and delay_level is None:
+        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
+        if (
+            tags is None
+            and keys is None
+            and properties is None
+            and body is not None
+            and delay_level is None
+            and timer is None
+        ):
             # the hot path: one call into the core (-1: the store's flush_disk_type decides)
             return self._core.put(
                 topic,
@@ -901,11 +925,11 @@ class MessageStore:
                 -1 if durable is None else (1 if durable else 0),
             )
         if body is None:
-            return cast("PutResult", self._put_message(topic, durable, 0, delay_level))
+            return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
         return cast(
             "PutResult",
             self._put(
-                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level
+                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level, timer
             ),
         )
 
@@ -920,6 +944,8 @@ class MessageStore:
         queue_id: int = -1,
         flag: int = 0,
         delay_level: Optional[int] = None,
+        deliver_at_ms: Optional[int] = None,
+        delay_ms: Optional[int] = None,
     ) -> PutFuture:
         """Store one message durably without blocking: returns a :class:`PutFuture`.
 
@@ -929,8 +955,9 @@ class MessageStore:
         nothing gives an already-done future that raises its ``PutError``).
         """
         self._check_user_topic(topic)
+        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
         if body is None:
-            return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level))
+            return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level, timer))
         queue_id, flag = check_put_ints(queue_id, flag)
         return cast(
             "PutFuture",
@@ -945,6 +972,7 @@ class MessageStore:
                 True,
                 _WAIT_FUTURE,
                 delay_level,
+                timer,
             ),
         )
 
@@ -968,11 +996,16 @@ class MessageStore:
         durable: Optional[bool],
         mode: int,
         delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> Any:
         """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
         _check_mapping(properties)
-        if delay_level is not None or (properties and PROPERTY_DELAY in properties):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
+        if (
+            delay_level is not None
+            or timer is not None
+            or (properties and _SCHEDULING.intersection(properties))
+        ):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
         if tags is None and keys is None and properties is None:
             props, unique_key, wait = None, None, -1
         else:
@@ -981,7 +1014,12 @@ class MessageStore:
             topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key, mode or self._wait_mode(durable, wait)
         )
 
-    def _message_item(self, m: Message, delay_level: Optional[int] = None) -> tuple[Any, ...]:
+    def _message_item(
+        self,
+        m: Message,
+        delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+    ) -> tuple[Any, ...]:
         if not isinstance(m, Message):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
@@ -993,18 +1031,27 @@ class MessageStore:
             # verify() would report the record
             raise InvalidMessageError(f"sys_flag {sys_flag:#x} has bits RocketMQ does not define")
         reconsume = check_int("reconsume_times", m.reconsume_times, INT32_MIN, INT32_MAX)
-        if delay_level is not None or (properties and PROPERTY_DELAY in properties):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level)
+        if (
+            delay_level is not None
+            or timer is not None
+            or (properties and _SCHEDULING.intersection(properties))
+        ):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
         props, unique_key, wait = self._properties(m.tags, m.keys, properties)
         body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()  # never bytes(int)
         return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
 
     def _put_message(
-        self, m: object, durable: Optional[bool], mode: int, delay_level: Optional[int] = None
+        self,
+        m: object,
+        durable: Optional[bool],
+        mode: int,
+        delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> Any:
         self._check_writable()
         (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(
-            cast(Message, m), delay_level
+            cast(Message, m), delay_level, timer
         )
         wait_mode = mode or self._wait_mode(durable, wait)
         return self._core.put(
@@ -1044,6 +1091,8 @@ class MessageStore:
                 raise InvalidMessageError("a batch's shared properties cannot carry one UNIQ_KEY")
             if properties and PROPERTY_DELAY in properties:
                 raise InvalidMessageError("a batch cannot be delayed (RocketMQ refuses DELAY on batches)")
+            if is_timer_put(properties):
+                raise InvalidTimerError("a batch cannot be a timer message")
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
@@ -1076,10 +1125,26 @@ class MessageStore:
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
 
     def _delayed(
-        self, topic: str, queue_id: int, properties: Optional[Mapping[str, str]], delay_level: Optional[int]
+        self,
+        topic: str,
+        queue_id: int,
+        properties: Optional[Mapping[str, str]],
+        delay_level: Optional[int],
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> tuple[str, int, Optional[Mapping[str, str]]]:
-        """(topic, queue_id, properties) of a put, rewritten into SCHEDULE_TOPIC_XXXX if delayed."""
+        """(topic, queue_id, properties) of a put, rewritten into rmq_sys_wheel_timer if it is a
+        timer message, into SCHEDULE_TOPIC_XXXX if delayed."""
         self._check_writable()
+        if timer is not None or is_timer_put(properties):
+            if delay_level is not None:
+                raise InvalidTimerError("give delay_level or a timer (deliver_at_ms, delay_ms), not both")
+            deliver_at_ms, delay_ms = timer or (None, None)
+            timed: tuple[str, int, Optional[Mapping[str, str]]] = self._timer.rewrite(
+                topic, queue_id, properties, deliver_at_ms, delay_ms
+            )
+            return timed
+        if delay_level is None and not (properties and PROPERTY_DELAY in properties):
+            return topic, queue_id, properties
         rewritten: tuple[str, int, Optional[Mapping[str, str]]] = self._schedule.rewrite(
             topic, queue_id, properties, delay_level
         )
@@ -1110,6 +1175,22 @@ class MessageStore:
         self._check_writable()
         delivered: int = self._schedule.deliver(now)
         return delivered
+
+    def deliver_timers(self, now: Optional[int] = None) -> int:
+        """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
+        now, in deliver-time order, as the timer thread does; returns how many."""
+        self._check_writable()
+        delivered: int = self._timer.deliver(now)
+        return delivered
+
+    def timer_stats(self) -> dict[str, Any]:
+        """The timer service's state: ``pending`` (timer messages not yet delivered),
+        ``next_deliver_ms``, and since this open ``delivered``, ``dropped`` (undeliverable,
+        logged), ``reconciled`` (interrupted passes settled) and ``resumed`` (copies such a
+        settlement found already written, so not written again)."""
+        self._check_writable()
+        stats: dict[str, Any] = self._timer.stats()
+        return stats
 
     def delayed_counts(self) -> dict[int, int]:
         """{delay level: messages waiting in it} (levels with none left out)."""

@@ -1,0 +1,257 @@
+"""Crash test of timer messages: a writer is SIGKILLed while its timer service delivers; every
+timer message must reach its real topic exactly once.
+
+    python tests/crash_timer.py --iterations 100
+    python tests/crash_timer.py --iterations 30 --impl py --seed 7
+
+The child (``child`` sub-command) opens the store with a timer pass at least every millisecond.
+Writer threads put timer messages due 1 to 300 ms after their put (``delay_ms=`` or
+``deliver_at_ms=``; durable ones, acknowledged with an ``ACK <UNIQ_KEY>`` line, and asynchronous
+ones) and plain messages into the same topics; small segments, ConsumeQueue and index files
+roll. Each iteration kills several children in turn on one store at random moments.
+
+Then the parent notes whether the last kill left an intent in ``config/timerProgress`` (a pass
+in progress, or the last pass, whose state after is saved with the next one's intent), reopens
+the store with a clock a day ahead, delivers everything due, and checks:
+
+* every timer record (a unit of rmq_sys_wheel_timer) has exactly one copy in its ``REAL_TOPIC``
+  / ``REAL_QID``, with its body, and no copy lacks a timer record (no loss, no duplicate);
+* every acknowledged timer put is among the timer records (or, when its time had passed by the
+  time the put ran, a plain message in its topic);
+* nothing is left waiting, and ``verify()`` finds no damage.
+
+It prints how many passes were settled on open and how many copies those found already
+written (``resumed``: what a broker's at-least-once checkpoint would have delivered again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from crash_harness import start_and_kill
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOPICS = ("TimerA", "TimerB")
+HOST = "10.0.0.7"
+STORE_OPTIONS = dict(
+    commitlog_file_size=256 * 1024,
+    consume_queue_units=400,
+    index_slots=64,
+    index_count=600,
+    store_host=HOST,
+    checkpoint_interval_ms=20,
+)
+
+
+# -- the child ------------------------------------------------------------------------------------
+
+
+def child_main(path: str, implementation: str, seed: int) -> None:
+    from rocketstore import MessageStore, PutStatus
+    from rocketstore._clock import now_ms
+    from rocketstore.errors import FlushTimeoutError
+
+    store = MessageStore(path, implementation=implementation, timer_interval_ms=1, **STORE_OPTIONS)
+    out = sys.stdout
+    out_lock = threading.Lock()
+
+    def emit(line: str) -> None:
+        with out_lock:
+            out.write(line)
+            out.flush()
+
+    def writer(t: int) -> None:
+        rng = random.Random(seed * 31 + t)
+        n = 0
+        while True:
+            n += 1
+            topic = rng.choice(TOPICS)
+            body = b"w%d-%d:" % (t, n) + rng.randbytes(rng.randrange(0, 300))
+            op = rng.random()
+            when = rng.randrange(1, 300)
+            timer = {"delay_ms": when} if rng.random() < 0.5 else {"deliver_at_ms": now_ms() + when}
+            if op < 0.5:
+                try:
+                    r = store.put(topic, body, queue_id=rng.randrange(4), tags="d", durable=True, **timer)
+                except FlushTimeoutError:  # stored, but not promised durable
+                    continue
+                if r.status is PutStatus.PUT_OK:
+                    emit(f"ACK {r.unique_key}\n")
+            elif op < 0.8:
+                store.put(topic, body, keys=f"k{t}-{n}", **timer)
+            else:
+                store.put(topic, body, tags="plain")
+            if rng.random() < 0.05:
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(2)]
+    stats = store.timer_stats()
+    emit(f"READY {stats['reconciled']} {stats['resumed']}\n")
+    for th in threads:
+        th.start()
+    while True:
+        time.sleep(1)
+
+
+# -- the parent -----------------------------------------------------------------------------------
+
+
+def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
+    """Start a child, SIGKILL it at a random moment; returns (acked UNIQ_KEYs, settled, resumed)."""
+    ready, out = start_and_kill(
+        __file__, path, implementation, rng, src, delays=(0.0, 0.03, 0.1, 0.3), jitter=0.4
+    )
+    acked = [line.split()[1].decode() for line in out.split(b"\n")[:-1] if line.startswith(b"ACK ")]
+    return acked, int(ready[1]), int(ready[2])
+
+
+def killed_inside_a_pass(path: str) -> bool:
+    """Whether config/timerProgress holds an intent (module docstring)."""
+    from rocketstore.timer import TimerProgress
+
+    return TimerProgress.in_store(path, read_only=True).intent is not None
+
+
+def check_store(path: str, implementation: str, acked: set) -> dict:
+    """Deliver everything with a clock a day ahead, then check exactly-once (module docstring)."""
+    from rocketstore import MessageStore
+    from rocketstore._clock import now_ms
+    from rocketstore.timer import TIMER_TOPIC
+
+    ahead = now_ms() + 86_400_000
+    with MessageStore(
+        path, implementation=implementation, clock=lambda: ahead, timer_interval_ms=0, **STORE_OPTIONS
+    ) as store:
+        assert not store.last_shutdown_clean, "the crash left no abort file"
+        opened = store.timer_stats()
+        store.deliver_timers()
+        assert store.timer_stats()["pending"] == 0, f"still waiting: {store.timer_stats()}"
+        timed = {}
+        for (topic, qid), (lo, hi) in store.queues().items():
+            if topic != TIMER_TOPIC:
+                continue
+            assert lo == 0, f"timer queue {qid} starts at {lo}"
+            for q in range(lo, hi):
+                m = store.get_by_queue_offset(topic, qid, q)
+                assert m.unique_key not in timed, f"two timer records with {m.unique_key}"
+                timed[m.unique_key] = m
+        found: dict = {}
+        at_once = set()  # due by the time the put ran: stored as plain messages (as 5.x does)
+        for (t, qid), (lo, hi) in store.queues().items():
+            if t not in TOPICS:
+                continue
+            for q in range(lo, hi):
+                m = store.get_by_queue_offset(t, qid, q)
+                if "TIMER_OUT_MS" in m.properties:
+                    found.setdefault(m.unique_key, []).append(m)
+                else:
+                    at_once.add(m.unique_key)
+        lost = [k for k in timed if k not in found]
+        duplicated = {k: len(v) for k, v in found.items() if len(v) > 1}
+        orphans = [k for k in found if k not in timed]
+        assert not lost, f"{len(lost)} timer messages never delivered, e.g. {lost[:3]}"
+        assert not duplicated, (
+            f"{len(duplicated)} delivered more than once, e.g. {list(duplicated.items())[:3]}"
+        )
+        assert not orphans, f"{len(orphans)} copies without a timer record, e.g. {orphans[:3]}"
+        for key, [copy] in found.items():
+            s = timed[key]
+            assert (copy.topic, copy.queue_id) == (s.properties["REAL_TOPIC"], int(s.properties["REAL_QID"]))
+            assert copy.body == s.body, f"copy of {key} has another body"
+            assert int(copy.properties["TIMER_DEQUEUE_MS"]) >= int(s.properties["TIMER_OUT_MS"]), "early"
+        missing = acked - set(timed) - at_once
+        assert not missing, f"{len(missing)} acknowledged timer puts are gone, e.g. {sorted(missing)[:3]}"
+        report = store.verify()
+        assert report["ok"], f"verify: {report['problems'][:5]}"
+    return {
+        "timed": len(timed),
+        "acknowledged": len(acked),
+        "reconciled": opened["reconciled"],
+        "resumed": opened["resumed"],
+    }
+
+
+def one_iteration(
+    workdir: str, implementation: str, rng: random.Random, *, src: str, rounds: int = 3
+) -> dict:
+    path = os.path.join(workdir, "store")
+    acked: set = set()
+    reconciled = resumed = in_pass = 0
+    for _ in range(rounds):
+        keys, settled, found = run_and_kill(path, implementation, rng, src)
+        acked.update(keys)
+        reconciled += settled
+        resumed += found
+        in_pass += killed_inside_a_pass(path)
+    counts = check_store(path, implementation, acked)
+    counts["reconciled"] += reconciled
+    counts["resumed"] += resumed
+    counts["kills_in_pass"] = in_pass
+    counts["kills"] = rounds
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="kills per store")
+    parser.add_argument("--impl", default=None, help="c or py (default: the compiled one when built)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the store of a failed iteration")
+    args = parser.parse_args(argv)
+    src = os.path.join(os.path.dirname(HERE), "src")
+    sys.path.insert(0, src)
+    from rocketstore import _impl
+
+    implementation = args.impl or _impl.DEFAULT.name
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    print(
+        f"crash_timer: {args.iterations} iterations x {args.rounds} kills, impl={implementation}, seed={seed}",
+        flush=True,
+    )
+    rng = random.Random(seed)
+    totals = {"timed": 0, "acknowledged": 0, "reconciled": 0, "resumed": 0, "kills_in_pass": 0, "kills": 0}
+    violations = 0
+    started = time.monotonic()
+    for i in range(args.iterations):
+        workdir = tempfile.mkdtemp(prefix="crash_timer-")
+        try:
+            counts = one_iteration(workdir, implementation, rng, src=src, rounds=args.rounds)
+        except Exception:
+            violations += 1
+            print(f"iteration {i}: VIOLATION (store kept in {workdir})", flush=True)
+            traceback.print_exc()
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+            continue
+        shutil.rmtree(workdir, ignore_errors=True)
+        for k in totals:
+            totals[k] += counts[k]
+        if (i + 1) % 10 == 0 or i + 1 == args.iterations:
+            print(
+                f"{i + 1} iterations, {violations} violations, {totals}, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+    print(
+        f"done: {args.iterations} iterations, {totals['kills']} kills "
+        f"({totals['kills_in_pass']} inside a delivery pass, {totals['reconciled']} passes settled on open, "
+        f"{totals['resumed']} copies found already written and not repeated), "
+        f"{totals['timed']} timer messages ({totals['acknowledged']} acknowledged durable), "
+        f"{violations} violations"
+    )
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(main())
