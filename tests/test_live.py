@@ -408,3 +408,29 @@ def test_a_consumer_with_nothing_to_receive_sleeps(tmp_path, impl, kind):
     writer.close()
     assert not thread.is_alive()
     assert used < 0.3, f"{used:.2f} s of CPU in 1 s of waiting"
+
+
+def test_a_reader_that_fell_behind_retention_starts_its_queues_past_the_deletion(tmp_path, impl):
+    """A reader that had not dispatched what retention then deleted skips it: its queues start
+    at what is left, with no hole and nothing reported lost."""
+    path = tmp_path / "s"
+    writer = MessageStore(path, implementation=impl.name, **SMALL)
+    writer.create_topic("T", 2)
+    for i in range(50):
+        writer.put("T", b"early%d" % i, queue_id=0)
+    writer.close()  # the reader finds these units in the queue's file
+    writer = MessageStore(path, implementation=impl.name, **SMALL)
+    reader = MessageStore(path, read_only=True, implementation=impl.name)
+    with writer, reader:
+        assert reader._queues.get("T", 0).disk is not None
+        for i in range(400):
+            writer.put("T", b"late%d" % i, queue_id=0)
+        writer.clean(force=True)
+        assert writer.min_offset > 0
+        report = reader.verify()
+        assert report["ok"], report["problems"][:3]
+        low, high = reader.queues()[("T", 0)]
+        assert (low, high) == writer.queues()[("T", 0)]
+        got = reader.get_message("g", "T", 0, low, max_msgs=1000)
+        assert [m.queue_offset for m in got.messages] == list(range(low, high))
+        assert not reader._queues.get("T", 0).holes

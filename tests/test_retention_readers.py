@@ -53,7 +53,10 @@ def test_read_only_opens_beside_forced_cleans_see_a_consistent_store(tmp_path, i
                             assert m.topic == topic and m.queue_id == qid
                             assert m.body == b"m%06d" % int(m.keys[1:])
                             hits = r.query_by_key(topic, m.keys)
-                            if m.msg_id not in [h.msg_id for h in hits]:
+                            # a reader follows the writer: a message retention deleted since
+                            # get_message is missing from the answer, nothing else may be
+                            gone = m.commitlog_offset < r.min_offset
+                            if m.msg_id not in [h.msg_id for h in hits] and not gone:
                                 problems.append(("query_by_key", m.keys, [h.keys for h in hits]))
                     try:
                         r.read(0)

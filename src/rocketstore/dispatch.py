@@ -437,7 +437,13 @@ class TailQueue:
                     self._min = max(self._min, disk.min_offset)
                 if disk.min_offset < disk.max_offset:
                     return  # units on disk are still there: the memory tail is above them
-            if self._start is None or not self._count:
+            if self._start is None:
+                return
+            if not self._count:
+                # nothing in memory and nothing left on disk: the next unit dispatched may be
+                # further on (the units between went with the deleted records)
+                self._rebase = True
+                self._min = max(self._min or 0, self._start)
                 return
             below = self._tail["commitlog_offset"][: self._count] < min_commitlog_offset
             gone = self._count if below.all() else int(np.argmin(below))
