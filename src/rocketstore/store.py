@@ -22,7 +22,7 @@ import random
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -74,6 +74,7 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.parts import StoreParts
+from rocketstore.pop import PopService, ReceivedMessage
 from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import Cleaner
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
@@ -107,6 +108,7 @@ _MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_schedule",
+    "_pop",
     "_cleaner",
     "_dispatch_thread",
     "_core",
@@ -204,6 +206,7 @@ class MessageStore:
     _dispatch_thread: Any
     _cleaner: Any
     _schedule: Any
+    _pop: Optional[PopService]
     _guard: QueueGuard
     _parts: StoreParts
     _checkpoint: Checkpoint
@@ -295,6 +298,7 @@ class MessageStore:
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
+        self._pop = None  # acknowledgement per message (rocketstore.pop) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
@@ -359,6 +363,14 @@ class MessageStore:
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
+        self._pop = PopService(
+            self._parts,
+            self._offsets,
+            pull=weak_method(self.get_message, _closed_error),
+            lookup=weak_method(self.get_by_queue_offset, _closed_error),
+            send_back=self._schedule.send_back,
+            clock=cfg.clock,
+        )
 
     def _read_only_end(self) -> int:
         return self._commitlog.end
@@ -553,6 +565,11 @@ class MessageStore:
                 self._schedule.close()  # before the mutex: a delivery pass in progress may need it
             except BaseException:
                 pass  # _teardown closes it again and reports the error
+        if self._pop is not None:
+            try:
+                self._pop.close()  # before the mutex: its snapshot flushes the CommitLog
+            except BaseException:
+                pass  # _teardown closes it again and reports the error
         with self._mutex:
             if self._closed:
                 return
@@ -576,10 +593,10 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
-        for part in ("_schedule", "_cleaner", "_dispatch_thread"):
+        for part in ("_schedule", "_pop", "_cleaner", "_dispatch_thread"):
             obj = getattr(self, part, None)
             if obj is not None:
-                run(obj.close if part == "_schedule" else obj.stop)
+                run(obj.close if part in ("_schedule", "_pop") else obj.stop)
         writable = not self.read_only
         core = getattr(self, "_core", None)
         durable = clean and writable and core is not None
@@ -975,6 +992,64 @@ class MessageStore:
         self._check_writable()
         group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
         return group_config
+
+    # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.pop) ----
+
+    def _pop_service(self) -> PopService:
+        self._check_writable()
+        assert self._pop is not None
+        return self._pop
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
+        queue_id: Optional[int] = None,
+        max_reconsume_times: Optional[int] = None,
+    ) -> list[ReceivedMessage]:
+        """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
+        invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
+
+        Returns :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``:
+        messages whose invisible time ran out without an :meth:`ack` first (their reconsume
+        times raised by one), then new ones from the group's position, queue by queue
+        (``queue_id`` picks one). A message that would come back more than
+        ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
+        ``%DLQ%<group>`` instead. The receipt is recorded durably before the messages are
+        handed out (see :mod:`rocketstore.pop`); an empty list when nothing is there.
+        """
+        return self._pop_service().receive(
+            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times
+        )
+
+    def ack(self, handle: str) -> bool:
+        """Acknowledge the message received with ``handle``: it is never handed out to the group
+        again. True if this call acknowledged it, False if it already was;
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
+        it was handed out again (the new receiver's handle acknowledges it)."""
+        return self._pop_service().ack(handle)
+
+    def ack_many(self, handles: Iterable[str]) -> int:
+        """Acknowledge many messages at once (one record per queue); returns how many this call
+        acknowledged. Every handle is checked first (a malformed one raises
+        :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
+        whose messages were handed out again are listed by the
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` raised after the others'
+        messages are acknowledged."""
+        return self._pop_service().ack_many(handles)
+
+    def change_invisible_time(self, handle: str, invisible_time_ms: int) -> str:
+        """Make the message received with ``handle`` invisible for ``invisible_time_ms`` from
+        now (longer or shorter; 0: due back at once); returns the handle, which stays valid."""
+        return self._pop_service().change_invisible_time(handle, invisible_time_ms)
+
+    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
+        """{queue id: {"committed": lowest un-acked offset, "next": next new offset,
+        "in_flight": messages received and not acknowledged}} of ``group`` in ``topic``."""
+        return self._pop_service().status(group, topic)
 
     # ---- reads ----
 
@@ -1439,6 +1514,8 @@ class MessageStore:
         if not self.read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
+            if self._pop is not None:
+                out.update(self._pop.stats())
         return out
 
     def __repr__(self) -> str:
