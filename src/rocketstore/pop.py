@@ -291,6 +291,7 @@ class PopService:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(group, topic, queue_id, start)
+            self._offsets.commit(group, topic, queue_id, start)
         return lane
 
     def _apply_ck(
