@@ -14,7 +14,7 @@ from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, Ta
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
 from rocketstore.message import Message, MessageExt
-from rocketstore.pop import ReceivedMessage
+from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore, open_store
 
@@ -50,6 +50,7 @@ __all__ = [
     "Consumer",
     "GetMessageResult",
     "TagFilter",
+    "Received",
     "ReceivedMessage",
     "CQ_UNIT_DTYPE",
     "PutResult",

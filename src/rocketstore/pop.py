@@ -70,8 +70,8 @@ import heapq
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, Optional
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, Optional, overload
 
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (
@@ -102,6 +102,7 @@ __all__ = [
     "MAX_RECEIVE_BATCH",
     "MAX_INVISIBLE_TIME_MS",
     "ReceivedMessage",
+    "Received",
     "PopService",
     "PopState",
     "revive_topic",
@@ -143,18 +144,70 @@ class ReceivedMessage(NamedTuple):
     reconsume_times: int
 
 
+class Received(Sequence[ReceivedMessage]):
+    """What one :meth:`MessageStore.receive` handed out: a sequence of
+    :class:`ReceivedMessage`, also readable as parallel lists (``messages``, ``handles``,
+    ``reconsume_times``). Give it whole to :meth:`MessageStore.ack_many` to acknowledge every
+    message in it without parsing handles (the fast path); the handle strings are only made
+    when asked for."""
+
+    __slots__ = ("messages", "reconsume_times", "_lanes", "_handles", "_service")
+
+    def __init__(self, service: Optional[PopService] = None) -> None:
+        self.messages: list[MessageExt] = []
+        self.reconsume_times: list[int] = []
+        #: (lane, offsets, delivery numbers) per queue, in the order of ``messages``
+        self._lanes: list[tuple[_Lane, list[int], tuple[int, ...]]] = []
+        self._handles: Optional[list[str]] = None
+        self._service = service
+
+    @property
+    def handles(self) -> list[str]:
+        """The receipt handles, in the order of ``messages``."""
+        if self._handles is None:
+            handles: list[str] = []
+            for lane, offsets, numbers in self._lanes:
+                prefix = lane.prefix
+                handles += [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+            self._handles = handles
+        return self._handles
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @overload
+    def __getitem__(self, index: int) -> ReceivedMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ReceivedMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> ReceivedMessage | list[ReceivedMessage]:
+        if isinstance(index, slice):
+            return list(
+                map(ReceivedMessage, self.messages[index], self.handles[index], self.reconsume_times[index])
+            )
+        return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        return map(ReceivedMessage, self.messages, self.handles, self.reconsume_times)
+
+    def __repr__(self) -> str:
+        return f"<Received {len(self.messages)} messages>"
+
+
 class _Lane:
     """The POP state of one (group, topic, queue id): every queue offset below ``next`` is
     acknowledged unless it is in ``inflight`` ({offset: (visible again at, delivery number)});
     ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline, sequence,
     offsets, delivery numbers) of the checkpoints, stale entries included (checked on use)."""
 
-    __slots__ = ("group", "topic", "queue_id", "committed", "next", "inflight", "heap")
+    __slots__ = ("group", "topic", "queue_id", "prefix", "committed", "next", "inflight", "heap")
 
     def __init__(self, group: str, topic: str, queue_id: int, start: int) -> None:
         self.group = group
         self.topic = topic
         self.queue_id = queue_id
+        self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
         self.committed = start
         self.next = start
         self.inflight: dict[int, tuple[int, int]] = {}
@@ -226,6 +279,29 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def _checkpoint(
+    group: str,
+    topic: str,
+    queue_id: int,
+    base: int,
+    now: int,
+    invisible: int,
+    offsets: list[int],
+    numbers: list[int],
+    nxt: int,
+) -> dict[str, Any]:
+    """A ``ck`` record (module docstring); ``d`` and ``rt`` are left out when the offsets are a
+    run from ``so`` (then ``n`` counts them) and every delivery number is 0."""
+    so = min(offsets)
+    record: dict[str, Any] = {"c": group, "t": topic, "q": queue_id, "b": base, "pt": now, "it": invisible}
+    record["so"], record["n"], record["nx"] = so, len(offsets), nxt
+    if offsets[-1] - so != len(offsets) - 1 or offsets[0] != so or sorted(offsets) != offsets:
+        record["d"] = [o - so for o in offsets]
+    if any(numbers):
+        record["rt"] = numbers
+    return record
+
+
 def _dumps(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
 
@@ -259,6 +335,7 @@ class PopService:
         self._snapshot_interval_ms = cfg.pop_snapshot_interval_ms
         self._lock = threading.RLock()
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
+        self._by_prefix: dict[str, _Lane] = {}
         self._groups = SubscriptionGroupTable.in_store(parts.path)
         self._state = PopState.in_store(parts.path)
         self._seq = 0
@@ -291,15 +368,17 @@ class PopService:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(group, topic, queue_id, start)
+            self._by_prefix[lane.prefix] = lane
             self._offsets.commit(group, topic, queue_id, start)
         return lane
 
     def _apply_ck(
         self, lane: _Lane, deadline: int, offsets: tuple[int, ...], numbers: tuple[int, ...], nxt: int
     ) -> None:
-        inflight = lane.inflight
-        for o, n in zip(offsets, numbers):
-            inflight[o] = (deadline, n)
+        if not any(numbers):
+            lane.inflight.update(dict.fromkeys(offsets, (deadline, 0)))
+        else:
+            lane.inflight.update(zip(offsets, [(deadline, n) for n in numbers]))
         if nxt > lane.next:
             lane.next = nxt
         self._seq += 1
@@ -324,9 +403,9 @@ class PopService:
             if not (isinstance(group, str) and isinstance(topic, str)) or qid.__class__ is not int:
                 return False
             if tag == CK_TAG:
-                so = r["so"]
-                offsets = tuple(so + d for d in r["d"])
-                numbers = tuple(int(n) for n in r["rt"])
+                so = int(r["so"])
+                offsets = tuple(so + d for d in r["d"]) if "d" in r else tuple(range(so, so + int(r["n"])))
+                numbers = tuple(int(n) for n in r["rt"]) if "rt" in r else (0,) * len(offsets)
                 if len(offsets) != len(numbers):
                     return False
                 lane = self._lane_of(group, topic, qid, int(r["b"]))
@@ -336,7 +415,11 @@ class PopService:
                 lane_or_none = self._lanes.get((group, topic, qid))
                 if lane_or_none is None:
                     return False
-                self._apply_ack(lane_or_none, [int(o) for o in r["aol"]])
+                if "aol" in r:
+                    acked = [int(o) for o in r["aol"]]
+                else:
+                    acked = list(range(int(r["so"]), int(r["so"]) + int(r["n"])))
+                self._apply_ack(lane_or_none, acked)
                 return True
         except (ValueError, KeyError, TypeError):
             return False
@@ -416,7 +499,7 @@ class PopService:
         invisible_time_ms: int,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
-    ) -> list[ReceivedMessage]:
+    ) -> Received:
         """See :meth:`MessageStore.receive`."""
         _check_group(group)
         if not isinstance(topic, str) or not is_valid_topic(topic):
@@ -433,14 +516,14 @@ class PopService:
         else:
             max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, 0, 0x7FFFFFFF)
         if not count:
-            return []
+            return Received(self)
         if queue_id is not None:
             qids = [queue_id]
         else:
             first = self._rotation % count
             self._rotation += 1
             qids = [(first + i) % count for i in range(count)]
-        out: list[ReceivedMessage] = []
+        out = Received(self)
         with self._lock:
             now = self.clock()
             for qid in qids:
@@ -465,7 +548,7 @@ class PopService:
         want: int,
         invisible: int,
         max_reconsume: int,
-        out: list[ReceivedMessage],
+        out: Received,
     ) -> None:
         lane = self._lanes.get((group, topic, qid))
         start = lane.next if lane is not None else self._start_of(group, topic, qid)
@@ -489,31 +572,17 @@ class PopService:
                         result.next_begin_offset,
                     )
                     result = self._pull(group, topic, qid, result.next_begin_offset, want - len(offsets))
-                for m in result.messages:
-                    offsets.append(m.queue_offset)
-                    numbers.append(0)
-                    messages.append(m)
                 if result.messages:
+                    messages += result.messages
+                    offsets += result.queue_offsets.tolist()
+                    numbers += [0] * len(result.messages)
                     nxt = result.next_begin_offset
             if not offsets:
                 for entry in popped:
                     heapq.heappush(lane.heap, entry)  # type: ignore[union-attr]
                 return
-            so = min(offsets)
             base = lane.committed if lane is not None else start
-            record = {
-                "c": group,
-                "t": topic,
-                "q": qid,
-                "b": base,
-                "pt": now,
-                "it": invisible,
-                "so": so,
-                "d": [o - so for o in offsets],
-                "rt": numbers,
-                "nx": nxt,
-            }
-            self._write(CK_TAG, record)
+            self._write(CK_TAG, _checkpoint(group, topic, qid, base, now, invisible, offsets, numbers, nxt))
         except BaseException:
             if lane is not None:
                 for entry in popped:
@@ -521,10 +590,14 @@ class PopService:
             raise
         if lane is None:
             lane = self._lane_of(group, topic, qid, start)
-        self._apply_ck(lane, now + invisible, tuple(offsets), tuple(numbers), nxt)
-        prefix = f"{group} {topic} {qid} "
-        for m, o, n in zip(messages, offsets, numbers):
-            out.append(ReceivedMessage(m, f"{prefix}{o} {n}", m.reconsume_times + n))
+        numbers_t = tuple(numbers)
+        self._apply_ck(lane, now + invisible, tuple(offsets), numbers_t, nxt)
+        out.messages += messages
+        if any(numbers):
+            out.reconsume_times += [m.reconsume_times + n for m, n in zip(messages, numbers)]
+        else:
+            out.reconsume_times += [m.reconsume_times for m in messages]
+        out._lanes.append((lane, offsets, numbers_t))
 
     def _due(
         self,
@@ -541,13 +614,14 @@ class PopService:
         maximum); the heap entries taken go to ``popped`` (pushed back if the receive fails)."""
         heap = lane.heap
         inflight = lane.inflight
+        taken: set[int] = set()  # an offset in two entries with the same deadline: once
         while heap and heap[0][0] <= now and len(offsets) < want:
             entry = heapq.heappop(heap)
             deadline, seq, offs, nums = entry
             rest_o: list[int] = []
             rest_n: list[int] = []
             for o, n in zip(offs, nums):
-                if inflight.get(o) != (deadline, n):
+                if inflight.get(o) != (deadline, n) or o in taken:
                     continue  # acknowledged, or its deadline moved, or it came back already
                 if len(offsets) >= want:
                     rest_o.append(o)
@@ -569,6 +643,7 @@ class PopService:
                 if m.reconsume_times + n + 1 > max_reconsume:
                     self._dead_letter(lane, o, m, m.reconsume_times + n)
                     continue
+                taken.add(o)
                 offsets.append(o)
                 numbers.append(n + 1)
                 messages.append(m)
@@ -582,7 +657,11 @@ class PopService:
         self.dead_lettered += 1
 
     def _finish(self, lane: _Lane, offsets: list[int], reason: Optional[str] = None) -> None:
-        record: dict[str, Any] = {"c": lane.group, "t": lane.topic, "q": lane.queue_id, "aol": offsets}
+        record: dict[str, Any] = {"c": lane.group, "t": lane.topic, "q": lane.queue_id}
+        if offsets[-1] - offsets[0] == len(offsets) - 1:  # sorted and distinct: a range
+            record["so"], record["n"] = offsets[0], len(offsets)
+        else:
+            record["aol"] = offsets
         if reason is not None:
             record["r"] = reason
         self._write(BATCH_ACK_TAG, record)
@@ -593,13 +672,13 @@ class PopService:
     def _parse(self, handle: object) -> tuple[_Lane, int, int]:
         if not isinstance(handle, str):
             raise InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
-        parts = handle.split(" ")
+        parts = handle.rsplit(" ", 2)
         try:
-            group, topic, q, o, n = parts
-            qid, offset, number = int(q), int(o), int(n)
+            prefix, o, n = parts
+            offset, number = int(o), int(n)
         except ValueError:
             raise InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        lane = self._lanes.get((group, topic, qid))
+        lane = self._by_prefix.get(prefix)
         if lane is None or offset < 0 or number < 0 or offset >= lane.next:
             raise InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
         return lane, offset, number
@@ -626,29 +705,20 @@ class PopService:
             self._maybe_snapshot(self.clock())
             return True
 
-    def ack_many(self, handles: Iterable[str]) -> int:
+    def ack_many(self, handles: Iterable[str] | Received) -> int:
         """See :meth:`MessageStore.ack_many`."""
         if isinstance(handles, str):
             raise InvalidReceiptHandleError("ack_many takes a sequence of handles, not one str")
-        handles = list(handles)
         with self._lock:
-            parsed = [self._parse(h) for h in handles]  # every handle checked before any is written
-            by_lane: dict[int, tuple[_Lane, list[int]]] = {}
-            stale = []
-            for h, (lane, offset, number) in zip(handles, parsed):
-                now = lane.inflight.get(offset)
-                if now is None:
-                    continue
-                if now[1] != number:
-                    stale.append(h)
-                    continue
-                entry = by_lane.get(id(lane))
-                if entry is None:
-                    entry = by_lane[id(lane)] = (lane, [])
-                entry[1].append(offset)
+            stale: list[str] = []
+            if isinstance(handles, Received):
+                if handles._service is not self:
+                    raise InvalidReceiptHandleError("these messages were received from another store")
+                todo = self._current_of_batch(handles, stale)
+            else:
+                todo = self._current_of_handles(list(handles), stale)
             acked = 0
-            for lane, offsets in by_lane.values():
-                offsets = sorted(set(offsets))
+            for lane, offsets in todo:
                 self._finish(lane, offsets)
                 acked += len(offsets)
             self._maybe_snapshot(self.clock())
@@ -661,6 +731,41 @@ class PopService:
             )
         return acked
 
+    def _current_of_batch(self, batch: Received, stale: list[str]) -> list[tuple[_Lane, list[int]]]:
+        """(lane, sorted offsets) of the messages of ``batch`` still under its delivery; the
+        handles of those handed out again since go to ``stale``."""
+        todo = []
+        for lane, offsets, numbers in batch._lanes:
+            inflight = lane.inflight
+            current = []
+            for o, n in zip(offsets, numbers):
+                now = inflight.get(o)
+                if now is None:
+                    continue
+                if now[1] != n:
+                    stale.append(f"{lane.prefix} {o} {n}")
+                else:
+                    current.append(o)
+            if current:
+                todo.append((lane, sorted(set(current))))
+        return todo
+
+    def _current_of_handles(self, handles: list[str], stale: list[str]) -> list[tuple[_Lane, list[int]]]:
+        parsed = [self._parse(h) for h in handles]  # every handle checked before any is written
+        by_lane: dict[int, tuple[_Lane, list[int]]] = {}
+        for h, (lane, offset, number) in zip(handles, parsed):
+            now = lane.inflight.get(offset)
+            if now is None:
+                continue
+            if now[1] != number:
+                stale.append(h)
+                continue
+            entry = by_lane.get(id(lane))
+            if entry is None:
+                entry = by_lane[id(lane)] = (lane, [])
+            entry[1].append(offset)
+        return [(lane, sorted(set(offsets))) for lane, offsets in by_lane.values()]
+
     def change_invisible_time(self, handle: str, invisible_time_ms: int) -> str:
         """See :meth:`MessageStore.change_invisible_time`."""
         invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
@@ -671,19 +776,20 @@ class PopService:
                     f"receipt handle {handle!r}: the message is acknowledged already", [handle]
                 )
             now = self.clock()
-            record = {
-                "c": lane.group,
-                "t": lane.topic,
-                "q": lane.queue_id,
-                "b": lane.committed,
-                "pt": now,
-                "it": invisible,
-                "so": offset,
-                "d": [0],
-                "rt": [number],
-                "nx": lane.next,
-            }
-            self._write(CK_TAG, record)
+            self._write(
+                CK_TAG,
+                _checkpoint(
+                    lane.group,
+                    lane.topic,
+                    lane.queue_id,
+                    lane.committed,
+                    now,
+                    invisible,
+                    [offset],
+                    [number],
+                    lane.next,
+                ),
+            )
             self._apply_ck(lane, now + invisible, (offset,), (number,), lane.next)
             self._maybe_snapshot(now)
             return handle

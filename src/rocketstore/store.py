@@ -74,7 +74,7 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.parts import StoreParts
-from rocketstore.pop import PopService, ReceivedMessage
+from rocketstore.pop import PopService, Received
 from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import Cleaner
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
@@ -366,8 +366,8 @@ class MessageStore:
         self._pop = PopService(
             self._parts,
             self._offsets,
-            pull=weak_method(self.get_message, _closed_error),
-            lookup=weak_method(self.get_by_queue_offset, _closed_error),
+            pull=weak_method(self._pop_pull, _closed_error),
+            lookup=weak_method(self._pop_lookup, _closed_error),
             send_back=self._schedule.send_back,
             clock=cfg.clock,
         )
@@ -1009,12 +1009,12 @@ class MessageStore:
         *,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
-    ) -> list[ReceivedMessage]:
+    ) -> Received:
         """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
         invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
 
-        Returns :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``:
-        messages whose invisible time ran out without an :meth:`ack` first (their reconsume
+        Returns a :class:`~rocketstore.pop.Received`, a sequence of
+        :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
         times raised by one), then new ones from the group's position, queue by queue
         (``queue_id`` picks one). A message that would come back more than
         ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
@@ -1032,9 +1032,10 @@ class MessageStore:
         it was handed out again (the new receiver's handle acknowledges it)."""
         return self._pop_service().ack(handle)
 
-    def ack_many(self, handles: Iterable[str]) -> int:
+    def ack_many(self, handles: Iterable[str] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
-        acknowledged. Every handle is checked first (a malformed one raises
+        acknowledged. ``handles``: receipt handles, or a whole :class:`~rocketstore.pop.Received`
+        (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
         :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
         whose messages were handed out again are listed by the
         :class:`~rocketstore.errors.ReceiptHandleExpiredError` raised after the others'
@@ -1169,24 +1170,30 @@ class MessageStore:
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
-    def _queue(self, topic: str, queue_id: int) -> Any:
+    def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
         """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
-        with known holes is rebuilt from the CommitLog first."""
+        with known holes is rebuilt from the CommitLog first. ``need``: dispatch catches up only
+        if the queue ends before that queue offset (POP's own records, put between its pulls,
+        would otherwise be dispatched on every pull)."""
         self._check_open()
         _check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id)
-        self._dispatcher.catch_up()
-        cq = self._queues.get(topic, queue_id)
+        cq = self._queues.get(topic, queue_id) if need is not None else None
+        if cq is None or cq.max_offset < need:
+            self._dispatcher.catch_up()
+            cq = self._queues.get(topic, queue_id)
         if cq is not None and cq.holes:
             self._guard.repair([(topic, queue_id)])
         return cq
 
-    def _pull(self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T]) -> _T:
+    def _pull(
+        self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T], need: Optional[int] = None
+    ) -> _T:
         """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
         :meth:`_unit_message`: a unit that does not point at its own record makes the store
         rebuild the queue from the CommitLog and try again; if that cannot help, the position is
         reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, need)
         read = _UnitReader(self._guard, topic, int(queue_id))
         for attempt in range(2):
             try:
@@ -1234,6 +1241,24 @@ class MessageStore:
             return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
 
         return self._pull(topic, queue_id, pull)
+
+    def _pop_pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int
+    ) -> GetMessageResult:
+        """:meth:`get_message` for POP: dispatch catches up only when the queue has fewer than
+        ``max_msgs`` units from ``offset``."""
+        return self._pull(
+            topic,
+            queue_id,
+            lambda cq, read: get_message(cq, offset, max_msgs, None, read, with_queue_offset=True),
+            offset + max_msgs,
+        )
+
+    def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
+        return self._pull(
+            topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
+        )
 
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
