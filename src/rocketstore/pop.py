@@ -79,7 +79,6 @@ from rocketstore.configfiles import (
     PERM_WRITE,
     ConfigFile,
     ConsumerOffsetTable,
-    SubscriptionGroupTable,
 )
 from rocketstore.consume import GetMessageStatus
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
@@ -92,7 +91,7 @@ from rocketstore.errors import (
 )
 from rocketstore.message import MessageExt, is_valid_topic
 from rocketstore.parts import StoreParts
-from rocketstore.schedule import DEFAULT_MAX_RECONSUME_TIMES, _check_group
+from rocketstore.schedule import _check_group
 
 __all__ = [
     "REVIVE_TOPIC_PREFIX",
@@ -190,6 +189,13 @@ class Received(Sequence[ReceivedMessage]):
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         return map(ReceivedMessage, self.messages, self.handles, self.reconsume_times)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Received, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable sequence, like a list
 
     def __repr__(self) -> str:
         return f"<Received {len(self.messages)} messages>"
@@ -311,7 +317,8 @@ class PopService:
 
     ``pull(group, topic, queue_id, offset, max_msgs)`` is the store's checked ``get_message``;
     ``lookup(topic, queue_id, offset)`` its ``get_by_queue_offset``; ``send_back(group, message,
-    delay_level, reconsume_times=)`` the delay service's (for the DLQ).
+    delay_level, reconsume_times=)`` and ``retry_max_times(group)`` the delay service's (for the
+    DLQ).
     """
 
     def __init__(
@@ -322,6 +329,7 @@ class PopService:
         pull: Callable[..., Any],
         lookup: Callable[[str, int, int], MessageExt],
         send_back: Callable[..., Any],
+        retry_max_times: Callable[[str], int],
         clock: Optional[Callable[[], int]] = None,
     ) -> None:
         self._parts = parts
@@ -329,6 +337,7 @@ class PopService:
         self._pull = pull
         self._lookup = lookup
         self._send_back = send_back
+        self._retry_max_times = retry_max_times
         self.clock = clock or now_ms
         cfg = parts.config
         self.topic = revive_topic(cfg.broker_cluster_name)
@@ -336,7 +345,6 @@ class PopService:
         self._lock = threading.RLock()
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
         self._by_prefix: dict[str, _Lane] = {}
-        self._groups = SubscriptionGroupTable.in_store(parts.path)
         self._state = PopState.in_store(parts.path)
         self._seq = 0
         self._rotation = 0
@@ -510,9 +518,7 @@ class PopService:
         if queue_id is not None:
             _check_int("queue_id", queue_id, 0, max(count - 1, 0))
         if max_reconsume_times is None:
-            max_reconsume_times = self._groups.retry_max_times(group)
-            if max_reconsume_times == -1:
-                max_reconsume_times = DEFAULT_MAX_RECONSUME_TIMES
+            max_reconsume_times = self._retry_max_times(group)
         else:
             max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, 0, 0x7FFFFFFF)
         if not count:

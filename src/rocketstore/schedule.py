@@ -761,6 +761,11 @@ class ScheduleService:
         self._groups.persist()
         return entry
 
+    def retry_max_times(self, group: str) -> int:
+        """``group``'s ``retryMaxTimes`` (``subscriptionGroup.json``; 16 when it has none)."""
+        times = self._groups.retry_max_times(group)
+        return DEFAULT_MAX_RECONSUME_TIMES if times == -1 else times
+
     # ---- state ----
 
     def offsets(self) -> dict[int, int]:

@@ -369,6 +369,7 @@ class MessageStore:
             pull=weak_method(self._pop_pull, _closed_error),
             lookup=weak_method(self._pop_lookup, _closed_error),
             send_back=self._schedule.send_back,
+            retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
         )
 
