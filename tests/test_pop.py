@@ -7,6 +7,8 @@ import os
 
 import pytest
 from conftest import FakeClock
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rocketstore import MessageStore, Received
 from rocketstore.errors import (
@@ -18,7 +20,7 @@ from rocketstore.errors import (
     SystemTopicError,
 )
 from rocketstore.fastjson import loads_fastjson
-from rocketstore.pop import REVIVE_GROUP, revive_topic
+from rocketstore.pop import REVIVE_GROUP, _dumps, revive_topic
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -313,3 +315,18 @@ def test_threads_never_share_a_message(tmp_path, impl, clock):
             t.join()
         assert sorted(seen) == sorted(b"m%d" % i for i in range(2000))
         assert all(store.committed_offset(GROUP, TOPIC, q) == 500 for q in range(4))
+
+
+@given(
+    st.fixed_dictionaries(
+        {"c": st.from_regex(r"[%|a-zA-Z0-9_-]{1,20}", fullmatch=True), "q": st.integers(0, 1 << 31)},
+        optional={
+            "aol": st.lists(st.integers(0, 1 << 62)),
+            "rt": st.lists(st.integers(0, 1 << 31)),
+            "pt": st.integers(0, 1 << 62),
+            "r": st.sampled_from(["dlq", "gone"]),
+        },
+    )
+)
+def test_records_are_the_json_a_json_encoder_writes(record):
+    assert _dumps(record) == json.dumps(record, separators=(",", ":"), sort_keys=True).encode()

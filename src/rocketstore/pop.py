@@ -207,13 +207,14 @@ class _Lane:
     ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline, sequence,
     offsets, delivery numbers) of the checkpoints, stale entries included (checked on use)."""
 
-    __slots__ = ("group", "topic", "queue_id", "prefix", "committed", "next", "inflight", "heap")
+    __slots__ = ("group", "topic", "queue_id", "prefix", "key", "committed", "next", "inflight", "heap")
 
     def __init__(self, group: str, topic: str, queue_id: int, start: int) -> None:
         self.group = group
         self.topic = topic
         self.queue_id = queue_id
         self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
+        self.key = ConsumerOffsetTable.key(topic, group)
         self.committed = start
         self.next = start
         self.inflight: dict[int, tuple[int, int]] = {}
@@ -309,7 +310,20 @@ def _checkpoint(
 
 
 def _dumps(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+    """Compact JSON, keys sorted (as fastjson writes a bean). Group and topic names need no
+    escaping (``[%|a-zA-Z0-9_-]``), ints and lists of ints none either: written by hand, as
+    this runs once per receive and per acknowledgement."""
+    parts = []
+    for key in sorted(record):
+        value = record[key]
+        if isinstance(value, str):
+            text = f'"{value}"'
+        elif isinstance(value, (list, tuple)):
+            text = "[" + ",".join(map(str, value)) + "]"
+        else:
+            text = str(value)
+        parts.append(f'"{key}":{text}')
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 class PopService:
@@ -401,7 +415,7 @@ class PopService:
 
     def _committed_moved(self, lane: _Lane) -> None:
         if lane.advance():
-            self._offsets.commit(lane.group, lane.topic, lane.queue_id, lane.committed)
+            self._offsets.commit_key(lane.key, lane.queue_id, lane.committed)
 
     def _apply_record(self, tag: Optional[str], body: bytes) -> bool:
         """Apply one revive-log record read back; False when it is not one of rocketstore's."""
