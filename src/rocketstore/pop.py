@@ -156,7 +156,8 @@ class Received(Sequence[ReceivedMessage]):
         self.messages: list[MessageExt] = []
         self.reconsume_times: list[int] = []
         #: (lane, offsets, delivery numbers) per queue, in the order of ``messages``
-        self._lanes: list[tuple[_Lane, list[int], tuple[int, ...]]] = []
+        #: and the (deadline, number) tuple they all share in ``inflight`` (or None)
+        self._lanes: list[tuple[_Lane, list[int], tuple[int, ...], Optional[tuple[int, int]]]] = []
         self._handles: Optional[list[str]] = None
         self._service = service
 
@@ -165,7 +166,7 @@ class Received(Sequence[ReceivedMessage]):
         """The receipt handles, in the order of ``messages``."""
         if self._handles is None:
             handles: list[str] = []
-            for lane, offsets, numbers in self._lanes:
+            for lane, offsets, numbers, _stamp in self._lanes:
                 prefix = lane.prefix
                 handles += [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
             self._handles = handles
@@ -396,9 +397,13 @@ class PopService:
 
     def _apply_ck(
         self, lane: _Lane, deadline: int, offsets: tuple[int, ...], numbers: tuple[int, ...], nxt: int
-    ) -> None:
-        if not any(numbers):
-            lane.inflight.update(dict.fromkeys(offsets, (deadline, 0)))
+    ) -> Optional[tuple[int, int]]:
+        """Apply a checkpoint; returns the one (deadline, number) object every offset got when
+        their numbers are equal (an acknowledgement of the batch checks them by identity)."""
+        stamp: Optional[tuple[int, int]] = None
+        if numbers.count(numbers[0]) == len(numbers):
+            stamp = (deadline, numbers[0])
+            lane.inflight.update(dict.fromkeys(offsets, stamp))
         else:
             lane.inflight.update(zip(offsets, [(deadline, n) for n in numbers]))
         if nxt > lane.next:
@@ -406,6 +411,7 @@ class PopService:
         self._seq += 1
         heapq.heappush(lane.heap, (deadline, self._seq, offsets, numbers))
         self._committed_moved(lane)
+        return stamp
 
     def _apply_ack(self, lane: _Lane, offsets: Iterable[int]) -> None:
         inflight = lane.inflight
@@ -611,13 +617,13 @@ class PopService:
         if lane is None:
             lane = self._lane_of(group, topic, qid, start)
         numbers_t = tuple(numbers)
-        self._apply_ck(lane, now + invisible, tuple(offsets), numbers_t, nxt)
+        stamp = self._apply_ck(lane, now + invisible, tuple(offsets), numbers_t, nxt)
         out.messages += messages
         if any(numbers):
             out.reconsume_times += [m.reconsume_times + n for m, n in zip(messages, numbers)]
         else:
             out.reconsume_times += [m.reconsume_times for m in messages]
-        out._lanes.append((lane, offsets, numbers_t))
+        out._lanes.append((lane, offsets, numbers_t, stamp))
 
     def _due(
         self,
@@ -755,8 +761,11 @@ class PopService:
         """(lane, sorted offsets) of the messages of ``batch`` still under its delivery; the
         handles of those handed out again since go to ``stale``."""
         todo = []
-        for lane, offsets, numbers in batch._lanes:
+        for lane, offsets, numbers, stamp in batch._lanes:
             inflight = lane.inflight
+            if stamp is not None and list(map(inflight.get, offsets)).count(stamp) == len(offsets):
+                todo.append((lane, sorted(offsets)))  # all still under this delivery
+                continue
             current = []
             for o, n in zip(offsets, numbers):
                 now = inflight.get(o)
