@@ -330,3 +330,12 @@ def test_threads_never_share_a_message(tmp_path, impl, clock):
 )
 def test_records_are_the_json_a_json_encoder_writes(record):
     assert _dumps(record) == json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+
+
+def test_a_store_that_never_used_pop_gets_no_pop_file_nor_topic(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as store:
+        fill(store, 3)
+        store.get_message(GROUP, TOPIC, 0, 0)
+    assert not (tmp_path / "s" / "config" / "rocketstorePop.json").exists()
+    with open_store(tmp_path / "s", impl, clock) as store:
+        assert REVIVE not in store.topics()

@@ -838,8 +838,8 @@ class PopService:
         written. The CommitLog is flushed first (False, nothing written, if that times out)."""
         with self._lock:
             self._last_snapshot = self.clock()
-            if self._log_next == self._snapshot_offset and self._state.loaded_from is not None:
-                return False
+            if self._log_next == self._snapshot_offset:
+                return False  # nothing new (a store that never used POP gets no file)
             if not self._parts.commitlog.core.flush(FLUSH_TIMEOUT_MS):
                 log.warning("POP: the CommitLog flush timed out; snapshot skipped")
                 return False
