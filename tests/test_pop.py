@@ -338,4 +338,4 @@ def test_a_store_that_never_used_pop_gets_no_pop_file_nor_topic(tmp_path, impl, 
         store.get_message(GROUP, TOPIC, 0, 0)
     assert not (tmp_path / "s" / "config" / "rocketstorePop.json").exists()
     with open_store(tmp_path / "s", impl, clock) as store:
-        assert REVIVE not in store.topics()
+        assert REVIVE not in store.topics
