@@ -11,7 +11,9 @@ each row consumes all of them with a consumer group of its own, in this one run:
 * baseline, pull + commit: ``get_message`` 32 at a time per queue and ``commit_offset`` after
   each batch (a pull consumer: what reading the messages costs, with no per-message state);
 * receive + ack: ``receive(max_msgs=B)`` then ``ack(handle)`` for each message, B = 32;
-* receive + ack_many: ``receive(max_msgs=B)`` then one ``ack_many`` per batch, B = 32 and 256.
+* receive + ack_many: ``receive(max_msgs=B)`` then one ``ack_many(received)`` per batch (the
+  whole result: no handle strings), B = 32 and 256; and with the handle strings
+  (``ack_many([r.handle for r in received])``: each handle made, then parsed).
 
 Every receive and every ack batch writes one record (a checkpoint, an ack) into the revive
 topic, so the rows include those puts. The rate is messages received and acknowledged per
@@ -87,6 +89,17 @@ def receive_ack_many(store: MessageStore, group: str, batch: int) -> int:
         got += len(received)
 
 
+def receive_ack_handles(store: MessageStore, group: str, batch: int) -> int:
+    got = 0
+    receive, ack_many = store.receive, store.ack_many
+    while True:
+        received = receive(group, TOPIC, batch, 60_000)
+        if not received:
+            return got
+        ack_many([r.handle for r in received])
+        got += len(received)
+
+
 def timed(fn, *args) -> tuple[int, float]:
     started = time.perf_counter()
     count = fn(*args)
@@ -118,6 +131,7 @@ def main(argv=None) -> int:
                 ("receive 32 + ack each", receive_ack, 32),
                 ("receive 32 + ack_many", receive_ack_many, 32),
                 ("receive 256 + ack_many", receive_ack_many, 256),
+                ("receive 256 + ack_many([r.handle ...])", receive_ack_handles, 256),
             ]
             base = None
             for i, (name, fn, batch) in enumerate(cases):
