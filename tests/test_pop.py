@@ -176,7 +176,8 @@ def test_reopen_replays_records_after_the_snapshot(tmp_path, impl, clock):
     store.change_invisible_time(got[1].handle, 50_000)
     state = loads_fastjson((path / "config" / "rocketstorePop.json").read_text())
     assert state["reviveOffset"] == 1 and state["lanes"][0]["f"][0][0] == 0
-    store._teardown(clean=False)  # as if killed: no snapshot at close
+    store._pop = None  # as if killed: no snapshot at close
+    store._teardown(clean=False)
     store._closed = True
     with open_store(path, impl, clock) as store:
         assert store.pop_status(GROUP, TOPIC) == {0: {"committed": 1, "next": 3, "in_flight": 2}}
@@ -339,3 +340,22 @@ def test_a_store_that_never_used_pop_gets_no_pop_file_nor_topic(tmp_path, impl, 
     assert not (tmp_path / "s" / "config" / "rocketstorePop.json").exists()
     with open_store(tmp_path / "s", impl, clock) as store:
         assert REVIVE not in store.topics
+
+
+def test_a_message_deleted_before_it_came_back_is_dropped_and_counted(tmp_path, impl, clock, monkeypatch):
+    from rocketstore.errors import MessageNotFoundError
+
+    with open_store(tmp_path / "s", impl, clock) as store:
+        fill(store, 2)
+        store.receive(GROUP, TOPIC, 2, 10)
+        clock.now += 10
+
+        def gone(topic, queue_id, offset):
+            raise MessageNotFoundError("deleted by retention")
+
+        monkeypatch.setattr(store._pop, "_lookup", gone)
+        assert store.receive(GROUP, TOPIC, 2, 10) == []
+        assert store.stats()["pop_lost_to_retention"] == 2
+        assert store.committed_offset(GROUP, TOPIC, 0) == 2
+        record = loads_fastjson(bytes(store.get_by_queue_offset(REVIVE, 0, 2).body).decode())
+        assert record["r"] == "gone"

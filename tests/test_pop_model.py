@@ -1,5 +1,5 @@
 """A stateful property test of POP (receive / ack / ack_many / change_invisible_time / expiry /
-DLQ / reopen) against an in-memory model, on both twins.
+DLQ / reopen / crash) against an in-memory model, on both twins.
 
 The model knows, for every message put, whether it was never handed out, is in flight (until
 when, under which delivery number), acknowledged, or dead-lettered. Each receive's answer is
@@ -200,6 +200,17 @@ class PopMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         self.store.close()
         self.store = self._open()
+
+    @rule()
+    def crash(self) -> None:
+        """Drop the store as a killed process would: no snapshot at close, the abort file stays,
+        so the reopen replays the revive log after the last periodic snapshot."""
+        store = self.store
+        store._pop = None
+        store._teardown(clean=False)
+        store._closed = True
+        self.store = self._open()
+        assert not self.store.last_shutdown_clean
 
     @invariant()
     def committed_offset_is_lowest_unfinished(self) -> None:

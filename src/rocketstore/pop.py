@@ -15,12 +15,14 @@ tag    body (JSON; 5.x's ``PopCheckPoint`` / ``BatchAckMsg`` field names where t
 =====  ==================================================================================
  ck    a checkpoint: ``c`` group, ``t`` topic, ``q`` queue id, ``pt`` pop time, ``it``
        invisible time (the messages are due back at ``pt + it``), ``so`` first queue offset,
-       ``d`` each message's offset minus ``so``; rocketstore's: ``rt`` each message's
-       delivery number (0 first, +1 per redelivery), ``nx`` the lane's next queue offset
+       ``n`` how many, ``d`` each message's offset minus ``so`` (left out for the run
+       ``so .. so + n - 1``); rocketstore's: ``rt`` each message's delivery number (0 first,
+       +1 per redelivery; left out when all are 0), ``nx`` the lane's next queue offset
        after this receive, ``b`` the lane's lowest un-acked offset (its start, when new).
  bAck  acknowledgements: ``c``, ``t``, ``q``, ``aol`` (5.x's ackOffsetList) the queue
-       offsets finished; rocketstore's ``r``: why, when not a consumer's ack (``dlq``: sent
-       to the DLQ; ``gone``: the message was deleted by retention before it came back).
+       offsets finished, or ``so`` and ``n`` for a run of them; rocketstore's ``r``: why,
+       when not a consumer's ack (``dlq``: sent to the DLQ; ``gone``: the message was
+       deleted by retention before it came back).
 =====  ==================================================================================
 
 A ``change_invisible_time`` is a one-message ``ck`` with the same delivery number (5.x writes an
@@ -562,8 +564,12 @@ class PopService:
         return out
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:
+        """Where a group new to a queue starts: its committed offset, else the queue's first."""
         committed = self._offsets.query(group, topic, queue_id)
-        return max(committed, 0)
+        if committed >= 0:
+            return committed
+        cq = self._parts.queues.get(topic, queue_id)
+        return int(cq.min_offset) if cq is not None else 0
 
     def _receive_lane(
         self,
