@@ -359,3 +359,22 @@ def test_a_message_deleted_before_it_came_back_is_dropped_and_counted(tmp_path, 
         assert store.committed_offset(GROUP, TOPIC, 0) == 2
         record = loads_fastjson(bytes(store.get_by_queue_offset(REVIVE, 0, 2).body).decode())
         assert record["r"] == "gone"
+
+
+def test_a_snapshot_that_cannot_be_written_does_not_fail_the_receive(tmp_path, impl, clock, monkeypatch):
+    from rocketstore.errors import DiskFullError
+
+    path = tmp_path / "s"
+    with open_store(path, impl, clock, pop_snapshot_interval_ms=100) as store:
+        fill(store, 3)
+
+        def full(force=False):
+            raise DiskFullError(28, "No space left on device")
+
+        monkeypatch.setattr(store._pop._state, "persist", full)
+        clock.now += 100
+        got = store.receive(GROUP, TOPIC, 2, 60_000)
+        assert len(got) == 2 and store.stats()["pop_snapshot_failures"] == 1
+        monkeypatch.undo()
+    with open_store(path, impl, clock) as store:  # the revive log had it all
+        assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 0, "next": 2, "in_flight": 2}

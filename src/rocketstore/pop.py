@@ -89,6 +89,7 @@ from rocketstore.errors import (
     InvalidReceiptHandleError,
     MessageNotFoundError,
     ReceiptHandleExpiredError,
+    RocketStoreError,
     StoreConfigError,
 )
 from rocketstore.message import MessageExt, is_valid_topic
@@ -371,7 +372,9 @@ class PopService:
         codec = parts.commitlog.codec
         self._props = {tag: codec.encode_properties({"TAGS": tag}) for tag in (CK_TAG, BATCH_ACK_TAG)}
         self._topic_ready = False
+        self._closed = False
         self.dead_lettered = 0
+        self.snapshot_failures = 0
         self.lost = 0
         self.skipped_records = 0
         self._load()
@@ -832,12 +835,20 @@ class PopService:
     # ---- snapshot and status ----
 
     def _maybe_snapshot(self, now: int) -> None:
+        """The periodic snapshot, after a receive or an acknowledgement has been recorded: if it
+        cannot be written (a full disk), that call still did what it says, so the failure is
+        logged and counted (``pop_snapshot_failures``) rather than raised; the revive log holds
+        everything, and the next open replays more of it."""
         if (
             self._snapshot_interval_ms
             and now - self._last_snapshot >= self._snapshot_interval_ms
             and self._log_next != self._snapshot_offset
         ):
-            self.snapshot()
+            try:
+                self.snapshot()
+            except (OSError, RocketStoreError) as exc:
+                self.snapshot_failures += 1
+                log.error("POP: the snapshot %s could not be written: %s", self._state.path, exc)
 
     def snapshot(self) -> bool:
         """Write ``config/rocketstorePop.json`` now if the log moved since the last one; True if
@@ -891,7 +902,14 @@ class PopService:
                 "pop_dead_lettered": self.dead_lettered,
                 "pop_lost_to_retention": self.lost,
                 "pop_skipped_records": self.skipped_records,
+                "pop_snapshot_failures": self.snapshot_failures,
             }
 
     def close(self) -> None:
+        """Write the snapshot. Once that succeeded, a second close does nothing (the store calls
+        it before taking its mutex, and again in its teardown: a receive that holds this
+        service's lock may be waiting for that mutex, to create the DLQ topic)."""
+        if self._closed:
+            return
         self.snapshot()
+        self._closed = True
