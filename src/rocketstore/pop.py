@@ -36,7 +36,8 @@ also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.ba
 close, and during use at most every ``pop_snapshot_interval_ms``. The CommitLog is flushed
 first, so the snapshot never covers records a power cut could take back. An open loads the
 snapshot and replays the records after ``reviveOffset``. The revive queue offset covered is
-also committed for 5.x's ``CID_RMQ_SYS_REVIVE_GROUP`` in ``consumerOffset.json``.
+also committed for 5.x's ``CID_RMQ_SYS_REVIVE_GROUP`` in ``consumerOffset.json``, which each
+snapshot writes too.
 
 **The group's consumer offset** in ``consumerOffset.json`` (:class:`ConsumerOffsetTable`) is kept
 at the lowest queue offset not yet acknowledged (or dead-lettered) in each queue: everything
@@ -880,6 +881,7 @@ class PopService:
             state.loaded_from = state.path
             self._snapshot_offset = self._log_next
             self._offsets.commit(REVIVE_GROUP, self.topic, REVIVE_QUEUE_ID, self._log_next)
+            self._offsets.persist()  # the groups' lowest un-acked offsets, for other readers
             return True
 
     def status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
