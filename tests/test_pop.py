@@ -378,3 +378,32 @@ def test_a_snapshot_that_cannot_be_written_does_not_fail_the_receive(tmp_path, i
         monkeypatch.undo()
     with open_store(path, impl, clock) as store:  # the revive log had it all
         assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 0, "next": 2, "in_flight": 2}
+
+
+def test_an_ack_whose_flush_times_out_is_applied_and_raised(tmp_path, impl, clock, monkeypatch):
+    from rocketstore.errors import FlushTimeoutError
+
+    with open_store(tmp_path / "s", impl, clock) as store:
+        fill(store, 3)
+        got = store.receive(GROUP, TOPIC, 3, 10)
+        commitlog = store._pop._parts.commitlog
+        core = commitlog.core
+
+        class Unconfirmed:  # stores, then reports the flush as timed out (SYNC_FLUSH)
+            def put(self, *args):
+                raise FlushTimeoutError("flush timed out", core.put(*args))
+
+            def __getattr__(self, name):
+                return getattr(core, name)
+
+        monkeypatch.setattr(commitlog, "core", Unconfirmed())
+        with pytest.raises(FlushTimeoutError):
+            store.ack(got[0].handle)
+        with pytest.raises(FlushTimeoutError):
+            store.ack_many([got[1].handle])
+        clock.now += 10
+        again = store.receive(GROUP, TOPIC, 3, 10)  # a checkpoint's timeout is only logged
+        assert bodies(again) == [b"m2"] and again[0].reconsume_times == 1
+        monkeypatch.undo()
+        assert store.committed_offset(GROUP, TOPIC, 0) == 2  # both acknowledged
+        assert store.ack(got[0].handle) is False

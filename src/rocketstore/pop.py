@@ -86,6 +86,7 @@ from rocketstore.configfiles import (
 from rocketstore.consume import GetMessageStatus
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
+    FlushTimeoutError,
     InvalidMessageError,
     InvalidReceiptHandleError,
     MessageNotFoundError,
@@ -382,15 +383,26 @@ class PopService:
 
     # ---- the log ----
 
-    def _write(self, tag: str, record: dict[str, Any]) -> None:
-        """Append one record to the revive log (raises what a put raises; nothing applied)."""
+    def _write(self, tag: str, record: dict[str, Any]) -> Optional[FlushTimeoutError]:
+        """Append one record to the revive log. A put that stored nothing raises (then nothing
+        is applied); one that stored the record but whose flush did not confirm in time
+        (``SYNC_FLUSH``) returns that error: the record is in the log, the caller applies it."""
         if not self._topic_ready:
             self._parts.topics.ensure(self.topic, 1, perm=PERM_READ | PERM_WRITE)
             self._topic_ready = True
-        result = self._parts.commitlog.core.put(
-            self.topic, _dumps(record), self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
-        )
+        try:
+            result = self._parts.commitlog.core.put(
+                self.topic, _dumps(record), self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
+            )
+        except FlushTimeoutError as exc:
+            self._log_next = exc.result.queue_offset + 1
+            return exc
         self._log_next = result.queue_offset + 1
+        return None
+
+    def _unconfirmed(self, timeout: Optional[FlushTimeoutError], what: str) -> None:
+        if timeout is not None:
+            log.warning("POP: the flush of %s did not confirm in time (%s); it is recorded", what, timeout)
 
     def _lane_of(self, group: str, topic: str, queue_id: int, start: int) -> _Lane:
         key = (group, topic, queue_id)
@@ -618,7 +630,10 @@ class PopService:
                     heapq.heappush(lane.heap, entry)  # type: ignore[union-attr]
                 return
             base = lane.committed if lane is not None else start
-            self._write(CK_TAG, _checkpoint(group, topic, qid, base, now, invisible, offsets, numbers, nxt))
+            timeout = self._write(
+                CK_TAG, _checkpoint(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
+            )
+            self._unconfirmed(timeout, "a checkpoint")  # if lost, the messages only come back early
         except BaseException:
             if lane is not None:
                 for entry in popped:
@@ -673,7 +688,7 @@ class PopService:
                         lane.queue_id,
                         o,
                     )
-                    self._finish(lane, [o], _GONE)
+                    self._unconfirmed(self._finish(lane, [o], _GONE), "an acknowledgement")
                     self.lost += 1
                     continue
                 if m.reconsume_times + n + 1 > max_reconsume:
@@ -689,10 +704,14 @@ class PopService:
 
     def _dead_letter(self, lane: _Lane, offset: int, message: MessageExt, reconsume: int) -> None:
         self._send_back(lane.group, message, -1, reconsume_times=reconsume + 1)
-        self._finish(lane, [offset], _DLQ)
+        self._unconfirmed(self._finish(lane, [offset], _DLQ), "an acknowledgement")
         self.dead_lettered += 1
 
-    def _finish(self, lane: _Lane, offsets: list[int], reason: Optional[str] = None) -> None:
+    def _finish(
+        self, lane: _Lane, offsets: list[int], reason: Optional[str] = None
+    ) -> Optional[FlushTimeoutError]:
+        """Record and apply the acknowledgement of ``offsets`` (sorted, distinct); the flush
+        timeout, if the record's flush did not confirm."""
         record: dict[str, Any] = {"c": lane.group, "t": lane.topic, "q": lane.queue_id}
         if offsets[-1] - offsets[0] == len(offsets) - 1:  # sorted and distinct: a range
             record["so"], record["n"] = offsets[0], len(offsets)
@@ -700,8 +719,9 @@ class PopService:
             record["aol"] = offsets
         if reason is not None:
             record["r"] = reason
-        self._write(BATCH_ACK_TAG, record)
+        timeout = self._write(BATCH_ACK_TAG, record)
         self._apply_ack(lane, offsets)
+        return timeout
 
     # ---- ack and change invisible time ----
 
@@ -737,9 +757,11 @@ class PopService:
             lane, offset, number = self._parse(handle)
             if not self._current(lane, offset, number, handle):
                 return False
-            self._finish(lane, [offset])
+            timeout = self._finish(lane, [offset])
             self._maybe_snapshot(self.clock())
-            return True
+        if timeout is not None:
+            raise timeout  # acknowledged, but not confirmed durable
+        return True
 
     def ack_many(self, handles: Iterable[str] | Received) -> int:
         """See :meth:`MessageStore.ack_many`."""
@@ -754,17 +776,21 @@ class PopService:
             else:
                 todo = self._current_of_handles(list(handles), stale)
             acked = 0
+            timeouts = []
             for lane, offsets in todo:
-                self._finish(lane, offsets)
+                timeouts.append(self._finish(lane, offsets))
                 acked += len(offsets)
             self._maybe_snapshot(self.clock())
+        timeout = next((t for t in timeouts if t is not None), None)
         if stale:
             raise ReceiptHandleExpiredError(
                 f"{len(stale)} receipt handles expired (their messages were handed out again); "
                 f"the other {acked} messages are acknowledged",
                 stale,
                 acked,
-            )
+            ) from timeout
+        if timeout is not None:
+            raise timeout  # all acknowledged, but not confirmed durable
         return acked
 
     def _current_of_batch(self, batch: Received, stale: list[str]) -> list[tuple[_Lane, list[int]]]:
@@ -815,7 +841,7 @@ class PopService:
                     f"receipt handle {handle!r}: the message is acknowledged already", [handle]
                 )
             now = self.clock()
-            self._write(
+            timeout = self._write(
                 CK_TAG,
                 _checkpoint(
                     lane.group,
@@ -829,6 +855,7 @@ class PopService:
                     lane.next,
                 ),
             )
+            self._unconfirmed(timeout, "a deadline change")  # if lost, it comes back early
             self._apply_ck(lane, now + invisible, (offset,), (number,), lane.next)
             self._maybe_snapshot(now)
             return handle
