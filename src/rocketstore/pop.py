@@ -96,7 +96,7 @@ from rocketstore.errors import (
 )
 from rocketstore.message import MessageExt, is_valid_topic
 from rocketstore.parts import StoreParts
-from rocketstore.schedule import _check_group
+from rocketstore.schedule import _check_group, retry_topic
 
 __all__ = [
     "REVIVE_TOPIC_PREFIX",
@@ -375,6 +375,7 @@ class PopService:
         self._props = {tag: codec.encode_properties({"TAGS": tag}) for tag in (CK_TAG, BATCH_ACK_TAG)}
         self._topic_ready = False
         self._closed = False
+        self._loading = True  # offsets are committed once the open has replayed everything
         self.dead_lettered = 0
         self.snapshot_failures = 0
         self.lost = 0
@@ -404,13 +405,16 @@ class PopService:
         if timeout is not None:
             log.warning("POP: the flush of %s did not confirm in time (%s); it is recorded", what, timeout)
 
-    def _lane_of(self, group: str, topic: str, queue_id: int, start: int) -> _Lane:
+    def _lane_of(self, group: str, topic: str, queue_id: int, start: int, commit: bool = True) -> _Lane:
+        """The lane of (group, topic, queue_id), made starting at ``start`` if new (and, with
+        ``commit``, its start committed; an open commits once it has replayed everything)."""
         key = (group, topic, queue_id)
         lane = self._lanes.get(key)
         if lane is None:
+            if commit:
+                self._offsets.commit(group, topic, queue_id, start)  # checks the names first
             lane = self._lanes[key] = _Lane(group, topic, queue_id, start)
             self._by_prefix[lane.prefix] = lane
-            self._offsets.commit(group, topic, queue_id, start)
         return lane
 
     def _apply_ck(
@@ -438,7 +442,7 @@ class PopService:
         self._committed_moved(lane)
 
     def _committed_moved(self, lane: _Lane) -> None:
-        if lane.advance():
+        if lane.advance() and not self._loading:
             self._offsets.commit_key(lane.key, lane.queue_id, lane.committed)
 
     def _apply_record(self, tag: Optional[str], body: bytes) -> bool:
@@ -446,15 +450,17 @@ class PopService:
         try:
             r = json.loads(body)
             group, topic, qid = r["c"], r["t"], r["q"]
-            if not (isinstance(group, str) and isinstance(topic, str)) or qid.__class__ is not int:
+            if qid.__class__ is not int or not 0 <= qid <= 0x7FFFFFFF or not is_valid_topic(topic):
+                return False
+            if not isinstance(group, str) or "@" in group or not is_valid_topic(retry_topic(group)):
                 return False
             if tag == CK_TAG:
                 so = int(r["so"])
                 offsets = tuple(so + d for d in r["d"]) if "d" in r else tuple(range(so, so + int(r["n"])))
                 numbers = tuple(int(n) for n in r["rt"]) if "rt" in r else (0,) * len(offsets)
-                if len(offsets) != len(numbers):
+                if not offsets or len(offsets) != len(numbers) or min(offsets) < 0:
                     return False
-                lane = self._lane_of(group, topic, qid, int(r["b"]))
+                lane = self._lane_of(group, topic, qid, int(r["b"]), commit=False)
                 self._apply_ck(lane, int(r["pt"]) + int(r["it"]), offsets, numbers, int(r["nx"]))
                 return True
             if tag == BATCH_ACK_TAG:
@@ -476,7 +482,7 @@ class PopService:
     def _load(self) -> None:
         state = self._state
         for entry in state.lanes:
-            lane = self._lane_of(entry["c"], entry["t"], entry["q"], entry["b"])
+            lane = self._lane_of(entry["c"], entry["t"], entry["q"], entry["b"], commit=False)
             lane.next = entry["nx"]
             by_deadline: dict[tuple[int, int], list[int]] = {}
             for o, deadline, n in entry["f"]:
@@ -489,6 +495,7 @@ class PopService:
             lane.advance()
         self._log_next = self._snapshot_offset = state.revive_offset
         self._replay()
+        self._loading = False
         for lane in self._lanes.values():
             if self._offsets.query(lane.group, lane.topic, lane.queue_id) != lane.committed:
                 self._offsets.commit(lane.group, lane.topic, lane.queue_id, lane.committed)

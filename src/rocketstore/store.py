@@ -1030,7 +1030,9 @@ class MessageStore:
         """Acknowledge the message received with ``handle``: it is never handed out to the group
         again. True if this call acknowledged it, False if it already was;
         :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
-        it was handed out again (the new receiver's handle acknowledges it)."""
+        it was handed out again (the new receiver's handle acknowledges it);
+        :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
+        ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
         return self._pop_service().ack(handle)
 
     def ack_many(self, handles: Iterable[str] | Received) -> int:
