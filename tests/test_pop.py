@@ -407,3 +407,19 @@ def test_an_ack_whose_flush_times_out_is_applied_and_raised(tmp_path, impl, cloc
         monkeypatch.undo()
         assert store.committed_offset(GROUP, TOPIC, 0) == 2  # both acknowledged
         assert store.ack(got[0].handle) is False
+
+
+def test_acknowledged_batches_do_not_pile_up_in_memory(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as store:
+        fill(store, 3000)
+        kept = store.receive(GROUP, TOPIC, 1, 60_000)  # one message stays in flight throughout
+        while True:
+            got = store.receive(GROUP, TOPIC, 2, 60_000)
+            if not got:
+                break
+            store.ack_many(got)
+        [lane] = store._pop._lanes.values()
+        assert len(lane.heap) <= 2 * 1 + 256 + 1 and len(lane.inflight) == 1
+        clock.now += 60_000
+        again = store.receive(GROUP, TOPIC, 10, 60_000)
+        assert bodies(again) == bodies(kept) and again[0].reconsume_times == 1

@@ -125,6 +125,9 @@ MAX_RECEIVE_BATCH = 4096
 MAX_INVISIBLE_TIME_MS = 12 * 3600 * 1000
 #: How long a snapshot waits for the CommitLog flush before it gives up (the snapshot is skipped).
 FLUSH_TIMEOUT_MS = 10_000
+#: A queue's heap of deadlines is compacted when it has this many entries more than twice its
+#: messages in flight.
+COMPACT_SLACK = 256
 #: Revive-log records read per step when an open replays them.
 REPLAY_STEP = 4096
 
@@ -225,6 +228,23 @@ class _Lane:
         self.next = start
         self.inflight: dict[int, tuple[int, int]] = {}
         self.heap: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+
+    def compact(self) -> None:
+        """Drop the heap's entries (and entries' offsets) no longer in flight under them:
+        acknowledged messages would otherwise stay referenced until their deadline. Called when
+        the heap holds more than twice as many entries as there are messages in flight, so
+        its cost is spread over the receives that grew it."""
+        inflight = self.inflight
+        live = []
+        for entry in self.heap:
+            deadline, seq, offsets, numbers = entry
+            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
+            if len(keep) == len(offsets):
+                live.append(entry)
+            elif keep:
+                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+        heapq.heapify(live)
+        self.heap = live
 
     def advance(self) -> bool:
         """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
@@ -440,6 +460,8 @@ class PopService:
         for o in offsets:
             inflight.pop(o, None)
         self._committed_moved(lane)
+        if len(lane.heap) > 2 * len(inflight) + COMPACT_SLACK:
+            lane.compact()
 
     def _committed_moved(self, lane: _Lane) -> None:
         if lane.advance() and not self._loading:
