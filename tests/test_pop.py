@@ -423,3 +423,32 @@ def test_acknowledged_batches_do_not_pile_up_in_memory(tmp_path, impl, clock):
         clock.now += 60_000
         again = store.receive(GROUP, TOPIC, 10, 60_000)
         assert bodies(again) == bodies(kept) and again[0].reconsume_times == 1
+
+
+def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, clock, monkeypatch):
+    from rocketstore import GetMessageResult, GetMessageStatus
+
+    path = tmp_path / "s"
+    store = open_store(path, impl, clock)
+    fill(store, 10)
+    pop = store._pop
+    real = pop._pull
+    hidden = 8  # as if units 0..7 were placeholders: each pull passes one over
+
+    def pull(group, topic, qid, offset, max_msgs):
+        if offset < hidden:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset + 1)
+        return real(group, topic, qid, offset, max_msgs)
+
+    monkeypatch.setattr(pop, "_pull", pull)
+    monkeypatch.setattr("rocketstore.pop.PASS_OVER_PULLS", 5)
+    assert store.receive(GROUP, TOPIC, 10, 1000) == []  # five passed over, recorded
+    assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 5, "next": 5, "in_flight": 0}
+    assert bodies(store.receive(GROUP, TOPIC, 10, 1000)) == [b"m8", b"m9"]
+    assert store.committed_offset(GROUP, TOPIC, 0) == 8
+    store._pop = None  # as if killed: the reopen replays the records
+    store._teardown(clean=False)
+    store._closed = True
+    monkeypatch.undo()
+    with open_store(path, impl, clock) as store:
+        assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 8, "next": 10, "in_flight": 2}

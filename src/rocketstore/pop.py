@@ -125,6 +125,15 @@ MAX_RECEIVE_BATCH = 4096
 MAX_INVISIBLE_TIME_MS = 12 * 3600 * 1000
 #: How long a snapshot waits for the CommitLog flush before it gives up (the snapshot is skipped).
 FLUSH_TIMEOUT_MS = 10_000
+#: A receive passes over at most this many pulls' worth of units with no message (placeholders,
+#: records gone) in one queue; the next receive goes on from there.
+PASS_OVER_PULLS = 64
+#: The pull statuses that pass over units without a message.
+_PASSED_OVER = (
+    GetMessageStatus.NO_MATCHED_MESSAGE,
+    GetMessageStatus.MESSAGE_WAS_REMOVING,
+    GetMessageStatus.OFFSET_FOUND_NULL,
+)
 #: A queue's heap of deadlines is compacted when it has this many entries more than twice its
 #: messages in flight.
 COMPACT_SLACK = 256
@@ -325,9 +334,11 @@ def _checkpoint(
 ) -> dict[str, Any]:
     """A ``ck`` record (module docstring); ``d`` and ``rt`` are left out when the offsets are a
     run from ``so`` (then ``n`` counts them) and every delivery number is 0."""
-    so = min(offsets)
+    so = min(offsets) if offsets else nxt
     record: dict[str, Any] = {"c": group, "t": topic, "q": queue_id, "b": base, "pt": now, "it": invisible}
     record["so"], record["n"], record["nx"] = so, len(offsets), nxt
+    if not offsets:
+        return record
     if offsets[-1] - so != len(offsets) - 1 or offsets[0] != so or sorted(offsets) != offsets:
         record["d"] = [o - so for o in offsets]
     if any(numbers):
@@ -441,8 +452,14 @@ class PopService:
         self, lane: _Lane, deadline: int, offsets: tuple[int, ...], numbers: tuple[int, ...], nxt: int
     ) -> Optional[tuple[int, int]]:
         """Apply a checkpoint; returns the one (deadline, number) object every offset got when
-        their numbers are equal (an acknowledgement of the batch checks them by identity)."""
+        their numbers are equal (an acknowledgement of the batch checks them by identity). A
+        checkpoint of no offset only moves the lane past units with no message."""
         stamp: Optional[tuple[int, int]] = None
+        if not offsets:
+            if nxt > lane.next:
+                lane.next = nxt
+                self._committed_moved(lane)
+            return None
         if numbers.count(numbers[0]) == len(numbers):
             stamp = (deadline, numbers[0])
             lane.inflight.update(dict.fromkeys(offsets, stamp))
@@ -480,7 +497,7 @@ class PopService:
                 so = int(r["so"])
                 offsets = tuple(so + d for d in r["d"]) if "d" in r else tuple(range(so, so + int(r["n"])))
                 numbers = tuple(int(n) for n in r["rt"]) if "rt" in r else (0,) * len(offsets)
-                if not offsets or len(offsets) != len(numbers) or min(offsets) < 0:
+                if len(offsets) != len(numbers) or (offsets and min(offsets) < 0):
                     return False
                 lane = self._lane_of(group, topic, qid, int(r["b"]), commit=False)
                 self._apply_ck(lane, int(r["pt"]) + int(r["it"]), offsets, numbers, int(r["nx"]))
@@ -638,23 +655,11 @@ class PopService:
                 self._due(lane, now, want, max_reconsume, offsets, numbers, messages, popped)
             nxt = start
             if len(offsets) < want:
-                result = self._pull(group, topic, qid, start, want - len(offsets))
-                if result.status == GetMessageStatus.OFFSET_TOO_SMALL:
-                    log.warning(
-                        "POP %s %s-%d: offsets %d..%d were deleted before they were received",
-                        group,
-                        topic,
-                        qid,
-                        start,
-                        result.next_begin_offset,
-                    )
-                    result = self._pull(group, topic, qid, result.next_begin_offset, want - len(offsets))
-                if result.messages:
-                    messages += result.messages
-                    offsets += result.queue_offsets.tolist()
-                    numbers += [0] * len(result.messages)
-                    nxt = result.next_begin_offset
-            if not offsets:
+                nxt = self._new_messages(
+                    lane, group, topic, qid, start, want - len(offsets), offsets, messages
+                )
+                numbers += [0] * (len(offsets) - len(numbers))
+            if not offsets and nxt == start:
                 for entry in popped:
                     heapq.heappush(lane.heap, entry)  # type: ignore[union-attr]
                 return
@@ -672,12 +677,55 @@ class PopService:
             lane = self._lane_of(group, topic, qid, start)
         numbers_t = tuple(numbers)
         stamp = self._apply_ck(lane, now + invisible, tuple(offsets), numbers_t, nxt)
+        if not offsets:
+            return  # only units with no message to hand out were passed over
         out.messages += messages
         if any(numbers):
             out.reconsume_times += [m.reconsume_times + n for m, n in zip(messages, numbers)]
         else:
             out.reconsume_times += [m.reconsume_times for m in messages]
         out._lanes.append((lane, offsets, numbers_t, stamp))
+
+    def _new_messages(
+        self,
+        lane: Optional[_Lane],
+        group: str,
+        topic: str,
+        qid: int,
+        start: int,
+        want: int,
+        offsets: list[int],
+        messages: list[MessageExt],
+    ) -> int:
+        """Pull up to ``want`` messages never handed out from ``start`` on into ``offsets`` and
+        ``messages``; returns the queue offset after what was looked at. Units with no message
+        (placeholders, records gone) are passed over, pull after pull, up to PASS_OVER_PULLS,
+        so a long run of them cannot keep the group from what follows."""
+        pos = nxt = start
+        for _ in range(PASS_OVER_PULLS):
+            result = self._pull(group, topic, qid, pos, want)
+            status = result.status
+            if status == GetMessageStatus.OFFSET_TOO_SMALL:
+                if lane is not None:
+                    log.warning(
+                        "POP %s %s-%d: offsets %d..%d were deleted before they were received",
+                        group,
+                        topic,
+                        qid,
+                        pos,
+                        result.next_begin_offset,
+                    )
+                pos = nxt = result.next_begin_offset
+                continue
+            if result.messages:
+                messages += result.messages
+                offsets += result.queue_offsets.tolist()
+                return int(result.next_begin_offset)
+            if status in _PASSED_OVER and result.next_begin_offset > pos:
+                pos = nxt = result.next_begin_offset
+                continue
+            break
+        return nxt
 
     def _due(
         self,
