@@ -19,6 +19,8 @@ tag    body (JSON; 5.x's ``PopCheckPoint`` / ``BatchAckMsg`` field names where t
        ``so .. so + n - 1``); rocketstore's: ``rt`` each message's delivery number (0 first,
        +1 per redelivery; left out when all are 0), ``nx`` the lane's next queue offset
        after this receive, ``b`` the lane's lowest un-acked offset (its start, when new).
+       A ``ck`` with ``n`` 0 only moves ``nx`` past units with no message (placeholders,
+       records deleted before anyone received them).
  bAck  acknowledgements: ``c``, ``t``, ``q``, ``aol`` (5.x's ackOffsetList) the queue
        offsets finished, or ``so`` and ``n`` for a run of them; rocketstore's ``r``: why,
        when not a consumer's ack (``dlq``: sent to the DLQ; ``gone``: the message was
