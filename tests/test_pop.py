@@ -435,10 +435,10 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
     real = pop._pull
     hidden = 8  # as if units 0..7 were placeholders: each pull passes one over
 
-    def pull(group, topic, qid, offset, max_msgs):
+    def pull(group, topic, qid, offset, max_msgs, *tag_filter):
         if offset < hidden:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset + 1)
-        return real(group, topic, qid, offset, max_msgs)
+        return real(group, topic, qid, offset, max_msgs, *tag_filter)
 
     monkeypatch.setattr(pop, "_pull", pull)
     monkeypatch.setattr("rocketstore.pop.PASS_OVER_PULLS", 5)
@@ -452,3 +452,24 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
     monkeypatch.undo()
     with open_store(path, impl, clock) as store:
         assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 8, "next": 10, "in_flight": 2}
+
+
+def test_tags_filter_what_is_received_and_the_rest_is_passed_over(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as store:
+        store.create_topic(TOPIC, 1)
+        for i in range(3000):  # a long run of TagB (more than one pull scans) before the TagA
+            store.put(TOPIC, b"b%d" % i, tags="TagB", queue_id=0)
+        for i in range(3):
+            store.put(TOPIC, b"a%d" % i, tags="TagA", queue_id=0)
+            store.put(TOPIC, b"c%d" % i, tags="TagC", queue_id=0)
+        got = store.receive(GROUP, TOPIC, 10, 100, tags="TagA || TagC")
+        assert bodies(got) == [b"a0", b"c0", b"a1", b"c1", b"a2", b"c2"]
+        assert store.committed_offset(GROUP, TOPIC, 0) == 3000  # the TagB messages passed over
+        store.ack_many(got[:2])
+        assert store.committed_offset(GROUP, TOPIC, 0) == 3002
+        clock.now += 100
+        again = store.receive(GROUP, TOPIC, 10, 100, tags="TagA")  # due ones come back regardless
+        assert sorted(bodies(again)) == [b"a1", b"a2", b"c1", b"c2"]
+        assert len(store.receive("other", TOPIC, 4000, 100)) == 3006  # another group: everything
+        with pytest.raises(InvalidMessageError):
+            store.receive(GROUP, TOPIC, 1, 10, tags=5)  # type: ignore[arg-type]

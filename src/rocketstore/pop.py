@@ -85,7 +85,7 @@ from rocketstore.configfiles import (
     ConfigFile,
     ConsumerOffsetTable,
 )
-from rocketstore.consume import GetMessageStatus
+from rocketstore.consume import GetMessageStatus, TagFilter
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -593,8 +593,10 @@ class PopService:
         invisible_time_ms: int,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
+        tags: Optional[str] = None,
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
+        tag_filter = TagFilter.parse(tags)
         _check_group(group)
         if not isinstance(topic, str) or not is_valid_topic(topic):
             raise InvalidMessageError(f"topic {topic!r} is not a topic name")
@@ -622,7 +624,15 @@ class PopService:
                 if len(out) >= max_msgs:
                     break
                 self._receive_lane(
-                    group, topic, qid, now, max_msgs - len(out), invisible, max_reconsume_times, out
+                    group,
+                    topic,
+                    qid,
+                    now,
+                    max_msgs - len(out),
+                    invisible,
+                    max_reconsume_times,
+                    tag_filter,
+                    out,
                 )
             self._maybe_snapshot(now)
         return out
@@ -644,6 +654,7 @@ class PopService:
         want: int,
         invisible: int,
         max_reconsume: int,
+        tag_filter: TagFilter,
         out: Received,
     ) -> None:
         lane = self._lanes.get((group, topic, qid))
@@ -658,7 +669,7 @@ class PopService:
             nxt = start
             if len(offsets) < want:
                 nxt = self._new_messages(
-                    lane, group, topic, qid, start, want - len(offsets), offsets, messages
+                    lane, group, topic, qid, start, want - len(offsets), tag_filter, offsets, messages
                 )
                 numbers += [0] * (len(offsets) - len(numbers))
             if not offsets and nxt == start:
@@ -696,16 +707,18 @@ class PopService:
         qid: int,
         start: int,
         want: int,
+        tag_filter: TagFilter,
         offsets: list[int],
         messages: list[MessageExt],
     ) -> int:
         """Pull up to ``want`` messages never handed out from ``start`` on into ``offsets`` and
         ``messages``; returns the queue offset after what was looked at. Units with no message
-        (placeholders, records gone) are passed over, pull after pull, up to PASS_OVER_PULLS,
+        (placeholders, records gone, tags ``tag_filter`` does not match) are passed over, pull
+        after pull, up to PASS_OVER_PULLS,
         so a long run of them cannot keep the group from what follows."""
         pos = nxt = start
         for _ in range(PASS_OVER_PULLS):
-            result = self._pull(group, topic, qid, pos, want)
+            result = self._pull(group, topic, qid, pos, want, tag_filter)
             status = result.status
             if status == GetMessageStatus.OFFSET_TOO_SMALL:
                 if lane is not None:
@@ -805,6 +818,8 @@ class PopService:
     # ---- ack and change invisible time ----
 
     def _parse(self, handle: object) -> tuple[_Lane, int, int]:
+        if isinstance(handle, ReceivedMessage):
+            handle = handle.handle
         if not isinstance(handle, str):
             raise InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
         parts = handle.rsplit(" ", 2)
@@ -830,8 +845,10 @@ class PopService:
             )
         return True
 
-    def ack(self, handle: str) -> bool:
+    def ack(self, handle: str | ReceivedMessage) -> bool:
         """See :meth:`MessageStore.ack`."""
+        if isinstance(handle, ReceivedMessage):
+            handle = handle.handle
         with self._lock:
             lane, offset, number = self._parse(handle)
             if not self._current(lane, offset, number, handle):
@@ -842,7 +859,7 @@ class PopService:
             raise timeout  # acknowledged, but not confirmed durable
         return True
 
-    def ack_many(self, handles: Iterable[str] | Received) -> int:
+    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """See :meth:`MessageStore.ack_many`."""
         if isinstance(handles, str):
             raise InvalidReceiptHandleError("ack_many takes a sequence of handles, not one str")
@@ -894,7 +911,10 @@ class PopService:
                 todo.append((lane, sorted(set(current))))
         return todo
 
-    def _current_of_handles(self, handles: list[str], stale: list[str]) -> list[tuple[_Lane, list[int]]]:
+    def _current_of_handles(
+        self, handles: list[str | ReceivedMessage], stale: list[str]
+    ) -> list[tuple[_Lane, list[int]]]:
+        handles = [h.handle if isinstance(h, ReceivedMessage) else h for h in handles]
         parsed = [self._parse(h) for h in handles]  # every handle checked before any is written
         by_lane: dict[int, tuple[_Lane, list[int]]] = {}
         for h, (lane, offset, number) in zip(handles, parsed):
@@ -902,7 +922,7 @@ class PopService:
             if now is None:
                 continue
             if now[1] != number:
-                stale.append(h)
+                stale.append(str(h))
                 continue
             entry = by_lane.get(id(lane))
             if entry is None:
@@ -910,8 +930,10 @@ class PopService:
             entry[1].append(offset)
         return [(lane, sorted(set(offsets))) for lane, offsets in by_lane.values()]
 
-    def change_invisible_time(self, handle: str, invisible_time_ms: int) -> str:
+    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
         """See :meth:`MessageStore.change_invisible_time`."""
+        if isinstance(handle, ReceivedMessage):
+            handle = handle.handle
         invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
         with self._lock:
             lane, offset, number = self._parse(handle)

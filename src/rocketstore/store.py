@@ -74,7 +74,7 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.parts import StoreParts
-from rocketstore.pop import PopService, Received
+from rocketstore.pop import PopService, Received, ReceivedMessage
 from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import Cleaner
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
@@ -1010,6 +1010,7 @@ class MessageStore:
         *,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
+        tags: Optional[str] = None,
     ) -> Received:
         """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
         invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
@@ -1019,15 +1020,19 @@ class MessageStore:
         times raised by one), then new ones from the group's position, queue by queue
         (``queue_id`` picks one). A message that would come back more than
         ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
-        ``%DLQ%<group>`` instead. The receipt is recorded durably before the messages are
-        handed out (see :mod:`rocketstore.pop`); an empty list when nothing is there.
+        ``%DLQ%<group>`` instead. ``tags``: a subscription expression (``"TagA || TagB"``, as
+        for :meth:`get_message`); messages it does not match are passed over for good, as a
+        consumer that filters and commits passes them (the group's position moves past them).
+        The receipt is recorded durably before the messages are handed out (see
+        :mod:`rocketstore.pop`); an empty result when nothing is there.
         """
         return self._pop_service().receive(
-            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times
+            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags
         )
 
-    def ack(self, handle: str) -> bool:
-        """Acknowledge the message received with ``handle``: it is never handed out to the group
+    def ack(self, handle: str | ReceivedMessage) -> bool:
+        """Acknowledge the message received with ``handle`` (its receipt handle, or the
+        :class:`~rocketstore.pop.ReceivedMessage`): it is never handed out to the group
         again. True if this call acknowledged it, False if it already was;
         :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
         it was handed out again (the new receiver's handle acknowledges it);
@@ -1035,9 +1040,10 @@ class MessageStore:
         ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
         return self._pop_service().ack(handle)
 
-    def ack_many(self, handles: Iterable[str] | Received) -> int:
+    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
-        acknowledged. ``handles``: receipt handles, or a whole :class:`~rocketstore.pop.Received`
+        acknowledged. ``handles``: receipt handles (or ``ReceivedMessage``), or a whole
+        :class:`~rocketstore.pop.Received`
         (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
         :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
         whose messages were handed out again are listed by the
@@ -1045,7 +1051,7 @@ class MessageStore:
         messages are acknowledged."""
         return self._pop_service().ack_many(handles)
 
-    def change_invisible_time(self, handle: str, invisible_time_ms: int) -> str:
+    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
         """Make the message received with ``handle`` invisible for ``invisible_time_ms`` from
         now (longer or shorter; 0: due back at once); returns the handle, which stays valid."""
         return self._pop_service().change_invisible_time(handle, invisible_time_ms)
@@ -1246,14 +1252,14 @@ class MessageStore:
         return self._pull(topic, queue_id, pull)
 
     def _pop_pull(
-        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int
+        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
     ) -> GetMessageResult:
         """:meth:`get_message` for POP: dispatch catches up only when the queue has fewer than
         ``max_msgs`` units from ``offset``."""
         return self._pull(
             topic,
             queue_id,
-            lambda cq, read: get_message(cq, offset, max_msgs, None, read, with_queue_offset=True),
+            lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
 
