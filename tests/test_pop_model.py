@@ -36,7 +36,8 @@ OPTIONS = dict(
     pop_snapshot_interval_ms=700,
 )
 
-NEW, FLIGHT, ACKED, DEAD = "new", "flight", "acked", "dead"
+NEW, FLIGHT, ACKED, DEAD, PASSED = "new", "flight", "acked", "dead", "passed over"
+FILTER_TAG = "TagA"  # what a filtered receive asks for (puts alternate TagA and TagB)
 
 
 class Clock:
@@ -48,10 +49,10 @@ class Clock:
 
 
 class Msg:
-    __slots__ = ("queue_id", "offset", "body", "state", "deadline", "number")
+    __slots__ = ("queue_id", "offset", "body", "tag", "state", "deadline", "number")
 
-    def __init__(self, queue_id: int, offset: int, body: bytes) -> None:
-        self.queue_id, self.offset, self.body = queue_id, offset, body
+    def __init__(self, queue_id: int, offset: int, body: bytes, tag: str) -> None:
+        self.queue_id, self.offset, self.body, self.tag = queue_id, offset, body, tag
         self.state, self.deadline, self.number = NEW, 0, -1
 
 
@@ -93,13 +94,13 @@ class PopMachine(RuleBasedStateMachine):
         self.dlq_seen = end
         return found
 
-    @rule(queue_id=st.integers(0, QUEUES - 1), count=st.integers(1, 4))
-    def put(self, queue_id: int, count: int) -> None:
+    @rule(queue_id=st.integers(0, QUEUES - 1), count=st.integers(1, 4), tag=st.sampled_from(["TagA", "TagB"]))
+    def put(self, queue_id: int, count: int, tag: str) -> None:
         for _ in range(count):
             body = b"m%d" % self.counter
             self.counter += 1
-            result = self.store.put(TOPIC, body, queue_id=queue_id)
-            msg = Msg(queue_id, result.queue_offset, body)
+            result = self.store.put(TOPIC, body, queue_id=queue_id, tags=tag)
+            msg = Msg(queue_id, result.queue_offset, body, tag)
             assert msg.offset == len(self.queues[queue_id])
             self.queues[queue_id].append(msg)
             self.by_body[body] = msg
@@ -112,12 +113,17 @@ class PopMachine(RuleBasedStateMachine):
         max_msgs=st.integers(1, 5),
         invisible=st.sampled_from([0, 400, 1000]),
         queue_id=st.sampled_from([None, 0, 1]),
+        tags=st.sampled_from([None, None, FILTER_TAG]),
     )
-    def receive(self, max_msgs: int, invisible: int, queue_id) -> None:
+    def receive(self, max_msgs: int, invisible: int, queue_id, tags) -> None:
         now = self.clock.now
-        before = {id(m): self._eligible(m) for q in self.queues for m in q}
+
+        def eligible(m: Msg) -> bool:  # due ones come back whatever the filter
+            return self._eligible(m) and (tags is None or m.state == FLIGHT or m.tag == tags)
+
+        before = {id(m): eligible(m) for q in self.queues for m in q}
         got = self.store.receive(
-            GROUP, TOPIC, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=MAX_RECONSUME
+            GROUP, TOPIC, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=MAX_RECONSUME, tags=tags
         )
         assert len(got) <= max_msgs
         seen = set()
@@ -137,11 +143,17 @@ class PopMachine(RuleBasedStateMachine):
             m = self.by_body[body]
             assert before[id(m)] and m.state == FLIGHT and m.number + 1 > MAX_RECONSUME
             m.state = DEAD
+        for qid, status in self.store.pop_status(GROUP, TOPIC).items():
+            self.received[qid] = True
+            for m in self.queues[qid][: status["next"]]:
+                if m.state == NEW:  # passed over: only what the filter does not match
+                    assert tags is not None and m.tag != tags, f"{m.body!r} ({m.tag}) passed over"
+                    m.state = PASSED
         if len(got) < max_msgs:  # nothing else could have come
             for q in self.queues if queue_id is None else [self.queues[queue_id]]:
                 for m in q:
                     if id(m) not in seen and m.state != DEAD:
-                        assert not self._eligible(m), f"{m.body!r} ({m.state}) was left behind"
+                        assert not eligible(m), f"{m.body!r} ({m.state}) was left behind"
 
     def _expect_ack(self, m: Msg, number: int) -> str:
         if m.state in (ACKED, DEAD):
