@@ -87,6 +87,17 @@ cdef extern from "flusher.h" nogil:
     int64_t rs_flusher_prefaulted(const rs_flusher *f)
     void rs_flusher_note_prefaulted(rs_flusher *f, int64_t upto)
 
+cdef extern from "live.h" nogil:
+    int RS_LIVE_SIZE
+    void rs_live_wake(uint8_t *page)
+    uint32_t rs_live_seq(uint8_t *page)
+    int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms)
+    int RS_LIVE_SLOTS, RS_LIVE_MAX_WAIT
+    void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t slots)
+    int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen, uint32_t page_seen,
+                           int64_t timeout_ms)
+
+
 cdef extern from *:
     """
     #ifdef RS_DEBUG_HOOKS
@@ -134,7 +145,7 @@ POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
-           "WAIT_FUTURE"]
+           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
@@ -150,6 +161,64 @@ def _debug_fail_syncs(int err):
     if not RS_HAVE_DEBUG_HOOKS:
         raise RuntimeError("built without ROCKETSTORE_DEBUG_HOOKS=1")
     rs_flusher_debug_fail_syncs(err)
+
+
+cdef class _LivePage:
+    """A writable buffer of at least RS_LIVE_SIZE bytes (the live page's map), held for one call."""
+    cdef Py_buffer view
+
+    def __cinit__(self, page):
+        PyObject_GetBuffer(page, &self.view, PyBUF_WRITABLE)
+        if self.view.len < RS_LIVE_SIZE:
+            PyBuffer_Release(&self.view)
+            raise ValueError(f"a live page is {RS_LIVE_SIZE} bytes")
+
+    def __dealloc__(self):
+        PyBuffer_Release(&self.view)
+
+
+def live_wait(page, uint32_t seen, int64_t timeout_ms):
+    """Sleep (GIL released) until the live page's sequence word is no longer ``seen`` or
+    ``timeout_ms`` passes (< 0: no limit); True if it changed."""
+    cdef _LivePage held = _LivePage(page)
+    cdef int changed
+    with nogil:
+        changed = rs_live_wait(<uint8_t *>held.view.buf, seen, timeout_ms)
+    return changed != 0
+
+
+def live_wait_words(page, words, seen, uint32_t page_seen, int64_t timeout_ms):
+    """Sleep (GIL released) until one of the live page's u32 words at byte offsets ``words`` no
+    longer holds its value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one
+    changed. Without futex_waitv several words fall back to the page's sequence word, which
+    ``page_seen`` is the caller's look at."""
+    cdef _LivePage held = _LivePage(page)
+    cdef int n = len(words)
+    cdef int at[64]
+    cdef uint32_t values[64]
+    cdef int i, changed
+    if n < 1 or n > RS_LIVE_MAX_WAIT or len(seen) != n:
+        raise ValueError(f"1 to {RS_LIVE_MAX_WAIT} words, each with the value seen")
+    for i in range(n):
+        at[i] = words[i]
+        values[i] = seen[i]
+        if at[i] < 64 or at[i] > 4096 - 8 or at[i] % 8:
+            raise ValueError(f"{at[i]} is not a slot word of the live page")
+    with nogil:
+        changed = rs_live_wait_words(<uint8_t *>held.view.buf, n, at, values, page_seen, timeout_ms)
+    return changed != 0
+
+
+def live_wake(page):
+    """Bump the live page's sequence word and wake every process waiting on it."""
+    cdef _LivePage held = _LivePage(page)
+    rs_live_wake(<uint8_t *>held.view.buf)
+
+
+def live_seq(page):
+    """The live page's sequence word."""
+    cdef _LivePage held = _LivePage(page)
+    return rs_live_seq(<uint8_t *>held.view.buf)
 
 
 cdef inline int64_t _now_ms() noexcept nogil:
@@ -192,6 +261,7 @@ cdef class _Topic:
     cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
     cdef int64_t *next_offsets
     cdef unsigned int rr
+    cdef int slot                    # its live page slot (rocketstore.live.topic_slot)
 
     def __dealloc__(self):
         free(self.next_offsets)
@@ -438,6 +508,9 @@ cdef class CommitLogCore:
     cdef readonly int64_t durable_waits
     cdef readonly int64_t refused_puts
     cdef object _refusal             # while set (disk full), every put is refused with it
+    cdef _LivePage _live             # the live page, once set_live() gave one
+    cdef uint8_t *_live_page
+    cdef uint64_t _live_dirty       # slots of the topics put since the last _notify
 
     def __cinit__(self):
         self._lock = PyThread_allocate_lock()
@@ -501,6 +574,19 @@ cdef class CommitLogCore:
         self._file_from = file_from_offset
         self._pos = wrote_position
         rs_flusher_publish(self._flusher, file_from_offset + wrote_position)
+
+    def set_live(self, page):
+        """Publish where whole records end in ``page`` (the live page's map) after every put
+        (the page already says where they end now)."""
+        self._check_open()
+        self._live = _LivePage(page)
+        self._live_page = <uint8_t *>self._live.view.buf
+
+    cdef inline void _notify(self) noexcept:
+        cdef uint64_t dirty = self._live_dirty
+        if self._live_page != NULL:
+            self._live_dirty = 0
+            rs_live_publish_slots(self._live_page, rs_flusher_wrote(self._flusher), dirty)
 
     def add_segment(self, mm, int64_t file_from_offset, fd=None):
         """Register a prepared next segment, so its first pages are pre-faulted before use."""
@@ -567,6 +653,7 @@ cdef class CommitLogCore:
         nqueues = self._topic_lookup(topic)  # validates (InvalidTopicError); may switch threads
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
+        t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(t.name), PyBytes_GET_SIZE(t.name)) % RS_LIVE_SLOTS
         t.nqueues = nqueues
         t.capacity = max(1, nqueues)
         t.next_offsets = <int64_t *>malloc(sizeof(int64_t) * t.capacity)
@@ -904,6 +991,7 @@ cdef class CommitLogCore:
         self._pos += length
         end = self._file_from + self._pos
         rs_flusher_publish(self._flusher, end)
+        self._live_dirty |= (<uint64_t>1) << t.slot
         if consumes_offset:
             t.next_offsets[queue_id] += 1
         self.puts += 1
@@ -1024,6 +1112,7 @@ cdef class CommitLogCore:
                 return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
             finally:
                 PyThread_release_lock(self._lock)
+                self._notify()
         finally:
             if have_b:
                 PyBuffer_Release(&bview)
@@ -1178,6 +1267,7 @@ cdef class CommitLogCore:
                     memcpy(&uniq[i, 0], scratch._uniq_raw, uniq_len)
             finally:
                 PyThread_release_lock(self._lock)
+                self._notify()
         finally:
             if have_p:
                 PyBuffer_Release(&pview)
@@ -1257,6 +1347,7 @@ cdef class CommitLogCore:
                 results.append(r)
         finally:
             PyThread_release_lock(self._lock)
+            self._notify()
         if wait < 0:
             wait = self._default_wait
         if wait == 1 and n:
@@ -1333,6 +1424,9 @@ cdef class CommitLogCore:
         for start in list(self._pins):
             self.release_segment(start)
         self._base = NULL
+        self._notify()
+        self._live_page = NULL
+        self._live = None
         with nogil:
             # Threads stop after a last full flush; the struct lives on until __dealloc__, so a
             # thread still inside a wait (it holds a reference to self) returns safely.

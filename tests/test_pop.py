@@ -473,3 +473,18 @@ def test_tags_filter_what_is_received_and_the_rest_is_passed_over(tmp_path, impl
         assert len(store.receive("other", TOPIC, 4000, 100)) == 3006  # another group: everything
         with pytest.raises(InvalidMessageError):
             store.receive(GROUP, TOPIC, 1, 10, tags=5)  # type: ignore[arg-type]
+
+
+def test_a_dead_letter_compacting_the_heap_mid_receive_loses_no_deadline(tmp_path, impl, clock, monkeypatch):
+    from rocketstore import Message
+
+    monkeypatch.setattr("rocketstore.pop.COMPACT_SLACK", -(1 << 30))  # compact at every ack
+    with open_store(tmp_path / "s", impl, clock) as store:
+        store.create_topic(TOPIC, 1)
+        store.put(Message(TOPIC, b"m0", queue_id=0, reconsume_times=5))  # at its maximum already
+        store.put(TOPIC, b"m1", queue_id=0)
+        store.put(TOPIC, b"m2", queue_id=0)
+        assert len(store.receive(GROUP, TOPIC, 3, 0, max_reconsume_times=5)) == 3  # due back at once
+        # walking that checkpoint: m0 to the DLQ (an ack: the heap is compacted), m1 taken, m2 left
+        assert bodies(store.receive(GROUP, TOPIC, 1, 0, max_reconsume_times=5)) == [b"m1"]
+        assert sorted(bodies(store.receive(GROUP, TOPIC, 5, 0, max_reconsume_times=5))) == [b"m1", b"m2"]

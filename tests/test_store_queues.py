@@ -667,10 +667,15 @@ def check_prefix(ro, topic, queue_ids, bodies_of_queue):
         while r.next_begin_offset < k:
             r = ro.get_message("g", topic, qid, offset=r.next_begin_offset, max_msgs=k)
             got += bodies_of(r)
-        assert got == written[:k]
+        # a reader follows the writer: a pull may return more than was there at first
+        assert len(got) >= k and got == written[: len(got)]
         assert ro.get_by_queue_offset(topic, qid, k - 1).body == written[k - 1]
-        with pytest.raises(MessageNotFoundError):
-            ro.get_by_queue_offset(topic, qid, k)
+        try:  # a reader follows the writer: position k is missing, or the writer's k-th message
+            beyond = ro.get_by_queue_offset(topic, qid, k)
+        except MessageNotFoundError:
+            pass
+        else:
+            assert k < len(written) and beyond.body == written[k]
         seen += k
     return seen
 
@@ -789,7 +794,7 @@ def test_read_only_store_beside_a_writer_killed_mid_put_sees_only_whole_messages
         assert child.stdout.readline() == b"READY\n", child.stderr.read()
         seen = []
         for round_ in range(6):
-            if round_ == 3:
+            if round_ == 1:  # early: a reader that follows the writer takes longer each round
                 child.send_signal(signal.SIGKILL)
                 child.wait()
             with open_read_only(path, impl) as ro:

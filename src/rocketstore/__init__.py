@@ -13,6 +13,7 @@ from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_sto
 from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, TagFilter
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
+from rocketstore.group import GroupConsumer
 from rocketstore.message import Message, MessageExt
 from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
@@ -48,6 +49,7 @@ __all__ = [
     "PutStatus",
     "GetMessageStatus",
     "Consumer",
+    "GroupConsumer",
     "GetMessageResult",
     "TagFilter",
     "Received",

@@ -6,10 +6,13 @@ Same public names and behaviour as the compiled module (see cext/_store.pyx), bu
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
+import platform
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -44,6 +47,10 @@ __all__ = [
     "WAIT_NONE",
     "WAIT_BLOCK",
     "WAIT_FUTURE",
+    "live_wait",
+    "live_wait_words",
+    "live_wake",
+    "live_seq",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -52,6 +59,122 @@ POPULATE_WRITE = False
 #: The pure twin can always fail its flush thread on purpose (the compiled one only in debug builds).
 DEBUG_HOOKS = True
 _debug_sync_errno = 0
+
+
+# ---- the live page (see cext/live.h and rocketstore.live) ----
+
+_LIVE_SIZE = 4096
+_LIVE_SEQ, _LIVE_WAITERS, _LIVE_WROTE, _LIVE_ALWAYS_WAKE = 8, 12, 16, 40
+_LIVE_SLOTS, _LIVE_SLOT0, _LIVE_MAX_WAIT = 64, 64, 64  # see cext/live.h
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+#: SYS_futex by machine (Linux); elsewhere a waiter polls the word every millisecond.
+_SYS_FUTEX = {
+    "x86_64": 202,
+    "amd64": 202,
+    "aarch64": 98,
+    "arm64": 98,
+    "riscv64": 98,
+    "ppc64le": 221,
+    "s390x": 238,
+}
+
+
+def _find_futex() -> Any:
+    number = _SYS_FUTEX.get(platform.machine().lower())
+    if not sys.platform.startswith("linux") or number is None:
+        return None
+    try:
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    return lambda *args: syscall(number, *args)
+
+
+_futex = _find_futex()
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _live_word(page: Any) -> Any:
+    if len(page) < _LIVE_SIZE:
+        raise ValueError(f"a live page is {_LIVE_SIZE} bytes")
+    return ctypes.c_uint32.from_buffer(page, _LIVE_SEQ)
+
+
+def live_seq(page: Any) -> int:
+    """The live page's sequence word."""
+    return int(_live_word(page).value)
+
+
+def live_wake(page: Any) -> None:
+    """Bump the live page's sequence word and wake every process waiting on it."""
+    word = _live_word(page)
+    word.value = (word.value + 1) & 0xFFFFFFFF
+    if _futex is not None:
+        _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+
+def live_wait(page: Any, seen: int, timeout_ms: int) -> bool:
+    """Sleep until the live page's sequence word is no longer ``seen`` or ``timeout_ms`` passes
+    (< 0: no limit); True if it changed. The pure twin cannot count itself in atomically among
+    the waiters, so it sets the page's always-wake flag: writers then wake on every put."""
+    word = _live_word(page)
+    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
+    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    while word.value == seen:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        if _futex is None:
+            time.sleep(0.001 if left is None else min(0.001, left))
+            continue
+        ts = None
+        if left is not None:
+            ts = _Timespec(int(left), int((left - int(left)) * 1e9))
+        _futex(ctypes.byref(word), _FUTEX_WAIT, seen, None if ts is None else ctypes.byref(ts), None, 0)
+    return True
+
+
+def _live_publish(page: Any, wrote: int, slot: int = -1) -> None:
+    """Whole records end at ``wrote``; one of them (if ``slot`` >= 0) of a topic of that slot."""
+    if struct.unpack_from("<q", page, _LIVE_WROTE)[0] == wrote:
+        return  # nothing new (a failed put, a close): no byte of the page changes
+    always = struct.unpack_from("<I", page, _LIVE_ALWAYS_WAKE)[0]
+    struct.pack_into("<q", page, _LIVE_WROTE, wrote)
+    words = [(_LIVE_SLOT0 + 8 * slot, _LIVE_SLOT0 + 8 * slot + 4)] if slot >= 0 else []
+    for at, waiters_at in [*words, (_LIVE_SEQ, _LIVE_WAITERS)]:
+        word = ctypes.c_uint32.from_buffer(page, at)
+        word.value = (word.value + 1) & 0xFFFFFFFF
+        if (always or struct.unpack_from("<I", page, waiters_at)[0]) and _futex is not None:
+            _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+
+def live_wait_words(page: Any, words: Any, seen: Any, page_seen: int, timeout_ms: int) -> bool:
+    """Sleep until one of the live page's u32 words at byte offsets ``words`` no longer holds its
+    value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one changed. The pure
+    twin sets the page's always-wake flag (it cannot count itself in atomically) and waits on the
+    page's sequence word, which every put moves (``page_seen``: the caller's look at it)."""
+    words, seen = list(words), list(seen)
+    n = len(words)
+    if n < 1 or n > _LIVE_MAX_WAIT or len(seen) != n:
+        raise ValueError(f"1 to {_LIVE_MAX_WAIT} words, each with the value seen")
+    for at in words:
+        if at < _LIVE_SLOT0 or at > _LIVE_SIZE - 8 or at % 8:
+            raise ValueError(f"{at} is not a slot word of the live page")
+    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
+    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    while True:
+        if any(struct.unpack_from("<I", page, at)[0] != s for at, s in zip(words, seen)):
+            return True
+        if live_seq(page) != page_seen:
+            return True  # a put of another topic, or of one of these: the caller looks again
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        if not live_wait(page, page_seen, -1 if left is None else max(1, int(left * 1000))):
+            return False
 
 
 def _debug_fail_syncs(err: int) -> None:
@@ -442,10 +565,11 @@ class _Flusher:
 
 
 class _Topic:
-    __slots__ = ("name", "nqueues", "next_offsets", "rr")
+    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot")
 
     def __init__(self, name, nqueues):
         self.name = name.encode("utf-8")
+        self.slot = _body_crc(self.name) % _LIVE_SLOTS  # its live page slot
         self.nqueues = nqueues
         self.next_offsets = [0] * max(1, nqueues)
         self.rr = 0
@@ -511,6 +635,7 @@ class CommitLogCore:
         self._last_store_ts = 0
         self._lock = threading.RLock()
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
+        self._live = None  # the live page, once set_live() gave one
         self._watcher = None
         self._closed = False
         self._refusal = None  # while set (disk full), every put is refused with it
@@ -557,6 +682,13 @@ class CommitLogCore:
 
     def _publish(self, end):
         self._flusher.wrote = end  # an int store is atomic under the GIL
+
+    def set_live(self, page):
+        """Publish where whole records end in ``page`` (the live page's map) after every put
+        (the page already says where they end now)."""
+        self._check_open()
+        _live_word(page)
+        self._live = page
 
     # ---- topics and queue offsets ----
 
@@ -808,6 +940,8 @@ class CommitLogCore:
         self._pos += length
         end = self._file_from + self._pos
         self._publish(end)
+        if self._live is not None:
+            _live_publish(self._live, end, t.slot)
         if consumes:
             t.next_offsets[queue_id] += 1
         self.puts += 1
@@ -1100,6 +1234,9 @@ class CommitLogCore:
             self._watcher.close()
         self._flusher.close()  # the stopped flusher stays readable for late callers
         self._mm = None
+        if self._live is not None:
+            _live_publish(self._live, self._flusher.wrote)
+            self._live = None
 
     @property
     def closed(self):

@@ -96,8 +96,11 @@ class CommitLog:
             directory, config.commitlog_file_size, read_only=read_only, preallocate=preallocate
         )
         self.core: Any = _ReadOnlyCore() if read_only else None
-        #: Where recovery found the valid data to end (a read-only log's end, for good).
+        #: Where recovery found the valid data to end (a read-only log's end until the writer's
+        #: live page moves it: rocketstore.live.Follower).
         self.end = 0
+        #: Called after retention deleted segments (the store tells other processes).
+        self.on_deleted: Optional[Callable[[], None]] = None
 
     # ---- geometry ----
 
@@ -402,9 +405,12 @@ class CommitLog:
     def delete_first(self, doomed: list[MappedFile]) -> list[MappedFile]:
         """Delete leading segments (retention): the core lets go of each first."""
         core = self.core
-        return self.segments.delete_first(
+        deleted = self.segments.delete_first(
             doomed, release=lambda mf: core.release_segment(mf.file_from_offset)
         )
+        if deleted and self.on_deleted is not None:
+            self.on_deleted()  # readers in other processes look again (rocketstore.live)
+        return deleted
 
     def close(self) -> None:
         self.segments.close()

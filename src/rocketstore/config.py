@@ -170,6 +170,21 @@ class StoreConfig:
     clean_resource_interval_ms: int = 10_000
     #: At most this many CommitLog segments are deleted per pass (``deleteFileBatchMax``, 10).
     delete_files_batch_max: int = 10
+    #: Retention policies (``rocketstore.retention``, docs/guide/retention.md). Each can be set
+    #: per topic too (``MessageStore.set_topic_retention``, kept as topic attributes in
+    #: ``topics.json``). ``retention_ms``: age in ms after which a segment may go at any pass
+    #: (None: RocketMQ's rule, ``file_reserved_time`` at the ``delete_when`` hours; 0: any age).
+    retention_ms: Optional[int] = None
+    #: Cap on the CommitLog's bytes: while the store holds more, its oldest segments go whatever
+    #: their age (None: no cap). Never deletes unconsumed data of a ``delete_when_consumed`` topic.
+    retention_bytes: Optional[int] = None
+    #: Default cap on the bytes of each topic's records (None: no cap; a topic's own
+    #: ``retention.bytes`` attribute overrides it).
+    topic_retention_bytes: Optional[int] = None
+    #: Default of every user topic's ``delete_when_consumed`` (system topics: their own
+    #: attribute only): a segment holding records of the topic goes only once every group with
+    #: an offset for the topic has consumed past them, whatever the age and size rules say.
+    delete_when_consumed: bool = False
     #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
     schedule_interval_ms: int = 100
@@ -275,6 +290,15 @@ class StoreConfig:
             or self.delete_files_batch_max < 1
         ):
             raise StoreConfigError("delete_files_batch_max must be a positive int")
+
+        for name in ("retention_ms", "retention_bytes", "topic_retention_bytes"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63
+            ):
+                raise StoreConfigError(f"{name} must be None or an int in 0 .. 2**63-1")
+        if not isinstance(self.delete_when_consumed, bool):
+            raise StoreConfigError("delete_when_consumed must be a bool")
 
     def _check_delete_unexpired(self) -> None:
         """Validate ``delete_unexpired_when_disk_full`` (default False) and fold the deprecated

@@ -427,6 +427,31 @@ class TopicConfigTable(_VersionedTable):
             self.next_version()
             return dict(entry)
 
+    def attributes(self, topic: str) -> dict[str, str]:
+        """A copy of the topic's 5.x ``attributes`` map ({} when it has none or is unknown)."""
+        entry = self._topics.get(topic)
+        attrs = entry.get("attributes") if entry is not None else None
+        return {str(k): str(v) for k, v in attrs.items()} if isinstance(attrs, dict) else {}
+
+    def update_attributes(self, topic: str, changes: dict[str, Optional[str]]) -> dict[str, str]:
+        """Set (a str value) or remove (None) keys of an existing topic's ``attributes`` map, as
+        5.x's ``+key`` / ``-key`` alterations do; bumps the data version. Returns the new map."""
+        with self._lock:
+            entry = self._topics.get(topic)
+            if entry is None:
+                raise StoreConfigError(f"unknown topic {topic!r}")
+            attrs = self.attributes(topic)
+            for key, value in changes.items():
+                if value is None:
+                    attrs.pop(key, None)
+                else:
+                    attrs[key] = value
+            entry = dict(entry)
+            entry["attributes"] = dict(sorted(attrs.items()))
+            self._topics[topic] = entry
+            self.next_version()
+            return dict(attrs)
+
     def delete(self, topic: str) -> bool:
         """Remove a topic; True if it existed."""
         with self._lock:

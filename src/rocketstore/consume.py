@@ -52,7 +52,7 @@ queue's map (when every unit examined in one file is accepted); like
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
@@ -60,7 +60,7 @@ import numpy as np
 from rocketstore._checks import check_int
 from rocketstore._codec_py import java_hash
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
-from rocketstore.errors import InvalidMessageError, MessageNotFoundError
+from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
@@ -658,11 +658,55 @@ class Consumer:
         """{(topic, queue_id): next offset to pull} of the queues pulled so far."""
         return dict(self._positions)
 
-    def poll(self, max_msgs: int = 32) -> list[MessageExt]:
-        """Up to ``max_msgs`` messages, taking turns among the queues so none starves."""
+    def poll(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
+        """Up to ``max_msgs`` messages, taking turns among the queues so none starves.
+
+        ``timeout``: when nothing is there, wait up to that many seconds for a put (by this
+        process or another; the wait sleeps, no CPU) — ``0`` returns at once, ``None`` waits
+        until something comes."""
+        store = self.store
+        deadline = store._deadline(timeout) if timeout != 0 else None
+        while True:
+            seen = store._live_look(self.topics if deadline is not None else ())
+            found = self._poll_once(max_msgs)
+            if found or deadline is None or not store._wait_for_put(seen, deadline):
+                return found
+
+    async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
+        """:meth:`poll` for asyncio: the event loop runs on while it waits."""
+        store = self.store
+        deadline = store._deadline(timeout) if timeout != 0 else None
+        while True:
+            seen = store._live_look(self.topics if deadline is not None else ())
+            found = self._poll_once(max_msgs)
+            if found or deadline is None or not await store._wait_for_put_async(seen, deadline):
+                return found
+
+    def __iter__(self) -> Iterator[MessageExt]:
+        """Every message, as it is put: ``for msg in consumer:`` waits (sleeping) for the next
+        one, and ends when the store is closed. Positions move as messages are handed out;
+        :meth:`commit` records them."""
+        while True:
+            try:
+                batch = self.poll(32, timeout=None)
+            except StoreClosedError:
+                return
+            yield from batch
+
+    async def __aiter__(self) -> AsyncIterator[MessageExt]:
+        """``async for msg in consumer:``, as :meth:`__iter__`."""
+        while True:
+            try:
+                batch = await self.poll_async(32, timeout=None)
+            except StoreClosedError:
+                return
+            for msg in batch:
+                yield msg
+
+    def _poll_once(self, max_msgs: int) -> list[MessageExt]:
         max_msgs = _check_int("max_msgs", max_msgs, 1)
         bounds = {key: lo_hi for key, lo_hi in self.store.queues().items() if key[0] in self._filters}
-        keys = sorted(bounds)
+        keys = self._assigned(sorted(bounds))
         if not keys:
             return []
         start = self._turn % len(keys)
@@ -690,15 +734,30 @@ class Consumer:
             self._positions[key] = max(res.next_begin_offset, bounds[key][0])
         return out
 
+    def _assigned(self, keys: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The queues this consumer pulls, of ``keys`` (all of them; a group member's share)."""
+        return keys
+
+    def _committed(self, key: tuple[str, int]) -> int:
+        """The group's committed offset of a queue, -1 if none."""
+        return self.store.committed_offset(self.group, *key)
+
     def _position(self, key: tuple[str, int], low: int) -> int:
         position = self._positions.get(key)
         if position is None:
-            committed = self.store.committed_offset(self.group, *key)
+            committed = self._committed(key)
             position = committed if committed >= 0 else low
         if position < low:  # removed by retention meanwhile
             position = low
         self._positions[key] = position
         return position
+
+    def seek(self, topic: str, queue_id: int, offset: int) -> None:
+        """Pull (topic, queue_id) from queue offset ``offset`` on (RocketMQ's ``seek``)."""
+        if topic not in self._filters:
+            raise InvalidMessageError(f"{topic!r} is not one of this consumer's topics")
+        queue_id = _check_int("queue_id", queue_id, 0, 2**31 - 1)
+        self._positions[(topic, queue_id)] = _check_int("offset", offset, 0)
 
     def send_back(self, message: MessageExt, delay_level: int = 0) -> PutResult:
         """Hand back a message this group failed to consume (retry, after the last one the DLQ)."""

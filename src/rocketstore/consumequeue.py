@@ -589,6 +589,8 @@ class ConsumeQueue:
             raise InvalidMessageError("append_many needs four sequences of the same length")
         if n == 0:
             return 0
+        if n == 1:  # one unit (dispatch of a single put): append()'s checks, no array work
+            return int(self.append(int(q[0]), int(phys[0]), int(sz[0]), int(tags[0])))
         if (q < 0).any():
             raise InvalidMessageError("a queue offset is negative")
         if (phys < 0).any():

@@ -408,6 +408,7 @@ class TailQueue:
         self._min = disk.min_offset if has_disk else None
         self._max_physic = disk.max_physic_offset if has_disk else -1
         self.holes: list[tuple[int, int]] = list(disk.holes) if disk is not None else []
+        self._rebase = False
         if not has_disk:
             self.disk = None
 
@@ -425,6 +426,29 @@ class TailQueue:
 
     def roll_next_file(self, queue_offset: int) -> int:
         return roll_next_file(queue_offset, self.units_per_file)
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Raise ``min_offset`` past the units whose records retention deleted (the disk's were
+        corrected by the store's ConsumeQueues); the memory tail lets go of them."""
+        with self._lock:
+            disk = self.disk
+            if disk is not None:
+                if self._min is not None:
+                    self._min = max(self._min, disk.min_offset)
+                if disk.min_offset < disk.max_offset:
+                    return  # units on disk are still there: the memory tail is above them
+            if self._start is None or not self._count:
+                return
+            below = self._tail["commitlog_offset"][: self._count] < min_commitlog_offset
+            gone = self._count if below.all() else int(np.argmin(below))
+            if gone:
+                self._tail = self._tail[gone : self._count].copy()
+                self._start += gone
+                self._count -= gone
+            self._min = max(self._min or 0, self._start)
+            # every unit left was deleted: the next one dispatched (at or above the CommitLog's
+            # new start) may be further on, the units between went with the deleted records
+            self._rebase = not self._count
 
     def ends_record_at(self, commitlog_offset: int) -> bool:
         """Whether a unit on disk ends at ``commitlog_offset`` (the memory tail is not asked)."""
@@ -477,9 +501,22 @@ class TailQueue:
         tags = np.asarray(tags_codes, dtype=np.int64)
         if not len(q):
             return 0
+        if len(q) == 1 and self._start is not None and not self._rebase:
+            # one unit at the end (a follower catching up with one put): no array work
+            q0 = int(q[0])
+            with self._lock:
+                if q0 == self._start + self._count and self._start is not None and not self._rebase:
+                    self._grow(self._count + 1)
+                    self._tail[self._count] = (int(phys[0]), int(sz[0]), int(tags[0]))
+                    self._count += 1
+                    self._max_physic = int(phys[0]) + int(sz[0])
+                    return 1
         with self._lock:
             if self._start is None:
                 self._start = self._min = int(q.min())  # the first unit at a non-zero offset
+            elif self._rebase and not self._count and int(q.min()) > self._start:
+                self._start = self._min = int(q.min())  # see correct_min_offset
+            self._rebase = False
             written = 0
             below = (q < self.max_offset) & (q >= self.min_offset)
             if below.any():
@@ -629,8 +666,7 @@ class TailQueueStore:
         memory only (``ConsumeQueue.correct_min_offset`` reads, never writes)."""
         self.disk.correct_min_offset(min_commitlog_offset)
         for queue in self._queues.values():
-            if queue._min is not None and queue.disk is not None:
-                queue._min = max(queue._min, queue.disk.min_offset)
+            queue.correct_min_offset(min_commitlog_offset)
 
     def get(self, topic: str, queue_id: int) -> Optional[TailQueue]:
         return self._queues.get((topic, queue_id))

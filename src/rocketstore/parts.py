@@ -38,3 +38,6 @@ class StoreParts:
     #: ``put_message(message, durable, mode)``: the store's own put of a
     #: :class:`~rocketstore.message.Message` into a system topic (no user-topic checks)
     put_message: Callable[..., Any]
+    #: the consumer offset table (:class:`~rocketstore.configfiles.ConsumerOffsetTable`): the
+    #: retention policy ``delete_when_consumed`` reads how far each group consumed
+    offsets: Any = None

@@ -755,11 +755,11 @@ class PopService:
     ) -> None:
         """Collect the messages of ``lane`` due back at ``now`` (dead-lettering those past the
         maximum); the heap entries taken go to ``popped`` (pushed back if the receive fails)."""
-        heap = lane.heap
         inflight = lane.inflight
         taken: set[int] = set()  # an offset in two entries with the same deadline: once
-        while heap and heap[0][0] <= now and len(offsets) < want:
-            entry = heapq.heappop(heap)
+        # lane.heap, not an alias: a dead letter's acknowledgement may compact it (a new list)
+        while lane.heap and lane.heap[0][0] <= now and len(offsets) < want:
+            entry = heapq.heappop(lane.heap)
             deadline, seq, offs, nums = entry
             rest_o: list[int] = []
             rest_n: list[int] = []
@@ -791,7 +791,7 @@ class PopService:
                 numbers.append(n + 1)
                 messages.append(m)
             if rest_o:
-                heapq.heappush(heap, (deadline, seq, tuple(rest_o), tuple(rest_n)))
+                heapq.heappush(lane.heap, (deadline, seq, tuple(rest_o), tuple(rest_n)))
             popped.append(entry)
 
     def _dead_letter(self, lane: _Lane, offset: int, message: MessageExt, reconsume: int) -> None:

@@ -15,12 +15,15 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
+import math
 import os
 import random
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import (
@@ -44,7 +47,15 @@ from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
-from rocketstore.consume import GetMessageResult, TagFilter, _check_int, _DamagedUnit, get_message, get_units
+from rocketstore.consume import (
+    GetMessageResult,
+    GetMessageStatus,
+    TagFilter,
+    _check_int,
+    _DamagedUnit,
+    get_message,
+    get_units,
+)
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (
     Dispatcher,
@@ -63,7 +74,9 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
+from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.live import AsyncWaker, Follower, LivePage, Look, topic_slot
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -76,7 +89,13 @@ from rocketstore.message import (
 from rocketstore.parts import StoreParts
 from rocketstore.pop import PopService, Received, ReceivedMessage
 from rocketstore.queuecheck import QueueGuard
-from rocketstore.retention import Cleaner
+from rocketstore.retention import (
+    UNCHANGED,
+    Cleaner,
+    retention_attribute_changes,
+    retention_report,
+    topic_policy,
+)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
 from rocketstore.topics import Topics
@@ -118,6 +137,22 @@ _PARTS = (
     "_queues",
     "_index",
     "_disk_index",
+    "_live",
+    "_follower",
+    "_waker",
+)
+
+
+#: How often the dispatch thread writes the consumer offsets (RocketMQ's flushConsumerOffsetInterval).
+_OFFSETS_PERSIST_MS = 5000
+#: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
+_WAITABLE = frozenset(
+    (
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    )
 )
 
 
@@ -213,6 +248,10 @@ class MessageStore:
     _offsets: ConsumerOffsetTable
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
+    _follower: Optional[Follower] = None
+    _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
+    _live: Optional[LivePage] = None
+    _waker: Optional[AsyncWaker] = None
 
     def __init__(
         self,
@@ -240,14 +279,9 @@ class MessageStore:
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
         # looks): it looks again, a few times, before it reports what it found.
+        self._options = options
         for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
-            found = dict(options)
-            if "commitlog_file_size" not in found:
-                detected = detect_segment_size(commitlog_dir)
-                if detected is not None:
-                    found["commitlog_file_size"] = detected
-            detect_queue_options(self.path, found)
-            self.config = StoreConfig(**found)
+            self.config = self._detect_config(commitlog_dir)
             if not read_only:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
                 self._lock.acquire()
@@ -268,6 +302,16 @@ class MessageStore:
 
     # ---- open / close ----
 
+    def _detect_config(self, commitlog_dir: str) -> StoreConfig:
+        """The options given, and the geometry the store's files were written with."""
+        found = dict(self._options)
+        if "commitlog_file_size" not in found:
+            detected = detect_segment_size(commitlog_dir)
+            if detected is not None:
+                found["commitlog_file_size"] = detected
+        detect_queue_options(self.path, found)
+        return StoreConfig(**found)
+
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
         self._abort_path = os.path.join(self.path, "abort")
@@ -285,6 +329,11 @@ class MessageStore:
         self._commitlog = commitlog = CommitLog(commitlog_dir, cfg, self._impl, read_only=self.read_only)
         self._segments = commitlog.segments
         if self.read_only:
+            # the writer's live page before anything is loaded: what it says next is newer
+            self._live = LivePage.attach(self.path, self._impl.store)
+            self._follower = None
+            if self._live is not None:
+                self._follower = Follower(self._live, commitlog, weak_method(self._segments_deleted))
             # Queues and index first: a writer's retention deletes segments before the queue
             # and index files that point into them, so every segment found after these has
             # its units and index entries here (or dispatched into memory).
@@ -294,6 +343,8 @@ class MessageStore:
             commitlog.load()
             self._open_queues()
         self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
+        if not self.read_only:
+            self._import_group_offsets()
         end, queue_offsets, dispatch_start = self._recover()
         self._dispatch_thread = None
         self._cleaner = None
@@ -314,6 +365,8 @@ class MessageStore:
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
             self._repair_holes(queue_offsets)
+            if self._follower is not None:
+                self._follower.wrote = commitlog.end
             return
 
         pid = os.getpid() & 0xFFFF
@@ -330,6 +383,9 @@ class MessageStore:
             roll=weak_method(commitlog.roll, _closed_error),
         )
         self._topics.core = core
+        self._live = LivePage.create(self.path, self._impl.store, end, crashed=not self.last_shutdown_clean)
+        core.set_live(self._live.mm)
+        commitlog.on_deleted = self._live.changed
         self._dispatcher = Dispatcher(
             self._segments,
             self._codec,
@@ -346,7 +402,7 @@ class MessageStore:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
                 cfg.dispatch_interval_ms,
-                checkpoint=weak_method(self._save_checkpoint),
+                checkpoint=weak_method(self._background_checkpoint),
                 checkpoint_interval_ms=cfg.checkpoint_interval_ms,
             )
         self._parts = StoreParts(
@@ -358,8 +414,9 @@ class MessageStore:
             self._dispatcher,
             self._topics,
             weak_method(self._put_message, _closed_error),
+            self._offsets,
         )
-        self._cleaner = Cleaner(self._parts)
+        self._cleaner = Cleaner(self._parts, clock=cfg.clock)
         self._cleaner.start()
         self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
         self._schedule.start()
@@ -372,6 +429,18 @@ class MessageStore:
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
         )
+
+    def _segments_deleted(self) -> None:
+        """A read-only store's follower dropped segments retention deleted: the queues start
+        above them (what a writable store's Cleaner does for its own queues)."""
+        if not self._commitlog.files:
+            return
+        low = self._commitlog.min_offset
+        dispatcher = self._dispatcher
+        with dispatcher.lock:
+            if dispatcher.offset < low:
+                dispatcher.offset = low  # what it had not dispatched yet is gone
+        self._queues.correct_min_offset(low)
 
     def _read_only_end(self) -> int:
         return self._commitlog.end
@@ -523,6 +592,18 @@ class MessageStore:
         if damaged:
             self._guard.repair(damaged)
 
+    def _background_checkpoint(self) -> None:
+        """The dispatch thread's periodic step: the checkpoint, and every
+        ``_OFFSETS_PERSIST_MS`` the consumer offsets (with those process groups committed), as a
+        broker flushes them every 5 s."""
+        self._save_checkpoint()
+        now = time.monotonic()
+        if now - self._offsets_persisted >= _OFFSETS_PERSIST_MS / 1000.0:
+            self._offsets_persisted = now
+            # not under the store's mutex: close() holds it while it stops this thread
+            self._import_group_offsets()
+            self._offsets.persist()
+
     def _save_checkpoint(self) -> None:
         """Make the ConsumeQueues and the index durable up to the dispatch offset and record
         that offset (and its store time) in the checkpoint: a recovery after a crash starts there."""
@@ -608,10 +689,15 @@ class MessageStore:
         durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
             durable = run(self._final_checkpoint)
+            run(self._import_group_offsets)
             for table in (self._topics, self._offsets):
                 run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
             run(self._commitlog.close)
+        for part in ("_waker", "_live"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close)
         if durable:
             run(self._remove_abort_file)
         run(self._lock.release)
@@ -678,6 +764,25 @@ class MessageStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._follower is not None and not self._follower.follow():
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """A writer opened the store since this read-only one did (its recovery may have cut
+        what this one mapped): open it again, as if new."""
+        with self._mutex:
+            if self._closed or self._follower is None or self._follower.follow():
+                return
+            self._closed = True
+            errors = self._teardown(clean=False)
+            if errors:
+                raise errors[0]
+            for part in _PARTS:
+                setattr(self, part, None)
+            commitlog_dir = os.path.join(self.path, "commitlog")
+            self.config = self._detect_config(commitlog_dir)
+            self._open(commitlog_dir)
+            self._closed = False
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -694,6 +799,52 @@ class MessageStore:
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
         self._topics.set(topic, queues)
+
+    def set_topic_retention(
+        self,
+        topic: str,
+        *,
+        retention_ms: Any = UNCHANGED,
+        retention_bytes: Any = UNCHANGED,
+        delete_when_consumed: Any = UNCHANGED,
+    ) -> dict[str, Any]:
+        """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
+        as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
+
+        Each argument left out stays as it is; None removes the topic's own value (the store's
+        option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
+        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
+        """
+        self._check_writable()
+        validate_topic(topic)
+        changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
+        if changes:
+            self._topics.update_attributes(topic, changes)
+        return self.topic_retention(topic)
+
+    def topic_retention(self, topic: str) -> dict[str, Any]:
+        """The retention ``topic`` gets: ``{"retention_ms", "retention_bytes",
+        "delete_when_consumed", "source": {policy: "topic" | "store" | ...}}``."""
+        self._check_open()
+        validate_topic(topic)
+        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
+
+    def retention_report(self) -> dict[str, Any]:
+        """Per topic, its policy, its oldest segment and what holds that segment (which policy;
+        for ``delete_when_consumed``, which groups at which offsets), and the store's oldest
+        segment with the topics that hold it. Also ``stats()["retention"]``. A writable store
+        dispatches first; when that fails (a full disk) the report is of what was dispatched and
+        has ``"dispatch_error"``."""
+        self._check_open()
+        return retention_report(
+            self.config,
+            self._commitlog,
+            self._queues,
+            self._topics.table,
+            self._offsets,
+            self._dispatcher,
+            dispatch=not self.read_only,
+        )
 
     @property
     def topics(self) -> dict[str, int]:
@@ -1228,6 +1379,8 @@ class MessageStore:
         offset: Optional[int] = None,
         max_msgs: int = 32,
         tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
     ) -> GetMessageResult:
         """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
 
@@ -1237,10 +1390,63 @@ class MessageStore:
         ``offset=None`` starts at ``group``'s committed offset (else the queue's first).
         ``tags``: ``None`` or ``"*"`` for all, or ``"TagA || TagB"``; filtered by tagsCode, then
         re-checked against the real tag, so hash collisions never deliver a wrong tag.
+
+        ``wait``: seconds to wait when nothing is there yet (the queue is caught up, or nothing
+        matched): the call returns as soon as a matching message is put, by this process or
+        another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
         _check_name("group", group)
         tag_filter = TagFilter.parse(tags)
+        deadline = self._deadline(wait)
+        while True:
+            seen = self._live_look((topic,) if deadline is not None else ())
+            found = self._pull(
+                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+            )
+            if deadline is None or not self._may_wait(found):
+                return found
+            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = found.next_begin_offset  # scanned past what did not match
+            if not self._wait_for_put(seen, deadline):
+                return found
 
+    async def get_message_async(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
+    ) -> GetMessageResult:
+        """:meth:`get_message` for asyncio: while it waits the event loop runs on (one thread per
+        store sleeps for every waiter)."""
+        _check_name("group", group)
+        tag_filter = TagFilter.parse(tags)
+        deadline = self._deadline(wait)
+        while True:
+            seen = self._live_look((topic,) if deadline is not None else ())
+            found = self._pull(
+                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+            )
+            if deadline is None or not self._may_wait(found):
+                return found
+            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = found.next_begin_offset  # scanned past what did not match
+            if not await self._wait_for_put_async(seen, deadline):
+                return found
+
+    def _puller(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        max_msgs: int,
+        tag_filter: TagFilter,
+    ) -> Callable[[Any, Any], GetMessageResult]:
         def pull(cq: Any, read: Any) -> GetMessageResult:
             start = offset
             if start is None:
@@ -1249,7 +1455,64 @@ class MessageStore:
                     start = cq.min_offset if cq is not None else 0
             return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
 
-        return self._pull(topic, queue_id, pull)
+        return pull
+
+    # ---- waiting for puts (rocketstore.live) ----
+
+    @staticmethod
+    def _deadline(wait: Optional[float]) -> Optional[float]:
+        """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
+        if wait is None:
+            return None
+        ms = timeout_ms(wait)
+        return math.inf if ms < 0 else time.monotonic() + ms / 1000.0
+
+    @staticmethod
+    def _may_wait(found: GetMessageResult) -> bool:
+        return not found.messages and found.status in _WAITABLE
+
+    def _live_look(self, topics: Sequence[str]) -> Look:
+        """What a wait for puts of ``topics`` compares against (taken before looking for messages)."""
+        self._check_open()
+        live = self._live
+        if live is None:
+            return (0, (), ())
+        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
+
+    def _wait_for_put(self, seen: Look, deadline: float) -> bool:
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
+        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
+        StoreClosedError)."""
+        live = self._live
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._check_open()
+            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+                time.sleep(min(left, 1.0))
+                continue
+            try:
+                if live.wait_look(seen, min(left, 1.0)):
+                    return True
+            except ValueError:  # its map closed under it: this store was closed meanwhile
+                self._check_open()
+                raise
+
+    async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        live = self._live
+        if live is None:
+            await asyncio.sleep(min(left, 3600.0))
+            return False
+        with self._mutex:
+            if self._waker is None:
+                self._waker = AsyncWaker(live)
+            waker = self._waker
+        await waker.changed(seen, None if math.isinf(left) else left)
+        return True
 
     def _pop_pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
@@ -1385,9 +1648,31 @@ class MessageStore:
         return self._offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
-        """Write ``config/consumerOffset.json`` now if offsets changed; True if written."""
+        """Write ``config/consumerOffset.json`` now if offsets changed (with the offsets process
+        groups committed, :mod:`rocketstore.group`); True if written."""
         self._check_writable()
+        self._import_group_offsets()
         return self._offsets.persist()
+
+    def _import_group_offsets(self) -> None:
+        """Copy the offsets that group members (rocketstore.group) committed into this store's
+        table: ``consumerOffset.json`` then holds them as a broker's does."""
+        directory = os.path.join(self.path, GROUPS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            try:
+                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
+            except StoreConfigError:
+                _log.warning("group offsets %s are unreadable: not copied", name)
+                continue
+            for key, offsets in table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in offsets.items():
+                    if self._offsets.query(group, topic, queue_id) != offset:
+                        self._offsets.commit(group, topic, queue_id, offset)
 
     # ---- lookups (§3, §5.5) ----
 
@@ -1512,11 +1797,15 @@ class MessageStore:
 
     @property
     def min_offset(self) -> int:
+        if self._follower is not None:
+            self._check_open()
         return self._commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
+        if self._follower is not None:
+            self._check_open()
         return self._commitlog.max_offset
 
     @property
@@ -1526,7 +1815,15 @@ class MessageStore:
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         """{(topic, queue_id): next queue offset}."""
         if self.read_only:
-            return dict(self._queue_offsets)
+            self._check_open()
+            found = dict(self._queue_offsets)
+            if self._follower is not None:
+                self._dispatcher.catch_up()
+                for cq in self._queues:
+                    key = (cq.topic, cq.queue_id)
+                    if cq.max_offset > found.get(key, 0):
+                        found[key] = cq.max_offset
+            return found
         return self._core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:
@@ -1550,6 +1847,7 @@ class MessageStore:
             out.update(self._cleaner.stats())
             if self._pop is not None:
                 out.update(self._pop.stats())
+        out["retention"] = self.retention_report()
         return out
 
     def __repr__(self) -> str:

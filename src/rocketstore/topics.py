@@ -57,6 +57,24 @@ class Topics:
             if self.core is not None:
                 self.core.forget_topic(topic)
 
+    def attributes(self, topic: str) -> dict[str, str]:
+        """The topic's 5.x ``attributes`` map (a copy; {} for an unknown topic)."""
+        return self.table.attributes(topic)
+
+    def update_attributes(self, topic: str, changes: dict[str, Optional[str]]) -> dict[str, str]:
+        """Set (str) or remove (None) attributes of ``topic`` (created with ``default_queues``
+        when unknown) and persist; returns the new map."""
+        validate_topic(topic)
+        with self.lock:
+            created = not self.table.queues(topic)
+            if created:
+                self.table.create(topic, self.default_queues)
+            attrs = self.table.update_attributes(topic, changes)
+            self.table.persist()
+            if created and self.core is not None:
+                self.core.forget_topic(topic)
+            return attrs
+
     def ensure(self, topic: str, queues: int, *, perm: int) -> None:
         """Make ``topic`` exist with at least ``queues`` queues (a system topic a service writes)."""
         with self.lock:

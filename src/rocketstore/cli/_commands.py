@@ -38,7 +38,7 @@ from rocketstore.cli._output import (
     _printable,
 )
 from rocketstore.configfiles import ConsumerOffsetTable
-from rocketstore.consume import GetMessageStatus
+from rocketstore.consume import Consumer, GetMessageStatus
 from rocketstore.errors import (
     FlushTimeoutError,
     InvalidMessageIdError,
@@ -191,6 +191,40 @@ _PULL_DONE = (
 )
 
 
+def _follow(store, args, ends: dict, remaining: int) -> None:
+    """``consume --follow``: print each message as it is put (one batch at a time)."""
+    consumer = Consumer(store, args.group, {args.topic: args.tags}, retry=False)
+    for qid, offset in ends.items():
+        consumer.seek(args.topic, qid, offset)
+    while remaining > 0:
+        if args.queue is None:
+            batch = consumer.poll(min(remaining, PULL_BATCH), timeout=None)
+        else:
+            key = (args.topic, args.queue)
+            res = store.get_message(
+                args.group,
+                *key,
+                consumer.positions.get(key, 0),
+                min(remaining, PULL_BATCH),
+                args.tags,
+                wait=3600,
+            )
+            batch = res.messages
+            consumer.seek(args.topic, args.queue, res.next_begin_offset)
+        if not batch:
+            continue
+        out = MessageOutput(args.json)
+        for msg in batch:
+            out.write(msg)
+        out.close()
+        sys.stdout.flush()
+        remaining -= len(batch)
+        if args.commit:
+            for (_, qid), offset in consumer.positions.items():
+                store.commit_offset(args.group, args.topic, qid, offset)
+            store.persist_offsets()
+
+
 def cmd_consume(args) -> int:
     with open_store(args, writable=args.commit) as store:
         if args.queue is None:
@@ -232,7 +266,9 @@ def cmd_consume(args) -> int:
                 if moved and offset != committed[qid]:
                     store.commit_offset(args.group, args.topic, qid, offset)
             store.persist_offsets()
-    if not args.json:
+        if args.follow:
+            _follow(store, args, ends, remaining)
+    if not args.json and not args.follow:
         verb = "committed" if args.commit else "not committed: add --commit to store them"
         print(f"{_n(out.count, 'message')} of {args.topic} for group {args.group}; next offsets ({verb}):")
         for qid, offset in ends.items():
@@ -284,7 +320,52 @@ def store_report(store: MessageStore) -> dict:
         "groups": groups,
         "delayed": {str(level): n for level, n in store.delayed_counts().items()},
         "dead_letters": dlq_counts(queues),
+        "retention": base["retention"],
     }
+
+
+def _policy_text(policy: dict) -> str:
+    """``"age 1h, size 10,000 B, when consumed"`` for a topic's retention policy."""
+    ms, size = policy["retention_ms"], policy["retention_bytes"]
+    if ms is None:
+        age = "age file_reserved_time"
+    elif ms == -1:
+        age = "age unlimited"
+    else:
+        age = f"age {ms:,} ms"
+    parts = [age]
+    if size not in (None, -1):
+        parts.append(f"size {size:,} B")
+    if policy["delete_when_consumed"]:
+        parts.append("when consumed")
+    return ", ".join(parts)
+
+
+def _hold_text(hold: dict) -> str:
+    """One reason a segment stays, as the RETENTION table prints it."""
+    policy = hold["policy"]
+    if policy == "delete_when_consumed":
+        if hold["no_group"]:
+            return "delete_when_consumed: no group has an offset"
+        groups = "; ".join(
+            f"{_printable(str(g))} ("
+            + ", ".join(f"q{q}@{o}" for q, o in sorted(offsets.items(), key=lambda kv: int(kv[0])))
+            + ")"
+            for g, offsets in hold["groups"].items()
+        )
+        return f"delete_when_consumed: {groups}"
+    if policy in ("file_reserved_time", "retention_ms"):
+        limit = hold["retention_ms"]
+        if limit == -1:
+            return f"{policy}: no age limit"
+        age = hold["age_ms"]
+        age_text = "?" if age is None else f"{age / 3_600_000:.2f} h"
+        return f"{policy}: age {age_text} of {limit / 3_600_000:.2f} h"
+    if policy == "delete_when":
+        return "delete_when: waits for hour " + ",".join(f"{h:02d}" for h in hold["hours"])
+    if policy == "retention_bytes":
+        return f"retention_bytes: {hold['bytes']:,} of {hold['retention_bytes']:,} B"
+    return policy
 
 
 def _counted(counts: dict, label: str) -> str:
@@ -334,6 +415,22 @@ def cmd_stats(args) -> int:
         for topic, entry in report["topics"].items():
             for q in entry["queues"]:
                 table.add([_printable(topic), q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]])
+        table.close()
+    retention = report["retention"]["topics"]
+    if retention:
+        print()
+        table = Table(
+            [("TOPIC", "<"), ("RETENTION", "<"), ("OLDEST_SEGMENT", ">"), ("HELD_BY", "<")], sys.stdout
+        )
+        for topic, entry in retention.items():
+            oldest = entry["oldest_segment"]
+            holds = entry.get("held_by") or []
+            held = (
+                "; ".join(_hold_text(h) for h in holds) if holds else ("-" if oldest is None else "nothing")
+            )
+            table.add(
+                [_printable(topic), _policy_text(entry["policy"]), "-" if oldest is None else oldest, held]
+            )
         table.close()
     if report["groups"]:
         print()

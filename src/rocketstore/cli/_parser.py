@@ -226,9 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--commit", action="store_true", help="commit the group's next offsets (opens the store for writing)"
     )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep printing messages as they are put, until --max or Ctrl-C (with --commit, "
+        "committing after each batch)",
+    )
 
     command(
-        "stats", cmd_stats, "topics, queues, segments, bytes and consumer lag per group", aliases=["info"]
+        "stats",
+        cmd_stats,
+        "topics, queues, segments, bytes, consumer lag per group and what holds each topic's oldest segment",
+        aliases=["info"],
     )
     command(
         "verify",

@@ -1,0 +1,146 @@
+"""Many processes, one store (issue 18): what waiting for messages costs and how fast it wakes.
+
+Three figures, measured in one run on this machine:
+
+1. **put-to-receive latency across processes**: this process puts one message every
+   ``--gap-ms``; a reader process (a read-only store) waits in ``get_message(wait=)`` and, on
+   receipt, takes ``CLOCK_MONOTONIC`` (the same clock in every process) minus the time the body
+   carries. Goal: p50 <= 100 us, p99 <= 2 ms.
+2. **CPU of idle waiting consumers**: ``--consumers`` processes each iterate a ``Consumer`` that
+   has nothing to receive for ``--idle-s`` seconds; their CPU time over that window, as a share of
+   one core. Goal: < 1 % for 8.
+3. **what waiters cost a putter**: puts/s of this process with nobody waiting, then with the idle
+   consumers waiting (each put then wakes them: they find nothing for them and sleep again).
+
+    python bench/live.py [--messages 2000] [--consumers 8] [--idle-s 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import buildinfo
+
+buildinfo.require("bench/live.py")
+
+from rocketstore import MessageStore  # noqa: E402
+
+READER = r"""
+import struct, sys, time
+from rocketstore import MessageStore
+path, n = sys.argv[1], int(sys.argv[2])
+with MessageStore(path, read_only=True) as store:
+    print("READY", flush=True)
+    offset, lat = 0, []
+    while len(lat) < n:
+        got = store.get_message("bench", "Latency", 0, offset, max_msgs=64, wait=10)
+        now = time.monotonic_ns()
+        if not got.messages:
+            raise SystemExit("no message within 10 s")
+        for msg in got.messages:
+            lat.append(now - struct.unpack("<q", msg.body[:8])[0])
+        offset = got.next_begin_offset
+    print(" ".join(map(str, lat)), flush=True)
+"""
+
+IDLE = r"""
+import os, sys, time
+from rocketstore import Consumer, MessageStore
+path, seconds = sys.argv[1], float(sys.argv[2])
+with MessageStore(path, read_only=True) as store:
+    consumer = Consumer(store, "idle-%d" % os.getpid(), "Nothing")
+    print("READY", flush=True)
+    t0, c0 = time.monotonic(), time.process_time()
+    while time.monotonic() - t0 < seconds:
+        consumer.poll(32, timeout=seconds - (time.monotonic() - t0))
+    print(time.process_time() - c0, time.monotonic() - t0, flush=True)
+"""
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line != "READY\n":
+        proc.kill()
+        raise SystemExit(f"child did not start: {line!r}")
+    return proc
+
+
+def put_rate(store: MessageStore, seconds: float) -> float:
+    body = b"x" * 64
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(1000):
+            store.put("Rate", body, queue_id=0)
+        n += 1000
+    return n / (time.perf_counter() - t0)
+
+
+def pct(values: list[int], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))] / 1000.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=2000)
+    ap.add_argument("--gap-ms", type=float, default=2.0)
+    ap.add_argument("--consumers", type=int, default=8)
+    ap.add_argument("--idle-s", type=float, default=5.0)
+    args = ap.parse_args()
+    print(buildinfo.header())
+    print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    root = tempfile.mkdtemp(prefix="rocketstore-live-bench-")
+    path = os.path.join(root, "store")
+    try:
+        with MessageStore(path) as store:
+            store.create_topic("Latency", 1)
+            store.create_topic("Rate", 1)
+            store.create_topic("Nothing", 1)
+            store.put("Nothing", b"")  # the topic has a queue; nobody waits on its end
+            reader = spawn(READER, path, str(args.messages))
+            for _ in range(args.messages):
+                time.sleep(args.gap_ms / 1000.0)
+                store.put("Latency", struct.pack("<q", time.monotonic_ns()), queue_id=0)
+            out, _ = reader.communicate(timeout=120)
+            lat = [int(x) for x in out.split()]
+            print(
+                f"put-to-receive across processes, {len(lat)} messages one per {args.gap_ms} ms: "
+                f"p50 {pct(lat, 50):.1f} us, p99 {pct(lat, 99):.1f} us, max {max(lat) / 1000:.1f} us "
+                f"(goal p50 <= 100 us, p99 <= 2000 us)"
+            )
+
+            idle = [spawn(IDLE, path, str(args.idle_s)) for _ in range(args.consumers)]
+            cpu = wall = 0.0
+            for proc in idle:  # nothing is put meanwhile
+                out, _ = proc.communicate(timeout=args.idle_s + 60)
+                c, w = map(float, out.split())
+                cpu, wall = cpu + c, max(wall, w)
+            print(
+                f"{args.consumers} idle waiting consumers used {cpu:.4f} s of CPU in {wall:.1f} s: "
+                f"{100 * cpu / wall:.3f} % of one core (goal < 1 %)"
+            )
+
+            alone = put_rate(store, 2.0)
+            waiting = [spawn(IDLE, path, "4") for _ in range(args.consumers)]
+            busy = put_rate(store, 2.0)
+            for proc in waiting:
+                proc.communicate(timeout=60)
+            print(
+                f"puts/s, one process: {alone:,.0f} with nobody waiting, {busy:,.0f} with "
+                f"{args.consumers} consumers of another topic waiting ({busy / alone:.2f}x)"
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
