@@ -176,6 +176,9 @@ def start_and_kill(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # unbuffered: readline() below must not read ahead of the READY line into a buffer
+        # that communicate() (which reads the pipes' descriptors) would never return
+        bufsize=0,
     )
     try:
         first = child.stdout.readline().split()

@@ -15,6 +15,7 @@ from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
 from rocketstore.group import GroupConsumer
 from rocketstore.message import Message, MessageExt
+from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore, open_store
 
@@ -51,6 +52,8 @@ __all__ = [
     "GroupConsumer",
     "GetMessageResult",
     "TagFilter",
+    "Received",
+    "ReceivedMessage",
     "CQ_UNIT_DTYPE",
     "PutResult",
     "BatchPutResult",

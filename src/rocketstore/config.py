@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from rocketstore.errors import StoreConfigError
+from rocketstore.message import is_valid_topic
 
 __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path", "local_ipv4"]
 
@@ -199,9 +200,16 @@ class StoreConfig:
     #: spec §1.6): ``__CRC32#`` with a CRC of the whole record but its last 20 bytes, which
     #: ``verify()`` checks wherever it is present. 20 bytes more per record.
     append_prop_crc: bool = False
-    #: The delay service's clock: a callable returning epoch milliseconds (None: the system
-    #: clock). Tests inject one to deliver hours of delays without waiting.
+    #: The clock of the delay service and of POP's invisible times (``receive``): a callable
+    #: returning epoch milliseconds (None: the system clock). Tests inject one to deliver hours
+    #: of delays, or let invisible times run out, without waiting.
     clock: Optional[Callable[[], int]] = None
+    #: The cluster name in POP's revive topic, ``rmq_sys_REVIVE_LOG_<broker_cluster_name>``
+    #: (``brokerClusterName``, "DefaultCluster"), where receive and ack keep their records.
+    broker_cluster_name: str = "DefaultCluster"
+    #: How often, at most, POP's state is snapshotted into ``config/rocketstorePop.json`` while
+    #: receive and ack run (ms; 0: only at close). An open replays the revive log after it.
+    pop_snapshot_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:  # noqa: C901 (one check per option, each with its own message)
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -248,6 +256,18 @@ class StoreConfig:
             raise StoreConfigError("append_prop_crc must be a bool")
         if self.clock is not None and not callable(self.clock):
             raise StoreConfigError("clock must be a callable returning epoch milliseconds")
+        if (
+            not isinstance(self.broker_cluster_name, str)
+            or not self.broker_cluster_name
+            or not is_valid_topic("rmq_sys_REVIVE_LOG_" + self.broker_cluster_name)
+        ):
+            raise StoreConfigError("broker_cluster_name must make a topic name: [%|a-zA-Z0-9_-]")
+        if (
+            isinstance(self.pop_snapshot_interval_ms, bool)
+            or not isinstance(self.pop_snapshot_interval_ms, int)
+            or self.pop_snapshot_interval_ms < 0
+        ):
+            raise StoreConfigError("pop_snapshot_interval_ms must be an int, 0 or more")
         if self.store_host is None:
             self.store_host = local_ipv4()
         if self.born_host is None:

@@ -547,6 +547,17 @@ class ConsumerOffsetTable(ConfigFile):
             offsets[queue_id] = offset
             self.dirty = True
 
+    def commit_key(self, key: str, queue_id: int, offset: int) -> None:
+        """:meth:`commit` under a ``key(topic, group)`` whose names and queue id were checked
+        by an earlier :meth:`commit` (POP commits on every acknowledgement)."""
+        with self._lock:
+            offsets = self._table.setdefault(key, {})
+            previous = offsets.get(queue_id)
+            if previous is not None and offset < previous:
+                log.warning("offset of %s queue %d moves back from %d to %d", key, queue_id, previous, offset)
+            offsets[queue_id] = offset
+            self.dirty = True
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """``queryOffset``: the committed offset, -1 if none."""
         offsets = self._table.get(self.key(topic, group))

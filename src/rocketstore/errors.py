@@ -40,6 +40,8 @@ __all__ = [
     "PutRefusedDiskFullError",
     "SegmentDiskFullError",
     "FlushTimeoutError",
+    "InvalidReceiptHandleError",
+    "ReceiptHandleExpiredError",
 ]
 
 
@@ -194,6 +196,23 @@ class FlushTimeoutError(RocketStoreError):
     def __init__(self, message: str, result: Any = None) -> None:
         super().__init__(message)
         self.result = result
+
+
+class InvalidReceiptHandleError(RocketStoreError, ValueError):
+    """Not a receipt handle :meth:`~rocketstore.MessageStore.receive` of this store handed out
+    (malformed, or naming a queue position never received); nothing was acknowledged."""
+
+
+class ReceiptHandleExpiredError(RocketStoreError):
+    """A receipt handle whose message was handed out again after its invisible time ran out
+    (another receiver has it now), or, for ``change_invisible_time``, whose message is already
+    acknowledged. ``handles`` lists the handles concerned; for ``ack_many``, ``acked`` counts the
+    other handles' messages, which were acknowledged all the same."""
+
+    def __init__(self, message: str, handles: Any = (), acked: int = 0) -> None:
+        super().__init__(message)
+        self.handles = list(handles)
+        self.acked = acked
 
 
 def not_stored(status: int, cause: BaseException) -> PutError:

@@ -687,9 +687,16 @@ class ScheduleService:
     # ---- retry and DLQ ----
 
     def send_back(
-        self, group: str, message: MessageExt, delay_level: int = 0, max_reconsume_times: Optional[int] = None
+        self,
+        group: str,
+        message: MessageExt,
+        delay_level: int = 0,
+        max_reconsume_times: Optional[int] = None,
+        *,
+        reconsume_times: Optional[int] = None,
     ) -> Any:
-        """See :meth:`MessageStore.send_back`."""
+        """See :meth:`MessageStore.send_back`. ``reconsume_times``: the copy's (default: the
+        record's plus one); POP gives its delivery count."""
         _check_group(group)
         if isinstance(delay_level, bool) or not isinstance(delay_level, int):
             raise InvalidDelayLevelError(f"delay_level must be an int, not {type(delay_level).__name__}")
@@ -736,7 +743,7 @@ class ScheduleService:
             flag=msg.flag,
             queue_id=0,
             born_timestamp=msg.born_timestamp,
-            reconsume_times=reconsume + 1,
+            reconsume_times=reconsume + 1 if reconsume_times is None else reconsume_times,
             sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6,
         )
         return self._parts.put_message(copy, None, 0)  # the store's own put into a system topic
@@ -753,6 +760,11 @@ class ScheduleService:
         entry: dict[str, Any] = self._groups.create(group, retry_max_times=retry_max_times)
         self._groups.persist()
         return entry
+
+    def retry_max_times(self, group: str) -> int:
+        """``group``'s ``retryMaxTimes`` (``subscriptionGroup.json``; 16 when it has none)."""
+        times = self._groups.retry_max_times(group)
+        return DEFAULT_MAX_RECONSUME_TIMES if times == -1 else times
 
     # ---- state ----
 

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -88,6 +88,7 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.parts import StoreParts
+from rocketstore.pop import PopService, Received, ReceivedMessage
 from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import (
     UNCHANGED,
@@ -131,6 +132,7 @@ _MESSAGES_PER_DECODE = 1024
 _PARTS = (
     "_timer",
     "_schedule",
+    "_pop",
     "_cleaner",
     "_dispatch_thread",
     "_core",
@@ -245,6 +247,7 @@ class MessageStore:
     _cleaner: Any
     _schedule: Any
     _timer: Any
+    _pop: Optional[PopService]
     _guard: QueueGuard
     _parts: StoreParts
     _checkpoint: Checkpoint
@@ -353,6 +356,7 @@ class MessageStore:
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
         self._timer = None  # the timer service (rocketstore.timer) of a writable store
+        self._pop = None  # acknowledgement per message (rocketstore.pop) of a writable store
         if self.read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
@@ -425,6 +429,15 @@ class MessageStore:
         self._schedule.start()
         self._timer = TimerService(self._parts, clock=cfg.clock, interval_ms=cfg.timer_interval_ms)
         self._timer.start()
+        self._pop = PopService(
+            self._parts,
+            self._offsets,
+            pull=weak_method(self._pop_pull, _closed_error),
+            lookup=weak_method(self._pop_lookup, _closed_error),
+            send_back=self._schedule.send_back,
+            retry_max_times=self._schedule.retry_max_times,
+            clock=cfg.clock,
+        )
 
     def _segments_deleted(self) -> None:
         """A read-only store's follower dropped segments retention deleted: the queues start
@@ -638,10 +651,11 @@ class MessageStore:
         when it is collected."""
         if getattr(self, "_closed", True):
             return
-        for service in (self._timer, self._schedule):
+        for service in (self._timer, self._schedule, self._pop):
             if service is not None:
                 try:
-                    service.close()  # before the mutex: a delivery pass in progress may need it
+                    service.close()  # before the mutex: a delivery pass in progress may need it,
+                    # and the POP snapshot flushes the CommitLog
                 except BaseException:
                     pass  # _teardown closes it again and reports the error
         with self._mutex:
@@ -667,10 +681,10 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
-        for part in ("_timer", "_schedule", "_cleaner", "_dispatch_thread"):
+        for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
             obj = getattr(self, part, None)
             if obj is not None:
-                run(obj.close if part in ("_timer", "_schedule") else obj.stop)
+                run(obj.close if part in ("_timer", "_schedule", "_pop") else obj.stop)
         writable = not self.read_only
         core = getattr(self, "_core", None)
         durable = clean and writable and core is not None
@@ -1208,6 +1222,73 @@ class MessageStore:
         group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
         return group_config
 
+    # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.pop) ----
+
+    def _pop_service(self) -> PopService:
+        self._check_writable()
+        assert self._pop is not None
+        return self._pop
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
+        queue_id: Optional[int] = None,
+        max_reconsume_times: Optional[int] = None,
+        tags: Optional[str] = None,
+    ) -> Received:
+        """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
+        invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
+
+        Returns a :class:`~rocketstore.pop.Received`, a sequence of
+        :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
+        times raised by one), then new ones from the group's position, queue by queue
+        (``queue_id`` picks one). A message that would come back more than
+        ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
+        ``%DLQ%<group>`` instead. ``tags``: a subscription expression (``"TagA || TagB"``, as
+        for :meth:`get_message`); messages it does not match are passed over for good, as a
+        consumer that filters and commits passes them (the group's position moves past them).
+        The receipt is recorded durably before the messages are handed out (see
+        :mod:`rocketstore.pop`); an empty result when nothing is there.
+        """
+        return self._pop_service().receive(
+            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags
+        )
+
+    def ack(self, handle: str | ReceivedMessage) -> bool:
+        """Acknowledge the message received with ``handle`` (its receipt handle, or the
+        :class:`~rocketstore.pop.ReceivedMessage`): it is never handed out to the group
+        again. True if this call acknowledged it, False if it already was;
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
+        it was handed out again (the new receiver's handle acknowledges it);
+        :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
+        ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
+        return self._pop_service().ack(handle)
+
+    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
+        """Acknowledge many messages at once (one record per queue); returns how many this call
+        acknowledged. ``handles``: receipt handles (or ``ReceivedMessage``), or a whole
+        :class:`~rocketstore.pop.Received`
+        (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
+        :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
+        whose messages were handed out again are listed by the
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` raised after the others'
+        messages are acknowledged."""
+        return self._pop_service().ack_many(handles)
+
+    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
+        """Make the message received with ``handle`` invisible for ``invisible_time_ms`` from
+        now (longer or shorter; 0: due back at once); returns the handle, which stays valid."""
+        return self._pop_service().change_invisible_time(handle, invisible_time_ms)
+
+    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
+        """{queue id: {"committed": lowest un-acked offset, "next": next new offset,
+        "in_flight": messages received and not acknowledged}} of ``group`` in ``topic``."""
+        return self._pop_service().status(group, topic)
+
     # ---- reads ----
 
     def _readable_end(self, mf: MappedFile) -> int:
@@ -1326,24 +1407,30 @@ class MessageStore:
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
-    def _queue(self, topic: str, queue_id: int) -> Any:
+    def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
         """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
-        with known holes is rebuilt from the CommitLog first."""
+        with known holes is rebuilt from the CommitLog first. ``need``: dispatch catches up only
+        if the queue ends before that queue offset (POP's own records, put between its pulls,
+        would otherwise be dispatched on every pull)."""
         self._check_open()
         _check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id)
-        self._dispatcher.catch_up()
-        cq = self._queues.get(topic, queue_id)
+        cq = self._queues.get(topic, queue_id) if need is not None else None
+        if cq is None or cq.max_offset < need:
+            self._dispatcher.catch_up()
+            cq = self._queues.get(topic, queue_id)
         if cq is not None and cq.holes:
             self._guard.repair([(topic, queue_id)])
         return cq
 
-    def _pull(self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T]) -> _T:
+    def _pull(
+        self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T], need: Optional[int] = None
+    ) -> _T:
         """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
         :meth:`_unit_message`: a unit that does not point at its own record makes the store
         rebuild the queue from the CommitLog and try again; if that cannot help, the position is
         reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
-        cq = self._queue(topic, queue_id)
+        cq = self._queue(topic, queue_id, need)
         read = _UnitReader(self._guard, topic, int(queue_id))
         for attempt in range(2):
             try:
@@ -1504,6 +1591,24 @@ class MessageStore:
             waker = self._waker
         await waker.changed(seen, None if math.isinf(left) else left)
         return True
+
+    def _pop_pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
+    ) -> GetMessageResult:
+        """:meth:`get_message` for POP: dispatch catches up only when the queue has fewer than
+        ``max_msgs`` units from ``offset``."""
+        return self._pull(
+            topic,
+            queue_id,
+            lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
+            offset + max_msgs,
+        )
+
+    def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
+        return self._pull(
+            topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
+        )
 
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
@@ -1818,6 +1923,8 @@ class MessageStore:
         if not self.read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
+            if self._pop is not None:
+                out.update(self._pop.stats())
         out["retention"] = self.retention_report()
         return out
 
