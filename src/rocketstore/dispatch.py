@@ -134,6 +134,15 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
     n = len(records)
     if n == 0:
         return []
+    if n == 1:  # one record (a follower catching up with one put): no grouping to do
+        row = records[0]
+        at, length = int(row["topic_pos"]), int(row["topic_len"])
+        view = memoryview(buffer)
+        if at >= 0 and at + length <= view.nbytes:
+            topic = view.cast("B")[at : at + length].tobytes()
+            return [
+                (topic.decode("utf-8", "surrogateescape"), int(row["queue_id"]), np.zeros(1, dtype=np.int64))
+            ]
     keys = codec.queue_keys(buffer, records)
     if (keys == keys[0]).all():  # one queue: the common case of a batch, or a quiet store
         first = np.zeros(1, dtype=np.int64)

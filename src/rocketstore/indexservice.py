@@ -651,6 +651,9 @@ class IndexService:
             last = self._files[-1] if self._files else None
             if last is None:
                 last = self._create_file(None)
+            elif len(records) == 1:  # one record (a follower's catch-up): its keys go together
+                if self._already_indexed(last, base_offset + int(records[0]["position"])):
+                    return None
             else:
                 skip = self._already_indexed(last, base_offset + records["position"][keys["record"]])
                 if skip.any():
