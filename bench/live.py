@@ -50,6 +50,21 @@ with MessageStore(path, read_only=True) as store:
     print(" ".join(map(str, lat)), flush=True)
 """
 
+WAKER = r"""
+import struct, sys, time
+from rocketstore import MessageStore
+from rocketstore.live import topic_slot
+path, n = sys.argv[1], int(sys.argv[2])
+with MessageStore(path, read_only=True) as store:
+    live, lat = store._live, []
+    print("READY", flush=True)
+    for _ in range(n):
+        look = live.look((topic_slot("Wake"),))
+        live.wait_look(look, 10)
+        lat.append(time.monotonic_ns() - struct.unpack_from("<q", live.mm, 56)[0])
+    print(" ".join(map(str, lat)), flush=True)
+"""
+
 IDLE = r"""
 import os, sys, time
 from rocketstore import Consumer, MessageStore
@@ -105,6 +120,7 @@ def main() -> None:
             store.create_topic("Latency", 1)
             store.create_topic("Rate", 1)
             store.create_topic("Nothing", 1)
+            store.create_topic("Wake", 1)
             store.put("Nothing", b"")  # the topic has a queue; nobody waits on its end
             reader = spawn(READER, path, str(args.messages))
             for _ in range(args.messages):
@@ -127,6 +143,19 @@ def main() -> None:
             print(
                 f"{args.consumers} idle waiting consumers used {cpu:.4f} s of CPU in {wall:.1f} s: "
                 f"{100 * cpu / wall:.3f} % of one core (goal < 1 %)"
+            )
+
+            # the futex wake alone: the time of the put (in a spare field of the page) to the
+            # waiter running again, without catching up or pulling
+            waker = spawn(WAKER, path, str(args.messages))
+            for _ in range(args.messages):
+                time.sleep(args.gap_ms / 1000.0)
+                struct.pack_into("<q", store._live.mm, 56, time.monotonic_ns())
+                store.put("Wake", b"", queue_id=0)
+            out, _ = waker.communicate(timeout=120)
+            wake = [int(x) for x in out.split()]
+            print(
+                f"the futex wake alone (a put to its waiter running again, no catch-up or pull): p50 {pct(wake, 50):.1f} us, p99 {pct(wake, 99):.1f} us"
             )
 
             alone = put_rate(store, 2.0)
