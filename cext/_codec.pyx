@@ -302,32 +302,54 @@ cdef object _plain_value(object value):
 
 
 def put_properties(tags, keys, properties):
-    """The properties of a put (see rocketstore._codec_py.put_properties)."""
+    """The properties of a put (see rocketstore._codec_py.put_properties): plain str tags, keys
+    and a dict of plain str properties are encoded here, in the pure twin's order; every other
+    shape (and every error) is the pure twin's."""
     cdef list parts
-    if properties is None:
-        if keys is not None and type(keys) is not str:
-            if type(keys) in (list, tuple) and all(type(k) is str for k in keys):
-                keys = " ".join(keys)
-            else:
+    cdef bint have_tags = False, have_keys = False
+    cdef object uniq = None
+    cdef int wait = -1
+    if properties is not None and type(properties) is not dict:
+        return _put_properties_slow(tags, keys, properties)
+    if keys is not None and type(keys) is not str:
+        if type(keys) in (list, tuple) and all(type(k) is str for k in keys):
+            keys = " ".join(keys)
+        else:
+            return _put_properties_slow(tags, keys, properties)
+    if (tags is not None and _plain_value(tags) is None) or (keys is not None and _plain_value(keys) is None):
+        return _put_properties_slow(tags, keys, properties)
+    parts = []
+    if properties:
+        for key, value in (<dict>properties).items():
+            if _plain_value(key) is None or _plain_value(value) is None:
                 return _put_properties_slow(tags, keys, properties)
-        if (tags is not None and _plain_value(tags) is None) or (keys is not None and _plain_value(keys) is None):
-            return _put_properties_slow(tags, keys, properties)
-        parts = []
-        if tags is not None:
-            parts.append("TAGS\x01")
-            parts.append(tags)
+            if tags is not None and key == "TAGS":
+                value, have_tags = tags, True       # replaced where it stands, as dict(...)["TAGS"] = tags
+            elif keys is not None and key == "KEYS":
+                value, have_keys = keys, True
+            elif key == "UNIQ_KEY":
+                uniq = value
+            elif key == "WAIT" and value == "false":
+                wait = 0
+            parts.append(key)
+            parts.append("\x01")
+            parts.append(value)
             parts.append("\x02")
-        if keys is not None:
-            parts.append("KEYS\x01")
-            parts.append(keys)
-            parts.append("\x02")
-        try:
-            data = "".join(parts).encode("utf-8")
-        except UnicodeEncodeError:
-            return _put_properties_slow(tags, keys, properties)
-        if len(data) <= RS_MAX_PROPERTIES_LENGTH:
-            return data, None, -1
-    return _put_properties_slow(tags, keys, properties)
+    if tags is not None and not have_tags:
+        parts.append("TAGS\x01")
+        parts.append(tags)
+        parts.append("\x02")
+    if keys is not None and not have_keys:
+        parts.append("KEYS\x01")
+        parts.append(keys)
+        parts.append("\x02")
+    try:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:
+        return _put_properties_slow(tags, keys, properties)
+    if len(data) > RS_MAX_PROPERTIES_LENGTH:
+        return _put_properties_slow(tags, keys, properties)
+    return data, uniq, wait
 
 
 cdef inline str _utf8(const uint8_t *p, Py_ssize_t n):

@@ -292,3 +292,45 @@ def test_large_scan_releases_the_gil_and_matches_pure_twin():
     p_rows, p_stop, p_reason = py.decode_batch(data)
     assert len(c_rows) == 2000 and (c_stop, c_reason) == (p_stop, p_reason) == (len(one) * 2000, c.STOP_END)
     assert c_rows.tobytes() == p_rows.tobytes()
+
+
+def test_put_properties_of_both_twins_agree():
+    """The compiled put_properties encodes plain tags, keys and dict properties itself (the pure
+    twin's order: a TAGS or KEYS property replaced where it stands, else appended); every shape,
+    value and error must come out as the pure twin's."""
+    import itertools
+
+    from rocketstore import _impl
+
+    if _impl.COMPILED is None:
+        pytest.skip("compiled modules not built")
+    compiled = _impl.COMPILED.codec
+    values = [None, "a", "TagA", "x y", "", "é", "\ud800", "a\x01b", 5]
+    keys = [None, "k", "k1 k2", ["a", "b"], ("x",), [1], "", "z" * 10]
+    properties = [
+        None,
+        {},
+        {"A": "1"},
+        {"TAGS": "t", "X": "y"},
+        {"KEYS": "kk", "UNIQ_KEY": "U1", "WAIT": "false"},
+        {"WAIT": "true"},
+        {"": "x"},
+        {"A": ""},
+        {"A": "\x02"},
+        {1: "x"},
+        {"A": 5},
+        [("A", "1")],
+        {"TAGS": "a", "KEYS": "b", "Z": "c"},
+        {"X": "é" * 10},
+        {"B": "x" * 40000},
+    ]
+
+    def outcome(codec, *args):
+        try:
+            return "ok", codec.put_properties(*args)
+        except RocketStoreError as exc:
+            return "error", type(exc)
+
+    for tags, key, props in itertools.product(values, keys, properties):
+        got = outcome(compiled, tags, key, dict(props) if isinstance(props, dict) else props)
+        assert got == outcome(py, tags, key, props), (tags, key, props)
