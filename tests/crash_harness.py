@@ -48,6 +48,8 @@ import threading
 import time
 import traceback
 import zlib
+from collections.abc import Callable
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEGMENT = 64 * 1024
@@ -424,6 +426,62 @@ def one_iteration(
     if damaged is not None:
         counts["damaged_files"] = sum(damaged.values())
     return counts
+
+
+def run_iterations(
+    name: str,
+    doc: str,
+    argv: Optional[list[str]],
+    one_iteration: Callable[..., dict],
+    totals: dict[str, int],
+    summary: Callable[[dict[str, int], int, int], str],
+) -> int:
+    """The main() of a kill -9 script built on this harness (crash_delay, crash_timer, crash_pop):
+    ``--iterations`` stores, each given to ``one_iteration(workdir, implementation, rng, src=,
+    rounds=)``; its counts are added into ``totals``; an exception is a violation (the store is
+    kept with ``--keep``). Prints progress every 10 iterations and ``summary(totals, iterations,
+    violations)``; returns the exit status."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="kills per store")
+    parser.add_argument("--impl", default=None, help="c or py (default: the compiled one when built)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the store of a failed iteration")
+    args = parser.parse_args(argv)
+    src = os.path.join(os.path.dirname(HERE), "src")
+    sys.path.insert(0, src)
+    from rocketstore import _impl
+
+    implementation = args.impl or _impl.DEFAULT.name
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    print(
+        f"{name}: {args.iterations} iterations x {args.rounds} kills, impl={implementation}, seed={seed}",
+        flush=True,
+    )
+    rng = random.Random(seed)
+    violations = 0
+    started = time.monotonic()
+    for i in range(args.iterations):
+        workdir = tempfile.mkdtemp(prefix=f"{name}-")
+        try:
+            counts = one_iteration(workdir, implementation, rng, src=src, rounds=args.rounds)
+        except Exception:
+            violations += 1
+            print(f"iteration {i}: VIOLATION (store kept in {workdir})", flush=True)
+            traceback.print_exc()
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+            continue
+        shutil.rmtree(workdir, ignore_errors=True)
+        for k in totals:
+            totals[k] += counts[k]
+        if (i + 1) % 10 == 0 or i + 1 == args.iterations:
+            print(
+                f"{i + 1} iterations, {violations} violations, {totals}, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+    print(summary(totals, args.iterations, violations), flush=True)
+    return 1 if violations else 0
 
 
 def main(argv=None) -> int:

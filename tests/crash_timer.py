@@ -26,17 +26,13 @@ written (``resumed``: what a broker's at-least-once checkpoint would have delive
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
-from crash_harness import start_and_kill
+from crash_harness import run_iterations, start_and_kill
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOPICS = ("TimerA", "TimerB")
@@ -200,54 +196,20 @@ def one_iteration(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3, help="kills per store")
-    parser.add_argument("--impl", default=None, help="c or py (default: the compiled one when built)")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--keep", action="store_true", help="keep the store of a failed iteration")
-    args = parser.parse_args(argv)
-    src = os.path.join(os.path.dirname(HERE), "src")
-    sys.path.insert(0, src)
-    from rocketstore import _impl
-
-    implementation = args.impl or _impl.DEFAULT.name
-    seed = args.seed if args.seed is not None else random.randrange(2**32)
-    print(
-        f"crash_timer: {args.iterations} iterations x {args.rounds} kills, impl={implementation}, seed={seed}",
-        flush=True,
+    return run_iterations(
+        "crash_timer",
+        __doc__,
+        argv,
+        one_iteration,
+        {"timed": 0, "acknowledged": 0, "reconciled": 0, "resumed": 0, "kills_in_pass": 0, "kills": 0},
+        lambda totals, iterations, violations: (
+            f"done: {iterations} iterations, {totals['kills']} kills "
+            f"({totals['kills_in_pass']} inside a delivery pass, {totals['reconciled']} passes settled on open, "
+            f"{totals['resumed']} copies found already written and not repeated), "
+            f"{totals['timed']} timer messages ({totals['acknowledged']} acknowledged durable), "
+            f"{violations} violations"
+        ),
     )
-    rng = random.Random(seed)
-    totals = {"timed": 0, "acknowledged": 0, "reconciled": 0, "resumed": 0, "kills_in_pass": 0, "kills": 0}
-    violations = 0
-    started = time.monotonic()
-    for i in range(args.iterations):
-        workdir = tempfile.mkdtemp(prefix="crash_timer-")
-        try:
-            counts = one_iteration(workdir, implementation, rng, src=src, rounds=args.rounds)
-        except Exception:
-            violations += 1
-            print(f"iteration {i}: VIOLATION (store kept in {workdir})", flush=True)
-            traceback.print_exc()
-            if not args.keep:
-                shutil.rmtree(workdir, ignore_errors=True)
-            continue
-        shutil.rmtree(workdir, ignore_errors=True)
-        for k in totals:
-            totals[k] += counts[k]
-        if (i + 1) % 10 == 0 or i + 1 == args.iterations:
-            print(
-                f"{i + 1} iterations, {violations} violations, {totals}, {time.monotonic() - started:.0f} s",
-                flush=True,
-            )
-    print(
-        f"done: {args.iterations} iterations, {totals['kills']} kills "
-        f"({totals['kills_in_pass']} inside a delivery pass, {totals['reconciled']} passes settled on open, "
-        f"{totals['resumed']} copies found already written and not repeated), "
-        f"{totals['timed']} timer messages ({totals['acknowledged']} acknowledged durable), "
-        f"{violations} violations"
-    )
-    return 1 if violations else 0
 
 
 if __name__ == "__main__":
