@@ -1472,20 +1472,11 @@ class MessageStore:
         matched): the call returns as soon as a matching message is put, by this process or
         another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
-        _check_name("group", group)
-        tag_filter = TagFilter.parse(tags)
-        deadline = self._deadline(wait)
-        while True:
-            seen = self._live_look((topic,) if deadline is not None else ())
-            found = self._pull(
-                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
-            )
-            if deadline is None or not self._may_wait(found):
-                return found
-            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
-                offset = found.next_begin_offset  # scanned past what did not match
-            if not self._wait_for_put(seen, deadline):
-                return found
+        looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
+        found, seen, deadline = next(looks)
+        while deadline is not None and self._wait_for_put(seen, deadline):
+            found, seen, deadline = next(looks)
+        return found
 
     async def get_message_async(
         self,
@@ -1500,6 +1491,24 @@ class MessageStore:
     ) -> GetMessageResult:
         """:meth:`get_message` for asyncio: while it waits the event loop runs on (one thread per
         store sleeps for every waiter)."""
+        looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
+        found, seen, deadline = next(looks)
+        while deadline is not None and await self._wait_for_put_async(seen, deadline):
+            found, seen, deadline = next(looks)
+        return found
+
+    def _pull_looks(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        max_msgs: int,
+        tags: Optional[str],
+        wait: Optional[float],
+    ) -> Iterator[tuple[GetMessageResult, Look, Optional[float]]]:
+        """get_message's pulls, each with what a wait for the next put compares against and the
+        wait's deadline, which is None once waiting is not worth it (the caller then returns)."""
         _check_name("group", group)
         tag_filter = TagFilter.parse(tags)
         deadline = self._deadline(wait)
@@ -1509,11 +1518,11 @@ class MessageStore:
                 topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
             )
             if deadline is None or not self._may_wait(found):
-                return found
+                yield found, seen, None
+                return
             if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = found.next_begin_offset  # scanned past what did not match
-            if not await self._wait_for_put_async(seen, deadline):
-                return found
+            yield found, seen, deadline
 
     def _puller(
         self,
