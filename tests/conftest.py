@@ -133,3 +133,9 @@ class FakeClock:
 
     def __call__(self) -> int:
         return self.now
+
+
+@pytest.fixture
+def clock():
+    """A :class:`FakeClock` for the store's ``clock`` option (delay levels, timers, POP)."""
+    return FakeClock()

@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-from conftest import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,11 +23,6 @@ from rocketstore.pop import REVIVE_GROUP, _dumps, revive_topic
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
 
 
 def open_store(path, impl, clock, **options):

@@ -5,7 +5,6 @@ that reads a group's retry topic with its subscriptions, and bad input."""
 
 import pytest
 from conftest import ROCKETMQ_DELAY_LEVELS_MS as LEVELS_MS
-from conftest import FakeClock
 
 from rocketstore import Consumer, MessageStore
 from rocketstore.configfiles import loads_fastjson
@@ -15,11 +14,6 @@ from rocketstore.schedule import SCHEDULE_TOPIC
 HOST = "10.0.0.7"
 GROUP = "GroupA"
 RETRY, DLQ = "%RETRY%GroupA", "%DLQ%GroupA"
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
 
 
 def open_store(path, impl, clock, **options):

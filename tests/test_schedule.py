@@ -9,7 +9,6 @@ import time
 
 import pytest
 from conftest import ROCKETMQ_DELAY_LEVELS_MS as DEFAULT_LEVELS_MS
-from conftest import FakeClock
 
 from rocketstore import Message, MessageStore
 from rocketstore._clock import now_ms
@@ -28,11 +27,6 @@ def open_store(path, impl, clock, **options):
     options.setdefault("index_count", 256)
     options.setdefault("schedule_interval_ms", 0)
     return MessageStore(path, implementation=impl.name, store_host=HOST, clock=clock, **options)
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from test_schedule import HOST, copies
+from test_schedule import open_store as open_schedule_store
 
 from rocketstore import Message, MessageStore
 from rocketstore._clock import now_ms
@@ -31,23 +33,13 @@ from rocketstore.errors import (
 )
 from rocketstore.timer import TIMER_TOPIC, TimerProgress, intent_units
 
-HOST = "10.0.0.7"
 DAY_MS = 86_400_000
 
 
 def open_store(path, impl, clock, **options):
-    options.setdefault("commitlog_file_size", 256 * 1024)
-    options.setdefault("consume_queue_units", 64)
-    options.setdefault("index_slots", 64)
-    options.setdefault("index_count", 256)
-    options.setdefault("schedule_interval_ms", 0)
+    """test_schedule's store, with the timer thread off too (tests deliver by hand)."""
     options.setdefault("timer_interval_ms", 0)
-    return MessageStore(path, implementation=impl.name, store_host=HOST, clock=clock, **options)
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
+    return open_schedule_store(path, impl, clock, **options)
 
 
 @pytest.fixture
@@ -55,15 +47,6 @@ def store(tmp_path, impl, clock):
     s = open_store(tmp_path / "store", impl, clock)
     yield s
     s.close()
-
-
-def copies(store, topic):
-    """Every record of ``topic`` in queue order, queue by queue."""
-    out = []
-    for (t, qid), (lo, hi) in sorted(store.queues().items()):
-        if t == topic:
-            out += [store.get_by_queue_offset(t, qid, q) for q in range(lo, hi)]
-    return out
 
 
 def test_timer_put_is_stored_in_the_timer_topic_as_a_5x_broker_stores_it(store, clock):
