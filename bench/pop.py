@@ -30,6 +30,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import buildinfo
 
@@ -66,38 +68,34 @@ def pull_commit(store: MessageStore, group: str, n: int) -> int:
     return got
 
 
-def receive_ack(store: MessageStore, group: str, batch: int) -> int:
-    got = 0
-    receive, ack = store.receive, store.ack
-    while True:
-        received = receive(group, TOPIC, batch, 60_000)
-        if not received:
-            return got
-        for r in received:
-            ack(r.handle)
-        got += len(received)
+def ack_each(store: MessageStore, received: Any) -> None:
+    ack = store.ack
+    for r in received:
+        ack(r.handle)
 
 
-def receive_ack_many(store: MessageStore, group: str, batch: int) -> int:
-    got = 0
-    receive, ack_many = store.receive, store.ack_many
-    while True:
-        received = receive(group, TOPIC, batch, 60_000)
-        if not received:
-            return got
-        ack_many(received)
-        got += len(received)
+def ack_received(store: MessageStore, received: Any) -> None:
+    store.ack_many(received)
 
 
-def receive_ack_handles(store: MessageStore, group: str, batch: int) -> int:
-    got = 0
-    receive, ack_many = store.receive, store.ack_many
-    while True:
-        received = receive(group, TOPIC, batch, 60_000)
-        if not received:
-            return got
-        ack_many([r.handle for r in received])
-        got += len(received)
+def ack_handles(store: MessageStore, received: Any) -> None:
+    store.ack_many([r.handle for r in received])
+
+
+def receive_and(settle: Callable[[MessageStore, Any], None]) -> Callable[[MessageStore, str, int], int]:
+    """A POP consumer that receives ``batch`` at a time and ``settle``s each batch."""
+
+    def consume(store: MessageStore, group: str, batch: int) -> int:
+        got = 0
+        receive = store.receive
+        while True:
+            received = receive(group, TOPIC, batch, 60_000)
+            if not received:
+                return got
+            settle(store, received)
+            got += len(received)
+
+    return consume
 
 
 def timed(fn, *args) -> tuple[int, float]:
@@ -128,10 +126,10 @@ def main(argv=None) -> int:
             fill(store, n)
             cases = [
                 ("baseline: get_message 32 + commit_offset", pull_commit, 0),
-                ("receive 32 + ack each", receive_ack, 32),
-                ("receive 32 + ack_many", receive_ack_many, 32),
-                ("receive 256 + ack_many", receive_ack_many, 256),
-                ("receive 256 + ack_many([r.handle ...])", receive_ack_handles, 256),
+                ("receive 32 + ack each", receive_and(ack_each), 32),
+                ("receive 32 + ack_many", receive_and(ack_received), 32),
+                ("receive 256 + ack_many", receive_and(ack_received), 256),
+                ("receive 256 + ack_many([r.handle ...])", receive_and(ack_handles), 256),
             ]
             base = None
             for i, (name, fn, batch) in enumerate(cases):
