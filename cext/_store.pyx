@@ -319,11 +319,37 @@ cdef class PutResult:
     def _set_error(self, error):
         self.error = error
 
+    def __reduce__(self):
+        return (_put_result, (self._status, self.commitlog_offset, self.size, self.queue_id,
+                              self.queue_offset, self.store_timestamp, self.unique_key, self._host,
+                              self._port, self.error))
+
     def __repr__(self):
         return (f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
                 f"unique_key={self.unique_key!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, store_timestamp={self.store_timestamp})")
+
+
+def _put_result(int status, int64_t commitlog_offset, int32_t size, int32_t queue_id,
+                int64_t queue_offset, int64_t store_timestamp, unique_key, bytes host, int32_t port,
+                error):
+    """A PutResult as pickled (see PutResult.__reduce__)."""
+    if len(host) > 16:
+        raise ValueError("a store host is 4 or 16 bytes")
+    cdef PutResult r = PutResult.__new__(PutResult)
+    r._status = status
+    r.commitlog_offset = commitlog_offset
+    r.size = size
+    r.queue_id = queue_id
+    r.queue_offset = queue_offset
+    r.store_timestamp = store_timestamp
+    r._unique_key = unique_key
+    r._uniq_len = 0
+    r._host = host
+    r._port = port
+    r.error = error
+    return r
 
 
 cdef object _populate_error(int err, int64_t segment_start):

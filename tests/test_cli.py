@@ -545,15 +545,19 @@ def test_user_mistakes_are_one_line_on_stderr(run, store, tmp_path, args, status
     assert tree_digest(store) == before
 
 
-def test_a_locked_store_refuses_writers_but_serves_readers(run, store):
+def test_a_written_store_takes_writes_through_its_writer_but_refuses_recover(run, store):
     with MessageStore(store) as holder:
         holder.put("T", b"while locked")
-        for args in (("put", "T", "x"), ("recover",), ("consume", "T", "--group", "g", "--commit")):
-            proc = run("--store", store, *args)
-            assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-            assert "is locked by another writer" in proc.stderr and "read-only commands work" in proc.stderr
+        proc = run("--store", store, "recover")  # recovery is the writer's
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+        assert "is locked by another writer" in proc.stderr and "read-only commands work" in proc.stderr
+        run("--store", store, "put", "T", "joined", "--queue", "3", check=0)  # joins the holder
+        assert holder.get_by_queue_offset("T", 3, holder.max_queue_offset("T", 3) - 1).body == b"joined"
+        consume = ("consume", "T", "--group", "g9", "--queue", "3", "--max", "1000", "--commit")
+        run("--store", store, *consume, check=0)
+        assert holder.committed_offset("g9", "T", 3) == holder.max_queue_offset("T", 3)
         stats = json.loads(run("--store", store, "--json", "stats", check=0).stdout)
-        assert stats["topics"]["T"]["messages"] == OLD_MESSAGES + NEW_MESSAGES + 1
+        assert stats["topics"]["T"]["messages"] == OLD_MESSAGES + NEW_MESSAGES + 2
 
 
 def test_defaults_to_rocketstore_home_and_takes_options_after_the_command(run, unchanged, tmp_path):

@@ -165,36 +165,39 @@ def test_second_writer_in_the_same_process_raises_store_locked(tmp_path, impl):
         assert [m.body for m in again.iter_messages()] == [b"first still works"]
 
 
-def test_second_writer_from_a_subprocess_raises_store_locked(tmp_path, impl):
+def test_second_writer_from_a_subprocess_joins_or_raises_store_locked(tmp_path, impl):
+    # a writable open in another process joins the writer (rocketstore.writers); with
+    # shared_writers=False on either side it raises StoreLockedError
     code = textwrap.dedent("""
-        import sys
+        import os, sys
         from rocketstore import MessageStore
         from rocketstore.errors import StoreLockedError
         try:
-            MessageStore(sys.argv[1], implementation=sys.argv[2])
+            s = MessageStore(sys.argv[1], implementation=sys.argv[2], shared_writers=sys.argv[3] == "1")
         except StoreLockedError:
             print("LOCKED")
         else:
-            print("OPENED")
+            print("OPENED", "joined" if s.writer_pid != os.getpid() else "owner")
+            s.close()
     """)
     path = str(tmp_path / "store")
-    with open_store(path, impl):
+
+    def second(shared):
         out = subprocess.run(
-            [sys.executable, "-c", code, path, impl.name],
+            [sys.executable, "-c", code, path, impl.name, "1" if shared else "0"],
             env=child_env(),
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert out.stdout.strip() == "LOCKED", out.stderr
-    out = subprocess.run(
-        [sys.executable, "-c", code, path, impl.name],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.stdout.strip() == "OPENED", out.stderr
+        return out.stdout.strip() or out.stderr
+
+    with open_store(path, impl):
+        assert second(True) == "OPENED joined"
+        assert second(False) == "LOCKED"
+    with open_store(path, impl, shared_writers=False):
+        assert second(True) == "LOCKED"
+    assert second(True) == "OPENED owner"
 
 
 _JAVA_STYLE_LOCK_PROBE = textwrap.dedent("""

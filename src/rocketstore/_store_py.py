@@ -269,6 +269,23 @@ class PutResult:
     def _set_error(self, error: Optional[BaseException]) -> None:
         self.error = error
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _put_result,
+            (
+                self._status,
+                self.commitlog_offset,
+                self.size,
+                self.queue_id,
+                self.queue_offset,
+                self.store_timestamp,
+                self._unique_key,
+                self._host,
+                self._port,
+                self.error,
+            ),
+        )
+
     def __repr__(self) -> str:
         return (
             f"PutResult(status={self.status.name}, msg_id={self.msg_id!r}, "
@@ -276,6 +293,35 @@ class PutResult:
             f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
             f"size={self.size}, store_timestamp={self.store_timestamp})"
         )
+
+
+def _put_result(
+    status: int,
+    commitlog_offset: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    store_timestamp: int,
+    unique_key: Optional[str],
+    host: bytes,
+    port: int,
+    error: Optional[BaseException],
+) -> PutResult:
+    """A PutResult as pickled (see PutResult.__reduce__)."""
+    if len(host) > 16:
+        raise ValueError("a store host is 4 or 16 bytes")
+    r = PutResult()
+    r._status = status
+    r.commitlog_offset = commitlog_offset
+    r.size = size
+    r.queue_id = queue_id
+    r.queue_offset = queue_offset
+    r.store_timestamp = store_timestamp
+    r._unique_key = unique_key
+    r._host = host
+    r._port = port
+    r.error = error
+    return r
 
 
 class BatchPutResult:

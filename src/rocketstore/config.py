@@ -210,6 +210,14 @@ class StoreConfig:
     #: How often, at most, POP's state is snapshotted into ``config/rocketstorePop.json`` while
     #: receive and ack run (ms; 0: only at close). An open replays the revive log after it.
     pop_snapshot_interval_ms: int = 10_000
+    #: Whether a writable open of a store that another process writes **joins** it (its puts
+    #: and other writes run in that process, ``rocketstore.writers``, and it takes over writing
+    #: when that process ends) rather than raising ``StoreLockedError``. The process that writes
+    #: keeps its own options; a joining process's write options are not used.
+    shared_writers: bool = True
+    #: How long a joining writer waits for the writing process to finish opening (recovering)
+    #: the store before ``StoreLockedError`` (s).
+    writer_wait_s: float = 300.0
 
     def __post_init__(self) -> None:  # noqa: C901 (one check per option, each with its own message)
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -268,6 +276,10 @@ class StoreConfig:
             or self.pop_snapshot_interval_ms < 0
         ):
             raise StoreConfigError("pop_snapshot_interval_ms must be an int, 0 or more")
+        if not isinstance(self.shared_writers, bool):
+            raise StoreConfigError("shared_writers must be a bool")
+        if not _is_number(self.writer_wait_s) or not 0 <= self.writer_wait_s <= 1e6:
+            raise StoreConfigError("writer_wait_s must be a number of seconds, 0 to 1e6")
         if self.store_host is None:
             self.store_host = local_ipv4()
         if self.born_host is None:

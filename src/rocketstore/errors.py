@@ -29,6 +29,7 @@ __all__ = [
     "ConsumeQueueDamagedError",
     "StoreClosedError",
     "StoreLockedError",
+    "WriterGoneError",
     "StoreReadOnlyError",
     "StoreConfigError",
     "NotAStoreError",
@@ -125,6 +126,13 @@ class StoreClosedError(RocketStoreError):
 
 class StoreLockedError(RocketStoreError, OSError):
     """Another process (or another store object) holds the store's write lock."""
+
+
+class WriterGoneError(RocketStoreError):
+    """A joined writer's call (see :mod:`rocketstore.writers`) reached the process that wrote
+    for the store, and that process ended before it answered: whether the call took effect is
+    unknown. The store carries on (this process or another writes for it now). Look a put up
+    (by a ``UNIQ_KEY`` or key you gave it) before putting it again."""
 
 
 class StoreReadOnlyError(RocketStoreError):

@@ -25,6 +25,9 @@ offset  type  field
 40      u32   always-wake: set by a waiter that cannot count itself in (the pure twin)
 64+8i   u32   topic slot i (0..63, :func:`topic_slot`): bumped by every put of its topics
 68+8i   u32   waiters of slot i
+1024    q     the writer's geometry, so that a process opening a store with no files yet reads
+              them alike: CommitLog segment size (u64), ConsumeQueue units per file, index
+              slots, index entries, largest message (u32 each)
 ======  ====  ========================================================================
 
 The only write a read-only store makes is to this page's waiter fields, and only while one of
@@ -55,6 +58,31 @@ _MAGIC = b"RSLIVE\x00\x01"
 _STATE = struct.Struct("<qQQ")  # wrote, epoch, changes at offset 16
 _SEQ, _WROTE, _CHANGES = 8, 16, 32
 SLOTS, _SLOT0 = 64, 64  # per-topic words (cext/live.h)
+_GEOMETRY_AT = 1024
+_GEOMETRY = struct.Struct("<QIIII")
+#: The options :func:`read_geometry` gives, in _GEOMETRY's order.
+GEOMETRY_OPTIONS = (
+    "commitlog_file_size",
+    "consume_queue_units",
+    "index_slots",
+    "index_count",
+    "max_message_size",
+)
+
+
+def read_geometry(root: str) -> dict[str, int]:
+    """The geometry the store's writer published in its live page ({} when there is none)."""
+    try:
+        with open(os.path.join(root, LIVE_NAME), "rb") as f:
+            head = f.read(_GEOMETRY_AT + _GEOMETRY.size)
+    except OSError:
+        return {}
+    if len(head) < _GEOMETRY_AT + _GEOMETRY.size or head[:8] != _MAGIC:
+        return {}
+    values = _GEOMETRY.unpack_from(head, _GEOMETRY_AT)
+    if not values[0]:
+        return {}
+    return dict(zip(GEOMETRY_OPTIONS, values))
 
 
 def topic_slot(topic: str) -> int:
@@ -78,7 +106,9 @@ class LivePage:
         self.writable = writable
 
     @classmethod
-    def create(cls, root: str, store: Any, end: int, crashed: bool) -> LivePage:
+    def create(
+        cls, root: str, store: Any, end: int, crashed: bool, geometry: tuple[int, ...] = (0, 0, 0, 0, 0)
+    ) -> LivePage:
         """The writer's page, created if missing, saying that whole records end at ``end`` (where
         recovery found them to end). The epoch moves when the store was not closed cleanly
         (``crashed``: recovery may have cut records a reader mapped, written but never
@@ -113,6 +143,8 @@ class LivePage:
             if wrote != end or crashed:
                 _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end or crashed else epoch, changes)
                 store.live_wake(mm)
+        if _GEOMETRY.unpack_from(mm, _GEOMETRY_AT) != tuple(geometry):
+            _GEOMETRY.pack_into(mm, _GEOMETRY_AT, *geometry)
         return page
 
     @classmethod

@@ -217,8 +217,23 @@ class Received(Sequence[ReceivedMessage]):
 
     __hash__ = None  # type: ignore[assignment]  # a mutable sequence, like a list
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled (a joined writer's receive, rocketstore.writers): its handles, not its lanes
+        return (_received, (self.messages, self.handles, self.reconsume_times))
+
     def __repr__(self) -> str:
         return f"<Received {len(self.messages)} messages>"
+
+
+def _received(messages: list[MessageExt], handles: list[str], reconsume_times: list[int]) -> Received:
+    """A Received as unpickled: acknowledged through its handles."""
+    found = Received()
+    found.messages, found._handles, found.reconsume_times = (
+        list(messages),
+        list(handles),
+        list(reconsume_times),
+    )
+    return found
 
 
 class _Lane:
@@ -865,7 +880,10 @@ class PopService:
             raise InvalidReceiptHandleError("ack_many takes a sequence of handles, not one str")
         with self._lock:
             stale: list[str] = []
-            if isinstance(handles, Received):
+            if isinstance(handles, Received) and handles._service is None:
+                unpickled: list[str | ReceivedMessage] = list(handles.handles)  # a joined writer's
+                todo = self._current_of_handles(unpickled, stale)
+            elif isinstance(handles, Received):
                 if handles._service is not self:
                     raise InvalidReceiptHandleError("these messages were received from another store")
                 todo = self._current_of_batch(handles, stale)

@@ -73,11 +73,13 @@ from rocketstore.errors import (
     MessageNotFoundError,
     StoreClosedError,
     StoreConfigError,
+    StoreLockedError,
     StoreReadOnlyError,
+    WriterGoneError,
 )
 from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
-from rocketstore.live import AsyncWaker, Follower, LivePage, Look, topic_slot
+from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
 from rocketstore.mapped_file import MappedFile
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -101,6 +103,7 @@ from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
 from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
 from rocketstore.topics import Topics
+from rocketstore.writers import NoWriter, RemoteFuture, WriterClient, WriterGone, WriterServer
 
 _log = logging.getLogger(__name__)
 
@@ -126,6 +129,54 @@ REBUILD_STEP = 64 << 20
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
+#: How long a writable open waits for a socket at a lock holder that cannot be told a
+#: rocketstore writer or not (not Linux) before StoreLockedError (s).
+_NO_SERVER_GRACE = 1.0
+#: The calls a joined writer's store (rocketstore.writers) has the writing process run.
+_FORWARDED = frozenset(
+    (
+        "put",
+        "put_pipelined",
+        "put_batch",
+        "put_messages",
+        "create_topic",
+        "set_topic_retention",
+        "send_back",
+        "deliver_delayed",
+        "deliver_timers",
+        "timer_stats",
+        "delayed_counts",
+        "update_subscription_group",
+        "receive",
+        "ack",
+        "ack_many",
+        "change_invisible_time",
+        "pop_status",
+        "commit_offset",
+        "committed_offset",
+        "persist_offsets",
+        "clean",
+        "flush",
+    )
+)
+#: Of those, the ones sent again to the next owner when the owner died before answering.
+_REPEATABLE = frozenset(
+    (
+        "create_topic",
+        "set_topic_retention",
+        "deliver_delayed",
+        "deliver_timers",
+        "timer_stats",
+        "delayed_counts",
+        "update_subscription_group",
+        "pop_status",
+        "commit_offset",
+        "committed_offset",
+        "persist_offsets",
+        "clean",
+        "flush",
+    )
+)
 #: iter_messages decodes this many records per compiled call (one list of messages at a time).
 _MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
@@ -269,9 +320,12 @@ class MessageStore:
         **options: Any,
     ) -> None:
         self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
-        self.read_only = read_only
+        self._read_only_asked = read_only
+        self._files_read_only = read_only
         self._closed = True
         self._lock = StoreLock(self.path)
+        self._server: Optional[WriterServer] = None  # serving joined writers (this process writes)
+        self._remote: Optional[WriterClient] = None  # the process this one's writes go to
         check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
@@ -281,16 +335,22 @@ class MessageStore:
         self._core = None  # type: ignore[assignment]  # set by _open
         self._mutex = threading.RLock()
         self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
+        self._options = options
+        self._open_store()
+        _OPEN_STORES.add(self)
+
+    def _open_store(self) -> None:
+        """Open the store: as its writer (taking the lock), as a writer joined to the process
+        that holds the lock (rocketstore.writers), or read-only."""
         commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
         # looks): it looks again, a few times, before it reports what it found.
-        self._options = options
-        for attempt in range(_READ_ONLY_ATTEMPTS if read_only else 1):
+        for attempt in range(_READ_ONLY_ATTEMPTS):
             self.config = self._detect_config(commitlog_dir)
-            if not read_only:
+            if not self._read_only_asked:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
-                self._lock.acquire()
+                self._take_role()
             for part in _PARTS:
                 setattr(self, part, None)
             try:
@@ -298,13 +358,111 @@ class MessageStore:
                 break
             except (StoreConfigError, OSError):
                 self._teardown(clean=False)
-                if attempt + 1 >= _READ_ONLY_ATTEMPTS or not read_only:
+                if attempt + 1 >= _READ_ONLY_ATTEMPTS or not self._files_read_only:
                     raise
             except BaseException:
                 self._teardown(clean=False)  # what was opened is closed; the abort file stays
                 raise
         self._closed = False
-        _OPEN_STORES.add(self)
+        if self._server is not None:
+            self._server.ready()
+        for name in _FORWARDED:
+            if self._remote is not None:
+                self.__dict__[name] = _Forwarder(self, name)
+            else:
+                self.__dict__.pop(name, None)
+
+    def _take_role(self) -> None:
+        """Take the store's lock and serve joining writers, or join the process that holds it
+        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off)."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.writer_wait_s
+        no_server_until = time.monotonic() + _NO_SERVER_GRACE
+        while True:
+            try:
+                self._lock.acquire(shares=cfg.shared_writers)
+            except StoreLockedError as exc:
+                if not cfg.shared_writers or getattr(exc, "in_this_process", False):
+                    raise
+                try:
+                    self._remote = WriterClient(self.path, deadline)
+                except (NoWriter, WriterGone):
+                    # nobody serves the socket: an owner between its lock and its socket, one
+                    # closing (it removed its socket before its lock), one gone, or not ours
+                    sharing = self._lock.held_by_sharing_writer()
+                    now = time.monotonic()
+                    if sharing is False or (sharing is None and now >= no_server_until) or now >= deadline:
+                        raise StoreLockedError(
+                            f"store {self.path} is locked by a process that does not share writing "
+                            "(a Java broker, or a rocketstore with shared_writers=False)"
+                        ) from None
+                    time.sleep(0.005)
+                    continue
+                self._files_read_only = True
+                self.config = self._detect_config(os.path.join(self.path, "commitlog"))
+                return
+            try:
+                if cfg.shared_writers:
+                    self._server = WriterServer(self.path, weak_method(self._serve_call, _closed_error))
+            except BaseException:
+                self._lock.release()
+                raise
+            self._files_read_only = False
+            return
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with ``read_only=True``: writes raise StoreReadOnlyError."""
+        return self._read_only_asked
+
+    @property
+    def writer_pid(self) -> Optional[int]:
+        """The process that writes for this store: this one's pid when it holds the lock, the
+        owner's when this store joined it (rocketstore.writers), None when read-only."""
+        if self._remote is not None:
+            return self._remote.owner_pid
+        return None if self._files_read_only else os.getpid()
+
+    def _serve_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A joined writer's call, run here (the owner)."""
+        if name not in _FORWARDED:
+            raise StoreReadOnlyError(f"{name!r} is not a call a joined writer may make")
+        method = getattr(MessageStore, name)
+        if name == "put_pipelined":
+            return method(self, *args, **kwargs).result()
+        return method(self, *args, **kwargs)
+
+    def _forward(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A write of a joined store: run by the owner; after the owner ended, by the next."""
+        while True:
+            self._check_open()
+            client = self._remote
+            if client is None:  # this process writes now
+                return getattr(MessageStore, name)(self, *args, **kwargs)
+            if name == "put_pipelined":
+                return RemoteFuture(
+                    client.submit(lambda: self._forward("put", args, {**kwargs, "durable": True}))
+                )
+            try:
+                return client.call(name, args, kwargs)
+            except WriterGone as gone:
+                self._writer_gone(client)
+                if gone.sent and name not in _REPEATABLE:
+                    raise WriterGoneError(
+                        f"the process writing for store {self.path} ended during {name}(): "
+                        "whether it took effect is unknown"
+                    ) from None
+
+    def _writer_gone(self, client: WriterClient) -> None:
+        """The owner this store joined is gone: take the lock, or join the next owner."""
+        with self._mutex:
+            if self._remote is not client or self._closed:
+                return
+            _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
+            self._closed = True
+            self._teardown(clean=False)  # the following reader's parts and the client
+            self._remote = None
+            self._open_store()
 
     # ---- open / close ----
 
@@ -316,25 +474,31 @@ class MessageStore:
             if detected is not None:
                 found["commitlog_file_size"] = detected
         detect_queue_options(self.path, found)
+        if self._files_read_only:
+            # what the files cannot tell yet (a store with none), its writer's live page does
+            for name, value in read_geometry(self.path).items():
+                found.setdefault(name, value)
         return StoreConfig(**found)
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
         self._abort_path = os.path.join(self.path, "abort")
         self.last_shutdown_clean = not os.path.exists(self._abort_path)
-        if not self.read_only:
+        if not self._files_read_only:
             # From here until a clean close, an interruption (a crash, a kill during this very
             # recovery) makes the next open an abnormal one.
             os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
         self._topics = Topics(
-            TopicConfigTable.in_store(self.path, cfg.default_queues, self.read_only),
+            TopicConfigTable.in_store(self.path, cfg.default_queues, self._files_read_only),
             cfg.default_queues,
             self._mutex,
         )
-        self._commitlog = commitlog = CommitLog(commitlog_dir, cfg, self._impl, read_only=self.read_only)
+        self._commitlog = commitlog = CommitLog(
+            commitlog_dir, cfg, self._impl, read_only=self._files_read_only
+        )
         self._segments = commitlog.segments
-        if self.read_only:
+        if self._files_read_only:
             # the writer's live page before anything is loaded: what it says next is newer
             self._live = LivePage.attach(self.path, self._impl.store)
             self._follower = None
@@ -348,8 +512,8 @@ class MessageStore:
         else:
             commitlog.load()
             self._open_queues()
-        self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self.read_only)
-        if not self.read_only:
+        self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self._files_read_only)
+        if not self._files_read_only:
             self._import_group_offsets()
         end, queue_offsets, dispatch_start = self._recover()
         self._dispatch_thread = None
@@ -357,7 +521,7 @@ class MessageStore:
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
         self._timer = None  # the timer service (rocketstore.timer) of a writable store
         self._pop = None  # acknowledgement per message (rocketstore.pop) of a writable store
-        if self.read_only:
+        if self._files_read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
             self._dispatcher = Dispatcher(
@@ -390,7 +554,13 @@ class MessageStore:
             roll=weak_method(commitlog.roll, _closed_error),
         )
         self._topics.core = core
-        self._live = LivePage.create(self.path, self._impl.store, end, crashed=not self.last_shutdown_clean)
+        self._live = LivePage.create(
+            self.path,
+            self._impl.store,
+            end,
+            crashed=not self.last_shutdown_clean,
+            geometry=tuple(getattr(cfg, name) for name in GEOMETRY_OPTIONS),
+        )
         core.set_live(self._live.mm)
         commitlog.on_deleted = self._live.changed
         self._dispatcher = Dispatcher(
@@ -466,7 +636,7 @@ class MessageStore:
             implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
         )
         self._queues = self._index = self._disk_index = None
-        if self.read_only:
+        if self._files_read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
             self._disk_index = IndexService(self.path, read_only=True, **index_options)
@@ -509,7 +679,7 @@ class MessageStore:
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
         )
-        if not self.read_only:
+        if not self._files_read_only:
             commitlog.truncate_to(end)
             if abnormal:
                 commitlog.sync_recovered(scan_from, end)
@@ -531,14 +701,14 @@ class MessageStore:
             queue_start = lowest  # a queue the CommitLog holds is missing or short on disk
         elif abnormal:
             queue_start = complete_to
-            if self.read_only and complete_to == scan_from != self._checkpoint.confirm_phy_offset:
+            if self._files_read_only and complete_to == scan_from != self._checkpoint.confirm_phy_offset:
                 # RocketMQ's rules chose the segment: nothing vouches for the queues below it
                 ends = [cq.max_physic_offset for cq in self._queues if cq.max_physic_offset >= 0]
                 queue_start = min(ends, default=lowest)
         else:
             queue_start = max((cq.max_physic_offset for cq in self._queues), default=lowest)
             queue_start = lowest if queue_start < 0 else queue_start
-        index_files = (self._disk_index if self.read_only else self._index).files
+        index_files = (self._disk_index if self._files_read_only else self._index).files
         index_start = lowest
         if index_files:
             last = index_files[-1]
@@ -581,7 +751,7 @@ class MessageStore:
             dispatcher.catch_up(progress=report, target=min(end, before + REBUILD_STEP))
             if dispatcher.offset <= before:
                 break  # nothing dispatchable (read-only beside a writer mid-record)
-            if not self.read_only and dispatcher.offset < end:
+            if not self._files_read_only and dispatcher.offset < end:
                 self._save_checkpoint()
         self._report("dispatch", total, total)
 
@@ -651,6 +821,9 @@ class MessageStore:
         when it is collected."""
         if getattr(self, "_closed", True):
             return
+        if self._server is not None:
+            # the joined writers' calls in progress first; their next ones go to the next owner
+            self._server.close()
         for service in (self._timer, self._schedule, self._pop):
             if service is not None:
                 try:
@@ -681,11 +854,17 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
+        for link in ("_server", "_remote"):
+            obj = getattr(self, link, None)
+            if obj is not None:
+                run(obj.close)
+        self._server = None
+
         for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
             obj = getattr(self, part, None)
             if obj is not None:
                 run(obj.close if part in ("_timer", "_schedule", "_pop") else obj.stop)
-        writable = not self.read_only
+        writable = not self._files_read_only
         core = getattr(self, "_core", None)
         durable = clean and writable and core is not None
         if durable:
@@ -792,7 +971,7 @@ class MessageStore:
 
     def _check_writable(self) -> None:
         self._check_open()
-        if self.read_only:
+        if self._files_read_only:
             raise StoreReadOnlyError("the store was opened read-only")
 
     # ---- topics ----
@@ -849,7 +1028,7 @@ class MessageStore:
             self._topics.table,
             self._offsets,
             self._dispatcher,
-            dispatch=not self.read_only,
+            dispatch=not self._files_read_only,
         )
 
     @property
@@ -1901,7 +2080,7 @@ class MessageStore:
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         """{(topic, queue_id): next queue offset}."""
-        if self.read_only:
+        if self._files_read_only:
             self._check_open()
             found = dict(self._queue_offsets)
             if self._follower is not None:
@@ -1929,7 +2108,7 @@ class MessageStore:
             "max_offset": self.max_offset,
             "topics": len(self._topics),
         }
-        if not self.read_only:
+        if not self._files_read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
             if self._pop is not None:
@@ -1938,8 +2117,43 @@ class MessageStore:
         return out
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("read-only" if self.read_only else "open")
+        state = "closed" if self._closed else ("read-only" if self._files_read_only else "open")
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
+
+
+class _Forwarder:
+    """A joined writer's store method (an instance attribute over the class's): its call runs
+    in the writing process. Holds the store weakly, as the store's threads do."""
+
+    __slots__ = ("_store", "_name")
+
+    def __init__(self, store: MessageStore, name: str) -> None:
+        self._store = weakref.ref(store)
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        store = self._store()
+        if store is None:
+            _closed_error()
+        return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
+
+
+def _sendable_value(value: Any) -> Any:
+    """``value`` as it can be pickled to the writing process: memoryviews as bytes (also in a
+    list), an iterator as a list."""
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, (list, tuple)):
+        if any(isinstance(v, memoryview) for v in value):
+            return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+        return value
+    if isinstance(value, Iterator):
+        return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+    return value
+
+
+def _sendable(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_sendable_value(a) for a in args)
 
 
 def _check_mapping(properties: object) -> Optional[Mapping[str, str]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
+import sys
 import threading
 from typing import Any, Optional
 
@@ -26,6 +28,10 @@ __all__ = ["check_store_dir", "detect_segment_size", "detect_queue_options", "St
 # open in this process must be refused before it opens (and later closes) the lock file.
 _LOCKED_DIRS: set[tuple[int, int]] = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
+#: What a lock holder that serves joining writers writes after ``lock``.
+_MARK = b"\nrocketstore %10d\n"
+#: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
+_FLOCK = struct.Struct("hhqqi4x")
 
 
 #: What a store root holds before its first segment exists (a store stopped while it was being
@@ -154,16 +160,22 @@ class StoreLock:
         self.path = path
         self._fd = -1
         self._key: tuple[int, int] = (0, 0)
+        self._original: Optional[bytes] = None  # the lock file's bytes before this lock marked it
 
-    def acquire(self) -> None:
+    def acquire(self, shares: bool = False) -> None:
         """Take the lock, or raise :class:`StoreLockedError` (held by another writer, or already
-        by this process: POSIX record locks belong to the process)."""
+        by this process: POSIX record locks belong to the process; then its
+        ``in_this_process`` is True). ``shares``: this process serves joining writers
+        (rocketstore.writers), which the lock file then says after its ``lock``, as
+        ``\\nrocketstore <pid>\\n`` (a Java broker writes only ``lock`` and reads nothing)."""
         path = os.path.join(self.path, "lock")
         st = os.stat(self.path)
         key = (st.st_dev, st.st_ino)
         with _LOCKED_DIRS_MUTEX:
             if key in _LOCKED_DIRS:
-                raise StoreLockedError(f"store {self.path} is already open for writing in this process")
+                exc = StoreLockedError(f"store {self.path} is already open for writing in this process")
+                exc.in_this_process = True  # type: ignore[attr-defined]
+                raise exc
             fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
             try:
                 # flock for other processes using flock; the POSIX lock on byte 0 is the one a
@@ -175,15 +187,51 @@ class StoreLock:
                 raise StoreLockedError(
                     f"store {self.path} is locked by another writer (lock file {path})"
                 ) from None
-            os.pwrite(fd, b"lock", 0)
+            self._original = None
+            if shares:
+                found = os.pread(fd, 4096, 0)
+                self._original = b"lock" + found[4:]  # what the lock file says when this releases
+            os.pwrite(fd, b"lock" + _MARK % os.getpid() if shares else b"lock", 0)
             self._fd = fd
             self._key = key
             _LOCKED_DIRS.add(key)
+
+    def held_by_sharing_writer(self) -> Optional[bool]:
+        """Whether the process holding the lock serves joining writers: True or False, None when
+        it cannot be told (nobody holds it now, or not on Linux)."""
+        if not sys.platform.startswith("linux"):
+            return None
+        path = os.path.join(self.path, "lock")
+        with _LOCKED_DIRS_MUTEX:  # closing this fd must not drop a lock this process takes
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return None
+            try:
+                query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+                l_type, _, _, _, holder = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))
+                mark = os.pread(fd, 64, 4)
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+        if l_type == fcntl.F_UNLCK:
+            return None
+        return (
+            mark.startswith(b"\nrocketstore ") and mark[13 : len(_MARK % 0)].strip() == str(holder).encode()
+        )
 
     def release(self) -> None:
         """Release the lock (closing the file releases both locks); idempotent."""
         if self._fd >= 0:
             with _LOCKED_DIRS_MUTEX:
+                if self._original is not None:  # the file as it was: not one byte changed
+                    try:
+                        os.pwrite(self._fd, self._original, 0)
+                        os.ftruncate(self._fd, len(self._original))
+                    except OSError:
+                        pass  # a stale mark is told apart by the lock's holder
+                    self._original = None
                 os.close(self._fd)  # closing releases both locks
                 self._fd = -1
                 _LOCKED_DIRS.discard(self._key)

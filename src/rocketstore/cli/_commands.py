@@ -489,7 +489,7 @@ def cmd_recover(args) -> int:
 
     started = time.perf_counter()
     with Progress("recover") as bar:
-        store = open_store(args, writable=True, progress=progress)
+        store = open_store(args, writable=True, join=False, progress=progress)
     try:
         clean = store.last_shutdown_clean
         end = store.max_offset

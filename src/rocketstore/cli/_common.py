@@ -66,12 +66,17 @@ def open_store(
     *,
     writable: bool = False,
     create: bool = False,
+    join: bool = True,
     progress: Optional[Callable[[str, int, int], None]] = None,
 ) -> MessageStore:
-    """The store of ``--store``: read-only unless ``writable``; ``create`` lets ``put`` start one."""
+    """The store of ``--store``: read-only unless ``writable``; ``create`` lets ``put`` start one.
+    A writable open joins a process that writes the store (rocketstore.writers) unless not
+    ``join`` (``recover``, which must be the writer itself)."""
     path = _store_path(args)
     _check_store_dir(path, may_create=create)
     try:
+        if writable and not join:
+            return MessageStore(path, progress=progress, shared_writers=False)
         return MessageStore(path, read_only=not writable, progress=progress)
     except StoreLockedError as exc:
         raise CliError(f"{exc}; the read-only commands work while it writes") from None

@@ -1,0 +1,486 @@
+"""Several writer processes on one store (rocketstore.writers): a writable open in another
+process joins the one holding the lock, writes through it, and takes over when it ends."""
+
+import json
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import rocketstore
+from rocketstore import Message, MessageStore
+from rocketstore.errors import NotAStoreError, StoreLockedError
+from rocketstore.writers import SOCKET_NAME
+
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
+SMALL = dict(commitlog_file_size=64 * 1024, consume_queue_units=64, index_slots=64, index_count=256)
+
+
+def env():
+    found = dict(os.environ)
+    found["PYTHONPATH"] = SRC + os.pathsep + found.get("PYTHONPATH", "")
+    return found
+
+
+def run_child(code, *args, timeout=120):
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def spawn_child(code, *args):
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def open_store(path, impl, **options):
+    return MessageStore(path, implementation=impl.name, **{**SMALL, **options})
+
+
+def queue_messages(store, topic, queue_id):
+    """Every message of the queue, in queue-offset order."""
+    low, high = store.min_queue_offset(topic, queue_id), store.max_queue_offset(topic, queue_id)
+    return [store.get_by_queue_offset(topic, queue_id, q) for q in range(low, high)]
+
+
+PUTTER = """
+    import json, os, sys
+    from rocketstore import MessageStore
+    path, impl, tag, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    s = MessageStore(path, implementation=impl)
+    results = []
+    for i in range(n):
+        r = s.put("T", b"%s-%d" % (tag.encode(), i), keys="%s-%d" % (tag, i))
+        results.append((r.queue_id, r.queue_offset, r.commitlog_offset))
+    b = s.put_batch("T", [b"%s-b0" % tag.encode(), b"%s-b1" % tag.encode()], queue_id=0)
+    results += [(0, b.first_queue_offset + i, int(b.commitlog_offsets[i])) for i in range(2)]
+    print(json.dumps({"pid": os.getpid(), "writer": s.writer_pid, "results": results}))
+    s.close()
+"""
+
+
+def test_processes_that_open_a_written_store_join_it_and_share_its_queues(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 2)
+        children = [spawn_child(PUTTER, path, impl.name, "c%d" % k, 300) for k in range(2)]
+        mine = [owner.put("T", b"o-%d" % i, keys="o-%d" % i) for i in range(300)]
+        outputs = []
+        for child in children:
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err
+            outputs.append(json.loads(out))
+        assert {o["writer"] for o in outputs} == {os.getpid()}
+        placed = [(r.queue_id, r.queue_offset, r.commitlog_offset) for r in mine]
+        for o in outputs:
+            placed += [tuple(p) for p in o["results"]]
+        # one set of queue offsets for every process: no position given twice, none skipped
+        assert len(set(placed)) == len(placed) == 904
+        for qid in (0, 1):
+            offsets = sorted(q for q_id, q, _ in placed if q_id == qid)
+            assert offsets == list(range(len(offsets)))
+            assert owner.max_queue_offset("T", qid) == len(offsets)
+        for qid, qoff, offset in placed:
+            msg = owner.get_by_queue_offset("T", qid, qoff)
+            assert msg.commitlog_offset == offset
+        assert [m.body for m in owner.query_by_key("T", "c1-299")] == [b"c1-299"]
+
+
+def test_a_joined_writer_reads_its_own_puts_at_once(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"first")
+        out = run_child(
+            """
+            import sys
+            from rocketstore import MessageStore
+            s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+            assert not s.read_only and s.writer_pid != __import__("os").getpid()
+            for i in range(50):
+                r = s.put("T", b"m%d" % i, keys="k%d" % i, queue_id=1)
+                assert s.read(r.commitlog_offset).body == b"m%d" % i
+                assert s.get_by_queue_offset("T", 1, r.queue_offset).body == b"m%d" % i
+                assert [m.body for m in s.query_by_key("T", "k%d" % i)] == [b"m%d" % i]
+            got = s.get_message("g", "T", 1, 0, 64)
+            print(len(got.messages))
+            s.commit_offset("g", "T", 1, 50)
+            print(s.committed_offset("g", "T", 1))
+            s.close()
+            """,
+            path,
+            impl.name,
+        )
+        assert out.split() == ["50", "50"]
+        assert owner.committed_offset("g", "T", 1) == 50  # the commit ran in the owner
+        assert owner.max_queue_offset("T", 1) == 50
+
+
+def test_a_joined_writer_gets_the_owners_typed_errors_and_writes_nothing(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"first")
+        end = owner.max_offset
+        out = run_child(
+            """
+            import sys
+            from rocketstore import MessageStore, Message
+            s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+            calls = [
+                lambda: s.put("bad topic", b"x"),
+                lambda: s.put("SCHEDULE_TOPIC_XXXX", b"x"),
+                lambda: s.put("T", b"x", queue_id=-7),
+                lambda: s.put("T", b"x", keys=["a", 3]),
+                lambda: s.put_messages([Message("T", b"ok"), Message("T", b"x", queue_id=1 << 40)]),
+                lambda: s.put("T", object()),
+                lambda: s.receive("g", "T", 0),
+            ]
+            for call in calls:
+                try:
+                    call()
+                    print("none")
+                except Exception as exc:
+                    print(type(exc).__name__)
+            s.close()
+            """,
+            path,
+            impl.name,
+        )
+        expected = []
+        for call in (
+            lambda: owner.put("bad topic", b"x"),
+            lambda: owner.put("SCHEDULE_TOPIC_XXXX", b"x"),
+            lambda: owner.put("T", b"x", queue_id=-7),
+            lambda: owner.put("T", b"x", keys=["a", 3]),
+            lambda: owner.put_messages([Message("T", b"ok"), Message("T", b"x", queue_id=1 << 40)]),
+            lambda: owner.put("T", object()),
+            lambda: owner.receive("g", "T", 0),
+        ):
+            with pytest.raises(Exception) as info:
+                call()
+            expected.append(type(info.value).__name__)
+        assert out.split() == expected
+        assert {"InvalidTopicError", "SystemTopicError", "InvalidQueueIdError"} <= set(expected)
+        assert owner.max_offset == end  # nothing of any of them was written
+
+
+def test_when_the_owner_closes_a_joined_writer_takes_over(tmp_path, impl):
+    path = tmp_path / "s"
+    owner = open_store(path, impl)
+    owner.put("T", b"first")
+    child = spawn_child(
+        """
+        import os, sys, time
+        from rocketstore import MessageStore
+        s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+        print("joined", s.writer_pid, flush=True)
+        n = 0
+        while s.writer_pid != os.getpid():
+            s.put("T", b"c%d" % n, queue_id=0)
+            n += 1
+        for _ in range(20):
+            s.put("T", b"c%d" % n, queue_id=0)
+            n += 1
+        print("took over", n, flush=True)
+        s.close()
+        """,
+        path,
+        impl.name,
+    )
+    line = child.stdout.readline().split()
+    assert line == ["joined", str(os.getpid())]
+    time.sleep(0.3)
+    owner.close()
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert out.startswith("took over"), err
+    n = int(out.split()[2])
+    with open_store(path, impl) as again:
+        bodies = [m.body for m in queue_messages(again, "T", 0) if m.body != b"first"]
+        assert bodies == [b"c%d" % i for i in range(n)]  # every acknowledged put, once, in order
+
+
+OWNER = """
+    import json, sys, time
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2], **json.loads(sys.argv[3]))
+    s.create_topic("T", 1)
+    print("open", flush=True)
+    time.sleep(600)
+"""
+
+PUT_UNTIL_OWNER = """
+    import json, os, sys
+    from rocketstore import MessageStore
+    from rocketstore.errors import WriterGoneError
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    print("joined", flush=True)
+    acked, unknown, n = [], [], 0
+    while s.writer_pid != os.getpid() or len(acked) < 20 or n < 50:
+        body = b"p%d" % n
+        n += 1
+        try:
+            r = s.put("T", body)
+        except WriterGoneError:
+            unknown.append(body.decode())
+            continue
+        acked.append((body.decode(), r.queue_offset))
+        if len(acked) == 50:
+            print("putting", flush=True)
+        if n > 200000:
+            break
+    print(json.dumps({"acked": acked, "unknown": unknown, "owner": s.writer_pid == os.getpid()}), flush=True)
+    s.close()
+"""
+
+
+def test_when_the_owner_is_killed_a_joined_writer_recovers_and_takes_over(tmp_path, impl):
+    path = tmp_path / "s"
+    owner = spawn_child(OWNER, path, impl.name, json.dumps(SMALL))
+    putter = None
+    try:
+        assert owner.stdout.readline().strip() == "open"
+        putter = spawn_child(PUT_UNTIL_OWNER, path, impl.name)
+        assert putter.stdout.readline().strip() == "joined"
+        assert putter.stdout.readline().strip() == "putting"
+        owner.send_signal(signal.SIGKILL)
+        owner.communicate(timeout=30)
+        out, err = putter.communicate(timeout=120)
+    finally:
+        for proc in (owner, putter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert putter.returncode == 0, err
+    found = json.loads(out)
+    assert found["owner"]
+    assert len(found["unknown"]) <= 1  # only a put in flight when the owner died
+    with open_store(path, impl) as again:
+        got = queue_messages(again, "T", 0)
+        stored = [m.body.decode() for m in got]
+        offsets = [m.queue_offset for m in got]
+        assert offsets == list(range(len(offsets)))  # contiguous, none twice
+        for body, qoff in found["acked"]:
+            assert stored[qoff] == body  # every acknowledged put, where its result said
+        assert len(stored) == len(set(stored))
+        assert set(stored) <= {b for b, _ in found["acked"]} | set(found["unknown"])
+
+
+LOCK_HOLDER = """
+    import fcntl, os, sys, time
+    fd = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # what a Java broker's tryLock takes
+    os.pwrite(fd, b"lock", 0)
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the lock holder is told apart by F_GETLK")
+def test_a_store_a_java_broker_holds_is_refused_at_once(tmp_path, impl):
+    path = tmp_path / "s"
+    open_store(path, impl).close()
+    holder = spawn_child(LOCK_HOLDER, path)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        began = time.monotonic()
+        with pytest.raises(StoreLockedError, match="does not share writing"):
+            open_store(path, impl)
+        assert time.monotonic() - began < 30  # not writer_wait_s: nothing was waited for
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_after_a_killed_owner_the_next_open_writes_and_serves(tmp_path, impl):
+    path = tmp_path / "s"
+    owner = spawn_child(OWNER, path, impl.name, json.dumps(SMALL))
+    assert owner.stdout.readline().strip() == "open"
+    owner.kill()
+    owner.communicate()
+    with open_store(path, impl) as s:
+        assert not s.last_shutdown_clean and s.writer_pid == os.getpid()
+        assert run_child(PUTTER, path, impl.name, "x", 3).count('"writer": %d' % os.getpid()) == 1
+        assert s.max_queue_offset("T", 0) >= 1
+    names = set(os.listdir(path))
+    assert SOCKET_NAME not in names or not sys.platform.startswith("linux")  # Linux: no file at all
+    assert names <= {"commitlog", "consumequeue", "index", "config", "checkpoint", "lock", "rocketstore-live"}
+
+
+@pytest.mark.skipif(sys.platform.startswith("linux"), reason="Linux's writer socket is abstract: no file")
+def test_a_foreign_file_where_the_socket_goes_is_left_as_it_is(tmp_path, impl):
+    path = tmp_path / "s"
+    open_store(path, impl).close()
+    (path / SOCKET_NAME).write_bytes(b"not ours")
+    with pytest.raises(NotAStoreError):
+        open_store(path, impl)
+    assert (path / SOCKET_NAME).read_bytes() == b"not ours"
+
+
+def test_pop_receive_and_ack_across_processes(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        for i in range(10):
+            owner.put("T", b"m%d" % i, queue_id=0)
+        out = run_child(
+            """
+            import sys, json
+            from rocketstore import MessageStore
+            s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+            got = s.receive("g", "T", 4, invisible_time_ms=60000)
+            print(json.dumps([(m.message.body.decode(), m.handle) for m in got]))
+            s.close()
+            """,
+            path,
+            impl.name,
+        )
+        received = json.loads(out)
+        assert len(received) == 4
+        assert owner.ack_many([h for _, h in received]) == 4  # acked by another process
+        rest = owner.receive("g", "T", 10, invisible_time_ms=60000)
+        assert sorted(m.message.body.decode() for m in rest) == sorted(
+            {"m%d" % i for i in range(10)} - {b for b, _ in received}
+        )
+
+
+def test_put_results_pickle(tmp_path, impl):
+    with open_store(tmp_path / "s", impl) as s:
+        r = s.put("T", b"x", keys="k")
+        again = pickle.loads(pickle.dumps(r))
+        assert repr(again) == repr(r)
+        assert (again.msg_id, again.unique_key, again.status) == (r.msg_id, r.unique_key, r.status)
+        batch = pickle.loads(pickle.dumps(s.put_messages([Message("T", b"y")])))
+        assert batch[0].queue_offset == 1 or batch[0].queue_id != r.queue_id
+
+
+CRASH_OPTIONS = dict(commitlog_file_size=1 << 20, consume_queue_units=2000, index_slots=512, index_count=4096)
+
+CRASH_WRITER = r"""
+import json, os, random, sys, time
+from rocketstore import MessageStore
+from rocketstore.errors import WriterGoneError
+path, tag, log_path, stop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+rng = random.Random(tag)
+with MessageStore(path, **json.loads(sys.argv[5])) as store, open(log_path, "ab", buffering=0) as log:
+    n = 0
+    while not os.path.exists(stop):
+        for _ in range(rng.randrange(1, 40)):
+            body = b"%s-%d" % (tag.encode(), n)
+            n += 1
+            try:
+                r = store.put("T", body, durable=rng.random() < 0.1)
+            except WriterGoneError:
+                log.write(b"? %s\n" % body)   # may or may not be stored
+                continue
+            log.write(b"+ %s %d %d\n" % (body, r.queue_id, r.queue_offset))   # acknowledged
+        time.sleep(rng.uniform(0, 0.01))
+"""
+
+CRASH_MEMBER = r"""
+import sys
+from rocketstore import GroupConsumer, MessageStore
+path, log_path = sys.argv[1], sys.argv[2]
+with MessageStore(path, read_only=True) as store, open(log_path, "ab", buffering=0) as log:
+    member = GroupConsumer(store, "g", "T", session_timeout=2)
+    for msg in member:
+        log.write(msg.body + b"\n")   # processed (the next poll commits it)
+"""
+
+
+def _log_lines(paths):
+    for p in paths:
+        if os.path.exists(p):
+            yield from pathlib.Path(p).read_bytes().splitlines()
+
+
+@pytest.mark.slow
+def test_writers_and_members_killed_at_random_lose_nothing_acknowledged(tmp_path, rng):
+    """4 writer processes and 3 group members on one store; one of the seven, chosen at random
+    (the writing owner among them), is killed with SIGKILL and restarted, many times
+    (``ROCKETSTORE_WRITERS_KILL_ROUNDS``, 40). Afterwards: every acknowledged put is stored at
+    the queue offset its result said, no offset was given twice, the queue has no hole, nothing
+    is stored twice, and the group consumed every stored message at least once."""
+    path = str(tmp_path / "s")
+    stop = str(tmp_path / "stop")
+    rounds = int(os.environ.get("ROCKETSTORE_WRITERS_KILL_ROUNDS", "40"))
+    with MessageStore(path, **CRASH_OPTIONS) as store:
+        store.create_topic("T", 6)
+    writer_logs = [str(tmp_path / f"w{i}.log") for i in range(4)]
+    member_logs = [str(tmp_path / f"m{i}.log") for i in range(3)]
+    starts = [0] * 7
+
+    def start(i):
+        starts[i] += 1
+        if i < 4:
+            args = [CRASH_WRITER, path, f"w{i}.{starts[i]}", writer_logs[i], stop, json.dumps(CRASH_OPTIONS)]
+        else:
+            args = [CRASH_MEMBER, path, member_logs[i - 4]]
+        return subprocess.Popen([sys.executable, "-c", *args], env=env())
+
+    procs = []
+    kills, owner_kills = [0, 0], 0
+    try:
+        for i in range(7):
+            procs.append(start(i))
+            time.sleep(0.05)
+        for _ in range(rounds):
+            time.sleep(rng.uniform(0.02, 0.25))
+            victim = rng.randrange(7)
+            mark = (pathlib.Path(path) / "lock").read_bytes()[4:].split()
+            owner_kills += mark[1:2] == [str(procs[victim].pid).encode()]
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            kills[victim >= 4] += 1
+            procs[victim] = start(victim)
+        pathlib.Path(stop).touch()
+        for proc in procs[:4]:
+            assert proc.wait(timeout=120) == 0
+        acked, unknown = {}, set()
+        for line in _log_lines(writer_logs):
+            fields = line.split()
+            if fields[0] == b"+":
+                acked[fields[1]] = (int(fields[2]), int(fields[3]))
+            else:
+                unknown.add(fields[1])
+        with MessageStore(path, read_only=True) as store:
+            queues = {q: queue_messages(store, "T", q) for q in range(6)}
+        stored = [m.body for q in range(6) for m in queues[q]]
+        want = set(stored)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not want <= set(_log_lines(member_logs)):
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert len(set(acked.values())) == len(acked), "a queue offset was given to two puts"
+    for q, msgs in queues.items():
+        assert [m.queue_offset for m in msgs] == list(range(len(msgs))), f"queue {q} has a hole"
+    assert len(stored) == len(want), "a message is stored twice"
+    for body, (q, qoff) in acked.items():
+        assert queues[q][qoff].body == body, f"acknowledged {body!r} is not at {q}/{qoff}"
+    consumed = list(_log_lines(member_logs))
+    missing = want - set(consumed)
+    assert not missing, f"{len(missing)} of {len(want)} never consumed, e.g. {sorted(missing)[:5]}"
+    print(
+        f"{rounds} kills ({kills[0]} writers, {owner_kills} of them the owner; {kills[1]} members): "
+        f"{len(acked)} acknowledged puts, "
+        f"{len(unknown)} unknown outcomes, {len(stored)} stored, {len(consumed) - len(set(consumed))} "
+        "delivered again"
+    )
