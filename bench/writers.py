@@ -10,6 +10,10 @@ done, plus each process's own rate (the owner's first). Kinds of put:
 - ``durable``: one message per call with ``durable=True`` (each returns after the group commit;
   one flush covers the waiting puts of every process).
 
+With ``--peers`` (default when the ``lmdb`` module is installed) the same rows for LMDB, which
+lets any process write: one write transaction per put (``put_batch``: 256 puts per transaction),
+``sync=False`` but for ``durable`` (each commit fsyncs), every process on one environment.
+
 Then what sharing costs a process that writes alone: ``put`` with ``shared_writers=True``
 (the default: a listening thread, idle) against ``shared_writers=False``, alternated in one run.
 
@@ -63,7 +67,39 @@ store.close()
 """
 
 
-def run_row(root: str, kind: str, processes: int, seconds: float) -> tuple[float, list[float], list[str]]:
+LMDB_PUTTER = r"""
+import os, sys, time
+import lmdb
+path, kind, seconds, go = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+env = lmdb.open(os.path.join(path, "lmdb"), map_size=8 << 30, sync=kind == "durable", metasync=kind == "durable")
+print("lmdb", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.0005)
+body, n, me = b"x" * 128, 0, b"%08d" % os.getpid()
+start = time.monotonic()
+end = start + seconds
+while time.monotonic() < end:
+    if kind == "put_batch":
+        with env.begin(write=True) as txn:
+            for _ in range(256):
+                txn.put(me + b"%012d" % n, body)
+                n += 1
+    else:
+        for _ in range(1 if kind == "durable" else 100):
+            with env.begin(write=True) as txn:
+                txn.put(me + b"%012d" % n, body)
+            n += 1
+elapsed = time.monotonic() - start
+print(n, elapsed, flush=True)
+sys.stdout.close()
+sys.stdin.read()
+env.close()
+"""
+
+
+def run_row(
+    root: str, kind: str, processes: int, seconds: float, script: str = PUTTER
+) -> tuple[float, list[float], list[str]]:
     path = tempfile.mkdtemp(prefix="writers-", dir=root)
     go = os.path.join(path, "go")
     procs = []
@@ -71,7 +107,7 @@ def run_row(root: str, kind: str, processes: int, seconds: float) -> tuple[float
     try:
         for _ in range(processes):
             proc = subprocess.Popen(
-                [sys.executable, "-c", PUTTER, path, kind, str(seconds), go],
+                [sys.executable, "-c", script, path, kind, str(seconds), go],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -119,17 +155,29 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="+", default=["put", "put_batch", "durable"])
     ap.add_argument("--alone", type=int, default=300_000, help="puts per alone run (0: skip)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    ap.add_argument("--no-peers", action="store_true", help="skip LMDB")
     args = ap.parse_args()
     print(buildinfo.header())
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     root = tempfile.mkdtemp(prefix="rocketstore-bench-writers-", dir=args.dir)
     try:
-        print(f"{'kind':<10} {'procs':>5} {'msgs/s':>12}   per process (owner first)")
+        try:
+            import lmdb  # noqa: F401
+        except ImportError:
+            args.no_peers = True
+            print("lmdb: not installed (pip install lmdb), its rows are skipped")
+        print(f"{'store':<12} {'kind':<10} {'procs':>5} {'msgs/s':>12}   per process (owner first)")
         for kind in args.kinds:
             for n in args.processes:
-                total, rates, roles = run_row(root, kind, n, args.seconds)
-                per = ", ".join(f"{r:,.0f}" for r in rates)
-                print(f"{kind:<10} {n:>5} {total:>12,.0f}   {per}   ({', '.join(roles)})", flush=True)
+                for name, script in (("rocketstore", PUTTER), ("lmdb", LMDB_PUTTER)):
+                    if name == "lmdb" and args.no_peers:
+                        continue
+                    total, rates, roles = run_row(root, kind, n, args.seconds, script)
+                    per = ", ".join(f"{r:,.0f}" for r in rates)
+                    print(
+                        f"{name:<12} {kind:<10} {n:>5} {total:>12,.0f}   {per}   ({', '.join(roles)})",
+                        flush=True,
+                    )
         if args.alone:
             shared, single = [], []
             for _ in range(3):

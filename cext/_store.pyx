@@ -20,16 +20,18 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock,
                                PyThread_type_lock)
-from libc.errno cimport EFAULT, ENOSPC
+from libc.errno cimport EFAULT, EMSGSIZE, ENOSPC
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 cimport cython
+
+import os
 
 import numpy as np
 
@@ -98,6 +100,14 @@ cdef extern from "live.h" nogil:
                            int64_t timeout_ms)
 
 
+cdef extern from "serve.h" nogil:
+    long rs_serve_waiting()
+    void rs_serve_done()
+    void rs_serve_yield()
+    int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t **out, uint64_t *out_len,
+                      uint64_t max_len)
+
+
 cdef extern from *:
     """
     #ifdef RS_DEBUG_HOOKS
@@ -145,7 +155,8 @@ POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
-           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq"]
+           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step",
+           "MAX_FRAME"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
@@ -161,6 +172,43 @@ def _debug_fail_syncs(int err):
     if not RS_HAVE_DEBUG_HOOKS:
         raise RuntimeError("built without ROCKETSTORE_DEBUG_HOOKS=1")
     rs_flusher_debug_fail_syncs(err)
+
+
+cdef enum:
+    RS_MAX_FRAME = 1 << 30
+
+#: The longest call or reply a joined writer's connection carries (bytes).
+MAX_FRAME = RS_MAX_FRAME
+
+
+def serve_step(int fd, reply):
+    """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
+    whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
+    next frame, all without the GIL; its payload, or None at the end of the stream. A call that
+    came in is counted while it waits for the GIL, and the owner's puts let go of the GIL for it
+    (see serve.h). OSError as the socket's; ValueError for a frame over MAX_FRAME."""
+    cdef Py_buffer view
+    cdef uint8_t *out = NULL
+    cdef uint64_t n = 0
+    cdef int rc
+    PyObject_GetBuffer(reply, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            rc = rs_serve_step(fd, <const uint8_t *>view.buf, <size_t>view.len, &out, &n, RS_MAX_FRAME)
+        if rc == 0:
+            rs_serve_done()
+    finally:
+        PyBuffer_Release(&view)
+    if rc == 1:
+        return None
+    if rc == -EMSGSIZE:
+        raise ValueError(f"a frame over {MAX_FRAME} bytes")
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc))
+    try:
+        return PyBytes_FromStringAndSize(<char *>out, <Py_ssize_t>n)
+    finally:
+        free(out)
 
 
 cdef class _LivePage:
@@ -1090,6 +1138,9 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef int qid
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -1178,6 +1229,9 @@ cdef class CommitLogCore:
         cdef int64_t blen, length
         cdef int64_t[::1] rec_lens
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -1329,6 +1383,9 @@ cdef class CommitLogCore:
         cdef bytes body, props
         cdef int64_t[::1] rec_lens
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, n)
         rec_lens_arr = np.empty(n, dtype=np.int64)

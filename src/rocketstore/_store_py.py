@@ -51,6 +51,8 @@ __all__ = [
     "live_wait_words",
     "live_wake",
     "live_seq",
+    "serve_step",
+    "MAX_FRAME",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -106,6 +108,38 @@ def _live_word(page: Any) -> Any:
 def live_seq(page: Any) -> int:
     """The live page's sequence word."""
     return int(_live_word(page).value)
+
+
+#: The longest call or reply a joined writer's connection carries (bytes).
+MAX_FRAME = 1 << 30
+
+
+def _recv_exactly(fd: int, n: int) -> Optional[bytes]:
+    parts, left = [], n
+    while left:
+        part = os.read(fd, left)
+        if not part:
+            return None
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def serve_step(fd: int, reply: bytes) -> Optional[bytes]:
+    """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
+    whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
+    next frame; its payload, or None at the end of the stream. (The compiled twin does this
+    without the GIL and has the owner's puts let such a call have the GIL soon.)"""
+    view = memoryview(reply)
+    while view:
+        view = view[os.write(fd, view) :]
+    head = _recv_exactly(fd, 8)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "little")
+    if size > MAX_FRAME:
+        raise ValueError(f"a frame over {MAX_FRAME} bytes")
+    return _recv_exactly(fd, size)
 
 
 def live_wake(page: Any) -> None:

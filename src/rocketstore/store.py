@@ -403,7 +403,9 @@ class MessageStore:
                 return
             try:
                 if cfg.shared_writers:
-                    self._server = WriterServer(self.path, weak_method(self._serve_call, _closed_error))
+                    self._server = WriterServer(
+                        self.path, weak_method(self._serve_call, _closed_error), self._impl.store.serve_step
+                    )
             except BaseException:
                 self._lock.release()
                 raise

@@ -92,9 +92,13 @@ def _address(root: str) -> str | bytes:
     return path
 
 
-def _send(sock: socket.socket, obj: Any) -> None:
+def _frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEAD.pack(len(data)) + data)
+    return _HEAD.pack(len(data)) + data
+
+
+def _send(sock: socket.socket, obj: Any) -> None:
+    sock.sendall(_frame(obj))
 
 
 def _recv(rfile: Any) -> Any:
@@ -124,8 +128,14 @@ class WriterServer:
     args, kwargs)`` once :meth:`ready` was called. Binds at once (so a process that finds the
     lock taken knows a rocketstore writer holds it), before the owner's open has finished."""
 
-    def __init__(self, root: str, handler: Callable[[str, tuple[Any, ...], dict[str, Any]], Any]) -> None:
+    def __init__(
+        self,
+        root: str,
+        handler: Callable[[str, tuple[Any, ...], dict[str, Any]], Any],
+        step: Callable[[int, bytes], Optional[bytes]],
+    ) -> None:
         self._handler = handler
+        self._step = step  # the implementation's serve_step: send a reply, read the next call
         self._ready = threading.Event()
         self._closing = threading.Event()
         self._mutex = threading.Lock()
@@ -196,28 +206,32 @@ class WriterServer:
             thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
+        step, fd = self._step, conn.fileno()
         try:
             if not _same_user(conn):
                 return
-            rfile = conn.makefile("rb", buffering=1 << 16)
-            hello = _recv(rfile)
+            first = step(fd, b"")
+            if first is None:
+                return
+            hello = pickle.loads(first)
             while not self._ready.wait(0.05):
                 if self._closing.is_set():
                     return
             if not (isinstance(hello, tuple) and len(hello) == 3 and hello[0] == "hello"):
                 return
-            _send(conn, (True, {"pid": os.getpid(), "protocol": PROTOCOL}))
+            reply = _frame((True, {"pid": os.getpid(), "protocol": PROTOCOL}))
             while True:
-                try:
-                    request = _recv(rfile)
-                except EOFError:
+                data = step(fd, reply)
+                if data is None:
                     return
+                try:
+                    request = pickle.loads(data)
                 except Exception as exc:  # a frame that does not unpickle
-                    _send(conn, (False, TypeError(f"a writer call that cannot be read: {exc}")))
+                    reply = _frame((False, TypeError(f"a writer call that cannot be read: {exc}")))
                     continue
-                _send(conn, self._run(request))
-        except (OSError, EOFError):
-            pass  # the joined writer went away
+                reply = _frame(self._run(request))
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+            pass  # the joined writer went away, or sent what is not a call
         finally:
             with self._mutex:
                 self._conns.pop(conn, None)
@@ -234,7 +248,7 @@ class WriterServer:
         try:
             pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            return (False, TypeError(f"{request[0]}() returned what cannot be sent back: {exc}"))
+            return (False, TypeError(f"{name}() returned what cannot be sent back: {exc}"))
         return (True, result)
 
     def close(self, timeout: float = 30.0) -> None:
