@@ -186,10 +186,22 @@ def test_when_the_owner_closes_a_joined_writer_takes_over(tmp_path, impl):
     owner.put("T", b"first")
     child = spawn_child(
         """
-        import os, sys, time
+        import os, sys, threading, time
         from rocketstore import MessageStore
         s = MessageStore(sys.argv[1], implementation=sys.argv[2])
         print("joined", s.writer_pid, flush=True)
+        errors, done = [], threading.Event()
+
+        def read():  # another thread reads all along: the takeover must not fail it
+            while not done.is_set():
+                try:
+                    s.get_message("g", "T", 0, 0, 32)
+                    s.max_offset
+                except Exception as exc:
+                    errors.append(repr(exc))
+
+        reader = threading.Thread(target=read)
+        reader.start()
         n = 0
         while s.writer_pid != os.getpid():
             s.put("T", b"c%d" % n, queue_id=0)
@@ -197,7 +209,9 @@ def test_when_the_owner_closes_a_joined_writer_takes_over(tmp_path, impl):
         for _ in range(20):
             s.put("T", b"c%d" % n, queue_id=0)
             n += 1
-        print("took over", n, flush=True)
+        done.set()
+        reader.join()
+        print("took over", n, errors, flush=True)
         s.close()
         """,
         path,
@@ -210,6 +224,7 @@ def test_when_the_owner_closes_a_joined_writer_takes_over(tmp_path, impl):
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
     assert out.startswith("took over"), err
+    assert out.split(maxsplit=3)[3].strip() == "[]"  # the reading thread saw no error
     n = int(out.split()[2])
     with open_store(path, impl) as again:
         bodies = [m.body for m in queue_messages(again, "T", 0) if m.body != b"first"]

@@ -132,6 +132,9 @@ _READ_ONLY_ATTEMPTS = 5
 #: How long a writable open waits for a socket at a lock holder that cannot be told a
 #: rocketstore writer or not (not Linux) before StoreLockedError (s).
 _NO_SERVER_GRACE = 1.0
+#: How long a lock holder that does not say it shares may stay so before StoreLockedError (s): an
+#: owner that is closing takes its mark off the lock file just before it releases the lock.
+_NOT_SHARING_GRACE = 0.2
 #: The calls a joined writer's store (rocketstore.writers) has the writing process run.
 _FORWARDED = frozenset(
     (
@@ -309,6 +312,7 @@ class MessageStore:
     _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
+    _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
 
     def __init__(
         self,
@@ -377,7 +381,7 @@ class MessageStore:
         (StoreLockedError when that is not a rocketstore writer, or shared_writers is off)."""
         cfg = self.config
         deadline = time.monotonic() + cfg.writer_wait_s
-        no_server_until = time.monotonic() + _NO_SERVER_GRACE
+        began = time.monotonic()
         while True:
             try:
                 self._lock.acquire(shares=cfg.shared_writers)
@@ -391,7 +395,15 @@ class MessageStore:
                     # closing (it removed its socket before its lock), one gone, or not ours
                     sharing = self._lock.held_by_sharing_writer()
                     now = time.monotonic()
-                    if sharing is False or (sharing is None and now >= no_server_until) or now >= deadline:
+                    waited = now - began
+                    if now >= deadline:
+                        raise StoreLockedError(
+                            f"store {self.path}: the process holding its lock did not serve writers "
+                            f"within writer_wait_s ({cfg.writer_wait_s} s)"
+                        ) from None
+                    if (sharing is False and waited >= _NOT_SHARING_GRACE) or (
+                        sharing is None and waited >= _NO_SERVER_GRACE
+                    ):
                         raise StoreLockedError(
                             f"store {self.path} is locked by a process that does not share writing "
                             "(a Java broker, or a rocketstore with shared_writers=False)"
@@ -461,10 +473,14 @@ class MessageStore:
             if self._remote is not client or self._closed:
                 return
             _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
+            self._switching = True
             self._closed = True
-            self._teardown(clean=False)  # the following reader's parts and the client
-            self._remote = None
-            self._open_store()
+            try:
+                self._teardown(clean=False)  # the following reader's parts and the client
+                self._remote = None
+                self._open_store()
+            finally:
+                self._switching = False
 
     # ---- open / close ----
 
@@ -841,11 +857,12 @@ class MessageStore:
         if errors:
             raise errors[0]
 
-    def _teardown(self, clean: bool) -> list[BaseException]:
+    def _teardown(self, clean: bool, keep_link: bool = False) -> list[BaseException]:
         """Stop and close every part that was opened, each whatever the others raised, and
         release the lock; the errors, in order. ``clean``: a close (dispatch the rest, write the
         checkpoint and remove the abort file if all that made the data durable); else a failed
-        open (the abort file stays)."""
+        open (the abort file stays). ``keep_link``: a joined store's connection to its writing
+        process stays (a reopen)."""
         errors = []
 
         def run(step: Callable[[], object]) -> bool:
@@ -856,11 +873,8 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
-        for link in ("_server", "_remote"):
-            obj = getattr(self, link, None)
-            if obj is not None:
-                run(obj.close)
-        self._server = None
+        if not keep_link:
+            run(self._close_links)
 
         for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
             obj = getattr(self, part, None)
@@ -889,6 +903,16 @@ class MessageStore:
             run(self._remove_abort_file)
         run(self._lock.release)
         return errors
+
+    def _close_links(self) -> None:
+        """Stop serving joined writers, or close the connection to the writing process."""
+        server, self._server = self._server, None
+        try:
+            if server is not None:
+                server.close()
+        finally:
+            if self._remote is not None:
+                self._remote.close()
 
     def _final_checkpoint(self) -> None:
         cp = self._checkpoint
@@ -950,6 +974,11 @@ class MessageStore:
 
     def _check_open(self) -> None:
         if self._closed:
+            if self._switching:  # taking over from a writing process that ended: wait for it
+                with self._mutex:
+                    pass
+                if not self._closed:
+                    return self._check_open()
             raise StoreClosedError("the store is closed")
         if self._follower is not None and not self._follower.follow():
             self._reopen()
@@ -960,16 +989,20 @@ class MessageStore:
         with self._mutex:
             if self._closed or self._follower is None or self._follower.follow():
                 return
+            self._switching = True  # other threads' calls wait for it (_check_open)
             self._closed = True
-            errors = self._teardown(clean=False)
-            if errors:
-                raise errors[0]
-            for part in _PARTS:
-                setattr(self, part, None)
-            commitlog_dir = os.path.join(self.path, "commitlog")
-            self.config = self._detect_config(commitlog_dir)
-            self._open(commitlog_dir)
-            self._closed = False
+            try:
+                errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
+                if errors:
+                    raise errors[0]
+                for part in _PARTS:
+                    setattr(self, part, None)
+                commitlog_dir = os.path.join(self.path, "commitlog")
+                self.config = self._detect_config(commitlog_dir)
+                self._open(commitlog_dir)
+                self._closed = False
+            finally:
+                self._switching = False
 
     def _check_writable(self) -> None:
         self._check_open()
