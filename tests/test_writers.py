@@ -499,3 +499,31 @@ def test_writers_and_members_killed_at_random_lose_nothing_acknowledged(tmp_path
         f"{len(unknown)} unknown outcomes, {len(stored)} stored, {len(consumed) - len(set(consumed))} "
         "delivered again"
     )
+
+
+def test_a_joined_writers_pipelined_and_durable_puts(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        out = run_child(
+            """
+            import asyncio, sys
+            from rocketstore import MessageStore
+            s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+            futures = [s.put_pipelined("T", b"p%d" % i) for i in range(20)]
+            offsets = [f.result(timeout=60).queue_offset for f in futures]
+            print(sorted(offsets) == list(range(20)), all(f.done() for f in futures))
+
+            async def main():
+                return (await s.put_pipelined("T", b"async")).queue_offset
+
+            print(asyncio.run(main()), s.put("T", b"d", durable=True).queue_offset)
+            print(s.flush(timeout=30))
+            s.close()
+            """,
+            path,
+            impl.name,
+        )
+        assert out.split() == ["True", "True", "20", "21", "True"]
+        durable = owner.get_by_queue_offset("T", 0, 21)
+        assert owner.flushed_offset >= durable.commitlog_offset + durable.size  # flushed by the owner
