@@ -31,6 +31,7 @@ from libc.string cimport memcpy, memset
 
 cimport cython
 
+import functools
 import os
 
 import numpy as np
@@ -155,7 +156,7 @@ POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
-           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step",
+           "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step", "SwitchSafe",
            "MAX_FRAME"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
@@ -209,6 +210,29 @@ def serve_step(int fd, reply):
         return PyBytes_FromStringAndSize(<char *>out, <Py_ssize_t>n)
     finally:
         free(out)
+
+
+cdef class SwitchSafe:
+    """A following store's read method (rocketstore.store puts it over the class's): the call,
+    again when the store opened again under it. See the pure twin."""
+    cdef object _store
+    cdef object _method
+
+    def __init__(self, store_ref, method):
+        self._store = store_ref
+        self._method = method
+
+    def __call__(self, *args, **kwargs):
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        switches = store._switches
+        try:
+            return self._method(store, *args, **kwargs)
+        except Exception:
+            if not store._switched_since(switches):
+                raise
+        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
 
 
 cdef class _LivePage:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import platform
 import struct
@@ -53,6 +54,7 @@ __all__ = [
     "live_seq",
     "serve_step",
     "MAX_FRAME",
+    "SwitchSafe",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -140,6 +142,31 @@ def serve_step(fd: int, reply: bytes) -> Optional[bytes]:
     if size > MAX_FRAME:
         raise ValueError(f"a frame over {MAX_FRAME} bytes")
     return _recv_exactly(fd, size)
+
+
+class SwitchSafe:
+    """A following store's read method (rocketstore.store puts it over the class's, as an
+    instance attribute): the call, run again when the store opened again under it (a writer's
+    crash recovery, a takeover), rather than failing with the closed parts it was using.
+    ``store_ref`` is a weak reference to the store; ``method`` the class's function."""
+
+    __slots__ = ("_store", "_method")
+
+    def __init__(self, store_ref: Any, method: Any) -> None:
+        self._store = store_ref
+        self._method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        switches = store._switches
+        try:
+            return self._method(store, *args, **kwargs)
+        except Exception:
+            if not store._switched_since(switches):
+                raise
+        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
 
 
 def live_wake(page: Any) -> None:

@@ -699,7 +699,9 @@ class Consumer:
             try:
                 batch = self.poll(32, timeout=None)
             except StoreClosedError:
-                return
+                if self.store.closed:  # not when it opened again under the poll
+                    return
+                continue
             yield from batch
 
     async def __aiter__(self) -> AsyncIterator[MessageExt]:
@@ -708,7 +710,9 @@ class Consumer:
             try:
                 batch = await self.poll_async(32, timeout=None)
             except StoreClosedError:
-                return
+                if self.store.closed:
+                    return
+                continue
             for msg in batch:
                 yield msg
 

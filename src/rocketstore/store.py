@@ -162,6 +162,29 @@ _FORWARDED = frozenset(
         "flush",
     )
 )
+#: Read calls a following store runs again when it opened again under them (``SwitchSafe``).
+_SWITCH_SAFE = (
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "key_offsets",
+    "get_message",
+    "get_units",
+    "queue_units",
+    "records_at",
+    "min_queue_offset",
+    "max_queue_offset",
+    "queue_offset_of_time",
+    "queues",
+    "queue_offsets",
+    "committed_offset",
+    "delayed_counts",
+    "stats",
+    "topic_retention",
+    "retention_report",
+)
 #: Of those, the ones sent again to the next owner when the owner died before answering.
 _REPEATABLE = frozenset(
     (
@@ -313,6 +336,7 @@ class MessageStore:
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
+    _switches = 0  # how often it did
 
     def __init__(
         self,
@@ -375,6 +399,13 @@ class MessageStore:
                 self.__dict__[name] = _Forwarder(self, name)
             else:
                 self.__dict__.pop(name, None)
+        switch_safe = self._impl.store.SwitchSafe
+        for name in _SWITCH_SAFE:
+            # a store that follows another process's writing may open again under a call
+            if self._follower is not None and name not in self.__dict__:
+                self.__dict__[name] = switch_safe(weakref.ref(self), getattr(MessageStore, name))
+            elif self._follower is None and isinstance(self.__dict__.get(name), switch_safe):
+                del self.__dict__[name]
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
@@ -474,6 +505,7 @@ class MessageStore:
                 return
             _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
             self._switching = True
+            self._switches += 1
             self._closed = True
             try:
                 self._teardown(clean=False)  # the following reader's parts and the client
@@ -970,7 +1002,28 @@ class MessageStore:
 
     @property
     def closed(self) -> bool:
+        if self._switching:  # opening again, or taking over: closed only if that failed
+            with self._mutex:
+                pass
         return self._closed
+
+    def _switched_since(self, switches: int) -> bool:
+        """Whether this store opened again (or took over writing) since it counted ``switches``
+        and is open: a call that failed under it may run again."""
+        if self._switching:
+            with self._mutex:
+                pass
+        return self._switches != switches and not self._closed
+
+    def _switch_safe(self, call: Callable[[], Any]) -> Any:
+        """``call()``, again if this store opened again under it (its parts closed meanwhile)."""
+        while True:
+            switches = self._switches
+            try:
+                return call()
+            except Exception:  # whatever the closing parts made of it (closed, "damaged", None)
+                if not self._switched_since(switches):
+                    raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -990,6 +1043,7 @@ class MessageStore:
             if self._closed or self._follower is None or self._follower.follow():
                 return
             self._switching = True  # other threads' calls wait for it (_check_open)
+            self._switches += 1
             self._closed = True
             try:
                 errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
@@ -1795,9 +1849,11 @@ class MessageStore:
             try:
                 if live.wait_look(seen, min(left, 1.0)):
                     return True
-            except ValueError:  # its map closed under it: this store was closed meanwhile
+            except ValueError:  # its map closed under it: this store closed, or opened again
                 self._check_open()
-                raise
+                return True  # opened again (a writer's recovery, a takeover): look again
+            if self._live is not live:
+                return True
 
     async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
         left = deadline - time.monotonic()
@@ -2099,14 +2155,22 @@ class MessageStore:
     @property
     def min_offset(self) -> int:
         if self._follower is not None:
-            self._check_open()
+            return int(self._switch_safe(self._min_offset))
+        return self._commitlog.min_offset
+
+    def _min_offset(self) -> int:
+        self._check_open()
         return self._commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
         if self._follower is not None:
-            self._check_open()
+            return int(self._switch_safe(self._max_offset))
+        return self._commitlog.max_offset
+
+    def _max_offset(self) -> int:
+        self._check_open()
         return self._commitlog.max_offset
 
     @property
