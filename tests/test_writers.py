@@ -40,10 +40,11 @@ def run_child(code, *args, timeout=120):
     return out.stdout
 
 
-def spawn_child(code, *args):
+def spawn_child(code, *args, stdin=False):
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
         env=env(),
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,27 +108,41 @@ def test_a_joined_writer_reads_its_own_puts_at_once(tmp_path, impl):
     path = tmp_path / "s"
     with open_store(path, impl) as owner:
         owner.put("T", b"first")
-        out = run_child(
+        assert owner.stats()["writer"] == "this process" and owner.stats()["joined_writers"] == 0
+        child = spawn_child(
             """
-            import sys
+            import os, sys
             from rocketstore import MessageStore
             s = MessageStore(sys.argv[1], implementation=sys.argv[2])
-            assert not s.read_only and s.writer_pid != __import__("os").getpid()
+            assert not s.read_only and s.writer_pid != os.getpid()
             for i in range(50):
                 r = s.put("T", b"m%d" % i, keys="k%d" % i, queue_id=1)
                 assert s.read(r.commitlog_offset).body == b"m%d" % i
                 assert s.get_by_queue_offset("T", 1, r.queue_offset).body == b"m%d" % i
                 assert [m.body for m in s.query_by_key("T", "k%d" % i)] == [b"m%d" % i]
             got = s.get_message("g", "T", 1, 0, 64)
-            print(len(got.messages))
             s.commit_offset("g", "T", 1, 50)
-            print(s.committed_offset("g", "T", 1))
+            stats = s.stats()
+            print(len(got.messages), s.committed_offset("g", "T", 1), stats["writer"],
+                  stats["writer_pid"] == s.writer_pid, "joined" in repr(s), flush=True)
+            sys.stdin.readline()  # while the owner looks at its stats
             s.close()
             """,
             path,
             impl.name,
+            stdin=True,
         )
-        assert out.split() == ["50", "50"]
+        try:
+            line = child.stdout.readline()
+            joined = owner.stats()["joined_writers"]
+            out, err = child.communicate("\n", timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        assert child.returncode == 0, err
+        assert line.split() == ["50", "50", "joined", "True", "True"]
+        assert joined >= 1
         assert owner.committed_offset("g", "T", 1) == 50  # the commit ran in the owner
         assert owner.max_queue_offset("T", 1) == 50
 

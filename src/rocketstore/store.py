@@ -2197,10 +2197,18 @@ class MessageStore:
         A writable store also reports its disk as read now (``disk_usage``, the fraction of the
         CommitLog's file system in use; ``disk_full``, whether puts are refused for it, which
         this reading updates) and ``refused_puts``, the puts refused while it was marked full.
+        ``writer``: ``"this process"``, ``"joined"`` (its writes run in process ``writer_pid``)
+        or ``"read-only"``; ``joined_writers``: the connections of joined processes this one
+        serves.
         """
         self._check_open()
         out = {
             "implementation": self._impl.name,
+            "writer": "joined"
+            if self._remote is not None
+            else ("read-only" if self._files_read_only else "this process"),
+            "writer_pid": self.writer_pid,
+            "joined_writers": self._server.connections if self._server is not None else 0,
             "segments": len(self._segments.files),
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
@@ -2216,7 +2224,13 @@ class MessageStore:
         return out
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("read-only" if self._files_read_only else "open")
+        state = (
+            "closed"
+            if self._closed
+            else (
+                "joined" if self._remote is not None else ("read-only" if self._files_read_only else "open")
+            )
+        )
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
 
 

@@ -185,6 +185,11 @@ class WriterServer:
             f"a process that does not hold the lock of store {self.root} listens at {address}"
         )
 
+    @property
+    def connections(self) -> int:
+        """Connections of joined writers now (a joined process has one per concurrent call)."""
+        return len(self._conns)
+
     def ready(self) -> None:
         """The owner's open finished: answer the joined writers."""
         self._ready.set()
