@@ -542,3 +542,48 @@ def test_a_joined_writers_pipelined_and_durable_puts(tmp_path, impl):
         assert out.split() == ["True", "True", "20", "21", "True"]
         durable = owner.get_by_queue_offset("T", 0, 21)
         assert owner.flushed_offset >= durable.commitlog_offset + durable.size  # flushed by the owner
+
+
+def test_garbage_on_the_writer_socket_harms_nothing(tmp_path, impl):
+    import socket
+    import struct
+
+    from rocketstore.writers import _address
+
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"first")
+        end = owner.max_offset
+        frames = [
+            b"\x00" * 3,  # a torn length
+            struct.pack("<Q", 1 << 62),  # longer than any frame may be
+            struct.pack("<Q", 5) + b"nopic",  # not a pickle
+            struct.pack("<Q", 4) + pickle.dumps(("hi",))[:4],  # a torn pickle
+        ]
+        hello = pickle.dumps(("hello", 1, 0))
+        calls = [
+            pickle.dumps(("not a call",)),
+            pickle.dumps(("close", (), {})),  # not a call a joined writer may make
+            pickle.dumps(("put", ("T",), {"body": None})),
+        ]
+        for garbage in frames:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(_address(str(path)))
+                sock.sendall(garbage)
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(30)
+                assert sock.recv(1 << 16) == b""  # the owner hung up, nothing else
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(_address(str(path)))
+            sock.settimeout(30)
+            rfile = sock.makefile("rb")
+            sock.sendall(struct.pack("<Q", len(hello)) + hello)
+            ok, info = pickle.loads(rfile.read(struct.unpack("<Q", rfile.read(8))[0]))
+            assert ok and info["pid"] == os.getpid()
+            for call in calls:
+                sock.sendall(struct.pack("<Q", len(call)) + call)
+                ok, error = pickle.loads(rfile.read(struct.unpack("<Q", rfile.read(8))[0]))
+                assert not ok and isinstance(error, Exception)
+            rfile.close()
+        assert not owner.closed and owner.max_offset == end  # nothing written, still serving
+        assert run_child(PUTTER, path, impl.name, "after", 2).count('"writer": %d' % os.getpid()) == 1

@@ -218,7 +218,10 @@ class WriterServer:
             first = step(fd, b"")
             if first is None:
                 return
-            hello = pickle.loads(first)
+            try:
+                hello = pickle.loads(first)
+            except Exception:
+                return  # not a rocketstore writer
             while not self._ready.wait(0.05):
                 if self._closing.is_set():
                     return
