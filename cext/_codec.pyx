@@ -33,6 +33,7 @@ from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, ho
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
@@ -1988,9 +1989,9 @@ PULL_DAMAGED = _PULL_DAMAGED
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
-cdef object _segment_of(object files, int64_t offset):
+cdef object _segment_of(object files, int64_t offset, int64_t *start):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
-    holds ``offset``, or None."""
+    holds ``offset``, or None; ``start`` gets where it starts."""
     cdef Py_ssize_t n
     cdef int64_t first, size, k
     if type(files) is not list:
@@ -2006,17 +2007,44 @@ cdef object _segment_of(object files, int64_t offset):
     k = (offset - first) // size
     if k >= n:
         return None
-    return (<list>files)[k]
+    mf = (<list>files)[k]
+    start[0] = first + k * size
+    if <int64_t>mf.file_from_offset != start[0]:   # not one run of equal files: the careful path
+        return None
+    return mf
 
 
-cdef int64_t _readable(object mf, object core) except -1:
-    """How much of segment ``mf`` holds complete records (see the pure twin)."""
+cdef object _utf8_holder(str text):
+    """What holds the UTF-8 bytes (surrogateescape) of ``text``: ``text`` itself when its own
+    cached UTF-8 is them (no escapes), else their encoding; None when it does not encode (such
+    text is no record's). :func:`_utf8_of` gives the bytes."""
+    try:
+        PyUnicode_AsUTF8AndSize(text, NULL)
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return None
+
+
+cdef const uint8_t *_utf8_of(object holder, Py_ssize_t *size) except NULL:
+    if type(holder) is bytes:
+        size[0] = PyBytes_GET_SIZE(holder)
+        return <const uint8_t *>PyBytes_AS_STRING(holder)
+    return <const uint8_t *>PyUnicode_AsUTF8AndSize(holder, size)
+
+
+cdef int64_t _readable(object mf, int64_t start, object core) except -1:
+    """How much of segment ``mf`` (starting at ``start``) holds complete records (see the pure
+    twin)."""
     cdef int64_t size = mf.file_size
     cdef int64_t end
     if core is None:
         end = mf.wrote_position
     else:
-        end = <int64_t>core.wrote_offset - <int64_t>mf.file_from_offset
+        end = <int64_t>core.wrote_offset - start
     return 0 if end < 0 else (size if end > size else end)
 
 
@@ -2041,60 +2069,52 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
     cdef Py_buffer view
     cdef const uint8_t *u
-    cdef int64_t qo, byte, pos, offset, size, readable
-    cdef int32_t qid
-    cdef bytes topic_b
-    if type(topic) is not str or type(queue_id) is not int or type(queue_offset) is not int or core is None:
+    cdef const uint8_t *t
+    cdef int64_t qo = 0, qid = 0, byte, start = 0, pos, offset, size, readable
+    cdef Py_ssize_t t_len = 0
+    if (type(topic) is not str or core is None or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
+            or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
-    if not (0 <= queue_offset <= INT64_MAX // _CQ_UNIT and INT32_MIN <= queue_id <= INT32_MAX):
-        return None
-    qo = queue_offset
-    qid = queue_id
     table = getattr(queues, "_queues", None)
     if type(table) is not dict:
         return None
     cq = (<dict>table).get((topic, queue_id))
     if cq is None or cq.holes:
         return None
-    files = cq._files.files
     byte = qo * _CQ_UNIT
-    if type(files) is not list or not files or byte < <int64_t>cq._min_logic:
+    if byte < <int64_t>cq._min_logic:
         return None
-    last = (<list>files)[-1]
-    if byte + _CQ_UNIT > <int64_t>last.file_from_offset + <int64_t>last.wrote_position:
-        return None
-    mf = _segment_of(files, byte)
+    mf = _segment_of(cq._files.files, byte, &start)
     if mf is None:
         return None
-    pos = byte - <int64_t>mf.file_from_offset
-    if not _mapped(mf, 0, &view):
+    pos = byte - start
+    if pos > <int64_t>mf.wrote_position - _CQ_UNIT:   # a file before the last is full
         return None
-    try:
-        if pos < 0 or pos > view.len - _CQ_UNIT:
-            return None
-        u = <const uint8_t *>view.buf + pos
-        offset = _be64(u)
-        size = _be32(u + 8)
-    finally:
-        PyBuffer_Release(&view)
+    if not _mapped(mf, pos + _CQ_UNIT, &view):
+        return None
+    u = <const uint8_t *>view.buf + pos
+    offset = _be64(u)
+    size = _be32(u + 8)
+    PyBuffer_Release(&view)
     if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
         return None
-    seg = _segment_of(segments.files, offset)
+    seg = _segment_of(segments.files, offset, &start)
     if seg is None:
         return None
-    pos = offset - <int64_t>seg.file_from_offset
-    readable = _readable(seg, core)
+    pos = offset - start
+    readable = (<int64_t>core.wrote_offset) - start
+    size_of = <int64_t>seg.file_size
+    if readable > size_of:
+        readable = size_of
     if pos >= readable:
         return None
-    try:
-        topic_b = _topic_bytes(topic)
-    except InvalidTopicError:
+    keep = _utf8_holder(topic)
+    if keep is None or not _mapped(seg, readable, &view):
         return None
-    if not _mapped(seg, readable, &view):
-        return None
+    t = _utf8_of(keep, &t_len)
     try:
-        return _unit_message(<const uint8_t *>view.buf, readable, None, pos, offset, size, qo,
-                             <const uint8_t *>PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), qid, None)
+        return _unit_message(<const uint8_t *>view.buf, readable, None, pos, offset, size, qo, t, t_len,
+                             <int32_t>qid, None)
     finally:
         PyBuffer_Release(&view)
 
@@ -2122,19 +2142,16 @@ cdef object _key_messages(object offsets, object files, object core, str topic, 
     cdef int64_t offset, pos, readable, rc, previous = -1
     cdef bint first = True, hit
     cdef list found = []
-    cdef bytes topic_b, key_b
+    cdef Py_ssize_t t_len = 0, k_len = 0
+    cdef int64_t start = 0
     cdef const uint8_t *t
     cdef const uint8_t *k
-    cdef Py_ssize_t t_len, k_len
-    try:
-        topic_b = topic.encode("utf-8", "surrogateescape")
-        key_b = key.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:   # no record decodes to such text
+    keep_t = _utf8_holder(topic)
+    keep_k = _utf8_holder(key)
+    if keep_t is None or keep_k is None:   # no record decodes to such text
         return found
-    t = <const uint8_t *>PyBytes_AS_STRING(topic_b)
-    t_len = PyBytes_GET_SIZE(topic_b)
-    k = <const uint8_t *>PyBytes_AS_STRING(key_b)
-    k_len = PyBytes_GET_SIZE(key_b)
+    t = _utf8_of(keep_t, &t_len)
+    k = _utf8_of(keep_k, &k_len)
     for item in offsets:
         if left <= 0:
             break
@@ -2143,11 +2160,11 @@ cdef object _key_messages(object offsets, object files, object core, str topic, 
             continue   # indexed twice under this key (a KEYS entry and the UNIQ_KEY): read once
         previous = offset
         first = False
-        seg = _segment_of(files, offset)
+        seg = _segment_of(files, offset, &start)
         if seg is None:
             continue
-        pos = offset - <int64_t>seg.file_from_offset
-        readable = _readable(seg, core)
+        pos = offset - start
+        readable = _readable(seg, start, core)
         if pos >= readable:
             continue
         if not _mapped(seg, readable, &view):

@@ -1595,7 +1595,9 @@ def _segment_of(files, offset):
     if size <= 0 or offset < first:
         return None
     k = (offset - first) // size
-    return files[k] if k < len(files) else None
+    if k >= len(files) or files[k].file_from_offset != first + k * size:
+        return None  # past the last, or not one run of equal files: the careful path
+    return files[k]
 
 
 def _readable(mf, core):
@@ -1640,19 +1642,17 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     cq = table.get((topic, queue_id))
     if cq is None or cq.holes:
         return None
-    files = cq._files.files
     byte = queue_offset * _CQ_UNIT
-    if type(files) is not list or not files or byte < cq._min_logic:
+    if byte < cq._min_logic:
         return None
-    last = files[-1]
-    if byte + _CQ_UNIT > last.file_from_offset + last.wrote_position:
-        return None
-    mf = _segment_of(files, byte)
+    mf = _segment_of(cq._files.files, byte)
     if mf is None:
         return None
     pos = byte - mf.file_from_offset
-    view = _mapped(mf, mf.file_size)
-    if view is None or not 0 <= pos <= view.nbytes - _CQ_UNIT:
+    if pos > mf.wrote_position - _CQ_UNIT:  # a file before the last is full
+        return None
+    view = _mapped(mf, pos + _CQ_UNIT)
+    if view is None:
         return None
     offset, size, _code = struct.unpack_from(">qiq", view, pos)
     del view
