@@ -442,6 +442,7 @@ def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl
         (b"TopicK", "k", 32, 0, None),
         ("TopicK", "k", 0, 0, None),
         ("TopicK", "k", True, 0, None),
+        ("TopicK", "k", 2**63, 0, None),
         ("TopicK", "k", 32, -1, None),
         ("TopicK", "k", 32, 0, -1),
         ("TopicK", "k", 32, 0, 2**63),

@@ -1730,7 +1730,7 @@ def key_lookup(service, segments, core, topic, key, max_num, begin, end, cap):
     :func:`key_messages` of them, at most ``min(max_num, cap)``.
 
     None whenever the careful path must decide: an argument it checks (``topic`` or ``key`` not a
-    non-empty str, ``max_num`` not an int >= 1, ``begin`` or ``end`` not an int in
+    non-empty str, ``max_num`` not an int in ``[1, 2**63 - 1]``, ``begin`` or ``end`` not one in
     ``[0, 2**63 - 1]``; ``end`` None is the largest), a closed service or segment.
     """
     if type(topic) is not str or type(key) is not str or not topic or not key:
@@ -1740,7 +1740,7 @@ def key_lookup(service, segments, core, topic, key, max_num, begin, end, cap):
     if type(max_num) is not int or type(begin) is not int or type(end) is not int or type(cap) is not int:
         return None
     if (
-        max_num < 1
+        not 1 <= max_num <= _INT64_MAX
         or not 0 <= begin <= _INT64_MAX
         or not 0 <= end <= _INT64_MAX
         or not 0 <= cap <= _INT64_MAX

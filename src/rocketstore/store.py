@@ -1764,6 +1764,11 @@ class MessageStore:
     # ---- lookups (§3, §5.5) ----
 
     def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
+        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``,
+        ascending (an offset may repeat: _key_messages reads it once)."""
+        if self._disk_index is None:  # a writable store: one service
+            offsets: list[int] = self._index.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0]
+            return offsets
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
