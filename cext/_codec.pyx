@@ -2072,7 +2072,8 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     cdef const uint8_t *t
     cdef int64_t qo = 0, qid = 0, byte, start = 0, pos, offset, size, readable
     cdef Py_ssize_t t_len = 0
-    if (type(topic) is not str or core is None or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
+    cdef int64_t lowest = 0, below = 0
+    if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
     table = getattr(queues, "_queues", None)
@@ -2081,6 +2082,12 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     cq = (<dict>table).get((topic, queue_id))
     if cq is None or cq.holes:
         return None
+    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+        if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
+            return None
+        cq = cq.disk
+        if cq is None or not lowest <= qo < below or cq.holes:
+            return None   # not on disk: the careful path reads the memory tail
     byte = qo * _CQ_UNIT
     if byte < <int64_t>cq._min_logic:
         return None
@@ -2102,10 +2109,7 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     if seg is None:
         return None
     pos = offset - start
-    readable = (<int64_t>core.wrote_offset) - start
-    size_of = <int64_t>seg.file_size
-    if readable > size_of:
-        readable = size_of
+    readable = _readable(seg, start, core)
     if pos >= readable:
         return None
     keep = _utf8_holder(topic)
@@ -2212,28 +2216,40 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
     return True
 
 
-def key_lookup(service, segments, core, topic, key, max_num, begin, end, cap):
-    """``MessageStore.query_by_key`` of a writable store in one call: the index walk under the
-    service's lock, then the re-check and decode of each hit (see the pure twin,
-    rocketstore._codec_py.key_lookup); None: the careful path decides."""
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+    """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
+    then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
+    None: the careful path decides."""
     cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
-    if type(topic) is not str or type(key) is not str or not topic or not key:
+    cdef list offsets = None
+    if (type(topic) is not str or type(key) is not str or not topic or not key
+            or type(services) is not tuple):
         return None
     if (not _plain_int(max_num, 1, &limit) or not _plain_int(begin, 0, &lo)
             or not (end is None or _plain_int(end, 0, &hi)) or not _plain_int(cap, 0, &most)):
         return None
     if limit > most:
         limit = most
-    lock = service._lock
-    lock.acquire()
-    try:
-        if service._closed:
-            return None
-        offsets = service._index.select_files(service._files, topic + "#" + key, most,
-                                              0 if lo < 1000 else lo - 1000,
-                                              INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
-    finally:
-        lock.release()
+    for service in <tuple>services:
+        if service is None:
+            continue
+        lock = service._lock
+        lock.acquire()
+        try:
+            if service._closed:
+                return None
+            found = service._index.select_files(service._files, topic + "#" + key, most,
+                                                0 if lo < 1000 else lo - 1000,
+                                                INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+        finally:
+            lock.release()
+        if offsets is None:
+            offsets = found
+        else:
+            offsets = offsets + found
+            offsets.sort()
+    if offsets is None:
+        return []
     return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
 
 

@@ -339,6 +339,28 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
         assert ro.query_by_unique_key("TopicRo", rs[3].unique_key).body == b"r3"
         assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
         assert ro.get_by_msg_id(rs[5].msg_id).body == b"r5"
+        # the units on disk are read in one call; past them, the careful path decides
+        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 9, ro._segments, None).body == b"r9"
+        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 10, ro._segments, None) is None
+
+
+def test_a_following_reader_reads_the_writers_new_messages_by_key_and_queue_offset(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as w:
+        first = [w.put("TopicRo", b"a%d" % i, keys="k", queue_id=0) for i in range(5)]
+        w.flush()
+        options = dict(consume_queue_units=64, index_slots=SLOTS, index_count=ITEMS)
+        with MessageStore(path, read_only=True, implementation=impl.name, **options) as ro:
+            assert ro.get_by_queue_offset("TopicRo", 0, 4).body == b"a4"
+            more = [w.put("TopicRo", b"b%d" % i, keys="k", queue_id=0) for i in range(5)]
+            w.flush()
+            bodies = [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+            for i, r in enumerate(first + more):
+                m = ro.get_by_queue_offset("TopicRo", 0, i)
+                assert (m.commitlog_offset, m.body) == (r.commitlog_offset, bodies[i])
+            assert offsets(ro.query_by_key("TopicRo", "k")) == [r.commitlog_offset for r in first + more]
+            with pytest.raises(MessageNotFoundError):
+                ro.get_by_queue_offset("TopicRo", 0, 10)
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -430,7 +452,6 @@ def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl
         is None
     )
     assert impl.codec.queue_message(None, "TopicQ", 0, 0, store._segments, store._core) is None
-    assert impl.codec.queue_message(store._queues, "TopicQ", 0, 0, store._segments, None) is None
     assert impl.codec.queue_message(store._queues, "TopicQ", 0, 0, store._segments, store._core).body == b"q0"
 
 
@@ -453,9 +474,12 @@ def test_key_lookup_leaves_arguments_to_check_to_the_careful_path(store, impl, a
     store.put("TopicK", b"x", keys="k")
     assert len(store.query_by_key("TopicK", "k")) == 1  # dispatched by now
     segments, core = store._segments, store._core
-    assert impl.codec.key_lookup(store._index, segments, core, *args, 64) is None
-    found = impl.codec.key_lookup(store._index, segments, core, "TopicK", "k", 32, 0, None, 64)
+    services = (None, store._index)
+    assert impl.codec.key_lookup(services, segments, core, *args, 64) is None
+    assert impl.codec.key_lookup(store._index, segments, core, "TopicK", "k", 32, 0, None, 64) is None
+    found = impl.codec.key_lookup(services, segments, core, "TopicK", "k", 32, 0, None, 64)
     assert [m.body for m in found] == [b"x"]
+    assert impl.codec.key_lookup((), segments, core, "TopicK", "k", 32, 0, None, 64) == []
 
 
 class _Segment:

@@ -1620,28 +1620,19 @@ def _mapped(mf, readable):
     return view[:readable] if readable <= view.nbytes else None
 
 
-def queue_message(queues, topic, queue_id, queue_offset, segments, core):
-    """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call: the
-    unit in its ConsumeQueue file, then its record, which must be a whole, CRC-valid record of the
-    unit's size, topic, queue id and queue offset whose PHYSICALOFFSET is the unit's (the checks
-    of QueueGuard.unit_message).
-
-    ``queues`` is the store's ConsumeQueueStore, ``segments`` the CommitLog's MappedFileQueue and
-    ``core`` its append core (what is readable; None: returns None). None whenever the careful
-    path must decide: no such queue or unit, a queue with holes, a placeholder, a unit that does
-    not point at its record, a segment gone or closed. That path then raises, repairs or reads,
-    as it always did; this one never raises for a store's state.
-    """
-    if type(topic) is not str or type(queue_id) is not int or type(queue_offset) is not int or core is None:
-        return None
-    if not (0 <= queue_offset <= _INT64_MAX // _CQ_UNIT and _INT32_MIN <= queue_id <= _INT32_MAX):
-        return None
+def _queue_unit(queues, topic, queue_id, queue_offset):
+    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
+    or None (see :func:`queue_message`)."""
     table = getattr(queues, "_queues", None)
     if type(table) is not dict:
         return None
     cq = table.get((topic, queue_id))
     if cq is None or cq.holes:
         return None
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        lowest, start, cq = cq._min, cq._start, cq.disk
+        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
+            return None  # not on disk: the careful path reads the memory tail
     byte = queue_offset * _CQ_UNIT
     if byte < cq._min_logic:
         return None
@@ -1658,6 +1649,30 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     del view
     if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
         return None
+    return offset, size
+
+
+def queue_message(queues, topic, queue_id, queue_offset, segments, core):
+    """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call: the
+    unit in its ConsumeQueue file, then its record, which must be a whole, CRC-valid record of the
+    unit's size, topic, queue id and queue offset whose PHYSICALOFFSET is the unit's (the checks
+    of QueueGuard.unit_message).
+
+    ``queues`` is the store's ConsumeQueueStore (a read-only store's TailQueueStore: the units on
+    disk only), ``segments`` the CommitLog's MappedFileQueue and ``core`` its append core (what is
+    readable; None: a read-only store, see :func:`_readable`). None whenever the careful
+    path must decide: no such queue or unit, a queue with holes, a placeholder, a unit that does
+    not point at its record, a segment gone or closed. That path then raises, repairs or reads,
+    as it always did; this one never raises for a store's state.
+    """
+    if type(topic) is not str or type(queue_id) is not int or type(queue_offset) is not int:
+        return None
+    if not (0 <= queue_offset <= _INT64_MAX // _CQ_UNIT and _INT32_MIN <= queue_id <= _INT32_MAX):
+        return None
+    unit = _queue_unit(queues, topic, queue_id, queue_offset)
+    if unit is None:
+        return None
+    offset, size = unit
     seg = _segment_of(segments.files, offset)
     if seg is None:
         return None
@@ -1723,17 +1738,17 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     return found
 
 
-def key_lookup(service, segments, core, topic, key, max_num, begin, end, cap):
-    """``MessageStore.query_by_key`` of a writable store in one call: the walk of the index
-    service's files under its lock (its index twin's ``select_files``, for at most ``cap``
-    candidates stored within ``[begin - 1 s, end + 1 s]``: the index keeps whole seconds), then
-    :func:`key_messages` of them, at most ``min(max_num, cap)``.
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+    """``MessageStore.query_by_key`` in one call: the walk of each index service's files under its
+    lock (``services``, a tuple; None entries are skipped; each its index twin's ``select_files``,
+    for at most ``cap`` candidates stored within ``[begin - 1 s, end + 1 s]``: the index keeps
+    whole seconds), then :func:`key_messages` of them all, ascending, at most ``min(max_num, cap)``.
 
     None whenever the careful path must decide: an argument it checks (``topic`` or ``key`` not a
     non-empty str, ``max_num`` not an int in ``[1, 2**63 - 1]``, ``begin`` or ``end`` not one in
     ``[0, 2**63 - 1]``; ``end`` None is the largest), a closed service or segment.
     """
-    if type(topic) is not str or type(key) is not str or not topic or not key:
+    if type(topic) is not str or type(key) is not str or not topic or not key or type(services) is not tuple:
         return None
     if end is None:
         end = _INT64_MAX
@@ -1746,10 +1761,16 @@ def key_lookup(service, segments, core, topic, key, max_num, begin, end, cap):
         or not 0 <= cap <= _INT64_MAX
     ):
         return None
-    with service._lock:
-        if service._closed:
-            return None
-        offsets = service._index.select_files(
-            service._files, topic + "#" + key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000)
-        )[0]
+    offsets: list[int] = []
+    for service in services:
+        if service is None:
+            continue
+        with service._lock:
+            if service._closed:
+                return None
+            offsets += service._index.select_files(
+                service._files, topic + "#" + key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000)
+            )[0]
+    if len(services) > 1:
+        offsets.sort()
     return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)

@@ -1802,12 +1802,20 @@ class MessageStore:
         Unlike RocketMQ, every index hit is re-checked against the record's real topic and
         keys, so a hash collision never returns a wrong message.
         """
-        if not self._closed and not self.read_only:
+        if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: index walk, re-check and decode of each hit;
             # None for anything the checks below must decide
             self._dispatcher.catch_up()
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
-                self._index, self._segments, self._core, topic, key, max_num, begin, end, MAX_MSGS_NUM_BATCH
+                (self._disk_index, self._index),
+                self._segments,
+                None if self.read_only else self._core,
+                topic,
+                key,
+                max_num,
+                begin,
+                end,
+                MAX_MSGS_NUM_BATCH,
             )
             if hits is not None:
                 return hits
@@ -1875,11 +1883,16 @@ class MessageStore:
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at ``queue_offset`` of (topic, queue_id)."""
-        if not self._closed and not self.read_only:
+        if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: the unit, its record, every check of
             # QueueGuard.unit_message; anything else (None) takes the careful path below
             msg: Optional[MessageExt] = self._codec.queue_message(
-                self._queues, topic, queue_id, queue_offset, self._segments, self._core
+                self._queues,
+                topic,
+                queue_id,
+                queue_offset,
+                self._segments,
+                None if self.read_only else self._core,
             )
             if msg is not None:
                 return msg
