@@ -33,12 +33,14 @@ from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, ho
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
+    "queue_message", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -1982,6 +1984,273 @@ PULL_END = _PULL_END
 PULL_FULL = _PULL_FULL
 PULL_OUTSIDE = _PULL_OUTSIDE
 PULL_DAMAGED = _PULL_DAMAGED
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups in one call: a message by queue position, the messages an index lookup found
+
+cdef object _segment_of(object files, int64_t offset, int64_t *start):
+    """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
+    holds ``offset``, or None; ``start`` gets where it starts."""
+    cdef Py_ssize_t n
+    cdef int64_t first, size, k
+    if type(files) is not list:
+        return None
+    n = len(<list>files)
+    if n == 0:
+        return None
+    head = (<list>files)[0]
+    first = head.file_from_offset
+    size = head.file_size
+    if size <= 0 or offset < first:
+        return None
+    k = (offset - first) // size
+    if k >= n:
+        return None
+    mf = (<list>files)[k]
+    start[0] = first + k * size
+    if <int64_t>mf.file_from_offset != start[0]:   # not one run of equal files: the careful path
+        return None
+    return mf
+
+
+cdef object _utf8_holder(str text):
+    """What holds the UTF-8 bytes (surrogateescape) of ``text``: ``text`` itself when its own
+    cached UTF-8 is them (no escapes), else their encoding; None when it does not encode (such
+    text is no record's). :func:`_utf8_of` gives the bytes."""
+    try:
+        PyUnicode_AsUTF8AndSize(text, NULL)
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return None
+
+
+cdef const uint8_t *_utf8_of(object holder, Py_ssize_t *size) except NULL:
+    if type(holder) is bytes:
+        size[0] = PyBytes_GET_SIZE(holder)
+        return <const uint8_t *>PyBytes_AS_STRING(holder)
+    return <const uint8_t *>PyUnicode_AsUTF8AndSize(holder, size)
+
+
+cdef int64_t _readable(object mf, int64_t start, object core) except -1:
+    """How much of segment ``mf`` (starting at ``start``) holds complete records (see the pure
+    twin)."""
+    cdef int64_t size = mf.file_size
+    cdef int64_t end
+    if core is None:
+        end = mf.wrote_position
+    else:
+        end = <int64_t>core.wrote_offset - start
+    return 0 if end < 0 else (size if end > size else end)
+
+
+cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
+    """Export ``mf``'s map into ``view`` (True), or False once it is closed or shorter than
+    ``readable``; the caller releases a True export."""
+    mm = mf.mm
+    if mm is None:
+        return False
+    try:
+        PyObject_GetBuffer(mm, view, PyBUF_SIMPLE)
+    except ValueError:   # closed by another thread since it was read
+        return False
+    if view.len < readable:
+        PyBuffer_Release(view)
+        return False
+    return True
+
+
+def queue_message(queues, topic, queue_id, queue_offset, segments, core):
+    """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
+    pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
+    cdef Py_buffer view
+    cdef const uint8_t *u
+    cdef const uint8_t *t
+    cdef int64_t qo = 0, qid = 0, byte, start = 0, pos, offset, size, readable
+    cdef Py_ssize_t t_len = 0
+    cdef int64_t lowest = 0, below = 0
+    if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
+            or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
+        return None
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = (<dict>table).get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+        if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
+            return None
+        cq = cq.disk
+        if cq is None or not lowest <= qo < below or cq.holes:
+            return None   # not on disk: the careful path reads the memory tail
+    byte = qo * _CQ_UNIT
+    if byte < <int64_t>cq._min_logic:
+        return None
+    mf = _segment_of(cq._files.files, byte, &start)
+    if mf is None:
+        return None
+    pos = byte - start
+    if pos > <int64_t>mf.wrote_position - _CQ_UNIT:   # a file before the last is full
+        return None
+    if not _mapped(mf, pos + _CQ_UNIT, &view):
+        return None
+    u = <const uint8_t *>view.buf + pos
+    offset = _be64(u)
+    size = _be32(u + 8)
+    PyBuffer_Release(&view)
+    if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
+        return None
+    seg = _segment_of(segments.files, offset, &start)
+    if seg is None:
+        return None
+    pos = offset - start
+    readable = _readable(seg, start, core)
+    if pos >= readable:
+        return None
+    keep = _utf8_holder(topic)
+    if keep is None or not _mapped(seg, readable, &view):
+        return None
+    t = _utf8_of(keep, &t_len)
+    try:
+        return _unit_message(<const uint8_t *>view.buf, readable, None, pos, offset, size, qo, t, t_len,
+                             <int32_t>qid, None)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_t want_len) noexcept nogil:
+    """Whether one of the space-separated pieces of p[0:n] is want[0:want_len] (a KEYS value:
+    UTF-8 never has the byte 0x20 inside a character, so this is ``want in value.split(" ")``)."""
+    cdef int64_t start = 0, i
+    for i in range(n + 1):
+        if i == n or p[i] == 0x20:
+            if i - start == want_len and memcmp(p + start, want, <size_t>want_len) == 0:
+                return True
+            start = i + 1
+    return False
+
+
+cdef object _key_messages(object offsets, object files, object core, str topic, str key, int64_t lo,
+                          int64_t hi, int64_t left, bint by_unique):
+    """key_messages' loop (see the pure twin). The record's topic and keys are compared as the
+    UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the message
+    decodes them to; a message is made for a hit only."""
+    cdef Py_buffer view
+    cdef rs_record rec
+    cdef rs_dispatch_props props
+    cdef int64_t offset, pos, readable, rc, previous = -1
+    cdef bint first = True, hit
+    cdef list found = []
+    cdef Py_ssize_t t_len = 0, k_len = 0
+    cdef int64_t start = 0
+    cdef const uint8_t *t
+    cdef const uint8_t *k
+    keep_t = _utf8_holder(topic)
+    keep_k = _utf8_holder(key)
+    if keep_t is None or keep_k is None:   # no record decodes to such text
+        return found
+    t = _utf8_of(keep_t, &t_len)
+    k = _utf8_of(keep_k, &k_len)
+    for item in offsets:
+        if left <= 0:
+            break
+        offset = _check_int(item, "offset", INT64_MIN, INT64_MAX)
+        if offset == previous and not first:
+            continue   # indexed twice under this key (a KEYS entry and the UNIQ_KEY): read once
+        previous = offset
+        first = False
+        seg = _segment_of(files, offset, &start)
+        if seg is None:
+            continue
+        pos = offset - start
+        readable = _readable(seg, start, core)
+        if pos >= readable:
+            continue
+        if not _mapped(seg, readable, &view):
+            return None
+        try:
+            rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
+            if (rc <= 0 or rec.store_timestamp < lo or rec.store_timestamp > hi or rec.topic_len != t_len
+                    or memcmp(rec.topic, t, <size_t>t_len) != 0):
+                continue
+            rs_dispatch_properties(rec.properties, rec.properties_len, &props)
+            hit = (props.uniq_key_pos >= 0 and props.uniq_key_len == k_len
+                   and memcmp(rec.properties + props.uniq_key_pos, k, <size_t>k_len) == 0)
+            if not hit and not by_unique and props.keys_pos >= 0:
+                hit = _has_piece(rec.properties + props.keys_pos, props.keys_len, k, k_len)
+            if hit:
+                found.append(_message(None, <const uint8_t *>view.buf, pos, &rec))
+                left -= 1
+        finally:
+            PyBuffer_Release(&view)
+    return found
+
+
+def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):
+    """The messages of ``topic`` under ``key`` at the CommitLog ``offsets`` an index lookup found,
+    each re-checked (see the pure twin, rocketstore._codec_py.key_messages)."""
+    if type(topic) is not str or type(key) is not str:
+        raise TypeError("topic and key must be str")
+    cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
+    cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
+    cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
+    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, left, unique)
+
+
+cdef bint _plain_int(object value, int64_t lo, int64_t *out):
+    """``value`` (an int, not a bool nor a subclass) in ``[lo, INT64_MAX]`` into ``out``: True, else
+    False."""
+    cdef int overflow = 0
+    cdef long long x
+    if type(value) is not int:
+        return False
+    x = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow != 0 or x < lo:
+        return False
+    out[0] = x
+    return True
+
+
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+    """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
+    then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
+    None: the careful path decides."""
+    cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
+    cdef list offsets = None
+    if (type(topic) is not str or type(key) is not str or not topic or not key
+            or type(services) is not tuple):
+        return None
+    if (not _plain_int(max_num, 1, &limit) or not _plain_int(begin, 0, &lo)
+            or not (end is None or _plain_int(end, 0, &hi)) or not _plain_int(cap, 0, &most)):
+        return None
+    if limit > most:
+        limit = most
+    for service in <tuple>services:
+        if service is None:
+            continue
+        lock = service._lock
+        lock.acquire()
+        try:
+            if service._closed:
+                return None
+            found = service._index.select_files(service._files, topic + "#" + key, most,
+                                                0 if lo < 1000 else lo - 1000,
+                                                INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+        finally:
+            lock.release()
+        if offsets is None:
+            offsets = found
+        else:
+            offsets = offsets + found
+            offsets.sort()
+    if offsets is None:
+        return []
+    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
 
 
 def plain_message_items(messages, user_topics):

@@ -41,7 +41,7 @@ cdef extern from *:
     int rs_index_unicode_ready(object o) except -1
 
 __all__ = [
-    "IndexFile", "index_file_size", "index_file_name", "parse_index_file_name",
+    "IndexFile", "index_file_size", "select_files", "index_file_name", "parse_index_file_name",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
 ]
 
@@ -459,3 +459,38 @@ cdef class IndexFile:
                 found.append(out[i])
             max_num -= got
         return found
+
+
+def select_files(files, key, max_num, begin, end):
+    """§5.5 ``queryOffset`` over ``files`` in one call (see the pure twin,
+    rocketstore._index_py.select_files)."""
+    cdef int32_t key_hash = _key_hash(key)
+    cdef int64_t left = _operator.index(max_num)
+    cdef int64_t lo = begin, hi = end, file_begin, file_end, got, k
+    cdef Py_ssize_t i, n = len(files)
+    cdef IndexFile ix
+    cdef rs_index_walk_t walk
+    cdef int64_t out[_SELECT_BATCH]
+    cdef list found = []
+    last_timestamp = last_phy_offset = 0
+    for i in range(n - 1, -1, -1):
+        ix = files[i].index
+        ix._check()
+        if i == n - 1:
+            last_timestamp = rs_index_header_i64(&ix._ix, RS_INDEX_POS_END_TIMESTAMP)
+            last_phy_offset = rs_index_header_i64(&ix._ix, RS_INDEX_POS_END_PHY_OFFSET)
+        if left <= 0:
+            break
+        file_begin = rs_index_header_i64(&ix._ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
+        file_end = rs_index_header_i64(&ix._ix, RS_INDEX_POS_END_TIMESTAMP)
+        if (lo < file_begin and hi > file_end) or file_begin <= lo <= file_end or file_begin <= hi <= file_end:
+            rs_index_walk_start(&ix._ix, &walk, key_hash, lo, hi)
+            while left > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
+                got = rs_index_walk_next(&ix._ix, &walk, out, left if left < _SELECT_BATCH else _SELECT_BATCH)
+                for k in range(got):
+                    found.append(out[k])
+                left -= got
+        if file_begin < lo or left <= 0:
+            break
+    found.sort()
+    return found, last_timestamp, last_phy_offset

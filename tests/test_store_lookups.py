@@ -339,6 +339,28 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
         assert ro.query_by_unique_key("TopicRo", rs[3].unique_key).body == b"r3"
         assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
         assert ro.get_by_msg_id(rs[5].msg_id).body == b"r5"
+        # the units on disk are read in one call; past them, the careful path decides
+        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 9, ro._segments, None).body == b"r9"
+        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 10, ro._segments, None) is None
+
+
+def test_a_following_reader_reads_the_writers_new_messages_by_key_and_queue_offset(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as w:
+        first = [w.put("TopicRo", b"a%d" % i, keys="k", queue_id=0) for i in range(5)]
+        w.flush()
+        options = dict(consume_queue_units=64, index_slots=SLOTS, index_count=ITEMS)
+        with MessageStore(path, read_only=True, implementation=impl.name, **options) as ro:
+            assert ro.get_by_queue_offset("TopicRo", 0, 4).body == b"a4"
+            more = [w.put("TopicRo", b"b%d" % i, keys="k", queue_id=0) for i in range(5)]
+            w.flush()
+            bodies = [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+            for i, r in enumerate(first + more):
+                m = ro.get_by_queue_offset("TopicRo", 0, i)
+                assert (m.commitlog_offset, m.body) == (r.commitlog_offset, bodies[i])
+            assert offsets(ro.query_by_key("TopicRo", "k")) == [r.commitlog_offset for r in first + more]
+            with pytest.raises(MessageNotFoundError):
+                ro.get_by_queue_offset("TopicRo", 0, 10)
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -386,3 +408,108 @@ def test_lookups_on_a_closed_store_raise(tmp_path, impl):
     ):
         with pytest.raises(StoreClosedError):
             call()
+
+
+# -- the one-call lookups (codec.queue_message, key_lookup, key_messages) -------------------------
+
+
+def test_a_key_indexed_twice_for_one_message_returns_it_once(store):
+    store.put("TopicD", b"twice", keys=["dup", "dup"])
+    given = "AC1100020001000000000000000000CD"
+    store.put("TopicD", b"own", keys=given, properties={"UNIQ_KEY": given})
+    assert [m.body for m in store.query_by_key("TopicD", "dup")] == [b"twice"]
+    assert [m.body for m in store.query_by_key("TopicD", given)] == [b"own"]
+    assert store.query_by_unique_key("TopicD", given).body == b"own"
+
+
+def test_lookups_of_text_no_record_holds(store):
+    store.put("TopicE", b"x", keys="k")
+    assert store.query_by_key("TopicE", "k\ud800") == []  # a lone surrogate encodes to nothing
+    assert store.query_by_key("TopicE\ud800", "k") == []
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_queue_offset("TopicE\ud800", 0, 0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("TopicQ", True, 0),  # bool queue id: the careful path refuses it
+        ("TopicQ", 0, True),
+        ("TopicQ", 0, -1),
+        ("TopicQ", 0, 2**63),
+        ("TopicQ", 2**31, 0),
+        ("TopicQ", 0, 5),  # past the queue's end
+        ("NoTopic", 0, 0),
+        (b"TopicQ", 0, 0),
+    ],
+)
+def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl, args):
+    store.put("TopicQ", b"q0", queue_id=0)
+    assert store.get_by_queue_offset("TopicQ", 0, 0).body == b"q0"  # dispatched by now
+    topic, queue_id, queue_offset = args
+    assert (
+        impl.codec.queue_message(store._queues, topic, queue_id, queue_offset, store._segments, store._core)
+        is None
+    )
+    assert impl.codec.queue_message(None, "TopicQ", 0, 0, store._segments, store._core) is None
+    assert impl.codec.queue_message(store._queues, "TopicQ", 0, 0, store._segments, store._core).body == b"q0"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("", "k", 32, 0, None),
+        ("TopicK", "", 32, 0, None),
+        (b"TopicK", "k", 32, 0, None),
+        ("TopicK", "k", 0, 0, None),
+        ("TopicK", "k", True, 0, None),
+        ("TopicK", "k", 2**63, 0, None),
+        ("TopicK", "k", 32, -1, None),
+        ("TopicK", "k", 32, 0, -1),
+        ("TopicK", "k", 32, 0, 2**63),
+        ("TopicK", "k", 32.0, 0, None),
+    ],
+)
+def test_key_lookup_leaves_arguments_to_check_to_the_careful_path(store, impl, args):
+    store.put("TopicK", b"x", keys="k")
+    assert len(store.query_by_key("TopicK", "k")) == 1  # dispatched by now
+    segments, core = store._segments, store._core
+    services = (None, store._index)
+    assert impl.codec.key_lookup(services, segments, core, *args, 64) is None
+    assert impl.codec.key_lookup(store._index, segments, core, "TopicK", "k", 32, 0, None, 64) is None
+    found = impl.codec.key_lookup(services, segments, core, "TopicK", "k", 32, 0, None, 64)
+    assert [m.body for m in found] == [b"x"]
+    assert impl.codec.key_lookup((), segments, core, "TopicK", "k", 32, 0, None, 64) == []
+
+
+class _Segment:
+    def __init__(self, mm, file_from_offset, file_size, wrote_position):
+        self.mm, self.file_from_offset, self.file_size = mm, file_from_offset, file_size
+        self.wrote_position = wrote_position
+
+
+class _Files:
+    def __init__(self, *files):
+        self.files = list(files)
+
+
+def test_key_messages_bounds_checks_what_it_is_given(impl):
+    record = impl.codec.encode_record(
+        topic="T", body=b"b", properties={"KEYS": "k"}, physical_offset=100, store_timestamp=5
+    )
+    ok = _Files(_Segment(bytearray(record), 100, 4096, len(record)))
+    args = ("T", "k", 0, 10, 10, False)
+    assert [m.body for m in impl.codec.key_messages([100], ok, None, *args)] == [b"b"]
+    # past what is readable, below or past the segments, a short map, a closed one
+    assert impl.codec.key_messages([100], _Files(_Segment(record, 100, 4096, 5)), None, *args) == []
+    assert impl.codec.key_messages([-5, 99, 5000, 2**63 - 1], ok, None, *args) == []
+    assert impl.codec.key_messages([100], _Files(_Segment(record[:50], 100, 4096, 4096)), None, *args) is None
+    assert impl.codec.key_messages([100], _Files(_Segment(None, 100, 4096, 4096)), None, *args) is None
+    assert impl.codec.key_messages([100], _Files(), None, *args) == []
+    # two files that are not one run of equal files are not trusted
+    odd = _Files(_Segment(record, 100, 4096, len(record)), _Segment(record, 9000, 4096, len(record)))
+    assert impl.codec.key_messages([4196], odd, None, *args) == []
+    with pytest.raises(InvalidMessageError):
+        impl.codec.key_messages(["100"], ok, None, *args)
+    with pytest.raises(TypeError):
+        impl.codec.key_messages([100], ok, None, b"T", "k", 0, 10, 10, False)

@@ -82,6 +82,9 @@ __all__ = [
     "messages_from_rows",
     "MessageExt",
     "pull_units",
+    "queue_message",
+    "key_messages",
+    "key_lookup",
     "PULL_END",
     "PULL_FULL",
     "PULL_OUTSIDE",
@@ -1576,3 +1579,198 @@ def pull_units(
         taken.append(i - 1)
         left -= 1
     return messages, taken, i, kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups in one call: a message by queue position, the messages an index lookup found
+
+
+def _segment_of(files, offset):
+    """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
+    holds ``offset``, or None."""
+    if type(files) is not list or not files:
+        return None
+    head = files[0]
+    first, size = head.file_from_offset, head.file_size
+    if size <= 0 or offset < first:
+        return None
+    k = (offset - first) // size
+    if k >= len(files) or files[k].file_from_offset != first + k * size:
+        return None  # past the last, or not one run of equal files: the careful path
+    return files[k]
+
+
+def _readable(mf, core):
+    """How much of segment ``mf`` holds complete records: up to ``core.wrote_offset`` (a
+    writable store's append core), or its ``wrote_position`` (``core`` None: read-only)."""
+    if core is None:
+        return max(0, min(mf.file_size, mf.wrote_position))
+    return max(0, min(mf.file_size, core.wrote_offset - mf.file_from_offset))
+
+
+def _mapped(mf, readable):
+    """A view of the first ``readable`` bytes of ``mf``'s map, or None once it is closed."""
+    mm = mf.mm
+    if mm is None:
+        return None
+    try:
+        view = memoryview(mm)
+    except ValueError:  # closed by another thread since it was read
+        return None
+    return view[:readable] if readable <= view.nbytes else None
+
+
+def _queue_unit(queues, topic, queue_id, queue_offset):
+    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
+    or None (see :func:`queue_message`)."""
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = table.get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        lowest, start, cq = cq._min, cq._start, cq.disk
+        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
+            return None  # not on disk: the careful path reads the memory tail
+    byte = queue_offset * _CQ_UNIT
+    if byte < cq._min_logic:
+        return None
+    mf = _segment_of(cq._files.files, byte)
+    if mf is None:
+        return None
+    pos = byte - mf.file_from_offset
+    if pos > mf.wrote_position - _CQ_UNIT:  # a file before the last is full
+        return None
+    view = _mapped(mf, pos + _CQ_UNIT)
+    if view is None:
+        return None
+    offset, size, _code = struct.unpack_from(">qiq", view, pos)
+    del view
+    if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
+        return None
+    return offset, size
+
+
+def queue_message(queues, topic, queue_id, queue_offset, segments, core):
+    """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call: the
+    unit in its ConsumeQueue file, then its record, which must be a whole, CRC-valid record of the
+    unit's size, topic, queue id and queue offset whose PHYSICALOFFSET is the unit's (the checks
+    of QueueGuard.unit_message).
+
+    ``queues`` is the store's ConsumeQueueStore (a read-only store's TailQueueStore: the units on
+    disk only), ``segments`` the CommitLog's MappedFileQueue and ``core`` its append core (what is
+    readable; None: a read-only store, see :func:`_readable`). None whenever the careful
+    path must decide: no such queue or unit, a queue with holes, a placeholder, a unit that does
+    not point at its record, a segment gone or closed. That path then raises, repairs or reads,
+    as it always did; this one never raises for a store's state.
+    """
+    if type(topic) is not str or type(queue_id) is not int or type(queue_offset) is not int:
+        return None
+    if not (0 <= queue_offset <= _INT64_MAX // _CQ_UNIT and _INT32_MIN <= queue_id <= _INT32_MAX):
+        return None
+    unit = _queue_unit(queues, topic, queue_id, queue_offset)
+    if unit is None:
+        return None
+    offset, size = unit
+    seg = _segment_of(segments.files, offset)
+    if seg is None:
+        return None
+    pos = offset - seg.file_from_offset
+    readable = _readable(seg, core)
+    if pos >= readable:
+        return None
+    buf = _mapped(seg, readable)
+    if buf is None:
+        return None
+    try:
+        topic_b = _topic_bytes(topic)
+    except InvalidTopicError:
+        return None
+    m = _unit_message(buf, pos, offset, size, queue_offset, topic_b, queue_id, None, True)
+    return None if m is False else m
+
+
+def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):
+    """The messages at the CommitLog ``offsets`` (an index lookup's candidates, ascending; one
+    offset listed twice is read once) that
+    are whole, CRC-valid records of ``topic`` stored within ``[begin, end]`` (ms) whose UNIQ_KEY
+    is ``key`` (``unique``) or whose UNIQ_KEY or one of whose KEYS is ``key``; at most ``limit``.
+
+    ``segments`` is the CommitLog's MappedFileQueue and ``core`` its append core (None: a
+    read-only store, whose segments are readable up to their ``wrote_position``). An offset
+    that holds no such record (retention deleted it, recovery cut it, a hash collision) is
+    skipped. None when a segment is closed under the lookup: the caller reads one by one.
+    """
+    if type(topic) is not str or type(key) is not str:
+        raise TypeError("topic and key must be str")
+    begin = _check_int(begin, "begin", _INT64_MIN, _INT64_MAX)
+    end = _check_int(end, "end", _INT64_MIN, _INT64_MAX)
+    limit = _check_int(limit, "limit", 0, _INT64_MAX)
+    files = segments.files
+    found: list = []
+    previous = None
+    for offset in offsets:
+        if len(found) >= limit:
+            break
+        offset = _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+        if offset == previous:
+            continue  # indexed twice under this key (a KEYS entry and the UNIQ_KEY): read once
+        previous = offset
+        seg = _segment_of(files, offset)
+        if seg is None:
+            continue
+        pos = offset - seg.file_from_offset
+        readable = _readable(seg, core)
+        if pos >= readable:
+            continue
+        buf = _mapped(seg, readable)
+        if buf is None:
+            return None
+        reason, row = _parse(buf, pos, readable, True)
+        if reason is not None:
+            continue
+        m = _message(buf, row, True)
+        if m.topic != topic or not begin <= m.store_timestamp <= end:
+            continue
+        if m.unique_key == key or (not unique and m.keys is not None and key in m.keys.split(" ")):
+            found.append(m)
+    return found
+
+
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+    """``MessageStore.query_by_key`` in one call: the walk of each index service's files under its
+    lock (``services``, a tuple; None entries are skipped; each its index twin's ``select_files``,
+    for at most ``cap`` candidates stored within ``[begin - 1 s, end + 1 s]``: the index keeps
+    whole seconds), then :func:`key_messages` of them all, ascending, at most ``min(max_num, cap)``.
+
+    None whenever the careful path must decide: an argument it checks (``topic`` or ``key`` not a
+    non-empty str, ``max_num`` not an int in ``[1, 2**63 - 1]``, ``begin`` or ``end`` not one in
+    ``[0, 2**63 - 1]``; ``end`` None is the largest), a closed service or segment.
+    """
+    if type(topic) is not str or type(key) is not str or not topic or not key or type(services) is not tuple:
+        return None
+    if end is None:
+        end = _INT64_MAX
+    if type(max_num) is not int or type(begin) is not int or type(end) is not int or type(cap) is not int:
+        return None
+    if (
+        not 1 <= max_num <= _INT64_MAX
+        or not 0 <= begin <= _INT64_MAX
+        or not 0 <= end <= _INT64_MAX
+        or not 0 <= cap <= _INT64_MAX
+    ):
+        return None
+    offsets: list[int] = []
+    for service in services:
+        if service is None:
+            continue
+        with service._lock:
+            if service._closed:
+                return None
+            offsets += service._index.select_files(
+                service._files, topic + "#" + key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000)
+            )[0]
+    if len(services) > 1:
+        offsets.sort()
+    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)

@@ -41,6 +41,7 @@ from .errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
 __all__ = [
     "IndexFile",
     "index_file_size",
+    "select_files",
     "index_file_name",
     "parse_index_file_name",
     "HEADER_SIZE",
@@ -422,6 +423,35 @@ def _ref_puts(buf: memoryview, records, keys, base_offset: int, start: int) -> l
         key = (prefix + bytes(buf[kp : kp + kl])).decode("utf-8", "surrogateescape")
         puts.append((index_key_hash(key), base_offset + position, timestamps[row]))
     return puts
+
+
+# ---- a lookup over every file ----
+
+
+def select_files(files, key: str, max_num: int, begin: int, end: int) -> tuple[list[int], int, int]:
+    """§5.5 ``queryOffset`` over ``files`` (oldest first, each with its IndexFile as ``.index``):
+    up to ``max_num`` phyOffsets of items whose key hash equals ``key``'s, stored within
+    ``[begin, end]`` (ms), collected newest file first and returned ascending, with the newest
+    file's end timestamp and endPhyOffset (0, 0 without files). The walk stops at the first file
+    that begins before ``begin`` or once ``max_num`` are found."""
+    _key_hash(key)
+    max_num = operator.index(max_num)
+    begin = _i64("begin", begin)
+    end = _i64("end", end)
+    found: list[int] = []
+    last_timestamp = last_phy_offset = 0
+    for i in range(len(files) - 1, -1, -1):
+        index = files[i].index
+        if i == len(files) - 1:
+            last_timestamp, last_phy_offset = index.end_timestamp, index.end_phy_offset
+        if len(found) >= max_num:
+            break
+        if index.is_time_matched(begin, end):
+            found.extend(index.select(key, max_num - len(found), begin, end))
+        if index.begin_timestamp < begin or len(found) >= max_num:
+            break
+    found.sort()
+    return found, last_timestamp, last_phy_offset
 
 
 # ---- file names ----

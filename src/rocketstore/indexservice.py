@@ -745,23 +745,12 @@ class IndexService:
         max_num = min(operator.index(max_num), MAX_MSGS_NUM_BATCH)
         begin = operator.index(begin)
         end = operator.index(end)
-        full_key = topic + "#" + key
-        found: list[int] = []
-        last_timestamp = last_phy_offset = 0
         with self._lock:
             self._check_open()
-            for i in range(len(self._files) - 1, -1, -1):
-                f = self._files[i]
-                if i == len(self._files) - 1:
-                    last_timestamp, last_phy_offset = f.end_timestamp, f.end_phy_offset
-                if len(found) >= max_num:
-                    break
-                if f.index.is_time_matched(begin, end):
-                    found.extend(f.index.select(full_key, max_num - len(found), begin, end))
-                if f.begin_timestamp < begin or len(found) >= max_num:
-                    break
-        found.sort()
-        return found, last_timestamp, last_phy_offset
+            found: tuple[list[int], int, int] = self._index.select_files(
+                self._files, topic + "#" + key, max_num, begin, end
+            )
+            return found
 
     # -- retention and lifetime ---------------------------------------------------------------
     def delete_expired(self, min_phy_offset: int) -> int:

@@ -2034,6 +2034,11 @@ class MessageStore:
     # ---- lookups (§3, §5.5) ----
 
     def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
+        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``,
+        ascending (an offset may repeat: _key_messages reads it once)."""
+        if self._disk_index is None:  # a writable store: one service
+            offsets: list[int] = self._index.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0]
+            return offsets
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
@@ -2067,6 +2072,23 @@ class MessageStore:
         Unlike RocketMQ, every index hit is re-checked against the record's real topic and
         keys, so a hash collision never returns a wrong message.
         """
+        if not self._closed and (self._follower is None or self._follower.follow()):
+            # the common case in one compiled call: index walk, re-check and decode of each hit;
+            # None for anything the checks below must decide
+            self._dispatcher.catch_up()
+            hits: Optional[list[MessageExt]] = self._codec.key_lookup(
+                (self._disk_index, self._index),
+                self._segments,
+                None if self.read_only else self._core,
+                topic,
+                key,
+                max_num,
+                begin,
+                end,
+                MAX_MSGS_NUM_BATCH,
+            )
+            if hits is not None:
+                return hits
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
@@ -2074,18 +2096,36 @@ class MessageStore:
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
         self._dispatcher.catch_up()
-        found = []
         # the index keeps store times in whole seconds from its file's begin: widen the window
         # by a second each way, then hold every record to the exact bounds
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
-        for offset in self._index_candidates(topic, key, *window):
+        offsets = self._index_candidates(topic, key, *window)
+        return self._key_messages(offsets, topic, key, begin, end, min(max_num, MAX_MSGS_NUM_BATCH), False)
+
+    def _key_messages(
+        self, offsets: list[int], topic: str, key: str, begin: int, end: int, limit: int, unique: bool
+    ) -> list[MessageExt]:
+        """The messages at the index's candidate ``offsets`` whose real topic is ``topic``, stored
+        within ``[begin, end]``, whose UNIQ_KEY (``unique``) or UNIQ_KEY or one of whose KEYS is
+        ``key``: at most ``limit``, read and re-checked in one compiled call (one by one when a
+        segment closes under it)."""
+        core = None if self.read_only else self._core
+        found: Optional[list[MessageExt]] = self._codec.key_messages(
+            offsets, self._segments, core, topic, key, begin, end, limit, unique
+        )
+        if found is not None:
+            return found
+        found = []
+        for offset in offsets:
             try:
                 msg = self._commitlog.read(offset)
             except MessageNotFoundError:
                 continue  # gone (retention) or cut by recovery
-            if msg.topic == topic and _has_key(msg, key) and begin <= msg.store_timestamp <= end:
+            if msg.topic != topic or not begin <= msg.store_timestamp <= end:
+                continue
+            if msg.unique_key == key if unique else _has_key(msg, key):
                 found.append(msg)
-                if len(found) >= min(max_num, MAX_MSGS_NUM_BATCH):
+                if len(found) >= limit:
                     break
         return found
 
@@ -2105,20 +2145,27 @@ class MessageStore:
         except (InvalidMessageIdError, ValueError):
             pass  # not a RocketMQ-made id: no time hint
         for begin in begins:
-            hits = []
-            for offset in self._index_candidates(topic, unique_key, begin, _INT64_MAX):
-                try:
-                    msg = self._commitlog.read(offset)
-                except MessageNotFoundError:
-                    continue
-                if msg.topic == topic and msg.unique_key == unique_key:
-                    hits.append(msg)
+            offsets = self._index_candidates(topic, unique_key, begin, _INT64_MAX)
+            hits = self._key_messages(offsets, topic, unique_key, _INT64_MIN, _INT64_MAX, len(offsets), True)
             if hits:
                 return min(hits, key=lambda m: m.store_timestamp)
         raise MessageNotFoundError(f"no message of topic {topic!r} with UNIQ_KEY {unique_key!r}")
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at ``queue_offset`` of (topic, queue_id)."""
+        if not self._closed and (self._follower is None or self._follower.follow()):
+            # the common case in one compiled call: the unit, its record, every check of
+            # QueueGuard.unit_message; anything else (None) takes the careful path below
+            msg: Optional[MessageExt] = self._codec.queue_message(
+                self._queues,
+                topic,
+                queue_id,
+                queue_offset,
+                self._segments,
+                None if self.read_only else self._core,
+            )
+            if msg is not None:
+                return msg
         queue_offset = _check_int("queue_offset", queue_offset)
         cq = self._queue(topic, queue_id)
         if cq is not None:
