@@ -482,3 +482,24 @@ def test_a_dead_letter_compacting_the_heap_mid_receive_loses_no_deadline(tmp_pat
         # walking that checkpoint: m0 to the DLQ (an ack: the heap is compacted), m1 taken, m2 left
         assert bodies(store.receive(GROUP, TOPIC, 1, 0, max_reconsume_times=5)) == [b"m1"]
         assert sorted(bodies(store.receive(GROUP, TOPIC, 5, 0, max_reconsume_times=5))) == [b"m1", b"m2"]
+
+
+def test_a_receive_reads_past_a_queue_file_end_and_filtered_units_for_its_max(tmp_path, impl, clock):
+    # one pull stops at the end of a ConsumeQueue file (8 units here, the first loaded from
+    # disk); a receive filtered by tag that got 4 of 5 there must go on into the next file
+    # (found by tests/test_pop_model.py)
+    path = tmp_path / "s"
+    options = dict(consume_queue_units=8, dispatch_interval_ms=0)
+    with open_store(path, impl, clock, **options) as store:
+        store.create_topic("T", 1)
+        for i in range(8):
+            store.put("T", b"m%d" % i, tags="TagA")
+        first = store.receive("g", "T", 4, 60_000)
+        assert [bytes(r.message.body) for r in first] == [b"m0", b"m1", b"m2", b"m3"]
+    with open_store(path, impl, clock, **options) as store:
+        store.put("T", b"m8", tags="TagB")
+    with open_store(path, impl, clock, **options) as store:
+        store.put("T", b"m9", tags="TagA")
+        got = store.receive("g", "T", 5, 60_000, tags="TagA")
+        assert [bytes(r.message.body) for r in got] == [b"m4", b"m5", b"m6", b"m7", b"m9"]
+        assert store.pop_status("g", "T")[0]["next"] == 10

@@ -729,11 +729,13 @@ class PopService:
         """Pull up to ``want`` messages never handed out from ``start`` on into ``offsets`` and
         ``messages``; returns the queue offset after what was looked at. Units with no message
         (placeholders, records gone, tags ``tag_filter`` does not match) are passed over, pull
-        after pull, up to PASS_OVER_PULLS,
-        so a long run of them cannot keep the group from what follows."""
+        after pull, up to PASS_OVER_PULLS, so a long run of them cannot keep the group from what
+        follows; so is the end of a ConsumeQueue file, where one pull stops: a receive gets
+        ``want`` messages when the queue has them."""
         pos = nxt = start
+        got = 0
         for _ in range(PASS_OVER_PULLS):
-            result = self._pull(group, topic, qid, pos, want, tag_filter)
+            result = self._pull(group, topic, qid, pos, want - got, tag_filter)
             status = result.status
             if status == GetMessageStatus.OFFSET_TOO_SMALL:
                 if lane is not None:
@@ -750,7 +752,11 @@ class PopService:
             if result.messages:
                 messages += result.messages
                 offsets += result.queue_offsets.tolist()
-                return int(result.next_begin_offset)
+                got += len(result.messages)
+                pos = nxt = int(result.next_begin_offset)
+                if got >= want:
+                    break
+                continue
             if status in _PASSED_OVER and result.next_begin_offset > pos:
                 pos = nxt = result.next_begin_offset
                 continue

@@ -2079,7 +2079,7 @@ class MessageStore:
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
                 (self._disk_index, self._index),
                 self._segments,
-                None if self.read_only else self._core,
+                None if self._files_read_only else self._core,
                 topic,
                 key,
                 max_num,
@@ -2109,7 +2109,7 @@ class MessageStore:
         within ``[begin, end]``, whose UNIQ_KEY (``unique``) or UNIQ_KEY or one of whose KEYS is
         ``key``: at most ``limit``, read and re-checked in one compiled call (one by one when a
         segment closes under it)."""
-        core = None if self.read_only else self._core
+        core = None if self._files_read_only else self._core
         found: Optional[list[MessageExt]] = self._codec.key_messages(
             offsets, self._segments, core, topic, key, begin, end, limit, unique
         )
@@ -2162,7 +2162,7 @@ class MessageStore:
                 queue_id,
                 queue_offset,
                 self._segments,
-                None if self.read_only else self._core,
+                None if self._files_read_only else self._core,
             )
             if msg is not None:
                 return msg
