@@ -513,3 +513,44 @@ def test_verify_counts_every_bad_unit_and_reports_lost_positions(tmp_path, impl)
             store.get_by_queue_offset("T", 0, 3)
         assert any("lost" in p["reason"] for p in store.verify()["problems"])
         check_queues(store, {("T", 0): 30}, allow_missing=True)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_record_whose_queue_offset_no_commitlog_can_hold_gets_no_unit(tmp_path, impl, read_only):
+    # No CRC covers QUEUEOFFSET: one flipped bit of its top byte says 2**56 + 2. Dispatch put
+    # units up to there (placeholder files until "too many open files"); now the record is
+    # given no unit, verify() reports it, and puts go on at the queue's true end.
+    path = tmp_path / "s"
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=1 << 20) as store:
+        store.create_topic("T", 1)
+        results = [store.put("T", b"m%d" % i) for i in range(5)]
+    segment = path / "commitlog" / ("0" * 20)
+    with open(segment, "r+b") as f:
+        f.seek(results[2].commitlog_offset + 20)  # the queue offset's most significant byte
+        f.write(b"\x01")
+    shutil.rmtree(path / "consumequeue")  # rebuilt from the CommitLog at the next open
+    with MessageStore(path, implementation=impl.name, read_only=read_only) as store:
+        assert store.max_queue_offset("T", 0) == 5
+        got = [store.get_by_queue_offset("T", 0, q).body for q in (0, 1, 3, 4)]
+        assert got == [b"m0", b"m1", b"m3", b"m4"]
+        with pytest.raises(MessageNotFoundError):
+            store.get_by_queue_offset("T", 0, 2)
+        problems = store.verify()
+        assert any("queue offset no CommitLog can hold" in str(p) for p in problems["problems"]), problems
+        if not read_only:
+            assert store.put("T", b"m5").queue_offset == 5
+    if not read_only:
+        assert len(os.listdir(path / "consumequeue" / "T" / "0")) == 1  # one file, no padding
+
+
+def test_a_queue_directory_no_queue_id_can_name_is_left_alone(tmp_path, impl):
+    path = tmp_path / "s"
+    with MessageStore(path, implementation=impl.name) as store:
+        store.put("T", b"x", queue_id=0)
+    junk = path / "consumequeue" / "T" / "99999999999999999999"
+    junk.mkdir()
+    (path / "consumequeue" / "T" / "007").mkdir()
+    with MessageStore(path, implementation=impl.name) as store:
+        assert sorted(store.queues()) == [("T", 0)]
+        assert store.get_message("g", "T", 0, 0).messages[0].body == b"x"
+    assert junk.is_dir() and not os.listdir(junk)

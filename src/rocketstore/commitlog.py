@@ -23,7 +23,7 @@ import numpy as np
 
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import consumable, decode_chunks, resync
+from rocketstore.dispatch import consumable, decode_chunks, plausible, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue
 from rocketstore.message import MessageExt
@@ -218,13 +218,14 @@ class CommitLog:
         self,
         scan_from: int,
         durable: int,
-        on_records: Callable[[Any, np.ndarray], None],
+        on_records: Callable[[Any, np.ndarray, int], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_records(buffer, rows)`` sees every chunk of valid records;
+        it holds. ``on_records(buffer, rows, base)`` sees every chunk of valid records (``base``:
+        the CommitLog offset the rows' positions are relative to);
         ``report(done, total)`` counts bytes.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
@@ -253,7 +254,7 @@ class CommitLog:
                 if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
                     arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
                 if len(arr):
-                    on_records(mf.mm, arr)
+                    on_records(mf.mm, arr, mf.file_from_offset)
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -592,6 +593,13 @@ class CommitLog:
                     bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
                     fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
                     keep = consumable(arr)
+                    possible = plausible(arr, base)
+                    if not possible.all():
+                        fields.extend(
+                            {"offset": base + int(at), "reason": "queue offset no CommitLog can hold"}
+                            for at in arr["position"][~possible]
+                        )
+                        keep &= possible
                     rows = arr if keep.all() else arr[keep]
                     found.append(
                         (

@@ -971,8 +971,11 @@ class ConsumeQueueStore:
                 if not os.path.isdir(topic_dir) or not is_valid_topic(topic):
                     continue
                 for name in sorted(os.listdir(topic_dir)):
-                    if not (name.isascii() and name.isdigit()) or not os.path.isdir(
-                        os.path.join(topic_dir, name)
+                    if (
+                        not (name.isascii() and name.isdigit())
+                        or str(int(name)) != name  # not a name a queue id is written as
+                        or int(name) > 0x7FFFFFFF  # QUEUEID is an int32: no queue of ours or Java's
+                        or not os.path.isdir(os.path.join(topic_dir, name))
                     ):
                         continue
                     key = (topic, int(name))

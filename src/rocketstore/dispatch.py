@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from rocketstore._codec_py import (
+    RECORD_FIXED_LENGTH,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -46,6 +47,7 @@ __all__ = [
     "Dispatcher",
     "resync",
     "consumable_rows",
+    "plausible",
     "queue_groups",
     "TailQueue",
     "TailQueueStore",
@@ -113,6 +115,18 @@ def consumable(records: np.ndarray) -> np.ndarray:
     """Mask of the records that get a ConsumeQueue unit: not PREPARED or ROLLBACK (§4.2)."""
     tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
     keep: np.ndarray = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
+    return keep
+
+
+def plausible(records: np.ndarray, base: int) -> np.ndarray:
+    """Mask of the records whose queue offset can be true. A queue offset ``q`` says ``q``
+    earlier records of that queue lie below this one in the CommitLog's offsets (which only
+    grow), each at least RECORD_FIXED_LENGTH bytes: ``q`` cannot exceed the record's offset /
+    91. No CRC covers the QUEUEOFFSET field, so a flipped bit there is caught this way (or by
+    the unit check, for a small change), rather than padding a queue up to that offset.
+    ``base``: the CommitLog offset of the buffer the rows' positions are relative to."""
+    q = records["queue_offset"]
+    keep: np.ndarray = (q >= 0) & (q <= (base + records["position"]) // RECORD_FIXED_LENGTH)
     return keep
 
 
@@ -306,6 +320,17 @@ class Dispatcher:
     def _dispatch(self, view: Any, base: int, records: np.ndarray) -> None:
         info, keys = self._codec.dispatch_info(view, records, self._delay_levels)
         keep = consumable(records)
+        possible = plausible(records, base)
+        if not possible.all():
+            bad = np.flatnonzero(~possible)
+            log.error(
+                "%d record(s) with a queue offset no CommitLog can hold (damaged where no CRC "
+                "covers it), e.g. queue offset %d at commitlog offset %d: given no unit",
+                len(bad),
+                int(records["queue_offset"][bad[0]]),
+                base + int(records["position"][bad[0]]),
+            )
+            keep &= possible
         rows, codes = records, info["tags_code"]
         if not keep.all():
             rows, codes = records[keep], codes[keep]

@@ -16,7 +16,7 @@ import numpy as np
 from rocketstore.commitlog import CommitLog
 from rocketstore.consume import _DamagedUnit
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
-from rocketstore.dispatch import consumable_rows, queue_groups
+from rocketstore.dispatch import consumable_rows, plausible, queue_groups
 from rocketstore.errors import ConsumeQueueDamagedError, InvalidMessageError, MessageNotFoundError
 from rocketstore.message import MessageExt
 
@@ -195,7 +195,7 @@ class QueueGuard:
             for mf, arr in self._commitlog.chunks(None, end, True):
                 base = mf.file_from_offset
                 arr = consumable_rows(arr)
-                arr = arr[arr["physical_offset"] == base + arr["position"]]
+                arr = arr[(arr["physical_offset"] == base + arr["position"]) & plausible(arr, base)]
                 if not len(arr):
                     continue
                 view = mf.view(0, self._commitlog.readable_end(mf))

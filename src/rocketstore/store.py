@@ -63,6 +63,7 @@ from rocketstore.dispatch import (
     MemoryIndexService,
     TailQueueStore,
     consumable_rows,
+    plausible,
     queue_groups,
 )
 from rocketstore.errors import (
@@ -725,7 +726,7 @@ class MessageStore:
         end = commitlog.recover(
             scan_from,
             self._checkpoint.confirm_phy_offset,
-            on_records=lambda buffer, arr: self._collect_queue_offsets(buffer, arr, tail),
+            on_records=lambda buffer, arr, base: self._collect_queue_offsets(buffer, arr, base, tail),
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
         )
@@ -770,9 +771,10 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(
-        self, buffer: Any, arr: np.ndarray, tail: dict[tuple[str, int], list[int]]
+        self, buffer: Any, arr: np.ndarray, base: int, tail: dict[tuple[str, int], list[int]]
     ) -> None:
         arr = consumable_rows(arr)
+        arr = arr[plausible(arr, base)]  # a damaged queue offset must not set where puts go on
         for topic, qid, rows in queue_groups(self._codec, buffer, arr):
             offsets = arr["queue_offset"][rows]
             low, high = int(offsets.min()), int(offsets.max())
