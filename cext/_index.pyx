@@ -447,18 +447,25 @@ cdef class IndexFile:
         (pointer out of range, a cycle) ends the walk.
         """
         self._check()
-        cdef int32_t key_hash = _key_hash(key)
-        cdef rs_index_walk_t walk
-        cdef int64_t out[_SELECT_BATCH]
-        cdef int64_t got, i
         cdef list found = []
-        rs_index_walk_start(&self._ix, &walk, key_hash, begin, end)
-        while max_num > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
-            got = rs_index_walk_next(&self._ix, &walk, out, max_num if max_num < _SELECT_BATCH else _SELECT_BATCH)
-            for i in range(got):
-                found.append(out[i])
-            max_num -= got
+        _walk(&self._ix, _key_hash(key), begin, end, max_num, found)
         return found
+
+
+cdef int64_t _walk(rs_index_t *ix, int32_t key_hash, int64_t begin, int64_t end, int64_t limit,
+                   list found) except -1:
+    """Append to ``found`` up to ``limit`` phyOffsets of the items of ``key_hash`` stored within
+    ``[begin, end]``, newest first (one file's walk); how many."""
+    cdef rs_index_walk_t walk
+    cdef int64_t out[_SELECT_BATCH]
+    cdef int64_t got, i, added = 0
+    rs_index_walk_start(ix, &walk, key_hash, begin, end)
+    while added < limit and walk.cur != RS_INDEX_INVALID_INDEX:
+        got = rs_index_walk_next(ix, &walk, out, min(limit - added, _SELECT_BATCH))
+        for i in range(got):
+            found.append(out[i])
+        added += got
+    return added
 
 
 def select_files(files, key, max_num, begin, end):
@@ -466,11 +473,9 @@ def select_files(files, key, max_num, begin, end):
     rocketstore._index_py.select_files)."""
     cdef int32_t key_hash = _key_hash(key)
     cdef int64_t left = _operator.index(max_num)
-    cdef int64_t lo = begin, hi = end, file_begin, file_end, got, k
+    cdef int64_t lo = begin, hi = end, file_begin, file_end
     cdef Py_ssize_t i, n = len(files)
     cdef IndexFile ix
-    cdef rs_index_walk_t walk
-    cdef int64_t out[_SELECT_BATCH]
     cdef list found = []
     last_timestamp = last_phy_offset = 0
     for i in range(n - 1, -1, -1):
@@ -484,12 +489,7 @@ def select_files(files, key, max_num, begin, end):
         file_begin = rs_index_header_i64(&ix._ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
         file_end = rs_index_header_i64(&ix._ix, RS_INDEX_POS_END_TIMESTAMP)
         if (lo < file_begin and hi > file_end) or file_begin <= lo <= file_end or file_begin <= hi <= file_end:
-            rs_index_walk_start(&ix._ix, &walk, key_hash, lo, hi)
-            while left > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
-                got = rs_index_walk_next(&ix._ix, &walk, out, left if left < _SELECT_BATCH else _SELECT_BATCH)
-                for k in range(got):
-                    found.append(out[k])
-                left -= got
+            left -= _walk(&ix._ix, key_hash, lo, hi, left, found)
         if file_begin < lo or left <= 0:
             break
     found.sort()

@@ -147,6 +147,29 @@ def test_a_joined_writer_reads_its_own_puts_at_once(tmp_path, impl):
         assert owner.max_queue_offset("T", 1) == 50
 
 
+#: Bad calls, as source run on a store ``s`` in this process and in a joined one.
+BAD_CALLS = [
+    's.put("bad topic", b"x")',
+    's.put("SCHEDULE_TOPIC_XXXX", b"x")',
+    's.put("T", b"x", queue_id=-7)',
+    's.put("T", b"x", keys=["a", 3])',
+    's.put_messages([Message("T", b"ok"), Message("T", b"x", queue_id=1 << 40)])',
+    's.put("T", object())',
+    's.receive("g", "T", 0)',
+]
+
+
+def error_names(s, calls):
+    names = []
+    for call in calls:
+        try:
+            eval(call, {"s": s, "Message": Message})
+            names.append("none")
+        except Exception as exc:
+            names.append(type(exc).__name__)
+    return names
+
+
 def test_a_joined_writer_gets_the_owners_typed_errors_and_writes_nothing(tmp_path, impl):
     path = tmp_path / "s"
     with open_store(path, impl) as owner:
@@ -154,43 +177,21 @@ def test_a_joined_writer_gets_the_owners_typed_errors_and_writes_nothing(tmp_pat
         end = owner.max_offset
         out = run_child(
             """
-            import sys
-            from rocketstore import MessageStore, Message
+            import json, sys
+            sys.path.insert(0, sys.argv[3])
+            from test_writers import BAD_CALLS, error_names
+            from rocketstore import MessageStore
             s = MessageStore(sys.argv[1], implementation=sys.argv[2])
-            calls = [
-                lambda: s.put("bad topic", b"x"),
-                lambda: s.put("SCHEDULE_TOPIC_XXXX", b"x"),
-                lambda: s.put("T", b"x", queue_id=-7),
-                lambda: s.put("T", b"x", keys=["a", 3]),
-                lambda: s.put_messages([Message("T", b"ok"), Message("T", b"x", queue_id=1 << 40)]),
-                lambda: s.put("T", object()),
-                lambda: s.receive("g", "T", 0),
-            ]
-            for call in calls:
-                try:
-                    call()
-                    print("none")
-                except Exception as exc:
-                    print(type(exc).__name__)
+            print(" ".join(error_names(s, BAD_CALLS)))
             s.close()
             """,
             path,
             impl.name,
+            pathlib.Path(__file__).parent,
         )
-        expected = []
-        for call in (
-            lambda: owner.put("bad topic", b"x"),
-            lambda: owner.put("SCHEDULE_TOPIC_XXXX", b"x"),
-            lambda: owner.put("T", b"x", queue_id=-7),
-            lambda: owner.put("T", b"x", keys=["a", 3]),
-            lambda: owner.put_messages([Message("T", b"ok"), Message("T", b"x", queue_id=1 << 40)]),
-            lambda: owner.put("T", object()),
-            lambda: owner.receive("g", "T", 0),
-        ):
-            with pytest.raises(Exception) as info:
-                call()
-            expected.append(type(info.value).__name__)
+        expected = error_names(owner, BAD_CALLS)
         assert out.split() == expected
+        assert "none" not in expected
         assert {"InvalidTopicError", "SystemTopicError", "InvalidQueueIdError"} <= set(expected)
         assert owner.max_offset == end  # nothing of any of them was written
 

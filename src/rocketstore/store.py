@@ -136,25 +136,17 @@ _NO_SERVER_GRACE = 1.0
 #: How long a lock holder that does not say it shares may stay so before StoreLockedError (s): an
 #: owner that is closing takes its mark off the lock file just before it releases the lock.
 _NOT_SHARING_GRACE = 0.2
-#: The calls a joined writer's store (rocketstore.writers) has the writing process run.
-_FORWARDED = frozenset(
+#: The calls of a joined writer's store (rocketstore.writers) that the writing process runs
+#: and that are sent again to the next owner when the owner died before answering.
+_REPEATABLE = frozenset(
     (
-        "put",
-        "put_pipelined",
-        "put_batch",
-        "put_messages",
         "create_topic",
         "set_topic_retention",
-        "send_back",
         "deliver_delayed",
         "deliver_timers",
         "timer_stats",
         "delayed_counts",
         "update_subscription_group",
-        "receive",
-        "ack",
-        "ack_many",
-        "change_invisible_time",
         "pop_status",
         "commit_offset",
         "committed_offset",
@@ -163,6 +155,19 @@ _FORWARDED = frozenset(
         "flush",
     )
 )
+#: Every call a joined writer's store has the writing process run: those, and the ones whose
+#: outcome is unknown when the owner died before answering (WriterGoneError).
+_FORWARDED = _REPEATABLE | {
+    "put",
+    "put_pipelined",
+    "put_batch",
+    "put_messages",
+    "send_back",
+    "receive",
+    "ack",
+    "ack_many",
+    "change_invisible_time",
+}
 #: Read calls a following store runs again when it opened again under them (``SwitchSafe``).
 _SWITCH_SAFE = (
     "read",
@@ -185,24 +190,6 @@ _SWITCH_SAFE = (
     "stats",
     "topic_retention",
     "retention_report",
-)
-#: Of those, the ones sent again to the next owner when the owner died before answering.
-_REPEATABLE = frozenset(
-    (
-        "create_topic",
-        "set_topic_retention",
-        "deliver_delayed",
-        "deliver_timers",
-        "timer_stats",
-        "delayed_counts",
-        "update_subscription_group",
-        "pop_status",
-        "commit_offset",
-        "committed_offset",
-        "persist_offsets",
-        "clean",
-        "flush",
-    )
 )
 #: iter_messages decodes this many records per compiled call (one list of messages at a time).
 _MESSAGES_PER_DECODE = 1024
