@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -588,3 +589,38 @@ def test_garbage_on_the_writer_socket_harms_nothing(tmp_path, impl):
             rfile.close()
         assert not owner.closed and owner.max_offset == end  # nothing written, still serving
         assert run_child(PUTTER, path, impl.name, "after", 2).count('"writer": %d' % os.getpid()) == 1
+
+
+RACER = """
+    import os, sys, time
+    from rocketstore import MessageStore
+    start = float(sys.argv[2])
+    while time.time() < start:
+        pass
+    with MessageStore(sys.argv[1]) as s:
+        for i in range(100):
+            s.put("T", b"%d-%d" % (os.getpid(), i))
+    print("ok", flush=True)
+"""
+
+
+def test_processes_that_create_one_store_at_once_all_write_it(tmp_path):
+    path = tmp_path / "new"
+    for _ in range(3):
+        shutil.rmtree(path, ignore_errors=True)
+        start = time.time() + 0.5
+        children = [spawn_child(RACER, path, start) for _ in range(4)]
+        for child in children:
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0 and out.strip() == "ok", err
+        with MessageStore(path, read_only=True) as store:
+            assert sum(hi - lo for lo, hi in store.queues().values()) == 400
+
+
+def test_a_store_whose_writer_died_before_its_first_segment_opens(tmp_path, impl):
+    # its lock file still carries the writer's mark (28 bytes): still one of a store's files
+    path = tmp_path / "s"
+    (path / "config").mkdir(parents=True)
+    (path / "lock").write_bytes(b"lock\\nrocketstore    4194303\\n")
+    with open_store(path, impl) as store:
+        assert store.put("T", b"x").queue_offset == 0

@@ -40,7 +40,7 @@ _EARLY_STORE_ENTRIES = {
     "config": (True, 0),
     "consumequeue": (True, 0),
     "index": (True, 0),
-    "lock": (False, 4),
+    "lock": (False, 32),  # "lock", and while a sharing writer runs its mark (_MARK, 24 bytes)
     "abort": (False, 0),
     "checkpoint": (False, CHECKPOINT_SIZE),
     "rocketstore-live": (False, 4096),  # rocketstore.live's page (LIVE_SIZE)
