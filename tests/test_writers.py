@@ -624,3 +624,44 @@ def test_a_store_whose_writer_died_before_its_first_segment_opens(tmp_path, impl
     (path / "lock").write_bytes(b"lock\\nrocketstore    4194303\\n")
     with open_store(path, impl) as store:
         assert store.put("T", b"x").queue_offset == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_after_the_open_neither_writes_nor_closes_the_parents_store(tmp_path, impl):
+    import warnings
+
+    from rocketstore.errors import StoreClosedError
+    from rocketstore.store import _close_open_stores
+
+    path = tmp_path / "s"
+    with open_store(path, impl) as store:
+        store.put("T", b"before", queue_id=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            pid = os.fork()
+        if pid == 0:  # the child: its calls raise, its exit closes nothing of the parent's
+            code = 0
+            try:
+                try:
+                    store.put("T", b"from the child", queue_id=0)
+                    code = 1
+                except StoreClosedError as exc:
+                    code = 0 if "before it forked" in str(exc) else 2
+                if code == 0 and not store.closed:
+                    code = 4
+                _close_open_stores()  # what the child's interpreter runs at exit
+                store.close()
+            except BaseException:
+                code = 3
+            os._exit(code)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:  # a child closing its parent's store hangs on a lock a parent thread held
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert (path / "abort").exists()  # the parent's store is still open: no close ran
+        assert store.put("T", b"after", queue_id=0).queue_offset == 1
+        assert [m.body for m in queue_messages(store, "T", 0)] == [b"before", b"after"]

@@ -244,6 +244,38 @@ def _close_open_stores() -> None:
             store._close_quietly()
 
 
+class _ForkedCore:
+    """A store's append core in a child forked after the store opened: every use raises (the
+    parent still writes the files; two writers appending would overwrite each other)."""
+
+    def __init__(self, parent: int) -> None:
+        self._parent = parent
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreClosedError(
+            f"this store was opened by process {self._parent} before it forked: open it again in "
+            "this process (it then joins the writing process)"
+        )
+
+
+def _forked() -> None:
+    """In a child forked from a process with stores open: those are not this process's. Each
+    is closed here without a byte written (no final flush, checkpoint or abort-file removal,
+    which the parent still owns) and its calls raise StoreClosedError saying why."""
+    parent = os.getppid()
+    for store in list(_OPEN_STORES):
+        store._forked_from = parent
+        store._closed = True
+        store._core = _ForkedCore(parent)
+        store._server = None  # its threads are the parent's; its sockets' copies stay unused
+        store._remote = None
+    _OPEN_STORES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 class _UnitReader:
     """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
     ``pull`` reads the candidates of a view of units in one compiled call per segment."""
@@ -325,6 +357,7 @@ class MessageStore:
     _waker: Optional[AsyncWaker] = None
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
+    _forked_from: Optional[int] = None  # the parent's pid, in a child forked after the open
 
     def __init__(
         self,
@@ -1021,6 +1054,8 @@ class MessageStore:
                     pass
                 if not self._closed:
                     return self._check_open()
+            if self._forked_from is not None:
+                self._core.put  # noqa: B018 (raises why)
             raise StoreClosedError("the store is closed")
         if self._follower is not None and not self._follower.follow():
             self._reopen()
