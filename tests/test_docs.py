@@ -26,6 +26,9 @@ def blocks(page: pathlib.Path, language: str) -> list[str]:
 
 def _env(tmp_path) -> dict:
     env = dict(os.environ, ROCKETSTORE_HOME=str(tmp_path / "home"), PYTHONIOENCODING="utf-8")
+    # the examples' tempfile.mkdtemp() stores go under tmp_path, which pytest removes (they
+    # were left in /tmp: a 1 GiB sparse segment each)
+    env["TMPDIR"] = str(tmp_path)
     package = pathlib.Path(__import__("rocketstore").__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))
     return env
