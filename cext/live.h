@@ -63,20 +63,34 @@ static inline void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t 
 
 struct rs_futex_waitv { uint64_t val; uint64_t uaddr; uint32_t flags; uint32_t reserved; };
 
+/* CLOCK_MONOTONIC now plus timeout_ms (now itself when timeout_ms < 0). */
+static inline void rs_live_deadline(int64_t timeout_ms, struct timespec *deadline) {
+    clock_gettime(CLOCK_MONOTONIC, deadline);
+    if (timeout_ms >= 0) {
+        deadline->tv_sec += timeout_ms / 1000;
+        deadline->tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (deadline->tv_nsec >= 1000000000L) { deadline->tv_sec++; deadline->tv_nsec -= 1000000000L; }
+    }
+}
+
+/* The time from now to `deadline` into *left; 0 once it has passed. */
+static inline int rs_live_left(const struct timespec *deadline, struct timespec *left) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    left->tv_sec = deadline->tv_sec - now.tv_sec;
+    left->tv_nsec = deadline->tv_nsec - now.tv_nsec;
+    if (left->tv_nsec < 0) { left->tv_sec--; left->tv_nsec += 1000000000L; }
+    return left->tv_sec >= 0;
+}
+
 /* Sleep until one of the words at byte offsets `at[0..n)` no longer holds `seen[i]`, or
  * timeout_ms passes (-1: no limit). Returns 1 if one changed, 0 on timeout. One word: FUTEX_WAIT;
  * several: futex_waitv (Linux >= 5.16), else the page's sequence word (`page_seen`: its value
  * when the caller looked). Call without the GIL. */
 static inline int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen,
                                      uint32_t page_seen, int64_t timeout_ms) {
-    struct timespec now, deadline, left;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    deadline = now;
-    if (timeout_ms >= 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
-    }
+    struct timespec deadline, left;
+    rs_live_deadline(timeout_ms, &deadline);
     for (int i = 0; i < n; i++)
         __atomic_add_fetch(rs_live_u32(page, at[i] + 4), 1, __ATOMIC_SEQ_CST);
     int counted_page = 0, changed = 0;
@@ -85,13 +99,8 @@ static inline int rs_live_wait_words(uint8_t *page, int n, const int *at, const 
             changed = __atomic_load_n(rs_live_u32(page, at[i]), __ATOMIC_SEQ_CST) != seen[i];
         if (changed || (counted_page && __atomic_load_n(rs_live_u32(page, RS_LIVE_SEQ), __ATOMIC_SEQ_CST) != page_seen))
             { changed = 1; break; }
-        if (timeout_ms >= 0) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            left.tv_sec = deadline.tv_sec - now.tv_sec;
-            left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
-            if (left.tv_nsec < 0) { left.tv_sec--; left.tv_nsec += 1000000000L; }
-            if (left.tv_sec < 0) break;
-        }
+        if (timeout_ms >= 0 && !rs_live_left(&deadline, &left))
+            break;
 #ifdef __linux__
         if (n == 1 && !counted_page) {
             syscall(SYS_futex, rs_live_u32(page, at[0]), FUTEX_WAIT, seen[0], timeout_ms >= 0 ? &left : NULL, NULL, 0);
@@ -145,26 +154,15 @@ static inline uint32_t rs_live_seq(uint8_t *page) {
  * the GIL. */
 static inline int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms) {
     uint32_t *word = rs_live_u32(page, RS_LIVE_SEQ);
-    struct timespec now, deadline;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    deadline = now;
-    if (timeout_ms >= 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
-    }
+    struct timespec deadline;
+    rs_live_deadline(timeout_ms, &deadline);
     __atomic_add_fetch(rs_live_u32(page, RS_LIVE_WAITERS), 1, __ATOMIC_SEQ_CST);
     int changed = 0;
     for (;;) {
         if (__atomic_load_n(word, __ATOMIC_SEQ_CST) != seen) { changed = 1; break; }
         struct timespec left;
-        if (timeout_ms >= 0) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            left.tv_sec = deadline.tv_sec - now.tv_sec;
-            left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
-            if (left.tv_nsec < 0) { left.tv_sec--; left.tv_nsec += 1000000000L; }
-            if (left.tv_sec < 0) break;
-        }
+        if (timeout_ms >= 0 && !rs_live_left(&deadline, &left))
+            break;
 #ifdef __linux__
         /* FUTEX_WAIT sleeps only while the word still holds `seen` (checked by the kernel). */
         syscall(SYS_futex, word, FUTEX_WAIT, seen, timeout_ms >= 0 ? &left : NULL, NULL, 0);

@@ -63,7 +63,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -184,6 +184,15 @@ class TopicPolicy:
         return out
 
 
+def _long_attribute(attributes: Mapping[str, str], name: str, bad: dict[str, str]) -> int:
+    """The attribute ``name`` as a long (-1 or more); -1, noted in ``bad``, when it is not one."""
+    value = _parse_long(attributes[name], -1)
+    if value is None:
+        bad[name] = attributes[name]
+        return -1
+    return value
+
+
 def _parse_long(text: str, low: int) -> Optional[int]:
     try:
         value = int(text.strip())
@@ -208,11 +217,7 @@ def topic_policy(config: Any, attributes: dict[str, str], topic: Optional[str] =
     retention_ms: Optional[int] = config.retention_ms
     source["retention_ms"] = "store" if config.retention_ms is not None else "file_reserved_time"
     if ATTR_RETENTION_MS in attributes:
-        value = _parse_long(attributes[ATTR_RETENTION_MS], -1)
-        if value is None:
-            bad[ATTR_RETENTION_MS] = attributes[ATTR_RETENTION_MS]
-            value = -1
-        retention_ms, source["retention_ms"] = value, "topic"
+        retention_ms, source["retention_ms"] = _long_attribute(attributes, ATTR_RETENTION_MS, bad), "topic"
     elif ATTR_RESERVE_TIME in attributes:
         hours = _parse_long(attributes[ATTR_RESERVE_TIME], -1)
         if hours is None:
@@ -223,11 +228,10 @@ def topic_policy(config: Any, attributes: dict[str, str], topic: Optional[str] =
     retention_bytes: Optional[int] = config.topic_retention_bytes
     source["retention_bytes"] = "store"
     if ATTR_RETENTION_BYTES in attributes:
-        value = _parse_long(attributes[ATTR_RETENTION_BYTES], -1)
-        if value is None:
-            bad[ATTR_RETENTION_BYTES] = attributes[ATTR_RETENTION_BYTES]
-            value = -1
-        retention_bytes, source["retention_bytes"] = value, "topic"
+        retention_bytes, source["retention_bytes"] = (
+            _long_attribute(attributes, ATTR_RETENTION_BYTES, bad),
+            "topic",
+        )
     consumed = bool(config.delete_when_consumed)
     source["delete_when_consumed"] = "store"
     if consumed and topic is not None and is_system_topic(topic):

@@ -394,14 +394,7 @@ class ScheduleService:
             raise InvalidMessageError(f"a message for {SCHEDULE_TOPIC} cannot be delayed again")
         if isinstance(queue_id, bool) or not isinstance(queue_id, int):
             raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
-        queues = self._parts.topics.queues_for_put(topic)  # creates the topic, as a plain put would
-        if queue_id < 0:
-            counter = self._round_robin.setdefault(topic, itertools.count())
-            queue_id = next(counter) % queues
-        elif queue_id >= queues:
-            raise InvalidQueueIdError(
-                f"queue id {queue_id} out of range: topic {topic!r} has {queues} queues"
-            )
+        queue_id = self._parts.topics.queue_for_put(topic, queue_id, self._round_robin)
         if not self._schedule_topic_ready:
             self._ensure_topic(SCHEDULE_TOPIC, self.max_level, PERM_READ | PERM_WRITE)
             self._schedule_topic_ready = True

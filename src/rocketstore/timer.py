@@ -428,14 +428,7 @@ class TimerService:
             raise TimerTooFarError(
                 f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
             )
-        queues = self._parts.topics.queues_for_put(topic)  # creates the topic, as a plain put would
-        if queue_id < 0:
-            counter = self._round_robin.setdefault(topic, itertools.count())
-            queue_id = next(counter) % queues
-        elif queue_id >= queues:
-            raise InvalidQueueIdError(
-                f"queue id {queue_id} out of range: topic {topic!r} has {queues} queues"
-            )
+        queue_id = self._parts.topics.queue_for_put(topic, queue_id, self._round_robin)
         if not self._topic_ready:
             self._parts.topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
             self._topic_ready = True

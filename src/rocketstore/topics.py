@@ -6,10 +6,12 @@ count; one lock orders changes against each other and against the core's first-u
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any, Optional
 
 from rocketstore.configfiles import TopicConfigTable
+from rocketstore.errors import InvalidQueueIdError
 from rocketstore.message import validate_topic
 
 __all__ = ["Topics"]
@@ -45,6 +47,19 @@ class Topics:
                 self.table.create(topic, queues)
                 self.table.persist()
             return queues
+
+    def queue_for_put(self, topic: str, queue_id: int, round_robin: dict[str, itertools.count[int]]) -> int:
+        """The queue a put of ``topic`` into a system topic first (a delay level, a timer) will
+        reach: ``queue_id``, or with -1 the next of ``round_robin``'s counter for the topic.
+        Creates the topic as :meth:`queues_for_put`; InvalidQueueIdError past its queues."""
+        queues = self.queues_for_put(topic)
+        if queue_id < 0:
+            return next(round_robin.setdefault(topic, itertools.count())) % queues
+        if queue_id >= queues:
+            raise InvalidQueueIdError(
+                f"queue id {queue_id} out of range: topic {topic!r} has {queues} queues"
+            )
+        return queue_id
 
     def set(self, topic: str, queues: int, *, perm: Optional[int] = None) -> None:
         """Create ``topic`` or change its queue count (and permission bits)."""
