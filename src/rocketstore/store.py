@@ -603,6 +603,7 @@ class MessageStore:
                 start=dispatch_start,
                 end_of=weak_method(self._read_only_end),
                 delay_levels_ms=cfg.delay_levels_ms,
+                index_lazily=True,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
@@ -2077,7 +2078,7 @@ class MessageStore:
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
@@ -2099,7 +2100,7 @@ class MessageStore:
         if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: index walk, re-check and decode of each hit;
             # None for anything the checks below must decide
-            self._dispatcher.catch_up()
+            self._dispatcher.catch_up(index=True)
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
                 (self._disk_index, self._index),
                 self._segments,
@@ -2119,7 +2120,7 @@ class MessageStore:
         max_num = _check_int("max_num", max_num, 1)
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         # the index keeps store times in whole seconds from its file's begin: widen the window
         # by a second each way, then hold every record to the exact bounds
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
@@ -2162,7 +2163,7 @@ class MessageStore:
         self._check_open()
         _check_name("topic", topic)
         _check_name("unique_key", unique_key)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         begins = [0]
         try:
             begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))
