@@ -40,7 +40,7 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
-    "queue_message", "key_messages", "key_lookup",
+    "queue_message", "queue_messages", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -2121,6 +2121,110 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
                              <int32_t>qid, None)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset, int64_t max_msgs):
+    """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
+    cdef Py_buffer view
+    cdef int64_t lo = 0, hi = 0, n, start = 0, at, byte, pos, here, tail_start = 0
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = (<dict>table).get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
+        return None
+    if not lo <= offset < hi:
+        return None   # a bound status: the careful path says which
+    n = hi - offset if hi - offset < max_msgs else max_msgs
+    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+        if not _plain_int(cq._start, 0, &tail_start) or offset < tail_start:
+            return None   # on disk: the careful path
+        tail = cq._tail
+        if not isinstance(tail, _np.ndarray) or not tail.flags.c_contiguous or tail.itemsize != _CQ_UNIT:
+            return None
+        PyObject_GetBuffer(tail, &view, PyBUF_SIMPLE)
+        try:
+            at = (offset - tail_start) * _CQ_UNIT
+            if at < 0 or at + n * _CQ_UNIT > view.len:
+                return None
+            units = PyBytes_FromStringAndSize(<const char *>view.buf + at, n * _CQ_UNIT)
+        finally:
+            PyBuffer_Release(&view)
+        return units, lo, hi
+    byte = offset * _CQ_UNIT
+    if byte < <int64_t>cq._min_logic:
+        return None
+    mf = _segment_of(cq._files.files, byte, &start)
+    if mf is None:
+        return None
+    pos = byte - start
+    here = (<int64_t>mf.wrote_position - pos) // _CQ_UNIT
+    if here < n:
+        return None   # the pull goes on in the next file: the careful path
+    if not _mapped(mf, pos + n * _CQ_UNIT, &view):
+        return None
+    try:
+        units = PyBytes_FromStringAndSize(<const char *>view.buf + pos, n * _CQ_UNIT)
+    finally:
+        PyBuffer_Release(&view)
+    return units, lo, hi
+
+
+def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+    """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
+    call (see the pure twin, rocketstore._codec_py.queue_messages); None: the careful path
+    decides."""
+    cdef Py_buffer view
+    cdef const uint8_t *u
+    cdef const uint8_t *t
+    cdef int64_t qo = 0, qid = 0, want = 0, start = 0, seg_start = 0, seg_end = 0, readable = 0
+    cdef int64_t at, size, i, n
+    cdef Py_ssize_t t_len = 0
+    cdef bint mapped = False
+    cdef list messages = []
+    if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
+            or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
+            or not _plain_int(max_msgs, 1, &want)):
+        return None
+    run = _queue_run(queues, topic, queue_id, qo, want)
+    if run is None:
+        return None
+    units, lo, hi = run
+    keep = _utf8_holder(topic)
+    if keep is None:
+        return None
+    t = _utf8_of(keep, &t_len)
+    n = PyBytes_GET_SIZE(units) // _CQ_UNIT
+    try:
+        for i in range(n):
+            u = <const uint8_t *>PyBytes_AS_STRING(units) + i * _CQ_UNIT
+            at = _be64(u)
+            size = _be32(u + 8)
+            if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
+                return None
+            if not mapped or at < seg_start or at >= seg_end:
+                if mapped:
+                    PyBuffer_Release(&view)
+                    mapped = False
+                seg = _segment_of(segments.files, at, &start)
+                if seg is None:
+                    return None
+                readable = _readable(seg, start, core)
+                if not _mapped(seg, readable, &view):
+                    return None
+                mapped = True
+                seg_start, seg_end = start, start + <int64_t>seg.file_size
+            m = _unit_message(<const uint8_t *>view.buf, readable, None, at - seg_start, at, size, qo + i,
+                              t, t_len, <int32_t>qid, None)
+            if m is None:
+                return None
+            messages.append(m)
+    finally:
+        if mapped:
+            PyBuffer_Release(&view)
+    return messages, units, lo, hi
 
 
 cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_t want_len) noexcept nogil:

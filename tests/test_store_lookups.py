@@ -513,3 +513,102 @@ def test_key_messages_bounds_checks_what_it_is_given(impl):
         impl.codec.key_messages(["100"], ok, None, *args)
     with pytest.raises(TypeError):
         impl.codec.key_messages([100], ok, None, b"T", "k", 0, 10, 10, False)
+
+
+# -- the one-call pull (codec.queue_messages, behind get_message) ---------------------------------
+
+
+def bodies(result):
+    return [m.body for m in result.messages]
+
+
+def test_a_one_call_pull_gives_what_the_careful_path_gives(tmp_path, impl):
+    # consume_queue_units=64: pulls that reach a ConsumeQueue file's end go the careful way,
+    # which goes on into the next file; both must give the same messages, offsets and units
+    with open_store(tmp_path / "store", impl) as s:
+        rs = [s.put("TopicP", b"p%d" % i, tags="t%d" % (i % 3), queue_id=0) for i in range(200)]
+        for offset, max_msgs in ((0, 32), (40, 32), (60, 8), (63, 1), (190, 32), (199, 5), (0, 500)):
+            quick = s.get_message("g", "TopicP", 0, offset, max_msgs=max_msgs)
+            careful = s.get_message("g", "TopicP", 0, offset, max_msgs=max_msgs, tags="*")
+            # a pull reads at most two ConsumeQueue files (of 64 units here)
+            expect = [b"p%d" % i for i in range(offset, min(200, offset + max_msgs, (offset // 64 + 2) * 64))]
+            for got in (quick, careful):
+                assert got.status.name == "FOUND"
+                assert bodies(got) == expect
+                assert got.next_begin_offset == offset + len(expect)
+                assert (got.min_offset, got.max_offset) == (0, 200)
+                assert got.queue_offsets.tolist() == list(range(offset, offset + len(expect)))
+                assert got.units["commitlog_offset"].tolist() == [
+                    r.commitlog_offset for r in rs[offset : offset + len(expect)]
+                ]
+                assert got.buffer_total_size == sum(r.size for r in rs[offset : offset + len(expect)])
+        # within one file, the compiled call answers; across a file's end, it leaves it
+        one = impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 32, s._segments, s._core)
+        assert [m.body for m in one[0]] == [b"p%d" % i for i in range(32)] and one[2:] == (0, 200)
+        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 60, 8, s._segments, s._core) is None
+        assert (
+            impl.codec.queue_messages(s._queues, "TopicP", 0, 199, 5, s._segments, s._core)[0][0].body
+            == b"p199"
+        )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("TopicP", True, 0, 4),
+        ("TopicP", 0, True, 4),
+        ("TopicP", 0, 0, True),
+        ("TopicP", 0, 0, 0),
+        ("TopicP", 0, 0, -1),
+        ("TopicP", 0, 0, 2**63),
+        ("TopicP", 0, 0, 4.0),
+        ("TopicP", 0, -1, 4),
+        ("TopicP", 0, 2**63, 4),
+        ("TopicP", 2**31, 0, 4),
+        ("TopicP", 0, 3, 4),  # the queue's end
+        ("TopicP", 1, 0, 4),  # no such queue
+        ("NoTopic", 0, 0, 4),
+        (b"TopicP", 0, 0, 4),
+        ("TopicP\ud800", 0, 0, 4),
+    ],
+)
+def test_queue_messages_leaves_every_unusual_case_to_the_careful_path(store, impl, args):
+    for i in range(3):
+        store.put("TopicP", b"p%d" % i, queue_id=0)
+    assert bodies(store.get_message("g", "TopicP", 0, 0)) == [b"p0", b"p1", b"p2"]
+    assert impl.codec.queue_messages(store._queues, *args, store._segments, store._core) is None
+    assert impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._segments, store._core) is None
+
+
+def test_a_damaged_unit_goes_to_the_careful_path_which_never_hands_out_another_message(tmp_path, impl):
+    with open_store(tmp_path / "store", impl) as s:
+        rs = [s.put("TopicP", b"p%d" % i, queue_id=0) for i in range(10)]
+        assert bodies(s.get_message("g", "TopicP", 0, 0, max_msgs=10)) == [b"p%d" % i for i in range(10)]
+        cq = s._queues.get("TopicP", 0)
+        mf = cq._files.files[0]
+        # unit 4 now points at message 5's record: a unit that does not point at its own record
+        mf.mm[4 * 20 : 4 * 20 + 8] = rs[5].commitlog_offset.to_bytes(8, "big")
+        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 10, s._segments, s._core) is None
+        got = s.get_message("g", "TopicP", 0, 0, max_msgs=10)
+        assert [(m.queue_offset, m.body) for m in got.messages] == [
+            (i, b"p%d" % i) for i in range(len(got.messages))
+        ]
+
+
+def test_a_following_reader_pulls_the_writers_new_messages_in_one_call(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as w:
+        for i in range(5):
+            w.put("TopicP", b"a%d" % i, queue_id=0)
+        w.flush()
+        with MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64) as ro:
+            assert bodies(ro.get_message("g", "TopicP", 0, 0)) == [b"a%d" % i for i in range(5)]
+            for i in range(5):
+                w.put("TopicP", b"b%d" % i, queue_id=0)
+            got = ro.get_message("g", "TopicP", 0, 5)
+            assert bodies(got) == [b"b%d" % i for i in range(5)]
+            assert got.queue_offsets.tolist() == [5, 6, 7, 8, 9] and got.next_begin_offset == 10
+            # the new units are in the reader's memory: the compiled call reads them there
+            one = impl.codec.queue_messages(ro._queues, "TopicP", 0, 6, 2, ro._segments, None)
+            assert [m.body for m in one[0]] == [b"b1", b"b2"]
+            assert bodies(ro.get_message("g", "TopicP", 0, 3, max_msgs=4)) == [b"a3", b"a4", b"b0", b"b1"]

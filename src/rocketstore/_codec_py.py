@@ -83,6 +83,7 @@ __all__ = [
     "MessageExt",
     "pull_units",
     "queue_message",
+    "queue_messages",
     "key_messages",
     "key_lookup",
     "PULL_END",
@@ -1689,6 +1690,91 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
         return None
     m = _unit_message(buf, pos, offset, size, queue_offset, topic_b, queue_id, None, True)
     return None if m is False else m
+
+
+def _queue_run(queues, topic, queue_id, offset, max_msgs):
+    """``(units, min_offset, max_offset)`` for :func:`queue_messages`: the run of up to
+    ``max_msgs`` units from ``offset`` in one ConsumeQueue file (or a read-only store's memory
+    tail) as bytes, or None when the careful path must decide."""
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = table.get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    lo, hi = cq.min_offset, cq.max_offset
+    if not lo <= offset < hi:
+        return None  # a bound status: the careful path says which
+    n = min(max_msgs, hi - offset)
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        start, tail = cq._start, cq._tail
+        if start is None or offset < start:
+            return None  # on disk: the careful path
+        at = (offset - start) * _CQ_UNIT
+        return bytes(memoryview(tail).cast("B")[at : at + n * _CQ_UNIT]), lo, hi
+    byte = offset * _CQ_UNIT
+    if byte < cq._min_logic:
+        return None
+    mf = _segment_of(cq._files.files, byte)
+    if mf is None:
+        return None
+    pos = byte - mf.file_from_offset
+    here = (mf.wrote_position - pos) // _CQ_UNIT
+    if here < n:
+        return None  # the pull goes on in the next file: the careful path
+    view = _mapped(mf, pos + n * _CQ_UNIT)
+    if view is None:
+        return None
+    return bytes(view[pos:]), lo, hi
+
+
+def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+    """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
+    call: ``(messages, units, min_offset, max_offset)``, with ``units`` the units read (bytes, in
+    ConsumeQueue layout). Every unit is checked as :func:`queue_message` checks one. None
+    whenever the careful path (``consume.get_message``) must decide: no such queue, an offset
+    outside it, holes, a placeholder, a unit that does not point at its record, a pull that
+    goes on into the next ConsumeQueue file, a segment gone or closed; it never raises for a
+    store's state. ``queues``, ``segments`` and ``core`` as for :func:`queue_message`."""
+    if (
+        type(topic) is not str
+        or type(queue_id) is not int
+        or type(offset) is not int
+        or type(max_msgs) is not int
+    ):
+        return None
+    if not (
+        0 <= offset <= _INT64_MAX // _CQ_UNIT
+        and _INT32_MIN <= queue_id <= _INT32_MAX
+        and 0 < max_msgs <= _INT64_MAX
+    ):
+        return None
+    run = _queue_run(queues, topic, queue_id, offset, max_msgs)
+    if run is None:
+        return None
+    units, lo, hi = run
+    try:
+        topic_b = _topic_bytes(topic)
+    except InvalidTopicError:
+        return None
+    messages = []
+    seg = buf = None
+    for i in range(len(units) // _CQ_UNIT):
+        at, size, _code = struct.unpack_from(">qiq", units, i * _CQ_UNIT)
+        if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
+            return None
+        if seg is None or not seg.file_from_offset <= at < seg.file_from_offset + seg.file_size:
+            seg = _segment_of(segments.files, at)
+            if seg is None:
+                return None
+            buf = _mapped(seg, _readable(seg, core))
+            if buf is None:
+                return None
+        m = _unit_message(buf, at - seg.file_from_offset, at, size, offset + i, topic_b, queue_id, None, True)
+        if not m:
+            return None
+        messages.append(m)
+    return messages, units, lo, hi
 
 
 def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):

@@ -1765,11 +1765,41 @@ class MessageStore:
         matched): the call returns as soon as a matching message is put, by this process or
         another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
+        if wait is None and tags is None and offset is not None:
+            _check_name("group", group)
+            quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+            if quick is not None:
+                return quick
         looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
         found, seen, deadline = next(looks)
         while deadline is not None and self._wait_for_put(seen, deadline):
             found, seen, deadline = next(looks)
         return found
+
+    def _quick_pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int
+    ) -> Optional[GetMessageResult]:
+        """The common pull (every message from a given offset, all within one ConsumeQueue
+        file, nothing damaged) in one compiled call, by the rules of the careful path; None for
+        anything that path must decide (bounds, holes, filters, damage, a closed store)."""
+        if self._closed or (self._follower is not None and not self._follower.follow()):
+            return None
+        self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues,
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            self._segments,
+            None if self._files_read_only else self._core,
+        )
+        if got is None:
+            return None
+        messages, units, lo, hi = got
+        return GetMessageResult(
+            GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
+        )
 
     async def get_message_async(
         self,
@@ -1807,9 +1837,13 @@ class MessageStore:
         deadline = self._deadline(wait)
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
-            found = self._pull(
-                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
-            )
+            found = None
+            if offset is not None and tag_filter.match_all:
+                found = self._quick_pull(topic, queue_id, offset, max_msgs)
+            if found is None:
+                found = self._pull(
+                    topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+                )
             if deadline is None or not self._may_wait(found):
                 yield found, seen, None
                 return
