@@ -39,8 +39,8 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
-    "queue_message", "queue_messages", "key_messages", "key_lookup",
+    "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
+    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -1167,6 +1167,60 @@ def messages_from_rows(buffer, rows, *, copy_body=True):
     return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
 
 
+cdef class _RowMessages:
+    """The iterator row_messages returns: one MessageExt per row, made as it is asked for."""
+
+    cdef object _zc_view, _pinned, _rows
+    cdef Py_buffer _view, _table
+    cdef bint _held
+    cdef Py_ssize_t _i, _n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef rs_record rec
+        cdef const rs_batch_row *row
+        if not self._held or self._i >= self._n:
+            self._release()
+            raise StopIteration
+        row = <const rs_batch_row *>self._table.buf + self._i
+        self._i += 1
+        _row_record(row, <const uint8_t *>self._view.buf, self._view.len, &rec)
+        return _message(self._zc_view, <const uint8_t *>self._view.buf, row.position, &rec)
+
+    cdef void _release(self) noexcept:
+        if self._held:
+            self._held = False
+            PyBuffer_Release(&self._table)
+            PyBuffer_Release(&self._view)
+        self._zc_view = self._pinned = self._rows = None
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._table)
+            PyBuffer_Release(&self._view)
+
+
+def row_messages(buffer, rows, *, copy_body=True):
+    """:func:`messages_from_rows` as an iterator: each message is made when it is asked for."""
+    if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    cdef _RowMessages it = _RowMessages.__new__(_RowMessages)
+    it._rows = _np.ascontiguousarray(rows)
+    it._zc_view = None if copy_body else _zero_copy_view(buffer)
+    it._pinned = buffer if copy_body else it._zc_view
+    _get_readable(it._pinned, &it._view)
+    try:
+        PyObject_GetBuffer(it._rows, &it._table, PyBUF_SIMPLE)
+    except BaseException:
+        PyBuffer_Release(&it._view)
+        raise
+    it._held = True
+    it._n = it._table.len // <Py_ssize_t>sizeof(rs_batch_row)
+    return it
+
+
 # ---------------------------------------------------------------------------------------------
 # Dispatch (§2 tagsCode and DELAY, §5.2 index keys): what the ConsumeQueues and the index need
 
@@ -2225,6 +2279,58 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
         if mapped:
             PyBuffer_Release(&view)
     return messages, units, lo, hi
+
+
+cdef object _record_at(object segments, object core, int64_t offset):
+    """The message of the whole, CRC-valid record starting at CommitLog ``offset``, or None."""
+    cdef Py_buffer view
+    cdef rs_record rec
+    cdef int64_t start = 0, pos, readable, rc
+    seg = _segment_of(segments.files, offset, &start)
+    if seg is None:
+        return None
+    pos = offset - start
+    readable = _readable(seg, start, core)
+    if pos >= readable or not _mapped(seg, readable, &view):
+        return None
+    try:
+        rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
+        if rc <= 0 or rec.physical_offset != offset:
+            return None
+        return _message(None, <const uint8_t *>view.buf, pos, &rec)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def record_at(segments, core, offset):
+    """The message at CommitLog ``offset`` in one call (see the pure twin,
+    rocketstore._codec_py.record_at); None: the careful path decides."""
+    cdef int64_t at = 0
+    if not _plain_int(offset, 0, &at):
+        return None
+    return _record_at(segments, core, at)
+
+
+def message_by_id(segments, core, msg_id):
+    """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
+    rocketstore._codec_py.message_by_id); None: the careful path decides."""
+    cdef uint64_t offset = 0
+    cdef Py_ssize_t n, i
+    cdef int digit
+    if type(msg_id) is not str or len(<str>msg_id) not in (32, 56):
+        return None
+    n = len(<str>msg_id)
+    for i in range(n - 16, n):   # the last 8 bytes: the offset
+        digit = _hex_value((<str>msg_id)[i])
+        if digit < 0:
+            return None
+        offset = (offset << 4) | <uint64_t>digit
+    if offset > <uint64_t>INT64_MAX:
+        return None
+    m = _record_at(segments, core, <int64_t>offset)
+    if m is None or (<MessageExt>m).msg_id != msg_id.upper():
+        return None
+    return m
 
 
 cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_t want_len) noexcept nogil:

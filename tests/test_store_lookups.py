@@ -612,3 +612,28 @@ def test_a_following_reader_pulls_the_writers_new_messages_in_one_call(tmp_path,
             one = impl.codec.queue_messages(ro._queues, "TopicP", 0, 6, 2, ro._segments, None)
             assert [m.body for m in one[0]] == [b"b1", b"b2"]
             assert bodies(ro.get_message("g", "TopicP", 0, 3, max_msgs=4)) == [b"a3", b"a4", b"b0", b"b1"]
+
+
+# -- reads by CommitLog offset and msgId in one call (codec.record_at, message_by_id) -------------
+
+
+def test_record_at_and_message_by_id_read_what_the_careful_path_reads(store, impl):
+    rs = [store.put("TopicR", b"r%d" % i, queue_id=0) for i in range(5)]
+    for i, r in enumerate(rs):
+        m = impl.codec.record_at(store._segments, store._core, r.commitlog_offset)
+        assert m == store._commitlog.read(r.commitlog_offset) and m.body == b"r%d" % i
+        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id) == m
+        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id.lower()) == m
+        assert store.read(r.commitlog_offset) == m and store.get_by_msg_id(r.msg_id.lower()) == m
+    inside = rs[2].commitlog_offset + 4  # not where a record starts
+    other_host = ("0A000001" + rs[2].msg_id[8:], rs[2].msg_id[:8] + "0001" + rs[2].msg_id[12:])
+    for offset in (inside, -1, 2**63, True, 1.0, rs[-1].commitlog_offset + rs[-1].size, None):
+        assert impl.codec.record_at(store._segments, store._core, offset) is None
+    for msg_id in (*other_host, rs[2].msg_id[:-1], rs[2].msg_id + "0", "Z" * 32, 12, None, "F" * 32):
+        assert impl.codec.message_by_id(store._segments, store._core, msg_id) is None
+    with pytest.raises(MessageNotFoundError):
+        store.read(inside)
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_msg_id(other_host[0])
+    with pytest.raises((TypeError, InvalidMessageIdError)):
+        store.get_by_msg_id("Z" * 32)

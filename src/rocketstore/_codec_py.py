@@ -49,6 +49,7 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -80,10 +81,13 @@ __all__ = [
     "decode_batch",
     "record_from_row",
     "messages_from_rows",
+    "row_messages",
     "MessageExt",
     "pull_units",
     "queue_message",
     "queue_messages",
+    "record_at",
+    "message_by_id",
     "key_messages",
     "key_lookup",
     "PULL_END",
@@ -982,6 +986,13 @@ def messages_from_rows(buffer, rows, *, copy_body: bool = True) -> list[MessageE
     return [record_from_row(buffer, row, copy_body=copy_body) for row in rows]
 
 
+def row_messages(buffer, rows, *, copy_body: bool = True) -> Iterator[MessageExt]:
+    """:func:`messages_from_rows` as an iterator: each message is made when it is asked for."""
+    if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    return (record_from_row(buffer, row, copy_body=copy_body) for row in rows)
+
+
 def _unit_message(buf, pos, offset, size, queue_offset, topic_b, qid, tags, copy_body):
     """The message at ``buf[pos:]`` if it is a whole, CRC-valid record of this size, topic, queue
     id and queue offset whose PHYSICALOFFSET is ``offset``, else None; with ``tags`` (a set of
@@ -1421,12 +1432,15 @@ def make_offset_msg_id(host_bytes, port: int, offset: int) -> str:
     return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def _unhex(s, what):
     if not isinstance(s, str):
         raise InvalidMessageIdError(f"{what} must be a str, not {type(s).__name__}")
     if len(s) not in (32, 56):
         raise InvalidMessageIdError(f"{what} {s!r} is not 32 or 56 hex characters long")
-    if not s.isascii() or not all(c in "0123456789abcdefABCDEF" for c in s):
+    if not s.isascii() or not all(c in _HEX_DIGITS for c in s):
         raise InvalidMessageIdError(f"{what} {s!r} is not hexadecimal")
     return bytes.fromhex(s)
 
@@ -1775,6 +1789,45 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             return None
         messages.append(m)
     return messages, units, lo, hi
+
+
+def record_at(segments, core, offset):
+    """The message of the whole, CRC-valid record starting at CommitLog ``offset`` (its
+    PHYSICALOFFSET saying so), read in one call; ``segments`` and ``core`` as for
+    :func:`queue_message`. None whenever the careful path (``CommitLog.read``) must decide: not
+    an int, no such record, a segment gone or closed. It never raises for a store's state."""
+    if type(offset) is not int or not 0 <= offset <= _INT64_MAX:
+        return None
+    seg = _segment_of(segments.files, offset)
+    if seg is None:
+        return None
+    pos = offset - seg.file_from_offset
+    readable = _readable(seg, core)
+    if pos >= readable:
+        return None
+    buf = _mapped(seg, readable)
+    if buf is None:
+        return None
+    reason, row = _parse(buf, pos, buf.nbytes, True)
+    if reason is not None or row[7] != offset:
+        return None
+    return _message(buf, row, True)
+
+
+def message_by_id(segments, core, msg_id):
+    """The message whose offsetMsgId (§3.1) is ``msg_id``, read in one call: the record at the
+    offset the id names, whose own id (store host, port and offset) must be ``msg_id``. None
+    whenever the careful path (``MessageStore.get_by_msg_id``) must decide: a malformed id, no
+    such record, another host's id."""
+    if type(msg_id) is not str or len(msg_id) not in (32, 56):
+        return None
+    tail = msg_id[-16:]
+    if not all(c in _HEX_DIGITS for c in tail):
+        return None
+    m = record_at(segments, core, int(tail, 16))
+    if m is None or m.msg_id != msg_id.upper():
+        return None
+    return m
 
 
 def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):

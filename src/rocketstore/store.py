@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import logging
 import math
 import os
@@ -191,8 +192,6 @@ _SWITCH_SAFE = (
     "topic_retention",
     "retention_report",
 )
-#: iter_messages decodes this many records per compiled call (one list of messages at a time).
-_MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -1593,6 +1592,12 @@ class MessageStore:
         ``zero_copy=True``: ``body`` is a read-only memoryview into the segment map, valid for
         as long as you hold it (the map is not unmapped while it lives, even after close()).
         """
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.record_at(
+                self._segments, None if self._files_read_only else self._core, commitlog_offset
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return msg
         self._check_open()
         return self._read(commitlog_offset, zero_copy)
 
@@ -1601,6 +1606,12 @@ class MessageStore:
 
     def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
         """The message with this offsetMsgId (§3.1): 32 hex characters (IPv4) or 56 (IPv6)."""
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.message_by_id(
+                self._segments, None if self._files_read_only else self._core, msg_id
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return msg
         if not isinstance(msg_id, str):
             raise InvalidMessageIdError(f"message id must be a str, not {type(msg_id).__name__}")
         _host, _port, offset = self._codec.parse_offset_msg_id(msg_id)
@@ -1622,11 +1633,17 @@ class MessageStore:
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
         lists them). ``check_crc=False`` trusts the bytes and reads faster."""
         self._check_open()
-        decode = self._codec.messages_from_rows
+        return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
+
+    def _message_chunks(
+        self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
+    ) -> Iterator[Iterator[MessageExt]]:
+        """iter_messages' iterators, one per chunk of records: chained, each message comes
+        from a compiled iterator without a Python frame per message."""
+        rows = self._codec.row_messages
         for mf, arr in self._scan(start, end, check_crc):
             view = mf.view(0, self._readable_end(mf))
-            for at in range(0, len(arr), _MESSAGES_PER_DECODE):
-                yield from decode(view, arr[at : at + _MESSAGES_PER_DECODE], copy_body=not zero_copy)
+            yield rows(view, arr, copy_body=not zero_copy)
 
     def scan(
         self,
