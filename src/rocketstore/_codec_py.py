@@ -48,8 +48,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Mapping
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 import numpy as np
