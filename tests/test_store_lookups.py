@@ -2,9 +2,12 @@
 the ConsumeQueue (§4), by offsetMsgId (§3.1); hash collisions, time bounds, index rolling,
 reopening, and bad input."""
 
+import itertools
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rocketstore import Message, MessageStore
 from rocketstore._codec_py import java_hash
@@ -637,3 +640,32 @@ def test_record_at_and_message_by_id_read_what_the_careful_path_reads(store, imp
         store.get_by_msg_id(other_host[0])
     with pytest.raises((TypeError, InvalidMessageIdError)):
         store.get_by_msg_id("Z" * 32)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    counts=st.lists(st.integers(1, 90), min_size=1, max_size=4),
+    pulls=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 200)), min_size=1, max_size=12),
+)
+def test_one_call_pulls_and_careful_pulls_agree(tmp_path_factory, impl, counts, pulls):
+    # batches of puts over queue files of 64 units, then pulls from anywhere: the one-call pull
+    # (no tags) and the careful one (tags="*") must answer alike, status included
+    # (also in a following reader, whose units after its open are in its memory)
+    path = tmp_path_factory.mktemp("agree") / "store"
+    with open_store(path, impl) as s:
+        s.put_batch("TopicA", [b"first"] * 3, queue_id=0)
+        reader = MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64)
+        for n in counts:
+            s.put_batch("TopicA", [b"a%d" % i for i in range(n)], queue_id=0)
+        for (offset, max_msgs), store in zip(pulls, itertools.cycle((s, reader))):
+            quick = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs)
+            careful = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs, tags="*")
+            assert quick.status == careful.status
+            assert quick.next_begin_offset == careful.next_begin_offset
+            assert (quick.min_offset, quick.max_offset) == (careful.min_offset, careful.max_offset)
+            assert [(m.queue_offset, m.commitlog_offset, m.body) for m in quick.messages] == [
+                (m.queue_offset, m.commitlog_offset, m.body) for m in careful.messages
+            ]
+            assert quick.units.tobytes() == careful.units.tobytes()
+            assert quick.queue_offsets.tolist() == careful.queue_offsets.tolist()
+        reader.close()
