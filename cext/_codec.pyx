@@ -2180,7 +2180,7 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
 cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset, int64_t max_msgs):
     """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
     cdef Py_buffer view
-    cdef int64_t lo = 0, hi = 0, n, start = 0, at, byte, pos, here, tail_start = 0
+    cdef int64_t lo = 0, hi = 0, n, at, tail_start = 0
     table = getattr(queues, "_queues", None)
     if type(table) is not dict:
         return None
@@ -2193,8 +2193,13 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
         return None   # a bound status: the careful path says which
     n = hi - offset if hi - offset < max_msgs else max_msgs
     if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
-        if not _plain_int(cq._start, 0, &tail_start) or offset < tail_start:
-            return None   # on disk: the careful path
+        if not _plain_int(cq._start, 0, &tail_start):
+            return None
+        if offset < tail_start:
+            cq = cq.disk
+            if cq is None or cq.holes or offset + n > tail_start:
+                return None   # no disk queue, or a pull from disk into memory: the careful path
+            return _disk_run(cq, offset, n, lo, hi)
         tail = cq._tail
         if not isinstance(tail, _np.ndarray) or not tail.flags.c_contiguous or tail.itemsize != _CQ_UNIT:
             return None
@@ -2207,6 +2212,13 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
         finally:
             PyBuffer_Release(&view)
         return units, lo, hi
+    return _disk_run(cq, offset, n, lo, hi)
+
+
+cdef object _disk_run(object cq, int64_t offset, int64_t n, object lo, object hi):
+    """_queue_run's units read from a ConsumeQueue's file, or None."""
+    cdef Py_buffer view
+    cdef int64_t start = 0, byte, pos, here
     byte = offset * _CQ_UNIT
     if byte < <int64_t>cq._min_logic:
         return None

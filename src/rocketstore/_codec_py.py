@@ -1721,10 +1721,14 @@ def _queue_run(queues, topic, queue_id, offset, max_msgs):
     n = min(max_msgs, hi - offset)
     if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
         start, tail = cq._start, cq._tail
-        if start is None or offset < start:
-            return None  # on disk: the careful path
-        at = (offset - start) * _CQ_UNIT
-        return bytes(memoryview(tail).cast("B")[at : at + n * _CQ_UNIT]), lo, hi
+        if start is None:
+            return None
+        if offset >= start:
+            at = (offset - start) * _CQ_UNIT
+            return bytes(memoryview(tail).cast("B")[at : at + n * _CQ_UNIT]), lo, hi
+        cq = cq.disk
+        if cq is None or cq.holes or offset + n > start:
+            return None  # no disk queue, or a pull from disk into memory: the careful path
     byte = offset * _CQ_UNIT
     if byte < cq._min_logic:
         return None
