@@ -2124,17 +2124,14 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     cdef Py_buffer view
     cdef const uint8_t *u
     cdef const uint8_t *t
-    cdef int64_t qo = 0, qid = 0, byte, start = 0, pos, offset, size, readable
+    cdef int64_t qo = 0, qid = 0, start = 0, pos = 0, offset, size, readable
     cdef Py_ssize_t t_len = 0
     cdef int64_t lowest = 0, below = 0
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
-    table = getattr(queues, "_queues", None)
-    if type(table) is not dict:
-        return None
-    cq = (<dict>table).get((topic, queue_id))
-    if cq is None or cq.holes:
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
         return None
     if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
         if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
@@ -2142,14 +2139,8 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
         cq = cq.disk
         if cq is None or not lowest <= qo < below or cq.holes:
             return None   # not on disk: the careful path reads the memory tail
-    byte = qo * _CQ_UNIT
-    if byte < <int64_t>cq._min_logic:
-        return None
-    mf = _segment_of(cq._files.files, byte, &start)
+    mf = _unit_file(cq, qo, 1, &pos)
     if mf is None:
-        return None
-    pos = byte - start
-    if pos > <int64_t>mf.wrote_position - _CQ_UNIT:   # a file before the last is full
         return None
     if not _mapped(mf, pos + _CQ_UNIT, &view):
         return None
@@ -2181,11 +2172,8 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
     """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
     cdef Py_buffer view
     cdef int64_t lo = 0, hi = 0, n, at, tail_start = 0
-    table = getattr(queues, "_queues", None)
-    if type(table) is not dict:
-        return None
-    cq = (<dict>table).get((topic, queue_id))
-    if cq is None or cq.holes:
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
         return None
     if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
         return None
@@ -2215,20 +2203,41 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
     return _disk_run(cq, offset, n, lo, hi)
 
 
-cdef object _disk_run(object cq, int64_t offset, int64_t n, object lo, object hi):
-    """_queue_run's units read from a ConsumeQueue's file, or None."""
-    cdef Py_buffer view
-    cdef int64_t start = 0, byte, pos, here
-    byte = offset * _CQ_UNIT
+cdef object _queue_of(object queues, str topic, object queue_id):
+    """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
+    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = (<dict>table).get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    return cq
+
+
+cdef object _unit_file(object cq, int64_t offset, int64_t n, int64_t *pos):
+    """The file of ConsumeQueue ``cq`` that holds the ``n`` written units from queue ``offset``
+    (``pos``: where the first starts in it), or None: before the queue's start, not one file,
+    not all written yet (a pull that would go on in the next file is the careful path's)."""
+    cdef int64_t start = 0, byte = offset * _CQ_UNIT
     if byte < <int64_t>cq._min_logic:
         return None
     mf = _segment_of(cq._files.files, byte, &start)
     if mf is None:
         return None
-    pos = byte - start
-    here = (<int64_t>mf.wrote_position - pos) // _CQ_UNIT
-    if here < n:
-        return None   # the pull goes on in the next file: the careful path
+    pos[0] = byte - start
+    if (<int64_t>mf.wrote_position - pos[0]) // _CQ_UNIT < n:
+        return None
+    return mf
+
+
+cdef object _disk_run(object cq, int64_t offset, int64_t n, object lo, object hi):
+    """_queue_run's units read from a ConsumeQueue's file, or None."""
+    cdef Py_buffer view
+    cdef int64_t pos = 0
+    mf = _unit_file(cq, offset, n, &pos)
+    if mf is None:
+        return None
     if not _mapped(mf, pos + n * _CQ_UNIT, &view):
         return None
     try:

@@ -1634,28 +1634,59 @@ def _mapped(mf, readable):
     return view[:readable] if readable <= view.nbytes else None
 
 
-def _queue_unit(queues, topic, queue_id, queue_offset):
-    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
-    or None (see :func:`queue_message`)."""
+def _queue_of(queues, topic, queue_id):
+    """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
+    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
     table = getattr(queues, "_queues", None)
     if type(table) is not dict:
         return None
     cq = table.get((topic, queue_id))
-    if cq is None or cq.holes:
-        return None
-    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
-        lowest, start, cq = cq._min, cq._start, cq.disk
-        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
-            return None  # not on disk: the careful path reads the memory tail
-    byte = queue_offset * _CQ_UNIT
+    return None if cq is None or cq.holes else cq
+
+
+def _unit_file(cq, offset, n):
+    """``(file, pos)``: the file of ConsumeQueue ``cq`` that holds the ``n`` written units from
+    queue ``offset`` and where the first starts in it; None before the queue's start, or when
+    they are not all written in one file (a pull that would go on in the next file is the
+    careful path's)."""
+    byte = offset * _CQ_UNIT
     if byte < cq._min_logic:
         return None
     mf = _segment_of(cq._files.files, byte)
     if mf is None:
         return None
     pos = byte - mf.file_from_offset
-    if pos > mf.wrote_position - _CQ_UNIT:  # a file before the last is full
+    return None if (mf.wrote_position - pos) // _CQ_UNIT < n else (mf, pos)
+
+
+def _record_view(segments, core, offset):
+    """``(view, pos)``: the readable part of the segment holding CommitLog ``offset`` and where
+    ``offset`` lies in it; None when no segment holds it readable, or it is closed."""
+    seg = _segment_of(segments.files, offset)
+    if seg is None:
         return None
+    pos = offset - seg.file_from_offset
+    readable = _readable(seg, core)
+    if pos >= readable:
+        return None
+    buf = _mapped(seg, readable)
+    return None if buf is None else (buf, pos)
+
+
+def _queue_unit(queues, topic, queue_id, queue_offset):
+    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
+    or None (see :func:`queue_message`)."""
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
+        return None
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        lowest, start, cq = cq._min, cq._start, cq.disk
+        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
+            return None  # not on disk: the careful path reads the memory tail
+    found = _unit_file(cq, queue_offset, 1)
+    if found is None:
+        return None
+    mf, pos = found
     view = _mapped(mf, pos + _CQ_UNIT)
     if view is None:
         return None
@@ -1687,16 +1718,10 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     if unit is None:
         return None
     offset, size = unit
-    seg = _segment_of(segments.files, offset)
-    if seg is None:
+    at = _record_view(segments, core, offset)
+    if at is None:
         return None
-    pos = offset - seg.file_from_offset
-    readable = _readable(seg, core)
-    if pos >= readable:
-        return None
-    buf = _mapped(seg, readable)
-    if buf is None:
-        return None
+    buf, pos = at
     try:
         topic_b = _topic_bytes(topic)
     except InvalidTopicError:
@@ -1709,11 +1734,8 @@ def _queue_run(queues, topic, queue_id, offset, max_msgs):
     """``(units, min_offset, max_offset)`` for :func:`queue_messages`: the run of up to
     ``max_msgs`` units from ``offset`` in one ConsumeQueue file (or a read-only store's memory
     tail) as bytes, or None when the careful path must decide."""
-    table = getattr(queues, "_queues", None)
-    if type(table) is not dict:
-        return None
-    cq = table.get((topic, queue_id))
-    if cq is None or cq.holes:
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
         return None
     lo, hi = cq.min_offset, cq.max_offset
     if not lo <= offset < hi:
@@ -1729,16 +1751,10 @@ def _queue_run(queues, topic, queue_id, offset, max_msgs):
         cq = cq.disk
         if cq is None or cq.holes or offset + n > start:
             return None  # no disk queue, or a pull from disk into memory: the careful path
-    byte = offset * _CQ_UNIT
-    if byte < cq._min_logic:
+    found = _unit_file(cq, offset, n)
+    if found is None:
         return None
-    mf = _segment_of(cq._files.files, byte)
-    if mf is None:
-        return None
-    pos = byte - mf.file_from_offset
-    here = (mf.wrote_position - pos) // _CQ_UNIT
-    if here < n:
-        return None  # the pull goes on in the next file: the careful path
+    mf, pos = found
     view = _mapped(mf, pos + n * _CQ_UNIT)
     if view is None:
         return None
@@ -1801,16 +1817,10 @@ def record_at(segments, core, offset):
     an int, no such record, a segment gone or closed. It never raises for a store's state."""
     if type(offset) is not int or not 0 <= offset <= _INT64_MAX:
         return None
-    seg = _segment_of(segments.files, offset)
-    if seg is None:
+    at = _record_view(segments, core, offset)
+    if at is None:
         return None
-    pos = offset - seg.file_from_offset
-    readable = _readable(seg, core)
-    if pos >= readable:
-        return None
-    buf = _mapped(seg, readable)
-    if buf is None:
-        return None
+    buf, pos = at
     reason, row = _parse(buf, pos, buf.nbytes, True)
     if reason is not None or row[7] != offset:
         return None
