@@ -179,3 +179,59 @@ def test_twins_encode_keyed_properties_alike_and_as_put_properties(tags, keys):
         assert _impl.COMPILED.store.keyed_properties(tags, keys) == pure
     if pure is not None:
         assert _impl.PURE.codec.put_properties(tags, keys, None) == (pure, None, -1)
+
+
+MESSAGE_CALLS = [
+    (("T", b"b"), {}),
+    (("T", b"b", "tag", ["k1", "k2"], {"p": "v"}, 1, 2, 3, 4, 5), {}),
+    (("T",), {"body": b"b", "keys": "k", "sys_flag": 8}),
+    ((), {"topic": "T", "body": b"b", "born_timestamp": 7, "reconsume_times": 1, "queue_id": 0}),
+    ((), {}),
+    (("T",), {}),
+    (("T", b"b", None, None, None, 0, -1, 0, 0, 0, "extra"), {}),
+    (("T", b"b"), {"nope": 1}),
+    (("T", b"b"), {"topic": "again"}),
+]
+
+
+@pytest.mark.parametrize("args,kwargs", MESSAGE_CALLS, ids=repr)
+def test_message_builds_as_its_pure_init_builds(args, kwargs):
+    from rocketstore import message
+
+    def pure(*a, **k):
+        m = Message.__new__(Message)
+        message._pure_message_init(m, *a, **k)
+        return m
+
+    results = []
+    for build in (Message, pure, lambda *a, **k: Message.__new__(Message).__init__(*a, **k) or "init"):
+        try:
+            m = build(*args, **kwargs)
+        except TypeError:
+            results.append(TypeError)
+        else:
+            results.append(m if m == "init" else tuple(getattr(m, n) for n in Message.__slots__))
+    if results[1] is TypeError:
+        assert results == [TypeError] * 3
+    else:
+        assert results[0] == results[1] and results[2] == "init"
+
+
+def test_message_stays_one_class_with_its_signature_and_pickling():
+    import inspect
+    import pickle
+
+    from rocketstore import message
+
+    assert Message is message.Message
+    pure = list(inspect.signature(message._pure_message_init).parameters.values())[1:]  # but self
+    assert [(p.name, p.default) for p in inspect.signature(Message).parameters.values()] == [
+        (p.name, p.default) for p in pure
+    ]
+    m = Message("T", b"body", tags="t", keys=["a", "b"], flag=3)
+    back = pickle.loads(pickle.dumps(m))
+    assert isinstance(back, Message)
+    assert [getattr(back, n) for n in Message.__slots__] == [getattr(m, n) for n in Message.__slots__]
+    m.keys = "changed"
+    assert m.keys == "changed"
+    assert repr(m).startswith("Message(topic='T'")
