@@ -137,6 +137,37 @@ def consumable_rows(records: np.ndarray) -> np.ndarray:
     return records if keep.all() else records[keep]
 
 
+#: Queues a chunk's rows are split off one by one (a comparison per row and queue); the rows
+#: of any further queues are grouped by sorting, which costs more per row for a few queues.
+FEW_QUEUES = 16
+
+
+def _group_rows(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """``(first row of each group, each group's rows in order, each row's group's first row)``
+    of the rows of ``keys`` grouped by equal key, groups in the order of their first row."""
+    n = len(keys)
+    representatives = np.empty(n, dtype=np.int64)
+    first: list[int] = []
+    groups: list[np.ndarray] = []
+    rest = np.arange(n)
+    while len(rest) and len(groups) < FEW_QUEUES:
+        same = keys[rest] == keys[rest[0]]
+        rows = rest[same]
+        groups.append(rows)
+        first.append(int(rows[0]))
+        representatives[rows] = rows[0]
+        rest = rest[~same]
+    if len(rest):  # many queues in one chunk: the others by sorting
+        _uniq, at, inverse, counts = np.unique(
+            keys[rest], return_index=True, return_inverse=True, return_counts=True
+        )
+        inverse = inverse.ravel()
+        representatives[rest] = rest[at[inverse]]
+        groups.extend(np.split(rest[np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1]))
+        first.extend(int(r) for r in rest[at])
+    return np.array(first, dtype=np.int64), groups, representatives
+
+
 def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
     """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
 
@@ -163,13 +194,7 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
         groups = [np.arange(n)]
         representatives = np.zeros(n, dtype=np.int64)
     else:
-        _uniq, first, inverse, counts = np.unique(
-            keys, return_index=True, return_inverse=True, return_counts=True
-        )
-        inverse = inverse.ravel()
-        representatives = first[inverse]
-        order = np.argsort(inverse, kind="stable")
-        groups = np.split(order, np.cumsum(counts)[:-1])
+        first, groups, representatives = _group_rows(keys)
     raw = np.frombuffer(buffer, dtype=np.uint8)
     topic_pos, topic_len = records["topic_pos"], records["topic_len"]
 
