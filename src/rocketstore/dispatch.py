@@ -57,18 +57,24 @@ __all__ = [
 log = logging.getLogger("rocketstore.dispatch")
 
 SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
+#: Records per chunk the dispatcher decodes: each chunk is walked by several passes (dispatch
+#: info, queue keys, grouping, index keys), which run ~20 % faster over 16,384 rows (2.9 MB of
+#: RECORD_DTYPE) than over 65,536 (11.5 MB, more than the cache, in fresh pages every chunk).
+DISPATCH_CHUNK = 16384
 
 
 def decode_chunks(
-    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool
+    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool, chunk: int = 0
 ) -> Iterator[tuple[np.ndarray, int, int]]:
-    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most SCAN_CHUNK records.
+    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most ``chunk`` records
+    (0: SCAN_CHUNK).
 
     Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
     """
     decode_batch, limit = codec.decode_batch, codec.STOP_LIMIT
+    chunk = chunk or SCAN_CHUNK
     while True:
-        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=SCAN_CHUNK)
+        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=chunk)
         yield records, stop, reason
         if reason != limit or stop >= hi or not len(records):
             return
@@ -304,7 +310,7 @@ class Dispatcher:
         while True:
             stop, reason = lo, None
             for records, stop, reason in decode_chunks(  # noqa: B007 (the last chunk's reason is read below)
-                self._codec, view, lo, hi, check_crc=False
+                self._codec, view, lo, hi, check_crc=False, chunk=DISPATCH_CHUNK
             ):
                 if len(records):
                     self._dispatch(view, base, records)
