@@ -242,8 +242,88 @@ cdef extern from *:
         rs_message_defaults[i] = default_or_null;
     }
 
+    /* Message(...) as a vectorcall (PyTypeObject.tp_vectorcall: used for calls of the type
+       itself, never inherited): no argument tuple or keyword dict is built. Whenever the type's
+       __init__ is not rs_message_tp_init (reassigned since), the ordinary call runs instead. */
+    static PyObject *rs_message_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                           PyObject *kwnames) {
+        PyTypeObject *type = (PyTypeObject *)callable;
+        Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, i, j;
+        PyObject *v[RS_MESSAGE_FIELDS];
+        PyObject *self;
+        if (type->tp_init != rs_message_tp_init || type->tp_new != PyBaseObject_Type.tp_new) {
+            PyObject *tuple = PyTuple_New(n), *dict = NULL, *result;
+            if (tuple == NULL)
+                return NULL;
+            for (i = 0; i < n; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(tuple, i, args[i]);
+            }
+            if (nk) {
+                dict = PyDict_New();
+                for (i = 0; dict != NULL && i < nk; i++)
+                    if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0)
+                        Py_CLEAR(dict);
+                if (dict == NULL) {
+                    Py_DECREF(tuple);
+                    return NULL;
+                }
+            }
+            result = PyType_Type.tp_call(callable, tuple, dict);
+            Py_DECREF(tuple);
+            Py_XDECREF(dict);
+            return result;
+        }
+        if (n > RS_MESSAGE_FIELDS) {
+            PyErr_Format(PyExc_TypeError, "Message() takes at most %d arguments (%zd given)",
+                         RS_MESSAGE_FIELDS, n);
+            return NULL;
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            v[i] = i < n ? args[i] : NULL;
+        for (j = 0; j < nk; j++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, j);
+            for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                if (key == rs_message_names[i])
+                    break;
+            if (i == RS_MESSAGE_FIELDS) {
+                for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                    if (PyUnicode_Compare(key, rs_message_names[i]) == 0)
+                        break;
+                if (PyErr_Occurred())
+                    return NULL;
+            }
+            if (i == RS_MESSAGE_FIELDS) {
+                PyErr_Format(PyExc_TypeError, "Message() got an unexpected keyword argument %R", key);
+                return NULL;
+            }
+            if (v[i] != NULL) {
+                PyErr_Format(PyExc_TypeError, "Message() got multiple values for argument %R", key);
+                return NULL;
+            }
+            v[i] = args[n + j];
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
+            if (v[i] == NULL) {
+                if (rs_message_defaults[i] == NULL) {
+                    PyErr_Format(PyExc_TypeError, "Message() missing required argument %R",
+                                 rs_message_names[i]);
+                    return NULL;
+                }
+                v[i] = rs_message_defaults[i];
+            }
+        }
+        self = type->tp_alloc(type, 0);
+        if (self == NULL)
+            return NULL;
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            rs_slot_set(self, rs_message_offsets[i], v[i]);
+        return self;
+    }
+
     static void rs_message_set_tp_init(PyObject *type) {
         ((PyTypeObject *)type)->tp_init = rs_message_tp_init;
+        ((PyTypeObject *)type)->tp_vectorcall = rs_message_vectorcall;
     }
     """
     Py_ssize_t rs_slot_offset(object descr)
@@ -338,7 +418,7 @@ cdef _install_message_init():
     _message_init.__qualname__ = "Message.__init__"
     _message_init.__module__ = _MESSAGE_TYPE.__module__
     _MESSAGE_TYPE.__init__ = _message_init          # what m.__init__(...) and introspection see
-    rs_message_set_tp_init(_MESSAGE_TYPE)          # what Message(...) runs
+    rs_message_set_tp_init(_MESSAGE_TYPE)          # what Message(...) runs (tp_vectorcall, tp_init)
 
 
 if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_mod._pure_message_init:

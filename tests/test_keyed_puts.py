@@ -235,3 +235,32 @@ def test_message_stays_one_class_with_its_signature_and_pickling():
     m.keys = "changed"
     assert m.keys == "changed"
     assert repr(m).startswith("Message(topic='T'")
+
+
+def test_message_construction_follows_a_reassigned_init_and_subclasses(monkeypatch):
+    import sys
+
+    from rocketstore import message
+
+    refs = sys.getrefcount(Message)
+    made = [Message("T", b"b", keys="k") for _ in range(1000)]
+    del made
+    assert sys.getrefcount(Message) == refs  # each instance's hold on its class is released
+
+    class Audited(Message):
+        __slots__ = ()
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tags = "audited"
+
+    assert Audited("T", b"b", keys="k").tags == "audited"
+
+    def init(self, topic, body, **kwargs):
+        message._pure_message_init(self, topic, body, **kwargs)
+        self.flag = 99
+
+    monkeypatch.setattr(Message, "__init__", init)
+    assert Message("T", b"b", keys="k").flag == 99
+    monkeypatch.undo()
+    assert Message("T", b"b", keys="k").flag == 0
