@@ -14,8 +14,11 @@ timed put phase, as bench/compare.py's rows (a) and (b) do. Rows:
 - ``put_messages([Message(...) x 1000])``: the fused path (``put_plain_messages``), beside the
   general one (``plain_message_items`` + ``put_many``, what it took before).
 
-A cell is the median over ``--rounds`` (phases rotated each round); the load average before and
-after is printed: read the figures with it on a shared machine.
+A cell is the median over ``--rounds`` (phases rotated each round). Besides the rates, the
+process's CPU time (all threads: the putting one, the dispatch, flush and prefault threads) per
+message until indexed is printed: on a shared machine it moves less with the load than the
+rates do (os.times() counts in 10 ms ticks: use enough messages). The load average before and
+after is printed: read the figures with it.
 """
 
 from __future__ import annotations
@@ -48,20 +51,28 @@ def _store(root: str) -> MessageStore:
     return s
 
 
-def _timed(root, keys, bodies, put) -> tuple[float, float]:
-    """(put seconds, put + catch-up seconds) of ``put(store, keys, bodies)`` in a fresh store."""
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _timed(root, keys, bodies, put) -> tuple[float, float, float]:
+    """(put seconds, put + catch-up seconds, the process's CPU seconds in all its threads
+    meanwhile) of ``put(store, keys, bodies)`` in a fresh store."""
     s = _store(root)
     try:
+        c0 = _cpu()
         t0 = time.perf_counter()
         put(s, keys, bodies)
         t1 = time.perf_counter()
         s._dispatcher.catch_up()
         t2 = time.perf_counter()
+        c1 = _cpu()
     finally:
         path = s.path
         s.close()
         shutil.rmtree(path, ignore_errors=True)
-    return t1 - t0, t2 - t0
+    return t1 - t0, t2 - t0, c1 - c0
 
 
 def single_keyed(s, keys, bodies):
@@ -121,6 +132,7 @@ def main(argv=None) -> int:
     root = tempfile.mkdtemp(prefix="rocketstore-keyed-bench-")
     put_rates: dict[str, list[float]] = {name: [] for name in PHASES}
     indexed_rates: dict[str, list[float]] = {name: [] for name in PHASES}
+    cpu_ns: dict[str, list[float]] = {name: [] for name in PHASES}
     build: list[float] = []
     try:
         names = list(PHASES)
@@ -130,19 +142,21 @@ def main(argv=None) -> int:
                 [Message(TOPIC, b, keys=k) for k, b in zip(keys[i : i + BATCH], bodies[i : i + BATCH])]
             build.append(n / (time.perf_counter() - t0))
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                put_s, all_s = _timed(root, keys, bodies, PHASES[name])
+                put_s, all_s, cpu_s = _timed(root, keys, bodies, PHASES[name])
                 put_rates[name].append(n / put_s)
                 indexed_rates[name].append(n / all_s)
+                cpu_ns[name].append(cpu_s / n * 1e9)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{n:,} messages x 128 B, 20-character keys, {args.rounds} round(s), medians\n")
-    print("| phase | put only | until indexed |")
-    print("|---|---:|---:|")
-    print(f"| Message(topic, body, keys=k) | {statistics.median(build) / 1e6:.2f} M/s | |")
+    print("| phase | put only | until indexed | process CPU until indexed |")
+    print("|---|---:|---:|---:|")
+    print(f"| Message(topic, body, keys=k) | {statistics.median(build) / 1e6:.2f} M/s | | |")
     for name in PHASES:
         put_m, idx_m = statistics.median(put_rates[name]), statistics.median(indexed_rates[name])
-        print(f"| {name} | {put_m / 1e6:.2f} M/s | {idx_m / 1e6:.2f} M/s |")
+        cpu_m = statistics.median(cpu_ns[name])
+        print(f"| {name} | {put_m / 1e6:.2f} M/s | {idx_m / 1e6:.2f} M/s | {cpu_m:,.0f} ns a message |")
     fast, general = (statistics.median(indexed_rates[k]) for k in list(PHASES)[:2])
     bfast, bgeneral = (statistics.median(indexed_rates[k]) for k in list(PHASES)[3:])
     print(
