@@ -73,18 +73,24 @@ _POSITION, _SIZE, _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TIMESTAMP, _TOPIC_
 )
 
 SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
+#: Records per chunk the dispatcher decodes: each chunk is walked by several passes (dispatch
+#: info, queue keys, grouping, index keys), which run ~20 % faster over 16,384 rows (2.9 MB of
+#: RECORD_DTYPE) than over 65,536 (11.5 MB, more than the cache, in fresh pages every chunk).
+DISPATCH_CHUNK = 16384
 
 
 def decode_chunks(
-    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool
+    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool, chunk: int = 0
 ) -> Iterator[tuple[np.ndarray, int, int]]:
-    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most SCAN_CHUNK records.
+    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most ``chunk`` records
+    (0: SCAN_CHUNK).
 
     Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
     """
     decode_batch, limit = codec.decode_batch, codec.STOP_LIMIT
+    chunk = chunk or SCAN_CHUNK
     while True:
-        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=SCAN_CHUNK)
+        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=chunk)
         yield records, stop, reason
         if reason != limit or stop >= hi or not len(records):
             return
@@ -153,6 +159,37 @@ def consumable_rows(records: np.ndarray) -> np.ndarray:
     return records if keep.all() else records[keep]
 
 
+#: Queues a chunk's rows are split off one by one (a comparison per row and queue); the rows
+#: of any further queues are grouped by sorting, which costs more per row for a few queues.
+FEW_QUEUES = 16
+
+
+def _group_rows(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """``(first row of each group, each group's rows in order, each row's group's first row)``
+    of the rows of ``keys`` grouped by equal key, groups in the order of their first row."""
+    n = len(keys)
+    representatives = np.empty(n, dtype=np.int64)
+    first: list[int] = []
+    groups: list[np.ndarray] = []
+    rest = np.arange(n)
+    while len(rest) and len(groups) < FEW_QUEUES:
+        same = keys[rest] == keys[rest[0]]
+        rows = rest[same]
+        groups.append(rows)
+        first.append(int(rows[0]))
+        representatives[rows] = rows[0]
+        rest = rest[~same]
+    if len(rest):  # many queues in one chunk: the others by sorting
+        _uniq, at, inverse, counts = np.unique(
+            keys[rest], return_index=True, return_inverse=True, return_counts=True
+        )
+        inverse = inverse.ravel()
+        representatives[rest] = rest[at[inverse]]
+        groups.extend(np.split(rest[np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1]))
+        first.extend(int(r) for r in rest[at])
+    return np.array(first, dtype=np.int64), groups, representatives
+
+
 def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
     """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
 
@@ -179,13 +216,7 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
         groups = [np.arange(n)]
         representatives = np.zeros(n, dtype=np.int64)
     else:
-        _uniq, first, inverse, counts = np.unique(
-            keys, return_index=True, return_inverse=True, return_counts=True
-        )
-        inverse = inverse.ravel()
-        representatives = first[inverse]
-        order = np.argsort(inverse, kind="stable")
-        groups = np.split(order, np.cumsum(counts)[:-1])
+        first, groups, representatives = _group_rows(keys)
     raw = np.frombuffer(buffer, dtype=np.uint8)
     topic_pos, topic_len = records["topic_pos"], records["topic_len"]
 
@@ -328,7 +359,7 @@ class Dispatcher:
         while True:
             stop, reason = lo, None
             for records, stop, reason in decode_chunks(  # noqa: B007 (the last chunk's reason is read below)
-                self._codec, view, lo, hi, check_crc=False
+                self._codec, view, lo, hi, check_crc=False, chunk=DISPATCH_CHUNK
             ):
                 if len(records):
                     self._dispatch(view, base, records)

@@ -1230,6 +1230,13 @@ class MessageStore:
                 None,
                 -1 if durable is None else (1 if durable else 0),
             )
+        if properties is None and body is not None and delay_level is None and timer is None:
+            # tags and keys alone: encoded in the core (None: not the plain shape, see below)
+            done = self._core.put_keyed(
+                topic, body, tags, keys, queue_id, flag, -1 if durable is None else (1 if durable else 0)
+            )
+            if done is not None:
+                return done
         if body is None:
             return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
         return cast(
@@ -1416,8 +1423,12 @@ class MessageStore:
         self._check_writable()
         # the plain messages (a known user topic, tags and keys at most) in one compiled call;
         # every other one through _message_item's full checks
-        if not isinstance(messages, (list, tuple)):
+        if type(messages) is not list:
             messages = list(messages)
+        # a batch of plain messages: read, encoded and stored in one compiled pass
+        done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
+        if done is not None:
+            return cast("BatchPutResult", done)
         items, slow = self._codec.plain_message_items(messages, self._user_topics)
         no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
         for i in slow:
