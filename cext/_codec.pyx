@@ -42,7 +42,7 @@ __all__ = [
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
@@ -1793,6 +1793,91 @@ def same_queues(buffer, records, representatives):
             PyBuffer_Release(&rec_view)
     finally:
         PyBuffer_Release(&src)
+
+
+cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                           const uint64_t *keys, int64_t *table, uint64_t mask, int64_t *first,
+                           int64_t *low, int64_t *high, int64_t *groups) noexcept nogil:
+    """Group rows by key in an open-addressing table (``mask + 1`` slots, all -1, more than
+    ``n``): ``first``/``low``/``high`` per group, in order of first appearance, the count in
+    ``groups``. -1 when done, -2 when two queues share a key, -3 - i when row i's topic lies
+    outside ``base[0 .. size)``."""
+    cdef int64_t i, g = 0, r, q
+    cdef uint64_t slot
+    for i in range(n):
+        if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
+            return -3 - i
+    for i in range(n):
+        slot = keys[i] & mask
+        q = rows[i].queue_offset
+        while True:
+            r = table[slot]
+            if r < 0:
+                table[slot] = g
+                first[g] = i
+                low[g] = q
+                high[g] = q
+                g += 1
+                break
+            if keys[first[r]] == keys[i]:
+                if (rows[first[r]].queue_id != rows[i].queue_id or rows[first[r]].topic_len != rows[i].topic_len
+                        or memcmp(base + rows[first[r]].topic_pos, base + rows[i].topic_pos,
+                                  rows[i].topic_len) != 0):
+                    return -2
+                if q < low[r]:
+                    low[r] = q
+                if q > high[r]:
+                    high[r] = q
+                break
+            slot = (slot + 1) & mask
+    groups[0] = g
+    return -1
+
+
+def queue_ranges(buffer, records, keys):
+    """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
+    the order of its first record: that record's row, and the lowest and highest queue offset of
+    its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
+    :func:`queue_keys`. None when two queues share a key (group them exactly instead); a topic
+    outside ``buffer`` raises CorruptRecordError. One pass, no sort."""
+    cdef Py_buffer src, rec_view
+    cdef int64_t n, bad, groups = 0
+    cdef uint64_t cap = 16
+    cdef const rs_batch_row *rows
+    cdef const uint64_t[::1] k
+    cdef int64_t[::1] table, first, low, high
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    k = _np.ascontiguousarray(keys, dtype=_np.uint64)
+    n = len(records)
+    if k.shape[0] != n:
+        raise ValueError(f"{k.shape[0]} keys for {n} records")
+    while cap < 2 * <uint64_t>n:
+        cap *= 2
+    table_a = _np.full(cap, -1, dtype=_np.int64)
+    first_a, low_a, high_a = (_np.empty(max(n, 1), dtype=_np.int64) for _ in range(3))
+    table, first, low, high = table_a, first_a, low_a, high_a
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            rows = <const rs_batch_row *>rec_view.buf
+            if n == 0:
+                bad = -1
+            else:
+                with nogil:
+                    bad = _queue_ranges(<const uint8_t *>src.buf, src.len, rows, n, &k[0], &table[0],
+                                        cap - 1, &first[0], &low[0], &high[0], &groups)
+            if bad <= -3:
+                bad = -3 - bad
+                raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos, rows[bad].topic_len,
+                               src.len)
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    if bad == -2:
+        return None
+    return first_a[:groups].copy(), low_a[:groups].copy(), high_a[:groups].copy()
 
 
 def _host_raw(host):

@@ -97,6 +97,7 @@ __all__ = [
     "property_pieces",
     "queue_keys",
     "same_queues",
+    "queue_ranges",
     "field_problems",
     "BAD_TOPIC",
     "BAD_PROPERTIES_UTF8",
@@ -1185,6 +1186,40 @@ def same_queues(buffer, records, representatives):
         and np.array_equal(lengths, lengths[reps])
         and np.array_equal(names, names[reps])
     )
+
+
+def queue_ranges(buffer, records, keys):
+    """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
+    the order of its first record: that record's row, and the lowest and highest queue offset of
+    its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
+    :func:`queue_keys`. None when two queues share a key (group them exactly instead); a topic
+    outside ``buffer`` raises CorruptRecordError. One pass, no sort."""
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    n = len(records)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} records")
+    names, lengths = _topic_matrix(buffer, records)
+    qids, offsets = records["queue_id"].tolist(), records["queue_offset"].tolist()
+    group_of: dict[int, int] = {}
+    queues: list[tuple[bytes, int]] = []
+    first: list[int] = []
+    low: list[int] = []
+    high: list[int] = []
+    for i, key in enumerate(keys.tolist()):
+        queue = (names[i, : int(lengths[i])].tobytes(), qids[i])
+        g = group_of.get(key)
+        if g is None:
+            group_of[key] = len(first)
+            queues.append(queue)
+            first.append(i)
+            low.append(offsets[i])
+            high.append(offsets[i])
+        elif queues[g] != queue:
+            return None
+        else:
+            low[g] = min(low[g], offsets[i])
+            high[g] = max(high[g], offsets[i])
+    return tuple(np.array(column, dtype=np.int64) for column in (first, low, high))
 
 
 #: field_problems flags, one bit per check a record fails

@@ -23,7 +23,7 @@ import numpy as np
 
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import consumable, decode_chunks, plausible, resync
+from rocketstore.dispatch import consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue
 from rocketstore.message import MessageExt
@@ -31,7 +31,7 @@ from rocketstore.message import MessageExt
 if TYPE_CHECKING:
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
 
-__all__ = ["CommitLog", "AppendCore", "checked_chunks", "stop_reason", "STEPPED"]
+__all__ = ["CommitLog", "AppendCore", "checked_chunks", "queue_offset_ranges", "stop_reason", "STEPPED"]
 
 _log = logging.getLogger("rocketstore.store")
 
@@ -218,14 +218,15 @@ class CommitLog:
         self,
         scan_from: int,
         durable: int,
-        on_records: Callable[[Any, np.ndarray, int], None],
+        on_records: Callable[[Any, np.ndarray, int, Optional[np.ndarray]], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_records(buffer, rows, base)`` sees every chunk of valid records (``base``:
-        the CommitLog offset the rows' positions are relative to);
+        it holds. ``on_records(buffer, rows, base, keys)`` sees every chunk of valid records
+        (``base``: the CommitLog offset the rows' positions are relative to; ``keys``: the rows'
+        ``codec.queue_keys`` when the torn-field check computed them, else None);
         ``report(done, total)`` counts bytes.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
@@ -250,11 +251,12 @@ class CommitLog:
             for arr, stop, reason in checked_chunks(
                 codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below
             ):
-                torn = self._first_torn(mf, arr, below) if crashed else None
+                torn, keys = self._first_torn(mf, arr, below) if crashed else (None, None)
                 if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
                     arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
+                    keys = None if keys is None else keys[:torn]
                 if len(arr):
-                    on_records(mf.mm, arr, mf.file_from_offset)
+                    on_records(mf.mm, arr, mf.file_from_offset, keys)
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -284,19 +286,28 @@ class CommitLog:
         self.end = end
         return end
 
-    def _first_torn(self, mf: MappedFile, rows: np.ndarray, below: int) -> Optional[int]:
+    def _first_torn(
+        self, mf: MappedFile, rows: np.ndarray, below: int
+    ) -> tuple[Optional[int], Optional[np.ndarray]]:
         """The index of the first of ``rows`` at or past ``below`` (where the checkpoint stops
         vouching for the data) whose fields a whole record cannot have: a topic or properties
         that are not text, a PhysicalOffset other than its position, undefined sysFlag bits, a
         wrong CRC32 property. The body CRC covers only the body: a power cut can keep a record's
-        body page and lose the page its topic and properties lie in. None: no such row."""
+        body page and lose the page its topic and properties lie in. None: no such row.
+
+        Second: the rows' ``codec.queue_keys`` when every row was checked (the check computes
+        them in the same pass), else None."""
         if not len(rows) or int(rows["position"][-1]) < below:
-            return None
+            return None, None
         codec = self.codec
+        if int(rows["position"][0]) >= below:  # the whole chunk (no checkpoint): no copy of it
+            flags, keys = codec.field_problems(mf.mm, rows, mf.file_from_offset, mf.file_size)
+            torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
+            return (int(torn[0]) if len(torn) else None), keys
         tail = np.flatnonzero(rows["position"] >= below)
         flags, _keys = codec.field_problems(mf.mm, rows[tail], mf.file_from_offset, mf.file_size)
         torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-        return int(tail[torn[0]]) if len(torn) else None
+        return (int(tail[torn[0]]) if len(torn) else None), None
 
     def record_end(self, offset: int, limit: int) -> Optional[int]:
         """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;
@@ -601,16 +612,18 @@ class CommitLog:
                         )
                         keep &= possible
                     rows = arr if keep.all() else arr[keep]
+                    # copies, never views: a view keeps its chunk's whole rows (176 bytes each)
+                    # alive, and every later chunk then lands in fresh pages the kernel must zero
                     found.append(
                         (
                             base + rows["position"],
-                            rows["size"],
-                            rows["queue_id"],
-                            rows["queue_offset"],
+                            rows["size"].copy(),
+                            rows["queue_id"].copy(),
+                            rows["queue_offset"].copy(),
                             keys if rows is arr else keys[keep],
                         )
                     )
-                    stamps.append((base + arr["position"], arr["store_timestamp"]))
+                    stamps.append((base + arr["position"], arr["store_timestamp"].copy()))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
@@ -680,6 +693,42 @@ def checked_chunks(
         if nxt < 0:
             return
         pos = nxt
+
+
+def queue_offset_ranges(
+    codec: Any, buffer: Any, rows: np.ndarray, base: int, keys: Optional[np.ndarray] = None
+) -> list[tuple[str, int, int, int]]:
+    """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the consumable
+    records of ``rows`` (decoded from ``buffer``, which starts at CommitLog offset ``base``)
+    whose queue offset is :func:`~rocketstore.dispatch.plausible`: what recovery needs to know
+    where each queue's next put goes. ``keys``: the rows' ``codec.queue_keys`` if known.
+
+    One compiled pass (``codec.queue_ranges``) without a sort or a copy of the rows when every
+    row counts; :func:`~rocketstore.dispatch.queue_groups` (exact grouping) should two queues
+    share a key."""
+    keep = consumable(rows) & plausible(rows, base)
+    if not keep.all():
+        rows = rows[keep]
+        keys = None if keys is None else keys[keep]
+    if not len(rows):
+        return []
+    if keys is None:
+        keys = codec.queue_keys(buffer, rows)
+    ranges = codec.queue_ranges(buffer, rows, keys)
+    if ranges is None:  # two queues share a 64-bit key
+        out = []
+        for topic, qid, group in queue_groups(codec, buffer, rows):
+            offsets = rows["queue_offset"][group]
+            out.append((topic, qid, int(offsets.min()), int(offsets.max())))
+        return out
+    raw = memoryview(buffer).cast("B")
+    topic_pos, topic_len, queue_id = rows["topic_pos"], rows["topic_len"], rows["queue_id"]
+    out = []
+    for r, low, high in zip(*(column.tolist() for column in ranges)):
+        at = int(topic_pos[r])
+        topic = bytes(raw[at : at + int(topic_len[r])]).decode("utf-8", "surrogateescape")
+        out.append((topic, int(queue_id[r]), low, high))
+    return out
 
 
 def will_read(mf: MappedFile) -> None:
