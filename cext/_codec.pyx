@@ -42,7 +42,8 @@ __all__ = [
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan",
+    "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
@@ -1753,6 +1754,120 @@ def field_problems(buffer, records, int64_t base=0, int64_t segment_size=INT64_M
     finally:
         PyBuffer_Release(&src)
     return flags, keys
+
+
+cdef enum:
+    _SCAN_NOT_CONSUMABLE = 1
+    _SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2
+    _SCAN_ROWS = 256  # rows decoded at a time by verify_scan: one small table, reused, in cache
+
+SCAN_NOT_CONSUMABLE = _SCAN_NOT_CONSUMABLE  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = _SCAN_IMPLAUSIBLE_QUEUE_OFFSET  # a queue offset no CommitLog holds
+
+cdef int64_t _verify_rows(const uint8_t *buf, int64_t size, const rs_batch_row *rows, int64_t n,
+                          int64_t base, int64_t segment_size, int64_t *offsets, int32_t *sizes,
+                          int32_t *queue_ids, int64_t *queue_offsets, uint64_t *keys, int64_t *stamps,
+                          uint8_t *flags, uint8_t *units, int *what) noexcept nogil:
+    """verify_scan's columns for ``n`` decoded rows; -1, or the first row outside ``buf``."""
+    cdef int64_t i, bad, at, q
+    cdef uint32_t tx
+    bad = _field_problems(buf, size, rows, n, base, segment_size, flags, keys, what)
+    if bad >= 0:
+        return bad
+    for i in range(n):
+        at = base + rows[i].position
+        q = rows[i].queue_offset
+        offsets[i] = at
+        sizes[i] = rows[i].size
+        queue_ids[i] = rows[i].queue_id
+        queue_offsets[i] = q
+        stamps[i] = rows[i].store_timestamp
+        tx = <uint32_t>rows[i].sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+        units[i] = _SCAN_NOT_CONSUMABLE if (tx == RS_TRANSACTION_PREPARED_TYPE
+                                          or tx == RS_TRANSACTION_ROLLBACK_TYPE) else 0
+        if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
+            units[i] |= _SCAN_IMPLAUSIBLE_QUEUE_OFFSET
+    return -1
+
+
+cdef tuple _scan_columns(Py_ssize_t n):
+    return (_np.empty(n, dtype=_np.int64), _np.empty(n, dtype=_np.int32), _np.empty(n, dtype=_np.int32),
+            _np.empty(n, dtype=_np.int64), _np.empty(n, dtype=_np.uint64), _np.empty(n, dtype=_np.int64),
+            _np.empty(n, dtype=_np.uint8), _np.empty(n, dtype=_np.uint8))
+
+
+def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
+                max_records=-1):
+    """:func:`decode_batch` with CRCs checked and :func:`field_problems` in one pass, without a
+    RECORD_DTYPE table: what verify needs of each record, as columns.
+
+    Returns ``(columns, stop_pos, stop_reason)`` (stop as decode_batch's); ``columns`` is
+    ``(offsets int64: base + position, sizes int32, queue_ids int32, queue_offsets int64,
+    keys uint64: queue_keys, store_timestamps int64, flags uint8: field_problems' BAD_* bits,
+    units uint8: SCAN_NOT_CONSUMABLE | SCAN_IMPLAUSIBLE_QUEUE_OFFSET)``, one entry per record.
+    The scan runs without the GIL; ``buffer`` stays exported (pinned) meanwhile."""
+    cdef Py_buffer src
+    cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got, room, bad = -1, i
+    cdef int reason = _STOP_LIMIT, what = 0
+    cdef const uint8_t *p
+    cdef rs_batch_row *tmp
+    cdef int64_t[::1] c_off, c_qoff, c_ts
+    cdef int32_t[::1] c_size, c_qid
+    cdef uint64_t[::1] c_key
+    cdef uint8_t[::1] c_flag, c_unit
+    _get_readable(buffer, &src)
+    tmp = <rs_batch_row *>PyMem_Malloc(_SCAN_ROWS * sizeof(rs_batch_row))
+    if tmp == NULL:
+        PyBuffer_Release(&src)
+        raise MemoryError()
+    try:
+        if end is None:
+            end = src.len
+        _check_range(start, end, src.len)
+        if not isinstance(max_records, int):
+            raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+        pos = start
+        start_pos = pos
+        c_end = end
+        p = <const uint8_t *>src.buf
+        bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH   # as decode_batch: no more rows than this
+        limit = -1
+        if 0 <= max_records <= bound:
+            limit = max_records
+            bound = limit
+        cap = min(bound, 4096)
+        cols = _scan_columns(max(cap, 1))
+        while True:
+            c_off, c_size, c_qid, c_qoff, c_key, c_ts, c_flag, c_unit = cols
+            with nogil:
+                while True:
+                    room = min(<int64_t>_SCAN_ROWS, cap - n)
+                    got = _scan(p, &pos, c_end, tmp, room, -1 if limit < 0 else limit - n, 1, &reason)
+                    if got > 0:
+                        bad = _verify_rows(p, src.len, tmp, got, base, segment_size, &c_off[n], &c_size[n],
+                                           &c_qid[n], &c_qoff[n], &c_key[n], &c_ts[n], &c_flag[n],
+                                           &c_unit[n], &what)
+                        if bad >= 0:
+                            break
+                        n += got
+                    if reason != _STOP_NEED_ROOM or n >= cap:
+                        break
+            if bad >= 0:   # cannot happen: _scan's rows lie inside the buffer
+                raise CorruptRecordError(f"record {n + bad} at {tmp[bad].position} lies outside the buffer")
+            if reason != _STOP_NEED_ROOM:
+                break
+            if cap >= bound:
+                raise AssertionError("verify_scan found more records than fit in its range")
+            # as decode_batch: grow once to what the rest of the range holds at the mean size so far
+            cap = min(bound, max(cap * 2, n + (c_end - pos) * n // max(pos - start_pos, 1) * 9 // 8 + 16))
+            grown = _scan_columns(cap)
+            for i in range(8):
+                grown[i][:n] = cols[i][:n]
+            cols = grown
+        return tuple(c[:n] if n != len(c) else c for c in cols), pos, reason
+    finally:
+        PyMem_Free(tmp)
+        PyBuffer_Release(&src)
 
 
 def same_queues(buffer, records, representatives):

@@ -107,3 +107,95 @@ def test_queue_offset_ranges_skip_prepared_and_implausible_records_and_group_col
     # keys that collide take the exact grouping and give the same answer
     assert sorted(queue_offset_ranges(codec, buf, rows, 0, np.zeros(5, dtype=np.uint64))) == want
     assert queue_offset_ranges(codec, buf, rows[:0], 0) == []
+
+
+# ---- verify_scan: decode_batch (CRCs checked) and field_problems in one pass, as columns ----
+
+
+def scan_the_slow_way(codec, buf, lo, hi, base, segment_size, max_records):
+    rows, stop, reason = codec.decode_batch(buf, lo, hi, check_crc=True, max_records=max_records)
+    flags, keys = codec.field_problems(buf, rows, base, segment_size)
+    offsets = base + rows["position"]
+    tx = rows["sys_flag"] & codec.SYSFLAG_TRANSACTION_MASK
+    units = np.where((tx == codec.TRANSACTION_PREPARED_TYPE) | (tx == codec.TRANSACTION_ROLLBACK_TYPE), 1, 0)
+    q = rows["queue_offset"]
+    units |= np.where((q < 0) | (q > offsets // codec.RECORD_FIXED_LENGTH), 2, 0)
+    cols = (offsets, rows["size"], rows["queue_id"], q, keys, rows["store_timestamp"], flags, units)
+    return [c.tolist() for c in cols], stop, reason
+
+
+def check_scan(codec, buf, lo=0, hi=None, base=0, segment_size=2**63 - 1, max_records=-1):
+    hi = len(buf) if hi is None else hi
+    cols, stop, reason = codec.verify_scan(
+        buf, lo, hi, base=base, segment_size=segment_size, max_records=max_records
+    )
+    dtypes = [c.dtype for c in cols]
+    assert dtypes == [np.int64, np.int32, np.int32, np.int64, np.uint64, np.int64, np.uint8, np.uint8]
+    assert ([c.tolist() for c in cols], stop, reason) == scan_the_slow_way(
+        codec, buf, lo, hi, base, segment_size, max_records
+    )
+    return cols, stop, reason
+
+
+scan_records = st.lists(
+    st.fixed_dictionaries(
+        {
+            "topic": st.sampled_from(TOPICS + ["bad topic!"]),
+            "queue_id": st.integers(0, 3),
+            "queue_offset": st.integers(-2, 3) | st.integers(0, 2**62),
+            "sys_flag": st.sampled_from([0, 4, 8, 12, 1 << 20]),
+            "body": st.binary(max_size=40),
+            "properties": st.sampled_from([b"", b"KEYS\x01k\x02", b"\xff\xfe\x01x\x02"]),
+            "physical_offset": st.integers(0, 3),
+            "store_timestamp": st.integers(-5, 10),
+        }
+    ),
+    max_size=12,
+)
+
+
+@given(
+    scan_records,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    st.integers(0, 2**40),
+    st.integers(-1, 14),
+)
+@SETTINGS
+def test_verify_scan_is_decode_batch_and_field_problems_in_both_twins(records, flips, base, max_records):
+    from rocketstore import _impl
+
+    buf = bytearray()
+    for r in records:
+        buf += _codec_py.encode_record(**r)
+    for at, value in flips:  # hostile bytes: wherever they land, the same answer and no crash
+        if buf:
+            buf[at % len(buf)] = value
+    buf = bytes(buf) + b"\0" * 12
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    got = [
+        check_scan(twin, buf, base=base, segment_size=len(buf) + 100, max_records=max_records)
+        for twin in twins
+    ]
+    assert all(
+        [c.tolist() for c in g[0]] == [c.tolist() for c in got[0][0]] and g[1:] == got[0][1:] for g in got
+    )
+    for lo, hi in ((1, len(buf)), (0, min(len(buf), 90)), (len(buf), len(buf))):  # off a record, tiny, empty
+        for twin in twins:
+            check_scan(twin, buf, lo, hi)
+
+
+def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec):
+    size = len(_codec_py.encode_record(topic="TopicTest", body=b""))
+    buf = b"".join(
+        _codec_py.encode_record(topic="TopicTest", body=b"", queue_offset=i, physical_offset=i * size)
+        for i in range(5000)
+    )
+    cols, stop, reason = check_scan(codec, buf)
+    assert (len(cols[0]), stop, reason) == (5000, len(buf), codec.STOP_LIMIT)
+    assert not cols[6].any() and not cols[7].any()  # every record whole and consumable
+    cols, stop, reason = check_scan(codec, buf, max_records=4097)
+    assert len(cols[0]) == 4097 and reason == codec.STOP_LIMIT
+    with pytest.raises(ValueError):
+        codec.verify_scan(buf, 0, len(buf) + 1)
+    with pytest.raises(TypeError):
+        codec.verify_scan(buf, 0, len(buf), max_records=1.5)

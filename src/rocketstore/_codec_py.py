@@ -98,6 +98,9 @@ __all__ = [
     "queue_keys",
     "same_queues",
     "queue_ranges",
+    "verify_scan",
+    "SCAN_NOT_CONSUMABLE",
+    "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems",
     "BAD_TOPIC",
     "BAD_PROPERTIES_UTF8",
@@ -1165,6 +1168,43 @@ def queue_keys(buffer, records):
             h = np.where(c < lengths, (h ^ names[:, c].astype(np.uint64)) * _FNV_PRIME, h)
         qids = records["queue_id"].astype(np.int64) & 0xFFFFFFFF
         return (h ^ qids.astype(np.uint64)) * _FNV_PRIME
+
+
+SCAN_NOT_CONSUMABLE = 1  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit, §4.2)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (dispatch.plausible)
+
+
+def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int = _INT64_MAX, max_records=-1):
+    """:func:`decode_batch` with CRCs checked and :func:`field_problems` in one pass, without a
+    RECORD_DTYPE table: what verify needs of each record, as columns.
+
+    Returns ``(columns, stop_pos, stop_reason)`` (stop as decode_batch's); ``columns`` is
+    ``(offsets int64: base + position, sizes int32, queue_ids int32, queue_offsets int64,
+    keys uint64: queue_keys, store_timestamps int64, flags uint8: field_problems' BAD_* bits,
+    units uint8: SCAN_NOT_CONSUMABLE | SCAN_IMPLAUSIBLE_QUEUE_OFFSET)``, one entry per record.
+    (Here: decode_batch and field_problems, then the columns taken from the rows.)"""
+    rows, stop, reason = decode_batch(buffer, start, end, check_crc=True, max_records=max_records)
+    flags, keys = field_problems(buffer, rows, base, segment_size)
+    offsets = base + rows["position"].astype(np.int64)
+    q = rows["queue_offset"].astype(np.int64)
+    tx = rows["sys_flag"] & SYSFLAG_TRANSACTION_MASK
+    units = np.where(
+        (tx == TRANSACTION_PREPARED_TYPE) | (tx == TRANSACTION_ROLLBACK_TYPE), SCAN_NOT_CONSUMABLE, 0
+    )
+    units |= np.where(
+        (q < 0) | (offsets < 0) | (q > offsets // RECORD_FIXED_LENGTH), SCAN_IMPLAUSIBLE_QUEUE_OFFSET, 0
+    )
+    columns = (
+        offsets,
+        rows["size"].astype(np.int32),
+        rows["queue_id"].astype(np.int32),
+        q,
+        keys.astype(np.uint64),
+        rows["store_timestamp"].astype(np.int64),
+        flags.astype(np.uint8),
+        units.astype(np.uint8),
+    )
+    return columns, stop, reason
 
 
 def same_queues(buffer, records, representatives):

@@ -23,7 +23,7 @@ import numpy as np
 
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import consumable, decode_chunks, plausible, queue_groups, resync
+from rocketstore.dispatch import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue
 from rocketstore.message import MessageExt
@@ -581,6 +581,7 @@ class CommitLog:
         fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
         found = []  # (positions, sizes, queue ids, queue offsets, queue keys)
         stamps = []  # (offsets, store timestamps) of every record, in CommitLog order
+        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
@@ -597,33 +598,33 @@ class CommitLog:
                 limit = self.readable_end(mf)
             will_read(mf)
             view = mf.view(0, limit)
-            for arr, stop, reason in checked_chunks(codec, view, 0, limit, base, self.readable_end(mf)):
-                if len(arr):
-                    data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
-                    records += len(arr)
-                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
-                    fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
-                    keep = consumable(arr)
-                    possible = plausible(arr, base)
-                    if not possible.all():
+            scan = column_chunks(codec, view, base, mf.file_size)
+            for cols, stop, reason in checked_chunks(
+                codec, view, 0, limit, base, self.readable_end(mf), chunks=scan
+            ):
+                offsets, sizes, qids, qoffsets, keys, ts, flags, units = cols
+                if len(offsets):
+                    data_end = int(offsets[-1]) + int(sizes[-1])
+                    records += len(offsets)
+                    if flags.any():  # damage: the reasons need the records' fields (decoded again)
                         fields.extend(
-                            {"offset": base + int(at), "reason": "queue offset no CommitLog can hold"}
-                            for at in arr["position"][~possible]
+                            {"offset": at, "reason": why}
+                            for at, why in self._field_reasons(view, base, offsets[flags != 0], mf.file_size)
                         )
-                        keep &= possible
-                    rows = arr if keep.all() else arr[keep]
-                    # copies, never views: a view keeps its chunk's whole rows (176 bytes each)
-                    # alive, and every later chunk then lands in fresh pages the kernel must zero
-                    found.append(
-                        (
-                            base + rows["position"],
-                            rows["size"].copy(),
-                            rows["queue_id"].copy(),
-                            rows["queue_offset"].copy(),
-                            keys if rows is arr else keys[keep],
+                    if units.any():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                        implausible = (units & codec.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
+                        fields.extend(
+                            {"offset": int(at), "reason": "queue offset no CommitLog can hold"}
+                            for at in offsets[implausible]
                         )
-                    )
-                    stamps.append((base + arr["position"], arr["store_timestamp"].copy()))
+                        keep = units == 0
+                        found.append((offsets[keep], sizes[keep], qids[keep], qoffsets[keep], keys[keep]))
+                    else:
+                        found.append((offsets, sizes, qids, qoffsets, keys))
+                    stamps.append((offsets, ts))
+                    # chunk by chunk (in cache), not one np.diff over every record at the end
+                    ordered = ordered and ts[0] >= last_stamp and bool((ts[1:] >= ts[:-1]).all())
+                    last_stamp = int(ts[-1])
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
@@ -638,7 +639,7 @@ class CommitLog:
                 pass  # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
-        if stamps:
+        if stamps and not ordered:
             offsets, times = (np.concatenate(c) for c in zip(*stamps))
             fields.extend(
                 {"offset": offset, "reason": reason} for offset, reason in timestamp_problems(offsets, times)
@@ -657,10 +658,32 @@ class CommitLog:
             "found": found,
         }
 
+    def _field_reasons(
+        self, view: Any, base: int, offsets: np.ndarray, segment_size: int
+    ) -> list[tuple[int, str]]:
+        """``record_problems`` of the records at CommitLog ``offsets`` of segment ``view`` (which
+        starts at ``base``), each decoded again: what verify_scan flagged, in words."""
+        codec = self.codec
+        rows = np.concatenate(
+            [
+                codec.decode_batch(view, int(at) - base, check_crc=True, max_records=1)[0]
+                for at in offsets.tolist()
+            ]
+        )
+        reasons, _keys = record_problems(codec, view, base, rows, segment_size)
+        return reasons
+
 
 def checked_chunks(
-    codec: Any, view: Any, lo: int, hi: int, base: int, data_end: Optional[int] = None
-) -> Iterator[tuple[np.ndarray, int, int]]:
+    codec: Any,
+    view: Any,
+    lo: int,
+    hi: int,
+    base: int,
+    data_end: Optional[int] = None,
+    *,
+    chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
+) -> Iterator[tuple[Any, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
     is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
@@ -672,7 +695,12 @@ def checked_chunks(
     ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
     segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
     record costs a second).
+
+    ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
+    RECORD_DTYPE rows; :func:`column_chunks`: ``codec.verify_scan``'s columns).
     """
+    if chunks is None:
+        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True)  # noqa: E731
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:
@@ -681,7 +709,7 @@ def checked_chunks(
     pos = lo
     while True:
         nxt = -1
-        for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
+        for arr, stop, reason in chunks(pos, hi):
             if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
                 yield arr, stop, reason
             else:  # lengths that cannot be trusted, or the end of the data
@@ -729,6 +757,26 @@ def queue_offset_ranges(
         topic = bytes(raw[at : at + int(topic_len[r])]).decode("utf-8", "surrogateescape")
         out.append((topic, int(queue_id[r]), low, high))
     return out
+
+
+def column_chunks(
+    codec: Any, view: Any, base: int, segment_size: int
+) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.verify_scan`` over ``view`` (a
+    segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
+    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch."""
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+        while True:
+            cols, stop, reason = codec.verify_scan(
+                view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
+            )
+            yield cols, stop, reason
+            if reason != codec.STOP_LIMIT or stop >= hi or not len(cols[0]):
+                return
+            lo = stop
+
+    return chunks
 
 
 def will_read(mf: MappedFile) -> None:
