@@ -664,14 +664,17 @@ class CommitLog:
         """``record_problems`` of the records at CommitLog ``offsets`` of segment ``view`` (which
         starts at ``base``), each decoded again: what verify_scan flagged, in words."""
         codec = self.codec
-        rows = np.concatenate(
-            [
-                codec.decode_batch(view, int(at) - base, check_crc=True, max_records=1)[0]
-                for at in offsets.tolist()
-            ]
-        )
-        reasons, _keys = record_problems(codec, view, base, rows, segment_size)
-        return reasons
+        rows, gone = [], []
+        for at in offsets.tolist():
+            row = codec.decode_batch(view, at - base, check_crc=True, max_records=1)[0]
+            if len(row) == 1 and int(row["position"][0]) == at - base:
+                rows.append(row)
+            else:  # whole when scanned, not now: never drop what the scan flagged
+                gone.append((at, "a field fails a cross-check, and the record changed while verified"))
+        if not rows:
+            return gone
+        reasons, _keys = record_problems(codec, view, base, np.concatenate(rows), segment_size)
+        return reasons + gone
 
 
 def checked_chunks(
