@@ -42,7 +42,7 @@ __all__ = [
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
@@ -1868,6 +1868,67 @@ def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_si
     finally:
         PyMem_Free(tmp)
         PyBuffer_Release(&src)
+
+
+cdef void _match_units(const int64_t *positions, const int32_t *sizes, const int32_t *queue_ids,
+                       const int64_t *queue_offsets, const uint64_t *keys, int64_t n,
+                       const int64_t *phys, const int32_t *unit_sizes, int64_t m, int32_t queue_id,
+                       uint64_t key, bint any_key, int64_t first, uint8_t *ok) noexcept nogil:
+    """match_units' loop: each unit's record found by a search that starts where the previous
+    unit's was (a queue's units ascend: usually a step or two forward), else by bisection."""
+    cdef int64_t i, lo = 0, hi, step, at, x
+    for i in range(m):
+        x = phys[i]
+        if lo >= n or positions[lo] > x:
+            lo = 0   # units out of order (damage): search from the start
+        step = 1     # gallop forward from lo, then bisect [lo, hi)
+        hi = lo + 1
+        while hi < n and positions[hi] < x:
+            lo = hi
+            step *= 2
+            hi = lo + step
+        if hi > n:
+            hi = n
+        while lo < hi:
+            at = lo + (hi - lo) // 2
+            if positions[at] < x:
+                lo = at + 1
+            else:
+                hi = at
+        at = lo
+        ok[i] = (at < n and positions[at] == x and sizes[at] == unit_sizes[i] and queue_ids[at] == queue_id
+                 and (any_key or keys[at] == key) and queue_offsets[at] == first + i)
+
+
+def match_units(positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, int32_t queue_id, key,
+                int64_t first_queue_offset):
+    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
+    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
+    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
+    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
+    queue id, key and queue offset ``first_queue_offset + i``."""
+    cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
+    cdef const int32_t[::1] size_v = _np.ascontiguousarray(sizes, dtype=_np.int32)
+    cdef const int32_t[::1] qid_v = _np.ascontiguousarray(queue_ids, dtype=_np.int32)
+    cdef const int64_t[::1] qoff_v = _np.ascontiguousarray(queue_offsets, dtype=_np.int64)
+    cdef const uint64_t[::1] key_v = _np.ascontiguousarray(keys, dtype=_np.uint64)
+    cdef const int64_t[::1] phys_v = _np.ascontiguousarray(phys, dtype=_np.int64)
+    cdef const int32_t[::1] usize_v = _np.ascontiguousarray(unit_sizes, dtype=_np.int32)
+    cdef int64_t n = pos_v.shape[0], m = phys_v.shape[0]
+    cdef uint64_t c_key = 0 if key is None else <uint64_t>key
+    cdef bint any_key = key is None
+    if not (size_v.shape[0] == qid_v.shape[0] == qoff_v.shape[0] == key_v.shape[0] == n):
+        raise ValueError("the found records' columns differ in length")
+    if usize_v.shape[0] != m:
+        raise ValueError(f"{usize_v.shape[0]} unit sizes for {m} units")
+    out = _np.zeros(m, dtype=_np.bool_)
+    cdef uint8_t[::1] ok = out.view(_np.uint8)
+    if m == 0 or n == 0:
+        return out
+    with nogil:
+        _match_units(&pos_v[0], &size_v[0], &qid_v[0], &qoff_v[0], &key_v[0], n, &phys_v[0], &usize_v[0], m,
+                     queue_id, c_key, any_key, first_queue_offset, &ok[0])
+    return out
 
 
 def same_queues(buffer, records, representatives):

@@ -199,3 +199,55 @@ def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec
         codec.verify_scan(buf, 0, len(buf) + 1)
     with pytest.raises(TypeError):
         codec.verify_scan(buf, 0, len(buf), max_records=1.5)
+
+
+# ---- match_units: each ConsumeQueue unit against the records verify found ----
+
+
+@given(
+    st.lists(st.integers(0, 60), max_size=30, unique=True),
+    st.lists(st.tuples(st.integers(-2, 64), st.integers(0, 3)), max_size=30),
+    st.integers(0, 3),
+    st.sampled_from([None, 7, 2**64 - 1]),
+    st.integers(0, 5),
+    st.booleans(),
+)
+@SETTINGS
+def test_match_units_twins_agree_with_a_lookup_per_unit(positions, units, queue_id, key, first, ascending):
+    from rocketstore import _impl
+
+    positions = sorted(positions)
+    if ascending:
+        units.sort()
+    n = len(positions)
+    # the found records: sizes, queue ids, offsets and keys that match some units and not others
+    sizes = np.array([p % 3 for p in positions], dtype=np.int32)
+    qids = np.array([p % 2 for p in positions], dtype=np.int32)
+    qoffsets = np.array([p % 5 for p in positions], dtype=np.int64)
+    keys = np.array([7 if p % 4 else 2**64 - 1 for p in positions], dtype=np.uint64)
+    phys = np.array([u[0] for u in units], dtype=np.int64)
+    unit_sizes = np.array([u[1] for u in units], dtype=np.int32)
+    found = {p: i for i, p in enumerate(positions)}
+    want = []
+    for i, (x, size) in enumerate(units):
+        at = found.get(x)
+        want.append(
+            at is not None
+            and sizes[at] == size
+            and qids[at] == queue_id
+            and (key is None or int(keys[at]) == key)
+            and qoffsets[at] == first + i
+        )
+    pos = np.array(positions, dtype=np.int64)
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        got = twin.match_units(pos, sizes, qids, qoffsets, keys, phys, unit_sizes, queue_id, key, first)
+        assert got.dtype == np.bool_ and got.tolist() == want, (twin.__name__, n)
+
+
+def test_match_units_refuses_columns_of_different_lengths(codec):
+    one = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError):
+        codec.match_units(one, one[:0], one, one, one, one, one, 0, None, 0)
+    with pytest.raises(ValueError):
+        codec.match_units(one, one, one, one, one, one, one[:0], 0, None, 0)

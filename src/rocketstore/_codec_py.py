@@ -99,6 +99,7 @@ __all__ = [
     "same_queues",
     "queue_ranges",
     "verify_scan",
+    "match_units",
     "SCAN_NOT_CONSUMABLE",
     "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems",
@@ -1205,6 +1206,34 @@ def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int =
         units.astype(np.uint8),
     )
     return columns, stop, reason
+
+
+def match_units(
+    positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, queue_id, key, first_queue_offset
+):
+    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
+    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
+    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
+    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
+    queue id, key and queue offset ``first_queue_offset + i``."""
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    phys = np.ascontiguousarray(phys, dtype=np.int64)
+    unit_sizes = np.ascontiguousarray(unit_sizes, dtype=np.int32)
+    n, m = len(positions), len(phys)
+    if not len(sizes) == len(queue_ids) == len(queue_offsets) == len(keys) == n:
+        raise ValueError("the found records' columns differ in length")
+    if len(unit_sizes) != m:
+        raise ValueError(f"{len(unit_sizes)} unit sizes for {m} units")
+    if m == 0 or n == 0:
+        return np.zeros(m, dtype=bool)
+    at = np.minimum(np.searchsorted(positions, phys), n - 1)
+    return (
+        (positions[at] == phys)
+        & (np.asarray(sizes)[at] == unit_sizes)
+        & (np.asarray(queue_ids)[at] == queue_id)
+        & ((np.asarray(keys, dtype=np.uint64)[at] == np.uint64(key)) if key is not None else True)
+        & (np.asarray(queue_offsets)[at] == first_queue_offset + np.arange(m))
+    )
 
 
 def same_queues(buffer, records, representatives):
