@@ -1973,19 +1973,29 @@ def same_queues(buffer, records, representatives):
 
 cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
                            const uint64_t *keys, int64_t *table, uint64_t mask, int64_t *first,
-                           int64_t *low, int64_t *high, int64_t *groups) noexcept nogil:
+                           int64_t *low, int64_t *high, int64_t *groups, bint units_only,
+                           int64_t commitlog_base) noexcept nogil:
     """Group rows by key in an open-addressing table (``mask + 1`` slots, all -1, more than
     ``n``): ``first``/``low``/``high`` per group, in order of first appearance, the count in
-    ``groups``. -1 when done, -2 when two queues share a key, -3 - i when row i's topic lies
-    outside ``base[0 .. size)``."""
-    cdef int64_t i, g = 0, r, q
+    ``groups``; ``units_only``: only rows that get a ConsumeQueue unit (see queue_ranges, whose
+    ``base`` is ``commitlog_base``). -1 when done, -2 when two queues share a key, -3 - i when
+    row i's topic lies outside ``base[0 .. size)``."""
+    cdef int64_t i, g = 0, r, q, at
     cdef uint64_t slot
+    cdef uint32_t tx
     for i in range(n):
         if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
             return -3 - i
     for i in range(n):
-        slot = keys[i] & mask
         q = rows[i].queue_offset
+        if units_only:  # as dispatch.consumable and dispatch.plausible
+            tx = <uint32_t>rows[i].sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+            if tx == RS_TRANSACTION_PREPARED_TYPE or tx == RS_TRANSACTION_ROLLBACK_TYPE:
+                continue
+            at = commitlog_base + rows[i].position
+            if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
+                continue
+        slot = keys[i] & mask
         while True:
             r = table[slot]
             if r < 0:
@@ -2010,15 +2020,20 @@ cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row
     return -1
 
 
-def queue_ranges(buffer, records, keys):
+def queue_ranges(buffer, records, keys, base=None):
     """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
     the order of its first record: that record's row, and the lowest and highest queue offset of
     its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
-    :func:`queue_keys`. None when two queues share a key (group them exactly instead); a topic
-    outside ``buffer`` raises CorruptRecordError. One pass, no sort."""
+    :func:`queue_keys`. With ``base`` (the CommitLog offset ``buffer`` starts at) only records
+    that get a ConsumeQueue unit count: not PREPARED or ROLLBACK, and a queue offset a CommitLog
+    can hold (SCAN_NOT_CONSUMABLE, SCAN_IMPLAUSIBLE_QUEUE_OFFSET). None when two queues share a
+    key (group them exactly instead); a topic outside ``buffer`` raises CorruptRecordError. One
+    pass, no sort."""
     cdef Py_buffer src, rec_view
     cdef int64_t n, bad, groups = 0
     cdef uint64_t cap = 16
+    cdef bint units_only = base is not None
+    cdef int64_t c_base = 0 if base is None else base
     cdef const rs_batch_row *rows
     cdef const uint64_t[::1] k
     cdef int64_t[::1] table, first, low, high
@@ -2042,7 +2057,8 @@ def queue_ranges(buffer, records, keys):
             else:
                 with nogil:
                     bad = _queue_ranges(<const uint8_t *>src.buf, src.len, rows, n, &k[0], &table[0],
-                                        cap - 1, &first[0], &low[0], &high[0], &groups)
+                                        cap - 1, &first[0], &low[0], &high[0], &groups, units_only,
+                                        c_base)
             if bad <= -3:
                 bad = -3 - bad
                 raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos, rows[bad].topic_len,

@@ -251,3 +251,39 @@ def test_match_units_refuses_columns_of_different_lengths(codec):
         codec.match_units(one, one[:0], one, one, one, one, one, 0, None, 0)
     with pytest.raises(ValueError):
         codec.match_units(one, one, one, one, one, one, one[:0], 0, None, 0)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "topic": st.sampled_from(TOPICS[:3]),
+                "queue_id": st.integers(0, 2),
+                "queue_offset": st.integers(-1, 3) | st.integers(2**40, 2**62),
+                "sys_flag": st.sampled_from([0, 4, 8, 12]),
+            }
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 2**40),
+)
+@SETTINGS
+def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, base):
+    from rocketstore import _impl
+
+    buf, rows = batch(*records)
+    counted = [
+        i
+        for i, r in enumerate(records)
+        if r["sys_flag"] not in (4, 12) and 0 <= r["queue_offset"] <= (base + int(rows["position"][i])) // 91
+    ]
+    expected = exact_ranges([records[i] for i in counted])
+    expected = {k: (counted[f], lo, hi) for k, (f, lo, hi) in expected.items()}
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        first, low, high = twin.queue_ranges(buf, rows, twin.queue_keys(buf, rows), base)
+        got = {
+            (records[f]["topic"], records[f]["queue_id"]): (f, lo, hi)
+            for f, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
+        }
+        assert got == expected

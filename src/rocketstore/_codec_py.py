@@ -1257,12 +1257,15 @@ def same_queues(buffer, records, representatives):
     )
 
 
-def queue_ranges(buffer, records, keys):
+def queue_ranges(buffer, records, keys, base=None):
     """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
     the order of its first record: that record's row, and the lowest and highest queue offset of
     its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
-    :func:`queue_keys`. None when two queues share a key (group them exactly instead); a topic
-    outside ``buffer`` raises CorruptRecordError. One pass, no sort."""
+    :func:`queue_keys`. With ``base`` (the CommitLog offset ``buffer`` starts at) only records
+    that get a ConsumeQueue unit count: not PREPARED or ROLLBACK, and a queue offset a CommitLog
+    can hold (SCAN_NOT_CONSUMABLE, SCAN_IMPLAUSIBLE_QUEUE_OFFSET). None when two queues share a
+    key (group them exactly instead); a topic outside ``buffer`` raises CorruptRecordError. One
+    pass, no sort."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     n = len(records)
     if len(keys) != n:
@@ -1274,7 +1277,22 @@ def queue_ranges(buffer, records, keys):
     first: list[int] = []
     low: list[int] = []
     high: list[int] = []
+    if base is None:
+        counted = [True] * n
+    else:
+        at = base + records["position"].astype(np.int64)
+        tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
+        q = records["queue_offset"].astype(np.int64)
+        counted = (
+            (tx != TRANSACTION_PREPARED_TYPE)
+            & (tx != TRANSACTION_ROLLBACK_TYPE)
+            & (q >= 0)
+            & (at >= 0)
+            & (q <= at // RECORD_FIXED_LENGTH)
+        ).tolist()
     for i, key in enumerate(keys.tolist()):
+        if not counted[i]:
+            continue
         queue = (names[i, : int(lengths[i])].tobytes(), qids[i])
         g = group_of.get(key)
         if g is None:

@@ -734,19 +734,15 @@ def queue_offset_ranges(
     whose queue offset is :func:`~rocketstore.dispatch.plausible`: what recovery needs to know
     where each queue's next put goes. ``keys``: the rows' ``codec.queue_keys`` if known.
 
-    One compiled pass (``codec.queue_ranges``) without a sort or a copy of the rows when every
-    row counts; :func:`~rocketstore.dispatch.queue_groups` (exact grouping) should two queues
-    share a key."""
-    keep = consumable(rows) & plausible(rows, base)
-    if not keep.all():
-        rows = rows[keep]
-        keys = None if keys is None else keys[keep]
+    One compiled pass (``codec.queue_ranges``: no sort, no mask, no copy of the rows);
+    :func:`~rocketstore.dispatch.queue_groups` (exact grouping) should two queues share a key."""
     if not len(rows):
         return []
     if keys is None:
         keys = codec.queue_keys(buffer, rows)
-    ranges = codec.queue_ranges(buffer, rows, keys)
+    ranges = codec.queue_ranges(buffer, rows, keys, base)  # counts only rows that get a unit
     if ranges is None:  # two queues share a 64-bit key
+        rows = rows[consumable(rows) & plausible(rows, base)]
         out = []
         for topic, qid, group in queue_groups(codec, buffer, rows):
             offsets = rows["queue_offset"][group]
