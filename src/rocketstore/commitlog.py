@@ -249,7 +249,7 @@ class CommitLog:
             pos = max(0, scan_from - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
             for arr, stop, reason in checked_chunks(
-                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below
+                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=row_chunks(codec, mf.mm)
             ):
                 torn, keys = self._first_torn(mf, arr, below) if crashed else (None, None)
                 if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
@@ -756,6 +756,28 @@ def queue_offset_ranges(
         topic = bytes(raw[at : at + int(topic_len[r])]).decode("utf-8", "surrogateescape")
         out.append((topic, int(queue_id[r]), low, high))
     return out
+
+
+#: Records per chunk of the recovery scan: small enough that the records it decoded are still in
+#: cache when the torn-field check and the per-queue offsets read their topics again.
+RECOVER_CHUNK = 8192
+
+
+def row_chunks(
+    codec: Any, view: Any, max_records: int = RECOVER_CHUNK
+) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.decode_batch`` with CRCs over
+    ``view`` in chunks of at most ``max_records`` records (RECORD_DTYPE rows)."""
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+        while True:
+            rows, stop, reason = codec.decode_batch(view, lo, hi, check_crc=True, max_records=max_records)
+            yield rows, stop, reason
+            if reason != codec.STOP_LIMIT or stop >= hi or not len(rows):
+                return
+            lo = stop
+
+    return chunks
 
 
 def column_chunks(
