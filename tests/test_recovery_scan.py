@@ -287,3 +287,47 @@ def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, ba
             for f, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
         }
         assert got == expected
+
+
+# ---- the index slot table rebuilt from its items (an abnormal open's roll back) ----
+
+
+@given(
+    st.integers(1, 9),
+    st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 20), max_size=40),
+    st.binary(min_size=0, max_size=8),
+)
+@SETTINGS
+def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage):
+    import struct
+
+    from rocketstore import _impl, _index_py
+
+    count = len(hashes) + 1
+    items_start = _index_py.HEADER_SIZE + slot_count * _index_py.HASH_SLOT_SIZE
+    file = bytearray(b"\xee" * (items_start + count * _index_py.INDEX_ITEM_SIZE) + garbage)
+    for i, h in enumerate(hashes, start=1):
+        struct.pack_into(">iqii", file, items_start + i * _index_py.INDEX_ITEM_SIZE, h, i, 0, 0)
+    want = [0] * slot_count
+    for i, h in enumerate(hashes, start=1):
+        want[h % slot_count] = i  # Python's modulo, as numpy's: never negative
+    twins = [_index_py] + ([_impl.COMPILED.index] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        buf = bytearray(file)
+        twin.rebuild_slots(buf, slot_count, count)
+        slots = struct.unpack_from(f">{slot_count}i", buf, _index_py.HEADER_SIZE)
+        assert list(slots) == want
+        # nothing outside the slot table changed
+        assert buf[: _index_py.HEADER_SIZE] == file[: _index_py.HEADER_SIZE]
+        assert buf[items_start:] == file[items_start:]
+
+
+def test_rebuild_slots_refuses_a_table_or_items_past_the_buffer(impl):
+    index = impl.index
+    size = index.HEADER_SIZE + 4 * index.HASH_SLOT_SIZE + 3 * index.INDEX_ITEM_SIZE
+    index.rebuild_slots(bytearray(size), 4, 3)
+    for slots, count in ((4, 4), (5, 3), (0, 1), (4, 0), (10**6, 1)):
+        with pytest.raises(ValueError):
+            index.rebuild_slots(bytearray(size), slots, count)
+    with pytest.raises(TypeError):
+        index.rebuild_slots(bytes(size), 4, 3)  # not writable
