@@ -42,7 +42,8 @@ __all__ = [
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
+    "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
@@ -1755,6 +1756,181 @@ def field_problems(buffer, records, int64_t base=0, int64_t segment_size=INT64_M
     return flags, keys
 
 
+cdef enum:
+    _SCAN_NOT_CONSUMABLE = 1
+    _SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2
+    _SCAN_ROWS = 256  # rows decoded at a time by verify_scan: one small table, reused, in cache
+
+SCAN_NOT_CONSUMABLE = _SCAN_NOT_CONSUMABLE  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = _SCAN_IMPLAUSIBLE_QUEUE_OFFSET  # a queue offset no CommitLog holds
+
+cdef int64_t _verify_rows(const uint8_t *buf, int64_t size, const rs_batch_row *rows, int64_t n,
+                          int64_t base, int64_t segment_size, int64_t *offsets, int32_t *sizes,
+                          int32_t *queue_ids, int64_t *queue_offsets, uint64_t *keys, int64_t *stamps,
+                          uint8_t *flags, uint8_t *units, int *what) noexcept nogil:
+    """verify_scan's columns for ``n`` decoded rows; -1, or the first row outside ``buf``."""
+    cdef int64_t i, bad, at, q
+    cdef uint32_t tx
+    bad = _field_problems(buf, size, rows, n, base, segment_size, flags, keys, what)
+    if bad >= 0:
+        return bad
+    for i in range(n):
+        at = base + rows[i].position
+        q = rows[i].queue_offset
+        offsets[i] = at
+        sizes[i] = rows[i].size
+        queue_ids[i] = rows[i].queue_id
+        queue_offsets[i] = q
+        stamps[i] = rows[i].store_timestamp
+        tx = <uint32_t>rows[i].sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+        units[i] = _SCAN_NOT_CONSUMABLE if (tx == RS_TRANSACTION_PREPARED_TYPE
+                                          or tx == RS_TRANSACTION_ROLLBACK_TYPE) else 0
+        if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
+            units[i] |= _SCAN_IMPLAUSIBLE_QUEUE_OFFSET
+    return -1
+
+
+cdef tuple _scan_columns(Py_ssize_t n):
+    return (_np.empty(n, dtype=_np.int64), _np.empty(n, dtype=_np.int32), _np.empty(n, dtype=_np.int32),
+            _np.empty(n, dtype=_np.int64), _np.empty(n, dtype=_np.uint64), _np.empty(n, dtype=_np.int64),
+            _np.empty(n, dtype=_np.uint8), _np.empty(n, dtype=_np.uint8))
+
+
+def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
+                max_records=-1):
+    """:func:`decode_batch` with CRCs checked and :func:`field_problems` in one pass, without a
+    RECORD_DTYPE table: what verify needs of each record, as columns.
+
+    Returns ``(columns, stop_pos, stop_reason)`` (stop as decode_batch's); ``columns`` is
+    ``(offsets int64: base + position, sizes int32, queue_ids int32, queue_offsets int64,
+    keys uint64: queue_keys, store_timestamps int64, flags uint8: field_problems' BAD_* bits,
+    units uint8: SCAN_NOT_CONSUMABLE | SCAN_IMPLAUSIBLE_QUEUE_OFFSET)``, one entry per record.
+    The scan runs without the GIL; ``buffer`` stays exported (pinned) meanwhile."""
+    cdef Py_buffer src
+    cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got, room, bad = -1, i
+    cdef int reason = _STOP_LIMIT, what = 0
+    cdef const uint8_t *p
+    cdef rs_batch_row *tmp
+    cdef int64_t[::1] c_off, c_qoff, c_ts
+    cdef int32_t[::1] c_size, c_qid
+    cdef uint64_t[::1] c_key
+    cdef uint8_t[::1] c_flag, c_unit
+    _get_readable(buffer, &src)
+    tmp = <rs_batch_row *>PyMem_Malloc(_SCAN_ROWS * sizeof(rs_batch_row))
+    if tmp == NULL:
+        PyBuffer_Release(&src)
+        raise MemoryError()
+    try:
+        if end is None:
+            end = src.len
+        _check_range(start, end, src.len)
+        if not isinstance(max_records, int):
+            raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+        pos = start
+        start_pos = pos
+        c_end = end
+        p = <const uint8_t *>src.buf
+        bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH   # as decode_batch: no more rows than this
+        limit = -1
+        if 0 <= max_records <= bound:
+            limit = max_records
+            bound = limit
+        cap = min(bound, 4096)
+        cols = _scan_columns(max(cap, 1))
+        while True:
+            c_off, c_size, c_qid, c_qoff, c_key, c_ts, c_flag, c_unit = cols
+            with nogil:
+                while True:
+                    room = min(<int64_t>_SCAN_ROWS, cap - n)
+                    got = _scan(p, &pos, c_end, tmp, room, -1 if limit < 0 else limit - n, 1, &reason)
+                    if got > 0:
+                        bad = _verify_rows(p, src.len, tmp, got, base, segment_size, &c_off[n], &c_size[n],
+                                           &c_qid[n], &c_qoff[n], &c_key[n], &c_ts[n], &c_flag[n],
+                                           &c_unit[n], &what)
+                        if bad >= 0:
+                            break
+                        n += got
+                    if reason != _STOP_NEED_ROOM or n >= cap:
+                        break
+            if bad >= 0:   # cannot happen: _scan's rows lie inside the buffer
+                raise CorruptRecordError(f"record {n + bad} at {tmp[bad].position} lies outside the buffer")
+            if reason != _STOP_NEED_ROOM:
+                break
+            if cap >= bound:
+                raise AssertionError("verify_scan found more records than fit in its range")
+            # as decode_batch: grow once to what the rest of the range holds at the mean size so far
+            cap = min(bound, max(cap * 2, n + (c_end - pos) * n // max(pos - start_pos, 1) * 9 // 8 + 16))
+            grown = _scan_columns(cap)
+            for i in range(8):
+                grown[i][:n] = cols[i][:n]
+            cols = grown
+        return tuple(c[:n] if n != len(c) else c for c in cols), pos, reason
+    finally:
+        PyMem_Free(tmp)
+        PyBuffer_Release(&src)
+
+
+cdef void _match_units(const int64_t *positions, const int32_t *sizes, const int32_t *queue_ids,
+                       const int64_t *queue_offsets, const uint64_t *keys, int64_t n,
+                       const int64_t *phys, const int32_t *unit_sizes, int64_t m, int32_t queue_id,
+                       uint64_t key, bint any_key, int64_t first, uint8_t *ok) noexcept nogil:
+    """match_units' loop: each unit's record found by a search that starts where the previous
+    unit's was (a queue's units ascend: usually a step or two forward), else by bisection."""
+    cdef int64_t i, lo = 0, hi, step, at, x
+    for i in range(m):
+        x = phys[i]
+        if lo >= n or positions[lo] > x:
+            lo = 0   # units out of order (damage): search from the start
+        step = 1     # gallop forward from lo, then bisect [lo, hi)
+        hi = lo + 1
+        while hi < n and positions[hi] < x:
+            lo = hi
+            step *= 2
+            hi = lo + step
+        if hi > n:
+            hi = n
+        while lo < hi:
+            at = lo + (hi - lo) // 2
+            if positions[at] < x:
+                lo = at + 1
+            else:
+                hi = at
+        at = lo
+        ok[i] = (at < n and positions[at] == x and sizes[at] == unit_sizes[i] and queue_ids[at] == queue_id
+                 and (any_key or keys[at] == key) and queue_offsets[at] == first + i)
+
+
+def match_units(positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, int32_t queue_id, key,
+                int64_t first_queue_offset):
+    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
+    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
+    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
+    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
+    queue id, key and queue offset ``first_queue_offset + i``."""
+    cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
+    cdef const int32_t[::1] size_v = _np.ascontiguousarray(sizes, dtype=_np.int32)
+    cdef const int32_t[::1] qid_v = _np.ascontiguousarray(queue_ids, dtype=_np.int32)
+    cdef const int64_t[::1] qoff_v = _np.ascontiguousarray(queue_offsets, dtype=_np.int64)
+    cdef const uint64_t[::1] key_v = _np.ascontiguousarray(keys, dtype=_np.uint64)
+    cdef const int64_t[::1] phys_v = _np.ascontiguousarray(phys, dtype=_np.int64)
+    cdef const int32_t[::1] usize_v = _np.ascontiguousarray(unit_sizes, dtype=_np.int32)
+    cdef int64_t n = pos_v.shape[0], m = phys_v.shape[0]
+    cdef uint64_t c_key = 0 if key is None else <uint64_t>key
+    cdef bint any_key = key is None
+    if not (size_v.shape[0] == qid_v.shape[0] == qoff_v.shape[0] == key_v.shape[0] == n):
+        raise ValueError("the found records' columns differ in length")
+    if usize_v.shape[0] != m:
+        raise ValueError(f"{usize_v.shape[0]} unit sizes for {m} units")
+    out = _np.zeros(m, dtype=_np.bool_)
+    cdef uint8_t[::1] ok = out.view(_np.uint8)
+    if m == 0 or n == 0:
+        return out
+    with nogil:
+        _match_units(&pos_v[0], &size_v[0], &qid_v[0], &qoff_v[0], &key_v[0], n, &phys_v[0], &usize_v[0], m,
+                     queue_id, c_key, any_key, first_queue_offset, &ok[0])
+    return out
+
+
 def same_queues(buffer, records, representatives):
     """True when every record ``i`` has the topic bytes and queue id of record
     ``representatives[i]`` (int64 row numbers into ``records``). Out-of-range row numbers raise
@@ -1793,6 +1969,107 @@ def same_queues(buffer, records, representatives):
             PyBuffer_Release(&rec_view)
     finally:
         PyBuffer_Release(&src)
+
+
+cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
+                           const uint64_t *keys, int64_t *table, uint64_t mask, int64_t *first,
+                           int64_t *low, int64_t *high, int64_t *groups, bint units_only,
+                           int64_t commitlog_base) noexcept nogil:
+    """Group rows by key in an open-addressing table (``mask + 1`` slots, all -1, more than
+    ``n``): ``first``/``low``/``high`` per group, in order of first appearance, the count in
+    ``groups``; ``units_only``: only rows that get a ConsumeQueue unit (see queue_ranges, whose
+    ``base`` is ``commitlog_base``). -1 when done, -2 when two queues share a key, -3 - i when
+    row i's topic lies outside ``base[0 .. size)``."""
+    cdef int64_t i, g = 0, r, q, at
+    cdef uint64_t slot
+    cdef uint32_t tx
+    for i in range(n):
+        if rows[i].topic_pos < 0 or rows[i].topic_len < 0 or rows[i].topic_pos > size - rows[i].topic_len:
+            return -3 - i
+    for i in range(n):
+        q = rows[i].queue_offset
+        if units_only:  # as dispatch.consumable and dispatch.plausible
+            tx = <uint32_t>rows[i].sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+            if tx == RS_TRANSACTION_PREPARED_TYPE or tx == RS_TRANSACTION_ROLLBACK_TYPE:
+                continue
+            at = commitlog_base + rows[i].position
+            if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
+                continue
+        slot = keys[i] & mask
+        while True:
+            r = table[slot]
+            if r < 0:
+                table[slot] = g
+                first[g] = i
+                low[g] = q
+                high[g] = q
+                g += 1
+                break
+            if keys[first[r]] == keys[i]:
+                if (rows[first[r]].queue_id != rows[i].queue_id or rows[first[r]].topic_len != rows[i].topic_len
+                        or memcmp(base + rows[first[r]].topic_pos, base + rows[i].topic_pos,
+                                  rows[i].topic_len) != 0):
+                    return -2
+                if q < low[r]:
+                    low[r] = q
+                if q > high[r]:
+                    high[r] = q
+                break
+            slot = (slot + 1) & mask
+    groups[0] = g
+    return -1
+
+
+def queue_ranges(buffer, records, keys, base=None):
+    """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
+    the order of its first record: that record's row, and the lowest and highest queue offset of
+    its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
+    :func:`queue_keys`. With ``base`` (the CommitLog offset ``buffer`` starts at) only records
+    that get a ConsumeQueue unit count: not PREPARED or ROLLBACK, and a queue offset a CommitLog
+    can hold (SCAN_NOT_CONSUMABLE, SCAN_IMPLAUSIBLE_QUEUE_OFFSET). None when two queues share a
+    key (group them exactly instead); a topic outside ``buffer`` raises CorruptRecordError. One
+    pass, no sort."""
+    cdef Py_buffer src, rec_view
+    cdef int64_t n, bad, groups = 0
+    cdef uint64_t cap = 16
+    cdef bint units_only = base is not None
+    cdef int64_t c_base = 0 if base is None else base
+    cdef const rs_batch_row *rows
+    cdef const uint64_t[::1] k
+    cdef int64_t[::1] table, first, low, high
+    records = _check_table("records", records, RECORD_DTYPE, "RECORD_DTYPE")
+    k = _np.ascontiguousarray(keys, dtype=_np.uint64)
+    n = len(records)
+    if k.shape[0] != n:
+        raise ValueError(f"{k.shape[0]} keys for {n} records")
+    while cap < 2 * <uint64_t>n:
+        cap *= 2
+    table_a = _np.full(cap, -1, dtype=_np.int64)
+    first_a, low_a, high_a = (_np.empty(max(n, 1), dtype=_np.int64) for _ in range(3))
+    table, first, low, high = table_a, first_a, low_a, high_a
+    _get_readable(buffer, &src)
+    try:
+        PyObject_GetBuffer(records, &rec_view, PyBUF_SIMPLE)
+        try:
+            rows = <const rs_batch_row *>rec_view.buf
+            if n == 0:
+                bad = -1
+            else:
+                with nogil:
+                    bad = _queue_ranges(<const uint8_t *>src.buf, src.len, rows, n, &k[0], &table[0],
+                                        cap - 1, &first[0], &low[0], &high[0], &groups, units_only,
+                                        c_base)
+            if bad <= -3:
+                bad = -3 - bad
+                raise _outside(bad, rows[bad].position, "topic", rows[bad].topic_pos, rows[bad].topic_len,
+                               src.len)
+        finally:
+            PyBuffer_Release(&rec_view)
+    finally:
+        PyBuffer_Release(&src)
+    if bad == -2:
+        return None
+    return first_a[:groups].copy(), low_a[:groups].copy(), high_a[:groups].copy()
 
 
 def _host_raw(host):

@@ -12,6 +12,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT64_MAX, INT64_MIN
+from libc.string cimport memset
 
 from _index cimport *
 # The record-batch row layouts and the UTF-8 Java hash, declared once with the codec (cext/record.h):
@@ -43,6 +44,7 @@ cdef extern from *:
 __all__ = [
     "IndexFile", "index_file_size", "select_files", "index_file_name", "parse_index_file_name",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
+    "rebuild_slots",
 ]
 
 # ---- constants, from index.h ----
@@ -494,3 +496,46 @@ def select_files(files, key, max_num, begin, end):
             break
     found.sort()
     return found, last_timestamp, last_phy_offset
+
+
+def rebuild_slots(buffer, int64_t slot_count, int64_t count):
+    """Rewrite the slot table of the index file held in ``buffer`` (writable: header,
+    ``slot_count`` slots, then items) from its items 1 .. ``count - 1``: each slot holds the
+    number of the newest item whose key hash maps to it (Java's ``keyHash % slotNum``), 0 for
+    none. One pass over the items; what an abnormal open's roll back to a resume point needs."""
+    cdef Py_buffer view
+    cdef uint8_t *base
+    cdef const uint8_t *item
+    cdef uint8_t *slot
+    cdef int64_t items_start, i, at
+    cdef int32_t h
+    if slot_count <= 0 or count < 1:
+        raise ValueError(f"slot_count {slot_count} and count {count} must be positive")
+    if not PyObject_CheckBuffer(buffer):
+        raise TypeError(f"buffer must be a writable bytes-like object, not {type(buffer).__name__}")
+    try:
+        PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+    except BufferError:
+        raise TypeError("buffer is read-only") from None
+    try:
+        items_start = RS_INDEX_HEADER_SIZE + slot_count * RS_INDEX_HASH_SLOT_SIZE
+        if slot_count > (view.len - RS_INDEX_HEADER_SIZE) // RS_INDEX_HASH_SLOT_SIZE or \
+                count > (view.len - items_start) // RS_INDEX_INDEX_ITEM_SIZE:
+            raise ValueError(f"{slot_count} slots and {count} items do not fit in {view.len} bytes")
+        base = <uint8_t *>view.buf
+        with nogil:
+            memset(base + RS_INDEX_HEADER_SIZE, 0, slot_count * RS_INDEX_HASH_SLOT_SIZE)
+            for i in range(1, count):   # ascending: the newest item of a slot is written last
+                item = base + items_start + i * RS_INDEX_INDEX_ITEM_SIZE + RS_INDEX_ITEM_POS_KEY_HASH
+                h = <int32_t>((<uint32_t>item[0] << 24) | (<uint32_t>item[1] << 16) | (<uint32_t>item[2] << 8)
+                              | <uint32_t>item[3])
+                at = h % slot_count
+                if at < 0:
+                    at += slot_count   # as numpy's (and Python's) modulo: never a negative slot
+                slot = base + RS_INDEX_HEADER_SIZE + at * RS_INDEX_HASH_SLOT_SIZE
+                slot[0] = (i >> 24) & 0xFF
+                slot[1] = (i >> 16) & 0xFF
+                slot[2] = (i >> 8) & 0xFF
+                slot[3] = i & 0xFF
+    finally:
+        PyBuffer_Release(&view)

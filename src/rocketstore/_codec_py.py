@@ -97,6 +97,11 @@ __all__ = [
     "property_pieces",
     "queue_keys",
     "same_queues",
+    "queue_ranges",
+    "verify_scan",
+    "match_units",
+    "SCAN_NOT_CONSUMABLE",
+    "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems",
     "BAD_TOPIC",
     "BAD_PROPERTIES_UTF8",
@@ -1166,6 +1171,71 @@ def queue_keys(buffer, records):
         return (h ^ qids.astype(np.uint64)) * _FNV_PRIME
 
 
+SCAN_NOT_CONSUMABLE = 1  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit, §4.2)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (dispatch.plausible)
+
+
+def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int = _INT64_MAX, max_records=-1):
+    """:func:`decode_batch` with CRCs checked and :func:`field_problems` in one pass, without a
+    RECORD_DTYPE table: what verify needs of each record, as columns.
+
+    Returns ``(columns, stop_pos, stop_reason)`` (stop as decode_batch's); ``columns`` is
+    ``(offsets int64: base + position, sizes int32, queue_ids int32, queue_offsets int64,
+    keys uint64: queue_keys, store_timestamps int64, flags uint8: field_problems' BAD_* bits,
+    units uint8: SCAN_NOT_CONSUMABLE | SCAN_IMPLAUSIBLE_QUEUE_OFFSET)``, one entry per record.
+    (Here: decode_batch and field_problems, then the columns taken from the rows.)"""
+    rows, stop, reason = decode_batch(buffer, start, end, check_crc=True, max_records=max_records)
+    flags, keys = field_problems(buffer, rows, base, segment_size)
+    offsets = base + rows["position"].astype(np.int64)
+    q = rows["queue_offset"].astype(np.int64)
+    tx = rows["sys_flag"] & SYSFLAG_TRANSACTION_MASK
+    units = np.where(
+        (tx == TRANSACTION_PREPARED_TYPE) | (tx == TRANSACTION_ROLLBACK_TYPE), SCAN_NOT_CONSUMABLE, 0
+    )
+    units |= np.where(
+        (q < 0) | (offsets < 0) | (q > offsets // RECORD_FIXED_LENGTH), SCAN_IMPLAUSIBLE_QUEUE_OFFSET, 0
+    )
+    columns = (
+        offsets,
+        rows["size"].astype(np.int32),
+        rows["queue_id"].astype(np.int32),
+        q,
+        keys.astype(np.uint64),
+        rows["store_timestamp"].astype(np.int64),
+        flags.astype(np.uint8),
+        units.astype(np.uint8),
+    )
+    return columns, stop, reason
+
+
+def match_units(
+    positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, queue_id, key, first_queue_offset
+):
+    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
+    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
+    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
+    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
+    queue id, key and queue offset ``first_queue_offset + i``."""
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    phys = np.ascontiguousarray(phys, dtype=np.int64)
+    unit_sizes = np.ascontiguousarray(unit_sizes, dtype=np.int32)
+    n, m = len(positions), len(phys)
+    if not len(sizes) == len(queue_ids) == len(queue_offsets) == len(keys) == n:
+        raise ValueError("the found records' columns differ in length")
+    if len(unit_sizes) != m:
+        raise ValueError(f"{len(unit_sizes)} unit sizes for {m} units")
+    if m == 0 or n == 0:
+        return np.zeros(m, dtype=bool)
+    at = np.minimum(np.searchsorted(positions, phys), n - 1)
+    return (
+        (positions[at] == phys)
+        & (np.asarray(sizes)[at] == unit_sizes)
+        & (np.asarray(queue_ids)[at] == queue_id)
+        & ((np.asarray(keys, dtype=np.uint64)[at] == np.uint64(key)) if key is not None else True)
+        & (np.asarray(queue_offsets)[at] == first_queue_offset + np.arange(m))
+    )
+
+
 def same_queues(buffer, records, representatives):
     """True when every record ``i`` has the topic bytes and queue id of record
     ``representatives[i]`` (int64 row numbers into ``records``). Out-of-range row numbers raise
@@ -1185,6 +1255,53 @@ def same_queues(buffer, records, representatives):
         and np.array_equal(lengths, lengths[reps])
         and np.array_equal(names, names[reps])
     )
+
+
+def queue_ranges(buffer, records, keys, base=None):
+    """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
+    the order of its first record: that record's row, and the lowest and highest queue offset of
+    its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
+    :func:`queue_keys`. With ``base`` (the CommitLog offset ``buffer`` starts at) only records
+    that get a ConsumeQueue unit count: not PREPARED or ROLLBACK, and a queue offset a CommitLog
+    can hold (SCAN_NOT_CONSUMABLE, SCAN_IMPLAUSIBLE_QUEUE_OFFSET). None when two queues share a
+    key (group them exactly instead); a topic outside ``buffer`` raises CorruptRecordError. One
+    pass, no sort (here: numpy, with np.unique's sort)."""
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    n = len(records)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} records")
+    names, lengths = _topic_matrix(buffer, records)  # every topic inside the buffer, or raises
+    rows = np.arange(n)
+    if base is not None:
+        at = base + records["position"].astype(np.int64)
+        tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
+        q = records["queue_offset"].astype(np.int64)
+        rows = rows[
+            (tx != TRANSACTION_PREPARED_TYPE)
+            & (tx != TRANSACTION_ROLLBACK_TYPE)
+            & (q >= 0)
+            & (at >= 0)
+            & (q <= at // RECORD_FIXED_LENGTH)
+        ]
+    if not len(rows):
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(3))
+    _uniq, first_of, inverse = np.unique(keys[rows], return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    rep = rows[first_of][inverse]  # each counted row's group representative
+    qids = records["queue_id"]
+    if not (
+        np.array_equal(qids[rows], qids[rep])
+        and np.array_equal(lengths[rows], lengths[rep])
+        and np.array_equal(names[rows], names[rep])
+    ):
+        return None  # two queues share a key
+    offsets = records["queue_offset"].astype(np.int64)[rows]
+    low = np.full(len(first_of), np.iinfo(np.int64).max, dtype=np.int64)
+    high = np.full(len(first_of), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(low, inverse, offsets)
+    np.maximum.at(high, inverse, offsets)
+    order = np.argsort(first_of, kind="stable")  # groups in the order of their first record
+    return rows[first_of][order].astype(np.int64), low[order], high[order]
 
 
 #: field_problems flags, one bit per check a record fails

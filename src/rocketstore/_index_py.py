@@ -49,6 +49,7 @@ __all__ = [
     "INDEX_ITEM_SIZE",
     "DEFAULT_SLOT_COUNT",
     "DEFAULT_INDEX_COUNT",
+    "rebuild_slots",
 ]
 
 _INT_SIZE = 4
@@ -477,3 +478,30 @@ def parse_index_file_name(name: str) -> int:
         raise ValueError(f"not an index file name (yyyyMMddHHmmssSSS): {name!r}")
     seconds = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
     return int(seconds) * 1000 + millis
+
+
+def rebuild_slots(buffer, slot_count: int, count: int) -> None:
+    """Rewrite the slot table of the index file held in ``buffer`` (writable: header,
+    ``slot_count`` slots, then items) from its items 1 .. ``count - 1``: each slot holds the
+    number of the newest item whose key hash maps to it (Java's ``keyHash % slotNum``), 0 for
+    none. One pass over the items; what an abnormal open's roll back to a resume point needs."""
+    import numpy as np
+
+    if slot_count <= 0 or count < 1:
+        raise ValueError(f"slot_count {slot_count} and count {count} must be positive")
+    view = memoryview(buffer)
+    if view.readonly:
+        raise TypeError("buffer is read-only")
+    items_start = HEADER_SIZE + slot_count * HASH_SLOT_SIZE
+    if items_start + count * INDEX_ITEM_SIZE > view.nbytes:
+        raise ValueError(f"{slot_count} slots and {count} items do not fit in {view.nbytes} bytes")
+    item = np.dtype([("key_hash", ">i4"), ("rest", "V16")])
+    items = np.frombuffer(buffer, dtype=item, count=count - 1, offset=items_start + INDEX_ITEM_SIZE)
+    heads = np.zeros(slot_count, dtype=np.int32)
+    if count > 1:
+        used = items["key_hash"].astype(np.int64) % slot_count
+        # the newest item of each slot heads its chain: the highest item number (from 1) there
+        np.maximum.at(heads, used, np.arange(1, count, dtype=np.int32))
+    del items
+    slots = np.frombuffer(buffer, dtype=">i4", count=slot_count, offset=HEADER_SIZE)
+    slots[:] = heads

@@ -23,7 +23,7 @@ import numpy as np
 
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import consumable, decode_chunks, plausible, resync
+from rocketstore.dispatch import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue
 from rocketstore.message import MessageExt
@@ -31,7 +31,7 @@ from rocketstore.message import MessageExt
 if TYPE_CHECKING:
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
 
-__all__ = ["CommitLog", "AppendCore", "checked_chunks", "stop_reason", "STEPPED"]
+__all__ = ["CommitLog", "AppendCore", "checked_chunks", "queue_offset_ranges", "stop_reason", "STEPPED"]
 
 _log = logging.getLogger("rocketstore.store")
 
@@ -220,14 +220,15 @@ class CommitLog:
         self,
         scan_from: int,
         durable: int,
-        on_records: Callable[[Any, np.ndarray, int], None],
+        on_records: Callable[[Any, np.ndarray, int, Optional[np.ndarray]], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_records(buffer, rows, base)`` sees every chunk of valid records (``base``:
-        the CommitLog offset the rows' positions are relative to);
+        it holds. ``on_records(buffer, rows, base, keys)`` sees every chunk of valid records
+        (``base``: the CommitLog offset the rows' positions are relative to; ``keys``: the rows'
+        ``codec.queue_keys`` when the torn-field check computed them, else None);
         ``report(done, total)`` counts bytes.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
@@ -250,13 +251,14 @@ class CommitLog:
             pos = max(0, scan_from - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
             for arr, stop, reason in checked_chunks(
-                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below
+                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=row_chunks(codec, mf.mm)
             ):
-                torn = self._first_torn(mf, arr, below) if crashed else None
+                torn, keys = self._first_torn(mf, arr, below) if crashed else (None, None)
                 if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
                     arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
+                    keys = None if keys is None else keys[:torn]
                 if len(arr):
-                    on_records(mf.mm, arr, mf.file_from_offset)
+                    on_records(mf.mm, arr, mf.file_from_offset, keys)
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -286,19 +288,28 @@ class CommitLog:
         self.end = end
         return end
 
-    def _first_torn(self, mf: MappedFile, rows: np.ndarray, below: int) -> Optional[int]:
+    def _first_torn(
+        self, mf: MappedFile, rows: np.ndarray, below: int
+    ) -> tuple[Optional[int], Optional[np.ndarray]]:
         """The index of the first of ``rows`` at or past ``below`` (where the checkpoint stops
         vouching for the data) whose fields a whole record cannot have: a topic or properties
         that are not text, a PhysicalOffset other than its position, undefined sysFlag bits, a
         wrong CRC32 property. The body CRC covers only the body: a power cut can keep a record's
-        body page and lose the page its topic and properties lie in. None: no such row."""
+        body page and lose the page its topic and properties lie in. None: no such row.
+
+        Second: the rows' ``codec.queue_keys`` when every row was checked (the check computes
+        them in the same pass), else None."""
         if not len(rows) or int(rows["position"][-1]) < below:
-            return None
+            return None, None
         codec = self.codec
+        if int(rows["position"][0]) >= below:  # the whole chunk (no checkpoint): no copy of it
+            flags, keys = codec.field_problems(mf.mm, rows, mf.file_from_offset, mf.file_size)
+            torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
+            return (int(torn[0]) if len(torn) else None), keys
         tail = np.flatnonzero(rows["position"] >= below)
         flags, _keys = codec.field_problems(mf.mm, rows[tail], mf.file_from_offset, mf.file_size)
         torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-        return int(tail[torn[0]]) if len(torn) else None
+        return (int(tail[torn[0]]) if len(torn) else None), None
 
     def record_end(self, offset: int, limit: int) -> Optional[int]:
         """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;
@@ -572,6 +583,7 @@ class CommitLog:
         fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
         found = []  # (positions, sizes, queue ids, queue offsets, queue keys)
         stamps = []  # (offsets, store timestamps) of every record, in CommitLog order
+        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
         records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
@@ -588,31 +600,33 @@ class CommitLog:
                 limit = self.readable_end(mf)
             will_read(mf)
             view = mf.view(0, limit)
-            for arr, stop, reason in checked_chunks(codec, view, 0, limit, base, self.readable_end(mf)):
-                if len(arr):
-                    data_end = base + int(arr["position"][-1]) + int(arr["size"][-1])
-                    records += len(arr)
-                    bad_fields, keys = record_problems(codec, view, base, arr, mf.file_size)
-                    fields.extend({"offset": at, "reason": why} for at, why in bad_fields)
-                    keep = consumable(arr)
-                    possible = plausible(arr, base)
-                    if not possible.all():
+            scan = column_chunks(codec, view, base, mf.file_size)
+            for cols, stop, reason in checked_chunks(
+                codec, view, 0, limit, base, self.readable_end(mf), chunks=scan
+            ):
+                offsets, sizes, qids, qoffsets, keys, ts, flags, units = cols
+                if len(offsets):
+                    data_end = int(offsets[-1]) + int(sizes[-1])
+                    records += len(offsets)
+                    if flags.any():  # damage: the reasons need the records' fields (decoded again)
                         fields.extend(
-                            {"offset": base + int(at), "reason": "queue offset no CommitLog can hold"}
-                            for at in arr["position"][~possible]
+                            {"offset": at, "reason": why}
+                            for at, why in self._field_reasons(view, base, offsets[flags != 0], mf.file_size)
                         )
-                        keep &= possible
-                    rows = arr if keep.all() else arr[keep]
-                    found.append(
-                        (
-                            base + rows["position"],
-                            rows["size"],
-                            rows["queue_id"],
-                            rows["queue_offset"],
-                            keys if rows is arr else keys[keep],
+                    if units.any():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                        implausible = (units & codec.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
+                        fields.extend(
+                            {"offset": int(at), "reason": "queue offset no CommitLog can hold"}
+                            for at in offsets[implausible]
                         )
-                    )
-                    stamps.append((base + arr["position"], arr["store_timestamp"]))
+                        keep = units == 0
+                        found.append((offsets[keep], sizes[keep], qids[keep], qoffsets[keep], keys[keep]))
+                    else:
+                        found.append((offsets, sizes, qids, qoffsets, keys))
+                    stamps.append((offsets, ts))
+                    # chunk by chunk (in cache), not one np.diff over every record at the end
+                    ordered = ordered and ts[0] >= last_stamp and bool((ts[1:] >= ts[:-1]).all())
+                    last_stamp = int(ts[-1])
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
@@ -627,7 +641,7 @@ class CommitLog:
                 pass  # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
-        if stamps:
+        if stamps and not ordered:
             offsets, times = (np.concatenate(c) for c in zip(*stamps))
             fields.extend(
                 {"offset": offset, "reason": reason} for offset, reason in timestamp_problems(offsets, times)
@@ -646,10 +660,35 @@ class CommitLog:
             "found": found,
         }
 
+    def _field_reasons(
+        self, view: Any, base: int, offsets: np.ndarray, segment_size: int
+    ) -> list[tuple[int, str]]:
+        """``record_problems`` of the records at CommitLog ``offsets`` of segment ``view`` (which
+        starts at ``base``), each decoded again: what verify_scan flagged, in words."""
+        codec = self.codec
+        rows, gone = [], []
+        for at in offsets.tolist():
+            row = codec.decode_batch(view, at - base, check_crc=True, max_records=1)[0]
+            if len(row) == 1 and int(row["position"][0]) == at - base:
+                rows.append(row)
+            else:  # whole when scanned, not now: never drop what the scan flagged
+                gone.append((at, "a field fails a cross-check, and the record changed while verified"))
+        if not rows:
+            return gone
+        reasons, _keys = record_problems(codec, view, base, np.concatenate(rows), segment_size)
+        return reasons + gone
+
 
 def checked_chunks(
-    codec: Any, view: Any, lo: int, hi: int, base: int, data_end: Optional[int] = None
-) -> Iterator[tuple[np.ndarray, int, int]]:
+    codec: Any,
+    view: Any,
+    lo: int,
+    hi: int,
+    base: int,
+    data_end: Optional[int] = None,
+    *,
+    chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
+) -> Iterator[tuple[Any, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
     is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
@@ -661,7 +700,12 @@ def checked_chunks(
     ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
     segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
     record costs a second).
+
+    ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
+    RECORD_DTYPE rows; :func:`column_chunks`: ``codec.verify_scan``'s columns).
     """
+    if chunks is None:
+        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True)  # noqa: E731
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:
@@ -670,7 +714,7 @@ def checked_chunks(
     pos = lo
     while True:
         nxt = -1
-        for arr, stop, reason in decode_chunks(codec, view, pos, hi, check_crc=True):
+        for arr, stop, reason in chunks(pos, hi):
             if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
                 yield arr, stop, reason
             else:  # lengths that cannot be trusted, or the end of the data
@@ -682,6 +726,80 @@ def checked_chunks(
         if nxt < 0:
             return
         pos = nxt
+
+
+def queue_offset_ranges(
+    codec: Any, buffer: Any, rows: np.ndarray, base: int, keys: Optional[np.ndarray] = None
+) -> list[tuple[str, int, int, int]]:
+    """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the consumable
+    records of ``rows`` (decoded from ``buffer``, which starts at CommitLog offset ``base``)
+    whose queue offset is :func:`~rocketstore.dispatch.plausible`: what recovery needs to know
+    where each queue's next put goes. ``keys``: the rows' ``codec.queue_keys`` if known.
+
+    One compiled pass (``codec.queue_ranges``: no sort, no mask, no copy of the rows);
+    :func:`~rocketstore.dispatch.queue_groups` (exact grouping) should two queues share a key."""
+    if not len(rows):
+        return []
+    if keys is None:
+        keys = codec.queue_keys(buffer, rows)
+    ranges = codec.queue_ranges(buffer, rows, keys, base)  # counts only rows that get a unit
+    if ranges is None:  # two queues share a 64-bit key
+        rows = rows[consumable(rows) & plausible(rows, base)]
+        out = []
+        for topic, qid, group in queue_groups(codec, buffer, rows):
+            offsets = rows["queue_offset"][group]
+            out.append((topic, qid, int(offsets.min()), int(offsets.max())))
+        return out
+    raw = memoryview(buffer).cast("B")
+    topic_pos, topic_len, queue_id = rows["topic_pos"], rows["topic_len"], rows["queue_id"]
+    out = []
+    for r, low, high in zip(*(column.tolist() for column in ranges)):
+        at = int(topic_pos[r])
+        topic = bytes(raw[at : at + int(topic_len[r])]).decode("utf-8", "surrogateescape")
+        out.append((topic, int(queue_id[r]), low, high))
+    return out
+
+
+#: Records per chunk of the recovery scan: small enough that the records it decoded are still in
+#: cache when the torn-field check and the per-queue offsets read their topics again.
+RECOVER_CHUNK = 8192
+
+
+def row_chunks(
+    codec: Any, view: Any, max_records: int = RECOVER_CHUNK
+) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.decode_batch`` with CRCs over
+    ``view`` in chunks of at most ``max_records`` records (RECORD_DTYPE rows)."""
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+        while True:
+            rows, stop, reason = codec.decode_batch(view, lo, hi, check_crc=True, max_records=max_records)
+            yield rows, stop, reason
+            if reason != codec.STOP_LIMIT or stop >= hi or not len(rows):
+                return
+            lo = stop
+
+    return chunks
+
+
+def column_chunks(
+    codec: Any, view: Any, base: int, segment_size: int
+) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.verify_scan`` over ``view`` (a
+    segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
+    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch."""
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+        while True:
+            cols, stop, reason = codec.verify_scan(
+                view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
+            )
+            yield cols, stop, reason
+            if reason != codec.STOP_LIMIT or stop >= hi or not len(cols[0]):
+                return
+            lo = stop
+
+    return chunks
 
 
 def will_read(mf: MappedFile) -> None:

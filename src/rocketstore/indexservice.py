@@ -86,7 +86,6 @@ _HEADER_SIZE = 40  # header bytes before the slot table
 _SLOT_SIZE = 4
 _ITEM_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")
-_ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 #: The resume point of the newest index file, beside ``index/`` (Java never reads it): what that
 #: file held when it was last made durable, so an abnormal open rolls it back instead of
 #: deleting it and re-indexing everything it covered.
@@ -465,17 +464,7 @@ class IndexService:
             at = items_start + (count - 1) * _ITEM_SIZE
             if last and mm[at : at + _ITEM_SIZE] != last:
                 raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
-            items = np.frombuffer(mm, dtype=_ITEM_DTYPE, count=count - 1, offset=items_start + _ITEM_SIZE)
-            hashes = items["key_hash"].astype(np.int64)
-            del items
-            slots = np.frombuffer(mm, dtype=">i4", count=self.slot_count, offset=_HEADER_SIZE)
-            slots[:] = 0
-            if len(hashes):
-                used = hashes % self.slot_count
-                # the newest item of each slot heads its chain: last occurrence = first reversed
-                uniq, first_reversed = np.unique(used[::-1], return_index=True)
-                slots[uniq] = len(hashes) - first_reversed  # item numbers start at 1
-            del slots
+            self._index.rebuild_slots(mm, self.slot_count, count)  # slots from the kept items
             _HEADER.pack_into(mm, 0, *resume["header"])
             mm.flush()
         finally:

@@ -72,17 +72,10 @@ class QueueGuard:
                 if not len(units):
                     break
                 phys = units["commitlog_offset"]
-                at = np.minimum(np.searchsorted(positions, phys), max(len(positions) - 1, 0))
-                if len(positions):
-                    ok = (
-                        (positions[at] == phys)
-                        & (sizes[at] == units["size"])
-                        & (qids[at] == cq.queue_id)
-                        & ((keys[at] == key) | (key is None))
-                        & (qoffsets[at] == q + np.arange(len(units)))
-                    )
-                else:
-                    ok = np.zeros(len(units), dtype=bool)
+                # in one compiled walk: each unit's record among those found, and its fields
+                ok = codec.match_units(
+                    positions, sizes, qids, qoffsets, keys, phys, units["size"], cq.queue_id, key, q
+                )
                 ok |= np.isin(phys, damaged)  # that record's damage is reported already
                 ok |= phys < low  # deleted by retention: not damage
                 lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)  # rebuilt without a record

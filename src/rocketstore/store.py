@@ -45,7 +45,7 @@ from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints,
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.commitlog import AppendCore, CommitLog, queue_offset_ranges
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
@@ -63,9 +63,6 @@ from rocketstore.dispatch import (
     DispatchThread,
     MemoryIndexService,
     TailQueueStore,
-    consumable_rows,
-    plausible,
-    queue_groups,
 )
 from rocketstore.errors import (
     ConsumeQueueDamagedError,
@@ -746,7 +743,9 @@ class MessageStore:
         end = commitlog.recover(
             scan_from,
             self._checkpoint.confirm_phy_offset,
-            on_records=lambda buffer, arr, base: self._collect_queue_offsets(buffer, arr, base, tail),
+            on_records=lambda buffer, arr, base, keys: self._collect_queue_offsets(
+                buffer, arr, base, keys, tail
+            ),
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
         )
@@ -791,13 +790,15 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(
-        self, buffer: Any, arr: np.ndarray, base: int, tail: dict[tuple[str, int], list[int]]
+        self,
+        buffer: Any,
+        arr: np.ndarray,
+        base: int,
+        keys: Optional[np.ndarray],
+        tail: dict[tuple[str, int], list[int]],
     ) -> None:
-        arr = consumable_rows(arr)
-        arr = arr[plausible(arr, base)]  # a damaged queue offset must not set where puts go on
-        for topic, qid, rows in queue_groups(self._codec, buffer, arr):
-            offsets = arr["queue_offset"][rows]
-            low, high = int(offsets.min()), int(offsets.max())
+        # a damaged queue offset must not set where puts go on: queue_offset_ranges skips it
+        for topic, qid, low, high in queue_offset_ranges(self._codec, buffer, arr, base, keys):
             seen = tail.get((topic, qid))
             if seen is None:
                 tail[(topic, qid)] = [low, high]

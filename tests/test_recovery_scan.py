@@ -1,0 +1,333 @@
+"""The recovery scan's per-queue offsets (codec.queue_ranges, commitlog.queue_offset_ranges) and
+the index slot table rebuilt on a roll back: the same answers as the exact (slow) way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketstore import _codec_py
+from rocketstore.commitlog import queue_offset_ranges
+from rocketstore.errors import CorruptRecordError
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%group-y", "T" * 127]
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+PREPARED = 1 << 2  # sysFlag TRANSACTION_PREPARED_TYPE: no ConsumeQueue unit
+
+
+@pytest.fixture
+def codec(impl):
+    return impl.codec
+
+
+def batch(*records):
+    """(buffer, rows): records encoded with the pure codec (kwargs dicts), each at its offset."""
+    buf = bytearray()
+    for r in records:
+        buf += _codec_py.encode_record(
+            **{"body": b"x", "topic": "TopicTest", "physical_offset": len(buf), **r}
+        )
+    rows, stop, _reason = _codec_py.decode_batch(bytes(buf), 0)
+    assert stop == len(buf) and len(rows) == len(records)
+    return bytes(buf), rows
+
+
+def exact_ranges(records):
+    """{(topic, queue id): (first row, low, high)} the slow way."""
+    out: dict[tuple[str, int], list[int]] = {}
+    for i, r in enumerate(records):
+        key = (r.get("topic", "TopicTest"), r.get("queue_id", 0))
+        q = r.get("queue_offset", 0)
+        got = out.setdefault(key, [i, q, q])
+        got[1], got[2] = min(got[1], q), max(got[2], q)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+queue_records = st.lists(
+    st.fixed_dictionaries(
+        {
+            "topic": st.sampled_from(TOPICS),
+            "queue_id": st.integers(0, 3) | st.integers(INT32_MIN, INT32_MAX),
+            "queue_offset": st.integers(0, 3),
+        }
+    ),
+    max_size=40,
+)
+
+
+@given(queue_records)
+@SETTINGS
+def test_queue_ranges_match_an_exact_grouping_in_both_twins(records):
+    from rocketstore import _impl
+
+    buf, rows = batch(*records)
+    expected = exact_ranges(records)
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        first, low, high = twin.queue_ranges(buf, rows, twin.queue_keys(buf, rows))
+        assert first.dtype == low.dtype == high.dtype == np.int64
+        assert first.tolist() == sorted(v[0] for v in expected.values())  # order of first record
+        got = {
+            (records[f].get("topic"), records[f].get("queue_id")): (f, lo, hi)
+            for f, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
+        }
+        assert got == expected
+
+
+def test_queue_ranges_refuse_a_shared_key_and_outside_topics(codec):
+    buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"}, {"topic": "TopicA", "queue_id": 1})
+    # two queues that share a key (forced here; FNV-1a 64 collisions are rare): None, group exactly
+    assert codec.queue_ranges(buf, rows, np.zeros(3, dtype=np.uint64)) is None
+    assert codec.queue_ranges(buf, rows, np.array([5, 6, 5], dtype=np.uint64)) is None  # queue ids differ
+    empty = codec.queue_ranges(buf, rows[:0], np.zeros(0, dtype=np.uint64))
+    assert [len(c) for c in empty] == [0, 0, 0]
+    with pytest.raises(ValueError):
+        codec.queue_ranges(buf, rows, np.zeros(2, dtype=np.uint64))
+    for field, value in (("topic_pos", len(buf) - 2), ("topic_pos", -1), ("topic_len", -3)):
+        bad = rows.copy()
+        bad[field][1] = value
+        with pytest.raises(CorruptRecordError):
+            codec.queue_ranges(buf, bad, codec.queue_keys(buf, rows))
+
+
+def test_queue_offset_ranges_skip_prepared_and_implausible_records_and_group_colliding_keys(codec):
+    buf, rows = batch(
+        {"topic": "TopicA", "queue_offset": 0},
+        {"topic": "TopicA", "queue_offset": 7, "sys_flag": PREPARED},  # no unit: not counted
+        {"topic": "TopicB", "queue_offset": 0},
+        {"topic": "TopicA", "queue_offset": 1},
+        {"topic": "TopicB", "queue_offset": 10**12},  # no CommitLog this small holds it: skipped
+    )
+    want = [("TopicA", 0, 0, 1), ("TopicB", 0, 0, 0)]
+    assert queue_offset_ranges(codec, buf, rows, 0) == want
+    assert queue_offset_ranges(codec, buf, rows, 0, codec.queue_keys(buf, rows)) == want
+    # keys that collide take the exact grouping and give the same answer
+    assert sorted(queue_offset_ranges(codec, buf, rows, 0, np.zeros(5, dtype=np.uint64))) == want
+    assert queue_offset_ranges(codec, buf, rows[:0], 0) == []
+
+
+# ---- verify_scan: decode_batch (CRCs checked) and field_problems in one pass, as columns ----
+
+
+def scan_the_slow_way(codec, buf, lo, hi, base, segment_size, max_records):
+    rows, stop, reason = codec.decode_batch(buf, lo, hi, check_crc=True, max_records=max_records)
+    flags, keys = codec.field_problems(buf, rows, base, segment_size)
+    offsets = base + rows["position"]
+    tx = rows["sys_flag"] & codec.SYSFLAG_TRANSACTION_MASK
+    units = np.where((tx == codec.TRANSACTION_PREPARED_TYPE) | (tx == codec.TRANSACTION_ROLLBACK_TYPE), 1, 0)
+    q = rows["queue_offset"]
+    units |= np.where((q < 0) | (q > offsets // codec.RECORD_FIXED_LENGTH), 2, 0)
+    cols = (offsets, rows["size"], rows["queue_id"], q, keys, rows["store_timestamp"], flags, units)
+    return [c.tolist() for c in cols], stop, reason
+
+
+def check_scan(codec, buf, lo=0, hi=None, base=0, segment_size=2**63 - 1, max_records=-1):
+    hi = len(buf) if hi is None else hi
+    cols, stop, reason = codec.verify_scan(
+        buf, lo, hi, base=base, segment_size=segment_size, max_records=max_records
+    )
+    dtypes = [c.dtype for c in cols]
+    assert dtypes == [np.int64, np.int32, np.int32, np.int64, np.uint64, np.int64, np.uint8, np.uint8]
+    assert ([c.tolist() for c in cols], stop, reason) == scan_the_slow_way(
+        codec, buf, lo, hi, base, segment_size, max_records
+    )
+    return cols, stop, reason
+
+
+scan_records = st.lists(
+    st.fixed_dictionaries(
+        {
+            "topic": st.sampled_from(TOPICS + ["bad topic!"]),
+            "queue_id": st.integers(0, 3),
+            "queue_offset": st.integers(-2, 3) | st.integers(0, 2**62),
+            "sys_flag": st.sampled_from([0, 4, 8, 12, 1 << 20]),
+            "body": st.binary(max_size=40),
+            "properties": st.sampled_from([b"", b"KEYS\x01k\x02", b"\xff\xfe\x01x\x02"]),
+            "physical_offset": st.integers(0, 3),
+            "store_timestamp": st.integers(-5, 10),
+        }
+    ),
+    max_size=12,
+)
+
+
+@given(
+    scan_records,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    st.integers(0, 2**40),
+    st.integers(-1, 14),
+)
+@SETTINGS
+def test_verify_scan_is_decode_batch_and_field_problems_in_both_twins(records, flips, base, max_records):
+    from rocketstore import _impl
+
+    buf = bytearray()
+    for r in records:
+        buf += _codec_py.encode_record(**r)
+    for at, value in flips:  # hostile bytes: wherever they land, the same answer and no crash
+        if buf:
+            buf[at % len(buf)] = value
+    buf = bytes(buf) + b"\0" * 12
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    got = [
+        check_scan(twin, buf, base=base, segment_size=len(buf) + 100, max_records=max_records)
+        for twin in twins
+    ]
+    assert all(
+        [c.tolist() for c in g[0]] == [c.tolist() for c in got[0][0]] and g[1:] == got[0][1:] for g in got
+    )
+    for lo, hi in ((1, len(buf)), (0, min(len(buf), 90)), (len(buf), len(buf))):  # off a record, tiny, empty
+        for twin in twins:
+            check_scan(twin, buf, lo, hi)
+
+
+def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec):
+    size = len(_codec_py.encode_record(topic="TopicTest", body=b""))
+    buf = b"".join(
+        _codec_py.encode_record(topic="TopicTest", body=b"", queue_offset=i, physical_offset=i * size)
+        for i in range(5000)
+    )
+    cols, stop, reason = check_scan(codec, buf)
+    assert (len(cols[0]), stop, reason) == (5000, len(buf), codec.STOP_LIMIT)
+    assert not cols[6].any() and not cols[7].any()  # every record whole and consumable
+    cols, stop, reason = check_scan(codec, buf, max_records=4097)
+    assert len(cols[0]) == 4097 and reason == codec.STOP_LIMIT
+    with pytest.raises(ValueError):
+        codec.verify_scan(buf, 0, len(buf) + 1)
+    with pytest.raises(TypeError):
+        codec.verify_scan(buf, 0, len(buf), max_records=1.5)
+
+
+# ---- match_units: each ConsumeQueue unit against the records verify found ----
+
+
+@given(
+    st.lists(st.integers(0, 60), max_size=30, unique=True),
+    st.lists(st.tuples(st.integers(-2, 64), st.integers(0, 3)), max_size=30),
+    st.integers(0, 3),
+    st.sampled_from([None, 7, 2**64 - 1]),
+    st.integers(0, 5),
+    st.booleans(),
+)
+@SETTINGS
+def test_match_units_twins_agree_with_a_lookup_per_unit(positions, units, queue_id, key, first, ascending):
+    from rocketstore import _impl
+
+    positions = sorted(positions)
+    if ascending:
+        units.sort()
+    n = len(positions)
+    # the found records: sizes, queue ids, offsets and keys that match some units and not others
+    sizes = np.array([p % 3 for p in positions], dtype=np.int32)
+    qids = np.array([p % 2 for p in positions], dtype=np.int32)
+    qoffsets = np.array([p % 5 for p in positions], dtype=np.int64)
+    keys = np.array([7 if p % 4 else 2**64 - 1 for p in positions], dtype=np.uint64)
+    phys = np.array([u[0] for u in units], dtype=np.int64)
+    unit_sizes = np.array([u[1] for u in units], dtype=np.int32)
+    found = {p: i for i, p in enumerate(positions)}
+    want = []
+    for i, (x, size) in enumerate(units):
+        at = found.get(x)
+        want.append(
+            at is not None
+            and sizes[at] == size
+            and qids[at] == queue_id
+            and (key is None or int(keys[at]) == key)
+            and qoffsets[at] == first + i
+        )
+    pos = np.array(positions, dtype=np.int64)
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        got = twin.match_units(pos, sizes, qids, qoffsets, keys, phys, unit_sizes, queue_id, key, first)
+        assert got.dtype == np.bool_ and got.tolist() == want, (twin.__name__, n)
+
+
+def test_match_units_refuses_columns_of_different_lengths(codec):
+    one = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError):
+        codec.match_units(one, one[:0], one, one, one, one, one, 0, None, 0)
+    with pytest.raises(ValueError):
+        codec.match_units(one, one, one, one, one, one, one[:0], 0, None, 0)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "topic": st.sampled_from(TOPICS[:3]),
+                "queue_id": st.integers(0, 2),
+                "queue_offset": st.integers(-1, 3) | st.integers(2**40, 2**62),
+                "sys_flag": st.sampled_from([0, 4, 8, 12]),
+            }
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 2**40),
+)
+@SETTINGS
+def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, base):
+    from rocketstore import _impl
+
+    buf, rows = batch(*records)
+    counted = [
+        i
+        for i, r in enumerate(records)
+        if r["sys_flag"] not in (4, 12) and 0 <= r["queue_offset"] <= (base + int(rows["position"][i])) // 91
+    ]
+    expected = exact_ranges([records[i] for i in counted])
+    expected = {k: (counted[f], lo, hi) for k, (f, lo, hi) in expected.items()}
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        first, low, high = twin.queue_ranges(buf, rows, twin.queue_keys(buf, rows), base)
+        got = {
+            (records[f]["topic"], records[f]["queue_id"]): (f, lo, hi)
+            for f, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
+        }
+        assert got == expected
+
+
+# ---- the index slot table rebuilt from its items (an abnormal open's roll back) ----
+
+
+@given(
+    st.integers(1, 9),
+    st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 20), max_size=40),
+    st.binary(min_size=0, max_size=8),
+)
+@SETTINGS
+def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage):
+    import struct
+
+    from rocketstore import _impl, _index_py
+
+    count = len(hashes) + 1
+    items_start = _index_py.HEADER_SIZE + slot_count * _index_py.HASH_SLOT_SIZE
+    file = bytearray(b"\xee" * (items_start + count * _index_py.INDEX_ITEM_SIZE) + garbage)
+    for i, h in enumerate(hashes, start=1):
+        struct.pack_into(">iqii", file, items_start + i * _index_py.INDEX_ITEM_SIZE, h, i, 0, 0)
+    want = [0] * slot_count
+    for i, h in enumerate(hashes, start=1):
+        want[h % slot_count] = i  # Python's modulo, as numpy's: never negative
+    twins = [_index_py] + ([_impl.COMPILED.index] if _impl.COMPILED is not None else [])
+    for twin in twins:
+        buf = bytearray(file)
+        twin.rebuild_slots(buf, slot_count, count)
+        slots = struct.unpack_from(f">{slot_count}i", buf, _index_py.HEADER_SIZE)
+        assert list(slots) == want
+        # nothing outside the slot table changed
+        assert buf[: _index_py.HEADER_SIZE] == file[: _index_py.HEADER_SIZE]
+        assert buf[items_start:] == file[items_start:]
+
+
+def test_rebuild_slots_refuses_a_table_or_items_past_the_buffer(impl):
+    index = impl.index
+    size = index.HEADER_SIZE + 4 * index.HASH_SLOT_SIZE + 3 * index.INDEX_ITEM_SIZE
+    index.rebuild_slots(bytearray(size), 4, 3)
+    for slots, count in ((4, 4), (5, 3), (0, 1), (4, 0), (10**6, 1)):
+        with pytest.raises(ValueError):
+            index.rebuild_slots(bytearray(size), slots, count)
+    with pytest.raises(TypeError):
+        index.rebuild_slots(bytes(size), 4, 3)  # not writable
