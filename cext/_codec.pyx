@@ -1771,6 +1771,7 @@ cdef int64_t _verify_rows(const uint8_t *buf, int64_t size, const rs_batch_row *
     """verify_scan's columns for ``n`` decoded rows; -1, or the first row outside ``buf``."""
     cdef int64_t i, bad, at, q
     cdef uint32_t tx
+    cdef bint consumable
     bad = _field_problems(buf, size, rows, n, base, segment_size, flags, keys, what)
     if bad >= 0:
         return bad
@@ -1783,8 +1784,8 @@ cdef int64_t _verify_rows(const uint8_t *buf, int64_t size, const rs_batch_row *
         queue_offsets[i] = q
         stamps[i] = rows[i].store_timestamp
         tx = <uint32_t>rows[i].sys_flag & RS_SYSFLAG_TRANSACTION_MASK
-        units[i] = _SCAN_NOT_CONSUMABLE if (tx == RS_TRANSACTION_PREPARED_TYPE
-                                          or tx == RS_TRANSACTION_ROLLBACK_TYPE) else 0
+        consumable = tx != RS_TRANSACTION_PREPARED_TYPE and tx != RS_TRANSACTION_ROLLBACK_TYPE
+        units[i] = 0 if consumable else _SCAN_NOT_CONSUMABLE
         if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
             units[i] |= _SCAN_IMPLAUSIBLE_QUEUE_OFFSET
     return -1
