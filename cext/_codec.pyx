@@ -26,6 +26,7 @@ import numpy as _np
 
 # the rare shapes of a put's properties (a mapping, bad input): one copy, the pure twin's
 from rocketstore._codec_py import put_properties as _put_properties_slow
+from rocketstore._codec_py import timer_properties as _timer_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidTopicError, PropertiesTooLargeError)
 from rocketstore import message as _message_mod
@@ -40,7 +41,7 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
-    "queue_message", "key_messages", "key_lookup",
+    "queue_message", "key_messages", "key_lookup", "timer_properties", "timer_units", "timer_copies",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -2284,3 +2285,395 @@ def plain_message_items(messages, user_topics):
         slow.append(i)
         i += 1
     return items, slow
+
+
+# ---------------------------------------------------------------------------------------------
+# Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
+
+cdef enum:
+    _TIMER_MAX_PIECES = 64      # a record with more properties is left to the careful path
+    _TIMER_MAX_DIGITS = 18      # a longer decimal may not fit an int64: the careful path parses it
+
+cdef inline Py_ssize_t _decimal(char *out, int64_t value) noexcept:
+    """Write ``str(value)`` to ``out`` (room for 20 bytes); returns its length."""
+    cdef char tmp[20]
+    cdef Py_ssize_t n = 0, k = 0
+    cdef uint64_t v = <uint64_t>value
+    if value < 0:
+        v = <uint64_t>0 - v
+        out[k] = 45   # '-'
+        k += 1
+    while True:
+        tmp[n] = <char>(48 + v % 10)   # '0' + digit
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    while n:
+        n -= 1
+        out[k] = tmp[n]
+        k += 1
+    return k
+
+
+cdef inline bint _plain_text(const char *p, Py_ssize_t n) noexcept:
+    """Whether UTF-8 text can be a property name or value as it is: not empty, no separator."""
+    return n > 0 and memchr(p, 1, <size_t>n) == NULL and memchr(p, 2, <size_t>n) == NULL
+
+
+def timer_properties(name, value, deliver, topic, queue_id):
+    """The encoded properties of a timer put with no other properties:
+    ``encode_properties({name: str(value), "TIMER_OUT_MS": str(deliver), "REAL_TOPIC": topic,
+    "REAL_QID": str(queue_id)})``, built in one buffer; any other shape is the pure twin's."""
+    cdef long long v = 0, d = 0, q = 0
+    cdef int o1 = 0, o2 = 0, o3 = 0
+    cdef Py_ssize_t name_len = 0, topic_len = 0, total
+    cdef const char *name_p
+    cdef const char *topic_p
+    cdef char *p
+    cdef bytes out
+    if (type(name) is not str or type(topic) is not str or type(value) is not int
+            or type(deliver) is not int or type(queue_id) is not int):
+        return _timer_properties_slow(name, value, deliver, topic, queue_id)
+    v = PyLong_AsLongLongAndOverflow(value, &o1)
+    d = PyLong_AsLongLongAndOverflow(deliver, &o2)
+    q = PyLong_AsLongLongAndOverflow(queue_id, &o3)
+    try:
+        name_p = PyUnicode_AsUTF8AndSize(name, &name_len)
+        topic_p = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+    except UnicodeEncodeError:
+        return _timer_properties_slow(name, value, deliver, topic, queue_id)
+    if o1 or o2 or o3 or not _plain_text(name_p, name_len) or not _plain_text(topic_p, topic_len):
+        return _timer_properties_slow(name, value, deliver, topic, queue_id)
+    total = name_len + 1 + 20 + 14 + 20 + 12 + topic_len + 10 + 20 + 1   # an upper bound
+    if total > RS_MAX_PROPERTIES_LENGTH:
+        return _timer_properties_slow(name, value, deliver, topic, queue_id)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = PyBytes_AS_STRING(out)
+    memcpy(p, name_p, name_len)
+    p += name_len
+    p[0] = 1
+    p += 1
+    p += _decimal(p, v)
+    memcpy(p, b"\x02TIMER_OUT_MS\x01", 14)
+    p += 14
+    p += _decimal(p, d)
+    memcpy(p, b"\x02REAL_TOPIC\x01", 12)
+    p += 12
+    memcpy(p, topic_p, topic_len)
+    p += topic_len
+    memcpy(p, b"\x02REAL_QID\x01", 10)
+    p += 10
+    p += _decimal(p, q)
+    p[0] = 2
+    p += 1
+    return out[:p - PyBytes_AS_STRING(out)]
+
+
+cdef struct _Piece:
+    int64_t name_pos, value_pos
+    int32_t name_len, value_len
+
+
+cdef Py_ssize_t _pieces(const uint8_t *data, int64_t n, _Piece *out, Py_ssize_t room) noexcept:
+    """The pieces of a properties string into ``out``, when every piece is one that
+    decode_properties keeps (the trailing empty one aside) and there are at most ``room``;
+    else -1 (the careful path decides)."""
+    cdef int64_t i = 0, end, sep
+    cdef const uint8_t *hit
+    cdef Py_ssize_t k = 0
+    while i < n:
+        hit = <const uint8_t *>memchr(data + i, 2, <size_t>(n - i))
+        end = (hit - data) if hit != NULL else n
+        hit = <const uint8_t *>memchr(data + i, 1, <size_t>(end - i))
+        if hit == NULL or k == room:
+            return -1
+        sep = hit - data
+        if not (i < sep < end - 1):
+            return -1
+        out[k].name_pos = i
+        out[k].name_len = <int32_t>(sep - i)
+        out[k].value_pos = sep + 1
+        out[k].value_len = <int32_t>(end - sep - 1)
+        k += 1
+        i = end + 1
+    return k
+
+
+cdef inline bint _named(const uint8_t *data, _Piece *piece, const char *name, Py_ssize_t n) noexcept:
+    return piece.name_len == n and memcmp(data + piece.name_pos, name, <size_t>n) == 0
+
+
+cdef int64_t _digits(const uint8_t *p, int32_t n, int max_digits) noexcept:
+    """A decimal of 1 .. max_digits ASCII digits (no sign), or -1."""
+    cdef int64_t v = 0
+    cdef int32_t i
+    if n <= 0 or n > max_digits:
+        return -1
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:   # not '0' .. '9'
+            return -1
+        v = v * 10 + (p[i] - 48)
+    return v
+
+
+cdef object _timer_out_ms(const uint8_t *props, int32_t n):
+    """The record's TIMER_OUT_MS as the timer service reads it (the last piece of that name that
+    decode_properties keeps; 0 when there is none), or None when it is not plain digits."""
+    cdef int64_t i = 0, end, sep, v
+    cdef const uint8_t *hit
+    cdef int64_t found_pos = -1
+    cdef int32_t found_len = 0
+    while i <= n:
+        hit = <const uint8_t *>memchr(props + i, 2, <size_t>(n - i)) if i < n else NULL
+        end = (hit - props) if hit != NULL else n
+        if end - i >= 3:
+            hit = <const uint8_t *>memchr(props + i, 1, <size_t>(end - i))
+            if hit != NULL:
+                sep = hit - props
+                if (i < sep < end - 1 and sep - i == 12
+                        and memcmp(props + i, b"TIMER_OUT_MS", 12) == 0):
+                    found_pos = sep + 1
+                    found_len = <int32_t>(end - sep - 1)
+        i = end + 1
+    if found_pos < 0:
+        return 0
+    v = _digits(props + found_pos, found_len, _TIMER_MAX_DIGITS)
+    return None if v < 0 else v
+
+
+cdef class _SegmentReader:
+    """The CommitLog segment last read, kept exported while a call reads records in order."""
+    cdef Py_buffer view
+    cdef bint held
+    cdef int64_t start, readable
+    cdef object files, core
+
+    cdef int record(self, int64_t offset, rs_record *rec) except -1:
+        """Decode (CRC checked) the record at ``offset`` into ``rec``: 1, or 0 when this cannot
+        (not in a mapped segment, not a whole valid record)."""
+        cdef int64_t start = 0, pos
+        if offset < 0:
+            return 0
+        if not (self.held and self.start <= offset < self.start + self.readable):
+            self.release()
+            seg = _segment_of(self.files, offset, &start)
+            if seg is None:
+                return 0
+            self.readable = _readable(seg, start, self.core)
+            self.start = start
+            if not _mapped(seg, self.readable, &self.view):
+                return 0
+            self.held = True
+        pos = offset - self.start
+        if pos >= self.readable:
+            return 0
+        return 1 if rs_decode_record(<const uint8_t *>self.view.buf + pos, self.readable - pos, rec, 1) > 0 else 0
+
+    cdef void release(self) noexcept:
+        if self.held:
+            PyBuffer_Release(&self.view)
+            self.held = False
+
+    def __dealloc__(self):
+        self.release()
+
+
+cdef _SegmentReader _reader(segments, core):
+    cdef _SegmentReader r = _SegmentReader.__new__(_SegmentReader)
+    r.files = segments.files
+    r.core = core
+    return r
+
+
+def timer_units(units, first_queue_offset, segments, core):
+    """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's ``units`` (a
+    CQ_UNIT_DTYPE array starting at ``first_queue_offset``; placeholders left out) and the
+    indices of those whose deliver ms is None: their record could not be read here, or its
+    TIMER_OUT_MS is not plain digits; the careful path reads those (see the pure twin)."""
+    cdef Py_buffer table
+    cdef const uint8_t *u
+    cdef Py_ssize_t n, i
+    cdef int64_t first = _check_int(first_queue_offset, "first_queue_offset", 0, INT64_MAX)
+    cdef int64_t offset, size
+    cdef rs_record rec
+    cdef list out = [], careful = []
+    cdef _SegmentReader reader = _reader(segments, core)
+    if not isinstance(units, _np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
+        raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    units = _np.ascontiguousarray(units)
+    PyObject_GetBuffer(units, &table, PyBUF_SIMPLE)
+    try:
+        n = table.len // _CQ_UNIT
+        for i in range(n):
+            u = <const uint8_t *>table.buf + i * _CQ_UNIT
+            offset = _be64(u)
+            size = _be32(u + 8)
+            if offset == 0 and size == _PLACEHOLDER_SIZE:
+                continue
+            deliver = None
+            if reader.record(offset, &rec):
+                deliver = _timer_out_ms(rec.properties, rec.properties_len)
+            if deliver is None:
+                careful.append(len(out))
+            out.append((deliver, first + i, offset))
+    finally:
+        PyBuffer_Release(&table)
+        reader.release()
+    return out, careful
+
+
+cdef bytes _TIMER_TOPIC = b"rmq_sys_wheel_timer"
+
+
+def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
+    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``
+    (the timer service's ``_copy``: REAL_TOPIC / REAL_QID restored and left out with a CRC32
+    property, TIMER_DEQUEUE_MS added, the rest kept in the order of a Java ``HashMap``), with
+    None where the careful path decides (see the pure twin). ``real_topic(raw)`` gives
+    ``(topic, its queue count)`` for REAL_TOPIC bytes, or None; ``orders`` caches
+    ``order_of(names)``, the HashMap order of the kept names plus TIMER_DEQUEUE_MS (indices);
+    ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the longest record allowed)``."""
+    cdef _Piece pieces[_TIMER_MAX_PIECES]
+    cdef Py_ssize_t npieces, k, j, kept_n, total, at
+    cdef int32_t kept[_TIMER_MAX_PIECES]
+    cdef rs_record rec
+    cdef int64_t offset, qid, length
+    cdef int64_t deq = _check_int(dequeue_ms, "dequeue_ms", INT64_MIN, INT64_MAX)
+    cdef int64_t host_extra = _check_int(room[0], "host bytes", 0, 1 << 20)
+    cdef int64_t uniq_extra = _check_int(room[1], "UNIQ_KEY bytes", 0, 1 << 20)
+    cdef int64_t longest = _check_int(room[2], "longest record", 0, INT64_MAX)
+    cdef int real_topic_i, real_qid_i, out_ms_i, uniq_i
+    cdef const uint8_t *props
+    cdef char deq_text[24]
+    cdef Py_ssize_t deq_len = _decimal(deq_text, deq)
+    cdef char *p
+    cdef list out = []
+    cdef dict topics = {}
+    cdef bytes raw, sig
+    cdef _SegmentReader reader = _reader(segments, core)
+    if type(orders) is not dict:
+        raise TypeError("orders must be a dict")
+    try:
+        for item in offsets:
+            offset = _check_int(item, "offset", INT64_MIN, INT64_MAX)
+            out.append(None)
+            if not reader.record(offset, &rec):
+                continue
+            if rec.topic_len != 19 or memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) != 0:
+                continue
+            props = rec.properties
+            npieces = _pieces(props, rec.properties_len, pieces, _TIMER_MAX_PIECES)
+            if npieces <= 0:
+                continue
+            real_topic_i = real_qid_i = out_ms_i = uniq_i = -1
+            kept_n = 0
+            for k in range(npieces):
+                for j in range(k):   # a name twice: decode_properties keeps the last; careful path
+                    if (pieces[j].name_len == pieces[k].name_len and memcmp(
+                            props + pieces[j].name_pos, props + pieces[k].name_pos, pieces[k].name_len) == 0):
+                        npieces = -1
+                        break
+                if npieces < 0:
+                    break
+                if (memchr(props + pieces[k].value_pos, 1, pieces[k].value_len) != NULL
+                        or not _utf8_ok(props + pieces[k].name_pos, pieces[k].name_len)
+                        or not _utf8_ok(props + pieces[k].value_pos, pieces[k].value_len)
+                        or _named(props, &pieces[k], "TIMER_DEQUEUE_MS", 16)):
+                    npieces = -1     # the copy would not encode as it is: the careful path says why
+                    break
+                if _named(props, &pieces[k], "REAL_TOPIC", 10):
+                    real_topic_i = k
+                elif _named(props, &pieces[k], "REAL_QID", 8):
+                    real_qid_i = k
+                elif _named(props, &pieces[k], "__CRC32#", 8):
+                    pass
+                else:
+                    if _named(props, &pieces[k], "TIMER_OUT_MS", 12):
+                        out_ms_i = k
+                    elif _named(props, &pieces[k], "UNIQ_KEY", 8):
+                        uniq_i = k
+                    kept[kept_n] = <int32_t>k
+                    kept_n += 1
+            if npieces < 0 or real_topic_i < 0 or real_qid_i < 0 or out_ms_i < 0:
+                continue
+            if _digits(props + pieces[out_ms_i].value_pos, pieces[out_ms_i].value_len, _TIMER_MAX_DIGITS) < 0:
+                continue
+            qid = _digits(props + pieces[real_qid_i].value_pos, pieces[real_qid_i].value_len, 9)
+            if qid < 0:
+                continue
+            name_raw = PyBytes_FromStringAndSize(<const char *>props + pieces[real_topic_i].value_pos,
+                                                 pieces[real_topic_i].value_len)
+            found = topics.get(name_raw, False)
+            if found is False:
+                found = topics[name_raw] = real_topic(name_raw)
+            if found is None or qid >= <int64_t>found[1]:
+                continue
+            topic = found[0]
+            # the names kept, in order, \x01-joined (no name holds \x01): the key of their order
+            total = 0
+            for k in range(kept_n):
+                total += pieces[kept[k]].name_len + 1
+            sig = PyBytes_FromStringAndSize(NULL, total)
+            p = PyBytes_AS_STRING(sig)
+            for k in range(kept_n):
+                memcpy(p, props + pieces[kept[k]].name_pos, pieces[kept[k]].name_len)
+                p += pieces[kept[k]].name_len
+                p[0] = 1
+                p += 1
+            order = (<dict>orders).get(sig)
+            if order is None:
+                if len(<dict>orders) >= 4096:
+                    (<dict>orders).clear()
+                order = order_of(tuple(_utf8(props + pieces[kept[k]].name_pos, pieces[kept[k]].name_len)
+                                       for k in range(kept_n)))
+                if type(order) is not tuple or len(<tuple>order) != kept_n + 1:
+                    raise ValueError("order_of must give a tuple of one index per name and one more")
+                for j in order:
+                    if type(j) is not int or not 0 <= j <= kept_n:
+                        raise ValueError("order_of gave an index out of range")
+                (<dict>orders)[sig] = order
+            total = 18 + deq_len
+            for k in range(kept_n):
+                total += pieces[kept[k]].name_len + pieces[kept[k]].value_len + 2
+            if total > RS_MAX_PROPERTIES_LENGTH:
+                continue
+            PyUnicode_AsUTF8AndSize(topic, &at)
+            length = 91 + rec.body_len + at + total + host_extra + (0 if uniq_i >= 0 else uniq_extra)
+            if length > longest:
+                continue
+            raw = PyBytes_FromStringAndSize(NULL, total)
+            p = PyBytes_AS_STRING(raw)
+            for j in order:
+                if j == kept_n:
+                    memcpy(p, b"TIMER_DEQUEUE_MS\x01", 17)
+                    p += 17
+                    memcpy(p, deq_text, deq_len)
+                    p += deq_len
+                else:
+                    k = kept[<Py_ssize_t>j]
+                    memcpy(p, props + pieces[k].name_pos, pieces[k].name_len)
+                    p += pieces[k].name_len
+                    p[0] = 1
+                    p += 1
+                    memcpy(p, props + pieces[k].value_pos, pieces[k].value_len)
+                    p += pieces[k].value_len
+                p[0] = 2
+                p += 1
+            unique_key = None
+            if uniq_i >= 0:
+                unique_key = _utf8(props + pieces[uniq_i].value_pos, pieces[uniq_i].value_len)
+            out[len(out) - 1] = (
+                topic,
+                PyBytes_FromStringAndSize(<const char *>rec.body, rec.body_len),
+                raw,
+                <int32_t>qid,
+                rec.flag,
+                rec.born_timestamp,
+                rec.sys_flag & ~(RS_SYSFLAG_BORNHOST_V6 | RS_SYSFLAG_STOREHOST_V6),
+                rec.reconsume_times,
+                unique_key,
+            )
+    finally:
+        reader.release()
+    return out

@@ -1208,28 +1208,36 @@ class MessageStore:
         ):
             queue_id, flag = check_put_ints(queue_id, flag)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        if (
-            tags is None
-            and keys is None
-            and properties is None
-            and body is not None
-            and delay_level is None
-            and timer is None
-        ):
-            # the hot path: one call into the core (-1: the store's flush_disk_type decides)
-            return self._core.put(
-                topic,
-                body,
-                None,
-                queue_id,
-                flag,
-                0,
-                0,
-                0,
-                0,
-                None,
-                -1 if durable is None else (1 if durable else 0),
-            )
+        if tags is None and keys is None and properties is None and body is not None and delay_level is None:
+            if timer is None:
+                # the hot path: one call into the core (-1: the store's flush_disk_type decides)
+                return self._core.put(
+                    topic,
+                    body,
+                    None,
+                    queue_id,
+                    flag,
+                    0,
+                    0,
+                    0,
+                    0,
+                    None,
+                    -1 if durable is None else (1 if durable else 0),
+                )
+            if self._timer is not None and not self._closed:
+                # a timer put's own hot path (None: not a plain int, the general path decides)
+                done: Optional[PutResult] = self._timer.put(
+                    self._core,
+                    topic,
+                    body,
+                    queue_id,
+                    flag,
+                    -1 if durable is None else (1 if durable else 0),
+                    deliver_at_ms,
+                    delay_ms,
+                )
+                if done is not None:
+                    return done
         if body is None:
             return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
         return cast(

@@ -347,6 +347,7 @@ class TimerService:
         self._interval_ms = interval_ms
         self._progress = TimerProgress.in_store(parts.path)
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._codec = parts.commitlog.codec
         self._lock = threading.Lock()  # one pass at a time
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -439,6 +440,56 @@ class TimerService:
         if (due is None or deliver < due) and not self._wake.is_set():
             self._wake.set()  # the thread sleeps until a later time: let it look again
         return TIMER_TOPIC, 0, props
+
+    def put(
+        self,
+        core: Any,
+        topic: str,
+        body: Any,
+        queue_id: int,
+        flag: int,
+        wait: int,
+        deliver_at_ms: Optional[int],
+        delay_ms: Optional[int],
+    ) -> Any:
+        """A timer put with no tags, keys or properties (``topic`` a user topic the caller
+        checked, ``queue_id`` and ``flag`` checked ints): :meth:`rewrite`'s checks, errors and
+        properties, without building a dict, then the core's put. None (nothing done, the clock
+        not read) when the value is not a plain int: the general path decides."""
+        if delay_ms is None:
+            name, value = PROPERTY_TIMER_DELIVER_MS, deliver_at_ms
+        elif deliver_at_ms is None:
+            name, value = PROPERTY_TIMER_DELAY_MS, delay_ms
+        else:
+            raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
+        if value.__class__ is not int:
+            return None
+        if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
+            _check_ms("deliver_at_ms" if delay_ms is None else "delay_ms", value)
+        now = self.clock()
+        deliver = value if delay_ms is None else now + value
+        if deliver <= now:  # due already: a plain message (as 5.x stores it)
+            props = self._codec.encode_properties({name: str(value)})
+            return core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
+        if deliver - now > self.max_delay_ms:
+            raise TimerTooFarError(
+                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
+            )
+        topics = self._parts.topics
+        queues = topics.table.queues(topic) if queue_id < 0 else 0
+        if queues:
+            queue_id = next(self._round_robin.setdefault(topic, itertools.count())) % queues
+        else:  # an explicit queue, or a topic not created yet
+            queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        if not self._topic_ready:
+            topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
+            self._topic_ready = True
+        due = self._next_due
+        if (due is None or deliver < due) and not self._wake.is_set():
+            self._wake.set()  # the thread sleeps until a later time: let it look again
+        # rewrite()'s properties, encoded: the timer property, TIMER_OUT_MS, REAL_TOPIC, REAL_QID
+        props = self._codec.timer_properties(name, value, deliver, topic, queue_id)
+        return core.put(TIMER_TOPIC, body, props, 0, flag, 0, 0, 0, 0, None, wait)
 
     # ---- the heap ----
 
