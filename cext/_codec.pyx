@@ -13,6 +13,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MIN, INT32_MAX, INT64_MIN,
                           INT64_MAX)
+from libc.stdlib cimport qsort
 from libc.string cimport memchr, memcmp, memcpy, memset
 
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
@@ -2526,132 +2527,213 @@ def timer_units(units, first_queue_offset, segments, core):
 cdef bytes _TIMER_TOPIC = b"rmq_sys_wheel_timer"
 
 
+cdef class _CopyShape:
+    """What timer_copies learned from the last record's property names (a producer's records
+    share them): which piece is which, the kept ones and their order; and its REAL_TOPIC."""
+    cdef bytes sig                     # the names, each followed by \x01; b"" when none yet
+    cdef Py_ssize_t npieces, kept_n
+    cdef int32_t kept[_TIMER_MAX_PIECES]
+    cdef int32_t order[_TIMER_MAX_PIECES + 1]
+    cdef int real_topic_i, real_qid_i, out_ms_i, uniq_i
+    cdef bytes topic_raw               # the last REAL_TOPIC value and what real_topic() gave
+    cdef object topic_found
+
+    cdef bint same(self, const uint8_t *props, _Piece *pieces, Py_ssize_t n) noexcept:
+        """Whether ``pieces`` have the names of the last shape, in order."""
+        cdef const char *p
+        cdef Py_ssize_t k, at = 0, size
+        if self.sig is None or n != self.npieces:
+            return False
+        p = PyBytes_AS_STRING(self.sig)
+        size = PyBytes_GET_SIZE(self.sig)
+        for k in range(n):
+            if (at + pieces[k].name_len >= size or p[at + pieces[k].name_len] != 1
+                    or memcmp(p + at, props + pieces[k].name_pos, pieces[k].name_len) != 0):
+                return False
+            at += pieces[k].name_len + 1
+        return at == size
+
+    cdef int learn(self, const uint8_t *props, _Piece *pieces, Py_ssize_t n, dict orders,
+                   object order_of) except -1:
+        """Take the shape of ``pieces``: 1, or 0 when the careful path decides (a name twice, a
+        name not UTF-8, TIMER_DEQUEUE_MS already there, REAL_TOPIC, REAL_QID or TIMER_OUT_MS
+        missing)."""
+        cdef Py_ssize_t k, j, total = 0
+        cdef char *p
+        self.sig = None
+        self.real_topic_i = self.real_qid_i = self.out_ms_i = self.uniq_i = -1
+        self.kept_n = 0
+        for k in range(n):
+            for j in range(k):   # a name twice: decode_properties keeps the last; careful path
+                if (pieces[j].name_len == pieces[k].name_len and memcmp(
+                        props + pieces[j].name_pos, props + pieces[k].name_pos, pieces[k].name_len) == 0):
+                    return 0
+            if (not _utf8_ok(props + pieces[k].name_pos, pieces[k].name_len)
+                    or _named(props, &pieces[k], "TIMER_DEQUEUE_MS", 16)):
+                return 0
+            if _named(props, &pieces[k], "REAL_TOPIC", 10):
+                self.real_topic_i = k
+            elif _named(props, &pieces[k], "REAL_QID", 8):
+                self.real_qid_i = k
+            elif not _named(props, &pieces[k], "__CRC32#", 8):
+                if _named(props, &pieces[k], "TIMER_OUT_MS", 12):
+                    self.out_ms_i = k
+                elif _named(props, &pieces[k], "UNIQ_KEY", 8):
+                    self.uniq_i = k
+                self.kept[self.kept_n] = <int32_t>k
+                self.kept_n += 1
+            total += pieces[k].name_len + 1
+        if self.real_topic_i < 0 or self.real_qid_i < 0 or self.out_ms_i < 0:
+            return 0
+        # the kept names, in order, \x01-joined (no name holds \x01): the key of their order
+        key_len = 0
+        for k in range(self.kept_n):
+            key_len += pieces[self.kept[k]].name_len + 1
+        key = PyBytes_FromStringAndSize(NULL, key_len)
+        p = PyBytes_AS_STRING(key)
+        for k in range(self.kept_n):
+            memcpy(p, props + pieces[self.kept[k]].name_pos, pieces[self.kept[k]].name_len)
+            p += pieces[self.kept[k]].name_len
+            p[0] = 1
+            p += 1
+        order = orders.get(key)
+        if order is None:
+            if len(orders) >= 4096:
+                orders.clear()
+            order = order_of(tuple(_utf8(props + pieces[self.kept[k]].name_pos, pieces[self.kept[k]].name_len)
+                                   for k in range(self.kept_n)))
+            if type(order) is not tuple or len(<tuple>order) != self.kept_n + 1:
+                raise ValueError("order_of must give a tuple of one index per name and one more")
+            for j in order:
+                if type(j) is not int or not 0 <= j <= self.kept_n:
+                    raise ValueError("order_of gave an index out of range")
+            orders[key] = order
+        for k in range(self.kept_n + 1):
+            self.order[k] = <int32_t>(<tuple>order)[k]
+        sig = PyBytes_FromStringAndSize(NULL, total)
+        p = PyBytes_AS_STRING(sig)
+        for k in range(n):
+            memcpy(p, props + pieces[k].name_pos, pieces[k].name_len)
+            p += pieces[k].name_len
+            p[0] = 1
+            p += 1
+        self.sig = sig
+        self.npieces = n
+        return 1
+
+    cdef object topic(self, const uint8_t *raw, int32_t n, object real_topic):
+        """real_topic(raw) (remembered for the last REAL_TOPIC value)."""
+        if (self.topic_raw is not None and PyBytes_GET_SIZE(self.topic_raw) == n
+                and memcmp(PyBytes_AS_STRING(self.topic_raw), raw, n) == 0):
+            return self.topic_found
+        self.topic_raw = PyBytes_FromStringAndSize(<const char *>raw, n)
+        self.topic_found = None
+        self.topic_found = real_topic(self.topic_raw)
+        return self.topic_found
+
+
+cdef struct _At:
+    int64_t offset
+    Py_ssize_t index
+
+
+cdef int _by_offset(const void *a, const void *b) noexcept nogil:
+    cdef int64_t x = (<const _At *>a).offset, y = (<const _At *>b).offset
+    if x != y:
+        return -1 if x < y else 1
+    return -1 if (<const _At *>a).index < (<const _At *>b).index else (1 if (<const _At *>a).index > (<const _At *>b).index else 0)
+
+
 def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
     """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``
     (the timer service's ``_copy``: REAL_TOPIC / REAL_QID restored and left out with a CRC32
-    property, TIMER_DEQUEUE_MS added, the rest kept in the order of a Java ``HashMap``), with
-    None where the careful path decides (see the pure twin). ``real_topic(raw)`` gives
-    ``(topic, its queue count)`` for REAL_TOPIC bytes, or None; ``orders`` caches
-    ``order_of(names)``, the HashMap order of the kept names plus TIMER_DEQUEUE_MS (indices);
-    ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the longest record allowed)``."""
+    property, TIMER_DEQUEUE_MS added, the rest kept in the order of a Java ``HashMap``), and
+    the indices of the None among them: the careful path decides those (see the pure twin).
+    ``real_topic(raw)`` gives ``(topic, its queue count)`` for REAL_TOPIC bytes, or None;
+    ``orders`` caches ``order_of(names)``, the HashMap order of the kept names plus
+    TIMER_DEQUEUE_MS (indices); ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the
+    longest record allowed)``."""
     cdef _Piece pieces[_TIMER_MAX_PIECES]
-    cdef Py_ssize_t npieces, k, j, kept_n, total, at
-    cdef int32_t kept[_TIMER_MAX_PIECES]
+    cdef Py_ssize_t npieces, k, j, total, at, topic_len = 0
     cdef rs_record rec
     cdef int64_t offset, qid, length
     cdef int64_t deq = _check_int(dequeue_ms, "dequeue_ms", INT64_MIN, INT64_MAX)
     cdef int64_t host_extra = _check_int(room[0], "host bytes", 0, 1 << 20)
     cdef int64_t uniq_extra = _check_int(room[1], "UNIQ_KEY bytes", 0, 1 << 20)
     cdef int64_t longest = _check_int(room[2], "longest record", 0, INT64_MAX)
-    cdef int real_topic_i, real_qid_i, out_ms_i, uniq_i
     cdef const uint8_t *props
     cdef char deq_text[24]
     cdef Py_ssize_t deq_len = _decimal(deq_text, deq)
     cdef char *p
-    cdef list out = []
-    cdef dict topics = {}
-    cdef bytes raw, sig
+    cdef list out, careful = []
+    cdef bytes raw
+    cdef bint fit
+    cdef _CopyShape shape = _CopyShape.__new__(_CopyShape)
     cdef _SegmentReader reader = _reader(segments, core)
+    cdef _At *at_list = NULL
+    cdef Py_ssize_t n, i, index
     if type(orders) is not dict:
         raise TypeError("orders must be a dict")
+    if not isinstance(offsets, (list, tuple)):
+        offsets = list(offsets)
+    n = len(offsets)
+    at_list = <_At *>PyMem_Malloc(max(n, 1) * sizeof(_At))
+    if at_list == NULL:
+        raise MemoryError()
     try:
-        for item in offsets:
-            offset = _check_int(item, "offset", INT64_MIN, INT64_MAX)
-            out.append(None)
-            if not reader.record(offset, &rec):
-                continue
-            if rec.topic_len != 19 or memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) != 0:
-                continue
-            props = rec.properties
-            npieces = _pieces(props, rec.properties_len, pieces, _TIMER_MAX_PIECES)
-            if npieces <= 0:
-                continue
-            real_topic_i = real_qid_i = out_ms_i = uniq_i = -1
-            kept_n = 0
-            for k in range(npieces):
-                for j in range(k):   # a name twice: decode_properties keeps the last; careful path
-                    if (pieces[j].name_len == pieces[k].name_len and memcmp(
-                            props + pieces[j].name_pos, props + pieces[k].name_pos, pieces[k].name_len) == 0):
-                        npieces = -1
+        for i in range(n):
+            at_list[i].offset = _check_int(offsets[i], "offset", INT64_MIN, INT64_MAX)
+            at_list[i].index = i
+        # read in CommitLog order (the records of a pass are in key order: scattered)
+        qsort(at_list, n, sizeof(_At), _by_offset)
+        out = [None] * n
+        for i in range(n):
+            offset = at_list[i].offset
+            index = at_list[i].index
+            fit = False
+            if (reader.record(offset, &rec) and rec.topic_len == 19
+                    and memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) == 0):
+                props = rec.properties
+                npieces = _pieces(props, rec.properties_len, pieces, _TIMER_MAX_PIECES)
+                fit = npieces > 0 and (shape.same(props, pieces, npieces)
+                                       or shape.learn(props, pieces, npieces, orders, order_of))
+            if fit:
+                for k in range(npieces):   # a value that would not encode as it is
+                    if (memchr(props + pieces[k].value_pos, 1, pieces[k].value_len) != NULL
+                            or not _utf8_ok(props + pieces[k].value_pos, pieces[k].value_len)):
+                        fit = False
                         break
-                if npieces < 0:
-                    break
-                if (memchr(props + pieces[k].value_pos, 1, pieces[k].value_len) != NULL
-                        or not _utf8_ok(props + pieces[k].name_pos, pieces[k].name_len)
-                        or not _utf8_ok(props + pieces[k].value_pos, pieces[k].value_len)
-                        or _named(props, &pieces[k], "TIMER_DEQUEUE_MS", 16)):
-                    npieces = -1     # the copy would not encode as it is: the careful path says why
-                    break
-                if _named(props, &pieces[k], "REAL_TOPIC", 10):
-                    real_topic_i = k
-                elif _named(props, &pieces[k], "REAL_QID", 8):
-                    real_qid_i = k
-                elif _named(props, &pieces[k], "__CRC32#", 8):
-                    pass
-                else:
-                    if _named(props, &pieces[k], "TIMER_OUT_MS", 12):
-                        out_ms_i = k
-                    elif _named(props, &pieces[k], "UNIQ_KEY", 8):
-                        uniq_i = k
-                    kept[kept_n] = <int32_t>k
-                    kept_n += 1
-            if npieces < 0 or real_topic_i < 0 or real_qid_i < 0 or out_ms_i < 0:
-                continue
-            if _digits(props + pieces[out_ms_i].value_pos, pieces[out_ms_i].value_len, _TIMER_MAX_DIGITS) < 0:
-                continue
-            qid = _digits(props + pieces[real_qid_i].value_pos, pieces[real_qid_i].value_len, 9)
-            if qid < 0:
-                continue
-            name_raw = PyBytes_FromStringAndSize(<const char *>props + pieces[real_topic_i].value_pos,
-                                                 pieces[real_topic_i].value_len)
-            found = topics.get(name_raw, False)
-            if found is False:
-                found = topics[name_raw] = real_topic(name_raw)
-            if found is None or qid >= <int64_t>found[1]:
-                continue
-            topic = found[0]
-            # the names kept, in order, \x01-joined (no name holds \x01): the key of their order
-            total = 0
-            for k in range(kept_n):
-                total += pieces[kept[k]].name_len + 1
-            sig = PyBytes_FromStringAndSize(NULL, total)
-            p = PyBytes_AS_STRING(sig)
-            for k in range(kept_n):
-                memcpy(p, props + pieces[kept[k]].name_pos, pieces[kept[k]].name_len)
-                p += pieces[kept[k]].name_len
-                p[0] = 1
-                p += 1
-            order = (<dict>orders).get(sig)
-            if order is None:
-                if len(<dict>orders) >= 4096:
-                    (<dict>orders).clear()
-                order = order_of(tuple(_utf8(props + pieces[kept[k]].name_pos, pieces[kept[k]].name_len)
-                                       for k in range(kept_n)))
-                if type(order) is not tuple or len(<tuple>order) != kept_n + 1:
-                    raise ValueError("order_of must give a tuple of one index per name and one more")
-                for j in order:
-                    if type(j) is not int or not 0 <= j <= kept_n:
-                        raise ValueError("order_of gave an index out of range")
-                (<dict>orders)[sig] = order
-            total = 18 + deq_len
-            for k in range(kept_n):
-                total += pieces[kept[k]].name_len + pieces[kept[k]].value_len + 2
-            if total > RS_MAX_PROPERTIES_LENGTH:
-                continue
-            PyUnicode_AsUTF8AndSize(topic, &at)
-            length = 91 + rec.body_len + at + total + host_extra + (0 if uniq_i >= 0 else uniq_extra)
-            if length > longest:
+            if fit:
+                fit = _digits(props + pieces[shape.out_ms_i].value_pos, pieces[shape.out_ms_i].value_len,
+                              _TIMER_MAX_DIGITS) >= 0
+                qid = _digits(props + pieces[shape.real_qid_i].value_pos, pieces[shape.real_qid_i].value_len, 9)
+                fit = fit and qid >= 0
+            if fit:
+                found = shape.topic(props + pieces[shape.real_topic_i].value_pos,
+                                    pieces[shape.real_topic_i].value_len, real_topic)
+                fit = found is not None and qid < <int64_t>found[1]
+            if fit:
+                topic = found[0]
+                total = 18 + deq_len
+                for k in range(shape.kept_n):
+                    total += pieces[shape.kept[k]].name_len + pieces[shape.kept[k]].value_len + 2
+                PyUnicode_AsUTF8AndSize(topic, &topic_len)
+                length = (91 + rec.body_len + topic_len + total + host_extra
+                          + (0 if shape.uniq_i >= 0 else uniq_extra))
+                fit = total <= RS_MAX_PROPERTIES_LENGTH and length <= longest
+            if not fit:
+                careful.append(index)
                 continue
             raw = PyBytes_FromStringAndSize(NULL, total)
             p = PyBytes_AS_STRING(raw)
-            for j in order:
-                if j == kept_n:
+            for j in range(shape.kept_n + 1):
+                if shape.order[j] == shape.kept_n:
                     memcpy(p, b"TIMER_DEQUEUE_MS\x01", 17)
                     p += 17
                     memcpy(p, deq_text, deq_len)
                     p += deq_len
                 else:
-                    k = kept[<Py_ssize_t>j]
+                    k = shape.kept[shape.order[j]]
                     memcpy(p, props + pieces[k].name_pos, pieces[k].name_len)
                     p += pieces[k].name_len
                     p[0] = 1
@@ -2661,9 +2743,9 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
                 p[0] = 2
                 p += 1
             unique_key = None
-            if uniq_i >= 0:
-                unique_key = _utf8(props + pieces[uniq_i].value_pos, pieces[uniq_i].value_len)
-            out[len(out) - 1] = (
+            if shape.uniq_i >= 0:
+                unique_key = _utf8(props + pieces[shape.uniq_i].value_pos, pieces[shape.uniq_i].value_len)
+            out[index] = (
                 topic,
                 PyBytes_FromStringAndSize(<const char *>rec.body, rec.body_len),
                 raw,
@@ -2675,5 +2757,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
                 unique_key,
             )
     finally:
+        PyMem_Free(at_list)
         reader.release()
-    return out
+    careful.sort()
+    return out, careful

@@ -1843,9 +1843,12 @@ def _timer_record_properties(files, core, offset) -> Optional[dict]:
         return None
 
 
-def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room) -> list:
-    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``, or
-    None where the caller's careful path (the timer service's ``_copy``) decides. The compiled
+def timer_copies(
+    offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room
+) -> tuple[list, list]:
+    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``, with
+    None where the caller's careful path (the timer service's ``_copy``) decides, and the indices
+    of those None. The compiled
     twin builds the copy of a record of the usual shape (REAL_TOPIC, REAL_QID and TIMER_OUT_MS
     in plain digits, each property once, every piece one decode_properties keeps, nothing that
     would not encode, REAL_TOPIC a topic by ``real_topic(raw)`` and REAL_QID one of its queues,
@@ -1858,4 +1861,4 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     for offset in offsets:
         _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
         out.append(None)
-    return out
+    return out, list(range(len(out)))
