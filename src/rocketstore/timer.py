@@ -706,7 +706,7 @@ class TimerService:
         and counted): built by the codec in one call (``timer_copies``), each it leaves (an
         unusual record) by :meth:`_copy`."""
         commitlog = self._parts.commitlog
-        built = self._codec.timer_copies(
+        built: tuple[list[Any], list[int]] = self._codec.timer_copies(
             [u[2] for u in units],
             commitlog.segments,
             commitlog.core,
