@@ -13,7 +13,6 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MIN, INT32_MAX, INT64_MIN,
                           INT64_MAX)
-from libc.stdlib cimport qsort
 from libc.string cimport memchr, memcmp, memcpy, memset
 
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
@@ -2291,7 +2290,11 @@ def plain_message_items(messages, user_topics):
 # ---------------------------------------------------------------------------------------------
 # Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) noexcept nogil
+
 cdef enum:
+    _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds
     _TIMER_MAX_PIECES = 64      # a record with more properties is left to the careful path
     _TIMER_MAX_DIGITS = 18      # a longer decimal may not fit an int64: the careful path parses it
 
@@ -2471,6 +2474,16 @@ cdef class _SegmentReader:
             return 0
         return 1 if rs_decode_record(<const uint8_t *>self.view.buf + pos, self.readable - pos, rec, 1) > 0 else 0
 
+    cdef inline void prefetch(self, int64_t offset) noexcept:
+        """Start loading the head of the record at ``offset`` if it is in the segment held."""
+        cdef int64_t pos = offset - self.start
+        if self.held and 0 <= pos < self.readable:
+            __builtin_prefetch(<const uint8_t *>self.view.buf + pos)
+            if pos + 64 < self.readable:
+                __builtin_prefetch(<const uint8_t *>self.view.buf + pos + 64)
+            if pos + 128 < self.readable:
+                __builtin_prefetch(<const uint8_t *>self.view.buf + pos + 128)
+
     cdef void release(self) noexcept:
         if self.held:
             PyBuffer_Release(&self.view)
@@ -2632,18 +2645,6 @@ cdef class _CopyShape:
         return self.topic_found
 
 
-cdef struct _At:
-    int64_t offset
-    Py_ssize_t index
-
-
-cdef int _by_offset(const void *a, const void *b) noexcept nogil:
-    cdef int64_t x = (<const _At *>a).offset, y = (<const _At *>b).offset
-    if x != y:
-        return -1 if x < y else 1
-    return -1 if (<const _At *>a).index < (<const _At *>b).index else (1 if (<const _At *>a).index > (<const _At *>b).index else 0)
-
-
 def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
     """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``
     (the timer service's ``_copy``: REAL_TOPIC / REAL_QID restored and left out with a CRC32
@@ -2670,26 +2671,28 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     cdef bint fit
     cdef _CopyShape shape = _CopyShape.__new__(_CopyShape)
     cdef _SegmentReader reader = _reader(segments, core)
-    cdef _At *at_list = NULL
-    cdef Py_ssize_t n, i, index
+    cdef Py_ssize_t index = 0, n, ahead
+    cdef int64_t *wanted = NULL
     if type(orders) is not dict:
         raise TypeError("orders must be a dict")
     if not isinstance(offsets, (list, tuple)):
         offsets = list(offsets)
     n = len(offsets)
-    at_list = <_At *>PyMem_Malloc(max(n, 1) * sizeof(_At))
-    if at_list == NULL:
+    wanted = <int64_t *>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+    if wanted == NULL:
         raise MemoryError()
     try:
-        for i in range(n):
-            at_list[i].offset = _check_int(offsets[i], "offset", INT64_MIN, INT64_MAX)
-            at_list[i].index = i
-        # read in CommitLog order (the records of a pass are in key order: scattered)
-        qsort(at_list, n, sizeof(_At), _by_offset)
+        for index in range(n):
+            wanted[index] = _check_int(offsets[index], "offset", INT64_MIN, INT64_MAX)
+        # The copies are built in the order put_many writes them, so their records are read in
+        # key order, scattered over the CommitLog: each is prefetched a few records ahead.
+        # (Reading them in CommitLog order instead measured slower: put_many then walks
+        # objects scattered in memory.)
         out = [None] * n
-        for i in range(n):
-            offset = at_list[i].offset
-            index = at_list[i].index
+        for index in range(n):
+            offset = wanted[index]
+            for ahead in range(index + _PREFETCH_AHEAD, min(n, index + _PREFETCH_AHEAD + 1)):
+                reader.prefetch(wanted[ahead])
             fit = False
             if (reader.record(offset, &rec) and rec.topic_len == 19
                     and memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) == 0):
@@ -2757,7 +2760,6 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
                 unique_key,
             )
     finally:
-        PyMem_Free(at_list)
+        PyMem_Free(wanted)
         reader.release()
-    careful.sort()
     return out, careful

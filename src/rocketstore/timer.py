@@ -372,6 +372,7 @@ class TimerService:
         self._heap: list[tuple[int, int, int]] = []
         self._loaded = False
         self._uncommitted = False  # the file holds the last pass's intent, not its state after
+        self._unflushed = 0  # where the last pass's copies end, until they are flushed
         with self._lock:
             self._load()
 
@@ -626,6 +627,7 @@ class TimerService:
             progress = self._progress
             items = self._copies(taken, now)
             core = self._parts.commitlog.core
+            self._settle()  # the last pass's copies are durable before its intent is replaced
             progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
             progress.intent = {
                 "commitlogOffset": core.wrote_offset,
@@ -639,14 +641,25 @@ class TimerService:
             progress.persist()
             if items:
                 core.put_many(items, 0)  # stores all or raises a PutError
-                if not core.flush(FLUSH_TIMEOUT_MS):
-                    raise RuntimeError("timer delivery: the CommitLog flush timed out")
+                # Flushed while the next pass reads and builds its copies: _settle() waits for
+                # it before anything depends on these copies being durable (the next intent, the
+                # state after this pass, deliver() returning).
+                self._unflushed = core.wrote_offset
+                core.request_flush(self._unflushed)
             # The state after this pass is saved with the next pass's intent, or when the
             # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
             self._uncommitted = True
             self._needs_reload = False
             self.delivered += len(items)
             return len(items), more
+
+    def _settle(self) -> None:
+        """Wait for the flush of the last pass's copies (the lock is held); a failed or
+        timed-out flush raises, and the next pass rolls that pass forward from the file."""
+        target, self._unflushed = self._unflushed, 0
+        if target and self._parts.commitlog.core.wait_flushed(target, FLUSH_TIMEOUT_MS) != 0:
+            self._needs_reload = True
+            raise RuntimeError("timer delivery: the CommitLog flush timed out")
 
     def _take(
         self, new: list[tuple[int, int, int]], from_w: tuple[int, int], now: int
@@ -736,6 +749,7 @@ class TimerService:
         """Save the state after the last pass in place of its intent (the lock is held)."""
         if not self._uncommitted or self._needs_reload:
             return
+        self._settle()
         self._needs_reload = True
         self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
         self._progress.persist()
