@@ -1,6 +1,6 @@
 """The fast paths of timer messages give what the general paths give: a timer put with no tags,
 keys or properties (``TimerService.put``, codec ``timer_properties``) stores the record and raises
-the errors ``rewrite`` does; a pass reads its units (codec ``timer_units``), takes them
+the errors ``rewrite`` does (so does a delayed one, ``ScheduleService.put``); a pass reads its units (codec ``timer_units``), takes them
 (``TimerService._take``) and builds its copies (codec ``timer_copies``) as the unit-by-unit code
 (``_deliver_time``, a heap of every new unit, ``_copy``) does, on both twins; a pass's copies are
 flushed before the next intent and before ``deliver()`` returns."""
@@ -74,12 +74,46 @@ def test_a_plain_timer_put_stores_and_raises_what_the_general_path_does(pair, cl
         assert _outcome(fast, **kwargs) == _outcome(general, properties={}, **kwargs)
 
 
+DELAY_CASES = [
+    {"delay_level": 1},
+    {"delay_level": 18},
+    {"delay_level": 0},
+    {"delay_level": 19},
+    {"delay_level": -1},
+    {"delay_level": True},
+    {"delay_level": 1.0},
+    {"delay_level": "1"},
+    {"delay_level": 3, "queue_id": 3},
+    {"delay_level": 3, "queue_id": 4},
+    {"delay_level": 2, "flag": -3, "durable": False},
+    {"delay_level": 2, "delay_ms": 100},
+    {"delay_level": 2, "deliver_at_ms": 100},
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs", DELAY_CASES, ids=[",".join(f"{k}={v!r}" for k, v in c.items()) for c in DELAY_CASES]
+)
+def test_a_plain_delayed_put_stores_and_raises_what_the_general_path_does(pair, kwargs):
+    fast, general = pair
+    for _ in range(3):
+        assert _outcome(fast, **kwargs) == _outcome(general, properties={}, **kwargs)
+
+
+def test_the_fast_delayed_put_is_taken(pair, monkeypatch):
+    fast, _ = pair
+    monkeypatch.setattr(fast._schedule, "rewrite", None)  # the general path would call it
+    assert fast.put("TopicA", b"x", delay_level=2).ok
+
+
 def test_a_plain_timer_put_to_a_new_topic_creates_it_as_the_general_path_does(pair, clock):
     fast, general = pair
     assert _outcome(fast, delay_ms=5) == _outcome(general, properties={}, delay_ms=5)
     for topic in ("NewTopic", "Other"):
         fast.put(topic, b"x", delay_ms=5)
         general.put(topic, b"x", delay_ms=5, properties={})
+        fast.put(topic + "D", b"x", delay_level=1)
+        general.put(topic + "D", b"x", delay_level=1, properties={})
     assert fast.topics == general.topics
 
 

@@ -1208,8 +1208,8 @@ class MessageStore:
         ):
             queue_id, flag = check_put_ints(queue_id, flag)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        if tags is None and keys is None and properties is None and body is not None and delay_level is None:
-            if timer is None:
+        if tags is None and keys is None and properties is None and body is not None:
+            if delay_level is None and timer is None:
                 # the hot path: one call into the core (-1: the store's flush_disk_type decides)
                 return self._core.put(
                     topic,
@@ -1224,20 +1224,20 @@ class MessageStore:
                     None,
                     -1 if durable is None else (1 if durable else 0),
                 )
-            if self._timer is not None and not self._closed:
-                # a timer put's own hot path (None: not a plain int, the general path decides)
+            # a timer or delayed put's own hot path (rocketstore.timer, rocketstore.schedule);
+            # anything else (both, a closed or read-only store) is the general path's to refuse
+            wait = -1 if durable is None else (1 if durable else 0)
+            if delay_level is None and self._timer is not None and not self._closed:
                 done: Optional[PutResult] = self._timer.put(
-                    self._core,
-                    topic,
-                    body,
-                    queue_id,
-                    flag,
-                    -1 if durable is None else (1 if durable else 0),
-                    deliver_at_ms,
-                    delay_ms,
+                    self._core, topic, body, queue_id, flag, wait, deliver_at_ms, delay_ms
                 )
-                if done is not None:
+                if done is not None:  # None: not a plain int, the general path decides
                     return done
+            elif timer is None and self._schedule is not None and not self._closed:
+                delayed: PutResult = self._schedule.put(
+                    self._core, topic, body, queue_id, flag, wait, delay_level
+                )
+                return delayed
         if body is None:
             return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
         return cast(
