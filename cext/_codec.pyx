@@ -2294,7 +2294,8 @@ cdef extern from *:
     void __builtin_prefetch(const void *addr) noexcept nogil
 
 cdef enum:
-    _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds
+    _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds,
+    _PREFETCH_BYTES = 512       # up to this much of each
     _TIMER_MAX_PIECES = 64      # a record with more properties is left to the careful path
     _TIMER_MAX_DIGITS = 18      # a longer decimal may not fit an int64: the careful path parses it
 
@@ -2477,12 +2478,10 @@ cdef class _SegmentReader:
     cdef inline void prefetch(self, int64_t offset) noexcept:
         """Start loading the head of the record at ``offset`` if it is in the segment held."""
         cdef int64_t pos = offset - self.start
+        cdef int64_t line
         if self.held and 0 <= pos < self.readable:
-            __builtin_prefetch(<const uint8_t *>self.view.buf + pos)
-            if pos + 64 < self.readable:
-                __builtin_prefetch(<const uint8_t *>self.view.buf + pos + 64)
-            if pos + 128 < self.readable:
-                __builtin_prefetch(<const uint8_t *>self.view.buf + pos + 128)
+            for line in range(pos, min(pos + _PREFETCH_BYTES, self.readable), 64):
+                __builtin_prefetch(<const uint8_t *>self.view.buf + line)
 
     cdef void release(self) noexcept:
         if self.held:
