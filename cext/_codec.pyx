@@ -41,7 +41,7 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
-    "queue_message", "key_messages", "key_lookup", "timer_properties", "timer_units", "timer_copies",
+    "queue_message", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -2289,6 +2289,8 @@ def plain_message_items(messages, user_topics):
 
 # ---------------------------------------------------------------------------------------------
 # Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
+
+__all__ += ["timer_properties", "timer_units", "timer_copies"]
 
 cdef extern from *:
     void __builtin_prefetch(const void *addr) noexcept nogil

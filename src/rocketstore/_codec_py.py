@@ -83,9 +83,6 @@ __all__ = [
     "MessageExt",
     "pull_units",
     "queue_message",
-    "timer_properties",
-    "timer_units",
-    "timer_copies",
     "key_messages",
     "key_lookup",
     "PULL_END",
@@ -1781,6 +1778,8 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
 
 # ---------------------------------------------------------------------------------------------
 # Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
+
+__all__ += ["timer_properties", "timer_units", "timer_copies"]
 
 _TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
 
