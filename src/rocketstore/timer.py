@@ -127,8 +127,8 @@ TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERT
 #: At most this many copies per pass (besides the late ones: new units due by the watermark),
 #: and this many new units read per pass: as many as a pass can take, so that new units
 #: already due are delivered at once, not pushed into the heap and popped again.
-PASS_LIMIT = 32768
-ENQUEUE_LIMIT = 32768
+PASS_LIMIT = 16384
+ENQUEUE_LIMIT = 16384
 #: Units read (with their records' TIMER_OUT_MS) per codec call.
 UNITS_PER_CALL = 4096
 #: After a failed pass the thread waits this long before the next.
