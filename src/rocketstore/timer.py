@@ -669,13 +669,13 @@ class TimerService:
         ``now`` among the waiting and the other new units, at most PASS_LIMIT; the new units
         not taken join the heap. The same as pushing every new unit and popping the due ones,
         without the heap for the new units taken at once."""
-        # A new unit's queue offset is past W's (W is the key of a unit read before), so its key
-        # is at most W when its deliver ms is below W's. ``new`` is in queue order: a stable sort
-        # by deliver ms puts each part in key order.
-        late_below = from_w[0]
-        late = [u for u in new if u[0] < late_below]
+        # ``new`` is in queue order: a stable sort by deliver ms puts each part in key order.
+        # (A new unit's queue offset is past W's unless a power cut took units of the queue
+        # away: the key is compared whole.)
+        w_ms, w_offset = from_w
+        late = [u for u in new if u[0] < w_ms or (u[0] == w_ms and u[1] <= w_offset)]
         if late:
-            new = [u for u in new if u[0] >= late_below]
+            new = [u for u in new if u[0] > w_ms or (u[0] == w_ms and u[1] > w_offset)]
         fresh = [u for u in new if u[0] <= now]
         later = [u for u in new if u[0] > now] if len(fresh) < len(new) else []
         late.sort(key=_DELIVER_MS)
