@@ -2616,12 +2616,15 @@ cdef class _CopyShape:
                 orders.clear()
             order = order_of(tuple(_utf8(props + pieces[self.kept[k]].name_pos, pieces[self.kept[k]].name_len)
                                    for k in range(self.kept_n)))
-            if type(order) is not tuple or len(<tuple>order) != self.kept_n + 1:
-                raise ValueError("order_of must give a tuple of one index per name and one more")
-            for j in order:
-                if type(j) is not int or not 0 <= j <= self.kept_n:
-                    raise ValueError("order_of gave an index out of range")
             orders[key] = order
+        # checked whether computed or cached: the copy is written by these indices
+        if type(order) is not tuple or len(<tuple>order) != self.kept_n + 1:
+            raise ValueError("order_of must give a tuple of one index per name and one more")
+        seen = set()
+        for item in <tuple>order:
+            if type(item) is not int or not 0 <= item <= self.kept_n or item in seen:
+                raise ValueError("order_of must give each index once (a permutation)")
+            seen.add(item)
         for k in range(self.kept_n + 1):
             self.order[k] = <int32_t>(<tuple>order)[k]
         sig = PyBytes_FromStringAndSize(NULL, total)

@@ -376,3 +376,27 @@ def test_a_failed_flush_of_a_pass_is_rolled_forward_by_the_next(tmp_path, clock)
         assert svc.stats()["reconciled"] == 1
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_timer_copies_refuse_an_order_that_is_not_a_permutation(timer_store, cached):
+    """The copy is written by the order's indices: a bad one (given or cached) raises, never
+    writes out of bounds. (The pure twin asks for no order.)"""
+    if not timer_store._impl.compiled:
+        pytest.skip("the pure twin leaves every record to _copy")
+    svc = timer_store._timer
+    commitlog = svc._parts.commitlog
+    offsets = [u[2] for u in _units(timer_store)]
+    orders = {}
+    order_of = timer_mod._order_indices
+    if cached:
+        commitlog.codec.timer_copies(
+            offsets, commitlog.segments, commitlog.core, 5, svc._real_topic, orders, order_of, svc._room
+        )
+        orders = {key: (0,) * len(order) for key, order in orders.items()}
+    else:
+        order_of = lambda names: (0,) * (len(names) + 1)  # noqa: E731
+    with pytest.raises(ValueError, match="permutation"):
+        commitlog.codec.timer_copies(
+            offsets, commitlog.segments, commitlog.core, 5, svc._real_topic, orders, order_of, svc._room
+        )
