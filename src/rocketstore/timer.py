@@ -487,9 +487,10 @@ class TimerService:
             )
         topics = self._parts.topics
         queues = topics.table.queues(topic) if queue_id < 0 else 0
-        if queues:
-            queue_id = next(self._round_robin.setdefault(topic, itertools.count())) % queues
-        else:  # an explicit queue, or a topic not created yet
+        counter = self._round_robin.get(topic) if queues else None
+        if counter is not None:  # the topic's counter (Topics.queue_for_put's) made already
+            queue_id = next(counter) % queues
+        else:  # an explicit queue, a topic not created yet, or its first put here
             queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
         if not self._topic_ready:
             topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
