@@ -40,8 +40,8 @@ __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
-    "decode_batch", "record_from_row", "messages_from_rows", "MessageExt", "pull_units",
-    "queue_message", "key_messages", "key_lookup",
+    "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
+    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -1168,6 +1168,60 @@ def messages_from_rows(buffer, rows, *, copy_body=True):
     return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
 
 
+cdef class _RowMessages:
+    """The iterator row_messages returns: one MessageExt per row, made as it is asked for."""
+
+    cdef object _zc_view, _pinned, _rows
+    cdef Py_buffer _view, _table
+    cdef bint _held
+    cdef Py_ssize_t _i, _n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef rs_record rec
+        cdef const rs_batch_row *row
+        if not self._held or self._i >= self._n:
+            self._release()
+            raise StopIteration
+        row = <const rs_batch_row *>self._table.buf + self._i
+        self._i += 1
+        _row_record(row, <const uint8_t *>self._view.buf, self._view.len, &rec)
+        return _message(self._zc_view, <const uint8_t *>self._view.buf, row.position, &rec)
+
+    cdef void _release(self) noexcept:
+        if self._held:
+            self._held = False
+            PyBuffer_Release(&self._table)
+            PyBuffer_Release(&self._view)
+        self._zc_view = self._pinned = self._rows = None
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._table)
+            PyBuffer_Release(&self._view)
+
+
+def row_messages(buffer, rows, *, copy_body=True):
+    """:func:`messages_from_rows` as an iterator: each message is made when it is asked for."""
+    if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    cdef _RowMessages it = _RowMessages.__new__(_RowMessages)
+    it._rows = _np.ascontiguousarray(rows)
+    it._zc_view = None if copy_body else _zero_copy_view(buffer)
+    it._pinned = buffer if copy_body else it._zc_view
+    _get_readable(it._pinned, &it._view)
+    try:
+        PyObject_GetBuffer(it._rows, &it._table, PyBUF_SIMPLE)
+    except BaseException:
+        PyBuffer_Release(&it._view)
+        raise
+    it._held = True
+    it._n = it._table.len // <Py_ssize_t>sizeof(rs_batch_row)
+    return it
+
+
 # ---------------------------------------------------------------------------------------------
 # Dispatch (§2 tagsCode and DELAY, §5.2 index keys): what the ConsumeQueues and the index need
 
@@ -2071,17 +2125,14 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     cdef Py_buffer view
     cdef const uint8_t *u
     cdef const uint8_t *t
-    cdef int64_t qo = 0, qid = 0, byte, start = 0, pos, offset, size, readable
+    cdef int64_t qo = 0, qid = 0, start = 0, pos = 0, offset, size, readable
     cdef Py_ssize_t t_len = 0
     cdef int64_t lowest = 0, below = 0
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
-    table = getattr(queues, "_queues", None)
-    if type(table) is not dict:
-        return None
-    cq = (<dict>table).get((topic, queue_id))
-    if cq is None or cq.holes:
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
         return None
     if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
         if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
@@ -2089,14 +2140,8 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
         cq = cq.disk
         if cq is None or not lowest <= qo < below or cq.holes:
             return None   # not on disk: the careful path reads the memory tail
-    byte = qo * _CQ_UNIT
-    if byte < <int64_t>cq._min_logic:
-        return None
-    mf = _segment_of(cq._files.files, byte, &start)
+    mf = _unit_file(cq, qo, 1, &pos)
     if mf is None:
-        return None
-    pos = byte - start
-    if pos > <int64_t>mf.wrote_position - _CQ_UNIT:   # a file before the last is full
         return None
     if not _mapped(mf, pos + _CQ_UNIT, &view):
         return None
@@ -2122,6 +2167,192 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
                              <int32_t>qid, None)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset, int64_t max_msgs):
+    """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
+    cdef Py_buffer view
+    cdef int64_t lo = 0, hi = 0, n, at, tail_start = 0
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
+        return None
+    if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
+        return None
+    if not lo <= offset < hi:
+        return None   # a bound status: the careful path says which
+    n = hi - offset if hi - offset < max_msgs else max_msgs
+    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+        if not _plain_int(cq._start, 0, &tail_start):
+            return None
+        if offset < tail_start:
+            cq = cq.disk
+            if cq is None or cq.holes or offset + n > tail_start:
+                return None   # no disk queue, or a pull from disk into memory: the careful path
+            return _disk_run(cq, offset, n, lo, hi)
+        tail = cq._tail
+        if not isinstance(tail, _np.ndarray) or not tail.flags.c_contiguous or tail.itemsize != _CQ_UNIT:
+            return None
+        PyObject_GetBuffer(tail, &view, PyBUF_SIMPLE)
+        try:
+            at = (offset - tail_start) * _CQ_UNIT
+            if at < 0 or at + n * _CQ_UNIT > view.len:
+                return None
+            units = PyBytes_FromStringAndSize(<const char *>view.buf + at, n * _CQ_UNIT)
+        finally:
+            PyBuffer_Release(&view)
+        return units, lo, hi
+    return _disk_run(cq, offset, n, lo, hi)
+
+
+cdef object _queue_of(object queues, str topic, object queue_id):
+    """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
+    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
+    table = getattr(queues, "_queues", None)
+    if type(table) is not dict:
+        return None
+    cq = (<dict>table).get((topic, queue_id))
+    if cq is None or cq.holes:
+        return None
+    return cq
+
+
+cdef object _unit_file(object cq, int64_t offset, int64_t n, int64_t *pos):
+    """The file of ConsumeQueue ``cq`` that holds the ``n`` written units from queue ``offset``
+    (``pos``: where the first starts in it), or None: before the queue's start, not one file,
+    not all written yet (a pull that would go on in the next file is the careful path's)."""
+    cdef int64_t start = 0, byte = offset * _CQ_UNIT
+    if byte < <int64_t>cq._min_logic:
+        return None
+    mf = _segment_of(cq._files.files, byte, &start)
+    if mf is None:
+        return None
+    pos[0] = byte - start
+    if (<int64_t>mf.wrote_position - pos[0]) // _CQ_UNIT < n:
+        return None
+    return mf
+
+
+cdef object _disk_run(object cq, int64_t offset, int64_t n, object lo, object hi):
+    """_queue_run's units read from a ConsumeQueue's file, or None."""
+    cdef Py_buffer view
+    cdef int64_t pos = 0
+    mf = _unit_file(cq, offset, n, &pos)
+    if mf is None:
+        return None
+    if not _mapped(mf, pos + n * _CQ_UNIT, &view):
+        return None
+    try:
+        units = PyBytes_FromStringAndSize(<const char *>view.buf + pos, n * _CQ_UNIT)
+    finally:
+        PyBuffer_Release(&view)
+    return units, lo, hi
+
+
+def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+    """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
+    call (see the pure twin, rocketstore._codec_py.queue_messages); None: the careful path
+    decides."""
+    cdef Py_buffer view
+    cdef const uint8_t *u
+    cdef const uint8_t *t
+    cdef int64_t qo = 0, qid = 0, want = 0, start = 0, seg_start = 0, seg_end = 0, readable = 0
+    cdef int64_t at, size, i, n
+    cdef Py_ssize_t t_len = 0
+    cdef bint mapped = False
+    cdef list messages = []
+    if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
+            or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
+            or not _plain_int(max_msgs, 1, &want)):
+        return None
+    run = _queue_run(queues, topic, queue_id, qo, want)
+    if run is None:
+        return None
+    units, lo, hi = run
+    keep = _utf8_holder(topic)
+    if keep is None:
+        return None
+    t = _utf8_of(keep, &t_len)
+    n = PyBytes_GET_SIZE(units) // _CQ_UNIT
+    try:
+        for i in range(n):
+            u = <const uint8_t *>PyBytes_AS_STRING(units) + i * _CQ_UNIT
+            at = _be64(u)
+            size = _be32(u + 8)
+            if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
+                return None
+            if not mapped or at < seg_start or at >= seg_end:
+                if mapped:
+                    PyBuffer_Release(&view)
+                    mapped = False
+                seg = _segment_of(segments.files, at, &start)
+                if seg is None:
+                    return None
+                readable = _readable(seg, start, core)
+                if not _mapped(seg, readable, &view):
+                    return None
+                mapped = True
+                seg_start, seg_end = start, start + <int64_t>seg.file_size
+            m = _unit_message(<const uint8_t *>view.buf, readable, None, at - seg_start, at, size, qo + i,
+                              t, t_len, <int32_t>qid, None)
+            if m is None:
+                return None
+            messages.append(m)
+    finally:
+        if mapped:
+            PyBuffer_Release(&view)
+    return messages, units, lo, hi
+
+
+cdef object _record_at(object segments, object core, int64_t offset):
+    """The message of the whole, CRC-valid record starting at CommitLog ``offset``, or None."""
+    cdef Py_buffer view
+    cdef rs_record rec
+    cdef int64_t start = 0, pos, readable, rc
+    seg = _segment_of(segments.files, offset, &start)
+    if seg is None:
+        return None
+    pos = offset - start
+    readable = _readable(seg, start, core)
+    if pos >= readable or not _mapped(seg, readable, &view):
+        return None
+    try:
+        rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
+        if rc <= 0 or rec.physical_offset != offset:
+            return None
+        return _message(None, <const uint8_t *>view.buf, pos, &rec)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def record_at(segments, core, offset):
+    """The message at CommitLog ``offset`` in one call (see the pure twin,
+    rocketstore._codec_py.record_at); None: the careful path decides."""
+    cdef int64_t at = 0
+    if not _plain_int(offset, 0, &at):
+        return None
+    return _record_at(segments, core, at)
+
+
+def message_by_id(segments, core, msg_id):
+    """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
+    rocketstore._codec_py.message_by_id); None: the careful path decides."""
+    cdef uint64_t offset = 0
+    cdef Py_ssize_t n, i
+    cdef int digit
+    if type(msg_id) is not str or len(<str>msg_id) not in (32, 56):
+        return None
+    n = len(<str>msg_id)
+    for i in range(n - 16, n):   # the last 8 bytes: the offset
+        digit = _hex_value((<str>msg_id)[i])
+        if digit < 0:
+            return None
+        offset = (offset << 4) | <uint64_t>digit
+    if offset > <uint64_t>INT64_MAX:
+        return None
+    m = _record_at(segments, core, <int64_t>offset)
+    if m is None or (<MessageExt>m).msg_id != msg_id.upper():
+        return None
+    return m
 
 
 cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_t want_len) noexcept nogil:

@@ -21,13 +21,16 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock,
                                PyThread_type_lock)
 from libc.errno cimport EFAULT, EMSGSIZE, ENOSPC
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport (int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT32_MAX, INT32_MIN,
+                          INT64_MAX, INT64_MIN)
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memchr, memcpy, memset
 
 cimport cython
 
@@ -145,6 +148,401 @@ cdef inline void _prop_crc_digits(int32_t crc, uint8_t *out) noexcept:
         crc //= 10
 
 
+# ---- keyed puts: TAGS and KEYS encoded straight from the arguments (no Python per message) ----
+
+cdef extern from *:
+    """
+    #include "structmember.h"
+    /* The byte offset of a __slots__ member of a Python class (its member descriptor), or -1. */
+    static Py_ssize_t rs_slot_offset(PyObject *descr) {
+        PyMemberDef *m;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type)
+            return -1;
+        m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
+            return -1;
+        return m->offset;
+    }
+    /* The value in a slot (borrowed), or NULL while the slot is unset. */
+    static inline PyObject *rs_slot(PyObject *obj, Py_ssize_t offset) {
+        return *(PyObject **)((char *)obj + offset);
+    }
+    /* Set a slot to v (a new reference taken), as the member descriptor's __set__ does. */
+    static inline void rs_slot_set(PyObject *obj, Py_ssize_t offset, PyObject *v) {
+        PyObject **at = (PyObject **)((char *)obj + offset);
+        PyObject *old = *at;
+        Py_INCREF(v);
+        *at = v;
+        Py_XDECREF(old);
+    }
+
+    /* Message's tp_init: its ten arguments (names and defaults as the pure __init__'s), each
+       stored in its slot. Called for Message(...) itself, without the Python-level __init__
+       call (a tuple with self prepended, a bound lookup) that slot_tp_init makes. */
+    #define RS_MESSAGE_FIELDS 10
+    static Py_ssize_t rs_message_offsets[RS_MESSAGE_FIELDS];
+    static PyObject *rs_message_names[RS_MESSAGE_FIELDS];    /* interned, owned */
+    static PyObject *rs_message_defaults[RS_MESSAGE_FIELDS]; /* owned; NULL: required */
+
+    static int rs_message_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
+        PyObject *v[RS_MESSAGE_FIELDS];
+        Py_ssize_t n = PyTuple_GET_SIZE(args), i, pos = 0;
+        PyObject *key, *value;
+        if (n > RS_MESSAGE_FIELDS) {
+            PyErr_Format(PyExc_TypeError, "Message() takes at most %d arguments (%zd given)",
+                         RS_MESSAGE_FIELDS, n);
+            return -1;
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            v[i] = i < n ? PyTuple_GET_ITEM(args, i) : NULL;
+        if (kwds != NULL) {
+            while (PyDict_Next(kwds, &pos, &key, &value)) {
+                for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                    if (key == rs_message_names[i])
+                        break;
+                if (i == RS_MESSAGE_FIELDS) {   /* not interned the same way: compare text */
+                    for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                        if (PyUnicode_Check(key) && PyUnicode_Compare(key, rs_message_names[i]) == 0)
+                            break;
+                    if (PyErr_Occurred())
+                        return -1;
+                }
+                if (i == RS_MESSAGE_FIELDS) {
+                    PyErr_Format(PyExc_TypeError, "Message() got an unexpected keyword argument %R", key);
+                    return -1;
+                }
+                if (v[i] != NULL) {
+                    PyErr_Format(PyExc_TypeError, "Message() got multiple values for argument %R", key);
+                    return -1;
+                }
+                v[i] = value;
+            }
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
+            if (v[i] == NULL) {
+                if (rs_message_defaults[i] == NULL) {
+                    PyErr_Format(PyExc_TypeError, "Message() missing required argument %R",
+                                 rs_message_names[i]);
+                    return -1;
+                }
+                v[i] = rs_message_defaults[i];
+            }
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            rs_slot_set(self, rs_message_offsets[i], v[i]);
+        return 0;
+    }
+
+    static void rs_message_field(int i, PyObject *name, Py_ssize_t offset, PyObject *default_or_null) {
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        rs_message_names[i] = name;
+        rs_message_offsets[i] = offset;
+        Py_XINCREF(default_or_null);
+        rs_message_defaults[i] = default_or_null;
+    }
+
+    /* Message(...) as a vectorcall (PyTypeObject.tp_vectorcall: used for calls of the type
+       itself, never inherited): no argument tuple or keyword dict is built. Whenever the type's
+       __init__ is not rs_message_tp_init (reassigned since), the ordinary call runs instead. */
+    static PyObject *rs_message_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                           PyObject *kwnames) {
+        PyTypeObject *type = (PyTypeObject *)callable;
+        Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, i, j;
+        PyObject *v[RS_MESSAGE_FIELDS];
+        PyObject *self;
+        if (type->tp_init != rs_message_tp_init || type->tp_new != PyBaseObject_Type.tp_new) {
+            PyObject *tuple = PyTuple_New(n), *dict = NULL, *result;
+            if (tuple == NULL)
+                return NULL;
+            for (i = 0; i < n; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(tuple, i, args[i]);
+            }
+            if (nk) {
+                dict = PyDict_New();
+                for (i = 0; dict != NULL && i < nk; i++)
+                    if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0)
+                        Py_CLEAR(dict);
+                if (dict == NULL) {
+                    Py_DECREF(tuple);
+                    return NULL;
+                }
+            }
+            result = PyType_Type.tp_call(callable, tuple, dict);
+            Py_DECREF(tuple);
+            Py_XDECREF(dict);
+            return result;
+        }
+        if (n > RS_MESSAGE_FIELDS) {
+            PyErr_Format(PyExc_TypeError, "Message() takes at most %d arguments (%zd given)",
+                         RS_MESSAGE_FIELDS, n);
+            return NULL;
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            v[i] = i < n ? args[i] : NULL;
+        for (j = 0; j < nk; j++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, j);
+            for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                if (key == rs_message_names[i])
+                    break;
+            if (i == RS_MESSAGE_FIELDS) {
+                for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+                    if (PyUnicode_Compare(key, rs_message_names[i]) == 0)
+                        break;
+                if (PyErr_Occurred())
+                    return NULL;
+            }
+            if (i == RS_MESSAGE_FIELDS) {
+                PyErr_Format(PyExc_TypeError, "Message() got an unexpected keyword argument %R", key);
+                return NULL;
+            }
+            if (v[i] != NULL) {
+                PyErr_Format(PyExc_TypeError, "Message() got multiple values for argument %R", key);
+                return NULL;
+            }
+            v[i] = args[n + j];
+        }
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
+            if (v[i] == NULL) {
+                if (rs_message_defaults[i] == NULL) {
+                    PyErr_Format(PyExc_TypeError, "Message() missing required argument %R",
+                                 rs_message_names[i]);
+                    return NULL;
+                }
+                v[i] = rs_message_defaults[i];
+            }
+        }
+        self = type->tp_alloc(type, 0);
+        if (self == NULL)
+            return NULL;
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
+            rs_slot_set(self, rs_message_offsets[i], v[i]);
+        return self;
+    }
+
+    static void rs_message_set_tp_init(PyObject *type) {
+        ((PyTypeObject *)type)->tp_init = rs_message_tp_init;
+        ((PyTypeObject *)type)->tp_vectorcall = rs_message_vectorcall;
+    }
+    """
+    Py_ssize_t rs_slot_offset(object descr)
+    PyObject *rs_slot(object obj, Py_ssize_t offset)
+    void rs_slot_set(object obj, Py_ssize_t offset, object v)
+    void rs_message_field(int i, object name, Py_ssize_t offset, PyObject *default_or_null)
+    void rs_message_set_tp_init(object type)
+
+cdef extern from "Python.h":
+    ctypedef struct PyObject
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)   # NULL (error set) if not UTF-8
+    bint PyUnicode_CheckExact(object o)
+    bint PyLong_CheckExact(object o)
+    bint PyList_CheckExact(object o)
+    bint PyTuple_CheckExact(object o)
+    int PySet_Contains(object s, object key) except -1
+    void PyErr_Clear()
+
+from rocketstore import message as _message_mod
+
+cdef enum:
+    KEYED_SMALL = 512       # keyed properties up to this long are encoded on the stack
+
+# Where rocketstore.Message keeps each field: its __slots__ are read by offset (the type is
+# checked exactly, so the layout is the one measured here).
+cdef object _MESSAGE_TYPE = _message_mod.Message
+cdef Py_ssize_t _M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID
+cdef Py_ssize_t _M_BORN, _M_RECONSUME, _M_SYS_FLAG
+cdef bint _MESSAGE_SLOTS_OK = False
+
+
+cdef Py_ssize_t _message_slot(str name) except -2:
+    return rs_slot_offset(_MESSAGE_TYPE.__dict__.get(name))
+
+
+def _find_message_slots():
+    global _M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID
+    global _M_BORN, _M_RECONSUME, _M_SYS_FLAG, _MESSAGE_SLOTS_OK
+    _M_TOPIC = _message_slot("topic")
+    _M_BODY = _message_slot("body")
+    _M_TAGS = _message_slot("tags")
+    _M_KEYS = _message_slot("keys")
+    _M_PROPERTIES = _message_slot("properties")
+    _M_FLAG = _message_slot("flag")
+    _M_QUEUE_ID = _message_slot("queue_id")
+    _M_BORN = _message_slot("born_timestamp")
+    _M_RECONSUME = _message_slot("reconsume_times")
+    _M_SYS_FLAG = _message_slot("sys_flag")
+    # a Message class without these slots (a future change): put_plain_messages says None
+    _MESSAGE_SLOTS_OK = min(_M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID,
+                            _M_BORN, _M_RECONSUME, _M_SYS_FLAG) > 0
+
+
+_find_message_slots()
+
+
+@cython.binding(True)
+def _message_init(self, topic, body, tags=None, keys=None, properties=None, flag=0, queue_id=-1,
+                  born_timestamp=0, reconsume_times=0, sys_flag=0):
+    """Message.__init__ in C: the same arguments and defaults, each stored in its slot as the
+    pure one's assignments store it (no check: put and put_messages check the fields)."""
+    if not isinstance(self, _MESSAGE_TYPE):
+        raise TypeError(f"Message.__init__ needs a Message, not {type(self).__name__}")
+    rs_slot_set(self, _M_TOPIC, topic)
+    rs_slot_set(self, _M_BODY, body)
+    rs_slot_set(self, _M_TAGS, tags)
+    rs_slot_set(self, _M_KEYS, keys)
+    rs_slot_set(self, _M_PROPERTIES, properties)
+    rs_slot_set(self, _M_FLAG, flag)
+    rs_slot_set(self, _M_QUEUE_ID, queue_id)
+    rs_slot_set(self, _M_BORN, born_timestamp)
+    rs_slot_set(self, _M_RECONSUME, reconsume_times)
+    rs_slot_set(self, _M_SYS_FLAG, sys_flag)
+
+
+# Building a Message is every producer's first step: its __init__ (ten slot assignments in Python,
+# ~190 ns) becomes one compiled call. The class stays the one in rocketstore.message (isinstance,
+# pickling, repr and typing unchanged); ROCKETSTORE_NO_EXTENSIONS=1 keeps the pure __init__.
+cdef _install_message_init():
+    cdef int i
+    cdef object default
+    names = ("topic", "body", "tags", "keys", "properties", "flag", "queue_id", "born_timestamp",
+             "reconsume_times", "sys_flag")
+    pure = _message_mod._pure_message_init
+    defaults = dict(zip(pure.__code__.co_varnames[1 + 2:len(names) + 1], pure.__defaults__))
+    if pure.__code__.co_varnames[1:len(names) + 1] != names or len(defaults) != len(names) - 2:
+        return      # the pure __init__ changed: keep it
+    for i, name in enumerate(names):
+        default = defaults.get(name)
+        rs_message_field(i, name, _message_slot(name), <PyObject *>default if name in defaults else NULL)
+    _message_init.__doc__ = pure.__doc__
+    _message_init.__qualname__ = "Message.__init__"
+    _message_init.__module__ = _MESSAGE_TYPE.__module__
+    _MESSAGE_TYPE.__init__ = _message_init          # what m.__init__(...) and introspection see
+    rs_message_set_tp_init(_MESSAGE_TYPE)          # what Message(...) runs (tp_vectorcall, tp_init)
+
+
+if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_mod._pure_message_init:
+    _install_message_init()
+
+
+cdef inline Py_ssize_t _plain_text(object s, const char **out):
+    """The UTF-8 length of ``s`` (its bytes at ``*out``) when it is an exact, non-empty str
+    without a separator (0x01, 0x02) that UTF-8 can encode; else -1 (the general path decides)."""
+    cdef Py_ssize_t n
+    cdef const char *p
+    if not PyUnicode_CheckExact(s):
+        return -1
+    p = PyUnicode_AsUTF8AndSize(s, &n)
+    if p == NULL:           # a lone surrogate: the general path raises for it
+        PyErr_Clear()
+        return -1
+    if n == 0 or memchr(p, 1, n) != NULL or memchr(p, 2, n) != NULL:
+        return -1
+    out[0] = p
+    return n
+
+
+cdef Py_ssize_t _keyed_length(object tags, object keys):
+    """The length of TAGS and KEYS encoded as rocketstore._codec_py.put_properties encodes them
+    (tags a plain str; keys a plain str or a non-empty list or tuple of plain str), or -1 when
+    either is another shape, or too long: then the general path encodes (or refuses) them."""
+    cdef Py_ssize_t total = 0, n, i, count
+    cdef const char *p
+    if tags is not None:
+        n = _plain_text(tags, &p)
+        if n < 0:
+            return -1
+        total += 6 + n              # "TAGS" 0x01 value 0x02
+    if keys is not None:
+        if PyUnicode_CheckExact(keys):
+            n = _plain_text(keys, &p)
+            if n < 0:
+                return -1
+            total += 6 + n
+        elif PyList_CheckExact(keys) or PyTuple_CheckExact(keys):
+            count = len(keys)
+            if count == 0:
+                return -1
+            total += 6 + count - 1  # the spaces between keys
+            for i in range(count):
+                n = _plain_text(keys[i], &p)
+                if n < 0:
+                    return -1
+                total += n
+        else:
+            return -1
+    return total if total <= RS_MAX_PROPERTIES_LENGTH else -1
+
+
+cdef inline uint8_t *_put_text(uint8_t *out, object s) noexcept:
+    cdef Py_ssize_t n
+    cdef const char *p = PyUnicode_AsUTF8AndSize(s, &n)   # checked by _keyed_length
+    memcpy(out, p, n)
+    return out + n
+
+
+cdef Py_ssize_t _keyed_write(object tags, object keys, uint8_t *out):
+    """Encode what _keyed_length measured (and accepted) into ``out``; returns its length."""
+    cdef uint8_t *at = out
+    cdef Py_ssize_t i
+    if tags is not None:
+        memcpy(at, b"TAGS\x01", 5)
+        at = _put_text(at + 5, tags)
+        at[0] = 2
+        at += 1
+    if keys is not None:
+        memcpy(at, b"KEYS\x01", 5)
+        at += 5
+        if PyUnicode_CheckExact(keys):
+            at = _put_text(at, keys)
+        else:
+            for i in range(len(keys)):
+                if i:
+                    at[0] = 0x20
+                    at += 1
+                at = _put_text(at, keys[i])
+        at[0] = 2
+        at += 1
+    return at - out
+
+
+def keyed_properties(tags, keys):
+    """TAGS and KEYS encoded as ``put_properties(tags, keys, None)`` encodes them (``b""`` for
+    neither), or None when either is not the plain shape (an exact, non-empty str without 0x01
+    or 0x02 that UTF-8 can encode; keys also a non-empty list or tuple of such) or the result
+    exceeds 32767 bytes: the general path then encodes or refuses them."""
+    cdef Py_ssize_t n = _keyed_length(tags, keys)
+    if n < 0:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, n)
+    _keyed_write(tags, keys, <uint8_t *>PyBytes_AS_STRING(out))
+    return out
+
+
+cdef struct _PlainRow:
+    const uint8_t *body
+    int64_t born
+    int64_t props_at
+    int32_t body_len
+    int32_t props_len
+    int32_t queue_id
+    int32_t flag
+    int32_t crc
+
+
+cdef inline bint _int_in(object v, int64_t lo, int64_t hi, int64_t *out):
+    """Whether ``v`` is an exact int within lo..hi (its value in ``*out``)."""
+    cdef int overflow = 0
+    cdef long long x
+    if not PyLong_CheckExact(v):
+        return False
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    if overflow or x < lo or x > hi:
+        return False
+    out[0] = x
+    return True
+
+
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
@@ -157,7 +555,7 @@ POPULATE_WRITE = bool(rs_populate_supported())
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
            "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step", "SwitchSafe",
-           "MAX_FRAME"]
+           "MAX_FRAME", "keyed_properties"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
@@ -1151,12 +1549,56 @@ cdef class CommitLogCore:
             unique_key=None, int wait=-1):
         """Append one record; ``properties`` are encoded bytes (UNIQ_KEY is added unless
         ``unique_key`` names the one they already carry). Returns PutResult or PutFuture."""
-        cdef Py_buffer bview, pview
-        cdef const uint8_t *bp
-        cdef Py_ssize_t blen
+        cdef Py_buffer pview
         cdef const uint8_t *pp = NULL
         cdef Py_ssize_t plen = 0
-        cdef bint have_b = False, have_p = False
+        cdef bint have_p = False
+        if properties is not None:
+            if PyBytes_CheckExact(properties):
+                pp = <const uint8_t *>PyBytes_AS_STRING(properties)
+                plen = PyBytes_GET_SIZE(properties)
+            else:
+                PyObject_GetBuffer(properties, &pview, PyBUF_SIMPLE)
+                have_p = True
+                pp = <const uint8_t *>pview.buf
+                plen = pview.len
+        try:
+            return self._put_one(topic, body, pp, plen, queue_id, flag, born_timestamp, sys_flag,
+                                 reconsume_times, prepared_transaction_offset, unique_key, wait)
+        finally:
+            if have_p:
+                PyBuffer_Release(&pview)
+
+    def put_keyed(self, topic not None, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
+                  int wait=-1):
+        """:meth:`put` of a message whose properties are ``tags`` and ``keys`` alone, encoded
+        here (see :func:`keyed_properties`); None, having done nothing, when they are not the
+        plain shape (the caller then encodes them, or raises, on the general path)."""
+        cdef uint8_t small[KEYED_SMALL]
+        cdef uint8_t *props = small
+        cdef Py_ssize_t plen = _keyed_length(tags, keys)
+        if plen < 0:
+            return None
+        if plen > KEYED_SMALL:
+            props = <uint8_t *>PyMem_Malloc(plen)
+            if props == NULL:
+                raise MemoryError()
+        try:
+            # encoded before anything can release the GIL: another thread cannot change them
+            _keyed_write(tags, keys, props)
+            return self._put_one(topic, body, props, plen, queue_id, flag, 0, 0, 0, 0, None, wait)
+        finally:
+            if props != small:
+                PyMem_Free(props)
+
+    cdef object _put_one(self, topic, body, const uint8_t *pp, Py_ssize_t plen, int queue_id,
+                         int32_t flag, int64_t born_timestamp, int32_t sys_flag, int32_t reconsume_times,
+                         int64_t prepared_transaction_offset, unique_key, int wait):
+        """put()'s work, with the encoded properties at ``pp`` (``plen`` bytes, kept by the caller)."""
+        cdef Py_buffer bview
+        cdef const uint8_t *bp
+        cdef Py_ssize_t blen
+        cdef bint have_b = False
         cdef int32_t crc
         cdef int64_t end
         cdef _Topic t
@@ -1180,15 +1622,6 @@ cdef class CommitLogCore:
             bp = <const uint8_t *>bview.buf
             blen = bview.len
         try:
-            if properties is not None:
-                if PyBytes_CheckExact(properties):
-                    pp = <const uint8_t *>PyBytes_AS_STRING(properties)
-                    plen = PyBytes_GET_SIZE(properties)
-                else:
-                    PyObject_GetBuffer(properties, &pview, PyBUF_SIMPLE)
-                    have_p = True
-                    pp = <const uint8_t *>pview.buf
-                    plen = pview.len
             if blen > self._max_message_size or plen > RS_MAX_PROPERTIES_LENGTH:
                 if plen > RS_MAX_PROPERTIES_LENGTH:
                     raise PropertiesTooLargeError(
@@ -1217,8 +1650,6 @@ cdef class CommitLogCore:
         finally:
             if have_b:
                 PyBuffer_Release(&bview)
-            if have_p:
-                PyBuffer_Release(&pview)
         return self._finish(result, end, wait)
 
     def put_batch(self, topic not None, bodies not None, lengths=None, properties=None,
@@ -1462,6 +1893,150 @@ cdef class CommitLogCore:
             if rc != 0:
                 raise flush_timeout(results, rc)
         elif wait == 2 and n:
+            return [self._finish(r, end, 2) for r in results]
+        return results
+
+    def put_plain_messages(self, list messages not None, user_topics not None, int wait=-1):
+        """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects, read and
+        encoded here in one pass: each an exact Message of a topic in ``user_topics`` (already
+        checked), a bytes body, no properties (tags and keys as :func:`keyed_properties` takes
+        them), sys_flag and reconsume_times 0, queue id, flag and born timestamp exact ints in
+        range. None, having written nothing, when the batch is empty or any message is not
+        plain, or a record would not fit: the caller then takes the general path (which stores
+        the batch or raises the error)."""
+        cdef Py_ssize_t n = len(messages), i, at = 0, cap = 0, plen
+        cdef _PlainRow *rows = NULL
+        cdef uint8_t *props = NULL
+        cdef uint8_t *grown
+        cdef PyObject *v
+        cdef int64_t x = 0
+        cdef int64_t end = 0, length
+        cdef int64_t[::1] rec_lens
+        cdef int extra
+        cdef list keep, topics, results
+        cdef _Topic t
+        cdef PutResult r
+        cdef _PlainRow *row
+        if n == 0 or not _MESSAGE_SLOTS_OK:
+            return None
+        self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
+        if self._refusal is not None:
+            return None
+        rows = <_PlainRow *>PyMem_Malloc(n * sizeof(_PlainRow))
+        if rows == NULL:
+            raise MemoryError()
+        keep = [None] * (2 * n)     # every topic and body read, alive until the records are written
+        try:
+            # 1. every message plain? Read by slot, checked, its properties encoded into one buffer
+            #    (nothing here lets another thread run: what is read is what gets written)
+            for i in range(n):
+                m = messages[i]
+                if type(m) is not _MESSAGE_TYPE:
+                    return None
+                row = &rows[i]
+                v = rs_slot(m, _M_TOPIC)
+                if v == NULL or not PyUnicode_CheckExact(<object>v) or not PySet_Contains(user_topics, <object>v):
+                    return None
+                keep[2 * i] = <object>v
+                v = rs_slot(m, _M_BODY)
+                if v == NULL or not PyBytes_CheckExact(<object>v):
+                    return None
+                keep[2 * i + 1] = <object>v
+                row.body = <const uint8_t *>PyBytes_AS_STRING(<object>v)
+                if PyBytes_GET_SIZE(<object>v) > self._max_message_size:
+                    return None
+                row.body_len = <int32_t>PyBytes_GET_SIZE(<object>v)
+                v = rs_slot(m, _M_PROPERTIES)
+                if v == NULL or <object>v is not None:
+                    return None
+                v = rs_slot(m, _M_QUEUE_ID)
+                if v == NULL or not _int_in(<object>v, -1, INT32_MAX, &x):
+                    return None
+                row.queue_id = <int32_t>x
+                v = rs_slot(m, _M_FLAG)
+                if v == NULL or not _int_in(<object>v, INT32_MIN, INT32_MAX, &x):
+                    return None
+                row.flag = <int32_t>x
+                v = rs_slot(m, _M_BORN)
+                if v == NULL or not _int_in(<object>v, INT64_MIN, INT64_MAX, &row.born):
+                    return None
+                v = rs_slot(m, _M_SYS_FLAG)
+                if v == NULL or not _int_in(<object>v, 0, 0, &x):
+                    return None
+                v = rs_slot(m, _M_RECONSUME)
+                if v == NULL or not _int_in(<object>v, 0, 0, &x):
+                    return None
+                v = rs_slot(m, _M_TAGS)
+                if v == NULL:
+                    return None
+                tags = <object>v
+                v = rs_slot(m, _M_KEYS)
+                if v == NULL:
+                    return None
+                keys = <object>v
+                plen = _keyed_length(tags, keys)
+                if plen < 0:
+                    return None
+                if at + plen > cap:
+                    cap = max(2 * cap, at + plen, 64 * n)
+                    grown = <uint8_t *>PyMem_Realloc(props, cap)
+                    if grown == NULL:
+                        raise MemoryError()
+                    props = grown
+                row.props_at = at
+                row.props_len = <int32_t>_keyed_write(tags, keys, props + at)
+                at += plen
+            # 2. their topics, queues and record lengths, in put_many's order and with its errors
+            rec_lens_arr = np.empty(n, dtype=np.int64)
+            rec_lens = rec_lens_arr
+            topics = [None] * n
+            extra = UNIQ_NAME_LEN + 2 * (self._uniq_prefix_len + 6) + 1   # the UNIQ_KEY generated
+            for i in range(n):
+                row = &rows[i]
+                t = self._topic(keep[2 * i])
+                topics[i] = t
+                row.queue_id = self._choose_queue(t, row.queue_id)
+                plen = row.props_len + extra + self._prop_crc_extra(props + row.props_at, row.props_len, False)
+                length = rs_record_length(row.body_len, len(t.name), <int32_t>plen,
+                                          self._host_sysflag, RS_MAGIC_V1)
+                if (plen > RS_MAX_PROPERTIES_LENGTH or length < 0 or length > self._max_message_size
+                        or length + RS_END_FILE_MIN_BLANK > self._file_size):
+                    return None
+                rec_lens[i] = length
+                row.crc = rs_body_crc(row.body, row.body_len)
+            # 3. stored whole or not at all, as put_many
+            results = [None] * n
+            self._check_open()
+            _acquire(self._lock)
+            try:
+                self._check_open()
+                try:
+                    self._reserve_space(rec_lens)
+                except SegmentError as exc:
+                    return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
+                for i in range(n):
+                    row = &rows[i]
+                    r = PutResult.__new__(PutResult)
+                    end = self._append(<_Topic>topics[i], row.queue_id, row.body, row.body_len, row.crc,
+                                       props + row.props_at, row.props_len, None, row.flag, row.born,
+                                       0, 0, 0, r)
+                    results[i] = r
+            finally:
+                PyThread_release_lock(self._lock)
+                self._notify()
+        finally:
+            PyMem_Free(rows)
+            PyMem_Free(props)
+        if wait < 0:
+            wait = self._default_wait
+        if wait == 1:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
+                raise flush_timeout(results, rc)
+        elif wait == 2:
             return [self._finish(r, end, 2) for r in results]
         return results
 

@@ -111,6 +111,24 @@ def test_messages_from_rows_matches_decode_record(impl):
     assert got == want
     assert impl.codec.messages_from_rows(data, rows[:0]) == []
     assert impl.codec.record_from_row(data, rows[5]) == want[5]
+    assert list(impl.codec.row_messages(data, rows)) == want
+    assert list(impl.codec.row_messages(data, rows[::2])) == want[::2]  # not contiguous: copied
+    assert list(impl.codec.row_messages(data, rows[:0])) == []
+    zero = list(impl.codec.row_messages(bytearray(data), rows, copy_body=False))
+    assert [bytes(m.body) for m in zero] == [m.body for m in want]
+
+
+def test_row_messages_makes_each_message_as_it_is_asked_for(impl):
+    data = bytearray(b"".join(_record(_codec_py, queue_offset=i) for i in range(3)))
+    rows, _, _ = impl.codec.decode_batch(data)
+    it = impl.codec.row_messages(data, rows)
+    assert next(it).queue_offset == 0
+    assert [m.queue_offset for m in it] == [1, 2]
+    with pytest.raises(StopIteration):
+        next(it)
+    data.extend(b"x")  # an exhausted iterator holds no buffer
+    with pytest.raises(TypeError):
+        impl.codec.row_messages(data, rows["position"])
 
 
 @pytest.mark.parametrize(
@@ -133,6 +151,9 @@ def test_rows_pointing_outside_the_buffer_are_refused(impl, field, value):
         impl.codec.messages_from_rows(data, rows)
     with pytest.raises(ValueError, match="row does not describe a record inside this buffer"):
         impl.codec.record_from_row(data, rows[1])
+    it = impl.codec.row_messages(data, rows)
+    with pytest.raises(ValueError, match="row does not describe a record inside this buffer"):
+        list(it)
 
 
 def test_rows_whose_sums_overflow_are_refused(impl):

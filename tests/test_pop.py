@@ -503,3 +503,13 @@ def test_a_receive_reads_past_a_queue_file_end_and_filtered_units_for_its_max(tm
         got = store.receive("g", "T", 5, 60_000, tags="TagA")
         assert [bytes(r.message.body) for r in got] == [b"m4", b"m5", b"m6", b"m7", b"m9"]
         assert store.pop_status("g", "T")[0]["next"] == 10
+
+
+@pytest.mark.parametrize(
+    "group, topic, queue_id, first, count", [("g", "T", 0, 0, 1), ("%RETRY%g-1", "A_b|c", 7, 2**40, 32)]
+)
+def test_an_ack_record_is_written_as_the_general_encoder_writes_it(group, topic, queue_id, first, count):
+    from rocketstore.pop import _ACK_RANGE_JSON, _dumps
+
+    record = {"c": group, "t": topic, "q": queue_id, "so": first, "n": count}
+    assert (_ACK_RANGE_JSON % (group, count, queue_id, first, topic)).encode() == _dumps(record)

@@ -2,9 +2,12 @@
 the ConsumeQueue (§4), by offsetMsgId (§3.1); hash collisions, time bounds, index rolling,
 reopening, and bad input."""
 
+import itertools
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rocketstore import Message, MessageStore
 from rocketstore._codec_py import java_hash
@@ -513,3 +516,159 @@ def test_key_messages_bounds_checks_what_it_is_given(impl):
         impl.codec.key_messages(["100"], ok, None, *args)
     with pytest.raises(TypeError):
         impl.codec.key_messages([100], ok, None, b"T", "k", 0, 10, 10, False)
+
+
+# -- the one-call pull (codec.queue_messages, behind get_message) ---------------------------------
+
+
+def bodies(result):
+    return [m.body for m in result.messages]
+
+
+def test_a_one_call_pull_gives_what_the_careful_path_gives(tmp_path, impl):
+    # consume_queue_units=64: pulls that reach a ConsumeQueue file's end go the careful way,
+    # which goes on into the next file; both must give the same messages, offsets and units
+    with open_store(tmp_path / "store", impl) as s:
+        rs = [s.put("TopicP", b"p%d" % i, tags="t%d" % (i % 3), queue_id=0) for i in range(200)]
+        for offset, max_msgs in ((0, 32), (40, 32), (60, 8), (63, 1), (190, 32), (199, 5), (0, 500)):
+            quick = s.get_message("g", "TopicP", 0, offset, max_msgs=max_msgs)
+            careful = s.get_message("g", "TopicP", 0, offset, max_msgs=max_msgs, tags="*")
+            # a pull reads at most two ConsumeQueue files (of 64 units here)
+            expect = [b"p%d" % i for i in range(offset, min(200, offset + max_msgs, (offset // 64 + 2) * 64))]
+            for got in (quick, careful):
+                assert got.status.name == "FOUND"
+                assert bodies(got) == expect
+                assert got.next_begin_offset == offset + len(expect)
+                assert (got.min_offset, got.max_offset) == (0, 200)
+                assert got.queue_offsets.tolist() == list(range(offset, offset + len(expect)))
+                assert got.units["commitlog_offset"].tolist() == [
+                    r.commitlog_offset for r in rs[offset : offset + len(expect)]
+                ]
+                assert got.buffer_total_size == sum(r.size for r in rs[offset : offset + len(expect)])
+        # within one file, the compiled call answers; across a file's end, it leaves it
+        one = impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 32, s._segments, s._core)
+        assert [m.body for m in one[0]] == [b"p%d" % i for i in range(32)] and one[2:] == (0, 200)
+        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 60, 8, s._segments, s._core) is None
+        assert (
+            impl.codec.queue_messages(s._queues, "TopicP", 0, 199, 5, s._segments, s._core)[0][0].body
+            == b"p199"
+        )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("TopicP", True, 0, 4),
+        ("TopicP", 0, True, 4),
+        ("TopicP", 0, 0, True),
+        ("TopicP", 0, 0, 0),
+        ("TopicP", 0, 0, -1),
+        ("TopicP", 0, 0, 2**63),
+        ("TopicP", 0, 0, 4.0),
+        ("TopicP", 0, -1, 4),
+        ("TopicP", 0, 2**63, 4),
+        ("TopicP", 2**31, 0, 4),
+        ("TopicP", 0, 3, 4),  # the queue's end
+        ("TopicP", 1, 0, 4),  # no such queue
+        ("NoTopic", 0, 0, 4),
+        (b"TopicP", 0, 0, 4),
+        ("TopicP\ud800", 0, 0, 4),
+    ],
+)
+def test_queue_messages_leaves_every_unusual_case_to_the_careful_path(store, impl, args):
+    for i in range(3):
+        store.put("TopicP", b"p%d" % i, queue_id=0)
+    assert bodies(store.get_message("g", "TopicP", 0, 0)) == [b"p0", b"p1", b"p2"]
+    assert impl.codec.queue_messages(store._queues, *args, store._segments, store._core) is None
+    assert impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._segments, store._core) is None
+
+
+def test_a_damaged_unit_goes_to_the_careful_path_which_never_hands_out_another_message(tmp_path, impl):
+    with open_store(tmp_path / "store", impl) as s:
+        rs = [s.put("TopicP", b"p%d" % i, queue_id=0) for i in range(10)]
+        assert bodies(s.get_message("g", "TopicP", 0, 0, max_msgs=10)) == [b"p%d" % i for i in range(10)]
+        cq = s._queues.get("TopicP", 0)
+        mf = cq._files.files[0]
+        # unit 4 now points at message 5's record: a unit that does not point at its own record
+        mf.mm[4 * 20 : 4 * 20 + 8] = rs[5].commitlog_offset.to_bytes(8, "big")
+        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 10, s._segments, s._core) is None
+        got = s.get_message("g", "TopicP", 0, 0, max_msgs=10)
+        assert [(m.queue_offset, m.body) for m in got.messages] == [
+            (i, b"p%d" % i) for i in range(len(got.messages))
+        ]
+
+
+def test_a_following_reader_pulls_the_writers_new_messages_in_one_call(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl) as w:
+        for i in range(5):
+            w.put("TopicP", b"a%d" % i, queue_id=0)
+        w.flush()
+        with MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64) as ro:
+            assert bodies(ro.get_message("g", "TopicP", 0, 0)) == [b"a%d" % i for i in range(5)]
+            for i in range(5):
+                w.put("TopicP", b"b%d" % i, queue_id=0)
+            got = ro.get_message("g", "TopicP", 0, 5)
+            assert bodies(got) == [b"b%d" % i for i in range(5)]
+            assert got.queue_offsets.tolist() == [5, 6, 7, 8, 9] and got.next_begin_offset == 10
+            # the new units are in the reader's memory: the compiled call reads them there
+            one = impl.codec.queue_messages(ro._queues, "TopicP", 0, 6, 2, ro._segments, None)
+            assert [m.body for m in one[0]] == [b"b1", b"b2"]
+            assert bodies(ro.get_message("g", "TopicP", 0, 3, max_msgs=4)) == [b"a3", b"a4", b"b0", b"b1"]
+            # the units it found on disk are read from the files in one call too
+            disk = impl.codec.queue_messages(ro._queues, "TopicP", 0, 1, 4, ro._segments, None)
+            assert [m.body for m in disk[0]] == [b"a1", b"a2", b"a3", b"a4"] and disk[2:] == (0, 10)
+
+
+# -- reads by CommitLog offset and msgId in one call (codec.record_at, message_by_id) -------------
+
+
+def test_record_at_and_message_by_id_read_what_the_careful_path_reads(store, impl):
+    rs = [store.put("TopicR", b"r%d" % i, queue_id=0) for i in range(5)]
+    for i, r in enumerate(rs):
+        m = impl.codec.record_at(store._segments, store._core, r.commitlog_offset)
+        assert m == store._commitlog.read(r.commitlog_offset) and m.body == b"r%d" % i
+        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id) == m
+        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id.lower()) == m
+        assert store.read(r.commitlog_offset) == m and store.get_by_msg_id(r.msg_id.lower()) == m
+    inside = rs[2].commitlog_offset + 4  # not where a record starts
+    other_host = ("0A000001" + rs[2].msg_id[8:], rs[2].msg_id[:8] + "0001" + rs[2].msg_id[12:])
+    for offset in (inside, -1, 2**63, True, 1.0, rs[-1].commitlog_offset + rs[-1].size, None):
+        assert impl.codec.record_at(store._segments, store._core, offset) is None
+    for msg_id in (*other_host, rs[2].msg_id[:-1], rs[2].msg_id + "0", "Z" * 32, 12, None, "F" * 32):
+        assert impl.codec.message_by_id(store._segments, store._core, msg_id) is None
+    with pytest.raises(MessageNotFoundError):
+        store.read(inside)
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_msg_id(other_host[0])
+    with pytest.raises((TypeError, InvalidMessageIdError)):
+        store.get_by_msg_id("Z" * 32)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    counts=st.lists(st.integers(1, 90), min_size=1, max_size=4),
+    pulls=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 200)), min_size=1, max_size=12),
+)
+def test_one_call_pulls_and_careful_pulls_agree(tmp_path_factory, impl, counts, pulls):
+    # batches of puts over queue files of 64 units, then pulls from anywhere: the one-call pull
+    # (no tags) and the careful one (tags="*") must answer alike, status included
+    # (also in a following reader, whose units after its open are in its memory)
+    path = tmp_path_factory.mktemp("agree") / "store"
+    with open_store(path, impl) as s:
+        s.put_batch("TopicA", [b"first"] * 3, queue_id=0)
+        reader = MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64)
+        for n in counts:
+            s.put_batch("TopicA", [b"a%d" % i for i in range(n)], queue_id=0)
+        for (offset, max_msgs), store in zip(pulls, itertools.cycle((s, reader))):
+            quick = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs)
+            careful = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs, tags="*")
+            assert quick.status == careful.status
+            assert quick.next_begin_offset == careful.next_begin_offset
+            assert (quick.min_offset, quick.max_offset) == (careful.min_offset, careful.max_offset)
+            assert [(m.queue_offset, m.commitlog_offset, m.body) for m in quick.messages] == [
+                (m.queue_offset, m.commitlog_offset, m.body) for m in careful.messages
+            ]
+            assert quick.units.tobytes() == careful.units.tobytes()
+            assert quick.queue_offsets.tolist() == careful.queue_offsets.tolist()
+        reader.close()

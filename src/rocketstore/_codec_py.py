@@ -48,7 +48,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -80,9 +80,13 @@ __all__ = [
     "decode_batch",
     "record_from_row",
     "messages_from_rows",
+    "row_messages",
     "MessageExt",
     "pull_units",
     "queue_message",
+    "queue_messages",
+    "record_at",
+    "message_by_id",
     "key_messages",
     "key_lookup",
     "PULL_END",
@@ -981,6 +985,13 @@ def messages_from_rows(buffer, rows, *, copy_body: bool = True) -> list[MessageE
     return [record_from_row(buffer, row, copy_body=copy_body) for row in rows]
 
 
+def row_messages(buffer, rows, *, copy_body: bool = True) -> Iterator[MessageExt]:
+    """:func:`messages_from_rows` as an iterator: each message is made when it is asked for."""
+    if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
+        raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
+    return (record_from_row(buffer, row, copy_body=copy_body) for row in rows)
+
+
 def _unit_message(buf, pos, offset, size, queue_offset, topic_b, qid, tags, copy_body):
     """The message at ``buf[pos:]`` if it is a whole, CRC-valid record of this size, topic, queue
     id and queue offset whose PHYSICALOFFSET is ``offset``, else None; with ``tags`` (a set of
@@ -1420,12 +1431,15 @@ def make_offset_msg_id(host_bytes, port: int, offset: int) -> str:
     return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def _unhex(s, what):
     if not isinstance(s, str):
         raise InvalidMessageIdError(f"{what} must be a str, not {type(s).__name__}")
     if len(s) not in (32, 56):
         raise InvalidMessageIdError(f"{what} {s!r} is not 32 or 56 hex characters long")
-    if not s.isascii() or not all(c in "0123456789abcdefABCDEF" for c in s):
+    if not s.isascii() or not all(c in _HEX_DIGITS for c in s):
         raise InvalidMessageIdError(f"{what} {s!r} is not hexadecimal")
     return bytes.fromhex(s)
 
@@ -1620,28 +1634,59 @@ def _mapped(mf, readable):
     return view[:readable] if readable <= view.nbytes else None
 
 
-def _queue_unit(queues, topic, queue_id, queue_offset):
-    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
-    or None (see :func:`queue_message`)."""
+def _queue_of(queues, topic, queue_id):
+    """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
+    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
     table = getattr(queues, "_queues", None)
     if type(table) is not dict:
         return None
     cq = table.get((topic, queue_id))
-    if cq is None or cq.holes:
-        return None
-    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
-        lowest, start, cq = cq._min, cq._start, cq.disk
-        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
-            return None  # not on disk: the careful path reads the memory tail
-    byte = queue_offset * _CQ_UNIT
+    return None if cq is None or cq.holes else cq
+
+
+def _unit_file(cq, offset, n):
+    """``(file, pos)``: the file of ConsumeQueue ``cq`` that holds the ``n`` written units from
+    queue ``offset`` and where the first starts in it; None before the queue's start, or when
+    they are not all written in one file (a pull that would go on in the next file is the
+    careful path's)."""
+    byte = offset * _CQ_UNIT
     if byte < cq._min_logic:
         return None
     mf = _segment_of(cq._files.files, byte)
     if mf is None:
         return None
     pos = byte - mf.file_from_offset
-    if pos > mf.wrote_position - _CQ_UNIT:  # a file before the last is full
+    return None if (mf.wrote_position - pos) // _CQ_UNIT < n else (mf, pos)
+
+
+def _record_view(segments, core, offset):
+    """``(view, pos)``: the readable part of the segment holding CommitLog ``offset`` and where
+    ``offset`` lies in it; None when no segment holds it readable, or it is closed."""
+    seg = _segment_of(segments.files, offset)
+    if seg is None:
         return None
+    pos = offset - seg.file_from_offset
+    readable = _readable(seg, core)
+    if pos >= readable:
+        return None
+    buf = _mapped(seg, readable)
+    return None if buf is None else (buf, pos)
+
+
+def _queue_unit(queues, topic, queue_id, queue_offset):
+    """(commitlog offset, size) of the unit at ``queue_offset`` of (topic, queue_id) in its file,
+    or None (see :func:`queue_message`)."""
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
+        return None
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        lowest, start, cq = cq._min, cq._start, cq.disk
+        if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
+            return None  # not on disk: the careful path reads the memory tail
+    found = _unit_file(cq, queue_offset, 1)
+    if found is None:
+        return None
+    mf, pos = found
     view = _mapped(mf, pos + _CQ_UNIT)
     if view is None:
         return None
@@ -1673,22 +1718,129 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     if unit is None:
         return None
     offset, size = unit
-    seg = _segment_of(segments.files, offset)
-    if seg is None:
+    at = _record_view(segments, core, offset)
+    if at is None:
         return None
-    pos = offset - seg.file_from_offset
-    readable = _readable(seg, core)
-    if pos >= readable:
-        return None
-    buf = _mapped(seg, readable)
-    if buf is None:
-        return None
+    buf, pos = at
     try:
         topic_b = _topic_bytes(topic)
     except InvalidTopicError:
         return None
     m = _unit_message(buf, pos, offset, size, queue_offset, topic_b, queue_id, None, True)
     return None if m is False else m
+
+
+def _queue_run(queues, topic, queue_id, offset, max_msgs):
+    """``(units, min_offset, max_offset)`` for :func:`queue_messages`: the run of up to
+    ``max_msgs`` units from ``offset`` in one ConsumeQueue file (or a read-only store's memory
+    tail) as bytes, or None when the careful path must decide."""
+    cq = _queue_of(queues, topic, queue_id)
+    if cq is None:
+        return None
+    lo, hi = cq.min_offset, cq.max_offset
+    if not lo <= offset < hi:
+        return None  # a bound status: the careful path says which
+    n = min(max_msgs, hi - offset)
+    if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
+        start, tail = cq._start, cq._tail
+        if start is None:
+            return None
+        if offset >= start:
+            at = (offset - start) * _CQ_UNIT
+            return bytes(memoryview(tail).cast("B")[at : at + n * _CQ_UNIT]), lo, hi
+        cq = cq.disk
+        if cq is None or cq.holes or offset + n > start:
+            return None  # no disk queue, or a pull from disk into memory: the careful path
+    found = _unit_file(cq, offset, n)
+    if found is None:
+        return None
+    mf, pos = found
+    view = _mapped(mf, pos + n * _CQ_UNIT)
+    if view is None:
+        return None
+    return bytes(view[pos:]), lo, hi
+
+
+def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+    """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
+    call: ``(messages, units, min_offset, max_offset)``, with ``units`` the units read (bytes, in
+    ConsumeQueue layout). Every unit is checked as :func:`queue_message` checks one. None
+    whenever the careful path (``consume.get_message``) must decide: no such queue, an offset
+    outside it, holes, a placeholder, a unit that does not point at its record, a pull that
+    goes on into the next ConsumeQueue file, a segment gone or closed; it never raises for a
+    store's state. ``queues``, ``segments`` and ``core`` as for :func:`queue_message`."""
+    if (
+        type(topic) is not str
+        or type(queue_id) is not int
+        or type(offset) is not int
+        or type(max_msgs) is not int
+    ):
+        return None
+    if not (
+        0 <= offset <= _INT64_MAX // _CQ_UNIT
+        and _INT32_MIN <= queue_id <= _INT32_MAX
+        and 0 < max_msgs <= _INT64_MAX
+    ):
+        return None
+    run = _queue_run(queues, topic, queue_id, offset, max_msgs)
+    if run is None:
+        return None
+    units, lo, hi = run
+    try:
+        topic_b = _topic_bytes(topic)
+    except InvalidTopicError:
+        return None
+    messages = []
+    seg = buf = None
+    for i in range(len(units) // _CQ_UNIT):
+        at, size, _code = struct.unpack_from(">qiq", units, i * _CQ_UNIT)
+        if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
+            return None
+        if seg is None or not seg.file_from_offset <= at < seg.file_from_offset + seg.file_size:
+            seg = _segment_of(segments.files, at)
+            if seg is None:
+                return None
+            buf = _mapped(seg, _readable(seg, core))
+            if buf is None:
+                return None
+        m = _unit_message(buf, at - seg.file_from_offset, at, size, offset + i, topic_b, queue_id, None, True)
+        if not m:
+            return None
+        messages.append(m)
+    return messages, units, lo, hi
+
+
+def record_at(segments, core, offset):
+    """The message of the whole, CRC-valid record starting at CommitLog ``offset`` (its
+    PHYSICALOFFSET saying so), read in one call; ``segments`` and ``core`` as for
+    :func:`queue_message`. None whenever the careful path (``CommitLog.read``) must decide: not
+    an int, no such record, a segment gone or closed. It never raises for a store's state."""
+    if type(offset) is not int or not 0 <= offset <= _INT64_MAX:
+        return None
+    at = _record_view(segments, core, offset)
+    if at is None:
+        return None
+    buf, pos = at
+    reason, row = _parse(buf, pos, buf.nbytes, True)
+    if reason is not None or row[7] != offset:
+        return None
+    return _message(buf, row, True)
+
+
+def message_by_id(segments, core, msg_id):
+    """The message whose offsetMsgId (§3.1) is ``msg_id``, read in one call: the record at the
+    offset the id names, whose own id (store host, port and offset) must be ``msg_id``. None
+    whenever the careful path (``MessageStore.get_by_msg_id``) must decide: a malformed id, no
+    such record, another host's id."""
+    if type(msg_id) is not str or len(msg_id) not in (32, 56):
+        return None
+    tail = msg_id[-16:]
+    if not all(c in _HEX_DIGITS for c in tail):
+        return None
+    m = record_at(segments, core, int(tail, 16))
+    if m is None or m.msg_id != msg_id.upper():
+        return None
+    return m
 
 
 def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):

@@ -38,6 +38,7 @@ from rocketstore.errors import (
     not_stored,
 )
 from rocketstore.mapped_file import flush_timeout
+from rocketstore.message import Message
 from rocketstore.status import PutStatus
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "serve_step",
     "MAX_FRAME",
     "SwitchSafe",
+    "keyed_properties",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -63,6 +65,78 @@ POPULATE_WRITE = False
 #: The pure twin can always fail its flush thread on purpose (the compiled one only in debug builds).
 DEBUG_HOOKS = True
 _debug_sync_errno = 0
+
+
+# ---- keyed puts: TAGS and KEYS encoded straight from the arguments ----
+
+
+def _plain_text(value: object) -> Optional[bytes]:
+    """The UTF-8 of an exact, non-empty str without a separator (0x01, 0x02), else None."""
+    if type(value) is not str or not value or "\x01" in value or "\x02" in value:
+        return None
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the general path raises for it
+        return None
+
+
+def keyed_properties(tags, keys):
+    """TAGS and KEYS encoded as ``put_properties(tags, keys, None)`` encodes them (``b""`` for
+    neither), or None when either is not the plain shape (an exact, non-empty str without 0x01
+    or 0x02 that UTF-8 can encode; keys also a non-empty list or tuple of such) or the result
+    exceeds 32767 bytes: the general path then encodes or refuses them."""
+    out = b""
+    if tags is not None:
+        text = _plain_text(tags)
+        if text is None:
+            return None
+        out = b"TAGS\x01" + text + b"\x02"
+    if keys is not None:
+        if type(keys) in (list, tuple):
+            texts = [_plain_text(k) for k in keys]
+            if not texts or None in texts:
+                return None
+            text = b" ".join(texts)  # type: ignore[arg-type]  # no None: checked
+        else:
+            text = _plain_text(keys)
+            if text is None:
+                return None
+        out += b"KEYS\x01" + text + b"\x02"
+    return out if len(out) <= MAX_PROPERTIES_LENGTH else None
+
+
+def _plain_int(value: object, lo: int, hi: int) -> bool:
+    return type(value) is int and lo <= value <= hi
+
+
+def _plain_item(m: object, user_topics: Any) -> Optional[tuple[Any, ...]]:
+    """put_many's item of a plain Message (see CommitLogCore.put_plain_messages), else None."""
+    if type(m) is not Message:
+        return None
+    try:
+        topic, body, qid, flag, born = m.topic, m.body, m.queue_id, m.flag, m.born_timestamp
+        if not (
+            type(topic) is str
+            and topic in user_topics
+            and type(body) is bytes
+            and m.properties is None
+            and _plain_int(qid, -1, _INT32_MAX)
+            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
+            and _plain_int(born, _INT64_MIN, _INT64_MAX)
+            and _plain_int(m.sys_flag, 0, 0)
+            and _plain_int(m.reconsume_times, 0, 0)
+        ):
+            return None
+        props = keyed_properties(m.tags, m.keys)
+    except AttributeError:  # a slot left unset
+        return None
+    if props is None:
+        return None
+    return (topic, body, props, qid, flag, born, 0, 0, None)
+
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 # ---- the live page (see cext/live.h and rocketstore.live) ----
@@ -1286,6 +1360,31 @@ class CommitLogCore:
         elif wait == WAIT_FUTURE and results:
             return [self._finish(r, end, WAIT_FUTURE) for r in results]
         return results
+
+    def put_keyed(self, topic, body, tags, keys, queue_id=-1, flag=0, wait=-1):
+        """:meth:`put` of a message whose properties are ``tags`` and ``keys`` alone (see
+        :func:`keyed_properties`); None, having done nothing, when they are not the plain shape
+        (the caller then encodes them, or raises, on the general path)."""
+        props = keyed_properties(tags, keys)
+        if props is None:
+            return None
+        return self.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
+
+    def put_plain_messages(self, messages, user_topics, wait=-1):
+        """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects (an exact
+        Message of a topic in ``user_topics``, a bytes body, no properties, tags and keys as
+        :func:`keyed_properties` takes them, sys_flag and reconsume_times 0, queue id, flag and
+        born timestamp exact ints in range); None, having written nothing, when the batch is
+        empty or a message is not plain (the caller then takes the general path)."""
+        items = []
+        for m in messages:
+            item = _plain_item(m, user_topics)
+            if item is None:
+                return None
+            items.append(item)
+        if not items:
+            return None
+        return self.put_many(items, wait)
 
     # ---- flushing, state ----
 

@@ -244,8 +244,8 @@ class GetMessageResult:
         "min_offset",
         "max_offset",
         "messages",
-        "units",
-        "queue_offsets",
+        "_units",
+        "_queue_offsets",
     )
 
     def __init__(
@@ -255,16 +255,41 @@ class GetMessageResult:
         min_offset: int = 0,
         max_offset: int = 0,
         messages: Optional[list[MessageExt]] = None,
-        units: Optional[np.ndarray] = None,
-        queue_offsets: Optional[np.ndarray] = None,
+        units: Optional[np.ndarray | bytes] = None,
+        queue_offsets: Optional[np.ndarray | int] = None,
     ):
         self.status = status
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.messages = [] if messages is None else messages
-        self.units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else units
-        self.queue_offsets = np.empty(0, dtype=np.int64) if queue_offsets is None else queue_offsets
+        # A one-call pull hands the units over as bytes and the queue offsets as the first of a
+        # run: the arrays are made when first asked for.
+        self._units = units
+        self._queue_offsets = queue_offsets
+
+    @property
+    def units(self) -> np.ndarray:
+        """The collected units (dtype :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`)."""
+        units = self._units
+        if not isinstance(units, np.ndarray):
+            units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else np.frombuffer(units, CQ_UNIT_DTYPE)
+            self._units = units
+        return units
+
+    @property
+    def queue_offsets(self) -> np.ndarray:
+        """The queue offset of each collected unit (int64)."""
+        offsets = self._queue_offsets
+        if not isinstance(offsets, np.ndarray):
+            first = offsets
+            offsets = (
+                np.empty(0, dtype=np.int64)
+                if first is None
+                else np.arange(first, first + len(self.units), dtype=np.int64)
+            )
+            self._queue_offsets = offsets
+        return offsets
 
     @property
     def message_count(self) -> int:

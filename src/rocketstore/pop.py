@@ -380,6 +380,11 @@ def _dumps(record: dict[str, Any]) -> bytes:
     return ("{" + ",".join(parts) + "}").encode()
 
 
+#: What :func:`_dumps` writes for the acknowledgement of a range of offsets (group, count, queue
+#: id, first offset, topic), made without a dict: one is written per ``ack``.
+_ACK_RANGE_JSON = '{"c":"%s","n":%d,"q":%d,"so":%d,"t":"%s"}'
+
+
 class PopService:
     """The POP state of one writable store (see the module docstring).
 
@@ -432,16 +437,18 @@ class PopService:
 
     # ---- the log ----
 
-    def _write(self, tag: str, record: dict[str, Any]) -> Optional[FlushTimeoutError]:
-        """Append one record to the revive log. A put that stored nothing raises (then nothing
-        is applied); one that stored the record but whose flush did not confirm in time
-        (``SYNC_FLUSH``) returns that error: the record is in the log, the caller applies it."""
+    def _write(self, tag: str, record: dict[str, Any] | bytes) -> Optional[FlushTimeoutError]:
+        """Append one record (a dict, or its JSON already made) to the revive log. A put that
+        stored nothing raises (then nothing is applied); one that stored the record but whose
+        flush did not confirm in time (``SYNC_FLUSH``) returns that error: the record is in the
+        log, the caller applies it."""
         if not self._topic_ready:
             self._parts.topics.ensure(self.topic, 1, perm=PERM_READ | PERM_WRITE)
             self._topic_ready = True
+        body = record if isinstance(record, bytes) else _dumps(record)
         try:
             result = self._parts.commitlog.core.put(
-                self.topic, _dumps(record), self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
+                self.topic, body, self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
             )
         except FlushTimeoutError as exc:
             self._log_next = exc.result.queue_offset + 1
@@ -825,13 +832,19 @@ class PopService:
     ) -> Optional[FlushTimeoutError]:
         """Record and apply the acknowledgement of ``offsets`` (sorted, distinct); the flush
         timeout, if the record's flush did not confirm."""
-        record: dict[str, Any] = {"c": lane.group, "t": lane.topic, "q": lane.queue_id}
-        if offsets[-1] - offsets[0] == len(offsets) - 1:  # sorted and distinct: a range
-            record["so"], record["n"] = offsets[0], len(offsets)
+        record: dict[str, Any] | bytes
+        if offsets[-1] - offsets[0] == len(offsets) - 1 and reason is None:  # the common record
+            record = (
+                _ACK_RANGE_JSON % (lane.group, len(offsets), lane.queue_id, offsets[0], lane.topic)
+            ).encode()
         else:
-            record["aol"] = offsets
-        if reason is not None:
-            record["r"] = reason
+            record = {"c": lane.group, "t": lane.topic, "q": lane.queue_id}
+            if offsets[-1] - offsets[0] == len(offsets) - 1:  # sorted and distinct: a range
+                record["so"], record["n"] = offsets[0], len(offsets)
+            else:
+                record["aol"] = offsets
+            if reason is not None:
+                record["r"] = reason
         timeout = self._write(BATCH_ACK_TAG, record)
         self._apply_ack(lane, offsets)
         return timeout

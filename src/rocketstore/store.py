@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import logging
 import math
 import os
@@ -191,8 +192,6 @@ _SWITCH_SAFE = (
     "topic_retention",
     "retention_report",
 )
-#: iter_messages decodes this many records per compiled call (one list of messages at a time).
-_MESSAGES_PER_DECODE = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -603,6 +602,7 @@ class MessageStore:
                 start=dispatch_start,
                 end_of=weak_method(self._read_only_end),
                 delay_levels_ms=cfg.delay_levels_ms,
+                index_lazily=True,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
@@ -1208,32 +1208,46 @@ class MessageStore:
         ):
             queue_id, flag = check_put_ints(queue_id, flag)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        if tags is None and keys is None and properties is None and body is not None:
-            if delay_level is None and timer is None:
-                # the hot path: one call into the core (-1: the store's flush_disk_type decides)
-                return self._core.put(
-                    topic,
-                    body,
-                    None,
-                    queue_id,
-                    flag,
-                    0,
-                    0,
-                    0,
-                    0,
-                    None,
-                    -1 if durable is None else (1 if durable else 0),
-                )
+        if (
+            tags is None
+            and keys is None
+            and properties is None
+            and body is not None
+            and delay_level is None
+            and timer is None
+        ):
+            # the hot path: one call into the core (-1: the store's flush_disk_type decides)
+            return self._core.put(
+                topic,
+                body,
+                None,
+                queue_id,
+                flag,
+                0,
+                0,
+                0,
+                0,
+                None,
+                -1 if durable is None else (1 if durable else 0),
+            )
+        if properties is None and body is not None and delay_level is None and timer is None:
+            # tags and keys alone: encoded in the core (None: not the plain shape, see below)
+            done = self._core.put_keyed(
+                topic, body, tags, keys, queue_id, flag, -1 if durable is None else (1 if durable else 0)
+            )
+            if done is not None:
+                return done
+        if tags is None and keys is None and properties is None and body is not None and not self._closed:
             # a timer or delayed put's own hot path (rocketstore.timer, rocketstore.schedule);
-            # anything else (both, a closed or read-only store) is the general path's to refuse
+            # anything else (both, a read-only store) is the general path's to refuse
             wait = -1 if durable is None else (1 if durable else 0)
-            if delay_level is None and self._timer is not None and not self._closed:
-                done: Optional[PutResult] = self._timer.put(
+            if delay_level is None and self._timer is not None:
+                timed: Optional[PutResult] = self._timer.put(
                     self._core, topic, body, queue_id, flag, wait, deliver_at_ms, delay_ms
                 )
-                if done is not None:  # None: not a plain int, the general path decides
-                    return done
-            elif timer is None and self._schedule is not None and not self._closed:
+                if timed is not None:  # None: not a plain int, the general path decides
+                    return timed
+            elif delay_level is not None and timer is None and self._schedule is not None:
                 delayed: PutResult = self._schedule.put(
                     self._core, topic, body, queue_id, flag, wait, delay_level
                 )
@@ -1424,8 +1438,12 @@ class MessageStore:
         self._check_writable()
         # the plain messages (a known user topic, tags and keys at most) in one compiled call;
         # every other one through _message_item's full checks
-        if not isinstance(messages, (list, tuple)):
+        if type(messages) is not list:
             messages = list(messages)
+        # a batch of plain messages: read, encoded and stored in one compiled pass
+        done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
+        if done is not None:
+            return cast("BatchPutResult", done)
         items, slow = self._codec.plain_message_items(messages, self._user_topics)
         no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
         for i in slow:
@@ -1600,6 +1618,12 @@ class MessageStore:
         ``zero_copy=True``: ``body`` is a read-only memoryview into the segment map, valid for
         as long as you hold it (the map is not unmapped while it lives, even after close()).
         """
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.record_at(
+                self._segments, None if self._files_read_only else self._core, commitlog_offset
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return msg
         self._check_open()
         return self._read(commitlog_offset, zero_copy)
 
@@ -1608,6 +1632,12 @@ class MessageStore:
 
     def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
         """The message with this offsetMsgId (§3.1): 32 hex characters (IPv4) or 56 (IPv6)."""
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.message_by_id(
+                self._segments, None if self._files_read_only else self._core, msg_id
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return msg
         if not isinstance(msg_id, str):
             raise InvalidMessageIdError(f"message id must be a str, not {type(msg_id).__name__}")
         _host, _port, offset = self._codec.parse_offset_msg_id(msg_id)
@@ -1629,11 +1659,17 @@ class MessageStore:
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
         lists them). ``check_crc=False`` trusts the bytes and reads faster."""
         self._check_open()
-        decode = self._codec.messages_from_rows
+        return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
+
+    def _message_chunks(
+        self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
+    ) -> Iterator[Iterator[MessageExt]]:
+        """iter_messages' iterators, one per chunk of records: chained, each message comes
+        from a compiled iterator without a Python frame per message."""
+        rows = self._codec.row_messages
         for mf, arr in self._scan(start, end, check_crc):
             view = mf.view(0, self._readable_end(mf))
-            for at in range(0, len(arr), _MESSAGES_PER_DECODE):
-                yield from decode(view, arr[at : at + _MESSAGES_PER_DECODE], copy_body=not zero_copy)
+            yield rows(view, arr, copy_body=not zero_copy)
 
     def scan(
         self,
@@ -1772,11 +1808,41 @@ class MessageStore:
         matched): the call returns as soon as a matching message is put, by this process or
         another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
+        if wait is None and tags is None and offset is not None:
+            _check_name("group", group)
+            quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+            if quick is not None:
+                return quick
         looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
         found, seen, deadline = next(looks)
         while deadline is not None and self._wait_for_put(seen, deadline):
             found, seen, deadline = next(looks)
         return found
+
+    def _quick_pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int
+    ) -> Optional[GetMessageResult]:
+        """The common pull (every message from a given offset, all within one ConsumeQueue
+        file, nothing damaged) in one compiled call, by the rules of the careful path; None for
+        anything that path must decide (bounds, holes, filters, damage, a closed store)."""
+        if self._closed or (self._follower is not None and not self._follower.follow()):
+            return None
+        self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues,
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            self._segments,
+            None if self._files_read_only else self._core,
+        )
+        if got is None:
+            return None
+        messages, units, lo, hi = got
+        return GetMessageResult(
+            GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
+        )
 
     async def get_message_async(
         self,
@@ -1814,9 +1880,13 @@ class MessageStore:
         deadline = self._deadline(wait)
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
-            found = self._pull(
-                topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
-            )
+            found = None
+            if offset is not None and tag_filter.match_all:
+                found = self._quick_pull(topic, queue_id, offset, max_msgs)
+            if found is None:
+                found = self._pull(
+                    topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+                )
             if deadline is None or not self._may_wait(found):
                 yield found, seen, None
                 return
@@ -2085,7 +2155,7 @@ class MessageStore:
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
@@ -2107,7 +2177,7 @@ class MessageStore:
         if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: index walk, re-check and decode of each hit;
             # None for anything the checks below must decide
-            self._dispatcher.catch_up()
+            self._dispatcher.catch_up(index=True)
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
                 (self._disk_index, self._index),
                 self._segments,
@@ -2127,7 +2197,7 @@ class MessageStore:
         max_num = _check_int("max_num", max_num, 1)
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         # the index keeps store times in whole seconds from its file's begin: widen the window
         # by a second each way, then hold every record to the exact bounds
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
@@ -2170,7 +2240,7 @@ class MessageStore:
         self._check_open()
         _check_name("topic", topic)
         _check_name("unique_key", unique_key)
-        self._dispatcher.catch_up()
+        self._dispatcher.catch_up(index=True)
         begins = [0]
         try:
             begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))

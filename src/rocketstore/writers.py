@@ -237,7 +237,7 @@ class WriterServer:
                 except Exception as exc:  # a frame that does not unpickle
                     reply = _frame((False, TypeError(f"a writer call that cannot be read: {exc}")))
                     continue
-                reply = _frame(self._run(request))
+                reply = self._run(request)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             pass  # the joined writer went away, or sent what is not a call
         finally:
@@ -245,19 +245,19 @@ class WriterServer:
                 self._conns.pop(conn, None)
             conn.close()
 
-    def _run(self, request: Any) -> tuple[bool, Any]:
+    def _run(self, request: Any) -> bytes:
+        """The reply frame of one call: ``(True, result)`` or ``(False, error)``."""
         try:
             name, args, kwargs = request
             result = self._handler(name, tuple(args), dict(kwargs))
         except BaseException as exc:  # the caller's error, raised in its process
             if not isinstance(exc, Exception):
                 raise
-            return (False, _picklable(exc))
+            return _frame((False, _picklable(exc)))
         try:
-            pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            return _frame((True, result))
         except Exception as exc:
-            return (False, TypeError(f"{name}() returned what cannot be sent back: {exc}"))
-        return (True, result)
+            return _frame((False, TypeError(f"{name}() returned what cannot be sent back: {exc}")))
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop serving: each connection's call in progress (or already sent) is answered, then

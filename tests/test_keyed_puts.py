@@ -1,0 +1,266 @@
+"""Keyed puts without Python per message: ``put(topic, body, tags=, keys=)`` and ``put_messages``
+of plain :class:`Message` objects encode TAGS and KEYS in the core (``put_keyed``,
+``put_plain_messages``). They store the records the general path stores, byte for byte, and hand
+every other shape to it, so bad input raises the same typed error and writes nothing."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rocketstore import Message, MessageStore, _impl
+from rocketstore.errors import InvalidMessageError, InvalidQueueIdError, PropertiesTooLargeError
+
+TOPIC = "KeyedTopic"
+
+
+@pytest.fixture
+def store(tmp_path, impl):
+    s = MessageStore(tmp_path / "store", implementation=impl.name, dispatch_interval_ms=0)
+    s.create_topic(TOPIC, 2)
+    yield s
+    s.close()
+
+
+def stored(store, result):
+    """What the store holds of a put: properties in file order (but the generated UNIQ_KEY),
+    the record's size, body, topic and flag."""
+    m = store.read(result.commitlog_offset)
+    props = [(k, v) for k, v in m.properties.items() if k != "UNIQ_KEY"]
+    return props, m.size, bytes(m.body), m.topic, m.flag
+
+
+PLAIN_SHAPES = [
+    dict(keys="order-1"),
+    dict(tags="TagA"),
+    dict(tags="TagA", keys="k1 k2"),
+    dict(keys=["k1", "k2", "k3"]),
+    dict(keys=("only",)),
+    dict(tags="é", keys=["ключ", "鍵"]),
+    dict(tags="t" * 700, keys="k" * 900),  # longer than the compiled twin's stack buffer
+]
+
+
+@pytest.mark.parametrize("shape", PLAIN_SHAPES, ids=lambda d: ",".join(sorted(d)))
+def test_keyed_put_stores_what_the_general_path_stores(store, shape):
+    fast = store.put(TOPIC, b"body", queue_id=1, flag=7, **shape)
+    # properties={} takes the general path (the properties mapping encoded in Python)
+    general = store.put(TOPIC, b"body", queue_id=1, flag=7, properties={}, **shape)
+    assert stored(store, fast) == stored(store, general)
+    assert fast.queue_offset + 1 == general.queue_offset
+    assert store.read(fast.commitlog_offset).unique_key == fast.unique_key
+
+
+@pytest.mark.parametrize("shape", PLAIN_SHAPES, ids=lambda d: ",".join(sorted(d)))
+def test_keyed_batch_stores_what_the_general_path_stores(store, shape):
+    bodies = [b"a", b"bb", b"ccc"]
+    fast = store.put_messages([Message(TOPIC, b, **shape) for b in bodies])
+    # one message with properties sends the whole batch down the general path
+    general = store.put_messages(
+        [Message(TOPIC, b, **shape) for b in bodies] + [Message(TOPIC, b"x", properties={"p": "v"})]
+    )
+    assert [stored(store, r) for r in fast] == [stored(store, r) for r in general[:3]]
+    for r in fast:
+        assert store.read(r.commitlog_offset).unique_key == r.unique_key
+
+
+def test_keyed_batch_keeps_each_message_s_fields(store):
+    messages = [
+        Message(TOPIC, b"one", keys="a", queue_id=0, flag=3, born_timestamp=1_700_000_000_000),
+        Message(TOPIC, b"two", tags="T", queue_id=1),
+        Message(TOPIC, b"three"),
+    ]
+    results = store.put_messages(messages)
+    for m, r in zip(messages, results):
+        got = store.read(r.commitlog_offset)
+        assert (got.body, got.tags, got.keys, got.flag) == (m.body, m.tags, m.keys, m.flag)
+        if m.queue_id >= 0:
+            assert got.queue_id == m.queue_id
+    assert store.read(results[0].commitlog_offset).born_timestamp == 1_700_000_000_000
+    store._dispatcher.catch_up()
+    assert [bytes(m.body) for m in store.query_by_key(TOPIC, "a")] == [b"one"]
+
+
+BAD_SHAPES = [
+    (dict(keys=["k", 3]), InvalidMessageError),
+    (dict(keys=[]), InvalidMessageError),
+    (dict(keys=""), InvalidMessageError),
+    (dict(tags=""), InvalidMessageError),
+    (dict(keys="a\x01b"), InvalidMessageError),
+    (dict(tags="a\x02b"), InvalidMessageError),
+    (dict(keys="\ud800"), InvalidMessageError),
+    (dict(keys={"k"}), InvalidMessageError),
+    (dict(tags=5), InvalidMessageError),
+    (dict(keys="k" * 40_000), PropertiesTooLargeError),
+]
+
+
+@pytest.mark.parametrize("shape,error", BAD_SHAPES, ids=lambda x: repr(x)[:40])
+def test_bad_keys_raise_the_general_path_s_error_and_write_nothing(store, shape, error):
+    before = store.max_offset
+    with pytest.raises(error) as one:
+        store.put(TOPIC, b"body", **shape)
+    with pytest.raises(error) as general:
+        store.put(TOPIC, b"body", properties={}, **shape)
+    assert str(one.value) == str(general.value)
+    with pytest.raises(error) as batch:
+        store.put_messages([Message(TOPIC, b"fine", keys="k"), Message(TOPIC, b"body", **shape)])
+    assert str(batch.value) == str(general.value)
+    assert store.max_offset == before
+
+
+def test_a_bad_queue_id_in_a_plain_batch_writes_nothing(store):
+    before = store.max_offset
+    with pytest.raises(InvalidQueueIdError):
+        store.put_messages([Message(TOPIC, b"a", keys="k"), Message(TOPIC, b"b", keys="k", queue_id=5)])
+    assert store.max_offset == before
+
+
+def test_a_message_with_an_unset_field_is_refused_as_before(store):
+    m = Message(TOPIC, b"a", keys="k")
+    del m.keys
+    before = store.max_offset
+    with pytest.raises(AttributeError):
+        store.put_messages([Message(TOPIC, b"b", keys="k"), m])
+    assert store.max_offset == before
+
+
+NOT_PLAIN = [
+    Message(TOPIC, b"x", properties={"a": "b"}),
+    Message(TOPIC, bytearray(b"x")),
+    Message(TOPIC, b"x", sys_flag=0x4),
+    Message(TOPIC, b"x", reconsume_times=1),
+    Message(TOPIC, b"x", queue_id=np.int32(1)),
+    Message("UnseenTopic", b"x"),
+    Message(TOPIC, b"x", keys=["a", ""]),
+]
+
+
+@pytest.mark.parametrize("odd", NOT_PLAIN, ids=repr)
+def test_core_hands_a_batch_that_is_not_plain_back_untouched(store, odd):
+    core = store._core
+    before = core.wrote_offset
+    assert core.put_plain_messages([Message(TOPIC, b"fine", keys="k"), odd], {TOPIC}, 0) is None
+    assert core.put_plain_messages([], {TOPIC}, 0) is None
+    assert core.wrote_offset == before
+    # and the store stores it through the general path
+    results = store.put_messages([Message(TOPIC, b"fine", keys="k"), odd])
+    assert len(results) == 2
+
+
+def test_core_hands_keys_that_are_not_plain_back_untouched(store):
+    core = store._core
+    before = core.wrote_offset
+    for tags, keys in [(None, ["a", 1]), ("", None), (None, "\ud800"), ("x", "a\x02")]:
+        assert core.put_keyed(TOPIC, b"x", tags, keys, -1, 0, 0) is None
+    assert core.wrote_offset == before
+
+
+def test_a_subclass_of_message_takes_the_general_path(store):
+    class Tagged(Message):
+        __slots__ = ("note",)
+
+    m = Tagged(TOPIC, b"sub", keys="k")
+    r = store.put_messages([m])[0]
+    assert store.read(r.commitlog_offset).keys == "k"
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=12) | st.sampled_from(
+    ["", "a\x01", "\x02", "\ud800", "k k"]
+)
+_keys = st.none() | _text | st.lists(_text, max_size=4) | st.tuples(_text, _text) | st.integers()
+
+
+@settings(max_examples=300, deadline=None)
+@given(tags=st.none() | _text | st.integers(), keys=_keys)
+def test_twins_encode_keyed_properties_alike_and_as_put_properties(tags, keys):
+    pure = _impl.PURE.store.keyed_properties(tags, keys)
+    if _impl.COMPILED is not None:
+        assert _impl.COMPILED.store.keyed_properties(tags, keys) == pure
+    if pure is not None:
+        assert _impl.PURE.codec.put_properties(tags, keys, None) == (pure, None, -1)
+
+
+MESSAGE_CALLS = [
+    (("T", b"b"), {}),
+    (("T", b"b", "tag", ["k1", "k2"], {"p": "v"}, 1, 2, 3, 4, 5), {}),
+    (("T",), {"body": b"b", "keys": "k", "sys_flag": 8}),
+    ((), {"topic": "T", "body": b"b", "born_timestamp": 7, "reconsume_times": 1, "queue_id": 0}),
+    ((), {}),
+    (("T",), {}),
+    (("T", b"b", None, None, None, 0, -1, 0, 0, 0, "extra"), {}),
+    (("T", b"b"), {"nope": 1}),
+    (("T", b"b"), {"topic": "again"}),
+]
+
+
+@pytest.mark.parametrize("args,kwargs", MESSAGE_CALLS, ids=repr)
+def test_message_builds_as_its_pure_init_builds(args, kwargs):
+    from rocketstore import message
+
+    def pure(*a, **k):
+        m = Message.__new__(Message)
+        message._pure_message_init(m, *a, **k)
+        return m
+
+    results = []
+    for build in (Message, pure, lambda *a, **k: Message.__new__(Message).__init__(*a, **k) or "init"):
+        try:
+            m = build(*args, **kwargs)
+        except TypeError:
+            results.append(TypeError)
+        else:
+            results.append(m if m == "init" else tuple(getattr(m, n) for n in Message.__slots__))
+    if results[1] is TypeError:
+        assert results == [TypeError] * 3
+    else:
+        assert results[0] == results[1] and results[2] == "init"
+
+
+def test_message_stays_one_class_with_its_signature_and_pickling():
+    import inspect
+    import pickle
+
+    from rocketstore import message
+
+    assert Message is message.Message
+    pure = list(inspect.signature(message._pure_message_init).parameters.values())[1:]  # but self
+    assert [(p.name, p.default) for p in inspect.signature(Message).parameters.values()] == [
+        (p.name, p.default) for p in pure
+    ]
+    m = Message("T", b"body", tags="t", keys=["a", "b"], flag=3)
+    back = pickle.loads(pickle.dumps(m))
+    assert isinstance(back, Message)
+    assert [getattr(back, n) for n in Message.__slots__] == [getattr(m, n) for n in Message.__slots__]
+    m.keys = "changed"
+    assert m.keys == "changed"
+    assert repr(m).startswith("Message(topic='T'")
+
+
+def test_message_construction_follows_a_reassigned_init_and_subclasses(monkeypatch):
+    import sys
+
+    from rocketstore import message
+
+    refs = sys.getrefcount(Message)
+    made = [Message("T", b"b", keys="k") for _ in range(1000)]
+    del made
+    assert sys.getrefcount(Message) == refs  # each instance's hold on its class is released
+
+    class Audited(Message):
+        __slots__ = ()
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tags = "audited"
+
+    assert Audited("T", b"b", keys="k").tags == "audited"
+
+    def init(self, topic, body, **kwargs):
+        message._pure_message_init(self, topic, body, **kwargs)
+        self.flag = 99
+
+    monkeypatch.setattr(Message, "__init__", init)
+    assert Message("T", b"b", keys="k").flag == 99
+    monkeypatch.undo()
+    assert Message("T", b"b", keys="k").flag == 0
