@@ -2068,6 +2068,12 @@ cdef class CommitLogCore:
         """Flush everything written so far; True when done within ``timeout_ms``."""
         return self._wait(self.wrote_offset, timeout_ms) == 0
 
+    def request_flush(self, int64_t offset):
+        """Ask the flush thread to flush up to ``offset`` now, without waiting for it (a later
+        ``wait_flushed`` finds it done or under way)."""
+        if self._flusher != NULL:
+            rs_flusher_request(self._flusher, offset)
+
     def stats(self):
         cdef rs_flusher_stats s
         self._check_open()

@@ -2043,3 +2043,90 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
     if len(services) > 1:
         offsets.sort()
     return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
+
+__all__ += ["timer_properties", "timer_units", "timer_copies"]
+
+_TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def timer_properties(name, value, deliver, topic, queue_id) -> bytes:
+    """The encoded properties of a timer put with no other properties (rocketstore.timer):
+    the timer property, TIMER_OUT_MS, REAL_TOPIC and REAL_QID, in that order."""
+    return encode_properties(
+        {name: str(value), "TIMER_OUT_MS": str(deliver), "REAL_TOPIC": topic, "REAL_QID": str(queue_id)}
+    )
+
+
+def timer_units(units, first_queue_offset, segments, core) -> tuple[list, list]:
+    """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's ``units`` (a
+    CQ_UNIT_DTYPE array whose first unit has queue offset ``first_queue_offset``; placeholders
+    left out), and the indices of those whose deliver ms is None.
+
+    The deliver ms is the record's TIMER_OUT_MS (0 when it has none) when the record is read
+    here: the segment holding it is found by arithmetic (see :func:`queue_message`) and the
+    record is whole and CRC-valid, and the value is 1 .. 18 ASCII digits. Else it is None, and
+    the caller's careful path reads the record (the timer service's ``commitlog.read``)."""
+    first = _check_int(first_queue_offset, "first_queue_offset", 0, _INT64_MAX)
+    if not isinstance(units, np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
+        raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    raw = np.ascontiguousarray(units).tobytes()
+    out: list = []
+    careful: list = []
+    files = segments.files
+    for i in range(len(raw) // _CQ_UNIT):
+        offset, size, _code = struct.unpack_from(">qiq", raw, i * _CQ_UNIT)
+        if offset == 0 and size == _PLACEHOLDER_SIZE:
+            continue
+        deliver = None
+        props = _timer_record_properties(files, core, offset)
+        if props is not None:
+            text = props.get("TIMER_OUT_MS")
+            if text is None:
+                deliver = 0
+            elif _TIMER_DIGITS.fullmatch(text):
+                deliver = int(text)
+        if deliver is None:
+            careful.append(len(out))
+        out.append((deliver, first + i, offset))
+    return out, careful
+
+
+def _timer_record_properties(files, core, offset) -> Optional[dict]:
+    """The properties of the whole, CRC-valid record at ``offset``, or None (see timer_units)."""
+    seg = _segment_of(files, offset) if offset >= 0 else None
+    if seg is None:
+        return None
+    readable = _readable(seg, core)
+    pos = offset - seg.file_from_offset
+    view = _mapped(seg, readable) if pos < readable else None
+    if view is None:
+        return None
+    try:
+        return decode_record(view, pos).properties
+    except CorruptRecordError:
+        return None
+
+
+def timer_copies(
+    offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room
+) -> tuple[list, list]:
+    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``, with
+    None where the caller's careful path (the timer service's ``_copy``) decides, and the indices
+    of those None. The compiled
+    twin builds the copy of a record of the usual shape (REAL_TOPIC, REAL_QID and TIMER_OUT_MS
+    in plain digits, each property once, every piece one decode_properties keeps, nothing that
+    would not encode, REAL_TOPIC a topic by ``real_topic(raw)`` and REAL_QID one of its queues,
+    a copy within ``room``'s longest record); this twin leaves every record to the careful path,
+    which gives the same copies."""
+    _check_int(dequeue_ms, "dequeue_ms", _INT64_MIN, _INT64_MAX)
+    if type(orders) is not dict:
+        raise TypeError("orders must be a dict")
+    out: list = []
+    for offset in offsets:
+        _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+        out.append(None)
+    return out, list(range(len(out)))

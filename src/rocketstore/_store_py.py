@@ -1410,6 +1410,10 @@ class CommitLogCore:
     def flush(self, timeout_ms=-1):
         return self._wait(self.wrote_offset, timeout_ms) == 0
 
+    def request_flush(self, offset):
+        """Ask the flush thread to flush up to ``offset`` now, without waiting for it."""
+        self._flusher.request(offset)
+
     def stats(self):
         self._check_open()
         f = self._flusher

@@ -403,6 +403,28 @@ class ScheduleService:
         props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         return SCHEDULE_TOPIC, level - 1, props
 
+    def put(
+        self, core: Any, topic: str, body: Any, queue_id: int, flag: int, wait: int, delay_level: Any
+    ) -> Any:
+        """A delayed put with no tags, keys or properties (``topic`` a user topic the caller
+        checked, so not SCHEDULE_TOPIC; ``queue_id`` and ``flag`` checked ints): :meth:`rewrite`'s
+        checks, errors and properties without copying a mapping first, then the core's put."""
+        level = check_delay_level(delay_level, self.max_level)
+        topics = self._parts.topics
+        queues = topics.table.queues(topic) if queue_id < 0 else 0
+        counter = self._round_robin.get(topic) if queues else None
+        if counter is not None:  # the topic's counter (Topics.queue_for_put's) made already
+            queue_id = next(counter) % queues
+        else:  # an explicit queue, a topic not created yet, or its first put here
+            queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        if not self._schedule_topic_ready:
+            self._ensure_topic(SCHEDULE_TOPIC, self.max_level, PERM_READ | PERM_WRITE)
+            self._schedule_topic_ready = True
+        props = self._parts.commitlog.codec.encode_properties(
+            {PROPERTY_DELAY: str(level), PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue_id)}
+        )
+        return core.put(SCHEDULE_TOPIC, body, props, level - 1, flag, 0, 0, 0, 0, None, wait)
+
     # ---- delivery ----
 
     def deliver(self, now: Optional[int] = None) -> int:

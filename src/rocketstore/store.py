@@ -1238,6 +1238,21 @@ class MessageStore:
             )
             if done is not None:
                 return done
+        if tags is None and keys is None and properties is None and body is not None and not self._closed:
+            # a timer or delayed put's own hot path (rocketstore.timer, rocketstore.schedule);
+            # anything else (both, a read-only store) is the general path's to refuse
+            wait = -1 if durable is None else (1 if durable else 0)
+            if delay_level is None and self._timer is not None:
+                timed: Optional[PutResult] = self._timer.put(
+                    self._core, topic, body, queue_id, flag, wait, deliver_at_ms, delay_ms
+                )
+                if timed is not None:  # None: not a plain int, the general path decides
+                    return timed
+            elif delay_level is not None and timer is None and self._schedule is not None:
+                delayed: PutResult = self._schedule.put(
+                    self._core, topic, body, queue_id, flag, wait, delay_level
+                )
+                return delayed
         if body is None:
             return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
         return cast(

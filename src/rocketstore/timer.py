@@ -66,6 +66,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import operator
 import os
 import struct
 import threading
@@ -77,7 +78,6 @@ from typing import Any, Optional
 from rocketstore._clock import now_ms
 from rocketstore._files import fsync_dir, write_synced
 from rocketstore.configfiles import PERM_READ, PERM_WRITE
-from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidQueueIdError,
@@ -124,17 +124,19 @@ PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: The properties that make a put a timer message (MessageConst).
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
-#: At most this many copies per pass, and this many new units read per pass.
-PASS_LIMIT = 8192
-ENQUEUE_LIMIT = 65536
-#: A pass keeps at most this many records (and bytes of them) it read as new and due at once.
-KEEP_RECORDS = PASS_LIMIT
-KEEP_BYTES = 64 << 20
+#: At most this many copies per pass (besides the late ones: new units due by the watermark),
+#: and this many new units read per pass: as many as a pass can take, so that new units
+#: already due are delivered at once, not pushed into the heap and popped again.
+PASS_LIMIT = 16384
+ENQUEUE_LIMIT = 16384
+#: Units read (with their records' TIMER_OUT_MS) per codec call.
+UNITS_PER_CALL = 4096
 #: After a failed pass the thread waits this long before the next.
 RETRY_AFTER_FAILURE_MS = 1000
 FLUSH_TIMEOUT_MS = 10_000
 _JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
 _NO_KEY = (-(1 << 63), -1)  # below every key: nothing delivered yet
+_DELIVER_MS = operator.itemgetter(0)  # of a unit (deliver ms, queue offset, CommitLog offset)
 
 
 def is_timer_put(properties: Optional[Mapping[str, str]]) -> bool:
@@ -347,6 +349,7 @@ class TimerService:
         self._interval_ms = interval_ms
         self._progress = TimerProgress.in_store(parts.path)
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._codec = parts.commitlog.codec
         self._lock = threading.Lock()  # one pass at a time
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -355,6 +358,13 @@ class TimerService:
         born_v6 = ":" in (cfg.born_host or "")
         store_v6 = ":" in (cfg.store_host or "")
         self._host_extra = 12 * born_v6 + 12 * store_v6
+        #: what timer_copies needs to know of a copy's record: host bytes, a generated
+        #: UNIQ_KEY's bytes, the longest record allowed (max_message_size, a segment's room)
+        self._room = (
+            self._host_extra,
+            _UNIQ_KEY_EXTRA,
+            min(cfg.max_message_size, cfg.commitlog_file_size - 8),
+        )
         #: counters: copies put, units passed over as undeliverable, passes settled after a
         #: crash or failure, copies such a settlement found already written (not written again)
         self.delivered = self.dropped = self.reconciled = self.resumed = 0
@@ -362,6 +372,7 @@ class TimerService:
         self._heap: list[tuple[int, int, int]] = []
         self._loaded = False
         self._uncommitted = False  # the file holds the last pass's intent, not its state after
+        self._unflushed = 0  # where the last pass's copies end, until they are flushed
         with self._lock:
             self._load()
 
@@ -440,6 +451,57 @@ class TimerService:
             self._wake.set()  # the thread sleeps until a later time: let it look again
         return TIMER_TOPIC, 0, props
 
+    def put(
+        self,
+        core: Any,
+        topic: str,
+        body: Any,
+        queue_id: int,
+        flag: int,
+        wait: int,
+        deliver_at_ms: Optional[int],
+        delay_ms: Optional[int],
+    ) -> Any:
+        """A timer put with no tags, keys or properties (``topic`` a user topic the caller
+        checked, ``queue_id`` and ``flag`` checked ints): :meth:`rewrite`'s checks, errors and
+        properties, without building a dict, then the core's put. None (nothing done, the clock
+        not read) when the value is not a plain int: the general path decides."""
+        if delay_ms is None:
+            name, value = PROPERTY_TIMER_DELIVER_MS, deliver_at_ms
+        elif deliver_at_ms is None:
+            name, value = PROPERTY_TIMER_DELAY_MS, delay_ms
+        else:
+            raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
+        if value.__class__ is not int:
+            return None
+        if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
+            _check_ms("deliver_at_ms" if delay_ms is None else "delay_ms", value)
+        now = self.clock()
+        deliver = value if delay_ms is None else now + value
+        if deliver <= now:  # due already: a plain message (as 5.x stores it)
+            props = self._codec.encode_properties({name: str(value)})
+            return core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
+        if deliver - now > self.max_delay_ms:
+            raise TimerTooFarError(
+                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
+            )
+        topics = self._parts.topics
+        queues = topics.table.queues(topic) if queue_id < 0 else 0
+        counter = self._round_robin.get(topic) if queues else None
+        if counter is not None:  # the topic's counter (Topics.queue_for_put's) made already
+            queue_id = next(counter) % queues
+        else:  # an explicit queue, a topic not created yet, or its first put here
+            queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        if not self._topic_ready:
+            topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
+            self._topic_ready = True
+        due = self._next_due
+        if (due is None or deliver < due) and not self._wake.is_set():
+            self._wake.set()  # the thread sleeps until a later time: let it look again
+        # rewrite()'s properties, encoded: the timer property, TIMER_OUT_MS, REAL_TOPIC, REAL_QID
+        props = self._codec.timer_properties(name, value, deliver, topic, queue_id)
+        return core.put(TIMER_TOPIC, body, props, 0, flag, 0, 0, 0, 0, None, wait)
+
     # ---- the heap ----
 
     def _has_timers(self) -> bool:
@@ -451,46 +513,38 @@ class TimerService:
     def _queue(self) -> Any:
         return self._parts.queues.get(TIMER_TOPIC, 0)
 
-    def _read_units(
-        self, start: int, end: int, keep: Optional[dict[int, Any]] = None, due_by: int = 0
-    ) -> list[tuple[int, int, int]]:
+    def _read_units(self, start: int, end: int) -> list[tuple[int, int, int]]:
         """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's units in
         [start, end) (placeholders left out); a unit's deliver time is its record's
-        TIMER_OUT_MS, 0 (due now, dropped at delivery) when it has none or is gone. ``keep``
-        gets the records due by ``due_by``, up to KEEP_RECORDS / KEEP_BYTES, so that the pass
-        delivering them does not read them again."""
-        kept_bytes = 0
+        TIMER_OUT_MS, 0 (due now, dropped at delivery) when it has none or is gone. The codec
+        reads a chunk of units and their records in one call (``timer_units``); a unit it
+        cannot settle is read here, one record at a time."""
         cq = self._queue()
+        commitlog = self._parts.commitlog
         out: list[tuple[int, int, int]] = []
         pos = max(start, cq.min_offset) if cq is not None else end
         if cq is not None and pos > start:
             log.warning("timer queue: units %d..%d are gone (removed)", start, pos)
         while cq is not None and pos < end:
-            view = cq.units(pos, min(end - pos, 4096))
+            view = cq.units(pos, min(end - pos, UNITS_PER_CALL))
             if not len(view):
                 break
-            rows = view.tolist()
+            found, careful = self._codec.timer_units(view, pos, commitlog.segments, commitlog.core)
+            pos += len(view)
             del view
-            for i, (commitlog_offset, size, _code) in enumerate(rows):
-                if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
-                    continue
-                try:
-                    rec = self._parts.commitlog.read(commitlog_offset)
-                except MessageNotFoundError:
-                    out.append((0, pos + i, commitlog_offset))
-                    continue
-                deliver = _java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
-                out.append((deliver, pos + i, commitlog_offset))
-                if (
-                    keep is not None
-                    and deliver <= due_by
-                    and len(keep) < KEEP_RECORDS
-                    and kept_bytes < KEEP_BYTES
-                ):
-                    keep[commitlog_offset] = rec
-                    kept_bytes += rec.size
-            pos += len(rows)
+            for i in careful:
+                _none, queue_offset, commitlog_offset = found[i]
+                found[i] = (self._deliver_time(commitlog_offset), queue_offset, commitlog_offset)
+            out += found
         return out
+
+    def _deliver_time(self, commitlog_offset: int) -> int:
+        """The TIMER_OUT_MS of the record at ``commitlog_offset``; 0 when it has none or is gone."""
+        try:
+            rec = self._parts.commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            return 0
+        return _java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
 
     def _load(self) -> None:
         """Rebuild the heap from the progress file and the timer queue; settle an intent."""
@@ -556,24 +610,12 @@ class TimerService:
             cq = self._queue()
             from_q, from_w = self._enqueued, self._watermark
             end = min(cq.max_offset, from_q + ENQUEUE_LIMIT) if cq is not None else from_q
-            records: dict[int, Any] = {}
-            new = self._read_units(from_q, end, records, now) if end > from_q else []
-            late = sorted(u for u in new if (u[0], u[1]) <= from_w)
-            heap = self._heap
-            for u in new:
-                if (u[0], u[1]) > from_w:
-                    heapq.heappush(heap, u)
-                    heapq.heappush(self._offsets, u[1])
+            new = self._read_units(from_q, end) if end > from_q else []
             # an intent is settled from the units between its L and its new Q: those read in
             # this pass (from the old Q on) are among them, also a late one no heap holds
             from_first = min(self._first_pending(), from_q)
-            taken = list(late)
-            to_w = from_w
-            while heap and heap[0][0] <= now and len(taken) < PASS_LIMIT + len(late):
-                u = heapq.heappop(heap)
-                self._gone.add(u[1])
-                taken.append(u)
-                to_w = (u[0], u[1])
+            taken, to_w = self._take(new, from_w, now)
+            heap = self._heap
             self._enqueued = end
             self._watermark = to_w
             self._next_due = heap[0][0] if heap else None
@@ -584,9 +626,9 @@ class TimerService:
                 return 0, more  # only new units read: the file need not change (module docstring)
             self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
-            copies = [self._copy(u, now, records.get(u[2])) for u in taken]
-            records.clear()
+            items = self._copies(taken, now)
             core = self._parts.commitlog.core
+            self._settle()  # the last pass's copies are durable before its intent is replaced
             progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
             progress.intent = {
                 "commitlogOffset": core.wrote_offset,
@@ -598,11 +640,13 @@ class TimerService:
                 "to": (end, to_w),
             }
             progress.persist()
-            items = [c[0] for c in copies if c is not None]
             if items:
                 core.put_many(items, 0)  # stores all or raises a PutError
-                if not core.flush(FLUSH_TIMEOUT_MS):
-                    raise RuntimeError("timer delivery: the CommitLog flush timed out")
+                # Flushed while the next pass reads and builds its copies: _settle() waits for
+                # it before anything depends on these copies being durable (the next intent, the
+                # state after this pass, deliver() returning).
+                self._unflushed = core.wrote_offset
+                core.request_flush(self._unflushed)
             # The state after this pass is saved with the next pass's intent, or when the
             # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
             self._uncommitted = True
@@ -610,10 +654,103 @@ class TimerService:
             self.delivered += len(items)
             return len(items), more
 
+    def _settle(self) -> None:
+        """Wait for the flush of the last pass's copies (the lock is held); a failed or
+        timed-out flush raises, and the next pass rolls that pass forward from the file."""
+        target, self._unflushed = self._unflushed, 0
+        if target and self._parts.commitlog.core.wait_flushed(target, FLUSH_TIMEOUT_MS) != 0:
+            self._needs_reload = True
+            raise RuntimeError("timer delivery: the CommitLog flush timed out")
+
+    def _take(
+        self, new: list[tuple[int, int, int]], from_w: tuple[int, int], now: int
+    ) -> tuple[list[tuple[int, int, int]], tuple[int, int]]:
+        """(the units a pass delivers, in order, and its new watermark): every unit of ``new``
+        (read from the old Q on) with a key at most ``from_w``, then the smallest keys due at
+        ``now`` among the waiting and the other new units, at most PASS_LIMIT; the new units
+        not taken join the heap. The same as pushing every new unit and popping the due ones,
+        without the heap for the new units taken at once."""
+        # ``new`` is in queue order: a stable sort by deliver ms puts each part in key order.
+        # (A new unit's queue offset is past W's unless a power cut took units of the queue
+        # away: the key is compared whole.)
+        w_ms, w_offset = from_w
+        late = [u for u in new if u[0] < w_ms or (u[0] == w_ms and u[1] <= w_offset)]
+        if late:
+            new = [u for u in new if u[0] > w_ms or (u[0] == w_ms and u[1] > w_offset)]
+        fresh = [u for u in new if u[0] <= now]
+        later = [u for u in new if u[0] > now] if len(fresh) < len(new) else []
+        late.sort(key=_DELIVER_MS)
+        fresh.sort(key=_DELIVER_MS)
+        heap, gone, taken = self._heap, self._gone, late
+        room, i, n = PASS_LIMIT, 0, len(fresh)
+        while room:
+            if heap and heap[0][0] <= now:
+                if i < n and fresh[i] < heap[0]:
+                    u = fresh[i]
+                    i += 1
+                else:
+                    u = heapq.heappop(heap)
+                    gone.add(u[1])
+            elif i < n:  # none waiting is due: the rest of fresh, in one step
+                stop = min(n, i + room)
+                taken += fresh[i:stop]
+                u = fresh[stop - 1]
+                room -= stop - i
+                i = stop
+                break
+            else:
+                break
+            taken.append(u)
+            room -= 1
+        to_w = (u[0], u[1]) if room < PASS_LIMIT else from_w
+        rest = fresh[i:] + later
+        if len(rest) > len(heap):  # many at once: one heapify instead of a push each
+            heap += rest
+            heapq.heapify(heap)
+            self._offsets += [r[1] for r in rest]
+            heapq.heapify(self._offsets)
+        else:
+            for r in rest:
+                heapq.heappush(heap, r)
+                heapq.heappush(self._offsets, r[1])
+        return taken, to_w
+
+    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> list[tuple[Any, ...]]:
+        """The ``put_many`` items of the copies of ``units`` (the undeliverable left out, logged
+        and counted): built by the codec in one call (``timer_copies``), each it leaves (an
+        unusual record) by :meth:`_copy`."""
+        commitlog = self._parts.commitlog
+        built: tuple[list[Any], list[int]] = self._codec.timer_copies(
+            [u[2] for u in units],
+            commitlog.segments,
+            commitlog.core,
+            dequeue_ms,
+            self._real_topic,
+            _ORDER_INDICES,
+            _order_indices,
+            self._room,
+        )
+        items, careful = built
+        for i in careful:
+            copy = self._copy(units[i], dequeue_ms)
+            items[i] = copy[0] if copy is not None else None
+        if careful and None in items:
+            items = [item for item in items if item is not None]
+        return items
+
+    def _real_topic(self, raw: bytes) -> Optional[tuple[str, int]]:
+        """(topic, its queue count) of a REAL_TOPIC value that can be delivered to, else None
+        (:meth:`_copy` then says why)."""
+        topic = raw.decode("utf-8", "surrogateescape")
+        if not is_valid_topic(topic) or topic == TIMER_TOPIC:
+            return None
+        return topic, self._parts.topics.queues_for_put(topic)
+
     def _commit(self) -> None:
         """Save the state after the last pass in place of its intent (the lock is held)."""
         if not self._uncommitted or self._needs_reload:
             return
+        self._settle()
         self._needs_reload = True
         self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
         self._progress.persist()
@@ -778,6 +915,16 @@ class TimerService:
 
 
 _ORDERS: dict[tuple[str, ...], list[str]] = {}
+#: timer_copies' cache: a copy's property names (\x01-joined bytes) -> _order_indices of them
+_ORDER_INDICES: dict[bytes, tuple[int, ...]] = {}
+
+
+def _order_indices(names: tuple[str, ...]) -> tuple[int, ...]:
+    """The order of a copy's properties: the positions in ``names + (TIMER_DEQUEUE_MS,)`` (the
+    kept names, in the record's order, then the one added) of the Java HashMap's order."""
+    keys = (*names, PROPERTY_TIMER_DEQUEUE_MS)
+    where = {key: i for i, key in enumerate(keys)}
+    return tuple(where[key] for key in java_hashmap_order(keys))
 
 
 def _hashmap_order(keys: tuple[str, ...]) -> list[str]:
