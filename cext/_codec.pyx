@@ -3168,7 +3168,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     TIMER_DEQUEUE_MS (indices); ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the
     longest record allowed)``."""
     cdef _Piece pieces[_TIMER_MAX_PIECES]
-    cdef Py_ssize_t npieces, k, j, total, at, topic_len = 0
+    cdef Py_ssize_t npieces, k, j, total, topic_len = 0
     cdef rs_record rec
     cdef int64_t offset, qid, length
     cdef int64_t deq = _check_int(dequeue_ms, "dequeue_ms", INT64_MIN, INT64_MAX)
