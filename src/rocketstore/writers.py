@@ -203,12 +203,12 @@ class WriterServer:
             thread = threading.Thread(
                 target=self._serve, args=(conn,), name="rocketstore-writer", daemon=True
             )
-            with self._mutex:
+            with self._mutex:  # started under the mutex: close() never joins an unstarted thread
                 if self._closing.is_set():
                     conn.close()
                     return
                 self._conns[conn] = thread
-            thread.start()
+                thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
         step, fd = self._step, conn.fileno()
