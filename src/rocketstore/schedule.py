@@ -411,12 +411,7 @@ class ScheduleService:
         checks, errors and properties without copying a mapping first, then the core's put."""
         level = check_delay_level(delay_level, self.max_level)
         topics = self._parts.topics
-        queues = topics.table.queues(topic) if queue_id < 0 else 0
-        counter = self._round_robin.get(topic) if queues else None
-        if counter is not None:  # the topic's counter (Topics.queue_for_put's) made already
-            queue_id = next(counter) % queues
-        else:  # an explicit queue, a topic not created yet, or its first put here
-            queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
         if not self._schedule_topic_ready:
             self._ensure_topic(SCHEDULE_TOPIC, self.max_level, PERM_READ | PERM_WRITE)
             self._schedule_topic_ready = True

@@ -486,12 +486,7 @@ class TimerService:
                 f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
             )
         topics = self._parts.topics
-        queues = topics.table.queues(topic) if queue_id < 0 else 0
-        counter = self._round_robin.get(topic) if queues else None
-        if counter is not None:  # the topic's counter (Topics.queue_for_put's) made already
-            queue_id = next(counter) % queues
-        else:  # an explicit queue, a topic not created yet, or its first put here
-            queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
         if not self._topic_ready:
             topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
             self._topic_ready = True

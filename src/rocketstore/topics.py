@@ -52,6 +52,11 @@ class Topics:
         """The queue a put of ``topic`` into a system topic first (a delay level, a timer) will
         reach: ``queue_id``, or with -1 the next of ``round_robin``'s counter for the topic.
         Creates the topic as :meth:`queues_for_put`; InvalidQueueIdError past its queues."""
+        counter = round_robin.get(topic) if queue_id < 0 else None
+        if counter is not None:  # the common case: a known topic whose counter exists already
+            queues = self.table.queues(topic)
+            if queues:
+                return next(counter) % queues
         queues = self.queues_for_put(topic)
         if queue_id < 0:
             return next(round_robin.setdefault(topic, itertools.count())) % queues
