@@ -1024,6 +1024,17 @@ cdef _check_range(start, end, Py_ssize_t size):
         raise ValueError(f"range [{start}, {end}) is out of bounds for a buffer of {size} bytes")
 
 
+cdef int64_t _scan_end(object start, object end, object max_records, Py_ssize_t length) except -1:
+    """Where a scan of a ``length``-byte buffer from ``start`` ends (``end``, None: the buffer's
+    end), after checking the range and that ``max_records`` is an int (decode_batch's arguments)."""
+    if end is None:
+        end = length
+    _check_range(start, end, length)
+    if not isinstance(max_records, int):
+        raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+    return end
+
+
 def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
     """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
 
@@ -1038,14 +1049,9 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
     cdef const uint8_t *base
     _get_readable(buffer, &src)
     try:
-        if end is None:
-            end = src.len
-        _check_range(start, end, src.len)
-        if not isinstance(max_records, int):
-            raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+        c_end = _scan_end(start, end, max_records, src.len)
         pos = start
         start_pos = pos
-        c_end = end
         base = <const uint8_t *>src.buf
         # every record is at least RECORD_FIXED_LENGTH bytes: no scan finds more rows than bound.
         # A max_records above bound can never be reached, so it is no limit: clamping it to bound
@@ -1823,14 +1829,9 @@ def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_si
         PyBuffer_Release(&src)
         raise MemoryError()
     try:
-        if end is None:
-            end = src.len
-        _check_range(start, end, src.len)
-        if not isinstance(max_records, int):
-            raise TypeError(f"max_records must be an int, not {type(max_records).__name__}")
+        c_end = _scan_end(start, end, max_records, src.len)
         pos = start
         start_pos = pos
-        c_end = end
         p = <const uint8_t *>src.buf
         bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH   # as decode_batch: no more rows than this
         limit = -1
