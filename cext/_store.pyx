@@ -966,6 +966,19 @@ cdef class PutFuture:   # GC-tracked: a raised _error's traceback can point back
         return self.result()
 
 
+cdef bint _bytes_view(object data, Py_buffer *view, const uint8_t **ptr, Py_ssize_t *size) except -1:
+    """Point ``ptr``/``size`` at the bytes of ``data``: a bytes object's own, else an export into
+    ``view``; True when there is an export (the caller releases it)."""
+    if PyBytes_CheckExact(data):
+        ptr[0] = <const uint8_t *>PyBytes_AS_STRING(data)
+        size[0] = PyBytes_GET_SIZE(data)
+        return False
+    PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
+    ptr[0] = <const uint8_t *>view.buf
+    size[0] = view.len
+    return True
+
+
 cdef class CommitLogCore:
     """The append path of one CommitLog. See the module docstring; not for direct use."""
 
@@ -1554,14 +1567,7 @@ cdef class CommitLogCore:
         cdef Py_ssize_t plen = 0
         cdef bint have_p = False
         if properties is not None:
-            if PyBytes_CheckExact(properties):
-                pp = <const uint8_t *>PyBytes_AS_STRING(properties)
-                plen = PyBytes_GET_SIZE(properties)
-            else:
-                PyObject_GetBuffer(properties, &pview, PyBUF_SIMPLE)
-                have_p = True
-                pp = <const uint8_t *>pview.buf
-                plen = pview.len
+            have_p = _bytes_view(properties, &pview, &pp, &plen)
         try:
             return self._put_one(topic, body, pp, plen, queue_id, flag, born_timestamp, sys_flag,
                                  reconsume_times, prepared_transaction_offset, unique_key, wait)
@@ -1613,14 +1619,7 @@ cdef class CommitLogCore:
         qid = self._choose_queue(t, queue_id)
         if not PyBytes_CheckExact(body):
             body = contiguous(body)        # a strided view: copied (PyBUF_SIMPLE needs contiguity)
-        if PyBytes_CheckExact(body):
-            bp = <const uint8_t *>PyBytes_AS_STRING(body)
-            blen = PyBytes_GET_SIZE(body)
-        else:
-            PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE)
-            have_b = True
-            bp = <const uint8_t *>bview.buf
-            blen = bview.len
+        have_b = _bytes_view(body, &bview, &bp, &blen)
         try:
             if blen > self._max_message_size or plen > RS_MAX_PROPERTIES_LENGTH:
                 if plen > RS_MAX_PROPERTIES_LENGTH:
