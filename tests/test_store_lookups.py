@@ -525,13 +525,13 @@ def bodies(result):
     return [m.body for m in result.messages]
 
 
-def careful_get_message(store, group, topic, queue_id, offset, max_msgs):
-    """get_message by the careful path alone (the one-call pull switched off for the call)."""
-    store._quick_pull = lambda *args: None
+def careful_get_message(store, group, topic, queue_id, offset, max_msgs, tags=None):
+    """get_message by the careful path alone (the one-call pulls switched off for the call)."""
+    store._quick_pull = store._quick_tagged_pull = lambda *args: None
     try:
-        return store.get_message(group, topic, queue_id, offset, max_msgs=max_msgs)
+        return store.get_message(group, topic, queue_id, offset, max_msgs=max_msgs, tags=tags)
     finally:
-        del store._quick_pull
+        del store._quick_pull, store._quick_tagged_pull
 
 
 def test_a_one_call_pull_gives_what_the_careful_path_gives(tmp_path, impl):
@@ -657,7 +657,11 @@ def test_record_at_and_message_by_id_read_what_the_careful_path_reads(store, imp
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     counts=st.lists(st.integers(1, 90), min_size=1, max_size=4),
-    pulls=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 200)), min_size=1, max_size=12),
+    pulls=st.lists(
+        st.tuples(st.integers(0, 400), st.integers(1, 200), st.sampled_from([None, "a", "a || b", "c"])),
+        min_size=1,
+        max_size=12,
+    ),
 )
 def test_one_call_pulls_and_careful_pulls_agree(tmp_path_factory, impl, counts, pulls):
     # batches of puts over queue files of 64 units, then pulls from anywhere: the one-call pull
@@ -667,11 +671,12 @@ def test_one_call_pulls_and_careful_pulls_agree(tmp_path_factory, impl, counts, 
     with open_store(path, impl) as s:
         s.put_batch("TopicA", [b"first"] * 3, queue_id=0)
         reader = MessageStore(path, read_only=True, implementation=impl.name, consume_queue_units=64)
-        for n in counts:
-            s.put_batch("TopicA", [b"a%d" % i for i in range(n)], queue_id=0)
-        for (offset, max_msgs), store in zip(pulls, itertools.cycle((s, reader))):
-            quick = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs)
-            careful = careful_get_message(store, "g", "TopicA", 0, offset, max_msgs)
+        for k, n in enumerate(counts):  # batches tagged a, b, untagged, a, ...
+            tag = ("a", "b", None)[k % 3]
+            s.put_messages([Message("TopicA", b"a%d" % i, tags=tag, queue_id=0) for i in range(n)])
+        for (offset, max_msgs, tags), store in zip(pulls, itertools.cycle((s, reader))):
+            quick = store.get_message("g", "TopicA", 0, offset, max_msgs=max_msgs, tags=tags)
+            careful = careful_get_message(store, "g", "TopicA", 0, offset, max_msgs, tags)
             assert quick.status == careful.status
             assert quick.next_begin_offset == careful.next_begin_offset
             assert (quick.min_offset, quick.max_offset) == (careful.min_offset, careful.max_offset)

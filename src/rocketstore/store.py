@@ -56,6 +56,7 @@ from rocketstore.consume import (
     _DamagedUnit,
     get_message,
     get_units,
+    scan_budget,
 )
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
 from rocketstore.dispatch import (
@@ -1809,9 +1810,13 @@ class MessageStore:
         matched): the call returns as soon as a matching message is put, by this process or
         another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
         """
-        if wait is None and tags is None and offset is not None:
+        if wait is None and offset is not None:
             _check_name("group", group)
-            quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+            tag_filter = TagFilter.parse(tags)
+            if tag_filter.match_all:
+                quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+            else:
+                quick = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
             if quick is not None:
                 return quick
         looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
@@ -1819,6 +1824,61 @@ class MessageStore:
         while deadline is not None and self._wait_for_put(seen, deadline):
             found, seen, deadline = next(looks)
         return found
+
+    def _quick_tagged_pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: TagFilter
+    ) -> Optional[GetMessageResult]:
+        """A pull with a tag filter whose units lie in one ConsumeQueue file and whose records
+        lie in one segment, through the codec's ``pull_units`` (which the careful path runs
+        too: tagsCode filter, the real tag re-checked, every unit checked against its record)
+        without the careful path's frames. The batch must end as that path's would end it:
+        full, or at the queue's end or the scan budget with a message found; None otherwise
+        (damage, another file or segment, nothing found), and the careful path decides."""
+        if type(topic) is not str or type(queue_id) is not int or type(offset) is not int:
+            return None
+        if type(max_msgs) is not int or max_msgs < 1 or offset < 0:
+            return None
+        if self._closed or (self._follower is not None and not self._follower.follow()):
+            return None
+        self._dispatcher.catch_up()
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.holes:
+            return None
+        lo, hi = cq.min_offset, cq.max_offset
+        if not lo <= offset < hi:
+            return None
+        budget = scan_budget(max_msgs)
+        try:
+            units = cq.units(offset, budget)
+            mf = self._segments.find(int(units[0]["commitlog_offset"])) if len(units) else None
+            if mf is None:
+                return None
+            view = mf.view(0, self._readable_end(mf))
+        except (MessageNotFoundError, StoreClosedError):
+            return None
+        codec = self._codec
+        found, taken, stop, kind = codec.pull_units(
+            view,
+            mf.file_from_offset,
+            mf.file_size,
+            units,
+            0,
+            max_msgs,
+            offset,
+            topic,
+            queue_id,
+            tag_filter.code_tuple,
+            tag_filter.tags,
+        )
+        if kind == codec.PULL_FULL:
+            end = offset + stop
+        elif kind == codec.PULL_END and found and (offset + len(units) == hi or len(units) >= budget):
+            end = offset + len(units)
+        else:
+            return None
+        return GetMessageResult(
+            GetMessageStatus.FOUND, end, lo, hi, found, units[taken], offset + np.array(taken, dtype=np.int64)
+        )
 
     def _quick_pull(
         self, topic: str, queue_id: int, offset: int, max_msgs: int
@@ -1882,8 +1942,11 @@ class MessageStore:
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             found = None
-            if offset is not None and tag_filter.match_all:
-                found = self._quick_pull(topic, queue_id, offset, max_msgs)
+            if offset is not None:
+                if tag_filter.match_all:
+                    found = self._quick_pull(topic, queue_id, offset, max_msgs)
+                else:
+                    found = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
             if found is None:
                 found = self._pull(
                     topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
