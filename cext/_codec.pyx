@@ -2024,14 +2024,9 @@ cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row
 
 
 def queue_ranges(buffer, records, keys, base=None):
-    """For each (topic, queue id) among ``records`` (RECORD_DTYPE, decoded from ``buffer``), in
-    the order of its first record: that record's row, and the lowest and highest queue offset of
-    its records, as three int64 arrays ``(first, low, high)``. ``keys`` are the records'
-    :func:`queue_keys`. With ``base`` (the CommitLog offset ``buffer`` starts at) only records
-    that get a ConsumeQueue unit count: not PREPARED or ROLLBACK, and a queue offset a CommitLog
-    can hold (SCAN_NOT_CONSUMABLE, SCAN_IMPLAUSIBLE_QUEUE_OFFSET). None when two queues share a
-    key (group them exactly instead); a topic outside ``buffer`` raises CorruptRecordError. One
-    pass, no sort."""
+    """``(first, low, high)`` of each (topic, queue id) among ``records``, in one pass without a
+    sort (see the pure twin, rocketstore._codec_py.queue_ranges); None when two queues share a
+    key."""
     cdef Py_buffer src, rec_view
     cdef int64_t n, bad, groups = 0
     cdef uint64_t cap = 16

@@ -1536,6 +1536,31 @@ cdef class CommitLogCore:
             rc = rs_flusher_wait_nogil(self._flusher, target, timeout_ms)
         return rc
 
+    cdef object _reserve_or_refuse(self, int64_t[::1] lens, int wait, Py_ssize_t n):
+        """:meth:`_reserve_space` for a batch (append lock held); when no space could be had,
+        what the batch answers instead (see :meth:`_not_stored`), else None."""
+        try:
+            self._reserve_space(lens)
+        except SegmentError as exc:
+            # No segment space: nothing of the batch was written. RocketMQ answers
+            # CREATE_MAPEDFILE_FAILED; so do we.
+            return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
+        return None
+
+    cdef object _finish_many(self, list results, int64_t end, int wait):
+        """:meth:`_finish` of a batch whose last record ends at ``end``: the results, after the
+        flush a durable batch waits for (FlushTimeoutError carries them all), or their futures."""
+        cdef int rc
+        if wait < 0:
+            wait = self._default_wait
+        if wait == 1 and results:
+            rc = self._wait(end, self._sync_flush_timeout_ms)
+            if rc != 0:
+                raise flush_timeout(results, rc)
+        elif wait == 2 and results:
+            return [self._finish(r, end, 2) for r in results]
+        return results
+
     cdef object _finish(self, object result, int64_t end, int wait):
         cdef PutFuture fut
         cdef int rc
@@ -1785,10 +1810,9 @@ cdef class CommitLogCore:
             _acquire(self._lock)
             try:
                 self._check_open()
-                try:
-                    self._reserve_space(rec_lens)
-                except SegmentError as exc:
-                    return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
+                refused = self._reserve_or_refuse(rec_lens, wait, -1)
+                if refused is not None:
+                    return refused
                 (<BatchPutResult>res).first_queue_offset = t.next_offsets[qid]
                 for i in range(n):
                     bp = <const uint8_t *>whole.buf + starts[i] if have_whole else <const uint8_t *>bufs[i].buf
@@ -1871,10 +1895,9 @@ cdef class CommitLogCore:
         _acquire(self._lock)
         try:
             self._check_open()
-            try:
-                self._reserve_space(rec_lens)
-            except SegmentError as exc:
-                return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
+            refused = self._reserve_or_refuse(rec_lens, wait, n)
+            if refused is not None:
+                return refused
             for i in range(n):
                 topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = items[i]
                 r = PutResult.__new__(PutResult)
@@ -1885,15 +1908,7 @@ cdef class CommitLogCore:
         finally:
             PyThread_release_lock(self._lock)
             self._notify()
-        if wait < 0:
-            wait = self._default_wait
-        if wait == 1 and n:
-            rc = self._wait(end, self._sync_flush_timeout_ms)
-            if rc != 0:
-                raise flush_timeout(results, rc)
-        elif wait == 2 and n:
-            return [self._finish(r, end, 2) for r in results]
-        return results
+        return self._finish_many(results, end, wait)
 
     def put_plain_messages(self, list messages not None, user_topics not None, int wait=-1):
         """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects, read and
@@ -2012,10 +2027,9 @@ cdef class CommitLogCore:
             _acquire(self._lock)
             try:
                 self._check_open()
-                try:
-                    self._reserve_space(rec_lens)
-                except SegmentError as exc:
-                    return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, n)
+                refused = self._reserve_or_refuse(rec_lens, wait, n)
+                if refused is not None:
+                    return refused
                 for i in range(n):
                     row = &rows[i]
                     r = PutResult.__new__(PutResult)
@@ -2029,15 +2043,7 @@ cdef class CommitLogCore:
         finally:
             PyMem_Free(rows)
             PyMem_Free(props)
-        if wait < 0:
-            wait = self._default_wait
-        if wait == 1:
-            rc = self._wait(end, self._sync_flush_timeout_ms)
-            if rc != 0:
-                raise flush_timeout(results, rc)
-        elif wait == 2:
-            return [self._finish(r, end, 2) for r in results]
-        return results
+        return self._finish_many(results, end, wait)
 
     # ---- flushing, state ----
 

@@ -243,6 +243,18 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
     ]
 
 
+def _log_implausible(count: int, queue_offset: int, commitlog_offset: int) -> None:
+    """Say that ``count`` records of a dispatch got no unit for a queue offset :func:`plausible`
+    refuses (the first at ``commitlog_offset``)."""
+    log.error(
+        "%d record(s) with a queue offset no CommitLog can hold (damaged where no CRC "
+        "covers it), e.g. queue offset %d at commitlog offset %d: given no unit",
+        count,
+        queue_offset,
+        commitlog_offset,
+    )
+
+
 class Dispatcher:
     """Carries records from CommitLog offset ``start`` into ``queues`` and ``index``.
 
@@ -409,12 +421,8 @@ class Dispatcher:
         possible = plausible(records, base)
         if not possible.all():
             bad = np.flatnonzero(~possible)
-            log.error(
-                "%d record(s) with a queue offset no CommitLog can hold (damaged where no CRC "
-                "covers it), e.g. queue offset %d at commitlog offset %d: given no unit",
-                len(bad),
-                int(records["queue_offset"][bad[0]]),
-                base + int(records["position"][bad[0]]),
+            _log_implausible(
+                len(bad), int(records["queue_offset"][bad[0]]), base + int(records["position"][bad[0]])
             )
             keep &= possible
         rows, codes = records, info["tags_code"]
@@ -445,12 +453,7 @@ class Dispatcher:
         sys_flag, queue_offset, position = row[_SYS_FLAG], row[_QUEUE_OFFSET], row[_POSITION]
         tx = sys_flag & SYSFLAG_TRANSACTION_MASK
         if not 0 <= queue_offset <= (base + position) // RECORD_FIXED_LENGTH:
-            log.error(
-                "1 record(s) with a queue offset no CommitLog can hold (damaged where no CRC "
-                "covers it), e.g. queue offset %d at commitlog offset %d: given no unit",
-                queue_offset,
-                base + position,
-            )
+            _log_implausible(1, queue_offset, base + position)
         elif tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
             at = row[_TOPIC_POS]
             topic = bytes(memoryview(view).cast("B")[at : at + row[_TOPIC_LEN]]).decode(
@@ -659,15 +662,21 @@ class TailQueue:
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
         """One unit, as :meth:`append_many` stores it (True if written)."""
-        with self._lock:
-            if self._start is not None and not self._rebase and queue_offset == self._start + self._count:
-                # one unit at the end (a follower catching up with one put): no array work
-                self._grow(self._count + 1)
-                self._tail[self._count] = (commitlog_offset, size, tags_code)
-                self._count += 1
-                self._max_physic = commitlog_offset + size
-                return True
+        if self._append_at_end(queue_offset, commitlog_offset, size, tags_code):
+            return True
         return self.append_many((queue_offset,), (commitlog_offset,), (size,), (tags_code,)) == 1
+
+    def _append_at_end(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """One unit right at the end (a follower catching up with one put), without array work;
+        False when it is not the next unit: the general path stores it."""
+        with self._lock:
+            if self._start is None or self._rebase or queue_offset != self._start + self._count:
+                return False
+            self._grow(self._count + 1)
+            self._tail[self._count] = (commitlog_offset, size, tags_code)
+            self._count += 1
+            self._max_physic = commitlog_offset + size
+            return True
 
     def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
         q = np.asarray(queue_offsets, dtype=np.int64)
@@ -676,16 +685,8 @@ class TailQueue:
         tags = np.asarray(tags_codes, dtype=np.int64)
         if not len(q):
             return 0
-        if len(q) == 1 and self._start is not None and not self._rebase:
-            # one unit at the end (a follower catching up with one put): no array work
-            q0 = int(q[0])
-            with self._lock:
-                if q0 == self._start + self._count and self._start is not None and not self._rebase:
-                    self._grow(self._count + 1)
-                    self._tail[self._count] = (int(phys[0]), int(sz[0]), int(tags[0]))
-                    self._count += 1
-                    self._max_physic = int(phys[0]) + int(sz[0])
-                    return 1
+        if len(q) == 1 and self._append_at_end(int(q[0]), int(phys[0]), int(sz[0]), int(tags[0])):
+            return 1
         with self._lock:
             if self._start is None:
                 self._start = self._min = int(q.min())  # the first unit at a non-zero offset
