@@ -29,7 +29,8 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
 from libc.errno cimport EFAULT, EMSGSIZE, ENOSPC
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT32_MAX, INT32_MIN,
                           INT64_MAX, INT64_MIN)
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
+from posix.unistd cimport getpid
 from libc.string cimport memchr, memcpy, memset
 
 cimport cython
@@ -45,6 +46,7 @@ from rocketstore._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
 from rocketstore.mapped_file import flush_timeout, space_error
+from rocketstore.sharedappend import NotShareable, StaleTable
 from rocketstore.status import PutStatus
 
 cdef extern from "<time.h>" nogil:
@@ -102,6 +104,26 @@ cdef extern from "live.h" nogil:
     void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t slots)
     int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen, uint32_t page_seen,
                            int64_t timeout_ms)
+
+
+cdef extern from "append.h" nogil:
+    int64_t RS_AP_SIZE, RS_AP_QUEUES, RS_AP_E_NEXT, RS_AP_E_COMMITTED, RS_AP_E_NQUEUES
+    int64_t RS_AP_O_MAGIC, RS_AP_O_EPOCH, RS_AP_O_BUSY, RS_AP_O_FULL, RS_AP_O_END, RS_AP_O_LAST_TS
+    int64_t RS_AP_O_ENTRIES, RS_AP_O_SEGMENT
+    uint64_t RS_AP_MAGIC
+    uint64_t *rs_ap_u64(uint8_t *t, int64_t at)
+    int64_t *rs_ap_i64(uint8_t *t, int64_t at)
+    uint32_t *rs_ap_u32(uint8_t *t, int64_t at)
+    int32_t *rs_ap_i32(uint8_t *t, int64_t at)
+    uint64_t rs_ap_epoch(uint8_t *t)
+    int64_t rs_ap_end(uint8_t *t)
+    void rs_ap_set_end(uint8_t *t, int64_t end)
+    int rs_ap_lock(int fd)
+    int rs_ap_owner_present(int fd)
+    int rs_ap_unlock(int fd)
+    int64_t rs_ap_find(uint8_t *t, const uint8_t *name, uint32_t len)
+    int64_t rs_ap_add(uint8_t *t, const uint8_t *name, uint32_t len, int32_t nqueues)
+    void rs_ap_repair(uint8_t *t)
 
 
 cdef extern from "serve.h" nogil:
@@ -543,6 +565,7 @@ cdef inline bint _int_in(object v, int64_t lo, int64_t hi, int64_t *out):
     return True
 
 
+cdef int64_t OWNER_LOOK_MS = 20   # how often a joined writer looks that the owner lives (sharedappend)
 cdef int PUT_OK = PutStatus.PUT_OK
 cdef int CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
@@ -729,12 +752,17 @@ cdef class _Topic:
     cdef bytes name
     cdef int nqueues
     cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
-    cdef int64_t *next_offsets
+    cdef int64_t *next_offsets       # malloc'ed, or (shared) the append table's next[]
     cdef unsigned int rr
     cdef int slot                    # its live page slot (rocketstore.live.topic_slot)
+    # in the shared append table (rocketstore.sharedappend), else NULL / -1:
+    cdef int64_t *committed          # the entry's committed[]
+    cdef int32_t *shared_nq          # the entry's queue count (0: unknown)
+    cdef int dirty_lo, dirty_hi      # queues moved in the current append (-1: none)
 
     def __dealloc__(self):
-        free(self.next_offsets)
+        if self.committed == NULL:
+            free(self.next_offsets)
 
 
 @cython.no_gc   # holds only str/bytes/int and an exception without traceback: no cycles
@@ -1020,8 +1048,16 @@ cdef class CommitLogCore:
     cdef _LivePage _live             # the live page, once set_live() gave one
     cdef uint8_t *_live_page
     cdef uint64_t _live_dirty       # slots of the topics put since the last _notify
+    cdef uint8_t *_share             # the shared append table's map (rocketstore.sharedappend) or NULL
+    cdef _LivePage _share_pin        # holds that map
+    cdef int _share_fd
+    cdef uint64_t _epoch             # the table's epoch this core appends under
+    cdef bint _share_owner           # this process holds the store's lock
+    cdef list _dirty                 # shared entries moved in the current append
+    cdef int64_t _owner_seen_ms      # a joined writer's last look at the owner's presence lock
 
     def __cinit__(self):
+        self._share_fd = -1
         self._lock = PyThread_allocate_lock()
         self._props = <uint8_t *>malloc(RS_MAX_PROPERTIES_LENGTH + 64)
         if self._lock == NULL or self._props == NULL:
@@ -1153,13 +1189,196 @@ cdef class CommitLogCore:
         self._pos = offset - self._file_from
         rs_flusher_reset(self._flusher, offset)
 
+    # ---- the shared append table (rocketstore.sharedappend) ----
+    # (a joined writer looks whether the owner still lives at most every OWNER_LOOK_MS)
+
+    def share(self, table, int fd, uint64_t epoch, bint owner):
+        """Append under the shared append table ``table`` (its writable map; ``fd`` for the
+        lock) from now on. The owner (``owner``) fills it with this core's end and queue
+        offsets and gives it ``epoch``; a joined writer checks it holds ``epoch`` (StaleTable)."""
+        cdef _LivePage pin = _LivePage(table)
+        cdef uint8_t *t = <uint8_t *>pin.view.buf
+        cdef _Topic top
+        cdef int64_t at
+        cdef int err
+        if pin.view.len < RS_AP_SIZE or epoch == 0:
+            raise ValueError("not a shared append table, or epoch 0")
+        self._check_open()
+        _acquire(self._lock)
+        try:
+            with nogil:
+                err = rs_ap_lock(fd)
+            if err:
+                raise OSError(err, "cannot lock the shared append table")
+            try:
+                if owner:
+                    rs_ap_u64(t, RS_AP_O_EPOCH)[0] = 0
+                    memset(t, 0, 4096)
+                    rs_ap_u64(t, RS_AP_O_MAGIC)[0] = RS_AP_MAGIC
+                    rs_ap_i64(t, RS_AP_O_SEGMENT)[0] = self._file_size
+                    rs_ap_i64(t, RS_AP_O_END)[0] = self._file_from + self._pos
+                    rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
+                    for top in self._topics.values():
+                        self._share_topic(t, top, -1 if top.nqueues > RS_AP_QUEUES else top.nqueues)
+                    if self._queue_offsets_pending:
+                        for name, qs in self._queue_offsets_pending.items():
+                            at = rs_ap_add(t, <const uint8_t *>PyBytes_AS_STRING(name.encode()),
+                                           len(name.encode()), 0)
+                            if at >= 0:
+                                for qid, nxt in qs.items():
+                                    if 0 <= qid < RS_AP_QUEUES:
+                                        rs_ap_i64(t, at + RS_AP_E_NEXT + 8 * qid)[0] = nxt
+                                        rs_ap_i64(t, at + RS_AP_E_COMMITTED + 8 * qid)[0] = nxt
+                        self._queue_offsets_pending = None   # the table has them now
+                    rs_ap_u64(t, RS_AP_O_EPOCH)[0] = epoch
+                elif (rs_ap_u64(t, RS_AP_O_MAGIC)[0] != RS_AP_MAGIC or rs_ap_u64(t, RS_AP_O_EPOCH)[0] != epoch
+                      or rs_ap_i64(t, RS_AP_O_SEGMENT)[0] != self._file_size):
+                    raise StaleTable("the shared append table is not the owner's")
+            finally:
+                rs_ap_unlock(fd)
+            self._share = t
+            self._share_pin = pin
+            self._share_fd = fd
+            self._epoch = epoch
+            self._share_owner = owner
+            self._dirty = []
+        finally:
+            PyThread_release_lock(self._lock)
+
+    @property
+    def shared(self):
+        """Appending under a shared append table."""
+        return self._share != NULL
+
+    cdef int _share_topic(self, uint8_t *t, _Topic top, int32_t nqueues) except -1:
+        """Give ``top`` (the owner's, at share()) an entry holding its offsets; -1 marks a topic
+        the owner keeps (too many queues, or the table is full)."""
+        cdef int64_t at = rs_ap_add(t, <const uint8_t *>PyBytes_AS_STRING(top.name),
+                                    <uint32_t>PyBytes_GET_SIZE(top.name), nqueues)
+        cdef int q
+        if at < 0 or nqueues < 0:
+            return 0
+        for q in range(min(top.capacity, RS_AP_QUEUES)):
+            rs_ap_i64(t, at + RS_AP_E_NEXT + 8 * q)[0] = top.next_offsets[q]
+            rs_ap_i64(t, at + RS_AP_E_COMMITTED + 8 * q)[0] = top.next_offsets[q]
+        free(top.next_offsets)
+        self._attach_entry(t, top, at)
+        return 0
+
+    cdef inline void _attach_entry(self, uint8_t *t, _Topic top, int64_t at) noexcept:
+        top.next_offsets = rs_ap_i64(t, at + RS_AP_E_NEXT)
+        top.committed = rs_ap_i64(t, at + RS_AP_E_COMMITTED)
+        top.shared_nq = rs_ap_i32(t, at + RS_AP_E_NQUEUES)
+        top.capacity = RS_AP_QUEUES
+        top.dirty_lo = top.dirty_hi = -1
+
+    cdef int _lock_append(self) except -1:
+        """Take the append lock: this core's, and the shared table's (adopting what other
+        processes appended meanwhile). Raises StaleTable, having taken nothing, when the
+        table's epoch moved on."""
+        cdef int err
+        cdef uint8_t *t
+        _acquire(self._lock)
+        t = self._share
+        if t == NULL:
+            return 0
+        with nogil:
+            err = rs_ap_lock(self._share_fd)
+        if err:
+            PyThread_release_lock(self._lock)
+            raise OSError(err, "cannot lock the shared append table")
+        try:
+            if rs_ap_epoch(t) != self._epoch:
+                raise StaleTable("the store's writing process is opening, closing or gone")
+            if not self._share_owner:
+                now = _now_ms()
+                if now - self._owner_seen_ms >= OWNER_LOOK_MS or now < self._owner_seen_ms:
+                    if not rs_ap_owner_present(self._share_fd):
+                        raise StaleTable("the store's writing process is gone")
+                    self._owner_seen_ms = now
+            if rs_ap_u32(t, RS_AP_O_BUSY)[0] != 0:
+                rs_ap_repair(t)    # a writer died inside: its offsets and half-written bytes go
+            self._adopt(rs_ap_i64(t, RS_AP_O_END)[0], rs_ap_i64(t, RS_AP_O_LAST_TS)[0])
+            rs_ap_u32(t, RS_AP_O_BUSY)[0] = <uint32_t>getpid()
+        except BaseException:
+            rs_ap_unlock(self._share_fd)
+            PyThread_release_lock(self._lock)
+            raise
+        return 0
+
+    cdef void _unlock_append(self, bint unshare=False) noexcept:
+        """Publish what this core appended (end, queue offsets) and let go of both locks
+        (``unshare``: and append alone from now on)."""
+        cdef uint8_t *t = self._share
+        cdef _Topic top
+        cdef int q
+        if self._dirty:
+            for top in self._dirty:
+                for q in range(top.dirty_lo, top.dirty_hi + 1):
+                    top.committed[q] = top.next_offsets[q]
+                top.dirty_lo = top.dirty_hi = -1
+            del self._dirty[:]
+        if t != NULL:
+            if unshare:
+                self._share = NULL
+            rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
+            rs_ap_set_end(t, self._file_from + self._pos)
+            rs_ap_u32(t, RS_AP_O_BUSY)[0] = 0
+            self._notify()     # under the lock: every twin publishes the live page's end in order
+            rs_ap_unlock(self._share_fd)
+            PyThread_release_lock(self._lock)
+            return
+        PyThread_release_lock(self._lock)
+        self._notify()
+
+    cdef int _adopt(self, int64_t end, int64_t last_ts) except -1:
+        """Move to ``end``, where the table says whole records end (other processes appended)."""
+        cdef int64_t start
+        if last_ts > self._last_store_ts:
+            self._last_store_ts = last_ts
+        if end == self._file_from + self._pos:
+            return 0
+        start = end - end % self._file_size
+        if start != self._file_from or self._base == NULL:
+            if self._share_owner:
+                self._roll(start)          # the owner adopts every segment up to it
+            self._base = NULL              # the next append maps it (_roll_segment)
+            self._file_from = start
+            self._pos = end - start
+        else:
+            self._pos = end - start
+        rs_flusher_publish(self._flusher, end)
+        return 0
+
+    def unshare(self):
+        """Append alone from now on (the owner closing): what the others appended is adopted,
+        and the table's epoch becomes 0, so that no process appends through it any more."""
+        if self._share == NULL:
+            return
+        self._lock_append()
+        rs_ap_u64(self._share, RS_AP_O_EPOCH)[0] = 0
+        self._unlock_append(True)
+
+    def sync_shared(self):
+        """Adopt what other processes appended (the owner, before it dispatches or reads)."""
+        if self._share == NULL or self._closed:
+            return
+        if rs_ap_end(self._share) == self._file_from + self._pos:
+            return
+        self._lock_append()
+        self._unlock_append()
+
     # ---- topics and queue offsets ----
 
     cdef _Topic _topic(self, topic):
         cdef _Topic t = self._topics.get(topic)
         if t is not None:
+            if t.shared_nq != NULL and t.shared_nq[0] > 0:
+                t.nqueues = t.shared_nq[0]   # the owner changed the count
             return t
         nqueues = self._topic_lookup(topic)  # validates (InvalidTopicError); may switch threads
+        if self._share != NULL:
+            return self._shared_topic(topic, nqueues)
         t = _Topic.__new__(_Topic)
         t.name = topic.encode("utf-8")
         t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(t.name), PyBytes_GET_SIZE(t.name)) % RS_LIVE_SLOTS
@@ -1177,6 +1396,55 @@ cdef class CommitLogCore:
         # Another thread may have created the entry while the lookup ran: keep the first one,
         # or the two would hand out the same queue offsets.
         return self._topics.setdefault(topic, t)
+
+    cdef _Topic _shared_topic(self, topic, int nqueues):
+        """The entry of the shared append table for a topic new to this core: found, or added.
+        A topic the table cannot hold (full, too many queues, the owner's alone) is the owner's
+        own (a joined writer raises NotShareable: its puts go to the owner)."""
+        cdef bytes name = topic.encode("utf-8")
+        cdef _Topic t
+        cdef int64_t at
+        cdef int err
+        cdef uint8_t *tab = self._share
+        _acquire(self._lock)
+        try:
+            t = self._topics.get(topic)
+            if t is not None:
+                return t
+            with nogil:
+                err = rs_ap_lock(self._share_fd)
+            if err:
+                raise OSError(err, "cannot lock the shared append table")
+            try:
+                if rs_ap_epoch(tab) != self._epoch:
+                    raise StaleTable("the store's writing process is opening, closing or gone")
+                at = rs_ap_find(tab, <const uint8_t *>PyBytes_AS_STRING(name), <uint32_t>len(name))
+                if at < 0 and nqueues <= RS_AP_QUEUES and not rs_ap_u32(tab, RS_AP_O_FULL)[0]:
+                    at = rs_ap_add(tab, <const uint8_t *>PyBytes_AS_STRING(name), <uint32_t>len(name), nqueues)
+                elif at >= 0 and rs_ap_i32(tab, at + RS_AP_E_NQUEUES)[0] < 0:
+                    at = -1
+                if at < 0 and not self._share_owner:
+                    raise NotShareable(f"topic {topic!r} is not in the shared append table")
+            finally:
+                rs_ap_unlock(self._share_fd)
+            t = _Topic.__new__(_Topic)
+            t.name = name
+            t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(name), len(name)) % RS_LIVE_SLOTS
+            t.nqueues = nqueues
+            t.dirty_lo = t.dirty_hi = -1
+            if at >= 0:
+                self._attach_entry(tab, t, at)
+                if t.shared_nq[0] == 0:
+                    t.shared_nq[0] = nqueues
+            else:      # the owner's alone
+                t.capacity = max(1, nqueues)
+                t.next_offsets = <int64_t *>calloc(t.capacity, sizeof(int64_t))
+                if t.next_offsets == NULL:
+                    raise MemoryError()
+            self._topics[topic] = t
+            return t
+        finally:
+            PyThread_release_lock(self._lock)
 
     def set_queue_offset(self, str topic, int queue_id, int64_t next_offset):
         """Set the next queue offset of (topic, queue_id) (after recovery)."""
@@ -1215,7 +1483,10 @@ cdef class CommitLogCore:
             t = self._topics.get(topic)
             if t is None:
                 return
-            if nqueues > t.capacity:
+            if t.committed != NULL:   # in the shared table: it holds RS_AP_QUEUES queues
+                nqueues = min(nqueues, RS_AP_QUEUES)
+                t.shared_nq[0] = nqueues
+            elif nqueues > t.capacity:
                 grown = <int64_t *>realloc(t.next_offsets, sizeof(int64_t) * nqueues)
                 if grown == NULL:
                     raise MemoryError()
@@ -1503,6 +1774,14 @@ cdef class CommitLogCore:
         self._live_dirty |= (<uint64_t>1) << t.slot
         if consumes_offset:
             t.next_offsets[queue_id] += 1
+            if t.committed != NULL:     # published with the end when the append lock goes
+                if t.dirty_hi < 0:
+                    self._dirty.append(t)
+                    t.dirty_lo = t.dirty_hi = queue_id
+                elif queue_id < t.dirty_lo:
+                    t.dirty_lo = queue_id
+                elif queue_id > t.dirty_hi:
+                    t.dirty_hi = queue_id
         self.puts += 1
 
         out._status = PUT_OK
@@ -1658,7 +1937,7 @@ cdef class CommitLogCore:
             else:
                 crc = rs_body_crc(bp, blen)
             result = PutResult.__new__(PutResult)
-            _acquire(self._lock)
+            self._lock_append()
             try:
                 self._check_open()
                 end = self._append(t, qid, bp, <int32_t>blen, crc, pp, <int32_t>plen, unique_key,
@@ -1669,8 +1948,7 @@ cdef class CommitLogCore:
                 # record was written. RocketMQ answers CREATE_MAPEDFILE_FAILED; so do we.
                 return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
             finally:
-                PyThread_release_lock(self._lock)
-                self._notify()
+                self._unlock_append()
         finally:
             if have_b:
                 PyBuffer_Release(&bview)
@@ -1807,7 +2085,7 @@ cdef class CommitLogCore:
             if n:
                 uniq = uniq_arr
             scratch = PutResult.__new__(PutResult)
-            _acquire(self._lock)
+            self._lock_append()
             try:
                 self._check_open()
                 refused = self._reserve_or_refuse(rec_lens, wait, -1)
@@ -1824,8 +2102,7 @@ cdef class CommitLogCore:
                     c_times[i] = scratch.store_timestamp
                     memcpy(&uniq[i, 0], scratch._uniq_raw, uniq_len)
             finally:
-                PyThread_release_lock(self._lock)
-                self._notify()
+                self._unlock_append()
         finally:
             if have_p:
                 PyBuffer_Release(&pview)
@@ -1892,7 +2169,7 @@ cdef class CommitLogCore:
             rec_lens[i] = length
             crcs.append(rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(body), len(body)))
         self._check_open()
-        _acquire(self._lock)
+        self._lock_append()
         try:
             self._check_open()
             refused = self._reserve_or_refuse(rec_lens, wait, n)
@@ -1906,8 +2183,7 @@ cdef class CommitLogCore:
                                    unique_key, flag, born_ts, sys_flag, reconsume, 0, <PutResult>r)
                 results.append(r)
         finally:
-            PyThread_release_lock(self._lock)
-            self._notify()
+            self._unlock_append()
         return self._finish_many(results, end, wait)
 
     def put_plain_messages(self, list messages not None, user_topics not None, int wait=-1):
@@ -2024,7 +2300,7 @@ cdef class CommitLogCore:
             # 3. stored whole or not at all, as put_many
             results = [None] * n
             self._check_open()
-            _acquire(self._lock)
+            self._lock_append()
             try:
                 self._check_open()
                 refused = self._reserve_or_refuse(rec_lens, wait, n)
@@ -2038,8 +2314,7 @@ cdef class CommitLogCore:
                                        0, 0, 0, r)
                     results[i] = r
             finally:
-                PyThread_release_lock(self._lock)
-                self._notify()
+                self._unlock_append()
         finally:
             PyMem_Free(rows)
             PyMem_Free(props)
@@ -2049,6 +2324,8 @@ cdef class CommitLogCore:
 
     @property
     def wrote_offset(self):
+        if self._share != NULL and self._share_owner and not self._closed:
+            self.sync_shared()   # the others' records are the owner's to dispatch
         return rs_flusher_wrote(self._flusher)
 
     @property

@@ -32,10 +32,15 @@ static inline int64_t *rs_live_i64(uint8_t *page, int at) { return (int64_t *)(p
 /* Writer: whole records of the topics in `slots` (a bit per slot) were put; the slots' words
  * move and their waiters wake, then the page's. */
 static inline void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t slots) {
-    if (__atomic_load_n(rs_live_i64(page, RS_LIVE_WROTE), __ATOMIC_ACQUIRE) == wrote)
+    int64_t *at = rs_live_i64(page, RS_LIVE_WROTE);
+    int64_t seen = __atomic_load_n(at, __ATOMIC_ACQUIRE);
+    if (seen == wrote)
         return;
     int always = __atomic_load_n(rs_live_u32(page, RS_LIVE_ALWAYS_WAKE), __ATOMIC_RELAXED) != 0;
-    __atomic_store_n(rs_live_i64(page, RS_LIVE_WROTE), wrote, __ATOMIC_RELEASE);
+    /* Only ever forward: writers of several processes (rocketstore.sharedappend) publish in turn,
+     * and one that publishes late must not take back another's end. */
+    while (seen < wrote && !__atomic_compare_exchange_n(at, &seen, wrote, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
     for (int i = 0; i < RS_LIVE_SLOTS; i++) {
         if (!(slots >> i & 1))
             continue;

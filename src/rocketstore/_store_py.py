@@ -6,6 +6,7 @@ Same public names and behaviour as the compiled module (see cext/_store.pyx), bu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -22,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore import sharedappend as _ap
 from rocketstore._checks import batch_lengths, contiguous
 from rocketstore._clock import month_bounds
 from rocketstore._clock import now_ms as _now_ms
@@ -274,10 +276,12 @@ def live_wait(page: Any, seen: int, timeout_ms: int) -> bool:
 
 def _live_publish(page: Any, wrote: int, slot: int = -1) -> None:
     """Whole records end at ``wrote``; one of them (if ``slot`` >= 0) of a topic of that slot."""
-    if struct.unpack_from("<q", page, _LIVE_WROTE)[0] == wrote:
+    seen = struct.unpack_from("<q", page, _LIVE_WROTE)[0]
+    if seen == wrote:
         return  # nothing new (a failed put, a close): no byte of the page changes
     always = struct.unpack_from("<I", page, _LIVE_ALWAYS_WAKE)[0]
-    struct.pack_into("<q", page, _LIVE_WROTE, wrote)
+    if seen < wrote:  # only ever forward (writers of several processes publish in turn)
+        struct.pack_into("<q", page, _LIVE_WROTE, wrote)
     words = [(_LIVE_SLOT0 + 8 * slot, _LIVE_SLOT0 + 8 * slot + 4)] if slot >= 0 else []
     for at, waiters_at in [*words, (_LIVE_SEQ, _LIVE_WAITERS)]:
         word = ctypes.c_uint32.from_buffer(page, at)
@@ -746,14 +750,25 @@ class _Flusher:
 
 
 class _Topic:
-    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot")
+    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot", "committed", "entry", "dirty")
 
     def __init__(self, name, nqueues):
         self.name = name.encode("utf-8")
         self.slot = _body_crc(self.name) % _LIVE_SLOTS  # its live page slot
         self.nqueues = nqueues
-        self.next_offsets = [0] * max(1, nqueues)
+        self.next_offsets: Any = [0] * max(1, nqueues)
         self.rr = 0
+        # in the shared append table (rocketstore.sharedappend): its next[] and committed[] as
+        # int64 views, the entry's offset, and the queues moved in the current append
+        self.committed: Any = None
+        self.entry = -1
+        self.dirty = set()
+
+    def attach(self, table, at):
+        whole = memoryview(table)
+        self.next_offsets = whole[at + _ap.E_NEXT : at + _ap.E_NEXT + 8 * _ap.QUEUES].cast("q")
+        self.committed = whole[at + _ap.E_COMMITTED : at + _ap.E_COMMITTED + 8 * _ap.QUEUES].cast("q")
+        self.entry = at
 
 
 _PROP_CRC_NAME = b"__CRC32#\x01"
@@ -820,6 +835,12 @@ class CommitLogCore:
         self._watcher = None
         self._closed = False
         self._refusal = None  # while set (disk full), every put is refused with it
+        self._share: Any = None  # the shared append table's map (rocketstore.sharedappend), or None
+        self._share_fd = -1
+        self._epoch = 0
+        self._share_owner = False
+        self._dirty = []  # shared entries moved in the current append
+        self._owner_seen_ms = 0  # a joined writer's last look at the owner's presence lock
         self.puts = 0
         self.durable_waits = 0
         self.refused_puts = 0
@@ -876,13 +897,172 @@ class CommitLogCore:
     def _topic(self, topic):
         t = self._topics.get(topic)
         if t is not None:
+            if t.entry >= 0:
+                shared = struct.unpack_from("<i", self._share, t.entry + _ap.E_NQUEUES)[0]
+                if shared > 0:
+                    t.nqueues = shared  # the owner changed the count
             return t
-        t = _Topic(topic, self._topic_lookup(topic))
+        nqueues = self._topic_lookup(topic)
+        if self._share is not None:
+            return self._shared_topic(topic, nqueues)
+        t = _Topic(topic, nqueues)
         for qid, nxt in self._pending.pop(topic, {}).items():
             if 0 <= qid < t.nqueues:
                 t.next_offsets[qid] = nxt
         # another thread may have created the entry meanwhile: keep the first one
         return self._topics.setdefault(topic, t)
+
+    # ---- the shared append table (rocketstore.sharedappend) ----
+
+    def share(self, table, fd, epoch, owner):
+        """See the compiled twin."""
+        if len(table) < _ap.SIZE or epoch == 0:
+            raise ValueError("not a shared append table, or epoch 0")
+        self._check_open()
+        with self._lock:
+            _ap.lock(fd)
+            try:
+                if owner:
+                    struct.pack_into("<Q", table, _ap.O_EPOCH, 0)
+                    table[0:4096] = bytes(4096)
+                    struct.pack_into("<Q", table, _ap.O_MAGIC, _ap.MAGIC)
+                    struct.pack_into("<q", table, _ap.O_SEGMENT, self._file_size)
+                    struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
+                    struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
+                    for t in list(self._topics.values()):
+                        at = _ap.add(table, t.name, -1 if t.nqueues > _ap.QUEUES else t.nqueues)
+                        if at < 0 or t.nqueues > _ap.QUEUES:
+                            continue
+                        old = list(t.next_offsets)[: _ap.QUEUES]
+                        t.attach(table, at)
+                        for q, nxt in enumerate(old):
+                            t.next_offsets[q] = t.committed[q] = nxt
+                    for name, qs in self._pending.items():
+                        at = _ap.add(table, name.encode(), 0)
+                        if at >= 0:
+                            for q, nxt in qs.items():
+                                if 0 <= q < _ap.QUEUES:
+                                    struct.pack_into("<q", table, at + _ap.E_NEXT + 8 * q, nxt)
+                                    struct.pack_into("<q", table, at + _ap.E_COMMITTED + 8 * q, nxt)
+                    self._pending = {}
+                    struct.pack_into("<Q", table, _ap.O_EPOCH, epoch)
+                elif struct.unpack_from("<QQ", table, _ap.O_MAGIC) != (_ap.MAGIC, epoch) or (
+                    struct.unpack_from("<q", table, _ap.O_SEGMENT)[0] != self._file_size
+                ):
+                    raise _ap.StaleTable("the shared append table is not the owner's")
+            finally:
+                _ap.unlock(fd)
+            self._share = table
+            self._share_fd = fd
+            self._epoch = epoch
+            self._share_owner = owner
+            self._dirty = []
+
+    @property
+    def shared(self):
+        return self._share is not None
+
+    def _shared_topic(self, topic, nqueues):
+        name = topic.encode("utf-8")
+        table = self._share
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is not None:
+                return t
+            _ap.lock(self._share_fd)
+            try:
+                if struct.unpack_from("<Q", table, _ap.O_EPOCH)[0] != self._epoch:
+                    raise _ap.StaleTable("the store's writing process is opening, closing or gone")
+                at = _ap.find(table, name)
+                if at < 0 and nqueues <= _ap.QUEUES and not struct.unpack_from("<I", table, _ap.O_FULL)[0]:
+                    at = _ap.add(table, name, nqueues)
+                elif at >= 0 and struct.unpack_from("<i", table, at + _ap.E_NQUEUES)[0] < 0:
+                    at = -1
+                if at < 0 and not self._share_owner:
+                    raise _ap.NotShareable(f"topic {topic!r} is not in the shared append table")
+            finally:
+                _ap.unlock(self._share_fd)
+            t = _Topic(topic, nqueues)
+            if at >= 0:
+                t.attach(table, at)
+                if struct.unpack_from("<i", table, at + _ap.E_NQUEUES)[0] == 0:
+                    struct.pack_into("<i", table, at + _ap.E_NQUEUES, nqueues)
+            self._topics[topic] = t
+            return t
+
+    @contextlib.contextmanager
+    def _appending(self):
+        """The append lock: this core's, and the shared table's (adopting what other processes
+        appended meanwhile; StaleTable, having taken nothing, when its epoch moved on)."""
+        with self._lock:
+            table = self._share
+            if table is None:
+                try:
+                    yield
+                finally:
+                    self._commit_dirty()  # an owner that stopped sharing: its entries stay
+                return
+            _ap.lock(self._share_fd)
+            try:
+                if struct.unpack_from("<Q", table, _ap.O_EPOCH)[0] != self._epoch:
+                    raise _ap.StaleTable("the store's writing process is opening, closing or gone")
+                if not self._share_owner:
+                    now = _now_ms()
+                    if not 0 <= now - self._owner_seen_ms < _ap.OWNER_LOOK_MS:
+                        if not _ap.owner_present(self._share_fd):
+                            raise _ap.StaleTable("the store's writing process is gone")
+                        self._owner_seen_ms = now
+                if struct.unpack_from("<I", table, _ap.O_BUSY)[0]:
+                    _ap.repair(table)  # a writer died inside: its offsets and half-written bytes go
+                end, last_ts = struct.unpack_from("<qq", table, _ap.O_END)
+                self._adopt(end, last_ts)
+                struct.pack_into("<I", table, _ap.O_BUSY, os.getpid())
+                try:
+                    yield
+                finally:
+                    self._commit_dirty()
+                    struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
+                    struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
+                    struct.pack_into("<I", table, _ap.O_BUSY, 0)
+            finally:
+                _ap.unlock(self._share_fd)
+
+    def _commit_dirty(self):
+        for t in self._dirty:
+            for q in t.dirty:
+                t.committed[q] = t.next_offsets[q]
+            t.dirty.clear()
+        self._dirty.clear()
+
+    def _adopt(self, end, last_ts):
+        self._last_store_ts = max(self._last_store_ts, last_ts)
+        if end == self._file_from + self._pos:
+            return
+        start = end - end % self._file_size
+        if start != self._file_from or self._mm is None:
+            if self._share_owner:
+                self._roll(start)
+            self._mm = None
+            self._file_from = start
+        self._pos = end - start
+        self._publish(end)
+
+    def unshare(self):
+        """See the compiled twin."""
+        with self._lock:
+            if self._share is None:
+                return
+            with self._appending():
+                struct.pack_into("<Q", self._share, _ap.O_EPOCH, 0)
+            self._share = None
+
+    def sync_shared(self):
+        if self._share is None or self._closed:
+            return
+        if struct.unpack_from("<q", self._share, _ap.O_END)[0] == self._file_from + self._pos:
+            return
+        with self._appending():
+            pass
 
     def set_queue_offset(self, topic, queue_id, next_offset):
         t = self._topics.get(topic)
@@ -913,7 +1093,10 @@ class CommitLogCore:
             if t is None:
                 return
             have = len(t.next_offsets)
-            if nqueues > have:
+            if t.entry >= 0:  # in the shared table: it holds QUEUES queues
+                nqueues = min(nqueues, _ap.QUEUES)
+                struct.pack_into("<i", self._share, t.entry + _ap.E_NQUEUES, nqueues)
+            elif nqueues > have:
                 t.next_offsets.extend([0] * (nqueues - have))
                 pending = self._pending.get(topic, {})
                 for qid in range(have, nqueues):
@@ -1125,6 +1308,10 @@ class CommitLogCore:
             _live_publish(self._live, end, t.slot)
         if consumes:
             t.next_offsets[queue_id] += 1
+            if t.committed is not None:  # published with the end when the append lock goes
+                if not t.dirty:
+                    self._dirty.append(t)
+                t.dirty.add(queue_id)
         self.puts += 1
         out.commitlog_offset = physical
         out.size = length
@@ -1189,7 +1376,7 @@ class CommitLogCore:
             )
         length = self._validate(t, len(body), props, unique_key, sys_flag)
         crc = _body_crc(body)
-        with self._lock:
+        with self._appending():
             self._check_open()
             try:
                 result, end = self._append(
@@ -1272,7 +1459,7 @@ class CommitLogCore:
         sizes = np.empty(n, dtype=np.int32)
         keys = []
         end = 0
-        with self._lock:
+        with self._appending():
             self._check_open()
             try:
                 self._reserve_space(lengths_)
@@ -1344,7 +1531,7 @@ class CommitLogCore:
             wait = self._default_wait
         results = []
         end = 0
-        with self._lock:
+        with self._appending():
             self._check_open()
             try:
                 self._reserve_space([args[-1] for args in checked])
@@ -1390,6 +1577,8 @@ class CommitLogCore:
 
     @property
     def wrote_offset(self):
+        if self._share is not None and self._share_owner and not self._closed:
+            self.sync_shared()  # the others' records are the owner's to dispatch
         return self._flusher.wrote
 
     @property

@@ -70,6 +70,8 @@ class AppendCore(Protocol):
     def stats(self) -> dict[str, Any]: ...
     def forget_topic(self, topic: str) -> None: ...
     def refuse_puts(self, error: Optional[BaseException]) -> None: ...
+    def share(self, table: Any, fd: int, epoch: int, owner: bool) -> None: ...
+    def unshare(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -409,8 +411,14 @@ class CommitLog:
     def roll(self, start: int) -> tuple[Any, int]:
         """The core's callback when it fills a segment: the map and descriptor of the segment at
         ``start`` (created now unless prepared), and the next one prepared in the background."""
-        mf = self.segments.segment_at(start)
+        segments = self.segments
         core = self.core
+        if segments.shared:
+            # the owner adopting segments other processes made: each is flushed here too
+            while segments.files and segments.files[-1].end_offset < start:
+                between = segments.segment_at(segments.files[-1].end_offset)
+                core.add_segment(between.mm, between.file_from_offset, between.fd)
+        mf = segments.segment_at(start)
         self.segments.prepare_next(
             on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd)
         )

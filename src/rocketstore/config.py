@@ -215,6 +215,10 @@ class StoreConfig:
     #: when that process ends) rather than raising ``StoreLockedError``. The process that writes
     #: keeps its own options; a joining process's write options are not used.
     shared_writers: bool = True
+    #: Whether the puts of joined writers (``put`` and ``put_batch``) append in their own
+    #: process under one cross-process lock, as LMDB's writers do (``rocketstore.sharedappend``;
+    #: Linux), rather than run in the writing process. The writing process's option decides.
+    shared_append: bool = True
     #: How long a joining writer waits for the writing process to finish opening (recovering)
     #: the store before ``StoreLockedError`` (s).
     writer_wait_s: float = 300.0
@@ -278,6 +282,8 @@ class StoreConfig:
             raise StoreConfigError("pop_snapshot_interval_ms must be an int, 0 or more")
         if not isinstance(self.shared_writers, bool):
             raise StoreConfigError("shared_writers must be a bool")
+        if not isinstance(self.shared_append, bool):
+            raise StoreConfigError("shared_append must be a bool")
         if not _is_number(self.writer_wait_s) or not 0 <= self.writer_wait_s <= 1e6:
             raise StoreConfigError("writer_wait_s must be a number of seconds, 0 to 1e6")
         if self.store_host is None:

@@ -161,10 +161,13 @@ class MappedFile:
         file_from_offset: int,
         file_size: int,
         *,
-        create: bool = False,
+        create: bool | str = False,
         read_only: bool = False,
         preallocate: bool = True,
     ):
+        """``create``: True makes a new file (FileExistsError if there is one); ``"shared"``
+        makes it unless another writer process did (rocketstore.sharedappend: under the shared
+        append lock), and then maps that one."""
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -173,14 +176,16 @@ class MappedFile:
         self.destroyed = False
         self.mm = None  # type: ignore[assignment]  # until mapped below
         flags = os.O_RDONLY if read_only else os.O_RDWR
-        if create:
+        if create is True:
             flags |= os.O_CREAT | os.O_EXCL
+        elif create == "shared":
+            flags |= os.O_CREAT
         try:
             self.fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise space_error(exc.errno, "cannot open segment", path) from exc
         try:
-            if create:
+            if create is True or (create == "shared" and os.fstat(self.fd).st_size == 0):
                 _size_new_file(self.fd, file_size, preallocate)
             actual = os.fstat(self.fd).st_size
             if actual != file_size:
@@ -191,7 +196,7 @@ class MappedFile:
             self.mm = mmap.mmap(self.fd, file_size, access=access)
         except OSError as exc:
             os.close(self.fd)
-            if create:
+            if create is True:
                 try:
                     os.unlink(path)
                 except OSError:
@@ -272,6 +277,18 @@ class MappedFileQueue:
         self._next: Optional[MappedFile] = None
         self._next_error: Optional[BaseException] = None
         self._preparing: Optional[threading.Thread] = None
+        #: Writers of several processes append (rocketstore.sharedappend): a segment is created
+        #: under the shared append lock, or found made by another process; none ahead of time.
+        self.shared = False
+
+    def share(self) -> None:
+        """From now on segments are made as :attr:`shared` says (a preparation under way ends
+        first)."""
+        with self._lock:
+            self.shared = True
+            thread = self._preparing
+        if thread is not None:
+            thread.join()
 
     def load(self) -> None:
         """Map every segment in the directory, checking names, sizes and contiguity."""
@@ -359,19 +376,30 @@ class MappedFileQueue:
                 if mf is not None and mf.file_from_offset == start:
                     return mf
                 raise SegmentError(f"no segment starts at {start}")
+            if self.shared:
+                # other processes may have made it and those before it: each is mapped here too
+                while self.files and self.files[-1].end_offset < start:
+                    self.files.append(self._shared_segment(self.files[-1].end_offset))
             if self.files and start != self.files[-1].end_offset:
                 raise SegmentError(f"segment at {start} would leave a gap after {self.files[-1].end_offset}")
             nxt = self._take_prepared(start)
             if nxt is None:
-                nxt = MappedFile(
-                    os.path.join(self.directory, offset_to_file_name(start)),
-                    start,
-                    self.file_size,
-                    create=True,
-                    preallocate=self.preallocate,
-                )
+                if self.shared:
+                    nxt = self._shared_segment(start)
+                else:
+                    nxt = MappedFile(
+                        os.path.join(self.directory, offset_to_file_name(start)),
+                        start,
+                        self.file_size,
+                        create=True,
+                        preallocate=self.preallocate,
+                    )
             self.files.append(nxt)
             return nxt
+
+    def _shared_segment(self, start: int) -> MappedFile:
+        path = os.path.join(self.directory, offset_to_file_name(start))
+        return MappedFile(path, start, self.file_size, create="shared", preallocate=self.preallocate)
 
     def _take_prepared(self, start: int) -> Optional[MappedFile]:
         thread = self._preparing
@@ -387,7 +415,7 @@ class MappedFileQueue:
     def prepare_next(self, on_ready: Optional[Callable[[MappedFile], object]] = None) -> None:
         """Create the segment after the last one in the background (AllocateMappedFileService)."""
         with self._lock:
-            if self._preparing is not None or self._next is not None or not self.files:
+            if self._preparing is not None or self._next is not None or not self.files or self.shared:
                 return
             start = self.files[-1].end_offset
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import itertools
 import logging
 import math
@@ -39,7 +40,7 @@ from typing import (
 
 import numpy as np
 
-from rocketstore import _impl
+from rocketstore import _impl, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
@@ -71,6 +72,7 @@ from rocketstore.errors import (
     InvalidMessageIdError,
     InvalidTimerError,
     MessageNotFoundError,
+    RocketStoreError,
     StoreClosedError,
     StoreConfigError,
     StoreLockedError,
@@ -80,7 +82,7 @@ from rocketstore.errors import (
 from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile
+from rocketstore.mapped_file import MappedFile, close_map
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -152,6 +154,8 @@ _REPEATABLE = frozenset(
         "persist_offsets",
         "clean",
         "flush",
+        "_share_append",
+        "_topic_queues",
     )
 )
 #: Every call a joined writer's store has the writing process run: those, and the ones whose
@@ -372,6 +376,11 @@ class MessageStore:
         self._lock = StoreLock(self.path)
         self._server: Optional[WriterServer] = None  # serving joined writers (this process writes)
         self._remote: Optional[WriterClient] = None  # the process this one's writes go to
+        # rocketstore.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
+        # for it; a joined store's own appender (None: not asked yet, False: none to be had)
+        self._append_table: Optional[tuple[int, Any, int]] = None
+        self._sharing_stopped = False
+        self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
@@ -413,10 +422,16 @@ class MessageStore:
         if self._server is not None:
             self._server.ready()
         for name in _FORWARDED:
+            if name.startswith("_"):
+                continue  # the joined store's own machinery asks for these (sharedappend)
             if self._remote is not None:
                 self.__dict__[name] = _Forwarder(self, name)
             else:
                 self.__dict__.pop(name, None)
+        self._appender = None
+        self._sharing_stopped = False
+        if self._remote is not None:
+            self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
@@ -532,6 +547,114 @@ class MessageStore:
             finally:
                 self._switching = False
 
+    # ---- several writer processes appending (rocketstore.sharedappend) ----
+
+    #: The writing process's options a joined writer's own appends use.
+    _APPEND_OPTIONS = (
+        "store_host",
+        "store_port",
+        "born_host",
+        "born_port",
+        "max_message_size",
+        "append_prop_crc",
+        "flush_disk_type",
+        "flush_interval_ms",
+        "flush_least_pages",
+        "flush_thorough_interval_ms",
+        "sync_flush_timeout_ms",
+    )
+
+    def _share_append(self) -> Optional[dict[str, Any]]:
+        """A joined writer asks to append in its own process: the shared table's epoch and the
+        options its records take, or None (``shared_append`` off, not possible here, closing)."""
+        cfg = self.config
+        if not cfg.shared_append or not sharedappend.supported() or self._files_read_only:
+            return None
+        with self._mutex:
+            self._check_open()
+            if self._sharing_stopped or self._remote is not None:
+                return None
+            if self._append_table is None:
+                table = sharedappend.open_table(self.path, create=True)
+                if table is None:
+                    return None
+                fd, mm = table
+                epoch = random.getrandbits(63) | 1
+                try:
+                    sharedappend.hold_presence(fd)
+                    self._segments.share()
+                    self._core.share(mm, fd, epoch, True)
+                except BaseException:
+                    close_map(mm)
+                    os.close(fd)
+                    raise
+                self._append_table = (fd, mm, epoch)
+            options = {name: getattr(cfg, name) for name in self._APPEND_OPTIONS}
+            return {"epoch": self._append_table[2], "options": options}
+
+    def _stop_sharing(self) -> None:
+        """Joined writers append nothing more themselves (the owner closing): what they appended
+        is adopted first; their next puts come here, then to the next owner."""
+        self._sharing_stopped = True
+        core = getattr(self, "_core", None)
+        if self._files_read_only or self._remote is not None or self._read_only_asked:
+            return
+        if self._append_table is not None and core is not None:
+            core.unshare()
+        # its epoch is 0 (unshare, or this open's invalidate): a writer that still maps it appends
+        # nothing, and the store directory holds what a broker's does again
+        sharedappend.remove(self.path)
+
+    def _close_append_table(self) -> None:
+        table, self._append_table = self._append_table, None
+        if table is not None:
+            close_map(table[1])
+            os.close(table[0])
+
+    def _joined_appender(self) -> Any:
+        """This joined store's own appender (sharedappend.JoinedAppender), or False."""
+        appender = self._appender
+        if appender is not None:
+            return appender
+        with self._mutex:
+            if self._appender is not None:
+                return self._appender
+            self._appender = False
+            live = self._live
+            if self._remote is None or live is None or not live.writable or not sharedappend.supported():
+                return False
+            info = self._forward("_share_append", (), {})
+            if not info or self._remote is None:  # off, or this process became the writer
+                return False
+            config = dataclasses.replace(self.config, **info["options"])
+            try:
+                self._appender = sharedappend.JoinedAppender(
+                    self.path,
+                    config,
+                    self._impl.store,
+                    live.mm,
+                    info["epoch"],
+                    _uniq_prefix(config),
+                    weak_method(self._joined_topic_queues, _closed_error),
+                )
+            except (sharedappend.StaleTable, OSError, RocketStoreError) as exc:
+                _log.warning(
+                    "store %s: joined writer appends through the writing process: %s", self.path, exc
+                )
+            return self._appender
+
+    def _joined_topic_queues(self, topic: str) -> int:
+        queues: int = self._forward("_topic_queues", (topic,), {})
+        return queues
+
+    def _drop_appender(self) -> None:
+        """The owner this store's appender joined is gone or closing: appends go through it (or
+        the next one) again."""
+        with self._mutex:
+            appender, self._appender = self._appender, False
+        if appender:
+            appender.close()
+
     # ---- open / close ----
 
     def _detect_config(self, commitlog_dir: str) -> StoreConfig:
@@ -553,6 +676,9 @@ class MessageStore:
         self._abort_path = os.path.join(self.path, "abort")
         self.last_shutdown_clean = not os.path.exists(self._abort_path)
         if not self._files_read_only:
+            # Writers that joined an owner gone by now append nothing from here (they send their
+            # puts here once this open serves them); one appending now finishes first.
+            sharedappend.invalidate(self.path)
             # From here until a clean close, an interruption (a crash, a kill during this very
             # recovery) makes the next open an abnormal one.
             os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
@@ -609,16 +735,10 @@ class MessageStore:
                 self._follower.wrote = commitlog.end
             return
 
-        pid = os.getpid() & 0xFFFF
-        uniq_prefix = (
-            host_to_bytes(cfg.born_host or "")
-            + pid.to_bytes(2, "big")
-            + random.getrandbits(32).to_bytes(4, "big")
-        )
         self._core = core = commitlog.start_appending(
             end,
             queue_offsets,
-            uniq_prefix,
+            _uniq_prefix(cfg),
             topic_lookup=weak_method(self._topic_queues, _closed_error),
             roll=weak_method(commitlog.roll, _closed_error),
         )
@@ -895,6 +1015,7 @@ class MessageStore:
         when it is collected."""
         if getattr(self, "_closed", True):
             return
+        self._stop_sharing()  # joined writers' own appends first: they now come here
         if self._server is not None:
             # the joined writers' calls in progress first; their next ones go to the next owner
             self._server.close()
@@ -929,6 +1050,9 @@ class MessageStore:
                 errors.append(exc)
                 return False
 
+        run(self._stop_sharing)
+        if self._appender:
+            run(self._drop_appender)
         if not keep_link:
             run(self._close_links)
 
@@ -943,6 +1067,7 @@ class MessageStore:
             durable = run(self._dispatcher.catch_up)
         if writable and core is not None:
             durable = run(core.close) and durable
+        run(self._close_append_table)
         durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
             durable = run(self._final_checkpoint)
@@ -2464,6 +2589,56 @@ class _Forwarder:
         return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
 
 
+class _JoinedPut:
+    """A joined writer's ``put``: plain, tagged and keyed puts append in this process under the
+    shared append lock (rocketstore.sharedappend); anything else, and every put while that is
+    not possible, runs in the writing process."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = weakref.ref(store)
+
+    def __call__(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
+        store = self._store()
+        if store is None:
+            _closed_error()
+        if (
+            topic.__class__ is str
+            and body is not None
+            and kwargs.get("properties") is None
+            and kwargs.get("delay_level") is None
+            and kwargs.get("deliver_at_ms") is None
+            and kwargs.get("delay_ms") is None
+            and _JOINED_PUT_ARGS.issuperset(kwargs)
+        ):
+            appender = store._joined_appender()
+            if appender:
+                check_user_topic(topic)
+                queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+                durable = kwargs.get("durable")
+                wait = -1 if durable is None else (1 if durable else 0)
+                tags, keys = kwargs.get("tags"), kwargs.get("keys")
+                try:
+                    if tags is None and keys is None:
+                        return appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
+                    done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, wait)
+                    if done is not None:
+                        return done
+                except sharedappend.StaleTable:
+                    store._drop_appender()  # the owner is closing or gone: through it, or the next
+                except sharedappend.NotShareable:
+                    pass
+        return store._forward(
+            "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
+        )
+
+
+_JOINED_PUT_ARGS = frozenset(
+    ("tags", "keys", "properties", "queue_id", "flag", "durable", "delay_level", "deliver_at_ms", "delay_ms")
+)
+
+
 def _sendable_value(value: Any) -> Any:
     """``value`` as it can be pickled to the writing process: memoryviews as bytes (also in a
     list), an iterator as a list."""
@@ -2480,6 +2655,17 @@ def _sendable_value(value: Any) -> Any:
 
 def _sendable(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(_sendable_value(a) for a in args)
+
+
+def _uniq_prefix(cfg: StoreConfig) -> bytes:
+    """The first bytes of the UNIQ_KEYs this process makes (spec §3.2): host, pid, a random
+    "class loader" hash."""
+    pid = os.getpid() & 0xFFFF
+    return (
+        host_to_bytes(cfg.born_host or "")
+        + pid.to_bytes(2, "big")
+        + random.getrandbits(32).to_bytes(4, "big")
+    )
 
 
 def _check_mapping(properties: object) -> Optional[Mapping[str, str]]:

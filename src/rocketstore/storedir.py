@@ -44,6 +44,7 @@ _EARLY_STORE_ENTRIES = {
     "abort": (False, 0),
     "checkpoint": (False, CHECKPOINT_SIZE),
     "rocketstore-live": (False, 4096),  # rocketstore.live's page (LIVE_SIZE)
+    "rocketstore-append": (False, 64 << 20),  # rocketstore.sharedappend's table (SIZE)
     "rocketstore-groups": (True, 0),  # rocketstore.group's members and offsets
     ".spark-staging": (True, 0),
 }  # the Spark sink stages parts before it opens
@@ -55,6 +56,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
     A store is a directory whose ``commitlog/`` directory holds only segments (20-digit names),
     as a Java broker's does; or, before its first segment, a ``config/`` directory of JSON
     files beside nothing but rocketstore's own files (``lock``, ``abort``, ``checkpoint``, ``rocketstore-live``,
+    ``rocketstore-append``,
     ``consumequeue/``, ``index/``, the Spark sink's ``.spark-staging/``). A missing or empty
     directory is where a writable open creates a store. Anything else raises
     :class:`NotAStoreError`; a read-only open of a missing path raises FileNotFoundError.

@@ -1,0 +1,300 @@
+"""Several writer processes appending themselves: the shared append table.
+
+A store opened for writing by several processes (``shared_writers``, rocketstore.writers) has
+one **owner**, the process holding the store's lock. The others **join** it. Most calls of a
+joined process run in the owner, but its puts (``put`` and ``put_batch`` of plain, tagged and
+keyed messages) append to the CommitLog **in the joined process itself**, as LMDB's writers do,
+under one cross-process lock. What the processes share lives in ``<store>/rocketstore-append``
+(a file a Java broker ignores; sparse, a few pages written):
+
+* the lock: an open-file-description lock (``F_OFD_SETLKW``) on the file's first byte. The
+  kernel drops it when its holder dies, so a writer killed inside an append wedges nobody;
+* where whole records end, the last store timestamp;
+* each topic's next queue offsets, and a committed copy of them. A writer moves the next
+  offsets as it appends and copies them to the committed ones, with the new end, before it lets
+  go. A writer killed in between leaves ``busy`` set: the next one restores the next offsets
+  from the committed ones and appends from the published end, over what the dead one half
+  wrote. So no queue offset is given twice and none is skipped;
+* ``epoch``: the owner's generation. An opening owner sets it to 0 before it recovers the
+  store (a joined writer then appends nothing and sends its puts to the owner, which tells it
+  when the owner is gone), and to its own once it shares. A clean close sets it to 0 again.
+
+Layout (little-endian; ``cext/append.h`` is the compiled side)::
+
+    header, 4096 bytes
+      0  u64 magic "RSAPPND1"        8  u64 epoch          16 u32 busy (pid inside)
+     20  u32 full (no entry can be added)                   24 i64 end of whole records
+     32  i64 last store timestamp   40  u32 entries        48 i64 segment size
+    entry i at 4096 + i * 20480
+      0  u32 name length             4  i32 queue count (0: ask the owner; -1: the owner's alone)
+      8  name (at most 128 bytes)
+   4096  i64 next offset of queue 0 .. 1023
+  12288  i64 committed next offset of queue 0 .. 1023
+
+The owner's dispatcher indexes every process's records: the owner looks at the table's end
+whenever it dispatches or reads, and adopts the segments the others created. A durable put of
+a joined process waits for its own process's flush (one ``fdatasync`` of the segment covers the
+records of every process before it). Everything else a joined process writes (topics, offsets,
+POP, timers, delays, ``put_messages``) still runs in the owner.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any, Optional
+
+from rocketstore._background import weak_method
+from rocketstore.mapped_file import MappedFile, close_map, offset_to_file_name
+
+__all__ = [
+    "APPEND_NAME",
+    "SIZE",
+    "supported",
+    "open_table",
+    "lock",
+    "unlock",
+    "invalidate",
+    "remove",
+    "StaleTable",
+    "NotShareable",
+    "JoinedAppender",
+]
+
+APPEND_NAME = "rocketstore-append"
+SIZE = 64 << 20
+HEAD = 4096
+ENTRY = 20480
+QUEUES = 1024
+MAX_ENTRIES = (SIZE - HEAD) // ENTRY
+MAGIC = 0x31444E5050415352  # b"RSAPPND1" little-endian
+
+O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS, O_ENTRIES, O_SEGMENT = 0, 8, 16, 20, 24, 32, 40, 48
+E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
+
+#: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
+_FLOCK = struct.Struct("hhqqi4x")
+
+
+class StaleTable(Exception):
+    """The table's epoch is not the one this writer joined under: it appended nothing (the
+    owner is opening, closed or gone; the caller sends the put to the owner instead)."""
+
+
+class NotShareable(Exception):
+    """A topic the table has no entry for and cannot get one (full; too many queues): its puts
+    go to the owner."""
+
+
+def supported() -> bool:
+    """Open-file-description locks exist (Linux): else joined writers send puts to the owner."""
+    import fcntl
+
+    return sys.platform.startswith("linux") and hasattr(fcntl, "F_OFD_SETLKW")
+
+
+def lock(fd: int) -> None:
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+
+
+def unlock(fd: int) -> None:
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0))
+
+
+#: How often a joined writer looks that the owner still holds its presence lock (ms).
+OWNER_LOOK_MS = 20
+
+
+def hold_presence(fd: int) -> None:
+    """The owner's presence lock (a read lock on byte 1), held for as long as it shares: the
+    kernel drops it when the owner dies, and joined writers then stop appending."""
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 1, 1, 0))
+
+
+def owner_present(fd: int) -> bool:
+    import fcntl
+
+    got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 1, 1, 0))
+    return bool(_FLOCK.unpack(got)[0] != fcntl.F_UNLCK)
+
+
+def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
+    """The table's descriptor and writable map (``create``: made when missing), or None when
+    there is none to join."""
+    path = os.path.join(root, APPEND_NAME)
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o644)
+    except FileNotFoundError:
+        return None
+    try:
+        if os.fstat(fd).st_size != SIZE:
+            if not create:
+                os.close(fd)
+                return None
+            os.ftruncate(fd, SIZE)  # never shrunk: other processes may map it
+        mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, mm
+
+
+def invalidate(root: str) -> None:
+    """Epoch 0, under the lock: joined writers stop appending (an owner opening or closing).
+    Waits for an append in progress to end."""
+    if not supported():
+        return
+    table = open_table(root, create=False)
+    if table is None:
+        return
+    fd, mm = table
+    try:
+        lock(fd)
+        try:
+            struct.pack_into("<Q", mm, O_EPOCH, 0)
+        finally:
+            unlock(fd)
+    finally:
+        mm.close()
+        os.close(fd)
+
+
+def remove(root: str) -> None:
+    """Delete the table (the owner closing, after its epoch became 0)."""
+    try:
+        os.unlink(os.path.join(root, APPEND_NAME))
+    except FileNotFoundError:
+        pass
+
+
+# ---- the pure twin's view of the table (the compiled core reads it in C) ----
+
+
+def find(mm: mmap.mmap, name: bytes) -> int:
+    """The entry named ``name``'s byte offset, or -1."""
+    n = min(struct.unpack_from("<I", mm, O_ENTRIES)[0], MAX_ENTRIES)
+    for i in range(n):
+        at = HEAD + i * ENTRY
+        length = struct.unpack_from("<I", mm, at + E_NAME_LEN)[0]
+        if length == len(name) and mm[at + E_NAME : at + E_NAME + length] == name:
+            return at
+    return -1
+
+
+def add(mm: mmap.mmap, name: bytes, nqueues: int) -> int:
+    """A new entry's byte offset (offsets 0), or -1 when full (the table says so from then)."""
+    n = int(struct.unpack_from("<I", mm, O_ENTRIES)[0])
+    if len(name) > 128 or n >= MAX_ENTRIES:
+        struct.pack_into("<I", mm, O_FULL, 1)
+        return -1
+    at = HEAD + n * ENTRY
+    mm[at : at + ENTRY] = bytes(ENTRY)
+    mm[at + E_NAME : at + E_NAME + len(name)] = name
+    struct.pack_into("<i", mm, at + E_NQUEUES, nqueues)
+    struct.pack_into("<I", mm, at + E_NAME_LEN, len(name))
+    struct.pack_into("<I", mm, O_ENTRIES, n + 1)
+    return at
+
+
+def repair(mm: mmap.mmap) -> None:
+    """After a writer died inside: every next offset back to its committed one."""
+    n = min(struct.unpack_from("<I", mm, O_ENTRIES)[0], MAX_ENTRIES)
+    for i in range(n):
+        at = HEAD + i * ENTRY
+        mm[at + E_NEXT : at + E_NEXT + 8 * QUEUES] = mm[at + E_COMMITTED : at + E_COMMITTED + 8 * QUEUES]
+    struct.pack_into("<I", mm, O_BUSY, 0)
+
+
+class JoinedAppender:
+    """A joined process's own append core: it appends under the owner's table, to segments it
+    maps itself (made under the shared lock when no process made them yet)."""
+
+    def __init__(
+        self,
+        root: str,
+        config: Any,
+        store_module: Any,
+        live_map: mmap.mmap,
+        epoch: int,
+        uniq_prefix: bytes,
+        topic_lookup: Callable[[str], int],
+    ) -> None:
+        from rocketstore.config import SYNC_FLUSH
+        from rocketstore.message import host_to_bytes
+
+        table = open_table(root, create=False)
+        if table is None:
+            raise StaleTable("the store has no shared append table")
+        self._fd, self._table = table
+        self._directory = os.path.join(root, "commitlog")
+        self._size = config.commitlog_file_size
+        self._preallocate = not getattr(store_module, "POPULATE_WRITE", False)
+        self._segments: dict[int, MappedFile] = {}
+        end = struct.unpack_from("<q", self._table, O_END)[0]
+        try:
+            self.core = store_module.CommitLogCore(
+                file_size=config.commitlog_file_size,
+                start_offset=end,
+                store_host=host_to_bytes(config.store_host or ""),
+                store_port=config.store_port,
+                born_host=host_to_bytes(config.born_host or ""),
+                born_port=config.born_port,
+                uniq_prefix=uniq_prefix,
+                max_message_size=config.max_message_size,
+                topic_lookup=topic_lookup,
+                roll=weak_method(self._roll, _closed),
+                flush_interval_ms=config.flush_interval_ms,
+                flush_least_pages=config.flush_least_pages,
+                flush_thorough_ms=config.flush_thorough_interval_ms,
+                prefault_bytes=0,
+                sync_flush_timeout_ms=config.sync_flush_timeout_ms,
+                default_wait=1 if config.flush_disk_type == SYNC_FLUSH else 0,
+            )
+            self.core.append_prop_crc = config.append_prop_crc
+            self.core.set_live(live_map)
+            self.core.share(self._table, self._fd, epoch, False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _roll(self, start: int) -> tuple[Any, int]:
+        """The core's callback: the segment at ``start`` (under the shared lock: made now unless
+        another process made it). Segments this process is done with are let go."""
+        mf = self._segments.get(start)
+        if mf is None:
+            path = os.path.join(self._directory, offset_to_file_name(start))
+            mf = MappedFile(path, start, self._size, create="shared", preallocate=self._preallocate)
+            self._segments[start] = mf
+            flushed = self.core.flushed_offset
+            for old in [s for s in self._segments if s + self._size <= min(start, flushed)]:
+                self.core.release_segment(old)
+                self._segments.pop(old).close()
+        return mf.mm, mf.fd
+
+    def close(self) -> None:
+        core = getattr(self, "core", None)
+        if core is not None:
+            core.close()
+        for mf in self._segments.values():
+            mf.close()
+        self._segments.clear()
+        close_map(self._table)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _closed() -> None:
+    from rocketstore.errors import StoreClosedError
+
+    raise StoreClosedError("the store is closed")
