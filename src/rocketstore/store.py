@@ -432,6 +432,7 @@ class MessageStore:
         self._sharing_stopped = False
         if self._remote is not None:
             self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
+            self.__dict__["put_batch"] = _JoinedPutBatch(self)
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
@@ -2503,7 +2504,8 @@ class MessageStore:
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
-        if self._follower is not None:
+        if self._follower is not None or self._switching or self._closed:
+            # (a joined store taking over writing waits for it: its new CommitLog has no core yet)
             return int(self._switch_safe(self._max_offset))
         return self._commitlog.max_offset
 
@@ -2634,6 +2636,43 @@ class _JoinedPut:
         )
 
 
+class _JoinedPutBatch(_JoinedPut):
+    """A joined writer's ``put_batch``: a batch without tags or properties appends in this
+    process (rocketstore.sharedappend); anything else runs in the writing process."""
+
+    __slots__ = ()
+
+    def __call__(self, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
+        store = self._store()
+        if store is None:
+            _closed_error()
+        if (
+            topic.__class__ is str
+            and bodies is not None
+            and kwargs.get("tags") is None
+            and not kwargs.get("properties")
+            and not kwargs.get("pipelined")
+            and _JOINED_BATCH_ARGS.issuperset(kwargs)
+        ):
+            appender = store._joined_appender()
+            if appender:
+                check_user_topic(topic)
+                queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+                wait = store._wait_mode(kwargs.get("durable"), -1)
+                try:
+                    return appender.core.put_batch(
+                        topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, wait
+                    )
+                except sharedappend.StaleTable:
+                    store._drop_appender()
+                except sharedappend.NotShareable:
+                    pass
+        return store._forward(
+            "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
+        )
+
+
+_JOINED_BATCH_ARGS = frozenset(("lengths", "tags", "properties", "queue_id", "flag", "durable", "pipelined"))
 _JOINED_PUT_ARGS = frozenset(
     ("tags", "keys", "properties", "queue_id", "flag", "durable", "delay_level", "deliver_at_ms", "delay_ms")
 )

@@ -1,0 +1,153 @@
+"""Joined writers append in their own process (rocketstore.sharedappend): one cross-process lock,
+shared queue offsets, a writer that dies inside an append repaired by the next one."""
+
+import json
+import os
+import struct
+
+import pytest
+from test_writers import SMALL, open_store, queue_messages, run_child, spawn_child
+
+from rocketstore import MessageStore, sharedappend
+
+pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-file-description locks here")
+
+JOINED = """
+    import json, os, sys
+    from rocketstore import MessageStore
+    path, impl, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    s = MessageStore(path, implementation=impl)
+    placed = []
+    for i in range(n):
+        if i % 3 == 0:
+            r = s.put("T", b"j-%d" % i)
+        elif i % 3 == 1:
+            r = s.put("T", b"j-%d" % i, keys=["j-%d" % i, "k"], tags="t")
+        else:
+            r = s.put("T", b"j-%d" % i, keys="j-%d" % i, queue_id=1)
+        placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "j-%d" % i))
+    b = s.put_batch("T", [b"jb-0", b"jb-1", b"jb-2"], queue_id=0)
+    placed += [(0, b.first_queue_offset + k, int(b.commitlog_offsets[k]), "jb-%d" % k) for k in range(3)]
+    appender = s._appender
+    print(json.dumps({
+        "appended_here": appender.core.puts if appender else 0,
+        "writer": s.writer_pid,
+        "placed": placed,
+    }), flush=True)
+    s.close()
+"""
+
+
+def _check_queues(store, placed):
+    """Every position given once, each queue's offsets contiguous, each message where its
+    result said."""
+    positions = [(q, o) for q, o, _, _ in placed]
+    assert len(set(positions)) == len(positions)
+    for qid in {q for q, _ in positions}:
+        offsets = sorted(o for q, o in positions if q == qid)
+        assert offsets == list(range(len(offsets)))
+        assert store.max_queue_offset("T", qid) == len(offsets)
+    for qid, qoff, offset, body in placed:
+        msg = store.get_by_queue_offset("T", qid, qoff)
+        assert (msg.commitlog_offset, msg.body) == (offset, body.encode())
+
+
+def test_joined_puts_append_in_their_own_process_beside_the_owners(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 2)
+        children = [spawn_child(JOINED, path, impl.name, 400) for _ in range(2)]
+        placed = []
+        for i in range(400):
+            r = owner.put("T", b"o-%d" % i, keys="o-%d" % i)
+            placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "o-%d" % i))
+        owned = owner._core.puts
+        for k, child in enumerate(children):
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err
+            found = json.loads(out)
+            assert found["writer"] == os.getpid()
+            assert found["appended_here"] == 403  # none went through the owner
+            placed += [(q, o, c, b if b.startswith("o") else f"{k}:{b}") for q, o, c, b in found["placed"]]
+        assert owner._core.puts == owned
+        # the children's bodies repeat: tell them apart by where they are
+        by_position = {(q, o): (c, b.split(":")[-1]) for q, o, c, b in placed}
+        assert len(by_position) == len(placed) == 1206
+        _check_queues(owner, [(q, o, c, b) for (q, o), (c, b) in by_position.items()])
+        assert len(owner.query_by_key("T", "k", max_num=64)) == 64  # the index holds the joined writers' keys
+        assert {m.body for m in owner.query_by_key("T", "j-301")} == {b"j-301"}
+        assert owner.max_offset > 2 * SMALL["commitlog_file_size"]  # they rolled segments too
+    with open_store(path, impl) as again:
+        assert again.last_shutdown_clean
+        _check_queues(again, [(q, o, c, b) for (q, o), (c, b) in by_position.items()])
+    assert not (path / sharedappend.APPEND_NAME).exists()  # a clean close leaves a broker's files
+
+
+DIES_INSIDE = """
+    import os, struct, sys
+    from rocketstore import sharedappend as ap
+    path = sys.argv[1]
+    fd, mm = ap.open_table(path, create=False)
+    ap.lock(fd)
+    assert struct.unpack_from("<Q", mm, ap.O_EPOCH)[0] != 0
+    end, = struct.unpack_from("<q", mm, ap.O_END)
+    at = ap.find(mm, b"T")
+    struct.pack_into("<I", mm, ap.O_BUSY, os.getpid())
+    # half an append: the queue's next offset moved, part of a record written, no end published
+    nxt, = struct.unpack_from("<q", mm, at + ap.E_NEXT)
+    struct.pack_into("<q", mm, at + ap.E_NEXT, nxt + 7)
+    size = struct.unpack_from("<q", mm, ap.O_SEGMENT)[0]
+    seg = os.path.join(path, "commitlog", "%020d" % (end - end % size))
+    with open(seg, "r+b") as f:
+        f.seek(end % size)
+        f.write(bytes([0, 0, 1, 20]) + b"\\xab" * 200)
+    print(nxt, flush=True)
+    os._exit(0)  # dies holding the lock: the kernel lets go of it
+"""
+
+
+def test_a_writer_that_dies_inside_an_append_is_repaired_by_the_next(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        out = json.loads(run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 30))
+        placed = [tuple(p) for p in out["placed"]]
+        assert out["appended_here"] == 13
+        next_before = int(run_child(DIES_INSIDE, path))
+        assert next_before == owner.max_queue_offset("T", 0) == 13
+        for i in range(20):
+            r = owner.put("T", b"after-%d" % i, keys="after-%d" % i)
+            placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "after-%d" % i))
+        assert placed[-20][1] == 13  # the dead writer's offsets were not kept
+        _check_queues(owner, placed)
+        out = json.loads(run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 30))
+        placed += [tuple(p) for p in out["placed"]]
+        report = owner.verify()
+        assert report["ok"], report["problems"]
+    with open_store(path, impl) as again:
+        got = [m.body.decode() for m in queue_messages(again, "T", 0)]
+        assert got == [b for _, _, _, b in sorted(placed, key=lambda p: p[1])]
+        assert len(got) == 13 + 20 + 13
+
+
+def test_with_shared_append_off_joined_puts_run_in_the_owner(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl, shared_append=False) as owner:
+        owner.create_topic("T", 2)
+        out = json.loads(run_child(JOINED, path, impl.name, 30))
+        assert out["appended_here"] == 0
+        assert owner._core.puts == 33
+        _check_queues(owner, [tuple(p) for p in out["placed"]])
+        assert not (path / sharedappend.APPEND_NAME).exists()
+
+
+def test_the_table_is_a_store_file_a_read_only_open_accepts(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"x")
+        run_child(JOINED, path, impl.name, 3)
+        assert (path / sharedappend.APPEND_NAME).stat().st_size == sharedappend.SIZE
+        with MessageStore(path, implementation=impl.name, read_only=True) as reader:
+            assert reader.max_queue_offset("T", 0) + reader.max_queue_offset("T", 1) >= 4
+        table = (path / sharedappend.APPEND_NAME).read_bytes()[:64]
+        assert struct.unpack_from("<Q", table, sharedappend.O_MAGIC)[0] == sharedappend.MAGIC
