@@ -2591,15 +2591,21 @@ class _Forwarder:
         return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
 
 
-class _JoinedPut:
-    """A joined writer's ``put``: plain, tagged and keyed puts append in this process under the
-    shared append lock (rocketstore.sharedappend); anything else, and every put while that is
-    not possible, runs in the writing process."""
+class _JoinedCall:
+    """A joined writer's method that appends in its own process when it can (sharedappend)."""
 
     __slots__ = ("_store",)
 
     def __init__(self, store: MessageStore) -> None:
         self._store = weakref.ref(store)
+
+
+class _JoinedPut(_JoinedCall):
+    """A joined writer's ``put``: plain, tagged and keyed puts append in this process under the
+    shared append lock (rocketstore.sharedappend); anything else, and every put while that is
+    not possible, runs in the writing process."""
+
+    __slots__ = ()
 
     def __call__(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
         store = self._store()
@@ -2636,7 +2642,7 @@ class _JoinedPut:
         )
 
 
-class _JoinedPutBatch(_JoinedPut):
+class _JoinedPutBatch(_JoinedCall):
     """A joined writer's ``put_batch``: a batch without tags or properties appends in this
     process (rocketstore.sharedappend); anything else runs in the writing process."""
 
