@@ -1341,7 +1341,11 @@ cdef class CommitLogCore:
         start = end - end % self._file_size
         if start != self._file_from or self._base == NULL:
             if self._share_owner:
-                self._roll(start)          # the owner adopts every segment up to it
+                # the owner adopts every segment up to it, and flushes the others' records too
+                # (its checkpoint vouches for them)
+                mm, fd = self._roll(start)
+                self._pin(mm, start, fd)
+                self.release_flushed_segments()
             self._base = NULL              # the next append maps it (_roll_segment)
             self._file_from = start
             self._pos = end - start

@@ -1040,8 +1040,10 @@ class CommitLogCore:
             return
         start = end - end % self._file_size
         if start != self._file_from or self._mm is None:
-            if self._share_owner:
-                self._roll(start)
+            if self._share_owner:  # adopts the segments, and flushes the others' records too
+                mm, fd = self._roll(start)
+                self.add_segment(mm, start, fd)
+                self.release_flushed_segments()
             self._mm = None
             self._file_from = start
         self._pos = end - start
