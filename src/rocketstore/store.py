@@ -270,6 +270,8 @@ def _forked() -> None:
         store._core = _ForkedCore(parent)
         store._server = None  # its threads are the parent's; its sockets' copies stay unused
         store._remote = None
+        store._appender = False  # (its lock is the parent's open file description: unusable here)
+        store._append_table = None
     _OPEN_STORES.clear()
 
 
@@ -2612,7 +2614,8 @@ class _JoinedPut(_JoinedCall):
         if store is None:
             _closed_error()
         if (
-            topic.__class__ is str
+            not store._closed  # (also a store a fork inherited: closed in the child)
+            and topic.__class__ is str
             and body is not None
             and kwargs.get("properties") is None
             and kwargs.get("delay_level") is None
@@ -2653,7 +2656,8 @@ class _JoinedPutBatch(_JoinedCall):
         if store is None:
             _closed_error()
         if (
-            topic.__class__ is str
+            not store._closed
+            and topic.__class__ is str
             and bodies is not None
             and kwargs.get("tags") is None
             and not kwargs.get("properties")
