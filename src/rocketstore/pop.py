@@ -76,6 +76,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple, Optional, overload
 
 from rocketstore._clock import now_ms
@@ -208,7 +209,9 @@ class Received(Sequence[ReceivedMessage]):
         return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
-        return map(ReceivedMessage, self.messages, self.handles, self.reconsume_times)
+        # tuple.__new__ straight: a NamedTuple's own __new__ is a Python frame per message
+        rows = zip(self.messages, self.handles, self.reconsume_times)
+        return map(tuple.__new__, repeat(ReceivedMessage), rows)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Received, list, tuple)):
@@ -412,6 +415,12 @@ class PopService:
 
     COMPACT_SLACK = COMPACT_SLACK  # read by codec.PopAcker
 
+    #: ``ack(handle)``: see :meth:`MessageStore.ack`. The implementation's ``PopAcker.ack``
+    #: itself (no frame of this class on the way): the steps of :meth:`_parse`,
+    #: :meth:`_current` and :meth:`_finish` for one offset, in one call under the lock; the
+    #: periodic snapshot is looked at once every ``POP_SNAPSHOT_CHECK_EVERY`` acks.
+    ack: Callable[[str | ReceivedMessage], bool]
+
     def __init__(
         self,
         parts: StoreParts,
@@ -447,6 +456,7 @@ class PopService:
         self._ack_props = self._props[BATCH_ACK_TAG]
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._acker = codec.PopAcker(self, ReceivedMessage)
+        self.ack = self._acker.ack
         self._topic_ready = False
         self._closed = False
         self._loading = True  # offsets are committed once the open has replayed everything
@@ -902,13 +912,6 @@ class PopService:
                 f"receipt handle {handle!r} expired: the message was handed out again", [handle]
             )
         return True
-
-    def ack(self, handle: str | ReceivedMessage) -> bool:
-        """See :meth:`MessageStore.ack`. One call of the implementation's ``PopAcker`` (the
-        steps of :meth:`_parse`, :meth:`_current` and :meth:`_finish` for one offset, under the
-        lock); the periodic snapshot is looked at once every ``POP_SNAPSHOT_CHECK_EVERY`` acks."""
-        result: bool = self._acker.ack(handle)
-        return result
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """See :meth:`MessageStore.ack_many`."""
