@@ -3276,7 +3276,14 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopAcker", "POP_SNAPSHOT_CHECK_EVERY"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void *PyUnicode_DATA(object o)
+    bint PyUnicode_IS_ASCII(object o)
+
+import heapq as _heapq
 
 from rocketstore.errors import FlushTimeoutError as _FlushTimeoutError
 from rocketstore.errors import InvalidReceiptHandleError as _InvalidReceiptHandleError
@@ -3304,6 +3311,58 @@ cdef inline Py_ssize_t _ack_digits(const char *text, Py_ssize_t end, int64_t *va
         return -1
     value[0] = v
     return i - 1
+
+
+cdef class PopLane:
+    """(the pure twin's docstring, rocketstore._codec_py.PopLane) The compiled twin keeps
+    ``committed`` and ``next`` as C integers, which its PopAcker reads and sets directly."""
+
+    cdef public str group, topic, prefix, key
+    cdef public int queue_id
+    cdef public int64_t committed, next
+    cdef public dict inflight
+    cdef public list heap
+    cdef public bytes ack_head, ack_tail
+
+    def __init__(self, str group, str topic, int queue_id, int64_t start, str key):
+        self.group = group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.prefix = f"{group} {topic} {queue_id}"
+        self.key = key
+        self.committed = start
+        self.next = start
+        self.inflight = {}
+        self.heap = []
+        self.ack_head = ('{"c":"%s","n":1,"q":%d,"so":' % (group, queue_id)).encode()
+        self.ack_tail = (',"t":"%s"}' % topic).encode()
+
+    def compact(self):
+        """(the pure twin's docstring)"""
+        cdef dict inflight = self.inflight
+        cdef list live = []
+        for entry in self.heap:
+            deadline, seq, offsets, numbers = entry
+            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
+            if len(keep) == len(offsets):
+                live.append(entry)
+            elif keep:
+                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+        _heapq.heapify(live)
+        self.heap = live
+
+    def advance(self):
+        """(the pure twin's docstring)"""
+        cdef int64_t before = self.committed, c
+        cdef dict inflight = self.inflight
+        if not inflight:
+            self.committed = self.next
+        else:
+            c = self.committed
+            while c < self.next and c not in inflight:
+                c += 1
+            self.committed = c
+        return self.committed != before
 
 
 cdef class PopAcker:
@@ -3350,7 +3409,8 @@ cdef class PopAcker:
     cdef object _ack(self, handle):
         """None: acknowledged; False: it already was; else the put's FlushTimeoutError."""
         cdef object service = self._service
-        cdef object prefix, lane, now, result, timeout = None, number_obj, offset_obj, table, slot
+        cdef object prefix, found, now, result, timeout = None, number_obj, offset_obj
+        cdef PopLane lane
         cdef dict inflight
         cdef bytes head, tail, body
         cdef const char *text
@@ -3385,14 +3445,15 @@ cdef class PopAcker:
                 offset_obj, number_obj = int(o), int(n)
             except ValueError:
                 raise _InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        lane = (<dict>self._by_prefix).get(prefix)
+        found = (<dict>self._by_prefix).get(prefix)
         if fast:
-            if lane is None or offset >= lane.next:
+            if found is None or offset >= (<PopLane?>found).next:
                 raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
         else:
-            if lane is None or offset_obj < 0 or number_obj < 0 or offset_obj >= lane.next:
+            if found is None or offset_obj < 0 or number_obj < 0 or offset_obj >= (<PopLane?>found).next:
                 raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
             offset = offset_obj  # below lane.next: an int64
+        lane = <PopLane>found
         inflight = lane.inflight
         now = inflight.get(offset)
         if now is None:
@@ -3449,7 +3510,7 @@ cdef class PopAcker:
                 service._maybe_snapshot(service.clock())
         return timeout
 
-    cdef _commit(self, lane, int64_t committed):
+    cdef _commit(self, PopLane lane, int64_t committed):
         cdef object previous, queue_id = lane.queue_id
         cdef dict offsets
         self._offsets_acquire()
@@ -3464,3 +3525,53 @@ cdef class PopAcker:
         finally:
             self._offsets_release()
         self._offsets.commit_key(lane.key, queue_id, committed)  # new, or a move back: logged
+
+
+cdef inline Py_ssize_t _ack_write_decimal(char *out, int64_t value) noexcept:
+    """Write ``str(value)`` (value >= 0) to ``out`` (room for 20 bytes); returns its length."""
+    cdef char tmp[20]
+    cdef Py_ssize_t n = 0, k = 0
+    while True:
+        tmp[n] = <char>(48 + value % 10)
+        n += 1
+        value //= 10
+        if value == 0:
+            break
+    while n:
+        n -= 1
+        out[k] = tmp[n]
+        k += 1
+    return k
+
+
+def receipt_handles(str prefix, list offsets, tuple numbers):
+    """(the pure twin's docstring) The compiled twin writes each handle of an ASCII prefix and
+    non-negative offsets and numbers into its str directly."""
+    cdef Py_ssize_t n = len(offsets), i, plen, k
+    cdef list out
+    cdef object handle
+    cdef char *p
+    cdef char digits[48]
+    cdef int64_t o, d
+    if len(numbers) != n:
+        raise ValueError("offsets and numbers differ in length")
+    if not PyUnicode_IS_ASCII(prefix):
+        return [f"{prefix} {o_} {n_}" for o_, n_ in zip(offsets, numbers)]
+    plen = len(prefix)
+    out = [None] * n
+    for i in range(n):
+        o = offsets[i]
+        d = numbers[i]
+        if o < 0 or d < 0:
+            out[i] = f"{prefix} {offsets[i]} {numbers[i]}"
+            continue
+        digits[0] = 32
+        k = 1 + _ack_write_decimal(digits + 1, o)
+        digits[k] = 32
+        k += 1 + _ack_write_decimal(digits + k + 1, d)
+        handle = PyUnicode_New(plen + k, 127)
+        p = <char *>PyUnicode_DATA(handle)
+        memcpy(p, PyUnicode_DATA(prefix), plen)
+        memcpy(p + plen, digits, k)
+        out[i] = handle
+    return out

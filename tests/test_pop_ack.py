@@ -79,9 +79,15 @@ def test_one_ack_writes_the_record_the_general_encoder_writes(tmp_path, impl, cl
 
 @pytest.mark.parametrize("group, topic, queue_id", [("g", "T", 0), ("%RETRY%g-1", "A_b|c", 7)])
 def test_a_lanes_record_halves_make_the_general_record(group, topic, queue_id):
-    from rocketstore.pop import _Lane
+    from rocketstore import _impl
 
-    lane = _Lane(group, topic, queue_id, 0)
+    for impl in (_impl.PURE, _impl.COMPILED or _impl.PURE):
+        check_lane_halves(
+            impl.codec.PopLane(group, topic, queue_id, 0, f"{topic}@{group}"), group, topic, queue_id
+        )
+
+
+def check_lane_halves(lane, group, topic, queue_id):
     for offset in (0, 9, 2**40):
         record = {"c": group, "t": topic, "q": queue_id, "so": offset, "n": 1}
         assert lane.ack_head + str(offset).encode() + lane.ack_tail == _dumps(record)
@@ -202,3 +208,21 @@ def test_generated_handles_get_what_the_careful_steps_decide(tmp_path, impl, clo
             assert outcome(service._acker, handle) == expected
 
         check()
+
+
+@pytest.mark.parametrize(
+    "prefix, offsets, numbers",
+    [
+        ("g T 0", [0, 1, 2**40, 10**18], (0, 3, 1, 2**31)),
+        ("%RETRY%g-1 A_b|c 7", [5], (0,)),
+        ("gr\u00f6up T 0", [1, 2], (0, 1)),  # not ASCII: the general way
+        ("", [], ()),
+        ("g T 0", [-1], (0,)),
+    ],
+)
+def test_receipt_handles_are_the_prefix_offset_and_number(impl, prefix, offsets, numbers):
+    expected = [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+    got = impl.codec.receipt_handles(prefix, offsets, numbers)
+    assert got == expected and all(type(h) is str for h in got)
+    with pytest.raises(ValueError):
+        impl.codec.receipt_handles(prefix, offsets + [1], numbers)

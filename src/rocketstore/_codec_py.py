@@ -42,6 +42,7 @@ escaped string equals ``java_hash_bytes`` of the raw bytes.
 
 from __future__ import annotations
 
+import heapq
 import operator
 import re
 import struct
@@ -2137,7 +2138,83 @@ def timer_copies(
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopAcker", "POP_SNAPSHOT_CHECK_EVERY"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+
+
+def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
+    """The receipt handles ``"<prefix> <offset> <delivery number>"`` of one lane's messages
+    (rocketstore.pop.Received.handles)."""
+    if len(numbers) != len(offsets):
+        raise ValueError("offsets and numbers differ in length")
+    return [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+
+
+class PopLane:
+    """The POP state of one (group, topic, queue id) (rocketstore.pop): every queue offset below
+    ``next`` is acknowledged unless it is in ``inflight`` ({offset: (visible again at, delivery
+    number)}); ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline,
+    sequence, offsets, delivery numbers) of the checkpoints, stale entries included (checked on
+    use). ``key`` is the group's key in consumerOffset.json (``topic@group``)."""
+
+    __slots__ = (
+        "group",
+        "topic",
+        "queue_id",
+        "prefix",
+        "key",
+        "committed",
+        "next",
+        "inflight",
+        "heap",
+        "ack_head",
+        "ack_tail",
+    )
+
+    def __init__(self, group: str, topic: str, queue_id: int, start: int, key: str) -> None:
+        self.group = group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
+        self.key = key
+        self.committed = start
+        self.next = start
+        self.inflight: dict[int, tuple[int, int]] = {}
+        self.heap: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+        # the acknowledgement of one offset o is ack_head + str(o) + ack_tail (PopAcker): the
+        # record rocketstore.pop._ACK_RANGE_JSON makes with n 1 (tests/test_pop_ack.py)
+        self.ack_head = ('{"c":"%s","n":1,"q":%d,"so":' % (group, queue_id)).encode()
+        self.ack_tail = (',"t":"%s"}' % topic).encode()
+
+    def compact(self) -> None:
+        """Drop the heap's entries (and entries' offsets) no longer in flight under them:
+        acknowledged messages would otherwise stay referenced until their deadline. Called when
+        the heap holds more than twice as many entries as there are messages in flight, so
+        its cost is spread over the receives that grew it."""
+        inflight = self.inflight
+        live = []
+        for entry in self.heap:
+            deadline, seq, offsets, numbers = entry
+            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
+            if len(keep) == len(offsets):
+                live.append(entry)
+            elif keep:
+                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+        heapq.heapify(live)
+        self.heap = live
+
+    def advance(self) -> bool:
+        """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
+        before = self.committed
+        if not self.inflight:
+            self.committed = self.next
+        else:
+            inflight = self.inflight
+            c = self.committed
+            while c < self.next and c not in inflight:
+                c += 1
+            self.committed = c
+        return self.committed != before
+
 
 #: A single ack looks whether the periodic POP snapshot is due once every this many acks (a
 #: snapshot is written at most every ``pop_snapshot_interval_ms``; checking the clock per ack

@@ -79,6 +79,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple, Optional, overload
 
+from rocketstore import _codec_py
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (
     PERM_READ,
@@ -186,9 +187,9 @@ class Received(Sequence[ReceivedMessage]):
         """The receipt handles, in the order of ``messages``."""
         if self._handles is None:
             handles: list[str] = []
+            make = self._service._receipt_handles  # type: ignore[union-attr]  # lanes: a service's
             for lane, offsets, numbers, _stamp in self._lanes:
-                prefix = lane.prefix
-                handles += [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+                handles += make(lane.prefix, offsets, numbers)
             self._handles = handles
         return self._handles
 
@@ -239,70 +240,10 @@ def _received(messages: list[MessageExt], handles: list[str], reconsume_times: l
     return found
 
 
-class _Lane:
-    """The POP state of one (group, topic, queue id): every queue offset below ``next`` is
-    acknowledged unless it is in ``inflight`` ({offset: (visible again at, delivery number)});
-    ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline, sequence,
-    offsets, delivery numbers) of the checkpoints, stale entries included (checked on use)."""
-
-    __slots__ = (
-        "group",
-        "topic",
-        "queue_id",
-        "prefix",
-        "key",
-        "committed",
-        "next",
-        "inflight",
-        "heap",
-        "ack_head",
-        "ack_tail",
-    )
-
-    def __init__(self, group: str, topic: str, queue_id: int, start: int) -> None:
-        self.group = group
-        self.topic = topic
-        self.queue_id = queue_id
-        self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
-        self.key = ConsumerOffsetTable.key(topic, group)
-        self.committed = start
-        self.next = start
-        self.inflight: dict[int, tuple[int, int]] = {}
-        self.heap: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
-        # the acknowledgement of one offset o is ack_head + str(o) + ack_tail (codec.PopAcker)
-        # (_ACK_RANGE_JSON's record with n 1; tests/test_pop_ack.py checks they agree)
-        self.ack_head = ('{"c":"%s","n":1,"q":%d,"so":' % (group, queue_id)).encode()
-        self.ack_tail = (',"t":"%s"}' % topic).encode()
-
-    def compact(self) -> None:
-        """Drop the heap's entries (and entries' offsets) no longer in flight under them:
-        acknowledged messages would otherwise stay referenced until their deadline. Called when
-        the heap holds more than twice as many entries as there are messages in flight, so
-        its cost is spread over the receives that grew it."""
-        inflight = self.inflight
-        live = []
-        for entry in self.heap:
-            deadline, seq, offsets, numbers = entry
-            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
-            if len(keep) == len(offsets):
-                live.append(entry)
-            elif keep:
-                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
-        heapq.heapify(live)
-        self.heap = live
-
-    def advance(self) -> bool:
-        """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
-        before = self.committed
-        if not self.inflight:
-            self.committed = self.next
-        else:
-            inflight = self.inflight
-            c = self.committed
-            while c < self.next and c not in inflight:
-                c += 1
-            self.committed = c
-        return self.committed != before
+#: The POP state of one (group, topic, queue id): a twin class (rocketstore._codec_py.PopLane, the
+#: compiled one for the compiled build, which its PopAcker reads without attribute lookups); typed
+#: by the pure one.
+_Lane = _codec_py.PopLane
 
 
 class PopState(ConfigFile):
@@ -455,6 +396,8 @@ class PopService:
         self._props = {tag: codec.encode_properties({"TAGS": tag}) for tag in (CK_TAG, BATCH_ACK_TAG)}
         self._ack_props = self._props[BATCH_ACK_TAG]
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
+        self._lane_type = codec.PopLane
+        self._receipt_handles = codec.receipt_handles
         self._acker = codec.PopAcker(self, ReceivedMessage)
         self.ack = self._acker.ack
         self._topic_ready = False
@@ -502,7 +445,9 @@ class PopService:
         if lane is None:
             if commit:
                 self._offsets.commit(group, topic, queue_id, start)  # checks the names first
-            lane = self._lanes[key] = _Lane(group, topic, queue_id, start)
+            lane = self._lanes[key] = self._lane_type(
+                group, topic, queue_id, start, ConsumerOffsetTable.key(topic, group)
+            )
             self._by_prefix[lane.prefix] = lane
         return lane
 
@@ -792,7 +737,7 @@ class PopService:
                 continue
             if result.messages:
                 messages += result.messages
-                offsets += result.queue_offsets.tolist()
+                offsets += result.queue_offset_list()
                 got += len(result.messages)
                 pos = nxt = int(result.next_begin_offset)
                 if got >= want:
