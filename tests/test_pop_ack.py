@@ -226,3 +226,25 @@ def test_receipt_handles_are_the_prefix_offset_and_number(impl, prefix, offsets,
     assert got == expected and all(type(h) is str for h in got)
     with pytest.raises(ValueError):
         impl.codec.receipt_handles(prefix, offsets + [1], numbers)
+
+
+@given(
+    st.sampled_from(["g", "%RETRY%g-1"]),
+    st.sampled_from(["T", "A_b|c"]),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**40),
+    st.integers(0, 2**45),
+    st.integers(0, 12 * 3600 * 1000),
+    st.lists(st.integers(0, 2**40), max_size=6)
+    | st.integers(0, 2**40).map(lambda so: list(range(so, so + 5))),
+    st.booleans(),
+)
+def test_a_checkpoint_record_is_written_as_the_general_encoder_writes_it(
+    group, topic, queue_id, base, now, invisible, offsets, redelivered
+):
+    from rocketstore.pop import _checkpoint, _checkpoint_json
+
+    numbers = [int(redelivered)] * len(offsets)
+    nxt = max(offsets, default=base) + 1
+    args = (group, topic, queue_id, base, now, invisible, offsets, numbers, nxt)
+    assert _checkpoint_json(*args) == _dumps(_checkpoint(*args))

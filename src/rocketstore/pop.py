@@ -323,6 +323,32 @@ def _checkpoint(
     return record
 
 
+#: What :func:`_dumps` writes for the common checkpoint (a run of offsets from ``so``, every
+#: delivery number 0): base, group, invisible time, count, next, pop time, queue id, first, topic.
+_CK_RUN_JSON = '{"b":%d,"c":"%s","it":%d,"n":%d,"nx":%d,"pt":%d,"q":%d,"so":%d,"t":"%s"}'
+
+
+def _checkpoint_json(
+    group: str,
+    topic: str,
+    queue_id: int,
+    base: int,
+    now: int,
+    invisible: int,
+    offsets: list[int],
+    numbers: list[int],
+    nxt: int,
+) -> bytes:
+    """``_dumps(_checkpoint(...))``, the common record made without a dict (one per receive)."""
+    if offsets and not any(numbers):
+        so = offsets[0]
+        if offsets[-1] - so == len(offsets) - 1 and sorted(offsets) == offsets:  # a run from so
+            return (
+                _CK_RUN_JSON % (base, group, invisible, len(offsets), nxt, now, queue_id, so, topic)
+            ).encode()
+    return _dumps(_checkpoint(group, topic, queue_id, base, now, invisible, offsets, numbers, nxt))
+
+
 def _dumps(record: dict[str, Any]) -> bytes:
     """Compact JSON, keys sorted (as fastjson writes a bean). Group and topic names need no
     escaping (``[%|a-zA-Z0-9_-]``), ints and lists of ints none either: written by hand, as
@@ -679,7 +705,7 @@ class PopService:
                 return
             base = lane.committed if lane is not None else start
             timeout = self._write(
-                CK_TAG, _checkpoint(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
+                CK_TAG, _checkpoint_json(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
             )
             self._unconfirmed(timeout, "a checkpoint")  # if lost, the messages only come back early
         except BaseException:
