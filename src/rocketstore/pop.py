@@ -411,6 +411,7 @@ class PopService:
         self._snapshot_interval_ms = cfg.pop_snapshot_interval_ms
         self._lock = threading.RLock()
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
+        self._names_checked: set[tuple[str, str]] = set()  # (group, topic) a receive checked
         self._by_prefix: dict[str, _Lane] = {}
         self._state = PopState.in_store(parts.path)
         self._seq = 0
@@ -624,17 +625,23 @@ class PopService:
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
         tag_filter = TagFilter.parse(tags)
-        _check_group(group)
-        if not isinstance(topic, str) or not is_valid_topic(topic):
-            raise InvalidMessageError(f"topic {topic!r} is not a topic name")
-        max_msgs = _check_int("max_msgs", max_msgs, 1, MAX_RECEIVE_BATCH)
-        invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
+        if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
+            _check_group(group)
+            if not isinstance(topic, str) or not is_valid_topic(topic):
+                raise InvalidMessageError(f"topic {topic!r} is not a topic name")
+            if len(self._names_checked) >= 1024:
+                self._names_checked.clear()
+            if type(group) is str and type(topic) is str:
+                self._names_checked.add((group, topic))
+        if type(max_msgs) is not int or not 1 <= max_msgs <= MAX_RECEIVE_BATCH:
+            max_msgs = _check_int("max_msgs", max_msgs, 1, MAX_RECEIVE_BATCH)  # raises
+        invisible = invisible_time_ms
+        if type(invisible) is not int or not 0 <= invisible <= MAX_INVISIBLE_TIME_MS:
+            invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
         count = self._parts.topics.table.queues(topic)
         if queue_id is not None:
             _check_int("queue_id", queue_id, 0, max(count - 1, 0))
-        if max_reconsume_times is None:
-            max_reconsume_times = self._retry_max_times(group)
-        else:
+        if max_reconsume_times is not None:  # else the group's, looked up when a message is due
             max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, 0, 0x7FFFFFFF)
         if not count:
             return Received(self)
@@ -680,7 +687,7 @@ class PopService:
         now: int,
         want: int,
         invisible: int,
-        max_reconsume: int,
+        max_reconsume: Optional[int],
         tag_filter: TagFilter,
         out: Received,
     ) -> None:
@@ -691,7 +698,9 @@ class PopService:
         messages: list[MessageExt] = []
         popped: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
         try:
-            if lane is not None:
+            if lane is not None and lane.heap and lane.heap[0][0] <= now:
+                if max_reconsume is None:
+                    max_reconsume = self._retry_max_times(group)
                 self._due(lane, now, want, max_reconsume, offsets, numbers, messages, popped)
             nxt = start
             if len(offsets) < want:
