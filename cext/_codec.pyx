@@ -3284,6 +3284,10 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object o)
 
 import heapq as _heapq
+import weakref as _weakref
+
+from cpython.weakref cimport PyWeakref_GetObject
+from rocketstore.errors import StoreClosedError as _StoreClosedError
 
 from rocketstore.errors import FlushTimeoutError as _FlushTimeoutError
 from rocketstore.errors import InvalidReceiptHandleError as _InvalidReceiptHandleError
@@ -3374,7 +3378,7 @@ cdef class PopAcker:
     same handles. The group's committed offset is set as ``ConsumerOffsetTable.commit_key``
     sets it (under the table's lock), which is called when that would log a move back."""
 
-    cdef object _service
+    cdef object _service_ref
     cdef object _received_type
     cdef int _countdown
     cdef object _acquire, _release, _by_prefix, _commitlog, _topic, _props
@@ -3382,7 +3386,7 @@ cdef class PopAcker:
     cdef int64_t _compact_slack
 
     def __init__(self, service, received_type):
-        self._service = service
+        self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
         self._acquire, self._release = service._lock.acquire, service._lock.release
@@ -3408,7 +3412,9 @@ cdef class PopAcker:
 
     cdef object _ack(self, handle):
         """None: acknowledged; False: it already was; else the put's FlushTimeoutError."""
-        cdef object service = self._service
+        cdef object service = <object>PyWeakref_GetObject(self._service_ref)
+        if service is None:
+            raise _StoreClosedError("the store is closed")
         cdef object prefix, found, now, result, timeout = None, number_obj, offset_obj
         cdef PopLane lane
         cdef dict inflight

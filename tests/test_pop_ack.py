@@ -248,3 +248,19 @@ def test_a_checkpoint_record_is_written_as_the_general_encoder_writes_it(
     nxt = max(offsets, default=base) + 1
     args = (group, topic, queue_id, base, now, invisible, offsets, numbers, nxt)
     assert _checkpoint_json(*args) == _dumps(_checkpoint(*args))
+
+
+def test_the_acker_keeps_no_store_alive_and_refuses_once_it_is_gone(tmp_path, impl, clock):
+    import gc
+
+    from rocketstore.errors import StoreClosedError
+
+    store = open_store(tmp_path / "s", impl, clock)
+    fill(store, 1)
+    [got] = store.receive(GROUP, TOPIC, 1, 60_000)
+    ack = store._pop.ack
+    store.close()
+    del store
+    gc.collect()
+    with pytest.raises(StoreClosedError):
+        ack(got.handle)

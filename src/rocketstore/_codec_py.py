@@ -48,6 +48,7 @@ import re
 import struct
 import sys
 import time
+import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
@@ -63,6 +64,7 @@ from .errors import (
     InvalidTopicError,
     PropertiesTooLargeError,
     ReceiptHandleExpiredError,
+    StoreClosedError,
 )
 from .message import Message, MessageExt, host_from_bytes, host_to_bytes
 
@@ -2236,15 +2238,17 @@ class PopAcker:
     The lane's ``ack_head`` + the offset's digits + ``ack_tail`` is the record
     ``_ACK_RANGE_JSON`` makes for one offset (tests/test_pop_ack.py checks it)."""
 
-    __slots__ = ("_service", "_received_type", "_countdown")
+    __slots__ = ("_service_ref", "_received_type", "_countdown")
 
     def __init__(self, service: Any, received_type: Any) -> None:
-        self._service = service
+        self._service_ref = weakref.ref(service)  # the service holds this: no cycle
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
 
     def ack(self, handle: Any) -> bool:
-        service = self._service
+        service = self._service_ref()
+        if service is None:
+            raise StoreClosedError("the store is closed")
         if isinstance(handle, self._received_type):
             handle = handle.handle
         if not isinstance(handle, str):
