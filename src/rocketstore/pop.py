@@ -32,6 +32,13 @@ ack and a new checkpoint). The records are ordinary CommitLog records, so they a
 durable as any put (``flush_disk_type``; the CommitLog's recovery after a crash), and a Java
 broker opens the directory as it opens any other topic.
 
+**One ack, one call.** :meth:`PopService.ack` is the implementation's ``PopAcker.ack``
+(``rocketstore._codec``, or its pure twin ``rocketstore._codec_py``): the handle is checked as
+:meth:`PopService._parse` and :meth:`PopService._current` check it, the ``bAck`` record of its
+one offset is appended through the CommitLog core's ``put``, and the lane (a ``PopLane`` twin)
+and the group's committed offset are updated, under the service's lock, before it returns.
+Nothing is buffered. The periodic snapshot is looked at by every 64th single ack.
+
 **Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
 also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.bak`` protocol), to
 ``config/rocketstorePop.json`` with the revive queue offset it covers (``reviveOffset``): on
