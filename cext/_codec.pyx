@@ -3272,3 +3272,312 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
         PyMem_Free(wanted)
         reader.release()
     return out, careful
+
+
+# ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
+
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void *PyUnicode_DATA(object o)
+    bint PyUnicode_IS_ASCII(object o)
+
+import heapq as _heapq
+import weakref as _weakref
+
+from cpython.weakref cimport PyWeakref_GetObject
+from rocketstore.errors import StoreClosedError as _StoreClosedError
+
+from rocketstore.errors import FlushTimeoutError as _FlushTimeoutError
+from rocketstore.errors import InvalidReceiptHandleError as _InvalidReceiptHandleError
+from rocketstore.errors import ReceiptHandleExpiredError as _ReceiptHandleExpiredError
+
+#: (the pure twin's docstring) once every this many single acks, the snapshot check
+POP_SNAPSHOT_CHECK_EVERY = 64
+
+cdef enum:
+    _ACK_MAX_DIGITS = 18        # a longer decimal may not fit an int64: int() parses it
+
+
+cdef inline Py_ssize_t _ack_digits(const char *text, Py_ssize_t end, int64_t *value) noexcept:
+    """Read the run of ASCII digits ending just before ``end`` (1 to _ACK_MAX_DIGITS of them,
+    preceded by a space at the returned index); -1 when ``text[:end]`` does not end that way."""
+    cdef Py_ssize_t i = end
+    cdef int64_t v = 0, scale = 1
+    while i > 0 and 48 <= text[i - 1] <= 57:
+        i -= 1
+        if end - i > _ACK_MAX_DIGITS:
+            return -1
+        v += (text[i] - 48) * scale
+        scale *= 10
+    if i == end or i == 0 or text[i - 1] != 32:
+        return -1
+    value[0] = v
+    return i - 1
+
+
+cdef class PopLane:
+    """(the pure twin's docstring, rocketstore._codec_py.PopLane) The compiled twin keeps
+    ``committed`` and ``next`` as C integers, which its PopAcker reads and sets directly."""
+
+    cdef public str group, topic, prefix, key
+    cdef public int queue_id
+    cdef public int64_t committed, next
+    cdef public dict inflight
+    cdef public list heap
+    cdef public bytes ack_head, ack_tail
+
+    def __init__(self, str group, str topic, int queue_id, int64_t start, str key):
+        self.group = group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.prefix = f"{group} {topic} {queue_id}"
+        self.key = key
+        self.committed = start
+        self.next = start
+        self.inflight = {}
+        self.heap = []
+        self.ack_head = ('{"c":"%s","n":1,"q":%d,"so":' % (group, queue_id)).encode()
+        self.ack_tail = (',"t":"%s"}' % topic).encode()
+
+    def compact(self):
+        """(the pure twin's docstring)"""
+        cdef dict inflight = self.inflight
+        cdef list live = []
+        for entry in self.heap:
+            deadline, seq, offsets, numbers = entry
+            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
+            if len(keep) == len(offsets):
+                live.append(entry)
+            elif keep:
+                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+        _heapq.heapify(live)
+        self.heap = live
+
+    def advance(self):
+        """(the pure twin's docstring)"""
+        cdef int64_t before = self.committed, c
+        cdef dict inflight = self.inflight
+        if not inflight:
+            self.committed = self.next
+        else:
+            c = self.committed
+            while c < self.next and c not in inflight:
+                c += 1
+            self.committed = c
+        return self.committed != before
+
+
+cdef class PopAcker:
+    """(the pure twin's docstring, rocketstore._codec_py.PopAcker) The compiled twin reads a
+    handle that ends in two runs of plain digits without splitting it, writes the record into
+    one bytes object, and keeps the service's parts that do not change (its lock, lanes by
+    handle prefix, CommitLog, offsets table and its lock) at hand; any other handle goes
+    through the pure twin's ``rsplit`` and ``int`` steps, so both raise the same errors for the
+    same handles. The group's committed offset is set as ``ConsumerOffsetTable.commit_key``
+    sets it (under the table's lock), which is called when that would log a move back."""
+
+    cdef object _service_ref
+    cdef object _received_type
+    cdef int _countdown
+    cdef object _acquire, _release, _by_prefix, _commitlog, _topic, _props
+    cdef object _offsets, _offsets_acquire, _offsets_release
+    cdef int64_t _compact_slack
+
+    def __init__(self, service, received_type):
+        self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
+        self._received_type = received_type
+        self._countdown = POP_SNAPSHOT_CHECK_EVERY
+        self._acquire, self._release = service._lock.acquire, service._lock.release
+        self._by_prefix = service._by_prefix
+        self._commitlog = service._parts.commitlog
+        self._topic, self._props = service.topic, service._ack_props
+        self._offsets = service._offsets
+        self._offsets_acquire = service._offsets._lock.acquire
+        self._offsets_release = service._offsets._lock.release
+        self._compact_slack = service.COMPACT_SLACK
+
+    def ack(self, handle):
+        self._acquire()
+        try:
+            timeout = self._ack(handle)
+        finally:
+            self._release()
+        if timeout is None:
+            return True
+        if timeout is False:
+            return False
+        raise timeout  # acknowledged, but not confirmed durable
+
+    cdef object _ack(self, handle):
+        """None: acknowledged; False: it already was; else the put's FlushTimeoutError."""
+        cdef object service = <object>PyWeakref_GetObject(self._service_ref)
+        if service is None:
+            raise _StoreClosedError("the store is closed")
+        cdef object prefix, found, now, result, timeout = None, number_obj, offset_obj
+        cdef PopLane lane
+        cdef dict inflight
+        cdef bytes head, tail, body
+        cdef const char *text
+        cdef char *p
+        cdef char digits[24]
+        cdef Py_ssize_t size = 0, i_number, i_offset, nd, k
+        cdef int64_t offset = 0, number = 0, committed, nxt
+        cdef bint fast = False
+        if type(handle) is not str:
+            if isinstance(handle, self._received_type):
+                handle = handle.handle
+            if not isinstance(handle, str):
+                raise _InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
+        try:
+            text = PyUnicode_AsUTF8AndSize(handle, &size)
+        except UnicodeError:
+            text = NULL
+        if text != NULL:
+            i_number = _ack_digits(text, size, &number)
+            if i_number > 0:
+                i_offset = _ack_digits(text, i_number, &offset)
+                if i_offset >= 0:
+                    fast = True
+                    # the bytes after i_offset are ASCII: one character each
+                    prefix = handle[:len(handle) - (size - i_offset)]
+        if fast:
+            number_obj = number
+        else:
+            parts = handle.rsplit(" ", 2)
+            try:
+                prefix, o, n = parts
+                offset_obj, number_obj = int(o), int(n)
+            except ValueError:
+                raise _InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
+        found = (<dict>self._by_prefix).get(prefix)
+        if fast:
+            if found is None or offset >= (<PopLane?>found).next:
+                raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
+        else:
+            if found is None or offset_obj < 0 or number_obj < 0 or offset_obj >= (<PopLane?>found).next:
+                raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
+            offset = offset_obj  # below lane.next: an int64
+        lane = <PopLane>found
+        inflight = lane.inflight
+        now = inflight.get(offset)
+        if now is None:
+            return False
+        if now[1] != number_obj:
+            raise _ReceiptHandleExpiredError(
+                f"receipt handle {handle!r} expired: the message was handed out again", [handle]
+            )
+        if not service._topic_ready:
+            service._ensure_topic()
+        head, tail = lane.ack_head, lane.ack_tail
+        nd = 0
+        k = offset
+        while True:
+            digits[nd] = <char>(48 + k % 10)
+            nd += 1
+            k //= 10
+            if k == 0:
+                break
+        body = PyBytes_FromStringAndSize(NULL, len(head) + nd + len(tail))
+        p = PyBytes_AS_STRING(body)
+        memcpy(p, PyBytes_AS_STRING(head), len(head))
+        p += len(head)
+        while nd:
+            nd -= 1
+            p[0] = digits[nd]
+            p += 1
+        memcpy(p, PyBytes_AS_STRING(tail), len(tail))
+        try:
+            result = self._commitlog.core.put(self._topic, body, self._props, 0, 0, 0, 0, 0, 0, None, -1)
+        except _FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then return it
+            timeout = exc
+            result = exc.result
+        service._log_next = result.queue_offset + 1
+        del inflight[offset]
+        committed = lane.committed
+        if offset == committed or not inflight:
+            nxt = lane.next
+            if not inflight:
+                committed = nxt
+            else:
+                while committed < nxt and committed not in inflight:
+                    committed += 1
+            if committed != lane.committed:
+                lane.committed = committed
+                if not service._loading:
+                    self._commit(lane, committed)
+        if len(lane.heap) > 2 * len(inflight) + self._compact_slack:
+            lane.compact()
+        if service._snapshot_interval_ms:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = POP_SNAPSHOT_CHECK_EVERY
+                service._maybe_snapshot(service.clock())
+        return timeout
+
+    cdef _commit(self, PopLane lane, int64_t committed):
+        cdef object previous, queue_id = lane.queue_id
+        cdef dict offsets
+        self._offsets_acquire()
+        try:
+            offsets = (<dict>self._offsets._table).get(lane.key)
+            if offsets is not None:
+                previous = offsets.get(queue_id)
+                if previous is not None and previous <= committed:
+                    offsets[queue_id] = committed
+                    self._offsets.dirty = True
+                    return
+        finally:
+            self._offsets_release()
+        self._offsets.commit_key(lane.key, queue_id, committed)  # new, or a move back: logged
+
+
+cdef inline Py_ssize_t _ack_write_decimal(char *out, int64_t value) noexcept:
+    """Write ``str(value)`` (value >= 0) to ``out`` (room for 20 bytes); returns its length."""
+    cdef char tmp[20]
+    cdef Py_ssize_t n = 0, k = 0
+    while True:
+        tmp[n] = <char>(48 + value % 10)
+        n += 1
+        value //= 10
+        if value == 0:
+            break
+    while n:
+        n -= 1
+        out[k] = tmp[n]
+        k += 1
+    return k
+
+
+def receipt_handles(str prefix, list offsets, tuple numbers):
+    """(the pure twin's docstring) The compiled twin writes each handle of an ASCII prefix and
+    non-negative offsets and numbers into its str directly."""
+    cdef Py_ssize_t n = len(offsets), i, plen, k
+    cdef list out
+    cdef object handle
+    cdef char *p
+    cdef char digits[48]
+    cdef int64_t o, d
+    if len(numbers) != n:
+        raise ValueError("offsets and numbers differ in length")
+    if not PyUnicode_IS_ASCII(prefix):
+        return [f"{prefix} {o_} {n_}" for o_, n_ in zip(offsets, numbers)]
+    plen = len(prefix)
+    out = [None] * n
+    for i in range(n):
+        o = offsets[i]
+        d = numbers[i]
+        if o < 0 or d < 0:
+            out[i] = f"{prefix} {offsets[i]} {numbers[i]}"
+            continue
+        digits[0] = 32
+        k = 1 + _ack_write_decimal(digits + 1, o)
+        digits[k] = 32
+        k += 1 + _ack_write_decimal(digits + k + 1, d)
+        handle = PyUnicode_New(plen + k, 127)
+        p = <char *>PyUnicode_DATA(handle)
+        memcpy(p, PyUnicode_DATA(prefix), plen)
+        memcpy(p + plen, digits, k)
+        out[i] = handle
+    return out

@@ -42,11 +42,13 @@ escaped string equals ``java_hash_bytes`` of the raw bytes.
 
 from __future__ import annotations
 
+import heapq
 import operator
 import re
 import struct
 import sys
 import time
+import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
@@ -55,10 +57,14 @@ import numpy as np
 
 from .errors import (
     CorruptRecordError,
+    FlushTimeoutError,
     InvalidMessageError,
     InvalidMessageIdError,
+    InvalidReceiptHandleError,
     InvalidTopicError,
     PropertiesTooLargeError,
+    ReceiptHandleExpiredError,
+    StoreClosedError,
 )
 from .message import Message, MessageExt, host_from_bytes, host_to_bytes
 
@@ -2130,3 +2136,188 @@ def timer_copies(
         _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
         out.append(None)
     return out, list(range(len(out)))
+
+
+# ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
+
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+
+
+def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
+    """The receipt handles ``"<prefix> <offset> <delivery number>"`` of one lane's messages
+    (rocketstore.pop.Received.handles)."""
+    if len(numbers) != len(offsets):
+        raise ValueError("offsets and numbers differ in length")
+    return [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+
+
+class PopLane:
+    """The POP state of one (group, topic, queue id) (rocketstore.pop): every queue offset below
+    ``next`` is acknowledged unless it is in ``inflight`` ({offset: (visible again at, delivery
+    number)}); ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline,
+    sequence, offsets, delivery numbers) of the checkpoints, stale entries included (checked on
+    use). ``key`` is the group's key in consumerOffset.json (``topic@group``)."""
+
+    __slots__ = (
+        "group",
+        "topic",
+        "queue_id",
+        "prefix",
+        "key",
+        "committed",
+        "next",
+        "inflight",
+        "heap",
+        "ack_head",
+        "ack_tail",
+    )
+
+    def __init__(self, group: str, topic: str, queue_id: int, start: int, key: str) -> None:
+        self.group = group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
+        self.key = key
+        self.committed = start
+        self.next = start
+        self.inflight: dict[int, tuple[int, int]] = {}
+        self.heap: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+        # the acknowledgement of one offset o is ack_head + str(o) + ack_tail (PopAcker): the
+        # record rocketstore.pop._ACK_RANGE_JSON makes with n 1 (tests/test_pop_ack.py)
+        self.ack_head = ('{"c":"%s","n":1,"q":%d,"so":' % (group, queue_id)).encode()
+        self.ack_tail = (',"t":"%s"}' % topic).encode()
+
+    def compact(self) -> None:
+        """Drop the heap's entries (and entries' offsets) no longer in flight under them:
+        acknowledged messages would otherwise stay referenced until their deadline. Called when
+        the heap holds more than twice as many entries as there are messages in flight, so
+        its cost is spread over the receives that grew it."""
+        inflight = self.inflight
+        live = []
+        for entry in self.heap:
+            deadline, seq, offsets, numbers = entry
+            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
+            if len(keep) == len(offsets):
+                live.append(entry)
+            elif keep:
+                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+        heapq.heapify(live)
+        self.heap = live
+
+    def advance(self) -> bool:
+        """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
+        before = self.committed
+        if not self.inflight:
+            self.committed = self.next
+        else:
+            inflight = self.inflight
+            c = self.committed
+            while c < self.next and c not in inflight:
+                c += 1
+            self.committed = c
+        return self.committed != before
+
+
+#: A single ack looks whether the periodic POP snapshot is due once every this many acks (a
+#: snapshot is written at most every ``pop_snapshot_interval_ms``; checking the clock per ack
+#: would cost as much as the rest of the ack's bookkeeping).
+POP_SNAPSHOT_CHECK_EVERY = 64
+
+
+class PopAcker:
+    """:meth:`rocketstore.pop.PopService.ack` in one call: check the handle (a str, or a
+    ``received_type``: a ReceivedMessage), find its lane, check the message is still under this
+    delivery, append the ``bAck`` record of its one offset to the revive log through the
+    CommitLog core's ``put`` (the service's ``_parts.commitlog.core``, looked up per ack: it may
+    be swapped), then apply it (the lane's in-flight map, its lowest un-acked offset, the
+    group's committed offset, the heap's compaction), all under the service's lock.
+
+    Returns True if this call acknowledged the message, False if it already was; raises
+    InvalidReceiptHandleError / ReceiptHandleExpiredError as ``PopService._parse`` and
+    ``_current`` do, and the put's FlushTimeoutError once the record is stored and applied.
+    The lane's ``ack_head`` + the offset's digits + ``ack_tail`` is the record
+    ``_ACK_RANGE_JSON`` makes for one offset (tests/test_pop_ack.py checks it)."""
+
+    __slots__ = ("_service_ref", "_received_type", "_countdown")
+
+    def __init__(self, service: Any, received_type: Any) -> None:
+        self._service_ref = weakref.ref(service)  # the service holds this: no cycle
+        self._received_type = received_type
+        self._countdown = POP_SNAPSHOT_CHECK_EVERY
+
+    def ack(self, handle: Any) -> bool:
+        service = self._service_ref()
+        if service is None:
+            raise StoreClosedError("the store is closed")
+        if isinstance(handle, self._received_type):
+            handle = handle.handle
+        if not isinstance(handle, str):
+            raise InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
+        with service._lock:
+            found = self._current(service, handle)
+            if found is None:
+                return False
+            timeout = self._record(service, *found)
+        if timeout is not None:
+            raise timeout  # acknowledged, but not confirmed durable
+        return True
+
+    @staticmethod
+    def _current(service: Any, handle: str) -> Optional[tuple[Any, int]]:
+        """(lane, offset) of the message ``handle`` names if it is still under that delivery;
+        None if it is finished already."""
+        parts = handle.rsplit(" ", 2)
+        try:
+            prefix, o, n = parts
+            offset, number = int(o), int(n)
+        except ValueError:
+            raise InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
+        lane = service._by_prefix.get(prefix)
+        if lane is None or offset < 0 or number < 0 or offset >= lane.next:
+            raise InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
+        now = lane.inflight.get(offset)
+        if now is None:
+            return None
+        if now[1] != number:
+            raise ReceiptHandleExpiredError(
+                f"receipt handle {handle!r} expired: the message was handed out again", [handle]
+            )
+        return lane, offset
+
+    def _record(self, service: Any, lane: Any, offset: int) -> Optional[FlushTimeoutError]:
+        """Append the record, then apply it; the put's FlushTimeoutError, if it stored the record
+        but its flush did not confirm."""
+        if not service._topic_ready:
+            service._ensure_topic()
+        body = lane.ack_head + str(offset).encode() + lane.ack_tail
+        timeout = None
+        try:
+            result = service._parts.commitlog.core.put(
+                service.topic, body, service._ack_props, 0, 0, 0, 0, 0, 0, None, -1
+            )
+        except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
+            timeout = exc
+            result = exc.result
+        service._log_next = result.queue_offset + 1
+        inflight = lane.inflight
+        del inflight[offset]
+        committed = lane.committed
+        if offset == committed or not inflight:
+            nxt = lane.next
+            if not inflight:
+                committed = nxt
+            else:
+                while committed < nxt and committed not in inflight:
+                    committed += 1
+            if committed != lane.committed:
+                lane.committed = committed
+                if not service._loading:
+                    service._offsets.commit_key(lane.key, lane.queue_id, committed)
+        if len(lane.heap) > 2 * len(inflight) + service.COMPACT_SLACK:
+            lane.compact()
+        if service._snapshot_interval_ms:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = POP_SNAPSHOT_CHECK_EVERY
+                service._maybe_snapshot(service.clock())
+        return timeout

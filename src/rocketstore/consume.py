@@ -291,6 +291,13 @@ class GetMessageResult:
             self._queue_offsets = offsets
         return offsets
 
+    def queue_offset_list(self) -> list[int]:
+        """:attr:`queue_offsets` as a list of ints (a run from the first: no array made)."""
+        first = self._queue_offsets
+        if isinstance(first, int):
+            return list(range(first, first + len(self.units)))
+        return self.queue_offsets.tolist()  # type: ignore[no-any-return]
+
     @property
     def message_count(self) -> int:
         """How many units were collected (= ``len(messages)`` after :func:`get_message`)."""

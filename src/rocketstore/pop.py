@@ -32,6 +32,13 @@ ack and a new checkpoint). The records are ordinary CommitLog records, so they a
 durable as any put (``flush_disk_type``; the CommitLog's recovery after a crash), and a Java
 broker opens the directory as it opens any other topic.
 
+**One ack, one call.** :meth:`PopService.ack` is the implementation's ``PopAcker.ack``
+(``rocketstore._codec``, or its pure twin ``rocketstore._codec_py``): the handle is checked as
+:meth:`PopService._parse` and :meth:`PopService._current` check it, the ``bAck`` record of its
+one offset is appended through the CommitLog core's ``put``, and the lane (a ``PopLane`` twin)
+and the group's committed offset are updated, under the service's lock, before it returns.
+Nothing is buffered. The periodic snapshot is looked at by every 64th single ack.
+
 **Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
 also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.bak`` protocol), to
 ``config/rocketstorePop.json`` with the revive queue offset it covers (``reviveOffset``): on
@@ -76,8 +83,10 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple, Optional, overload
 
+from rocketstore import _codec_py
 from rocketstore._clock import now_ms
 from rocketstore.configfiles import (
     PERM_READ,
@@ -185,9 +194,9 @@ class Received(Sequence[ReceivedMessage]):
         """The receipt handles, in the order of ``messages``."""
         if self._handles is None:
             handles: list[str] = []
+            make = self._service._receipt_handles  # type: ignore[union-attr]  # lanes: a service's
             for lane, offsets, numbers, _stamp in self._lanes:
-                prefix = lane.prefix
-                handles += [f"{prefix} {o} {n}" for o, n in zip(offsets, numbers)]
+                handles += make(lane.prefix, offsets, numbers)
             self._handles = handles
         return self._handles
 
@@ -208,7 +217,9 @@ class Received(Sequence[ReceivedMessage]):
         return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
-        return map(ReceivedMessage, self.messages, self.handles, self.reconsume_times)
+        # tuple.__new__ straight: a NamedTuple's own __new__ is a Python frame per message
+        rows = zip(self.messages, self.handles, self.reconsume_times)
+        return map(tuple.__new__, repeat(ReceivedMessage), rows)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Received, list, tuple)):
@@ -236,54 +247,10 @@ def _received(messages: list[MessageExt], handles: list[str], reconsume_times: l
     return found
 
 
-class _Lane:
-    """The POP state of one (group, topic, queue id): every queue offset below ``next`` is
-    acknowledged unless it is in ``inflight`` ({offset: (visible again at, delivery number)});
-    ``committed`` is the lowest offset not acknowledged; ``heap`` holds (deadline, sequence,
-    offsets, delivery numbers) of the checkpoints, stale entries included (checked on use)."""
-
-    __slots__ = ("group", "topic", "queue_id", "prefix", "key", "committed", "next", "inflight", "heap")
-
-    def __init__(self, group: str, topic: str, queue_id: int, start: int) -> None:
-        self.group = group
-        self.topic = topic
-        self.queue_id = queue_id
-        self.prefix = f"{group} {topic} {queue_id}"  # of its receipt handles
-        self.key = ConsumerOffsetTable.key(topic, group)
-        self.committed = start
-        self.next = start
-        self.inflight: dict[int, tuple[int, int]] = {}
-        self.heap: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
-
-    def compact(self) -> None:
-        """Drop the heap's entries (and entries' offsets) no longer in flight under them:
-        acknowledged messages would otherwise stay referenced until their deadline. Called when
-        the heap holds more than twice as many entries as there are messages in flight, so
-        its cost is spread over the receives that grew it."""
-        inflight = self.inflight
-        live = []
-        for entry in self.heap:
-            deadline, seq, offsets, numbers = entry
-            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
-            if len(keep) == len(offsets):
-                live.append(entry)
-            elif keep:
-                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
-        heapq.heapify(live)
-        self.heap = live
-
-    def advance(self) -> bool:
-        """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
-        before = self.committed
-        if not self.inflight:
-            self.committed = self.next
-        else:
-            inflight = self.inflight
-            c = self.committed
-            while c < self.next and c not in inflight:
-                c += 1
-            self.committed = c
-        return self.committed != before
+#: The POP state of one (group, topic, queue id): a twin class (rocketstore._codec_py.PopLane, the
+#: compiled one for the compiled build, which its PopAcker reads without attribute lookups); typed
+#: by the pure one.
+_Lane = _codec_py.PopLane
 
 
 class PopState(ConfigFile):
@@ -363,6 +330,32 @@ def _checkpoint(
     return record
 
 
+#: What :func:`_dumps` writes for the common checkpoint (a run of offsets from ``so``, every
+#: delivery number 0): base, group, invisible time, count, next, pop time, queue id, first, topic.
+_CK_RUN_JSON = '{"b":%d,"c":"%s","it":%d,"n":%d,"nx":%d,"pt":%d,"q":%d,"so":%d,"t":"%s"}'
+
+
+def _checkpoint_json(
+    group: str,
+    topic: str,
+    queue_id: int,
+    base: int,
+    now: int,
+    invisible: int,
+    offsets: list[int],
+    numbers: list[int],
+    nxt: int,
+) -> bytes:
+    """``_dumps(_checkpoint(...))``, the common record made without a dict (one per receive)."""
+    if offsets and not any(numbers):
+        so = offsets[0]
+        if offsets[-1] - so == len(offsets) - 1 and sorted(offsets) == offsets:  # a run from so
+            return (
+                _CK_RUN_JSON % (base, group, invisible, len(offsets), nxt, now, queue_id, so, topic)
+            ).encode()
+    return _dumps(_checkpoint(group, topic, queue_id, base, now, invisible, offsets, numbers, nxt))
+
+
 def _dumps(record: dict[str, Any]) -> bytes:
     """Compact JSON, keys sorted (as fastjson writes a bean). Group and topic names need no
     escaping (``[%|a-zA-Z0-9_-]``), ints and lists of ints none either: written by hand, as
@@ -394,6 +387,14 @@ class PopService:
     DLQ).
     """
 
+    COMPACT_SLACK = COMPACT_SLACK  # read by codec.PopAcker
+
+    #: ``ack(handle)``: see :meth:`MessageStore.ack`. The implementation's ``PopAcker.ack``
+    #: itself (no frame of this class on the way): the steps of :meth:`_parse`,
+    #: :meth:`_current` and :meth:`_finish` for one offset, in one call under the lock; the
+    #: periodic snapshot is looked at once every ``POP_SNAPSHOT_CHECK_EVERY`` acks.
+    ack: Callable[[str | ReceivedMessage], bool]
+
     def __init__(
         self,
         parts: StoreParts,
@@ -417,6 +418,7 @@ class PopService:
         self._snapshot_interval_ms = cfg.pop_snapshot_interval_ms
         self._lock = threading.RLock()
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
+        self._names_checked: set[tuple[str, str]] = set()  # (group, topic) a receive checked
         self._by_prefix: dict[str, _Lane] = {}
         self._state = PopState.in_store(parts.path)
         self._seq = 0
@@ -426,6 +428,12 @@ class PopService:
         self._last_snapshot = self.clock()
         codec = parts.commitlog.codec
         self._props = {tag: codec.encode_properties({"TAGS": tag}) for tag in (CK_TAG, BATCH_ACK_TAG)}
+        self._ack_props = self._props[BATCH_ACK_TAG]
+        # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
+        self._lane_type = codec.PopLane
+        self._receipt_handles = codec.receipt_handles
+        self._acker = codec.PopAcker(self, ReceivedMessage)
+        self.ack = self._acker.ack
         self._topic_ready = False
         self._closed = False
         self._loading = True  # offsets are committed once the open has replayed everything
@@ -443,8 +451,7 @@ class PopService:
         flush did not confirm in time (``SYNC_FLUSH``) returns that error: the record is in the
         log, the caller applies it."""
         if not self._topic_ready:
-            self._parts.topics.ensure(self.topic, 1, perm=PERM_READ | PERM_WRITE)
-            self._topic_ready = True
+            self._ensure_topic()
         body = record if isinstance(record, bytes) else _dumps(record)
         try:
             result = self._parts.commitlog.core.put(
@@ -455,6 +462,10 @@ class PopService:
             return exc
         self._log_next = result.queue_offset + 1
         return None
+
+    def _ensure_topic(self) -> None:
+        self._parts.topics.ensure(self.topic, 1, perm=PERM_READ | PERM_WRITE)
+        self._topic_ready = True
 
     def _unconfirmed(self, timeout: Optional[FlushTimeoutError], what: str) -> None:
         if timeout is not None:
@@ -468,7 +479,9 @@ class PopService:
         if lane is None:
             if commit:
                 self._offsets.commit(group, topic, queue_id, start)  # checks the names first
-            lane = self._lanes[key] = _Lane(group, topic, queue_id, start)
+            lane = self._lanes[key] = self._lane_type(
+                group, topic, queue_id, start, ConsumerOffsetTable.key(topic, group)
+            )
             self._by_prefix[lane.prefix] = lane
         return lane
 
@@ -619,17 +632,23 @@ class PopService:
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
         tag_filter = TagFilter.parse(tags)
-        _check_group(group)
-        if not isinstance(topic, str) or not is_valid_topic(topic):
-            raise InvalidMessageError(f"topic {topic!r} is not a topic name")
-        max_msgs = _check_int("max_msgs", max_msgs, 1, MAX_RECEIVE_BATCH)
-        invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
+        if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
+            _check_group(group)
+            if not isinstance(topic, str) or not is_valid_topic(topic):
+                raise InvalidMessageError(f"topic {topic!r} is not a topic name")
+            if len(self._names_checked) >= 1024:
+                self._names_checked.clear()
+            if type(group) is str and type(topic) is str:
+                self._names_checked.add((group, topic))
+        if type(max_msgs) is not int or not 1 <= max_msgs <= MAX_RECEIVE_BATCH:
+            max_msgs = _check_int("max_msgs", max_msgs, 1, MAX_RECEIVE_BATCH)  # raises
+        invisible = invisible_time_ms
+        if type(invisible) is not int or not 0 <= invisible <= MAX_INVISIBLE_TIME_MS:
+            invisible = _check_int("invisible_time_ms", invisible_time_ms, 0, MAX_INVISIBLE_TIME_MS)
         count = self._parts.topics.table.queues(topic)
         if queue_id is not None:
             _check_int("queue_id", queue_id, 0, max(count - 1, 0))
-        if max_reconsume_times is None:
-            max_reconsume_times = self._retry_max_times(group)
-        else:
+        if max_reconsume_times is not None:  # else the group's, looked up when a message is due
             max_reconsume_times = _check_int("max_reconsume_times", max_reconsume_times, 0, 0x7FFFFFFF)
         if not count:
             return Received(self)
@@ -675,7 +694,7 @@ class PopService:
         now: int,
         want: int,
         invisible: int,
-        max_reconsume: int,
+        max_reconsume: Optional[int],
         tag_filter: TagFilter,
         out: Received,
     ) -> None:
@@ -686,7 +705,9 @@ class PopService:
         messages: list[MessageExt] = []
         popped: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
         try:
-            if lane is not None:
+            if lane is not None and lane.heap and lane.heap[0][0] <= now:
+                if max_reconsume is None:
+                    max_reconsume = self._retry_max_times(group)
                 self._due(lane, now, want, max_reconsume, offsets, numbers, messages, popped)
             nxt = start
             if len(offsets) < want:
@@ -700,7 +721,7 @@ class PopService:
                 return
             base = lane.committed if lane is not None else start
             timeout = self._write(
-                CK_TAG, _checkpoint(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
+                CK_TAG, _checkpoint_json(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
             )
             self._unconfirmed(timeout, "a checkpoint")  # if lost, the messages only come back early
         except BaseException:
@@ -758,7 +779,7 @@ class PopService:
                 continue
             if result.messages:
                 messages += result.messages
-                offsets += result.queue_offsets.tolist()
+                offsets += result.queue_offset_list()
                 got += len(result.messages)
                 pos = nxt = int(result.next_begin_offset)
                 if got >= want:
@@ -877,20 +898,6 @@ class PopService:
             raise ReceiptHandleExpiredError(
                 f"receipt handle {handle!r} expired: the message was handed out again", [handle]
             )
-        return True
-
-    def ack(self, handle: str | ReceivedMessage) -> bool:
-        """See :meth:`MessageStore.ack`."""
-        if isinstance(handle, ReceivedMessage):
-            handle = handle.handle
-        with self._lock:
-            lane, offset, number = self._parse(handle)
-            if not self._current(lane, offset, number, handle):
-                return False
-            timeout = self._finish(lane, [offset])
-            self._maybe_snapshot(self.clock())
-        if timeout is not None:
-            raise timeout  # acknowledged, but not confirmed durable
         return True
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:

@@ -1673,7 +1673,8 @@ class MessageStore:
     # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.pop) ----
 
     def _pop_service(self) -> PopService:
-        self._check_writable()
+        if self._closed or self._follower is not None or self._files_read_only:
+            self._check_writable()  # (with none of the three, it has nothing to check)
         assert self._pop is not None
         return self._pop
 
@@ -2009,14 +2010,17 @@ class MessageStore:
         )
 
     def _quick_pull(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, need: Optional[int] = None
     ) -> Optional[GetMessageResult]:
         """The common pull (every message from a given offset, all within one ConsumeQueue
         file, nothing damaged) in one compiled call, by the rules of the careful path; None for
-        anything that path must decide (bounds, holes, filters, damage, a closed store)."""
+        anything that path must decide (bounds, holes, filters, damage, a closed store).
+        ``need``: as for :meth:`_queue`, dispatch catches up only if the queue ends before it."""
         if self._closed or (self._follower is not None and not self._follower.follow()):
             return None
-        self._dispatcher.catch_up()
+        cq = self._queues.get(topic, queue_id) if need is not None else None
+        if cq is None or cq.max_offset < need:
+            self._dispatcher.catch_up()
         got = self._codec.queue_messages(
             self._queues,
             topic,
@@ -2168,8 +2172,13 @@ class MessageStore:
     def _pop_pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
     ) -> GetMessageResult:
-        """:meth:`get_message` for POP: dispatch catches up only when the queue has fewer than
-        ``max_msgs`` units from ``offset``."""
+        """:meth:`get_message` for POP: the one-call pull of :meth:`get_message` when it can
+        decide, else the careful path, where dispatch catches up only when the queue has fewer
+        than ``max_msgs`` units from ``offset``."""
+        if tag_filter is None or tag_filter.match_all:
+            quick = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
+            if quick is not None:
+                return quick
         return self._pull(
             topic,
             queue_id,
