@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-fi
 
 JOINED = """
     import json, os, sys
-    from rocketstore import MessageStore
+    from rocketstore import Message, MessageStore
     path, impl, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     s = MessageStore(path, implementation=impl)
     placed = []
@@ -28,6 +28,8 @@ JOINED = """
         placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "j-%d" % i))
     b = s.put_batch("T", [b"jb-0", b"jb-1", b"jb-2"], queue_id=0)
     placed += [(0, b.first_queue_offset + k, int(b.commitlog_offsets[k]), "jb-%d" % k) for k in range(3)]
+    ms = s.put_messages([Message("T", b"jm-%d" % k, keys="jm-%d" % k, queue_id=0) for k in range(3)])
+    placed += [(r.queue_id, r.queue_offset, r.commitlog_offset, "jm-%d" % k) for k, r in enumerate(ms)]
     appender = s._appender
     print(json.dumps({
         "appended_here": appender.core.puts if appender else 0,
@@ -67,12 +69,12 @@ def test_joined_puts_append_in_their_own_process_beside_the_owners(tmp_path, imp
             assert child.returncode == 0, err
             found = json.loads(out)
             assert found["writer"] == os.getpid()
-            assert found["appended_here"] == 403  # none went through the owner
+            assert found["appended_here"] == 406  # none went through the owner
             placed += [(q, o, c, b if b.startswith("o") else f"{k}:{b}") for q, o, c, b in found["placed"]]
         assert owner._core.puts == owned
         # the children's bodies repeat: tell them apart by where they are
         by_position = {(q, o): (c, b.split(":")[-1]) for q, o, c, b in placed}
-        assert len(by_position) == len(placed) == 1206
+        assert len(by_position) == len(placed) == 1212
         _check_queues(owner, [(q, o, c, b) for (q, o), (c, b) in by_position.items()])
         assert len(owner.query_by_key("T", "k", max_num=64)) == 64  # the index holds the joined writers' keys
         assert {m.body for m in owner.query_by_key("T", "j-301")} == {b"j-301"}
@@ -112,13 +114,13 @@ def test_a_writer_that_dies_inside_an_append_is_repaired_by_the_next(tmp_path, i
         owner.create_topic("T", 1)
         out = json.loads(run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 30))
         placed = [tuple(p) for p in out["placed"]]
-        assert out["appended_here"] == 13
+        assert out["appended_here"] == 16
         next_before = int(run_child(DIES_INSIDE, path))
-        assert next_before == owner.max_queue_offset("T", 0) == 13
+        assert next_before == owner.max_queue_offset("T", 0) == 16
         for i in range(20):
             r = owner.put("T", b"after-%d" % i, keys="after-%d" % i)
             placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "after-%d" % i))
-        assert placed[-20][1] == 13  # the dead writer's offsets were not kept
+        assert placed[-20][1] == 16  # the dead writer's offsets were not kept
         _check_queues(owner, placed)
         out = json.loads(run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 30))
         placed += [tuple(p) for p in out["placed"]]
@@ -127,7 +129,7 @@ def test_a_writer_that_dies_inside_an_append_is_repaired_by_the_next(tmp_path, i
     with open_store(path, impl) as again:
         got = [m.body.decode() for m in queue_messages(again, "T", 0)]
         assert got == [b for _, _, _, b in sorted(placed, key=lambda p: p[1])]
-        assert len(got) == 13 + 20 + 13
+        assert len(got) == 16 + 20 + 16
 
 
 def test_with_shared_append_off_joined_puts_run_in_the_owner(tmp_path, impl):
@@ -136,7 +138,7 @@ def test_with_shared_append_off_joined_puts_run_in_the_owner(tmp_path, impl):
         owner.create_topic("T", 2)
         out = json.loads(run_child(JOINED, path, impl.name, 30))
         assert out["appended_here"] == 0
-        assert owner._core.puts == 33
+        assert owner._core.puts == 36
         _check_queues(owner, [tuple(p) for p in out["placed"]])
         assert not (path / sharedappend.APPEND_NAME).exists()
 

@@ -435,6 +435,7 @@ class MessageStore:
         if self._remote is not None:
             self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
             self.__dict__["put_batch"] = _JoinedPutBatch(self)
+            self.__dict__["put_messages"] = _JoinedPutMessages(self)
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
@@ -2689,6 +2690,42 @@ class _JoinedPutBatch(_JoinedCall):
         return store._forward(
             "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
         )
+
+
+class _JoinedPutMessages(_JoinedCall):
+    """A joined writer's ``put_messages``: a batch of plain messages (tags and keys at most, of
+    user topics) appends in this process (rocketstore.sharedappend); anything else runs in the
+    writing process."""
+
+    __slots__ = ()
+
+    def __call__(self, messages: Any, durable: Optional[bool] = None) -> Any:
+        store = self._store()
+        if store is None:
+            _closed_error()
+        if not store._closed:
+            if type(messages) is not list:
+                messages = list(messages)
+            appender = store._joined_appender()
+            if appender:
+                topics = set()
+                for m in messages:
+                    name = getattr(m, "topic", None)
+                    if name.__class__ is str and name not in topics:
+                        try:
+                            check_user_topic(name)
+                        except Exception:
+                            continue  # not plain here: the writing process says what is wrong
+                        topics.add(name)
+                try:
+                    done = appender.core.put_plain_messages(messages, topics, store._wait_mode(durable, -1))
+                    if done is not None:
+                        return done
+                except sharedappend.StaleTable:
+                    store._drop_appender()
+                except sharedappend.NotShareable:
+                    pass
+        return store._forward("put_messages", (messages,), {} if durable is None else {"durable": durable})
 
 
 _JOINED_BATCH_ARGS = frozenset(("lengths", "tags", "properties", "queue_id", "flag", "durable", "pipelined"))
