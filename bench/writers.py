@@ -1,14 +1,16 @@
 """Several writer processes, one store (issue 18 part 4): puts from 1, 2 and 4 processes.
 
-The first process to open the store writes it (the owner); the others join it and send their
-puts to it (rocketstore.writers). Every row runs its processes at once, from one start signal,
+The first process to open the store writes it (the owner); the others join it
+(rocketstore.writers) and append their puts themselves, under one cross-process lock shared with
+the owner (rocketstore.sharedappend; ``--proxied`` opens the owner with ``shared_append=False``,
+so that joined puts run in the owner, as before: its rows are ``proxied``). Every row runs its processes at once, from one start signal,
 and reports messages per second over the wall time from that signal until the last process is
 done, plus each process's own rate (the owner's first). Kinds of put:
 
 - ``put``: one 128-byte message per call, no keys (the hot path);
 - ``put_batch``: 256 messages of 128 bytes per call;
-- ``durable``: one message per call with ``durable=True`` (each returns after the group commit;
-  one flush covers the waiting puts of every process).
+- ``durable``: one message per call with ``durable=True`` (each returns after its process's
+  group commit; one fdatasync of a segment covers every process's records before it).
 
 With ``--peers`` (default when the ``lmdb`` module is installed) the same rows for LMDB, which
 lets any process write: one write transaction per put (``put_batch``: 256 puts per transaction),
@@ -40,7 +42,7 @@ PUTTER = r"""
 import os, sys, time
 from rocketstore import MessageStore
 path, kind, seconds, go = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-store = MessageStore(path)
+store = MessageStore(path, shared_append=sys.argv[5] == "shared")
 print("owner" if store.writer_pid == os.getpid() else "joined", flush=True)
 while not os.path.exists(go):
     time.sleep(0.0005)
@@ -98,7 +100,7 @@ env.close()
 
 
 def run_row(
-    root: str, kind: str, processes: int, seconds: float, script: str = PUTTER
+    root: str, kind: str, processes: int, seconds: float, script: str = PUTTER, mode: str = "shared"
 ) -> tuple[float, list[float], list[str]]:
     path = tempfile.mkdtemp(prefix="writers-", dir=root)
     go = os.path.join(path, "go")
@@ -107,7 +109,7 @@ def run_row(
     try:
         for _ in range(processes):
             proc = subprocess.Popen(
-                [sys.executable, "-c", script, path, kind, str(seconds), go],
+                [sys.executable, "-c", script, path, kind, str(seconds), go, mode],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -156,6 +158,7 @@ def main() -> None:
     ap.add_argument("--alone", type=int, default=300_000, help="puts per alone run (0: skip)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
     ap.add_argument("--no-peers", action="store_true", help="skip LMDB")
+    ap.add_argument("--proxied", action="store_true", help="also rows with shared_append=False")
     args = ap.parse_args()
     print(buildinfo.header())
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
@@ -169,10 +172,11 @@ def main() -> None:
         print(f"{'store':<12} {'kind':<10} {'procs':>5} {'msgs/s':>12}   per process (owner first)")
         for kind in args.kinds:
             for n in args.processes:
-                for name, script in (("rocketstore", PUTTER), ("lmdb", LMDB_PUTTER)):
-                    if name == "lmdb" and args.no_peers:
+                contenders = [("rocketstore", PUTTER, "shared"), ("proxied", PUTTER, "proxied")]
+                for name, script, mode in [*contenders, ("lmdb", LMDB_PUTTER, "")]:
+                    if (name == "lmdb" and args.no_peers) or (name == "proxied" and not args.proxied):
                         continue
-                    total, rates, roles = run_row(root, kind, n, args.seconds, script)
+                    total, rates, roles = run_row(root, kind, n, args.seconds, script, mode)
                     per = ", ".join(f"{r:,.0f}" for r in rates)
                     print(
                         f"{name:<12} {kind:<10} {n:>5} {total:>12,.0f}   {per}   ({', '.join(roles)})",
