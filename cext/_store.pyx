@@ -109,7 +109,7 @@ cdef extern from "live.h" nogil:
 cdef extern from "append.h" nogil:
     int64_t RS_AP_SIZE, RS_AP_QUEUES, RS_AP_E_NEXT, RS_AP_E_COMMITTED, RS_AP_E_NQUEUES
     int64_t RS_AP_O_MAGIC, RS_AP_O_EPOCH, RS_AP_O_BUSY, RS_AP_O_FULL, RS_AP_O_END, RS_AP_O_LAST_TS
-    int64_t RS_AP_O_ENTRIES, RS_AP_O_SEGMENT
+    int64_t RS_AP_O_ENTRIES, RS_AP_O_SEGMENT, RS_AP_O_REFUSING
     uint64_t RS_AP_MAGIC
     uint64_t *rs_ap_u64(uint8_t *t, int64_t at)
     int64_t *rs_ap_i64(uint8_t *t, int64_t at)
@@ -1218,6 +1218,7 @@ cdef class CommitLogCore:
                     rs_ap_i64(t, RS_AP_O_SEGMENT)[0] = self._file_size
                     rs_ap_i64(t, RS_AP_O_END)[0] = self._file_from + self._pos
                     rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
+                    rs_ap_u32(t, RS_AP_O_REFUSING)[0] = self._refusal is not None
                     for top in self._topics.values():
                         self._share_topic(t, top, -1 if top.nqueues > RS_AP_QUEUES else top.nqueues)
                     if self._queue_offsets_pending:
@@ -1630,8 +1631,11 @@ cdef class CommitLogCore:
 
     def refuse_puts(self, error=None):
         """While ``error`` is set (a DiskFullError), every put writes nothing and returns status
-        SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again."""
+        SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again. The
+        owner of a shared append table says so in it (joined writers then send puts here)."""
         self._refusal = error
+        if self._share != NULL and self._share_owner:
+            rs_ap_u32(self._share, RS_AP_O_REFUSING)[0] = error is not None
 
     @property
     def refusing_puts(self):

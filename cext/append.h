@@ -33,6 +33,7 @@
 #define RS_AP_O_LAST_TS 32   /* i64: the last store timestamp */
 #define RS_AP_O_ENTRIES 40   /* u32 */
 #define RS_AP_O_SEGMENT 48   /* i64: the CommitLog's segment size */
+#define RS_AP_O_REFUSING 56  /* u32: the owner refuses puts (disk full): joined puts go to it */
 /* entry */
 #define RS_AP_E_NAME_LEN 0   /* u32 */
 #define RS_AP_E_NQUEUES 4    /* i32: 0 unknown (ask the owner), -1 kept by the owner alone */

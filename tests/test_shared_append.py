@@ -153,3 +153,36 @@ def test_the_table_is_a_store_file_a_read_only_open_accepts(tmp_path, impl):
             assert reader.max_queue_offset("T", 0) + reader.max_queue_offset("T", 1) >= 4
         table = (path / sharedappend.APPEND_NAME).read_bytes()[:64]
         assert struct.unpack_from("<Q", table, sharedappend.O_MAGIC)[0] == sharedappend.MAGIC
+
+
+REFUSED = """
+    import json, sys
+    from rocketstore import MessageStore
+    from rocketstore.errors import PutError
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    out = {}
+    for name, call in (("put", lambda: s.put("T", b"x")), ("put_batch", lambda: s.put_batch("T", [b"y"]))):
+        try:
+            call()
+            out[name] = None
+        except PutError as exc:
+            out[name] = type(exc).__name__
+    print(json.dumps(out), flush=True)
+    s.close()
+"""
+
+
+def test_while_the_owner_refuses_puts_joined_writers_get_its_typed_error(tmp_path, impl):
+    from rocketstore.errors import DiskFullError
+
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"first")
+        run_child(JOINED, path, impl.name, 3)  # the table exists
+        stored = owner.max_offset
+        owner._core.refuse_puts(DiskFullError(28, "test: the disk is full"))
+        refused = json.loads(run_child(REFUSED, path, impl.name))
+        assert refused == {"put": "PutRefusedDiskFullError", "put_batch": "PutRefusedDiskFullError"}
+        assert owner.max_offset == stored  # nothing written
+        owner._core.refuse_puts(None)
+        assert json.loads(run_child(REFUSED, path, impl.name)) == {"put": None, "put_batch": None}

@@ -929,6 +929,7 @@ class CommitLogCore:
                     struct.pack_into("<q", table, _ap.O_SEGMENT, self._file_size)
                     struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
                     struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
+                    struct.pack_into("<I", table, _ap.O_REFUSING, self._refusal is not None)
                     for t in list(self._topics.values()):
                         at = _ap.add(table, t.name, -1 if t.nqueues > _ap.QUEUES else t.nqueues)
                         if at < 0 or t.nqueues > _ap.QUEUES:
@@ -1110,8 +1111,11 @@ class CommitLogCore:
 
     def refuse_puts(self, error=None):
         """While ``error`` is set (a :class:`DiskFullError`), every put writes nothing and returns
-        status SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again."""
+        status SERVICE_NOT_AVAILABLE with ``result.error = error``; None accepts puts again. The
+        owner of a shared append table says so in it (joined writers then send puts here)."""
         self._refusal = error
+        if self._share is not None and self._share_owner:
+            struct.pack_into("<I", self._share, _ap.O_REFUSING, error is not None)
 
     @property
     def refusing_puts(self):

@@ -25,6 +25,7 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
       0  u64 magic "RSAPPND1"        8  u64 epoch          16 u32 busy (pid inside)
      20  u32 full (no entry can be added)                   24 i64 end of whole records
      32  i64 last store timestamp   40  u32 entries        48 i64 segment size
+     56  u32 refusing (the owner refuses puts: disk full; joined puts then go to it)
     entry i at 4096 + i * 20480
       0  u32 name length             4  i32 queue count (0: ask the owner; -1: the owner's alone)
       8  name (at most 128 bytes)
@@ -72,7 +73,17 @@ QUEUES = 1024
 MAX_ENTRIES = (SIZE - HEAD) // ENTRY
 MAGIC = 0x31444E5050415352  # b"RSAPPND1" little-endian
 
-O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS, O_ENTRIES, O_SEGMENT = 0, 8, 16, 20, 24, 32, 40, 48
+O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS, O_ENTRIES, O_SEGMENT, O_REFUSING = (
+    0,
+    8,
+    16,
+    20,
+    24,
+    32,
+    40,
+    48,
+    56,
+)
 E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
 
 #: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
@@ -236,6 +247,7 @@ class JoinedAppender:
         if table is None:
             raise StaleTable("the store has no shared append table")
         self._fd, self._table = table
+        self._words = memoryview(self._table)[:64].cast("I")  # the header's u32 words
         self._directory = os.path.join(root, "commitlog")
         self._size = config.commitlog_file_size
         self._preallocate = not getattr(store_module, "POPULATE_WRITE", False)
@@ -267,6 +279,11 @@ class JoinedAppender:
             self.close()
             raise
 
+    @property
+    def refusing(self) -> bool:
+        """The owner refuses puts (a full disk): send them there, for its typed error."""
+        return bool(self._words[O_REFUSING // 4])
+
     def _roll(self, start: int) -> tuple[Any, int]:
         """The core's callback: the segment at ``start`` (under the shared lock: made now unless
         another process made it). Segments this process is done with are let go."""
@@ -288,6 +305,9 @@ class JoinedAppender:
         for mf in self._segments.values():
             mf.close()
         self._segments.clear()
+        words = getattr(self, "_words", None)
+        if words is not None:
+            words.release()
         close_map(self._table)
         if self._fd >= 0:
             os.close(self._fd)

@@ -2634,7 +2634,7 @@ class _JoinedPut(_JoinedCall):
             and _JOINED_PUT_ARGS.issuperset(kwargs)
         ):
             appender = store._joined_appender()
-            if appender:
+            if appender and not appender.refusing:
                 check_user_topic(topic)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = kwargs.get("durable")
@@ -2675,7 +2675,7 @@ class _JoinedPutBatch(_JoinedCall):
             and _JOINED_BATCH_ARGS.issuperset(kwargs)
         ):
             appender = store._joined_appender()
-            if appender:
+            if appender and not appender.refusing:
                 check_user_topic(topic)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 wait = store._wait_mode(kwargs.get("durable"), -1)
@@ -2707,7 +2707,7 @@ class _JoinedPutMessages(_JoinedCall):
             if type(messages) is not list:
                 messages = list(messages)
             appender = store._joined_appender()
-            if appender:
+            if appender and not appender.refusing:
                 topics = set()
                 for m in messages:
                     name = getattr(m, "topic", None)
