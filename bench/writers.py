@@ -9,8 +9,8 @@ done, plus each process's own rate (the owner's first). Kinds of put:
 
 - ``put``: one 128-byte message per call, no keys (the hot path);
 - ``put_batch``: 256 messages of 128 bytes per call;
-- ``durable``: one message per call with ``durable=True`` (each returns after its process's
-  group commit; one fdatasync of a segment covers every process's records before it).
+- ``durable``: one message per call with ``durable=True`` (each returns after the owner's
+  group commit: one flush covers the waiting puts of every process).
 
 With ``--peers`` (default when the ``lmdb`` module is installed) the same rows for LMDB, which
 lets any process write: one write transaction per put (``put_batch``: 256 puts per transaction),

@@ -186,3 +186,32 @@ def test_while_the_owner_refuses_puts_joined_writers_get_its_typed_error(tmp_pat
         assert owner.max_offset == stored  # nothing written
         owner._core.refuse_puts(None)
         assert json.loads(run_child(REFUSED, path, impl.name)) == {"put": None, "put_batch": None}
+
+
+DURABLE = """
+    import json, sys
+    from rocketstore import Message, MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    ends = []
+    for i in range(5):
+        r = s.put("T", b"d-%d" % i, durable=True)
+        ends.append(r.commitlog_offset + r.size)
+    b = s.put_batch("T", [b"db-0", b"db-1"], durable=True)
+    ends.append(b.end_offset)
+    ms = s.put_messages([Message("T", b"dm-0", keys="dm")], durable=True)
+    ends.append(ms[0].commitlog_offset + ms[0].size)
+    core = s._appender.core
+    print(json.dumps({"ends": ends, "appended_here": core.puts, "waited_here": core.durable_waits}))
+    s.close()
+"""
+
+
+def test_joined_durable_puts_are_flushed_by_the_owners_group_commit(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("T", b"first")
+        waits = owner._core.durable_waits
+        out = json.loads(run_child(DURABLE, path, impl.name))
+        assert out["appended_here"] == 8 and out["waited_here"] == 0  # appended there, flushed here
+        assert owner._core.durable_waits > waits
+        assert owner._core.flushed_offset >= max(out["ends"])

@@ -34,8 +34,8 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
 
 The owner's dispatcher indexes every process's records: the owner looks at the table's end
 whenever it dispatches or reads, and adopts the segments the others created. A durable put of
-a joined process waits for its own process's flush (one ``fdatasync`` of the segment covers the
-records of every process before it). Everything else a joined process writes (topics, offsets,
+a joined process appends there, then waits in the owner (``MessageStore._flush_to``): one group
+commit, one ``fdatasync``, covers the waiting puts of every process. Everything else a joined process writes (topics, offsets,
 POP, timers, delays, ``put_messages``) still runs in the owner.
 """
 
@@ -252,6 +252,7 @@ class JoinedAppender:
         self._size = config.commitlog_file_size
         self._preallocate = not getattr(store_module, "POPULATE_WRITE", False)
         self._segments: dict[int, MappedFile] = {}
+        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         end = struct.unpack_from("<q", self._table, O_END)[0]
         try:
             self.core = store_module.CommitLogCore(
@@ -278,6 +279,11 @@ class JoinedAppender:
         except BaseException:
             self.close()
             raise
+
+    def durable(self, asked: Optional[bool]) -> bool:
+        """Whether a put with ``durable=asked`` waits for a flush (None: the owner's
+        flush_disk_type says)."""
+        return self._sync_flush if asked is None else bool(asked)
 
     @property
     def refusing(self) -> bool:

@@ -82,7 +82,7 @@ from rocketstore.errors import (
 from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, close_map
+from rocketstore.mapped_file import MappedFile, close_map, flush_timeout
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -156,6 +156,7 @@ _REPEATABLE = frozenset(
         "flush",
         "_share_append",
         "_topic_queues",
+        "_flush_to",
     )
 )
 #: Every call a joined writer's store has the writing process run: those, and the ones whose
@@ -646,6 +647,23 @@ class MessageStore:
                     "store %s: joined writer appends through the writing process: %s", self.path, exc
                 )
             return self._appender
+
+    def _flush_to(self, offset: int) -> int:
+        """A joined writer's durable put: the owner's group commit flushes the CommitLog up to
+        ``offset`` (with the durable puts of every process); 0, else 1 (timed out) or the
+        flush's errno."""
+        self._check_writable()
+        core = self._core
+        core.wrote_offset  # noqa: B018 (adopts what the joined writers appended, to flush it)
+        return int(core.wait_flushed(int(offset), self.config.sync_flush_timeout_ms))
+
+    def _joined_durable(self, result: Any, end: int) -> Any:
+        """``result`` once the owner's group commit flushed up to ``end`` (FlushTimeoutError
+        carrying it when that did not confirm)."""
+        rc = self._forward("_flush_to", (end,), {})
+        if rc:
+            raise flush_timeout(result, rc)
+        return result
 
     def _joined_topic_queues(self, topic: str) -> int:
         queues: int = self._forward("_topic_queues", (topic,), {})
@@ -2637,15 +2655,20 @@ class _JoinedPut(_JoinedCall):
             if appender and not appender.refusing:
                 check_user_topic(topic)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
-                durable = kwargs.get("durable")
-                wait = -1 if durable is None else (1 if durable else 0)
+                durable = appender.durable(kwargs.get("durable"))
                 tags, keys = kwargs.get("tags"), kwargs.get("keys")
                 try:
                     if tags is None and keys is None:
-                        return appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
-                    done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, wait)
+                        done = appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, 0)
+                    else:
+                        done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, 0)
                     if done is not None:
-                        return done
+                        # durable: flushed by the owner's group commit, with every process's
+                        return (
+                            store._joined_durable(done, done.commitlog_offset + done.size)
+                            if durable
+                            else done
+                        )
                 except sharedappend.StaleTable:
                     store._drop_appender()  # the owner is closing or gone: through it, or the next
                 except sharedappend.NotShareable:
@@ -2678,11 +2701,12 @@ class _JoinedPutBatch(_JoinedCall):
             if appender and not appender.refusing:
                 check_user_topic(topic)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
-                wait = store._wait_mode(kwargs.get("durable"), -1)
+                durable = appender.durable(kwargs.get("durable"))
                 try:
-                    return appender.core.put_batch(
-                        topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, wait
+                    done = appender.core.put_batch(
+                        topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
                     )
+                    return store._joined_durable(done, done.end_offset) if durable and len(done) else done
                 except sharedappend.StaleTable:
                     store._drop_appender()
                 except sharedappend.NotShareable:
@@ -2718,8 +2742,10 @@ class _JoinedPutMessages(_JoinedCall):
                             continue  # not plain here: the writing process says what is wrong
                         topics.add(name)
                 try:
-                    done = appender.core.put_plain_messages(messages, topics, store._wait_mode(durable, -1))
+                    done = appender.core.put_plain_messages(messages, topics, 0)
                     if done is not None:
+                        if appender.durable(durable) and done:
+                            return store._joined_durable(done, max(r.commitlog_offset + r.size for r in done))
                         return done
                 except sharedappend.StaleTable:
                     store._drop_appender()
