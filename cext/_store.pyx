@@ -118,9 +118,9 @@ cdef extern from "append.h" nogil:
     uint64_t rs_ap_epoch(uint8_t *t)
     int64_t rs_ap_end(uint8_t *t)
     void rs_ap_set_end(uint8_t *t, int64_t end)
-    int rs_ap_lock(int fd)
+    int rs_ap_lock(uint8_t *t)
     int rs_ap_owner_present(int fd)
-    int rs_ap_unlock(int fd)
+    int rs_ap_unlock(uint8_t *t)
     int64_t rs_ap_find(uint8_t *t, const uint8_t *name, uint32_t len)
     int64_t rs_ap_add(uint8_t *t, const uint8_t *name, uint32_t len, int32_t nqueues)
     void rs_ap_repair(uint8_t *t)
@@ -1055,6 +1055,7 @@ cdef class CommitLogCore:
     cdef bint _share_owner           # this process holds the store's lock
     cdef list _dirty                 # shared entries moved in the current append
     cdef int64_t _owner_seen_ms      # a joined writer's last look at the owner's presence lock
+    cdef uint32_t _pid               # this process (what `busy` holds during its appends)
 
     def __cinit__(self):
         self._share_fd = -1
@@ -1207,13 +1208,14 @@ cdef class CommitLogCore:
         _acquire(self._lock)
         try:
             with nogil:
-                err = rs_ap_lock(fd)
+                err = rs_ap_lock(t)
             if err:
                 raise OSError(err, "cannot lock the shared append table")
             try:
                 if owner:
                     rs_ap_u64(t, RS_AP_O_EPOCH)[0] = 0
-                    memset(t, 0, 4096)
+                    memset(t, 0, 128)     # (not the mutex after it: this process holds it)
+                    memset(t + 256, 0, 4096 - 256)
                     rs_ap_u64(t, RS_AP_O_MAGIC)[0] = RS_AP_MAGIC
                     rs_ap_i64(t, RS_AP_O_SEGMENT)[0] = self._file_size
                     rs_ap_i64(t, RS_AP_O_END)[0] = self._file_from + self._pos
@@ -1236,7 +1238,8 @@ cdef class CommitLogCore:
                       or rs_ap_i64(t, RS_AP_O_SEGMENT)[0] != self._file_size):
                     raise StaleTable("the shared append table is not the owner's")
             finally:
-                rs_ap_unlock(fd)
+                rs_ap_unlock(t)
+            self._pid = <uint32_t>getpid()
             self._share = t
             self._share_pin = pin
             self._share_fd = fd
@@ -1284,7 +1287,7 @@ cdef class CommitLogCore:
         if t == NULL:
             return 0
         with nogil:
-            err = rs_ap_lock(self._share_fd)
+            err = rs_ap_lock(t)
         if err:
             PyThread_release_lock(self._lock)
             raise OSError(err, "cannot lock the shared append table")
@@ -1292,17 +1295,20 @@ cdef class CommitLogCore:
             if rs_ap_epoch(t) != self._epoch:
                 raise StaleTable("the store's writing process is opening, closing or gone")
             if not self._share_owner:
-                now = _now_ms()
+                # the last append's time (no clock read per put; a writer that puts rarely looks
+                # at its next put): the owner's presence lock, at most every OWNER_LOOK_MS
+                now = self._last_store_ts
                 if now - self._owner_seen_ms >= OWNER_LOOK_MS or now < self._owner_seen_ms:
+                    now = _now_ms()
                     if not rs_ap_owner_present(self._share_fd):
                         raise StaleTable("the store's writing process is gone")
                     self._owner_seen_ms = now
             if rs_ap_u32(t, RS_AP_O_BUSY)[0] != 0:
                 rs_ap_repair(t)    # a writer died inside: its offsets and half-written bytes go
             self._adopt(rs_ap_i64(t, RS_AP_O_END)[0], rs_ap_i64(t, RS_AP_O_LAST_TS)[0])
-            rs_ap_u32(t, RS_AP_O_BUSY)[0] = <uint32_t>getpid()
+            rs_ap_u32(t, RS_AP_O_BUSY)[0] = self._pid
         except BaseException:
-            rs_ap_unlock(self._share_fd)
+            rs_ap_unlock(t)
             PyThread_release_lock(self._lock)
             raise
         return 0
@@ -1326,7 +1332,7 @@ cdef class CommitLogCore:
             rs_ap_set_end(t, self._file_from + self._pos)
             rs_ap_u32(t, RS_AP_O_BUSY)[0] = 0
             self._notify()     # under the lock: every twin publishes the live page's end in order
-            rs_ap_unlock(self._share_fd)
+            rs_ap_unlock(t)
             PyThread_release_lock(self._lock)
             return
         PyThread_release_lock(self._lock)
@@ -1417,7 +1423,7 @@ cdef class CommitLogCore:
             if t is not None:
                 return t
             with nogil:
-                err = rs_ap_lock(self._share_fd)
+                err = rs_ap_lock(tab)
             if err:
                 raise OSError(err, "cannot lock the shared append table")
             try:
@@ -1431,7 +1437,7 @@ cdef class CommitLogCore:
                 if at < 0 and not self._share_owner:
                     raise NotShareable(f"topic {topic!r} is not in the shared append table")
             finally:
-                rs_ap_unlock(self._share_fd)
+                rs_ap_unlock(tab)
             t = _Topic.__new__(_Topic)
             t.name = name
             t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(name), len(name)) % RS_LIVE_SLOTS

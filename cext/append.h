@@ -1,8 +1,8 @@
 /* The shared append table: <store>/rocketstore-append, mapped by every process that appends to
  * the store (rocketstore.sharedappend documents it; its pure twin mirrors these offsets).
  *
- * One cross-process lock (an open-file-description lock on its first byte: the kernel drops it
- * when its holder dies) guards the append. Under it a writer reads where whole records end
+ * One cross-process lock (a robust process-shared mutex: a holder that dies leaves it to the next
+ * with EOWNERDEAD) guards the append. Under it a writer reads where whole records end
  * (`end`), appends there, moves each queue's next offset, and publishes the new end. A writer that
  * dies inside leaves `busy` set: the next holder restores every queue's next offset from its
  * committed copy and appends from `end` again, over whatever the dead one half wrote. `epoch` is
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #define RS_AP_SIZE (64LL << 20)     /* the file (sparse: a few pages are ever written) */
@@ -34,6 +35,7 @@
 #define RS_AP_O_ENTRIES 40   /* u32 */
 #define RS_AP_O_SEGMENT 48   /* i64: the CommitLog's segment size */
 #define RS_AP_O_REFUSING 56  /* u32: the owner refuses puts (disk full): joined puts go to it */
+#define RS_AP_O_MUTEX 128    /* the append lock: a process-shared robust pthread mutex (<= 128 bytes) */
 /* entry */
 #define RS_AP_E_NAME_LEN 0   /* u32 */
 #define RS_AP_E_NQUEUES 4    /* i32: 0 unknown (ask the owner), -1 kept by the owner alone */
@@ -54,26 +56,20 @@ static inline void rs_ap_set_end(uint8_t *t, int64_t end) {
     __atomic_store_n(rs_ap_i64(t, RS_AP_O_END), end, __ATOMIC_RELEASE);
 }
 
-static inline int rs_ap_lockop(int fd, short type) {
-#ifdef F_OFD_SETLKW
-    struct flock fl;
-    memset(&fl, 0, sizeof(fl));
-    fl.l_type = type;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = 0;
-    fl.l_len = 1;
-    while (fcntl(fd, F_OFD_SETLKW, &fl) != 0) {
-        if (errno != EINTR)
-            return errno;
-    }
-    return 0;
-#else
-    (void)fd; (void)type;
-    return ENOSYS;
-#endif
+
+/* The append lock. A holder that died leaves it to the next (EOWNERDEAD): made consistent here;
+ * `busy` says whether the dead one was inside an append (the caller repairs). */
+_Static_assert(sizeof(pthread_mutex_t) <= 128, "the append lock fits its 128 bytes");
+
+static inline int rs_ap_lock(uint8_t *t) {
+    pthread_mutex_t *m = (pthread_mutex_t *)(t + RS_AP_O_MUTEX);
+    int rc = pthread_mutex_lock(m);
+    if (rc == EOWNERDEAD)
+        rc = pthread_mutex_consistent(m);
+    return rc;
 }
 
-static inline int rs_ap_lock(int fd) { return rs_ap_lockop(fd, F_WRLCK); }
+static inline int rs_ap_unlock(uint8_t *t) { return pthread_mutex_unlock((pthread_mutex_t *)(t + RS_AP_O_MUTEX)); }
 
 /* 1 while a process holds the owner's presence lock (a read lock on byte 1, taken by the owner
  * for as long as it shares: the kernel drops it when the owner dies), 0 when none does. */
@@ -93,7 +89,6 @@ static inline int rs_ap_owner_present(int fd) {
     return 0;
 #endif
 }
-static inline int rs_ap_unlock(int fd) { return rs_ap_lockop(fd, F_UNLCK); }
 
 /* The byte offset of the entry named `name`, or -1. */
 static inline int64_t rs_ap_find(uint8_t *t, const uint8_t *name, uint32_t len) {

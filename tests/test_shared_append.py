@@ -90,7 +90,7 @@ DIES_INSIDE = """
     from rocketstore import sharedappend as ap
     path = sys.argv[1]
     fd, mm = ap.open_table(path, create=False)
-    ap.lock(fd)
+    ap.Mutex(mm).lock()
     assert struct.unpack_from("<Q", mm, ap.O_EPOCH)[0] != 0
     end, = struct.unpack_from("<q", mm, ap.O_END)
     at = ap.find(mm, b"T")
@@ -104,7 +104,7 @@ DIES_INSIDE = """
         f.seek(end % size)
         f.write(bytes([0, 0, 1, 20]) + b"\\xab" * 200)
     print(nxt, flush=True)
-    os._exit(0)  # dies holding the lock: the kernel lets go of it
+    os._exit(0)  # dies holding the lock: the next to lock it is told so (EOWNERDEAD)
 """
 
 

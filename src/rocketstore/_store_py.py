@@ -837,6 +837,7 @@ class CommitLogCore:
         self._refusal = None  # while set (disk full), every put is refused with it
         self._share: Any = None  # the shared append table's map (rocketstore.sharedappend), or None
         self._share_fd = -1
+        self._mutex: Any = None  # the table's append lock (sharedappend.Mutex)
         self._epoch = 0
         self._share_owner = False
         self._dirty = []  # shared entries moved in the current append
@@ -919,12 +920,14 @@ class CommitLogCore:
         if len(table) < _ap.SIZE or epoch == 0:
             raise ValueError("not a shared append table, or epoch 0")
         self._check_open()
+        mutex = _ap.Mutex(table)
         with self._lock:
-            _ap.lock(fd)
+            mutex.lock()
             try:
                 if owner:
                     struct.pack_into("<Q", table, _ap.O_EPOCH, 0)
-                    table[0:4096] = bytes(4096)
+                    table[0:128] = bytes(128)  # (not the mutex after it: this process holds it)
+                    table[256:4096] = bytes(4096 - 256)
                     struct.pack_into("<Q", table, _ap.O_MAGIC, _ap.MAGIC)
                     struct.pack_into("<q", table, _ap.O_SEGMENT, self._file_size)
                     struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
@@ -952,7 +955,8 @@ class CommitLogCore:
                 ):
                     raise _ap.StaleTable("the shared append table is not the owner's")
             finally:
-                _ap.unlock(fd)
+                mutex.unlock()
+            self._mutex = mutex
             self._share = table
             self._share_fd = fd
             self._epoch = epoch
@@ -970,7 +974,7 @@ class CommitLogCore:
             t = self._topics.get(topic)
             if t is not None:
                 return t
-            _ap.lock(self._share_fd)
+            self._mutex.lock()
             try:
                 if struct.unpack_from("<Q", table, _ap.O_EPOCH)[0] != self._epoch:
                     raise _ap.StaleTable("the store's writing process is opening, closing or gone")
@@ -982,7 +986,7 @@ class CommitLogCore:
                 if at < 0 and not self._share_owner:
                     raise _ap.NotShareable(f"topic {topic!r} is not in the shared append table")
             finally:
-                _ap.unlock(self._share_fd)
+                self._mutex.unlock()
             t = _Topic(topic, nqueues)
             if at >= 0:
                 t.attach(table, at)
@@ -1003,7 +1007,7 @@ class CommitLogCore:
                 finally:
                     self._commit_dirty()  # an owner that stopped sharing: its entries stay
                 return
-            _ap.lock(self._share_fd)
+            self._mutex.lock()
             try:
                 if struct.unpack_from("<Q", table, _ap.O_EPOCH)[0] != self._epoch:
                     raise _ap.StaleTable("the store's writing process is opening, closing or gone")
@@ -1026,7 +1030,7 @@ class CommitLogCore:
                     struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
                     struct.pack_into("<I", table, _ap.O_BUSY, 0)
             finally:
-                _ap.unlock(self._share_fd)
+                self._mutex.unlock()
 
     def _commit_dirty(self):
         for t in self._dirty:

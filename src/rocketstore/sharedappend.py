@@ -7,8 +7,9 @@ keyed messages) append to the CommitLog **in the joined process itself**, as LMD
 under one cross-process lock. What the processes share lives in ``<store>/rocketstore-append``
 (a file a Java broker ignores; sparse, a few pages written):
 
-* the lock: an open-file-description lock (``F_OFD_SETLKW``) on the file's first byte. The
-  kernel drops it when its holder dies, so a writer killed inside an append wedges nobody;
+* the lock: a process-shared robust mutex (``pthread_mutex``, about as cheap as a thread's lock
+  when nobody else holds it). When its holder dies the next one to lock it gets it, told so
+  (``EOWNERDEAD``), so a writer killed inside an append wedges nobody;
 * where whole records end, the last store timestamp;
 * each topic's next queue offsets, and a committed copy of them. A writer moves the next
   offsets as it appends and copies them to the committed ones, with the new end, before it lets
@@ -26,6 +27,7 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
      20  u32 full (no entry can be added)                   24 i64 end of whole records
      32  i64 last store timestamp   40  u32 entries        48 i64 segment size
      56  u32 refusing (the owner refuses puts: disk full; joined puts then go to it)
+    128  the append lock: a process-shared robust pthread mutex (at most 128 bytes)
     entry i at 4096 + i * 20480
       0  u32 name length             4  i32 queue count (0: ask the owner; -1: the owner's alone)
       8  name (at most 128 bytes)
@@ -41,6 +43,8 @@ POP, timers, delays, ``put_messages``) still runs in the owner.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 import os
 import struct
@@ -56,8 +60,8 @@ __all__ = [
     "SIZE",
     "supported",
     "open_table",
-    "lock",
-    "unlock",
+    "Mutex",
+    "init_mutex",
     "invalidate",
     "remove",
     "StaleTable",
@@ -73,17 +77,9 @@ QUEUES = 1024
 MAX_ENTRIES = (SIZE - HEAD) // ENTRY
 MAGIC = 0x31444E5050415352  # b"RSAPPND1" little-endian
 
-O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS, O_ENTRIES, O_SEGMENT, O_REFUSING = (
-    0,
-    8,
-    16,
-    20,
-    24,
-    32,
-    40,
-    48,
-    56,
-)
+O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS = 0, 8, 16, 20, 24, 32
+O_ENTRIES, O_SEGMENT, O_REFUSING = 40, 48, 56
+O_MUTEX, MUTEX_BYTES = 128, 128
 E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
 
 #: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
@@ -101,22 +97,69 @@ class NotShareable(Exception):
 
 
 def supported() -> bool:
-    """Open-file-description locks exist (Linux): else joined writers send puts to the owner."""
+    """Robust process-shared mutexes and open-file-description locks exist (Linux): else joined
+    writers send puts to the owner."""
     import fcntl
 
-    return sys.platform.startswith("linux") and hasattr(fcntl, "F_OFD_SETLKW")
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(fcntl, "F_OFD_SETLKW")
+        and hasattr(_libc(), "pthread_mutexattr_setrobust")
+    )
 
 
-def lock(fd: int) -> None:
-    import fcntl
-
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+_LIBC: Any = None
 
 
-def unlock(fd: int) -> None:
-    import fcntl
+def _libc() -> Any:
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0))
+
+def init_mutex(table: mmap.mmap) -> None:
+    """Make the table's append lock (a new table: nobody holds or waits on it)."""
+    libc = _libc()
+    attr = ctypes.create_string_buffer(64)  # pthread_mutexattr_t, generously sized
+    cell = (ctypes.c_char * MUTEX_BYTES).from_buffer(table, O_MUTEX)
+    try:
+        rc = libc.pthread_mutexattr_init(attr)
+        rc = rc or libc.pthread_mutexattr_setpshared(attr, 1)  # PTHREAD_PROCESS_SHARED
+        rc = rc or libc.pthread_mutexattr_setrobust(attr, 1)  # PTHREAD_MUTEX_ROBUST
+        rc = rc or libc.pthread_mutex_init(cell, attr)
+        libc.pthread_mutexattr_destroy(attr)
+    finally:
+        del cell
+    if rc:
+        raise OSError(rc, "cannot make the shared append lock")
+
+
+class Mutex:
+    """The table's append lock, through libc (the pure twin's way; the compiled core locks it in
+    C). Holds an export of the map until :meth:`release`."""
+
+    def __init__(self, table: mmap.mmap) -> None:
+        self._cell: Any = (ctypes.c_char * MUTEX_BYTES).from_buffer(table, O_MUTEX)
+        libc = _libc()
+        self._lock, self._unlock, self._consistent = (
+            libc.pthread_mutex_lock,
+            libc.pthread_mutex_unlock,
+            libc.pthread_mutex_consistent,
+        )
+
+    def lock(self) -> None:
+        rc = self._lock(self._cell)
+        if rc == errno.EOWNERDEAD:  # its holder died: the caller's busy check repairs
+            rc = self._consistent(self._cell)
+        if rc:
+            raise OSError(rc, "cannot lock the shared append table")
+
+    def unlock(self) -> None:
+        self._unlock(self._cell)
+
+    def release(self) -> None:
+        self._cell = None
 
 
 #: How often a joined writer looks that the owner still holds its presence lock (ms).
@@ -154,6 +197,8 @@ def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
                 return None
             os.ftruncate(fd, SIZE)  # never shrunk: other processes may map it
         mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        if create and struct.unpack_from("<Q", mm, O_MAGIC)[0] != MAGIC:
+            init_mutex(mm)  # a new table (no owner ever shared it: nobody uses its lock)
     except BaseException:
         os.close(fd)
         raise
@@ -170,11 +215,16 @@ def invalidate(root: str) -> None:
         return
     fd, mm = table
     try:
-        lock(fd)
+        if struct.unpack_from("<Q", mm, O_MAGIC)[0] != MAGIC:
+            struct.pack_into("<Q", mm, O_EPOCH, 0)  # never shared: nobody appends through it
+            return
+        mutex = Mutex(mm)
+        mutex.lock()
         try:
             struct.pack_into("<Q", mm, O_EPOCH, 0)
         finally:
-            unlock(fd)
+            mutex.unlock()
+            mutex.release()
     finally:
         mm.close()
         os.close(fd)
@@ -252,7 +302,8 @@ class JoinedAppender:
         self._size = config.commitlog_file_size
         self._preallocate = not getattr(store_module, "POPULATE_WRITE", False)
         self._segments: dict[int, MappedFile] = {}
-        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        #: The owner's flush_disk_type is SYNC_FLUSH: a put that does not say waits for a flush.
+        self.sync_flush = config.flush_disk_type == SYNC_FLUSH
         end = struct.unpack_from("<q", self._table, O_END)[0]
         try:
             self.core = store_module.CommitLogCore(
@@ -283,7 +334,7 @@ class JoinedAppender:
     def durable(self, asked: Optional[bool]) -> bool:
         """Whether a put with ``durable=asked`` waits for a flush (None: the owner's
         flush_disk_type says)."""
-        return self._sync_flush if asked is None else bool(asked)
+        return self.sync_flush if asked is None else bool(asked)
 
     @property
     def refusing(self) -> bool:

@@ -2641,6 +2641,22 @@ class _JoinedPut(_JoinedCall):
         store = self._store()
         if store is None:
             _closed_error()
+        appender = store._appender
+        if (
+            not kwargs
+            and appender
+            and not store._closed
+            and topic.__class__ is str
+            and topic in store._user_topics
+            and body is not None
+            and not appender.refusing
+            and not appender.sync_flush
+        ):
+            # the hot path, put(topic, body) of a topic already checked: one call into the core
+            try:
+                return appender.core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 0)
+            except (sharedappend.StaleTable, sharedappend.NotShareable):
+                pass  # the general path below says what to do
         if (
             not store._closed  # (also a store a fork inherited: closed in the child)
             and topic.__class__ is str
@@ -2653,7 +2669,7 @@ class _JoinedPut(_JoinedCall):
         ):
             appender = store._joined_appender()
             if appender and not appender.refusing:
-                check_user_topic(topic)
+                store._check_user_topic(topic)  # (remembered for the hot path above)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
                 tags, keys = kwargs.get("tags"), kwargs.get("keys")
