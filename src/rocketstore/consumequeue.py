@@ -634,6 +634,37 @@ class ConsumeQueue:
                 i += k
         return written
 
+    # -- the fused dispatch's window (rocketstore.fused) -----------------------------------------
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while units are written: :mod:`rocketstore.fused` holds it around its C pass."""
+        return self._lock
+
+    def tail_window(self) -> Optional[tuple[Any, int, int, int, int]]:
+        """Where units appended at the end may go without :meth:`append_many`'s checks, for the
+        fused dispatch (the caller holds :attr:`lock`): ``(map of the last file, queue offset of
+        its first unit, write position, end of the allocated room, max physic offset)``; None
+        when the next unit needs :meth:`append_many` (an empty queue, a full last file, closed or
+        read-only). The room is allocated as :meth:`append_many` allocates it."""
+        if self._closed or self.read_only or self._is_empty():
+            return None
+        last = self._files.files[-1]
+        if last.wrote_position >= self.file_size:
+            return None
+        self._reserve(last, last.wrote_position + CQ_UNIT_SIZE)
+        start, upto = self._reserved
+        limit = min(upto, self.file_size) if start == last.file_from_offset else last.wrote_position
+        return last.mm, last.file_from_offset // CQ_UNIT_SIZE, last.wrote_position, limit, self._max_physic
+
+    def tail_written(self, write_position: int, max_physic: int) -> None:
+        """The fused dispatch wrote units into the last file up to ``write_position`` (caller
+        holds :attr:`lock`; the units lie below it before it moves, so readers never see less)."""
+        last = self._files.files[-1]
+        if not last.wrote_position <= write_position <= min(self.file_size, self._reserved[1]):
+            raise AssertionError(f"fused dispatch wrote to {write_position}, past its window")
+        last.wrote_position = write_position
+        self._max_physic = max_physic
+
     # -- reading ------------------------------------------------------------------------------
     def _locate(self, queue_offset: int) -> tuple[MappedFile, int]:
         if not self.min_offset <= queue_offset < self.max_offset:
