@@ -1,0 +1,274 @@
+"""The fused dispatch (issue 17, rocketstore.fused): the ConsumeQueue and index files it writes are
+byte for byte those of the general path, whatever the records (keys, tags, delays, transactions,
+damage, rolls of queue and index files), and its kernel refuses bad arguments with typed errors and
+never reads or writes outside the buffers it is handed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketstore import Message, MessageStore
+from rocketstore import _impl
+from rocketstore.errors import StoreConfigError
+
+compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+
+SEGMENT = 1 << 20
+TOPICS = ("Alpha", "Beta", "Gamma-1%x")
+
+
+def open_store(path, **options):
+    options.setdefault("commitlog_file_size", SEGMENT)
+    options.setdefault("consume_queue_units", 64)
+    options.setdefault("index_slots", 97)
+    options.setdefault("index_count", 200)
+    options.setdefault("clean_resource_interval_ms", 0)
+    options.setdefault("dispatch_interval_ms", 0)
+    return MessageStore(path, implementation="c", store_host="10.0.0.7", **options)
+
+
+def fill(store, rng, count):
+    """Puts of every kind dispatch meets: keys (one, several, doubled spaces, none, non-ASCII),
+    tags, delay levels (SCHEDULE_TOPIC_XXXX with a DELAY), prepared and rolled-back transactions,
+    batches and single puts, over several topics and queues."""
+    for topic in TOPICS:
+        store.create_topic(topic, 3)
+    done = 0
+    while done < count:
+        topic = rng.choice(TOPICS)
+        kind = rng.randrange(8)
+        if kind == 0:
+            n = rng.randrange(1, 40)
+            store.put_messages(
+                [Message(topic, b"b" * rng.randrange(0, 300), keys=f"k{done + i}") for i in range(n)]
+            )
+            done += n
+            continue
+        keys = rng.choice([None, f"k{done}", f"k{done} x{done}", f"  a{done}  b ", "ключ", ["p", "q"]])
+        tags = rng.choice([None, "TagA", "тег"])
+        if kind == 1:
+            store.put(topic, b"d" * 10, keys=keys, tags=tags, delay_level=rng.randrange(1, 5))
+        elif kind == 2:
+            sys_flag = rng.choice([0x4, 0x8, 0xC])  # prepared, commit, rollback
+            store.put(Message(topic, b"t", keys=keys, tags=tags, sys_flag=sys_flag))
+        else:
+            store.put(topic, b"m" * rng.randrange(0, 200), keys=keys, tags=tags, queue_id=rng.randrange(3))
+        done += 1
+        if rng.random() < 0.05:
+            store._dispatcher.catch_up()  # dispatch in steps, as queries and the thread do
+
+
+def queue_and_index_bytes(root):
+    """Every ConsumeQueue file by path, and the index files' bytes in name order (their names
+    are creation times)."""
+    queues = {}
+    for dirpath, _dirs, files in os.walk(os.path.join(root, "consumequeue")):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                queues[os.path.relpath(p, root)] = f.read()
+    index = []
+    index_dir = os.path.join(root, "index")
+    for name in sorted(os.listdir(index_dir)) if os.path.isdir(index_dir) else []:
+        with open(os.path.join(index_dir, name), "rb") as f:
+            index.append(f.read())
+    return queues, index
+
+
+def rebuilt(src, dst, **options):
+    """The queues and index a store opened on a copy of ``src``'s CommitLog alone dispatches."""
+    shutil.copytree(src, dst)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(os.path.join(dst, name), ignore_errors=True)
+    for name in ("checkpoint", "abort", "index_resume.json"):
+        if os.path.exists(os.path.join(dst, name)):
+            os.remove(os.path.join(dst, name))
+    with open_store(str(dst), **options) as s:
+        s._dispatcher.catch_up()
+    return queue_and_index_bytes(str(dst))
+
+
+@compiled
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fused_writes_the_general_paths_bytes(tmp_path, seed):
+    import random
+
+    rng = random.Random(seed)
+    root = tmp_path / "store"
+    with open_store(str(root)) as s:
+        assert s._dispatcher._fused is not None
+        fill(s, rng, 1500)
+        s._dispatcher.catch_up()
+    live = queue_and_index_bytes(str(root))
+    general = rebuilt(root, tmp_path / "general", fused_dispatch=False)
+    fused = rebuilt(root, tmp_path / "fused")
+    assert general[0].keys() == live[0].keys() == fused[0].keys()
+    for path in general[0]:
+        assert live[0][path] == general[0][path], path
+        assert fused[0][path] == general[0][path], path
+    assert len(general[1]) > 1  # the index rolled
+    assert live[1] == general[1]
+    assert fused[1] == general[1]
+
+
+@compiled
+def test_fused_dispatch_carries_most_records(tmp_path):
+    """The general path takes only the records the fused pass stops before."""
+    root = str(tmp_path / "store")
+    calls = []
+    with open_store(root, consume_queue_units=300_000, index_count=200_000) as s:
+        s.create_topic("T", 4)
+        original = s._dispatcher._dispatch
+
+        def counting(view, base, records):
+            calls.append(len(records))
+            return original(view, base, records)
+
+        s._dispatcher._dispatch = counting
+        for i in range(20):
+            s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
+        s._dispatcher.catch_up()
+        assert s._dispatcher.dispatched_records == 20_000
+        for j in (0, 777, 999):
+            assert [bytes(m.body) for m in s.query_by_key("T", f"key-7-{j}")] == [b"x" * 50]
+    assert sum(calls) <= 4 * 64  # the first records of each queue, and no more
+
+
+@compiled
+def test_damage_is_stepped_over_alike(tmp_path):
+    """A record with a flipped TOTALSIZE in the middle: the fused pass stops there, the general
+    path steps over it, the fused pass resumes; the files are the general path's."""
+    import random
+
+    root = tmp_path / "store"
+    with open_store(str(root)) as s:
+        fill(s, random.Random(7), 300)
+        s._dispatcher.catch_up()
+        mid = int(s.queue_units("Alpha", 1, 3, 1)[0]["commitlog_offset"])
+    seg = os.path.join(root, "commitlog", "00000000000000000000")
+    with open(seg, "r+b") as f:
+        f.seek(mid)
+        f.write(b"\x7f\x00\x00\x01")
+    general = rebuilt(root, tmp_path / "general", fused_dispatch=False)
+    fused = rebuilt(root, tmp_path / "fused")
+    assert fused == general
+
+
+def test_fused_dispatch_option_is_checked(tmp_path):
+    with pytest.raises(StoreConfigError):
+        MessageStore(str(tmp_path / "s"), fused_dispatch="yes")
+    assert not os.path.exists(tmp_path / "s")
+
+
+@compiled
+def test_pure_build_takes_the_general_path(tmp_path):
+    with MessageStore(str(tmp_path / "s"), implementation="py", dispatch_interval_ms=0) as s:
+        assert s._dispatcher._fused is None
+        s.put("T", b"x", keys="k")
+        assert len(s.query_by_key("T", "k")) == 1
+
+
+# -- the kernel's arguments ---------------------------------------------------------------------
+
+
+def _kernel():
+    from rocketstore import _index
+
+    return _index
+
+
+@compiled
+def test_kernel_refuses_bad_tables():
+    ix = _kernel()
+    buf = bytearray(1000)
+    units = bytearray(200)
+    good = np.zeros((1, ix.FQ_COLUMNS), dtype=np.int64)
+    good[0, ix.FQ_TOPIC_LEN] = 1
+    good[0, ix.FQ_LIMIT] = 200
+    assert ix.dispatch_fused(buf, 0, 1000, 0, 10, b"T", good, [units], None, 0, [])[1] == ix.FUSED_UNDECODED
+    cases = [
+        (TypeError, dict(table=good.astype(np.int32))),
+        (TypeError, dict(table=np.zeros((1, 3), dtype=np.int64))),
+        (ValueError, dict(units=[])),
+        (ValueError, dict(lo=10, hi=5)),
+        (ValueError, dict(hi=1001)),
+        (ValueError, dict(max_records=-1)),
+        (OverflowError, dict(base=2**63 - 10)),
+    ]
+    for exc, change in cases:
+        args = dict(buf=buf, lo=0, hi=1000, base=0, max_records=10, names=b"T", table=good, units=[units])
+        args.update(change)
+        with pytest.raises(exc):
+            ix.dispatch_fused(
+                args["buf"], args["lo"], args["hi"], args["base"], args["max_records"], args["names"],
+                args["table"], args["units"], None, 0, [],
+            )  # fmt: skip
+    for column, value in (
+        (ix.FQ_TOPIC_POS, 5),
+        (ix.FQ_WRITE_POS, 7),
+        (ix.FQ_LIMIT, 201),
+        (ix.FQ_FIRST_UNIT, -1),
+    ):
+        bad = good.copy()
+        bad[0, column] = value
+        with pytest.raises(ValueError):
+            ix.dispatch_fused(buf, 0, 1000, 0, 10, b"T", bad, [units], None, 0, [])
+    twice = np.concatenate([good, good])
+    with pytest.raises(ValueError):
+        ix.dispatch_fused(buf, 0, 1000, 0, 10, b"T", twice, [units, bytearray(200)], None, 0, [])
+    with pytest.raises(BufferError):
+        ix.dispatch_fused(buf, 0, 1000, 0, 10, b"T", good, [b"\0" * 200], None, 0, [])  # read-only units
+
+
+def _records(tmp_path, n=30):
+    """A real CommitLog segment's bytes (keyed records of one queue) and its store."""
+    root = str(tmp_path / "k")
+    with open_store(root, dispatch_interval_ms=0) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"y" * 20, keys=f"a{i} b{i}", tags="t") for i in range(n)])
+        end = s._dispatcher._end_of()
+    with open(os.path.join(root, "commitlog", "00000000000000000000"), "rb") as f:
+        data = f.read(end)
+    shutil.rmtree(root)
+    return data
+
+
+@compiled
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=8),
+    cut=st.integers(0, 10**6),
+)
+def test_kernel_on_hostile_bytes_stays_inside_its_buffers(tmp_path_factory, flips, cut):
+    """Damaged records (flipped bytes anywhere, a cut) never make the kernel touch memory outside
+    its buffers: it writes units only inside their window, and stops rather than guess."""
+    global _DATA
+    ix = _kernel()
+    if _DATA is None:
+        _DATA = _records(tmp_path_factory.mktemp("fused"))
+    data = bytearray(_DATA)
+    for at, value in flips:
+        data[at % len(data)] = value
+    data = data[: cut % (len(data) + 1)]
+    units = bytearray(20 * 40)
+    table = np.zeros((1, ix.FQ_COLUMNS), dtype=np.int64)
+    table[0, ix.FQ_TOPIC_LEN] = 1
+    table[0, ix.FQ_LIMIT] = 20 * 10  # room for 10 units only
+    index = ix.IndexFile(bytearray(ix.index_file_size(7, 16)), 7, 16)
+    stop, reason, done, _ts = ix.dispatch_fused(
+        bytes(data), 0, len(data), 0, 1000, b"T", table, [units], index, 16, [1000]
+    )
+    assert 0 <= stop <= len(data)
+    assert done <= 10 and table[0, ix.FQ_WRITTEN] <= done
+    assert table[0, ix.FQ_WRITE_POS] == 20 * table[0, ix.FQ_WRITTEN]
+    assert not any(units[200:])  # nothing past the window
+    assert index.index_count <= 16
+
+
+_DATA = None
