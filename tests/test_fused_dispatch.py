@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import Message, MessageStore
-from rocketstore import _impl
+from rocketstore import Message, MessageStore, _impl
 from rocketstore.errors import StoreConfigError
 
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
