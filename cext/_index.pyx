@@ -572,10 +572,13 @@ FUSED_ROOM = 3
 
 #: columns of dispatch_fused's queue table (int64, one row per queue): where the topic's bytes lie
 #: in the names blob, the queue id, the queue offset of the unit at byte 0 of the unit buffer, the
-#: write position (bytes, in and out), the end of the room it may write (bytes), and, out: start +
-#: size of its last unit and how many units it wrote
+#: write position (bytes, in and out) in its last file, the end of the room it may write there
+#: (bytes), and, out: start + size of its last unit and how many units it wrote
 FQ_TOPIC_POS, FQ_TOPIC_LEN, FQ_QUEUE_ID, FQ_FIRST_UNIT, FQ_WRITE_POS, FQ_LIMIT, FQ_MAX_PHYSIC, FQ_WRITTEN = range(8)
-FQ_COLUMNS = 8
+#: and: how many of ``units`` are this queue's files (its last ones, oldest first: the last is where
+#: units are appended, those before serve a re-dispatch's comparisons), and the units of a file
+FQ_FILES, FQ_UNITS_PER_FILE = 8, 9
+FQ_COLUMNS = 10
 
 cdef enum:
     _FQ_TOPIC_POS = 0
@@ -586,7 +589,9 @@ cdef enum:
     _FQ_LIMIT = 5
     _FQ_MAX_PHYSIC = 6
     _FQ_WRITTEN = 7
-    _FQ_COLUMNS = 8
+    _FQ_FILES = 8
+    _FQ_UNITS_PER_FILE = 9
+    _FQ_COLUMNS = 10
     _CQ_UNIT_SIZE = 20
 
 ctypedef struct _fused_queue:
@@ -594,8 +599,12 @@ ctypedef struct _fused_queue:
     int64_t topic_len
     int32_t queue_id
     int64_t next_offset      # the queue offset the next unit must carry
-    uint8_t *units
+    uint8_t *units           # the last file's map: appends go there
     int64_t units_len
+    const uint8_t **files    # the queue's last files, oldest first (the last is units)
+    int64_t nfiles
+    int64_t first_unit       # queue offset of the first unit of files[0]
+    int64_t units_per_file
     int64_t write_pos
     int64_t limit
     int64_t max_physic
@@ -671,10 +680,28 @@ cdef int64_t _fused_run(const uint8_t *src, int64_t pos, int64_t hi, int64_t bas
                     break
                 q = NULL
                 h += 1
-            if q == NULL or rec.queue_offset != q.next_offset:
+            if q == NULL:
                 reason[0] = 2
                 break
-            if q.write_pos + _CQ_UNIT_SIZE > q.limit:
+            if rec.queue_offset < q.next_offset:
+                # a re-dispatch (recovery without a checkpoint): a unit already pointing at this
+                # record is left alone; any other (or one in a file not at hand) is the general
+                # path's to compare, rewrite and report
+                at = rec.queue_offset - q.first_unit
+                if at < 0 or at // q.units_per_file >= q.nfiles:
+                    reason[0] = 2
+                    break
+                j = at // q.units_per_file
+                value = q.files[j] + (at - j * q.units_per_file) * _CQ_UNIT_SIZE
+                if (rs_index_get_i64(value) != phy
+                        or rs_index_get_i32(value + 8) != rec.total_size):
+                    reason[0] = 2
+                    break
+                q = NULL   # nothing to write
+            elif rec.queue_offset != q.next_offset:
+                reason[0] = 2
+                break
+            elif q.write_pos + _CQ_UNIT_SIZE > q.limit:
                 reason[0] = 3
                 break
         key_count = 0
@@ -692,13 +719,14 @@ cdef int64_t _fused_run(const uint8_t *src, int64_t pos, int64_t hi, int64_t bas
                 break
             count = rs_index_count(ix)
             end_phy = rs_index_header_i64(ix, RS_INDEX_POS_END_PHY_OFFSET)
-            # IndexService._already_indexed: the general path skips (or re-indexes) such a record
-            if (phy < end_phy or (phy == end_phy and count > 1 and count < ix.index_num)
-                    or count + key_count > ix.index_num
+            # IndexService._already_indexed: the general path skips such a record's keys
+            if phy < end_phy or (phy == end_phy and count > 1 and count < ix.index_num):
+                key_count = 0
+            elif (count + key_count > ix.index_num
                     or rs_index_item_pos(ix, <int32_t>(count + key_count - 1)) < 0):
                 reason[0] = 2
                 break
-            if count + key_count > index_limit:
+            elif count + key_count > index_limit:
                 reason[0] = 3
                 break
         # every check passed: write the unit, then the keys (which can no longer be refused)
@@ -739,26 +767,33 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
     ``base_offset``) into the queues of ``table`` and into ``index``, as far as the fast case goes.
 
     ``table`` (int64, ``FQ_COLUMNS`` columns, one row per queue, C-contiguous) locates each queue's
-    topic bytes in ``names`` and says where its next unit goes in ``units[row]`` (a writable buffer:
-    the queue's last mapped file); on return its write position, max physic offset and units written
-    are updated. ``index`` (or None: a record with keys then stops the run) takes the keys while its
-    item count stays within ``index_limit``. ``delays``: the delay table (ms, level n at n - 1).
+    topic bytes in ``names``; ``units`` holds each queue's last ``FQ_FILES`` files in turn (writable
+    buffers of ``FQ_UNITS_PER_FILE`` units each, oldest first, the first holding queue offset
+    ``FQ_FIRST_UNIT``); the next unit goes into the last one at ``FQ_WRITE_POS``, within
+    ``FQ_LIMIT``. On return each row's write position, max physic offset and units written are
+    updated. A record whose unit lies below the end is compared with the unit there: the same
+    record, and it is left alone. ``index`` (or None: a record with keys then stops the run) takes
+    the keys while its item count stays within ``index_limit``. ``delays``: the delay table (ms,
+    level n at n - 1).
 
     Returns ``(stop, reason, records, last_store_timestamp)``: the scan stopped at ``stop`` (a
     position in ``buffer``) with ``reason`` FUSED_DONE (``hi`` or ``max_records`` reached),
     FUSED_UNDECODED (no whole record there), FUSED_GENERAL (that record needs the general
-    dispatch) or FUSED_ROOM (its unit or keys need more of their file allocated); ``records`` were dispatched (``last_store_timestamp`` of the last, 0 for none).
+    dispatch) or FUSED_ROOM (its unit or keys need more of their file allocated); ``records``
+    were dispatched (``last_store_timestamp`` of the last, 0 for none).
     """
     cdef Py_buffer src, names_view, table_view, pin
     cdef Py_buffer *unit_views = NULL
+    cdef const uint8_t **file_bases = NULL
     cdef _fused_queue *queues = NULL
     cdef int32_t *slots = NULL
     cdef int64_t *delay_table = NULL
-    cdef int64_t nq, i, k, nslots, max_level, stop = lo, ts = 0, done = 0
+    cdef int64_t nq, nunits, i, k, f, first_file, nslots, max_level, stop = lo, ts = 0, done = 0
+    cdef int64_t file_bytes
     cdef int64_t *row
     cdef uint64_t h, mask
     cdef int reason = 0
-    cdef int held = 0
+    cdef int64_t held = 0
     cdef bint have_index = index is not None
     cdef bint pinned = False
     cdef rs_index_t ix
@@ -766,8 +801,8 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
             or table.shape[1] != _FQ_COLUMNS or not table.flags.c_contiguous:
         raise TypeError("table must be a C-contiguous int64 array of FQ_COLUMNS columns")
     nq = table.shape[0]
-    if len(units) != nq:
-        raise ValueError(f"{len(units)} unit buffers for {nq} queues")
+    units = list(units)
+    nunits = len(units)
     if max_records < 0:
         raise ValueError("max_records must not be negative")
     delay_list = _np.asarray(delays, dtype=_np.int64).reshape(-1)
@@ -786,42 +821,64 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                 while nslots < 2 * nq:
                     nslots *= 2
                 mask = <uint64_t>(nslots - 1)
-                unit_views = <Py_buffer *>PyMem_Malloc(<size_t>(nq if nq else 1) * sizeof(Py_buffer))
+                unit_views = <Py_buffer *>PyMem_Malloc(<size_t>(nunits if nunits else 1) * sizeof(Py_buffer))
+                file_bases = <const uint8_t **>PyMem_Malloc(<size_t>(nunits if nunits else 1) * sizeof(uint8_t *))
                 queues = <_fused_queue *>PyMem_Malloc(<size_t>(nq if nq else 1) * sizeof(_fused_queue))
                 slots = <int32_t *>PyMem_Malloc(<size_t>nslots * sizeof(int32_t))
                 delay_table = <int64_t *>PyMem_Malloc(<size_t>(max_level if max_level else 1) * sizeof(int64_t))
-                if unit_views == NULL or queues == NULL or slots == NULL or delay_table == NULL:
+                if (unit_views == NULL or file_bases == NULL or queues == NULL or slots == NULL
+                        or delay_table == NULL):
                     raise MemoryError()
                 for i in range(max_level):
                     delay_table[i] = delay_list[i]
                 for i in range(nslots):
                     slots[i] = -1
                 try:
-                    for i in range(nq):
-                        row = <int64_t *>table_view.buf + i * _FQ_COLUMNS
+                    for i in range(nunits):
                         PyObject_GetBuffer(units[i], &unit_views[i], PyBUF_WRITABLE)
                         held += 1
+                        file_bases[i] = <const uint8_t *>unit_views[i].buf
+                    first_file = 0
+                    for i in range(nq):
+                        row = <int64_t *>table_view.buf + i * _FQ_COLUMNS
                         if (row[_FQ_TOPIC_POS] < 0 or row[_FQ_TOPIC_LEN] < 0
                                 or row[_FQ_TOPIC_POS] > names_view.len - row[_FQ_TOPIC_LEN]):
                             raise ValueError(f"queue {i}: its topic lies outside the names")
                         if not INT32_MIN <= row[_FQ_QUEUE_ID] <= INT32_MAX:
                             raise ValueError(f"queue {i}: queue id {row[_FQ_QUEUE_ID]} is not an int")
+                        if row[_FQ_FILES] < 1 or row[_FQ_FILES] > nunits - first_file:
+                            raise ValueError(f"queue {i}: {row[_FQ_FILES]} files, {nunits - first_file} "
+                                             f"buffers left")
+                        if row[_FQ_UNITS_PER_FILE] < 1 or row[_FQ_UNITS_PER_FILE] > INT64_MAX // _CQ_UNIT_SIZE:
+                            raise ValueError(f"queue {i}: {row[_FQ_UNITS_PER_FILE]} units per file")
+                        file_bytes = row[_FQ_UNITS_PER_FILE] * _CQ_UNIT_SIZE
+                        for f in range(first_file, first_file + row[_FQ_FILES]):
+                            if unit_views[f].len < file_bytes:
+                                raise ValueError(f"queue {i}: a file of {unit_views[f].len} bytes, not {file_bytes}")
+                        f = first_file + row[_FQ_FILES] - 1   # the last file: appends
                         if (row[_FQ_WRITE_POS] < 0 or row[_FQ_WRITE_POS] % _CQ_UNIT_SIZE
-                                or row[_FQ_LIMIT] < row[_FQ_WRITE_POS] or row[_FQ_LIMIT] > unit_views[i].len
+                                or row[_FQ_LIMIT] < row[_FQ_WRITE_POS] or row[_FQ_LIMIT] > file_bytes
                                 or row[_FQ_FIRST_UNIT] < 0
-                                or row[_FQ_FIRST_UNIT] > INT64_MAX // _CQ_UNIT_SIZE - unit_views[i].len):
+                                or row[_FQ_FIRST_UNIT] > (INT64_MAX - file_bytes) // _CQ_UNIT_SIZE
+                                    - row[_FQ_FILES] * row[_FQ_UNITS_PER_FILE]):
                             raise ValueError(f"queue {i}: write position {row[_FQ_WRITE_POS]} and limit "
-                                             f"{row[_FQ_LIMIT]} do not fit its {unit_views[i].len}-byte buffer")
+                                             f"{row[_FQ_LIMIT]} do not fit its {file_bytes}-byte file")
                         queues[i].topic = <const uint8_t *>names_view.buf + row[_FQ_TOPIC_POS]
                         queues[i].topic_len = row[_FQ_TOPIC_LEN]
                         queues[i].queue_id = <int32_t>row[_FQ_QUEUE_ID]
-                        queues[i].units = <uint8_t *>unit_views[i].buf
-                        queues[i].units_len = unit_views[i].len
+                        queues[i].files = file_bases + first_file
+                        queues[i].nfiles = row[_FQ_FILES]
+                        queues[i].units_per_file = row[_FQ_UNITS_PER_FILE]
+                        queues[i].first_unit = row[_FQ_FIRST_UNIT]
+                        queues[i].units = <uint8_t *>unit_views[f].buf
+                        queues[i].units_len = file_bytes
                         queues[i].write_pos = row[_FQ_WRITE_POS]
                         queues[i].limit = row[_FQ_LIMIT]
-                        queues[i].next_offset = row[_FQ_FIRST_UNIT] + row[_FQ_WRITE_POS] // _CQ_UNIT_SIZE
+                        queues[i].next_offset = (row[_FQ_FIRST_UNIT] + (row[_FQ_FILES] - 1) * row[_FQ_UNITS_PER_FILE]
+                                                 + row[_FQ_WRITE_POS] // _CQ_UNIT_SIZE)
                         queues[i].max_physic = row[_FQ_MAX_PHYSIC]
                         queues[i].written = 0
+                        first_file += row[_FQ_FILES]
                         h = _fused_hash(queues[i].topic, queues[i].topic_len, queues[i].queue_id)
                         while slots[h & mask] >= 0:
                             k = slots[h & mask]
@@ -830,6 +887,8 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                                 raise ValueError(f"queue {i} is in the table twice")
                             h += 1
                         slots[h & mask] = <int32_t>i
+                    if first_file != nunits:
+                        raise ValueError(f"{nunits} unit buffers for {first_file} files")
                     if have_index:
                         index._check_writable()
                         # a second export pins the map even if another thread calls release()
@@ -854,6 +913,7 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                         PyBuffer_Release(&unit_views[i])
             finally:
                 PyMem_Free(unit_views)
+                PyMem_Free(file_bases)
                 PyMem_Free(queues)
                 PyMem_Free(slots)
                 PyMem_Free(delay_table)

@@ -190,6 +190,8 @@ def test_kernel_refuses_bad_tables():
     good = np.zeros((1, ix.FQ_COLUMNS), dtype=np.int64)
     good[0, ix.FQ_TOPIC_LEN] = 1
     good[0, ix.FQ_LIMIT] = 200
+    good[0, ix.FQ_FILES] = 1
+    good[0, ix.FQ_UNITS_PER_FILE] = 10
     assert ix.dispatch_fused(buf, 0, 1000, 0, 10, b"T", good, [units], None, 0, [])[1] == ix.FUSED_UNDECODED
     cases = [
         (TypeError, dict(table=good.astype(np.int32))),
@@ -259,6 +261,8 @@ def test_kernel_on_hostile_bytes_stays_inside_its_buffers(tmp_path_factory, flip
     table = np.zeros((1, ix.FQ_COLUMNS), dtype=np.int64)
     table[0, ix.FQ_TOPIC_LEN] = 1
     table[0, ix.FQ_LIMIT] = 20 * 10  # room for 10 units only
+    table[0, ix.FQ_FILES] = 1
+    table[0, ix.FQ_UNITS_PER_FILE] = 40
     index = ix.IndexFile(bytearray(ix.index_file_size(7, 16)), 7, 16)
     stop, reason, done, _ts = ix.dispatch_fused(
         bytes(data), 0, len(data), 0, 1000, b"T", table, [units], index, 16, [1000]
@@ -271,3 +275,46 @@ def test_kernel_on_hostile_bytes_stays_inside_its_buffers(tmp_path_factory, flip
 
 
 _DATA = None
+
+
+def redispatched(src, dst, damage=None, **options):
+    """The queues and index after an abnormal open without a checkpoint of a copy of ``src``:
+    every record is dispatched again over the queues and index already there."""
+    shutil.copytree(src, dst)
+    os.remove(os.path.join(dst, "checkpoint"))
+    open(os.path.join(dst, "abort"), "wb").close()
+    if damage is not None:
+        damage(str(dst))
+    with open_store(str(dst), **options) as s:
+        s._dispatcher.catch_up()
+        assert s._dispatcher.dispatched_records > 0
+    return queue_and_index_bytes(str(dst))
+
+
+def flip_unit(root, path="consumequeue/Alpha/1/00000000000000000000", unit=2):
+    """Point one unit of a queue at another record's offset (a wrong unit below the end)."""
+    with open(os.path.join(root, path), "r+b") as f:
+        f.seek(unit * 20)
+        offset = int.from_bytes(f.read(8), "big")
+        f.seek(unit * 20)
+        f.write((offset + 1).to_bytes(8, "big"))
+
+
+@compiled
+@pytest.mark.parametrize("damage", [None, flip_unit])
+def test_redispatch_over_existing_files(tmp_path, damage):
+    """Recovery without a checkpoint dispatches every record again: the units already there are
+    compared (a wrong one rewritten by the general path), the keys indexed already skipped; the
+    files end as the general path leaves them."""
+    import random
+
+    root = tmp_path / "store"
+    with open_store(str(root)) as s:
+        fill(s, random.Random(11), 1200)
+        s._dispatcher.catch_up()
+    original = queue_and_index_bytes(str(root))
+    general = redispatched(root, tmp_path / "general", damage, fused_dispatch=False)
+    fused = redispatched(root, tmp_path / "fused", damage)
+    assert fused == general
+    if damage is None:
+        assert fused == original

@@ -640,21 +640,25 @@ class ConsumeQueue:
         """Held while units are written: :mod:`rocketstore.fused` holds it around its C pass."""
         return self._lock
 
-    def tail_window(self) -> Optional[tuple[Any, int, int, int, int]]:
-        """Where units appended at the end may go without :meth:`append_many`'s checks, for the
-        fused dispatch (the caller holds :attr:`lock`): ``(map of the last file, queue offset of
-        its first unit, write position, end of the allocated room, max physic offset)``; None
-        when the next unit needs :meth:`append_many` (an empty queue, a full last file, closed or
-        read-only). The room is allocated as :meth:`append_many` allocates it."""
+    def tail_window(self, files: int) -> Optional[tuple[list[Any], int, int, int, int]]:
+        """What the fused dispatch may read and write without :meth:`append_many`'s checks (the
+        caller holds :attr:`lock`): ``(maps of the last ``files`` files, oldest first; queue
+        offset of the first unit of the first; write position in the last; end of the room
+        allocated there; max physic offset)``. None when the queue is empty, closed or
+        read-only. The room is allocated as :meth:`append_many` allocates it; a full last file
+        has none (the next unit rolls to a new file through :meth:`append_many`)."""
         if self._closed or self.read_only or self._is_empty():
             return None
-        last = self._files.files[-1]
-        if last.wrote_position >= self.file_size:
-            return None
-        self._reserve(last, last.wrote_position + CQ_UNIT_SIZE)
-        start, upto = self._reserved
-        limit = min(upto, self.file_size) if start == last.file_from_offset else last.wrote_position
-        return last.mm, last.file_from_offset // CQ_UNIT_SIZE, last.wrote_position, limit, self._max_physic
+        recent = self._files.files[-files:]
+        last = recent[-1]
+        limit = last.wrote_position
+        if last.wrote_position < self.file_size:
+            self._reserve(last, last.wrote_position + CQ_UNIT_SIZE)
+            start, upto = self._reserved
+            if start == last.file_from_offset:
+                limit = min(upto, self.file_size)
+        maps = [mf.mm for mf in recent]
+        return maps, recent[0].file_from_offset // CQ_UNIT_SIZE, last.wrote_position, limit, self._max_physic
 
     def tail_written(self, write_position: int, max_physic: int) -> None:
         """The fused dispatch wrote units into the last file up to ``write_position`` (caller

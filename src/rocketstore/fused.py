@@ -34,10 +34,13 @@ import numpy as np
 
 from rocketstore.consumequeue import ConsumeQueue
 
-__all__ = ["FusedDispatch", "MAX_QUEUES"]
+__all__ = ["FusedDispatch", "MAX_QUEUES", "FILES"]
 
 #: Queues the fused pass keeps writing to; the records of further queues take the general path.
 MAX_QUEUES = 1024
+#: A queue's last files the fused pass is handed: a re-dispatch (recovery without a checkpoint)
+#: compares its records' units with theirs; units in earlier files take the general path.
+FILES = 4
 
 
 class FusedDispatch:
@@ -95,22 +98,23 @@ class FusedDispatch:
             index_file, limit = (target[0].index, target[1]) if target is not None else (None, 0)
             before = index_file.index_count if index_file is not None else 0
             live: list[int] = []
-            units: list[Any] = []
+            maps: list[Any] = []
             for k, queue in enumerate(self._order):
                 if self._queue_store.get(queue.topic, queue.queue_id) is not queue:
                     continue  # replaced (closed, truncated away): the general path finds the new one
                 held.enter_context(queue.lock)
-                window = queue.tail_window()
+                window = queue.tail_window(FILES)
                 if window is None:
                     continue
-                mm, first_unit, write_pos, room, max_physic = window
+                files, first_unit, write_pos, room, max_physic = window
                 row = self._rows[k]
                 row[3], row[4], row[5], row[6], row[7] = first_unit, write_pos, room, max_physic, 0
+                row[8], row[9] = len(files), queue.units_per_file
                 live.append(k)
-                units.append(mm)
+                maps.extend(files)
             table = np.ascontiguousarray(self._rows[live]) if live else np.zeros((0, self._columns), np.int64)
             stop, reason, records, timestamp = self._kernel(
-                view, lo, hi, base, max_records, self._names, table, units, index_file, limit, self._delays
+                view, lo, hi, base, max_records, self._names, table, maps, index_file, limit, self._delays
             )
             for row, k in zip(table, live):
                 if row[7]:

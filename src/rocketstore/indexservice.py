@@ -666,14 +666,13 @@ class IndexService:
     def tail_window(self) -> Optional[tuple[MappedIndexFile, int]]:
         """The last file and the item count up to which keys may be stored in it without
         :meth:`build_refs`' rolling (its allocated room), for the fused dispatch (the caller
-        holds :attr:`lock`); None when there is no file with room (the next key needs
-        :meth:`build_refs`), or the service is closed or read-only."""
+        holds :attr:`lock`; it also skips the keys :meth:`build_refs` would skip as indexed
+        already); None when there is no file yet, or the service is closed or read-only."""
         if self._closed or self.read_only or not self._loaded or not self._files:
             return None
         last = self._files[-1]
-        if last.is_full:
-            return None
-        self._reserve(last, 1)
+        if not last.is_full:
+            self._reserve(last, 1)
         return last, min(last.reserved, self.index_count)
 
     def _reserve(self, f: MappedIndexFile, items: int) -> None:
