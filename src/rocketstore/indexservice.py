@@ -91,6 +91,7 @@ _HEADER = struct.Struct(">qqqqii")
 #: deleting it and re-indexing everything it covered.
 RESUME_FILE_NAME = "indexResume"
 _RESERVE_ITEMS = 1 << 14  # items allocated ahead at a time (320 KB)
+_WINDOW_ITEMS = 1 << 8  # items the fused dispatch's window (tail_window) holds allocated at least
 
 
 def _check_str(what: str, value: object) -> str:
@@ -672,7 +673,7 @@ class IndexService:
             return None
         last = self._files[-1]
         if not last.is_full:
-            self._reserve(last, 1)
+            self._reserve(last, _WINDOW_ITEMS)  # more than a record's keys: a window is never too small
         return last, min(last.reserved, self.index_count)
 
     def _reserve(self, f: MappedIndexFile, items: int) -> None:
