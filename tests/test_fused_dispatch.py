@@ -140,6 +140,32 @@ def test_fused_dispatch_carries_most_records(tmp_path):
 
 
 @compiled
+def test_fused_dispatch_carries_most_records_after_a_reopen(tmp_path):
+    """A loaded index file has no room allocated yet: the window allocates it (once, not a key
+    at a time, which sent every record through the general path)."""
+    root = str(tmp_path / "store")
+    options = dict(consume_queue_units=300_000, index_count=200_000)
+    with open_store(root, **options) as s:
+        s.create_topic("T", 4)
+        for i in range(10):  # 20,001 items: more than the first stretch allocated on load
+            s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
+    calls = []
+    with open_store(root, **options) as s:
+        original = s._dispatcher._dispatch
+
+        def counting(view, base, records):
+            calls.append(len(records))
+            return original(view, base, records)
+
+        s._dispatcher._dispatch = counting
+        for i in range(10, 50):
+            s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
+        s._dispatcher.catch_up()
+        assert [bytes(m.body) for m in s.query_by_key("T", "key-20-5")] == [b"x" * 50]
+    assert sum(calls) <= 4 * 64, calls
+
+
+@compiled
 def test_damage_is_stepped_over_alike(tmp_path):
     """A record with a flipped TOTALSIZE in the middle: the fused pass stops there, the general
     path steps over it, the fused pass resumes; the files are the general path's."""
