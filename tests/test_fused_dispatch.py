@@ -344,3 +344,39 @@ def test_redispatch_over_existing_files(tmp_path, damage):
     assert fused == general
     if damage is None:
         assert fused == original
+
+
+@compiled
+def test_a_few_records_take_the_general_path(tmp_path):
+    """Handing the pass every queue costs microseconds a queue: a catch-up of one put (a query
+    right after it) does not pay that for 256 queues; a large range does take the pass."""
+    from rocketstore import fused
+
+    with open_store(
+        str(tmp_path / "s"), commitlog_file_size=8 << 20, consume_queue_units=1000, index_count=100_000
+    ) as s:
+        for t in range(32):
+            s.create_topic(f"T{t}", 8)
+            for q in range(8):
+                s.put(f"T{t}", b"x", keys="k", queue_id=q)
+        s._dispatcher.catch_up()
+        assert len(s._dispatcher._fused.queues) == 256
+        runs = []
+        original = fused.FusedDispatch.run
+
+        def counting(self, *args):
+            runs.append(args)
+            return original(self, *args)
+
+        fused.FusedDispatch.run = counting  # type: ignore[method-assign]
+        try:
+            s.put("T3", b"y", keys="one", queue_id=2)
+            assert [m.body for m in s.query_by_key("T3", "one")] == [b"y"]
+            assert runs == []
+            for i in range(8000):
+                s.put(f"T{i % 32}", b"z" * 100, keys=f"many-{i}", queue_id=i % 8)
+            s._dispatcher.catch_up()
+            assert runs
+            assert [m.body for m in s.query_by_key("T7", "many-7")] == [b"z" * 100]
+        finally:
+            fused.FusedDispatch.run = original  # type: ignore[method-assign]

@@ -409,6 +409,8 @@ class Dispatcher:
         stops at go through the general path, :data:`GENERAL_CHUNK` at a time, and the fused pass
         resumes after them."""
         fused = None if self._index_only else self._fused
+        if fused is not None and hi - lo < fused.min_bytes:
+            fused = None  # a few records: handing the pass every queue costs more than it saves
         while True:
             if fused is not None:
                 lo = self._run_fused(fused, view, base, lo, hi)

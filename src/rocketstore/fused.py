@@ -34,10 +34,14 @@ import numpy as np
 
 from rocketstore.consumequeue import ConsumeQueue
 
-__all__ = ["FusedDispatch", "MAX_QUEUES", "FILES"]
+__all__ = ["FusedDispatch", "MAX_QUEUES", "FILES", "MIN_BYTES", "BYTES_PER_QUEUE"]
 
 #: Queues the fused pass keeps writing to; the records of further queues take the general path.
 MAX_QUEUES = 1024
+#: Ranges of CommitLog bytes shorter than this, or than this many per queue handed to the pass,
+#: are dispatched the general way (a query right after a put: one record, a few queues).
+MIN_BYTES = 16384
+BYTES_PER_QUEUE = 4096
 #: A queue's last files the fused pass is handed: a re-dispatch (recovery without a checkpoint)
 #: compares its records' units with theirs; units in earlier files take the general path.
 FILES = 4
@@ -122,6 +126,12 @@ class FusedDispatch:
             if index_file is not None and index_file.index_count != before:
                 target[0].dirty = True
         return int(stop), int(reason), int(records), int(timestamp)
+
+    @property
+    def min_bytes(self) -> int:
+        """The smallest range worth a pass: handing it a queue costs a few microseconds (its
+        lock and window), what the pass saves on a dozen records."""
+        return max(MIN_BYTES, BYTES_PER_QUEUE * len(self._order))
 
     @property
     def room(self) -> int:
