@@ -555,7 +555,7 @@ from _codec cimport (rs_record, rs_decode_record, rs_dispatch_props, rs_dispatch
                      rs_parse_java_int, rs_java_hash_utf8, RS_SCHEDULE_TOPIC, RS_SCHEDULE_TOPIC_LEN,
                      RS_KEY_SEPARATOR, RS_SYSFLAG_TRANSACTION_MASK, RS_TRANSACTION_PREPARED_TYPE,
                      RS_TRANSACTION_ROLLBACK_TYPE, RS_RECORD_FIXED_LENGTH)
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 from libc.stdint cimport uint64_t, INT32_MIN, INT32_MAX
 
 cdef extern from "index.h" nogil:
@@ -617,6 +617,25 @@ cdef inline uint64_t _fused_hash(const uint8_t *topic, int64_t n, int32_t queue_
     for i in range(n):
         h = (h ^ topic[i]) * 1099511628211ULL
     return h ^ (h >> 29)
+
+
+cdef inline uint32_t _fused_java_hash(uint32_t h, const uint8_t *s, int64_t n) noexcept nogil:
+    """rs_java_hash_utf8_update(h, s, n), eight ASCII bytes a step: h * 31**8 + the bytes' terms
+    (mod 2**32) breaks the multiply chain a byte at a time is. From the first block holding a
+    non-ASCII byte on, the byte-wise hash (the boundary follows an ASCII byte: no UTF-8
+    sequence spans it)."""
+    cdef int64_t i = 0
+    cdef uint64_t word
+    while i + 8 <= n:
+        memcpy(&word, s + i, 8)
+        if word & 0x8080808080808080ULL:
+            break
+        h = (h * 0x94446F01u   # 31**8 mod 2**32, then 31**7 .. 31**0 for the bytes in order
+             + s[i] * 0x67E12CDFu + s[i + 1] * 0x34E63B41u + s[i + 2] * 0x1B4D89Fu
+             + s[i + 3] * 0xE1781u + s[i + 4] * 0x745Fu + s[i + 5] * 0x3C1u
+             + s[i + 6] * 31u + s[i + 7])
+        i += 8
+    return rs_java_hash_utf8_update(h, s + i, n - i)
 
 
 cdef inline void _fused_put_unit(uint8_t *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
@@ -737,9 +756,9 @@ cdef int64_t _fused_run(const uint8_t *src, int64_t pos, int64_t hi, int64_t bas
             q.max_physic = phy + rec.total_size
             q.written += 1
         if key_count:
-            topic_hash = 31u * rs_java_hash_utf8_update(0, rec.topic, rec.topic_len) + <uint32_t>b'#'
+            topic_hash = 31u * _fused_java_hash(0, rec.topic, rec.topic_len) + <uint32_t>b'#'
             if found.uniq_key_pos >= 0:
-                kh = rs_java_hash_utf8_update(topic_hash, props + found.uniq_key_pos, found.uniq_key_len)
+                kh = _fused_java_hash(topic_hash, props + found.uniq_key_pos, found.uniq_key_len)
                 rs_index_put(ix, rs_index_hash_of_java(<int32_t>kh), phy, rec.store_timestamp)
             if found.keys_pos >= 0:
                 value = props + found.keys_pos
@@ -751,7 +770,7 @@ cdef int64_t _fused_run(const uint8_t *src, int64_t pos, int64_t hi, int64_t bas
                     first = j
                     while j < found.keys_len and value[j] != RS_KEY_SEPARATOR:
                         j += 1
-                    kh = rs_java_hash_utf8_update(topic_hash, value + first, j - first)
+                    kh = _fused_java_hash(topic_hash, value + first, j - first)
                     rs_index_put(ix, rs_index_hash_of_java(<int32_t>kh), phy, rec.store_timestamp)
         ts = rec.store_timestamp
         n += 1

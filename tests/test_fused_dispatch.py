@@ -49,7 +49,18 @@ def fill(store, rng, count):
             )
             done += n
             continue
-        keys = rng.choice([None, f"k{done}", f"k{done} x{done}", f"  a{done}  b ", "ключ", ["p", "q"]])
+        keys = rng.choice(
+            [
+                None,
+                f"k{done}",
+                f"k{done} x{done}",
+                f"  a{done}  b ",
+                "ключ",
+                ["p", "q"],
+                f"ascii-prefix-{done}-ключ-\U0001f600-tail-12345678",  # 8-byte ASCII blocks, then not
+                f"ключ-{done}-then-a-long-ascii-tail",
+            ]
+        )
         tags = rng.choice([None, "TagA", "тег"])
         if kind == 1:
             store.put(topic, b"d" * 10, keys=keys, tags=tags, delay_level=rng.randrange(1, 5))
