@@ -391,3 +391,34 @@ def test_a_few_records_take_the_general_path(tmp_path):
             assert [m.body for m in s.query_by_key("T7", "many-7")] == [b"z" * 100]
         finally:
             fused.FusedDispatch.run = original  # type: ignore[method-assign]
+
+
+@compiled
+def test_a_window_that_cannot_be_allocated_leaves_its_records_to_the_general_path(tmp_path, monkeypatch):
+    """A full disk while a window allocates its next stretch: that queue's (or the index's)
+    records take the general path, which meets the error only if it needs the room."""
+    from rocketstore.consumequeue import ConsumeQueue
+    from rocketstore.errors import DiskFullError
+    from rocketstore.indexservice import IndexService
+
+    root = str(tmp_path / "s")
+    with open_store(root, consume_queue_units=10_000, index_count=100_000) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"a", keys=f"a{i}") for i in range(200)])
+        s._dispatcher.catch_up()
+        real = ConsumeQueue.tail_window
+
+        def failing(self, files):
+            if self.queue_id == 1:
+                raise DiskFullError(28, "cannot allocate file space: No space left on device")
+            return real(self, files)
+
+        monkeypatch.setattr(ConsumeQueue, "tail_window", failing)
+        monkeypatch.setattr(
+            IndexService, "tail_window", lambda self: (_ for _ in ()).throw(DiskFullError(28, "full"))
+        )
+        s.put_messages([Message("T", b"b" * 100, keys=f"b{i}") for i in range(2000)])
+        s._dispatcher.catch_up()
+        assert s._dispatcher.dispatched_records == 2200
+        assert [m.body for m in s.query_by_key("T", "b1999")] == [b"b" * 100]
+        assert s.queue_units("T", 1, 0, 10_000)["size"].size == 1100

@@ -33,6 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 from rocketstore.consumequeue import ConsumeQueue
+from rocketstore.errors import SegmentError
 
 __all__ = ["FusedDispatch", "MAX_QUEUES", "FILES", "MIN_BYTES", "BYTES_PER_QUEUE"]
 
@@ -98,7 +99,13 @@ class FusedDispatch:
         with contextlib.ExitStack() as held:
             index = self._index
             held.enter_context(index.lock)
-            target = index.tail_window()
+            try:
+                target = index.tail_window()
+            except SegmentError:
+                # no room could be allocated (a full disk): the keys take the general path, which
+                # raises that error if a record needs the room
+                target = None
+
             index_file, limit = (target[0].index, target[1]) if target is not None else (None, 0)
             before = index_file.index_count if index_file is not None else 0
             live: list[int] = []
@@ -107,7 +114,10 @@ class FusedDispatch:
                 if self._queue_store.get(queue.topic, queue.queue_id) is not queue:
                     continue  # replaced (closed, truncated away): the general path finds the new one
                 held.enter_context(queue.lock)
-                window = queue.tail_window(FILES)
+                try:
+                    window = queue.tail_window(FILES)
+                except SegmentError:  # as for the index: this queue's units take the general path
+                    continue
                 if window is None:
                     continue
                 files, first_unit, write_pos, room, max_physic = window
