@@ -422,3 +422,44 @@ def test_a_window_that_cannot_be_allocated_leaves_its_records_to_the_general_pat
         assert s._dispatcher.dispatched_records == 2200
         assert [m.body for m in s.query_by_key("T", "b1999")] == [b"b" * 100]
         assert s.queue_units("T", 1, 0, 10_000)["size"].size == 1100
+
+
+@compiled
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first_unit=st.integers(0, 40),
+    written=st.integers(0, 10),
+    room=st.integers(0, 10),
+    noise=st.binary(min_size=400, max_size=400),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+)
+def test_kernel_writes_only_its_window_over_earlier_files(
+    tmp_path_factory, first_unit, written, room, noise, flips
+):
+    """Two files of a queue (the first full of arbitrary bytes), records whose queue offsets fall
+    anywhere: the kernel only ever writes units at the write position of the last file, within
+    its room, and never the first file."""
+    global _DATA
+    ix = _kernel()
+    if _DATA is None:
+        _DATA = _records(tmp_path_factory.mktemp("fused"))
+    data = bytearray(_DATA)
+    for at, value in flips:
+        data[at % len(data)] = value
+    files = [bytearray(noise[:200]), bytearray(noise[200:])]  # 10 units each
+    before = [bytes(f) for f in files]
+    table = np.zeros((1, ix.FQ_COLUMNS), dtype=np.int64)
+    table[0, ix.FQ_TOPIC_LEN] = 1
+    table[0, ix.FQ_FIRST_UNIT] = first_unit
+    table[0, ix.FQ_FILES] = 2
+    table[0, ix.FQ_UNITS_PER_FILE] = 10
+    table[0, ix.FQ_WRITE_POS] = 20 * written
+    table[0, ix.FQ_LIMIT] = 20 * min(10, written + room)
+    index = ix.IndexFile(bytearray(ix.index_file_size(7, 64)), 7, 64)
+    ix.dispatch_fused(bytes(data), 0, len(data), 0, 1000, b"T", table, files, index, 64, [])
+    assert bytes(files[0]) == before[0]
+    end = int(table[0, ix.FQ_WRITE_POS])
+    assert 20 * written <= end <= 20 * min(10, written + room)
+    assert end - 20 * written == 20 * int(table[0, ix.FQ_WRITTEN])
+    assert files[1][: 20 * written] == before[1][: 20 * written]
+    assert files[1][end:] == before[1][end:]
