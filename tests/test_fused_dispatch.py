@@ -463,3 +463,26 @@ def test_kernel_writes_only_its_window_over_earlier_files(
     assert end - 20 * written == 20 * int(table[0, ix.FQ_WRITTEN])
     assert files[1][: 20 * written] == before[1][: 20 * written]
     assert files[1][end:] == before[1][end:]
+
+
+@compiled
+def test_a_replaced_queue_object_is_learned_again(tmp_path):
+    """Should the store replace a queue's object, the pass writes to the new one, not the old."""
+    from rocketstore.consumequeue import ConsumeQueue
+
+    with open_store(str(tmp_path / "s")) as s:
+        s.put("T", b"x", keys="k", queue_id=0)
+        s._dispatcher.catch_up()
+        fused = s._dispatcher._fused
+        old = fused.queues[("T", 0)]
+        new = ConsumeQueue(str(tmp_path / "other"), "T", 0, 64)
+        store = fused._queue_store
+        real_get = store.get
+        store.get = lambda topic, qid: new if (topic, qid) == ("T", 0) else real_get(topic, qid)
+        try:
+            fused.learn("T", 0)
+            assert fused.queues[("T", 0)] is new and fused._order == [new]
+            assert old is not new
+        finally:
+            store.get = real_get
+            new.close()

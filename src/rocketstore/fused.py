@@ -70,12 +70,16 @@ class FusedDispatch:
         """Write the units of ``topic``'s queue ``queue_id`` too, once it exists (the general
         path creates it)."""
         key = (topic, queue_id)
-        if key in self.queues or len(self.queues) >= MAX_QUEUES:
+        known = self.queues.get(key)
+        if known is None and len(self.queues) >= MAX_QUEUES:
             return
         queue = self._queue_store.get(topic, queue_id)
-        if not isinstance(queue, ConsumeQueue):
+        if known is queue or not isinstance(queue, ConsumeQueue):
             return
         self.queues[key] = queue
+        if known is not None:  # the store replaced the queue's object (a topic deleted, made again)
+            self._order[self._order.index(known)] = queue
+            return
         names = bytearray(self._names)
         rows = np.zeros((len(self.queues), self._columns), dtype=np.int64)
         rows[: len(self._rows)] = self._rows
