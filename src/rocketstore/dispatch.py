@@ -308,7 +308,7 @@ class Dispatcher:
         self._index_only = False
         #: the compiled one-pass dispatch of the common case (None: the general path only)
         self._fused: Optional[FusedDispatch] = (
-            fused_for(codec, queues, index, self._delay_levels) if fused and not index_lazily else None
+            fused_for(queues, index, self._delay_levels) if fused and not index_lazily else None
         )
 
     @property

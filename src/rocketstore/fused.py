@@ -89,13 +89,6 @@ class FusedDispatch:
         self._names, self._rows = bytes(names), rows
         self._order.append(queue)
 
-    def forget(self) -> None:
-        """Drop the queues learned (their objects may be replaced: retention, a truncation)."""
-        self.queues = {}
-        self._names = b""
-        self._rows = np.zeros((0, self._columns), dtype=np.int64)
-        self._order = []
-
     def run(self, view: Any, base: int, lo: int, hi: int, max_records: int) -> tuple[int, int, int, int]:
         """Dispatch records of ``view[lo:hi]`` (``view`` starts at CommitLog offset ``base``) as
         far as the fast case goes: ``(stop, reason, records, last store timestamp)`` as
@@ -153,7 +146,7 @@ class FusedDispatch:
         return self._room
 
 
-def fused_for(codec: Any, queues: Any, index: Any, delay_levels_ms: Any) -> Optional[FusedDispatch]:
+def fused_for(queues: Any, index: Any, delay_levels_ms: Any) -> Optional[FusedDispatch]:
     """A :class:`FusedDispatch` for a writable store's ``queues`` and ``index`` when their build
     has the compiled kernel; None otherwise (the pure-Python build, a read-only store's memory
     queues and index)."""
