@@ -9,17 +9,20 @@ applies ``Dispatcher._dispatch``'s rules and writes the 20-byte unit into its qu
 and the keys into the last IndexFile, with no Python object per record.
 
 It carries only the common case, and stops *before* any record that needs more: a position
-holding no whole record (blank, damage, a record still being written), a queue it was not handed
-or whose next unit is not this record's (a gap, a re-dispatch), a full or unallocated stretch of
-a file, a queue offset :func:`~rocketstore.dispatch.plausible` refuses, a record the index may
-hold already, a transaction state it does not recognise. The dispatcher then dispatches that
-record (and a few after it) the general way, and comes back. So the files are byte for byte what
-the general path writes; tests/test_fused_dispatch.py compares the two.
+holding no whole record (blank, damage, a record still being written), a queue it was not
+handed, a unit past the queue's end (a gap) or below it and different from the one there (or in
+a file it was not handed), a full last file or index file, a queue offset
+:func:`~rocketstore.dispatch.plausible` refuses. The dispatcher then dispatches that record (and
+a few after it) the general way, and comes back. A unit below the end that points at the record
+already (a re-dispatch after a crash) is left alone, and the keys of a record the index holds
+already are skipped, as the general path does. So the files are byte for byte what the general
+path writes; tests/test_fused_dispatch.py compares the two.
 
 The queues it writes are those it met before (:attr:`FusedDispatch.queues`, learned when the
-general path dispatched a record to them), each as its ``ConsumeQueue.tail_window``: the last
-file's map and the stretch of it already allocated. Their locks and the index's are held through
-the pass (the GIL is not), so a reader sees a queue's units before its end moves past them.
+general path dispatched a record to them), each as its ``ConsumeQueue.tail_window``: the maps of
+its last files and the stretch of the last one already allocated. Their locks and the index's are
+held through the pass (the GIL is not), so a reader sees a queue's units before its end moves
+past them.
 
 The pure-Python build has no fused pass: its dispatcher always takes the general path, which
 writes the same bytes.
