@@ -14,7 +14,10 @@ Builds a store of ``--mb`` MiB of 128-byte messages with a 20-character key each
   checks (the ``"recover"`` stage of the progress callback), then rebuilds the ConsumeQueues
   and the index (``"dispatch"`` stage), timed separately; the same open is then timed with
   ``fused_dispatch=False`` (``*_general_path``: every record through the general dispatch, the
-  baseline of the fused pass, docs/fused-dispatch.md) and with the default again (``*_again``);
+  baseline of the fused pass, docs/fused-dispatch.md) and with the default again (``*_again``).
+  The first open right after the build is the slowest whichever path it takes (the build's
+  pages are still being written back; a rebuild after kill -9 meets that too): compare
+  ``*_general_path`` with ``*_again``, which find the files in the same state;
 * CPU seconds beside wall seconds for verify and the abnormal open (``process_time``): on a
   machine shared with other jobs they say what the code costs, the wall clock what users wait;
 * an interrupted rebuild: a child process doing that open is killed half-way through the
