@@ -12,7 +12,10 @@ timed put phase, as bench/compare.py's rows (a) and (b) do. Rows:
   ``put(topic, body)`` (no key) and the general path (``properties={}`` sends the same message
   through ``put_properties`` and ``core.put``, what every keyed put took before);
 - ``put_messages([Message(...) x 1000])``: the fused path (``put_plain_messages``), beside the
-  general one (``plain_message_items`` + ``put_many``, what it took before).
+  general one (``plain_message_items`` + ``put_many``, what it took before);
+- "general dispatch": the same puts in a store with ``fused_dispatch=False``, so their dispatch
+  takes the general path (``Dispatcher._dispatch``) rather than the fused pass
+  (docs/guide/fused-dispatch.md).
 
 A cell is the median over ``--rounds`` (phases rotated each round). Besides the rates, the
 process's CPU time (all threads: the putting one, the dispatch, flush and prefault threads) per
@@ -45,8 +48,8 @@ TOPIC = "KeyedBench"
 BATCH = 1000
 
 
-def _store(root: str) -> MessageStore:
-    s = MessageStore(tempfile.mkdtemp(dir=root))
+def _store(root: str, **options) -> MessageStore:
+    s = MessageStore(tempfile.mkdtemp(dir=root), **options)
     s.create_topic(TOPIC, 4)
     return s
 
@@ -56,10 +59,10 @@ def _cpu() -> float:
     return t.user + t.system
 
 
-def _timed(root, keys, bodies, put) -> tuple[float, float, float]:
+def _timed(root, keys, bodies, put, options) -> tuple[float, float, float]:
     """(put seconds, put + catch-up seconds, the process's CPU seconds in all its threads
-    meanwhile) of ``put(store, keys, bodies)`` in a fresh store."""
-    s = _store(root)
+    meanwhile) of ``put(store, keys, bodies)`` in a fresh store with ``options``."""
+    s = _store(root, **options)
     try:
         c0 = _cpu()
         t0 = time.perf_counter()
@@ -110,12 +113,16 @@ def batch_general(s, keys, bodies):
         core.put_many(items, -1)
 
 
+#: the general dispatch: every record through Dispatcher._dispatch, not the fused pass
+GENERAL_DISPATCH = {"fused_dispatch": False}
 PHASES = {
-    "put(topic, body, keys=k)": single_keyed,
-    "put(topic, body, keys=k), general path": single_general,
-    "put(topic, body), no key": single_plain,
-    "put_messages(1000 keyed Message)": batch_fused,
-    "put_messages(1000 keyed Message), general path": batch_general,
+    "put(topic, body, keys=k)": (single_keyed, {}),
+    "put(topic, body, keys=k), general path": (single_general, {}),
+    "put(topic, body), no key": (single_plain, {}),
+    "put_messages(1000 keyed Message)": (batch_fused, {}),
+    "put_messages(1000 keyed Message), general path": (batch_general, {}),
+    "put(topic, body, keys=k), general dispatch": (single_keyed, GENERAL_DISPATCH),
+    "put_messages(1000 keyed Message), general dispatch": (batch_fused, GENERAL_DISPATCH),
 }
 
 
@@ -142,7 +149,7 @@ def main(argv=None) -> int:
                 [Message(TOPIC, b, keys=k) for k, b in zip(keys[i : i + BATCH], bodies[i : i + BATCH])]
             build.append(n / (time.perf_counter() - t0))
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                put_s, all_s, cpu_s = _timed(root, keys, bodies, PHASES[name])
+                put_s, all_s, cpu_s = _timed(root, keys, bodies, *PHASES[name])
                 put_rates[name].append(n / put_s)
                 indexed_rates[name].append(n / all_s)
                 cpu_ns[name].append(cpu_s / n * 1e9)
@@ -157,10 +164,18 @@ def main(argv=None) -> int:
         put_m, idx_m = statistics.median(put_rates[name]), statistics.median(indexed_rates[name])
         cpu_m = statistics.median(cpu_ns[name])
         print(f"| {name} | {put_m / 1e6:.2f} M/s | {idx_m / 1e6:.2f} M/s | {cpu_m:,.0f} ns a message |")
-    fast, general = (statistics.median(indexed_rates[k]) for k in list(PHASES)[:2])
-    bfast, bgeneral = (statistics.median(indexed_rates[k]) for k in list(PHASES)[3:])
+
+    def rate(name: str) -> float:
+        return statistics.median(indexed_rates[name])
+
+    single, batch = "put(topic, body, keys=k)", "put_messages(1000 keyed Message)"
     print(
-        f"\nuntil indexed, fast ÷ general path: put {fast / general:.2f}x, put_messages {bfast / bgeneral:.2f}x"
+        f"\nuntil indexed, fast ÷ general path: put {rate(single) / rate(single + ', general path'):.2f}x, "
+        f"put_messages {rate(batch) / rate(batch + ', general path'):.2f}x"
+    )
+    print(
+        f"until indexed, fused ÷ general dispatch: put {rate(single) / rate(single + ', general dispatch'):.2f}x, "
+        f"put_messages {rate(batch) / rate(batch + ', general dispatch'):.2f}x"
     )
     return 0
 

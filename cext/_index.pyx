@@ -539,3 +539,406 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
                 slot[3] = i & 0xFF
     finally:
         PyBuffer_Release(&view)
+
+
+# ==== fused dispatch (issue 17): CommitLog records -> ConsumeQueue units + index items, one C pass ====
+#
+# dispatch_fused() carries the common case of rocketstore.dispatch.Dispatcher._dispatch (records
+# appended in order at the end of queues it was handed, keys into the last index file's reserved
+# room) without a decode table, a per-chunk grouping or a Python object per record. It stops
+# *before* any record that needs more (a damaged or blank position, a queue it was not handed or
+# whose end is elsewhere, a full file or reservation, a queue offset plausible() refuses, a record
+# the index may hold already), and the general path dispatches that one; so the files it writes are
+# byte for byte those of the general path.
+
+from _codec cimport (rs_record, rs_decode_record, rs_dispatch_props, rs_dispatch_properties,
+                     rs_parse_java_int, rs_java_hash_utf8, RS_SCHEDULE_TOPIC, RS_SCHEDULE_TOPIC_LEN,
+                     RS_KEY_SEPARATOR, RS_SYSFLAG_TRANSACTION_MASK, RS_TRANSACTION_PREPARED_TYPE,
+                     RS_TRANSACTION_ROLLBACK_TYPE, RS_RECORD_FIXED_LENGTH)
+from libc.string cimport memcmp, memcpy
+from libc.stdint cimport uint64_t, INT32_MIN, INT32_MAX
+
+cdef extern from "index.h" nogil:
+    int64_t rs_index_item_pos(const rs_index_t *ix, int32_t n)
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+
+#: why dispatch_fused stopped: its range's end or its record limit; no whole record at the stop
+#: position (the general path's decode says why); the record there needs the general path; its
+#: unit or keys need more of their file allocated (ask the windows again)
+FUSED_DONE = 0
+FUSED_UNDECODED = 1
+FUSED_GENERAL = 2
+FUSED_ROOM = 3
+
+#: columns of dispatch_fused's queue table (int64, one row per queue): where the topic's bytes lie
+#: in the names blob, the queue id, the queue offset of the unit at byte 0 of the unit buffer, the
+#: write position (bytes, in and out) in its last file, the end of the room it may write there
+#: (bytes), and, out: start + size of its last unit and how many units it wrote
+FQ_TOPIC_POS, FQ_TOPIC_LEN, FQ_QUEUE_ID, FQ_FIRST_UNIT, FQ_WRITE_POS, FQ_LIMIT, FQ_MAX_PHYSIC, FQ_WRITTEN = range(8)
+#: and: how many of ``units`` are this queue's files (its last ones, oldest first: the last is where
+#: units are appended, those before serve a re-dispatch's comparisons), and the units of a file
+FQ_FILES, FQ_UNITS_PER_FILE = 8, 9
+FQ_COLUMNS = 10
+
+cdef enum:
+    _FQ_TOPIC_POS = 0
+    _FQ_TOPIC_LEN = 1
+    _FQ_QUEUE_ID = 2
+    _FQ_FIRST_UNIT = 3
+    _FQ_WRITE_POS = 4
+    _FQ_LIMIT = 5
+    _FQ_MAX_PHYSIC = 6
+    _FQ_WRITTEN = 7
+    _FQ_FILES = 8
+    _FQ_UNITS_PER_FILE = 9
+    _FQ_COLUMNS = 10
+    _CQ_UNIT_SIZE = 20
+
+ctypedef struct _fused_queue:
+    const uint8_t *topic
+    int64_t topic_len
+    int32_t queue_id
+    int64_t next_offset      # the queue offset the next unit must carry
+    uint8_t *units           # the last file's map: appends go there
+    int64_t units_len
+    const uint8_t **files    # the queue's last files, oldest first (the last is units)
+    int64_t nfiles
+    int64_t first_unit       # queue offset of the first unit of files[0]
+    int64_t units_per_file
+    int64_t write_pos
+    int64_t limit
+    int64_t max_physic
+    int64_t written
+
+
+cdef inline uint64_t _fused_hash(const uint8_t *topic, int64_t n, int32_t queue_id) noexcept nogil:
+    cdef uint64_t h = 1469598103934665603ULL ^ <uint32_t>queue_id
+    cdef int64_t i
+    for i in range(n):
+        h = (h ^ topic[i]) * 1099511628211ULL
+    return h ^ (h >> 29)
+
+
+cdef inline uint32_t _fused_java_hash(uint32_t h, const uint8_t *s, int64_t n) noexcept nogil:
+    """rs_java_hash_utf8_update(h, s, n), eight ASCII bytes a step: h * 31**8 + the bytes' terms
+    (mod 2**32) breaks the multiply chain a byte at a time is. From the first block holding a
+    non-ASCII byte on, the byte-wise hash (the boundary follows an ASCII byte: no UTF-8
+    sequence spans it)."""
+    cdef int64_t i = 0
+    cdef uint64_t word
+    while i + 8 <= n:
+        memcpy(&word, s + i, 8)
+        if word & 0x8080808080808080ULL:
+            break
+        h = (h * 0x94446F01u   # 31**8 mod 2**32, then 31**7 .. 31**0 for the bytes in order
+             + s[i] * 0x67E12CDFu + s[i + 1] * 0x34E63B41u + s[i + 2] * 0x1B4D89Fu
+             + s[i + 3] * 0xE1781u + s[i + 4] * 0x745Fu + s[i + 5] * 0x3C1u
+             + s[i + 6] * 31u + s[i + 7])
+        i += 8
+    return rs_java_hash_utf8_update(h, s + i, n - i)
+
+
+cdef inline void _fused_put_unit(uint8_t *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
+    cdef int i
+    for i in range(8):
+        p[i] = <uint8_t>((<uint64_t>phy >> (56 - 8 * i)) & 0xFF)
+    for i in range(4):
+        p[8 + i] = <uint8_t>((<uint32_t>size >> (24 - 8 * i)) & 0xFF)
+    for i in range(8):
+        p[12 + i] = <uint8_t>((<uint64_t>tags >> (56 - 8 * i)) & 0xFF)
+
+
+cdef int64_t _fused_run(const uint8_t *src, int64_t pos, int64_t hi, int64_t base, int64_t max_records,
+                        _fused_queue *queues, const int32_t *slots, uint64_t mask,
+                        rs_index_t *ix, int64_t index_limit, const int64_t *delays, int64_t max_level,
+                        int64_t *out_pos, int64_t *out_ts, int *reason) noexcept nogil:
+    """Dispatch the records of src[pos..hi) (src is CommitLog offset base); returns how many."""
+    cdef int64_t n = 0, rc, phy, tags_code, level_ms, at, j, first, key_count, count, end_phy
+    cdef int64_t ts = out_ts[0]
+    cdef rs_record rec
+    cdef rs_dispatch_props found
+    cdef int32_t tx, level, slot
+    cdef uint64_t h
+    cdef uint32_t topic_hash, kh
+    cdef _fused_queue *q
+    cdef const uint8_t *props
+    cdef const uint8_t *value
+    reason[0] = 0
+    while pos < hi and n < max_records:
+        rc = rs_decode_record(src + pos, hi - pos, &rec, 0)
+        if rc <= 0:
+            reason[0] = 1
+            break
+        phy = base + pos
+        # plausible(): a queue offset no CommitLog can hold is logged by the general path
+        if rec.queue_offset < 0 or rec.queue_offset > phy // RS_RECORD_FIXED_LENGTH:
+            reason[0] = 2
+            break
+        tx = rec.sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+        props = rec.properties
+        rs_dispatch_properties(props, rec.properties_len, &found)
+        tags_code = 0
+        if found.tags_pos >= 0:
+            tags_code = rs_java_hash_utf8(props + found.tags_pos, found.tags_len)
+        if found.delay_pos >= 0 and rs_parse_java_int(props + found.delay_pos, found.delay_len, &level):
+            if (rec.topic_len == RS_SCHEDULE_TOPIC_LEN
+                    and memcmp(rec.topic, RS_SCHEDULE_TOPIC, RS_SCHEDULE_TOPIC_LEN) == 0):
+                level_ms = level if level < max_level else max_level
+                if level_ms > 0:   # Java long arithmetic wraps
+                    tags_code = <int64_t>(<uint64_t>rec.store_timestamp + <uint64_t>delays[level_ms - 1])
+        q = NULL
+        if tx != RS_TRANSACTION_PREPARED_TYPE and tx != RS_TRANSACTION_ROLLBACK_TYPE:
+            h = _fused_hash(rec.topic, rec.topic_len, rec.queue_id)
+            while True:
+                slot = slots[h & mask]
+                if slot < 0:
+                    break
+                q = &queues[slot]
+                if (q.queue_id == rec.queue_id and q.topic_len == rec.topic_len
+                        and memcmp(q.topic, rec.topic, <size_t>rec.topic_len) == 0):
+                    break
+                q = NULL
+                h += 1
+            if q == NULL:
+                reason[0] = 2
+                break
+            if rec.queue_offset < q.next_offset:
+                # a re-dispatch (recovery without a checkpoint): a unit already pointing at this
+                # record is left alone; any other (or one in a file not at hand) is the general
+                # path's to compare, rewrite and report
+                at = rec.queue_offset - q.first_unit
+                if at < 0 or at // q.units_per_file >= q.nfiles:
+                    reason[0] = 2
+                    break
+                j = at // q.units_per_file
+                value = q.files[j] + (at - j * q.units_per_file) * _CQ_UNIT_SIZE
+                if (rs_index_get_i64(value) != phy
+                        or rs_index_get_i32(value + 8) != rec.total_size):
+                    reason[0] = 2
+                    break
+                q = NULL   # nothing to write
+            elif rec.queue_offset != q.next_offset:
+                reason[0] = 2
+                break
+            elif q.write_pos + _CQ_UNIT_SIZE > q.limit:
+                reason[0] = 3
+                break
+        key_count = 0
+        if tx != RS_TRANSACTION_ROLLBACK_TYPE:
+            if found.uniq_key_pos >= 0:
+                key_count = 1
+            if found.keys_pos >= 0:
+                value = props + found.keys_pos
+                for j in range(found.keys_len):
+                    if value[j] != RS_KEY_SEPARATOR and (j == 0 or value[j - 1] != RS_KEY_SEPARATOR):
+                        key_count += 1
+        if key_count:
+            if ix == NULL:
+                reason[0] = 2
+                break
+            count = rs_index_count(ix)
+            end_phy = rs_index_header_i64(ix, RS_INDEX_POS_END_PHY_OFFSET)
+            # IndexService._already_indexed: the general path skips such a record's keys
+            if phy < end_phy or (phy == end_phy and count > 1 and count < ix.index_num):
+                key_count = 0
+            elif (count + key_count > ix.index_num
+                    or rs_index_item_pos(ix, <int32_t>(count + key_count - 1)) < 0):
+                reason[0] = 2
+                break
+            elif count + key_count > index_limit:
+                reason[0] = 3
+                break
+        # every check passed: write the unit, then the keys (which can no longer be refused)
+        if q != NULL:
+            _fused_put_unit(q.units + q.write_pos, phy, rec.total_size, tags_code)
+            q.write_pos += _CQ_UNIT_SIZE
+            q.next_offset += 1
+            q.max_physic = phy + rec.total_size
+            q.written += 1
+        if key_count:
+            topic_hash = 31u * _fused_java_hash(0, rec.topic, rec.topic_len) + <uint32_t>b'#'
+            if found.uniq_key_pos >= 0:
+                kh = _fused_java_hash(topic_hash, props + found.uniq_key_pos, found.uniq_key_len)
+                rs_index_put(ix, rs_index_hash_of_java(<int32_t>kh), phy, rec.store_timestamp)
+            if found.keys_pos >= 0:
+                value = props + found.keys_pos
+                j = 0
+                while j < found.keys_len:
+                    if value[j] == RS_KEY_SEPARATOR:
+                        j += 1
+                        continue
+                    first = j
+                    while j < found.keys_len and value[j] != RS_KEY_SEPARATOR:
+                        j += 1
+                    kh = _fused_java_hash(topic_hash, value + first, j - first)
+                    rs_index_put(ix, rs_index_hash_of_java(<int32_t>kh), phy, rec.store_timestamp)
+        ts = rec.store_timestamp
+        n += 1
+        pos += rc
+    out_pos[0] = pos
+    out_ts[0] = ts
+    return n
+
+
+def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t max_records, names,
+                   table, units, IndexFile index, int64_t index_limit, delays):
+    """Dispatch the records of ``buffer[lo:hi]`` (``buffer`` starts at CommitLog offset
+    ``base_offset``) into the queues of ``table`` and into ``index``, as far as the fast case goes.
+
+    ``table`` (int64, ``FQ_COLUMNS`` columns, one row per queue, C-contiguous) locates each queue's
+    topic bytes in ``names``; ``units`` holds each queue's last ``FQ_FILES`` files in turn (writable
+    buffers of ``FQ_UNITS_PER_FILE`` units each, oldest first, the first holding queue offset
+    ``FQ_FIRST_UNIT``); the next unit goes into the last one at ``FQ_WRITE_POS``, within
+    ``FQ_LIMIT``. On return each row's write position, max physic offset and units written are
+    updated. A record whose unit lies below the end is compared with the unit there: the same
+    record, and it is left alone. ``index`` (or None: a record with keys then stops the run) takes
+    the keys while its item count stays within ``index_limit``. ``delays``: the delay table (ms,
+    level n at n - 1).
+
+    Returns ``(stop, reason, records, last_store_timestamp)``: the scan stopped at ``stop`` (a
+    position in ``buffer``) with ``reason`` FUSED_DONE (``hi`` or ``max_records`` reached),
+    FUSED_UNDECODED (no whole record there), FUSED_GENERAL (that record needs the general
+    dispatch) or FUSED_ROOM (its unit or keys need more of their file allocated); ``records``
+    were dispatched (``last_store_timestamp`` of the last, 0 for none).
+    """
+    cdef Py_buffer src, names_view, table_view, pin
+    cdef Py_buffer *unit_views = NULL
+    cdef const uint8_t **file_bases = NULL
+    cdef _fused_queue *queues = NULL
+    cdef int32_t *slots = NULL
+    cdef int64_t *delay_table = NULL
+    cdef int64_t nq, nunits, i, k, f, first_file, nslots, max_level, stop = lo, ts = 0, done = 0
+    cdef int64_t file_bytes
+    cdef int64_t *row
+    cdef uint64_t h, mask
+    cdef int reason = 0
+    cdef int64_t held = 0
+    cdef bint have_index = index is not None
+    cdef bint pinned = False
+    cdef rs_index_t ix
+    if not isinstance(table, _np.ndarray) or table.dtype != _np.int64 or table.ndim != 2 \
+            or table.shape[1] != _FQ_COLUMNS or not table.flags.c_contiguous:
+        raise TypeError("table must be a C-contiguous int64 array of FQ_COLUMNS columns")
+    nq = table.shape[0]
+    units = list(units)
+    nunits = len(units)
+    if max_records < 0:
+        raise ValueError("max_records must not be negative")
+    delay_list = _np.asarray(delays, dtype=_np.int64).reshape(-1)
+    max_level = len(delay_list)
+    _get_readable(buffer, &src)
+    try:
+        if not 0 <= lo <= hi <= src.len:
+            raise ValueError(f"range [{lo}, {hi}) is out of bounds for a buffer of {src.len} bytes")
+        if base_offset < 0 or base_offset > INT64_MAX - src.len:
+            raise OverflowError(f"base offset {base_offset} does not fit a Java long")
+        _get_readable(names, &names_view)
+        try:
+            PyObject_GetBuffer(table, &table_view, PyBUF_WRITABLE)
+            try:
+                nslots = 4
+                while nslots < 2 * nq:
+                    nslots *= 2
+                mask = <uint64_t>(nslots - 1)
+                unit_views = <Py_buffer *>PyMem_Malloc(<size_t>(nunits if nunits else 1) * sizeof(Py_buffer))
+                file_bases = <const uint8_t **>PyMem_Malloc(<size_t>(nunits if nunits else 1) * sizeof(uint8_t *))
+                queues = <_fused_queue *>PyMem_Malloc(<size_t>(nq if nq else 1) * sizeof(_fused_queue))
+                slots = <int32_t *>PyMem_Malloc(<size_t>nslots * sizeof(int32_t))
+                delay_table = <int64_t *>PyMem_Malloc(<size_t>(max_level if max_level else 1) * sizeof(int64_t))
+                if (unit_views == NULL or file_bases == NULL or queues == NULL or slots == NULL
+                        or delay_table == NULL):
+                    raise MemoryError()
+                for i in range(max_level):
+                    delay_table[i] = delay_list[i]
+                for i in range(nslots):
+                    slots[i] = -1
+                try:
+                    for i in range(nunits):
+                        PyObject_GetBuffer(units[i], &unit_views[i], PyBUF_WRITABLE)
+                        held += 1
+                        file_bases[i] = <const uint8_t *>unit_views[i].buf
+                    first_file = 0
+                    for i in range(nq):
+                        row = <int64_t *>table_view.buf + i * _FQ_COLUMNS
+                        if (row[_FQ_TOPIC_POS] < 0 or row[_FQ_TOPIC_LEN] < 0
+                                or row[_FQ_TOPIC_POS] > names_view.len - row[_FQ_TOPIC_LEN]):
+                            raise ValueError(f"queue {i}: its topic lies outside the names")
+                        if not INT32_MIN <= row[_FQ_QUEUE_ID] <= INT32_MAX:
+                            raise ValueError(f"queue {i}: queue id {row[_FQ_QUEUE_ID]} is not an int")
+                        if row[_FQ_FILES] < 1 or row[_FQ_FILES] > nunits - first_file:
+                            raise ValueError(f"queue {i}: {row[_FQ_FILES]} files, {nunits - first_file} "
+                                             f"buffers left")
+                        if row[_FQ_UNITS_PER_FILE] < 1 or row[_FQ_UNITS_PER_FILE] > INT64_MAX // _CQ_UNIT_SIZE:
+                            raise ValueError(f"queue {i}: {row[_FQ_UNITS_PER_FILE]} units per file")
+                        file_bytes = row[_FQ_UNITS_PER_FILE] * _CQ_UNIT_SIZE
+                        for f in range(first_file, first_file + row[_FQ_FILES]):
+                            if unit_views[f].len < file_bytes:
+                                raise ValueError(f"queue {i}: a file of {unit_views[f].len} bytes, not {file_bytes}")
+                        f = first_file + row[_FQ_FILES] - 1   # the last file: appends
+                        if (row[_FQ_WRITE_POS] < 0 or row[_FQ_WRITE_POS] % _CQ_UNIT_SIZE
+                                or row[_FQ_LIMIT] < row[_FQ_WRITE_POS] or row[_FQ_LIMIT] > file_bytes
+                                or row[_FQ_FIRST_UNIT] < 0
+                                or row[_FQ_FIRST_UNIT] > (INT64_MAX - file_bytes) // _CQ_UNIT_SIZE
+                                    - row[_FQ_FILES] * row[_FQ_UNITS_PER_FILE]):
+                            raise ValueError(f"queue {i}: write position {row[_FQ_WRITE_POS]} and limit "
+                                             f"{row[_FQ_LIMIT]} do not fit its {file_bytes}-byte file")
+                        queues[i].topic = <const uint8_t *>names_view.buf + row[_FQ_TOPIC_POS]
+                        queues[i].topic_len = row[_FQ_TOPIC_LEN]
+                        queues[i].queue_id = <int32_t>row[_FQ_QUEUE_ID]
+                        queues[i].files = file_bases + first_file
+                        queues[i].nfiles = row[_FQ_FILES]
+                        queues[i].units_per_file = row[_FQ_UNITS_PER_FILE]
+                        queues[i].first_unit = row[_FQ_FIRST_UNIT]
+                        queues[i].units = <uint8_t *>unit_views[f].buf
+                        queues[i].units_len = file_bytes
+                        queues[i].write_pos = row[_FQ_WRITE_POS]
+                        queues[i].limit = row[_FQ_LIMIT]
+                        queues[i].next_offset = (row[_FQ_FIRST_UNIT] + (row[_FQ_FILES] - 1) * row[_FQ_UNITS_PER_FILE]
+                                                 + row[_FQ_WRITE_POS] // _CQ_UNIT_SIZE)
+                        queues[i].max_physic = row[_FQ_MAX_PHYSIC]
+                        queues[i].written = 0
+                        first_file += row[_FQ_FILES]
+                        h = _fused_hash(queues[i].topic, queues[i].topic_len, queues[i].queue_id)
+                        while slots[h & mask] >= 0:
+                            k = slots[h & mask]
+                            if (queues[k].queue_id == queues[i].queue_id and queues[k].topic_len == queues[i].topic_len
+                                    and memcmp(queues[k].topic, queues[i].topic, <size_t>queues[i].topic_len) == 0):
+                                raise ValueError(f"queue {i} is in the table twice")
+                            h += 1
+                        slots[h & mask] = <int32_t>i
+                    if first_file != nunits:
+                        raise ValueError(f"{nunits} unit buffers for {first_file} files")
+                    if have_index:
+                        index._check_writable()
+                        # a second export pins the map even if another thread calls release()
+                        PyObject_GetBuffer(index._view.obj, &pin, PyBUF_WRITABLE)
+                        pinned = True
+                        ix = index._ix
+                        if <uint8_t *>pin.buf != ix.base or pin.len != ix.len:
+                            raise ValueError("index file buffer moved")   # pragma: no cover
+                    with nogil:
+                        done = _fused_run(<const uint8_t *>src.buf, lo, hi, base_offset, max_records, queues, slots,
+                                          mask, &ix if have_index else NULL, index_limit, delay_table, max_level,
+                                          &stop, &ts, &reason)
+                    for i in range(nq):
+                        row = <int64_t *>table_view.buf + i * _FQ_COLUMNS
+                        row[_FQ_WRITE_POS] = queues[i].write_pos
+                        row[_FQ_MAX_PHYSIC] = queues[i].max_physic
+                        row[_FQ_WRITTEN] = queues[i].written
+                finally:
+                    if pinned:
+                        PyBuffer_Release(&pin)
+                    for i in range(held):
+                        PyBuffer_Release(&unit_views[i])
+            finally:
+                PyMem_Free(unit_views)
+                PyMem_Free(file_bases)
+                PyMem_Free(queues)
+                PyMem_Free(slots)
+                PyMem_Free(delay_table)
+                PyBuffer_Release(&table_view)
+        finally:
+            PyBuffer_Release(&names_view)
+    finally:
+        PyBuffer_Release(&src)
+    return stop, reason, done, ts

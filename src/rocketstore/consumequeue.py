@@ -634,6 +634,41 @@ class ConsumeQueue:
                 i += k
         return written
 
+    # -- the fused dispatch's window (rocketstore.fused) -----------------------------------------
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while units are written: :mod:`rocketstore.fused` holds it around its C pass."""
+        return self._lock
+
+    def tail_window(self, files: int) -> Optional[tuple[list[Any], int, int, int, int]]:
+        """What the fused dispatch may read and write without :meth:`append_many`'s checks (the
+        caller holds :attr:`lock`): ``(maps of the last ``files`` files, oldest first; queue
+        offset of the first unit of the first; write position in the last; end of the room
+        allocated there; max physic offset)``. None when the queue is empty, closed or
+        read-only. The room is allocated as :meth:`append_many` allocates it; a full last file
+        has none (the next unit rolls to a new file through :meth:`append_many`)."""
+        if self._closed or self.read_only or self._is_empty():
+            return None
+        recent = self._files.files[-files:]
+        last = recent[-1]
+        limit = last.wrote_position
+        if last.wrote_position < self.file_size:
+            self._reserve(last, last.wrote_position + CQ_UNIT_SIZE)
+            start, upto = self._reserved
+            if start == last.file_from_offset:
+                limit = min(upto, self.file_size)
+        maps = [mf.mm for mf in recent]
+        return maps, recent[0].file_from_offset // CQ_UNIT_SIZE, last.wrote_position, limit, self._max_physic
+
+    def tail_written(self, write_position: int, max_physic: int) -> None:
+        """The fused dispatch wrote units into the last file up to ``write_position`` (caller
+        holds :attr:`lock`; the units lie below it before it moves, so readers never see less)."""
+        last = self._files.files[-1]
+        if not last.wrote_position <= write_position <= min(self.file_size, self._reserved[1]):
+            raise AssertionError(f"fused dispatch wrote to {write_position}, past its window")
+        last.wrote_position = write_position
+        self._max_physic = max_physic
+
     # -- reading ------------------------------------------------------------------------------
     def _locate(self, queue_offset: int) -> tuple[MappedFile, int]:
         if not self.min_offset <= queue_offset < self.max_offset:

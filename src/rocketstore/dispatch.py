@@ -41,6 +41,7 @@ from rocketstore.consumequeue import (
     units_of_records,
 )
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
+from rocketstore.fused import FusedDispatch, fused_for
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import MappedFile, close_map
 
@@ -77,6 +78,14 @@ SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segme
 #: info, queue keys, grouping, index keys), which run ~20 % faster over 16,384 rows (2.9 MB of
 #: RECORD_DTYPE) than over 65,536 (11.5 MB, more than the cache, in fresh pages every chunk).
 DISPATCH_CHUNK = 16384
+#: Records the fused pass (:mod:`rocketstore.fused`) dispatches at a time (between two progress
+#: reports), or this many per queue handed to it if more: it holds those queues' locks meanwhile
+#: (a few ms), and handing it a queue costs a few microseconds a pass.
+FUSED_CHUNK = 16384
+FUSED_CHUNK_PER_QUEUE = 64
+#: Records the general path takes at a time when the fused pass stopped before one it cannot
+#: dispatch (its queue new to it, a file to roll, damage), before the fused pass resumes.
+GENERAL_CHUNK = 64
 
 
 def decode_chunks(
@@ -275,6 +284,7 @@ class Dispatcher:
         end_of: Callable[[], int],
         delay_levels_ms: Optional[Iterable[int]] = None,
         index_lazily: bool = False,
+        fused: bool = True,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -296,6 +306,10 @@ class Dispatcher:
         self._index_lazily = index_lazily
         self.indexed = start
         self._index_only = False
+        #: the compiled one-pass dispatch of the common case (None: the general path only)
+        self._fused: Optional[FusedDispatch] = (
+            fused_for(queues, index, self._delay_levels) if fused and not index_lazily else None
+        )
 
     @property
     def lock(self) -> threading.Lock:
@@ -369,15 +383,7 @@ class Dispatcher:
         view = mf.view(0, hi)
         lo = pos - base
         while True:
-            stop, reason = lo, None
-            for records, stop, reason in decode_chunks(  # noqa: B007 (the last chunk's reason is read below)
-                self._codec, view, lo, hi, check_crc=False, chunk=DISPATCH_CHUNK
-            ):
-                if len(records):
-                    self._dispatch(view, base, records)
-                    self._advance(base + stop)
-                    if self._progress is not None:
-                        self._progress(self.offset)
+            stop, reason = self._dispatch_range(view, base, lo, hi)
             if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
                 return mf.end_offset
             if not self._damaged_at(mf, stop):
@@ -397,6 +403,67 @@ class Dispatcher:
                 )
                 return mf.end_offset
             log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop, base + lo)
+
+    def _dispatch_range(self, view: Any, base: int, lo: int, hi: int) -> tuple[int, Any]:
+        """Dispatch the records of ``view[lo:hi]`` until the first position holding no whole
+        record; returns where and why the scan stopped (``decode_batch``'s stop and reason).
+
+        The fused pass (:mod:`rocketstore.fused`) takes every record it can; the records it
+        stops at go through the general path, :data:`GENERAL_CHUNK` at a time, and the fused pass
+        resumes after them."""
+        fused = None if self._index_only else self._fused
+        if fused is not None and hi - lo < fused.min_bytes:
+            fused = None  # a few records: handing the pass every queue costs more than it saves
+        while True:
+            if fused is not None:
+                lo = self._run_fused(fused, view, base, lo, hi)
+                if lo >= hi:
+                    return lo, self._codec.STOP_LIMIT
+            stop, reason = lo, None
+            records = None
+            for records, stop, reason in decode_chunks(  # noqa: B007 (the last chunk's reason is read below)
+                self._codec,
+                view,
+                lo,
+                hi,
+                check_crc=False,
+                chunk=DISPATCH_CHUNK if fused is None else GENERAL_CHUNK,
+            ):
+                if len(records):
+                    self._dispatch(view, base, records)
+                    self._advance(base + stop)
+                    if self._progress is not None:
+                        self._progress(self.offset)
+                if fused is not None:
+                    break  # back to the fused pass
+            if (
+                fused is None
+                or reason != self._codec.STOP_LIMIT
+                or stop >= hi
+                or records is None
+                or not len(records)
+            ):
+                return stop, reason
+            lo = stop
+
+    def _run_fused(self, fused: FusedDispatch, view: Any, base: int, lo: int, hi: int) -> int:
+        """The fused pass over ``view[lo:hi]``, :data:`FUSED_CHUNK` records at a time (or
+        :data:`FUSED_CHUNK_PER_QUEUE` per queue); returns where it stopped."""
+        chunk = max(FUSED_CHUNK, FUSED_CHUNK_PER_QUEUE * len(fused.queues))
+        while lo < hi:
+            stop, reason, records, timestamp = fused.run(view, base, lo, hi, chunk)
+            if records:
+                self.dispatched_records += records
+                self.last_store_timestamp = timestamp
+                self._advance(base + stop)
+                if self._progress is not None:
+                    self._progress(self.offset)
+            lo = stop
+            if reason == fused.room and records:
+                continue  # the windows allocate the next stretch
+            if reason != 0 or not records:
+                break
+        return lo
 
     def _damaged_at(self, mf: MappedFile, stop: int) -> bool:
         """Whether the scan of ``mf`` that stopped at ``stop`` met a damaged record, rather than
@@ -435,6 +502,8 @@ class Dispatcher:
             except InvalidMessageError as exc:  # not a topic a queue can be named after
                 log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
                 continue
+            if self._fused is not None:
+                self._fused.learn(topic, queue_id)
             if len(idx) == len(rows):
                 queue.append_many(*columns)
             else:
@@ -466,6 +535,8 @@ class Dispatcher:
                 log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
             else:
                 queue.append(queue_offset, base + position, row[_SIZE], tags_code)
+                if self._fused is not None:
+                    self._fused.learn(topic, queue_id)
         if len(keys) and tx != TRANSACTION_ROLLBACK_TYPE and not self._index_lazily:
             self._index.build_refs(view, base, records, keys)
         self.dispatched_records += 1

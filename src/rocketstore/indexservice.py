@@ -91,6 +91,7 @@ _HEADER = struct.Struct(">qqqqii")
 #: deleting it and re-indexing everything it covered.
 RESUME_FILE_NAME = "indexResume"
 _RESERVE_ITEMS = 1 << 14  # items allocated ahead at a time (320 KB)
+_WINDOW_ITEMS = 1 << 8  # items the fused dispatch's window (tail_window) holds allocated at least
 
 
 def _check_str(what: str, value: object) -> str:
@@ -657,6 +658,23 @@ class IndexService:
                 if start < n:
                     last = self._roll(last, finished)
         return self._report_full(finished)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while keys are stored: :mod:`rocketstore.fused` holds it around its C pass."""
+        return self._lock
+
+    def tail_window(self) -> Optional[tuple[MappedIndexFile, int]]:
+        """The last file and the item count up to which keys may be stored in it without
+        :meth:`build_refs`' rolling (its allocated room), for the fused dispatch (the caller
+        holds :attr:`lock`; it also skips the keys :meth:`build_refs` would skip as indexed
+        already); None when there is no file yet, or the service is closed or read-only."""
+        if self._closed or self.read_only or not self._loaded or not self._files:
+            return None
+        last = self._files[-1]
+        if not last.is_full:
+            self._reserve(last, _WINDOW_ITEMS)  # more than a record's keys: a window is never too small
+        return last, min(last.reserved, self.index_count)
 
     def _reserve(self, f: MappedIndexFile, items: int) -> None:
         """Allocate the blocks the next ``items`` items will be written into, ahead of the writer.

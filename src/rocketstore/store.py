@@ -782,6 +782,7 @@ class MessageStore:
             start=dispatch_start,
             end_of=lambda: core.wrote_offset,
             delay_levels_ms=cfg.delay_levels_ms,
+            fused=cfg.fused_dispatch,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         self._rebuild(end)  # what the queues and the index miss of the CommitLog
