@@ -11,6 +11,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MIN, INT32_MAX, INT64_MIN,
                           INT64_MAX)
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -31,6 +32,7 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
                                 InvalidTopicError, PropertiesTooLargeError)
 from rocketstore import message as _message_mod
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
+from rocketstore.mapped_file import MappedFile as _MappedFile
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
@@ -2318,19 +2320,59 @@ PULL_DAMAGED = _PULL_DAMAGED
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
+# A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
+# they can be remembered by the object's identity. The table keeps a strong reference to each
+# file it remembers, so an address is never reused by another file while its entry stands; it
+# keeps the Python object only, not its map nor a buffer export of it, so retention and close
+# still unmap and delete the file (a closed file's entry is harmless: its geometry is still
+# true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
+cdef enum:
+    _GEOMETRY_SLOTS = 256   # a power of two
+
+
+cdef struct _Geometry:
+    PyObject *mf   # a strong reference, or NULL
+    int64_t start
+    int64_t size
+
+
+cdef _Geometry _geometries[_GEOMETRY_SLOTS]
+
+
+cdef int _geometry(object mf, int64_t *start, int64_t *size) except -1:
+    """``mf.file_from_offset`` and ``mf.file_size`` into ``start`` and ``size``, remembered."""
+    cdef _Geometry *g = &_geometries[(<size_t><PyObject *>mf >> 4) & (_GEOMETRY_SLOTS - 1)]
+    cdef PyObject *old
+    cdef int64_t s, z
+    if g.mf == <PyObject *>mf:
+        start[0] = g.start
+        size[0] = g.size
+        return 0
+    s = mf.file_from_offset
+    z = mf.file_size
+    start[0] = s
+    size[0] = z
+    if type(mf) is _MappedFile:
+        old = g.mf
+        Py_INCREF(mf)
+        g.mf = <PyObject *>mf
+        g.start = s
+        g.size = z
+        Py_XDECREF(old)   # last: a finalizer it runs sees a whole table
+    return 0
+
+
 cdef object _segment_of(object files, int64_t offset, int64_t *start):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
     holds ``offset``, or None; ``start`` gets where it starts."""
     cdef Py_ssize_t n
-    cdef int64_t first, size, k
+    cdef int64_t first = 0, size = 0, k, at = 0, its_size = 0
     if type(files) is not list:
         return None
     n = len(<list>files)
     if n == 0:
         return None
-    head = (<list>files)[0]
-    first = head.file_from_offset
-    size = head.file_size
+    _geometry((<list>files)[0], &first, &size)
     if size <= 0 or offset < first:
         return None
     k = (offset - first) // size
@@ -2338,7 +2380,8 @@ cdef object _segment_of(object files, int64_t offset, int64_t *start):
         return None
     mf = (<list>files)[k]
     start[0] = first + k * size
-    if <int64_t>mf.file_from_offset != start[0]:   # not one run of equal files: the careful path
+    _geometry(mf, &at, &its_size)
+    if at != start[0] or its_size != size:   # not one run of equal files: the careful path
         return None
     return mf
 
@@ -2368,8 +2411,9 @@ cdef const uint8_t *_utf8_of(object holder, Py_ssize_t *size) except NULL:
 cdef int64_t _readable(object mf, int64_t start, object core) except -1:
     """How much of segment ``mf`` (starting at ``start``) holds complete records (see the pure
     twin)."""
-    cdef int64_t size = mf.file_size
+    cdef int64_t at = 0, size = 0
     cdef int64_t end
+    _geometry(mf, &at, &size)
     if core is None:
         end = mf.wrote_position
     else:
@@ -2393,6 +2437,11 @@ cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
     return True
 
 
+# The type of the queues found without a ``_tail`` (ConsumeQueue: only dispatch.TailQueue sets
+# one, in its __init__): queue_message asks hasattr once per type, not once per call.
+cdef object _disk_queue_type = None
+
+
 def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
@@ -2405,15 +2454,20 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
+    global _disk_queue_type
     cq = _queue_of(queues, topic, queue_id)
     if cq is None:
         return None
-    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+    if type(cq) is _disk_queue_type:
+        pass
+    elif hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
         if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
             return None
         cq = cq.disk
         if cq is None or not lowest <= qo < below or cq.holes:
             return None   # not on disk: the careful path reads the memory tail
+    else:
+        _disk_queue_type = type(cq)
     mf = _unit_file(cq, qo, 1, &pos)
     if mf is None:
         return None
