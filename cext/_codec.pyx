@@ -2776,7 +2776,7 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
     return True
 
 
-def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
@@ -2790,6 +2790,10 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
         return None
     if limit > most:
         limit = most
+    if dispatcher is not None:
+        end_core = dispatcher.end_core
+        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+            dispatcher.catch_up(index=True)
     for service in <tuple>services:
         if service is None:
             continue

@@ -763,6 +763,7 @@ class MessageStore:
             start=dispatch_start,
             end_of=lambda: core.wrote_offset,
             delay_levels_ms=cfg.delay_levels_ms,
+            end_core=core,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         self._rebuild(end)  # what the queues and the index miss of the CommitLog
@@ -2376,9 +2377,9 @@ class MessageStore:
         keys, so a hash collision never returns a wrong message.
         """
         if not self._closed and (self._follower is None or self._follower.follow()):
-            # the common case in one compiled call: index walk, re-check and decode of each hit;
-            # None for anything the checks below must decide
-            self._dispatcher.catch_up(index=True)
+            # the common case in one compiled call: the dispatcher's catch-up (when it has
+            # anything to do), index walk, re-check and decode of each hit; None for anything
+            # the checks below must decide
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
                 (self._disk_index, self._index),
                 self._segments,
@@ -2389,6 +2390,7 @@ class MessageStore:
                 begin,
                 end,
                 MAX_MSGS_NUM_BATCH,
+                self._dispatcher,
             )
             if hits is not None:
                 return hits
