@@ -2780,6 +2780,9 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
     return True
 
 
+cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's window
+
+
 def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
@@ -2806,9 +2809,9 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         try:
             if service._closed:
                 return None
-            found = service._index.select_files(service._files, topic + "#" + key, most,
+            found = service._index.select_files(service._files, topic + "#" + key, cap,
                                                 0 if lo < 1000 else lo - 1000,
-                                                INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+                                                _INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
         finally:
             lock.release()
         if offsets is None:

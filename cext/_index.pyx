@@ -474,7 +474,7 @@ def select_files(files, key, max_num, begin, end):
     """§5.5 ``queryOffset`` over ``files`` in one call (see the pure twin,
     rocketstore._index_py.select_files)."""
     cdef int32_t key_hash = _key_hash(key)
-    cdef int64_t left = _operator.index(max_num)
+    cdef int64_t left = max_num if type(max_num) is int else _operator.index(max_num)
     cdef int64_t lo = begin, hi = end, file_begin, file_end
     cdef Py_ssize_t i, n = len(files)
     cdef IndexFile ix
