@@ -38,6 +38,9 @@ from rocketstore.mapped_file import MappedFile as _MappedFile
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    void PyObject_GC_Track(object op)
+    void PyObject_GC_UnTrack(object op)
+    int PyObject_GC_IsTracked(object op)
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
@@ -760,6 +763,7 @@ cdef class MessageExt:
 
     @body.setter
     def body(self, value):
+        _track(self)
         self._body = value
 
     @property
@@ -770,16 +774,19 @@ cdef class MessageExt:
 
     @topic.setter
     def topic(self, value):
+        _track(self)
         self._topic = value
 
     @property
     def properties(self):
         if self._props is None:
+            _track(self)   # the caller may put anything in the dict, this message too
             self._props = _decode_properties(self._p + self._props_off, self._props_len)
         return self._props
 
     @properties.setter
     def properties(self, value):
+        _track(self)
         self._props = value
 
     @property
@@ -791,6 +798,7 @@ cdef class MessageExt:
 
     @born_host.setter
     def born_host(self, value):
+        _track(self)
         self._born = value
 
     @property
@@ -802,6 +810,7 @@ cdef class MessageExt:
 
     @store_host.setter
     def store_host(self, value):
+        _track(self)
         self._store = value
         self._store_assigned = True
 
@@ -889,6 +898,13 @@ cdef class MessageExt:
 _message_mod.MessageExt.register(MessageExt)
 
 
+cdef inline int _track(MessageExt m) except -1:
+    """Let the garbage collector see ``m`` from now on (see _message)."""
+    if not PyObject_GC_IsTracked(m):
+        PyObject_GC_Track(m)
+    return 0
+
+
 def _message_from_fields(fields):
     """A compiled MessageExt holding ``fields`` (as ``as_dict()`` gives them): unpickling."""
     cdef MessageExt m = MessageExt.__new__(MessageExt)
@@ -909,6 +925,13 @@ cdef MessageExt _message(object zc_view, const uint8_t *base, int64_t pos, const
     if zc_view is None:
         m._owner = PyBytes_FromStringAndSize(<const char *>rec, r.total_size)
         m._p = <const uint8_t *>PyBytes_AS_STRING(m._owner)
+        # No reference cycle can pass through this message until a setter or the properties
+        # getter runs (each tracks it again): it holds only its private bytes, and what its
+        # getters make of them (bytes, str, tuples of str and int), none of which can refer
+        # back to it. So the collector need not visit it; a program that keeps many messages
+        # pays no collection work for them. (A zero-copy message holds a view of a buffer that
+        # may be anything: it stays tracked.)
+        PyObject_GC_UnTrack(m)
     else:
         m._owner = zc_view
         m._p = rec
