@@ -5,12 +5,14 @@ The format itself is written down once, in cext/record.h; this module wraps it f
 same names, exceptions and messages as the pure-Python twin (whose docstring carries the layout table).
 """
 
+cimport cython
 from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_IsContiguous,
                              PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MIN, INT32_MAX, INT64_MIN,
                           INT64_MAX)
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -31,10 +33,14 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
                                 InvalidTopicError, PropertiesTooLargeError)
 from rocketstore import message as _message_mod
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
+from rocketstore.mapped_file import MappedFile as _MappedFile
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    void PyObject_GC_Track(object op)
+    void PyObject_GC_UnTrack(object op)
+    int PyObject_GC_IsTracked(object op)
 
 __all__ = [
     "java_hash", "java_hash_bytes", "tags_code", "index_key_hash", "body_crc",
@@ -706,6 +712,9 @@ cdef tuple _FIELDS = _message_mod.MESSAGE_FIELDS
 cdef object _MV_CAST = memoryview
 
 
+# A freelist spares malloc and free for the objects a read makes and drops (a freed object's
+# memory is kept for the next one; nothing else about its lifetime changes).
+@cython.freelist(32)
 cdef class MessageExt:
     """A record as stored in the CommitLog (compiled twin of :class:`rocketstore.MessageExt`).
 
@@ -754,6 +763,7 @@ cdef class MessageExt:
 
     @body.setter
     def body(self, value):
+        _track(self)
         self._body = value
 
     @property
@@ -764,16 +774,19 @@ cdef class MessageExt:
 
     @topic.setter
     def topic(self, value):
+        _track(self)
         self._topic = value
 
     @property
     def properties(self):
         if self._props is None:
+            _track(self)   # the caller may put anything in the dict, this message too
             self._props = _decode_properties(self._p + self._props_off, self._props_len)
         return self._props
 
     @properties.setter
     def properties(self, value):
+        _track(self)
         self._props = value
 
     @property
@@ -785,6 +798,7 @@ cdef class MessageExt:
 
     @born_host.setter
     def born_host(self, value):
+        _track(self)
         self._born = value
 
     @property
@@ -796,6 +810,7 @@ cdef class MessageExt:
 
     @store_host.setter
     def store_host(self, value):
+        _track(self)
         self._store = value
         self._store_assigned = True
 
@@ -883,6 +898,13 @@ cdef class MessageExt:
 _message_mod.MessageExt.register(MessageExt)
 
 
+cdef inline int _track(MessageExt m) except -1:
+    """Let the garbage collector see ``m`` from now on (see _message)."""
+    if not PyObject_GC_IsTracked(m):
+        PyObject_GC_Track(m)
+    return 0
+
+
 def _message_from_fields(fields):
     """A compiled MessageExt holding ``fields`` (as ``as_dict()`` gives them): unpickling."""
     cdef MessageExt m = MessageExt.__new__(MessageExt)
@@ -903,6 +925,13 @@ cdef MessageExt _message(object zc_view, const uint8_t *base, int64_t pos, const
     if zc_view is None:
         m._owner = PyBytes_FromStringAndSize(<const char *>rec, r.total_size)
         m._p = <const uint8_t *>PyBytes_AS_STRING(m._owner)
+        # No reference cycle can pass through this message until a setter or the properties
+        # getter runs (each tracks it again): it holds only its private bytes, and what its
+        # getters make of them (bytes, str, tuples of str and int), none of which can refer
+        # back to it. So the collector need not visit it; a program that keeps many messages
+        # pays no collection work for them. (A zero-copy message holds a view of a buffer that
+        # may be anything: it stays tracked.)
+        PyObject_GC_UnTrack(m)
     else:
         m._owner = zc_view
         m._p = rec
@@ -2318,19 +2347,59 @@ PULL_DAMAGED = _PULL_DAMAGED
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
+# A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
+# they can be remembered by the object's identity. The table keeps a strong reference to each
+# file it remembers, so an address is never reused by another file while its entry stands; it
+# keeps the Python object only, not its map nor a buffer export of it, so retention and close
+# still unmap and delete the file (a closed file's entry is harmless: its geometry is still
+# true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
+cdef enum:
+    _GEOMETRY_SLOTS = 256   # a power of two
+
+
+cdef struct _Geometry:
+    PyObject *mf   # a strong reference, or NULL
+    int64_t start
+    int64_t size
+
+
+cdef _Geometry _geometries[_GEOMETRY_SLOTS]
+
+
+cdef int _geometry(object mf, int64_t *start, int64_t *size) except -1:
+    """``mf.file_from_offset`` and ``mf.file_size`` into ``start`` and ``size``, remembered."""
+    cdef _Geometry *g = &_geometries[(<size_t><PyObject *>mf >> 4) & (_GEOMETRY_SLOTS - 1)]
+    cdef PyObject *old
+    cdef int64_t s, z
+    if g.mf == <PyObject *>mf:
+        start[0] = g.start
+        size[0] = g.size
+        return 0
+    s = mf.file_from_offset
+    z = mf.file_size
+    start[0] = s
+    size[0] = z
+    if type(mf) is _MappedFile:
+        old = g.mf
+        Py_INCREF(mf)
+        g.mf = <PyObject *>mf
+        g.start = s
+        g.size = z
+        Py_XDECREF(old)   # last: a finalizer it runs sees a whole table
+    return 0
+
+
 cdef object _segment_of(object files, int64_t offset, int64_t *start):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
     holds ``offset``, or None; ``start`` gets where it starts."""
     cdef Py_ssize_t n
-    cdef int64_t first, size, k
+    cdef int64_t first = 0, size = 0, k, at = 0, its_size = 0
     if type(files) is not list:
         return None
     n = len(<list>files)
     if n == 0:
         return None
-    head = (<list>files)[0]
-    first = head.file_from_offset
-    size = head.file_size
+    _geometry((<list>files)[0], &first, &size)
     if size <= 0 or offset < first:
         return None
     k = (offset - first) // size
@@ -2338,7 +2407,8 @@ cdef object _segment_of(object files, int64_t offset, int64_t *start):
         return None
     mf = (<list>files)[k]
     start[0] = first + k * size
-    if <int64_t>mf.file_from_offset != start[0]:   # not one run of equal files: the careful path
+    _geometry(mf, &at, &its_size)
+    if at != start[0] or its_size != size:   # not one run of equal files: the careful path
         return None
     return mf
 
@@ -2368,8 +2438,9 @@ cdef const uint8_t *_utf8_of(object holder, Py_ssize_t *size) except NULL:
 cdef int64_t _readable(object mf, int64_t start, object core) except -1:
     """How much of segment ``mf`` (starting at ``start``) holds complete records (see the pure
     twin)."""
-    cdef int64_t size = mf.file_size
+    cdef int64_t at = 0, size = 0
     cdef int64_t end
+    _geometry(mf, &at, &size)
     if core is None:
         end = mf.wrote_position
     else:
@@ -2393,6 +2464,11 @@ cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
     return True
 
 
+# The type of the queues found without a ``_tail`` (ConsumeQueue: only dispatch.TailQueue sets
+# one, in its __init__): queue_message asks hasattr once per type, not once per call.
+cdef object _disk_queue_type = None
+
+
 def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
@@ -2405,15 +2481,20 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
+    global _disk_queue_type
     cq = _queue_of(queues, topic, queue_id)
     if cq is None:
         return None
-    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
+    if type(cq) is _disk_queue_type:
+        pass
+    elif hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
         if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
             return None
         cq = cq.disk
         if cq is None or not lowest <= qo < below or cq.holes:
             return None   # not on disk: the careful path reads the memory tail
+    else:
+        _disk_queue_type = type(cq)
     mf = _unit_file(cq, qo, 1, &pos)
     if mf is None:
         return None
@@ -2722,7 +2803,10 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
     return True
 
 
-def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
+cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's window
+
+
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
@@ -2736,6 +2820,10 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
         return None
     if limit > most:
         limit = most
+    if dispatcher is not None:
+        end_core = dispatcher.end_core
+        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+            dispatcher.catch_up(index=True)
     for service in <tuple>services:
         if service is None:
             continue
@@ -2744,9 +2832,9 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
         try:
             if service._closed:
                 return None
-            found = service._index.select_files(service._files, topic + "#" + key, most,
+            found = service._index.select_files(service._files, topic + "#" + key, cap,
                                                 0 if lo < 1000 else lo - 1000,
-                                                INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+                                                _INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
         finally:
             lock.release()
         if offsets is None:

@@ -474,7 +474,7 @@ def select_files(files, key, max_num, begin, end):
     """§5.5 ``queryOffset`` over ``files`` in one call (see the pure twin,
     rocketstore._index_py.select_files)."""
     cdef int32_t key_hash = _key_hash(key)
-    cdef int64_t left = _operator.index(max_num)
+    cdef int64_t left = max_num if type(max_num) is int else _operator.index(max_num)
     cdef int64_t lo = begin, hi = end, file_begin, file_end
     cdef Py_ssize_t i, n = len(files)
     cdef IndexFile ix
@@ -878,8 +878,8 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                         if (row[_FQ_WRITE_POS] < 0 or row[_FQ_WRITE_POS] % _CQ_UNIT_SIZE
                                 or row[_FQ_LIMIT] < row[_FQ_WRITE_POS] or row[_FQ_LIMIT] > file_bytes
                                 or row[_FQ_FIRST_UNIT] < 0
-                                or row[_FQ_FIRST_UNIT] > (INT64_MAX - file_bytes) // _CQ_UNIT_SIZE
-                                    - row[_FQ_FILES] * row[_FQ_UNITS_PER_FILE]):
+                                or row[_FQ_FIRST_UNIT] > ((INT64_MAX - file_bytes) // _CQ_UNIT_SIZE
+                                                          - row[_FQ_FILES] * row[_FQ_UNITS_PER_FILE])):
                             raise ValueError(f"queue {i}: write position {row[_FQ_WRITE_POS]} and limit "
                                              f"{row[_FQ_LIMIT]} do not fit its {file_bytes}-byte file")
                         queues[i].topic = <const uint8_t *>names_view.buf + row[_FQ_TOPIC_POS]

@@ -2,8 +2,10 @@
 the ConsumeQueue (§4), by offsetMsgId (§3.1); hash collisions, time bounds, index rolling,
 reopening, and bad input."""
 
+import gc
 import itertools
 import re
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -483,6 +485,88 @@ def test_key_lookup_leaves_arguments_to_check_to_the_careful_path(store, impl, a
     found = impl.codec.key_lookup(services, segments, core, "TopicK", "k", 32, 0, None, 64)
     assert [m.body for m in found] == [b"x"]
     assert impl.codec.key_lookup((), segments, core, "TopicK", "k", 32, 0, None, 64) == []
+
+
+def test_key_lookup_catches_the_dispatcher_up_first(tmp_path, impl):
+    # no background dispatch: only a lookup (or close) dispatches what was put
+    s = open_store(tmp_path / "store", impl, dispatch_interval_ms=0)
+    try:
+        dispatcher, segments, core = s._dispatcher, s._segments, s._core
+        services = (None, s._index)
+        assert dispatcher.end_core is core
+        s.put("TopicL", b"first", keys="k")
+        assert dispatcher.offset < core.wrote_offset  # waiting: nothing indexed yet
+        assert impl.codec.key_lookup(services, segments, core, "TopicL", "k", 32, 0, None, 64) == []
+        found = impl.codec.key_lookup(services, segments, core, "TopicL", "k", 32, 0, None, 64, dispatcher)
+        assert [m.body for m in found] == [b"first"]
+        assert dispatcher.offset == core.wrote_offset
+        # without an end core to compare with, it always asks catch_up
+        s.put("TopicL", b"second", keys="k")
+        dispatcher.end_core = None
+        found = impl.codec.key_lookup(services, segments, core, "TopicL", "k", 32, 0, None, 64, dispatcher)
+        assert [m.body for m in found] == [b"first", b"second"]
+        dispatcher.end_core = core
+        s.put("TopicL", b"third", keys="k")
+        assert [m.body for m in s.query_by_key("TopicL", "k")] == [b"first", b"second", b"third"]
+    finally:
+        s.close()
+
+
+class _Sentinel:
+    pass
+
+
+def test_a_read_message_in_a_reference_cycle_is_collected(store):
+    # the compiled reads hand out messages the collector does not visit until a setter or the
+    # properties getter runs: a cycle made through either must still be found and freed
+    results = [store.put("TopicG", b"g%d" % i, keys="g") for i in range(3)]
+    read = [store.read(results[0].commitlog_offset)]
+    read.append(store.get_by_queue_offset("TopicG", results[1].queue_id, results[1].queue_offset))
+    read += store.query_by_key("TopicG", "g")[2:]
+    assert [m.body for m in read] == [b"g0", b"g1", b"g2"]
+    gone = []
+    for way, m in enumerate(read):
+        sentinel = _Sentinel()
+        gone.append(weakref.ref(sentinel))
+        if way == 0:
+            m.properties["me"] = (m, sentinel)
+        elif way == 1:
+            m.body = [m, sentinel]
+        else:
+            m.store_host = (m, sentinel)
+        assert gc.is_tracked(m)
+        del sentinel
+    del read, m
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None, None]
+
+
+def test_reads_by_position_after_retention_deleted_and_rolled_segments(tmp_path, impl):
+    # the compiled reads remember each segment's geometry: files deleted and new ones made
+    # (which may reuse freed addresses) must never be confused with one another
+    s = open_store(tmp_path / "store", impl)
+    try:
+        body = b"r" * 1500  # 60 messages: about 1.5 segments
+        put = [s.put("TopicR", body + b"%05d" % i, keys="k%d" % i) for i in range(60)]
+        for _round in range(3):
+            s.clean(force=True)
+            low = s.min_offset
+            assert low > put[0].commitlog_offset  # a segment went
+            for i, result in enumerate(put):
+                at = result.commitlog_offset
+                if at < low:
+                    with pytest.raises(MessageNotFoundError):
+                        s.get_by_queue_offset("TopicR", result.queue_id, result.queue_offset)
+                    continue
+                assert s.read(at).body == body + b"%05d" % i
+                m = s.get_by_queue_offset("TopicR", result.queue_id, result.queue_offset)
+                assert (m.body, m.commitlog_offset) == (body + b"%05d" % i, at)
+                assert [x.body for x in s.query_by_key("TopicR", "k%d" % i)] == [body + b"%05d" % i]
+            put += [
+                s.put("TopicR", body + b"%05d" % i, keys="k%d" % i) for i in range(len(put), len(put) + 60)
+            ]
+    finally:
+        s.close()
 
 
 class _Segment:

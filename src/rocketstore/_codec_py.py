@@ -2013,8 +2013,9 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     return found
 
 
-def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
-    """``MessageStore.query_by_key`` in one call: the walk of each index service's files under its
+def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
+    """``MessageStore.query_by_key`` in one call: ``dispatcher.catch_up(index=True)`` first (a
+    Dispatcher, or None: none), unless its ``end_core`` shows nothing waits; then the walk of each index service's files under its
     lock (``services``, a tuple; None entries are skipped; each its index twin's ``select_files``,
     for at most ``cap`` candidates stored within ``[begin - 1 s, end + 1 s]``: the index keeps
     whole seconds), then :func:`key_messages` of them all, ascending, at most ``min(max_num, cap)``.
@@ -2036,6 +2037,10 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap):
         or not 0 <= cap <= _INT64_MAX
     ):
         return None
+    if dispatcher is not None:
+        end_core = dispatcher.end_core
+        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+            dispatcher.catch_up(index=True)
     offsets: list[int] = []
     for service in services:
         if service is None:

@@ -285,6 +285,7 @@ class Dispatcher:
         delay_levels_ms: Optional[Iterable[int]] = None,
         index_lazily: bool = False,
         fused: bool = True,
+        end_core: Any = None,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -305,6 +306,10 @@ class Dispatcher:
         #: not at every put it catches up with: ``indexed`` is where its index ends.
         self._index_lazily = index_lazily
         self.indexed = start
+        #: The append core whose ``wrote_offset`` ``end_of()`` returns, when it is one (None
+        #: otherwise): a compiled reader sees that nothing waits (``offset >= wrote_offset``, not
+        #: index_lazily) with two attribute reads instead of a catch_up call (codec.key_lookup).
+        self.end_core = end_core
         self._index_only = False
         #: the compiled one-pass dispatch of the common case (None: the general path only)
         self._fused: Optional[FusedDispatch] = (

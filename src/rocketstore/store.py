@@ -783,6 +783,7 @@ class MessageStore:
             end_of=lambda: core.wrote_offset,
             delay_levels_ms=cfg.delay_levels_ms,
             fused=cfg.fused_dispatch,
+            end_core=core,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         self._rebuild(end)  # what the queues and the index miss of the CommitLog
@@ -2396,9 +2397,9 @@ class MessageStore:
         keys, so a hash collision never returns a wrong message.
         """
         if not self._closed and (self._follower is None or self._follower.follow()):
-            # the common case in one compiled call: index walk, re-check and decode of each hit;
-            # None for anything the checks below must decide
-            self._dispatcher.catch_up(index=True)
+            # the common case in one compiled call: the dispatcher's catch-up (when it has
+            # anything to do), index walk, re-check and decode of each hit; None for anything
+            # the checks below must decide
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
                 (self._disk_index, self._index),
                 self._segments,
@@ -2409,6 +2410,7 @@ class MessageStore:
                 begin,
                 end,
                 MAX_MSGS_NUM_BATCH,
+                self._dispatcher,
             )
             if hits is not None:
                 return hits
