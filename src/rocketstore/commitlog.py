@@ -76,6 +76,42 @@ class AppendCore(Protocol):
     def close(self) -> None: ...
 
 
+def new_append_core(
+    store_module: Any,
+    cfg: StoreConfig,
+    start_offset: int,
+    uniq_prefix: bytes,
+    topic_lookup: Callable[[str], int],
+    roll: Callable[[int], Any],
+    prefault: bool = True,
+) -> Any:
+    """An append core (``store_module.CommitLogCore``) at ``start_offset`` with ``cfg``'s record
+    and flush options (``prefault``: with its pre-faulting thread)."""
+    from rocketstore.config import SYNC_FLUSH
+    from rocketstore.message import host_to_bytes
+
+    core = store_module.CommitLogCore(
+        file_size=cfg.commitlog_file_size,
+        start_offset=start_offset,
+        store_host=host_to_bytes(cfg.store_host or ""),
+        store_port=cfg.store_port,
+        born_host=host_to_bytes(cfg.born_host or ""),
+        born_port=cfg.born_port,
+        uniq_prefix=uniq_prefix,
+        max_message_size=cfg.max_message_size,
+        topic_lookup=topic_lookup,
+        roll=roll,
+        flush_interval_ms=cfg.flush_interval_ms,
+        flush_least_pages=cfg.flush_least_pages,
+        flush_thorough_ms=cfg.flush_thorough_interval_ms,
+        prefault_bytes=cfg.prefault_bytes if prefault else 0,
+        sync_flush_timeout_ms=cfg.sync_flush_timeout_ms,
+        default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0,
+    )
+    core.append_prop_crc = cfg.append_prop_crc
+    return core
+
+
 class _ReadOnlyCore:
     """Stands in for the append core of a read-only log: every write raises."""
 
@@ -377,29 +413,7 @@ class CommitLog:
         """Create the append core at ``end`` (after recovery), with the next queue offsets.
         ``roll`` is the core's callback for a new segment: a weak reference to :meth:`roll`
         through the owner (the core must not keep the store alive)."""
-        from rocketstore.config import SYNC_FLUSH
-        from rocketstore.message import host_to_bytes
-
-        cfg = self.config
-        core = self._impl.store.CommitLogCore(
-            file_size=cfg.commitlog_file_size,
-            start_offset=end,
-            store_host=host_to_bytes(cfg.store_host or ""),
-            store_port=cfg.store_port,
-            born_host=host_to_bytes(cfg.born_host or ""),
-            born_port=cfg.born_port,
-            uniq_prefix=uniq_prefix,
-            max_message_size=cfg.max_message_size,
-            topic_lookup=topic_lookup,
-            roll=roll,
-            flush_interval_ms=cfg.flush_interval_ms,
-            flush_least_pages=cfg.flush_least_pages,
-            flush_thorough_ms=cfg.flush_thorough_interval_ms,
-            prefault_bytes=cfg.prefault_bytes,
-            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms,
-            default_wait=1 if cfg.flush_disk_type == SYNC_FLUSH else 0,
-        )
-        core.append_prop_crc = cfg.append_prop_crc
+        core = new_append_core(self._impl.store, self.config, end, uniq_prefix, topic_lookup, roll)
         for (topic, qid), nxt in queue_offsets.items():
             core.set_queue_offset(topic, qid, nxt)
         segment = self.segments.find(end)

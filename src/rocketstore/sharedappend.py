@@ -290,8 +290,8 @@ class JoinedAppender:
         uniq_prefix: bytes,
         topic_lookup: Callable[[str], int],
     ) -> None:
+        from rocketstore.commitlog import new_append_core
         from rocketstore.config import SYNC_FLUSH
-        from rocketstore.message import host_to_bytes
 
         table = open_table(root, create=False)
         if table is None:
@@ -306,25 +306,9 @@ class JoinedAppender:
         self.sync_flush = config.flush_disk_type == SYNC_FLUSH
         end = struct.unpack_from("<q", self._table, O_END)[0]
         try:
-            self.core = store_module.CommitLogCore(
-                file_size=config.commitlog_file_size,
-                start_offset=end,
-                store_host=host_to_bytes(config.store_host or ""),
-                store_port=config.store_port,
-                born_host=host_to_bytes(config.born_host or ""),
-                born_port=config.born_port,
-                uniq_prefix=uniq_prefix,
-                max_message_size=config.max_message_size,
-                topic_lookup=topic_lookup,
-                roll=weak_method(self._roll, _closed),
-                flush_interval_ms=config.flush_interval_ms,
-                flush_least_pages=config.flush_least_pages,
-                flush_thorough_ms=config.flush_thorough_interval_ms,
-                prefault_bytes=0,
-                sync_flush_timeout_ms=config.sync_flush_timeout_ms,
-                default_wait=1 if config.flush_disk_type == SYNC_FLUSH else 0,
+            self.core = new_append_core(
+                store_module, config, end, uniq_prefix, topic_lookup, weak_method(self._roll, _closed), False
             )
-            self.core.append_prop_crc = config.append_prop_crc
             self.core.set_live(live_map)
             self.core.share(self._table, self._fd, epoch, False)
         except BaseException:
