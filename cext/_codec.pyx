@@ -3621,23 +3621,6 @@ cdef class PopAcker:
         self._offsets.commit_key(lane.key, queue_id, committed)  # new, or a move back: logged
 
 
-cdef inline Py_ssize_t _ack_write_decimal(char *out, int64_t value) noexcept:
-    """Write ``str(value)`` (value >= 0) to ``out`` (room for 20 bytes); returns its length."""
-    cdef char tmp[20]
-    cdef Py_ssize_t n = 0, k = 0
-    while True:
-        tmp[n] = <char>(48 + value % 10)
-        n += 1
-        value //= 10
-        if value == 0:
-            break
-    while n:
-        n -= 1
-        out[k] = tmp[n]
-        k += 1
-    return k
-
-
 def receipt_handles(str prefix, list offsets, tuple numbers):
     """(the pure twin's docstring) The compiled twin writes each handle of an ASCII prefix and
     non-negative offsets and numbers into its str directly."""
@@ -3660,9 +3643,9 @@ def receipt_handles(str prefix, list offsets, tuple numbers):
             out[i] = f"{prefix} {offsets[i]} {numbers[i]}"
             continue
         digits[0] = 32
-        k = 1 + _ack_write_decimal(digits + 1, o)
+        k = 1 + _decimal(digits + 1, o)
         digits[k] = 32
-        k += 1 + _ack_write_decimal(digits + k + 1, d)
+        k += 1 + _decimal(digits + k + 1, d)
         handle = PyUnicode_New(plen + k, 127)
         p = <char *>PyUnicode_DATA(handle)
         memcpy(p, PyUnicode_DATA(prefix), plen)

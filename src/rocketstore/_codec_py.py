@@ -63,7 +63,6 @@ from .errors import (
     InvalidReceiptHandleError,
     InvalidTopicError,
     PropertiesTooLargeError,
-    ReceiptHandleExpiredError,
     StoreClosedError,
 )
 from .message import Message, MessageExt, host_from_bytes, host_to_bytes
@@ -2270,24 +2269,9 @@ class PopAcker:
     @staticmethod
     def _current(service: Any, handle: str) -> Optional[tuple[Any, int]]:
         """(lane, offset) of the message ``handle`` names if it is still under that delivery;
-        None if it is finished already."""
-        parts = handle.rsplit(" ", 2)
-        try:
-            prefix, o, n = parts
-            offset, number = int(o), int(n)
-        except ValueError:
-            raise InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        lane = service._by_prefix.get(prefix)
-        if lane is None or offset < 0 or number < 0 or offset >= lane.next:
-            raise InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
-        now = lane.inflight.get(offset)
-        if now is None:
-            return None
-        if now[1] != number:
-            raise ReceiptHandleExpiredError(
-                f"receipt handle {handle!r} expired: the message was handed out again", [handle]
-            )
-        return lane, offset
+        None if it is finished already (the service's own checks)."""
+        lane, offset, number = service._parse(handle)
+        return (lane, offset) if service._current(lane, offset, number, handle) else None
 
     def _record(self, service: Any, lane: Any, offset: int) -> Optional[FlushTimeoutError]:
         """Append the record, then apply it; the put's FlushTimeoutError, if it stored the record

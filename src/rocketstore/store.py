@@ -600,6 +600,8 @@ class MessageStore:
     def _stop_sharing(self) -> None:
         """Joined writers append nothing more themselves (the owner closing): what they appended
         is adopted first; their next puts come here, then to the next owner."""
+        if self._sharing_stopped:
+            return  # (close() stops sharing first; its teardown asks again)
         self._sharing_stopped = True
         core = getattr(self, "_core", None)
         if self._files_read_only or self._remote is not None or self._read_only_asked:
