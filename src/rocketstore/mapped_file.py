@@ -376,10 +376,6 @@ class MappedFileQueue:
                 if mf is not None and mf.file_from_offset == start:
                     return mf
                 raise SegmentError(f"no segment starts at {start}")
-            if self.shared:
-                # other processes may have made it and those before it: each is mapped here too
-                while self.files and self.files[-1].end_offset < start:
-                    self.files.append(self._shared_segment(self.files[-1].end_offset))
             if self.files and start != self.files[-1].end_offset:
                 raise SegmentError(f"segment at {start} would leave a gap after {self.files[-1].end_offset}")
             nxt = self._take_prepared(start)
