@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import mmap
 import os
 import platform
 import struct
@@ -611,14 +612,19 @@ class PutFuture:
         return self.result()
 
 
-def _data_sync(fd):
-    """Make a file's written data durable with the platform's strongest data sync: macOS's
-    fsync leaves data in the drive's cache (F_FULLFSYNC does not), and macOS has no fdatasync."""
-    full_sync = getattr(fcntl, "F_FULLFSYNC", None)
-    if full_sync is not None:
-        fcntl.fcntl(fd, full_sync)
-    else:
-        getattr(os, "fdatasync", os.fsync)(fd)
+_FULL_SYNC = getattr(fcntl, "F_FULLFSYNC", None)
+
+
+def _data_sync(fd, mm, lo, hi):
+    """Make ``[lo, hi)`` of a segment's map durable as the compiled flush thread does: msync
+    (MS_SYNC, Linux's data sync of the range), then on macOS, whose msync and fsync leave data
+    in the drive's cache, F_FULLFSYNC of the file. The store closes a sealed segment's own
+    descriptor where the msync is all there is (MappedFile.release_descriptor)."""
+    lo -= lo % mmap.PAGESIZE
+    if hi > lo:
+        mm.flush(lo, hi - lo)
+    if _FULL_SYNC is not None and fd is not None and fd >= 0:
+        fcntl.fcntl(fd, _FULL_SYNC)
     if _debug_sync_errno:
         raise OSError(_debug_sync_errno, os.strerror(_debug_sync_errno))
 
@@ -631,7 +637,7 @@ class _Flusher:
         self.wrote = start_offset
         self.flushed = start_offset
         self.requested = start_offset
-        self.segments = {}  # start -> (fd, size)
+        self.segments = {}  # start -> (fd, map, size)
         self.interval = max(interval_ms, 1) / 1000
         self.least_pages = least_pages
         self.thorough = max(thorough_ms, 1) / 1000
@@ -660,10 +666,10 @@ class _Flusher:
         err = 0
         try:
             with self.seg_lock:
-                for start, (fd, size) in list(self.segments.items()):
-                    if start < hi and lo < start + size and fd is not None:
+                for start, (fd, mm, size) in list(self.segments.items()):
+                    if start < hi and lo < start + size:
                         try:
-                            _data_sync(fd)
+                            _data_sync(fd, mm, max(lo - start, 0), min(hi - start, size))
                         except Exception as exc:  # the waiting puts' error; the thread lives on
                             err = getattr(exc, "errno", None) or errno.EIO
                             self.last_error = exc
@@ -862,7 +868,7 @@ class CommitLogCore:
         if len(mm) != self._file_size:
             raise ValueError(f"segment map is {len(mm)} bytes, expected {self._file_size}")
         with self._flusher.seg_lock:
-            self._flusher.segments[file_from_offset] = (fd, self._file_size)
+            self._flusher.segments[file_from_offset] = (fd, mm, self._file_size)
 
     def release_segment(self, file_from_offset):
         with self._flusher.seg_lock:

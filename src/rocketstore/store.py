@@ -44,7 +44,7 @@ from rocketstore import _impl, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
-from rocketstore._files import open_regular
+from rocketstore._files import open_regular, raise_open_files_limit
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog, queue_offset_ranges
 from rocketstore.config import StoreConfig, default_store_path
@@ -693,7 +693,10 @@ class MessageStore:
             # what the files cannot tell yet (a store with none), its writer's live page does
             for name, value in read_geometry(self.path).items():
                 found.setdefault(name, value)
-        return StoreConfig(**found)
+        config = StoreConfig(**found)
+        if config.raise_open_files_limit:
+            raise_open_files_limit()  # before the store maps its files
+        return config
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
