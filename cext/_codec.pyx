@@ -47,7 +47,7 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
-    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
+    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup", "FastReads",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
@@ -2469,7 +2469,7 @@ cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
 cdef object _disk_queue_type = None
 
 
-def queue_message(queues, topic, queue_id, queue_offset, segments, core):
+cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
     cdef Py_buffer view
@@ -2679,7 +2679,7 @@ cdef object _record_at(object segments, object core, int64_t offset):
         PyBuffer_Release(&view)
 
 
-def record_at(segments, core, offset):
+cpdef object record_at(segments, core, offset):
     """The message at CommitLog ``offset`` in one call (see the pure twin,
     rocketstore._codec_py.record_at); None: the careful path decides."""
     cdef int64_t at = 0
@@ -2688,7 +2688,7 @@ def record_at(segments, core, offset):
     return _record_at(segments, core, at)
 
 
-def message_by_id(segments, core, msg_id):
+cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
     rocketstore._codec_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
@@ -2806,7 +2806,7 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
 cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's window
 
 
-def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
+cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
@@ -2845,6 +2845,64 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
     if offsets is None:
         return []
     return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+
+
+cdef class FastReads:
+    """An open store's point reads, each one compiled call: rocketstore.store puts these bound
+    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset`` and
+    ``query_by_key`` while the store is open and follows no other process. What a fast call
+    cannot answer (None), a keyword it does not take, or a closed store runs the class's method
+    (the careful path), so results and errors are the class's. See the pure twin."""
+    cdef object _store          # a weak reference: the store's dict holds these methods
+    cdef object _cls
+    cdef object _queues, _segments, _core, _services, _dispatcher, _cap
+    cdef public bint open
+
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+        self._store = store_ref
+        self._cls = cls
+        self._queues = queues
+        self._segments = segments
+        self._core = core
+        self._services = services
+        self._dispatcher = dispatcher
+        self._cap = cap
+        self.open = True
+
+    cdef object _owner(self):
+        store = self._store()
+        if store is None:
+            raise _StoreClosedError("the store is closed")
+        return store
+
+    def read(self, commitlog_offset, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = record_at(self._segments, self._core, commitlog_offset)
+            if msg is not None:
+                return msg
+        return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
+
+    def get_by_msg_id(self, msg_id, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = message_by_id(self._segments, self._core, msg_id)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
+
+    def get_by_queue_offset(self, topic, queue_id, queue_offset):
+        if self.open:
+            msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
+
+    def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
+        if self.open:
+            hits = key_lookup(self._services, self._segments, self._core, topic, key, max_num, begin, end,
+                              self._cap, self._dispatcher)
+            if hits is not None:
+                return hits
+        return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
 
 
 def plain_message_items(messages, user_topics):

@@ -94,6 +94,7 @@ __all__ = [
     "message_by_id",
     "key_messages",
     "key_lookup",
+    "FastReads",
     "PULL_END",
     "PULL_FULL",
     "PULL_OUTSIDE",
@@ -2061,6 +2062,70 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
 __all__ += ["timer_properties", "timer_units", "timer_copies"]
 
 _TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class FastReads:
+    """An open store's point reads, each in one call of this module (the twin of the compiled
+    FastReads): rocketstore.store puts these bound methods over the class's ``read``,
+    ``get_by_msg_id``, ``get_by_queue_offset`` and ``query_by_key`` while the store is open and
+    follows no other process. What a fast call cannot answer (None), a keyword it does not
+    take, or a closed store runs the class's method (the careful path)."""
+
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+        self._store = store_ref  # weak: the store's dict holds these methods
+        self._cls = cls
+        self._queues = queues
+        self._segments = segments
+        self._core = core
+        self._services = services
+        self._dispatcher = dispatcher
+        self._cap = cap
+        self.open = True
+
+    def _owner(self):
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return store
+
+    def read(self, commitlog_offset, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = record_at(self._segments, self._core, commitlog_offset)
+            if msg is not None:
+                return msg
+        return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
+
+    def get_by_msg_id(self, msg_id, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = message_by_id(self._segments, self._core, msg_id)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
+
+    def get_by_queue_offset(self, topic, queue_id, queue_offset):
+        if self.open:
+            msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
+
+    def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
+        if self.open:
+            hits = key_lookup(
+                self._services,
+                self._segments,
+                self._core,
+                topic,
+                key,
+                max_num,
+                begin,
+                end,
+                self._cap,
+                self._dispatcher,
+            )
+            if hits is not None:
+                return hits
+        return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
 
 
 def timer_properties(name, value, deliver, topic, queue_id) -> bytes:

@@ -195,6 +195,8 @@ _SWITCH_SAFE = (
     "topic_retention",
     "retention_report",
 )
+#: Point reads an open store answers through its codec's FastReads (_install_fast_reads).
+_FAST_READS = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key")
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -437,6 +439,7 @@ class MessageStore:
             self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
             self.__dict__["put_batch"] = _JoinedPutBatch(self)
             self.__dict__["put_messages"] = _JoinedPutMessages(self)
+        self._install_fast_reads()
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
@@ -444,6 +447,35 @@ class MessageStore:
                 self.__dict__[name] = switch_safe(weakref.ref(self), getattr(MessageStore, name))
             elif self._follower is None and isinstance(self.__dict__.get(name), switch_safe):
                 del self.__dict__[name]
+
+    def _install_fast_reads(self) -> None:
+        """Put the codec's FastReads methods over the class's point reads (each one compiled
+        call; anything else runs the class's method): an open store that follows no other
+        process, and whose class does not override them."""
+        self._drop_fast_reads()
+        if self._follower is not None:
+            return  # a following store's reads are SwitchSafe (it may open again under them)
+        fast = self._impl.codec.FastReads(
+            weakref.ref(self),
+            MessageStore,
+            self._queues,
+            self._segments,
+            None if self._files_read_only else self._core,
+            (self._disk_index, self._index),
+            self._dispatcher,
+            MAX_MSGS_NUM_BATCH,
+        )
+        for name in _FAST_READS:
+            if getattr(type(self), name) is getattr(MessageStore, name):
+                self.__dict__[name] = getattr(fast, name)
+        self.__dict__["_fast_reads"] = fast
+
+    def _drop_fast_reads(self) -> None:
+        fast = self.__dict__.pop("_fast_reads", None)
+        if fast is not None:
+            fast.open = False  # a call already holding a method takes the class's path
+            for name in _FAST_READS:
+                self.__dict__.pop(name, None)
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
@@ -1070,6 +1102,7 @@ class MessageStore:
         open (the abort file stays). ``keep_link``: a joined store's connection to its writing
         process stays (a reopen)."""
         errors = []
+        self._drop_fast_reads()
 
         def run(step: Callable[[], object]) -> bool:
             try:
@@ -1235,6 +1268,7 @@ class MessageStore:
                 self.config = self._detect_config(commitlog_dir)
                 self._open(commitlog_dir)
                 self._closed = False
+                self._install_fast_reads()
             finally:
                 self._switching = False
 
