@@ -21,7 +21,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from _codec cimport *
 
 import operator as _operator
-import time as _time
+from rocketstore._clock import month_start as _month_start, now_ms as _now_ms
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
@@ -47,7 +47,8 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
-    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup", "FastReads",
+    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
+    "unique_lookup", "FastReads",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
@@ -2180,11 +2181,6 @@ def make_uniq_key(ip_bytes, pid, loader_hash, time_ms, counter, month_start_ms):
             + span.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
 
 
-def _local_month_start(ms):
-    tm = _time.localtime(ms // 1000)
-    return int(_time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
-
-
 def uniq_key_time(key, now_ms, month_start_fn=None):
     """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
 
@@ -2193,7 +2189,7 @@ def uniq_key_time(key, now_ms, month_start_fn=None):
     raw = _unhex(key, "UNIQ_KEY")
     ip_len = len(raw) - 12
     span = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
-    month_start = month_start_fn or _local_month_start
+    month_start = month_start_fn or _month_start
     base = month_start(now_ms)
     if base + span >= now_ms:
         base = month_start(base - 1)
@@ -2820,11 +2816,28 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
         return None
     if limit > most:
         limit = most
+    _index_catch_up(dispatcher)
+    offsets = _index_walk(<tuple>services, topic, key, cap, 0 if lo < 1000 else lo - 1000,
+                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
+    if offsets is None:
+        return None
+    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+
+
+cdef int _index_catch_up(object dispatcher) except -1:
+    """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = dispatcher.end_core
         if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
             dispatcher.catch_up(index=True)
-    for service in <tuple>services:
+    return 0
+
+
+cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
+    """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
+    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service."""
+    cdef list offsets = None
+    for service in services:
         if service is None:
             continue
         lock = service._lock
@@ -2832,9 +2845,7 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
         try:
             if service._closed:
                 return None
-            found = service._index.select_files(service._files, topic + "#" + key, cap,
-                                                0 if lo < 1000 else lo - 1000,
-                                                _INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+            found = service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
         finally:
             lock.release()
         if offsets is None:
@@ -2842,9 +2853,40 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
         else:
             offsets = offsets + found
             offsets.sort()
-    if offsets is None:
-        return []
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+    return [] if offsets is None else offsets
+
+
+cdef object _stored_at = _operator.attrgetter("store_timestamp")
+
+
+cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
+    """``MessageStore.query_by_unique_key`` in one call: the catch-up of :func:`key_lookup`, then
+    the index walk from the creation time the id encodes (less a second), and over all time when
+    that finds nothing, each hit's topic and UNIQ_KEY re-checked; the first stored of the hits
+    (see the pure twin). None when the careful path must decide: an argument it checks, a
+    closed service or segment, and nothing found (it says so)."""
+    cdef int64_t most = 0, begin
+    if (type(topic) is not str or type(key) is not str or not topic or not key
+            or type(services) is not tuple or not _plain_int(cap, 0, &most)):
+        return None
+    _index_catch_up(dispatcher)
+    begins = [0]
+    try:
+        begin = uniq_key_time(key, now) - 1000
+        begins.insert(0, 0 if begin < 0 else begin)
+    except (InvalidMessageIdError, ValueError):
+        pass   # not a RocketMQ-made id: no time hint
+    for begin in begins:
+        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
+        if offsets is None:
+            return None
+        hits = _key_messages(offsets, segments.files, core, topic, key, INT64_MIN, INT64_MAX,
+                             len(<list>offsets), True)
+        if hits is None:
+            return None
+        if hits:
+            return min(hits, key=_stored_at)
+    return None
 
 
 cdef class FastReads:
@@ -2903,6 +2945,14 @@ cdef class FastReads:
             if hits is not None:
                 return hits
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic, unique_key):
+        if self.open:
+            msg = unique_lookup(self._services, self._segments, self._core, topic, unique_key, self._cap,
+                                self._dispatcher, _now_ms())
+            if msg is not None:
+                return msg
+        return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
 def plain_message_items(messages, user_topics):

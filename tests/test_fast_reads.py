@@ -105,3 +105,28 @@ def test_a_read_only_store_reads_through_them_too(tmp_path, impl):
         assert ro.read(r.commitlog_offset).body == b"body"
         assert ro.get_by_queue_offset(TOPIC, 0, 0).body == b"body"
         assert [m.body for m in ro.query_by_key(TOPIC, "k")] == [b"body"]
+
+
+def test_unique_key_lookups_answer_as_the_class_does(store):
+    first = store.put(TOPIC, b"one", queue_id=0)
+    uniq = store.read(first.commitlog_offset).unique_key
+    assert store.query_by_unique_key(TOPIC, uniq).body == b"one"
+    assert store.query_by_unique_key(TOPIC, uniq) == MessageStore.query_by_unique_key(store, TOPIC, uniq)
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("OtherTopic", uniq)  # the hit's topic is re-checked
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key(TOPIC, "not-a-rocketmq-id")  # no time hint: all time, nothing
+    # a property UNIQ_KEY not made by RocketMQ: found over all time
+    made = store.put(TOPIC, b"two", properties={"UNIQ_KEY": "my-own-id"}, queue_id=0)
+    assert store.query_by_unique_key(TOPIC, "my-own-id").commitlog_offset == made.commitlog_offset
+
+
+def test_the_month_start_is_remembered_for_its_month():
+    from rocketstore import _clock
+
+    now = _clock.now_ms()
+    start, following = _clock.month_bounds(now)
+    assert _clock.month_start(now) == start
+    assert _clock._month == (start, following)
+    assert _clock.month_start(following) == _clock.month_bounds(following)[0]
+    assert _clock.month_start(start - 1) == _clock.month_bounds(start - 1)[0]

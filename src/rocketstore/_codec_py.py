@@ -47,13 +47,15 @@ import operator
 import re
 import struct
 import sys
-import time
 import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 import numpy as np
+
+from rocketstore._clock import month_start as _month_start
+from rocketstore._clock import now_ms
 
 from .errors import (
     CorruptRecordError,
@@ -94,6 +96,7 @@ __all__ = [
     "message_by_id",
     "key_messages",
     "key_lookup",
+    "unique_lookup",
     "FastReads",
     "PULL_END",
     "PULL_FULL",
@@ -1607,11 +1610,6 @@ def make_uniq_key(
     )
 
 
-def _local_month_start(ms: int) -> int:
-    tm = time.localtime(ms // 1000)
-    return int(time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
-
-
 def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
 
@@ -1620,7 +1618,7 @@ def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     raw = _unhex(key, "UNIQ_KEY")
     ip_len = len(raw) - 12
     span = int.from_bytes(raw[ip_len + 6 : ip_len + 10], "big")
-    month_start = month_start_fn or _local_month_start
+    month_start = month_start_fn or _month_start
     base = month_start(now_ms)
     if base + span >= now_ms:
         base = month_start(base - 1)
@@ -2037,10 +2035,26 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         or not 0 <= cap <= _INT64_MAX
     ):
         return None
+    _index_catch_up(dispatcher)
+    offsets = _index_walk(services, topic, key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000))
+    if offsets is None:
+        return None
+    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+
+
+def _index_catch_up(dispatcher) -> None:
+    """``dispatcher.catch_up(index=True)`` (a Dispatcher, or None: none), unless its
+    ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = dispatcher.end_core
         if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
             dispatcher.catch_up(index=True)
+
+
+def _index_walk(services, topic, key, cap, lo, hi) -> Optional[list[int]]:
+    """The candidates each index service of ``services`` (a tuple; None entries skipped) holds
+    under ``topic#key`` stored within ``[lo, hi]`` (ms), at most ``cap`` a service, walked under
+    its lock, ascending; None: a closed service."""
     offsets: list[int] = []
     for service in services:
         if service is None:
@@ -2048,12 +2062,39 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         with service._lock:
             if service._closed:
                 return None
-            offsets += service._index.select_files(
-                service._files, topic + "#" + key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000)
-            )[0]
+            offsets += service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
     if len(services) > 1:
         offsets.sort()
-    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+    return offsets
+
+
+def unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
+    """``MessageStore.query_by_unique_key`` in one call: the catch-up of :func:`key_lookup`, then
+    the index walk (:func:`key_lookup`'s, for ``cap`` candidates) from the creation time the id
+    encodes at ``now`` (:func:`uniq_key_time`, less a second), and over all time when that
+    finds nothing; each hit's topic and UNIQ_KEY re-checked (:func:`key_messages`); the first
+    stored of the hits. None when the careful path must decide: ``topic`` or ``key`` not a
+    non-empty str, a closed service or segment, and nothing found (it says so)."""
+    if type(topic) is not str or type(key) is not str or not topic or not key or type(services) is not tuple:
+        return None
+    if type(cap) is not int or not 0 <= cap <= _INT64_MAX:
+        return None
+    _index_catch_up(dispatcher)
+    begins = [0]
+    try:
+        begins.insert(0, max(0, uniq_key_time(key, now) - 1000))
+    except (InvalidMessageIdError, ValueError):
+        pass  # not a RocketMQ-made id: no time hint
+    for begin in begins:
+        offsets = _index_walk(services, topic, key, cap, begin, _INT64_MAX)
+        if offsets is None:
+            return None
+        hits = key_messages(offsets, segments, core, topic, key, _INT64_MIN, _INT64_MAX, len(offsets), True)
+        if hits is None:
+            return None
+        if hits:
+            return min(hits, key=operator.attrgetter("store_timestamp"))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2126,6 +2167,22 @@ class FastReads:
             if hits is not None:
                 return hits
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic, unique_key):
+        if self.open:
+            msg = unique_lookup(
+                self._services,
+                self._segments,
+                self._core,
+                topic,
+                unique_key,
+                self._cap,
+                self._dispatcher,
+                now_ms(),
+            )
+            if msg is not None:
+                return msg
+        return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
 def timer_properties(name, value, deliver, topic, queue_id) -> bytes:
