@@ -2520,6 +2520,7 @@ cdef class PutFront:
         self._store_ref = store_ref
         self._general = general
 
+    @cython.binding(True)   # a function inspect.signature() reads, as it read MessageStore.put
     def put(self, topic, body=None, *, tags=None, keys=None, properties=None, queue_id=-1, flag=0,
             durable=None, delay_level=None, deliver_at_ms=None, delay_ms=None):
         """Store one message; see :meth:`rocketstore.MessageStore.put`."""

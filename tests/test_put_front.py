@@ -203,3 +203,13 @@ def test_a_cycle_through_a_message_is_collected(via):
     del m, holder
     gc.collect()
     assert ref() is None
+
+
+def test_the_front_has_the_methods_signature(store):
+    import inspect
+
+    method = inspect.signature(MessageStore.put)
+    front = inspect.signature(store.put)
+    assert [(p.name, p.kind, p.default) for p in front.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in list(method.parameters.values())[1:]
+    ]
