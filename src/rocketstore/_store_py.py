@@ -60,6 +60,7 @@ __all__ = [
     "MAX_FRAME",
     "SwitchSafe",
     "keyed_properties",
+    "PutFront",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -1656,3 +1657,75 @@ class CommitLogCore:
     @property
     def closed(self):
         return self._closed
+
+
+# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one call ----
+
+
+class PutFront:
+    """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
+    store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
+    keys=...)`` of a topic already checked, go straight into the core; every other call
+    (another shape, bad input, a closed core) is ``general(store, ...)``, which is
+    :meth:`rocketstore.MessageStore.put` itself. The compiled twin does the same in one C call."""
+
+    __slots__ = ("_core", "_user_topics", "_store_ref", "_general")
+
+    def __init__(self, core: CommitLogCore, user_topics: set[str], store_ref: Any, general: Any) -> None:
+        if not isinstance(core, CommitLogCore) or type(user_topics) is not set:
+            raise TypeError("PutFront needs a CommitLogCore and a set")
+        self._core, self._user_topics, self._store_ref, self._general = core, user_topics, store_ref, general
+
+    def put(
+        self,
+        topic: Any,
+        body: Any = None,
+        *,
+        tags: Any = None,
+        keys: Any = None,
+        properties: Any = None,
+        queue_id: Any = -1,
+        flag: Any = 0,
+        durable: Any = None,
+        delay_level: Any = None,
+        deliver_at_ms: Any = None,
+        delay_ms: Any = None,
+    ) -> Any:
+        """Store one message; see :meth:`rocketstore.MessageStore.put`."""
+        core = self._core
+        if (
+            type(topic) is str
+            and body is not None
+            and properties is None
+            and delay_level is None
+            and deliver_at_ms is None
+            and delay_ms is None
+            and not core._closed
+            and topic in self._user_topics
+            and _plain_int(queue_id, -1, _INT32_MAX)
+            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
+            and (durable is None or durable is True or durable is False)
+        ):
+            wait = -1 if durable is None else (1 if durable else 0)
+            if tags is None and keys is None:
+                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
+            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, wait)
+            if done is not None:
+                return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._general(
+            store,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            durable=durable,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
+        )

@@ -271,6 +271,8 @@ def _forked() -> None:
         store._forked_from = parent
         store._closed = True
         store._core = _ForkedCore(parent)
+        _drop_put_front(store)  # (it holds the parent's core)
+        store._drop_fast_reads()  # (so do these)
         store._server = None  # its threads are the parent's; its sockets' copies stay unused
         store._remote = None
         store._appender = False  # (its lock is the parent's open file description: unusable here)
@@ -280,6 +282,31 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
+
+
+def _install_put_front(store: MessageStore) -> None:
+    """Make ``store.put`` the implementation's ``PutFront``: ``put(topic, body)`` and keyed puts
+    of a checked topic in one call into the core, everything else through
+    :meth:`MessageStore.put` (issue 17; docs/guide/keyed-puts.md). Only for a store that
+    appends itself through its own core, and not where a subclass has its own ``put``."""
+    _drop_put_front(store)
+    front_type = store._impl.store.PutFront
+    if (
+        type(store).put is MessageStore.put
+        and not store._files_read_only
+        and store._follower is None
+        and store._remote is None
+        and isinstance(store._core, store._impl.store.CommitLogCore)
+    ):
+        front = front_type(store._core, store._user_topics, weakref.ref(store), MessageStore.put)
+        store.__dict__["put"] = front.put
+
+
+def _drop_put_front(store: MessageStore) -> None:
+    """Forget the store's ``PutFront`` (its core is gone or about to be)."""
+    put = store.__dict__.get("put")
+    if put is not None and isinstance(getattr(put, "__self__", None), store._impl.store.PutFront):
+        del store.__dict__["put"]
 
 
 class _UnitReader:
@@ -439,6 +466,8 @@ class MessageStore:
             self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
             self.__dict__["put_batch"] = _JoinedPutBatch(self)
             self.__dict__["put_messages"] = _JoinedPutMessages(self)
+        else:
+            _install_put_front(self)
         self._install_fast_reads()
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
