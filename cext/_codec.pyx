@@ -3364,7 +3364,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run"]
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
@@ -3652,3 +3652,54 @@ def receipt_handles(str prefix, list offsets, tuple numbers):
         memcpy(p + plen, digits, k)
         out[i] = handle
     return out
+
+
+def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out):
+    """(the pure twin's docstring, rocketstore._codec_py.pop_receive_run) The compiled twin
+    fills the lane's in-flight map and the offsets in C loops and reads each message's
+    reconsume times from its C field."""
+    cdef object found = (<dict?>service._lanes).get(key)
+    cdef PopLane lane
+    cdef list heap, messages, offsets, times
+    cdef dict inflight
+    cdef tuple stamp, numbers
+    cdef int64_t start, nxt, deadline
+    cdef Py_ssize_t i
+    cdef object got, o
+    if found is None:
+        return False
+    lane = <PopLane?>found
+    heap = lane.heap
+    if heap and (<tuple?>heap[0])[0] <= now:
+        return False
+    start = lane.next
+    got = service._quick(lane.topic, lane.queue_id, start, want)
+    if got is None:
+        return False
+    messages = <list?>got
+    if len(messages) != want:
+        return False
+    times = [None] * want  # read first: a failure here leaves nothing written
+    for i in range(want):
+        times[i] = (<MessageExt?>messages[i]).reconsume_times
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    inflight = lane.inflight
+    for o in offsets:
+        inflight[o] = stamp
+    lane.next = nxt
+    service._seq += 1
+    _heapq.heappush(heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages.extend(messages)
+    out.reconsume_times.extend(times)
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True

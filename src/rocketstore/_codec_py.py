@@ -2144,7 +2144,7 @@ def timer_copies(
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run"]
 
 
 def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
@@ -2310,3 +2310,44 @@ class PopAcker:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
                 service._maybe_snapshot(service.clock())
         return timeout
+
+
+def pop_receive_run(
+    service: Any, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Any
+) -> bool:
+    """The common step of :meth:`rocketstore.pop.PopService.receive` for one queue, in one call:
+    the lane of ``key`` (group, topic, queue id) exists, none of its messages is due back at
+    ``now``, and the store's one-call pull (``service._quick(topic, queue id, offset, n)``, a
+    list of messages or None) hands out ``want`` new messages from the lane's next offset, a
+    run with no gap. Then the checkpoint of that run is written (``service._write``, as
+    ``_receive_lane`` writes it: ``CK_RUN_JSON``), applied to the lane as ``_apply_ck`` applies
+    it (one ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest
+    un-acked offsets), and the messages are added to ``out`` (a ``Received``). True if done;
+    False, with nothing written or changed, when any of that does not hold: the caller takes
+    the general path (``PopService._receive_lane``)."""
+    lane = service._lanes.get(key)
+    if lane is None or (lane.heap and lane.heap[0][0] <= now):
+        return False
+    start = lane.next
+    messages = service._quick(lane.topic, lane.queue_id, start, want)
+    if messages is None or len(messages) != want:
+        return False
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    lane.inflight.update(dict.fromkeys(offsets, stamp))
+    lane.next = nxt
+    service._seq += 1
+    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages += messages
+    out.reconsume_times += [m.reconsume_times for m in messages]
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True

@@ -384,10 +384,14 @@ class PopService:
     ``pull(group, topic, queue_id, offset, max_msgs)`` is the store's checked ``get_message``;
     ``lookup(topic, queue_id, offset)`` its ``get_by_queue_offset``; ``send_back(group, message,
     delay_level, reconsume_times=)`` and ``retry_max_times(group)`` the delay service's (for the
-    DLQ).
+    DLQ). ``quick(topic, queue_id, offset, max_msgs)``, optional: the store's one-call pull, a
+    list of messages from ``offset`` with no gap, or None when its careful path must decide;
+    with it, the common receive of a queue is one call of the implementation's
+    ``pop_receive_run`` (else, and whenever that declines, :meth:`_receive_lane`).
     """
 
     COMPACT_SLACK = COMPACT_SLACK  # read by codec.PopAcker
+    CK_RUN_JSON = _CK_RUN_JSON  # read by codec.pop_receive_run
 
     #: ``ack(handle)``: see :meth:`MessageStore.ack`. The implementation's ``PopAcker.ack``
     #: itself (no frame of this class on the way): the steps of :meth:`_parse`,
@@ -405,6 +409,7 @@ class PopService:
         send_back: Callable[..., Any],
         retry_max_times: Callable[[str], int],
         clock: Optional[Callable[[], int]] = None,
+        quick: Optional[Callable[[str, int, int, int], Optional[list[MessageExt]]]] = None,
     ) -> None:
         self._parts = parts
         self._offsets = offsets
@@ -412,6 +417,7 @@ class PopService:
         self._lookup = lookup
         self._send_back = send_back
         self._retry_max_times = retry_max_times
+        self._quick = quick
         self.clock = clock or now_ms
         cfg = parts.config
         self.topic = revive_topic(cfg.broker_cluster_name)
@@ -432,6 +438,8 @@ class PopService:
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._lane_type = codec.PopLane
         self._receipt_handles = codec.receipt_handles
+        # receive: the common step of one queue in one call (None: always the general path)
+        self._receive_run = codec.pop_receive_run if quick is not None else None
         self._acker = codec.PopAcker(self, ReceivedMessage)
         self.ack = self._acker.ack
         self._topic_ready = False
@@ -661,9 +669,14 @@ class PopService:
         out = Received(self)
         with self._lock:
             now = self.clock()
+            run = self._receive_run if tag_filter.match_all else None
             for qid in qids:
                 if len(out) >= max_msgs:
                     break
+                if run is not None and run(
+                    self, (group, topic, qid), now, max_msgs - len(out), invisible, out
+                ):
+                    continue
                 self._receive_lane(
                     group,
                     topic,

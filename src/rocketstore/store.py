@@ -822,6 +822,7 @@ class MessageStore:
             send_back=self._schedule.send_back,
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
+            quick=weak_method(self._pop_quick, _closed_error),
         )
 
     def _segments_deleted(self) -> None:
@@ -2208,6 +2209,11 @@ class MessageStore:
             lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
+
+    def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
+        """The messages of :meth:`_quick_pull` (for POP's common receive), or None."""
+        result = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
+        return None if result is None else result.messages
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
