@@ -51,6 +51,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Iterator, Mapping
+from itertools import repeat
 from typing import Any, Optional
 
 import numpy as np
@@ -2144,7 +2145,14 @@ def timer_copies(
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run"]
+__all__ += [
+    "PopLane",
+    "PopAcker",
+    "POP_SNAPSHOT_CHECK_EVERY",
+    "receipt_handles",
+    "pop_receive_run",
+    "received_rows",
+]
 
 
 def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
@@ -2197,6 +2205,9 @@ class PopLane:
         the heap holds more than twice as many entries as there are messages in flight, so
         its cost is spread over the receives that grew it."""
         inflight = self.inflight
+        if not inflight:
+            self.heap = []  # nothing in flight: no entry keeps anything
+            return
         live = []
         for entry in self.heap:
             deadline, seq, offsets, numbers = entry
@@ -2281,9 +2292,9 @@ class PopAcker:
         body = lane.ack_head + str(offset).encode() + lane.ack_tail
         timeout = None
         try:
-            result = service._parts.commitlog.core.put(
-                service.topic, body, service._ack_props, 0, 0, 0, 0, 0, 0, None, -1
-            )
+            # queue 0; flag, born timestamp, sys flag, reconsume times, prepared offset,
+            # unique key and wait: put's defaults (0, None, -1), as the compiled twin passes them
+            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)
         except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
             timeout = exc
             result = exc.result
@@ -2351,3 +2362,15 @@ def pop_receive_run(
     out.reconsume_times += [m.reconsume_times for m in messages]
     out._lanes.append((lane, offsets, numbers, stamp))
     return True
+
+
+def received_rows(cls: type, messages: list[Any], handles: list[str], times: list[int]) -> list[Any]:
+    """The rows ``cls(message, handle, reconsume times)`` of one receive
+    (rocketstore.pop.Received's iteration), each made by ``tuple.__new__`` straight (a
+    NamedTuple's own ``__new__`` is a Python frame per row). ``cls``: a tuple subclass with
+    ``__slots__ = ()`` (TypeError otherwise); ValueError if the lists differ in length."""
+    if not len(handles) == len(times) == len(messages):
+        raise ValueError("messages, handles and times differ in length")
+    if cls.__base__ is not tuple or cls.__dict__.get("__slots__", None) != ():
+        raise TypeError(f"{cls.__name__} is not a namedtuple-like subclass of tuple")
+    return list(map(tuple.__new__, repeat(cls), zip(messages, handles, times)))

@@ -83,7 +83,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
 from typing import Any, NamedTuple, Optional, overload
 
 from rocketstore import _codec_py
@@ -217,9 +216,13 @@ class Received(Sequence[ReceivedMessage]):
         return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
-        # tuple.__new__ straight: a NamedTuple's own __new__ is a Python frame per message
-        rows = zip(self.messages, self.handles, self.reconsume_times)
-        return map(tuple.__new__, repeat(ReceivedMessage), rows)
+        # the implementation's received_rows: no NamedTuple __new__ frame per message
+        return iter(self._rows(ReceivedMessage, self.messages, self.handles, self.reconsume_times))
+
+    @property
+    def _rows(self) -> Callable[..., list[ReceivedMessage]]:
+        service = self._service
+        return _codec_py.received_rows if service is None else service._received_rows
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Received, list, tuple)):
@@ -438,6 +441,7 @@ class PopService:
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._lane_type = codec.PopLane
         self._receipt_handles = codec.receipt_handles
+        self._received_rows = codec.received_rows
         # receive: the common step of one queue in one call (None: always the general path)
         self._receive_run = codec.pop_receive_run if quick is not None else None
         self._acker = codec.PopAcker(self, ReceivedMessage)

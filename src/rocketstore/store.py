@@ -1739,7 +1739,10 @@ class MessageStore:
         it was handed out again (the new receiver's handle acknowledges it);
         :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
         ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
-        return self._pop_service().ack(handle)
+        pop = self._pop  # None unless writable; _pop_service() says why not
+        if pop is None or self._closed:
+            pop = self._pop_service()
+        return pop.ack(handle)
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
