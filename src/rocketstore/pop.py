@@ -150,6 +150,8 @@ COMPACT_SLACK = 256
 #: Revive-log records read per step when an open replays them.
 REPLAY_STEP = 4096
 
+_MATCH_ALL = TagFilter.parse(None)
+
 _DLQ = "dlq"
 _GONE = "gone"
 
@@ -643,7 +645,7 @@ class PopService:
         tags: Optional[str] = None,
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
-        tag_filter = TagFilter.parse(tags)
+        tag_filter = _MATCH_ALL if tags is None else TagFilter.parse(tags)
         if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
             _check_group(group)
             if not isinstance(topic, str) or not is_valid_topic(topic):
@@ -674,11 +676,12 @@ class PopService:
         with self._lock:
             now = self.clock()
             run = self._receive_run if tag_filter.match_all else None
+            got = out.messages  # len(got): how many so far
             for qid in qids:
-                if len(out) >= max_msgs:
+                if len(got) >= max_msgs:
                     break
                 if run is not None and run(
-                    self, (group, topic, qid), now, max_msgs - len(out), invisible, out
+                    self, (group, topic, qid), now, max_msgs - len(got), invisible, out
                 ):
                     continue
                 self._receive_lane(
@@ -692,7 +695,8 @@ class PopService:
                     tag_filter,
                     out,
                 )
-            self._maybe_snapshot(now)
+            if self._snapshot_interval_ms:
+                self._maybe_snapshot(now)
         return out
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:

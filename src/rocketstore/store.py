@@ -2214,9 +2214,17 @@ class MessageStore:
         )
 
     def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
-        """The messages of :meth:`_quick_pull` (for POP's common receive), or None."""
-        result = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
-        return None if result is None else result.messages
+        """The messages of :meth:`_quick_pull` (for POP's common receive: a writable store, so
+        no follower and no read-only files), or None, with no result object made."""
+        if self._closed:
+            return None
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.max_offset < offset + max_msgs:
+            self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core
+        )
+        return None if got is None else got[0]
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
