@@ -3721,7 +3721,10 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
         return False
     times = [None] * want  # read first: a failure here leaves nothing written
     for i in range(want):
-        times[i] = (<MessageExt?>messages[i]).reconsume_times
+        o = messages[i]
+        if not isinstance(o, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(o).__name__}, not a MessageExt")
+        times[i] = (<MessageExt>o).reconsume_times
     nxt = start + want
     body = (
         service.CK_RUN_JSON

@@ -2343,6 +2343,11 @@ def pop_receive_run(
     messages = service._quick(lane.topic, lane.queue_id, start, want)
     if messages is None or len(messages) != want:
         return False
+    times = []  # read first: a failure here leaves nothing written
+    for m in messages:
+        if not isinstance(m, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(m).__name__}, not a MessageExt")
+        times.append(m.reconsume_times)
     nxt = start + want
     body = (
         service.CK_RUN_JSON
@@ -2359,7 +2364,7 @@ def pop_receive_run(
     heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))
     service._committed_moved(lane)
     out.messages += messages
-    out.reconsume_times += [m.reconsume_times for m in messages]
+    out.reconsume_times += times
     out._lanes.append((lane, offsets, numbers, stamp))
     return True
 
