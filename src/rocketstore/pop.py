@@ -39,6 +39,13 @@ one offset is appended through the CommitLog core's ``put``, and the lane (a ``P
 and the group's committed offset are updated, under the service's lock, before it returns.
 Nothing is buffered. The periodic snapshot is looked at by every 64th single ack.
 
+**One receive step, one call.** The common receive of one queue (its lane exists, none of its
+messages is due back, no tag filter, and the store's one-call pull hands out every message asked
+for, with no gap) is the implementation's ``pop_receive_run``: the same checkpoint record as
+:meth:`PopService._receive_lane` writes, applied as :meth:`PopService._apply_ck` applies it, in
+one call. Anything else (a new lane, messages due back, dead letters, a filter, a short pull,
+placeholders) goes the general way; the step writes nothing when it steps aside.
+
 **Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
 also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.bak`` protocol), to
 ``config/rocketstorePop.json`` with the revive queue offset it covers (``reviveOffset``): on
