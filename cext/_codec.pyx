@@ -3473,7 +3473,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "received_rows"]
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
@@ -3539,16 +3539,33 @@ cdef class PopLane:
         self.ack_tail = (',"t":"%s"}' % topic).encode()
 
     def compact(self):
-        """(the pure twin's docstring)"""
+        """(the pure twin's docstring) The compiled twin compares each offset's in-flight
+        (deadline, number) with the entry's field by field, making no tuple."""
         cdef dict inflight = self.inflight
-        cdef list live = []
-        for entry in self.heap:
-            deadline, seq, offsets, numbers = entry
-            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
-            if len(keep) == len(offsets):
+        cdef list live = [], keep_o, keep_n
+        cdef tuple entry, offsets, numbers
+        cdef object deadline, now
+        cdef Py_ssize_t i, n
+        if not inflight:
+            self.heap = []
+            return
+        for e in self.heap:
+            entry = <tuple?>e
+            deadline, offsets, numbers = entry[0], <tuple?>entry[2], <tuple?>entry[3]
+            n = len(offsets)
+            if len(numbers) != n:
+                raise ValueError("a heap entry's offsets and numbers differ in length")
+            keep_o = []
+            keep_n = []
+            for i in range(n):
+                now = inflight.get(offsets[i])
+                if now is not None and (<tuple?>now)[0] == deadline and (<tuple>now)[1] == numbers[i]:
+                    keep_o.append(offsets[i])
+                    keep_n.append(numbers[i])
+            if len(keep_o) == n:
                 live.append(entry)
-            elif keep:
-                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+            elif keep_o:
+                live.append((deadline, entry[1], tuple(keep_o), tuple(keep_n)))
         _heapq.heapify(live)
         self.heap = live
 
@@ -3581,6 +3598,12 @@ cdef class PopAcker:
     cdef object _acquire, _release, _by_prefix, _commitlog, _topic, _props
     cdef object _offsets, _offsets_acquire, _offsets_release
     cdef int64_t _compact_slack
+    # the lane of the last handle (lanes stay in the service's _by_prefix for good): a handle
+    # of the same lane is matched by comparing its prefix's bytes, not sliced and looked up
+    cdef PopLane _last
+    # flags of the service that only ever go one way, read until they have: the revive topic
+    # exists (_topic_ready), the open has replayed everything (not _loading)
+    cdef bint _ready, _loaded, _snapshots
 
     def __init__(self, service, received_type):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
@@ -3594,6 +3617,9 @@ cdef class PopAcker:
         self._offsets_acquire = service._offsets._lock.acquire
         self._offsets_release = service._offsets._lock.release
         self._compact_slack = service.COMPACT_SLACK
+        self._last = None
+        self._ready = self._loaded = False
+        self._snapshots = bool(service._snapshot_interval_ms)  # set once, at the service's start
 
     def ack(self, handle):
         self._acquire()
@@ -3617,9 +3643,10 @@ cdef class PopAcker:
         cdef dict inflight
         cdef bytes head, tail, body
         cdef const char *text
+        cdef const char *last_text
         cdef char *p
         cdef char digits[24]
-        cdef Py_ssize_t size = 0, i_number, i_offset, nd, k
+        cdef Py_ssize_t size = 0, i_number, i_offset, nd, k, last_size = 0
         cdef int64_t offset = 0, number = 0, committed, nxt
         cdef bint fast = False
         if type(handle) is not str:
@@ -3637,10 +3664,16 @@ cdef class PopAcker:
                 i_offset = _ack_digits(text, i_number, &offset)
                 if i_offset >= 0:
                     fast = True
-                    # the bytes after i_offset are ASCII: one character each
-                    prefix = handle[:len(handle) - (size - i_offset)]
+        found = None
         if fast:
             number_obj = number
+            if self._last is not None:
+                last_text = PyUnicode_AsUTF8AndSize(self._last.prefix, &last_size)
+                if last_size == i_offset and memcmp(text, last_text, i_offset) == 0:
+                    found = self._last
+            if found is None:
+                # the bytes after i_offset are ASCII: one character each
+                prefix = handle[:len(handle) - (size - i_offset)]
         else:
             parts = handle.rsplit(" ", 2)
             try:
@@ -3648,7 +3681,10 @@ cdef class PopAcker:
                 offset_obj, number_obj = int(o), int(n)
             except ValueError:
                 raise _InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        found = (<dict>self._by_prefix).get(prefix)
+        if found is None:
+            found = (<dict>self._by_prefix).get(prefix)
+            if found is not None:
+                self._last = <PopLane?>found
         if fast:
             if found is None or offset >= (<PopLane?>found).next:
                 raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
@@ -3665,8 +3701,10 @@ cdef class PopAcker:
             raise _ReceiptHandleExpiredError(
                 f"receipt handle {handle!r} expired: the message was handed out again", [handle]
             )
-        if not service._topic_ready:
-            service._ensure_topic()
+        if not self._ready:
+            if not service._topic_ready:
+                service._ensure_topic()
+            self._ready = True
         head, tail = lane.ack_head, lane.ack_tail
         nd = 0
         k = offset
@@ -3686,7 +3724,7 @@ cdef class PopAcker:
             p += 1
         memcpy(p, PyBytes_AS_STRING(tail), len(tail))
         try:
-            result = self._commitlog.core.put(self._topic, body, self._props, 0, 0, 0, 0, 0, 0, None, -1)
+            result = self._commitlog.core.put(self._topic, body, self._props, 0)  # the rest: defaults (0, None, -1)
         except _FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then return it
             timeout = exc
             result = exc.result
@@ -3702,11 +3740,13 @@ cdef class PopAcker:
                     committed += 1
             if committed != lane.committed:
                 lane.committed = committed
-                if not service._loading:
+                if not self._loaded:
+                    self._loaded = not service._loading
+                if self._loaded:
                     self._commit(lane, committed)
         if len(lane.heap) > 2 * len(inflight) + self._compact_slack:
             lane.compact()
-        if service._snapshot_interval_ms:
+        if self._snapshots:
             self._countdown -= 1
             if self._countdown <= 0:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
@@ -3760,4 +3800,90 @@ def receipt_handles(str prefix, list offsets, tuple numbers):
         memcpy(p, PyUnicode_DATA(prefix), plen)
         memcpy(p + plen, digits, k)
         out[i] = handle
+    return out
+
+
+def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out):
+    """(the pure twin's docstring, rocketstore._codec_py.pop_receive_run) The compiled twin
+    fills the lane's in-flight map and the offsets in C loops and reads each message's
+    reconsume times from its C field."""
+    cdef object found = (<dict?>service._lanes).get(key)
+    cdef PopLane lane
+    cdef list heap, messages, offsets, times
+    cdef dict inflight
+    cdef tuple stamp, numbers
+    cdef int64_t start, nxt, deadline
+    cdef Py_ssize_t i
+    cdef object got, o
+    if found is None:
+        return False
+    lane = <PopLane?>found
+    heap = lane.heap
+    if heap and (<tuple?>heap[0])[0] <= now:
+        return False
+    start = lane.next
+    got = service._quick(lane.topic, lane.queue_id, start, want)
+    if got is None:
+        return False
+    messages = <list?>got
+    if len(messages) != want:
+        return False
+    times = [None] * want  # read first: a failure here leaves nothing written
+    for i in range(want):
+        o = messages[i]
+        if not isinstance(o, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(o).__name__}, not a MessageExt")
+        times[i] = (<MessageExt>o).reconsume_times
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    inflight = lane.inflight
+    for o in offsets:
+        inflight[o] = stamp
+    lane.next = nxt
+    service._seq += 1
+    _heapq.heappush(heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages.extend(messages)
+    out.reconsume_times.extend(times)
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
+    void PyTuple_SET_ITEM(object p, Py_ssize_t pos, object o)
+
+
+def received_rows(type cls, list messages, list handles, list times):
+    """(the pure twin's docstring, rocketstore._codec_py.received_rows) The compiled twin
+    allocates each row as ``tuple.__new__`` does for a subclass with no ``__dict__`` and fills
+    its three items, with no argument tuple in between."""
+    cdef Py_ssize_t n = len(messages), i
+    cdef list out
+    cdef object row
+    if len(handles) != n or len(times) != n:
+        raise ValueError("messages, handles and times differ in length")
+    if cls.__base__ is not tuple or cls.__dict__.get("__slots__", None) != ():
+        raise TypeError(f"{cls.__name__} is not a namedtuple-like subclass of tuple")
+    out = [None] * n
+    for i in range(n):
+        row = PyType_GenericAlloc(<PyTypeObject *>cls, 3)
+        m, h, t = messages[i], handles[i], times[i]
+        Py_INCREF(m)
+        PyTuple_SET_ITEM(row, 0, m)
+        Py_INCREF(h)
+        PyTuple_SET_ITEM(row, 1, h)
+        Py_INCREF(t)
+        PyTuple_SET_ITEM(row, 2, t)
+        out[i] = row
     return out

@@ -50,6 +50,7 @@ import sys
 import weakref
 import zlib
 from collections.abc import Iterator, Mapping
+from itertools import repeat
 from typing import Any, Optional
 
 import numpy as np
@@ -2266,7 +2267,14 @@ def timer_copies(
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += [
+    "PopLane",
+    "PopAcker",
+    "POP_SNAPSHOT_CHECK_EVERY",
+    "receipt_handles",
+    "pop_receive_run",
+    "received_rows",
+]
 
 
 def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
@@ -2319,6 +2327,9 @@ class PopLane:
         the heap holds more than twice as many entries as there are messages in flight, so
         its cost is spread over the receives that grew it."""
         inflight = self.inflight
+        if not inflight:
+            self.heap = []  # nothing in flight: no entry keeps anything
+            return
         live = []
         for entry in self.heap:
             deadline, seq, offsets, numbers = entry
@@ -2403,9 +2414,9 @@ class PopAcker:
         body = lane.ack_head + str(offset).encode() + lane.ack_tail
         timeout = None
         try:
-            result = service._parts.commitlog.core.put(
-                service.topic, body, service._ack_props, 0, 0, 0, 0, 0, 0, None, -1
-            )
+            # queue 0; flag, born timestamp, sys flag, reconsume times, prepared offset,
+            # unique key and wait: put's defaults (0, None, -1), as the compiled twin passes them
+            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)
         except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
             timeout = exc
             result = exc.result
@@ -2432,3 +2443,61 @@ class PopAcker:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
                 service._maybe_snapshot(service.clock())
         return timeout
+
+
+def pop_receive_run(
+    service: Any, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Any
+) -> bool:
+    """The common step of :meth:`rocketstore.pop.PopService.receive` for one queue, in one call:
+    the lane of ``key`` (group, topic, queue id) exists, none of its messages is due back at
+    ``now``, and the store's one-call pull (``service._quick(topic, queue id, offset, n)``, a
+    list of messages or None) hands out ``want`` new messages from the lane's next offset, a
+    run with no gap. Then the checkpoint of that run is written (``service._write``, as
+    ``_receive_lane`` writes it: ``CK_RUN_JSON``), applied to the lane as ``_apply_ck`` applies
+    it (one ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest
+    un-acked offsets), and the messages are added to ``out`` (a ``Received``). True if done;
+    False, with nothing written or changed, when any of that does not hold: the caller takes
+    the general path (``PopService._receive_lane``)."""
+    lane = service._lanes.get(key)
+    if lane is None or (lane.heap and lane.heap[0][0] <= now):
+        return False
+    start = lane.next
+    messages = service._quick(lane.topic, lane.queue_id, start, want)
+    if messages is None or len(messages) != want:
+        return False
+    times = []  # read first: a failure here leaves nothing written
+    for m in messages:
+        if not isinstance(m, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(m).__name__}, not a MessageExt")
+        times.append(m.reconsume_times)
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    lane.inflight.update(dict.fromkeys(offsets, stamp))
+    lane.next = nxt
+    service._seq += 1
+    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages += messages
+    out.reconsume_times += times
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True
+
+
+def received_rows(cls: type, messages: list[Any], handles: list[str], times: list[int]) -> list[Any]:
+    """The rows ``cls(message, handle, reconsume times)`` of one receive
+    (rocketstore.pop.Received's iteration), each made by ``tuple.__new__`` straight (a
+    NamedTuple's own ``__new__`` is a Python frame per row). ``cls``: a tuple subclass with
+    ``__slots__ = ()`` (TypeError otherwise); ValueError if the lists differ in length."""
+    if not len(handles) == len(times) == len(messages):
+        raise ValueError("messages, handles and times differ in length")
+    if cls.__base__ is not tuple or cls.__dict__.get("__slots__", None) != ():
+        raise TypeError(f"{cls.__name__} is not a namedtuple-like subclass of tuple")
+    return list(map(tuple.__new__, repeat(cls), zip(messages, handles, times)))

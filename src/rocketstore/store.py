@@ -886,6 +886,7 @@ class MessageStore:
             send_back=self._schedule.send_back,
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
+            quick=weak_method(self._pop_quick, _closed_error),
         )
 
     def _segments_deleted(self) -> None:
@@ -1804,7 +1805,10 @@ class MessageStore:
         it was handed out again (the new receiver's handle acknowledges it);
         :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
         ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
-        return self._pop_service().ack(handle)
+        pop = self._pop  # None unless writable; _pop_service() says why not
+        if pop is None or self._closed:
+            pop = self._pop_service()
+        return pop.ack(handle)
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
@@ -2274,6 +2278,19 @@ class MessageStore:
             lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
+
+    def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
+        """The messages of :meth:`_quick_pull` (for POP's common receive: a writable store, so
+        no follower and no read-only files), or None, with no result object made."""
+        if self._closed:
+            return None
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.max_offset < offset + max_msgs:
+            self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core
+        )
+        return None if got is None else got[0]
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
