@@ -2841,8 +2841,7 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
         if service is None:
             continue
         lock = service._lock
-        if not lock.acquire(False):   # a blocking acquire reads the clock first: only when it must wait
-            lock.acquire()
+        lock.acquire()
         try:
             if service._closed:
                 return None
