@@ -88,7 +88,6 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional, overload
 
@@ -434,7 +433,7 @@ class PopService:
         cfg = parts.config
         self.topic = revive_topic(cfg.broker_cluster_name)
         self._snapshot_interval_ms = cfg.pop_snapshot_interval_ms
-        self._lock = threading.RLock()
+        self._lock = parts.commitlog.codec.FastRLock()  # an ack takes it: the compiled one is cheap
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
         self._names_checked: set[tuple[str, str]] = set()  # (group, topic) a receive checked
         self._by_prefix: dict[str, _Lane] = {}
