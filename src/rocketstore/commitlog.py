@@ -35,6 +35,8 @@ __all__ = ["CommitLog", "AppendCore", "checked_chunks", "queue_offset_ranges", "
 
 _log = logging.getLogger("rocketstore.store")
 
+_INT64_MAX = (1 << 63) - 1
+
 
 def _TORN_FIELDS(codec: Any) -> int:  # noqa: N802 (a constant of the codec's BAD_* bits)
     """The field_problems bits that mark a record torn by a crash (see CommitLog._first_torn)."""
@@ -259,24 +261,29 @@ class CommitLog:
         self,
         scan_from: int,
         durable: int,
-        on_records: Callable[[Any, np.ndarray, int, Optional[np.ndarray]], None],
+        on_ranges: Callable[[list[tuple[str, int, int, int]]], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_records(buffer, rows, base, keys)`` sees every chunk of valid records
-        (``base``: the CommitLog offset the rows' positions are relative to; ``keys``: the rows'
-        ``codec.queue_keys`` when the torn-field check computed them, else None);
-        ``report(done, total)`` counts bytes.
+        it holds. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
+        queue_id, lowest, highest queue offset)`` of each queue among the chunk's records that get
+        a ConsumeQueue unit (:func:`queue_offset_ranges`); ``report(done, total)`` counts bytes.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
         damage (bit rot, a careless edit), not a crash's torn tail: cutting there would throw
         away good, acknowledged data after it. It is stepped over (a bad CRC) or its segment's
         rest is skipped (lengths that cannot be trusted), and verify() reports it.
 
-        ``crashed`` (an abnormal stop): past ``durable`` a record whose fields are torn ends the
-        valid data as a bad CRC does (see :meth:`_first_torn`).
+        ``crashed`` (an abnormal stop): past ``durable`` a record whose fields a whole record
+        cannot have (a topic or properties that are not text, a PhysicalOffset other than its
+        position, undefined sysFlag bits, a wrong CRC32 property) ends the valid data as a bad
+        CRC does. The body CRC covers only the body: a power cut can keep a record's body page
+        and lose the page its topic and properties lie in.
+
+        Each chunk is one compiled call (``codec.recover_scan``: the records decoded into a table
+        that stays in cache, the torn-field check and the per-queue ranges in the same pass).
         """
         codec = self.codec
         for mf in self.segments.files:
@@ -289,15 +296,12 @@ class CommitLog:
             will_read(mf)
             pos = max(0, scan_from - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
-            for arr, stop, reason in checked_chunks(
-                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=row_chunks(codec, mf.mm)
+            chunks = recover_chunks(codec, mf, torn_from=below if crashed else None)
+            for found, stop, reason in checked_chunks(
+                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=chunks
             ):
-                torn, keys = self._first_torn(mf, arr, below) if crashed else (None, None)
-                if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
-                    arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
-                    keys = None if keys is None else keys[:torn]
-                if len(arr):
-                    on_records(mf.mm, arr, mf.file_from_offset, keys)
+                if found.count:
+                    on_ranges(found.queue_ranges(codec, mf.mm, mf.file_from_offset))
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -305,7 +309,7 @@ class CommitLog:
                         mf.file_from_offset + stop,
                         stop_reason(codec, reason),
                     )
-                if torn is not None:
+                if found.torn:  # the crash's torn tail ends here, as at a bad CRC
                     break
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
@@ -326,29 +330,6 @@ class CommitLog:
         report(total, total)
         self.end = end
         return end
-
-    def _first_torn(
-        self, mf: MappedFile, rows: np.ndarray, below: int
-    ) -> tuple[Optional[int], Optional[np.ndarray]]:
-        """The index of the first of ``rows`` at or past ``below`` (where the checkpoint stops
-        vouching for the data) whose fields a whole record cannot have: a topic or properties
-        that are not text, a PhysicalOffset other than its position, undefined sysFlag bits, a
-        wrong CRC32 property. The body CRC covers only the body: a power cut can keep a record's
-        body page and lose the page its topic and properties lie in. None: no such row.
-
-        Second: the rows' ``codec.queue_keys`` when every row was checked (the check computes
-        them in the same pass), else None."""
-        if not len(rows) or int(rows["position"][-1]) < below:
-            return None, None
-        codec = self.codec
-        if int(rows["position"][0]) >= below:  # the whole chunk (no checkpoint): no copy of it
-            flags, keys = codec.field_problems(mf.mm, rows, mf.file_from_offset, mf.file_size)
-            torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-            return (int(torn[0]) if len(torn) else None), keys
-        tail = np.flatnonzero(rows["position"] >= below)
-        flags, _keys = codec.field_problems(mf.mm, rows[tail], mf.file_from_offset, mf.file_size)
-        torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-        return (int(tail[torn[0]]) if len(torn) else None), None
 
     def record_end(self, offset: int, limit: int) -> Optional[int]:
         """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;
@@ -783,22 +764,64 @@ def queue_offset_ranges(
     return out
 
 
-#: Records per chunk of the recovery scan: small enough that the records it decoded are still in
-#: cache when the torn-field check and the per-queue offsets read their topics again.
-RECOVER_CHUNK = 8192
+#: Records per compiled call of the recovery scan: the call decodes them into a small table that
+#: stays in cache whatever this is; it sets how often progress is reported and the GIL taken.
+RECOVER_CHUNK = 65536
 
 
-def row_chunks(
-    codec: Any, view: Any, max_records: int = RECOVER_CHUNK
-) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.decode_batch`` with CRCs over
-    ``view`` in chunks of at most ``max_records`` records (RECORD_DTYPE rows)."""
+class RecoveredChunk:
+    """What :func:`recover_chunks` found in one stretch of records: ``count`` records kept from
+    ``start``, whether a torn record ended them (``torn``), and their per-queue ranges (``ranges``
+    of ``codec.recover_scan``; None when two queues share a key)."""
 
-    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+    __slots__ = ("start", "stop", "count", "torn", "ranges")
+
+    def __init__(self, start: int, stop: int, count: int, torn: bool, ranges: Optional[list[Any]]):
+        self.start, self.stop, self.count, self.torn, self.ranges = start, stop, count, torn, ranges
+
+    def queue_ranges(self, codec: Any, view: Any, base: int) -> list[tuple[str, int, int, int]]:
+        """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the records
+        (``view``: their segment, starting at CommitLog offset ``base``), as
+        :func:`queue_offset_ranges` has them."""
+        if self.ranges is None:  # two queues share a 64-bit key: decoded again, grouped exactly
+            rows, stop, _reason = codec.decode_batch(view, self.start, self.stop, check_crc=True)
+            if len(rows) != self.count or stop != self.stop:
+                raise CorruptRecordError(
+                    f"the records at commitlog offset {base + self.start} changed during recovery"
+                )
+            return queue_offset_ranges(codec, view, rows, base)
+        raw = memoryview(view).cast("B")
+        return [
+            (bytes(raw[at : at + length]).decode("utf-8", "surrogateescape"), qid, low, high)
+            for at, length, qid, low, high in self.ranges
+        ]
+
+
+def recover_chunks(
+    codec: Any, mf: MappedFile, torn_from: Optional[int] = None, max_records: int = RECOVER_CHUNK
+) -> Callable[[int, int], Iterator[tuple[RecoveredChunk, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.recover_scan`` over segment ``mf``
+    in calls of at most ``max_records`` records, each yielding a :class:`RecoveredChunk`.
+    ``torn_from``: the position from which a record whose fields are torn (``_TORN_FIELDS``)
+    ends the scan with STOP_CORRUPT (None: no such check)."""
+    mask = 0 if torn_from is None else _TORN_FIELDS(codec)
+    first = _INT64_MAX if torn_from is None else torn_from
+    view, base, size = mf.mm, mf.file_from_offset, mf.file_size
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[RecoveredChunk, int, int]]:
         while True:
-            rows, stop, reason = codec.decode_batch(view, lo, hi, check_crc=True, max_records=max_records)
-            yield rows, stop, reason
-            if reason != codec.STOP_LIMIT or stop >= hi or not len(rows):
+            count, stop, reason, torn, ranges = codec.recover_scan(
+                view,
+                lo,
+                hi,
+                base=base,
+                segment_size=size,
+                torn_from=first,
+                torn_mask=mask,
+                max_records=max_records,
+            )
+            yield RecoveredChunk(lo, stop, count, torn, ranges), stop, reason
+            if torn or reason != codec.STOP_LIMIT or stop >= hi or not count:
                 return
             lo = stop
 

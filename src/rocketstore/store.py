@@ -46,7 +46,7 @@ from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints,
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular
 from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import AppendCore, CommitLog, queue_offset_ranges
+from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
@@ -890,9 +890,7 @@ class MessageStore:
         end = commitlog.recover(
             scan_from,
             self._checkpoint.confirm_phy_offset,
-            on_records=lambda buffer, arr, base, keys: self._collect_queue_offsets(
-                buffer, arr, base, keys, tail
-            ),
+            on_ranges=lambda ranges: self._collect_queue_offsets(ranges, tail),
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
         )
@@ -937,15 +935,10 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(
-        self,
-        buffer: Any,
-        arr: np.ndarray,
-        base: int,
-        keys: Optional[np.ndarray],
-        tail: dict[tuple[str, int], list[int]],
+        self, ranges: list[tuple[str, int, int, int]], tail: dict[tuple[str, int], list[int]]
     ) -> None:
-        # a damaged queue offset must not set where puts go on: queue_offset_ranges skips it
-        for topic, qid, low, high in queue_offset_ranges(self._codec, buffer, arr, base, keys):
+        # a damaged queue offset must not set where puts go on: the ranges leave it out
+        for topic, qid, low, high in ranges:
             seen = tail.get((topic, qid))
             if seen is None:
                 tail[(topic, qid)] = [low, high]
