@@ -6,6 +6,8 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstore._codec_py import tags_code
 from rocketstore.consumequeue import (
@@ -596,3 +598,36 @@ def test_read_only_store_on_a_missing_directory_is_empty(tmp_path):
     assert len(store) == 0 and store.recover() == -1
     assert not (tmp_path / "nothing").exists()
     store.close()
+
+
+@given(
+    st.sampled_from([1, 100, 4096, 4097, 8192, 20000, (1 << 20) + 300]),
+    st.lists(st.tuples(st.integers(0, 2**21), st.integers(1, 40000)), max_size=6),
+    st.integers(0, 2**21),
+    st.integers(0, 2**21),
+)
+@settings(max_examples=300, deadline=None)
+def test_zero_pages_zeroes_the_range_and_writes_only_pages_that_held_data(size, spans, a, b):
+    import mmap
+
+    from rocketstore.consumequeue import _zero_pages
+
+    mm = mmap.mmap(-1, size)
+    for at, n in spans:
+        at %= size
+        mm[at : min(size, at + n)] = b"\x07" * (min(size, at + n) - at)
+    lo, hi = sorted((a % (size + 1), b % (size + 1)))
+    before = bytes(mm)
+    first, last = _zero_pages(mm, lo, hi)
+    after = bytes(mm)
+    assert after[:lo] == before[:lo] and after[hi:] == before[hi:]  # nothing outside touched
+    assert after[lo:hi] == bytes(hi - lo)
+    held = [i for i in range(lo, hi) if before[i]] if any(before[lo:hi]) else []
+    if not held:
+        assert first == last  # nothing written: nothing to msync
+        return
+    assert lo <= first <= held[0] and held[-1] < last <= hi
+    # what is msynced starts and ends at page boundaries (or the range's ends) and skips the
+    # zero pages before the first and after the last page that held data
+    assert first == lo or (first % 4096 == 0 and first > held[0] - 4096)
+    assert last == hi or (last % 4096 == 0 and last <= held[-1] + 4096)
