@@ -296,9 +296,10 @@ def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, ba
     st.integers(1, 9),
     st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 20), max_size=40),
     st.binary(min_size=0, max_size=8),
+    st.lists(st.booleans(), min_size=9, max_size=9),
 )
 @SETTINGS
-def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage):
+def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage, right):
     import struct
 
     from rocketstore import _impl, _index_py
@@ -311,10 +312,21 @@ def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, has
     want = [0] * slot_count
     for i, h in enumerate(hashes, start=1):
         want[h % slot_count] = i  # Python's modulo, as numpy's: never negative
+    for s in range(slot_count):  # some slots right already (a roll back), the others garbage
+        if right[s]:
+            struct.pack_into(">i", file, _index_py.HEADER_SIZE + s * _index_py.HASH_SLOT_SIZE, want[s])
+    before = struct.unpack_from(f">{slot_count}i", file, _index_py.HEADER_SIZE)
+    changed = [s for s in range(slot_count) if before[s] != want[s]]
+    expected = (0, 0)
+    if changed:
+        expected = (
+            _index_py.HEADER_SIZE + changed[0] * _index_py.HASH_SLOT_SIZE,
+            _index_py.HEADER_SIZE + (changed[-1] + 1) * _index_py.HASH_SLOT_SIZE,
+        )
     twins = [_index_py] + ([_impl.COMPILED.index] if _impl.COMPILED is not None else [])
     for twin in twins:
         buf = bytearray(file)
-        twin.rebuild_slots(buf, slot_count, count)
+        assert twin.rebuild_slots(buf, slot_count, count) == expected  # what was written
         slots = struct.unpack_from(f">{slot_count}i", buf, _index_py.HEADER_SIZE)
         assert list(slots) == want
         # nothing outside the slot table changed
