@@ -578,19 +578,30 @@ class CommitLog:
 
         Returns ``{"records", "bytes", "segments", "min_offset", "problems", "found"}``:
         ``problems`` as :meth:`MessageStore.verify` reports them, ``found`` the consumable
-        records' (offsets, sizes, queue ids, queue offsets, queue keys), one tuple per chunk,
-        for checking the ConsumeQueues against.
+        records' (offsets, sizes, queue ids, queue offsets, queue keys), in a list of one tuple
+        of columns, for checking the ConsumeQueues against.
+
+        The columns of every record are appended, chunk by chunk, to arrays reserved once for
+        as many records as the log can hold (:class:`ReservedColumns`): memory the process
+        never had is zeroed by the kernel page by page as it is first written (a second in a
+        gigabyte on a virtual machine), so each chunk's columns are copied there and dropped,
+        and nothing is concatenated at the end.
         """
         codec = self.codec
         files = list(self.segments.files)
         problems: list[dict[str, Any]] = []  # where the scan found no whole record
         fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
-        found = []  # (positions, sizes, queue ids, queue offsets, queue keys)
-        stamps = []  # (offsets, store timestamps) of every record, in CommitLog order
-        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
-        records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
+        # (positions, sizes, queue ids, queue offsets, queue keys, store timestamps, counted):
+        # every record, in CommitLog order; counted: gets a ConsumeQueue unit
+        columns = ReservedColumns(
+            (np.int64, np.int32, np.int32, np.int64, np.uint64, np.int64, np.bool_),
+            total // codec.RECORD_FIXED_LENGTH + 1,
+        )
+        all_counted = True  # no PREPARED or ROLLBACK record, no implausible queue offset so far
+        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
+        records = data_end = 0
         expected = first
         for mf in files:
             base = mf.file_from_offset
@@ -617,17 +628,15 @@ class CommitLog:
                             {"offset": at, "reason": why}
                             for at, why in self._field_reasons(view, base, offsets[flags != 0], mf.file_size)
                         )
-                    if units.any():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                    counted = units == 0
+                    if not counted.all():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                        all_counted = False
                         implausible = (units & codec.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
                         fields.extend(
                             {"offset": int(at), "reason": "queue offset no CommitLog can hold"}
                             for at in offsets[implausible]
                         )
-                        keep = units == 0
-                        found.append((offsets[keep], sizes[keep], qids[keep], qoffsets[keep], keys[keep]))
-                    else:
-                        found.append((offsets, sizes, qids, qoffsets, keys))
-                    stamps.append((offsets, ts))
+                    columns.append((offsets, sizes, qids, qoffsets, keys, ts, counted))
                     # chunk by chunk (in cache), not one np.diff over every record at the end
                     ordered = ordered and ts[0] >= last_stamp and bool((ts[1:] >= ts[:-1]).all())
                     last_stamp = int(ts[-1])
@@ -645,10 +654,11 @@ class CommitLog:
                 pass  # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
-        if stamps and not ordered:
-            offsets, times = (np.concatenate(c) for c in zip(*stamps))
+        positions, sizes, qids, qoffsets, keys, times, counted = columns.filled()
+        if not ordered:
             fields.extend(
-                {"offset": offset, "reason": reason} for offset, reason in timestamp_problems(offsets, times)
+                {"offset": offset, "reason": reason}
+                for offset, reason in timestamp_problems(positions, times)
             )
         if self.read_only:  # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end and not self.written_since(p["offset"])]
@@ -661,7 +671,11 @@ class CommitLog:
             "segments": len(files),
             "min_offset": first,
             "problems": problems,
-            "found": found,
+            "found": [
+                (positions, sizes, qids, qoffsets, keys)
+                if all_counted
+                else (positions[counted], sizes[counted], qids[counted], qoffsets[counted], keys[counted])
+            ],
         }
 
     def _field_reasons(
@@ -681,6 +695,32 @@ class CommitLog:
             return gone
         reasons, _keys = record_problems(codec, view, base, np.concatenate(rows), segment_size)
         return reasons + gone
+
+
+class ReservedColumns:
+    """Columns appended chunk by chunk to arrays reserved once for ``capacity`` rows (grown by
+    doubling should more come): the pages of the reserve are touched, and zeroed by the kernel,
+    only as rows fill them, and no list of chunks is concatenated at the end."""
+
+    def __init__(self, dtypes: tuple[Any, ...], capacity: int):
+        self._arrays = [np.empty(max(capacity, 1), dtype=dtype) for dtype in dtypes]
+        self._n = 0
+
+    def append(self, chunk: tuple[np.ndarray, ...]) -> None:
+        n = len(chunk[0])
+        end = self._n + n
+        if end > len(self._arrays[0]):
+            grown = max(end, 2 * len(self._arrays[0]))
+            self._arrays = [
+                np.concatenate((a[: self._n], np.empty(grown - self._n, a.dtype))) for a in self._arrays
+            ]
+        for array, column in zip(self._arrays, chunk):
+            array[self._n : end] = column
+        self._n = end
+
+    def filled(self) -> tuple[np.ndarray, ...]:
+        """The rows appended so far, one view per column."""
+        return tuple(a[: self._n] for a in self._arrays)
 
 
 def checked_chunks(
