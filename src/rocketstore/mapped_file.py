@@ -17,11 +17,14 @@ Full disk: every failure to create, size or allocate a file raises :class:`Segme
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import mmap
 import os
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 from rocketstore.errors import (
@@ -41,6 +44,7 @@ __all__ = [
     "space_error",
     "flush_error",
     "flush_timeout",
+    "deleted_files_closed_aside",
 ]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
@@ -120,6 +124,63 @@ def close_map(mm: Optional[mmap.mmap]) -> None:
             mm.close()
         except BufferError:
             pass
+
+
+class _AsideCloser:
+    """Closes, on a thread of its own, the descriptors of files already unlinked: the last
+    close of a deleted file frees its blocks and its pages (waiting on the file system's journal
+    and on pages still being written back), which can take milliseconds per file and, on a busy
+    disk, much longer. Nothing needs that done before the next step: the name is gone already."""
+
+    def __init__(self) -> None:
+        self._fds: queue.SimpleQueue[Optional[int]] = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._errors: list[OSError] = []
+
+    def submit(self, fd: int) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rocketstore-close-deleted", daemon=True)
+            self._thread.start()
+        self._fds.put(fd)
+
+    def _run(self) -> None:
+        while True:
+            fd = self._fds.get()
+            if fd is None:
+                return
+            try:
+                os.close(fd)
+            except OSError as exc:
+                self._errors.append(exc)
+
+    def finish(self) -> None:
+        """Wait until every descriptor handed over is closed; a failed close raises here."""
+        if self._thread is not None:
+            self._fds.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._errors:
+            raise self._errors[0]
+
+
+_closer: contextvars.ContextVar[Optional[_AsideCloser]] = contextvars.ContextVar(
+    "rocketstore_aside_closer", default=None
+)
+
+
+@contextmanager
+def deleted_files_closed_aside() -> Iterator[None]:
+    """Within this block (in this thread only), :meth:`MappedFile.destroy` unlinks the file and
+    unmaps it at once but hands its descriptor to a thread that closes it meanwhile (the
+    costly last close of a deleted file overlaps what follows); on leaving, every such close
+    has finished (an error of one raises then)."""
+    closer = _AsideCloser()
+    token = _closer.set(closer)
+    try:
+        yield
+    finally:
+        _closer.reset(token)
+        closer.finish()
 
 
 def allocate_range(fd: int, offset: int, length: int) -> None:
@@ -244,8 +305,12 @@ class MappedFile:
         mm, self.mm = self.mm, None  # type: ignore[assignment]  # closed
         close_map(mm)
         if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            closer = _closer.get() if self.destroyed else None
+            if closer is not None:  # unlinked already: see deleted_files_closed_aside
+                closer.submit(fd)
+            else:
+                os.close(fd)
 
     def destroy(self) -> None:
         """Unlink the file and drop the file's own reference to the map (ReferenceResource.destroy).

@@ -82,7 +82,7 @@ from rocketstore.errors import (
 from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, close_map, flush_timeout
+from rocketstore.mapped_file import MappedFile, close_map, deleted_files_closed_aside, flush_timeout
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -412,7 +412,9 @@ class MessageStore:
             for part in _PARTS:
                 setattr(self, part, None)
             try:
-                self._open(commitlog_dir)
+                # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
+                with deleted_files_closed_aside():
+                    self._open(commitlog_dir)
                 break
             except (StoreConfigError, OSError):
                 self._teardown(clean=False)
