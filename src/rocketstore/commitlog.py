@@ -25,7 +25,7 @@ from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
-from rocketstore.mapped_file import MappedFile, MappedFileQueue
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, populate_read
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
@@ -615,7 +615,7 @@ class CommitLog:
                 limit = self.readable_end(mf)
             will_read(mf)
             view = mf.view(0, limit)
-            scan = column_chunks(codec, view, base, mf.file_size)
+            scan = column_chunks(codec, view, base, mf.file_size, mf.mm)
             for cols, stop, reason in checked_chunks(
                 codec, view, 0, limit, base, self.readable_end(mf), chunks=scan
             ):
@@ -804,6 +804,10 @@ def queue_offset_ranges(
     return out
 
 
+#: Bytes of a segment mapped (``populate_read``) ahead of each compiled call of a scan: about
+#: what one call reads; what a call reads past it (large records) faults in as usual.
+POPULATE_AHEAD = 32 << 20
+
 #: Records per compiled call of the recovery scan: the call decodes them into a small table that
 #: stays in cache whatever this is; it sets how often progress is reported and the GIL taken.
 RECOVER_CHUNK = 65536
@@ -850,6 +854,7 @@ def recover_chunks(
 
     def chunks(lo: int, hi: int) -> Iterator[tuple[RecoveredChunk, int, int]]:
         while True:
+            populate_read(view, lo, min(hi, lo + POPULATE_AHEAD))
             count, stop, reason, torn, ranges = codec.recover_scan(
                 view,
                 lo,
@@ -869,14 +874,17 @@ def recover_chunks(
 
 
 def column_chunks(
-    codec: Any, view: Any, base: int, segment_size: int
+    codec: Any, view: Any, base: int, segment_size: int, mm: Any = None
 ) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
     """A ``chunks`` scan for :func:`checked_chunks`: ``codec.verify_scan`` over ``view`` (a
     segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
-    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch."""
+    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch. ``mm``: the
+    segment's map (``view`` is a view of it), whose pages are mapped ahead of each call."""
 
     def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
         while True:
+            if mm is not None:
+                populate_read(mm, lo, min(hi, lo + POPULATE_AHEAD))
             cols, stop, reason = codec.verify_scan(
                 view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
             )

@@ -45,6 +45,7 @@ __all__ = [
     "flush_error",
     "flush_timeout",
     "deleted_files_closed_aside",
+    "populate_read",
 ]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
@@ -181,6 +182,27 @@ def deleted_files_closed_aside() -> Iterator[None]:
     finally:
         _closer.reset(token)
         closer.finish()
+
+
+#: madvise(MADV_POPULATE_READ), Linux 5.14+ (the mmap module names it from Python 3.13 on)
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+
+
+def populate_read(mm: Any, start: int, end: int) -> None:
+    """Map the pages of ``mm[start:end]`` that are in the page cache (reading the others) in one
+    system call, before a scan reads them: a scan that meets them unmapped takes a page fault
+    every 16 pages or so, which costs more than the mapping itself. Only a hint: where the
+    kernel has no MADV_POPULATE_READ, or the map is closed, nothing happens (the scan faults
+    the pages in as before)."""
+    if _MADV_POPULATE_READ is None:
+        return
+    start -= start % mmap.PAGESIZE
+    try:
+        end = min(end, len(mm))
+        if end > start:
+            mm.madvise(_MADV_POPULATE_READ, start, end - start)
+    except (OSError, ValueError, AttributeError):  # an older kernel, a closed map
+        pass
 
 
 def allocate_range(fd: int, offset: int, length: int) -> None:
