@@ -3767,12 +3767,14 @@ cdef int _recover_rows(const uint8_t *buf, int64_t size, rs_batch_row *rows, int
                        uint8_t *flags, uint64_t *keys, _RecoverRanges *ranges, bint *torn) noexcept nogil:
     """The torn-field check of rows at or past ``torn_from`` (the first torn row ends the rows:
     ``got_io`` is cut there and ``torn`` set), then the rows' queue keys and ranges."""
-    cdef int64_t got = got_io[0], first = 0, i, bad
+    cdef int64_t got = got_io[0], first = got, i, bad
     cdef int what = 0
     if torn_mask:
+        first = 0
         while first < got and rows[first].position < torn_from:
             first += 1
         if first < got:
+            # computes the keys of rows first .. got too (one pass over their topics)
             bad = _field_problems(buf, size, rows + first, got - first, base, segment_size, flags,
                                   keys + first, &what)
             if bad >= 0:
@@ -3782,7 +3784,8 @@ cdef int _recover_rows(const uint8_t *buf, int64_t size, rs_batch_row *rows, int
                     got_io[0] = got = i
                     torn[0] = True
                     break
-    if _queue_keys(buf, size, rows, got, keys) >= 0:
+    # the keys of the rows the torn-field check did not see
+    if _queue_keys(buf, size, rows, min(first, got), keys) >= 0:
         return _RECOVER_OUTSIDE
     for i in range(got):
         if _ranges_add(ranges, buf, &rows[i], keys[i], base) < 0:
