@@ -558,6 +558,33 @@ def test_flush_reports_work_and_honours_least_pages(tmp_path):
         cq.append(510, 510 * MSG, MSG, 0)
 
 
+def test_start_flush_is_only_a_hint_and_the_store_flush_still_flushes_every_queue(tmp_path, monkeypatch):
+    from rocketstore.mapped_file import MappedFile
+
+    hinted = []
+    real = MappedFile.start_writeback
+    monkeypatch.setattr(
+        MappedFile,
+        "start_writeback",
+        lambda mf, lo=0, hi=None: (hinted.append((mf.path, lo, hi)), real(mf, lo, hi)),
+    )
+    with ConsumeQueueStore(str(tmp_path), UNITS) as store:
+        a, b = store.find_or_create("TopicA", 0), store.find_or_create("TopicB", 1)
+        fill(a, 0, 12)  # two files of UNITS units
+        fill(b, 0, 3, start_phys=10_000)
+        a.start_flush()
+        assert a.flush() is True and a.flush() is False  # the hint flushed nothing by itself
+        fill(a, 12, 14, start_phys=12 * MSG)
+        hinted.clear()
+        assert store.flush() is True  # every queue hinted first, then each flushed
+        assert {os.path.basename(os.path.dirname(p)) for p, _lo, _hi in hinted} == {"0", "1"}
+        assert store.flush() is False
+        hinted.clear()
+        a.start_flush()  # nothing written since: no hint
+        assert hinted == []
+    a.start_flush()  # closed: no-op
+
+
 def test_destroy_removes_the_queue_directory(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 12)

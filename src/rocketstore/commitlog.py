@@ -373,13 +373,19 @@ class CommitLog:
         recovery would cut at the hole, taking the acknowledged records with it (and a
         checkpoint written meanwhile would vouch for records that are gone). Below ``start``
         (the segment of confirmPhyOffset) the previous run had flushed before it checkpointed."""
-        for mf in self.segments.files:
-            if mf.end_offset <= start or mf.file_from_offset >= end:
-                continue
-            mf.flush(
+        kept = [
+            (
+                mf,
                 max(start, mf.file_from_offset) - mf.file_from_offset,
                 min(end, mf.end_offset) - mf.file_from_offset,
             )
+            for mf in self.segments.files
+            if mf.end_offset > start and mf.file_from_offset < end
+        ]
+        for mf, lo, hi in kept:  # every segment's writes started first, then waited for
+            mf.start_writeback(lo, hi)
+        for mf, lo, hi in kept:
+            mf.flush(lo, hi)
 
     # ---- appending ----
 

@@ -940,21 +940,41 @@ class ConsumeQueue:
         (``flushConsumeQueueLeastPages``).
         """
         with self._lock:
-            if self._closed or self.read_only:
+            ranges = self._unflushed(least_pages)
+            if ranges is None:
                 return False
-            end = self._end()
-            if end <= self._flushed:
-                return False
-            page = 4096
-            if least_pages > 0 and end // page - self._flushed // page < least_pages:
-                return False
-            for mf in self._files.files:
-                lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
-                hi = min(end, mf.end_offset) - mf.file_from_offset
-                if hi > lo:
-                    mf.flush(lo, hi)
+            end, pieces = ranges
+            for mf, lo, hi in pieces:
+                mf.flush(lo, hi)
             self._flushed = end
             return True
+
+    def start_flush(self, least_pages: int = 0) -> None:
+        """Start writing back what :meth:`flush` would msync, without waiting (a hint: see
+        :meth:`MappedFile.start_writeback`)."""
+        with self._lock:
+            ranges = self._unflushed(least_pages)
+            for mf, lo, hi in ranges[1] if ranges is not None else ():
+                mf.start_writeback(lo, hi)
+
+    def _unflushed(self, least_pages: int) -> Optional[tuple[int, list[tuple[MappedFile, int, int]]]]:
+        """(end, [(file, lo, hi)]): the units written since the last flush, per file; None when
+        there is nothing to flush (or too little, see :meth:`flush`). Under the queue's lock."""
+        if self._closed or self.read_only:
+            return None
+        end = self._end()
+        if end <= self._flushed:
+            return None
+        page = 4096
+        if least_pages > 0 and end // page - self._flushed // page < least_pages:
+            return None
+        pieces = []
+        for mf in self._files.files:
+            lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
+            hi = min(end, mf.end_offset) - mf.file_from_offset
+            if hi > lo:
+                pieces.append((mf, lo, hi))
+        return end, pieces
 
     def close(self) -> None:
         """Flush and unmap; views from :meth:`units` stay readable until released."""
@@ -1122,9 +1142,15 @@ class ConsumeQueueStore:
         return {key: cq.max_offset for key, cq in queues}
 
     def flush(self, least_pages: int = 0) -> bool:
-        """Flush every queue; True if any had something to flush."""
+        """Flush every queue; True if any had something to flush. Every queue's writeback is
+        started first (:meth:`ConsumeQueue.start_flush`), so the msyncs wait for the writes of
+        all the queues together, not one queue's after another's."""
+        queues = list(self)
+        if len(queues) > 1:
+            for cq in queues:
+                cq.start_flush(least_pages)
         flushed = False
-        for cq in self:
+        for cq in queues:
             flushed |= cq.flush(least_pages)
         return flushed
 

@@ -22,6 +22,7 @@ import errno
 import mmap
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -185,7 +186,7 @@ def deleted_files_closed_aside() -> Iterator[None]:
 
 
 #: madvise(MADV_POPULATE_READ), Linux 5.14+ (the mmap module names it from Python 3.13 on)
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
 
 
 def populate_read(mm: Any, start: int, end: int) -> None:
@@ -203,6 +204,25 @@ def populate_read(mm: Any, start: int, end: int) -> None:
             mm.madvise(_MADV_POPULATE_READ, start, end - start)
     except (OSError, ValueError, AttributeError):  # an older kernel, a closed map
         pass
+
+
+def _load_sync_file_range() -> Optional[Callable[[int, int, int, int], int]]:
+    """libc's sync_file_range (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError, ImportError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
 
 
 def allocate_range(fd: int, offset: int, length: int) -> None:
@@ -322,6 +342,18 @@ class MappedFile:
         start -= start % mmap.PAGESIZE
         if end > start:
             self.mm.flush(start, end - start)
+
+    def start_writeback(self, start: int = 0, end: Optional[int] = None) -> None:
+        """Ask the kernel to start writing ``[start, end)`` back now, without waiting
+        (``sync_file_range(SYNC_FILE_RANGE_WRITE)``): a :meth:`flush` of several files after
+        this hint to each waits for their writes together rather than one after another. Only
+        a hint: it makes nothing durable (the flush does), and where there is no such call
+        (not Linux), or the file is closed, nothing happens."""
+        if _sync_file_range is None or self.fd < 0 or self.read_only:
+            return
+        end = self.file_size if end is None else min(end, self.file_size)
+        if end > start:
+            _sync_file_range(self.fd, start, end - start, _SYNC_FILE_RANGE_WRITE)
 
     def close(self) -> None:
         mm, self.mm = self.mm, None  # type: ignore[assignment]  # closed
