@@ -559,28 +559,37 @@ def test_flush_reports_work_and_honours_least_pages(tmp_path):
 
 
 def test_start_flush_is_only_a_hint_and_the_store_flush_still_flushes_every_queue(tmp_path, monkeypatch):
+    from rocketstore.consumequeue import ConsumeQueue
     from rocketstore.mapped_file import MappedFile
 
-    hinted = []
-    real = MappedFile.start_writeback
+    calls, hinted = [], []
+    for name in ("start_flush", "flush"):
+        real = getattr(ConsumeQueue, name)
+        monkeypatch.setattr(
+            ConsumeQueue,
+            name,
+            lambda cq, *a, _r=real, _n=name, **k: (calls.append((_n, cq.topic)), _r(cq, *a, **k))[1],
+        )
+    real_hint = MappedFile.start_writeback
     monkeypatch.setattr(
         MappedFile,
         "start_writeback",
-        lambda mf, lo=0, hi=None: (hinted.append((mf.path, lo, hi)), real(mf, lo, hi)),
+        lambda mf, lo=0, hi=None: (hinted.append((lo, hi)), real_hint(mf, lo, hi)),
     )
-    with ConsumeQueueStore(str(tmp_path), UNITS) as store:
+    with ConsumeQueueStore(str(tmp_path), DEFAULT_CQ_UNITS) as store:
         a, b = store.find_or_create("TopicA", 0), store.find_or_create("TopicB", 1)
-        fill(a, 0, 12)  # two files of UNITS units
+        fill(a, 0, 500)  # 10,000 bytes: two whole pages and a partial one
         fill(b, 0, 3, start_phys=10_000)
         a.start_flush()
+        assert hinted == [(0, 8192)]  # whole pages only: the page being appended to is left out
         assert a.flush() is True and a.flush() is False  # the hint flushed nothing by itself
-        fill(a, 12, 14, start_phys=12 * MSG)
-        hinted.clear()
+        calls.clear()
+        fill(a, 500, 10, start_phys=500 * MSG)
         assert store.flush() is True  # every queue hinted first, then each flushed
-        assert {os.path.basename(os.path.dirname(p)) for p, _lo, _hi in hinted} == {"0", "1"}
+        assert [n for n, _t in calls] == ["start_flush", "start_flush", "flush", "flush"]
         assert store.flush() is False
         hinted.clear()
-        a.start_flush()  # nothing written since: no hint
+        store.start_flush()  # nothing written since: no hint
         assert hinted == []
     a.start_flush()  # closed: no-op
 

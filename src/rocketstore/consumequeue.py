@@ -951,11 +951,18 @@ class ConsumeQueue:
 
     def start_flush(self, least_pages: int = 0) -> None:
         """Start writing back what :meth:`flush` would msync, without waiting (a hint: see
-        :meth:`MappedFile.start_writeback`)."""
+        :meth:`MappedFile.start_writeback`), but the page units are still being appended to:
+        a page under writeback may make the next write into it wait on some devices."""
         with self._lock:
             ranges = self._unflushed(least_pages)
-            for mf, lo, hi in ranges[1] if ranges is not None else ():
-                mf.start_writeback(lo, hi)
+            if ranges is None:
+                return
+            end, pieces = ranges
+            for mf, lo, hi in pieces:
+                if mf.file_from_offset + hi == end:  # the tail: its last, partial page left out
+                    hi -= hi % _ZERO_PAGE
+                if hi > lo:
+                    mf.start_writeback(lo, hi)
 
     def _unflushed(self, least_pages: int) -> Optional[tuple[int, list[tuple[MappedFile, int, int]]]]:
         """(end, [(file, lo, hi)]): the units written since the last flush, per file; None when
@@ -1153,6 +1160,12 @@ class ConsumeQueueStore:
         for cq in queues:
             flushed |= cq.flush(least_pages)
         return flushed
+
+    def start_flush(self) -> None:
+        """:meth:`ConsumeQueue.start_flush` on every queue: their writeback started, nothing
+        waited for (a hint)."""
+        for cq in self:
+            cq.start_flush()
 
     def close(self) -> None:
         """Flush and close every queue."""

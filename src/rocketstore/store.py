@@ -961,13 +961,21 @@ class MessageStore:
         if total <= 0:
             return
         report = lambda offset: self._report("dispatch", offset - start, total)
+        step_end = min(end, start + REBUILD_STEP)
         while dispatcher.offset < end:
             before = dispatcher.offset
-            dispatcher.catch_up(progress=report, target=min(end, before + REBUILD_STEP))
+            # each step in quarters: after each but the last the queues' writeback is started
+            # (a hint), so the step's checkpoint finds most of their pages written already
+            target = min(step_end, before + max(1, REBUILD_STEP // 4))
+            dispatcher.catch_up(progress=report, target=target)
             if dispatcher.offset <= before:
                 break  # nothing dispatchable (read-only beside a writer mid-record)
-            if not self._files_read_only and dispatcher.offset < end:
-                self._save_checkpoint()
+            if dispatcher.offset >= step_end or target == step_end:
+                step_end = min(end, dispatcher.offset + REBUILD_STEP)
+                if not self._files_read_only and dispatcher.offset < end:
+                    self._save_checkpoint()
+            elif not self._files_read_only:
+                self._queues.start_flush()
         self._report("dispatch", total, total)
 
     def _repair_holes(self, queue_offsets: dict[tuple[str, int], int]) -> None:
