@@ -21,7 +21,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from _codec cimport *
 
 import operator as _operator
-import time as _time
+from rocketstore._clock import month_start as _month_start, now_ms as _now_ms
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
@@ -48,6 +48,7 @@ __all__ = [
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
+    "unique_lookup", "FastReads",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
@@ -2180,11 +2181,6 @@ def make_uniq_key(ip_bytes, pid, loader_hash, time_ms, counter, month_start_ms):
             + span.to_bytes(4, "big") + (counter & 0xFFFF).to_bytes(2, "big")).hex().upper()
 
 
-def _local_month_start(ms):
-    tm = _time.localtime(ms // 1000)
-    return int(_time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
-
-
 def uniq_key_time(key, now_ms, month_start_fn=None):
     """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
 
@@ -2193,7 +2189,7 @@ def uniq_key_time(key, now_ms, month_start_fn=None):
     raw = _unhex(key, "UNIQ_KEY")
     ip_len = len(raw) - 12
     span = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
-    month_start = month_start_fn or _local_month_start
+    month_start = month_start_fn or _month_start
     base = month_start(now_ms)
     if base + span >= now_ms:
         base = month_start(base - 1)
@@ -2469,7 +2465,7 @@ cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
 cdef object _disk_queue_type = None
 
 
-def queue_message(queues, topic, queue_id, queue_offset, segments, core):
+cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
     cdef Py_buffer view
@@ -2679,7 +2675,7 @@ cdef object _record_at(object segments, object core, int64_t offset):
         PyBuffer_Release(&view)
 
 
-def record_at(segments, core, offset):
+cpdef object record_at(segments, core, offset):
     """The message at CommitLog ``offset`` in one call (see the pure twin,
     rocketstore._codec_py.record_at); None: the careful path decides."""
     cdef int64_t at = 0
@@ -2688,7 +2684,7 @@ def record_at(segments, core, offset):
     return _record_at(segments, core, at)
 
 
-def message_by_id(segments, core, msg_id):
+cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
     rocketstore._codec_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
@@ -2806,7 +2802,7 @@ cdef bint _plain_int(object value, int64_t lo, int64_t *out):
 cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's window
 
 
-def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
+cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
@@ -2820,21 +2816,37 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         return None
     if limit > most:
         limit = most
+    _index_catch_up(dispatcher)
+    offsets = _index_walk(<tuple>services, topic, key, cap, 0 if lo < 1000 else lo - 1000,
+                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
+    if offsets is None:
+        return None
+    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+
+
+cdef int _index_catch_up(object dispatcher) except -1:
+    """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = dispatcher.end_core
         if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
             dispatcher.catch_up(index=True)
-    for service in <tuple>services:
+    return 0
+
+
+cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
+    """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
+    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service."""
+    cdef list offsets = None
+    for service in services:
         if service is None:
             continue
         lock = service._lock
-        lock.acquire()
+        if not lock.acquire(False):   # a blocking acquire reads the clock first: only when it must wait
+            lock.acquire()
         try:
             if service._closed:
                 return None
-            found = service._index.select_files(service._files, topic + "#" + key, cap,
-                                                0 if lo < 1000 else lo - 1000,
-                                                _INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)[0]
+            found = service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
         finally:
             lock.release()
         if offsets is None:
@@ -2842,9 +2854,106 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         else:
             offsets = offsets + found
             offsets.sort()
-    if offsets is None:
-        return []
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+    return [] if offsets is None else offsets
+
+
+cdef object _stored_at = _operator.attrgetter("store_timestamp")
+
+
+cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
+    """``MessageStore.query_by_unique_key`` in one call: the catch-up of :func:`key_lookup`, then
+    the index walk from the creation time the id encodes (less a second), and over all time when
+    that finds nothing, each hit's topic and UNIQ_KEY re-checked; the first stored of the hits
+    (see the pure twin). None when the careful path must decide: an argument it checks, a
+    closed service or segment, and nothing found (it says so)."""
+    cdef int64_t most = 0, begin
+    if (type(topic) is not str or type(key) is not str or not topic or not key
+            or type(services) is not tuple or not _plain_int(cap, 0, &most)):
+        return None
+    _index_catch_up(dispatcher)
+    begins = [0]
+    try:
+        begin = uniq_key_time(key, now) - 1000
+        begins.insert(0, 0 if begin < 0 else begin)
+    except (InvalidMessageIdError, ValueError):
+        pass   # not a RocketMQ-made id: no time hint
+    for begin in begins:
+        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
+        if offsets is None:
+            return None
+        hits = _key_messages(offsets, segments.files, core, topic, key, INT64_MIN, INT64_MAX,
+                             len(<list>offsets), True)
+        if hits is None:
+            return None
+        if hits:
+            return min(hits, key=_stored_at)
+    return None
+
+
+cdef class FastReads:
+    """An open store's point reads, each one compiled call: rocketstore.store puts these bound
+    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset`` and
+    ``query_by_key`` while the store is open and follows no other process. What a fast call
+    cannot answer (None), a keyword it does not take, or a closed store runs the class's method
+    (the careful path), so results and errors are the class's. See the pure twin."""
+    cdef object _store          # a weak reference: the store's dict holds these methods
+    cdef object _cls
+    cdef object _queues, _segments, _core, _services, _dispatcher, _cap
+    cdef public bint open
+
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+        self._store = store_ref
+        self._cls = cls
+        self._queues = queues
+        self._segments = segments
+        self._core = core
+        self._services = services
+        self._dispatcher = dispatcher
+        self._cap = cap
+        self.open = True
+
+    cdef object _owner(self):
+        store = self._store()
+        if store is None:
+            raise _StoreClosedError("the store is closed")
+        return store
+
+    def read(self, commitlog_offset, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = record_at(self._segments, self._core, commitlog_offset)
+            if msg is not None:
+                return msg
+        return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
+
+    def get_by_msg_id(self, msg_id, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = message_by_id(self._segments, self._core, msg_id)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
+
+    def get_by_queue_offset(self, topic, queue_id, queue_offset):
+        if self.open:
+            msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
+
+    def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
+        if self.open:
+            hits = key_lookup(self._services, self._segments, self._core, topic, key, max_num, begin, end,
+                              self._cap, self._dispatcher)
+            if hits is not None:
+                return hits
+        return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic, unique_key):
+        if self.open:
+            msg = unique_lookup(self._services, self._segments, self._core, topic, unique_key, self._cap,
+                                self._dispatcher, _now_ms())
+            if msg is not None:
+                return msg
+        return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
 def plain_message_items(messages, user_topics):
@@ -3364,7 +3473,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "received_rows"]
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
@@ -3430,16 +3539,33 @@ cdef class PopLane:
         self.ack_tail = (',"t":"%s"}' % topic).encode()
 
     def compact(self):
-        """(the pure twin's docstring)"""
+        """(the pure twin's docstring) The compiled twin compares each offset's in-flight
+        (deadline, number) with the entry's field by field, making no tuple."""
         cdef dict inflight = self.inflight
-        cdef list live = []
-        for entry in self.heap:
-            deadline, seq, offsets, numbers = entry
-            keep = [(o, n) for o, n in zip(offsets, numbers) if inflight.get(o) == (deadline, n)]
-            if len(keep) == len(offsets):
+        cdef list live = [], keep_o, keep_n
+        cdef tuple entry, offsets, numbers
+        cdef object deadline, now
+        cdef Py_ssize_t i, n
+        if not inflight:
+            self.heap = []
+            return
+        for e in self.heap:
+            entry = <tuple?>e
+            deadline, offsets, numbers = entry[0], <tuple?>entry[2], <tuple?>entry[3]
+            n = len(offsets)
+            if len(numbers) != n:
+                raise ValueError("a heap entry's offsets and numbers differ in length")
+            keep_o = []
+            keep_n = []
+            for i in range(n):
+                now = inflight.get(offsets[i])
+                if now is not None and (<tuple?>now)[0] == deadline and (<tuple>now)[1] == numbers[i]:
+                    keep_o.append(offsets[i])
+                    keep_n.append(numbers[i])
+            if len(keep_o) == n:
                 live.append(entry)
-            elif keep:
-                live.append((deadline, seq, tuple(o for o, _n in keep), tuple(n for _o, n in keep)))
+            elif keep_o:
+                live.append((deadline, entry[1], tuple(keep_o), tuple(keep_n)))
         _heapq.heapify(live)
         self.heap = live
 
@@ -3472,6 +3598,12 @@ cdef class PopAcker:
     cdef object _acquire, _release, _by_prefix, _commitlog, _topic, _props
     cdef object _offsets, _offsets_acquire, _offsets_release
     cdef int64_t _compact_slack
+    # the lane of the last handle (lanes stay in the service's _by_prefix for good): a handle
+    # of the same lane is matched by comparing its prefix's bytes, not sliced and looked up
+    cdef PopLane _last
+    # flags of the service that only ever go one way, read until they have: the revive topic
+    # exists (_topic_ready), the open has replayed everything (not _loading)
+    cdef bint _ready, _loaded, _snapshots
 
     def __init__(self, service, received_type):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
@@ -3485,6 +3617,9 @@ cdef class PopAcker:
         self._offsets_acquire = service._offsets._lock.acquire
         self._offsets_release = service._offsets._lock.release
         self._compact_slack = service.COMPACT_SLACK
+        self._last = None
+        self._ready = self._loaded = False
+        self._snapshots = bool(service._snapshot_interval_ms)  # set once, at the service's start
 
     def ack(self, handle):
         self._acquire()
@@ -3508,9 +3643,10 @@ cdef class PopAcker:
         cdef dict inflight
         cdef bytes head, tail, body
         cdef const char *text
+        cdef const char *last_text
         cdef char *p
         cdef char digits[24]
-        cdef Py_ssize_t size = 0, i_number, i_offset, nd, k
+        cdef Py_ssize_t size = 0, i_number, i_offset, nd, k, last_size = 0
         cdef int64_t offset = 0, number = 0, committed, nxt
         cdef bint fast = False
         if type(handle) is not str:
@@ -3528,10 +3664,16 @@ cdef class PopAcker:
                 i_offset = _ack_digits(text, i_number, &offset)
                 if i_offset >= 0:
                     fast = True
-                    # the bytes after i_offset are ASCII: one character each
-                    prefix = handle[:len(handle) - (size - i_offset)]
+        found = None
         if fast:
             number_obj = number
+            if self._last is not None:
+                last_text = PyUnicode_AsUTF8AndSize(self._last.prefix, &last_size)
+                if last_size == i_offset and memcmp(text, last_text, i_offset) == 0:
+                    found = self._last
+            if found is None:
+                # the bytes after i_offset are ASCII: one character each
+                prefix = handle[:len(handle) - (size - i_offset)]
         else:
             parts = handle.rsplit(" ", 2)
             try:
@@ -3539,7 +3681,10 @@ cdef class PopAcker:
                 offset_obj, number_obj = int(o), int(n)
             except ValueError:
                 raise _InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        found = (<dict>self._by_prefix).get(prefix)
+        if found is None:
+            found = (<dict>self._by_prefix).get(prefix)
+            if found is not None:
+                self._last = <PopLane?>found
         if fast:
             if found is None or offset >= (<PopLane?>found).next:
                 raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
@@ -3556,8 +3701,10 @@ cdef class PopAcker:
             raise _ReceiptHandleExpiredError(
                 f"receipt handle {handle!r} expired: the message was handed out again", [handle]
             )
-        if not service._topic_ready:
-            service._ensure_topic()
+        if not self._ready:
+            if not service._topic_ready:
+                service._ensure_topic()
+            self._ready = True
         head, tail = lane.ack_head, lane.ack_tail
         nd = 0
         k = offset
@@ -3577,7 +3724,7 @@ cdef class PopAcker:
             p += 1
         memcpy(p, PyBytes_AS_STRING(tail), len(tail))
         try:
-            result = self._commitlog.core.put(self._topic, body, self._props, 0, 0, 0, 0, 0, 0, None, -1)
+            result = self._commitlog.core.put(self._topic, body, self._props, 0)  # the rest: defaults (0, None, -1)
         except _FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then return it
             timeout = exc
             result = exc.result
@@ -3593,11 +3740,13 @@ cdef class PopAcker:
                     committed += 1
             if committed != lane.committed:
                 lane.committed = committed
-                if not service._loading:
+                if not self._loaded:
+                    self._loaded = not service._loading
+                if self._loaded:
                     self._commit(lane, committed)
         if len(lane.heap) > 2 * len(inflight) + self._compact_slack:
             lane.compact()
-        if service._snapshot_interval_ms:
+        if self._snapshots:
             self._countdown -= 1
             if self._countdown <= 0:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
@@ -3651,6 +3800,92 @@ def receipt_handles(str prefix, list offsets, tuple numbers):
         memcpy(p, PyUnicode_DATA(prefix), plen)
         memcpy(p + plen, digits, k)
         out[i] = handle
+    return out
+
+
+def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out):
+    """(the pure twin's docstring, rocketstore._codec_py.pop_receive_run) The compiled twin
+    fills the lane's in-flight map and the offsets in C loops and reads each message's
+    reconsume times from its C field."""
+    cdef object found = (<dict?>service._lanes).get(key)
+    cdef PopLane lane
+    cdef list heap, messages, offsets, times
+    cdef dict inflight
+    cdef tuple stamp, numbers
+    cdef int64_t start, nxt, deadline
+    cdef Py_ssize_t i
+    cdef object got, o
+    if found is None:
+        return False
+    lane = <PopLane?>found
+    heap = lane.heap
+    if heap and (<tuple?>heap[0])[0] <= now:
+        return False
+    start = lane.next
+    got = service._quick(lane.topic, lane.queue_id, start, want)
+    if got is None:
+        return False
+    messages = <list?>got
+    if len(messages) != want:
+        return False
+    times = [None] * want  # read first: a failure here leaves nothing written
+    for i in range(want):
+        o = messages[i]
+        if not isinstance(o, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(o).__name__}, not a MessageExt")
+        times[i] = (<MessageExt>o).reconsume_times
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    inflight = lane.inflight
+    for o in offsets:
+        inflight[o] = stamp
+    lane.next = nxt
+    service._seq += 1
+    _heapq.heappush(heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages.extend(messages)
+    out.reconsume_times.extend(times)
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
+    void PyTuple_SET_ITEM(object p, Py_ssize_t pos, object o)
+
+
+def received_rows(type cls, list messages, list handles, list times):
+    """(the pure twin's docstring, rocketstore._codec_py.received_rows) The compiled twin
+    allocates each row as ``tuple.__new__`` does for a subclass with no ``__dict__`` and fills
+    its three items, with no argument tuple in between."""
+    cdef Py_ssize_t n = len(messages), i
+    cdef list out
+    cdef object row
+    if len(handles) != n or len(times) != n:
+        raise ValueError("messages, handles and times differ in length")
+    if cls.__base__ is not tuple or cls.__dict__.get("__slots__", None) != ():
+        raise TypeError(f"{cls.__name__} is not a namedtuple-like subclass of tuple")
+    out = [None] * n
+    for i in range(n):
+        row = PyType_GenericAlloc(<PyTypeObject *>cls, 3)
+        m, h, t = messages[i], handles[i], times[i]
+        Py_INCREF(m)
+        PyTuple_SET_ITEM(row, 0, m)
+        Py_INCREF(h)
+        PyTuple_SET_ITEM(row, 1, h)
+        Py_INCREF(t)
+        PyTuple_SET_ITEM(row, 2, t)
+        out[i] = row
     return out
 
 

@@ -419,6 +419,7 @@ def _message_init(self, topic, body, tags=None, keys=None, properties=None, flag
     rs_slot_set(self, _M_BORN, born_timestamp)
     rs_slot_set(self, _M_RECONSUME, reconsume_times)
     rs_slot_set(self, _M_SYS_FLAG, sys_flag)
+    rs_message_track_again(self)   # it may have been built untracked (issue 17 section, below)
 
 
 # Building a Message is every producer's first step: its __init__ (ten slot assignments in Python,
@@ -578,7 +579,7 @@ POPULATE_WRITE = bool(rs_populate_supported())
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
 __all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
            "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step", "SwitchSafe",
-           "MAX_FRAME", "keyed_properties"]
+           "MAX_FRAME", "keyed_properties", "PutFront"]
 
 WAIT_NONE = 0        # return at once (ASYNC flush makes it durable within the flush interval)
 WAIT_BLOCK = 1       # block until flushed or sync_flush_timeout_ms (group commit)
@@ -766,6 +767,7 @@ cdef class _Topic:
 
 
 @cython.no_gc   # holds only str/bytes/int and an exception without traceback: no cycles
+@cython.freelist(64)   # one made and dropped per put: spares malloc and free
 cdef class PutResult:
     """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
     cdef int _status
@@ -1898,22 +1900,7 @@ cdef class CommitLogCore:
         """:meth:`put` of a message whose properties are ``tags`` and ``keys`` alone, encoded
         here (see :func:`keyed_properties`); None, having done nothing, when they are not the
         plain shape (the caller then encodes them, or raises, on the general path)."""
-        cdef uint8_t small[KEYED_SMALL]
-        cdef uint8_t *props = small
-        cdef Py_ssize_t plen = _keyed_length(tags, keys)
-        if plen < 0:
-            return None
-        if plen > KEYED_SMALL:
-            props = <uint8_t *>PyMem_Malloc(plen)
-            if props == NULL:
-                raise MemoryError()
-        try:
-            # encoded before anything can release the GIL: another thread cannot change them
-            _keyed_write(tags, keys, props)
-            return self._put_one(topic, body, props, plen, queue_id, flag, 0, 0, 0, 0, None, wait)
-        finally:
-            if props != small:
-                PyMem_Free(props)
+        return _put_keyed(self, topic, body, tags, keys, queue_id, flag, wait)
 
     cdef object _put_one(self, topic, body, const uint8_t *pp, Py_ssize_t plen, int queue_id,
                          int32_t flag, int64_t born_timestamp, int32_t sys_flag, int32_t reconsume_times,
@@ -2419,3 +2406,148 @@ cdef class CommitLogCore:
     @property
     def closed(self):
         return self._closed
+
+
+# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one compiled call,
+# ---- and Message objects the cyclic GC need not visit ----
+
+cdef extern from *:
+    """
+    /* A Message built by the compiled constructor whose ten fields are all None, str, bytes or
+       int can be part of no reference cycle: it is untracked, as CPython untracks tuples and
+       dicts of atomic values, so that building a batch of them does not run the cyclic GC over
+       the whole heap every few hundred messages. Any later assignment of a field goes through
+       rs_message_setattro, which tracks it again when the value could hold a reference back. */
+    static vectorcallfunc rs_message_vectorcall_tracked = NULL;   /* the constructor above */
+    static setattrofunc rs_message_setattro_generic = NULL;
+
+    static inline int rs_atomic_value(PyObject *v) {
+        return v == Py_None || PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || PyLong_CheckExact(v);
+    }
+
+    static PyObject *rs_message_vectorcall_untracked(PyObject *callable, PyObject *const *args,
+                                                     size_t nargsf, PyObject *kwnames) {
+        PyObject *self = rs_message_vectorcall_tracked(callable, args, nargsf, kwnames);
+        int i;
+        if (self == NULL || (PyObject *)Py_TYPE(self) != callable || !PyObject_GC_IsTracked(self))
+            return self;
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
+            PyObject *v = rs_slot(self, rs_message_offsets[i]);
+            if (v == NULL || !rs_atomic_value(v))
+                return self;
+        }
+        PyObject_GC_UnTrack(self);
+        return self;
+    }
+
+    static int rs_message_setattro(PyObject *self, PyObject *name, PyObject *value) {
+        int rc = rs_message_setattro_generic(self, name, value);
+        if (rc == 0 && value != NULL && !rs_atomic_value(value) && !PyObject_GC_IsTracked(self))
+            PyObject_GC_Track(self);
+        return rc;
+    }
+
+    /* A Message whose fields were set some other way (an explicit __init__ call): tracked
+       again if any field could hold a reference back. */
+    static void rs_message_track_again(PyObject *self) {
+        int i;
+        if (PyObject_GC_IsTracked(self))
+            return;
+        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
+            PyObject *v = rs_slot(self, rs_message_offsets[i]);
+            if (v != NULL && !rs_atomic_value(v)) {
+                PyObject_GC_Track(self);
+                return;
+            }
+        }
+    }
+
+    /* Install both on the Message type, once its compiled constructor is installed. */
+    static void rs_message_untrack_atomic(PyObject *type) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (rs_message_vectorcall_tracked != NULL || t->tp_vectorcall != rs_message_vectorcall)
+            return;
+        rs_message_vectorcall_tracked = t->tp_vectorcall;
+        rs_message_setattro_generic = t->tp_setattro;
+        t->tp_setattro = rs_message_setattro;
+        t->tp_vectorcall = rs_message_vectorcall_untracked;
+    }
+    """
+    void rs_message_untrack_atomic(object type)
+    void rs_message_track_again(object self)
+
+
+if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_init and _MESSAGE_TYPE.__setattr__ is object.__setattr__:
+    rs_message_untrack_atomic(_MESSAGE_TYPE)
+
+
+cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, int queue_id, int32_t flag, int wait):
+    """``core.put_keyed(...)``: None, having done nothing, when tags and keys are not the plain
+    shape; else the put's result (see CommitLogCore.put_keyed)."""
+    cdef uint8_t small[KEYED_SMALL]
+    cdef uint8_t *props = small
+    cdef Py_ssize_t plen = _keyed_length(tags, keys)
+    if plen < 0:
+        return None
+    if plen > KEYED_SMALL:
+        props = <uint8_t *>PyMem_Malloc(plen)
+        if props == NULL:
+            raise MemoryError()
+    try:
+        # encoded before anything can release the GIL: another thread cannot change them
+        _keyed_write(tags, keys, props)
+        return core._put_one(topic, body, props, plen, queue_id, flag, 0, 0, 0, 0, None, wait)
+    finally:
+        if props != small:
+            PyMem_Free(props)
+
+
+cdef class PutFront:
+    """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
+    store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
+    keys=...)`` of a topic already checked, go straight into the core in this one call; every
+    other call (another shape, bad input, a closed core) is ``general(store, ...)``, which is
+    :meth:`rocketstore.MessageStore.put` itself. Nothing else differs: the same core calls
+    with the same arguments as that method's own fast paths."""
+    cdef CommitLogCore _core
+    cdef set _user_topics            # the store's own set (MessageStore._user_topics), not a copy
+    cdef object _store_ref           # weakref to the store: the front lives in its __dict__
+    cdef object _general
+
+    def __init__(self, CommitLogCore core not None, set user_topics not None, store_ref, general):
+        self._core = core
+        self._user_topics = user_topics
+        self._store_ref = store_ref
+        self._general = general
+
+    @cython.binding(True)   # a function inspect.signature() reads, as it read MessageStore.put
+    def put(self, topic, body=None, *, tags=None, keys=None, properties=None, queue_id=-1, flag=0,
+            durable=None, delay_level=None, deliver_at_ms=None, delay_ms=None):
+        """Store one message; see :meth:`rocketstore.MessageStore.put`."""
+        cdef int64_t qid = 0, flg = 0
+        cdef int wait
+        cdef CommitLogCore core = self._core
+        if (PyUnicode_CheckExact(topic) and body is not None and properties is None
+                and delay_level is None and deliver_at_ms is None and delay_ms is None
+                and not core._closed and PySet_Contains(self._user_topics, topic)
+                and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
+            if durable is None:
+                wait = -1                # the store's flush_disk_type decides
+            elif durable is True:
+                wait = 1
+            elif durable is False:
+                wait = 0
+            else:
+                wait = -2                # any other object: the general path reads its truth
+            if wait != -2:
+                if tags is None and keys is None:
+                    return core._put_one(topic, body, NULL, 0, <int>qid, <int32_t>flg, 0, 0, 0, 0, None, wait)
+                done = _put_keyed(core, topic, body, tags, keys, <int>qid, <int32_t>flg, wait)
+                if done is not None:
+                    return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._general(store, topic, body, tags=tags, keys=keys, properties=properties,
+                             queue_id=queue_id, flag=flag, durable=durable, delay_level=delay_level,
+                             deliver_at_ms=deliver_at_ms, delay_ms=delay_ms)

@@ -41,9 +41,9 @@ static inline void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t 
      * and one that publishes late must not take back another's end. */
     while (seen < wrote && !__atomic_compare_exchange_n(at, &seen, wrote, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         ;
-    for (int i = 0; i < RS_LIVE_SLOTS; i++) {
-        if (!(slots >> i & 1))
-            continue;
+    /* only the set bits (a put moves one slot: one step, not RS_LIVE_SLOTS) */
+    for (uint64_t left = slots; left != 0; left &= left - 1) {
+        int i = __builtin_ctzll(left);
         uint32_t *word = rs_live_u32(page, RS_LIVE_SLOT0 + 8 * i);
         __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);
         if (always || __atomic_load_n(rs_live_u32(page, RS_LIVE_SLOT0 + 8 * i + 4), __ATOMIC_SEQ_CST))

@@ -305,8 +305,8 @@ def test_a_failed_index_file_creation_leaves_no_file(tmp_path, impl, monkeypatch
     service.close()
 
 
-def _failing_sync(fd):
-    """The pure twin's data sync (fdatasync, or F_FULLFSYNC on macOS), failing with ENOSPC."""
+def _failing_sync(fd, mm, lo, hi):
+    """The pure twin's data sync (msync, and F_FULLFSYNC on macOS), failing with ENOSPC."""
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 

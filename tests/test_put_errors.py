@@ -144,7 +144,7 @@ class _Gate:
         self.open = threading.Event()
         self.error = error
 
-    def __call__(self, fd):
+    def __call__(self, fd, mm, lo, hi):
         if self.error is not None:
             raise self.error
         self.open.wait(HANG_GUARD_S)
@@ -158,6 +158,7 @@ def _pure_only(impl):
 def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(impl, tmp_path, monkeypatch):
     _pure_only(impl)
     with _open(impl, tmp_path / "s") as store:
+        real_sync = _store_py._data_sync
         monkeypatch.setattr(_store_py, "_data_sync", _Gate(OSError(errno.EIO, "Input/output error")))
         with pytest.raises(FlushTimeoutError) as info:
             store.put(TOPIC, b"durable?", durable=True)
@@ -180,7 +181,7 @@ def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(im
         with pytest.raises(FlushTimeoutError) as info:
             future.result()
         assert store.read(info.value.result.commitlog_offset).body == b"pipelined"
-        monkeypatch.setattr(_store_py, "_data_sync", _store_py.os.fsync)  # space is back
+        monkeypatch.setattr(_store_py, "_data_sync", real_sync)  # the disk is back
         assert store.put(TOPIC, b"durable", durable=True).ok
 
 
@@ -229,45 +230,24 @@ def test_the_flush_watcher_fires_futures_past_their_deadline():
         watcher.close()
 
 
-class _NoFdatasyncOs:
-    """The ``os`` module of a platform without fdatasync (macOS)."""
+class _RecordingMap:
+    """A segment map whose msyncs are recorded."""
 
-    def __getattr__(self, name):
-        if name == "fdatasync":
-            raise AttributeError(name)
-        return getattr(os, name)
+    def __init__(self):
+        self.flushed = []
 
-
-class _NoFullFsync:
-    def __getattr__(self, name):
-        if name == "F_FULLFSYNC":
-            raise AttributeError(name)
-        return getattr(_store_py.fcntl, name)
+    def flush(self, offset, size):
+        self.flushed.append((offset, size))
 
 
-def test_durable_puts_work_without_fdatasync(impl, tmp_path, monkeypatch):
-    _pure_only(impl)
-    calls = []
-    fake_os = _NoFdatasyncOs()
-    real_fsync = os.fsync
-
-    class CountingOs(_NoFdatasyncOs):
-        @staticmethod
-        def fsync(fd):
-            calls.append(fd)
-            real_fsync(fd)
-
-    monkeypatch.setattr(_store_py, "os", CountingOs())
-    monkeypatch.setattr(_store_py, "fcntl", _NoFullFsync())
-    store = _open(impl, tmp_path / "s", sync_flush_timeout_ms=60_000)
-    r = store.put(TOPIC, b"durable", durable=True)
-    assert r.ok and calls, "the flush did not fall back to fsync"
-    assert store.put_pipelined(TOPIC, b"pipelined").result().ok
-    closer = threading.Thread(target=store.close)
-    closer.start()
-    closer.join(HANG_GUARD_S)
-    assert not closer.is_alive(), "close() hung"
-    assert fake_os is not None
+def test_data_sync_msyncs_the_written_range_from_its_page(monkeypatch):
+    """The pure twin syncs as the compiled flush thread does: an msync of the range, from the
+    page it starts in; no descriptor is needed (a sealed segment's own is closed)."""
+    monkeypatch.setattr(_store_py, "_FULL_SYNC", None)
+    mm = _RecordingMap()
+    _store_py._data_sync(-1, mm, 5000, 9000)
+    _store_py._data_sync(None, mm, 8192, 8192)  # nothing written: nothing to sync
+    assert mm.flushed == [(4096, 4904)]
 
 
 def test_data_sync_uses_full_fsync_where_the_platform_has_it(monkeypatch):
@@ -281,8 +261,10 @@ def test_data_sync_uses_full_fsync_where_the_platform_has_it(monkeypatch):
             done.append(("fcntl", fd, cmd))
 
     monkeypatch.setattr(_store_py, "fcntl", MacFcntl())
-    _store_py._data_sync(7)
-    assert done == [("fcntl", 7, 51)]
+    monkeypatch.setattr(_store_py, "_FULL_SYNC", 51)
+    mm = _RecordingMap()
+    _store_py._data_sync(7, mm, 0, 10)
+    assert mm.flushed == [(0, 10)] and done == [("fcntl", 7, 51)]
 
 
 def test_an_exception_in_the_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path, monkeypatch):

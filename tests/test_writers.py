@@ -636,6 +636,7 @@ def test_a_child_forked_after_the_open_neither_writes_nor_closes_the_parents_sto
     path = tmp_path / "s"
     with open_store(path, impl) as store:
         store.put("T", b"before", queue_id=0)
+        assert store.get_by_queue_offset("T", 0, 0).body == b"before"  # dispatched: readable
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
             pid = os.fork()
@@ -649,6 +650,12 @@ def test_a_child_forked_after_the_open_neither_writes_nor_closes_the_parents_sto
                     code = 0 if "before it forked" in str(exc) else 2
                 if code == 0 and not store.closed:
                     code = 4
+                if code == 0:
+                    try:
+                        store.get_by_queue_offset("T", 0, 0)  # nor reads through the parent's parts
+                        code = 5
+                    except StoreClosedError:
+                        pass
                 _close_open_stores()  # what the child's interpreter runs at exit
                 store.close()
             except BaseException:

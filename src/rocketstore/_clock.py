@@ -3,7 +3,7 @@
 import datetime
 import time
 
-__all__ = ["now_ms", "month_bounds"]
+__all__ = ["now_ms", "month_bounds", "month_start"]
 
 
 def now_ms() -> int:
@@ -22,3 +22,16 @@ def month_bounds(at_ms: int) -> tuple[int, int]:
     start_ms = int(start.replace(tzinfo=None).astimezone().timestamp() * 1000)
     next_ms = int(following.replace(tzinfo=None).astimezone().timestamp() * 1000)
     return start_ms, next_ms
+
+
+_month = (0, -1)  # (start, next) of the month month_start last looked up
+
+
+def month_start(at_ms: int) -> int:
+    """The start of the local month containing ``at_ms`` (:func:`month_bounds`, remembered for
+    the month: a UNIQ_KEY lookup asks for each key, and the time zone lookup costs µs)."""
+    global _month
+    start, following = _month
+    if not start <= at_ms < following:
+        start, following = _month = month_bounds(at_ms)
+    return start

@@ -47,13 +47,16 @@ import operator
 import re
 import struct
 import sys
-import time
 import weakref
 import zlib
 from collections.abc import Iterator, Mapping
+from itertools import repeat
 from typing import Any, Optional
 
 import numpy as np
+
+from rocketstore._clock import month_start as _month_start
+from rocketstore._clock import now_ms
 
 from .errors import (
     CorruptRecordError,
@@ -94,6 +97,8 @@ __all__ = [
     "message_by_id",
     "key_messages",
     "key_lookup",
+    "unique_lookup",
+    "FastReads",
     "PULL_END",
     "PULL_FULL",
     "PULL_OUTSIDE",
@@ -1606,11 +1611,6 @@ def make_uniq_key(
     )
 
 
-def _local_month_start(ms: int) -> int:
-    tm = time.localtime(ms // 1000)
-    return int(time.mktime((tm.tm_year, tm.tm_mon, 1, 0, 0, 0, 0, 0, -1))) * 1000
-
-
 def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     """getNearlyTimeFromID: the creation time a UNIQ_KEY encodes, as seen at ``now_ms``.
 
@@ -1619,7 +1619,7 @@ def uniq_key_time(key: str, now_ms: int, month_start_fn=None) -> int:
     raw = _unhex(key, "UNIQ_KEY")
     ip_len = len(raw) - 12
     span = int.from_bytes(raw[ip_len + 6 : ip_len + 10], "big")
-    month_start = month_start_fn or _local_month_start
+    month_start = month_start_fn or _month_start
     base = month_start(now_ms)
     if base + span >= now_ms:
         base = month_start(base - 1)
@@ -2036,10 +2036,26 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         or not 0 <= cap <= _INT64_MAX
     ):
         return None
+    _index_catch_up(dispatcher)
+    offsets = _index_walk(services, topic, key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000))
+    if offsets is None:
+        return None
+    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+
+
+def _index_catch_up(dispatcher) -> None:
+    """``dispatcher.catch_up(index=True)`` (a Dispatcher, or None: none), unless its
+    ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = dispatcher.end_core
         if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
             dispatcher.catch_up(index=True)
+
+
+def _index_walk(services, topic, key, cap, lo, hi) -> Optional[list[int]]:
+    """The candidates each index service of ``services`` (a tuple; None entries skipped) holds
+    under ``topic#key`` stored within ``[lo, hi]`` (ms), at most ``cap`` a service, walked under
+    its lock, ascending; None: a closed service."""
     offsets: list[int] = []
     for service in services:
         if service is None:
@@ -2047,12 +2063,39 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
         with service._lock:
             if service._closed:
                 return None
-            offsets += service._index.select_files(
-                service._files, topic + "#" + key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000)
-            )[0]
+            offsets += service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
     if len(services) > 1:
         offsets.sort()
-    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+    return offsets
+
+
+def unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
+    """``MessageStore.query_by_unique_key`` in one call: the catch-up of :func:`key_lookup`, then
+    the index walk (:func:`key_lookup`'s, for ``cap`` candidates) from the creation time the id
+    encodes at ``now`` (:func:`uniq_key_time`, less a second), and over all time when that
+    finds nothing; each hit's topic and UNIQ_KEY re-checked (:func:`key_messages`); the first
+    stored of the hits. None when the careful path must decide: ``topic`` or ``key`` not a
+    non-empty str, a closed service or segment, and nothing found (it says so)."""
+    if type(topic) is not str or type(key) is not str or not topic or not key or type(services) is not tuple:
+        return None
+    if type(cap) is not int or not 0 <= cap <= _INT64_MAX:
+        return None
+    _index_catch_up(dispatcher)
+    begins = [0]
+    try:
+        begins.insert(0, max(0, uniq_key_time(key, now) - 1000))
+    except (InvalidMessageIdError, ValueError):
+        pass  # not a RocketMQ-made id: no time hint
+    for begin in begins:
+        offsets = _index_walk(services, topic, key, cap, begin, _INT64_MAX)
+        if offsets is None:
+            return None
+        hits = key_messages(offsets, segments, core, topic, key, _INT64_MIN, _INT64_MAX, len(offsets), True)
+        if hits is None:
+            return None
+        if hits:
+            return min(hits, key=operator.attrgetter("store_timestamp"))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2061,6 +2104,86 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
 __all__ += ["timer_properties", "timer_units", "timer_copies"]
 
 _TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class FastReads:
+    """An open store's point reads, each in one call of this module (the twin of the compiled
+    FastReads): rocketstore.store puts these bound methods over the class's ``read``,
+    ``get_by_msg_id``, ``get_by_queue_offset`` and ``query_by_key`` while the store is open and
+    follows no other process. What a fast call cannot answer (None), a keyword it does not
+    take, or a closed store runs the class's method (the careful path)."""
+
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+        self._store = store_ref  # weak: the store's dict holds these methods
+        self._cls = cls
+        self._queues = queues
+        self._segments = segments
+        self._core = core
+        self._services = services
+        self._dispatcher = dispatcher
+        self._cap = cap
+        self.open = True
+
+    def _owner(self):
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return store
+
+    def read(self, commitlog_offset, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = record_at(self._segments, self._core, commitlog_offset)
+            if msg is not None:
+                return msg
+        return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
+
+    def get_by_msg_id(self, msg_id, *, zero_copy=False):
+        if self.open and zero_copy is False:
+            msg = message_by_id(self._segments, self._core, msg_id)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
+
+    def get_by_queue_offset(self, topic, queue_id, queue_offset):
+        if self.open:
+            msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
+            if msg is not None:
+                return msg
+        return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
+
+    def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
+        if self.open:
+            hits = key_lookup(
+                self._services,
+                self._segments,
+                self._core,
+                topic,
+                key,
+                max_num,
+                begin,
+                end,
+                self._cap,
+                self._dispatcher,
+            )
+            if hits is not None:
+                return hits
+        return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic, unique_key):
+        if self.open:
+            msg = unique_lookup(
+                self._services,
+                self._segments,
+                self._core,
+                topic,
+                unique_key,
+                self._cap,
+                self._dispatcher,
+                now_ms(),
+            )
+            if msg is not None:
+                return msg
+        return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
 def timer_properties(name, value, deliver, topic, queue_id) -> bytes:
@@ -2144,7 +2267,14 @@ def timer_copies(
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles"]
+__all__ += [
+    "PopLane",
+    "PopAcker",
+    "POP_SNAPSHOT_CHECK_EVERY",
+    "receipt_handles",
+    "pop_receive_run",
+    "received_rows",
+]
 
 
 def receipt_handles(prefix: str, offsets: list[int], numbers: tuple[int, ...]) -> list[str]:
@@ -2197,6 +2327,9 @@ class PopLane:
         the heap holds more than twice as many entries as there are messages in flight, so
         its cost is spread over the receives that grew it."""
         inflight = self.inflight
+        if not inflight:
+            self.heap = []  # nothing in flight: no entry keeps anything
+            return
         live = []
         for entry in self.heap:
             deadline, seq, offsets, numbers = entry
@@ -2281,9 +2414,9 @@ class PopAcker:
         body = lane.ack_head + str(offset).encode() + lane.ack_tail
         timeout = None
         try:
-            result = service._parts.commitlog.core.put(
-                service.topic, body, service._ack_props, 0, 0, 0, 0, 0, 0, None, -1
-            )
+            # queue 0; flag, born timestamp, sys flag, reconsume times, prepared offset,
+            # unique key and wait: put's defaults (0, None, -1), as the compiled twin passes them
+            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)
         except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
             timeout = exc
             result = exc.result
@@ -2310,6 +2443,64 @@ class PopAcker:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
                 service._maybe_snapshot(service.clock())
         return timeout
+
+
+def pop_receive_run(
+    service: Any, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Any
+) -> bool:
+    """The common step of :meth:`rocketstore.pop.PopService.receive` for one queue, in one call:
+    the lane of ``key`` (group, topic, queue id) exists, none of its messages is due back at
+    ``now``, and the store's one-call pull (``service._quick(topic, queue id, offset, n)``, a
+    list of messages or None) hands out ``want`` new messages from the lane's next offset, a
+    run with no gap. Then the checkpoint of that run is written (``service._write``, as
+    ``_receive_lane`` writes it: ``CK_RUN_JSON``), applied to the lane as ``_apply_ck`` applies
+    it (one ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest
+    un-acked offsets), and the messages are added to ``out`` (a ``Received``). True if done;
+    False, with nothing written or changed, when any of that does not hold: the caller takes
+    the general path (``PopService._receive_lane``)."""
+    lane = service._lanes.get(key)
+    if lane is None or (lane.heap and lane.heap[0][0] <= now):
+        return False
+    start = lane.next
+    messages = service._quick(lane.topic, lane.queue_id, start, want)
+    if messages is None or len(messages) != want:
+        return False
+    times = []  # read first: a failure here leaves nothing written
+    for m in messages:
+        if not isinstance(m, MessageExt):
+            raise TypeError(f"the quick pull gave a {type(m).__name__}, not a MessageExt")
+        times.append(m.reconsume_times)
+    nxt = start + want
+    body = (
+        service.CK_RUN_JSON
+        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+    ).encode()
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    deadline = now + invisible
+    stamp = (deadline, 0)
+    offsets = list(range(start, nxt))
+    numbers = (0,) * want
+    lane.inflight.update(dict.fromkeys(offsets, stamp))
+    lane.next = nxt
+    service._seq += 1
+    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))
+    service._committed_moved(lane)
+    out.messages += messages
+    out.reconsume_times += times
+    out._lanes.append((lane, offsets, numbers, stamp))
+    return True
+
+
+def received_rows(cls: type, messages: list[Any], handles: list[str], times: list[int]) -> list[Any]:
+    """The rows ``cls(message, handle, reconsume times)`` of one receive
+    (rocketstore.pop.Received's iteration), each made by ``tuple.__new__`` straight (a
+    NamedTuple's own ``__new__`` is a Python frame per row). ``cls``: a tuple subclass with
+    ``__slots__ = ()`` (TypeError otherwise); ValueError if the lists differ in length."""
+    if not len(handles) == len(times) == len(messages):
+        raise ValueError("messages, handles and times differ in length")
+    if cls.__base__ is not tuple or cls.__dict__.get("__slots__", None) != ():
+        raise TypeError(f"{cls.__name__} is not a namedtuple-like subclass of tuple")
+    return list(map(tuple.__new__, repeat(cls), zip(messages, handles, times)))
 
 
 # ---- recovery scan at disk speed: one call decodes, checks and groups a stretch of records ----

@@ -33,6 +33,27 @@ def open_regular(path: str, flags: int, what: str) -> int:
     return fd
 
 
+def raise_open_files_limit() -> None:
+    """Raise the process's soft limit of open files to its hard limit (the JVM's MaxFDLimit);
+    where the hard limit is unlimited, as far as the system takes. Never lowers it."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft == hard:
+        return
+    # an unlimited hard limit is not a soft limit every system takes (macOS: OPEN_MAX)
+    for want in (hard,) if hard != resource.RLIM_INFINITY else (1 << 20, 10_240):
+        if want <= soft:
+            return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return
+        except (ValueError, OSError):
+            continue
+
+
 def fsync_dir(directory: str) -> None:
     """fsync a directory, so a rename in it survives a power cut."""
     fd = os.open(directory or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

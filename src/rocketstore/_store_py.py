@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import mmap
 import os
 import platform
 import struct
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_FRAME",
     "SwitchSafe",
     "keyed_properties",
+    "PutFront",
 ]
 
 #: The pure twin does not pre-fault: its segments are always fallocated (see the compiled twin).
@@ -611,14 +613,19 @@ class PutFuture:
         return self.result()
 
 
-def _data_sync(fd):
-    """Make a file's written data durable with the platform's strongest data sync: macOS's
-    fsync leaves data in the drive's cache (F_FULLFSYNC does not), and macOS has no fdatasync."""
-    full_sync = getattr(fcntl, "F_FULLFSYNC", None)
-    if full_sync is not None:
-        fcntl.fcntl(fd, full_sync)
-    else:
-        getattr(os, "fdatasync", os.fsync)(fd)
+_FULL_SYNC = getattr(fcntl, "F_FULLFSYNC", None)
+
+
+def _data_sync(fd, mm, lo, hi):
+    """Make ``[lo, hi)`` of a segment's map durable as the compiled flush thread does: msync
+    (MS_SYNC, Linux's data sync of the range), then on macOS, whose msync and fsync leave data
+    in the drive's cache, F_FULLFSYNC of the file. The store closes a sealed segment's own
+    descriptor where the msync is all there is (MappedFile.release_descriptor)."""
+    lo -= lo % mmap.PAGESIZE
+    if hi > lo:
+        mm.flush(lo, hi - lo)
+    if _FULL_SYNC is not None and fd is not None and fd >= 0:
+        fcntl.fcntl(fd, _FULL_SYNC)
     if _debug_sync_errno:
         raise OSError(_debug_sync_errno, os.strerror(_debug_sync_errno))
 
@@ -631,7 +638,7 @@ class _Flusher:
         self.wrote = start_offset
         self.flushed = start_offset
         self.requested = start_offset
-        self.segments = {}  # start -> (fd, size)
+        self.segments = {}  # start -> (fd, map, size)
         self.interval = max(interval_ms, 1) / 1000
         self.least_pages = least_pages
         self.thorough = max(thorough_ms, 1) / 1000
@@ -660,10 +667,10 @@ class _Flusher:
         err = 0
         try:
             with self.seg_lock:
-                for start, (fd, size) in list(self.segments.items()):
-                    if start < hi and lo < start + size and fd is not None:
+                for start, (fd, mm, size) in list(self.segments.items()):
+                    if start < hi and lo < start + size:
                         try:
-                            _data_sync(fd)
+                            _data_sync(fd, mm, max(lo - start, 0), min(hi - start, size))
                         except Exception as exc:  # the waiting puts' error; the thread lives on
                             err = getattr(exc, "errno", None) or errno.EIO
                             self.last_error = exc
@@ -862,7 +869,7 @@ class CommitLogCore:
         if len(mm) != self._file_size:
             raise ValueError(f"segment map is {len(mm)} bytes, expected {self._file_size}")
         with self._flusher.seg_lock:
-            self._flusher.segments[file_from_offset] = (fd, self._file_size)
+            self._flusher.segments[file_from_offset] = (fd, mm, self._file_size)
 
     def release_segment(self, file_from_offset):
         with self._flusher.seg_lock:
@@ -1650,3 +1657,75 @@ class CommitLogCore:
     @property
     def closed(self):
         return self._closed
+
+
+# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one call ----
+
+
+class PutFront:
+    """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
+    store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
+    keys=...)`` of a topic already checked, go straight into the core; every other call
+    (another shape, bad input, a closed core) is ``general(store, ...)``, which is
+    :meth:`rocketstore.MessageStore.put` itself. The compiled twin does the same in one C call."""
+
+    __slots__ = ("_core", "_user_topics", "_store_ref", "_general")
+
+    def __init__(self, core: CommitLogCore, user_topics: set[str], store_ref: Any, general: Any) -> None:
+        if not isinstance(core, CommitLogCore) or type(user_topics) is not set:
+            raise TypeError("PutFront needs a CommitLogCore and a set")
+        self._core, self._user_topics, self._store_ref, self._general = core, user_topics, store_ref, general
+
+    def put(
+        self,
+        topic: Any,
+        body: Any = None,
+        *,
+        tags: Any = None,
+        keys: Any = None,
+        properties: Any = None,
+        queue_id: Any = -1,
+        flag: Any = 0,
+        durable: Any = None,
+        delay_level: Any = None,
+        deliver_at_ms: Any = None,
+        delay_ms: Any = None,
+    ) -> Any:
+        """Store one message; see :meth:`rocketstore.MessageStore.put`."""
+        core = self._core
+        if (
+            type(topic) is str
+            and body is not None
+            and properties is None
+            and delay_level is None
+            and deliver_at_ms is None
+            and delay_ms is None
+            and not core._closed
+            and topic in self._user_topics
+            and _plain_int(queue_id, -1, _INT32_MAX)
+            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
+            and (durable is None or durable is True or durable is False)
+        ):
+            wait = -1 if durable is None else (1 if durable else 0)
+            if tags is None and keys is None:
+                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
+            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, wait)
+            if done is not None:
+                return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._general(
+            store,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            durable=durable,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
+        )

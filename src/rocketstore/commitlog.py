@@ -149,6 +149,8 @@ class CommitLog:
 
     def load(self) -> None:
         self.segments.load()
+        for sealed in self.segments.files[:-1]:
+            sealed.release_descriptor()  # one descriptor per segment, not two (the map's own)
 
     @property
     def files(self) -> list[MappedFile]:
@@ -421,6 +423,11 @@ class CommitLog:
                 between = segments.segment_at(segments.files[-1].end_offset)
                 core.add_segment(between.mm, between.file_from_offset, between.fd)
         mf = segments.segment_at(start)
+        for sealed in reversed(segments.files):  # the ones sealed since the last roll
+            if sealed.end_offset > start:
+                continue
+            if not sealed.release_descriptor():
+                break
         self.segments.prepare_next(
             on_ready=lambda nxt: core.add_segment(nxt.mm, nxt.file_from_offset, nxt.fd)
         )

@@ -227,6 +227,11 @@ class StoreConfig:
     #: How long a joining writer waits for the writing process to finish opening (recovering)
     #: the store before ``StoreLockedError`` (s).
     writer_wait_s: float = 300.0
+    #: Whether an open raises this process's soft limit of open files to its hard limit, as
+    #: the JVM does for a Java broker (``-XX:+MaxFDLimit``). A store keeps a descriptor or two
+    #: per CommitLog segment and per ConsumeQueue and index file, so a few hundred queues
+    #: outgrow the common soft limit of 1,024. It is only ever raised, never lowered.
+    raise_open_files_limit: bool = True
 
     def __post_init__(self) -> None:  # noqa: C901 (one check per option, each with its own message)
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
@@ -291,6 +296,8 @@ class StoreConfig:
             raise StoreConfigError("shared_writers must be a bool")
         if not isinstance(self.shared_append, bool):
             raise StoreConfigError("shared_append must be a bool")
+        if not isinstance(self.raise_open_files_limit, bool):
+            raise StoreConfigError("raise_open_files_limit must be a bool")
         if not _is_number(self.writer_wait_s) or not 0 <= self.writer_wait_s <= 1e6:
             raise StoreConfigError("writer_wait_s must be a number of seconds, 0 to 1e6")
         if self.store_host is None:

@@ -33,7 +33,7 @@ from typing import Any, Optional, TypeVar
 from rocketstore._files import fsync_dir, write_synced
 from rocketstore.errors import InvalidQueueIdError, StoreConfigError, StoreReadOnlyError
 from rocketstore.fastjson import _INT_KEY, _int_text, dumps_fastjson, loads_fastjson
-from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
+from rocketstore.mapped_file import space_error
 from rocketstore.message import validate_topic
 
 __all__ = [
@@ -268,18 +268,21 @@ class ConfigFile:
             try:
                 write_synced(tmp, data)
             except OSError as exc:
-                if exc.errno not in NO_SPACE_ERRNOS:
-                    raise
                 raise space_error(
                     exc.errno,
                     f"writing {os.path.basename(self.path)} failed, the file on disk is unchanged",
                     self.path,
                 ) from exc
-            # A garbage current file must not replace a good .bak.
-            if os.path.exists(self.path) and (self._primary_ok or self._try(self.path)[0] == "ok"):
-                os.replace(self.path, self.bak_path)
-            os.replace(tmp, self.path)
-            fsync_dir(directory)
+            try:
+                # A garbage current file must not replace a good .bak.
+                if os.path.exists(self.path) and (self._primary_ok or self._try(self.path)[0] == "ok"):
+                    os.replace(self.path, self.bak_path)
+                os.replace(tmp, self.path)
+                fsync_dir(directory)
+            except OSError as exc:  # the file or its .bak holds a complete table, as ever
+                raise space_error(
+                    exc.errno, f"replacing {os.path.basename(self.path)} failed", self.path
+                ) from exc
             self._primary_ok, self.dirty = True, False
             return True
 

@@ -35,6 +35,7 @@ __all__ = [
     "NotAStoreError",
     "SegmentError",
     "DiskFullError",
+    "OpenFilesLimitError",
     "PutError",
     "ServiceNotAvailableError",
     "CreateMappedFileFailedError",
@@ -157,6 +158,13 @@ class DiskFullError(SegmentError):
     (ENOSPC, EDQUOT), or the disk is above ``disk_space_warning_level_ratio`` and puts are
     refused until retention frees space (spec §9). Nothing of the refused write was stored;
     writes resume by themselves once space returns."""
+
+
+class OpenFilesLimitError(SegmentError):
+    """The process ran out of file descriptors (EMFILE) or the system did (ENFILE): a store keeps
+    one or two per CommitLog segment and per ConsumeQueue and index file. An open raises the
+    soft limit to the hard limit (``raise_open_files_limit``); past that, raise the hard limit
+    (``ulimit -n``, systemd's ``LimitNOFILE``). Nothing of the failed call was stored."""
 
 
 class PutError(RocketStoreError):

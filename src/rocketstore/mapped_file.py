@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import errno
+import fcntl
 import mmap
 import os
 import queue
@@ -32,6 +33,7 @@ from rocketstore.errors import (
     DiskFullError,
     FlushTimeoutError,
     MessageNotFoundError,
+    OpenFilesLimitError,
     SegmentError,
     StoreClosedError,
     StoreConfigError,
@@ -50,6 +52,9 @@ __all__ = [
 ]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
+#: whether a flush needs the file's descriptor after its msync (macOS: F_FULLFSYNC; flusher.c)
+_FULLFSYNC = hasattr(fcntl, "F_FULLFSYNC")
+
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 FILE_NAME_DIGITS = 20
@@ -60,12 +65,24 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
+def _open_files_limit() -> str:
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return "unknown"
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+
+
 def space_error(err: Optional[int], message: str, path: Optional[str] = None) -> SegmentError:
     """The error for a file operation that failed with ``err``: :class:`DiskFullError` when the
     file system is out of space (ENOSPC, EDQUOT), else :class:`SegmentError`. Both twins use it,
     so they raise the same class with the same message."""
     cls: type[SegmentError] = DiskFullError if err in NO_SPACE_ERRNOS else SegmentError
     strerror = os.strerror(err) if err else "unknown error"
+    if err in (errno.EMFILE, errno.ENFILE):
+        cls = OpenFilesLimitError
+        strerror += f" (the open-files limit is {_open_files_limit()}; raise it with ulimit -n)"
     if path is None:
         return cls(err, f"{message}: {strerror}")
     return cls(err, f"{message}: {strerror}", path)
@@ -297,6 +314,11 @@ class MappedFile:
                 )
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self.fd, file_size, access=access)
+            if read_only:
+                # the map holds a descriptor of its own (CPython's mmap dups it); nothing reads
+                # through this one, so a read-only store keeps one per file, not two
+                os.close(self.fd)
+                self.fd = -1
         except OSError as exc:
             os.close(self.fd)
             if create is True:
@@ -354,6 +376,16 @@ class MappedFile:
         end = self.file_size if end is None else min(end, self.file_size)
         if end > start:
             _sync_file_range(self.fd, start, end - start, _SYNC_FILE_RANGE_WRITE)
+
+    def release_descriptor(self) -> bool:
+        """Close the file's own descriptor where nothing needs it once mapped (the map holds one
+        of its own): a sealed CommitLog segment's, where a flush is an msync alone (not macOS,
+        whose flush thread also asks the file for F_FULLFSYNC). True if it closed it now."""
+        if self.fd < 0 or _FULLFSYNC:
+            return False
+        os.close(self.fd)
+        self.fd = -1
+        return True
 
     def close(self) -> None:
         mm, self.mm = self.mm, None  # type: ignore[assignment]  # closed

@@ -39,6 +39,13 @@ one offset is appended through the CommitLog core's ``put``, and the lane (a ``P
 and the group's committed offset are updated, under the service's lock, before it returns.
 Nothing is buffered. The periodic snapshot is looked at by every 64th single ack.
 
+**One receive step, one call.** The common receive of one queue (its lane exists, none of its
+messages is due back, no tag filter, and the store's one-call pull hands out every message asked
+for, with no gap) is the implementation's ``pop_receive_run``: the same checkpoint record as
+:meth:`PopService._receive_lane` writes, applied as :meth:`PopService._apply_ck` applies it, in
+one call. Anything else (a new lane, messages due back, dead letters, a filter, a short pull,
+placeholders) goes the general way; the step writes nothing when it steps aside.
+
 **Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
 also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.bak`` protocol), to
 ``config/rocketstorePop.json`` with the revive queue offset it covers (``reviveOffset``): on
@@ -83,7 +90,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
 from typing import Any, NamedTuple, Optional, overload
 
 from rocketstore import _codec_py
@@ -151,6 +157,8 @@ COMPACT_SLACK = 256
 #: Revive-log records read per step when an open replays them.
 REPLAY_STEP = 4096
 
+_MATCH_ALL = TagFilter.parse(None)
+
 _DLQ = "dlq"
 _GONE = "gone"
 
@@ -217,9 +225,13 @@ class Received(Sequence[ReceivedMessage]):
         return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
-        # tuple.__new__ straight: a NamedTuple's own __new__ is a Python frame per message
-        rows = zip(self.messages, self.handles, self.reconsume_times)
-        return map(tuple.__new__, repeat(ReceivedMessage), rows)
+        # the implementation's received_rows: no NamedTuple __new__ frame per message
+        return iter(self._rows(ReceivedMessage, self.messages, self.handles, self.reconsume_times))
+
+    @property
+    def _rows(self) -> Callable[..., list[ReceivedMessage]]:
+        service = self._service
+        return _codec_py.received_rows if service is None else service._received_rows
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Received, list, tuple)):
@@ -384,10 +396,14 @@ class PopService:
     ``pull(group, topic, queue_id, offset, max_msgs)`` is the store's checked ``get_message``;
     ``lookup(topic, queue_id, offset)`` its ``get_by_queue_offset``; ``send_back(group, message,
     delay_level, reconsume_times=)`` and ``retry_max_times(group)`` the delay service's (for the
-    DLQ).
+    DLQ). ``quick(topic, queue_id, offset, max_msgs)``, optional: the store's one-call pull, a
+    list of messages from ``offset`` with no gap, or None when its careful path must decide;
+    with it, the common receive of a queue is one call of the implementation's
+    ``pop_receive_run`` (else, and whenever that declines, :meth:`_receive_lane`).
     """
 
     COMPACT_SLACK = COMPACT_SLACK  # read by codec.PopAcker
+    CK_RUN_JSON = _CK_RUN_JSON  # read by codec.pop_receive_run
 
     #: ``ack(handle)``: see :meth:`MessageStore.ack`. The implementation's ``PopAcker.ack``
     #: itself (no frame of this class on the way): the steps of :meth:`_parse`,
@@ -405,6 +421,7 @@ class PopService:
         send_back: Callable[..., Any],
         retry_max_times: Callable[[str], int],
         clock: Optional[Callable[[], int]] = None,
+        quick: Optional[Callable[[str, int, int, int], Optional[list[MessageExt]]]] = None,
     ) -> None:
         self._parts = parts
         self._offsets = offsets
@@ -412,6 +429,7 @@ class PopService:
         self._lookup = lookup
         self._send_back = send_back
         self._retry_max_times = retry_max_times
+        self._quick = quick
         self.clock = clock or now_ms
         cfg = parts.config
         self.topic = revive_topic(cfg.broker_cluster_name)
@@ -432,6 +450,9 @@ class PopService:
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._lane_type = codec.PopLane
         self._receipt_handles = codec.receipt_handles
+        self._received_rows = codec.received_rows
+        # receive: the common step of one queue in one call (None: always the general path)
+        self._receive_run = codec.pop_receive_run if quick is not None else None
         self._acker = codec.PopAcker(self, ReceivedMessage)
         self.ack = self._acker.ack
         self._topic_ready = False
@@ -631,7 +652,7 @@ class PopService:
         tags: Optional[str] = None,
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
-        tag_filter = TagFilter.parse(tags)
+        tag_filter = _MATCH_ALL if tags is None else TagFilter.parse(tags)
         if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
             _check_group(group)
             if not isinstance(topic, str) or not is_valid_topic(topic):
@@ -661,9 +682,15 @@ class PopService:
         out = Received(self)
         with self._lock:
             now = self.clock()
+            run = self._receive_run if tag_filter.match_all else None
+            got = out.messages  # len(got): how many so far
             for qid in qids:
-                if len(out) >= max_msgs:
+                if len(got) >= max_msgs:
                     break
+                if run is not None and run(
+                    self, (group, topic, qid), now, max_msgs - len(got), invisible, out
+                ):
+                    continue
                 self._receive_lane(
                     group,
                     topic,
@@ -675,7 +702,8 @@ class PopService:
                     tag_filter,
                     out,
                 )
-            self._maybe_snapshot(now)
+            if self._snapshot_interval_ms:
+                self._maybe_snapshot(now)
         return out
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:

@@ -44,7 +44,7 @@ from rocketstore import _impl, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
-from rocketstore._files import open_regular
+from rocketstore._files import open_regular, raise_open_files_limit
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
@@ -195,6 +195,8 @@ _SWITCH_SAFE = (
     "topic_retention",
     "retention_report",
 )
+#: Point reads an open store answers through its codec's FastReads (_install_fast_reads).
+_FAST_READS = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key", "query_by_unique_key")
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -269,6 +271,8 @@ def _forked() -> None:
         store._forked_from = parent
         store._closed = True
         store._core = _ForkedCore(parent)
+        _drop_put_front(store)  # (it holds the parent's core)
+        store._drop_fast_reads()  # (so do these)
         store._server = None  # its threads are the parent's; its sockets' copies stay unused
         store._remote = None
         store._appender = False  # (its lock is the parent's open file description: unusable here)
@@ -278,6 +282,31 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
+
+
+def _install_put_front(store: MessageStore) -> None:
+    """Make ``store.put`` the implementation's ``PutFront``: ``put(topic, body)`` and keyed puts
+    of a checked topic in one call into the core, everything else through
+    :meth:`MessageStore.put` (issue 17; docs/guide/keyed-puts.md). Only for a store that
+    appends itself through its own core, and not where a subclass has its own ``put``."""
+    _drop_put_front(store)
+    front_type = store._impl.store.PutFront
+    if (
+        type(store).put is MessageStore.put
+        and not store._files_read_only
+        and store._follower is None
+        and store._remote is None
+        and isinstance(store._core, store._impl.store.CommitLogCore)
+    ):
+        front = front_type(store._core, store._user_topics, weakref.ref(store), MessageStore.put)
+        store.__dict__["put"] = front.put
+
+
+def _drop_put_front(store: MessageStore) -> None:
+    """Forget the store's ``PutFront`` (its core is gone or about to be)."""
+    put = store.__dict__.get("put")
+    if put is not None and isinstance(getattr(put, "__self__", None), store._impl.store.PutFront):
+        del store.__dict__["put"]
 
 
 class _UnitReader:
@@ -439,6 +468,9 @@ class MessageStore:
             self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
             self.__dict__["put_batch"] = _JoinedPutBatch(self)
             self.__dict__["put_messages"] = _JoinedPutMessages(self)
+        else:
+            _install_put_front(self)
+        self._install_fast_reads()
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
@@ -446,6 +478,35 @@ class MessageStore:
                 self.__dict__[name] = switch_safe(weakref.ref(self), getattr(MessageStore, name))
             elif self._follower is None and isinstance(self.__dict__.get(name), switch_safe):
                 del self.__dict__[name]
+
+    def _install_fast_reads(self) -> None:
+        """Put the codec's FastReads methods over the class's point reads (each one compiled
+        call; anything else runs the class's method): an open store that follows no other
+        process, and whose class does not override them."""
+        self._drop_fast_reads()
+        if self._follower is not None:
+            return  # a following store's reads are SwitchSafe (it may open again under them)
+        fast = self._impl.codec.FastReads(
+            weakref.ref(self),
+            MessageStore,
+            self._queues,
+            self._segments,
+            None if self._files_read_only else self._core,
+            (self._disk_index, self._index),
+            self._dispatcher,
+            MAX_MSGS_NUM_BATCH,
+        )
+        for name in _FAST_READS:
+            if getattr(type(self), name) is getattr(MessageStore, name):
+                self.__dict__[name] = getattr(fast, name)
+        self.__dict__["_fast_reads"] = fast
+
+    def _drop_fast_reads(self) -> None:
+        fast = self.__dict__.pop("_fast_reads", None)
+        if fast is not None:
+            fast.open = False  # a call already holding a method takes the class's path
+            for name in _FAST_READS:
+                self.__dict__.pop(name, None)
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
@@ -695,7 +756,10 @@ class MessageStore:
             # what the files cannot tell yet (a store with none), its writer's live page does
             for name, value in read_geometry(self.path).items():
                 found.setdefault(name, value)
-        return StoreConfig(**found)
+        config = StoreConfig(**found)
+        if config.raise_open_files_limit:
+            raise_open_files_limit()  # before the store maps its files
+        return config
 
     def _open(self, commitlog_dir: str) -> None:
         cfg = self.config
@@ -824,6 +888,7 @@ class MessageStore:
             send_back=self._schedule.send_back,
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
+            quick=weak_method(self._pop_quick, _closed_error),
         )
 
     def _segments_deleted(self) -> None:
@@ -1070,6 +1135,7 @@ class MessageStore:
         open (the abort file stays). ``keep_link``: a joined store's connection to its writing
         process stays (a reopen)."""
         errors = []
+        self._drop_fast_reads()
 
         def run(step: Callable[[], object]) -> bool:
             try:
@@ -1235,6 +1301,7 @@ class MessageStore:
                 self.config = self._detect_config(commitlog_dir)
                 self._open(commitlog_dir)
                 self._closed = False
+                self._install_fast_reads()
             finally:
                 self._switching = False
 
@@ -1741,7 +1808,10 @@ class MessageStore:
         it was handed out again (the new receiver's handle acknowledges it);
         :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
         ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
-        return self._pop_service().ack(handle)
+        pop = self._pop  # None unless writable; _pop_service() says why not
+        if pop is None or self._closed:
+            pop = self._pop_service()
+        return pop.ack(handle)
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
@@ -2211,6 +2281,19 @@ class MessageStore:
             lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
+
+    def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
+        """The messages of :meth:`_quick_pull` (for POP's common receive: a writable store, so
+        no follower and no read-only files), or None, with no result object made."""
+        if self._closed:
+            return None
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.max_offset < offset + max_msgs:
+            self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core
+        )
+        return None if got is None else got[0]
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""

@@ -45,7 +45,11 @@ class Topics:
             if not queues:
                 queues = self.default_queues
                 self.table.create(topic, queues)
-                self.table.persist()
+                try:
+                    self.table.persist()
+                except BaseException:
+                    self.table.delete(topic)  # not kept: the put that asked stores nothing
+                    raise
             return queues
 
     def queue_for_put(self, topic: str, queue_id: int, round_robin: dict[str, itertools.count[int]]) -> int:

@@ -1,0 +1,132 @@
+"""An open store's point reads are its codec's FastReads methods (one compiled call each): they
+answer what the class's methods answer, fall back to them for everything else, and never keep a
+store alive or read a closed one."""
+
+import gc
+import weakref
+
+import pytest
+
+from rocketstore import MessageStore
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidMessageIdError,
+    MessageNotFoundError,
+    StoreClosedError,
+)
+
+TOPIC = "FastReads"
+NAMES = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key")
+
+
+@pytest.fixture
+def store(tmp_path, impl):
+    s = MessageStore(str(tmp_path / "s"), implementation=impl.name, default_queues=2)
+    yield s
+    s.close()
+
+
+def test_an_open_store_answers_point_reads_through_fast_reads(store, impl):
+    for name in NAMES:
+        assert type(store.__dict__[name]).__name__ in ("builtin_function_or_method", "method"), name
+    r = store.put(TOPIC, b"body", keys="k1", queue_id=1)
+    assert store.read(r.commitlog_offset).body == b"body"
+    assert store.get_by_msg_id(r.msg_id).body == b"body"
+    assert store.get_by_queue_offset(TOPIC, 1, 0).body == b"body"
+    assert [m.body for m in store.query_by_key(TOPIC, "k1")] == [b"body"]
+    # the same answers as the class's methods (the careful path)
+    for name, args in (
+        ("read", (r.commitlog_offset,)),
+        ("get_by_msg_id", (r.msg_id,)),
+        ("get_by_queue_offset", (TOPIC, 1, 0)),
+    ):
+        assert getattr(store, name)(*args) == getattr(MessageStore, name)(store, *args)
+    assert store.query_by_key(TOPIC, "k1") == MessageStore.query_by_key(store, TOPIC, "k1")
+
+
+def test_what_the_fast_call_cannot_answer_raises_the_class_errors(store):
+    r = store.put(TOPIC, b"body", keys="k1", queue_id=0)
+    with pytest.raises(MessageNotFoundError):
+        store.read(r.commitlog_offset + 1)
+    with pytest.raises(InvalidMessageIdError):
+        store.get_by_msg_id("not an id")
+    with pytest.raises(MessageNotFoundError):
+        store.get_by_queue_offset(TOPIC, 0, 5)
+    with pytest.raises(InvalidMessageError):
+        store.get_by_queue_offset(TOPIC, "0", 0)
+    assert store.query_by_key(TOPIC, "nobody") == []
+    assert store.query_by_key(TOPIC, "k1", max_num=1, begin=0, end=None)[0].body == b"body"
+    zero = store.read(r.commitlog_offset, zero_copy=True)  # a keyword: the class's method
+    assert isinstance(zero.body, memoryview) and bytes(zero.body) == b"body"
+
+
+def test_a_method_held_past_close_raises_store_closed(store):
+    r = store.put(TOPIC, b"body", queue_id=0)
+    held = [getattr(store, name) for name in NAMES]
+    store.close()
+    assert not any(name in store.__dict__ for name in NAMES)
+    for method, args in zip(held, ((r.commitlog_offset,), (r.msg_id,), (TOPIC, 0, 0), (TOPIC, "k"))):
+        with pytest.raises(StoreClosedError):
+            method(*args)
+
+
+def test_the_methods_do_not_keep_a_dropped_store_alive(tmp_path, impl):
+    s = MessageStore(str(tmp_path / "s"), implementation=impl.name)
+    r = s.put(TOPIC, b"body")
+    read = s.read
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(StoreClosedError):
+        read(r.commitlog_offset)
+
+
+def test_a_subclass_keeps_its_own_methods(tmp_path, impl):
+    class Logged(MessageStore):
+        def read(self, commitlog_offset, *, zero_copy=False):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().read(commitlog_offset, zero_copy=zero_copy)
+
+    s = Logged(str(tmp_path / "s"), implementation=impl.name)
+    try:
+        r = s.put(TOPIC, b"body")
+        assert s.read(r.commitlog_offset).body == b"body" and s.calls == 1
+        assert "read" not in s.__dict__ and "get_by_msg_id" in s.__dict__
+    finally:
+        s.close()
+
+
+def test_a_read_only_store_reads_through_them_too(tmp_path, impl):
+    path = str(tmp_path / "s")
+    with MessageStore(path, implementation=impl.name) as w:
+        r = w.put(TOPIC, b"body", keys="k", queue_id=0)
+    with MessageStore(path, implementation=impl.name, read_only=True) as ro:
+        assert ro.read(r.commitlog_offset).body == b"body"
+        assert ro.get_by_queue_offset(TOPIC, 0, 0).body == b"body"
+        assert [m.body for m in ro.query_by_key(TOPIC, "k")] == [b"body"]
+
+
+def test_unique_key_lookups_answer_as_the_class_does(store):
+    first = store.put(TOPIC, b"one", queue_id=0)
+    uniq = store.read(first.commitlog_offset).unique_key
+    assert store.query_by_unique_key(TOPIC, uniq).body == b"one"
+    assert store.query_by_unique_key(TOPIC, uniq) == MessageStore.query_by_unique_key(store, TOPIC, uniq)
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key("OtherTopic", uniq)  # the hit's topic is re-checked
+    with pytest.raises(MessageNotFoundError):
+        store.query_by_unique_key(TOPIC, "not-a-rocketmq-id")  # no time hint: all time, nothing
+    # a property UNIQ_KEY not made by RocketMQ: found over all time
+    made = store.put(TOPIC, b"two", properties={"UNIQ_KEY": "my-own-id"}, queue_id=0)
+    assert store.query_by_unique_key(TOPIC, "my-own-id").commitlog_offset == made.commitlog_offset
+
+
+def test_the_month_start_is_remembered_for_its_month():
+    from rocketstore import _clock
+
+    now = _clock.now_ms()
+    start, following = _clock.month_bounds(now)
+    assert _clock.month_start(now) == start
+    assert _clock._month == (start, following)
+    assert _clock.month_start(following) == _clock.month_bounds(following)[0]
+    assert _clock.month_start(start - 1) == _clock.month_bounds(start - 1)[0]

@@ -1,0 +1,215 @@
+"""A writing store's ``put`` is the implementation's ``PutFront``: ``put(topic, body)`` and keyed
+puts of a checked topic go into the core in one call, every other call through
+``MessageStore.put``. It must store what that method stores, refuse what it refuses (same typed
+error, nothing written), and step aside wherever the store's own ``put`` must run (a subclass's
+``put``, a closed store, a child after fork, a read-only store). Also: ``Message`` objects of
+atomic fields are left out of the cyclic GC (compiled build) without leaking a cycle."""
+
+import gc
+import os
+import weakref
+
+import pytest
+
+from rocketstore import Message, MessageStore
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    StoreClosedError,
+    SystemTopicError,
+)
+
+TOPIC = "FrontTopic"
+
+
+@pytest.fixture
+def store(tmp_path, impl):
+    s = MessageStore(tmp_path / "store", implementation=impl.name, dispatch_interval_ms=0)
+    s.create_topic(TOPIC, 2)
+    yield s
+    s.close()
+
+
+def record(store, result):
+    m = store.read(result.commitlog_offset)
+    props = {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"}
+    return m.topic, bytes(m.body), props, m.queue_id, m.flag, m.size, m.unique_key == result.unique_key
+
+
+def test_a_writing_store_puts_through_the_front(store, impl):
+    assert isinstance(store.put.__self__, impl.store.PutFront)
+    assert "put" in store.__dict__
+
+
+CALLS = [
+    dict(),
+    dict(queue_id=1, flag=-5),
+    dict(keys="k1"),
+    dict(tags="TagA", keys=["k1", "k2"], queue_id=0),
+    dict(tags="TagA", durable=True),
+    dict(keys=("a",), durable=False),
+]
+
+
+@pytest.mark.parametrize("kwargs", CALLS, ids=lambda d: ",".join(sorted(d)) or "plain")
+def test_front_stores_what_the_method_stores(store, kwargs):
+    kwargs = {"queue_id": 1, **kwargs}  # (round robin would give the two different queues)
+    fast = store.put(TOPIC, b"body", **kwargs)
+    general = MessageStore.put(store, TOPIC, b"body", **kwargs)
+    assert record(store, fast) == record(store, general)
+    assert general.queue_offset == fast.queue_offset + 1
+    assert general.commitlog_offset == fast.commitlog_offset + fast.size
+
+
+BAD = [
+    ((TOPIC, b"x"), dict(queue_id=2), InvalidQueueIdError),
+    ((TOPIC, b"x"), dict(queue_id=-2), InvalidQueueIdError),
+    ((TOPIC, b"x"), dict(queue_id=True), InvalidQueueIdError),
+    ((TOPIC, b"x"), dict(flag=1 << 31), InvalidMessageError),
+    ((TOPIC, b"x"), dict(keys="a\x01b"), InvalidMessageError),
+    ((TOPIC, b"x"), dict(tags=""), InvalidMessageError),
+    (("%DLQ%g", b"x"), dict(), SystemTopicError),
+    (("bad topic", b"x"), dict(), InvalidTopicError),
+    ((TOPIC, b"x"), dict(tags=7), InvalidMessageError),
+]
+
+
+@pytest.mark.parametrize("args,kwargs,error", BAD, ids=lambda v: repr(v)[:30])
+def test_front_refuses_what_the_method_refuses_and_writes_nothing(store, args, kwargs, error):
+    end = store._core.wrote_offset
+    with pytest.raises(error) as via_front:
+        store.put(*args, **kwargs)
+    with pytest.raises(error) as via_method:
+        MessageStore.put(store, *args, **kwargs)
+    assert str(via_front.value) == str(via_method.value)
+    assert store._core.wrote_offset == end
+
+
+def test_front_hands_other_shapes_to_the_method(store):
+    # a Message, properties, a delay level, a truthy durable: MessageStore.put decides
+    r1 = store.put(Message(TOPIC, b"m", keys="km"))
+    r2 = store.put(TOPIC, b"p", properties={"a": "b"})
+    r3 = store.put(TOPIC, b"d", delay_level=1)
+    r4 = store.put(TOPIC, b"t", durable=1)
+    assert store.read(r1.commitlog_offset).keys == "km"
+    assert store.read(r2.commitlog_offset).properties["a"] == "b"
+    assert store.read(r3.commitlog_offset).topic == "SCHEDULE_TOPIC_XXXX"
+    assert bytes(store.read(r4.commitlog_offset).body) == b"t"
+    with pytest.raises(TypeError):
+        store.put(TOPIC, b"x", nonsense=1)
+    with pytest.raises(TypeError):
+        store.put()
+
+
+def test_a_closed_store_refuses_through_the_front(store):
+    put = store.put
+    store.close()
+    with pytest.raises(StoreClosedError):
+        put(TOPIC, b"x")
+    with pytest.raises(StoreClosedError):
+        store.put(TOPIC, b"x", keys="k")
+
+
+def test_the_front_does_not_keep_the_store_alive(tmp_path, impl):
+    s = MessageStore(tmp_path / "s", implementation=impl.name, dispatch_interval_ms=0)
+    put, ref = s.put, weakref.ref(s)
+    s.close()
+    del s
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(StoreClosedError):
+        put(TOPIC, b"x")
+
+
+def test_a_subclass_put_is_not_bypassed(tmp_path, impl):
+    class Counting(MessageStore):
+        calls = 0
+
+        def put(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().put(*args, **kwargs)
+
+    s = Counting(tmp_path / "s", implementation=impl.name, dispatch_interval_ms=0)
+    try:
+        assert "put" not in s.__dict__
+        s.put(TOPIC, b"x")
+        s.put(TOPIC, b"y", keys="k")
+        assert Counting.calls == 2
+    finally:
+        s.close()
+
+
+def test_a_read_only_store_has_no_front(tmp_path, impl):
+    path = tmp_path / "s"
+    MessageStore(path, implementation=impl.name).close()
+    ro = MessageStore(path, implementation=impl.name, read_only=True)
+    try:
+        assert "put" not in ro.__dict__
+        with pytest.raises(Exception) as info:
+            ro.put(TOPIC, b"x")
+        assert type(info.value).__module__ == "rocketstore.errors"
+    finally:
+        ro.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_put_through_the_parents_core(store):
+    store.put(TOPIC, b"before", queue_id=0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its put must raise, never append into the parent's map
+        try:
+            store.put(TOPIC, b"child")
+            os.write(w, b"stored")
+        except StoreClosedError:
+            os.write(w, b"closed")
+        except BaseException:
+            os.write(w, b"other")
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(r, 16)
+    os.close(r)
+    assert answer == b"closed"
+    assert store.put(TOPIC, b"after", queue_id=0).queue_offset == 1
+
+
+# ---- Message objects and the cyclic GC ----
+
+
+def test_atomic_messages_are_left_out_of_the_gc_and_tracked_again_when_they_could_cycle(impl):
+    m = Message(TOPIC, b"x", tags="t", keys="k", queue_id=1)
+    if impl.name == "c" and Message.__init__.__module__ != "rocketstore.message":
+        assert not gc.is_tracked(m)
+    assert gc.is_tracked(Message(TOPIC, b"x", keys=["k"]))  # a list: it could cycle
+    assert gc.is_tracked(Message(TOPIC, bytearray(b"x")))
+    m.properties = {"a": "b"}
+    assert gc.is_tracked(m)
+
+
+@pytest.mark.parametrize("via", ["setattr", "init"])
+def test_a_cycle_through_a_message_is_collected(via):
+    class Holder(list):  # (a list that weakref can point at)
+        pass
+
+    m = Message(TOPIC, b"x", keys="k")
+    holder = Holder([m])
+    if via == "setattr":
+        m.keys = holder  # m -> holder -> m
+    else:
+        m.__init__(TOPIC, b"x", keys=holder)
+    ref = weakref.ref(holder)
+    del m, holder
+    gc.collect()
+    assert ref() is None
+
+
+def test_the_front_has_the_methods_signature(store):
+    import inspect
+
+    method = inspect.signature(MessageStore.put)
+    front = inspect.signature(store.put)
+    assert [(p.name, p.kind, p.default) for p in front.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in list(method.parameters.values())[1:]
+    ]
