@@ -9,7 +9,9 @@ Builds a store of ``--mb`` MiB of 128-byte messages with a 20-character key each
 ``--dir`` between runs), warms the page cache, then measures in one run:
 
 * raw read: the segment files read into a buffer (``readinto``), and raw read + ``zlib.crc32``;
-* ``verify()``: every record's structure and body CRC, and every ConsumeQueue unit;
+* ``verify()``: every record's structure and body CRC, and every ConsumeQueue unit: the first
+  after a read-only open (``verify_GBps``), the same store's again (``verify_again_GBps``), and
+  the first after a writable open (``verify_first_after_writable_open_GBps``);
 * recovery scan: an abnormal open with no checkpoint scans the whole CommitLog with CRC
   checks (the ``"recover"`` stage of the progress callback), then rebuilds the ConsumeQueues
   and the index (``"dispatch"`` stage), timed separately; the same open is then timed with
@@ -20,6 +22,8 @@ Builds a store of ``--mb`` MiB of 128-byte messages with a 20-character key each
   ``*_general_path`` with ``*_again``, which find the files in the same state;
 * CPU seconds beside wall seconds for verify and the abnormal open (``process_time``): on a
   machine shared with other jobs they say what the code costs, the wall clock what users wait;
+* an open after ``kill -9`` of a writer that ran with its dispatch thread (so it checkpointed)
+  and put ~64 MiB more: the usual crash, whose open scans from that checkpoint;
 * an interrupted rebuild: a child process doing that open is killed half-way through the
   dispatch stage; the next open resumes from the checkpoint the rebuild left, and we report
   how much of the rebuild it had left to do.
@@ -128,6 +132,44 @@ def interrupted(path: str, impl) -> dict:
     }
 
 
+def killed_writer(path: str, impl) -> dict:
+    """The usual crash: a writer with its dispatch thread on (so it checkpoints, every
+    checkpoint_interval_ms) puts ~64 MiB more, then is killed with SIGKILL; the next open's
+    time, wall and CPU. It scans from the checkpoint the writer left, not the whole log."""
+    code = (
+        "import os\n"
+        "from rocketstore import MessageStore\n"
+        "s = MessageStore(%r, implementation=%r, commitlog_file_size=%d, checkpoint_interval_ms=200)\n"
+        "body = os.urandom(128)\n"
+        "start = s.max_offset\n"
+        "n = 0\n"
+        "while s.max_offset < start + (64 << 20):\n"
+        "    s.put('BenchTopic', body, keys='kill-%%016d' %% n)\n"
+        "    n += 1\n"
+        "print('PUT', flush=True)\n"
+        "import time; time.sleep(60)\n"
+    ) % (path, impl, SEGMENT)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    marks, progress = stage_timer()
+    t0, c0 = time.perf_counter(), time.process_time()
+    with MessageStore(path, implementation=impl, progress=progress, **OPTIONS) as s:
+        opened, cpu = time.perf_counter() - t0, time.process_time() - c0
+        end = s.max_offset
+    # the scan's progress counts from where it started to the end of the last segment file
+    files_end = len(segment_files(path)) * SEGMENT
+    scan_from = files_end - marks.get("recover", [0, 0, files_end])[2]
+    return {
+        "commitlog_bytes": end,
+        "scan_from": scan_from,
+        "open_s": round(opened, 3),
+        "open_cpu_s": round(cpu, 3),
+        "open_GBps_of_commitlog": round(end / opened / 1e9, 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1024)
@@ -159,6 +201,10 @@ def main() -> int:
         out["records"] = report["records"]
         out["bytes"] = report["bytes"]
         out["implementation"] = s.stats()["implementation"]
+        # the same store's verify again: its maps and the process's memory are warm now
+        t0 = time.perf_counter()
+        assert s.verify()["ok"]
+        out["verify_again_GBps"] = report["bytes"] / (time.perf_counter() - t0) / 1e9
 
     # The first abnormal open right after the build (its pages perhaps still being written
     # back), then the same open with every record sent through the general dispatch path
@@ -180,17 +226,22 @@ def main() -> int:
             out["rebuild_dispatch_GBps" + suffix] = d[2] / (d[1] - scan[1]) / 1e9
             out["rebuild_dispatch_Mmsgs" + suffix] = out["records"] / (d[1] - scan[1]) / 1e6
         out["abnormal_open_no_checkpoint_s" + suffix] = opened
+        out["abnormal_open_no_checkpoint_GBps" + suffix] = end / opened / 1e9
         out["abnormal_open_no_checkpoint_cpu_s" + suffix] = opened_cpu
     if "rebuild_dispatch_GBps_general_path" in out:
         best = max(out["rebuild_dispatch_GBps"], out.get("rebuild_dispatch_GBps_again", 0.0))
         out["rebuild_dispatch_fused_vs_general"] = best / out["rebuild_dispatch_GBps_general_path"]
 
     t0 = time.perf_counter()
-    with MessageStore(args.dir, implementation=impl, **OPTIONS):
-        pass
-    out["clean_open_s"] = time.perf_counter() - t0
+    with MessageStore(args.dir, implementation=impl, **OPTIONS) as s:
+        out["clean_open_s"] = time.perf_counter() - t0
+        out["clean_open_GBps"] = out["bytes"] / out["clean_open_s"] / 1e9
+        t0 = time.perf_counter()
+        assert s.verify()["ok"]  # the first verify after a writable open
+        out["verify_first_after_writable_open_GBps"] = out["bytes"] / (time.perf_counter() - t0) / 1e9
 
     out["interrupted_rebuild"] = interrupted(args.dir, impl)
+    out["open_after_kill9"] = killed_writer(args.dir, impl)
     out["loadavg_after"] = list(os.getloadavg())
     for k, v in out.items():
         print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")

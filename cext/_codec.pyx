@@ -4007,3 +4007,214 @@ def received_rows(type cls, list messages, list handles, list times):
         PyTuple_SET_ITEM(row, 2, t)
         out[i] = row
     return out
+
+
+# ---- recovery scan at disk speed: one call decodes, checks and groups a stretch of records ----
+# (issue 17). What CommitLog.recover needs of each chunk, without a RECORD_DTYPE table: the
+# records are decoded into a small table that stays in cache (as verify_scan does), the crash's
+# torn-field check and the per-queue offset ranges are taken from it in the same pass.
+
+__all__ += ["recover_scan"]
+
+from libc.stdlib cimport free as _free, realloc as _realloc
+
+
+cdef struct _RecoverGroup:
+    uint64_t key
+    int64_t topic_pos
+    int32_t topic_len
+    int32_t queue_id
+    int64_t low
+    int64_t high
+
+
+cdef struct _RecoverRanges:
+    _RecoverGroup *groups
+    int64_t count
+    int64_t room
+    int64_t *table    # open addressing: index into groups, -1 empty; mask + 1 slots
+    uint64_t mask
+    bint collided     # two queues share a key: the caller groups exactly instead
+
+
+cdef int _ranges_grow(_RecoverRanges *r) noexcept nogil:
+    """Double the groups' room and the table (rehashed); -1 when out of memory."""
+    cdef int64_t room = 16 if r.room == 0 else r.room * 2
+    cdef uint64_t slots = <uint64_t>room * 2, slot
+    cdef int64_t i
+    cdef int64_t *table
+    cdef _RecoverGroup *groups = <_RecoverGroup *>_realloc(r.groups, room * sizeof(_RecoverGroup))
+    if groups == NULL:
+        return -1
+    r.groups = groups
+    r.room = room
+    table = <int64_t *>_realloc(r.table, slots * sizeof(int64_t))
+    if table == NULL:
+        return -1
+    r.table = table
+    r.mask = slots - 1
+    for slot in range(slots):
+        table[slot] = -1
+    for i in range(r.count):
+        slot = groups[i].key & r.mask
+        while table[slot] >= 0:
+            slot = (slot + 1) & r.mask
+        table[slot] = i
+    return 0
+
+
+cdef int _ranges_add(_RecoverRanges *r, const uint8_t *buf, const rs_batch_row *row, uint64_t key,
+                     int64_t commitlog_base) noexcept nogil:
+    """Count ``row`` in its queue's range if it gets a ConsumeQueue unit (queue_ranges with a
+    base); -1 when out of memory. The row's topic lies inside ``buf`` (checked by the caller)."""
+    cdef uint32_t tx = <uint32_t>row.sys_flag & RS_SYSFLAG_TRANSACTION_MASK
+    cdef int64_t q = row.queue_offset, at = commitlog_base + row.position, g
+    cdef uint64_t slot
+    cdef _RecoverGroup *grp
+    if tx == RS_TRANSACTION_PREPARED_TYPE or tx == RS_TRANSACTION_ROLLBACK_TYPE:
+        return 0
+    if q < 0 or at < 0 or q > at // RS_RECORD_FIXED_LENGTH:
+        return 0
+    if r.collided:
+        return 0
+    if r.count >= r.room:
+        if _ranges_grow(r) < 0:
+            return -1
+    slot = key & r.mask
+    while True:
+        g = r.table[slot]
+        if g < 0:
+            grp = &r.groups[r.count]
+            grp.key = key
+            grp.topic_pos = row.topic_pos
+            grp.topic_len = row.topic_len
+            grp.queue_id = row.queue_id
+            grp.low = q
+            grp.high = q
+            r.table[slot] = r.count
+            r.count += 1
+            return 0
+        grp = &r.groups[g]
+        if grp.key == key:
+            if (grp.queue_id != row.queue_id or grp.topic_len != row.topic_len
+                    or memcmp(buf + grp.topic_pos, buf + row.topic_pos, row.topic_len) != 0):
+                r.collided = True
+                return 0
+            if q < grp.low:
+                grp.low = q
+            if q > grp.high:
+                grp.high = q
+            return 0
+        slot = (slot + 1) & r.mask
+
+
+cdef enum:
+    _RECOVER_OK = 0
+    _RECOVER_NO_MEMORY = 1
+    _RECOVER_OUTSIDE = 2   # cannot happen: _scan's rows lie inside the buffer
+    _RECOVER_TORN_STOP = 4   # the stop reason of a torn record: STOP_CORRUPT (checked below)
+
+assert _RECOVER_TORN_STOP == STOP_CORRUPT
+
+
+cdef int _recover_rows(const uint8_t *buf, int64_t size, rs_batch_row *rows, int64_t *got_io,
+                       int64_t base, int64_t segment_size, int64_t torn_from, int torn_mask,
+                       uint8_t *flags, uint64_t *keys, _RecoverRanges *ranges, bint *torn) noexcept nogil:
+    """The torn-field check of rows at or past ``torn_from`` (the first torn row ends the rows:
+    ``got_io`` is cut there and ``torn`` set), then the rows' queue keys and ranges."""
+    cdef int64_t got = got_io[0], first = got, i, bad
+    cdef int what = 0
+    if torn_mask:
+        first = 0
+        while first < got and rows[first].position < torn_from:
+            first += 1
+        if first < got:
+            # computes the keys of rows first .. got too (one pass over their topics)
+            bad = _field_problems(buf, size, rows + first, got - first, base, segment_size, flags,
+                                  keys + first, &what)
+            if bad >= 0:
+                return _RECOVER_OUTSIDE
+            for i in range(first, got):
+                if flags[i - first] & torn_mask:
+                    got_io[0] = got = i
+                    torn[0] = True
+                    break
+    # the keys of the rows the torn-field check did not see
+    if _queue_keys(buf, size, rows, min(first, got), keys) >= 0:
+        return _RECOVER_OUTSIDE
+    for i in range(got):
+        if _ranges_add(ranges, buf, &rows[i], keys[i], base) < 0:
+            return _RECOVER_NO_MEMORY
+    return _RECOVER_OK
+
+
+def recover_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
+                 int64_t torn_from=INT64_MAX, int torn_mask=0, max_records=-1):
+    """What recovery needs of ``buffer[start:end]`` (a segment of ``segment_size`` bytes starting
+    at CommitLog offset ``base``) in one pass, without a RECORD_DTYPE table.
+
+    The records are those :func:`decode_batch` finds with CRCs checked, up to ``max_records``,
+    except that the first record at or past position ``torn_from`` whose :func:`field_problems`
+    has a bit of ``torn_mask`` ends them (a crash's torn record: not kept).
+
+    Returns ``(count, stop, reason, torn, ranges)``: the records kept; decode_batch's stop and
+    reason, or the torn record's position and STOP_CORRUPT with ``torn`` True; and ``ranges``, a
+    list of ``(topic_pos, topic_len, queue_id, low, high)`` per (topic, queue id) among the kept
+    records that get a ConsumeQueue unit (:func:`queue_ranges` with ``base``), in the order of
+    their first record, or None when two queues share a key (group them exactly instead). The
+    scan runs without the GIL; ``buffer`` stays exported (pinned) meanwhile."""
+    cdef Py_buffer src
+    cdef int64_t pos, c_end, limit, bound, n = 0, got, i
+    cdef int reason = _STOP_LIMIT, status = _RECOVER_OK
+    cdef bint torn = False
+    cdef const uint8_t *p
+    cdef rs_batch_row *tmp = NULL
+    cdef uint8_t *flags = NULL
+    cdef uint64_t *keys = NULL
+    cdef _RecoverRanges ranges
+    memset(&ranges, 0, sizeof(ranges))
+    _get_readable(buffer, &src)
+    try:
+        c_end = _scan_end(start, end, max_records, src.len)
+        pos = start
+        p = <const uint8_t *>src.buf
+        bound = (c_end - pos) // RS_RECORD_FIXED_LENGTH   # as decode_batch: no more rows than this
+        limit = -1
+        if 0 <= max_records <= bound:
+            limit = max_records
+        tmp = <rs_batch_row *>PyMem_Malloc(_SCAN_ROWS * sizeof(rs_batch_row))
+        flags = <uint8_t *>PyMem_Malloc(_SCAN_ROWS)
+        keys = <uint64_t *>PyMem_Malloc(_SCAN_ROWS * sizeof(uint64_t))
+        if tmp == NULL or flags == NULL or keys == NULL:
+            raise MemoryError()
+        with nogil:
+            while True:
+                got = _scan(p, &pos, c_end, tmp, _SCAN_ROWS, -1 if limit < 0 else limit - n, 1, &reason)
+                if got > 0:
+                    status = _recover_rows(p, src.len, tmp, &got, base, segment_size, torn_from,
+                                           torn_mask, flags, keys, &ranges, &torn)
+                    if status != _RECOVER_OK:
+                        break
+                    n += got
+                    if torn:
+                        pos = tmp[got].position
+                        reason = _RECOVER_TORN_STOP
+                        break
+                if reason != _STOP_NEED_ROOM:
+                    break
+        if status == _RECOVER_NO_MEMORY:
+            raise MemoryError()
+        if status == _RECOVER_OUTSIDE:
+            raise CorruptRecordError(f"a record near position {pos} lies outside the buffer")
+        out = None
+        if not ranges.collided:
+            out = [(ranges.groups[i].topic_pos, ranges.groups[i].topic_len, ranges.groups[i].queue_id,
+                    ranges.groups[i].low, ranges.groups[i].high) for i in range(ranges.count)]
+        return n, pos, reason, torn, out
+    finally:
+        _free(ranges.groups)
+        _free(ranges.table)
+        PyMem_Free(keys)
+        PyMem_Free(flags)
+        PyMem_Free(tmp)
+        PyBuffer_Release(&src)

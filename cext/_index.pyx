@@ -12,7 +12,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, INT64_MAX, INT64_MIN
-from libc.string cimport memset
+from libc.stdlib cimport calloc as _calloc, free as _free
 
 from _index cimport *
 # The record-batch row layouts and the UTF-8 Java hash, declared once with the codec (cext/record.h):
@@ -502,13 +502,20 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
     """Rewrite the slot table of the index file held in ``buffer`` (writable: header,
     ``slot_count`` slots, then items) from its items 1 .. ``count - 1``: each slot holds the
     number of the newest item whose key hash maps to it (Java's ``keyHash % slotNum``), 0 for
-    none. One pass over the items; what an abnormal open's roll back to a resume point needs."""
+    none. One pass over the items; what an abnormal open's roll back to a resume point needs.
+
+    The table is computed aside and only the slots that differ are written, so the pages whose
+    slots are right already stay clean (a roll back undoes only what came after the resume
+    point). Returns ``(lo, hi)``: the byte range of ``buffer`` that was written (``lo == hi``:
+    none), what needs an msync."""
     cdef Py_buffer view
     cdef uint8_t *base
     cdef const uint8_t *item
     cdef uint8_t *slot
-    cdef int64_t items_start, i, at
+    cdef int32_t *heads
+    cdef int64_t items_start, i, at, lo = 0, hi = 0
     cdef int32_t h
+    cdef uint32_t stored
     if slot_count <= 0 or count < 1:
         raise ValueError(f"slot_count {slot_count} and count {count} must be positive")
     if not PyObject_CheckBuffer(buffer):
@@ -517,14 +524,17 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
         PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
     except BufferError:
         raise TypeError("buffer is read-only") from None
+    heads = NULL
     try:
         items_start = RS_INDEX_HEADER_SIZE + slot_count * RS_INDEX_HASH_SLOT_SIZE
         if slot_count > (view.len - RS_INDEX_HEADER_SIZE) // RS_INDEX_HASH_SLOT_SIZE or \
                 count > (view.len - items_start) // RS_INDEX_INDEX_ITEM_SIZE:
             raise ValueError(f"{slot_count} slots and {count} items do not fit in {view.len} bytes")
+        heads = <int32_t *>_calloc(<size_t>slot_count, sizeof(int32_t))
+        if heads == NULL:
+            raise MemoryError()
         base = <uint8_t *>view.buf
         with nogil:
-            memset(base + RS_INDEX_HEADER_SIZE, 0, slot_count * RS_INDEX_HASH_SLOT_SIZE)
             for i in range(1, count):   # ascending: the newest item of a slot is written last
                 item = base + items_start + i * RS_INDEX_INDEX_ITEM_SIZE + RS_INDEX_ITEM_POS_KEY_HASH
                 h = <int32_t>((<uint32_t>item[0] << 24) | (<uint32_t>item[1] << 16) | (<uint32_t>item[2] << 8)
@@ -532,13 +542,25 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
                 at = h % slot_count
                 if at < 0:
                     at += slot_count   # as numpy's (and Python's) modulo: never a negative slot
+                heads[at] = <int32_t>i
+            for at in range(slot_count):
                 slot = base + RS_INDEX_HEADER_SIZE + at * RS_INDEX_HASH_SLOT_SIZE
+                stored = (<uint32_t>slot[0] << 24) | (<uint32_t>slot[1] << 16) | (<uint32_t>slot[2] << 8) \
+                    | <uint32_t>slot[3]
+                if stored == <uint32_t>heads[at]:
+                    continue
+                i = heads[at]
                 slot[0] = (i >> 24) & 0xFF
                 slot[1] = (i >> 16) & 0xFF
                 slot[2] = (i >> 8) & 0xFF
                 slot[3] = i & 0xFF
+                if hi == 0:
+                    lo = slot - base
+                hi = slot - base + RS_INDEX_HASH_SLOT_SIZE
     finally:
+        _free(heads)
         PyBuffer_Release(&view)
+    return lo, hi
 
 
 # ==== fused dispatch (issue 17): CommitLog records -> ConsumeQueue units + index items, one C pass ====

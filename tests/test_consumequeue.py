@@ -6,6 +6,8 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstore._codec_py import tags_code
 from rocketstore.consumequeue import (
@@ -556,6 +558,42 @@ def test_flush_reports_work_and_honours_least_pages(tmp_path):
         cq.append(510, 510 * MSG, MSG, 0)
 
 
+def test_start_flush_is_only_a_hint_and_the_store_flush_still_flushes_every_queue(tmp_path, monkeypatch):
+    from rocketstore.consumequeue import ConsumeQueue
+    from rocketstore.mapped_file import MappedFile
+
+    calls, hinted = [], []
+    for name in ("start_flush", "flush"):
+        real = getattr(ConsumeQueue, name)
+        monkeypatch.setattr(
+            ConsumeQueue,
+            name,
+            lambda cq, *a, _r=real, _n=name, **k: (calls.append((_n, cq.topic)), _r(cq, *a, **k))[1],
+        )
+    real_hint = MappedFile.start_writeback
+    monkeypatch.setattr(
+        MappedFile,
+        "start_writeback",
+        lambda mf, lo=0, hi=None: (hinted.append((lo, hi)), real_hint(mf, lo, hi)),
+    )
+    with ConsumeQueueStore(str(tmp_path), DEFAULT_CQ_UNITS) as store:
+        a, b = store.find_or_create("TopicA", 0), store.find_or_create("TopicB", 1)
+        fill(a, 0, 500)  # 10,000 bytes: two whole pages and a partial one
+        fill(b, 0, 3, start_phys=10_000)
+        a.start_flush()
+        assert hinted == [(0, 8192)]  # whole pages only: the page being appended to is left out
+        assert a.flush() is True and a.flush() is False  # the hint flushed nothing by itself
+        calls.clear()
+        fill(a, 500, 10, start_phys=500 * MSG)
+        assert store.flush() is True  # every queue hinted first, then each flushed
+        assert [n for n, _t in calls] == ["start_flush", "start_flush", "flush", "flush"]
+        assert store.flush() is False
+        hinted.clear()
+        store.start_flush()  # nothing written since: no hint
+        assert hinted == []
+    a.start_flush()  # closed: no-op
+
+
 def test_destroy_removes_the_queue_directory(tmp_path):
     cq = open_cq(tmp_path)
     fill(cq, 0, 12)
@@ -596,3 +634,36 @@ def test_read_only_store_on_a_missing_directory_is_empty(tmp_path):
     assert len(store) == 0 and store.recover() == -1
     assert not (tmp_path / "nothing").exists()
     store.close()
+
+
+@given(
+    st.sampled_from([1, 100, 4096, 4097, 8192, 20000, (1 << 20) + 300]),
+    st.lists(st.tuples(st.integers(0, 2**21), st.integers(1, 40000)), max_size=6),
+    st.integers(0, 2**21),
+    st.integers(0, 2**21),
+)
+@settings(max_examples=300, deadline=None)
+def test_zero_pages_zeroes_the_range_and_writes_only_pages_that_held_data(size, spans, a, b):
+    import mmap
+
+    from rocketstore.consumequeue import _zero_pages
+
+    mm = mmap.mmap(-1, size)
+    for at, n in spans:
+        at %= size
+        mm[at : min(size, at + n)] = b"\x07" * (min(size, at + n) - at)
+    lo, hi = sorted((a % (size + 1), b % (size + 1)))
+    before = bytes(mm)
+    first, last = _zero_pages(mm, lo, hi)
+    after = bytes(mm)
+    assert after[:lo] == before[:lo] and after[hi:] == before[hi:]  # nothing outside touched
+    assert after[lo:hi] == bytes(hi - lo)
+    held = [i for i in range(lo, hi) if before[i]] if any(before[lo:hi]) else []
+    if not held:
+        assert first == last  # nothing written: nothing to msync
+        return
+    assert lo <= first <= held[0] and held[-1] < last <= hi
+    # what is msynced starts and ends at page boundaries (or the range's ends) and skips the
+    # zero pages before the first and after the last page that held data
+    assert first == lo or (first % 4096 == 0 and first > held[0] - 4096)
+    assert last == hi or (last % 4096 == 0 and last <= held[-1] + 4096)

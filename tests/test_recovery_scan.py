@@ -296,9 +296,10 @@ def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, ba
     st.integers(1, 9),
     st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 20), max_size=40),
     st.binary(min_size=0, max_size=8),
+    st.lists(st.booleans(), min_size=9, max_size=9),
 )
 @SETTINGS
-def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage):
+def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage, right):
     import struct
 
     from rocketstore import _impl, _index_py
@@ -311,10 +312,21 @@ def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, has
     want = [0] * slot_count
     for i, h in enumerate(hashes, start=1):
         want[h % slot_count] = i  # Python's modulo, as numpy's: never negative
+    for s in range(slot_count):  # some slots right already (a roll back), the others garbage
+        if right[s]:
+            struct.pack_into(">i", file, _index_py.HEADER_SIZE + s * _index_py.HASH_SLOT_SIZE, want[s])
+    before = struct.unpack_from(f">{slot_count}i", file, _index_py.HEADER_SIZE)
+    changed = [s for s in range(slot_count) if before[s] != want[s]]
+    expected = (0, 0)
+    if changed:
+        expected = (
+            _index_py.HEADER_SIZE + changed[0] * _index_py.HASH_SLOT_SIZE,
+            _index_py.HEADER_SIZE + (changed[-1] + 1) * _index_py.HASH_SLOT_SIZE,
+        )
     twins = [_index_py] + ([_impl.COMPILED.index] if _impl.COMPILED is not None else [])
     for twin in twins:
         buf = bytearray(file)
-        twin.rebuild_slots(buf, slot_count, count)
+        assert twin.rebuild_slots(buf, slot_count, count) == expected  # what was written
         slots = struct.unpack_from(f">{slot_count}i", buf, _index_py.HEADER_SIZE)
         assert list(slots) == want
         # nothing outside the slot table changed
@@ -331,3 +343,136 @@ def test_rebuild_slots_refuses_a_table_or_items_past_the_buffer(impl):
             index.rebuild_slots(bytearray(size), slots, count)
     with pytest.raises(TypeError):
         index.rebuild_slots(bytes(size), 4, 3)  # not writable
+
+
+# ---- recover_scan: decode_batch, the torn-field check and queue_ranges in one pass ----
+
+TORN = int(
+    _codec_py.BAD_TOPIC
+    | _codec_py.BAD_PROPERTIES_UTF8
+    | _codec_py.BAD_PHYSICAL_OFFSET
+    | _codec_py.BAD_SYSFLAG
+    | _codec_py.BAD_PROP_CRC
+)
+
+
+def recover_the_slow_way(buf, lo, hi, base, segment_size, torn_from, torn_mask, max_records):
+    """What CommitLog.recover did per chunk before recover_scan: decode_batch's rows, cut at the
+    first torn row at or past torn_from, and each queue's range among the rest, grouped exactly."""
+    rows, stop, reason = _codec_py.decode_batch(buf, lo, hi, check_crc=True, max_records=max_records)
+    torn = False
+    if torn_mask:
+        flags, _keys = _codec_py.field_problems(buf, rows, base, segment_size)
+        for i in range(len(rows)):
+            if int(rows["position"][i]) >= torn_from and flags[i] & torn_mask:
+                stop, reason, torn = int(rows["position"][i]), _codec_py.STOP_CORRUPT, True
+                rows = rows[:i]
+                break
+    ranges: dict[tuple[bytes, int], list[int]] = {}
+    for r in rows:
+        tx = int(r["sys_flag"]) & _codec_py.SYSFLAG_TRANSACTION_MASK
+        q, at = int(r["queue_offset"]), base + int(r["position"])
+        if tx in (_codec_py.TRANSACTION_PREPARED_TYPE, _codec_py.TRANSACTION_ROLLBACK_TYPE):
+            continue
+        if q < 0 or q > at // _codec_py.RECORD_FIXED_LENGTH:
+            continue
+        topic_pos, topic_len = int(r["topic_pos"]), int(r["topic_len"])
+        key = (buf[topic_pos : topic_pos + topic_len], int(r["queue_id"]))
+        got = ranges.setdefault(key, [topic_pos, topic_len, key[1], q, q])
+        got[3], got[4] = min(got[3], q), max(got[4], q)
+    return len(rows), stop, reason, torn, [tuple(v) for v in ranges.values()]
+
+
+@given(
+    scan_records,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    st.integers(0, 2**40),
+    st.integers(-1, 14),
+    st.integers(0, 2000),
+    st.booleans(),
+)
+@SETTINGS
+def test_recover_scan_is_decode_batch_the_torn_check_and_queue_ranges_in_both_twins(
+    records, flips, base, max_records, torn_from, crashed
+):
+    from rocketstore import _impl
+
+    buf = bytearray()
+    for r in records:
+        buf += _codec_py.encode_record(**r)
+    for at, value in flips:  # hostile bytes: wherever they land, the same answer and no crash
+        if buf:
+            buf[at % len(buf)] = value
+    buf = bytes(buf) + b"\0" * 12
+    mask = TORN if crashed else 0
+    size = len(buf) + 100
+    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    for lo, hi in ((0, len(buf)), (1, len(buf)), (0, min(len(buf), 90)), (len(buf), len(buf))):
+        want = recover_the_slow_way(buf, lo, hi, base, size, torn_from, mask, max_records)
+        for twin in twins:
+            got = twin.recover_scan(
+                buf,
+                lo,
+                hi,
+                base=base,
+                segment_size=size,
+                torn_from=torn_from,
+                torn_mask=mask,
+                max_records=max_records,
+            )
+            assert got == want, twin.__name__
+
+
+def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec):
+    # more records than one table of decoded rows (256) and more queues than the first group
+    # table holds (16): every queue's range still exact, and a torn record late in the stretch
+    records, buf = [], bytearray()
+    for i in range(3000):
+        r = {
+            "topic": f"Topic{i % 40}",
+            "queue_id": i % 3,
+            "queue_offset": i // 120,
+            "body": b"b" * (i % 17),
+            "physical_offset": len(buf),
+        }
+        records.append(r)
+        buf += _codec_py.encode_record(**r)
+    torn_at = len(buf)
+    buf += _codec_py.encode_record(topic="Topic1", body=b"x", physical_offset=12345)  # torn: wrong offset
+    buf += _codec_py.encode_record(topic="Topic1", body=b"y", physical_offset=len(buf))
+    buf = bytes(buf) + b"\0" * 16
+    for torn_from, mask in ((0, TORN), (torn_at + 1, TORN), (0, 0)):
+        for max_records in (-1, 300, 2999, 3000, 3001):
+            want = recover_the_slow_way(buf, 0, len(buf), 0, len(buf), torn_from, mask, max_records)
+            assert (
+                codec.recover_scan(
+                    buf, 0, len(buf), torn_from=torn_from, torn_mask=mask, max_records=max_records
+                )
+                == want
+            )
+    count, stop, reason, torn, ranges = codec.recover_scan(buf, torn_from=0, torn_mask=TORN)
+    assert (count, stop, reason, torn) == (3000, torn_at, codec.STOP_CORRUPT, True)
+    assert len(ranges) == 120
+    with pytest.raises(ValueError):
+        codec.recover_scan(buf, 0, len(buf) + 1)
+    with pytest.raises(TypeError):
+        codec.recover_scan(buf, 0, len(buf), max_records=1.5)
+
+
+def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec):
+    from rocketstore.commitlog import RecoveredChunk
+
+    buf, rows = batch(
+        {"topic": "TopicA", "queue_offset": 0},
+        {"topic": "TopicB", "queue_offset": 0},
+        {"topic": "TopicA", "queue_offset": 1},
+    )
+    count, stop, _reason, torn, ranges = codec.recover_scan(buf)
+    assert not torn and ranges is not None
+    found = RecoveredChunk(0, stop, count, torn, ranges)
+    want = [("TopicA", 0, 0, 1), ("TopicB", 0, 0, 0)]
+    assert found.queue_ranges(codec, buf, 0) == want
+    # what recover_scan says when keys collide: None, and the chunk is decoded and grouped exactly
+    assert RecoveredChunk(0, stop, count, torn, None).queue_ranges(codec, buf, 0) == want
+    with pytest.raises(CorruptRecordError):  # the records are not what the scan found
+        RecoveredChunk(0, stop, count + 1, torn, None).queue_ranges(codec, buf, 0)

@@ -440,3 +440,47 @@ def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(
                 b"a%d" % i for i in range(40)
             ] + [b"b%d" % i for i in range(40)]
         assert later
+
+
+def _deleted_fds():
+    """This process's descriptors of files that are unlinked."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)"):
+            out.append(target)
+    return out
+
+
+def test_deleted_files_are_unlinked_at_once_and_closed_by_the_end_of_the_block(tmp_path):
+    from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside
+
+    files = [MappedFile(str(tmp_path / f"{i:020d}"), i * 4096, 4096, create=True) for i in range(3)]
+    with deleted_files_closed_aside():
+        for mf in files:
+            mf.destroy()
+            assert not os.path.exists(mf.path) and mf.fd == -1 and mf.mm is None
+    if os.path.isdir("/proc/self/fd"):
+        assert not [t for t in _deleted_fds() if str(tmp_path) in t]
+    # a close that fails is no silent failure: it raises when the block ends
+    mf = MappedFile(str(tmp_path / "x"), 0, 4096, create=True)
+    os.close(mf.fd)  # behind its back: the aside close gets EBADF
+    with pytest.raises(OSError), deleted_files_closed_aside():
+        mf.destroy()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_an_abnormal_open_that_deletes_queue_files_leaves_none_of_them_open(tmp_path, impl):
+    path = tmp_path / "store"
+    with open_store(path, impl, consume_queue_units=64) as s:
+        for i in range(500):
+            s.put("TopicD", b"x", keys=f"k{i}")  # several ConsumeQueue files per queue
+    os.unlink(path / "checkpoint")
+    (path / "abort").touch()  # no checkpoint: every queue file goes and is rebuilt
+    with open_store(path, impl, consume_queue_units=64) as s:
+        assert not [t for t in _deleted_fds() if str(path) in t]
+        assert sum(1 for _ in s.iter_messages()) == 500
+        assert s.verify()["ok"]

@@ -322,3 +322,22 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
     [(_offset, rec)] = _raw_records(path)
     assert rec.endswith(b"a\x01b\x02__CRC32#\x01" + rec[-11:-1] + b"\x02")
     assert len(rec) == 91 + 1 + len("TopicF") + len(b"a\x01b") + 1 + 20
+
+
+def test_reserved_columns_keep_every_row_in_order_when_more_come_than_reserved():
+    import numpy as np
+
+    from rocketstore.commitlog import ReservedColumns
+
+    columns = ReservedColumns((np.int64, np.bool_), 3)
+    assert [len(c) for c in columns.filled()] == [0, 0]
+    want_a, want_b = [], []
+    for n in (2, 0, 5, 1, 9):  # past the reserve (3 rows) twice
+        a = np.arange(len(want_a), len(want_a) + n, dtype=np.int64)
+        b = a % 3 == 0
+        columns.append((a, b))
+        want_a += a.tolist()
+        want_b += b.tolist()
+    a, b = columns.filled()
+    assert a.dtype == np.int64 and b.dtype == np.bool_
+    assert a.tolist() == want_a and b.tolist() == want_b

@@ -2509,3 +2509,53 @@ def FastRLock() -> Any:
     """The POP service's and the offsets table's reentrant lock: ``threading.RLock`` here (the
     compiled twin is a pthread mutex that skips RLock's argument parsing and clock read)."""
     return threading.RLock()
+
+
+# ---- recovery scan at disk speed: one call decodes, checks and groups a stretch of records ----
+
+__all__ += ["recover_scan"]
+
+
+def recover_scan(
+    buffer,
+    start=0,
+    end=None,
+    *,
+    base: int = 0,
+    segment_size: int = _INT64_MAX,
+    torn_from: int = _INT64_MAX,
+    torn_mask: int = 0,
+    max_records=-1,
+):
+    """What recovery needs of ``buffer[start:end]`` (a segment of ``segment_size`` bytes starting
+    at CommitLog offset ``base``) in one pass, without a RECORD_DTYPE table.
+
+    The records are those :func:`decode_batch` finds with CRCs checked, up to ``max_records``,
+    except that the first record at or past position ``torn_from`` whose :func:`field_problems`
+    has a bit of ``torn_mask`` ends them (a crash's torn record: not kept).
+
+    Returns ``(count, stop, reason, torn, ranges)``: the records kept; decode_batch's stop and
+    reason, or the torn record's position and STOP_CORRUPT with ``torn`` True; and ``ranges``, a
+    list of ``(topic_pos, topic_len, queue_id, low, high)`` per (topic, queue id) among the kept
+    records that get a ConsumeQueue unit (:func:`queue_ranges` with ``base``), in the order of
+    their first record, or None when two queues share a key (group them exactly instead).
+    (Here: decode_batch, field_problems and queue_ranges, composed.)"""
+    rows, stop, reason = decode_batch(buffer, start, end, check_crc=True, max_records=max_records)
+    torn = False
+    if torn_mask and len(rows) and int(rows["position"][-1]) >= torn_from:
+        tail = np.flatnonzero(rows["position"] >= torn_from)
+        flags, _keys = field_problems(buffer, rows[tail], base, segment_size)
+        bad = np.flatnonzero(flags & torn_mask)
+        if len(bad):
+            cut = int(tail[bad[0]])
+            stop, reason, torn = int(rows["position"][cut]), STOP_CORRUPT, True
+            rows = rows[:cut]
+    grouped = queue_ranges(buffer, rows, queue_keys(buffer, rows), base)
+    if grouped is None:
+        return len(rows), stop, reason, torn, None
+    first, low, high = grouped
+    ranges = [
+        (int(rows["topic_pos"][r]), int(rows["topic_len"][r]), int(rows["queue_id"][r]), lo, hi)
+        for r, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
+    ]
+    return len(rows), stop, reason, torn, ranges

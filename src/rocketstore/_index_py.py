@@ -480,11 +480,16 @@ def parse_index_file_name(name: str) -> int:
     return int(seconds) * 1000 + millis
 
 
-def rebuild_slots(buffer, slot_count: int, count: int) -> None:
+def rebuild_slots(buffer, slot_count: int, count: int) -> tuple[int, int]:
     """Rewrite the slot table of the index file held in ``buffer`` (writable: header,
     ``slot_count`` slots, then items) from its items 1 .. ``count - 1``: each slot holds the
     number of the newest item whose key hash maps to it (Java's ``keyHash % slotNum``), 0 for
-    none. One pass over the items; what an abnormal open's roll back to a resume point needs."""
+    none. One pass over the items; what an abnormal open's roll back to a resume point needs.
+
+    The table is computed aside and only the slots that differ are written, so the pages whose
+    slots are right already stay clean (a roll back undoes only what came after the resume
+    point). Returns ``(lo, hi)``: the byte range of ``buffer`` that was written (``lo == hi``:
+    none), what needs an msync."""
     import numpy as np
 
     if slot_count <= 0 or count < 1:
@@ -504,4 +509,9 @@ def rebuild_slots(buffer, slot_count: int, count: int) -> None:
         np.maximum.at(heads, used, np.arange(1, count, dtype=np.int32))
     del items
     slots = np.frombuffer(buffer, dtype=">i4", count=slot_count, offset=HEADER_SIZE)
-    slots[:] = heads
+    differ = np.flatnonzero(slots != heads)
+    slots[differ] = heads[differ]  # only what differs: the pages already right stay clean
+    del slots
+    if not len(differ):
+        return 0, 0
+    return HEADER_SIZE + int(differ[0]) * HASH_SLOT_SIZE, HEADER_SIZE + (int(differ[-1]) + 1) * HASH_SLOT_SIZE

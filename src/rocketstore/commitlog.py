@@ -25,7 +25,7 @@ from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
-from rocketstore.mapped_file import MappedFile, MappedFileQueue
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, populate_read
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["CommitLog", "AppendCore", "checked_chunks", "queue_offset_ranges", "stop_reason", "STEPPED"]
 
 _log = logging.getLogger("rocketstore.store")
+
+_INT64_MAX = (1 << 63) - 1
 
 
 def _TORN_FIELDS(codec: Any) -> int:  # noqa: N802 (a constant of the codec's BAD_* bits)
@@ -261,24 +263,29 @@ class CommitLog:
         self,
         scan_from: int,
         durable: int,
-        on_records: Callable[[Any, np.ndarray, int, Optional[np.ndarray]], None],
+        on_ranges: Callable[[list[tuple[str, int, int, int]]], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_records(buffer, rows, base, keys)`` sees every chunk of valid records
-        (``base``: the CommitLog offset the rows' positions are relative to; ``keys``: the rows'
-        ``codec.queue_keys`` when the torn-field check computed them, else None);
-        ``report(done, total)`` counts bytes.
+        it holds. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
+        queue_id, lowest, highest queue offset)`` of each queue among the chunk's records that get
+        a ConsumeQueue unit (:func:`queue_offset_ranges`); ``report(done, total)`` counts bytes.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
         damage (bit rot, a careless edit), not a crash's torn tail: cutting there would throw
         away good, acknowledged data after it. It is stepped over (a bad CRC) or its segment's
         rest is skipped (lengths that cannot be trusted), and verify() reports it.
 
-        ``crashed`` (an abnormal stop): past ``durable`` a record whose fields are torn ends the
-        valid data as a bad CRC does (see :meth:`_first_torn`).
+        ``crashed`` (an abnormal stop): past ``durable`` a record whose fields a whole record
+        cannot have (a topic or properties that are not text, a PhysicalOffset other than its
+        position, undefined sysFlag bits, a wrong CRC32 property) ends the valid data as a bad
+        CRC does. The body CRC covers only the body: a power cut can keep a record's body page
+        and lose the page its topic and properties lie in.
+
+        Each chunk is one compiled call (``codec.recover_scan``: the records decoded into a table
+        that stays in cache, the torn-field check and the per-queue ranges in the same pass).
         """
         codec = self.codec
         for mf in self.segments.files:
@@ -291,15 +298,12 @@ class CommitLog:
             will_read(mf)
             pos = max(0, scan_from - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
-            for arr, stop, reason in checked_chunks(
-                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=row_chunks(codec, mf.mm)
+            chunks = recover_chunks(codec, mf, torn_from=below if crashed else None)
+            for found, stop, reason in checked_chunks(
+                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=chunks
             ):
-                torn, keys = self._first_torn(mf, arr, below) if crashed else (None, None)
-                if torn is not None:  # the crash's torn tail ends here, as at a bad CRC
-                    arr, stop, reason = arr[:torn], int(arr["position"][torn]), codec.STOP_CORRUPT
-                    keys = None if keys is None else keys[:torn]
-                if len(arr):
-                    on_records(mf.mm, arr, mf.file_from_offset, keys)
+                if found.count:
+                    on_ranges(found.queue_ranges(codec, mf.mm, mf.file_from_offset))
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -307,7 +311,7 @@ class CommitLog:
                         mf.file_from_offset + stop,
                         stop_reason(codec, reason),
                     )
-                if torn is not None:
+                if found.torn:  # the crash's torn tail ends here, as at a bad CRC
                     break
             mf.wrote_position = stop
             if reason == codec.STOP_BLANK:
@@ -328,29 +332,6 @@ class CommitLog:
         report(total, total)
         self.end = end
         return end
-
-    def _first_torn(
-        self, mf: MappedFile, rows: np.ndarray, below: int
-    ) -> tuple[Optional[int], Optional[np.ndarray]]:
-        """The index of the first of ``rows`` at or past ``below`` (where the checkpoint stops
-        vouching for the data) whose fields a whole record cannot have: a topic or properties
-        that are not text, a PhysicalOffset other than its position, undefined sysFlag bits, a
-        wrong CRC32 property. The body CRC covers only the body: a power cut can keep a record's
-        body page and lose the page its topic and properties lie in. None: no such row.
-
-        Second: the rows' ``codec.queue_keys`` when every row was checked (the check computes
-        them in the same pass), else None."""
-        if not len(rows) or int(rows["position"][-1]) < below:
-            return None, None
-        codec = self.codec
-        if int(rows["position"][0]) >= below:  # the whole chunk (no checkpoint): no copy of it
-            flags, keys = codec.field_problems(mf.mm, rows, mf.file_from_offset, mf.file_size)
-            torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-            return (int(torn[0]) if len(torn) else None), keys
-        tail = np.flatnonzero(rows["position"] >= below)
-        flags, _keys = codec.field_problems(mf.mm, rows[tail], mf.file_from_offset, mf.file_size)
-        torn = np.flatnonzero(flags & _TORN_FIELDS(codec))
-        return (int(tail[torn[0]]) if len(torn) else None), None
 
     def record_end(self, offset: int, limit: int) -> Optional[int]:
         """Where the whole, CRC-valid record at ``offset`` ends, if one ends there by ``limit``;
@@ -394,13 +375,19 @@ class CommitLog:
         recovery would cut at the hole, taking the acknowledged records with it (and a
         checkpoint written meanwhile would vouch for records that are gone). Below ``start``
         (the segment of confirmPhyOffset) the previous run had flushed before it checkpointed."""
-        for mf in self.segments.files:
-            if mf.end_offset <= start or mf.file_from_offset >= end:
-                continue
-            mf.flush(
+        kept = [
+            (
+                mf,
                 max(start, mf.file_from_offset) - mf.file_from_offset,
                 min(end, mf.end_offset) - mf.file_from_offset,
             )
+            for mf in self.segments.files
+            if mf.end_offset > start and mf.file_from_offset < end
+        ]
+        for mf, lo, hi in kept:  # every segment's writes started first, then waited for
+            mf.start_writeback(lo, hi)
+        for mf, lo, hi in kept:
+            mf.flush(lo, hi)
 
     # ---- appending ----
 
@@ -604,19 +591,30 @@ class CommitLog:
 
         Returns ``{"records", "bytes", "segments", "min_offset", "problems", "found"}``:
         ``problems`` as :meth:`MessageStore.verify` reports them, ``found`` the consumable
-        records' (offsets, sizes, queue ids, queue offsets, queue keys), one tuple per chunk,
-        for checking the ConsumeQueues against.
+        records' (offsets, sizes, queue ids, queue offsets, queue keys), in a list of one tuple
+        of columns, for checking the ConsumeQueues against.
+
+        The columns of every record are appended, chunk by chunk, to arrays reserved once for
+        as many records as the log can hold (:class:`ReservedColumns`): memory the process
+        never had is zeroed by the kernel page by page as it is first written (a second in a
+        gigabyte on a virtual machine), so each chunk's columns are copied there and dropped,
+        and nothing is concatenated at the end.
         """
         codec = self.codec
         files = list(self.segments.files)
         problems: list[dict[str, Any]] = []  # where the scan found no whole record
         fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
-        found = []  # (positions, sizes, queue ids, queue offsets, queue keys)
-        stamps = []  # (offsets, store timestamps) of every record, in CommitLog order
-        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
-        records = data_end = 0
         first = files[0].file_from_offset if files else 0
         total = (self.max_offset - first) if files else 0
+        # (positions, sizes, queue ids, queue offsets, queue keys, store timestamps, counted):
+        # every record, in CommitLog order; counted: gets a ConsumeQueue unit
+        columns = ReservedColumns(
+            (np.int64, np.int32, np.int32, np.int64, np.uint64, np.int64, np.bool_),
+            total // codec.RECORD_FIXED_LENGTH + 1,
+        )
+        all_counted = True  # no PREPARED or ROLLBACK record, no implausible queue offset so far
+        ordered, last_stamp = True, 0  # never decreasing from >= 0 so far: no stamp to report
+        records = data_end = 0
         expected = first
         for mf in files:
             base = mf.file_from_offset
@@ -630,7 +628,7 @@ class CommitLog:
                 limit = self.readable_end(mf)
             will_read(mf)
             view = mf.view(0, limit)
-            scan = column_chunks(codec, view, base, mf.file_size)
+            scan = column_chunks(codec, view, base, mf.file_size, mf.mm)
             for cols, stop, reason in checked_chunks(
                 codec, view, 0, limit, base, self.readable_end(mf), chunks=scan
             ):
@@ -643,17 +641,15 @@ class CommitLog:
                             {"offset": at, "reason": why}
                             for at, why in self._field_reasons(view, base, offsets[flags != 0], mf.file_size)
                         )
-                    if units.any():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                    counted = units == 0
+                    if not counted.all():  # PREPARED or ROLLBACK records, or an implausible queue offset
+                        all_counted = False
                         implausible = (units & codec.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
                         fields.extend(
                             {"offset": int(at), "reason": "queue offset no CommitLog can hold"}
                             for at in offsets[implausible]
                         )
-                        keep = units == 0
-                        found.append((offsets[keep], sizes[keep], qids[keep], qoffsets[keep], keys[keep]))
-                    else:
-                        found.append((offsets, sizes, qids, qoffsets, keys))
-                    stamps.append((offsets, ts))
+                    columns.append((offsets, sizes, qids, qoffsets, keys, ts, counted))
                     # chunk by chunk (in cache), not one np.diff over every record at the end
                     ordered = ordered and ts[0] >= last_stamp and bool((ts[1:] >= ts[:-1]).all())
                     last_stamp = int(ts[-1])
@@ -671,10 +667,11 @@ class CommitLog:
                 pass  # zero-filled space after the last record (read-only: see below)
             else:
                 problems.append({"offset": base + stop, "reason": stop_reason(codec, reason)})
-        if stamps and not ordered:
-            offsets, times = (np.concatenate(c) for c in zip(*stamps))
+        positions, sizes, qids, qoffsets, keys, times, counted = columns.filled()
+        if not ordered:
             fields.extend(
-                {"offset": offset, "reason": reason} for offset, reason in timestamp_problems(offsets, times)
+                {"offset": offset, "reason": reason}
+                for offset, reason in timestamp_problems(positions, times)
             )
         if self.read_only:  # a writer's record in progress is no damage
             problems = [p for p in problems if p["offset"] < data_end and not self.written_since(p["offset"])]
@@ -687,7 +684,11 @@ class CommitLog:
             "segments": len(files),
             "min_offset": first,
             "problems": problems,
-            "found": found,
+            "found": [
+                (positions, sizes, qids, qoffsets, keys)
+                if all_counted
+                else (positions[counted], sizes[counted], qids[counted], qoffsets[counted], keys[counted])
+            ],
         }
 
     def _field_reasons(
@@ -707,6 +708,32 @@ class CommitLog:
             return gone
         reasons, _keys = record_problems(codec, view, base, np.concatenate(rows), segment_size)
         return reasons + gone
+
+
+class ReservedColumns:
+    """Columns appended chunk by chunk to arrays reserved once for ``capacity`` rows (grown by
+    doubling should more come): the pages of the reserve are touched, and zeroed by the kernel,
+    only as rows fill them, and no list of chunks is concatenated at the end."""
+
+    def __init__(self, dtypes: tuple[Any, ...], capacity: int):
+        self._arrays = [np.empty(max(capacity, 1), dtype=dtype) for dtype in dtypes]
+        self._n = 0
+
+    def append(self, chunk: tuple[np.ndarray, ...]) -> None:
+        n = len(chunk[0])
+        end = self._n + n
+        if end > len(self._arrays[0]):
+            grown = max(end, 2 * len(self._arrays[0]))
+            self._arrays = [
+                np.concatenate((a[: self._n], np.empty(grown - self._n, a.dtype))) for a in self._arrays
+            ]
+        for array, column in zip(self._arrays, chunk):
+            array[self._n : end] = column
+        self._n = end
+
+    def filled(self) -> tuple[np.ndarray, ...]:
+        """The rows appended so far, one view per column."""
+        return tuple(a[: self._n] for a in self._arrays)
 
 
 def checked_chunks(
@@ -790,22 +817,69 @@ def queue_offset_ranges(
     return out
 
 
-#: Records per chunk of the recovery scan: small enough that the records it decoded are still in
-#: cache when the torn-field check and the per-queue offsets read their topics again.
-RECOVER_CHUNK = 8192
+#: Bytes of a segment mapped (``populate_read``) ahead of each compiled call of a scan: about
+#: what one call reads; what a call reads past it (large records) faults in as usual.
+POPULATE_AHEAD = 32 << 20
+
+#: Records per compiled call of the recovery scan: the call decodes them into a small table that
+#: stays in cache whatever this is; it sets how often progress is reported and the GIL taken.
+RECOVER_CHUNK = 65536
 
 
-def row_chunks(
-    codec: Any, view: Any, max_records: int = RECOVER_CHUNK
-) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.decode_batch`` with CRCs over
-    ``view`` in chunks of at most ``max_records`` records (RECORD_DTYPE rows)."""
+class RecoveredChunk:
+    """What :func:`recover_chunks` found in one stretch of records: ``count`` records kept from
+    ``start``, whether a torn record ended them (``torn``), and their per-queue ranges (``ranges``
+    of ``codec.recover_scan``; None when two queues share a key)."""
 
-    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
+    __slots__ = ("start", "stop", "count", "torn", "ranges")
+
+    def __init__(self, start: int, stop: int, count: int, torn: bool, ranges: Optional[list[Any]]):
+        self.start, self.stop, self.count, self.torn, self.ranges = start, stop, count, torn, ranges
+
+    def queue_ranges(self, codec: Any, view: Any, base: int) -> list[tuple[str, int, int, int]]:
+        """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the records
+        (``view``: their segment, starting at CommitLog offset ``base``), as
+        :func:`queue_offset_ranges` has them."""
+        if self.ranges is None:  # two queues share a 64-bit key: decoded again, grouped exactly
+            rows, stop, _reason = codec.decode_batch(view, self.start, self.stop, check_crc=True)
+            if len(rows) != self.count or stop != self.stop:
+                raise CorruptRecordError(
+                    f"the records at commitlog offset {base + self.start} changed during recovery"
+                )
+            return queue_offset_ranges(codec, view, rows, base)
+        raw = memoryview(view).cast("B")
+        return [
+            (bytes(raw[at : at + length]).decode("utf-8", "surrogateescape"), qid, low, high)
+            for at, length, qid, low, high in self.ranges
+        ]
+
+
+def recover_chunks(
+    codec: Any, mf: MappedFile, torn_from: Optional[int] = None, max_records: int = RECOVER_CHUNK
+) -> Callable[[int, int], Iterator[tuple[RecoveredChunk, int, int]]]:
+    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.recover_scan`` over segment ``mf``
+    in calls of at most ``max_records`` records, each yielding a :class:`RecoveredChunk`.
+    ``torn_from``: the position from which a record whose fields are torn (``_TORN_FIELDS``)
+    ends the scan with STOP_CORRUPT (None: no such check)."""
+    mask = 0 if torn_from is None else _TORN_FIELDS(codec)
+    first = _INT64_MAX if torn_from is None else torn_from
+    view, base, size = mf.mm, mf.file_from_offset, mf.file_size
+
+    def chunks(lo: int, hi: int) -> Iterator[tuple[RecoveredChunk, int, int]]:
         while True:
-            rows, stop, reason = codec.decode_batch(view, lo, hi, check_crc=True, max_records=max_records)
-            yield rows, stop, reason
-            if reason != codec.STOP_LIMIT or stop >= hi or not len(rows):
+            populate_read(view, lo, min(hi, lo + POPULATE_AHEAD))
+            count, stop, reason, torn, ranges = codec.recover_scan(
+                view,
+                lo,
+                hi,
+                base=base,
+                segment_size=size,
+                torn_from=first,
+                torn_mask=mask,
+                max_records=max_records,
+            )
+            yield RecoveredChunk(lo, stop, count, torn, ranges), stop, reason
+            if torn or reason != codec.STOP_LIMIT or stop >= hi or not count:
                 return
             lo = stop
 
@@ -813,14 +887,17 @@ def row_chunks(
 
 
 def column_chunks(
-    codec: Any, view: Any, base: int, segment_size: int
+    codec: Any, view: Any, base: int, segment_size: int, mm: Any = None
 ) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
     """A ``chunks`` scan for :func:`checked_chunks`: ``codec.verify_scan`` over ``view`` (a
     segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
-    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch."""
+    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch. ``mm``: the
+    segment's map (``view`` is a view of it), whose pages are mapped ahead of each call."""
 
     def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
         while True:
+            if mm is not None:
+                populate_read(mm, lo, min(hi, lo + POPULATE_AHEAD))
             cols, stop, reason = codec.verify_scan(
                 view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
             )

@@ -172,6 +172,43 @@ def _false_runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
+#: The unit of :func:`_zero_pages`: what the kernel writes back (one page, in the common case).
+_ZERO_PAGE = 4096
+
+
+def _zero_pages(mm: Any, lo: int, hi: int) -> tuple[int, int]:
+    """Make ``mm[lo:hi]`` zero, writing only the ``_ZERO_PAGE`` pieces (page-aligned, cut to the
+    range) that hold a non-zero byte. Returns where the first written piece starts and the last
+    ends (equal: nothing written)."""
+    if hi <= lo:
+        return hi, hi
+    first, last = hi, lo
+    whole = np.frombuffer(mm, dtype=np.uint8, count=hi - lo, offset=lo)
+    try:
+        at = lo
+        while at < hi:
+            if at % _ZERO_PAGE == 0 and hi - at >= _ZERO_PAGE:  # up to 256 whole pages at once
+                nxt = at + min((hi - at) // _ZERO_PAGE, 256) * _ZERO_PAGE
+            else:  # the piece up to the next page boundary (or hi)
+                nxt = min(hi, (at // _ZERO_PAGE + 1) * _ZERO_PAGE)
+            piece = whole[at - lo : nxt - lo]
+            if piece.any():
+                pages = (
+                    np.flatnonzero(piece.reshape(-1, _ZERO_PAGE).any(axis=1))
+                    if nxt - at > _ZERO_PAGE
+                    else [0]
+                )
+                size = min(_ZERO_PAGE, nxt - at)
+                for k in pages:
+                    piece[k * size : (k + 1) * size] = 0
+                first = min(first, at + int(pages[0]) * size)
+                last = max(last, at + (int(pages[-1]) + 1) * size)
+            at = nxt
+    finally:
+        del whole
+    return (first, last) if first < last else (hi, hi)
+
+
 def _first_false(mask: np.ndarray) -> int:
     """Index of the first False in a bool array, or its length when all are True."""
     if mask.all():
@@ -353,14 +390,12 @@ class ConsumeQueue:
 
     @staticmethod
     def _zero_after(mf: MappedFile, lo: int) -> None:
-        """Zero ``mf`` from byte ``lo`` to its last non-zero byte, and msync that."""
-        tail = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - lo, offset=lo)
-        dirty = np.flatnonzero(tail)
-        del tail
-        if len(dirty):
-            hi = lo + int(dirty[-1]) + 1
-            mf.mm[lo:hi] = bytes(hi - lo)
-            mf.flush(lo, hi)
+        """Zero every byte of ``mf`` from ``lo`` on, and msync what was written: only the pages
+        that hold a non-zero byte are written (a page already zero is left clean, so it is
+        neither dirtied nor written back), and no table of the non-zero bytes is made."""
+        first, last = _zero_pages(mf.mm, lo, mf.file_size)
+        if first < last:
+            mf.flush(first, last)
 
     # -- bounds -------------------------------------------------------------------------------
     @property
@@ -905,21 +940,48 @@ class ConsumeQueue:
         (``flushConsumeQueueLeastPages``).
         """
         with self._lock:
-            if self._closed or self.read_only:
+            ranges = self._unflushed(least_pages)
+            if ranges is None:
                 return False
-            end = self._end()
-            if end <= self._flushed:
-                return False
-            page = 4096
-            if least_pages > 0 and end // page - self._flushed // page < least_pages:
-                return False
-            for mf in self._files.files:
-                lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
-                hi = min(end, mf.end_offset) - mf.file_from_offset
-                if hi > lo:
-                    mf.flush(lo, hi)
+            end, pieces = ranges
+            for mf, lo, hi in pieces:
+                mf.flush(lo, hi)
             self._flushed = end
             return True
+
+    def start_flush(self, least_pages: int = 0) -> None:
+        """Start writing back what :meth:`flush` would msync, without waiting (a hint: see
+        :meth:`MappedFile.start_writeback`), but the page units are still being appended to:
+        a page under writeback may make the next write into it wait on some devices."""
+        with self._lock:
+            ranges = self._unflushed(least_pages)
+            if ranges is None:
+                return
+            end, pieces = ranges
+            for mf, lo, hi in pieces:
+                if mf.file_from_offset + hi == end:  # the tail: its last, partial page left out
+                    hi -= hi % _ZERO_PAGE
+                if hi > lo:
+                    mf.start_writeback(lo, hi)
+
+    def _unflushed(self, least_pages: int) -> Optional[tuple[int, list[tuple[MappedFile, int, int]]]]:
+        """(end, [(file, lo, hi)]): the units written since the last flush, per file; None when
+        there is nothing to flush (or too little, see :meth:`flush`). Under the queue's lock."""
+        if self._closed or self.read_only:
+            return None
+        end = self._end()
+        if end <= self._flushed:
+            return None
+        page = 4096
+        if least_pages > 0 and end // page - self._flushed // page < least_pages:
+            return None
+        pieces = []
+        for mf in self._files.files:
+            lo = max(self._flushed, mf.file_from_offset) - mf.file_from_offset
+            hi = min(end, mf.end_offset) - mf.file_from_offset
+            if hi > lo:
+                pieces.append((mf, lo, hi))
+        return end, pieces
 
     def close(self) -> None:
         """Flush and unmap; views from :meth:`units` stay readable until released."""
@@ -1087,11 +1149,23 @@ class ConsumeQueueStore:
         return {key: cq.max_offset for key, cq in queues}
 
     def flush(self, least_pages: int = 0) -> bool:
-        """Flush every queue; True if any had something to flush."""
+        """Flush every queue; True if any had something to flush. Every queue's writeback is
+        started first (:meth:`ConsumeQueue.start_flush`), so the msyncs wait for the writes of
+        all the queues together, not one queue's after another's."""
+        queues = list(self)
+        if len(queues) > 1:
+            for cq in queues:
+                cq.start_flush(least_pages)
         flushed = False
-        for cq in self:
+        for cq in queues:
             flushed |= cq.flush(least_pages)
         return flushed
+
+    def start_flush(self) -> None:
+        """:meth:`ConsumeQueue.start_flush` on every queue: their writeback started, nothing
+        waited for (a hint)."""
+        for cq in self:
+            cq.start_flush()
 
     def close(self) -> None:
         """Flush and close every queue."""

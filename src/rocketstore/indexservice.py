@@ -60,7 +60,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.mapped_file import MappedFile, allocate_range
+from rocketstore.mapped_file import MappedFile, allocate_range, populate_read
 
 log = logging.getLogger("rocketstore.indexservice")
 
@@ -465,9 +465,14 @@ class IndexService:
             at = items_start + (count - 1) * _ITEM_SIZE
             if last and mm[at : at + _ITEM_SIZE] != last:
                 raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
-            self._index.rebuild_slots(mm, self.slot_count, count)  # slots from the kept items
+            populate_read(mm, 0, items_start + count * _ITEM_SIZE)  # one call, not a fault per 16 pages
+            # slots from the kept items: only those that differ are written
+            _lo, hi = self._index.rebuild_slots(mm, self.slot_count, count)
             _HEADER.pack_into(mm, 0, *resume["header"])
-            mm.flush()
+            # what was written: the header, the slots that changed (all below hi; the first page
+            # holds the header); msync of the pages in between that are clean writes nothing
+            hi = max(hi, _HEADER_SIZE)
+            mm.flush(0, hi)
         finally:
             mm.close()
 

@@ -54,7 +54,9 @@ class QueueGuard:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
         and size (units below ``low``, the first segment checked, point at what retention
         deleted)."""
-        if found:
+        if len(found) == 1:  # CommitLog.verify's columns: one tuple, nothing to concatenate
+            positions, sizes, qids, qoffsets, keys = found[0]
+        elif found:
             positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
         else:
             positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)

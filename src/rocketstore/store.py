@@ -46,7 +46,7 @@ from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints,
 from rocketstore._clock import now_ms
 from rocketstore._files import open_regular, raise_open_files_limit
 from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import AppendCore, CommitLog, queue_offset_ranges
+from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
@@ -82,7 +82,7 @@ from rocketstore.errors import (
 from rocketstore.group import GROUPS_DIR
 from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, close_map, flush_timeout
+from rocketstore.mapped_file import MappedFile, close_map, deleted_files_closed_aside, flush_timeout
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -441,7 +441,9 @@ class MessageStore:
             for part in _PARTS:
                 setattr(self, part, None)
             try:
-                self._open(commitlog_dir)
+                # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
+                with deleted_files_closed_aside():
+                    self._open(commitlog_dir)
                 break
             except (StoreConfigError, OSError):
                 self._teardown(clean=False)
@@ -956,9 +958,7 @@ class MessageStore:
         end = commitlog.recover(
             scan_from,
             self._checkpoint.confirm_phy_offset,
-            on_records=lambda buffer, arr, base, keys: self._collect_queue_offsets(
-                buffer, arr, base, keys, tail
-            ),
+            on_ranges=lambda ranges: self._collect_queue_offsets(ranges, tail),
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
         )
@@ -1003,15 +1003,10 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _collect_queue_offsets(
-        self,
-        buffer: Any,
-        arr: np.ndarray,
-        base: int,
-        keys: Optional[np.ndarray],
-        tail: dict[tuple[str, int], list[int]],
+        self, ranges: list[tuple[str, int, int, int]], tail: dict[tuple[str, int], list[int]]
     ) -> None:
-        # a damaged queue offset must not set where puts go on: queue_offset_ranges skips it
-        for topic, qid, low, high in queue_offset_ranges(self._codec, buffer, arr, base, keys):
+        # a damaged queue offset must not set where puts go on: the ranges leave it out
+        for topic, qid, low, high in ranges:
             seen = tail.get((topic, qid))
             if seen is None:
                 tail[(topic, qid)] = [low, high]
@@ -1032,13 +1027,21 @@ class MessageStore:
         if total <= 0:
             return
         report = lambda offset: self._report("dispatch", offset - start, total)
+        step_end = min(end, start + REBUILD_STEP)
         while dispatcher.offset < end:
             before = dispatcher.offset
-            dispatcher.catch_up(progress=report, target=min(end, before + REBUILD_STEP))
+            # each step in quarters: after each but the last the queues' writeback is started
+            # (a hint), so the step's checkpoint finds most of their pages written already
+            target = min(step_end, before + max(1, REBUILD_STEP // 4))
+            dispatcher.catch_up(progress=report, target=target)
             if dispatcher.offset <= before:
                 break  # nothing dispatchable (read-only beside a writer mid-record)
-            if not self._files_read_only and dispatcher.offset < end:
-                self._save_checkpoint()
+            if dispatcher.offset >= step_end or target == step_end:
+                step_end = min(end, dispatcher.offset + REBUILD_STEP)
+                if not self._files_read_only and dispatcher.offset < end:
+                    self._save_checkpoint()
+            elif not self._files_read_only:
+                self._queues.start_flush()
         self._report("dispatch", total, total)
 
     def _repair_holes(self, queue_offsets: dict[tuple[str, int], int]) -> None:
