@@ -262,6 +262,12 @@ class _ForkedCore:
         )
 
 
+def _plain_str(value: Any) -> Any:
+    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
+    str: both then answer alike); anything else as it is, for the callee to check."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
 def _forked() -> None:
     """In a child forked from a process with stores open: those are not this process's. Each
     is closed here without a byte written (no final flush, checkpoint or abort-file removal,
@@ -1311,7 +1317,7 @@ class MessageStore:
     def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
         """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
         self._check_writable()
-        validate_topic(topic)
+        topic = _plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
@@ -1724,6 +1730,8 @@ class MessageStore:
         """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
         now, as the background thread does every ``schedule_interval_ms``; returns how many."""
         self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
         delivered: int = self._schedule.deliver(now)
         return delivered
 
@@ -1731,6 +1739,8 @@ class MessageStore:
         """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
         now, in deliver-time order, as the timer thread does; returns how many."""
         self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
         delivered: int = self._timer.deliver(now)
         return delivered
 
@@ -1793,7 +1803,13 @@ class MessageStore:
         :mod:`rocketstore.pop`); an empty result when nothing is there.
         """
         return self._pop_service().receive(
-            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags
+            _plain_str(group),
+            _plain_str(topic),
+            max_msgs,
+            invisible_time_ms,
+            queue_id,
+            max_reconsume_times,
+            _plain_str(tags),
         )
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
