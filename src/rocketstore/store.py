@@ -1931,6 +1931,9 @@ class MessageStore:
     def _scan(
         self, start: Optional[int], end: Optional[int], check_crc: bool = True
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
+        # a float or NaN bound would be compared, not refused: the scan would start anywhere
+        start = None if start is None else check_int("start", start, 0)
+        end = None if end is None else check_int("end", end, 0)
         return self._commitlog.chunks(start, end, check_crc)
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
