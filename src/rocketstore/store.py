@@ -262,6 +262,18 @@ class _ForkedCore:
         )
 
 
+def _placed(msg: MessageExt, commitlog_offset: int) -> MessageExt:
+    """``msg``, read at ``commitlog_offset``, if its record says it was written there: a
+    whole, CRC-valid record moved from elsewhere (its PhysicalOffset field names another
+    place; verify() lists it) is not the message stored at that offset."""
+    if msg.commitlog_offset != commitlog_offset:
+        raise MessageNotFoundError(
+            f"no message at commitlog offset {commitlog_offset}: the record there says it was "
+            f"written at {msg.commitlog_offset} (damage; verify() lists it)"
+        )
+    return msg
+
+
 def _plain_str(value: Any) -> Any:
     """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
     str: both then answer alike); anything else as it is, for the callee to check."""
@@ -1859,9 +1871,9 @@ class MessageStore:
                 self._segments, None if self._files_read_only else self._core, commitlog_offset
             )
             if msg is not None:  # else the careful path says why not, or reads it
-                return msg
+                return _placed(msg, commitlog_offset)
         self._check_open()
-        return self._read(commitlog_offset, zero_copy)
+        return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
 
     def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
         return self._commitlog.read(commitlog_offset, zero_copy)
