@@ -78,3 +78,26 @@ def test_a_damaged_shared_append_table_of_the_wrong_size_is_harmless(tmp_path, i
     with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
         store.put("T", b"after", queue_id=0)
         assert store.get_by_queue_offset("T", 0, 4).body == b"after"
+
+
+READ_ONLY_EMPTIED_CQ = pytest.mark.xfail(
+    strict=True,
+    reason="a read-only open shows the queue as empty (max_queue_offset 0) and verify() says ok: "
+    "it mends in memory only queues whose units it finds wrong, not one whose file is empty below "
+    "the last dispatched record (recovery code, owned by another engineer today)",
+)
+
+
+@pytest.mark.parametrize("read_only", [False, pytest.param(True, marks=READ_ONLY_EMPTIED_CQ)])
+def test_an_emptied_consume_queue_file_loses_no_message(tmp_path, impl, read_only):
+    """A ConsumeQueue file cut to 0 bytes (a copy that stopped short, a power cut before its
+    pages reached the disk) while later records of another topic follow in the CommitLog."""
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        for i in range(5):
+            store.put("T", b"m%d" % i, queue_id=0)
+        store.put("U", b"u")
+    (root / "consumequeue" / "T" / "0" / "00000000000000000000").write_bytes(b"")
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **OPTIONS) as store:
+        assert store.max_queue_offset("T", 0) == 5
+        assert [store.get_by_queue_offset("T", 0, i).body for i in range(5)] == [b"m%d" % i for i in range(5)]
