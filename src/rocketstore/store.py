@@ -1740,7 +1740,8 @@ class MessageStore:
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
         """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
-        now, as the background thread does every ``schedule_interval_ms``; returns how many."""
+        now, as the background thread does every ``schedule_interval_ms``; returns how many.
+        ``now`` that is not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
@@ -1749,7 +1750,8 @@ class MessageStore:
 
     def deliver_timers(self, now: Optional[int] = None) -> int:
         """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
-        now, in deliver-time order, as the timer thread does; returns how many."""
+        now, in deliver-time order, as the timer thread does; returns how many. ``now`` that is
+        not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
@@ -1905,7 +1907,8 @@ class MessageStore:
         """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
 
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them). ``check_crc=False`` trusts the bytes and reads faster."""
+        lists them). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
+        ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
         self._check_open()
         return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
 
