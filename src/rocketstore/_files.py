@@ -23,6 +23,10 @@ def open_regular(path: str, flags: int, what: str) -> int:
         fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
     except IsADirectoryError:
         raise StoreConfigError(f"{what} {path} is a directory, not a file") from None
+    except FileNotFoundError:
+        if os.path.islink(path):  # a dangling symlink: O_CREAT would not create its target
+            raise StoreConfigError(f"{what} {path} is a symlink to nothing, not a file") from None
+        raise
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink loop; a FIFO no one reads
             raise StoreConfigError(f"{what} {path} is not a regular file: {exc.strerror}") from None

@@ -23,6 +23,26 @@ from rocketstore.message import MessageExt
 __all__ = ["QueueGuard"]
 
 
+def _in_order(q: np.ndarray) -> np.ndarray:
+    """Which of one queue's records (queue offsets ``q`` in CommitLog order) to trust: a queue's
+    offsets rise with the CommitLog, so a record out of order with both neighbours while they
+    are in order with each other has a damaged QueueOffset field (the body CRC does not cover
+    it). Placed by that field it would hand its message out at a position it was never stored
+    at (and grow the queue past its end); left out, its own position reads as missing."""
+    keep = np.ones(len(q), dtype=bool)
+    if len(q) >= 3:
+        prev, mid, nxt = q[:-2], q[1:-1], q[2:]
+        keep[1:-1] = ~(((mid <= prev) | (mid >= nxt)) & (prev < nxt))
+    # the first and last have one neighbour: the nearest one kept goes by
+    if len(q) >= 3:
+        inner = np.flatnonzero(keep[1:-1]) + 1
+        if len(inner) and q[-1] <= q[inner[-1]]:
+            keep[-1] = False
+        if len(inner) and q[0] >= q[inner[0]]:
+            keep[0] = False
+    return keep
+
+
 class QueueGuard:
     """The integrity checks and repairs of one store's ConsumeQueues (``queues``) against its
     CommitLog; ``dispatcher`` is the store's (a repair holds its lock)."""
@@ -215,6 +235,8 @@ class QueueGuard:
                     continue
                 if parts:
                     q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
+                    keep = _in_order(q)  # (CommitLog order: the chunks come in it)
+                    q, phys, sizes, tags = q[keep], phys[keep], sizes[keep], tags[keep]
                     q, first = np.unique(q, return_index=True)  # one record per queue offset
                     phys, sizes, tags = phys[first], sizes[first], tags[first]
                 else:

@@ -47,12 +47,14 @@ import ctypes
 import errno
 import mmap
 import os
+import stat
 import struct
 import sys
 from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore._background import weak_method
+from rocketstore.errors import StoreConfigError
 from rocketstore.mapped_file import MappedFile, close_map, offset_to_file_name
 
 __all__ = [
@@ -190,8 +192,15 @@ def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
         fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o644)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in (errno.EISDIR, errno.ELOOP):  # a directory or a symlink in its place
+            raise StoreConfigError(f"{path} is not a regular file: {exc.strerror}") from None
+        raise
     try:
-        if os.fstat(fd).st_size != SIZE:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreConfigError(f"{path} is not a regular file")
+        if st.st_size != SIZE:
             if not create:
                 os.close(fd)
                 return None
@@ -231,9 +240,12 @@ def invalidate(root: str) -> None:
 
 
 def remove(root: str) -> None:
-    """Delete the table (the owner closing, after its epoch became 0)."""
+    """Delete the table (the owner closing, after its epoch became 0); only a regular file,
+    which the table always is: a symlink or FIFO in its place is not the store's to remove."""
+    path = os.path.join(root, APPEND_NAME)
     try:
-        os.unlink(os.path.join(root, APPEND_NAME))
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
     except FileNotFoundError:
         pass
 

@@ -262,6 +262,24 @@ class _ForkedCore:
         )
 
 
+def _placed(msg: MessageExt, commitlog_offset: int) -> MessageExt:
+    """``msg``, read at ``commitlog_offset``, if its record says it was written there: a
+    whole, CRC-valid record moved from elsewhere (its PhysicalOffset field names another
+    place; verify() lists it) is not the message stored at that offset."""
+    if msg.commitlog_offset != commitlog_offset:
+        raise MessageNotFoundError(
+            f"no message at commitlog offset {commitlog_offset}: the record there says it was "
+            f"written at {msg.commitlog_offset} (damage; verify() lists it)"
+        )
+    return msg
+
+
+def _plain_str(value: Any) -> Any:
+    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
+    str: both then answer alike); anything else as it is, for the callee to check."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
 def _forked() -> None:
     """In a child forked from a process with stores open: those are not this process's. Each
     is closed here without a byte written (no final flush, checkpoint or abort-file removal,
@@ -1316,7 +1334,7 @@ class MessageStore:
     def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
         """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
         self._check_writable()
-        validate_topic(topic)
+        topic = _plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
@@ -1727,15 +1745,21 @@ class MessageStore:
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
         """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
-        now, as the background thread does every ``schedule_interval_ms``; returns how many."""
+        now, as the background thread does every ``schedule_interval_ms``; returns how many.
+        ``now`` that is not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
         delivered: int = self._schedule.deliver(now)
         return delivered
 
     def deliver_timers(self, now: Optional[int] = None) -> int:
         """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
-        now, in deliver-time order, as the timer thread does; returns how many."""
+        now, in deliver-time order, as the timer thread does; returns how many. ``now`` that is
+        not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
         delivered: int = self._timer.deliver(now)
         return delivered
 
@@ -1798,7 +1822,13 @@ class MessageStore:
         :mod:`rocketstore.pop`); an empty result when nothing is there.
         """
         return self._pop_service().receive(
-            group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags
+            _plain_str(group),
+            _plain_str(topic),
+            max_msgs,
+            invisible_time_ms,
+            queue_id,
+            max_reconsume_times,
+            _plain_str(tags),
         )
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
@@ -1851,9 +1881,9 @@ class MessageStore:
                 self._segments, None if self._files_read_only else self._core, commitlog_offset
             )
             if msg is not None:  # else the careful path says why not, or reads it
-                return msg
+                return _placed(msg, commitlog_offset)
         self._check_open()
-        return self._read(commitlog_offset, zero_copy)
+        return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
 
     def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
         return self._commitlog.read(commitlog_offset, zero_copy)
@@ -1885,7 +1915,8 @@ class MessageStore:
         """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
 
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them). ``check_crc=False`` trusts the bytes and reads faster."""
+        lists them). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
+        ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
         self._check_open()
         return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
 
@@ -1923,6 +1954,9 @@ class MessageStore:
     def _scan(
         self, start: Optional[int], end: Optional[int], check_crc: bool = True
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
+        # a float or NaN bound would be compared, not refused: the scan would start anywhere
+        start = None if start is None else check_int("start", start, 0)
+        end = None if end is None else check_int("end", end, 0)
         return self._commitlog.chunks(start, end, check_crc)
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
