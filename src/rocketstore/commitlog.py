@@ -193,9 +193,11 @@ class CommitLog:
         * No ConsumeQueue on disk at all: the first segment (everything is dispatched again).
 
         A read-only open starts at confirmPhyOffset itself, not at its segment's start, when the
-        queues prove it a record boundary (:meth:`ends_a_record`): it cuts nothing, so it need
-        not re-verify what the checkpoint vouches for (reads check each record's CRC anyway),
-        and a reader of a store with large segments opens in time independent of their size.
+        queues prove it a record boundary (:meth:`ends_a_record`) and none left out a last file
+        (``queues.incomplete``: its units are not on disk, so the scan must find its records):
+        it cuts nothing, so it need not re-verify what the checkpoint vouches for (reads check
+        each record's CRC anyway), and a reader of a store with large segments opens in time
+        independent of their size.
         """
         files = self.segments.files
         if not files:
@@ -205,7 +207,11 @@ class CommitLog:
             return first, first
         confirm = checkpoint.confirm_phy_offset
         if first < confirm <= files[-1].end_offset:
-            if self.read_only and self.ends_a_record(confirm, queues):
+            if (
+                self.read_only
+                and not getattr(queues, "incomplete", False)
+                and self.ends_a_record(confirm, queues)
+            ):
                 return confirm, confirm
             # After a clean stop the queues say where dispatch resumes, not confirmPhyOffset.
             if clean or self.walks_to(confirm):

@@ -913,6 +913,12 @@ class TailQueueStore:
             self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file)
         return ends
 
+    @property
+    def incomplete(self) -> bool:
+        """Whether a queue's last file on disk was left out (empty or short: a writer creating
+        it, or damage): the units it should hold are not on disk, whatever a checkpoint says."""
+        return any(cq._files.skipped_last for cq in self.disk)
+
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """Raise each queue's ``min_offset`` past units whose records retention deleted, in
         memory only (``ConsumeQueue.correct_min_offset`` reads, never writes)."""

@@ -431,6 +431,9 @@ class MappedFileQueue:
         #: Writers of several processes append (rocketstore.sharedappend): a segment is created
         #: under the shared append lock, or found made by another process; none ahead of time.
         self.shared = False
+        #: A read-only load left out a last file that was empty or short (a writer creating it,
+        #: or damage): what it should hold is not on disk.
+        self.skipped_last = False
 
     def share(self) -> None:
         """From now on segments are made as :attr:`shared` says (a preparation under way ends
@@ -479,9 +482,11 @@ class MappedFileQueue:
             if size == 0 and name == names[-1]:
                 if not self.read_only:
                     os.unlink(path)  # a crash while creating the last segment (5.x does the same)
-                continue  # read-only: a writer is creating it right now
+                self.skipped_last = True  # read-only: a writer is creating it right now, or damage
+                continue
             if self.read_only and name == names[-1] and size < self.file_size and expected is not None:
-                continue  # read-only: a writer is still sizing the segment it just created
+                self.skipped_last = True  # read-only: a writer is still sizing it, or damage
+                continue
             if start % self.file_size:
                 raise StoreConfigError(f"segment {path} does not start at a multiple of {self.file_size}")
             if expected is not None and start != expected:

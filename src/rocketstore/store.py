@@ -429,6 +429,8 @@ class MessageStore:
         # rocketstore.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
         # for it; a joined store's own appender (None: not asked yet, False: none to be had)
         self._append_table: Optional[tuple[int, Any, int]] = None
+        #: a read-only open's queues that end before their records (rebuilt in memory)
+        self._short_queues: dict[tuple[str, int], int] = {}
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -1066,9 +1068,12 @@ class MessageStore:
         """Rebuild from the CommitLog every queue that recovery or dispatch found units missing
         in, and every queue that ends before the next queue offset its records in the CommitLog
         call for (``queue_offsets``: its last units were lost, e.g. a zeroed file)."""
+        self._short_queues = {}
         for (topic, qid), nxt in queue_offsets.items():
             cq = self._queues.get(topic, qid)
             if cq is None or cq.max_offset < nxt:
+                if self._files_read_only:  # rebuilt in memory only: verify() says so
+                    self._short_queues[(topic, qid)] = nxt - (cq.max_offset if cq is not None else 0)
                 try:
                     cq = self._queues.find_or_create(topic, qid)
                 except InvalidMessageError:  # not a topic a queue can be named after (damage)
@@ -1983,6 +1988,14 @@ class MessageStore:
         found = self._commitlog.verify(progress)
         problems, first = found["problems"], found["min_offset"]
         checked = self._guard.verify(found.pop("found"), problems, first)
+        for (topic, qid), n in sorted(self._short_queues.items()):
+            problems.append(
+                {
+                    "offset": first,
+                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) missing on disk before "
+                    f"its records in the CommitLog (rebuilt in memory; a writable open rewrites them)",
+                }
+            )
         for (topic, qid), n in sorted(self._guard.mended.items()):
             problems.append(
                 {
