@@ -97,3 +97,36 @@ def test_an_emptied_consume_queue_file_loses_no_message(tmp_path, impl, read_onl
             report = store.verify()
             assert not report["ok"]
             assert any("ConsumeQueue T-0" in p["reason"] for p in report["problems"]), report
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_files_an_os_leaves_in_every_directory_are_ignored_and_left_alone(tmp_path, impl, read_only):
+    """macOS Finder's .DS_Store and ._* files, NFS's .nfs* files (a deleted file still open):
+    a Java broker would refuse such a commitlog/; a store opens, reads, and touches none."""
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / ".DS_Store").write_bytes(b"finder")  # an empty folder a file browser looked at
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        store.put("T", b"x", keys="k", queue_id=0)
+    litter = []
+    for sub in ("", "commitlog", "consumequeue", "consumequeue/T", "consumequeue/T/0", "index", "config"):
+        for name in (".DS_Store", "._00000000000000000000", ".nfs000000000001"):
+            path = root / sub / name
+            path.write_bytes(b"litter")
+            litter.append(path)
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **OPTIONS) as store:
+        assert store.get_by_queue_offset("T", 0, 0).body == b"x"
+        assert [m.body for m in store.query_by_key("T", "k")] == [b"x"]
+        assert store.verify()["ok"]
+    assert all(p.read_bytes() == b"litter" for p in litter)
+
+
+def test_a_foreign_file_in_commitlog_still_makes_it_not_a_store(tmp_path, impl):
+    from rocketstore.errors import NotAStoreError
+
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        store.put("T", b"x")
+    (root / "commitlog" / "notes.txt").write_bytes(b"mine")
+    with pytest.raises(NotAStoreError):
+        MessageStore(root, implementation=impl.name, **OPTIONS)

@@ -50,6 +50,14 @@ _EARLY_STORE_ENTRIES = {
 }  # the Spark sink stages parts before it opens
 
 
+def is_os_litter(name: str) -> bool:
+    """Whether ``name`` is a file the operating system or a file browser leaves in any
+    directory: macOS Finder's ``.DS_Store`` and ``._*`` AppleDouble files, NFS's ``.nfs*``
+    (a deleted file still open somewhere) and FUSE's ``.fuse_hidden*``. A store ignores them
+    (and never touches them); a Java broker would refuse such a ``commitlog/``."""
+    return name == ".DS_Store" or name.startswith(("._", ".nfs", ".fuse_hidden"))
+
+
 def check_store_dir(path: str, *, read_only: bool) -> None:
     """Refuse a ``path`` that holds no store, before anything in it is touched.
 
@@ -69,6 +77,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
         return
     except NotADirectoryError:
         raise NotAStoreError(f"{path} is not a store: it is not a directory") from None
+    names = [n for n in names if not is_os_litter(n)]
     if not names:
         if read_only:
             raise NotAStoreError(
@@ -81,7 +90,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
             segments = os.listdir(commitlog)
         except NotADirectoryError:
             raise NotAStoreError(f"{path} is not a store: its commitlog is not a directory") from None
-        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit())]
+        foreign = [n for n in segments if not (len(n) == 20 and n.isdigit()) and not is_os_litter(n)]
         if foreign:
             raise NotAStoreError(
                 f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
@@ -107,7 +116,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
         foreign = [
             n
             for n in os.listdir(os.path.join(path, "config"))
-            if not n.endswith((".json", ".json.bak", ".json.tmp"))
+            if not n.endswith((".json", ".json.bak", ".json.tmp")) and not is_os_litter(n)
         ]
         if foreign:
             raise NotAStoreError(
