@@ -215,3 +215,31 @@ def test_joined_durable_puts_are_flushed_by_the_owners_group_commit(tmp_path, im
         assert out["appended_here"] == 8 and out["waited_here"] == 0  # appended there, flushed here
         assert owner._core.durable_waits > waits
         assert owner._core.flushed_offset >= max(out["ends"])
+
+
+ONE_JOINED_PUT = """
+    import sys
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    s.put("T", b"joined")
+    assert s._appender, "the put did not append in this process"
+    s.close()
+"""
+
+
+def test_the_owner_puts_on_after_it_stopped_sharing(tmp_path, impl):
+    """The owner's topics in the shared table keep their entries once it stops sharing (its
+    close begins so, and a joined writer's forwarded put may come then): each put reads the
+    queue count through the table's map, which stays mapped (it raised a TypeError in the pure
+    twin once the core had dropped the table)."""
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 2)
+        run_child(ONE_JOINED_PUT, path, impl.name)
+        before = owner.put("T", b"shared", queue_id=0)  # the owner's topic entry is the table's
+        owner._stop_sharing()
+        after = owner.put("T", b"alone", queue_id=0)
+        assert after.queue_offset == before.queue_offset + 1
+        owner.create_topic("T", 3)  # a count change goes to the table entry too
+        assert owner.put("T", b"three", queue_id=2).queue_offset == 0
+        assert [m.body for m in queue_messages(owner, "T", 0)][-2:] == [b"shared", b"alone"]

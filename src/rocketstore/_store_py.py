@@ -757,7 +757,7 @@ class _Flusher:
 
 
 class _Topic:
-    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot", "committed", "entry", "dirty")
+    __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot", "committed", "entry", "dirty", "shared_nq")
 
     def __init__(self, name, nqueues):
         self.name = name.encode("utf-8")
@@ -770,11 +770,13 @@ class _Topic:
         self.committed: Any = None
         self.entry = -1
         self.dirty = set()
+        self.shared_nq: Any = None  # its queue count in the table (an int32 view), once attached
 
     def attach(self, table, at):
         whole = memoryview(table)
         self.next_offsets = whole[at + _ap.E_NEXT : at + _ap.E_NEXT + 8 * _ap.QUEUES].cast("q")
         self.committed = whole[at + _ap.E_COMMITTED : at + _ap.E_COMMITTED + 8 * _ap.QUEUES].cast("q")
+        self.shared_nq = whole[at + _ap.E_NQUEUES : at + _ap.E_NQUEUES + 4].cast("i")
         self.entry = at
 
 
@@ -905,8 +907,8 @@ class CommitLogCore:
     def _topic(self, topic):
         t = self._topics.get(topic)
         if t is not None:
-            if t.entry >= 0:
-                shared = struct.unpack_from("<i", self._share, t.entry + _ap.E_NQUEUES)[0]
+            if t.shared_nq is not None:  # (the table's map, also after unshare(), as the compiled twin)
+                shared = t.shared_nq[0]
                 if shared > 0:
                     t.nqueues = shared  # the owner changed the count
             return t
@@ -1107,9 +1109,9 @@ class CommitLogCore:
             if t is None:
                 return
             have = len(t.next_offsets)
-            if t.entry >= 0:  # in the shared table: it holds QUEUES queues
+            if t.shared_nq is not None:  # in the shared table: it holds QUEUES queues
                 nqueues = min(nqueues, _ap.QUEUES)
-                struct.pack_into("<i", self._share, t.entry + _ap.E_NQUEUES, nqueues)
+                t.shared_nq[0] = nqueues
             elif nqueues > have:
                 t.next_offsets.extend([0] * (nqueues - have))
                 pending = self._pending.get(topic, {})
