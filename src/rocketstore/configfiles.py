@@ -136,13 +136,15 @@ class ConfigFile:
 
     FILE_NAME = ""
 
-    def __init__(self, path, *, read_only: bool = False):
+    def __init__(self, path, *, read_only: bool = False, lock: Any = None):
+        """``lock``: the reentrant lock to guard the table with (default a ``threading.RLock``;
+        the store gives its consumer offsets the codec's FastRLock, which every POP ack takes)."""
         self.path = os.fspath(path)
         self.read_only = bool(read_only)
         self.dirty = False
         #: the file the state came from (``path``, ``path + ".bak"``) or None (defaults)
         self.loaded_from: Optional[str] = None
-        self._lock = threading.RLock()
+        self._lock = threading.RLock() if lock is None else lock
         self._primary_ok = False
         self._extra: dict = {}
         self.reset()

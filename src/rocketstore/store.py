@@ -816,8 +816,11 @@ class MessageStore:
         else:
             commitlog.load()
             self._open_queues()
-        self._offsets = ConsumerOffsetTable.in_store(self.path, read_only=self._files_read_only)
-        self._offsets._lock = self._codec.FastRLock()  # (unused yet) every POP ack takes it
+        self._offsets = ConsumerOffsetTable.in_store(
+            self.path,
+            read_only=self._files_read_only,
+            lock=self._codec.FastRLock(),  # every POP ack takes it
+        )
         if not self._files_read_only:
             self._import_group_offsets()
         end, queue_offsets, dispatch_start = self._recover()
