@@ -3708,6 +3708,9 @@ cdef class PopAcker:
     # flags of the service that only ever go one way, read until they have: the revive topic
     # exists (_topic_ready), the open has replayed everything (not _loading)
     cdef bint _ready, _loaded, _snapshots
+    # set by the service's close: from then on every ack raises StoreClosedError (a caller may
+    # still hold this bound method, installed as the store's ``ack``)
+    cdef public bint closed
 
     def __init__(self, service, received_type):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
@@ -3749,7 +3752,7 @@ cdef class PopAcker:
     cdef object _ack(self, handle):
         """None: acknowledged; False: it already was; else the put's FlushTimeoutError."""
         cdef object service = <object>PyWeakref_GetObject(self._service_ref)
-        if service is None:
+        if service is None or self.closed:
             raise _StoreClosedError("the store is closed")
         cdef object prefix, found, now, result, timeout = None, number_obj, offset_obj
         cdef PopLane lane

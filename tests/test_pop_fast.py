@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstore import MessageStore, _codec_py
-from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError
+from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError, StoreClosedError
 from rocketstore.pop import ReceivedMessage, _checkpoint_json, revive_topic
 
 TOPIC, GROUP = "PopFast", "fastGroup"
@@ -308,3 +308,70 @@ def test_both_twins_compact_a_lane_alike(seed, in_flight):
     kept = {(o, d, n) for d, _s, offs, nums in heaps[0] for o, n in zip(offs, nums)}
     under = {(o, d, n) for d, _s, offs, nums in entries for o, n in zip(offs, nums)}
     assert kept == {(o, *v) for o, v in inflight.items()} & under
+
+
+# ---- the store's ack is the acker's own method ----
+
+
+def test_a_writable_store_acks_through_the_acker_itself(tmp_path, impl, clock):
+    s = open_store(str(tmp_path / "s"), impl, clock)
+    try:
+        fill(s, 3)
+        assert s.__dict__["ack"] == s._pop.ack  # no frame of MessageStore per ack
+        got = s.receive(GROUP, TOPIC, 3, 60_000)
+        assert s.ack(got[0].handle) is True
+        assert s.ack(got[0]) is False  # (a ReceivedMessage; already acknowledged)
+        with pytest.raises(InvalidReceiptHandleError):
+            s.ack("no handle")
+        with pytest.raises(InvalidReceiptHandleError):
+            s.ack(7)
+    finally:
+        s.close()
+    assert "ack" not in s.__dict__
+
+
+def test_an_ack_held_past_close_raises_store_closed(tmp_path, impl, clock):
+    s = open_store(str(tmp_path / "s"), impl, clock)
+    fill(s, 2)
+    got = s.receive(GROUP, TOPIC, 2, 60_000)
+    held, service = s.ack, s._pop  # the service kept alive: only the acker's flag can refuse
+    s.close()
+    for ack in (held, s.ack, service.ack):
+        with pytest.raises(StoreClosedError):
+            ack(got[1].handle)
+    s = open_store(str(tmp_path / "s"), impl, clock)
+    try:  # the refused acks wrote nothing: the message is still in flight after the reopen
+        clock.now += 60_001
+        assert [bytes(m.body) for m in s.receive(GROUP, TOPIC, 2, 60_000).messages] == [b"m0", b"m1"]
+    finally:
+        s.close()
+
+
+def test_a_subclass_keeps_its_own_ack(tmp_path, impl, clock):
+    class Counting(MessageStore):
+        acks = 0
+
+        def ack(self, handle):
+            Counting.acks += 1
+            return super().ack(handle)
+
+    s = Counting(str(tmp_path / "s"), implementation=impl.name, clock=clock, schedule_interval_ms=0)
+    try:
+        fill(s, 1)
+        assert "ack" not in s.__dict__
+        assert s.ack(s.receive(GROUP, TOPIC, 1, 60_000)[0].handle) is True
+        assert Counting.acks == 1
+    finally:
+        s.close()
+
+
+def test_a_read_only_store_has_no_acker_installed(tmp_path, impl, clock):
+    open_store(str(tmp_path / "s"), impl, clock).close()
+    ro = MessageStore(str(tmp_path / "s"), implementation=impl.name, read_only=True)
+    try:
+        assert "ack" not in ro.__dict__
+        with pytest.raises(Exception) as info:
+            ro.ack("g 0 0")
+        assert type(info.value).__module__ == "rocketstore.errors"
+    finally:
+        ro.close()

@@ -2377,16 +2377,19 @@ class PopAcker:
     The lane's ``ack_head`` + the offset's digits + ``ack_tail`` is the record
     ``_ACK_RANGE_JSON`` makes for one offset (tests/test_pop_ack.py checks it)."""
 
-    __slots__ = ("_service_ref", "_received_type", "_countdown")
+    __slots__ = ("_service_ref", "_received_type", "_countdown", "closed")
 
     def __init__(self, service: Any, received_type: Any) -> None:
         self._service_ref = weakref.ref(service)  # the service holds this: no cycle
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
+        # set by the service's close: from then on every ack raises StoreClosedError (a caller
+        # may still hold this bound method, installed as the store's ``ack``)
+        self.closed = False
 
     def ack(self, handle: Any) -> bool:
         service = self._service_ref()
-        if service is None:
+        if service is None or self.closed:
             raise StoreClosedError("the store is closed")
         if isinstance(handle, self._received_type):
             handle = handle.handle

@@ -520,6 +520,10 @@ class MessageStore:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 self.__dict__[name] = getattr(fast, name)
         self.__dict__["_fast_reads"] = fast
+        if self._pop is not None and self._remote is None and type(self).ack is MessageStore.ack:
+            # the POP service's compiled acker itself: no frame of this class per ack (a
+            # caller that still holds it after a close gets StoreClosedError from it)
+            self.__dict__["ack"] = self._pop.ack
 
     def _drop_fast_reads(self) -> None:
         fast = self.__dict__.pop("_fast_reads", None)
@@ -527,6 +531,7 @@ class MessageStore:
             fast.open = False  # a call already holding a method takes the class's path
             for name in _FAST_READS:
                 self.__dict__.pop(name, None)
+            self.__dict__.pop("ack", None)
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
