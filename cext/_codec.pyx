@@ -3472,7 +3472,10 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
-__all__ += ["PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "received_rows"]
+__all__ += [
+    "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "PopReceiver",
+    "received_rows",
+]
 
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
@@ -3930,6 +3933,13 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
     """(the pure twin's docstring, rocketstore._codec_py.pop_receive_run) The compiled twin
     fills the lane's in-flight map and the offsets in C loops and reads each message's
     reconsume times from its C field."""
+    return _pop_run(service, key, now, want, invisible, out, None)
+
+
+cdef bint _pop_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out,
+                   PopReceiver via) except -1:
+    """pop_receive_run; with ``via``, its pull and its checkpoint's put are the receiver's own
+    (the same steps as the service's ``_quick`` and ``_write``, with no Python frame)."""
     cdef object found = (<dict?>service._lanes).get(key)
     cdef PopLane lane
     cdef list heap, messages, offsets, times
@@ -3937,7 +3947,7 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
     cdef tuple stamp, numbers
     cdef int64_t start, nxt, deadline
     cdef Py_ssize_t i
-    cdef object got, o
+    cdef object got, o, timeout
     if found is None:
         return False
     lane = <PopLane?>found
@@ -3945,7 +3955,10 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
     if heap and (<tuple?>heap[0])[0] <= now:
         return False
     start = lane.next
-    got = service._quick(lane.topic, lane.queue_id, start, want)
+    if via is None:
+        got = service._quick(lane.topic, lane.queue_id, start, want)
+    else:
+        got = via._pull(lane.topic, lane.queue_id, start, want)
     if got is None:
         return False
     messages = <list?>got
@@ -3962,7 +3975,9 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
         service.CK_RUN_JSON
         % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
     ).encode()
-    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    timeout = service._write("ck", body) if via is None else via._put_ck(service, body)
+    if timeout is not None:
+        service._unconfirmed(timeout, "a checkpoint")  # if lost: back early
     deadline = now + invisible
     stamp = (deadline, 0)
     offsets = list(range(start, nxt))
@@ -3973,11 +3988,140 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
     lane.next = nxt
     service._seq += 1
     _heapq.heappush(heap, (deadline, service._seq, tuple(offsets), numbers))
-    service._committed_moved(lane)
+    if lane.committed < lane.next and lane.committed not in inflight:
+        service._committed_moved(lane)  # (else advance() would not move it)
     out.messages.extend(messages)
     out.reconsume_times.extend(times)
     out._lanes.append((lane, offsets, numbers, stamp))
     return True
+
+
+_pop_receive_run = pop_receive_run
+
+
+cdef class PopReceiver:
+    """(the pure twin's docstring, rocketstore._codec_py.PopReceiver) The compiled twin pulls
+    with :func:`queue_messages` over the store's parts (``quick``) and puts each checkpoint
+    straight into the CommitLog core, as the service's ``_quick`` and ``_write`` do, with no
+    Python frame between the call and the core; it reads the default clock in C. ``closed``
+    (set when the store drops it) sends every call to ``fallback``."""
+
+    cdef object _store_ref, _service_ref, _fallback, _received_type, _match_all
+    cdef object _queues, _segments, _core, _catch_up, _commitlog, _revive, _ck_props, _default_clock
+    cdef FastRLock _lock
+    cdef int64_t _most, _longest
+    cdef public bint closed
+
+    def __init__(self, store_ref, service, fallback, received_type, match_all, tuple limits, tuple quick):
+        self._store_ref = store_ref
+        self._service_ref = _weakref.ref(service)
+        self._fallback = fallback
+        self._received_type = received_type
+        self._match_all = match_all
+        self._most, self._longest = limits
+        self._queues, self._segments, self._core, self._catch_up = quick
+        self._commitlog = service._parts.commitlog
+        self._revive = service.topic
+        self._ck_props = service._props["ck"]
+        self._lock = service._lock if type(service._lock) is FastRLock else None
+        from rocketstore._clock import now_ms
+        self._default_clock = now_ms
+        self.closed = False
+
+    def receive(self, group, topic, max_msgs=32, invisible_time_ms=30_000, queue_id=None,
+                max_reconsume_times=None, tags=None):
+        cdef object service = <object>PyWeakref_GetObject(self._service_ref)
+        cdef int64_t most, invisible, first, count_c, i, now_c
+        cdef Py_ssize_t want
+        cdef list got
+        cdef object out, count, now, clock, run
+        cdef bint own, done
+        cdef FastRLock lock = self._lock
+        cdef timespec ts
+        if (
+            service is None
+            or self.closed
+            or lock is None
+            or queue_id is not None
+            or max_reconsume_times is not None
+            or tags is not None
+            or type(group) is not str
+            or type(topic) is not str
+            or type(max_msgs) is not int
+            or type(invisible_time_ms) is not int
+            or not 1 <= max_msgs <= self._most
+            or not 0 <= invisible_time_ms <= self._longest
+        ):
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        if service._closed or service._receive_run is None or (group, topic) not in <set?>service._names_checked:
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        count = service._parts.topics.table.queues(topic)
+        if type(count) is not int or count <= 0 or count > 0x7FFFFFFF:
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        clock = service.clock  # (read before the lock, as the pure twin reads it)
+        if clock is self._default_clock:
+            clock_gettime(CLOCK_REALTIME, &ts)
+            now_c = <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+            now = now_c
+        else:
+            now = clock()
+            if type(now) is not int or not 0 <= now <= 0x7FFFFFFFFFFFFFFF - self._longest:
+                return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+            now_c = now
+        most, invisible, count_c = max_msgs, invisible_time_ms, count
+        first = service._rotation % count_c
+        service._rotation += 1
+        out = self._received_type(service)
+        got = <list?>out.messages
+        run = service._receive_run  # (this module's pop_receive_run, unless a test swapped it)
+        own = run is _pop_receive_run
+        lock.take(True)
+        try:
+            for i in range(count_c):
+                if len(got) >= most:
+                    break
+                want = most - len(got)
+                qid = (first + i) % count_c
+                if own:
+                    done = _pop_run(service, (group, topic, qid), now_c, want, invisible, out, self)
+                else:
+                    done = run(service, (group, topic, qid), now_c, want, invisible, out)
+                if not done:
+                    service._receive_lane(group, topic, qid, now, want, invisible, None, self._match_all, out)
+            if service._snapshot_interval_ms:
+                service._maybe_snapshot(now)
+        finally:
+            lock.give()
+        return out
+
+    cdef object _slow(self, group, topic, max_msgs, invisible, queue_id, most, tags):
+        cdef object store = self._store_ref()
+        if store is None:
+            raise _StoreClosedError("the store is closed")
+        return self._fallback(
+            store, group, topic, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=most, tags=tags
+        )
+
+    cdef object _pull(self, str topic, int queue_id, int64_t start, Py_ssize_t want):
+        """The messages of the service's ``_quick`` (the store's ``_pop_quick``), or None."""
+        got = queue_messages(self._queues, topic, queue_id, start, want, self._segments, self._core)
+        if got is None or len(<list?>(<tuple?>got)[0]) < want:
+            self._catch_up()  # what the dispatcher has not written yet
+            got = queue_messages(self._queues, topic, queue_id, start, want, self._segments, self._core)
+        return None if got is None else (<tuple?>got)[0]
+
+    cdef object _put_ck(self, service, bytes body):
+        """The service's ``_write("ck", body)``: the put's FlushTimeoutError (the record is
+        stored), or None."""
+        if not service._topic_ready:
+            service._ensure_topic()
+        try:
+            result = self._commitlog.core.put(self._revive, body, self._ck_props, 0)  # the rest: defaults
+        except _FlushTimeoutError as exc:
+            service._log_next = exc.result.queue_offset + 1
+            return exc
+        service._log_next = result.queue_offset + 1
+        return None
 
 
 cdef extern from "Python.h":

@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstore import MessageStore, _codec_py
-from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError, StoreClosedError
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+    ReceiptHandleExpiredError,
+    StoreClosedError,
+)
 from rocketstore.pop import ReceivedMessage, _checkpoint_json, revive_topic
 
 TOPIC, GROUP = "PopFast", "fastGroup"
@@ -375,3 +380,124 @@ def test_a_read_only_store_has_no_acker_installed(tmp_path, impl, clock):
         assert type(info.value).__module__ == "rocketstore.errors"
     finally:
         ro.close()
+
+
+# ---- the store's receive: the codec's PopReceiver (the common receive in one call) ----
+
+
+class FallbackSpy:
+    """Counts the calls a store's PopReceiver hands to the class's receive (which calls the
+    service's general ``receive``)."""
+
+    def __init__(self, service):
+        self.calls = 0
+        general = service.receive
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return general(*args, **kwargs)
+
+        service.receive = counted
+
+
+def test_a_writable_store_receives_through_the_receiver(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as s:
+        fill(s, 8, queues=2)
+        receiver = s.__dict__["_pop_receiver"]
+        assert type(receiver) is impl.codec.PopReceiver
+        assert s.__dict__["receive"] == receiver.receive
+        spy = Spy(s._pop)
+        # new lanes: the general path makes them; then the one-call step
+        got = [m for _ in range(3) for m in s.receive(GROUP, TOPIC, 2, 60_000)]
+        assert spy.general == 2 and spy.runs == 1
+        assert sorted(bytes(m.message.body) for m in got) == sorted(b"m%d" % i for i in (0, 1, 2, 3, 4, 6))
+        assert all(s.ack(m.handle) for m in got)
+    assert "receive" not in s.__dict__ and "_pop_receiver" not in s.__dict__
+
+
+def test_the_receiver_hands_everything_else_to_the_class(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as s:
+        fill(s, 8, queues=2)
+        s.receive(GROUP, TOPIC, 1, 60_000)  # (the names are checked once)
+        spy = FallbackSpy(s._pop)
+        s.receive(GROUP, TOPIC, 1, 60_000)
+        assert spy.calls == 0
+        s.receive(GROUP, TOPIC, 1, 60_000, queue_id=1)
+        s.receive(GROUP, TOPIC, 1, 60_000, tags="*")
+        s.receive(GROUP, TOPIC, 1, 60_000, max_reconsume_times=3)
+        s.receive(GROUP, "NoSuchTopic", 1, 60_000)
+        assert spy.calls == 4
+
+        class Name(str):
+            pass
+
+        assert len(s.receive(Name(GROUP), Name(TOPIC), 1, 60_000)) == 1
+        assert spy.calls == 5
+        for bad in (
+            dict(max_msgs=0),
+            dict(max_msgs=True),
+            dict(max_msgs=1.0),
+            dict(max_msgs=1 << 70),
+            dict(invisible_time_ms=-1),
+            dict(invisible_time_ms=None),
+        ):
+            args = {"max_msgs": 1, "invisible_time_ms": 60_000, **bad}
+            with pytest.raises(InvalidMessageError):
+                s.receive(GROUP, TOPIC, args["max_msgs"], args["invisible_time_ms"])
+        with pytest.raises(InvalidMessageError):
+            s.receive("bad group!", TOPIC, 1, 60_000)
+        with pytest.raises(InvalidMessageError):
+            s.receive(GROUP, 7, 1, 60_000)
+
+
+def test_a_clock_that_is_not_an_int_takes_the_class_path(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock) as s:
+        fill(s, 4)
+        s.receive(GROUP, TOPIC, 1, 60_000)
+        spy = FallbackSpy(s._pop)
+        s._pop.clock = lambda: float(clock.now)
+        got = s.receive(GROUP, TOPIC, 1, 60_000)
+        assert spy.calls == 1 and len(got) == 1
+
+
+def test_the_receiver_catches_up_with_what_is_not_dispatched_yet(tmp_path, impl, clock):
+    with open_store(tmp_path / "s", impl, clock, dispatch_interval_ms=0) as s:
+        fill(s, 2)
+        assert len(s.receive(GROUP, TOPIC, 2, 60_000)) == 2
+        for i in range(40):  # put, then received at once: no dispatch ran in between
+            s.put(TOPIC, b"late%d" % i)
+        got = s.receive(GROUP, TOPIC, 32, 60_000)
+        assert [bytes(m.message.body) for m in got] == [b"late%d" % i for i in range(32)]
+        got = s.receive(GROUP, TOPIC, 32, 60_000)
+        assert [bytes(m.message.body) for m in got] == [b"late%d" % i for i in range(32, 40)]
+
+
+def test_a_receive_held_past_close_raises_store_closed(tmp_path, impl, clock):
+    s = open_store(tmp_path / "s", impl, clock)
+    fill(s, 2)
+    s.receive(GROUP, TOPIC, 1, 60_000)
+    held, service = s.receive, s._pop
+    s.close()
+    with pytest.raises(StoreClosedError):
+        held(GROUP, TOPIC, 1, 60_000)
+    with pytest.raises(StoreClosedError):
+        s.receive(GROUP, TOPIC, 1, 60_000)
+    del service
+
+
+def test_a_subclass_keeps_its_own_receive(tmp_path, impl, clock):
+    class Counting(MessageStore):
+        receives = 0
+
+        def receive(self, *args, **kwargs):
+            Counting.receives += 1
+            return super().receive(*args, **kwargs)
+
+    s = Counting(str(tmp_path / "s"), implementation=impl.name, clock=clock, schedule_interval_ms=0)
+    try:
+        fill(s, 1)
+        assert "receive" not in s.__dict__
+        assert len(s.receive(GROUP, TOPIC, 1, 60_000)) == 1
+        assert Counting.receives == 1
+    finally:
+        s.close()

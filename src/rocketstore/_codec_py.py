@@ -2275,6 +2275,7 @@ __all__ += [
     "POP_SNAPSHOT_CHECK_EVERY",
     "receipt_handles",
     "pop_receive_run",
+    "PopReceiver",
     "received_rows",
 ]
 
@@ -2494,6 +2495,116 @@ def pop_receive_run(
     out.reconsume_times += times
     out._lanes.append((lane, offsets, numbers, stamp))
     return True
+
+
+class PopReceiver:
+    """:meth:`rocketstore.store.MessageStore.receive` in one call for its common shape, installed
+    as a writable store's ``receive``: ``receive(group, topic, max_msgs, invisible_time_ms)``
+    with exact ``str`` names the service has checked before (its ``_names_checked``), ``int``
+    bounds in range, and no ``queue_id``, ``max_reconsume_times`` or ``tags``, of a topic with
+    queues, while the service is open. Then it does what :meth:`rocketstore.pop.PopService.receive`
+    does for that shape (the next queue in rotation first, under the service's lock, each queue
+    by its one-call step, :func:`pop_receive_run`, else by the service's ``_receive_lane``, then
+    the snapshot check), with no frame of the store or the service on the way. Anything else is
+    ``fallback(store, group, topic, max_msgs, invisible_time_ms, queue_id=, max_reconsume_times=,
+    tags=)``: ``MessageStore.receive`` itself, which checks and raises; StoreClosedError once the
+    store is gone.
+
+    ``quick``: ``(queues, segments, core, catch_up)`` of the store, for the compiled twin's own
+    pull (:func:`queue_messages`, after ``catch_up()`` when it comes back short); here the step
+    pulls through the service's ``_quick``, which does the same."""
+
+    __slots__ = (
+        "_store_ref",
+        "_service_ref",
+        "_fallback",
+        "_received_type",
+        "_match_all",
+        "_limits",
+        "closed",
+    )
+
+    def __init__(
+        self,
+        store_ref: Any,
+        service: Any,
+        fallback: Any,
+        received_type: Any,
+        match_all: Any,
+        limits: tuple[int, int],
+        quick: tuple[Any, Any, Any, Any],
+    ) -> None:
+        self._store_ref = store_ref
+        self._service_ref = weakref.ref(service)
+        self._fallback = fallback
+        self._received_type = received_type
+        self._match_all = match_all
+        self._limits = limits  # (most messages a receive hands out, longest invisible time)
+        self.closed = False  # set when the store drops it: every call goes to ``fallback``
+
+    def receive(
+        self,
+        group: Any,
+        topic: Any,
+        max_msgs: Any = 32,
+        invisible_time_ms: Any = 30_000,
+        queue_id: Any = None,
+        max_reconsume_times: Any = None,
+        tags: Any = None,
+    ) -> Any:
+        service = self._service_ref()
+        most, longest = self._limits
+        if (
+            service is None
+            or self.closed
+            or service._closed
+            or service._receive_run is None
+            or queue_id is not None
+            or max_reconsume_times is not None
+            or tags is not None
+            or type(group) is not str
+            or type(topic) is not str
+            or type(max_msgs) is not int
+            or type(invisible_time_ms) is not int
+            or not 1 <= max_msgs <= most
+            or not 0 <= invisible_time_ms <= longest
+            or (group, topic) not in service._names_checked
+        ):
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        count = service._parts.topics.table.queues(topic)
+        if count <= 0:
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        now = service.clock()  # (read before the lock, as the compiled twin reads it)
+        if type(now) is not int or not 0 <= now <= (1 << 63) - 1 - longest:
+            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
+        first = service._rotation % count
+        service._rotation += 1
+        out = self._received_type(service)
+        got = out.messages
+        run = service._receive_run  # (pop_receive_run, unless a test swapped it)
+        with service._lock:
+            for i in range(count):
+                if len(got) >= max_msgs:
+                    break
+                qid = (first + i) % count
+                want = max_msgs - len(got)
+                if not run(service, (group, topic, qid), now, want, invisible_time_ms, out):
+                    service._receive_lane(
+                        group, topic, qid, now, want, invisible_time_ms, None, self._match_all, out
+                    )
+            if service._snapshot_interval_ms:
+                service._maybe_snapshot(now)
+        return out
+
+    def _slow(
+        self, group: Any, topic: Any, max_msgs: Any, invisible: Any, queue_id: Any, most: Any, tags: Any
+    ) -> Any:
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._fallback(
+            store, group, topic, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=most, tags=tags
+        )
 
 
 def received_rows(cls: type, messages: list[Any], handles: list[str], times: list[int]) -> list[Any]:

@@ -92,7 +92,14 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.parts import StoreParts
-from rocketstore.pop import PopService, Received, ReceivedMessage
+from rocketstore.pop import (
+    _MATCH_ALL,
+    MAX_INVISIBLE_TIME_MS,
+    MAX_RECEIVE_BATCH,
+    PopService,
+    Received,
+    ReceivedMessage,
+)
 from rocketstore.queuecheck import QueueGuard
 from rocketstore.retention import (
     UNCHANGED,
@@ -520,10 +527,28 @@ class MessageStore:
             if getattr(type(self), name) is getattr(MessageStore, name):
                 self.__dict__[name] = getattr(fast, name)
         self.__dict__["_fast_reads"] = fast
-        if self._pop is not None and self._remote is None and type(self).ack is MessageStore.ack:
-            # the POP service's compiled acker itself: no frame of this class per ack (a
-            # caller that still holds it after a close gets StoreClosedError from it)
-            self.__dict__["ack"] = self._pop.ack
+        if self._pop is not None and self._remote is None:
+            self._install_pop_front(self._pop)
+
+    def _install_pop_front(self, pop: PopService) -> None:
+        """``ack``: the POP service's compiled acker itself (no frame of this class per ack;
+        a caller that still holds it after a close gets StoreClosedError from it). ``receive``:
+        the codec's PopReceiver, the common receive in one call (anything else: the class's
+        method). Each unless the store's class overrides it."""
+        if type(self).ack is MessageStore.ack:
+            self.__dict__["ack"] = pop.ack
+        if type(self).receive is MessageStore.receive:
+            receiver = self._impl.codec.PopReceiver(
+                weakref.ref(self),
+                pop,
+                MessageStore.receive,
+                Received,
+                _MATCH_ALL,
+                (MAX_RECEIVE_BATCH, MAX_INVISIBLE_TIME_MS),
+                (self._queues, self._segments, self._core, self._dispatcher.catch_up),
+            )
+            self.__dict__["receive"] = receiver.receive
+            self.__dict__["_pop_receiver"] = receiver
 
     def _drop_fast_reads(self) -> None:
         fast = self.__dict__.pop("_fast_reads", None)
@@ -532,6 +557,10 @@ class MessageStore:
             for name in _FAST_READS:
                 self.__dict__.pop(name, None)
             self.__dict__.pop("ack", None)
+            receiver = self.__dict__.pop("_pop_receiver", None)
+            if receiver is not None:
+                receiver.closed = True  # a call already holding its receive takes the class's path
+                del self.__dict__["receive"]
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
