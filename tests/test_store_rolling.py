@@ -147,3 +147,25 @@ def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path
         window_end = results[60].commitlog_offset
         window = [m.commitlog_offset for m in store.iter_messages(middle.commitlog_offset, window_end)]
         assert window == [r.commitlog_offset for r in results[len(results) // 2 : 60]]
+
+
+def test_iter_messages_reads_table_after_table_and_skips_a_damaged_body_in_a_later_one(tmp_path, impl):
+    from rocketstore import store as store_module
+
+    n = store_module._MESSAGE_CHUNK * 2 + 300  # three tables of decoded records
+    path = tmp_path / "store"
+    with MessageStore(path, implementation=impl.name) as store:
+        store.create_topic("TopicTables", 1)
+        store.put_batch("TopicTables", [b"body-%06d" % i for i in range(n)], queue_id=0)
+    damaged = store_module._MESSAGE_CHUNK + 17  # in the second table
+    (segment,) = segment_files(path)
+    with open(segment, "r+b") as f:
+        data = f.read()
+        at = data.index(b"body-%06d" % damaged)
+        f.seek(at)
+        f.write(b"BODY")  # the body no longer matches its CRC
+    with MessageStore(path, implementation=impl.name) as store:
+        bodies = [bytes(m.body) for m in store.iter_messages()]
+        assert bodies == [b"body-%06d" % i for i in range(n) if i != damaged]
+        start = store.read(0).size * 5  # (equal records) from the sixth on
+        assert len(list(store.iter_messages(start))) == n - 5 - 1

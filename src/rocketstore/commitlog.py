@@ -491,10 +491,11 @@ class CommitLog:
             raise MessageNotFoundError(f"no message at commitlog offset {commitlog_offset}: {exc}") from None
 
     def chunks(
-        self, start: Optional[int], end: Optional[int], check_crc: bool = True
+        self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
-        """``(segment, records)`` in CommitLog order over ``[start, end)``: damaged records are
-        stepped over and logged (verify() lists them)."""
+        """``(segment, records)`` in CommitLog order over ``[start, end)``, at most ``chunk``
+        records at a time (0: ``SCAN_CHUNK``): damaged records are stepped over and logged
+        (verify() lists them)."""
         files = list(self.segments.files)
         if not files:
             return
@@ -512,9 +513,9 @@ class CommitLog:
             hi = limit if end is None else min(limit, end - mf.file_from_offset)
             view = mf.view(0, limit)
             chunks = (
-                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit)
+                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk)
                 if check_crc
-                else decode_chunks(codec, view, lo, hi, check_crc=False)
+                else decode_chunks(codec, view, lo, hi, check_crc=False, chunk=chunk)
             )
             for arr, stop, reason in chunks:
                 if len(arr):
@@ -751,6 +752,7 @@ def checked_chunks(
     data_end: Optional[int] = None,
     *,
     chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
+    chunk: int = 0,
 ) -> Iterator[tuple[Any, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
@@ -765,10 +767,11 @@ def checked_chunks(
     record costs a second).
 
     ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
-    RECORD_DTYPE rows; :func:`column_chunks`: ``codec.verify_scan``'s columns).
+    RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``codec.verify_scan``'s
+    columns).
     """
     if chunks is None:
-        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True)  # noqa: E731
+        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True, chunk=chunk)  # noqa: E731
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:
