@@ -38,9 +38,12 @@ keyed_put          put(topic, body, keys=k) one call per message, pre-faulted,  
 keyed_batch        put_messages() of 1,000 Message(topic, body, keys=k) per      dict lookup loop /s
                    call (building them included), pre-faulted, msg/s
 durable_64         durable put() from 64 threads, msg/s                          64 × fdatasync rate
+pop_ack            receive(max_msgs=32) + ack(handle) of each message (POP,      dict lookup loop /s
+                   issue 19), pre-faulted, msg/s
 =================  ===========================================================  ==================
 
-The last eight are issue 17's paths (bench/compare.py has a row for each, where it stands beside
+pop_ack is issue 19's receive + ack loop (bench/pop.py measures it beside a pull consumer); the
+eight before it are issue 17's paths (bench/compare.py has a row for each, where it stands beside
 LMDB, RocksDB and LevelDB). Those peers are not installed in CI, so the gates divide by a
 limit that always is; compare.py holds the peer ratios the goals are stated in. Their floors are
 half the baseline (tolerance 0.5, ``HALF_FLOOR``; this shared machine's noise is ±40 %), and they
@@ -109,6 +112,7 @@ QUICK = dict(
     lookups=30_000,
     pulls=30_000,
     keyed_puts=50_000,
+    pops=32_768,
     write_bytes=128 * MiB,
     durable_seconds=0.5,
     fsync_seconds=0.3,
@@ -121,6 +125,7 @@ FULL = dict(
     lookups=100_000,
     pulls=100_000,
     keyed_puts=100_000,
+    pops=65_536,
     write_bytes=256 * MiB,
     durable_seconds=2.0,
     fsync_seconds=1.0,
@@ -147,9 +152,12 @@ RATIOS = {
     "keyed_put": "put(topic, body, keys=k) 1/call msg/s, pre-faulted ÷ dict lookup loop /s",
     "keyed_batch": "put_messages() 1,000 keyed Message/call msg/s, pre-faulted ÷ dict lookup loop /s",
     "durable_64": "durable put, 64 threads, msg/s ÷ 64 × fdatasync/s",
+    "pop_ack": "receive(32) + ack each msg/s, pre-faulted ÷ dict lookup loop /s",
 }
-# issue 17's ratios: floor at half the baseline, gating whatever the spread of the baseline runs
+# issue 17's ratios and issue 19's pop_ack: floor at half the baseline, gating whatever the
+# spread of the baseline runs
 HALF_FLOOR = (
+    "pop_ack",
     "iter_messages",
     "read_offset",
     "read_msg_id",
@@ -384,6 +392,28 @@ class Run:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
 
+    def pop_ack(self) -> float:
+        """msg/s of a POP consumer: receive(max_msgs=32), then ack(handle) of each message it
+        handed out (every receive and every ack writes a revive record), CPU seconds of the
+        calling thread (the dispatcher indexes those records on its own), best chunk of 32
+        receives; the segment is pre-faulted, the messages dispatched before timing."""
+        path, store = self._prefaulted("pop", 64 * MiB)
+        receive, ack = store.receive, store.ack
+        try:
+            store.create_topic("Pop", 1)
+            store.put_batch("Pop", [BODY] * self.p["pops"], queue_id=0)
+            store.queues()  # dispatched: the receives below find every message in the queue
+
+            def consume(chunk):
+                for _ in chunk:
+                    for row in receive("bench", "Pop", 32, 60_000):
+                        ack(row.handle)
+
+            return 32 * best_of_chunks(range(self.p["pops"] // 32), 32, consume)
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
     def iter_messages(self, store) -> float:
         """msg/s of iter_messages() (a MessageExt per record, CRC checked), best chunk of 5,000."""
         it = store.iter_messages()
@@ -517,6 +547,7 @@ def measure(root: str, p: dict, impl: str) -> dict:
             pairs["keyed_put"].append((run.keyed_put(), dict_loop()))
             pairs["keyed_batch"].append((run.keyed_batch(), dict_loop()))
             pairs["durable_64"].append((run.durable(64), 64 * f))
+            pairs["pop_ack"].append((run.pop_ack(), dict_loop()))
             limits["write_gbps"].append(w / 1e9)
             limits["fdatasync"].append(f)
             limits["memcpy_gbps"].append(m / 1e9)
