@@ -136,6 +136,21 @@ cdef extern from "serve.h" nogil:
 
 cdef extern from *:
     """
+    #include <pthread.h>
+    /* Forks since this module loaded, counted in the child (pthread_atfork): a core made
+       before a fork refuses to append in the child (its files are the parent's). */
+    static volatile long rs_fork_generation = 0;
+    static void rs_fork_child(void) { rs_fork_generation++; }
+    static int rs_watch_forks(void) { return pthread_atfork(NULL, NULL, rs_fork_child); }
+    """
+    long rs_fork_generation
+    int rs_watch_forks()
+
+if rs_watch_forks() != 0:
+    raise OSError("pthread_atfork failed: cannot watch for forks")
+
+cdef extern from *:
+    """
     #ifdef RS_DEBUG_HOOKS
     #define RS_HAVE_DEBUG_HOOKS 1
     #else
@@ -1058,8 +1073,12 @@ cdef class CommitLogCore:
     cdef list _dirty                 # shared entries moved in the current append
     cdef int64_t _owner_seen_ms      # a joined writer's last look at the owner's presence lock
     cdef uint32_t _pid               # this process (what `busy` holds during its appends)
+    cdef long _fork_gen              # rs_fork_generation when made: another one is a forked child
+    cdef long _opener                # the process that made it
 
     def __cinit__(self):
+        self._fork_gen = rs_fork_generation
+        self._opener = getpid()
         self._share_fd = -1
         self._lock = PyThread_allocate_lock()
         self._props = <uint8_t *>malloc(RS_MAX_PROPERTIES_LENGTH + 64)
@@ -1284,6 +1303,8 @@ cdef class CommitLogCore:
         table's epoch moved on."""
         cdef int err
         cdef uint8_t *t
+        if self._fork_gen != rs_fork_generation:
+            self._refuse_forked()  # (before the lock: a parent's thread may have held it at the fork)
         _acquire(self._lock)
         t = self._share
         if t == NULL:
@@ -1520,7 +1541,14 @@ cdef class CommitLogCore:
     cdef int _check_open(self) except -1:
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._fork_gen != rs_fork_generation:
+            self._refuse_forked()
         return 0
+
+    cdef int _refuse_forked(self) except -1:
+        raise StoreClosedError(
+            f"this store was opened by process {self._opener} before it forked: open it again in "
+            "this process (it then joins the writing process)")
 
     cdef int _choose_queue(self, _Topic t, int queue_id) except -2:
         if queue_id < 0:

@@ -5,6 +5,7 @@ error, nothing written), and step aside wherever the store's own ``put`` must ru
 ``put``, a closed store, a child after fork, a read-only store). Also: ``Message`` objects of
 atomic fields are left out of the cyclic GC (compiled build) without leaking a cycle."""
 
+import functools
 import gc
 import os
 import weakref
@@ -173,6 +174,53 @@ def test_a_forked_child_does_not_put_through_the_parents_core(store):
     os.close(r)
     assert answer == b"closed"
     assert store.put(TOPIC, b"after", queue_id=0).queue_offset == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_methods_held_from_before_a_fork_do_not_append_in_the_child(store):
+    """A bound method taken before the fork keeps the parent's core: its append must raise in
+    the child, or the child writes records the parent then overwrites (an acknowledged put
+    lost), or leaves behind for a crash's recovery to take as real."""
+    store.put_batch(TOPIC, [b"a", b"b"], queue_id=0)
+    got = store.receive("forkGroup", TOPIC, 2, 60_000)
+    held = {
+        "put": (store.put, (TOPIC, b"child")),
+        "keyed put": (functools.partial(store.put, keys="k"), (TOPIC, b"child")),
+        "put_batch": (store.put_batch, (TOPIC, [b"child"])),
+        "put_messages": (store.put_messages, ([Message(TOPIC, b"child")],)),
+        "ack": (store.ack, (got[0].handle,)),
+        "receive": (store.receive, ("forkGroup", TOPIC, 1, 60_000)),
+        "core put": (store._core.put, (TOPIC, b"child", None, 0)),
+    }
+    end = store.max_offset
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: every held method must raise StoreClosedError, writing nothing
+        answers = []
+        for name, (method, args) in held.items():
+            try:
+                method(*args)
+                answers.append(f"{name}: stored")
+            except StoreClosedError:
+                answers.append(f"{name}: closed")
+            except BaseException as exc:
+                answers.append(f"{name}: {type(exc).__name__}")
+        os.write(w, "; ".join(answers).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    answer = os.read(r, 4096).decode()
+    os.close(r)
+    assert answer == "; ".join(f"{name}: closed" for name in held)
+    assert store.max_offset == end
+    segment = os.path.join(
+        store.path, "commitlog", sorted(os.listdir(os.path.join(store.path, "commitlog")))[0]
+    )
+    with open(segment, "rb") as f:  # nothing the child wrote past the parent's end
+        f.seek(end)
+        assert f.read(4096) == bytes(4096)
+    assert store.ack(got[0].handle) is True  # the parent's state: untouched by the child
+    assert store.put(TOPIC, b"after", queue_id=0).queue_offset == 2
 
 
 # ---- Message objects and the cyclic GC ----

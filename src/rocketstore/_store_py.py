@@ -783,6 +783,18 @@ class _Topic:
 _PROP_CRC_NAME = b"__CRC32#\x01"
 _PROP_CRC_RESERVED = _PROP_CRC_NAME + b"0" * 10 + b"\x02"
 
+#: Forks since this module loaded, counted in the child: a core made before a fork refuses to
+#: append in the child (its files are the parent's).
+_FORKS = [0]
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
 
 class CommitLogCore:
     """The append path of one CommitLog. See the module docstring; not for direct use."""
@@ -839,6 +851,7 @@ class CommitLogCore:
         self._pos = start_offset - self._file_from
         self._last_store_ts = 0
         self._lock = threading.RLock()
+        self._fork_gen, self._opener = _FORKS[0], os.getpid()  # see _check_open
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
         self._live = None  # the live page, once set_live() gave one
         self._watcher = None
@@ -1008,6 +1021,8 @@ class CommitLogCore:
     def _appending(self):
         """The append lock: this core's, and the shared table's (adopting what other processes
         appended meanwhile; StaleTable, having taken nothing, when its epoch moved on)."""
+        if self._fork_gen != _FORKS[0]:
+            self._refuse_forked()  # (before the lock: a parent's thread may have held it at the fork)
         with self._lock:
             table = self._share
             if table is None:
@@ -1173,6 +1188,16 @@ class CommitLogCore:
     def _check_open(self):
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._fork_gen != _FORKS[0]:
+            self._refuse_forked()
+
+    def _refuse_forked(self):
+        """A core made before a fork, used in the child: its files are the parent's (the
+        compiled twin counts forks with pthread_atfork)."""
+        raise StoreClosedError(
+            f"this store was opened by process {self._opener} before it forked: open it again in "
+            "this process (it then joins the writing process)"
+        )
 
     def _choose_queue(self, t, queue_id):
         if queue_id < 0:
