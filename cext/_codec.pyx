@@ -3734,6 +3734,7 @@ cdef class PopAcker:
         self._snapshots = bool(service._snapshot_interval_ms)  # set once, at the service's start
 
     def ack(self, handle):
+        """Acknowledge one received message; see :meth:`rocketstore.MessageStore.ack`."""
         cdef FastRLock fast = self._lock
         if fast is not None:
             fast.take(True)
@@ -4030,6 +4031,8 @@ cdef class PopReceiver:
 
     def receive(self, group, topic, max_msgs=32, invisible_time_ms=30_000, queue_id=None,
                 max_reconsume_times=None, tags=None):
+        """Hand out messages to a consumer group (POP); see
+        :meth:`rocketstore.MessageStore.receive`."""
         cdef object service = <object>PyWeakref_GetObject(self._service_ref)
         cdef int64_t most, invisible, first, count_c, i, now_c
         cdef Py_ssize_t want

@@ -2389,6 +2389,7 @@ class PopAcker:
         self.closed = False
 
     def ack(self, handle: Any) -> bool:
+        """Acknowledge one received message; see :meth:`rocketstore.MessageStore.ack`."""
         service = self._service_ref()
         if service is None or self.closed:
             raise StoreClosedError("the store is closed")
@@ -2552,6 +2553,8 @@ class PopReceiver:
         max_reconsume_times: Any = None,
         tags: Any = None,
     ) -> Any:
+        """Hand out messages to a consumer group (POP); see
+        :meth:`rocketstore.MessageStore.receive`."""
         service = self._service_ref()
         most, longest = self._limits
         if (
