@@ -655,3 +655,49 @@ def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplo
     assert got[2][1] == "task recovered after 51 failures"
     assert got[4][1].startswith("other still failing after 2 attempts")
     assert caplog.records[0].exc_info is not None  # the cause, with its traceback
+
+
+def _fill_until_full(store, topic):
+    """Put until a put finds no room (the segments made ahead of the writer used up)."""
+    for _ in range(10_000):
+        try:
+            store.put(topic, b"f" * 1000, queue_id=0)
+        except PutError:
+            return
+    raise AssertionError("the store never needed a new segment")
+
+
+def test_pop_on_a_full_disk_raises_and_hands_out_or_acknowledges_nothing(tmp_path, impl, no_segment_space):
+    """A receive whose checkpoint, or an ack whose record, finds no room raises a typed error
+    and changes nothing: no message handed out, none acknowledged; both work once there is
+    room again, and a reopen replays the revive log to the same state."""
+    path = tmp_path / "store"
+    store = open_store(path, impl, pop_snapshot_interval_ms=0)
+    try:
+        store.create_topic(TOPIC, 1)
+        store.put_batch(TOPIC, [b"m%d" % i for i in range(6)], queue_id=0)
+        first = store.receive("g", TOPIC, 2, 60_000)  # the lane and the revive topic exist
+        assert len(first) == 2
+        store.put("Filler", b"f", queue_id=0)
+        store.queues()  # (the queue files exist: only the CommitLog needs room from here on)
+        no_segment_space.on = True
+        _fill_until_full(store, "Filler")
+        with pytest.raises(SegmentDiskFullError):  # its checkpoint finds no room
+            store.receive("g", TOPIC, 1, 60_000)
+        with pytest.raises(SegmentDiskFullError):  # its record finds no room
+            store.ack(first[0].handle)
+        assert store.pop_status("g", TOPIC)[0]["in_flight"] == 2  # nothing handed out or acknowledged
+        handed = list(first)
+        no_segment_space.on = False
+        for m in handed:
+            store.ack(m.handle)  # True, or False for those acknowledged before the disk filled
+        rest = store.receive("g", TOPIC, 6, 60_000)
+        assert sorted(bytes(m.message.body) for m in handed + list(rest)) == [b"m%d" % i for i in range(6)]
+        assert all(store.ack(m.handle) for m in rest)
+        assert store.pop_status("g", TOPIC)[0]["in_flight"] == 0
+    finally:
+        store.close()
+    with open_store(path, impl) as again:  # the revive log replays to the same state
+        assert again.pop_status("g", TOPIC)[0]["in_flight"] == 0
+        assert again.committed_offset("g", TOPIC, 0) == 6
+        assert len(again.receive("g", TOPIC, 6, 60_000)) == 0
