@@ -701,3 +701,41 @@ def test_pop_on_a_full_disk_raises_and_hands_out_or_acknowledges_nothing(tmp_pat
         assert again.pop_status("g", TOPIC)[0]["in_flight"] == 0
         assert again.committed_offset("g", TOPIC, 0) == 6
         assert len(again.receive("g", TOPIC, 6, 60_000)) == 0
+
+
+def test_timer_delivery_on_a_full_disk_raises_then_delivers_each_message_once(
+    tmp_path, impl, no_segment_space
+):
+    path = tmp_path / "store"
+    now = [int(time.time() * 1000)]
+    options = dict(
+        clock=lambda: now[0],
+        timer_interval_ms=0,
+        schedule_interval_ms=0,
+        consume_queue_units=4096,  # (only the CommitLog runs out of room here)
+        index_count=100_000,
+        index_slots=1_000,
+    )
+    store = open_store(path, impl, **options)
+    try:
+        store.create_topic(TOPIC, 1)
+        for i in range(20):
+            store.put(TOPIC, b"t%d" % i, deliver_at_ms=now[0] + 1_000 + i)
+        store.put("Filler", b"f", queue_id=0)
+        store.queues()
+        no_segment_space.on = True
+        _fill_until_full(store, "Filler")
+        now[0] += 5_000
+        with pytest.raises(SegmentDiskFullError):  # the copies find no room
+            store.deliver_timers()
+        assert store.get_message("g", TOPIC, 0, 0, 100).messages == []
+        no_segment_space.on = False
+        store.deliver_timers()  # (the interrupted pass is rolled forward, then the rest)
+        bodies = [bytes(m.body) for m in store.get_message("g", TOPIC, 0, 0, 100).messages]
+        assert sorted(bodies) == sorted(b"t%d" % i for i in range(20))
+    finally:
+        store.close()
+    with open_store(path, impl, **options) as again:  # each delivered once, also after a reopen
+        assert again.deliver_timers() == 0
+        assert len(again.get_message("g", TOPIC, 0, 0, 100).messages) == 20
+        assert again.timer_stats()["pending"] == 0
