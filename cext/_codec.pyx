@@ -2349,6 +2349,79 @@ PULL_DAMAGED = _PULL_DAMAGED
 # keeps the Python object only, not its map nor a buffer export of it, so retention and close
 # still unmap and delete the file (a closed file's entry is harmless: its geometry is still
 # true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
+# ---- Reading a slot without the attribute machinery ----
+#
+# The point reads below read a handful of attributes of the store's Python objects per call
+# (a segment's map and write position, a queue's files and bounds, ...). Each ``obj.name`` is a
+# type lookup, a descriptor call and a conversion (tens of ns); for a ``__slots__`` attribute the
+# value is a pointer at a fixed offset in the object. ``_slot_get`` reads it there: it learns,
+# once per type (and again whenever the type is changed: its version tag), whether ``name`` is a
+# plain object slot of that type (a member descriptor of type T_OBJECT_EX, which a subclass or
+# a later assignment to the class may replace by anything else), and reads an unset slot or
+# anything else through ``getattr``, so the result (and error) is always ``getattr``'s.
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+    int T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    ctypedef struct PyTypeObject:
+        unsigned int tp_version_tag
+        unsigned long tp_flags
+    PyTypeObject *Py_TYPE(object o)
+    unsigned long Py_TPFLAGS_VALID_VERSION_TAG
+
+
+cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
+
+
+cdef struct _Slot:
+    PyObject *type            # a strong reference, or NULL: nothing learnt yet
+    unsigned int version      # the type's version tag when learnt
+    Py_ssize_t offset         # where the slot is in an instance of type; -1: not a plain slot
+
+
+cdef int _slot_learn(object obj, _Slot *s, str name) except -1:
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject *old = s.type
+    cdef Py_ssize_t offset = -1
+    descr = getattr(type(obj), name, None)   # also gives the type its version tag
+    if (type(descr) is _MEMBER_DESCRIPTOR
+            and (<PyMemberDescrObject *>descr).d_member.type == T_OBJECT_EX
+            and isinstance(obj, descr.__objclass__)
+            and (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) and tp.tp_version_tag != 0):
+        offset = (<PyMemberDescrObject *>descr).d_member.offset
+    Py_INCREF(type(obj))
+    s.type = <PyObject *>tp
+    s.version = tp.tp_version_tag
+    s.offset = offset
+    Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
+    return 0
+
+
+cdef inline object _slot_get(object obj, _Slot *s, str name):
+    """``getattr(obj, name)``, from the slot itself when ``name`` is a plain slot of its type."""
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject *value
+    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
+        _slot_learn(obj, s, name)
+    if s.offset >= 0:
+        value = (<PyObject **>(<char *><PyObject *>obj + s.offset))[0]
+        if value != NULL:
+            return <object>value
+    return getattr(obj, name)
+
+
+# one per (attribute, call site kind); each learns the one type it meets
+cdef _Slot _mf_mm, _mf_wrote, _files_files, _segments_files, _cq_holes, _cq_min_logic, _cq_files
+cdef _Slot _queues_table
+
+
 cdef enum:
     _GEOMETRY_SLOTS = 256   # a power of two
 
@@ -2438,7 +2511,7 @@ cdef int64_t _readable(object mf, int64_t start, object core) except -1:
     cdef int64_t end
     _geometry(mf, &at, &size)
     if core is None:
-        end = mf.wrote_position
+        end = _slot_get(mf, &_mf_wrote, "wrote_position")
     else:
         end = <int64_t>core.wrote_offset - start
     return 0 if end < 0 else (size if end > size else end)
@@ -2447,7 +2520,7 @@ cdef int64_t _readable(object mf, int64_t start, object core) except -1:
 cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
     """Export ``mf``'s map into ``view`` (True), or False once it is closed or shorter than
     ``readable``; the caller releases a True export."""
-    mm = mf.mm
+    mm = _slot_get(mf, &_mf_mm, "mm")
     if mm is None:
         return False
     try:
@@ -2502,7 +2575,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     PyBuffer_Release(&view)
     if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
         return None
-    seg = _segment_of(segments.files, offset, &start)
+    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
     if seg is None:
         return None
     pos = offset - start
@@ -2558,11 +2631,14 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
 cdef object _queue_of(object queues, str topic, object queue_id):
     """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
     or None: no such queue, or one with holes (the careful path rebuilds it first)."""
-    table = getattr(queues, "_queues", None)
+    try:
+        table = _slot_get(queues, &_queues_table, "_queues")
+    except AttributeError:
+        return None
     if type(table) is not dict:
         return None
     cq = (<dict>table).get((topic, queue_id))
-    if cq is None or cq.holes:
+    if cq is None or _slot_get(cq, &_cq_holes, "holes"):
         return None
     return cq
 
@@ -2572,13 +2648,13 @@ cdef object _unit_file(object cq, int64_t offset, int64_t n, int64_t *pos):
     (``pos``: where the first starts in it), or None: before the queue's start, not one file,
     not all written yet (a pull that would go on in the next file is the careful path's)."""
     cdef int64_t start = 0, byte = offset * _CQ_UNIT
-    if byte < <int64_t>cq._min_logic:
+    if byte < <int64_t>_slot_get(cq, &_cq_min_logic, "_min_logic"):
         return None
-    mf = _segment_of(cq._files.files, byte, &start)
+    mf = _segment_of(_slot_get(_slot_get(cq, &_cq_files, "_files"), &_files_files, "files"), byte, &start)
     if mf is None:
         return None
     pos[0] = byte - start
-    if (<int64_t>mf.wrote_position - pos[0]) // _CQ_UNIT < n:
+    if (<int64_t>_slot_get(mf, &_mf_wrote, "wrote_position") - pos[0]) // _CQ_UNIT < n:
         return None
     return mf
 
@@ -2635,7 +2711,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
                 if mapped:
                     PyBuffer_Release(&view)
                     mapped = False
-                seg = _segment_of(segments.files, at, &start)
+                seg = _segment_of(_slot_get(segments, &_segments_files, "files"), at, &start)
                 if seg is None:
                     return None
                 readable = _readable(seg, start, core)
@@ -2659,7 +2735,7 @@ cdef object _record_at(object segments, object core, int64_t offset):
     cdef Py_buffer view
     cdef rs_record rec
     cdef int64_t start = 0, pos, readable, rc
-    seg = _segment_of(segments.files, offset, &start)
+    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
     if seg is None:
         return None
     pos = offset - start
@@ -2782,7 +2858,7 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
     cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
     cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, left, unique)
+    return _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, lo, hi, left, unique)
 
 
 cdef bint _plain_int(object value, int64_t lo, int64_t *out):
@@ -2821,7 +2897,7 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
                           INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
     if offsets is None:
         return None
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+    return _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, lo, hi, limit, False)
 
 
 cdef int _index_catch_up(object dispatcher) except -1:
@@ -2880,7 +2956,7 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
         offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
         if offsets is None:
             return None
-        hits = _key_messages(offsets, segments.files, core, topic, key, INT64_MIN, INT64_MAX,
+        hits = _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, INT64_MIN, INT64_MAX,
                              len(<list>offsets), True)
         if hits is None:
             return None
@@ -3197,7 +3273,7 @@ cdef class _SegmentReader:
 
 cdef _SegmentReader _reader(segments, core):
     cdef _SegmentReader r = _SegmentReader.__new__(_SegmentReader)
-    r.files = segments.files
+    r.files = _slot_get(segments, &_segments_files, "files")
     r.core = core
     return r
 

@@ -130,3 +130,51 @@ def test_the_month_start_is_remembered_for_its_month():
     assert _clock._month == (start, following)
     assert _clock.month_start(following) == _clock.month_bounds(following)[0]
     assert _clock.month_start(start - 1) == _clock.month_bounds(start - 1)[0]
+
+
+def test_the_fast_calls_read_what_an_attribute_lookup_reads(store, monkeypatch):
+    """The compiled calls read the store objects' slots (a segment's map, a queue's files, ...)
+    at their offsets, learnt per type: a class changed afterwards (here ``files`` becomes a
+    property that hides every file) is read as an attribute lookup reads it."""
+    from rocketstore.consumequeue import ConsumeQueue, ConsumeQueueStore
+    from rocketstore.mapped_file import MappedFile, MappedFileQueue
+
+    r = store.put(TOPIC, b"body", keys="k1", queue_id=1)
+    reads = (
+        lambda: store.read(r.commitlog_offset),
+        lambda: store.get_by_msg_id(r.msg_id),
+        lambda: store.get_by_queue_offset(TOPIC, 1, 0),
+    )
+    for read in reads:
+        assert read().body == b"body"  # the slots are learnt
+    monkeypatch.setattr(MappedFileQueue, "files", property(lambda self: []))
+    for read in reads:
+        with pytest.raises(MessageNotFoundError):
+            read()
+    monkeypatch.undo()
+    for read in reads:
+        assert read().body == b"body"
+    # the queue's own attributes (a queue with holes is the careful path's: it repairs them),
+    # and the table of queues: the compiled call declines (None) as the pure one does
+    codec = store._impl.codec
+
+    def fast_queue_read():
+        return codec.queue_message(store._queues, TOPIC, 1, 0, store._segments, store._core)
+
+    def fast_read():
+        return codec.record_at(store._segments, store._core, r.commitlog_offset)
+
+    assert fast_queue_read().body == b"body" and fast_read().body == b"body"
+    monkeypatch.setattr(MappedFile, "mm", property(lambda self: None))  # as if closed
+    assert fast_read() is None and fast_queue_read() is None
+    monkeypatch.undo()
+    for cls, name, value in (
+        (ConsumeQueue, "holes", [(0, 1)]),
+        (ConsumeQueue, "_min_logic", 1 << 40),
+        (ConsumeQueue, "_files", MappedFileQueue("unused", 1 << 20)),
+        (ConsumeQueueStore, "_queues", {}),
+    ):
+        monkeypatch.setattr(cls, name, property(lambda self, value=value: value))
+        assert fast_queue_read() is None, name
+        monkeypatch.undo()
+        assert fast_queue_read().body == b"body"
