@@ -2380,6 +2380,9 @@ cdef extern from "Python.h":
 cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
 
 
+cdef class FastRLock   # defined with the POP service's code below
+
+
 cdef struct _Slot:
     PyObject *type            # a strong reference, or NULL: nothing learnt yet
     unsigned int version      # the type's version tag when learnt
@@ -2900,30 +2903,54 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     return _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, lo, hi, limit, False)
 
 
+cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset
+
+
 cdef int _index_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
     if dispatcher is not None:
-        end_core = dispatcher.end_core
-        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+        end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
+        if (end_core is None or _slot_get(dispatcher, &_dispatcher_lazily, "_index_lazily")
+                or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset):
             dispatcher.catch_up(index=True)
     return 0
+
+
+# per position in the services tuple (a read-only store's two are of two types)
+cdef _Slot _service_lock[2]
+cdef _Slot _service_closed[2]
+cdef _Slot _service_index[2]
+cdef _Slot _service_files[2]
 
 
 cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
     """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
     (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service."""
     cdef list offsets = None
-    for service in services:
+    cdef Py_ssize_t i
+    cdef int k
+    cdef bint fast
+    for i in range(len(services)):
+        service = services[i]
         if service is None:
             continue
-        lock = service._lock
-        lock.acquire()
+        k = 0 if i == 0 else 1
+        lock = _slot_get(service, &_service_lock[k], "_lock")
+        fast = type(lock) is FastRLock   # taken without a method call
+        if fast:
+            (<FastRLock>lock).take(True)
+        else:
+            lock.acquire()
         try:
-            if service._closed:
+            if _slot_get(service, &_service_closed[k], "_closed"):
                 return None
-            found = service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
+            found = _slot_get(service, &_service_index[k], "_index").select_files(
+                _slot_get(service, &_service_files[k], "_files"), topic + "#" + key, cap, lo, hi)[0]
         finally:
-            lock.release()
+            if fast:
+                (<FastRLock>lock).give()
+            else:
+                lock.release()
         if offsets is None:
             offsets = found
         else:
