@@ -1,4 +1,4 @@
-"""Point reads one call at a time: read(offset), get_by_queue_offset and query_by_key.
+"""Point reads one call at a time: read(offset), get_by_msg_id, get_by_queue_offset and query_by_key.
 
     python bench/point_reads.py                      # 100,000 messages, compiled build
     python bench/point_reads.py --impl py --messages 20000
@@ -65,12 +65,21 @@ def main() -> None:
             positions = [(int(queue_ids[i]), int(queue_offsets[i])) for i in sample]
             wanted = rng.choices(keys, k=LOOKUPS)
             read, by_queue, by_key = store.read, store.get_by_queue_offset, store.query_by_key
+            by_id = store.get_by_msg_id
+            ids = [read(offset).msg_id for offset in at]
             table = {k: i for i, k in enumerate(keys)}
 
             def reads(offsets: list[int]) -> Callable[[], None]:
                 def run() -> None:
                     for offset in offsets:
                         read(offset)
+
+                return run
+
+            def id_reads(ids: list[str]) -> Callable[[], None]:
+                def run() -> None:
+                    for msg_id in ids:
+                        by_id(msg_id)
 
                 return run
 
@@ -94,9 +103,11 @@ def main() -> None:
 
             rows = [
                 ("read(offset), random", reads(at)),
+                ("get_by_msg_id, random", id_reads(ids)),
                 ("get_by_queue_offset, random", queue_reads(positions)),
                 ("query_by_key, random", lookups(wanted)),
                 ("read(offset), hot", reads(at[:1] * LOOKUPS)),
+                ("get_by_msg_id, hot", id_reads(ids[:1] * LOOKUPS)),
                 ("get_by_queue_offset, hot", queue_reads(positions[:1] * LOOKUPS)),
                 ("query_by_key, hot", lookups(wanted[:1] * LOOKUPS)),
             ]

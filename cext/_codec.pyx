@@ -2767,20 +2767,36 @@ cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
     rocketstore._codec_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
+    cdef uint8_t raw[28]          # host, port, offset: what the id's hex digits spell
     cdef Py_ssize_t n, i
-    cdef int digit
+    cdef int hi, lo
+    cdef int32_t host_len
+    cdef MessageExt m
     if type(msg_id) is not str or len(<str>msg_id) not in (32, 56):
         return None
     n = len(<str>msg_id)
-    for i in range(n - 16, n):   # the last 8 bytes: the offset
-        digit = _hex_value((<str>msg_id)[i])
-        if digit < 0:
+    for i in range(n // 2):
+        hi = _hex_value((<str>msg_id)[2 * i])
+        lo = _hex_value((<str>msg_id)[2 * i + 1])
+        if hi < 0 or lo < 0:
             return None
-        offset = (offset << 4) | <uint64_t>digit
+        raw[i] = <uint8_t>(hi << 4 | lo)
+    for i in range(n // 2 - 8, n // 2):   # the last 8 bytes: the offset
+        offset = (offset << 8) | raw[i]
     if offset > <uint64_t>INT64_MAX:
         return None
-    m = _record_at(segments, core, <int64_t>offset)
-    if m is None or (<MessageExt>m).msg_id != msg_id.upper():
+    found = _record_at(segments, core, <int64_t>offset)
+    if found is None:
+        return None
+    # the id must be the record's own (its msg_id, compared as the careful path does, without
+    # formatting it): the same store host (of the id's length) and port
+    m = <MessageExt>found
+    host_len = _host_len(m.sys_flag, RS_SYSFLAG_STOREHOST_V6)
+    if (n != 2 * (host_len + 12) or memcmp(raw, m._store_raw, <size_t>host_len) != 0
+            or raw[host_len] != <uint8_t>(<uint32_t>m._store_port >> 24)
+            or raw[host_len + 1] != <uint8_t>(<uint32_t>m._store_port >> 16)
+            or raw[host_len + 2] != <uint8_t>(<uint32_t>m._store_port >> 8)
+            or raw[host_len + 3] != <uint8_t>(<uint32_t>m._store_port)):
         return None
     return m
 

@@ -178,3 +178,31 @@ def test_the_fast_calls_read_what_an_attribute_lookup_reads(store, monkeypatch):
         assert fast_queue_read() is None, name
         monkeypatch.undo()
         assert fast_queue_read().body == b"body"
+
+
+def test_a_fast_read_by_id_answers_only_for_the_records_own_id(store):
+    """message_by_id compares the id with the record's store host, port and offset (upper or
+    lower case hex): any other id of the same offset is the careful path's (None)."""
+    codec = store._impl.codec
+    r = store.put(TOPIC, b"body", queue_id=0)
+    msg_id = r.msg_id
+    assert len(msg_id) == 32 and msg_id == msg_id.upper()
+
+    def fast(i):
+        return codec.message_by_id(store._segments, store._core, i)
+
+    assert fast(msg_id).commitlog_offset == r.commitlog_offset
+    assert fast(msg_id.lower()).commitlog_offset == r.commitlog_offset
+    host, port, offset = msg_id[:8], msg_id[8:16], msg_id[16:]
+    other_port = f"{(int(port, 16) + 1) & 0xFFFFFFFF:08X}"
+    other_host = f"{int(host, 16) ^ 1:08X}"
+    for other in (
+        host + other_port + offset,  # another port
+        other_host + port + offset,  # another host
+        "0" * 24 + host + port + offset,  # an IPv6-length id of an IPv4 record
+        host[:-1] + "G" + port + offset,  # not hex
+        host + port + offset[:-1] + "x",
+    ):
+        assert fast(other) is None, other
+        with pytest.raises((MessageNotFoundError, InvalidMessageIdError)):
+            store.get_by_msg_id(other)

@@ -43,7 +43,6 @@ import mmap
 import operator
 import os
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
