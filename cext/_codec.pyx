@@ -2420,6 +2420,24 @@ cdef inline object _slot_get(object obj, _Slot *s, str name):
     return getattr(obj, name)
 
 
+cdef inline int _slot_set(object obj, _Slot *s, str name, object value) except -1:
+    """``setattr(obj, name, value)``, into the slot itself when ``name`` is a plain slot of its type."""
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject **at
+    cdef PyObject *old
+    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
+        _slot_learn(obj, s, name)
+    if s.offset < 0:
+        setattr(obj, name, value)
+        return 0
+    at = <PyObject **>(<char *><PyObject *>obj + s.offset)
+    old = at[0]
+    Py_INCREF(value)
+    at[0] = <PyObject *>value
+    Py_XDECREF(old)   # last: a finalizer it runs sees the new value
+    return 0
+
+
 # one per (attribute, call site kind); each learns the one type it meets
 cdef _Slot _mf_mm, _mf_wrote, _files_files, _segments_files, _cq_holes, _cq_min_logic, _cq_files
 cdef _Slot _queues_table
@@ -2932,6 +2950,15 @@ cdef int _index_catch_up(object dispatcher) except -1:
     return 0
 
 
+cdef int _queue_catch_up(object dispatcher) except -1:
+    """``dispatcher.catch_up()`` (what the class's quick pull does first) unless its
+    ``end_core`` shows nothing waits."""
+    end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
+    if end_core is None or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset:
+        dispatcher.catch_up()
+    return 0
+
+
 # per position in the services tuple (a read-only store's two are of two types)
 cdef _Slot _service_lock[2]
 cdef _Slot _service_closed[2]
@@ -3008,10 +3035,33 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     return None
 
 
+cdef _Slot _result_slots[7]
+cdef tuple _RESULT_SLOTS = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "_units",
+                            "_queue_offsets")
+cdef object _GetMessageResult = None, _FOUND = None
+
+
+cdef object _pull_result(object next_begin, object lo, object hi, object messages, object units, object first):
+    """``GetMessageResult(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
+    quick pull returns), its slots set in place rather than through its ``__init__``."""
+    global _GetMessageResult, _FOUND
+    cdef int i
+    if _GetMessageResult is None:   # imported on first use: rocketstore.consume imports the codec
+        from rocketstore.consume import GetMessageResult, GetMessageStatus
+        _GetMessageResult, _FOUND = GetMessageResult, GetMessageStatus.FOUND
+    result = _GetMessageResult.__new__(_GetMessageResult)
+    values = (_FOUND, next_begin, lo, hi, messages, units, first)
+    for i in range(7):
+        _slot_set(result, &_result_slots[i], <str>_RESULT_SLOTS[i], (<tuple>values)[i])
+    return result
+
+
 cdef class FastReads:
     """An open store's point reads, each one compiled call: rocketstore.store puts these bound
-    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset`` and
-    ``query_by_key`` while the store is open and follows no other process. What a fast call
+    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset``,
+    ``query_by_key``, ``query_by_unique_key`` and ``get_message`` (a pull from a given offset,
+    no tags, no wait: units, records and messages in one call, the result's slots set in
+    place) while the store is open and follows no other process. What a fast call
     cannot answer (None), a keyword it does not take, or a closed store runs the class's method
     (the careful path), so results and errors are the class's. See the pure twin."""
     cdef object _store          # a weak reference: the store's dict holds these methods
@@ -3064,6 +3114,15 @@ cdef class FastReads:
             if hits is not None:
                 return hits
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
+        if self.open and wait is None and offset is not None and tags is None and type(group) is str and group:
+            _queue_catch_up(self._dispatcher)
+            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+            if got is not None:
+                messages, units, lo, hi = <tuple>got
+                return _pull_result(offset + len(<list>messages), lo, hi, messages, units, offset)
+        return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
         if self.open:

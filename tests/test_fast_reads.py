@@ -206,3 +206,43 @@ def test_a_fast_read_by_id_answers_only_for_the_records_own_id(store):
         assert fast(other) is None, other
         with pytest.raises((MessageNotFoundError, InvalidMessageIdError)):
             store.get_by_msg_id(other)
+
+
+def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
+    """get_message from a given offset, without tags or a wait, is FastReads' (units, records
+    and the result in one call); its result is the class's, and anything else (tags, a wait,
+    no offset, a bad group, an offset past the end) is the class's own call."""
+    from rocketstore import GetMessageStatus
+
+    assert type(store.__dict__["get_message"]).__name__ in ("builtin_function_or_method", "method")
+    for i in range(40):
+        store.put(TOPIC, b"m%d" % i, tags="a" if i % 2 else "b", queue_id=1)
+    for args in (("g", TOPIC, 1, 0), ("g", TOPIC, 1, 7, 5), ("g", TOPIC, 1, 39, 32)):
+        fast = store.get_message(*args)
+        careful = MessageStore.get_message(store, *args)
+        assert fast.status == careful.status == GetMessageStatus.FOUND
+        assert (fast.next_begin_offset, fast.min_offset, fast.max_offset) == (
+            careful.next_begin_offset,
+            careful.min_offset,
+            careful.max_offset,
+        )
+        assert fast.messages == careful.messages
+        assert fast.units.tobytes() == careful.units.tobytes()
+        assert fast.queue_offsets.tolist() == careful.queue_offsets.tolist()
+    assert [m.body for m in store.get_message("g", TOPIC, 1, 0, 4, tags="a").messages] == [
+        b"m1",
+        b"m3",
+        b"m5",
+        b"m7",
+    ]
+    assert store.get_message("g", TOPIC, 1, 40).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert store.get_message("g", TOPIC, 1, 40, wait=0).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert len(store.get_message("g", TOPIC, 1).messages) == 32  # the group's offset: none, the first
+    with pytest.raises(TypeError):
+        store.get_message(b"g", TOPIC, 1, 0)
+    with pytest.raises(InvalidMessageError):
+        store.get_message("", TOPIC, 1, 0)
+    held = store.get_message
+    store.close()
+    with pytest.raises(StoreClosedError):
+        held("g", TOPIC, 1, 0)

@@ -196,7 +196,14 @@ _SWITCH_SAFE = (
     "retention_report",
 )
 #: Point reads an open store answers through its codec's FastReads (_install_fast_reads).
-_FAST_READS = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key", "query_by_unique_key")
+_FAST_READS = (
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "get_message",
+)
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
