@@ -2572,7 +2572,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
     global _disk_queue_type
-    cq = _queue_of(queues, topic, queue_id)
+    cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
     if type(cq) is _disk_queue_type:
@@ -2614,11 +2614,11 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
         PyBuffer_Release(&view)
 
 
-cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset, int64_t max_msgs):
+cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, int64_t offset, int64_t max_msgs):
     """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
     cdef Py_buffer view
     cdef int64_t lo = 0, hi = 0, n, at, tail_start = 0
-    cq = _queue_of(queues, topic, queue_id)
+    cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
     if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
@@ -2649,16 +2649,63 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
     return _disk_run(cq, offset, n, lo, hi)
 
 
-cdef object _queue_of(object queues, str topic, object queue_id):
+# The queues a store's table maps (topic, queue id) to, remembered by the table's dict version
+# (CPython < 3.12: ``ma_version_tag``, from a global counter, new on every change of any dict,
+# so an unchanged version is the same dict, unchanged: its queue is still the one it holds,
+# and alive). The key's topic is held (compared by identity), the table and queue are not.
+# Version 0 (Python 3.12 on, where the tag is deprecated): nothing is remembered.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX < 0x030C0000
+    #define RS_DICT_VERSION(d) ((uint64_t)((PyDictObject *)(d))->ma_version_tag)
+    #else
+    #define RS_DICT_VERSION(d) ((uint64_t)0)
+    #endif
+    """
+    uint64_t RS_DICT_VERSION(object d) noexcept
+
+cdef struct _QueueEntry:
+    PyObject *topic        # a strong reference, or NULL
+    PyObject *table        # not a reference: compared with the version
+    uint64_t version
+    int64_t queue_id
+    PyObject *queue        # borrowed from the table, alive while its version is
+
+cdef enum:
+    _QUEUE_ENTRIES = 64    # a power of two
+
+cdef _QueueEntry _queue_entries[_QUEUE_ENTRIES]
+
+
+cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
     """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
-    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
+    or None: no such queue, or one with holes (the careful path rebuilds it first). ``qid``:
+    ``queue_id``, a plain int."""
+    cdef _QueueEntry *e
+    cdef uint64_t version
+    cdef PyObject *old
     try:
         table = _slot_get(queues, &_queues_table, "_queues")
     except AttributeError:
         return None
     if type(table) is not dict:
         return None
-    cq = (<dict>table).get((topic, queue_id))
+    version = RS_DICT_VERSION(table)
+    e = &_queue_entries[((<size_t><PyObject *>topic >> 4) ^ <size_t>(qid * 0x9E3779B1)) & (_QUEUE_ENTRIES - 1)]
+    if (version != 0 and e.version == version and e.table == <PyObject *>table and e.topic == <PyObject *>topic
+            and e.queue_id == qid):
+        cq = <object>e.queue
+    else:
+        cq = (<dict>table).get((topic, queue_id))
+        if cq is not None and version != 0:
+            old = e.topic
+            Py_INCREF(topic)
+            e.topic = <PyObject *>topic
+            e.table = <PyObject *>table
+            e.version = version
+            e.queue_id = qid
+            e.queue = <PyObject *>cq
+            Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
     if cq is None or _slot_get(cq, &_cq_holes, "holes"):
         return None
     return cq
@@ -2712,7 +2759,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
             or not _plain_int(max_msgs, 1, &want)):
         return None
-    run = _queue_run(queues, topic, queue_id, qo, want)
+    run = _queue_run(queues, topic, queue_id, qid, qo, want)
     if run is None:
         return None
     units, lo, hi = run

@@ -246,3 +246,24 @@ def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
     store.close()
     with pytest.raises(StoreClosedError):
         held("g", TOPIC, 1, 0)
+
+
+def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
+    """The compiled queue reads remember which queue the table maps (topic, queue id) to, for
+    as long as the table is unchanged: one taken out (or replaced) is seen at once."""
+    codec = store._impl.codec
+    store.put(TOPIC, b"body", queue_id=1)
+    store._dispatcher.catch_up()
+    table = store._queues._queues
+
+    def fast(topic=TOPIC):
+        return codec.queue_message(store._queues, topic, 1, 0, store._segments, store._core)
+
+    assert fast().body == b"body" and fast().body == b"body"  # remembered
+    cq = table.pop((TOPIC, 1))
+    assert fast() is None
+    assert store.get_message("g", TOPIC, 1, 0).messages == []
+    table[(TOPIC, 1)] = cq
+    assert fast().body == b"body"
+    assert fast("".join([TOPIC[:2], TOPIC[2:]])).body == b"body"  # an equal str, not the same one
+    assert [m.body for m in store.get_message("g", TOPIC, 1, 0).messages] == [b"body"]
