@@ -19,6 +19,12 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
 from _codec cimport *
+# index.h's walk (the IndexFile format, declared once in _index.pxd): key lookups walk the
+# index files' maps here, as rocketstore._index.select_files does
+from _index cimport (rs_index_t, rs_index_walk_t, rs_index_walk_start, rs_index_walk_next, rs_index_header_i64,
+                     rs_index_file_size, rs_index_key_hash, RS_INDEX_POS_BEGIN_TIMESTAMP,
+                     RS_INDEX_POS_END_TIMESTAMP, RS_INDEX_INVALID_INDEX)
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 
 import operator as _operator
 from rocketstore._clock import month_start as _month_start, now_ms as _now_ms
@@ -34,6 +40,17 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
 from rocketstore import message as _message_mod
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
 from rocketstore.mapped_file import MappedFile as _MappedFile
+
+cdef extern from *:
+    """
+    /* PyUnicode_KIND/DATA need a "ready" string; 3.12+ has only ready strings and deprecates READY. */
+    #if PY_VERSION_HEX < 0x030C0000
+    #define rs_index_unicode_ready(o) PyUnicode_READY(o)
+    #else
+    #define rs_index_unicode_ready(o) 0
+    #endif
+    """
+    int rs_index_unicode_ready(object o) except -1
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
@@ -3013,13 +3030,82 @@ cdef _Slot _service_index[2]
 cdef _Slot _service_files[2]
 
 
+cdef _Slot _service_slot_count[2]
+cdef _Slot _service_index_count[2]
+cdef _Slot _index_file_mapped[2]
+cdef _Slot _index_map_mm[2]
+
+cdef enum:
+    _WALK_ROOM = 256   # the candidates a service's walk collects in C; a larger cap: select_files
+
+
+cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo, int64_t hi, int64_t most,
+                            int64_t *out) except -2:
+    """``select_files(service._files, key, most, lo, hi)[0]`` (unsorted) into ``out`` (room for
+    ``most``), walked over each file's map here (index.h's walk, as the compiled select_files
+    walks it): how many; -1 when it cannot (a file closed, or not of the service's geometry):
+    the caller calls select_files."""
+    cdef int64_t slots = 0, items = 0, left = most, file_begin, file_end, got
+    cdef Py_ssize_t i, found = 0
+    cdef Py_buffer view
+    cdef rs_index_t ix
+    cdef rs_index_walk_t walk
+    files = _slot_get(service, &_service_files[k], "_files")
+    if (type(files) is not list
+            or not _plain_int(_slot_get(service, &_service_slot_count[k], "slot_count"), 1, &slots)
+            or not _plain_int(_slot_get(service, &_service_index_count[k], "index_count"), 2, &items)
+            or slots > INT32_MAX or items > INT32_MAX):
+        return -1
+    for i in range(len(<list>files) - 1, -1, -1):   # newest first, as select_files
+        if left <= 0:
+            break
+        mapped = _slot_get((<list>files)[i], &_index_file_mapped[k], "mapped")
+        mm = _slot_get(mapped, &_index_map_mm[k], "mm")
+        if mm is None:
+            return -1
+        try:
+            PyObject_GetBuffer(mm, &view, PyBUF_SIMPLE)   # pinned for the walk
+        except (ValueError, BufferError, TypeError):
+            return -1
+        try:
+            if view.len != rs_index_file_size(slots, items):
+                return -1
+            ix.base = <uint8_t *>view.buf
+            ix.len = view.len
+            ix.slot_num = <int32_t>slots
+            ix.index_num = <int32_t>items
+            file_begin = rs_index_header_i64(&ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
+            file_end = rs_index_header_i64(&ix, RS_INDEX_POS_END_TIMESTAMP)
+            if (lo < file_begin and hi > file_end) or file_begin <= lo <= file_end or file_begin <= hi <= file_end:
+                rs_index_walk_start(&ix, &walk, key_hash, lo, hi)
+                while left > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
+                    got = rs_index_walk_next(&ix, &walk, out + found, left)
+                    found += got
+                    left -= got
+        finally:
+            PyBuffer_Release(&view)
+        if file_begin < lo or left <= 0:
+            break
+    return found
+
+
 cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
     """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
-    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service."""
-    cdef list offsets = None
-    cdef Py_ssize_t i
+    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service.
+    Each service's files are walked here (:func:`_walk_files`) when ``cap`` is at most
+    ``_WALK_ROOM``, else (or when that cannot) by its ``select_files``."""
+    cdef int64_t found_c[2 * _WALK_ROOM]
+    cdef int64_t most = 0, v
+    cdef Py_ssize_t i, j, n = 0, got
+    cdef int32_t key_hash = 0
     cdef int k
-    cdef bint fast
+    cdef bint fast, in_c
+    cdef list offsets = None
+    in_c = _plain_int(cap, 0, &most) and most <= _WALK_ROOM and len(services) <= 2
+    name = topic + "#" + key
+    if in_c:
+        rs_index_unicode_ready(name)
+        key_hash = rs_index_key_hash(PyUnicode_DATA(name), <int>PyUnicode_KIND(name), PyUnicode_GET_LENGTH(name))
     for i in range(len(services)):
         service = services[i]
         if service is None:
@@ -3034,19 +3120,37 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
         try:
             if _slot_get(service, &_service_closed[k], "_closed"):
                 return None
-            found = _slot_get(service, &_service_index[k], "_index").select_files(
-                _slot_get(service, &_service_files[k], "_files"), topic + "#" + key, cap, lo, hi)[0]
+            got = _walk_files(service, k, key_hash, lo, hi, most, found_c + n) if in_c else -1
+            if got < 0:
+                found = _slot_get(service, &_service_index[k], "_index").select_files(
+                    _slot_get(service, &_service_files[k], "_files"), name, cap, lo, hi)[0]
         finally:
             if fast:
                 (<FastRLock>lock).give()
             else:
                 lock.release()
+        if got >= 0:
+            n += got
+            continue
+        # select_files' list: the C candidates so far join it
         if offsets is None:
-            offsets = found
-        else:
-            offsets = offsets + found
+            offsets = [found_c[j] for j in range(n)]
+            n = 0
+        offsets = offsets + found
+        offsets.sort()
+    if offsets is not None:
+        if n:
+            offsets = offsets + [found_c[j] for j in range(n)]
             offsets.sort()
-    return [] if offsets is None else offsets
+        return offsets
+    for i in range(1, n):   # a few candidates (at most 2 * _WALK_ROOM): insertion sort, ascending
+        v = found_c[i]
+        j = i - 1
+        while j >= 0 and found_c[j] > v:
+            found_c[j + 1] = found_c[j]
+            j -= 1
+        found_c[j + 1] = v
+    return [found_c[j] for j in range(n)]
 
 
 cdef object _stored_at = _operator.attrgetter("store_timestamp")

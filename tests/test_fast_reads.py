@@ -267,3 +267,44 @@ def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     assert fast().body == b"body"
     assert fast("".join([TOPIC[:2], TOPIC[2:]])).body == b"body"  # an equal str, not the same one
     assert [m.body for m in store.get_message("g", TOPIC, 1, 0).messages] == [b"body"]
+
+
+@pytest.mark.parametrize("cap", [64, 300])
+def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl, cap):
+    """The compiled key lookup walks each index file's map itself (cap up to 256 candidates a
+    service; above that, select_files): over several index files, time windows and limits it
+    finds what the pure twin's lookup (select_files, then the same re-check) finds."""
+    from rocketstore import _codec_py
+
+    s = MessageStore(
+        str(tmp_path / "s"),
+        implementation=impl.name,
+        index_slots=7,
+        index_count=40,  # a file holds 39 keys (and each message's UNIQ_KEY is one): many files
+    )
+    try:
+        stored = []
+        for i in range(300):
+            r = s.put(TOPIC, b"m%d" % i, keys=f"k{i % 9} shared", queue_id=0)
+            stored.append(r)
+        s._dispatcher.catch_up(index=True)
+        assert len(s._index._files) > 5
+        times = sorted(m.store_timestamp for m in (s.read(r.commitlog_offset) for r in stored))
+        services = (s._disk_index, s._index)
+        for key in ("k0", "k4", "shared", "k9", "nobody"):
+            for max_num, begin, end in (
+                (32, 0, None),
+                (5, 0, None),
+                (300, times[100], None),
+                (64, 0, times[200]),
+            ):
+                args = (services, s._segments, s._core, TOPIC, key, max_num, begin, end, cap)
+                fast = impl.codec.key_lookup(*args)
+                careful = _codec_py.key_lookup(*args)
+                assert fast is not None and careful is not None
+                assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], (
+                    key,
+                    max_num,
+                )
+    finally:
+        s.close()

@@ -272,7 +272,16 @@ class IndexService:
     # What the compiled key lookups (rocketstore._codec) read per call are slots: it reads a
     # slot at its offset rather than through an attribute lookup; the rest stay in the
     # instance dict.
-    __slots__ = ("_lock", "_closed", "_index", "_files", "__dict__", "__weakref__")
+    __slots__ = (
+        "_lock",
+        "_closed",
+        "_index",
+        "_files",
+        "slot_count",
+        "index_count",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(
         self,
