@@ -2394,6 +2394,13 @@ cdef extern from "Python.h":
     unsigned long Py_TPFLAGS_VALID_VERSION_TAG
 
 
+cdef extern from *:
+    """
+    #define rs_ctz64(x) ((int)__builtin_ctzll(x))
+    """
+    int rs_ctz64(uint64_t x) noexcept nogil   # x != 0
+
+
 cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
 
 
@@ -2496,6 +2503,7 @@ cdef int _geometry(object mf, int64_t *start, int64_t *size) except -1:
     return 0
 
 
+@cython.cdivision(True)   # offset - first >= 0 and size > 0: C's division is the floor
 cdef object _segment_of(object files, int64_t offset, int64_t *start):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
     holds ``offset``, or None; ``start`` gets where it starts."""
@@ -2509,7 +2517,10 @@ cdef object _segment_of(object files, int64_t offset, int64_t *start):
     _geometry((<list>files)[0], &first, &size)
     if size <= 0 or offset < first:
         return None
-    k = (offset - first) // size
+    if size & (size - 1) == 0:   # a power of two (a CommitLog segment): a shift, not a division
+        k = (offset - first) >> rs_ctz64(<uint64_t>size)
+    else:
+        k = (offset - first) // size
     if k >= n:
         return None
     mf = (<list>files)[k]
