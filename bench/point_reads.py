@@ -5,7 +5,8 @@
 
 The store of ``bench/compare.py --quick`` (128-byte bodies, a 20-character key each, 8 queues);
 then 20,000 random positions (or keys) read one call at a time, and the same position (or key)
-20,000 times ("hot": no cache misses, the call's own work). Each rate is the fastest of
+20,000 times ("hot": no cache misses, the call's own work); then every queue consumed through
+``get_message(group, topic, queue_id, offset, 32)`` (per message). Each rate is the fastest of
 ``--passes`` passes, each pass timed in CPU seconds of this thread (``time.thread_time``), so
 other tenants of a shared machine taking turns on the cores do not count; a dict lookup loop
 measured the same way is printed beside them, with the load average. To compare two trees, run
@@ -97,6 +98,17 @@ def main() -> None:
 
                 return run
 
+            get_message = store.get_message
+
+            def pulls() -> None:  # every queue from its start, 32 a pull
+                for queue_id in range(QUEUES):
+                    offset = 0
+                    while True:
+                        got = get_message("bench-group", TOPIC, queue_id, offset, 32)
+                        if not got.messages:
+                            break
+                        offset = got.next_begin_offset
+
             def dict_loop() -> None:
                 for key in wanted:
                     table.get(key)
@@ -120,6 +132,11 @@ def main() -> None:
                 print(
                     f"{name:30s} {rate / 1e6:6.3f} M/s  {1e9 / rate:7.0f} ns/call  {rate / limit:.4f} of dict loop"
                 )
+            rate = best_rate(pulls, args.messages, args.passes)
+            print(
+                f"{'get_message(32), per message':30s} {rate / 1e6:6.3f} M/s  {1e9 / rate:7.0f} ns/msg   "
+                f"{rate / limit:.4f} of dict loop"
+            )
             print(f"{'dict lookup loop':30s} {limit / 1e6:6.3f} M/s")
         finally:
             store.close()
