@@ -2970,7 +2970,8 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
     cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
     cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
-    return _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, lo, hi, left, unique)
+    files = _slot_get(segments, &_segments_files, "files")
+    return _key_messages(offsets, files, core, topic, key, lo, hi, left, unique)
 
 
 cdef bint _plain_int(object value, int64_t lo, int64_t *out):
@@ -3009,7 +3010,8 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
                           INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
     if offsets is None:
         return None
-    return _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, lo, hi, limit, False)
+    files = _slot_get(segments, &_segments_files, "files")
+    return _key_messages(offsets, files, core, topic, key, lo, hi, limit, False)
 
 
 cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset
@@ -3188,7 +3190,8 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
         offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
         if offsets is None:
             return None
-        hits = _key_messages(offsets, _slot_get(segments, &_segments_files, "files"), core, topic, key, INT64_MIN, INT64_MAX,
+        files = _slot_get(segments, &_segments_files, "files")
+        hits = _key_messages(offsets, files, core, topic, key, INT64_MIN, INT64_MAX,
                              len(<list>offsets), True)
         if hits is None:
             return None
