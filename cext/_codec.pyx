@@ -2719,7 +2719,8 @@ cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
     if type(table) is not dict:
         return None
     version = RS_DICT_VERSION(table)
-    e = &_queue_entries[((<size_t><PyObject *>topic >> 4) ^ <size_t>(qid * 0x9E3779B1)) & (_QUEUE_ENTRIES - 1)]
+    e = &_queue_entries[((<uint64_t><size_t><PyObject *>topic >> 4) ^ (<uint64_t>qid * <uint64_t>2654435761U))
+                        & (_QUEUE_ENTRIES - 1)]
     if (version != 0 and e.version == version and e.table == <PyObject *>table and e.topic == <PyObject *>topic
             and e.queue_id == qid):
         cq = <object>e.queue
