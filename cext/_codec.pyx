@@ -22,7 +22,8 @@ from _codec cimport *
 # index.h's walk (the IndexFile format, declared once in _index.pxd): key lookups walk the
 # index files' maps here, as rocketstore._index.select_files does
 from _index cimport (rs_index_t, rs_index_walk_t, rs_index_walk_start, rs_index_walk_next, rs_index_header_i64,
-                     rs_index_file_size, rs_index_key_hash, RS_INDEX_POS_BEGIN_TIMESTAMP,
+                     rs_index_file_size, rs_index_java_hash_update, rs_index_hash_of_java,
+                     RS_INDEX_POS_BEGIN_TIMESTAMP,
                      RS_INDEX_POS_END_TIMESTAMP, RS_INDEX_INVALID_INDEX)
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 
@@ -3115,11 +3116,17 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
     cdef int k
     cdef bint fast, in_c
     cdef list offsets = None
+    cdef uint32_t h
     in_c = _plain_int(cap, 0, &most) and most <= _WALK_ROOM and len(services) <= 2
-    name = topic + "#" + key
-    if in_c:
-        rs_index_unicode_ready(name)
-        key_hash = rs_index_key_hash(PyUnicode_DATA(name), <int>PyUnicode_KIND(name), PyUnicode_GET_LENGTH(name))
+    name = None   # topic#key, made only for a select_files call
+    if in_c:   # the hash of topic#key over its parts: no string made
+        rs_index_unicode_ready(topic)
+        rs_index_unicode_ready(key)
+        h = rs_index_java_hash_update(0, PyUnicode_DATA(topic), <int>PyUnicode_KIND(topic),
+                                      PyUnicode_GET_LENGTH(topic))
+        h = 31u * h + <uint32_t>35   # "#"
+        h = rs_index_java_hash_update(h, PyUnicode_DATA(key), <int>PyUnicode_KIND(key), PyUnicode_GET_LENGTH(key))
+        key_hash = rs_index_hash_of_java(<int32_t>h)
     for i in range(len(services)):
         service = services[i]
         if service is None:
@@ -3136,6 +3143,8 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
                 return None
             got = _walk_files(service, k, key_hash, lo, hi, most, found_c + n) if in_c else -1
             if got < 0:
+                if name is None:
+                    name = topic + "#" + key
                 found = _slot_get(service, &_service_index[k], "_index").select_files(
                     _slot_get(service, &_service_files[k], "_files"), name, cap, lo, hi)[0]
         finally:

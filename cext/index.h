@@ -162,14 +162,13 @@ static inline int32_t rs_index_hash_of_java(int32_t h)
     return h < 0 ? -h : h;
 }
 
-/* Java String.hashCode of a string held as len code points of `width` bytes each (1: Latin-1,
-   2: UCS-2, 4: UCS-4, Python's three compact forms); code points above U+FFFF count as their
-   two surrogates. Then abs(), with Integer.MIN_VALUE giving 0. */
-static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len)
+/* Java String.hashCode's running value h after len more code points of `width` bytes each (1:
+   Latin-1, 2: UCS-2, 4: UCS-4, Python's three compact forms); code points above U+FFFF count as
+   their two surrogates. A string's hash is this from 0 over the whole string; a key made of
+   parts (topic, "#", key) is this over each part in turn. */
+static inline uint32_t rs_index_java_hash_update(uint32_t h, const void *data, int width, int64_t len)
 {
-    uint32_t h = 0;
     int64_t i;
-    int32_t signed_h;
     if (width == 1) {
         const uint8_t *s = (const uint8_t *)data;
         for (i = 0; i < len; i++) h = 31u * h + s[i];
@@ -189,8 +188,14 @@ static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len
             }
         }
     }
-    signed_h = (int32_t)h;
-    return rs_index_hash_of_java(signed_h);
+    return h;
+}
+
+/* The index key hash of a string (see rs_index_java_hash_update): abs() of its Java hash, with
+   Integer.MIN_VALUE giving 0. */
+static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len)
+{
+    return rs_index_hash_of_java((int32_t)rs_index_java_hash_update(0u, data, width, len));
 }
 
 /* ---- putKey (§5.3, as 4.7.1+ do it) ---- */

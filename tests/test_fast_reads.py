@@ -272,8 +272,9 @@ def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
 @pytest.mark.parametrize("cap", [64, 300])
 def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl, cap):
     """The compiled key lookup walks each index file's map itself (cap up to 256 candidates a
-    service; above that, select_files): over several index files, time windows and limits it
-    finds what the pure twin's lookup (select_files, then the same re-check) finds."""
+    service, hashing topic#key over its parts; above that, select_files): over several index
+    files, keys of 1-, 2- and 4-byte text, time windows and limits it finds what the pure twin's
+    lookup (select_files, then the same re-check) finds."""
     from rocketstore import _codec_py
 
     s = MessageStore(
@@ -285,13 +286,14 @@ def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl,
     try:
         stored = []
         for i in range(300):
-            r = s.put(TOPIC, b"m%d" % i, keys=f"k{i % 9} shared", queue_id=0)
+            keys = f"k{i % 9} shared \u043a\u043b\u044e\u0447{i % 3} \u952e\U0001f511{i % 2}"  # 2- and 4-byte text
+            r = s.put(TOPIC, b"m%d" % i, keys=keys, queue_id=0)
             stored.append(r)
         s._dispatcher.catch_up(index=True)
         assert len(s._index._files) > 5
         times = sorted(m.store_timestamp for m in (s.read(r.commitlog_offset) for r in stored))
         services = (s._disk_index, s._index)
-        for key in ("k0", "k4", "shared", "k9", "nobody"):
+        for key in ("k0", "k4", "shared", "k9", "nobody", "\u043a\u043b\u044e\u04471", "\u952e\U0001f5110"):
             for max_num, begin, end in (
                 (32, 0, None),
                 (5, 0, None),
