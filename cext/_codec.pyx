@@ -2438,6 +2438,8 @@ cdef inline object _slot_get(object obj, _Slot *s, str name):
     cdef PyObject *value
     if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
         _slot_learn(obj, s, name)
+        if <PyObject *>tp != s.type:   # a finalizer the learning ran learnt another type
+            return getattr(obj, name)
     if s.offset >= 0:
         value = (<PyObject **>(<char *><PyObject *>obj + s.offset))[0]
         if value != NULL:
@@ -2452,7 +2454,7 @@ cdef inline int _slot_set(object obj, _Slot *s, str name, object value) except -
     cdef PyObject *old
     if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
         _slot_learn(obj, s, name)
-    if s.offset < 0:
+    if s.offset < 0 or <PyObject *>tp != s.type:   # (a finalizer the learning ran learnt another type)
         setattr(obj, name, value)
         return 0
     at = <PyObject **>(<char *><PyObject *>obj + s.offset)
