@@ -2361,39 +2361,7 @@ PULL_DAMAGED = _PULL_DAMAGED
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
-# A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
-# they can be remembered by the object's identity. The table keeps a strong reference to each
-# file it remembers, so an address is never reused by another file while its entry stands; it
-# keeps the Python object only, not its map nor a buffer export of it, so retention and close
-# still unmap and delete the file (a closed file's entry is harmless: its geometry is still
-# true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
-# ---- Reading a slot without the attribute machinery ----
-#
-# The point reads below read a handful of attributes of the store's Python objects per call
-# (a segment's map and write position, a queue's files and bounds, ...). Each ``obj.name`` is a
-# type lookup, a descriptor call and a conversion (tens of ns); for a ``__slots__`` attribute the
-# value is a pointer at a fixed offset in the object. ``_slot_get`` reads it there: it learns,
-# once per type (and again whenever the type is changed: its version tag), whether ``name`` is a
-# plain object slot of that type (a member descriptor of type T_OBJECT_EX, which a subclass or
-# a later assignment to the class may replace by anything else), and reads an unset slot or
-# anything else through ``getattr``, so the result (and error) is always ``getattr``'s.
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-    int T_OBJECT_EX
-
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef *d_member
-    ctypedef struct PyTypeObject:
-        unsigned int tp_version_tag
-        unsigned long tp_flags
-    PyTypeObject *Py_TYPE(object o)
-    unsigned long Py_TPFLAGS_VALID_VERSION_TAG
-
+# ---- Small helpers of the point reads: a power of two's shift, a record's prefetch ----
 
 cdef extern from *:
     """
@@ -2424,6 +2392,34 @@ cdef inline void _prefetch_record(const uint8_t *base, int64_t pos, int64_t size
     while line < end:
         rs_prefetch(base + line)
         line += 64
+
+
+# ---- Reading a slot without the attribute machinery ----
+#
+# The point reads below read a handful of attributes of the store's Python objects per call
+# (a segment's map and write position, a queue's files and bounds, ...). Each ``obj.name`` is a
+# type lookup, a descriptor call and a conversion (tens of ns); for a ``__slots__`` attribute the
+# value is a pointer at a fixed offset in the object. ``_slot_get`` reads it there: it learns,
+# once per type (and again whenever the type is changed: its version tag), whether ``name`` is a
+# plain object slot of that type (a member descriptor of type T_OBJECT_EX, which a subclass or
+# a later assignment to the class may replace by anything else), and reads an unset slot or
+# anything else through ``getattr``, so the result (and error) is always ``getattr``'s.
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+    int T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    ctypedef struct PyTypeObject:
+        unsigned int tp_version_tag
+        unsigned long tp_flags
+    PyTypeObject *Py_TYPE(object o)
+    unsigned long Py_TPFLAGS_VALID_VERSION_TAG
 
 
 cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
@@ -2494,6 +2490,12 @@ cdef _Slot _mf_mm, _mf_wrote, _files_files, _segments_files, _cq_holes, _cq_min_
 cdef _Slot _queues_table
 
 
+# A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
+# they can be remembered by the object's identity. The table keeps a strong reference to each
+# file it remembers, so an address is never reused by another file while its entry stands; it
+# keeps the Python object only, not its map nor a buffer export of it, so retention and close
+# still unmap and delete the file (a closed file's entry is harmless: its geometry is still
+# true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
 cdef enum:
     _GEOMETRY_SLOTS = 256   # a power of two
 
