@@ -2938,11 +2938,12 @@ cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_
     return False
 
 
-cdef object _key_messages(object offsets, object files, object core, str topic, str key, int64_t lo,
-                          int64_t hi, int64_t left, bint by_unique):
-    """key_messages' loop (see the pure twin). The record's topic and keys are compared as the
-    UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the message
-    decodes them to; a message is made for a hit only."""
+cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t count, object files, object core,
+                          str topic, str key, int64_t lo, int64_t hi, int64_t left, bint by_unique):
+    """key_messages' loop (see the pure twin) over ``offsets`` (Python ints), or when it is None
+    over ``candidates[:count]`` (an index walk's, in C). The record's topic and keys are compared
+    as the UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the
+    message decodes them to; a message is made for a hit only."""
     cdef Py_buffer view
     cdef rs_record rec
     cdef rs_dispatch_props props
@@ -2953,16 +2954,24 @@ cdef object _key_messages(object offsets, object files, object core, str topic, 
     cdef int64_t start = 0
     cdef const uint8_t *t
     cdef const uint8_t *k
+    cdef Py_ssize_t j
     keep_t = _utf8_holder(topic)
     keep_k = _utf8_holder(key)
     if keep_t is None or keep_k is None:   # no record decodes to such text
         return found
     t = _utf8_of(keep_t, &t_len)
     k = _utf8_of(keep_k, &k_len)
-    for item in offsets:
+    if offsets is not None:
+        if type(offsets) is not list:
+            offsets = list(offsets)
+        count = len(<list>offsets)
+    for j in range(count):
         if left <= 0:
             break
-        offset = _check_int(item, "offset", INT64_MIN, INT64_MAX)
+        if offsets is None:
+            offset = candidates[j]
+        else:
+            offset = _check_int((<list>offsets)[j], "offset", INT64_MIN, INT64_MAX)
         if offset == previous and not first:
             continue   # indexed twice under this key (a KEYS entry and the UNIQ_KEY): read once
         previous = offset
@@ -3004,7 +3013,7 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
     cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
     files = _slot_get(segments, &_segments_files, "files")
-    return _key_messages(offsets, files, core, topic, key, lo, hi, left, unique)
+    return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, left, unique)
 
 
 cdef bint _plain_int(object value, int64_t lo, int64_t *out):
@@ -3029,7 +3038,8 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
     cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
-    cdef list offsets = None
+    cdef int64_t found[2 * _WALK_ROOM]
+    cdef Py_ssize_t count = 0
     if (type(topic) is not str or type(key) is not str or not topic or not key
             or type(services) is not tuple):
         return None
@@ -3040,11 +3050,13 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
         limit = most
     _index_catch_up(dispatcher)
     offsets = _index_walk(<tuple>services, topic, key, cap, 0 if lo < 1000 else lo - 1000,
-                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
+                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000, found, &count)
     if offsets is None:
         return None
     files = _slot_get(segments, &_segments_files, "files")
-    return _key_messages(offsets, files, core, topic, key, lo, hi, limit, False)
+    if offsets is _IN_ARRAY:
+        return _key_messages(None, found, count, files, core, topic, key, lo, hi, limit, False)
+    return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, limit, False)
 
 
 cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset
@@ -3135,12 +3147,16 @@ cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo,
     return found
 
 
-cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
+cdef object _IN_ARRAY = object()   # _index_walk's answer: in the caller's array
+
+
+cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi,
+                        int64_t *found_c, Py_ssize_t *count):
     """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
     (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service.
     Each service's files are walked here (:func:`_walk_files`) when ``cap`` is at most
-    ``_WALK_ROOM``, else (or when that cannot) by its ``select_files``."""
-    cdef int64_t found_c[2 * _WALK_ROOM]
+    ``_WALK_ROOM``: then the answer is ``_IN_ARRAY``, the candidates ``found_c[:count]`` (room
+    for ``2 * _WALK_ROOM``); else (or when that cannot) a list, by the services' ``select_files``."""
     cdef int64_t most = 0, v
     cdef Py_ssize_t i, j, n = 0, got
     cdef int32_t key_hash = 0
@@ -3204,7 +3220,8 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
             found_c[j + 1] = found_c[j]
             j -= 1
         found_c[j + 1] = v
-    return [found_c[j] for j in range(n)]
+    count[0] = n
+    return _IN_ARRAY
 
 
 cdef object _stored_at = _operator.attrgetter("store_timestamp")
@@ -3217,6 +3234,8 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     (see the pure twin). None when the careful path must decide: an argument it checks, a
     closed service or segment, and nothing found (it says so)."""
     cdef int64_t most = 0, begin
+    cdef int64_t found[2 * _WALK_ROOM]
+    cdef Py_ssize_t count = 0
     if (type(topic) is not str or type(key) is not str or not topic or not key
             or type(services) is not tuple or not _plain_int(cap, 0, &most)):
         return None
@@ -3228,12 +3247,15 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     except (InvalidMessageIdError, ValueError):
         pass   # not a RocketMQ-made id: no time hint
     for begin in begins:
-        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
+        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX, found, &count)
         if offsets is None:
             return None
         files = _slot_get(segments, &_segments_files, "files")
-        hits = _key_messages(offsets, files, core, topic, key, INT64_MIN, INT64_MAX,
-                             len(<list>offsets), True)
+        if offsets is _IN_ARRAY:
+            hits = _key_messages(None, found, count, files, core, topic, key, INT64_MIN, INT64_MAX, count, True)
+        else:
+            hits = _key_messages(offsets, NULL, 0, files, core, topic, key, INT64_MIN, INT64_MAX,
+                                 len(<list>offsets), True)
         if hits is None:
             return None
         if hits:

@@ -168,13 +168,20 @@ static inline int32_t rs_index_hash_of_java(int32_t h)
    parts (topic, "#", key) is this over each part in turn. */
 static inline uint32_t rs_index_java_hash_update(uint32_t h, const void *data, int width, int64_t len)
 {
-    int64_t i;
+    int64_t i = 0;
+    /* Four code units a step where there are no surrogates to make: h * 31^4 + c0 * 31^3 +
+       c1 * 31^2 + c2 * 31 + c3, which is Java's four steps (all mod 2^32) with one multiply on the
+       chain from one step to the next instead of four. */
     if (width == 1) {
         const uint8_t *s = (const uint8_t *)data;
-        for (i = 0; i < len; i++) h = 31u * h + s[i];
+        for (; i + 4 <= len; i += 4)
+            h = h * 923521u + s[i] * 29791u + s[i + 1] * 961u + s[i + 2] * 31u + s[i + 3];
+        for (; i < len; i++) h = 31u * h + s[i];
     } else if (width == 2) {
         const uint16_t *s = (const uint16_t *)data;
-        for (i = 0; i < len; i++) h = 31u * h + s[i];
+        for (; i + 4 <= len; i += 4)
+            h = h * 923521u + s[i] * 29791u + s[i + 1] * 961u + s[i + 2] * 31u + s[i + 3];
+        for (; i < len; i++) h = 31u * h + s[i];
     } else {
         const uint32_t *s = (const uint32_t *)data;
         for (i = 0; i < len; i++) {
