@@ -1,11 +1,12 @@
-"""Point reads one call at a time: read(offset), get_by_queue_offset and query_by_key.
+"""Point reads one call at a time: read(offset), get_by_msg_id, get_by_queue_offset and query_by_key.
 
     python bench/point_reads.py                      # 100,000 messages, compiled build
     python bench/point_reads.py --impl py --messages 20000
 
 The store of ``bench/compare.py --quick`` (128-byte bodies, a 20-character key each, 8 queues);
 then 20,000 random positions (or keys) read one call at a time, and the same position (or key)
-20,000 times ("hot": no cache misses, the call's own work). Each rate is the fastest of
+20,000 times ("hot": no cache misses, the call's own work); then every queue consumed through
+``get_message(group, topic, queue_id, offset, 32)`` (per message). Each rate is the fastest of
 ``--passes`` passes, each pass timed in CPU seconds of this thread (``time.thread_time``), so
 other tenants of a shared machine taking turns on the cores do not count; a dict lookup loop
 measured the same way is printed beside them, with the load average. To compare two trees, run
@@ -65,12 +66,21 @@ def main() -> None:
             positions = [(int(queue_ids[i]), int(queue_offsets[i])) for i in sample]
             wanted = rng.choices(keys, k=LOOKUPS)
             read, by_queue, by_key = store.read, store.get_by_queue_offset, store.query_by_key
+            by_id = store.get_by_msg_id
+            ids = [read(offset).msg_id for offset in at]
             table = {k: i for i, k in enumerate(keys)}
 
             def reads(offsets: list[int]) -> Callable[[], None]:
                 def run() -> None:
                     for offset in offsets:
                         read(offset)
+
+                return run
+
+            def id_reads(ids: list[str]) -> Callable[[], None]:
+                def run() -> None:
+                    for msg_id in ids:
+                        by_id(msg_id)
 
                 return run
 
@@ -88,15 +98,28 @@ def main() -> None:
 
                 return run
 
+            get_message = store.get_message
+
+            def pulls() -> None:  # every queue from its start, 32 a pull
+                for queue_id in range(QUEUES):
+                    offset = 0
+                    while True:
+                        got = get_message("bench-group", TOPIC, queue_id, offset, 32)
+                        if not got.messages:
+                            break
+                        offset = got.next_begin_offset
+
             def dict_loop() -> None:
                 for key in wanted:
                     table.get(key)
 
             rows = [
                 ("read(offset), random", reads(at)),
+                ("get_by_msg_id, random", id_reads(ids)),
                 ("get_by_queue_offset, random", queue_reads(positions)),
                 ("query_by_key, random", lookups(wanted)),
                 ("read(offset), hot", reads(at[:1] * LOOKUPS)),
+                ("get_by_msg_id, hot", id_reads(ids[:1] * LOOKUPS)),
                 ("get_by_queue_offset, hot", queue_reads(positions[:1] * LOOKUPS)),
                 ("query_by_key, hot", lookups(wanted[:1] * LOOKUPS)),
             ]
@@ -109,6 +132,11 @@ def main() -> None:
                 print(
                     f"{name:30s} {rate / 1e6:6.3f} M/s  {1e9 / rate:7.0f} ns/call  {rate / limit:.4f} of dict loop"
                 )
+            rate = best_rate(pulls, args.messages, args.passes)
+            print(
+                f"{'get_message(32), per message':30s} {rate / 1e6:6.3f} M/s  {1e9 / rate:7.0f} ns/msg   "
+                f"{rate / limit:.4f} of dict loop"
+            )
             print(f"{'dict lookup loop':30s} {limit / 1e6:6.3f} M/s")
         finally:
             store.close()

@@ -19,6 +19,13 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
 from _codec cimport *
+# index.h's walk (the IndexFile format, declared once in _index.pxd): key lookups walk the
+# index files' maps here, as rocketstore._index.select_files does
+from _index cimport (rs_index_t, rs_index_walk_t, rs_index_walk_start, rs_index_walk_next, rs_index_header_i64,
+                     rs_index_file_size, rs_index_java_hash_update, rs_index_hash_of_java,
+                     RS_INDEX_POS_BEGIN_TIMESTAMP,
+                     RS_INDEX_POS_END_TIMESTAMP, RS_INDEX_INVALID_INDEX)
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 
 import operator as _operator
 from rocketstore._clock import month_start as _month_start, now_ms as _now_ms
@@ -34,6 +41,17 @@ from rocketstore.errors import (CorruptRecordError, InvalidMessageError, Invalid
 from rocketstore import message as _message_mod
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
 from rocketstore.mapped_file import MappedFile as _MappedFile
+
+cdef extern from *:
+    """
+    /* PyUnicode_KIND/DATA need a "ready" string; 3.12+ has only ready strings and deprecates READY. */
+    #if PY_VERSION_HEX < 0x030C0000
+    #define rs_index_unicode_ready(o) PyUnicode_READY(o)
+    #else
+    #define rs_index_unicode_ready(o) 0
+    #endif
+    """
+    int rs_index_unicode_ready(object o) except -1
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
@@ -2343,6 +2361,135 @@ PULL_DAMAGED = _PULL_DAMAGED
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
+# ---- Small helpers of the point reads: a power of two's shift, a record's prefetch ----
+
+cdef extern from *:
+    """
+    #define rs_ctz64(x) ((int)__builtin_ctzll(x))
+    """
+    int rs_ctz64(uint64_t x) noexcept nogil   # x != 0
+
+
+cdef extern from *:
+    """
+    #define rs_prefetch(p) __builtin_prefetch(p)
+    """
+    void rs_prefetch(const void *p) noexcept nogil
+
+
+cdef enum:
+    _RECORD_GUESS = 320   # a record's length before its header is read (128-byte body, a key: ~300)
+
+
+cdef inline void _prefetch_record(const uint8_t *base, int64_t pos, int64_t size, int64_t readable) noexcept:
+    """Start loading every cache line of base[pos:pos + size] (within ``readable``) at once: a
+    random read's record misses the caches, and the decoder reads its lines one after another
+    (header, body for the CRC, topic and properties), each a miss of its own otherwise."""
+    cdef int64_t line, end = pos + size
+    if end > readable:
+        end = readable
+    line = pos & ~(<int64_t>63)
+    while line < end:
+        rs_prefetch(base + line)
+        line += 64
+
+
+# ---- Reading a slot without the attribute machinery ----
+#
+# The point reads below read a handful of attributes of the store's Python objects per call
+# (a segment's map and write position, a queue's files and bounds, ...). Each ``obj.name`` is a
+# type lookup, a descriptor call and a conversion (tens of ns); for a ``__slots__`` attribute the
+# value is a pointer at a fixed offset in the object. ``_slot_get`` reads it there: it learns,
+# once per type (and again whenever the type is changed: its version tag), whether ``name`` is a
+# plain object slot of that type (a member descriptor of type T_OBJECT_EX, which a subclass or
+# a later assignment to the class may replace by anything else), and reads an unset slot or
+# anything else through ``getattr``, so the result (and error) is always ``getattr``'s.
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+    int T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    ctypedef struct PyTypeObject:
+        unsigned int tp_version_tag
+        unsigned long tp_flags
+    PyTypeObject *Py_TYPE(object o)
+    unsigned long Py_TPFLAGS_VALID_VERSION_TAG
+
+
+cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
+
+
+cdef class FastRLock   # defined with the POP service's code below
+
+
+cdef struct _Slot:
+    PyObject *type            # a strong reference, or NULL: nothing learnt yet
+    unsigned int version      # the type's version tag when learnt
+    Py_ssize_t offset         # where the slot is in an instance of type; -1: not a plain slot
+
+
+cdef int _slot_learn(object obj, _Slot *s, str name) except -1:
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject *old = s.type
+    cdef Py_ssize_t offset = -1
+    descr = getattr(type(obj), name, None)   # also gives the type its version tag
+    if (type(descr) is _MEMBER_DESCRIPTOR
+            and (<PyMemberDescrObject *>descr).d_member.type == T_OBJECT_EX
+            and isinstance(obj, descr.__objclass__)
+            and (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) and tp.tp_version_tag != 0):
+        offset = (<PyMemberDescrObject *>descr).d_member.offset
+    Py_INCREF(type(obj))
+    s.type = <PyObject *>tp
+    s.version = tp.tp_version_tag
+    s.offset = offset
+    Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
+    return 0
+
+
+cdef inline object _slot_get(object obj, _Slot *s, str name):
+    """``getattr(obj, name)``, from the slot itself when ``name`` is a plain slot of its type."""
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject *value
+    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
+        _slot_learn(obj, s, name)
+        if <PyObject *>tp != s.type:   # a finalizer the learning ran learnt another type
+            return getattr(obj, name)
+    if s.offset >= 0:
+        value = (<PyObject **>(<char *><PyObject *>obj + s.offset))[0]
+        if value != NULL:
+            return <object>value
+    return getattr(obj, name)
+
+
+cdef inline int _slot_set(object obj, _Slot *s, str name, object value) except -1:
+    """``setattr(obj, name, value)``, into the slot itself when ``name`` is a plain slot of its type."""
+    cdef PyTypeObject *tp = Py_TYPE(obj)
+    cdef PyObject **at
+    cdef PyObject *old
+    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
+        _slot_learn(obj, s, name)
+    if s.offset < 0 or <PyObject *>tp != s.type:   # (a finalizer the learning ran learnt another type)
+        setattr(obj, name, value)
+        return 0
+    at = <PyObject **>(<char *><PyObject *>obj + s.offset)
+    old = at[0]
+    Py_INCREF(value)
+    at[0] = <PyObject *>value
+    Py_XDECREF(old)   # last: a finalizer it runs sees the new value
+    return 0
+
+
+# one per (attribute, call site kind); each learns the one type it meets
+cdef _Slot _mf_mm, _mf_wrote, _files_files, _segments_files, _cq_holes, _cq_min_logic, _cq_files
+cdef _Slot _queues_table
+
+
 # A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
 # they can be remembered by the object's identity. The table keeps a strong reference to each
 # file it remembers, so an address is never reused by another file while its entry stands; it
@@ -2385,6 +2532,7 @@ cdef int _geometry(object mf, int64_t *start, int64_t *size) except -1:
     return 0
 
 
+@cython.cdivision(True)   # offset - first >= 0 and size > 0: C's division is the floor
 cdef object _segment_of(object files, int64_t offset, int64_t *start):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
     holds ``offset``, or None; ``start`` gets where it starts."""
@@ -2398,7 +2546,10 @@ cdef object _segment_of(object files, int64_t offset, int64_t *start):
     _geometry((<list>files)[0], &first, &size)
     if size <= 0 or offset < first:
         return None
-    k = (offset - first) // size
+    if size & (size - 1) == 0:   # a power of two (a CommitLog segment): a shift, not a division
+        k = (offset - first) >> rs_ctz64(<uint64_t>size)
+    else:
+        k = (offset - first) // size
     if k >= n:
         return None
     mf = (<list>files)[k]
@@ -2438,7 +2589,7 @@ cdef int64_t _readable(object mf, int64_t start, object core) except -1:
     cdef int64_t end
     _geometry(mf, &at, &size)
     if core is None:
-        end = mf.wrote_position
+        end = _slot_get(mf, &_mf_wrote, "wrote_position")
     else:
         end = <int64_t>core.wrote_offset - start
     return 0 if end < 0 else (size if end > size else end)
@@ -2447,7 +2598,7 @@ cdef int64_t _readable(object mf, int64_t start, object core) except -1:
 cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
     """Export ``mf``'s map into ``view`` (True), or False once it is closed or shorter than
     ``readable``; the caller releases a True export."""
-    mm = mf.mm
+    mm = _slot_get(mf, &_mf_mm, "mm")
     if mm is None:
         return False
     try:
@@ -2478,7 +2629,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
     global _disk_queue_type
-    cq = _queue_of(queues, topic, queue_id)
+    cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
     if type(cq) is _disk_queue_type:
@@ -2502,7 +2653,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     PyBuffer_Release(&view)
     if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
         return None
-    seg = _segment_of(segments.files, offset, &start)
+    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
     if seg is None:
         return None
     pos = offset - start
@@ -2513,6 +2664,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     if keep is None or not _mapped(seg, readable, &view):
         return None
     t = _utf8_of(keep, &t_len)
+    _prefetch_record(<const uint8_t *>view.buf, pos, size, readable)
     try:
         return _unit_message(<const uint8_t *>view.buf, readable, None, pos, offset, size, qo, t, t_len,
                              <int32_t>qid, None)
@@ -2520,11 +2672,11 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
         PyBuffer_Release(&view)
 
 
-cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset, int64_t max_msgs):
+cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, int64_t offset, int64_t max_msgs):
     """(units as bytes, min_offset, max_offset) for queue_messages, or None (see the pure twin)."""
     cdef Py_buffer view
     cdef int64_t lo = 0, hi = 0, n, at, tail_start = 0
-    cq = _queue_of(queues, topic, queue_id)
+    cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
     if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
@@ -2555,14 +2707,65 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t offset
     return _disk_run(cq, offset, n, lo, hi)
 
 
-cdef object _queue_of(object queues, str topic, object queue_id):
+# The queues a store's table maps (topic, queue id) to, remembered by the table's dict version
+# (CPython < 3.12: ``ma_version_tag``, from a global counter, new on every change of any dict,
+# so an unchanged version is the same dict, unchanged: its queue is still the one it holds,
+# and alive). The key's topic is held (compared by identity), the table and queue are not.
+# Version 0 (Python 3.12 on, where the tag is deprecated): nothing is remembered.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX < 0x030C0000
+    #define RS_DICT_VERSION(d) ((uint64_t)((PyDictObject *)(d))->ma_version_tag)
+    #else
+    #define RS_DICT_VERSION(d) ((uint64_t)0)
+    #endif
+    """
+    uint64_t RS_DICT_VERSION(object d) noexcept
+
+cdef struct _QueueEntry:
+    PyObject *topic        # a strong reference, or NULL
+    PyObject *table        # not a reference: compared with the version
+    uint64_t version
+    int64_t queue_id
+    PyObject *queue        # borrowed from the table, alive while its version is
+
+cdef enum:
+    _QUEUE_ENTRIES = 64    # a power of two
+
+cdef _QueueEntry _queue_entries[_QUEUE_ENTRIES]
+
+
+cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
     """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
-    or None: no such queue, or one with holes (the careful path rebuilds it first)."""
-    table = getattr(queues, "_queues", None)
+    or None: no such queue, or one with holes (the careful path rebuilds it first). ``qid``:
+    ``queue_id``, a plain int."""
+    cdef _QueueEntry *e
+    cdef uint64_t version
+    cdef PyObject *old
+    try:
+        table = _slot_get(queues, &_queues_table, "_queues")
+    except AttributeError:
+        return None
     if type(table) is not dict:
         return None
-    cq = (<dict>table).get((topic, queue_id))
-    if cq is None or cq.holes:
+    version = RS_DICT_VERSION(table)
+    e = &_queue_entries[((<uint64_t><size_t><PyObject *>topic >> 4) ^ (<uint64_t>qid * <uint64_t>2654435761U))
+                        & (_QUEUE_ENTRIES - 1)]
+    if (version != 0 and e.version == version and e.table == <PyObject *>table and e.topic == <PyObject *>topic
+            and e.queue_id == qid):
+        cq = <object>e.queue
+    else:
+        cq = (<dict>table).get((topic, queue_id))
+        if cq is not None and version != 0:
+            old = e.topic
+            Py_INCREF(topic)
+            e.topic = <PyObject *>topic
+            e.table = <PyObject *>table
+            e.version = version
+            e.queue_id = qid
+            e.queue = <PyObject *>cq
+            Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
+    if cq is None or _slot_get(cq, &_cq_holes, "holes"):
         return None
     return cq
 
@@ -2572,13 +2775,13 @@ cdef object _unit_file(object cq, int64_t offset, int64_t n, int64_t *pos):
     (``pos``: where the first starts in it), or None: before the queue's start, not one file,
     not all written yet (a pull that would go on in the next file is the careful path's)."""
     cdef int64_t start = 0, byte = offset * _CQ_UNIT
-    if byte < <int64_t>cq._min_logic:
+    if byte < <int64_t>_slot_get(cq, &_cq_min_logic, "_min_logic"):
         return None
-    mf = _segment_of(cq._files.files, byte, &start)
+    mf = _segment_of(_slot_get(_slot_get(cq, &_cq_files, "_files"), &_files_files, "files"), byte, &start)
     if mf is None:
         return None
     pos[0] = byte - start
-    if (<int64_t>mf.wrote_position - pos[0]) // _CQ_UNIT < n:
+    if (<int64_t>_slot_get(mf, &_mf_wrote, "wrote_position") - pos[0]) // _CQ_UNIT < n:
         return None
     return mf
 
@@ -2615,7 +2818,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
             or not _plain_int(max_msgs, 1, &want)):
         return None
-    run = _queue_run(queues, topic, queue_id, qo, want)
+    run = _queue_run(queues, topic, queue_id, qid, qo, want)
     if run is None:
         return None
     units, lo, hi = run
@@ -2635,7 +2838,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
                 if mapped:
                     PyBuffer_Release(&view)
                     mapped = False
-                seg = _segment_of(segments.files, at, &start)
+                seg = _segment_of(_slot_get(segments, &_segments_files, "files"), at, &start)
                 if seg is None:
                     return None
                 readable = _readable(seg, start, core)
@@ -2659,13 +2862,14 @@ cdef object _record_at(object segments, object core, int64_t offset):
     cdef Py_buffer view
     cdef rs_record rec
     cdef int64_t start = 0, pos, readable, rc
-    seg = _segment_of(segments.files, offset, &start)
+    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
     if seg is None:
         return None
     pos = offset - start
     readable = _readable(seg, start, core)
     if pos >= readable or not _mapped(seg, readable, &view):
         return None
+    _prefetch_record(<const uint8_t *>view.buf, pos, _RECORD_GUESS, readable)
     try:
         rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
         if rc <= 0 or rec.physical_offset != offset:
@@ -2688,20 +2892,36 @@ cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
     rocketstore._codec_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
+    cdef uint8_t raw[28]          # host, port, offset: what the id's hex digits spell
     cdef Py_ssize_t n, i
-    cdef int digit
+    cdef int hi, lo
+    cdef int32_t host_len
+    cdef MessageExt m
     if type(msg_id) is not str or len(<str>msg_id) not in (32, 56):
         return None
     n = len(<str>msg_id)
-    for i in range(n - 16, n):   # the last 8 bytes: the offset
-        digit = _hex_value((<str>msg_id)[i])
-        if digit < 0:
+    for i in range(n // 2):
+        hi = _hex_value((<str>msg_id)[2 * i])
+        lo = _hex_value((<str>msg_id)[2 * i + 1])
+        if hi < 0 or lo < 0:
             return None
-        offset = (offset << 4) | <uint64_t>digit
+        raw[i] = <uint8_t>(hi << 4 | lo)
+    for i in range(n // 2 - 8, n // 2):   # the last 8 bytes: the offset
+        offset = (offset << 8) | raw[i]
     if offset > <uint64_t>INT64_MAX:
         return None
-    m = _record_at(segments, core, <int64_t>offset)
-    if m is None or (<MessageExt>m).msg_id != msg_id.upper():
+    found = _record_at(segments, core, <int64_t>offset)
+    if found is None:
+        return None
+    # the id must be the record's own (its msg_id, compared as the careful path does, without
+    # formatting it): the same store host (of the id's length) and port
+    m = <MessageExt>found
+    host_len = _host_len(m.sys_flag, RS_SYSFLAG_STOREHOST_V6)
+    if (n != 2 * (host_len + 12) or memcmp(raw, m._store_raw, <size_t>host_len) != 0
+            or raw[host_len] != <uint8_t>(<uint32_t>m._store_port >> 24)
+            or raw[host_len + 1] != <uint8_t>(<uint32_t>m._store_port >> 16)
+            or raw[host_len + 2] != <uint8_t>(<uint32_t>m._store_port >> 8)
+            or raw[host_len + 3] != <uint8_t>(<uint32_t>m._store_port)):
         return None
     return m
 
@@ -2718,11 +2938,12 @@ cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_
     return False
 
 
-cdef object _key_messages(object offsets, object files, object core, str topic, str key, int64_t lo,
-                          int64_t hi, int64_t left, bint by_unique):
-    """key_messages' loop (see the pure twin). The record's topic and keys are compared as the
-    UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the message
-    decodes them to; a message is made for a hit only."""
+cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t count, object files, object core,
+                          str topic, str key, int64_t lo, int64_t hi, int64_t left, bint by_unique):
+    """key_messages' loop (see the pure twin) over ``offsets`` (Python ints), or when it is None
+    over ``candidates[:count]`` (an index walk's, in C). The record's topic and keys are compared
+    as the UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the
+    message decodes them to; a message is made for a hit only."""
     cdef Py_buffer view
     cdef rs_record rec
     cdef rs_dispatch_props props
@@ -2733,16 +2954,24 @@ cdef object _key_messages(object offsets, object files, object core, str topic, 
     cdef int64_t start = 0
     cdef const uint8_t *t
     cdef const uint8_t *k
+    cdef Py_ssize_t j
     keep_t = _utf8_holder(topic)
     keep_k = _utf8_holder(key)
     if keep_t is None or keep_k is None:   # no record decodes to such text
         return found
     t = _utf8_of(keep_t, &t_len)
     k = _utf8_of(keep_k, &k_len)
-    for item in offsets:
+    if offsets is not None:
+        if type(offsets) is not list:
+            offsets = list(offsets)
+        count = len(<list>offsets)
+    for j in range(count):
         if left <= 0:
             break
-        offset = _check_int(item, "offset", INT64_MIN, INT64_MAX)
+        if offsets is None:
+            offset = candidates[j]
+        else:
+            offset = _check_int((<list>offsets)[j], "offset", INT64_MIN, INT64_MAX)
         if offset == previous and not first:
             continue   # indexed twice under this key (a KEYS entry and the UNIQ_KEY): read once
         previous = offset
@@ -2756,6 +2985,7 @@ cdef object _key_messages(object offsets, object files, object core, str topic, 
             continue
         if not _mapped(seg, readable, &view):
             return None
+        _prefetch_record(<const uint8_t *>view.buf, pos, _RECORD_GUESS, readable)
         try:
             rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
             if (rc <= 0 or rec.store_timestamp < lo or rec.store_timestamp > hi or rec.topic_len != t_len
@@ -2782,7 +3012,8 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
     cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
     cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, left, unique)
+    files = _slot_get(segments, &_segments_files, "files")
+    return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, left, unique)
 
 
 cdef bint _plain_int(object value, int64_t lo, int64_t *out):
@@ -2807,7 +3038,8 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
     None: the careful path decides."""
     cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
-    cdef list offsets = None
+    cdef int64_t found[2 * _WALK_ROOM]
+    cdef Py_ssize_t count = 0
     if (type(topic) is not str or type(key) is not str or not topic or not key
             or type(services) is not tuple):
         return None
@@ -2818,42 +3050,178 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
         limit = most
     _index_catch_up(dispatcher)
     offsets = _index_walk(<tuple>services, topic, key, cap, 0 if lo < 1000 else lo - 1000,
-                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000)
+                          INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000, found, &count)
     if offsets is None:
         return None
-    return _key_messages(offsets, segments.files, core, topic, key, lo, hi, limit, False)
+    files = _slot_get(segments, &_segments_files, "files")
+    if offsets is _IN_ARRAY:
+        return _key_messages(None, found, count, files, core, topic, key, lo, hi, limit, False)
+    return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, limit, False)
+
+
+cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset
 
 
 cdef int _index_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
     if dispatcher is not None:
-        end_core = dispatcher.end_core
-        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+        end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
+        if (end_core is None or _slot_get(dispatcher, &_dispatcher_lazily, "_index_lazily")
+                or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset):
             dispatcher.catch_up(index=True)
     return 0
 
 
-cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi):
+cdef int _queue_catch_up(object dispatcher) except -1:
+    """``dispatcher.catch_up()`` (what the class's quick pull does first) unless its
+    ``end_core`` shows nothing waits."""
+    end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
+    if end_core is None or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset:
+        dispatcher.catch_up()
+    return 0
+
+
+# per position in the services tuple (a read-only store's two are of two types)
+cdef _Slot _service_lock[2]
+cdef _Slot _service_closed[2]
+cdef _Slot _service_index[2]
+cdef _Slot _service_files[2]
+
+
+cdef _Slot _service_slot_count[2]
+cdef _Slot _service_index_count[2]
+cdef _Slot _index_file_mapped[2]
+cdef _Slot _index_map_mm[2]
+
+cdef enum:
+    _WALK_ROOM = 256   # the candidates a service's walk collects in C; a larger cap: select_files
+
+
+cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo, int64_t hi, int64_t most,
+                            int64_t *out) except -2:
+    """``select_files(service._files, key, most, lo, hi)[0]`` (unsorted) into ``out`` (room for
+    ``most``), walked over each file's map here (index.h's walk, as the compiled select_files
+    walks it): how many; -1 when it cannot (a file closed, or not of the service's geometry):
+    the caller calls select_files."""
+    cdef int64_t slots = 0, items = 0, left = most, file_begin, file_end, got
+    cdef Py_ssize_t i, found = 0
+    cdef Py_buffer view
+    cdef rs_index_t ix
+    cdef rs_index_walk_t walk
+    files = _slot_get(service, &_service_files[k], "_files")
+    if (type(files) is not list
+            or not _plain_int(_slot_get(service, &_service_slot_count[k], "slot_count"), 1, &slots)
+            or not _plain_int(_slot_get(service, &_service_index_count[k], "index_count"), 2, &items)
+            or slots > INT32_MAX or items > INT32_MAX):
+        return -1
+    for i in range(len(<list>files) - 1, -1, -1):   # newest first, as select_files
+        if left <= 0:
+            break
+        mapped = _slot_get((<list>files)[i], &_index_file_mapped[k], "mapped")
+        mm = _slot_get(mapped, &_index_map_mm[k], "mm")
+        if mm is None:
+            return -1
+        try:
+            PyObject_GetBuffer(mm, &view, PyBUF_SIMPLE)   # pinned for the walk
+        except (ValueError, BufferError, TypeError):
+            return -1
+        try:
+            if view.len != rs_index_file_size(slots, items):
+                return -1
+            ix.base = <uint8_t *>view.buf
+            ix.len = view.len
+            ix.slot_num = <int32_t>slots
+            ix.index_num = <int32_t>items
+            file_begin = rs_index_header_i64(&ix, RS_INDEX_POS_BEGIN_TIMESTAMP)
+            file_end = rs_index_header_i64(&ix, RS_INDEX_POS_END_TIMESTAMP)
+            if (lo < file_begin and hi > file_end) or file_begin <= lo <= file_end or file_begin <= hi <= file_end:
+                rs_index_walk_start(&ix, &walk, key_hash, lo, hi)
+                while left > 0 and walk.cur != RS_INDEX_INVALID_INDEX:
+                    got = rs_index_walk_next(&ix, &walk, out + found, left)
+                    found += got
+                    left -= got
+        finally:
+            PyBuffer_Release(&view)
+        if file_begin < lo or left <= 0:
+            break
+    return found
+
+
+cdef object _IN_ARRAY = object()   # _index_walk's answer: in the caller's array
+
+
+cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi,
+                        int64_t *found_c, Py_ssize_t *count):
     """The candidates each index service holds under ``topic#key`` stored within ``[lo, hi]``
-    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service."""
+    (ms), at most ``cap`` a service, walked under its lock, ascending; None: a closed service.
+    Each service's files are walked here (:func:`_walk_files`) when ``cap`` is at most
+    ``_WALK_ROOM``: then the answer is ``_IN_ARRAY``, the candidates ``found_c[:count]`` (room
+    for ``2 * _WALK_ROOM``); else (or when that cannot) a list, by the services' ``select_files``."""
+    cdef int64_t most = 0, v
+    cdef Py_ssize_t i, j, n = 0, got
+    cdef int32_t key_hash = 0
+    cdef int k
+    cdef bint fast, in_c
     cdef list offsets = None
-    for service in services:
+    cdef uint32_t h
+    in_c = _plain_int(cap, 0, &most) and most <= _WALK_ROOM and len(services) <= 2
+    name = None   # topic#key, made only for a select_files call
+    if in_c:   # the hash of topic#key over its parts: no string made
+        rs_index_unicode_ready(topic)
+        rs_index_unicode_ready(key)
+        h = rs_index_java_hash_update(0, PyUnicode_DATA(topic), <int>PyUnicode_KIND(topic),
+                                      PyUnicode_GET_LENGTH(topic))
+        h = 31u * h + <uint32_t>35   # "#"
+        h = rs_index_java_hash_update(h, PyUnicode_DATA(key), <int>PyUnicode_KIND(key), PyUnicode_GET_LENGTH(key))
+        key_hash = rs_index_hash_of_java(<int32_t>h)
+    for i in range(len(services)):
+        service = services[i]
         if service is None:
             continue
-        lock = service._lock
-        lock.acquire()
-        try:
-            if service._closed:
-                return None
-            found = service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
-        finally:
-            lock.release()
-        if offsets is None:
-            offsets = found
+        k = 0 if i == 0 else 1
+        lock = _slot_get(service, &_service_lock[k], "_lock")
+        fast = type(lock) is FastRLock   # taken without a method call
+        if fast:
+            (<FastRLock>lock).take(True)
         else:
-            offsets = offsets + found
+            lock.acquire()
+        try:
+            if _slot_get(service, &_service_closed[k], "_closed"):
+                return None
+            got = _walk_files(service, k, key_hash, lo, hi, most, found_c + n) if in_c else -1
+            if got < 0:
+                if name is None:
+                    name = topic + "#" + key
+                found = _slot_get(service, &_service_index[k], "_index").select_files(
+                    _slot_get(service, &_service_files[k], "_files"), name, cap, lo, hi)[0]
+        finally:
+            if fast:
+                (<FastRLock>lock).give()
+            else:
+                lock.release()
+        if got >= 0:
+            n += got
+            continue
+        # select_files' list: the C candidates so far join it
+        if offsets is None:
+            offsets = [found_c[j] for j in range(n)]
+            n = 0
+        offsets = offsets + found
+        offsets.sort()
+    if offsets is not None:
+        if n:
+            offsets = offsets + [found_c[j] for j in range(n)]
             offsets.sort()
-    return [] if offsets is None else offsets
+        return offsets
+    for i in range(1, n):   # a few candidates (at most 2 * _WALK_ROOM): insertion sort, ascending
+        v = found_c[i]
+        j = i - 1
+        while j >= 0 and found_c[j] > v:
+            found_c[j + 1] = found_c[j]
+            j -= 1
+        found_c[j + 1] = v
+    count[0] = n
+    return _IN_ARRAY
 
 
 cdef object _stored_at = _operator.attrgetter("store_timestamp")
@@ -2866,6 +3234,8 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     (see the pure twin). None when the careful path must decide: an argument it checks, a
     closed service or segment, and nothing found (it says so)."""
     cdef int64_t most = 0, begin
+    cdef int64_t found[2 * _WALK_ROOM]
+    cdef Py_ssize_t count = 0
     if (type(topic) is not str or type(key) is not str or not topic or not key
             or type(services) is not tuple or not _plain_int(cap, 0, &most)):
         return None
@@ -2877,11 +3247,15 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     except (InvalidMessageIdError, ValueError):
         pass   # not a RocketMQ-made id: no time hint
     for begin in begins:
-        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX)
+        offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX, found, &count)
         if offsets is None:
             return None
-        hits = _key_messages(offsets, segments.files, core, topic, key, INT64_MIN, INT64_MAX,
-                             len(<list>offsets), True)
+        files = _slot_get(segments, &_segments_files, "files")
+        if offsets is _IN_ARRAY:
+            hits = _key_messages(None, found, count, files, core, topic, key, INT64_MIN, INT64_MAX, count, True)
+        else:
+            hits = _key_messages(offsets, NULL, 0, files, core, topic, key, INT64_MIN, INT64_MAX,
+                                 len(<list>offsets), True)
         if hits is None:
             return None
         if hits:
@@ -2889,10 +3263,33 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     return None
 
 
+cdef _Slot _result_slots[7]
+cdef tuple _RESULT_SLOTS = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "_units",
+                            "_queue_offsets")
+cdef object _GetMessageResult = None, _FOUND = None
+
+
+cdef object _pull_result(object next_begin, object lo, object hi, object messages, object units, object first):
+    """``GetMessageResult(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
+    quick pull returns), its slots set in place rather than through its ``__init__``."""
+    global _GetMessageResult, _FOUND
+    cdef int i
+    if _GetMessageResult is None:   # imported on first use: rocketstore.consume imports the codec
+        from rocketstore.consume import GetMessageResult, GetMessageStatus
+        _GetMessageResult, _FOUND = GetMessageResult, GetMessageStatus.FOUND
+    result = _GetMessageResult.__new__(_GetMessageResult)
+    values = (_FOUND, next_begin, lo, hi, messages, units, first)
+    for i in range(7):
+        _slot_set(result, &_result_slots[i], <str>_RESULT_SLOTS[i], (<tuple>values)[i])
+    return result
+
+
 cdef class FastReads:
     """An open store's point reads, each one compiled call: rocketstore.store puts these bound
-    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset`` and
-    ``query_by_key`` while the store is open and follows no other process. What a fast call
+    methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset``,
+    ``query_by_key``, ``query_by_unique_key`` and ``get_message`` (a pull from a given offset,
+    no tags, no wait: units, records and messages in one call, the result's slots set in
+    place) while the store is open and follows no other process. What a fast call
     cannot answer (None), a keyword it does not take, or a closed store runs the class's method
     (the careful path), so results and errors are the class's. See the pure twin."""
     cdef object _store          # a weak reference: the store's dict holds these methods
@@ -2945,6 +3342,15 @@ cdef class FastReads:
             if hits is not None:
                 return hits
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
+        if self.open and wait is None and offset is not None and tags is None and type(group) is str and group:
+            _queue_catch_up(self._dispatcher)
+            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+            if got is not None:
+                messages, units, lo, hi = <tuple>got
+                return _pull_result(offset + len(<list>messages), lo, hi, messages, units, offset)
+        return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
         if self.open:
@@ -3197,7 +3603,7 @@ cdef class _SegmentReader:
 
 cdef _SegmentReader _reader(segments, core):
     cdef _SegmentReader r = _SegmentReader.__new__(_SegmentReader)
-    r.files = segments.files
+    r.files = _slot_get(segments, &_segments_files, "files")
     r.core = core
     return r
 

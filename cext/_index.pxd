@@ -3,7 +3,7 @@
 # rocketstore._index and for any module that cimports it. The module re-exports every constant
 # under the pure twin's names; tests/test_index.py checks that the three agree.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 
 cdef extern from "index.h" nogil:
@@ -49,6 +49,7 @@ cdef extern from "index.h" nogil:
     int32_t rs_index_count(const rs_index_t *ix)
     int rs_index_is_full(const rs_index_t *ix)
     int32_t rs_index_hash_of_java(int32_t h)
+    uint32_t rs_index_java_hash_update(uint32_t h, const void *data, int width, int64_t len)
     int32_t rs_index_key_hash(const void *data, int width, int64_t len)
     int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp)
     void rs_index_walk_start(const rs_index_t *ix, rs_index_walk_t *w, int32_t key_hash,

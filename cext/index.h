@@ -162,20 +162,26 @@ static inline int32_t rs_index_hash_of_java(int32_t h)
     return h < 0 ? -h : h;
 }
 
-/* Java String.hashCode of a string held as len code points of `width` bytes each (1: Latin-1,
-   2: UCS-2, 4: UCS-4, Python's three compact forms); code points above U+FFFF count as their
-   two surrogates. Then abs(), with Integer.MIN_VALUE giving 0. */
-static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len)
+/* Java String.hashCode's running value h after len more code points of `width` bytes each (1:
+   Latin-1, 2: UCS-2, 4: UCS-4, Python's three compact forms); code points above U+FFFF count as
+   their two surrogates. A string's hash is this from 0 over the whole string; a key made of
+   parts (topic, "#", key) is this over each part in turn. */
+static inline uint32_t rs_index_java_hash_update(uint32_t h, const void *data, int width, int64_t len)
 {
-    uint32_t h = 0;
-    int64_t i;
-    int32_t signed_h;
+    int64_t i = 0;
+    /* Four code units a step where there are no surrogates to make: h * 31^4 + c0 * 31^3 +
+       c1 * 31^2 + c2 * 31 + c3, which is Java's four steps (all mod 2^32) with one multiply on the
+       chain from one step to the next instead of four. */
     if (width == 1) {
         const uint8_t *s = (const uint8_t *)data;
-        for (i = 0; i < len; i++) h = 31u * h + s[i];
+        for (; i + 4 <= len; i += 4)
+            h = h * 923521u + s[i] * 29791u + s[i + 1] * 961u + s[i + 2] * 31u + s[i + 3];
+        for (; i < len; i++) h = 31u * h + s[i];
     } else if (width == 2) {
         const uint16_t *s = (const uint16_t *)data;
-        for (i = 0; i < len; i++) h = 31u * h + s[i];
+        for (; i + 4 <= len; i += 4)
+            h = h * 923521u + s[i] * 29791u + s[i + 1] * 961u + s[i + 2] * 31u + s[i + 3];
+        for (; i < len; i++) h = 31u * h + s[i];
     } else {
         const uint32_t *s = (const uint32_t *)data;
         for (i = 0; i < len; i++) {
@@ -189,8 +195,14 @@ static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len
             }
         }
     }
-    signed_h = (int32_t)h;
-    return rs_index_hash_of_java(signed_h);
+    return h;
+}
+
+/* The index key hash of a string (see rs_index_java_hash_update): abs() of its Java hash, with
+   Integer.MIN_VALUE giving 0. */
+static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len)
+{
+    return rs_index_hash_of_java((int32_t)rs_index_java_hash_update(0u, data, width, len));
 }
 
 /* ---- putKey (§5.3, as 4.7.1+ do it) ---- */

@@ -130,3 +130,212 @@ def test_the_month_start_is_remembered_for_its_month():
     assert _clock._month == (start, following)
     assert _clock.month_start(following) == _clock.month_bounds(following)[0]
     assert _clock.month_start(start - 1) == _clock.month_bounds(start - 1)[0]
+
+
+def test_the_fast_calls_read_what_an_attribute_lookup_reads(store, monkeypatch):
+    """The compiled calls read the store objects' slots (a segment's map, a queue's files, ...)
+    at their offsets, learnt per type: a class changed afterwards (here ``files`` becomes a
+    property that hides every file) is read as an attribute lookup reads it."""
+    from rocketstore.consumequeue import ConsumeQueue, ConsumeQueueStore
+    from rocketstore.mapped_file import MappedFile, MappedFileQueue
+
+    r = store.put(TOPIC, b"body", keys="k1", queue_id=1)
+    reads = (
+        lambda: store.read(r.commitlog_offset),
+        lambda: store.get_by_msg_id(r.msg_id),
+        lambda: store.get_by_queue_offset(TOPIC, 1, 0),
+    )
+    for read in reads:
+        assert read().body == b"body"  # the slots are learnt
+    monkeypatch.setattr(MappedFileQueue, "files", property(lambda self: []))
+    for read in reads:
+        with pytest.raises(MessageNotFoundError):
+            read()
+    monkeypatch.undo()
+    for read in reads:
+        assert read().body == b"body"
+    # the queue's own attributes (a queue with holes is the careful path's: it repairs them),
+    # and the table of queues: the compiled call declines (None) as the pure one does
+    codec = store._impl.codec
+
+    def fast_queue_read():
+        return codec.queue_message(store._queues, TOPIC, 1, 0, store._segments, store._core)
+
+    def fast_read():
+        return codec.record_at(store._segments, store._core, r.commitlog_offset)
+
+    assert fast_queue_read().body == b"body" and fast_read().body == b"body"
+    monkeypatch.setattr(MappedFile, "mm", property(lambda self: None))  # as if closed
+    assert fast_read() is None and fast_queue_read() is None
+    monkeypatch.undo()
+    for cls, name, value in (
+        (ConsumeQueue, "holes", [(0, 1)]),
+        (ConsumeQueue, "_min_logic", 1 << 40),
+        (ConsumeQueue, "_files", MappedFileQueue("unused", 1 << 20)),
+        (ConsumeQueueStore, "_queues", {}),
+    ):
+        monkeypatch.setattr(cls, name, property(lambda self, value=value: value))
+        assert fast_queue_read() is None, name
+        monkeypatch.undo()
+        assert fast_queue_read().body == b"body"
+
+
+def test_a_fast_read_by_id_answers_only_for_the_records_own_id(store):
+    """message_by_id compares the id with the record's store host, port and offset (upper or
+    lower case hex): any other id of the same offset is the careful path's (None)."""
+    codec = store._impl.codec
+    r = store.put(TOPIC, b"body", queue_id=0)
+    msg_id = r.msg_id
+    assert len(msg_id) == 32 and msg_id == msg_id.upper()
+
+    def fast(i):
+        return codec.message_by_id(store._segments, store._core, i)
+
+    assert fast(msg_id).commitlog_offset == r.commitlog_offset
+    assert fast(msg_id.lower()).commitlog_offset == r.commitlog_offset
+    host, port, offset = msg_id[:8], msg_id[8:16], msg_id[16:]
+    other_port = f"{(int(port, 16) + 1) & 0xFFFFFFFF:08X}"
+    other_host = f"{int(host, 16) ^ 1:08X}"
+    for other in (
+        host + other_port + offset,  # another port
+        other_host + port + offset,  # another host
+        "0" * 24 + host + port + offset,  # an IPv6-length id of an IPv4 record
+        host[:-1] + "G" + port + offset,  # not hex
+        host + port + offset[:-1] + "x",
+    ):
+        assert fast(other) is None, other
+        with pytest.raises((MessageNotFoundError, InvalidMessageIdError)):
+            store.get_by_msg_id(other)
+
+
+def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
+    """get_message from a given offset, without tags or a wait, is FastReads' (units, records
+    and the result in one call); its result is the class's, and anything else (tags, a wait,
+    no offset, a bad group, an offset past the end) is the class's own call."""
+    from rocketstore import GetMessageStatus
+
+    assert type(store.__dict__["get_message"]).__name__ in ("builtin_function_or_method", "method")
+    for i in range(40):
+        store.put(TOPIC, b"m%d" % i, tags="a" if i % 2 else "b", queue_id=1)
+    for args in (("g", TOPIC, 1, 0), ("g", TOPIC, 1, 7, 5), ("g", TOPIC, 1, 39, 32)):
+        fast = store.get_message(*args)
+        careful = MessageStore.get_message(store, *args)
+        assert fast.status == careful.status == GetMessageStatus.FOUND
+        assert (fast.next_begin_offset, fast.min_offset, fast.max_offset) == (
+            careful.next_begin_offset,
+            careful.min_offset,
+            careful.max_offset,
+        )
+        assert fast.messages == careful.messages
+        assert fast.units.tobytes() == careful.units.tobytes()
+        assert fast.queue_offsets.tolist() == careful.queue_offsets.tolist()
+    assert [m.body for m in store.get_message("g", TOPIC, 1, 0, 4, tags="a").messages] == [
+        b"m1",
+        b"m3",
+        b"m5",
+        b"m7",
+    ]
+    assert store.get_message("g", TOPIC, 1, 40).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert store.get_message("g", TOPIC, 1, 40, wait=0).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert len(store.get_message("g", TOPIC, 1).messages) == 32  # the group's offset: none, the first
+    with pytest.raises(TypeError):
+        store.get_message(b"g", TOPIC, 1, 0)
+    with pytest.raises(InvalidMessageError):
+        store.get_message("", TOPIC, 1, 0)
+    held = store.get_message
+    store.close()
+    with pytest.raises(StoreClosedError):
+        held("g", TOPIC, 1, 0)
+
+
+def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
+    """The compiled queue reads remember which queue the table maps (topic, queue id) to, for
+    as long as the table is unchanged: one taken out (or replaced) is seen at once."""
+    codec = store._impl.codec
+    store.put(TOPIC, b"body", queue_id=1)
+    store._dispatcher.catch_up()
+    table = store._queues._queues
+
+    def fast(topic=TOPIC):
+        return codec.queue_message(store._queues, topic, 1, 0, store._segments, store._core)
+
+    assert fast().body == b"body" and fast().body == b"body"  # remembered
+    cq = table.pop((TOPIC, 1))
+    assert fast() is None
+    assert store.get_message("g", TOPIC, 1, 0).messages == []
+    table[(TOPIC, 1)] = cq
+    assert fast().body == b"body"
+    assert fast("".join([TOPIC[:2], TOPIC[2:]])).body == b"body"  # an equal str, not the same one
+    assert [m.body for m in store.get_message("g", TOPIC, 1, 0).messages] == [b"body"]
+
+
+@pytest.mark.parametrize("cap", [64, 300])
+def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl, cap):
+    """The compiled key lookup walks each index file's map itself (cap up to 256 candidates a
+    service, hashing topic#key over its parts; above that, select_files): over several index
+    files, keys of 1-, 2- and 4-byte text, time windows and limits it finds what the pure twin's
+    lookup (select_files, then the same re-check) finds."""
+    from rocketstore import _codec_py
+
+    s = MessageStore(
+        str(tmp_path / "s"),
+        implementation=impl.name,
+        index_slots=7,
+        index_count=40,  # a file holds 39 keys (and each message's UNIQ_KEY is one): many files
+    )
+    try:
+        stored = []
+        for i in range(300):
+            keys = f"k{i % 9} shared \u043a\u043b\u044e\u0447{i % 3} \u952e\U0001f511{i % 2}"  # 2- and 4-byte text
+            r = s.put(TOPIC, b"m%d" % i, keys=keys, queue_id=0)
+            stored.append(r)
+        s._dispatcher.catch_up(index=True)
+        assert len(s._index._files) > 5
+        times = sorted(m.store_timestamp for m in (s.read(r.commitlog_offset) for r in stored))
+        services = (s._disk_index, s._index)
+        for key in ("k0", "k4", "shared", "k9", "nobody", "\u043a\u043b\u044e\u04471", "\u952e\U0001f5110"):
+            for max_num, begin, end in (
+                (32, 0, None),
+                (5, 0, None),
+                (300, times[100], None),
+                (64, 0, times[200]),
+            ):
+                args = (services, s._segments, s._core, TOPIC, key, max_num, begin, end, cap)
+                fast = impl.codec.key_lookup(*args)
+                careful = _codec_py.key_lookup(*args)
+                assert fast is not None and careful is not None
+                assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], (
+                    key,
+                    max_num,
+                )
+    finally:
+        s.close()
+
+
+def test_a_key_lookup_over_a_damaged_index_file_finds_what_select_files_finds(tmp_path, impl):
+    """Damaged slots and items (chains pointing anywhere, cycles, bad times) are walked as
+    select_files walks them: the compiled lookup finds what the pure twin's lookup finds."""
+    import random
+
+    from rocketstore import _codec_py
+
+    seed = 1717
+    print("seed", seed)
+    rng = random.Random(seed)
+    s = MessageStore(str(tmp_path / "s"), implementation=impl.name, index_slots=11, index_count=400)
+    try:
+        for i in range(300):
+            s.put(TOPIC, b"m%d" % i, keys=f"k{i % 13}", queue_id=0)
+        s._dispatcher.catch_up(index=True)
+        mm = s._index._files[-1].mapped.mm
+        services = (s._disk_index, s._index)
+        for _round in range(30):
+            for _ in range(6):  # a few random bytes past the header: slots and items
+                mm[rng.randrange(40, len(mm))] = rng.randrange(256)
+            for key in ("k0", "k5", "k12", "nobody"):
+                args = (services, s._segments, s._core, TOPIC, key, 32, 0, None, 64)
+                fast = impl.codec.key_lookup(*args)
+                careful = _codec_py.key_lookup(*args)
+                assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], key
+    finally:
+        s.close()

@@ -610,10 +610,11 @@ def bodies(result):
 
 
 def careful_get_message(store, group, topic, queue_id, offset, max_msgs, tags=None):
-    """get_message by the careful path alone (the one-call pulls switched off for the call)."""
+    """get_message by the careful path alone (the class's method, not the store's FastReads
+    one, with its one-call pulls switched off for the call)."""
     store._quick_pull = store._quick_tagged_pull = lambda *args: None
     try:
-        return store.get_message(group, topic, queue_id, offset, max_msgs=max_msgs, tags=tags)
+        return type(store).get_message(store, group, topic, queue_id, offset, max_msgs=max_msgs, tags=tags)
     finally:
         del store._quick_pull, store._quick_tagged_pull
 

@@ -2111,7 +2111,8 @@ _TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
 class FastReads:
     """An open store's point reads, each in one call of this module (the twin of the compiled
     FastReads): rocketstore.store puts these bound methods over the class's ``read``,
-    ``get_by_msg_id``, ``get_by_queue_offset`` and ``query_by_key`` while the store is open and
+    ``get_by_msg_id``, ``get_by_queue_offset``, ``query_by_key``, ``query_by_unique_key`` and
+    ``get_message`` (a pull from a given offset, no tags, no wait) while the store is open and
     follows no other process. What a fast call cannot answer (None), a keyword it does not
     take, or a closed store runs the class's method (the careful path)."""
 
@@ -2170,6 +2171,26 @@ class FastReads:
             if hits is not None:
                 return hits
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
+        if (
+            self.open
+            and wait is None
+            and offset is not None
+            and tags is None
+            and type(group) is str
+            and group
+        ):
+            self._dispatcher.catch_up()  # as the class's quick pull does first
+            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+            if got is not None:
+                from rocketstore.consume import GetMessageResult, GetMessageStatus
+
+                messages, units, lo, hi = got
+                return GetMessageResult(
+                    GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
+                )
+        return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
         if self.open:

@@ -273,6 +273,10 @@ class Dispatcher:
     ``build_refs``. :meth:`catch_up` is thread-safe and cheap when there is nothing new.
     """
 
+    # What the compiled key lookups (rocketstore._codec) read per call to see whether the index
+    # is caught up are slots: see IndexService.__slots__.
+    __slots__ = ("end_core", "_index_lazily", "offset", "__dict__", "__weakref__")
+
     def __init__(
         self,
         segments: Any,

@@ -43,7 +43,6 @@ import mmap
 import operator
 import os
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
@@ -270,6 +269,20 @@ class IndexService:
     once that file has been msynced: set ``checkpoint.index_msg_timestamp`` to the value.
     """
 
+    # What the compiled key lookups (rocketstore._codec) read per call are slots: it reads a
+    # slot at its offset rather than through an attribute lookup; the rest stay in the
+    # instance dict.
+    __slots__ = (
+        "_lock",
+        "_closed",
+        "_index",
+        "_files",
+        "slot_count",
+        "index_count",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         root: str,
@@ -280,7 +293,8 @@ class IndexService:
         read_only: bool = False,
         on_file_full: Optional[Callable[[int], None]] = None,
     ) -> None:
-        self._index = _impl.get(implementation).index
+        twins = _impl.get(implementation)
+        self._index = twins.index
         slot_count = operator.index(slot_count)
         index_count = operator.index(index_count)
         if not 1 <= slot_count <= _INT32_MAX:
@@ -297,7 +311,9 @@ class IndexService:
         self._resume_path = os.path.join(os.fspath(root), RESUME_FILE_NAME)
         self._resume_saved: Optional[dict[str, Any]] = None
         self._files: list[MappedIndexFile] = []
-        self._lock = threading.RLock()
+        # the codec's FastRLock (compiled: a mutex the point reads take without a method call;
+        # pure: threading.RLock)
+        self._lock = twins.codec.FastRLock()
         self._loaded = False
         self._closed = False
 
@@ -665,7 +681,7 @@ class IndexService:
         return self._report_full(finished)
 
     @property
-    def lock(self) -> threading.RLock:
+    def lock(self) -> Any:
         """Held while keys are stored: :mod:`rocketstore.fused` holds it around its C pass."""
         return self._lock
 

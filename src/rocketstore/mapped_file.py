@@ -418,6 +418,10 @@ class MappedFile:
 class MappedFileQueue:
     """The contiguous segment files of one directory (CommitLog or a ConsumeQueue)."""
 
+    # ``files`` is a slot: the compiled point reads (rocketstore._codec) read it at its offset
+    # rather than through an attribute lookup; the rest stay in the instance dict.
+    __slots__ = ("files", "__dict__", "__weakref__")
+
     def __init__(self, directory: str, file_size: int, *, read_only: bool = False, preallocate: bool = True):
         self.directory = directory
         self.preallocate = preallocate

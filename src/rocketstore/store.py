@@ -207,7 +207,14 @@ _SWITCH_SAFE = (
 #: ones are fresh pages the kernel zeroes (up to a third of a first pass over a store).
 _MESSAGE_CHUNK = 1024
 #: Point reads an open store answers through its codec's FastReads (_install_fast_reads).
-_FAST_READS = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key", "query_by_unique_key")
+_FAST_READS = (
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "get_message",
+)
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
