@@ -2134,6 +2134,7 @@ class FastReads:
         return store
 
     def read(self, commitlog_offset, *, zero_copy=False):
+        """Read one message by CommitLog offset; see :meth:`rocketstore.MessageStore.read`."""
         if self.open and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
@@ -2141,6 +2142,7 @@ class FastReads:
         return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
+        """Read one message by its msgId; see :meth:`rocketstore.MessageStore.get_by_msg_id`."""
         if self.open and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
@@ -2148,6 +2150,8 @@ class FastReads:
         return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
 
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
+        """Read one message by queue position; see
+        :meth:`rocketstore.MessageStore.get_by_queue_offset`."""
         if self.open:
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
@@ -2155,6 +2159,7 @@ class FastReads:
         return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
+        """Messages of a topic by key; see :meth:`rocketstore.MessageStore.query_by_key`."""
         if self.open:
             hits = key_lookup(
                 self._services,
@@ -2173,6 +2178,7 @@ class FastReads:
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
+        """Pull messages of one queue; see :meth:`rocketstore.MessageStore.get_message`."""
         if (
             self.open
             and wait is None
@@ -2193,6 +2199,7 @@ class FastReads:
         return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
+        """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""
         if self.open:
             msg = unique_lookup(
                 self._services,
