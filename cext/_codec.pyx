@@ -3886,7 +3886,8 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
 __all__ += [
-    "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "PopReceiver",
+    "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "PopQuick",
+    "PopReceiver",
     "received_rows",
 ]
 
@@ -4350,10 +4351,36 @@ def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t in
     return _pop_run(service, key, now, want, invisible, out, None)
 
 
+cdef class PopQuick:
+    """(the pure twin's docstring, rocketstore._codec_py.PopQuick) The compiled twin's ``pull``
+    is what ``pop_receive_run`` and the PopReceiver call, with no Python frame."""
+
+    cdef object _store_ref, _queues, _segments, _core, _catch_up
+
+    def __init__(self, store_ref, queues, segments, core, catch_up):
+        self._store_ref = store_ref
+        self._queues, self._segments, self._core, self._catch_up = queues, segments, core, catch_up
+
+    def __call__(self, topic, queue_id, offset, max_msgs):
+        return self.pull(topic, queue_id, offset, max_msgs)
+
+    cdef object pull(self, topic, queue_id, offset, max_msgs):
+        cdef object store = self._store_ref()
+        if store is None:
+            raise _StoreClosedError("the store is closed")
+        if store._closed:
+            return None
+        got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+        if got is None or len(<list?>(<tuple?>got)[0]) < max_msgs:
+            self._catch_up()  # what the dispatcher has not written yet
+            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+        return None if got is None else (<tuple?>got)[0]
+
+
 cdef bint _pop_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out,
                    PopReceiver via) except -1:
-    """pop_receive_run; with ``via``, its pull and its checkpoint's put are the receiver's own
-    (the same steps as the service's ``_quick`` and ``_write``, with no Python frame)."""
+    """pop_receive_run; with ``via``, its checkpoint's put is the receiver's own (the same step
+    as the service's ``_write``, with no Python frame)."""
     cdef object found = (<dict?>service._lanes).get(key)
     cdef PopLane lane
     cdef list heap, messages, offsets, times
@@ -4361,7 +4388,7 @@ cdef bint _pop_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t inv
     cdef tuple stamp, numbers
     cdef int64_t start, nxt, deadline
     cdef Py_ssize_t i
-    cdef object got, o, timeout
+    cdef object got, o, timeout, quick
     if found is None:
         return False
     lane = <PopLane?>found
@@ -4369,10 +4396,11 @@ cdef bint _pop_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t inv
     if heap and (<tuple?>heap[0])[0] <= now:
         return False
     start = lane.next
-    if via is None:
-        got = service._quick(lane.topic, lane.queue_id, start, want)
+    quick = service._quick
+    if type(quick) is PopQuick:
+        got = (<PopQuick>quick).pull(lane.topic, lane.queue_id, start, want)
     else:
-        got = via._pull(lane.topic, lane.queue_id, start, want)
+        got = quick(lane.topic, lane.queue_id, start, want)
     if got is None:
         return False
     messages = <list?>got
@@ -4415,25 +4443,23 @@ _pop_receive_run = pop_receive_run
 
 cdef class PopReceiver:
     """(the pure twin's docstring, rocketstore._codec_py.PopReceiver) The compiled twin pulls
-    with :func:`queue_messages` over the store's parts (``quick``) and puts each checkpoint
-    straight into the CommitLog core, as the service's ``_quick`` and ``_write`` do, with no
-    Python frame between the call and the core; it reads the default clock in C. ``closed``
-    (set when the store drops it) sends every call to ``fallback``."""
+    through the service's ``_quick`` (a PopQuick: no Python frame) and puts each checkpoint
+    straight into the CommitLog core, as the service's ``_write`` does; it reads the default
+    clock in C. ``closed`` (set when the store drops it) sends every call to ``fallback``."""
 
     cdef object _store_ref, _service_ref, _fallback, _received_type, _match_all
-    cdef object _queues, _segments, _core, _catch_up, _commitlog, _revive, _ck_props, _default_clock
+    cdef object _commitlog, _revive, _ck_props, _default_clock
     cdef FastRLock _lock
     cdef int64_t _most, _longest
     cdef public bint closed
 
-    def __init__(self, store_ref, service, fallback, received_type, match_all, tuple limits, tuple quick):
+    def __init__(self, store_ref, service, fallback, received_type, match_all, tuple limits):
         self._store_ref = store_ref
         self._service_ref = _weakref.ref(service)
         self._fallback = fallback
         self._received_type = received_type
         self._match_all = match_all
         self._most, self._longest = limits
-        self._queues, self._segments, self._core, self._catch_up = quick
         self._commitlog = service._parts.commitlog
         self._revive = service.topic
         self._ck_props = service._props["ck"]
@@ -4517,14 +4543,6 @@ cdef class PopReceiver:
         return self._fallback(
             store, group, topic, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=most, tags=tags
         )
-
-    cdef object _pull(self, str topic, int queue_id, int64_t start, Py_ssize_t want):
-        """The messages of the service's ``_quick`` (the store's ``_pop_quick``), or None."""
-        got = queue_messages(self._queues, topic, queue_id, start, want, self._segments, self._core)
-        if got is None or len(<list?>(<tuple?>got)[0]) < want:
-            self._catch_up()  # what the dispatcher has not written yet
-            got = queue_messages(self._queues, topic, queue_id, start, want, self._segments, self._core)
-        return None if got is None else (<tuple?>got)[0]
 
     cdef object _put_ck(self, service, bytes body):
         """The service's ``_write("ck", body)``: the put's FlushTimeoutError (the record is

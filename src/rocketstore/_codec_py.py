@@ -2303,6 +2303,7 @@ __all__ += [
     "POP_SNAPSHOT_CHECK_EVERY",
     "receipt_handles",
     "pop_receive_run",
+    "PopQuick",
     "PopReceiver",
     "received_rows",
 ]
@@ -2526,6 +2527,33 @@ def pop_receive_run(
     return True
 
 
+class PopQuick:
+    """A writable store's one-call pull for POP's common receive (the PopService's ``quick``):
+    ``quick(topic, queue_id, offset, max_msgs)`` is the messages :func:`queue_messages` reads
+    from ``offset`` over the store's ``queues``, ``segments`` and ``core``, again after
+    ``catch_up()`` (the dispatcher's) when they come back short (what is put may not be
+    dispatched yet); None when the careful path must decide, and while the store closes;
+    StoreClosedError once it is gone (``store_ref``: a weak reference)."""
+
+    __slots__ = ("_store_ref", "_queues", "_segments", "_core", "_catch_up")
+
+    def __init__(self, store_ref: Any, queues: Any, segments: Any, core: Any, catch_up: Any) -> None:
+        self._store_ref = store_ref
+        self._queues, self._segments, self._core, self._catch_up = queues, segments, core, catch_up
+
+    def __call__(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[Any]]:
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        if store._closed:
+            return None
+        got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+        if got is None or len(got[0]) < max_msgs:
+            self._catch_up()  # what the dispatcher has not written yet
+            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
+        return None if got is None else got[0]
+
+
 class PopReceiver:
     """:meth:`rocketstore.store.MessageStore.receive` in one call for its common shape, installed
     as a writable store's ``receive``: ``receive(group, topic, max_msgs, invisible_time_ms)``
@@ -2539,9 +2567,7 @@ class PopReceiver:
     tags=)``: ``MessageStore.receive`` itself, which checks and raises; StoreClosedError once the
     store is gone.
 
-    ``quick``: ``(queues, segments, core, catch_up)`` of the store, for the compiled twin's own
-    pull (:func:`queue_messages`, after ``catch_up()`` when it comes back short); here the step
-    pulls through the service's ``_quick``, which does the same."""
+    Each queue's step pulls through the service's ``_quick`` (the store's :class:`PopQuick`)."""
 
     __slots__ = (
         "_store_ref",
@@ -2561,7 +2587,6 @@ class PopReceiver:
         received_type: Any,
         match_all: Any,
         limits: tuple[int, int],
-        quick: tuple[Any, Any, Any, Any],
     ) -> None:
         self._store_ref = store_ref
         self._service_ref = weakref.ref(service)

@@ -556,7 +556,6 @@ class MessageStore:
                 Received,
                 _MATCH_ALL,
                 (MAX_RECEIVE_BATCH, MAX_INVISIBLE_TIME_MS),
-                (self._queues, self._segments, self._core, self._dispatcher.catch_up),
             )
             self.__dict__["receive"] = receiver.receive
             self.__dict__["_pop_receiver"] = receiver
@@ -957,7 +956,9 @@ class MessageStore:
             send_back=self._schedule.send_back,
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
-            quick=weak_method(self._pop_quick, _closed_error),
+            quick=self._impl.codec.PopQuick(
+                weakref.ref(self), self._queues, self._segments, core, self._dispatcher.catch_up
+            ),
         )
 
     def _segments_deleted(self) -> None:
@@ -2377,19 +2378,6 @@ class MessageStore:
             lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
-
-    def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
-        """The messages of :meth:`_quick_pull` (for POP's common receive: a writable store, so
-        no follower and no read-only files), or None, with no result object made."""
-        if self._closed:
-            return None
-        cq = self._queues.get(topic, queue_id)
-        if cq is None or cq.max_offset < offset + max_msgs:
-            self._dispatcher.catch_up()
-        got = self._codec.queue_messages(
-            self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core
-        )
-        return None if got is None else got[0]
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
