@@ -101,6 +101,15 @@ def make_abnormal(path: str) -> None:
     open(os.path.join(path, "abort"), "wb").close()
 
 
+def killed_after_first_line(code: str) -> bytes:
+    """Run ``code`` in a child Python, kill it with SIGKILL once it printed a line; that line."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    line = child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    return line
+
+
 def interrupted(path: str, impl) -> dict:
     """Kill a rebuilding open half-way through; the next open resumes. Returns the bytes each
     open had to dispatch."""
@@ -113,10 +122,7 @@ def interrupted(path: str, impl) -> dict:
         "        import time; time.sleep(60)\n"
         "MessageStore(%r, implementation=%r, progress=p, **%r)\n"
     ) % (path, impl, OPTIONS)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
-    line = child.stdout.readline().split()
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    line = killed_after_first_line(code).split()
     first_done, first_total = int(line[1]), int(line[2])
     marks, progress = stage_timer()
     t0 = time.perf_counter()
@@ -149,10 +155,7 @@ def killed_writer(path: str, impl) -> dict:
         "print('PUT', flush=True)\n"
         "import time; time.sleep(60)\n"
     ) % (path, impl, SEGMENT)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
-    child.stdout.readline()
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    killed_after_first_line(code)
     marks, progress = stage_timer()
     t0, c0 = time.perf_counter(), time.process_time()
     with MessageStore(path, implementation=impl, progress=progress, **OPTIONS) as s:

@@ -19,32 +19,22 @@ class Str(str):
     pass
 
 
+@pytest.mark.parametrize(
+    "deliver, schedule, body",
+    [("deliver_timers", {"delay_ms": 1000}, b"timer"), ("deliver_delayed", {"delay_level": 1}, b"delayed")],
+)
 @pytest.mark.parametrize("now", BAD_NOW, ids=repr)
-def test_deliver_timers_refuses_a_now_that_is_not_an_epoch_ms_int_and_loses_nothing(
-    tmp_path, impl, clock, now
+def test_deliver_refuses_a_now_that_is_not_an_epoch_ms_int_and_loses_nothing(
+    tmp_path, impl, clock, now, deliver, schedule, body
 ):
     with MessageStore(tmp_path / "s", implementation=impl.name, clock=clock, **QUIET) as store:
-        store.put("T", b"timer", delay_ms=1000, queue_id=0)
+        store.put("T", body, queue_id=0, **schedule)
         with pytest.raises(InvalidMessageError):
-            store.deliver_timers(now)
+            getattr(store, deliver)(now)
         assert store.max_queue_offset("T", 0) == 0
         clock.now += 5000
-        assert store.deliver_timers() == 1  # a NaN pass used to consume it without delivering
-        assert store.get_by_queue_offset("T", 0, 0).body == b"timer"
-
-
-@pytest.mark.parametrize("now", BAD_NOW, ids=repr)
-def test_deliver_delayed_refuses_a_now_that_is_not_an_epoch_ms_int_and_loses_nothing(
-    tmp_path, impl, clock, now
-):
-    with MessageStore(tmp_path / "s", implementation=impl.name, clock=clock, **QUIET) as store:
-        store.put("T", b"delayed", delay_level=1, queue_id=0)
-        with pytest.raises(InvalidMessageError):
-            store.deliver_delayed(now)
-        assert store.max_queue_offset("T", 0) == 0
-        clock.now += 5000
-        assert store.deliver_delayed() == 1
-        assert store.get_by_queue_offset("T", 0, 0).body == b"delayed"
+        assert getattr(store, deliver)() == 1  # a NaN pass used to consume it without delivering
+        assert store.get_by_queue_offset("T", 0, 0).body == body
 
 
 def test_str_subclasses_are_taken_as_their_str_by_both_twins(tmp_path, impl, clock):

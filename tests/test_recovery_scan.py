@@ -137,6 +137,18 @@ def check_scan(codec, buf, lo=0, hi=None, base=0, segment_size=2**63 - 1, max_re
     return cols, stop, reason
 
 
+def hostile_buffer(records, flips):
+    """The records encoded one after another, with hostile bytes written over them (wherever
+    they land, the twins must give the same answer and never crash), then 12 zero bytes."""
+    buf = bytearray()
+    for r in records:
+        buf += _codec_py.encode_record(**r)
+    for at, value in flips:
+        if buf:
+            buf[at % len(buf)] = value
+    return bytes(buf) + b"\0" * 12
+
+
 scan_records = st.lists(
     st.fixed_dictionaries(
         {
@@ -164,13 +176,7 @@ scan_records = st.lists(
 def test_verify_scan_is_decode_batch_and_field_problems_in_both_twins(records, flips, base, max_records):
     from rocketstore import _impl
 
-    buf = bytearray()
-    for r in records:
-        buf += _codec_py.encode_record(**r)
-    for at, value in flips:  # hostile bytes: wherever they land, the same answer and no crash
-        if buf:
-            buf[at % len(buf)] = value
-    buf = bytes(buf) + b"\0" * 12
+    buf = hostile_buffer(records, flips)
     twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
     got = [
         check_scan(twin, buf, base=base, segment_size=len(buf) + 100, max_records=max_records)
@@ -397,13 +403,7 @@ def test_recover_scan_is_decode_batch_the_torn_check_and_queue_ranges_in_both_tw
 ):
     from rocketstore import _impl
 
-    buf = bytearray()
-    for r in records:
-        buf += _codec_py.encode_record(**r)
-    for at, value in flips:  # hostile bytes: wherever they land, the same answer and no crash
-        if buf:
-            buf[at % len(buf)] = value
-    buf = bytes(buf) + b"\0" * 12
+    buf = hostile_buffer(records, flips)
     mask = TORN if crashed else 0
     size = len(buf) + 100
     twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
