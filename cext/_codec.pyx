@@ -68,7 +68,8 @@ __all__ = [
     "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "unique_lookup", "FastReads", "FastRLock",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "match_units",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "record_digests", "check_units",
+    "UNIT_OK", "UNIT_BAD", "UNIT_LOST",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
     "BAD_SYSFLAG", "BAD_PREPARED_OFFSET", "BAD_PROP_CRC",
@@ -1921,16 +1922,74 @@ def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_si
         PyBuffer_Release(&src)
 
 
-cdef void _match_units(const int64_t *positions, const int32_t *sizes, const int32_t *queue_ids,
-                       const int64_t *queue_offsets, const uint64_t *keys, int64_t n,
-                       const int64_t *phys, const int32_t *unit_sizes, int64_t m, int32_t queue_id,
-                       uint64_t key, bint any_key, int64_t first, uint8_t *ok) noexcept nogil:
-    """match_units' loop: each unit's record found by a search that starts where the previous
+UNIT_OK, UNIT_BAD, UNIT_LOST = 0, 1, 2   # check_units' verdicts
+DEF _NO_UNIT_SALT = 0x9E3779B97F4A7C15     # record_digests: a record that gets no unit
+DEF _PLACEHOLDER_SIZE = 0x7FFFFFFF          # consumequeue.PLACEHOLDER_SIZE
+
+
+cdef inline uint64_t _mix64(uint64_t z) noexcept nogil:
+    """splitmix64's finalizer."""
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef inline uint64_t _unit_digest(uint64_t key, int32_t queue_id, int64_t queue_offset,
+                                  int32_t size) noexcept nogil:
+    cdef uint64_t inner = _mix64((<uint64_t><uint32_t>queue_id << 32) | <uint64_t><uint32_t>size)
+    inner = _mix64(<uint64_t>queue_offset ^ inner)
+    return _mix64(key ^ inner)
+
+
+def record_digests(queue_ids, queue_offsets, sizes, keys, units):
+    """One uint64 per record (verify_scan's columns): a 64-bit digest of its queue key, queue
+    id, queue offset and size, which :func:`check_units` checks each ConsumeQueue unit against.
+    A record whose ``units`` entry is not 0 (verify_scan's: it gets no unit) has a salted
+    digest, which no unit's matches (but by a 64-bit collision, as the queue key's own)."""
+    cdef const int32_t[::1] qid_v = _np.ascontiguousarray(queue_ids, dtype=_np.int32)
+    cdef const int64_t[::1] qoff_v = _np.ascontiguousarray(queue_offsets, dtype=_np.int64)
+    cdef const int32_t[::1] size_v = _np.ascontiguousarray(sizes, dtype=_np.int32)
+    cdef const uint64_t[::1] key_v = _np.ascontiguousarray(keys, dtype=_np.uint64)
+    cdef const uint8_t[::1] unit_v = _np.ascontiguousarray(units, dtype=_np.uint8)
+    cdef Py_ssize_t n = qid_v.shape[0], i
+    if not (qoff_v.shape[0] == size_v.shape[0] == key_v.shape[0] == unit_v.shape[0] == n):
+        raise ValueError("the records' columns differ in length")
+    out = _np.empty(n, dtype=_np.uint64)
+    cdef uint64_t[::1] d = out
+    with nogil:
+        for i in range(n):
+            d[i] = _unit_digest(key_v[i], qid_v[i], qoff_v[i], size_v[i])
+            if unit_v[i]:
+                d[i] ^= <uint64_t>_NO_UNIT_SALT
+    return out
+
+
+cdef inline bint _sorted_has(const int64_t *a, int64_t n, int64_t x) noexcept nogil:
+    cdef int64_t lo = 0, hi = n, at
+    while lo < hi:
+        at = lo + (hi - lo) // 2
+        if a[at] < x:
+            lo = at + 1
+        else:
+            hi = at
+    return lo < n and a[lo] == x
+
+
+cdef void _check_units(const int64_t *positions, const uint64_t *digests, int64_t n, const uint8_t *units,
+                       int64_t m, int32_t queue_id, uint64_t key, int64_t first, const int64_t *damaged,
+                       int64_t n_damaged, int64_t low, uint8_t *out) noexcept nogil:
+    """check_units' loop: each unit's record found by a search that starts where the previous
     unit's was (a queue's units ascend: usually a step or two forward), else by bisection."""
     cdef int64_t i, lo = 0, hi, step, at, x
+    cdef int32_t size
+    cdef bint ok
     for i in range(m):
-        x = phys[i]
-        if lo >= n or positions[lo] > x:
+        x = <int64_t>_be64(units + i * 20)
+        size = <int32_t>_be32(units + i * 20 + 8)
+        if x == 0 and size == _PLACEHOLDER_SIZE:
+            out[i] = 2
+            continue
+        if lo >= n or (n > 0 and positions[lo] > x):
             lo = 0   # units out of order (damage): search from the start
         step = 1     # gallop forward from lo, then bisect [lo, hi)
         hi = lo + 1
@@ -1947,38 +2006,41 @@ cdef void _match_units(const int64_t *positions, const int32_t *sizes, const int
             else:
                 hi = at
         at = lo
-        ok[i] = (at < n and positions[at] == x and sizes[at] == unit_sizes[i] and queue_ids[at] == queue_id
-                 and (any_key or keys[at] == key) and queue_offsets[at] == first + i)
+        ok = at < n and positions[at] == x and digests[at] == _unit_digest(key, queue_id, first + i, size)
+        out[i] = 0 if ok or x < low or _sorted_has(damaged, n_damaged, x) else 1
 
 
-def match_units(positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, int32_t queue_id, key,
-                int64_t first_queue_offset):
-    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
-    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
-    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
-    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
-    queue id, key and queue offset ``first_queue_offset + i``."""
+def check_units(positions, digests, units, int32_t queue_id, key, int64_t first_queue_offset, damaged,
+                int64_t low):
+    """One uint8 per ConsumeQueue unit of ``units`` (CQ_UNIT_DTYPE) of the queue ``queue_id``
+    whose queue key is ``key``, the units starting at queue offset ``first_queue_offset``:
+
+    * UNIT_LOST: a placeholder (CommitLog offset 0, size PLACEHOLDER_SIZE): its message is lost;
+    * UNIT_OK: a record found at the unit's CommitLog offset (``positions``, sorted ascending,
+      ``digests`` alongside, from :func:`record_digests`) has that queue key, queue id, queue
+      offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
+      (sorted: records whose damage is reported already) or below ``low`` (deleted);
+    * UNIT_BAD otherwise."""
+    from rocketstore.consumequeue import CQ_UNIT_DTYPE
     cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
-    cdef const int32_t[::1] size_v = _np.ascontiguousarray(sizes, dtype=_np.int32)
-    cdef const int32_t[::1] qid_v = _np.ascontiguousarray(queue_ids, dtype=_np.int32)
-    cdef const int64_t[::1] qoff_v = _np.ascontiguousarray(queue_offsets, dtype=_np.int64)
-    cdef const uint64_t[::1] key_v = _np.ascontiguousarray(keys, dtype=_np.uint64)
-    cdef const int64_t[::1] phys_v = _np.ascontiguousarray(phys, dtype=_np.int64)
-    cdef const int32_t[::1] usize_v = _np.ascontiguousarray(unit_sizes, dtype=_np.int32)
-    cdef int64_t n = pos_v.shape[0], m = phys_v.shape[0]
-    cdef uint64_t c_key = 0 if key is None else <uint64_t>key
-    cdef bint any_key = key is None
-    if not (size_v.shape[0] == qid_v.shape[0] == qoff_v.shape[0] == key_v.shape[0] == n):
-        raise ValueError("the found records' columns differ in length")
-    if usize_v.shape[0] != m:
-        raise ValueError(f"{usize_v.shape[0]} unit sizes for {m} units")
-    out = _np.zeros(m, dtype=_np.bool_)
-    cdef uint8_t[::1] ok = out.view(_np.uint8)
-    if m == 0 or n == 0:
+    cdef const uint64_t[::1] dig_v = _np.ascontiguousarray(digests, dtype=_np.uint64)
+    cdef const int64_t[::1] bad_v = _np.ascontiguousarray(damaged, dtype=_np.int64)
+    cdef int64_t n = pos_v.shape[0], m, n_bad = bad_v.shape[0]
+    cdef uint64_t c_key = <uint64_t>key
+    cdef const uint8_t[::1] raw
+    if dig_v.shape[0] != n:
+        raise ValueError(f"{dig_v.shape[0]} digests for {n} records")
+    if not isinstance(units, _np.ndarray) or units.dtype != CQ_UNIT_DTYPE or units.ndim != 1:
+        raise ValueError("units must be a 1-d array of CQ_UNIT_DTYPE")
+    m = len(units)
+    out = _np.zeros(m, dtype=_np.uint8)
+    if m == 0:
         return out
+    raw = _np.ascontiguousarray(units).view(_np.uint8)
+    cdef uint8_t[::1] o = out
     with nogil:
-        _match_units(&pos_v[0], &size_v[0], &qid_v[0], &qoff_v[0], &key_v[0], n, &phys_v[0], &usize_v[0], m,
-                     queue_id, c_key, any_key, first_queue_offset, &ok[0])
+        _check_units(&pos_v[0] if n else NULL, &dig_v[0] if n else NULL, n, &raw[0], m, queue_id, c_key,
+                     first_queue_offset, &bad_v[0] if n_bad else NULL, n_bad, low, &o[0])
     return out
 
 

@@ -207,56 +207,121 @@ def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec
         codec.verify_scan(buf, 0, len(buf), max_records=1.5)
 
 
-# ---- match_units: each ConsumeQueue unit against the records verify found ----
+# ---- check_units: each ConsumeQueue unit against the records verify found ----
+
+
+def _units(phys, sizes):
+    from rocketstore.consumequeue import CQ_UNIT_DTYPE
+
+    units = np.zeros(len(phys), dtype=CQ_UNIT_DTYPE)
+    units["commitlog_offset"] = phys
+    units["size"] = sizes
+    units["tags_code"] = 99
+    return units
+
+
+def _twins():
+    from rocketstore import _impl
+
+    return [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
 
 
 @given(
     st.lists(st.integers(0, 60), max_size=30, unique=True),
-    st.lists(st.tuples(st.integers(-2, 64), st.integers(0, 3)), max_size=30),
+    st.lists(st.tuples(st.integers(-2, 64), st.sampled_from([0, 1, 2, 3, 0x7FFFFFFF])), max_size=30),
     st.integers(0, 3),
-    st.sampled_from([None, 7, 2**64 - 1]),
+    st.sampled_from([7, 2**64 - 1]),
     st.integers(0, 5),
     st.booleans(),
+    st.lists(st.integers(-2, 64), max_size=4),
+    st.integers(-1, 6),
 )
 @SETTINGS
-def test_match_units_twins_agree_with_a_lookup_per_unit(positions, units, queue_id, key, first, ascending):
-    from rocketstore import _impl
+def test_check_units_twins_agree_with_a_lookup_per_unit(
+    positions, units, queue_id, key, first, ascending, damaged, low
+):
+    from rocketstore.consumequeue import PLACEHOLDER_SIZE
 
     positions = sorted(positions)
     if ascending:
         units.sort()
-    n = len(positions)
-    # the found records: sizes, queue ids, offsets and keys that match some units and not others
+    # the found records: sizes, queue ids, offsets and keys that match some units and not others;
+    # every seventh gets no unit (PREPARED, ROLLBACK or an implausible queue offset)
     sizes = np.array([p % 3 for p in positions], dtype=np.int32)
     qids = np.array([p % 2 for p in positions], dtype=np.int32)
     qoffsets = np.array([p % 5 for p in positions], dtype=np.int64)
     keys = np.array([7 if p % 4 else 2**64 - 1 for p in positions], dtype=np.uint64)
-    phys = np.array([u[0] for u in units], dtype=np.int64)
-    unit_sizes = np.array([u[1] for u in units], dtype=np.int32)
+    flags = np.array([1 if p % 7 == 3 else 0 for p in positions], dtype=np.uint8)
     found = {p: i for i, p in enumerate(positions)}
+    bad_records = set(damaged)
     want = []
     for i, (x, size) in enumerate(units):
         at = found.get(x)
-        want.append(
+        ok = (
             at is not None
+            and not flags[at]
             and sizes[at] == size
             and qids[at] == queue_id
-            and (key is None or int(keys[at]) == key)
+            and int(keys[at]) == key
             and qoffsets[at] == first + i
         )
+        ok = ok or x in bad_records or x < low
+        lost = x == 0 and size == PLACEHOLDER_SIZE
+        want.append(2 if lost else 0 if ok else 1)
     pos = np.array(positions, dtype=np.int64)
-    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
-    for twin in twins:
-        got = twin.match_units(pos, sizes, qids, qoffsets, keys, phys, unit_sizes, queue_id, key, first)
-        assert got.dtype == np.bool_ and got.tolist() == want, (twin.__name__, n)
+    cq = _units([u[0] for u in units], [u[1] for u in units])
+    bad = np.array(sorted(set(damaged)), dtype=np.int64)
+    digests = []
+    for twin in _twins():
+        d = twin.record_digests(qids, qoffsets, sizes, keys, flags)
+        assert d.dtype == np.uint64 and len(d) == len(positions)
+        digests.append(d.tolist())
+        got = twin.check_units(pos, d, cq, queue_id, key, first, bad, low)
+        assert got.dtype == np.uint8 and got.tolist() == want, twin.__name__
+        assert (twin.UNIT_OK, twin.UNIT_BAD, twin.UNIT_LOST) == (0, 1, 2)
+    assert all(d == digests[0] for d in digests)  # one digest, whichever twin wrote it
 
 
-def test_match_units_refuses_columns_of_different_lengths(codec):
+def test_record_digests_tell_every_field_apart(codec):
+    """A digest changes with each field it covers, and a record that gets no unit has none a
+    unit can match."""
+    one = dict(q=np.array([3], np.int32), o=np.array([5], np.int64), s=np.array([300], np.int32))
+    key = np.array([123], np.uint64)
+    base = codec.record_digests(one["q"], one["o"], one["s"], key, np.zeros(1, np.uint8))
+    for changed in (
+        (one["q"] + 1, one["o"], one["s"], key),
+        (one["q"], one["o"] + 1, one["s"], key),
+        (one["q"], one["o"], one["s"] + 1, key),
+        (one["q"], one["o"], one["s"], key + np.uint64(1)),
+    ):
+        assert codec.record_digests(*changed, np.zeros(1, np.uint8))[0] != base[0]
+    salted = codec.record_digests(one["q"], one["o"], one["s"], key, np.ones(1, np.uint8))
+    assert salted[0] != base[0]
+    pos = np.array([1000], np.int64)
+    units = _units([1000], [300])
+    nothing = np.empty(0, np.int64)
+    assert codec.check_units(pos, base, units, 3, 123, 5, nothing, 0).tolist() == [codec.UNIT_OK]
+    assert codec.check_units(pos, salted, units, 3, 123, 5, nothing, 0).tolist() == [codec.UNIT_BAD]
+
+
+def test_check_units_refuses_bad_columns(codec):
     one = np.zeros(1, dtype=np.int64)
+    units = _units([0], [1])
     with pytest.raises(ValueError):
-        codec.match_units(one, one[:0], one, one, one, one, one, 0, None, 0)
+        codec.check_units(one, one[:0].astype(np.uint64), units, 0, 0, 0, one[:0], 0)
     with pytest.raises(ValueError):
-        codec.match_units(one, one, one, one, one, one, one[:0], 0, None, 0)
+        codec.check_units(one, one.astype(np.uint64), one, 0, 0, 0, one[:0], 0)  # not units
+    with pytest.raises(ValueError):
+        codec.record_digests(one[:0].astype(np.int32), one, one.astype(np.int32), one, one)
+
+
+def test_queue_key_is_the_records_queue_key(codec):
+    from rocketstore._codec_py import queue_key
+
+    for topic, qid in (("T", 0), ("Topic-ü-名", 7), ("x" * 120, 2**31 - 1)):
+        record = codec.encode_record(topic=topic, body=b"b", queue_id=qid)
+        rows = codec.decode_batch(record)[0]
+        assert queue_key(topic, qid) == int(codec.queue_keys(record, rows)[0])
 
 
 @given(

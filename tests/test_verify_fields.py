@@ -341,3 +341,35 @@ def test_reserved_columns_keep_every_row_in_order_when_more_come_than_reserved()
     a, b = columns.filled()
     assert a.dtype == np.int64 and b.dtype == np.bool_
     assert a.tolist() == want_a and b.tolist() == want_b
+
+
+def test_stamp_check_chunk_by_chunk_finds_what_one_pass_over_every_record_finds():
+    """verify keeps store timestamps only from the first chunk that steps back (with the two
+    records before it): the problems are those of timestamp_problems over every record."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from rocketstore._verify import TIMESTAMP_WINDOW_MS
+    from rocketstore.commitlog import StampCheck
+
+    w = TIMESTAMP_WINDOW_MS
+    step = st.sampled_from([0, 1, 5, w + 1, -1, -(w + 1), 3 * w, -3 * w])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(-2, 3 * w), st.lists(step, max_size=25), st.lists(st.integers(1, 6), min_size=1))
+    def check(start, steps, chunk_sizes):
+        stamps = np.cumsum([start, *steps]).astype(np.int64)
+        offsets = np.arange(len(stamps), dtype=np.int64) * 100 + 7
+        want = [{"offset": o, "reason": r} for o, r in timestamp_problems(offsets, stamps)]
+        check = StampCheck(len(stamps))
+        at, sizes = 0, iter(chunk_sizes * (len(stamps) + 1))
+        while at < len(stamps):
+            n = next(sizes)
+            check.add(offsets[at : at + n], stamps[at : at + n], at)
+            at += n
+        assert check.problems() == want
+
+    from rocketstore._verify import timestamp_problems
+
+    check()

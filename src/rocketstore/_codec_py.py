@@ -111,7 +111,11 @@ __all__ = [
     "same_queues",
     "queue_ranges",
     "verify_scan",
-    "match_units",
+    "record_digests",
+    "check_units",
+    "UNIT_OK",
+    "UNIT_BAD",
+    "UNIT_LOST",
     "SCAN_NOT_CONSUMABLE",
     "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems",
@@ -1220,32 +1224,87 @@ def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int =
     return columns, stop, reason
 
 
-def match_units(
-    positions, sizes, queue_ids, queue_offsets, keys, phys, unit_sizes, queue_id, key, first_queue_offset
-):
-    """One bool per ConsumeQueue unit (CommitLog offset ``phys[i]``, size ``unit_sizes[i]``) of
-    the queue ``queue_id`` whose queue key is ``key`` (None: any), the units starting at queue
-    offset ``first_queue_offset``: whether a record found at that offset (``positions``, sorted
-    ascending, with its size, queue id, queue offset and queue key alongside) has that size,
-    queue id, key and queue offset ``first_queue_offset + i``."""
+UNIT_OK, UNIT_BAD, UNIT_LOST = 0, 1, 2  # check_units' verdicts
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_NO_UNIT_SALT = np.uint64(0x9E3779B97F4A7C15)  # record_digests: a record that gets no unit
+
+
+def _mix64(z):
+    """splitmix64's finalizer over a uint64 array (wrapping)."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def _unit_digests(keys, queue_ids, queue_offsets, sizes):
+    qs = (np.asarray(queue_ids).astype(np.int64) & 0xFFFFFFFF).astype(np.uint64) << np.uint64(32)
+    ss = (np.asarray(sizes).astype(np.int64) & 0xFFFFFFFF).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        inner = _mix64(qs | ss)
+        inner = _mix64(np.asarray(queue_offsets, dtype=np.int64).view(np.uint64) ^ inner)
+        return _mix64(np.asarray(keys, dtype=np.uint64) ^ inner)
+
+
+def queue_key(topic: str, queue_id: int) -> int:
+    """:func:`queue_keys` of any record of (``topic``, ``queue_id``), from the names alone."""
+    h = int(_FNV_BASIS)
+    for b in topic.encode("utf-8", "surrogatepass"):
+        h = ((h ^ b) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
+    return ((h ^ (queue_id & 0xFFFFFFFF)) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
+
+
+def record_digests(queue_ids, queue_offsets, sizes, keys, units):
+    """One uint64 per record (verify_scan's columns): a 64-bit digest of its queue key, queue
+    id, queue offset and size, which :func:`check_units` checks each ConsumeQueue unit against.
+    A record whose ``units`` entry is not 0 (verify_scan's: it gets no unit) has a salted
+    digest, which no unit's matches (but by a 64-bit collision, as the queue key's own)."""
+    n = len(queue_ids)
+    if not len(queue_offsets) == len(sizes) == len(keys) == len(units) == n:
+        raise ValueError("the records' columns differ in length")
+    d = _unit_digests(keys, queue_ids, queue_offsets, sizes)
+    return np.where(np.asarray(units) != 0, d ^ _NO_UNIT_SALT, d)
+
+
+def _unit_columns(units):
+    from rocketstore.consumequeue import CQ_UNIT_DTYPE
+
+    if not isinstance(units, np.ndarray) or units.dtype != CQ_UNIT_DTYPE or units.ndim != 1:
+        raise ValueError("units must be a 1-d array of CQ_UNIT_DTYPE")
+    return units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64)
+
+
+def check_units(positions, digests, units, queue_id, key, first_queue_offset, damaged, low):
+    """One uint8 per ConsumeQueue unit of ``units`` (CQ_UNIT_DTYPE) of the queue ``queue_id``
+    whose queue key is ``key``, the units starting at queue offset ``first_queue_offset``:
+
+    * UNIT_LOST: a placeholder (CommitLog offset 0, size PLACEHOLDER_SIZE): its message is lost;
+    * UNIT_OK: a record found at the unit's CommitLog offset (``positions``, sorted ascending,
+      ``digests`` alongside, from :func:`record_digests`) has that queue key, queue id, queue
+      offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
+      (sorted: records whose damage is reported already) or below ``low`` (deleted);
+    * UNIT_BAD otherwise."""
+    from rocketstore.consumequeue import PLACEHOLDER_SIZE
+
     positions = np.ascontiguousarray(positions, dtype=np.int64)
-    phys = np.ascontiguousarray(phys, dtype=np.int64)
-    unit_sizes = np.ascontiguousarray(unit_sizes, dtype=np.int32)
+    digests = np.ascontiguousarray(digests, dtype=np.uint64)
+    if len(digests) != len(positions):
+        raise ValueError(f"{len(digests)} digests for {len(positions)} records")
+    phys, sizes = _unit_columns(units)
     n, m = len(positions), len(phys)
-    if not len(sizes) == len(queue_ids) == len(queue_offsets) == len(keys) == n:
-        raise ValueError("the found records' columns differ in length")
-    if len(unit_sizes) != m:
-        raise ValueError(f"{len(unit_sizes)} unit sizes for {m} units")
-    if m == 0 or n == 0:
-        return np.zeros(m, dtype=bool)
-    at = np.minimum(np.searchsorted(positions, phys), n - 1)
-    return (
-        (positions[at] == phys)
-        & (np.asarray(sizes)[at] == unit_sizes)
-        & (np.asarray(queue_ids)[at] == queue_id)
-        & ((np.asarray(keys, dtype=np.uint64)[at] == np.uint64(key)) if key is not None else True)
-        & (np.asarray(queue_offsets)[at] == first_queue_offset + np.arange(m))
-    )
+    ok = np.zeros(m, dtype=bool)
+    if n and m:
+        at = np.minimum(np.searchsorted(positions, phys), n - 1)
+        want = _unit_digests(
+            np.full(m, key, dtype=np.uint64),
+            np.full(m, queue_id, dtype=np.int64),
+            first_queue_offset + np.arange(m, dtype=np.int64),
+            sizes,
+        )
+        ok = (positions[at] == phys) & (digests[at] == want)
+    ok |= np.isin(phys, np.asarray(damaged, dtype=np.int64)) | (phys < low)
+    out = np.where(ok, UNIT_OK, UNIT_BAD).astype(np.uint8)
+    out[(phys == 0) & (sizes == PLACEHOLDER_SIZE)] = UNIT_LOST
+    return out
 
 
 def same_queues(buffer, records, representatives):

@@ -13,11 +13,11 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore._codec_py import queue_key
 from rocketstore.commitlog import CommitLog
 from rocketstore.consume import _DamagedUnit
-from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.dispatch import consumable_rows, plausible, queue_groups
-from rocketstore.errors import ConsumeQueueDamagedError, InvalidMessageError, MessageNotFoundError
+from rocketstore.errors import ConsumeQueueDamagedError, MessageNotFoundError
 from rocketstore.message import MessageExt
 
 __all__ = ["QueueGuard"]
@@ -66,53 +66,42 @@ class QueueGuard:
 
     def verify(
         self,
-        found: list[tuple[np.ndarray, ...]],
+        found: tuple[np.ndarray, np.ndarray],
         problems: list[dict[str, Any]],
         low: int,
         max_per_queue: int = 10,
     ) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
-        and size (units below ``low``, the first segment checked, point at what retention
-        deleted)."""
-        if len(found) == 1:  # CommitLog.verify's columns: one tuple, nothing to concatenate
-            positions, sizes, qids, qoffsets, keys = found[0]
-        elif found:
-            positions, sizes, qids, qoffsets, keys = (np.concatenate(c) for c in zip(*found))
-        else:
-            positions = sizes = qids = qoffsets = np.empty(0, dtype=np.int64)
-            keys = np.empty(0, dtype=np.uint64)
+        and size: ``found`` is :meth:`CommitLog.verify`'s (CommitLog offsets, digests) of every
+        record, ``codec.check_units`` compares. Units below ``low``, the first segment checked,
+        point at what retention deleted; units at a record in ``problems`` point at damage
+        reported already."""
+        positions, digests = found
         codec = self._commitlog.codec
         damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
         checked = 0
         for cq in list(self._queues):
             checked += 1
             bad = 0
-            key = _queue_key(codec, cq.topic, cq.queue_id)
+            key = queue_key(cq.topic, cq.queue_id)
             q = cq.min_offset
             while q < cq.max_offset:
                 units = cq.units(q, 65536)
                 if not len(units):
                     break
-                phys = units["commitlog_offset"]
-                # in one compiled walk: each unit's record among those found, and its fields
-                ok = codec.match_units(
-                    positions, sizes, qids, qoffsets, keys, phys, units["size"], cq.queue_id, key, q
-                )
-                ok |= np.isin(phys, damaged)  # that record's damage is reported already
-                ok |= phys < low  # deleted by retention: not damage
-                lost = (phys == 0) & (units["size"] == PLACEHOLDER_SIZE)  # rebuilt without a record
-                ok &= ~lost
-                for i in np.flatnonzero(~ok).tolist():
+                # in one compiled walk: each unit's record among those found, and its digest
+                verdicts = codec.check_units(positions, digests, units, cq.queue_id, key, q, damaged, low)
+                for i in np.flatnonzero(verdicts).tolist():
                     bad += 1
                     if bad <= max_per_queue:
                         what = (
                             "has no record: the message at this position is lost (damage)"
-                            if lost[i]
+                            if verdicts[i] == codec.UNIT_LOST
                             else "does not point at a valid record of its queue"
                         )
                         problems.append(
                             {
-                                "offset": int(phys[i]),
+                                "offset": int(units["commitlog_offset"][i]),
                                 "reason": f"ConsumeQueue {cq.topic}-{cq.queue_id} unit {q + i} {what}",
                             }
                         )
@@ -272,13 +261,3 @@ class QueueGuard:
             queue_id,
             int(want[k]),
         )
-
-
-def _queue_key(codec: Any, topic: str, queue_id: int) -> Optional[int]:
-    """``codec.queue_keys`` of a record of (topic, queue_id), or None for a topic no V1 record
-    can carry."""
-    try:
-        probe = codec.encode_record(topic=topic, body=b"", queue_id=queue_id)
-    except InvalidMessageError:
-        return None
-    return int(codec.queue_keys(probe, codec.decode_batch(probe)[0])[0])
