@@ -65,7 +65,7 @@ __all__ = [
     "encode_properties", "put_properties", "plain_message_items", "decode_properties", "record_length",
     "encode_record", "encode_record_into", "encode_blank_into", "decode_record",
     "decode_batch", "record_from_row", "messages_from_rows", "row_messages", "MessageExt", "pull_units",
-    "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
+    "segment_messages", "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "unique_lookup", "FastReads", "FastRLock",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
     "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "record_digests", "check_units",
@@ -1257,6 +1257,73 @@ cdef class _RowMessages:
         if self._held:
             PyBuffer_Release(&self._table)
             PyBuffer_Release(&self._view)
+
+
+cdef class _SegmentMessages:
+    """The iterator segment_messages returns: one MessageExt per record, decoded as it is asked
+    for; ``stop`` is where the next record starts (or the scan stopped), ``reason`` -1 until the
+    iterator is exhausted, then the STOP_* code decode_batch would give there."""
+
+    cdef object _zc_view, _pinned
+    cdef Py_buffer _view
+    cdef bint _held
+    cdef int _check_crc
+    cdef int64_t _end
+    cdef readonly int64_t stop
+    cdef readonly int reason
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef rs_record rec
+        cdef int64_t pos = self.stop, rc
+        if not self._held:
+            raise StopIteration
+        if pos >= self._end:
+            self._finish(_STOP_LIMIT)
+            raise StopIteration
+        rc = rs_decode_record(<const uint8_t *>self._view.buf + pos, self._end - pos, &rec, self._check_crc)
+        if rc <= 0:
+            self._finish(<int>(1 - rc))
+            raise StopIteration
+        self.stop = pos + rc
+        return _message(self._zc_view, <const uint8_t *>self._view.buf, pos, &rec)
+
+    cdef void _finish(self, int reason) noexcept:
+        self.reason = reason
+        if self._held:
+            self._held = False
+            PyBuffer_Release(&self._view)
+        self._zc_view = self._pinned = None
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._view)
+
+
+def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True):
+    """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
+    for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
+    table). The iterator stops at ``end`` or at the first position that is not a valid record;
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
+    it._zc_view = None if copy_body else _zero_copy_view(buffer)
+    it._pinned = buffer if copy_body else it._zc_view
+    _get_readable(it._pinned, &it._view)
+    try:
+        if end is None:
+            end = it._view.len
+        _check_range(start, end, it._view.len)
+    except BaseException:
+        PyBuffer_Release(&it._view)
+        raise
+    it._held = True
+    it._check_crc = 1 if check_crc else 0
+    it.stop = start
+    it._end = end
+    it.reason = -1
+    return it
 
 
 def row_messages(buffer, rows, *, copy_body=True):

@@ -131,6 +131,45 @@ def test_row_messages_makes_each_message_as_it_is_asked_for(impl):
         impl.codec.row_messages(data, rows["position"])
 
 
+@pytest.mark.parametrize("copy_body", [True, False])
+def test_segment_messages_agree_with_decode_batch_and_stop_where_it_stops(impl, copy_body):
+    """segment_messages decodes record by record what decode_batch's rows give as messages, and
+    stops, saying where and why, at the first position decode_batch stops at."""
+    good = [_record(_codec_py, queue_offset=i, body=b"body-%d" % i) for i in range(5)]
+    data = b"".join(good)
+    cuts = [0, len(good[0]), len(good[0]) + len(good[1])]
+    blank = bytearray(16)
+    _codec_py.encode_blank_into(blank, 0, 16)
+    tails = [b"", b"\0" * 40, good[0][:50], b"\xff" * 8, bytes(blank)]  # end, zeros, torn, garbage, BLANK
+    crc_bad = bytearray(good[2])
+    crc_bad[_codec_py.POS_BODY] ^= 1  # a body byte: the CRC fails
+    for tail in tails:
+        for buf in (bytearray(data + tail), bytearray(data[: cuts[2]] + bytes(crc_bad) + data[cuts[2] :])):
+            for start in cuts:
+                for end in (len(buf), len(buf) - 3):
+                    rows, stop, reason = impl.codec.decode_batch(buf, start, end)
+                    want = impl.codec.messages_from_rows(buf, rows)
+                    it = impl.codec.segment_messages(buf, start, end, copy_body=copy_body)
+                    assert it.reason == -1
+                    got = list(it)
+                    assert got == want
+                    assert (it.stop, it.reason) == (stop, reason)
+                    with pytest.raises(StopIteration):
+                        next(it)
+    trusting = list(impl.codec.segment_messages(bytes(crc_bad), check_crc=False))
+    assert len(trusting) == 1 and trusting[0].queue_offset == 2
+
+
+def test_segment_messages_refuses_bad_ranges(impl):
+    data = _record(_codec_py)
+    for start, end, error in ((-1, None, ValueError), (0, len(data) + 1, ValueError), (1.0, None, TypeError)):
+        with pytest.raises(error):
+            impl.codec.segment_messages(data, start, end)
+    it = impl.codec.segment_messages(bytearray(data))
+    assert next(it).queue_offset == _codec_py.decode_record(data).queue_offset
+    assert list(it) == [] and (it.stop, it.reason) == (len(data), _codec_py.STOP_LIMIT)
+
+
 @pytest.mark.parametrize(
     "field, value",
     [

@@ -92,6 +92,7 @@ __all__ = [
     "row_messages",
     "MessageExt",
     "pull_units",
+    "segment_messages",
     "queue_message",
     "queue_messages",
     "record_at",
@@ -1004,6 +1005,51 @@ def messages_from_rows(buffer, rows, *, copy_body: bool = True) -> list[MessageE
     if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
         raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
     return [record_from_row(buffer, row, copy_body=copy_body) for row in rows]
+
+
+class _SegmentMessages:
+    """The iterator segment_messages returns: one MessageExt per record, decoded as it is asked
+    for; ``stop`` is where the next record starts (or the scan stopped), ``reason`` -1 until the
+    iterator is exhausted, then the STOP_* code decode_batch would give there."""
+
+    def __init__(self, buf: Any, start: int, end: int, check_crc: bool, copy_body: bool):
+        self._buf: Any = buf
+        self._end = end
+        self._check_crc = check_crc
+        self._copy_body = copy_body
+        self.stop = start
+        self.reason = -1
+
+    def __iter__(self) -> _SegmentMessages:
+        return self
+
+    def __next__(self) -> MessageExt:
+        if self._buf is None:
+            raise StopIteration
+        pos = self.stop
+        if pos >= self._end:
+            self.reason, self._buf = STOP_LIMIT, None
+            raise StopIteration
+        reason, row = _parse(self._buf, pos, self._end, self._check_crc)
+        if reason is not None:
+            self.reason, self._buf = reason, None
+            raise StopIteration
+        self.stop = pos + row[1]
+        return _message(self._buf, row, self._copy_body)
+
+
+def segment_messages(
+    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, copy_body: bool = True
+) -> _SegmentMessages:
+    """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
+    for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
+    table). The iterator stops at ``end`` or at the first position that is not a valid record;
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    buf = _readable_view(buffer)
+    if end is None:
+        end = buf.nbytes
+    _check_range(start, end, buf.nbytes)
+    return _SegmentMessages(buf, start, end, check_crc, copy_body)
 
 
 def row_messages(buffer, rows, *, copy_body: bool = True) -> Iterator[MessageExt]:

@@ -496,21 +496,8 @@ class CommitLog:
         """``(segment, records)`` in CommitLog order over ``[start, end)``, at most ``chunk``
         records at a time (0: ``SCAN_CHUNK``): damaged records are stepped over and logged
         (verify() lists them)."""
-        files = list(self.segments.files)
-        if not files:
-            return
-        start = files[0].file_from_offset if start is None else start
         codec = self.codec
-        for mf in files:
-            if mf.end_offset <= start:
-                continue
-            if end is not None and mf.file_from_offset >= end:
-                break
-            limit = self.readable_end(mf)
-            lo = max(0, start - mf.file_from_offset)
-            if lo >= limit:
-                break
-            hi = limit if end is None else min(limit, end - mf.file_from_offset)
+        for mf, lo, hi, limit in self.ranges(start, end):
             view = mf.view(0, limit)
             chunks = (
                 checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk)
@@ -536,6 +523,25 @@ class CommitLog:
                     mf.file_from_offset,
                     mf.file_from_offset + stop,
                 )
+
+    def ranges(self, start: Optional[int], end: Optional[int]) -> Iterator[tuple[MappedFile, int, int, int]]:
+        """``(segment, lo, hi, limit)`` of each segment over CommitLog ``[start, end)``: its
+        positions ``[lo, hi)`` in range, ``limit`` its readable end (the range ends in the
+        segment whose ``hi`` is below its ``limit``)."""
+        files = list(self.segments.files)
+        if not files:
+            return
+        start = files[0].file_from_offset if start is None else start
+        for mf in files:
+            if mf.end_offset <= start:
+                continue
+            if end is not None and mf.file_from_offset >= end:
+                break
+            limit = self.readable_end(mf)
+            lo = max(0, start - mf.file_from_offset)
+            if lo >= limit:
+                break
+            yield mf, lo, limit if end is None else min(limit, end - mf.file_from_offset), limit
 
     def records_at(
         self,

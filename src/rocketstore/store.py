@@ -1977,12 +1977,27 @@ class MessageStore:
     def _message_chunks(
         self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
     ) -> Iterator[Iterator[MessageExt]]:
-        """iter_messages' iterators, one per chunk of records: chained, each message comes
-        from a compiled iterator without a Python frame per message."""
-        rows = self._codec.row_messages
-        for mf, arr in self._scan(start, end, check_crc, _MESSAGE_CHUNK):
-            view = mf.view(0, self._readable_end(mf))
-            yield rows(view, arr, copy_body=not zero_copy)
+        """iter_messages' iterators, chained: each message comes from a compiled iterator
+        without a Python frame per message. A segment's records are decoded one by one as
+        they are asked for (``codec.segment_messages``); from a position that holds no valid
+        record on, the rest of the segment goes through the checked scan, which steps over
+        damage and logs it (``CommitLog.chunks``)."""
+        start = None if start is None else check_int("start", start, 0)
+        end = None if end is None else check_int("end", end, 0)
+        codec = self._codec
+        for mf, lo, hi, limit in self._commitlog.ranges(start, end):
+            view = mf.view(0, limit)
+            it = codec.segment_messages(view, lo, hi, check_crc=check_crc, copy_body=not zero_copy)
+            yield it
+            if it.reason == codec.STOP_LIMIT or it.reason == codec.STOP_BLANK:
+                if hi < limit:
+                    return  # the range asked for ends here
+                continue
+            rest = mf.end_offset if end is None else min(end, mf.end_offset)
+            for part, arr in self._commitlog.chunks(
+                mf.file_from_offset + it.stop, rest, check_crc, _MESSAGE_CHUNK
+            ):
+                yield codec.row_messages(part.view(0, self._readable_end(part)), arr, copy_body=not zero_copy)
 
     def scan(
         self,
