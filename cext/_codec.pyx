@@ -68,7 +68,8 @@ __all__ = [
     "segment_messages", "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "unique_lookup", "FastReads", "FastRLock",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan", "record_digests", "check_units",
+    "dispatch_info", "property_pieces", "queue_keys", "same_queues", "queue_ranges", "verify_scan",
+    "record_digests", "check_units",
     "UNIT_OK", "UNIT_BAD", "UNIT_LOST",
     "SCAN_NOT_CONSUMABLE", "SCAN_IMPLAUSIBLE_QUEUE_OFFSET",
     "field_problems", "BAD_TOPIC", "BAD_PROPERTIES_UTF8", "BAD_PHYSICAL_OFFSET", "BAD_NO_BLANK_ROOM",
@@ -3188,15 +3189,20 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, limit, False)
 
 
-cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset
+cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset, _dispatcher_indexed
 
 
 cdef int _index_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
-        if (end_core is None or _slot_get(dispatcher, &_dispatcher_lazily, "_index_lazily")
-                or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset):
+        if end_core is None:
+            dispatcher.catch_up(index=True)
+            return 0
+        offset = _slot_get(dispatcher, &_dispatcher_offset, "offset")
+        lazily = _slot_get(dispatcher, &_dispatcher_lazily, "_index_lazily")
+        if offset < end_core.wrote_offset or (
+                lazily and _slot_get(dispatcher, &_dispatcher_indexed, "indexed") < offset):
             dispatcher.catch_up(index=True)
     return 0
 
@@ -3423,10 +3429,11 @@ cdef class FastReads:
     (the careful path), so results and errors are the class's. See the pure twin."""
     cdef object _store          # a weak reference: the store's dict holds these methods
     cdef object _cls
-    cdef object _queues, _segments, _core, _services, _dispatcher, _cap
+    cdef object _queues, _segments, _core, _services, _dispatcher, _cap, _follower
     cdef public bint open
 
-    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None):
+        self._follower = follower
         self._store = store_ref
         self._cls = cls
         self._queues = queues
@@ -3437,6 +3444,11 @@ cdef class FastReads:
         self._cap = cap
         self.open = True
 
+    cdef bint _current(self) except -1:
+        """True unless this store follows a writer that opened the store since (the class's
+        method opens it again): a following store's ``follow()``, run first as its methods do."""
+        return self._follower is None or self._follower.follow() is True
+
     cdef object _owner(self):
         store = self._store()
         if store is None:
@@ -3445,7 +3457,7 @@ cdef class FastReads:
 
     def read(self, commitlog_offset, *, zero_copy=False):
         """Read one message by CommitLog offset; see :meth:`rocketstore.MessageStore.read`."""
-        if self.open and zero_copy is False:
+        if self.open and self._current() and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
                 return msg
@@ -3453,7 +3465,7 @@ cdef class FastReads:
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
         """Read one message by its msgId; see :meth:`rocketstore.MessageStore.get_by_msg_id`."""
-        if self.open and zero_copy is False:
+        if self.open and self._current() and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
                 return msg
@@ -3462,7 +3474,7 @@ cdef class FastReads:
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
         """Read one message by queue position; see
         :meth:`rocketstore.MessageStore.get_by_queue_offset`."""
-        if self.open:
+        if self.open and self._current():
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
                 return msg
@@ -3470,7 +3482,7 @@ cdef class FastReads:
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
         """Messages of a topic by key; see :meth:`rocketstore.MessageStore.query_by_key`."""
-        if self.open:
+        if self.open and self._current():
             hits = key_lookup(self._services, self._segments, self._core, topic, key, max_num, begin, end,
                               self._cap, self._dispatcher)
             if hits is not None:
@@ -3479,7 +3491,8 @@ cdef class FastReads:
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
         """Pull messages of one queue; see :meth:`rocketstore.MessageStore.get_message`."""
-        if self.open and wait is None and offset is not None and tags is None and type(group) is str and group:
+        if (self.open and wait is None and offset is not None and tags is None and type(group) is str and group
+                and self._current()):
             _queue_catch_up(self._dispatcher)
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
             if got is not None:
@@ -3489,7 +3502,7 @@ cdef class FastReads:
 
     def query_by_unique_key(self, topic, unique_key):
         """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""
-        if self.open:
+        if self.open and self._current():
             msg = unique_lookup(self._services, self._segments, self._core, topic, unique_key, self._cap,
                                 self._dispatcher, _now_ms())
             if msg is not None:

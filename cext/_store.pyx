@@ -654,10 +654,12 @@ cdef class SwitchSafe:
     again when the store opened again under it. See the pure twin."""
     cdef object _store
     cdef object _method
+    cdef object _fast
 
-    def __init__(self, store_ref, method):
+    def __init__(self, store_ref, method, fast=None):
         self._store = store_ref
         self._method = method
+        self._fast = fast
 
     def __call__(self, *args, **kwargs):
         store = self._store()
@@ -665,6 +667,8 @@ cdef class SwitchSafe:
             raise StoreClosedError("the store is closed")
         switches = store._switches
         try:
+            if self._fast is not None:
+                return self._fast(*args, **kwargs)
             return self._method(store, *args, **kwargs)
         except Exception:
             if not store._switched_since(switches):

@@ -2155,7 +2155,12 @@ def _index_catch_up(dispatcher) -> None:
     ``end_core`` shows nothing waits."""
     if dispatcher is not None:
         end_core = dispatcher.end_core
-        if end_core is None or dispatcher._index_lazily or dispatcher.offset < end_core.wrote_offset:
+        offset = dispatcher.offset
+        if (
+            end_core is None
+            or offset < end_core.wrote_offset
+            or (dispatcher._index_lazily and dispatcher.indexed < offset)
+        ):
             dispatcher.catch_up(index=True)
 
 
@@ -2219,9 +2224,12 @@ class FastReads:
     ``get_by_msg_id``, ``get_by_queue_offset``, ``query_by_key``, ``query_by_unique_key`` and
     ``get_message`` (a pull from a given offset, no tags, no wait) while the store is open and
     follows no other process. What a fast call cannot answer (None), a keyword it does not
-    take, or a closed store runs the class's method (the careful path)."""
+    take, or a closed store runs the class's method (the careful path). ``follower``: a read-only
+    store's :class:`~rocketstore.live.Follower`, whose ``follow()`` each call runs first (False:
+    the class's method, which opens the store again)."""
 
-    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap):
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None):
+        self._follower = follower
         self._store = store_ref  # weak: the store's dict holds these methods
         self._cls = cls
         self._queues = queues
@@ -2240,7 +2248,7 @@ class FastReads:
 
     def read(self, commitlog_offset, *, zero_copy=False):
         """Read one message by CommitLog offset; see :meth:`rocketstore.MessageStore.read`."""
-        if self.open and zero_copy is False:
+        if self.open and (self._follower is None or self._follower.follow()) and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
                 return msg
@@ -2248,7 +2256,7 @@ class FastReads:
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
         """Read one message by its msgId; see :meth:`rocketstore.MessageStore.get_by_msg_id`."""
-        if self.open and zero_copy is False:
+        if self.open and (self._follower is None or self._follower.follow()) and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
                 return msg
@@ -2257,7 +2265,7 @@ class FastReads:
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
         """Read one message by queue position; see
         :meth:`rocketstore.MessageStore.get_by_queue_offset`."""
-        if self.open:
+        if self.open and (self._follower is None or self._follower.follow()):
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
                 return msg
@@ -2265,7 +2273,7 @@ class FastReads:
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
         """Messages of a topic by key; see :meth:`rocketstore.MessageStore.query_by_key`."""
-        if self.open:
+        if self.open and (self._follower is None or self._follower.follow()):
             hits = key_lookup(
                 self._services,
                 self._segments,
@@ -2291,6 +2299,7 @@ class FastReads:
             and tags is None
             and type(group) is str
             and group
+            and (self._follower is None or self._follower.follow())
         ):
             self._dispatcher.catch_up()  # as the class's quick pull does first
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
@@ -2305,7 +2314,7 @@ class FastReads:
 
     def query_by_unique_key(self, topic, unique_key):
         """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""
-        if self.open:
+        if self.open and (self._follower is None or self._follower.follow()):
             msg = unique_lookup(
                 self._services,
                 self._segments,

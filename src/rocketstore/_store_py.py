@@ -226,13 +226,16 @@ class SwitchSafe:
     """A following store's read method (rocketstore.store puts it over the class's, as an
     instance attribute): the call, run again when the store opened again under it (a writer's
     crash recovery, a takeover), rather than failing with the closed parts it was using.
-    ``store_ref`` is a weak reference to the store; ``method`` the class's function."""
+    ``store_ref`` is a weak reference to the store; ``method`` the class's function; ``fast``
+    (optional) what the first try calls instead, with the arguments alone (the store's
+    FastReads method, which runs the class's own when it cannot answer)."""
 
-    __slots__ = ("_store", "_method")
+    __slots__ = ("_store", "_method", "_fast")
 
-    def __init__(self, store_ref: Any, method: Any) -> None:
+    def __init__(self, store_ref: Any, method: Any, fast: Any = None) -> None:
         self._store = store_ref
         self._method = method
+        self._fast = fast
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         store = self._store()
@@ -240,6 +243,8 @@ class SwitchSafe:
             raise StoreClosedError("the store is closed")
         switches = store._switches
         try:
+            if self._fast is not None:
+                return self._fast(*args, **kwargs)
             return self._method(store, *args, **kwargs)
         except Exception:
             if not store._switched_since(switches):

@@ -275,7 +275,7 @@ class Dispatcher:
 
     # What the compiled key lookups (rocketstore._codec) read per call to see whether the index
     # is caught up are slots: see IndexService.__slots__.
-    __slots__ = ("end_core", "_index_lazily", "offset", "__dict__", "__weakref__")
+    __slots__ = ("end_core", "_index_lazily", "offset", "indexed", "__dict__", "__weakref__")
 
     def __init__(
         self,

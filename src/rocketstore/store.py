@@ -519,11 +519,11 @@ class MessageStore:
 
     def _install_fast_reads(self) -> None:
         """Put the codec's FastReads methods over the class's point reads (each one compiled
-        call; anything else runs the class's method): an open store that follows no other
-        process, and whose class does not override them."""
+        call; anything else runs the class's method) of an open store whose class does not
+        override them. A store that follows another process's writing gets each inside a
+        SwitchSafe (it may open again under a call), which runs the class's method again if it
+        did."""
         self._drop_fast_reads()
-        if self._follower is not None:
-            return  # a following store's reads are SwitchSafe (it may open again under them)
         fast = self._impl.codec.FastReads(
             weakref.ref(self),
             MessageStore,
@@ -533,10 +533,15 @@ class MessageStore:
             (self._disk_index, self._index),
             self._dispatcher,
             MAX_MSGS_NUM_BATCH,
+            self._follower,
         )
+        switch_safe = self._impl.store.SwitchSafe
         for name in _FAST_READS:
             if getattr(type(self), name) is getattr(MessageStore, name):
-                self.__dict__[name] = getattr(fast, name)
+                method = getattr(fast, name)
+                if self._follower is not None:
+                    method = switch_safe(weakref.ref(self), getattr(MessageStore, name), method)
+                self.__dict__[name] = method
         self.__dict__["_fast_reads"] = fast
         if self._pop is not None and self._remote is None:
             self._install_pop_front(self._pop)
@@ -885,6 +890,7 @@ class MessageStore:
                 end_of=weak_method(self._read_only_end),
                 delay_levels_ms=cfg.delay_levels_ms,
                 index_lazily=True,
+                end_core=commitlog,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
