@@ -107,6 +107,32 @@ def test_a_read_only_store_reads_through_them_too(tmp_path, impl):
         assert [m.body for m in ro.query_by_key(TOPIC, "k")] == [b"body"]
 
 
+def test_a_following_store_reads_fast_sees_a_writers_new_puts_and_keeps_a_subclass_method(tmp_path, impl):
+    """A read-only store follows the writer beside it: its point reads are FastReads inside a
+    SwitchSafe, each following the writer first; a subclass's own method stays its own."""
+
+    class Logged(MessageStore):
+        def get_by_msg_id(self, msg_id, *, zero_copy=False):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().get_by_msg_id(msg_id, zero_copy=zero_copy)
+
+    path = str(tmp_path / "s")
+    with MessageStore(path, implementation=impl.name, default_queues=1) as w:
+        first = w.put(TOPIC, b"one", keys="k1")
+        with Logged(path, implementation=impl.name, read_only=True) as ro:
+            assert ro._follower is not None and ro.__dict__["_fast_reads"] is not None
+            for name in NAMES:  # each switch-safe; the fast method is tried first where it is the class's
+                assert type(ro.__dict__[name]).__name__ == "SwitchSafe", name
+            assert [m.body for m in ro.query_by_key(TOPIC, "k1")] == [b"one"]
+            second = w.put(TOPIC, b"two", keys="k2")  # after the reader's first reads
+            assert ro.read(second.commitlog_offset).body == b"two"
+            assert ro.get_by_queue_offset(TOPIC, 0, 1).body == b"two"
+            assert [m.body for m in ro.query_by_key(TOPIC, "k2")] == [b"two"]
+            assert ro.get_by_msg_id(first.msg_id).body == b"one" and ro.calls == 1
+            got = ro.get_message("g", TOPIC, 0, 0, 32)
+            assert [m.body for m in got.messages] == [b"one", b"two"]
+
+
 def test_unique_key_lookups_answer_as_the_class_does(store):
     first = store.put(TOPIC, b"one", queue_id=0)
     uniq = store.read(first.commitlog_offset).unique_key

@@ -512,8 +512,8 @@ class MessageStore:
         switch_safe = self._impl.store.SwitchSafe
         for name in _SWITCH_SAFE:
             # a store that follows another process's writing may open again under a call
-            if self._follower is not None and name not in self.__dict__:
-                self.__dict__[name] = switch_safe(weakref.ref(self), getattr(MessageStore, name))
+            if self._follower is not None and name not in self.__dict__:  # (a subclass's own too)
+                self.__dict__[name] = switch_safe(weakref.ref(self), getattr(type(self), name))
             elif self._follower is None and isinstance(self.__dict__.get(name), switch_safe):
                 del self.__dict__[name]
 
