@@ -314,9 +314,6 @@ class MappedFile:
                 )
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self.fd, file_size, access=access)
-            _hp = os.environ.get("RS_HUGE", "")
-            if _hp and any(k in path for k in _hp.split(",")):
-                self.mm.madvise(mmap.MADV_HUGEPAGE)
             if read_only:
                 # the map holds a descriptor of its own (CPython's mmap dups it); nothing reads
                 # through this one, so a read-only store keeps one per file, not two
