@@ -2032,15 +2032,21 @@ def record_digests(queue_ids, queue_offsets, sizes, keys, units):
     return out
 
 
-cdef inline bint _sorted_has(const int64_t *a, int64_t n, int64_t x) noexcept nogil:
-    cdef int64_t lo = 0, hi = n, at
+cdef inline int64_t _lower_bound(const int64_t *a, int64_t lo, int64_t hi, int64_t x) noexcept nogil:
+    """The first index in [lo, hi) of sorted ``a`` whose value is not below x (hi: none)."""
+    cdef int64_t at
     while lo < hi:
         at = lo + (hi - lo) // 2
         if a[at] < x:
             lo = at + 1
         else:
             hi = at
-    return lo < n and a[lo] == x
+    return lo
+
+
+cdef inline bint _sorted_has(const int64_t *a, int64_t n, int64_t x) noexcept nogil:
+    cdef int64_t at = _lower_bound(a, 0, n, x)
+    return at < n and a[at] == x
 
 
 cdef void _check_units(const int64_t *positions, const uint64_t *digests, int64_t n, const uint8_t *units,
@@ -2067,12 +2073,7 @@ cdef void _check_units(const int64_t *positions, const uint64_t *digests, int64_
             hi = lo + step
         if hi > n:
             hi = n
-        while lo < hi:
-            at = lo + (hi - lo) // 2
-            if positions[at] < x:
-                lo = at + 1
-            else:
-                hi = at
+        lo = _lower_bound(positions, lo, hi, x)
         at = lo
         ok = at < n and positions[at] == x and digests[at] == _unit_digest(key, queue_id, first + i, size)
         out[i] = 0 if ok or x < low or _sorted_has(damaged, n_damaged, x) else 1
