@@ -322,6 +322,9 @@ def test_queue_key_is_the_records_queue_key(codec):
         record = codec.encode_record(topic=topic, body=b"b", queue_id=qid)
         rows = codec.decode_batch(record)[0]
         assert queue_key(topic, qid) == int(codec.queue_keys(record, rows)[0])
+    # a directory name os.listdir escaped hashes as its bytes; a lone surrogate does not raise
+    assert queue_key(b"T\xff".decode("utf-8", "surrogateescape"), 1) != queue_key("T", 1)
+    assert isinstance(queue_key("T\ud800", 1), int)
 
 
 @given(

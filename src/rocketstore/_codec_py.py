@@ -1292,9 +1292,14 @@ def _unit_digests(keys, queue_ids, queue_offsets, sizes):
 
 
 def queue_key(topic: str, queue_id: int) -> int:
-    """:func:`queue_keys` of any record of (``topic``, ``queue_id``), from the names alone."""
+    """:func:`queue_keys` of any record of (``topic``, ``queue_id``), from the names alone (a
+    name read from a directory gets back the bytes ``os.listdir`` escaped)."""
+    try:
+        raw = topic.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no file name escapes: never a record's topic
+        raw = topic.encode("utf-8", "surrogatepass")
     h = int(_FNV_BASIS)
-    for b in topic.encode("utf-8", "surrogatepass"):
+    for b in raw:
         h = ((h ^ b) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
     return ((h ^ (queue_id & 0xFFFFFFFF)) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
 
