@@ -160,6 +160,26 @@ def test_segment_messages_agree_with_decode_batch_and_stop_where_it_stops(impl, 
     assert len(trusting) == 1 and trusting[0].queue_offset == 2
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6),
+    st.integers(0, 40),
+    st.booleans(),
+)
+def test_segment_messages_on_flipped_bytes_stop_where_decode_batch_stops(flips, cut, check_crc):
+    """Any bytes: the twins' segment_messages yield decode_batch's messages and stop where and
+    why it stops (run here on both twins, never outside the buffer)."""
+    data = bytearray(b"".join(_record(_codec_py, queue_offset=i, body=b"x" * i) for i in range(4)))
+    for at, value in flips:
+        data[at % len(data)] = value
+    data = data[: len(data) - cut]
+    rows, stop, reason = _codec_py.decode_batch(data, check_crc=check_crc)
+    want = _codec_py.messages_from_rows(data, rows)
+    for codec in (_codec_py, c_codec):
+        it = codec.segment_messages(data, check_crc=check_crc)
+        assert list(it) == want and (it.stop, it.reason) == (stop, reason), codec.__name__
+
+
 def test_segment_messages_refuses_bad_ranges(impl):
     data = _record(_codec_py)
     for start, end, error in ((-1, None, ValueError), (0, len(data) + 1, ValueError), (1.0, None, TypeError)):
