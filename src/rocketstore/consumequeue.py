@@ -46,7 +46,13 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.mapped_file import MappedFile, MappedFileQueue, allocate_range, offset_to_file_name
+from rocketstore.mapped_file import (
+    MappedFile,
+    MappedFileQueue,
+    advise_random,
+    allocate_range,
+    offset_to_file_name,
+)
 from rocketstore.message import is_valid_topic, validate_topic
 
 __all__ = [
@@ -138,7 +144,20 @@ def _check_queue_id(queue_id: object) -> int:
 
 
 class _UnitFileQueue(MappedFileQueue):
-    """A :class:`MappedFileQueue` that can also drop files at either end (retention, truncation)."""
+    """A :class:`MappedFileQueue` that can also drop files at either end (retention, truncation).
+
+    A file it makes is advised ``MADV_RANDOM`` (:func:`advise_random`): its first unit otherwise
+    faults in a large folio ahead, 1.6 ms per new queue on this project's VM, 13 of the 21 ms of
+    a fresh store's first dispatch of 8 queues. A queue's units are written in order, a page at
+    a time, and read back through the same map; files found on disk keep the default advice (a
+    consumer after a restart reads them ahead)."""
+
+    def segment_at(self, start: int) -> MappedFile:
+        made = not self.files or start >= self.files[-1].end_offset
+        mf = super().segment_at(start)
+        if made and not self.read_only:
+            advise_random(mf.mm)
+        return mf
 
     def drop_first(self) -> None:
         with self._lock:

@@ -59,7 +59,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.mapped_file import MappedFile, allocate_range, populate_read
+from rocketstore.mapped_file import MappedFile, advise_random, allocate_range, populate_read
 
 log = logging.getLogger("rocketstore.indexservice")
 
@@ -513,6 +513,7 @@ class IndexService:
             except BaseException:
                 mapped.destroy()
                 raise
+            advise_random(mapped.mm)  # slots are written at random; items a page at a time
         return mapped
 
     def _map(self, path: str, *, create: bool) -> MappedIndexFile:
