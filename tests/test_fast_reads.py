@@ -131,6 +131,10 @@ def test_a_following_store_reads_fast_sees_a_writers_new_puts_and_keeps_a_subcla
             assert ro.get_by_msg_id(first.msg_id).body == b"one" and ro.calls == 1
             got = ro.get_message("g", TOPIC, 0, 0, 32)
             assert [m.body for m in got.messages] == [b"one", b"two"]
+            ro._install_fast_reads()  # as a reopen does: the subclass's method stays switch-safe
+            for name in NAMES:
+                assert type(ro.__dict__[name]).__name__ == "SwitchSafe", name
+            assert ro.get_by_msg_id(second.msg_id).body == b"two" and ro.calls == 2
 
 
 def test_unique_key_lookups_answer_as_the_class_does(store):

@@ -537,11 +537,16 @@ class MessageStore:
         )
         switch_safe = self._impl.store.SwitchSafe
         for name in _FAST_READS:
-            if getattr(type(self), name) is getattr(MessageStore, name):
+            own = getattr(type(self), name)
+            if own is getattr(MessageStore, name):
                 method = getattr(fast, name)
                 if self._follower is not None:
-                    method = switch_safe(weakref.ref(self), getattr(MessageStore, name), method)
-                self.__dict__[name] = method
+                    method = switch_safe(weakref.ref(self), own, method)
+            elif self._follower is not None:  # a subclass's own, switch-safe (after a reopen too)
+                method = switch_safe(weakref.ref(self), own)
+            else:
+                continue
+            self.__dict__[name] = method
         self.__dict__["_fast_reads"] = fast
         if self._pop is not None and self._remote is None:
             self._install_pop_front(self._pop)
