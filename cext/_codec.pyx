@@ -2502,10 +2502,7 @@ cdef extern from *:
 
 
 cdef extern from *:
-    """
-    #define rs_prefetch(p) __builtin_prefetch(p)
-    """
-    void rs_prefetch(const void *p) noexcept nogil
+    void __builtin_prefetch(const void *addr) noexcept nogil
 
 
 cdef enum:
@@ -2521,7 +2518,7 @@ cdef inline void _prefetch_record(const uint8_t *base, int64_t pos, int64_t size
         end = readable
     line = pos & ~(<int64_t>63)
     while line < end:
-        rs_prefetch(base + line)
+        __builtin_prefetch(base + line)
         line += 64
 
 
@@ -3069,12 +3066,15 @@ cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_
     return False
 
 
+cdef object _IN_ARRAY = object()   # _index_walk's answer: in the caller's array
+
+
 cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t count, object files, object core,
                           str topic, str key, int64_t lo, int64_t hi, int64_t left, bint by_unique):
-    """key_messages' loop (see the pure twin) over ``offsets`` (Python ints), or when it is None
-    over ``candidates[:count]`` (an index walk's, in C). The record's topic and keys are compared
-    as the UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing the text the
-    message decodes them to; a message is made for a hit only."""
+    """key_messages' loop (see the pure twin) over ``offsets`` (Python ints), or when it is
+    ``_IN_ARRAY`` over ``candidates[:count]`` (an index walk's, in C). The record's topic and keys
+    are compared as the UTF-8 (surrogateescape) bytes of ``topic`` and ``key``, which is comparing
+    the text the message decodes them to; a message is made for a hit only."""
     cdef Py_buffer view
     cdef rs_record rec
     cdef rs_dispatch_props props
@@ -3086,20 +3086,22 @@ cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t 
     cdef const uint8_t *t
     cdef const uint8_t *k
     cdef Py_ssize_t j
+    cdef bint in_array
     keep_t = _utf8_holder(topic)
     keep_k = _utf8_holder(key)
     if keep_t is None or keep_k is None:   # no record decodes to such text
         return found
     t = _utf8_of(keep_t, &t_len)
     k = _utf8_of(keep_k, &k_len)
-    if offsets is not None:
+    in_array = offsets is _IN_ARRAY
+    if not in_array:
         if type(offsets) is not list:
             offsets = list(offsets)
         count = len(<list>offsets)
     for j in range(count):
         if left <= 0:
             break
-        if offsets is None:
+        if in_array:
             offset = candidates[j]
         else:
             offset = _check_int((<list>offsets)[j], "offset", INT64_MIN, INT64_MAX)
@@ -3185,9 +3187,7 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     if offsets is None:
         return None
     files = _slot_get(segments, &_segments_files, "files")
-    if offsets is _IN_ARRAY:
-        return _key_messages(None, found, count, files, core, topic, key, lo, hi, limit, False)
-    return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, limit, False)
+    return _key_messages(offsets, found, count, files, core, topic, key, lo, hi, limit, False)
 
 
 cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset, _dispatcher_indexed
@@ -3281,9 +3281,6 @@ cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo,
         if file_begin < lo or left <= 0:
             break
     return found
-
-
-cdef object _IN_ARRAY = object()   # _index_walk's answer: in the caller's array
 
 
 cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t lo, int64_t hi,
@@ -3387,11 +3384,8 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
         if offsets is None:
             return None
         files = _slot_get(segments, &_segments_files, "files")
-        if offsets is _IN_ARRAY:
-            hits = _key_messages(None, found, count, files, core, topic, key, INT64_MIN, INT64_MAX, count, True)
-        else:
-            hits = _key_messages(offsets, NULL, 0, files, core, topic, key, INT64_MIN, INT64_MAX,
-                                 len(<list>offsets), True)
+        # every hit (no more than the candidates)
+        hits = _key_messages(offsets, found, count, files, core, topic, key, INT64_MIN, INT64_MAX, INT64_MAX, True)
         if hits is None:
             return None
         if hits:
@@ -3548,9 +3542,6 @@ def plain_message_items(messages, user_topics):
 # Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
 
 __all__ += ["timer_properties", "timer_units", "timer_copies"]
-
-cdef extern from *:
-    void __builtin_prefetch(const void *addr) noexcept nogil
 
 cdef enum:
     _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds,
@@ -3737,10 +3728,8 @@ cdef class _SegmentReader:
     cdef inline void prefetch(self, int64_t offset) noexcept:
         """Start loading the head of the record at ``offset`` if it is in the segment held."""
         cdef int64_t pos = offset - self.start
-        cdef int64_t line
         if self.held and 0 <= pos < self.readable:
-            for line in range(pos, min(pos + _PREFETCH_BYTES, self.readable), 64):
-                __builtin_prefetch(<const uint8_t *>self.view.buf + line)
+            _prefetch_record(<const uint8_t *>self.view.buf, pos, _PREFETCH_BYTES, self.readable)
 
     cdef void release(self) noexcept:
         if self.held:

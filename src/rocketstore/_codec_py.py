@@ -2245,6 +2245,11 @@ class FastReads:
         self._cap = cap
         self.open = True
 
+    def _current(self) -> bool:
+        """True unless this store follows a writer that opened the store since (the class's
+        method opens it again): a following store's ``follow()``, run first as its methods do."""
+        return self._follower is None or self._follower.follow() is True
+
     def _owner(self):
         store = self._store()
         if store is None:
@@ -2253,7 +2258,7 @@ class FastReads:
 
     def read(self, commitlog_offset, *, zero_copy=False):
         """Read one message by CommitLog offset; see :meth:`rocketstore.MessageStore.read`."""
-        if self.open and (self._follower is None or self._follower.follow()) and zero_copy is False:
+        if self.open and self._current() and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
                 return msg
@@ -2261,7 +2266,7 @@ class FastReads:
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
         """Read one message by its msgId; see :meth:`rocketstore.MessageStore.get_by_msg_id`."""
-        if self.open and (self._follower is None or self._follower.follow()) and zero_copy is False:
+        if self.open and self._current() and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
                 return msg
@@ -2270,7 +2275,7 @@ class FastReads:
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
         """Read one message by queue position; see
         :meth:`rocketstore.MessageStore.get_by_queue_offset`."""
-        if self.open and (self._follower is None or self._follower.follow()):
+        if self.open and self._current():
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
                 return msg
@@ -2278,7 +2283,7 @@ class FastReads:
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
         """Messages of a topic by key; see :meth:`rocketstore.MessageStore.query_by_key`."""
-        if self.open and (self._follower is None or self._follower.follow()):
+        if self.open and self._current():
             hits = key_lookup(
                 self._services,
                 self._segments,
@@ -2304,7 +2309,7 @@ class FastReads:
             and tags is None
             and type(group) is str
             and group
-            and (self._follower is None or self._follower.follow())
+            and self._current()
         ):
             self._dispatcher.catch_up()  # as the class's quick pull does first
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
@@ -2319,7 +2324,7 @@ class FastReads:
 
     def query_by_unique_key(self, topic, unique_key):
         """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""
-        if self.open and (self._follower is None or self._follower.follow()):
+        if self.open and self._current():
             msg = unique_lookup(
                 self._services,
                 self._segments,

@@ -126,12 +126,6 @@ class _ReadOnlyCore:
 class CommitLog:
     """The segments under ``directory`` and, once :meth:`start_appending` ran, the append core."""
 
-    @property
-    def wrote_offset(self) -> int:
-        """:attr:`end`, by the name the compiled catch-up checks read of an append core (a
-        read-only store's Dispatcher has its CommitLog as ``end_core``)."""
-        return self.end
-
     def __init__(self, directory: str, config: StoreConfig, impl: Any, *, read_only: bool) -> None:
         self.directory = directory
         self.config = config
@@ -168,6 +162,12 @@ class CommitLog:
     @property
     def min_offset(self) -> int:
         return self.segments.min_offset
+
+    @property
+    def wrote_offset(self) -> int:
+        """:attr:`end`, by the name the compiled catch-up checks read of an append core (a
+        read-only store's Dispatcher has its CommitLog as ``end_core``)."""
+        return self.end
 
     @property
     def max_offset(self) -> int:

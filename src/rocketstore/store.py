@@ -320,6 +320,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
+def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[int], Optional[int]]:
+    """A scan's CommitLog bounds, each None or an int >= 0 (InvalidMessageError otherwise: a
+    float or NaN bound would be compared, not refused, and the scan would start anywhere)."""
+    return (
+        None if start is None else check_int("start", start, 0),
+        None if end is None else check_int("end", end, 0),
+    )
+
+
 def _install_put_front(store: MessageStore) -> None:
     """Make ``store.put`` the implementation's ``PutFront``: ``put(topic, body)`` and keyed puts
     of a checked topic in one call into the core, everything else through
@@ -1993,8 +2002,7 @@ class MessageStore:
         they are asked for (``codec.segment_messages``); from a position that holds no valid
         record on, the rest of the segment goes through the checked scan, which steps over
         damage and logs it (``CommitLog.chunks``)."""
-        start = None if start is None else check_int("start", start, 0)
-        end = None if end is None else check_int("end", end, 0)
+        start, end = _offset_bounds(start, end)
         codec = self._codec
         for mf, lo, hi, limit in self._commitlog.ranges(start, end):
             view = mf.view(0, limit)
@@ -2034,9 +2042,7 @@ class MessageStore:
     def _scan(
         self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
-        # a float or NaN bound would be compared, not refused: the scan would start anywhere
-        start = None if start is None else check_int("start", start, 0)
-        end = None if end is None else check_int("end", end, 0)
+        start, end = _offset_bounds(start, end)
         return self._commitlog.chunks(start, end, check_crc, chunk)
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
