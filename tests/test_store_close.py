@@ -83,8 +83,11 @@ def test_a_dropped_read_only_store_releases_everything(tmp_path, impl):
 
 
 def _fail(exc):
+    """A stand-in that raises a new exception like ``exc`` at each call: one instance raised
+    from two threads would carry the last raise's frames into the first one's log record."""
+
     def boom(*args, **kwargs):
-        raise exc
+        raise type(exc)(*exc.args)
 
     return boom
 
