@@ -5,7 +5,8 @@
  * in it counts itself in rs_serve_waiting before it takes the GIL again. The owner's own puts
  * look at that count (one atomic load) and, when a call waits, let go of the GIL until it has
  * been taken: without that a busy owner thread keeps the GIL for Python's switch interval (5 ms)
- * while a joined writer's call waits. */
+ * while a joined writer's call waits. The store's dispatch thread counts itself there too, when a
+ * fused pass or its nap between passes ends (rocketstore._index, through _store.GIL_WAITERS). */
 #ifndef ROCKETSTORE_SERVE_H
 #define ROCKETSTORE_SERVE_H
 
@@ -24,6 +25,10 @@
 static long rs_serve_waiters = 0;
 
 static inline long rs_serve_waiting(void) { return __atomic_load_n(&rs_serve_waiters, __ATOMIC_ACQUIRE); }
+
+/* The count itself, for the other modules' threads that wait for the GIL the same way (the fused
+ * dispatch of rocketstore._index, through _store.GIL_WAITERS). */
+static inline long *rs_serve_counter(void) { return &rs_serve_waiters; }
 
 /* The caller has the GIL again: it no longer waits for it. */
 static inline void rs_serve_done(void) { __atomic_sub_fetch(&rs_serve_waiters, 1, __ATOMIC_RELEASE); }

@@ -30,6 +30,7 @@ writers; readers on other threads see whole items only after the slot points at 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import struct
 import time
@@ -50,6 +51,8 @@ __all__ = [
     "DEFAULT_SLOT_COUNT",
     "DEFAULT_INDEX_COUNT",
     "rebuild_slots",
+    "gil_nap",
+    "gil_first",
 ]
 
 _INT_SIZE = 4
@@ -456,6 +459,20 @@ def select_files(files, key: str, max_num: int, begin: int, end: int) -> tuple[l
 
 
 # ---- file names ----
+
+
+def gil_nap(seconds: float) -> None:
+    """Sleep ``seconds``: the dispatch thread's wait between two passes (the compiled twin also
+    takes the GIL back ahead of a thread putting)."""
+    if not seconds >= 0:
+        raise ValueError(f"seconds must not be negative, not {seconds}")
+    time.sleep(seconds)
+
+
+def gil_first() -> contextlib.AbstractContextManager[None]:
+    """A context manager that does nothing here (the compiled twin's gives a dispatching thread
+    the GIL before a thread putting)."""
+    return contextlib.nullcontext()
 
 
 def index_file_name(ms: int) -> str:

@@ -15,12 +15,14 @@ index entries in anonymous memory. Nothing is written to the store directory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, Optional
 
 import numpy as np
@@ -290,6 +292,7 @@ class Dispatcher:
         index_lazily: bool = False,
         fused: bool = True,
         end_core: Any = None,
+        gil_first: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -314,6 +317,9 @@ class Dispatcher:
         #: otherwise): a compiled reader sees that nothing waits (``offset >= wrote_offset``, not
         #: index_lazily) with two attribute reads instead of a catch_up call (codec.key_lookup).
         self.end_core = end_core
+        #: held around a pass: the index module's gil_first (the compiled one has the putting
+        #: threads let go of the GIL while the pass waits for it; see rocketstore._index)
+        self._gil_first = gil_first
         self._index_only = False
         #: the compiled one-pass dispatch of the common case (None: the general path only)
         self._fused: Optional[FusedDispatch] = (
@@ -331,10 +337,13 @@ class Dispatcher:
         progress: Optional[Callable[[int], None]] = None,
         target: Optional[int] = None,
         index: bool = False,
+        blocking: bool = True,
     ) -> int:
         """Dispatch every complete record below ``end_of()`` (or ``target``, if lower); returns
         the new dispatch offset. ``progress(offset)`` is called after every decoded chunk.
-        ``index``: the index too is complete on return (it lags only with ``index_lazily``)."""
+        ``index``: the index too is complete on return (it lags only with ``index_lazily``).
+        ``blocking=False``: return at once when another thread is dispatching (the background
+        thread: waiting for the lock, then for the GIL, would only delay its next pass)."""
         if index and self._index_lazily:
             self.catch_up(progress=progress, target=target)
             if self.indexed < self.offset:
@@ -342,22 +351,27 @@ class Dispatcher:
             return self.offset
         if self.offset >= self._end_of():
             return self.offset
-        with self._lock:
-            end = self._end_of()
-            target = end if target is None else min(target, end)
-            pos = self.offset
-            self._progress = progress
-            try:
-                pos = self._catch_up_to(pos, target)
-            finally:
-                self._progress = None
-            self.offset = pos
-            return pos
+        if not self._lock.acquire(blocking):
+            return self.offset
+        try:
+            with self._gil_first():
+                end = self._end_of()
+                target = end if target is None else min(target, end)
+                pos = self.offset
+                self._progress = progress
+                try:
+                    pos = self._catch_up_to(pos, target)
+                finally:
+                    self._progress = None
+                self.offset = pos
+                return pos
+        finally:
+            self._lock.release()
 
     def _catch_up_index(self) -> None:
         """Index the keys of the records dispatched since :attr:`indexed`, by the same walk over
         the segments as the dispatch (damaged records stepped over alike), without their units."""
-        with self._lock:
+        with self._lock, self._gil_first():
             end = self.offset
             self._index_only = True
             try:
@@ -575,6 +589,10 @@ class DispatchThread:
     #: Longest wait between two retries of a failing dispatch (seconds).
     MAX_RETRY_WAIT = 1.0
 
+    #: Longest wait spent in ``nap`` (seconds); longer ones wait on the stop event, so that
+    #: :meth:`stop` does not wait them out.
+    MAX_NAP = 0.05
+
     def __init__(
         self,
         dispatcher: Dispatcher,
@@ -582,9 +600,11 @@ class DispatchThread:
         *,
         checkpoint: Optional[Callable[[], None]] = None,
         checkpoint_interval_ms: int = 0,
+        nap: Callable[[float], None] = time.sleep,
     ):
         self._dispatcher = dispatcher
         self._interval = interval_ms / 1000.0
+        self._nap = nap
         self._checkpoint = checkpoint if checkpoint_interval_ms > 0 else None
         self._checkpoint_every = checkpoint_interval_ms / 1000.0
         self._dispatch_failures = FailureLog(
@@ -595,12 +615,19 @@ class DispatchThread:
         self._thread = threading.Thread(target=self._run, name="rocketstore-dispatch", daemon=True)
         self._thread.start()
 
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds``; whether :meth:`stop` was called."""
+        if seconds > self.MAX_NAP:
+            return self._stop.wait(seconds)
+        self._nap(seconds)
+        return self._stop.is_set()
+
     def _run(self) -> None:
         next_checkpoint = time.monotonic() + self._checkpoint_every
         wait = self._interval
-        while not self._stop.wait(wait):
+        while not self._wait(wait):
             try:
-                self._dispatcher.catch_up()
+                self._dispatcher.catch_up(blocking=False)
             except Exception as exc:  # queries raise it themselves
                 self._dispatch_failures.failed(exc)
                 wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
