@@ -1672,6 +1672,8 @@ cdef class CommitLogCore:
         if active:
             with nogil:
                 err = rs_populate_write(self._base + lo, hi - lo)
+            if err == 0:
+                rs_flusher_note_prefaulted(self._flusher, start + hi)
         else:
             PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
             try:

@@ -86,7 +86,8 @@ int rs_populate_supported(void);
 /* 0, or an errno (ENOSPC, EFAULT, EINVAL if unsupported). addr need not be page-aligned. */
 int rs_populate_write(uint8_t *addr, int64_t len);
 int64_t rs_flusher_prefaulted(const rs_flusher *f);
-/* The writer populated up to `upto` itself: advance `prefaulted` (monotonic max). */
+/* The writer populated up to `upto` itself: advance `prefaulted` (monotonic max), and wake the
+ * pre-fault thread to go on ahead of it. */
 void rs_flusher_note_prefaulted(rs_flusher *f, int64_t upto);
 
 #endif
