@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import gc
 import itertools
 import json
 import os
@@ -884,7 +885,11 @@ def pipelined_run(c: Rocket, count: int, cap: float, window: int = 10_000) -> di
 
 
 def _attempt(results: dict, row: str, fn) -> None:
-    """results[row] = fn(), or the reason it could not run."""
+    """results[row] = fn(), or the reason it could not run. The cyclic GC collects first
+    (untimed): otherwise the first phase that allocates objects by the thousand (a batch of
+    ``Message`` objects) pays for collections walking the harness's own young million-item
+    lists, 170 ns a message in a 1M run, whichever contender or phase that falls on."""
+    gc.collect()
     try:
         results[row] = fn()
     except Unsupported as exc:
