@@ -586,6 +586,8 @@ cdef extern from "index.h" nogil:
     void __builtin_prefetch(const void *addr, int rw) noexcept
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.time cimport time_t
+from posix.time cimport nanosleep, timespec
 
 cdef extern from *:
     """
@@ -647,19 +649,15 @@ cdef inline void _gil_release(long *waiters) noexcept nogil:
         rs_gil_taken(waiters)
 
 
-cdef inline void _gil_wanted_back(long *waiters) noexcept nogil:
-    """Just before taking the GIL back: counted, until _gil_back (or, inside gil_first(), its
-    end)."""
-    rs_gil_wanted(waiters)
-
-
 cdef inline void _gil_back(long *waiters) noexcept:
+    """The GIL taken back (after rs_gil_wanted just before): counted no longer, unless inside
+    gil_first() (until its end)."""
     if rs_gil_first_depth == 0:
         rs_gil_taken(waiters)
 
 
-from posix.time cimport nanosleep, timespec
-from libc.time cimport time_t
+#: gil_nap's longest sleep (seconds), as the pure twin's
+MAX_NAP_SECONDS = 3600.0
 
 
 def gil_nap(double seconds):
@@ -668,14 +666,14 @@ def gil_nap(double seconds):
     that count its waking up would wait out Python's switch interval behind a busy putter."""
     cdef timespec t
     cdef long *waiters = _gil_waiters_count()
-    if not seconds >= 0:
-        raise ValueError(f"seconds must not be negative, not {seconds}")
+    if not 0 <= seconds <= MAX_NAP_SECONDS:
+        raise ValueError(f"seconds must be between 0 and {MAX_NAP_SECONDS:g}, not {seconds}")
     t.tv_sec = <time_t>seconds
     t.tv_nsec = <long>((seconds - <double>t.tv_sec) * 1e9)
     with nogil:
         _gil_release(waiters)
         nanosleep(&t, NULL)
-        _gil_wanted_back(waiters)
+        rs_gil_wanted(waiters)
     _gil_back(waiters)
 
 
@@ -1093,7 +1091,7 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                         done = _fused_run(<const uint8_t *>src.buf, lo, hi, base_offset, max_records, queues, slots,
                                           mask, &ix if have_index else NULL, index_limit, delay_table, max_level,
                                           &stop, &ts, &reason)
-                        _gil_wanted_back(waiters)
+                        rs_gil_wanted(waiters)
                     _gil_back(waiters)
                     for i in range(nq):
                         row = <int64_t *>table_view.buf + i * _FQ_COLUMNS

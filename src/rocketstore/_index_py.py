@@ -461,11 +461,15 @@ def select_files(files, key: str, max_num: int, begin: int, end: int) -> tuple[l
 # ---- file names ----
 
 
+#: gil_nap's longest sleep (seconds)
+MAX_NAP_SECONDS = 3600.0
+
+
 def gil_nap(seconds: float) -> None:
     """Sleep ``seconds``: the dispatch thread's wait between two passes (the compiled twin also
     takes the GIL back ahead of a thread putting)."""
-    if not seconds >= 0:
-        raise ValueError(f"seconds must not be negative, not {seconds}")
+    if not 0 <= seconds <= MAX_NAP_SECONDS:
+        raise ValueError(f"seconds must be between 0 and {MAX_NAP_SECONDS:g}, not {seconds}")
     time.sleep(seconds)
 
 
