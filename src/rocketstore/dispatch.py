@@ -22,7 +22,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
 from typing import Any, Optional
 
 import numpy as np
@@ -292,7 +291,7 @@ class Dispatcher:
         index_lazily: bool = False,
         fused: bool = True,
         end_core: Any = None,
-        gil_first: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+        gil_first: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -575,8 +574,9 @@ class Dispatcher:
 
 
 class DispatchThread:
-    """Calls ``dispatcher.catch_up()`` every ``interval_ms`` until :meth:`stop`, and
-    ``checkpoint()`` every ``checkpoint_interval_ms`` (0: never).
+    """Calls ``dispatcher.catch_up(blocking=False)`` every ``interval_ms`` until :meth:`stop`
+    (waiting with ``nap``, the index module's ``gil_nap``), and ``checkpoint()`` every
+    ``checkpoint_interval_ms`` (0: never).
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
     themselves), and their durable state recorded in the checkpoint, which bounds what a
