@@ -137,9 +137,9 @@ cdef extern from "serve.h" nogil:
 
 from cpython.pycapsule cimport PyCapsule_New
 
-#: serve.h's count of threads about to take the GIL back, which a put lets have it first (it
-#: would keep it for Python's 5 ms switch interval otherwise): rocketstore._index's fused
-#: dispatch counts itself there when its pass ends.
+#: serve.h's count of threads that want the GIL, which a put lets have it first (it would keep
+#: it for Python's 5 ms switch interval otherwise): rocketstore._index counts a dispatching
+#: thread there (gil_first, and as a fused pass or a nap ends).
 GIL_WAITERS = PyCapsule_New(<void *>rs_serve_counter(), b"rocketstore._store.GIL_WAITERS", NULL)
 
 

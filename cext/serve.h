@@ -5,8 +5,9 @@
  * in it counts itself in rs_serve_waiting before it takes the GIL again. The owner's own puts
  * look at that count (one atomic load) and, when a call waits, let go of the GIL until it has
  * been taken: without that a busy owner thread keeps the GIL for Python's switch interval (5 ms)
- * while a joined writer's call waits. The store's dispatch thread counts itself there too, when a
- * fused pass or its nap between passes ends (rocketstore._index, through _store.GIL_WAITERS). */
+ * while a joined writer's call waits. A thread dispatching the store's records counts itself there
+ * too, while its pass needs the GIL and as a fused pass or a nap ends (rocketstore._index's
+ * gil_first and gil_nap, through _store.GIL_WAITERS). */
 #ifndef ROCKETSTORE_SERVE_H
 #define ROCKETSTORE_SERVE_H
 
