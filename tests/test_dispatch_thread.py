@@ -5,6 +5,7 @@ it takes the GIL back."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -111,44 +112,86 @@ def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching
         other.start()
         try:
             assert held.wait(30)
-            assert s._dispatcher.catch_up(blocking=False) == start  # returned, nothing dispatched
+            assert s._dispatcher.try_catch_up() is False  # returned at once, nothing dispatched
+            assert s._dispatcher.offset == start
         finally:
             release.set()
             other.join()
-        assert s._dispatcher.catch_up(blocking=False) > start
+        assert s._dispatcher.try_catch_up() is True
+        assert s._dispatcher.offset > start
         assert [m.body for m in s.query_by_key("T", "k")] == [b"body"]
 
 
-class _Counting:
-    """A dispatcher whose catch_up counts its calls and how they were asked to wait."""
+class _Scripted:
+    """A dispatcher whose try_catch_up plays ``script``: an exception to raise, or what to
+    return (False: another thread was dispatching); then True."""
 
-    def __init__(self):
-        self.calls = []
-        self.called = threading.Event()
+    def __init__(self, script=()):
+        self.script = list(script)
+        self.calls = 0
+        self.done = threading.Event()
 
-    def catch_up(self, *, blocking=True):
-        self.calls.append(blocking)
-        self.called.set()
-        return 0
+    def try_catch_up(self):
+        self.calls += 1
+        if not self.script:
+            self.done.set()
+            return True
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
 
 
-def test_short_intervals_nap_and_the_thread_never_waits_for_the_dispatch_lock():
+def test_short_intervals_nap():
     naps = []
-    dispatcher = _Counting()
+    dispatcher = _Scripted()
     thread = DispatchThread(dispatcher, 1, nap=lambda seconds: (naps.append(seconds), time.sleep(seconds)))
     try:
-        assert dispatcher.called.wait(30)
+        assert dispatcher.done.wait(30)
     finally:
         thread.stop()
     assert naps and set(naps) == {0.001}
-    assert dispatcher.calls and not any(dispatcher.calls)
+
+
+def test_a_pass_left_to_another_thread_is_neither_a_failure_nor_the_recovery(caplog):
+    import errno
+
+    from rocketstore.errors import DiskFullError
+
+    full = DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
+    dispatcher = _Scripted([full, full, False, False, False])
+    at_recovery = []
+
+    class Watch(logging.Handler):
+        def emit(self, record):
+            if "recovered after" in record.getMessage():
+                at_recovery.append(dispatcher.calls)
+
+    watch = Watch()
+    logging.getLogger("rocketstore.dispatch").addHandler(watch)
+    try:
+        with caplog.at_level("INFO", logger="rocketstore.dispatch"):
+            thread = DispatchThread(dispatcher, 1)
+            try:
+                assert dispatcher.done.wait(30)
+                deadline = time.monotonic() + 30
+                while not at_recovery and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            finally:
+                thread.stop()
+    finally:
+        logging.getLogger("rocketstore.dispatch").removeHandler(watch)
+    assert at_recovery == [6]  # logged at the sixth call, the first that dispatched
+    messages = [r.getMessage() for r in caplog.records if r.name == "rocketstore.dispatch"]
+    assert len([m for m in messages if "No space left on device" in m]) == 1
+    assert any("recovered after 2 failures" in m for m in messages)
 
 
 def test_long_waits_take_the_stop_event_so_stop_does_not_wait_them_out():
     naps = []
-    dispatcher = _Counting()
+    dispatcher = _Scripted()
     thread = DispatchThread(dispatcher, 60_000, nap=naps.append)
     start = time.monotonic()
     thread.stop()
     assert time.monotonic() - start < 30  # not the 60 s interval
-    assert naps == [] and dispatcher.calls == []
+    assert naps == [] and dispatcher.calls == 0

@@ -515,15 +515,15 @@ class FlakyTask:
         self.left = failures
         self.recovered = threading.Event()
 
-    def catch_up(self, *, blocking=True):
+    def try_catch_up(self):
         if self.left:
             self.left -= 1
             raise DiskFullError(errno.ENOSPC, "cannot allocate file space: No space left on device")
         self.recovered.set()
-        return 0
+        return True
 
     def __call__(self):
-        return self.catch_up()
+        self.try_catch_up()
 
 
 def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):

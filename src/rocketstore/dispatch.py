@@ -336,22 +336,32 @@ class Dispatcher:
         progress: Optional[Callable[[int], None]] = None,
         target: Optional[int] = None,
         index: bool = False,
-        blocking: bool = True,
     ) -> int:
         """Dispatch every complete record below ``end_of()`` (or ``target``, if lower); returns
         the new dispatch offset. ``progress(offset)`` is called after every decoded chunk.
-        ``index``: the index too is complete on return (it lags only with ``index_lazily``).
-        ``blocking=False``: return at once when another thread is dispatching (the background
-        thread: waiting for the lock, then for the GIL, would only delay its next pass)."""
+        ``index``: the index too is complete on return (it lags only with ``index_lazily``)."""
         if index and self._index_lazily:
             self.catch_up(progress=progress, target=target)
             if self.indexed < self.offset:
                 self._catch_up_index()
             return self.offset
+        pos = self._catch_up(progress, target, blocking=True)
+        return self.offset if pos is None else pos
+
+    def try_catch_up(self) -> bool:
+        """:meth:`catch_up`, unless another thread is dispatching: then False at once, nothing
+        done (the background thread: waiting for the lock, then for the GIL, would only delay
+        its next pass, and that thread dispatches meanwhile)."""
+        return self._catch_up(None, None, blocking=False) is not None
+
+    def _catch_up(
+        self, progress: Optional[Callable[[int], None]], target: Optional[int], *, blocking: bool
+    ) -> Optional[int]:
+        """:meth:`catch_up`'s pass; None when ``blocking`` is false and the lock was taken."""
         if self.offset >= self._end_of():
             return self.offset
         if not self._lock.acquire(blocking):
-            return self.offset
+            return None
         try:
             with self._gil_first():
                 end = self._end_of()
@@ -574,8 +584,8 @@ class Dispatcher:
 
 
 class DispatchThread:
-    """Calls ``dispatcher.catch_up(blocking=False)`` every ``interval_ms`` until :meth:`stop`
-    (waiting with ``nap``, the index module's ``gil_nap``), and ``checkpoint()`` every
+    """Calls ``dispatcher.try_catch_up()`` every ``interval_ms`` until :meth:`stop` (waiting
+    with ``nap``, the index module's ``gil_nap``), and ``checkpoint()`` every
     ``checkpoint_interval_ms`` (0: never).
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
@@ -627,11 +637,13 @@ class DispatchThread:
         wait = self._interval
         while not self._wait(wait):
             try:
-                self._dispatcher.catch_up(blocking=False)
+                dispatched = self._dispatcher.try_catch_up()
             except Exception as exc:  # queries raise it themselves
                 self._dispatch_failures.failed(exc)
                 wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
                 continue
+            if not dispatched:
+                continue  # another thread is dispatching: neither a success nor a failure
             self._dispatch_failures.succeeded()
             wait = self._interval
             if self._checkpoint is not None and time.monotonic() >= next_checkpoint:
