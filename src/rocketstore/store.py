@@ -1748,7 +1748,7 @@ class MessageStore:
         messages: Sequence[Message],
         *,
         durable: Optional[bool] = None,
-    ) -> BatchPutResult:
+    ) -> list[PutResult]:
         """Store :class:`Message` objects of any topics under one lock; returns a list of results.
 
         Every message is validated before the first is written; they are stored all or none,
@@ -1762,7 +1762,7 @@ class MessageStore:
         # a batch of plain messages: read, encoded and stored in one compiled pass
         done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
         if done is not None:
-            return cast("BatchPutResult", done)
+            return cast("list[PutResult]", done)
         items, slow = self._codec.plain_message_items(messages, self._user_topics)
         no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
         for i in slow:

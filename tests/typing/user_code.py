@@ -25,7 +25,7 @@ def produce(store: MessageStore) -> list[int]:
     msg_id: str = result.msg_id
     assert msg_id
     batch = store.put_messages([Message("TopicTest", b"a", tags="TagB", keys=["k1", "k2"])])
-    offsets.extend(batch.commitlog_offsets)
+    offsets.extend(r.commitlog_offset for r in batch)
     return offsets
 
 
