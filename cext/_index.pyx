@@ -583,7 +583,11 @@ from libc.stdint cimport uint64_t, INT32_MIN, INT32_MAX
 cdef extern from "index.h" nogil:
     int64_t rs_index_item_pos(const rs_index_t *ix, int32_t n)
     int64_t rs_index_slot_pos(const rs_index_t *ix, int32_t key_hash)
-    void __builtin_prefetch(const void *addr, int rw) noexcept
+    int rs_index_put_at(rs_index_t *ix, int32_t key_hash, int64_t slot_pos, int64_t phy_offset,
+                        int64_t store_timestamp)
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr, int rw) noexcept nogil
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.time cimport time_t
@@ -772,6 +776,7 @@ cdef enum:
 
 ctypedef struct _key_ring:
     int32_t hash[_KEY_RING]
+    int64_t slot[_KEY_RING]      # rs_index_slot_pos of the hash: computed once, for the prefetch
     int64_t phy[_KEY_RING]
     int64_t ts[_KEY_RING]
     int head
@@ -779,7 +784,7 @@ ctypedef struct _key_ring:
 
 
 cdef inline void _ring_put_first(_key_ring *r, rs_index_t *ix) noexcept nogil:
-    rs_index_put(ix, r.hash[r.head], r.phy[r.head], r.ts[r.head])
+    rs_index_put_at(ix, r.hash[r.head], r.slot[r.head], r.phy[r.head], r.ts[r.head])
     r.head = (r.head + 1) & (_KEY_RING - 1)
     r.n -= 1
 
@@ -795,6 +800,7 @@ cdef inline void _ring_push(_key_ring *r, rs_index_t *ix, int32_t key_hash, int6
         _ring_put_first(r, ix)
     at = (r.head + r.n) & (_KEY_RING - 1)
     r.hash[at] = key_hash
+    r.slot[at] = slot_pos
     r.phy[at] = phy
     r.ts[at] = ts
     r.n += 1

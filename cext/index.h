@@ -207,19 +207,19 @@ static inline int32_t rs_index_key_hash(const void *data, int width, int64_t len
 
 /* ---- putKey (§5.3, as 4.7.1+ do it) ---- */
 
-/* Store one key. Returns 1, or 0 when the file is full (or, defensively, when the map is too
-   short for the item: the owner checks its length, so that does not happen). */
-static inline int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp)
+/* rs_index_put of a key whose slot position (rs_index_slot_pos of key_hash) the caller has
+   already computed: a caller that prefetches the slot does not divide twice. */
+static inline int rs_index_put_at(rs_index_t *ix, int32_t key_hash, int64_t slot_pos, int64_t phy_offset,
+                                  int64_t store_timestamp)
 {
     uint8_t *h = ix->base;
     int32_t count, slot_value, slot_count;
-    int64_t slot_pos, item_pos, begin_ts, time_diff;
+    int64_t item_pos, begin_ts, time_diff;
     uint8_t *item;
 
     if (ix->len < RS_INDEX_HEADER_SIZE) return 0;
     count = rs_index_count(ix);
     if (count >= ix->index_num) return 0;
-    slot_pos = rs_index_slot_pos(ix, key_hash);
     item_pos = rs_index_item_pos(ix, count);
     if (slot_pos < 0 || item_pos < 0) return 0;
 
@@ -258,6 +258,13 @@ static inline int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_off
     rs_index_put_i64(h + RS_INDEX_POS_END_PHY_OFFSET, phy_offset);
     rs_index_put_i64(h + RS_INDEX_POS_END_TIMESTAMP, store_timestamp);
     return 1;
+}
+
+/* Store one key. Returns 1, or 0 when the file is full (or, defensively, when the map is too
+   short for the item: the owner checks its length, so that does not happen). */
+static inline int rs_index_put(rs_index_t *ix, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp)
+{
+    return rs_index_put_at(ix, key_hash, rs_index_slot_pos(ix, key_hash), phy_offset, store_timestamp);
 }
 
 /* ---- selectPhyOffset (§5.5) ---- */
