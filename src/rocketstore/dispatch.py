@@ -642,9 +642,8 @@ class DispatchThread:
                 self._dispatch_failures.failed(exc)
                 wait = min(2 * wait, max(self._interval, self.MAX_RETRY_WAIT))
                 continue
-            if not dispatched:
-                continue  # another thread is dispatching: neither a success nor a failure
-            self._dispatch_failures.succeeded()
+            if dispatched:  # (a pass left to a thread dispatching: neither success nor failure)
+                self._dispatch_failures.succeeded()
             wait = self._interval
             if self._checkpoint is not None and time.monotonic() >= next_checkpoint:
                 try:
