@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, Optional
 
 import numpy as np
@@ -281,15 +281,16 @@ def live_wait(page: Any, seen: int, timeout_ms: int) -> bool:
     return True
 
 
-def _live_publish(page: Any, wrote: int, slot: int = -1) -> None:
-    """Whole records end at ``wrote``; one of them (if ``slot`` >= 0) of a topic of that slot."""
+def _live_publish(page: Any, wrote: int, slots: Iterable[int] = ()) -> None:
+    """Whole records end at ``wrote``; records of the topics of ``slots`` were put (cext/live.h's
+    ``rs_live_publish_slots``)."""
     seen = struct.unpack_from("<q", page, _LIVE_WROTE)[0]
     if seen == wrote:
         return  # nothing new (a failed put, a close): no byte of the page changes
     always = struct.unpack_from("<I", page, _LIVE_ALWAYS_WAKE)[0]
     if seen < wrote:  # only ever forward (writers of several processes publish in turn)
         struct.pack_into("<q", page, _LIVE_WROTE, wrote)
-    words = [(_LIVE_SLOT0 + 8 * slot, _LIVE_SLOT0 + 8 * slot + 4)] if slot >= 0 else []
+    words = [(_LIVE_SLOT0 + 8 * slot, _LIVE_SLOT0 + 8 * slot + 4) for slot in sorted(slots)]
     for at, waiters_at in [*words, (_LIVE_SEQ, _LIVE_WAITERS)]:
         word = ctypes.c_uint32.from_buffer(page, at)
         word.value = (word.value + 1) & 0xFFFFFFFF
@@ -859,6 +860,7 @@ class CommitLogCore:
         self._fork_gen, self._opener = _FORKS[0], os.getpid()  # see _check_open
         self._flusher = _Flusher(start_offset, flush_interval_ms, flush_least_pages, flush_thorough_ms)
         self._live = None  # the live page, once set_live() gave one
+        self._live_dirty: set[int] = set()  # slots of the topics put since the last _notify
         self._watcher = None
         self._closed = False
         self._refusal = None  # while set (disk full), every put is refused with it
@@ -1035,6 +1037,7 @@ class CommitLogCore:
                     yield
                 finally:
                     self._commit_dirty()  # an owner that stopped sharing: its entries stay
+                    self._notify()
                 return
             self._mutex.lock()
             try:
@@ -1058,8 +1061,18 @@ class CommitLogCore:
                     struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
                     struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
                     struct.pack_into("<I", table, _ap.O_BUSY, 0)
+                    # Readers learn of the records only now, after the table: a writer killed
+                    # before this line leaves them to be written over by the next append.
+                    self._notify()
             finally:
                 self._mutex.unlock()
+
+    def _notify(self):
+        """Publish where whole records end in the live page, and wake the waiters of the topics
+        put since the last call (the compiled twin's ``_notify``)."""
+        dirty, self._live_dirty = self._live_dirty, set()
+        if self._live is not None:
+            _live_publish(self._live, self._flusher.wrote, dirty)
 
     def _commit_dirty(self):
         for t in self._dirty:
@@ -1353,8 +1366,7 @@ class CommitLogCore:
         self._pos += length
         end = self._file_from + self._pos
         self._publish(end)
-        if self._live is not None:
-            _live_publish(self._live, end, t.slot)
+        self._live_dirty.add(t.slot)  # readers are told when the append lock goes (_notify)
         if consumes:
             t.next_offsets[queue_id] += 1
             if t.committed is not None:  # published with the end when the append lock goes
