@@ -9,6 +9,7 @@ import pytest
 from test_writers import SMALL, open_store, queue_messages, run_child, spawn_child
 
 from rocketstore import MessageStore, sharedappend
+from rocketstore.errors import MessageNotFoundError
 
 pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-file-description locks here")
 
@@ -130,6 +131,97 @@ def test_a_writer_that_dies_inside_an_append_is_repaired_by_the_next(tmp_path, i
         got = [m.body.decode() for m in queue_messages(again, "T", 0)]
         assert got == [b for _, _, _, b in sorted(placed, key=lambda p: p[1])]
         assert len(got) == 16 + 20 + 16
+
+
+DIES_AFTER_A_WHOLE_RECORD = """
+    import os, struct, sys, time
+    from rocketstore import _codec_py, sharedappend as ap
+    path = sys.argv[1]
+    fd, mm = ap.open_table(path, create=False)
+    ap.Mutex(mm).lock()
+    end, = struct.unpack_from("<q", mm, ap.O_END)
+    at = ap.find(mm, b"T")
+    struct.pack_into("<I", mm, ap.O_BUSY, os.getpid())
+    # a whole, CRC-valid record written and its queue offset taken; neither end nor offsets published
+    nxt, = struct.unpack_from("<q", mm, at + ap.E_NEXT)
+    struct.pack_into("<q", mm, at + ap.E_NEXT, nxt + 1)
+    now = int(time.time() * 1000)
+    record = _codec_py.encode_record(
+        topic="T", body=b"never acknowledged", queue_offset=nxt, physical_offset=end,
+        born_timestamp=now, store_timestamp=now,
+    )
+    size = struct.unpack_from("<q", mm, ap.O_SEGMENT)[0]
+    assert end % size + len(record) <= size
+    with open(os.path.join(path, "commitlog", "%020d" % (end - end % size)), "r+b") as f:
+        f.seek(end % size)
+        f.write(record)
+    print(nxt, end, flush=True)
+    os._exit(0)  # dies holding the lock: the next append writes over the record
+"""
+
+
+def test_a_whole_record_a_dead_writer_did_not_publish_is_no_message(tmp_path, impl):
+    """A joined writer killed after writing a whole record, before it published the end: the
+    next append takes that place and that queue offset. A reader opened meanwhile reads no further
+    than the published end (its own scan found the record valid), so it never hands the dead
+    writer's record out at the queue offset the next put gets."""
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 6)  # the table
+        nxt, end = map(int, run_child(DIES_AFTER_A_WHOLE_RECORD, path).split())
+        assert (nxt, end) == (owner.max_queue_offset("T", 0), owner.max_offset)
+        with MessageStore(path, implementation=impl.name, read_only=True) as reader:
+            assert reader.max_offset == end
+            assert reader.max_queue_offset("T", 0) == nxt
+            with pytest.raises(MessageNotFoundError):
+                reader.get_by_queue_offset("T", 0, nxt)
+            assert not reader.get_message("g", "T", 0, nxt).messages
+            r = owner.put("T", b"the put that came next")
+            assert (r.queue_offset, r.commitlog_offset) == (nxt, end)
+            assert reader.get_by_queue_offset("T", 0, nxt).body == b"the put that came next"
+            got = reader.get_message("g", "T", 0, 0)
+            assert [m.body for m in got.messages][-1:] == [b"the put that came next"]
+            assert got.next_begin_offset == nxt + 1
+
+
+KILLED_AFTER_ITS_RECORD = """
+    import os, signal, sys
+    from rocketstore import MessageStore
+    from rocketstore._store_py import CommitLogCore
+    s = MessageStore(sys.argv[1], implementation="py")
+    s.put("T", b"appended here")
+    assert s._appender, "the put did not append in this process"
+    def killed(self):  # the record is written; its end and queue offset are not published yet
+        os.kill(os.getpid(), signal.SIGKILL)
+    CommitLogCore._commit_dirty = killed
+    s.put("T", b"never acknowledged")
+"""
+
+
+def test_the_pure_twin_publishes_a_joined_put_to_readers_only_once_the_table_has_it(tmp_path):
+    """The live page tells following readers where records end: a joined writer killed between
+    its record and the table's end must leave the page where the table is (the compiled twin
+    publishes the page after the table, under the lock; the pure twin did it per record, so a
+    reader took the dead writer's record for the message at the queue offset the next put gets)."""
+    path = tmp_path / "s"
+    with MessageStore(path, implementation="py", **SMALL) as owner:
+        owner.create_topic("T", 1)
+        owner.put("T", b"first")
+        with MessageStore(path, implementation="py", read_only=True) as reader:
+            assert reader.max_queue_offset("T", 0) == 1
+            child = spawn_child(KILLED_AFTER_ITS_RECORD, path)
+            child.communicate(timeout=120)
+            assert child.returncode == -9
+            assert reader.max_queue_offset("T", 0) == 2  # "appended here"
+            end = owner.max_offset
+            r = owner.put("T", b"the put that came next")
+            assert (r.queue_offset, r.commitlog_offset) == (2, end)
+            assert [m.body for m in reader.get_message("g", "T", 0, 0).messages] == [
+                b"first",
+                b"appended here",
+                b"the put that came next",
+            ]
 
 
 def test_with_shared_append_off_joined_puts_run_in_the_owner(tmp_path, impl):

@@ -278,10 +278,12 @@ class CommitLog:
         on_ranges: Callable[[list[tuple[str, int, int, int]]], None],
         report: Callable[[int, int], None],
         crashed: bool = False,
+        until: Optional[int] = None,
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
+        it holds. ``until``: the scan ends there at the latest (a read-only open: where the
+        writer's published records end), and what lies past it is not readable. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
         queue_id, lowest, highest queue offset)`` of each queue among the chunk's records that get
         a ConsumeQueue unit (:func:`queue_offset_ranges`); ``report(done, total)`` counts bytes.
 
@@ -304,15 +306,22 @@ class CommitLog:
             if mf.end_offset <= scan_from:
                 mf.wrote_position = mf.file_size  # verified by an earlier recovery
         files = [mf for mf in self.segments.files if mf.end_offset > scan_from]
+        if until is not None:
+            until = max(until, scan_from, durable)
+            for mf in files:
+                if mf.file_from_offset >= until:
+                    mf.wrote_position = 0  # nothing of it is published yet
+            files = [mf for mf in files if mf.file_from_offset < until]
         total = files[-1].end_offset - scan_from if files else 0
         end = scan_from
         for mf in files:
             will_read(mf)
             pos = max(0, scan_from - mf.file_from_offset)
+            hi = mf.file_size if until is None else min(mf.file_size, until - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
             chunks = recover_chunks(codec, mf, torn_from=below if crashed else None)
             for found, stop, reason in checked_chunks(
-                codec, mf.mm, pos, mf.file_size, mf.file_from_offset, below, chunks=chunks
+                codec, mf.mm, pos, hi, mf.file_from_offset, below, chunks=chunks
             ):
                 if found.count:
                     on_ranges(found.queue_ranges(codec, mf.mm, mf.file_from_offset))

@@ -183,6 +183,25 @@ def owner_present(fd: int) -> bool:
     return bool(_FLOCK.unpack(got)[0] != fcntl.F_UNLCK)
 
 
+def owner_sharing(root: str) -> bool:
+    """Whether an owner lets joined writers append to the store at ``root`` now (its table is
+    there and its presence lock held), so that whole records past the published end may be
+    written over (a reader asks; it needs no write access)."""
+    if not supported():
+        return False
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(os.path.join(root, APPEND_NAME), flags)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and owner_present(fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
     """The table's descriptor and writable map (``create``: made when missing), or None when
     there is none to join."""

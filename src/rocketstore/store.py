@@ -1053,6 +1053,7 @@ class MessageStore:
             on_ranges=lambda ranges: self._collect_queue_offsets(ranges, tail),
             report=lambda done, total: self._report("recover", done, total),
             crashed=abnormal,
+            until=self._published_end() if self._files_read_only else None,
         )
         if not self._files_read_only:
             commitlog.truncate_to(end)
@@ -1093,6 +1094,21 @@ class MessageStore:
                 # all its keys are there (IndexService._already_indexed): resume after it.
                 index_start = commitlog.record_end(index_start, end) or index_start
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
+
+    def _published_end(self) -> Optional[int]:
+        """How far a read-only open reads: where the writer's published records end (its live
+        page), while the store's owner lets other processes append to it (joined writers).
+
+        Past that end lie records being written, or whole records a joined writer wrote before
+        it was killed inside its append: the next append writes over those, at their queue
+        offsets (rocketstore.sharedappend), so they are no messages, and a reader that took one
+        for the message at its queue offset would hand out what was never stored there. What
+        comes after is read as the page announces it (:class:`~rocketstore.live.Follower`).
+        None (no bound) without such an owner: nobody writes over the tail then, and the next
+        writer's recovery keeps every whole record the scan finds."""
+        if self._live is None or not sharedappend.owner_sharing(self.path):
+            return None
+        return self._live.state()[0]
 
     def _collect_queue_offsets(
         self, ranges: list[tuple[str, int, int, int]], tail: dict[tuple[str, int], list[int]]
