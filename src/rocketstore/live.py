@@ -259,7 +259,8 @@ class Follower:
         if epoch != self.epoch:
             return False
         # wrote < end: this reader's own scan at open found records the writer had not published
-        # yet (or will never: it was killed before); only an epoch says records were cut
+        # yet (or will never: it was killed before); only an epoch says records were cut. (While
+        # joined writers append, the scan stops at the published end: MessageStore._published_end.)
         deleted = 0
         if changes != self.changes:
             self.changes = changes
