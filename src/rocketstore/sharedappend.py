@@ -189,7 +189,8 @@ def owner_sharing(root: str) -> bool:
     written over (a reader asks; it needs no write access)."""
     if not supported():
         return False
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    # (O_NONBLOCK: a FIFO in the table's place must not hang the reader; it is no table)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(os.path.join(root, APPEND_NAME), flags)
     except OSError:
