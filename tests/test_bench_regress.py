@@ -49,3 +49,30 @@ def test_report_passes_within_tolerance_and_ignores_non_gating_drops(regress):
     now = _runs(regress, {"crc32": [2.7], "durable_16": [0.1]})
     _lines, failures = regress.report(now, {"ratios": base})
     assert failures == []
+
+
+def test_ratios_to_memcpy_gate_only_against_a_baseline_of_the_same_cpu_model(regress):
+    base = {"machine": {"cpu": "Intel Xeon"}, "ratios": regress.derive(_runs(regress, {"crc32": [7.0] * 3}))}
+    now = _runs(regress, {"crc32": [2.7], "lookup": [0.4]})
+    lines, failures = regress.report(now, base, "Intel Xeon")
+    assert [f.split()[0] for f in failures] == ["crc32", "lookup"]
+    lines, failures = regress.report(now, base, "AMD EPYC")
+    assert [f.split()[0] for f in failures] == ["lookup"]  # the dict-loop ratios still gate
+    assert any(line.startswith("| crc32") and "another CPU" in line for line in lines)
+
+
+def test_each_cpu_model_finds_its_own_baseline_file(regress, tmp_path):
+    import json
+
+    def write(name, cpu):
+        (tmp_path / name).write_text(json.dumps({"machine": {"cpu": cpu}, "ratios": {}}))
+
+    assert regress.new_baseline_path("Intel Xeon", str(tmp_path)) == str(tmp_path / "baseline.json")
+    write("baseline.json", "Intel Xeon")
+    assert regress.baseline_for("Intel Xeon", str(tmp_path)) == str(tmp_path / "baseline.json")
+    assert regress.baseline_for("AMD EPYC", str(tmp_path)) == str(tmp_path / "baseline.json")
+    assert regress.new_baseline_path("AMD EPYC", str(tmp_path)) == str(tmp_path / "baseline-amd-epyc.json")
+    write("baseline-amd-epyc.json", "AMD EPYC")
+    assert regress.baseline_for("AMD EPYC", str(tmp_path)) == str(tmp_path / "baseline-amd-epyc.json")
+    assert regress.new_baseline_path("AMD EPYC", str(tmp_path)) == str(tmp_path / "baseline-amd-epyc.json")
+    assert regress.new_baseline_path("Intel Xeon", str(tmp_path)) == str(tmp_path / "baseline.json")
