@@ -185,6 +185,34 @@ def test_a_whole_record_a_dead_writer_did_not_publish_is_no_message(tmp_path, im
             assert got.next_begin_offset == nxt + 1
 
 
+def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point_at(tmp_path, impl):
+    """The owner dispatches its own records as it appends them, so units on disk can point past
+    the end its live page says yet (a batch whose append lock is still held). A reader opened
+    then reads as far as those units (those records are the owner's, never written over): else
+    it would find the units pointing past its end, rebuild the queue and skip the positions."""
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        run_child(JOINED.replace("range(n)", "range(0, n, 3)"), path, impl.name, 6)  # the table
+        published = owner.max_offset
+        first = owner.max_queue_offset("T", 0)
+        for i in range(3):
+            owner.put("T", b"dispatched before the page said so %d" % i)
+        owner.get_message("g", "T", 0, first)  # the owner's units on disk
+        owner._save_checkpoint()  # and vouched for: a reader keeps them
+        page = path / "rocketstore-live"
+        with open(page, "r+b") as f:  # the page as it was before the puts were published
+            f.seek(16)
+            f.write(struct.pack("<q", published))
+        with MessageStore(path, implementation=impl.name, read_only=True) as reader:
+            got = reader.get_message("g", "T", 0, first)
+            assert [m.body for m in got.messages] == [
+                b"dispatched before the page said so %d" % i for i in range(3)
+            ]
+            assert reader.get_by_queue_offset("T", 0, first + 2).queue_offset == first + 2
+            assert reader.verify()["ok"]
+
+
 KILLED_AFTER_ITS_RECORD = """
     import os, signal, sys
     from rocketstore import MessageStore

@@ -1105,7 +1105,12 @@ class MessageStore:
         for the message at its queue offset would hand out what was never stored there. What
         comes after is read as the page announces it (:class:`~rocketstore.live.Follower`).
         None (no bound) without such an owner: nobody writes over the tail then, and the next
-        writer's recovery keeps every whole record the scan finds."""
+        writer's recovery keeps every whole record the scan finds.
+
+        The owner dispatches its records as it appends them, before it publishes their end (a
+        batch holds the append lock), so units on disk may point past this bound; the ones a
+        reader keeps point below the checkpoint's offset, and the scan goes at least that far
+        (CommitLog.recover)."""
         if self._live is None or not sharedappend.owner_sharing(self.path):
             return None
         return self._live.state()[0]
