@@ -26,6 +26,10 @@ SMALL = dict(commitlog_file_size=64 * 1024, consume_queue_units=64, index_slots=
 def env():
     found = dict(os.environ)
     found["PYTHONPATH"] = SRC + os.pathsep + found.get("PYTHONPATH", "")
+    # Children start as fast as from an installed package (its .pyc compiled): a machine that sets
+    # PYTHONDONTWRITEBYTECODE would otherwise compile every module at each start, and the kill
+    # tests' kills would seldom land inside an append (they missed a bug CI found that way).
+    found.pop("PYTHONDONTWRITEBYTECODE", None)
     return found
 
 
