@@ -282,10 +282,13 @@ class CommitLog:
     ) -> int:
         """Scan with CRC checks from ``scan_from`` to the first invalid record; the end of the
         valid data (also kept as :attr:`end`). Each segment's ``wrote_position`` is set to what
-        it holds. ``until``: the scan ends there at the latest (a read-only open: where the
-        writer's published records end), and what lies past it is not readable. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
+        it holds. ``on_ranges(ranges)`` sees, for every chunk of valid records, ``(topic,
         queue_id, lowest, highest queue offset)`` of each queue among the chunk's records that get
         a ConsumeQueue unit (:func:`queue_offset_ranges`); ``report(done, total)`` counts bytes.
+
+        ``until`` (a read-only open: where the writer's published records end): the scan ends
+        there at the latest, though never before ``scan_from`` or ``durable``, and what lies
+        past it is not readable until the reader follows the writer there.
 
         Below ``durable`` (what the checkpoint vouches for as flushed) an invalid record is
         damage (bit rot, a careless edit), not a crash's torn tail: cutting there would throw
