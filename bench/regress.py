@@ -56,7 +56,8 @@ naming the ratio) when one drops below ``baseline × (1 − tolerance)``. Every 
 own tolerance, derived from the spread of the runs that made the baseline
 (``--update-baseline`` with ``--runs N``): ``max(0.30, 2.5 × the worst drop below the median seen
 in N runs)``. How fast a CPU copies memory beside how fast it computes differs by model, so on a
-CPU no baseline was made on, the ratios to memcpy (``MEMCPY_RATIOS``) are printed but do not gate. A ratio whose spread is too wide to catch a halving (tolerance 0.5 or more) is
+CPU no baseline was made on, the ratios to memcpy (``MEMCPY_RATIOS``) are printed but do not
+gate. A ratio whose spread is too wide to catch a halving (tolerance 0.5 or more) is
 measured and printed but does not gate; the ``HALF_FLOOR`` ratios above are the exception (tolerance
 0.5, always gating) and ``REPORT_ONLY`` never gates. Exit 2: the compiled build is not what would
 be measured.
@@ -647,17 +648,25 @@ def cpu_slug(cpu: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "unknown"
 
 
+def _made_on(path: str) -> str | None:
+    """The CPU model the baseline at ``path`` was made on (None: no such file, or it says none)."""
+    try:
+        with open(path) as f:
+            cpu: str | None = json.load(f).get("machine", {}).get("cpu")
+    except (OSError, ValueError):
+        return None
+    return cpu
+
+
 def baseline_for(cpu: str, directory: str = BENCH_DIR) -> str:
     """The baseline file for a machine with this CPU model: the ``baseline*.json`` of
     ``directory`` made on it, else ``baseline.json`` (whose ratios to memcpy then do not gate)."""
-    names = sorted(n for n in os.listdir(directory) if n.startswith("baseline") and n.endswith(".json"))
-    for name in names:
-        try:
-            with open(os.path.join(directory, name)) as f:
-                made_on = json.load(f).get("machine", {}).get("cpu")
-        except (OSError, ValueError):
-            continue
-        if made_on == cpu:
+    for name in sorted(os.listdir(directory)):
+        if (
+            name.startswith("baseline")
+            and name.endswith(".json")
+            and _made_on(os.path.join(directory, name)) == cpu
+        ):
             return os.path.join(directory, name)
     return os.path.join(directory, "baseline.json")
 
@@ -666,12 +675,21 @@ def new_baseline_path(cpu: str, directory: str = BENCH_DIR) -> str:
     """Where ``--update-baseline`` writes for this CPU model: the file made on it, else
     ``baseline.json`` while there is none, else ``baseline-<cpu slug>.json``."""
     found = baseline_for(cpu, directory)
-    if os.path.basename(found) != "baseline.json" or not os.path.exists(found):
+    if not os.path.exists(found) or _made_on(found) == cpu:
         return found
-    with open(found) as f:
-        if json.load(f).get("machine", {}).get("cpu") == cpu:
-            return found
     return os.path.join(directory, f"baseline-{cpu_slug(cpu)}.json")
+
+
+def _other_cpu(baseline: dict | None, cpu: str | None) -> bool:
+    """Whether ``baseline`` was made on a CPU model other than ``cpu`` (unknown: not other)."""
+    made_on = (baseline or {}).get("machine", {}).get("cpu")
+    return cpu is not None and made_on is not None and made_on != cpu
+
+
+def _gates(name: str, entry: dict, other_cpu: bool) -> bool:
+    """Whether ratio ``name`` (baseline ``entry``) gates: as its baseline says, but never a ratio to
+    memcpy against a baseline of another CPU model."""
+    return bool(entry.get("gate", True)) and not (other_cpu and name in MEMCPY_RATIOS)
 
 
 def report(runs: list[dict], baseline: dict | None, cpu: str | None = None) -> tuple[list[str], list[str]]:
@@ -686,7 +704,7 @@ def report(runs: list[dict], baseline: dict | None, cpu: str | None = None) -> t
     failures = []
     base = (baseline or {}).get("ratios", {})
     made_on = (baseline or {}).get("machine", {}).get("cpu")
-    other_cpu = cpu is not None and made_on is not None and made_on != cpu
+    other_cpu = _other_cpu(baseline, cpu)
     for name, what in RATIOS.items():
         values = [r["ratios"][name] for r in runs]
         now = statistics.median(values)
@@ -696,9 +714,8 @@ def report(runs: list[dict], baseline: dict | None, cpu: str | None = None) -> t
             lines.append(f"| {name}: {what} | {now:.4g}{spread} | — | — | — | no baseline |")
             continue
         floor = b["value"] * (1 - b["tolerance"])
-        gate = b.get("gate", True)
+        gate = _gates(name, b, other_cpu)
         if other_cpu and name in MEMCPY_RATIOS:
-            gate = False
             verdict = f"{now / b['value']:.2f} × a baseline made on {made_on}: not gating (another CPU)"
         elif now >= floor:
             faster = now > b["value"] * (1 + b["tolerance"]) and gate
@@ -846,12 +863,8 @@ def main(argv=None) -> int:
         return 0
     if failures:
         print("\nREGRESSION: " + "\nREGRESSION: ".join(failures))
-    other_cpu = baseline.get("machine", {}).get("cpu") not in (None, facts["cpu"])
-    gated = [
-        n
-        for n in RATIOS
-        if baseline["ratios"].get(n, {}).get("gate", False) and not (other_cpu and n in MEMCPY_RATIOS)
-    ]
+    other_cpu = _other_cpu(baseline, facts["cpu"])
+    gated = [n for n in RATIOS if n in baseline["ratios"] and _gates(n, baseline["ratios"][n], other_cpu)]
     # the plain closing line CI systems read: gating ratios checked, the others skipped
     print(
         f"\nregress: {len(gated) - len(failures)} passed, {len(failures)} failed, "
