@@ -363,3 +363,50 @@ def test_the_owner_puts_on_after_it_stopped_sharing(tmp_path, impl):
         owner.create_topic("T", 3)  # a count change goes to the table entry too
         assert owner.put("T", b"three", queue_id=2).queue_offset == 0
         assert [m.body for m in queue_messages(owner, "T", 0)][-2:] == [b"shared", b"alone"]
+
+
+A_MEMBER_THAT_STAYS = """
+    import sys
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    s.put("T", b"joined")
+    assert s._appender, "the put did not append in this process"
+    print("joined", flush=True)
+    sys.stdin.readline()  # stays joined until told
+    s.close()
+"""
+
+
+def _drop_presence(fd):
+    """What the kernel does when the owner dies: its presence lock goes."""
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, sharedappend._FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 1, 1, 0))
+
+
+def test_a_reader_stops_at_the_published_end_while_a_joined_writer_outlives_the_owner(tmp_path, impl):
+    """A joined writer appends on for up to OWNER_LOOK_MS after the owner died: a writer killed
+    then, after a whole record, leaves it to be written over by the next append as ever. So a
+    reader opened meanwhile stops at the published end while any joined writer holds on to the
+    table, not only while the owner does."""
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        member = spawn_child(A_MEMBER_THAT_STAYS, path, impl.name, stdin=True)
+        try:
+            assert member.stdout.readline() == "joined\n"
+            _drop_presence(owner._append_table[0])
+            assert sharedappend.appenders_present(str(path))  # the member still holds on
+            nxt, end = map(int, run_child(DIES_AFTER_A_WHOLE_RECORD, path).split())
+            assert (nxt, end) == (owner.max_queue_offset("T", 0), owner.max_offset)
+            assert nxt == 1  # the member's put
+            with MessageStore(path, implementation=impl.name, read_only=True) as reader:
+                assert (reader.max_offset, reader.max_queue_offset("T", 0)) == (end, nxt)
+                with pytest.raises(MessageNotFoundError):
+                    reader.get_by_queue_offset("T", 0, nxt)
+        finally:
+            member.communicate("go\n", timeout=120)
+        assert member.returncode == 0
+        assert not sharedappend.appenders_present(str(path))  # the owner's presence went above
+        r = owner.put("T", b"the put that came next")
+        assert (r.queue_offset, r.commitlog_offset) == (nxt, end)

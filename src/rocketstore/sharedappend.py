@@ -18,7 +18,11 @@ under one cross-process lock. What the processes share lives in ``<store>/rocket
   wrote. So no queue offset is given twice and none is skipped;
 * ``epoch``: the owner's generation. An opening owner sets it to 0 before it recovers the
   store (a joined writer then appends nothing and sends its puts to the owner, which tells it
-  when the owner is gone), and to its own once it shares. A clean close sets it to 0 again.
+  when the owner is gone), and to its own once it shares. A clean close sets it to 0 again;
+* open-file-description read locks on the file's bytes 1 (the owner's presence, held while it
+  shares) and 2 (a joined writer's membership, held while it may append). The kernel drops
+  them when their holder dies: joined writers stop appending once byte 1 is free, and a reader
+  stops at the published end while either byte is held (``appenders_present``).
 
 Layout (little-endian; ``cext/append.h`` is the compiled side)::
 
@@ -69,6 +73,7 @@ __all__ = [
     "StaleTable",
     "NotShareable",
     "JoinedAppender",
+    "appenders_present",
 ]
 
 APPEND_NAME = "rocketstore-append"
@@ -168,24 +173,44 @@ class Mutex:
 OWNER_LOOK_MS = 20
 
 
-def hold_presence(fd: int) -> None:
-    """The owner's presence lock (a read lock on byte 1), held for as long as it shares: the
-    kernel drops it when the owner dies, and joined writers then stop appending."""
+#: The table's lock bytes: the owner's presence (byte 1), a joined writer's membership (byte 2).
+PRESENCE_BYTE, MEMBER_BYTE = 1, 2
+
+
+def _hold(fd: int, byte: int) -> None:
     import fcntl
 
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 1, 1, 0))
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, byte, 1, 0))
 
 
-def owner_present(fd: int) -> bool:
+def _read_locked(fd: int, start: int, length: int) -> bool:
+    """Whether any open file description holds a read lock on a byte of [start, start+length)."""
     import fcntl
 
-    got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 1, 1, 0))
+    got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0))
     return bool(_FLOCK.unpack(got)[0] != fcntl.F_UNLCK)
 
 
-def owner_sharing(root: str) -> bool:
-    """Whether an owner lets joined writers append to the store at ``root`` now (its table is
-    there and its presence lock held), so that whole records past the published end may be
+def hold_presence(fd: int) -> None:
+    """The owner's presence lock (a read lock on byte 1), held for as long as it shares: the
+    kernel drops it when the owner dies, and joined writers then stop appending."""
+    _hold(fd, PRESENCE_BYTE)
+
+
+def hold_membership(fd: int) -> None:
+    """A joined writer's membership lock (a read lock on byte 2), held for as long as it may
+    append: the kernel drops it when the writer dies or closes the table."""
+    _hold(fd, MEMBER_BYTE)
+
+
+def owner_present(fd: int) -> bool:
+    return _read_locked(fd, PRESENCE_BYTE, 1)
+
+
+def appenders_present(root: str) -> bool:
+    """Whether a process may append to the store at ``root`` through its table now: the owner
+    (its presence lock) or a joined writer (its membership lock), which appends on for up to
+    OWNER_LOOK_MS after the owner died. Whole records past the published end may then be
     written over (a reader asks; it needs no write access)."""
     if not supported():
         return False
@@ -196,7 +221,7 @@ def owner_sharing(root: str) -> bool:
     except OSError:
         return False
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and owner_present(fd)
+        return stat.S_ISREG(os.fstat(fd).st_mode) and _read_locked(fd, PRESENCE_BYTE, 2)
     except OSError:
         return False
     finally:
@@ -329,6 +354,12 @@ class JoinedAppender:
         if table is None:
             raise StaleTable("the store has no shared append table")
         self._fd, self._table = table
+        try:
+            hold_membership(self._fd)  # readers stop at the published end while it is held
+        except BaseException:
+            close_map(self._table)
+            os.close(self._fd)
+            raise
         self._words = memoryview(self._table)[:64].cast("I")  # the header's u32 words
         self._directory = os.path.join(root, "commitlog")
         self._size = config.commitlog_file_size

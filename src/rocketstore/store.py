@@ -1096,22 +1096,23 @@ class MessageStore:
         return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
 
     def _published_end(self) -> Optional[int]:
-        """How far a read-only open reads: where the writer's published records end (its live
-        page), while the store's owner lets other processes append to it (joined writers).
+        """How far a read-only open reads: where the writers' published records end (the live
+        page), while a process may append to the store through its shared table: the owner, or
+        a joined writer (which appends on for up to OWNER_LOOK_MS after the owner died).
 
         Past that end lie records being written, or whole records a joined writer wrote before
         it was killed inside its append: the next append writes over those, at their queue
         offsets (rocketstore.sharedappend), so they are no messages, and a reader that took one
         for the message at its queue offset would hand out what was never stored there. What
         comes after is read as the page announces it (:class:`~rocketstore.live.Follower`).
-        None (no bound) without such an owner: nobody writes over the tail then, and the next
-        writer's recovery keeps every whole record the scan finds.
+        None (no bound) when no such process is left: nobody writes over the tail then, and the
+        next writer's recovery keeps every whole record the scan finds.
 
         The owner dispatches its records as it appends them, before it publishes their end (a
         batch holds the append lock), so units on disk may point past this bound; the ones a
         reader keeps point below the checkpoint's offset, and the scan goes at least that far
         (CommitLog.recover)."""
-        if self._live is None or not sharedappend.owner_sharing(self.path):
+        if self._live is None or not sharedappend.appenders_present(self.path):
             return None
         return self._live.state()[0]
 
