@@ -21,6 +21,7 @@ Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python 
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_CheckExact, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
@@ -562,16 +563,69 @@ cdef Py_ssize_t _keyed_write(object tags, object keys, uint8_t *out):
     return at - out
 
 
-def keyed_properties(tags, keys):
-    """TAGS and KEYS encoded as ``put_properties(tags, keys, None)`` encodes them (``b""`` for
-    neither), or None when either is not the plain shape (an exact, non-empty str without 0x01
-    or 0x02 that UTF-8 can encode; keys also a non-empty list or tuple of such) or the result
-    exceeds 32767 bytes: the general path then encodes or refuses them."""
-    cdef Py_ssize_t n = _keyed_length(tags, keys)
+#: Property names a put gives a meaning: a delay or a timer, ``WAIT``, the caller's own
+#: ``UNIQ_KEY``, and ``TAGS`` and ``KEYS`` (which ``tags=`` and ``keys=`` replace where they stand).
+#: A properties dict holding one takes the general path (rocketstore.store's ``_put``).
+SPECIAL_PROPERTIES = frozenset(("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                                "WAIT", "UNIQ_KEY", "TAGS", "KEYS"))
+cdef frozenset _SPECIAL_PROPERTIES = SPECIAL_PROPERTIES
+
+
+cdef Py_ssize_t _props_length(object tags, object keys, object properties):
+    """The length of ``properties``, then TAGS and KEYS, encoded as put_properties encodes them:
+    ``properties`` None, or an exact dict whose names and values are plain text (as
+    :func:`_plain_text`) and whose names are not SPECIAL_PROPERTIES; tags and keys as
+    :func:`_keyed_length`. -1 for any other shape or over 32767 bytes (the general path then
+    encodes or refuses them). Runs no Python code: the dict cannot change under it."""
+    cdef Py_ssize_t total = _keyed_length(tags, keys), n, pos = 0
+    cdef PyObject *name
+    cdef PyObject *value
+    cdef const char *p
+    if total < 0 or properties is None:
+        return total
+    if not PyDict_CheckExact(properties):
+        return -1
+    while PyDict_Next(properties, &pos, &name, &value):
+        n = _plain_text(<object>name, &p)     # an exact str first: hashing it runs no Python code
+        if n < 0 or PySet_Contains(_SPECIAL_PROPERTIES, <object>name):
+            return -1
+        total += n + 2
+        n = _plain_text(<object>value, &p)
+        if n < 0:
+            return -1
+        total += n
+    return total if total <= RS_MAX_PROPERTIES_LENGTH else -1
+
+
+cdef Py_ssize_t _props_write(object tags, object keys, object properties, uint8_t *out):
+    """Encode what _props_length measured (and accepted) into ``out``, in put_properties' order:
+    the dict's items, then TAGS, then KEYS. Returns its length."""
+    cdef uint8_t *at = out
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *name
+    cdef PyObject *value
+    if properties is not None:
+        while PyDict_Next(properties, &pos, &name, &value):
+            at = _put_text(at, <object>name)
+            at[0] = 1
+            at = _put_text(at + 1, <object>value)
+            at[0] = 2
+            at += 1
+    return (at - out) + _keyed_write(tags, keys, at)
+
+
+def keyed_properties(tags, keys, properties=None):
+    """A plain ``properties`` dict's items, then TAGS and KEYS, encoded as
+    ``put_properties(tags, keys, properties)`` encodes them (``b""`` for none), or None when one
+    is not the plain shape (an exact, non-empty str without 0x01 or 0x02 that UTF-8 can encode;
+    keys also a non-empty list or tuple of such; properties an exact dict of such, no name in
+    SPECIAL_PROPERTIES) or the result exceeds 32767 bytes: the general path then encodes or
+    refuses them."""
+    cdef Py_ssize_t n = _props_length(tags, keys, properties)
     if n < 0:
         return None
     out = PyBytes_FromStringAndSize(NULL, n)
-    _keyed_write(tags, keys, <uint8_t *>PyBytes_AS_STRING(out))
+    _props_write(tags, keys, properties, <uint8_t *>PyBytes_AS_STRING(out))
     return out
 
 
@@ -1948,11 +2002,12 @@ cdef class CommitLogCore:
                 PyBuffer_Release(&pview)
 
     def put_keyed(self, topic not None, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
-                  int wait=-1):
-        """:meth:`put` of a message whose properties are ``tags`` and ``keys`` alone, encoded
-        here (see :func:`keyed_properties`); None, having done nothing, when they are not the
-        plain shape (the caller then encodes them, or raises, on the general path)."""
-        return _put_keyed(self, topic, body, tags, keys, queue_id, flag, wait)
+                  int wait=-1, properties=None):
+        """:meth:`put` of a message whose properties are ``tags``, ``keys`` and a plain
+        ``properties`` dict, encoded here (see :func:`keyed_properties`); None, having done
+        nothing, when they are not the plain shape (the caller then encodes them, or raises, on
+        the general path)."""
+        return _put_keyed(self, topic, body, tags, keys, properties, queue_id, flag, wait)
 
     cdef object _put_one(self, topic, body, const uint8_t *pp, Py_ssize_t plen, int queue_id,
                          int32_t flag, int64_t born_timestamp, int32_t sys_flag, int32_t reconsume_times,
@@ -2242,11 +2297,11 @@ cdef class CommitLogCore:
     def put_plain_messages(self, list messages not None, user_topics not None, int wait=-1):
         """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects, read and
         encoded here in one pass: each an exact Message of a topic in ``user_topics`` (already
-        checked), a bytes body, no properties (tags and keys as :func:`keyed_properties` takes
-        them), sys_flag and reconsume_times 0, queue id, flag and born timestamp exact ints in
-        range. None, having written nothing, when the batch is empty or any message is not
-        plain, or a record would not fit: the caller then takes the general path (which stores
-        the batch or raises the error)."""
+        checked), a bytes body, tags, keys and properties of the plain shape (as
+        :meth:`put_keyed` takes them: no special property name), sys_flag and reconsume_times
+        0, queue id, flag and born timestamp exact ints in range. None, having written nothing,
+        when the batch is empty or any message is not plain, or a record would not fit: the
+        caller then takes the general path (which stores the batch or raises the error)."""
         cdef Py_ssize_t n = len(messages), i, at = 0, cap = 0, plen
         cdef _PlainRow *rows = NULL
         cdef uint8_t *props = NULL
@@ -2293,8 +2348,9 @@ cdef class CommitLogCore:
                     return None
                 row.body_len = <int32_t>PyBytes_GET_SIZE(<object>v)
                 v = rs_slot(m, _M_PROPERTIES)
-                if v == NULL or <object>v is not None:
+                if v == NULL:
                     return None
+                props_of = <object>v
                 v = rs_slot(m, _M_QUEUE_ID)
                 if v == NULL or not _int_in(<object>v, -1, INT32_MAX, &x):
                     return None
@@ -2320,7 +2376,7 @@ cdef class CommitLogCore:
                 if v == NULL:
                     return None
                 keys = <object>v
-                plen = _keyed_length(tags, keys)
+                plen = _props_length(tags, keys, props_of)
                 if plen < 0:
                     return None
                 if at + plen > cap:
@@ -2330,7 +2386,7 @@ cdef class CommitLogCore:
                         raise MemoryError()
                     props = grown
                 row.props_at = at
-                row.props_len = <int32_t>_keyed_write(tags, keys, props + at)
+                row.props_len = <int32_t>_props_write(tags, keys, props_of, props + at)
                 at += plen
             # 2. their topics, queues and record lengths, in put_many's order and with its errors
             rec_lens_arr = np.empty(n, dtype=np.int64)
@@ -2533,12 +2589,13 @@ if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_init and _MESSAGE_TY
     rs_message_untrack_atomic(_MESSAGE_TYPE)
 
 
-cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, int queue_id, int32_t flag, int wait):
-    """``core.put_keyed(...)``: None, having done nothing, when tags and keys are not the plain
-    shape; else the put's result (see CommitLogCore.put_keyed)."""
+cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, properties, int queue_id, int32_t flag,
+                       int wait):
+    """``core.put_keyed(...)``: None, having done nothing, when tags, keys and properties are not
+    the plain shape; else the put's result (see CommitLogCore.put_keyed)."""
     cdef uint8_t small[KEYED_SMALL]
     cdef uint8_t *props = small
-    cdef Py_ssize_t plen = _keyed_length(tags, keys)
+    cdef Py_ssize_t plen = _props_length(tags, keys, properties)
     if plen < 0:
         return None
     if plen > KEYED_SMALL:
@@ -2547,7 +2604,7 @@ cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, int queue_id
             raise MemoryError()
     try:
         # encoded before anything can release the GIL: another thread cannot change them
-        _keyed_write(tags, keys, props)
+        _props_write(tags, keys, properties, props)
         return core._put_one(topic, body, props, plen, queue_id, flag, 0, 0, 0, 0, None, wait)
     finally:
         if props != small:
@@ -2557,7 +2614,8 @@ cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, int queue_id
 cdef class PutFront:
     """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
     store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
-    keys=...)`` of a topic already checked, go straight into the core in this one call; every
+    keys=..., properties={...})`` of a topic already checked, go straight into the core in this
+    one call; every
     other call (another shape, bad input, a closed core) is ``general(store, ...)``, which is
     :meth:`rocketstore.MessageStore.put` itself. Nothing else differs: the same core calls
     with the same arguments as that method's own fast paths."""
@@ -2579,7 +2637,8 @@ cdef class PutFront:
         cdef int64_t qid = 0, flg = 0
         cdef int wait
         cdef CommitLogCore core = self._core
-        if (PyUnicode_CheckExact(topic) and body is not None and properties is None
+        if (PyUnicode_CheckExact(topic) and body is not None
+                and (properties is None or PyDict_CheckExact(properties))
                 and delay_level is None and deliver_at_ms is None and delay_ms is None
                 and not core._closed and PySet_Contains(self._user_topics, topic)
                 and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
@@ -2592,9 +2651,9 @@ cdef class PutFront:
             else:
                 wait = -2                # any other object: the general path reads its truth
             if wait != -2:
-                if tags is None and keys is None:
+                if tags is None and keys is None and properties is None:
                     return core._put_one(topic, body, NULL, 0, <int>qid, <int32_t>flg, 0, 0, 0, 0, None, wait)
-                done = _put_keyed(core, topic, body, tags, keys, <int>qid, <int32_t>flg, wait)
+                done = _put_keyed(core, topic, body, tags, keys, properties, <int>qid, <int32_t>flg, wait)
                 if done is not None:
                     return done
         store = self._store_ref()

@@ -1,7 +1,10 @@
-"""Keyed puts without Python per message: ``put(topic, body, tags=, keys=)`` and ``put_messages``
-of plain :class:`Message` objects encode TAGS and KEYS in the core (``put_keyed``,
-``put_plain_messages``). They store the records the general path stores, byte for byte, and hand
-every other shape to it, so bad input raises the same typed error and writes nothing."""
+"""Keyed puts without Python per message: ``put(topic, body, tags=, keys=, properties=)`` and
+``put_messages`` of plain :class:`Message` objects encode a properties dict, TAGS and KEYS in the
+core (``put_keyed``, ``put_plain_messages``). They store the records the general path stores,
+byte for byte, and hand every other shape to it, so bad input raises the same typed error and
+writes nothing."""
+
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -10,8 +13,11 @@ from hypothesis import strategies as st
 
 from rocketstore import Message, MessageStore, _impl
 from rocketstore.errors import InvalidMessageError, InvalidQueueIdError, PropertiesTooLargeError
+from rocketstore.store import _SCHEDULING
 
 TOPIC = "KeyedTopic"
+#: A mapping that is not a dict: the general path encodes it (in Python), the reference here.
+GENERAL = MappingProxyType({})
 
 
 @pytest.fixture
@@ -44,8 +50,7 @@ PLAIN_SHAPES = [
 @pytest.mark.parametrize("shape", PLAIN_SHAPES, ids=lambda d: ",".join(sorted(d)))
 def test_keyed_put_stores_what_the_general_path_stores(store, shape):
     fast = store.put(TOPIC, b"body", queue_id=1, flag=7, **shape)
-    # properties={} takes the general path (the properties mapping encoded in Python)
-    general = store.put(TOPIC, b"body", queue_id=1, flag=7, properties={}, **shape)
+    general = store.put(TOPIC, b"body", queue_id=1, flag=7, properties=GENERAL, **shape)
     assert stored(store, fast) == stored(store, general)
     assert fast.queue_offset + 1 == general.queue_offset
     assert store.read(fast.commitlog_offset).unique_key == fast.unique_key
@@ -55,9 +60,9 @@ def test_keyed_put_stores_what_the_general_path_stores(store, shape):
 def test_keyed_batch_stores_what_the_general_path_stores(store, shape):
     bodies = [b"a", b"bb", b"ccc"]
     fast = store.put_messages([Message(TOPIC, b, **shape) for b in bodies])
-    # one message with properties sends the whole batch down the general path
+    # one message whose properties are not a dict sends the whole batch down the general path
     general = store.put_messages(
-        [Message(TOPIC, b, **shape) for b in bodies] + [Message(TOPIC, b"x", properties={"p": "v"})]
+        [Message(TOPIC, b, **shape) for b in bodies] + [Message(TOPIC, b"x", properties=GENERAL)]
     )
     assert [stored(store, r) for r in fast] == [stored(store, r) for r in general[:3]]
     for r in fast:
@@ -101,7 +106,7 @@ def test_bad_keys_raise_the_general_path_s_error_and_write_nothing(store, shape,
     with pytest.raises(error) as one:
         store.put(TOPIC, b"body", **shape)
     with pytest.raises(error) as general:
-        store.put(TOPIC, b"body", properties={}, **shape)
+        store.put(TOPIC, b"body", properties=GENERAL, **shape)
     assert str(one.value) == str(general.value)
     with pytest.raises(error) as batch:
         store.put_messages([Message(TOPIC, b"fine", keys="k"), Message(TOPIC, b"body", **shape)])
@@ -126,7 +131,8 @@ def test_a_message_with_an_unset_field_is_refused_as_before(store):
 
 
 NOT_PLAIN = [
-    Message(TOPIC, b"x", properties={"a": "b"}),
+    Message(TOPIC, b"x", properties=MappingProxyType({"a": "b"})),
+    Message(TOPIC, b"x", properties={"WAIT": "false"}),
     Message(TOPIC, bytearray(b"x")),
     Message(TOPIC, b"x", sys_flag=0x4),
     Message(TOPIC, b"x", reconsume_times=1),
@@ -179,6 +185,107 @@ def test_twins_encode_keyed_properties_alike_and_as_put_properties(tags, keys):
         assert _impl.COMPILED.store.keyed_properties(tags, keys) == pure
     if pure is not None:
         assert _impl.PURE.codec.put_properties(tags, keys, None) == (pure, None, -1)
+
+
+_names = _text | st.sampled_from(sorted(_impl.PURE.store.SPECIAL_PROPERTIES)) | st.integers()
+_properties = st.none() | st.dictionaries(_names, _text | st.integers(), max_size=4) | st.just(GENERAL)
+
+
+@settings(max_examples=500, deadline=None)
+@given(tags=st.none() | _text, keys=_keys, properties=_properties)
+def test_twins_encode_a_properties_dict_alike_and_as_put_properties(tags, keys, properties):
+    pure = _impl.PURE.store.keyed_properties(tags, keys, properties)
+    if _impl.COMPILED is not None:
+        assert _impl.COMPILED.store.keyed_properties(tags, keys, properties) == pure
+    if pure is not None:
+        assert type(properties) is not MappingProxyType
+        assert not _impl.PURE.store.SPECIAL_PROPERTIES.intersection(properties or ())
+        assert _impl.PURE.codec.put_properties(tags, keys, properties) == (pure, None, -1)
+
+
+def test_the_special_property_names_are_the_ones_the_general_path_acts_on():
+    special = {"WAIT", "UNIQ_KEY", "TAGS", "KEYS", *_SCHEDULING}
+    assert special == _impl.PURE.store.SPECIAL_PROPERTIES
+    if _impl.COMPILED is not None:
+        assert special == _impl.COMPILED.store.SPECIAL_PROPERTIES
+
+
+PROPERTY_SHAPES = [
+    dict(properties={"region": "eu"}),
+    dict(properties={"region": "eu", "tenant": "t-1"}, keys="order-1"),
+    dict(properties={"é": "ü", "z": "a"}, tags="TagA", keys=["k1", "k2"]),
+    dict(properties={}, tags="TagA"),
+    dict(properties={}),
+    dict(properties={"p" * 300: "v" * 3000}, keys="k"),  # longer than the compiled twin's stack buffer
+]
+
+
+@pytest.mark.parametrize("shape", PROPERTY_SHAPES, ids=repr)
+def test_a_put_with_a_properties_dict_stores_what_the_general_path_stores(store, shape):
+    core = store._core
+    plain = core.put_keyed(TOPIC, b"body", shape.get("tags"), shape.get("keys"), 1, 7, 0, shape["properties"])
+    assert plain is not None  # the core took it: no Python per message
+    fast = store.put(TOPIC, b"body", queue_id=1, flag=7, **shape)
+    general = store.put(
+        TOPIC, b"body", queue_id=1, flag=7, **{**shape, "properties": MappingProxyType(shape["properties"])}
+    )
+    assert stored(store, plain) == stored(store, fast) == stored(store, general)
+    got = store.read(fast.commitlog_offset)
+    assert {k: got.properties[k] for k in shape["properties"]} == shape["properties"]
+    assert got.unique_key == fast.unique_key
+    batch = store.put_messages([Message(TOPIC, b"body", queue_id=1, flag=7, **shape) for _ in range(3)])
+    assert core.put_plain_messages([Message(TOPIC, b"body", **shape)], {TOPIC}, 0) is not None
+    assert [stored(store, r) for r in batch] == [stored(store, general)] * 3
+
+
+def test_special_properties_keep_their_meaning(store):
+    core = store._core
+    before = core.wrote_offset
+    for name in _impl.PURE.store.SPECIAL_PROPERTIES:
+        assert core.put_keyed(TOPIC, b"x", None, None, -1, 0, 0, {"a": "b", name: "1"}) is None
+        assert core.put_plain_messages([Message(TOPIC, b"x", properties={name: "1"})], {TOPIC}, 0) is None
+    assert core.wrote_offset == before
+    r = store.put(TOPIC, b"own", properties={"UNIQ_KEY": "my-own-unique-key"})
+    assert r.unique_key == store.read(r.commitlog_offset).unique_key == "my-own-unique-key"
+    r = store.put(TOPIC, b"tags", tags="given", properties={"a": "1", "TAGS": "replaced", "b": "2"})
+    assert list(store.read(r.commitlog_offset).properties)[:3] == ["a", "TAGS", "b"]
+    assert store.read(r.commitlog_offset).tags == "given"
+    r = store.put(TOPIC, b"later", properties={"DELAY": "1"})
+    assert store.read(r.commitlog_offset).topic == "SCHEDULE_TOPIC_XXXX"
+    [r] = store.put_messages([Message(TOPIC, b"later", properties={"DELAY": "1"})])
+    assert store.read(r.commitlog_offset).topic == "SCHEDULE_TOPIC_XXXX"
+
+
+BAD_PROPERTIES = [
+    ({"a": ""}, InvalidMessageError),
+    ({"a": 1}, InvalidMessageError),
+    ({1: "a"}, InvalidMessageError),
+    ({"": "a"}, InvalidMessageError),
+    ({"a\x01": "b"}, InvalidMessageError),
+    ({"a": "b\x02"}, InvalidMessageError),
+    ({"a": "\ud800"}, InvalidMessageError),
+    ({"a": "x" * 40_000}, PropertiesTooLargeError),
+    ({"a": "x" * 32_000, "b": "y" * 760}, PropertiesTooLargeError),  # over with its UNIQ_KEY
+]
+
+
+@pytest.mark.parametrize("properties,error", BAD_PROPERTIES, ids=lambda x: repr(x)[:40])
+def test_bad_properties_raise_the_general_path_s_error_and_write_nothing(store, properties, error):
+    before = store.max_offset
+    with pytest.raises(error) as one:
+        store.put(TOPIC, b"body", keys="k", properties=properties)
+    with pytest.raises(error) as general:
+        store.put(TOPIC, b"body", keys="k", properties=MappingProxyType(properties))
+    assert str(one.value) == str(general.value)
+    with pytest.raises(error) as batch:
+        store.put_messages(
+            [
+                Message(TOPIC, b"fine", properties={"p": "v"}),
+                Message(TOPIC, b"body", keys="k", properties=properties),
+            ]
+        )
+    assert str(batch.value) == str(general.value)
+    assert store.max_offset == before
 
 
 MESSAGE_CALLS = [

@@ -84,17 +84,40 @@ def _plain_text(value: object) -> Optional[bytes]:
         return None
 
 
-def keyed_properties(tags, keys):
-    """TAGS and KEYS encoded as ``put_properties(tags, keys, None)`` encodes them (``b""`` for
-    neither), or None when either is not the plain shape (an exact, non-empty str without 0x01
-    or 0x02 that UTF-8 can encode; keys also a non-empty list or tuple of such) or the result
-    exceeds 32767 bytes: the general path then encodes or refuses them."""
+#: Property names a put gives a meaning: a delay or a timer, ``WAIT``, the caller's own
+#: ``UNIQ_KEY``, and ``TAGS`` and ``KEYS`` (which ``tags=`` and ``keys=`` replace where they stand).
+#: A properties dict holding one takes the general path (rocketstore.store's ``_put``).
+SPECIAL_PROPERTIES = frozenset(
+    ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "WAIT", "UNIQ_KEY", "TAGS", "KEYS")
+)
+
+
+def keyed_properties(tags, keys, properties=None):
+    """A plain ``properties`` dict's items, then TAGS and KEYS, encoded as
+    ``put_properties(tags, keys, properties)`` encodes them (``b""`` for none), or None when one
+    is not the plain shape (an exact, non-empty str without 0x01 or 0x02 that UTF-8 can encode;
+    keys also a non-empty list or tuple of such; properties an exact dict of such, no name in
+    SPECIAL_PROPERTIES) or the result exceeds 32767 bytes: the general path then encodes or
+    refuses them."""
     out = b""
+    if properties is not None:
+        if type(properties) is not dict:
+            return None
+        parts = []
+        for name, value in properties.items():
+            name_text = _plain_text(name)  # an exact str first: hashing it runs no user code
+            if name_text is None or name in SPECIAL_PROPERTIES:
+                return None
+            value_text = _plain_text(value)
+            if value_text is None:
+                return None
+            parts.append(name_text + b"\x01" + value_text + b"\x02")
+        out = b"".join(parts)
     if tags is not None:
         text = _plain_text(tags)
         if text is None:
             return None
-        out = b"TAGS\x01" + text + b"\x02"
+        out += b"TAGS\x01" + text + b"\x02"
     if keys is not None:
         if type(keys) in (list, tuple):
             texts = [_plain_text(k) for k in keys]
@@ -123,7 +146,6 @@ def _plain_item(m: object, user_topics: Any) -> Optional[tuple[Any, ...]]:
             type(topic) is str
             and topic in user_topics
             and type(body) is bytes
-            and m.properties is None
             and _plain_int(qid, -1, _INT32_MAX)
             and _plain_int(flag, _INT32_MIN, _INT32_MAX)
             and _plain_int(born, _INT64_MIN, _INT64_MAX)
@@ -131,7 +153,7 @@ def _plain_item(m: object, user_topics: Any) -> Optional[tuple[Any, ...]]:
             and _plain_int(m.reconsume_times, 0, 0)
         ):
             return None
-        props = keyed_properties(m.tags, m.keys)
+        props = keyed_properties(m.tags, m.keys, m.properties)
     except AttributeError:  # a slot left unset
         return None
     if props is None:
@@ -1609,18 +1631,18 @@ class CommitLogCore:
             return [self._finish(r, end, WAIT_FUTURE) for r in results]
         return results
 
-    def put_keyed(self, topic, body, tags, keys, queue_id=-1, flag=0, wait=-1):
-        """:meth:`put` of a message whose properties are ``tags`` and ``keys`` alone (see
-        :func:`keyed_properties`); None, having done nothing, when they are not the plain shape
-        (the caller then encodes them, or raises, on the general path)."""
-        props = keyed_properties(tags, keys)
+    def put_keyed(self, topic, body, tags, keys, queue_id=-1, flag=0, wait=-1, properties=None):
+        """:meth:`put` of a message whose properties are ``tags``, ``keys`` and a plain
+        ``properties`` dict (see :func:`keyed_properties`); None, having done nothing, when they
+        are not the plain shape (the caller then encodes them, or raises, on the general path)."""
+        props = keyed_properties(tags, keys, properties)
         if props is None:
             return None
         return self.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
 
     def put_plain_messages(self, messages, user_topics, wait=-1):
         """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects (an exact
-        Message of a topic in ``user_topics``, a bytes body, no properties, tags and keys as
+        Message of a topic in ``user_topics``, a bytes body, tags, keys and properties as
         :func:`keyed_properties` takes them, sys_flag and reconsume_times 0, queue id, flag and
         born timestamp exact ints in range); None, having written nothing, when the batch is
         empty or a message is not plain (the caller then takes the general path)."""
@@ -1709,7 +1731,8 @@ class CommitLogCore:
 class PutFront:
     """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
     store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
-    keys=...)`` of a topic already checked, go straight into the core; every other call
+    keys=..., properties={...})`` of a topic already checked, go straight into the core; every
+    other call
     (another shape, bad input, a closed core) is ``general(store, ...)``, which is
     :meth:`rocketstore.MessageStore.put` itself. The compiled twin does the same in one C call."""
 
@@ -1740,7 +1763,7 @@ class PutFront:
         if (
             type(topic) is str
             and body is not None
-            and properties is None
+            and (properties is None or type(properties) is dict)
             and delay_level is None
             and deliver_at_ms is None
             and delay_ms is None
@@ -1751,9 +1774,9 @@ class PutFront:
             and (durable is None or durable is True or durable is False)
         ):
             wait = -1 if durable is None else (1 if durable else 0)
-            if tags is None and keys is None:
+            if tags is None and keys is None and properties is None:
                 return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
-            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, wait)
+            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, wait, properties)
             if done is not None:
                 return done
         store = self._store_ref()

@@ -1571,10 +1571,23 @@ class MessageStore:
                 None,
                 -1 if durable is None else (1 if durable else 0),
             )
-        if properties is None and body is not None and delay_level is None and timer is None:
-            # tags and keys alone: encoded in the core (None: not the plain shape, see below)
+        if (
+            (properties is None or type(properties) is dict)
+            and body is not None
+            and delay_level is None
+            and timer is None
+        ):
+            # tags, keys and plain properties: encoded in the core (None: not the plain shape,
+            # e.g. a DELAY or WAIT property; see below)
             done = self._core.put_keyed(
-                topic, body, tags, keys, queue_id, flag, -1 if durable is None else (1 if durable else 0)
+                topic,
+                body,
+                tags,
+                keys,
+                queue_id,
+                flag,
+                -1 if durable is None else (1 if durable else 0),
+                properties,
             )
             if done is not None:
                 return done
