@@ -410,3 +410,26 @@ def test_a_reader_stops_at_the_published_end_while_a_joined_writer_outlives_the_
         assert not sharedappend.appenders_present(str(path))  # the owner's presence went above
         r = owner.put("T", b"the put that came next")
         assert (r.queue_offset, r.commitlog_offset) == (nxt, end)
+
+
+JOINED_WITH_PROPERTIES = """
+    import json, sys
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    plain = s.put("T", b"with properties", keys="jp", properties={"region": "eu"})
+    appended = s._appender.core.puts
+    delayed = s.put("T", b"delayed", properties={"DELAY": "1"})
+    print(json.dumps([appended, s._appender.core.puts, plain.commitlog_offset, delayed.commitlog_offset]))
+    s.close()
+"""
+
+
+def test_a_joined_put_with_plain_properties_appends_in_its_own_process(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        appended, after, plain, delayed = json.loads(run_child(JOINED_WITH_PROPERTIES, path, impl.name))
+        assert appended == after == 1  # the DELAY one went to the owner
+        got = owner.read(plain)
+        assert (got.body, got.keys, got.properties["region"]) == (b"with properties", "jp", "eu")
+        assert owner.read(delayed).topic == "SCHEDULE_TOPIC_XXXX"

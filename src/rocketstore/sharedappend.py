@@ -2,10 +2,11 @@
 
 A store opened for writing by several processes (``shared_writers``, rocketstore.writers) has
 one **owner**, the process holding the store's lock. The others **join** it. Most calls of a
-joined process run in the owner, but its puts (``put`` and ``put_batch`` of plain, tagged and
-keyed messages) append to the CommitLog **in the joined process itself**, as LMDB's writers do,
-under one cross-process lock. What the processes share lives in ``<store>/rocketstore-append``
-(a file a Java broker ignores; sparse, a few pages written):
+joined process run in the owner, but its puts (``put``, ``put_messages`` and ``put_batch`` of
+plain, tagged and keyed messages, also with a plain properties dict) append to the CommitLog
+**in the joined process itself**, as LMDB's writers do, under one cross-process lock. What the
+processes share lives in ``<store>/rocketstore-append`` (a file a Java broker ignores; sparse, a
+few pages written):
 
 * the lock: a process-shared robust mutex (``pthread_mutex``, about as cheap as a thread's lock
   when nobody else holds it). When its holder dies the next one to lock it gets it, told so
@@ -41,8 +42,9 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
 The owner's dispatcher indexes every process's records: the owner looks at the table's end
 whenever it dispatches or reads, and adopts the segments the others created. A durable put of
 a joined process appends there, then waits in the owner (``MessageStore._flush_to``): one group
-commit, one ``fdatasync``, covers the waiting puts of every process. Everything else a joined process writes (topics, offsets,
-POP, timers, delays, ``put_messages``) still runs in the owner.
+commit, one ``fdatasync``, covers the waiting puts of every process. Everything else a joined
+process writes (topics, offsets, POP, timers, delays, messages of other shapes) still runs in
+the owner.
 """
 
 from __future__ import annotations

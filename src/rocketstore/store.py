@@ -2876,9 +2876,9 @@ class _JoinedCall:
 
 
 class _JoinedPut(_JoinedCall):
-    """A joined writer's ``put``: plain, tagged and keyed puts append in this process under the
-    shared append lock (rocketstore.sharedappend); anything else, and every put while that is
-    not possible, runs in the writing process."""
+    """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
+    dict, append in this process under the shared append lock (rocketstore.sharedappend);
+    anything else, and every put while that is not possible, runs in the writing process."""
 
     __slots__ = ()
 
@@ -2906,7 +2906,7 @@ class _JoinedPut(_JoinedCall):
             not store._closed  # (also a store a fork inherited: closed in the child)
             and topic.__class__ is str
             and body is not None
-            and kwargs.get("properties") is None
+            and (kwargs.get("properties") is None or type(kwargs["properties"]) is dict)
             and kwargs.get("delay_level") is None
             and kwargs.get("deliver_at_ms") is None
             and kwargs.get("delay_ms") is None
@@ -2917,12 +2917,12 @@ class _JoinedPut(_JoinedCall):
                 store._check_user_topic(topic)  # (remembered for the hot path above)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
-                tags, keys = kwargs.get("tags"), kwargs.get("keys")
+                tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
                 try:
-                    if tags is None and keys is None:
+                    if tags is None and keys is None and properties is None:
                         done = appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, 0)
-                    else:
-                        done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, 0)
+                    else:  # None: not the plain shape (a DELAY property, ...), the owner's to do
+                        done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, 0, properties)
                     if done is not None:
                         # durable: flushed by the owner's group commit, with every process's
                         return (
