@@ -230,3 +230,66 @@ def test_a_record_torn_past_the_checkpoint_ends_the_recovered_data(tmp_path, imp
             store.read(torn.commitlog_offset)
         report = store.verify()
         assert report["ok"], report["problems"]
+
+
+def test_records_a_power_cut_left_past_a_hole_never_come_back(tmp_path, impl):
+    """A power cut can lose a stretch of non-durable pages and keep later ones: recovery cuts the
+    CommitLog at the hole, and what lies past it must go too. Before, the cut zeroed the tail
+    only up to the first MiB that was zero already, so the old records past a longer hole
+    stayed; once new records ended where an old one began, the next open scanned on into them
+    and their queue units took the queue offsets of acknowledged messages (found by a power-cut
+    campaign: 1,181 of 2,362 acknowledged messages read back wrong by queue offset)."""
+    from rocketstore.checkpoint import Checkpoint
+
+    segment, body = 8 << 20, 1000
+    options = dict(commitlog_file_size=segment, store_host=HOST)
+    path = tmp_path / "store"
+    with MessageStore(path, implementation=impl.name, **options) as store:
+        store.create_topic("T", 2)
+        for i in range(100):
+            store.put("T", b"A%07d" % i + b"a" * (body - 8), queue_id=0)
+        durable = store.max_offset
+        for i in range(6000):  # written back before the cut: old records past the hole
+            store.put("T", b"B%07d" % i + b"b" * (body - 8), queue_id=i % 2)
+    hole = -(-durable // 4096) * 4096 + 4096
+    with open(path / "commitlog" / f"{0:020d}", "r+b") as f:  # 2.5 MiB of pages never written back
+        f.seek(hole)
+        f.write(bytes(5 << 19))
+    (path / "abort").touch()  # the crash: an abnormal stop, a checkpoint from before the B records
+    cp = Checkpoint(str(path / "checkpoint"))
+    cp.confirm_phy_offset = durable
+    cp.flush()
+    with MessageStore(path, implementation=impl.name, **options) as store:
+        assert not store.last_shutdown_clean
+        assert store.max_offset <= hole
+        acked = []
+        while store.max_offset < hole + (5 << 19) + 50 * 1200:  # well past the hole
+            acked.append(store.put("T", b"C%07d" % len(acked) + b"c" * (body - 8), queue_id=0))
+        end = store.max_offset
+    with MessageStore(path, implementation=impl.name, **options) as store:
+        assert store.max_offset == end
+        wrong = [
+            r.queue_offset
+            for r in acked
+            if store.get_by_queue_offset("T", 0, r.queue_offset).msg_id != r.msg_id
+        ]
+        assert wrong == []
+        assert store.max_queue_offset("T", 0) == acked[-1].queue_offset + 1
+        report = store.verify()
+        assert report["ok"], report["problems"]
+
+
+def test_an_open_makes_its_abort_file_durable_before_it_writes(tmp_path, impl, monkeypatch):
+    """The abort file says the next open must recover; if a power cut lost it but kept what the
+    run wrote, that open would trust the queues and the index as they are on disk."""
+    import rocketstore.store as store_module
+
+    synced = []
+    real = store_module.fsync_dir
+    monkeypatch.setattr(
+        store_module, "fsync_dir", lambda d: (synced.append((d, (path / "abort").exists())), real(d))
+    )
+    path = tmp_path / "store"
+    with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT) as store:
+        assert (str(path), True) in synced  # fsynced the directory once the file was there
+        store.put("T", b"x")

@@ -14,8 +14,10 @@ below, never through its attributes' internals.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
@@ -373,21 +375,18 @@ class CommitLog:
         return offset + int(rows["size"][0])
 
     def truncate_to(self, end: int) -> None:
-        """Drop segments past ``end`` and zero the dirty tail after it (nothing stale survives)."""
+        """Drop segments past ``end`` and zero every byte after it in its segment that is not
+        zero already (nothing stale survives). A power cut can lose a stretch of pages that were
+        never written back and keep later ones: the old records there must not be read again
+        when new records reach them (a scan would run on into them, and their queue units would
+        take acknowledged messages' queue offsets). Holes the file system reports
+        (``SEEK_DATA``) are skipped unread, so a sparse or preallocated tail costs nothing."""
         self.segments.truncate_after(end)
         mf = self.segments.find(end)
         if mf is None:
             return
-        pos = end - mf.file_from_offset
-        chunk = 1 << 20
-        mm = mf.mm
-        while pos < mf.file_size:
-            n = min(chunk, mf.file_size - pos)
-            if mm[pos : pos + n].count(0) == n:
-                break  # zero from here: preallocated space the writer never reached
-            mm[pos : pos + n] = bytes(n)
-            pos += n
-        mf.flush(end - mf.file_from_offset, pos)
+        start = end - mf.file_from_offset
+        mf.flush(start, _zero_stale(mf, start))
 
     def sync_recovered(self, start: int, end: int) -> None:
         """msync the CommitLog that an abnormal recovery kept, ``[start, end)``.
@@ -881,6 +880,39 @@ def queue_offset_ranges(
 
 #: Bytes of a segment mapped (``populate_read``) ahead of each compiled call of a scan: about
 #: what one call reads; what a call reads past it (large records) faults in as usual.
+#: truncate_to reads and zeroes the stale tail in chunks of this size.
+_ZERO_CHUNK = 1 << 20
+
+
+def _next_data(fd: int, pos: int) -> Optional[int]:
+    """Where the file's next data at or after ``pos`` begins (``SEEK_DATA``), None when only
+    holes follow; ``pos`` itself when the system cannot tell (everything is then read)."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or fd < 0:
+        return pos
+    try:
+        return max(pos, os.lseek(fd, pos, seek_data))
+    except OSError as exc:
+        return None if exc.errno == errno.ENXIO else pos
+
+
+def _zero_stale(mf: MappedFile, pos: int) -> int:
+    """Zero every chunk of ``mf`` from ``pos`` to its end that holds a byte other than zero;
+    returns where the last chunk zeroed ends (``pos`` when none was)."""
+    mm, size, last = mf.mm, mf.file_size, pos
+    while pos < size:
+        found = _next_data(mf.fd, pos)
+        if found is None or found >= size:
+            break
+        pos = found
+        n = min(_ZERO_CHUNK, size - pos)
+        if mm[pos : pos + n].count(0) != n:
+            mm[pos : pos + n] = bytes(n)
+            last = pos + n
+        pos += n
+    return last
+
+
 POPULATE_AHEAD = 32 << 20
 
 #: Records per compiled call of the recovery scan: the call decodes them into a small table that

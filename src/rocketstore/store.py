@@ -44,7 +44,7 @@ from rocketstore import _impl, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
-from rocketstore._files import open_regular, raise_open_files_limit
+from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
@@ -855,6 +855,11 @@ class MessageStore:
             # From here until a clean close, an interruption (a crash, a kill during this very
             # recovery) makes the next open an abnormal one.
             os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
+            if self.last_shutdown_clean:
+                # durable before anything this run writes: a power cut that kept the run's data
+                # but lost the file would make the next open a clean one, which trusts the
+                # queues and the index as they are on disk
+                fsync_dir(self.path)
         self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
         self._topics = Topics(
             TopicConfigTable.in_store(self.path, cfg.default_queues, self._files_read_only),
