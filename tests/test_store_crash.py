@@ -293,3 +293,38 @@ def test_an_open_makes_its_abort_file_durable_before_it_writes(tmp_path, impl, m
     with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT) as store:
         assert (str(path), True) in synced  # fsynced the directory once the file was there
         store.put("T", b"x")
+
+
+def test_a_reader_keeps_to_its_own_recovery_when_no_writer_holds_the_store(tmp_path, impl):
+    """The live page is never flushed: after a power cut it can say records end past pages that
+    never reached the disk. A read-only open with no writer holding the store keeps to what its
+    own recovery found, which is what the next writer's recovery keeps; before, it followed the
+    dead writer's page past its cut and handed out records at queue offsets the next writer then
+    gave to other messages (found by a power-cut campaign)."""
+    from rocketstore.checkpoint import Checkpoint
+
+    options = dict(commitlog_file_size=1 << 20, store_host=HOST)
+    path = tmp_path / "store"
+    with MessageStore(path, implementation=impl.name, **options) as store:
+        store.create_topic("T", 1)
+        for i in range(20):
+            store.put("T", b"A%03d" % i + b"a" * 500)
+        durable = store.max_offset
+        for i in range(40):
+            store.put("T", b"B%03d" % i + b"b" * 500)
+    with open(path / "commitlog" / f"{0:020d}", "r+b") as f:  # one page never written back
+        f.seek(-(-durable // 4096) * 4096 + 4096)
+        f.write(bytes(4096))
+    (path / "abort").touch()
+    cp = Checkpoint(str(path / "checkpoint"))
+    cp.confirm_phy_offset = durable
+    cp.flush()
+    with MessageStore(path, implementation=impl.name, read_only=True, **options) as reader:
+        read = {
+            m.queue_offset: bytes(m.body) for m in reader.get_message("g", "T", 0, 0, max_msgs=200).messages
+        }
+        read_end = reader.max_queue_offset("T", 0)
+    with MessageStore(path, implementation=impl.name, **options) as writer:
+        assert read_end == writer.max_queue_offset("T", 0)
+        kept = {q: bytes(writer.get_by_queue_offset("T", 0, q).body) for q in range(read_end)}
+        assert read == kept

@@ -251,6 +251,18 @@ class Follower:
         wrote, self.epoch, self.changes = page.state()
         self.wrote = commitlog.end
 
+    def settle(self, end: int, writer_present: bool) -> None:
+        """The open recovered the CommitLog to ``end``. What the page says past it is followed
+        only while a writer holds the store: a dead writer's page is never flushed, so after a
+        power cut it can say records end past pages that never reached the disk, and the records
+        there are not the ones the next writer's recovery keeps. A writer that opens later moves
+        the epoch (:meth:`follow` then asks for the store to be opened again)."""
+        self.wrote = end
+        if not writer_present:
+            wrote, epoch, changes = self.page.state()
+            if epoch == self.epoch:
+                self.wrote, self.changes = wrote, changes
+
     def follow(self) -> bool:
         wrote, epoch, changes = self.page.state()
         if wrote == self.wrote and changes == self.changes and epoch == self.epoch:

@@ -109,7 +109,13 @@ from rocketstore.retention import (
     topic_policy,
 )
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
-from rocketstore.storedir import StoreLock, check_store_dir, detect_queue_options, detect_segment_size
+from rocketstore.storedir import (
+    StoreLock,
+    check_store_dir,
+    detect_queue_options,
+    detect_segment_size,
+    writer_present,
+)
 from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
 from rocketstore.topics import Topics
 from rocketstore.writers import NoWriter, RemoteFuture, WriterClient, WriterGone, WriterServer
@@ -916,7 +922,7 @@ class MessageStore:
             self._rebuild(end)
             self._repair_holes(queue_offsets)
             if self._follower is not None:
-                self._follower.wrote = commitlog.end
+                self._follower.settle(commitlog.end, writer_present(self.path))
             return
 
         self._core = core = commitlog.start_appending(

@@ -164,6 +164,35 @@ def detect_queue_options(root: str, options: dict[str, Any]) -> None:
             options["index_slots"], options["index_count"] = geometry
 
 
+def writer_present(root: str) -> bool:
+    """Whether a writer holds the lock of the store at ``root`` now: another process (its POSIX
+    lock on byte 0 of ``lock``, which a Java broker takes too), or a store open for writing in
+    this one. True when it cannot be told."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return True
+    with _LOCKED_DIRS_MUTEX:  # (closing this fd must not drop a lock this process takes)
+        if (st.st_dev, st.st_ino) in _LOCKED_DIRS:
+            return True
+        try:
+            fd = os.open(
+                os.path.join(root, "lock"),
+                os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+            )
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        try:
+            query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+            return bool(_FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))[0] != fcntl.F_UNLCK)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+
+
 class StoreLock:
     """The exclusive write lock of the store at ``path``."""
 
