@@ -3121,7 +3121,8 @@ cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t 
         _prefetch_record(<const uint8_t *>view.buf, pos, _RECORD_GUESS, readable)
         try:
             rc = rs_decode_record(<const uint8_t *>view.buf + pos, readable - pos, &rec, 1)
-            if (rc <= 0 or rec.store_timestamp < lo or rec.store_timestamp > hi or rec.topic_len != t_len
+            if (rc <= 0 or rec.physical_offset != offset   # a record moved here names another place
+                    or rec.store_timestamp < lo or rec.store_timestamp > hi or rec.topic_len != t_len
                     or memcmp(rec.topic, t, <size_t>t_len) != 0):
                 continue
             rs_dispatch_properties(rec.properties, rec.properties_len, &props)

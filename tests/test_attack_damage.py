@@ -131,3 +131,29 @@ def test_a_damaged_queue_offset_field_does_not_move_a_message_to_another_positio
             with pytest.raises(RocketStoreError):
                 store.get_by_queue_offset("T", 1, claimed)
         assert store.max_queue_offset("T", 1) == N // QUEUES
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_record_copied_over_another_is_not_found_by_key_at_the_place_it_was_copied_to(
+    tmp_path, impl, read_only
+):
+    """A whole, CRC-valid record copied over another of one size names the place it was written
+    at (PhysicalOffset): read() refuses it there, and so must a lookup by key (it returned the
+    copied message twice, once at a place that does not hold it; found by a damage campaign)."""
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        results = [store.put("T", b"body-%d" % i, keys="k", queue_id=0) for i in range(3)]
+    first, last = results[0], results[2]
+    assert first.size == last.size
+    seg = root / "commitlog" / "00000000000000000000"
+    data = bytearray(seg.read_bytes())
+    data[last.commitlog_offset : last.commitlog_offset + last.size] = data[: first.size]
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **OPTIONS) as store:
+        found = store.query_by_key("T", "k")
+        assert [(m.commitlog_offset, m.body) for m in found] == [
+            (0, b"body-0"),
+            (results[1].commitlog_offset, b"body-1"),
+        ]
+        got = store.query_by_unique_key("T", first.unique_key)
+        assert (got.commitlog_offset, got.body) == (0, b"body-0")

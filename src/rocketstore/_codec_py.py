@@ -2114,7 +2114,7 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
         if buf is None:
             return None
         reason, row = _parse(buf, pos, readable, True)
-        if reason is not None:
+        if reason is not None or row[7] != offset:  # a record moved here names another place
             continue
         m = _message(buf, row, True)
         if m.topic != topic or not begin <= m.store_timestamp <= end:
