@@ -374,19 +374,22 @@ class CommitLog:
             return None
         return offset + int(rows["size"][0])
 
-    def truncate_to(self, end: int) -> None:
-        """Drop segments past ``end`` and zero every byte after it in its segment that is not
-        zero already (nothing stale survives). A power cut can lose a stretch of pages that were
-        never written back and keep later ones: the old records there must not be read again
-        when new records reach them (a scan would run on into them, and their queue units would
-        take acknowledged messages' queue offsets). Holes the file system reports
-        (``SEEK_DATA``) are skipped unread, so a sparse or preallocated tail costs nothing."""
+    def truncate_to(self, end: int, crashed: bool = True) -> None:
+        """Drop segments past ``end`` and zero the stale tail after it in its segment.
+
+        After a crash (``crashed``) every byte there that is not zero already: a power cut can
+        lose a stretch of pages that were never written back and keep later ones, whose old
+        records must not be read again when new records reach them (a scan would run on into
+        them, and their queue units would take acknowledged messages' queue offsets). Holes the
+        file system reports (``SEEK_DATA``) are skipped unread. After a clean close nothing is
+        stale past a hole (the crash's open zeroed it), so the dirty tail ends at the first
+        zero chunk."""
         self.segments.truncate_after(end)
         mf = self.segments.find(end)
         if mf is None:
             return
         start = end - mf.file_from_offset
-        mf.flush(start, _zero_stale(mf, start))
+        mf.flush(start, _zero_stale(mf, start, crashed))
 
     def sync_recovered(self, start: int, end: int) -> None:
         """msync the CommitLog that an abnormal recovery kept, ``[start, end)``.
@@ -896,12 +899,13 @@ def _next_data(fd: int, pos: int) -> Optional[int]:
         return None if exc.errno == errno.ENXIO else pos
 
 
-def _zero_stale(mf: MappedFile, pos: int) -> int:
-    """Zero every chunk of ``mf`` from ``pos`` to its end that holds a byte other than zero;
-    returns where the last chunk zeroed ends (``pos`` when none was)."""
+def _zero_stale(mf: MappedFile, pos: int, everywhere: bool) -> int:
+    """Zero every chunk of ``mf`` from ``pos`` to its end that holds a byte other than zero
+    (``everywhere``; else up to the first chunk that is all zero); returns where the last chunk
+    zeroed ends (``pos`` when none was)."""
     mm, size, last = mf.mm, mf.file_size, pos
     while pos < size:
-        found = _next_data(mf.fd, pos)
+        found = _next_data(mf.fd, pos) if everywhere else pos
         if found is None or found >= size:
             break
         pos = found
@@ -909,6 +913,8 @@ def _zero_stale(mf: MappedFile, pos: int) -> int:
         if mm[pos : pos + n].count(0) != n:
             mm[pos : pos + n] = bytes(n)
             last = pos + n
+        elif not everywhere:
+            break  # zero from here: preallocated space the writer never reached
         pos += n
     return last
 

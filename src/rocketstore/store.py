@@ -1067,7 +1067,7 @@ class MessageStore:
             until=self._published_end() if self._files_read_only else None,
         )
         if not self._files_read_only:
-            commitlog.truncate_to(end)
+            commitlog.truncate_to(end, crashed=abnormal)
             if abnormal:
                 commitlog.sync_recovered(scan_from, end)
             self._queues.truncate_dirty(end)
