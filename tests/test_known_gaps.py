@@ -1,0 +1,146 @@
+"""Known gaps, found by the damage and power-cut campaigns of 2026-11-26 and not fixed yet.
+
+Each test states the promise and fails today (``xfail(strict=True)``): when a fix makes one pass,
+the strict marker turns it red, and the marker goes. Both twins behave alike in each.
+"""
+
+import struct
+
+import pytest
+
+from rocketstore import MessageStore
+from rocketstore.errors import RocketStoreError
+
+OPTIONS = {"commitlog_file_size": 64 * 1024}
+SEGMENT = "00000000000000000000"
+
+
+def _patch(root, offset, fmt, value):
+    seg = root / "commitlog" / SEGMENT
+    data = bytearray(seg.read_bytes())
+    struct.pack_into(fmt, data, offset, value)
+    seg.write_bytes(bytes(data))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crashed store's re-dispatch overwrites a unit with a record whose QUEUEID field (outside the "
+    "body CRC) is damaged: ConsumeQueue._rewrite_one keeps the last record to claim a position",
+)
+def test_a_damaged_queue_id_does_not_take_another_queues_position_after_a_crash(tmp_path, impl):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        store.create_topic("T", 3)
+        for i in range(10):
+            store.put("T", b"q1-body-%d" % i, queue_id=1)
+        victim = [store.put("T", b"q2-body-%d" % i, queue_id=2) for i in range(10)][7]
+    _patch(root, victim.commitlog_offset + 12, ">i", 1)  # QUEUEID 2 -> 1
+    (root / "abort").touch()  # as after a crash
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        assert store.get_by_queue_offset("T", 1, 7).body == b"q1-body-7"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a damaged QUEUEOFFSET on a queue's last record: the queue is rebuilt with placeholders and the "
+    "message served at a position never written (QueueGuard.repair keeps a last record that jumps ahead)",
+)
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_damaged_last_queue_offset_is_not_served_at_a_position_never_written(tmp_path, impl, read_only):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        store.create_topic("T", 2)
+        for i in range(60):
+            store.put("T", b"filler-%d" % i, queue_id=1)
+        last = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(5)][4]
+    _patch(root, last.commitlog_offset + 20, ">q", 7)  # QUEUEOFFSET 4 -> 7
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **OPTIONS) as store:
+        first = store.get_message("g", "T", 0, 0, 32)
+        served = [(m.queue_offset, bytes(m.body)) for m in first.messages]
+        served += [
+            (m.queue_offset, bytes(m.body))
+            for m in store.get_message("g", "T", 0, first.next_begin_offset, 32).messages
+        ]
+        assert all(q < 5 for q, _ in served), served
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a damaged TOPIC byte moves a record into another topic's queue past its end, served there "
+    "(writable open: _repair_holes pads the queue up to the claimed offset)",
+)
+def test_a_damaged_topic_byte_does_not_put_a_message_into_another_topic(tmp_path, impl):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        store.create_topic("TA", 1)
+        store.create_topic("TB", 1)
+        last = [store.put("TA", b"TA-body-%d" % i, queue_id=0) for i in range(4)][3]
+        store.put("TB", b"TB-body-0", queue_id=0)
+    seg = root / "commitlog" / SEGMENT
+    data = bytearray(seg.read_bytes())
+    p = last.commitlog_offset
+    body_len = struct.unpack_from(">i", data, p + 84)[0]
+    assert data[p + 89 + body_len : p + 91 + body_len] == b"TA"
+    data[p + 90 + body_len] = ord("B")  # topic "TA" -> "TB"
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        assert [bytes(m.body) for m in store.get_message("g", "TB", 0, 0, 32).messages] == [b"TB-body-0"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="iter_messages() and scan() yield a whole, CRC-valid record copied over another though its "
+    "PhysicalOffset names another place (read() refuses it there)",
+)
+def test_iteration_steps_over_a_record_copied_to_another_place(tmp_path, impl):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        results = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(3)]
+    seg = root / "commitlog" / SEGMENT
+    data = bytearray(seg.read_bytes())
+    at, size = results[2].commitlog_offset, results[0].size
+    data[at : at + size] = data[:size]
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, **OPTIONS) as store:
+        with pytest.raises(RocketStoreError):
+            store.read(at)
+        assert [m.commitlog_offset for m in store.iter_messages()] == [0, results[1].commitlog_offset]
+
+
+KILLED_AFTER_INDEXING = """
+import os, signal, sys
+from rocketstore import MessageStore
+s = MessageStore(sys.argv[1], implementation=sys.argv[2], dispatch_interval_ms=0, **OPTIONS)
+for i in range(400):
+    s.put("T", b"late-%d" % i, keys="late-%d" % i, durable=True)
+s.query_by_key("T", "late-0")  # indexed: the header and slots name the new items (page cache only)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a read-only open of a crashed store uses the index file as the power cut left it: item pages "
+    "lost behind a header and slot page that reached the disk break the chains (a writable open rolls "
+    "the file back to its durable state)",
+)
+def test_a_read_only_open_finds_by_key_what_a_power_cut_left_of_the_index(tmp_path, impl):
+    import subprocess
+    import sys
+
+    options = dict(commitlog_file_size=1 << 20, index_slots=64, index_count=2000)
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **options) as store:
+        for i in range(30):
+            store.put("T", b"early-%d" % i, keys="early-%d" % i)
+    [index] = list((root / "index").iterdir())
+    durable_items = struct.unpack_from(">i", index.read_bytes(), 36)[0]
+    code = KILLED_AFTER_INDEXING.replace("**OPTIONS", repr(options).join(("**", "")))
+    child = subprocess.run([sys.executable, "-c", code, str(root), impl.name], capture_output=True)
+    assert child.returncode == -9, child.stderr
+    lo = -(-(40 + 4 * options["index_slots"] + 20 * durable_items) // 4096) * 4096
+    with open(index, "r+b") as f:  # the power cut: the item pages written since the clean close lost
+        f.seek(lo)
+        f.write(bytes(index.stat().st_size - lo))
+    with MessageStore(root, implementation=impl.name, read_only=True, **options) as reader:
+        assert sum(1 for i in range(30) if reader.query_by_key("T", "early-%d" % i)) == 30
