@@ -102,6 +102,9 @@ def test_an_interrupted_command_exits_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(tmp_path),
+        # SIGINT as a terminal delivers it, even when this run inherited it ignored (a job a
+        # non-interactive shell started with &): Python then installs no KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "big" / "commitlog").exists() and time.monotonic() < deadline:
