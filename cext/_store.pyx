@@ -563,11 +563,9 @@ cdef Py_ssize_t _keyed_write(object tags, object keys, uint8_t *out):
     return at - out
 
 
-#: Property names a put gives a meaning: a delay or a timer, ``WAIT``, the caller's own
-#: ``UNIQ_KEY``, and ``TAGS`` and ``KEYS`` (which ``tags=`` and ``keys=`` replace where they stand).
-#: A properties dict holding one takes the general path (rocketstore.store's ``_put``).
-SPECIAL_PROPERTIES = frozenset(("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-                                "WAIT", "UNIQ_KEY", "TAGS", "KEYS"))
+#: Property names a put gives a meaning (rocketstore.message.SPECIAL_PROPERTIES): a properties
+#: dict holding one takes the general path.
+SPECIAL_PROPERTIES = _message_mod.SPECIAL_PROPERTIES
 cdef frozenset _SPECIAL_PROPERTIES = SPECIAL_PROPERTIES
 
 
@@ -2638,7 +2636,6 @@ cdef class PutFront:
         cdef int wait
         cdef CommitLogCore core = self._core
         if (PyUnicode_CheckExact(topic) and body is not None
-                and (properties is None or PyDict_CheckExact(properties))
                 and delay_level is None and deliver_at_ms is None and delay_ms is None
                 and not core._closed and PySet_Contains(self._user_topics, topic)
                 and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):

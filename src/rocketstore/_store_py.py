@@ -41,7 +41,7 @@ from rocketstore.errors import (
     not_stored,
 )
 from rocketstore.mapped_file import flush_timeout
-from rocketstore.message import Message
+from rocketstore.message import SPECIAL_PROPERTIES, Message
 from rocketstore.status import PutStatus
 
 __all__ = [
@@ -82,14 +82,6 @@ def _plain_text(value: object) -> Optional[bytes]:
         return value.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: the general path raises for it
         return None
-
-
-#: Property names a put gives a meaning: a delay or a timer, ``WAIT``, the caller's own
-#: ``UNIQ_KEY``, and ``TAGS`` and ``KEYS`` (which ``tags=`` and ``keys=`` replace where they stand).
-#: A properties dict holding one takes the general path (rocketstore.store's ``_put``).
-SPECIAL_PROPERTIES = frozenset(
-    ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "WAIT", "UNIQ_KEY", "TAGS", "KEYS")
-)
 
 
 def keyed_properties(tags, keys, properties=None):
@@ -1763,7 +1755,6 @@ class PutFront:
         if (
             type(topic) is str
             and body is not None
-            and (properties is None or type(properties) is dict)
             and delay_level is None
             and deliver_at_ms is None
             and delay_ms is None

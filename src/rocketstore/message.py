@@ -29,6 +29,10 @@ __all__ = [
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
     "PROPERTY_DELAY",
+    "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELAY_MS",
+    "SPECIAL_PROPERTIES",
 ]
 
 PROPERTY_KEYS = "KEYS"
@@ -36,6 +40,25 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_DELAY = "DELAY"
+#: The properties that make a put a timer message (MessageConst; rocketstore.timer).
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+#: Property names a put gives a meaning: a delay or a timer, ``WAIT``, the caller's own
+#: ``UNIQ_KEY``, and ``TAGS`` and ``KEYS`` (which ``tags=`` and ``keys=`` replace where they stand).
+#: A properties dict holding one takes the general path (both twins' ``keyed_properties``).
+SPECIAL_PROPERTIES = frozenset(
+    (
+        PROPERTY_DELAY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_WAIT,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+    )
+)
 
 
 #: RocketMQ's topic rule (TopicValidator): 1..127 characters of ``[%|a-zA-Z0-9_-]``.

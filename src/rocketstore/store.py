@@ -1582,14 +1582,9 @@ class MessageStore:
                 None,
                 -1 if durable is None else (1 if durable else 0),
             )
-        if (
-            (properties is None or type(properties) is dict)
-            and body is not None
-            and delay_level is None
-            and timer is None
-        ):
+        if body is not None and delay_level is None and timer is None:
             # tags, keys and plain properties: encoded in the core (None: not the plain shape,
-            # e.g. a DELAY or WAIT property; see below)
+            # e.g. a DELAY or WAIT property, a mapping that is not a dict; see below)
             done = self._core.put_keyed(
                 topic,
                 body,
@@ -2917,7 +2912,6 @@ class _JoinedPut(_JoinedCall):
             not store._closed  # (also a store a fork inherited: closed in the child)
             and topic.__class__ is str
             and body is not None
-            and (kwargs.get("properties") is None or type(kwargs["properties"]) is dict)
             and kwargs.get("delay_level") is None
             and kwargs.get("deliver_at_ms") is None
             and kwargs.get("delay_ms") is None

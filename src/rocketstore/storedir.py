@@ -172,25 +172,30 @@ def writer_present(root: str) -> bool:
         st = os.stat(root)
     except OSError:
         return True
-    with _LOCKED_DIRS_MUTEX:  # (closing this fd must not drop a lock this process takes)
+    with _LOCKED_DIRS_MUTEX:
         if (st.st_dev, st.st_ino) in _LOCKED_DIRS:
             return True
         try:
-            fd = os.open(
-                os.path.join(root, "lock"),
-                os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-            )
+            return _query_lock(os.path.join(root, "lock"))[0] != fcntl.F_UNLCK
         except FileNotFoundError:
             return False
         except OSError:
             return True
-        try:
-            query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-            return bool(_FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))[0] != fcntl.F_UNLCK)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
+
+
+def _query_lock(path: str) -> tuple[int, int, bytes]:
+    """The POSIX lock on byte 0 of the lock file at ``path``: its type (F_UNLCK when nobody holds
+    it), its holder's pid, and the file's bytes 4..68 (where a sharing writer marks itself).
+    Raises OSError. Call it under _LOCKED_DIRS_MUTEX: closing the file drops the locks this
+    process holds on it, so none may be taken meanwhile."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        l_type, _, _, _, holder = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))
+        return l_type, holder, os.pread(fd, 64, 4)
+    finally:
+        os.close(fd)
 
 
 class StoreLock:
@@ -241,20 +246,11 @@ class StoreLock:
         it cannot be told (nobody holds it now, or not on Linux)."""
         if not sys.platform.startswith("linux"):
             return None
-        path = os.path.join(self.path, "lock")
-        with _LOCKED_DIRS_MUTEX:  # closing this fd must not drop a lock this process takes
+        with _LOCKED_DIRS_MUTEX:
             try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+                l_type, holder, mark = _query_lock(os.path.join(self.path, "lock"))
             except OSError:
                 return None
-            try:
-                query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-                l_type, _, _, _, holder = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))
-                mark = os.pread(fd, 64, 4)
-            except OSError:
-                return None
-            finally:
-                os.close(fd)
         if l_type == fcntl.F_UNLCK:
             return None
         return (

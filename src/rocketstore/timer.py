@@ -88,7 +88,14 @@ from rocketstore.errors import (
     TimerTooFarError,
 )
 from rocketstore.mapped_file import NO_SPACE_ERRNOS, space_error
-from rocketstore.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, is_valid_topic
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    is_valid_topic,
+)
 from rocketstore.parts import StoreParts
 from rocketstore.schedule import (
     _SYSFLAG_HOSTS_V6,
@@ -117,9 +124,6 @@ __all__ = [
 log = logging.getLogger("rocketstore.timer")
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: The properties that make a put a timer message (MessageConst).
