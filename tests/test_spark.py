@@ -3,7 +3,6 @@
 One session-scoped local[2] SparkSession (conftest ``spark``) serves every test here."""
 
 import random
-import re
 
 import pytest
 from conftest import require_spark
@@ -166,6 +165,51 @@ def test_spark_sink_round_trips_a_dataframe(spark, tmp_path):
         sorted(strip(r["properties"]).items()) for r in _expected(source)
     )
     assert not list((tmp_path / "dst" / ".spark-staging").glob("*"))
+
+
+# Each filter a query on the data source may carry, with the rows it keeps (from _expected).
+_LEAK_FILTERS = {
+    "topic": ("topic = 'TopicB'", lambda r, rows: r["topic"] == "TopicB"),
+    "queueId": ("queueId = 1", lambda r, rows: r["queueId"] == 1),
+    "queueOffset": ("queueOffset < 3", lambda r, rows: r["queueOffset"] < 3),
+    "storeTimestamp": (
+        "storeTimestamp < timestamp_millis(1)",
+        lambda r, rows: False,
+    ),
+    "keys": ("keys = 'k7'", lambda r, rows: r["keys"] == "k7"),
+    "msgId": (None, None),  # the msgId of a row, filled in below
+}
+
+
+@pytest.mark.parametrize("column", sorted(_LEAK_FILTERS))
+def test_spark_a_filter_does_not_stay_on_the_dataframe(spark, tmp_path, column):
+    """Every query on one DataFrame sees exactly its own filters: a filtered count, then an
+    unfiltered count, a limit and a write through the same DataFrame. Spark 4.1-4.3 keep the read
+    plan a pushdown made on the source the DataFrame shares, so the source must not push; the
+    session's pushdown switch is on here, as a user may set it."""
+    path = _fill(tmp_path / "s", seed=81, count=60)
+    rows = _expected(path)
+    where, keep = _LEAK_FILTERS[column]
+    if column == "msgId":
+        where, keep = f"msgId = '{rows[9]['msgId']}'", lambda r, rows: r["msgId"] == rows[9]["msgId"]
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    df = spark.read.format("rocketstore").load(path)
+    assert df.where(where).count() == sum(1 for r in rows if keep(r, rows))
+    assert df.count() == len(rows)
+    assert df.limit(25).count() == 25
+    target = str(tmp_path / "copy")
+    df.limit(25).select("topic", "body").write.format("rocketstore").mode("append").save(target)
+    with MessageStore(target, read_only=True) as copy:
+        assert sum(hi - lo for lo, hi in copy.queues().values()) == 25
+    assert _collected(df) == _collected(spark.read.format("rocketstore").load(path))
+
+
+def test_spark_refuses_the_push_filters_option(spark, tmp_path):
+    path = _fill(tmp_path / "s", seed=82, count=5)
+    df = spark.read.format("rocketstore").option("pushFilters", "true").load(path)
+    with pytest.raises(Exception, match="does not push filters"):
+        df.count()
+    assert spark.read.format("rocketstore").option("pushFilters", "false").load(path).count() == 5
 
 
 def test_spark_sink_needs_append_mode(spark, tmp_path):
@@ -455,83 +499,6 @@ def _fill_over_time(path, seed, count=120):
             if i % 10 == 9:
                 time.sleep(0.003)
     return str(path)
-
-
-def _pushdown():
-    """Whether this PySpark has filter pushdown (4.1+); on 4.0 Spark filters after the read, so
-    the tests check the same results but no pruning."""
-    from rocketstore.spark import _PUSHABLE
-
-    return bool(_PUSHABLE)
-
-
-def _both(spark, path, where, **options):
-    """(pushed, unpushed) DataFrames of ``where`` over the store: the plain reader
-    (pushFilters=false) leaves every filter to Spark."""
-
-    def load(push):
-        reader = spark.read.format("rocketstore").option("pushFilters", str(push).lower())
-        for k, v in options.items():
-            reader = reader.option(k, v)
-        return reader.load(path).where(where)
-
-    return load(True), load(False)
-
-
-def test_spark_pushdown_of_topic_queue_and_offsets_prunes_partitions(spark, tmp_path):
-    path = _fill(tmp_path / "s", seed=71, count=150)
-    where = "topic = 'TopicB' AND queueId IN (0, 2) AND queueOffset >= 3 AND queueOffset < 12"
-    pushed, plain = _both(spark, path, where, maxRecordsPerPartition="4", scan="queue")
-    assert _collected(pushed) == _collected(plain)
-    want = [
-        (r["queueId"], r["queueOffset"])
-        for r in _expected(path)
-        if r["topic"] == "TopicB" and r["queueId"] in (0, 2) and 3 <= r["queueOffset"] < 12
-    ]
-    assert sorted((r["queueId"], r["queueOffset"]) for r in _collected(pushed)) == sorted(want)
-    prefix, prefix_plain = _both(spark, path, "topic LIKE 'TopicA%' AND queueId > 0", scan="queue")
-    assert _collected(prefix) == _collected(prefix_plain)
-    if not _pushdown():
-        return
-    # two queues x offsets 3..11 in runs of 4: 3 partitions each (when the queues are that long)
-    assert pushed.rdd.getNumPartitions() <= 6 < plain.rdd.getNumPartitions()
-    # everything was pushed: no Filter node is left above the scan
-    plan = pushed._jdf.queryExecution().executedPlan().toString()
-    assert not re.search(r"(^|\s)Filter \(", plan), plan
-    assert re.search(r"(^|\s)Filter \(", plain._jdf.queryExecution().executedPlan().toString())
-    assert prefix.rdd.getNumPartitions() == 1
-
-
-def test_spark_pushdown_of_store_time_narrows_the_queue_ranges(spark, tmp_path):
-    path = _fill_over_time(tmp_path / "s", seed=72)
-    stamps = sorted(r["storeTimestamp"] for r in _expected(path))
-    lo, hi = stamps[40], stamps[90]
-    where = f"storeTimestamp >= timestamp_millis({lo}) AND storeTimestamp < timestamp_millis({hi})"
-    pushed, plain = _both(spark, path, where, maxRecordsPerPartition="3", scan="queue")
-    got = _collected(pushed)
-    assert got == _collected(plain)
-    assert len(got) == sum(1 for t in stamps if lo <= t < hi) > 0
-    assert pushed.rdd.getNumPartitions() < plain.rdd.getNumPartitions() or not _pushdown()
-
-
-def test_spark_pushdown_of_keys_and_msg_id_reads_only_the_matches(spark, tmp_path):
-    path = _fill(tmp_path / "s", seed=73, count=150)
-    rows = _expected(path)
-    keyed = [r["keys"] for r in rows if r["keys"] and " " in r["keys"]][:2]
-    ids = [rows[5]["msgId"], rows[77]["msgId"], "0A0000010000" + "0" * 20]
-    for where in (
-        f"keys IN ('{keyed[0]}', '{keyed[1]}', 'absent')",
-        f"keys = '{keyed[0].split()[0]}'",  # one key of several: no row
-        f"msgId IN ('{ids[0]}', '{ids[1]}', '{ids[2]}')",
-        f"msgId = '{ids[0]}' AND topic = '{rows[5]['topic']}'",
-        f"msgId = '{ids[0]}' AND queueOffset > {rows[5]['queueOffset']}",
-    ):
-        pushed, plain = _both(spark, path, where)
-        got = _collected(pushed)
-        assert got == _collected(plain), where
-        assert pushed.rdd.getNumPartitions() == 1 < plain.rdd.getNumPartitions() or not _pushdown(), where
-    assert [r["keys"] for r in _collected(_both(spark, path, f"keys = '{keyed[0]}'")[0])] == [keyed[0]]
-    assert len(_collected(_both(spark, path, f"msgId IN ('{ids[0]}', '{ids[1]}')")[0])) == 2
 
 
 def test_spark_starting_and_ending_timestamps_pick_offsets_by_store_time(spark, tmp_path):

@@ -47,16 +47,11 @@ split by ``maxRecordsPerPartition``); ``auto`` (default) takes ``commitlog`` for
 the selected ranges hold at least 3/4 of its messages and its segments make at least as many
 partitions as the queue ranges would (and ``minPartitions``), else ``queue``.
 
-Filter pushdown (PySpark 4.1+; ``register`` turns on ``spark.sql.python.filterPushdown.enabled``,
-without which Spark refuses a reader that pushes, so option ``pushFilters=false`` gives one that
-does not). Applied exactly and not re-checked by Spark: ``topic`` =, IN, LIKE 'prefix%';
-``queueId`` =, IN, <, <=, >, >=; ``queueOffset`` =, <, <=, >, >= (IN narrows the range and
-goes back to Spark); ``keys`` / ``msgId`` =, IN: partitions of exactly the matching records,
-found by the index (``keys``: one of the value's keys, then the record's KEYS compared whole;
-left to Spark when a lookup reaches the index's 64-per-query cap) and by the CommitLog offset
-inside an offsetMsgId; IS NOT NULL on columns never null. ``storeTimestamp`` ranges narrow each
-queue range by binary search and go back to Spark (store times may step back with the clock).
-On 4.0 nothing is pushed and Spark filters after the read.
+No filter pushdown: Spark applies ``where(...)`` after the read. PySpark 4.1-4.3 keep a pushed
+read plan on the data source object all queries of one DataFrame share, and reuse it for a later
+query of that DataFrame that has no filter, which would then see the earlier filter's rows; so
+the reader does not push, and option ``pushFilters=true`` is refused. The options above narrow a
+read and belong to the DataFrame.
 
 Where code runs: ``partitions()`` in a planner process on the driver host, ``read()`` in executor
 Python workers, so every executor must be able to open every store path (Spark's API has no
@@ -69,7 +64,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rocketstore.spark._arrow import read_commitlog_range, read_queue_range, read_record_list
+from rocketstore.spark._arrow import read_commitlog_range, read_queue_range
 from rocketstore.spark._options import (
     COLUMNS,
     DEFAULT_ARROW_BATCH_ROWS,
@@ -90,7 +85,6 @@ __all__ = [
     "DEFAULT_ARROW_BATCH_ROWS",
     "DEFAULT_MAX_RECORDS_PER_PARTITION",
     "read_queue_range",
-    "read_record_list",
     "read_commitlog_range",
 ]
 
@@ -102,15 +96,12 @@ _LAZY = {
     "DEFAULT_MAX_RECORDS_PER_PARTITION": "_options",
     "DEFAULT_STAGING_RETENTION_MINUTES": "_writer",
     "EARLIEST": "_options",
-    "EqualTo": "_pyspark",
     "FAST_RUN_ROWS": "_writer",
     "FORMAT_NAME": "_options",
     "LATEST": "_options",
     "OFFSETS_VERSION": "_stream",
     "QueueRange": "_partitions",
-    "RecordList": "_partitions",
     "RocketStoreDataSource": "_source",
-    "RocketStorePushdownReader": "_reader",
     "RocketStoreReader": "_reader",
     "RocketStoreStreamReader": "_stream",
     "RocketStoreStreamWriter": "_writer",
@@ -120,11 +111,8 @@ _LAZY = {
     "StagedPart": "_writer",
     "_COLUMN_NAMES": "_options",
     "_HEX": "_arrow",
-    "_NEVER_NULL": "_options",
     "_PER_ROW_COLUMNS": "_writer",
-    "_PUSHABLE": "_pyspark",
     "_Properties": "_arrow",
-    "_Pushed": "_pushdown",
     "_STAGING_NAME": "_writer",
     "_STREAM_ARROW": "_pyspark",
     "_StagingSink": "_writer",
@@ -135,19 +123,14 @@ _LAZY = {
     "_broker_name": "_options",
     "_commitlog_ranges": "_partitions",
     "_constant_strings": "_arrow",
-    "_epoch_us": "_options",
     "_hosts": "_arrow",
-    "_int_bounds": "_pushdown",
     "_int_option": "_options",
-    "_intersect": "_options",
-    "_is_int": "_options",
     "_msg_ids": "_arrow",
     "_offset_spec": "_options",
     "_parse_timestamp_option": "_options",
     "_put_runs": "_writer",
     "_read_sink_state": "_writer",
     "_record_batch": "_arrow",
-    "_record_lists": "_partitions",
     "_remove_parts": "_writer",
     "_resolve": "_options",
     "_rows_to_batches": "_writer",
@@ -162,7 +145,6 @@ _LAZY = {
     "arrow_schema": "_options",
     "read_commitlog_range": "_arrow",
     "read_queue_range": "_arrow",
-    "read_record_list": "_arrow",
     "read_sink_commits": "_writer",
 }
 
@@ -186,11 +168,8 @@ def __getattr__(name: str) -> Any:
 def register(spark) -> None:
     """Register the ``rocketstore`` format with ``spark`` (per session; a second call is a no-op)."""
     RocketStoreDataSource = __getattr__("RocketStoreDataSource")  # ImportError without pyspark
-    _PUSHABLE = __getattr__("_PUSHABLE")
     try:
         spark.dataSource.register(RocketStoreDataSource)
     except Exception as exc:  # 4.0 refuses a name auto-discovery registered already
         if "ALREADY_EXISTS" not in str(exc):
             raise
-    if _PUSHABLE:  # 4.1+: a reader with pushFilters fails planning without it
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

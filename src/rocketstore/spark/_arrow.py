@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 from rocketstore.spark._options import DEFAULT_ARROW_BATCH_ROWS, arrow_schema
 
 if TYPE_CHECKING:  # the partitions are pyspark classes; these functions only read their fields
-    from rocketstore.spark._partitions import CommitLogRange, QueueRange, RecordList
+    from rocketstore.spark._partitions import CommitLogRange, QueueRange
 
 
 def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
@@ -28,20 +28,6 @@ def read_queue_range(p: QueueRange, columns, batch_rows: int = DEFAULT_ARROW_BAT
             for _base, view, rows in store.records_at(offsets, sizes, queue=(p.topic, p.queue_id, q)):
                 yield _record_batch(rows, view, columns, p.topic, p.broker)
             q += len(units)
-
-
-def read_record_list(p: RecordList, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):
-    """Yield ``pyarrow.RecordBatch`` es of ``columns`` for exactly the records of ``p``."""
-    import numpy as np
-
-    from rocketstore.store import MessageStore
-
-    offsets = np.asarray(p.offsets, dtype=np.int64)
-    sizes = np.asarray(p.sizes, dtype=np.int64)
-    with MessageStore(p.root, read_only=True) as store:
-        for i in range(0, len(offsets), batch_rows):
-            for _base, view, rows in store.records_at(offsets[i : i + batch_rows], sizes[i : i + batch_rows]):
-                yield _record_batch(rows, view, columns, None, p.broker)
 
 
 def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_ARROW_BATCH_ROWS):

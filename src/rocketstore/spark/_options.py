@@ -148,31 +148,6 @@ def _resolve(spec, topic, broker, queue_id, lo, hi, many) -> Optional[int]:
     return lo if value == EARLIEST else hi if value == LATEST else value
 
 
-def _intersect(current, values):
-    return set(values) if current is None else current & set(values)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _epoch_us(value) -> Optional[int]:
-    """A filter's timestamp literal as microseconds since the epoch (naive: UTC)."""
-    import datetime
-
-    if not isinstance(value, datetime.datetime):
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.timezone.utc)
-    return (value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(
-        microseconds=1
-    )
-
-
-#: Columns the source never leaves null (IsNotNull on them is true of every row).
-_NEVER_NULL = frozenset(_COLUMN_NAMES) - {"tags", "keys"}
-
-
 def _parse_timestamp_option(options, name: str) -> Optional[int]:
     value = options.get(name.lower())
     if value is None:

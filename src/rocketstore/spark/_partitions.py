@@ -1,11 +1,10 @@
-"""The read's partitions: queue ranges, CommitLog segments, record lists."""
+"""The read's partitions: queue ranges and CommitLog segments."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from rocketstore.spark._pushdown import _Pushed
 from rocketstore.spark._pyspark import InputPartition
 
 # ---------------------------------------------------------------------------------------------
@@ -37,16 +36,6 @@ class CommitLogRange(InputPartition):
     ranges: tuple
 
 
-@dataclass
-class RecordList(InputPartition):
-    """Exactly these records (CommitLog offsets ascending, and their sizes) of one store."""
-
-    root: str
-    broker: str
-    offsets: tuple
-    sizes: tuple
-
-
 def _commitlog_ranges(store, root: str, broker: str, ranges) -> list:
     """One CommitLogRange per segment between the first and the last record the ranges hold."""
     lo_phys: Optional[int] = None
@@ -65,34 +54,4 @@ def _commitlog_ranges(store, root: str, broker: str, ranges) -> list:
     return [
         CommitLogRange(root, broker, max(lo_phys, base), min(hi_phys, base + size), keep)
         for base in range(lo_phys // size * size, hi_phys, size)
-    ]
-
-
-def _record_lists(store, root: str, broker: str, ranges, pushed: _Pushed, max_rows: int) -> list:
-    """RecordList partitions of the lookup candidates that really match: a record of a selected
-    queue range, the unit at its queue offset pointing at it, and the pushed keys/msgId equal."""
-    from rocketstore.errors import MessageNotFoundError
-
-    bounds = {(r.topic, r.queue_id): (r.start, r.end) for r in ranges}
-    offsets, sizes = [], []
-    for offset in (pushed.candidates or {}).get(root, ()):
-        try:
-            msg = store.read(offset)
-        except MessageNotFoundError:
-            continue
-        start, end = bounds.get((msg.topic, msg.queue_id), (0, 0))
-        if not start <= msg.queue_offset < end:
-            continue
-        unit = store.queue_units(msg.topic, msg.queue_id, msg.queue_offset, 1)
-        if not len(unit) or int(unit["commitlog_offset"][0]) != offset:
-            continue  # not consumable (a prepared transaction, ...)
-        if pushed.keys is not None and msg.keys not in pushed.keys:
-            continue
-        if pushed.msg_ids is not None and msg.msg_id not in pushed.msg_ids:
-            continue
-        offsets.append(offset)
-        sizes.append(msg.size)
-    return [
-        RecordList(root, broker, tuple(offsets[i : i + max_rows]), tuple(sizes[i : i + max_rows]))
-        for i in range(0, len(offsets), max_rows)
     ]

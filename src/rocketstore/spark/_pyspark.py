@@ -23,37 +23,6 @@ except ImportError:  # 4.0: Rows, turned into Arrow batches in write()
 
     _STREAM_ARROW = False
 
-try:  # 4.1+: filter pushdown
-    from pyspark.sql.datasource import (
-        EqualTo,
-        GreaterThan,
-        GreaterThanOrEqual,
-        In,
-        IsNotNull,
-        LessThan,
-        LessThanOrEqual,
-        StringStartsWith,
-    )
-
-    _PUSHABLE = (
-        EqualTo,
-        GreaterThan,
-        GreaterThanOrEqual,
-        In,
-        IsNotNull,
-        LessThan,
-        LessThanOrEqual,
-        StringStartsWith,
-    )
-except ImportError:  # 4.0: no pushFilters; Spark filters after the read
-
-    class _NoFilter:
-        pass
-
-    EqualTo = GreaterThan = GreaterThanOrEqual = In = IsNotNull = _NoFilter
-    LessThan = LessThanOrEqual = StringStartsWith = _NoFilter
-    _PUSHABLE = ()
-
 try:  # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # 4.0/4.1: latestOffset() is called without a limit
@@ -74,15 +43,6 @@ __all__ = [
     "WriterCommitMessage",
     "_StreamWriterBase",
     "_STREAM_ARROW",
-    "EqualTo",
-    "GreaterThan",
-    "GreaterThanOrEqual",
-    "In",
-    "IsNotNull",
-    "LessThan",
-    "LessThanOrEqual",
-    "StringStartsWith",
-    "_PUSHABLE",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rocketstore.spark._arrow import read_commitlog_range, read_queue_range, read_record_list
+from rocketstore.spark._arrow import read_commitlog_range, read_queue_range
 from rocketstore.spark._options import (
     _COLUMN_NAMES,
     DEFAULT_ARROW_BATCH_ROWS,
@@ -19,22 +19,18 @@ from rocketstore.spark._options import (
     _select_topics,
     _store_paths,
 )
-from rocketstore.spark._partitions import (
-    CommitLogRange,
-    QueueRange,
-    RecordList,
-    _commitlog_ranges,
-    _record_lists,
-)
-from rocketstore.spark._pushdown import _Pushed, push_filter
-from rocketstore.spark._pyspark import (
-    DataSourceReader,
-)
+from rocketstore.spark._partitions import CommitLogRange, QueueRange, _commitlog_ranges
+from rocketstore.spark._pyspark import DataSourceReader
 
 
 class RocketStoreReader(DataSourceReader):
-    """Batch reader. Partitions are queue offset ranges (split by maxRecordsPerPartition),
-    CommitLog segment scans (``scan``), or exact record lists (pushed ``keys``/``msgId``)."""
+    """Batch reader. Partitions are queue offset ranges (split by maxRecordsPerPartition) or
+    CommitLog segment scans (``scan``).
+
+    It does not override ``pushFilters``: Spark 4.1-4.3 keep the read plan a pushdown makes on
+    the data source object every query of a DataFrame shares, and reuse it for a later query of
+    that DataFrame that has no filter of its own, so pushed filters would leak into it. Spark
+    filters after the read; options (``subscribe``, ``assign``, offsets, timestamps) narrow it."""
 
     def __init__(self, columns, options):
         unknown = [c for c in columns if c not in _COLUMN_NAMES]
@@ -47,66 +43,13 @@ class RocketStoreReader(DataSourceReader):
         self.scan = options.get("scan", "auto").strip().lower()
         if self.scan not in ("auto", "queue", "commitlog"):
             raise ValueError(f"option scan must be auto, queue or commitlog, not {self.scan!r}")
-        self.pushed = _Pushed()
-
-    # ---- filter pushdown: RocketStorePushdownReader.pushFilters (4.1+) calls these ----
-
-    def _push_filters(self, filters):
-        """Accept what the partitions apply exactly; return the rest (the same objects) to Spark."""
-        rest, lookups = [], []
-        for f in filters:
-            verdict = self._push(f)
-            if verdict == "lookup":
-                lookups.append(f)
-            elif not verdict:
-                rest.append(f)
-        if lookups and not self._look_up():
-            self.pushed.keys = self.pushed.msg_ids = None
-            rest.extend(lookups)
-        return rest
-
-    def _push(self, f):
-        """True: applied exactly; "lookup": applied if the index lookups are complete; False: not."""
-        return push_filter(f, self.pushed)
-
-    def _look_up(self) -> bool:
-        """CommitLog offsets of the records pushed ``keys``/``msgId`` may match, per store
-        (``self.pushed.candidates``); False when an index lookup could be incomplete."""
-        from rocketstore.errors import InvalidMessageIdError, MessageNotFoundError
-        from rocketstore.store import MessageStore
-
-        p = self.pushed
-        p.candidates = {}
-        for root in self.paths:
-            with MessageStore(root, read_only=True) as store:
-                found = None
-                if p.msg_ids is not None:
-                    found = set()
-                    for msg_id in p.msg_ids:
-                        try:
-                            found.add(store.get_by_msg_id(msg_id).commitlog_offset)
-                        except (InvalidMessageIdError, MessageNotFoundError, ValueError):
-                            pass
-                if p.keys is not None:
-                    by_key = set()
-                    topics = {t for t, _q in store.queues() if p.topic_ok(t)}
-                    for keys in p.keys:
-                        token = next(t for t in keys.split(" ") if t)
-                        for topic in topics:
-                            hits = store.key_offsets(topic, token)
-                            if hits is None:
-                                return False
-                            by_key.update(hits)
-                    found = by_key if found is None else found & by_key
-                p.candidates[root] = sorted(found)
-        return True
 
     # ---- planning ----
 
     def _queue_ranges(self, store, root: str, broker: str, many: bool) -> list:
         """The QueueRange (unsplit) of every selected queue of one open store: options, then
-        startingTimestamp/endingTimestamp, then what was pushed down."""
-        options, p = self.options, self.pushed
+        startingTimestamp/endingTimestamp."""
+        options = self.options
         starting = _offset_spec(options, "startingOffsets", "earliest")
         ending = _offset_spec(options, "endingOffsets", "latest")
         start_ts = _parse_timestamp_option(options, "startingTimestamp")
@@ -117,8 +60,6 @@ class RocketStoreReader(DataSourceReader):
         ranges = []
         for (topic, queue_id), (lo, hi) in sorted(queues.items()):
             if topic not in wanted or (wanted[topic] is not None and queue_id not in wanted[topic]):
-                continue
-            if not (p.topic_ok(topic) and p.queue_ok(queue_id)):
                 continue
             start = _resolve(starting, topic, broker, queue_id, lo, hi, many)
             end = _resolve(ending, topic, broker, queue_id, lo, hi, many)
@@ -136,13 +77,6 @@ class RocketStoreReader(DataSourceReader):
                         "set failOnDataLoss=false to start at the first kept offset"
                     )
                 start = lo
-            start = max(start, p.offset_lo)
-            if p.offset_hi is not None:
-                end = min(end, p.offset_hi)
-            if end > start and p.time_lo is not None:
-                start = max(start, store.queue_offset_of_time(topic, queue_id, p.time_lo))
-            if end > start and p.time_hi is not None:
-                end = min(end, store.queue_offset_of_time(topic, queue_id, p.time_hi))
             if end > start:
                 ranges.append(QueueRange(root, broker, topic, queue_id, start, end))
         return ranges
@@ -154,21 +88,19 @@ class RocketStoreReader(DataSourceReader):
         max_rows = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION)
         min_parts = _int_option(options, "minPartitions", None)
         many = len(self.paths) > 1
-        ranges, scans, lists = [], [], []
+        ranges, scans = [], []
         for root in self.paths:
             broker = _broker_name(root, options, many)
             with MessageStore(root, read_only=True) as store:
                 store_ranges = self._queue_ranges(store, root, broker, many)
-                if self.pushed.candidates is not None:
-                    lists.extend(_record_lists(store, root, broker, store_ranges, self.pushed, max_rows))
-                elif self._scan_commitlog(store, store_ranges, min_parts, max_rows):
+                if self._scan_commitlog(store, store_ranges, min_parts, max_rows):
                     scans.extend(_commitlog_ranges(store, root, broker, store_ranges))
                 else:
                     ranges.extend(store_ranges)
         total = sum(r.end - r.start for r in ranges)
         if min_parts and total:
-            max_rows = min(max_rows, max(1, -(-total // max(1, min_parts - len(scans) - len(lists)))))
-        parts = lists + scans
+            max_rows = min(max_rows, max(1, -(-total // max(1, min_parts - len(scans)))))
+        parts = scans
         for r in ranges:
             for s in range(r.start, r.end, max_rows):
                 parts.append(QueueRange(r.root, r.broker, r.topic, r.queue_id, s, min(r.end, s + max_rows)))
@@ -193,17 +125,6 @@ class RocketStoreReader(DataSourceReader):
     def read(self, partition) -> Iterator:
         if isinstance(partition, CommitLogRange):
             return read_commitlog_range(partition, self.columns, self.batch_rows)
-        if isinstance(partition, RecordList):
-            return read_record_list(partition, self.columns, self.batch_rows)
         if isinstance(partition, QueueRange):
             return read_queue_range(partition, self.columns, self.batch_rows)
         return iter(())  # Spark's InputPartition(None) when nothing matched
-
-
-class RocketStorePushdownReader(RocketStoreReader):
-    """The batch reader with ``pushFilters`` (4.1+). Spark refuses to plan a reader that
-    overrides it while ``spark.sql.python.filterPushdown.enabled`` is false, so option
-    ``pushFilters=false`` (or 4.0) gives the plain reader, and Spark filters after the read."""
-
-    def pushFilters(self, filters):
-        return self._push_filters(filters)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rocketstore.spark._options import COLUMNS, FORMAT_NAME, SCHEMA_DDL, _bool_option
-from rocketstore.spark._pyspark import _PUSHABLE, DataSource
-from rocketstore.spark._reader import RocketStorePushdownReader, RocketStoreReader
+from rocketstore.spark._pyspark import DataSource
+from rocketstore.spark._reader import RocketStoreReader
 from rocketstore.spark._stream import RocketStoreStreamReader
 from rocketstore.spark._writer import RocketStoreStreamWriter, RocketStoreWriter
 
@@ -26,8 +26,13 @@ class RocketStoreDataSource(DataSource):
 
     def reader(self, schema):
         options = dict(self.options)
-        if _PUSHABLE and _bool_option(options, "pushFilters", True):
-            return RocketStorePushdownReader([f.name for f in schema.fields], options)
+        if _bool_option(options, "pushFilters", False):
+            raise ValueError(
+                "rocketstore does not push filters: Spark 4.1-4.3 keep a pushed read plan on the "
+                "data source a DataFrame's queries share, so a later query of the same DataFrame "
+                "would return the filtered rows; narrow the read with the subscribe, assign, "
+                "startingOffsets/endingOffsets or startingTimestamp/endingTimestamp options"
+            )
         return RocketStoreReader([f.name for f in schema.fields], options)
 
     def streamReader(self, schema):
