@@ -14,6 +14,7 @@ from rocketstore.errors import (
     MessageNotFoundError,
     StoreClosedError,
 )
+from rocketstore.store import StoreBase
 
 TOPIC = "FastReads"
 NAMES = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key")
@@ -28,20 +29,20 @@ def store(tmp_path, impl):
 
 def test_an_open_store_answers_point_reads_through_fast_reads(store, impl):
     for name in NAMES:
-        assert type(store.__dict__[name]).__name__ in ("builtin_function_or_method", "method"), name
+        assert type(getattr(store._role, name)).__name__ in ("builtin_function_or_method", "method"), name
     r = store.put(TOPIC, b"body", keys="k1", queue_id=1)
     assert store.read(r.commitlog_offset).body == b"body"
     assert store.get_by_msg_id(r.msg_id).body == b"body"
     assert store.get_by_queue_offset(TOPIC, 1, 0).body == b"body"
     assert [m.body for m in store.query_by_key(TOPIC, "k1")] == [b"body"]
-    # the same answers as the class's methods (the careful path)
+    # the same answers as the careful paths
     for name, args in (
         ("read", (r.commitlog_offset,)),
         ("get_by_msg_id", (r.msg_id,)),
         ("get_by_queue_offset", (TOPIC, 1, 0)),
     ):
-        assert getattr(store, name)(*args) == getattr(MessageStore, name)(store, *args)
-    assert store.query_by_key(TOPIC, "k1") == MessageStore.query_by_key(store, TOPIC, "k1")
+        assert getattr(store, name)(*args) == getattr(StoreBase, name)(store, *args)
+    assert store.query_by_key(TOPIC, "k1") == StoreBase.query_by_key(store, TOPIC, "k1")
 
 
 def test_what_the_fast_call_cannot_answer_raises_the_class_errors(store):
@@ -62,9 +63,9 @@ def test_what_the_fast_call_cannot_answer_raises_the_class_errors(store):
 
 def test_a_method_held_past_close_raises_store_closed(store):
     r = store.put(TOPIC, b"body", queue_id=0)
-    held = [getattr(store, name) for name in NAMES]
+    held = [getattr(store._role, name) for name in NAMES]  # the FastReads methods
     store.close()
-    assert not any(name in store.__dict__ for name in NAMES)
+    assert store._role.kind == "closed"
     for method, args in zip(held, ((r.commitlog_offset,), (r.msg_id,), (TOPIC, 0, 0), (TOPIC, "k"))):
         with pytest.raises(StoreClosedError):
             method(*args)
@@ -73,7 +74,7 @@ def test_a_method_held_past_close_raises_store_closed(store):
 def test_the_methods_do_not_keep_a_dropped_store_alive(tmp_path, impl):
     s = MessageStore(str(tmp_path / "s"), implementation=impl.name)
     r = s.put(TOPIC, b"body")
-    read = s.read
+    read = s._role.read  # FastReads.read
     ref = weakref.ref(s)
     del s
     gc.collect()
@@ -92,7 +93,7 @@ def test_a_subclass_keeps_its_own_methods(tmp_path, impl):
     try:
         r = s.put(TOPIC, b"body")
         assert s.read(r.commitlog_offset).body == b"body" and s.calls == 1
-        assert "read" not in s.__dict__ and "get_by_msg_id" in s.__dict__
+        assert type(s._role.read).__name__ in ("builtin_function_or_method", "method")
     finally:
         s.close()
 
@@ -120,9 +121,9 @@ def test_a_following_store_reads_fast_sees_a_writers_new_puts_and_keeps_a_subcla
     with MessageStore(path, implementation=impl.name, default_queues=1) as w:
         first = w.put(TOPIC, b"one", keys="k1")
         with Logged(path, implementation=impl.name, read_only=True) as ro:
-            assert ro._follower is not None and ro.__dict__["_fast_reads"] is not None
+            assert ro._follower is not None and ro._role.fast_reads is not None
             for name in NAMES:  # each switch-safe; the fast method is tried first where it is the class's
-                assert type(ro.__dict__[name]).__name__ == "SwitchSafe", name
+                assert type(getattr(ro._role, name)).__name__ == "SwitchSafe", name
             assert [m.body for m in ro.query_by_key(TOPIC, "k1")] == [b"one"]
             second = w.put(TOPIC, b"two", keys="k2")  # after the reader's first reads
             assert ro.read(second.commitlog_offset).body == b"two"
@@ -131,9 +132,9 @@ def test_a_following_store_reads_fast_sees_a_writers_new_puts_and_keeps_a_subcla
             assert ro.get_by_msg_id(first.msg_id).body == b"one" and ro.calls == 1
             got = ro.get_message("g", TOPIC, 0, 0, 32)
             assert [m.body for m in got.messages] == [b"one", b"two"]
-            ro._install_fast_reads()  # as a reopen does: the subclass's method stays switch-safe
+            ro._choose_role()  # as a reopen does: the reads stay switch-safe
             for name in NAMES:
-                assert type(ro.__dict__[name]).__name__ == "SwitchSafe", name
+                assert type(getattr(ro._role, name)).__name__ == "SwitchSafe", name
             assert ro.get_by_msg_id(second.msg_id).body == b"two" and ro.calls == 2
 
 
@@ -141,7 +142,7 @@ def test_unique_key_lookups_answer_as_the_class_does(store):
     first = store.put(TOPIC, b"one", queue_id=0)
     uniq = store.read(first.commitlog_offset).unique_key
     assert store.query_by_unique_key(TOPIC, uniq).body == b"one"
-    assert store.query_by_unique_key(TOPIC, uniq) == MessageStore.query_by_unique_key(store, TOPIC, uniq)
+    assert store.query_by_unique_key(TOPIC, uniq) == StoreBase.query_by_unique_key(store, TOPIC, uniq)
     with pytest.raises(MessageNotFoundError):
         store.query_by_unique_key("OtherTopic", uniq)  # the hit's topic is re-checked
     with pytest.raises(MessageNotFoundError):
@@ -244,12 +245,12 @@ def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
     no offset, a bad group, an offset past the end) is the class's own call."""
     from rocketstore import GetMessageStatus
 
-    assert type(store.__dict__["get_message"]).__name__ in ("builtin_function_or_method", "method")
+    assert type(store._role.get_message).__name__ in ("builtin_function_or_method", "method")
     for i in range(40):
         store.put(TOPIC, b"m%d" % i, tags="a" if i % 2 else "b", queue_id=1)
     for args in (("g", TOPIC, 1, 0), ("g", TOPIC, 1, 7, 5), ("g", TOPIC, 1, 39, 32)):
         fast = store.get_message(*args)
-        careful = MessageStore.get_message(store, *args)
+        careful = StoreBase.get_message(store, *args)
         assert fast.status == careful.status == GetMessageStatus.FOUND
         assert (fast.next_begin_offset, fast.min_offset, fast.max_offset) == (
             careful.next_begin_offset,

@@ -1112,6 +1112,6 @@ class PopService:
         service's lock may be waiting for that mutex, to create the DLQ topic)."""
         if self._closed:
             return
-        self._acker.closed = True  # (the store's installed ``ack``; see MessageStore._install_fast_reads)
+        self._acker.closed = True  # (the owner role's ``ack``: rocketstore.roles)
         self.snapshot()
         self._closed = True

@@ -145,7 +145,12 @@ ATTR_RESERVE_TIME = "reserve.time"
 RETENTION_ATTRIBUTES = (ATTR_RETENTION_MS, ATTR_RETENTION_BYTES, ATTR_DELETE_WHEN_CONSUMED)
 
 #: ``set_topic_retention``'s "leave this policy as it is"
-UNCHANGED: Any = type("_Unchanged", (), {"__repr__": lambda self: "UNCHANGED"})()
+UNCHANGED: Any = type(
+    "_Unchanged",
+    (),
+    # pickled as itself (a joined writer sends it to the writing process: rocketstore.writers)
+    {"__repr__": lambda self: "UNCHANGED", "__reduce__": lambda self: "UNCHANGED"},
+)()
 
 _MAX_LONG = (1 << 63) - 1
 

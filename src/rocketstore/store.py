@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import dataclasses
+import inspect
 import itertools
 import logging
 import math
@@ -108,6 +109,7 @@ from rocketstore.retention import (
     retention_report,
     topic_policy,
 )
+from rocketstore.roles import BOUND, FAST_READS, SWITCH_SAFE, CarefulCall, Role, SwitchSafeCall
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import (
     StoreLock,
@@ -185,42 +187,10 @@ _FORWARDED = _REPEATABLE | {
     "ack_many",
     "change_invisible_time",
 }
-#: Read calls a following store runs again when it opened again under them (``SwitchSafe``).
-_SWITCH_SAFE = (
-    "read",
-    "get_by_msg_id",
-    "get_by_queue_offset",
-    "query_by_key",
-    "query_by_unique_key",
-    "key_offsets",
-    "get_message",
-    "get_units",
-    "queue_units",
-    "records_at",
-    "min_queue_offset",
-    "max_queue_offset",
-    "queue_offset_of_time",
-    "queues",
-    "queue_offsets",
-    "committed_offset",
-    "delayed_counts",
-    "stats",
-    "topic_retention",
-    "retention_report",
-)
 #: Records decoded per table by iter_messages (scan's tables are SCAN_CHUNK rows): a table of
 #: 1,024 rows (176 KiB) is reused from the heap chunk after chunk, where SCAN_CHUNK's 11 MiB
 #: ones are fresh pages the kernel zeroes (up to a third of a first pass over a store).
 _MESSAGE_CHUNK = 1024
-#: Point reads an open store answers through its codec's FastReads (_install_fast_reads).
-_FAST_READS = (
-    "read",
-    "get_by_msg_id",
-    "get_by_queue_offset",
-    "query_by_key",
-    "query_by_unique_key",
-    "get_message",
-)
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -259,7 +229,7 @@ def _closed_error() -> NoReturn:
 
 
 #: Stores open in this process: closed at interpreter exit (see _close_open_stores).
-_OPEN_STORES: weakref.WeakSet[MessageStore] = weakref.WeakSet()
+_OPEN_STORES: weakref.WeakSet[StoreBase] = weakref.WeakSet()
 
 
 @atexit.register
@@ -313,8 +283,7 @@ def _forked() -> None:
         store._forked_from = parent
         store._closed = True
         store._core = _ForkedCore(parent)
-        _drop_put_front(store)  # (it holds the parent's core)
-        store._drop_fast_reads()  # (so do these)
+        store._retire_role()  # (its compiled calls hold the parent's core)
         store._server = None  # its threads are the parent's; its sockets' copies stay unused
         store._remote = None
         store._appender = False  # (its lock is the parent's open file description: unusable here)
@@ -333,31 +302,6 @@ def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[i
         None if start is None else check_int("start", start, 0),
         None if end is None else check_int("end", end, 0),
     )
-
-
-def _install_put_front(store: MessageStore) -> None:
-    """Make ``store.put`` the implementation's ``PutFront``: ``put(topic, body)`` and keyed puts
-    of a checked topic in one call into the core, everything else through
-    :meth:`MessageStore.put` (issue 17; docs/guide/keyed-puts.md). Only for a store that
-    appends itself through its own core, and not where a subclass has its own ``put``."""
-    _drop_put_front(store)
-    front_type = store._impl.store.PutFront
-    if (
-        type(store).put is MessageStore.put
-        and not store._files_read_only
-        and store._follower is None
-        and store._remote is None
-        and isinstance(store._core, store._impl.store.CommitLogCore)
-    ):
-        front = front_type(store._core, store._user_topics, weakref.ref(store), MessageStore.put)
-        store.__dict__["put"] = front.put
-
-
-def _drop_put_front(store: MessageStore) -> None:
-    """Forget the store's ``PutFront`` (its core is gone or about to be)."""
-    put = store.__dict__.get("put")
-    if put is not None and isinstance(getattr(put, "__self__", None), store._impl.store.PutFront):
-        del store.__dict__["put"]
 
 
 class _UnitReader:
@@ -393,22 +337,9 @@ class _UnitReader:
         return found, taken, stop, kind != codec.PULL_END, last_gone
 
 
-class MessageStore:
-    """An embedded RocketMQ-format message store rooted at ``path`` (default ``~/store``).
-
-    >>> with MessageStore("/tmp/demo-store") as store:          # doctest: +SKIP
-    ...     result = store.put("TopicTest", b"hello", tags="TagA", keys="order-1")
-    ...     store.read(result.commitlog_offset).body
-    b'hello'
-
-    Keyword options are those of :class:`rocketstore.StoreConfig`. ``read_only=True`` never writes
-    a byte nor takes the lock. ``implementation`` pins the twin ("c" or "py"; default: compiled
-    when built). Thread-safe: any number of threads may put and read at once.
-
-    ``progress(stage, done, total)``, if given, is called while the open recovers: ``stage`` is
-    ``"recover"`` (CRC scan) or ``"dispatch"`` (rebuilding ConsumeQueue and index entries),
-    ``done`` and ``total`` count CommitLog bytes.
-    """
+class StoreBase:
+    """A store's parts and the careful path of every call: :class:`MessageStore` is its facade,
+    whose methods (documented there) call the role (rocketstore.roles) that calls these."""
 
     # What an open sets up (each None until it is: _PARTS). Any where the class is a twin's
     # (compiled or pure) or a read-only stand-in's.
@@ -442,6 +373,8 @@ class MessageStore:
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
     _forked_from: Optional[int] = None  # the parent's pid, in a child forked after the open
+    #: What the facade's calls run (rocketstore.roles): chosen at each open, replaced at a close.
+    _role: Any
 
     def __init__(
         self,
@@ -476,6 +409,7 @@ class MessageStore:
         self._mutex = threading.RLock()
         self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
         self._options = options
+        self._role = Role("closed", self, StoreBase)
         self._open_store()
         _OPEN_STORES.add(self)
 
@@ -508,40 +442,21 @@ class MessageStore:
         self._closed = False
         if self._server is not None:
             self._server.ready()
-        for name in _FORWARDED:
-            if name.startswith("_"):
-                continue  # the joined store's own machinery asks for these (sharedappend)
-            if self._remote is not None:
-                self.__dict__[name] = _Forwarder(self, name)
-            else:
-                self.__dict__.pop(name, None)
         self._appender = None
         self._sharing_stopped = False
-        if self._remote is not None:
-            self.__dict__["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
-            self.__dict__["put_batch"] = _JoinedPutBatch(self)
-            self.__dict__["put_messages"] = _JoinedPutMessages(self)
-        else:
-            _install_put_front(self)
-        self._install_fast_reads()
-        switch_safe = self._impl.store.SwitchSafe
-        for name in _SWITCH_SAFE:
-            # a store that follows another process's writing may open again under a call
-            if self._follower is not None and name not in self.__dict__:  # (a subclass's own too)
-                self.__dict__[name] = switch_safe(weakref.ref(self), getattr(type(self), name))
-            elif self._follower is None and isinstance(self.__dict__.get(name), switch_safe):
-                del self.__dict__[name]
+        self._choose_role()
 
-    def _install_fast_reads(self) -> None:
-        """Put the codec's FastReads methods over the class's point reads (each one compiled
-        call; anything else runs the class's method) of an open store whose class does not
-        override them. A store that follows another process's writing gets each inside a
-        SwitchSafe (it may open again under a call), which runs the class's method again if it
-        did."""
-        self._drop_fast_reads()
+    def _choose_role(self) -> None:
+        """The role (rocketstore.roles) of this store, just opened: ``owner`` (puts through the
+        implementation's PutFront, ``receive`` and ``ack`` through the POP service's compiled
+        calls), ``joined`` (writes run in the writing process, or append here), ``following`` or
+        ``read-only``; each answers the point reads through the codec's FastReads, which a store
+        that follows another process's writing runs inside a SwitchSafe (it may open again under
+        a call: the careful path then runs again). The role it replaces is retired."""
+        ref = weakref.ref(self)
         fast = self._impl.codec.FastReads(
-            weakref.ref(self),
-            MessageStore,
+            ref,
+            StoreBase,  # the careful paths, for what a fast call cannot answer
             self._queues,
             self._segments,
             None if self._files_read_only else self._core,
@@ -551,51 +466,52 @@ class MessageStore:
             self._follower,
         )
         switch_safe = self._impl.store.SwitchSafe
-        for name in _FAST_READS:
-            own = getattr(type(self), name)
-            if own is getattr(MessageStore, name):
-                method = getattr(fast, name)
-                if self._follower is not None:
-                    method = switch_safe(weakref.ref(self), own, method)
-            elif self._follower is not None:  # a subclass's own, switch-safe (after a reopen too)
-                method = switch_safe(weakref.ref(self), own)
-            else:
-                continue
-            self.__dict__[name] = method
-        self.__dict__["_fast_reads"] = fast
-        if self._pop is not None and self._remote is None:
-            self._install_pop_front(self._pop)
+        following = self._follower is not None
+        calls: dict[str, Any] = {}
+        for name in FAST_READS:
+            method = getattr(fast, name)
+            calls[name] = switch_safe(ref, getattr(StoreBase, name), method) if following else method
+        receiver = None
+        if self._remote is not None:
+            kind = "joined"
+            for name in _FORWARDED:
+                if not name.startswith("_"):  # (the joined store's own machinery asks for those)
+                    forwarder = _Forwarder(name)
+                    calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
+            calls["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
+            calls["put_batch"] = _joined_put_batch
+            calls["put_messages"] = _joined_put_messages
+        elif self._files_read_only:
+            kind = "following" if following else "read-only"
+        else:
+            kind = "owner"
+            if isinstance(self._core, self._impl.store.CommitLogCore):
+                calls["put"] = self._impl.store.PutFront(
+                    self._core, self._user_topics, ref, StoreBase.put
+                ).put
+            if self._pop is not None:
+                calls["ack"] = self._pop.ack  # no frame of this class's per ack
+                receiver = self._impl.codec.PopReceiver(
+                    ref,
+                    self._pop,
+                    StoreBase.receive,
+                    Received,
+                    _MATCH_ALL,
+                    (MAX_RECEIVE_BATCH, MAX_INVISIBLE_TIME_MS),
+                )
+                calls["receive"] = receiver.receive
+        if following:
+            for name in SWITCH_SAFE:
+                if name not in calls:
+                    careful = getattr(StoreBase, name)
+                    calls[name] = switch_safe(ref, careful) if name in BOUND else SwitchSafeCall(careful)
+        old, self._role = self._role, Role(kind, self, StoreBase, calls, fast, receiver)
+        old.retire()
 
-    def _install_pop_front(self, pop: PopService) -> None:
-        """``ack``: the POP service's compiled acker itself (no frame of this class per ack;
-        a caller that still holds it after a close gets StoreClosedError from it). ``receive``:
-        the codec's PopReceiver, the common receive in one call (anything else: the class's
-        method). Each unless the store's class overrides it."""
-        if type(self).ack is MessageStore.ack:
-            self.__dict__["ack"] = pop.ack
-        if type(self).receive is MessageStore.receive:
-            receiver = self._impl.codec.PopReceiver(
-                weakref.ref(self),
-                pop,
-                MessageStore.receive,
-                Received,
-                _MATCH_ALL,
-                (MAX_RECEIVE_BATCH, MAX_INVISIBLE_TIME_MS),
-            )
-            self.__dict__["receive"] = receiver.receive
-            self.__dict__["_pop_receiver"] = receiver
-
-    def _drop_fast_reads(self) -> None:
-        fast = self.__dict__.pop("_fast_reads", None)
-        if fast is not None:
-            fast.open = False  # a call already holding a method takes the class's path
-            for name in _FAST_READS:
-                self.__dict__.pop(name, None)
-            self.__dict__.pop("ack", None)
-            receiver = self.__dict__.pop("_pop_receiver", None)
-            if receiver is not None:
-                receiver.closed = True  # a call already holding its receive takes the class's path
-                del self.__dict__["receive"]
+    def _retire_role(self) -> None:
+        """Closing: every call takes the careful path (which says the store is closed)."""
+        old, self._role = self._role, Role("closed", self, StoreBase)
+        old.retire()
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
@@ -662,7 +578,7 @@ class MessageStore:
         """A joined writer's call, run here (the owner)."""
         if name not in _FORWARDED:
             raise StoreReadOnlyError(f"{name!r} is not a call a joined writer may make")
-        method = getattr(MessageStore, name)
+        method = getattr(StoreBase, name)
         if name == "put_pipelined":
             return method(self, *args, **kwargs).result()
         return method(self, *args, **kwargs)
@@ -673,7 +589,7 @@ class MessageStore:
             self._check_open()
             client = self._remote
             if client is None:  # this process writes now
-                return getattr(MessageStore, name)(self, *args, **kwargs)
+                return getattr(StoreBase, name)(self, *args, **kwargs)
             if name == "put_pipelined":
                 return RemoteFuture(
                     client.submit(lambda: self._forward("put", args, {**kwargs, "durable": True}))
@@ -1264,7 +1180,7 @@ class MessageStore:
         open (the abort file stays). ``keep_link``: a joined store's connection to its writing
         process stays (a reopen)."""
         errors = []
-        self._drop_fast_reads()
+        self._retire_role()
 
         def run(step: Callable[[], object]) -> bool:
             try:
@@ -1346,7 +1262,7 @@ class MessageStore:
         if error is not None:
             raise error
 
-    def __enter__(self) -> MessageStore:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1430,7 +1346,7 @@ class MessageStore:
                 self.config = self._detect_config(commitlog_dir)
                 self._open(commitlog_dir)
                 self._closed = False
-                self._install_fast_reads()
+                self._choose_role()
             finally:
                 self._switching = False
 
@@ -1442,7 +1358,6 @@ class MessageStore:
     # ---- topics ----
 
     def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
-        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
         self._check_writable()
         topic = _plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
@@ -1458,13 +1373,6 @@ class MessageStore:
         retention_bytes: Any = UNCHANGED,
         delete_when_consumed: Any = UNCHANGED,
     ) -> dict[str, Any]:
-        """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
-        as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
-
-        Each argument left out stays as it is; None removes the topic's own value (the store's
-        option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
-        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
-        """
         self._check_writable()
         validate_topic(topic)
         changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
@@ -1473,18 +1381,11 @@ class MessageStore:
         return self.topic_retention(topic)
 
     def topic_retention(self, topic: str) -> dict[str, Any]:
-        """The retention ``topic`` gets: ``{"retention_ms", "retention_bytes",
-        "delete_when_consumed", "source": {policy: "topic" | "store" | ...}}``."""
         self._check_open()
         validate_topic(topic)
         return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
 
     def retention_report(self) -> dict[str, Any]:
-        """Per topic, its policy, its oldest segment and what holds that segment (which policy;
-        for ``delete_when_consumed``, which groups at which offsets), and the store's oldest
-        segment with the topics that hold it. Also ``stats()["retention"]``. A writable store
-        dispatches first; when that fails (a full disk) the report is of what was dispatched and
-        has ``"dispatch_error"``."""
         self._check_open()
         return retention_report(
             self.config,
@@ -1534,22 +1435,6 @@ class MessageStore:
         deliver_at_ms: Optional[int] = None,
         delay_ms: Optional[int] = None,
     ) -> PutResult:
-        """Store one message; returns a :class:`PutResult` (status PUT_OK).
-
-        ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
-        string of space-separated keys or a sequence of keys. ``durable=True`` waits for group
-        commit; ``None`` follows ``flush_disk_type``. A message that was not stored raises a
-        :class:`~rocketstore.errors.PutError` (e.g. ``ServiceNotAvailableError`` while the disk
-        is full); one that was stored but whose flush did not confirm within
-        ``sync_flush_timeout_ms`` raises :class:`~rocketstore.errors.FlushTimeoutError`, whose
-        ``result`` says where it is. ``delay_level`` (1 .. 18 with
-        the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
-        ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
-        ``deliver_at_ms`` (epoch ms) or ``delay_ms`` makes it a timer message: stored in
-        ``rmq_sys_wheel_timer`` and put into ``topic`` at that millisecond (so do the
-        ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` properties), at most
-        ``timer_max_delay_sec`` ahead (:class:`~rocketstore.errors.TimerTooFarError`).
-        """
         if topic.__class__ is not str or topic not in self._user_topics:
             self._check_user_topic(topic)
         if (
@@ -1635,13 +1520,6 @@ class MessageStore:
         deliver_at_ms: Optional[int] = None,
         delay_ms: Optional[int] = None,
     ) -> PutFuture:
-        """Store one message durably without blocking: returns a :class:`PutFuture`.
-
-        The future resolves when the flush thread's group commit covers the message, so one
-        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`. It is
-        always a future: its ``result()`` raises what :meth:`put` would (a put that stored
-        nothing gives an already-done future that raises its ``PutError``).
-        """
         self._check_user_topic(topic)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
         if body is None:
@@ -1759,15 +1637,6 @@ class MessageStore:
         durable: Optional[bool] = None,
         pipelined: bool = False,
     ) -> BatchPutResult | PutFuture:
-        """Store many messages of one topic and queue in one call under one lock.
-
-        ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
-        into bodies by ``lengths``. Tags and properties are shared; each message gets its own
-        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or always a
-        :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
-        message raises and nothing of the batch is written. A batch is stored whole or not at
-        all; the errors are :meth:`put`'s.
-        """
         self._check_writable()
         self._check_user_topic(topic)
         queue_id, flag = check_put_ints(queue_id, flag)
@@ -1790,11 +1659,6 @@ class MessageStore:
         *,
         durable: Optional[bool] = None,
     ) -> list[PutResult]:
-        """Store :class:`Message` objects of any topics under one lock; returns a list of results.
-
-        Every message is validated before the first is written; they are stored all or none,
-        with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
-        """
         self._check_writable()
         # the plain messages (a known user topic, tags and keys at most) in one compiled call;
         # every other one through _message_item's full checks
@@ -1850,21 +1714,10 @@ class MessageStore:
         *,
         max_reconsume_times: Optional[int] = None,
     ) -> PutResult:
-        """Give back a message ``group`` failed to consume (RocketMQ's ``consumerSendMsgBack``).
-
-        It is stored again with reconsume times + 1, ``RETRY_TOPIC`` (its first topic) and
-        ``ORIGIN_MESSAGE_ID`` (its first msgId): in ``%RETRY%<group>`` after a back-off of delay
-        level ``3 + reconsume times`` (``delay_level`` > 0 picks one), or in ``%DLQ%<group>`` once
-        it has been reconsumed ``max_reconsume_times`` times (default: the group's
-        ``retryMaxTimes``, 16) or when ``delay_level`` < 0. Returns the :class:`PutResult`.
-        """
         self._check_writable()
         return cast("PutResult", self._schedule.send_back(group, message, delay_level, max_reconsume_times))
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
-        """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
-        now, as the background thread does every ``schedule_interval_ms``; returns how many.
-        ``now`` that is not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
@@ -1872,9 +1725,6 @@ class MessageStore:
         return delivered
 
     def deliver_timers(self, now: Optional[int] = None) -> int:
-        """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
-        now, in deliver-time order, as the timer thread does; returns how many. ``now`` that is
-        not an int >= 0 raises ``InvalidMessageError``."""
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
@@ -1882,16 +1732,11 @@ class MessageStore:
         return delivered
 
     def timer_stats(self) -> dict[str, Any]:
-        """The timer service's state: ``pending`` (timer messages not yet delivered),
-        ``next_deliver_ms``, and since this open ``delivered``, ``dropped`` (undeliverable,
-        logged), ``reconciled`` (interrupted passes settled) and ``resumed`` (copies such a
-        settlement found already written, so not written again)."""
         self._check_writable()
         stats: dict[str, Any] = self._timer.stats()
         return stats
 
     def delayed_counts(self) -> dict[int, int]:
-        """{delay level: messages waiting in it} (levels with none left out)."""
         self._check_open()
         if self._schedule is not None:
             offsets = self._schedule.offsets()
@@ -1900,8 +1745,6 @@ class MessageStore:
         return pending_counts(self.queues(), offsets)
 
     def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
-        """Set ``group``'s ``retryMaxTimes`` (how often :meth:`send_back` retries before the
-        DLQ) in ``config/subscriptionGroup.json``; returns the group's config."""
         self._check_writable()
         group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
         return group_config
@@ -1925,20 +1768,6 @@ class MessageStore:
         max_reconsume_times: Optional[int] = None,
         tags: Optional[str] = None,
     ) -> Received:
-        """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
-        invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
-
-        Returns a :class:`~rocketstore.pop.Received`, a sequence of
-        :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
-        times raised by one), then new ones from the group's position, queue by queue
-        (``queue_id`` picks one). A message that would come back more than
-        ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
-        ``%DLQ%<group>`` instead. ``tags``: a subscription expression (``"TagA || TagB"``, as
-        for :meth:`get_message`); messages it does not match are passed over for good, as a
-        consumer that filters and commits passes them (the group's position moves past them).
-        The receipt is recorded durably before the messages are handed out (see
-        :mod:`rocketstore.pop`); an empty result when nothing is there.
-        """
         return self._pop_service().receive(
             _plain_str(group),
             _plain_str(topic),
@@ -1950,37 +1779,18 @@ class MessageStore:
         )
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
-        """Acknowledge the message received with ``handle`` (its receipt handle, or the
-        :class:`~rocketstore.pop.ReceivedMessage`): it is never handed out to the group
-        again. True if this call acknowledged it, False if it already was;
-        :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
-        it was handed out again (the new receiver's handle acknowledges it);
-        :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
-        ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
         pop = self._pop  # None unless writable; _pop_service() says why not
         if pop is None or self._closed:
             pop = self._pop_service()
         return pop.ack(handle)
 
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
-        """Acknowledge many messages at once (one record per queue); returns how many this call
-        acknowledged. ``handles``: receipt handles (or ``ReceivedMessage``), or a whole
-        :class:`~rocketstore.pop.Received`
-        (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
-        :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
-        whose messages were handed out again are listed by the
-        :class:`~rocketstore.errors.ReceiptHandleExpiredError` raised after the others'
-        messages are acknowledged."""
         return self._pop_service().ack_many(handles)
 
     def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
-        """Make the message received with ``handle`` invisible for ``invisible_time_ms`` from
-        now (longer or shorter; 0: due back at once); returns the handle, which stays valid."""
         return self._pop_service().change_invisible_time(handle, invisible_time_ms)
 
     def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
-        """{queue id: {"committed": lowest un-acked offset, "next": next new offset,
-        "in_flight": messages received and not acknowledged}} of ``group`` in ``topic``."""
         return self._pop_service().status(group, topic)
 
     # ---- reads ----
@@ -1989,11 +1799,6 @@ class MessageStore:
         return self._commitlog.readable_end(mf)
 
     def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
-        """The message at a CommitLog offset (``MessageNotFoundError`` if none starts there).
-
-        ``zero_copy=True``: ``body`` is a read-only memoryview into the segment map, valid for
-        as long as you hold it (the map is not unmapped while it lives, even after close()).
-        """
         if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
             msg: Optional[MessageExt] = self._codec.record_at(
                 self._segments, None if self._files_read_only else self._core, commitlog_offset
@@ -2007,7 +1812,6 @@ class MessageStore:
         return self._commitlog.read(commitlog_offset, zero_copy)
 
     def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
-        """The message with this offsetMsgId (§3.1): 32 hex characters (IPv4) or 56 (IPv6)."""
         if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
             msg: Optional[MessageExt] = self._codec.message_by_id(
                 self._segments, None if self._files_read_only else self._core, msg_id
@@ -2195,19 +1999,6 @@ class MessageStore:
         *,
         wait: Optional[float] = None,
     ) -> GetMessageResult:
-        """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
-
-        RocketMQ's ``getMessage`` (§11): ``result.status`` is a :class:`GetMessageStatus`
-        (FOUND, NO_MATCHED_MESSAGE, OFFSET_OVERFLOW_ONE, ...), ``result.messages`` the
-        :class:`MessageExt` found, ``result.next_begin_offset`` where the next pull starts.
-        ``offset=None`` starts at ``group``'s committed offset (else the queue's first).
-        ``tags``: ``None`` or ``"*"`` for all, or ``"TagA || TagB"``; filtered by tagsCode, then
-        re-checked against the real tag, so hash collisions never deliver a wrong tag.
-
-        ``wait``: seconds to wait when nothing is there yet (the queue is caught up, or nothing
-        matched): the call returns as soon as a matching message is put, by this process or
-        another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
-        """
         if wait is None and offset is not None:
             _check_name("group", group)
             tag_filter = TagFilter.parse(tags)
@@ -2464,18 +2255,9 @@ class MessageStore:
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
     ) -> GetMessageResult:
-        """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
-        ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
-        Tags are filtered by tagsCode only."""
         return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
 
     def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
-        """Up to ``count`` units of (topic, queue_id) from queue offset ``start``, as a zero-copy
-        read-only numpy view (``CQ_UNIT_DTYPE``: big-endian commitlog_offset, size, tags_code).
-
-        The view stops at the end of a ConsumeQueue file and at the queue's end: loop from
-        ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
-        """
         cq = self._queue(topic, queue_id)
         start, count = _check_int("start", start), _check_int("count", count)
         if cq is None:
@@ -2493,17 +2275,6 @@ class MessageStore:
         check_crc: bool = True,
         queue: Optional[tuple[str, int, int]] = None,
     ) -> Iterator[tuple[int, Any, np.ndarray]]:
-        """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
-        columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
-        ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
-        segment, kept alive by whoever holds it). Records that follow one another are decoded in
-        one C call. A unit with no whole, undamaged record of that size raises
-        ``MessageNotFoundError`` rather than skipping it (a queue range must be exact).
-
-        ``queue=(topic, queue_id, first_queue_offset)``: the units are that queue's from that
-        offset on, and each record must be the one its position names (topic, queue id, queue
-        offset, PHYSICALOFFSET), else :class:`ConsumeQueueDamagedError`: a damaged unit never
-        yields another message's row."""
         self._check_open()
         offsets = np.asarray(commitlog_offsets, dtype=np.int64)
         sizes = np.asarray(sizes, dtype=np.int64)
@@ -2517,24 +2288,14 @@ class MessageStore:
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """One past the last queue offset of (topic, queue_id); 0 for no queue."""
         cq = self._queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
     def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """The first queue offset of (topic, queue_id) whose message was stored at or after
-        ``timestamp`` (ms); the queue's max offset when all are older (RocketMQ's
-        ``getOffsetInQueueByTime``, 5.x lower-bound semantics), 0 for no queue.
-
-        A binary search over the ConsumeQueue reading each probed record's store time, so it
-        relies on store times not decreasing along a queue (they are taken under the put lock;
-        a clock stepped back breaks that, and the answer is then one of the offsets around it).
-        """
         cq = self._queue(topic, queue_id)
         timestamp = _check_int("timestamp", timestamp)
         if cq is None:
@@ -2549,17 +2310,11 @@ class MessageStore:
         return offset_of_time(cq, timestamp, store_time_of)  # a read-only store's TailQueue too
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
         self._check_open()
         self._dispatcher.catch_up()
         return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
-
-        Kept in ``config/consumerOffset.json`` (written on close and by
-        :meth:`persist_offsets`).
-        """
         self._check_writable()
         _check_name("group", group)
         _check_name("topic", topic)
@@ -2570,15 +2325,12 @@ class MessageStore:
         self._offsets.commit(group, topic, int(queue_id), int(offset))
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset in (topic, queue_id); -1 when it has none."""
         self._check_open()
         _check_name("group", group)
         _check_name("topic", topic)
         return self._offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
-        """Write ``config/consumerOffset.json`` now if offsets changed (with the offsets process
-        groups committed, :mod:`rocketstore.group`); True if written."""
         self._check_writable()
         self._import_group_offsets()
         return self._offsets.persist()
@@ -2618,10 +2370,6 @@ class MessageStore:
         return sorted(found)
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
-        """Every CommitLog offset the index holds under ``topic#key`` (a KEYS entry or UNIQ_KEY),
-        ascending; these are candidates (a hash collision lists another key's record: re-check
-        it). None when a lookup reached the index's 64-per-query cap, so the list could be
-        incomplete."""
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
@@ -2638,12 +2386,6 @@ class MessageStore:
     def query_by_key(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
     ) -> list[MessageExt]:
-        """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored between
-        ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``min(max_num, 64)``.
-
-        Unlike RocketMQ, every index hit is re-checked against the record's real topic and
-        keys, so a hash collision never returns a wrong message.
-        """
         if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: the dispatcher's catch-up (when it has
             # anything to do), index walk, re-check and decode of each hit; None for anything
@@ -2703,11 +2445,6 @@ class MessageStore:
         return found
 
     def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
-        """The message of ``topic`` with this UNIQ_KEY (client msgId, §3.2).
-
-        The index is searched from the creation time the id encodes (less a second), then, if
-        nothing is found there, over all time; among several hits, the first stored wins.
-        """
         self._check_open()
         _check_name("topic", topic)
         _check_name("unique_key", unique_key)
@@ -2725,7 +2462,6 @@ class MessageStore:
         raise MessageNotFoundError(f"no message of topic {topic!r} with UNIQ_KEY {unique_key!r}")
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        """The message at ``queue_offset`` of (topic, queue_id)."""
         if not self._closed and (self._follower is None or self._follower.follow()):
             # the common case in one compiled call: the unit, its record, every check of
             # QueueGuard.unit_message; anything else (None) takes the careful path below
@@ -2751,24 +2487,11 @@ class MessageStore:
     # ---- retention, durability, state ----
 
     def clean(self, force: bool = False) -> dict[str, Any]:
-        """Delete expired CommitLog segments now, whatever the hour or disk usage (spec §9), and
-        the ConsumeQueue and index files left entirely below the new min offset.
-
-        ``force=True`` deletes every segment but the one being written, expired or not. Either
-        way a segment goes only once all its records are dispatched into the ConsumeQueues and
-        the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
-        ``"dispatch_error"`` in the result is then that error, else None).
-        Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
-        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
-        does the same every ``clean_resource_interval_ms`` at the ``delete_when`` hours or when
-        the disk fills.
-        """
         self._check_writable()
         cleaned: dict[str, Any] = self._cleaner.clean(force=force)
         return cleaned
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Make everything put so far durable; True when done within ``timeout`` seconds."""
         self._check_writable()
         return self._core.flush(timeout_ms(timeout))
 
@@ -2799,7 +2522,6 @@ class MessageStore:
         return self._commitlog.flushed_offset
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:
-        """{(topic, queue_id): next queue offset}."""
         if self._files_read_only:
             self._check_open()
             found = dict(self._queue_offsets)
@@ -2813,15 +2535,6 @@ class MessageStore:
         return self._core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes: puts, flush rounds (fsyncs), durable waits, offsets, segments.
-
-        A writable store also reports its disk as read now (``disk_usage``, the fraction of the
-        CommitLog's file system in use; ``disk_full``, whether puts are refused for it, which
-        this reading updates) and ``refused_puts``, the puts refused while it was marked full.
-        ``writer``: ``"this process"``, ``"joined"`` (its writes run in process ``writer_pid``)
-        or ``"read-only"``; ``joined_writers``: the connections of joined processes this one
-        serves.
-        """
         self._check_open()
         out = {
             "implementation": self._impl.name,
@@ -2856,37 +2569,28 @@ class MessageStore:
 
 
 class _Forwarder:
-    """A joined writer's store method (an instance attribute over the class's): its call runs
-    in the writing process. Holds the store weakly, as the store's threads do."""
+    """A joined writer's call (its role's): ``forwarder(store, ...)`` runs in the writing
+    process."""
 
-    __slots__ = ("_store", "_name")
+    __slots__ = ("_name",)
 
-    def __init__(self, store: MessageStore, name: str) -> None:
-        self._store = weakref.ref(store)
+    def __init__(self, name: str) -> None:
         self._name = name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        store = self._store()
-        if store is None:
-            _closed_error()
+    def __call__(self, store: StoreBase, *args: Any, **kwargs: Any) -> Any:
         return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
 
 
-class _JoinedCall:
-    """A joined writer's method that appends in its own process when it can (sharedappend)."""
+class _JoinedPut:
+    """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
+    dict, append in this process under the shared append lock (rocketstore.sharedappend);
+    anything else, and every put while that is not possible, runs in the writing process.
+    Holds the store weakly (the store's role holds it)."""
 
     __slots__ = ("_store",)
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: StoreBase) -> None:
         self._store = weakref.ref(store)
-
-
-class _JoinedPut(_JoinedCall):
-    """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
-    dict, append in this process under the shared append lock (rocketstore.sharedappend);
-    anything else, and every put while that is not possible, runs in the writing process."""
-
-    __slots__ = ()
 
     def __call__(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
         store = self._store()
@@ -2944,80 +2648,66 @@ class _JoinedPut(_JoinedCall):
         )
 
 
-class _JoinedPutBatch(_JoinedCall):
+def _joined_put_batch(store: StoreBase, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
     """A joined writer's ``put_batch``: a batch without tags or properties appends in this
     process (rocketstore.sharedappend); anything else runs in the writing process."""
-
-    __slots__ = ()
-
-    def __call__(self, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
-        store = self._store()
-        if store is None:
-            _closed_error()
-        if (
-            not store._closed
-            and topic.__class__ is str
-            and bodies is not None
-            and kwargs.get("tags") is None
-            and not kwargs.get("properties")
-            and not kwargs.get("pipelined")
-            and _JOINED_BATCH_ARGS.issuperset(kwargs)
-        ):
-            appender = store._joined_appender()
-            if appender and not appender.refusing:
-                check_user_topic(topic)
-                queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
-                durable = appender.durable(kwargs.get("durable"))
-                try:
-                    done = appender.core.put_batch(
-                        topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
-                    )
-                    return store._joined_durable(done, done.end_offset) if durable and len(done) else done
-                except sharedappend.StaleTable:
-                    store._drop_appender()
-                except sharedappend.NotShareable:
-                    pass
-        return store._forward(
-            "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
-        )
+    if (
+        not store._closed
+        and topic.__class__ is str
+        and bodies is not None
+        and kwargs.get("tags") is None
+        and not kwargs.get("properties")
+        and not kwargs.get("pipelined")
+        and _JOINED_BATCH_ARGS.issuperset(kwargs)
+    ):
+        appender = store._joined_appender()
+        if appender and not appender.refusing:
+            check_user_topic(topic)
+            queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+            durable = appender.durable(kwargs.get("durable"))
+            try:
+                done = appender.core.put_batch(
+                    topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
+                )
+                return store._joined_durable(done, done.end_offset) if durable and len(done) else done
+            except sharedappend.StaleTable:
+                store._drop_appender()
+            except sharedappend.NotShareable:
+                pass
+    return store._forward(
+        "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
+    )
 
 
-class _JoinedPutMessages(_JoinedCall):
+def _joined_put_messages(store: StoreBase, messages: Any, durable: Optional[bool] = None) -> Any:
     """A joined writer's ``put_messages``: a batch of plain messages (tags and keys at most, of
     user topics) appends in this process (rocketstore.sharedappend); anything else runs in the
     writing process."""
-
-    __slots__ = ()
-
-    def __call__(self, messages: Any, durable: Optional[bool] = None) -> Any:
-        store = self._store()
-        if store is None:
-            _closed_error()
-        if not store._closed:
-            if type(messages) is not list:
-                messages = list(messages)
-            appender = store._joined_appender()
-            if appender and not appender.refusing:
-                topics = set()
-                for m in messages:
-                    name = getattr(m, "topic", None)
-                    if name.__class__ is str and name not in topics:
-                        try:
-                            check_user_topic(name)
-                        except Exception:
-                            continue  # not plain here: the writing process says what is wrong
-                        topics.add(name)
-                try:
-                    done = appender.core.put_plain_messages(messages, topics, 0)
-                    if done is not None:
-                        if appender.durable(durable) and done:
-                            return store._joined_durable(done, max(r.commitlog_offset + r.size for r in done))
-                        return done
-                except sharedappend.StaleTable:
-                    store._drop_appender()
-                except sharedappend.NotShareable:
-                    pass
-        return store._forward("put_messages", (messages,), {} if durable is None else {"durable": durable})
+    if not store._closed:
+        if type(messages) is not list:
+            messages = list(messages)
+        appender = store._joined_appender()
+        if appender and not appender.refusing:
+            topics = set()
+            for m in messages:
+                name = getattr(m, "topic", None)
+                if name.__class__ is str and name not in topics:
+                    try:
+                        check_user_topic(name)
+                    except Exception:
+                        continue  # not plain here: the writing process says what is wrong
+                    topics.add(name)
+            try:
+                done = appender.core.put_plain_messages(messages, topics, 0)
+                if done is not None:
+                    if appender.durable(durable) and done:
+                        return store._joined_durable(done, max(r.commitlog_offset + r.size for r in done))
+                    return done
+            except sharedappend.StaleTable:
+                store._drop_appender()
+            except sharedappend.NotShareable:
+                pass
+    return store._forward("put_messages", (messages,), {} if durable is None else {"durable": durable})
 
 
 _JOINED_BATCH_ARGS = frozenset(("lengths", "tags", "properties", "queue_id", "flag", "durable", "pipelined"))
@@ -3092,6 +2782,479 @@ def _has_key(msg: MessageExt, key: str) -> bool:
         return True
     keys = msg.keys
     return keys is not None and key in keys.split(" ")
+
+
+class MessageStore(StoreBase):
+    """An embedded RocketMQ-format message store rooted at ``path`` (default ``~/store``).
+
+    >>> with MessageStore("/tmp/demo-store") as store:          # doctest: +SKIP
+    ...     result = store.put("TopicTest", b"hello", tags="TagA", keys="order-1")
+    ...     store.read(result.commitlog_offset).body
+    b'hello'
+
+    Keyword options are those of :class:`rocketstore.StoreConfig`. ``read_only=True`` never writes
+    a byte nor takes the lock. ``implementation`` pins the twin ("c" or "py"; default: compiled
+    when built). Thread-safe: any number of threads may put and read at once.
+
+    ``progress(stage, done, total)``, if given, is called while the open recovers: ``stage`` is
+    ``"recover"`` (CRC scan) or ``"dispatch"`` (rebuilding ConsumeQueue and index entries),
+    ``done`` and ``total`` count CommitLog bytes.
+    """
+
+    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
+        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
+        return self._role.create_topic(self, topic, queues)
+
+    def set_topic_retention(
+        self,
+        topic: str,
+        *,
+        retention_ms: Any = UNCHANGED,
+        retention_bytes: Any = UNCHANGED,
+        delete_when_consumed: Any = UNCHANGED,
+    ) -> dict[str, Any]:
+        """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
+        as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
+
+        Each argument left out stays as it is; None removes the topic's own value (the store's
+        option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
+        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
+        """
+        return self._role.set_topic_retention(
+            self,
+            topic,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            delete_when_consumed=delete_when_consumed,
+        )
+
+    def topic_retention(self, topic: str) -> dict[str, Any]:
+        """The retention ``topic`` gets: ``{"retention_ms", "retention_bytes",
+        "delete_when_consumed", "source": {policy: "topic" | "store" | ...}}``."""
+        return self._role.topic_retention(self, topic)
+
+    def retention_report(self) -> dict[str, Any]:
+        """Per topic, its policy, its oldest segment and what holds that segment (which policy;
+        for ``delete_when_consumed``, which groups at which offsets), and the store's oldest
+        segment with the topics that hold it. Also ``stats()["retention"]``. A writable store
+        dispatches first; when that fails (a full disk) the report is of what was dispatched and
+        has ``"dispatch_error"``."""
+        return self._role.retention_report(self)
+
+    def put(  # (the keyword arguments, documented below, are the careful path's: StoreBase.put)
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        **options: Any,
+    ) -> PutResult:
+        """Store one message; returns a :class:`PutResult` (status PUT_OK).
+
+        ``topic`` may be a :class:`Message` (then leave the other arguments out). ``keys`` is a
+        string of space-separated keys or a sequence of keys. ``durable=True`` waits for group
+        commit; ``None`` follows ``flush_disk_type``. A message that was not stored raises a
+        :class:`~rocketstore.errors.PutError` (e.g. ``ServiceNotAvailableError`` while the disk
+        is full); one that was stored but whose flush did not confirm within
+        ``sync_flush_timeout_ms`` raises :class:`~rocketstore.errors.FlushTimeoutError`, whose
+        ``result`` says where it is. ``delay_level`` (1 .. 18 with
+        the default ``message_delay_level``) stores it in SCHEDULE_TOPIC_XXXX; it reaches
+        ``topic`` when that level's delay has passed (so does a ``DELAY`` property > 0).
+        ``deliver_at_ms`` (epoch ms) or ``delay_ms`` makes it a timer message: stored in
+        ``rmq_sys_wheel_timer`` and put into ``topic`` at that millisecond (so do the
+        ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` properties), at most
+        ``timer_max_delay_sec`` ahead (:class:`~rocketstore.errors.TimerTooFarError`).
+        """
+        if not options:
+            return self._role.put(topic, body)
+        return self._role.put(topic, body, **options)
+
+    def put_pipelined(
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        delay_level: Optional[int] = None,
+        deliver_at_ms: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+    ) -> PutFuture:
+        """Store one message durably without blocking: returns a :class:`PutFuture`.
+
+        The future resolves when the flush thread's group commit covers the message, so one
+        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`. It is
+        always a future: its ``result()`` raises what :meth:`put` would (a put that stored
+        nothing gives an already-done future that raises its ``PutError``).
+        """
+        return self._role.put_pipelined(
+            self,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
+        )
+
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: bool = False,
+    ) -> BatchPutResult | PutFuture:
+        """Store many messages of one topic and queue in one call under one lock.
+
+        ``bodies``: a sequence of bytes-like objects, or one buffer (bytes, numpy array, ...) cut
+        into bodies by ``lengths``. Tags and properties are shared; each message gets its own
+        UNIQ_KEY and consecutive queue offsets. Returns a :class:`BatchPutResult` (or always a
+        :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
+        message raises and nothing of the batch is written. A batch is stored whole or not at
+        all; the errors are :meth:`put`'s.
+        """
+        return self._role.put_batch(
+            self,
+            topic,
+            bodies,
+            lengths=lengths,
+            tags=tags,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            durable=durable,
+            pipelined=pipelined,
+        )
+
+    def put_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        durable: Optional[bool] = None,
+    ) -> list[PutResult]:
+        """Store :class:`Message` objects of any topics under one lock; returns a list of results.
+
+        Every message is validated before the first is written; they are stored all or none,
+        with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
+        """
+        return self._role.put_messages(self, messages, durable=durable)
+
+    def send_back(
+        self,
+        group: str,
+        message: MessageExt,
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: Optional[int] = None,
+    ) -> PutResult:
+        """Give back a message ``group`` failed to consume (RocketMQ's ``consumerSendMsgBack``).
+
+        It is stored again with reconsume times + 1, ``RETRY_TOPIC`` (its first topic) and
+        ``ORIGIN_MESSAGE_ID`` (its first msgId): in ``%RETRY%<group>`` after a back-off of delay
+        level ``3 + reconsume times`` (``delay_level`` > 0 picks one), or in ``%DLQ%<group>`` once
+        it has been reconsumed ``max_reconsume_times`` times (default: the group's
+        ``retryMaxTimes``, 16) or when ``delay_level`` < 0. Returns the :class:`PutResult`.
+        """
+        return self._role.send_back(
+            self, group, message, delay_level, max_reconsume_times=max_reconsume_times
+        )
+
+    def deliver_delayed(self, now: Optional[int] = None) -> int:
+        """Deliver every delayed message due at ``now`` (epoch ms; default: the store's clock)
+        now, as the background thread does every ``schedule_interval_ms``; returns how many.
+        ``now`` that is not an int >= 0 raises ``InvalidMessageError``."""
+        return self._role.deliver_delayed(self, now)
+
+    def deliver_timers(self, now: Optional[int] = None) -> int:
+        """Deliver every timer message due at ``now`` (epoch ms; default: the store's clock)
+        now, in deliver-time order, as the timer thread does; returns how many. ``now`` that is
+        not an int >= 0 raises ``InvalidMessageError``."""
+        return self._role.deliver_timers(self, now)
+
+    def timer_stats(self) -> dict[str, Any]:
+        """The timer service's state: ``pending`` (timer messages not yet delivered),
+        ``next_deliver_ms``, and since this open ``delivered``, ``dropped`` (undeliverable,
+        logged), ``reconciled`` (interrupted passes settled) and ``resumed`` (copies such a
+        settlement found already written, so not written again)."""
+        return self._role.timer_stats(self)
+
+    def delayed_counts(self) -> dict[int, int]:
+        """{delay level: messages waiting in it} (levels with none left out)."""
+        return self._role.delayed_counts(self)
+
+    def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
+        """Set ``group``'s ``retryMaxTimes`` (how often :meth:`send_back` retries before the
+        DLQ) in ``config/subscriptionGroup.json``; returns the group's config."""
+        return self._role.update_subscription_group(self, group, retry_max_times=retry_max_times)
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
+        queue_id: Optional[int] = None,
+        max_reconsume_times: Optional[int] = None,
+        tags: Optional[str] = None,
+    ) -> Received:
+        """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
+        invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
+
+        Returns a :class:`~rocketstore.pop.Received`, a sequence of
+        :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
+        times raised by one), then new ones from the group's position, queue by queue
+        (``queue_id`` picks one). A message that would come back more than
+        ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
+        ``%DLQ%<group>`` instead. ``tags``: a subscription expression (``"TagA || TagB"``, as
+        for :meth:`get_message`); messages it does not match are passed over for good, as a
+        consumer that filters and commits passes them (the group's position moves past them).
+        The receipt is recorded durably before the messages are handed out (see
+        :mod:`rocketstore.pop`); an empty result when nothing is there.
+        """
+        if queue_id is None and max_reconsume_times is None and tags is None:
+            return self._role.receive(group, topic, max_msgs, invisible_time_ms)
+        return self._role.receive(
+            group,
+            topic,
+            max_msgs,
+            invisible_time_ms,
+            queue_id=queue_id,
+            max_reconsume_times=max_reconsume_times,
+            tags=tags,
+        )
+
+    def ack(self, handle: str | ReceivedMessage) -> bool:
+        """Acknowledge the message received with ``handle`` (its receipt handle, or the
+        :class:`~rocketstore.pop.ReceivedMessage`): it is never handed out to the group
+        again. True if this call acknowledged it, False if it already was;
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
+        it was handed out again (the new receiver's handle acknowledges it);
+        :class:`~rocketstore.errors.FlushTimeoutError` if it is acknowledged but, with
+        ``SYNC_FLUSH``, the flush of its record did not confirm in time."""
+        return self._role.ack(handle)
+
+    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
+        """Acknowledge many messages at once (one record per queue); returns how many this call
+        acknowledged. ``handles``: receipt handles (or ``ReceivedMessage``), or a whole
+        :class:`~rocketstore.pop.Received`
+        (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
+        :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
+        whose messages were handed out again are listed by the
+        :class:`~rocketstore.errors.ReceiptHandleExpiredError` raised after the others'
+        messages are acknowledged."""
+        return self._role.ack_many(self, handles)
+
+    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
+        """Make the message received with ``handle`` invisible for ``invisible_time_ms`` from
+        now (longer or shorter; 0: due back at once); returns the handle, which stays valid."""
+        return self._role.change_invisible_time(self, handle, invisible_time_ms)
+
+    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
+        """{queue id: {"committed": lowest un-acked offset, "next": next new offset,
+        "in_flight": messages received and not acknowledged}} of ``group`` in ``topic``."""
+        return self._role.pop_status(self, group, topic)
+
+    def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
+        """The message at a CommitLog offset (``MessageNotFoundError`` if none starts there).
+
+        ``zero_copy=True``: ``body`` is a read-only memoryview into the segment map, valid for
+        as long as you hold it (the map is not unmapped while it lives, even after close()).
+        """
+        if zero_copy is False:
+            return self._role.read(commitlog_offset)
+        return self._role.read(commitlog_offset, zero_copy=zero_copy)
+
+    def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
+        """The message with this offsetMsgId (§3.1): 32 hex characters (IPv4) or 56 (IPv6)."""
+        if zero_copy is False:
+            return self._role.get_by_msg_id(msg_id)
+        return self._role.get_by_msg_id(msg_id, zero_copy=zero_copy)
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
+    ) -> GetMessageResult:
+        """Pull up to ``max_msgs`` messages of (topic, queue_id) from queue offset ``offset``.
+
+        RocketMQ's ``getMessage`` (§11): ``result.status`` is a :class:`GetMessageStatus`
+        (FOUND, NO_MATCHED_MESSAGE, OFFSET_OVERFLOW_ONE, ...), ``result.messages`` the
+        :class:`MessageExt` found, ``result.next_begin_offset`` where the next pull starts.
+        ``offset=None`` starts at ``group``'s committed offset (else the queue's first).
+        ``tags``: ``None`` or ``"*"`` for all, or ``"TagA || TagB"``; filtered by tagsCode, then
+        re-checked against the real tag, so hash collisions never deliver a wrong tag.
+
+        ``wait``: seconds to wait when nothing is there yet (the queue is caught up, or nothing
+        matched): the call returns as soon as a matching message is put, by this process or
+        another, and sleeps meanwhile (no CPU); ``None`` (the default) returns at once.
+        """
+        if wait is None:
+            return self._role.get_message(group, topic, queue_id, offset, max_msgs, tags)
+        return self._role.get_message(group, topic, queue_id, offset, max_msgs, tags, wait=wait)
+
+    def get_units(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
+    ) -> GetMessageResult:
+        """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
+        ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
+        Tags are filtered by tagsCode only."""
+        return self._role.get_units(self, topic, queue_id, offset, max_msgs, tags)
+
+    def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
+        """Up to ``count`` units of (topic, queue_id) from queue offset ``start``, as a zero-copy
+        read-only numpy view (``CQ_UNIT_DTYPE``: big-endian commitlog_offset, size, tags_code).
+
+        The view stops at the end of a ConsumeQueue file and at the queue's end: loop from
+        ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
+        """
+        return self._role.queue_units(self, topic, queue_id, start, count)
+
+    def records_at(
+        self,
+        commitlog_offsets: Any,
+        sizes: Any,
+        *,
+        check_crc: bool = True,
+        queue: Optional[tuple[str, int, int]] = None,
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
+        """Decode the records at ascending CommitLog offsets (a :meth:`queue_units` range),
+        columnar: yields ``(segment_start, view, records)`` per segment, ``records`` being
+        ``RECORD_DTYPE`` rows whose positions are relative to ``view`` (a read-only map of the
+        segment, kept alive by whoever holds it). Records that follow one another are decoded in
+        one C call. A unit with no whole, undamaged record of that size raises
+        ``MessageNotFoundError`` rather than skipping it (a queue range must be exact).
+
+        ``queue=(topic, queue_id, first_queue_offset)``: the units are that queue's from that
+        offset on, and each record must be the one its position names (topic, queue id, queue
+        offset, PHYSICALOFFSET), else :class:`ConsumeQueueDamagedError`: a damaged unit never
+        yields another message's row."""
+        return self._role.records_at(self, commitlog_offsets, sizes, check_crc=check_crc, queue=queue)
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still readable in (topic, queue_id); 0 for no queue."""
+        return self._role.min_queue_offset(self, topic, queue_id)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last queue offset of (topic, queue_id); 0 for no queue."""
+        return self._role.max_queue_offset(self, topic, queue_id)
+
+    def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset of (topic, queue_id) whose message was stored at or after
+        ``timestamp`` (ms); the queue's max offset when all are older (RocketMQ's
+        ``getOffsetInQueueByTime``, 5.x lower-bound semantics), 0 for no queue.
+
+        A binary search over the ConsumeQueue reading each probed record's store time, so it
+        relies on store times not decreasing along a queue (they are taken under the put lock;
+        a clock stepped back breaks that, and the answer is then one of the offsets around it).
+        """
+        return self._role.queue_offset_of_time(self, topic, queue_id, timestamp)
+
+    def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
+        return self._role.queues(self)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
+
+        Kept in ``config/consumerOffset.json`` (written on close and by
+        :meth:`persist_offsets`).
+        """
+        return self._role.commit_offset(self, group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed offset in (topic, queue_id); -1 when it has none."""
+        return self._role.committed_offset(self, group, topic, queue_id)
+
+    def persist_offsets(self) -> bool:
+        """Write ``config/consumerOffset.json`` now if offsets changed (with the offsets process
+        groups committed, :mod:`rocketstore.group`); True if written."""
+        return self._role.persist_offsets(self)
+
+    def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
+        """Every CommitLog offset the index holds under ``topic#key`` (a KEYS entry or UNIQ_KEY),
+        ascending; these are candidates (a hash collision lists another key's record: re-check
+        it). None when a lookup reached the index's 64-per-query cap, so the list could be
+        incomplete."""
+        return self._role.key_offsets(self, topic, key)
+
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored between
+        ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``min(max_num, 64)``.
+
+        Unlike RocketMQ, every index hit is re-checked against the record's real topic and
+        keys, so a hash collision never returns a wrong message.
+        """
+        return self._role.query_by_key(topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
+        """The message of ``topic`` with this UNIQ_KEY (client msgId, §3.2).
+
+        The index is searched from the creation time the id encodes (less a second), then, if
+        nothing is found there, over all time; among several hits, the first stored wins.
+        """
+        return self._role.query_by_unique_key(topic, unique_key)
+
+    def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """The message at ``queue_offset`` of (topic, queue_id)."""
+        return self._role.get_by_queue_offset(topic, queue_id, queue_offset)
+
+    def clean(self, force: bool = False) -> dict[str, Any]:
+        """Delete expired CommitLog segments now, whatever the hour or disk usage (spec §9), and
+        the ConsumeQueue and index files left entirely below the new min offset.
+
+        ``force=True`` deletes every segment but the one being written, expired or not. Either
+        way a segment goes only once all its records are dispatched into the ConsumeQueues and
+        the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
+        ``"dispatch_error"`` in the result is then that error, else None).
+        Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
+        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
+        does the same every ``clean_resource_interval_ms`` at the ``delete_when`` hours or when
+        the disk fills.
+        """
+        return self._role.clean(self, force)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Make everything put so far durable; True when done within ``timeout`` seconds."""
+        return self._role.flush(self, timeout)
+
+    def queue_offsets(self) -> dict[tuple[str, int], int]:
+        """{(topic, queue_id): next queue offset}."""
+        return self._role.queue_offsets(self)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and sizes: puts, flush rounds (fsyncs), durable waits, offsets, segments.
+
+        A writable store also reports its disk as read now (``disk_usage``, the fraction of the
+        CommitLog's file system in use; ``disk_full``, whether puts are refused for it, which
+        this reading updates) and ``refused_puts``, the puts refused while it was marked full.
+        ``writer``: ``"this process"``, ``"joined"`` (its writes run in process ``writer_pid``)
+        or ``"read-only"``; ``joined_writers``: the connections of joined processes this one
+        serves.
+        """
+        return self._role.stats(self)
+
+
+MessageStore.put.__signature__ = inspect.signature(StoreBase.put)  # type: ignore[attr-defined]
 
 
 def open_store(path: Optional[str | os.PathLike[str]] = None, **options: Any) -> MessageStore:

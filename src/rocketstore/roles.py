@@ -1,0 +1,186 @@
+"""What differs between stores by the part their process plays: the role a store delegates to.
+
+:class:`~rocketstore.store.MessageStore` is a facade: each of its public methods is the class's
+own, fixed for the life of the object, and those whose work depends on the process's part call
+the store's :class:`Role`, one object chosen when the store opens and replaced only when it opens
+again (a following store under a writer's recovery), takes over writing (the owner it joined
+ended), closes, or is inherited by a forked child:
+
+``owner``
+    This process holds the lock and appends: ``put`` is the implementation's ``PutFront``, the
+    point reads are its codec's ``FastReads``, ``receive`` and ``ack`` the POP service's
+    compiled ``PopReceiver`` and acker; everything else the careful path.
+``joined``
+    Another process holds the lock (rocketstore.writers): writes run there, or append here
+    through the shared table (rocketstore.sharedappend); reads are the following store's.
+``following``
+    Read-only beside a writer (rocketstore.live): every read may find the store opened again
+    under it and runs again then (``SwitchSafe``).
+``read-only``
+    Read-only with no writer's live page to follow.
+``closed``
+    Closed, never opened, or inherited by a forked child: every call takes the careful path,
+    which says why it cannot run.
+
+Two kinds of calls: the hot ones (:data:`BOUND`) are callables of their own (compiled where the
+role has them) called with the caller's arguments alone, so a call costs the facade's frame and
+nothing more; every other one (:data:`WITH_STORE`) is called with the store first, so the
+careful path is the class's function itself and a role holds no reference to its store.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rocketstore.errors import StoreClosedError
+
+#: Calls a role answers with callables of their own, called without the store (the hot paths).
+BOUND = (
+    "put",
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "get_message",
+    "receive",
+    "ack",
+)
+#: Calls a role answers with callables taking the store first.
+WITH_STORE = (
+    "put_pipelined",
+    "put_batch",
+    "put_messages",
+    "send_back",
+    "create_topic",
+    "set_topic_retention",
+    "topic_retention",
+    "retention_report",
+    "deliver_delayed",
+    "deliver_timers",
+    "timer_stats",
+    "delayed_counts",
+    "update_subscription_group",
+    "ack_many",
+    "change_invisible_time",
+    "pop_status",
+    "key_offsets",
+    "get_units",
+    "queue_units",
+    "records_at",
+    "min_queue_offset",
+    "max_queue_offset",
+    "queue_offset_of_time",
+    "queues",
+    "queue_offsets",
+    "commit_offset",
+    "committed_offset",
+    "persist_offsets",
+    "clean",
+    "flush",
+    "stats",
+)
+#: Read calls a following store runs again when it opened again under them.
+SWITCH_SAFE = (
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "key_offsets",
+    "get_message",
+    "get_units",
+    "queue_units",
+    "records_at",
+    "min_queue_offset",
+    "max_queue_offset",
+    "queue_offset_of_time",
+    "queues",
+    "queue_offsets",
+    "committed_offset",
+    "delayed_counts",
+    "stats",
+    "topic_retention",
+    "retention_report",
+)
+#: The point reads a codec's FastReads answers.
+FAST_READS = (
+    "read",
+    "get_by_msg_id",
+    "get_by_queue_offset",
+    "query_by_key",
+    "query_by_unique_key",
+    "get_message",
+)
+
+
+class Role:
+    """One store's calls for the part its process plays (see the module's docstring): ``kind``,
+    a callable for every name of :data:`BOUND` and :data:`WITH_STORE`, and the compiled objects
+    whose callables it holds (``fast_reads``, ``pop_receiver``), which :meth:`retire` turns to
+    the careful path for a caller that still holds one of their methods."""
+
+    __slots__ = ("kind", "fast_reads", "pop_receiver", *BOUND, *WITH_STORE)
+
+    def __init__(
+        self,
+        kind: str,
+        store: Any,
+        careful: type,
+        calls: Mapping[str, Callable[..., Any]] = {},  # noqa: B006 (read, never changed)
+        fast_reads: Any = None,
+        pop_receiver: Any = None,
+    ) -> None:
+        self.kind = kind
+        self.fast_reads = fast_reads
+        self.pop_receiver = pop_receiver
+        ref = weakref.ref(store)
+        for name in BOUND:
+            call = calls.get(name)
+            setattr(self, name, call if call is not None else CarefulCall(ref, getattr(careful, name)))
+        for name in WITH_STORE:
+            call = calls.get(name)
+            setattr(self, name, call if call is not None else getattr(careful, name))
+
+    def retire(self) -> None:
+        """The store closes or changes role: a caller still holding a compiled method takes the
+        careful path from now on (which says why it cannot run, or runs it anew)."""
+        if self.fast_reads is not None:
+            self.fast_reads.open = False
+        if self.pop_receiver is not None:
+            self.pop_receiver.closed = True
+
+    def __repr__(self) -> str:
+        return f"<Role {self.kind}>"
+
+
+class CarefulCall:
+    """A :data:`BOUND` call's careful path: the class's ``method`` on the store, held weakly
+    (StoreClosedError once the store is gone)."""
+
+    __slots__ = ("_ref", "_method")
+
+    def __init__(self, ref: Callable[[], Any], method: Callable[..., Any]) -> None:
+        self._ref, self._method = ref, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        store = self._ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._method(store, *args, **kwargs)
+
+
+class SwitchSafeCall:
+    """A following store's :data:`WITH_STORE` read: ``method(store, ...)``, run again when the
+    store opened again under it (the store's ``_switch_safe``)."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method
+
+    def __call__(self, store: Any, *args: Any, **kwargs: Any) -> Any:
+        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
