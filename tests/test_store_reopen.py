@@ -311,7 +311,7 @@ class _Interrupt(Exception):
 def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, impl, monkeypatch):
     """Queues and index are rebuilt in steps, each recorded (checkpoint, index resume point): an
     open that dies half-way leaves the next one only the rest to do, and nothing twice."""
-    import rocketstore.store as store_module
+    import rocketstore.recovery as recovery_module
 
     path = str(tmp_path / "s")
     count = 2000
@@ -321,7 +321,7 @@ def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, 
         end = store.max_offset
     os.unlink(os.path.join(path, "checkpoint"))  # a crash before any checkpoint: rebuild it all
     open(os.path.join(path, "abort"), "wb").close()
-    monkeypatch.setattr(store_module, "REBUILD_STEP", SEGMENT)
+    monkeypatch.setattr(recovery_module, "REBUILD_STEP", SEGMENT)
 
     def die_half_way(stage, done, total):
         if stage == "dispatch" and done * 2 >= total:

@@ -41,7 +41,7 @@ from typing import (
 
 import numpy as np
 
-from rocketstore import _impl, sharedappend
+from rocketstore import _impl, recovery, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
@@ -140,8 +140,6 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _SCHEDULING = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 _WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
-#: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
-REBUILD_STEP = 64 << 20
 
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
@@ -813,7 +811,16 @@ class StoreBase:
         )
         if not self._files_read_only:
             self._import_group_offsets()
-        end, queue_offsets, dispatch_start = self._recover()
+        end, queue_offsets, dispatch_start = recovery.recover(
+            commitlog,
+            self._checkpoint,
+            self._queues,
+            self._disk_index if self._files_read_only else self._index,
+            abnormal=not self.last_shutdown_clean,
+            read_only=self._files_read_only,
+            until=recovery.published_end(self._live, self.path) if self._files_read_only else None,
+            report=self._report,
+        )
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
@@ -835,8 +842,8 @@ class StoreBase:
                 gil_first=self._impl.index.gil_first,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
-            self._rebuild(end)
-            self._repair_holes(queue_offsets)
+            recovery.rebuild(self._dispatcher, end, self._report)
+            self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, True)
             if self._follower is not None:
                 self._follower.settle(commitlog.end, writer_present(self.path))
             return
@@ -871,8 +878,9 @@ class StoreBase:
             gil_first=self._impl.index.gil_first,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
-        self._rebuild(end)  # what the queues and the index miss of the CommitLog
-        self._repair_holes(queue_offsets)
+        # what the queues and the index miss of the CommitLog
+        recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
+        self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
@@ -949,160 +957,15 @@ class StoreBase:
             if self.last_shutdown_clean:
                 for cq in self._queues:
                     cq.recover()
-            # after an abnormal stop _recover() cuts each queue where the checkpoint vouches for
+            # after an abnormal stop recovery.recover() cuts each queue where the checkpoint vouches for
             self._index = IndexService(
                 self.path, on_file_full=weak_method(self._index_file_full), **index_options
             )
             self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
 
-    def _recover(self) -> tuple[int, dict[tuple[str, int], int], int]:
-        """Recover the CommitLog (:meth:`CommitLog.recover`: a CRC scan from where the checkpoint
-        or RocketMQ's rules say, to the first invalid record) and cut the CommitLog, the
-        ConsumeQueues and the index where its valid data ends.
-
-        Returns (end offset, {(topic, queue_id): next queue offset}, dispatch start offset).
-        """
-        commitlog = self._commitlog
-        abnormal = not self.last_shutdown_clean
-        scan_from, complete_to = commitlog.scan_start(self._checkpoint, self._queues, clean=not abnormal)
-        if abnormal:
-            # Units past what the checkpoint vouches for may be torn, zero or stale in any of the
-            # files written since (a power cut writes pages back in any order): each queue keeps
-            # the prefix the checkpoint vouches for; the records after it are dispatched again.
-            # A read-only store does it in memory.
-            self._queues.recover(limit=complete_to)
-        tail: dict[
-            tuple[str, int], list[int]
-        ] = {}  # (topic, queue_id) -> [first, last] queue offset seen by the scan
-        end = commitlog.recover(
-            scan_from,
-            self._checkpoint.confirm_phy_offset,
-            on_ranges=lambda ranges: self._collect_queue_offsets(ranges, tail),
-            report=lambda done, total: self._report("recover", done, total),
-            crashed=abnormal,
-            until=self._published_end() if self._files_read_only else None,
-        )
-        if not self._files_read_only:
-            commitlog.truncate_to(end, crashed=abnormal)
-            if abnormal:
-                commitlog.sync_recovered(scan_from, end)
-            self._queues.truncate_dirty(end)
-            self._index.drop_after(end)
-            if commitlog.files:
-                self._queues.correct_min_offset(commitlog.min_offset)
-        elif commitlog.files:  # in memory only: what retention deleted is not readable
-            self._queues.correct_min_offset(commitlog.min_offset)
-        queue_offsets = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._queues if cq.max_offset}
-        lowest = commitlog.min_offset if commitlog.files else end
-        gap = False
-        for key, (low, high) in tail.items():
-            have = queue_offsets.get(key, 0)
-            gap |= low > have  # units missing before the scanned range
-            queue_offsets[key] = max(have, high + 1)
-        # Resume dispatch where every queue and the index are complete to.
-        if gap:
-            queue_start = lowest  # a queue the CommitLog holds is missing or short on disk
-        elif abnormal:
-            queue_start = complete_to
-            if self._files_read_only and complete_to == scan_from != self._checkpoint.confirm_phy_offset:
-                # RocketMQ's rules chose the segment: nothing vouches for the queues below it
-                ends = [cq.max_physic_offset for cq in self._queues if cq.max_physic_offset >= 0]
-                queue_start = min(ends, default=lowest)
-        else:
-            queue_start = max((cq.max_physic_offset for cq in self._queues), default=lowest)
-            queue_start = lowest if queue_start < 0 else queue_start
-        index_files = (self._disk_index if self._files_read_only else self._index).files
-        index_start = lowest
-        if index_files:
-            last = index_files[-1]
-            index_start = last.end_phy_offset
-            if last.index_count > 1 and not last.is_full:
-                # endPhyOffset is where the last indexed record starts; in a file with room left
-                # all its keys are there (IndexService._already_indexed): resume after it.
-                index_start = commitlog.record_end(index_start, end) or index_start
-        return end, queue_offsets, max(lowest, min(queue_start, index_start, end))
-
-    def _published_end(self) -> Optional[int]:
-        """How far a read-only open reads: where the writers' published records end (the live
-        page), while a process may append to the store through its shared table: the owner, or
-        a joined writer (which appends on for up to OWNER_LOOK_MS after the owner died).
-
-        Past that end lie records being written, or whole records a joined writer wrote before
-        it was killed inside its append: the next append writes over those, at their queue
-        offsets (rocketstore.sharedappend), so they are no messages, and a reader that took one
-        for the message at its queue offset would hand out what was never stored there. What
-        comes after is read as the page announces it (:class:`~rocketstore.live.Follower`).
-        None (no bound) when no such process is left: nobody writes over the tail then, and the
-        next writer's recovery keeps every whole record the scan finds.
-
-        The owner dispatches its records as it appends them, before it publishes their end (a
-        batch holds the append lock), so units on disk may point past this bound; the ones a
-        reader keeps point below the checkpoint's offset, and the scan goes at least that far
-        (CommitLog.recover)."""
-        if self._live is None or not sharedappend.appenders_present(self.path):
-            return None
-        return self._live.state()[0]
-
-    def _collect_queue_offsets(
-        self, ranges: list[tuple[str, int, int, int]], tail: dict[tuple[str, int], list[int]]
-    ) -> None:
-        # a damaged queue offset must not set where puts go on: the ranges leave it out
-        for topic, qid, low, high in ranges:
-            seen = tail.get((topic, qid))
-            if seen is None:
-                tail[(topic, qid)] = [low, high]
-            else:
-                seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
-
     def _report(self, stage: str, done: int, total: int) -> None:
         if self._progress is not None:
             self._progress(stage, done, total)
-
-    def _rebuild(self, end: int) -> None:
-        """Dispatch what the queues and the index miss below ``end``; a writable store records
-        its progress in the checkpoint every REBUILD_STEP bytes, so an interrupted rebuild
-        resumes from there instead of from the start."""
-        dispatcher = self._dispatcher
-        start = dispatcher.offset
-        total = end - start
-        if total <= 0:
-            return
-        report = lambda offset: self._report("dispatch", offset - start, total)
-        step_end = min(end, start + REBUILD_STEP)
-        while dispatcher.offset < end:
-            before = dispatcher.offset
-            # each step in quarters: after each but the last the queues' writeback is started
-            # (a hint), so the step's checkpoint finds most of their pages written already
-            target = min(step_end, before + max(1, REBUILD_STEP // 4))
-            dispatcher.catch_up(progress=report, target=target)
-            if dispatcher.offset <= before:
-                break  # nothing dispatchable (read-only beside a writer mid-record)
-            if dispatcher.offset >= step_end or target == step_end:
-                step_end = min(end, dispatcher.offset + REBUILD_STEP)
-                if not self._files_read_only and dispatcher.offset < end:
-                    self._save_checkpoint()
-            elif not self._files_read_only:
-                self._queues.start_flush()
-        self._report("dispatch", total, total)
-
-    def _repair_holes(self, queue_offsets: dict[tuple[str, int], int]) -> None:
-        """Rebuild from the CommitLog every queue that recovery or dispatch found units missing
-        in, and every queue that ends before the next queue offset its records in the CommitLog
-        call for (``queue_offsets``: its last units were lost, e.g. a zeroed file)."""
-        self._short_queues = {}
-        for (topic, qid), nxt in queue_offsets.items():
-            cq = self._queues.get(topic, qid)
-            if cq is None or cq.max_offset < nxt:
-                if self._files_read_only:  # rebuilt in memory only: verify() says so
-                    self._short_queues[(topic, qid)] = nxt - (cq.max_offset if cq is not None else 0)
-                try:
-                    cq = self._queues.find_or_create(topic, qid)
-                except InvalidMessageError:  # not a topic a queue can be named after (damage)
-                    continue
-                cq.holes.append((cq.max_offset, nxt))
-        damaged = [(cq.topic, cq.queue_id) for cq in self._queues if cq.holes]
-        if damaged:
-            self._guard.repair(damaged)
 
     def _background_checkpoint(self) -> None:
         """The dispatch thread's periodic step: the checkpoint, and every
