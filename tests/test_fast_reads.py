@@ -14,7 +14,7 @@ from rocketstore.errors import (
     MessageNotFoundError,
     StoreClosedError,
 )
-from rocketstore.store import StoreBase
+from rocketstore.storebase import StoreBase
 
 TOPIC = "FastReads"
 NAMES = ("read", "get_by_msg_id", "get_by_queue_offset", "query_by_key")

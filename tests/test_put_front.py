@@ -20,7 +20,7 @@ from rocketstore.errors import (
     StoreClosedError,
     SystemTopicError,
 )
-from rocketstore.store import StoreBase
+from rocketstore.storebase import StoreBase
 
 TOPIC = "FrontTopic"
 

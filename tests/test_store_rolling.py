@@ -150,7 +150,7 @@ def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path
 
 
 def test_iter_messages_reads_table_after_table_and_skips_a_damaged_body_in_a_later_one(tmp_path, impl):
-    from rocketstore import store as store_module
+    from rocketstore import storebase as store_module
 
     n = store_module._MESSAGE_CHUNK * 2 + 300  # three tables of decoded records
     path = tmp_path / "store"

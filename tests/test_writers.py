@@ -639,7 +639,7 @@ def test_a_child_forked_after_the_open_neither_writes_nor_closes_the_parents_sto
     import warnings
 
     from rocketstore.errors import StoreClosedError
-    from rocketstore.store import _close_open_stores
+    from rocketstore.storebase import _close_open_stores
 
     path = tmp_path / "s"
     with open_store(path, impl) as store:

@@ -1,0 +1,2642 @@
+"""The store's parts and the careful path of each of its calls (:class:`StoreBase`), under the
+facade :class:`rocketstore.store.MessageStore`.
+
+An open (``_open``) maps the CommitLog, recovers it (rocketstore.recovery), opens the queues and
+the index, and starts the services of a writable store; ``_choose_role`` then picks the role
+(rocketstore.roles) the facade's calls go to. ``close`` (``_teardown``) stops and closes each part.
+Several processes writing one store (rocketstore.writers, rocketstore.sharedappend) are wired
+here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
+call in the writing process, ``_writer_gone`` takes over when that process ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import itertools
+import logging
+import math
+import os
+import random
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    NoReturn,
+    Optional,
+    TypeVar,
+    Union,
+    cast,
+)
+
+import numpy as np
+
+from rocketstore import _impl, recovery, sharedappend
+from rocketstore._background import weak_method
+from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
+from rocketstore._clock import now_ms
+from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
+from rocketstore.checkpoint import Checkpoint
+from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.config import StoreConfig, default_store_path
+from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
+from rocketstore.consume import (
+    GetMessageResult,
+    GetMessageStatus,
+    TagFilter,
+    _check_int,
+    _DamagedUnit,
+    get_message,
+    get_units,
+    scan_budget,
+)
+from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
+from rocketstore.dispatch import (
+    Dispatcher,
+    DispatchThread,
+    MemoryIndexService,
+    TailQueueStore,
+)
+from rocketstore.errors import (
+    ConsumeQueueDamagedError,
+    InvalidMessageError,
+    InvalidMessageIdError,
+    InvalidTimerError,
+    MessageNotFoundError,
+    RocketStoreError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreLockedError,
+    StoreReadOnlyError,
+    WriterGoneError,
+)
+from rocketstore.group import GROUPS_DIR
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
+from rocketstore.mapped_file import MappedFile, close_map, deleted_files_closed_aside, flush_timeout
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    Message,
+    MessageExt,
+    check_user_topic,
+    host_to_bytes,
+    validate_topic,
+)
+from rocketstore.parts import StoreParts
+from rocketstore.pop import (
+    _MATCH_ALL,
+    MAX_INVISIBLE_TIME_MS,
+    MAX_RECEIVE_BATCH,
+    PopService,
+    Received,
+    ReceivedMessage,
+)
+from rocketstore.queuecheck import QueueGuard
+from rocketstore.retention import (
+    UNCHANGED,
+    Cleaner,
+    retention_attribute_changes,
+    retention_report,
+    topic_policy,
+)
+from rocketstore.roles import BOUND, FAST_READS, SWITCH_SAFE, CarefulCall, Role, SwitchSafeCall
+from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore.storedir import (
+    StoreLock,
+    check_store_dir,
+    detect_queue_options,
+    detect_segment_size,
+    writer_present,
+)
+from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
+from rocketstore.topics import Topics
+from rocketstore.writers import NoWriter, RemoteFuture, WriterClient, WriterGone, WriterServer
+
+_log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
+    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+
+#: A message body: bytes or anything with the buffer protocol.
+Body = Union[bytes, bytearray, memoryview]
+#: ``keys=``: one string of space-separated keys, or a sequence of keys.
+Keys = Union[str, Sequence[str], None]
+_T = TypeVar("_T")
+
+__all__ = ["StoreBase"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: Properties that make a put delayed or timed (rocketstore.schedule, rocketstore.timer).
+_SCHEDULING = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
+_INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
+_WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
+
+
+#: How often a read-only open looks again when what it found changed under it (see __init__).
+_READ_ONLY_ATTEMPTS = 5
+#: How long a writable open waits for a socket at a lock holder that cannot be told a
+#: rocketstore writer or not (not Linux) before StoreLockedError (s).
+_NO_SERVER_GRACE = 1.0
+#: How long a lock holder that does not say it shares may stay so before StoreLockedError (s): an
+#: owner that is closing takes its mark off the lock file just before it releases the lock.
+_NOT_SHARING_GRACE = 0.2
+#: The calls of a joined writer's store (rocketstore.writers) that the writing process runs
+#: and that are sent again to the next owner when the owner died before answering.
+_REPEATABLE = frozenset(
+    (
+        "create_topic",
+        "set_topic_retention",
+        "deliver_delayed",
+        "deliver_timers",
+        "timer_stats",
+        "delayed_counts",
+        "update_subscription_group",
+        "pop_status",
+        "commit_offset",
+        "committed_offset",
+        "persist_offsets",
+        "clean",
+        "flush",
+        "_share_append",
+        "_topic_queues",
+        "_flush_to",
+    )
+)
+#: Every call a joined writer's store has the writing process run: those, and the ones whose
+#: outcome is unknown when the owner died before answering (WriterGoneError).
+_FORWARDED = _REPEATABLE | {
+    "put",
+    "put_pipelined",
+    "put_batch",
+    "put_messages",
+    "send_back",
+    "receive",
+    "ack",
+    "ack_many",
+    "change_invisible_time",
+}
+#: Records decoded per table by iter_messages (scan's tables are SCAN_CHUNK rows): a table of
+#: 1,024 rows (176 KiB) is reused from the heap chunk after chunk, where SCAN_CHUNK's 11 MiB
+#: ones are fresh pages the kernel zeroes (up to a third of a first pass over a store).
+_MESSAGE_CHUNK = 1024
+#: What an open sets up, each closed by _teardown if set (None before it is).
+_PARTS = (
+    "_timer",
+    "_schedule",
+    "_pop",
+    "_cleaner",
+    "_dispatch_thread",
+    "_core",
+    "_dispatcher",
+    "_commitlog",
+    "_segments",
+    "_queues",
+    "_index",
+    "_disk_index",
+    "_live",
+    "_follower",
+    "_waker",
+)
+
+
+#: How often the dispatch thread writes the consumer offsets (RocketMQ's flushConsumerOffsetInterval).
+_OFFSETS_PERSIST_MS = 5000
+#: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
+_WAITABLE = frozenset(
+    (
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    )
+)
+
+
+def _closed_error() -> NoReturn:
+    raise StoreClosedError("the store is closed")
+
+
+#: Stores open in this process: closed at interpreter exit (see _close_open_stores).
+_OPEN_STORES: weakref.WeakSet[StoreBase] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    """Close the stores a program left open, at exit, while the store's threads still run:
+    once the interpreter finalizes, a daemon thread it stops mid-dispatch keeps the lock that
+    a close from ``__del__`` would wait for (a hang at exit, seen once)."""
+    for store in list(_OPEN_STORES):
+        if not store.closed:
+            store._close_quietly()
+
+
+class _ForkedCore:
+    """A store's append core in a child forked after the store opened: every use raises (the
+    parent still writes the files; two writers appending would overwrite each other)."""
+
+    def __init__(self, parent: int) -> None:
+        self._parent = parent
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreClosedError(
+            f"this store was opened by process {self._parent} before it forked: open it again in "
+            "this process (it then joins the writing process)"
+        )
+
+
+def _placed(msg: MessageExt, commitlog_offset: int) -> MessageExt:
+    """``msg``, read at ``commitlog_offset``, if its record says it was written there: a
+    whole, CRC-valid record moved from elsewhere (its PhysicalOffset field names another
+    place; verify() lists it) is not the message stored at that offset."""
+    if msg.commitlog_offset != commitlog_offset:
+        raise MessageNotFoundError(
+            f"no message at commitlog offset {commitlog_offset}: the record there says it was "
+            f"written at {msg.commitlog_offset} (damage; verify() lists it)"
+        )
+    return msg
+
+
+def _plain_str(value: Any) -> Any:
+    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
+    str: both then answer alike); anything else as it is, for the callee to check."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def _forked() -> None:
+    """In a child forked from a process with stores open: those are not this process's. Each
+    is closed here without a byte written (no final flush, checkpoint or abort-file removal,
+    which the parent still owns) and its calls raise StoreClosedError saying why."""
+    parent = os.getppid()
+    for store in list(_OPEN_STORES):
+        store._forked_from = parent
+        store._closed = True
+        store._core = _ForkedCore(parent)
+        store._retire_role()  # (its compiled calls hold the parent's core)
+        store._server = None  # its threads are the parent's; its sockets' copies stay unused
+        store._remote = None
+        store._appender = False  # (its lock is the parent's open file description: unusable here)
+        store._append_table = None
+    _OPEN_STORES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[int], Optional[int]]:
+    """A scan's CommitLog bounds, each None or an int >= 0 (InvalidMessageError otherwise: a
+    float or NaN bound would be compared, not refused, and the scan would start anywhere)."""
+    return (
+        None if start is None else check_int("start", start, 0),
+        None if end is None else check_int("end", end, 0),
+    )
+
+
+class _UnitReader:
+    """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
+    ``pull`` reads the candidates of a view of units in one compiled call per segment."""
+
+    __slots__ = ("_guard", "topic", "queue_id")
+
+    def __init__(self, guard: QueueGuard, topic: str, queue_id: int) -> None:
+        self._guard, self.topic, self.queue_id = guard, topic, queue_id
+
+    def __call__(self, offset: int, size: int, queue_offset: int) -> Optional[MessageExt]:
+        return self._guard.unit_message(self.topic, self.queue_id, queue_offset, offset, size)
+
+    def pull(
+        self,
+        units: np.ndarray,
+        base: int,
+        want: int,
+        codes: Optional[tuple[int, ...]],
+        tags: Optional[frozenset[str]],
+        nothing_yet: bool,
+    ) -> tuple[list[Any], list[int], int, bool, int]:
+        """The messages of up to ``want`` candidate units (see QueueGuard.pull): ``(messages,
+        unit indices, stop, full, last gone)``. A unit that does not point at its record ends
+        the batch before it, or raises ``_DamagedUnit`` when ``nothing_yet`` was collected."""
+        codec = self._guard.codec
+        found, taken, stop, kind, last_gone = self._guard.pull(
+            self.topic, self.queue_id, units, base, want, codes, tags
+        )
+        if kind == codec.PULL_DAMAGED and nothing_yet and not found:
+            raise _DamagedUnit(self.topic, self.queue_id, base + stop)
+        return found, taken, stop, kind != codec.PULL_END, last_gone
+
+
+class StoreBase:
+    """A store's parts and the careful path of every call: :class:`MessageStore` is its facade,
+    whose methods (documented there) call the role (rocketstore.roles) that calls these."""
+
+    # What an open sets up (each None until it is: _PARTS). Any where the class is a twin's
+    # (compiled or pure) or a read-only stand-in's.
+    config: StoreConfig
+    last_shutdown_clean: bool
+    _impl: Any
+    _codec: Any
+    _core: AppendCore
+    _commitlog: CommitLog
+    _segments: Any
+    _end: int
+    _queues: Any
+    _index: Any
+    _disk_index: Any
+    _dispatcher: Any
+    _dispatch_thread: Any
+    _cleaner: Any
+    _schedule: Any
+    _timer: Any
+    _pop: Optional[PopService]
+    _guard: QueueGuard
+    _parts: StoreParts
+    _checkpoint: Checkpoint
+    _offsets: ConsumerOffsetTable
+    _topics: Topics
+    _queue_offsets: dict[tuple[str, int], int]
+    _follower: Optional[Follower] = None
+    _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
+    _live: Optional[LivePage] = None
+    _waker: Optional[AsyncWaker] = None
+    _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
+    _switches = 0  # how often it did
+    _forked_from: Optional[int] = None  # the parent's pid, in a child forked after the open
+    #: What the facade's calls run (rocketstore.roles): chosen at each open, replaced at a close.
+    _role: Any
+
+    def __init__(
+        self,
+        path: Optional[str | os.PathLike[str]] = None,
+        *,
+        read_only: bool = False,
+        implementation: Optional[str] = None,
+        progress: Optional[Callable[[str, int, int], None]] = None,
+        **options: Any,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path) if path is not None else default_store_path())
+        self._read_only_asked = read_only
+        self._files_read_only = read_only
+        self._closed = True
+        self._lock = StoreLock(self.path)
+        self._server: Optional[WriterServer] = None  # serving joined writers (this process writes)
+        self._remote: Optional[WriterClient] = None  # the process this one's writes go to
+        # rocketstore.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
+        # for it; a joined store's own appender (None: not asked yet, False: none to be had)
+        self._append_table: Optional[tuple[int, Any, int]] = None
+        #: a read-only open's queues that end before their records (rebuilt in memory)
+        self._short_queues: dict[tuple[str, int], int] = {}
+        self._sharing_stopped = False
+        self._appender: Any = None
+        check_store_dir(self.path, read_only=read_only)
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be a callable(stage, done, total)")
+        self._progress = progress
+        self._impl = _impl.get(implementation)
+        self._codec = self._impl.codec
+        self._core = None  # type: ignore[assignment]  # set by _open
+        self._mutex = threading.RLock()
+        self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
+        self._options = options
+        self._role = Role("closed", self, StoreBase)
+        self._open_store()
+        _OPEN_STORES.add(self)
+
+    def _open_store(self) -> None:
+        """Open the store: as its writer (taking the lock), as a writer joined to the process
+        that holds the lock (rocketstore.writers), or read-only."""
+        commitlog_dir = os.path.join(self.path, "commitlog")
+        # A read-only open beside a writer whose retention deletes files (and creates new ones)
+        # while it looks may see a moment no store was in (a file sized or gone between two
+        # looks): it looks again, a few times, before it reports what it found.
+        for attempt in range(_READ_ONLY_ATTEMPTS):
+            self.config = self._detect_config(commitlog_dir)
+            if not self._read_only_asked:
+                os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
+                self._take_role()
+            for part in _PARTS:
+                setattr(self, part, None)
+            try:
+                # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
+                with deleted_files_closed_aside():
+                    self._open(commitlog_dir)
+                break
+            except (StoreConfigError, OSError):
+                self._teardown(clean=False)
+                if attempt + 1 >= _READ_ONLY_ATTEMPTS or not self._files_read_only:
+                    raise
+            except BaseException:
+                self._teardown(clean=False)  # what was opened is closed; the abort file stays
+                raise
+        self._closed = False
+        if self._server is not None:
+            self._server.ready()
+        self._appender = None
+        self._sharing_stopped = False
+        self._choose_role()
+
+    def _choose_role(self) -> None:
+        """The role (rocketstore.roles) of this store, just opened: ``owner`` (puts through the
+        implementation's PutFront, ``receive`` and ``ack`` through the POP service's compiled
+        calls), ``joined`` (writes run in the writing process, or append here), ``following`` or
+        ``read-only``; each answers the point reads through the codec's FastReads, which a store
+        that follows another process's writing runs inside a SwitchSafe (it may open again under
+        a call: the careful path then runs again). The role it replaces is retired."""
+        ref = weakref.ref(self)
+        fast = self._impl.codec.FastReads(
+            ref,
+            StoreBase,  # the careful paths, for what a fast call cannot answer
+            self._queues,
+            self._segments,
+            None if self._files_read_only else self._core,
+            (self._disk_index, self._index),
+            self._dispatcher,
+            MAX_MSGS_NUM_BATCH,
+            self._follower,
+        )
+        switch_safe = self._impl.store.SwitchSafe
+        following = self._follower is not None
+        calls: dict[str, Any] = {}
+        for name in FAST_READS:
+            method = getattr(fast, name)
+            calls[name] = switch_safe(ref, getattr(StoreBase, name), method) if following else method
+        receiver = None
+        if self._remote is not None:
+            kind = "joined"
+            for name in _FORWARDED:
+                if not name.startswith("_"):  # (the joined store's own machinery asks for those)
+                    forwarder = _Forwarder(name)
+                    calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
+            calls["put"] = _JoinedPut(self)  # appends here when it can (sharedappend)
+            calls["put_batch"] = _joined_put_batch
+            calls["put_messages"] = _joined_put_messages
+        elif self._files_read_only:
+            kind = "following" if following else "read-only"
+        else:
+            kind = "owner"
+            if isinstance(self._core, self._impl.store.CommitLogCore):
+                calls["put"] = self._impl.store.PutFront(
+                    self._core, self._user_topics, ref, StoreBase.put
+                ).put
+            if self._pop is not None:
+                calls["ack"] = self._pop.ack  # no frame of this class's per ack
+                receiver = self._impl.codec.PopReceiver(
+                    ref,
+                    self._pop,
+                    StoreBase.receive,
+                    Received,
+                    _MATCH_ALL,
+                    (MAX_RECEIVE_BATCH, MAX_INVISIBLE_TIME_MS),
+                )
+                calls["receive"] = receiver.receive
+        if following:
+            for name in SWITCH_SAFE:
+                if name not in calls:
+                    careful = getattr(StoreBase, name)
+                    calls[name] = switch_safe(ref, careful) if name in BOUND else SwitchSafeCall(careful)
+        old, self._role = self._role, Role(kind, self, StoreBase, calls, fast, receiver)
+        old.retire()
+
+    def _retire_role(self) -> None:
+        """Closing: every call takes the careful path (which says the store is closed)."""
+        old, self._role = self._role, Role("closed", self, StoreBase)
+        old.retire()
+
+    def _take_role(self) -> None:
+        """Take the store's lock and serve joining writers, or join the process that holds it
+        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off)."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.writer_wait_s
+        began = time.monotonic()
+        while True:
+            try:
+                self._lock.acquire(shares=cfg.shared_writers)
+            except StoreLockedError as exc:
+                if not cfg.shared_writers or getattr(exc, "in_this_process", False):
+                    raise
+                try:
+                    self._remote = WriterClient(self.path, deadline)
+                except (NoWriter, WriterGone):
+                    # nobody serves the socket: an owner between its lock and its socket, one
+                    # closing (it removed its socket before its lock), one gone, or not ours
+                    sharing = self._lock.held_by_sharing_writer()
+                    now = time.monotonic()
+                    waited = now - began
+                    if now >= deadline:
+                        raise StoreLockedError(
+                            f"store {self.path}: the process holding its lock did not serve writers "
+                            f"within writer_wait_s ({cfg.writer_wait_s} s)"
+                        ) from None
+                    if (sharing is False and waited >= _NOT_SHARING_GRACE) or (
+                        sharing is None and waited >= _NO_SERVER_GRACE
+                    ):
+                        raise StoreLockedError(
+                            f"store {self.path} is locked by a process that does not share writing "
+                            "(a Java broker, or a rocketstore with shared_writers=False)"
+                        ) from None
+                    time.sleep(0.005)
+                    continue
+                self._files_read_only = True
+                self.config = self._detect_config(os.path.join(self.path, "commitlog"))
+                return
+            try:
+                if cfg.shared_writers:
+                    self._server = WriterServer(
+                        self.path, weak_method(self._serve_call, _closed_error), self._impl.store.serve_step
+                    )
+            except BaseException:
+                self._lock.release()
+                raise
+            self._files_read_only = False
+            return
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with ``read_only=True``: writes raise StoreReadOnlyError."""
+        return self._read_only_asked
+
+    @property
+    def writer_pid(self) -> Optional[int]:
+        """The process that writes for this store: this one's pid when it holds the lock, the
+        owner's when this store joined it (rocketstore.writers), None when read-only."""
+        if self._remote is not None:
+            return self._remote.owner_pid
+        return None if self._files_read_only else os.getpid()
+
+    def _serve_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A joined writer's call, run here (the owner)."""
+        if name not in _FORWARDED:
+            raise StoreReadOnlyError(f"{name!r} is not a call a joined writer may make")
+        method = getattr(StoreBase, name)
+        if name == "put_pipelined":
+            return method(self, *args, **kwargs).result()
+        return method(self, *args, **kwargs)
+
+    def _forward(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A write of a joined store: run by the owner; after the owner ended, by the next."""
+        while True:
+            self._check_open()
+            client = self._remote
+            if client is None:  # this process writes now
+                return getattr(StoreBase, name)(self, *args, **kwargs)
+            if name == "put_pipelined":
+                return RemoteFuture(
+                    client.submit(lambda: self._forward("put", args, {**kwargs, "durable": True}))
+                )
+            try:
+                return client.call(name, args, kwargs)
+            except WriterGone as gone:
+                self._writer_gone(client)
+                if gone.sent and name not in _REPEATABLE:
+                    raise WriterGoneError(
+                        f"the process writing for store {self.path} ended during {name}(): "
+                        "whether it took effect is unknown"
+                    ) from None
+
+    def _writer_gone(self, client: WriterClient) -> None:
+        """The owner this store joined is gone: take the lock, or join the next owner."""
+        with self._mutex:
+            if self._remote is not client or self._closed:
+                return
+            _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
+            self._switching = True
+            self._switches += 1
+            self._closed = True
+            try:
+                self._teardown(clean=False)  # the following reader's parts and the client
+                self._remote = None
+                self._open_store()
+            finally:
+                self._switching = False
+
+    # ---- several writer processes appending (rocketstore.sharedappend) ----
+
+    #: The writing process's options a joined writer's own appends use.
+    _APPEND_OPTIONS = (
+        "store_host",
+        "store_port",
+        "born_host",
+        "born_port",
+        "max_message_size",
+        "append_prop_crc",
+        "flush_disk_type",
+        "flush_interval_ms",
+        "flush_least_pages",
+        "flush_thorough_interval_ms",
+        "sync_flush_timeout_ms",
+    )
+
+    def _share_append(self) -> Optional[dict[str, Any]]:
+        """A joined writer asks to append in its own process: the shared table's epoch and the
+        options its records take, or None (``shared_append`` off, not possible here, closing)."""
+        cfg = self.config
+        if not cfg.shared_append or not sharedappend.supported() or self._files_read_only:
+            return None
+        with self._mutex:
+            self._check_open()
+            if self._sharing_stopped or self._remote is not None:
+                return None
+            if self._append_table is None:
+                table = sharedappend.open_table(self.path, create=True)
+                if table is None:
+                    return None
+                fd, mm = table
+                epoch = random.getrandbits(63) | 1
+                try:
+                    sharedappend.hold_presence(fd)
+                    self._segments.share()
+                    self._core.share(mm, fd, epoch, True)
+                except BaseException:
+                    close_map(mm)
+                    os.close(fd)
+                    raise
+                self._append_table = (fd, mm, epoch)
+            options = {name: getattr(cfg, name) for name in self._APPEND_OPTIONS}
+            return {"epoch": self._append_table[2], "options": options}
+
+    def _stop_sharing(self) -> None:
+        """Joined writers append nothing more themselves (the owner closing): what they appended
+        is adopted first; their next puts come here, then to the next owner."""
+        if self._sharing_stopped:
+            return  # (close() stops sharing first; its teardown asks again)
+        self._sharing_stopped = True
+        core = getattr(self, "_core", None)
+        if self._files_read_only or self._remote is not None or self._read_only_asked:
+            return
+        if self._append_table is not None and core is not None:
+            core.unshare()
+        # its epoch is 0 (unshare, or this open's invalidate): a writer that still maps it appends
+        # nothing, and the store directory holds what a broker's does again
+        sharedappend.remove(self.path)
+
+    def _close_append_table(self) -> None:
+        table, self._append_table = self._append_table, None
+        if table is not None:
+            close_map(table[1])
+            os.close(table[0])
+
+    def _joined_appender(self) -> Any:
+        """This joined store's own appender (sharedappend.JoinedAppender), or False."""
+        appender = self._appender
+        if appender is not None:
+            return appender
+        with self._mutex:
+            if self._appender is not None:
+                return self._appender
+            self._appender = False
+            live = self._live
+            if self._remote is None or live is None or not live.writable or not sharedappend.supported():
+                return False
+            info = self._forward("_share_append", (), {})
+            if not info or self._remote is None:  # off, or this process became the writer
+                return False
+            config = dataclasses.replace(self.config, **info["options"])
+            try:
+                self._appender = sharedappend.JoinedAppender(
+                    self.path,
+                    config,
+                    self._impl.store,
+                    live.mm,
+                    info["epoch"],
+                    _uniq_prefix(config),
+                    weak_method(self._joined_topic_queues, _closed_error),
+                )
+            except (sharedappend.StaleTable, OSError, RocketStoreError) as exc:
+                _log.warning(
+                    "store %s: joined writer appends through the writing process: %s", self.path, exc
+                )
+            return self._appender
+
+    def _flush_to(self, offset: int) -> int:
+        """A joined writer's durable put: the owner's group commit flushes the CommitLog up to
+        ``offset`` (with the durable puts of every process); 0, else 1 (timed out) or the
+        flush's errno."""
+        self._check_writable()
+        core = self._core
+        core.wrote_offset  # noqa: B018 (adopts what the joined writers appended, to flush it)
+        return int(core.wait_flushed(int(offset), self.config.sync_flush_timeout_ms))
+
+    def _joined_durable(self, result: Any, end: int) -> Any:
+        """``result`` once the owner's group commit flushed up to ``end`` (FlushTimeoutError
+        carrying it when that did not confirm)."""
+        rc = self._forward("_flush_to", (end,), {})
+        if rc:
+            raise flush_timeout(result, rc)
+        return result
+
+    def _joined_topic_queues(self, topic: str) -> int:
+        queues: int = self._forward("_topic_queues", (topic,), {})
+        return queues
+
+    def _drop_appender(self) -> None:
+        """The owner this store's appender joined is gone or closing: appends go through it (or
+        the next one) again."""
+        with self._mutex:
+            appender, self._appender = self._appender, False
+        if appender:
+            appender.close()
+
+    # ---- open / close ----
+
+    def _detect_config(self, commitlog_dir: str) -> StoreConfig:
+        """The options given, and the geometry the store's files were written with."""
+        found = dict(self._options)
+        if "commitlog_file_size" not in found:
+            detected = detect_segment_size(commitlog_dir)
+            if detected is not None:
+                found["commitlog_file_size"] = detected
+        detect_queue_options(self.path, found)
+        if self._files_read_only:
+            # what the files cannot tell yet (a store with none), its writer's live page does
+            for name, value in read_geometry(self.path).items():
+                found.setdefault(name, value)
+        config = StoreConfig(**found)
+        if config.raise_open_files_limit:
+            raise_open_files_limit()  # before the store maps its files
+        return config
+
+    def _open(self, commitlog_dir: str) -> None:
+        cfg = self.config
+        self._abort_path = os.path.join(self.path, "abort")
+        self.last_shutdown_clean = not os.path.exists(self._abort_path)
+        if not self._files_read_only:
+            # Writers that joined an owner gone by now append nothing from here (they send their
+            # puts here once this open serves them); one appending now finishes first.
+            sharedappend.invalidate(self.path)
+            # From here until a clean close, an interruption (a crash, a kill during this very
+            # recovery) makes the next open an abnormal one.
+            os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
+            if self.last_shutdown_clean:
+                # durable before anything this run writes: a power cut that kept the run's data
+                # but lost the file would make the next open a clean one, which trusts the
+                # queues and the index as they are on disk
+                fsync_dir(self.path)
+        self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
+        self._topics = Topics(
+            TopicConfigTable.in_store(self.path, cfg.default_queues, self._files_read_only),
+            cfg.default_queues,
+            self._mutex,
+        )
+        self._commitlog = commitlog = CommitLog(
+            commitlog_dir, cfg, self._impl, read_only=self._files_read_only
+        )
+        self._segments = commitlog.segments
+        if self._files_read_only:
+            # the writer's live page before anything is loaded: what it says next is newer
+            self._live = LivePage.attach(self.path, self._impl.store)
+            self._follower = None
+            if self._live is not None:
+                self._follower = Follower(self._live, commitlog, weak_method(self._segments_deleted))
+            # Queues and index first: a writer's retention deletes segments before the queue
+            # and index files that point into them, so every segment found after these has
+            # its units and index entries here (or dispatched into memory).
+            self._open_queues()
+            commitlog.load()
+        else:
+            commitlog.load()
+            self._open_queues()
+        self._offsets = ConsumerOffsetTable.in_store(
+            self.path,
+            read_only=self._files_read_only,
+            lock=self._codec.FastRLock(),  # every POP ack takes it
+        )
+        if not self._files_read_only:
+            self._import_group_offsets()
+        end, queue_offsets, dispatch_start = recovery.recover(
+            commitlog,
+            self._checkpoint,
+            self._queues,
+            self._disk_index if self._files_read_only else self._index,
+            abnormal=not self.last_shutdown_clean,
+            read_only=self._files_read_only,
+            until=recovery.published_end(self._live, self.path) if self._files_read_only else None,
+            report=self._report,
+        )
+        self._dispatch_thread = None
+        self._cleaner = None
+        self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
+        self._timer = None  # the timer service (rocketstore.timer) of a writable store
+        self._pop = None  # acknowledgement per message (rocketstore.pop) of a writable store
+        if self._files_read_only:
+            self._queue_offsets = queue_offsets
+            self._core = commitlog.core
+            self._dispatcher = Dispatcher(
+                self._segments,
+                self._codec,
+                self._queues,
+                self._index,
+                start=dispatch_start,
+                end_of=weak_method(self._read_only_end),
+                delay_levels_ms=cfg.delay_levels_ms,
+                index_lazily=True,
+                end_core=commitlog,
+                gil_first=self._impl.index.gil_first,
+            )
+            self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
+            recovery.rebuild(self._dispatcher, end, self._report)
+            self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, True)
+            if self._follower is not None:
+                self._follower.settle(commitlog.end, writer_present(self.path))
+            return
+
+        self._core = core = commitlog.start_appending(
+            end,
+            queue_offsets,
+            _uniq_prefix(cfg),
+            topic_lookup=weak_method(self._topic_queues, _closed_error),
+            roll=weak_method(commitlog.roll, _closed_error),
+        )
+        self._topics.core = core
+        self._live = LivePage.create(
+            self.path,
+            self._impl.store,
+            end,
+            crashed=not self.last_shutdown_clean,
+            geometry=tuple(getattr(cfg, name) for name in GEOMETRY_OPTIONS),
+        )
+        core.set_live(self._live.mm)
+        commitlog.on_deleted = self._live.changed
+        self._dispatcher = Dispatcher(
+            self._segments,
+            self._codec,
+            self._queues,
+            self._index,
+            start=dispatch_start,
+            end_of=lambda: core.wrote_offset,
+            delay_levels_ms=cfg.delay_levels_ms,
+            fused=cfg.fused_dispatch,
+            end_core=core,
+            gil_first=self._impl.index.gil_first,
+        )
+        self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
+        # what the queues and the index miss of the CommitLog
+        recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
+        self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
+        if cfg.dispatch_interval_ms:
+            self._dispatch_thread = DispatchThread(
+                self._dispatcher,
+                cfg.dispatch_interval_ms,
+                checkpoint=weak_method(self._background_checkpoint),
+                checkpoint_interval_ms=cfg.checkpoint_interval_ms,
+                nap=self._impl.index.gil_nap,
+            )
+        self._parts = StoreParts(
+            self.path,
+            cfg,
+            commitlog,
+            self._queues,
+            self._index,
+            self._dispatcher,
+            self._topics,
+            weak_method(self._put_message, _closed_error),
+            self._offsets,
+        )
+        self._cleaner = Cleaner(self._parts, clock=cfg.clock)
+        self._cleaner.start()
+        self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
+        self._schedule.start()
+        self._timer = TimerService(self._parts, clock=cfg.clock, interval_ms=cfg.timer_interval_ms)
+        self._timer.start()
+        self._pop = PopService(
+            self._parts,
+            self._offsets,
+            pull=weak_method(self._pop_pull, _closed_error),
+            lookup=weak_method(self._pop_lookup, _closed_error),
+            send_back=self._schedule.send_back,
+            retry_max_times=self._schedule.retry_max_times,
+            clock=cfg.clock,
+            quick=self._impl.codec.PopQuick(
+                weakref.ref(self), self._queues, self._segments, core, self._dispatcher.catch_up
+            ),
+        )
+
+    def _segments_deleted(self) -> None:
+        """A read-only store's follower dropped segments retention deleted: the queues start
+        above them (what a writable store's Cleaner does for its own queues)."""
+        if not self._commitlog.files:
+            return
+        low = self._commitlog.min_offset
+        dispatcher = self._dispatcher
+        with dispatcher.lock:
+            if dispatcher.offset < low:
+                dispatcher.offset = low  # what it had not dispatched yet is gone
+        self._queues.correct_min_offset(low)
+
+    def _read_only_end(self) -> int:
+        return self._commitlog.end
+
+    def _open_queues(self) -> None:
+        """Open the ConsumeQueues (recovered, §4.4) and the index files.
+
+        A read-only store reads what is on disk and dispatches the rest into memory. After an
+        abnormal shutdown a writable store drops the index files newer than the checkpoint's
+        indexMsgTimestamp (§5.4); they are rebuilt from the CommitLog.
+        """
+        cfg = self.config
+        index_options = dict(
+            implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
+        )
+        self._queues = self._index = self._disk_index = None
+        if self._files_read_only:
+            self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
+            self._queues.recover()
+            self._disk_index = IndexService(self.path, read_only=True, **index_options)
+            self._disk_index.load()
+            self._index = MemoryIndexService(self.path, **index_options)
+        else:
+            self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
+            if self.last_shutdown_clean:
+                for cq in self._queues:
+                    cq.recover()
+            # after an abnormal stop recovery.recover() cuts each queue where the checkpoint vouches for
+            self._index = IndexService(
+                self.path, on_file_full=weak_method(self._index_file_full), **index_options
+            )
+            self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
+
+    def _report(self, stage: str, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress(stage, done, total)
+
+    def _background_checkpoint(self) -> None:
+        """The dispatch thread's periodic step: the checkpoint, and every
+        ``_OFFSETS_PERSIST_MS`` the consumer offsets (with those process groups committed), as a
+        broker flushes them every 5 s."""
+        self._save_checkpoint()
+        now = time.monotonic()
+        if now - self._offsets_persisted >= _OFFSETS_PERSIST_MS / 1000.0:
+            self._offsets_persisted = now
+            # not under the store's mutex: close() holds it while it stops this thread
+            self._import_group_offsets()
+            self._offsets.persist()
+
+    def _save_checkpoint(self) -> None:
+        """Make the ConsumeQueues and the index durable up to the dispatch offset and record
+        that offset (and its store time) in the checkpoint: a recovery after a crash starts there."""
+        dispatcher, cp = self._dispatcher, self._checkpoint
+        with dispatcher.lock:
+            offset, timestamp = dispatcher.offset, dispatcher.last_store_timestamp
+            if offset == cp.confirm_phy_offset:
+                return
+            if self._core.flushed_offset < offset and not self._core.flush(5000):
+                return  # the CommitLog is not durable that far yet: next time
+            self._queues.flush()
+            self._index.flush()
+            self._index.save_resume_point()
+            cp.confirm_phy_offset = offset
+            if timestamp:
+                cp.physic_msg_timestamp = cp.logics_msg_timestamp = timestamp
+            cp.flush()
+
+    def _index_file_full(self, end_timestamp: int) -> None:
+        self._checkpoint.index_msg_timestamp = end_timestamp
+
+    def _topic_queues(self, topic: str) -> int:
+        return self._topics.queues_for_put(topic)
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort file and release the lock.
+
+        Every step runs whatever an earlier one raised: the threads stop, the files are closed
+        and the lock is released, and then the first error is raised (the store is closed
+        either way; a second ``close()`` does nothing). When a step that makes the data durable
+        failed (the final dispatch, the CommitLog's, the queues' or the index's flush, the
+        checkpoint), the checkpoint is not advanced and the abort file stays, so the next open
+        recovers as after a crash. When only topics.json or consumerOffset.json cannot be
+        written (e.g. :class:`DiskFullError`), the data is closed cleanly all the same and that
+        file keeps its previous content. A store dropped without ``close()`` is closed alike
+        when it is collected."""
+        if getattr(self, "_closed", True):
+            return
+        self._stop_sharing()  # joined writers' own appends first: they now come here
+        if self._server is not None:
+            # the joined writers' calls in progress first; their next ones go to the next owner
+            self._server.close()
+        for service in (self._timer, self._schedule, self._pop):
+            if service is not None:
+                try:
+                    service.close()  # before the mutex: a delivery pass in progress may need it,
+                    # and the POP snapshot flushes the CommitLog
+                except BaseException:
+                    pass  # _teardown closes it again and reports the error
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            errors = self._teardown(clean=True)
+        if errors:
+            raise errors[0]
+
+    def _teardown(self, clean: bool, keep_link: bool = False) -> list[BaseException]:
+        """Stop and close every part that was opened, each whatever the others raised, and
+        release the lock; the errors, in order. ``clean``: a close (dispatch the rest, write the
+        checkpoint and remove the abort file if all that made the data durable); else a failed
+        open (the abort file stays). ``keep_link``: a joined store's connection to its writing
+        process stays (a reopen)."""
+        errors = []
+        self._retire_role()
+
+        def run(step: Callable[[], object]) -> bool:
+            try:
+                step()
+                return True
+            except BaseException as exc:
+                errors.append(exc)
+                return False
+
+        run(self._stop_sharing)
+        if self._appender:
+            run(self._drop_appender)
+        if not keep_link:
+            run(self._close_links)
+
+        for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close if part in ("_timer", "_schedule", "_pop") else obj.stop)
+        writable = not self._files_read_only
+        core = getattr(self, "_core", None)
+        durable = clean and writable and core is not None
+        if durable:
+            durable = run(self._dispatcher.catch_up)
+        if writable and core is not None:
+            durable = run(core.close) and durable
+        run(self._close_append_table)
+        durable = run(self._close_queues) and durable  # flushes the queues and the index
+        if durable:
+            durable = run(self._final_checkpoint)
+            run(self._import_group_offsets)
+            for table in (self._topics, self._offsets):
+                run(table.persist)  # the data is closed cleanly all the same
+        if getattr(self, "_commitlog", None) is not None:
+            run(self._commitlog.close)
+        for part in ("_waker", "_live"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                run(obj.close)
+        if durable:
+            run(self._remove_abort_file)
+        run(self._lock.release)
+        return errors
+
+    def _close_links(self) -> None:
+        """Stop serving joined writers, or close the connection to the writing process."""
+        server, self._server = self._server, None
+        try:
+            if server is not None:
+                server.close()
+        finally:
+            if self._remote is not None:
+                self._remote.close()
+
+    def _final_checkpoint(self) -> None:
+        cp = self._checkpoint
+        last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
+        if last:
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
+        cp.confirm_phy_offset = self._dispatcher.offset
+        cp.flush()
+
+    def _remove_abort_file(self) -> None:
+        try:
+            os.unlink(self._abort_path)
+        except FileNotFoundError:
+            pass
+
+    def _close_queues(self) -> None:
+        """Close the ConsumeQueues and the index files, each whatever the others raised."""
+        error = None
+        for part in ("_queues", "_index", "_disk_index"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                try:
+                    obj.close()
+                except BaseException as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): close it as close() would. The store's own threads hold it
+        # only weakly, so this can run on one of them mid-step (holding a lock close() needs):
+        # then a new thread closes it (which keeps it alive until then).
+        if getattr(self, "_closed", True):
+            return
+        if sys.is_finalizing():
+            # too late: a daemon thread stopped by the interpreter may hold a lock close() needs.
+            # _close_open_stores ran at exit; a store left open here recovers like after a crash.
+            return
+        if threading.current_thread().name.startswith("rocketstore-"):
+            threading.Thread(target=self._close_quietly, name="rocketstore-finalize").start()
+        else:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            _log.exception("closing the dropped store %s failed", self.path)
+
+    @property
+    def closed(self) -> bool:
+        if self._switching:  # opening again, or taking over: closed only if that failed
+            with self._mutex:
+                pass
+        return self._closed
+
+    def _switched_since(self, switches: int) -> bool:
+        """Whether this store opened again (or took over writing) since it counted ``switches``
+        and is open: a call that failed under it may run again."""
+        if self._switching:
+            with self._mutex:
+                pass
+        return self._switches != switches and not self._closed
+
+    def _switch_safe(self, call: Callable[[], Any]) -> Any:
+        """``call()``, again if this store opened again under it (its parts closed meanwhile)."""
+        while True:
+            switches = self._switches
+            try:
+                return call()
+            except Exception:  # whatever the closing parts made of it (closed, "damaged", None)
+                if not self._switched_since(switches):
+                    raise
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._switching:  # taking over from a writing process that ended: wait for it
+                with self._mutex:
+                    pass
+                if not self._closed:
+                    return self._check_open()
+            if self._forked_from is not None:
+                self._core.put  # noqa: B018 (raises why)
+            raise StoreClosedError("the store is closed")
+        if self._follower is not None and not self._follower.follow():
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """A writer opened the store since this read-only one did (its recovery may have cut
+        what this one mapped): open it again, as if new."""
+        with self._mutex:
+            if self._closed or self._follower is None or self._follower.follow():
+                return
+            self._switching = True  # other threads' calls wait for it (_check_open)
+            self._switches += 1
+            self._closed = True
+            try:
+                errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
+                if errors:
+                    raise errors[0]
+                for part in _PARTS:
+                    setattr(self, part, None)
+                commitlog_dir = os.path.join(self.path, "commitlog")
+                self.config = self._detect_config(commitlog_dir)
+                self._open(commitlog_dir)
+                self._closed = False
+                self._choose_role()
+            finally:
+                self._switching = False
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._files_read_only:
+            raise StoreReadOnlyError("the store was opened read-only")
+
+    # ---- topics ----
+
+    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
+        self._check_writable()
+        topic = _plain_str(validate_topic(topic))
+        queues = self.config.default_queues if queues is None else queues
+        check_int("queues", queues, 1, 1024)
+        queues = int(queues)
+        self._topics.set(topic, queues)
+
+    def set_topic_retention(
+        self,
+        topic: str,
+        *,
+        retention_ms: Any = UNCHANGED,
+        retention_bytes: Any = UNCHANGED,
+        delete_when_consumed: Any = UNCHANGED,
+    ) -> dict[str, Any]:
+        self._check_writable()
+        validate_topic(topic)
+        changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
+        if changes:
+            self._topics.update_attributes(topic, changes)
+        return self.topic_retention(topic)
+
+    def topic_retention(self, topic: str) -> dict[str, Any]:
+        self._check_open()
+        validate_topic(topic)
+        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
+
+    def retention_report(self) -> dict[str, Any]:
+        self._check_open()
+        return retention_report(
+            self.config,
+            self._commitlog,
+            self._queues,
+            self._topics.table,
+            self._offsets,
+            self._dispatcher,
+            dispatch=not self._files_read_only,
+        )
+
+    @property
+    def topics(self) -> dict[str, int]:
+        """{topic: queue count}."""
+        return self._topics.counts()
+
+    # ---- puts ----
+
+    def _properties(
+        self,
+        tags: Optional[str],
+        keys: Keys,
+        properties: Optional[Mapping[str, str]],
+    ) -> tuple[Optional[bytes], Optional[str], int]:
+        """(encoded properties, the caller's UNIQ_KEY or None, wait override or -1)."""
+        found: tuple[Optional[bytes], Optional[str], int] = self._codec.put_properties(tags, keys, properties)
+        return found
+
+    def _wait_mode(self, durable: Optional[bool], wait_override: int) -> int:
+        """The core's wait argument: -1 lets the core apply the store's flush_disk_type."""
+        if durable is not None:
+            return 1 if durable else 0
+        return wait_override
+
+    def put(
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        delay_level: Optional[int] = None,
+        deliver_at_ms: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+    ) -> PutResult:
+        if topic.__class__ is not str or topic not in self._user_topics:
+            self._check_user_topic(topic)
+        if (
+            type(queue_id) is not int
+            or type(flag) is not int
+            or not -1 <= queue_id <= _INT32_MAX
+            or not _INT32_MIN <= flag <= _INT32_MAX
+        ):
+            queue_id, flag = check_put_ints(queue_id, flag)
+        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
+        if (
+            tags is None
+            and keys is None
+            and properties is None
+            and body is not None
+            and delay_level is None
+            and timer is None
+        ):
+            # the hot path: one call into the core (-1: the store's flush_disk_type decides)
+            return self._core.put(
+                topic,
+                body,
+                None,
+                queue_id,
+                flag,
+                0,
+                0,
+                0,
+                0,
+                None,
+                -1 if durable is None else (1 if durable else 0),
+            )
+        if body is not None and delay_level is None and timer is None:
+            # tags, keys and plain properties: encoded in the core (None: not the plain shape,
+            # e.g. a DELAY or WAIT property, a mapping that is not a dict; see below)
+            done = self._core.put_keyed(
+                topic,
+                body,
+                tags,
+                keys,
+                queue_id,
+                flag,
+                -1 if durable is None else (1 if durable else 0),
+                properties,
+            )
+            if done is not None:
+                return done
+        if tags is None and keys is None and properties is None and body is not None and not self._closed:
+            # a timer or delayed put's own hot path (rocketstore.timer, rocketstore.schedule);
+            # anything else (both, a read-only store) is the general path's to refuse
+            wait = -1 if durable is None else (1 if durable else 0)
+            if delay_level is None and self._timer is not None:
+                timed: Optional[PutResult] = self._timer.put(
+                    self._core, topic, body, queue_id, flag, wait, deliver_at_ms, delay_ms
+                )
+                if timed is not None:  # None: not a plain int, the general path decides
+                    return timed
+            elif delay_level is not None and timer is None and self._schedule is not None:
+                delayed: PutResult = self._schedule.put(
+                    self._core, topic, body, queue_id, flag, wait, delay_level
+                )
+                return delayed
+        if body is None:
+            return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
+        return cast(
+            "PutResult",
+            self._put(
+                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level, timer
+            ),
+        )
+
+    def put_pipelined(
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        delay_level: Optional[int] = None,
+        deliver_at_ms: Optional[int] = None,
+        delay_ms: Optional[int] = None,
+    ) -> PutFuture:
+        self._check_user_topic(topic)
+        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
+        if body is None:
+            return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level, timer))
+        queue_id, flag = check_put_ints(queue_id, flag)
+        return cast(
+            "PutFuture",
+            self._put(
+                cast(str, topic),
+                body,
+                tags,
+                keys,
+                properties,
+                queue_id,
+                flag,
+                True,
+                _WAIT_FUTURE,
+                delay_level,
+                timer,
+            ),
+        )
+
+    def _check_user_topic(self, topic: object) -> None:
+        """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
+        the store's own puts into them (delay, send_back) do not come through here."""
+        name = topic.topic if isinstance(topic, Message) else topic
+        check_user_topic(name)
+        if name.__class__ is str and len(self._user_topics) < 65536:
+            self._user_topics.add(name)
+
+    def _put(
+        self,
+        topic: str,
+        body: Body,
+        tags: Optional[str],
+        keys: Keys,
+        properties: Optional[Mapping[str, str]],
+        queue_id: int,
+        flag: int,
+        durable: Optional[bool],
+        mode: int,
+        delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+    ) -> Any:
+        """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
+        _check_mapping(properties)
+        if (
+            delay_level is not None
+            or timer is not None
+            or (properties and _SCHEDULING.intersection(properties))
+        ):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
+        if tags is None and keys is None and properties is None:
+            props, unique_key, wait = None, None, -1
+        else:
+            props, unique_key, wait = self._properties(tags, keys, properties)
+        return self._core.put(
+            topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key, mode or self._wait_mode(durable, wait)
+        )
+
+    def _message_item(
+        self,
+        m: Message,
+        delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+    ) -> tuple[Any, ...]:
+        if not isinstance(m, Message):
+            raise TypeError(f"expected a Message, not {type(m).__name__}")
+        topic, properties = m.topic, _check_mapping(m.properties)
+        queue_id, flag = check_put_ints(m.queue_id, m.flag)
+        born = check_int("born_timestamp", m.born_timestamp)
+        sys_flag = check_int("sys_flag", m.sys_flag, INT32_MIN, INT32_MAX)
+        if sys_flag & ~0x7FF or (sys_flag >> 8) & 7 > 3:
+            # bits RocketMQ does not define, or a compression type that does not exist:
+            # verify() would report the record
+            raise InvalidMessageError(f"sys_flag {sys_flag:#x} has bits RocketMQ does not define")
+        reconsume = check_int("reconsume_times", m.reconsume_times, INT32_MIN, INT32_MAX)
+        if (
+            delay_level is not None
+            or timer is not None
+            or (properties and _SCHEDULING.intersection(properties))
+        ):
+            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
+        props, unique_key, wait = self._properties(m.tags, m.keys, properties)
+        body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()  # never bytes(int)
+        return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
+
+    def _put_message(
+        self,
+        m: object,
+        durable: Optional[bool],
+        mode: int,
+        delay_level: Optional[int] = None,
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+    ) -> Any:
+        self._check_writable()
+        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(
+            cast(Message, m), delay_level, timer
+        )
+        wait_mode = mode or self._wait_mode(durable, wait)
+        return self._core.put(
+            topic, body, props, qid, flag, born, sys_flag, reconsume, 0, unique_key, wait_mode
+        )
+
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: bool = False,
+    ) -> BatchPutResult | PutFuture:
+        self._check_writable()
+        self._check_user_topic(topic)
+        queue_id, flag = check_put_ints(queue_id, flag)
+        props = None
+        _check_mapping(properties)
+        if tags is not None or properties:
+            props, unique_key, _ = self._properties(tags, None, properties)
+            if unique_key is not None:
+                raise InvalidMessageError("a batch's shared properties cannot carry one UNIQ_KEY")
+            if properties and PROPERTY_DELAY in properties:
+                raise InvalidMessageError("a batch cannot be delayed (RocketMQ refuses DELAY on batches)")
+            if is_timer_put(properties):
+                raise InvalidTimerError("a batch cannot be a timer message")
+        wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
+        return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
+
+    def put_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        durable: Optional[bool] = None,
+    ) -> list[PutResult]:
+        self._check_writable()
+        # the plain messages (a known user topic, tags and keys at most) in one compiled call;
+        # every other one through _message_item's full checks
+        if type(messages) is not list:
+            messages = list(messages)
+        # a batch of plain messages: read, encoded and stored in one compiled pass
+        done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
+        if done is not None:
+            return cast("list[PutResult]", done)
+        items, slow = self._codec.plain_message_items(messages, self._user_topics)
+        no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
+        for i in slow:
+            m = messages[i]
+            self._check_user_topic(m)
+            items[i], wait = self._message_item(m)
+            no_wait = no_wait and wait == 0
+        mode = self._wait_mode(durable, 0 if no_wait else -1)
+        return self._core.put_many(items, mode)
+
+    # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
+
+    def _delayed(
+        self,
+        topic: str,
+        queue_id: int,
+        properties: Optional[Mapping[str, str]],
+        delay_level: Optional[int],
+        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
+        """(topic, queue_id, properties) of a put, rewritten into rmq_sys_wheel_timer if it is a
+        timer message, into SCHEDULE_TOPIC_XXXX if delayed."""
+        self._check_writable()
+        if timer is not None or is_timer_put(properties):
+            if delay_level is not None:
+                raise InvalidTimerError("give delay_level or a timer (deliver_at_ms, delay_ms), not both")
+            deliver_at_ms, delay_ms = timer or (None, None)
+            timed: tuple[str, int, Optional[Mapping[str, str]]] = self._timer.rewrite(
+                topic, queue_id, properties, deliver_at_ms, delay_ms
+            )
+            return timed
+        if delay_level is None and not (properties and PROPERTY_DELAY in properties):
+            return topic, queue_id, properties
+        rewritten: tuple[str, int, Optional[Mapping[str, str]]] = self._schedule.rewrite(
+            topic, queue_id, properties, delay_level
+        )
+        return rewritten
+
+    def send_back(
+        self,
+        group: str,
+        message: MessageExt,
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: Optional[int] = None,
+    ) -> PutResult:
+        self._check_writable()
+        return cast("PutResult", self._schedule.send_back(group, message, delay_level, max_reconsume_times))
+
+    def deliver_delayed(self, now: Optional[int] = None) -> int:
+        self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
+        delivered: int = self._schedule.deliver(now)
+        return delivered
+
+    def deliver_timers(self, now: Optional[int] = None) -> int:
+        self._check_writable()
+        if now is not None:  # a NaN or float would skip due messages without delivering them
+            now = check_int("now", now, 0)
+        delivered: int = self._timer.deliver(now)
+        return delivered
+
+    def timer_stats(self) -> dict[str, Any]:
+        self._check_writable()
+        stats: dict[str, Any] = self._timer.stats()
+        return stats
+
+    def delayed_counts(self) -> dict[int, int]:
+        self._check_open()
+        if self._schedule is not None:
+            offsets = self._schedule.offsets()
+        else:
+            offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
+        return pending_counts(self.queues(), offsets)
+
+    def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
+        self._check_writable()
+        group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
+        return group_config
+
+    # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.pop) ----
+
+    def _pop_service(self) -> PopService:
+        if self._closed or self._follower is not None or self._files_read_only:
+            self._check_writable()  # (with none of the three, it has nothing to check)
+        assert self._pop is not None
+        return self._pop
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
+        queue_id: Optional[int] = None,
+        max_reconsume_times: Optional[int] = None,
+        tags: Optional[str] = None,
+    ) -> Received:
+        return self._pop_service().receive(
+            _plain_str(group),
+            _plain_str(topic),
+            max_msgs,
+            invisible_time_ms,
+            queue_id,
+            max_reconsume_times,
+            _plain_str(tags),
+        )
+
+    def ack(self, handle: str | ReceivedMessage) -> bool:
+        pop = self._pop  # None unless writable; _pop_service() says why not
+        if pop is None or self._closed:
+            pop = self._pop_service()
+        return pop.ack(handle)
+
+    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
+        return self._pop_service().ack_many(handles)
+
+    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
+        return self._pop_service().change_invisible_time(handle, invisible_time_ms)
+
+    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
+        return self._pop_service().status(group, topic)
+
+    # ---- reads ----
+
+    def _readable_end(self, mf: MappedFile) -> int:
+        return self._commitlog.readable_end(mf)
+
+    def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.record_at(
+                self._segments, None if self._files_read_only else self._core, commitlog_offset
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return _placed(msg, commitlog_offset)
+        self._check_open()
+        return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
+
+    def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
+        return self._commitlog.read(commitlog_offset, zero_copy)
+
+    def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
+        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+            msg: Optional[MessageExt] = self._codec.message_by_id(
+                self._segments, None if self._files_read_only else self._core, msg_id
+            )
+            if msg is not None:  # else the careful path says why not, or reads it
+                return msg
+        if not isinstance(msg_id, str):
+            raise InvalidMessageIdError(f"message id must be a str, not {type(msg_id).__name__}")
+        _host, _port, offset = self._codec.parse_offset_msg_id(msg_id)
+        msg = self.read(offset, zero_copy=zero_copy)
+        if msg.msg_id != msg_id.upper():
+            raise MessageNotFoundError(f"message {msg_id} is not in this store")
+        return msg
+
+    def iter_messages(
+        self,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        zero_copy: bool = False,
+        check_crc: bool = True,
+    ) -> Iterator[MessageExt]:
+        """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
+
+        Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
+        lists them). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
+        ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
+        self._check_open()
+        return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
+
+    def _message_chunks(
+        self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
+    ) -> Iterator[Iterator[MessageExt]]:
+        """iter_messages' iterators, chained: each message comes from a compiled iterator
+        without a Python frame per message. A segment's records are decoded one by one as
+        they are asked for (``codec.segment_messages``); from a position that holds no valid
+        record on, the rest of the segment goes through the checked scan, which steps over
+        damage and logs it (``CommitLog.chunks``)."""
+        start, end = _offset_bounds(start, end)
+        codec = self._codec
+        for mf, lo, hi, limit in self._commitlog.ranges(start, end):
+            view = mf.view(0, limit)
+            it = codec.segment_messages(view, lo, hi, check_crc=check_crc, copy_body=not zero_copy)
+            yield it
+            if it.reason == codec.STOP_LIMIT or it.reason == codec.STOP_BLANK:
+                if hi < limit:
+                    return  # the range asked for ends here
+                continue
+            rest = mf.end_offset if end is None else min(end, mf.end_offset)
+            for part, arr in self._commitlog.chunks(
+                mf.file_from_offset + it.stop, rest, check_crc, _MESSAGE_CHUNK
+            ):
+                yield codec.row_messages(part.view(0, self._readable_end(part)), arr, copy_body=not zero_copy)
+
+    def scan(
+        self,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        check_crc: bool = True,
+        views: bool = False,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
+        65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
+        Python call per field. CRCs as in :meth:`iter_messages`.
+
+        ``views=True`` yields ``(segment_start, view, records)`` as :meth:`records_at` does:
+        ``view`` is a read-only map of the segment the positions point into."""
+        self._check_open()
+        for mf, arr in self._scan(start, end, check_crc):
+            if views:
+                yield mf.file_from_offset, mf.view(0, self._readable_end(mf)), arr
+            else:
+                yield mf.file_from_offset, arr
+
+    def _scan(
+        self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
+    ) -> Iterator[tuple[MappedFile, np.ndarray]]:
+        start, end = _offset_bounds(start, end)
+        return self._commitlog.chunks(start, end, check_crc, chunk)
+
+    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
+        """Check every record's structure and body CRC, segment by segment, every field that can
+        be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
+        room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
+        characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
+        timestamps against their neighbours'), and every ConsumeQueue unit against the record it
+        points to (topic, queue id, queue offset, size).
+        Works on read-only stores.
+
+        Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
+        "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
+        CRC is skipped by its length and the scan goes on; a record whose lengths make no sense
+        ends its segment. ``progress("verify", done, total)`` is called as bytes are checked.
+
+        A read-only store checks every segment to the end of the file: damage followed by
+        whole records is reported, but not what follows the last whole record, since a writer
+        beside it may be in the middle of writing that (or a crash left it, which the next
+        writable open cuts).
+        """
+        self._check_open()
+        self._dispatcher.catch_up()
+        found = self._commitlog.verify(progress)
+        problems, first = found["problems"], found["min_offset"]
+        checked = self._guard.verify(found.pop("found"), problems, first)
+        for (topic, qid), n in sorted(self._short_queues.items()):
+            problems.append(
+                {
+                    "offset": first,
+                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) missing on disk before "
+                    f"its records in the CommitLog (rebuilt in memory; a writable open rewrites them)",
+                }
+            )
+        for (topic, qid), n in sorted(self._guard.mended.items()):
+            problems.append(
+                {
+                    "offset": first,
+                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
+                    f"disk did not point at their records (rebuilt in memory; a writable "
+                    f"open rewrites them)",
+                }
+            )
+        return {
+            "ok": not problems,
+            "records": found["records"],
+            "bytes": found["bytes"],
+            "segments": found["segments"],
+            "min_offset": first,
+            "max_offset": self.max_offset,
+            "queues": checked,
+            "problems": problems,
+        }
+
+    # ---- consuming (§11) and consumer offsets (§10) ----
+
+    def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
+        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
+        with known holes is rebuilt from the CommitLog first. ``need``: dispatch catches up only
+        if the queue ends before that queue offset (POP's own records, put between its pulls,
+        would otherwise be dispatched on every pull)."""
+        self._check_open()
+        _check_name("topic", topic)
+        queue_id = _check_int("queue_id", queue_id)
+        cq = self._queues.get(topic, queue_id) if need is not None else None
+        if cq is None or cq.max_offset < need:
+            self._dispatcher.catch_up()
+            cq = self._queues.get(topic, queue_id)
+        if cq is not None and cq.holes:
+            self._guard.repair([(topic, queue_id)])
+        return cq
+
+    def _pull(
+        self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T], need: Optional[int] = None
+    ) -> _T:
+        """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
+        :meth:`_unit_message`: a unit that does not point at its own record makes the store
+        rebuild the queue from the CommitLog and try again; if that cannot help, the position is
+        reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
+        cq = self._queue(topic, queue_id, need)
+        read = _UnitReader(self._guard, topic, int(queue_id))
+        for attempt in range(2):
+            try:
+                return fetch(cq, read)
+            except _DamagedUnit as exc:
+                if attempt:
+                    raise ConsumeQueueDamagedError(
+                        f"ConsumeQueue {topic}-{queue_id} unit {exc.queue_offset} does not point at "
+                        f"its message, and rebuilding the queue from the CommitLog did not help",
+                        topic,
+                        queue_id,
+                        exc.queue_offset,
+                    ) from None
+                self._guard.repair([(topic, queue_id)])
+                cq = self._queues.get(topic, queue_id)
+        raise AssertionError("unreachable")  # the second attempt returns or raises
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
+    ) -> GetMessageResult:
+        if wait is None and offset is not None:
+            _check_name("group", group)
+            tag_filter = TagFilter.parse(tags)
+            if tag_filter.match_all:
+                quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+            else:
+                quick = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
+            if quick is not None:
+                return quick
+        looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
+        found, seen, deadline = next(looks)
+        while deadline is not None and self._wait_for_put(seen, deadline):
+            found, seen, deadline = next(looks)
+        return found
+
+    def _quick_tagged_pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: TagFilter
+    ) -> Optional[GetMessageResult]:
+        """A pull with a tag filter whose units lie in one ConsumeQueue file and whose records
+        lie in one segment, through the codec's ``pull_units`` (which the careful path runs
+        too: tagsCode filter, the real tag re-checked, every unit checked against its record)
+        without the careful path's frames. The batch must end as that path's would end it:
+        full, or at the queue's end or the scan budget with a message found; None otherwise
+        (damage, another file or segment, nothing found), and the careful path decides."""
+        if type(topic) is not str or type(queue_id) is not int or type(offset) is not int:
+            return None
+        if type(max_msgs) is not int or max_msgs < 1 or offset < 0:
+            return None
+        if self._closed or (self._follower is not None and not self._follower.follow()):
+            return None
+        self._dispatcher.catch_up()
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.holes:
+            return None
+        lo, hi = cq.min_offset, cq.max_offset
+        if not lo <= offset < hi:
+            return None
+        budget = scan_budget(max_msgs)
+        try:
+            units = cq.units(offset, budget)
+            mf = self._segments.find(int(units[0]["commitlog_offset"])) if len(units) else None
+            if mf is None:
+                return None
+            view = mf.view(0, self._readable_end(mf))
+        except (MessageNotFoundError, StoreClosedError):
+            return None
+        codec = self._codec
+        found, taken, stop, kind = codec.pull_units(
+            view,
+            mf.file_from_offset,
+            mf.file_size,
+            units,
+            0,
+            max_msgs,
+            offset,
+            topic,
+            queue_id,
+            tag_filter.code_tuple,
+            tag_filter.tags,
+        )
+        if kind == codec.PULL_FULL:
+            end = offset + stop
+        elif kind == codec.PULL_END and found and (offset + len(units) == hi or len(units) >= budget):
+            end = offset + len(units)
+        else:
+            return None
+        return GetMessageResult(
+            GetMessageStatus.FOUND, end, lo, hi, found, units[taken], offset + np.array(taken, dtype=np.int64)
+        )
+
+    def _quick_pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, need: Optional[int] = None
+    ) -> Optional[GetMessageResult]:
+        """The common pull (every message from a given offset, all within one ConsumeQueue
+        file, nothing damaged) in one compiled call, by the rules of the careful path; None for
+        anything that path must decide (bounds, holes, filters, damage, a closed store).
+        ``need``: as for :meth:`_queue`, dispatch catches up only if the queue ends before it."""
+        if self._closed or (self._follower is not None and not self._follower.follow()):
+            return None
+        cq = self._queues.get(topic, queue_id) if need is not None else None
+        if cq is None or cq.max_offset < need:
+            self._dispatcher.catch_up()
+        got = self._codec.queue_messages(
+            self._queues,
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            self._segments,
+            None if self._files_read_only else self._core,
+        )
+        if got is None:
+            return None
+        messages, units, lo, hi = got
+        return GetMessageResult(
+            GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
+        )
+
+    async def get_message_async(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int] = None,
+        max_msgs: int = 32,
+        tags: Optional[str] = None,
+        *,
+        wait: Optional[float] = None,
+    ) -> GetMessageResult:
+        """:meth:`get_message` for asyncio: while it waits the event loop runs on (one thread per
+        store sleeps for every waiter)."""
+        looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
+        found, seen, deadline = next(looks)
+        while deadline is not None and await self._wait_for_put_async(seen, deadline):
+            found, seen, deadline = next(looks)
+        return found
+
+    def _pull_looks(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        max_msgs: int,
+        tags: Optional[str],
+        wait: Optional[float],
+    ) -> Iterator[tuple[GetMessageResult, Look, Optional[float]]]:
+        """get_message's pulls, each with what a wait for the next put compares against and the
+        wait's deadline, which is None once waiting is not worth it (the caller then returns)."""
+        _check_name("group", group)
+        tag_filter = TagFilter.parse(tags)
+        deadline = self._deadline(wait)
+        while True:
+            seen = self._live_look((topic,) if deadline is not None else ())
+            found = None
+            if offset is not None:
+                if tag_filter.match_all:
+                    found = self._quick_pull(topic, queue_id, offset, max_msgs)
+                else:
+                    found = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
+            if found is None:
+                found = self._pull(
+                    topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
+                )
+            if deadline is None or not self._may_wait(found):
+                yield found, seen, None
+                return
+            if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = found.next_begin_offset  # scanned past what did not match
+            yield found, seen, deadline
+
+    def _puller(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        max_msgs: int,
+        tag_filter: TagFilter,
+    ) -> Callable[[Any, Any], GetMessageResult]:
+        def pull(cq: Any, read: Any) -> GetMessageResult:
+            start = offset
+            if start is None:
+                start = self._offsets.query(group, topic, int(queue_id))
+                if start < 0:
+                    start = cq.min_offset if cq is not None else 0
+            return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
+
+        return pull
+
+    # ---- waiting for puts (rocketstore.live) ----
+
+    @staticmethod
+    def _deadline(wait: Optional[float]) -> Optional[float]:
+        """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
+        if wait is None:
+            return None
+        ms = timeout_ms(wait)
+        return math.inf if ms < 0 else time.monotonic() + ms / 1000.0
+
+    @staticmethod
+    def _may_wait(found: GetMessageResult) -> bool:
+        return not found.messages and found.status in _WAITABLE
+
+    def _live_look(self, topics: Sequence[str]) -> Look:
+        """What a wait for puts of ``topics`` compares against (taken before looking for messages)."""
+        self._check_open()
+        live = self._live
+        if live is None:
+            return (0, (), ())
+        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
+
+    def _wait_for_put(self, seen: Look, deadline: float) -> bool:
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
+        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
+        StoreClosedError)."""
+        live = self._live
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._check_open()
+            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+                time.sleep(min(left, 1.0))
+                continue
+            try:
+                if live.wait_look(seen, min(left, 1.0)):
+                    return True
+            except ValueError:  # its map closed under it: this store closed, or opened again
+                self._check_open()
+                return True  # opened again (a writer's recovery, a takeover): look again
+            if self._live is not live:
+                return True
+
+    async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        live = self._live
+        if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+            await asyncio.sleep(min(left, 1.0))
+            self._check_open()
+            return not math.isinf(left) and left > 1.0  # look again (and find nothing)
+        with self._mutex:
+            if self._waker is None:
+                self._waker = AsyncWaker(live)
+            waker = self._waker
+        await waker.changed(seen, None if math.isinf(left) else left)
+        return True
+
+    def _pop_pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
+    ) -> GetMessageResult:
+        """:meth:`get_message` for POP: the one-call pull of :meth:`get_message` when it can
+        decide, else the careful path, where dispatch catches up only when the queue has fewer
+        than ``max_msgs`` units from ``offset``."""
+        if tag_filter is None or tag_filter.match_all:
+            quick = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
+            if quick is not None:
+                return quick
+        return self._pull(
+            topic,
+            queue_id,
+            lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
+            offset + max_msgs,
+        )
+
+    def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
+        return self._pull(
+            topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
+        )
+
+    def get_units(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
+    ) -> GetMessageResult:
+        return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
+
+    def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
+        cq = self._queue(topic, queue_id)
+        start, count = _check_int("start", start), _check_int("count", count)
+        if cq is None:
+            if start == 0:
+                return np.empty(0, dtype=CQ_UNIT_DTYPE)
+            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
+        units: np.ndarray = cq.units(start, count)
+        return units
+
+    def records_at(
+        self,
+        commitlog_offsets: Any,
+        sizes: Any,
+        *,
+        check_crc: bool = True,
+        queue: Optional[tuple[str, int, int]] = None,
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
+        self._check_open()
+        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if len(offsets) != len(sizes):
+            raise ValueError("commitlog_offsets and sizes differ in length")
+        if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
+            raise ValueError("commitlog_offsets must be strictly ascending")
+        check = None
+        if queue is not None:
+            check = lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first)
+        yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self._queue(topic, queue_id)
+        timestamp = _check_int("timestamp", timestamp)
+        if cq is None:
+            return 0
+
+        def store_time_of(commitlog_offset: int) -> Optional[int]:
+            try:
+                return int(self._read(commitlog_offset).store_timestamp)
+            except MessageNotFoundError:
+                return None  # gone (retention): older than anything left
+
+        return offset_of_time(cq, timestamp, store_time_of)  # a read-only store's TailQueue too
+
+    def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
+        self._check_open()
+        self._dispatcher.catch_up()
+        return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._check_writable()
+        _check_name("group", group)
+        _check_name("topic", topic)
+        _check_int("queue_id", queue_id, 0)
+        _check_int("offset", offset, 0)
+        if "@" in group or "@" in topic:
+            raise InvalidMessageError("group and topic must not contain '@' (the file's key separator)")
+        self._offsets.commit(group, topic, int(queue_id), int(offset))
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        self._check_open()
+        _check_name("group", group)
+        _check_name("topic", topic)
+        return self._offsets.query(group, topic, queue_id)
+
+    def persist_offsets(self) -> bool:
+        self._check_writable()
+        self._import_group_offsets()
+        return self._offsets.persist()
+
+    def _import_group_offsets(self) -> None:
+        """Copy the offsets that group members (rocketstore.group) committed into this store's
+        table: ``consumerOffset.json`` then holds them as a broker's does."""
+        directory = os.path.join(self.path, GROUPS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            try:
+                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
+            except StoreConfigError:
+                _log.warning("group offsets %s are unreadable: not copied", name)
+                continue
+            for key, offsets in table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in offsets.items():
+                    if self._offsets.query(group, topic, queue_id) != offset:
+                        self._offsets.commit(group, topic, queue_id, offset)
+
+    # ---- lookups (§3, §5.5) ----
+
+    def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
+        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``,
+        ascending (an offset may repeat: _key_messages reads it once)."""
+        if self._disk_index is None:  # a writable store: one service
+            offsets: list[int] = self._index.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0]
+            return offsets
+        found: set[int] = set()
+        for service in (self._disk_index, self._index):
+            if service is not None:
+                found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
+        return sorted(found)
+
+    def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("key", key)
+        self._dispatcher.catch_up(index=True)
+        found: set[int] = set()
+        for service in (self._disk_index, self._index):
+            if service is not None:
+                offsets = service.query(topic, key, MAX_MSGS_NUM_BATCH, 0, _INT64_MAX)[0]
+                if len(offsets) >= MAX_MSGS_NUM_BATCH:
+                    return None
+                found.update(offsets)
+        return sorted(found)
+
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
+    ) -> list[MessageExt]:
+        if not self._closed and (self._follower is None or self._follower.follow()):
+            # the common case in one compiled call: the dispatcher's catch-up (when it has
+            # anything to do), index walk, re-check and decode of each hit; None for anything
+            # the checks below must decide
+            hits: Optional[list[MessageExt]] = self._codec.key_lookup(
+                (self._disk_index, self._index),
+                self._segments,
+                None if self._files_read_only else self._core,
+                topic,
+                key,
+                max_num,
+                begin,
+                end,
+                MAX_MSGS_NUM_BATCH,
+                self._dispatcher,
+            )
+            if hits is not None:
+                return hits
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("key", key)
+        max_num = _check_int("max_num", max_num, 1)
+        begin = _check_int("begin", begin, 0)
+        end = _INT64_MAX if end is None else _check_int("end", end, 0)
+        self._dispatcher.catch_up(index=True)
+        # the index keeps store times in whole seconds from its file's begin: widen the window
+        # by a second each way, then hold every record to the exact bounds
+        window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
+        offsets = self._index_candidates(topic, key, *window)
+        return self._key_messages(offsets, topic, key, begin, end, min(max_num, MAX_MSGS_NUM_BATCH), False)
+
+    def _key_messages(
+        self, offsets: list[int], topic: str, key: str, begin: int, end: int, limit: int, unique: bool
+    ) -> list[MessageExt]:
+        """The messages at the index's candidate ``offsets`` whose real topic is ``topic``, stored
+        within ``[begin, end]``, whose UNIQ_KEY (``unique``) or UNIQ_KEY or one of whose KEYS is
+        ``key``: at most ``limit``, read and re-checked in one compiled call (one by one when a
+        segment closes under it)."""
+        core = None if self._files_read_only else self._core
+        found: Optional[list[MessageExt]] = self._codec.key_messages(
+            offsets, self._segments, core, topic, key, begin, end, limit, unique
+        )
+        if found is not None:
+            return found
+        found = []
+        for offset in offsets:
+            try:
+                msg = self._commitlog.read(offset)
+            except MessageNotFoundError:
+                continue  # gone (retention) or cut by recovery
+            if msg.topic != topic or not begin <= msg.store_timestamp <= end:
+                continue
+            if msg.unique_key == key if unique else _has_key(msg, key):
+                found.append(msg)
+                if len(found) >= limit:
+                    break
+        return found
+
+    def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
+        self._check_open()
+        _check_name("topic", topic)
+        _check_name("unique_key", unique_key)
+        self._dispatcher.catch_up(index=True)
+        begins = [0]
+        try:
+            begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))
+        except (InvalidMessageIdError, ValueError):
+            pass  # not a RocketMQ-made id: no time hint
+        for begin in begins:
+            offsets = self._index_candidates(topic, unique_key, begin, _INT64_MAX)
+            hits = self._key_messages(offsets, topic, unique_key, _INT64_MIN, _INT64_MAX, len(offsets), True)
+            if hits:
+                return min(hits, key=lambda m: m.store_timestamp)
+        raise MessageNotFoundError(f"no message of topic {topic!r} with UNIQ_KEY {unique_key!r}")
+
+    def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
+        if not self._closed and (self._follower is None or self._follower.follow()):
+            # the common case in one compiled call: the unit, its record, every check of
+            # QueueGuard.unit_message; anything else (None) takes the careful path below
+            msg: Optional[MessageExt] = self._codec.queue_message(
+                self._queues,
+                topic,
+                queue_id,
+                queue_offset,
+                self._segments,
+                None if self._files_read_only else self._core,
+            )
+            if msg is not None:
+                return msg
+        queue_offset = _check_int("queue_offset", queue_offset)
+        cq = self._queue(topic, queue_id)
+        if cq is not None:
+            try:  # the common case, without _pull's retry frame
+                return _message_at_unit(cq, queue_offset, _UnitReader(self._guard, topic, int(queue_id)))
+            except _DamagedUnit:
+                pass  # _pull rebuilds the queue and tries again, or reports the position missing
+        return self._pull(topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read))
+
+    # ---- retention, durability, state ----
+
+    def clean(self, force: bool = False) -> dict[str, Any]:
+        self._check_writable()
+        cleaned: dict[str, Any] = self._cleaner.clean(force=force)
+        return cleaned
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        self._check_writable()
+        return self._core.flush(timeout_ms(timeout))
+
+    @property
+    def min_offset(self) -> int:
+        if self._follower is not None:
+            return int(self._switch_safe(self._min_offset))
+        return self._commitlog.min_offset
+
+    def _min_offset(self) -> int:
+        self._check_open()
+        return self._commitlog.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The CommitLog offset just past the last record."""
+        if self._follower is not None or self._switching or self._closed:
+            # (a joined store taking over writing waits for it: its new CommitLog has no core yet)
+            return int(self._switch_safe(self._max_offset))
+        return self._commitlog.max_offset
+
+    def _max_offset(self) -> int:
+        self._check_open()
+        return self._commitlog.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._commitlog.flushed_offset
+
+    def queue_offsets(self) -> dict[tuple[str, int], int]:
+        if self._files_read_only:
+            self._check_open()
+            found = dict(self._queue_offsets)
+            if self._follower is not None:
+                self._dispatcher.catch_up()
+                for cq in self._queues:
+                    key = (cq.topic, cq.queue_id)
+                    if cq.max_offset > found.get(key, 0):
+                        found[key] = cq.max_offset
+            return found
+        return self._core.queue_offsets()
+
+    def stats(self) -> dict[str, Any]:
+        self._check_open()
+        out = {
+            "implementation": self._impl.name,
+            "writer": "joined"
+            if self._remote is not None
+            else ("read-only" if self._files_read_only else "this process"),
+            "writer_pid": self.writer_pid,
+            "joined_writers": self._server.connections if self._server is not None else 0,
+            "segments": len(self._segments.files),
+            "segment_size": self.config.commitlog_file_size,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "topics": len(self._topics),
+        }
+        if not self._files_read_only:
+            out.update(self._core.stats())
+            out.update(self._cleaner.stats())
+            if self._pop is not None:
+                out.update(self._pop.stats())
+        out["retention"] = self.retention_report()
+        return out
+
+    def __repr__(self) -> str:
+        state = (
+            "closed"
+            if self._closed
+            else (
+                "joined" if self._remote is not None else ("read-only" if self._files_read_only else "open")
+            )
+        )
+        return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
+
+
+class _Forwarder:
+    """A joined writer's call (its role's): ``forwarder(store, ...)`` runs in the writing
+    process."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, store: StoreBase, *args: Any, **kwargs: Any) -> Any:
+        return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
+
+
+class _JoinedPut:
+    """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
+    dict, append in this process under the shared append lock (rocketstore.sharedappend);
+    anything else, and every put while that is not possible, runs in the writing process.
+    Holds the store weakly (the store's role holds it)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = weakref.ref(store)
+
+    def __call__(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
+        store = self._store()
+        if store is None:
+            _closed_error()
+        appender = store._appender
+        if (
+            not kwargs
+            and appender
+            and not store._closed
+            and topic.__class__ is str
+            and topic in store._user_topics
+            and body is not None
+            and not appender.refusing
+            and not appender.sync_flush
+        ):
+            # the hot path, put(topic, body) of a topic already checked: one call into the core
+            try:
+                return appender.core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 0)
+            except (sharedappend.StaleTable, sharedappend.NotShareable):
+                pass  # the general path below says what to do
+        if (
+            not store._closed  # (also a store a fork inherited: closed in the child)
+            and topic.__class__ is str
+            and body is not None
+            and kwargs.get("delay_level") is None
+            and kwargs.get("deliver_at_ms") is None
+            and kwargs.get("delay_ms") is None
+            and _JOINED_PUT_ARGS.issuperset(kwargs)
+        ):
+            appender = store._joined_appender()
+            if appender and not appender.refusing:
+                store._check_user_topic(topic)  # (remembered for the hot path above)
+                queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+                durable = appender.durable(kwargs.get("durable"))
+                tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
+                try:
+                    if tags is None and keys is None and properties is None:
+                        done = appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, 0)
+                    else:  # None: not the plain shape (a DELAY property, ...), the owner's to do
+                        done = appender.core.put_keyed(topic, body, tags, keys, queue_id, flag, 0, properties)
+                    if done is not None:
+                        # durable: flushed by the owner's group commit, with every process's
+                        return (
+                            store._joined_durable(done, done.commitlog_offset + done.size)
+                            if durable
+                            else done
+                        )
+                except sharedappend.StaleTable:
+                    store._drop_appender()  # the owner is closing or gone: through it, or the next
+                except sharedappend.NotShareable:
+                    pass
+        return store._forward(
+            "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
+        )
+
+
+def _joined_put_batch(store: StoreBase, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
+    """A joined writer's ``put_batch``: a batch without tags or properties appends in this
+    process (rocketstore.sharedappend); anything else runs in the writing process."""
+    if (
+        not store._closed
+        and topic.__class__ is str
+        and bodies is not None
+        and kwargs.get("tags") is None
+        and not kwargs.get("properties")
+        and not kwargs.get("pipelined")
+        and _JOINED_BATCH_ARGS.issuperset(kwargs)
+    ):
+        appender = store._joined_appender()
+        if appender and not appender.refusing:
+            check_user_topic(topic)
+            queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+            durable = appender.durable(kwargs.get("durable"))
+            try:
+                done = appender.core.put_batch(
+                    topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
+                )
+                return store._joined_durable(done, done.end_offset) if durable and len(done) else done
+            except sharedappend.StaleTable:
+                store._drop_appender()
+            except sharedappend.NotShareable:
+                pass
+    return store._forward(
+        "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
+    )
+
+
+def _joined_put_messages(store: StoreBase, messages: Any, durable: Optional[bool] = None) -> Any:
+    """A joined writer's ``put_messages``: a batch of plain messages (tags and keys at most, of
+    user topics) appends in this process (rocketstore.sharedappend); anything else runs in the
+    writing process."""
+    if not store._closed:
+        if type(messages) is not list:
+            messages = list(messages)
+        appender = store._joined_appender()
+        if appender and not appender.refusing:
+            topics = set()
+            for m in messages:
+                name = getattr(m, "topic", None)
+                if name.__class__ is str and name not in topics:
+                    try:
+                        check_user_topic(name)
+                    except Exception:
+                        continue  # not plain here: the writing process says what is wrong
+                    topics.add(name)
+            try:
+                done = appender.core.put_plain_messages(messages, topics, 0)
+                if done is not None:
+                    if appender.durable(durable) and done:
+                        return store._joined_durable(done, max(r.commitlog_offset + r.size for r in done))
+                    return done
+            except sharedappend.StaleTable:
+                store._drop_appender()
+            except sharedappend.NotShareable:
+                pass
+    return store._forward("put_messages", (messages,), {} if durable is None else {"durable": durable})
+
+
+_JOINED_BATCH_ARGS = frozenset(("lengths", "tags", "properties", "queue_id", "flag", "durable", "pipelined"))
+_JOINED_PUT_ARGS = frozenset(
+    ("tags", "keys", "properties", "queue_id", "flag", "durable", "delay_level", "deliver_at_ms", "delay_ms")
+)
+
+
+def _sendable_value(value: Any) -> Any:
+    """``value`` as it can be pickled to the writing process: memoryviews as bytes (also in a
+    list), an iterator as a list."""
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, (list, tuple)):
+        if any(isinstance(v, memoryview) for v in value):
+            return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+        return value
+    if isinstance(value, Iterator):
+        return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+    return value
+
+
+def _sendable(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_sendable_value(a) for a in args)
+
+
+def _uniq_prefix(cfg: StoreConfig) -> bytes:
+    """The first bytes of the UNIQ_KEYs this process makes (spec §3.2): host, pid, a random
+    "class loader" hash."""
+    pid = os.getpid() & 0xFFFF
+    return (
+        host_to_bytes(cfg.born_host or "")
+        + pid.to_bytes(2, "big")
+        + random.getrandbits(32).to_bytes(4, "big")
+    )
+
+
+def _check_mapping(properties: object) -> Optional[Mapping[str, str]]:
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
+    return properties
+
+
+def _check_name(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidMessageError(f"{what} must not be empty")
+    return value
+
+
+def _message_at_unit(cq: Any, queue_offset: int, read: Any) -> MessageExt:
+    """The message the unit at ``queue_offset`` of ``cq`` points at, checked by ``read``
+    (MessageNotFoundError if the queue, the unit or its record is not there)."""
+    if cq is None:
+        raise MessageNotFoundError(f"no queue {read.topic}-{read.queue_id}")
+    commitlog_offset, size, _tags = cq.unit(queue_offset)
+    if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
+        raise MessageNotFoundError(
+            f"no message at {cq.topic}-{cq.queue_id} offset {queue_offset}: its record is gone (damage)"
+        )
+    msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
+    if msg is None:
+        raise MessageNotFoundError(
+            f"the message at {cq.topic}-{cq.queue_id} offset {queue_offset} was deleted (retention)"
+        )
+    return msg
+
+
+def _has_key(msg: MessageExt, key: str) -> bool:
+    if msg.unique_key == key:
+        return True
+    keys = msg.keys
+    return keys is not None and key in keys.split(" ")
