@@ -64,6 +64,7 @@ def _extensions():
         "_codec": ["cext/_codec.pyx", "cext/crc32.c"],
         "_store": ["cext/_store.pyx", "cext/crc32.c", "cext/flusher.c"],
         "_index": ["cext/_index.pyx"],
+        "_facade": ["cext/_facade.c"],  # plain C: MessageStore's hot calls, passed to its role
     }
     only = [m for m in os.environ.get("ROCKETSTORE_ONLY", "").split(",") if m]
     exts = []

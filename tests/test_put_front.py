@@ -41,7 +41,7 @@ def record(store, result):
 
 def test_a_writing_store_puts_through_the_front(store, impl):
     assert isinstance(store._role.put.__self__, impl.store.PutFront)
-    assert store.put.__func__ is MessageStore.put
+    assert "put" not in vars(store) and type(store).put is MessageStore.put
 
 
 CALLS = [
