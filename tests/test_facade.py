@@ -172,3 +172,32 @@ def test_patching_the_class_after_open_takes_effect(tmp_path, impl, monkeypatch)
     with MessageStore(tmp_path / "s", implementation=impl.name) as store:
         monkeypatch.setattr(MessageStore, "read", lambda self, offset, **kw: "patched")
         assert store.read(0) == "patched"
+
+
+def test_a_compiled_build_takes_the_compiled_base():
+    """The hot calls pass through the compiled base, without a Python frame, wherever it is built;
+    its methods carry the pure twin's docstrings and signatures."""
+    from rocketstore import _facade_py, _impl
+
+    base = MessageStore.__mro__[1]
+    if _impl.COMPILED is None:
+        assert base is _facade_py.FacadeBase
+        return
+    assert base.__module__ == "rocketstore._facade"
+    for name in _facade_py.HOT:
+        method = getattr(MessageStore, name)
+        assert type(method).__name__ == "method_descriptor", name
+        assert method.__doc__ == inspect.cleandoc(getattr(_facade_py.FacadeBase, name).__doc__), name
+    assert "keys" in str(inspect.signature(MessageStore.put))
+
+
+def test_the_role_is_replaced_whole_and_a_held_method_follows_it(tmp_path, impl):
+    store = MessageStore(tmp_path / "s", implementation=impl.name)
+    put = store.put  # bound to the store: the role it calls is the one at call time
+    r = put(TOPIC, b"x")
+    store.close()
+    with pytest.raises(StoreClosedError):
+        put(TOPIC, b"y")
+    assert store._role.kind == "closed"
+    with MessageStore(tmp_path / "s", implementation=impl.name, read_only=True) as ro:
+        assert ro.read(r.commitlog_offset).body == b"x"
