@@ -23,9 +23,11 @@ ended), closes, or is inherited by a forked child:
     which says why it cannot run.
 
 Two kinds of calls: the hot ones (:data:`BOUND`) are callables of their own (compiled where the
-role has them) called with the caller's arguments alone, so a call costs the facade's frame and
-nothing more; every other one (:data:`WITH_STORE`) is called with the store first, so the
-careful path is the class's function itself and a role holds no reference to its store.
+role has them) called with the caller's arguments alone: the facade's compiled base
+(rocketstore._facade) passes a call on as the caller made it, so it costs one C call and no
+Python frame; every other one (:data:`WITH_STORE`) is called with the store first by a Python
+method of the facade, so the careful path is the class's function itself and a role holds no
+reference to its store.
 """
 
 from __future__ import annotations
