@@ -1,4 +1,4 @@
-"""Timer messages: delivery at any millisecond (RocketMQ 5.x's wheel timer, spec §12 5.x notes).
+"""Timer messages: delivery at any millisecond (RocketMQ 5.x's wheel timer, spec §12.5).
 
 **The put.** A put with ``deliver_at_ms=`` (epoch ms) or ``delay_ms=``, or with one of the
 properties a 5.x client sets (``TIMER_DELIVER_MS``, absolute epoch ms; ``TIMER_DELAY_SEC``;
