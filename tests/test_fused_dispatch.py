@@ -1,4 +1,4 @@
-"""The fused dispatch (issue 17, rocketstore.fused): the ConsumeQueue and index files it writes are
+"""The fused dispatch (rocketstore.fused): the ConsumeQueue and index files it writes are
 byte for byte those of the general path, whatever the records (keys, tags, delays, transactions,
 damage, rolls of queue and index files), and its kernel refuses bad arguments with typed errors and
 never reads or writes outside the buffers it is handed."""

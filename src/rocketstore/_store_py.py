@@ -1717,7 +1717,7 @@ class CommitLogCore:
         return self._closed
 
 
-# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one call ----
+# ---- puts at the engine's speed: MessageStore.put's common shapes in one call ----
 
 
 class PutFront:

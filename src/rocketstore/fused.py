@@ -1,4 +1,4 @@
-"""The fused dispatch (issue 17): CommitLog records into ConsumeQueue units and index items in
+"""The fused dispatch: CommitLog records into ConsumeQueue units and index items in
 one compiled pass.
 
 :class:`~rocketstore.dispatch.Dispatcher` decodes a chunk of records into a table, reads their

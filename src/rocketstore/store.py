@@ -338,7 +338,7 @@ def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[i
 def _install_put_front(store: MessageStore) -> None:
     """Make ``store.put`` the implementation's ``PutFront``: ``put(topic, body)`` and keyed puts
     of a checked topic in one call into the core, everything else through
-    :meth:`MessageStore.put` (issue 17; docs/guide/keyed-puts.md). Only for a store that
+    :meth:`MessageStore.put` (docs/guide/keyed-puts.md). Only for a store that
     appends itself through its own core, and not where a subclass has its own ``put``."""
     _drop_put_front(store)
     front_type = store._impl.store.PutFront
