@@ -118,3 +118,17 @@ def test_every_cited_section_is_a_heading_of_the_format_page():
     headings = set(_NUMBERED_HEADING.findall(page.read_text(encoding="utf-8"))) if page.exists() else set()
     missing = {number: where for number, where in cited.items() if number not in headings}
     assert not missing, f"cited but not a heading of docs/format.md: {missing}"
+
+
+_ISSUE_CITATION = re.compile(r"\bissue ?#?\d+", re.I)
+
+
+def test_no_comment_cites_an_issue_number():
+    """The tracker is not in the repository: a comment says its reason itself."""
+    found = []
+    for folder in ("src", "cext", "bench", "tests"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in _CITING_SUFFIXES and path.is_file():
+                text = path.read_text(encoding="utf-8", errors="replace")
+                found += [f"{path.relative_to(ROOT)}: {m.group()}" for m in _ISSUE_CITATION.finditer(text)]
+    assert not found
