@@ -58,6 +58,10 @@ import numpy as np
 
 from rocketstore._clock import month_start as _month_start
 from rocketstore._clock import now_ms
+from rocketstore.status import GetMessageStatus
+from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
+from rocketstore.units import PLACEHOLDER_SIZE as _PLACEHOLDER_SIZE
+from rocketstore.units import GetMessageResult
 
 from .errors import (
     CorruptRecordError,
@@ -69,7 +73,8 @@ from .errors import (
     PropertiesTooLargeError,
     StoreClosedError,
 )
-from .message import Message, MessageExt, host_from_bytes, host_to_bytes
+from .message import Message, MessageExt, host_from_bytes, host_to_bytes, make_offset_msg_id
+from .message import host_raw as _host_raw
 
 __all__ = [
     "java_hash",
@@ -1234,7 +1239,7 @@ def queue_keys(buffer, records):
 
 
 SCAN_NOT_CONSUMABLE = 1  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit, §4.2)
-SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (dispatch.plausible)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (recordscan.plausible)
 
 
 def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int = _INT64_MAX, max_records=-1):
@@ -1317,9 +1322,7 @@ def record_digests(queue_ids, queue_offsets, sizes, keys, units):
 
 
 def _unit_columns(units):
-    from rocketstore.consumequeue import CQ_UNIT_DTYPE
-
-    if not isinstance(units, np.ndarray) or units.dtype != CQ_UNIT_DTYPE or units.ndim != 1:
+    if not isinstance(units, np.ndarray) or units.dtype != _CQ_UNIT_DTYPE or units.ndim != 1:
         raise ValueError("units must be a 1-d array of CQ_UNIT_DTYPE")
     return units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64)
 
@@ -1334,8 +1337,6 @@ def check_units(positions, digests, units, queue_id, key, first_queue_offset, da
       offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
       (sorted: records whose damage is reported already) or below ``low`` (deleted);
     * UNIT_BAD otherwise."""
-    from rocketstore.consumequeue import PLACEHOLDER_SIZE
-
     positions = np.ascontiguousarray(positions, dtype=np.int64)
     digests = np.ascontiguousarray(digests, dtype=np.uint64)
     if len(digests) != len(positions):
@@ -1354,7 +1355,7 @@ def check_units(positions, digests, units, queue_id, key, first_queue_offset, da
         ok = (positions[at] == phys) & (digests[at] == want)
     ok |= np.isin(phys, np.asarray(damaged, dtype=np.int64)) | (phys < low)
     out = np.where(ok, UNIT_OK, UNIT_BAD).astype(np.uint8)
-    out[(phys == 0) & (sizes == PLACEHOLDER_SIZE)] = UNIT_LOST
+    out[(phys == 0) & (sizes == _PLACEHOLDER_SIZE)] = UNIT_LOST
     return out
 
 
@@ -1651,25 +1652,6 @@ def _wrap64(value: int) -> int:
 # Message ids (§3)
 
 
-def _host_raw(host):
-    if isinstance(host, str):
-        try:
-            return host_to_bytes(host)
-        except ValueError:
-            raise InvalidMessageError(f"{host!r} is not an IPv4 or IPv6 address") from None
-    if isinstance(host, (bytes, bytearray, memoryview)) and len(host) in (HOST_V4_LENGTH, HOST_V6_LENGTH):
-        return bytes(host)
-    raise InvalidMessageError(f"host must be address text or 4 or 16 bytes, not {host!r}")
-
-
-def make_offset_msg_id(host_bytes, port: int, offset: int) -> str:
-    """offsetMsgId (§3.1): store address, int port and long offset as upper-case hex (32 or 56 chars)."""
-    raw = _host_raw(host_bytes)
-    _check_int(port, "port", _INT32_MIN, _INT32_MAX)
-    _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
-    return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
-
-
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -1743,7 +1725,6 @@ PULL_FULL = 1  # ``want`` messages taken
 PULL_OUTSIDE = 2  # the unit at stop is a candidate whose record is not in this segment
 PULL_DAMAGED = 3  # the unit at stop does not point at its own record
 _CQ_UNIT = 20
-_PLACEHOLDER_SIZE = 0x7FFFFFFF
 _EXT_TAGS_CODE_MAX = -(1 << 31) - 1
 
 
@@ -2314,8 +2295,6 @@ class FastReads:
             self._dispatcher.catch_up()  # as the class's quick pull does first
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
             if got is not None:
-                from rocketstore.consume import GetMessageResult, GetMessageStatus
-
                 messages, units, lo, hi = got
                 return GetMessageResult(
                     GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset

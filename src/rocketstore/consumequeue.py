@@ -54,6 +54,7 @@ from rocketstore.mapped_file import (
     offset_to_file_name,
 )
 from rocketstore.message import is_valid_topic, validate_topic
+from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 
 __all__ = [
     "CQ_UNIT_SIZE",
@@ -71,15 +72,6 @@ __all__ = [
 
 log = logging.getLogger("rocketstore.consumequeue")
 
-# -- the unit layout, each field placed after the previous one ----------------------------------
-CQ_OFFSET_POS = 0
-CQ_OFFSET_SIZE = 8
-CQ_SIZE_POS = CQ_OFFSET_POS + CQ_OFFSET_SIZE  # 8
-CQ_SIZE_SIZE = 4
-CQ_TAGS_POS = CQ_SIZE_POS + CQ_SIZE_SIZE  # 12
-CQ_TAGS_SIZE = 8
-CQ_UNIT_SIZE = CQ_TAGS_POS + CQ_TAGS_SIZE  # 20
-
 DEFAULT_CQ_UNITS = 300_000
 DEFAULT_CQ_FILE_SIZE = DEFAULT_CQ_UNITS * CQ_UNIT_SIZE  # 6,000,000
 
@@ -87,17 +79,6 @@ _UNIT = struct.Struct(">qiq")
 _LONG = struct.Struct(">q")
 assert _UNIT.size == CQ_UNIT_SIZE
 
-#: numpy view of a unit; views returned by :meth:`ConsumeQueue.units` have this dtype.
-CQ_UNIT_DTYPE = np.dtype(
-    {
-        "names": ["commitlog_offset", "size", "tags_code"],
-        "formats": [">i8", ">i4", ">i8"],
-        "offsets": [CQ_OFFSET_POS, CQ_SIZE_POS, CQ_TAGS_POS],
-        "itemsize": CQ_UNIT_SIZE,
-    }
-)
-
-PLACEHOLDER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE
 _RESERVE_BYTES = 1 << 17  # file space allocated ahead of the writer at a time (6,553 units)
 PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 

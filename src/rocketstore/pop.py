@@ -99,7 +99,6 @@ from rocketstore.configfiles import (
     ConfigFile,
     ConsumerOffsetTable,
 )
-from rocketstore.consume import GetMessageStatus, TagFilter
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -113,6 +112,8 @@ from rocketstore.errors import (
 from rocketstore.message import MessageExt, is_valid_topic
 from rocketstore.parts import StoreParts
 from rocketstore.schedule import _check_group, retry_topic
+from rocketstore.status import GetMessageStatus
+from rocketstore.tagfilter import TagFilter
 
 __all__ = [
     "REVIVE_TOPIC_PREFIX",
