@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from rocketstore._checks import check_int
+from rocketstore._checks import check_int, wait_deadline
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.message import MessageExt
 from rocketstore.status import GetMessageStatus
@@ -397,12 +397,18 @@ def get_units(
     )
 
 
-def _poll_deadline(store: MessageStore, timeout: Optional[float]) -> Optional[float]:
+#: _WAITS: a consumer waits for puts through its store (the live page the writer wakes, the async
+#: waker, the check that the store is still open): Consumer and GroupConsumer, modules of the
+#: facade like the store, call its _live_look and _wait_for_put(_async), marked where they do.
+#: A public name for them would put a waiting protocol into the store's API for no user.
+
+
+def poll_deadline(timeout: Optional[float]) -> Optional[float]:
     """When a poll's wait ends: None (``timeout=0``: no wait), inf (``None``: until something
     comes) or a monotonic time."""
     if timeout is None:
         return math.inf
-    return store._deadline(timeout) if timeout != 0 else None
+    return wait_deadline(timeout) if timeout != 0 else None
 
 
 class Consumer:
@@ -473,21 +479,21 @@ class Consumer:
         process or another; the wait sleeps, no CPU) — ``0`` returns at once, ``None`` waits
         until something comes."""
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (see _WAITS)
             found = self._poll_once(max_msgs)
-            if found or deadline is None or not store._wait_for_put(seen, deadline):
+            if found or deadline is None or not store._wait_for_put(seen, deadline):  # noqa: SLF001 (see _WAITS)
                 return found
 
     async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
         """:meth:`poll` for asyncio: the event loop runs on while it waits."""
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (see _WAITS)
             found = self._poll_once(max_msgs)
-            if found or deadline is None or not await store._wait_for_put_async(seen, deadline):
+            if found or deadline is None or not await store._wait_for_put_async(seen, deadline):  # noqa: SLF001 (see _WAITS)
                 return found
 
     def __iter__(self) -> Iterator[MessageExt]:

@@ -423,6 +423,22 @@ class ConsumeQueue:
         """How many files the queue maps."""
         return len(self._files.files)
 
+    @property
+    def files(self) -> list[MappedFile]:
+        """The queue's mapped files, oldest first (the list itself: do not change it)."""
+        return self._files.files
+
+    @property
+    def min_logic_offset(self) -> int:
+        """RocketMQ's ``minLogicOffset``: the byte offset of :attr:`min_offset`'s unit."""
+        return self._min_logic
+
+    @property
+    def last_file_skipped(self) -> bool:
+        """Whether loading left the queue's last file out (empty or short: a writer creating it,
+        or damage), so the units it should hold are not on disk."""
+        return self._files.skipped_last
+
     def roll_next_file(self, queue_offset: int) -> int:
         """The first queue offset of the file after the one holding ``queue_offset``."""
         return roll_next_file(queue_offset, self.units_per_file)
@@ -543,7 +559,7 @@ class ConsumeQueue:
             self._max_physic = commitlog_offset + size
         return True
 
-    def _stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(commitlog offsets, sizes) stored at ``queue_offsets``; zeros where no file holds one."""
         offsets = np.zeros(len(queue_offsets), dtype=np.int64)
         sizes = np.zeros(len(queue_offsets), dtype=np.int64)
@@ -565,7 +581,7 @@ class ConsumeQueue:
 
     def _rewrite_many(self, q: np.ndarray, phys: np.ndarray, sz: np.ndarray, tags: np.ndarray) -> int:
         """:meth:`_rewrite_one` over arrays, comparing in bulk (a re-dispatch of many units)."""
-        stored_offsets, stored_sizes = self._stored_many(q)
+        stored_offsets, stored_sizes = self.stored_many(q)
         differ = np.flatnonzero((stored_offsets != phys) | (stored_sizes != sz))
         return sum(
             self._rewrite_one(int(q[k]), int(phys[k]), int(sz[k]), int(tags[k])) for k in differ.tolist()

@@ -173,6 +173,11 @@ class Dispatcher:
         """Held while records are dispatched: hold it to see the queues and index at rest."""
         return self._lock
 
+    @property
+    def index_lazily(self) -> bool:
+        """Whether the index is built only when a key query asks (``catch_up(index=True)``)."""
+        return self._index_lazily
+
     def catch_up(
         self,
         *,
@@ -545,6 +550,22 @@ class TailQueue:
     def max_physic_offset(self) -> int:
         return self._max_physic
 
+    @property
+    def known_min_offset(self) -> Optional[int]:
+        """:attr:`min_offset`, or None while the queue has no unit anywhere."""
+        return self._min
+
+    @property
+    def tail_start(self) -> Optional[int]:
+        """The queue offset of the first unit kept in memory (the disk queue's end when the
+        store opened); None without a queue on disk or in memory."""
+        return self._start
+
+    @property
+    def tail(self) -> np.ndarray:
+        """The units kept in memory (CQ_UNIT_DTYPE), from :attr:`tail_start` on."""
+        return self._tail
+
     def roll_next_file(self, queue_offset: int) -> int:
         return roll_next_file(queue_offset, self.units_per_file)
 
@@ -618,7 +639,7 @@ class TailQueue:
         offsets[mine] = self._tail["commitlog_offset"][at]
         sizes[mine] = self._tail["size"][at]
         if self.disk is not None and not mine.all():
-            offsets[~mine], sizes[~mine] = self.disk._stored_many(q[~mine])
+            offsets[~mine], sizes[~mine] = self.disk.stored_many(q[~mine])
         return offsets, sizes
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
@@ -802,7 +823,7 @@ class TailQueueStore:
     def incomplete(self) -> bool:
         """Whether a queue's last file on disk was left out (empty or short: a writer creating
         it, or damage): the units it should hold are not on disk, whatever a checkpoint says."""
-        return any(cq._files.skipped_last for cq in self.disk)
+        return any(cq.last_file_skipped for cq in self.disk)
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """Raise each queue's ``min_offset`` past units whose records retention deleted, in

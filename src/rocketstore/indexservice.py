@@ -781,6 +781,16 @@ class IndexService:
                     yield name
 
     # -- querying -----------------------------------------------------------------------------
+    def walk_key(self, full_key: str, cap: int, begin: int, end: int) -> Optional[list[int]]:
+        """The CommitLog offsets indexed under ``full_key`` (``topic#key``) and stored within
+        ``[begin, end]`` (ms), at most ``cap``, walked under the lock without the argument
+        checks of :meth:`query`; None once the service is closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            offsets: list[int] = self._index.select_files(self._files, full_key, cap, begin, end)[0]
+            return offsets
+
     def query(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = _INT64_MAX
     ) -> tuple[list[int], int, int]:
