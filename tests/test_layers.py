@@ -308,3 +308,18 @@ def test_a_cycle_and_an_upward_import_are_found():
     graph = {"message": {"errors"}, "errors": {"commitlog"}, "commitlog": {"message"}}
     assert find_cycle(graph) == ["commitlog", "message", "errors", "commitlog"]
     assert violations(graph) == {("errors", "commitlog")}
+
+
+def test_architecture_md_shows_each_module_in_its_layer():
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text[text.index("## Layers") :]
+    rows = [line for line in table.splitlines() if line.startswith("| **")][: len(LAYERS)]
+    assert len(rows) == len(LAYERS), "ARCHITECTURE.md's layer table has a row per layer"
+    for row, (name, members) in zip(rows, LAYERS):
+        for module in sorted(members):
+            shown = module.removesuffix("_py") if module.removesuffix("_py") in TWINS else module
+            if module == "__init__":
+                continue  # "the package's __init__"
+            assert re.search(rf"`{re.escape(shown)}[`.*/ ]", row), (
+                f"ARCHITECTURE.md: {module} in the {name} row"
+            )
