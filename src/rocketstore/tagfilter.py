@@ -1,5 +1,5 @@
-"""Tag subscription expressions (``"TagA || TagB"``) and the test of a unit's tagsCode against them
-(spec §4.3), as RocketMQ's ``FilterAPI`` and broker do."""
+"""Tag subscription expressions (``"TagA || TagB"``) and the test of a unit's tagsCode against them,
+as RocketMQ's ``FilterAPI`` and broker do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ConsumeQueue unit as data (spec §4.1): its 20-byte layout, its numpy dtype and the placeholder,
+"""The ConsumeQueue unit as data: its 20-byte layout, its numpy dtype and the placeholder,
 and what a pull of units hands back (:class:`GetMessageResult`).
 
 Everything that reads or writes units uses these: the codec's batch reads, the ConsumeQueue files,
