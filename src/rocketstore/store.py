@@ -80,7 +80,7 @@ from rocketstore.errors import (
     WriterGoneError,
 )
 from rocketstore.group import GROUPS_DIR
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_queue_options
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
 from rocketstore.mapped_file import MappedFile, close_map, deleted_files_closed_aside, flush_timeout
 from rocketstore.message import (
@@ -112,7 +112,6 @@ from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import (
     StoreLock,
     check_store_dir,
-    detect_queue_options,
     detect_segment_size,
     writer_present,
 )
