@@ -33,7 +33,7 @@ then, on the store the batch phase left:
 (d) every message read in order as an object (``iter_messages()``; a peer: a cursor over its
     log), and rocketstore's columnar ``scan()``;
 plus rocketstore's recovery scan (open of a closed store) and verify() in GB/s. The "goal"
-column holds issue 17's goals, absolute and as multiples of LMDB or LevelDB in the same run.
+column holds rocketstore [c]'s speed goals, absolute and as multiples of LMDB or LevelDB in the same run.
 
 Contenders: rocketstore compiled (``c``) and pure Python (``py``), LMDB (py-lmdb), RocksDB
 (rocksdict), LevelDB (plyvel), sqlite3 in WAL mode, diskcache, persist-queue (its file queue).
@@ -98,7 +98,7 @@ BODIES_BATCH = 10_000  # bodies per call of put_batch (rocketstore only: no keys
 THREADS = (4, 16, 64)
 CHECK_EVERY = 1024  # a capped loop looks at the clock once per this many operations
 
-# Issue 17's goals, per row of the main table: an absolute rate of rocketstore [c] and/or a
+# The speed goals, per row of the main table: an absolute rate of rocketstore [c] and/or a
 # multiple of a peer measured in the same run (the "goal" column).
 ROW_GOALS = {
     "single": dict(rate=1_000_000),
@@ -1301,7 +1301,7 @@ def build_table(agg: dict, names: list[str], limits: dict, record_bytes: float) 
     head = (
         "| workload | "
         + " | ".join(names)
-        + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit | goal (issue 17) |"
+        + " | rocketstore [c] ÷ best peer | rocketstore [c] ÷ machine limit | goal |"
     )
     lines = [head, "|" + "---|" * (len(names) + 4)]
     ratios = {}

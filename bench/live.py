@@ -1,4 +1,4 @@
-"""Many processes, one store (issue 18): what waiting for messages costs and how fast it wakes.
+"""Many processes, one store: what waiting for messages costs and how fast it wakes.
 
 Three figures, measured in one run on this machine:
 

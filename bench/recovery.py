@@ -211,7 +211,7 @@ def main() -> int:
 
     # The first abnormal open right after the build (its pages perhaps still being written
     # back), then the same open with every record sent through the general dispatch path
-    # (fused_dispatch=False: the baseline of issue 17's fused pass), then the default again.
+    # (fused_dispatch=False: the baseline of the fused pass), then the default again.
     for suffix, fused in (("", True), ("_general_path", False), ("_again", True)):
         make_abnormal(args.dir)
         marks, progress = stage_timer()

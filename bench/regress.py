@@ -38,12 +38,12 @@ keyed_put          put(topic, body, keys=k) one call per message, pre-faulted,  
 keyed_batch        put_messages() of 1,000 Message(topic, body, keys=k) per      dict lookup loop /s
                    call (building them included), pre-faulted, msg/s
 durable_64         durable put() from 64 threads, msg/s                          64 × fdatasync rate
-pop_ack            receive(max_msgs=32) + ack(handle) of each message (POP,      dict lookup loop /s
-                   issue 19), pre-faulted, msg/s
+pop_ack            receive(max_msgs=32) + ack(handle) of each message (POP),     dict lookup loop /s
+                   pre-faulted, msg/s
 =================  ===========================================================  ==================
 
-pop_ack is issue 19's receive + ack loop (bench/pop.py measures it beside a pull consumer); the
-eight before it are issue 17's paths (bench/compare.py has a row for each, where it stands beside
+pop_ack is POP's receive + ack loop (bench/pop.py measures it beside a pull consumer); the
+eight before it are the speed-goal paths (bench/compare.py has a row for each, where it stands beside
 LMDB, RocksDB and LevelDB). Those peers are not installed in CI, so the gates divide by a
 limit that always is; compare.py holds the peer ratios the goals are stated in. Their floors are
 half the baseline (tolerance 0.5, ``HALF_FLOOR``; this shared machine's noise is ±40 %), and they
@@ -162,7 +162,7 @@ RATIOS = {
     "durable_64": "durable put, 64 threads, msg/s ÷ 64 × fdatasync/s",
     "pop_ack": "receive(32) + ack each msg/s, pre-faulted ÷ dict lookup loop /s",
 }
-# issue 17's ratios and issue 19's pop_ack: floor at half the baseline, gating whatever the
+# the speed goals' ratios and pop_ack: floor at half the baseline, gating whatever the
 # spread of the baseline runs
 HALF_FLOOR = (
     "pop_ack",

@@ -1,4 +1,4 @@
-"""The cost of a retention pass over a store of 10,000 CommitLog segments (issue 19).
+"""The cost of a retention pass over a store of 10,000 CommitLog segments.
 
     pip install . && python bench/retention.py [--segments 10000] [--impl py] [--json out.json]
 

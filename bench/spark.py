@@ -1,4 +1,4 @@
-"""Spark read/write throughput of the rocketstore data source (issue 6).
+"""Spark read/write throughput of the rocketstore data source.
 
     . .venv-spark/bin/activate && python bench/spark.py --messages 1000000 --body 64
 

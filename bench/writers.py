@@ -1,4 +1,4 @@
-"""Several writer processes, one store (issue 18 part 4): puts from 1, 2 and 4 processes.
+"""Several writer processes, one store: puts from 1, 2 and 4 processes.
 
 The first process to open the store writes it (the owner); the others join it
 (rocketstore.writers) and append their puts themselves, under one cross-process lock shared with

@@ -4724,7 +4724,7 @@ def received_rows(type cls, list messages, list handles, list times):
 
 
 # ---- recovery scan at disk speed: one call decodes, checks and groups a stretch of records ----
-# (issue 17). What CommitLog.recover needs of each chunk, without a RECORD_DTYPE table: the
+# What CommitLog.recover needs of each chunk, without a RECORD_DTYPE table: the
 # records are decoded into a small table that stays in cache (as verify_scan does), the crash's
 # torn-field check and the per-queue offset ranges are taken from it in the same pass.
 

@@ -563,7 +563,7 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
     return lo, hi
 
 
-# ==== fused dispatch (issue 17): CommitLog records -> ConsumeQueue units + index items, one C pass ====
+# ==== fused dispatch: CommitLog records -> ConsumeQueue units + index items, one C pass ====
 #
 # dispatch_fused() carries the common case of rocketstore.dispatch.Dispatcher._dispatch (records
 # appended in order at the end of queues it was handed, keys into the last index file's reserved

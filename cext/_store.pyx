@@ -453,7 +453,7 @@ def _message_init(self, topic, body, tags=None, keys=None, properties=None, flag
     rs_slot_set(self, _M_BORN, born_timestamp)
     rs_slot_set(self, _M_RECONSUME, reconsume_times)
     rs_slot_set(self, _M_SYS_FLAG, sys_flag)
-    rs_message_track_again(self)   # it may have been built untracked (issue 17 section, below)
+    rs_message_track_again(self)   # it may have been built untracked (see the put-front section, below)
 
 
 # Building a Message is every producer's first step: its __init__ (ten slot assignments in Python,
@@ -2514,7 +2514,7 @@ cdef class CommitLogCore:
         return self._closed
 
 
-# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one compiled call,
+# ---- puts at the engine's speed: MessageStore.put's common shapes in one compiled call,
 # ---- and Message objects the cyclic GC need not visit ----
 
 cdef extern from *:

@@ -771,7 +771,7 @@ def test_put_refs_twins_agree_on_hostile_tables(records, data):
     )
 
 
-# ---- grouping records by queue (queue_keys, same_queues, dispatch.queue_groups) ----
+# ---- grouping records by queue (queue_keys, same_queues, recordscan.queue_groups) ----
 
 
 def _fnv_key(topic: bytes, queue_id: int) -> int:

@@ -1,4 +1,4 @@
-"""The dispatcher's grouping of a chunk's rows by queue (dispatch._group_rows): every row in
+"""The dispatcher's grouping of a chunk's rows by queue (recordscan._group_rows): every row in
 exactly one group, in row order, with its group's first row as representative; past
 FEW_QUEUES queues the rest are grouped by sorting, with the same result."""
 
@@ -6,14 +6,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore import dispatch
+from rocketstore import recordscan
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=300))
 def test_rows_are_grouped_by_key_in_row_order(values):
     keys = np.array(values, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    first, groups, representatives = dispatch._group_rows(keys)
+    first, groups, representatives = recordscan._group_rows(keys)
     expect: dict[int, list[int]] = {}
     for row, key in enumerate(keys.tolist()):
         expect.setdefault(key, []).append(row)
@@ -24,5 +24,5 @@ def test_rows_are_grouped_by_key_in_row_order(values):
     for rows in expect.values():
         assert representatives[rows].tolist() == [rows[0]] * len(rows)
     # the first FEW_QUEUES groups come in the order their first rows do
-    head = first[: dispatch.FEW_QUEUES].tolist()
+    head = first[: recordscan.FEW_QUEUES].tolist()
     assert head == sorted(head)

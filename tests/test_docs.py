@@ -85,3 +85,50 @@ def test_docs_never_cite_files_users_do_not_have():
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         assert "../shared" not in text and "shared/spec" not in text, page
+
+
+#: A section number cited in a comment or docstring: ``§1.6``, ``§14.1/7/8`` (14.1), ``§4.2).``
+_CITED_SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
+#: A numbered heading of docs/format.md: ``## 1. CommitLog records``, ``### 1.6 The CRC32 property``
+_NUMBERED_HEADING = re.compile(r"^#{2,6} (\d+(?:\.\d+)*)\.? ", re.M)
+_CITING_SUFFIXES = {".py", ".pyi", ".pyx", ".pxd", ".h", ".c", ".md"}
+
+
+def _cited_sections() -> dict[str, str]:
+    """Every section number the code, the tests, the benchmarks and the docs cite, with the
+    first place that cites it."""
+    cited: dict[str, str] = {}
+    sources = [ROOT / "README.md", ROOT / "ARCHITECTURE.md"]
+    for folder in ("src", "cext", "bench", "tests", "docs"):
+        sources += sorted(p for p in (ROOT / folder).rglob("*") if p.suffix in _CITING_SUFFIXES)
+    for path in sources:
+        if not path.is_file() or path == ROOT / "docs" / "format.md":
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            for number in _CITED_SECTION.findall(line):
+                cited.setdefault(number, f"{path.relative_to(ROOT)}:{n}")
+    return cited
+
+
+def test_every_cited_section_is_a_heading_of_the_format_page():
+    """A ``§x.y`` in a comment means section x.y of docs/format.md, which must have it."""
+    cited = _cited_sections()
+    assert "1.6" in cited  # the scan does find the references (the CRC32 property's, say)
+    page = ROOT / "docs" / "format.md"
+    headings = set(_NUMBERED_HEADING.findall(page.read_text(encoding="utf-8"))) if page.exists() else set()
+    missing = {number: where for number, where in cited.items() if number not in headings}
+    assert not missing, f"cited but not a heading of docs/format.md: {missing}"
+
+
+_ISSUE_CITATION = re.compile(r"\bissue ?#?\d+", re.I)
+
+
+def test_no_comment_cites_an_issue_number():
+    """The tracker is not in the repository: a comment says its reason itself."""
+    found = []
+    for folder in ("src", "cext", "bench", "tests"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in _CITING_SUFFIXES and path.is_file():
+                text = path.read_text(encoding="utf-8", errors="replace")
+                found += [f"{path.relative_to(ROOT)}: {m.group()}" for m in _ISSUE_CITATION.finditer(text)]
+    assert not found

@@ -1,4 +1,4 @@
-"""Empty, None and non-UTF-8 property values are refused, never dropped or mangled (issue 16).
+"""Empty, None and non-UTF-8 property values are refused, never dropped or mangled.
 
 RocketMQ's properties string cannot carry an empty value: ``string2messageProperties`` (4.9.8)
 keeps a piece only when its value is non-empty, so ``TAGS=""`` written to disk reads back as no

@@ -1,4 +1,4 @@
-"""The fused dispatch (issue 17, rocketstore.fused): the ConsumeQueue and index files it writes are
+"""The fused dispatch (rocketstore.fused): the ConsumeQueue and index files it writes are
 byte for byte those of the general path, whatever the records (keys, tags, delays, transactions,
 damage, rolls of queue and index files), and its kernel refuses bad arguments with typed errors and
 never reads or writes outside the buffers it is handed."""
@@ -29,6 +29,9 @@ def open_store(path, **options):
     options.setdefault("index_count", 200)
     options.setdefault("clean_resource_interval_ms", 0)
     options.setdefault("dispatch_interval_ms", 0)
+    # no background delivery: a delay level due while a copy is rebuilt would append to its queues
+    options.setdefault("schedule_interval_ms", 0)
+    options.setdefault("timer_interval_ms", 0)
     return MessageStore(path, implementation="c", store_host="10.0.0.7", **options)
 
 

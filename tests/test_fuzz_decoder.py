@@ -1,4 +1,4 @@
-"""Hostile bytes against every decoder of both twins (issue #4, "Hostile input").
+"""Hostile bytes against every decoder of both twins.
 
 Valid records, properties, message ids, index files and ConsumeQueue files are mutated — bit flips,
 truncations, length fields set to -1 / 0 / huge / past the end, wrong or swapped magic codes,

@@ -1,4 +1,4 @@
-"""Whole store directories mutated at random (issue #4, "Hostile input").
+"""Whole store directories mutated at random, then opened.
 
 A small store — a few hundred messages in four topics, 16 KiB CommitLog segments, ConsumeQueue files
 of 16 units, index files of 64 items, the four config files with their ``.bak`` — is copied and
@@ -972,7 +972,7 @@ def _findings(out: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Damage small stores at random and open them (issue #4).")
+    parser = argparse.ArgumentParser(description="Damage small stores at random and open them.")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--impl", choices=["c", "py", "both"], default="both")

@@ -68,7 +68,7 @@ class Spy:
 def test_the_store_receives_through_the_implementations_step(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         assert store._pop._receive_run is impl.codec.pop_receive_run
-        assert store._pop._received_rows is impl.codec.received_rows
+        assert store._pop.received_rows is impl.codec.received_rows
 
 
 def scenario(store, clock):

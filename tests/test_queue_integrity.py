@@ -1,4 +1,4 @@
-"""Issue 15: a message handed out by queue position is the one stored there, or the call says it
+"""A message handed out by queue position is the one stored there, or the call says it
 is missing, after power cuts, damage and bad checkpoints; read-only and writable; both twins.
 
 Each case builds a store whose message at queue offset ``q`` of ``(topic, queue)`` has the body

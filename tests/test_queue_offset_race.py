@@ -1,5 +1,5 @@
 """Queue offsets are assigned under the append lock: changing a topic's queue count while other
-threads put to it never hands out one queue offset twice (issue 15, item 6)."""
+threads put to it never hands out one queue offset twice."""
 
 import threading
 

@@ -1,4 +1,4 @@
-"""Model-based test of the retention policies (issue 19) on both twins.
+"""Model-based test of the retention policies on both twins.
 
 A hypothesis state machine puts into three topics, commits offsets for two groups, changes
 store-wide and per-topic policies, ages segments and runs passes. Before each pass a reference

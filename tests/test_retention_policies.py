@@ -1,4 +1,4 @@
-"""Retention policies (issue 19): ``retention_ms``, ``retention_bytes`` (store and topic) and
+"""Retention policies: ``retention_ms``, ``retention_bytes`` (store and topic) and
 ``delete_when_consumed``, per store and per topic (topic attributes in ``topics.json``).
 
 Segment ages are file mtimes set with ``os.utime``; the cleaner's clock, disk and hour are

@@ -166,7 +166,7 @@ def test_offset_below_min_is_offset_too_small_after_the_queue_is_rebuilt_without
 
 
 def test_min_offset_follows_the_commitlog_min_offset_after_retention_on_reopen(tmp_path, impl):
-    # §7 load step 7c: recoverTopicQueueTable runs correctMinOffset(commitLog.minOffset)
+    # §7.1 step 7: every queue's min offset is corrected to the CommitLog's min offset
     path = tmp_path / "store"
     with open_store(path, impl, commitlog_file_size=4096) as s:
         results = [s.put("TopicS", b"m%03d" % i + bytes(300), queue_id=0) for i in range(40)]

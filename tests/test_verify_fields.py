@@ -1,4 +1,4 @@
-"""verify() checks every record field it can cross-check, not only the body CRC (issue 16).
+"""verify() checks every record field it can cross-check, not only the body CRC.
 
 A byte flipped in a record header, topic or properties passes a body CRC. Each case below flips
 one byte of one field of a record in the middle of a closed store and asserts that verify()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -16,6 +17,7 @@ __all__ = [
     "contiguous",
     "batch_lengths",
     "timeout_ms",
+    "wait_deadline",
     "INT32_MIN",
     "INT32_MAX",
     "INT64_MIN",
@@ -94,3 +96,11 @@ def timeout_ms(timeout: object) -> int:
     if math.isinf(timeout):
         return -1
     return min(int(timeout * 1000), INT64_MAX // 2)
+
+
+def wait_deadline(wait: Optional[float]) -> Optional[float]:
+    """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
+    if wait is None:
+        return None
+    ms = timeout_ms(wait)
+    return math.inf if ms < 0 else time.monotonic() + ms / 1000.0

@@ -58,6 +58,10 @@ import numpy as np
 
 from rocketstore._clock import month_start as _month_start
 from rocketstore._clock import now_ms
+from rocketstore.status import GetMessageStatus
+from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
+from rocketstore.units import PLACEHOLDER_SIZE as _PLACEHOLDER_SIZE
+from rocketstore.units import GetMessageResult
 
 from .errors import (
     CorruptRecordError,
@@ -69,7 +73,8 @@ from .errors import (
     PropertiesTooLargeError,
     StoreClosedError,
 )
-from .message import Message, MessageExt, host_from_bytes, host_to_bytes
+from .message import Message, MessageExt, host_from_bytes, host_to_bytes, make_offset_msg_id
+from .message import host_raw as _host_raw
 
 __all__ = [
     "java_hash",
@@ -1234,7 +1239,7 @@ def queue_keys(buffer, records):
 
 
 SCAN_NOT_CONSUMABLE = 1  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit, §4.2)
-SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (dispatch.plausible)
+SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (recordscan.plausible)
 
 
 def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int = _INT64_MAX, max_records=-1):
@@ -1317,9 +1322,7 @@ def record_digests(queue_ids, queue_offsets, sizes, keys, units):
 
 
 def _unit_columns(units):
-    from rocketstore.consumequeue import CQ_UNIT_DTYPE
-
-    if not isinstance(units, np.ndarray) or units.dtype != CQ_UNIT_DTYPE or units.ndim != 1:
+    if not isinstance(units, np.ndarray) or units.dtype != _CQ_UNIT_DTYPE or units.ndim != 1:
         raise ValueError("units must be a 1-d array of CQ_UNIT_DTYPE")
     return units["commitlog_offset"].astype(np.int64), units["size"].astype(np.int64)
 
@@ -1334,8 +1337,6 @@ def check_units(positions, digests, units, queue_id, key, first_queue_offset, da
       offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
       (sorted: records whose damage is reported already) or below ``low`` (deleted);
     * UNIT_BAD otherwise."""
-    from rocketstore.consumequeue import PLACEHOLDER_SIZE
-
     positions = np.ascontiguousarray(positions, dtype=np.int64)
     digests = np.ascontiguousarray(digests, dtype=np.uint64)
     if len(digests) != len(positions):
@@ -1354,7 +1355,7 @@ def check_units(positions, digests, units, queue_id, key, first_queue_offset, da
         ok = (positions[at] == phys) & (digests[at] == want)
     ok |= np.isin(phys, np.asarray(damaged, dtype=np.int64)) | (phys < low)
     out = np.where(ok, UNIT_OK, UNIT_BAD).astype(np.uint8)
-    out[(phys == 0) & (sizes == PLACEHOLDER_SIZE)] = UNIT_LOST
+    out[(phys == 0) & (sizes == _PLACEHOLDER_SIZE)] = UNIT_LOST
     return out
 
 
@@ -1651,25 +1652,6 @@ def _wrap64(value: int) -> int:
 # Message ids (§3)
 
 
-def _host_raw(host):
-    if isinstance(host, str):
-        try:
-            return host_to_bytes(host)
-        except ValueError:
-            raise InvalidMessageError(f"{host!r} is not an IPv4 or IPv6 address") from None
-    if isinstance(host, (bytes, bytearray, memoryview)) and len(host) in (HOST_V4_LENGTH, HOST_V6_LENGTH):
-        return bytes(host)
-    raise InvalidMessageError(f"host must be address text or 4 or 16 bytes, not {host!r}")
-
-
-def make_offset_msg_id(host_bytes, port: int, offset: int) -> str:
-    """offsetMsgId (§3.1): store address, int port and long offset as upper-case hex (32 or 56 chars)."""
-    raw = _host_raw(host_bytes)
-    _check_int(port, "port", _INT32_MIN, _INT32_MAX)
-    _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
-    return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
-
-
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -1743,7 +1725,6 @@ PULL_FULL = 1  # ``want`` messages taken
 PULL_OUTSIDE = 2  # the unit at stop is a candidate whose record is not in this segment
 PULL_DAMAGED = 3  # the unit at stop does not point at its own record
 _CQ_UNIT = 20
-_PLACEHOLDER_SIZE = 0x7FFFFFFF
 _EXT_TAGS_CODE_MAX = -(1 << 31) - 1
 
 
@@ -1884,9 +1865,9 @@ def _unit_file(cq, offset, n):
     they are not all written in one file (a pull that would go on in the next file is the
     careful path's)."""
     byte = offset * _CQ_UNIT
-    if byte < cq._min_logic:
+    if byte < cq.min_logic_offset:
         return None
-    mf = _segment_of(cq._files.files, byte)
+    mf = _segment_of(cq.files, byte)
     if mf is None:
         return None
     pos = byte - mf.file_from_offset
@@ -1914,7 +1895,7 @@ def _queue_unit(queues, topic, queue_id, queue_offset):
     if cq is None:
         return None
     if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
-        lowest, start, cq = cq._min, cq._start, cq.disk
+        lowest, start, cq = cq.known_min_offset, cq.tail_start, cq.disk
         if cq is None or lowest is None or start is None or not lowest <= queue_offset < start or cq.holes:
             return None  # not on disk: the careful path reads the memory tail
     found = _unit_file(cq, queue_offset, 1)
@@ -1976,7 +1957,7 @@ def _queue_run(queues, topic, queue_id, offset, max_msgs):
         return None  # a bound status: the careful path says which
     n = min(max_msgs, hi - offset)
     if hasattr(cq, "_tail"):  # a read-only store's TailQueue: units on disk, then in memory
-        start, tail = cq._start, cq._tail
+        start, tail = cq.tail_start, cq.tail
         if start is None:
             return None
         if offset >= start:
@@ -2164,7 +2145,7 @@ def _index_catch_up(dispatcher) -> None:
         if (
             end_core is None
             or offset < end_core.wrote_offset
-            or (dispatcher._index_lazily and dispatcher.indexed < offset)
+            or (dispatcher.index_lazily and dispatcher.indexed < offset)
         ):
             dispatcher.catch_up(index=True)
 
@@ -2177,10 +2158,10 @@ def _index_walk(services, topic, key, cap, lo, hi) -> Optional[list[int]]:
     for service in services:
         if service is None:
             continue
-        with service._lock:
-            if service._closed:
-                return None
-            offsets += service._index.select_files(service._files, topic + "#" + key, cap, lo, hi)[0]
+        found = service.walk_key(topic + "#" + key, cap, lo, hi)
+        if found is None:
+            return None
+        offsets += found
     if len(services) > 1:
         offsets.sort()
     return offsets
@@ -2314,8 +2295,6 @@ class FastReads:
             self._dispatcher.catch_up()  # as the class's quick pull does first
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
             if got is not None:
-                from rocketstore.consume import GetMessageResult, GetMessageStatus
-
                 messages, units, lo, hi = got
                 return GetMessageResult(
                     GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
@@ -2517,6 +2496,12 @@ class PopLane:
 POP_SNAPSHOT_CHECK_EVERY = 64
 
 
+# The POP acker, receive step and receiver below are the pure twins of the compiled ones, and
+# like them work on the PopService's own fields (its lock, lanes, revive-log writer, snapshot
+# clock): each such access is marked "POP twin". They belong with the service in pop.py, where
+# POP would be written once; the compiled twins read the same fields, so the names stay.
+
+
 class PopAcker:
     """:meth:`rocketstore.pop.PopService.ack` in one call: check the handle (a str, or a
     ``received_type``: a ReceivedMessage), find its lane, check the message is still under this
@@ -2550,7 +2535,7 @@ class PopAcker:
             handle = handle.handle
         if not isinstance(handle, str):
             raise InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
-        with service._lock:
+        with service._lock:  # noqa: SLF001 (POP twin)
             found = self._current(service, handle)
             if found is None:
                 return False
@@ -2563,24 +2548,24 @@ class PopAcker:
     def _current(service: Any, handle: str) -> Optional[tuple[Any, int]]:
         """(lane, offset) of the message ``handle`` names if it is still under that delivery;
         None if it is finished already (the service's own checks)."""
-        lane, offset, number = service._parse(handle)
-        return (lane, offset) if service._current(lane, offset, number, handle) else None
+        lane, offset, number = service._parse(handle)  # noqa: SLF001 (POP twin)
+        return (lane, offset) if service._current(lane, offset, number, handle) else None  # noqa: SLF001 (POP twin)
 
     def _record(self, service: Any, lane: Any, offset: int) -> Optional[FlushTimeoutError]:
         """Append the record, then apply it; the put's FlushTimeoutError, if it stored the record
         but its flush did not confirm."""
-        if not service._topic_ready:
-            service._ensure_topic()
+        if not service._topic_ready:  # noqa: SLF001 (POP twin)
+            service._ensure_topic()  # noqa: SLF001 (POP twin)
         body = lane.ack_head + str(offset).encode() + lane.ack_tail
         timeout = None
         try:
             # queue 0; flag, born timestamp, sys flag, reconsume times, prepared offset,
             # unique key and wait: put's defaults (0, None, -1), as the compiled twin passes them
-            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)
+            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)  # noqa: SLF001 (POP twin)
         except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
             timeout = exc
             result = exc.result
-        service._log_next = result.queue_offset + 1
+        service._log_next = result.queue_offset + 1  # noqa: SLF001 (POP twin)
         inflight = lane.inflight
         del inflight[offset]
         committed = lane.committed
@@ -2593,15 +2578,15 @@ class PopAcker:
                     committed += 1
             if committed != lane.committed:
                 lane.committed = committed
-                if not service._loading:
-                    service._offsets.commit_key(lane.key, lane.queue_id, committed)
+                if not service._loading:  # noqa: SLF001 (POP twin)
+                    service._offsets.commit_key(lane.key, lane.queue_id, committed)  # noqa: SLF001 (POP twin)
         if len(lane.heap) > 2 * len(inflight) + service.COMPACT_SLACK:
             lane.compact()
-        if service._snapshot_interval_ms:
+        if service._snapshot_interval_ms:  # noqa: SLF001 (POP twin)
             self._countdown -= 1
             if self._countdown <= 0:
                 self._countdown = POP_SNAPSHOT_CHECK_EVERY
-                service._maybe_snapshot(service.clock())
+                service._maybe_snapshot(service.clock())  # noqa: SLF001 (POP twin)
         return timeout
 
 
@@ -2618,11 +2603,11 @@ def pop_receive_run(
     un-acked offsets), and the messages are added to ``out`` (a ``Received``). True if done;
     False, with nothing written or changed, when any of that does not hold: the caller takes
     the general path (``PopService._receive_lane``)."""
-    lane = service._lanes.get(key)
+    lane = service._lanes.get(key)  # noqa: SLF001 (POP twin)
     if lane is None or (lane.heap and lane.heap[0][0] <= now):
         return False
     start = lane.next
-    messages = service._quick(lane.topic, lane.queue_id, start, want)
+    messages = service._quick(lane.topic, lane.queue_id, start, want)  # noqa: SLF001 (POP twin)
     if messages is None or len(messages) != want:
         return False
     times = []  # read first: a failure here leaves nothing written
@@ -2635,19 +2620,19 @@ def pop_receive_run(
         service.CK_RUN_JSON
         % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
     ).encode()
-    service._unconfirmed(service._write("ck", body), "a checkpoint")  # if lost: back early
+    service._unconfirmed(service._write("ck", body), "a checkpoint")  # noqa: SLF001 (POP twin); if lost: back early
     deadline = now + invisible
     stamp = (deadline, 0)
     offsets = list(range(start, nxt))
     numbers = (0,) * want
     lane.inflight.update(dict.fromkeys(offsets, stamp))
     lane.next = nxt
-    service._seq += 1
-    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))
-    service._committed_moved(lane)
+    service._seq += 1  # noqa: SLF001 (POP twin)
+    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))  # noqa: SLF001 (POP twin)
+    service._committed_moved(lane)  # noqa: SLF001 (POP twin)
     out.messages += messages
     out.reconsume_times += times
-    out._lanes.append((lane, offsets, numbers, stamp))
+    out._lanes.append((lane, offsets, numbers, stamp))  # noqa: SLF001 (POP twin)
     return True
 
 
@@ -2669,7 +2654,7 @@ class PopQuick:
         store = self._store_ref()
         if store is None:
             raise StoreClosedError("the store is closed")
-        if store._closed:
+        if store._closed:  # noqa: SLF001 (POP twin)
             return None
         got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
         if got is None or len(got[0]) < max_msgs:
@@ -2737,8 +2722,8 @@ class PopReceiver:
         if (
             service is None
             or self.closed
-            or service._closed
-            or service._receive_run is None
+            or service._closed  # noqa: SLF001 (POP twin)
+            or service._receive_run is None  # noqa: SLF001 (POP twin)
             or queue_id is not None
             or max_reconsume_times is not None
             or tags is not None
@@ -2748,32 +2733,32 @@ class PopReceiver:
             or type(invisible_time_ms) is not int
             or not 1 <= max_msgs <= most
             or not 0 <= invisible_time_ms <= longest
-            or (group, topic) not in service._names_checked
+            or (group, topic) not in service._names_checked  # noqa: SLF001 (POP twin)
         ):
             return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        count = service._parts.topics.table.queues(topic)
+        count = service._parts.topics.table.queues(topic)  # noqa: SLF001 (POP twin)
         if count <= 0:
             return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
         now = service.clock()  # (read before the lock, as the compiled twin reads it)
         if type(now) is not int or not 0 <= now <= (1 << 63) - 1 - longest:
             return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        first = service._rotation % count
-        service._rotation += 1
+        first = service._rotation % count  # noqa: SLF001 (POP twin)
+        service._rotation += 1  # noqa: SLF001 (POP twin)
         out = self._received_type(service)
         got = out.messages
-        run = service._receive_run  # (pop_receive_run, unless a test swapped it)
-        with service._lock:
+        run = service._receive_run  # noqa: SLF001 (POP twin); (pop_receive_run, unless a test swapped it)
+        with service._lock:  # noqa: SLF001 (POP twin)
             for i in range(count):
                 if len(got) >= max_msgs:
                     break
                 qid = (first + i) % count
                 want = max_msgs - len(got)
                 if not run(service, (group, topic, qid), now, want, invisible_time_ms, out):
-                    service._receive_lane(
+                    service._receive_lane(  # noqa: SLF001 (POP twin)
                         group, topic, qid, now, want, invisible_time_ms, None, self._match_all, out
                     )
-            if service._snapshot_interval_ms:
-                service._maybe_snapshot(now)
+            if service._snapshot_interval_ms:  # noqa: SLF001 (POP twin)
+                service._maybe_snapshot(now)  # noqa: SLF001 (POP twin)
         return out
 
     def _slow(

@@ -255,15 +255,15 @@ class SwitchSafe:
         store = self._store()
         if store is None:
             raise StoreClosedError("the store is closed")
-        switches = store._switches
+        switches = store._switches  # noqa: SLF001 (the store's switch state: SwitchSafe goes with the facade's roles)
         try:
             if self._fast is not None:
                 return self._fast(*args, **kwargs)
             return self._method(store, *args, **kwargs)
         except Exception:
-            if not store._switched_since(switches):
+            if not store._switched_since(switches):  # noqa: SLF001 (the store's switch state: SwitchSafe goes with the facade's roles)
                 raise
-        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
+        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))  # noqa: SLF001 (the store's switch state: SwitchSafe goes with the facade's roles)
 
 
 def live_wake(page: Any) -> None:
@@ -472,15 +472,15 @@ def _put_result(
     if len(host) > 16:
         raise ValueError("a store host is 4 or 16 bytes")
     r = PutResult()
-    r._status = status
+    r._status = status  # noqa: SLF001 (a put result filled by its maker in this module)
     r.commitlog_offset = commitlog_offset
     r.size = size
     r.queue_id = queue_id
     r.queue_offset = queue_offset
     r.store_timestamp = store_timestamp
-    r._unique_key = unique_key
-    r._host = host
-    r._port = port
+    r._unique_key = unique_key  # noqa: SLF001 (a put result filled by its maker in this module)
+    r._host = host  # noqa: SLF001 (a put result filled by its maker in this module)
+    r._port = port  # noqa: SLF001 (a put result filled by its maker in this module)
     r.error = error
     return r
 
@@ -552,15 +552,15 @@ class BatchPutResult:
 
     def __getitem__(self, i: int) -> PutResult:
         r = PutResult()
-        r._status = self._status
+        r._status = self._status  # noqa: SLF001 (a put result filled by its maker in this module)
         r.commitlog_offset = int(self.commitlog_offsets[i])
         r.size = int(self.sizes[i])
         r.queue_id = self.queue_id
         r.queue_offset = int(self.queue_offsets[i])
         r.store_timestamp = int(self.store_timestamps[i])
-        r._unique_key = self._unique_keys[i]
-        r._host = self._host
-        r._port = self._port
+        r._unique_key = self._unique_keys[i]  # noqa: SLF001 (a put result filled by its maker in this module)
+        r._host = self._host  # noqa: SLF001 (a put result filled by its maker in this module)
+        r._port = self._port  # noqa: SLF001 (a put result filled by its maker in this module)
         return r
 
     def __repr__(self) -> str:
@@ -619,7 +619,7 @@ class PutFuture:
         if self.done():
             fn(self)
         else:
-            self._core._watcher_add(self, fn)
+            self._core._watcher_add(self, fn)  # noqa: SLF001 (PutFuture and its core, one module)
 
     def __await__(self) -> Generator[Any, None, Any]:
         import asyncio
@@ -1322,7 +1322,7 @@ class CommitLogCore:
         if unique_key is None:
             unique_key = self._make_uniq(now)
             props = props + _UNIQ_NAME + unique_key.encode("ascii") + b"\x02"
-        out._unique_key = unique_key
+        out._unique_key = unique_key  # noqa: SLF001 (a put result filled by its maker in this module)
         if crc_extra:
             props = props + b"\x02" * (crc_extra - PROP_CRC_LENGTH) + _PROP_CRC_RESERVED
         sys_flag |= self._host_sysflag
@@ -1393,8 +1393,8 @@ class CommitLogCore:
         out.queue_id = queue_id
         out.queue_offset = queue_offset
         out.store_timestamp = now
-        out._host = self._store_host
-        out._port = self._store_port
+        out._host = self._store_host  # noqa: SLF001 (a put result filled by its maker in this module)
+        out._port = self._store_port  # noqa: SLF001 (a put result filled by its maker in this module)
         return out, end
 
     def _wait(self, target, timeout_ms):
@@ -1549,17 +1549,17 @@ class CommitLogCore:
                 sizes[i] = r.size
                 qoffs[i] = r.queue_offset
                 times[i] = r.store_timestamp
-                keys.append(r._unique_key)
-        res._status = _PUT_OK
+                keys.append(r._unique_key)  # noqa: SLF001 (a put result filled by its maker in this module)
+        res._status = _PUT_OK  # noqa: SLF001 (a put result filled by its maker in this module)
         res.topic = topic
         res.queue_id = qid
         res.commitlog_offsets = offsets
         res.sizes = sizes
         res.queue_offsets = qoffs
         res.store_timestamps = times
-        res._unique_keys = keys
-        res._host = self._store_host
-        res._port = self._store_port
+        res._unique_keys = keys  # noqa: SLF001 (a put result filled by its maker in this module)
+        res._host = self._store_host  # noqa: SLF001 (a put result filled by its maker in this module)
+        res._port = self._store_port  # noqa: SLF001 (a put result filled by its maker in this module)
         if n == 0:
             return res
         return self._finish(res, end, wait)
@@ -1717,7 +1717,7 @@ class CommitLogCore:
         return self._closed
 
 
-# ---- issue 17, puts at the engine's speed: MessageStore.put's common shapes in one call ----
+# ---- puts at the engine's speed: MessageStore.put's common shapes in one call ----
 
 
 class PutFront:
@@ -1758,7 +1758,7 @@ class PutFront:
             and delay_level is None
             and deliver_at_ms is None
             and delay_ms is None
-            and not core._closed
+            and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
             and topic in self._user_topics
             and _plain_int(queue_id, -1, _INT32_MAX)
             and _plain_int(flag, _INT32_MIN, _INT32_MAX)

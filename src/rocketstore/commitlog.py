@@ -25,10 +25,10 @@ import numpy as np
 
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
 from rocketstore.mapped_file import MappedFile, MappedFileQueue, populate_read
 from rocketstore.message import MessageExt
+from rocketstore.recordscan import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 
 if TYPE_CHECKING:
     from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
@@ -52,7 +52,7 @@ def _TORN_FIELDS(codec: Any) -> int:  # noqa: N802 (a constant of the codec's BA
 
 
 #: A pseudo stop reason of :func:`checked_chunks`: damaged bytes at ``stop``, stepped over to the
-#: next whole record (:func:`~rocketstore.dispatch.resync`); more chunks follow.
+#: next whole record (:func:`~rocketstore.recordscan.resync`); more chunks follow.
 STEPPED = -1
 
 
@@ -854,11 +854,11 @@ def queue_offset_ranges(
 ) -> list[tuple[str, int, int, int]]:
     """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the consumable
     records of ``rows`` (decoded from ``buffer``, which starts at CommitLog offset ``base``)
-    whose queue offset is :func:`~rocketstore.dispatch.plausible`: what recovery needs to know
+    whose queue offset is :func:`~rocketstore.recordscan.plausible`: what recovery needs to know
     where each queue's next put goes. ``keys``: the rows' ``codec.queue_keys`` if known.
 
     One compiled pass (``codec.queue_ranges``: no sort, no mask, no copy of the rows);
-    :func:`~rocketstore.dispatch.queue_groups` (exact grouping) should two queues share a key."""
+    :func:`~rocketstore.recordscan.queue_groups` (exact grouping) should two queues share a key."""
     if not len(rows):
         return []
     if keys is None:

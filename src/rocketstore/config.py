@@ -136,8 +136,8 @@ class StoreConfig:
     #: index when no query does it first (ms; 0: only queries and close dispatch).
     dispatch_interval_ms: int = 10
     #: Dispatch the common case (records appended in order at the end of known queues, keys
-    #: into the last index file) in one compiled pass per range of records (issue 17,
-    #: docs/fused-dispatch.md); False sends every record through the general path. The files
+    #: into the last index file) in one compiled pass per range of records (see
+    #: docs/guide/fused-dispatch.md); False sends every record through the general path. The files
     #: are the same byte for byte either way; the pure-Python build always takes the general path.
     fused_dispatch: bool = True
     #: How often that thread makes the ConsumeQueues and the index durable and records in the

@@ -51,18 +51,18 @@ queue's map (when every unit examined in one file is accepted); like
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from rocketstore._checks import check_int
-from rocketstore._codec_py import java_hash
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
+from rocketstore._checks import check_int, wait_deadline
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.message import MessageExt
+from rocketstore.status import GetMessageStatus
+from rocketstore.tagfilter import MATCH_ALL, TagFilter, as_filter
+from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE, DamagedUnit, GetMessageResult
 
 if TYPE_CHECKING:
     from rocketstore._store_py import PutResult
@@ -84,241 +84,8 @@ __all__ = [
 MIN_SCAN_BYTES = 16_000
 MIN_SCAN_UNITS = MIN_SCAN_BYTES // CQ_UNIT_SIZE  # 800
 
-#: tagsCodes at or below this are ConsumeQueueExt addresses, not hashes (§2).
-_EXT_ADDR_MAX = -(1 << 31) - 1
 
-#: Java ``String.trim()`` strips every char <= U+0020, not Unicode whitespace.
-_JAVA_TRIM = "".join(map(chr, range(0x21)))
-
-_SUB_ALL = "*"
-
-
-class GetMessageStatus(enum.IntEnum):
-    """Outcome of :func:`get_message`, in RocketMQ's ``GetMessageStatus`` enum order."""
-
-    #: At least one message is returned.
-    FOUND = 0
-    #: Units were examined, none matched (or the last one examined was filtered).
-    NO_MATCHED_MESSAGE = 1
-    #: Nothing collected and the last unit examined points at a record that is gone.
-    MESSAGE_WAS_REMOVING = 2
-    #: The units at ``offset`` could not be mapped (their file went away meanwhile).
-    OFFSET_FOUND_NULL = 3
-    #: ``offset > max_offset``.
-    OFFSET_OVERFLOW_BADLY = 4
-    #: ``offset == max_offset``: the consumer is caught up.
-    OFFSET_OVERFLOW_ONE = 5
-    #: ``offset < min_offset``.
-    OFFSET_TOO_SMALL = 6
-    #: No such consume queue.
-    NO_MATCHED_LOGIC_QUEUE = 7
-    #: The queue has never held a unit (``max_offset == 0``).
-    NO_MESSAGE_IN_QUEUE = 8
-    #: 5.x only (offset-reset feature); never returned here.
-    OFFSET_RESET = 9
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class _DamagedUnit(Exception):
-    """Raised by a ``read`` callback for a unit that does not point at its own record (damage).
-
-    A pull that has collected messages stops before that unit (the next pull starts there);
-    one that has not lets it through, for the caller to rebuild the queue or report the
-    position missing."""
-
-    def __init__(self, topic: str, queue_id: int, queue_offset: int):
-        super().__init__(topic, queue_id, queue_offset)
-        self.queue_offset = queue_offset
-
-
-def _int32(value: int) -> int:
-    """Java ``(int) value``: the low 32 bits, signed."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
-class TagFilter:
-    """A tag subscription expression (``"TagA || TagB"``), parsed as RocketMQ's ``FilterAPI``.
-
-    ``None``, ``""`` and ``"*"`` subscribe to everything (``match_all``). Anything else is split on
-    ``"||"``; each piece is trimmed as Java's ``String.trim`` does and empty pieces are dropped,
-    so ``" * "`` subscribes to the literal tag ``"*"`` and ``"||"`` to nothing at all.
-    ``tags`` holds the tag strings, ``codes`` their Java hashes (int32, as the broker compares
-    ``(int) tagsCode``).
-    """
-
-    __slots__ = ("expression", "match_all", "tags", "codes", "code_tuple", "_code_array")
-
-    def __init__(self, expression: Optional[str] = None):
-        if expression is not None and not isinstance(expression, str):
-            raise InvalidMessageError(
-                f"a tag expression must be a str or None, not {type(expression).__name__}"
-            )
-        self.expression = _SUB_ALL if expression in (None, "", _SUB_ALL) else expression
-        self.match_all = self.expression == _SUB_ALL
-        if self.match_all:
-            tags: frozenset[str] = frozenset()
-        else:
-            pieces = (piece.strip(_JAVA_TRIM) for piece in self.expression.split("||"))
-            tags = frozenset(piece for piece in pieces if piece)
-        self.tags = tags
-        self.codes = frozenset(java_hash(tag) for tag in tags)
-        self.code_tuple = tuple(sorted(self.codes))
-        self._code_array = np.array(self.code_tuple, dtype=np.int32)
-
-    @classmethod
-    def parse(cls, expression: Optional[str]) -> TagFilter:
-        """The filter for a subscription expression (see the class docstring); the filters of
-        the last few hundred expressions are kept, since consumers pull with the same one."""
-        if cls is TagFilter and (expression is None or type(expression) is str):
-            found = _PARSED.get(expression)
-            if found is None:
-                found = cls(expression)
-                if len(_PARSED) >= 256:
-                    _PARSED.clear()
-                _PARSED[expression] = found
-            return found
-        return cls(expression)
-
-    def matches_code(self, tags_code: int) -> bool:
-        """Broker-side test of one unit's tagsCode (§4.3)."""
-        if self.match_all or tags_code <= _EXT_ADDR_MAX:
-            return True
-        return _int32(int(tags_code)) in self.codes
-
-    def mask(self, codes: np.ndarray) -> np.ndarray:
-        """:meth:`matches_code` over an int64 array (any byte order): a bool array of its shape."""
-        codes = np.asarray(codes)
-        if self.match_all:
-            return np.ones(codes.shape, dtype=bool)
-        # astype wraps modulo 2**32, which is exactly Java's (int) narrowing
-        hit = np.isin(codes.astype(np.int32), self._code_array)
-        mask: np.ndarray = hit | (codes <= _EXT_ADDR_MAX)
-        return mask
-
-    def matches_tag(self, tag: Optional[str]) -> bool:
-        """Client-side exact re-check of a message's real TAGS value."""
-        return self.match_all or (tag is not None and tag in self.tags)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TagFilter):
-            return NotImplemented
-        return (self.match_all, self.tags) == (other.match_all, other.tags)
-
-    def __hash__(self) -> int:
-        return hash((self.match_all, self.tags))
-
-    def __repr__(self) -> str:
-        return f"TagFilter({self.expression!r})"
-
-
-_PARSED: dict[Optional[str], TagFilter] = {}
-_MATCH_ALL = TagFilter()
-
-
-def _as_filter(tag_filter: Union[TagFilter, str, None]) -> TagFilter:
-    if isinstance(tag_filter, TagFilter):
-        return tag_filter
-    if tag_filter is None:
-        return _MATCH_ALL
-    return TagFilter(tag_filter)
-
-
-class GetMessageResult:
-    """What :func:`get_message` / :func:`get_units` found.
-
-    ``messages`` holds what ``read`` returned for each collected unit (empty for
-    :func:`get_units`); ``units`` holds the collected units (dtype
-    :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`), in queue order, one per message, and
-    ``queue_offsets`` (int64) the queue offset of each.
-    ``min_offset`` / ``max_offset`` are the queue's bounds when the pull began (0 without a
-    queue); ``buffer_total_size`` is the sum of the collected records' sizes. ``len()`` and
-    iteration go over ``messages`` when there are any, else over ``units``.
-    """
-
-    __slots__ = (
-        "status",
-        "next_begin_offset",
-        "min_offset",
-        "max_offset",
-        "messages",
-        "_units",
-        "_queue_offsets",
-    )
-
-    def __init__(
-        self,
-        status: GetMessageStatus,
-        next_begin_offset: int,
-        min_offset: int = 0,
-        max_offset: int = 0,
-        messages: Optional[list[MessageExt]] = None,
-        units: Optional[np.ndarray | bytes] = None,
-        queue_offsets: Optional[np.ndarray | int] = None,
-    ):
-        self.status = status
-        self.next_begin_offset = next_begin_offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
-        self.messages = [] if messages is None else messages
-        # A one-call pull hands the units over as bytes and the queue offsets as the first of a
-        # run: the arrays are made when first asked for.
-        self._units = units
-        self._queue_offsets = queue_offsets
-
-    @property
-    def units(self) -> np.ndarray:
-        """The collected units (dtype :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`)."""
-        units = self._units
-        if not isinstance(units, np.ndarray):
-            units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else np.frombuffer(units, CQ_UNIT_DTYPE)
-            self._units = units
-        return units
-
-    @property
-    def queue_offsets(self) -> np.ndarray:
-        """The queue offset of each collected unit (int64)."""
-        offsets = self._queue_offsets
-        if not isinstance(offsets, np.ndarray):
-            first = offsets
-            offsets = (
-                np.empty(0, dtype=np.int64)
-                if first is None
-                else np.arange(first, first + len(self.units), dtype=np.int64)
-            )
-            self._queue_offsets = offsets
-        return offsets
-
-    def queue_offset_list(self) -> list[int]:
-        """:attr:`queue_offsets` as a list of ints (a run from the first: no array made)."""
-        first = self._queue_offsets
-        if isinstance(first, int):
-            return list(range(first, first + len(self.units)))
-        return self.queue_offsets.tolist()  # type: ignore[no-any-return]
-
-    @property
-    def message_count(self) -> int:
-        """How many units were collected (= ``len(messages)`` after :func:`get_message`)."""
-        return len(self.units)
-
-    @property
-    def buffer_total_size(self) -> int:
-        """The sum of the collected records' sizes (RocketMQ's ``bufferTotalSize``)."""
-        return int(self.units["size"].sum(dtype=np.int64))
-
-    def __len__(self) -> int:
-        return len(self.messages) if self.messages else len(self.units)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.messages) if self.messages else iter(self.units)
-
-    def __repr__(self) -> str:
-        return (
-            f"<GetMessageResult {self.status.name} next={self.next_begin_offset} "
-            f"count={self.message_count} queue=[{self.min_offset}, {self.max_offset})>"
-        )
+_DamagedUnit = DamagedUnit  # the name store.py imports
 
 
 def scan_budget(max_msgs: int) -> int:
@@ -422,7 +189,7 @@ def _scan_reading(
             msg = read(int(offsets[j]), size, base + j) if with_queue_offset else read(int(offsets[j]), size)
         except MessageNotFoundError:
             msg = None
-        except _DamagedUnit:
+        except DamagedUnit:
             if not scan.count:
                 raise
             stop, full = j, True  # hand out what came before it; the next pull starts here
@@ -492,7 +259,7 @@ def _pull(  # noqa: C901 (RocketMQ's getMessage status rules, kept in one place)
 ) -> GetMessageResult:
     offset = _check_int("offset", offset)
     max_msgs = _check_int("max_msgs", max_msgs, 1)
-    tag_filter = _as_filter(tag_filter)
+    tag_filter = as_filter(tag_filter)
     budget = (
         scan_budget(max_msgs) if max_scan_units is None else _check_int("max_scan_units", max_scan_units, 1)
     )
@@ -630,12 +397,18 @@ def get_units(
     )
 
 
-def _poll_deadline(store: MessageStore, timeout: Optional[float]) -> Optional[float]:
+#: _WAITS: a consumer waits for puts through its store (the live page the writer wakes, the async
+#: waker, the check that the store is still open): Consumer and GroupConsumer, modules of the
+#: facade like the store, call its _live_look and _wait_for_put(_async), marked where they do.
+#: A public name for them would put a waiting protocol into the store's API for no user.
+
+
+def poll_deadline(timeout: Optional[float]) -> Optional[float]:
     """When a poll's wait ends: None (``timeout=0``: no wait), inf (``None``: until something
     comes) or a monotonic time."""
     if timeout is None:
         return math.inf
-    return store._deadline(timeout) if timeout != 0 else None
+    return wait_deadline(timeout) if timeout != 0 else None
 
 
 class Consumer:
@@ -685,7 +458,7 @@ class Consumer:
         self.retry_topic = retry_topic(group)
         self._filters = {topic: TagFilter.parse(expr) for topic, expr in subscriptions.items()}
         if retry:
-            self._filters.setdefault(self.retry_topic, _MATCH_ALL)
+            self._filters.setdefault(self.retry_topic, MATCH_ALL)
         self._positions: dict[tuple[str, int], int] = {}
         self._turn = 0
 
@@ -706,21 +479,21 @@ class Consumer:
         process or another; the wait sleeps, no CPU) — ``0`` returns at once, ``None`` waits
         until something comes."""
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (see _WAITS)
             found = self._poll_once(max_msgs)
-            if found or deadline is None or not store._wait_for_put(seen, deadline):
+            if found or deadline is None or not store._wait_for_put(seen, deadline):  # noqa: SLF001 (see _WAITS)
                 return found
 
     async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
         """:meth:`poll` for asyncio: the event loop runs on while it waits."""
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (see _WAITS)
             found = self._poll_once(max_msgs)
-            if found or deadline is None or not await store._wait_for_put_async(seen, deadline):
+            if found or deadline is None or not await store._wait_for_put_async(seen, deadline):  # noqa: SLF001 (see _WAITS)
                 return found
 
     def __iter__(self) -> Iterator[MessageExt]:

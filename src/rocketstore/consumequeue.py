@@ -54,6 +54,7 @@ from rocketstore.mapped_file import (
     offset_to_file_name,
 )
 from rocketstore.message import is_valid_topic, validate_topic
+from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 
 __all__ = [
     "CQ_UNIT_SIZE",
@@ -71,15 +72,6 @@ __all__ = [
 
 log = logging.getLogger("rocketstore.consumequeue")
 
-# -- the unit layout, each field placed after the previous one ----------------------------------
-CQ_OFFSET_POS = 0
-CQ_OFFSET_SIZE = 8
-CQ_SIZE_POS = CQ_OFFSET_POS + CQ_OFFSET_SIZE  # 8
-CQ_SIZE_SIZE = 4
-CQ_TAGS_POS = CQ_SIZE_POS + CQ_SIZE_SIZE  # 12
-CQ_TAGS_SIZE = 8
-CQ_UNIT_SIZE = CQ_TAGS_POS + CQ_TAGS_SIZE  # 20
-
 DEFAULT_CQ_UNITS = 300_000
 DEFAULT_CQ_FILE_SIZE = DEFAULT_CQ_UNITS * CQ_UNIT_SIZE  # 6,000,000
 
@@ -87,17 +79,6 @@ _UNIT = struct.Struct(">qiq")
 _LONG = struct.Struct(">q")
 assert _UNIT.size == CQ_UNIT_SIZE
 
-#: numpy view of a unit; views returned by :meth:`ConsumeQueue.units` have this dtype.
-CQ_UNIT_DTYPE = np.dtype(
-    {
-        "names": ["commitlog_offset", "size", "tags_code"],
-        "formats": [">i8", ">i4", ">i8"],
-        "offsets": [CQ_OFFSET_POS, CQ_SIZE_POS, CQ_TAGS_POS],
-        "itemsize": CQ_UNIT_SIZE,
-    }
-)
-
-PLACEHOLDER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE
 _RESERVE_BYTES = 1 << 17  # file space allocated ahead of the writer at a time (6,553 units)
 PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
@@ -442,6 +423,22 @@ class ConsumeQueue:
         """How many files the queue maps."""
         return len(self._files.files)
 
+    @property
+    def files(self) -> list[MappedFile]:
+        """The queue's mapped files, oldest first (the list itself: do not change it)."""
+        return self._files.files
+
+    @property
+    def min_logic_offset(self) -> int:
+        """RocketMQ's ``minLogicOffset``: the byte offset of :attr:`min_offset`'s unit."""
+        return self._min_logic
+
+    @property
+    def last_file_skipped(self) -> bool:
+        """Whether loading left the queue's last file out (empty or short: a writer creating it,
+        or damage), so the units it should hold are not on disk."""
+        return self._files.skipped_last
+
     def roll_next_file(self, queue_offset: int) -> int:
         """The first queue offset of the file after the one holding ``queue_offset``."""
         return roll_next_file(queue_offset, self.units_per_file)
@@ -562,7 +559,7 @@ class ConsumeQueue:
             self._max_physic = commitlog_offset + size
         return True
 
-    def _stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(commitlog offsets, sizes) stored at ``queue_offsets``; zeros where no file holds one."""
         offsets = np.zeros(len(queue_offsets), dtype=np.int64)
         sizes = np.zeros(len(queue_offsets), dtype=np.int64)
@@ -584,7 +581,7 @@ class ConsumeQueue:
 
     def _rewrite_many(self, q: np.ndarray, phys: np.ndarray, sz: np.ndarray, tags: np.ndarray) -> int:
         """:meth:`_rewrite_one` over arrays, comparing in bulk (a re-dispatch of many units)."""
-        stored_offsets, stored_sizes = self._stored_many(q)
+        stored_offsets, stored_sizes = self.stored_many(q)
         differ = np.flatnonzero((stored_offsets != phys) | (stored_sizes != sz))
         return sum(
             self._rewrite_one(int(q[k]), int(phys[k]), int(sz[k]), int(tags[k])) for k in differ.tolist()

@@ -45,6 +45,14 @@ from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.fused import FusedDispatch, fused_for
 from rocketstore.indexservice import IndexService
 from rocketstore.mapped_file import MappedFile, close_map
+from rocketstore.recordscan import (  # the names dispatch has always offered
+    consumable,
+    consumable_rows,
+    decode_chunks,
+    plausible,
+    queue_groups,
+    resync,
+)
 
 __all__ = [
     "Dispatcher",
@@ -74,7 +82,6 @@ _POSITION, _SIZE, _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TIMESTAMP, _TOPIC_
     )
 )
 
-SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segment size
 #: Records per chunk the dispatcher decodes: each chunk is walked by several passes (dispatch
 #: info, queue keys, grouping, index keys), which run ~20 % faster over 16,384 rows (2.9 MB of
 #: RECORD_DTYPE) than over 65,536 (11.5 MB, more than the cache, in fresh pages every chunk).
@@ -87,170 +94,6 @@ FUSED_CHUNK_PER_QUEUE = 64
 #: Records the general path takes at a time when the fused pass stopped before one it cannot
 #: dispatch (its queue new to it, a file to roll, damage), before the fused pass resumes.
 GENERAL_CHUNK = 64
-
-
-def decode_chunks(
-    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool, chunk: int = 0
-) -> Iterator[tuple[np.ndarray, int, int]]:
-    """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most ``chunk`` records
-    (0: SCAN_CHUNK).
-
-    Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
-    """
-    decode_batch, limit = codec.decode_batch, codec.STOP_LIMIT
-    chunk = chunk or SCAN_CHUNK
-    while True:
-        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=chunk)
-        yield records, stop, reason
-        if reason != limit or stop >= hi or not len(records):
-            return
-        lo = stop
-
-
-#: Where PHYSICALOFFSET lies in a record (TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET).
-_PHYSICAL_OFFSET_POS = 28
-_RESYNC_WINDOW = 4 << 20
-
-
-def resync(codec: Any, buffer: Any, pos: int, hi: int, base: int) -> int:
-    """After damage at ``pos`` (a record whose lengths cannot be trusted), where the next whole
-    record of ``buffer[:hi]`` starts: the first position past ``pos`` holding a message magic
-    code, whose PHYSICALOFFSET is ``base`` + that position, and which decodes with a valid body
-    CRC. -1 when there is none. The damaged bytes between are stepped over, so the records after
-    a flipped bit in a TOTALSIZE field are neither cut off nor skipped."""
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    start = pos + 1
-    while start + _PHYSICAL_OFFSET_POS + 8 <= hi:
-        stop = min(hi, start + _RESYNC_WINDOW)
-        w = raw[start + 4 : stop + 4 if stop + 4 <= hi else hi]  # the magic sits at +4
-        if len(w) < 4:
-            return -1
-        if not w.any():  # zeros (the unwritten end of a segment): nothing starts here
-            start = stop
-            continue
-        first = np.flatnonzero(w[:-3] == 0xDA)
-        follow = w[first + 3]
-        hits = first[(w[first + 1] == 0xA3) & (w[first + 2] == 0x20) & ((follow == 0xA7) | (follow == 0xAB))]
-        for h in hits.tolist():
-            at = start + h
-            field = raw[at + _PHYSICAL_OFFSET_POS : at + _PHYSICAL_OFFSET_POS + 8]
-            if len(field) < 8 or int.from_bytes(field.tobytes(), "big", signed=True) != base + at:
-                continue
-            records, _stop, _reason = codec.decode_batch(buffer, at, hi, check_crc=True, max_records=1)
-            if len(records) == 1 and int(records["position"][0]) == at:
-                return int(at)
-        start = stop
-    return -1
-
-
-def consumable(records: np.ndarray) -> np.ndarray:
-    """Mask of the records that get a ConsumeQueue unit: not PREPARED or ROLLBACK (§4.2)."""
-    tx = records["sys_flag"] & SYSFLAG_TRANSACTION_MASK
-    keep: np.ndarray = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
-    return keep
-
-
-def plausible(records: np.ndarray, base: int) -> np.ndarray:
-    """Mask of the records whose queue offset can be true. A queue offset ``q`` says ``q``
-    earlier records of that queue lie below this one in the CommitLog's offsets (which only
-    grow), each at least RECORD_FIXED_LENGTH bytes: ``q`` cannot exceed the record's offset /
-    91. No CRC covers the QUEUEOFFSET field, so a flipped bit there is caught this way (or by
-    the unit check, for a small change), rather than padding a queue up to that offset.
-    ``base``: the CommitLog offset of the buffer the rows' positions are relative to."""
-    q = records["queue_offset"]
-    keep: np.ndarray = (q >= 0) & (q <= (base + records["position"]) // RECORD_FIXED_LENGTH)
-    return keep
-
-
-def consumable_rows(records: np.ndarray) -> np.ndarray:
-    """The records that get a ConsumeQueue unit: ``records`` itself when that is all of them
-    (no copy of the rows), else the ones :func:`consumable` keeps."""
-    keep = consumable(records)
-    return records if keep.all() else records[keep]
-
-
-#: Queues a chunk's rows are split off one by one (a comparison per row and queue); the rows
-#: of any further queues are grouped by sorting, which costs more per row for a few queues.
-FEW_QUEUES = 16
-
-
-def _group_rows(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """``(first row of each group, each group's rows in order, each row's group's first row)``
-    of the rows of ``keys`` grouped by equal key, groups in the order of their first row."""
-    n = len(keys)
-    representatives = np.empty(n, dtype=np.int64)
-    first: list[int] = []
-    groups: list[np.ndarray] = []
-    rest = np.arange(n)
-    while len(rest) and len(groups) < FEW_QUEUES:
-        same = keys[rest] == keys[rest[0]]
-        rows = rest[same]
-        groups.append(rows)
-        first.append(int(rows[0]))
-        representatives[rows] = rows[0]
-        rest = rest[~same]
-    if len(rest):  # many queues in one chunk: the others by sorting
-        _uniq, at, inverse, counts = np.unique(
-            keys[rest], return_index=True, return_inverse=True, return_counts=True
-        )
-        inverse = inverse.ravel()
-        representatives[rest] = rest[at[inverse]]
-        groups.extend(np.split(rest[np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1]))
-        first.extend(int(r) for r in rest[at])
-    return np.array(first, dtype=np.int64), groups, representatives
-
-
-def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
-    """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
-
-    ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
-    Python step per record, by ``codec.queue_keys`` (a 64-bit hash of topic and queue id), and
-    the grouping is checked byte for byte (``codec.same_queues``); should two queues' keys
-    collide, the rows are grouped again exactly, by topic bytes and queue id.
-    """
-    n = len(records)
-    if n == 0:
-        return []
-    if n == 1:  # one record (a follower catching up with one put): no grouping to do
-        row = records[0]
-        at, length = int(row["topic_pos"]), int(row["topic_len"])
-        view = memoryview(buffer)
-        if at >= 0 and at + length <= view.nbytes:
-            topic = view.cast("B")[at : at + length].tobytes()
-            return [
-                (topic.decode("utf-8", "surrogateescape"), int(row["queue_id"]), np.zeros(1, dtype=np.int64))
-            ]
-    keys = codec.queue_keys(buffer, records)
-    if (keys == keys[0]).all():  # one queue: the common case of a batch, or a quiet store
-        first = np.zeros(1, dtype=np.int64)
-        groups = [np.arange(n)]
-        representatives = np.zeros(n, dtype=np.int64)
-    else:
-        first, groups, representatives = _group_rows(keys)
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    topic_pos, topic_len = records["topic_pos"], records["topic_len"]
-
-    def topic_of(r: int) -> bytes:
-        at = int(topic_pos[r])
-        return raw[at : at + int(topic_len[r])].tobytes()
-
-    if not codec.same_queues(buffer, records, representatives):
-        # Two queues share a 64-bit key: group exactly, one Python step per record.
-        exact: dict[tuple[bytes, int], list[int]] = {}
-        for r in range(n):
-            exact.setdefault((topic_of(r), int(records["queue_id"][r])), []).append(r)
-        return [
-            (topic.decode("utf-8", "surrogateescape"), queue_id, np.array(rows, dtype=np.int64))
-            for (topic, queue_id), rows in exact.items()
-        ]
-    return [
-        (
-            topic_of(int(first[g])).decode("utf-8", "surrogateescape"),
-            int(records["queue_id"][int(first[g])]),
-            rows,
-        )
-        for g, rows in enumerate(groups)
-    ]
 
 
 def _log_implausible(count: int, queue_offset: int, commitlog_offset: int) -> None:
@@ -329,6 +172,11 @@ class Dispatcher:
     def lock(self) -> threading.Lock:
         """Held while records are dispatched: hold it to see the queues and index at rest."""
         return self._lock
+
+    @property
+    def index_lazily(self) -> bool:
+        """Whether the index is built only when a key query asks (``catch_up(index=True)``)."""
+        return self._index_lazily
 
     def catch_up(
         self,
@@ -702,6 +550,22 @@ class TailQueue:
     def max_physic_offset(self) -> int:
         return self._max_physic
 
+    @property
+    def known_min_offset(self) -> Optional[int]:
+        """:attr:`min_offset`, or None while the queue has no unit anywhere."""
+        return self._min
+
+    @property
+    def tail_start(self) -> Optional[int]:
+        """The queue offset of the first unit kept in memory (the disk queue's end when the
+        store opened); None without a queue on disk or in memory."""
+        return self._start
+
+    @property
+    def tail(self) -> np.ndarray:
+        """The units kept in memory (CQ_UNIT_DTYPE), from :attr:`tail_start` on."""
+        return self._tail
+
     def roll_next_file(self, queue_offset: int) -> int:
         return roll_next_file(queue_offset, self.units_per_file)
 
@@ -775,7 +639,7 @@ class TailQueue:
         offsets[mine] = self._tail["commitlog_offset"][at]
         sizes[mine] = self._tail["size"][at]
         if self.disk is not None and not mine.all():
-            offsets[~mine], sizes[~mine] = self.disk._stored_many(q[~mine])
+            offsets[~mine], sizes[~mine] = self.disk.stored_many(q[~mine])
         return offsets, sizes
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
@@ -959,7 +823,7 @@ class TailQueueStore:
     def incomplete(self) -> bool:
         """Whether a queue's last file on disk was left out (empty or short: a writer creating
         it, or damage): the units it should hold are not on disk, whatever a checkpoint says."""
-        return any(cq._files.skipped_last for cq in self.disk)
+        return any(cq.last_file_skipped for cq in self.disk)
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """Raise each queue's ``min_offset`` past units whose records retention deleted, in

@@ -1,4 +1,4 @@
-"""The fused dispatch (issue 17): CommitLog records into ConsumeQueue units and index items in
+"""The fused dispatch: CommitLog records into ConsumeQueue units and index items in
 one compiled pass.
 
 :class:`~rocketstore.dispatch.Dispatcher` decodes a chunk of records into a table, reads their
@@ -12,7 +12,7 @@ It carries only the common case, and stops *before* any record that needs more: 
 holding no whole record (blank, damage, a record still being written), a queue it was not
 handed, a unit past the queue's end (a gap) or below it and different from the one there (or in
 a file it was not handed), a full last file or index file, a queue offset
-:func:`~rocketstore.dispatch.plausible` refuses. The dispatcher then dispatches that record (and
+:func:`~rocketstore.recordscan.plausible` refuses. The dispatcher then dispatches that record (and
 a few after it) the general way, and comes back. A unit below the end that points at the record
 already (a re-dispatch after a crash) is left alone, and the keys of a record the index holds
 already are skipped, as the general path does. So the files are byte for byte what the general

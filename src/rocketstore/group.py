@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from rocketstore.configfiles import ConsumerOffsetTable
-from rocketstore.consume import Consumer, _poll_deadline
+from rocketstore.consume import Consumer, poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError
 from rocketstore.message import MessageExt
 
@@ -356,9 +356,9 @@ class GroupConsumer(Consumer):
         """As :meth:`Consumer.poll`; a wait beats the heartbeat and rebalances as members come
         and go."""
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (consume._WAITS)
             found = self._poll_once(max_msgs)
             if found or deadline is None:
                 return found
@@ -368,7 +368,7 @@ class GroupConsumer(Consumer):
                 if left <= 0:
                     return found
                 slice_deadline = time.monotonic() + min(left, self.session_timeout / 3)
-                if store._wait_for_put(seen, slice_deadline):
+                if store._wait_for_put(seen, slice_deadline):  # noqa: SLF001 (consume._WAITS)
                     break
                 self.heartbeat()
                 if self._members.generation() != generation or self.members() != live:
@@ -376,16 +376,17 @@ class GroupConsumer(Consumer):
 
     async def poll_async(self, max_msgs: int = 32, timeout: Optional[float] = 0) -> list[MessageExt]:
         store = self.store
-        deadline = _poll_deadline(store, timeout)
+        deadline = poll_deadline(timeout)
         while True:
-            seen = store._live_look(self.topics if deadline is not None else ())
+            seen = store._live_look(self.topics if deadline is not None else ())  # noqa: SLF001 (consume._WAITS)
             found = self._poll_once(max_msgs)
             if found or deadline is None:
                 return found
             left = deadline - time.monotonic()
             if left <= 0:
                 return found
-            await store._wait_for_put_async(seen, time.monotonic() + min(left, self.session_timeout / 3))
+            until = time.monotonic() + min(left, self.session_timeout / 3)
+            await store._wait_for_put_async(seen, until)  # noqa: SLF001 (consume._WAITS)
             self.heartbeat()
 
     def close(self) -> None:

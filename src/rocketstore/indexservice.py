@@ -60,6 +60,7 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.mapped_file import MappedFile, advise_random, allocate_range, populate_read
+from rocketstore.storedir import detect_segment_size
 
 log = logging.getLogger("rocketstore.indexservice")
 
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_MSGS_NUM_BATCH",
     "KEY_SEPARATOR",
     "detect_index_geometry",
+    "detect_queue_options",
 ]
 
 INDEX_DIR_NAME = "index"
@@ -207,6 +209,27 @@ def detect_index_geometry(root: str) -> Optional[tuple[int, int]]:
         if fallback is None and (size - _HEADER_SIZE) % 84 == 0:  # RocketMQ's 4 items per slot
             fallback = ((size - _HEADER_SIZE) // 84, 4 * ((size - _HEADER_SIZE) // 84))
     return fallback
+
+
+def detect_queue_options(root: str, options: dict[str, Any]) -> None:
+    """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
+    if "consume_queue_units" not in options:
+        cq_root = os.path.join(root, "consumequeue")
+        try:
+            for topic in sorted(os.listdir(cq_root))[:16]:
+                for qid in sorted(os.listdir(os.path.join(cq_root, topic)))[:4]:
+                    size = detect_segment_size(os.path.join(cq_root, topic, qid))
+                    if size and size % 20 == 0:
+                        options["consume_queue_units"] = size // 20
+                        break
+                if "consume_queue_units" in options:
+                    break
+        except OSError:
+            pass
+    if "index_slots" not in options and "index_count" not in options:
+        geometry = detect_index_geometry(root)
+        if geometry is not None:
+            options["index_slots"], options["index_count"] = geometry
 
 
 def _geometry_of(data: Any, size: int) -> Optional[tuple[int, int]]:
@@ -758,6 +781,16 @@ class IndexService:
                     yield name
 
     # -- querying -----------------------------------------------------------------------------
+    def walk_key(self, full_key: str, cap: int, begin: int, end: int) -> Optional[list[int]]:
+        """The CommitLog offsets indexed under ``full_key`` (``topic#key``) and stored within
+        ``[begin, end]`` (ms), at most ``cap``, walked under the lock without the argument
+        checks of :meth:`query`; None once the service is closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            offsets: list[int] = self._index.select_files(self._files, full_key, cap, begin, end)[0]
+            return offsets
+
     def query(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = _INT64_MAX
     ) -> tuple[list[int], int, int]:

@@ -103,8 +103,9 @@ def flush_timeout(result: Any, rc: int) -> FlushTimeoutError:
     error, and return the :class:`FlushTimeoutError` to raise for it (both twins)."""
     error = flush_error(rc)
     for r in result if isinstance(result, list) else (result,):
-        r._set_status(PutStatus.FLUSH_DISK_TIMEOUT)
-        r._set_error(error)
+        # a result is read-only to its users; both twins' PutResult keep these setters for here
+        r._set_status(PutStatus.FLUSH_DISK_TIMEOUT)  # noqa: SLF001 (a put result's one writer after the core)
+        r._set_error(error)  # noqa: SLF001 (as above)
     if error is None:
         message = "the message is stored, but its flush did not confirm within sync_flush_timeout_ms"
     else:

@@ -13,6 +13,8 @@ from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
+from rocketstore.errors import InvalidMessageError, InvalidTopicError, SystemTopicError
+
 __all__ = [
     "Message",
     "MessageExt",
@@ -76,8 +78,6 @@ def is_valid_topic(topic: object) -> bool:
 
 def validate_topic(topic: object) -> str:
     """``topic`` if it follows RocketMQ's topic rule, else InvalidTopicError saying why."""
-    from rocketstore.errors import InvalidTopicError
-
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
     if not topic:
@@ -103,8 +103,6 @@ def is_system_topic(topic: object) -> bool:
 def check_user_topic(topic: object) -> None:
     """Raise SystemTopicError if a user's put names a system topic (other checks: the core's)."""
     if is_system_topic(topic):
-        from rocketstore.errors import SystemTopicError
-
         raise SystemTopicError(
             f"topic {topic!r} is a RocketMQ system topic: only the store writes to it "
             "(delay_level, send_back); reading it is allowed"
@@ -126,6 +124,36 @@ def host_to_bytes(ip: str) -> bytes:
 def host_from_bytes(raw: bytes) -> str:
     """Text form of 4 (IPv4) or 16 (IPv6) address bytes."""
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, bytes(raw))
+
+
+def host_raw(host: object) -> bytes:
+    """The 4 (IPv4) or 16 (IPv6) address bytes of ``host``: address text, or those bytes
+    themselves; InvalidMessageError for anything else."""
+    if isinstance(host, str):
+        try:
+            return host_to_bytes(host)
+        except ValueError:
+            raise InvalidMessageError(f"{host!r} is not an IPv4 or IPv6 address") from None
+    if isinstance(host, (bytes, bytearray, memoryview)) and len(host) in (4, 16):
+        return bytes(host)
+    raise InvalidMessageError(f"host must be address text or 4 or 16 bytes, not {host!r}")
+
+
+def _check_signed(value: object, name: str, bits: int) -> int:
+    if not isinstance(value, int):
+        raise InvalidMessageError(f"{name} must be an int, not {type(value).__name__}")
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if value < lo or value > hi:
+        raise InvalidMessageError(f"{name} {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def make_offset_msg_id(host_bytes: object, port: int, offset: int) -> str:
+    """offsetMsgId (§3.1): store address, int port and long offset as upper-case hex (32 or 56 chars)."""
+    raw = host_raw(host_bytes)
+    _check_signed(port, "port", 32)
+    _check_signed(offset, "offset", 64)
+    return (raw + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big", signed=True)).hex().upper()
 
 
 class Message:
@@ -254,8 +282,6 @@ class MessageExt(metaclass=ABCMeta):
     @property
     def msg_id(self) -> str:
         """The offsetMsgId: store host, port and commitlog offset as upper-case hex (§3.1)."""
-        from rocketstore._codec_py import make_offset_msg_id  # the codec imports this module
-
         host, port = self.store_host
         return make_offset_msg_id(host_to_bytes(host), port, self.commitlog_offset)
 

@@ -99,7 +99,6 @@ from rocketstore.configfiles import (
     ConfigFile,
     ConsumerOffsetTable,
 )
-from rocketstore.consume import GetMessageStatus, TagFilter
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -113,6 +112,8 @@ from rocketstore.errors import (
 from rocketstore.message import MessageExt, is_valid_topic
 from rocketstore.parts import StoreParts
 from rocketstore.schedule import _check_group, retry_topic
+from rocketstore.status import GetMessageStatus
+from rocketstore.tagfilter import TagFilter
 
 __all__ = [
     "REVIVE_TOPIC_PREFIX",
@@ -196,12 +197,37 @@ class Received(Sequence[ReceivedMessage]):
         self._handles: Optional[list[str]] = None
         self._service = service
 
+    @classmethod
+    def from_handles(
+        cls, messages: list[MessageExt], handles: list[str], reconsume_times: list[int]
+    ) -> Received:
+        """A Received of messages and their handles alone (no service's lanes): acknowledged
+        through its handles."""
+        found = cls()
+        found.messages, found._handles, found.reconsume_times = (
+            list(messages),
+            list(handles),
+            list(reconsume_times),
+        )
+        return found
+
+    @property
+    def service(self) -> Optional[PopService]:
+        """The service that handed these out (None: made from handles, e.g. unpickled)."""
+        return self._service
+
+    @property
+    def lanes(self) -> list[tuple[_Lane, list[int], tuple[int, ...], Optional[tuple[int, int]]]]:
+        """(lane, offsets, delivery numbers, shared stamp) per queue: what the service that
+        handed these out acknowledges them by (the list itself, which its receive fills)."""
+        return self._lanes
+
     @property
     def handles(self) -> list[str]:
         """The receipt handles, in the order of ``messages``."""
         if self._handles is None:
             handles: list[str] = []
-            make = self._service._receipt_handles  # type: ignore[union-attr]  # lanes: a service's
+            make = self._service.receipt_handles  # type: ignore[union-attr]  # lanes: a service's
             for lane, offsets, numbers, _stamp in self._lanes:
                 handles += make(lane.prefix, offsets, numbers)
             self._handles = handles
@@ -230,7 +256,7 @@ class Received(Sequence[ReceivedMessage]):
     @property
     def _rows(self) -> Callable[..., list[ReceivedMessage]]:
         service = self._service
-        return _codec_py.received_rows if service is None else service._received_rows
+        return _codec_py.received_rows if service is None else service.received_rows
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Received, list, tuple)):
@@ -249,13 +275,7 @@ class Received(Sequence[ReceivedMessage]):
 
 def _received(messages: list[MessageExt], handles: list[str], reconsume_times: list[int]) -> Received:
     """A Received as unpickled: acknowledged through its handles."""
-    found = Received()
-    found.messages, found._handles, found.reconsume_times = (
-        list(messages),
-        list(handles),
-        list(reconsume_times),
-    )
-    return found
+    return Received.from_handles(messages, handles, reconsume_times)
 
 
 #: The POP state of one (group, topic, queue id): a twin class (rocketstore._codec_py.PopLane, the
@@ -448,8 +468,8 @@ class PopService:
         self._ack_props = self._props[BATCH_ACK_TAG]
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._lane_type = codec.PopLane
-        self._receipt_handles = codec.receipt_handles
-        self._received_rows = codec.received_rows
+        self.receipt_handles = codec.receipt_handles
+        self.received_rows = codec.received_rows
         # receive: the common step of one queue in one call (None: always the general path)
         self._receive_run = codec.pop_receive_run if quick is not None else None
         self._acker = codec.PopAcker(self, ReceivedMessage)
@@ -767,7 +787,7 @@ class PopService:
             out.reconsume_times += [m.reconsume_times + n for m, n in zip(messages, numbers)]
         else:
             out.reconsume_times += [m.reconsume_times for m in messages]
-        out._lanes.append((lane, offsets, numbers_t, stamp))
+        out.lanes.append((lane, offsets, numbers_t, stamp))
 
     def _new_messages(
         self,
@@ -933,11 +953,11 @@ class PopService:
             raise InvalidReceiptHandleError("ack_many takes a sequence of handles, not one str")
         with self._lock:
             stale: list[str] = []
-            if isinstance(handles, Received) and handles._service is None:
+            if isinstance(handles, Received) and handles.service is None:
                 unpickled: list[str | ReceivedMessage] = list(handles.handles)  # a joined writer's
                 todo = self._current_of_handles(unpickled, stale)
             elif isinstance(handles, Received):
-                if handles._service is not self:
+                if handles.service is not self:
                     raise InvalidReceiptHandleError("these messages were received from another store")
                 todo = self._current_of_batch(handles, stale)
             else:
@@ -964,7 +984,7 @@ class PopService:
         """(lane, sorted offsets) of the messages of ``batch`` still under its delivery; the
         handles of those handed out again since go to ``stale``."""
         todo = []
-        for lane, offsets, numbers, stamp in batch._lanes:
+        for lane, offsets, numbers, stamp in batch.lanes:
             inflight = lane.inflight
             if stamp is not None and list(map(inflight.get, offsets)).count(stamp) == len(offsets):
                 todo.append((lane, sorted(offsets)))  # all still under this delivery

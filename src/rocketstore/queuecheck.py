@@ -15,10 +15,10 @@ import numpy as np
 
 from rocketstore._codec_py import queue_key
 from rocketstore.commitlog import CommitLog
-from rocketstore.consume import _DamagedUnit
-from rocketstore.dispatch import consumable_rows, plausible, queue_groups
 from rocketstore.errors import ConsumeQueueDamagedError, MessageNotFoundError
 from rocketstore.message import MessageExt
+from rocketstore.recordscan import consumable_rows, plausible, queue_groups
+from rocketstore.units import DamagedUnit
 
 __all__ = ["QueueGuard"]
 
@@ -121,16 +121,16 @@ class QueueGuard:
     ) -> Optional[MessageExt]:
         """The message a ConsumeQueue unit points at, checked: its record must have a valid CRC,
         this size, topic, queue id and queue offset, and sit where its PHYSICALOFFSET says.
-        None when its segment is gone (retention); :class:`_DamagedUnit` when the unit does not
+        None when its segment is gone (retention); :class:`DamagedUnit` when the unit does not
         point at its own record (damage: the caller rebuilds the queue or reports it missing)."""
         if commitlog_offset < 0 or size <= 0:
-            raise _DamagedUnit(topic, queue_id, queue_offset)
+            raise DamagedUnit(topic, queue_id, queue_offset)
         if commitlog_offset < self._commitlog.min_offset:
             return None
         try:
             msg = self._commitlog.read(commitlog_offset)
         except MessageNotFoundError:
-            raise _DamagedUnit(topic, queue_id, queue_offset) from None
+            raise DamagedUnit(topic, queue_id, queue_offset) from None
         if (
             msg.queue_offset != queue_offset
             or msg.queue_id != queue_id
@@ -138,7 +138,7 @@ class QueueGuard:
             or msg.commitlog_offset != commitlog_offset
             or msg.topic != topic
         ):
-            raise _DamagedUnit(topic, queue_id, queue_offset)
+            raise DamagedUnit(topic, queue_id, queue_offset)
         return msg
 
     def pull(

@@ -43,7 +43,7 @@ other bytes. Until then the file's blocks stay allocated (an unlinked, still-map
 is why a pass's freed space may show up only once old views are dropped. A read that starts
 after the deletion raises :class:`~rocketstore.errors.MessageNotFoundError`.
 
-**Policies** (issue 19; docs/guide/retention.md) add to step 2, per store (``StoreConfig``) and
+**Policies** (docs/guide/retention.md) add to step 2, per store (``StoreConfig``) and
 per topic (attributes in ``topics.json``, :func:`topic_policy`): ``retention_ms`` (age, at any
 pass), ``retention_bytes`` (the CommitLog's and each topic's size) and ``delete_when_consumed``
 (every group with an offset for the topic consumed past the segment). With any set, each pass
@@ -131,7 +131,7 @@ def _mtime_ms(path: str) -> Optional[int]:
         return None
 
 
-# ---- retention policies (issue 19) ----
+# ---- retention policies ----
 
 #: Topic attributes (``topics.json``, TopicConfig's ``attributes`` map) that set a topic's
 #: policies. RocketMQ 5.x defines no retention attribute for its local store; these take Kafka's

@@ -54,7 +54,7 @@ creates it) at once.
 
 Deviations from RocketMQ 4.x, on purpose:
 
-* §12 describes the copy without ``DELAY`` and with ``WAIT=false``; 4.x (4.9.8 included)
+* RocketMQ means the copy to go without ``DELAY``, with ``WAIT=false``; 4.x (4.9.8 included)
   serializes the properties *before* it removes ``DELAY`` and sets ``WAIT=false``, so its bytes
   keep ``DELAY`` and the original ``WAIT``. rocketstore writes what 4.9.8 writes. A 4.x consumer
   that sends such a message back at the maximum sees its dead letter delayed by the last level

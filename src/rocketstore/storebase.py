@@ -70,7 +70,7 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.group import GROUPS_DIR
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_queue_options
 from rocketstore.joined import (
     FORWARDED,
     Forwarder,
@@ -112,7 +112,6 @@ from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import (
     StoreLock,
     check_store_dir,
-    detect_queue_options,
     detect_segment_size,
     writer_present,
 )

@@ -13,14 +13,13 @@ import os
 import struct
 import sys
 import threading
-from typing import Any, Optional
+from typing import Optional
 
 from rocketstore._files import open_regular
 from rocketstore.checkpoint import CHECKPOINT_SIZE
 from rocketstore.errors import NotAStoreError, StoreLockedError
-from rocketstore.indexservice import detect_index_geometry
 
-__all__ = ["check_store_dir", "detect_segment_size", "detect_queue_options", "StoreLock"]
+__all__ = ["check_store_dir", "detect_segment_size", "StoreLock"]
 
 
 # Store directories this process holds the write lock of, by (st_dev, st_ino). POSIX record
@@ -141,27 +140,6 @@ def detect_segment_size(directory: str) -> Optional[int]:
             return None
     sizes.discard(0)  # being created by a writer
     return sizes.pop() if len(sizes) == 1 else None
-
-
-def detect_queue_options(root: str, options: dict[str, Any]) -> None:
-    """Fill in ConsumeQueue and index file sizes the store's existing files were written with."""
-    if "consume_queue_units" not in options:
-        cq_root = os.path.join(root, "consumequeue")
-        try:
-            for topic in sorted(os.listdir(cq_root))[:16]:
-                for qid in sorted(os.listdir(os.path.join(cq_root, topic)))[:4]:
-                    size = detect_segment_size(os.path.join(cq_root, topic, qid))
-                    if size and size % 20 == 0:
-                        options["consume_queue_units"] = size // 20
-                        break
-                if "consume_queue_units" in options:
-                    break
-        except OSError:
-            pass
-    if "index_slots" not in options and "index_count" not in options:
-        geometry = detect_index_geometry(root)
-        if geometry is not None:
-            options["index_slots"], options["index_count"] = geometry
 
 
 def writer_present(root: str) -> bool:

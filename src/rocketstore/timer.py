@@ -1,4 +1,4 @@
-"""Timer messages: delivery at any millisecond (RocketMQ 5.x's wheel timer, spec §12 5.x notes).
+"""Timer messages: delivery at any millisecond (RocketMQ 5.x's wheel timer, spec §12.5).
 
 **The put.** A put with ``deliver_at_ms=`` (epoch ms) or ``delay_ms=``, or with one of the
 properties a 5.x client sets (``TIMER_DELIVER_MS``, absolute epoch ms; ``TIMER_DELAY_SEC``;
@@ -387,7 +387,7 @@ class TimerService:
         if self._interval_ms and self._thread is None:
             self._thread = threading.Thread(
                 target=_run,
-                args=(weakref.ref(self), self._stop, self._wake),
+                args=(weakref.ref(self), TimerService._tick, self._stop, self._wake),
                 name="rocketstore-timer",
                 daemon=True,
             )
@@ -949,9 +949,14 @@ def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -
     )
 
 
-def _run(ref: Callable[[], Optional[TimerService]], stop: threading.Event, wake: threading.Event) -> None:
-    """The thread: a pass, then wait for its wait time (None: for ever) or a wake-up; holds the
-    service only during a pass (a dropped store is still collected)."""
+def _run(
+    ref: Callable[[], Optional[TimerService]],
+    tick: Callable[[TimerService], Optional[float]],
+    stop: threading.Event,
+    wake: threading.Event,
+) -> None:
+    """The thread: a pass (``tick``), then wait for its wait time (None: for ever) or a wake-up;
+    holds the service only during a pass (a dropped store is still collected)."""
     wait: Optional[float] = 0.0
     while not stop.is_set():
         wake.wait(wait)
@@ -961,5 +966,5 @@ def _run(ref: Callable[[], Optional[TimerService]], stop: threading.Event, wake:
         service = ref()
         if service is None:
             return
-        wait = service._tick()
+        wait = tick(service)
         del service
