@@ -22,6 +22,8 @@ PACKAGE = ROOT / "src" / "rocketstore"
 CEXT = ROOT / "cext"
 
 TWINS = ("_crc32", "_codec", "_store", "_index")
+#: Compiled modules written in plain C (cext/<name>.c): they import nothing of the package.
+PLAIN_C = ("_facade",)
 
 #: Imports no statement shows: the selector loads both twins of each kernel by name.
 DYNAMIC = {"_impl": {name + suffix for name in TWINS for suffix in ("", "_py")}}
@@ -50,14 +52,17 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("files", {"_files", "mapped_file", "_flushwatch", "checkpoint", "fastjson", "configfiles", "storedir"}),
-    ("log", {"recordscan", "commitlog", "_store_py", "_store", "sharedappend"}),
+    ("log", {"recordscan", "commitlog", "_store_py", "_store", "sharedappend", "recovery"}),
     (
         "queues",
         {"consumequeue", "_index_py", "_index", "_impl", "indexservice", "fused", "dispatch", "queuecheck"},
     ),
     ("services", {"topics", "parts", "schedule", "timer", "retention", "pop"}),
     ("processes", {"live", "writers"}),
-    ("facade", {"consume", "group", "store", "__init__"}),
+    (
+        "facade",
+        {"consume", "group", "roles", "joined", "_facade_py", "_facade", "storebase", "store", "__init__"},
+    ),
     ("tools", {"cli", "spark", "__main__"}),
 ]
 
@@ -82,7 +87,7 @@ def _module_names() -> dict[str, Path]:
 
 
 MODULES = _module_names()
-KNOWN = set(MODULES) | set(TWINS)
+KNOWN = set(MODULES) | set(TWINS) | set(PLAIN_C)
 
 
 def _is_module(dotted: str) -> bool:
@@ -187,6 +192,8 @@ def import_graph() -> dict[str, set[str]]:
         source = CEXT / f"{twin}.pyx"
         names = _pyx_imported_names(source.read_text(encoding="utf-8"))
         graph[twin] = {t for t in map(_target, names) if t is not None and t != twin}
+    for name in PLAIN_C:
+        graph[name] = set()
     for module, targets in DYNAMIC.items():
         graph[module] |= targets
     return graph
