@@ -60,6 +60,7 @@ import numpy as np
 
 from rocketstore._checks import check_int
 from rocketstore._codec_py import java_hash
+from rocketstore._hotstate import PullResult
 from rocketstore.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.message import MessageExt
@@ -226,7 +227,7 @@ def _as_filter(tag_filter: Union[TagFilter, str, None]) -> TagFilter:
     return TagFilter(tag_filter)
 
 
-class GetMessageResult:
+class GetMessageResult(PullResult):
     """What :func:`get_message` / :func:`get_units` found.
 
     ``messages`` holds what ``read`` returned for each collected unit (empty for
@@ -238,15 +239,8 @@ class GetMessageResult:
     iteration go over ``messages`` when there are any, else over ``units``.
     """
 
-    __slots__ = (
-        "status",
-        "next_begin_offset",
-        "min_offset",
-        "max_offset",
-        "messages",
-        "_units",
-        "_queue_offsets",
-    )
+    # the fields are the PullResult's it extends (compiled: a one-call pull fills them in C)
+    __slots__ = ()
 
     def __init__(
         self,
