@@ -2540,7 +2540,7 @@ cdef MappedState _segment_of(list files, int64_t offset, int64_t *start):
     if n == 0:
         return None
     o = files[0]
-    if not isinstance(o, MappedState):
+    if not _is_mapped(o):
         return None
     head = <MappedState>o
     first = head.file_from_offset
@@ -2554,7 +2554,7 @@ cdef MappedState _segment_of(list files, int64_t offset, int64_t *start):
     if k >= n:
         return None
     o = files[k]
-    if not isinstance(o, MappedState):
+    if not _is_mapped(o):
         return None
     mf = <MappedState>o
     start[0] = first + k * size
@@ -2565,7 +2565,7 @@ cdef MappedState _segment_of(list files, int64_t offset, int64_t *start):
 
 cdef inline list _files_of(object segments):
     """The files of ``segments`` (a SegmentTable), or None."""
-    if isinstance(segments, SegmentTable):
+    if _is_segments(segments):
         return (<SegmentTable>segments).files
     return None
 
@@ -2635,12 +2635,12 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     found = _queue_of(queues, topic, queue_id, qid)
     if found is None:
         return None
-    if not isinstance(found, QueueState):   # a read-only store's TailQueue: units on disk, then in memory
+    if not _is_queue(found):   # a read-only store's TailQueue: units on disk, then in memory
         if (not hasattr(found, "_tail") or not _plain_int(found._min, 0, &lowest)
                 or not _plain_int(found._start, 0, &below)):
             return None
         found = found.disk
-        if not isinstance(found, QueueState) or not lowest <= qo < below or (<QueueState>found).holes:
+        if not _is_queue(found) or not lowest <= qo < below or (<QueueState>found).holes:
             return None   # not on disk: the careful path reads the memory tail
     mf = _unit_file(<QueueState>found, qo, 1, &pos)
     if mf is None:
@@ -2684,12 +2684,12 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
     if not lo <= offset < hi:
         return None   # a bound status: the careful path says which
     n = hi - offset if hi - offset < max_msgs else max_msgs
-    if not isinstance(cq, QueueState):   # a read-only store's TailQueue: units on disk, then in memory
+    if not _is_queue(cq):   # a read-only store's TailQueue: units on disk, then in memory
         if not hasattr(cq, "_tail") or not _plain_int(cq._start, 0, &tail_start):
             return None
         if offset < tail_start:
             disk = cq.disk
-            if not isinstance(disk, QueueState) or (<QueueState>disk).holes or offset + n > tail_start:
+            if not _is_queue(disk) or (<QueueState>disk).holes or offset + n > tail_start:
                 return None   # no disk queue, or a pull from disk into memory: the careful path
             return _disk_run(<QueueState>disk, offset, n, lo, hi)
         tail = cq._tail
@@ -2711,12 +2711,12 @@ cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
     """The queue (topic, queue_id) of a store's QueueTable ``queues`` (a ConsumeQueueStore or a
     TailQueueStore), or None: no such queue, or one with holes (the careful path rebuilds it
     first). ``qid``: ``queue_id``, a plain int."""
-    if not isinstance(queues, QueueTable):
+    if not _is_table(queues):
         return None
     cq = (<QueueTable>queues).find(topic, queue_id, qid)
     if cq is None:
         return None
-    if isinstance(cq, QueueState):
+    if _is_queue(cq):
         if (<QueueState>cq).holes:
             return None
     elif cq.holes:
@@ -3031,7 +3031,7 @@ cdef int _index_catch_up(object dispatcher) except -1:
     cdef DispatchState d
     if dispatcher is None:
         return 0
-    if not isinstance(dispatcher, DispatchState):
+    if not _is_dispatch(dispatcher):
         dispatcher.catch_up(index=True)
         return 0
     d = <DispatchState>dispatcher
@@ -3045,7 +3045,7 @@ cdef int _queue_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up()`` (what the class's quick pull does first) unless its
     ``end_core`` shows nothing waits."""
     cdef DispatchState d
-    if not isinstance(dispatcher, DispatchState):
+    if not _is_dispatch(dispatcher):
         dispatcher.catch_up()
         return 0
     d = <DispatchState>dispatcher
@@ -3079,10 +3079,10 @@ cdef Py_ssize_t _walk_files(IndexState service, int32_t key_hash, int64_t lo, in
         if left <= 0:
             break
         f = files[i]
-        if not isinstance(f, IndexFileState):
+        if not _is_index_file(f):
             return -1
         mapped = (<IndexFileState>f).mapped
-        if not isinstance(mapped, MappedState):
+        if not _is_mapped(mapped):
             return -1
         mm = (<MappedState>mapped).mm
         if mm is None:
@@ -3141,7 +3141,7 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
         service = services[i]
         if service is None:
             continue
-        if not isinstance(service, IndexState):
+        if not _is_index(service):
             return None
         state = <IndexState>service
         lock = state._lock

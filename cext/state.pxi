@@ -149,3 +149,83 @@ cdef class PullResult:
     cdef public object messages
     cdef public object _units
     cdef public object _queue_offsets
+
+
+# ``isinstance(o, MappedState)`` and the like walk the type's MRO (a call into the interpreter) for
+# an instance of a subclass, which every managed object is; the reads make several such checks
+# a call. Each check first compares ``type(o)`` with the last subclass it accepted (a class cannot
+# stop extending a compiled base: its instances' layout depends on it), so the usual check is one
+# pointer comparison.
+cdef type _seen_mapped = MappedState, _seen_segments = SegmentTable, _seen_queue = QueueState
+cdef type _seen_table = QueueTable, _seen_dispatch = DispatchState, _seen_index = IndexState
+cdef type _seen_index_file = IndexFileState
+
+
+cdef inline bint _is_mapped(object o):
+    global _seen_mapped
+    if type(o) is _seen_mapped:
+        return True
+    if isinstance(o, MappedState):
+        _seen_mapped = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_segments(object o):
+    global _seen_segments
+    if type(o) is _seen_segments:
+        return True
+    if isinstance(o, SegmentTable):
+        _seen_segments = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_queue(object o):
+    global _seen_queue
+    if type(o) is _seen_queue:
+        return True
+    if isinstance(o, QueueState):
+        _seen_queue = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_table(object o):
+    global _seen_table
+    if type(o) is _seen_table:
+        return True
+    if isinstance(o, QueueTable):
+        _seen_table = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_dispatch(object o):
+    global _seen_dispatch
+    if type(o) is _seen_dispatch:
+        return True
+    if isinstance(o, DispatchState):
+        _seen_dispatch = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_index(object o):
+    global _seen_index
+    if type(o) is _seen_index:
+        return True
+    if isinstance(o, IndexState):
+        _seen_index = type(o)
+        return True
+    return False
+
+
+cdef inline bint _is_index_file(object o):
+    global _seen_index_file
+    if type(o) is _seen_index_file:
+        return True
+    if isinstance(o, IndexFileState):
+        _seen_index_file = type(o)
+        return True
+    return False

@@ -1891,11 +1891,11 @@ class QueueTable:
         self._table: dict[Any, Any] = {}
         self._queues: Mapping[Any, Any] = MappingProxyType(self._table)
 
-    def _put_queue(self, key, queue):
+    def _put_queue(self, key: Any, queue: Any) -> None:
         """``_queues[key] = queue``."""
         self._table[key] = queue
 
-    def _take_queues(self):
+    def _take_queues(self) -> list[Any]:
         """Empty the table; its queues, in table order."""
         queues = list(self._table.values())
         self._table.clear()
@@ -1932,7 +1932,15 @@ class IndexFileState:
 class PullResult:
     """The fields of consume.GetMessageResult (which extends it)."""
 
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "_units", "_queue_offsets")
+    __slots__ = (
+        "status",
+        "next_begin_offset",
+        "min_offset",
+        "max_offset",
+        "messages",
+        "_units",
+        "_queue_offsets",
+    )
 
 
 def _segment_of(files, offset):

@@ -1149,7 +1149,7 @@ class ConsumeQueueStore(QueueTable):
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of (topic, queue_id), created empty (nothing on disk yet) if missing."""
         key = (topic, queue_id)
-        cq = self._queues.get(key)
+        cq: Optional[ConsumeQueue] = self._queues.get(key)
         if cq is not None:
             return cq
         with self._lock:

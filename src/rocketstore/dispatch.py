@@ -958,7 +958,9 @@ class TailQueueStore(QueueTable):
         :meth:`ConsumeQueueStore.recover`); returns their max physical offsets."""
         ends = [cq.recover() if limit is None else cq.recover_prefix(limit) for cq in self.disk]
         for cq in self.disk:
-            self._put_queue((cq.topic, cq.queue_id), TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file))
+            self._put_queue(
+                (cq.topic, cq.queue_id), TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file)
+            )
         return ends
 
     @property
