@@ -10,19 +10,13 @@ Each implementation is an :class:`Implementation`: a named bundle of the twin mo
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 from typing import Any
 
 __all__ = ["Implementation", "PURE", "COMPILED", "DEFAULT", "NO_EXTENSIONS", "REQUIRE_EXTENSIONS"]
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
-NO_EXTENSIONS = _env_flag("ROCKETSTORE_NO_EXTENSIONS")
-REQUIRE_EXTENSIONS = _env_flag("ROCKETSTORE_REQUIRE_EXTENSIONS")
+from rocketstore._hotstate import NO_EXTENSIONS, REQUIRE_EXTENSIONS
 
 _TWINS = ("crc32", "codec", "store", "index")
 

@@ -548,6 +548,7 @@ class MessageStore:
             self._dispatcher,
             MAX_MSGS_NUM_BATCH,
             self._follower,
+            result_type=GetMessageResult,
         )
         switch_safe = self._impl.store.SwitchSafe
         for name in _FAST_READS:
