@@ -128,38 +128,17 @@ cdef extern from "append.h" nogil:
 
 
 cdef extern from "serve.h" nogil:
-    long rs_serve_waiting()
-    void rs_serve_done()
-    void rs_serve_yield()
-    long *rs_serve_counter()
     int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t **out, uint64_t *out_len,
                       uint64_t max_len)
-
-
-from cpython.pycapsule cimport PyCapsule_New
-
-#: serve.h's count of threads that want the GIL, which a put lets have it first (it would keep
-#: it for Python's 5 ms switch interval otherwise): rocketstore._index counts a dispatching
-#: thread there (gil_first, and as a fused pass or a nap ends).
-GIL_WAITERS = PyCapsule_New(<void *>rs_serve_counter(), b"rocketstore._store.GIL_WAITERS", NULL)
-
-
-def _gil_waiting():
-    """How many threads GIL_WAITERS counts now (for the tests: 0 whenever none is waking up)."""
-    return rs_serve_waiting()
 
 
 cdef extern from *:
     """
     #include <pthread.h>
     /* Forks since this module loaded, counted in the child (pthread_atfork): a core made
-       before a fork refuses to append in the child (its files are the parent's). The threads
-       serve.h counted as waiting for the GIL are not in the child. */
+       before a fork refuses to append in the child (its files are the parent's). */
     static volatile long rs_fork_generation = 0;
-    static void rs_fork_child(void) {
-        rs_fork_generation++;
-        __atomic_store_n(rs_serve_counter(), 0, __ATOMIC_RELEASE);
-    }
+    static void rs_fork_child(void) { rs_fork_generation++; }
     static int rs_watch_forks(void) { return pthread_atfork(NULL, NULL, rs_fork_child); }
     """
     long rs_fork_generation
@@ -692,9 +671,8 @@ MAX_FRAME = RS_MAX_FRAME
 def serve_step(int fd, reply):
     """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
     whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
-    next frame, all without the GIL; its payload, or None at the end of the stream. A call that
-    came in is counted while it waits for the GIL, and the owner's puts let go of the GIL for it
-    (see serve.h). OSError as the socket's; ValueError for a frame over MAX_FRAME."""
+    next frame, all without the GIL; its payload, or None at the end of the stream. OSError as
+    the socket's; ValueError for a frame over MAX_FRAME."""
     cdef Py_buffer view
     cdef uint8_t *out = NULL
     cdef uint64_t n = 0
@@ -703,8 +681,6 @@ def serve_step(int fd, reply):
     try:
         with nogil:
             rc = rs_serve_step(fd, <const uint8_t *>view.buf, <size_t>view.len, &out, &n, RS_MAX_FRAME)
-        if rc == 0:
-            rs_serve_done()
     finally:
         PyBuffer_Release(&view)
     if rc == 1:
@@ -2020,9 +1996,6 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef int qid
         self._check_open()
-        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
-            with nogil:
-                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -2092,9 +2065,6 @@ cdef class CommitLogCore:
         cdef int64_t blen, length
         cdef int64_t[::1] rec_lens
         self._check_open()
-        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
-            with nogil:
-                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -2244,9 +2214,6 @@ cdef class CommitLogCore:
         cdef bytes body, props
         cdef int64_t[::1] rec_lens
         self._check_open()
-        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
-            with nogil:
-                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, n)
         rec_lens_arr = np.empty(n, dtype=np.int64)
@@ -2316,9 +2283,6 @@ cdef class CommitLogCore:
         if n == 0 or not _MESSAGE_SLOTS_OK:
             return None
         self._check_open()
-        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
-            with nogil:
-                rs_serve_yield()
         if self._refusal is not None:
             return None
         rows = <_PlainRow *>PyMem_Malloc(n * sizeof(_PlainRow))

@@ -1,13 +1,5 @@
 /* The owner's side of a joined writer's connection (rocketstore.writers): send a reply and read
- * the next call without the GIL, and let a call that came in have the GIL soon.
- *
- * A thread serving joined writers waits in rs_serve_step without the GIL; when a call has come
- * in it counts itself in rs_serve_waiting before it takes the GIL again. The owner's own puts
- * look at that count (one atomic load) and, when a call waits, let go of the GIL until it has
- * been taken: without that a busy owner thread keeps the GIL for Python's switch interval (5 ms)
- * while a joined writer's call waits. A thread dispatching the store's records counts itself there
- * too, while its pass needs the GIL and as a fused pass or a nap ends (rocketstore._index's
- * gil_first and gil_nap, through _store.GIL_WAITERS). */
+ * the next call, without the GIL. */
 #ifndef ROCKETSTORE_SERVE_H
 #define ROCKETSTORE_SERVE_H
 
@@ -15,32 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include <time.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0
 #endif
-
-static long rs_serve_waiters = 0;
-
-static inline long rs_serve_waiting(void) { return __atomic_load_n(&rs_serve_waiters, __ATOMIC_ACQUIRE); }
-
-/* The count itself, for the other modules' threads that wait for the GIL the same way (the fused
- * dispatch of rocketstore._index, through _store.GIL_WAITERS). */
-static inline long *rs_serve_counter(void) { return &rs_serve_waiters; }
-
-/* The caller has the GIL again: it no longer waits for it. */
-static inline void rs_serve_done(void) { __atomic_sub_fetch(&rs_serve_waiters, 1, __ATOMIC_RELEASE); }
-
-/* An owner's put while a serving thread waits for the GIL: wait (without the GIL) until it has
- * it, at most about a millisecond. */
-static inline void rs_serve_yield(void) {
-    struct timespec pause = {0, 20000};
-    for (int i = 0; i < 50 && rs_serve_waiting() > 0; i++)
-        nanosleep(&pause, NULL);
-}
 
 static int rs_serve_send(int fd, const uint8_t *data, size_t len) {
     while (len > 0) {
@@ -74,9 +46,8 @@ static int rs_serve_recv(int fd, uint8_t *into, size_t len) {
 }
 
 /* Send `reply` (a whole frame, or nothing), then read the next frame's payload into a malloc'd
- * *out of *out_len bytes (the caller frees it). Returns 0 (and counts the caller in
- * rs_serve_waiters: it calls rs_serve_done once it has the GIL), 1 at end of stream, -EMSGSIZE
- * for a frame longer than max_len, else -errno. */
+ * *out of *out_len bytes (the caller frees it). Returns 0, 1 at end of stream, -EMSGSIZE for a
+ * frame longer than max_len, else -errno. */
 static int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t **out, uint64_t *out_len,
                          uint64_t max_len) {
     uint8_t head[8];
@@ -101,7 +72,6 @@ static int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t
     }
     *out = buf;
     *out_len = size;
-    __atomic_add_fetch(&rs_serve_waiters, 1, __ATOMIC_ACQ_REL);
     return 0;
 }
 
