@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rocketstore import Message, MessageStore, _impl
+from rocketstore import MessageStore, _impl
 from rocketstore.dispatch import DispatchThread
 
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")

@@ -45,6 +45,7 @@ from rocketstore.message import SPECIAL_PROPERTIES, Message
 from rocketstore.status import PutStatus
 
 __all__ = [
+    "Message",
     "CommitLogCore",
     "PutResult",
     "BatchPutResult",

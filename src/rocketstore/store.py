@@ -45,6 +45,7 @@ from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
 from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
+from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
@@ -1667,7 +1668,7 @@ class MessageStore:
     def _check_user_topic(self, topic: object) -> None:
         """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
         the store's own puts into them (delay, send_back) do not come through here."""
-        name = topic.topic if isinstance(topic, Message) else topic
+        name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
         if name.__class__ is str and len(self._user_topics) < 65536:
             self._user_topics.add(name)
@@ -1708,7 +1709,7 @@ class MessageStore:
         delay_level: Optional[int] = None,
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> tuple[Any, ...]:
-        if not isinstance(m, Message):
+        if not isinstance(m, MESSAGE_TYPES):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
         queue_id, flag = check_put_ints(m.queue_id, m.flag)
