@@ -19,7 +19,6 @@ from _index cimport *
 # plain C declarations, so this module does not import rocketstore._codec.
 from _codec cimport rs_batch_row, rs_java_hash_utf8_update, rs_keyref_row
 
-import contextlib
 import operator as _operator
 
 import numpy as _np
@@ -45,7 +44,7 @@ cdef extern from *:
 __all__ = [
     "IndexFile", "index_file_size", "select_files", "index_file_name", "parse_index_file_name",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
-    "rebuild_slots", "gil_nap", "gil_first",
+    "rebuild_slots",
 ]
 
 # ---- constants, from index.h ----
@@ -590,30 +589,6 @@ cdef extern from "index.h" nogil:
 cdef extern from *:
     void __builtin_prefetch(const void *addr, int rw) noexcept nogil
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from libc.time cimport time_t
-from posix.time cimport nanosleep, timespec
-
-#: gil_nap's longest sleep (seconds), as the pure twin's
-MAX_NAP_SECONDS = 3600.0
-
-
-def gil_nap(double seconds):
-    """Sleep ``seconds`` without the GIL: the dispatch thread's wait between two passes."""
-    cdef timespec t
-    if not 0 <= seconds <= MAX_NAP_SECONDS:
-        raise ValueError(f"seconds must be between 0 and {MAX_NAP_SECONDS:g}, not {seconds}")
-    t.tv_sec = <time_t>seconds
-    t.tv_nsec = <long>((seconds - <double>t.tv_sec) * 1e9)
-    with nogil:
-        nanosleep(&t, NULL)
-
-
-def gil_first():
-    """A context manager that does nothing (held around a dispatch pass)."""
-    return _NULL_CONTEXT
-
-
-_NULL_CONTEXT = contextlib.nullcontext()
 
 #: why dispatch_fused stopped: its range's end or its record limit; no whole record at the stop
 #: position (the general path's decode says why); the record there needs the general path; its

@@ -1,10 +1,9 @@
-"""The background dispatch thread's waits: between two passes it naps (``index.gil_nap``, without
-the GIL in the compiled build), and it leaves a pass to a thread already dispatching."""
+"""The background dispatch thread's waits: between two passes it naps, and it leaves a pass to a
+thread already dispatching."""
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 
@@ -14,26 +13,6 @@ from rocketstore import MessageStore, _impl
 from rocketstore.dispatch import DispatchThread
 
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
-
-
-@pytest.mark.parametrize("bad", [-0.001, -1.0, math.nan, math.inf, 3600.5])
-def test_gil_nap_refuses_a_time_out_of_range(impl, bad):
-    with pytest.raises(ValueError, match="seconds must be between 0 and 3600"):
-        impl.index.gil_nap(bad)
-
-
-def test_gil_nap_sleeps(impl):
-    impl.index.gil_nap(0)
-    start = time.monotonic()
-    impl.index.gil_nap(0.02)
-    assert time.monotonic() - start >= 0.019
-
-
-def test_gil_first_nests_and_ends_on_an_error(impl):
-    with impl.index.gil_first(), impl.index.gil_first():
-        pass
-    with pytest.raises(KeyError), impl.index.gil_first():
-        raise KeyError("inside")
 
 
 def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching(tmp_path, impl):

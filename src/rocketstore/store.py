@@ -917,7 +917,6 @@ class MessageStore:
                 delay_levels_ms=cfg.delay_levels_ms,
                 index_lazily=True,
                 end_core=commitlog,
-                gil_first=self._impl.index.gil_first,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             self._rebuild(end)
@@ -953,7 +952,6 @@ class MessageStore:
             delay_levels_ms=cfg.delay_levels_ms,
             fused=cfg.fused_dispatch,
             end_core=core,
-            gil_first=self._impl.index.gil_first,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         self._rebuild(end)  # what the queues and the index miss of the CommitLog
@@ -964,7 +962,6 @@ class MessageStore:
                 cfg.dispatch_interval_ms,
                 checkpoint=weak_method(self._background_checkpoint),
                 checkpoint_interval_ms=cfg.checkpoint_interval_ms,
-                nap=self._impl.index.gil_nap,
             )
         self._parts = StoreParts(
             self.path,
