@@ -194,6 +194,9 @@ cdef extern from "Python.h":
     bint PyTuple_CheckExact(object o)
     int PySet_Contains(object s, object key) except -1
     void PyErr_Clear()
+    int PyObject_GC_IsTracked(object o)
+    void PyObject_GC_Track(object o)
+    void PyObject_GC_UnTrack(object o)
 
 from rocketstore import message as _message_mod
 
@@ -206,6 +209,19 @@ cdef object _PLAIN_MESSAGE = _message_mod.Message
 
 cdef int _unset_field(Message m, str name) except -1:
     raise AttributeError(f"'Message' object has no attribute '{name}'")
+
+
+# A Message (exactly this class) whose fields are all None, str, bytes or int can be part of no
+# reference cycle: it is left out of the cyclic GC, as CPython leaves out tuples and dicts of such
+# values, so that building a batch of messages does not run collections over them (about 120 ns a
+# message with the GC on, measured). A field set to anything else tracks it again.
+cdef inline bint _atomic(object v) noexcept:
+    return v is None or PyUnicode_CheckExact(v) or PyBytes_CheckExact(v) or PyLong_CheckExact(v)
+
+
+cdef inline void _track_unless_atomic(Message m, object value) noexcept:
+    if not _atomic(value) and not PyObject_GC_IsTracked(m):
+        PyObject_GC_Track(m)
 
 
 @cython.embedsignature(False)       # the docstring's first line is the signature inspect reads
@@ -237,6 +253,13 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
         self._reconsume_times = reconsume_times
         self._sys_flag = sys_flag
         self._unset = 0
+        if (type(self) is Message and _atomic(topic) and _atomic(body) and _atomic(tags) and _atomic(keys)
+                and _atomic(properties) and _atomic(flag) and _atomic(queue_id) and _atomic(born_timestamp)
+                and _atomic(reconsume_times) and _atomic(sys_flag)):
+            if PyObject_GC_IsTracked(self):
+                PyObject_GC_UnTrack(self)
+        elif not PyObject_GC_IsTracked(self):
+            PyObject_GC_Track(self)
 
     @property
     def topic(self):
@@ -248,6 +271,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def topic(self, value):
         self._topic = value
         self._unset &= ~1
+        _track_unless_atomic(self, value)
 
     @topic.deleter
     def topic(self):
@@ -266,6 +290,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def body(self, value):
         self._body = value
         self._unset &= ~2
+        _track_unless_atomic(self, value)
 
     @body.deleter
     def body(self):
@@ -284,6 +309,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def tags(self, value):
         self._tags = value
         self._unset &= ~4
+        _track_unless_atomic(self, value)
 
     @tags.deleter
     def tags(self):
@@ -302,6 +328,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def keys(self, value):
         self._keys = value
         self._unset &= ~8
+        _track_unless_atomic(self, value)
 
     @keys.deleter
     def keys(self):
@@ -320,6 +347,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def properties(self, value):
         self._properties = value
         self._unset &= ~16
+        _track_unless_atomic(self, value)
 
     @properties.deleter
     def properties(self):
@@ -338,6 +366,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def flag(self, value):
         self._flag = value
         self._unset &= ~32
+        _track_unless_atomic(self, value)
 
     @flag.deleter
     def flag(self):
@@ -356,6 +385,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def queue_id(self, value):
         self._queue_id = value
         self._unset &= ~64
+        _track_unless_atomic(self, value)
 
     @queue_id.deleter
     def queue_id(self):
@@ -374,6 +404,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def born_timestamp(self, value):
         self._born_timestamp = value
         self._unset &= ~128
+        _track_unless_atomic(self, value)
 
     @born_timestamp.deleter
     def born_timestamp(self):
@@ -392,6 +423,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def reconsume_times(self, value):
         self._reconsume_times = value
         self._unset &= ~256
+        _track_unless_atomic(self, value)
 
     @reconsume_times.deleter
     def reconsume_times(self):
@@ -410,6 +442,7 @@ A message to store: topic, body, and optional tags, keys, properties, flag, queu
     def sys_flag(self, value):
         self._sys_flag = value
         self._unset &= ~512
+        _track_unless_atomic(self, value)
 
     @sys_flag.deleter
     def sys_flag(self):
