@@ -3506,14 +3506,27 @@ cdef class FastReads:
         return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
+cdef object _COMPILED_MESSAGE = None
+
+
+cdef object _compiled_message_type():
+    """rocketstore._store.Message, the compiled twin's Message (imported at the first call: that
+    module is loaded after this one)."""
+    global _COMPILED_MESSAGE
+    if _COMPILED_MESSAGE is None:
+        from rocketstore._store import Message
+        _COMPILED_MESSAGE = Message
+    return _COMPILED_MESSAGE
+
+
 def plain_message_items(messages, user_topics):
     """The core's put items of a put_messages batch's plain messages (see rocketstore._codec_py)."""
     cdef list items = [], slow = []
     cdef Py_ssize_t i = 0
     cdef object qid, flag, born, tags, keys
-    message_type = _message_mod.Message
+    cdef object message_type = _message_mod.Message, compiled_type = _compiled_message_type()
     for m in messages:
-        if type(m) is message_type:
+        if type(m) is message_type or type(m) is compiled_type:
             topic = m.topic
             body = m.body
             qid = m.queue_id

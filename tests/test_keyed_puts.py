@@ -454,3 +454,11 @@ def test_messages_of_a_subclass_or_with_a_field_unset_take_the_general_path(stor
     assert store.read(done[0].commitlog_offset).body == b"sub"
     with pytest.raises(AttributeError):
         store.put_messages([unset])
+
+
+@pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+def test_the_compiled_general_path_reads_either_message_type_in_one_pass():
+    messages = [t(TOPIC, b"x", keys="k") for t in _impl.MESSAGE_TYPES] + [Message("Other", b"y")]
+    items, slow = _impl.COMPILED.codec.plain_message_items(messages, {TOPIC})
+    assert slow == [len(messages) - 1]
+    assert items[0] == items[1] == (TOPIC, b"x", b"KEYS\x01k\x02", -1, 0, 0, 0, 0, None)
