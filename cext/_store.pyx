@@ -128,6 +128,10 @@ cdef extern from "append.h" nogil:
 
 
 cdef extern from "serve.h" nogil:
+    long rs_serve_waiting()
+    void rs_serve_done()
+    void rs_serve_yield()
+    void rs_serve_forget()
     int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t **out, uint64_t *out_len,
                       uint64_t max_len)
 
@@ -136,9 +140,13 @@ cdef extern from *:
     """
     #include <pthread.h>
     /* Forks since this module loaded, counted in the child (pthread_atfork): a core made
-       before a fork refuses to append in the child (its files are the parent's). */
+       before a fork refuses to append in the child (its files are the parent's). The threads
+       serve.h counted as waiting for the GIL are not in the child. */
     static volatile long rs_fork_generation = 0;
-    static void rs_fork_child(void) { rs_fork_generation++; }
+    static void rs_fork_child(void) {
+        rs_fork_generation++;
+        rs_serve_forget();
+    }
     static int rs_watch_forks(void) { return pthread_atfork(NULL, NULL, rs_fork_child); }
     """
     long rs_fork_generation
@@ -670,8 +678,9 @@ MAX_FRAME = RS_MAX_FRAME
 def serve_step(int fd, reply):
     """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
     whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
-    next frame, all without the GIL; its payload, or None at the end of the stream. OSError as
-    the socket's; ValueError for a frame over MAX_FRAME."""
+    next frame, all without the GIL; its payload, or None at the end of the stream. A call that
+    came in is counted while it waits for the GIL, and the owner's puts let go of the GIL for it
+    (see serve.h). OSError as the socket's; ValueError for a frame over MAX_FRAME."""
     cdef Py_buffer view
     cdef uint8_t *out = NULL
     cdef uint64_t n = 0
@@ -680,6 +689,8 @@ def serve_step(int fd, reply):
     try:
         with nogil:
             rc = rs_serve_step(fd, <const uint8_t *>view.buf, <size_t>view.len, &out, &n, RS_MAX_FRAME)
+        if rc == 0:
+            rs_serve_done()
     finally:
         PyBuffer_Release(&view)
     if rc == 1:
@@ -1995,6 +2006,9 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef int qid
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -2064,6 +2078,9 @@ cdef class CommitLogCore:
         cdef int64_t blen, length
         cdef int64_t[::1] rec_lens
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
         t = self._topic(topic)
@@ -2213,6 +2230,9 @@ cdef class CommitLogCore:
         cdef bytes body, props
         cdef int64_t[::1] rec_lens
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, n)
         rec_lens_arr = np.empty(n, dtype=np.int64)
@@ -2282,6 +2302,9 @@ cdef class CommitLogCore:
         if n == 0:
             return None
         self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
         if self._refusal is not None:
             return None
         rows = <_PlainRow *>PyMem_Malloc(n * sizeof(_PlainRow))
