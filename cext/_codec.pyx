@@ -3355,14 +3355,16 @@ cdef class FastReads:
         return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
-def plain_message_items(messages, user_topics):
+def plain_message_items(messages, user_topics, message_types=None):
     """The core's put items of a put_messages batch's plain messages (see rocketstore._codec_py)."""
     cdef list items = [], slow = []
     cdef Py_ssize_t i = 0
     cdef object qid, flag, born, tags, keys
-    message_type = _message_mod.Message
+    cdef object message_type = _message_mod.Message, other_type = _message_mod.Message
+    if message_types is not None:
+        message_type, other_type = (tuple(message_types) * 2)[:2]
     for m in messages:
-        if type(m) is message_type:
+        if type(m) is message_type or type(m) is other_type:
             topic = m.topic
             body = m.body
             qid = m.queue_id

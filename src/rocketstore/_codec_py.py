@@ -394,17 +394,19 @@ def put_properties(tags, keys, properties) -> tuple:
     return encode_properties(props), props.get("UNIQ_KEY"), wait
 
 
-def plain_message_items(messages, user_topics) -> tuple[list, list]:
+def plain_message_items(messages, user_topics, message_types=None) -> tuple[list, list]:
     """The core's put items of the plain messages of a ``put_messages`` batch, checked in one
     call: a :class:`rocketstore.Message` of a topic in ``user_topics`` (already checked), bytes
     body, no properties, sys_flag and reconsume_times 0, queue id, flag and born timestamp in
     range; tags and keys as :func:`put_properties` takes them. Returns ``(items, slow)``: an item
     tuple per message, None where a message is not plain, and the indices of those (the caller
-    checks them one by one)."""
+    checks them one by one). ``message_types``: the exact Message classes read as plain (None:
+    :class:`rocketstore.message.Message`; a store passes both twins' classes)."""
+    types = (Message,) if message_types is None else tuple(message_types)
     items: list = []
     slow: list = []
     for i, m in enumerate(messages):
-        if type(m) is Message:
+        if type(m) in types:
             topic, body, qid, flag, born = m.topic, m.body, m.queue_id, m.flag, m.born_timestamp
             if (
                 type(topic) is str

@@ -15,7 +15,6 @@ index entries in anonymous memory. Nothing is written to the store directory.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
@@ -136,7 +135,6 @@ class Dispatcher(DispatchState):
         index_lazily: bool = False,
         fused: bool = True,
         end_core: Any = None,
-        gil_first: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -161,9 +159,6 @@ class Dispatcher(DispatchState):
         #: otherwise): a compiled reader sees that nothing waits (``offset >= wrote_offset``, not
         #: index_lazily) with two attribute reads instead of a catch_up call (codec.key_lookup).
         self.end_core = end_core
-        #: held around a pass: the index module's gil_first (the compiled one has the putting
-        #: threads let go of the GIL while the pass waits for it; see rocketstore._index)
-        self._gil_first = gil_first
         self._index_only = False
         #: the compiled one-pass dispatch of the common case (None: the general path only)
         self._fused: Optional[FusedDispatch] = (
@@ -213,24 +208,23 @@ class Dispatcher(DispatchState):
         if not self._lock.acquire(blocking):
             return None
         try:
-            with self._gil_first():
-                end = self._end_of()
-                target = end if target is None else min(target, end)
-                pos = self.offset
-                self._progress = progress
-                try:
-                    pos = self._catch_up_to(pos, target)
-                finally:
-                    self._progress = None
-                self.offset = pos
-                return pos
+            end = self._end_of()
+            target = end if target is None else min(target, end)
+            pos = self.offset
+            self._progress = progress
+            try:
+                pos = self._catch_up_to(pos, target)
+            finally:
+                self._progress = None
+            self.offset = pos
+            return pos
         finally:
             self._lock.release()
 
     def _catch_up_index(self) -> None:
         """Index the keys of the records dispatched since :attr:`indexed`, by the same walk over
         the segments as the dispatch (damaged records stepped over alike), without their units."""
-        with self._lock, self._gil_first():
+        with self._lock:
             end = self.offset
             self._index_only = True
             try:
@@ -435,8 +429,7 @@ class Dispatcher(DispatchState):
 
 class DispatchThread:
     """Calls ``dispatcher.try_catch_up()`` every ``interval_ms`` until :meth:`stop` (waiting
-    with ``nap``, the index module's ``gil_nap``), and ``checkpoint()`` every
-    ``checkpoint_interval_ms`` (0: never).
+    with ``nap``), and ``checkpoint()`` every ``checkpoint_interval_ms`` (0: never).
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
     themselves), and their durable state recorded in the checkpoint, which bounds what a
