@@ -108,7 +108,7 @@ def batch_general(s, keys, bodies):
     s._check_user_topic(TOPIC)
     for i in range(0, len(keys), BATCH):
         messages = [Message(TOPIC, b, keys=k) for k, b in zip(keys[i : i + BATCH], bodies[i : i + BATCH])]
-        items, slow = codec.plain_message_items(messages, topics)
+        items, slow = codec.plain_message_items(messages, topics, (Message,))
         assert not slow
         core.put_many(items, -1)
 

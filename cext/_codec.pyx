@@ -39,8 +39,9 @@ from rocketstore._codec_py import timer_properties as _timer_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 InvalidTopicError, PropertiesTooLargeError)
 from rocketstore import message as _message_mod
+from rocketstore.status import GetMessageStatus as _GetMessageStatus
+from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
-from rocketstore.mapped_file import MappedFile as _MappedFile
 
 cdef extern from *:
     """
@@ -2090,7 +2091,6 @@ def check_units(positions, digests, units, int32_t queue_id, key, int64_t first_
       offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
       (sorted: records whose damage is reported already) or below ``low`` (deleted);
     * UNIT_BAD otherwise."""
-    from rocketstore.consumequeue import CQ_UNIT_DTYPE
     cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
     cdef const uint64_t[::1] dig_v = _np.ascontiguousarray(digests, dtype=_np.uint64)
     cdef const int64_t[::1] bad_v = _np.ascontiguousarray(damaged, dtype=_np.int64)
@@ -2099,7 +2099,7 @@ def check_units(positions, digests, units, int32_t queue_id, key, int64_t first_
     cdef const uint8_t[::1] raw
     if dig_v.shape[0] != n:
         raise ValueError(f"{dig_v.shape[0]} digests for {n} records")
-    if not isinstance(units, _np.ndarray) or units.dtype != CQ_UNIT_DTYPE or units.ndim != 1:
+    if not isinstance(units, _np.ndarray) or units.dtype != _CQ_UNIT_DTYPE or units.ndim != 1:
         raise ValueError("units must be a 1-d array of CQ_UNIT_DTYPE")
     m = len(units)
     out = _np.zeros(m, dtype=_np.uint8)
@@ -2522,156 +2522,30 @@ cdef inline void _prefetch_record(const uint8_t *base, int64_t pos, int64_t size
         line += 64
 
 
-# ---- Reading a slot without the attribute machinery ----
-#
-# The point reads below read a handful of attributes of the store's Python objects per call
-# (a segment's map and write position, a queue's files and bounds, ...). Each ``obj.name`` is a
-# type lookup, a descriptor call and a conversion (tens of ns); for a ``__slots__`` attribute the
-# value is a pointer at a fixed offset in the object. ``_slot_get`` reads it there: it learns,
-# once per type (and again whenever the type is changed: its version tag), whether ``name`` is a
-# plain object slot of that type (a member descriptor of type T_OBJECT_EX, which a subclass or
-# a later assignment to the class may replace by anything else), and reads an unset slot or
-# anything else through ``getattr``, so the result (and error) is always ``getattr``'s.
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-    int T_OBJECT_EX
-
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef *d_member
-    ctypedef struct PyTypeObject:
-        unsigned int tp_version_tag
-        unsigned long tp_flags
-    PyTypeObject *Py_TYPE(object o)
-    unsigned long Py_TPFLAGS_VALID_VERSION_TAG
-
-
-cdef object _MEMBER_DESCRIPTOR = type(_MappedFile.mm)
+include "state.pxi"
 
 
 cdef class FastRLock   # defined with the POP service's code below
 
 
-cdef struct _Slot:
-    PyObject *type            # a strong reference, or NULL: nothing learnt yet
-    unsigned int version      # the type's version tag when learnt
-    Py_ssize_t offset         # where the slot is in an instance of type; -1: not a plain slot
-
-
-cdef int _slot_learn(object obj, _Slot *s, str name) except -1:
-    cdef PyTypeObject *tp = Py_TYPE(obj)
-    cdef PyObject *old = s.type
-    cdef Py_ssize_t offset = -1
-    descr = getattr(type(obj), name, None)   # also gives the type its version tag
-    if (type(descr) is _MEMBER_DESCRIPTOR
-            and (<PyMemberDescrObject *>descr).d_member.type == T_OBJECT_EX
-            and isinstance(obj, descr.__objclass__)
-            and (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) and tp.tp_version_tag != 0):
-        offset = (<PyMemberDescrObject *>descr).d_member.offset
-    Py_INCREF(type(obj))
-    s.type = <PyObject *>tp
-    s.version = tp.tp_version_tag
-    s.offset = offset
-    Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
-    return 0
-
-
-cdef inline object _slot_get(object obj, _Slot *s, str name):
-    """``getattr(obj, name)``, from the slot itself when ``name`` is a plain slot of its type."""
-    cdef PyTypeObject *tp = Py_TYPE(obj)
-    cdef PyObject *value
-    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
-        _slot_learn(obj, s, name)
-        if <PyObject *>tp != s.type:   # a finalizer the learning ran learnt another type
-            return getattr(obj, name)
-    if s.offset >= 0:
-        value = (<PyObject **>(<char *><PyObject *>obj + s.offset))[0]
-        if value != NULL:
-            return <object>value
-    return getattr(obj, name)
-
-
-cdef inline int _slot_set(object obj, _Slot *s, str name, object value) except -1:
-    """``setattr(obj, name, value)``, into the slot itself when ``name`` is a plain slot of its type."""
-    cdef PyTypeObject *tp = Py_TYPE(obj)
-    cdef PyObject **at
-    cdef PyObject *old
-    if <PyObject *>tp != s.type or tp.tp_version_tag != s.version or not (tp.tp_flags & Py_TPFLAGS_VALID_VERSION_TAG):
-        _slot_learn(obj, s, name)
-    if s.offset < 0 or <PyObject *>tp != s.type:   # (a finalizer the learning ran learnt another type)
-        setattr(obj, name, value)
-        return 0
-    at = <PyObject **>(<char *><PyObject *>obj + s.offset)
-    old = at[0]
-    Py_INCREF(value)
-    at[0] = <PyObject *>value
-    Py_XDECREF(old)   # last: a finalizer it runs sees the new value
-    return 0
-
-
-# one per (attribute, call site kind); each learns the one type it meets
-cdef _Slot _mf_mm, _mf_wrote, _files_files, _segments_files, _cq_holes, _cq_min_logic, _cq_files
-cdef _Slot _queues_table
-
-
-# A MappedFile's file_from_offset and file_size are set once, in its __init__ (mapped_file.py):
-# they can be remembered by the object's identity. The table keeps a strong reference to each
-# file it remembers, so an address is never reused by another file while its entry stands; it
-# keeps the Python object only, not its map nor a buffer export of it, so retention and close
-# still unmap and delete the file (a closed file's entry is harmless: its geometry is still
-# true, and every read still asks its ``mm``). Only exact MappedFile objects are remembered.
-cdef enum:
-    _GEOMETRY_SLOTS = 256   # a power of two
-
-
-cdef struct _Geometry:
-    PyObject *mf   # a strong reference, or NULL
-    int64_t start
-    int64_t size
-
-
-cdef _Geometry _geometries[_GEOMETRY_SLOTS]
-
-
-cdef int _geometry(object mf, int64_t *start, int64_t *size) except -1:
-    """``mf.file_from_offset`` and ``mf.file_size`` into ``start`` and ``size``, remembered."""
-    cdef _Geometry *g = &_geometries[(<size_t><PyObject *>mf >> 4) & (_GEOMETRY_SLOTS - 1)]
-    cdef PyObject *old
-    cdef int64_t s, z
-    if g.mf == <PyObject *>mf:
-        start[0] = g.start
-        size[0] = g.size
-        return 0
-    s = mf.file_from_offset
-    z = mf.file_size
-    start[0] = s
-    size[0] = z
-    if type(mf) is _MappedFile:
-        old = g.mf
-        Py_INCREF(mf)
-        g.mf = <PyObject *>mf
-        g.start = s
-        g.size = z
-        Py_XDECREF(old)   # last: a finalizer it runs sees a whole table
-    return 0
-
-
 @cython.cdivision(True)   # offset - first >= 0 and size > 0: C's division is the floor
-cdef object _segment_of(object files, int64_t offset, int64_t *start):
-    """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
+cdef MappedState _segment_of(list files, int64_t offset, int64_t *start):
+    """The file of ``files`` (a SegmentTable's: of one size, ascending, without gaps) that
     holds ``offset``, or None; ``start`` gets where it starts."""
     cdef Py_ssize_t n
-    cdef int64_t first = 0, size = 0, k, at = 0, its_size = 0
-    if type(files) is not list:
+    cdef int64_t first, size, k
+    cdef MappedState head, mf
+    if files is None:
         return None
-    n = len(<list>files)
+    n = len(files)
     if n == 0:
         return None
-    _geometry((<list>files)[0], &first, &size)
+    o = files[0]
+    if not _is_mapped(o):
+        return None
+    head = <MappedState>o
+    first = head.file_from_offset
+    size = head.file_size
     if size <= 0 or offset < first:
         return None
     if size & (size - 1) == 0:   # a power of two (a CommitLog segment): a shift, not a division
@@ -2680,12 +2554,21 @@ cdef object _segment_of(object files, int64_t offset, int64_t *start):
         k = (offset - first) // size
     if k >= n:
         return None
-    mf = (<list>files)[k]
+    o = files[k]
+    if not _is_mapped(o):
+        return None
+    mf = <MappedState>o
     start[0] = first + k * size
-    _geometry(mf, &at, &its_size)
-    if at != start[0] or its_size != size:   # not one run of equal files: the careful path
+    if mf.file_from_offset != start[0] or mf.file_size != size:   # not one run of equal files
         return None
     return mf
+
+
+cdef inline list _files_of(object segments):
+    """The files of ``segments`` (a SegmentTable), or None."""
+    if _is_segments(segments):
+        return (<SegmentTable>segments).files
+    return None
 
 
 cdef object _utf8_holder(str text):
@@ -2710,23 +2593,21 @@ cdef const uint8_t *_utf8_of(object holder, Py_ssize_t *size) except NULL:
     return <const uint8_t *>PyUnicode_AsUTF8AndSize(holder, size)
 
 
-cdef int64_t _readable(object mf, int64_t start, object core) except -1:
+cdef int64_t _readable(MappedState mf, int64_t start, object core) except -1:
     """How much of segment ``mf`` (starting at ``start``) holds complete records (see the pure
     twin)."""
-    cdef int64_t at = 0, size = 0
     cdef int64_t end
-    _geometry(mf, &at, &size)
     if core is None:
-        end = _slot_get(mf, &_mf_wrote, "wrote_position")
+        end = mf.wrote_position
     else:
         end = <int64_t>core.wrote_offset - start
-    return 0 if end < 0 else (size if end > size else end)
+    return 0 if end < 0 else (mf.file_size if end > mf.file_size else end)
 
 
-cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
+cdef bint _mapped(MappedState mf, int64_t readable, Py_buffer *view) except -1:
     """Export ``mf``'s map into ``view`` (True), or False once it is closed or shorter than
     ``readable``; the caller releases a True export."""
-    mm = _slot_get(mf, &_mf_mm, "mm")
+    mm = mf.mm
     if mm is None:
         return False
     try:
@@ -2739,11 +2620,6 @@ cdef bint _mapped(object mf, int64_t readable, Py_buffer *view) except -1:
     return True
 
 
-# The type of the queues found without a ``_tail`` (ConsumeQueue: only dispatch.TailQueue sets
-# one, in its __init__): queue_message asks hasattr once per type, not once per call.
-cdef object _disk_queue_type = None
-
-
 cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
     pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
@@ -2753,24 +2629,21 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     cdef int64_t qo = 0, qid = 0, start = 0, pos = 0, offset, size, readable
     cdef Py_ssize_t t_len = 0
     cdef int64_t lowest = 0, below = 0
+    cdef MappedState mf, seg
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(queue_offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT):
         return None
-    global _disk_queue_type
-    cq = _queue_of(queues, topic, queue_id, qid)
-    if cq is None:
+    found = _queue_of(queues, topic, queue_id, qid)
+    if found is None:
         return None
-    if type(cq) is _disk_queue_type:
-        pass
-    elif hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
-        if not _plain_int(cq._min, 0, &lowest) or not _plain_int(cq._start, 0, &below):
+    if not _is_queue(found):   # a read-only store's TailQueue: units on disk, then in memory
+        if (not hasattr(found, "_tail") or not _plain_int(found._min, 0, &lowest)
+                or not _plain_int(found._start, 0, &below)):
             return None
-        cq = cq.disk
-        if cq is None or not lowest <= qo < below or cq.holes:
+        found = found.disk
+        if not _is_queue(found) or not lowest <= qo < below or (<QueueState>found).holes:
             return None   # not on disk: the careful path reads the memory tail
-    else:
-        _disk_queue_type = type(cq)
-    mf = _unit_file(cq, qo, 1, &pos)
+    mf = _unit_file(<QueueState>found, qo, 1, &pos)
     if mf is None:
         return None
     if not _mapped(mf, pos + _CQ_UNIT, &view):
@@ -2781,7 +2654,7 @@ cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core
     PyBuffer_Release(&view)
     if offset < 0 or size <= 0 or (offset == 0 and size == _PLACEHOLDER_SIZE):
         return None
-    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
+    seg = _segment_of(_files_of(segments), offset, &start)
     if seg is None:
         return None
     pos = offset - start
@@ -2812,14 +2685,14 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
     if not lo <= offset < hi:
         return None   # a bound status: the careful path says which
     n = hi - offset if hi - offset < max_msgs else max_msgs
-    if hasattr(cq, "_tail"):   # a read-only store's TailQueue: units on disk, then in memory
-        if not _plain_int(cq._start, 0, &tail_start):
+    if not _is_queue(cq):   # a read-only store's TailQueue: units on disk, then in memory
+        if not hasattr(cq, "_tail") or not _plain_int(cq._start, 0, &tail_start):
             return None
         if offset < tail_start:
-            cq = cq.disk
-            if cq is None or cq.holes or offset + n > tail_start:
+            disk = cq.disk
+            if not _is_queue(disk) or (<QueueState>disk).holes or offset + n > tail_start:
                 return None   # no disk queue, or a pull from disk into memory: the careful path
-            return _disk_run(cq, offset, n, lo, hi)
+            return _disk_run(<QueueState>disk, offset, n, lo, hi)
         tail = cq._tail
         if not isinstance(tail, _np.ndarray) or not tail.flags.c_contiguous or tail.itemsize != _CQ_UNIT:
             return None
@@ -2832,92 +2705,48 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
         finally:
             PyBuffer_Release(&view)
         return units, lo, hi
-    return _disk_run(cq, offset, n, lo, hi)
-
-
-# The queues a store's table maps (topic, queue id) to, remembered by the table's dict version
-# (CPython < 3.12: ``ma_version_tag``, from a global counter, new on every change of any dict,
-# so an unchanged version is the same dict, unchanged: its queue is still the one it holds,
-# and alive). The key's topic is held (compared by identity), the table and queue are not.
-# Version 0 (Python 3.12 on, where the tag is deprecated): nothing is remembered.
-cdef extern from *:
-    """
-    #if PY_VERSION_HEX < 0x030C0000
-    #define RS_DICT_VERSION(d) ((uint64_t)((PyDictObject *)(d))->ma_version_tag)
-    #else
-    #define RS_DICT_VERSION(d) ((uint64_t)0)
-    #endif
-    """
-    uint64_t RS_DICT_VERSION(object d) noexcept
-
-cdef struct _QueueEntry:
-    PyObject *topic        # a strong reference, or NULL
-    PyObject *table        # not a reference: compared with the version
-    uint64_t version
-    int64_t queue_id
-    PyObject *queue        # borrowed from the table, alive while its version is
-
-cdef enum:
-    _QUEUE_ENTRIES = 64    # a power of two
-
-cdef _QueueEntry _queue_entries[_QUEUE_ENTRIES]
+    return _disk_run(<QueueState>cq, offset, n, lo, hi)
 
 
 cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
-    """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
-    or None: no such queue, or one with holes (the careful path rebuilds it first). ``qid``:
-    ``queue_id``, a plain int."""
-    cdef _QueueEntry *e
-    cdef uint64_t version
-    cdef PyObject *old
-    try:
-        table = _slot_get(queues, &_queues_table, "_queues")
-    except AttributeError:
+    """The queue (topic, queue_id) of a store's QueueTable ``queues`` (a ConsumeQueueStore or a
+    TailQueueStore), or None: no such queue, or one with holes (the careful path rebuilds it
+    first). ``qid``: ``queue_id``, a plain int."""
+    if not _is_table(queues):
         return None
-    if type(table) is not dict:
+    cq = (<QueueTable>queues).find(topic, queue_id, qid)
+    if cq is None:
         return None
-    version = RS_DICT_VERSION(table)
-    e = &_queue_entries[((<uint64_t><size_t><PyObject *>topic >> 4) ^ (<uint64_t>qid * <uint64_t>2654435761U))
-                        & (_QUEUE_ENTRIES - 1)]
-    if (version != 0 and e.version == version and e.table == <PyObject *>table and e.topic == <PyObject *>topic
-            and e.queue_id == qid):
-        cq = <object>e.queue
-    else:
-        cq = (<dict>table).get((topic, queue_id))
-        if cq is not None and version != 0:
-            old = e.topic
-            Py_INCREF(topic)
-            e.topic = <PyObject *>topic
-            e.table = <PyObject *>table
-            e.version = version
-            e.queue_id = qid
-            e.queue = <PyObject *>cq
-            Py_XDECREF(old)   # last: a finalizer it runs sees a whole entry
-    if cq is None or _slot_get(cq, &_cq_holes, "holes"):
+    if _is_queue(cq):
+        if (<QueueState>cq).holes:
+            return None
+    elif cq.holes:
         return None
     return cq
 
 
-cdef object _unit_file(object cq, int64_t offset, int64_t n, int64_t *pos):
+cdef MappedState _unit_file(QueueState cq, int64_t offset, int64_t n, int64_t *pos):
     """The file of ConsumeQueue ``cq`` that holds the ``n`` written units from queue ``offset``
     (``pos``: where the first starts in it), or None: before the queue's start, not one file,
     not all written yet (a pull that would go on in the next file is the careful path's)."""
     cdef int64_t start = 0, byte = offset * _CQ_UNIT
-    if byte < <int64_t>_slot_get(cq, &_cq_min_logic, "_min_logic"):
+    cdef MappedState mf
+    if byte < cq._min_logic or cq._files is None:
         return None
-    mf = _segment_of(_slot_get(_slot_get(cq, &_cq_files, "_files"), &_files_files, "files"), byte, &start)
+    mf = _segment_of(cq._files.files, byte, &start)
     if mf is None:
         return None
     pos[0] = byte - start
-    if (<int64_t>_slot_get(mf, &_mf_wrote, "wrote_position") - pos[0]) // _CQ_UNIT < n:
+    if (mf.wrote_position - pos[0]) // _CQ_UNIT < n:
         return None
     return mf
 
 
-cdef object _disk_run(object cq, int64_t offset, int64_t n, object lo, object hi):
+cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, object hi):
     """_queue_run's units read from a ConsumeQueue's file, or None."""
     cdef Py_buffer view
     cdef int64_t pos = 0
+    cdef MappedState mf
     mf = _unit_file(cq, offset, n, &pos)
     if mf is None:
         return None
@@ -2942,6 +2771,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     cdef Py_ssize_t t_len = 0
     cdef bint mapped = False
     cdef list messages = []
+    cdef MappedState seg
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
             or not _plain_int(max_msgs, 1, &want)):
@@ -2966,14 +2796,14 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
                 if mapped:
                     PyBuffer_Release(&view)
                     mapped = False
-                seg = _segment_of(_slot_get(segments, &_segments_files, "files"), at, &start)
+                seg = _segment_of(_files_of(segments), at, &start)
                 if seg is None:
                     return None
                 readable = _readable(seg, start, core)
                 if not _mapped(seg, readable, &view):
                     return None
                 mapped = True
-                seg_start, seg_end = start, start + <int64_t>seg.file_size
+                seg_start, seg_end = start, start + seg.file_size
             m = _unit_message(<const uint8_t *>view.buf, readable, None, at - seg_start, at, size, qo + i,
                               t, t_len, <int32_t>qid, None)
             if m is None:
@@ -2990,7 +2820,8 @@ cdef object _record_at(object segments, object core, int64_t offset):
     cdef Py_buffer view
     cdef rs_record rec
     cdef int64_t start = 0, pos, readable, rc
-    seg = _segment_of(_slot_get(segments, &_segments_files, "files"), offset, &start)
+    cdef MappedState seg
+    seg = _segment_of(_files_of(segments), offset, &start)
     if seg is None:
         return None
     pos = offset - start
@@ -3069,7 +2900,7 @@ cdef bint _has_piece(const uint8_t *p, int64_t n, const uint8_t *want, Py_ssize_
 cdef object _IN_ARRAY = object()   # _index_walk's answer: in the caller's array
 
 
-cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t count, object files, object core,
+cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t count, list files, object core,
                           str topic, str key, int64_t lo, int64_t hi, int64_t left, bint by_unique):
     """key_messages' loop (see the pure twin) over ``offsets`` (Python ints), or when it is
     ``_IN_ARRAY`` over ``candidates[:count]`` (an index walk's, in C). The record's topic and keys
@@ -3087,6 +2918,7 @@ cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t 
     cdef const uint8_t *k
     cdef Py_ssize_t j
     cdef bint in_array
+    cdef MappedState seg
     keep_t = _utf8_holder(topic)
     keep_k = _utf8_holder(key)
     if keep_t is None or keep_k is None:   # no record decodes to such text
@@ -3146,7 +2978,9 @@ def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique)
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
     cdef int64_t hi = _check_int(end, "end", INT64_MIN, INT64_MAX)
     cdef int64_t left = _check_int(limit, "limit", 0, INT64_MAX)
-    files = _slot_get(segments, &_segments_files, "files")
+    files = _files_of(segments)
+    if files is None:
+        raise TypeError("segments must be a SegmentTable")
     return _key_messages(offsets, NULL, 0, files, core, topic, key, lo, hi, left, unique)
 
 
@@ -3187,54 +3021,46 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
                           INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000, found, &count)
     if offsets is None:
         return None
-    files = _slot_get(segments, &_segments_files, "files")
+    files = _files_of(segments)
+    if files is None:
+        return None
     return _key_messages(offsets, found, count, files, core, topic, key, lo, hi, limit, False)
-
-
-cdef _Slot _dispatcher_end_core, _dispatcher_lazily, _dispatcher_offset, _dispatcher_indexed
 
 
 cdef int _index_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up(index=True)`` unless its ``end_core`` shows nothing waits."""
-    if dispatcher is not None:
-        end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
-        if end_core is None:
-            dispatcher.catch_up(index=True)
-            return 0
-        offset = _slot_get(dispatcher, &_dispatcher_offset, "offset")
-        lazily = _slot_get(dispatcher, &_dispatcher_lazily, "_index_lazily")
-        if offset < end_core.wrote_offset or (
-                lazily and _slot_get(dispatcher, &_dispatcher_indexed, "indexed") < offset):
-            dispatcher.catch_up(index=True)
+    cdef DispatchState d
+    if dispatcher is None:
+        return 0
+    if not _is_dispatch(dispatcher):
+        dispatcher.catch_up(index=True)
+        return 0
+    d = <DispatchState>dispatcher
+    end_core = d.end_core
+    if end_core is None or d.offset < <int64_t>end_core.wrote_offset or (d._index_lazily and d.indexed < d.offset):
+        dispatcher.catch_up(index=True)
     return 0
 
 
 cdef int _queue_catch_up(object dispatcher) except -1:
     """``dispatcher.catch_up()`` (what the class's quick pull does first) unless its
     ``end_core`` shows nothing waits."""
-    end_core = _slot_get(dispatcher, &_dispatcher_end_core, "end_core")
-    if end_core is None or _slot_get(dispatcher, &_dispatcher_offset, "offset") < end_core.wrote_offset:
+    cdef DispatchState d
+    if not _is_dispatch(dispatcher):
+        dispatcher.catch_up()
+        return 0
+    d = <DispatchState>dispatcher
+    end_core = d.end_core
+    if end_core is None or d.offset < <int64_t>end_core.wrote_offset:
         dispatcher.catch_up()
     return 0
 
-
-# per position in the services tuple (a read-only store's two are of two types)
-cdef _Slot _service_lock[2]
-cdef _Slot _service_closed[2]
-cdef _Slot _service_index[2]
-cdef _Slot _service_files[2]
-
-
-cdef _Slot _service_slot_count[2]
-cdef _Slot _service_index_count[2]
-cdef _Slot _index_file_mapped[2]
-cdef _Slot _index_map_mm[2]
 
 cdef enum:
     _WALK_ROOM = 256   # the candidates a service's walk collects in C; a larger cap: select_files
 
 
-cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo, int64_t hi, int64_t most,
+cdef Py_ssize_t _walk_files(IndexState service, int32_t key_hash, int64_t lo, int64_t hi, int64_t most,
                             int64_t *out) except -2:
     """``select_files(service._files, key, most, lo, hi)[0]`` (unsorted) into ``out`` (room for
     ``most``), walked over each file's map here (index.h's walk, as the compiled select_files
@@ -3245,17 +3071,21 @@ cdef Py_ssize_t _walk_files(object service, int k, int32_t key_hash, int64_t lo,
     cdef Py_buffer view
     cdef rs_index_t ix
     cdef rs_index_walk_t walk
-    files = _slot_get(service, &_service_files[k], "_files")
-    if (type(files) is not list
-            or not _plain_int(_slot_get(service, &_service_slot_count[k], "slot_count"), 1, &slots)
-            or not _plain_int(_slot_get(service, &_service_index_count[k], "index_count"), 2, &items)
-            or slots > INT32_MAX or items > INT32_MAX):
+    cdef list files = service._files
+    slots = service.slot_count
+    items = service.index_count
+    if files is None or not 1 <= slots <= INT32_MAX or not 2 <= items <= INT32_MAX:
         return -1
-    for i in range(len(<list>files) - 1, -1, -1):   # newest first, as select_files
+    for i in range(len(files) - 1, -1, -1):   # newest first, as select_files
         if left <= 0:
             break
-        mapped = _slot_get((<list>files)[i], &_index_file_mapped[k], "mapped")
-        mm = _slot_get(mapped, &_index_map_mm[k], "mm")
+        f = files[i]
+        if not _is_index_file(f):
+            return -1
+        mapped = (<IndexFileState>f).mapped
+        if not _is_mapped(mapped):
+            return -1
+        mm = (<MappedState>mapped).mm
         if mm is None:
             return -1
         try:
@@ -3294,7 +3124,7 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
     cdef int64_t most = 0, v
     cdef Py_ssize_t i, j, n = 0, got
     cdef int32_t key_hash = 0
-    cdef int k
+    cdef IndexState state
     cdef bint fast, in_c
     cdef list offsets = None
     cdef uint32_t h
@@ -3312,22 +3142,23 @@ cdef object _index_walk(tuple services, str topic, str key, object cap, int64_t 
         service = services[i]
         if service is None:
             continue
-        k = 0 if i == 0 else 1
-        lock = _slot_get(service, &_service_lock[k], "_lock")
+        if not _is_index(service):
+            return None
+        state = <IndexState>service
+        lock = state._lock
         fast = type(lock) is FastRLock   # taken without a method call
         if fast:
             (<FastRLock>lock).take(True)
         else:
             lock.acquire()
         try:
-            if _slot_get(service, &_service_closed[k], "_closed"):
+            if state._closed:
                 return None
-            got = _walk_files(service, k, key_hash, lo, hi, most, found_c + n) if in_c else -1
+            got = _walk_files(state, key_hash, lo, hi, most, found_c + n) if in_c else -1
             if got < 0:
                 if name is None:
                     name = topic + "#" + key
-                found = _slot_get(service, &_service_index[k], "_index").select_files(
-                    _slot_get(service, &_service_files[k], "_files"), name, cap, lo, hi)[0]
+                found = state._index.select_files(state._files, name, cap, lo, hi)[0]
         finally:
             if fast:
                 (<FastRLock>lock).give()
@@ -3384,7 +3215,9 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
         offsets = _index_walk(<tuple>services, topic, key, cap, begin, INT64_MAX, found, &count)
         if offsets is None:
             return None
-        files = _slot_get(segments, &_segments_files, "files")
+        files = _files_of(segments)
+        if files is None:
+            return None
         # every hit (no more than the candidates)
         hits = _key_messages(offsets, found, count, files, core, topic, key, INT64_MIN, INT64_MAX, INT64_MAX, True)
         if hits is None:
@@ -3394,24 +3227,19 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     return None
 
 
-cdef _Slot _result_slots[7]
-cdef tuple _RESULT_SLOTS = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "_units",
-                            "_queue_offsets")
-cdef object _GetMessageResult = None, _FOUND = None
-
-
-cdef object _pull_result(object next_begin, object lo, object hi, object messages, object units, object first):
-    """``GetMessageResult(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
-    quick pull returns), its slots set in place rather than through its ``__init__``."""
-    global _GetMessageResult, _FOUND
-    cdef int i
-    if _GetMessageResult is None:   # imported on first use: rocketstore.consume imports the codec
-        from rocketstore.consume import GetMessageResult, GetMessageStatus
-        _GetMessageResult, _FOUND = GetMessageResult, GetMessageStatus.FOUND
-    result = _GetMessageResult.__new__(_GetMessageResult)
-    values = (_FOUND, next_begin, lo, hi, messages, units, first)
-    for i in range(7):
-        _slot_set(result, &_result_slots[i], <str>_RESULT_SLOTS[i], (<tuple>values)[i])
+cdef object _pull_result(type result_type, object next_begin, object lo, object hi, object messages,
+                         object units, object first):
+    """``result_type(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
+    quick pull returns), its PullResult fields filled here."""
+    cdef PullResult result
+    result = PullResult.__new__(result_type)
+    result.status = _GetMessageStatus.FOUND
+    result.next_begin_offset = next_begin
+    result.min_offset = lo
+    result.max_offset = hi
+    result.messages = messages
+    result._units = units
+    result._queue_offsets = first
     return result
 
 
@@ -3426,9 +3254,17 @@ cdef class FastReads:
     cdef object _store          # a weak reference: the store's dict holds these methods
     cdef object _cls
     cdef object _queues, _segments, _core, _services, _dispatcher, _cap, _follower
+    cdef type _result_type
     cdef public bint open
+    # calls answered here, and calls handed to the class's method: what shows (tests, a
+    # benchmark) that the compiled path is the one taken
+    cdef readonly unsigned long long fast_calls, careful_calls
 
-    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None):
+    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *,
+                 result_type):
+        if not issubclass(result_type, PullResult):
+            raise TypeError(f"result_type must extend this codec's PullResult, not {result_type!r}")
+        self._result_type = result_type
         self._follower = follower
         self._store = store_ref
         self._cls = cls
@@ -3456,7 +3292,9 @@ cdef class FastReads:
         if self.open and self._current() and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
@@ -3464,7 +3302,9 @@ cdef class FastReads:
         if self.open and self._current() and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
 
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
@@ -3473,7 +3313,9 @@ cdef class FastReads:
         if self.open and self._current():
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
@@ -3482,7 +3324,9 @@ cdef class FastReads:
             hits = key_lookup(self._services, self._segments, self._core, topic, key, max_num, begin, end,
                               self._cap, self._dispatcher)
             if hits is not None:
+                self.fast_calls += 1
                 return hits
+        self.careful_calls += 1
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
@@ -3493,7 +3337,10 @@ cdef class FastReads:
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
             if got is not None:
                 messages, units, lo, hi = <tuple>got
-                return _pull_result(offset + len(<list>messages), lo, hi, messages, units, offset)
+                self.fast_calls += 1
+                return _pull_result(self._result_type, offset + len(<list>messages), lo, hi, messages, units,
+                                    offset)
+        self.careful_calls += 1
         return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
@@ -3502,18 +3349,22 @@ cdef class FastReads:
             msg = unique_lookup(self._services, self._segments, self._core, topic, unique_key, self._cap,
                                 self._dispatcher, _now_ms())
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 
-def plain_message_items(messages, user_topics):
+def plain_message_items(messages, user_topics, message_types=None):
     """The core's put items of a put_messages batch's plain messages (see rocketstore._codec_py)."""
     cdef list items = [], slow = []
     cdef Py_ssize_t i = 0
     cdef object qid, flag, born, tags, keys
-    message_type = _message_mod.Message
+    cdef object message_type = _message_mod.Message, other_type = _message_mod.Message
+    if message_types is not None:
+        message_type, other_type = (tuple(message_types) * 2)[:2]
     for m in messages:
-        if type(m) is message_type:
+        if type(m) is message_type or type(m) is other_type:
             topic = m.topic
             body = m.body
             qid = m.queue_id
@@ -3703,12 +3554,14 @@ cdef class _SegmentReader:
     cdef Py_buffer view
     cdef bint held
     cdef int64_t start, readable
-    cdef object files, core
+    cdef list files
+    cdef object core
 
     cdef int record(self, int64_t offset, rs_record *rec) except -1:
         """Decode (CRC checked) the record at ``offset`` into ``rec``: 1, or 0 when this cannot
         (not in a mapped segment, not a whole valid record)."""
         cdef int64_t start = 0, pos
+        cdef MappedState seg
         if offset < 0:
             return 0
         if not (self.held and self.start <= offset < self.start + self.readable):
@@ -3743,7 +3596,9 @@ cdef class _SegmentReader:
 
 cdef _SegmentReader _reader(segments, core):
     cdef _SegmentReader r = _SegmentReader.__new__(_SegmentReader)
-    r.files = _slot_get(segments, &_segments_files, "files")
+    r.files = _files_of(segments)
+    if r.files is None:
+        raise TypeError("segments must be a SegmentTable")
     r.core = core
     return r
 
@@ -4143,7 +3998,41 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_lock(pthread_mutex_t *m)
     int pthread_mutex_trylock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
-    int pthread_mutex_timedlock(pthread_mutex_t *m, const timespec *abstime)
+
+# A wait for a mutex of at most ``timeout`` seconds, timed on the monotonic clock (a step of the
+# wall clock neither cuts it short nor stretches it): 0 once held, else an errno.
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <pthread.h>
+    #include <time.h>
+    static int rs_mutex_lock_for(pthread_mutex_t *m, double timeout) {
+        struct timespec until;
+        double whole = (double)(long)timeout;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (long)whole;
+        until.tv_nsec += (long)((timeout - whole) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+    #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+        return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &until);
+    #else
+        for (;;) {   /* no clocked wait here: try, and sleep 50 us between tries */
+            struct timespec now, nap = {0, 50000};
+            int rc = pthread_mutex_trylock(m);
+            if (rc != EBUSY)
+                return rc;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+                return ETIMEDOUT;
+            nanosleep(&nap, NULL);
+        }
+    #endif
+    }
+    """
+    int rs_mutex_lock_for(pthread_mutex_t *m, double timeout) nogil
 
 cdef extern from "<time.h>" nogil:
     cdef struct timespec:
@@ -4176,9 +4065,7 @@ cdef class FastRLock:
 
     cdef bint take(self, bint blocking, double timeout=-1) except -1:
         cdef unsigned long me = PyThread_get_thread_ident()
-        cdef timespec until
         cdef int rc = 0
-        cdef double whole
         if self._count and self._owner == me:
             self._count += 1
             return True
@@ -4189,15 +4076,8 @@ cdef class FastRLock:
                 with nogil:
                     pthread_mutex_lock(&self._mutex)
             else:
-                clock_gettime(CLOCK_REALTIME, &until)
-                whole = <double>(<long>timeout)
-                until.tv_sec += <long>whole
-                until.tv_nsec += <long>((timeout - whole) * 1e9)
-                if until.tv_nsec >= 1000000000:
-                    until.tv_sec += 1
-                    until.tv_nsec -= 1000000000
                 with nogil:
-                    rc = pthread_mutex_timedlock(&self._mutex, &until)
+                    rc = rs_mutex_lock_for(&self._mutex, timeout)
                 if rc != 0:
                     return False
         self._owner = me

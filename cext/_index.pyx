@@ -44,7 +44,7 @@ cdef extern from *:
 __all__ = [
     "IndexFile", "index_file_size", "select_files", "index_file_name", "parse_index_file_name",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_ITEM_SIZE", "DEFAULT_SLOT_COUNT", "DEFAULT_INDEX_COUNT",
-    "rebuild_slots", "gil_nap", "gil_first",
+    "rebuild_slots",
 ]
 
 # ---- constants, from index.h ----
@@ -589,107 +589,6 @@ cdef extern from "index.h" nogil:
 cdef extern from *:
     void __builtin_prefetch(const void *addr, int rw) noexcept nogil
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.time cimport time_t
-from posix.time cimport nanosleep, timespec
-
-cdef extern from *:
-    """
-    static inline void rs_gil_wanted(long *count) { __atomic_add_fetch(count, 1, __ATOMIC_RELEASE); }
-    static inline void rs_gil_taken(long *count) { __atomic_sub_fetch(count, 1, __ATOMIC_RELEASE); }
-    /* how deep this thread is in gil_first() blocks: while in one, it stays counted */
-    static __thread long rs_gil_first_depth = 0;
-    """
-    void rs_gil_wanted(long *count) noexcept nogil
-    void rs_gil_taken(long *count) noexcept nogil
-    long rs_gil_first_depth
-
-# Dispatching needs the GIL between its compiled passes (the Python that hands a pass its queues,
-# creates files, takes the general path), and each system call there gives it up. A thread putting
-# meanwhile holds the GIL for as long as Python lets it, 5 ms: the dispatch waited that long after
-# every pass and system call, and fell behind a burst of puts (a fresh store's first queue file
-# took the 40 ms of a 100,000-message burst to create). So a dispatching thread counts itself in
-# rocketstore._store's GIL_WAITERS (serve.h), and the puts let go of the GIL until it has it:
-# inside gil_first() (Dispatcher.catch_up's pass), except while a compiled pass runs without the
-# GIL; and while it takes the GIL back after a pass or a nap. Without that module, a count of its
-# own that nobody reads.
-cdef long _own_gil_waiters = 0
-cdef long *_gil_waiters = NULL
-
-
-cdef class _GilFirst:
-    """The context manager gil_first() returns (one for all threads: the depth is per thread)."""
-
-    def __enter__(self):
-        global rs_gil_first_depth
-        cdef long *waiters = _gil_waiters_count()
-        rs_gil_first_depth += 1
-        if rs_gil_first_depth == 1:
-            rs_gil_wanted(waiters)
-        return self
-
-    def __exit__(self, *exc):
-        global rs_gil_first_depth
-        if rs_gil_first_depth > 0:
-            rs_gil_first_depth -= 1
-            if rs_gil_first_depth == 0:
-                rs_gil_taken(_gil_waiters_count())
-        return False
-
-
-cdef _GilFirst _GIL_FIRST = _GilFirst()
-
-
-def gil_first():
-    """A context manager: while inside, this thread has the GIL before a thread putting (see
-    above): for dispatching, which others wait for. Nests."""
-    return _GIL_FIRST
-
-
-cdef inline void _gil_release(long *waiters) noexcept nogil:
-    """Just after letting go of the GIL for a wait: a thread inside gil_first() stops counting
-    (puts run meanwhile)."""
-    if rs_gil_first_depth > 0:
-        rs_gil_taken(waiters)
-
-
-cdef inline void _gil_back(long *waiters) noexcept:
-    """The GIL taken back (after rs_gil_wanted just before): counted no longer, unless inside
-    gil_first() (until its end)."""
-    if rs_gil_first_depth == 0:
-        rs_gil_taken(waiters)
-
-
-#: gil_nap's longest sleep (seconds), as the pure twin's
-MAX_NAP_SECONDS = 3600.0
-
-
-def gil_nap(double seconds):
-    """Sleep ``seconds`` without the GIL, then take it back ahead of a thread putting (counted in
-    GIL_WAITERS, as a fused pass is): the dispatch thread's wait between two passes. Without
-    that count its waking up would wait out Python's switch interval behind a busy putter."""
-    cdef timespec t
-    cdef long *waiters = _gil_waiters_count()
-    if not 0 <= seconds <= MAX_NAP_SECONDS:
-        raise ValueError(f"seconds must be between 0 and {MAX_NAP_SECONDS:g}, not {seconds}")
-    t.tv_sec = <time_t>seconds
-    t.tv_nsec = <long>((seconds - <double>t.tv_sec) * 1e9)
-    with nogil:
-        _gil_release(waiters)
-        nanosleep(&t, NULL)
-        rs_gil_wanted(waiters)
-    _gil_back(waiters)
-
-
-cdef long *_gil_waiters_count():
-    global _gil_waiters
-    if _gil_waiters == NULL:
-        try:
-            from rocketstore._store import GIL_WAITERS
-            _gil_waiters = <long *>PyCapsule_GetPointer(GIL_WAITERS, b"rocketstore._store.GIL_WAITERS")
-        except (ImportError, AttributeError, ValueError):
-            _gil_waiters = &_own_gil_waiters
-    return _gil_waiters
 
 #: why dispatch_fused stopped: its range's end or its record limit; no whole record at the stop
 #: position (the general path's decode says why); the record there needs the general path; its
@@ -990,7 +889,6 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
     cdef bint have_index = index is not None
     cdef bint pinned = False
     cdef rs_index_t ix
-    cdef long *waiters
     if not isinstance(table, _np.ndarray) or table.dtype != _np.int64 or table.ndim != 2 \
             or table.shape[1] != _FQ_COLUMNS or not table.flags.c_contiguous:
         raise TypeError("table must be a C-contiguous int64 array of FQ_COLUMNS columns")
@@ -1091,14 +989,10 @@ def dispatch_fused(buffer, int64_t lo, int64_t hi, int64_t base_offset, int64_t 
                         ix = index._ix
                         if <uint8_t *>pin.buf != ix.base or pin.len != ix.len:
                             raise ValueError("index file buffer moved")   # pragma: no cover
-                    waiters = _gil_waiters_count()
                     with nogil:
-                        _gil_release(waiters)
                         done = _fused_run(<const uint8_t *>src.buf, lo, hi, base_offset, max_records, queues, slots,
                                           mask, &ix if have_index else NULL, index_limit, delay_table, max_level,
                                           &stop, &ts, &reason)
-                        rs_gil_wanted(waiters)
-                    _gil_back(waiters)
                     for i in range(nq):
                         row = <int64_t *>table_view.buf + i * _FQ_COLUMNS
                         row[_FQ_WRITE_POS] = queues[i].write_pos

@@ -131,22 +131,9 @@ cdef extern from "serve.h" nogil:
     long rs_serve_waiting()
     void rs_serve_done()
     void rs_serve_yield()
-    long *rs_serve_counter()
+    void rs_serve_forget()
     int rs_serve_step(int fd, const uint8_t *reply, size_t reply_len, uint8_t **out, uint64_t *out_len,
                       uint64_t max_len)
-
-
-from cpython.pycapsule cimport PyCapsule_New
-
-#: serve.h's count of threads that want the GIL, which a put lets have it first (it would keep
-#: it for Python's 5 ms switch interval otherwise): rocketstore._index counts a dispatching
-#: thread there (gil_first, and as a fused pass or a nap ends).
-GIL_WAITERS = PyCapsule_New(<void *>rs_serve_counter(), b"rocketstore._store.GIL_WAITERS", NULL)
-
-
-def _gil_waiting():
-    """How many threads GIL_WAITERS counts now (for the tests: 0 whenever none is waking up)."""
-    return rs_serve_waiting()
 
 
 cdef extern from *:
@@ -158,7 +145,7 @@ cdef extern from *:
     static volatile long rs_fork_generation = 0;
     static void rs_fork_child(void) {
         rs_fork_generation++;
-        __atomic_store_n(rs_serve_counter(), 0, __ATOMIC_RELEASE);
+        rs_serve_forget();
     }
     static int rs_watch_forks(void) { return pthread_atfork(NULL, NULL, rs_fork_child); }
     """
@@ -206,188 +193,6 @@ cdef inline void _prop_crc_digits(int32_t crc, uint8_t *out) noexcept:
 
 # ---- keyed puts: TAGS and KEYS encoded straight from the arguments (no Python per message) ----
 
-cdef extern from *:
-    """
-    #include "structmember.h"
-    /* The byte offset of a __slots__ member of a Python class (its member descriptor), or -1. */
-    static Py_ssize_t rs_slot_offset(PyObject *descr) {
-        PyMemberDef *m;
-        if (Py_TYPE(descr) != &PyMemberDescr_Type)
-            return -1;
-        m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
-            return -1;
-        return m->offset;
-    }
-    /* The value in a slot (borrowed), or NULL while the slot is unset. */
-    static inline PyObject *rs_slot(PyObject *obj, Py_ssize_t offset) {
-        return *(PyObject **)((char *)obj + offset);
-    }
-    /* Set a slot to v (a new reference taken), as the member descriptor's __set__ does. */
-    static inline void rs_slot_set(PyObject *obj, Py_ssize_t offset, PyObject *v) {
-        PyObject **at = (PyObject **)((char *)obj + offset);
-        PyObject *old = *at;
-        Py_INCREF(v);
-        *at = v;
-        Py_XDECREF(old);
-    }
-
-    /* Message's tp_init: its ten arguments (names and defaults as the pure __init__'s), each
-       stored in its slot. Called for Message(...) itself, without the Python-level __init__
-       call (a tuple with self prepended, a bound lookup) that slot_tp_init makes. */
-    #define RS_MESSAGE_FIELDS 10
-    static Py_ssize_t rs_message_offsets[RS_MESSAGE_FIELDS];
-    static PyObject *rs_message_names[RS_MESSAGE_FIELDS];    /* interned, owned */
-    static PyObject *rs_message_defaults[RS_MESSAGE_FIELDS]; /* owned; NULL: required */
-
-    static int rs_message_tp_init(PyObject *self, PyObject *args, PyObject *kwds) {
-        PyObject *v[RS_MESSAGE_FIELDS];
-        Py_ssize_t n = PyTuple_GET_SIZE(args), i, pos = 0;
-        PyObject *key, *value;
-        if (n > RS_MESSAGE_FIELDS) {
-            PyErr_Format(PyExc_TypeError, "Message() takes at most %d arguments (%zd given)",
-                         RS_MESSAGE_FIELDS, n);
-            return -1;
-        }
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-            v[i] = i < n ? PyTuple_GET_ITEM(args, i) : NULL;
-        if (kwds != NULL) {
-            while (PyDict_Next(kwds, &pos, &key, &value)) {
-                for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-                    if (key == rs_message_names[i])
-                        break;
-                if (i == RS_MESSAGE_FIELDS) {   /* not interned the same way: compare text */
-                    for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-                        if (PyUnicode_Check(key) && PyUnicode_Compare(key, rs_message_names[i]) == 0)
-                            break;
-                    if (PyErr_Occurred())
-                        return -1;
-                }
-                if (i == RS_MESSAGE_FIELDS) {
-                    PyErr_Format(PyExc_TypeError, "Message() got an unexpected keyword argument %R", key);
-                    return -1;
-                }
-                if (v[i] != NULL) {
-                    PyErr_Format(PyExc_TypeError, "Message() got multiple values for argument %R", key);
-                    return -1;
-                }
-                v[i] = value;
-            }
-        }
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
-            if (v[i] == NULL) {
-                if (rs_message_defaults[i] == NULL) {
-                    PyErr_Format(PyExc_TypeError, "Message() missing required argument %R",
-                                 rs_message_names[i]);
-                    return -1;
-                }
-                v[i] = rs_message_defaults[i];
-            }
-        }
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-            rs_slot_set(self, rs_message_offsets[i], v[i]);
-        return 0;
-    }
-
-    static void rs_message_field(int i, PyObject *name, Py_ssize_t offset, PyObject *default_or_null) {
-        Py_INCREF(name);
-        PyUnicode_InternInPlace(&name);
-        rs_message_names[i] = name;
-        rs_message_offsets[i] = offset;
-        Py_XINCREF(default_or_null);
-        rs_message_defaults[i] = default_or_null;
-    }
-
-    /* Message(...) as a vectorcall (PyTypeObject.tp_vectorcall: used for calls of the type
-       itself, never inherited): no argument tuple or keyword dict is built. Whenever the type's
-       __init__ is not rs_message_tp_init (reassigned since), the ordinary call runs instead. */
-    static PyObject *rs_message_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                                           PyObject *kwnames) {
-        PyTypeObject *type = (PyTypeObject *)callable;
-        Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, i, j;
-        PyObject *v[RS_MESSAGE_FIELDS];
-        PyObject *self;
-        if (type->tp_init != rs_message_tp_init || type->tp_new != PyBaseObject_Type.tp_new) {
-            PyObject *tuple = PyTuple_New(n), *dict = NULL, *result;
-            if (tuple == NULL)
-                return NULL;
-            for (i = 0; i < n; i++) {
-                Py_INCREF(args[i]);
-                PyTuple_SET_ITEM(tuple, i, args[i]);
-            }
-            if (nk) {
-                dict = PyDict_New();
-                for (i = 0; dict != NULL && i < nk; i++)
-                    if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0)
-                        Py_CLEAR(dict);
-                if (dict == NULL) {
-                    Py_DECREF(tuple);
-                    return NULL;
-                }
-            }
-            result = PyType_Type.tp_call(callable, tuple, dict);
-            Py_DECREF(tuple);
-            Py_XDECREF(dict);
-            return result;
-        }
-        if (n > RS_MESSAGE_FIELDS) {
-            PyErr_Format(PyExc_TypeError, "Message() takes at most %d arguments (%zd given)",
-                         RS_MESSAGE_FIELDS, n);
-            return NULL;
-        }
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-            v[i] = i < n ? args[i] : NULL;
-        for (j = 0; j < nk; j++) {
-            PyObject *key = PyTuple_GET_ITEM(kwnames, j);
-            for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-                if (key == rs_message_names[i])
-                    break;
-            if (i == RS_MESSAGE_FIELDS) {
-                for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-                    if (PyUnicode_Compare(key, rs_message_names[i]) == 0)
-                        break;
-                if (PyErr_Occurred())
-                    return NULL;
-            }
-            if (i == RS_MESSAGE_FIELDS) {
-                PyErr_Format(PyExc_TypeError, "Message() got an unexpected keyword argument %R", key);
-                return NULL;
-            }
-            if (v[i] != NULL) {
-                PyErr_Format(PyExc_TypeError, "Message() got multiple values for argument %R", key);
-                return NULL;
-            }
-            v[i] = args[n + j];
-        }
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
-            if (v[i] == NULL) {
-                if (rs_message_defaults[i] == NULL) {
-                    PyErr_Format(PyExc_TypeError, "Message() missing required argument %R",
-                                 rs_message_names[i]);
-                    return NULL;
-                }
-                v[i] = rs_message_defaults[i];
-            }
-        }
-        self = type->tp_alloc(type, 0);
-        if (self == NULL)
-            return NULL;
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++)
-            rs_slot_set(self, rs_message_offsets[i], v[i]);
-        return self;
-    }
-
-    static void rs_message_set_tp_init(PyObject *type) {
-        ((PyTypeObject *)type)->tp_init = rs_message_tp_init;
-        ((PyTypeObject *)type)->tp_vectorcall = rs_message_vectorcall;
-    }
-    """
-    Py_ssize_t rs_slot_offset(object descr)
-    PyObject *rs_slot(object obj, Py_ssize_t offset)
-    void rs_slot_set(object obj, Py_ssize_t offset, object v)
-    void rs_message_field(int i, object name, Py_ssize_t offset, PyObject *default_or_null)
-    void rs_message_set_tp_init(object type)
-
 cdef extern from "Python.h":
     ctypedef struct PyObject
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)   # NULL (error set) if not UTF-8
@@ -397,89 +202,270 @@ cdef extern from "Python.h":
     bint PyTuple_CheckExact(object o)
     int PySet_Contains(object s, object key) except -1
     void PyErr_Clear()
+    int PyObject_GC_IsTracked(object o)
+    void PyObject_GC_Track(object o)
+    void PyObject_GC_UnTrack(object o)
 
 from rocketstore import message as _message_mod
 
 cdef enum:
     KEYED_SMALL = 512       # keyed properties up to this long are encoded on the stack
 
-# Where rocketstore.Message keeps each field: its __slots__ are read by offset (the type is
-# checked exactly, so the layout is the one measured here).
-cdef object _MESSAGE_TYPE = _message_mod.Message
-cdef Py_ssize_t _M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID
-cdef Py_ssize_t _M_BORN, _M_RECONSUME, _M_SYS_FLAG
-cdef bint _MESSAGE_SLOTS_OK = False
+#: the pure twin's Message, which put_plain_messages takes too (read by attribute)
+cdef object _PLAIN_MESSAGE = _message_mod.Message
 
 
-cdef Py_ssize_t _message_slot(str name) except -2:
-    return rs_slot_offset(_MESSAGE_TYPE.__dict__.get(name))
+cdef int _unset_field(Message m, str name) except -1:
+    raise AttributeError(f"'Message' object has no attribute '{name}'")
 
 
-def _find_message_slots():
-    global _M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID
-    global _M_BORN, _M_RECONSUME, _M_SYS_FLAG, _MESSAGE_SLOTS_OK
-    _M_TOPIC = _message_slot("topic")
-    _M_BODY = _message_slot("body")
-    _M_TAGS = _message_slot("tags")
-    _M_KEYS = _message_slot("keys")
-    _M_PROPERTIES = _message_slot("properties")
-    _M_FLAG = _message_slot("flag")
-    _M_QUEUE_ID = _message_slot("queue_id")
-    _M_BORN = _message_slot("born_timestamp")
-    _M_RECONSUME = _message_slot("reconsume_times")
-    _M_SYS_FLAG = _message_slot("sys_flag")
-    # a Message class without these slots (a future change): put_plain_messages says None
-    _MESSAGE_SLOTS_OK = min(_M_TOPIC, _M_BODY, _M_TAGS, _M_KEYS, _M_PROPERTIES, _M_FLAG, _M_QUEUE_ID,
-                            _M_BORN, _M_RECONSUME, _M_SYS_FLAG) > 0
+# A Message (exactly this class) whose fields are all None, str, bytes or int can be part of no
+# reference cycle: it is left out of the cyclic GC, as CPython leaves out tuples and dicts of such
+# values, so that building a batch of messages does not run collections over them (about 120 ns a
+# message with the GC on, measured). A field set to anything else tracks it again.
+cdef inline bint _atomic(object v) noexcept:
+    return v is None or PyUnicode_CheckExact(v) or PyBytes_CheckExact(v) or PyLong_CheckExact(v)
 
 
-_find_message_slots()
+cdef inline void _track_unless_atomic(Message m, object value) noexcept:
+    if not _atomic(value) and not PyObject_GC_IsTracked(m):
+        PyObject_GC_Track(m)
 
 
-@cython.binding(True)
-def _message_init(self, topic, body, tags=None, keys=None, properties=None, flag=0, queue_id=-1,
-                  born_timestamp=0, reconsume_times=0, sys_flag=0):
-    """Message.__init__ in C: the same arguments and defaults, each stored in its slot as the
-    pure one's assignments store it (no check: put and put_messages check the fields)."""
-    if not isinstance(self, _MESSAGE_TYPE):
-        raise TypeError(f"Message.__init__ needs a Message, not {type(self).__name__}")
-    rs_slot_set(self, _M_TOPIC, topic)
-    rs_slot_set(self, _M_BODY, body)
-    rs_slot_set(self, _M_TAGS, tags)
-    rs_slot_set(self, _M_KEYS, keys)
-    rs_slot_set(self, _M_PROPERTIES, properties)
-    rs_slot_set(self, _M_FLAG, flag)
-    rs_slot_set(self, _M_QUEUE_ID, queue_id)
-    rs_slot_set(self, _M_BORN, born_timestamp)
-    rs_slot_set(self, _M_RECONSUME, reconsume_times)
-    rs_slot_set(self, _M_SYS_FLAG, sys_flag)
-    rs_message_track_again(self)   # it may have been built untracked (see the put-front section, below)
+@cython.embedsignature(False)       # the docstring's first line is the signature inspect reads
+cdef class Message:
+    """Message(topic, body, tags=None, keys=None, properties=None, flag=0, queue_id=-1, \
+born_timestamp=0, reconsume_times=0, sys_flag=0)
+--
 
+A message to store: topic, body, and optional tags, keys, properties, flag, queue.
 
-# Building a Message is every producer's first step: its __init__ (ten slot assignments in Python,
-# ~190 ns) becomes one compiled call. The class stays the one in rocketstore.message (isinstance,
-# pickling, repr and typing unchanged); ROCKETSTORE_NO_EXTENSIONS=1 keeps the pure __init__.
-cdef _install_message_init():
-    cdef int i
-    cdef object default
-    names = ("topic", "body", "tags", "keys", "properties", "flag", "queue_id", "born_timestamp",
-             "reconsume_times", "sys_flag")
-    pure = _message_mod._pure_message_init
-    defaults = dict(zip(pure.__code__.co_varnames[1 + 2:len(names) + 1], pure.__defaults__))
-    if pure.__code__.co_varnames[1:len(names) + 1] != names or len(defaults) != len(names) - 2:
-        return      # the pure __init__ changed: keep it
-    for i, name in enumerate(names):
-        default = defaults.get(name)
-        rs_message_field(i, name, _message_slot(name), <PyObject *>default if name in defaults else NULL)
-    _message_init.__doc__ = pure.__doc__
-    _message_init.__qualname__ = "Message.__init__"
-    _message_init.__module__ = _MESSAGE_TYPE.__module__
-    _MESSAGE_TYPE.__init__ = _message_init          # what m.__init__(...) and introspection see
-    rs_message_set_tp_init(_MESSAGE_TYPE)          # what Message(...) runs (tp_vectorcall, tp_init)
+    The compiled twin of :class:`rocketstore.message.Message` (``rocketstore.Message`` in the
+    compiled build): the same arguments and defaults, fields (a deleted one reads as an
+    AttributeError until set again), repr and pickling, and every put takes either. Its fields
+    are C members, which put_plain_messages reads without a lookup."""
+    cdef object _topic, _body, _tags, _keys, _properties, _flag, _queue_id
+    cdef object _born_timestamp, _reconsume_times, _sys_flag
+    cdef uint16_t _unset        # a bit per field deleted (in the order of __init__'s arguments)
 
+    def __init__(self, topic, body, tags=None, keys=None, properties=None, flag=0, queue_id=-1,
+                 born_timestamp=0, reconsume_times=0, sys_flag=0):
+        self._topic = topic
+        self._body = body
+        self._tags = tags
+        self._keys = keys
+        self._properties = properties
+        self._flag = flag
+        self._queue_id = queue_id
+        self._born_timestamp = born_timestamp
+        self._reconsume_times = reconsume_times
+        self._sys_flag = sys_flag
+        self._unset = 0
+        if (type(self) is Message and _atomic(topic) and _atomic(body) and _atomic(tags) and _atomic(keys)
+                and _atomic(properties) and _atomic(flag) and _atomic(queue_id) and _atomic(born_timestamp)
+                and _atomic(reconsume_times) and _atomic(sys_flag)):
+            if PyObject_GC_IsTracked(self):
+                PyObject_GC_UnTrack(self)
+        elif not PyObject_GC_IsTracked(self):
+            PyObject_GC_Track(self)
 
-if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_mod._pure_message_init:
-    _install_message_init()
+    @property
+    def topic(self):
+        if self._unset & 1:
+            _unset_field(self, "topic")
+        return self._topic
+
+    @topic.setter
+    def topic(self, value):
+        self._topic = value
+        self._unset &= ~1
+        _track_unless_atomic(self, value)
+
+    @topic.deleter
+    def topic(self):
+        if self._unset & 1:
+            _unset_field(self, "topic")
+        self._topic = None
+        self._unset |= 1
+
+    @property
+    def body(self):
+        if self._unset & 2:
+            _unset_field(self, "body")
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        self._body = value
+        self._unset &= ~2
+        _track_unless_atomic(self, value)
+
+    @body.deleter
+    def body(self):
+        if self._unset & 2:
+            _unset_field(self, "body")
+        self._body = None
+        self._unset |= 2
+
+    @property
+    def tags(self):
+        if self._unset & 4:
+            _unset_field(self, "tags")
+        return self._tags
+
+    @tags.setter
+    def tags(self, value):
+        self._tags = value
+        self._unset &= ~4
+        _track_unless_atomic(self, value)
+
+    @tags.deleter
+    def tags(self):
+        if self._unset & 4:
+            _unset_field(self, "tags")
+        self._tags = None
+        self._unset |= 4
+
+    @property
+    def keys(self):
+        if self._unset & 8:
+            _unset_field(self, "keys")
+        return self._keys
+
+    @keys.setter
+    def keys(self, value):
+        self._keys = value
+        self._unset &= ~8
+        _track_unless_atomic(self, value)
+
+    @keys.deleter
+    def keys(self):
+        if self._unset & 8:
+            _unset_field(self, "keys")
+        self._keys = None
+        self._unset |= 8
+
+    @property
+    def properties(self):
+        if self._unset & 16:
+            _unset_field(self, "properties")
+        return self._properties
+
+    @properties.setter
+    def properties(self, value):
+        self._properties = value
+        self._unset &= ~16
+        _track_unless_atomic(self, value)
+
+    @properties.deleter
+    def properties(self):
+        if self._unset & 16:
+            _unset_field(self, "properties")
+        self._properties = None
+        self._unset |= 16
+
+    @property
+    def flag(self):
+        if self._unset & 32:
+            _unset_field(self, "flag")
+        return self._flag
+
+    @flag.setter
+    def flag(self, value):
+        self._flag = value
+        self._unset &= ~32
+        _track_unless_atomic(self, value)
+
+    @flag.deleter
+    def flag(self):
+        if self._unset & 32:
+            _unset_field(self, "flag")
+        self._flag = None
+        self._unset |= 32
+
+    @property
+    def queue_id(self):
+        if self._unset & 64:
+            _unset_field(self, "queue_id")
+        return self._queue_id
+
+    @queue_id.setter
+    def queue_id(self, value):
+        self._queue_id = value
+        self._unset &= ~64
+        _track_unless_atomic(self, value)
+
+    @queue_id.deleter
+    def queue_id(self):
+        if self._unset & 64:
+            _unset_field(self, "queue_id")
+        self._queue_id = None
+        self._unset |= 64
+
+    @property
+    def born_timestamp(self):
+        if self._unset & 128:
+            _unset_field(self, "born_timestamp")
+        return self._born_timestamp
+
+    @born_timestamp.setter
+    def born_timestamp(self, value):
+        self._born_timestamp = value
+        self._unset &= ~128
+        _track_unless_atomic(self, value)
+
+    @born_timestamp.deleter
+    def born_timestamp(self):
+        if self._unset & 128:
+            _unset_field(self, "born_timestamp")
+        self._born_timestamp = None
+        self._unset |= 128
+
+    @property
+    def reconsume_times(self):
+        if self._unset & 256:
+            _unset_field(self, "reconsume_times")
+        return self._reconsume_times
+
+    @reconsume_times.setter
+    def reconsume_times(self, value):
+        self._reconsume_times = value
+        self._unset &= ~256
+        _track_unless_atomic(self, value)
+
+    @reconsume_times.deleter
+    def reconsume_times(self):
+        if self._unset & 256:
+            _unset_field(self, "reconsume_times")
+        self._reconsume_times = None
+        self._unset |= 256
+
+    @property
+    def sys_flag(self):
+        if self._unset & 512:
+            _unset_field(self, "sys_flag")
+        return self._sys_flag
+
+    @sys_flag.setter
+    def sys_flag(self, value):
+        self._sys_flag = value
+        self._unset &= ~512
+        _track_unless_atomic(self, value)
+
+    @sys_flag.deleter
+    def sys_flag(self):
+        if self._unset & 512:
+            _unset_field(self, "sys_flag")
+        self._sys_flag = None
+        self._unset |= 512
+
+    def __repr__(self):
+        return (f"Message(topic={self.topic!r}, body={bytes(self.body[:32])!r}"
+                f"{'...' if len(self.body) > 32 else ''}, tags={self.tags!r}, keys={self.keys!r})")
+
+    def __reduce__(self):
+        return (Message, (self.topic, self.body, self.tags, self.keys, self.properties, self.flag, self.queue_id,
+                          self.born_timestamp, self.reconsume_times, self.sys_flag))
 
 
 cdef inline Py_ssize_t _plain_text(object s, const char **out):
@@ -662,7 +648,7 @@ cdef int SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 POPULATE_WRITE = bool(rs_populate_supported())
 
 # How a record's durability is asked for (the ``wait`` argument of the put methods).
-__all__ = ["CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
+__all__ = ["Message", "CommitLogCore", "PutResult", "BatchPutResult", "PutFuture", "WAIT_NONE", "WAIT_BLOCK",
            "WAIT_FUTURE", "live_wait", "live_wait_words", "live_wake", "live_seq", "serve_step", "SwitchSafe",
            "MAX_FRAME", "keyed_properties", "PutFront"]
 
@@ -2304,7 +2290,6 @@ cdef class CommitLogCore:
         cdef _PlainRow *rows = NULL
         cdef uint8_t *props = NULL
         cdef uint8_t *grown
-        cdef PyObject *v
         cdef int64_t x = 0
         cdef int64_t end = 0, length
         cdef int64_t[::1] rec_lens
@@ -2313,7 +2298,8 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef PutResult r
         cdef _PlainRow *row
-        if n == 0 or not _MESSAGE_SLOTS_OK:
+        cdef Message cm
+        if n == 0:
             return None
         self._check_open()
         if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
@@ -2326,54 +2312,43 @@ cdef class CommitLogCore:
             raise MemoryError()
         keep = [None] * (2 * n)     # every topic and body read, alive until the records are written
         try:
-            # 1. every message plain? Read by slot, checked, its properties encoded into one buffer
-            #    (nothing here lets another thread run: what is read is what gets written)
+            # 1. every message plain? Its fields read, checked, its properties encoded into one
+            #    buffer (nothing here lets another thread run: what is read is what gets written)
             for i in range(n):
                 m = messages[i]
-                if type(m) is not _MESSAGE_TYPE:
-                    return None
                 row = &rows[i]
-                v = rs_slot(m, _M_TOPIC)
-                if v == NULL or not PyUnicode_CheckExact(<object>v) or not PySet_Contains(user_topics, <object>v):
+                if type(m) is Message and (<Message>m)._unset == 0:
+                    cm = <Message>m
+                    topic, body, props_of, tags, keys = cm._topic, cm._body, cm._properties, cm._tags, cm._keys
+                    queue_id, flag, born = cm._queue_id, cm._flag, cm._born_timestamp
+                    sys_flag, reconsume = cm._sys_flag, cm._reconsume_times
+                elif type(m) is _PLAIN_MESSAGE:
+                    try:
+                        topic, body, props_of, tags, keys = m.topic, m.body, m.properties, m.tags, m.keys
+                        queue_id, flag, born = m.queue_id, m.flag, m.born_timestamp
+                        sys_flag, reconsume = m.sys_flag, m.reconsume_times
+                    except AttributeError:      # a field left unset
+                        return None
+                else:       # (a subclass may read its fields its own way)
                     return None
-                keep[2 * i] = <object>v
-                v = rs_slot(m, _M_BODY)
-                if v == NULL or not PyBytes_CheckExact(<object>v):
+                if not PyUnicode_CheckExact(topic) or not PySet_Contains(user_topics, topic):
                     return None
-                keep[2 * i + 1] = <object>v
-                row.body = <const uint8_t *>PyBytes_AS_STRING(<object>v)
-                if PyBytes_GET_SIZE(<object>v) > self._max_message_size:
+                if not PyBytes_CheckExact(body) or PyBytes_GET_SIZE(body) > self._max_message_size:
                     return None
-                row.body_len = <int32_t>PyBytes_GET_SIZE(<object>v)
-                v = rs_slot(m, _M_PROPERTIES)
-                if v == NULL:
-                    return None
-                props_of = <object>v
-                v = rs_slot(m, _M_QUEUE_ID)
-                if v == NULL or not _int_in(<object>v, -1, INT32_MAX, &x):
+                keep[2 * i] = topic
+                keep[2 * i + 1] = body
+                row.body = <const uint8_t *>PyBytes_AS_STRING(body)
+                row.body_len = <int32_t>PyBytes_GET_SIZE(body)
+                if not _int_in(queue_id, -1, INT32_MAX, &x):
                     return None
                 row.queue_id = <int32_t>x
-                v = rs_slot(m, _M_FLAG)
-                if v == NULL or not _int_in(<object>v, INT32_MIN, INT32_MAX, &x):
+                if not _int_in(flag, INT32_MIN, INT32_MAX, &x):
                     return None
                 row.flag = <int32_t>x
-                v = rs_slot(m, _M_BORN)
-                if v == NULL or not _int_in(<object>v, INT64_MIN, INT64_MAX, &row.born):
+                if not _int_in(born, INT64_MIN, INT64_MAX, &row.born):
                     return None
-                v = rs_slot(m, _M_SYS_FLAG)
-                if v == NULL or not _int_in(<object>v, 0, 0, &x):
+                if not _int_in(sys_flag, 0, 0, &x) or not _int_in(reconsume, 0, 0, &x):
                     return None
-                v = rs_slot(m, _M_RECONSUME)
-                if v == NULL or not _int_in(<object>v, 0, 0, &x):
-                    return None
-                v = rs_slot(m, _M_TAGS)
-                if v == NULL:
-                    return None
-                tags = <object>v
-                v = rs_slot(m, _M_KEYS)
-                if v == NULL:
-                    return None
-                keys = <object>v
                 plen = _props_length(tags, keys, props_of)
                 if plen < 0:
                     return None
@@ -2514,77 +2489,7 @@ cdef class CommitLogCore:
         return self._closed
 
 
-# ---- puts at the engine's speed: MessageStore.put's common shapes in one compiled call,
-# ---- and Message objects the cyclic GC need not visit ----
-
-cdef extern from *:
-    """
-    /* A Message built by the compiled constructor whose ten fields are all None, str, bytes or
-       int can be part of no reference cycle: it is untracked, as CPython untracks tuples and
-       dicts of atomic values, so that building a batch of them does not run the cyclic GC over
-       the whole heap every few hundred messages. Any later assignment of a field goes through
-       rs_message_setattro, which tracks it again when the value could hold a reference back. */
-    static vectorcallfunc rs_message_vectorcall_tracked = NULL;   /* the constructor above */
-    static setattrofunc rs_message_setattro_generic = NULL;
-
-    static inline int rs_atomic_value(PyObject *v) {
-        return v == Py_None || PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || PyLong_CheckExact(v);
-    }
-
-    static PyObject *rs_message_vectorcall_untracked(PyObject *callable, PyObject *const *args,
-                                                     size_t nargsf, PyObject *kwnames) {
-        PyObject *self = rs_message_vectorcall_tracked(callable, args, nargsf, kwnames);
-        int i;
-        if (self == NULL || (PyObject *)Py_TYPE(self) != callable || !PyObject_GC_IsTracked(self))
-            return self;
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
-            PyObject *v = rs_slot(self, rs_message_offsets[i]);
-            if (v == NULL || !rs_atomic_value(v))
-                return self;
-        }
-        PyObject_GC_UnTrack(self);
-        return self;
-    }
-
-    static int rs_message_setattro(PyObject *self, PyObject *name, PyObject *value) {
-        int rc = rs_message_setattro_generic(self, name, value);
-        if (rc == 0 && value != NULL && !rs_atomic_value(value) && !PyObject_GC_IsTracked(self))
-            PyObject_GC_Track(self);
-        return rc;
-    }
-
-    /* A Message whose fields were set some other way (an explicit __init__ call): tracked
-       again if any field could hold a reference back. */
-    static void rs_message_track_again(PyObject *self) {
-        int i;
-        if (PyObject_GC_IsTracked(self))
-            return;
-        for (i = 0; i < RS_MESSAGE_FIELDS; i++) {
-            PyObject *v = rs_slot(self, rs_message_offsets[i]);
-            if (v != NULL && !rs_atomic_value(v)) {
-                PyObject_GC_Track(self);
-                return;
-            }
-        }
-    }
-
-    /* Install both on the Message type, once its compiled constructor is installed. */
-    static void rs_message_untrack_atomic(PyObject *type) {
-        PyTypeObject *t = (PyTypeObject *)type;
-        if (rs_message_vectorcall_tracked != NULL || t->tp_vectorcall != rs_message_vectorcall)
-            return;
-        rs_message_vectorcall_tracked = t->tp_vectorcall;
-        rs_message_setattro_generic = t->tp_setattro;
-        t->tp_setattro = rs_message_setattro;
-        t->tp_vectorcall = rs_message_vectorcall_untracked;
-    }
-    """
-    void rs_message_untrack_atomic(object type)
-    void rs_message_track_again(object self)
-
-
-if _MESSAGE_SLOTS_OK and _MESSAGE_TYPE.__init__ is _message_init and _MESSAGE_TYPE.__setattr__ is object.__setattr__:
-    rs_message_untrack_atomic(_MESSAGE_TYPE)
+# ---- puts at the engine's speed: MessageStore.put's common shapes in one compiled call ----
 
 
 cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, properties, int queue_id, int32_t flag,

@@ -1,98 +1,18 @@
-"""The background dispatch thread's waits: between two passes it naps (``index.gil_nap``, which in
-the compiled build takes the GIL back ahead of a thread putting), it leaves a pass to a thread
-already dispatching, and the compiled fused pass counts itself in ``_store.GIL_WAITERS`` only while
-it takes the GIL back."""
+"""The background dispatch thread's waits: between two passes it naps, and it leaves a pass to a
+thread already dispatching."""
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 
 import pytest
 
-from rocketstore import Message, MessageStore, _impl
+from rocketstore import MessageStore, _impl
 from rocketstore.dispatch import DispatchThread
 
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
-
-
-@pytest.mark.parametrize("bad", [-0.001, -1.0, math.nan, math.inf, 3600.5])
-def test_gil_nap_refuses_a_time_out_of_range(impl, bad):
-    with pytest.raises(ValueError, match="seconds must be between 0 and 3600"):
-        impl.index.gil_nap(bad)
-
-
-def test_gil_nap_sleeps(impl):
-    impl.index.gil_nap(0)
-    start = time.monotonic()
-    impl.index.gil_nap(0.02)
-    assert time.monotonic() - start >= 0.019
-
-
-@compiled
-def test_the_gil_waiters_count_returns_to_zero():
-    store_module = _impl.COMPILED.store
-    _impl.COMPILED.index.gil_nap(0.001)
-    assert store_module._gil_waiting() == 0
-
-
-@compiled
-def test_fused_passes_leave_no_gil_waiter_counted(tmp_path):
-    with MessageStore(str(tmp_path / "s"), implementation="c", dispatch_interval_ms=0) as s:
-        s.create_topic("T", 2)
-        for round_ in range(3):
-            s.put_messages([Message("T", b"x" * 100, keys=f"k{round_}-{i}") for i in range(2000)])
-            s._dispatcher.catch_up()
-        assert s._dispatcher._fused is not None and s._dispatcher.dispatched_records >= 4000
-        assert _impl.COMPILED.store._gil_waiting() == 0
-        assert len(s.query_by_key("T", "k2-1999")) == 1
-
-
-def test_gil_first_nests_and_ends_on_an_error(impl):
-    with impl.index.gil_first(), impl.index.gil_first():
-        pass
-    with pytest.raises(KeyError), impl.index.gil_first():
-        raise KeyError("inside")
-
-
-@compiled
-def test_gil_first_counts_its_thread_once_until_the_outermost_block_ends():
-    waiting = _impl.COMPILED.store._gil_waiting
-    gil_first = _impl.COMPILED.index.gil_first
-    with gil_first():
-        assert waiting() == 1
-        with gil_first():
-            assert waiting() == 1
-        assert waiting() == 1
-        _impl.COMPILED.index.gil_nap(0.001)  # not counted while it sleeps, counted again after
-        assert waiting() == 1
-    assert waiting() == 0
-    with pytest.raises(KeyError), gil_first():
-        raise KeyError("inside")
-    assert waiting() == 0
-
-
-@compiled
-def test_a_pass_inside_gil_first_stays_counted_after_it(tmp_path):
-    waiting = _impl.COMPILED.store._gil_waiting
-    with MessageStore(str(tmp_path / "s"), implementation="c", dispatch_interval_ms=0) as s:
-        s.create_topic("T", 2)
-        s.put_messages([Message("T", b"x" * 100, keys=f"k{i}") for i in range(3000)])
-        seen = []
-        fused = s._dispatcher._fused
-        run = fused.run
-
-        def watched(*args):
-            result = run(*args)
-            seen.append(waiting())
-            return result
-
-        fused.run = watched
-        s._dispatcher.catch_up()
-        assert seen and set(seen) == {1}  # the dispatcher's own count, inside its catch_up
-        assert waiting() == 0
 
 
 def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching(tmp_path, impl):

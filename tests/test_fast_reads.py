@@ -163,30 +163,12 @@ def test_the_month_start_is_remembered_for_its_month():
     assert _clock.month_start(start - 1) == _clock.month_bounds(start - 1)[0]
 
 
-def test_the_fast_calls_read_what_an_attribute_lookup_reads(store, monkeypatch):
-    """The compiled calls read the store objects' slots (a segment's map, a queue's files, ...)
-    at their offsets, learnt per type: a class changed afterwards (here ``files`` becomes a
-    property that hides every file) is read as an attribute lookup reads it."""
-    from rocketstore.consumequeue import ConsumeQueue, ConsumeQueueStore
-    from rocketstore.mapped_file import MappedFile, MappedFileQueue
-
+def test_the_fast_calls_read_the_fields_the_managers_set(store, monkeypatch):
+    """The one-call reads read the managers' hot fields (a segment's map and geometry, a queue's
+    files, bounds and holes, the table of queues): a change made through the Python attribute
+    is what they see, with no second copy to fall behind."""
     r = store.put(TOPIC, b"body", keys="k1", queue_id=1)
-    reads = (
-        lambda: store.read(r.commitlog_offset),
-        lambda: store.get_by_msg_id(r.msg_id),
-        lambda: store.get_by_queue_offset(TOPIC, 1, 0),
-    )
-    for read in reads:
-        assert read().body == b"body"  # the slots are learnt
-    monkeypatch.setattr(MappedFileQueue, "files", property(lambda self: []))
-    for read in reads:
-        with pytest.raises(MessageNotFoundError):
-            read()
-    monkeypatch.undo()
-    for read in reads:
-        assert read().body == b"body"
-    # the queue's own attributes (a queue with holes is the careful path's: it repairs them),
-    # and the table of queues: the compiled call declines (None) as the pure one does
+    assert store.get_by_queue_offset(TOPIC, 1, 0).body == b"body"  # (dispatched)
     codec = store._impl.codec
 
     def fast_queue_read():
@@ -196,19 +178,38 @@ def test_the_fast_calls_read_what_an_attribute_lookup_reads(store, monkeypatch):
         return codec.record_at(store._segments, store._core, r.commitlog_offset)
 
     assert fast_queue_read().body == b"body" and fast_read().body == b"body"
-    monkeypatch.setattr(MappedFile, "mm", property(lambda self: None))  # as if closed
+    segment = store._segments.files[0]
+    mm = segment.mm
+    monkeypatch.setattr(segment, "mm", None)  # as if closed
+    assert fast_read() is None and fast_queue_read() is None
+    monkeypatch.setattr(segment, "mm", mm)
+    monkeypatch.setattr(segment, "file_from_offset", segment.file_from_offset + 1)  # not one run
+    assert fast_read() is None
+    monkeypatch.undo()
+    assert fast_read().body == b"body"
+    monkeypatch.setattr(store._segments, "files", [])
     assert fast_read() is None and fast_queue_read() is None
     monkeypatch.undo()
-    for cls, name, value in (
-        (ConsumeQueue, "holes", [(0, 1)]),
-        (ConsumeQueue, "_min_logic", 1 << 40),
-        (ConsumeQueue, "_files", MappedFileQueue("unused", 1 << 20)),
-        (ConsumeQueueStore, "_queues", {}),
+    cq = store._queues.get(TOPIC, 1)
+    unit_file = cq._files.files[0]
+    for obj, name, value in (
+        (cq, "holes", [(0, 1)]),
+        (cq, "_min_logic", 1 << 40),
+        (cq._files, "files", []),
+        (unit_file, "wrote_position", 0),  # the unit not written yet
     ):
-        monkeypatch.setattr(cls, name, property(lambda self, value=value: value))
+        monkeypatch.setattr(obj, name, value)
         assert fast_queue_read() is None, name
         monkeypatch.undo()
         assert fast_queue_read().body == b"body"
+    # the table of queues: a queue taken out of it is not found (its lookup cache emptied)
+    queues = store._queues._take_queues()
+    try:
+        assert fast_queue_read() is None
+    finally:
+        for q in queues:
+            store._queues._put_queue((q.topic, q.queue_id), q)
+    assert fast_queue_read().body == b"body"
 
 
 def test_a_fast_read_by_id_answers_only_for_the_records_own_id(store):
@@ -285,16 +286,19 @@ def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     codec = store._impl.codec
     store.put(TOPIC, b"body", queue_id=1)
     store._dispatcher.catch_up()
-    table = store._queues._queues
+    table = store._queues
 
     def fast(topic=TOPIC):
-        return codec.queue_message(store._queues, topic, 1, 0, store._segments, store._core)
+        return codec.queue_message(table, topic, 1, 0, store._segments, store._core)
 
     assert fast().body == b"body" and fast().body == b"body"  # remembered
-    cq = table.pop((TOPIC, 1))
+    cq = table.get(TOPIC, 1)
+    for other in table._take_queues():
+        if other is not cq:
+            table._put_queue((other.topic, other.queue_id), other)
     assert fast() is None
     assert store.get_message("g", TOPIC, 1, 0).messages == []
-    table[(TOPIC, 1)] = cq
+    table._put_queue((TOPIC, 1), cq)
     assert fast().body == b"body"
     assert fast("".join([TOPIC[:2], TOPIC[2:]])).body == b"body"  # an equal str, not the same one
     assert [m.body for m in store.get_message("g", TOPIC, 1, 0).messages] == [b"body"]

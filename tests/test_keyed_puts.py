@@ -234,7 +234,10 @@ def test_a_put_with_a_properties_dict_stores_what_the_general_path_stores(store,
     assert {k: got.properties[k] for k in shape["properties"]} == shape["properties"]
     assert got.unique_key == fast.unique_key
     batch = store.put_messages([Message(TOPIC, b"body", queue_id=1, flag=7, **shape) for _ in range(3)])
-    assert core.put_plain_messages([Message(TOPIC, b"body", **shape)], {TOPIC}, 0) is not None
+    # (each core's own Message type; the compiled core reads the pure one's too)
+    assert (
+        core.put_plain_messages([store._impl.store.Message(TOPIC, b"body", **shape)], {TOPIC}, 0) is not None
+    )
     assert [stored(store, r) for r in batch] == [stored(store, general)] * 3
 
 
@@ -288,6 +291,70 @@ def test_bad_properties_raise_the_general_path_s_error_and_write_nothing(store, 
     assert store.max_offset == before
 
 
+#: run in a fresh interpreter: rocketstore.Message beside a copy of its module executed alone (no
+#: compiled module imported), after every compiled module is imported
+PLAIN_MESSAGE_CHECK = r"""
+import gc, importlib.util, sys, types
+import rocketstore, rocketstore._codec, rocketstore._crc32, rocketstore._index, rocketstore._store
+from rocketstore import message
+
+spec = importlib.util.spec_from_file_location("alone", message.__file__)
+alone = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(alone)
+M, A = message.Message, alone.Message
+assert type(M) is type(A) is type and rocketstore.Message in (M, rocketstore._store.Message)
+assert sorted(M.__dict__) == sorted(A.__dict__)
+for name, value in M.__dict__.items():
+    if isinstance(A.__dict__[name], types.FunctionType):
+        assert isinstance(value, types.FunctionType) and value.__code__ == A.__dict__[name].__code__, name
+
+
+def constructor_frames(cls):
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == message.__file__:
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        m = cls("T", b"x", keys="k")
+    finally:
+        sys.setprofile(None)
+    return m, seen
+
+
+m, frames = constructor_frames(M)
+assert frames == ["__init__"], frames  # the class's own __init__ ran, as Python calls it
+assert gc.is_tracked(m) and gc.is_tracked(A("T", b"x"))
+print("plain")
+"""
+
+
+@pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+def test_importing_the_compiled_modules_leaves_message_a_plain_class():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PLAIN_MESSAGE_CHECK], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "plain"
+
+
+FIELDS = (
+    "topic",
+    "body",
+    "tags",
+    "keys",
+    "properties",
+    "flag",
+    "queue_id",
+    "born_timestamp",
+    "reconsume_times",
+    "sys_flag",
+)
+MESSAGE_TYPES = pytest.mark.parametrize("message_type", _impl.MESSAGE_TYPES, ids=lambda t: t.__module__)
+
 MESSAGE_CALLS = [
     (("T", b"b"), {}),
     (("T", b"b", "tag", ["k1", "k2"], {"p": "v"}, 1, 2, 3, 4, 5), {}),
@@ -302,78 +369,96 @@ MESSAGE_CALLS = [
 
 
 @pytest.mark.parametrize("args,kwargs", MESSAGE_CALLS, ids=repr)
-def test_message_builds_as_its_pure_init_builds(args, kwargs):
-    from rocketstore import message
-
-    def pure(*a, **k):
-        m = Message.__new__(Message)
-        message._pure_message_init(m, *a, **k)
-        return m
-
+def test_both_message_types_build_alike(args, kwargs):
     results = []
-    for build in (Message, pure, lambda *a, **k: Message.__new__(Message).__init__(*a, **k) or "init"):
+    for message_type in _impl.MESSAGE_TYPES:
         try:
-            m = build(*args, **kwargs)
+            m = message_type(*args, **kwargs)
         except TypeError:
             results.append(TypeError)
         else:
-            results.append(m if m == "init" else tuple(getattr(m, n) for n in Message.__slots__))
-    if results[1] is TypeError:
-        assert results == [TypeError] * 3
-    else:
-        assert results[0] == results[1] and results[2] == "init"
+            results.append([getattr(m, n) for n in FIELDS])
+    assert all(r == results[0] for r in results), results
 
 
-def test_message_stays_one_class_with_its_signature_and_pickling():
+def test_both_message_types_have_one_signature():
     import inspect
+
+    signatures = {
+        tuple((p.name, p.kind, p.default) for p in inspect.signature(t).parameters.values())
+        for t in _impl.MESSAGE_TYPES
+    }
+    assert len(signatures) == 1
+    assert [name for name, _, _ in signatures.pop()] == list(FIELDS)
+
+
+@MESSAGE_TYPES
+def test_message_pickles_copies_and_shows_as_itself(message_type):
+    import copy
     import pickle
 
-    from rocketstore import message
-
-    assert Message is message.Message
-    pure = list(inspect.signature(message._pure_message_init).parameters.values())[1:]  # but self
-    assert [(p.name, p.default) for p in inspect.signature(Message).parameters.values()] == [
-        (p.name, p.default) for p in pure
-    ]
-    m = Message("T", b"body", tags="t", keys=["a", "b"], flag=3)
-    back = pickle.loads(pickle.dumps(m))
-    assert isinstance(back, Message)
-    assert [getattr(back, n) for n in Message.__slots__] == [getattr(m, n) for n in Message.__slots__]
+    m = message_type("T", b"body" * 10, tags="t", keys=["a", "b"], flag=3)
+    for back in (pickle.loads(pickle.dumps(m)), copy.copy(m), copy.deepcopy(m)):
+        assert type(back) is message_type
+        assert [getattr(back, n) for n in FIELDS] == [getattr(m, n) for n in FIELDS]
+    assert m != back and m == m  # compared by identity, as a plain class is
     m.keys = "changed"
     assert m.keys == "changed"
-    assert repr(m).startswith("Message(topic='T'")
+    assert repr(m) == (
+        "Message(topic='T', body=b'bodybodybodybodybodybodybodybody'..., tags='t', keys='changed')"
+    )
+    assert isinstance(m, _impl.MESSAGE_TYPES)
 
 
-def test_message_construction_follows_a_reassigned_init_and_subclasses(monkeypatch):
-    import gc
-    import sys
+@MESSAGE_TYPES
+def test_a_deleted_message_field_reads_as_missing_until_set_again(message_type):
+    m = message_type("T", b"b", keys="k")
+    del m.keys
+    with pytest.raises(AttributeError, match="keys"):
+        _ = m.keys
+    with pytest.raises(AttributeError, match="keys"):
+        del m.keys
+    m.keys = "again"
+    assert m.keys == "again"
 
-    from rocketstore import message
 
-    gc.collect()  # earlier tests' garbage (messages in cycles) is not freed during the count
-    gc.disable()
-    try:
-        refs = sys.getrefcount(Message)
-        made = [Message("T", b"b", keys="k") for _ in range(1000)]
-        del made
-        assert sys.getrefcount(Message) == refs  # each instance's hold on its class is released
-    finally:
-        gc.enable()
+@MESSAGE_TYPES
+def test_messages_of_either_type_are_stored_alike(store, message_type):
+    general = store.put_messages(
+        [message_type(TOPIC, b"one", keys="k1"), message_type(TOPIC, b"2", tags="t")]
+    )
+    mixed = store.put_messages(
+        [t(TOPIC, b"one", keys="k1", queue_id=general[0].queue_id) for t in _impl.MESSAGE_TYPES]
+    )
+    assert stored(store, mixed[0]) == stored(store, general[0]) == stored(store, mixed[-1])
+    if store._impl.compiled:  # the compiled core reads both types itself
+        both = [t(TOPIC, b"x", keys="k") for t in _impl.MESSAGE_TYPES]
+        assert store._core.put_plain_messages(both, {TOPIC}, 0) is not None
+    single = store.put(message_type(TOPIC, b"one", keys="k1", queue_id=general[0].queue_id))
+    assert stored(store, single) == stored(store, general[0])
+    with pytest.raises(TypeError, match="expected a Message"):
+        store.put_messages([message_type(TOPIC, b"x"), object()])
 
-    class Audited(Message):
-        __slots__ = ()
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.tags = "audited"
+@MESSAGE_TYPES
+def test_messages_of_a_subclass_or_with_a_field_unset_take_the_general_path(store, message_type):
+    class Audited(message_type):
+        __slots__ = ("by",)
 
-    assert Audited("T", b"b", keys="k").tags == "audited"
+    sub = Audited(TOPIC, b"sub", keys="k1")
+    unset = message_type(TOPIC, b"unset", keys="k2")
+    del unset.flag
+    assert store._core.put_plain_messages([sub], {TOPIC}, 0) is None
+    assert store._core.put_plain_messages([message_type(TOPIC, b"x"), unset], {TOPIC}, 0) is None
+    done = store.put_messages([sub])
+    assert store.read(done[0].commitlog_offset).body == b"sub"
+    with pytest.raises(AttributeError):
+        store.put_messages([unset])
 
-    def init(self, topic, body, **kwargs):
-        message._pure_message_init(self, topic, body, **kwargs)
-        self.flag = 99
 
-    monkeypatch.setattr(Message, "__init__", init)
-    assert Message("T", b"b", keys="k").flag == 99
-    monkeypatch.undo()
-    assert Message("T", b"b", keys="k").flag == 0
+@pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+def test_the_compiled_general_path_reads_either_message_type_in_one_pass():
+    messages = [t(TOPIC, b"x", keys="k") for t in _impl.MESSAGE_TYPES] + [Message("Other", b"y")]
+    items, slow = _impl.COMPILED.codec.plain_message_items(messages, {TOPIC}, _impl.MESSAGE_TYPES)
+    assert slow == [len(messages) - 1]
+    assert items[0] == items[1] == (TOPIC, b"x", b"KEYS\x01k\x02", -1, 0, 0, 0, 0, None)

@@ -390,7 +390,7 @@ _any_value = st.one_of(
     not_a_message=st.booleans(),
 )
 def test_plain_message_items_agrees_between_twins(fields, not_a_message):
-    from rocketstore import Message
+    from rocketstore.message import Message  # the class both twins take (the compiled: its own too)
 
     messages = []
     for f in fields:

@@ -12,7 +12,7 @@ import weakref
 
 import pytest
 
-from rocketstore import Message, MessageStore
+from rocketstore import Message, MessageStore, _impl, message
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidQueueIdError,
@@ -227,22 +227,44 @@ def test_methods_held_from_before_a_fork_do_not_append_in_the_child(store):
 # ---- Message objects and the cyclic GC ----
 
 
-def test_atomic_messages_are_left_out_of_the_gc_and_tracked_again_when_they_could_cycle(impl):
-    m = Message(TOPIC, b"x", tags="t", keys="k", queue_id=1)
-    if impl.name == "c" and Message.__init__.__module__ != "rocketstore.message":
-        assert not gc.is_tracked(m)
-    assert gc.is_tracked(Message(TOPIC, b"x", keys=["k"]))  # a list: it could cycle
-    assert gc.is_tracked(Message(TOPIC, bytearray(b"x")))
+def test_the_pure_message_is_tracked_by_the_gc_whatever_its_fields():
+    for m in (
+        message.Message(TOPIC, b"x", tags="t", keys="k", queue_id=1),
+        message.Message(TOPIC, b"x", keys=["k"]),
+        message.Message(TOPIC, bytearray(b"x")),
+    ):
+        assert gc.is_tracked(m)
+
+
+@pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+def test_atomic_compiled_messages_are_left_out_of_the_gc_and_tracked_again_when_they_could_cycle():
+    compiled = _impl.COMPILED.store.Message
+    m = compiled(TOPIC, b"x", tags="t", keys="k", queue_id=1)
+    assert not gc.is_tracked(m)
+    assert gc.is_tracked(compiled(TOPIC, b"x", keys=["k"]))  # a list: it could cycle
+    assert gc.is_tracked(compiled(TOPIC, bytearray(b"x")))
+
+    class Sub(compiled):  # its __dict__ could hold anything
+        pass
+
+    assert gc.is_tracked(Sub(TOPIC, b"x"))
+    m.keys = "still atomic"
+    assert not gc.is_tracked(m)
     m.properties = {"a": "b"}
+    assert gc.is_tracked(m)
+    m.__init__(TOPIC, b"x")  # atomic again: left out again
+    assert not gc.is_tracked(m)
+    m.__init__(TOPIC, b"x", keys=("k",))
     assert gc.is_tracked(m)
 
 
+@pytest.mark.parametrize("message_type", _impl.MESSAGE_TYPES, ids=lambda t: t.__module__)
 @pytest.mark.parametrize("via", ["setattr", "init"])
-def test_a_cycle_through_a_message_is_collected(via):
+def test_a_cycle_through_a_message_is_collected(via, message_type):
     class Holder(list):  # (a list that weakref can point at)
         pass
 
-    m = Message(TOPIC, b"x", keys="k")
+    m = message_type(TOPIC, b"x", keys="k")
     holder = Holder([m])
     if via == "setattr":
         m.keys = holder  # m -> holder -> m

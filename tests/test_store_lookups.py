@@ -569,18 +569,18 @@ def test_reads_by_position_after_retention_deleted_and_rolled_segments(tmp_path,
         s.close()
 
 
-class _Segment:
-    def __init__(self, mm, file_from_offset, file_size, wrote_position):
-        self.mm, self.file_from_offset, self.file_size = mm, file_from_offset, file_size
-        self.wrote_position = wrote_position
-
-
-class _Files:
-    def __init__(self, *files):
-        self.files = list(files)
-
-
 def test_key_messages_bounds_checks_what_it_is_given(impl):
+    def _Segment(mm, file_from_offset, file_size, wrote_position):  # noqa: N802 (a class's name)
+        segment = impl.codec.MappedState()
+        segment.mm, segment.file_from_offset, segment.file_size = mm, file_from_offset, file_size
+        segment.wrote_position = wrote_position
+        return segment
+
+    def _Files(*files):  # noqa: N802 (a class's name)
+        table = impl.codec.SegmentTable()
+        table.files = list(files)
+        return table
+
     record = impl.codec.encode_record(
         topic="T", body=b"b", properties={"KEYS": "k"}, physical_offset=100, store_timestamp=5
     )

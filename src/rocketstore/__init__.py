@@ -14,7 +14,7 @@ from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, Ta
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
 from rocketstore.group import GroupConsumer
-from rocketstore.message import Message, MessageExt
+from rocketstore.message import MessageExt
 from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore, open_store
@@ -25,8 +25,11 @@ __version__ = "0.1.0"
 IMPLEMENTATION = _DEFAULT.name
 
 if TYPE_CHECKING:  # the compiled twins have the same names and signatures (.pyi stubs)
-    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+    from rocketstore._store_py import BatchPutResult, Message, PutFuture, PutResult
 else:
+    #: the compiled twin's Message when it is built (rocketstore.message.Message otherwise):
+    #: puts take either
+    Message = _DEFAULT.store.Message
     PutResult = _DEFAULT.store.PutResult
     BatchPutResult = _DEFAULT.store.BatchPutResult
     PutFuture = _DEFAULT.store.PutFuture

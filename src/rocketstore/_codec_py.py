@@ -52,6 +52,7 @@ import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from itertools import repeat
+from types import MappingProxyType
 from typing import Any, Optional
 
 import numpy as np
@@ -61,7 +62,6 @@ from rocketstore._clock import now_ms
 from rocketstore.status import GetMessageStatus
 from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
 from rocketstore.units import PLACEHOLDER_SIZE as _PLACEHOLDER_SIZE
-from rocketstore.units import GetMessageResult
 
 from .errors import (
     CorruptRecordError,
@@ -394,17 +394,19 @@ def put_properties(tags, keys, properties) -> tuple:
     return encode_properties(props), props.get("UNIQ_KEY"), wait
 
 
-def plain_message_items(messages, user_topics) -> tuple[list, list]:
+def plain_message_items(messages, user_topics, message_types=None) -> tuple[list, list]:
     """The core's put items of the plain messages of a ``put_messages`` batch, checked in one
     call: a :class:`rocketstore.Message` of a topic in ``user_topics`` (already checked), bytes
     body, no properties, sys_flag and reconsume_times 0, queue id, flag and born timestamp in
     range; tags and keys as :func:`put_properties` takes them. Returns ``(items, slow)``: an item
     tuple per message, None where a message is not plain, and the indices of those (the caller
-    checks them one by one)."""
+    checks them one by one). ``message_types``: the exact Message classes read as plain (None:
+    :class:`rocketstore.message.Message`; a store passes both twins' classes)."""
+    types = (Message,) if message_types is None else tuple(message_types)
     items: list = []
     slow: list = []
     for i, m in enumerate(messages):
-        if type(m) is Message:
+        if type(m) in types:
             topic, body, qid, flag, born = m.topic, m.body, m.queue_id, m.flag, m.born_timestamp
             if (
                 type(topic) is str
@@ -1814,6 +1816,115 @@ def pull_units(
 # Lookups in one call: a message by queue position, the messages an index lookup found
 
 
+# ---- The hot state the point reads read (the twins of the compiled classes) ----
+#
+# Segment, queue and index management is Python's (mapped_file, consumequeue, dispatch,
+# indexservice); what the one-call reads need of each managed object is a field of one of these
+# classes, which the managing class extends (the compiled twins keep them in C, where the
+# compiled reads read them directly).
+
+__all__ += [
+    "MappedState",
+    "SegmentTable",
+    "QueueState",
+    "QueueTable",
+    "DispatchState",
+    "IndexState",
+    "IndexFileState",
+    "PullResult",
+]
+
+
+class MappedState:
+    """What a read needs of one mapped file (mapped_file.MappedFile extends it): its map
+    (``mm``, None once closed), where it starts (``file_from_offset``), its size and how much of
+    it is written (``wrote_position``)."""
+
+    __slots__ = ("mm", "file_from_offset", "file_size", "wrote_position")
+
+
+class SegmentTable:
+    """The files of a directory of equal segments, ascending, without gaps
+    (mapped_file.MappedFileQueue extends it): ``files``, a list of :class:`MappedState`."""
+
+    __slots__ = ("files",)
+
+    def __init__(self) -> None:
+        self.files: list[Any] = []
+
+
+class QueueState:
+    """What a read needs of one ConsumeQueue (consumequeue.ConsumeQueue extends it): its unit
+    files (``_files``), the byte offset its units start at (``_min_logic``) and its ``holes``
+    (a non-empty list: the careful path rebuilds them first)."""
+
+    __slots__ = ("holes", "_min_logic", "_files")
+
+
+class QueueTable:
+    """The queues of a store by (topic, queue id) (consumequeue.ConsumeQueueStore and
+    dispatch.TailQueueStore extend it). ``_queues`` is a read-only view: the table changes
+    through :meth:`_put_queue` and :meth:`_take_queues` only (the compiled twin keeps a lookup
+    cache they empty)."""
+
+    __slots__ = ("_table", "_queues")
+
+    def __init__(self) -> None:
+        self._table: dict[Any, Any] = {}
+        self._queues: Mapping[Any, Any] = MappingProxyType(self._table)
+
+    def _put_queue(self, key: Any, queue: Any) -> None:
+        """``_queues[key] = queue``."""
+        self._table[key] = queue
+
+    def _take_queues(self) -> list[Any]:
+        """Empty the table; its queues, in table order."""
+        queues = list(self._table.values())
+        self._table.clear()
+        return queues
+
+
+class DispatchState:
+    """What a read needs of the Dispatcher (dispatch.Dispatcher extends it) to see that nothing
+    waits to be dispatched: the append core whose ``wrote_offset`` it catches up with
+    (``end_core``, None: ask it), how far it dispatched (``offset``), and, for a reader that
+    indexes lazily (``_index_lazily``), how far it indexed (``indexed``)."""
+
+    __slots__ = ("end_core", "offset", "indexed", "_index_lazily")
+
+
+class IndexState:
+    """What a key lookup needs of an IndexService (indexservice.IndexService extends it): its
+    lock, whether it is closed, its index twin module, its files (a list of
+    :class:`IndexFileState`) and their geometry."""
+
+    __slots__ = ("_lock", "_closed", "_index", "_files", "slot_count", "index_count")
+
+    def __init__(self) -> None:
+        self._files: list[Any] = []
+
+
+class IndexFileState:
+    """One index file's map (indexservice.MappedIndexFile extends it): ``mapped``, a
+    :class:`MappedState`."""
+
+    __slots__ = ("mapped",)
+
+
+class PullResult:
+    """The fields of consume.GetMessageResult (which extends it)."""
+
+    __slots__ = (
+        "status",
+        "next_begin_offset",
+        "min_offset",
+        "max_offset",
+        "messages",
+        "_units",
+        "_queue_offsets",
+    )
+
+
 def _segment_of(files, offset):
     """The file of ``files`` (a list of MappedFile of one size, ascending, without gaps) that
     holds ``offset``, or None."""
@@ -1852,8 +1963,8 @@ def _mapped(mf, readable):
 def _queue_of(queues, topic, queue_id):
     """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
     or None: no such queue, or one with holes (the careful path rebuilds it first)."""
-    table = getattr(queues, "_queues", None)
-    if type(table) is not dict:
+    table = getattr(queues, "_queues", None)  # (a QueueTable's, of either twin)
+    if not isinstance(table, Mapping):
         return None
     cq = table.get((topic, queue_id))
     return None if cq is None or cq.holes else cq
@@ -2214,7 +2325,10 @@ class FastReads:
     store's :class:`~rocketstore.live.Follower`, whose ``follow()`` each call runs first (False:
     the class's method, which opens the store again)."""
 
-    def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None):
+    def __init__(
+        self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *, result_type
+    ):
+        self._result_type = result_type  # what get_message returns: consume.GetMessageResult
         self._follower = follower
         self._store = store_ref  # weak: the store's dict holds these methods
         self._cls = cls
@@ -2225,6 +2339,9 @@ class FastReads:
         self._dispatcher = dispatcher
         self._cap = cap
         self.open = True
+        #: calls answered here, and calls handed to the class's method
+        self.fast_calls = 0
+        self.careful_calls = 0
 
     def _current(self) -> bool:
         """True unless this store follows a writer that opened the store since (the class's
@@ -2242,7 +2359,9 @@ class FastReads:
         if self.open and self._current() and zero_copy is False:
             msg = record_at(self._segments, self._core, commitlog_offset)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
 
     def get_by_msg_id(self, msg_id, *, zero_copy=False):
@@ -2250,7 +2369,9 @@ class FastReads:
         if self.open and self._current() and zero_copy is False:
             msg = message_by_id(self._segments, self._core, msg_id)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
 
     def get_by_queue_offset(self, topic, queue_id, queue_offset):
@@ -2259,7 +2380,9 @@ class FastReads:
         if self.open and self._current():
             msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
 
     def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
@@ -2278,7 +2401,9 @@ class FastReads:
                 self._dispatcher,
             )
             if hits is not None:
+                self.fast_calls += 1
                 return hits
+        self.careful_calls += 1
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
@@ -2296,9 +2421,11 @@ class FastReads:
             got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
             if got is not None:
                 messages, units, lo, hi = got
-                return GetMessageResult(
+                self.fast_calls += 1
+                return self._result_type(
                     GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
                 )
+        self.careful_calls += 1
         return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
 
     def query_by_unique_key(self, topic, unique_key):
@@ -2315,7 +2442,9 @@ class FastReads:
                 now_ms(),
             )
             if msg is not None:
+                self.fast_calls += 1
                 return msg
+        self.careful_calls += 1
         return self._cls.query_by_unique_key(self._owner(), topic, unique_key)
 
 

@@ -10,19 +10,24 @@ Each implementation is an :class:`Implementation`: a named bundle of the twin mo
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Implementation", "PURE", "COMPILED", "DEFAULT", "NO_EXTENSIONS", "REQUIRE_EXTENSIONS"]
+if TYPE_CHECKING:
+    from rocketstore.message import Message
+
+__all__ = [
+    "Implementation",
+    "PURE",
+    "COMPILED",
+    "DEFAULT",
+    "MESSAGE_TYPES",
+    "NO_EXTENSIONS",
+    "REQUIRE_EXTENSIONS",
+]
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
-NO_EXTENSIONS = _env_flag("ROCKETSTORE_NO_EXTENSIONS")
-REQUIRE_EXTENSIONS = _env_flag("ROCKETSTORE_REQUIRE_EXTENSIONS")
+from rocketstore._hotstate import NO_EXTENSIONS, REQUIRE_EXTENSIONS
 
 _TWINS = ("crc32", "codec", "store", "index")
 
@@ -73,6 +78,13 @@ else:
         IMPORT_ERROR = exc
 
 DEFAULT: Implementation = COMPILED if COMPILED is not None else PURE
+
+#: Every Message class a put takes: the pure twin's (rocketstore.message.Message) and, when it is
+#: built, the compiled twin's (rocketstore.Message then). They are alike in fields, arguments,
+#: repr and pickling; check a message with ``isinstance(m, MESSAGE_TYPES)``.
+MESSAGE_TYPES: tuple[type[Message], ...] = (PURE.store.Message,) + (
+    () if COMPILED is None else (COMPILED.store.Message,)
+)
 
 
 def get(name: str | None = None) -> Implementation:

@@ -30,7 +30,6 @@ writers; readers on other threads see whole items only after the slot points at 
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import struct
 import time
@@ -51,8 +50,6 @@ __all__ = [
     "DEFAULT_SLOT_COUNT",
     "DEFAULT_INDEX_COUNT",
     "rebuild_slots",
-    "gil_nap",
-    "gil_first",
 ]
 
 _INT_SIZE = 4
@@ -459,24 +456,6 @@ def select_files(files, key: str, max_num: int, begin: int, end: int) -> tuple[l
 
 
 # ---- file names ----
-
-
-#: gil_nap's longest sleep (seconds)
-MAX_NAP_SECONDS = 3600.0
-
-
-def gil_nap(seconds: float) -> None:
-    """Sleep ``seconds``: the dispatch thread's wait between two passes (the compiled twin also
-    takes the GIL back ahead of a thread putting)."""
-    if not 0 <= seconds <= MAX_NAP_SECONDS:
-        raise ValueError(f"seconds must be between 0 and {MAX_NAP_SECONDS:g}, not {seconds}")
-    time.sleep(seconds)
-
-
-def gil_first() -> contextlib.AbstractContextManager[None]:
-    """A context manager that does nothing here (the compiled twin's gives a dispatching thread
-    the GIL before a thread putting)."""
-    return contextlib.nullcontext()
 
 
 def index_file_name(ms: int) -> str:

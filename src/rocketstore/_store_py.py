@@ -20,7 +20,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Generator, Iterable
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from rocketstore.message import SPECIAL_PROPERTIES, Message
 from rocketstore.status import PutStatus
 
 __all__ = [
+    "Message",
     "CommitLogCore",
     "PutResult",
     "BatchPutResult",
@@ -128,9 +129,21 @@ def _plain_int(value: object, lo: int, hi: int) -> bool:
     return type(value) is int and lo <= value <= hi
 
 
+def _reads_as_message(m: object) -> TypeGuard[Message]:
+    """Whether put_plain_messages reads ``m``, by its exact type: this twin's Message,
+    or the compiled twin's when that module is loaded (a store of this implementation in a
+    compiled build is handed rocketstore.Message, the compiled type). Looked up, not imported:
+    this module is the pure twin, and may be all there is."""
+    t = type(m)
+    if t is Message:
+        return True
+    compiled = sys.modules.get("rocketstore._store")
+    return compiled is not None and t is getattr(compiled, "Message", None)
+
+
 def _plain_item(m: object, user_topics: Any) -> Optional[tuple[Any, ...]]:
     """put_many's item of a plain Message (see CommitLogCore.put_plain_messages), else None."""
-    if type(m) is not Message:
+    if not _reads_as_message(m):
         return None
     try:
         topic, body, qid, flag, born = m.topic, m.body, m.queue_id, m.flag, m.born_timestamp
@@ -223,7 +236,7 @@ def serve_step(fd: int, reply: bytes) -> Optional[bytes]:
     """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
     whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
     next frame; its payload, or None at the end of the stream. (The compiled twin does this
-    without the GIL and has the owner's puts let such a call have the GIL soon.)"""
+    without the GIL.)"""
     view = memoryview(reply)
     while view:
         view = view[os.write(fd, view) :]

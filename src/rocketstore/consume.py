@@ -58,11 +58,12 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from rocketstore._checks import check_int, wait_deadline
+from rocketstore._hotstate import PullResult
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.message import MessageExt
 from rocketstore.status import GetMessageStatus
 from rocketstore.tagfilter import MATCH_ALL, TagFilter, as_filter
-from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE, DamagedUnit, GetMessageResult
+from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE, DamagedUnit
 
 if TYPE_CHECKING:
     from rocketstore._store_py import PutResult
@@ -83,6 +84,94 @@ __all__ = [
 #: RocketMQ reads at least 16,000 bytes of units per pull (``max(16000, maxMsgNums * 20)``).
 MIN_SCAN_BYTES = 16_000
 MIN_SCAN_UNITS = MIN_SCAN_BYTES // CQ_UNIT_SIZE  # 800
+
+
+class GetMessageResult(PullResult):
+    """What :func:`~rocketstore.consume.get_message` / :func:`~rocketstore.consume.get_units` found.
+
+    ``messages`` holds what ``read`` returned for each collected unit (empty for
+    :func:`~rocketstore.consume.get_units`); ``units`` holds the collected units (dtype
+    :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`), in queue order, one per message, and
+    ``queue_offsets`` (int64) the queue offset of each.
+    ``min_offset`` / ``max_offset`` are the queue's bounds when the pull began (0 without a
+    queue); ``buffer_total_size`` is the sum of the collected records' sizes. ``len()`` and
+    iteration go over ``messages`` when there are any, else over ``units``.
+    """
+
+    # the fields are the PullResult's it extends (compiled: a one-call pull fills them in C)
+    __slots__ = ()
+
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        next_begin_offset: int,
+        min_offset: int = 0,
+        max_offset: int = 0,
+        messages: Optional[list[MessageExt]] = None,
+        units: Optional[np.ndarray | bytes] = None,
+        queue_offsets: Optional[np.ndarray | int] = None,
+    ):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = [] if messages is None else messages
+        # A one-call pull hands the units over as bytes and the queue offsets as the first of a
+        # run: the arrays are made when first asked for.
+        self._units = units
+        self._queue_offsets = queue_offsets
+
+    @property
+    def units(self) -> np.ndarray:
+        """The collected units (dtype :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`)."""
+        units = self._units
+        if not isinstance(units, np.ndarray):
+            units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else np.frombuffer(units, CQ_UNIT_DTYPE)
+            self._units = units
+        return units
+
+    @property
+    def queue_offsets(self) -> np.ndarray:
+        """The queue offset of each collected unit (int64)."""
+        offsets = self._queue_offsets
+        if not isinstance(offsets, np.ndarray):
+            first = offsets
+            offsets = (
+                np.empty(0, dtype=np.int64)
+                if first is None
+                else np.arange(first, first + len(self.units), dtype=np.int64)
+            )
+            self._queue_offsets = offsets
+        return offsets
+
+    def queue_offset_list(self) -> list[int]:
+        """:attr:`queue_offsets` as a list of ints (a run from the first: no array made)."""
+        first = self._queue_offsets
+        if isinstance(first, int):
+            return list(range(first, first + len(self.units)))
+        return self.queue_offsets.tolist()  # type: ignore[no-any-return]
+
+    @property
+    def message_count(self) -> int:
+        """How many units were collected (= ``len(messages)`` after :func:`~rocketstore.consume.get_message`)."""
+        return len(self.units)
+
+    @property
+    def buffer_total_size(self) -> int:
+        """The sum of the collected records' sizes (RocketMQ's ``bufferTotalSize``)."""
+        return int(self.units["size"].sum(dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.messages) if self.messages else len(self.units)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.messages) if self.messages else iter(self.units)
+
+    def __repr__(self) -> str:
+        return (
+            f"<GetMessageResult {self.status.name} next={self.next_begin_offset} "
+            f"count={self.message_count} queue=[{self.min_offset}, {self.max_offset})>"
+        )
 
 
 _DamagedUnit = DamagedUnit  # the name store.py imports

@@ -38,6 +38,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore._hotstate import QueueState, QueueTable
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidQueueIdError,
@@ -216,7 +217,7 @@ def _first_false(mask: np.ndarray) -> int:
     return int(np.argmin(mask))
 
 
-class ConsumeQueue:
+class ConsumeQueue(QueueState):
     """The consume queue of one (topic, queue id) under ``<root>/consumequeue/<topic>/<queueId>``.
 
     Call :meth:`load` then :meth:`recover` to open an existing queue; a new queue needs neither
@@ -224,10 +225,9 @@ class ConsumeQueue:
     thread-safe; ``units`` views may be read from any thread while the queue is appended to.
     """
 
-    # The attributes the compiled point reads (rocketstore._codec) read per call are slots: it
-    # reads a slot at its offset rather than through an attribute lookup. The rest stay in the
-    # instance dict.
-    __slots__ = ("holes", "_min_logic", "_files", "__dict__", "__weakref__")
+    # ``holes``, ``_min_logic`` and ``_files`` are the fields of the QueueState it extends
+    # (compiled: the one-call reads read them in C); the rest stay in the instance dict.
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(
         self,
@@ -1051,15 +1051,16 @@ class ConsumeQueue:
         )
 
 
-class ConsumeQueueStore:
+class ConsumeQueueStore(QueueTable):
     """Every consume queue under ``<root>/consumequeue``, keyed by (topic, queue id).
 
     The constructor maps every ``consumequeue/<topic>/<queueId>`` directory (skipping names that
     are not a topic or an integer queue id); call :meth:`recover` next, as the store does.
     """
 
-    # ``_queues`` is a slot: see ConsumeQueue.__slots__.
-    __slots__ = ("_queues", "__dict__", "__weakref__")
+    # ``_queues`` (a read-only view, changed through ``_put_queue`` and ``_take_queues``) is
+    # the QueueTable's it extends: see ConsumeQueue.__slots__.
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(
         self,
@@ -1074,7 +1075,7 @@ class ConsumeQueueStore:
         self.units_per_file = units_per_file
         self.read_only = bool(read_only)
         self.preallocate = preallocate
-        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        super().__init__()
         self._lock = threading.Lock()
         self.load()
 
@@ -1111,7 +1112,7 @@ class ConsumeQueueStore:
                         preallocate=self.preallocate,
                     )
                     cq.load()
-                    self._queues[key] = cq
+                    self._put_queue(key, cq)
         except BaseException:
             self.close()
             raise
@@ -1145,7 +1146,7 @@ class ConsumeQueueStore:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of (topic, queue_id), created empty (nothing on disk yet) if missing."""
         key = (topic, queue_id)
-        cq = self._queues.get(key)
+        cq: Optional[ConsumeQueue] = self._queues.get(key)
         if cq is not None:
             return cq
         with self._lock:
@@ -1159,7 +1160,7 @@ class ConsumeQueueStore:
                     self.read_only,
                     preallocate=self.preallocate,
                 )
-                self._queues[key] = cq
+                self._put_queue(key, cq)
             return cq
 
     def topics(self) -> list[str]:
@@ -1194,7 +1195,7 @@ class ConsumeQueueStore:
     def close(self) -> None:
         """Flush and close every queue."""
         with self._lock:
-            queues, self._queues = list(self._queues.values()), {}
+            queues = self._take_queues()
         for cq in queues:
             cq.close()
 

@@ -15,7 +15,6 @@ index entries in anonymous memory. Nothing is written to the store directory.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
@@ -34,6 +33,7 @@ from rocketstore._codec_py import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from rocketstore._failurelog import FailureLog
+from rocketstore._hotstate import DispatchState, MappedState, QueueTable
 from rocketstore.consumequeue import (
     CQ_UNIT_DTYPE,
     PLACEHOLDER_SIZE,
@@ -108,7 +108,7 @@ def _log_implausible(count: int, queue_offset: int, commitlog_offset: int) -> No
     )
 
 
-class Dispatcher:
+class Dispatcher(DispatchState):
     """Carries records from CommitLog offset ``start`` into ``queues`` and ``index``.
 
     ``segments`` is the CommitLog's :class:`~rocketstore.mapped_file.MappedFileQueue`,
@@ -117,9 +117,10 @@ class Dispatcher:
     ``build_refs``. :meth:`catch_up` is thread-safe and cheap when there is nothing new.
     """
 
-    # What the compiled key lookups (rocketstore._codec) read per call to see whether the index
-    # is caught up are slots: see IndexService.__slots__.
-    __slots__ = ("end_core", "_index_lazily", "offset", "indexed", "__dict__", "__weakref__")
+    # What the one-call reads read per call to see whether the index is caught up
+    # (``end_core``, ``offset``, ``indexed``, ``_index_lazily``) are the fields of the
+    # DispatchState it extends (compiled: read in C); the rest stay in the instance dict.
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(
         self,
@@ -134,7 +135,6 @@ class Dispatcher:
         index_lazily: bool = False,
         fused: bool = True,
         end_core: Any = None,
-        gil_first: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self._segments = segments
         self._codec = codec
@@ -159,9 +159,6 @@ class Dispatcher:
         #: otherwise): a compiled reader sees that nothing waits (``offset >= wrote_offset``, not
         #: index_lazily) with two attribute reads instead of a catch_up call (codec.key_lookup).
         self.end_core = end_core
-        #: held around a pass: the index module's gil_first (the compiled one has the putting
-        #: threads let go of the GIL while the pass waits for it; see rocketstore._index)
-        self._gil_first = gil_first
         self._index_only = False
         #: the compiled one-pass dispatch of the common case (None: the general path only)
         self._fused: Optional[FusedDispatch] = (
@@ -211,24 +208,23 @@ class Dispatcher:
         if not self._lock.acquire(blocking):
             return None
         try:
-            with self._gil_first():
-                end = self._end_of()
-                target = end if target is None else min(target, end)
-                pos = self.offset
-                self._progress = progress
-                try:
-                    pos = self._catch_up_to(pos, target)
-                finally:
-                    self._progress = None
-                self.offset = pos
-                return pos
+            end = self._end_of()
+            target = end if target is None else min(target, end)
+            pos = self.offset
+            self._progress = progress
+            try:
+                pos = self._catch_up_to(pos, target)
+            finally:
+                self._progress = None
+            self.offset = pos
+            return pos
         finally:
             self._lock.release()
 
     def _catch_up_index(self) -> None:
         """Index the keys of the records dispatched since :attr:`indexed`, by the same walk over
         the segments as the dispatch (damaged records stepped over alike), without their units."""
-        with self._lock, self._gil_first():
+        with self._lock:
             end = self.offset
             self._index_only = True
             try:
@@ -433,8 +429,7 @@ class Dispatcher:
 
 class DispatchThread:
     """Calls ``dispatcher.try_catch_up()`` every ``interval_ms`` until :meth:`stop` (waiting
-    with ``nap``, the index module's ``gil_nap``), and ``checkpoint()`` every
-    ``checkpoint_interval_ms`` (0: never).
+    with ``nap``), and ``checkpoint()`` every ``checkpoint_interval_ms`` (0: never).
 
     Keeps the ConsumeQueue and index files current while nobody queries (queries catch up by
     themselves), and their durable state recorded in the checkpoint, which bounds what a
@@ -802,13 +797,17 @@ class TailQueue:
         return int(view[0]["commitlog_offset"]), int(view[0]["size"]), int(view[0]["tags_code"])
 
 
-class TailQueueStore:
-    """The queues of a read-only store: those on disk (read-only), extended in memory."""
+class TailQueueStore(QueueTable):
+    """The queues of a read-only store: those on disk (read-only), extended in memory.
+
+    ``_queues`` (a read-only view, changed through ``_put_queue`` and ``_take_queues``) is the
+    QueueTable's it extends (compiled: the one-call reads look queues up in C).
+    """
 
     def __init__(self, root: str, units_per_file: int):
+        super().__init__()
         self.units_per_file = units_per_file
         self.disk = ConsumeQueueStore(root, units_per_file, read_only=True)
-        self._queues: dict[tuple[str, int], TailQueue] = {}
         self._lock = threading.Lock()
 
     def recover(self, limit: Optional[int] = None) -> list[int]:
@@ -816,7 +815,9 @@ class TailQueueStore:
         :meth:`ConsumeQueueStore.recover`); returns their max physical offsets."""
         ends = [cq.recover() if limit is None else cq.recover_prefix(limit) for cq in self.disk]
         for cq in self.disk:
-            self._queues[(cq.topic, cq.queue_id)] = TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file)
+            self._put_queue(
+                (cq.topic, cq.queue_id), TailQueue(cq.topic, cq.queue_id, cq, self.units_per_file)
+            )
         return ends
 
     @property
@@ -840,7 +841,10 @@ class TailQueueStore:
         queue = self._queues.get(key)
         if queue is None:
             with self._lock:
-                queue = self._queues.setdefault(key, TailQueue(topic, queue_id, None, self.units_per_file))
+                queue = self._queues.get(key)
+                if queue is None:
+                    queue = TailQueue(topic, queue_id, None, self.units_per_file)
+                    self._put_queue(key, queue)
         return queue
 
     def __iter__(self) -> Iterator[TailQueue]:
@@ -850,14 +854,15 @@ class TailQueueStore:
         return len(self._queues)
 
     def close(self) -> None:
-        self._queues = {}
+        self._take_queues()
         self.disk.close()
 
 
-class _AnonymousMap:
-    """The part of :class:`~rocketstore.mapped_file.MappedFile` an index file uses, in memory."""
+class _AnonymousMap(MappedState):
+    """The part of :class:`~rocketstore.mapped_file.MappedFile` an index file uses, in memory
+    (``mm`` and ``file_size``: the fields of the MappedState it extends)."""
 
-    __slots__ = ("mm", "file_size", "fd")
+    __slots__ = ("fd",)
 
     def __init__(self, size: int):
         self.mm: mmap.mmap = mmap.mmap(-1, size)  # zero pages, materialised only where written

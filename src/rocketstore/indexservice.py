@@ -52,6 +52,7 @@ from rocketstore import _impl
 from rocketstore._clock import now_ms
 from rocketstore._codec_py import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketstore._files import replace_file
+from rocketstore._hotstate import IndexFileState, IndexState
 from rocketstore.errors import (
     InvalidMessageError,
     SegmentError,
@@ -101,13 +102,14 @@ def _check_str(what: str, value: object) -> str:
     return value
 
 
-class MappedIndexFile:
+class MappedIndexFile(IndexFileState):
     """One index file of the service: its path, its map and the twin's :class:`IndexFile` over it.
 
     Read its header through the properties; they read the map, so they are current.
     """
 
-    __slots__ = ("path", "name", "mapped", "index", "dirty", "reserved")
+    # ``mapped`` is the field of the IndexFileState it extends (compiled: read in C)
+    __slots__ = ("path", "name", "index", "dirty", "reserved")
 
     def __init__(self, path: str, mapped: MappedFile, index: Any) -> None:
         self.path = path
@@ -280,7 +282,7 @@ def _geometry_of(data: Any, size: int) -> Optional[tuple[int, int]]:
     return None
 
 
-class IndexService:
+class IndexService(IndexState):
     """The index files under ``<root>/index/`` (Java ``IndexService``).
 
     Call :meth:`load` once before anything else (also for a new store). ``implementation`` pins
@@ -292,19 +294,10 @@ class IndexService:
     once that file has been msynced: set ``checkpoint.index_msg_timestamp`` to the value.
     """
 
-    # What the compiled key lookups (rocketstore._codec) read per call are slots: it reads a
-    # slot at its offset rather than through an attribute lookup; the rest stay in the
-    # instance dict.
-    __slots__ = (
-        "_lock",
-        "_closed",
-        "_index",
-        "_files",
-        "slot_count",
-        "index_count",
-        "__dict__",
-        "__weakref__",
-    )
+    # What the one-call key lookups read per call (``_lock``, ``_closed``, ``_index``,
+    # ``_files``, ``slot_count``, ``index_count``) are the fields of the IndexState it extends
+    # (compiled: read in C); the rest stay in the instance dict.
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
+from rocketstore._hotstate import MappedState, SegmentTable
 from rocketstore.errors import (
     DiskFullError,
     FlushTimeoutError,
@@ -268,20 +269,15 @@ def allocate_range(fd: int, offset: int, length: int) -> None:
         raise space_error(exc.errno, "cannot allocate file space") from exc
 
 
-class MappedFile:
-    """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``."""
+class MappedFile(MappedState):
+    """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``.
 
-    __slots__ = (
-        "path",
-        "file_from_offset",
-        "file_size",
-        "fd",
-        "mm",
-        "read_only",
-        "wrote_position",
-        "destroyed",
-        "__weakref__",
-    )
+    ``mm``, ``file_from_offset``, ``file_size`` and ``wrote_position`` are the fields of the
+    :class:`~rocketstore._hotstate.MappedState` it extends (compiled: the one-call reads read
+    them in C).
+    """
+
+    __slots__ = ("path", "fd", "read_only", "destroyed", "__weakref__")
 
     #: the file's map; None once closed (typed as always there: nothing reads it after closing
     #: but the checks that say so; a caller holding a view keeps the map itself alive)
@@ -427,12 +423,12 @@ class MappedFile:
         return f"<MappedFile {self.path} from={self.file_from_offset} size={self.file_size}>"
 
 
-class MappedFileQueue:
+class MappedFileQueue(SegmentTable):
     """The contiguous segment files of one directory (CommitLog or a ConsumeQueue)."""
 
-    # ``files`` is a slot: the compiled point reads (rocketstore._codec) read it at its offset
-    # rather than through an attribute lookup; the rest stay in the instance dict.
-    __slots__ = ("files", "__dict__", "__weakref__")
+    # ``files`` is the field of the SegmentTable it extends (compiled: the one-call reads read
+    # it in C); the rest stay in the instance dict.
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(self, directory: str, file_size: int, *, read_only: bool = False, preallocate: bool = True):
         self.directory = directory

@@ -203,11 +203,6 @@ class Message:
         )
 
 
-#: Message's own __init__: the compiled store module (rocketstore._store) replaces it with a
-#: compiled one taking the same arguments, unless ROCKETSTORE_NO_EXTENSIONS=1.
-_pure_message_init = Message.__init__
-
-
 #: The fields of a MessageExt, in the order of :meth:`MessageExt.as_dict`.
 MESSAGE_FIELDS = (
     "size",

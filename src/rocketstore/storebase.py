@@ -38,6 +38,7 @@ from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
 from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
+from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
@@ -414,6 +415,7 @@ class StoreBase(JoinedWriting):
             self._dispatcher,
             MAX_MSGS_NUM_BATCH,
             self._follower,
+            result_type=GetMessageResult,
         )
         switch_safe = self._impl.store.SwitchSafe
         following = self._follower is not None
@@ -570,7 +572,6 @@ class StoreBase(JoinedWriting):
                 delay_levels_ms=cfg.delay_levels_ms,
                 index_lazily=True,
                 end_core=commitlog,
-                gil_first=self._impl.index.gil_first,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             recovery.rebuild(self._dispatcher, end, self._report)
@@ -606,7 +607,6 @@ class StoreBase(JoinedWriting):
             delay_levels_ms=cfg.delay_levels_ms,
             fused=cfg.fused_dispatch,
             end_core=core,
-            gil_first=self._impl.index.gil_first,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         # what the queues and the index miss of the CommitLog
@@ -618,7 +618,6 @@ class StoreBase(JoinedWriting):
                 cfg.dispatch_interval_ms,
                 checkpoint=weak_method(self._background_checkpoint),
                 checkpoint_interval_ms=cfg.checkpoint_interval_ms,
-                nap=self._impl.index.gil_nap,
             )
         self._parts = StoreParts(
             self.path,
@@ -1139,7 +1138,7 @@ class StoreBase(JoinedWriting):
     def _check_user_topic(self, topic: object) -> None:
         """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
         the store's own puts into them (delay, send_back) do not come through here."""
-        name = topic.topic if isinstance(topic, Message) else topic
+        name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
         if name.__class__ is str and len(self._user_topics) < 65536:
             self._user_topics.add(name)
@@ -1180,7 +1179,7 @@ class StoreBase(JoinedWriting):
         delay_level: Optional[int] = None,
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> tuple[Any, ...]:
-        if not isinstance(m, Message):
+        if not isinstance(m, MESSAGE_TYPES):
             raise TypeError(f"expected a Message, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
         queue_id, flag = check_put_ints(m.queue_id, m.flag)
@@ -1262,7 +1261,7 @@ class StoreBase(JoinedWriting):
         done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
         if done is not None:
             return cast("list[PutResult]", done)
-        items, slow = self._codec.plain_message_items(messages, self._user_topics)
+        items, slow = self._codec.plain_message_items(messages, self._user_topics, MESSAGE_TYPES)
         no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
         for i in slow:
             m = messages[i]

@@ -356,7 +356,7 @@ def _append_part(store, path: str, topic_option: Optional[str], skip: int = 0) -
     ``put_batch`` per (topic, queue) run; others through ``put_messages``, a ``Message`` per row."""
     import pyarrow as pa
 
-    from rocketstore.message import Message
+    from rocketstore import Message  # the implementation's own: its put_messages reads it fastest
 
     written = 0
     with pa.memory_map(path) as source:
