@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from rocketstore.consume import GetMessageResult
 from rocketstore.message import Message, MessageExt
 from rocketstore.pop import Received, ReceivedMessage
+from rocketstore.roles import BOUND
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
     from rocketstore._store_py import PutResult
@@ -24,18 +25,9 @@ Body = Union[bytes, bytearray, memoryview]
 #: ``keys=``: one string of space-separated keys, or a sequence of keys.
 Keys = Union[str, Sequence[str], None]
 
-#: The calls this base holds (the rest of MessageStore's are Python methods of the facade).
-HOT = (
-    "put",
-    "read",
-    "get_by_msg_id",
-    "get_by_queue_offset",
-    "query_by_key",
-    "query_by_unique_key",
-    "get_message",
-    "receive",
-    "ack",
-)
+#: The calls this base holds (the rest of MessageStore's are Python methods of the facade): the
+#: role's own callables, rocketstore.roles.BOUND.
+HOT = BOUND
 
 
 class FacadeBase:
