@@ -13,6 +13,7 @@ from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_sto
 from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, TagFilter
 from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
+from rocketstore.errors import PureBuildWarning
 from rocketstore.group import GroupConsumer
 from rocketstore.message import MessageExt
 from rocketstore.pop import Received, ReceivedMessage
@@ -62,6 +63,7 @@ __all__ = [
     "BatchPutResult",
     "PutFuture",
     "IMPLEMENTATION",
+    "PureBuildWarning",
     "crc32",
     "java_hash",
     "encode_record",

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Optional
 
+from rocketstore._impl import describe
 from rocketstore.cli._common import (
     DUMP_PROGRESS_BYTES,
     EXIT_ERROR,
@@ -385,7 +386,7 @@ def cmd_stats(args) -> int:
     queue_count = sum(len(t["queues"]) for t in report["topics"].values())
     _print_fields(
         [
-            ("store", f"{report['store']} ({report['implementation']} implementation)"),
+            ("store", f"{report['store']} ({describe(report['implementation'])})"),
             (
                 "commitlog",
                 f"{_n(report['segments'], 'segment')} of {_human_bytes(report['segment_size'])}, "

@@ -6,6 +6,7 @@ import argparse
 import datetime
 
 import rocketstore
+from rocketstore._impl import describe
 from rocketstore.cli._commands import (
     cmd_consume,
     cmd_dump,
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation)",
+        version=f"rocketstore {rocketstore.__version__} ({describe(rocketstore.IMPLEMENTATION)})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

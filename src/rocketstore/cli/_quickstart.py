@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import rocketstore
+from rocketstore._impl import describe
 from rocketstore.cli._common import (
     EXIT_OK,
     PULL_BATCH,
@@ -112,7 +113,7 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
 
     if not as_json:
         out.write(
-            f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation), "
+            f"rocketstore {rocketstore.__version__} ({describe(rocketstore.IMPLEMENTATION)}), "
             f"store {store_path}\n"
         )
     body = os.urandom(body_size)

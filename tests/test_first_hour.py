@@ -1,0 +1,58 @@
+"""What a newcomer meets in the first hour: a pure-Python build that says so, caps that are not silent."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# A process in which the compiled modules cannot import, as after an install without a C compiler.
+_NO_COMPILER = (
+    "import sys; sys.modules['rocketstore._codec'] = None; sys.modules['rocketstore._crc32'] = None\n"
+)
+
+
+def _run(code, **env_changes):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETSTORE_")}
+    env.update(env_changes)
+    return subprocess.run(
+        [sys.executable, "-c", _NO_COMPILER + code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_fallback_nobody_asked_for_warns_once_at_import():
+    done = _run(
+        "import rocketstore, rocketstore.store; import rocketstore; print(rocketstore.IMPLEMENTATION)"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "py"
+    assert done.stderr.count("PureBuildWarning") == 1, done.stderr
+    assert "compiled modules" in done.stderr and "ROCKETSTORE_NO_EXTENSIONS=1" in done.stderr
+
+
+def test_asking_for_the_pure_build_is_quiet():
+    done = _run("import rocketstore; print(rocketstore.IMPLEMENTATION)", ROCKETSTORE_NO_EXTENSIONS="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "py"
+    assert "Warning" not in done.stderr
+
+
+def test_requiring_the_compiled_build_makes_the_fallback_an_error():
+    done = _run("import rocketstore", ROCKETSTORE_REQUIRE_EXTENSIONS="1")
+    assert done.returncode != 0
+    assert "rocketstore._codec" in done.stderr.splitlines()[-1], done.stderr
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from rocketstore.cli import main; main(['--version'])",
+        "from rocketstore.cli import main; main(['stats', '--store', STORE])",
+    ],
+    ids=["version", "stats"],
+)
+def test_the_cli_says_the_build_is_the_slow_fallback(tmp_path, code):
+    store = tmp_path / "s"
+    code = f"STORE = {str(store)!r}\nimport rocketstore\nrocketstore.MessageStore(STORE).close()\n" + code
+    done = _run("import warnings; warnings.simplefilter('ignore')\n" + code)
+    assert "fallback" in done.stdout, done.stdout + done.stderr
