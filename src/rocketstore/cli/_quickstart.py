@@ -283,10 +283,14 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
             f"wrote {messages:,} messages ({_human_bytes(written)}); removed {store_path} (--cleanup)\n"
         )
     else:
-        how = f"rm -rf {store_path}" if ours else "it holds other data too: nothing to remove by hand"
+        how = (
+            f"remove it: rm -rf {store_path}"
+            if ours
+            else "it held data before this run, so the quickstart's messages stay there with it"
+        )
         out.write(
             f"wrote {messages:,} messages ({_human_bytes(written)}); {_human_bytes(disk)} on disk in "
-            f"{store_path} (explore it: rocketstore --store {store_path} stats; remove it: {how})\n"
+            f"{store_path} (explore it: rocketstore --store {store_path} stats; {how})\n"
         )
     return EXIT_OK
 
