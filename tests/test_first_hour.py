@@ -56,3 +56,16 @@ def test_the_cli_says_the_build_is_the_slow_fallback(tmp_path, code):
     code = f"STORE = {str(store)!r}\nimport rocketstore\nrocketstore.MessageStore(STORE).close()\n" + code
     done = _run("import warnings; warnings.simplefilter('ignore')\n" + code)
     assert "fallback" in done.stdout, done.stdout + done.stderr
+
+
+def test_query_by_key_gives_as_many_as_asked_past_rocketmqs_64(tmp_path, impl):
+    from rocketstore import MessageStore
+
+    with MessageStore(tmp_path / "s", implementation=impl.name) as store:
+        for i in range(100):
+            store.put("K", b"m%d" % i, keys="kk")
+        assert len(store.query_by_key("K", "kk")) == 32  # the default, documented
+        assert len(store.query_by_key("K", "kk", max_num=64)) == 64
+        every = store.query_by_key("K", "kk", max_num=1000)
+        assert sorted(bytes(m.body) for m in every) == sorted(b"m%d" % i for i in range(100))
+        assert len(store.query_by_key("K", "kk", max_num=70)) == 70

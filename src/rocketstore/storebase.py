@@ -1950,16 +1950,18 @@ class StoreBase(JoinedWriting):
 
     # ---- lookups (§3, §5.5) ----
 
-    def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
-        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``,
-        ascending (an offset may repeat: _key_messages reads it once)."""
+    def _index_candidates(
+        self, topic: str, key: str, begin: int, end: int, most: int = MAX_MSGS_NUM_BATCH
+    ) -> list[int]:
+        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``, at
+        most ``most`` a service, ascending (an offset may repeat: _key_messages reads it once)."""
         if self._disk_index is None:  # a writable store: one service
-            offsets: list[int] = self._index.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0]
+            offsets: list[int] = self._index.query(topic, key, most, begin, end)[0]
             return offsets
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
-                found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
+                found.update(service.query(topic, key, most, begin, end)[0])
         return sorted(found)
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
@@ -2007,8 +2009,8 @@ class StoreBase(JoinedWriting):
         # the index keeps store times in whole seconds from its file's begin: widen the window
         # by a second each way, then hold every record to the exact bounds
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
-        offsets = self._index_candidates(topic, key, *window)
-        return self._key_messages(offsets, topic, key, begin, end, min(max_num, MAX_MSGS_NUM_BATCH), False)
+        offsets = self._index_candidates(topic, key, *window, max(max_num, MAX_MSGS_NUM_BATCH))
+        return self._key_messages(offsets, topic, key, begin, end, max_num, False)
 
     def _key_messages(
         self, offsets: list[int], topic: str, key: str, begin: int, end: int, limit: int, unique: bool
