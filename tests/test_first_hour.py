@@ -69,3 +69,40 @@ def test_query_by_key_gives_as_many_as_asked_past_rocketmqs_64(tmp_path, impl):
         every = store.query_by_key("K", "kk", max_num=1000)
         assert sorted(bytes(m.body) for m in every) == sorted(b"m%d" % i for i in range(100))
         assert len(store.query_by_key("K", "kk", max_num=70)) == 70
+
+
+def test_stats_is_the_document_the_cli_prints(tmp_path, impl):
+    import json
+
+    from rocketstore import MessageStore
+    from rocketstore.cli import main
+
+    path = tmp_path / "s"
+    with MessageStore(path, implementation=impl.name) as store:
+        store.create_topic("abc", 2)
+        for i in range(6):
+            store.put("abc", b"m%d" % i, queue_id=i % 2)
+        store.get_message("g", "abc", 0, 0)
+        store.commit_offset("g", "abc", 0, 2)
+    with MessageStore(path, implementation=impl.name, read_only=True) as store:
+        api = store.stats()
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--json", "stats", "--store", str(path)]) == 0
+    cli = json.loads(out.getvalue())
+    assert set(cli) <= set(api), set(cli) - set(api)
+    assert isinstance(api["topics"], dict) and api["topics"]["abc"]["messages"] == 6
+    for key in (
+        "topics",
+        "groups",
+        "messages",
+        "segments",
+        "min_offset",
+        "max_offset",
+        "bytes",
+        "dead_letters",
+    ):
+        assert json.loads(json.dumps(api[key])) == cli[key], key

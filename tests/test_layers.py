@@ -58,7 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "queues",
         {"consumequeue", "_index_py", "_index", "_impl", "indexservice", "fused", "dispatch", "queuecheck"},
     ),
-    ("services", {"topics", "parts", "schedule", "timer", "retention", "pop"}),
+    ("services", {"topics", "parts", "schedule", "timer", "retention", "pop", "report"}),
     ("processes", {"live", "writers"}),
     (
         "facade",

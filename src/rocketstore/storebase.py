@@ -33,7 +33,7 @@ from typing import (
 
 import numpy as np
 
-from rocketstore import _impl, recovery, sharedappend
+from rocketstore import _impl, recovery, report, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
@@ -2142,15 +2142,22 @@ class StoreBase(JoinedWriting):
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
-            "topics": len(self._topics),
         }
         if not self._files_read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
             if self._pop is not None:
                 out.update(self._pop.stats())
-        out["retention"] = self.retention_report()
-        return out
+        return report.describe(
+            path=self.path,
+            counters=out,
+            last_shutdown_clean=self.last_shutdown_clean,
+            queues=self.queues(),
+            topics=self.topics,
+            offsets=self._offsets,
+            delayed=self.delayed_counts(),
+            retention=self.retention_report(),
+        )
 
     def __repr__(self) -> str:
         state = (

@@ -16,11 +16,11 @@ from rocketstore.cli._common import (
     PULL_BATCH,
     CliError,
     _check_store_dir,
-    _disk_usage,
     _future_status,
     _store_path,
 )
 from rocketstore.cli._output import Progress, _human_bytes, _n
+from rocketstore.report import disk_usage
 from rocketstore.store import MessageStore
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
         stats = store.stats()
         written = store.max_offset - start_offset
         messages = 3 * count + durable_count
-    disk = _disk_usage(store_path)
+    disk = disk_usage(store_path)
     removed = False
     if cleanup and ours:
         shutil.rmtree(store_path)
