@@ -106,3 +106,46 @@ def test_stats_is_the_document_the_cli_prints(tmp_path, impl):
         "dead_letters",
     ):
         assert json.loads(json.dumps(api[key])) == cli[key], key
+
+
+@pytest.mark.parametrize(
+    "call, names",
+    [
+        (lambda s: s.put("T", "hello"), ("body", "str", "bytes")),
+        (lambda s: s.put("T", None), ("body", "None")),
+        (lambda s: s.put_batch("T", ["a"]), ("bodies", "str", "bytes")),
+        (lambda s: s.put_batch("T", [b"a", None]), ("bodies", "NoneType", "bytes")),
+        (lambda s: s.put_pipelined("T", "x"), ("body", "str", "bytes")),
+    ],
+    ids=["str-body", "no-body", "str-in-batch", "none-in-batch", "pipelined-str-body"],
+)
+def test_a_wrong_type_names_the_argument_what_it_got_and_what_it_takes(tmp_path, impl, call, names):
+    from rocketstore import MessageStore
+
+    with MessageStore(tmp_path / "s", implementation=impl.name) as store:
+        with pytest.raises(TypeError) as caught:
+            call(store)
+        for name in names:
+            assert name in str(caught.value), str(caught.value)
+        assert store.max_offset == 0  # nothing written
+
+
+@pytest.mark.parametrize(
+    "option, value, takes",
+    [
+        ("commitlog_file_size", "1G", "int"),
+        ("flush_interval_ms", "x", "int"),
+        ("shared_writers", "yes", "bool"),
+        ("file_reserved_time", "3d", "number"),
+        ("broker_cluster_name", 5, "str"),
+    ],
+)
+def test_a_wrong_option_type_names_the_option(tmp_path, impl, option, value, takes):
+    from rocketstore import MessageStore
+    from rocketstore.errors import StoreConfigError
+
+    with pytest.raises(StoreConfigError) as caught:
+        MessageStore(tmp_path / "s", implementation=impl.name, **{option: value})
+    text = str(caught.value)
+    assert option in text and takes in text and repr(value) in text, text
+    assert not (tmp_path / "s").exists()

@@ -1180,7 +1180,11 @@ class StoreBase(JoinedWriting):
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> tuple[Any, ...]:
         if not isinstance(m, MESSAGE_TYPES):
-            raise TypeError(f"expected a Message, not {type(m).__name__}")
+            if isinstance(m, str):
+                raise TypeError(
+                    f"body must be bytes-like (bytes, bytearray, ...), not None: put({m!r}, body)"
+                )
+            raise TypeError(f"expected a Message, or a topic and a body, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
         queue_id, flag = check_put_ints(m.queue_id, m.flag)
         born = check_int("born_timestamp", m.born_timestamp)
