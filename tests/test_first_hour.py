@@ -149,3 +149,26 @@ def test_a_wrong_option_type_names_the_option(tmp_path, impl, option, value, tak
     text = str(caught.value)
     assert option in text and takes in text and repr(value) in text, text
     assert not (tmp_path / "s").exists()
+
+
+def test_the_package_exports_what_an_application_uses_and_the_format_level_names_moved():
+    import rocketstore
+    import rocketstore.lowlevel
+
+    for name in (
+        "crc32",
+        "java_hash",
+        "encode_record",
+        "decode_record",
+        "decode_batch",
+        "CQ_UNIT_DTYPE",
+        "open_store",
+    ):
+        assert name not in rocketstore.__all__
+        with pytest.warns(DeprecationWarning, match="moved"):
+            old = getattr(rocketstore, name)
+        if name != "open_store":
+            assert old is getattr(rocketstore.lowlevel, name)
+    assert rocketstore.lowlevel.crc32(b"abc") == 0x352441C2
+    with pytest.raises(AttributeError):
+        rocketstore.no_such_name  # noqa: B018

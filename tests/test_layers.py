@@ -62,7 +62,18 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("processes", {"live", "writers"}),
     (
         "facade",
-        {"consume", "group", "roles", "joined", "_facade_py", "_facade", "storebase", "store", "__init__"},
+        {
+            "consume",
+            "group",
+            "roles",
+            "joined",
+            "_facade_py",
+            "_facade",
+            "storebase",
+            "store",
+            "lowlevel",
+            "__init__",
+        },
     ),
     ("tools", {"cli", "spark", "__main__"}),
 ]
