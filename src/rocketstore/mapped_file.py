@@ -449,15 +449,16 @@ class MappedFile(MappedState):
 
     def pread(self, position: int, size: int) -> bytes:
         """``size`` bytes at ``position`` read through the file, not the map (a hole reads as
-        zeros and needs no page; see :func:`data_extents`); zeros where the file cannot be read."""
+        zeros and needs no page; see :func:`data_extents`). A file that cannot be read raises
+        :class:`SegmentError`."""
         with self.descriptor() as fd:
-            data = b""
-            if fd >= 0:
-                try:
-                    data = os.pread(fd, size, position)
-                except OSError:
-                    data = b""
-        return data.ljust(size, b"\0")
+            try:
+                if fd < 0:
+                    raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+                data = os.pread(fd, size, position)
+            except OSError as exc:
+                raise space_error(exc.errno, "cannot read the file", self.path) from exc
+        return data.ljust(size, b"\0")  # past the end of a file cut short: nothing there
 
     def zero(self, lo: int, hi: int) -> None:
         """Make ``[lo, hi)`` zero, allocating its blocks first: a store through the map into a
