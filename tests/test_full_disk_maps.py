@@ -368,3 +368,32 @@ def test_a_failure_log_logs_an_environment_error_in_one_line_and_a_defect_with_i
     disk, bug = caplog.records
     assert disk.exc_info is None and "No space left on device" in disk.getMessage()
     assert bug.exc_info is not None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_the_pure_twin_allocates_a_sparse_segment_it_appends_to(tmp_path, monkeypatch):
+    """The compiled twin leaves a segment sparse (it populates each page before it stores);
+    the pure twin stores without that, so it allocates the rest of the segment it appends to
+    first: on a full disk the open raises DiskFullError instead of a later put's SIGBUS."""
+    from rocketstore import _impl
+
+    if _impl.COMPILED is None:
+        pytest.skip("compiled modules not built")
+    c, py = _impl.get("c"), _impl.get("py")
+    if not getattr(c.store, "POPULATE_WRITE", False):
+        pytest.skip("the compiled twin fallocates its segments here (no MADV_POPULATE_WRITE)")
+    path = tmp_path / "s"
+    with open_store(path, c) as store:
+        store.put(TOPIC, b"x")
+    space = NoSpace(monkeypatch, only=f"{os.sep}commitlog{os.sep}")
+    space.on = True
+    with pytest.raises(DiskFullError):
+        open_store(path, py)
+    space.on = False
+    with open_store(path, py) as store:
+        store.put(TOPIC, b"y")
+        seg = store._segments.files[-1]
+        holes = mapped_file.data_extents(seg.fd, 0, seg.file_size)
+        assert holes == [(0, seg.file_size)]  # no hole left to store into
+    with open_store(path, c) as store:
+        assert [bytes(m.body) for m in store.iter_messages()] == [b"x", b"y"]

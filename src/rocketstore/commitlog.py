@@ -24,7 +24,7 @@ import numpy as np
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
-from rocketstore.mapped_file import MappedFile, MappedFileQueue, populate_read
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, allocate_range, populate_read
 from rocketstore.message import MessageExt
 from rocketstore.recordscan import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 
@@ -434,6 +434,11 @@ class CommitLog:
             core.set_queue_offset(topic, qid, nxt)
         segment = self.segments.find(end)
         if segment is not None:
+            if self.segments.preallocate and segment.fd >= 0:
+                # a core that stores without populating first (the pure twin) needs the blocks
+                # allocated: the segment may be sparse (made by the compiled twin), and a store
+                # into a hole on a full disk is a SIGBUS; this is a DiskFullError
+                allocate_range(segment.fd, end - segment.file_from_offset, segment.end_offset - end)
             core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset, segment.fd)
         self.core = core
         self.end = end

@@ -61,7 +61,7 @@ from typing import Any, Optional
 
 from rocketstore._background import weak_method
 from rocketstore.errors import StoreConfigError
-from rocketstore.mapped_file import MappedFile, allocate_file, close_map, offset_to_file_name
+from rocketstore.mapped_file import MappedFile, allocate_file, allocate_range, close_map, offset_to_file_name
 
 __all__ = [
     "APPEND_NAME",
@@ -396,6 +396,12 @@ class JoinedAppender:
         if mf is None:
             path = os.path.join(self._directory, offset_to_file_name(start))
             mf = MappedFile(path, start, self._size, create="shared", preallocate=self._preallocate)
+            if self._preallocate:
+                try:  # made sparse by a process whose core populates before it stores: not here
+                    allocate_range(mf.fd, 0, self._size)
+                except BaseException:
+                    mf.close()
+                    raise
             self._segments[start] = mf
             flushed = self.core.flushed_offset
             for old in [s for s in self._segments if s + self._size <= min(start, flushed)]:
