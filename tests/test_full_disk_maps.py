@@ -397,3 +397,29 @@ def test_the_pure_twin_allocates_a_sparse_segment_it_appends_to(tmp_path, monkey
         assert holes == [(0, seg.file_size)]  # no hole left to store into
     with open_store(path, c) as store:
         assert [bytes(m.body) for m in store.iter_messages()] == [b"x", b"y"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_dropped_store_that_cannot_close_on_a_full_disk_logs_one_line(tmp_path, impl, monkeypatch, caplog):
+    import gc
+
+    path = tmp_path / "s"
+    store = open_store(path, impl)
+    store.put(TOPIC, b"x")
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("checkpoint"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with caplog.at_level("ERROR", logger="rocketstore"):
+        del store
+        gc.collect()
+    dropped = [r for r in caplog.records if "closing the dropped store" in r.getMessage()]
+    assert len(dropped) == 1 and dropped[0].exc_info is None, [r.getMessage() for r in caplog.records]
+    assert "No space left on device" in dropped[0].getMessage()
+    monkeypatch.undo()
+    with open_store(path, impl) as again:
+        assert [bytes(m.body) for m in again.iter_messages()] == [b"x"]

@@ -892,8 +892,13 @@ class StoreBase(JoinedWriting):
     def _close_quietly(self) -> None:
         try:
             self.close()
-        except Exception:
-            _log.exception("closing the dropped store %s failed", self.path)
+        except Exception as exc:  # a full disk in one line; a defect with its traceback
+            _log.error(
+                "closing the dropped store %s failed: %s",
+                self.path,
+                exc,
+                exc_info=None if isinstance(exc, OSError) else exc,
+            )
 
     @property
     def closed(self) -> bool:
