@@ -13,6 +13,10 @@ old bytes (the blocks are freed with the last view), and a view asked for afterw
 
 Full disk: every failure to create, size or allocate a file raises :class:`SegmentError`, and
 :class:`DiskFullError` (a subclass) when the cause is ENOSPC or EDQUOT (:func:`space_error`).
+Nothing is stored through a map into a hole (a SIGBUS when the file system has no block for
+it): files are allocated before (:func:`allocate_range`, :func:`allocate_file`,
+:meth:`MappedFile.zero`). And what may lie past a writer's data is read only where the file has
+data (:func:`data_extents`, :meth:`MappedFile.pread`): tmpfs needs a page even to read a hole.
 """
 
 from __future__ import annotations
