@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import Consumer, poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError
+from rocketstore.mapped_file import allocate_file
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
@@ -135,8 +136,7 @@ class _Members:
                 st = os.fstat(self._fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, _SIZE):
                     raise NotAStoreError(f"{path} is not a rocketstore members file")
-                if st.st_size == 0:
-                    os.ftruncate(self._fd, _SIZE)
+                allocate_file(self._fd, _SIZE, path)  # sized when new; its blocks allocated
                 self.mm = mmap.mmap(self._fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 if self.mm[:8] != _MAGIC:
                     if self.mm[:] != bytes(_SIZE):

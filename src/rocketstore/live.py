@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore.errors import NotAStoreError, StoreConfigError
-from rocketstore.mapped_file import MappedFile
+from rocketstore.mapped_file import MappedFile, allocate_file
 
 __all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
 
@@ -124,8 +124,8 @@ class LivePage:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, LIVE_SIZE):
                 raise NotAStoreError(f"{path} is not rocketstore's live page (a {st.st_size}-byte file)")
-            if st.st_size == 0:
-                os.ftruncate(fd, LIVE_SIZE)  # new, or a crash while it was being created
+            # new (or a crash while it was being created): sized, and its blocks allocated
+            allocate_file(fd, LIVE_SIZE, path)
             mm = mmap.mmap(fd, LIVE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

@@ -83,7 +83,7 @@ from rocketstore.joined import (
     uniq_prefix,
 )
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside
+from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -366,7 +366,17 @@ class StoreBase(JoinedWriting):
 
     def _open_store(self) -> None:
         """Open the store: as its writer (taking the lock), as a writer joined to the process
-        that holds the lock (rocketstore.writers), or read-only."""
+        that holds the lock (rocketstore.writers), or read-only. A bare ``OSError`` on the way
+        (a full disk) is raised as the typed error it stands for (``typed_error``)."""
+        try:
+            self._open_store_as_its_part()
+        except OSError as exc:
+            typed = typed_error(exc, f"opening store {self.path} failed")
+            if typed is exc:
+                raise
+            raise typed from exc
+
+    def _open_store_as_its_part(self) -> None:
         commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
@@ -764,7 +774,10 @@ class StoreBase(JoinedWriting):
             self._closed = True
             errors = self._teardown(clean=True)
         if errors:
-            raise errors[0]
+            typed = typed_error(errors[0], f"closing store {self.path} failed")
+            if typed is errors[0]:
+                raise typed
+            raise typed from errors[0]
 
     def _teardown(self, clean: bool, keep_link: bool = False) -> list[BaseException]:
         """Stop and close every part that was opened, each whatever the others raised, and
@@ -879,8 +892,13 @@ class StoreBase(JoinedWriting):
     def _close_quietly(self) -> None:
         try:
             self.close()
-        except Exception:
-            _log.exception("closing the dropped store %s failed", self.path)
+        except Exception as exc:  # a full disk in one line; a defect with its traceback
+            _log.error(
+                "closing the dropped store %s failed: %s",
+                self.path,
+                exc,
+                exc_info=None if isinstance(exc, OSError) else exc,
+            )
 
     @property
     def closed(self) -> bool:
