@@ -1,0 +1,263 @@
+"""Takeovers that go wrong: the process that took the store's lock after its owner died stalls
+or dies before it serves. Whoever waits for it (a joined writer in the middle of a put, a fresh
+open) waits on and takes over in turn; nobody is told the store "does not share writing", and a
+joined store object survives any number of takeovers."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import rocketstore
+from rocketstore import MessageStore
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="lock holders are told apart by F_GETLK (Linux)"
+)
+
+SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
+SMALL = dict(commitlog_file_size=64 * 1024, consume_queue_units=64, index_slots=64, index_count=256)
+
+
+def env():
+    found = dict(os.environ)
+    found["PYTHONPATH"] = SRC + os.pathsep + found.get("PYTHONPATH", "")
+    found.pop("PYTHONDONTWRITEBYTECODE", None)
+    return found
+
+
+def spawn(code, *args):
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stopped(pid):
+    """Whether process ``pid`` is stopped (SIGSTOP)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def reap(proc):
+    """Kill ``proc`` (stopped or not) and wait for it, its pipes closed."""
+    if proc is not None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def wait_for(predicate, timeout=60.0, what="it"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.002)
+
+
+OWNER = """
+    import json, sys, time
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2], **json.loads(sys.argv[3]))
+    s.create_topic("T", int(sys.argv[4]))
+    s.put("T", b"from the first owner", queue_id=0)
+    print("open", flush=True)
+    time.sleep(600)
+"""
+
+#: A process that takes the store's lock as a writer does and stops (SIGSTOP) at a stage of its
+#: open: "marking" (the lock taken, its mark not written yet), "marked" (no socket yet), "bound"
+#: (its socket bound, its open not finished).
+STALLED_HOLDER = """
+    import os, signal, sys, time
+    from rocketstore import storedir
+    from rocketstore.errors import StoreLockedError
+    path, stage = sys.argv[1], sys.argv[2]
+    if stage == "marking":
+        real_pwrite = os.pwrite
+        def pwrite(*args):  # the lock's mark: stop just before it
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return real_pwrite(*args)
+        os.pwrite = pwrite
+    lock = storedir.StoreLock(path)
+    while True:
+        try:
+            lock.acquire(shares=True)
+            break
+        except StoreLockedError:
+            time.sleep(0.001)
+    if stage == "bound":
+        from rocketstore import _impl
+        from rocketstore.writers import WriterServer
+        server = WriterServer(path, lambda *a: None, _impl.get().store.serve_step)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(600)
+"""
+
+FRESH_OPEN = """
+    import os, sys
+    from rocketstore import MessageStore
+    with MessageStore(sys.argv[1], implementation=sys.argv[2]) as s:
+        r = s.put("T", b"from a fresh open", queue_id=0)
+        print(s.writer_pid == os.getpid(), r.queue_offset, flush=True)
+"""
+
+
+@pytest.mark.parametrize("stage", ["marking", "marked", "bound"])
+def test_a_lock_holder_that_stalls_and_dies_before_it_serves_fails_nobody(tmp_path, impl, stage):
+    """A owns, J (this process) joined; A is killed; H takes the lock and stops for 2 s at
+    ``stage``; J puts meanwhile and a fresh open starts; H is killed: J's put and the fresh open
+    both succeed (one of them writes, the other joins it), and J goes on working."""
+    path = tmp_path / "s"
+    owner = spawn(OWNER, path, impl.name, json.dumps(SMALL), 1)
+    holder = fresh = None
+    try:
+        assert owner.stdout.readline().strip() == "open", owner.stderr.read()
+        joined = MessageStore(path, implementation=impl.name)
+        assert joined.writer_pid == owner.pid
+        joined.put("T", b"joined before", queue_id=0)
+        reap(owner)
+        holder = spawn(STALLED_HOLDER, path, stage)
+        wait_for(lambda: stopped(holder.pid), what="the holder's stop")
+        outcome = {}
+
+        def put():
+            try:
+                outcome["result"] = joined.put("T", b"joined during", queue_id=0)
+            except Exception as exc:
+                outcome["error"] = exc
+
+        putter = threading.Thread(target=put)
+        putter.start()
+        fresh = spawn(FRESH_OPEN, path, impl.name)
+        time.sleep(2.0)
+        assert fresh.poll() is None, fresh.stderr.read()[-600:]  # waits for the stalled holder
+        reap(holder)
+        out, err = fresh.communicate(timeout=120)
+        putter.join(120)
+        assert fresh.returncode == 0, err
+        assert "error" not in outcome, repr(outcome.get("error"))
+        assert outcome["result"].queue_offset >= 2
+        # the joined store survived the takeover: it writes, or joins the one that does
+        assert not joined.closed
+        again = joined.put("T", b"joined after", queue_id=0)
+        assert again.queue_offset >= 3
+        joined.close()
+    finally:
+        for proc in (owner, holder, fresh):
+            reap(proc)
+    with MessageStore(path, implementation=impl.name) as s:
+        bodies = [s.get_by_queue_offset("T", 0, q).body for q in range(s.max_queue_offset("T", 0))]
+    assert bodies[:2] == [b"from the first owner", b"joined before"]
+    assert sorted(bodies[2:]) == sorted([b"joined during", b"joined after", b"from a fresh open"])
+
+
+JOINED_PUTTER = """
+    import json, os, sys, time
+    from rocketstore import MessageStore
+    from rocketstore.errors import WriterGoneError
+    path, impl, tag, stop, log_path = sys.argv[1:6]
+    n = 0
+    with MessageStore(path, implementation=impl) as s, open(log_path, "a", buffering=1) as log:
+        print("joined", flush=True)
+        while not os.path.exists(stop):
+            body = "%s-%d" % (tag, n)
+            n += 1
+            try:
+                r = s.put("T", body.encode(), queue_id=n % 2)
+            except WriterGoneError:
+                log.write("? %s\\n" % body)
+                continue
+            except Exception as exc:
+                log.write("! %s %s: %s\\n" % (body, type(exc).__name__, str(exc).replace("\\n", " ")))
+                continue
+            log.write("+ %s %d %d\\n" % (body, r.queue_id, r.queue_offset))
+            time.sleep(0.001)
+"""
+
+
+def lock_holder(path):
+    """The pid holding the POSIX lock of the store at ``path`` (0: nobody)."""
+    import fcntl
+    import struct
+
+    flock = struct.Struct("hhqqi4x")
+    fd = os.open(os.path.join(path, "lock"), os.O_RDONLY)
+    try:
+        l_type, _, _, _, pid = flock.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, flock.pack(fcntl.F_WRLCK, 0, 0, 1, 0)))
+    finally:
+        os.close(fd)
+    return 0 if l_type == fcntl.F_UNLCK else pid
+
+
+def test_owners_killed_back_to_back_fail_no_joined_writer(tmp_path, impl):
+    """Three joined writer processes put all along; each owner is killed as soon as it holds the
+    lock (every other one stopped for 1.5 s first), six times, the killed one started again.
+    No put raises anything but WriterGoneError (a put sent to a dying owner), every
+    acknowledged put is stored where its result said, and a joined store of this process, idle
+    meanwhile, works afterwards."""
+    path = str(tmp_path / "s")
+    stop = str(tmp_path / "stop")
+    with MessageStore(path, implementation=impl.name, **SMALL) as s:
+        s.create_topic("T", 2)
+    owner = spawn(OWNER, path, impl.name, json.dumps(SMALL), 2)
+    assert owner.stdout.readline().strip() == "open", owner.stderr.read()
+    joined = MessageStore(path, implementation=impl.name)
+    logs = [str(tmp_path / f"w{i}.log") for i in range(3)]
+    starts = [0, 0, 0]
+
+    def start(i):
+        starts[i] += 1
+        proc = spawn(JOINED_PUTTER, path, impl.name, f"w{i}.{starts[i]}", stop, logs[i])
+        assert proc.stdout.readline().strip() == "joined", proc.stderr.read()
+        return proc
+
+    procs = [start(i) for i in range(3)]
+    try:
+        time.sleep(0.2)
+        victim = owner
+        for kill in range(6):
+            if kill % 2:  # stopped right after it took the lock, for longer than any grace
+                victim.send_signal(signal.SIGSTOP)
+                time.sleep(1.5)
+            reap(victim)
+            if victim in procs:
+                i = procs.index(victim)
+                procs[i] = start(i)
+            pids = {p.pid: p for p in procs}
+            wait_for(lambda: lock_holder(path) in pids, what="a takeover")
+            victim = pids[lock_holder(path)]
+        time.sleep(0.5)
+        assert joined.put("T", b"from the idle joined store", queue_id=0).queue_offset > 0
+        pathlib.Path(stop).touch()
+        errors = []
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            if proc.returncode:
+                errors.append(err)
+        assert not errors, errors
+    finally:
+        for proc in [owner, *procs]:
+            reap(proc)
+        joined.close()
+    lines = [line.split() for p in logs for line in pathlib.Path(p).read_text().splitlines()]
+    failed = [" ".join(fields) for fields in lines if fields[0] == "!"]
+    assert not failed, failed
+    acked = {f[1]: (int(f[2]), int(f[3])) for f in lines if f[0] == "+"}
+    with MessageStore(path, implementation=impl.name, read_only=True) as s:
+        queues = {}
+        for q in range(2):
+            low, high = s.min_queue_offset("T", q), s.max_queue_offset("T", q)
+            queues[q] = {o: s.get_by_queue_offset("T", q, o).body.decode() for o in range(low, high)}
+    for body, (q, qoff) in acked.items():
+        assert queues[q].get(qoff) == body, f"acknowledged {body} is not at {q}/{qoff}"
+
