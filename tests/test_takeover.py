@@ -17,6 +17,7 @@ import pytest
 
 import rocketstore
 from rocketstore import MessageStore
+from rocketstore.errors import StoreClosedError, StoreLockedError
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="lock holders are told apart by F_GETLK (Linux)"
@@ -261,3 +262,50 @@ def test_owners_killed_back_to_back_fail_no_joined_writer(tmp_path, impl):
     for body, (q, qoff) in acked.items():
         assert queues[q].get(qoff) == body, f"acknowledged {body} is not at {q}/{qoff}"
 
+
+FOREIGN_HOLDER = """
+    import fcntl, os, sys, time
+    fd = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT)
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # what a Java broker's tryLock takes
+            break
+        except OSError:
+            time.sleep(0.001)
+    os.pwrite(fd, b"lock", 0)
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_joined_store_whose_takeover_failed_takes_over_at_its_next_call(tmp_path, impl):
+    """The owner dies and a process that does not share writing (a Java broker) takes the lock:
+    the joined store's put raises StoreLockedError, and once that process ended, its next put
+    takes over: the store is not left closed."""
+    path = tmp_path / "s"
+    owner = spawn(OWNER, path, impl.name, json.dumps(SMALL), 1)
+    holder = None
+    try:
+        assert owner.stdout.readline().strip() == "open", owner.stderr.read()
+        joined = MessageStore(path, implementation=impl.name)
+        joined.put("T", b"joined before", queue_id=0)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(FOREIGN_HOLDER), str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        reap(owner)
+        assert holder.stdout.readline().strip() == "locked"
+        time.sleep(0.1)  # (a joined writer appends on for up to 20 ms after the owner died)
+        with pytest.raises(StoreLockedError, match="does not share writing"):
+            joined.put("T", b"refused", queue_id=0)
+        holder.communicate("\n", timeout=30)
+        assert joined.put("T", b"joined after", queue_id=0).queue_offset == 2
+        assert joined.writer_pid == os.getpid() and not joined.closed
+        joined.close()
+        with pytest.raises(StoreClosedError):
+            joined.put("T", b"closed", queue_id=0)
+    finally:
+        reap(owner)
+        reap(holder)

@@ -97,6 +97,7 @@ class JoinedWriting:
     _careful: ClassVar[type]
     _append_table: Optional[tuple[int, Any, int]]
     _appender: Any
+    _await_takeover: Callable[[], None]
     _check_open: Callable[[], None]
     _check_writable: Callable[[], None]
     _closed: bool
@@ -115,6 +116,7 @@ class JoinedWriting:
     _sharing_stopped: bool
     _switches: int
     _switching: bool
+    _takeover_pending: bool
     _teardown: Callable[..., list[BaseException]]
     config: StoreConfig
     path: str
@@ -220,7 +222,8 @@ class JoinedWriting:
                     ) from None
 
     def _writer_gone(self, client: WriterClient) -> None:
-        """The owner this store joined is gone: take the lock, or join the next owner."""
+        """The owner this store joined is gone: take the lock, or join the next owner. When
+        that fails, the error is raised and the store's next call tries again."""
         with self._mutex:
             if self._remote is not client or self._closed:
                 return
@@ -231,9 +234,29 @@ class JoinedWriting:
             try:
                 self._teardown(clean=False)  # the following reader's parts and the client
                 self._remote = None
-                self._open_store()
+                self._take_over()
             finally:
                 self._switching = False
+
+    def _resume_takeover(self) -> None:
+        """A call of this store, whose takeover failed: take over now (or raise why not)."""
+        with self._mutex:
+            if not self._takeover_pending:
+                return  # another thread did (or the store was closed: the call says so)
+            self._switching = True
+            self._switches += 1
+            try:
+                self._take_over()
+            finally:
+                self._switching = False
+
+    def _take_over(self) -> None:
+        try:
+            self._open_store()
+        except BaseException:
+            self._await_takeover()
+            raise
+        self._takeover_pending = False
 
     # ---- several writer processes appending (rocketstore.sharedappend) ----
 
