@@ -194,7 +194,9 @@ def lock_holder(path):
     flock = struct.Struct("hhqqi4x")
     fd = os.open(os.path.join(path, "lock"), os.O_RDONLY)
     try:
-        l_type, _, _, _, pid = flock.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, flock.pack(fcntl.F_WRLCK, 0, 0, 1, 0)))
+        l_type, _, _, _, pid = flock.unpack(
+            fcntl.fcntl(fd, fcntl.F_GETLK, flock.pack(fcntl.F_WRLCK, 0, 0, 1, 0))
+        )
     finally:
         os.close(fd)
     return 0 if l_type == fcntl.F_UNLCK else pid
@@ -235,7 +237,7 @@ def test_owners_killed_back_to_back_fail_no_joined_writer(tmp_path, impl):
                 i = procs.index(victim)
                 procs[i] = start(i)
             pids = {p.pid: p for p in procs}
-            wait_for(lambda: lock_holder(path) in pids, what="a takeover")
+            wait_for(lambda pids=pids: lock_holder(path) in pids, what="a takeover")
             victim = pids[lock_holder(path)]
         time.sleep(0.5)
         assert joined.put("T", b"from the idle joined store", queue_id=0).queue_offset > 0
@@ -309,3 +311,209 @@ def test_a_joined_store_whose_takeover_failed_takes_over_at_its_next_call(tmp_pa
     finally:
         reap(owner)
         reap(holder)
+
+
+KILL_WRITER = r"""
+import os, random, sys, time
+from rocketstore import MessageStore
+from rocketstore.errors import WriterGoneError
+path, tag, stop, log_path, queues = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+rng = random.Random(tag)
+log = open(log_path, "a", buffering=1)
+
+
+def failed(what, exc):
+    log.write("! %s %s %s\n" % (what, type(exc).__name__, str(exc).replace("\n", " ")))
+
+
+while True:  # a fresh open, often in the middle of a takeover
+    try:
+        store = MessageStore(path)
+        break
+    except Exception as exc:
+        failed("open", exc)
+        if os.path.exists(stop):
+            sys.exit(0)
+        time.sleep(0.01)
+n = 0
+while not os.path.exists(stop):
+    for _ in range(rng.randrange(1, 30)):
+        body = "%s-%d" % (tag, n)
+        n += 1
+        kind = rng.random()
+        try:
+            if kind < 0.6:
+                r = store.put("T", body.encode())
+            elif kind < 0.8:
+                r = store.put("T", body.encode(), tags="a", keys=body)
+            else:
+                b = store.put_batch("T", [b"%s-0" % body.encode(), b"%s-1" % body.encode()], queue_id=n % queues)
+                for i in range(2):
+                    log.write("+ %s-%d %d %d\n" % (body, i, b.queue_id, b.first_queue_offset + i))
+                continue
+        except WriterGoneError:
+            log.write("? %s\n" % body)  # sent to an owner that died: may or may not be stored
+            continue
+        except Exception as exc:
+            failed(body, exc)
+            continue
+        log.write("+ %s %d %d\n" % (body, r.queue_id, r.queue_offset))  # acknowledged
+    time.sleep(rng.uniform(0, 0.005))
+store.close()
+"""
+
+
+class KillRounds:
+    """The writer processes of the kill harness below, and what they and this process's joined
+    store did."""
+
+    def __init__(self, tmp_path, rng, queues):
+        self.tmp_path, self.rng, self.queues = tmp_path, rng, queues
+        self.path = str(tmp_path / "s")
+        self.stop = str(tmp_path / "stop")
+        self.logs = [str(tmp_path / f"w{i}.log") for i in range(3)]
+        self.starts = [0, 0, 0]
+        self.procs = []
+        self.joined = None
+        self.joined_acked, self.joined_errors = {}, []
+        self.counts = dict.fromkeys(
+            ("killed", "stopped first", "killed as soon as it took the lock", "handed over cleanly"), 0
+        )
+
+    def start(self, i):
+        self.starts[i] += 1
+        with open(str(self.tmp_path / f"w{i}.{self.starts[i]}.err"), "w") as err:
+            tag = f"w{i}.{self.starts[i]}"
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    KILL_WRITER,
+                    self.path,
+                    tag,
+                    self.stop,
+                    self.logs[i],
+                    str(self.queues),
+                ],
+                env=env(),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def next_holder(self, previous, timeout=120.0):
+        """The writer process that holds the lock next (not ``previous``); None: this one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = lock_holder(self.path)
+            if pid and pid != previous:
+                for p in self.procs:
+                    if p.pid == pid:
+                        return p
+                if pid == os.getpid():
+                    return None
+            time.sleep(0.0005)
+        raise AssertionError(f"no takeover within {timeout} s")
+
+    def joined_put(self, body):
+        try:
+            res = self.joined.put("T", body.encode())
+            self.joined_acked[body] = (res.queue_id, res.queue_offset)
+        except rocketstore.WriterGoneError:
+            pass
+        except Exception as exc:
+            self.joined_errors.append(f"{body} {type(exc).__name__}: {exc}")
+
+    def run(self, rounds):
+        rng, counts = self.rng, self.counts
+        self.procs = [self.start(i) for i in range(3)]
+        victim = self.next_holder(0)
+        self.joined = MessageStore(self.path)
+        for r in range(rounds):
+            if victim is None:  # this process's joined store took over: hand over by closing it
+                self.joined.close()
+                counts["handed over cleanly"] += 1
+                self.joined = MessageStore(self.path)
+                victim = self.next_holder(os.getpid())
+                continue
+            if rng.random() < 0.5:
+                victim.send_signal(signal.SIGSTOP)
+                counts["stopped first"] += 1
+                time.sleep(rng.uniform(0.5, 2.0))
+            reap(victim)
+            counts["killed"] += 1
+            i = self.procs.index(victim)
+            self.procs[i] = self.start(i)
+            victim = self.next_holder(victim.pid)
+            if victim is not None and rng.random() < 0.5:
+                counts["killed as soon as it took the lock"] += 1
+                continue  # back to back: the new holder is killed (or stopped) at once
+            time.sleep(rng.uniform(0.0, 0.3))
+            self.joined_put(f"j-{r}")
+            victim = self.next_holder(0) if lock_holder(self.path) != os.getpid() else None
+        pathlib.Path(self.stop).touch()
+        for proc in self.procs:
+            assert proc.wait(timeout=180) == 0, "a writer failed (see its .err file)"
+        self.joined.close()
+
+    def close(self):
+        for proc in self.procs:
+            reap(proc)
+        if self.joined is not None:
+            self.joined.close()
+
+    def outcome(self):
+        """(log lines split, failures, acknowledged {body: (queue, offset)}, stored {(queue,
+        offset): body}, skipped [(queue, offset)])."""
+        lines = [
+            line.split(maxsplit=3)
+            for p in self.logs
+            if os.path.exists(p)
+            for line in pathlib.Path(p).read_text().splitlines()
+        ]
+        failures = [" ".join(f) for f in lines if f[0] == "!"] + self.joined_errors
+        acked = {f[1]: (int(f[2]), int(f[3])) for f in lines if f[0] == "+"}
+        acked.update(self.joined_acked)
+        stored, skipped = {}, []
+        with MessageStore(self.path, read_only=True) as s:
+            for q in range(self.queues):
+                for o in range(s.min_queue_offset("T", q), s.max_queue_offset("T", q)):
+                    try:
+                        stored[(q, o)] = s.get_by_queue_offset("T", q, o).body.decode()
+                    except rocketstore.MessageNotFoundError:
+                        skipped.append((q, o))
+        return lines, failures, acked, stored, skipped
+
+
+@pytest.mark.slow
+def test_successive_owners_killed_back_to_back_lose_nothing_and_refuse_nobody(tmp_path, rng):
+    """Three writer processes put all along (plain, keyed and batched puts); each round kills the
+    process holding the store's lock, every other one stopped (SIGSTOP) for 0.5 to 2 s first,
+    often the moment it took the lock (before it serves), and starts it again (a fresh open
+    that joins, or waits for a takeover); a joined store of this process puts once a round
+    (``ROCKETSTORE_TAKEOVER_KILL_ROUNDS`` rounds, 30). Then: no call raised StoreLockedError or
+    anything else but WriterGoneError, every acknowledged put is where its result said, no
+    queue offset was given twice, and reading every queue from its minimum skips none."""
+    rounds = int(os.environ.get("ROCKETSTORE_TAKEOVER_KILL_ROUNDS", "30"))
+    harness = KillRounds(tmp_path, rng, queues=4)
+    with MessageStore(harness.path, **SMALL) as s:
+        s.create_topic("T", harness.queues)
+    try:
+        harness.run(rounds)
+    finally:
+        harness.close()
+    lines, failures, acked, stored, skipped = harness.outcome()
+    locked = [f for f in failures if "StoreLockedError" in f]
+    lost = [(body, where) for body, where in acked.items() if stored.get(where) != body]
+    twice = len(acked) - len(set(acked.values()))
+    print(
+        f"{rounds} rounds: {harness.counts}; {len(acked)} acknowledged puts, "
+        f"{sum(f[0] == '?' for f in lines)} unknown outcomes (WriterGoneError), {len(stored)} stored; "
+        f"StoreLockedError {len(locked)}, other failures {len(failures) - len(locked)}, lost "
+        f"acknowledged {len(lost)}, offsets given twice {twice}, skipped queue offsets "
+        f"{len(skipped)} {skipped[:10]}"
+    )
+    assert not locked, locked[:5]
+    assert not failures, failures[:5]
+    assert not lost, lost[:5]
+    assert not twice
+    assert not skipped, f"queue offsets without a record (queue, offset): {skipped[:20]}"
