@@ -517,3 +517,41 @@ def test_successive_owners_killed_back_to_back_lose_nothing_and_refuse_nobody(tm
     assert not lost, lost[:5]
     assert not twice
     assert not skipped, f"queue offsets without a record (queue, offset): {skipped[:20]}"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_from_the_owner_joins_and_keeps_no_hold_on_the_lock(tmp_path):
+    """A child forked after its parent opened the store opens it again and joins the parent; and
+    while it lives on, the parent's close leaves the lock free for the next open (the child's
+    copy of the lock file's descriptor would keep its flock)."""
+    path = str(tmp_path / "s")
+    owner = MessageStore(path, **SMALL)
+    owner.put("T", b"x", queue_id=0)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.close(read_end)
+            try:
+                with MessageStore(path) as again:
+                    said = b"joined" if again.writer_pid == os.getppid() else b"not joined"
+            except Exception as exc:
+                said = f"{type(exc).__name__}: {exc}".encode()
+            os.write(write_end, said)
+            time.sleep(30)  # lives on after the parent closed
+        finally:
+            os._exit(0)
+    try:
+        os.close(write_end)
+        said = os.read(read_end, 200)
+        os.close(read_end)
+        assert said == b"joined"
+        owner.close()
+        began = time.monotonic()
+        with MessageStore(path, writer_wait_s=10.0) as next_owner:
+            assert next_owner.writer_pid == os.getpid()
+        assert time.monotonic() - began < 5
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        owner.close()

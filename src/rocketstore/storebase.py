@@ -243,10 +243,18 @@ def _forked() -> None:
         store._closed = True
         store._core = _ForkedCore(parent)
         store._retire_role()  # (its compiled calls hold the parent's core)
-        store._server = None  # its threads are the parent's; its sockets' copies stay unused
+        if store._server is not None:
+            store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
+        store._server = None
         store._remote = None
         store._appender = False  # (its lock is the parent's open file description: unusable here)
+        if store._append_table is not None:
+            try:
+                os.close(store._append_table[0])  # (the parent's presence lock stays the parent's)
+            except OSError:
+                pass
         store._append_table = None
+        store._lock.forget_in_child()  # (so that it can open the store again: it joins)
     _OPEN_STORES.clear()
 
 

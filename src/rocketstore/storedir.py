@@ -27,6 +27,16 @@ __all__ = ["check_store_dir", "detect_segment_size", "StoreLock"]
 # open in this process must be refused before it opens (and later closes) the lock file.
 _LOCKED_DIRS: set[tuple[int, int]] = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _LOCKED_DIRS_MUTEX
+    _LOCKED_DIRS_MUTEX = threading.Lock()  # one held by another thread at the fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 #: What a lock holder that serves joining writers writes after ``lock``.
 _MARK = b"\nrocketstore %10d\n"
 #: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
@@ -251,6 +261,21 @@ class StoreLock:
         return holder, (
             mark.startswith(b"\nrocketstore ") and mark[13 : len(_MARK % 0)].strip() == str(holder).encode()
         )
+
+    def forget_in_child(self) -> None:
+        """In a child forked while its parent held this lock: the child's copy of the lock
+        file's descriptor is closed, or it would keep the ``flock`` after the parent released
+        it (the parent's POSIX lock is not the child's, and stays), and the child may open the
+        store again (it joins its parent). Takes no mutex: a thread that held one at the fork
+        does not exist in the child."""
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+            self._original = None
+            _LOCKED_DIRS.discard(self._key)
 
     def release(self) -> None:
         """Release the lock (closing the file releases both locks); idempotent. The POSIX lock
