@@ -97,6 +97,7 @@ class JoinedWriting:
     _careful: ClassVar[type]
     _append_table: Optional[tuple[int, Any, int]]
     _appender: Any
+    _await_takeover: Callable[[], None]
     _check_open: Callable[[], None]
     _check_writable: Callable[[], None]
     _closed: bool
@@ -115,37 +116,49 @@ class JoinedWriting:
     _sharing_stopped: bool
     _switches: int
     _switching: bool
+    _takeover_pending: bool
     _teardown: Callable[..., list[BaseException]]
     config: StoreConfig
     path: str
 
     def _take_role(self) -> None:
         """Take the store's lock and serve joining writers, or join the process that holds it
-        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off)."""
+        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off).
+
+        Waits as long as the lock changes hands: each holder gets ``writer_wait_s`` to serve,
+        and the graces run from the first reading of that holder, so a holder that stalls or
+        dies before it serves (a takeover that failed) sends the waiters on to the next one,
+        or makes one of them the owner; a moment when nobody holds the lock is no verdict."""
         cfg = self.config
-        deadline = time.monotonic() + cfg.writer_wait_s
-        began = time.monotonic()
+        watched: Any = ()  # the holder being waited for (StoreLock.holder), and since when
+        since = time.monotonic()
         while True:
             try:
                 self._lock.acquire(shares=cfg.shared_writers)
             except StoreLockedError as exc:
                 if not cfg.shared_writers or getattr(exc, "in_this_process", False):
                     raise
+                holder = self._lock.holder()
+                if holder != watched:
+                    watched, since = holder, time.monotonic()
+                if holder is not None and not holder[0]:
+                    # nobody holds it (its holder just died or released it, or one of ours is
+                    # between its two locks): take it, or see who did
+                    self._check_wait(since)
+                    time.sleep(0.001)
+                    continue
                 try:
-                    self._remote = WriterClient(self.path, deadline)
+                    self._remote = WriterClient(self.path, since + cfg.writer_wait_s)
                 except (NoWriter, WriterGone):
                     # nobody serves the socket: an owner between its lock and its socket, one
                     # closing (it removed its socket before its lock), one gone, or not ours
-                    sharing = self._lock.held_by_sharing_writer()
-                    now = time.monotonic()
-                    waited = now - began
-                    if now >= deadline:
-                        raise StoreLockedError(
-                            f"store {self.path}: the process holding its lock did not serve writers "
-                            f"within writer_wait_s ({cfg.writer_wait_s} s)"
-                        ) from None
-                    if (sharing is False and waited >= _NOT_SHARING_GRACE) or (
-                        sharing is None and waited >= _NO_SERVER_GRACE
+                    holder = self._lock.holder()
+                    if holder != watched:
+                        watched, since = holder, time.monotonic()
+                        continue
+                    waited = self._check_wait(since)
+                    if (holder is not None and not holder[1] and waited >= _NOT_SHARING_GRACE) or (
+                        holder is None and waited >= _NO_SERVER_GRACE
                     ):
                         raise StoreLockedError(
                             f"store {self.path} is locked by a process that does not share writing "
@@ -166,6 +179,17 @@ class JoinedWriting:
                 raise
             self._files_read_only = False
             return
+
+    def _check_wait(self, since: float) -> float:
+        """How long the lock's holder seen ``since`` then has not served; StoreLockedError past
+        ``writer_wait_s``."""
+        waited = time.monotonic() - since
+        if waited >= self.config.writer_wait_s:
+            raise StoreLockedError(
+                f"store {self.path}: the process holding its lock did not serve writers "
+                f"within writer_wait_s ({self.config.writer_wait_s} s)"
+            ) from None
+        return waited
 
     def _serve_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A joined writer's call, run here (the owner)."""
@@ -198,7 +222,8 @@ class JoinedWriting:
                     ) from None
 
     def _writer_gone(self, client: WriterClient) -> None:
-        """The owner this store joined is gone: take the lock, or join the next owner."""
+        """The owner this store joined is gone: take the lock, or join the next owner. When
+        that fails, the error is raised and the store's next call tries again."""
         with self._mutex:
             if self._remote is not client or self._closed:
                 return
@@ -209,9 +234,29 @@ class JoinedWriting:
             try:
                 self._teardown(clean=False)  # the following reader's parts and the client
                 self._remote = None
-                self._open_store()
+                self._take_over()
             finally:
                 self._switching = False
+
+    def _resume_takeover(self) -> None:
+        """A call of this store, whose takeover failed: take over now (or raise why not)."""
+        with self._mutex:
+            if not self._takeover_pending:
+                return  # another thread did (or the store was closed: the call says so)
+            self._switching = True
+            self._switches += 1
+            try:
+                self._take_over()
+            finally:
+                self._switching = False
+
+    def _take_over(self) -> None:
+        try:
+            self._open_store()
+        except BaseException:
+            self._await_takeover()
+            raise
+        self._takeover_pending = False
 
     # ---- several writer processes appending (rocketstore.sharedappend) ----
 

@@ -21,6 +21,10 @@ ended), closes, or is inherited by a forked child:
 ``closed``
     Closed, never opened, or inherited by a forked child: every call takes the careful path,
     which says why it cannot run.
+``taking over``
+    Joined, and the owner ended, but this store's takeover failed (the lock's holder of the
+    moment does not share writing, or its open failed): every call tries the takeover again
+    (``ResumingCall``), then runs as the role it got answers it.
 
 Two kinds of calls: the hot ones (:data:`BOUND`) are callables of their own (compiled where the
 role has them) called with the caller's arguments alone: the facade's compiled base
@@ -35,7 +39,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 from rocketstore.errors import StoreClosedError
 
@@ -173,6 +177,37 @@ class CarefulCall:
         if store is None:
             raise StoreClosedError("the store is closed")
         return self._method(store, *args, **kwargs)
+
+
+class ResumingCall:
+    """A call of a store whose takeover failed (``taking over``): the takeover again (the
+    store's ``_resume_takeover``, which raises why it cannot), then the call as the store's new
+    role answers it. ``bound``: a :data:`BOUND` call (the store held weakly), else one called
+    with the store first."""
+
+    __slots__ = ("_ref", "_name")
+
+    def __init__(self, ref: Optional[Callable[[], Any]], name: str) -> None:
+        self._ref, self._name = ref, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ref is None:
+            store = args[0]
+            store._resume_takeover()
+            return getattr(store._role, self._name)(*args, **kwargs)
+        store = self._ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        store._resume_takeover()
+        return getattr(store._role, self._name)(*args, **kwargs)
+
+
+def resuming_calls(store: Any) -> dict[str, ResumingCall]:
+    """Every call of a ``taking over`` role (see :class:`ResumingCall`)."""
+    ref = weakref.ref(store)
+    calls = {name: ResumingCall(ref, name) for name in BOUND}
+    calls.update((name, ResumingCall(None, name)) for name in WITH_STORE)
+    return calls
 
 
 class SwitchSafeCall:

@@ -108,7 +108,15 @@ from rocketstore.retention import (
     retention_report,
     topic_policy,
 )
-from rocketstore.roles import BOUND, FAST_READS, SWITCH_SAFE, CarefulCall, Role, SwitchSafeCall
+from rocketstore.roles import (
+    BOUND,
+    FAST_READS,
+    SWITCH_SAFE,
+    CarefulCall,
+    Role,
+    SwitchSafeCall,
+    resuming_calls,
+)
 from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
 from rocketstore.storedir import (
     StoreLock,
@@ -235,10 +243,18 @@ def _forked() -> None:
         store._closed = True
         store._core = _ForkedCore(parent)
         store._retire_role()  # (its compiled calls hold the parent's core)
-        store._server = None  # its threads are the parent's; its sockets' copies stay unused
+        if store._server is not None:
+            store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
+        store._server = None
         store._remote = None
         store._appender = False  # (its lock is the parent's open file description: unusable here)
+        if store._append_table is not None:
+            try:
+                os.close(store._append_table[0])  # (the parent's presence lock stays the parent's)
+            except OSError:
+                pass
         store._append_table = None
+        store._lock.forget_in_child()  # (so that it can open the store again: it joins)
     _OPEN_STORES.clear()
 
 
@@ -323,6 +339,7 @@ class StoreBase(JoinedWriting):
     _waker: Optional[AsyncWaker] = None
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
+    _takeover_pending = False  # joined, the owner ended, and taking over failed: the next call tries again
     _forked_from: Optional[int] = None  # the parent's pid, in a child forked after the open
     #: What the facade's calls run (rocketstore.roles): chosen at each open, replaced at a close.
     _role: Any
@@ -473,6 +490,13 @@ class StoreBase(JoinedWriting):
     def _retire_role(self) -> None:
         """Closing: every call takes the careful path (which says the store is closed)."""
         old, self._role = self._role, Role("closed", self, StoreBase)
+        old.retire()
+
+    def _await_takeover(self) -> None:
+        """This joined store's takeover failed: every call tries it again
+        (``_resume_takeover``)."""
+        self._takeover_pending = True
+        old, self._role = self._role, Role("taking over", self, StoreBase, resuming_calls(self))
         old.retire()
 
     @property
@@ -755,6 +779,10 @@ class StoreBase(JoinedWriting):
         written (e.g. :class:`DiskFullError`), the data is closed cleanly all the same and that
         file keeps its previous content. A store dropped without ``close()`` is closed alike
         when it is collected."""
+        if self._takeover_pending:
+            with self._mutex:
+                self._takeover_pending = False  # closed for good: no more takeovers
+                self._retire_role()
         if getattr(self, "_closed", True):
             return
         self._stop_sharing()  # joined writers' own appends first: they now come here
@@ -932,6 +960,9 @@ class StoreBase(JoinedWriting):
                     pass
                 if not self._closed:
                     return self._check_open()
+            if self._takeover_pending and self._forked_from is None:
+                self._resume_takeover()  # the owner ended and this store's takeover failed
+                return self._check_open()
             if self._forked_from is not None:
                 self._core.put  # noqa: B018 (raises why)
             raise StoreClosedError("the store is closed")

@@ -27,6 +27,16 @@ __all__ = ["check_store_dir", "detect_segment_size", "StoreLock"]
 # open in this process must be refused before it opens (and later closes) the lock file.
 _LOCKED_DIRS: set[tuple[int, int]] = set()
 _LOCKED_DIRS_MUTEX = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _LOCKED_DIRS_MUTEX
+    _LOCKED_DIRS_MUTEX = threading.Lock()  # one held by another thread at the fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 #: What a lock holder that serves joining writers writes after ``lock``.
 _MARK = b"\nrocketstore %10d\n"
 #: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
@@ -190,7 +200,13 @@ class StoreLock:
         by this process: POSIX record locks belong to the process; then its
         ``in_this_process`` is True). ``shares``: this process serves joining writers
         (rocketstore.writers), which the lock file then says after its ``lock``, as
-        ``\\nrocketstore <pid>\\n`` (a Java broker writes only ``lock`` and reads nothing)."""
+        ``\\nrocketstore <pid>\\n`` (a Java broker writes only ``lock`` and reads nothing).
+
+        The ``flock`` comes first and goes last: rocketstore's writers write the mark while they
+        hold it and before (at release: after) the POSIX lock, so a rocketstore that holds the
+        POSIX lock has always said that it shares, and a holder whose mark is not its own is
+        never one of ours caught between the two (a joining writer waits for one of ours
+        instead of calling it a process that does not share)."""
         path = os.path.join(self.path, "lock")
         st = os.stat(self.path)
         key = (st.st_dev, st.st_ino)
@@ -200,28 +216,39 @@ class StoreLock:
                 exc.in_this_process = True  # type: ignore[attr-defined]
                 raise exc
             fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
+            found = None
             try:
                 # flock for other processes using flock; the POSIX lock on byte 0 is the one a
                 # Java broker (FileChannel.tryLock) takes, so each side sees the other.
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if shares:
+                    found = os.pread(fd, 4096, 0)
+                    os.pwrite(fd, b"lock" + _MARK % os.getpid(), 0)
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError:
+                if found is not None:  # a holder that is not ours (a Java broker): as it was
+                    try:
+                        os.pwrite(fd, found, 0)
+                        os.ftruncate(fd, len(found))
+                    except OSError:
+                        pass  # a stale mark is told apart by the lock's holder
                 os.close(fd)
                 raise StoreLockedError(
                     f"store {self.path} is locked by another writer (lock file {path})"
                 ) from None
             self._original = None
             if shares:
-                found = os.pread(fd, 4096, 0)
-                self._original = b"lock" + found[4:]  # what the lock file says when this releases
-            os.pwrite(fd, b"lock" + _MARK % os.getpid() if shares else b"lock", 0)
+                self._original = b"lock" + (found or b"")[4:]  # what the lock file says when this releases
+            else:
+                os.pwrite(fd, b"lock", 0)
             self._fd = fd
             self._key = key
             _LOCKED_DIRS.add(key)
 
-    def held_by_sharing_writer(self) -> Optional[bool]:
-        """Whether the process holding the lock serves joining writers: True or False, None when
-        it cannot be told (nobody holds it now, or not on Linux)."""
+    def holder(self) -> Optional[tuple[int, bool]]:
+        """Who holds the lock: ``(pid, whether it serves joining writers)``, ``(0, False)`` when
+        nobody holds it now (or one of ours is between its ``flock`` and its POSIX lock: see
+        :meth:`acquire`), None when it cannot be told (not Linux)."""
         if not sys.platform.startswith("linux"):
             return None
         with _LOCKED_DIRS_MUTEX:
@@ -230,17 +257,34 @@ class StoreLock:
             except OSError:
                 return None
         if l_type == fcntl.F_UNLCK:
-            return None
-        return (
+            return (0, False)
+        return holder, (
             mark.startswith(b"\nrocketstore ") and mark[13 : len(_MARK % 0)].strip() == str(holder).encode()
         )
 
+    def forget_in_child(self) -> None:
+        """In a child forked while its parent held this lock: the child's copy of the lock
+        file's descriptor is closed, or it would keep the ``flock`` after the parent released
+        it (the parent's POSIX lock is not the child's, and stays), and the child may open the
+        store again (it joins its parent). Takes no mutex: a thread that held one at the fork
+        does not exist in the child."""
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+            self._original = None
+            _LOCKED_DIRS.discard(self._key)
+
     def release(self) -> None:
-        """Release the lock (closing the file releases both locks); idempotent."""
+        """Release the lock (closing the file releases both locks); idempotent. The POSIX lock
+        goes first and the mark after it, under the ``flock`` (see :meth:`acquire`)."""
         if self._fd >= 0:
             with _LOCKED_DIRS_MUTEX:
                 if self._original is not None:  # the file as it was: not one byte changed
                     try:
+                        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
                         os.pwrite(self._fd, self._original, 0)
                         os.ftruncate(self._fd, len(self._original))
                     except OSError:

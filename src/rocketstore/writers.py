@@ -259,6 +259,18 @@ class WriterServer:
         except Exception as exc:
             return _frame((False, TypeError(f"{name}() returned what cannot be sent back: {exc}")))
 
+    def forget_in_child(self) -> None:
+        """In a child forked from the owner: the child's copies of the listening socket and of
+        the joined writers' connections are closed (not shut down: the parent's stay as they
+        are), or they would keep the socket's address bound, and the joined writers from seeing
+        the owner gone, after the parent ended. Its threads are the parent's: none runs here."""
+        for sock in [self._listener, *self._conns]:
+            try:
+                os.close(sock.detach())
+            except OSError:
+                pass
+        self._conns = {}
+
     def close(self, timeout: float = 30.0) -> None:
         """Stop serving: each connection's call in progress (or already sent) is answered, then
         further calls are refused (the joined writers send them to the next owner)."""
