@@ -133,6 +133,7 @@ RECORD_FIXED_LENGTH = RS_RECORD_FIXED_LENGTH
 cdef enum:
     _STOP_LIMIT = 0
     _STOP_BLANK = 1
+    _STOP_CORRUPT = 4
     _STOP_NEED_ROOM = -1   # internal to the scan: the row array is full
 STOP_LIMIT = 0
 STOP_BLANK = 1
@@ -1270,7 +1271,7 @@ cdef class _SegmentMessages:
     cdef Py_buffer _view
     cdef bint _held
     cdef int _check_crc
-    cdef int64_t _end
+    cdef int64_t _end, _base
     cdef readonly int64_t stop
     cdef readonly int reason
 
@@ -1289,6 +1290,9 @@ cdef class _SegmentMessages:
         if rc <= 0:
             self._finish(<int>(1 - rc))
             raise StopIteration
+        if self._base >= 0 and rec.physical_offset != self._base + pos:
+            self._finish(_STOP_CORRUPT)   # a record copied here from elsewhere: not the one stored here
+            raise StopIteration
         self.stop = pos + rc
         return _message(self._zc_view, <const uint8_t *>self._view.buf, pos, &rec)
 
@@ -1304,11 +1308,16 @@ cdef class _SegmentMessages:
             PyBuffer_Release(&self._view)
 
 
-def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True):
+def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True, base=None):
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
     for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
     table). The iterator stops at ``end`` or at the first position that is not a valid record;
-    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``.
+
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there from elsewhere) stops the iterator as
+    a corrupt one does (STOP_CORRUPT), as :func:`record_at` refuses it. None: not checked."""
+    cdef int64_t c_base = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
     it._zc_view = None if copy_body else _zero_copy_view(buffer)
     it._pinned = buffer if copy_body else it._zc_view
@@ -1322,6 +1331,7 @@ def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=Tru
         raise
     it._held = True
     it._check_crc = 1 if check_crc else 0
+    it._base = c_base
     it.stop = start
     it._end = end
     it.reason = -1

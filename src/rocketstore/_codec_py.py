@@ -1019,9 +1019,10 @@ class _SegmentMessages:
     for; ``stop`` is where the next record starts (or the scan stopped), ``reason`` -1 until the
     iterator is exhausted, then the STOP_* code decode_batch would give there."""
 
-    def __init__(self, buf: Any, start: int, end: int, check_crc: bool, copy_body: bool):
+    def __init__(self, buf: Any, start: int, end: int, check_crc: bool, copy_body: bool, base: int = -1):
         self._buf: Any = buf
         self._end = end
+        self._base = base
         self._check_crc = check_crc
         self._copy_body = copy_body
         self.stop = start
@@ -1038,6 +1039,8 @@ class _SegmentMessages:
             self.reason, self._buf = STOP_LIMIT, None
             raise StopIteration
         reason, row = _parse(self._buf, pos, self._end, self._check_crc)
+        if reason is None and self._base >= 0 and row[7] != self._base + pos:
+            reason = STOP_CORRUPT  # a record copied here from elsewhere: not the one stored here
         if reason is not None:
             self.reason, self._buf = reason, None
             raise StopIteration
@@ -1046,17 +1049,31 @@ class _SegmentMessages:
 
 
 def segment_messages(
-    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, copy_body: bool = True
+    buffer,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    check_crc: bool = True,
+    copy_body: bool = True,
+    base: int | None = None,
 ) -> _SegmentMessages:
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
     for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
     table). The iterator stops at ``end`` or at the first position that is not a valid record;
-    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``.
+
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there from elsewhere) stops the iterator as
+    a corrupt one does (STOP_CORRUPT), as :func:`record_at` refuses it. None: not checked."""
     buf = _readable_view(buffer)
     if end is None:
         end = buf.nbytes
     _check_range(start, end, buf.nbytes)
-    return _SegmentMessages(buf, start, end, check_crc, copy_body)
+    if base is None:
+        base = -1
+    else:
+        _check_int(base, "base", 0, _INT64_MAX)
+    return _SegmentMessages(buf, start, end, check_crc, copy_body, base)
 
 
 def row_messages(buffer, rows, *, copy_body: bool = True) -> Iterator[MessageExt]:

@@ -515,7 +515,8 @@ class CommitLog:
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
         """``(segment, records)`` in CommitLog order over ``[start, end)``, at most ``chunk``
         records at a time (0: ``SCAN_CHUNK``): damaged records are stepped over and logged
-        (verify() lists them)."""
+        (verify() lists them). With ``check_crc``, so is a whole record whose PHYSICALOFFSET
+        names another place (copied there: :meth:`read` refuses it too)."""
         codec = self.codec
         for mf, lo, hi, limit in self.ranges(start, end):
             view = mf.view(0, limit)
@@ -525,6 +526,8 @@ class CommitLog:
                 else decode_chunks(codec, view, lo, hi, check_crc=False, chunk=chunk)
             )
             for arr, stop, reason in chunks:
+                if check_crc and len(arr):
+                    arr = _placed_rows(arr, mf.file_from_offset)
                 if len(arr):
                     yield mf, arr
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
@@ -796,6 +799,25 @@ class ReservedColumns:
     def filled(self) -> tuple[np.ndarray, ...]:
         """The rows appended so far, one view per column."""
         return tuple(a[: self._n] for a in self._arrays)
+
+
+def _placed_rows(rows: np.ndarray, base: int) -> np.ndarray:
+    """``rows`` (of a segment starting at CommitLog offset ``base``) but for the records whose
+    PHYSICALOFFSET is not where they lie, logged: whole records copied from elsewhere."""
+    misplaced = rows["physical_offset"] != base + rows["position"]
+    if not misplaced.any():
+        return rows
+    for at, names in zip(
+        (base + rows["position"][misplaced]).tolist(), rows["physical_offset"][misplaced].tolist()
+    ):
+        _log.warning(
+            "skipping the record at commitlog offset %d: its PHYSICALOFFSET says %d (a record "
+            "copied from elsewhere; verify() lists every damaged record)",
+            at,
+            names,
+        )
+    kept: np.ndarray = rows[~misplaced]
+    return kept
 
 
 def checked_chunks(

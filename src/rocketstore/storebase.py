@@ -1430,7 +1430,8 @@ class StoreBase(JoinedWriting):
         """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
 
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
+        lists them), as is a whole record whose PHYSICALOFFSET names another place (a copy:
+        :meth:`read` refuses it there). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
         ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
         self._check_open()
         return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
@@ -1447,7 +1448,14 @@ class StoreBase(JoinedWriting):
         codec = self._codec
         for mf, lo, hi, limit in self._commitlog.ranges(start, end):
             view = mf.view(0, limit)
-            it = codec.segment_messages(view, lo, hi, check_crc=check_crc, copy_body=not zero_copy)
+            it = codec.segment_messages(
+                view,
+                lo,
+                hi,
+                check_crc=check_crc,
+                copy_body=not zero_copy,
+                base=mf.file_from_offset if check_crc else None,
+            )
             yield it
             if it.reason == codec.STOP_LIMIT or it.reason == codec.STOP_BLANK:
                 if hi < limit:
