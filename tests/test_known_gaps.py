@@ -9,7 +9,6 @@ import struct
 import pytest
 
 from rocketstore import MessageStore
-from rocketstore.errors import RocketStoreError
 
 OPTIONS = {"commitlog_file_size": 64 * 1024}
 SEGMENT = "00000000000000000000"
