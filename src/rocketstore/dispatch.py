@@ -889,7 +889,7 @@ class MemoryIndexService(IndexService):
     def _make_directory(self) -> None:
         pass
 
-    def _open_mapping(self, path: str, create: bool) -> _AnonymousMap:
+    def _open_mapping(self, path: str, create: bool, private: bool = False) -> _AnonymousMap:
         return _AnonymousMap(self.file_size)
 
     def _reserve(self, f: Any, items: int) -> None:

@@ -680,7 +680,12 @@ class StoreBase(JoinedWriting):
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
             self._disk_index = IndexService(self.path, read_only=True, **index_options)
-            self._disk_index.load()
+            # a crashed store no writer holds: its index as the resume point made it durable
+            self._disk_index.load(
+                not self.last_shutdown_clean and not writer_present(self.path),
+                self._checkpoint.index_msg_timestamp,
+                self._checkpoint.confirm_phy_offset,
+            )
             self._index = MemoryIndexService(self.path, **index_options)
         else:
             self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
