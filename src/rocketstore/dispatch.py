@@ -38,6 +38,7 @@ from rocketstore.consumequeue import (
     CQ_UNIT_DTYPE,
     PLACEHOLDER_SIZE,
     ConsumeQueueStore,
+    fits_between,
     roll_next_file,
     units_of_records,
 )
@@ -675,6 +676,23 @@ class TailQueue:
             if below.any():
                 stored_offsets, stored_sizes = self._stored(q[below])
                 wrong = (stored_offsets != phys[below]) | (stored_sizes != sz[below])
+                if wrong.any():  # a record that does not continue its queue there takes no unit
+                    qb = q[below]
+                    before, before_size = self._stored(np.maximum(qb - 1, self.min_offset))
+                    after, after_size = self._stored(np.minimum(qb + 1, self.max_offset - 1))
+                    first, last = qb == self.min_offset, qb + 1 == self.max_offset
+                    before_size[first] = after_size[last] = 0
+                    fits = fits_between(before, before_size, phys[below], sz[below], after, after_size)
+                    if (wrong & ~fits).any():
+                        log.error(
+                            "consume queue %s-%d: %d record(s) claim units below the end but lie out "
+                            "of order with their neighbours' records (queue fields damaged): given "
+                            "no unit",
+                            self.topic,
+                            self.queue_id,
+                            int((wrong & ~fits).sum()),
+                        )
+                    wrong &= fits
                 if wrong.any():
                     log.warning(
                         "consume queue %s-%d: %d unit(s) below the end do not point at "
@@ -723,9 +741,15 @@ class TailQueue:
             return written
 
     def repair(
-        self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any
+        self,
+        queue_offsets: Any,
+        commitlog_offsets: Any,
+        sizes: Any,
+        tags_codes: Any,
+        continues: Optional[int] = None,
     ) -> tuple[int, int]:
-        """:meth:`ConsumeQueue.repair` in memory."""
+        """:meth:`ConsumeQueue.repair` in memory (``continues``: unused; a read-only store puts
+        nothing)."""
         q = np.asarray(queue_offsets, dtype=np.int64)
         with self._lock:
             if self._start is None:

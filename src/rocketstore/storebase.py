@@ -612,6 +612,7 @@ class StoreBase(JoinedWriting):
         # what the queues and the index miss of the CommitLog
         recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
         self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
+        recovery.settle_queue_offsets(core, self._queues, queue_offsets)
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
