@@ -679,3 +679,40 @@ def test_a_records_queue_offset_continues_its_queue(claimed, kept, continues):
     q = np.array(claimed, dtype=np.int64)
     keep, end = _in_order(q)
     assert q[keep].tolist() == kept and end == continues
+
+
+@pytest.mark.parametrize("rebuilt", [False, True], ids=["units-kept", "units-rebuilt"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_queue_s_last_message_after_a_damaged_body_is_still_served(tmp_path, impl, read_only, rebuilt):
+    """A body CRC that fails takes its record's position out of the queue; the next record,
+    which jumps over it, is that queue's own, and stays at its position (its unit points at it;
+    with the units gone too, the message is held back only until the next record confirms it)."""
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        results = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(4)]
+    _patch_record(root, results[2].commitlog_offset + 88, ">b", 0x58)  # the first byte of the body
+    if rebuilt:
+        shutil.rmtree(root / "consumequeue")
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **GAP_OPTIONS) as store:
+        served = _served(store, "T", 0)
+        if rebuilt:
+            assert served in (
+                [(0, b"body-0"), (1, b"body-1"), (3, b"body-3")],
+                [(0, b"body-0"), (1, b"body-1")],
+            )
+        else:
+            assert served == [(0, b"body-0"), (1, b"body-1"), (3, b"body-3")]
+        if not read_only:
+            assert store.put("T", b"body-4", queue_id=0).queue_offset == 4
+            assert _served(store, "T", 0)[-2:] == [(3, b"body-3"), (4, b"body-4")]
+
+
+def test_a_lone_jump_its_unit_points_at_is_kept():
+    """Records after one lost to damage: the queue's unit at the jumped-to offset pointed at it
+    when the queue was whole, so it is the queue's own."""
+    from rocketstore.queuecheck import _in_order
+
+    q = np.array([0, 1, 3], dtype=np.int64)
+    assert q[_in_order(q)[0]].tolist() == [0, 1]
+    keep, end = _in_order(q, np.array([True, True, True]))
+    assert q[keep].tolist() == [0, 1, 3] and end == 4

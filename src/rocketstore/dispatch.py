@@ -638,6 +638,15 @@ class TailQueue:
             offsets[~mine], sizes[~mine] = self.disk.stored_many(q[~mine])
         return offsets, sizes
 
+    def stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(commitlog offsets, sizes) held at ``queue_offsets`` (all in the queue's bounds), as
+        :meth:`ConsumeQueue.stored_many` gives them."""
+        q = np.asarray(queue_offsets, dtype=np.int64)
+        with self._lock:
+            if self._start is None:
+                return np.zeros(len(q), dtype=np.int64), np.zeros(len(q), dtype=np.int64)
+            return self._stored(q)
+
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
         """One unit, as :meth:`append_many` stores it (True if written)."""
         if self._append_at_end(queue_offset, commitlog_offset, size, tags_code):

@@ -23,7 +23,7 @@ from rocketstore.units import DamagedUnit
 __all__ = ["QueueGuard"]
 
 
-def _in_order(q: np.ndarray) -> tuple[np.ndarray, Optional[int]]:
+def _in_order(q: np.ndarray, vouched: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[int]]:
     """Which of one queue's records (queue offsets ``q`` in CommitLog order) to trust: a record's
     queue offset continues its queue. A queue's offsets rise by one with the CommitLog, so the
     records split into runs of consecutive offsets; a run that starts where the kept records
@@ -36,6 +36,10 @@ def _in_order(q: np.ndarray) -> tuple[np.ndarray, Optional[int]]:
     queue's own). The first run is kept unless it is a lone record the next run goes back from.
     The last record of a queue whose offset jumps past lost records is held back until the next
     record of its queue confirms it.
+
+    ``vouched``: the records the queue's unit at their offset points at already, written when
+    their queue was whole (not padded past its end, :attr:`holes`): a lone one that jumps ahead
+    is kept, as after a record of its queue lost to damage (a body CRC that fails).
 
     Returns the mask and where the queue continues after the records kept (one position
     further for each lone record refused after them); None for no records."""
@@ -59,7 +63,8 @@ def _in_order(q: np.ndarray) -> tuple[np.ndarray, Optional[int]]:
             else:
                 expect = last + 1
             continue
-        if expect <= first <= expect + refused or (first > expect and b - a >= 2):
+        confirmed = b - a >= 2 or (vouched is not None and bool(vouched[a]))
+        if expect <= first <= expect + refused or (first > expect and confirmed):
             expect, refused = last + 1, 0
         elif first < expect <= last:  # a run that goes back and then continues: its new part
             keep[a : a + (expect - first)] = False
@@ -68,6 +73,20 @@ def _in_order(q: np.ndarray) -> tuple[np.ndarray, Optional[int]]:
             keep[a:b] = False
             refused += b - a == 1
     return keep, (None if expect is None else expect + refused)
+
+
+def _vouched(cq: Any, q: np.ndarray, phys: np.ndarray) -> np.ndarray:
+    """Which records (queue offsets ``q`` at CommitLog offsets ``phys``) queue ``cq``'s unit at
+    their offset points at, outside the stretches a dispatch past its end padded (``holes``,
+    with the unit that jumped there)."""
+    inside = (q >= cq.min_offset) & (q < cq.max_offset)
+    vouched = np.zeros(len(q), dtype=bool)
+    if inside.any():
+        stored, _sizes = cq.stored_many(q[inside])
+        vouched[inside] = stored == phys[inside]
+    for lo, hi in cq.holes:
+        vouched &= ~((q >= lo) & (q <= hi))
+    return vouched
 
 
 class QueueGuard:
@@ -251,7 +270,8 @@ class QueueGuard:
                     continue
                 if parts:
                     q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
-                    keep, continues = _in_order(q)  # (CommitLog order: the chunks come in it)
+                    # (CommitLog order: the chunks come in it)
+                    keep, continues = _in_order(q, _vouched(cq, q, phys))
                     q, phys, sizes, tags = q[keep], phys[keep], sizes[keep], tags[keep]
                     q, first = np.unique(q, return_index=True)  # one record per queue offset
                     phys, sizes, tags = phys[first], sizes[first], tags[first]
