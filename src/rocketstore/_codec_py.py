@@ -855,6 +855,8 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
         return STOP_CORRUPT, total
     if check_crc and body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
         return STOP_BAD_CRC, total
+    if check_crc and not _prop_crc_ok(buf, pos, total, props_len):
+        return STOP_BAD_CRC, total
     return None, (
         pos,
         total,
@@ -880,6 +882,21 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
         props_pos,
         props_len,
     )
+
+
+def _prop_crc_ok(buf, pos, total, props_len):
+    """rs_prop_crc_ok: False when the record of ``total`` bytes at ``buf[pos:]`` ends in a
+    __CRC32# property (§1.6) whose digits are not the CRC of the bytes before it."""
+    end = pos + total
+    if props_len < _PROP_CRC_LENGTH or buf[end - 1] != 2:
+        return True
+    tail = end - _PROP_CRC_LENGTH
+    if buf[tail : tail + _PROP_CRC_NAME_LENGTH] != b"__CRC32#\x01":
+        return True
+    digits = bytes(buf[tail + _PROP_CRC_NAME_LENGTH : end - 1])
+    if not all(0x30 <= d <= 0x39 for d in digits):
+        return False
+    return int(digits[::-1]) == zlib.crc32(buf[pos:tail]) & 0x7FFFFFFF
 
 
 def _corrupt(reason, pos, total):
@@ -1457,6 +1474,7 @@ BAD_PROP_CRC = 64  # a trailing __CRC32# property (§1.6) that does not match th
 _KNOWN_SYSFLAG_BITS = 0x7FF
 _PROP_CRC_NAME = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 _PROP_CRC_LENGTH = len(_PROP_CRC_NAME) + 10 + 1
+_PROP_CRC_NAME_LENGTH = len(_PROP_CRC_NAME)
 _TOPIC_BYTE = np.zeros(256, dtype=bool)
 _TOPIC_BYTE[
     np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)
