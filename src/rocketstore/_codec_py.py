@@ -853,10 +853,15 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
     p += props_len
     if p != total:
         return STOP_CORRUPT, total
-    if check_crc and body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
-        return STOP_BAD_CRC, total
-    if check_crc and not _prop_crc_ok(buf, pos, total, props_len):
-        return STOP_BAD_CRC, total
+    if check_crc:
+        # a record that carries the whole-record CRC is checked by it alone, as record.h does
+        carried = _prop_crc_carried(buf, pos + total, props_len)
+        if (
+            not _prop_crc_ok(buf, pos, total)
+            if carried
+            else body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc
+        ):
+            return STOP_BAD_CRC, total
     return None, (
         pos,
         total,
@@ -884,16 +889,22 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
     )
 
 
-def _prop_crc_ok(buf, pos, total, props_len):
-    """rs_prop_crc_ok: False when the record of ``total`` bytes at ``buf[pos:]`` ends in a
-    __CRC32# property (§1.6) whose digits are not the CRC of the bytes before it."""
-    end = pos + total
-    if props_len < _PROP_CRC_LENGTH or buf[end - 1] != 2:
-        return True
+def _prop_crc_carried(buf, end, props_len):
+    """rs_prop_crc_carried: whether the record ending at ``buf[end]`` (its properties
+    ``props_len`` bytes) ends in the __CRC32# property's name and 0x02 (§1.6)."""
     tail = end - _PROP_CRC_LENGTH
-    if buf[tail : tail + _PROP_CRC_NAME_LENGTH] != b"__CRC32#\x01":
-        return True
-    digits = bytes(buf[tail + _PROP_CRC_NAME_LENGTH : end - 1])
+    return (
+        props_len >= _PROP_CRC_LENGTH
+        and buf[end - 1] == 2
+        and buf[tail : tail + _PROP_CRC_NAME_LENGTH] == b"__CRC32#\x01"
+    )
+
+
+def _prop_crc_ok(buf, pos, total):
+    """rs_prop_crc_ok: whether the digits of the __CRC32# property ending the record of
+    ``total`` bytes at ``buf[pos:]`` are the CRC of the bytes before it."""
+    tail = pos + total - _PROP_CRC_LENGTH
+    digits = bytes(buf[tail + _PROP_CRC_NAME_LENGTH : pos + total - 1])
     if not all(0x30 <= d <= 0x39 for d in digits):
         return False
     return int(digits[::-1]) == zlib.crc32(buf[pos:tail]) & 0x7FFFFFFF
@@ -984,14 +995,23 @@ def decode_record(
 
 
 def decode_batch(
-    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, max_records: int = -1
+    buffer,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    check_crc: bool = True,
+    max_records: int = -1,
+    base: int | None = None,
 ):
     """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
 
     Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
     (STOP_LIMIT; negative means no limit), or at the first position that is not a valid record
     (STOP_BLANK, STOP_END, STOP_TRUNCATED, STOP_CORRUPT, STOP_BAD_CRC); ``stop_pos`` is there.
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there) stops the scan as STOP_CORRUPT.
     """
+    placed = -1 if base is None else _check_int(base, "base", 0, _INT64_MAX)
     buf = _readable_view(buffer)
     size = buf.nbytes
     if end is None:
@@ -1004,6 +1024,8 @@ def decode_batch(
     reason = STOP_LIMIT
     while pos < end and len(rows) != max_records:
         stop, row = _parse(buf, pos, end, check_crc)
+        if stop is None and placed >= 0 and row[7] != placed + pos:
+            stop = STOP_CORRUPT  # a record copied here from elsewhere
         if stop is not None:
             reason = stop
             break

@@ -521,13 +521,11 @@ class CommitLog:
         for mf, lo, hi, limit in self.ranges(start, end):
             view = mf.view(0, limit)
             chunks = (
-                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk)
+                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk, placed=True)
                 if check_crc
                 else decode_chunks(codec, view, lo, hi, check_crc=False, chunk=chunk)
             )
             for arr, stop, reason in chunks:
-                if check_crc and len(arr):
-                    arr = _placed_rows(arr, mf.file_from_offset)
                 if len(arr):
                     yield mf, arr
                 if reason in (codec.STOP_BAD_CRC, STEPPED):
@@ -801,25 +799,6 @@ class ReservedColumns:
         return tuple(a[: self._n] for a in self._arrays)
 
 
-def _placed_rows(rows: np.ndarray, base: int) -> np.ndarray:
-    """``rows`` (of a segment starting at CommitLog offset ``base``) but for the records whose
-    PHYSICALOFFSET is not where they lie, logged: whole records copied from elsewhere."""
-    misplaced = rows["physical_offset"] != base + rows["position"]
-    if not misplaced.any():
-        return rows
-    for at, names in zip(
-        (base + rows["position"][misplaced]).tolist(), rows["physical_offset"][misplaced].tolist()
-    ):
-        _log.warning(
-            "skipping the record at commitlog offset %d: its PHYSICALOFFSET says %d (a record "
-            "copied from elsewhere; verify() lists every damaged record)",
-            at,
-            names,
-        )
-    kept: np.ndarray = rows[~misplaced]
-    return kept
-
-
 def checked_chunks(
     codec: Any,
     view: Any,
@@ -830,6 +809,7 @@ def checked_chunks(
     *,
     chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
     chunk: int = 0,
+    placed: bool = False,
 ) -> Iterator[tuple[Any, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
@@ -845,10 +825,14 @@ def checked_chunks(
 
     ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
     RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``codec.verify_scan``'s
-    columns).
+    columns). ``placed`` (the default scan): a whole record whose PHYSICALOFFSET names another
+    place (copied there) is damage too, stepped over.
     """
     if chunks is None:
-        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True, chunk=chunk)  # noqa: E731
+        placed_at = base if placed else None
+        chunks = lambda a, b: decode_chunks(  # noqa: E731
+            codec, view, a, b, check_crc=True, chunk=chunk, base=placed_at
+        )
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:
