@@ -178,6 +178,8 @@ def test_iteration_steps_over_a_record_copied_to_another_place(tmp_path, impl):
         assert [m.commitlog_offset for m in store.iter_messages(results[1].commitlog_offset)] == kept[1:]
         assert [base + int(p) for base, rows in store.scan() for p in rows["position"]] == kept
         assert [int(o) for _, rows in store.scan() for o in rows["physical_offset"]] == kept
+        with pytest.raises(RocketStoreError):
+            list(store.records_at([results[1].commitlog_offset, at], [results[1].size, size]))
         # trusting the bytes reads what is there
         assert len(list(store.iter_messages(check_crc=False))) == 3
 

@@ -591,7 +591,12 @@ class CommitLog:
                 if hi > limit:
                     raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
                 rows, stop, _reason = codec.decode_batch(
-                    view, lo, hi, check_crc=check_crc, max_records=int(b - a)
+                    view,
+                    lo,
+                    hi,
+                    check_crc=check_crc,
+                    max_records=int(b - a),
+                    base=base if check_crc else None,
                 )
                 if len(rows) != b - a or (rows["size"] != size[a:b]).any():
                     raise MessageNotFoundError(

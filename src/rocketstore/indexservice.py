@@ -395,7 +395,7 @@ class IndexService(IndexState):
                         if self.read_only:
                             f = self._map(path, create=False, private=True)
                             try:
-                                self._roll_back_map(f.mapped.mm, path, resume)
+                                self._roll_back_map(f.mapped.mm, path, resume, private=True)
                             except StoreConfigError as exc:
                                 log.warning("index file %s not resumed: %s", path, exc)
                                 f.close()
@@ -434,7 +434,7 @@ class IndexService(IndexState):
                         try:
                             kept = self._durable_point(f.mapped.mm, durable_offset)
                             if kept is not None:
-                                self._roll_back_map(f.mapped.mm, path, kept)
+                                self._roll_back_map(f.mapped.mm, path, kept, private=True)
                         except BaseException:
                             f.close()
                             raise
@@ -563,9 +563,12 @@ class IndexService(IndexState):
         header = [begin_ts, begin_ts + last_diff * 1000, begin_phy, last_phy, used, kept + 1]
         return {"header": header, "lastItem": ""}
 
-    def _roll_back_map(self, mm: Any, path: str, resume: dict[str, Any]) -> None:
+    def _roll_back_map(self, mm: Any, path: str, resume: dict[str, Any], private: bool = False) -> None:
         """:meth:`_roll_back` on ``mm``, a writable map of the index file at ``path`` (msynced
-        after; a private map's msync writes nothing)."""
+        after; a private map's msync writes nothing). ``private``: every page of the header and
+        slot table is made the map's own copy, so a writer that opens the store later and
+        rolls the file forward changes none of what this one walks (the items it keeps are
+        never rewritten)."""
         count = resume["header"][5]
         items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
         last = bytes.fromhex(resume["lastItem"])
@@ -576,6 +579,10 @@ class IndexService(IndexState):
         # slots from the kept items: only those that differ are written
         _lo, hi = self._index.rebuild_slots(mm, self.slot_count, count)
         _HEADER.pack_into(mm, 0, *resume["header"])
+        if private:
+            slots = memoryview(mm)[_HEADER_SIZE:items_start]
+            slots[:] = slots.tobytes()  # a store into each page: copied on write
+            del slots
         # what was written: the header, the slots that changed (all below hi; the first page
         # holds the header); msync of the pages in between that are clean writes nothing
         hi = max(hi, _HEADER_SIZE)
