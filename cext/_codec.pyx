@@ -133,6 +133,7 @@ RECORD_FIXED_LENGTH = RS_RECORD_FIXED_LENGTH
 cdef enum:
     _STOP_LIMIT = 0
     _STOP_BLANK = 1
+    _STOP_CORRUPT = 4
     _STOP_NEED_ROOM = -1   # internal to the scan: the row array is full
 STOP_LIMIT = 0
 STOP_BLANK = 1
@@ -1020,8 +1021,11 @@ def decode_record(buffer, pos=0, *, check_crc=True, copy_body=True, end=None):
 
 
 cdef int64_t _scan(const uint8_t *base, int64_t *pos_io, int64_t end, rs_batch_row *rows,
-                   int64_t room, int64_t limit, int check_crc, int *reason) noexcept nogil:
-    """Decode records from base[*pos_io] until end, limit rows (-1: none) or room runs out."""
+                   int64_t room, int64_t limit, int check_crc, int *reason,
+                   int64_t placed=-1) noexcept nogil:
+    """Decode records from base[*pos_io] until end, limit rows (-1: none) or room runs out.
+    ``placed`` >= 0: the CommitLog offset of base[0]; a record whose PHYSICALOFFSET is not
+    ``placed`` + its position stops the scan there, as a corrupt one does."""
     cdef int64_t n = 0, pos = pos_io[0], rc
     cdef rs_record rec
     cdef rs_batch_row *row
@@ -1032,6 +1036,9 @@ cdef int64_t _scan(const uint8_t *base, int64_t *pos_io, int64_t end, rs_batch_r
         rc = rs_decode_record(base + pos, end - pos, &rec, check_crc)
         if rc <= 0:
             reason[0] = <int>(1 - rc)
+            break
+        if placed >= 0 and rec.physical_offset != placed + pos:
+            reason[0] = _STOP_CORRUPT   # a record copied here from elsewhere
             break
         if n >= room:   # decoded again after the array grows
             reason[0] = _STOP_NEED_ROOM
@@ -1086,24 +1093,27 @@ cdef int64_t _scan_end(object start, object end, object max_records, Py_ssize_t 
     return end
 
 
-def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
+def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1, base=None):
     """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
 
     Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
     (STOP_LIMIT; negative means no limit), or at the first position that is not a valid record
     (STOP_BLANK, STOP_END, STOP_TRUNCATED, STOP_CORRUPT, STOP_BAD_CRC); ``stop_pos`` is there.
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there) stops the scan as STOP_CORRUPT.
     The scan runs without the GIL for large ranges; ``buffer`` stays exported (pinned) meanwhile.
     """
+    cdef int64_t placed = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef Py_buffer src, dst
     cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got
     cdef int reason = _STOP_LIMIT, crc = 1 if check_crc else 0
-    cdef const uint8_t *base
+    cdef const uint8_t *data
     _get_readable(buffer, &src)
     try:
         c_end = _scan_end(start, end, max_records, src.len)
         pos = start
         start_pos = pos
-        base = <const uint8_t *>src.buf
+        data = <const uint8_t *>src.buf
         # every record is at least RECORD_FIXED_LENGTH bytes: no scan finds more rows than bound.
         # A max_records above bound can never be reached, so it is no limit: clamping it to bound
         # would stop the scan after `bound` records with STOP_LIMIT where the next position holds
@@ -1120,11 +1130,11 @@ def decode_batch(buffer, start=0, end=None, *, check_crc=True, max_records=-1):
             try:
                 if c_end - pos >= _NOGIL_SCAN_BYTES:
                     with nogil:
-                        got = _scan(base, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
-                                    -1 if limit < 0 else limit - n, crc, &reason)
+                        got = _scan(data, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
+                                    -1 if limit < 0 else limit - n, crc, &reason, placed)
                 else:
-                    got = _scan(base, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
-                                -1 if limit < 0 else limit - n, crc, &reason)
+                    got = _scan(data, &pos, c_end, <rs_batch_row *>dst.buf + n, cap - n,
+                                -1 if limit < 0 else limit - n, crc, &reason, placed)
             finally:
                 PyBuffer_Release(&dst)
             n += got
@@ -1270,7 +1280,7 @@ cdef class _SegmentMessages:
     cdef Py_buffer _view
     cdef bint _held
     cdef int _check_crc
-    cdef int64_t _end
+    cdef int64_t _end, _base
     cdef readonly int64_t stop
     cdef readonly int reason
 
@@ -1289,6 +1299,9 @@ cdef class _SegmentMessages:
         if rc <= 0:
             self._finish(<int>(1 - rc))
             raise StopIteration
+        if self._base >= 0 and rec.physical_offset != self._base + pos:
+            self._finish(_STOP_CORRUPT)   # a record copied here from elsewhere: not the one stored here
+            raise StopIteration
         self.stop = pos + rc
         return _message(self._zc_view, <const uint8_t *>self._view.buf, pos, &rec)
 
@@ -1304,11 +1317,16 @@ cdef class _SegmentMessages:
             PyBuffer_Release(&self._view)
 
 
-def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True):
+def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True, base=None):
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
     for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
     table). The iterator stops at ``end`` or at the first position that is not a valid record;
-    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``.
+
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there from elsewhere) stops the iterator as
+    a corrupt one does (STOP_CORRUPT), as :func:`record_at` refuses it. None: not checked."""
+    cdef int64_t c_base = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
     it._zc_view = None if copy_body else _zero_copy_view(buffer)
     it._pinned = buffer if copy_body else it._zc_view
@@ -1322,6 +1340,7 @@ def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=Tru
         raise
     it._held = True
     it._check_crc = 1 if check_crc else 0
+    it._base = c_base
     it.stop = start
     it._end = end
     it.reason = -1

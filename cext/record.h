@@ -180,6 +180,33 @@ static inline int32_t rs_body_crc(const uint8_t *body, int64_t len)
     return (int32_t)(rs_crc32(0, body, (size_t)len) & 0x7FFFFFFFu);
 }
 
+/* RocketMQ 5.2+'s whole-record CRC property (§1.6): the last 20 bytes of a record that carries
+   it are "__CRC32#" 0x01, ten decimal digits (least significant first) and 0x02, and the digits
+   are rs_body_crc of the record's bytes before them. */
+#define RS_PROP_CRC_LENGTH 20
+#define RS_PROP_CRC_NAME_LENGTH 9
+
+/* 1 when the record of `total` bytes at src, whose properties (`props_len` bytes) end it,
+   ends in the property's name and 0x02 */
+static inline int rs_prop_crc_carried(const uint8_t *src, int64_t total, int64_t props_len)
+{
+    return props_len >= RS_PROP_CRC_LENGTH && total >= RS_PROP_CRC_LENGTH && src[total - 1] == 2 &&
+           memcmp(src + total - RS_PROP_CRC_LENGTH, "__CRC32#\x01", RS_PROP_CRC_NAME_LENGTH) == 0;
+}
+
+/* 1 when the digits of a record that carries the property are the CRC of the bytes before them */
+static inline int rs_prop_crc_ok(const uint8_t *src, int64_t total)
+{
+    const uint8_t *digits = src + total - RS_PROP_CRC_LENGTH + RS_PROP_CRC_NAME_LENGTH;
+    int64_t expected = 0, scale = 1;
+    int k;
+    for (k = 0; k < 10; k++, scale *= 10) {
+        if (digits[k] < '0' || digits[k] > '9') return 0;
+        expected += (int64_t)(digits[k] - '0') * scale;
+    }
+    return expected == (int64_t)rs_body_crc(src, total - RS_PROP_CRC_LENGTH);
+}
+
 /* ---- encode ---- */
 
 /* Write one V1 record into dst[0..cap). Returns its length, or -1 if it does not fit in cap or a
@@ -239,7 +266,8 @@ static inline void rs_encode_blank(uint8_t *dst, int32_t max_blank)
      5. fields in file order; a field or inner length running past avail -> RS_DECODE_TRUNCATED,
         a negative body/topic/properties length    -> RS_DECODE_CORRUPT
      6. recomputed length != TOTALSIZE                -> RS_DECODE_CORRUPT
-     7. check_crc, B > 0 and masked CRC != BODYCRC    -> RS_DECODE_BAD_CRC
+     7. check_crc: a record that ends in a __CRC32# property (§1.6) whose CRC does not match it,
+        or one without it whose B > 0 and masked CRC != BODYCRC -> RS_DECODE_BAD_CRC
    Returns TOTALSIZE (> 0) for a valid record, with every field of *out filled and body/topic/
    properties pointing into src. */
 static inline int64_t rs_decode_record(const uint8_t *src, int64_t avail, rs_record *out, int check_crc)
@@ -315,8 +343,14 @@ static inline int64_t rs_decode_record(const uint8_t *src, int64_t avail, rs_rec
     pos += len;
 
     if (pos != total) return RS_DECODE_CORRUPT;
-    if (check_crc && out->body_len > 0 && rs_body_crc(out->body, out->body_len) != out->body_crc)
-        return RS_DECODE_BAD_CRC;
+    if (check_crc) {
+        /* a record that carries the whole-record CRC is checked by it alone (it covers the body
+           and the BODYCRC field), as RocketMQ's forceVerifyPropCRC does; one CRC pass, not two */
+        int carried = rs_prop_crc_carried(src, total, out->properties_len);
+        if (carried ? !rs_prop_crc_ok(src, total) :
+                out->body_len > 0 && rs_body_crc(out->body, out->body_len) != out->body_crc)
+            return RS_DECODE_BAD_CRC;
+    }
     return total;
 }
 

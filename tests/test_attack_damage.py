@@ -157,3 +157,60 @@ def test_a_record_copied_over_another_is_not_found_by_key_at_the_place_it_was_co
         ]
         got = store.query_by_unique_key("T", first.unique_key)
         assert (got.commitlog_offset, got.body) == (0, b"body-0")
+
+
+def test_iteration_steps_over_a_record_copied_to_another_place(tmp_path, impl):
+    """A whole, CRC-valid record copied over another is not yielded where its PHYSICALOFFSET
+    says it is not: iter_messages() and scan() step over it as read() refuses it."""
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, commitlog_file_size=64 * 1024) as store:
+        results = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(3)]
+    seg = root / "commitlog" / "00000000000000000000"
+    data = bytearray(seg.read_bytes())
+    at, size = results[2].commitlog_offset, results[0].size
+    data[at : at + size] = data[:size]
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, commitlog_file_size=64 * 1024) as store:
+        with pytest.raises(RocketStoreError):
+            store.read(at)
+        kept = [0, results[1].commitlog_offset]
+        assert [m.commitlog_offset for m in store.iter_messages()] == kept
+        assert [m.commitlog_offset for m in store.iter_messages(results[1].commitlog_offset)] == kept[1:]
+        assert [base + int(p) for base, rows in store.scan() for p in rows["position"]] == kept
+        assert [int(o) for _, rows in store.scan() for o in rows["physical_offset"]] == kept
+        with pytest.raises(RocketStoreError):
+            list(store.records_at([results[1].commitlog_offset, at], [results[1].size, size]))
+        # trusting the bytes reads what is there
+        assert len(list(store.iter_messages(check_crc=False))) == 3
+
+
+@pytest.mark.parametrize("at", [27, 63, 100])  # QUEUEOFFSET, STORETIMESTAMP, a property byte
+def test_a_store_writing_the_crc32_property_refuses_damage_outside_the_body(tmp_path, impl, at):
+    """With ``append_prop_crc=True`` every record ends in RocketMQ 5.2+'s ``__CRC32#`` property
+    (§1.6), a CRC of the whole record: a flipped bit in a field the body CRC does not cover is
+    caught by every read."""
+    root = tmp_path / "s"
+    options = dict(commitlog_file_size=64 * 1024, append_prop_crc=True)
+    with MessageStore(root, implementation=impl.name, **options) as store:
+        results = [store.put("T", b"body-%d" % i, keys="k%d" % i, queue_id=0) for i in range(3)]
+    victim = results[1]
+    seg = root / "commitlog" / "00000000000000000000"
+    data = bytearray(seg.read_bytes())
+    at = at if at < 100 else victim.size - 25  # inside the properties, before the CRC property
+    data[victim.commitlog_offset + at] ^= 0x01
+    seg.write_bytes(bytes(data))
+    for read_only in (True, False):
+        with MessageStore(root, implementation=impl.name, read_only=read_only, **options) as store:
+            with pytest.raises(RocketStoreError):
+                store.read(victim.commitlog_offset)
+            with pytest.raises(RocketStoreError):
+                store.get_by_msg_id(victim.msg_id)
+            kept = [results[0].commitlog_offset, results[2].commitlog_offset]
+            assert [m.commitlog_offset for m in store.iter_messages()] == kept
+            pulled, offset = [], 0
+            while offset < store.max_queue_offset("T", 0):
+                got = store.get_message("g", "T", 0, offset, 8)
+                pulled += [m.commitlog_offset for m in got.messages]
+                offset = max(offset + 1, got.next_begin_offset)
+            assert pulled == kept
+            assert store.query_by_key("T", "k1") == []

@@ -169,9 +169,23 @@ def test_a_wrong_unit_below_the_end_is_rewritten_at_its_queue_offset(tmp_path, c
     cq = open_cq(tmp_path)
     fill(cq, 0, 5)
     with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
-        assert cq.append(2, 10_000, MSG, 9) is True
+        assert cq.append(2, 2 * MSG + 1, MSG - 1, 9) is True
     assert "rewritten" in caplog.text
-    assert cq.max_offset == 5 and cq.unit(2) == (10_000, MSG, 9) and cq.unit(3) == (3 * MSG, MSG, 7)
+    assert cq.max_offset == 5 and cq.unit(2) == (2 * MSG + 1, MSG - 1, 9) and cq.unit(3) == (3 * MSG, MSG, 7)
+
+
+def test_a_record_out_of_order_with_its_neighbours_does_not_take_their_position(tmp_path, caplog):
+    """A record whose queue fields are damaged claims a position below the end, but lies after
+    the next unit's record (or before the previous one's) in the CommitLog: it is not that
+    position's record, and the unit there stays."""
+    cq = open_cq(tmp_path)
+    fill(cq, 0, 5)
+    with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
+        assert cq.append(2, 10_000, MSG, 9) is False
+        assert cq.append(3, MSG, MSG, 9) is False
+        assert cq.append_many([1, 2], [10_000, 10_000 + MSG], [MSG, MSG], [9, 9]) == 0
+    assert "out of order with its neighbours" in caplog.text
+    assert [cq.unit(q) for q in range(5)] == [(q * MSG, MSG, 7) for q in range(5)]
 
 
 def test_a_unit_past_the_end_goes_to_its_queue_offset_and_the_gap_is_a_hole(tmp_path, caplog):

@@ -1,8 +1,12 @@
 """Decode the CommitLog a real Java RocketMQ 4.x broker wrote, and re-encode it byte for byte."""
 
+import pathlib
+import tarfile
+
 import pytest
 
-from rocketstore.errors import CorruptRecordError
+from rocketstore import MessageStore
+from rocketstore.errors import CorruptRecordError, MessageNotFoundError
 
 BODY = b"Once, there was a chance for me!"
 SEGMENT_SIZE = 8192
@@ -101,3 +105,50 @@ def test_java_commitlog_rows_agree_across_twins(commitlog):
     p_rows, p_stop, p_reason = _codec_py.decode_batch(commitlog)
     assert (c_stop, c_reason) == (p_stop, p_reason)
     assert c_rows.tobytes() == p_rows.tobytes()
+
+
+# ---- RocketMQ 5.3.3: the whole-record CRC property (§1.6) ------------------------------------
+
+V5_BASIC = pathlib.Path(__file__).parent / "data" / "rocketmq-5.3.3" / "v5-basic.tar.gz"
+
+
+def _v5_basic(tmp_path):
+    with tarfile.open(V5_BASIC) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / "v5-basic"
+
+
+def _records(root):
+    """(commitlog offset, size) of every record of the store at ``root``, as a reader finds them."""
+    with MessageStore(root, read_only=True) as store:
+        return [(m.commitlog_offset, m.size, dict(m.properties)) for m in store.iter_messages()]
+
+
+def test_a_rocketmq_5_store_s_crc32_property_matches_every_record(tmp_path, impl):
+    root = _v5_basic(tmp_path)
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        messages = list(store.iter_messages())
+        assert len(messages) == 163 and messages[-1].commitlog_offset + messages[-1].size == 92663
+        assert all("__CRC32#" in m.properties for m in messages)
+        for m in messages:  # read() checks the property too
+            assert store.read(m.commitlog_offset).body == m.body
+
+
+@pytest.mark.parametrize("field, at", [("STORETIMESTAMP", 63), ("QUEUEOFFSET", 27), ("BORNHOST", 51)])
+def test_a_field_no_body_crc_covers_is_checked_by_the_crc32_property(tmp_path, impl, field, at):
+    """A record that carries ``__CRC32#`` and is damaged outside its body (a field the body CRC
+    does not cover) is refused by every read, as RocketMQ 5.2+'s forceVerifyPropCRC does."""
+    root = _v5_basic(tmp_path)
+    offset, size, _props = _records(root)[5]
+    seg = root / "commitlog" / "00000000000000000000"
+    data = bytearray(seg.read_bytes())
+    data[offset + at] ^= 0x01  # the field's last byte
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        with pytest.raises(MessageNotFoundError):
+            store.read(offset)
+        assert offset not in [m.commitlog_offset for m in store.iter_messages()]
+        assert offset not in [b + int(p) for b, rows in store.scan() for p in rows["position"]]
+        for topic, queue_id in store.queues():
+            got = store.get_message("g", topic, queue_id, 0, 64).messages
+            assert offset not in [m.commitlog_offset for m in got]

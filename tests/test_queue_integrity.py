@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import struct
 
+import numpy as np
 import pytest
 
 from rocketstore import MessageStore
@@ -554,3 +555,164 @@ def test_a_queue_directory_no_queue_id_can_name_is_left_alone(tmp_path, impl):
         assert sorted(store.queues()) == [("T", 0)]
         assert store.get_message("g", "T", 0, 0).messages[0].body == b"x"
     assert junk.is_dir() and not os.listdir(junk)
+
+
+# ---- a record's queue offset continues its queue ---------------------------------------------
+# QUEUEID, QUEUEOFFSET and TOPIC lie outside the body CRC: a record whose field is damaged must
+# not take or fake another position, in dispatch, repair or a rebuild, writable or read-only.
+
+GAP_OPTIONS = {"commitlog_file_size": 64 * 1024}
+
+
+def _patch_record(root, offset, fmt, value):
+    seg = root / "commitlog" / ("0" * 20)
+    data = bytearray(seg.read_bytes())
+    struct.pack_into(fmt, data, offset, value)
+    seg.write_bytes(bytes(data))
+
+
+def _served(store, topic, queue_id):
+    """(queue offset, body) of every message a consumer pulling the queue from 0 gets."""
+    out, offset = [], 0
+    while True:
+        got = store.get_message("g", topic, queue_id, offset, 32)
+        out += [(m.queue_offset, bytes(m.body)) for m in got.messages]
+        if got.next_begin_offset <= offset or not got.messages and got.next_begin_offset >= got.max_offset:
+            return out
+        offset = got.next_begin_offset
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_damaged_queue_id_does_not_take_another_queues_position_after_a_crash(tmp_path, impl, read_only):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        store.create_topic("T", 3)
+        for i in range(10):
+            store.put("T", b"q1-body-%d" % i, queue_id=1)
+        victim = [store.put("T", b"q2-body-%d" % i, queue_id=2) for i in range(10)][7]
+    _patch_record(root, victim.commitlog_offset + 12, ">i", 1)  # QUEUEID 2 -> 1
+    (root / "abort").touch()  # as after a crash
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **GAP_OPTIONS) as store:
+        assert store.get_by_queue_offset("T", 1, 7).body == b"q1-body-7"
+        assert _served(store, "T", 1) == [(i, b"q1-body-%d" % i) for i in range(10)]
+        assert all(body == b"q2-body-%d" % q for q, body in _served(store, "T", 2))
+        if not read_only:
+            assert store.put("T", b"q1-body-10", queue_id=1).queue_offset == 10
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_damaged_last_queue_offset_is_not_served_at_a_position_never_written(
+    tmp_path, impl, read_only, crashed
+):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        store.create_topic("T", 2)
+        for i in range(60):
+            store.put("T", b"filler-%d" % i, queue_id=1)
+        last = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(5)][4]
+    _patch_record(root, last.commitlog_offset + 20, ">q", 7)  # QUEUEOFFSET 4 -> 7
+    if crashed:
+        (root / "abort").touch()
+    expected = [(i, b"body-%d" % i) for i in range(4)]
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **GAP_OPTIONS) as store:
+        assert _served(store, "T", 0) == expected
+        if read_only:
+            return
+        # the queue goes on after the damaged record's own position: none skipped, none faked
+        assert [store.put("T", b"new-%d" % i, queue_id=0).queue_offset for i in range(3)] == [5, 6, 7]
+        expected += [(5 + i, b"new-%d" % i) for i in range(3)]
+        assert _served(store, "T", 0) == expected
+    for abnormal in (False, True):
+        if abnormal:
+            (root / "abort").touch()
+        with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+            assert _served(store, "T", 0) == expected
+            assert store.get_by_queue_offset("T", 0, 7).body == b"new-2"
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_damaged_topic_byte_does_not_put_a_message_into_another_topic(tmp_path, impl, read_only):
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        store.create_topic("TA", 1)
+        store.create_topic("TB", 1)
+        last = [store.put("TA", b"TA-body-%d" % i, queue_id=0) for i in range(4)][3]
+        store.put("TB", b"TB-body-0", queue_id=0)
+    seg = root / "commitlog" / ("0" * 20)
+    data = bytearray(seg.read_bytes())
+    p = last.commitlog_offset
+    body_len = struct.unpack_from(">i", data, p + 84)[0]
+    assert data[p + 89 + body_len : p + 91 + body_len] == b"TA"
+    data[p + 90 + body_len] = ord("B")  # topic "TA" -> "TB"
+    seg.write_bytes(bytes(data))
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **GAP_OPTIONS) as store:
+        assert _served(store, "TB", 0) == [(0, b"TB-body-0")]
+        assert _served(store, "TA", 0) == [(i, b"TA-body-%d" % i) for i in range(3)]
+        if read_only:
+            return
+        tb = store.put("TB", b"TB-body-1", queue_id=0).queue_offset
+        ta = store.put("TA", b"TA-body-4", queue_id=0).queue_offset
+        assert tb == 1 and ta == 4
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        assert _served(store, "TB", 0) == [(0, b"TB-body-0"), (1, b"TB-body-1")]
+        assert _served(store, "TA", 0) == [(i, b"TA-body-%d" % i) for i in (0, 1, 2, 4)]
+
+
+@pytest.mark.parametrize(
+    "claimed, kept, continues",
+    [
+        ([0, 1, 2, 3], [0, 1, 2, 3], 4),
+        ([0, 1, 2, 3, 7], [0, 1, 2, 3], 5),  # a lone jump at the end: held back
+        ([0, 1, 2, 3, 7, 5, 6], [0, 1, 2, 3, 5, 6], 7),  # the damaged record held position 4
+        ([0, 1, 2, 9, 4, 5], [0, 1, 2, 4, 5], 6),
+        ([0, 1, 2, 4, 5], [0, 1, 2, 4, 5], 6),  # position 3 lost to damage: two records agree on 4
+        ([3, 0, 1], [0, 1], 2),  # another topic's record first
+        ([0, 3, 1], [0, 1], 2),  # another topic's record between
+        ([0, 1, 2, 3, 4, 5, 2, 6], [0, 1, 2, 3, 4, 5, 6], 7),
+        ([5], [5], 6),
+    ],
+)
+def test_a_records_queue_offset_continues_its_queue(claimed, kept, continues):
+    from rocketstore.queuecheck import _in_order
+
+    q = np.array(claimed, dtype=np.int64)
+    keep, end = _in_order(q)
+    assert q[keep].tolist() == kept and end == continues
+
+
+@pytest.mark.parametrize("rebuilt", [False, True], ids=["units-kept", "units-rebuilt"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_queue_s_last_message_after_a_damaged_body_is_still_served(tmp_path, impl, read_only, rebuilt):
+    """A body CRC that fails takes its record's position out of the queue; the next record,
+    which jumps over it, is that queue's own, and stays at its position (its unit points at it;
+    with the units gone too, the message is held back only until the next record confirms it)."""
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **GAP_OPTIONS) as store:
+        results = [store.put("T", b"body-%d" % i, queue_id=0) for i in range(4)]
+    _patch_record(root, results[2].commitlog_offset + 88, ">b", 0x58)  # the first byte of the body
+    if rebuilt:
+        shutil.rmtree(root / "consumequeue")
+    with MessageStore(root, implementation=impl.name, read_only=read_only, **GAP_OPTIONS) as store:
+        served = _served(store, "T", 0)
+        if rebuilt:
+            assert served in (
+                [(0, b"body-0"), (1, b"body-1"), (3, b"body-3")],
+                [(0, b"body-0"), (1, b"body-1")],
+            )
+        else:
+            assert served == [(0, b"body-0"), (1, b"body-1"), (3, b"body-3")]
+        if not read_only:
+            assert store.put("T", b"body-4", queue_id=0).queue_offset == 4
+            assert _served(store, "T", 0)[-2:] == [(3, b"body-3"), (4, b"body-4")]
+
+
+def test_a_lone_jump_its_unit_points_at_is_kept():
+    """Records after one lost to damage: the queue's unit at the jumped-to offset pointed at it
+    when the queue was whole, so it is the queue's own."""
+    from rocketstore.queuecheck import _in_order
+
+    q = np.array([0, 1, 3], dtype=np.int64)
+    assert q[_in_order(q)[0]].tolist() == [0, 1]
+    keep, end = _in_order(q, np.array([True, True, True]))
+    assert q[keep].tolist() == [0, 1, 3] and end == 4

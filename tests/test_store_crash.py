@@ -8,6 +8,7 @@ anywhere in the append path), reopens the store and checks every acknowledged me
 import os
 import pathlib
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -328,3 +329,82 @@ def test_a_reader_keeps_to_its_own_recovery_when_no_writer_holds_the_store(tmp_p
         assert read_end == writer.max_queue_offset("T", 0)
         kept = {q: bytes(writer.get_by_queue_offset("T", 0, q).body) for q in range(read_end)}
         assert read == kept
+
+
+_KILLED_AFTER_INDEXING = """
+import os, signal, sys
+from rocketstore import MessageStore
+s = MessageStore(sys.argv[1], implementation=sys.argv[2], dispatch_interval_ms=0, **OPTIONS)
+for i in range(400):
+    s.put("T", b"late-%d" % i, keys="late-%d" % i, durable=True)
+s.query_by_key("T", "late-0")  # indexed: the header and slots name the new items (page cache only)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_read_only_open_finds_by_key_what_a_power_cut_left_of_the_index(tmp_path, impl):
+    """A read-only open of a crashed store treats the index items past what the checkpoint
+    vouches for as absent (a power cut kept a header and slots naming items it lost) and
+    indexes those records again in memory, writing nothing."""
+    options = dict(commitlog_file_size=1 << 20, index_slots=64, index_count=2000)
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, **options) as store:
+        for i in range(30):
+            store.put("T", b"early-%d" % i, keys="early-%d" % i)
+    [index] = list((root / "index").iterdir())
+    durable_items = struct.unpack_from(">i", index.read_bytes(), 36)[0]
+    code = _KILLED_AFTER_INDEXING.replace("**OPTIONS", repr(options).join(("**", "")))
+    child = subprocess.run([sys.executable, "-c", code, str(root), impl.name], capture_output=True)
+    assert child.returncode == -9, child.stderr
+    lo = -(-(40 + 4 * options["index_slots"] + 20 * durable_items) // 4096) * 4096
+    with open(index, "r+b") as f:  # the power cut: the item pages written since the clean close lost
+        f.seek(lo)
+        f.write(bytes(index.stat().st_size - lo))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with MessageStore(root, implementation=impl.name, read_only=True, **options) as reader:
+        assert sum(1 for i in range(30) if reader.query_by_key("T", "early-%d" % i)) == 30
+        assert [m.body for m in reader.query_by_key("T", "late-399")] == [b"late-399"]
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+_KILLED_AFTER_A_RESUME_POINT = """
+import os, signal, sys, time
+from rocketstore import MessageStore
+s = MessageStore(sys.argv[1], implementation=sys.argv[2], dispatch_interval_ms=5, checkpoint_interval_ms=20, **OPTIONS)
+for i in range(30):
+    s.put("T", b"early-%d" % i, keys="early-%d" % i, durable=True)
+deadline = time.monotonic() + 10
+while not os.path.exists(os.path.join(sys.argv[1], "indexResume")) and time.monotonic() < deadline:
+    time.sleep(0.01)
+s._dispatch_thread.stop()  # no checkpoint after this one
+for i in range(400):
+    s.put("T", b"late-%d" % i, keys="late-%d" % i, durable=True)
+s.query_by_key("T", "late-0")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_read_only_open_rolls_the_index_back_to_its_resume_point_in_memory(tmp_path, impl):
+    """With a resume point, a read-only open of a crashed store rolls the index file back to it
+    in a private map (the items past it lost to a power cut) and writes nothing."""
+    import json
+
+    options = dict(commitlog_file_size=1 << 20, index_slots=64, index_count=2000)
+    root = tmp_path / "s"
+    MessageStore(root, implementation=impl.name, **options).close()
+    code = _KILLED_AFTER_A_RESUME_POINT.replace("**OPTIONS", repr(options).join(("**", "")))
+    child = subprocess.run([sys.executable, "-c", code, str(root), impl.name], capture_output=True)
+    assert child.returncode == -9, child.stderr
+    durable_items = json.loads((root / "indexResume").read_text())["header"][5]
+    assert durable_items >= 2
+    [index] = list((root / "index").iterdir())
+    lo = -(-(40 + 4 * options["index_slots"] + 20 * durable_items) // 4096) * 4096
+    with open(index, "r+b") as f:  # the power cut: the item pages written since the resume point lost
+        f.seek(lo)
+        f.write(bytes(index.stat().st_size - lo))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with MessageStore(root, implementation=impl.name, read_only=True, **options) as reader:
+        assert [f.index_count for f in reader._disk_index.files] == [durable_items]
+        assert sum(1 for i in range(30) if reader.query_by_key("T", "early-%d" % i)) == 30
+        assert sum(1 for i in range(400) if reader.query_by_key("T", "late-%d" % i)) == 400
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

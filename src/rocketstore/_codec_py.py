@@ -853,8 +853,15 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
     p += props_len
     if p != total:
         return STOP_CORRUPT, total
-    if check_crc and body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
-        return STOP_BAD_CRC, total
+    if check_crc:
+        # a record that carries the whole-record CRC is checked by it alone, as record.h does
+        carried = _prop_crc_carried(buf, pos + total, props_len)
+        if (
+            not _prop_crc_ok(buf, pos, total)
+            if carried
+            else body_len > 0 and zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc
+        ):
+            return STOP_BAD_CRC, total
     return None, (
         pos,
         total,
@@ -880,6 +887,27 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
         props_pos,
         props_len,
     )
+
+
+def _prop_crc_carried(buf, end, props_len):
+    """rs_prop_crc_carried: whether the record ending at ``buf[end]`` (its properties
+    ``props_len`` bytes) ends in the __CRC32# property's name and 0x02 (§1.6)."""
+    tail = end - _PROP_CRC_LENGTH
+    return (
+        props_len >= _PROP_CRC_LENGTH
+        and buf[end - 1] == 2
+        and buf[tail : tail + _PROP_CRC_NAME_LENGTH] == b"__CRC32#\x01"
+    )
+
+
+def _prop_crc_ok(buf, pos, total):
+    """rs_prop_crc_ok: whether the digits of the __CRC32# property ending the record of
+    ``total`` bytes at ``buf[pos:]`` are the CRC of the bytes before it."""
+    tail = pos + total - _PROP_CRC_LENGTH
+    digits = bytes(buf[tail + _PROP_CRC_NAME_LENGTH : pos + total - 1])
+    if not all(0x30 <= d <= 0x39 for d in digits):
+        return False
+    return int(digits[::-1]) == zlib.crc32(buf[pos:tail]) & 0x7FFFFFFF
 
 
 def _corrupt(reason, pos, total):
@@ -967,14 +995,23 @@ def decode_record(
 
 
 def decode_batch(
-    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, max_records: int = -1
+    buffer,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    check_crc: bool = True,
+    max_records: int = -1,
+    base: int | None = None,
 ):
     """Scan consecutive records in ``buffer[start:end]`` into a RECORD_DTYPE array.
 
     Returns ``(rows, stop_pos, stop_reason)``: the scan stops at ``end`` or after ``max_records``
     (STOP_LIMIT; negative means no limit), or at the first position that is not a valid record
     (STOP_BLANK, STOP_END, STOP_TRUNCATED, STOP_CORRUPT, STOP_BAD_CRC); ``stop_pos`` is there.
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there) stops the scan as STOP_CORRUPT.
     """
+    placed = -1 if base is None else _check_int(base, "base", 0, _INT64_MAX)
     buf = _readable_view(buffer)
     size = buf.nbytes
     if end is None:
@@ -987,6 +1024,8 @@ def decode_batch(
     reason = STOP_LIMIT
     while pos < end and len(rows) != max_records:
         stop, row = _parse(buf, pos, end, check_crc)
+        if stop is None and placed >= 0 and row[7] != placed + pos:
+            stop = STOP_CORRUPT  # a record copied here from elsewhere
         if stop is not None:
             reason = stop
             break
@@ -1019,9 +1058,10 @@ class _SegmentMessages:
     for; ``stop`` is where the next record starts (or the scan stopped), ``reason`` -1 until the
     iterator is exhausted, then the STOP_* code decode_batch would give there."""
 
-    def __init__(self, buf: Any, start: int, end: int, check_crc: bool, copy_body: bool):
+    def __init__(self, buf: Any, start: int, end: int, check_crc: bool, copy_body: bool, base: int = -1):
         self._buf: Any = buf
         self._end = end
+        self._base = base
         self._check_crc = check_crc
         self._copy_body = copy_body
         self.stop = start
@@ -1038,6 +1078,8 @@ class _SegmentMessages:
             self.reason, self._buf = STOP_LIMIT, None
             raise StopIteration
         reason, row = _parse(self._buf, pos, self._end, self._check_crc)
+        if reason is None and self._base >= 0 and row[7] != self._base + pos:
+            reason = STOP_CORRUPT  # a record copied here from elsewhere: not the one stored here
         if reason is not None:
             self.reason, self._buf = reason, None
             raise StopIteration
@@ -1046,17 +1088,31 @@ class _SegmentMessages:
 
 
 def segment_messages(
-    buffer, start: int = 0, end: int | None = None, *, check_crc: bool = True, copy_body: bool = True
+    buffer,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    check_crc: bool = True,
+    copy_body: bool = True,
+    base: int | None = None,
 ) -> _SegmentMessages:
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
     for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
     table). The iterator stops at ``end`` or at the first position that is not a valid record;
-    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``."""
+    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``.
+
+    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
+    ``base`` + its position (a whole record copied there from elsewhere) stops the iterator as
+    a corrupt one does (STOP_CORRUPT), as :func:`record_at` refuses it. None: not checked."""
     buf = _readable_view(buffer)
     if end is None:
         end = buf.nbytes
     _check_range(start, end, buf.nbytes)
-    return _SegmentMessages(buf, start, end, check_crc, copy_body)
+    if base is None:
+        base = -1
+    else:
+        _check_int(base, "base", 0, _INT64_MAX)
+    return _SegmentMessages(buf, start, end, check_crc, copy_body, base)
 
 
 def row_messages(buffer, rows, *, copy_body: bool = True) -> Iterator[MessageExt]:
@@ -1440,6 +1496,7 @@ BAD_PROP_CRC = 64  # a trailing __CRC32# property (§1.6) that does not match th
 _KNOWN_SYSFLAG_BITS = 0x7FF
 _PROP_CRC_NAME = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 _PROP_CRC_LENGTH = len(_PROP_CRC_NAME) + 10 + 1
+_PROP_CRC_NAME_LENGTH = len(_PROP_CRC_NAME)
 _TOPIC_BYTE = np.zeros(256, dtype=bool)
 _TOPIC_BYTE[
     np.frombuffer(b"%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)

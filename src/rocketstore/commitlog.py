@@ -521,12 +521,13 @@ class CommitLog:
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
         """``(segment, records)`` in CommitLog order over ``[start, end)``, at most ``chunk``
         records at a time (0: ``SCAN_CHUNK``): damaged records are stepped over and logged
-        (verify() lists them)."""
+        (verify() lists them). With ``check_crc``, so is a whole record whose PHYSICALOFFSET
+        names another place (copied there: :meth:`read` refuses it too)."""
         codec = self.codec
         for mf, lo, hi, limit in self.ranges(start, end):
             view = mf.view(0, limit)
             chunks = (
-                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk)
+                checked_chunks(codec, view, lo, hi, mf.file_from_offset, limit, chunk=chunk, placed=True)
                 if check_crc
                 else decode_chunks(codec, view, lo, hi, check_crc=False, chunk=chunk)
             )
@@ -596,7 +597,12 @@ class CommitLog:
                 if hi > limit:
                     raise MessageNotFoundError(f"no whole message at commitlog offset {base + lo}")
                 rows, stop, _reason = codec.decode_batch(
-                    view, lo, hi, check_crc=check_crc, max_records=int(b - a)
+                    view,
+                    lo,
+                    hi,
+                    check_crc=check_crc,
+                    max_records=int(b - a),
+                    base=base if check_crc else None,
                 )
                 if len(rows) != b - a or (rows["size"] != size[a:b]).any():
                     raise MessageNotFoundError(
@@ -814,6 +820,7 @@ def checked_chunks(
     *,
     chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
     chunk: int = 0,
+    placed: bool = False,
 ) -> Iterator[tuple[Any, int, int]]:
     """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
     CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
@@ -829,10 +836,14 @@ def checked_chunks(
 
     ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
     RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``codec.verify_scan``'s
-    columns).
+    columns). ``placed`` (the default scan): a whole record whose PHYSICALOFFSET names another
+    place (copied there) is damage too, stepped over.
     """
     if chunks is None:
-        chunks = lambda a, b: decode_chunks(codec, view, a, b, check_crc=True, chunk=chunk)  # noqa: E731
+        placed_at = base if placed else None
+        chunks = lambda a, b: decode_chunks(  # noqa: E731
+            codec, view, a, b, check_crc=True, chunk=chunk, base=placed_at
+        )
     resync_hi = hi if data_end is None else min(hi, data_end)
 
     def resync_at(stop: int) -> int:

@@ -231,7 +231,9 @@ class StoreConfig:
     timer_interval_ms: int = 10
     #: Append RocketMQ 5.2+'s CRC32 property to every record written (``enabledAppendPropCRC``,
     #: spec §1.6): ``__CRC32#`` with a CRC of the whole record but its last 20 bytes, which
-    #: ``verify()`` checks wherever it is present. 20 bytes more per record.
+    #: every CRC-checking read and ``verify()`` check wherever it is present. 20 bytes more per
+    #: record; off by default (docs/guide/guarantees.md: what it costs, what goes undetected
+    #: without it).
     append_prop_crc: bool = False
     #: The clock of the delay service and of POP's invisible times (``receive``): a callable
     #: returning epoch milliseconds (None: the system clock). Tests inject one to deliver hours

@@ -65,6 +65,7 @@ __all__ = [
     "PLACEHOLDER_SIZE",
     "PLACEHOLDER_UNIT",
     "encode_unit",
+    "fits_between",
     "unit_location",
     "roll_next_file",
     "ConsumeQueue",
@@ -84,6 +85,20 @@ _RESERVE_BYTES = 1 << 17  # file space allocated ahead of the writer at a time (
 PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def fits_between(before: Any, before_size: Any, offset: Any, size: Any, after: Any, after_size: Any) -> Any:
+    """Whether records at CommitLog ``offset`` of ``size`` bytes can sit between the records
+    the units before and after their queue positions point at (numpy arrays or ints): a
+    queue's records rise with the CommitLog, so a record that lies after its successor's, or
+    before its predecessor's, does not continue its queue there (its QUEUEID, QUEUEOFFSET or
+    TOPIC, which no CRC covers, is damaged). A placeholder or empty neighbour (size 0 or
+    PLACEHOLDER_SIZE) does not count."""
+    real_before = (before_size > 0) & (before_size != PLACEHOLDER_SIZE) & (before >= 0)
+    real_after = (after_size > 0) & (after_size != PLACEHOLDER_SIZE) & (after >= 0)
+    return np.logical_not(
+        (real_before & (before + before_size > offset)) | (real_after & (offset + size > after))
+    )
 
 
 def encode_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
@@ -564,6 +579,21 @@ class ConsumeQueue(QueueState):
         offset, stored_size, _tags = _UNIT.unpack_from(mf.mm, pos)
         if (offset, stored_size) == (commitlog_offset, size):
             return False
+        before, before_size, _tags = self._stored(queue_offset - 1) if byte > self._min_logic else (0, 0, 0)
+        after, after_size, _tags = (
+            self._stored(queue_offset + 1) if byte + CQ_UNIT_SIZE < self._end() else (0, 0, 0)
+        )
+        if not fits_between(before, before_size, commitlog_offset, size, after, after_size):
+            log.error(
+                "consume queue %s-%d: the record at commitlog offset %d claims unit %d but lies "
+                "out of order with its neighbours' records (its queue fields are damaged): "
+                "given no unit",
+                self.topic,
+                self.queue_id,
+                commitlog_offset,
+                queue_offset,
+            )
+            return False
         log.warning(
             "consume queue %s-%d: unit %d pointed at (%d, %d), not at its record (%d, %d): rewritten",
             self.topic,
@@ -579,6 +609,34 @@ class ConsumeQueue(QueueState):
         if byte + CQ_UNIT_SIZE == self._end():
             self._max_physic = commitlog_offset + size
         return True
+
+    def _cut_padding(self, continues: int) -> None:
+        """Cut the placeholders at the queue's end from queue offset ``continues`` on, when a
+        dispatch past the end padded all of them (:attr:`holes`, with the unit that jumped
+        there): positions never served and no record holds."""
+        end = self.max_offset
+        if continues >= end or continues < self.min_offset:
+            return
+        covered = continues
+        for lo, hi in sorted(self.holes):
+            if lo <= covered <= hi:  # hi: the unit that jumped there
+                covered = hi + 1
+        if covered < end:
+            return
+        stored, sizes = self.stored_many(np.arange(continues, end, dtype=np.int64))
+        if not ((sizes == PLACEHOLDER_SIZE) & (stored == 0)).all():
+            return
+        log.warning(
+            "consume queue %s-%d: positions %d .. %d padded for a record whose queue fields are "
+            "damaged: cut, the queue continues at %d",
+            self.topic,
+            self.queue_id,
+            continues,
+            end - 1,
+            continues,
+        )
+        self._set_end(continues * CQ_UNIT_SIZE)
+        self._max_physic = self._last_physic_end()
 
     def stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(commitlog offsets, sizes) stored at ``queue_offsets``; zeros where no file holds one."""
@@ -824,13 +882,21 @@ class ConsumeQueue(QueueState):
         return size > 0 and offset + size == commitlog_offset
 
     def repair(
-        self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any
+        self,
+        queue_offsets: Any,
+        commitlog_offsets: Any,
+        sizes: Any,
+        tags_codes: Any,
+        continues: Optional[int] = None,
     ) -> tuple[int, int]:
         """Rebuild the queue from its records: every unit in ``[min_offset, max_offset)`` becomes
         the unit of the record that carries its queue offset, or a placeholder where none does
         (the record is gone: damage); records past the end are appended. The arguments describe
         every verified record of this queue in the CommitLog (``MessageStore`` scans for them),
-        ascending by queue offset, one per offset. Clears :attr:`holes`.
+        ascending by queue offset, one per offset. Clears :attr:`holes`. ``continues``: where
+        the queue continues after those records; the placeholders past it at the end that a
+        dispatch past the end padded (:attr:`holes`: never served) are cut, so the queue's
+        next message goes there rather than after positions no record holds.
 
         Returns (units rewritten, positions left without a record).
         """
@@ -868,6 +934,8 @@ class ConsumeQueue(QueueState):
             later = q >= hi
             if later.any():
                 self.append_many(q[later], phys[later], sz[later], tags[later])
+            if continues is not None:
+                self._cut_padding(continues)
             self.holes = []
             self._max_physic = self._last_physic_end()
         if rewritten or missing:

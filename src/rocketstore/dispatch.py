@@ -38,6 +38,7 @@ from rocketstore.consumequeue import (
     CQ_UNIT_DTYPE,
     PLACEHOLDER_SIZE,
     ConsumeQueueStore,
+    fits_between,
     roll_next_file,
     units_of_records,
 )
@@ -637,6 +638,15 @@ class TailQueue:
             offsets[~mine], sizes[~mine] = self.disk.stored_many(q[~mine])
         return offsets, sizes
 
+    def stored_many(self, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(commitlog offsets, sizes) held at ``queue_offsets`` (all in the queue's bounds), as
+        :meth:`ConsumeQueue.stored_many` gives them."""
+        q = np.asarray(queue_offsets, dtype=np.int64)
+        with self._lock:
+            if self._start is None:
+                return np.zeros(len(q), dtype=np.int64), np.zeros(len(q), dtype=np.int64)
+            return self._stored(q)
+
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
         """One unit, as :meth:`append_many` stores it (True if written)."""
         if self._append_at_end(queue_offset, commitlog_offset, size, tags_code):
@@ -675,6 +685,23 @@ class TailQueue:
             if below.any():
                 stored_offsets, stored_sizes = self._stored(q[below])
                 wrong = (stored_offsets != phys[below]) | (stored_sizes != sz[below])
+                if wrong.any():  # a record that does not continue its queue there takes no unit
+                    qb = q[below]
+                    before, before_size = self._stored(np.maximum(qb - 1, self.min_offset))
+                    after, after_size = self._stored(np.minimum(qb + 1, self.max_offset - 1))
+                    first, last = qb == self.min_offset, qb + 1 == self.max_offset
+                    before_size[first] = after_size[last] = 0
+                    fits = fits_between(before, before_size, phys[below], sz[below], after, after_size)
+                    if (wrong & ~fits).any():
+                        log.error(
+                            "consume queue %s-%d: %d record(s) claim units below the end but lie out "
+                            "of order with their neighbours' records (queue fields damaged): given "
+                            "no unit",
+                            self.topic,
+                            self.queue_id,
+                            int((wrong & ~fits).sum()),
+                        )
+                    wrong &= fits
                 if wrong.any():
                     log.warning(
                         "consume queue %s-%d: %d unit(s) below the end do not point at "
@@ -723,9 +750,15 @@ class TailQueue:
             return written
 
     def repair(
-        self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any
+        self,
+        queue_offsets: Any,
+        commitlog_offsets: Any,
+        sizes: Any,
+        tags_codes: Any,
+        continues: Optional[int] = None,
     ) -> tuple[int, int]:
-        """:meth:`ConsumeQueue.repair` in memory."""
+        """:meth:`ConsumeQueue.repair` in memory (``continues``: unused; a read-only store puts
+        nothing)."""
         q = np.asarray(queue_offsets, dtype=np.int64)
         with self._lock:
             if self._start is None:
@@ -889,7 +922,7 @@ class MemoryIndexService(IndexService):
     def _make_directory(self) -> None:
         pass
 
-    def _open_mapping(self, path: str, create: bool) -> _AnonymousMap:
+    def _open_mapping(self, path: str, create: bool, private: bool = False) -> _AnonymousMap:
         return _AnonymousMap(self.file_size)
 
     def _reserve(self, f: Any, items: int) -> None:

@@ -334,7 +334,9 @@ class IndexService(IndexState):
         self._closed = False
 
     # -- opening ------------------------------------------------------------------------------
-    def load(self, abnormal: bool = False, index_msg_timestamp: int = 0) -> None:  # noqa: C901 (the recovery cases of the index files, in order)
+    def load(  # noqa: C901 (the recovery cases of the index files, in order)
+        self, abnormal: bool = False, index_msg_timestamp: int = 0, durable_offset: Optional[int] = None
+    ) -> None:
         """Map the existing index files in name order (§5.4 load).
 
         Names that are not ``yyyyMMddHHmmssSSS`` are ignored. A file of the wrong size raises
@@ -346,6 +348,14 @@ class IndexService(IndexState):
         them, since it cannot rebuild their entries and queries return candidates anyway. The
         exception is the file the resume point (:meth:`save_resume_point`) names: it is rolled
         back to that point (:meth:`_roll_back`) and kept, so its entries are not indexed again.
+        A read-only service (``abnormal``: a crashed store no writer holds) does the same in a
+        private copy-on-write map of that file, writing nothing, and leaves out the files after
+        it: their entries, and the file's past the resume point, are absent (a power cut may
+        have kept a header and slots that name items it lost), and the store indexes them again
+        from the CommitLog in memory. Without a resume point for a file the writable open would
+        delete, a read-only one keeps the file's items that point below ``durable_offset`` (the
+        checkpoint's confirmPhyOffset: the index was flushed that far before it was recorded),
+        in order, and leaves the rest out.
         """
         index_msg_timestamp = operator.index(index_msg_timestamp)
         with self._lock:
@@ -358,7 +368,7 @@ class IndexService(IndexState):
             elif os.path.lexists(self.directory):
                 raise StoreConfigError(f"{self.directory} is not a directory")
             dropping = False
-            resume = self._read_resume_point() if abnormal and not self.read_only else None
+            resume = self._read_resume_point() if abnormal else None
             try:
                 for name in names:
                     path = os.path.join(self.directory, name)
@@ -379,7 +389,23 @@ class IndexService(IndexState):
                             f"index file {path} is {size} bytes; this store's index files are "
                             f"{self.file_size} bytes ({self.slot_count} slots, {self.index_count} items)"
                         )
+                    if self.read_only and dropping:
+                        continue  # never durable: absent (indexed again in memory)
                     if resume is not None and not dropping and name == resume["file"]:
+                        if self.read_only:
+                            f = self._map(path, create=False, private=True)
+                            try:
+                                self._roll_back_map(f.mapped.mm, path, resume, private=True)
+                            except StoreConfigError as exc:
+                                log.warning("index file %s not resumed: %s", path, exc)
+                                f.close()
+                                f = self._map(path, create=False)
+                            except BaseException:
+                                f.close()
+                                raise
+                            self._files.append(f)
+                            dropping = True
+                            continue
                         try:
                             self._roll_back(path, resume)
                         except StoreConfigError as exc:
@@ -396,6 +422,26 @@ class IndexService(IndexState):
                         raise
                     # a full file older than the resume point's was msynced before that was saved
                     durable = resume is not None and name < resume["file"] and f.is_full
+                    if (
+                        abnormal
+                        and self.read_only
+                        and durable_offset is not None
+                        and not durable
+                        and (f.end_timestamp > index_msg_timestamp or not f.is_full)
+                    ):
+                        f.close()
+                        f = self._map(path, create=False, private=True)
+                        try:
+                            kept = self._durable_point(f.mapped.mm, durable_offset)
+                            if kept is not None:
+                                self._roll_back_map(f.mapped.mm, path, kept, private=True)
+                        except BaseException:
+                            f.close()
+                            raise
+                        dropping = True  # files after it were never durable
+                        if kept is None:
+                            f.close()
+                            continue
                     if (
                         abnormal
                         and not self.read_only
@@ -483,8 +529,6 @@ class IndexService(IndexState):
         kept (they were durable), the header is the saved one and the slot table is rebuilt from
         those items (its pages may hold later writes, or garbage after a power cut). Raises
         StoreConfigError when the file does not hold the saved last item (not the same file)."""
-        count = resume["header"][5]
-        items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         try:
             if os.fstat(fd).st_size != self.file_size:
@@ -493,20 +537,56 @@ class IndexService(IndexState):
         finally:
             os.close(fd)
         try:
-            last = bytes.fromhex(resume["lastItem"])
-            at = items_start + (count - 1) * _ITEM_SIZE
-            if last and mm[at : at + _ITEM_SIZE] != last:
-                raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
-            populate_read(mm, 0, items_start + count * _ITEM_SIZE)  # one call, not a fault per 16 pages
-            # slots from the kept items: only those that differ are written
-            _lo, hi = self._index.rebuild_slots(mm, self.slot_count, count)
-            _HEADER.pack_into(mm, 0, *resume["header"])
-            # what was written: the header, the slots that changed (all below hi; the first page
-            # holds the header); msync of the pages in between that are clean writes nothing
-            hi = max(hi, _HEADER_SIZE)
-            mm.flush(0, hi)
+            self._roll_back_map(mm, path, resume)
         finally:
             mm.close()
+
+    def _durable_point(self, mm: Any, durable_offset: int) -> Optional[dict[str, Any]]:
+        """A resume point (as :meth:`_read_resume_point` gives, without its last item) for the
+        index file in ``mm``: its leading items that point below ``durable_offset`` in CommitLog
+        order, which were durable; None when there are none."""
+        begin_ts, _end_ts, begin_phy, _end_phy, _used, count = _HEADER.unpack_from(mm, 0)
+        count = min(max(count, 1), self.index_count)
+        items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
+        item = np.dtype([("key_hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+        items = np.frombuffer(mm, dtype=item, count=count - 1, offset=items_start + _ITEM_SIZE)
+        phy = items["phy"].astype(np.int64)
+        ok = (phy >= 0) & (phy < durable_offset) & (items["diff"] >= 0)
+        ok[1:] &= phy[1:] >= phy[:-1]
+        bad = np.flatnonzero(~ok)
+        kept = int(bad[0]) if len(bad) else len(ok)
+        if kept == 0:
+            return None
+        last_phy, last_diff = int(phy[kept - 1]), int(items["diff"][kept - 1])
+        used = len(np.unique(items["key_hash"][:kept].astype(np.int64) % self.slot_count))
+        del items, phy
+        header = [begin_ts, begin_ts + last_diff * 1000, begin_phy, last_phy, used, kept + 1]
+        return {"header": header, "lastItem": ""}
+
+    def _roll_back_map(self, mm: Any, path: str, resume: dict[str, Any], private: bool = False) -> None:
+        """:meth:`_roll_back` on ``mm``, a writable map of the index file at ``path`` (msynced
+        after; a private map's msync writes nothing). ``private``: every page of the header and
+        slot table is made the map's own copy, so a writer that opens the store later and
+        rolls the file forward changes none of what this one walks (the items it keeps are
+        never rewritten)."""
+        count = resume["header"][5]
+        items_start = _HEADER_SIZE + self.slot_count * _SLOT_SIZE
+        last = bytes.fromhex(resume["lastItem"])
+        at = items_start + (count - 1) * _ITEM_SIZE
+        if last and mm[at : at + _ITEM_SIZE] != last:
+            raise StoreConfigError(f"index file {path} does not hold the item its resume point saved")
+        populate_read(mm, 0, items_start + count * _ITEM_SIZE)  # one call, not a fault per 16 pages
+        # slots from the kept items: only those that differ are written
+        _lo, hi = self._index.rebuild_slots(mm, self.slot_count, count)
+        _HEADER.pack_into(mm, 0, *resume["header"])
+        if private:
+            slots = memoryview(mm)[_HEADER_SIZE:items_start]
+            slots[:] = slots.tobytes()  # a store into each page: copied on write
+            del slots
+        # what was written: the header, the slots that changed (all below hi; the first page
+        # holds the header); msync of the pages in between that are clean writes nothing
+        hi = max(hi, _HEADER_SIZE)
+        mm.flush(0, hi)
 
     def _is_index_name(self, name: str) -> bool:
         try:
@@ -515,13 +595,20 @@ class IndexService(IndexState):
             return False
         return True
 
-    def _open_mapping(self, path: str, create: bool) -> Any:
+    def _open_mapping(self, path: str, create: bool, private: bool = False) -> Any:
         """The map an index file lives in: here the file itself, sparse (ftruncate), but for the
         header and the slot table, allocated before the file is mapped and read (on tmpfs even a
         read of a hole needs a page); the items region is allocated ahead of the writer by
-        :meth:`_reserve`."""
+        :meth:`_reserve`. ``private``: a read-only service's copy-on-write map, whose writes
+        never reach the file."""
         mapped = MappedFile(
-            path, 0, self.file_size, create=create, read_only=self.read_only, preallocate=False
+            path,
+            0,
+            self.file_size,
+            create=create,
+            read_only=self.read_only,
+            preallocate=False,
+            private=private,
         )
         if create:
             try:
@@ -532,8 +619,8 @@ class IndexService(IndexState):
             advise_random(mapped.mm)  # slots are written at random; items a page at a time
         return mapped
 
-    def _map(self, path: str, *, create: bool) -> MappedIndexFile:
-        mapped = self._open_mapping(path, create)
+    def _map(self, path: str, *, create: bool, private: bool = False) -> MappedIndexFile:
+        mapped = self._open_mapping(path, create, private)
         try:
             index = self._index.IndexFile(mapped.mm, self.slot_count, self.index_count)
         except BaseException:

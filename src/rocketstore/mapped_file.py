@@ -377,10 +377,12 @@ class MappedFile(MappedState):
         create: bool | str = False,
         read_only: bool = False,
         preallocate: bool = True,
+        private: bool = False,
     ):
         """``create``: True makes a new file (FileExistsError if there is one); ``"shared"``
         makes it unless another writer process did (rocketstore.sharedappend: under the shared
-        append lock), and then maps that one."""
+        append lock), and then maps that one. ``private`` (with ``read_only``): a copy-on-write
+        map, which a read-only store may change in memory (the file never sees it)."""
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -405,7 +407,7 @@ class MappedFile(MappedState):
                 raise StoreConfigError(
                     f"segment {path} is {actual} bytes; this store's segments are {file_size} bytes"
                 )
-            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            access = mmap.ACCESS_WRITE if not read_only else mmap.ACCESS_COPY if private else mmap.ACCESS_READ
             self.mm = mmap.mmap(self.fd, file_size, access=access)
             if read_only:
                 # the map holds a descriptor of its own (CPython's mmap dups it); nothing reads

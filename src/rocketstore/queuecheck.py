@@ -23,24 +23,70 @@ from rocketstore.units import DamagedUnit
 __all__ = ["QueueGuard"]
 
 
-def _in_order(q: np.ndarray) -> np.ndarray:
-    """Which of one queue's records (queue offsets ``q`` in CommitLog order) to trust: a queue's
-    offsets rise with the CommitLog, so a record out of order with both neighbours while they
-    are in order with each other has a damaged QueueOffset field (the body CRC does not cover
-    it). Placed by that field it would hand its message out at a position it was never stored
-    at (and grow the queue past its end); left out, its own position reads as missing."""
-    keep = np.ones(len(q), dtype=bool)
-    if len(q) >= 3:
-        prev, mid, nxt = q[:-2], q[1:-1], q[2:]
-        keep[1:-1] = ~(((mid <= prev) | (mid >= nxt)) & (prev < nxt))
-    # the first and last have one neighbour: the nearest one kept goes by
-    if len(q) >= 3:
-        inner = np.flatnonzero(keep[1:-1]) + 1
-        if len(inner) and q[-1] <= q[inner[-1]]:
-            keep[-1] = False
-        if len(inner) and q[0] >= q[inner[0]]:
-            keep[0] = False
-    return keep
+def _in_order(q: np.ndarray, vouched: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[int]]:
+    """Which of one queue's records (queue offsets ``q`` in CommitLog order) to trust: a record's
+    queue offset continues its queue. A queue's offsets rise by one with the CommitLog, so the
+    records split into runs of consecutive offsets; a run that starts where the kept records
+    end continues them; one that starts further on (records lost to damage between) is kept
+    when it holds two records or more, which agree; a lone record that jumps ahead, or a run
+    that goes back, has a damaged QUEUEID, QUEUEOFFSET or TOPIC field (no CRC covers them).
+    Placed by that field it would hand its message out at a position it was never stored at
+    (and grow the queue past its end); left out, its own position reads as missing, and the
+    run after it may start one position further on for each such record (it may have been the
+    queue's own). The first run is kept unless it is a lone record the next run goes back from.
+    The last record of a queue whose offset jumps past lost records is held back until the next
+    record of its queue confirms it.
+
+    ``vouched``: the records the queue's unit at their offset points at already, written when
+    their queue was whole (not padded past its end, :attr:`holes`): a lone one that jumps ahead
+    is kept, as after a record of its queue lost to damage (a body CRC that fails).
+
+    Returns the mask and where the queue continues after the records kept (one position
+    further for each lone record refused after them); None for no records."""
+    n = len(q)
+    keep = np.ones(n, dtype=bool)
+    if n < 2:
+        return keep, (int(q[-1]) + 1 if n else None)
+    breaks = np.flatnonzero(np.diff(q) != 1) + 1
+    if not len(breaks):
+        return keep, int(q[-1]) + 1  # the common case: one run
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [n]))
+    expect: Optional[int] = None
+    refused = 0  # lone records refused since the last kept run: each may have held a position
+    for r, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
+        first, last = int(q[a]), int(q[b - 1])
+        if expect is None:
+            lone_back = b - a == 1 and r + 1 < len(starts) and int(q[b]) <= first
+            if lone_back:
+                keep[a:b] = False
+            else:
+                expect = last + 1
+            continue
+        confirmed = b - a >= 2 or (vouched is not None and bool(vouched[a]))
+        if expect <= first <= expect + refused or (first > expect and confirmed):
+            expect, refused = last + 1, 0
+        elif first < expect <= last:  # a run that goes back and then continues: its new part
+            keep[a : a + (expect - first)] = False
+            expect, refused = last + 1, 0
+        else:
+            keep[a:b] = False
+            refused += b - a == 1
+    return keep, (None if expect is None else expect + refused)
+
+
+def _vouched(cq: Any, q: np.ndarray, phys: np.ndarray) -> np.ndarray:
+    """Which records (queue offsets ``q`` at CommitLog offsets ``phys``) queue ``cq``'s unit at
+    their offset points at, outside the stretches a dispatch past its end padded (``holes``,
+    with the unit that jumped there)."""
+    inside = (q >= cq.min_offset) & (q < cq.max_offset)
+    vouched = np.zeros(len(q), dtype=bool)
+    if inside.any():
+        stored, _sizes = cq.stored_many(q[inside])
+        vouched[inside] = stored == phys[inside]
+    for lo, hi in cq.holes:
+        vouched &= ~((q >= lo) & (q <= hi))
+    return vouched
 
 
 class QueueGuard:
@@ -224,13 +270,15 @@ class QueueGuard:
                     continue
                 if parts:
                     q, phys, sizes, tags = (np.concatenate(c).astype(np.int64) for c in zip(*parts))
-                    keep = _in_order(q)  # (CommitLog order: the chunks come in it)
+                    # (CommitLog order: the chunks come in it)
+                    keep, continues = _in_order(q, _vouched(cq, q, phys))
                     q, phys, sizes, tags = q[keep], phys[keep], sizes[keep], tags[keep]
                     q, first = np.unique(q, return_index=True)  # one record per queue offset
                     phys, sizes, tags = phys[first], sizes[first], tags[first]
                 else:
                     q = phys = sizes = tags = np.empty(0, dtype=np.int64)
-                rewritten, missing = cq.repair(q, phys, sizes, tags)
+                    continues = None
+                rewritten, missing = cq.repair(q, phys, sizes, tags, continues=continues)
                 if self.read_only and rewritten:  # mended in memory only: verify() says so
                     self.mended[key] = self.mended.get(key, 0) + rewritten
 

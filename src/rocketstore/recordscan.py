@@ -9,7 +9,7 @@ or index files.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -34,17 +34,19 @@ SCAN_CHUNK = 65536  # records per decode_batch call: bounded memory on any segme
 
 
 def decode_chunks(
-    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool, chunk: int = 0
+    codec: Any, buffer: Any, lo: int, hi: int, *, check_crc: bool, chunk: int = 0, base: Optional[int] = None
 ) -> Iterator[tuple[np.ndarray, int, int]]:
     """``codec.decode_batch`` over ``buffer[lo:hi]`` in chunks of at most ``chunk`` records
-    (0: SCAN_CHUNK).
+    (0: SCAN_CHUNK); ``base``: as decode_batch's (the records' PHYSICALOFFSET checked).
 
     Yields (records, stop, reason); the last chunk's stop/reason say where and why it ended.
     """
     decode_batch, limit = codec.decode_batch, codec.STOP_LIMIT
     chunk = chunk or SCAN_CHUNK
     while True:
-        records, stop, reason = decode_batch(buffer, lo, hi, check_crc=check_crc, max_records=chunk)
+        records, stop, reason = decode_batch(
+            buffer, lo, hi, check_crc=check_crc, max_records=chunk, base=base
+        )
         yield records, stop, reason
         if reason != limit or stop >= hi or not len(records):
             return

@@ -10,11 +10,14 @@ A writable open changes the files; a read-only one rebuilds in memory only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore import sharedappend
 from rocketstore.errors import InvalidMessageError
+
+_log = logging.getLogger("rocketstore.store")
 
 #: A rebuild (dispatch on open) checkpoints its progress every this many CommitLog bytes.
 REBUILD_STEP = 64 << 20
@@ -187,3 +190,22 @@ def repair_holes(
     if damaged:
         guard.repair(damaged)
     return short
+
+
+def settle_queue_offsets(core: Any, queues: Any, queue_offsets: dict[tuple[str, int], int]) -> None:
+    """After :func:`repair_holes`: a queue that ends before the next queue offset recovery found
+    (``queue_offsets``) after its rebuild had its last offsets claimed by records whose queue
+    fields are damaged (the rebuild refused them): its next put goes at its end, so the queue
+    continues there instead of skipping positions no record holds."""
+    for (topic, qid), nxt in queue_offsets.items():
+        cq = queues.get(topic, qid)
+        if cq is not None and cq.max_offset < nxt:
+            _log.warning(
+                "consume queue %s-%d: no record continues it past queue offset %d (the CommitLog "
+                "claimed %d: damaged queue fields): its next message goes there",
+                topic,
+                qid,
+                cq.max_offset,
+                nxt,
+            )
+            core.set_queue_offset(topic, qid, cq.max_offset)

@@ -646,6 +646,7 @@ class StoreBase(JoinedWriting):
         # what the queues and the index miss of the CommitLog
         recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
         self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
+        recovery.settle_queue_offsets(core, self._queues, queue_offsets)
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
@@ -714,7 +715,12 @@ class StoreBase(JoinedWriting):
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
             self._disk_index = IndexService(self.path, read_only=True, **index_options)
-            self._disk_index.load()
+            # a crashed store no writer holds: its index as the resume point made it durable
+            self._disk_index.load(
+                not self.last_shutdown_clean and not writer_present(self.path),
+                self._checkpoint.index_msg_timestamp,
+                self._checkpoint.confirm_phy_offset,
+            )
             self._index = MemoryIndexService(self.path, **index_options)
         else:
             self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
@@ -1483,7 +1489,8 @@ class StoreBase(JoinedWriting):
         """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
 
         Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
+        lists them), as is a whole record whose PHYSICALOFFSET names another place (a copy:
+        :meth:`read` refuses it there). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
         ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
         self._check_open()
         return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
@@ -1500,7 +1507,14 @@ class StoreBase(JoinedWriting):
         codec = self._codec
         for mf, lo, hi, limit in self._commitlog.ranges(start, end):
             view = mf.view(0, limit)
-            it = codec.segment_messages(view, lo, hi, check_crc=check_crc, copy_body=not zero_copy)
+            it = codec.segment_messages(
+                view,
+                lo,
+                hi,
+                check_crc=check_crc,
+                copy_body=not zero_copy,
+                base=mf.file_from_offset if check_crc else None,
+            )
             yield it
             if it.reason == codec.STOP_LIMIT or it.reason == codec.STOP_BLANK:
                 if hi < limit:
