@@ -1966,7 +1966,7 @@ cdef class CommitLogCore:
         fut.deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
-    def put(self, topic not None, body not None, properties=None, int queue_id=-1,
+    def put(self, topic, body not None, properties=None, int queue_id=-1,
             int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
             int32_t reconsume_times=0, int64_t prepared_transaction_offset=0,
             unique_key=None, int wait=-1):
@@ -1985,7 +1985,7 @@ cdef class CommitLogCore:
             if have_p:
                 PyBuffer_Release(&pview)
 
-    def put_keyed(self, topic not None, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
+    def put_keyed(self, topic, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
                   int wait=-1, properties=None):
         """:meth:`put` of a message whose properties are ``tags``, ``keys`` and a plain
         ``properties`` dict, encoded here (see :func:`keyed_properties`); None, having done
@@ -2046,7 +2046,7 @@ cdef class CommitLogCore:
                 PyBuffer_Release(&bview)
         return self._finish(result, end, wait)
 
-    def put_batch(self, topic not None, bodies not None, lengths=None, properties=None,
+    def put_batch(self, topic, bodies not None, lengths=None, properties=None,
                   int queue_id=-1, int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
                   int wait=-1):
         """Append many records of one topic and queue under one lock (consecutive queue offsets).

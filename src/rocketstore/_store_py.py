@@ -1444,8 +1444,8 @@ class CommitLogCore:
         wait=-1,
     ):
         self._check_open()
-        if topic is None or body is None:
-            raise TypeError("topic and body are required")
+        if body is None:  # (a topic that is not a str: the topic lookup's InvalidTopicError)
+            raise TypeError("body is required")
         if self._refusal is not None:
             return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
         t = self._topic(topic)
