@@ -214,15 +214,12 @@ def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point
 
 
 KILLED_AFTER_ITS_RECORD = """
-    import os, signal, sys
-    from rocketstore import MessageStore
-    from rocketstore._store_py import CommitLogCore
+    import sys
+    from rocketstore import MessageStore, _store_py
     s = MessageStore(sys.argv[1], implementation="py")
     s.put("T", b"appended here")
     assert s._appender, "the put did not append in this process"
-    def killed(self):  # the record is written; its end and queue offset are not published yet
-        os.kill(os.getpid(), signal.SIGKILL)
-    CommitLogCore._commit_dirty = killed
+    _store_py._debug_publish_fault(1)  # the record is written; nothing of it is published yet
     s.put("T", b"never acknowledged")
 """
 
@@ -240,7 +237,7 @@ def test_the_pure_twin_publishes_a_joined_put_to_readers_only_once_the_table_has
             assert reader.max_queue_offset("T", 0) == 1
             child = spawn_child(KILLED_AFTER_ITS_RECORD, path)
             child.communicate(timeout=120)
-            assert child.returncode == -9
+            assert child.returncode == 86
             assert reader.max_queue_offset("T", 0) == 2  # "appended here"
             end = owner.max_offset
             r = owner.put("T", b"the put that came next")
@@ -433,3 +430,88 @@ def test_a_joined_put_with_plain_properties_appends_in_its_own_process(tmp_path,
         got = owner.read(plain)
         assert (got.body, got.keys, got.properties["region"]) == (b"with properties", "jp", "eu")
         assert owner.read(delayed).topic == "SCHEDULE_TOPIC_XXXX"
+
+
+DIES_PUBLISHING = """
+    import sys
+    from rocketstore import Message, MessageStore
+    path, impl, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    s = MessageStore(path, implementation=impl)
+    s.put("T", b"joined-0", queue_id=0)
+    assert s._appender, "the put did not append in this process"
+    s._impl.store._debug_publish_fault(step)
+    # one append that moves two queues: ended after the step (os._exit(86), as a kill -9 there)
+    s.put_messages([Message("T", b"dying-0", queue_id=0), Message("T", b"dying-1", queue_id=1)])
+    print("the fault did not end the process", flush=True)
+"""
+
+JOINED_AFTER = """
+    import sys
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    for q in (0, 1):
+        s.put("T", b"joined-after-%d" % q, queue_id=q)
+    assert s._appender, "the puts did not append in this process"
+    s.close()
+"""
+
+
+def _walk_queue(store, topic, queue_id):
+    """(queue offset, body) of every message a consumer reads from the queue's minimum on."""
+    low, high = store.min_queue_offset(topic, queue_id), store.max_queue_offset(topic, queue_id)
+    got, at = [], low
+    while at < high:
+        result = store.get_message("offsets-check", topic, queue_id, at, 16)
+        got += [(m.queue_offset, bytes(m.body)) for m in result.messages]
+        assert result.next_begin_offset > at, (at, result.status)
+        at = result.next_begin_offset
+    return low, high, got
+
+
+@pytest.mark.parametrize("step", range(1, 7))
+def test_a_writer_killed_at_any_step_of_its_publish_gives_no_queue_offset_twice_or_never(
+    tmp_path, impl, step
+):
+    """A joined writer ends inside the publish of an append that moved two queues (records
+    written; then the end it publishes noted, each queue's committed offset copied, the end
+    published, busy cleared): the next writers go on from where the table says, and every queue
+    read from its minimum has each offset once, none missing (the committed offsets were copied
+    before the end was published, so a writer killed in between left offsets counting records the
+    next one wrote over). Once it began to publish, its records are kept."""
+    assert impl.store.PUBLISH_STEPS == 6
+    path = tmp_path / "s"
+    acked = set()
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 2)
+        for q in (0, 1):
+            owner.put("T", b"owner-before-%d" % q, queue_id=q)
+            acked.add(b"owner-before-%d" % q)
+        child = spawn_child(DIES_PUBLISHING, path, impl.name, step)
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 86, (out, err)
+        acked.add(b"joined-0")
+        for i in range(3):
+            for q in (0, 1):
+                owner.put("T", b"owner-after-%d-%d" % (i, q), queue_id=q)
+                acked.add(b"owner-after-%d-%d" % (i, q))
+        run_child(JOINED_AFTER, path, impl.name)
+        acked |= {b"joined-after-0", b"joined-after-1"}
+        kept = _check_every_offset_once(owner, acked)
+        assert kept == (set() if step == 1 else {b"dying-0", b"dying-1"})
+    with open_store(path, impl) as again:
+        assert _check_every_offset_once(again, acked) == kept
+
+
+def _check_every_offset_once(store, acked):
+    """Each queue of T read from its minimum: every offset once, none missing, no body twice,
+    every acknowledged one there; verify() clean. The dead writer's records found."""
+    report = store.verify()
+    assert report["ok"], report["problems"]
+    bodies = []
+    for q in (0, 1):
+        low, high, got = _walk_queue(store, "T", q)
+        assert [o for o, _ in got] == list(range(low, high)), f"queue {q}: {got}"
+        bodies += [b for _, b in got]
+    assert len(bodies) == len(set(bodies))
+    assert acked <= set(bodies)
+    return {b"dying-0", b"dying-1"} & set(bodies)
