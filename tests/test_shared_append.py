@@ -8,7 +8,7 @@ import struct
 import pytest
 from test_writers import SMALL, open_store, queue_messages, run_child, spawn_child
 
-from rocketstore import MessageStore, sharedappend
+from rocketstore import Message, MessageStore, sharedappend
 from rocketstore.errors import MessageNotFoundError
 
 pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-file-description locks here")
@@ -515,3 +515,74 @@ def _check_every_offset_once(store, acked):
     assert len(bodies) == len(set(bodies))
     assert acked <= set(bodies)
     return {b"dying-0", b"dying-1"} & set(bodies)
+
+
+JOINED_MESSAGE_PUTS = """
+    import json, sys
+    from rocketstore import Message, MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    s.put("T", b"first")
+    assert s._appender, "the put did not append in this process"
+    before = s._appender.core.puts
+    results = [
+        s.put(Message("T", b"plain")),
+        s.put(Message("T", b"tagged", tags="TagA", queue_id=1)),
+        s.put(Message("T", b"keyed", tags="TagB", keys=["k1", "k2"], properties={"region": "eu"},
+                      born_timestamp=1234567890123, flag=7)),
+        s.put(Message("T", b"durable", keys="kd"), durable=True),
+    ]
+    appended = s._appender.core.puts - before
+    # other shapes are the owner's: a DELAY property, a body that is not bytes, a delay level
+    others = [
+        s.put(Message("T", b"delayed", properties={"DELAY": "1"})),
+        s.put(Message("T", memoryview(b"a view"))),
+        s.put(Message("T", b"levelled"), delay_level=1),
+        s.put_messages([Message("T", memoryview(b"views"))])[0],
+    ]
+    print(json.dumps({
+        "appended": appended,
+        "appended_after": s._appender.core.puts - before,
+        "placed": [[r.commitlog_offset, r.queue_id, r.queue_offset] for r in results],
+        "others": [r.commitlog_offset for r in others],
+    }))
+    s.close()
+"""
+
+
+def test_a_joined_put_of_a_message_appends_in_its_own_process(tmp_path, impl):
+    """put(Message(...)) of the plain shapes (tags, keys, a plain properties dict, queue id, flag,
+    born timestamp) appends in the joined process as put(topic, body, ...) does: it went to the
+    owner, and raised WriterGoneError when the owner died during the call. Its record is the one
+    the owner writes for the same Message."""
+    path = tmp_path / "s"
+    with open_store(path, impl, schedule_interval_ms=0) as owner:  # (no delivery puts meanwhile)
+        owner.create_topic("T", 2)
+        owner_puts = owner._core.puts
+        out = json.loads(run_child(JOINED_MESSAGE_PUTS, path, impl.name))
+        assert out["appended"] == out["appended_after"] == 4
+        assert owner._core.puts == owner_puts + 4  # the other shapes only
+        got = [owner.read(offset) for offset, _, _ in out["placed"]]
+        assert [m.body for m in got] == [b"plain", b"tagged", b"keyed", b"durable"]
+        assert [(m.queue_id, m.queue_offset) for m in got] == [(q, o) for _, q, o in out["placed"]]
+        assert got[1].queue_id == 1 and got[1].tags == "TagA"
+        assert (got[2].flag, got[2].born_timestamp) == (7, 1234567890123)
+        same = owner.read(
+            owner.put(
+                Message(
+                    "T",
+                    b"keyed",
+                    tags="TagB",
+                    keys=["k1", "k2"],
+                    properties={"region": "eu"},
+                    born_timestamp=1234567890123,
+                    flag=7,
+                )
+            ).commitlog_offset
+        )
+        ours = {k: v for k, v in got[2].properties.items() if k != "UNIQ_KEY"}
+        assert ours == {k: v for k, v in same.properties.items() if k != "UNIQ_KEY"}
+        assert owner._core.flushed_offset >= got[3].commitlog_offset + got[3].size
+        assert [m.body for m in owner.query_by_key("T", "k2")] == [b"keyed", b"keyed"]
+        delayed, view, levelled, views = (owner.read(offset) for offset in out["others"])
+        assert (delayed.topic, levelled.topic) == ("SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX")
+        assert (view.topic, view.body, views.body) == ("T", b"a view", b"views")

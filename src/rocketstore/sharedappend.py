@@ -2,8 +2,9 @@
 
 A store opened for writing by several processes (``shared_writers``, rocketstore.writers) has
 one **owner**, the process holding the store's lock. The others **join** it. Most calls of a
-joined process run in the owner, but its puts (``put``, ``put_messages`` and ``put_batch`` of
-plain, tagged and keyed messages, also with a plain properties dict) append to the CommitLog
+joined process run in the owner, but its puts (``put``, also of a ``Message``, ``put_messages``
+and ``put_batch`` of plain, tagged and keyed messages, also with a plain properties dict) append
+to the CommitLog
 **in the joined process itself**, as LMDB's writers do, under one cross-process lock. What the
 processes share lives in ``<store>/rocketstore-append`` (a file a Java broker ignores; sparse, a
 few pages written):
