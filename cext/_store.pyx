@@ -31,7 +31,7 @@ from libc.errno cimport EFAULT, EMSGSIZE, ENOSPC
 from libc.stdint cimport (int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT32_MAX, INT32_MIN,
                           INT64_MAX, INT64_MIN)
 from libc.stdlib cimport calloc, free, malloc, realloc
-from posix.unistd cimport getpid
+from posix.unistd cimport _exit, getpid
 from libc.string cimport memchr, memcpy, memset
 
 cimport cython
@@ -110,7 +110,7 @@ cdef extern from "live.h" nogil:
 cdef extern from "append.h" nogil:
     int64_t RS_AP_SIZE, RS_AP_QUEUES, RS_AP_E_NEXT, RS_AP_E_COMMITTED, RS_AP_E_NQUEUES
     int64_t RS_AP_O_MAGIC, RS_AP_O_EPOCH, RS_AP_O_BUSY, RS_AP_O_FULL, RS_AP_O_END, RS_AP_O_LAST_TS
-    int64_t RS_AP_O_ENTRIES, RS_AP_O_SEGMENT, RS_AP_O_REFUSING
+    int64_t RS_AP_O_ENTRIES, RS_AP_O_SEGMENT, RS_AP_O_REFUSING, RS_AP_O_PUBLISHING
     uint64_t RS_AP_MAGIC
     uint64_t *rs_ap_u64(uint8_t *t, int64_t at)
     int64_t *rs_ap_i64(uint8_t *t, int64_t at)
@@ -119,6 +119,8 @@ cdef extern from "append.h" nogil:
     uint64_t rs_ap_epoch(uint8_t *t)
     int64_t rs_ap_end(uint8_t *t)
     void rs_ap_set_end(uint8_t *t, int64_t end)
+    void rs_ap_begin_publish(uint8_t *t, int64_t end)
+    void rs_ap_set_busy(uint8_t *t, uint32_t pid)
     int rs_ap_lock(uint8_t *t)
     int rs_ap_owner_present(int fd)
     int rs_ap_unlock(uint8_t *t)
@@ -658,6 +660,31 @@ WAIT_FUTURE = 2      # return a PutFuture resolved by the flush thread
 
 #: Built with ROCKETSTORE_DEBUG_HOOKS=1: _debug_fail_syncs() can make the flush thread fail.
 DEBUG_HOOKS = bool(RS_HAVE_DEBUG_HOOKS)
+
+
+#: Tests only (_debug_publish_fault): the step of a shared append's publish after which this
+#: process ends, 0 for none.
+cdef int _debug_publish_step = 0
+
+#: The steps of a shared append's publish a test can end the process after:
+#: 1 records written, nothing published; 2 the end being published noted (publishing);
+#: 3 the first queue's committed offset moved; 4 every one moved; 5 the end published;
+#: 6 busy cleared (the lock and the live page not yet).
+PUBLISH_STEPS = 6
+
+
+def _debug_publish_fault(int step):
+    """Tests only: the next shared append of this process ends it (``_exit(86)``) right after
+    step ``step`` (1 .. PUBLISH_STEPS) of its publish, as a ``kill -9`` there would; 0: never."""
+    global _debug_publish_step
+    if not 0 <= step <= PUBLISH_STEPS:
+        raise ValueError(f"step must be 0 to {PUBLISH_STEPS}, not {step}")
+    _debug_publish_step = step
+
+
+cdef inline void _publish_fault(int step) noexcept nogil:
+    if _debug_publish_step == step:
+        _exit(86)
 
 
 def _debug_fail_syncs(int err):
@@ -1300,6 +1327,7 @@ cdef class CommitLogCore:
                     rs_ap_u64(t, RS_AP_O_MAGIC)[0] = RS_AP_MAGIC
                     rs_ap_i64(t, RS_AP_O_SEGMENT)[0] = self._file_size
                     rs_ap_i64(t, RS_AP_O_END)[0] = self._file_from + self._pos
+                    rs_ap_i64(t, RS_AP_O_PUBLISHING)[0] = self._file_from + self._pos
                     rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
                     rs_ap_u32(t, RS_AP_O_REFUSING)[0] = self._refusal is not None
                     for top in self._topics.values():
@@ -1400,20 +1428,33 @@ cdef class CommitLogCore:
         """Publish what this core appended (end, queue offsets) and let go of both locks
         (``unshare``: and append alone from now on)."""
         cdef uint8_t *t = self._share
+        cdef int64_t end = self._file_from + self._pos
         cdef _Topic top
         cdef int q
+        if t != NULL:
+            # the end first, then the committed offsets, then the end published: a writer killed
+            # in between is finished by the next (rs_ap_repair), so the committed offsets never
+            # count a record past the published end
+            _publish_fault(1)
+            rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
+            rs_ap_begin_publish(t, end)
+            _publish_fault(2)
         if self._dirty:
             for top in self._dirty:
                 for q in range(top.dirty_lo, top.dirty_hi + 1):
                     top.committed[q] = top.next_offsets[q]
+                    if t != NULL:
+                        _publish_fault(3)
                 top.dirty_lo = top.dirty_hi = -1
             del self._dirty[:]
         if t != NULL:
+            _publish_fault(4)
             if unshare:
                 self._share = NULL
-            rs_ap_i64(t, RS_AP_O_LAST_TS)[0] = self._last_store_ts
-            rs_ap_set_end(t, self._file_from + self._pos)
-            rs_ap_u32(t, RS_AP_O_BUSY)[0] = 0
+            rs_ap_set_end(t, end)
+            _publish_fault(5)
+            rs_ap_set_busy(t, 0)
+            _publish_fault(6)
             self._notify()     # under the lock: every twin publishes the live page's end in order
             rs_ap_unlock(t)
             PyThread_release_lock(self._lock)
@@ -1966,7 +2007,7 @@ cdef class CommitLogCore:
         fut.deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
         return fut
 
-    def put(self, topic not None, body not None, properties=None, int queue_id=-1,
+    def put(self, topic, body not None, properties=None, int queue_id=-1,
             int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
             int32_t reconsume_times=0, int64_t prepared_transaction_offset=0,
             unique_key=None, int wait=-1):
@@ -1985,7 +2026,7 @@ cdef class CommitLogCore:
             if have_p:
                 PyBuffer_Release(&pview)
 
-    def put_keyed(self, topic not None, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
+    def put_keyed(self, topic, body not None, tags, keys, int queue_id=-1, int32_t flag=0,
                   int wait=-1, properties=None):
         """:meth:`put` of a message whose properties are ``tags``, ``keys`` and a plain
         ``properties`` dict, encoded here (see :func:`keyed_properties`); None, having done
@@ -2046,7 +2087,7 @@ cdef class CommitLogCore:
                 PyBuffer_Release(&bview)
         return self._finish(result, end, wait)
 
-    def put_batch(self, topic not None, bodies not None, lengths=None, properties=None,
+    def put_batch(self, topic, bodies not None, lengths=None, properties=None,
                   int queue_id=-1, int32_t flag=0, int64_t born_timestamp=0, int32_t sys_flag=0,
                   int wait=-1):
         """Append many records of one topic and queue under one lock (consecutive queue offsets).

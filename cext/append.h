@@ -3,9 +3,13 @@
  *
  * One cross-process lock (a robust process-shared mutex: a holder that dies leaves it to the next
  * with EOWNERDEAD) guards the append. Under it a writer reads where whole records end
- * (`end`), appends there, moves each queue's next offset, and publishes the new end. A writer that
- * dies inside leaves `busy` set: the next holder restores every queue's next offset from its
- * committed copy and appends from `end` again, over whatever the dead one half wrote. `epoch` is
+ * (`end`), appends there, moves each queue's next offset, and publishes: it notes the new end in
+ * `publishing`, copies the next offsets to the committed ones, then sets `end`. A writer that
+ * dies inside leaves `busy` set, and the next holder repairs (rs_ap_repair): a dead writer that
+ * had begun to publish (`publishing` past `end`) has its publish finished for it; any other has
+ * every queue's next offset restored from its committed copy, and the next append goes from `end`
+ * again, over whatever the dead one half wrote. So the committed offsets always count exactly
+ * the records before `end`: no queue offset is given twice, none skipped. `epoch` is
  * the owning process's generation: 0 while no owner vouches for the table (it is opening,
  * recovering or gone), and a writer whose epoch differs appends nothing. */
 #ifndef ROCKETSTORE_APPEND_H
@@ -35,6 +39,7 @@
 #define RS_AP_O_ENTRIES 40   /* u32 */
 #define RS_AP_O_SEGMENT 48   /* i64: the CommitLog's segment size */
 #define RS_AP_O_REFUSING 56  /* u32: the owner refuses puts (disk full): joined puts go to it */
+#define RS_AP_O_PUBLISHING 64 /* i64: the end the writer inside publishes (noted before its offsets) */
 #define RS_AP_O_MUTEX 128    /* the append lock: a process-shared robust pthread mutex (<= 128 bytes) */
 /* entry */
 #define RS_AP_E_NAME_LEN 0   /* u32 */
@@ -54,6 +59,16 @@ static inline uint64_t rs_ap_epoch(uint8_t *t) {
 static inline int64_t rs_ap_end(uint8_t *t) { return __atomic_load_n(rs_ap_i64(t, RS_AP_O_END), __ATOMIC_ACQUIRE); }
 static inline void rs_ap_set_end(uint8_t *t, int64_t end) {
     __atomic_store_n(rs_ap_i64(t, RS_AP_O_END), end, __ATOMIC_RELEASE);
+}
+/* A publish's first step: the end it publishes, stored before any committed offset moves (the
+ * fence keeps the copies after it, for a process that finds the writer dead in between). */
+static inline void rs_ap_begin_publish(uint8_t *t, int64_t end) {
+    __atomic_store_n(rs_ap_i64(t, RS_AP_O_PUBLISHING), end, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+/* busy: cleared only after the end is published (a release store: not moved before it). */
+static inline void rs_ap_set_busy(uint8_t *t, uint32_t pid) {
+    __atomic_store_n(rs_ap_u32(t, RS_AP_O_BUSY), pid, __ATOMIC_RELEASE);
 }
 
 
@@ -120,16 +135,31 @@ static inline int64_t rs_ap_add(uint8_t *t, const uint8_t *name, uint32_t len, i
     return at;
 }
 
-/* After a writer died inside: every queue's next offset back to its committed one. */
+/* After a writer died inside (`busy` set). It noted the end it publishes (`publishing`) before it
+ * copied any next offset to its committed one, and set `end` after it copied them all. So when
+ * `publishing` is past `end` it died in between: its records up to `publishing` are whole and its
+ * next offsets count exactly them, some committed, some not: its publish is finished (every
+ * committed offset from its next one, then the end). Otherwise it died before it began (its next
+ * offsets may count records past `end` that the next append writes over: every next offset goes
+ * back to its committed one) or after the end (the two agree). Done again from the start if the
+ * repairing process dies too. */
 static inline void rs_ap_repair(uint8_t *t) {
+    int64_t end = rs_ap_end(t);
+    int64_t publishing = __atomic_load_n(rs_ap_i64(t, RS_AP_O_PUBLISHING), __ATOMIC_ACQUIRE);
+    int finish = publishing > end;
     uint32_t n = *rs_ap_u32(t, RS_AP_O_ENTRIES);
     if (n > RS_AP_MAX_ENTRIES)
         n = RS_AP_MAX_ENTRIES;
     for (uint32_t i = 0; i < n; i++) {
         int64_t at = RS_AP_HEAD + (int64_t)i * RS_AP_ENTRY;
-        memcpy(t + at + RS_AP_E_NEXT, t + at + RS_AP_E_COMMITTED, 8 * RS_AP_QUEUES);
+        if (finish)
+            memcpy(t + at + RS_AP_E_COMMITTED, t + at + RS_AP_E_NEXT, 8 * RS_AP_QUEUES);
+        else
+            memcpy(t + at + RS_AP_E_NEXT, t + at + RS_AP_E_COMMITTED, 8 * RS_AP_QUEUES);
     }
-    *rs_ap_u32(t, RS_AP_O_BUSY) = 0;
+    if (finish)
+        rs_ap_set_end(t, publishing);
+    rs_ap_set_busy(t, 0);
 }
 
 #endif

@@ -85,9 +85,11 @@ for v in HUGE[1:3] + NON_INTS + [None]:
     )
 for v in [0, 1025, True, 1.0, 2**64, "2"]:
     case(f"create_topic-queues-{v!r}", InvalidMessageError, lambda s, v=v: s.create_topic(TOPIC, v))
-for v in [1, "", "a b", "x" * 128, b"T"]:
+for v in [None, 1, "", "a b", "x" * 128, b"T"]:
     case(f"put-topic-{v!r}", InvalidTopicError, lambda s, v=v: s.put(v, b"x"))
+    case(f"put-tags-topic-{v!r}", InvalidTopicError, lambda s, v=v: s.put(v, b"x", tags="a"))
     case(f"put_batch-topic-{v!r}", InvalidTopicError, lambda s, v=v: s.put_batch(v, [b"x"]))
+    case(f"put_batch-topic=-{v!r}", InvalidTopicError, lambda s, v=v: s.put_batch(topic=v, bodies=[b"x"]))
 for v in [None, 1, 1.5, "text", [1, 2]]:
     case(
         f"put-body-{v!r}",
@@ -255,3 +257,29 @@ def test_a_sys_flag_rocketmq_does_not_define_is_refused(tmp_path, impl, sys_flag
             store.put(Message("T", b"x", sys_flag=sys_flag))
         assert store.max_offset == 0
         store.put(Message("T", b"x", sys_flag=0x1))  # compressed: a bit RocketMQ defines
+
+
+def test_a_topic_that_is_not_a_str_is_the_same_error_in_both_twins(tmp_path):
+    """put_batch(topic=None) raised TypeError in the compiled twin and InvalidTopicError in the
+    pure one; put(None, ...) a TypeError with a different message in each."""
+    from rocketstore import _impl
+
+    if _impl.COMPILED is None:
+        pytest.skip("the compiled twin is not built")
+    calls = {
+        "put": lambda s: s.put(None, b"x"),
+        "put_tags": lambda s: s.put(None, b"x", tags="a"),
+        "put_batch": lambda s: s.put_batch(None, [b"x"]),
+        "put_batch_keyword": lambda s: s.put_batch(topic=None, bodies=[b"x"]),
+        "put_batch_int": lambda s: s.put_batch(7, [b"x"]),
+    }
+    seen = {}
+    for impl in ("c", "py"):
+        with MessageStore(tmp_path / impl, implementation=impl) as store:
+            for name, call in calls.items():
+                with pytest.raises(InvalidTopicError) as info:
+                    call(store)
+                seen[impl, name] = str(info.value)
+                assert "topic" in seen[impl, name]
+            assert store.max_offset == 0
+    assert {name: seen["c", name] for name in calls} == {name: seen["py", name] for name in calls}

@@ -96,7 +96,8 @@ def test_sixteen_retries_then_the_dlq_with_history_in_properties(store, clock):
     assert (dead.topic, dead.queue_id, dead.reconsume_times) == (DLQ, 0, 17)
     assert dead.properties["RETRY_TOPIC"] == "TopicA"
     assert dead.properties["ORIGIN_MESSAGE_ID"] == original.msg_id
-    assert dead.properties["REAL_TOPIC"] == RETRY and "DELAY" not in dead.properties
+    # 4.9.8 keeps the looked-up record's properties, its DELAY set to "0" (setDelayTimeLevel(0))
+    assert dead.properties["REAL_TOPIC"] == RETRY and dead.properties["DELAY"] == "0"
     assert dead.properties["TAGS"] == "TagA" and dead.properties["KEYS"] == "order-9"
     assert dead.body == b"poison" and dead.born_timestamp == original.born_timestamp
     assert store.delayed_counts() == {}
@@ -141,6 +142,35 @@ def test_delay_level_argument(store, clock):
     assert (sched.queue_id, sched.properties["DELAY"]) == (0, "1")
     dead = store.read(store.send_back(GROUP, msg, -1).commitlog_offset)
     assert (dead.topic, dead.reconsume_times) == (DLQ, 1)
+
+
+def test_a_dead_letter_keeps_the_properties_4_9_8_keeps(store, clock):
+    """SendMessageProcessor.asyncConsumerSendMsgBack (4.9.8) builds the dead letter from the
+    record it looked up: every property of it, RETRY_TOPIC and ORIGIN_MESSAGE_ID when absent,
+    WAIT=false, and DELAY set to "0" (setDelayTimeLevel(0), serialised after it): a delayed
+    retry's DELAY is not dropped, and a dead letter of a record never delayed carries DELAY=0 too.
+    DELAY=0 delays nothing: the dead letter stays in the DLQ."""
+    r = store.put("TopicA", b"late", tags="TagA", keys="order-5", properties={"user": "v"})
+    original = store.read(r.commitlog_offset)
+    back = store.send_back(GROUP, original, 2)
+    clock.now = store.read(back.commitlog_offset).store_timestamp + LEVELS_MS[1]
+    assert store.deliver_delayed() == 1
+    retried = last_of(store, RETRY)
+    assert retried.properties["DELAY"] == "2"  # a delivered copy keeps DELAY (4.9.8's messageTimeup)
+    dead = store.read(store.send_back(GROUP, retried, -1).commitlog_offset)
+    assert (dead.topic, dead.queue_id) == (DLQ, 0)
+    assert dead.properties == {**retried.properties, "WAIT": "false", "DELAY": "0"}
+    never_delayed = store.read(store.send_back(GROUP, original, -1).commitlog_offset)
+    assert never_delayed.topic == DLQ
+    assert never_delayed.properties == {
+        **original.properties,
+        "RETRY_TOPIC": "TopicA",
+        "WAIT": "false",
+        "DELAY": "0",
+        "ORIGIN_MESSAGE_ID": original.msg_id,
+    }
+    assert store.delayed_counts() == {}
+    assert [m.body for m in store.get_message("g", DLQ, 0, 0).messages] == [b"late", b"late"]
 
 
 @pytest.mark.parametrize("group", ["", "a b", "x" * 121, "g@h"])

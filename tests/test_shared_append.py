@@ -8,7 +8,7 @@ import struct
 import pytest
 from test_writers import SMALL, open_store, queue_messages, run_child, spawn_child
 
-from rocketstore import MessageStore, sharedappend
+from rocketstore import Message, MessageStore, sharedappend
 from rocketstore.errors import MessageNotFoundError
 
 pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-file-description locks here")
@@ -214,15 +214,12 @@ def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point
 
 
 KILLED_AFTER_ITS_RECORD = """
-    import os, signal, sys
-    from rocketstore import MessageStore
-    from rocketstore._store_py import CommitLogCore
+    import sys
+    from rocketstore import MessageStore, _store_py
     s = MessageStore(sys.argv[1], implementation="py")
     s.put("T", b"appended here")
     assert s._appender, "the put did not append in this process"
-    def killed(self):  # the record is written; its end and queue offset are not published yet
-        os.kill(os.getpid(), signal.SIGKILL)
-    CommitLogCore._commit_dirty = killed
+    _store_py._debug_publish_fault(1)  # the record is written; nothing of it is published yet
     s.put("T", b"never acknowledged")
 """
 
@@ -240,7 +237,7 @@ def test_the_pure_twin_publishes_a_joined_put_to_readers_only_once_the_table_has
             assert reader.max_queue_offset("T", 0) == 1
             child = spawn_child(KILLED_AFTER_ITS_RECORD, path)
             child.communicate(timeout=120)
-            assert child.returncode == -9
+            assert child.returncode == 86
             assert reader.max_queue_offset("T", 0) == 2  # "appended here"
             end = owner.max_offset
             r = owner.put("T", b"the put that came next")
@@ -433,3 +430,159 @@ def test_a_joined_put_with_plain_properties_appends_in_its_own_process(tmp_path,
         got = owner.read(plain)
         assert (got.body, got.keys, got.properties["region"]) == (b"with properties", "jp", "eu")
         assert owner.read(delayed).topic == "SCHEDULE_TOPIC_XXXX"
+
+
+DIES_PUBLISHING = """
+    import sys
+    from rocketstore import Message, MessageStore
+    path, impl, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    s = MessageStore(path, implementation=impl)
+    s.put("T", b"joined-0", queue_id=0)
+    assert s._appender, "the put did not append in this process"
+    s._impl.store._debug_publish_fault(step)
+    # one append that moves two queues: ended after the step (os._exit(86), as a kill -9 there)
+    s.put_messages([Message("T", b"dying-0", queue_id=0), Message("T", b"dying-1", queue_id=1)])
+    print("the fault did not end the process", flush=True)
+"""
+
+JOINED_AFTER = """
+    import sys
+    from rocketstore import MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    for q in (0, 1):
+        s.put("T", b"joined-after-%d" % q, queue_id=q)
+    assert s._appender, "the puts did not append in this process"
+    s.close()
+"""
+
+
+def _walk_queue(store, topic, queue_id):
+    """(queue offset, body) of every message a consumer reads from the queue's minimum on."""
+    low, high = store.min_queue_offset(topic, queue_id), store.max_queue_offset(topic, queue_id)
+    got, at = [], low
+    while at < high:
+        result = store.get_message("offsets-check", topic, queue_id, at, 16)
+        got += [(m.queue_offset, bytes(m.body)) for m in result.messages]
+        assert result.next_begin_offset > at, (at, result.status)
+        at = result.next_begin_offset
+    return low, high, got
+
+
+@pytest.mark.parametrize("step", range(1, 7))
+def test_a_writer_killed_at_any_step_of_its_publish_gives_no_queue_offset_twice_or_never(
+    tmp_path, impl, step
+):
+    """A joined writer ends inside the publish of an append that moved two queues (records
+    written; then the end it publishes noted, each queue's committed offset copied, the end
+    published, busy cleared): the next writers go on from where the table says, and every queue
+    read from its minimum has each offset once, none missing (the committed offsets were copied
+    before the end was published, so a writer killed in between left offsets counting records the
+    next one wrote over). Once it began to publish, its records are kept."""
+    assert impl.store.PUBLISH_STEPS == 6
+    path = tmp_path / "s"
+    acked = set()
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 2)
+        for q in (0, 1):
+            owner.put("T", b"owner-before-%d" % q, queue_id=q)
+            acked.add(b"owner-before-%d" % q)
+        child = spawn_child(DIES_PUBLISHING, path, impl.name, step)
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 86, (out, err)
+        acked.add(b"joined-0")
+        for i in range(3):
+            for q in (0, 1):
+                owner.put("T", b"owner-after-%d-%d" % (i, q), queue_id=q)
+                acked.add(b"owner-after-%d-%d" % (i, q))
+        run_child(JOINED_AFTER, path, impl.name)
+        acked |= {b"joined-after-0", b"joined-after-1"}
+        kept = _check_every_offset_once(owner, acked)
+        assert kept == (set() if step == 1 else {b"dying-0", b"dying-1"})
+    with open_store(path, impl) as again:
+        assert _check_every_offset_once(again, acked) == kept
+
+
+def _check_every_offset_once(store, acked):
+    """Each queue of T read from its minimum: every offset once, none missing, no body twice,
+    every acknowledged one there; verify() clean. The dead writer's records found."""
+    report = store.verify()
+    assert report["ok"], report["problems"]
+    bodies = []
+    for q in (0, 1):
+        low, high, got = _walk_queue(store, "T", q)
+        assert [o for o, _ in got] == list(range(low, high)), f"queue {q}: {got}"
+        bodies += [b for _, b in got]
+    assert len(bodies) == len(set(bodies))
+    assert acked <= set(bodies)
+    return {b"dying-0", b"dying-1"} & set(bodies)
+
+
+JOINED_MESSAGE_PUTS = """
+    import json, sys
+    from rocketstore import Message, MessageStore
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    s.put("T", b"first")
+    assert s._appender, "the put did not append in this process"
+    before = s._appender.core.puts
+    results = [
+        s.put(Message("T", b"plain")),
+        s.put(Message("T", b"tagged", tags="TagA", queue_id=1)),
+        s.put(Message("T", b"keyed", tags="TagB", keys=["k1", "k2"], properties={"region": "eu"},
+                      born_timestamp=1234567890123, flag=7)),
+        s.put(Message("T", b"durable", keys="kd"), durable=True),
+    ]
+    appended = s._appender.core.puts - before
+    # other shapes are the owner's: a DELAY property, a body that is not bytes, a delay level
+    others = [
+        s.put(Message("T", b"delayed", properties={"DELAY": "1"})),
+        s.put(Message("T", memoryview(b"a view"))),
+        s.put(Message("T", b"levelled"), delay_level=1),
+        s.put_messages([Message("T", memoryview(b"views"))])[0],
+    ]
+    print(json.dumps({
+        "appended": appended,
+        "appended_after": s._appender.core.puts - before,
+        "placed": [[r.commitlog_offset, r.queue_id, r.queue_offset] for r in results],
+        "others": [r.commitlog_offset for r in others],
+    }))
+    s.close()
+"""
+
+
+def test_a_joined_put_of_a_message_appends_in_its_own_process(tmp_path, impl):
+    """put(Message(...)) of the plain shapes (tags, keys, a plain properties dict, queue id, flag,
+    born timestamp) appends in the joined process as put(topic, body, ...) does: it went to the
+    owner, and raised WriterGoneError when the owner died during the call. Its record is the one
+    the owner writes for the same Message."""
+    path = tmp_path / "s"
+    with open_store(path, impl, schedule_interval_ms=0) as owner:  # (no delivery puts meanwhile)
+        owner.create_topic("T", 2)
+        owner_puts = owner._core.puts
+        out = json.loads(run_child(JOINED_MESSAGE_PUTS, path, impl.name))
+        assert out["appended"] == out["appended_after"] == 4
+        assert owner._core.puts == owner_puts + 4  # the other shapes only
+        got = [owner.read(offset) for offset, _, _ in out["placed"]]
+        assert [m.body for m in got] == [b"plain", b"tagged", b"keyed", b"durable"]
+        assert [(m.queue_id, m.queue_offset) for m in got] == [(q, o) for _, q, o in out["placed"]]
+        assert got[1].queue_id == 1 and got[1].tags == "TagA"
+        assert (got[2].flag, got[2].born_timestamp) == (7, 1234567890123)
+        same = owner.read(
+            owner.put(
+                Message(
+                    "T",
+                    b"keyed",
+                    tags="TagB",
+                    keys=["k1", "k2"],
+                    properties={"region": "eu"},
+                    born_timestamp=1234567890123,
+                    flag=7,
+                )
+            ).commitlog_offset
+        )
+        ours = {k: v for k, v in got[2].properties.items() if k != "UNIQ_KEY"}
+        assert ours == {k: v for k, v in same.properties.items() if k != "UNIQ_KEY"}
+        assert owner._core.flushed_offset >= got[3].commitlog_offset + got[3].size
+        assert [m.body for m in owner.query_by_key("T", "k2")] == [b"keyed", b"keyed"]
+        delayed, view, levelled, views = (owner.read(offset) for offset in out["others"])
+        assert (delayed.topic, levelled.topic) == ("SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX")
+        assert (view.topic, view.body, views.body) == ("T", b"a view", b"views")

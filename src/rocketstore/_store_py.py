@@ -351,6 +351,28 @@ def live_wait_words(page: Any, words: Any, seen: Any, page_seen: int, timeout_ms
             return False
 
 
+#: Tests only (_debug_publish_fault): the step of a shared append's publish after which this
+#: process ends, 0 for none.
+_debug_publish_step = 0
+
+#: The steps of a shared append's publish a test can end the process after (see the compiled twin).
+PUBLISH_STEPS = 6
+
+
+def _debug_publish_fault(step: int) -> None:
+    """Tests only: the next shared append of this process ends it (``os._exit(86)``) right after
+    step ``step`` (1 .. PUBLISH_STEPS) of its publish, as a ``kill -9`` there would; 0: never."""
+    global _debug_publish_step
+    if not 0 <= step <= PUBLISH_STEPS:
+        raise ValueError(f"step must be 0 to {PUBLISH_STEPS}, not {step}")
+    _debug_publish_step = int(step)
+
+
+def _publish_fault(step: int) -> None:
+    if _debug_publish_step == step:
+        os._exit(86)
+
+
 def _debug_fail_syncs(err: int) -> None:
     """Every flush round fails with errno ``err`` until called with 0 (tests of the error path)."""
     global _debug_sync_errno
@@ -987,6 +1009,7 @@ class CommitLogCore:
                     struct.pack_into("<Q", table, _ap.O_MAGIC, _ap.MAGIC)
                     struct.pack_into("<q", table, _ap.O_SEGMENT, self._file_size)
                     struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
+                    struct.pack_into("<q", table, _ap.O_PUBLISHING, self._file_from + self._pos)
                     struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
                     struct.pack_into("<I", table, _ap.O_REFUSING, self._refusal is not None)
                     for t in list(self._topics.values()):
@@ -1084,10 +1107,20 @@ class CommitLogCore:
                 try:
                     yield
                 finally:
-                    self._commit_dirty()
+                    # the end first, then the committed offsets, then the end published: a writer
+                    # killed in between is finished by the next (sharedappend.repair), so the
+                    # committed offsets never count a record past the published end
+                    end = self._file_from + self._pos
+                    _publish_fault(1)
                     struct.pack_into("<q", table, _ap.O_LAST_TS, self._last_store_ts)
-                    struct.pack_into("<q", table, _ap.O_END, self._file_from + self._pos)
+                    struct.pack_into("<q", table, _ap.O_PUBLISHING, end)
+                    _publish_fault(2)
+                    self._commit_dirty(_debug_publish_step == 3)
+                    _publish_fault(4)
+                    struct.pack_into("<q", table, _ap.O_END, end)
+                    _publish_fault(5)
                     struct.pack_into("<I", table, _ap.O_BUSY, 0)
+                    _publish_fault(6)
                     # Readers learn of the records only now, after the table: a writer killed
                     # before this line leaves them to be written over by the next append.
                     self._notify()
@@ -1101,10 +1134,12 @@ class CommitLogCore:
         if self._live is not None:
             _live_publish(self._live, self._flusher.wrote, dirty)
 
-    def _commit_dirty(self):
+    def _commit_dirty(self, fault=False):
         for t in self._dirty:
             for q in t.dirty:
                 t.committed[q] = t.next_offsets[q]
+                if fault:
+                    os._exit(86)  # (_debug_publish_fault: after the first queue's)
             t.dirty.clear()
         self._dirty.clear()
 
@@ -1444,8 +1479,8 @@ class CommitLogCore:
         wait=-1,
     ):
         self._check_open()
-        if topic is None or body is None:
-            raise TypeError("topic and body are required")
+        if body is None:  # (a topic that is not a str: the topic lookup's InvalidTopicError)
+            raise TypeError("body is required")
         if self._refusal is not None:
             return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
         t = self._topic(topic)

@@ -11,6 +11,7 @@ shares or uses the append table. The callables a joined store's role holds
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any, ClassVar, NoReturn, Optional
 from rocketstore import sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import check_put_ints
+from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.config import StoreConfig
 from rocketstore.errors import (
     RocketStoreError,
@@ -401,9 +403,9 @@ class Forwarder:
 
 class JoinedPut:
     """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
-    dict, append in this process under the shared append lock (rocketstore.sharedappend);
-    anything else, and every put while that is not possible, runs in the writing process.
-    Holds the store weakly (the store's role holds it)."""
+    dict, also of a plain Message, append in this process under the shared append lock
+    (rocketstore.sharedappend); anything else, and every put while that is not possible, runs
+    in the writing process. Holds the store weakly (the store's role holds it)."""
 
     __slots__ = ("_store",)
 
@@ -430,6 +432,11 @@ class JoinedPut:
                 return appender.core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 0)
             except (sharedappend.StaleTable, sharedappend.NotShareable):
                 pass  # the general path below says what to do
+        if body is None and not store._closed and _JOINED_MESSAGE_ARGS.issuperset(kwargs):
+            # put(Message(...)): a plain one (put_plain_messages says) appends here too
+            done = _put_message_here(store, topic, kwargs.get("durable"))
+            if done is not None:
+                return done
         if (
             not store._closed  # (also a store a fork inherited: closed in the child)
             and topic.__class__ is str
@@ -464,6 +471,36 @@ class JoinedPut:
         return store._forward(
             "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
         )
+
+
+def _put_message_here(store: Any, message: Any, durable: Optional[bool]) -> Any:
+    """A joined writer's ``put(message)`` appended in this process when the message is plain (an
+    exact Message of a user topic, a bytes body, tags, keys and a plain properties dict, queue
+    id, flag and born timestamp; see CommitLogCore.put_plain_messages); None, having written
+    nothing, when it is not or appending here is not possible (the writing process puts it)."""
+    name = getattr(message, "topic", None)
+    if name.__class__ is not str:
+        return None
+    appender = store._joined_appender()
+    if not appender or appender.refusing:
+        return None
+    try:
+        check_user_topic(name)
+    except RocketStoreError:
+        return None  # the writing process says what is wrong
+    try:
+        done = appender.core.put_plain_messages([message], {name}, 0)
+    except sharedappend.StaleTable:
+        store._drop_appender()  # the owner is closing or gone: through it, or the next
+        return None
+    except sharedappend.NotShareable:
+        return None
+    if done is None:
+        return None
+    result = done[0]
+    if appender.durable(durable):
+        return store._joined_durable(result, result.commitlog_offset + result.size)
+    return result
 
 
 def joined_put_batch(store: Any, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
@@ -525,9 +562,12 @@ def joined_put_messages(store: Any, messages: Any, durable: Optional[bool] = Non
                 store._drop_appender()
             except sharedappend.NotShareable:
                 pass
-    return store._forward("put_messages", (messages,), {} if durable is None else {"durable": durable})
+    return store._forward(
+        "put_messages", (_sendable_value(messages),), {} if durable is None else {"durable": durable}
+    )
 
 
+_JOINED_MESSAGE_ARGS = frozenset(("durable",))
 _JOINED_BATCH_ARGS = frozenset(("lengths", "tags", "properties", "queue_id", "flag", "durable", "pipelined"))
 _JOINED_PUT_ARGS = frozenset(
     ("tags", "keys", "properties", "queue_id", "flag", "durable", "delay_level", "deliver_at_ms", "delay_ms")
@@ -536,16 +576,35 @@ _JOINED_PUT_ARGS = frozenset(
 
 def _sendable_value(value: Any) -> Any:
     """``value`` as it can be pickled to the writing process: memoryviews as bytes (also in a
-    list), an iterator as a list."""
+    list, and a Message's body: a copy of it), an iterator as a list."""
     if isinstance(value, memoryview):
         return value.tobytes()
+    if isinstance(value, MESSAGE_TYPES):
+        return _sendable_message(value)
     if isinstance(value, (list, tuple)):
-        if any(isinstance(v, memoryview) for v in value):
-            return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+        if any(isinstance(v, (memoryview, *MESSAGE_TYPES)) for v in value):
+            return [_sendable_item(v) for v in value]
         return value
     if isinstance(value, Iterator):
-        return [v.tobytes() if isinstance(v, memoryview) else v for v in value]
+        return [_sendable_item(v) for v in value]
     return value
+
+
+def _sendable_item(value: Any) -> Any:
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, MESSAGE_TYPES):
+        return _sendable_message(value)
+    return value
+
+
+def _sendable_message(message: Any) -> Any:
+    """``message``, or a copy whose body is bytes where it was a memoryview (which pickle refuses)."""
+    if not isinstance(getattr(message, "body", None), memoryview):
+        return message
+    sendable = copy.copy(message)
+    sendable.body = message.body.tobytes()
+    return sendable
 
 
 def _sendable(args: tuple[Any, ...]) -> tuple[Any, ...]:

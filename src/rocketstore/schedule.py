@@ -56,9 +56,10 @@ Deviations from RocketMQ 4.x, on purpose:
 
 * RocketMQ means the copy to go without ``DELAY``, with ``WAIT=false``; 4.x (4.9.8 included)
   serializes the properties *before* it removes ``DELAY`` and sets ``WAIT=false``, so its bytes
-  keep ``DELAY`` and the original ``WAIT``. rocketstore writes what 4.9.8 writes. A 4.x consumer
-  that sends such a message back at the maximum sees its dead letter delayed by the last level
-  (apache/rocketmq PR #2722); :meth:`send_back` here drops ``DELAY`` for the DLQ.
+  keep ``DELAY`` and the original ``WAIT``. rocketstore writes what 4.9.8 writes. A dead
+  letter keeps the properties of the record sent back, as 4.9.8's
+  ``asyncConsumerSendMsgBack`` does, with ``DELAY`` set to ``0`` there (``setDelayTimeLevel(0)``
+  before the properties are serialised), so it is not delayed again.
 * 4.x writes ``ORIGIN_MESSAGE_ID`` into a dead letter only if the message had been retried
   before (the property is set after the properties string); here every dead letter has it.
 * The copy's born and store hosts are this store's, not the scheduled record's (the append
@@ -742,7 +743,8 @@ class ScheduleService:
         reconsume = msg.reconsume_times
         if reconsume >= max_reconsume_times or delay_level < 0:
             topic = dlq_topic(group)
-            props.pop(PROPERTY_DELAY, None)
+            # 4.9.8's setDelayTimeLevel(0), serialised with the rest: DELAY=0 delays nothing
+            props[PROPERTY_DELAY] = "0"
             self._ensure_topic(topic, DLQ_QUEUE_NUMS, PERM_WRITE)
         else:
             topic = retry_topic(group)

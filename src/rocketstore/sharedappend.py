@@ -2,8 +2,9 @@
 
 A store opened for writing by several processes (``shared_writers``, rocketstore.writers) has
 one **owner**, the process holding the store's lock. The others **join** it. Most calls of a
-joined process run in the owner, but its puts (``put``, ``put_messages`` and ``put_batch`` of
-plain, tagged and keyed messages, also with a plain properties dict) append to the CommitLog
+joined process run in the owner, but its puts (``put``, also of a ``Message``, ``put_messages``
+and ``put_batch`` of plain, tagged and keyed messages, also with a plain properties dict) append
+to the CommitLog
 **in the joined process itself**, as LMDB's writers do, under one cross-process lock. What the
 processes share lives in ``<store>/rocketstore-append`` (a file a Java broker ignores; sparse, a
 few pages written):
@@ -13,10 +14,13 @@ few pages written):
   (``EOWNERDEAD``), so a writer killed inside an append wedges nobody;
 * where whole records end, the last store timestamp;
 * each topic's next queue offsets, and a committed copy of them. A writer moves the next
-  offsets as it appends and copies them to the committed ones, with the new end, before it lets
-  go. A writer killed in between leaves ``busy`` set: the next one restores the next offsets
-  from the committed ones and appends from the published end, over what the dead one half
-  wrote. So no queue offset is given twice and none is skipped;
+  offsets as it appends; to publish, it notes the new end (``publishing``), copies the next
+  offsets to the committed ones, then sets the end, before it lets go. A writer killed inside
+  leaves ``busy`` set, and the next one repairs (:func:`repair`): one killed after it noted the
+  end and before it set it has its publish finished (its records are whole); one killed before
+  has the next offsets restored from the committed ones, and the next append goes from the
+  published end, over what the dead one half wrote. So the committed offsets count exactly the
+  records before the end: no queue offset is given twice and none is skipped;
 * ``epoch``: the owner's generation. An opening owner sets it to 0 before it recovers the
   store (a joined writer then appends nothing and sends its puts to the owner, which tells it
   when the owner is gone), and to its own once it shares. A clean close sets it to 0 again;
@@ -32,6 +36,7 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
      20  u32 full (no entry can be added)                   24 i64 end of whole records
      32  i64 last store timestamp   40  u32 entries        48 i64 segment size
      56  u32 refusing (the owner refuses puts: disk full; joined puts then go to it)
+     64  i64 publishing: the end the writer inside publishes, noted before its committed offsets
     128  the append lock: a process-shared robust pthread mutex (at most 128 bytes)
     entry i at 4096 + i * 20480
       0  u32 name length             4  i32 queue count (0: ask the owner; -1: the owner's alone)
@@ -87,7 +92,7 @@ MAX_ENTRIES = (SIZE - HEAD) // ENTRY
 MAGIC = 0x31444E5050415352  # b"RSAPPND1" little-endian
 
 O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS = 0, 8, 16, 20, 24, 32
-O_ENTRIES, O_SEGMENT, O_REFUSING = 40, 48, 56
+O_ENTRIES, O_SEGMENT, O_REFUSING, O_PUBLISHING = 40, 48, 56, 64
 O_MUTEX, MUTEX_BYTES = 128, 128
 E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
 
@@ -326,11 +331,28 @@ def add(mm: mmap.mmap, name: bytes, nqueues: int) -> int:
 
 
 def repair(mm: mmap.mmap) -> None:
-    """After a writer died inside: every next offset back to its committed one."""
+    """After a writer died inside (``busy`` set). It noted the end it publishes (``publishing``)
+    before it copied any next offset to its committed one, and set the end after it copied them
+    all: with ``publishing`` past the end it died in between, its records up to ``publishing``
+    whole and its next offsets counting exactly them, so its publish is finished (every
+    committed offset from its next one, then the end). Otherwise every next offset goes back to
+    its committed one (it died before it began: the next append writes over its records; or
+    after the end: the two agree)."""
+    end, publishing = struct.unpack_from("<q", mm, O_END)[0], struct.unpack_from("<q", mm, O_PUBLISHING)[0]
+    finish = publishing > end
     n = min(struct.unpack_from("<I", mm, O_ENTRIES)[0], MAX_ENTRIES)
     for i in range(n):
         at = HEAD + i * ENTRY
-        mm[at + E_NEXT : at + E_NEXT + 8 * QUEUES] = mm[at + E_COMMITTED : at + E_COMMITTED + 8 * QUEUES]
+        nxt, committed = (
+            slice(at + E_NEXT, at + E_NEXT + 8 * QUEUES),
+            slice(at + E_COMMITTED, at + E_COMMITTED + 8 * QUEUES),
+        )
+        if finish:
+            mm[committed] = mm[nxt]
+        else:
+            mm[nxt] = mm[committed]
+    if finish:
+        struct.pack_into("<q", mm, O_END, publishing)
     struct.pack_into("<I", mm, O_BUSY, 0)
 
 
