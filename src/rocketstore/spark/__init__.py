@@ -52,7 +52,8 @@ Kafka's columns too (``value``, ``key``, ``headers``, ``partition``, ``topic``).
 of the source knows (``kafka.*``, ``groupIdPrefix``, a typo) are refused by name.
 
 Streaming: ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``, and
-``groupId`` (each committed micro-batch's end recorded as the group's consumer offsets).
+``groupId`` (the end of each micro-batch Spark reports done, one batch behind the query,
+recorded as the group's consumer offsets).
 
 ``scan``: ``queue`` reads each queue range through its ConsumeQueue; ``commitlog`` makes one
 partition per CommitLog segment (between the first and the last record selected), decodes the

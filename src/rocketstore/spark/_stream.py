@@ -176,8 +176,10 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def commit(self, end: dict) -> None:
         """With option ``groupId``: record ``end`` as the group's consumer offsets in each store
         (``consumerOffset.json``, written now), so the CLI, stats and a broker see the query's
-        lag and retention by consumption waits for it. The Spark checkpoint stays the record a
-        restart resumes from: these offsets only report it."""
+        lag and retention by consumption waits for it. Spark calls this for a batch when it
+        plans the next one, so the group trails the query by a batch and never runs ahead of
+        the sink. The Spark checkpoint stays the record a restart resumes from: these offsets
+        only report it."""
         if not self.group:
             return
         from rocketstore.store import MessageStore
