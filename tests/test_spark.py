@@ -137,14 +137,20 @@ def test_spark_read_offsets_and_partition_split(spark, tmp_path):
 
 
 def test_spark_read_refuses_offsets_lost_to_retention(spark, tmp_path):
-    path = _fill(tmp_path / "s", seed=65, count=20)
-    df = (
-        spark.read.format("rocketstore")
-        .option("subscribe", "TopicC")
-        .option("startingOffsets", '{"TopicC": {"0": -5}}')
-        .load(path)
-    )
+    path = str(tmp_path / "s")
+    with MessageStore(path, commitlog_file_size=16 * 1024) as store:
+        store.create_topic("T", 1)
+        for _ in range(400):
+            store.put("T", b"y" * 100, queue_id=0)
+        store.flush()
+        store.clean(force=True)  # every segment but the last
+        assert store.queues()[("T", 0)][0] > 1
+    df = spark.read.format("rocketstore").option("startingOffsets", '{"T": {"0": 1}}').load(path)
     with pytest.raises(Exception, match="failOnDataLoss"):
+        df.collect()
+    # a negative offset other than -2 (earliest) and -1 (latest) is no offset at all
+    df = spark.read.format("rocketstore").option("startingOffsets", '{"T": {"0": -5}}').load(path)
+    with pytest.raises(Exception, match="at least -2"):
         df.collect()
 
 

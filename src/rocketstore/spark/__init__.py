@@ -40,6 +40,21 @@ RocketMQ's ``getOffsetInQueueByTime``), as the start (inclusive) / end (exclusiv
 over ``startingOffsets`` / ``endingOffsets`` given with it, as in Spark's Kafka source; the
 streaming reader takes ``startingTimestamp`` for a new query.
 
+``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: JSON ``{"topic": {"queueId": ms}}``,
+per queue; precedence as Kafka's, per queue: ``startingTimestamp`` > ``...ByTimestamp`` >
+``startingOffsets``. ``startingOffsetsByTimestampStrategy``: ``latest`` (default) starts a queue
+with nothing stored at or after the time at its latest offset, ``error`` fails the query.
+
+``schema``: ``rocketstore`` (the columns above) or ``kafka``: ``key`` (KEYS, binary), ``value``,
+``topic``, ``partition``, ``offset``, ``timestamp`` (store time), ``timestampType`` (1,
+LogAppendTime), and ``headers`` (every property) with ``includeHeaders=true``. The sink takes
+Kafka's columns too (``value``, ``key``, ``headers``, ``partition``, ``topic``). Options no role
+of the source knows (``kafka.*``, ``groupIdPrefix``, a typo) are refused by name.
+
+Streaming: ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``, and
+``groupId`` (the end of each micro-batch Spark reports done, one batch behind the query,
+recorded as the group's consumer offsets).
+
 ``scan``: ``queue`` reads each queue range through its ConsumeQueue; ``commitlog`` makes one
 partition per CommitLog segment (between the first and the last record selected), decodes the
 segment whole and keeps the records of the selected queue ranges (same rows, another order; not

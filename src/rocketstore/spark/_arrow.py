@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional
 
-from rocketstore.spark._options import DEFAULT_ARROW_BATCH_ROWS, arrow_schema
+from rocketstore.spark._options import DEFAULT_ARROW_BATCH_ROWS, LOG_APPEND_TIME, arrow_schema
 
 if TYPE_CHECKING:  # the partitions are pyspark classes; these functions only read their fields
     from rocketstore.spark._partitions import CommitLogRange, QueueRange
@@ -126,6 +127,23 @@ class _Properties:
         self.record = np.repeat(np.arange(len(rows)), self.counts)
 
     def map(self):
+        import pyarrow as pa
+
+        offsets, names, values = self._entries()
+        return pa.MapArray.from_arrays(offsets, names, values.cast(pa.string()))
+
+    def headers(self):
+        """Kafka's headers column: a list of (key string, value binary) structs per record,
+        every property in stored order."""
+        import pyarrow as pa
+
+        offsets, names, values = self._entries()
+        kind = arrow_schema(["headers"]).field("headers").type
+        entries = pa.StructArray.from_arrays([names, values], fields=list(kind.value_type))
+        return pa.ListArray.from_arrays(offsets, entries, type=kind)
+
+    def _entries(self):
+        """(offsets int32 array, names string array, values binary array) of every piece."""
         import numpy as np
         import pyarrow as pa
 
@@ -133,16 +151,15 @@ class _Properties:
         offsets = np.zeros(len(self.rows) + 1, dtype=np.int32)
         np.cumsum(self.counts, out=offsets[1:])
         if m == 0:
-            empty = pa.array([], type=pa.string())
-            return pa.MapArray.from_arrays(pa.array(offsets), empty, empty)
+            return pa.array(offsets), pa.array([], type=pa.string()), pa.array([], type=pa.binary())
         starts = np.empty(2 * m, dtype=np.int64)
         lengths = np.empty(2 * m, dtype=np.int64)
         starts[0::2], starts[1::2] = p["name_pos"], p["value_pos"]
         lengths[0::2], lengths[1::2] = p["name_len"], p["value_len"]
         spans = _spans(self.view, starts, lengths)  # name, gap, value, gap, name, ...
         names = spans.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32))).cast(pa.string())
-        values = spans.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32))).cast(pa.string())
-        return pa.MapArray.from_arrays(pa.array(offsets), names, values)
+        values = spans.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32)))
+        return pa.array(offsets), names, values
 
     def value(self, name: str):
         """A string column: each record's last ``name`` property, null where it has none."""
@@ -258,7 +275,7 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
             props = _Properties(view, rows)
         return props
 
-    build = {
+    build: dict[str, Callable[[], Any]] = {
         "topic": lambda: (
             _constant_strings(topic, n)
             if topic is not None
@@ -280,5 +297,13 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
         "storeTimestamp": lambda: _timestamps(rows["store_timestamp"]),
         "bornHost": lambda: _hosts(rows, "born_host", "born_port", SYSFLAG_BORNHOST_V6),
         "storeHost": lambda: _hosts(rows, "store_host", "store_port", SYSFLAG_STOREHOST_V6),
+        # the Kafka source's columns (option schema=kafka)
+        "key": lambda: properties().value("KEYS").cast(pa.binary()),
+        "value": lambda: build["body"](),
+        "partition": lambda: build["queueId"](),
+        "offset": lambda: build["queueOffset"](),
+        "timestamp": lambda: build["storeTimestamp"](),
+        "timestampType": lambda: pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32)),
+        "headers": lambda: properties().headers(),
     }
     return pa.RecordBatch.from_arrays([build[c]() for c in columns], schema=arrow_schema(columns))

@@ -25,6 +25,8 @@ except ImportError:  # 4.0: Rows, turned into Arrow batches in write()
 
 try:  # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+
+    _ADMISSION_CONTROL = True
 except ImportError:  # 4.0/4.1: latestOffset() is called without a limit
 
     class ReadMaxRows:  # never passed in: isinstance() checks stay false
@@ -32,6 +34,8 @@ except ImportError:  # 4.0/4.1: latestOffset() is called without a limit
 
     class SupportsTriggerAvailableNow:
         pass
+
+    _ADMISSION_CONTROL = False
 
 
 __all__ = [
@@ -45,4 +49,5 @@ __all__ = [
     "_STREAM_ARROW",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
+    "_ADMISSION_CONTROL",
 ]

@@ -6,18 +6,16 @@ from collections.abc import Iterator
 
 from rocketstore.spark._arrow import read_commitlog_range, read_queue_range
 from rocketstore.spark._options import (
-    _COLUMN_NAMES,
+    _ALL_KINDS,
     DEFAULT_ARROW_BATCH_ROWS,
     DEFAULT_MAX_RECORDS_PER_PARTITION,
-    SCHEMA_DDL,
+    Bounds,
     _bool_option,
     _broker_name,
     _int_option,
-    _offset_spec,
-    _parse_timestamp_option,
-    _resolve,
     _select_topics,
     _store_paths,
+    schema_ddl,
 )
 from rocketstore.spark._partitions import CommitLogRange, QueueRange, _commitlog_ranges
 from rocketstore.spark._pyspark import DataSourceReader
@@ -33,9 +31,9 @@ class RocketStoreReader(DataSourceReader):
     filters after the read; options (``subscribe``, ``assign``, offsets, timestamps) narrow it."""
 
     def __init__(self, columns, options):
-        unknown = [c for c in columns if c not in _COLUMN_NAMES]
+        unknown = [c for c in columns if c not in _ALL_KINDS]
         if unknown:
-            raise ValueError(f"rocketstore has no column(s) {unknown}; its schema is: {SCHEMA_DDL}")
+            raise ValueError(f"rocketstore has no column(s) {unknown}; its schema is: {schema_ddl(options)}")
         self.columns = list(columns)
         self.options = options
         self.paths = _store_paths(options)
@@ -48,12 +46,10 @@ class RocketStoreReader(DataSourceReader):
 
     def _queue_ranges(self, store, root: str, broker: str, many: bool) -> list:
         """The QueueRange (unsplit) of every selected queue of one open store: options, then
-        startingTimestamp/endingTimestamp."""
+        the timestamps (:class:`Bounds`)."""
         options = self.options
-        starting = _offset_spec(options, "startingOffsets", "earliest")
-        ending = _offset_spec(options, "endingOffsets", "latest")
-        start_ts = _parse_timestamp_option(options, "startingTimestamp")
-        end_ts = _parse_timestamp_option(options, "endingTimestamp")
+        starting = Bounds(options, end=False, default="earliest")
+        ending = Bounds(options, end=True, default="latest")
         fail_on_loss = _bool_option(options, "failOnDataLoss", True)
         queues = store.queues()
         wanted = _select_topics(options, sorted({t for t, _ in queues}))
@@ -61,14 +57,8 @@ class RocketStoreReader(DataSourceReader):
         for (topic, queue_id), (lo, hi) in sorted(queues.items()):
             if topic not in wanted or (wanted[topic] is not None and queue_id not in wanted[topic]):
                 continue
-            start = _resolve(starting, topic, broker, queue_id, lo, hi, many)
-            end = _resolve(ending, topic, broker, queue_id, lo, hi, many)
-            if start_ts is not None:
-                start = store.queue_offset_of_time(topic, queue_id, start_ts)
-            if end_ts is not None:
-                end = store.queue_offset_of_time(topic, queue_id, end_ts)
-            start = lo if start is None else start
-            end = hi if end is None else min(end, hi)
+            start = starting.of(store, topic, broker, queue_id, lo, hi, many)
+            end = min(ending.of(store, topic, broker, queue_id, lo, hi, many), hi)
             if start < lo:
                 if fail_on_loss:
                     raise ValueError(

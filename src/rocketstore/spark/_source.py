@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rocketstore.spark._options import COLUMNS, FORMAT_NAME, SCHEMA_DDL, _bool_option
+from rocketstore.spark._options import FORMAT_NAME, _bool_option, check_options, schema_ddl
 from rocketstore.spark._pyspark import DataSource
 from rocketstore.spark._reader import RocketStoreReader
 from rocketstore.spark._stream import RocketStoreStreamReader
@@ -20,12 +20,11 @@ class RocketStoreDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self):
-        if not _bool_option(self.options, "includeBody", True):
-            return ", ".join(f"{n} {k}" for n, k in COLUMNS if n != "body")
-        return SCHEMA_DDL
+        return schema_ddl(self.options)
 
     def reader(self, schema):
         options = dict(self.options)
+        check_options(options, "read")
         if _bool_option(options, "pushFilters", False):
             raise ValueError(
                 "rocketstore does not push filters: Spark 4.1-4.3 keep a pushed read plan on the "
@@ -36,6 +35,7 @@ class RocketStoreDataSource(DataSource):
         return RocketStoreReader([f.name for f in schema.fields], options)
 
     def streamReader(self, schema):
+        check_options(self.options, "stream read")
         return RocketStoreStreamReader([f.name for f in schema.fields], dict(self.options))
 
     def writer(self, schema, overwrite: bool):
@@ -44,9 +44,11 @@ class RocketStoreDataSource(DataSource):
                 'rocketstore appends only: use .mode("append") (a store is a log; '
                 "overwrite would mean deleting messages)"
             )
+        check_options(self.options, "write")
         return RocketStoreWriter(dict(self.options), [f.name for f in schema.fields])
 
     def streamWriter(self, schema, overwrite: bool):
         if overwrite:
             raise ValueError('rocketstore appends only: use outputMode("append") (a store is a log)')
+        check_options(self.options, "stream write")
         return RocketStoreStreamWriter(dict(self.options), [f.name for f in schema.fields])

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from rocketstore.spark._arrow import read_queue_range
 from rocketstore.spark._options import (
+    Bounds,
     _bool_option,
     _broker_name,
+    _duration_option,
     _int_option,
-    _offset_spec,
-    _parse_timestamp_option,
-    _resolve,
     _select_topics,
 )
 from rocketstore.spark._partitions import QueueRange
-from rocketstore.spark._pyspark import DataSourceStreamReader, ReadMaxRows, SupportsTriggerAvailableNow
+from rocketstore.spark._pyspark import (
+    _ADMISSION_CONTROL,
+    DataSourceStreamReader,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from rocketstore.spark._reader import RocketStoreReader
 
 OFFSETS_VERSION = 1
@@ -26,15 +30,27 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     are strings (JSON keys), ends exclusive. New queues start at their earliest offset.
     ``startingOffsets`` (default ``latest``) applies to a new query only; a restart resumes from
     the checkpoint. ``maxOffsetsPerTrigger`` (4.2+) splits the rows across queues by lag.
+    ``minOffsetsPerTrigger`` (4.2+) holds a trigger back while fewer rows wait, until
+    ``maxTriggerDelay`` (default 15m) has passed since the last trigger that ran, as Kafka's
+    source does (Trigger.AvailableNow ignores it; the first trigger of a run is never held).
     """
 
     def __init__(self, columns, options):
+        import time
+
         self.reader = RocketStoreReader(columns, options)
         self.options = options
         self.many = len(self.reader.paths) > 1
         self.max_per_trigger = _int_option(options, "maxOffsetsPerTrigger", None)
+        self.min_per_trigger = _int_option(options, "minOffsetsPerTrigger", None)
+        self.max_delay_s = _duration_option(options, "maxTriggerDelay", "15m")
+        if self.min_per_trigger and not _ADMISSION_CONTROL:
+            raise ValueError("option minOffsetsPerTrigger needs PySpark 4.2 or later (admission control)")
         self.fail_on_loss = _bool_option(options, "failOnDataLoss", True)
+        self.group = options.get("groupid")
         self.target = None
+        self.clock = time.monotonic
+        self.last_trigger = None
 
     def _bounds(self) -> dict:
         """{(root, broker, topic, queue_id): (min, max)} of the selected queues, read now."""
@@ -73,36 +89,47 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return flat
 
     def initialOffset(self) -> dict:
-        bounds = self._bounds()
-        spec = _offset_spec(self.options, "startingOffsets", "latest")
-        start_ts = _parse_timestamp_option(self.options, "startingTimestamp")
-        flat = {}
-        for key, (lo, hi) in bounds.items():
-            _root, broker, topic, qid = key
-            value = _resolve(spec, topic, broker, qid, lo, hi, self.many)
-            flat[key] = lo if value is None else value
-        if start_ts is not None:  # wins over startingOffsets, as in Spark's Kafka source
-            from rocketstore.store import MessageStore
+        from rocketstore.store import MessageStore
 
-            for root in self.reader.paths:
-                with MessageStore(root, read_only=True) as store:
-                    for key in flat:
-                        if key[0] == root:
-                            flat[key] = store.queue_offset_of_time(key[2], key[3], start_ts)
+        bounds = self._bounds()
+        starting = Bounds(self.options, end=False, default="latest")
+        flat = {}
+        for root in self.reader.paths:
+            with MessageStore(root, read_only=True) as store:
+                for key, (lo, hi) in bounds.items():
+                    if key[0] == root:
+                        flat[key] = starting.of(store, key[2], key[1], key[3], lo, hi, self.many)
         return self._to_json(flat)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {k: hi for k, (_lo, hi) in self._bounds().items()}
+        self.target = self._bounds()
+
+    def _hold(self, waiting: int) -> bool:
+        """minOffsetsPerTrigger: True to skip this trigger (fewer rows wait and the last trigger
+        that ran is younger than maxTriggerDelay); Kafka's ``delayBatch``."""
+        if not self.min_per_trigger or self.target is not None:
+            return False
+        now = self.clock()
+        recent = self.last_trigger is not None and now - self.last_trigger < self.max_delay_s
+        if recent and waiting < self.min_per_trigger:
+            return True
+        self.last_trigger = now
+        return False
 
     def latestOffset(self, start=None, limit=None) -> dict:  # 4.0/4.1 call it with no arguments
-        latest = (
-            self.target if self.target is not None else {k: hi for k, (_lo, hi) in self._bounds().items()}
-        )
-        if start is None or not isinstance(limit, ReadMaxRows):
+        bounds = self.target if self.target is not None else self._bounds()
+        latest = {k: hi for k, (_lo, hi) in bounds.items()}
+        if start is None:
             return self._to_json(latest)
         begin = self._from_json(start)
-        lags = {k: hi - begin.get(k, 0) for k, hi in latest.items() if hi > begin.get(k, 0)}
+        # a queue the start does not hold is new to the query: it starts at its earliest offset
+        first = {k: begin.get(k, lo) for k, (lo, _hi) in bounds.items()}
+        lags = {k: hi - first[k] for k, hi in latest.items() if hi > first[k]}
         total = sum(lags.values())
+        if self._hold(total):
+            return start
+        if not isinstance(limit, ReadMaxRows):
+            return self._to_json(latest)
         budget = limit.max_rows
         if total <= budget:
             return self._to_json({**begin, **latest})
@@ -116,7 +143,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         end = dict(begin)
         for k, take in takes.items():
             if take:
-                end[k] = begin.get(k, 0) + take
+                end[k] = first[k] + take
         return self._to_json(end)
 
     def getDefaultReadLimit(self):
@@ -147,4 +174,20 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return read_queue_range(partition, self.reader.columns, self.reader.batch_rows)
 
     def commit(self, end: dict) -> None:
-        pass  # the Spark checkpoint is the only record of progress
+        """With option ``groupId``: record ``end`` as the group's consumer offsets in each store
+        (``consumerOffset.json``, written now), so the CLI, stats and a broker see the query's
+        lag and retention by consumption waits for it. Spark calls this for a batch when it
+        plans the next one, so the group trails the query by a batch and never runs ahead of
+        the sink. The Spark checkpoint stays the record a restart resumes from: these offsets
+        only report it."""
+        if not self.group:
+            return
+        from rocketstore.store import MessageStore
+
+        flat = self._from_json(end)
+        for root in self.reader.paths:
+            with MessageStore(root) as store:  # the writer, or joined to the process that is
+                for (at, _broker, topic, queue_id), offset in sorted(flat.items()):
+                    if at == root:
+                        store.commit_offset(self.group, topic, queue_id, offset)
+                store.persist_offsets()

@@ -44,8 +44,15 @@ class _StagingSink:
 
         self.path = _store_paths(options)[0]
         self.topic = options.get("topic")
-        if "body" not in columns:
-            raise ValueError("writing to rocketstore needs a body column (binary or string)")
+        if "body" in columns and "value" in columns:
+            raise ValueError(
+                "writing to rocketstore takes either rocketstore's columns (body, ...) or Kafka's "
+                "(value, key, headers, partition), not both: this DataFrame has body and value"
+            )
+        if "body" not in columns and "value" not in columns:
+            raise ValueError(
+                "writing to rocketstore needs a body column (binary or string), or Kafka's value column"
+            )
         if self.topic is None and "topic" not in columns:
             raise ValueError("writing to rocketstore needs a topic column or the topic option")
         self.staging_root = options.get("staging") or os.path.join(self.path, ".spark-staging")
@@ -148,6 +155,8 @@ def _stage(staging: str, iterator) -> StagedPart:
     writer = None
     try:
         for batch in iterator:
+            if "value" in batch.schema.names and "body" not in batch.schema.names:
+                batch = _from_kafka_columns(batch)
             keep = [c for c in _WRITE_COLUMNS if c in batch.schema.names]
             batch = batch.select(keep)
             if writer is None:
@@ -158,6 +167,53 @@ def _stage(staging: str, iterator) -> StagedPart:
         if writer is not None:
             writer.close()
     return StagedPart(path if writer is not None else "", rows, partition_id)
+
+
+def _from_kafka_columns(batch):
+    """Kafka's sink columns as rocketstore's: value -> body, key -> keys (the KEYS property,
+    UTF-8), partition -> queueId, headers -> properties (each header a property; a value must be
+    non-empty UTF-8, as a RocketMQ property's is; a key column wins over a KEYS header)."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+    arrays = {"body": batch.column("value")}
+    if "topic" in names:
+        arrays["topic"] = batch.column("topic")
+    if "key" in names:
+        arrays["keys"] = _utf8(batch.column("key"), "key")
+    if "partition" in names:
+        arrays["queueId"] = batch.column("partition").cast(pa.int32())
+    if "headers" in names:
+        properties = []
+        for row in batch.column("headers").to_pylist():
+            entries = {}
+            for header in row or ():
+                name, value = header["key"], header["value"]
+                if name is None or value is None:
+                    raise ValueError(f"a header to write has a null key or value: {header!r}")
+                try:
+                    entries[name] = value.decode("utf-8") if isinstance(value, bytes) else value
+                except UnicodeDecodeError:
+                    raise ValueError(
+                        f"header {name!r} has a value that is not UTF-8 ({value[:32]!r}); "
+                        "a RocketMQ property is text"
+                    ) from None
+            properties.append(list(entries.items()) or None)
+        arrays["properties"] = pa.array(properties, type=pa.map_(pa.string(), pa.string()))
+    return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+
+
+def _utf8(column, name: str):
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type):
+        return column
+    try:
+        return column.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise ValueError(
+            f"a {name} to write is not UTF-8: rocketstore keeps it as the KEYS property, which is text"
+        ) from None
 
 
 def _rows_to_batches(rows, batch_rows: int = 8192):
