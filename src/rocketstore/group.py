@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import mmap
 import os
 import stat
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
 __all__ = ["GROUPS_DIR", "GroupConsumer", "allocate_averagely"]
+
+_log = logging.getLogger("rocketstore.store")
 
 GROUPS_DIR = "rocketstore-groups"
 _MAGIC = b"RSGROUP\x01"
@@ -133,16 +136,25 @@ class _Members:
         try:
             with self.locked():
                 st = os.fstat(self._fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, _SIZE):
-                    raise NotAStoreError(f"{path} is not a rocketstore members file")
-                if st.st_size == 0:
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotAStoreError(f"{path} is not a rocketstore members file (not a regular file)")
+                damage = ""
+                if st.st_size not in (0, _SIZE):
+                    # Membership is no durable state: a file cut short (a power cut) or of
+                    # another size is made again. No member maps a file of another size.
+                    damage = f"a {st.st_size}-byte file"
+                    os.ftruncate(self._fd, 0)
+                if st.st_size != _SIZE:
                     os.ftruncate(self._fd, _SIZE)
                 self.mm = mmap.mmap(self._fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 if self.mm[:8] != _MAGIC:
                     if self.mm[:] != bytes(_SIZE):
-                        self.mm.close()
-                        raise NotAStoreError(f"{path} is not a rocketstore members file (no magic)")
+                        damage = damage or "no magic"
+                        # a live member that mapped it finds its slot gone and joins again
+                        self.mm[:] = bytes(_SIZE)
                     self.mm[:8] = _MAGIC
+                if damage:
+                    _log.warning("%s was damaged (%s): rebuilt (members join again)", path, damage)
         except BaseException:
             os.close(self._fd)
             raise

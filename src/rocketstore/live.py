@@ -37,8 +37,10 @@ its calls waits; without write access to the file it waits by polling every mill
 from __future__ import annotations
 
 import asyncio
+import logging
 import mmap
 import os
+import random
 import stat
 import struct
 import threading
@@ -68,6 +70,25 @@ GEOMETRY_OPTIONS = (
     "index_count",
     "max_message_size",
 )
+
+
+_U64 = (1 << 64) - 1
+_MOST_WAITERS = 1 << 22  # (Linux's most threads)
+_log = logging.getLogger("rocketstore.store")
+
+
+def _fresh_epoch() -> int:
+    return random.getrandbits(63) | 1
+
+
+def _plausible(mm: mmap.mmap) -> bool:
+    """Whether a page with the magic has fields a writer could have written: the end of records
+    not negative, and the counted waiters no more than processes can be (a torn page's random
+    words are neither, almost always)."""
+    wrote = _STATE.unpack_from(mm, _WROTE)[0]
+    waiters = [struct.unpack_from("<I", mm, 12)[0]]
+    waiters += [struct.unpack_from("<I", mm, _SLOT0 + 8 * i + 4)[0] for i in range(SLOTS)]
+    return wrote >= 0 and max(waiters) < _MOST_WAITERS
 
 
 def read_geometry(root: str) -> dict[str, int]:
@@ -120,28 +141,44 @@ class LivePage:
             fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
         except OSError as exc:
             raise NotAStoreError(f"{path} cannot be the store's live page: {exc.strerror}") from None
+        damage = ""
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, LIVE_SIZE):
-                raise NotAStoreError(f"{path} is not rocketstore's live page (a {st.st_size}-byte file)")
-            if st.st_size == 0:
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAStoreError(f"{path} is not rocketstore's live page (not a regular file)")
+            if st.st_size not in (0, LIVE_SIZE):
+                # The page is never durable state, and the caller holds the store's lock: no
+                # writer maps it, and no reader maps a file of another size. (A shorter file is
+                # a power cut while it was made; any other size, not this store's page.)
+                damage = f"a {st.st_size}-byte file"
+                os.ftruncate(fd, 0)
+            if st.st_size != LIVE_SIZE:
                 os.ftruncate(fd, LIVE_SIZE)  # new, or a crash while it was being created
             mm = mmap.mmap(fd, LIVE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
         page = cls(path, fd, mm, store, True)
-        if mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
-            page.close()
-            raise NotAStoreError(f"{path} is not rocketstore's live page (no magic): it is left as it is")
-        if mm[:8] != _MAGIC:
+        if not damage and mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
+            damage = "no magic"
+        if not damage and mm[:8] == _MAGIC and not _plausible(mm):
+            damage = "fields out of range"
+        if damage:
+            _log.warning("%s was damaged (%s): rebuilt (it holds no durable state)", path, damage)
+            mm[:] = bytes(LIVE_SIZE)
+            # a reader that mapped the damaged page must open again: an epoch it cannot hold
+            _STATE.pack_into(mm, _WROTE, end, _fresh_epoch(), 0)
+            mm[:8] = _MAGIC
+            store.live_wake(mm)
+        elif mm[:8] != _MAGIC:
             mm[:] = bytes(LIVE_SIZE)
             _STATE.pack_into(mm, _WROTE, end, 1, 0)
             mm[:8] = _MAGIC
         else:
             wrote, epoch, changes = _STATE.unpack_from(mm, _WROTE)
             if wrote != end or crashed:
-                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end or crashed else epoch, changes)
+                moved = (epoch + 1) & _U64 or 1 if wrote > end or crashed else epoch
+                _STATE.pack_into(mm, _WROTE, end, moved, changes)
                 store.live_wake(mm)
         if _GEOMETRY.unpack_from(mm, _GEOMETRY_AT) != tuple(geometry):
             _GEOMETRY.pack_into(mm, _GEOMETRY_AT, *geometry)
