@@ -31,7 +31,8 @@ offset  type  field
 ======  ====  ========================================================================
 
 The only write a read-only store makes is to this page's waiter fields, and only while one of
-its calls waits; without write access to the file it waits by polling every millisecond.
+its calls waits while a writer holds the store (which reads them to wake it); with no writer,
+or without write access to the file, it waits by polling every millisecond and writes nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from typing import Any, Optional
 
 from rocketstore.errors import NotAStoreError, StoreConfigError
 from rocketstore.mapped_file import MappedFile
+from rocketstore.storedir import writer_present
 
 __all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
 
@@ -85,8 +87,8 @@ def _plausible(mm: mmap.mmap) -> bool:
     """Whether a page with the magic has fields a writer could have written: the end of records
     not negative, and the counted waiters no more than processes can be (a torn page's random
     words are neither, almost always)."""
-    wrote = _STATE.unpack_from(mm, _WROTE)[0]
-    waiters = [struct.unpack_from("<I", mm, 12)[0]]
+    wrote: int = _STATE.unpack_from(mm, _WROTE)[0]
+    waiters: list[int] = [struct.unpack_from("<I", mm, 12)[0]]
     waiters += [struct.unpack_from("<I", mm, _SLOT0 + 8 * i + 4)[0] for i in range(SLOTS)]
     return wrote >= 0 and max(waiters) < _MOST_WAITERS
 
@@ -119,12 +121,24 @@ class LivePage:
     """The map of ``<store>/rocketstore-live``; ``store`` is the implementation's store module
     (its ``live_wait`` / ``live_wake`` / ``live_seq``)."""
 
-    def __init__(self, path: str, fd: int, mm: mmap.mmap, store: Any, writable: bool) -> None:
+    def __init__(
+        self, path: str, fd: int, mm: mmap.mmap, store: Any, writable: bool, owner: bool = False
+    ) -> None:
         self.path = path
         self._fd = fd
         self.mm = mm
         self._store = store
         self.writable = writable
+        #: The writer's own page (:meth:`create`); a reader's is :meth:`attach`'s.
+        self.owner = owner
+
+    def _counts_in(self) -> bool:
+        """Whether a waiter may count itself in (a write to the page): on the writer's own
+        page, and on a reader's while a writer holds the store, which then reads the counts
+        to wake it. With no writer there is nothing to wake a waiter but a writer that opens
+        (its open moves the sequence), so a reader polls and writes nothing: a read-only store
+        never changes a byte, nor an mtime, of a store nobody writes."""
+        return self.writable and (self.owner or writer_present(os.path.dirname(self.path)))
 
     @classmethod
     def create(
@@ -158,7 +172,7 @@ class LivePage:
         except BaseException:
             os.close(fd)
             raise
-        page = cls(path, fd, mm, store, True)
+        page = cls(path, fd, mm, store, True, owner=True)
         if not damage and mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
             damage = "no magic"
         if not damage and mm[:8] == _MAGIC and not _plausible(mm):
@@ -239,7 +253,7 @@ class LivePage:
         """Sleep until a put of a topic of the slots ``seen`` was taken for (or any put, with no
         slots) or ``timeout`` seconds pass; True if one came."""
         page_seen, words, values = seen
-        if not words or not self.writable:
+        if not words or not self._counts_in():
             return self.wait(page_seen, timeout)
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
         changed: bool = self._store.live_wait_words(self.mm, words, values, page_seen, ms)
@@ -248,7 +262,7 @@ class LivePage:
     def wait(self, seen: int, timeout: Optional[float]) -> bool:
         """Sleep until the sequence is no longer ``seen`` or ``timeout`` seconds pass (None: no
         limit); True if it changed."""
-        if not self.writable:
+        if not self._counts_in():
             deadline = None if timeout is None else time.monotonic() + timeout
             while self.seq() == seen:
                 if deadline is not None and time.monotonic() >= deadline:
