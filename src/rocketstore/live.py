@@ -148,7 +148,9 @@ class LivePage:
         recovery found them to end). The epoch moves when the store was not closed cleanly
         (``crashed``: recovery may have cut records a reader mapped, written but never
         published) or when ``end`` is below what the page said (readers then open again); a clean
-        reopen changes no byte of it."""
+        reopen changes no byte of it. A damaged page (another size, no magic, fields out of range)
+        is made again, with an epoch no reader holds, and logged: the caller holds the store's
+        lock, and the page holds no durable state."""
         path = os.path.join(root, LIVE_NAME)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -191,7 +193,7 @@ class LivePage:
         else:
             wrote, epoch, changes = _STATE.unpack_from(mm, _WROTE)
             if wrote != end or crashed:
-                moved = (epoch + 1) & _U64 or 1 if wrote > end or crashed else epoch
+                moved = (((epoch + 1) & _U64) or 1) if wrote > end or crashed else epoch
                 _STATE.pack_into(mm, _WROTE, end, moved, changes)
                 store.live_wake(mm)
         if _GEOMETRY.unpack_from(mm, _GEOMETRY_AT) != tuple(geometry):
