@@ -131,14 +131,28 @@ class LivePage:
         self.writable = writable
         #: The writer's own page (:meth:`create`); a reader's is :meth:`attach`'s.
         self.owner = owner
+        #: The sequence when a look last found a writer holding the store (None: none found).
+        self._writer_seen_at: Optional[int] = None
 
     def _counts_in(self) -> bool:
         """Whether a waiter may count itself in (a write to the page): on the writer's own
         page, and on a reader's while a writer holds the store, which then reads the counts
         to wake it. With no writer there is nothing to wake a waiter but a writer that opens
-        (its open moves the sequence), so a reader polls and writes nothing: a read-only store
-        never changes a byte, nor an mtime, of a store nobody writes."""
-        return self.writable and (self.owner or writer_present(os.path.dirname(self.path)))
+        and puts (which moves the sequence), so a reader polls and writes nothing: a read-only
+        store never changes a byte, nor an mtime, of a store nobody writes. The look at the
+        store's lock (an open and a close of its file) is skipped while the sequence moved
+        since the last look found a writer: it has put since, so it is there."""
+        if not self.writable:
+            return False
+        if self.owner:
+            return True
+        seq = self.seq()
+        if self._writer_seen_at is not None and seq != self._writer_seen_at:
+            self._writer_seen_at = seq
+            return True
+        present = writer_present(os.path.dirname(self.path))
+        self._writer_seen_at = seq if present else None
+        return present
 
     @classmethod
     def create(
