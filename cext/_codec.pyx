@@ -3014,8 +3014,8 @@ cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, en
     if (not _plain_int(max_num, 1, &limit) or not _plain_int(begin, 0, &lo)
             or not (end is None or _plain_int(end, 0, &hi)) or not _plain_int(cap, 0, &most)):
         return None
-    if limit > most:
-        limit = most
+    if limit > most:   # walk for the candidates asked, past the usual cap (collisions are dropped later)
+        cap = max_num
     _index_catch_up(dispatcher)
     offsets = _index_walk(<tuple>services, topic, key, cap, 0 if lo < 1000 else lo - 1000,
                           INT64_MAX if hi > INT64_MAX - 1000 else hi + 1000, found, &count)

@@ -2100,7 +2100,7 @@ cdef class CommitLogCore:
                 lens_arr = batch_lengths(lengths)
                 n = lens_arr.shape[0]
                 lens_view = lens_arr
-                bodies = contiguous(bodies)
+                bodies = contiguous(bodies, "bodies")
                 PyObject_GetBuffer(bodies, &whole, PyBUF_SIMPLE)
                 have_whole = True
                 starts_arr = np.empty(n, dtype=np.int64)
@@ -2125,7 +2125,7 @@ cdef class CommitLogCore:
                 for i in range(n):
                     item = bodies[i]
                     if not PyBytes_CheckExact(item):
-                        copied = contiguous(item)
+                        copied = contiguous(item, "an item of bodies")
                         if copied is not item:     # kept alive with the batch's buffers
                             copies = [] if copies is None else copies
                             copies.append(copied)

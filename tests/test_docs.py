@@ -38,16 +38,30 @@ def _env(tmp_path) -> dict:
     "page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_python_blocks_run(page, tmp_path):
+    """Twice in the same directory, as a reader who runs a page again does."""
     script = "\n\n".join(blocks(page, "python"))
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"{page.name}:\n{proc.stderr[-3000:]}"
+    for attempt in ("first", "second"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, f"{page.name}, {attempt} run:\n{proc.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_python_blocks_type_check_strictly(page, tmp_path):
+    """What a user's ``mypy --strict`` says of the examples, copied into their code."""
+    api = pytest.importorskip("mypy.api")
+    script = tmp_path / f"{page.stem}_example.py"
+    script.write_text("\n\n".join(blocks(page, "python")), encoding="utf-8")
+    stdout, stderr, status = api.run(["--strict", "--no-incremental", "--cache-dir", os.devnull, str(script)])
+    assert status == 0, f"{page.relative_to(ROOT)}:\n{stdout}{stderr}"
 
 
 def test_readme_command_lines_run(tmp_path):

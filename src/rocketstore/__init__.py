@@ -5,19 +5,19 @@ broker's store. Hot paths are compiled (``cext/``) with pure-Python twins of the
 ``ROCKETSTORE_NO_EXTENSIONS=1`` forces the twins.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rocketstore import errors
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig, default_store_path
 from rocketstore.consume import Consumer, GetMessageResult, GetMessageStatus, TagFilter
-from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is public API
+from rocketstore.errors import PureBuildWarning
 from rocketstore.group import GroupConsumer
 from rocketstore.message import MessageExt
 from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
-from rocketstore.store import MessageStore, open_store
+from rocketstore.store import MessageStore
 
 __version__ = "0.1.0"
 
@@ -34,15 +34,9 @@ else:
     BatchPutResult = _DEFAULT.store.BatchPutResult
     PutFuture = _DEFAULT.store.PutFuture
 
-crc32 = _DEFAULT.crc32.crc32
-java_hash = _DEFAULT.codec.java_hash
-encode_record = _DEFAULT.codec.encode_record
-decode_record = _DEFAULT.codec.decode_record
-decode_batch = _DEFAULT.codec.decode_batch
 
 __all__ = [
     "MessageStore",
-    "open_store",
     "StoreConfig",
     "ASYNC_FLUSH",
     "SYNC_FLUSH",
@@ -57,16 +51,39 @@ __all__ = [
     "TagFilter",
     "Received",
     "ReceivedMessage",
-    "CQ_UNIT_DTYPE",
     "PutResult",
     "BatchPutResult",
     "PutFuture",
     "IMPLEMENTATION",
-    "crc32",
-    "java_hash",
-    "encode_record",
-    "decode_record",
-    "decode_batch",
+    "PureBuildWarning",
     "errors",
 ]
 __all__ += errors.__all__
+
+
+#: Names that moved: the format-level functions to rocketstore.lowlevel, open_store to
+#: MessageStore itself. Still reachable here, with a DeprecationWarning saying where they went.
+_MOVED = {
+    "crc32": "rocketstore.lowlevel.crc32",
+    "java_hash": "rocketstore.lowlevel.java_hash",
+    "encode_record": "rocketstore.lowlevel.encode_record",
+    "decode_record": "rocketstore.lowlevel.decode_record",
+    "decode_batch": "rocketstore.lowlevel.decode_batch",
+    "CQ_UNIT_DTYPE": "rocketstore.lowlevel.CQ_UNIT_DTYPE",
+    "open_store": "rocketstore.MessageStore (open_store(path, **options) was MessageStore(path, **options))",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module 'rocketstore' has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(f"rocketstore.{name} moved: use {_MOVED[name]}", DeprecationWarning, stacklevel=2)
+    if name == "open_store":
+        from rocketstore.store import open_store
+
+        return open_store
+    from rocketstore import lowlevel
+
+    return getattr(lowlevel, name)

@@ -58,12 +58,18 @@ def check_put_ints(queue_id: object, flag: object) -> tuple[int, int]:
     )
 
 
-def contiguous(body: Any) -> Any:
+def contiguous(body: Any, what: str = "body") -> Any:
     """``body`` itself when it exports a C-contiguous buffer, else a bytes copy of it (a strided
-    memoryview or numpy slice); TypeError for objects that are not bytes-like."""
+    memoryview or numpy slice); TypeError naming ``what`` for objects that are not bytes-like."""
     if type(body) is bytes:
         return body
-    view = memoryview(body)
+    try:
+        view = memoryview(body)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be bytes-like (bytes, bytearray, memoryview, a numpy array), not {type(body).__name__}"
+            + (": encode text first, e.g. text.encode()" if isinstance(body, str) else "")
+        ) from None
     return body if view.c_contiguous else view.tobytes()
 
 

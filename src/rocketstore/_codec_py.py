@@ -2220,8 +2220,8 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
     """``MessageStore.query_by_key`` in one call: ``dispatcher.catch_up(index=True)`` first (a
     Dispatcher, or None: none), unless its ``end_core`` shows nothing waits; then the walk of each index service's files under its
     lock (``services``, a tuple; None entries are skipped; each its index twin's ``select_files``,
-    for at most ``cap`` candidates stored within ``[begin - 1 s, end + 1 s]``: the index keeps
-    whole seconds), then :func:`key_messages` of them all, ascending, at most ``min(max_num, cap)``.
+    for at most ``max(max_num, cap)`` candidates stored within ``[begin - 1 s, end + 1 s]``: the
+    index keeps whole seconds), then :func:`key_messages` of them all, ascending, at most ``max_num``.
 
     None whenever the careful path must decide: an argument it checks (``topic`` or ``key`` not a
     non-empty str, ``max_num`` not an int in ``[1, 2**63 - 1]``, ``begin`` or ``end`` not one in
@@ -2241,10 +2241,11 @@ def key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, d
     ):
         return None
     _index_catch_up(dispatcher)
-    offsets = _index_walk(services, topic, key, cap, max(0, begin - 1000), min(_INT64_MAX, end + 1000))
+    walk = max(max_num, cap)
+    offsets = _index_walk(services, topic, key, walk, max(0, begin - 1000), min(_INT64_MAX, end + 1000))
     if offsets is None:
         return None
-    return key_messages(offsets, segments, core, topic, key, begin, end, min(max_num, cap), False)
+    return key_messages(offsets, segments, core, topic, key, begin, end, max_num, False)
 
 
 def _index_catch_up(dispatcher) -> None:

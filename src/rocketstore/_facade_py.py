@@ -156,7 +156,11 @@ class FacadeBase:
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
     ) -> list[MessageExt]:
         """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored between
-        ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``min(max_num, 64)``.
+        ``begin`` and ``end`` (ms, inclusive), oldest first; at most ``max_num``. When more match,
+        they come from the newest index entries (among the newest ``max(max_num, 64)``); ask for
+        as many as you need, or narrow ``begin``/``end``. The default, 32, is RocketMQ's client
+        default; its broker caps a key query at ``maxMsgsNumBatch`` (64), a setting, not the
+        format's: rocketstore returns as many as asked.
 
         Unlike RocketMQ, every index hit is re-checked against the record's real topic and
         keys, so a hash collision never returns a wrong message.

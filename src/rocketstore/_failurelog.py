@@ -3,8 +3,10 @@ then a count, and the recovery.
 
 A background loop that retries every few milliseconds on a full disk would otherwise log a
 traceback per attempt. :class:`FailureLog` logs the first failure (and any failure of another
-kind) at ERROR with its traceback, a WARNING summary at most every ``summary_every`` seconds
-while the task keeps failing, and an INFO line when it succeeds again.
+kind) at ERROR, a WARNING summary at most every ``summary_every`` seconds while the task keeps
+failing, and an INFO line when it succeeds again. A failure of the environment (an ``OSError``:
+a full disk, a file that cannot be created) is one line, its message saying all there is; any
+other failure (a defect) comes with its traceback.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class FailureLog:
                 self._what,
                 exc,
                 self._meanwhile,
-                exc_info=exc,
+                exc_info=None if isinstance(exc, OSError) else exc,
             )
         elif now >= self._next_summary:
             self._next_summary = now + self._summary_every

@@ -10,6 +10,7 @@ Each implementation is an :class:`Implementation`: a named bundle of the twin mo
 from __future__ import annotations
 
 import importlib
+import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ __all__ = [
     "MESSAGE_TYPES",
     "NO_EXTENSIONS",
     "REQUIRE_EXTENSIONS",
+    "FALLBACK_REASON",
+    "describe",
 ]
 
 
@@ -77,6 +80,19 @@ else:
         COMPILED = None
         IMPORT_ERROR = exc
 
+#: Why the default is the pure build although nobody asked for it ("" when it is not).
+FALLBACK_REASON = "" if IMPORT_ERROR is None else f"the compiled modules did not import ({IMPORT_ERROR})"
+if FALLBACK_REASON:
+    from rocketstore.errors import PureBuildWarning
+
+    warnings.warn(
+        f"rocketstore runs its pure-Python build, 10-25x slower: {FALLBACK_REASON}. Install a C compiler "
+        "and reinstall rocketstore (docs/index.md, Install), or set ROCKETSTORE_NO_EXTENSIONS=1 to choose "
+        "the pure build and silence this warning.",
+        PureBuildWarning,
+        stacklevel=2,
+    )
+
 DEFAULT: Implementation = COMPILED if COMPILED is not None else PURE
 
 #: Every Message class a put takes: the pure twin's (rocketstore.message.Message) and, when it is
@@ -85,6 +101,15 @@ DEFAULT: Implementation = COMPILED if COMPILED is not None else PURE
 MESSAGE_TYPES: tuple[type[Message], ...] = (PURE.store.Message,) + (
     () if COMPILED is None else (COMPILED.store.Message,)
 )
+
+
+def describe(name: str) -> str:
+    """``name`` ("c" or "py") with what a user should know about it, for the CLI's lines."""
+    if name == "c":
+        return "c implementation"
+    if name == DEFAULT.name and FALLBACK_REASON:
+        return "py implementation: the slow fallback, " + FALLBACK_REASON
+    return "py implementation"
 
 
 def get(name: str | None = None) -> Implementation:

@@ -1511,7 +1511,7 @@ class CommitLogCore:
             )
         if lengths is not None:
             lens = batch_lengths(lengths)
-            whole = memoryview(contiguous(bodies)).cast("B")
+            whole = memoryview(contiguous(bodies, "bodies")).cast("B")
             if int(lens.sum()) != len(whole):
                 raise InvalidMessageError(
                     f"lengths sum to {int(lens.sum())} but the bodies buffer holds {len(whole)} bytes"
@@ -1520,7 +1520,7 @@ class CommitLogCore:
             items = [whole[int(s) : int(s) + int(n)] for s, n in zip(starts, lens)]
         else:
             items = [
-                b if type(b) is bytes else memoryview(contiguous(b)).cast("B")  # type: ignore[misc]
+                b if type(b) is bytes else memoryview(contiguous(b, "an item of bodies")).cast("B")  # type: ignore[misc]
                 for b in bodies
             ]
         n = len(items)

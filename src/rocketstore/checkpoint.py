@@ -22,6 +22,7 @@ import os
 import struct
 
 from rocketstore._files import open_regular
+from rocketstore.mapped_file import space_error
 
 __all__ = ["Checkpoint", "CHECKPOINT_SIZE"]
 
@@ -76,11 +77,19 @@ class Checkpoint:
         return head + bytes(CHECKPOINT_SIZE - len(head))
 
     def flush(self) -> None:
-        fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT, "checkpoint")
+        """Write the fields in place and fsync. A failure (a full disk: the file is written
+        through its descriptor, never a map) raises :class:`~rocketstore.errors.DiskFullError` or
+        :class:`~rocketstore.errors.SegmentError`; the fields stay as set, for the next flush."""
+        try:
+            fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT, "checkpoint")
+        except OSError as exc:  # (not a regular file: StoreConfigError, as at open)
+            raise space_error(exc.errno, "cannot open the checkpoint", self.path) from exc
         try:
             os.pwrite(fd, self.to_bytes(), 0)
             if os.fstat(fd).st_size != CHECKPOINT_SIZE:
                 os.ftruncate(fd, CHECKPOINT_SIZE)
             os.fsync(fd)
+        except OSError as exc:
+            raise space_error(exc.errno, "cannot write the checkpoint", self.path) from exc
         finally:
             os.close(fd)

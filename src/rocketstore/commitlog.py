@@ -14,10 +14,8 @@ below, never through its attributes' internals.
 
 from __future__ import annotations
 
-import errno
 import logging
 import mmap
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
@@ -26,7 +24,7 @@ import numpy as np
 from rocketstore._verify import record_problems, timestamp_problems
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
-from rocketstore.mapped_file import MappedFile, MappedFileQueue, populate_read
+from rocketstore.mapped_file import MappedFile, MappedFileQueue, allocate_range, populate_read
 from rocketstore.message import MessageExt
 from rocketstore.recordscan import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
 
@@ -233,8 +231,9 @@ class CommitLog:
             return start, start
         limit = checkpoint.min_timestamp
         for mf in reversed(files):
-            try:
-                head = self.codec.decode_record(mf.view(), 0, check_crc=True, copy_body=False)
+            try:  # only its data: a new segment can be all hole (see _written_to)
+                view = mf.view(0, _written_to(mf, 0, mf.file_size))
+                head = self.codec.decode_record(view, 0, check_crc=True, copy_body=False)
             except CorruptRecordError:
                 continue
             if 0 < head.store_timestamp <= limit:
@@ -259,7 +258,8 @@ class CommitLog:
                 pass
             if stop >= target:
                 return stop == target
-            pos = resync(self.codec, mf.mm, stop, mf.file_size, mf.file_from_offset)  # damage
+            # damage: the next whole record, searched for in the data (see _written_to)
+            pos = resync(self.codec, mf.mm, stop, _written_to(mf, target, mf.file_size), mf.file_from_offset)
             if not 0 <= pos <= target:
                 return False
 
@@ -324,6 +324,7 @@ class CommitLog:
             pos = max(0, scan_from - mf.file_from_offset)
             hi = mf.file_size if until is None else min(mf.file_size, until - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
+            hi = _written_to(mf, max(pos, below), hi)
             chunks = recover_chunks(codec, mf, torn_from=below if crashed else None)
             for found, stop, reason in checked_chunks(
                 codec, mf.mm, pos, hi, mf.file_from_offset, below, chunks=chunks
@@ -433,6 +434,11 @@ class CommitLog:
             core.set_queue_offset(topic, qid, nxt)
         segment = self.segments.find(end)
         if segment is not None:
+            if self.segments.preallocate and segment.fd >= 0:
+                # a core that stores without populating first (the pure twin) needs the blocks
+                # allocated: the segment may be sparse (made by the compiled twin), and a store
+                # into a hole on a full disk is a SIGBUS; this is a DiskFullError
+                allocate_range(segment.fd, end - segment.file_from_offset, segment.end_offset - end)
             core.set_active(segment.mm, segment.file_from_offset, end - segment.file_from_offset, segment.fd)
         self.core = core
         self.end = end
@@ -887,35 +893,42 @@ def queue_offset_ranges(
 _ZERO_CHUNK = 1 << 20
 
 
-def _next_data(fd: int, pos: int) -> Optional[int]:
-    """Where the file's next data at or after ``pos`` begins (``SEEK_DATA``), None when only
-    holes follow; ``pos`` itself when the system cannot tell (everything is then read)."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    if seek_data is None or fd < 0:
+def _written_to(mf: MappedFile, pos: int, hi: int) -> int:
+    """Where the data of ``mf`` that starts at ``pos`` ends (at most ``hi``): the scan past what
+    the checkpoint vouches for stops at a hole. A hole holds no record (it reads as zeros, where
+    the scan would stop as well), and a read of one through the map can be a SIGBUS on a full
+    tmpfs, which needs a page even for that."""
+    if pos >= hi:
+        return hi
+    extents = mf.data_extents(pos, hi, most=1)
+    if not extents or extents[0][0] > pos:
         return pos
-    try:
-        return max(pos, os.lseek(fd, pos, seek_data))
-    except OSError as exc:
-        return None if exc.errno == errno.ENXIO else pos
+    return extents[0][1]
 
 
 def _zero_stale(mf: MappedFile, pos: int, everywhere: bool) -> int:
     """Zero every chunk of ``mf`` from ``pos`` to its end that holds a byte other than zero
     (``everywhere``; else up to the first chunk that is all zero); returns where the last chunk
-    zeroed ends (``pos`` when none was)."""
-    mm, size, last = mf.mm, mf.file_size, pos
-    while pos < size:
-        found = _next_data(mf.fd, pos) if everywhere else pos
-        if found is None or found >= size:
+    zeroed ends (``pos`` when none was).
+
+    Only the file's data is read and written (:meth:`MappedFile.data_extents`): a hole is zero
+    already, and a read of one through the map can be a SIGBUS on a full tmpfs. A chunk is
+    allocated before it is zeroed (:meth:`MappedFile.zero`), so a full disk is a
+    :class:`DiskFullError`, never a signal."""
+    mm, last = mf.mm, pos
+    for lo, hi in mf.data_extents(pos, most=-1 if everywhere else 1):
+        if not everywhere and lo > pos:
+            break  # a hole at the end of what was written: zero from there on
+        while lo < hi:
+            n = min(_ZERO_CHUNK, hi - lo)
+            if mm[lo : lo + n].count(0) != n:
+                mf.zero(lo, lo + n)
+                last = lo + n
+            elif not everywhere:
+                return last  # zero from here: preallocated space the writer never reached
+            lo += n
+        if not everywhere:
             break
-        pos = found
-        n = min(_ZERO_CHUNK, size - pos)
-        if mm[pos : pos + n].count(0) != n:
-            mm[pos : pos + n] = bytes(n)
-            last = pos + n
-        elif not everywhere:
-            break  # zero from here: preallocated space the writer never reached
-        pos += n
     return last
 
 

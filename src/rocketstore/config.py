@@ -98,6 +98,34 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: What each annotation of StoreConfig takes, for the message of a wrong type: (test, words).
+_TAKES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int"),
+    "float": (_is_number, "a number (int or float)"),
+    "bool": (lambda v: isinstance(v, bool), "a bool (True or False)"),
+    "str": (lambda v: isinstance(v, str), "a str"),
+}
+
+
+def _check_option_types(config: StoreConfig) -> None:
+    """StoreConfigError naming the option, what it got and what it takes, for the first option
+    of the wrong type (``commitlog_file_size="1G"``), before any check compares values."""
+    for field in dataclasses.fields(config):
+        annotation = str(field.type)
+        optional = annotation.startswith("Optional[") and annotation.endswith("]")
+        kind = annotation[len("Optional[") : -1] if optional else annotation
+        if kind not in _TAKES:
+            continue
+        value = getattr(config, field.name)
+        test, words = _TAKES[kind]
+        if (optional and value is None) or test(value):
+            continue
+        raise StoreConfigError(
+            f"option {field.name} takes {words}{' or None' if optional else ''}, "
+            f"not {type(value).__name__} {value!r}"
+        )
+
+
 @dataclasses.dataclass
 class StoreConfig:
     """Options of a :class:`rocketstore.MessageStore`; keyword arguments of its constructor."""
@@ -234,6 +262,7 @@ class StoreConfig:
     raise_open_files_limit: bool = True
 
     def __post_init__(self) -> None:  # noqa: C901 (one check per option, each with its own message)
+        _check_option_types(self)
         if self.commitlog_file_size < 4096 or self.commitlog_file_size % 4096:
             raise StoreConfigError("commitlog_file_size must be a positive multiple of 4096")
         if self.commitlog_file_size > (1 << 62):

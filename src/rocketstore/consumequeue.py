@@ -167,6 +167,19 @@ def _file_units(mf: MappedFile, count: Optional[int] = None) -> np.ndarray:
     return np.frombuffer(memoryview(mf.mm).toreadonly(), dtype=CQ_UNIT_DTYPE, count=count)
 
 
+def _unit_extents(mf: MappedFile, most: int = -1) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` unit index ranges of ``mf`` whose bytes all lie in its data, not in a hole
+    (:meth:`MappedFile.data_extents`): only those are read through the map, since on a full
+    tmpfs a read of a hole through a map is a SIGBUS. A hole holds no unit (zeros): one cut by
+    a hole's edge was never written whole."""
+    extents = []
+    for a, b in mf.data_extents(most=most):
+        lo, hi = -(-a // CQ_UNIT_SIZE), b // CQ_UNIT_SIZE
+        if lo < hi:
+            extents.append((lo, hi))
+    return extents
+
+
 def _false_runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """The ``[lo, hi)`` index ranges where a bool array is False."""
     edges = np.flatnonzero(np.diff(np.concatenate(([1], mask.view(np.int8), [1]))))
@@ -299,14 +312,16 @@ class ConsumeQueue(QueueState):
         end = files[first_scanned].file_from_offset
         masks: list[tuple[int, np.ndarray]] = []
         for mf in files[first_scanned:]:
-            arr = _file_units(mf)
-            # a unit whose end would not fit a Java long points at no record (damage)
-            valid = (
-                (arr["commitlog_offset"] >= 0)
-                & (arr["size"] > 0)
-                & (arr["commitlog_offset"] <= _INT64_MAX - arr["size"].astype(np.int64))
-            )
-            del arr
+            valid = np.zeros(self.units_per_file, dtype=bool)  # a hole holds no unit
+            for lo, hi in _unit_extents(mf):
+                arr = _file_units(mf, hi)[lo:]
+                # a unit whose end would not fit a Java long points at no record (damage)
+                valid[lo:hi] = (
+                    (arr["commitlog_offset"] >= 0)
+                    & (arr["size"] > 0)
+                    & (arr["commitlog_offset"] <= _INT64_MAX - arr["size"].astype(np.int64))
+                )
+                del arr
             masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
             used = np.flatnonzero(valid)
             if len(used):
@@ -372,7 +387,9 @@ class ConsumeQueue(QueueState):
         mf = self._files.find(byte)
         if mf is None:
             return 0, 0, 0
-        return _UNIT.unpack_from(mf.mm, byte - mf.file_from_offset)
+        # read through the file, not the map: past the end it may be a hole, and on a full
+        # tmpfs even a read of a hole through a map is a SIGBUS
+        return _UNIT.unpack(mf.pread(byte - mf.file_from_offset, CQ_UNIT_SIZE))
 
     def _set_end(self, end: int, *, zero: bool = True) -> None:
         """Make byte offset ``end`` the queue's end: the files before it full, the one holding it
@@ -398,7 +415,11 @@ class ConsumeQueue(QueueState):
         """Zero every byte of ``mf`` from ``lo`` on, and msync what was written: only the pages
         that hold a non-zero byte are written (a page already zero is left clean, so it is
         neither dirtied nor written back), and no table of the non-zero bytes is made."""
-        first, last = _zero_pages(mf.mm, lo, mf.file_size)
+        first, last = mf.file_size, lo
+        for a, b in mf.data_extents(lo):  # a hole is zero, and not read (see _unit_extents)
+            written = _zero_pages(mf.mm, a, b)
+            if written[0] < written[1]:
+                first, last = min(first, written[0]), max(last, written[1])
         if first < last:
             mf.flush(first, last)
 
@@ -874,9 +895,12 @@ class ConsumeQueue(QueueState):
             files = self._files.files
             while files:
                 mf = files[-1]
-                arr = _file_units(mf)
+                # only the units before the file's first hole are read (see _unit_extents): a
+                # hole holds no valid unit, so the cut is there at the latest
+                extents = _unit_extents(mf, most=1)
+                arr = _file_units(mf, extents[0][1] if extents and extents[0][0] == 0 else 0)
                 offsets, sizes = arr["commitlog_offset"], arr["size"]
-                if offsets[0] >= process_offset:
+                if (int(offsets[0]) if len(offsets) else 0) >= process_offset:
                     del arr, offsets, sizes
                     self._files.drop_last()
                     continue

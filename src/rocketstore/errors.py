@@ -47,6 +47,14 @@ __all__ = [
 ]
 
 
+class PureBuildWarning(RuntimeWarning):
+    """The compiled modules did not import, and nobody asked for the pure-Python build.
+
+    Shown once per process at import. The pure build is correct but 10-25 times slower: install a
+    C compiler and reinstall, or set ``ROCKETSTORE_NO_EXTENSIONS=1`` to choose it and silence this.
+    """
+
+
 class RocketStoreError(Exception):
     """Base class of every error rocketstore raises on purpose."""
 

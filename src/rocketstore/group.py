@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import Consumer, poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError, StoreReadOnlyError
+from rocketstore.mapped_file import allocate_file
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
@@ -145,8 +146,7 @@ class _Members:
                     # another size is made again. No member maps a file of another size.
                     damage = f"a {st.st_size}-byte file"
                     os.ftruncate(self._fd, 0)
-                if st.st_size != _SIZE:
-                    os.ftruncate(self._fd, _SIZE)
+                allocate_file(self._fd, _SIZE, path)  # sized when new; its blocks allocated
                 self.mm = mmap.mmap(self._fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 if self.mm[:8] != _MAGIC:
                     if self.mm[:] != bytes(_SIZE):

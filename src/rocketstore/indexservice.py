@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 INDEX_DIR_NAME = "index"
-MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query's results (§5.5)
+MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the broker's default cap on one key query (§5.5); a store walks at least this many candidates
 KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR: KEYS is split on single spaces only
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = 0x7FFFFFFF
@@ -790,14 +790,14 @@ class IndexService(IndexState):
         """§5.5 ``queryOffset``: CommitLog offsets of records indexed under ``topic#key`` and stored
         within ``[begin, end]`` (ms).
 
-        At most ``min(max_num, 64)`` offsets, collected newest file first, are returned sorted
+        At most ``max_num`` offsets, collected newest file first, are returned sorted
         ascending, with the newest file's end timestamp and endPhyOffset (``indexLastUpdate*``;
         0, 0 without files). The walk stops at the first file that begins before ``begin`` or once
         enough offsets are found. These are candidates: re-check each record's key and topic.
         """
         _check_str("topic", topic)
         _check_str("key", key)
-        max_num = min(operator.index(max_num), MAX_MSGS_NUM_BATCH)
+        max_num = operator.index(max_num)
         begin = operator.index(begin)
         end = operator.index(end)
         with self._lock:

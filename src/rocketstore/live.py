@@ -51,7 +51,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore.errors import NotAStoreError, StoreConfigError
-from rocketstore.mapped_file import MappedFile
+from rocketstore.mapped_file import MappedFile, allocate_file
 from rocketstore.storedir import writer_present
 
 __all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
@@ -182,8 +182,8 @@ class LivePage:
                 # a power cut while it was made; any other size, not this store's page.)
                 damage = f"a {st.st_size}-byte file"
                 os.ftruncate(fd, 0)
-            if st.st_size != LIVE_SIZE:
-                os.ftruncate(fd, LIVE_SIZE)  # new, or a crash while it was being created
+            # new (or a crash while it was being created, or damaged): sized, its blocks allocated
+            allocate_file(fd, LIVE_SIZE, path)
             mm = mmap.mmap(fd, LIVE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

@@ -13,6 +13,10 @@ old bytes (the blocks are freed with the last view), and a view asked for afterw
 
 Full disk: every failure to create, size or allocate a file raises :class:`SegmentError`, and
 :class:`DiskFullError` (a subclass) when the cause is ENOSPC or EDQUOT (:func:`space_error`).
+Nothing is stored through a map into a hole (a SIGBUS when the file system has no block for
+it): files are allocated before (:func:`allocate_range`, :func:`allocate_file`,
+:meth:`MappedFile.zero`). And what may lie past a writer's data is read only where the file has
+data (:func:`data_extents`, :meth:`MappedFile.pread`): tmpfs needs a page even to read a hole.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from rocketstore.errors import (
     FlushTimeoutError,
     MessageNotFoundError,
     OpenFilesLimitError,
+    RocketStoreError,
     SegmentError,
     StoreClosedError,
     StoreConfigError,
@@ -47,9 +52,13 @@ __all__ = [
     "offset_to_file_name",
     "space_error",
     "flush_error",
+    "typed_error",
     "flush_timeout",
     "deleted_files_closed_aside",
     "populate_read",
+    "data_extents",
+    "allocate_range",
+    "allocate_file",
 ]
 
 #: errnos that mean "no room on this file system" (DiskFullError rather than SegmentError)
@@ -87,6 +96,21 @@ def space_error(err: Optional[int], message: str, path: Optional[str] = None) ->
     if path is None:
         return cls(err, f"{message}: {strerror}")
     return cls(err, f"{message}: {strerror}", path)
+
+
+def typed_error(exc: BaseException, what: str) -> BaseException:
+    """``exc`` as one of rocketstore's errors: a bare ``OSError`` becomes the
+    :class:`SegmentError` its errno calls for (:class:`DiskFullError` for ENOSPC or EDQUOT,
+    :class:`OpenFilesLimitError` for EMFILE or ENFILE), with its errno, text and file name and
+    ``exc`` as its cause, its message starting with ``what``; anything else is returned as is."""
+    if not isinstance(exc, OSError) or isinstance(exc, RocketStoreError):
+        return exc
+    text = exc.strerror or str(exc)
+    typed = space_error(exc.errno, what, exc.filename)
+    typed.strerror = f"{what}: {text}"
+    typed.args = (exc.errno, typed.strerror) + (() if exc.filename is None else (exc.filename,))
+    typed.__cause__ = exc
+    return typed
 
 
 def flush_error(rc: int) -> Optional[BaseException]:
@@ -269,6 +293,67 @@ def allocate_range(fd: int, offset: int, length: int) -> None:
         raise space_error(exc.errno, "cannot allocate file space") from exc
 
 
+def data_extents(fd: int, lo: int, hi: int, most: int = -1) -> list[tuple[int, int]]:
+    """The ``[start, end)`` stretches of ``[lo, hi)`` that hold data rather than holes
+    (``SEEK_DATA`` / ``SEEK_HOLE``); the whole range when the system cannot tell.
+
+    A hole must not be read through a map where the file system needs a page for that read
+    (tmpfs allocates one even for a read fault): on a full file system the read is a SIGBUS.
+    Reads that may reach past what a writer wrote read only these stretches (holes are zeros).
+    ``most``: stop after that many stretches (-1: all)."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if hi <= lo:
+        return []
+    if seek_data is None or seek_hole is None or fd < 0:
+        return [(lo, hi)]
+    found: list[tuple[int, int]] = []
+    pos = lo
+    try:
+        while pos < hi:
+            try:
+                start = os.lseek(fd, pos, seek_data)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only holes from here to the end of the file
+                    break
+                raise
+            if start >= hi:
+                break
+            end = min(hi, os.lseek(fd, start, seek_hole))
+            found.append((start, end))
+            if len(found) == most:
+                break
+            pos = end
+    except OSError:  # the file system cannot tell: everything is data
+        return [(lo, hi)]
+    return found
+
+
+def allocate_file(fd: int, size: int, path: str) -> None:
+    """Give a small file written through a map (the live page, the shared append table, a
+    group's members file) ``size`` bytes with every block allocated, before it is mapped: a
+    store into a hole, and on tmpfs even a read of one, is a SIGBUS on a full file system; this
+    is a :class:`DiskFullError` (a new file left empty, as before the call). Cheap when the
+    blocks are allocated already."""
+    before = os.fstat(fd).st_size
+    try:
+        if hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, size)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+                    raise
+        if before < size:
+            os.ftruncate(fd, size)
+    except OSError as exc:
+        if before == 0:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+        raise space_error(exc.errno, "cannot allocate the file's space", path) from exc
+
+
 class MappedFile(MappedState):
     """One segment file of ``file_size`` bytes starting at CommitLog offset ``file_from_offset``.
 
@@ -342,6 +427,53 @@ class MappedFile(MappedState):
     @property
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size
+
+    @contextmanager
+    def descriptor(self, writable: bool = False) -> Iterator[int]:
+        """The file's descriptor: its own, or (released, or a read-only file) one opened for the
+        block; -1 when the file cannot be opened (deleted meanwhile)."""
+        if self.fd >= 0:
+            yield self.fd
+            return
+        try:
+            fd = os.open(self.path, (os.O_RDWR if writable else os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            yield -1
+            return
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def data_extents(self, lo: int = 0, hi: Optional[int] = None, most: int = -1) -> list[tuple[int, int]]:
+        """:func:`data_extents` of ``[lo, hi)`` of this file (``hi``: its end)."""
+        hi = self.file_size if hi is None else min(hi, self.file_size)
+        with self.descriptor() as fd:
+            return data_extents(fd, lo, hi, most)
+
+    def pread(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position`` read through the file, not the map (a hole reads as
+        zeros and needs no page; see :func:`data_extents`). A file that cannot be read raises
+        :class:`SegmentError`."""
+        with self.descriptor() as fd:
+            try:
+                if fd < 0:
+                    raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+                data = os.pread(fd, size, position)
+            except OSError as exc:
+                raise space_error(exc.errno, "cannot read the file", self.path) from exc
+        return data.ljust(size, b"\0")  # past the end of a file cut short: nothing there
+
+    def zero(self, lo: int, hi: int) -> None:
+        """Make ``[lo, hi)`` zero, allocating its blocks first: a store through the map into a
+        hole the file system cannot back is a SIGBUS, this raises :class:`DiskFullError`."""
+        if hi <= lo:
+            return
+        with self.descriptor(writable=True) as fd:
+            if fd < 0:
+                raise SegmentError(errno.ENOENT, "cannot open the file to zero it", self.path)
+            allocate_range(fd, lo, hi - lo)
+        self.mm[lo:hi] = bytes(hi - lo)
 
     def view(self, position: int = 0, size: Optional[int] = None) -> memoryview:
         """A read-only zero-copy view of ``[position, position + size)``; keeps the map alive.

@@ -79,6 +79,7 @@ from typing import Any, Optional
 from rocketstore._background import start_weak_thread
 from rocketstore._clock import now_ms
 from rocketstore._codec_py import java_hash
+from rocketstore._failurelog import FailureLog
 from rocketstore.configfiles import PERM_READ, PERM_WRITE, DelayOffsetTable, SubscriptionGroupTable
 from rocketstore.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.errors import (
@@ -324,6 +325,7 @@ class ScheduleService:
         self._lock = threading.Lock()  # one pass at a time
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._failures = FailureLog(log, "delayed delivery", f"retried every {RETRY_AFTER_FAILURE_MS} ms")
         self._needs_reconcile = self._progress.intent is not None
         born_v6 = ":" in (cfg.born_host or "")
         store_v6 = ":" in (cfg.store_host or "")
@@ -357,10 +359,11 @@ class ScheduleService:
         """One pass of the background thread; the seconds until the next."""
         try:
             delivered, more, next_due = self._pass(None)
-        except Exception:
-            log.exception("delayed delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
+        except Exception as exc:
+            self._failures.failed(exc)
             wait_ms = RETRY_AFTER_FAILURE_MS
         else:
+            self._failures.succeeded()
             wait_ms = 0 if more else self._interval_ms
             if next_due is not None:
                 wait_ms = min(wait_ms, max(0, next_due - self.clock()))

@@ -62,7 +62,7 @@ from typing import Any, Optional
 
 from rocketstore._background import weak_method
 from rocketstore.errors import StoreConfigError
-from rocketstore.mapped_file import MappedFile, close_map, offset_to_file_name
+from rocketstore.mapped_file import MappedFile, allocate_file, allocate_range, close_map, offset_to_file_name
 
 __all__ = [
     "APPEND_NAME",
@@ -250,11 +250,10 @@ def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreConfigError(f"{path} is not a regular file")
-        if st.st_size != SIZE:
-            if not create:
-                os.close(fd)
-                return None
-            os.ftruncate(fd, SIZE)  # never shrunk: other processes may map it
+        if st.st_size != SIZE and not create:
+            os.close(fd)
+            return None
+        allocate_file(fd, SIZE, path)  # sized (never shrunk: other processes may map it), blocks allocated
         mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         if create and struct.unpack_from("<Q", mm, O_MAGIC)[0] != MAGIC:
             init_mutex(mm)  # a new table (no owner ever shared it: nobody uses its lock)
@@ -433,6 +432,12 @@ class JoinedAppender:
         if mf is None:
             path = os.path.join(self._directory, offset_to_file_name(start))
             mf = MappedFile(path, start, self._size, create="shared", preallocate=self._preallocate)
+            if self._preallocate:
+                try:  # made sparse by a process whose core populates before it stores: not here
+                    allocate_range(mf.fd, 0, self._size)
+                except BaseException:
+                    mf.close()
+                    raise
             self._segments[start] = mf
             flushed = self.core.flushed_offset
             for old in [s for s in self._segments if s + self._size <= min(start, flushed)]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, overload
 
 import numpy as np
 
@@ -150,6 +150,51 @@ class MessageStore(FacadeBase, StoreBase):
             deliver_at_ms=deliver_at_ms,
             delay_ms=delay_ms,
         )
+
+    @overload
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: Literal[False] = False,
+    ) -> BatchPutResult: ...
+
+    @overload
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: Literal[True],
+    ) -> PutFuture: ...
+
+    @overload
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Any,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: bool = False,
+    ) -> BatchPutResult | PutFuture: ...
 
     def put_batch(
         self,

@@ -33,7 +33,7 @@ from typing import (
 
 import numpy as np
 
-from rocketstore import _impl, recovery, sharedappend
+from rocketstore import _impl, recovery, report, sharedappend
 from rocketstore._background import weak_method
 from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore._clock import now_ms
@@ -83,7 +83,7 @@ from rocketstore.joined import (
     uniq_prefix,
 )
 from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside
+from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -366,7 +366,17 @@ class StoreBase(JoinedWriting):
 
     def _open_store(self) -> None:
         """Open the store: as its writer (taking the lock), as a writer joined to the process
-        that holds the lock (rocketstore.writers), or read-only."""
+        that holds the lock (rocketstore.writers), or read-only. A bare ``OSError`` on the way
+        (a full disk) is raised as the typed error it stands for (``typed_error``)."""
+        try:
+            self._open_store_as_its_part()
+        except OSError as exc:
+            typed = typed_error(exc, f"opening store {self.path} failed")
+            if typed is exc:
+                raise
+            raise typed from exc
+
+    def _open_store_as_its_part(self) -> None:
         commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
@@ -773,7 +783,10 @@ class StoreBase(JoinedWriting):
             self._closed = True
             errors = self._teardown(clean=True)
         if errors:
-            raise errors[0]
+            typed = typed_error(errors[0], f"closing store {self.path} failed")
+            if typed is errors[0]:
+                raise typed
+            raise typed from errors[0]
 
     def _teardown(self, clean: bool, keep_link: bool = False) -> list[BaseException]:
         """Stop and close every part that was opened, each whatever the others raised, and
@@ -888,8 +901,13 @@ class StoreBase(JoinedWriting):
     def _close_quietly(self) -> None:
         try:
             self.close()
-        except Exception:
-            _log.exception("closing the dropped store %s failed", self.path)
+        except Exception as exc:  # a full disk in one line; a defect with its traceback
+            _log.error(
+                "closing the dropped store %s failed: %s",
+                self.path,
+                exc,
+                exc_info=None if isinstance(exc, OSError) else exc,
+            )
 
     @property
     def closed(self) -> bool:
@@ -1189,7 +1207,11 @@ class StoreBase(JoinedWriting):
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
     ) -> tuple[Any, ...]:
         if not isinstance(m, MESSAGE_TYPES):
-            raise TypeError(f"expected a Message, not {type(m).__name__}")
+            if isinstance(m, str):
+                raise TypeError(
+                    f"body must be bytes-like (bytes, bytearray, ...), not None: put({m!r}, body)"
+                )
+            raise TypeError(f"expected a Message, or a topic and a body, not {type(m).__name__}")
         topic, properties = m.topic, _check_mapping(m.properties)
         queue_id, flag = check_put_ints(m.queue_id, m.flag)
         born = check_int("born_timestamp", m.born_timestamp)
@@ -1959,16 +1981,18 @@ class StoreBase(JoinedWriting):
 
     # ---- lookups (§3, §5.5) ----
 
-    def _index_candidates(self, topic: str, key: str, begin: int, end: int) -> list[int]:
-        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``,
-        ascending (an offset may repeat: _key_messages reads it once)."""
+    def _index_candidates(
+        self, topic: str, key: str, begin: int, end: int, most: int = MAX_MSGS_NUM_BATCH
+    ) -> list[int]:
+        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``, at
+        most ``most`` a service, ascending (an offset may repeat: _key_messages reads it once)."""
         if self._disk_index is None:  # a writable store: one service
-            offsets: list[int] = self._index.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0]
+            offsets: list[int] = self._index.query(topic, key, most, begin, end)[0]
             return offsets
         found: set[int] = set()
         for service in (self._disk_index, self._index):
             if service is not None:
-                found.update(service.query(topic, key, MAX_MSGS_NUM_BATCH, begin, end)[0])
+                found.update(service.query(topic, key, most, begin, end)[0])
         return sorted(found)
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
@@ -2016,8 +2040,8 @@ class StoreBase(JoinedWriting):
         # the index keeps store times in whole seconds from its file's begin: widen the window
         # by a second each way, then hold every record to the exact bounds
         window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
-        offsets = self._index_candidates(topic, key, *window)
-        return self._key_messages(offsets, topic, key, begin, end, min(max_num, MAX_MSGS_NUM_BATCH), False)
+        offsets = self._index_candidates(topic, key, *window, max(max_num, MAX_MSGS_NUM_BATCH))
+        return self._key_messages(offsets, topic, key, begin, end, max_num, False)
 
     def _key_messages(
         self, offsets: list[int], topic: str, key: str, begin: int, end: int, limit: int, unique: bool
@@ -2149,15 +2173,22 @@ class StoreBase(JoinedWriting):
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
-            "topics": len(self._topics),
         }
         if not self._files_read_only:
             out.update(self._core.stats())
             out.update(self._cleaner.stats())
             if self._pop is not None:
                 out.update(self._pop.stats())
-        out["retention"] = self.retention_report()
-        return out
+        return report.describe(
+            path=self.path,
+            counters=out,
+            last_shutdown_clean=self.last_shutdown_clean,
+            queues=self.queues(),
+            topics=self.topics,
+            offsets=self._offsets,
+            delayed=self.delayed_counts(),
+            retention=self.retention_report(),
+        )
 
     def __repr__(self) -> str:
         state = (

@@ -76,6 +76,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from rocketstore._clock import now_ms
+from rocketstore._failurelog import FailureLog
 from rocketstore._files import fsync_dir, write_synced
 from rocketstore.configfiles import PERM_READ, PERM_WRITE
 from rocketstore.errors import (
@@ -358,6 +359,7 @@ class TimerService:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._failures = FailureLog(log, "timer delivery", f"retried every {RETRY_AFTER_FAILURE_MS} ms")
         self._topic_ready = False
         born_v6 = ":" in (cfg.born_host or "")
         store_v6 = ":" in (cfg.store_host or "")
@@ -410,9 +412,10 @@ class TimerService:
             return None
         try:
             _delivered, more = self._pass(None)
-        except Exception:
-            log.exception("timer delivery failed; retrying in %d ms", RETRY_AFTER_FAILURE_MS)
+        except Exception as exc:
+            self._failures.failed(exc)
             return RETRY_AFTER_FAILURE_MS / 1000
+        self._failures.succeeded()
         if more:
             return 0.0
         wait_ms = self._interval_ms

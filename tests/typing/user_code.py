@@ -4,6 +4,7 @@ well enough that code like this checks clean (tests/test_typing.py runs it)."""
 from __future__ import annotations
 
 import rocketstore
+import rocketstore.lowlevel
 from rocketstore import (
     Consumer,
     GetMessageResult,
@@ -13,7 +14,6 @@ from rocketstore import (
     MessageStore,
     PutResult,
     StoreConfig,
-    open_store,
 )
 from rocketstore.errors import MessageNotFoundError, PutError, RocketStoreError
 
@@ -71,9 +71,9 @@ def main(path: str) -> None:
         stats = store.stats()
         print(stats["max_offset"], store.max_offset, store.min_offset, store.topics)
     try:
-        with open_store(path, read_only=True) as ro:
+        with MessageStore(path, read_only=True) as ro:
             for m in ro.iter_messages():
                 print(m.msg_id, m.commitlog_offset)
     except (PutError, RocketStoreError) as exc:
         print(exc)
-    print(rocketstore.IMPLEMENTATION, rocketstore.crc32(b"x"))
+    print(rocketstore.IMPLEMENTATION, rocketstore.lowlevel.crc32(b"x"))

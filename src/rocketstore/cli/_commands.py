@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Optional
 
+from rocketstore._impl import describe
 from rocketstore.cli._common import (
     DUMP_PROGRESS_BYTES,
     EXIT_ERROR,
@@ -17,7 +18,6 @@ from rocketstore.cli._common import (
     PULL_BATCH,
     CliError,
     _check_queue_offset,
-    _disk_usage,
     _error,
     _queue_bounds,
     _queue_ids,
@@ -37,7 +37,6 @@ from rocketstore.cli._output import (
     _print_message,
     _printable,
 )
-from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import Consumer, GetMessageStatus
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -45,7 +44,6 @@ from rocketstore.errors import (
     MessageNotFoundError,
 )
 from rocketstore.message import MessageExt
-from rocketstore.schedule import dlq_counts
 from rocketstore.store import MessageStore
 
 # ---------------------------------------------------------------------------------------------
@@ -277,51 +275,8 @@ def cmd_consume(args) -> int:
 
 
 def store_report(store: MessageStore) -> dict:
-    """What ``stats`` prints: CommitLog extent, topics and queues, consumer lag per group,
-    delayed messages per level and dead letters per group."""
-    base = store.stats()
-    queues = store.queues()
-    topics: dict = {}
-    for (topic, qid), (lo, hi) in sorted(queues.items()):
-        entry = topics.setdefault(topic, {"messages": 0, "queues": []})
-        entry["queues"].append({"queue_id": qid, "min_offset": lo, "max_offset": hi, "messages": hi - lo})
-        entry["messages"] += hi - lo
-    for topic in store.topics:
-        topics.setdefault(topic, {"messages": 0, "queues": []})
-    groups: dict = {}
-    offsets = ConsumerOffsetTable.in_store(store.path, read_only=True)
-    for group in offsets.groups():
-        rows = []
-        for topic in sorted(topics):
-            for qid, committed in sorted(offsets.query_all(group, topic).items()):
-                lo, hi = queues.get((topic, qid), (0, 0))
-                rows.append(
-                    {
-                        "topic": topic,
-                        "queue_id": qid,
-                        "committed": committed,
-                        "max_offset": hi,
-                        "lag": max(0, hi - max(committed, lo)),
-                    }
-                )
-        groups[group] = {"lag": sum(r["lag"] for r in rows), "queues": rows}
-    return {
-        "store": store.path,
-        "implementation": base["implementation"],
-        "last_shutdown_clean": store.last_shutdown_clean,
-        "segments": base["segments"],
-        "segment_size": base["segment_size"],
-        "min_offset": base["min_offset"],
-        "max_offset": base["max_offset"],
-        "bytes": base["max_offset"] - base["min_offset"],
-        "disk_bytes": _disk_usage(store.path),
-        "messages": sum(t["messages"] for t in topics.values()),
-        "topics": dict(sorted(topics.items())),
-        "groups": groups,
-        "delayed": {str(level): n for level, n in store.delayed_counts().items()},
-        "dead_letters": dlq_counts(queues),
-        "retention": base["retention"],
-    }
+    """What ``stats`` prints: ``store.stats()``, the same document (rocketstore.report)."""
+    return store.stats()
 
 
 def _policy_text(policy: dict) -> str:
@@ -385,7 +340,7 @@ def cmd_stats(args) -> int:
     queue_count = sum(len(t["queues"]) for t in report["topics"].values())
     _print_fields(
         [
-            ("store", f"{report['store']} ({report['implementation']} implementation)"),
+            ("store", f"{report['store']} ({describe(report['implementation'])})"),
             (
                 "commitlog",
                 f"{_n(report['segments'], 'segment')} of {_human_bytes(report['segment_size'])}, "

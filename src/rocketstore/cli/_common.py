@@ -151,15 +151,3 @@ def _future_status(future) -> str:
         return future.result().status.name
     except FlushTimeoutError as exc:
         return exc.status.name
-
-
-def _disk_usage(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += getattr(st, "st_blocks", 0) * 512 or st.st_size
-    return total

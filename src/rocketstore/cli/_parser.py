@@ -6,6 +6,7 @@ import argparse
 import datetime
 
 import rocketstore
+from rocketstore._impl import describe
 from rocketstore.cli._commands import (
     cmd_consume,
     cmd_dump,
@@ -60,15 +61,6 @@ _count = _int_at_least(1, "a count")
 _queue = _int_at_least(0, "a queue id", _INT32_MAX)  # a Java int
 
 
-def _key_max(text: str) -> int:
-    value = _count(text)
-    if value > MAX_KEY_RESULTS:
-        raise argparse.ArgumentTypeError(
-            f"{value} is above {MAX_KEY_RESULTS}, RocketMQ's limit for a key query"
-        )
-    return value
-
-
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
@@ -120,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation)",
+        version=f"rocketstore {rocketstore.__version__} ({describe(rocketstore.IMPLEMENTATION)})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -158,10 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", metavar="KEY")
     p.add_argument(
         "--max",
-        type=_key_max,
+        type=_count,
         default=MAX_KEY_RESULTS,
         metavar="N",
-        help=f"at most N messages (1..{MAX_KEY_RESULTS}; default {MAX_KEY_RESULTS})",
+        help=f"at most N messages (default {MAX_KEY_RESULTS}, what mqadmin's queryMsgByKey shows; any N is honoured)",
     )
     p.add_argument("--begin", type=_time_ms, metavar="MS", help="stored at or after (ms, or ISO 8601 time)")
     p.add_argument("--end", type=_time_ms, metavar="MS", help="stored at or before (ms, or ISO 8601 time)")

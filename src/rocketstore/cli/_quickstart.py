@@ -10,16 +10,17 @@ import time
 from typing import Any
 
 import rocketstore
+from rocketstore._impl import describe
 from rocketstore.cli._common import (
     EXIT_OK,
     PULL_BATCH,
     CliError,
     _check_store_dir,
-    _disk_usage,
     _future_status,
     _store_path,
 )
 from rocketstore.cli._output import Progress, _human_bytes, _n
+from rocketstore.report import disk_usage
 from rocketstore.store import MessageStore
 
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
 
     if not as_json:
         out.write(
-            f"rocketstore {rocketstore.__version__} ({rocketstore.IMPLEMENTATION} implementation), "
+            f"rocketstore {rocketstore.__version__} ({describe(rocketstore.IMPLEMENTATION)}), "
             f"store {store_path}\n"
         )
     body = os.urandom(body_size)
@@ -241,7 +242,7 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
         stats = store.stats()
         written = store.max_offset - start_offset
         messages = 3 * count + durable_count
-    disk = _disk_usage(store_path)
+    disk = disk_usage(store_path)
     removed = False
     if cleanup and ours:
         shutil.rmtree(store_path)
@@ -282,10 +283,14 @@ def quickstart(  # noqa: C901 (a script of timed steps, read top to bottom)
             f"wrote {messages:,} messages ({_human_bytes(written)}); removed {store_path} (--cleanup)\n"
         )
     else:
-        how = f"rm -rf {store_path}" if ours else "it holds other data too: nothing to remove by hand"
+        how = (
+            f"remove it: rm -rf {store_path}"
+            if ours
+            else "it held data before this run, so the quickstart's messages stay there with it"
+        )
         out.write(
             f"wrote {messages:,} messages ({_human_bytes(written)}); {_human_bytes(disk)} on disk in "
-            f"{store_path} (explore it: rocketstore --store {store_path} stats; remove it: {how})\n"
+            f"{store_path} (explore it: rocketstore --store {store_path} stats; {how})\n"
         )
     return EXIT_OK
 
