@@ -15,6 +15,11 @@ durable — the CommitLog below the highest flushed offset it was told of (in th
 earlier one on the same store: what was durable stays durable), the ConsumeQueue units
 and index files the checkpoint vouches for — and overwrites everything after that, page by page,
 with zeros, random bytes, or leaves it (the kernel may have written a page back, or not).
+The store's runtime files are never flushed: the live page is left as it was, zeroed, cut
+short, filled with random bytes (its magic kept or not) or taken back to an older copy, and a
+stale shared append table is sometimes left beside it (its lock held by a thread that no
+longer exists, as a power cut can bring its page back), so every open must rebuild or ignore
+them (:func:`damage_runtime_files`).
 
 Then it reopens the store and checks (:func:`check_store`):
 
@@ -27,9 +32,14 @@ Then it reopens the store and checks (:func:`check_store`):
   from 0 gets each of its messages once, at contiguous offsets, each the one its position names
   (:func:`check_queue_integrity`, on the writable reopen and on the read-only one);
 * a put after the crash continues every queue's offsets;
-* a read-only open beside the recovered store sees the same.
+* a read-only open beside the recovered store sees the same;
+* with ``--power-loss``, a read-only open right after the power cut (before any writer
+  repaired anything) opens and finds every acknowledged message by its msgId.
 
-The suite runs a few iterations (tests/test_crash_harness.py); this script runs many.
+An open that raises counts as a **refused open**, an acknowledged message that is missing or
+damaged as a **lost acknowledged put**; the script reports both (each must be 0) beside the
+other violations. The suite runs a few iterations (tests/test_crash_harness.py); this script
+runs many.
 """
 
 from __future__ import annotations
@@ -186,7 +196,7 @@ def start_and_kill(
         first = child.stdout.readline().split()
         if not first or first[0] != b"READY":
             child.kill()
-            raise AssertionError(f"child did not start: {first!r} {child.stderr.read()!r}")
+            raise RefusedOpen(f"child did not start: {first!r} {child.stderr.read()!r}")
         time.sleep(rng.choice(delays) + rng.random() * jitter)
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate(timeout=60)
@@ -258,7 +268,7 @@ def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
     confirm = cp.confirm_phy_offset
     # The checkpoint is written after the CommitLog was flushed past confirm: durable as well.
     flushed = max(flushed, confirm)
-    damaged = {"commitlog": 0, "consumequeue": 0, "index": 0}
+    damaged = {"commitlog": 0, "consumequeue": 0, "index": 0, "runtime": damage_runtime_files(path, rng)}
     cl = os.path.join(path, "commitlog")
     for name in sorted(os.listdir(cl)):
         start = int(name)
@@ -308,16 +318,123 @@ def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
     return damaged
 
 
+#: What a power cut may leave of a runtime file (the page is never flushed, the table never).
+RUNTIME_DAMAGES = ("keep", "zeros", "short", "garbage", "torn", "stale")
+
+
+def damage_runtime_files(
+    path: str, rng: random.Random, style: Optional[str] = None, table: Optional[str] = None
+) -> int:
+    """Leave the store's runtime files as a power cut may: the live page kept, zeroed, cut
+    short, random (its magic kept or not) or an older copy of itself; and now and then a
+    shared append table of an owner that no longer exists, garbage or whole with its append
+    lock held (the table's page came back from before the cut). ``style`` (one of
+    RUNTIME_DAMAGES) and ``table`` ("garbage", "locked", "" for none) choose instead of ``rng``.
+    Returns how many files it damaged."""
+    from rocketstore import sharedappend
+    from rocketstore.live import LIVE_NAME, LIVE_SIZE
+
+    done = 0
+    live = os.path.join(path, LIVE_NAME)
+    if os.path.exists(live):
+        style = style or rng.choice(RUNTIME_DAMAGES)
+        with open(live, "r+b") as f:
+            page = f.read()
+            if style == "zeros":
+                f.seek(0)
+                f.write(bytes(len(page)))
+            elif style == "short":
+                f.truncate(rng.randrange(0, LIVE_SIZE))
+            elif style == "garbage":
+                f.seek(0)
+                f.write(rng.randbytes(len(page)))
+            elif style == "torn":  # the magic kept, the rest random
+                f.seek(8)
+                f.write(rng.randbytes(max(0, len(page) - 8)))
+            elif style == "stale":  # an older copy: where records ended then, an older epoch
+                f.seek(16)
+                f.write(struct.pack("<qQ", rng.randrange(0, SEGMENT * 4), rng.randrange(0, 4)))
+        done += style != "keep"
+    where = os.path.join(path, sharedappend.APPEND_NAME)
+    if table is None and rng.random() < 0.3:
+        table = rng.choice(("garbage", "locked"))
+    if table and sharedappend.supported() and not os.path.exists(where):
+        if table == "garbage":
+            with open(where, "wb") as f:
+                f.write(rng.randbytes(rng.randrange(0, 8192)))
+        else:
+            fd, mm = sharedappend.open_table(path, create=True)
+            try:
+                struct.pack_into("<QQ", mm, sharedappend.O_MAGIC, sharedappend.MAGIC, 7)
+                mutex = sharedappend.Mutex(mm)
+                mutex.lock()  # held; then by a thread id no thread has
+                mutex.release()
+                struct.pack_into("<i", mm, sharedappend.O_MUTEX, 0x3FFFFFF0)
+            finally:
+                mm.close()
+                os.close(fd)
+        done += 1
+    return done
+
+
+class RefusedOpen(AssertionError):
+    """An open of the store raised."""
+
+
+class LostAcknowledged(AssertionError):
+    """Acknowledged durable puts missing or damaged; ``count`` says how many."""
+
+    def __init__(self, count: int, message: str) -> None:
+        super().__init__(message)
+        self.count = count
+
+
+def open_store(path: str, implementation: str, read_only: bool = False):
+    """``MessageStore(path, ...)``; whatever it raises becomes :class:`RefusedOpen`."""
+    from rocketstore import MessageStore
+
+    try:
+        return MessageStore(path, implementation=implementation, read_only=read_only, **STORE_OPTIONS)
+    except Exception as exc:
+        kind = "read-only" if read_only else "writable"
+        raise RefusedOpen(f"{kind} open refused: {type(exc).__name__}: {exc}") from exc
+
+
+def check_acknowledged(store, acked) -> None:
+    """Every acknowledged message is there, found by its msgId, intact; else
+    :class:`LostAcknowledged` with how many are not."""
+    from rocketstore.errors import RocketStoreError
+
+    lost = []
+    for a in acked:
+        try:
+            msg = store.get_by_msg_id(a.msg_id)
+            ok = zlib.crc32(bytes(msg.body)) == a.crc and msg.topic == a.topic
+        except RocketStoreError:
+            ok = False
+        if not ok:
+            lost.append(a)
+    if lost:
+        raise LostAcknowledged(
+            len(lost), f"{len(lost)} acknowledged message(s) lost or damaged, e.g. {lost[0].msg_id}"
+        )
+
+
+def check_after_power_cut(path: str, implementation: str, acked) -> None:
+    """A read-only open right after the power cut (a checker before any writer): it opens, and
+    reads every acknowledged message."""
+    with open_store(path, implementation, read_only=True) as reader:
+        check_acknowledged(reader, acked)
+
+
 def check_store(path: str, implementation: str, acked) -> dict:
     """Reopen after the crash and check every promise (see the module docstring)."""
-    from rocketstore import MessageStore, PutStatus
+    from rocketstore import PutStatus
 
-    with MessageStore(path, implementation=implementation, **STORE_OPTIONS) as store:
+    with open_store(path, implementation) as store:
         assert not store.last_shutdown_clean, "the crash left no abort file"
+        check_acknowledged(store, acked)
         for a in acked:
-            msg = store.get_by_msg_id(a.msg_id)
-            assert zlib.crc32(bytes(msg.body)) == a.crc, f"acknowledged message {a.msg_id} damaged"
-            assert msg.topic == a.topic
             if a.key != "-":
                 found = store.query_by_key(a.topic, a.key, max_num=64)
                 assert any(m.msg_id == a.msg_id for m in found), f"key {a.key} not found"
@@ -341,7 +458,7 @@ def check_store(path: str, implementation: str, acked) -> dict:
             assert r.queue_offset == expected, (topic, r.queue_id, r.queue_offset, expected)
             after[topic] = r
         counts = {"messages": sum(per_queue.values()), "records": report["records"]}
-    with MessageStore(path, implementation=implementation, read_only=True, **STORE_OPTIONS) as reader:
+    with open_store(path, implementation, read_only=True) as reader:
         assert reader.last_shutdown_clean
         for topic, r in after.items():
             assert reader.get_by_queue_offset(topic, r.queue_id, r.queue_offset).body == b"after the crash"
@@ -421,6 +538,8 @@ def one_iteration(
         rounds_log.append(entry)
         with open(os.path.join(workdir, "rounds.json"), "w") as f:
             json.dump(rounds_log, f, indent=1)
+    if power_loss:
+        check_after_power_cut(path, implementation, acked_all)
     counts = check_store(path, implementation, acked_all)
     counts["acknowledged"] = len(acked_all)
     if damaged is not None:
@@ -516,7 +635,7 @@ def main(argv=None) -> int:
         flush=True,
     )
     rng = random.Random(seed)
-    failures = 0
+    failures = refused = lost = 0
     totals = {"acknowledged": 0, "messages": 0}
     t0 = time.monotonic()
     for i in range(args.iterations):
@@ -529,6 +648,8 @@ def main(argv=None) -> int:
                 totals[k] += counts[k]
         except Exception as exc:  # any failure to keep a promise, not only a failed assert
             failures += 1
+            refused += isinstance(exc, RefusedOpen)
+            lost += exc.count if isinstance(exc, LostAcknowledged) else 0
             where = traceback.extract_tb(exc.__traceback__)[-1]
             print(
                 f"iteration {i}: VIOLATION at line {where.lineno} ({where.line}): "
@@ -542,7 +663,8 @@ def main(argv=None) -> int:
         if (i + 1) % 50 == 0:
             print(f"  {i + 1} iterations, {failures} violations, {time.monotonic() - t0:.0f} s", flush=True)
     print(
-        f"done: {args.iterations} iterations, {failures} violations, "
+        f"done: {args.iterations} iterations, {failures} violations, {refused} refused opens, "
+        f"{lost} lost acknowledged puts, "
         f"{totals['acknowledged']} acknowledged durable puts checked, "
         f"{totals['messages']} messages recovered, {time.monotonic() - t0:.0f} s",
         flush=True,

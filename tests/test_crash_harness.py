@@ -84,3 +84,18 @@ def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_
         str(tmp_path), impl.name, rng, power_loss=True, src=SRC, rounds=2, run=run
     )
     assert runs[0] > 0 and counts["acknowledged"] == runs[0]
+
+
+@pytest.mark.parametrize("style", ["garbage", "torn", "short"])
+def test_a_power_cut_that_damaged_the_runtime_files_leaves_a_store_that_opens(
+    tmp_path, impl, rng, style, monkeypatch
+):
+    """After the cut the live page is garbage, torn or short and a stale shared append table
+    with its lock held lies beside it: the read-only checker, the next writer (round 2's child)
+    and the checks all open the store, and nothing acknowledged is lost."""
+    real = crash_harness.damage_runtime_files
+    monkeypatch.setattr(
+        crash_harness, "damage_runtime_files", lambda path, rng: real(path, rng, style, "locked")
+    )
+    counts = crash_harness.one_iteration(str(tmp_path), impl.name, rng, power_loss=True, src=SRC, rounds=2)
+    assert counts["damaged_files"] >= 1

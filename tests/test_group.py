@@ -136,18 +136,19 @@ def test_bad_arguments_are_typed_errors(tmp_path):
             GroupConsumer(store, "g", "T", commit_interval=None)
         directory = tmp_path / "s" / GROUPS_DIR
         directory.mkdir(exist_ok=True)
-        (directory / "x.members").write_bytes(b"not ours")
+        (directory / "x.members").mkdir()  # not a file: left as it is
         with pytest.raises(NotAStoreError):
             GroupConsumer(store, "x", "T")
-        assert (directory / "x.members").read_bytes() == b"not ours"
+        assert (directory / "x.members").is_dir()
 
 
 MEMBER = r"""
 import sys
 from rocketstore import GroupConsumer, MessageStore
-path, out = sys.argv[1], sys.argv[2]
+path, out, state = sys.argv[1], sys.argv[2], sys.argv[3]
 with MessageStore(path, read_only=True) as store, open(out, "ab", buffering=0) as log:
-    member = GroupConsumer(store, "g", "T", session_timeout=2)
+    # a read-only store writes nothing in its directory: the group's files are in ``state``
+    member = GroupConsumer(store, "g", "T", session_timeout=2, state_dir=state)
     for msg in member:
         log.write(msg.body + b"\n")   # processed (then the next poll commits it)
 """
@@ -164,7 +165,9 @@ def test_members_killed_at_random_never_make_the_group_skip(tmp_path, rng):
     n, rounds = 0, int(os.environ.get("ROCKETSTORE_GROUP_KILL_ROUNDS", "30"))
 
     def start(i):
-        return subprocess.Popen([sys.executable, "-c", MEMBER, path, logs[i]], env=env)
+        return subprocess.Popen(
+            [sys.executable, "-c", MEMBER, path, logs[i], str(tmp_path / "groups")], env=env
+        )
 
     with MessageStore(path) as store:
         store.create_topic("T", 6)
@@ -209,16 +212,16 @@ def test_the_writer_writes_the_groups_offsets_into_consumer_offset_json(tmp_path
     with MessageStore(path, checkpoint_interval_ms=10) as store:
         store.create_topic("T", 1)
         fill(store, 3)
-        with MessageStore(path, read_only=True) as reader:
-            member = GroupConsumer(reader, "g", "T", commit_interval=0)
-            assert len(member.poll(10)) == 3
-            member.poll(10)  # commits what the first poll handed out
-            deadline = time.monotonic() + 30
-            text = ""
-            while time.monotonic() < deadline and '"T@g"' not in text:
-                time.sleep(0.02)
-                offsets = path / "config" / "consumerOffset.json"
-                text = offsets.read_text() if offsets.exists() else ""
-            assert '"T@g":{0:3' in text.replace(" ", "").replace("\n", "").replace("\t", "")
-            assert store.committed_offset("g", "T", 0) == 3
-            member.close()
+        # (the writer's own group: a read-only store's is kept in memory, a joined process's is in the files)
+        member = GroupConsumer(store, "g", "T", commit_interval=0)
+        assert len(member.poll(10)) == 3
+        member.poll(10)  # commits what the first poll handed out
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline and '"T@g"' not in text:
+            time.sleep(0.02)
+            offsets = path / "config" / "consumerOffset.json"
+            text = offsets.read_text() if offsets.exists() else ""
+        assert '"T@g":{0:3' in text.replace(" ", "").replace("\n", "").replace("\t", "")
+        assert store.committed_offset("g", "T", 0) == 3
+        member.close()

@@ -15,7 +15,7 @@ import pytest
 import rocketstore
 from rocketstore import Consumer, MessageStore
 from rocketstore.consume import GetMessageStatus as S
-from rocketstore.errors import InvalidMessageError, MessageNotFoundError, NotAStoreError, StoreClosedError
+from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
 from rocketstore.live import LIVE_NAME, LIVE_SIZE, topic_slot
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
@@ -259,16 +259,17 @@ def test_a_store_without_a_live_page_is_read_as_it_was(java_store, tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"not ours", b"\x01" * LIVE_SIZE])
-def test_a_foreign_live_file_is_refused_and_left_alone(tmp_path, content):
+def test_a_damaged_live_file_is_rebuilt_by_a_writer_and_ignored_by_a_reader(tmp_path, content):
+    """The page holds no durable state (tests/test_runtime_files.py tries every damage)."""
     path = tmp_path / "s"
     MessageStore(path).close()
     live = path / LIVE_NAME
     live.write_bytes(content)
-    with pytest.raises(NotAStoreError):
-        MessageStore(path)
-    assert live.read_bytes() == content
     with MessageStore(path, read_only=True) as reader:  # a reader ignores it
         assert reader.max_offset == 0
+    assert live.read_bytes() == content
+    MessageStore(path).close()
+    assert live.read_bytes()[:8] == b"RSLIVE\x00\x01" and len(live.read_bytes()) == LIVE_SIZE
 
 
 def test_a_clean_reopen_leaves_the_live_page_as_it_was(tmp_path, impl):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import mmap
 import os
 import stat
@@ -38,12 +39,13 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import Consumer, poll_deadline
-from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError
+from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError, StoreReadOnlyError
 from rocketstore.mapped_file import allocate_file
 from rocketstore.message import MessageExt
 
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
 __all__ = ["GROUPS_DIR", "GroupConsumer", "allocate_averagely"]
+
+_log = logging.getLogger("rocketstore.store")
 
 GROUPS_DIR = "rocketstore-groups"
 _MAGIC = b"RSGROUP\x01"
@@ -134,15 +138,24 @@ class _Members:
         try:
             with self.locked():
                 st = os.fstat(self._fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, _SIZE):
-                    raise NotAStoreError(f"{path} is not a rocketstore members file")
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotAStoreError(f"{path} is not a rocketstore members file (not a regular file)")
+                damage = ""
+                if st.st_size not in (0, _SIZE):
+                    # Membership is no durable state: a file cut short (a power cut) or of
+                    # another size is made again. No member maps a file of another size.
+                    damage = f"a {st.st_size}-byte file"
+                    os.ftruncate(self._fd, 0)
                 allocate_file(self._fd, _SIZE, path)  # sized when new; its blocks allocated
                 self.mm = mmap.mmap(self._fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 if self.mm[:8] != _MAGIC:
                     if self.mm[:] != bytes(_SIZE):
-                        self.mm.close()
-                        raise NotAStoreError(f"{path} is not a rocketstore members file (no magic)")
+                        damage = damage or "no magic"
+                        # a live member that mapped it finds its slot gone and joins again
+                        self.mm[:] = bytes(_SIZE)
                     self.mm[:8] = _MAGIC
+                if damage:
+                    _log.warning("%s was damaged (%s): rebuilt (members join again)", path, damage)
         except BaseException:
             os.close(self._fd)
             raise
@@ -208,6 +221,95 @@ class _Members:
         os.close(self._fd)  # the map goes with its last reference
 
 
+class _MembersInMemory(_Members):
+    """A group's members file kept in this process's memory (a read-only store's group): the
+    same table in a bytearray, under a thread lock. The members of this process share it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.mm = bytearray(_SIZE)  # type: ignore[assignment]
+        self.mm[:8] = _MAGIC
+        self._mutex = threading.RLock()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._mutex:
+            yield
+
+    def close(self) -> None:
+        pass
+
+
+class _OffsetsInMemory(ConsumerOffsetTable):
+    """A group's offsets kept in memory: loaded once from its file if it has one (what the group
+    committed in a writable session), never written."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, read_only=True)
+        self._loaded = False
+
+    def load(self) -> bool:
+        with self._lock:
+            if self._loaded:
+                return self.loaded_from is not None
+            self._loaded = True
+            return super().load()
+
+    def persist(self, force: bool = False) -> bool:
+        self.dirty = False
+        return False
+
+
+#: The groups of read-only stores, by (the store directory's device and inode, file name):
+#: shared by the members in this process while a store object of that directory lives (each
+#: keeps the groups opened on it in _KEPT).
+_IN_MEMORY: weakref.WeakValueDictionary[tuple[int, int, str], _GroupState] = weakref.WeakValueDictionary()
+_KEPT: weakref.WeakKeyDictionary[Any, list[_GroupState]] = weakref.WeakKeyDictionary()
+_IN_MEMORY_LOCK = threading.Lock()
+
+
+class _GroupState:
+    """What the members of one group share: its members table and its offsets."""
+
+    def __init__(self, members: _Members, offsets: ConsumerOffsetTable) -> None:
+        self.members = members
+        self.offsets = offsets
+
+
+def _in_memory(store: MessageStore, name: str) -> _GroupState:
+    st = os.stat(store.path)
+    key = (st.st_dev, st.st_ino, name)
+    directory = os.path.join(store.path, GROUPS_DIR)
+    with _IN_MEMORY_LOCK:
+        state = _IN_MEMORY.get(key)
+        if state is None:
+            state = _GroupState(
+                _MembersInMemory(os.path.join(directory, name + ".members")),
+                _OffsetsInMemory(os.path.join(directory, name + ".offsets.json")),
+            )
+            _IN_MEMORY[key] = state
+        kept = _KEPT.setdefault(store, [])
+        if state not in kept:
+            kept.append(state)
+        return state
+
+
+def _state_dir(store: MessageStore, state_dir: Union[str, os.PathLike[str], None]) -> Optional[str]:
+    """The directory the group's files go in, or None for memory (a read-only store's default)."""
+    if state_dir is None:
+        return None if store.read_only else os.path.join(store.path, GROUPS_DIR)
+    directory = os.path.abspath(os.fspath(state_dir))
+    if store.read_only:
+        inside = os.path.realpath(directory)
+        root = os.path.realpath(store.path)
+        if os.path.commonpath([inside, root]) == root:
+            raise StoreReadOnlyError(
+                f"state_dir {directory} lies in the read-only store {store.path}, which writes nothing: "
+                "name a directory outside it (or leave it out: the group is then kept in memory)"
+            )
+    return directory
+
+
 class GroupConsumer(Consumer):
     """One member of a consumer group shared by processes (see the module's docstring).
 
@@ -221,6 +323,15 @@ class GroupConsumer(Consumer):
     gives up queues and at :meth:`close` (each commit is an fsynced file write); a member killed
     meanwhile makes the group deliver again at most that much. Without it call :meth:`commit`
     after processing.
+
+    ``state_dir``: the directory of the group's files (default ``<store>/rocketstore-groups``).
+    A read-only store writes nothing under its directory: there the group keeps its membership
+    and offsets in memory, shared by its members in this process for as long as a store object
+    of that directory lives here, and starting from what the group committed in the store's
+    files, unless ``state_dir`` names a directory outside the
+    store (processes that name the same one form one group). A store opened for writing (in a
+    process of its own it joins the writer) copies the group's offsets into
+    ``consumerOffset.json`` only from the default directory.
     """
 
     def __init__(
@@ -236,6 +347,7 @@ class GroupConsumer(Consumer):
         commit_interval: float = 1.0,
         retry: bool = True,
         clock: Any = None,
+        state_dir: Union[str, os.PathLike[str], None] = None,
     ) -> None:
         super().__init__(store, _check_group_name(group), subscriptions, retry=retry)
         if isinstance(session_timeout, bool) or not isinstance(session_timeout, (int, float)):
@@ -253,11 +365,17 @@ class GroupConsumer(Consumer):
         self._committed_at = time.monotonic()
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._lock = threading.RLock()
-        directory = os.path.join(store.path, GROUPS_DIR)
-        os.makedirs(directory, exist_ok=True)
         name = f"{group}@{_check_group_name(instance)}" if self.broadcasting else group
-        self._offsets = ConsumerOffsetTable(os.path.join(directory, name + ".offsets.json"))
-        self._members = _Members(os.path.join(directory, name + ".members"))
+        directory = _state_dir(store, state_dir)
+        self._shared: Optional[_GroupState] = None
+        if directory is None:
+            self._shared = _in_memory(store, name)
+            self._offsets: ConsumerOffsetTable = self._shared.offsets
+            self._members = self._shared.members
+        else:
+            os.makedirs(directory, exist_ok=True)
+            self._offsets = ConsumerOffsetTable(os.path.join(directory, name + ".offsets.json"))
+            self._members = _Members(os.path.join(directory, name + ".members"))
         self._token = uuid.uuid4().int & 0xFFFFFFFFFFFFFFFF or 1
         self._slot = -1
         self._generation = -1

@@ -31,14 +31,17 @@ offset  type  field
 ======  ====  ========================================================================
 
 The only write a read-only store makes is to this page's waiter fields, and only while one of
-its calls waits; without write access to the file it waits by polling every millisecond.
+its calls waits while a writer holds the store (which reads them to wake it); with no writer,
+or without write access to the file, it waits by polling every millisecond and writes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import mmap
 import os
+import random
 import stat
 import struct
 import threading
@@ -49,6 +52,7 @@ from typing import Any, Optional
 
 from rocketstore.errors import NotAStoreError, StoreConfigError
 from rocketstore.mapped_file import MappedFile, allocate_file
+from rocketstore.storedir import writer_present
 
 __all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
 
@@ -68,6 +72,25 @@ GEOMETRY_OPTIONS = (
     "index_count",
     "max_message_size",
 )
+
+
+_U64 = (1 << 64) - 1
+_MOST_WAITERS = 1 << 22  # (Linux's most threads)
+_log = logging.getLogger("rocketstore.store")
+
+
+def _fresh_epoch() -> int:
+    return random.getrandbits(63) | 1
+
+
+def _plausible(mm: mmap.mmap) -> bool:
+    """Whether a page with the magic has fields a writer could have written: the end of records
+    not negative, and the counted waiters no more than processes can be (a torn page's random
+    words are neither, almost always)."""
+    wrote: int = _STATE.unpack_from(mm, _WROTE)[0]
+    waiters: list[int] = [struct.unpack_from("<I", mm, 12)[0]]
+    waiters += [struct.unpack_from("<I", mm, _SLOT0 + 8 * i + 4)[0] for i in range(SLOTS)]
+    return wrote >= 0 and max(waiters) < _MOST_WAITERS
 
 
 def read_geometry(root: str) -> dict[str, int]:
@@ -98,12 +121,38 @@ class LivePage:
     """The map of ``<store>/rocketstore-live``; ``store`` is the implementation's store module
     (its ``live_wait`` / ``live_wake`` / ``live_seq``)."""
 
-    def __init__(self, path: str, fd: int, mm: mmap.mmap, store: Any, writable: bool) -> None:
+    def __init__(
+        self, path: str, fd: int, mm: mmap.mmap, store: Any, writable: bool, owner: bool = False
+    ) -> None:
         self.path = path
         self._fd = fd
         self.mm = mm
         self._store = store
         self.writable = writable
+        #: The writer's own page (:meth:`create`); a reader's is :meth:`attach`'s.
+        self.owner = owner
+        #: The sequence when a look last found a writer holding the store (None: none found).
+        self._writer_seen_at: Optional[int] = None
+
+    def _counts_in(self) -> bool:
+        """Whether a waiter may count itself in (a write to the page): on the writer's own
+        page, and on a reader's while a writer holds the store, which then reads the counts
+        to wake it. With no writer there is nothing to wake a waiter but a writer that opens
+        and puts (which moves the sequence), so a reader polls and writes nothing: a read-only
+        store never changes a byte, nor an mtime, of a store nobody writes. The look at the
+        store's lock (an open and a close of its file) is skipped while the sequence moved
+        since the last look found a writer: it has put since, so it is there."""
+        if not self.writable:
+            return False
+        if self.owner:
+            return True
+        seq = self.seq()
+        if self._writer_seen_at is not None and seq != self._writer_seen_at:
+            self._writer_seen_at = seq
+            return True
+        present = writer_present(os.path.dirname(self.path))
+        self._writer_seen_at = seq if present else None
+        return present
 
     @classmethod
     def create(
@@ -113,35 +162,53 @@ class LivePage:
         recovery found them to end). The epoch moves when the store was not closed cleanly
         (``crashed``: recovery may have cut records a reader mapped, written but never
         published) or when ``end`` is below what the page said (readers then open again); a clean
-        reopen changes no byte of it."""
+        reopen changes no byte of it. A damaged page (another size, no magic, fields out of range)
+        is made again, with an epoch no reader holds, and logged: the caller holds the store's
+        lock, and the page holds no durable state."""
         path = os.path.join(root, LIVE_NAME)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
         except OSError as exc:
             raise NotAStoreError(f"{path} cannot be the store's live page: {exc.strerror}") from None
+        damage = ""
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size not in (0, LIVE_SIZE):
-                raise NotAStoreError(f"{path} is not rocketstore's live page (a {st.st_size}-byte file)")
-            # new (or a crash while it was being created): sized, and its blocks allocated
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAStoreError(f"{path} is not rocketstore's live page (not a regular file)")
+            if st.st_size not in (0, LIVE_SIZE):
+                # The page is never durable state, and the caller holds the store's lock: no
+                # writer maps it, and no reader maps a file of another size. (A shorter file is
+                # a power cut while it was made; any other size, not this store's page.)
+                damage = f"a {st.st_size}-byte file"
+                os.ftruncate(fd, 0)
+            # new (or a crash while it was being created, or damaged): sized, its blocks allocated
             allocate_file(fd, LIVE_SIZE, path)
             mm = mmap.mmap(fd, LIVE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             raise
-        page = cls(path, fd, mm, store, True)
-        if mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
-            page.close()
-            raise NotAStoreError(f"{path} is not rocketstore's live page (no magic): it is left as it is")
-        if mm[:8] != _MAGIC:
+        page = cls(path, fd, mm, store, True, owner=True)
+        if not damage and mm[:8] != _MAGIC and mm[:] != bytes(LIVE_SIZE):
+            damage = "no magic"
+        if not damage and mm[:8] == _MAGIC and not _plausible(mm):
+            damage = "fields out of range"
+        if damage:
+            _log.warning("%s was damaged (%s): rebuilt (it holds no durable state)", path, damage)
+            mm[:] = bytes(LIVE_SIZE)
+            # a reader that mapped the damaged page must open again: an epoch it cannot hold
+            _STATE.pack_into(mm, _WROTE, end, _fresh_epoch(), 0)
+            mm[:8] = _MAGIC
+            store.live_wake(mm)
+        elif mm[:8] != _MAGIC:
             mm[:] = bytes(LIVE_SIZE)
             _STATE.pack_into(mm, _WROTE, end, 1, 0)
             mm[:8] = _MAGIC
         else:
             wrote, epoch, changes = _STATE.unpack_from(mm, _WROTE)
             if wrote != end or crashed:
-                _STATE.pack_into(mm, _WROTE, end, epoch + 1 if wrote > end or crashed else epoch, changes)
+                moved = (((epoch + 1) & _U64) or 1) if wrote > end or crashed else epoch
+                _STATE.pack_into(mm, _WROTE, end, moved, changes)
                 store.live_wake(mm)
         if _GEOMETRY.unpack_from(mm, _GEOMETRY_AT) != tuple(geometry):
             _GEOMETRY.pack_into(mm, _GEOMETRY_AT, *geometry)
@@ -202,7 +269,7 @@ class LivePage:
         """Sleep until a put of a topic of the slots ``seen`` was taken for (or any put, with no
         slots) or ``timeout`` seconds pass; True if one came."""
         page_seen, words, values = seen
-        if not words or not self.writable:
+        if not words or not self._counts_in():
             return self.wait(page_seen, timeout)
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
         changed: bool = self._store.live_wait_words(self.mm, words, values, page_seen, ms)
@@ -211,7 +278,7 @@ class LivePage:
     def wait(self, seen: int, timeout: Optional[float]) -> bool:
         """Sleep until the sequence is no longer ``seen`` or ``timeout`` seconds pass (None: no
         limit); True if it changed."""
-        if not self.writable:
+        if not self._counts_in():
             deadline = None if timeout is None else time.monotonic() + timeout
             while self.seq() == seen:
                 if deadline is not None and time.monotonic() >= deadline:

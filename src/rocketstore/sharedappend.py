@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import stat
@@ -95,6 +96,8 @@ O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS = 0, 8, 16, 20, 24, 32
 O_ENTRIES, O_SEGMENT, O_REFUSING, O_PUBLISHING = 40, 48, 56, 64
 O_MUTEX, MUTEX_BYTES = 128, 128
 E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
+
+_log = logging.getLogger("rocketstore.store")
 
 #: Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid (and padding).
 _FLOCK = struct.Struct("hhqqi4x")
@@ -267,8 +270,17 @@ def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
 
 def invalidate(root: str) -> None:
     """Epoch 0, under the lock: joined writers stop appending (an owner opening or closing).
-    Waits for an append in progress to end."""
+    Waits for an append in progress to end.
+
+    When no process holds the table (no owner's presence, no joined writer's membership: the
+    processes that used it are gone, or a power cut stopped them all), it is nobody's: it is
+    removed without being locked, whatever it holds. A power cut can bring its page back from
+    before, with the append lock held by a thread no process runs (no robust-list cleanup ran),
+    which would make the lock wait for ever. The next owner that shares makes a new one."""
     if not supported():
+        return
+    if not appenders_present(root):
+        _discard(root)
         return
     table = open_table(root, create=False)
     if table is None:
@@ -288,6 +300,30 @@ def invalidate(root: str) -> None:
     finally:
         mm.close()
         os.close(fd)
+
+
+def _discard(root: str) -> None:
+    """Remove the table nobody holds (see :func:`invalidate`); say so when it was damaged."""
+    path = os.path.join(root, APPEND_NAME)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreConfigError(f"{path} is not a regular file")
+    damage = ""
+    if st.st_size != SIZE:
+        damage = f"a {st.st_size}-byte file"
+    else:
+        try:
+            with open(path, "rb") as f:
+                if struct.unpack("<Q", f.read(8))[0] != MAGIC:
+                    damage = "no magic"
+        except (OSError, struct.error):
+            damage = "unreadable"
+    if damage:
+        _log.warning("%s was damaged (%s): removed (it holds no durable state)", path, damage)
+    remove(root)
 
 
 def remove(root: str) -> None:

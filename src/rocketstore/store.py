@@ -66,7 +66,9 @@ class MessageStore(FacadeBase, StoreBase):
     b'hello'
 
     Keyword options are those of :class:`rocketstore.StoreConfig`. ``read_only=True`` never writes
-    a byte nor takes the lock. ``implementation`` pins the twin ("c" or "py"; default: compiled
+    a byte under the store's directory (its consumer groups keep their offsets in memory, or in a
+    ``state_dir`` outside it) nor takes the lock; while a writer holds the store, its waits count
+    themselves into the writer's live page, which wakes them (docs/guide/processes.md). ``implementation`` pins the twin ("c" or "py"; default: compiled
     when built). Thread-safe: any number of threads may put and read at once.
 
     ``progress(stage, done, total)``, if given, is called while the open recovers: ``stage`` is

@@ -523,9 +523,18 @@ class StoreBase(JoinedWriting):
                 found["commitlog_file_size"] = detected
         detect_queue_options(self.path, found)
         if self._files_read_only:
-            # what the files cannot tell yet (a store with none), its writer's live page does
-            for name, value in read_geometry(self.path).items():
-                found.setdefault(name, value)
+            # what the files cannot tell yet (a store with none), its writer's live page does;
+            # a page torn by a power cut says nothing (it holds no durable state)
+            page = {name: value for name, value in read_geometry(self.path).items() if name not in found}
+            if page:
+                try:
+                    return self._configured({**found, **page})
+                except StoreConfigError:
+                    _log.warning("%s: the live page's geometry is not valid; not used", self.path)
+        return self._configured(found)
+
+    @staticmethod
+    def _configured(found: dict[str, Any]) -> StoreConfig:
         config = StoreConfig(**found)
         if config.raise_open_files_limit:
             raise_open_files_limit()  # before the store maps its files

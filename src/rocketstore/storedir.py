@@ -52,8 +52,10 @@ _EARLY_STORE_ENTRIES = {
     "lock": (False, 32),  # "lock", and while a sharing writer runs its mark (_MARK, 24 bytes)
     "abort": (False, 0),
     "checkpoint": (False, CHECKPOINT_SIZE),
-    "rocketstore-live": (False, 4096),  # rocketstore.live's page (LIVE_SIZE)
-    "rocketstore-append": (False, 64 << 20),  # rocketstore.sharedappend's table (SIZE)
+    # rocketstore.live's page and rocketstore.sharedappend's table, of any size: they hold no
+    # durable state (a damaged one is made again), so they tell nothing about the directory
+    "rocketstore-live": (False, -1),
+    "rocketstore-append": (False, -1),
     "rocketstore-groups": (True, 0),  # rocketstore.group's members and offsets
     ".spark-staging": (True, 0),
 }  # the Spark sink stages parts before it opens
@@ -113,7 +115,7 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
             is_dir is None
             or os.path.isdir(entry) != is_dir
             or os.path.islink(entry)
-            or (not is_dir and (not os.path.isfile(entry) or os.path.getsize(entry) > largest))
+            or (not is_dir and (not os.path.isfile(entry) or 0 <= largest < os.path.getsize(entry)))
         ):
             raise NotAStoreError(
                 f"{path} is not a store: it has no commitlog/ directory, and {name!r} "
