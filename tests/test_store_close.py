@@ -45,7 +45,7 @@ def busy_store(path, impl):
     s = open_store(path, impl)
     for i in range(300):
         s.put("T", b"m%d" % i, keys="k%d" % i)
-    s.put("T", b"late", delay_level=1)
+    s.put("T", b"late", delay_level=18)  # 2 h: never delivered into T during a test, however slow
     future = s.put_pipelined("T", b"piped")
     future.add_done_callback(lambda f: None)
     future.result()
@@ -162,7 +162,7 @@ def test_a_dropped_store_is_closed_at_once_without_a_garbage_collection(tmp_path
         s = MessageStore(path, implementation=impl.name, read_only=read_only)
         assert s.query_by_key("T", "k1")[0].body == b"m1"
         if not read_only:
-            s.put("T", b"late", delay_level=1)
+            s.put("T", b"late", delay_level=18)  # 2 h: never delivered into T during a test, however slow
             future = s.put_pipelined("T", b"piped")
             future.add_done_callback(lambda f: None)
             future.result()
