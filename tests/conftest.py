@@ -76,7 +76,7 @@ def require_spark() -> None:
         missing.append("Java (17 or 21) on PATH or JAVA_HOME")
     if not missing:
         return
-    why = "the Spark tests need " + ", ".join(missing) + " (pip install 'rocketstore[spark]')"
+    why = "the Spark tests need " + ", ".join(missing) + " (pip install '.[spark]' in a clone)"
     if os.environ.get("ROCKETSTORE_REQUIRE_SPARK") == "1":
         pytest.fail(why + "; ROCKETSTORE_REQUIRE_SPARK=1 forbids skipping them", pytrace=False)
     pytest.skip(why, allow_module_level=True)

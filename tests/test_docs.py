@@ -146,3 +146,16 @@ def test_no_comment_cites_an_issue_number():
                 text = path.read_text(encoding="utf-8", errors="replace")
                 found += [f"{path.relative_to(ROOT)}: {m.group()}" for m in _ISSUE_CITATION.finditer(text)]
     assert not found
+
+
+_UNRELEASED_INSTALL = re.compile(r"""pip install ["']?rocketstore\b(?! @)""")
+
+
+def test_no_page_or_message_installs_a_release_that_does_not_exist():
+    """There is no release on an index yet: installs come from a clone or a git URL."""
+    found = []
+    for path in PAGES + sorted((ROOT / "src").rglob("*.py")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _UNRELEASED_INSTALL.search(line) and "finds nothing" not in line:
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, found

@@ -31,7 +31,7 @@ def test_the_package_imports_without_pyspark_and_register_says_what_is_missing()
             print("AttributeError")
     """)
     assert proc.returncode == 0, proc.stderr
-    assert "pip install 'rocketstore[spark]'" in proc.stdout and "AttributeError" in proc.stdout
+    assert "pip install 'pyspark>=4.0' pyarrow" in proc.stdout and "AttributeError" in proc.stdout
 
 
 def test_importing_rocketstore_does_not_import_pyspark():

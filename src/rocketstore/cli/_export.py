@@ -80,7 +80,7 @@ def _import_pyarrow():
     except ImportError:
         raise CliError(
             "Parquet export needs pyarrow, which is not installed "
-            "(pip install 'rocketstore[parquet]'); or export JSON lines with --format jsonl"
+            "(pip install pyarrow); or export JSON lines with --format jsonl"
         ) from None
     return pyarrow, pyarrow.parquet
 

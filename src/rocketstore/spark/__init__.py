@@ -173,7 +173,7 @@ def __getattr__(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "py4j"):
             raise ImportError(
-                f"rocketstore.spark.{name} needs PySpark: pip install 'rocketstore[spark]' ({exc})"
+                f"rocketstore.spark.{name} needs PySpark: pip install 'pyspark>=4.0' pyarrow ({exc})"
             ) from exc
         raise
     globals()[name] = value
