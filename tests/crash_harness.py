@@ -366,10 +366,12 @@ def damage_runtime_files(
             fd, mm = sharedappend.open_table(path, create=True)
             try:
                 struct.pack_into("<QQ", mm, sharedappend.O_MAGIC, sharedappend.MAGIC, 7)
-                mutex = sharedappend.Mutex(mm)
-                mutex.lock()  # held; then by a thread id no thread has
-                mutex.release()
-                struct.pack_into("<i", mm, sharedappend.O_MUTEX, 0x3FFFFFF0)
+                # held by a thread id no thread has: glibc's x86-64 layout of a locked robust
+                # mutex (lock word = owner's tid, count 0, owner tid, one user), written rather
+                # than locked here, because locking it would leave an entry in this thread's
+                # robust list pointing into a map closed below, and glibc follows that entry
+                # (a segfault) at this thread's next robust lock or unlock
+                struct.pack_into("<iIiI", mm, sharedappend.O_MUTEX, 0x3FFFFFF0, 0, 0x3FFFFFF0, 1)
             finally:
                 mm.close()
                 os.close(fd)
