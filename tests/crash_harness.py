@@ -366,17 +366,23 @@ def damage_runtime_files(
             fd, mm = sharedappend.open_table(path, create=True)
             try:
                 struct.pack_into("<QQ", mm, sharedappend.O_MAGIC, sharedappend.MAGIC, 7)
-                # held by a thread id no thread has: glibc's x86-64 layout of a locked robust
-                # mutex (lock word = owner's tid, count 0, owner tid, one user), written rather
-                # than locked here, because locking it would leave an entry in this thread's
-                # robust list pointing into a map closed below, and glibc follows that entry
-                # (a segfault) at this thread's next robust lock or unlock
-                struct.pack_into("<iIiI", mm, sharedappend.O_MUTEX, 0x3FFFFFF0, 0, 0x3FFFFFF0, 1)
+                hold_by_a_dead_thread(mm)
             finally:
                 mm.close()
                 os.close(fd)
         done += 1
     return done
+
+
+def hold_by_a_dead_thread(mm) -> None:
+    """Leave a shared append table's lock held by a thread id no thread has, as a power cut can
+    bring its page back: glibc's x86-64 layout of a locked robust mutex (lock word = the owner's
+    tid, count 0, owner tid, one user), written rather than locked, because locking it here
+    would leave an entry in this thread's robust list pointing into a map its caller closes,
+    which glibc follows (a segfault) at this thread's next robust lock or unlock."""
+    from rocketstore import sharedappend
+
+    struct.pack_into("<iIiI", mm, sharedappend.O_MUTEX, 0x3FFFFFF0, 0, 0x3FFFFFF0, 1)
 
 
 class RefusedOpen(AssertionError):

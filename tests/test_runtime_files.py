@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import pytest
+from crash_harness import hold_by_a_dead_thread
 
 import rocketstore
 from rocketstore import GroupConsumer, MessageStore, sharedappend
@@ -151,10 +152,7 @@ def test_a_shared_table_whose_lock_a_power_cut_left_held_does_not_hang_the_open(
     fd, mm = table
     try:
         struct.pack_into("<QQ", mm, sharedappend.O_MAGIC, sharedappend.MAGIC, 12345)
-        # held by a thread id no thread has, written as glibc's x86-64 locked robust mutex (lock
-        # word and owner = that tid, one user): locking it here would leave this thread's robust
-        # list pointing into the map closed below, which glibc follows at its next robust lock
-        struct.pack_into("<iIiI", mm, sharedappend.O_MUTEX, 0x3FFFFFF0, 0, 0x3FFFFFF0, 1)
+        hold_by_a_dead_thread(mm)
         mm.flush()
     finally:
         mm.close()

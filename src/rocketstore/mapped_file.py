@@ -141,7 +141,8 @@ def flush_timeout(result: Any, rc: int) -> FlushTimeoutError:
 
 
 def _allocate(fd: int, size: int) -> None:
-    """Reserve the blocks of a new segment, so writes through the map never hit ENOSPC (SIGBUS)."""
+    """Reserve the first ``size`` bytes' blocks, so writes through the map never hit ENOSPC
+    (SIGBUS); where the file system cannot, only grow the file to ``size`` (never shrink it)."""
     if hasattr(os, "posix_fallocate"):
         try:
             os.posix_fallocate(fd, 0, size)
@@ -149,7 +150,8 @@ def _allocate(fd: int, size: int) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
                 raise
-    os.ftruncate(fd, size)
+    if os.fstat(fd).st_size < size:
+        os.ftruncate(fd, size)
 
 
 def _size_new_file(fd: int, size: int, preallocate: bool) -> None:
@@ -336,15 +338,7 @@ def allocate_file(fd: int, size: int, path: str) -> None:
     blocks are allocated already."""
     before = os.fstat(fd).st_size
     try:
-        if hasattr(os, "posix_fallocate"):
-            try:
-                os.posix_fallocate(fd, 0, size)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
-                    raise
-        if before < size:
-            os.ftruncate(fd, size)
+        _allocate(fd, size)
     except OSError as exc:
         if before == 0:
             try:
