@@ -3893,9 +3893,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
 
 __all__ += [
-    "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "pop_receive_run", "PopQuick",
-    "PopReceiver",
-    "received_rows",
+    "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "reconsume_times", "received_rows",
 ]
 
 cdef extern from "Python.h":
@@ -3910,8 +3908,6 @@ from cpython.weakref cimport PyWeakref_GetObject
 from rocketstore.errors import StoreClosedError as _StoreClosedError
 
 from rocketstore.errors import FlushTimeoutError as _FlushTimeoutError
-from rocketstore.errors import InvalidReceiptHandleError as _InvalidReceiptHandleError
-from rocketstore.errors import ReceiptHandleExpiredError as _ReceiptHandleExpiredError
 
 #: (the pure twin's docstring) once every this many single acks, the snapshot check
 POP_SNAPSHOT_CHECK_EVERY = 64
@@ -4053,13 +4049,6 @@ cdef extern from *:
     """
     int rs_mutex_lock_for(pthread_mutex_t *m, double timeout) nogil
 
-cdef extern from "<time.h>" nogil:
-    cdef struct timespec:
-        long tv_sec
-        long tv_nsec
-    int clock_gettime(int clk, timespec *tp)
-    enum: CLOCK_REALTIME
-
 cdef extern from "pythread.h":
     unsigned long PyThread_get_thread_ident()
 
@@ -4135,20 +4124,28 @@ cdef class FastRLock:
         return bool(self._count) and self._owner == PyThread_get_thread_ident()
 
 
-cdef class PopAcker:
-    """(the pure twin's docstring, rocketstore._codec_py.PopAcker) The compiled twin reads a
-    handle that ends in two runs of plain digits without splitting it, writes the record into
-    one bytes object, and keeps the service's parts that do not change (its lock, lanes by
-    handle prefix, CommitLog, offsets table and its lock) at hand; any other handle goes
-    through the pure twin's ``rsplit`` and ``int`` steps, so both raise the same errors for the
-    same handles. The group's committed offset is set as ``ConsumerOffsetTable.commit_key``
-    sets it (under the table's lock), which is called when that would log a move back."""
+cdef object _CAREFUL = object()   # PopAcker._ack: this ack is the careful one's
 
-    cdef object _service_ref
-    cdef object _received_type
+
+cdef class PopAcker:
+    """(the pure twin's docstring, rocketstore._codec_py.PopAcker) The compiled twin does the
+    common case itself, under the service's lock when that is a FastRLock: a handle (a str, or
+    a ``received_type``) that ends in two runs of plain digits, of a lane of the service's
+    ``_by_prefix`` that handed that offset out, still under that delivery, once the revive
+    topic exists and the open has replayed everything. It writes the ``bAck`` record of that
+    one offset (the lane's ``ack_head`` + the offset's digits + ``ack_tail``: what
+    ``PopService._finish`` writes for it) through the CommitLog core's ``put``, and applies it
+    as ``_finish`` does (the lane's in-flight map and lowest un-acked offset, the group's
+    committed offset set as ``ConsumerOffsetTable.commit_key`` sets it, under the table's lock,
+    the heap's compaction). Every other call goes to ``careful`` before anything is written:
+    other handles, an unknown lane, a message finished or handed out again, and every
+    ``POP_SNAPSHOT_CHECK_EVERY``-th ack while the service writes periodic snapshots (the
+    careful ack looks whether one is due); so both twins give the same answer and raise the
+    same errors for the same handles."""
+
+    cdef object _service_ref, _careful, _received_type
     cdef int _countdown
-    cdef object _acquire, _release, _by_prefix, _commitlog, _topic, _props
-    cdef object _offsets, _offsets_acquire, _offsets_release
+    cdef object _by_prefix, _commitlog, _topic, _props, _offsets
     cdef FastRLock _lock, _offsets_lock   # the same locks when they are FastRLocks (else None)
     cdef int64_t _compact_slack
     # the lane of the last handle (lanes stay in the service's _by_prefix for good): a handle
@@ -4157,23 +4154,19 @@ cdef class PopAcker:
     # flags of the service that only ever go one way, read until they have: the revive topic
     # exists (_topic_ready), the open has replayed everything (not _loading)
     cdef bint _ready, _loaded, _snapshots
-    # set by the service's close: from then on every ack raises StoreClosedError (a caller may
-    # still hold this bound method, installed as the store's ``ack``)
     cdef public bint closed
 
-    def __init__(self, service, received_type):
+    def __init__(self, service, received_type, careful):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
+        self._careful = careful
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
-        self._acquire, self._release = service._lock.acquire, service._lock.release
         self._lock = service._lock if type(service._lock) is FastRLock else None
+        self._offsets = service._offsets
         self._offsets_lock = service._offsets._lock if type(service._offsets._lock) is FastRLock else None
         self._by_prefix = service._by_prefix
         self._commitlog = service._parts.commitlog
         self._topic, self._props = service.topic, service._ack_props
-        self._offsets = service._offsets
-        self._offsets_acquire = service._offsets._lock.acquire
-        self._offsets_release = service._offsets._lock.release
         self._compact_slack = service.COMPACT_SLACK
         self._last = None
         self._ready = self._loaded = False
@@ -4181,30 +4174,27 @@ cdef class PopAcker:
 
     def ack(self, handle):
         """Acknowledge one received message; see :meth:`rocketstore.MessageStore.ack`."""
-        cdef FastRLock fast = self._lock
-        if fast is not None:
-            fast.take(True)
-        else:
-            self._acquire()
-        try:
-            timeout = self._ack(handle)
-        finally:
-            if fast is not None:
-                fast.give()
-            else:
-                self._release()
-        if timeout is None:
-            return True
-        if timeout is False:
-            return False
-        raise timeout  # acknowledged, but not confirmed durable
-
-    cdef object _ack(self, handle):
-        """None: acknowledged; False: it already was; else the put's FlushTimeoutError."""
         cdef object service = <object>PyWeakref_GetObject(self._service_ref)
+        cdef FastRLock lock = self._lock
         if service is None or self.closed:
             raise _StoreClosedError("the store is closed")
-        cdef object prefix, found, now, result, timeout = None, number_obj, offset_obj
+        if lock is None:
+            return self._careful(service, handle)
+        lock.take(True)
+        try:
+            timeout = self._ack(service, handle)
+        finally:
+            lock.give()
+        if timeout is None:
+            return True
+        if timeout is _CAREFUL:
+            return self._careful(service, handle)
+        raise timeout  # acknowledged, but not confirmed durable
+
+    cdef object _ack(self, service, handle):
+        """None: acknowledged; _CAREFUL: nothing done, the careful ack decides; else the put's
+        FlushTimeoutError (the record is stored and applied)."""
+        cdef object found = None, prefix, now, result, timeout = None
         cdef PopLane lane
         cdef dict inflight
         cdef bytes head, tail, body
@@ -4214,63 +4204,53 @@ cdef class PopAcker:
         cdef char digits[24]
         cdef Py_ssize_t size = 0, i_number, i_offset, nd, k, last_size = 0
         cdef int64_t offset = 0, number = 0, committed, nxt
-        cdef bint fast = False
         if type(handle) is not str:
-            if isinstance(handle, self._received_type):
-                handle = handle.handle
-            if not isinstance(handle, str):
-                raise _InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
+            if not isinstance(handle, self._received_type):
+                return _CAREFUL
+            handle = handle.handle
+            if type(handle) is not str:
+                return _CAREFUL
+        if self._snapshots:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = POP_SNAPSHOT_CHECK_EVERY
+                return _CAREFUL
+        if not self._ready:
+            if not service._topic_ready:
+                return _CAREFUL
+            self._ready = True
+        if not self._loaded:
+            if service._loading:
+                return _CAREFUL
+            self._loaded = True
         try:
             text = PyUnicode_AsUTF8AndSize(handle, &size)
         except UnicodeError:
-            text = NULL
-        if text != NULL:
-            i_number = _ack_digits(text, size, &number)
-            if i_number > 0:
-                i_offset = _ack_digits(text, i_number, &offset)
-                if i_offset >= 0:
-                    fast = True
-        found = None
-        if fast:
-            number_obj = number
-            if self._last is not None:
-                last_text = PyUnicode_AsUTF8AndSize(self._last.prefix, &last_size)
-                if last_size == i_offset and memcmp(text, last_text, i_offset) == 0:
-                    found = self._last
-            if found is None:
-                # the bytes after i_offset are ASCII: one character each
-                prefix = handle[:len(handle) - (size - i_offset)]
-        else:
-            parts = handle.rsplit(" ", 2)
-            try:
-                prefix, o, n = parts
-                offset_obj, number_obj = int(o), int(n)
-            except ValueError:
-                raise _InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
+            return _CAREFUL
+        i_number = _ack_digits(text, size, &number)
+        if i_number <= 0:
+            return _CAREFUL
+        i_offset = _ack_digits(text, i_number, &offset)
+        if i_offset < 0:
+            return _CAREFUL
+        if self._last is not None:
+            last_text = PyUnicode_AsUTF8AndSize(self._last.prefix, &last_size)
+            if last_size == i_offset and memcmp(text, last_text, i_offset) == 0:
+                found = self._last
         if found is None:
+            # the bytes after i_offset are ASCII: one character each
+            prefix = handle[:len(handle) - (size - i_offset)]
             found = (<dict>self._by_prefix).get(prefix)
-            if found is not None:
-                self._last = <PopLane?>found
-        if fast:
-            if found is None or offset >= (<PopLane?>found).next:
-                raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
-        else:
-            if found is None or offset_obj < 0 or number_obj < 0 or offset_obj >= (<PopLane?>found).next:
-                raise _InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
-            offset = offset_obj  # below lane.next: an int64
+            if found is None:
+                return _CAREFUL
+            self._last = <PopLane?>found
         lane = <PopLane>found
+        if offset >= lane.next:
+            return _CAREFUL
         inflight = lane.inflight
         now = inflight.get(offset)
-        if now is None:
-            return False
-        if now[1] != number_obj:
-            raise _ReceiptHandleExpiredError(
-                f"receipt handle {handle!r} expired: the message was handed out again", [handle]
-            )
-        if not self._ready:
-            if not service._topic_ready:
-                service._ensure_topic()
-            self._ready = True
+        if now is None or (<tuple?>now)[1] != number:
+            return _CAREFUL
         head, tail = lane.ack_head, lane.ack_tail
         nd = 0
         k = offset
@@ -4306,17 +4286,9 @@ cdef class PopAcker:
                     committed += 1
             if committed != lane.committed:
                 lane.committed = committed
-                if not self._loaded:
-                    self._loaded = not service._loading
-                if self._loaded:
-                    self._commit(lane, committed)
+                self._commit(lane, committed)
         if len(lane.heap) > 2 * len(inflight) + self._compact_slack:
             lane.compact()
-        if self._snapshots:
-            self._countdown -= 1
-            if self._countdown <= 0:
-                self._countdown = POP_SNAPSHOT_CHECK_EVERY
-                service._maybe_snapshot(service.clock())
         return timeout
 
     cdef _commit(self, PopLane lane, int64_t committed):
@@ -4325,21 +4297,16 @@ cdef class PopAcker:
         cdef FastRLock fast = self._offsets_lock
         if fast is not None:
             fast.take(True)
-        else:
-            self._offsets_acquire()
-        try:
-            offsets = (<dict>self._offsets._table).get(lane.key)
-            if offsets is not None:
-                previous = offsets.get(queue_id)
-                if previous is not None and previous <= committed:
-                    offsets[queue_id] = committed
-                    self._offsets.dirty = True
-                    return
-        finally:
-            if fast is not None:
+            try:
+                offsets = (<dict>self._offsets._table).get(lane.key)
+                if offsets is not None:
+                    previous = offsets.get(queue_id)
+                    if previous is not None and previous <= committed:
+                        offsets[queue_id] = committed
+                        self._offsets.dirty = True
+                        return
+            finally:
                 fast.give()
-            else:
-                self._offsets_release()
         self._offsets.commit_key(lane.key, queue_id, committed)  # new, or a move back: logged
 
 
@@ -4376,218 +4343,17 @@ def receipt_handles(str prefix, list offsets, tuple numbers):
     return out
 
 
-def pop_receive_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out):
-    """(the pure twin's docstring, rocketstore._codec_py.pop_receive_run) The compiled twin
-    fills the lane's in-flight map and the offsets in C loops and reads each message's
-    reconsume times from its C field."""
-    return _pop_run(service, key, now, want, invisible, out, None)
-
-
-cdef class PopQuick:
-    """(the pure twin's docstring, rocketstore._codec_py.PopQuick) The compiled twin's ``pull``
-    is what ``pop_receive_run`` and the PopReceiver call, with no Python frame."""
-
-    cdef object _store_ref, _queues, _segments, _core, _catch_up
-
-    def __init__(self, store_ref, queues, segments, core, catch_up):
-        self._store_ref = store_ref
-        self._queues, self._segments, self._core, self._catch_up = queues, segments, core, catch_up
-
-    def __call__(self, topic, queue_id, offset, max_msgs):
-        return self.pull(topic, queue_id, offset, max_msgs)
-
-    cdef object pull(self, topic, queue_id, offset, max_msgs):
-        cdef object store = self._store_ref()
-        if store is None:
-            raise _StoreClosedError("the store is closed")
-        if store._closed:
-            return None
-        got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
-        if got is None or len(<list?>(<tuple?>got)[0]) < max_msgs:
-            self._catch_up()  # what the dispatcher has not written yet
-            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
-        return None if got is None else (<tuple?>got)[0]
-
-
-cdef bint _pop_run(service, tuple key, int64_t now, Py_ssize_t want, int64_t invisible, out,
-                   PopReceiver via) except -1:
-    """pop_receive_run; with ``via``, its checkpoint's put is the receiver's own (the same step
-    as the service's ``_write``, with no Python frame)."""
-    cdef object found = (<dict?>service._lanes).get(key)
-    cdef PopLane lane
-    cdef list heap, messages, offsets, times
-    cdef dict inflight
-    cdef tuple stamp, numbers
-    cdef int64_t start, nxt, deadline
-    cdef Py_ssize_t i
-    cdef object got, o, timeout, quick
-    if found is None:
-        return False
-    lane = <PopLane?>found
-    heap = lane.heap
-    if heap and (<tuple?>heap[0])[0] <= now:
-        return False
-    start = lane.next
-    quick = service._quick
-    if type(quick) is PopQuick:
-        got = (<PopQuick>quick).pull(lane.topic, lane.queue_id, start, want)
-    else:
-        got = quick(lane.topic, lane.queue_id, start, want)
-    if got is None:
-        return False
-    messages = <list?>got
-    if len(messages) != want:
-        return False
-    times = [None] * want  # read first: a failure here leaves nothing written
-    for i in range(want):
+def reconsume_times(list messages):
+    """(the pure twin's docstring) The compiled twin reads each MessageExt's C field."""
+    cdef Py_ssize_t n = len(messages), i
+    cdef list out = [None] * n
+    for i in range(n):
         o = messages[i]
         if not isinstance(o, MessageExt):
             raise TypeError(f"the quick pull gave a {type(o).__name__}, not a MessageExt")
-        times[i] = (<MessageExt>o).reconsume_times
-    nxt = start + want
-    body = (
-        service.CK_RUN_JSON
-        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
-    ).encode()
-    timeout = service._write("ck", body) if via is None else via._put_ck(service, body)
-    if timeout is not None:
-        service._unconfirmed(timeout, "a checkpoint")  # if lost: back early
-    deadline = now + invisible
-    stamp = (deadline, 0)
-    offsets = list(range(start, nxt))
-    numbers = (0,) * want
-    inflight = lane.inflight
-    for o in offsets:
-        inflight[o] = stamp
-    lane.next = nxt
-    service._seq += 1
-    _heapq.heappush(heap, (deadline, service._seq, tuple(offsets), numbers))
-    if lane.committed < lane.next and lane.committed not in inflight:
-        service._committed_moved(lane)  # (else advance() would not move it)
-    out.messages.extend(messages)
-    out.reconsume_times.extend(times)
-    out._lanes.append((lane, offsets, numbers, stamp))
-    return True
-
-
-_pop_receive_run = pop_receive_run
-
-
-cdef class PopReceiver:
-    """(the pure twin's docstring, rocketstore._codec_py.PopReceiver) The compiled twin pulls
-    through the service's ``_quick`` (a PopQuick: no Python frame) and puts each checkpoint
-    straight into the CommitLog core, as the service's ``_write`` does; it reads the default
-    clock in C. ``closed`` (set when the store drops it) sends every call to ``fallback``."""
-
-    cdef object _store_ref, _service_ref, _fallback, _received_type, _match_all
-    cdef object _commitlog, _revive, _ck_props, _default_clock
-    cdef FastRLock _lock
-    cdef int64_t _most, _longest
-    cdef public bint closed
-
-    def __init__(self, store_ref, service, fallback, received_type, match_all, tuple limits):
-        self._store_ref = store_ref
-        self._service_ref = _weakref.ref(service)
-        self._fallback = fallback
-        self._received_type = received_type
-        self._match_all = match_all
-        self._most, self._longest = limits
-        self._commitlog = service._parts.commitlog
-        self._revive = service.topic
-        self._ck_props = service._props["ck"]
-        self._lock = service._lock if type(service._lock) is FastRLock else None
-        from rocketstore._clock import now_ms
-        self._default_clock = now_ms
-        self.closed = False
-
-    def receive(self, group, topic, max_msgs=32, invisible_time_ms=30_000, queue_id=None,
-                max_reconsume_times=None, tags=None):
-        """Hand out messages to a consumer group (POP); see
-        :meth:`rocketstore.MessageStore.receive`."""
-        cdef object service = <object>PyWeakref_GetObject(self._service_ref)
-        cdef int64_t most, invisible, first, count_c, i, now_c
-        cdef Py_ssize_t want
-        cdef list got
-        cdef object out, count, now, clock, run
-        cdef bint own, done
-        cdef FastRLock lock = self._lock
-        cdef timespec ts
-        if (
-            service is None
-            or self.closed
-            or lock is None
-            or queue_id is not None
-            or max_reconsume_times is not None
-            or tags is not None
-            or type(group) is not str
-            or type(topic) is not str
-            or type(max_msgs) is not int
-            or type(invisible_time_ms) is not int
-            or not 1 <= max_msgs <= self._most
-            or not 0 <= invisible_time_ms <= self._longest
-        ):
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        if service._closed or service._receive_run is None or (group, topic) not in <set?>service._names_checked:
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        count = service._parts.topics.table.queues(topic)
-        if type(count) is not int or count <= 0 or count > 0x7FFFFFFF:
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        clock = service.clock  # (read before the lock, as the pure twin reads it)
-        if clock is self._default_clock:
-            clock_gettime(CLOCK_REALTIME, &ts)
-            now_c = <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-            now = now_c
-        else:
-            now = clock()
-            if type(now) is not int or not 0 <= now <= 0x7FFFFFFFFFFFFFFF - self._longest:
-                return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-            now_c = now
-        most, invisible, count_c = max_msgs, invisible_time_ms, count
-        first = service._rotation % count_c
-        service._rotation += 1
-        out = self._received_type(service)
-        got = <list?>out.messages
-        run = service._receive_run  # (this module's pop_receive_run, unless a test swapped it)
-        own = run is _pop_receive_run
-        lock.take(True)
-        try:
-            for i in range(count_c):
-                if len(got) >= most:
-                    break
-                want = most - len(got)
-                qid = (first + i) % count_c
-                if own:
-                    done = _pop_run(service, (group, topic, qid), now_c, want, invisible, out, self)
-                else:
-                    done = run(service, (group, topic, qid), now_c, want, invisible, out)
-                if not done:
-                    service._receive_lane(group, topic, qid, now, want, invisible, None, self._match_all, out)
-            if service._snapshot_interval_ms:
-                service._maybe_snapshot(now)
-        finally:
-            lock.give()
-        return out
-
-    cdef object _slow(self, group, topic, max_msgs, invisible, queue_id, most, tags):
-        cdef object store = self._store_ref()
-        if store is None:
-            raise _StoreClosedError("the store is closed")
-        return self._fallback(
-            store, group, topic, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=most, tags=tags
-        )
-
-    cdef object _put_ck(self, service, bytes body):
-        """The service's ``_write("ck", body)``: the put's FlushTimeoutError (the record is
-        stored), or None."""
-        if not service._topic_ready:
-            service._ensure_topic()
-        try:
-            result = self._commitlog.core.put(self._revive, body, self._ck_props, 0)  # the rest: defaults
-        except _FlushTimeoutError as exc:
-            service._log_next = exc.result.queue_offset + 1
-            return exc
-        service._log_next = result.queue_offset + 1
-        return None
+    for i in range(n):
+        out[i] = (<MessageExt>messages[i]).reconsume_times
+    return out
 
 
 cdef extern from "Python.h":

@@ -1,5 +1,6 @@
-"""The one-call steps of POP (both twins): a queue's common receive (``pop_receive_run``), the
-rows of a receive (``received_rows``), the acker's remembered lane, and a lane's compaction.
+"""The one-call steps of POP (both twins): a queue's common receive (``PopService.receive_run``,
+over the codec's kernels), the rows of a receive (``received_rows``), the acker's remembered
+lane and its hand-over to the careful ack, and a lane's compaction.
 Each must do exactly what the general path does, and step aside (writing nothing) whenever
 that path must decide: messages due back, a tag filter, a short or odd pull."""
 
@@ -16,7 +17,7 @@ from rocketstore.errors import (
     ReceiptHandleExpiredError,
     StoreClosedError,
 )
-from rocketstore.pop import ReceivedMessage, _checkpoint_json, revive_topic
+from rocketstore.pop import PopService, ReceivedMessage, Receiver, _checkpoint_json, revive_topic
 
 TOPIC, GROUP = "PopFast", "fastGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -67,7 +68,7 @@ class Spy:
 
 def test_the_store_receives_through_the_implementations_step(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
-        assert store._pop._receive_run is impl.codec.pop_receive_run
+        assert store._pop._receive_run is PopService.receive_run
         assert store._pop.received_rows is impl.codec.received_rows
 
 
@@ -178,7 +179,7 @@ def test_the_step_declines_without_writing(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 40)
         service = store._pop
-        run = impl.codec.pop_receive_run
+        run = PopService.receive_run
         store.receive(GROUP, TOPIC, 4, 1_000)
         lane = service._lanes[(GROUP, TOPIC, 0)]
         records = len(revive_bodies(store))
@@ -382,11 +383,11 @@ def test_a_read_only_store_has_no_acker_installed(tmp_path, impl, clock):
         ro.close()
 
 
-# ---- the store's receive: the codec's PopReceiver (the common receive in one call) ----
+# ---- the store's receive: the POP service's Receiver (the common receive, no store frame) ----
 
 
 class FallbackSpy:
-    """Counts the calls a store's PopReceiver hands to the class's receive (which calls the
+    """Counts the calls a store's Receiver hands to the class's receive (which calls the
     service's general ``receive``)."""
 
     def __init__(self, service):
@@ -404,7 +405,7 @@ def test_a_writable_store_receives_through_the_receiver(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as s:
         fill(s, 8, queues=2)
         receiver = s._role.pop_receiver
-        assert type(receiver) is impl.codec.PopReceiver
+        assert type(receiver) is Receiver
         assert s._role.receive == receiver.receive
         spy = Spy(s._pop)
         # new lanes: the general path makes them; then the one-call step
@@ -501,3 +502,67 @@ def test_a_subclass_keeps_its_own_receive(tmp_path, impl, clock):
         assert Counting.receives == 1
     finally:
         s.close()
+
+
+# ---- the acker's common case and its hand-over to the careful ack ----
+
+
+class CarefulSpy:
+    """Counts the acks the store's acker hands to ``PopService.ack_handle``."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        general = PopService.ack_handle
+
+        def counted(service, handle):
+            self.calls += 1
+            return general(service, handle)
+
+        monkeypatch.setattr(PopService, "ack_handle", counted)
+
+
+def test_the_compiled_acker_does_the_common_case_itself(tmp_path, impl, clock, monkeypatch):
+    spy = CarefulSpy(monkeypatch)  # (before the open: the acker is given the function then)
+    with open_store(tmp_path / "s", impl, clock, pop_snapshot_interval_ms=0) as store:
+        fill(store, 20)
+        got = store.receive(GROUP, TOPIC, 10, 60_000)
+        assert all(store.ack(m.handle) for m in got[:5])
+        # the compiled twin acks those itself; the pure twin's acker is the careful ack
+        assert spy.calls == (0 if impl.name == "c" else 5)
+        before = spy.calls
+        assert store.ack(got[0].handle) is False  # finished: the careful ack says so
+        with pytest.raises(InvalidReceiptHandleError):
+            store.ack("no handle")
+        with pytest.raises(InvalidReceiptHandleError):
+            store.ack(f"{GROUP} {TOPIC} 0 10 0")  # not handed out yet
+        assert spy.calls == before + 3
+
+
+def test_every_so_many_acks_look_at_the_snapshot(tmp_path, impl, clock, monkeypatch):
+    from rocketstore._codec_py import POP_SNAPSHOT_CHECK_EVERY
+
+    spy = CarefulSpy(monkeypatch)
+    n = 2 * POP_SNAPSHOT_CHECK_EVERY
+    with open_store(tmp_path / "s", impl, clock, pop_snapshot_interval_ms=1_000) as store:
+        fill(store, n)
+        got = store.receive(GROUP, TOPIC, n, 60_000)
+        snapshots = []
+        store._pop.snapshot = lambda: snapshots.append(1) or True
+        clock.now += 1_000  # a snapshot is due from now on
+        for m in got:
+            assert store.ack(m.handle) is True
+        if impl.name == "c":
+            assert spy.calls == 2 and len(snapshots) == 2
+        else:
+            assert spy.calls == n and len(snapshots) == n
+        assert store.pop_status(GROUP, TOPIC)[0] == {"committed": n, "next": n, "in_flight": 0}
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_reconsume_times_reads_each_message(tmp_path, impl, clock, n):
+    with open_store(tmp_path / "s", impl, clock) as store:
+        fill(store, 5)
+        messages = list(store.get_message(GROUP, TOPIC, 0, 0, 5).messages)[:n]
+        assert impl.codec.reconsume_times(list(messages)) == [m.reconsume_times for m in messages]
+        with pytest.raises(TypeError, match="not a MessageExt"):
+            impl.codec.reconsume_times(list(messages) + [object()])

@@ -2592,9 +2592,7 @@ __all__ += [
     "PopAcker",
     "POP_SNAPSHOT_CHECK_EVERY",
     "receipt_handles",
-    "pop_receive_run",
-    "PopQuick",
-    "PopReceiver",
+    "reconsume_times",
     "received_rows",
 ]
 
@@ -2677,38 +2675,25 @@ class PopLane:
         return self.committed != before
 
 
-#: A single ack looks whether the periodic POP snapshot is due once every this many acks (a
-#: snapshot is written at most every ``pop_snapshot_interval_ms``; checking the clock per ack
-#: would cost as much as the rest of the ack's bookkeeping).
+#: The compiled acker hands every this many acks to the service's careful one, which looks
+#: whether the periodic POP snapshot is due (a snapshot is written at most every
+#: ``pop_snapshot_interval_ms``; checking the clock per ack would cost as much as the rest of the
+#: ack's bookkeeping).
 POP_SNAPSHOT_CHECK_EVERY = 64
 
 
-# The POP acker, receive step and receiver below are the pure twins of the compiled ones, and
-# like them work on the PopService's own fields (its lock, lanes, revive-log writer, snapshot
-# clock): each such access is marked "POP twin". They belong with the service in pop.py, where
-# POP would be written once; the compiled twins read the same fields, so the names stay.
-
-
 class PopAcker:
-    """:meth:`rocketstore.pop.PopService.ack` in one call: check the handle (a str, or a
-    ``received_type``: a ReceivedMessage), find its lane, check the message is still under this
-    delivery, append the ``bAck`` record of its one offset to the revive log through the
-    CommitLog core's ``put`` (the service's ``_parts.commitlog.core``, looked up per ack: it may
-    be swapped), then apply it (the lane's in-flight map, its lowest un-acked offset, the
-    group's committed offset, the heap's compaction), all under the service's lock.
+    """``PopService.ack``: ``PopAcker(service, received_type, careful).ack(handle)`` is
+    ``careful(service, handle)`` (``PopService.ack_handle``: the one ack, every case, written
+    once in rocketstore.pop), while the service lives and until ``closed`` is set (then
+    StoreClosedError). The compiled twin does the common case itself, with no Python frame,
+    and hands this one everything else. It holds the service weakly (the service holds it)."""
 
-    Returns True if this call acknowledged the message, False if it already was; raises
-    InvalidReceiptHandleError / ReceiptHandleExpiredError as ``PopService._parse`` and
-    ``_current`` do, and the put's FlushTimeoutError once the record is stored and applied.
-    The lane's ``ack_head`` + the offset's digits + ``ack_tail`` is the record
-    ``_ACK_RANGE_JSON`` makes for one offset (tests/test_pop_ack.py checks it)."""
+    __slots__ = ("_service_ref", "_careful", "closed")
 
-    __slots__ = ("_service_ref", "_received_type", "_countdown", "closed")
-
-    def __init__(self, service: Any, received_type: Any) -> None:
-        self._service_ref = weakref.ref(service)  # the service holds this: no cycle
-        self._received_type = received_type
-        self._countdown = POP_SNAPSHOT_CHECK_EVERY
+    def __init__(self, service: Any, received_type: Any, careful: Any) -> None:
+        self._service_ref = weakref.ref(service)
+        self._careful = careful
         # set by the service's close: from then on every ack raises StoreClosedError (a caller
         # may still hold this bound method, installed as the store's ``ack``)
         self.closed = False
@@ -2718,245 +2703,16 @@ class PopAcker:
         service = self._service_ref()
         if service is None or self.closed:
             raise StoreClosedError("the store is closed")
-        if isinstance(handle, self._received_type):
-            handle = handle.handle
-        if not isinstance(handle, str):
-            raise InvalidReceiptHandleError(f"a receipt handle is a str, not {type(handle).__name__}")
-        with service._lock:  # noqa: SLF001 (POP twin)
-            found = self._current(service, handle)
-            if found is None:
-                return False
-            timeout = self._record(service, *found)
-        if timeout is not None:
-            raise timeout  # acknowledged, but not confirmed durable
-        return True
-
-    @staticmethod
-    def _current(service: Any, handle: str) -> Optional[tuple[Any, int]]:
-        """(lane, offset) of the message ``handle`` names if it is still under that delivery;
-        None if it is finished already (the service's own checks)."""
-        lane, offset, number = service._parse(handle)  # noqa: SLF001 (POP twin)
-        return (lane, offset) if service._current(lane, offset, number, handle) else None  # noqa: SLF001 (POP twin)
-
-    def _record(self, service: Any, lane: Any, offset: int) -> Optional[FlushTimeoutError]:
-        """Append the record, then apply it; the put's FlushTimeoutError, if it stored the record
-        but its flush did not confirm."""
-        if not service._topic_ready:  # noqa: SLF001 (POP twin)
-            service._ensure_topic()  # noqa: SLF001 (POP twin)
-        body = lane.ack_head + str(offset).encode() + lane.ack_tail
-        timeout = None
-        try:
-            # queue 0; flag, born timestamp, sys flag, reconsume times, prepared offset,
-            # unique key and wait: put's defaults (0, None, -1), as the compiled twin passes them
-            result = service._parts.commitlog.core.put(service.topic, body, service._ack_props, 0)  # noqa: SLF001 (POP twin)
-        except FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then raise
-            timeout = exc
-            result = exc.result
-        service._log_next = result.queue_offset + 1  # noqa: SLF001 (POP twin)
-        inflight = lane.inflight
-        del inflight[offset]
-        committed = lane.committed
-        if offset == committed or not inflight:
-            nxt = lane.next
-            if not inflight:
-                committed = nxt
-            else:
-                while committed < nxt and committed not in inflight:
-                    committed += 1
-            if committed != lane.committed:
-                lane.committed = committed
-                if not service._loading:  # noqa: SLF001 (POP twin)
-                    service._offsets.commit_key(lane.key, lane.queue_id, committed)  # noqa: SLF001 (POP twin)
-        if len(lane.heap) > 2 * len(inflight) + service.COMPACT_SLACK:
-            lane.compact()
-        if service._snapshot_interval_ms:  # noqa: SLF001 (POP twin)
-            self._countdown -= 1
-            if self._countdown <= 0:
-                self._countdown = POP_SNAPSHOT_CHECK_EVERY
-                service._maybe_snapshot(service.clock())  # noqa: SLF001 (POP twin)
-        return timeout
+        return bool(self._careful(service, handle))
 
 
-def pop_receive_run(
-    service: Any, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Any
-) -> bool:
-    """The common step of :meth:`rocketstore.pop.PopService.receive` for one queue, in one call:
-    the lane of ``key`` (group, topic, queue id) exists, none of its messages is due back at
-    ``now``, and the store's one-call pull (``service._quick(topic, queue id, offset, n)``, a
-    list of messages or None) hands out ``want`` new messages from the lane's next offset, a
-    run with no gap. Then the checkpoint of that run is written (``service._write``, as
-    ``_receive_lane`` writes it: ``CK_RUN_JSON``), applied to the lane as ``_apply_ck`` applies
-    it (one ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest
-    un-acked offsets), and the messages are added to ``out`` (a ``Received``). True if done;
-    False, with nothing written or changed, when any of that does not hold: the caller takes
-    the general path (``PopService._receive_lane``)."""
-    lane = service._lanes.get(key)  # noqa: SLF001 (POP twin)
-    if lane is None or (lane.heap and lane.heap[0][0] <= now):
-        return False
-    start = lane.next
-    messages = service._quick(lane.topic, lane.queue_id, start, want)  # noqa: SLF001 (POP twin)
-    if messages is None or len(messages) != want:
-        return False
-    times = []  # read first: a failure here leaves nothing written
+def reconsume_times(messages: list[Any]) -> list[int]:
+    """Each message's ``reconsume_times`` (a receive's, rocketstore.pop.PopService.receive_run);
+    TypeError, before anything is read, if one is not a MessageExt."""
     for m in messages:
         if not isinstance(m, MessageExt):
             raise TypeError(f"the quick pull gave a {type(m).__name__}, not a MessageExt")
-        times.append(m.reconsume_times)
-    nxt = start + want
-    body = (
-        service.CK_RUN_JSON
-        % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
-    ).encode()
-    service._unconfirmed(service._write("ck", body), "a checkpoint")  # noqa: SLF001 (POP twin); if lost: back early
-    deadline = now + invisible
-    stamp = (deadline, 0)
-    offsets = list(range(start, nxt))
-    numbers = (0,) * want
-    lane.inflight.update(dict.fromkeys(offsets, stamp))
-    lane.next = nxt
-    service._seq += 1  # noqa: SLF001 (POP twin)
-    heapq.heappush(lane.heap, (deadline, service._seq, tuple(offsets), numbers))  # noqa: SLF001 (POP twin)
-    service._committed_moved(lane)  # noqa: SLF001 (POP twin)
-    out.messages += messages
-    out.reconsume_times += times
-    out._lanes.append((lane, offsets, numbers, stamp))  # noqa: SLF001 (POP twin)
-    return True
-
-
-class PopQuick:
-    """A writable store's one-call pull for POP's common receive (the PopService's ``quick``):
-    ``quick(topic, queue_id, offset, max_msgs)`` is the messages :func:`queue_messages` reads
-    from ``offset`` over the store's ``queues``, ``segments`` and ``core``, again after
-    ``catch_up()`` (the dispatcher's) when they come back short (what is put may not be
-    dispatched yet); None when the careful path must decide, and while the store closes;
-    StoreClosedError once it is gone (``store_ref``: a weak reference)."""
-
-    __slots__ = ("_store_ref", "_queues", "_segments", "_core", "_catch_up")
-
-    def __init__(self, store_ref: Any, queues: Any, segments: Any, core: Any, catch_up: Any) -> None:
-        self._store_ref = store_ref
-        self._queues, self._segments, self._core, self._catch_up = queues, segments, core, catch_up
-
-    def __call__(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[Any]]:
-        store = self._store_ref()
-        if store is None:
-            raise StoreClosedError("the store is closed")
-        if store._closed:  # noqa: SLF001 (POP twin)
-            return None
-        got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
-        if got is None or len(got[0]) < max_msgs:
-            self._catch_up()  # what the dispatcher has not written yet
-            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
-        return None if got is None else got[0]
-
-
-class PopReceiver:
-    """:meth:`rocketstore.store.MessageStore.receive` in one call for its common shape, installed
-    as a writable store's ``receive``: ``receive(group, topic, max_msgs, invisible_time_ms)``
-    with exact ``str`` names the service has checked before (its ``_names_checked``), ``int``
-    bounds in range, and no ``queue_id``, ``max_reconsume_times`` or ``tags``, of a topic with
-    queues, while the service is open. Then it does what :meth:`rocketstore.pop.PopService.receive`
-    does for that shape (the next queue in rotation first, under the service's lock, each queue
-    by its one-call step, :func:`pop_receive_run`, else by the service's ``_receive_lane``, then
-    the snapshot check), with no frame of the store or the service on the way. Anything else is
-    ``fallback(store, group, topic, max_msgs, invisible_time_ms, queue_id=, max_reconsume_times=,
-    tags=)``: ``MessageStore.receive`` itself, which checks and raises; StoreClosedError once the
-    store is gone.
-
-    Each queue's step pulls through the service's ``_quick`` (the store's :class:`PopQuick`)."""
-
-    __slots__ = (
-        "_store_ref",
-        "_service_ref",
-        "_fallback",
-        "_received_type",
-        "_match_all",
-        "_limits",
-        "closed",
-    )
-
-    def __init__(
-        self,
-        store_ref: Any,
-        service: Any,
-        fallback: Any,
-        received_type: Any,
-        match_all: Any,
-        limits: tuple[int, int],
-    ) -> None:
-        self._store_ref = store_ref
-        self._service_ref = weakref.ref(service)
-        self._fallback = fallback
-        self._received_type = received_type
-        self._match_all = match_all
-        self._limits = limits  # (most messages a receive hands out, longest invisible time)
-        self.closed = False  # set when the store drops it: every call goes to ``fallback``
-
-    def receive(
-        self,
-        group: Any,
-        topic: Any,
-        max_msgs: Any = 32,
-        invisible_time_ms: Any = 30_000,
-        queue_id: Any = None,
-        max_reconsume_times: Any = None,
-        tags: Any = None,
-    ) -> Any:
-        """Hand out messages to a consumer group (POP); see
-        :meth:`rocketstore.MessageStore.receive`."""
-        service = self._service_ref()
-        most, longest = self._limits
-        if (
-            service is None
-            or self.closed
-            or service._closed  # noqa: SLF001 (POP twin)
-            or service._receive_run is None  # noqa: SLF001 (POP twin)
-            or queue_id is not None
-            or max_reconsume_times is not None
-            or tags is not None
-            or type(group) is not str
-            or type(topic) is not str
-            or type(max_msgs) is not int
-            or type(invisible_time_ms) is not int
-            or not 1 <= max_msgs <= most
-            or not 0 <= invisible_time_ms <= longest
-            or (group, topic) not in service._names_checked  # noqa: SLF001 (POP twin)
-        ):
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        count = service._parts.topics.table.queues(topic)  # noqa: SLF001 (POP twin)
-        if count <= 0:
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        now = service.clock()  # (read before the lock, as the compiled twin reads it)
-        if type(now) is not int or not 0 <= now <= (1 << 63) - 1 - longest:
-            return self._slow(group, topic, max_msgs, invisible_time_ms, queue_id, max_reconsume_times, tags)
-        first = service._rotation % count  # noqa: SLF001 (POP twin)
-        service._rotation += 1  # noqa: SLF001 (POP twin)
-        out = self._received_type(service)
-        got = out.messages
-        run = service._receive_run  # noqa: SLF001 (POP twin); (pop_receive_run, unless a test swapped it)
-        with service._lock:  # noqa: SLF001 (POP twin)
-            for i in range(count):
-                if len(got) >= max_msgs:
-                    break
-                qid = (first + i) % count
-                want = max_msgs - len(got)
-                if not run(service, (group, topic, qid), now, want, invisible_time_ms, out):
-                    service._receive_lane(  # noqa: SLF001 (POP twin)
-                        group, topic, qid, now, want, invisible_time_ms, None, self._match_all, out
-                    )
-            if service._snapshot_interval_ms:  # noqa: SLF001 (POP twin)
-                service._maybe_snapshot(now)  # noqa: SLF001 (POP twin)
-        return out
-
-    def _slow(
-        self, group: Any, topic: Any, max_msgs: Any, invisible: Any, queue_id: Any, most: Any, tags: Any
-    ) -> Any:
-        store = self._store_ref()
-        if store is None:
-            raise StoreClosedError("the store is closed")
-        return self._fallback(
-            store, group, topic, max_msgs, invisible, queue_id=queue_id, max_reconsume_times=most, tags=tags
-        )
+    return [m.reconsume_times for m in messages]
 
 
 def received_rows(cls: type, messages: list[Any], handles: list[str], times: list[int]) -> list[Any]:

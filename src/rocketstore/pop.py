@@ -88,6 +88,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional, overload
 
@@ -107,6 +108,7 @@ from rocketstore.errors import (
     MessageNotFoundError,
     ReceiptHandleExpiredError,
     RocketStoreError,
+    StoreClosedError,
     StoreConfigError,
 )
 from rocketstore.message import MessageExt, is_valid_topic
@@ -126,6 +128,7 @@ __all__ = [
     "Received",
     "PopService",
     "PopState",
+    "Receiver",
     "revive_topic",
 ]
 
@@ -158,6 +161,8 @@ COMPACT_SLACK = 256
 REPLAY_STEP = 4096
 
 _MATCH_ALL = TagFilter.parse(None)
+#: The latest clock reading a receive's deadline (now plus the longest invisible time) fits an int64.
+_LATEST_NOW = (1 << 63) - 1 - MAX_INVISIBLE_TIME_MS
 
 _DLQ = "dlq"
 _GONE = "gone"
@@ -470,9 +475,12 @@ class PopService:
         self._lane_type = codec.PopLane
         self.receipt_handles = codec.receipt_handles
         self.received_rows = codec.received_rows
-        # receive: the common step of one queue in one call (None: always the general path)
-        self._receive_run = codec.pop_receive_run if quick is not None else None
-        self._acker = codec.PopAcker(self, ReceivedMessage)
+        self._reconsume_times = codec.reconsume_times
+        # receive: the common step of one queue (None: always the general path); a function
+        # of the service, as a test may swap it: run(service, key, now, want, invisible, out)
+        self._receive_run: Optional[Callable[..., bool]] = PopService.receive_run if quick is not None else None
+        self._acks_closed = False  # set by close: every ack raises StoreClosedError from then on
+        self._acker = codec.PopAcker(self, ReceivedMessage, PopService.ack_handle)
         self.ack = self._acker.ack
         self._topic_ready = False
         self._closed = False
@@ -701,29 +709,111 @@ class PopService:
         out = Received(self)
         with self._lock:
             now = self.clock()
-            run = self._receive_run if tag_filter.match_all else None
-            got = out.messages  # len(got): how many so far
-            for qid in qids:
-                if len(got) >= max_msgs:
-                    break
-                if run is not None and run(
-                    self, (group, topic, qid), now, max_msgs - len(got), invisible, out
-                ):
-                    continue
-                self._receive_lane(
-                    group,
-                    topic,
-                    qid,
-                    now,
-                    max_msgs - len(out),
-                    invisible,
-                    max_reconsume_times,
-                    tag_filter,
-                    out,
-                )
-            if self._snapshot_interval_ms:
-                self._maybe_snapshot(now)
+            self._receive_queues(group, topic, qids, now, max_msgs, invisible, max_reconsume_times, tag_filter, out)
         return out
+
+    def receive_common(self, group: str, topic: str, max_msgs: int, invisible: int) -> Optional[Received]:
+        """:meth:`receive` of the common shape, as the store's :class:`Receiver` calls it (exact
+        ``str`` names, ``int`` bounds in range, every queue, the group's own maximum of
+        reconsume times, no tag filter): None, having done nothing, when the names were not
+        checked by an earlier receive, the service is closed or has no one-call pull, the
+        topic has no queues, or the clock gives no plain time (then :meth:`receive` decides)."""
+        if self._closed or self._receive_run is None or (group, topic) not in self._names_checked:
+            return None
+        count = self._parts.topics.table.queues(topic)
+        if type(count) is not int or count <= 0:
+            return None
+        now = self.clock()  # (read before the lock: it is checked first)
+        if type(now) is not int or not 0 <= now <= _LATEST_NOW:
+            return None
+        first = self._rotation % count
+        self._rotation += 1
+        out = Received(self)
+        with self._lock:
+            self._receive_queues(
+                group, topic, [(first + i) % count for i in range(count)], now, max_msgs, invisible, None, _MATCH_ALL, out
+            )
+        return out
+
+    def _receive_queues(
+        self,
+        group: str,
+        topic: str,
+        qids: list[int],
+        now: int,
+        max_msgs: int,
+        invisible: int,
+        max_reconsume_times: Optional[int],
+        tag_filter: TagFilter,
+        out: Received,
+    ) -> None:
+        """A receive's work, under the lock: each queue of ``qids`` in turn by its one-call step
+        (:meth:`receive_run`, when no tag filter) or else by :meth:`_receive_lane`, until
+        ``max_msgs`` are handed out; then the snapshot check."""
+        run = self._receive_run if tag_filter.match_all else None
+        got = out.messages  # len(got): how many so far
+        for qid in qids:
+            if len(got) >= max_msgs:
+                break
+            if run is not None and run(self, (group, topic, qid), now, max_msgs - len(got), invisible, out):
+                continue
+            self._receive_lane(
+                group,
+                topic,
+                qid,
+                now,
+                max_msgs - len(got),
+                invisible,
+                max_reconsume_times,
+                tag_filter,
+                out,
+            )
+        if self._snapshot_interval_ms:
+            self._maybe_snapshot(now)
+
+    def receive_run(self, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Received) -> bool:
+        """The common receive of one queue in one step: the lane of ``key`` (group, topic, queue
+        id) exists, none of its messages is due back at ``now``, and the store's one-call pull
+        (``quick``) hands out ``want`` new messages from the lane's next offset, a run with no
+        gap. Then the checkpoint of that run is written (``CK_RUN_JSON``: what
+        :meth:`_receive_lane` writes for it), applied as :meth:`_apply_ck` applies it (one
+        ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest un-acked
+        offsets), and the messages are added to ``out``. True if done; False, with nothing
+        written or changed, when any of that does not hold: the caller takes the general path
+        (:meth:`_receive_lane`)."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            return False
+        heap = lane.heap
+        if heap and heap[0][0] <= now:
+            return False
+        start = lane.next
+        messages = self._quick(lane.topic, lane.queue_id, start, want)  # type: ignore[misc]  # (set: _receive_run)
+        if messages is None or len(messages) != want:
+            return False
+        times = self._reconsume_times(messages)  # read first: a failure here leaves nothing written
+        nxt = start + want
+        body = (
+            _CK_RUN_JSON % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+        ).encode()
+        timeout = self._write(CK_TAG, body)
+        if timeout is not None:
+            self._unconfirmed(timeout, "a checkpoint")  # if lost: back early
+        deadline = now + invisible
+        stamp = (deadline, 0)
+        offsets = list(range(start, nxt))
+        numbers = (0,) * want
+        inflight = lane.inflight
+        inflight.update(dict.fromkeys(offsets, stamp))
+        lane.next = nxt
+        self._seq += 1
+        heapq.heappush(heap, (deadline, self._seq, tuple(offsets), numbers))
+        if lane.committed not in inflight:
+            self._committed_moved(lane)  # (else it cannot move)
+        out.messages += messages
+        out.reconsume_times += times
+        out.lanes.append((lane, offsets, numbers, stamp))
+        return True
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:
         """Where a group new to a queue starts: its committed offset, else the queue's first."""
@@ -918,6 +1008,26 @@ class PopService:
         return timeout
 
     # ---- ack and change invisible time ----
+
+    def ack_handle(self, handle: object) -> bool:
+        """One :meth:`MessageStore.ack`, every case: the handle checked (:meth:`_parse`,
+        :meth:`_current`), the ``bAck`` record of its one offset written and applied
+        (:meth:`_finish`), then the periodic snapshot looked at. The implementation's
+        ``PopAcker`` (``ack``) does the common case itself and hands everything else here."""
+        if isinstance(handle, ReceivedMessage):
+            handle = handle.handle
+        with self._lock:
+            if self._acks_closed:
+                raise StoreClosedError("the store is closed")
+            lane, offset, number = self._parse(handle)
+            if not self._current(lane, offset, number, handle):  # type: ignore[arg-type]  # (a str: parsed)
+                return False
+            timeout = self._finish(lane, [offset])
+            if self._snapshot_interval_ms:
+                self._maybe_snapshot(self.clock())
+        if timeout is not None:
+            raise timeout  # acknowledged, but not confirmed durable
+        return True
 
     def _parse(self, handle: object) -> tuple[_Lane, int, int]:
         if isinstance(handle, ReceivedMessage):
@@ -1132,6 +1242,69 @@ class PopService:
         service's lock may be waiting for that mutex, to create the DLQ topic)."""
         if self._closed:
             return
+        self._acks_closed = True
         self._acker.closed = True  # (the owner role's ``ack``: rocketstore.roles)
         self.snapshot()
         self._closed = True
+
+
+class Receiver:
+    """A writable store's ``receive`` (its owner role's, rocketstore.roles): the common shape,
+    ``receive(group, topic, max_msgs, invisible_time_ms)`` with exact ``str`` names, ``int``
+    bounds in range and no ``queue_id``, ``max_reconsume_times`` or ``tags``, goes straight to
+    the service's :meth:`PopService.receive_common`, with no frame of the store on the way;
+    anything else, and whatever that declines, is ``fallback(store, group, topic, max_msgs,
+    invisible_time_ms, queue_id=, max_reconsume_times=, tags=)``: ``StoreBase.receive``, which
+    checks and raises. StoreClosedError once the store is gone; ``closed`` (set when the store
+    drops this receiver) sends every call to ``fallback``."""
+
+    __slots__ = ("_store_ref", "_service_ref", "_fallback", "closed")
+
+    def __init__(self, store_ref: Callable[[], Any], service: PopService, fallback: Callable[..., Received]) -> None:
+        self._store_ref = store_ref
+        self._service_ref = weakref.ref(service)
+        self._fallback = fallback
+        self.closed = False
+
+    def receive(
+        self,
+        group: Any,
+        topic: Any,
+        max_msgs: Any = 32,
+        invisible_time_ms: Any = 30_000,
+        queue_id: Any = None,
+        max_reconsume_times: Any = None,
+        tags: Any = None,
+    ) -> Received:
+        """Hand out messages to a consumer group (POP); see
+        :meth:`rocketstore.MessageStore.receive`."""
+        service = self._service_ref()
+        if (
+            service is not None
+            and not self.closed
+            and queue_id is None
+            and max_reconsume_times is None
+            and tags is None
+            and type(group) is str
+            and type(topic) is str
+            and type(max_msgs) is int
+            and type(invisible_time_ms) is int
+            and 1 <= max_msgs <= MAX_RECEIVE_BATCH
+            and 0 <= invisible_time_ms <= MAX_INVISIBLE_TIME_MS
+        ):
+            got = service.receive_common(group, topic, max_msgs, invisible_time_ms)
+            if got is not None:
+                return got
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._fallback(
+            store,
+            group,
+            topic,
+            max_msgs,
+            invisible_time_ms,
+            queue_id=queue_id,
+            max_reconsume_times=max_reconsume_times,
+            tags=tags,
+        )
