@@ -264,3 +264,26 @@ def test_the_acker_keeps_no_store_alive_and_refuses_once_it_is_gone(tmp_path, im
     gc.collect()
     with pytest.raises(StoreClosedError):
         ack(got.handle)
+
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.sampled_from(["g", "%RETRY%g-1"]) | _NAMES,
+    st.sampled_from(["T", "A_b|c"]) | _NAMES,
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.integers(0, 12 * 3600 * 1000),
+    st.integers(0, 2**62),
+    st.integers(1, 4096),
+)
+def test_a_runs_checkpoint_is_what_the_general_encoder_writes(impl, group, topic, queue_id, base, now, invisible, so, n):
+    from rocketstore.pop import _checkpoint
+
+    offsets = list(range(so, so + n))
+    args = (group, topic, queue_id, base, now, invisible, offsets, [0] * n, so + n)
+    got = impl.codec.checkpoint_run(base, group, invisible, n, so + n, now, queue_id, so, topic)
+    assert got == _dumps(_checkpoint(*args))

@@ -192,7 +192,7 @@ def test_the_step_declines_without_writing(tmp_path, impl, clock):
         # something is due back
         assert run(service, (GROUP, TOPIC, 0), clock.now + 1_000, 8, 1_000, out) is False
         # the pull gives something that is not a message: refused before anything is written
-        service._quick = lambda topic, qid, offset, n: [object()] * n
+        service._queue_messages = lambda queues, topic, qid, offset, n, segments, core: ([object()] * n,)
         with pytest.raises(TypeError, match="not a MessageExt"):
             run(service, (GROUP, TOPIC, 0), clock.now, 8, 1_000, out)
         assert (out.messages, out.reconsume_times, out._lanes) == ([], [], [])

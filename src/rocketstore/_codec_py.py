@@ -2592,6 +2592,7 @@ __all__ += [
     "PopAcker",
     "POP_SNAPSHOT_CHECK_EVERY",
     "receipt_handles",
+    "checkpoint_run",
     "reconsume_times",
     "received_rows",
 ]
@@ -2661,6 +2662,25 @@ class PopLane:
         heapq.heapify(live)
         self.heap = live
 
+    def take_run(
+        self, want: int, deadline: int, seq: int
+    ) -> tuple[list[int], tuple[int, ...], tuple[int, int]]:
+        """Hand out the ``want`` offsets from ``next`` on, each first delivered (number 0) until
+        ``deadline``: each is put in flight under one ``(deadline, 0)`` stamp, one heap entry
+        ``(deadline, seq, offsets, numbers)`` is pushed, and ``next`` moves past them (what
+        rocketstore.pop's ``_apply_ck`` does for such a checkpoint). Returns (offsets, numbers,
+        stamp); ``committed`` is left to the caller (:meth:`advance`)."""
+        if want <= 0:
+            raise ValueError("a run hands out at least one offset")
+        start = self.next
+        stamp = (deadline, 0)
+        offsets = list(range(start, start + want))
+        numbers = (0,) * want
+        self.inflight.update(dict.fromkeys(offsets, stamp))
+        self.next = start + want
+        heapq.heappush(self.heap, (deadline, seq, tuple(offsets), numbers))
+        return offsets, numbers, stamp
+
     def advance(self) -> bool:
         """Move ``committed`` up to the lowest un-acked offset; True if it moved."""
         before = self.committed
@@ -2704,6 +2724,20 @@ class PopAcker:
         if service is None or self.closed:
             raise StoreClosedError("the store is closed")
         return bool(self._careful(service, handle))
+
+
+#: The record :func:`checkpoint_run` makes (rocketstore.pop's ``_dumps`` of that checkpoint).
+_CK_RUN_JSON = '{"b":%d,"c":"%s","it":%d,"n":%d,"nx":%d,"pt":%d,"q":%d,"so":%d,"t":"%s"}'
+
+
+def checkpoint_run(
+    committed: int, group: str, invisible: int, count: int, nxt: int, now: int, queue_id: int, start: int, topic: str
+) -> bytes:
+    """The ``ck`` record of a receive's common run (rocketstore.pop): ``count`` offsets from
+    ``start``, every delivery number 0, handed out at ``now`` for ``invisible`` ms, the lane's
+    lowest un-acked offset ``committed`` and next offset ``nxt`` after it; the bytes
+    rocketstore.pop's general encoder writes for that checkpoint (tests/test_pop_ack.py)."""
+    return (_CK_RUN_JSON % (committed, group, invisible, count, nxt, now, queue_id, start, topic)).encode()
 
 
 def reconsume_times(messages: list[Any]) -> list[int]:

@@ -89,6 +89,7 @@ import heapq
 import json
 import logging
 import weakref
+from time import time_ns
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional, overload
 
@@ -128,6 +129,7 @@ __all__ = [
     "Received",
     "PopService",
     "PopState",
+    "QuickPull",
     "Receiver",
     "revive_topic",
 ]
@@ -366,11 +368,6 @@ def _checkpoint(
     return record
 
 
-#: What :func:`_dumps` writes for the common checkpoint (a run of offsets from ``so``, every
-#: delivery number 0): base, group, invisible time, count, next, pop time, queue id, first, topic.
-_CK_RUN_JSON = '{"b":%d,"c":"%s","it":%d,"n":%d,"nx":%d,"pt":%d,"q":%d,"so":%d,"t":"%s"}'
-
-
 def _checkpoint_json(
     group: str,
     topic: str,
@@ -386,9 +383,7 @@ def _checkpoint_json(
     if offsets and not any(numbers):
         so = offsets[0]
         if offsets[-1] - so == len(offsets) - 1 and sorted(offsets) == offsets:  # a run from so
-            return (
-                _CK_RUN_JSON % (base, group, invisible, len(offsets), nxt, now, queue_id, so, topic)
-            ).encode()
+            return _codec_py.checkpoint_run(base, group, invisible, len(offsets), nxt, now, queue_id, so, topic)
     return _dumps(_checkpoint(group, topic, queue_id, base, now, invisible, offsets, numbers, nxt))
 
 
@@ -414,20 +409,28 @@ def _dumps(record: dict[str, Any]) -> bytes:
 _ACK_RANGE_JSON = '{"c":"%s","n":%d,"q":%d,"so":%d,"t":"%s"}'
 
 
+class QuickPull(NamedTuple):
+    """What the codec's one-call pull ``queue_messages`` reads a writable store's queues from
+    (a PopService's ``quick``), and the dispatcher's ``catch_up``."""
+
+    queues: Any
+    segments: Any
+    core: Any
+    catch_up: Callable[[], Any]
+
+
 class PopService:
     """The POP state of one writable store (see the module docstring).
 
     ``pull(group, topic, queue_id, offset, max_msgs)`` is the store's checked ``get_message``;
     ``lookup(topic, queue_id, offset)`` its ``get_by_queue_offset``; ``send_back(group, message,
     delay_level, reconsume_times=)`` and ``retry_max_times(group)`` the delay service's (for the
-    DLQ). ``quick(topic, queue_id, offset, max_msgs)``, optional: the store's one-call pull, a
-    list of messages from ``offset`` with no gap, or None when its careful path must decide;
-    with it, the common receive of a queue is one call of the implementation's
-    ``pop_receive_run`` (else, and whenever that declines, :meth:`_receive_lane`).
+    DLQ). ``quick``, optional: what the codec's one-call pull (``queue_messages``) reads from
+    (a :class:`QuickPull`); with it, the common receive of a queue is one step,
+    :meth:`receive_run` (else, and whenever that declines, :meth:`_receive_lane`).
     """
 
     COMPACT_SLACK = COMPACT_SLACK  # read by codec.PopAcker
-    CK_RUN_JSON = _CK_RUN_JSON  # read by codec.pop_receive_run
 
     #: ``ack(handle)``: see :meth:`MessageStore.ack`. The implementation's ``PopAcker.ack``
     #: itself (no frame of this class on the way): the steps of :meth:`_parse`,
@@ -445,7 +448,7 @@ class PopService:
         send_back: Callable[..., Any],
         retry_max_times: Callable[[str], int],
         clock: Optional[Callable[[], int]] = None,
-        quick: Optional[Callable[[str, int, int, int], Optional[list[MessageExt]]]] = None,
+        quick: Optional[QuickPull] = None,
     ) -> None:
         self._parts = parts
         self._offsets = offsets
@@ -476,6 +479,8 @@ class PopService:
         self.receipt_handles = codec.receipt_handles
         self.received_rows = codec.received_rows
         self._reconsume_times = codec.reconsume_times
+        self._queue_messages = codec.queue_messages
+        self._checkpoint_run = codec.checkpoint_run
         # receive: the common step of one queue (None: always the general path); a function
         # of the service, as a test may swap it: run(service, key, now, want, invisible, out)
         self._receive_run: Optional[Callable[..., bool]] = PopService.receive_run if quick is not None else None
@@ -701,15 +706,16 @@ class PopService:
         if not count:
             return Received(self)
         if queue_id is not None:
-            qids = [queue_id]
+            first, n = queue_id, 1
         else:
-            first = self._rotation % count
+            first, n = self._rotation % count, count
             self._rotation += 1
-            qids = [(first + i) % count for i in range(count)]
         out = Received(self)
         with self._lock:
             now = self.clock()
-            self._receive_queues(group, topic, qids, now, max_msgs, invisible, max_reconsume_times, tag_filter, out)
+            self._receive_queues(
+                group, topic, first, n, count, now, max_msgs, invisible, max_reconsume_times, tag_filter, out
+            )
         return out
 
     def receive_common(self, group: str, topic: str, max_msgs: int, invisible: int) -> Optional[Received]:
@@ -723,23 +729,24 @@ class PopService:
         count = self._parts.topics.table.queues(topic)
         if type(count) is not int or count <= 0:
             return None
-        now = self.clock()  # (read before the lock: it is checked first)
+        clock = self.clock  # (read before the lock: it is checked first)
+        now = time_ns() // 1_000_000 if clock is now_ms else clock()
         if type(now) is not int or not 0 <= now <= _LATEST_NOW:
             return None
         first = self._rotation % count
         self._rotation += 1
         out = Received(self)
         with self._lock:
-            self._receive_queues(
-                group, topic, [(first + i) % count for i in range(count)], now, max_msgs, invisible, None, _MATCH_ALL, out
-            )
+            self._receive_queues(group, topic, first, count, count, now, max_msgs, invisible, None, _MATCH_ALL, out)
         return out
 
     def _receive_queues(
         self,
         group: str,
         topic: str,
-        qids: list[int],
+        first: int,
+        n: int,
+        count: int,
         now: int,
         max_msgs: int,
         invisible: int,
@@ -747,14 +754,15 @@ class PopService:
         tag_filter: TagFilter,
         out: Received,
     ) -> None:
-        """A receive's work, under the lock: each queue of ``qids`` in turn by its one-call step
-        (:meth:`receive_run`, when no tag filter) or else by :meth:`_receive_lane`, until
-        ``max_msgs`` are handed out; then the snapshot check."""
+        """A receive's work, under the lock: ``n`` of the topic's ``count`` queues from ``first``
+        on, in turn, each by its one-call step (:meth:`receive_run`, when no tag filter) or else
+        by :meth:`_receive_lane`, until ``max_msgs`` are handed out; then the snapshot check."""
         run = self._receive_run if tag_filter.match_all else None
         got = out.messages  # len(got): how many so far
-        for qid in qids:
+        for i in range(n):
             if len(got) >= max_msgs:
                 break
+            qid = (first + i) % count
             if run is not None and run(self, (group, topic, qid), now, max_msgs - len(got), invisible, out):
                 continue
             self._receive_lane(
@@ -775,7 +783,7 @@ class PopService:
         """The common receive of one queue in one step: the lane of ``key`` (group, topic, queue
         id) exists, none of its messages is due back at ``now``, and the store's one-call pull
         (``quick``) hands out ``want`` new messages from the lane's next offset, a run with no
-        gap. Then the checkpoint of that run is written (``CK_RUN_JSON``: what
+        gap. Then the checkpoint of that run is written (the codec's ``checkpoint_run``: what
         :meth:`_receive_lane` writes for it), applied as :meth:`_apply_ck` applies it (one
         ``(deadline, 0)`` stamp for all, one heap entry, the lane's next and lowest un-acked
         offsets), and the messages are added to ``out``. True if done; False, with nothing
@@ -788,31 +796,33 @@ class PopService:
         if heap and heap[0][0] <= now:
             return False
         start = lane.next
-        messages = self._quick(lane.topic, lane.queue_id, start, want)  # type: ignore[misc]  # (set: _receive_run)
-        if messages is None or len(messages) != want:
+        quick = self._quick
+        if quick is None or self._closed:
+            return False
+        # the codec's one-call pull; again once the dispatcher caught up, when it comes back
+        # short (what is put may not be dispatched yet); None: the careful path decides
+        got = self._queue_messages(quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core)
+        if got is None or len(got[0]) < want:
+            quick.catch_up()
+            got = self._queue_messages(quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core)
+            if got is None:
+                return False
+        messages = got[0]
+        if len(messages) != want:
             return False
         times = self._reconsume_times(messages)  # read first: a failure here leaves nothing written
         nxt = start + want
-        body = (
-            _CK_RUN_JSON % (lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
-        ).encode()
+        body = self._checkpoint_run(lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
         timeout = self._write(CK_TAG, body)
         if timeout is not None:
             self._unconfirmed(timeout, "a checkpoint")  # if lost: back early
-        deadline = now + invisible
-        stamp = (deadline, 0)
-        offsets = list(range(start, nxt))
-        numbers = (0,) * want
-        inflight = lane.inflight
-        inflight.update(dict.fromkeys(offsets, stamp))
-        lane.next = nxt
         self._seq += 1
-        heapq.heappush(heap, (deadline, self._seq, tuple(offsets), numbers))
-        if lane.committed not in inflight:
+        offsets, numbers, stamp = lane.take_run(want, now + invisible, self._seq)
+        if lane.committed not in lane.inflight:
             self._committed_moved(lane)  # (else it cannot move)
         out.messages += messages
         out.reconsume_times += times
-        out.lanes.append((lane, offsets, numbers, stamp))
+        out._lanes.append((lane, offsets, numbers, stamp))  # noqa: SLF001 (this module's Received; no property frame)
         return True
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:

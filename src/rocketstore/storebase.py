@@ -94,6 +94,7 @@ from rocketstore.message import (
 from rocketstore.parts import StoreParts
 from rocketstore.pop import (
     PopService,
+    QuickPull,
     Received,
     ReceivedMessage,
     Receiver,
@@ -679,7 +680,7 @@ class StoreBase(JoinedWriting):
             send_back=self._schedule.send_back,
             retry_max_times=self._schedule.retry_max_times,
             clock=cfg.clock,
-            quick=weak_method(self._pop_quick, closed_error),
+            quick=QuickPull(self._queues, self._segments, core, self._dispatcher.catch_up),
         )
 
     def _segments_deleted(self) -> None:
@@ -1903,20 +1904,6 @@ class StoreBase(JoinedWriting):
             lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
             offset + max_msgs,
         )
-
-    def _pop_quick(self, topic: str, queue_id: int, offset: int, max_msgs: int) -> Optional[list[MessageExt]]:
-        """POP's one-call pull (the PopService's ``quick``): the messages the codec's
-        ``queue_messages`` reads from ``offset``, again after the dispatcher caught up when they
-        come back short (what is put may not be dispatched yet); None when the careful path must
-        decide, and while the store closes."""
-        if self._closed:
-            return None
-        codec, queues, segments, core = self._codec, self._queues, self._segments, self._core
-        got = codec.queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core)
-        if got is None or len(got[0]) < max_msgs:
-            self._dispatcher.catch_up()
-            got = codec.queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core)
-        return None if got is None else got[0]
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
