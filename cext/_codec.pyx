@@ -4160,13 +4160,13 @@ cdef class PopAcker:
     ``PopService._finish`` writes for it) through the CommitLog core's ``put``, and applies it
     as ``_finish`` does (the lane's in-flight map and lowest un-acked offset, the group's
     committed offset set as ``ConsumerOffsetTable.commit_key`` sets it, under the table's lock,
-    the heap's compaction). Every other call goes to ``careful`` before anything is written:
-    other handles, an unknown lane, a message finished or handed out again, and every
-    ``POP_SNAPSHOT_CHECK_EVERY``-th ack while the service writes periodic snapshots (the
-    careful ack looks whether one is due); so both twins give the same answer and raise the
-    same errors for the same handles."""
+    the heap's compaction), then, every ``POP_SNAPSHOT_CHECK_EVERY``-th such ack while the
+    service writes periodic snapshots, calls ``periodic(service)``. Every other call goes to
+    ``careful`` before anything is written: other handles, an unknown lane, a message finished
+    or handed out again; so both twins give the same answer and raise the same errors for the
+    same handles."""
 
-    cdef object _service_ref, _careful, _received_type
+    cdef object _service_ref, _careful, _periodic, _received_type
     cdef int _countdown
     cdef object _by_prefix, _commitlog, _topic, _props, _offsets
     cdef FastRLock _lock, _offsets_lock   # the same locks when they are FastRLocks (else None)
@@ -4179,9 +4179,9 @@ cdef class PopAcker:
     cdef bint _ready, _loaded, _snapshots
     cdef public bint closed
 
-    def __init__(self, service, received_type, careful):
+    def __init__(self, service, received_type, careful, periodic):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
-        self._careful = careful
+        self._careful, self._periodic = careful, periodic
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
         self._lock = service._lock if type(service._lock) is FastRLock else None
@@ -4232,11 +4232,6 @@ cdef class PopAcker:
                 return _CAREFUL
             handle = handle.handle
             if type(handle) is not str:
-                return _CAREFUL
-        if self._snapshots:
-            self._countdown -= 1
-            if self._countdown <= 0:
-                self._countdown = POP_SNAPSHOT_CHECK_EVERY
                 return _CAREFUL
         if not self._ready:
             if not service._topic_ready:
@@ -4312,6 +4307,11 @@ cdef class PopAcker:
                 self._commit(lane, committed)
         if len(lane.heap) > 2 * len(inflight) + self._compact_slack:
             lane.compact()
+        if self._snapshots:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = POP_SNAPSHOT_CHECK_EVERY
+                self._periodic(service)
         return timeout
 
     cdef _commit(self, PopLane lane, int64_t committed):

@@ -280,7 +280,9 @@ _NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
     st.integers(0, 2**62),
     st.integers(1, 4096),
 )
-def test_a_runs_checkpoint_is_what_the_general_encoder_writes(impl, group, topic, queue_id, base, now, invisible, so, n):
+def test_a_runs_checkpoint_is_what_the_general_encoder_writes(
+    impl, group, topic, queue_id, base, now, invisible, so, n
+):
     from rocketstore.pop import _checkpoint
 
     offsets = list(range(so, so + n))

@@ -551,8 +551,8 @@ def test_every_so_many_acks_look_at_the_snapshot(tmp_path, impl, clock, monkeypa
         clock.now += 1_000  # a snapshot is due from now on
         for m in got:
             assert store.ack(m.handle) is True
-        if impl.name == "c":
-            assert spy.calls == 2 and len(snapshots) == 2
+        if impl.name == "c":  # the acker's own acks, each 64th looking at the snapshot
+            assert spy.calls == 0 and len(snapshots) == 2
         else:
             assert spy.calls == n and len(snapshots) == n
         assert store.pop_status(GROUP, TOPIC)[0] == {"committed": n, "next": n, "in_flight": 0}

@@ -65,10 +65,8 @@ from rocketstore.units import PLACEHOLDER_SIZE as _PLACEHOLDER_SIZE
 
 from .errors import (
     CorruptRecordError,
-    FlushTimeoutError,
     InvalidMessageError,
     InvalidMessageIdError,
-    InvalidReceiptHandleError,
     InvalidTopicError,
     PropertiesTooLargeError,
     StoreClosedError,
@@ -2695,23 +2693,25 @@ class PopLane:
         return self.committed != before
 
 
-#: The compiled acker hands every this many acks to the service's careful one, which looks
-#: whether the periodic POP snapshot is due (a snapshot is written at most every
+#: The compiled acker looks whether the periodic POP snapshot is due (its ``periodic``) once
+#: every this many acks it does itself (a snapshot is written at most every
 #: ``pop_snapshot_interval_ms``; checking the clock per ack would cost as much as the rest of the
 #: ack's bookkeeping).
 POP_SNAPSHOT_CHECK_EVERY = 64
 
 
 class PopAcker:
-    """``PopService.ack``: ``PopAcker(service, received_type, careful).ack(handle)`` is
-    ``careful(service, handle)`` (``PopService.ack_handle``: the one ack, every case, written
-    once in rocketstore.pop), while the service lives and until ``closed`` is set (then
-    StoreClosedError). The compiled twin does the common case itself, with no Python frame,
-    and hands this one everything else. It holds the service weakly (the service holds it)."""
+    """``PopService.ack``: ``PopAcker(service, received_type, careful, periodic).ack(handle)``
+    is ``careful(service, handle)`` (``PopService.ack_handle``: the one ack, every case, written
+    once in rocketstore.pop, which looks at the periodic snapshot itself), while the service
+    lives and until ``closed`` is set (then StoreClosedError). The compiled twin does the common
+    case itself, with no Python frame, calling ``periodic(service)`` (the snapshot check) once
+    every ``POP_SNAPSHOT_CHECK_EVERY`` of those, and hands this one everything else. It holds
+    the service weakly (the service holds it)."""
 
     __slots__ = ("_service_ref", "_careful", "closed")
 
-    def __init__(self, service: Any, received_type: Any, careful: Any) -> None:
+    def __init__(self, service: Any, received_type: Any, careful: Any, periodic: Any) -> None:
         self._service_ref = weakref.ref(service)
         self._careful = careful
         # set by the service's close: from then on every ack raises StoreClosedError (a caller
@@ -2731,7 +2731,15 @@ _CK_RUN_JSON = '{"b":%d,"c":"%s","it":%d,"n":%d,"nx":%d,"pt":%d,"q":%d,"so":%d,"
 
 
 def checkpoint_run(
-    committed: int, group: str, invisible: int, count: int, nxt: int, now: int, queue_id: int, start: int, topic: str
+    committed: int,
+    group: str,
+    invisible: int,
+    count: int,
+    nxt: int,
+    now: int,
+    queue_id: int,
+    start: int,
+    topic: str,
 ) -> bytes:
     """The ``ck`` record of a receive's common run (rocketstore.pop): ``count`` offsets from
     ``start``, every delivery number 0, handed out at ``now`` for ``invisible`` ms, the lane's

@@ -32,19 +32,24 @@ ack and a new checkpoint). The records are ordinary CommitLog records, so they a
 durable as any put (``flush_disk_type``; the CommitLog's recovery after a crash), and a Java
 broker opens the directory as it opens any other topic.
 
-**One ack, one call.** :meth:`PopService.ack` is the implementation's ``PopAcker.ack``
-(``rocketstore._codec``, or its pure twin ``rocketstore._codec_py``): the handle is checked as
-:meth:`PopService._parse` and :meth:`PopService._current` check it, the ``bAck`` record of its
-one offset is appended through the CommitLog core's ``put``, and the lane (a ``PopLane`` twin)
-and the group's committed offset are updated, under the service's lock, before it returns.
-Nothing is buffered. The periodic snapshot is looked at by every 64th single ack.
+**One ack, one call.** The single ack is written once, :meth:`PopService.ack_handle`: the
+handle is checked as :meth:`PopService._parse` and :meth:`PopService._current` check it, the
+``bAck`` record of its one offset is appended through the CommitLog core's ``put`` and applied to
+the lane (a ``PopLane`` twin) and the group's committed offset (:meth:`PopService._finish`),
+under the service's lock, before it returns; then the periodic snapshot is looked at. Nothing is
+buffered. :meth:`PopService.ack` is the implementation's ``PopAcker.ack``: the compiled one does
+the common case (a plain handle of a known lane, still under that delivery) in one call with no
+Python frame, and hands everything else, and every 64th ack (the snapshot check), to
+``ack_handle`` before writing anything; the pure one hands everything to it.
 
-**One receive step, one call.** The common receive of one queue (its lane exists, none of its
-messages is due back, no tag filter, and the store's one-call pull hands out every message asked
-for, with no gap) is the implementation's ``pop_receive_run``: the same checkpoint record as
-:meth:`PopService._receive_lane` writes, applied as :meth:`PopService._apply_ck` applies it, in
-one call. Anything else (a new lane, messages due back, dead letters, a filter, a short pull,
-placeholders) goes the general way; the step writes nothing when it steps aside.
+**One receive step.** The common receive of one queue (its lane exists, none of its messages is
+due back, no tag filter, and the codec's one-call pull ``queue_messages`` hands out every
+message asked for, with no gap) is :meth:`PopService.receive_run`: the same checkpoint record as
+:meth:`PopService._receive_lane` writes (the codec's ``checkpoint_run``), applied as
+:meth:`PopService._apply_ck` applies it (the lane's ``take_run``). Anything else (a new lane,
+messages due back, dead letters, a filter, a short pull, placeholders) goes the general way; the
+step writes nothing when it steps aside. A writable store's ``receive`` is a :class:`Receiver`,
+which sends the common shape straight to :meth:`PopService.receive_common`.
 
 **Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
 also written, crash-safely (:class:`~rocketstore.configfiles.ConfigFile`'s ``.bak`` protocol), to
@@ -89,8 +94,8 @@ import heapq
 import json
 import logging
 import weakref
-from time import time_ns
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from time import time_ns
 from typing import Any, NamedTuple, Optional, overload
 
 from rocketstore import _codec_py
@@ -383,7 +388,9 @@ def _checkpoint_json(
     if offsets and not any(numbers):
         so = offsets[0]
         if offsets[-1] - so == len(offsets) - 1 and sorted(offsets) == offsets:  # a run from so
-            return _codec_py.checkpoint_run(base, group, invisible, len(offsets), nxt, now, queue_id, so, topic)
+            return _codec_py.checkpoint_run(
+                base, group, invisible, len(offsets), nxt, now, queue_id, so, topic
+            )
     return _dumps(_checkpoint(group, topic, queue_id, base, now, invisible, offsets, numbers, nxt))
 
 
@@ -483,9 +490,11 @@ class PopService:
         self._checkpoint_run = codec.checkpoint_run
         # receive: the common step of one queue (None: always the general path); a function
         # of the service, as a test may swap it: run(service, key, now, want, invisible, out)
-        self._receive_run: Optional[Callable[..., bool]] = PopService.receive_run if quick is not None else None
+        self._receive_run: Optional[Callable[..., bool]] = (
+            PopService.receive_run if quick is not None else None
+        )
         self._acks_closed = False  # set by close: every ack raises StoreClosedError from then on
-        self._acker = codec.PopAcker(self, ReceivedMessage, PopService.ack_handle)
+        self._acker = codec.PopAcker(self, ReceivedMessage, PopService.ack_handle, PopService._snapshot_check)
         self.ack = self._acker.ack
         self._topic_ready = False
         self._closed = False
@@ -737,7 +746,9 @@ class PopService:
         self._rotation += 1
         out = Received(self)
         with self._lock:
-            self._receive_queues(group, topic, first, count, count, now, max_msgs, invisible, None, _MATCH_ALL, out)
+            self._receive_queues(
+                group, topic, first, count, count, now, max_msgs, invisible, None, _MATCH_ALL, out
+            )
         return out
 
     def _receive_queues(
@@ -779,7 +790,9 @@ class PopService:
         if self._snapshot_interval_ms:
             self._maybe_snapshot(now)
 
-    def receive_run(self, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Received) -> bool:
+    def receive_run(
+        self, key: tuple[str, str, int], now: int, want: int, invisible: int, out: Received
+    ) -> bool:
         """The common receive of one queue in one step: the lane of ``key`` (group, topic, queue
         id) exists, none of its messages is due back at ``now``, and the store's one-call pull
         (``quick``) hands out ``want`` new messages from the lane's next offset, a run with no
@@ -801,10 +814,14 @@ class PopService:
             return False
         # the codec's one-call pull; again once the dispatcher caught up, when it comes back
         # short (what is put may not be dispatched yet); None: the careful path decides
-        got = self._queue_messages(quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core)
+        got = self._queue_messages(
+            quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core
+        )
         if got is None or len(got[0]) < want:
             quick.catch_up()
-            got = self._queue_messages(quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core)
+            got = self._queue_messages(
+                quick.queues, lane.topic, lane.queue_id, start, want, quick.segments, quick.core
+            )
             if got is None:
                 return False
         messages = got[0]
@@ -812,7 +829,9 @@ class PopService:
             return False
         times = self._reconsume_times(messages)  # read first: a failure here leaves nothing written
         nxt = start + want
-        body = self._checkpoint_run(lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic)
+        body = self._checkpoint_run(
+            lane.committed, lane.group, invisible, want, nxt, now, lane.queue_id, start, lane.topic
+        )
         timeout = self._write(CK_TAG, body)
         if timeout is not None:
             self._unconfirmed(timeout, "a checkpoint")  # if lost: back early
@@ -1033,11 +1052,15 @@ class PopService:
             if not self._current(lane, offset, number, handle):  # type: ignore[arg-type]  # (a str: parsed)
                 return False
             timeout = self._finish(lane, [offset])
-            if self._snapshot_interval_ms:
-                self._maybe_snapshot(self.clock())
+            self._snapshot_check()
         if timeout is not None:
             raise timeout  # acknowledged, but not confirmed durable
         return True
+
+    def _snapshot_check(self) -> None:
+        """An ack's look at the periodic snapshot (the compiled acker's ``periodic``)."""
+        if self._snapshot_interval_ms:
+            self._maybe_snapshot(self.clock())
 
     def _parse(self, handle: object) -> tuple[_Lane, int, int]:
         if isinstance(handle, ReceivedMessage):
@@ -1270,7 +1293,9 @@ class Receiver:
 
     __slots__ = ("_store_ref", "_service_ref", "_fallback", "closed")
 
-    def __init__(self, store_ref: Callable[[], Any], service: PopService, fallback: Callable[..., Received]) -> None:
+    def __init__(
+        self, store_ref: Callable[[], Any], service: PopService, fallback: Callable[..., Received]
+    ) -> None:
         self._store_ref = store_ref
         self._service_ref = weakref.ref(service)
         self._fallback = fallback

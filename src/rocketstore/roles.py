@@ -9,7 +9,7 @@ ended), closes, or is inherited by a forked child:
 ``owner``
     This process holds the lock and appends: ``put`` is the implementation's ``PutFront``, the
     point reads are its codec's ``FastReads``, ``receive`` and ``ack`` the POP service's
-    compiled ``PopReceiver`` and acker; everything else the careful path.
+    ``Receiver`` and its codec's ``PopAcker``; everything else the careful path.
 ``joined``
     Another process holds the lock (rocketstore.writers): writes run there, or append here
     through the shared table (rocketstore.sharedappend); reads are the following store's.
