@@ -608,6 +608,7 @@ class StoreBase(JoinedWriting):
             self._dispatcher = Dispatcher(
                 self._segments,
                 self._codec,
+                self._impl.scan,
                 self._queues,
                 self._index,
                 start=dispatch_start,
@@ -643,6 +644,7 @@ class StoreBase(JoinedWriting):
         self._dispatcher = Dispatcher(
             self._segments,
             self._codec,
+            self._impl.scan,
             self._queues,
             self._index,
             start=dispatch_start,
