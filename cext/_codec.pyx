@@ -35,9 +35,14 @@ import numpy as _np
 
 # the rare shapes of a put's properties (a mapping, bad input): one copy, the pure twin's
 from rocketstore._codec_py import put_properties as _put_properties_slow
+# a properties mapping checked and encoded (the argument checks and the error each case raises:
+# one copy, the pure twin's; the hot paths that encode properties are the put's own, below and in
+# rocketstore._store)
+from rocketstore._codec_py import encode_properties
+from rocketstore._codec_py import _topic_bytes as _topic_bytes_slow
 from rocketstore._codec_py import timer_properties as _timer_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
-                                InvalidTopicError, PropertiesTooLargeError)
+                                PropertiesTooLargeError)
 from rocketstore import message as _message_mod
 from rocketstore.status import GetMessageStatus as _GetMessageStatus
 from rocketstore.message import MessageExt as _PyMessageExt, host_from_bytes, host_to_bytes
@@ -273,44 +278,6 @@ def body_crc(body):
 # ---------------------------------------------------------------------------------------------
 # Properties
 
-def encode_properties(props):
-    """``name\\x01value\\x02`` for every entry, UTF-8 encoded.
-
-    A value must be a non-empty str: Java's parser (``string2messageProperties``) drops a piece
-    with an empty value, so an empty value (or a ``None``, which Java's ``putUserProperty``
-    refuses) raises InvalidMessageError rather than being stored as something that reads back
-    different; so does text that is not valid UTF-8 (a lone surrogate, which Java would read
-    back as U+FFFD).
-    """
-    if not isinstance(props, _Mapping):
-        raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}")
-    parts = []
-    for key, value in props.items():
-        if not isinstance(key, str):
-            raise InvalidMessageError(f"property name {key!r} is not a str")
-        if not key:
-            raise InvalidMessageError("property name is empty")
-        if not isinstance(value, str):
-            raise InvalidMessageError(f"property {key!r} has a {type(value).__name__} value, not a str")
-        if not value:
-            raise InvalidMessageError(f"property {key!r} has an empty value, which RocketMQ's format "
-                                      "cannot carry (it would read back as absent)")
-        if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
-            raise InvalidMessageError(f"property {key!r} contains a separator character (\\x01 or \\x02)")
-        parts.append(key)
-        parts.append("\x01")
-        parts.append(value)
-        parts.append("\x02")
-    try:
-        data = "".join(parts).encode("utf-8")
-    except UnicodeEncodeError:   # a lone surrogate: Java would read back U+FFFD
-        raise InvalidMessageError("properties are not encodable as UTF-8") from None
-    if len(data) > RS_MAX_PROPERTIES_LENGTH:
-        raise PropertiesTooLargeError(
-            f"properties are {len(data)} bytes long; the limit is {RS_MAX_PROPERTIES_LENGTH}")
-    return data
-
-
 cdef object _plain_value(object value):
     """value if it is a non-empty str without a separator, else None (the slow path decides)."""
     cdef Py_UCS4 ch
@@ -438,21 +405,17 @@ def record_length(body_len, topic_len, properties_len, sys_flag=0, magic=RS_MAGI
 
 
 cdef bytes _topic_bytes(topic):
-    cdef bytes data
-    if isinstance(topic, str):
+    """A plain str topic's UTF-8 bytes; every other shape, and every error, the pure twin's."""
+    cdef const char *text
+    cdef Py_ssize_t n
+    if type(topic) is str:
         try:
-            data = (<str>topic).encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raise InvalidTopicError(f"topic {topic!r} is not encodable as UTF-8") from None
-    elif isinstance(topic, (bytes, bytearray, memoryview)):
-        data = bytes(topic)
-    else:
-        raise InvalidTopicError(f"topic must be str or bytes, not {type(topic).__name__}")
-    if not data:
-        raise InvalidTopicError("topic is empty")
-    if len(data) > RS_MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {RS_MAX_TOPIC_LENGTH}")
-    return data
+            text = PyUnicode_AsUTF8AndSize(topic, &n)
+        except UnicodeEncodeError:   # a lone surrogate: the pure twin escapes it or refuses it
+            return _topic_bytes_slow(topic)
+        if 0 < n <= RS_MAX_TOPIC_LENGTH:
+            return PyBytes_FromStringAndSize(text, n)
+    return _topic_bytes_slow(topic)
 
 
 cdef bytes _properties_bytes(properties):
