@@ -3,6 +3,8 @@
 
 The format itself is written down once, in cext/record.h; this module wraps it for Python with the
 same names, exceptions and messages as the pure-Python twin (whose docstring carries the layout table).
+The kernels over a stretch of records (queue keys and ranges, field checks, verify's and recovery's
+scans) are rocketstore._scan's.
 """
 
 cimport cython

@@ -258,14 +258,9 @@ cdef tuple _scan_columns(Py_ssize_t n):
 
 def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
                 max_records=-1):
-    """:func:`decode_batch` with CRCs checked and :func:`field_problems` in one pass, without a
-    RECORD_DTYPE table: what verify needs of each record, as columns.
-
-    Returns ``(columns, stop_pos, stop_reason)`` (stop as decode_batch's); ``columns`` is
-    ``(offsets int64: base + position, sizes int32, queue_ids int32, queue_offsets int64,
-    keys uint64: queue_keys, store_timestamps int64, flags uint8: field_problems' BAD_* bits,
-    units uint8: SCAN_NOT_CONSUMABLE | SCAN_IMPLAUSIBLE_QUEUE_OFFSET)``, one entry per record.
-    The scan runs without the GIL; ``buffer`` stays exported (pinned) meanwhile."""
+    """decode_batch with CRCs checked and field_problems in one pass, as columns (see the pure
+    twin, rocketstore._scan_py.verify_scan). The records are decoded into a small table that stays
+    in cache; the scan runs without the GIL, ``buffer`` exported (pinned) meanwhile."""
     cdef Py_buffer src
     cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got, room, bad = -1, i
     cdef int reason = _STOP_LIMIT, what = 0
@@ -419,15 +414,9 @@ cdef void _check_units(const int64_t *positions, const uint64_t *digests, int64_
 
 def check_units(positions, digests, units, int32_t queue_id, key, int64_t first_queue_offset, damaged,
                 int64_t low):
-    """One uint8 per ConsumeQueue unit of ``units`` (CQ_UNIT_DTYPE) of the queue ``queue_id``
-    whose queue key is ``key``, the units starting at queue offset ``first_queue_offset``:
-
-    * UNIT_LOST: a placeholder (CommitLog offset 0, size PLACEHOLDER_SIZE): its message is lost;
-    * UNIT_OK: a record found at the unit's CommitLog offset (``positions``, sorted ascending,
-      ``digests`` alongside, from :func:`record_digests`) has that queue key, queue id, queue
-      offset ``first_queue_offset + i`` and the unit's size; or the offset is in ``damaged``
-      (sorted: records whose damage is reported already) or below ``low`` (deleted);
-    * UNIT_BAD otherwise."""
+    """UNIT_OK, UNIT_BAD or UNIT_LOST for each ConsumeQueue unit of ``units`` (see the pure twin,
+    rocketstore._scan_py.check_units), in one walk without the GIL: each unit's record is found by
+    a search that starts where the previous unit's was."""
     cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
     cdef const uint64_t[::1] dig_v = _np.ascontiguousarray(digests, dtype=_np.uint64)
     cdef const int64_t[::1] bad_v = _np.ascontiguousarray(damaged, dtype=_np.int64)
@@ -544,7 +533,7 @@ cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row
 
 def queue_ranges(buffer, records, keys, base=None):
     """``(first, low, high)`` of each (topic, queue id) among ``records``, in one pass without a
-    sort (see the pure twin, rocketstore._codec_py.queue_ranges); None when two queues share a
+    sort (see the pure twin, rocketstore._scan_py.queue_ranges); None when two queues share a
     key."""
     cdef Py_buffer src, rec_view
     cdef int64_t n, bad, groups = 0
@@ -726,19 +715,11 @@ cdef int _recover_rows(const uint8_t *buf, int64_t size, rs_batch_row *rows, int
 
 def recover_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
                  int64_t torn_from=INT64_MAX, int torn_mask=0, max_records=-1):
-    """What recovery needs of ``buffer[start:end]`` (a segment of ``segment_size`` bytes starting
-    at CommitLog offset ``base``) in one pass, without a RECORD_DTYPE table.
-
-    The records are those :func:`decode_batch` finds with CRCs checked, up to ``max_records``,
-    except that the first record at or past position ``torn_from`` whose :func:`field_problems`
-    has a bit of ``torn_mask`` ends them (a crash's torn record: not kept).
-
-    Returns ``(count, stop, reason, torn, ranges)``: the records kept; decode_batch's stop and
-    reason, or the torn record's position and STOP_CORRUPT with ``torn`` True; and ``ranges``, a
-    list of ``(topic_pos, topic_len, queue_id, low, high)`` per (topic, queue id) among the kept
-    records that get a ConsumeQueue unit (:func:`queue_ranges` with ``base``), in the order of
-    their first record, or None when two queues share a key (group them exactly instead). The
-    scan runs without the GIL; ``buffer`` stays exported (pinned) meanwhile."""
+    """What recovery needs of ``buffer[start:end]`` in one pass: ``(count, stop, reason, torn,
+    ranges)`` (see the pure twin, rocketstore._scan_py.recover_scan). The records are decoded
+    into a small table that stays in cache, and the torn-field check and each queue's range are
+    taken from it in the same pass; the scan runs without the GIL, ``buffer`` exported (pinned)
+    meanwhile."""
     cdef Py_buffer src
     cdef int64_t pos, c_end, limit, bound, n = 0, got, i
     cdef int reason = _STOP_LIMIT, status = _RECOVER_OK

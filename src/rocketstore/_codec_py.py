@@ -1,7 +1,9 @@
 """CommitLog record codec, Java hashes and message ids: the pure-Python twin of ``rocketstore._codec``.
 
 Both twins have the same public names, raise the same exceptions with the same messages, and
-produce identical bytes and arrays; tests/test_codec_properties.py checks that they do.
+produce identical bytes and arrays; tests/test_codec_properties.py checks that they do. The kernels
+over a stretch of records (queue keys and ranges, field checks, verify's and recovery's scans) are
+in :mod:`rocketstore._scan_py`.
 
 CommitLog record (spec §1.1), V1 magic, IPv4 hosts; all integers big-endian, signed:
 

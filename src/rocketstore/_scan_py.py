@@ -98,6 +98,9 @@ def queue_keys(buffer, records):
         return (h ^ qids.astype(np.uint64)) * _FNV_PRIME
 
 
+# ---------------------------------------------------------------------------------------------
+# Verify's scan: decode_batch and field_problems in one pass, as columns
+
 SCAN_NOT_CONSUMABLE = 1  # verify_scan: PREPARED or ROLLBACK (no ConsumeQueue unit, §4.2)
 SCAN_IMPLAUSIBLE_QUEUE_OFFSET = 2  # verify_scan: a queue offset no CommitLog holds (recordscan.plausible)
 
@@ -134,6 +137,9 @@ def verify_scan(buffer, start=0, end=None, *, base: int = 0, segment_size: int =
     )
     return columns, stop, reason
 
+
+# ---------------------------------------------------------------------------------------------
+# ConsumeQueue units checked against the records verify found
 
 UNIT_OK, UNIT_BAD, UNIT_LOST = 0, 1, 2  # check_units' verdicts
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -219,6 +225,10 @@ def check_units(positions, digests, units, queue_id, key, first_queue_offset, da
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Grouping by queue: a grouping by key checked, each queue's offset range
+
+
 def same_queues(buffer, records, representatives):
     """True when every record ``i`` has the topic bytes and queue id of record
     ``representatives[i]`` (int64 row numbers into ``records``). Out-of-range row numbers raise
@@ -286,6 +296,9 @@ def queue_ranges(buffer, records, keys, base=None):
     order = np.argsort(first_of, kind="stable")  # groups in the order of their first record
     return rows[first_of][order].astype(np.int64), low[order], high[order]
 
+
+# ---------------------------------------------------------------------------------------------
+# Field cross-checks: what a record's fields must agree with
 
 #: field_problems flags, one bit per check a record fails
 BAD_TOPIC = 1  # empty, or a byte outside [%|a-zA-Z0-9_-]
