@@ -137,13 +137,8 @@ STOP_TRUNCATED = 3
 STOP_CORRUPT = 4
 STOP_BAD_CRC = 5
 
-_MESSAGES = {
-    STOP_BLANK: "BLANK end-of-file record at position {pos}",
-    STOP_END: "end of data at position {pos}: no record magic",
-    STOP_TRUNCATED: "truncated record at position {pos}: it runs past the end of the data",
-    STOP_CORRUPT: "corrupt record at position {pos}: inconsistent lengths",
-    STOP_BAD_CRC: "corrupt record at position {pos}: body CRC mismatch",
-}
+# why decode_record raised, in words: the pure twin's table (the STOP_* values are the same)
+from rocketstore._codec_py import _MESSAGES
 
 RECORD_DTYPE = _np.dtype([
     ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),
@@ -1193,14 +1188,9 @@ cdef class _SegmentMessages:
 
 
 def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True, base=None):
-    """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked
-    for (what :func:`decode_batch`'s rows give through :func:`row_messages`, without the
-    table). The iterator stops at ``end`` or at the first position that is not a valid record;
-    then its ``stop`` and ``reason`` are decode_batch's ``stop_pos`` and ``stop_reason``.
-
-    ``base``: the CommitLog offset of ``buffer[0]``; a record whose PHYSICALOFFSET is not
-    ``base`` + its position (a whole record copied there from elsewhere) stops the iterator as
-    a corrupt one does (STOP_CORRUPT), as :func:`record_at` refuses it. None: not checked."""
+    """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked for,
+    with the iterator's ``stop`` and ``reason`` at the end (see the pure twin,
+    rocketstore._codec_py.segment_messages)."""
     cdef int64_t c_base = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
     it._zc_view = None if copy_body else _zero_copy_view(buffer)
@@ -1362,19 +1352,9 @@ cdef int64_t _dispatch_keys(const uint8_t *base, const _key_spans *spans, int64_
 
 
 def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
-    """What dispatch needs from each record of ``records`` (RECORD_DTYPE, decoded from ``buffer``).
-
-    Returns ``(info, keys)``. ``info`` (DISPATCH_DTYPE, one row per record) holds the tagsCode
-    (§2: Java hash of TAGS, 0 without one; for SCHEDULE_TOPIC_XXXX with a DELAY level clamped to
-    ``len(delay_levels_ms)`` and > 0, storeTimestamp + that level's delay), where the TAGS value
-    lies in ``buffer``, and the DELAY value as Integer.parseInt reads it (0 when absent or not a
-    number). ``keys`` (KEYREF_DTYPE, in record order) locates each record's index keys (§5.2):
-    its UNIQ_KEY, then each non-empty token of KEYS split on single spaces; no transaction
-    filtering. Properties are read as :func:`decode_properties` reads them.
-
-    A record whose topic or properties lie outside ``buffer`` raises CorruptRecordError. Large
-    batches are scanned without the GIL; ``buffer`` and ``records`` stay exported meanwhile.
-    """
+    """``(info, keys)``: what dispatch needs from each record of ``records`` (see the pure twin,
+    rocketstore._codec_py.dispatch_info). Large batches are scanned without the GIL; ``buffer``
+    and ``records`` stay exported meanwhile."""
     cdef Py_buffer src, rec_view, info_view, keys_view
     cdef int64_t n, count, written, bad = -1, max_level, i
     cdef int what = 0
