@@ -24,6 +24,12 @@ from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
 
 include "rows.pxi"
 
+ctypedef int64_t (*_scan_rows_fn)(const uint8_t *, int64_t *, int64_t, rs_batch_row *, int64_t, int64_t, int,
+                                  int *, int64_t) noexcept nogil
+# verify_scan and recover_scan call the scan loop through this pointer, which keeps it out of line
+# as the codec's copy is (inlined into their loops, verify_scan measured about 2 % slower).
+cdef _scan_rows_fn _scan_rows_out_of_line = _scan_rows
+
 __all__ = [
     "queue_keys", "same_queues", "queue_ranges", "verify_scan", "recover_scan",
     "record_digests", "check_units",
@@ -292,7 +298,8 @@ def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_si
             with nogil:
                 while True:
                     room = min(<int64_t>_SCAN_ROWS, cap - n)
-                    got = _scan_rows(p, &pos, c_end, tmp, room, -1 if limit < 0 else limit - n, 1, &reason)
+                    got = _scan_rows_out_of_line(p, &pos, c_end, tmp, room, -1 if limit < 0 else limit - n, 1, &reason,
+                                                 -1)
                     if got > 0:
                         bad = _verify_rows(p, src.len, tmp, got, base, segment_size, &c_off[n], &c_size[n],
                                            &c_qid[n], &c_qoff[n], &c_key[n], &c_ts[n], &c_flag[n],
@@ -746,7 +753,8 @@ def recover_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_s
             raise MemoryError()
         with nogil:
             while True:
-                got = _scan_rows(p, &pos, c_end, tmp, _SCAN_ROWS, -1 if limit < 0 else limit - n, 1, &reason)
+                got = _scan_rows_out_of_line(p, &pos, c_end, tmp, _SCAN_ROWS, -1 if limit < 0 else limit - n, 1,
+                                             &reason, -1)
                 if got > 0:
                     status = _recover_rows(p, src.len, tmp, &got, base, segment_size, torn_from,
                                            torn_mask, flags, keys, &ranges, &torn)

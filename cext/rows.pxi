@@ -1,10 +1,11 @@
 # Included by _codec.pyx and _scan.pyx (each compiles its own copy): the checks of a buffer, a
 # range and a RECORD_DTYPE table, the error for a span outside the buffer, and the scan loop that
-# decodes records into rs_batch_row tables. Uses _np and CorruptRecordError of the including module.
+# decodes records into rs_batch_row tables, and the strict UTF-8 check of properties (the field checks
+# and the timer kernels use it). Uses _np and CorruptRecordError of the including module.
 
 from cpython.buffer cimport (PyBUF_STRIDES, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_CheckBuffer,
                              PyObject_GetBuffer)
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
 
@@ -39,7 +40,7 @@ cdef int64_t _scan_end(object start, object end, object max_records, Py_ssize_t 
 
 cdef int64_t _scan_rows(const uint8_t *base, int64_t *pos_io, int64_t end, rs_batch_row *rows,
                         int64_t room, int64_t limit, int check_crc, int *reason,
-                        int64_t placed=-1) noexcept nogil:
+                        int64_t placed) noexcept nogil:
     """Decode records from base[*pos_io] until end, limit rows (-1: none) or room runs out.
     ``placed`` >= 0: the CommitLog offset of base[0]; a record whose PHYSICALOFFSET is not
     ``placed`` + its position stops the scan there, as a corrupt one does."""
@@ -105,3 +106,59 @@ cdef object _outside(object i, object position, str what, object start, object l
     err.reason = _STOP_CORRUPT
     err.position = position
     return err
+
+
+cdef bint _utf8_ok(const uint8_t *p, int64_t n) noexcept nogil:
+    """Strict UTF-8, as Python's decoder has it (no overlongs, surrogates or > U+10FFFF)."""
+    cdef int64_t i = 0, k
+    cdef uint8_t c, lo, hi
+    cdef int need
+    cdef uint64_t word, seen = 0
+    while i + 8 <= n:               # all ASCII (the usual case): one OR per 8 bytes
+        memcpy(&word, p + i, 8)
+        seen |= word
+        i += 8
+    while i < n:
+        seen |= p[i]
+        i += 1
+    if not (seen & 0x8080808080808080ULL):
+        return 1
+    i = 0
+    while i < n:
+        if i + 8 <= n:
+            memcpy(&word, p + i, 8)
+            if not (word & 0x8080808080808080ULL):
+                i += 8
+                continue
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF
+        if c < 0xC2:
+            return 0
+        elif c < 0xE0:
+            need = 1
+        elif c < 0xF0:
+            need = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif c < 0xF5:
+            need = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return 0
+        if need >= n - i:
+            return 0
+        if p[i + 1] < lo or p[i + 1] > hi:
+            return 0
+        for k in range(2, need + 1):
+            if p[i + k] < 0x80 or p[i + k] > 0xBF:
+                return 0
+        i += need + 1
+    return 1
