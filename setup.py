@@ -62,6 +62,7 @@ def _extensions():
     modules = {
         "_crc32": ["cext/_crc32.pyx", "cext/crc32.c"],
         "_codec": ["cext/_codec.pyx", "cext/crc32.c"],
+        "_scan": ["cext/_scan.pyx", "cext/crc32.c"],
         "_store": ["cext/_store.pyx", "cext/crc32.c", "cext/flusher.c"],
         "_index": ["cext/_index.pyx"],
         "_facade": ["cext/_facade.c"],  # plain C: MessageStore's hot calls, passed to its role

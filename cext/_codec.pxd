@@ -3,7 +3,8 @@
 # rocketstore._codec and for any module that cimports it. The module re-exports every constant
 # under the pure twin's names; tests/test_codec_vectors.py checks that the two agree.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 
 cdef extern from "record.h" nogil:
@@ -164,3 +165,42 @@ cdef struct rs_keyref_row:
     int64_t key_pos
     int32_t key_len
     int32_t record
+
+
+# ---- shared with rocketstore._scan (the kernels over a stretch of records) ----
+# The scan loop and the argument checks both modules use are in rows.pxi (included by each); the
+# constants and small helpers below are declared once here and compiled into each module.
+
+# rs_decode_record's results map onto these as 1 - code (BLANK 0 -> 1, ..., BAD_CRC -4 -> 5)
+cdef enum:
+    _STOP_LIMIT = 0
+    _STOP_BLANK = 1
+    _STOP_CORRUPT = 4
+    _STOP_NEED_ROOM = -1   # internal to the scan: the row array is full
+
+# Which span of a row lies outside its buffer (what _outside's error names).
+cdef enum:
+    _OUTSIDE_TOPIC = 1
+    _OUTSIDE_PROPERTIES = 2
+    _OUTSIDE_RECORD = 3
+
+
+cdef inline uint64_t _queue_key_of(const uint8_t *t, int32_t topic_len, int32_t queue_id) noexcept nogil:
+    """FNV-1a 64 of a topic's bytes, then of its queue id (as uint32)."""
+    cdef uint64_t h = 0xCBF29CE484222325ULL
+    cdef int32_t j
+    for j in range(topic_len):
+        h = (h ^ t[j]) * 0x100000001B3ULL
+    return (h ^ <uint32_t>queue_id) * 0x100000001B3ULL
+
+
+cdef inline int64_t _be64(const uint8_t *p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return <int64_t>v
+
+
+cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])

@@ -11,14 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py, _index_py
+from rocketstore import _codec_py, _index_py, _scan_py
 from rocketstore.errors import CorruptRecordError, StoreReadOnlyError
 
 try:
     from rocketstore import _codec as _codec_c
     from rocketstore import _index as _index_c
+    from rocketstore import _scan as _scan_c
 except ImportError:  # pragma: no cover - depends on the build
-    _codec_c = _index_c = None
+    _codec_c = _index_c = _scan_c = None
 
 needs_compiled = pytest.mark.skipif(_codec_c is None, reason="the compiled modules are not built")
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,6 +34,11 @@ ITEM = struct.Struct(">iqii")
 @pytest.fixture
 def codec(impl):
     return impl.codec
+
+
+@pytest.fixture
+def scan(impl):
+    return impl.scan
 
 
 @pytest.fixture
@@ -799,7 +805,7 @@ def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs)
     expected = {}
     for i, (t, q) in enumerate(pairs):
         expected.setdefault((t, q), []).append(i)
-    for twin in [_codec_py] + ([_codec_c] if _codec_c is not None else []):
+    for twin in [_scan_py] + ([_scan_c] if _scan_c is not None else []):
         keys = twin.queue_keys(buf, rows)
         assert keys.dtype == np.uint64
         assert keys.tolist() == [_fnv_key(t.encode(), q) for t, q in pairs]
@@ -807,31 +813,31 @@ def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs)
         assert groups == expected
 
 
-def test_same_queues_compares_topic_bytes_and_queue_ids(codec):
+def test_same_queues_compares_topic_bytes_and_queue_ids(scan):
     buf, rows = batch(
         {"topic": "abcdefghiX"},
         {"topic": "abcdefghiY"},
         {"topic": "abcdefghiX", "queue_id": 1},
         {"topic": "abcdefghiX"},
     )
-    assert codec.same_queues(buf, rows, [0, 1, 2, 0])
-    assert not codec.same_queues(buf, rows, [0, 0, 2, 3])  # the topics differ in their last byte
-    assert not codec.same_queues(buf, rows, [0, 1, 0, 3])  # the queue ids differ
+    assert scan.same_queues(buf, rows, [0, 1, 2, 0])
+    assert not scan.same_queues(buf, rows, [0, 0, 2, 3])  # the topics differ in their last byte
+    assert not scan.same_queues(buf, rows, [0, 1, 0, 3])  # the queue ids differ
     with pytest.raises(IndexError):
-        codec.same_queues(buf, rows, [0, 1, 2, 4])
+        scan.same_queues(buf, rows, [0, 1, 2, 4])
     with pytest.raises(ValueError):
-        codec.same_queues(buf, rows, [0, 1, 2])
+        scan.same_queues(buf, rows, [0, 1, 2])
 
 
-def test_queue_keys_refuse_topics_outside_the_buffer(codec):
+def test_queue_keys_refuse_topics_outside_the_buffer(scan):
     buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"})
     for field, value in (("topic_pos", len(buf) - 2), ("topic_pos", -1), ("topic_len", -3)):
         bad = rows.copy()
         bad[field][1] = value
         with pytest.raises(CorruptRecordError):
-            codec.queue_keys(buf, bad)
+            scan.queue_keys(buf, bad)
         with pytest.raises(CorruptRecordError):
-            codec.same_queues(buf, bad, [0, 1])
+            scan.same_queues(buf, bad, [0, 1])
 
 
 # ---- property_pieces: every kept piece, for columnar readers (the Spark source) ----
@@ -921,21 +927,21 @@ def test_property_pieces_twins_agree_on_hostile_tables(records, data):
 
 
 class _CollidingKeys:
-    """A codec whose queue_keys gives every record the same 64-bit key (a hash collision)."""
+    """Scan kernels whose queue_keys gives every record the same 64-bit key (a hash collision)."""
 
-    def __init__(self, codec):
-        self._codec = codec
+    def __init__(self, scan):
+        self._scan = scan
 
     def __getattr__(self, name):
-        return getattr(self._codec, name)
+        return getattr(self._scan, name)
 
     def queue_keys(self, buffer, records):
-        keys = self._codec.queue_keys(buffer, records)
+        keys = self._scan.queue_keys(buffer, records)
         keys[:] = keys[-1]
         return keys
 
 
-def test_queue_groups_survive_a_queue_key_collision(codec):
+def test_queue_groups_survive_a_queue_key_collision(scan):
     # Before: a collision raised a bare RuntimeError, and the dispatch thread retried the same
     # range forever. Now the rows are grouped exactly, by topic bytes and queue id.
     from rocketstore.dispatch import queue_groups
@@ -947,5 +953,5 @@ def test_queue_groups_survive_a_queue_key_collision(codec):
         {"topic": "TopicA"},
         {"topic": "TopicB"},
     )
-    groups = {(t, q): idx.tolist() for t, q, idx in queue_groups(_CollidingKeys(codec), buf, rows)}
+    groups = {(t, q): idx.tolist() for t, q, idx in queue_groups(_CollidingKeys(scan), buf, rows)}
     assert groups == {("TopicA", 0): [0, 3], ("TopicB", 0): [1, 4], ("TopicA", 1): [2]}

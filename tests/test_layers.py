@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "rocketstore"
 CEXT = ROOT / "cext"
 
-TWINS = ("_crc32", "_codec", "_store", "_index")
+TWINS = ("_crc32", "_codec", "_scan", "_store", "_index")
 #: Compiled modules written in plain C (cext/<name>.c): they import nothing of the package.
 PLAIN_C = ("_facade",)
 
@@ -49,6 +49,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "config",
             "_codec_py",
             "_codec",
+            "_scan_py",
+            "_scan",
             "_hotstate",
         },
     ),

@@ -1,4 +1,4 @@
-"""The recovery scan's per-queue offsets (codec.queue_ranges, commitlog.queue_offset_ranges) and
+"""The recovery scan's per-queue offsets (scan.queue_ranges, commitlog.queue_offset_ranges) and
 the index slot table rebuilt on a roll back: the same answers as the exact (slow) way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py
+from rocketstore import _codec_py, _scan_py
 from rocketstore.commitlog import queue_offset_ranges
 from rocketstore.errors import CorruptRecordError
 
@@ -21,6 +21,18 @@ PREPARED = 1 << 2  # sysFlag TRANSACTION_PREPARED_TYPE: no ConsumeQueue unit
 @pytest.fixture
 def codec(impl):
     return impl.codec
+
+
+@pytest.fixture
+def scan(impl):
+    return impl.scan
+
+
+def _twins():
+    """(codec, scan) of each implementation built: the pure one first."""
+    from rocketstore import _impl
+
+    return [(i.codec, i.scan) for i in (_impl.PURE, _impl.COMPILED) if i is not None]
 
 
 def batch(*records):
@@ -61,13 +73,11 @@ queue_records = st.lists(
 @given(queue_records)
 @SETTINGS
 def test_queue_ranges_match_an_exact_grouping_in_both_twins(records):
-    from rocketstore import _impl
 
     buf, rows = batch(*records)
     expected = exact_ranges(records)
-    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
-    for twin in twins:
-        first, low, high = twin.queue_ranges(buf, rows, twin.queue_keys(buf, rows))
+    for _codec, twin_scan in _twins():
+        first, low, high = twin_scan.queue_ranges(buf, rows, twin_scan.queue_keys(buf, rows))
         assert first.dtype == low.dtype == high.dtype == np.int64
         assert first.tolist() == sorted(v[0] for v in expected.values())  # order of first record
         got = {
@@ -77,23 +87,23 @@ def test_queue_ranges_match_an_exact_grouping_in_both_twins(records):
         assert got == expected
 
 
-def test_queue_ranges_refuse_a_shared_key_and_outside_topics(codec):
+def test_queue_ranges_refuse_a_shared_key_and_outside_topics(scan):
     buf, rows = batch({"topic": "TopicA"}, {"topic": "TopicB"}, {"topic": "TopicA", "queue_id": 1})
     # two queues that share a key (forced here; FNV-1a 64 collisions are rare): None, group exactly
-    assert codec.queue_ranges(buf, rows, np.zeros(3, dtype=np.uint64)) is None
-    assert codec.queue_ranges(buf, rows, np.array([5, 6, 5], dtype=np.uint64)) is None  # queue ids differ
-    empty = codec.queue_ranges(buf, rows[:0], np.zeros(0, dtype=np.uint64))
+    assert scan.queue_ranges(buf, rows, np.zeros(3, dtype=np.uint64)) is None
+    assert scan.queue_ranges(buf, rows, np.array([5, 6, 5], dtype=np.uint64)) is None  # queue ids differ
+    empty = scan.queue_ranges(buf, rows[:0], np.zeros(0, dtype=np.uint64))
     assert [len(c) for c in empty] == [0, 0, 0]
     with pytest.raises(ValueError):
-        codec.queue_ranges(buf, rows, np.zeros(2, dtype=np.uint64))
+        scan.queue_ranges(buf, rows, np.zeros(2, dtype=np.uint64))
     for field, value in (("topic_pos", len(buf) - 2), ("topic_pos", -1), ("topic_len", -3)):
         bad = rows.copy()
         bad[field][1] = value
         with pytest.raises(CorruptRecordError):
-            codec.queue_ranges(buf, bad, codec.queue_keys(buf, rows))
+            scan.queue_ranges(buf, bad, scan.queue_keys(buf, rows))
 
 
-def test_queue_offset_ranges_skip_prepared_and_implausible_records_and_group_colliding_keys(codec):
+def test_queue_offset_ranges_skip_prepared_and_implausible_records_and_group_colliding_keys(scan):
     buf, rows = batch(
         {"topic": "TopicA", "queue_offset": 0},
         {"topic": "TopicA", "queue_offset": 7, "sys_flag": PREPARED},  # no unit: not counted
@@ -102,19 +112,19 @@ def test_queue_offset_ranges_skip_prepared_and_implausible_records_and_group_col
         {"topic": "TopicB", "queue_offset": 10**12},  # no CommitLog this small holds it: skipped
     )
     want = [("TopicA", 0, 0, 1), ("TopicB", 0, 0, 0)]
-    assert queue_offset_ranges(codec, buf, rows, 0) == want
-    assert queue_offset_ranges(codec, buf, rows, 0, codec.queue_keys(buf, rows)) == want
+    assert queue_offset_ranges(scan, buf, rows, 0) == want
+    assert queue_offset_ranges(scan, buf, rows, 0, scan.queue_keys(buf, rows)) == want
     # keys that collide take the exact grouping and give the same answer
-    assert sorted(queue_offset_ranges(codec, buf, rows, 0, np.zeros(5, dtype=np.uint64))) == want
-    assert queue_offset_ranges(codec, buf, rows[:0], 0) == []
+    assert sorted(queue_offset_ranges(scan, buf, rows, 0, np.zeros(5, dtype=np.uint64))) == want
+    assert queue_offset_ranges(scan, buf, rows[:0], 0) == []
 
 
 # ---- verify_scan: decode_batch (CRCs checked) and field_problems in one pass, as columns ----
 
 
-def scan_the_slow_way(codec, buf, lo, hi, base, segment_size, max_records):
+def scan_the_slow_way(codec, scan, buf, lo, hi, base, segment_size, max_records):
     rows, stop, reason = codec.decode_batch(buf, lo, hi, check_crc=True, max_records=max_records)
-    flags, keys = codec.field_problems(buf, rows, base, segment_size)
+    flags, keys = scan.field_problems(buf, rows, base, segment_size)
     offsets = base + rows["position"]
     tx = rows["sys_flag"] & codec.SYSFLAG_TRANSACTION_MASK
     units = np.where((tx == codec.TRANSACTION_PREPARED_TYPE) | (tx == codec.TRANSACTION_ROLLBACK_TYPE), 1, 0)
@@ -124,15 +134,15 @@ def scan_the_slow_way(codec, buf, lo, hi, base, segment_size, max_records):
     return [c.tolist() for c in cols], stop, reason
 
 
-def check_scan(codec, buf, lo=0, hi=None, base=0, segment_size=2**63 - 1, max_records=-1):
+def check_scan(codec, scan, buf, lo=0, hi=None, base=0, segment_size=2**63 - 1, max_records=-1):
     hi = len(buf) if hi is None else hi
-    cols, stop, reason = codec.verify_scan(
+    cols, stop, reason = scan.verify_scan(
         buf, lo, hi, base=base, segment_size=segment_size, max_records=max_records
     )
     dtypes = [c.dtype for c in cols]
     assert dtypes == [np.int64, np.int32, np.int32, np.int64, np.uint64, np.int64, np.uint8, np.uint8]
     assert ([c.tolist() for c in cols], stop, reason) == scan_the_slow_way(
-        codec, buf, lo, hi, base, segment_size, max_records
+        codec, scan, buf, lo, hi, base, segment_size, max_records
     )
     return cols, stop, reason
 
@@ -174,12 +184,11 @@ scan_records = st.lists(
 )
 @SETTINGS
 def test_verify_scan_is_decode_batch_and_field_problems_in_both_twins(records, flips, base, max_records):
-    from rocketstore import _impl
 
     buf = hostile_buffer(records, flips)
-    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    twins = _twins()
     got = [
-        check_scan(twin, buf, base=base, segment_size=len(buf) + 100, max_records=max_records)
+        check_scan(*twin, buf, base=base, segment_size=len(buf) + 100, max_records=max_records)
         for twin in twins
     ]
     assert all(
@@ -187,24 +196,24 @@ def test_verify_scan_is_decode_batch_and_field_problems_in_both_twins(records, f
     )
     for lo, hi in ((1, len(buf)), (0, min(len(buf), 90)), (len(buf), len(buf))):  # off a record, tiny, empty
         for twin in twins:
-            check_scan(twin, buf, lo, hi)
+            check_scan(*twin, buf, lo, hi)
 
 
-def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec):
+def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec, scan):
     size = len(_codec_py.encode_record(topic="TopicTest", body=b""))
     buf = b"".join(
         _codec_py.encode_record(topic="TopicTest", body=b"", queue_offset=i, physical_offset=i * size)
         for i in range(5000)
     )
-    cols, stop, reason = check_scan(codec, buf)
+    cols, stop, reason = check_scan(codec, scan, buf)
     assert (len(cols[0]), stop, reason) == (5000, len(buf), codec.STOP_LIMIT)
     assert not cols[6].any() and not cols[7].any()  # every record whole and consumable
-    cols, stop, reason = check_scan(codec, buf, max_records=4097)
+    cols, stop, reason = check_scan(codec, scan, buf, max_records=4097)
     assert len(cols[0]) == 4097 and reason == codec.STOP_LIMIT
     with pytest.raises(ValueError):
-        codec.verify_scan(buf, 0, len(buf) + 1)
+        scan.verify_scan(buf, 0, len(buf) + 1)
     with pytest.raises(TypeError):
-        codec.verify_scan(buf, 0, len(buf), max_records=1.5)
+        scan.verify_scan(buf, 0, len(buf), max_records=1.5)
 
 
 # ---- check_units: each ConsumeQueue unit against the records verify found ----
@@ -218,12 +227,6 @@ def _units(phys, sizes):
     units["size"] = sizes
     units["tags_code"] = 99
     return units
-
-
-def _twins():
-    from rocketstore import _impl
-
-    return [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
 
 
 @given(
@@ -272,56 +275,56 @@ def test_check_units_twins_agree_with_a_lookup_per_unit(
     cq = _units([u[0] for u in units], [u[1] for u in units])
     bad = np.array(sorted(set(damaged)), dtype=np.int64)
     digests = []
-    for twin in _twins():
-        d = twin.record_digests(qids, qoffsets, sizes, keys, flags)
+    for _codec, twin_scan in _twins():
+        d = twin_scan.record_digests(qids, qoffsets, sizes, keys, flags)
         assert d.dtype == np.uint64 and len(d) == len(positions)
         digests.append(d.tolist())
-        got = twin.check_units(pos, d, cq, queue_id, key, first, bad, low)
-        assert got.dtype == np.uint8 and got.tolist() == want, twin.__name__
-        assert (twin.UNIT_OK, twin.UNIT_BAD, twin.UNIT_LOST) == (0, 1, 2)
+        got = twin_scan.check_units(pos, d, cq, queue_id, key, first, bad, low)
+        assert got.dtype == np.uint8 and got.tolist() == want, twin_scan.__name__
+        assert (twin_scan.UNIT_OK, twin_scan.UNIT_BAD, twin_scan.UNIT_LOST) == (0, 1, 2)
     assert all(d == digests[0] for d in digests)  # one digest, whichever twin wrote it
 
 
-def test_record_digests_tell_every_field_apart(codec):
+def test_record_digests_tell_every_field_apart(scan):
     """A digest changes with each field it covers, and a record that gets no unit has none a
     unit can match."""
     one = dict(q=np.array([3], np.int32), o=np.array([5], np.int64), s=np.array([300], np.int32))
     key = np.array([123], np.uint64)
-    base = codec.record_digests(one["q"], one["o"], one["s"], key, np.zeros(1, np.uint8))
+    base = scan.record_digests(one["q"], one["o"], one["s"], key, np.zeros(1, np.uint8))
     for changed in (
         (one["q"] + 1, one["o"], one["s"], key),
         (one["q"], one["o"] + 1, one["s"], key),
         (one["q"], one["o"], one["s"] + 1, key),
         (one["q"], one["o"], one["s"], key + np.uint64(1)),
     ):
-        assert codec.record_digests(*changed, np.zeros(1, np.uint8))[0] != base[0]
-    salted = codec.record_digests(one["q"], one["o"], one["s"], key, np.ones(1, np.uint8))
+        assert scan.record_digests(*changed, np.zeros(1, np.uint8))[0] != base[0]
+    salted = scan.record_digests(one["q"], one["o"], one["s"], key, np.ones(1, np.uint8))
     assert salted[0] != base[0]
     pos = np.array([1000], np.int64)
     units = _units([1000], [300])
     nothing = np.empty(0, np.int64)
-    assert codec.check_units(pos, base, units, 3, 123, 5, nothing, 0).tolist() == [codec.UNIT_OK]
-    assert codec.check_units(pos, salted, units, 3, 123, 5, nothing, 0).tolist() == [codec.UNIT_BAD]
+    assert scan.check_units(pos, base, units, 3, 123, 5, nothing, 0).tolist() == [scan.UNIT_OK]
+    assert scan.check_units(pos, salted, units, 3, 123, 5, nothing, 0).tolist() == [scan.UNIT_BAD]
 
 
-def test_check_units_refuses_bad_columns(codec):
+def test_check_units_refuses_bad_columns(scan):
     one = np.zeros(1, dtype=np.int64)
     units = _units([0], [1])
     with pytest.raises(ValueError):
-        codec.check_units(one, one[:0].astype(np.uint64), units, 0, 0, 0, one[:0], 0)
+        scan.check_units(one, one[:0].astype(np.uint64), units, 0, 0, 0, one[:0], 0)
     with pytest.raises(ValueError):
-        codec.check_units(one, one.astype(np.uint64), one, 0, 0, 0, one[:0], 0)  # not units
+        scan.check_units(one, one.astype(np.uint64), one, 0, 0, 0, one[:0], 0)  # not units
     with pytest.raises(ValueError):
-        codec.record_digests(one[:0].astype(np.int32), one, one.astype(np.int32), one, one)
+        scan.record_digests(one[:0].astype(np.int32), one, one.astype(np.int32), one, one)
 
 
-def test_queue_key_is_the_records_queue_key(codec):
-    from rocketstore._codec_py import queue_key
+def test_queue_key_is_the_records_queue_key(codec, scan):
+    from rocketstore._scan_py import queue_key
 
     for topic, qid in (("T", 0), ("Topic-ü-名", 7), ("x" * 120, 2**31 - 1)):
         record = codec.encode_record(topic=topic, body=b"b", queue_id=qid)
         rows = codec.decode_batch(record)[0]
-        assert queue_key(topic, qid) == int(codec.queue_keys(record, rows)[0])
+        assert queue_key(topic, qid) == int(scan.queue_keys(record, rows)[0])
     # a directory name os.listdir escaped hashes as its bytes; a lone surrogate does not raise
     assert queue_key(b"T\xff".decode("utf-8", "surrogateescape"), 1) != queue_key("T", 1)
     assert isinstance(queue_key("T\ud800", 1), int)
@@ -343,7 +346,6 @@ def test_queue_key_is_the_records_queue_key(codec):
 )
 @SETTINGS
 def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, base):
-    from rocketstore import _impl
 
     buf, rows = batch(*records)
     counted = [
@@ -353,9 +355,8 @@ def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, ba
     ]
     expected = exact_ranges([records[i] for i in counted])
     expected = {k: (counted[f], lo, hi) for k, (f, lo, hi) in expected.items()}
-    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
-    for twin in twins:
-        first, low, high = twin.queue_ranges(buf, rows, twin.queue_keys(buf, rows), base)
+    for _codec, twin_scan in _twins():
+        first, low, high = twin_scan.queue_ranges(buf, rows, twin_scan.queue_keys(buf, rows), base)
         got = {
             (records[f]["topic"], records[f]["queue_id"]): (f, lo, hi)
             for f, lo, hi in zip(first.tolist(), low.tolist(), high.tolist())
@@ -422,11 +423,11 @@ def test_rebuild_slots_refuses_a_table_or_items_past_the_buffer(impl):
 # ---- recover_scan: decode_batch, the torn-field check and queue_ranges in one pass ----
 
 TORN = int(
-    _codec_py.BAD_TOPIC
-    | _codec_py.BAD_PROPERTIES_UTF8
-    | _codec_py.BAD_PHYSICAL_OFFSET
-    | _codec_py.BAD_SYSFLAG
-    | _codec_py.BAD_PROP_CRC
+    _scan_py.BAD_TOPIC
+    | _scan_py.BAD_PROPERTIES_UTF8
+    | _scan_py.BAD_PHYSICAL_OFFSET
+    | _scan_py.BAD_SYSFLAG
+    | _scan_py.BAD_PROP_CRC
 )
 
 
@@ -436,7 +437,7 @@ def recover_the_slow_way(buf, lo, hi, base, segment_size, torn_from, torn_mask, 
     rows, stop, reason = _codec_py.decode_batch(buf, lo, hi, check_crc=True, max_records=max_records)
     torn = False
     if torn_mask:
-        flags, _keys = _codec_py.field_problems(buf, rows, base, segment_size)
+        flags, _keys = _scan_py.field_problems(buf, rows, base, segment_size)
         for i in range(len(rows)):
             if int(rows["position"][i]) >= torn_from and flags[i] & torn_mask:
                 stop, reason, torn = int(rows["position"][i]), _codec_py.STOP_CORRUPT, True
@@ -469,16 +470,15 @@ def recover_the_slow_way(buf, lo, hi, base, segment_size, torn_from, torn_mask, 
 def test_recover_scan_is_decode_batch_the_torn_check_and_queue_ranges_in_both_twins(
     records, flips, base, max_records, torn_from, crashed
 ):
-    from rocketstore import _impl
 
     buf = hostile_buffer(records, flips)
     mask = TORN if crashed else 0
     size = len(buf) + 100
-    twins = [_codec_py] + ([_impl.COMPILED.codec] if _impl.COMPILED is not None else [])
+    twins = [twin_scan for _codec, twin_scan in _twins()]
     for lo, hi in ((0, len(buf)), (1, len(buf)), (0, min(len(buf), 90)), (len(buf), len(buf))):
         want = recover_the_slow_way(buf, lo, hi, base, size, torn_from, mask, max_records)
-        for twin in twins:
-            got = twin.recover_scan(
+        for twin_scan in twins:
+            got = twin_scan.recover_scan(
                 buf,
                 lo,
                 hi,
@@ -488,10 +488,10 @@ def test_recover_scan_is_decode_batch_the_torn_check_and_queue_ranges_in_both_tw
                 torn_mask=mask,
                 max_records=max_records,
             )
-            assert got == want, twin.__name__
+            assert got == want, twin_scan.__name__
 
 
-def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec):
+def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec, scan):
     # more records than one table of decoded rows (256) and more queues than the first group
     # table holds (16): every queue's range still exact, and a torn record late in the stretch
     records, buf = [], bytearray()
@@ -513,21 +513,21 @@ def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec):
         for max_records in (-1, 300, 2999, 3000, 3001):
             want = recover_the_slow_way(buf, 0, len(buf), 0, len(buf), torn_from, mask, max_records)
             assert (
-                codec.recover_scan(
+                scan.recover_scan(
                     buf, 0, len(buf), torn_from=torn_from, torn_mask=mask, max_records=max_records
                 )
                 == want
             )
-    count, stop, reason, torn, ranges = codec.recover_scan(buf, torn_from=0, torn_mask=TORN)
+    count, stop, reason, torn, ranges = scan.recover_scan(buf, torn_from=0, torn_mask=TORN)
     assert (count, stop, reason, torn) == (3000, torn_at, codec.STOP_CORRUPT, True)
     assert len(ranges) == 120
     with pytest.raises(ValueError):
-        codec.recover_scan(buf, 0, len(buf) + 1)
+        scan.recover_scan(buf, 0, len(buf) + 1)
     with pytest.raises(TypeError):
-        codec.recover_scan(buf, 0, len(buf), max_records=1.5)
+        scan.recover_scan(buf, 0, len(buf), max_records=1.5)
 
 
-def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec):
+def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec, scan):
     from rocketstore.commitlog import RecoveredChunk
 
     buf, rows = batch(
@@ -535,12 +535,12 @@ def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec):
         {"topic": "TopicB", "queue_offset": 0},
         {"topic": "TopicA", "queue_offset": 1},
     )
-    count, stop, _reason, torn, ranges = codec.recover_scan(buf)
+    count, stop, _reason, torn, ranges = scan.recover_scan(buf)
     assert not torn and ranges is not None
     found = RecoveredChunk(0, stop, count, torn, ranges)
     want = [("TopicA", 0, 0, 1), ("TopicB", 0, 0, 0)]
-    assert found.queue_ranges(codec, buf, 0) == want
+    assert found.queue_ranges(codec, scan, buf, 0) == want
     # what recover_scan says when keys collide: None, and the chunk is decoded and grouped exactly
-    assert RecoveredChunk(0, stop, count, torn, None).queue_ranges(codec, buf, 0) == want
+    assert RecoveredChunk(0, stop, count, torn, None).queue_ranges(codec, scan, buf, 0) == want
     with pytest.raises(CorruptRecordError):  # the records are not what the scan found
-        RecoveredChunk(0, stop, count + 1, torn, None).queue_ranges(codec, buf, 0)
+        RecoveredChunk(0, stop, count + 1, torn, None).queue_ranges(codec, scan, buf, 0)

@@ -10,7 +10,7 @@ import pytest
 
 from rocketstore import _impl
 
-TWINS = ("crc32", "codec", "store", "index")
+TWINS = ("crc32", "codec", "scan", "store", "index")
 
 
 @pytest.mark.parametrize("twin", TWINS)

@@ -284,6 +284,7 @@ def test_field_problems_twins_agree_with_pythons_utf8_and_topic_rule():
     from rocketstore.message import is_valid_topic
 
     codecs = [_impl.get(name).codec for name in ("c", "py") if name == "py" or _impl.COMPILED]
+    scans = [_impl.get(name).scan for name in ("c", "py") if name == "py" or _impl.COMPILED]
     buf = b"".join(
         codecs[-1].encode_record(topic=t, body=b"x", properties=p)
         for t in TOPIC_SAMPLES
@@ -299,11 +300,11 @@ def test_field_problems_twins_agree_with_pythons_utf8_and_topic_rule():
             except UnicodeDecodeError:
                 ok = False
             expected.append((0 if is_valid_topic(t.decode("utf-8")) else 1) | (0 if ok else 2))
-    text = codecs[0].BAD_TOPIC | codecs[0].BAD_PROPERTIES_UTF8
-    results = [codec.field_problems(buf, rows) for codec in codecs]
+    text = scans[0].BAD_TOPIC | scans[0].BAD_PROPERTIES_UTF8
+    results = [scan.field_problems(buf, rows) for scan in scans]
     for flags, keys in results:
         assert (flags & text).tolist() == expected
-        assert keys.tolist() == codecs[0].queue_keys(buf, rows).tolist()
+        assert keys.tolist() == scans[0].queue_keys(buf, rows).tolist()
     assert all(f.tolist() == results[0][0].tolist() for f, _k in results)
 
 

@@ -4,7 +4,7 @@
 ``ROCKETSTORE_REQUIRE_EXTENSIONS=1`` turns a missing compiled module into an ImportError.
 
 Each implementation is an :class:`Implementation`: a named bundle of the twin modules
-(``crc32``, ``codec``, ``store``, ``index``), so a store, or a test, can be pinned to one of them.
+(``crc32``, ``codec``, ``scan``, ``store``, ``index``), so a store, or a test, can be pinned to one of them.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ __all__ = [
 
 from rocketstore._hotstate import NO_EXTENSIONS, REQUIRE_EXTENSIONS
 
-_TWINS = ("crc32", "codec", "store", "index")
+_TWINS = ("crc32", "codec", "scan", "store", "index")
 
 
 class Implementation:
-    """The twin modules of one implementation: ``.crc32``, ``.codec``, ``.store``, ``.index``."""
+    """The twin modules of one implementation: ``.crc32``, ``.codec``, ``.scan``, ``.store``, ``.index``."""
 
     __slots__ = ("name", "compiled") + _TWINS
 
@@ -44,6 +44,7 @@ class Implementation:
     # typed Any here because which module fills each place is decided at run time.
     crc32: Any
     codec: Any
+    scan: Any
     store: Any
     index: Any
 
@@ -52,6 +53,7 @@ class Implementation:
         self.compiled = compiled
         self.crc32 = modules["crc32"]
         self.codec = modules["codec"]
+        self.scan = modules["scan"]
         self.store = modules["store"]
         self.index = modules["index"]
 

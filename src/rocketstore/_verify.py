@@ -3,7 +3,7 @@
 RocketMQ's record has a CRC over its body only (and, from 5.2, an optional one over the whole
 record, spec §1.6). What else a flipped bit can be caught by is a cross-check: a field that must
 agree with where the record lies, with another field, with a rule every writer follows, or with
-its neighbours. ``codec.field_problems`` runs the per-record ones in one pass (in C for the
+its neighbours. ``scan.field_problems`` runs the per-record ones in one pass (in C for the
 compiled twin); this module turns its flags into reasons and checks store timestamps against
 their neighbours. :meth:`rocketstore.queuecheck.QueueGuard.verify` checks each ConsumeQueue unit against the
 topic, queue id, queue offset and size of its record.
@@ -49,35 +49,35 @@ def prop_crc_digits(crc: int) -> bytes:
 
 
 def record_problems(
-    codec: Any, view: Any, base: int, rows: np.ndarray, segment_size: int
+    scan: Any, view: Any, base: int, rows: np.ndarray, segment_size: int
 ) -> tuple[list[tuple[int, str]], np.ndarray]:
-    """``([(commitlog offset, reason), ...], queue keys)`` for ``rows`` (decoded by ``codec``
-    from segment ``view``, which starts at CommitLog offset ``base``): what is wrong with their
-    fields, and their ``codec.queue_keys`` (computed in the same pass)."""
-    flags, keys = codec.field_problems(view, rows, base, segment_size)
+    """``([(commitlog offset, reason), ...], queue keys)`` for ``rows`` (decoded from segment
+    ``view``, which starts at CommitLog offset ``base``; ``scan``: the scan kernels' twin): what
+    is wrong with their fields, and their ``scan.queue_keys`` (computed in the same pass)."""
+    flags, keys = scan.field_problems(view, rows, base, segment_size)
     out: list[tuple[int, str]] = []
     for i in np.flatnonzero(flags).tolist():
         row, f = rows[i], int(flags[i])
         offset = base + int(row["position"])
         reasons: dict[int, Callable[[], str]] = {
-            codec.BAD_PHYSICAL_OFFSET: lambda: (
+            scan.BAD_PHYSICAL_OFFSET: lambda: (
                 f"PhysicalOffset field says {int(row['physical_offset'])}, the record is at {offset}"
             ),
-            codec.BAD_NO_BLANK_ROOM: lambda: (
+            scan.BAD_NO_BLANK_ROOM: lambda: (
                 f"record of {int(row['size'])} bytes leaves no room for the segment's BLANK end record"
             ),
-            codec.BAD_SYSFLAG: lambda: (
+            scan.BAD_SYSFLAG: lambda: (
                 f"sysFlag {int(row['sys_flag']) & 0xFFFFFFFF:#x} has bits or a "
                 f"compression type RocketMQ does not define"
             ),
-            codec.BAD_PREPARED_OFFSET: lambda: (
+            scan.BAD_PREPARED_OFFSET: lambda: (
                 f"PreparedTransactionOffset "
                 f"{int(row['prepared_transaction_offset'])} is not an "
                 f"earlier record's offset"
             ),
-            codec.BAD_TOPIC: lambda: "topic is empty or has characters outside [%|a-zA-Z0-9_-]",
-            codec.BAD_PROPERTIES_UTF8: lambda: "properties are not valid UTF-8",
-            codec.BAD_PROP_CRC: lambda: "record CRC mismatch: its __CRC32# property does not match its bytes",
+            scan.BAD_TOPIC: lambda: "topic is empty or has characters outside [%|a-zA-Z0-9_-]",
+            scan.BAD_PROPERTIES_UTF8: lambda: "properties are not valid UTF-8",
+            scan.BAD_PROP_CRC: lambda: "record CRC mismatch: its __CRC32# property does not match its bytes",
         }
         out.extend((offset, reason()) for bit, reason in reasons.items() if f & bit)
     return out, keys

@@ -38,14 +38,14 @@ _log = logging.getLogger("rocketstore.store")
 _INT64_MAX = (1 << 63) - 1
 
 
-def _TORN_FIELDS(codec: Any) -> int:  # noqa: N802 (a constant of the codec's BAD_* bits)
+def _TORN_FIELDS(scan: Any) -> int:  # noqa: N802 (a constant of the scan kernels' BAD_* bits)
     """The field_problems bits that mark a record torn by a crash (see CommitLog._first_torn)."""
     return int(
-        codec.BAD_TOPIC
-        | codec.BAD_PROPERTIES_UTF8
-        | codec.BAD_PHYSICAL_OFFSET
-        | codec.BAD_SYSFLAG
-        | codec.BAD_PROP_CRC
+        scan.BAD_TOPIC
+        | scan.BAD_PROPERTIES_UTF8
+        | scan.BAD_PHYSICAL_OFFSET
+        | scan.BAD_SYSFLAG
+        | scan.BAD_PROP_CRC
     )
 
 
@@ -130,6 +130,7 @@ class CommitLog:
         self.directory = directory
         self.config = config
         self.codec = impl.codec
+        self.scan = impl.scan
         self.read_only = read_only
         self._impl = impl
         # Sparse segments where the compiled core populates pages before every store (no SIGBUS
@@ -303,10 +304,10 @@ class CommitLog:
         CRC does. The body CRC covers only the body: a power cut can keep a record's body page
         and lose the page its topic and properties lie in.
 
-        Each chunk is one compiled call (``codec.recover_scan``: the records decoded into a table
+        Each chunk is one compiled call (``scan.recover_scan``: the records decoded into a table
         that stays in cache, the torn-field check and the per-queue ranges in the same pass).
         """
-        codec = self.codec
+        codec, scan = self.codec, self.scan
         for mf in self.segments.files:
             if mf.end_offset <= scan_from:
                 mf.wrote_position = mf.file_size  # verified by an earlier recovery
@@ -325,12 +326,12 @@ class CommitLog:
             hi = mf.file_size if until is None else min(mf.file_size, until - mf.file_from_offset)
             below = max(0, durable - mf.file_from_offset)  # stepped over when damaged
             hi = _written_to(mf, max(pos, below), hi)
-            chunks = recover_chunks(codec, mf, torn_from=below if crashed else None)
+            chunks = recover_chunks(codec, scan, mf, torn_from=below if crashed else None)
             for found, stop, reason in checked_chunks(
                 codec, mf.mm, pos, hi, mf.file_from_offset, below, chunks=chunks
             ):
                 if found.count:
-                    on_ranges(found.queue_ranges(codec, mf.mm, mf.file_from_offset))
+                    on_ranges(found.queue_ranges(codec, scan, mf.mm, mf.file_from_offset))
                 report(mf.file_from_offset + stop - scan_from, total)
                 if reason in (codec.STOP_BAD_CRC, STEPPED) and stop < below:
                     _log.error(
@@ -636,7 +637,7 @@ class CommitLog:
 
         Returns ``{"records", "bytes", "segments", "min_offset", "problems", "found"}``:
         ``problems`` as :meth:`MessageStore.verify` reports them, ``found`` every record's
-        (offsets, digests): its CommitLog offset and ``codec.record_digests`` (what a
+        (offsets, digests): its CommitLog offset and ``scan.record_digests`` (what a
         ConsumeQueue unit pointing at it must match), for checking the ConsumeQueues against.
 
         Those two columns, 16 bytes a record, are all that is kept of the records: they are
@@ -647,7 +648,7 @@ class CommitLog:
         chunk by chunk; only from the first that steps back are they kept, for
         ``timestamp_problems``.
         """
-        codec = self.codec
+        codec, scan = self.codec, self.scan
         files = list(self.segments.files)
         problems: list[dict[str, Any]] = []  # where the scan found no whole record
         fields: list[dict[str, Any]] = []  # fields of whole records that fail a cross-check
@@ -671,9 +672,9 @@ class CommitLog:
                 limit = self.readable_end(mf)
             will_read(mf)
             view = mf.view(0, limit)
-            scan = column_chunks(codec, view, base, mf.file_size, mf.mm)
+            chunks = column_chunks(codec, scan, view, base, mf.file_size, mf.mm)
             for cols, stop, reason in checked_chunks(
-                codec, view, 0, limit, base, self.readable_end(mf), chunks=scan
+                codec, view, 0, limit, base, self.readable_end(mf), chunks=chunks
             ):
                 offsets, sizes, qids, qoffsets, keys, ts, flags, units = cols
                 if len(offsets):
@@ -685,12 +686,12 @@ class CommitLog:
                             for at, why in self._field_reasons(view, base, offsets[flags != 0], mf.file_size)
                         )
                     if units.any():  # PREPARED or ROLLBACK records, or an implausible queue offset
-                        implausible = (units & codec.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
+                        implausible = (units & scan.SCAN_IMPLAUSIBLE_QUEUE_OFFSET) != 0
                         fields.extend(
                             {"offset": int(at), "reason": "queue offset no CommitLog can hold"}
                             for at in offsets[implausible]
                         )
-                    columns.append((offsets, codec.record_digests(qids, qoffsets, sizes, keys, units)))
+                    columns.append((offsets, scan.record_digests(qids, qoffsets, sizes, keys, units)))
                     stamps.add(offsets, ts, records - len(offsets))
                 if progress is not None:
                     progress("verify", min(base + stop - first, total), total)
@@ -737,7 +738,7 @@ class CommitLog:
                 gone.append((at, "a field fails a cross-check, and the record changed while verified"))
         if not rows:
             return gone
-        reasons, _keys = record_problems(codec, view, base, np.concatenate(rows), segment_size)
+        reasons, _keys = record_problems(self.scan, view, base, np.concatenate(rows), segment_size)
         return reasons + gone
 
 
@@ -835,7 +836,7 @@ def checked_chunks(
     record costs a second).
 
     ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
-    RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``codec.verify_scan``'s
+    RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``scan.verify_scan``'s
     columns). ``placed`` (the default scan): a whole record whose PHYSICALOFFSET names another
     place (copied there) is damage too, stepped over.
     """
@@ -867,24 +868,24 @@ def checked_chunks(
 
 
 def queue_offset_ranges(
-    codec: Any, buffer: Any, rows: np.ndarray, base: int, keys: Optional[np.ndarray] = None
+    scan: Any, buffer: Any, rows: np.ndarray, base: int, keys: Optional[np.ndarray] = None
 ) -> list[tuple[str, int, int, int]]:
     """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the consumable
     records of ``rows`` (decoded from ``buffer``, which starts at CommitLog offset ``base``)
     whose queue offset is :func:`~rocketstore.recordscan.plausible`: what recovery needs to know
-    where each queue's next put goes. ``keys``: the rows' ``codec.queue_keys`` if known.
+    where each queue's next put goes. ``keys``: the rows' ``scan.queue_keys`` if known.
 
-    One compiled pass (``codec.queue_ranges``: no sort, no mask, no copy of the rows);
+    One compiled pass (``scan.queue_ranges``: no sort, no mask, no copy of the rows);
     :func:`~rocketstore.recordscan.queue_groups` (exact grouping) should two queues share a key."""
     if not len(rows):
         return []
     if keys is None:
-        keys = codec.queue_keys(buffer, rows)
-    ranges = codec.queue_ranges(buffer, rows, keys, base)  # counts only rows that get a unit
+        keys = scan.queue_keys(buffer, rows)
+    ranges = scan.queue_ranges(buffer, rows, keys, base)  # counts only rows that get a unit
     if ranges is None:  # two queues share a 64-bit key
         rows = rows[consumable(rows) & plausible(rows, base)]
         out = []
-        for topic, qid, group in queue_groups(codec, buffer, rows):
+        for topic, qid, group in queue_groups(scan, buffer, rows):
             offsets = rows["queue_offset"][group]
             out.append((topic, qid, int(offsets.min()), int(offsets.max())))
         return out
@@ -953,14 +954,14 @@ RECOVER_CHUNK = 65536
 class RecoveredChunk:
     """What :func:`recover_chunks` found in one stretch of records: ``count`` records kept from
     ``start``, whether a torn record ended them (``torn``), and their per-queue ranges (``ranges``
-    of ``codec.recover_scan``; None when two queues share a key)."""
+    of ``scan.recover_scan``; None when two queues share a key)."""
 
     __slots__ = ("start", "stop", "count", "torn", "ranges")
 
     def __init__(self, start: int, stop: int, count: int, torn: bool, ranges: Optional[list[Any]]):
         self.start, self.stop, self.count, self.torn, self.ranges = start, stop, count, torn, ranges
 
-    def queue_ranges(self, codec: Any, view: Any, base: int) -> list[tuple[str, int, int, int]]:
+    def queue_ranges(self, codec: Any, scan: Any, view: Any, base: int) -> list[tuple[str, int, int, int]]:
         """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the records
         (``view``: their segment, starting at CommitLog offset ``base``), as
         :func:`queue_offset_ranges` has them."""
@@ -970,7 +971,7 @@ class RecoveredChunk:
                 raise CorruptRecordError(
                     f"the records at commitlog offset {base + self.start} changed during recovery"
                 )
-            return queue_offset_ranges(codec, view, rows, base)
+            return queue_offset_ranges(scan, view, rows, base)
         raw = memoryview(view).cast("B")
         return [
             (bytes(raw[at : at + length]).decode("utf-8", "surrogateescape"), qid, low, high)
@@ -979,20 +980,20 @@ class RecoveredChunk:
 
 
 def recover_chunks(
-    codec: Any, mf: MappedFile, torn_from: Optional[int] = None, max_records: int = RECOVER_CHUNK
+    codec: Any, scan: Any, mf: MappedFile, torn_from: Optional[int] = None, max_records: int = RECOVER_CHUNK
 ) -> Callable[[int, int], Iterator[tuple[RecoveredChunk, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.recover_scan`` over segment ``mf``
+    """A ``chunks`` scan for :func:`checked_chunks`: ``scan.recover_scan`` over segment ``mf``
     in calls of at most ``max_records`` records, each yielding a :class:`RecoveredChunk`.
     ``torn_from``: the position from which a record whose fields are torn (``_TORN_FIELDS``)
     ends the scan with STOP_CORRUPT (None: no such check)."""
-    mask = 0 if torn_from is None else _TORN_FIELDS(codec)
+    mask = 0 if torn_from is None else _TORN_FIELDS(scan)
     first = _INT64_MAX if torn_from is None else torn_from
     view, base, size = mf.mm, mf.file_from_offset, mf.file_size
 
     def chunks(lo: int, hi: int) -> Iterator[tuple[RecoveredChunk, int, int]]:
         while True:
             populate_read(view, lo, min(hi, lo + POPULATE_AHEAD))
-            count, stop, reason, torn, ranges = codec.recover_scan(
+            count, stop, reason, torn, ranges = scan.recover_scan(
                 view,
                 lo,
                 hi,
@@ -1011,9 +1012,9 @@ def recover_chunks(
 
 
 def column_chunks(
-    codec: Any, view: Any, base: int, segment_size: int, mm: Any = None
+    codec: Any, scan: Any, view: Any, base: int, segment_size: int, mm: Any = None
 ) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``codec.verify_scan`` over ``view`` (a
+    """A ``chunks`` scan for :func:`checked_chunks`: ``scan.verify_scan`` over ``view`` (a
     segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
     most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch. ``mm``: the
     segment's map (``view`` is a view of it), whose pages are mapped ahead of each call."""
@@ -1022,7 +1023,7 @@ def column_chunks(
         while True:
             if mm is not None:
                 populate_read(mm, lo, min(hi, lo + POPULATE_AHEAD))
-            cols, stop, reason = codec.verify_scan(
+            cols, stop, reason = scan.verify_scan(
                 view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
             )
             yield cols, stop, reason

@@ -127,6 +127,7 @@ class Dispatcher(DispatchState):
         self,
         segments: Any,
         codec: Any,
+        scan: Any,
         queues: Any,
         index: Any,
         *,
@@ -139,6 +140,7 @@ class Dispatcher(DispatchState):
     ) -> None:
         self._segments = segments
         self._codec = codec
+        self._scan = scan
         self._queues = queues
         self._index = index
         self._end_of = end_of
@@ -373,7 +375,7 @@ class Dispatcher(DispatchState):
         if not keep.all():
             rows, codes = records[keep], codes[keep]
         columns = (rows["queue_offset"], base + rows["position"], rows["size"], codes)
-        for topic, queue_id, idx in queue_groups(self._codec, view, rows):
+        for topic, queue_id, idx in queue_groups(self._scan, view, rows):
             try:
                 queue = self._queues.find_or_create(topic, queue_id)
             except InvalidMessageError as exc:  # not a topic a queue can be named after

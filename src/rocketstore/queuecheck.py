@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from rocketstore._codec_py import queue_key
+from rocketstore._scan_py import queue_key
 from rocketstore.commitlog import CommitLog
 from rocketstore.errors import ConsumeQueueDamagedError, MessageNotFoundError
 from rocketstore.message import MessageExt
@@ -119,11 +119,11 @@ class QueueGuard:
     ) -> int:
         """Every unit of every queue must point at a record of that topic, queue id, queue offset
         and size: ``found`` is :meth:`CommitLog.verify`'s (CommitLog offsets, digests) of every
-        record, ``codec.check_units`` compares. Units below ``low``, the first segment checked,
+        record, ``scan.check_units`` compares. Units below ``low``, the first segment checked,
         point at what retention deleted; units at a record in ``problems`` point at damage
         reported already."""
         positions, digests = found
-        codec = self._commitlog.codec
+        scan = self._commitlog.scan
         damaged = np.array(sorted(p["offset"] for p in problems), dtype=np.int64)
         checked = 0
         for cq in list(self._queues):
@@ -136,13 +136,13 @@ class QueueGuard:
                 if not len(units):
                     break
                 # in one compiled walk: each unit's record among those found, and its digest
-                verdicts = codec.check_units(positions, digests, units, cq.queue_id, key, q, damaged, low)
+                verdicts = scan.check_units(positions, digests, units, cq.queue_id, key, q, damaged, low)
                 for i in np.flatnonzero(verdicts).tolist():
                     bad += 1
                     if bad <= max_per_queue:
                         what = (
                             "has no record: the message at this position is lost (damage)"
-                            if verdicts[i] == codec.UNIT_LOST
+                            if verdicts[i] == scan.UNIT_LOST
                             else "does not point at a valid record of its queue"
                         )
                         problems.append(
@@ -249,7 +249,7 @@ class QueueGuard:
                 if not len(arr):
                     continue
                 view = mf.view(0, self._commitlog.readable_end(mf))
-                groups = [g for g in queue_groups(codec, view, arr) if (g[0], g[1]) in keys]
+                groups = [g for g in queue_groups(self._commitlog.scan, view, arr) if (g[0], g[1]) in keys]
                 if not groups:
                     continue
                 tags = codec.dispatch_info(view, arr, self._delay_levels_ms)[0]["tags_code"]
@@ -295,7 +295,7 @@ class QueueGuard:
             | (rows["physical_offset"] != base + rows["position"])
         )
         if not bad.any():
-            groups = queue_groups(self._commitlog.codec, view, rows)
+            groups = queue_groups(self._commitlog.scan, view, rows)
             if len(groups) == 1 and groups[0][0] == topic:
                 return
             bad = np.ones(len(rows), dtype=bool)

@@ -146,12 +146,12 @@ def _group_rows(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndar
     return np.array(first, dtype=np.int64), groups, representatives
 
 
-def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
+def queue_groups(scan: Any, buffer: Any, records: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
     """``(topic, queue_id, row indices)`` of each (topic, queue) among ``records``.
 
     ``records`` is a ``RECORD_DTYPE`` array decoded from ``buffer``. Rows are grouped without a
-    Python step per record, by ``codec.queue_keys`` (a 64-bit hash of topic and queue id), and
-    the grouping is checked byte for byte (``codec.same_queues``); should two queues' keys
+    Python step per record, by ``scan.queue_keys`` (a 64-bit hash of topic and queue id), and
+    the grouping is checked byte for byte (``scan.same_queues``); should two queues' keys
     collide, the rows are grouped again exactly, by topic bytes and queue id.
     """
     n = len(records)
@@ -166,7 +166,7 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
             return [
                 (topic.decode("utf-8", "surrogateescape"), int(row["queue_id"]), np.zeros(1, dtype=np.int64))
             ]
-    keys = codec.queue_keys(buffer, records)
+    keys = scan.queue_keys(buffer, records)
     if (keys == keys[0]).all():  # one queue: the common case of a batch, or a quiet store
         first = np.zeros(1, dtype=np.int64)
         groups = [np.arange(n)]
@@ -180,7 +180,7 @@ def queue_groups(codec: Any, buffer: Any, records: np.ndarray) -> list[tuple[str
         at = int(topic_pos[r])
         return raw[at : at + int(topic_len[r])].tobytes()
 
-    if not codec.same_queues(buffer, records, representatives):
+    if not scan.same_queues(buffer, records, representatives):
         # Two queues share a 64-bit key: group exactly, one Python step per record.
         exact: dict[tuple[bytes, int], list[int]] = {}
         for r in range(n):

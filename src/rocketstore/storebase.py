@@ -600,6 +600,7 @@ class StoreBase(JoinedWriting):
             self._dispatcher = Dispatcher(
                 self._segments,
                 self._codec,
+                self._impl.scan,
                 self._queues,
                 self._index,
                 start=dispatch_start,
@@ -635,6 +636,7 @@ class StoreBase(JoinedWriting):
         self._dispatcher = Dispatcher(
             self._segments,
             self._codec,
+            self._impl.scan,
             self._queues,
             self._index,
             start=dispatch_start,
