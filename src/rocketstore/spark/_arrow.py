@@ -258,6 +258,7 @@ def _hosts(rows, host_field: str, port_field: str, v6_flag: int):
     key = (np.ascontiguousarray(address).view(">u4").reshape(n).astype(np.uint64) << np.uint64(32)) | rows[
         port_field
     ].astype(np.uint32).astype(np.uint64)
+    inverse: np.ndarray
     if n and (key == key[0]).all():  # the usual batch: one host
         unique, inverse = key[:1], np.zeros(n, dtype=np.int32)
     else:
