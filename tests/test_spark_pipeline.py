@@ -44,7 +44,7 @@ def _expected(example) -> dict:
 
 def _stored_minutes(stats_path) -> list:
     with MessageStore(stats_path, read_only=True) as store:
-        lo, hi = store.queues()[("RevenuePerMinute", 0)]
+        lo, hi = store.queues().get(("RevenuePerMinute", 0), (0, 0))  # absent until a first append
         rows, offset = [], lo
         while offset < hi:
             result = store.get_message("check", "RevenuePerMinute", 0, offset, 64)
