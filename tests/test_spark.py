@@ -482,6 +482,57 @@ def test_record_batch_properties_follow_decode_properties():
     assert [dict(r["properties"]) for r in got] == [_codec_py.decode_properties(p) for p in raw]
 
 
+def test_record_batch_every_column_follows_decode_record():
+    """Each column of a batch (msgId digits, host strings of mixed and repeated hosts, the
+    properties) equals the MessageExt decode_record gives for the same bytes."""
+    from rocketstore import _codec_py
+    from rocketstore.spark import _record_batch
+    from rocketstore.spark._options import _COLUMN_NAMES
+
+    hosts = [("10.0.0.1", 9876), ("192.168.255.3", 10911), ("10.0.0.1", 9876), ("127.0.0.1", 1)]
+    stores = [("10.0.0.9", 10911), ("10.0.0.9", 10911), ("10.0.0.9", 10911), ("10.0.0.9", 10911)]
+    props = [b"TAGS\x01t\x02KEYS\x01k\x02", b"", b"a\x01b\x02a\x01c\x02", b"UNIQ_KEY\x01u\x02TAGS\x01z\x02"]
+    buf, starts = bytearray(b"\0" * 5), []
+    for i in range(4):
+        starts.append(len(buf))
+        buf += _codec_py.encode_record(
+            topic="T",
+            body=bytes([i]) * (i * 7),
+            properties=props[i],
+            queue_id=i,
+            queue_offset=1000 + i,
+            physical_offset=0xABCDEF0123 + 977 * i,
+            flag=i,
+            born_timestamp=1700000000000 + i,
+            store_timestamp=1700000000500 + i,
+            born_host=hosts[i],
+            store_host=stores[i] if i != 3 else ("172.16.0.254", 65535),
+            reconsume_times=i,
+        )
+    rows, _stop, _reason = _codec_py.decode_batch(bytes(buf), 5)
+    got = _record_batch(rows, memoryview(bytes(buf)), list(_COLUMN_NAMES), "T", "broker").to_pylist()
+    for at, row in zip(starts, got):
+        m = _codec_py.decode_record(bytes(buf), at)
+        assert row["msgId"] == m.msg_id
+        assert row["bornHost"] == "%s:%d" % m.born_host and row["storeHost"] == "%s:%d" % m.store_host
+        assert (row["tags"], row["keys"], dict(row["properties"])) == (
+            m.tags,
+            m.keys,
+            dict(m.properties or {}),
+        )
+        assert (row["queueId"], row["queueOffset"], row["commitLogOffset"], row["flag"]) == (
+            m.queue_id,
+            m.queue_offset,
+            m.commitlog_offset,
+            m.flag,
+        )
+        assert (row["body"], row["reconsumeTimes"], row["sysFlag"]) == (
+            bytes(m.body),
+            m.reconsume_times,
+            m.sys_flag,
+        )
+
+
 # ---- filter pushdown (4.1+), timestamps, CommitLog scans, staging cleanup -----------------------
 
 

@@ -82,11 +82,13 @@ def _spans(buffer, starts, lengths):
     starts = starts.astype(np.int64)
     ends = starts + lengths.astype(np.int64)
     first = int(starts[0])
-    edges = np.empty(2 * n, dtype=np.int64)
+    if int(ends[-1]) - first >= 2**31:
+        raise ValueError("a batch's fields span 2 GiB or more of one segment; lower arrowBatchRows")
+    edges = np.empty(2 * n, dtype=np.int32)
     edges[0::2] = starts - first
     edges[1::2] = ends - first
     data = pa.py_buffer(buffer)[first : int(ends[-1])]
-    return pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(edges.astype(np.int32)), data])
+    return pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(edges), data])
 
 
 def _slices(buffer, starts, lengths, kind, valid=None):
@@ -115,7 +117,9 @@ def _constant_strings(value: str, n: int):
 class _Properties:
     """The properties of a batch of records, from the codec's ``property_pieces`` (one compiled
     pass over the bytes, RocketMQ's lenient rule, duplicates kept): the ``properties`` map column
-    and the value of one property per record (the last duplicate, as decode_properties keeps)."""
+    and the value of one property per record (the last duplicate, as decode_properties keeps).
+    Every piece's name and value are gathered once (two Arrow takes); the map, the headers and
+    each single property are built from those arrays."""
 
     def __init__(self, view, rows):
         import numpy as np
@@ -125,12 +129,13 @@ class _Properties:
         self.view, self.rows = view, rows
         self.pieces, self.counts = _impl.DEFAULT.codec.property_pieces(view, rows)
         self.record = np.repeat(np.arange(len(rows)), self.counts)
+        self._gathered = None
 
     def map(self):
         import pyarrow as pa
 
         offsets, names, values = self._entries()
-        return pa.MapArray.from_arrays(offsets, names, values.cast(pa.string()))
+        return pa.MapArray.from_arrays(offsets, names.cast(pa.string()), values.cast(pa.string()))
 
     def headers(self):
         """Kafka's headers column: a list of (key string, value binary) structs per record,
@@ -139,11 +144,17 @@ class _Properties:
 
         offsets, names, values = self._entries()
         kind = arrow_schema(["headers"]).field("headers").type
-        entries = pa.StructArray.from_arrays([names, values], fields=list(kind.value_type))
+        entries = pa.StructArray.from_arrays([names.cast(pa.string()), values], fields=list(kind.value_type))
         return pa.ListArray.from_arrays(offsets, entries, type=kind)
 
     def _entries(self):
-        """(offsets int32 array, names string array, values binary array) of every piece."""
+        """(offsets int32 array, names binary array, values binary array) of every piece,
+        computed once per batch."""
+        if self._gathered is None:
+            self._gathered = self._gather()
+        return self._gathered
+
+    def _gather(self):
         import numpy as np
         import pyarrow as pa
 
@@ -151,13 +162,13 @@ class _Properties:
         offsets = np.zeros(len(self.rows) + 1, dtype=np.int32)
         np.cumsum(self.counts, out=offsets[1:])
         if m == 0:
-            return pa.array(offsets), pa.array([], type=pa.string()), pa.array([], type=pa.binary())
+            return pa.array(offsets), pa.array([], type=pa.binary()), pa.array([], type=pa.binary())
         starts = np.empty(2 * m, dtype=np.int64)
         lengths = np.empty(2 * m, dtype=np.int64)
         starts[0::2], starts[1::2] = p["name_pos"], p["value_pos"]
         lengths[0::2], lengths[1::2] = p["name_len"], p["value_len"]
         spans = _spans(self.view, starts, lengths)  # name, gap, value, gap, name, ...
-        names = spans.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32))).cast(pa.string())
+        names = spans.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32)))
         values = spans.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32)))
         return pa.array(offsets), names, values
 
@@ -165,24 +176,24 @@ class _Properties:
         """A string column: each record's last ``name`` property, null where it has none."""
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        raw = name.encode()
-        p, n = self.pieces, len(self.rows)
-        hit = np.nonzero(p["name_len"] == len(raw))[0]
-        if len(hit):
-            bytes_ = np.frombuffer(self.view, dtype=np.uint8)
-            text = bytes_[p["name_pos"][hit, None] + np.arange(len(raw))]
-            hit = hit[(text == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
-        last = np.full(n, -1, dtype=np.int64)
+        n = len(self.rows)
+        _offsets, names, values = self._entries()
+        if not len(names):
+            return pa.nulls(n, type=pa.string())
+        hit = np.flatnonzero(
+            pc.equal(names, pa.scalar(name.encode(), type=pa.binary())).to_numpy(zero_copy_only=False)
+        )
+        last = np.zeros(n, dtype=np.int32)
+        valid = np.zeros(n, dtype=bool)
         if len(hit):
             owner = self.record[hit]
             final = np.ones(len(hit), dtype=bool)
             final[:-1] = owner[1:] != owner[:-1]  # pieces come in record order
             last[owner[final]] = hit[final]
-        valid = last >= 0
-        starts = np.where(valid, p["value_pos"][last] if len(p) else 0, self.rows["properties_pos"])
-        lengths = np.where(valid, p["value_len"][last] if len(p) else 0, 0)
-        return _slices(self.view, starts, lengths, pa.string(), valid)
+            valid[owner[final]] = True
+        return values.take(pa.array(last, mask=~valid)).cast(pa.string())
 
 
 _HEX = None
@@ -210,12 +221,15 @@ def _msg_ids(rows):
             type=pa.string(),
         )
     if _HEX is None:
-        _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
+        _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
     raw = np.empty((n, 16), dtype=np.uint8)
     raw[:, :4] = np.ascontiguousarray(rows["store_host"]).view(np.uint8).reshape(n, 16)[:, :4]
     raw[:, 4:8] = np.ascontiguousarray(rows["store_port"], dtype=">i4").view(np.uint8).reshape(n, 4)
     raw[:, 8:] = np.ascontiguousarray(rows["physical_offset"], dtype=">i8").view(np.uint8).reshape(n, 8)
-    text = np.ascontiguousarray(_HEX[raw]).tobytes()
+    digits = np.empty((n, 16, 2), dtype=np.uint8)  # two hex digits per byte, high nibble first
+    np.take(_HEX, raw >> 4, out=digits[:, :, 0], mode="clip")
+    np.take(_HEX, raw & 15, out=digits[:, :, 1], mode="clip")
+    text = digits.tobytes()
     offsets = np.arange(n + 1, dtype=np.int32) * 32
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
@@ -244,7 +258,11 @@ def _hosts(rows, host_field: str, port_field: str, v6_flag: int):
     key = (np.ascontiguousarray(address).view(">u4").reshape(n).astype(np.uint64) << np.uint64(32)) | rows[
         port_field
     ].astype(np.uint32).astype(np.uint64)
-    unique, inverse = np.unique(key, return_inverse=True)
+    inverse: np.ndarray
+    if n and (key == key[0]).all():  # the usual batch: one host
+        unique, inverse = key[:1], np.zeros(n, dtype=np.int32)
+    else:
+        unique, inverse = np.unique(key, return_inverse=True)
     texts = [
         f"{host_from_bytes((k >> 32).to_bytes(4, 'big'))}:{int(np.uint32(k & 0xFFFFFFFF).astype(np.int32))}"
         for k in unique.tolist()

@@ -393,6 +393,8 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
     bounds = sorted(cuts)
     offset_buffer: Any = bodies.buffers()[1]  # a binary array always has its offsets buffer
     offsets = np.frombuffer(offset_buffer, dtype=np.int32)[bodies.offset : bodies.offset + n + 1]
+    # every row's length once, as the int64 put_batch takes (its slices need no conversion)
+    lengths = np.diff(offsets.astype(np.int64))
     data = memoryview(bodies.buffers()[2]) if bodies.buffers()[2] is not None else memoryview(b"")
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         topic = topic_option or topics[lo].as_py()  # type: ignore[index]  # no topic column: topic_option
@@ -400,9 +402,8 @@ def _put_runs(store, batch, topic_option: Optional[str]) -> None:
         step = hi - lo if queue_id >= 0 else FAST_RUN_ROWS
         for a in range(lo, hi, step):
             b = min(hi, a + step)
-            lengths = np.diff(offsets[a : b + 1])
             store.put_batch(
-                topic, data[int(offsets[a]) : int(offsets[b])], lengths=lengths, queue_id=queue_id
+                topic, data[int(offsets[a]) : int(offsets[b])], lengths=lengths[a:b], queue_id=queue_id
             )
 
 
