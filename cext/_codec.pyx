@@ -449,7 +449,8 @@ def record_length(body_len, topic_len, properties_len, sys_flag=0, magic=RS_MAGI
     return n
 
 
-cdef bytes _topic_bytes(topic):
+cdef bytes _topic_bytes(topic, Py_ssize_t limit=RS_MAX_TOPIC_LENGTH):
+    # limit: RS_MAX_TOPIC_LENGTH for a put, RS_MAX_TOPIC_LENGTH_V2 for a read
     cdef bytes data
     if isinstance(topic, str):
         try:
@@ -462,8 +463,8 @@ cdef bytes _topic_bytes(topic):
         raise InvalidTopicError(f"topic must be str or bytes, not {type(topic).__name__}")
     if not data:
         raise InvalidTopicError("topic is empty")
-    if len(data) > RS_MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {RS_MAX_TOPIC_LENGTH}")
+    if len(data) > limit:
+        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {limit}")
     return data
 
 
@@ -2425,7 +2426,7 @@ def pull_units(buffer, file_from, file_size, units, start, want, first_queue_off
     cdef int32_t *wanted = NULL
     cdef Py_ssize_t ncodes = 0, k
     cdef bint ok
-    cdef bytes topic_b = _topic_bytes(topic)
+    cdef bytes topic_b = _topic_bytes(topic, RS_MAX_TOPIC_LENGTH_V2)
     cdef list messages = [], taken = []
     cdef int kind = _PULL_END
     if not isinstance(units, _np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
