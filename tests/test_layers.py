@@ -56,7 +56,17 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("log", {"recordscan", "commitlog", "_store_py", "_store", "sharedappend", "recovery"}),
     (
         "queues",
-        {"consumequeue", "_index_py", "_index", "_impl", "indexservice", "fused", "dispatch", "queuecheck"},
+        {
+            "consumequeue",
+            "_index_py",
+            "_index",
+            "_impl",
+            "indexservice",
+            "fused",
+            "dispatch",
+            "queuecheck",
+            "batchcq",
+        },
     ),
     ("services", {"topics", "parts", "schedule", "timer", "retention", "pop", "report"}),
     ("processes", {"live", "writers"}),

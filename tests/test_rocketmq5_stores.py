@@ -3,9 +3,10 @@ its manifest lists is found, ``verify`` is clean, and a writable open leaves Roc
 they were unless it has to change them."""
 
 import pytest
-from rocketmq5 import changed_files, check_records, manifest, unpack
+from rocketmq5 import body, changed_files, check_records, manifest, unpack
 
 from rocketstore import Consumer, MessageStore
+from rocketstore.errors import BatchTopicError
 
 
 @pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
@@ -22,8 +23,75 @@ def test_long_retry_topics_queues_are_read_where_rocketmq_put_them(tmp_path, imp
             got = store.get_message("g", topic, 0, 0, 32)
             assert [m.queue_offset for m in got.messages] == list(range(10))
             tagged = [m.queue_offset for m in got.messages if m.tags == "TagV2"]
-            assert [m.queue_offset for m in store.get_message("g", topic, 0, 0, 32, "TagV2").messages] == tagged
+            assert [
+                m.queue_offset for m in store.get_message("g", topic, 0, 0, 32, "TagV2").messages
+            ] == tagged
             consumer = Consumer(store, "g", {topic: "TagV2"}, retry=False)
             assert [m.queue_offset for m in consumer.poll(32)] == tagged
         assert check_records(store, "v5-v2-long-topic") == 40
     assert changed_files(root, "v5-v2-long-topic") == []
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_batch_consume_queue_hands_out_each_inner_message_at_its_own_position(tmp_path, impl, read_only):
+    """A ``queue.type=BatchCQ`` topic's queues are its ``batchconsumequeue/`` files: no
+    ConsumeQueue is made for it, nothing is reported skipped or missing, and each message of an
+    inner batch is found at its own queue offset, by a pull, a Consumer and a lookup."""
+    name = "v5-batchcq"
+    root = unpack(tmp_path, name)
+    queues = [q for q in manifest(name)["queues"] if q["type"] == "BatchCQ"]
+    expected = {}  # (queue id, queue offset) -> (body, properties) of every inner message
+    for rec in manifest(name)["records"]:
+        if rec["topic"] == "FixtureBatchTopic":
+            for i, one in enumerate(rec.get("inner_messages") or [rec]):
+                expected[(rec["queue_id"], rec["queue_offset"] + i)] = (body(one), one["properties"])
+    with MessageStore(root, implementation=impl.name, read_only=read_only) as store:
+        report = store.verify()
+        assert report["ok"], report["problems"]
+        for q in queues:
+            topic, qid = q["topic"], q["queue_id"]
+            assert (store.min_queue_offset(topic, qid), store.max_queue_offset(topic, qid)) == (
+                q["min_offset"],
+                q["max_offset"],
+            )
+            assert store.queues()[(topic, qid)] == (q["min_offset"], q["max_offset"])
+            got, pos = [], q["min_offset"]
+            while pos < q["max_offset"]:
+                res = store.get_message("g", topic, qid, pos, 7)
+                assert res.messages, pos
+                got += res.messages
+                pos = res.next_begin_offset
+            assert [m.queue_offset for m in got] == list(range(q["min_offset"], q["max_offset"]))
+            for m in got:
+                assert (m.body, dict(m.properties)) == expected[(qid, m.queue_offset)]
+            even = [m.queue_offset for m in got if m.tags == "TagEven"]
+            assert (
+                even
+                and [m.queue_offset for m in store.get_message("g", topic, qid, 0, 64, "TagEven").messages]
+                == even
+            )
+        consumer = Consumer(store, "g", "FixtureBatchTopic", retry=False)
+        polled = []
+        while batch := consumer.poll(5):
+            polled += [(m.queue_id, m.queue_offset) for m in batch]
+        assert sorted(polled) == sorted(expected)
+        assert ("FixtureBatchTopic", 0) not in {(cq.topic, cq.queue_id) for cq in store._queues}  # noqa: SLF001
+        assert check_records(store, name) == len(expected) + 10
+        assert not (root / "consumequeue" / "FixtureBatchTopic").exists()
+    assert changed_files(root, name) == []
+
+
+def test_a_put_to_a_batch_cq_topic_is_refused_and_writes_nothing(tmp_path, impl):
+    """rocketstore does not write BatchConsumeQueues: a put there would get a queue offset the
+    BatchConsumeQueue already gave an inner message, so it is refused before a byte is written."""
+    root = unpack(tmp_path, "v5-batchcq")
+    with MessageStore(root, implementation=impl.name) as store:
+        end = store.max_offset
+        with pytest.raises(BatchTopicError, match="BatchCQ"):
+            store.put("FixtureBatchTopic", b"x")
+        with pytest.raises(BatchTopicError):
+            store.put("FixtureBatchTopic", b"x", tags="T", keys="k", queue_id=1)
+        assert store.max_offset == end
+        assert store.put("FixtureSimpleTopic", b"y").queue_offset == 10
+        assert store.verify()["ok"]
+    assert [p for p in changed_files(root, "v5-batchcq") if p.startswith("batchconsumequeue/")] == []

@@ -39,6 +39,7 @@ from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints,
 from rocketstore._clock import now_ms
 from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
 from rocketstore._impl import MESSAGE_TYPES
+from rocketstore.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
 from rocketstore.config import StoreConfig, default_store_path
@@ -61,7 +62,9 @@ from rocketstore.dispatch import (
     TailQueueStore,
 )
 from rocketstore.errors import (
+    BatchTopicError,
     ConsumeQueueDamagedError,
+    CorruptRecordError,
     InvalidMessageError,
     InvalidMessageIdError,
     InvalidTimerError,
@@ -365,6 +368,8 @@ class StoreBase(JoinedWriting):
         self._append_table: Optional[tuple[int, Any, int]] = None
         #: a read-only open's queues that end before their records (rebuilt in memory)
         self._short_queues: dict[tuple[str, int], int] = {}
+        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.batchcq)
+        self._batch: Any = None
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -615,10 +620,13 @@ class StoreBase(JoinedWriting):
                 delay_levels_ms=cfg.delay_levels_ms,
                 index_lazily=True,
                 end_core=commitlog,
+                batch=self._batch,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             recovery.rebuild(self._dispatcher, end, self._report)
-            self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, True)
+            self._short_queues = recovery.repair_holes(
+                self._queues, self._guard, self._without_batch(queue_offsets), True
+            )
             if self._follower is not None:
                 self._follower.settle(commitlog.end, writer_present(self.path))
             return
@@ -650,12 +658,15 @@ class StoreBase(JoinedWriting):
             delay_levels_ms=cfg.delay_levels_ms,
             fused=cfg.fused_dispatch,
             end_core=core,
+            batch=self._batch,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         # what the queues and the index miss of the CommitLog
         recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
-        self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
-        recovery.settle_queue_offsets(core, self._queues, queue_offsets)
+        self._short_queues = recovery.repair_holes(
+            self._queues, self._guard, self._without_batch(queue_offsets), False
+        )
+        recovery.settle_queue_offsets(core, self._queues, self._without_batch(queue_offsets))
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
@@ -705,6 +716,129 @@ class StoreBase(JoinedWriting):
                 dispatcher.offset = low  # what it had not dispatched yet is gone
         self._queues.correct_min_offset(low)
 
+    def _batch_count(self, commitlog_offset: int) -> int:
+        """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
+        return inner_count(self._commitlog.read(commitlog_offset))
+
+    def _without_batch(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
+        batch = self._batch.topics
+        if not batch:
+            return queue_offsets
+        return {key: nxt for key, nxt in queue_offsets.items() if key[0] not in batch}
+
+    def _batch_queue(self, topic: str, queue_id: int) -> Any:
+        """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
+        self._check_open()
+        self._dispatcher.catch_up()
+        return self._batch.get(topic, queue_id)
+
+    def _batch_pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        group: str,
+        max_msgs: int,
+        tag_filter: TagFilter,
+    ) -> GetMessageResult:
+        """get_message of a BatchCQ topic: each inner message at its own queue offset, filtered
+        by its own tag (a unit's tagsCode stands for the whole record)."""
+        max_msgs = _check_int("max_msgs", max_msgs, 1)
+        bq = self._batch_queue(topic, int(queue_id))
+        if bq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        lo, hi = bq.min_offset, bq.max_offset
+        if offset is None:
+            offset = self._offsets.query(group, topic, int(queue_id))
+            if offset < 0:
+                offset = lo
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        messages: list[MessageExt] = []
+        position, scanned = offset, 0
+        while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
+            inner = self._batch_messages(bq, position)
+            for msg in inner:
+                if msg.queue_offset < position:
+                    continue
+                position = msg.queue_offset + 1
+                scanned += 1
+                if tag_filter.match_all or tag_filter.matches_tag(msg.tags):
+                    messages.append(msg)
+                    if len(messages) >= max_msgs:
+                        break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, position, lo, hi, messages)
+
+    def _verify_batch(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
+        """verify() of the BatchConsumeQueues: each unit follows the one before it (base =
+        previous base + batch size) and points at its record (topic, queue id, base, size and
+        message count), but units below ``low``, which point at what retention deleted."""
+        for bq in self._batch:
+            bad, expect = 0, None
+            for commitlog_offset, _size, base, _count in bq.entries():
+                reason = None
+                if expect is not None and base != expect:
+                    reason = f"starts at queue offset {base}, not {expect}"
+                elif commitlog_offset >= low:
+                    try:
+                        self._batch_messages(bq, base)
+                    except (ConsumeQueueDamagedError, MessageNotFoundError, CorruptRecordError):
+                        reason = "does not point at a valid record of its queue"
+                expect = base + _count
+                if reason is not None:
+                    bad += 1
+                    if bad <= max_per_queue:
+                        problems.append(
+                            {
+                                "offset": int(commitlog_offset),
+                                "reason": f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit {base} {reason}",
+                            }
+                        )
+        return len(self._batch)
+
+    def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
+        """The messages of the record holding ``queue_offset`` in BatchConsumeQueue ``bq``,
+        checked as a ConsumeQueue unit's record is (topic, queue id, base offset, size, count)."""
+        found = bq.locate(queue_offset)
+        if found is None:
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} has no unit for queue offset {queue_offset}",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        commitlog_offset, size, base, count = found
+        if commitlog_offset < self._commitlog.min_offset:
+            raise MessageNotFoundError(
+                f"queue offset {queue_offset} of {bq.topic}-{bq.queue_id}: its record is gone"
+            )
+        try:
+            msg = self._commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            msg = None
+        inner = inner_messages(msg) if msg is not None else []
+        if (
+            msg is None
+            or (msg.topic, msg.queue_id, msg.queue_offset, msg.size) != (bq.topic, bq.queue_id, base, size)
+            or len(inner) != count
+        ):
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit at queue offset {base} does not "
+                f"point at its record",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        return inner
+
     def _read_only_end(self) -> int:
         return self._commitlog.end
 
@@ -720,6 +854,12 @@ class StoreBase(JoinedWriting):
             implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
         )
         self._queues = self._index = self._disk_index = None
+        table = self._topics.table
+        self._batch = BatchQueueStore(
+            self.path,
+            batch_topics(self.path, {t: table.attributes(t) for t in table.topics}),
+            weak_method(self._batch_count),
+        )
         if self._files_read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
@@ -780,6 +920,12 @@ class StoreBase(JoinedWriting):
         self._checkpoint.index_msg_timestamp = end_timestamp
 
     def _topic_queues(self, topic: str) -> int:
+        if self._batch is not None and topic in self._batch:
+            # its units would go in a BatchConsumeQueue, which rocketstore does not write
+            raise BatchTopicError(
+                f"topic {topic!r} is a BatchCQ topic (queue.type=BatchCQ): rocketstore reads its "
+                f"BatchConsumeQueue but does not write it, so it takes no put"
+            )
         return self._topics.queues_for_put(topic)
 
     def close(self) -> None:
@@ -1586,6 +1732,7 @@ class StoreBase(JoinedWriting):
         found = self._commitlog.verify(progress)
         problems, first = found["problems"], found["min_offset"]
         checked = self._guard.verify(found.pop("found"), problems, first)
+        checked += self._verify_batch(problems, first)
         for (topic, qid), n in sorted(self._short_queues.items()):
             problems.append(
                 {
@@ -1803,7 +1950,9 @@ class StoreBase(JoinedWriting):
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             found = None
-            if offset is not None:
+            if self._batch is not None and topic in self._batch:
+                found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
+            elif offset is not None:
                 if tag_filter.match_all:
                     found = self._quick_pull(topic, queue_id, offset, max_msgs)
                 else:
@@ -1957,10 +2106,16 @@ class StoreBase(JoinedWriting):
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        if self._batch is not None and topic in self._batch:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.min_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        if self._batch is not None and topic in self._batch:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.max_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
@@ -1981,7 +2136,9 @@ class StoreBase(JoinedWriting):
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         self._check_open()
         self._dispatcher.catch_up()
-        return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+        found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
+        return found
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
@@ -2147,6 +2304,14 @@ class StoreBase(JoinedWriting):
             if msg is not None:
                 return msg
         queue_offset = _check_int("queue_offset", queue_offset)
+        if self._batch is not None and topic in self._batch:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            if bq is None or not bq.min_offset <= queue_offset < bq.max_offset:
+                raise MessageNotFoundError(f"no message at queue offset {queue_offset} of {topic}-{queue_id}")
+            for msg in self._batch_messages(bq, queue_offset):
+                if msg.queue_offset == queue_offset:
+                    return msg
+            raise AssertionError("unreachable")  # _batch_messages checked the count
         cq = self._queue(topic, queue_id)
         if cq is not None:
             try:  # the common case, without _pull's retry frame
@@ -2196,6 +2361,7 @@ class StoreBase(JoinedWriting):
         if self._files_read_only:
             self._check_open()
             found = dict(self._queue_offsets)
+            found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
             if self._follower is not None:
                 self._dispatcher.catch_up()
                 for cq in self._queues:
