@@ -66,6 +66,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "dispatch",
             "queuecheck",
             "batchcq",
+            "timerwheel",
         },
     ),
     ("services", {"topics", "parts", "schedule", "timer", "retention", "pop", "report"}),

@@ -95,3 +95,53 @@ def test_a_put_to_a_batch_cq_topic_is_refused_and_writes_nothing(tmp_path, impl)
         assert store.put("FixtureSimpleTopic", b"y").queue_offset == 10
         assert store.verify()["ok"]
     assert [p for p in changed_files(root, "v5-batchcq") if p.startswith("batchconsumequeue/")] == []
+
+
+def _timer_uniq_keys(name):
+    man = manifest(name)
+    records = [r for r in man["records"] if r["topic"] == "rmq_sys_wheel_timer"]
+    pending = {records[i]["uniq_key"] for i in man["timer_pending_puts"]}
+    return pending, man["timer_recalled_uniq_key"]
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_timer_stats_lists_the_timers_rocketmq_left_pending(tmp_path, impl, read_only):
+    """The 8 timer messages a 5.3.3 broker had in ``timerlog/`` + ``timerwheel`` (after
+    ``config/timercheck``) are the store's pending timers, the recalled one known as recalled."""
+    name = "v5-timer"
+    root = unpack(tmp_path, name)
+    pending, recalled = _timer_uniq_keys(name)
+    with MessageStore(root, implementation=impl.name, read_only=read_only, timer_interval_ms=0) as store:
+        stats = store.timer_stats()
+        wheel = stats["rocketmq"]
+        assert {p["uniq_key"] for p in wheel["pending"]} == pending
+        assert {p["topic"] for p in wheel["pending"]} == {"FixtureTimerTopic"}
+        assert wheel["recalled"] == [recalled]
+        assert stats["pending"] >= len(pending)
+        assert stats["next_deliver_ms"] == min(p["deliver_ms"] for p in wheel["pending"])
+
+
+def test_a_writable_open_delivers_no_timer_rocketmq_delivered_or_recalled(tmp_path, impl):
+    """RocketMQ's checkpoint says which timers it delivered: a writable open delivers each of the
+    others once when due (the fixture's are due hours after it was written), and never a
+    recalled one or the recall itself."""
+    name = "v5-timer"
+    root = unpack(tmp_path, name)
+    pending, recalled = _timer_uniq_keys(name)
+    with MessageStore(root, implementation=impl.name, timer_interval_ms=0) as store:
+        before = {
+            m.unique_key
+            for q in (0, 1)
+            for m in store.get_message("g", "FixtureTimerTopic", q, 0, 64).messages
+        }
+        store.deliver_timers(now=2**62)
+        after = [
+            m.unique_key
+            for q in (0, 1)
+            for m in store.get_message("g", "FixtureTimerTopic", q, 0, 64).messages
+        ]
+        timers = {r["uniq_key"] for r in manifest(name)["records"] if r["topic"] == "rmq_sys_wheel_timer"}
+        new = [k for k in after if k not in before and k in timers]  # (not the delay levels')
+        assert sorted(new) == sorted(pending)
+        assert recalled not in after
+        assert store.timer_stats()["pending"] == 0

@@ -280,7 +280,10 @@ class MessageStore(FacadeBase, StoreBase):
         """The timer service's state: ``pending`` (timer messages not yet delivered),
         ``next_deliver_ms``, and since this open ``delivered``, ``dropped`` (undeliverable,
         logged), ``reconciled`` (interrupted passes settled) and ``resumed`` (copies such a
-        settlement found already written, so not written again)."""
+        settlement found already written, so not written again). A read-only store gives
+        ``pending`` and ``next_deliver_ms`` (its counters are 0). A store where a RocketMQ 5.x
+        broker kept timers has ``rocketmq``: the timers its files left pending and the recalled
+        ones (docs/guide/timers.md)."""
         return self._role.timer_stats(self)
 
     def delayed_counts(self) -> dict[int, int]:

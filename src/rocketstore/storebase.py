@@ -127,7 +127,8 @@ from rocketstore.storedir import (
     detect_segment_size,
     writer_present,
 )
-from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
+from rocketstore.timer import TIMER_PROPERTIES, TIMER_TOPIC, TimerProgress, TimerService, is_timer_put
+from rocketstore.timerwheel import read_timer_check, rocketmq_timers
 from rocketstore.topics import Topics
 from rocketstore.writers import WriterClient, WriterServer
 
@@ -1539,8 +1540,64 @@ class StoreBase(JoinedWriting):
         return delivered
 
     def timer_stats(self) -> dict[str, Any]:
-        self._check_writable()
-        stats: dict[str, Any] = self._timer.stats()
+        self._check_open()
+        wheel = self._rocketmq_timers()
+        stats: dict[str, Any]
+        if self._timer is not None:
+            stats = self._timer.stats()
+        else:
+            stats = self._read_only_timer_stats(wheel)
+        if wheel is not None:
+            stats["rocketmq"] = wheel
+        return stats
+
+    def _timer_records(self, start: int) -> Iterator[MessageExt]:
+        """The records of the timer queue from queue offset ``start`` on."""
+        end = self.max_queue_offset(TIMER_TOPIC, 0)
+        for q in range(max(start, self.min_queue_offset(TIMER_TOPIC, 0)), end):
+            try:
+                yield self.get_by_queue_offset(TIMER_TOPIC, 0, q)
+            except MessageNotFoundError:
+                continue  # gone (retention) or damaged: nothing to deliver
+
+    def _rocketmq_timers(self) -> Optional[dict[str, Any]]:
+        """What a RocketMQ 5.x broker's timer files say is pending (rocketstore.timerwheel),
+        None when the store has none."""
+        check = read_timer_check(self.path)
+        if check is None:
+            return None
+        return rocketmq_timers(self.path, self._read, self._timer_records(check.queue_offset))
+
+    def _read_only_timer_stats(self, wheel: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """timer_stats() of a read-only store: the timers waiting, as rocketstore's progress
+        file (or, before rocketstore ran the timers, a 5.x broker's files) says; the counters
+        are those of a writable store's service, none here."""
+        progress = TimerProgress.in_store(self.path, read_only=True)
+        stats: dict[str, Any] = {
+            "pending": 0,
+            "next_deliver_ms": None,
+            "delivered": 0,
+            "dropped": 0,
+            "reconciled": 0,
+            "resumed": 0,
+        }
+        untouched = progress.enqueue_offset == 0 and progress.intent is None and progress.first_pending == 0
+        if wheel is not None and untouched and progress.watermark[0] < 0:
+            deliver = [p["deliver_ms"] for p in wheel["pending"]]
+        else:
+            deliver = []
+            for msg in self._timer_records(progress.first_pending):
+                try:
+                    due = int((msg.properties or {}).get("TIMER_OUT_MS", "0"))
+                except ValueError:
+                    due = 0
+                if (
+                    msg.queue_offset >= progress.enqueue_offset
+                    or (due, msg.queue_offset) > progress.watermark
+                ):
+                    deliver.append(due)
+        stats["pending"] = len(deliver)
+        stats["next_deliver_ms"] = min(deliver) if deliver else None
         return stats
 
     def delayed_counts(self) -> dict[int, int]:
