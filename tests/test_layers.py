@@ -67,6 +67,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "queuecheck",
             "batchcq",
             "timerwheel",
+            "compaction",
         },
     ),
     ("services", {"topics", "parts", "schedule", "timer", "retention", "pop", "report"}),

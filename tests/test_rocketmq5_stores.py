@@ -145,3 +145,57 @@ def test_a_writable_open_delivers_no_timer_rocketmq_delivered_or_recalled(tmp_pa
         assert sorted(new) == sorted(pending)
         assert recalled not in after
         assert store.timer_stats()["pending"] == 0
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_the_compacted_view_of_a_compaction_topic(tmp_path, impl, read_only):
+    """``compaction_log`` hands out what a 5.3.3 broker's compaction kept of a
+    ``cleanup.policy=COMPACTION`` topic's queue; ``compacted`` the latest message of each key,
+    the queue's messages past the log included, a tombstone (empty body) ending its key."""
+    name = "v5-compaction"
+    root = unpack(tmp_path, name)
+    man = manifest(name)
+    topic = "FixtureCompactTopic"
+    with MessageStore(root, implementation=impl.name, read_only=read_only) as store:
+        assert store.verify()["ok"]
+        for qid in (0, 1):
+            view = [e for e in man["compacted_view"] if e["queue_id"] == qid]
+            log = store.compaction_log(topic, qid)
+            assert [(m.queue_offset, m.commitlog_offset, m.keys, m.body) for m in log] == [
+                (e["queue_offset"], e["commitlog_offset"], e["keys"], body(e)) for e in view
+            ]
+            latest = {}
+            for e in view:
+                latest.pop(e["keys"], None)
+                latest[e["keys"]] = e
+            past = [
+                r
+                for r in man["records"]
+                if r["topic"] == topic
+                and r["queue_id"] == qid
+                and r["queue_offset"] > view[-1]["queue_offset"]
+            ]
+            for r in past:
+                latest.pop(r["keys"], None)
+                latest[r["keys"]] = r
+            expected = {k: body(e) for k, e in latest.items() if body(e)}
+            got = store.compacted(topic, qid)
+            assert {k: m.body for k, m in got.items()} == expected
+            assert list(got) == list(expected)
+        assert qid == 1 and "user-5" not in got  # its tombstone
+        assert store.compaction_log("FixtureNormalTopic", 0) == []
+    assert changed_files(root, name) == []
+
+
+def test_the_compacted_view_takes_the_queue_past_the_log(tmp_path, impl):
+    root = unpack(tmp_path, "v5-compaction")
+    topic = "FixtureCompactTopic"
+    with MessageStore(root, implementation=impl.name) as store:
+        before = store.compacted(topic, 0)
+        store.put(topic, b"newer", keys="user-4", queue_id=0)
+        store.put(topic, b"", keys="user-6", queue_id=0)  # a tombstone
+        store.put(topic, b"first", keys="user-new", queue_id=0)
+        got = store.compacted(topic, 0)
+        assert got["user-4"].body == b"newer" and got["user-new"].body == b"first"
+        assert "user-6" in before and "user-6" not in got
+        assert list(got)[-2:] == ["user-4", "user-new"]

@@ -39,6 +39,7 @@ __all__ = [
     "batch_topics",
     "inner_count",
     "inner_messages",
+    "load_units",
 ]
 
 #: the topic attribute that names a topic's queue type, and the value of a BatchConsumeQueue's
@@ -159,10 +160,11 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
     return out
 
 
-def _load_units(directory: str) -> np.ndarray:
+def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
     """The valid units of the queue's files, oldest first: as ``BatchConsumeQueue.recover``
     takes them, up to the first unit whose CommitLog offset, size, base or batch size is not
-    positive (a whole file of valid units goes on into the next file)."""
+    positive (a whole file of valid units goes on into the next file). ``sparse``: each file's
+    valid units, every file (a compaction queue's files each end where its records did)."""
     try:
         names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit())
     except (FileNotFoundError, NotADirectoryError):
@@ -181,6 +183,8 @@ def _load_units(directory: str) -> np.ndarray:
         bad = np.flatnonzero(~valid)
         if len(bad):
             parts.append(units[: bad[0]])
+            if sparse:
+                continue
             break
         parts.append(units)
     if not parts:
@@ -198,7 +202,7 @@ class BatchConsumeQueue:
         self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
         self._count_of = count_of
         self._lock = threading.Lock()
-        disk = _load_units(self.directory)
+        disk = load_units(self.directory)
         #: the units on disk (read once at open)
         self.disk_units = disk
         self._bases = disk["base"].astype(np.int64)

@@ -42,6 +42,7 @@ from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.compaction import CompactionLog, latest_per_key
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
@@ -2196,6 +2197,28 @@ class StoreBase(JoinedWriting):
         found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
         found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
         return found
+
+    def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
+        self._check_open()
+        _check_name("topic", topic)
+        queue_id = _check_int("queue_id", queue_id, 0)
+        return CompactionLog(self.path, topic, queue_id, self._codec.decode_record).messages()
+
+    def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
+        log = self.compaction_log(topic, queue_id)
+        start = log[-1].queue_offset + 1 if log else 0
+
+        def past_the_log() -> Iterator[MessageExt]:
+            position = max(start, self.min_queue_offset(topic, queue_id))
+            end = self.max_queue_offset(topic, queue_id)
+            while position < end:
+                got = self.get_message("rocketstore-compacted", topic, queue_id, position, 256)
+                yield from got.messages
+                if got.next_begin_offset <= position:
+                    break
+                position = got.next_begin_offset
+
+        return latest_per_key(itertools.chain(log, past_the_log()))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
