@@ -76,7 +76,9 @@ class CompactionLog:
     def _read(self, offset: int, size: int) -> MessageExt:
         for start, data in self._files:
             if start <= offset < start + len(data):
-                msg: MessageExt = self._decode(data, offset - start, end=min(len(data), offset - start + size))
+                msg: MessageExt = self._decode(
+                    data, offset - start, end=min(len(data), offset - start + size)
+                )
                 if msg.size != size:
                     break
                 msg.commitlog_offset = offset  # its place in the compaction log
