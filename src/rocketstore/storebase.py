@@ -370,8 +370,10 @@ class StoreBase(JoinedWriting):
         self._append_table: Optional[tuple[int, Any, int]] = None
         #: a read-only open's queues that end before their records (rebuilt in memory)
         self._short_queues: dict[tuple[str, int], int] = {}
-        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.batchcq)
+        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.batchcq), and those
+        #: topics (a set lookup on the reads' careful paths)
         self._batch: Any = None
+        self._batch_topics: frozenset[str] = frozenset()
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -862,6 +864,7 @@ class StoreBase(JoinedWriting):
             batch_topics(self.path, {t: table.attributes(t) for t in table.topics}),
             weak_method(self._batch_count),
         )
+        self._batch_topics = self._batch.topics
         if self._files_read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
@@ -922,7 +925,7 @@ class StoreBase(JoinedWriting):
         self._checkpoint.index_msg_timestamp = end_timestamp
 
     def _topic_queues(self, topic: str) -> int:
-        if self._batch is not None and topic in self._batch:
+        if topic in self._batch_topics:
             # its units would go in a BatchConsumeQueue, which rocketstore does not write
             raise BatchTopicError(
                 f"topic {topic!r} is a BatchCQ topic (queue.type=BatchCQ): rocketstore reads its "
@@ -2008,7 +2011,7 @@ class StoreBase(JoinedWriting):
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             found = None
-            if self._batch is not None and topic in self._batch:
+            if topic in self._batch_topics:
                 found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
             elif offset is not None:
                 if tag_filter.match_all:
@@ -2164,14 +2167,14 @@ class StoreBase(JoinedWriting):
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        if self._batch is not None and topic in self._batch:
+        if topic in self._batch_topics:
             bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
             return bq.min_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        if self._batch is not None and topic in self._batch:
+        if topic in self._batch_topics:
             bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
             return bq.max_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
@@ -2195,7 +2198,8 @@ class StoreBase(JoinedWriting):
         self._check_open()
         self._dispatcher.catch_up()
         found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
-        found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
+        if self._batch_topics:
+            found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
         return found
 
     def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
@@ -2384,7 +2388,7 @@ class StoreBase(JoinedWriting):
             if msg is not None:
                 return msg
         queue_offset = _check_int("queue_offset", queue_offset)
-        if self._batch is not None and topic in self._batch:
+        if topic in self._batch_topics:
             bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
             if bq is None or not bq.min_offset <= queue_offset < bq.max_offset:
                 raise MessageNotFoundError(f"no message at queue offset {queue_offset} of {topic}-{queue_id}")
@@ -2441,7 +2445,8 @@ class StoreBase(JoinedWriting):
         if self._files_read_only:
             self._check_open()
             found = dict(self._queue_offsets)
-            found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
+            if self._batch_topics:
+                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
             if self._follower is not None:
                 self._dispatcher.catch_up()
                 for cq in self._queues:
