@@ -236,3 +236,25 @@ def test_every_rocketmq_5_store_opens_verifies_and_has_every_record(tmp_path, im
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_a_batch_cq_unit_past_the_recovered_commitlog_is_not_read(tmp_path, impl, read_only):
+    """A crash that lost the CommitLog's last record but not its BatchConsumeQueue unit: the
+    queue ends before that unit, as every other queue ends at the recovered CommitLog."""
+    root = unpack(tmp_path, "v5-batchcq")
+    last = [
+        r
+        for r in manifest("v5-batchcq")["records"]
+        if r["topic"] == "FixtureBatchTopic" and r["queue_id"] == 0
+    ][-1]
+    segment = root / "commitlog" / "00000000000000000000"
+    data = bytearray(segment.read_bytes())
+    data[last["commitlog_offset"] :] = bytes(len(data) - last["commitlog_offset"])
+    segment.write_bytes(bytes(data))
+    (root / "abort").write_bytes(b"")
+    with MessageStore(root, implementation=impl.name, read_only=read_only) as store:
+        assert store.max_queue_offset("FixtureBatchTopic", 0) == last["queue_offset"]
+        got = store.get_message("g", "FixtureBatchTopic", 0, 0, 64).messages
+        assert [m.queue_offset for m in got] == list(range(last["queue_offset"]))
+        assert store.verify()["problems"] == []

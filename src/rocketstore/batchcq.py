@@ -226,6 +226,18 @@ class BatchConsumeQueue:
         """The end of the last record indexed (-1: none)."""
         return int(self._offsets[-1] + self._sizes[-1]) if len(self._offsets) else -1
 
+    def truncate(self, end: int) -> int:
+        """Leave out the units whose record does not end by CommitLog offset ``end`` (recovery
+        cut the CommitLog there: a broker stopped abnormally after indexing records it had not
+        made durable); the files keep them. Returns how many were left out."""
+        with self._lock:
+            keep = int(np.searchsorted(self._offsets + self._sizes, end, side="right"))
+            dropped = len(self._offsets) - keep
+            if dropped:
+                self._bases, self._offsets = self._bases[:keep], self._offsets[:keep]
+                self._sizes, self._counts = self._sizes[:keep], self._counts[:keep]
+        return dropped
+
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
         """Index a record dispatch found (``queue_offset``: its QUEUEOFFSET, the batch's base)
         when it lies past the last one indexed; one indexed already is left as it is."""

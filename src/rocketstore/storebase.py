@@ -606,6 +606,8 @@ class StoreBase(JoinedWriting):
             until=recovery.published_end(self._live, self.path) if self._files_read_only else None,
             report=self._report,
         )
+        for bq in self._batch:  # nothing past the recovered end is read
+            bq.truncate(end)
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
