@@ -401,18 +401,19 @@ def record_length(body_len, topic_len, properties_len, sys_flag=0, magic=RS_MAGI
     return n
 
 
-cdef bytes _topic_bytes(topic):
-    """A plain str topic's UTF-8 bytes; every other shape, and every error, the pure twin's."""
+cdef bytes _topic_bytes(topic, Py_ssize_t limit=RS_MAX_TOPIC_LENGTH):
+    """A plain str topic's UTF-8 bytes; every other shape, and every error, the pure twin's.
+    ``limit``: RS_MAX_TOPIC_LENGTH for a put, RS_MAX_TOPIC_LENGTH_V2 for a read."""
     cdef const char *text
     cdef Py_ssize_t n
     if type(topic) is str:
         try:
             text = PyUnicode_AsUTF8AndSize(topic, &n)
         except UnicodeEncodeError:   # a lone surrogate: the pure twin escapes it or refuses it
-            return _topic_bytes_slow(topic)
-        if 0 < n <= RS_MAX_TOPIC_LENGTH:
+            return _topic_bytes_slow(topic, limit)
+        if 0 < n <= limit:
             return PyBytes_FromStringAndSize(text, n)
-    return _topic_bytes_slow(topic)
+    return _topic_bytes_slow(topic, limit)
 
 
 cdef bytes _properties_bytes(properties):
@@ -1644,7 +1645,7 @@ def pull_units(buffer, file_from, file_size, units, start, want, first_queue_off
     cdef int32_t *wanted = NULL
     cdef Py_ssize_t ncodes = 0, k
     cdef bint ok
-    cdef bytes topic_b = _topic_bytes(topic)
+    cdef bytes topic_b = _topic_bytes(topic, RS_MAX_TOPIC_LENGTH_V2)
     cdef list messages = [], taken = []
     cdef int kind = _PULL_END
     if not isinstance(units, _np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:

@@ -490,7 +490,9 @@ def _check_int(value, name, lo, hi):
     return value
 
 
-def _topic_bytes(topic):
+def _topic_bytes(topic, limit=MAX_TOPIC_LENGTH):
+    """``topic`` in UTF-8; ``limit``: MAX_TOPIC_LENGTH for a put, MAX_TOPIC_LENGTH_V2 for a read
+    (a 5.x store holds ``%RETRY%`` topics longer than a V1 record can)."""
     if isinstance(topic, str):
         try:
             data = topic.encode("utf-8", "surrogateescape")
@@ -502,8 +504,8 @@ def _topic_bytes(topic):
         raise InvalidTopicError(f"topic must be str or bytes, not {type(topic).__name__}")
     if not data:
         raise InvalidTopicError("topic is empty")
-    if len(data) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {MAX_TOPIC_LENGTH}")
+    if len(data) > limit:
+        raise InvalidTopicError(f"topic is {len(data)} bytes long in UTF-8; the limit is {limit}")
     return data
 
 
@@ -1467,7 +1469,7 @@ def pull_units(
     first = _check_int(first_queue_offset, "first_queue_offset", 0, _INT64_MAX)
     left = _check_int(want, "want", 0, _INT64_MAX)
     qid = _check_int(queue_id, "queue_id", _INT32_MIN, _INT32_MAX)
-    topic_b = _topic_bytes(topic)
+    topic_b = _topic_bytes(topic, MAX_TOPIC_LENGTH_V2)
     if not isinstance(units, np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
         raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
     if tags is not None and not isinstance(tags, (set, frozenset)):
@@ -1751,7 +1753,7 @@ def queue_message(queues, topic, queue_id, queue_offset, segments, core):
         return None
     buf, pos = at
     try:
-        topic_b = _topic_bytes(topic)
+        topic_b = _topic_bytes(topic, MAX_TOPIC_LENGTH_V2)
     except InvalidTopicError:
         return None
     m = _unit_message(buf, pos, offset, size, queue_offset, topic_b, queue_id, None, True)
@@ -1815,7 +1817,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
         return None
     units, lo, hi = run
     try:
-        topic_b = _topic_bytes(topic)
+        topic_b = _topic_bytes(topic, MAX_TOPIC_LENGTH_V2)
     except InvalidTopicError:
         return None
     messages = []

@@ -54,7 +54,7 @@ from rocketstore.mapped_file import (
     allocate_range,
     offset_to_file_name,
 )
-from rocketstore.message import is_valid_topic, validate_topic
+from rocketstore.message import is_stored_topic, validate_stored_topic
 from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
 
 __all__ = [
@@ -131,7 +131,7 @@ def _check_unit(commitlog_offset: int, size: int, tags_code: int) -> None:
 
 
 def _check_topic(topic: object) -> str:
-    return validate_topic(topic)
+    return validate_stored_topic(topic)
 
 
 def _check_queue_id(queue_id: object) -> int:
@@ -1182,7 +1182,7 @@ class ConsumeQueueStore(QueueTable):
         try:
             for topic in topics:
                 topic_dir = os.path.join(self.directory, topic)
-                if not os.path.isdir(topic_dir) or not is_valid_topic(topic):
+                if not os.path.isdir(topic_dir) or not is_stored_topic(topic):
                     continue
                 for name in sorted(os.listdir(topic_dir)):
                     if (

@@ -137,8 +137,12 @@ class Dispatcher(DispatchState):
         index_lazily: bool = False,
         fused: bool = True,
         end_core: Any = None,
+        batch: Any = None,
     ) -> None:
         self._segments = segments
+        #: the BatchConsumeQueues (rocketstore.batchcq.BatchQueueStore) of the BatchCQ topics,
+        #: whose records get no ConsumeQueue unit; None: the store has no such topic
+        self._batch = batch if batch is not None and batch.topics else None
         self._codec = codec
         self._scan = scan
         self._queues = queues
@@ -376,6 +380,9 @@ class Dispatcher(DispatchState):
             rows, codes = records[keep], codes[keep]
         columns = (rows["queue_offset"], base + rows["position"], rows["size"], codes)
         for topic, queue_id, idx in queue_groups(self._scan, view, rows):
+            if self._batch is not None and topic in self._batch.topics:
+                self._batch.find_or_create(topic, queue_id).append_many(*(column[idx] for column in columns))
+                continue
             try:
                 queue = self._queues.find_or_create(topic, queue_id)
             except InvalidMessageError as exc:  # not a topic a queue can be named after
@@ -409,7 +416,10 @@ class Dispatcher(DispatchState):
             )
             queue_id = row[_QUEUE_ID]
             try:
-                queue = self._queues.find_or_create(topic, queue_id)
+                if self._batch is not None and topic in self._batch.topics:
+                    queue = self._batch.find_or_create(topic, queue_id)
+                else:
+                    queue = self._queues.find_or_create(topic, queue_id)
             except InvalidMessageError as exc:  # not a topic a queue can be named after
                 log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
             else:

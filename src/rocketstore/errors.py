@@ -17,6 +17,7 @@ __all__ = [
     "InvalidMessageError",
     "InvalidTopicError",
     "SystemTopicError",
+    "BatchTopicError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
     "InvalidTimerError",
@@ -71,6 +72,11 @@ class SystemTopicError(InvalidTopicError):
     """A put to one of RocketMQ's system topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``,
     ``%RETRY%<group>``, ``%DLQ%<group>``, ...): only the store itself writes there (delayed
     messages, :meth:`~rocketstore.MessageStore.send_back`). Reading them is allowed."""
+
+
+class BatchTopicError(InvalidTopicError):
+    """A put to a topic whose queues are RocketMQ 5.x BatchConsumeQueues (``queue.type=BatchCQ``):
+    the store reads them, but does not write them yet."""
 
 
 class InvalidQueueIdError(InvalidMessageError):

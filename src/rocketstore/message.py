@@ -23,9 +23,12 @@ __all__ = [
     "host_from_bytes",
     "validate_topic",
     "is_valid_topic",
+    "is_stored_topic",
+    "validate_stored_topic",
     "is_system_topic",
     "check_user_topic",
     "MAX_TOPIC_LENGTH",
+    "MAX_RETRY_TOPIC_LENGTH",
     "PROPERTY_KEYS",
     "PROPERTY_TAGS",
     "PROPERTY_UNIQ_KEY",
@@ -74,6 +77,33 @@ def is_valid_topic(topic: object) -> bool:
         and 0 < len(topic) <= MAX_TOPIC_LENGTH
         and _TOPIC_CHARS.fullmatch(topic) is not None
     )
+
+
+#: A RocketMQ 5.x broker takes a ``%RETRY%`` topic (a consumer group's) up to 255 bytes, the
+#: length a directory name may have (HookUtils.checkBeforePutMessage): a V2 record (2-byte topic
+#: length) holds it, and its ConsumeQueue lives under ``consumequeue/<topic>/`` like any other.
+MAX_RETRY_TOPIC_LENGTH = 255
+_RETRY_PREFIX = "%RETRY%"
+
+
+def is_stored_topic(topic: object) -> bool:
+    """Whether a store may hold ``topic``'s queue: a valid topic, or a ``%RETRY%`` topic of at
+    most :data:`MAX_RETRY_TOPIC_LENGTH` characters of the same set (RocketMQ 5.x)."""
+    if is_valid_topic(topic):
+        return True
+    return (
+        isinstance(topic, str)
+        and topic.startswith(_RETRY_PREFIX)
+        and len(topic.encode("utf-8")) <= MAX_RETRY_TOPIC_LENGTH
+        and _TOPIC_CHARS.fullmatch(topic) is not None
+    )
+
+
+def validate_stored_topic(topic: object) -> str:
+    """``topic`` if a store may hold its queue (:func:`is_stored_topic`), else InvalidTopicError."""
+    if isinstance(topic, str) and topic.startswith(_RETRY_PREFIX) and is_stored_topic(topic):
+        return topic
+    return validate_topic(topic)
 
 
 def validate_topic(topic: object) -> str:

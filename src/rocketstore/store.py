@@ -280,7 +280,10 @@ class MessageStore(FacadeBase, StoreBase):
         """The timer service's state: ``pending`` (timer messages not yet delivered),
         ``next_deliver_ms``, and since this open ``delivered``, ``dropped`` (undeliverable,
         logged), ``reconciled`` (interrupted passes settled) and ``resumed`` (copies such a
-        settlement found already written, so not written again)."""
+        settlement found already written, so not written again). A read-only store gives
+        ``pending`` and ``next_deliver_ms`` (its counters are 0). A store where a RocketMQ 5.x
+        broker kept timers has ``rocketmq``: the timers its files left pending and the recalled
+        ones (docs/guide/timers.md)."""
         return self._role.timer_stats(self)
 
     def delayed_counts(self) -> dict[int, int]:
@@ -369,6 +372,19 @@ class MessageStore(FacadeBase, StoreBase):
         a clock stepped back breaks that, and the answer is then one of the offsets around it).
         """
         return self._role.queue_offset_of_time(self, topic, queue_id, timestamp)
+
+    def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
+        """What a RocketMQ 5.x broker's compaction kept of (topic, queue_id), a
+        ``cleanup.policy=COMPACTION`` topic's queue: the records of
+        ``compaction/compactionLog`` in queue order (``commitlog_offset`` is a record's place in
+        that log); [] when it has none. Read from the files, which rocketstore does not write."""
+        return self._role.compaction_log(self, topic, queue_id)
+
+    def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
+        """The compacted view of (topic, queue_id): {key: its latest message}, over
+        :meth:`compaction_log` and then the queue's messages past it, a key whose latest
+        message has an empty body (a tombstone) left out, in the order of those messages."""
+        return self._role.compacted(self, topic, queue_id)
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""

@@ -39,8 +39,10 @@ from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints,
 from rocketstore._clock import now_ms
 from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
 from rocketstore._impl import MESSAGE_TYPES
+from rocketstore.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
 from rocketstore.checkpoint import Checkpoint
 from rocketstore.commitlog import AppendCore, CommitLog
+from rocketstore.compaction import CompactionLog, latest_per_key
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
@@ -61,7 +63,9 @@ from rocketstore.dispatch import (
     TailQueueStore,
 )
 from rocketstore.errors import (
+    BatchTopicError,
     ConsumeQueueDamagedError,
+    CorruptRecordError,
     InvalidMessageError,
     InvalidMessageIdError,
     InvalidTimerError,
@@ -123,7 +127,8 @@ from rocketstore.storedir import (
     detect_segment_size,
     writer_present,
 )
-from rocketstore.timer import TIMER_PROPERTIES, TimerService, is_timer_put
+from rocketstore.timer import TIMER_PROPERTIES, TIMER_TOPIC, TimerProgress, TimerService, is_timer_put
+from rocketstore.timerwheel import read_timer_check, rocketmq_timers
 from rocketstore.topics import Topics
 from rocketstore.writers import WriterClient, WriterServer
 
@@ -364,6 +369,10 @@ class StoreBase(JoinedWriting):
         self._append_table: Optional[tuple[int, Any, int]] = None
         #: a read-only open's queues that end before their records (rebuilt in memory)
         self._short_queues: dict[tuple[str, int], int] = {}
+        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.batchcq), and those
+        #: topics (a set lookup on the reads' careful paths)
+        self._batch: Any = None
+        self._batch_topics: frozenset[str] = frozenset()
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -589,6 +598,8 @@ class StoreBase(JoinedWriting):
             until=recovery.published_end(self._live, self.path) if self._files_read_only else None,
             report=self._report,
         )
+        for bq in self._batch:  # nothing past the recovered end is read
+            bq.truncate(end)
         self._dispatch_thread = None
         self._cleaner = None
         self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
@@ -608,10 +619,13 @@ class StoreBase(JoinedWriting):
                 delay_levels_ms=cfg.delay_levels_ms,
                 index_lazily=True,
                 end_core=commitlog,
+                batch=self._batch,
             )
             self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
             recovery.rebuild(self._dispatcher, end, self._report)
-            self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, True)
+            self._short_queues = recovery.repair_holes(
+                self._queues, self._guard, self._without_batch(queue_offsets), True
+            )
             if self._follower is not None:
                 self._follower.settle(commitlog.end, writer_present(self.path))
             return
@@ -644,12 +658,15 @@ class StoreBase(JoinedWriting):
             delay_levels_ms=cfg.delay_levels_ms,
             fused=cfg.fused_dispatch,
             end_core=core,
+            batch=self._batch,
         )
         self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
         # what the queues and the index miss of the CommitLog
         recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
-        self._short_queues = recovery.repair_holes(self._queues, self._guard, queue_offsets, False)
-        recovery.settle_queue_offsets(core, self._queues, queue_offsets)
+        self._short_queues = recovery.repair_holes(
+            self._queues, self._guard, self._without_batch(queue_offsets), False
+        )
+        recovery.settle_queue_offsets(core, self._queues, self._without_batch(queue_offsets))
         if cfg.dispatch_interval_ms:
             self._dispatch_thread = DispatchThread(
                 self._dispatcher,
@@ -697,6 +714,129 @@ class StoreBase(JoinedWriting):
                 dispatcher.offset = low  # what it had not dispatched yet is gone
         self._queues.correct_min_offset(low)
 
+    def _batch_count(self, commitlog_offset: int) -> int:
+        """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
+        return inner_count(self._commitlog.read(commitlog_offset))
+
+    def _without_batch(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
+        batch = self._batch.topics
+        if not batch:
+            return queue_offsets
+        return {key: nxt for key, nxt in queue_offsets.items() if key[0] not in batch}
+
+    def _batch_queue(self, topic: str, queue_id: int) -> Any:
+        """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
+        self._check_open()
+        self._dispatcher.catch_up()
+        return self._batch.get(topic, queue_id)
+
+    def _batch_pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: Optional[int],
+        group: str,
+        max_msgs: int,
+        tag_filter: TagFilter,
+    ) -> GetMessageResult:
+        """get_message of a BatchCQ topic: each inner message at its own queue offset, filtered
+        by its own tag (a unit's tagsCode stands for the whole record)."""
+        max_msgs = _check_int("max_msgs", max_msgs, 1)
+        bq = self._batch_queue(topic, int(queue_id))
+        if bq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        lo, hi = bq.min_offset, bq.max_offset
+        if offset is None:
+            offset = self._offsets.query(group, topic, int(queue_id))
+            if offset < 0:
+                offset = lo
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        messages: list[MessageExt] = []
+        position, scanned = offset, 0
+        while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
+            inner = self._batch_messages(bq, position)
+            for msg in inner:
+                if msg.queue_offset < position:
+                    continue
+                position = msg.queue_offset + 1
+                scanned += 1
+                if tag_filter.match_all or tag_filter.matches_tag(msg.tags):
+                    messages.append(msg)
+                    if len(messages) >= max_msgs:
+                        break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, position, lo, hi, messages)
+
+    def _verify_batch(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
+        """verify() of the BatchConsumeQueues: each unit follows the one before it (base =
+        previous base + batch size) and points at its record (topic, queue id, base, size and
+        message count), but units below ``low``, which point at what retention deleted."""
+        for bq in self._batch:
+            bad, expect = 0, None
+            for commitlog_offset, _size, base, _count in bq.entries():
+                reason = None
+                if expect is not None and base != expect:
+                    reason = f"starts at queue offset {base}, not {expect}"
+                elif commitlog_offset >= low:
+                    try:
+                        self._batch_messages(bq, base)
+                    except (ConsumeQueueDamagedError, MessageNotFoundError, CorruptRecordError):
+                        reason = "does not point at a valid record of its queue"
+                expect = base + _count
+                if reason is not None:
+                    bad += 1
+                    if bad <= max_per_queue:
+                        problems.append(
+                            {
+                                "offset": int(commitlog_offset),
+                                "reason": f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit {base} {reason}",
+                            }
+                        )
+        return len(self._batch)
+
+    def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
+        """The messages of the record holding ``queue_offset`` in BatchConsumeQueue ``bq``,
+        checked as a ConsumeQueue unit's record is (topic, queue id, base offset, size, count)."""
+        found = bq.locate(queue_offset)
+        if found is None:
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} has no unit for queue offset {queue_offset}",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        commitlog_offset, size, base, count = found
+        if commitlog_offset < self._commitlog.min_offset:
+            raise MessageNotFoundError(
+                f"queue offset {queue_offset} of {bq.topic}-{bq.queue_id}: its record is gone"
+            )
+        try:
+            msg = self._commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            msg = None
+        inner = inner_messages(msg) if msg is not None else []
+        if (
+            msg is None
+            or (msg.topic, msg.queue_id, msg.queue_offset, msg.size) != (bq.topic, bq.queue_id, base, size)
+            or len(inner) != count
+        ):
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit at queue offset {base} does not "
+                f"point at its record",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        return inner
+
     def _read_only_end(self) -> int:
         return self._commitlog.end
 
@@ -712,6 +852,13 @@ class StoreBase(JoinedWriting):
             implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
         )
         self._queues = self._index = self._disk_index = None
+        table = self._topics.table
+        self._batch = BatchQueueStore(
+            self.path,
+            batch_topics(self.path, {t: table.attributes(t) for t in table.topics}),
+            weak_method(self._batch_count),
+        )
+        self._batch_topics = self._batch.topics
         if self._files_read_only:
             self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
             self._queues.recover()
@@ -772,6 +919,12 @@ class StoreBase(JoinedWriting):
         self._checkpoint.index_msg_timestamp = end_timestamp
 
     def _topic_queues(self, topic: str) -> int:
+        if topic in self._batch_topics:
+            # its units would go in a BatchConsumeQueue, which rocketstore does not write
+            raise BatchTopicError(
+                f"topic {topic!r} is a BatchCQ topic (queue.type=BatchCQ): rocketstore reads its "
+                f"BatchConsumeQueue but does not write it, so it takes no put"
+            )
         return self._topics.queues_for_put(topic)
 
     def close(self) -> None:
@@ -1385,8 +1538,64 @@ class StoreBase(JoinedWriting):
         return delivered
 
     def timer_stats(self) -> dict[str, Any]:
-        self._check_writable()
-        stats: dict[str, Any] = self._timer.stats()
+        self._check_open()
+        wheel = self._rocketmq_timers()
+        stats: dict[str, Any]
+        if self._timer is not None:
+            stats = self._timer.stats()
+        else:
+            stats = self._read_only_timer_stats(wheel)
+        if wheel is not None:
+            stats["rocketmq"] = wheel
+        return stats
+
+    def _timer_records(self, start: int) -> Iterator[MessageExt]:
+        """The records of the timer queue from queue offset ``start`` on."""
+        end = self.max_queue_offset(TIMER_TOPIC, 0)
+        for q in range(max(start, self.min_queue_offset(TIMER_TOPIC, 0)), end):
+            try:
+                yield self.get_by_queue_offset(TIMER_TOPIC, 0, q)
+            except MessageNotFoundError:
+                continue  # gone (retention) or damaged: nothing to deliver
+
+    def _rocketmq_timers(self) -> Optional[dict[str, Any]]:
+        """What a RocketMQ 5.x broker's timer files say is pending (rocketstore.timerwheel),
+        None when the store has none."""
+        check = read_timer_check(self.path)
+        if check is None:
+            return None
+        return rocketmq_timers(self.path, self._read, self._timer_records(check.queue_offset))
+
+    def _read_only_timer_stats(self, wheel: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """timer_stats() of a read-only store: the timers waiting, as rocketstore's progress
+        file (or, before rocketstore ran the timers, a 5.x broker's files) says; the counters
+        are those of a writable store's service, none here."""
+        progress = TimerProgress.in_store(self.path, read_only=True)
+        stats: dict[str, Any] = {
+            "pending": 0,
+            "next_deliver_ms": None,
+            "delivered": 0,
+            "dropped": 0,
+            "reconciled": 0,
+            "resumed": 0,
+        }
+        untouched = progress.enqueue_offset == 0 and progress.intent is None and progress.first_pending == 0
+        if wheel is not None and untouched and progress.watermark[0] < 0:
+            deliver = [p["deliver_ms"] for p in wheel["pending"]]
+        else:
+            deliver = []
+            for msg in self._timer_records(progress.first_pending):
+                try:
+                    due = int((msg.properties or {}).get("TIMER_OUT_MS", "0"))
+                except ValueError:
+                    due = 0
+                if (
+                    msg.queue_offset >= progress.enqueue_offset
+                    or (due, msg.queue_offset) > progress.watermark
+                ):
+                    deliver.append(due)
+        stats["pending"] = len(deliver)
+        stats["next_deliver_ms"] = min(deliver) if deliver else None
         return stats
 
     def delayed_counts(self) -> dict[int, int]:
@@ -1578,6 +1787,7 @@ class StoreBase(JoinedWriting):
         found = self._commitlog.verify(progress)
         problems, first = found["problems"], found["min_offset"]
         checked = self._guard.verify(found.pop("found"), problems, first)
+        checked += self._verify_batch(problems, first)
         for (topic, qid), n in sorted(self._short_queues.items()):
             problems.append(
                 {
@@ -1795,7 +2005,9 @@ class StoreBase(JoinedWriting):
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             found = None
-            if offset is not None:
+            if topic in self._batch_topics:
+                found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
+            elif offset is not None:
                 if tag_filter.match_all:
                     found = self._quick_pull(topic, queue_id, offset, max_msgs)
                 else:
@@ -1949,10 +2161,16 @@ class StoreBase(JoinedWriting):
         yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        if topic in self._batch_topics:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.min_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        if topic in self._batch_topics:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.max_offset if bq is not None else 0
         cq = self._queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
@@ -1973,7 +2191,32 @@ class StoreBase(JoinedWriting):
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         self._check_open()
         self._dispatcher.catch_up()
-        return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+        if self._batch_topics:
+            found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
+        return found
+
+    def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
+        self._check_open()
+        _check_name("topic", topic)
+        queue_id = _check_int("queue_id", queue_id, 0)
+        return CompactionLog(self.path, topic, queue_id, self._codec.decode_record).messages()
+
+    def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
+        log = self.compaction_log(topic, queue_id)
+        start = log[-1].queue_offset + 1 if log else 0
+
+        def past_the_log() -> Iterator[MessageExt]:
+            position = max(start, self.min_queue_offset(topic, queue_id))
+            end = self.max_queue_offset(topic, queue_id)
+            while position < end:
+                got = self.get_message("rocketstore-compacted", topic, queue_id, position, 256)
+                yield from got.messages
+                if got.next_begin_offset <= position:
+                    break
+                position = got.next_begin_offset
+
+        return latest_per_key(itertools.chain(log, past_the_log()))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
@@ -2139,6 +2382,14 @@ class StoreBase(JoinedWriting):
             if msg is not None:
                 return msg
         queue_offset = _check_int("queue_offset", queue_offset)
+        if topic in self._batch_topics:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            if bq is None or not bq.min_offset <= queue_offset < bq.max_offset:
+                raise MessageNotFoundError(f"no message at queue offset {queue_offset} of {topic}-{queue_id}")
+            for msg in self._batch_messages(bq, queue_offset):
+                if msg.queue_offset == queue_offset:
+                    return msg
+            raise AssertionError("unreachable")  # _batch_messages checked the count
         cq = self._queue(topic, queue_id)
         if cq is not None:
             try:  # the common case, without _pull's retry frame
@@ -2188,6 +2439,8 @@ class StoreBase(JoinedWriting):
         if self._files_read_only:
             self._check_open()
             found = dict(self._queue_offsets)
+            if self._batch_topics:
+                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
             if self._follower is not None:
                 self._dispatcher.catch_up()
                 for cq in self._queues:

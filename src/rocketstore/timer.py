@@ -108,6 +108,7 @@ from rocketstore.schedule import (
     _java_int,
     java_hashmap_order,
 )
+from rocketstore.timerwheel import read_timer_check, recall_key
 
 __all__ = [
     "TIMER_TOPIC",
@@ -353,6 +354,20 @@ class TimerService:
         self.max_delay_ms = cfg.timer_max_delay_sec * 1000
         self._interval_ms = interval_ms
         self._progress = TimerProgress.in_store(parts.path)
+        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers here
+        self._broker = read_timer_check(parts.path)
+        progress = self._progress
+        if (
+            self._broker is not None
+            and progress.enqueue_offset == 0
+            and progress.watermark == _NO_KEY
+            and progress.intent is None
+        ):
+            # Take over where the broker's timer stopped: the timer queue's units below its
+            # queue offset are in its timer log, and it delivered every one due before its read
+            # time (the next slot it would deliver); the others wait here.
+            progress.enqueue_offset = max(0, self._broker.queue_offset)
+            progress.watermark = (self._broker.read_time_ms - 1, (1 << 63) - 1)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._codec = parts.commitlog.codec
         self._lock = threading.Lock()  # one pass at a time
@@ -573,6 +588,8 @@ class TimerService:
             self._roll_forward(units)
         w = self._watermark
         self._heap = [u for u in units if (u[0], u[1]) > w]
+        if self._broker is not None:
+            self._heap = self._without_recalled(self._heap)
         # the queue offsets of the heap's units (ascending: already a heap), and those of units
         # delivered since but not yet popped from it: the first pending unit, cheaply
         self._offsets = [u[1] for u in self._heap]
@@ -580,6 +597,35 @@ class TimerService:
         heapq.heapify(self._heap)
         self._next_due = self._heap[0][0] if self._heap else None
         self._needs_reload = self._uncommitted = False
+
+    def _without_recalled(self, units: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """``units`` less a 5.x broker's recalls (a record with ``TIMER_DEL_UNIQKEY``), the
+        messages they recall (that ``REAL_TOPIC+UNIQ_KEY``), and all but the first unit of one
+        message (a broker re-puts a timer further away than its wheel reaches when the wheel
+        comes round to it)."""
+        commitlog = self._parts.commitlog
+        recalls: set[str] = set()
+        named: list[tuple[tuple[int, int, int], Optional[str]]] = []
+        for unit in units:
+            try:
+                props = commitlog.read(unit[2]).properties or {}
+            except MessageNotFoundError:
+                named.append((unit, None))  # delivery drops it, as before
+                continue
+            key = recall_key(props)
+            if key is not None:
+                recalls.add(key)
+                continue
+            uniq = props.get("UNIQ_KEY")
+            named.append((unit, None if uniq is None else f"{props.get('REAL_TOPIC', '')}+{uniq}"))
+        kept, seen = [], set()
+        for unit, name in named:
+            if name is not None:
+                if name in recalls or name in seen:
+                    continue
+                seen.add(name)
+            kept.append(unit)
+        return kept
 
     def _first_pending(self) -> int:
         offsets, gone = self._offsets, self._gone

@@ -1,0 +1,323 @@
+"""RocketMQ 5.x's BatchConsumeQueue (docs/format.md §4.8), read.
+
+A topic whose ``queue.type`` attribute is ``BatchCQ`` has no ConsumeQueue: its queues are
+``batchconsumequeue/<topic>/<queueId>/<20-digit start byte offset>`` files of 46-byte units, one
+per CommitLog record. A record there holds ``batch_size`` messages at queue offsets
+``msg_base_offset ..``: an inner batch (sysFlag ``INNER_BATCH`` | ``NEED_UNWRAP``, properties
+``INNER_NUM`` / ``INNER_BASE``) whose body is the messages in RocketMQ's batch encoding
+(``MessageDecoder.encodeMessages``), or one plain message (``batch_size`` 1).
+
+Each inner message is handed out on its own, as RocketMQ's client unwraps it
+(``MessageDecoder.decodeMessage(MessageExt, List)``): the record's topic, queue id, hosts,
+timestamps, sysFlag and CommitLog offset, queue offset ``base + i``, and its own flag, body and
+properties.
+
+rocketstore reads these files and never writes them: records the files do not index yet (a
+broker stopped before its dispatch got there) are indexed in memory from the CommitLog.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Optional
+
+import numpy as np
+
+from rocketstore.errors import CorruptRecordError
+from rocketstore.message import MessageExt, is_stored_topic
+
+__all__ = [
+    "BCQ_UNIT_DTYPE",
+    "BCQ_UNIT_SIZE",
+    "BATCH_CQ",
+    "QUEUE_TYPE",
+    "BatchConsumeQueue",
+    "BatchQueueStore",
+    "batch_topics",
+    "inner_count",
+    "inner_messages",
+    "load_units",
+]
+
+#: the topic attribute that names a topic's queue type, and the value of a BatchConsumeQueue's
+QUEUE_TYPE = "queue.type"
+BATCH_CQ = "BatchCQ"
+DIRECTORY = "batchconsumequeue"
+
+BCQ_UNIT_SIZE = 46
+#: A BatchConsumeQueue unit (§4.8), big-endian as on disk.
+BCQ_UNIT_DTYPE = np.dtype(
+    [
+        ("commitlog_offset", ">i8"),
+        ("size", ">i4"),
+        ("tags_code", ">i8"),
+        ("store_time", ">i8"),
+        ("base", ">i8"),
+        ("batch_size", ">i2"),
+        ("compacted_offset", ">i4"),
+        ("reserved", ">i4"),
+    ]
+)
+assert BCQ_UNIT_DTYPE.itemsize == BCQ_UNIT_SIZE
+
+SYSFLAG_NEED_UNWRAP = 0x040
+SYSFLAG_INNER_BATCH = 0x080
+PROPERTY_INNER_NUM = "INNER_NUM"
+
+_INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
+_PROPS_LEN = struct.Struct(">h")
+
+
+def batch_topics(root: str | os.PathLike[str], attributes: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """The topics of the store at ``root`` whose queues are BatchConsumeQueues: ``queue.type``
+    ``BatchCQ`` in ``attributes`` ({topic: attributes}, topics.json's), or a directory under
+    ``batchconsumequeue/``."""
+    found = {t for t, attrs in attributes.items() if attrs.get(QUEUE_TYPE) == BATCH_CQ}
+    try:
+        names = os.listdir(os.path.join(os.fspath(root), DIRECTORY))
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    found.update(n for n in names if is_stored_topic(n))
+    return frozenset(found)
+
+
+def inner_count(msg: MessageExt) -> int:
+    """How many queue offsets ``msg``'s record takes in a BatchConsumeQueue."""
+    if msg.sys_flag & SYSFLAG_INNER_BATCH:
+        try:
+            count = int((msg.properties or {}).get(PROPERTY_INNER_NUM, ""))
+        except ValueError:
+            count = 0
+        if count <= 0:
+            raise CorruptRecordError(
+                f"inner batch record at {msg.commitlog_offset} has no valid {PROPERTY_INNER_NUM} property"
+            )
+        return count
+    return 1
+
+
+def _properties(raw: bytes) -> dict[str, str]:
+    """RocketMQ's ``string2messageProperties``: ``name\\x01value\\x02`` pairs."""
+    found: dict[str, str] = {}
+    for item in raw.decode("utf-8", "surrogateescape").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep:
+            found[name] = value
+    return found
+
+
+def inner_messages(msg: MessageExt) -> list[MessageExt]:
+    """The messages of ``msg``'s record as a RocketMQ client unwraps them: an inner batch's
+    messages at queue offsets ``msg.queue_offset + i``; any other record as it is. Raises
+    :class:`CorruptRecordError` when the body does not hold whole messages."""
+    if not (msg.sys_flag & SYSFLAG_INNER_BATCH and msg.sys_flag & SYSFLAG_NEED_UNWRAP):
+        return [msg]
+    body = bytes(msg.body)
+    out: list[MessageExt] = []
+    pos, end = 0, len(body)
+    while pos < end:
+        if end - pos < _INNER_HEAD.size:
+            raise CorruptRecordError(f"inner batch at {msg.commitlog_offset}: a message is cut at {pos}")
+        total, _magic, body_crc, flag, body_len = _INNER_HEAD.unpack_from(body, pos)
+        at = pos + _INNER_HEAD.size
+        if body_len < 0 or at + body_len + 2 > end:
+            raise CorruptRecordError(
+                f"inner batch at {msg.commitlog_offset}: a message's body overruns at {pos}"
+            )
+        inner_body = body[at : at + body_len]
+        at += body_len
+        (props_len,) = _PROPS_LEN.unpack_from(body, at)
+        at += 2
+        if props_len < 0 or at + props_len > end or total != at + props_len - pos:
+            raise CorruptRecordError(
+                f"inner batch at {msg.commitlog_offset}: a message's length is wrong at {pos}"
+            )
+        out.append(
+            MessageExt(
+                size=total,
+                magic=msg.magic,
+                body_crc=body_crc,
+                queue_id=msg.queue_id,
+                flag=flag,
+                queue_offset=msg.queue_offset + len(out),
+                commitlog_offset=msg.commitlog_offset,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                store_timestamp=msg.store_timestamp,
+                store_host=msg.store_host,
+                reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+                body=inner_body,
+                topic=msg.topic,
+                properties=_properties(body[at : at + props_len]),
+            )
+        )
+        pos = at + props_len
+    return out
+
+
+def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
+    """The valid units of the queue's files, oldest first: as ``BatchConsumeQueue.recover``
+    takes them, up to the first unit whose CommitLog offset, size, base or batch size is not
+    positive (a whole file of valid units goes on into the next file). ``sparse``: each file's
+    valid units, every file (a compaction queue's files each end where its records did)."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit())
+    except (FileNotFoundError, NotADirectoryError):
+        return np.empty(0, dtype=BCQ_UNIT_DTYPE)
+    parts = []
+    for name in sorted(names, key=int):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
+        valid = (
+            (units["commitlog_offset"] >= 0)
+            & (units["size"] > 0)
+            & (units["base"] >= 0)
+            & (units["batch_size"] > 0)
+        )
+        bad = np.flatnonzero(~valid)
+        if len(bad):
+            parts.append(units[: bad[0]])
+            if sparse:
+                continue
+            break
+        parts.append(units)
+    if not parts:
+        return np.empty(0, dtype=BCQ_UNIT_DTYPE)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+
+class BatchConsumeQueue:
+    """One BatchConsumeQueue: its units on disk, then those dispatch found in the CommitLog past
+    them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, count_of: Callable[[int], int]) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
+        self._count_of = count_of
+        self._lock = threading.Lock()
+        disk = load_units(self.directory)
+        #: the units on disk (read once at open)
+        self.disk_units = disk
+        self._bases = disk["base"].astype(np.int64)
+        self._offsets = disk["commitlog_offset"].astype(np.int64)
+        self._sizes = disk["size"].astype(np.int64)
+        self._counts = disk["batch_size"].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+    @property
+    def min_offset(self) -> int:
+        return int(self._bases[0]) if len(self._bases) else 0
+
+    @property
+    def max_offset(self) -> int:
+        return int(self._bases[-1] + self._counts[-1]) if len(self._bases) else 0
+
+    @property
+    def max_physic_offset(self) -> int:
+        """The end of the last record indexed (-1: none)."""
+        return int(self._offsets[-1] + self._sizes[-1]) if len(self._offsets) else -1
+
+    def truncate(self, end: int) -> int:
+        """Leave out the units whose record does not end by CommitLog offset ``end`` (recovery
+        cut the CommitLog there: a broker stopped abnormally after indexing records it had not
+        made durable); the files keep them. Returns how many were left out."""
+        with self._lock:
+            keep = int(np.searchsorted(self._offsets + self._sizes, end, side="right"))
+            dropped = len(self._offsets) - keep
+            if dropped:
+                self._bases, self._offsets = self._bases[:keep], self._offsets[:keep]
+                self._sizes, self._counts = self._sizes[:keep], self._counts[:keep]
+        return dropped
+
+    def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Index a record dispatch found (``queue_offset``: its QUEUEOFFSET, the batch's base)
+        when it lies past the last one indexed; one indexed already is left as it is."""
+        if commitlog_offset + size <= self.max_physic_offset:
+            return False
+        count = self._count_of(commitlog_offset)
+        with self._lock:
+            self._bases = np.append(self._bases, queue_offset)
+            self._offsets = np.append(self._offsets, commitlog_offset)
+            self._sizes = np.append(self._sizes, size)
+            self._counts = np.append(self._counts, count)
+        return True
+
+    def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
+        """:meth:`append` of each unit; returns how many were new."""
+        added = 0
+        for q, off, size, code in zip(
+            np.asarray(queue_offsets).tolist(),
+            np.asarray(commitlog_offsets).tolist(),
+            np.asarray(sizes).tolist(),
+            np.asarray(tags_codes).tolist(),
+        ):
+            added += self.append(q, off, size, code)
+        return added
+
+    def locate(self, queue_offset: int) -> Optional[tuple[int, int, int, int]]:
+        """``(commitlog_offset, size, base, batch_size)`` of the record holding ``queue_offset``,
+        None when no unit covers it."""
+        i = int(np.searchsorted(self._bases, queue_offset, side="right")) - 1
+        if i < 0:
+            return None
+        base, count = int(self._bases[i]), int(self._counts[i])
+        if not base <= queue_offset < base + count:
+            return None
+        return int(self._offsets[i]), int(self._sizes[i]), base, count
+
+    def entries(self) -> Iterator[tuple[int, int, int, int]]:
+        """Every unit: ``(commitlog_offset, size, base, batch_size)``, in queue order."""
+        yield from zip(
+            self._offsets.tolist(), self._sizes.tolist(), self._bases.tolist(), self._counts.tolist()
+        )
+
+
+class BatchQueueStore:
+    """The BatchConsumeQueues of a store's BatchCQ ``topics`` (:func:`batch_topics`), each loaded
+    from disk, and made empty on first use for a queue without files."""
+
+    def __init__(self, root: str | os.PathLike[str], topics: Iterable[str], count_of: Callable[[int], int]):
+        self.root = os.fspath(root)
+        self.topics = frozenset(topics)
+        self._count_of = count_of
+        self._queues: dict[tuple[str, int], BatchConsumeQueue] = {}
+        self._lock = threading.Lock()
+        for topic in sorted(self.topics):
+            try:
+                names = os.listdir(os.path.join(self.root, DIRECTORY, topic))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in sorted(names):
+                if name.isascii() and name.isdigit() and str(int(name)) == name and int(name) <= 0x7FFFFFFF:
+                    self.find_or_create(topic, int(name))
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self.topics
+
+    def __iter__(self) -> Iterator[BatchConsumeQueue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def get(self, topic: str, queue_id: int) -> Optional[BatchConsumeQueue]:
+        return self._queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> BatchConsumeQueue:
+        key = (topic, queue_id)
+        bq = self._queues.get(key)
+        if bq is None:
+            with self._lock:
+                bq = self._queues.get(key)
+                if bq is None:
+                    bq = self._queues[key] = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
+        return bq
