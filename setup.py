@@ -12,7 +12,7 @@ Environment switches (read here only):
   ``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1``: the interpreter itself is not instrumented,
   so the ASan runtime must be loaded first.
-* ``ROCKETSTORE_DEBUG_HOOKS=1``   - compile the C test seams (``rocketstore._store._debug_fail_syncs``:
+* ``ROCKETSTORE_DEBUG_HOOKS=1``   - compile the C test seams (``rocketstore.log._store._debug_fail_syncs``:
   make the flush thread's msync fail), which tests/test_flush_failure.py uses; .ci/run builds
   them once beside the release build.
 * ``ROCKETSTORE_ONLY=_crc32,...`` - build only the named extensions (development shortcut).
@@ -25,6 +25,16 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+#: The layer folder of each compiled module (none: the package itself).
+_PACKAGE = {
+    "_crc32": "format.",
+    "_codec": "format.",
+    "_scan": "format.",
+    "_store": "log.",
+    "_index": "queues.",
+}
 
 
 def _flag(name):
@@ -55,7 +65,7 @@ def _extensions():
         cflags += [sanitizers, "-fno-omit-frame-pointer", "-g"]
         ldflags += [sanitizers]
     libraries = [] if sys.platform == "win32" else ["pthread"]
-    # ROCKETSTORE_DEBUG_HOOKS=1: test seams in the C code (rocketstore._store._debug_fail_syncs)
+    # ROCKETSTORE_DEBUG_HOOKS=1: test seams in the C code (rocketstore.log._store._debug_fail_syncs)
     macros = [("RS_DEBUG_HOOKS", "1")] if _flag("ROCKETSTORE_DEBUG_HOOKS") else []
 
     # name -> sources; crc32.c is linked into every module that checksums.
@@ -74,7 +84,7 @@ def _extensions():
             continue
         exts.append(
             Extension(
-                "rocketstore." + name,
+                "rocketstore." + _PACKAGE.get(name, "") + name,
                 sources=sources,
                 include_dirs=["cext"],
                 depends=[

@@ -2,7 +2,7 @@
 
     python -m pytest bench/bench_crc32.py --benchmark-only --benchmark-group-by=group
 
-Each size is one group. ``c`` is ``rocketstore._crc32.crc32`` on the path it picked for this CPU;
+Each size is one group. ``c`` is ``rocketstore.format._crc32.crc32`` on the path it picked for this CPU;
 ``c-path-*`` force one C path (through the slower-to-call test helper, which shows at 64 B);
 ``extra_info["GB/s"]`` in ``--benchmark-json`` output holds the throughput at the fastest round.
 """
@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-import rocketstore._crc32_py as pure
+import rocketstore.format._crc32_py as pure
 
 try:
-    import rocketstore._crc32 as compiled
+    import rocketstore.format._crc32 as compiled
 except ImportError:  # pragma: no cover - depends on the build
     compiled = None
 
@@ -54,6 +54,6 @@ def test_crc32_throughput(benchmark, name, size):
         benchmark.extra_info["GB/s"] = round(len(data) / benchmark.stats.stats.min / 1e9, 2)
 
 
-@pytest.mark.skipif(compiled is None, reason="rocketstore._crc32 is not built")
+@pytest.mark.skipif(compiled is None, reason="rocketstore.format._crc32 is not built")
 def test_compiled_module_is_loaded():
     assert compiled.IMPLEMENTATION in PATHS

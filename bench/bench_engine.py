@@ -159,4 +159,4 @@ def test_get_by_msg_id(benchmark, impl, filled):
 
 @pytest.mark.skipif(_impl.COMPILED is None, reason="rocketstore's compiled modules are not built")
 def test_compiled_store_is_loaded():
-    assert _impl.get("c").compiled and _impl.get("c").store.__name__ == "rocketstore._store"
+    assert _impl.get("c").compiled and _impl.get("c").store.__name__ == "rocketstore.log._store"

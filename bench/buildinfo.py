@@ -4,7 +4,7 @@ Every script in ``bench/`` calls :func:`require` before it imports rocketstore: 
 ``src/`` on ``sys.path``, so what is timed is what ``pip install .`` (or ``pip install -e .``)
 built, and a missing install is an error that says so rather than a silent pure-Python run.
 :func:`header` is the line each script prints first: the build (compiled or pure Python, from
-``rocketstore._impl``) and the CRC-32 path it uses (``rocketstore._crc32.IMPLEMENTATION``, or the
+``rocketstore._impl``) and the CRC-32 path it uses (``rocketstore.format._crc32.IMPLEMENTATION``, or the
 pure twin's ``"zlib"``).
 """
 
@@ -21,7 +21,7 @@ INSTALL_HINT = (
     "(or pip install -e . ; the peers are optional)"
 )
 
-#: rocketstore._crc32.IMPLEMENTATION (cext/crc32.c's path names, and the pure twin's) -> what it is
+#: rocketstore.format._crc32.IMPLEMENTATION (cext/crc32.c's path names, and the pure twin's) -> what it is
 CRC32_KINDS = {
     "vpclmulqdq-avx512": "hardware: VPCLMULQDQ carry-less multiply, AVX-512",
     "pclmulqdq": "hardware: PCLMULQDQ carry-less multiply",

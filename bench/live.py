@@ -53,7 +53,7 @@ with MessageStore(path, read_only=True) as store:
 WAKER = r"""
 import struct, sys, time
 from rocketstore import MessageStore
-from rocketstore.live import topic_slot
+from rocketstore.processes.live import topic_slot
 path, n = sys.argv[1], int(sys.argv[2])
 with MessageStore(path, read_only=True) as store:
     live, lat = store._live, []

@@ -4,7 +4,7 @@
 
 The floor is the same loop (``for k, b in zip(keys, bodies): put(T, b, keys=k)`` and
 ``for b in bodies: put(T, b)``) calling a compiled method with the signature of ``store.put``
-(``rocketstore._store.PutFront.put``) that does nothing: what any compiled ``put`` costs the
+(``rocketstore.log._store.PutFront.put``) that does nothing: what any compiled ``put`` costs the
 caller before it does any work (the loop, the call, the keyword argument). It is built on the fly
 with Cython (pyximport, a few seconds, in a temporary directory). The store is opened with
 ``dispatch_interval_ms=0``, so nothing is dispatched during the loop: the figure is the put

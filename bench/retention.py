@@ -43,7 +43,7 @@ import buildinfo
 buildinfo.require("bench/retention.py")
 
 from rocketstore import MessageStore  # noqa: E402
-from rocketstore.retention import Cleaner  # noqa: E402
+from rocketstore.services.retention import Cleaner  # noqa: E402
 
 SEGMENT = 4096
 TOPICS = [f"BenchTopic{i}" for i in range(8)]

@@ -1,4 +1,4 @@
-"""Timer messages (rocketstore.timer): scheduled and delivered per second, and delivery lateness.
+"""Timer messages (rocketstore.services.timer): scheduled and delivered per second, and delivery lateness.
 
     pip install ".[bench]" && python bench/timer.py [--quick] [--impl c|py] [--messages N]
 

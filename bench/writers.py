@@ -1,8 +1,8 @@
 """Several writer processes, one store: puts from 1, 2 and 4 processes.
 
 The first process to open the store writes it (the owner); the others join it
-(rocketstore.writers) and append their puts themselves, under one cross-process lock shared with
-the owner (rocketstore.sharedappend; ``--proxied`` opens the owner with ``shared_append=False``,
+(rocketstore.processes.writers) and append their puts themselves, under one cross-process lock shared with
+the owner (rocketstore.log.sharedappend; ``--proxied`` opens the owner with ``shared_append=False``,
 so that joined puts run in the owner, as before: its rows are ``proxied``). Every row runs its processes at once, from one start signal,
 and reports messages per second over the wall time from that signal until the last process is
 done, plus each process's own rate (the owner's first). Kinds of put:

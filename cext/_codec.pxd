@@ -1,6 +1,6 @@
 # cython: language_level=3
 # Declarations of cext/record.h (the CommitLog record format, written down once there), for
-# rocketstore._codec and for any module that cimports it. The module re-exports every constant
+# rocketstore.format._codec and for any module that cimports it. The module re-exports every constant
 # under the pure twin's names; tests/test_codec_vectors.py checks that the two agree.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -167,7 +167,7 @@ cdef struct rs_keyref_row:
     int32_t record
 
 
-# ---- shared with rocketstore._scan (the kernels over a stretch of records) ----
+# ---- shared with rocketstore.format._scan (the kernels over a stretch of records) ----
 # The scan loop and the argument checks both modules use are in rows.pxi (included by each); the
 # constants and small helpers below are declared once here and compiled into each module.
 

@@ -1,10 +1,10 @@
 # cython: language_level=3, embedsignature=True
-"""CommitLog record codec, Java hashes and message ids (compiled twin of rocketstore._codec_py).
+"""CommitLog record codec, Java hashes and message ids (compiled twin of rocketstore.format._codec_py).
 
 The format itself is written down once, in cext/record.h; this module wraps it for Python with the
 same names, exceptions and messages as the pure-Python twin (whose docstring carries the layout table).
 The kernels over a stretch of records (queue keys and ranges, field checks, verify's and recovery's
-scans) are rocketstore._scan's.
+scans) are rocketstore.format._scan's.
 """
 
 cimport cython
@@ -22,7 +22,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 # record.h's API and the batch-row struct, declared once in _codec.pxd (next to this file).
 from _codec cimport *
 # index.h's walk (the IndexFile format, declared once in _index.pxd): key lookups walk the
-# index files' maps here, as rocketstore._index.select_files does
+# index files' maps here, as rocketstore.queues._index.select_files does
 from _index cimport (rs_index_t, rs_index_walk_t, rs_index_walk_start, rs_index_walk_next, rs_index_header_i64,
                      rs_index_file_size, rs_index_java_hash_update, rs_index_hash_of_java,
                      RS_INDEX_POS_BEGIN_TIMESTAMP,
@@ -30,19 +30,19 @@ from _index cimport (rs_index_t, rs_index_walk_t, rs_index_walk_start, rs_index_
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 
 import operator as _operator
-from rocketstore._clock import month_start as _month_start, now_ms as _now_ms
+from rocketstore.base._clock import month_start as _month_start, now_ms as _now_ms
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
 # the rare shapes of a put's properties (a mapping, bad input): one copy, the pure twin's
-from rocketstore._codec_py import put_properties as _put_properties_slow
+from rocketstore.format._codec_py import put_properties as _put_properties_slow
 # a properties mapping checked and encoded (the argument checks and the error each case raises:
 # one copy, the pure twin's; the hot paths that encode properties are the put's own, below and in
-# rocketstore._store)
-from rocketstore._codec_py import encode_properties
-from rocketstore._codec_py import _topic_bytes as _topic_bytes_slow
-from rocketstore._codec_py import timer_properties as _timer_properties_slow
+# rocketstore.log._store)
+from rocketstore.format._codec_py import encode_properties
+from rocketstore.format._codec_py import _topic_bytes as _topic_bytes_slow
+from rocketstore.format._codec_py import timer_properties as _timer_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 PropertiesTooLargeError)
 from rocketstore import message as _message_mod
@@ -138,7 +138,7 @@ STOP_CORRUPT = 4
 STOP_BAD_CRC = 5
 
 # why decode_record raised, in words: the pure twin's table (the STOP_* values are the same)
-from rocketstore._codec_py import _MESSAGES
+from rocketstore.format._codec_py import _MESSAGES
 
 RECORD_DTYPE = _np.dtype([
     ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),
@@ -287,7 +287,7 @@ cdef object _plain_value(object value):
 
 
 def put_properties(tags, keys, properties):
-    """The properties of a put (see rocketstore._codec_py.put_properties): plain str tags, keys
+    """The properties of a put (see rocketstore.format._codec_py.put_properties): plain str tags, keys
     and a dict of plain str properties are encoded here, in the pure twin's order; every other
     shape (and every error) is the pure twin's."""
     cdef list parts
@@ -572,7 +572,7 @@ cdef int _get_writable(object buffer, Py_buffer *view) except -1:
 
 
 # The buffer, range and table checks and the scan loop decode_batch and the stretch kernels of
-# rocketstore._scan share: written once, in rows.pxi, and compiled into each module.
+# rocketstore.format._scan share: written once, in rows.pxi, and compiled into each module.
 include "rows.pxi"
 
 
@@ -1101,7 +1101,7 @@ def record_from_row(buffer, row, *, copy_body=True):
 
 
 def messages_from_rows(buffer, rows, *, copy_body=True):
-    """The MessageExt of every row of a decode_batch array (see rocketstore._codec_py)."""
+    """The MessageExt of every row of a decode_batch array (see rocketstore.format._codec_py)."""
     if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
         raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
     return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
@@ -1191,7 +1191,7 @@ cdef class _SegmentMessages:
 def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True, base=None):
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked for,
     with the iterator's ``stop`` and ``reason`` at the end (see the pure twin,
-    rocketstore._codec_py.segment_messages)."""
+    rocketstore.format._codec_py.segment_messages)."""
     cdef int64_t c_base = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
     it._zc_view = None if copy_body else _zero_copy_view(buffer)
@@ -1354,7 +1354,7 @@ cdef int64_t _dispatch_keys(const uint8_t *base, const _key_spans *spans, int64_
 
 def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
     """``(info, keys)``: what dispatch needs from each record of ``records`` (see the pure twin,
-    rocketstore._codec_py.dispatch_info). Large batches are scanned without the GIL; ``buffer``
+    rocketstore.format._codec_py.dispatch_info). Large batches are scanned without the GIL; ``buffer``
     and ``records`` stay exported meanwhile."""
     cdef Py_buffer src, rec_view, info_view, keys_view
     cdef int64_t n, count, written, bad = -1, max_level, i
@@ -1630,7 +1630,7 @@ cdef enum:
 
 def pull_units(buffer, file_from, file_size, units, start, want, first_queue_offset, topic, queue_id,
                codes=None, tags=None, *, copy_body=True):
-    """One step of a pull over ConsumeQueue units (see the pure twin, rocketstore._codec_py.pull_units)."""
+    """One step of a pull over ConsumeQueue units (see the pure twin, rocketstore.format._codec_py.pull_units)."""
     cdef Py_buffer view, table
     cdef const uint8_t *seg = NULL
     cdef const uint8_t *u
@@ -1861,7 +1861,7 @@ cdef bint _mapped(MappedState mf, int64_t readable, Py_buffer *view) except -1:
 
 cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
-    pure twin, rocketstore._codec_py.queue_message); None: the careful path decides."""
+    pure twin, rocketstore.format._codec_py.queue_message); None: the careful path decides."""
     cdef Py_buffer view
     cdef const uint8_t *u
     cdef const uint8_t *t
@@ -2000,7 +2000,7 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
 
 def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
-    call (see the pure twin, rocketstore._codec_py.queue_messages); None: the careful path
+    call (see the pure twin, rocketstore.format._codec_py.queue_messages); None: the careful path
     decides."""
     cdef Py_buffer view
     cdef const uint8_t *u
@@ -2079,7 +2079,7 @@ cdef object _record_at(object segments, object core, int64_t offset):
 
 cpdef object record_at(segments, core, offset):
     """The message at CommitLog ``offset`` in one call (see the pure twin,
-    rocketstore._codec_py.record_at); None: the careful path decides."""
+    rocketstore.format._codec_py.record_at); None: the careful path decides."""
     cdef int64_t at = 0
     if not _plain_int(offset, 0, &at):
         return None
@@ -2088,7 +2088,7 @@ cpdef object record_at(segments, core, offset):
 
 cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
-    rocketstore._codec_py.message_by_id); None: the careful path decides."""
+    rocketstore.format._codec_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
     cdef uint8_t raw[28]          # host, port, offset: what the id's hex digits spell
     cdef Py_ssize_t n, i
@@ -2211,7 +2211,7 @@ cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t 
 
 def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):
     """The messages of ``topic`` under ``key`` at the CommitLog ``offsets`` an index lookup found,
-    each re-checked (see the pure twin, rocketstore._codec_py.key_messages)."""
+    each re-checked (see the pure twin, rocketstore.format._codec_py.key_messages)."""
     if type(topic) is not str or type(key) is not str:
         raise TypeError("topic and key must be str")
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
@@ -2242,7 +2242,7 @@ cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's wi
 
 cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
-    then the re-check and decode of each hit (see the pure twin, rocketstore._codec_py.key_lookup);
+    then the re-check and decode of each hit (see the pure twin, rocketstore.format._codec_py.key_lookup);
     None: the careful path decides."""
     cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
     cdef int64_t found[2 * _WALK_ROOM]
@@ -2595,7 +2595,7 @@ cdef class FastReads:
 
 
 def plain_message_items(messages, user_topics, message_types=None):
-    """The core's put items of a put_messages batch's plain messages (see rocketstore._codec_py)."""
+    """The core's put items of a put_messages batch's plain messages (see rocketstore.format._codec_py)."""
     cdef list items = [], slow = []
     cdef Py_ssize_t i = 0
     cdef object qid, flag, born, tags, keys
@@ -2630,7 +2630,7 @@ def plain_message_items(messages, user_topics, message_types=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Timer messages (rocketstore.timer): the put's properties, the units' deliver times, the copies
+# Timer messages (rocketstore.services.timer): the put's properties, the units' deliver times, the copies
 
 __all__ += ["timer_properties", "timer_units", "timer_copies"]
 
@@ -3110,7 +3110,7 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     return out, careful
 
 
-# ---- acknowledgement per message (POP): one ack in one call (rocketstore.pop) ----
+# ---- acknowledgement per message (POP): one ack in one call (rocketstore.services.pop) ----
 
 __all__ += [
     "PopLane", "PopAcker", "POP_SNAPSHOT_CHECK_EVERY", "receipt_handles", "checkpoint_run", "reconsume_times",
@@ -3155,7 +3155,7 @@ cdef inline Py_ssize_t _ack_digits(const char *text, Py_ssize_t end, int64_t *va
 
 
 cdef class PopLane:
-    """(the pure twin's docstring, rocketstore._codec_py.PopLane) The compiled twin keeps
+    """(the pure twin's docstring, rocketstore.format._codec_py.PopLane) The compiled twin keeps
     ``committed`` and ``next`` as C integers, which its PopAcker reads and sets directly."""
 
     cdef public str group, topic, prefix, key
@@ -3371,7 +3371,7 @@ cdef object _CAREFUL = object()   # PopAcker._ack: this ack is the careful one's
 
 
 cdef class PopAcker:
-    """(the pure twin's docstring, rocketstore._codec_py.PopAcker) The compiled twin does the
+    """(the pure twin's docstring, rocketstore.format._codec_py.PopAcker) The compiled twin does the
     common case itself, under the service's lock when that is a FastRLock: a handle (a str, or
     a ``received_type``) that ends in two runs of plain digits, of a lane of the service's
     ``_by_prefix`` that handed that offset out, still under that delivery, once the revive
@@ -3647,7 +3647,7 @@ cdef extern from "Python.h":
 
 
 def received_rows(type cls, list messages, list handles, list times):
-    """(the pure twin's docstring, rocketstore._codec_py.received_rows) The compiled twin
+    """(the pure twin's docstring, rocketstore.format._codec_py.received_rows) The compiled twin
     allocates each row as ``tuple.__new__`` does for a subclass with no ``__dict__`` and fills
     its three items, with no argument tuple in between."""
     cdef Py_ssize_t n = len(messages), i

@@ -1,7 +1,7 @@
 # cython: language_level=3, embedsignature=True
 """CRC-32, byte for byte zlib's, over any C-contiguous buffer: rocketstore's BODYCRC.
 
-The compiled twin of :mod:`rocketstore._crc32_py`. The C code (``crc32.c``) picks the fastest path
+The compiled twin of :mod:`rocketstore.format._crc32_py`. The C code (``crc32.c``) picks the fastest path
 this CPU supports once, on first use; :data:`IMPLEMENTATION` names it.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer

@@ -1,6 +1,6 @@
 # cython: language_level=3
 # Declarations of cext/index.h (the IndexFile format, written down once there), for
-# rocketstore._index and for any module that cimports it. The module re-exports every constant
+# rocketstore.queues._index and for any module that cimports it. The module re-exports every constant
 # under the pure twin's names; tests/test_index.py checks that the three agree.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t

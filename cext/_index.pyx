@@ -1,5 +1,5 @@
 # cython: language_level=3, embedsignature=True
-"""IndexFile slot chaining (compiled twin of rocketstore._index_py).
+"""IndexFile slot chaining (compiled twin of rocketstore.queues._index_py).
 
 The format and the put / chain-walk code live in cext/index.h (plain C on the mapped bytes); this
 module wraps them for Python with the same names, exceptions and messages as the pure-Python twin,
@@ -16,7 +16,7 @@ from libc.stdlib cimport calloc as _calloc, free as _free
 
 from _index cimport *
 # The record-batch row layouts and the UTF-8 Java hash, declared once with the codec (cext/record.h):
-# plain C declarations, so this module does not import rocketstore._codec.
+# plain C declarations, so this module does not import rocketstore.format._codec.
 from _codec cimport rs_batch_row, rs_java_hash_utf8_update, rs_keyref_row
 
 import operator as _operator
@@ -25,10 +25,10 @@ import numpy as _np
 
 from rocketstore.errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
 # Not hot paths: one definition, shared with the pure twin.
-from rocketstore._index_py import index_file_name, parse_index_file_name
+from rocketstore.queues._index_py import index_file_name, parse_index_file_name
 # The dtypes of put_refs' tables: numpy dtypes compare by layout, so the pure twin's are the compiled
-# twin's (rocketstore._codec checks its C structs against them at import).
-from rocketstore._codec_py import KEYREF_DTYPE, RECORD_DTYPE
+# twin's (rocketstore.format._codec checks its C structs against them at import).
+from rocketstore.format._codec_py import KEYREF_DTYPE, RECORD_DTYPE
 
 cdef extern from *:
     """
@@ -472,7 +472,7 @@ cdef int64_t _walk(rs_index_t *ix, int32_t key_hash, int64_t begin, int64_t end,
 
 def select_files(files, key, max_num, begin, end):
     """§5.5 ``queryOffset`` over ``files`` in one call (see the pure twin,
-    rocketstore._index_py.select_files)."""
+    rocketstore.queues._index_py.select_files)."""
     cdef int32_t key_hash = _key_hash(key)
     cdef int64_t left = max_num if type(max_num) is int else _operator.index(max_num)
     cdef int64_t lo = begin, hi = end, file_begin, file_end
@@ -565,7 +565,7 @@ def rebuild_slots(buffer, int64_t slot_count, int64_t count):
 
 # ==== fused dispatch: CommitLog records -> ConsumeQueue units + index items, one C pass ====
 #
-# dispatch_fused() carries the common case of rocketstore.dispatch.Dispatcher._dispatch (records
+# dispatch_fused() carries the common case of rocketstore.queues.dispatch.Dispatcher._dispatch (records
 # appended in order at the end of queues it was handed, keys into the last index file's reserved
 # room) without a decode table, a per-chunk grouping or a Python object per record. It stops
 # *before* any record that needs more (a damaged or blank position, a queue it was not handed or

@@ -1,7 +1,7 @@
 # cython: language_level=3, embedsignature=True
 """Kernels over a stretch of CommitLog records: queue keys and per-queue offset ranges, the
 field cross-checks, verify's and recovery's one-pass scans, the ConsumeQueue unit check
-(compiled twin of rocketstore._scan_py).
+(compiled twin of rocketstore.format._scan_py).
 
 The records are decoded by the scan loop decode_batch uses (rows.pxi, compiled into both modules),
 and every function here works on a whole table or stretch in one call.
@@ -18,9 +18,9 @@ from _codec cimport *
 
 import numpy as _np
 
-from rocketstore._codec import RECORD_DTYPE
+from rocketstore.format._codec import RECORD_DTYPE
 from rocketstore.errors import CorruptRecordError
-from rocketstore.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
+from rocketstore.format.units import CQ_UNIT_DTYPE as _CQ_UNIT_DTYPE
 
 include "rows.pxi"
 
@@ -265,7 +265,7 @@ cdef tuple _scan_columns(Py_ssize_t n):
 def verify_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
                 max_records=-1):
     """decode_batch with CRCs checked and field_problems in one pass, as columns (see the pure
-    twin, rocketstore._scan_py.verify_scan). The records are decoded into a small table that stays
+    twin, rocketstore.format._scan_py.verify_scan). The records are decoded into a small table that stays
     in cache; the scan runs without the GIL, ``buffer`` exported (pinned) meanwhile."""
     cdef Py_buffer src
     cdef int64_t pos, start_pos, c_end, limit, bound, cap, n = 0, got, room, bad = -1, i
@@ -422,7 +422,7 @@ cdef void _check_units(const int64_t *positions, const uint64_t *digests, int64_
 def check_units(positions, digests, units, int32_t queue_id, key, int64_t first_queue_offset, damaged,
                 int64_t low):
     """UNIT_OK, UNIT_BAD or UNIT_LOST for each ConsumeQueue unit of ``units`` (see the pure twin,
-    rocketstore._scan_py.check_units), in one walk without the GIL: each unit's record is found by
+    rocketstore.format._scan_py.check_units), in one walk without the GIL: each unit's record is found by
     a search that starts where the previous unit's was."""
     cdef const int64_t[::1] pos_v = _np.ascontiguousarray(positions, dtype=_np.int64)
     cdef const uint64_t[::1] dig_v = _np.ascontiguousarray(digests, dtype=_np.uint64)
@@ -540,7 +540,7 @@ cdef int64_t _queue_ranges(const uint8_t *base, int64_t size, const rs_batch_row
 
 def queue_ranges(buffer, records, keys, base=None):
     """``(first, low, high)`` of each (topic, queue id) among ``records``, in one pass without a
-    sort (see the pure twin, rocketstore._scan_py.queue_ranges); None when two queues share a
+    sort (see the pure twin, rocketstore.format._scan_py.queue_ranges); None when two queues share a
     key."""
     cdef Py_buffer src, rec_view
     cdef int64_t n, bad, groups = 0
@@ -723,7 +723,7 @@ cdef int _recover_rows(const uint8_t *buf, int64_t size, rs_batch_row *rows, int
 def recover_scan(buffer, start=0, end=None, *, int64_t base=0, int64_t segment_size=INT64_MAX,
                  int64_t torn_from=INT64_MAX, int torn_mask=0, max_records=-1):
     """What recovery needs of ``buffer[start:end]`` in one pass: ``(count, stop, reason, torn,
-    ranges)`` (see the pure twin, rocketstore._scan_py.recover_scan). The records are decoded
+    ranges)`` (see the pure twin, rocketstore.format._scan_py.recover_scan). The records are decoded
     into a small table that stays in cache, and the torn-field check and each queue's range are
     taken from it in the same pass; the scan runs without the GIL, ``buffer`` exported (pinned)
     meanwhile."""

@@ -1,8 +1,8 @@
 # cython: language_level=3, embedsignature=True
 """Compiled CommitLog append core: records encoded straight into the segment map, group commit.
 
-Twin of ``rocketstore._store_py`` (same public names and behaviour). The Python layer
-(``rocketstore.commitlog``) owns segment files; this module owns the hot path:
+Twin of ``rocketstore.log._store_py`` (same public names and behaviour). The Python layer
+(``rocketstore.log.commitlog``) owns segment files; this module owns the hot path:
 
 * ``CommitLogCore.put`` / ``put_batch`` / ``put_many`` validate, take the append lock, encode each
   record into the active map (bounds-checked against the segment), apply the BLANK rule and ask
@@ -41,13 +41,13 @@ import os
 
 import numpy as np
 
-from rocketstore._checks import batch_lengths, contiguous
-from rocketstore._clock import month_bounds
-from rocketstore._flushwatch import FlushWatcher
+from rocketstore.base._checks import batch_lengths, contiguous
+from rocketstore.base._clock import month_bounds
+from rocketstore.files._flushwatch import FlushWatcher
 from rocketstore.errors import (InvalidMessageError, InvalidQueueIdError, MessageTooLargeError,
                                 PropertiesTooLargeError, SegmentError, StoreClosedError, not_stored)
-from rocketstore.mapped_file import flush_timeout, space_error
-from rocketstore.sharedappend import NotShareable, StaleTable
+from rocketstore.files.mapped_file import flush_timeout, space_error
+from rocketstore.log.sharedappend import NotShareable, StaleTable
 from rocketstore.status import PutStatus
 
 cdef extern from "<time.h>" nogil:
@@ -488,7 +488,7 @@ cdef inline Py_ssize_t _plain_text(object s, const char **out):
 
 
 cdef Py_ssize_t _keyed_length(object tags, object keys):
-    """The length of TAGS and KEYS encoded as rocketstore._codec_py.put_properties encodes them
+    """The length of TAGS and KEYS encoded as rocketstore.format._codec_py.put_properties encodes them
     (tags a plain str; keys a plain str or a non-empty list or tuple of plain str), or -1 when
     either is another shape, or too long: then the general path encodes (or refuses) them."""
     cdef Py_ssize_t total = 0, n, i, count
@@ -703,7 +703,7 @@ MAX_FRAME = RS_MAX_FRAME
 
 
 def serve_step(int fd, reply):
-    """The owner's side of a joined writer's connection (rocketstore.writers): send ``reply`` (a
+    """The owner's side of a joined writer's connection (rocketstore.processes.writers): send ``reply`` (a
     whole frame: 8-byte little-endian length, then the payload; b"" for none), then wait for the
     next frame, all without the GIL; its payload, or None at the end of the stream. A call that
     came in is counted while it waits for the GIL, and the owner's puts let go of the GIL for it
@@ -857,8 +857,8 @@ cdef class _Topic:
     cdef int capacity                # length of next_offsets (>= nqueues; it never shrinks)
     cdef int64_t *next_offsets       # malloc'ed, or (shared) the append table's next[]
     cdef unsigned int rr
-    cdef int slot                    # its live page slot (rocketstore.live.topic_slot)
-    # in the shared append table (rocketstore.sharedappend), else NULL / -1:
+    cdef int slot                    # its live page slot (rocketstore.processes.live.topic_slot)
+    # in the shared append table (rocketstore.log.sharedappend), else NULL / -1:
     cdef int64_t *committed          # the entry's committed[]
     cdef int32_t *shared_nq          # the entry's queue count (0: unknown)
     cdef int dirty_lo, dirty_hi      # queues moved in the current append (-1: none)
@@ -1152,7 +1152,7 @@ cdef class CommitLogCore:
     cdef _LivePage _live             # the live page, once set_live() gave one
     cdef uint8_t *_live_page
     cdef uint64_t _live_dirty       # slots of the topics put since the last _notify
-    cdef uint8_t *_share             # the shared append table's map (rocketstore.sharedappend) or NULL
+    cdef uint8_t *_share             # the shared append table's map (rocketstore.log.sharedappend) or NULL
     cdef _LivePage _share_pin        # holds that map
     cdef int _share_fd
     cdef uint64_t _epoch             # the table's epoch this core appends under
@@ -1298,7 +1298,7 @@ cdef class CommitLogCore:
         self._pos = offset - self._file_from
         rs_flusher_reset(self._flusher, offset)
 
-    # ---- the shared append table (rocketstore.sharedappend) ----
+    # ---- the shared append table (rocketstore.log.sharedappend) ----
     # (a joined writer looks whether the owner still lives at most every OWNER_LOOK_MS)
 
     def share(self, table, int fd, uint64_t epoch, bint owner):

@@ -1,5 +1,5 @@
 /* The shared append table: <store>/rocketstore-append, mapped by every process that appends to
- * the store (rocketstore.sharedappend documents it; its pure twin mirrors these offsets).
+ * the store (rocketstore.log.sharedappend documents it; its pure twin mirrors these offsets).
  *
  * One cross-process lock (a robust process-shared mutex: a holder that dies leaves it to the next
  * with EOWNERDEAD) guards the append. Under it a writer reads where whole records end

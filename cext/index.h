@@ -14,7 +14,7 @@
  *   slot s (4 bytes: newest item of the bucket, 0 = empty) at 40 + 4*s
  *   ITEMS_START = 40 + 4*slots;  file size = ITEMS_START + 20*items
  *
- * The same table, as Python constants, lives in src/rocketstore/_index_py.py; tests/test_index.py
+ * The same table, as Python constants, lives in src/rocketstore/queues/_index_py.py; tests/test_index.py
  * checks that both agree with cext/_index.pxd (which mirrors this file).
  *
  * Bounds: rs_index_t.len is the mapped length. Every read and write below is checked against it,

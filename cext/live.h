@@ -2,7 +2,7 @@
  * shared. The writer publishes where its whole records end and bumps a sequence word after every
  * put; a process waiting for messages sleeps on that word (a futex on Linux: no CPU while it
  * waits, woken within microseconds of the put, from any process). Layout (little-endian,
- * rocketstore.live documents it): */
+ * rocketstore.processes.live documents it): */
 #ifndef ROCKETSTORE_LIVE_H
 #define ROCKETSTORE_LIVE_H
 
@@ -37,7 +37,7 @@ static inline void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t 
     if (seen == wrote)
         return;
     int always = __atomic_load_n(rs_live_u32(page, RS_LIVE_ALWAYS_WAKE), __ATOMIC_RELAXED) != 0;
-    /* Only ever forward: writers of several processes (rocketstore.sharedappend) publish in turn,
+    /* Only ever forward: writers of several processes (rocketstore.log.sharedappend) publish in turn,
      * and one that publishes late must not take back another's end. */
     while (seen < wrote && !__atomic_compare_exchange_n(at, &seen, wrote, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         ;

@@ -1,4 +1,4 @@
-/* The owner's side of a joined writer's connection (rocketstore.writers): send a reply and read
+/* The owner's side of a joined writer's connection (rocketstore.processes.writers): send a reply and read
  * the next call without the GIL, and let a call that came in have the GIL soon.
  *
  * A thread serving joined writers waits in rs_serve_step without the GIL; when a call has come

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from rocketstore import _impl
-from rocketstore._clock import now_ms
+from rocketstore.base._clock import now_ms
 
 #: A store written by Apache RocketMQ 4.x itself (tests/data/README.md says where it comes from).
 JAVA_STORE = pathlib.Path(__file__).resolve().parent / "data" / "rocketmq-4.x-store"

@@ -54,7 +54,7 @@ STORE_OPTIONS = dict(
 
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
-    from rocketstore._clock import now_ms
+    from rocketstore.base._clock import now_ms
     from rocketstore.errors import FlushTimeoutError
 
     started = now_ms()
@@ -124,7 +124,7 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
 
 def killed_inside_a_pass(path: str) -> bool:
     """Whether delayOffset.json (or its .bak, if the file was being replaced) holds an intent."""
-    from rocketstore.schedule import DelayProgress
+    from rocketstore.services.schedule import DelayProgress
 
     return DelayProgress.in_store(path, read_only=True).intent is not None
 
@@ -132,8 +132,8 @@ def killed_inside_a_pass(path: str) -> bool:
 def check_store(path: str, implementation: str, acked: set) -> dict:
     """Deliver everything with a clock a day ahead, then check exactly-once (module docstring)."""
     from rocketstore import MessageStore
-    from rocketstore._clock import now_ms
-    from rocketstore.schedule import SCHEDULE_TOPIC
+    from rocketstore.base._clock import now_ms
+    from rocketstore.services.schedule import SCHEDULE_TOPIC
 
     ahead = now_ms() + 86_400_000
     with MessageStore(

@@ -262,7 +262,7 @@ def _damage(path: str, start: int, rng: random.Random, end: int = -1) -> None:
 
 def simulate_power_loss(path: str, flushed: int, rng: random.Random) -> dict:
     """Keep what was durable, damage the rest (see the module docstring). Returns what it did."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     cp = Checkpoint(os.path.join(path, "checkpoint"))
     confirm = cp.confirm_phy_offset
@@ -331,8 +331,8 @@ def damage_runtime_files(
     lock held (the table's page came back from before the cut). ``style`` (one of
     RUNTIME_DAMAGES) and ``table`` ("garbage", "locked", "" for none) choose instead of ``rng``.
     Returns how many files it damaged."""
-    from rocketstore import sharedappend
-    from rocketstore.live import LIVE_NAME, LIVE_SIZE
+    from rocketstore.log import sharedappend
+    from rocketstore.processes.live import LIVE_NAME, LIVE_SIZE
 
     done = 0
     live = os.path.join(path, LIVE_NAME)
@@ -380,7 +380,7 @@ def hold_by_a_dead_thread(mm) -> None:
     tid, count 0, owner tid, one user), written rather than locked, because locking it here
     would leave an entry in this thread's robust list pointing into a map its caller closes,
     which glibc follows (a segfault) at this thread's next robust lock or unlock."""
-    from rocketstore import sharedappend
+    from rocketstore.log import sharedappend
 
     struct.pack_into("<iIiI", mm, sharedappend.O_MUTEX, 0x3FFFFFF0, 0, 0x3FFFFFF0, 1)
 
@@ -522,7 +522,7 @@ def one_iteration(
     in ``workdir`` (``round-<k>.out``, ``rounds.json``) for ``--keep-failures``.
 
     ``run(path, implementation, rng, src, log=...)`` runs and kills one child (tests replace it)."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     path = os.path.join(workdir, "store")
     acked_all = []

@@ -177,7 +177,7 @@ def prefill(path: str, implementation: str) -> None:
 
 def check_store(path: str, implementation: str, log: Log) -> dict:
     from rocketstore import MessageStore
-    from rocketstore._clock import now_ms
+    from rocketstore.base._clock import now_ms
 
     ahead = now_ms() + 86_400_000
     with MessageStore(

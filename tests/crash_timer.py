@@ -52,7 +52,7 @@ STORE_OPTIONS = dict(
 
 def child_main(path: str, implementation: str, seed: int) -> None:
     from rocketstore import MessageStore, PutStatus
-    from rocketstore._clock import now_ms
+    from rocketstore.base._clock import now_ms
     from rocketstore.errors import FlushTimeoutError
 
     store = MessageStore(path, implementation=implementation, timer_interval_ms=1, **STORE_OPTIONS)
@@ -111,7 +111,7 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
 
 def killed_inside_a_pass(path: str) -> bool:
     """Whether config/timerProgress holds an intent (module docstring)."""
-    from rocketstore.timer import TimerProgress
+    from rocketstore.services.timer import TimerProgress
 
     return TimerProgress.in_store(path, read_only=True).intent is not None
 
@@ -119,8 +119,8 @@ def killed_inside_a_pass(path: str) -> bool:
 def check_store(path: str, implementation: str, acked: set) -> dict:
     """Deliver everything with a clock a day ahead, then check exactly-once (module docstring)."""
     from rocketstore import MessageStore
-    from rocketstore._clock import now_ms
-    from rocketstore.timer import TIMER_TOPIC
+    from rocketstore.base._clock import now_ms
+    from rocketstore.services.timer import TIMER_TOPIC
 
     ahead = now_ms() + 86_400_000
     with MessageStore(

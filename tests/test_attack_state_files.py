@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from rocketstore import MessageStore, sharedappend
+from rocketstore import MessageStore
 from rocketstore.errors import StoreConfigError
+from rocketstore.log import sharedappend
 
 OPTIONS = {"commitlog_file_size": 64 * 1024, "consume_queue_units": 64}
 

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py as py
 from rocketstore.errors import CorruptRecordError, RocketStoreError
+from rocketstore.format import _codec_py as py
 
-c = pytest.importorskip("rocketstore._codec", reason="rocketstore._codec is not built")
+c = pytest.importorskip("rocketstore.format._codec", reason="rocketstore.format._codec is not built")
 
 TWINS = [pytest.param((c, py), id="c-to-py"), pytest.param((py, c), id="py-to-c")]
 INT32 = st.integers(-(1 << 31), (1 << 31) - 1)

@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from rocketstore import _codec_py
 from rocketstore.errors import (
     CorruptRecordError,
     InvalidMessageError,
@@ -14,9 +13,10 @@ from rocketstore.errors import (
     InvalidTopicError,
     PropertiesTooLargeError,
 )
+from rocketstore.format import _codec_py
 
 try:
-    from rocketstore import _codec as _codec_c
+    from rocketstore.format import _codec as _codec_c
 except ImportError:  # pragma: no cover - depends on the build
     _codec_c = None
 
@@ -549,13 +549,13 @@ def test_record_h_names_every_position_the_pure_twin_has():
             assert f"RS_{name}\n" in pxd, name
 
 
-@pytest.mark.skipif(_codec_c is None, reason="rocketstore._codec is not built")
+@pytest.mark.skipif(_codec_c is None, reason="rocketstore.format._codec is not built")
 @pytest.mark.parametrize("name", CONSTANT_NAMES)
 def test_compiled_and_pure_constants_agree(name):
     assert getattr(_codec_c, name) == getattr(_codec_py, name)
 
 
-@pytest.mark.skipif(_codec_c is None, reason="rocketstore._codec is not built")
+@pytest.mark.skipif(_codec_c is None, reason="rocketstore.format._codec is not built")
 def test_compiled_and_pure_public_names_agree():
     assert _codec_c.__all__ == _codec_py.__all__
     assert _codec_c.RECORD_DTYPE == _codec_py.RECORD_DTYPE

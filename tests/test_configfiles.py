@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore.configfiles import (
+from rocketstore.errors import InvalidQueueIdError, InvalidTopicError, StoreConfigError, StoreReadOnlyError
+from rocketstore.files.configfiles import (
     ConsumerOffsetTable,
     DelayOffsetTable,
     SubscriptionGroupTable,
@@ -14,7 +15,6 @@ from rocketstore.configfiles import (
     dumps_fastjson,
     loads_fastjson,
 )
-from rocketstore.errors import InvalidQueueIdError, InvalidTopicError, StoreConfigError, StoreReadOnlyError
 
 # consumerOffset.json as a 4.x broker writes it (fastjson PrettyFormat + SortField): the
 # Map<Integer, Long> of each group is written inline with unquoted keys, its brace on a new line.

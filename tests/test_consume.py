@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore import MessageStore
-from rocketstore._codec_py import java_hash, tags_code
 from rocketstore.consume import (
     MIN_SCAN_UNITS,
     GetMessageResult,
@@ -19,8 +18,9 @@ from rocketstore.consume import (
     get_units,
     scan_budget,
 )
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueue
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError
+from rocketstore.format._codec_py import java_hash, tags_code
+from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueue
 
 S = GetMessageStatus
 UNITS = 4  # units per ConsumeQueue file: boundaries every 4 offsets

@@ -9,8 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore._codec_py import tags_code
-from rocketstore.consumequeue import (
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreReadOnlyError,
+)
+from rocketstore.format._codec_py import tags_code
+from rocketstore.queues.consumequeue import (
     CQ_UNIT_DTYPE,
     CQ_UNIT_SIZE,
     DEFAULT_CQ_FILE_SIZE,
@@ -22,15 +31,6 @@ from rocketstore.consumequeue import (
     encode_unit,
     roll_next_file,
     unit_location,
-)
-from rocketstore.errors import (
-    InvalidMessageError,
-    InvalidQueueIdError,
-    InvalidTopicError,
-    MessageNotFoundError,
-    StoreClosedError,
-    StoreConfigError,
-    StoreReadOnlyError,
 )
 
 UNITS = 10  # small files for most tests: 200 bytes each
@@ -168,7 +168,7 @@ def test_a_wrong_unit_below_the_end_is_rewritten_at_its_queue_offset(tmp_path, c
     """RocketMQ skips it ("built repeatedly"), leaving a unit that points at another record."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 5)
-    with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
+    with caplog.at_level(logging.WARNING, logger="rocketstore.queues.consumequeue"):
         assert cq.append(2, 2 * MSG + 1, MSG - 1, 9) is True
     assert "rewritten" in caplog.text
     assert cq.max_offset == 5 and cq.unit(2) == (2 * MSG + 1, MSG - 1, 9) and cq.unit(3) == (3 * MSG, MSG, 7)
@@ -180,7 +180,7 @@ def test_a_record_out_of_order_with_its_neighbours_does_not_take_their_position(
     position's record, and the unit there stays."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 5)
-    with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
+    with caplog.at_level(logging.WARNING, logger="rocketstore.queues.consumequeue"):
         assert cq.append(2, 10_000, MSG, 9) is False
         assert cq.append(3, MSG, MSG, 9) is False
         assert cq.append_many([1, 2], [10_000, 10_000 + MSG], [MSG, MSG], [9, 9]) == 0
@@ -193,7 +193,7 @@ def test_a_unit_past_the_end_goes_to_its_queue_offset_and_the_gap_is_a_hole(tmp_
     wrong queue offset. Here the gap is padded with placeholders and recorded for repair."""
     cq = open_cq(tmp_path)
     fill(cq, 0, 2)
-    with caplog.at_level(logging.WARNING, logger="rocketstore.consumequeue"):
+    with caplog.at_level(logging.WARNING, logger="rocketstore.queues.consumequeue"):
         assert cq.append(7, 10_000, MSG, 9) is True
     assert "past the end" in caplog.text
     assert cq.max_offset == 8 and cq.unit(7) == (10_000, MSG, 9)
@@ -573,8 +573,8 @@ def test_flush_reports_work_and_honours_least_pages(tmp_path):
 
 
 def test_start_flush_is_only_a_hint_and_the_store_flush_still_flushes_every_queue(tmp_path, monkeypatch):
-    from rocketstore.consumequeue import ConsumeQueue
-    from rocketstore.mapped_file import MappedFile
+    from rocketstore.files.mapped_file import MappedFile
+    from rocketstore.queues.consumequeue import ConsumeQueue
 
     calls, hinted = [], []
     for name in ("start_flush", "flush"):
@@ -660,7 +660,7 @@ def test_read_only_store_on_a_missing_directory_is_empty(tmp_path):
 def test_zero_pages_zeroes_the_range_and_writes_only_pages_that_held_data(size, spans, a, b):
     import mmap
 
-    from rocketstore.consumequeue import _zero_pages
+    from rocketstore.queues.consumequeue import _zero_pages
 
     mm = mmap.mmap(-1, size)
     for at, n in spans:

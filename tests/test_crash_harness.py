@@ -58,7 +58,7 @@ def test_a_round_killed_before_it_printed_keeps_what_earlier_rounds_flushed(tmp_
     round's last acknowledged puts. Here deterministically: round 1 runs long enough to
     acknowledge puts, its checkpoint is set back to before them (a checkpoint that lagged),
     round 2 is killed before the parent heard anything from it."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     runs = []
 

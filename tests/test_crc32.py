@@ -11,11 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 try:
-    from rocketstore import _crc32 as compiled_crc32
+    from rocketstore.format import _crc32 as compiled_crc32
 except ImportError:  # pragma: no cover - depends on the build
     compiled_crc32 = None
 
-from rocketstore import _crc32_py, _impl
+from rocketstore import _impl
+from rocketstore.format import _crc32_py
 
 PATHS = ("table", "pclmulqdq", "vpclmulqdq-avx512")
 SEED = 20240521  # fixed so failures reproduce; printed in every assertion message that uses it
@@ -57,8 +58,8 @@ def compiled():
     """The compiled module imported directly, usable before the other compiled twins exist."""
     if compiled_crc32 is None:
         if _impl.REQUIRE_EXTENSIONS:
-            pytest.fail("rocketstore._crc32 is required but did not import")
-        pytest.skip("rocketstore._crc32 is not built")
+            pytest.fail("rocketstore.format._crc32 is required but did not import")
+        pytest.skip("rocketstore.format._crc32 is not built")
     return compiled_crc32
 
 

@@ -11,13 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py, _index_py, _scan_py
 from rocketstore.errors import CorruptRecordError, StoreReadOnlyError
+from rocketstore.format import _codec_py, _scan_py
+from rocketstore.queues import _index_py
 
 try:
-    from rocketstore import _codec as _codec_c
-    from rocketstore import _index as _index_c
-    from rocketstore import _scan as _scan_c
+    from rocketstore.format import _codec as _codec_c
+    from rocketstore.format import _scan as _scan_c
+    from rocketstore.queues import _index as _index_c
 except ImportError:  # pragma: no cover - depends on the build
     _codec_c = _index_c = _scan_c = None
 
@@ -799,7 +800,7 @@ GROUP_TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%gr
 )
 @SETTINGS
 def test_queue_keys_are_fnv1a_of_topic_then_queue_id_and_groups_are_exact(pairs):
-    from rocketstore.dispatch import queue_groups
+    from rocketstore.queues.dispatch import queue_groups
 
     buf, rows = batch(*({"topic": t, "queue_id": q} for t, q in pairs))
     expected = {}
@@ -944,7 +945,7 @@ class _CollidingKeys:
 def test_queue_groups_survive_a_queue_key_collision(scan):
     # Before: a collision raised a bare RuntimeError, and the dispatch thread retried the same
     # range forever. Now the rows are grouped exactly, by topic bytes and queue id.
-    from rocketstore.dispatch import queue_groups
+    from rocketstore.queues.dispatch import queue_groups
 
     buf, rows = batch(
         {"topic": "TopicA"},

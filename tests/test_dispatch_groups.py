@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore import recordscan
+from rocketstore.log import recordscan
 
 
 @settings(max_examples=200, deadline=None)

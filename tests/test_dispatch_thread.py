@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rocketstore import MessageStore, _impl
-from rocketstore.dispatch import DispatchThread
+from rocketstore.queues.dispatch import DispatchThread
 
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
 
@@ -88,9 +88,9 @@ def test_a_pass_left_to_another_thread_is_neither_a_failure_nor_the_recovery(cap
                 at_recovery.append(dispatcher.calls)
 
     watch = Watch()
-    logging.getLogger("rocketstore.dispatch").addHandler(watch)
+    logging.getLogger("rocketstore.queues.dispatch").addHandler(watch)
     try:
-        with caplog.at_level("INFO", logger="rocketstore.dispatch"):
+        with caplog.at_level("INFO", logger="rocketstore.queues.dispatch"):
             thread = DispatchThread(dispatcher, 1)
             try:
                 assert dispatcher.done.wait(30)
@@ -100,9 +100,9 @@ def test_a_pass_left_to_another_thread_is_neither_a_failure_nor_the_recovery(cap
             finally:
                 thread.stop()
     finally:
-        logging.getLogger("rocketstore.dispatch").removeHandler(watch)
+        logging.getLogger("rocketstore.queues.dispatch").removeHandler(watch)
     assert at_recovery == [6]  # logged at the sixth call, the first that dispatched
-    messages = [r.getMessage() for r in caplog.records if r.name == "rocketstore.dispatch"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "rocketstore.queues.dispatch"]
     assert len([m for m in messages if "No space left on device" in m]) == 1
     assert any("recovered after 2 failures" in m for m in messages)
 

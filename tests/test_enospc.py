@@ -22,8 +22,8 @@ import uuid
 import pytest
 
 import rocketstore
-import rocketstore.retention
-from rocketstore import Message, MessageStore, PutStatus, _store_py, consumequeue, indexservice, mapped_file
+import rocketstore.services.retention
+from rocketstore import Message, MessageStore, PutStatus
 from rocketstore.errors import (
     CreateMappedFileFailedError,
     DiskFullError,
@@ -32,7 +32,10 @@ from rocketstore.errors import (
     SegmentDiskFullError,
     SegmentError,
 )
-from rocketstore.indexservice import IndexService
+from rocketstore.files import mapped_file
+from rocketstore.log import _store_py
+from rocketstore.queues import consumequeue, indexservice
+from rocketstore.queues.indexservice import IndexService
 
 SEGMENT = 64 * 1024
 BODY = 1000
@@ -527,16 +530,16 @@ class FlakyTask:
 
 
 def test_a_failing_background_dispatch_logs_one_error_then_its_recovery(caplog):
-    from rocketstore.dispatch import DispatchThread
+    from rocketstore.queues.dispatch import DispatchThread
 
     dispatcher, checkpoint = FlakyTask(12), FlakyTask(7)
-    with caplog.at_level("INFO", logger="rocketstore.dispatch"):
+    with caplog.at_level("INFO", logger="rocketstore.queues.dispatch"):
         thread = DispatchThread(dispatcher, 1, checkpoint=checkpoint, checkpoint_interval_ms=1)
         try:
             assert dispatcher.recovered.wait(60) and checkpoint.recovered.wait(60)
         finally:
             thread.stop()
-    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    records = [r for r in caplog.records if r.name == "rocketstore.queues.dispatch"]
     errors = [r for r in records if r.levelname == "ERROR"]
     assert len(errors) == 2, [r.getMessage() for r in errors]  # dispatch once, checkpoint once
     assert all("No space left on device" in r.getMessage() for r in errors)
@@ -561,7 +564,7 @@ def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_re
     monkeypatch.setattr(consumequeue, "allocate_range", allocate)
     acked = []
     with (
-        caplog.at_level("INFO", logger="rocketstore.dispatch"),
+        caplog.at_level("INFO", logger="rocketstore.queues.dispatch"),
         open_store(tmp_path / "s", impl, dispatch_interval_ms=1) as store,
     ):
         switch.on = True
@@ -580,7 +583,7 @@ def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_re
             time.sleep(0.01)
         assert recovered() and store._dispatcher.offset == store.max_offset
         check_queue(store, acked)
-    records = [r for r in caplog.records if r.name == "rocketstore.dispatch"]
+    records = [r for r in caplog.records if r.name == "rocketstore.queues.dispatch"]
     assert len([r for r in records if r.levelname == "ERROR"]) == 1
     assert len([r for r in records if "recovered after" in r.getMessage()]) == 1
 
@@ -612,9 +615,9 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
         st = os.statvfs(small_tmpfs)
         with open(ballast, "wb") as f:  # fill the file system to about 96 %
             f.write(b"\xff" * (st.f_bavail * st.f_frsize - st.f_blocks * st.f_frsize // 25))
-        before = rocketstore.retention.disk_usage(str(path))
+        before = rocketstore.services.retention.disk_usage(str(path))
         stats = store.stats()
-        after = rocketstore.retention.disk_usage(str(path))  # the store may allocate meanwhile
+        after = rocketstore.services.retention.disk_usage(str(path))  # the store may allocate meanwhile
         assert stats["disk_full"] is True and before - 0.01 <= stats["disk_usage"] <= after + 0.01
         assert before > 0.9
         assert store.clean()["commitlog"] == []  # nothing is expired: nothing goes
@@ -635,7 +638,7 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
 def test_failure_log_logs_the_first_failure_and_each_new_cause_then_counts(caplog):
     import logging
 
-    from rocketstore._failurelog import FailureLog
+    from rocketstore.base._failurelog import FailureLog
 
     log = logging.getLogger("rocketstore.test_failurelog")
     quiet = FailureLog(log, "task")  # summaries at most once a minute

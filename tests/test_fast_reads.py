@@ -153,7 +153,7 @@ def test_unique_key_lookups_answer_as_the_class_does(store):
 
 
 def test_the_month_start_is_remembered_for_its_month():
-    from rocketstore import _clock
+    from rocketstore.base import _clock
 
     now = _clock.now_ms()
     start, following = _clock.month_bounds(now)
@@ -310,7 +310,7 @@ def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl,
     service, hashing topic#key over its parts; above that, select_files): over several index
     files, keys of 1-, 2- and 4-byte text, time windows and limits it finds what the pure twin's
     lookup (select_files, then the same re-check) finds."""
-    from rocketstore import _codec_py
+    from rocketstore.format import _codec_py
 
     s = MessageStore(
         str(tmp_path / "s"),
@@ -352,7 +352,7 @@ def test_a_key_lookup_over_a_damaged_index_file_finds_what_select_files_finds(tm
     select_files walks them: the compiled lookup finds what the pure twin's lookup finds."""
     import random
 
-    from rocketstore import _codec_py
+    from rocketstore.format import _codec_py
 
     seed = 1717
     print("seed", seed)

@@ -7,9 +7,7 @@ import sys
 import pytest
 
 # A process in which the compiled modules cannot import, as after an install without a C compiler.
-_NO_COMPILER = (
-    "import sys; sys.modules['rocketstore._codec'] = None; sys.modules['rocketstore._crc32'] = None\n"
-)
+_NO_COMPILER = "import sys; sys.modules['rocketstore.format._codec'] = None; sys.modules['rocketstore.format._crc32'] = None\n"
 
 
 def _run(code, **env_changes):
@@ -40,7 +38,7 @@ def test_asking_for_the_pure_build_is_quiet():
 def test_requiring_the_compiled_build_makes_the_fallback_an_error():
     done = _run("import rocketstore", ROCKETSTORE_REQUIRE_EXTENSIONS="1")
     assert done.returncode != 0
-    assert "rocketstore._codec" in done.stderr.splitlines()[-1], done.stderr
+    assert "rocketstore.format._codec" in done.stderr.splitlines()[-1], done.stderr
 
 
 @pytest.mark.parametrize(

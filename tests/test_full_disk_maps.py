@@ -22,9 +22,10 @@ import textwrap
 import pytest
 
 import rocketstore
-from rocketstore import MessageStore, mapped_file
-from rocketstore.checkpoint import Checkpoint
+from rocketstore import MessageStore
 from rocketstore.errors import DiskFullError, RocketStoreError, SegmentError
+from rocketstore.files import mapped_file
+from rocketstore.files.checkpoint import Checkpoint
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 TOPIC = "TopicFull"
@@ -358,7 +359,7 @@ def test_a_bare_os_error_at_close_or_open_is_typed():
 
 
 def test_a_failure_log_logs_an_environment_error_in_one_line_and_a_defect_with_its_traceback(caplog):
-    from rocketstore._failurelog import FailureLog
+    from rocketstore.base._failurelog import FailureLog
 
     log = logging.getLogger("rocketstore.test_full_disk")
     failures = FailureLog(log, "task")

@@ -1,4 +1,4 @@
-"""The fused dispatch (rocketstore.fused): the ConsumeQueue and index files it writes are
+"""The fused dispatch (rocketstore.queues.fused): the ConsumeQueue and index files it writes are
 byte for byte those of the general path, whatever the records (keys, tags, delays, transactions,
 damage, rolls of queue and index files), and its kernel refuses bad arguments with typed errors and
 never reads or writes outside the buffers it is handed."""
@@ -217,7 +217,7 @@ def test_pure_build_takes_the_general_path(tmp_path):
 
 
 def _kernel():
-    from rocketstore import _index
+    from rocketstore.queues import _index
 
     return _index
 
@@ -364,7 +364,7 @@ def test_redispatch_over_existing_files(tmp_path, damage):
 def test_a_few_records_take_the_general_path(tmp_path):
     """Handing the pass every queue costs microseconds a queue: a catch-up of one put (a query
     right after it) does not pay that for 256 queues; a large range does take the pass."""
-    from rocketstore import fused
+    from rocketstore.queues import fused
 
     with open_store(
         str(tmp_path / "s"), commitlog_file_size=8 << 20, consume_queue_units=1000, index_count=100_000
@@ -400,9 +400,9 @@ def test_a_few_records_take_the_general_path(tmp_path):
 def test_a_window_that_cannot_be_allocated_leaves_its_records_to_the_general_path(tmp_path, monkeypatch):
     """A full disk while a window allocates its next stretch: that queue's (or the index's)
     records take the general path, which meets the error only if it needs the room."""
-    from rocketstore.consumequeue import ConsumeQueue
     from rocketstore.errors import DiskFullError
-    from rocketstore.indexservice import IndexService
+    from rocketstore.queues.consumequeue import ConsumeQueue
+    from rocketstore.queues.indexservice import IndexService
 
     root = str(tmp_path / "s")
     with open_store(root, consume_queue_units=10_000, index_count=100_000) as s:
@@ -471,7 +471,7 @@ def test_kernel_writes_only_its_window_over_earlier_files(
 @compiled
 def test_a_replaced_queue_object_is_learned_again(tmp_path):
     """Should the store replace a queue's object, the pass writes to the new one, not the old."""
-    from rocketstore.consumequeue import ConsumeQueue
+    from rocketstore.queues.consumequeue import ConsumeQueue
 
     with open_store(str(tmp_path / "s")) as s:
         s.put("T", b"x", keys="k", queue_id=0)

@@ -29,8 +29,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py, _impl, _index_py
-from rocketstore.consumequeue import CQ_UNIT_SIZE, PLACEHOLDER_SIZE, ConsumeQueue
+from rocketstore import _impl
 from rocketstore.errors import (
     CorruptRecordError,
     InvalidMessageError,
@@ -39,6 +38,9 @@ from rocketstore.errors import (
     RocketStoreError,
     StoreConfigError,
 )
+from rocketstore.format import _codec_py
+from rocketstore.queues import _index_py
+from rocketstore.queues.consumequeue import CQ_UNIT_SIZE, PLACEHOLDER_SIZE, ConsumeQueue
 
 # ---- the twins under test ----------------------------------------------------------------------
 

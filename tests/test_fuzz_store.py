@@ -44,8 +44,10 @@ if __name__ == "__main__" and "--child" not in sys.argv:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src"))
 
 from rocketstore import MessageStore, _impl
-from rocketstore.checkpoint import CHECKPOINT_SIZE, Checkpoint
-from rocketstore.configfiles import (
+from rocketstore.consume import GetMessageStatus
+from rocketstore.errors import MessageNotFoundError, RocketStoreError, StoreConfigError
+from rocketstore.files.checkpoint import CHECKPOINT_SIZE, Checkpoint
+from rocketstore.files.configfiles import (
     MAX_QUEUE_NUMS,
     ConsumerOffsetTable,
     DelayOffsetTable,
@@ -53,8 +55,6 @@ from rocketstore.configfiles import (
     TopicConfigTable,
     dumps_fastjson,
 )
-from rocketstore.consume import GetMessageStatus
-from rocketstore.errors import MessageNotFoundError, RocketStoreError, StoreConfigError
 
 OPTIONS = dict(commitlog_file_size=16 * 1024, consume_queue_units=16, index_slots=16, index_count=64)
 FIXED = dict(

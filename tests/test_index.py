@@ -12,17 +12,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py, _impl, _index_py
+from rocketstore import _impl
 from rocketstore.errors import StoreConfigError, StoreReadOnlyError
+from rocketstore.format import _codec_py
+from rocketstore.queues import _index_py
 
 try:
-    from rocketstore import _index as _index_c
+    from rocketstore.queues import _index as _index_c
 except ImportError:  # pragma: no cover - depends on the build
     _index_c = None
 
 CEXT = pathlib.Path(__file__).resolve().parents[1] / "cext"
 TWINS = [_index_py] + ([_index_c] if _index_c is not None else [])
-needs_compiled = pytest.mark.skipif(_index_c is None, reason="rocketstore._index is not built")
+needs_compiled = pytest.mark.skipif(_index_c is None, reason="rocketstore.queues._index is not built")
 
 VECTOR1_KEY = "TopicTest#OrderID001"
 MIN_VALUE_KEYS = ("polygenelubricants", "TopicTest#OrderID1yoiddi")

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from rocketstore import MessageStore
-from rocketstore.indexservice import detect_index_geometry
+from rocketstore.queues.indexservice import detect_index_geometry
 
 SEGMENT = 64 * 1024
 

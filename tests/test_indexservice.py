@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from rocketstore import _codec_py, indexservice
 from rocketstore.errors import InvalidMessageError, StoreClosedError, StoreConfigError, StoreReadOnlyError
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService
+from rocketstore.format import _codec_py
+from rocketstore.queues import indexservice
+from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH, IndexService
 
 SLOTS = 64
 ITEMS = 128

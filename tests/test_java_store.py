@@ -98,9 +98,9 @@ def test_java_commitlog_reencodes_byte_for_byte(codec, commitlog):
 
 
 def test_java_commitlog_rows_agree_across_twins(commitlog):
-    from rocketstore import _codec_py
+    from rocketstore.format import _codec_py
 
-    compiled = pytest.importorskip("rocketstore._codec")
+    compiled = pytest.importorskip("rocketstore.format._codec")
     c_rows, c_stop, c_reason = compiled.decode_batch(commitlog)
     p_rows, p_stop, p_reason = _codec_py.decode_batch(commitlog)
     assert (c_stop, c_reason) == (p_stop, p_reason)

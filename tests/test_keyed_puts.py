@@ -295,14 +295,14 @@ def test_bad_properties_raise_the_general_path_s_error_and_write_nothing(store, 
 #: compiled module imported), after every compiled module is imported
 PLAIN_MESSAGE_CHECK = r"""
 import gc, importlib.util, sys, types
-import rocketstore, rocketstore._codec, rocketstore._crc32, rocketstore._index, rocketstore._store
+import rocketstore, rocketstore.format._codec, rocketstore.format._crc32, rocketstore.queues._index, rocketstore.log._store
 from rocketstore import message
 
 spec = importlib.util.spec_from_file_location("alone", message.__file__)
 alone = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(alone)
 M, A = message.Message, alone.Message
-assert type(M) is type(A) is type and rocketstore.Message in (M, rocketstore._store.Message)
+assert type(M) is type(A) is type and rocketstore.Message in (M, rocketstore.log._store.Message)
 assert sorted(M.__dict__) == sorted(A.__dict__)
 for name, value in M.__dict__.items():
     if isinstance(A.__dict__[name], types.FunctionType):

@@ -21,59 +21,25 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "rocketstore"
 CEXT = ROOT / "cext"
 
-TWINS = ("_crc32", "_codec", "_scan", "_store", "_index")
+#: The compiled twins, by module name; each is built from cext/<last part>.pyx.
+TWINS = ("format._crc32", "format._codec", "format._scan", "log._store", "queues._index")
 #: Compiled modules written in plain C (cext/<name>.c): they import nothing of the package.
 PLAIN_C = ("_facade",)
 
 #: Imports no statement shows: the selector loads both twins of each kernel by name.
 DYNAMIC = {"_impl": {name + suffix for name in TWINS for suffix in ("", "_py")}}
 
-#: Lowest first. A module may import modules of its own layer and of the layers before it.
-#: ``cli`` and ``spark`` stand for their packages (every module under them).
+#: Lowest first. A module may import modules of its own layer and of the layers before it. A
+#: folder (``log``, ``cli``, ...) stands for every module under it; the public modules at the top
+#: of the package are named one by one.
 LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "format",
-        {
-            "_clock",
-            "status",
-            "errors",
-            "_checks",
-            "_verify",
-            "_background",
-            "_failurelog",
-            "_crc32_py",
-            "_crc32",
-            "message",
-            "units",
-            "tagfilter",
-            "config",
-            "_codec_py",
-            "_codec",
-            "_scan_py",
-            "_scan",
-            "_hotstate",
-        },
-    ),
-    ("files", {"_files", "mapped_file", "_flushwatch", "checkpoint", "fastjson", "configfiles", "storedir"}),
-    ("log", {"recordscan", "commitlog", "_store_py", "_store", "sharedappend", "recovery"}),
-    (
-        "queues",
-        {
-            "consumequeue",
-            "_index_py",
-            "_index",
-            "_impl",
-            "indexservice",
-            "fused",
-            "dispatch",
-            "queuecheck",
-            "batchcq",
-            "timerwheel",
-            "compaction",
-        },
-    ),
-    ("services", {"topics", "parts", "schedule", "timer", "retention", "pop", "report"}),
-    ("processes", {"live", "writers"}),
+    ("base", {"base", "errors", "status", "message", "config"}),
+    ("format", {"format"}),
+    ("files", {"files"}),
+    ("log", {"log"}),
+    ("queues", {"queues", "_impl"}),
+    ("services", {"services"}),
+    ("processes", {"processes"}),
     (
         "facade",
         {
@@ -211,7 +177,7 @@ def import_graph() -> dict[str, set[str]]:
         names = _imported_names(tree, module, path.name == "__init__.py")
         graph[module] = {t for t in map(_target, names) if t is not None and t != module}
     for twin in TWINS:
-        source = CEXT / f"{twin}.pyx"
+        source = CEXT / f"{twin.rsplit('.', 1)[-1]}.pyx"
         names = _pyx_imported_names(source.read_text(encoding="utf-8"))
         graph[twin] = {t for t in map(_target, names) if t is not None and t != twin}
     for name in PLAIN_C:
@@ -301,13 +267,13 @@ def test_compiled_twins_import_only_their_layer_or_lower_ones():
 @pytest.mark.parametrize(
     "source, expected",
     [
-        ("import rocketstore.commitlog", {"commitlog"}),
+        ("import rocketstore.log.commitlog", {"log.commitlog"}),
         ("from rocketstore import errors", {"errors"}),
         ("from rocketstore import MessageStore", {"__init__"}),
         ("from rocketstore.consume import TagFilter", {"consume"}),
         ("from . import errors", {"errors"}),
         ("from .message import Message", {"message"}),
-        ("def f():\n    from rocketstore.dispatch import resync\n", {"dispatch"}),
+        ("def f():\n    from rocketstore.queues.dispatch import resync\n", {"queues.dispatch"}),
         ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rocketstore.store import X\n", set()),
         ("if TYPE_CHECKING:\n    pass\nelse:\n    from rocketstore.store import X\n", {"store"}),
         ("import os, numpy", set()),
@@ -334,9 +300,9 @@ def test_the_pyx_reader_finds_python_imports_and_skips_cimports():
 
 
 def test_a_cycle_and_an_upward_import_are_found():
-    graph = {"message": {"errors"}, "errors": {"commitlog"}, "commitlog": {"message"}}
-    assert find_cycle(graph) == ["commitlog", "message", "errors", "commitlog"]
-    assert violations(graph) == {("errors", "commitlog")}
+    graph = {"message": {"errors"}, "errors": {"log.commitlog"}, "log.commitlog": {"message"}}
+    assert find_cycle(graph) == ["errors", "log.commitlog", "message", "errors"]
+    assert violations(graph) == {("errors", "log.commitlog")}
 
 
 def test_architecture_md_shows_each_module_in_its_layer():

@@ -1,4 +1,4 @@
-"""Readers that follow the writer and consumers that wait for puts (rocketstore.live)."""
+"""Readers that follow the writer and consumers that wait for puts (rocketstore.processes.live)."""
 
 import asyncio
 import json
@@ -16,7 +16,7 @@ import rocketstore
 from rocketstore import Consumer, MessageStore
 from rocketstore.consume import GetMessageStatus as S
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
-from rocketstore.live import LIVE_NAME, LIVE_SIZE, topic_slot
+from rocketstore.processes.live import LIVE_NAME, LIVE_SIZE, topic_slot
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 SMALL = dict(commitlog_file_size=8192, consume_queue_units=16, index_slots=16, index_count=64)

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rocketstore
-from rocketstore import _codec_py
+from rocketstore.format import _codec_py
 from rocketstore.message import MESSAGE_FIELDS
 
-c_codec = pytest.importorskip("rocketstore._codec", reason="rocketstore._codec is not built")
+c_codec = pytest.importorskip("rocketstore.format._codec", reason="rocketstore.format._codec is not built")
 
 
 def _record(codec, **over):
@@ -284,7 +284,7 @@ def test_put_properties_same_bytes_and_errors_in_both_twins(tags, keys, properti
 def _queue_fixture(count=12):
     """A segment of ``count`` records of T-0 (queue offsets 0..count-1, tags a/b in turn) and
     their ConsumeQueue units."""
-    from rocketstore.consumequeue import CQ_UNIT_DTYPE
+    from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE
 
     records, units, pos = [], np.zeros(count, dtype=CQ_UNIT_DTYPE), 0
     for i in range(count):
@@ -318,7 +318,7 @@ _unit_edits = st.lists(
     recheck=st.booleans(),
 )
 def test_pull_units_agrees_between_twins(edits, start, want, first, segment, codes, recheck):
-    from rocketstore.consumequeue import PLACEHOLDER_SIZE
+    from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE
 
     data, units = _queue_fixture()
     for i, edit in edits:

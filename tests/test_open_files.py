@@ -153,7 +153,7 @@ def test_a_writable_store_keeps_one_descriptor_per_sealed_segment(tmp_path, impl
 
 
 def test_the_error_names_the_limit():
-    from rocketstore.mapped_file import space_error
+    from rocketstore.files.mapped_file import space_error
 
     exc = space_error(24, "cannot open segment", "/x/00000000000000000000")
     assert isinstance(exc, OpenFilesLimitError)

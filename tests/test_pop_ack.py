@@ -1,4 +1,4 @@
-"""The single ``ack`` in one call (``PopAcker`` of both twins, rocketstore.pop): the same
+"""The single ``ack`` in one call (``PopAcker`` of both twins, rocketstore.services.pop): the same
 checks as the careful steps (``PopService._parse`` and ``_current``), the same errors for the
 same handles, the same record bytes, and nothing written when a check fails."""
 
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from rocketstore import MessageStore
 from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError
-from rocketstore.fastjson import loads_fastjson
-from rocketstore.pop import _ACK_RANGE_JSON, ReceivedMessage, _dumps, revive_topic
+from rocketstore.files.fastjson import loads_fastjson
+from rocketstore.services.pop import _ACK_RANGE_JSON, ReceivedMessage, _dumps, revive_topic
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -242,7 +242,7 @@ def test_receipt_handles_are_the_prefix_offset_and_number(impl, prefix, offsets,
 def test_a_checkpoint_record_is_written_as_the_general_encoder_writes_it(
     group, topic, queue_id, base, now, invisible, offsets, redelivered
 ):
-    from rocketstore.pop import _checkpoint, _checkpoint_json
+    from rocketstore.services.pop import _checkpoint, _checkpoint_json
 
     numbers = [int(redelivered)] * len(offsets)
     nxt = max(offsets, default=base) + 1
@@ -283,7 +283,7 @@ _NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
 def test_a_runs_checkpoint_is_what_the_general_encoder_writes(
     impl, group, topic, queue_id, base, now, invisible, so, n
 ):
-    from rocketstore.pop import _checkpoint
+    from rocketstore.services.pop import _checkpoint
 
     offsets = list(range(so, so + n))
     args = (group, topic, queue_id, base, now, invisible, offsets, [0] * n, so + n)

@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore import MessageStore, _codec_py
+from rocketstore import MessageStore
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
     StoreClosedError,
 )
-from rocketstore.pop import PopService, ReceivedMessage, Receiver, _checkpoint_json, revive_topic
+from rocketstore.format import _codec_py
+from rocketstore.services.pop import PopService, ReceivedMessage, Receiver, _checkpoint_json, revive_topic
 
 TOPIC, GROUP = "PopFast", "fastGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -539,7 +540,7 @@ def test_the_compiled_acker_does_the_common_case_itself(tmp_path, impl, clock, m
 
 
 def test_every_so_many_acks_look_at_the_snapshot(tmp_path, impl, clock, monkeypatch):
-    from rocketstore._codec_py import POP_SNAPSHOT_CHECK_EVERY
+    from rocketstore.format._codec_py import POP_SNAPSHOT_CHECK_EVERY
 
     spy = CarefulSpy(monkeypatch)
     n = 2 * POP_SNAPSHOT_CHECK_EVERY

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 
 from rocketstore import MessageStore
 from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError
-from rocketstore.schedule import dlq_topic
+from rocketstore.services.schedule import dlq_topic
 
 TOPIC, GROUP, QUEUES, MAX_RECONSUME = "PopTopic", "popGroup", 2, 2
 OPTIONS = dict(
@@ -247,8 +247,8 @@ SETTINGS = settings(
 
 
 def test_pop_agrees_with_the_model(impl, monkeypatch):
-    import rocketstore.pop
+    import rocketstore.services.pop
 
-    monkeypatch.setattr(rocketstore.pop, "COMPACT_SLACK", -(1 << 30))  # compact at every ack
+    monkeypatch.setattr(rocketstore.services.pop, "COMPACT_SLACK", -(1 << 30))  # compact at every ack
     machine = type(f"PopMachine_{impl.name}", (PopMachine,), {"IMPL": impl.name})
     run_state_machine_as_test(machine, settings=SETTINGS)

@@ -8,9 +8,8 @@ import threading
 
 import pytest
 
-from rocketstore import Message, MessageStore, PutStatus, _store_py
-from rocketstore._clock import now_ms
-from rocketstore._flushwatch import FlushWatcher
+from rocketstore import Message, MessageStore, PutStatus
+from rocketstore.base._clock import now_ms
 from rocketstore.errors import (
     CreateMappedFileFailedError,
     DiskFullError,
@@ -21,7 +20,9 @@ from rocketstore.errors import (
     SegmentError,
     ServiceNotAvailableError,
 )
-from rocketstore.mapped_file import space_error
+from rocketstore.files._flushwatch import FlushWatcher
+from rocketstore.files.mapped_file import space_error
+from rocketstore.log import _store_py
 
 SEGMENT = 64 * 1024
 TOPIC = "PutErrors"

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from rocketstore import MessageStore
-from rocketstore.checkpoint import Checkpoint
 from rocketstore.errors import MessageNotFoundError
+from rocketstore.files.checkpoint import Checkpoint
 
 SEGMENT = 8192
 UNITS = 10  # 200-byte ConsumeQueue files: a queue rolls every 10 messages
@@ -674,7 +674,7 @@ def test_a_damaged_topic_byte_does_not_put_a_message_into_another_topic(tmp_path
     ],
 )
 def test_a_records_queue_offset_continues_its_queue(claimed, kept, continues):
-    from rocketstore.queuecheck import _in_order
+    from rocketstore.queues.queuecheck import _in_order
 
     q = np.array(claimed, dtype=np.int64)
     keep, end = _in_order(q)
@@ -710,7 +710,7 @@ def test_a_queue_s_last_message_after_a_damaged_body_is_still_served(tmp_path, i
 def test_a_lone_jump_its_unit_points_at_is_kept():
     """Records after one lost to damage: the queue's unit at the jumped-to offset pointed at it
     when the queue was whole, so it is the queue's own."""
-    from rocketstore.queuecheck import _in_order
+    from rocketstore.queues.queuecheck import _in_order
 
     q = np.array([0, 1, 3], dtype=np.int64)
     assert q[_in_order(q)[0]].tolist() == [0, 1]

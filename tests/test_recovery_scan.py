@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstore import _codec_py, _scan_py
-from rocketstore.commitlog import queue_offset_ranges
 from rocketstore.errors import CorruptRecordError
+from rocketstore.format import _codec_py, _scan_py
+from rocketstore.log.commitlog import queue_offset_ranges
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%group-y", "T" * 127]
@@ -220,7 +220,7 @@ def test_verify_scan_grows_past_its_first_columns_and_checks_its_arguments(codec
 
 
 def _units(phys, sizes):
-    from rocketstore.consumequeue import CQ_UNIT_DTYPE
+    from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE
 
     units = np.zeros(len(phys), dtype=CQ_UNIT_DTYPE)
     units["commitlog_offset"] = phys
@@ -243,7 +243,7 @@ def _units(phys, sizes):
 def test_check_units_twins_agree_with_a_lookup_per_unit(
     positions, units, queue_id, key, first, ascending, damaged, low
 ):
-    from rocketstore.consumequeue import PLACEHOLDER_SIZE
+    from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE
 
     positions = sorted(positions)
     if ascending:
@@ -319,7 +319,7 @@ def test_check_units_refuses_bad_columns(scan):
 
 
 def test_queue_key_is_the_records_queue_key(codec, scan):
-    from rocketstore._scan_py import queue_key
+    from rocketstore.format._scan_py import queue_key
 
     for topic, qid in (("T", 0), ("Topic-ü-名", 7), ("x" * 120, 2**31 - 1)):
         record = codec.encode_record(topic=topic, body=b"b", queue_id=qid)
@@ -377,7 +377,8 @@ def test_queue_ranges_with_a_base_count_only_records_that_get_a_unit(records, ba
 def test_rebuild_slots_twins_head_each_slot_with_its_newest_item(slot_count, hashes, garbage, right):
     import struct
 
-    from rocketstore import _impl, _index_py
+    from rocketstore import _impl
+    from rocketstore.queues import _index_py
 
     count = len(hashes) + 1
     items_start = _index_py.HEADER_SIZE + slot_count * _index_py.HASH_SLOT_SIZE
@@ -528,7 +529,7 @@ def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec, scan):
 
 
 def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec, scan):
-    from rocketstore.commitlog import RecoveredChunk
+    from rocketstore.log.commitlog import RecoveredChunk
 
     buf, rows = batch(
         {"topic": "TopicA", "queue_offset": 0},

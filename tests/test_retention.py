@@ -25,7 +25,7 @@ from rocketstore.errors import (
     ServiceNotAvailableError,
     StoreConfigError,
 )
-from rocketstore.retention import Cleaner, disk_usage
+from rocketstore.services.retention import Cleaner, disk_usage
 
 SEGMENT = 64 * 1024
 BODY = 1000  # about 60 records per segment
@@ -552,7 +552,7 @@ def test_a_failing_background_pass_logs_one_error_then_its_recovery(store, caplo
 
     c.run_once = run_once
     store.config.clean_resource_interval_ms = 1
-    with caplog.at_level("INFO", logger="rocketstore.retention"):
+    with caplog.at_level("INFO", logger="rocketstore.services.retention"):
         c.start()
         try:
             assert recovered.wait(60)
@@ -636,7 +636,7 @@ def test_retention_options_have_rocketmq_defaults_and_parse_delete_when():
 CRASH_CHILD = r"""
 import os, sys
 from rocketstore import MessageStore
-from rocketstore.retention import Cleaner
+from rocketstore.services.retention import Cleaner
 impl, path = sys.argv[1], sys.argv[2]
 store = MessageStore(path, implementation=impl, store_host="10.0.0.7", commitlog_file_size=64 * 1024,
                      consume_queue_units=16, index_slots=16, index_count=64,
@@ -767,7 +767,7 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
             raise DiskFullError(28, "No space left on device (test)")
 
         monkeypatch.setattr(store._dispatcher, "catch_up", full)
-        with caplog.at_level("INFO", logger="rocketstore.retention"):
+        with caplog.at_level("INFO", logger="rocketstore.services.retention"):
             result = store.clean(force=True)
             assert result["commitlog"] == [] and isinstance(result["dispatch_error"], DiskFullError)
             c = store._cleaner  # one cleaner: its passes say it once

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from rocketstore import MessageStore
-from rocketstore.retention import UNCHANGED, Cleaner
+from rocketstore.services.retention import UNCHANGED, Cleaner
 
 SEGMENT = 4096
 HOUR_MS = 3_600_000

@@ -13,9 +13,9 @@ import pytest
 from rocketstore import MessageStore
 from rocketstore.cli import main as cli_main
 from rocketstore.config import StoreConfig
-from rocketstore.configfiles import loads_fastjson
 from rocketstore.errors import MessageNotFoundError, StoreConfigError, StoreReadOnlyError
-from rocketstore.retention import Cleaner, topic_policy
+from rocketstore.files.configfiles import loads_fastjson
+from rocketstore.services.retention import Cleaner, topic_policy
 
 SEGMENT = 8192
 HOUR_MS = 3_600_000

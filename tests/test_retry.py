@@ -7,9 +7,9 @@ import pytest
 from conftest import ROCKETMQ_DELAY_LEVELS_MS as LEVELS_MS
 
 from rocketstore import Consumer, MessageStore
-from rocketstore.configfiles import loads_fastjson
 from rocketstore.errors import InvalidDelayLevelError, InvalidMessageError, MessageNotFoundError
-from rocketstore.schedule import SCHEDULE_TOPIC
+from rocketstore.files.configfiles import loads_fastjson
+from rocketstore.services.schedule import SCHEDULE_TOPIC
 
 HOST = "10.0.0.7"
 GROUP = "GroupA"

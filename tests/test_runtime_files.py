@@ -17,8 +17,9 @@ import pytest
 from crash_harness import hold_by_a_dead_thread
 
 import rocketstore
-from rocketstore import GroupConsumer, MessageStore, sharedappend
-from rocketstore.live import LIVE_NAME, LIVE_SIZE
+from rocketstore import GroupConsumer, MessageStore
+from rocketstore.log import sharedappend
+from rocketstore.processes.live import LIVE_NAME, LIVE_SIZE
 
 OPTIONS = {"commitlog_file_size": 64 * 1024, "consume_queue_units": 64}
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(rocketstore.__file__)))

@@ -1,4 +1,4 @@
-"""Delayed delivery (spec §12, rocketstore.schedule): the SCHEDULE_TOPIC_XXXX rewrite on put and
+"""Delayed delivery (spec §12, rocketstore.services.schedule): the SCHEDULE_TOPIC_XXXX rewrite on put and
 its deliver-time tagsCode (§2), delivery at each level's time with an injected clock, order
 within a level, delayOffset.json (§10), restarts and interrupted passes (exactly once), bad
 levels, lookups, and the background thread."""
@@ -11,11 +11,11 @@ import pytest
 from conftest import ROCKETMQ_DELAY_LEVELS_MS as DEFAULT_LEVELS_MS
 
 from rocketstore import Message, MessageStore
-from rocketstore._clock import now_ms
-from rocketstore._codec_py import java_hash
-from rocketstore.configfiles import loads_fastjson
+from rocketstore.base._clock import now_ms
 from rocketstore.errors import InvalidDelayLevelError, InvalidMessageError, InvalidQueueIdError
-from rocketstore.schedule import SCHEDULE_TOPIC, DelayProgress
+from rocketstore.files.configfiles import loads_fastjson
+from rocketstore.format._codec_py import java_hash
+from rocketstore.services.schedule import SCHEDULE_TOPIC, DelayProgress
 
 HOST = "10.0.0.7"
 

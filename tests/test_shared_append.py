@@ -1,4 +1,4 @@
-"""Joined writers append in their own process (rocketstore.sharedappend): one cross-process lock,
+"""Joined writers append in their own process (rocketstore.log.sharedappend): one cross-process lock,
 shared queue offsets, a writer that dies inside an append repaired by the next one."""
 
 import json
@@ -8,8 +8,9 @@ import struct
 import pytest
 from test_writers import SMALL, open_store, queue_messages, run_child, spawn_child
 
-from rocketstore import Message, MessageStore, sharedappend
+from rocketstore import Message, MessageStore
 from rocketstore.errors import MessageNotFoundError
+from rocketstore.log import sharedappend
 
 pytestmark = pytest.mark.skipif(not sharedappend.supported(), reason="no open-file-description locks here")
 
@@ -88,7 +89,7 @@ def test_joined_puts_append_in_their_own_process_beside_the_owners(tmp_path, imp
 
 DIES_INSIDE = """
     import os, struct, sys
-    from rocketstore import sharedappend as ap
+    from rocketstore.log import sharedappend as ap
     path = sys.argv[1]
     fd, mm = ap.open_table(path, create=False)
     ap.Mutex(mm).lock()
@@ -135,7 +136,8 @@ def test_a_writer_that_dies_inside_an_append_is_repaired_by_the_next(tmp_path, i
 
 DIES_AFTER_A_WHOLE_RECORD = """
     import os, struct, sys, time
-    from rocketstore import _codec_py, sharedappend as ap
+    from rocketstore.format import _codec_py
+    from rocketstore.log import sharedappend as ap
     path = sys.argv[1]
     fd, mm = ap.open_table(path, create=False)
     ap.Mutex(mm).lock()
@@ -215,7 +217,8 @@ def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point
 
 KILLED_AFTER_ITS_RECORD = """
     import sys
-    from rocketstore import MessageStore, _store_py
+    from rocketstore import MessageStore
+    from rocketstore.log import _store_py
     s = MessageStore(sys.argv[1], implementation="py")
     s.put("T", b"appended here")
     assert s._appender, "the put did not append in this process"

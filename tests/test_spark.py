@@ -456,7 +456,7 @@ def test_spark_sink_fast_path_keeps_each_queues_order(spark, tmp_path):
 def test_record_batch_properties_follow_decode_properties():
     """tags, keys and the properties map come from one compiled pass over the properties bytes
     (duplicates: the map keeps each, tags/keys the last, as decode_properties does)."""
-    from rocketstore import _codec_py
+    from rocketstore.format import _codec_py
     from rocketstore.spark import _record_batch
 
     raw = [
@@ -485,7 +485,7 @@ def test_record_batch_properties_follow_decode_properties():
 def test_record_batch_every_column_follows_decode_record():
     """Each column of a batch (msgId digits, host strings of mixed and repeated hosts, the
     properties) equals the MessageExt decode_record gives for the same bytes."""
-    from rocketstore import _codec_py
+    from rocketstore.format import _codec_py
     from rocketstore.spark import _record_batch
     from rocketstore.spark._options import _COLUMN_NAMES
 

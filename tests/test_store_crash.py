@@ -158,8 +158,8 @@ def test_an_abnormal_open_makes_the_commitlog_it_kept_durable(tmp_path, impl, mo
     reporting all of it as flushed. So the open must msync what it kept (from the checkpoint's
     segment on), or a power cut after the next acknowledged put could lose the kept records and
     the recovery after it would cut at the hole, acknowledged records and all."""
-    from rocketstore.checkpoint import Checkpoint
-    from rocketstore.mapped_file import MappedFile
+    from rocketstore.files.checkpoint import Checkpoint
+    from rocketstore.files.mapped_file import MappedFile
 
     path = tmp_path / "store"
     with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST) as store:
@@ -205,7 +205,7 @@ def test_a_record_torn_past_the_checkpoint_ends_the_recovered_data(tmp_path, imp
     and properties: the body CRC still matches. Past what the checkpoint vouches for, recovery
     after an abnormal stop ends the data at such a record, as at a bad CRC; before this it kept
     it (verify() then reported 'properties are not valid UTF-8', seen in the crash harness)."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     path = tmp_path / "store"
     with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT, store_host=HOST) as store:
@@ -240,7 +240,7 @@ def test_records_a_power_cut_left_past_a_hole_never_come_back(tmp_path, impl):
     stayed; once new records ended where an old one began, the next open scanned on into them
     and their queue units took the queue offsets of acknowledged messages (found by a power-cut
     campaign: 1,181 of 2,362 acknowledged messages read back wrong by queue offset)."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     segment, body = 8 << 20, 1000
     options = dict(commitlog_file_size=segment, store_host=HOST)
@@ -302,7 +302,7 @@ def test_a_reader_keeps_to_its_own_recovery_when_no_writer_holds_the_store(tmp_p
     own recovery found, which is what the next writer's recovery keeps; before, it followed the
     dead writer's page past its cut and handed out records at queue offsets the next writer then
     gave to other messages (found by a power-cut campaign)."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     options = dict(commitlog_file_size=1 << 20, store_host=HOST)
     path = tmp_path / "store"

@@ -166,7 +166,7 @@ def test_second_writer_in_the_same_process_raises_store_locked(tmp_path, impl):
 
 
 def test_second_writer_from_a_subprocess_joins_or_raises_store_locked(tmp_path, impl):
-    # a writable open in another process joins the writer (rocketstore.writers); with
+    # a writable open in another process joins the writer (rocketstore.processes.writers); with
     # shared_writers=False on either side it raises StoreLockedError
     code = textwrap.dedent("""
         import os, sys

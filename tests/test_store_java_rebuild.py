@@ -9,7 +9,7 @@ import stat
 import struct
 
 from rocketstore import GetMessageStatus, MessageStore
-from rocketstore._codec_py import java_hash
+from rocketstore.format._codec_py import java_hash
 
 S = GetMessageStatus
 BODY = b"Once, there was a chance for me!"

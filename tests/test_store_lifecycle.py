@@ -57,7 +57,7 @@ def test_close_right_after_a_roll_does_not_race_the_segment_allocator(impl):
     # right after must not let that thread register the new segment with a closed core.
     out = run_child(
         """
-        import rocketstore.mapped_file as mapped_file
+        import rocketstore.files.mapped_file as mapped_file
 
         class SlowMappedFile(mapped_file.MappedFile):
             __slots__ = ()

@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore import Message, MessageStore
-from rocketstore._codec_py import java_hash
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidMessageIdError,
     MessageNotFoundError,
     StoreClosedError,
 )
+from rocketstore.format._codec_py import java_hash
 
 SEGMENT = 64 * 1024
 HOST = "10.0.0.7"

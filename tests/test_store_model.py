@@ -23,8 +23,8 @@ from hypothesis.stateful import (
 )
 
 from rocketstore import GetMessageStatus, Message, MessageStore
-from rocketstore._codec_py import java_hash
 from rocketstore.errors import MessageNotFoundError
+from rocketstore.format._codec_py import java_hash
 
 S = GetMessageStatus
 CQ_UNITS = 8

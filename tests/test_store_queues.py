@@ -16,11 +16,11 @@ import pytest
 
 import rocketstore
 from rocketstore import GetMessageStatus, Message, MessageStore
-from rocketstore._codec_py import java_hash
-from rocketstore.configfiles import loads_fastjson
 from rocketstore.consume import GetMessageResult
-from rocketstore.consumequeue import CQ_UNIT_DTYPE
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError, StoreReadOnlyError
+from rocketstore.files.configfiles import loads_fastjson
+from rocketstore.format._codec_py import java_hash
+from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE
 
 S = GetMessageStatus
 SEGMENT = 64 * 1024

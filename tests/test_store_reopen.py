@@ -311,7 +311,7 @@ class _Interrupt(Exception):
 def test_an_interrupted_rebuild_resumes_where_its_last_checkpoint_was(tmp_path, impl, monkeypatch):
     """Queues and index are rebuilt in steps, each recorded (checkpoint, index resume point): an
     open that dies half-way leaves the next one only the rest to do, and nothing twice."""
-    import rocketstore.recovery as recovery_module
+    import rocketstore.log.recovery as recovery_module
 
     path = str(tmp_path / "s")
     count = 2000
@@ -378,7 +378,7 @@ def _recover_total(path, impl, **options):
 def test_a_read_only_open_scans_from_the_checkpoint_not_its_segment_start(tmp_path, impl):
     """Below confirmPhyOffset the queues are complete and durable: a reader does not re-verify a
     large segment on every open (a Spark task opens the store once per partition)."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     path = str(tmp_path / "s")
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
@@ -399,7 +399,7 @@ def test_a_read_only_open_scans_from_the_checkpoint_not_its_segment_start(tmp_pa
 def test_a_read_only_open_scans_the_segment_when_confirm_is_not_a_record_boundary(tmp_path, impl):
     """A checkpoint no queue unit ends at (a damaged file, a store edited by hand) is not trusted
     to start the scan: the reader scans from its segment's start and sees every message."""
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     path = str(tmp_path / "s")
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT) as store:
@@ -421,7 +421,7 @@ def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(
     """A live writer dispatches past its last checkpoint: confirmPhyOffset is then the end of a
     unit inside some queue (found by binary search), and the reader still sees everything."""
     path = str(tmp_path / "s")
-    from rocketstore.checkpoint import Checkpoint
+    from rocketstore.files.checkpoint import Checkpoint
 
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT, dispatch_interval_ms=0) as w:
         first = [w.put("T", b"a%d" % i, queue_id=0) for i in range(40)]
@@ -456,7 +456,7 @@ def _deleted_fds():
 
 
 def test_deleted_files_are_unlinked_at_once_and_closed_by_the_end_of_the_block(tmp_path):
-    from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside
+    from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside
 
     files = [MappedFile(str(tmp_path / f"{i:020d}"), i * 4096, 4096, create=True) for i in range(3)]
     with deleted_files_closed_aside():

@@ -80,7 +80,7 @@ OWNER = """
 #: (its socket bound, its open not finished).
 STALLED_HOLDER = """
     import os, signal, sys, time
-    from rocketstore import storedir
+    from rocketstore.files import storedir
     from rocketstore.errors import StoreLockedError
     path, stage = sys.argv[1], sys.argv[2]
     if stage == "marking":
@@ -98,7 +98,7 @@ STALLED_HOLDER = """
             time.sleep(0.001)
     if stage == "bound":
         from rocketstore import _impl
-        from rocketstore.writers import WriterServer
+        from rocketstore.processes.writers import WriterServer
         server = WriterServer(path, lambda *a: None, _impl.get().store.serve_step)
     os.kill(os.getpid(), signal.SIGSTOP)
     time.sleep(600)

@@ -1,4 +1,4 @@
-"""Timer messages (rocketstore.timer, RocketMQ 5.x's wheel timer): the rmq_sys_wheel_timer rewrite
+"""Timer messages (rocketstore.services.timer, RocketMQ 5.x's wheel timer): the rmq_sys_wheel_timer rewrite
 on put, delivery at the millisecond in deliver-time order with an injected clock, the copy's
 fields, config/timerProgress, restarts and interrupted passes (exactly once), bad input, and a
 hypothesis state machine over put / advance / deliver / restart / crash on both twins."""
@@ -22,7 +22,7 @@ from test_schedule import HOST, copies
 from test_schedule import open_store as open_schedule_store
 
 from rocketstore import Message, MessageStore
-from rocketstore._clock import now_ms
+from rocketstore.base._clock import now_ms
 from rocketstore.errors import (
     InvalidQueueIdError,
     InvalidTimerError,
@@ -31,7 +31,7 @@ from rocketstore.errors import (
     SystemTopicError,
     TimerTooFarError,
 )
-from rocketstore.timer import TIMER_TOPIC, TimerProgress, intent_units
+from rocketstore.services.timer import TIMER_TOPIC, TimerProgress, intent_units
 
 DAY_MS = 86_400_000
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from test_timer import open_store
 
 from rocketstore import _impl
-from rocketstore import timer as timer_mod
-from rocketstore.timer import PASS_LIMIT, TIMER_TOPIC
+from rocketstore.services import timer as timer_mod
+from rocketstore.services.timer import PASS_LIMIT, TIMER_TOPIC
 
 DAY_MS = 86_400_000
 

@@ -216,7 +216,7 @@ def _raw_records(path):
 
 
 def test_prop_crc_digits_are_least_significant_first():
-    from rocketstore._verify import prop_crc_digits
+    from rocketstore.format._verify import prop_crc_digits
 
     assert prop_crc_digits(198614610) == b"0164168910"
     assert prop_crc_digits(0) == b"0" * 10 and prop_crc_digits(-1) == b"7463847412"
@@ -328,7 +328,7 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
 def test_reserved_columns_keep_every_row_in_order_when_more_come_than_reserved():
     import numpy as np
 
-    from rocketstore.commitlog import ReservedColumns
+    from rocketstore.log.commitlog import ReservedColumns
 
     columns = ReservedColumns((np.int64, np.bool_), 3)
     assert [len(c) for c in columns.filled()] == [0, 0]
@@ -351,8 +351,8 @@ def test_stamp_check_chunk_by_chunk_finds_what_one_pass_over_every_record_finds(
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from rocketstore._verify import TIMESTAMP_WINDOW_MS
-    from rocketstore.commitlog import StampCheck
+    from rocketstore.format._verify import TIMESTAMP_WINDOW_MS
+    from rocketstore.log.commitlog import StampCheck
 
     w = TIMESTAMP_WINDOW_MS
     step = st.sampled_from([0, 1, 5, w + 1, -1, -(w + 1), 3 * w, -3 * w])
@@ -371,6 +371,6 @@ def test_stamp_check_chunk_by_chunk_finds_what_one_pass_over_every_record_finds(
             at += n
         assert check.problems() == want
 
-    from rocketstore._verify import timestamp_problems
+    from rocketstore.format._verify import timestamp_problems
 
     check()

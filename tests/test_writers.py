@@ -1,4 +1,4 @@
-"""Several writer processes on one store (rocketstore.writers): a writable open in another
+"""Several writer processes on one store (rocketstore.processes.writers): a writable open in another
 process joins the one holding the lock, writes through it, and takes over when it ends."""
 
 import json
@@ -17,7 +17,7 @@ import pytest
 import rocketstore
 from rocketstore import Message, MessageStore
 from rocketstore.errors import NotAStoreError, StoreLockedError
-from rocketstore.writers import SOCKET_NAME
+from rocketstore.processes.writers import SOCKET_NAME
 
 SRC = str(pathlib.Path(rocketstore.__file__).resolve().parents[1])
 SMALL = dict(commitlog_file_size=64 * 1024, consume_queue_units=64, index_slots=64, index_count=256)
@@ -560,7 +560,7 @@ def test_garbage_on_the_writer_socket_harms_nothing(tmp_path, impl):
     import socket
     import struct
 
-    from rocketstore.writers import _address
+    from rocketstore.processes.writers import _address
 
     path = tmp_path / "s"
     with open_store(path, impl) as owner:

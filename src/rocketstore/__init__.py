@@ -15,7 +15,7 @@ from rocketstore.errors import *  # noqa: F401,F403 - the error hierarchy is pub
 from rocketstore.errors import PureBuildWarning
 from rocketstore.group import GroupConsumer
 from rocketstore.message import MessageExt
-from rocketstore.pop import Received, ReceivedMessage
+from rocketstore.services.pop import Received, ReceivedMessage
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore
 
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 IMPLEMENTATION = _DEFAULT.name
 
 if TYPE_CHECKING:  # the compiled twins have the same names and signatures (.pyi stubs)
-    from rocketstore._store_py import BatchPutResult, Message, PutFuture, PutResult
+    from rocketstore.log._store_py import BatchPutResult, Message, PutFuture, PutResult
 else:
     #: the compiled twin's Message when it is built (rocketstore.message.Message otherwise):
     #: puts take either

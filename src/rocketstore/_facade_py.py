@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from rocketstore.consume import GetMessageResult
 from rocketstore.message import Message, MessageExt
-from rocketstore.pop import Received, ReceivedMessage
 from rocketstore.roles import BOUND
+from rocketstore.services.pop import Received, ReceivedMessage
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore._store_py import PutResult
+    from rocketstore.log._store_py import PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
@@ -75,8 +75,8 @@ class FacadeBase:
         """Hand out up to ``max_msgs`` messages of ``topic`` to consumer group ``group``, each
         invisible to the rest of the group for ``invisible_time_ms`` (RocketMQ 5.x POP).
 
-        Returns a :class:`~rocketstore.pop.Received`, a sequence of
-        :class:`~rocketstore.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
+        Returns a :class:`~rocketstore.services.pop.Received`, a sequence of
+        :class:`~rocketstore.services.pop.ReceivedMessage` ``(message, handle, reconsume_times)``: messages whose invisible time ran out without an :meth:`ack` first (their reconsume
         times raised by one), then new ones from the group's position, queue by queue
         (``queue_id`` picks one). A message that would come back more than
         ``max_reconsume_times`` times (default: the group's ``retryMaxTimes``, 16) goes to
@@ -84,7 +84,7 @@ class FacadeBase:
         for :meth:`get_message`); messages it does not match are passed over for good, as a
         consumer that filters and commits passes them (the group's position moves past them).
         The receipt is recorded durably before the messages are handed out (see
-        :mod:`rocketstore.pop`); an empty result when nothing is there.
+        :mod:`rocketstore.services.pop`); an empty result when nothing is there.
         """
         if queue_id is None and max_reconsume_times is None and tags is None:
             return self._role.receive(group, topic, max_msgs, invisible_time_ms)
@@ -100,7 +100,7 @@ class FacadeBase:
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
         """Acknowledge the message received with ``handle`` (its receipt handle, or the
-        :class:`~rocketstore.pop.ReceivedMessage`): it is never handed out to the group
+        :class:`~rocketstore.services.pop.ReceivedMessage`): it is never handed out to the group
         again. True if this call acknowledged it, False if it already was;
         :class:`~rocketstore.errors.ReceiptHandleExpiredError` if its invisible time ran out and
         it was handed out again (the new receiver's handle acknowledges it);

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-from rocketstore._hotstate import NO_EXTENSIONS, REQUIRE_EXTENSIONS
+from rocketstore.format._hotstate import NO_EXTENSIONS, REQUIRE_EXTENSIONS
 
 _TWINS = ("crc32", "codec", "scan", "store", "index")
 
@@ -61,8 +61,12 @@ class Implementation:
         return f"<rocketstore implementation {self.name!r}>"
 
 
+#: The layer folder of each twin pair.
+_PACKAGE = {"crc32": "format", "codec": "format", "scan": "format", "store": "log", "index": "queues"}
+
+
 def _load(suffix: str) -> dict[str, ModuleType]:
-    return {twin: importlib.import_module(f"rocketstore._{twin}{suffix}") for twin in _TWINS}
+    return {twin: importlib.import_module(f"rocketstore.{_PACKAGE[twin]}._{twin}{suffix}") for twin in _TWINS}
 
 
 PURE = Implementation("py", False, _load("_py"))

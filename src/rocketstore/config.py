@@ -203,7 +203,7 @@ class StoreConfig:
     clean_resource_interval_ms: int = 10_000
     #: At most this many CommitLog segments are deleted per pass (``deleteFileBatchMax``, 10).
     delete_files_batch_max: int = 10
-    #: Retention policies (``rocketstore.retention``, docs/guide/retention.md). Each can be set
+    #: Retention policies (``rocketstore.services.retention``, docs/guide/retention.md). Each can be set
     #: per topic too (``MessageStore.set_topic_retention``, kept as topic attributes in
     #: ``topics.json``). ``retention_ms``: age in ms after which a segment may go at any pass
     #: (None: RocketMQ's rule, ``file_reserved_time`` at the ``delete_when`` hours; 0: any age).
@@ -222,7 +222,7 @@ class StoreConfig:
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
     schedule_interval_ms: int = 100
     #: Timer messages (``put(deliver_at_ms=)`` / ``delay_ms=``, RocketMQ 5.x's wheel timer;
-    #: rocketstore.timer): the furthest ahead a message may be due, in seconds
+    #: rocketstore.services.timer): the furthest ahead a message may be due, in seconds
     #: (``timerMaxDelaySec``, 3 days). Further raises ``TimerTooFarError`` and writes nothing.
     timer_max_delay_sec: int = 3 * 24 * 3600
     #: How often the timer service looks for new timer messages when none is due sooner (ms). It
@@ -246,12 +246,12 @@ class StoreConfig:
     #: receive and ack run (ms; 0: only at close). An open replays the revive log after it.
     pop_snapshot_interval_ms: int = 10_000
     #: Whether a writable open of a store that another process writes **joins** it (its puts
-    #: and other writes run in that process, ``rocketstore.writers``, and it takes over writing
+    #: and other writes run in that process, ``rocketstore.processes.writers``, and it takes over writing
     #: when that process ends) rather than raising ``StoreLockedError``. The process that writes
     #: keeps its own options; a joining process's write options are not used.
     shared_writers: bool = True
     #: Whether the puts of joined writers (``put`` and ``put_batch``) append in their own
-    #: process under one cross-process lock, as LMDB's writers do (``rocketstore.sharedappend``;
+    #: process under one cross-process lock, as LMDB's writers do (``rocketstore.log.sharedappend``;
     #: Linux), rather than run in the writing process. The writing process's option decides.
     shared_append: bool = True
     #: How long a joining writer waits for the writing process to finish opening (recovering)

@@ -1,6 +1,6 @@
 """Reading a consume queue by queue offset: RocketMQ's ``getMessage`` (spec §11) and tag filters (§4.3).
 
-:func:`get_message` answers one pull for one :class:`~rocketstore.consumequeue.ConsumeQueue`: it
+:func:`get_message` answers one pull for one :class:`~rocketstore.queues.consumequeue.ConsumeQueue`: it
 picks the status and ``next_begin_offset`` exactly as RocketMQ 4.3 does, scans the queue's units
 with numpy (placeholders and tag mismatches are dropped a whole view at a time, so Python only
 runs per *candidate* unit), reads each candidate through a ``read(commitlog_offset, size)``
@@ -57,16 +57,16 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from rocketstore._checks import check_int, wait_deadline
-from rocketstore._hotstate import PullResult
+from rocketstore.base._checks import check_int, wait_deadline
 from rocketstore.errors import InvalidMessageError, MessageNotFoundError, StoreClosedError
+from rocketstore.format._hotstate import PullResult
+from rocketstore.format.tagfilter import MATCH_ALL, TagFilter, as_filter
+from rocketstore.format.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE, DamagedUnit
 from rocketstore.message import MessageExt
 from rocketstore.status import GetMessageStatus
-from rocketstore.tagfilter import MATCH_ALL, TagFilter, as_filter
-from rocketstore.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE, DamagedUnit
 
 if TYPE_CHECKING:
-    from rocketstore._store_py import PutResult
+    from rocketstore.log._store_py import PutResult
     from rocketstore.store import MessageStore
 
 __all__ = [
@@ -91,7 +91,7 @@ class GetMessageResult(PullResult):
 
     ``messages`` holds what ``read`` returned for each collected unit (empty for
     :func:`~rocketstore.consume.get_units`); ``units`` holds the collected units (dtype
-    :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`), in queue order, one per message, and
+    :data:`~rocketstore.queues.consumequeue.CQ_UNIT_DTYPE`), in queue order, one per message, and
     ``queue_offsets`` (int64) the queue offset of each.
     ``min_offset`` / ``max_offset`` are the queue's bounds when the pull began (0 without a
     queue); ``buffer_total_size`` is the sum of the collected records' sizes. ``len()`` and
@@ -123,7 +123,7 @@ class GetMessageResult(PullResult):
 
     @property
     def units(self) -> np.ndarray:
-        """The collected units (dtype :data:`~rocketstore.consumequeue.CQ_UNIT_DTYPE`)."""
+        """The collected units (dtype :data:`~rocketstore.queues.consumequeue.CQ_UNIT_DTYPE`)."""
         units = self._units
         if not isinstance(units, np.ndarray):
             units = np.empty(0, dtype=CQ_UNIT_DTYPE) if units is None else np.frombuffer(units, CQ_UNIT_DTYPE)
@@ -532,7 +532,7 @@ class Consumer:
         *,
         retry: bool = True,
     ):
-        from rocketstore.schedule import retry_topic
+        from rocketstore.services.schedule import retry_topic
 
         if not isinstance(group, str) or not group:
             raise InvalidMessageError("group must be a non-empty str")

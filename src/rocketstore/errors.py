@@ -144,7 +144,7 @@ class StoreLockedError(RocketStoreError, OSError):
 
 
 class WriterGoneError(RocketStoreError):
-    """A joined writer's call (see :mod:`rocketstore.writers`) reached the process that wrote
+    """A joined writer's call (see :mod:`rocketstore.processes.writers`) reached the process that wrote
     for the store, and that process ended before it answered: whether the call took effect is
     unknown. The store carries on (this process or another writes for it now). Look a put up
     (by a ``UNIQ_KEY`` or key you gave it) before putting it again."""

@@ -43,10 +43,10 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from rocketstore.configfiles import ConsumerOffsetTable
 from rocketstore.consume import Consumer, poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError, StoreReadOnlyError
-from rocketstore.mapped_file import allocate_file
+from rocketstore.files.configfiles import ConsumerOffsetTable
+from rocketstore.files.mapped_file import allocate_file
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""Several processes writing one store: the lock holder serves the others (rocketstore.writers),
-which append through a shared table when they can (rocketstore.sharedappend).
+"""Several processes writing one store: the lock holder serves the others (rocketstore.processes.writers),
+which append through a shared table when they can (rocketstore.log.sharedappend).
 
 :class:`JoinedWriting` is the part of :class:`rocketstore.storebase.StoreBase` that takes the
 lock or joins its holder (``_take_role``), runs a joined store's calls in the writing process
@@ -22,10 +22,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NoReturn, Optional
 
-from rocketstore import sharedappend
-from rocketstore._background import weak_method
-from rocketstore._checks import check_put_ints
 from rocketstore._impl import MESSAGE_TYPES
+from rocketstore.base._background import weak_method
+from rocketstore.base._checks import check_put_ints
 from rocketstore.config import StoreConfig
 from rocketstore.errors import (
     RocketStoreError,
@@ -34,10 +33,11 @@ from rocketstore.errors import (
     StoreReadOnlyError,
     WriterGoneError,
 )
-from rocketstore.mapped_file import close_map, flush_timeout
+from rocketstore.files.mapped_file import close_map, flush_timeout
+from rocketstore.files.storedir import StoreLock
+from rocketstore.log import sharedappend
 from rocketstore.message import check_user_topic, host_to_bytes
-from rocketstore.storedir import StoreLock
-from rocketstore.writers import NoWriter, RemoteFuture, WriterClient, WriterGone, WriterServer
+from rocketstore.processes.writers import NoWriter, RemoteFuture, WriterClient, WriterGone, WriterServer
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
@@ -53,7 +53,7 @@ _NO_SERVER_GRACE = 1.0
 #: How long a lock holder that does not say it shares may stay so before StoreLockedError (s): an
 #: owner that is closing takes its mark off the lock file just before it releases the lock.
 _NOT_SHARING_GRACE = 0.2
-#: The calls of a joined writer's store (rocketstore.writers) that the writing process runs
+#: The calls of a joined writer's store (rocketstore.processes.writers) that the writing process runs
 #: and that are sent again to the next owner when the owner died before answering.
 _REPEATABLE = frozenset(
     (
@@ -260,7 +260,7 @@ class JoinedWriting:
             raise
         self._takeover_pending = False
 
-    # ---- several writer processes appending (rocketstore.sharedappend) ----
+    # ---- several writer processes appending (rocketstore.log.sharedappend) ----
 
     #: The writing process's options a joined writer's own appends use.
     _APPEND_OPTIONS = (
@@ -404,7 +404,7 @@ class Forwarder:
 class JoinedPut:
     """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
     dict, also of a plain Message, append in this process under the shared append lock
-    (rocketstore.sharedappend); anything else, and every put while that is not possible, runs
+    (rocketstore.log.sharedappend); anything else, and every put while that is not possible, runs
     in the writing process. Holds the store weakly (the store's role holds it)."""
 
     __slots__ = ("_store",)
@@ -505,7 +505,7 @@ def _put_message_here(store: Any, message: Any, durable: Optional[bool]) -> Any:
 
 def joined_put_batch(store: Any, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
     """A joined writer's ``put_batch``: a batch without tags or properties appends in this
-    process (rocketstore.sharedappend); anything else runs in the writing process."""
+    process (rocketstore.log.sharedappend); anything else runs in the writing process."""
     if (
         not store._closed
         and topic.__class__ is str
@@ -536,7 +536,7 @@ def joined_put_batch(store: Any, topic: Any, bodies: Any = None, **kwargs: Any) 
 
 def joined_put_messages(store: Any, messages: Any, durable: Optional[bool] = None) -> Any:
     """A joined writer's ``put_messages``: a batch of plain messages (tags and keys at most, of
-    user topics) appends in this process (rocketstore.sharedappend); anything else runs in the
+    user topics) appends in this process (rocketstore.log.sharedappend); anything else runs in the
     writing process."""
     if not store._closed:
         if type(messages) is not list:

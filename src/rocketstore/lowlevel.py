@@ -14,7 +14,7 @@ docs/format.md describes the bytes.
 """
 
 from rocketstore._impl import DEFAULT as _DEFAULT
-from rocketstore.units import CQ_UNIT_DTYPE
+from rocketstore.format.units import CQ_UNIT_DTYPE
 
 __all__ = ["crc32", "java_hash", "encode_record", "decode_record", "decode_batch", "CQ_UNIT_DTYPE"]
 

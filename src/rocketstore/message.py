@@ -45,7 +45,7 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_DELAY = "DELAY"
-#: The properties that make a put a timer message (MessageConst; rocketstore.timer).
+#: The properties that make a put a timer message (MessageConst; rocketstore.services.timer).
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
@@ -262,7 +262,7 @@ class MessageExt(metaclass=ABCMeta):
     memoryview into the segment map that keeps the map alive while it exists.
 
     This class is the pure-Python twin's message; the compiled build hands out
-    ``rocketstore._codec.MessageExt``, which decodes ``body``, ``topic``, ``properties`` and the
+    ``rocketstore.format._codec.MessageExt``, which decodes ``body``, ``topic``, ``properties`` and the
     hosts on first access. Both are instances of this class (an ABC the compiled one registers
     with), have the same attributes, compare equal for the same record, and pickle (a zero-copy
     body pickles as bytes).

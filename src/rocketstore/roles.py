@@ -11,10 +11,10 @@ ended), closes, or is inherited by a forked child:
     point reads are its codec's ``FastReads``, ``receive`` and ``ack`` the POP service's
     ``Receiver`` and its codec's ``PopAcker``; everything else the careful path.
 ``joined``
-    Another process holds the lock (rocketstore.writers): writes run there, or append here
-    through the shared table (rocketstore.sharedappend); reads are the following store's.
+    Another process holds the lock (rocketstore.processes.writers): writes run there, or append here
+    through the shared table (rocketstore.log.sharedappend); reads are the following store's.
 ``following``
-    Read-only beside a writer (rocketstore.live): every read may find the store opened again
+    Read-only beside a writer (rocketstore.processes.live): every read may find the store opened again
     under it and runs again then (``SwitchSafe``).
 ``read-only``
     Read-only with no writer's live page to follow.

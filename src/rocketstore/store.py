@@ -14,7 +14,7 @@ per-queue offset table, and starts the flush threads. A read-only open writes no
 
 ``MessageStore`` is the facade: each public method is the class's own and calls the store's role
 (rocketstore.roles), chosen at open; the parts and the careful path of every call are
-:class:`rocketstore.storebase.StoreBase`'s, recovery is rocketstore.recovery's.
+:class:`rocketstore.storebase.StoreBase`'s, recovery is rocketstore.log.recovery's.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import numpy as np
 
 from rocketstore import _facade_py, _impl
 from rocketstore.consume import GetMessageResult
+from rocketstore.files.storedir import check_store_dir
 from rocketstore.message import Message, MessageExt
-from rocketstore.pop import Received, ReceivedMessage
-from rocketstore.retention import UNCHANGED
+from rocketstore.services.pop import Received, ReceivedMessage
+from rocketstore.services.retention import UNCHANGED
 from rocketstore.storebase import StoreBase
-from rocketstore.storedir import check_store_dir
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+    from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
 
 if TYPE_CHECKING:
     from rocketstore._facade_py import FacadeBase
@@ -298,7 +298,7 @@ class MessageStore(FacadeBase, StoreBase):
     def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
         """Acknowledge many messages at once (one record per queue); returns how many this call
         acknowledged. ``handles``: receipt handles (or ``ReceivedMessage``), or a whole
-        :class:`~rocketstore.pop.Received`
+        :class:`~rocketstore.services.pop.Received`
         (every message of one receive, with no handle to parse: the fast path). Every handle is checked first (a malformed one raises
         :class:`~rocketstore.errors.InvalidReceiptHandleError`, nothing acknowledged); handles
         whose messages were handed out again are listed by the

@@ -1,10 +1,10 @@
 """The store's parts and the careful path of each of its calls (:class:`StoreBase`), under the
 facade :class:`rocketstore.store.MessageStore`.
 
-An open (``_open``) maps the CommitLog, recovers it (rocketstore.recovery), opens the queues and
+An open (``_open``) maps the CommitLog, recovers it (rocketstore.log.recovery), opens the queues and
 the index, and starts the services of a writable store; ``_choose_role`` then picks the role
 (rocketstore.roles) the facade's calls go to. ``close`` (``_teardown``) stops and closes each part.
-Several processes writing one store (rocketstore.writers, rocketstore.sharedappend) are wired
+Several processes writing one store (rocketstore.processes.writers, rocketstore.log.sharedappend) are wired
 here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
 call in the writing process, ``_writer_gone`` takes over when that process ended.
 """
@@ -33,18 +33,12 @@ from typing import (
 
 import numpy as np
 
-from rocketstore import _impl, recovery, report, sharedappend
-from rocketstore._background import weak_method
-from rocketstore._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
-from rocketstore._clock import now_ms
-from rocketstore._files import fsync_dir, open_regular, raise_open_files_limit
+from rocketstore import _impl
 from rocketstore._impl import MESSAGE_TYPES
-from rocketstore.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
-from rocketstore.checkpoint import Checkpoint
-from rocketstore.commitlog import AppendCore, CommitLog
-from rocketstore.compaction import CompactionLog, latest_per_key
+from rocketstore.base._background import weak_method
+from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
+from rocketstore.base._clock import now_ms
 from rocketstore.config import StoreConfig, default_store_path
-from rocketstore.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.consume import (
     GetMessageResult,
     GetMessageStatus,
@@ -54,13 +48,6 @@ from rocketstore.consume import (
     get_message,
     get_units,
     scan_budget,
-)
-from rocketstore.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
-from rocketstore.dispatch import (
-    Dispatcher,
-    DispatchThread,
-    MemoryIndexService,
-    TailQueueStore,
 )
 from rocketstore.errors import (
     BatchTopicError,
@@ -74,8 +61,17 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
+from rocketstore.files._files import fsync_dir, open_regular, raise_open_files_limit
+from rocketstore.files.checkpoint import Checkpoint
+from rocketstore.files.configfiles import ConsumerOffsetTable, TopicConfigTable
+from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
+from rocketstore.files.storedir import (
+    StoreLock,
+    check_store_dir,
+    detect_segment_size,
+    writer_present,
+)
 from rocketstore.group import GROUPS_DIR
-from rocketstore.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_queue_options
 from rocketstore.joined import (
     FORWARDED,
     Forwarder,
@@ -86,8 +82,8 @@ from rocketstore.joined import (
     joined_put_messages,
     uniq_prefix,
 )
-from rocketstore.live import GEOMETRY_OPTIONS, AsyncWaker, Follower, LivePage, Look, read_geometry, topic_slot
-from rocketstore.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
+from rocketstore.log import recovery, sharedappend
+from rocketstore.log.commitlog import AppendCore, CommitLog
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -95,22 +91,28 @@ from rocketstore.message import (
     check_user_topic,
     validate_topic,
 )
-from rocketstore.parts import StoreParts
-from rocketstore.pop import (
-    PopService,
-    QuickPull,
-    Received,
-    ReceivedMessage,
-    Receiver,
+from rocketstore.processes.live import (
+    GEOMETRY_OPTIONS,
+    AsyncWaker,
+    Follower,
+    LivePage,
+    Look,
+    read_geometry,
+    topic_slot,
 )
-from rocketstore.queuecheck import QueueGuard
-from rocketstore.retention import (
-    UNCHANGED,
-    Cleaner,
-    retention_attribute_changes,
-    retention_report,
-    topic_policy,
+from rocketstore.processes.writers import WriterClient, WriterServer
+from rocketstore.queues.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
+from rocketstore.queues.compaction import CompactionLog, latest_per_key
+from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
+from rocketstore.queues.dispatch import (
+    Dispatcher,
+    DispatchThread,
+    MemoryIndexService,
+    TailQueueStore,
 )
+from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_queue_options
+from rocketstore.queues.queuecheck import QueueGuard
+from rocketstore.queues.timerwheel import read_timer_check, rocketmq_timers
 from rocketstore.roles import (
     BOUND,
     FAST_READS,
@@ -120,22 +122,36 @@ from rocketstore.roles import (
     SwitchSafeCall,
     resuming_calls,
 )
-from rocketstore.schedule import DelayProgress, ScheduleService, pending_counts
-from rocketstore.storedir import (
-    StoreLock,
-    check_store_dir,
-    detect_segment_size,
-    writer_present,
+from rocketstore.services import report
+from rocketstore.services.parts import StoreParts
+from rocketstore.services.pop import (
+    PopService,
+    QuickPull,
+    Received,
+    ReceivedMessage,
+    Receiver,
 )
-from rocketstore.timer import TIMER_PROPERTIES, TIMER_TOPIC, TimerProgress, TimerService, is_timer_put
-from rocketstore.timerwheel import read_timer_check, rocketmq_timers
-from rocketstore.topics import Topics
-from rocketstore.writers import WriterClient, WriterServer
+from rocketstore.services.retention import (
+    UNCHANGED,
+    Cleaner,
+    retention_attribute_changes,
+    retention_report,
+    topic_policy,
+)
+from rocketstore.services.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore.services.timer import (
+    TIMER_PROPERTIES,
+    TIMER_TOPIC,
+    TimerProgress,
+    TimerService,
+    is_timer_put,
+)
+from rocketstore.services.topics import Topics
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore._store_py import BatchPutResult, PutFuture, PutResult
+    from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
@@ -146,7 +162,7 @@ _T = TypeVar("_T")
 __all__ = ["StoreBase"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: Properties that make a put delayed or timed (rocketstore.schedule, rocketstore.timer).
+#: Properties that make a put delayed or timed (rocketstore.services.schedule, rocketstore.services.timer).
 _SCHEDULING = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 _WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
@@ -364,12 +380,12 @@ class StoreBase(JoinedWriting):
         self._lock = StoreLock(self.path)
         self._server: Optional[WriterServer] = None  # serving joined writers (this process writes)
         self._remote: Optional[WriterClient] = None  # the process this one's writes go to
-        # rocketstore.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
+        # rocketstore.log.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
         # for it; a joined store's own appender (None: not asked yet, False: none to be had)
         self._append_table: Optional[tuple[int, Any, int]] = None
         #: a read-only open's queues that end before their records (rebuilt in memory)
         self._short_queues: dict[tuple[str, int], int] = {}
-        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.batchcq), and those
+        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.queues.batchcq), and those
         #: topics (a set lookup on the reads' careful paths)
         self._batch: Any = None
         self._batch_topics: frozenset[str] = frozenset()
@@ -391,7 +407,7 @@ class StoreBase(JoinedWriting):
 
     def _open_store(self) -> None:
         """Open the store: as its writer (taking the lock), as a writer joined to the process
-        that holds the lock (rocketstore.writers), or read-only. A bare ``OSError`` on the way
+        that holds the lock (rocketstore.processes.writers), or read-only. A bare ``OSError`` on the way
         (a full disk) is raised as the typed error it stands for (``typed_error``)."""
         try:
             self._open_store_as_its_part()
@@ -508,7 +524,7 @@ class StoreBase(JoinedWriting):
     @property
     def writer_pid(self) -> Optional[int]:
         """The process that writes for this store: this one's pid when it holds the lock, the
-        owner's when this store joined it (rocketstore.writers), None when read-only."""
+        owner's when this store joined it (rocketstore.processes.writers), None when read-only."""
         if self._remote is not None:
             return self._remote.owner_pid
         return None if self._files_read_only else os.getpid()
@@ -602,9 +618,9 @@ class StoreBase(JoinedWriting):
             bq.truncate(end)
         self._dispatch_thread = None
         self._cleaner = None
-        self._schedule = None  # the delay service (rocketstore.schedule) of a writable store
-        self._timer = None  # the timer service (rocketstore.timer) of a writable store
-        self._pop = None  # acknowledgement per message (rocketstore.pop) of a writable store
+        self._schedule = None  # the delay service (rocketstore.services.schedule) of a writable store
+        self._timer = None  # the timer service (rocketstore.services.timer) of a writable store
+        self._pop = None  # acknowledgement per message (rocketstore.services.pop) of a writable store
         if self._files_read_only:
             self._queue_offsets = queue_offsets
             self._core = commitlog.core
@@ -1285,7 +1301,7 @@ class StoreBase(JoinedWriting):
             if done is not None:
                 return done
         if tags is None and keys is None and properties is None and body is not None and not self._closed:
-            # a timer or delayed put's own hot path (rocketstore.timer, rocketstore.schedule);
+            # a timer or delayed put's own hot path (rocketstore.services.timer, rocketstore.services.schedule);
             # anything else (both, a read-only store) is the general path's to refuse
             wait = -1 if durable is None else (1 if durable else 0)
             if delay_level is None and self._timer is not None:
@@ -1484,7 +1500,7 @@ class StoreBase(JoinedWriting):
         mode = self._wait_mode(durable, 0 if no_wait else -1)
         return self._core.put_many(items, mode)
 
-    # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.schedule) ----
+    # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
 
     def _delayed(
         self,
@@ -1559,7 +1575,7 @@ class StoreBase(JoinedWriting):
                 continue  # gone (retention) or damaged: nothing to deliver
 
     def _rocketmq_timers(self) -> Optional[dict[str, Any]]:
-        """What a RocketMQ 5.x broker's timer files say is pending (rocketstore.timerwheel),
+        """What a RocketMQ 5.x broker's timer files say is pending (rocketstore.queues.timerwheel),
         None when the store has none."""
         check = read_timer_check(self.path)
         if check is None:
@@ -1611,7 +1627,7 @@ class StoreBase(JoinedWriting):
         group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
         return group_config
 
-    # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.pop) ----
+    # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.services.pop) ----
 
     def _pop_service(self) -> PopService:
         if self._closed or self._follower is not None or self._files_read_only:
@@ -1765,7 +1781,7 @@ class StoreBase(JoinedWriting):
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
         """Check every record's structure and body CRC, segment by segment, every field that can
-        be cross-checked (``rocketstore._verify``: PhysicalOffset against the record's position,
+        be cross-checked (``rocketstore.format._verify``: PhysicalOffset against the record's position,
         room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
         characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
         timestamps against their neighbours'), and every ConsumeQueue unit against the record it
@@ -2042,7 +2058,7 @@ class StoreBase(JoinedWriting):
 
         return pull
 
-    # ---- waiting for puts (rocketstore.live) ----
+    # ---- waiting for puts (rocketstore.processes.live) ----
 
     @staticmethod
     def _deadline(wait: Optional[float]) -> Optional[float]:

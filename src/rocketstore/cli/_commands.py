@@ -275,7 +275,7 @@ def cmd_consume(args) -> int:
 
 
 def store_report(store: MessageStore) -> dict:
-    """What ``stats`` prints: ``store.stats()``, the same document (rocketstore.report)."""
+    """What ``stats`` prints: ``store.stats()``, the same document (rocketstore.services.report)."""
     return store.stats()
 
 

@@ -70,7 +70,7 @@ def open_store(
     progress: Optional[Callable[[str, int, int], None]] = None,
 ) -> MessageStore:
     """The store of ``--store``: read-only unless ``writable``; ``create`` lets ``put`` start one.
-    A writable open joins a process that writes the store (rocketstore.writers) unless not
+    A writable open joins a process that writes the store (rocketstore.processes.writers) unless not
     ``join`` (``recover``, which must be the writer itself)."""
     path = _store_path(args)
     _check_store_dir(path, may_create=create)

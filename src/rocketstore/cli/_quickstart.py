@@ -20,7 +20,7 @@ from rocketstore.cli._common import (
     _store_path,
 )
 from rocketstore.cli._output import Progress, _human_bytes, _n
-from rocketstore.report import disk_usage
+from rocketstore.services.report import disk_usage
 from rocketstore.store import MessageStore
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from rocketstore.dispatch import consumable_rows
+    from rocketstore.queues.dispatch import consumable_rows
     from rocketstore.store import MessageStore
 
     topics = sorted({t for t, _q, _s, _e in p.ranges})
@@ -204,7 +204,7 @@ def _msg_ids(rows):
     import numpy as np
     import pyarrow as pa
 
-    from rocketstore._codec_py import SYSFLAG_STOREHOST_V6, make_offset_msg_id
+    from rocketstore.format._codec_py import SYSFLAG_STOREHOST_V6, make_offset_msg_id
 
     global _HEX
     n = len(rows)
@@ -282,7 +282,7 @@ def _record_batch(rows, view, columns, topic: Optional[str], broker: str):
     import numpy as np
     import pyarrow as pa
 
-    from rocketstore._codec_py import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+    from rocketstore.format._codec_py import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 
     n = len(rows)
     props = None

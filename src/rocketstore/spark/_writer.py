@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rocketstore._files import replace_file
+from rocketstore.files._files import replace_file
 from rocketstore.spark._options import _int_option, _store_paths
 from rocketstore.spark._pyspark import (
     _STREAM_ARROW,
@@ -262,7 +262,7 @@ def _read_sink_state(root: str) -> tuple[dict, dict]:
 
 
 def _write_sink_commits(root: str, commits: dict, pending: Optional[dict] = None) -> None:
-    """Replace the file whole (:func:`rocketstore._files.replace_file`)."""
+    """Replace the file whole (:func:`rocketstore.files._files.replace_file`)."""
     state = {"v": 1, "sinks": commits}
     if pending:
         state["pending"] = pending

@@ -1,0 +1,1 @@
+"""Helpers every layer uses: clocks, argument checks, background threads, the failure log."""

@@ -1,0 +1,5 @@
+"""Type stub of the compiled twin: the same API as the pure-Python `rocketstore.format._scan_py`
+(tests/test_twin_parity.py checks that both export the same names)."""
+
+from rocketstore.format._scan_py import *  # noqa: F403
+from rocketstore.format._scan_py import __all__ as __all__

@@ -1,0 +1,1 @@
+"""The CommitLog: segments, the append core (twins), shared appends between processes, recovery."""

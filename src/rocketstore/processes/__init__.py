@@ -1,0 +1,1 @@
+"""Processes sharing one store: the live page (wake-ups) and joined writers."""

@@ -1,0 +1,1 @@
+"""What is derived from the CommitLog: ConsumeQueues, the index (twins), dispatch and checks."""

@@ -1,0 +1,1019 @@
+"""Timer messages: delivery at any millisecond (RocketMQ 5.x's wheel timer, spec §12.5).
+
+**The put.** A put with ``deliver_at_ms=`` (epoch ms) or ``delay_ms=``, or with one of the
+properties a 5.x client sets (``TIMER_DELIVER_MS``, absolute epoch ms; ``TIMER_DELAY_SEC``;
+``TIMER_DELAY_MS``), is rewritten as a 5.x broker's ``HookUtils.transformTimerMessage`` does:
+the properties gain ``TIMER_OUT_MS`` (the deliver time), ``REAL_TOPIC`` and ``REAL_QID``, and
+the record goes to topic ``rmq_sys_wheel_timer``, queue 0. A deliver time not in the future is
+not a timer message: the message is stored in its topic at once, properties as given (5.x does
+the same). One further ahead than ``timer_max_delay_sec`` (3 days), a value that is not a decimal
+int, more than one of the three properties, or a delay level as well, raise
+:class:`~rocketstore.errors.InvalidTimerError` (:class:`~rocketstore.errors.TimerTooFarError`
+for the horizon) and write nothing. 5.x rounds the deliver time down to its ``timerPrecisionMs``
+(100 .. 1000 ms); rocketstore keeps the millisecond.
+
+**Delivery.** :class:`TimerService` (one background thread of a writable store) keeps the
+timer messages not yet delivered in a heap ordered by the key ``(deliver ms, queue offset in
+rmq_sys_wheel_timer)``, and delivers every message whose time has come in key order: the
+record is read and put again in ``REAL_TOPIC`` / ``REAL_QID`` with body, flag, sysFlag, born
+timestamp and reconsume times copied and the properties of 5.x's ``convertMessage``: all of
+them but ``REAL_TOPIC`` / ``REAL_QID``, plus ``TIMER_DEQUEUE_MS`` (when the pass ran), in the
+iteration order of a Java ``HashMap``.
+
+**Progress** is in ``config/timerProgress`` (:class:`TimerProgress`: two fixed slots written in
+turn, each fdatasynced; a file a broker does not know): ``enqueueOffset`` Q (units of the timer
+queue below Q have been read into the heap), the watermark W = ``(readTimeMs,
+readQueueOffset)`` and ``firstPendingOffset`` L (no unit below L is waiting). The invariant: a
+unit below Q is delivered if its key is at most W, else it is waiting. A pass reads new units
+(Q onwards), takes every new unit whose key is at most W (put "late": due already) and then the
+waiting units in key order up to ``now`` (at most PASS_LIMIT), and moves W to the last key
+taken. An open rebuilds the heap from the units between L and Q (each record read once for its
+``TIMER_OUT_MS``).
+
+**Exactly once across crashes**, as the delay service (rocketstore.services.schedule) does it: a pass
+
+1. persists its *intent* (the CommitLog offset E its copies are written after, the pass time,
+   the state before and after) together with the state before it;
+2. puts the copies, in key order, in one ``put_many`` (nothing comes between them);
+3. flushes the CommitLog;
+4. leaves the state after to be saved with the next pass's intent, or when the service is idle,
+   ``deliver()`` returns or the store closes (one fdatasync per pass before its copies).
+
+The units a pass delivers follow from its intent and the timer queue alone (the units below the
+new Q with a key at most the new W and above the old one, or at or past the old Q). An open
+(or the next pass, after a failed put or flush) that finds an intent *rolls it forward*: it
+walks the CommitLog from E matching the copies found, in order, against those units (topic,
+queue, body, properties, born timestamp, reconsume times, flag), writes the copies still
+missing (under a new intent that says how many were already there), and saves the state after.
+A copy that exists is never written again, a copy that does not is written: no loss, no
+duplicate. :meth:`TimerService.stats` counts the passes settled this way and the copies found
+already written (``resumed``), which a broker would have delivered twice.
+
+**Files.** RocketMQ 5.x keeps ``timerlog/`` (52-byte units chained per slot), ``timerwheel``
+(one 32-byte slot per ``timerPrecisionMs`` over 7 days) and ``config/timercheck``. Its wheel
+cannot hold a millisecond (100 ms at the finest) and its checkpoint delivers at least once, so
+rocketstore does not write those files (a 5.x broker that opened a directory with its own
+``timercheck`` missing would read rmq_sys_wheel_timer from its start and deliver again); see
+docs/guide/timers.md.
+
+A record that cannot be delivered (REAL_TOPIC or REAL_QID unusable, ``TIMER_OUT_MS`` missing,
+the record gone under retention, a copy too large) is logged, counted in ``dropped`` and passed
+over, as a broker drops a message it cannot deliver.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import operator
+import os
+import struct
+import threading
+import weakref
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+from rocketstore.base._clock import now_ms
+from rocketstore.base._failurelog import FailureLog
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidQueueIdError,
+    InvalidTimerError,
+    MessageNotFoundError,
+    StoreConfigError,
+    StoreReadOnlyError,
+    TimerTooFarError,
+)
+from rocketstore.files._files import fsync_dir, write_synced
+from rocketstore.files.configfiles import PERM_READ, PERM_WRITE
+from rocketstore.files.mapped_file import NO_SPACE_ERRNOS, space_error
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    is_valid_topic,
+)
+from rocketstore.queues.timerwheel import read_timer_check, recall_key
+from rocketstore.services.parts import StoreParts
+from rocketstore.services.schedule import (
+    _SYSFLAG_HOSTS_V6,
+    _UNIQ_KEY_EXTRA,
+    PROPERTY_CRC32,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    _is_copy,
+    _java_int,
+    java_hashmap_order,
+)
+
+__all__ = [
+    "TIMER_TOPIC",
+    "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELAY_MS",
+    "PROPERTY_TIMER_OUT_MS",
+    "PROPERTY_TIMER_DEQUEUE_MS",
+    "TIMER_PROPERTIES",
+    "TimerProgress",
+    "TimerService",
+    "is_timer_put",
+]
+
+log = logging.getLogger("rocketstore.services.timer")
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+#: The properties that make a put a timer message (MessageConst).
+TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
+#: At most this many copies per pass (besides the late ones: new units due by the watermark),
+#: and this many new units read per pass: as many as a pass can take, so that new units
+#: already due are delivered at once, not pushed into the heap and popped again.
+PASS_LIMIT = 16384
+ENQUEUE_LIMIT = 16384
+#: Units read (with their records' TIMER_OUT_MS) per codec call.
+UNITS_PER_CALL = 4096
+#: After a failed pass the thread waits this long before the next.
+RETRY_AFTER_FAILURE_MS = 1000
+FLUSH_TIMEOUT_MS = 10_000
+_JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
+_NO_KEY = (-(1 << 63), -1)  # below every key: nothing delivered yet
+_DELIVER_MS = operator.itemgetter(0)  # of a unit (deliver ms, queue offset, CommitLog offset)
+
+
+def is_timer_put(properties: Optional[Mapping[str, str]]) -> bool:
+    """Whether a put with these properties is a timer message (it names a TIMER_* time)."""
+    return bool(properties) and any(name in properties for name in TIMER_PROPERTIES)  # type: ignore[operator]
+
+
+def _java_long(text: object) -> Optional[int]:
+    """``Long.parseLong``: None where Java throws."""
+    if not isinstance(text, str):
+        return None
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not body.isascii() or not body.isdigit():
+        return None
+    value = int(text)
+    return value if _JAVA_LONG[0] <= value <= _JAVA_LONG[1] else None
+
+
+def _check_ms(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTimerError(f"{name} must be an int of milliseconds, not {type(value).__name__}")
+    if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
+        raise InvalidTimerError(f"{name} {value} does not fit a Java long")
+    return value
+
+
+def _deliver_ms(
+    props: dict[str, str], deliver_at_ms: Optional[int], delay_ms: Optional[int], now: int
+) -> int:
+    """The deliver time of a timer put at ``now``, as 5.x's ``transformTimerMessage`` reads it;
+    a keyword argument is written into ``props`` as the property a 5.x client would set."""
+    named = [name for name in TIMER_PROPERTIES if name in props]
+    if deliver_at_ms is not None and delay_ms is not None:
+        raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
+    if (deliver_at_ms is not None or delay_ms is not None) and named:
+        raise InvalidTimerError(f"the properties already name a timer ({named[0]})")
+    if len(named) > 1:
+        raise InvalidTimerError(f"a message names one timer property, not {' and '.join(named)}")
+    level = _java_int(props[PROPERTY_DELAY]) if PROPERTY_DELAY in props else 0
+    if level is None or level > 0:
+        raise InvalidTimerError("a timer message cannot also have a DELAY level")
+    if deliver_at_ms is not None:
+        props[PROPERTY_TIMER_DELIVER_MS] = str(_check_ms("deliver_at_ms", deliver_at_ms))
+    elif delay_ms is not None:
+        props[PROPERTY_TIMER_DELAY_MS] = str(_check_ms("delay_ms", delay_ms))
+    name = next(n for n in TIMER_PROPERTIES if n in props)
+    value = _java_long(props[name])
+    if value is None:
+        raise InvalidTimerError(f"the {name} property {props[name]!r} is not a decimal long")
+    if name == PROPERTY_TIMER_DELAY_SEC:
+        deliver = now + value * 1000
+    elif name == PROPERTY_TIMER_DELAY_MS:
+        deliver = now + value
+    else:
+        deliver = value
+    return deliver
+
+
+class TimerProgress:
+    """``config/timerProgress``: the timer service's state and the intent of a pass in progress
+    (module docstring), in two fixed slots written in turn, each fdatasynced.
+
+    ========  ======  ===========================================================================
+    offset    size    field (big-endian, as RocketMQ's files)
+    ========  ======  ===========================================================================
+    0         4       magic ``0x544D5250`` ("TMRP")
+    4         4       version (1)
+    8         8       sequence number (the slot with the larger valid one is current)
+    16        8       enqueueOffset Q
+    24        8       firstPendingOffset L
+    32        8       readTimeMs, 40: readQueueOffset (the watermark W)
+    48        8       1 when an intent follows, else 0
+    56        8 x 9   intent: commitlogOffset, dequeueMs, done, fromOffset, fromTimeMs,
+                      fromQueueOffset, toOffset, toTimeMs, toQueueOffset
+    128       4       CRC32 of bytes 0..127
+    ========  ======  ===========================================================================
+
+    Slot n lives at ``n * SLOT_SIZE``. A write goes to the slot not holding the current state and
+    is fdatasynced before anything depends on it, so a torn write leaves the other slot, and
+    the state before, intact. A file of zeros (created, nothing written yet) is the empty state;
+    a file with no valid slot but not all zeros is damage (:class:`StoreConfigError`)."""
+
+    FILE_NAME = "timerProgress"
+    MAGIC = 0x544D5250
+    VERSION = 1
+    SLOT_SIZE = 160
+    _LAYOUT = struct.Struct(">IIq" + "q" * 14)
+    _CRC = struct.Struct(">I")
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.read_only = read_only
+        self._seq = 0
+        self._slot = 1  # the next write goes to slot 0
+        self.enqueue_offset = 0
+        self.first_pending = 0
+        self.watermark: tuple[int, int] = _NO_KEY
+        #: the pass in progress: commitlogOffset, dequeueMs, done, from (Q, W) and ``to`` (Q, W)
+        self.intent: Optional[dict[str, Any]] = None
+
+    @classmethod
+    def in_store(cls, root: str | os.PathLike[str], *, read_only: bool = False) -> TimerProgress:
+        """Open and load ``<root>/config/timerProgress``."""
+        progress = cls(os.path.join(os.fspath(root), "config", cls.FILE_NAME), read_only=read_only)
+        progress.load()
+        return progress
+
+    def load(self) -> bool:
+        """Read the current slot; False (empty state) when the file is missing or all zeros."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read(2 * self.SLOT_SIZE)
+        except FileNotFoundError:
+            return False
+        best = None
+        for n in (0, 1):
+            chunk = raw[n * self.SLOT_SIZE : n * self.SLOT_SIZE + self._LAYOUT.size + 4]
+            if len(chunk) < self._LAYOUT.size + 4:
+                continue
+            body, (crc,) = chunk[: self._LAYOUT.size], self._CRC.unpack(chunk[self._LAYOUT.size :])
+            fields = self._LAYOUT.unpack(body)
+            if fields[0] != self.MAGIC or zlib.crc32(body) != crc:
+                continue
+            if fields[1] != self.VERSION:
+                raise StoreConfigError(f"{self.path}: version {fields[1]} is not {self.VERSION}")
+            if best is None or fields[2] > best[1][2]:
+                best = (n, fields)
+        if best is None:
+            if raw.strip(b"\0"):
+                raise StoreConfigError(f"{self.path}: neither slot is valid (damaged)")
+            return False
+        self._slot, fields = best
+        self._seq = fields[2]
+        q, low, t, tq, has_intent = fields[3:8]
+        e, d, done, fq, ft, fqo, tq2, tt, tqo = fields[8:17]
+        if min(q, low, tq + 1, e, done, fq, fqo + 1, tq2, tqo + 1) < 0 or has_intent not in (0, 1):
+            raise StoreConfigError(f"{self.path}: a field is out of range: {fields}")
+        self.enqueue_offset, self.first_pending, self.watermark = q, low, (t, tq)
+        self.intent = None
+        if has_intent:
+            self.intent = {
+                "commitlogOffset": e,
+                "dequeueMs": d,
+                "done": done,
+                "fromOffset": fq,
+                "fromTimeMs": ft,
+                "fromQueueOffset": fqo,
+                "to": (tq2, (tt, tqo)),
+            }
+        return True
+
+    def persist(self) -> None:
+        """Write the state (and intent) into the other slot and fdatasync it."""
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.path} was opened read-only")
+        i = self.intent
+        intent = (
+            (1, i["commitlogOffset"], i["dequeueMs"], i["done"], i["fromOffset"], i["fromTimeMs"],
+             i["fromQueueOffset"], i["to"][0], i["to"][1][0], i["to"][1][1])
+            if i is not None
+            else (0,) * 10
+        )  # fmt: skip
+        body = self._LAYOUT.pack(
+            self.MAGIC,
+            self.VERSION,
+            self._seq + 1,
+            self.enqueue_offset,
+            self.first_pending,
+            self.watermark[0],
+            self.watermark[1],
+            *intent,
+        )
+        slot = 1 - self._slot
+        try:
+            created = not os.path.exists(self.path)
+            if created:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                write_synced(self.path, bytes(2 * self.SLOT_SIZE))
+                fsync_dir(os.path.dirname(self.path))
+            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.pwrite(fd, body + self._CRC.pack(zlib.crc32(body)), slot * self.SLOT_SIZE)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno not in NO_SPACE_ERRNOS:
+                raise
+            raise space_error(exc.errno, "writing timerProgress failed", self.path) from exc
+        self._seq += 1
+        self._slot = slot
+
+    def set_state(self, enqueue_offset: int, watermark: tuple[int, int], first_pending: int) -> None:
+        """The state after a pass, without an intent (saved by :meth:`persist`)."""
+        self.enqueue_offset, self.watermark, self.first_pending = enqueue_offset, watermark, first_pending
+        self.intent = None
+
+
+class TimerService:
+    """The timer service of one writable :class:`~rocketstore.MessageStore` (module docstring).
+    Built by the store when it opens; it rebuilds its heap and settles an interrupted pass."""
+
+    def __init__(
+        self, parts: StoreParts, *, clock: Optional[Callable[[], int]] = None, interval_ms: int = 10
+    ) -> None:
+        self._parts = parts
+        cfg = parts.config
+        self.clock = clock or now_ms
+        self.max_delay_ms = cfg.timer_max_delay_sec * 1000
+        self._interval_ms = interval_ms
+        self._progress = TimerProgress.in_store(parts.path)
+        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers here
+        self._broker = read_timer_check(parts.path)
+        progress = self._progress
+        if (
+            self._broker is not None
+            and progress.enqueue_offset == 0
+            and progress.watermark == _NO_KEY
+            and progress.intent is None
+        ):
+            # Take over where the broker's timer stopped: the timer queue's units below its
+            # queue offset are in its timer log, and it delivered every one due before its read
+            # time (the next slot it would deliver); the others wait here.
+            progress.enqueue_offset = max(0, self._broker.queue_offset)
+            progress.watermark = (self._broker.read_time_ms - 1, (1 << 63) - 1)
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._codec = parts.commitlog.codec
+        self._lock = threading.Lock()  # one pass at a time
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._failures = FailureLog(log, "timer delivery", f"retried every {RETRY_AFTER_FAILURE_MS} ms")
+        self._topic_ready = False
+        born_v6 = ":" in (cfg.born_host or "")
+        store_v6 = ":" in (cfg.store_host or "")
+        self._host_extra = 12 * born_v6 + 12 * store_v6
+        #: what timer_copies needs to know of a copy's record: host bytes, a generated
+        #: UNIQ_KEY's bytes, the longest record allowed (max_message_size, a segment's room)
+        self._room = (
+            self._host_extra,
+            _UNIQ_KEY_EXTRA,
+            min(cfg.max_message_size, cfg.commitlog_file_size - 8),
+        )
+        #: counters: copies put, units passed over as undeliverable, passes settled after a
+        #: crash or failure, copies such a settlement found already written (not written again)
+        self.delivered = self.dropped = self.reconciled = self.resumed = 0
+        self._next_due: Optional[int] = None
+        self._heap: list[tuple[int, int, int]] = []
+        self._loaded = False
+        self._uncommitted = False  # the file holds the last pass's intent, not its state after
+        self._unflushed = 0  # where the last pass's copies end, until they are flushed
+        with self._lock:
+            self._load()
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        """Start the background thread (not when ``interval_ms`` is 0)."""
+        if self._interval_ms and self._thread is None:
+            self._thread = threading.Thread(
+                target=_run,
+                args=(weakref.ref(self), TimerService._tick, self._stop, self._wake),
+                name="rocketstore-timer",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread (a pass in progress completes). Idempotent."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            self._commit()
+
+    def _tick(self) -> Optional[float]:
+        """One pass of the background thread; the seconds until the next (None: until a timer
+        put wakes it, in a store without the timer topic)."""
+        if not self._has_timers():
+            return None
+        try:
+            _delivered, more = self._pass(None)
+        except Exception as exc:
+            self._failures.failed(exc)
+            return RETRY_AFTER_FAILURE_MS / 1000
+        self._failures.succeeded()
+        if more:
+            return 0.0
+        wait_ms = self._interval_ms
+        if self._next_due is not None:
+            wait_ms = min(wait_ms, max(0, self._next_due - self.clock()))
+        return wait_ms / 1000
+
+    # ---- the rewrite on put ----
+
+    def rewrite(
+        self,
+        topic: str,
+        queue_id: int,
+        properties: Optional[Mapping[str, str]],
+        deliver_at_ms: Optional[int],
+        delay_ms: Optional[int],
+    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
+        """``(topic, queue_id, properties)`` of a put: rewritten into rmq_sys_wheel_timer when it
+        is a timer message due in the future, else returned as given (module docstring)."""
+        props = dict(properties) if properties else {}
+        now = self.clock()
+        deliver = _deliver_ms(props, deliver_at_ms, delay_ms, now)
+        if isinstance(queue_id, bool) or not isinstance(queue_id, int):
+            raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
+        if deliver <= now:  # due already: a plain message (as 5.x stores it)
+            return topic, queue_id, props
+        if deliver - now > self.max_delay_ms:
+            raise TimerTooFarError(
+                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
+            )
+        queue_id = self._parts.topics.queue_for_put(topic, queue_id, self._round_robin)
+        if not self._topic_ready:
+            self._parts.topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
+            self._topic_ready = True
+        props[PROPERTY_TIMER_OUT_MS] = str(deliver)
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        due = self._next_due
+        if (due is None or deliver < due) and not self._wake.is_set():
+            self._wake.set()  # the thread sleeps until a later time: let it look again
+        return TIMER_TOPIC, 0, props
+
+    def put(
+        self,
+        core: Any,
+        topic: str,
+        body: Any,
+        queue_id: int,
+        flag: int,
+        wait: int,
+        deliver_at_ms: Optional[int],
+        delay_ms: Optional[int],
+    ) -> Any:
+        """A timer put with no tags, keys or properties (``topic`` a user topic the caller
+        checked, ``queue_id`` and ``flag`` checked ints): :meth:`rewrite`'s checks, errors and
+        properties, without building a dict, then the core's put. None (nothing done, the clock
+        not read) when the value is not a plain int: the general path decides."""
+        if delay_ms is None:
+            name, value = PROPERTY_TIMER_DELIVER_MS, deliver_at_ms
+        elif deliver_at_ms is None:
+            name, value = PROPERTY_TIMER_DELAY_MS, delay_ms
+        else:
+            raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
+        if value.__class__ is not int:
+            return None
+        if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
+            _check_ms("deliver_at_ms" if delay_ms is None else "delay_ms", value)
+        now = self.clock()
+        deliver = value if delay_ms is None else now + value
+        if deliver <= now:  # due already: a plain message (as 5.x stores it)
+            props = self._codec.encode_properties({name: str(value)})
+            return core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
+        if deliver - now > self.max_delay_ms:
+            raise TimerTooFarError(
+                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
+            )
+        topics = self._parts.topics
+        queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
+        if not self._topic_ready:
+            topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
+            self._topic_ready = True
+        due = self._next_due
+        if (due is None or deliver < due) and not self._wake.is_set():
+            self._wake.set()  # the thread sleeps until a later time: let it look again
+        # rewrite()'s properties, encoded: the timer property, TIMER_OUT_MS, REAL_TOPIC, REAL_QID
+        props = self._codec.timer_properties(name, value, deliver, topic, queue_id)
+        return core.put(TIMER_TOPIC, body, props, 0, flag, 0, 0, 0, 0, None, wait)
+
+    # ---- the heap ----
+
+    def _has_timers(self) -> bool:
+        """Whether this store has the timer topic (a timer message was ever put)."""
+        if not self._topic_ready:
+            self._topic_ready = self._parts.topics.table.get(TIMER_TOPIC) is not None
+        return self._topic_ready
+
+    def _queue(self) -> Any:
+        return self._parts.queues.get(TIMER_TOPIC, 0)
+
+    def _read_units(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's units in
+        [start, end) (placeholders left out); a unit's deliver time is its record's
+        TIMER_OUT_MS, 0 (due now, dropped at delivery) when it has none or is gone. The codec
+        reads a chunk of units and their records in one call (``timer_units``); a unit it
+        cannot settle is read here, one record at a time."""
+        cq = self._queue()
+        commitlog = self._parts.commitlog
+        out: list[tuple[int, int, int]] = []
+        pos = max(start, cq.min_offset) if cq is not None else end
+        if cq is not None and pos > start:
+            log.warning("timer queue: units %d..%d are gone (removed)", start, pos)
+        while cq is not None and pos < end:
+            view = cq.units(pos, min(end - pos, UNITS_PER_CALL))
+            if not len(view):
+                break
+            found, careful = self._codec.timer_units(view, pos, commitlog.segments, commitlog.core)
+            pos += len(view)
+            del view
+            for i in careful:
+                _none, queue_offset, commitlog_offset = found[i]
+                found[i] = (self._deliver_time(commitlog_offset), queue_offset, commitlog_offset)
+            out += found
+        return out
+
+    def _deliver_time(self, commitlog_offset: int) -> int:
+        """The TIMER_OUT_MS of the record at ``commitlog_offset``; 0 when it has none or is gone."""
+        try:
+            rec = self._parts.commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            return 0
+        return _java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
+
+    def _load(self) -> None:
+        """Rebuild the heap from the progress file and the timer queue; settle an intent."""
+        progress = self._progress
+        if self._loaded:  # a reload after a failed pass: the file is the truth
+            progress.load()
+        self._loaded = True
+        if self._has_timers() or progress.intent is not None:
+            self._parts.dispatcher.catch_up()
+        intent = progress.intent
+        cq = self._queue()
+        cap = cq.max_offset if cq is not None else 0  # a power cut may have taken units away
+        if progress.enqueue_offset > cap or (intent is not None and intent["to"][0] > cap):
+            log.warning("timer queue ends at %d, before the progress file's offsets: cut there", cap)
+            progress.enqueue_offset = min(progress.enqueue_offset, cap)
+            if intent is not None:
+                intent["to"] = (min(intent["to"][0], cap), intent["to"][1])
+        q = progress.enqueue_offset
+        end = intent["to"][0] if intent is not None else q
+        units = self._read_units(progress.first_pending, end)
+        self._enqueued = q
+        self._watermark = progress.watermark
+        if intent is not None:
+            self._roll_forward(units)
+        w = self._watermark
+        self._heap = [u for u in units if (u[0], u[1]) > w]
+        if self._broker is not None:
+            self._heap = self._without_recalled(self._heap)
+        # the queue offsets of the heap's units (ascending: already a heap), and those of units
+        # delivered since but not yet popped from it: the first pending unit, cheaply
+        self._offsets = [u[1] for u in self._heap]
+        self._gone: set[int] = set()
+        heapq.heapify(self._heap)
+        self._next_due = self._heap[0][0] if self._heap else None
+        self._needs_reload = self._uncommitted = False
+
+    def _without_recalled(self, units: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """``units`` less a 5.x broker's recalls (a record with ``TIMER_DEL_UNIQKEY``), the
+        messages they recall (that ``REAL_TOPIC+UNIQ_KEY``), and all but the first unit of one
+        message (a broker re-puts a timer further away than its wheel reaches when the wheel
+        comes round to it)."""
+        commitlog = self._parts.commitlog
+        recalls: set[str] = set()
+        named: list[tuple[tuple[int, int, int], Optional[str]]] = []
+        for unit in units:
+            try:
+                props = commitlog.read(unit[2]).properties or {}
+            except MessageNotFoundError:
+                named.append((unit, None))  # delivery drops it, as before
+                continue
+            key = recall_key(props)
+            if key is not None:
+                recalls.add(key)
+                continue
+            uniq = props.get("UNIQ_KEY")
+            named.append((unit, None if uniq is None else f"{props.get('REAL_TOPIC', '')}+{uniq}"))
+        kept, seen = [], set()
+        for unit, name in named:
+            if name is not None:
+                if name in recalls or name in seen:
+                    continue
+                seen.add(name)
+            kept.append(unit)
+        return kept
+
+    def _first_pending(self) -> int:
+        offsets, gone = self._offsets, self._gone
+        while offsets and offsets[0] in gone:
+            gone.discard(heapq.heappop(offsets))
+        return offsets[0] if offsets else self._enqueued
+
+    # ---- delivery ----
+
+    def deliver(self, now: Optional[int] = None) -> int:
+        """Deliver every timer message due at ``now`` (default: the clock); returns how many."""
+        total = 0
+        while True:
+            delivered, more = self._pass(now)
+            total += delivered
+            if not more:
+                with self._lock:
+                    self._commit()
+                return total
+
+    def _pass(self, now: Optional[int]) -> tuple[int, bool]:
+        """One pass: (copies put, more to do at once)."""
+        with self._lock:
+            if self._needs_reload:
+                self._load()
+            now = self.clock() if now is None else now
+            if not self._has_timers():
+                return 0, False  # no timer topic: nothing to read (and no dispatch started here)
+            self._parts.dispatcher.catch_up()
+            cq = self._queue()
+            from_q, from_w = self._enqueued, self._watermark
+            end = min(cq.max_offset, from_q + ENQUEUE_LIMIT) if cq is not None else from_q
+            new = self._read_units(from_q, end) if end > from_q else []
+            # an intent is settled from the units between its L and its new Q: those read in
+            # this pass (from the old Q on) are among them, also a late one no heap holds
+            from_first = min(self._first_pending(), from_q)
+            taken, to_w = self._take(new, from_w, now)
+            heap = self._heap
+            self._enqueued = end
+            self._watermark = to_w
+            self._next_due = heap[0][0] if heap else None
+            more = end < (cq.max_offset if cq is not None else end) or bool(heap and heap[0][0] <= now)
+            if not taken:
+                if self._uncommitted and not more:
+                    self._commit()  # idle: the previous pass's state replaces its intent
+                return 0, more  # only new units read: the file need not change (module docstring)
+            self._needs_reload = True  # until the copies are durable: the file is the truth
+            progress = self._progress
+            items = self._copies(taken, now)
+            core = self._parts.commitlog.core
+            self._settle()  # the last pass's copies are durable before its intent is replaced
+            progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
+            progress.intent = {
+                "commitlogOffset": core.wrote_offset,
+                "dequeueMs": now,
+                "done": 0,
+                "fromOffset": from_q,
+                "fromTimeMs": from_w[0],
+                "fromQueueOffset": from_w[1],
+                "to": (end, to_w),
+            }
+            progress.persist()
+            if items:
+                core.put_many(items, 0)  # stores all or raises a PutError
+                # Flushed while the next pass reads and builds its copies: _settle() waits for
+                # it before anything depends on these copies being durable (the next intent, the
+                # state after this pass, deliver() returning).
+                self._unflushed = core.wrote_offset
+                core.request_flush(self._unflushed)
+            # The state after this pass is saved with the next pass's intent, or when the
+            # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
+            self._uncommitted = True
+            self._needs_reload = False
+            self.delivered += len(items)
+            return len(items), more
+
+    def _settle(self) -> None:
+        """Wait for the flush of the last pass's copies (the lock is held); a failed or
+        timed-out flush raises, and the next pass rolls that pass forward from the file."""
+        target, self._unflushed = self._unflushed, 0
+        if target and self._parts.commitlog.core.wait_flushed(target, FLUSH_TIMEOUT_MS) != 0:
+            self._needs_reload = True
+            raise RuntimeError("timer delivery: the CommitLog flush timed out")
+
+    def _take(
+        self, new: list[tuple[int, int, int]], from_w: tuple[int, int], now: int
+    ) -> tuple[list[tuple[int, int, int]], tuple[int, int]]:
+        """(the units a pass delivers, in order, and its new watermark): every unit of ``new``
+        (read from the old Q on) with a key at most ``from_w``, then the smallest keys due at
+        ``now`` among the waiting and the other new units, at most PASS_LIMIT; the new units
+        not taken join the heap. The same as pushing every new unit and popping the due ones,
+        without the heap for the new units taken at once."""
+        # ``new`` is in queue order: a stable sort by deliver ms puts each part in key order.
+        # (A new unit's queue offset is past W's unless a power cut took units of the queue
+        # away: the key is compared whole.)
+        w_ms, w_offset = from_w
+        late = [u for u in new if u[0] < w_ms or (u[0] == w_ms and u[1] <= w_offset)]
+        if late:
+            new = [u for u in new if u[0] > w_ms or (u[0] == w_ms and u[1] > w_offset)]
+        fresh = [u for u in new if u[0] <= now]
+        later = [u for u in new if u[0] > now] if len(fresh) < len(new) else []
+        late.sort(key=_DELIVER_MS)
+        fresh.sort(key=_DELIVER_MS)
+        heap, gone, taken = self._heap, self._gone, late
+        room, i, n = PASS_LIMIT, 0, len(fresh)
+        while room:
+            if heap and heap[0][0] <= now:
+                if i < n and fresh[i] < heap[0]:
+                    u = fresh[i]
+                    i += 1
+                else:
+                    u = heapq.heappop(heap)
+                    gone.add(u[1])
+            elif i < n:  # none waiting is due: the rest of fresh, in one step
+                stop = min(n, i + room)
+                taken += fresh[i:stop]
+                u = fresh[stop - 1]
+                room -= stop - i
+                i = stop
+                break
+            else:
+                break
+            taken.append(u)
+            room -= 1
+        to_w = (u[0], u[1]) if room < PASS_LIMIT else from_w
+        rest = fresh[i:] + later
+        if len(rest) > len(heap):  # many at once: one heapify instead of a push each
+            heap += rest
+            heapq.heapify(heap)
+            self._offsets += [r[1] for r in rest]
+            heapq.heapify(self._offsets)
+        else:
+            for r in rest:
+                heapq.heappush(heap, r)
+                heapq.heappush(self._offsets, r[1])
+        return taken, to_w
+
+    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> list[tuple[Any, ...]]:
+        """The ``put_many`` items of the copies of ``units`` (the undeliverable left out, logged
+        and counted): built by the codec in one call (``timer_copies``), each it leaves (an
+        unusual record) by :meth:`_copy`."""
+        commitlog = self._parts.commitlog
+        built: tuple[list[Any], list[int]] = self._codec.timer_copies(
+            [u[2] for u in units],
+            commitlog.segments,
+            commitlog.core,
+            dequeue_ms,
+            self._real_topic,
+            _ORDER_INDICES,
+            _order_indices,
+            self._room,
+        )
+        items, careful = built
+        for i in careful:
+            copy = self._copy(units[i], dequeue_ms)
+            items[i] = copy[0] if copy is not None else None
+        if careful and None in items:
+            items = [item for item in items if item is not None]
+        return items
+
+    def _real_topic(self, raw: bytes) -> Optional[tuple[str, int]]:
+        """(topic, its queue count) of a REAL_TOPIC value that can be delivered to, else None
+        (:meth:`_copy` then says why)."""
+        topic = raw.decode("utf-8", "surrogateescape")
+        if not is_valid_topic(topic) or topic == TIMER_TOPIC:
+            return None
+        return topic, self._parts.topics.queues_for_put(topic)
+
+    def _commit(self) -> None:
+        """Save the state after the last pass in place of its intent (the lock is held)."""
+        if not self._uncommitted or self._needs_reload:
+            return
+        self._settle()
+        self._needs_reload = True
+        self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
+        self._progress.persist()
+        self._needs_reload = self._uncommitted = False
+
+    def _copy(
+        self, unit: tuple[int, int, int], dequeue_ms: int, rec: Any = None
+    ) -> Optional[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """(the put_many item, the identity of the copy) of one timer unit (``rec``: its record,
+        if read already); None (logged, counted) when it cannot be delivered."""
+        deliver_ms, queue_offset, commitlog_offset = unit
+        parts = self._parts
+        if rec is None:
+            try:
+                rec = parts.commitlog.read(commitlog_offset)
+            except MessageNotFoundError:
+                return self._drop(queue_offset, commitlog_offset, "the record is gone")
+        props = rec.properties or {}
+        topic = props.get(PROPERTY_REAL_TOPIC)
+        queue_id = _java_int(props.get(PROPERTY_REAL_QUEUE_ID))
+        if rec.topic != TIMER_TOPIC:
+            return self._drop(queue_offset, commitlog_offset, f"the record is in {rec.topic!r}")
+        if topic is None or not is_valid_topic(topic) or topic == TIMER_TOPIC:
+            return self._drop(queue_offset, commitlog_offset, f"REAL_TOPIC {topic!r} is not a topic")
+        if queue_id is None or queue_id < 0:
+            return self._drop(
+                queue_offset, commitlog_offset, f"REAL_QID {props.get(PROPERTY_REAL_QUEUE_ID)!r}"
+            )
+        if queue_id >= parts.topics.queues_for_put(topic):
+            return self._drop(queue_offset, commitlog_offset, f"REAL_QID {queue_id} is outside {topic!r}")
+        if _java_long(props.get(PROPERTY_TIMER_OUT_MS)) is None:
+            return self._drop(queue_offset, commitlog_offset, "it has no TIMER_OUT_MS")
+        kept = {
+            k: v
+            for k, v in props.items()
+            if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_CRC32)
+        }
+        kept[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
+        copy_props = {k: kept[k] for k in _hashmap_order(tuple(kept))}
+        try:
+            raw = parts.commitlog.codec.encode_properties(copy_props)
+        except InvalidMessageError as exc:
+            return self._drop(queue_offset, commitlog_offset, str(exc))
+        body = bytes(rec.body)
+        unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
+        length = (
+            91
+            + len(body)
+            + len(topic.encode("utf-8"))
+            + len(raw)
+            + self._host_extra
+            + (0 if unique_key is not None else _UNIQ_KEY_EXTRA)
+        )
+        if length > parts.config.max_message_size or length + 8 > parts.config.commitlog_file_size:
+            return self._drop(queue_offset, commitlog_offset, f"its copy would be a {length}-byte record")
+        item = (
+            topic,
+            body,
+            raw,
+            queue_id,
+            rec.flag,
+            rec.born_timestamp,
+            rec.sys_flag & ~_SYSFLAG_HOSTS_V6,
+            rec.reconsume_times,
+            unique_key,
+        )
+        identity = (topic, queue_id, body, copy_props, rec.born_timestamp, rec.reconsume_times, rec.flag)
+        return item, identity
+
+    def _drop(
+        self, queue_offset: int, commitlog_offset: int, why: str
+    ) -> Optional[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        self.dropped += 1
+        log.error(
+            "timer unit %d (record %d) cannot be delivered, passed over: %s",
+            queue_offset,
+            commitlog_offset,
+            why,
+        )
+        return None
+
+    # ---- crash recovery ----
+
+    def _roll_forward(self, units: list[tuple[int, int, int]]) -> None:
+        """Finish the pass the progress file's intent names (module docstring); ``units`` are
+        the timer units from the first pending one to the intent's new Q."""
+        progress = self._progress
+        intent = progress.intent
+        assert intent is not None
+        to_q, to_w = intent["to"]
+        dequeue_ms = intent["dequeueMs"]
+        taken = intent_units(units, intent)
+        done = min(intent["done"], len(taken))
+        copies = [self._copy(u, dequeue_ms) for u in taken[done:]]
+        expected = [c[1] if c is not None else None for c in copies]
+        matched = self._match(intent["commitlogOffset"], expected)
+        core = self._parts.commitlog.core
+        missing = [c[0] for c in copies[matched:] if c is not None]
+        found = sum(1 for e in expected[:matched] if e is not None)
+        if missing:
+            progress.intent = dict(intent, commitlogOffset=core.wrote_offset, done=done + matched)
+            progress.persist()
+            core.put_many(missing, 0)
+        if not core.flush(FLUSH_TIMEOUT_MS):
+            raise RuntimeError("timer delivery: the CommitLog flush timed out")
+        self._enqueued, self._watermark = to_q, to_w
+        rest = [u for u in units if (u[0], u[1]) > to_w]
+        progress.set_state(to_q, to_w, min((u[1] for u in rest), default=to_q))
+        progress.persist()
+        self.reconciled += 1
+        self.resumed += found
+        self.delivered += len(missing)
+        log.warning(
+            "timer delivery: settled an interrupted pass: %d copies were written, %d written now",
+            found,
+            len(missing),
+        )
+
+    def _match(self, start: int, expected: list[Any]) -> int:
+        """How many entries of ``expected`` lead the copies found from CommitLog ``start`` on
+        (``None`` entries stand for no copy and are passed over)."""
+        commitlog = self._parts.commitlog
+        j = 0
+
+        def skip_none(j: int) -> int:
+            while j < len(expected) and expected[j] is None:
+                j += 1
+            return j
+
+        j = skip_none(j)
+        if j == len(expected) or start >= commitlog.core.wrote_offset:
+            return j
+        for mf, rows in commitlog.chunks(start, None):
+            view = mf.view(0, commitlog.readable_end(mf))
+            for row in rows:
+                rec = commitlog.codec.record_from_row(view, row, copy_body=True)
+                if _is_copy(rec, expected[j]):
+                    j = skip_none(j + 1)
+                    if j == len(expected):
+                        return j
+        return j
+
+    # ---- state ----
+
+    def stats(self) -> dict[str, Any]:
+        """Timer messages waiting, the next deliver time, and the counters."""
+        with self._lock:
+            if self._needs_reload:
+                self._load()
+            if self._has_timers():
+                self._parts.dispatcher.catch_up()
+            cq = self._queue()
+            unread = (cq.max_offset if cq is not None else 0) - self._enqueued
+            return {
+                "pending": len(self._heap) + max(0, unread),
+                "next_deliver_ms": self._next_due,
+                "delivered": self.delivered,
+                "dropped": self.dropped,
+                "reconciled": self.reconciled,
+                "resumed": self.resumed,
+            }
+
+
+_ORDERS: dict[tuple[str, ...], list[str]] = {}
+#: timer_copies' cache: a copy's property names (\x01-joined bytes) -> _order_indices of them
+_ORDER_INDICES: dict[bytes, tuple[int, ...]] = {}
+
+
+def _order_indices(names: tuple[str, ...]) -> tuple[int, ...]:
+    """The order of a copy's properties: the positions in ``names + (TIMER_DEQUEUE_MS,)`` (the
+    kept names, in the record's order, then the one added) of the Java HashMap's order."""
+    keys = (*names, PROPERTY_TIMER_DEQUEUE_MS)
+    where = {key: i for i, key in enumerate(keys)}
+    return tuple(where[key] for key in java_hashmap_order(keys))
+
+
+def _hashmap_order(keys: tuple[str, ...]) -> list[str]:
+    """:func:`~rocketstore.services.schedule.java_hashmap_order`, remembered per key sequence (the copies
+    of one producer's messages share it)."""
+    order = _ORDERS.get(keys)
+    if order is None:
+        if len(_ORDERS) >= 4096:
+            _ORDERS.clear()
+        order = _ORDERS[keys] = java_hashmap_order(keys)
+    return order
+
+
+def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """The units (``(deliver ms, queue offset, CommitLog offset)``) the pass of ``intent``
+    delivers, in its order: below its new Q, with a key at most its new W and above its old W or
+    at or past its old Q."""
+    from_q = intent["fromOffset"]
+    from_w = (intent["fromTimeMs"], intent["fromQueueOffset"])
+    to_q, to_w = intent["to"]
+    return sorted(
+        u for u in units if u[1] < to_q and (u[0], u[1]) <= to_w and ((u[0], u[1]) > from_w or u[1] >= from_q)
+    )
+
+
+def _run(
+    ref: Callable[[], Optional[TimerService]],
+    tick: Callable[[TimerService], Optional[float]],
+    stop: threading.Event,
+    wake: threading.Event,
+) -> None:
+    """The thread: a pass (``tick``), then wait for its wait time (None: for ever) or a wake-up;
+    holds the service only during a pass (a dropped store is still collected)."""
+    wait: Optional[float] = 0.0
+    while not stop.is_set():
+        wake.wait(wait)
+        wake.clear()
+        if stop.is_set():
+            return
+        service = ref()
+        if service is None:
+            return
+        wait = tick(service)
+        del service
