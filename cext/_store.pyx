@@ -1397,6 +1397,9 @@ cdef class CommitLogCore:
         t = self._share
         if t == NULL:
             return 0
+        if self._closed and not self._share_owner:
+            PyThread_release_lock(self._lock)
+            self._raise_closed()  # closed since the caller's look: its file is closed too
         with nogil:
             err = rs_ap_lock(t)
         if err:
@@ -1641,10 +1644,17 @@ cdef class CommitLogCore:
 
     cdef int _check_open(self) except -1:
         if self._closed:
-            raise StoreClosedError("the store is closed")
+            self._raise_closed()
         if self._fork_gen != rs_fork_generation:
             self._refuse_forked()
         return 0
+
+    cdef int _raise_closed(self) except -1:
+        if self._share != NULL and not self._share_owner:
+            # a joined process's own appender, closed (a takeover, the owner gone) after its
+            # caller looked at it: the caller puts another way
+            raise StaleTable("this process's shared appender is closed")
+        raise StoreClosedError("the store is closed")
 
     cdef int _refuse_forked(self) except -1:
         raise StoreClosedError(

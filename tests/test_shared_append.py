@@ -589,3 +589,35 @@ def test_a_joined_put_of_a_message_appends_in_its_own_process(tmp_path, impl):
         delayed, view, levelled, views = (owner.read(offset) for offset in out["others"])
         assert (delayed.topic, levelled.topic) == ("SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX")
         assert (view.topic, view.body, views.body) == ("T", b"a view", b"views")
+
+
+CLOSED_UNDER_A_PUT = """
+    import sys
+    from rocketstore import MessageStore
+    from rocketstore.log import sharedappend
+    path, impl = sys.argv[1], sys.argv[2]
+    s = MessageStore(path, implementation=impl)
+    s.put("T", b"first")
+    appender = s._appender
+    assert appender, "the joined store appends in its own process"
+    core = appender.core
+    # a takeover (another thread) closes the appender between a put's look at it and its call
+    s._drop_appender()
+    try:
+        core.put("T", b"late", None, -1, 0, 0, 0, 0, 0, None, 0)
+        print("put on a closed appender returned", flush=True)
+    except sharedappend.StaleTable:
+        pass
+    r = s.put("T", b"second")  # through the store's next way of putting
+    print("ok", r.queue_offset, flush=True)
+    s.close()
+"""
+
+
+def test_a_put_on_a_joined_appender_closed_under_it_is_stale_and_touches_no_closed_file(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.create_topic("T", 1)
+        out = run_child(CLOSED_UNDER_A_PUT, path, impl.name)
+        assert out.split()[:1] == ["ok"], out
+        assert [m.body for m in queue_messages(owner, "T", 0)] == [b"first", b"second"]

@@ -1082,6 +1082,8 @@ class CommitLogCore:
             self._refuse_forked()  # (before the lock: a parent's thread may have held it at the fork)
         with self._lock:
             table = self._share
+            if self._closed and table is not None and not self._share_owner:
+                self._raise_closed()  # closed since the caller's look: its file is closed too
             if table is None:
                 try:
                     yield
@@ -1267,9 +1269,16 @@ class CommitLogCore:
 
     def _check_open(self):
         if self._closed:
-            raise StoreClosedError("the store is closed")
+            self._raise_closed()
         if self._fork_gen != _FORKS[0]:
             self._refuse_forked()
+
+    def _raise_closed(self):
+        if self._share is not None and not self._share_owner:
+            # a joined process's own appender, closed (a takeover, the owner gone) after its
+            # caller looked at it: the caller puts another way
+            raise _ap.StaleTable("this process's shared appender is closed")
+        raise StoreClosedError("the store is closed")
 
     def _refuse_forked(self):
         """A core made before a fork, used in the child: its files are the parent's (the
