@@ -63,6 +63,16 @@ def _commits(work, query) -> int:
         return 0
 
 
+def _why(stderr: str) -> str:
+    """What a failed Spark job printed that says why: the first Python traceback or Java cause,
+    and the end (the end alone is the query's plan and a stack of the task's frames)."""
+    starts = [
+        i for i in (stderr.find("Traceback (most recent call last)"), stderr.find("Caused by")) if i >= 0
+    ]
+    first = stderr[min(starts) : min(starts) + 4000] if starts else ""
+    return f"{first}\n...\n{stderr[-2000:]}"
+
+
 def test_spark_streaming_pipeline_resumes_after_the_driver_is_killed(spark, tmp_path):
     example = _example()
     work = tmp_path / "work"
@@ -98,7 +108,7 @@ def test_spark_streaming_pipeline_resumes_after_the_driver_is_killed(spark, tmp_
 
     # Run 2: the same command resumes both queries from their checkpoints and finishes.
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert second.returncode == 0, second.stderr[-4000:]
+    assert second.returncode == 0, _why(second.stderr)
 
     stored = _stored_minutes(work / "stats")
     assert stored[: len(stored_before)] == stored_before  # the restart appended after them
