@@ -27,16 +27,6 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-#: The layer folder of each compiled module (none: the package itself).
-_PACKAGE = {
-    "_crc32": "format.",
-    "_codec": "format.",
-    "_scan": "format.",
-    "_store": "log.",
-    "_index": "queues.",
-}
-
-
 def _flag(name):
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -68,23 +58,24 @@ def _extensions():
     # ROCKETSTORE_DEBUG_HOOKS=1: test seams in the C code (rocketstore.log._store._debug_fail_syncs)
     macros = [("RS_DEBUG_HOOKS", "1")] if _flag("ROCKETSTORE_DEBUG_HOOKS") else []
 
-    # name -> sources; crc32.c is linked into every module that checksums.
+    # module (under rocketstore, in its layer's folder) -> sources; crc32.c is linked into every
+    # module that checksums.
     modules = {
-        "_crc32": ["cext/_crc32.pyx", "cext/crc32.c"],
-        "_codec": ["cext/_codec.pyx", "cext/crc32.c"],
-        "_scan": ["cext/_scan.pyx", "cext/crc32.c"],
-        "_store": ["cext/_store.pyx", "cext/crc32.c", "cext/flusher.c"],
-        "_index": ["cext/_index.pyx"],
+        "format._crc32": ["cext/_crc32.pyx", "cext/crc32.c"],
+        "format._codec": ["cext/_codec.pyx", "cext/crc32.c"],
+        "format._scan": ["cext/_scan.pyx", "cext/crc32.c"],
+        "log._store": ["cext/_store.pyx", "cext/crc32.c", "cext/flusher.c"],
+        "queues._index": ["cext/_index.pyx"],
         "_facade": ["cext/_facade.c"],  # plain C: MessageStore's hot calls, passed to its role
     }
     only = [m for m in os.environ.get("ROCKETSTORE_ONLY", "").split(",") if m]
     exts = []
     for name, sources in modules.items():
-        if only and name not in only:
+        if only and name.rsplit(".", 1)[-1] not in only:
             continue
         exts.append(
             Extension(
-                "rocketstore." + _PACKAGE.get(name, "") + name,
+                "rocketstore." + name,
                 sources=sources,
                 include_dirs=["cext"],
                 depends=[
