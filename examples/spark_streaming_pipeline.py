@@ -119,6 +119,13 @@ def run(work: str, max_per_trigger: int) -> None:
         .trigger(availableNow=True)
         .start(stats_path)
     )
+    # Start the second query only once the first has read a batch. Spark (4.0 to 4.3) starts a
+    # Python streaming source by adding entries to a map that every query of the registered
+    # data source shares, without a lock, and ships that map in each read task: two queries
+    # that start at once can corrupt it, and every later task of that driver then fails with
+    # java.io.OptionalDataException. Once the first query holds its entries, the second only
+    # replaces their values.
+    _await_first_batch(to_store)
     to_parquet = (
         minutes.writeStream.format("parquet")
         .option("checkpointLocation", os.path.join(checkpoints, "parquet"))
@@ -130,6 +137,14 @@ def run(work: str, max_per_trigger: int) -> None:
     to_parquet.awaitTermination()
     print(f"{stats_path}: {STATS_TOPIC} holds {count_stats(stats_path)} minutes; Parquet at {parquet_path}")
     spark.stop()
+
+
+def _await_first_batch(query, poll_s: float = 0.05) -> None:
+    """Wait until ``query`` has finished a micro-batch or stopped (its error surfaces later)."""
+    import time
+
+    while query.isActive and query.lastProgress is None:
+        time.sleep(poll_s)
 
 
 def count_stats(stats_path: str) -> int:
