@@ -16,6 +16,7 @@ from rocketstore.errors import PureBuildWarning
 from rocketstore.group import GroupConsumer
 from rocketstore.message import MessageExt
 from rocketstore.services.pop import Received, ReceivedMessage
+from rocketstore.services.transaction import PreparedMessage
 from rocketstore.status import PutStatus
 from rocketstore.store import MessageStore
 
@@ -51,6 +52,7 @@ __all__ = [
     "TagFilter",
     "Received",
     "ReceivedMessage",
+    "PreparedMessage",
     "PutResult",
     "BatchPutResult",
     "PutFuture",

@@ -17,6 +17,7 @@ __all__ = [
     "InvalidMessageError",
     "InvalidTopicError",
     "SystemTopicError",
+    "TransactionStateError",
     "BatchTopicError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
@@ -262,3 +263,8 @@ def not_stored(status: int, cause: BaseException) -> PutError:
             args += (cause.filename,)
         return cls(*args)
     return cls(str(cause))
+
+
+class TransactionStateError(RocketStoreError):
+    """A commit of a transaction that was rolled back, or a rollback of one that was committed
+    (:meth:`~rocketstore.MessageStore.commit_transaction`); nothing was written."""

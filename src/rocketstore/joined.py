@@ -87,6 +87,10 @@ FORWARDED = _REPEATABLE | {
     "ack",
     "ack_many",
     "change_invisible_time",
+    "prepare_transaction",
+    "commit_transaction",
+    "rollback_transaction",
+    "open_transactions",
 }
 
 

@@ -121,7 +121,9 @@ def validate_topic(topic: object) -> str:
 
 #: Topics only the broker writes to (TopicValidator's not-allowed-send set and system prefixes,
 #: MixAll's retry and dead-letter prefixes); rocketstore's own puts reach them internally.
-SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
+SYSTEM_TOPICS = frozenset(
+    {"SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"}
+)
 SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%RETRY%", "%DLQ%")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, overload
 
 import numpy as np
@@ -32,6 +32,7 @@ from rocketstore.files.storedir import check_store_dir
 from rocketstore.message import Message, MessageExt
 from rocketstore.services.pop import Received, ReceivedMessage
 from rocketstore.services.retention import UNCHANGED
+from rocketstore.services.transaction import PreparedMessage
 from rocketstore.storebase import StoreBase
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
@@ -315,6 +316,76 @@ class MessageStore(FacadeBase, StoreBase):
         """{queue id: {"committed": lowest un-acked offset, "next": next new offset,
         "in_flight": messages received and not acknowledged}} of ``group`` in ``topic``."""
         return self._role.pop_status(self, group, topic)
+
+    def prepare_transaction(
+        self,
+        topic: str,
+        body: Body,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        producer_group: Optional[str] = None,
+        check_immunity_s: Optional[int] = None,
+        durable: Optional[bool] = None,
+    ) -> PreparedMessage:
+        """Store a transactional message as a half message, invisible in ``topic`` until
+        :meth:`commit_transaction`; :meth:`rollback_transaction` drops it. The arguments are
+        :meth:`put`'s, plus the ``producer_group`` (``PGROUP``) and ``check_immunity_s``
+        (``CHECK_IMMUNITY_TIME_IN_SECONDS``: no check asks about it before). Stored as a
+        RocketMQ broker stores one (docs/guide/transactions.md), so a broker resolves it too."""
+        return self._role.prepare_transaction(
+            self,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            producer_group=producer_group,
+            check_immunity_s=check_immunity_s,
+            durable=durable,
+        )
+
+    def commit_transaction(
+        self, prepared: PreparedMessage | MessageExt, *, durable: Optional[bool] = None
+    ) -> MessageExt:
+        """Deliver a prepared message into its topic, once: committing it again returns the same
+        message; committing one that was rolled back raises
+        :class:`~rocketstore.services.transaction.TransactionStateError`. ``prepared``: what
+        :meth:`prepare_transaction` returned, or a half message from :meth:`open_transactions`."""
+        return self._role.commit_transaction(self, prepared, durable=durable)
+
+    def rollback_transaction(
+        self, prepared: PreparedMessage | MessageExt, *, durable: Optional[bool] = None
+    ) -> None:
+        """Drop a prepared message: it is never delivered. Rolling back again does nothing;
+        rolling back a committed one raises :class:`~rocketstore.services.transaction.TransactionStateError`."""
+        self._role.rollback_transaction(self, prepared, durable=durable)
+
+    def open_transactions(self) -> list[MessageExt]:
+        """The half messages neither committed nor rolled back yet (checked ones too), oldest first."""
+        return self._role.open_transactions(self)
+
+    def check_transactions(
+        self,
+        resolve: Callable[[MessageExt], Optional[str]],
+        *,
+        timeout_ms: int = 6_000,
+        max_checks: int = 15,
+        now: Optional[int] = None,
+    ) -> dict[str, int]:
+        """Resolve the half messages left open longer than ``timeout_ms`` (after a crash, say):
+        ``resolve(half)`` answers ``"commit"``, ``"rollback"`` or ``None`` (ask again at the next
+        check; after ``max_checks`` checks the message is set aside in
+        ``TRANS_CHECK_MAX_TIME_TOPIC``). Returns counts: committed, rolled_back, unknown,
+        discarded, closed (already resolved). Run it now and then, or at start-up."""
+        return self._role.check_transactions(
+            self, resolve, timeout_ms=timeout_ms, max_checks=max_checks, now=now
+        )
 
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None

@@ -147,6 +147,7 @@ from rocketstore.services.timer import (
     is_timer_put,
 )
 from rocketstore.services.topics import Topics
+from rocketstore.services.transaction import PreparedMessage, TransactionService
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
@@ -349,6 +350,8 @@ class StoreBase(JoinedWriting):
     _pop: Optional[PopService]
     _guard: QueueGuard
     _parts: StoreParts
+    #: made at the first transactional call (rocketstore.services.transaction)
+    _transaction_service: Optional[TransactionService] = None
     _checkpoint: Checkpoint
     _offsets: ConsumerOffsetTable
     _topics: Topics
@@ -1436,14 +1439,17 @@ class StoreBase(JoinedWriting):
         mode: int,
         delay_level: Optional[int] = None,
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
+        prepared_offset: int = 0,
     ) -> Any:
+        """One Message through the core; ``prepared_offset``: a committed transaction's half
+        message (its record's PREPAREDTRANSACTIONOFFSET)."""
         self._check_writable()
         (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(
             cast(Message, m), delay_level, timer
         )
         wait_mode = mode or self._wait_mode(durable, wait)
         return self._core.put(
-            topic, body, props, qid, flag, born, sys_flag, reconsume, 0, unique_key, wait_mode
+            topic, body, props, qid, flag, born, sys_flag, reconsume, prepared_offset, unique_key, wait_mode
         )
 
     def put_batch(
@@ -2495,6 +2501,68 @@ class StoreBase(JoinedWriting):
             delayed=self.delayed_counts(),
             retention=self.retention_report(),
         )
+
+    # ---- transactions (rocketstore.services.transaction) ----
+
+    def _transactions(self) -> TransactionService:
+        self._check_writable()
+        if self._remote is not None:
+            raise StoreReadOnlyError(
+                f"this store is joined to the writing process {self.writer_pid}: "
+                "check_transactions runs there (prepare, commit and rollback work here)"
+            )
+        service = self._transaction_service
+        if service is None or service.parts is not self._parts:
+            service = self._transaction_service = TransactionService(self._parts, clock=self.config.clock)
+        return service
+
+    def prepare_transaction(
+        self,
+        topic: str,
+        body: Body,
+        *,
+        tags: Optional[str] = None,
+        keys: Keys = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        producer_group: Optional[str] = None,
+        check_immunity_s: Optional[int] = None,
+        durable: Optional[bool] = None,
+    ) -> PreparedMessage:
+        _check_mapping(properties)
+        queue_id, flag = check_put_ints(queue_id, flag)
+        return self._transactions().prepare(
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=dict(properties) if properties else None,
+            queue_id=queue_id,
+            flag=flag,
+            producer_group=producer_group,
+            check_immunity_s=check_immunity_s,
+            durable=durable,
+        )
+
+    def commit_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> MessageExt:
+        return self._transactions().commit(prepared, durable=durable)
+
+    def rollback_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> None:
+        self._transactions().rollback(prepared, durable=durable)
+
+    def open_transactions(self) -> list[MessageExt]:
+        return self._transactions().open_transactions()
+
+    def check_transactions(
+        self,
+        resolve: Callable[[MessageExt], Optional[str]],
+        *,
+        timeout_ms: int = 6_000,
+        max_checks: int = 15,
+        now: Optional[int] = None,
+    ) -> dict[str, int]:
+        return self._transactions().check(resolve, timeout_ms=timeout_ms, max_checks=max_checks, now=now)
 
     def __repr__(self) -> str:
         state = (
