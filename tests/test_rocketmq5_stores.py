@@ -3,6 +3,7 @@ its manifest lists is found, ``verify`` is clean, and a writable open leaves Roc
 they were unless it has to change them."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 from rocketmq5 import STORES, body, changed_files, check_records, manifest, unpack
 
 from rocketstore import Consumer, MessageStore
-from rocketstore.errors import BatchTopicError
+from rocketstore.errors import BatchTopicError, UnsupportedStoreError
 
 
 @pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
@@ -258,3 +259,41 @@ def test_a_batch_cq_unit_past_the_recovered_commitlog_is_not_read(tmp_path, impl
         got = store.get_message("g", "FixtureBatchTopic", 0, 0, 64).messages
         assert [m.queue_offset for m in got] == list(range(last["queue_offset"]))
         assert store.verify()["problems"] == []
+
+
+def _as_rocksdb_queue_store(root):
+    """``root`` with its consumequeue/ replaced by the files of a RocksDB database, as a 5.x
+    broker with ``storeType=defaultRocksDB`` keeps its queues (no such store is in the fixtures:
+    writing one needs RocketMQ's own RocksDB compaction filter)."""
+    cq = root / "consumequeue"
+    shutil.rmtree(cq)
+    cq.mkdir()
+    for name, data in {
+        "CURRENT": b"MANIFEST-000005\n",
+        "MANIFEST-000005": bytes(64),
+        "IDENTITY": b"0b8c3d4e\n",
+        "LOCK": b"",
+        "OPTIONS-000007": b"[Version]\n",
+        "000004.log": b"",
+    }.items():
+        (cq / name).write_bytes(data)
+    return sorted((p.name, p.stat().st_size) for p in cq.iterdir())
+
+
+def test_a_rocksdb_queue_store_is_read_read_only_and_refused_for_writing(tmp_path, impl):
+    """A writable open would append messages the broker's RocksDB queues never list: it is
+    refused, touching nothing; a read-only open rebuilds the queues from the CommitLog."""
+    root = unpack(tmp_path, "v5-basic")
+    files = _as_rocksdb_queue_store(root)
+
+    def tree():
+        return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+    before = tree()
+    with pytest.raises(UnsupportedStoreError, match="read_only=True"):
+        MessageStore(root, implementation=impl.name)
+    assert tree() == before
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        assert check_records(store, "v5-basic") > 0
+    assert sorted((p.name, p.stat().st_size) for p in (root / "consumequeue").iterdir()) == files
+    assert [p for p in changed_files(root, "v5-basic") if not p.startswith("consumequeue/")] == []

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidTopicError",
     "SystemTopicError",
     "TransactionStateError",
+    "UnsupportedStoreError",
     "BatchTopicError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
@@ -157,6 +158,12 @@ class StoreReadOnlyError(RocketStoreError):
 
 class StoreConfigError(RocketStoreError, ValueError):
     """An invalid store option, or a store directory laid out for other options."""
+
+
+class UnsupportedStoreError(StoreConfigError):
+    """A RocketMQ store rocketstore can read but must not write: a writable open would leave
+    the broker's own files out of step (a RocksDB ConsumeQueue, RocketMQ 5.x's
+    ``storeType=defaultRocksDB``). Open it with ``read_only=True``; nothing was touched."""
 
 
 class NotAStoreError(StoreConfigError):

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Optional
 
-from rocketstore.errors import NotAStoreError, StoreLockedError
+from rocketstore.errors import NotAStoreError, StoreLockedError, UnsupportedStoreError
 from rocketstore.files._files import open_regular
 from rocketstore.files.checkpoint import CHECKPOINT_SIZE
 
@@ -69,6 +69,16 @@ def is_os_litter(name: str) -> bool:
     return name == ".DS_Store" or name.startswith(("._", ".nfs", ".fuse_hidden"))
 
 
+def is_rocksdb_queue_store(path: str) -> bool:
+    """Whether ``path/consumequeue`` is a RocksDB database (a ``CURRENT`` file naming a
+    ``MANIFEST-``): RocketMQ 5.x's ConsumeQueue with ``storeType=defaultRocksDB``."""
+    try:
+        with open(os.path.join(path, "consumequeue", "CURRENT"), "rb") as f:
+            return f.read(64).startswith(b"MANIFEST-")
+    except OSError:
+        return False
+
+
 def check_store_dir(path: str, *, read_only: bool) -> None:
     """Refuse a ``path`` that holds no store, before anything in it is touched.
 
@@ -106,6 +116,13 @@ def check_store_dir(path: str, *, read_only: bool) -> None:
             raise NotAStoreError(
                 f"{path} is not a store: {commitlog} holds {sorted(foreign)[0]!r}, "
                 "which is not a segment (20-digit name)"
+            )
+        if not read_only and is_rocksdb_queue_store(path):
+            raise UnsupportedStoreError(
+                f"{path}: its consumequeue/ is a RocksDB database (RocketMQ 5.x, storeType=defaultRocksDB). "
+                "rocketstore reads such a store with read_only=True (its queues rebuilt from the CommitLog), "
+                "but does not write it: the broker's RocksDB queues would never list the messages "
+                "appended here"
             )
         return
     for name in sorted(names):
