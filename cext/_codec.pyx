@@ -31,6 +31,7 @@ from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIN
 
 import operator as _operator
 from rocketstore.base._clock import month_start as _month_start, now_ms as _now_ms
+from rocketstore.base.compression import inflate as _inflate
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
@@ -713,25 +714,43 @@ cdef class MessageExt:
     cdef uint8_t _born_raw[16]
     cdef uint8_t _store_raw[16]
     cdef object _body, _topic, _props, _born, _store   # decoded (or assigned) values; None: not yet
+    cdef object _stored         # the body field's bytes when assigned; None: the record's
     cdef bint _store_assigned
 
     def __init__(self, *args, **kwargs):
         raise TypeError("MessageExt objects are made by reading a store, not constructed")
 
+    cdef object _record_body(self):
+        """The body field's bytes in the record (a view of them after a zero-copy read)."""
+        if self._stored is not None:
+            return self._stored
+        if self._zero_copy:
+            start = self._rec_pos + self._body_off
+            return self._owner[start:start + self._body_len]
+        return PyBytes_FromStringAndSize(<const char *>self._p + self._body_off, self._body_len)
+
     @property
     def body(self):
+        """The body the producer sent: inflated when sysFlag bit 0 says it is compressed."""
         if self._body is None:
-            if self._zero_copy:
-                start = self._rec_pos + self._body_off
-                self._body = self._owner[start:start + self._body_len]
+            if self.sys_flag & 1:
+                self._body = _inflate(self._record_body(), self.sys_flag)
             else:
-                self._body = PyBytes_FromStringAndSize(<const char *>self._p + self._body_off, self._body_len)
+                self._body = self._record_body()
         return self._body
 
     @body.setter
     def body(self, value):
         _track(self)
-        self._body = value
+        self._stored = value
+        self._body = None
+
+    @property
+    def stored_body(self):
+        """The body field's bytes as stored (the compressed bytes of a compressed body)."""
+        if self.sys_flag & 1:
+            return self._record_body()
+        return self.body
 
     @property
     def topic(self):
@@ -834,8 +853,8 @@ cdef class MessageExt:
         return {name: getattr(self, name) for name in _FIELDS}
 
     def __reduce__(self):
-        fields = self.as_dict()
-        fields["body"] = bytes(fields["body"])
+        fields = {name: getattr(self, name) for name in _FIELDS if name != "body"}
+        fields["body"] = bytes(self.stored_body)
         return (_message_from_fields, (fields,))
 
     def __eq__(self, other):
@@ -843,7 +862,7 @@ cdef class MessageExt:
             return NotImplemented
         for name in _FIELDS:
             if name == "body":
-                if bytes(self.body) != bytes(other.body):
+                if bytes(self.stored_body) != bytes(other.stored_body):
                     return False
             elif getattr(self, name) != getattr(other, name):
                 return False
@@ -856,7 +875,7 @@ cdef class MessageExt:
     __hash__ = None   # mutable, compared by value: unhashable, as the pure twin's
 
     def __repr__(self):
-        body = bytes(self.body[:32])
+        body = bytes(self.stored_body[:32])
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
                 f"size={self.size}, body={body!r})")

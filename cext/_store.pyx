@@ -2586,12 +2586,12 @@ cdef class PutFront:
 
     @cython.binding(True)   # a function inspect.signature() reads, as it read MessageStore.put
     def put(self, topic, body=None, *, tags=None, keys=None, properties=None, queue_id=-1, flag=0,
-            durable=None, delay_level=None, deliver_at_ms=None, delay_ms=None):
+            durable=None, delay_level=None, deliver_at_ms=None, delay_ms=None, compress=None):
         """Store one message; see :meth:`rocketstore.MessageStore.put`."""
         cdef int64_t qid = 0, flg = 0
         cdef int wait
         cdef CommitLogCore core = self._core
-        if (PyUnicode_CheckExact(topic) and body is not None
+        if (PyUnicode_CheckExact(topic) and body is not None and compress is None
                 and delay_level is None and deliver_at_ms is None and delay_ms is None
                 and not core._closed and PySet_Contains(self._user_topics, topic)
                 and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
@@ -2614,4 +2614,4 @@ cdef class PutFront:
             raise StoreClosedError("the store is closed")
         return self._general(store, topic, body, tags=tags, keys=keys, properties=properties,
                              queue_id=queue_id, flag=flag, durable=durable, delay_level=delay_level,
-                             deliver_at_ms=deliver_at_ms, delay_ms=delay_ms)
+                             deliver_at_ms=deliver_at_ms, delay_ms=delay_ms, compress=compress)

@@ -56,6 +56,8 @@ class FacadeBase:
         ``rmq_sys_wheel_timer`` and put into ``topic`` at that millisecond (so do the
         ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` properties), at most
         ``timer_max_delay_sec`` ahead (:class:`~rocketstore.errors.TimerTooFarError`).
+        ``compress="zlib"`` (or ``"lz4"``, ``"zstd"``: optional extras) stores the body
+        compressed, as a RocketMQ producer does; reads give it back inflated.
         """
         if not options:
             return self._role.put(topic, body)

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidTopicError",
     "SystemTopicError",
     "TransactionStateError",
+    "CompressionUnavailableError",
     "UnsupportedStoreError",
     "BatchTopicError",
     "InvalidQueueIdError",
@@ -275,3 +276,9 @@ def not_stored(status: int, cause: BaseException) -> PutError:
 class TransactionStateError(RocketStoreError):
     """A commit of a transaction that was rolled back, or a rollback of one that was committed
     (:meth:`~rocketstore.MessageStore.commit_transaction`); nothing was written."""
+
+
+class CompressionUnavailableError(RocketStoreError, ImportError):
+    """A body is compressed (or is to be) with a codec whose library is not installed: LZ4 needs
+    the ``lz4`` package, zstd ``zstandard`` (a clone's extras ``.[lz4]``, ``.[zstd]``). The
+    stored bytes stay readable as ``MessageExt.stored_body``."""

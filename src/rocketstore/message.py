@@ -13,6 +13,7 @@ from abc import ABCMeta
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
+from rocketstore.base.compression import COMPRESSED_FLAG, inflate
 from rocketstore.errors import InvalidMessageError, InvalidTopicError, SystemTopicError
 
 __all__ = [
@@ -270,7 +271,7 @@ class MessageExt(metaclass=ABCMeta):
     body pickles as bytes).
     """
 
-    __slots__ = MESSAGE_FIELDS
+    __slots__ = (*(n for n in MESSAGE_FIELDS if n != "body"), "stored_body", "_inflated")
 
     size: int  #: the record's length in bytes (TOTALSIZE)
     magic: int  #: MAGICCODE (V1 or V2)
@@ -286,13 +287,32 @@ class MessageExt(metaclass=ABCMeta):
     store_host: tuple[str, int]  #: (ip text, port)
     reconsume_times: int
     prepared_transaction_offset: int
-    body: Union[bytes, memoryview]  #: a read-only memoryview after a zero-copy read
+    #: the body field's bytes as stored: the compressed bytes of a compressed body (sysFlag bit
+    #: 0), else the body itself (a read-only memoryview after a zero-copy read)
+    stored_body: Union[bytes, memoryview]
+    _inflated: Optional[bytes]
     topic: str
     properties: dict[str, str]  #: empty when the record has none
 
     def __init__(self, **fields: Any) -> None:
-        for name in self.__slots__:
+        for name in MESSAGE_FIELDS:  # (``body`` through its setter: the stored bytes)
             setattr(self, name, fields.get(name))
+
+    @property
+    def body(self) -> Union[bytes, memoryview]:
+        """The body the producer sent: ``stored_body`` inflated when sysFlag says it is
+        compressed (rocketstore.base.compression), else ``stored_body`` itself."""
+        if not self.sys_flag & COMPRESSED_FLAG:
+            return self.stored_body
+        if self._inflated is None:
+            self._inflated = inflate(self.stored_body, self.sys_flag)
+        return self._inflated
+
+    @body.setter
+    def body(self, value: Union[bytes, memoryview]) -> None:
+        """Set the stored bytes (compressed ones, when sysFlag says the body is compressed)."""
+        self.stored_body = value
+        self._inflated = None
 
     @property
     def tags(self) -> Optional[str]:
@@ -317,15 +337,15 @@ class MessageExt(metaclass=ABCMeta):
         return {name: getattr(self, name) for name in MESSAGE_FIELDS}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        fields = self.as_dict()
-        fields["body"] = bytes(fields["body"])
+        fields = {name: getattr(self, name) for name in MESSAGE_FIELDS if name != "body"}
+        fields["body"] = bytes(self.stored_body)
         return (_message_from_fields, (fields,))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):
             return NotImplemented
         return all(
-            bytes(getattr(self, n)) == bytes(getattr(other, n))
+            bytes(self.stored_body) == bytes(other.stored_body)
             if n == "body"
             else getattr(self, n) == getattr(other, n)
             for n in MESSAGE_FIELDS
@@ -337,7 +357,7 @@ class MessageExt(metaclass=ABCMeta):
         return (
             f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
             f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
-            f"size={self.size}, body={bytes(self.body[:32])!r})"
+            f"size={self.size}, body={bytes(self.stored_body[:32])!r})"
         )
 
 

@@ -38,6 +38,7 @@ from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.base._background import weak_method
 from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore.base._clock import now_ms
+from rocketstore.base.compression import CODECS, deflate, sys_flag_bits
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.consume import (
     GetMessageResult,
@@ -1255,7 +1256,23 @@ class StoreBase(JoinedWriting):
         delay_level: Optional[int] = None,
         deliver_at_ms: Optional[int] = None,
         delay_ms: Optional[int] = None,
+        compress: Optional[str] = None,
     ) -> PutResult:
+        if compress is not None:
+            return self._put_compressed(
+                topic,
+                body,
+                compress,
+                tags,
+                keys,
+                properties,
+                queue_id,
+                flag,
+                durable,
+                delay_level,
+                deliver_at_ms,
+                delay_ms,
+            )
         if topic.__class__ is not str or topic not in self._user_topics:
             self._check_user_topic(topic)
         if (
@@ -1326,6 +1343,45 @@ class StoreBase(JoinedWriting):
                 cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level, timer
             ),
         )
+
+    def _put_compressed(
+        self,
+        topic: Any,
+        body: Optional[Body],
+        compress: str,
+        tags: Optional[str],
+        keys: Keys,
+        properties: Optional[Mapping[str, str]],
+        queue_id: int,
+        flag: int,
+        durable: Optional[bool],
+        delay_level: Optional[int],
+        deliver_at_ms: Optional[int],
+        delay_ms: Optional[int],
+    ) -> PutResult:
+        """A put whose body is compressed first, as a RocketMQ producer compresses it: the
+        stored bytes are ``compress``'s, and sysFlag says which (rocketstore.base.compression)."""
+        if not isinstance(compress, str) or compress not in CODECS:
+            raise InvalidMessageError(f"compress must be one of {sorted(CODECS)}, not {compress!r}")
+        if isinstance(topic, MESSAGE_TYPES):
+            raise InvalidMessageError(
+                "put(message, compress=...): compress the Message's body and set its sys_flag"
+            )
+        if body is None:
+            raise TypeError("body is required")
+        self._check_user_topic(topic)
+        message = Message(
+            topic,
+            deflate(memoryview(body), compress),
+            tags=tags,
+            keys=keys if keys is None or isinstance(keys, str) else list(keys),
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            sys_flag=sys_flag_bits(compress),
+        )
+        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
+        return cast("PutResult", self._put_message(message, durable, 0, delay_level, timer))
 
     def put_pipelined(
         self,

@@ -1806,12 +1806,14 @@ class PutFront:
         delay_level: Any = None,
         deliver_at_ms: Any = None,
         delay_ms: Any = None,
+        compress: Any = None,
     ) -> Any:
         """Store one message; see :meth:`rocketstore.MessageStore.put`."""
         core = self._core
         if (
             type(topic) is str
             and body is not None
+            and compress is None
             and delay_level is None
             and deliver_at_ms is None
             and delay_ms is None
@@ -1843,4 +1845,5 @@ class PutFront:
             delay_level=delay_level,
             deliver_at_ms=deliver_at_ms,
             delay_ms=delay_ms,
+            compress=compress,
         )

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore.base.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
 from rocketstore.errors import CorruptRecordError
 from rocketstore.message import MessageExt, is_stored_topic
 
@@ -109,6 +110,10 @@ def _properties(raw: bytes) -> dict[str, str]:
     return found
 
 
+#: sysFlag's compressed bit and compression type (rocketstore.base.compression)
+_COMPRESSION_BITS = COMPRESSED_FLAG | COMPRESSION_TYPE_MASK
+
+
 def inner_messages(msg: MessageExt) -> list[MessageExt]:
     """The messages of ``msg``'s record as a RocketMQ client unwraps them: an inner batch's
     messages at queue offsets ``msg.queue_offset + i``; any other record as it is. Raises
@@ -144,7 +149,7 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
                 flag=flag,
                 queue_offset=msg.queue_offset + len(out),
                 commitlog_offset=msg.commitlog_offset,
-                sys_flag=msg.sys_flag,
+                sys_flag=msg.sys_flag & ~_COMPRESSION_BITS,  # the outer body was inflated
                 born_timestamp=msg.born_timestamp,
                 born_host=msg.born_host,
                 store_timestamp=msg.store_timestamp,

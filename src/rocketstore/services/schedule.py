@@ -578,7 +578,7 @@ class ScheduleService:
                 raw = parts.commitlog.codec.encode_properties(copy_props)
             except InvalidMessageError as exc:
                 why = str(exc)
-        body = bytes(sched.body)
+        body = bytes(sched.stored_body)  # a compressed body stays as the producer stored it
         unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
         length = (
             (
@@ -753,7 +753,7 @@ class ScheduleService:
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
         copy = Message(
             topic,
-            bytes(msg.body),
+            bytes(msg.stored_body),
             properties=props,
             flag=msg.flag,
             queue_id=0,
@@ -797,7 +797,7 @@ def _is_copy(rec: MessageExt, identity: tuple[Any, ...]) -> bool:
         or rec.born_timestamp != born
         or rec.reconsume_times != reconsume
         or rec.flag != flag
-        or bytes(rec.body) != body
+        or bytes(rec.stored_body) != body
     ):
         return False
     found = {k: v for k, v in (rec.properties or {}).items() if k != PROPERTY_CRC32}  # the core's

@@ -842,7 +842,7 @@ class TimerService:
             raw = parts.commitlog.codec.encode_properties(copy_props)
         except InvalidMessageError as exc:
             return self._drop(queue_offset, commitlog_offset, str(exc))
-        body = bytes(rec.body)
+        body = bytes(rec.stored_body)  # a compressed body stays as the producer stored it
         unique_key = copy_props.get(PROPERTY_UNIQ_KEY)
         length = (
             91

@@ -521,7 +521,7 @@ def _copy(half: MessageExt, topic: str, queue_id: int, props: dict[str, str], sy
     keys = props.pop(PROPERTY_KEYS, None)
     return Message(
         topic,
-        bytes(half.body),
+        bytes(half.stored_body),
         tags=tags,
         keys=keys,
         properties=props,
