@@ -377,6 +377,17 @@ def test_clock_skew_guard_delivers_a_deliver_time_too_far_ahead(store, clock):
     assert store.deliver_delayed() == 1  # deliverTs > now + 5 s: due now
 
 
+def test_a_put_that_lands_during_a_pass_is_not_taken_for_clock_skew(store, clock):
+    """A pass reads the clock once, at its start; a message put after that (a few ms later by
+    the same clock) has a deliver time past that reading plus its delay, which must not count as
+    a clock gone back: it was delivered at once, two hours early (seen under load)."""
+    r = store.put("TopicA", b"late", delay_level=18)  # 2 h
+    clock.now = r.store_timestamp  # the clock at the put
+    assert store.deliver_delayed(now=r.store_timestamp - 5) == 0  # the pass began 5 ms earlier
+    assert store.deliver_delayed() == 0
+    assert store.get_message("g", "TopicA", 0, 0).messages == []
+
+
 def test_lookups_find_a_message_before_and_after_delivery(store, clock):
     r = store.put("TopicA", b"x", keys="order-7", delay_level=1)
     [m] = store.query_by_key(SCHEDULE_TOPIC, "order-7")

@@ -529,7 +529,9 @@ class ScheduleService:
                         continue
                     if deliver_ts <= -(1 << 31) - 1:  # a ConsumeQueueExt address: recompute
                         deliver_ts = self._store_time(commitlog_offset) + delay
-                    if deliver_ts > now + delay:  # clock skew: deliver now
+                    if deliver_ts > now + delay and deliver_ts > self.clock() + delay:
+                        # the clock went back (RocketMQ's skew guard): deliver now. The clock is
+                        # read again: a put after this pass read ``now`` is not a skew
                         deliver_ts = now
                     if deliver_ts > now:
                         next_due = deliver_ts if next_due is None else min(next_due, deliver_ts)
