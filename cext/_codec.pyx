@@ -2482,6 +2482,9 @@ cdef object _pull_result(type result_type, object next_begin, object lo, object 
     return result
 
 
+cdef enum:
+    _OFFSET_KEYS_KEPT = 4096    # FastReads remembers the offset keys of this many groups at most
+
 cdef class FastReads:
     """An open store's point reads, each one compiled call: rocketstore.store puts these bound
     methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset``,
@@ -2494,16 +2497,24 @@ cdef class FastReads:
     cdef object _cls
     cdef object _queues, _segments, _core, _services, _dispatcher, _cap, _follower
     cdef type _result_type
+    cdef object _offsets            # an owning store's ConsumerOffsetTable (else None: commits are careful)
+    cdef FastRLock _offsets_lock    # its lock when that is a FastRLock
+    cdef dict _offset_keys          # {group: {topic: the table's key}} of names checked here
     cdef public bint open
     # calls answered here, and calls handed to the class's method: what shows (tests, a
     # benchmark) that the compiled path is the one taken
     cdef readonly unsigned long long fast_calls, careful_calls
 
     def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *,
-                 result_type):
+                 result_type, offsets=None):
         if not issubclass(result_type, PullResult):
             raise TypeError(f"result_type must extend this codec's PullResult, not {result_type!r}")
         self._result_type = result_type
+        self._offsets = offsets
+        self._offsets_lock = None
+        if offsets is not None and type(offsets._lock) is FastRLock:
+            self._offsets_lock = <FastRLock>offsets._lock
+        self._offset_keys = {}
         self._follower = follower
         self._store = store_ref
         self._cls = cls
@@ -2581,6 +2592,63 @@ cdef class FastReads:
                                     offset)
         self.careful_calls += 1
         return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
+
+    cdef object _offset_key(self, object group, object topic):
+        """The offsets table's key of (topic, group) when both are names the class's method takes
+        as they are (a non-empty str without '@'), else None; remembered once made."""
+        cdef object by_topic, key
+        if type(group) is not str or type(topic) is not str:
+            return None
+        by_topic = self._offset_keys.get(group)
+        if by_topic is not None:
+            key = (<dict>by_topic).get(topic)
+            if key is not None:
+                return key
+        if not group or not topic or "@" in <str>group or "@" in <str>topic:
+            return None
+        key = self._offsets.key(topic, group)
+        if type(key) is not str:
+            return None
+        if len(self._offset_keys) >= _OFFSET_KEYS_KEPT:
+            self._offset_keys.clear()
+        if by_topic is None:
+            by_topic = self._offset_keys[group] = {}
+        (<dict>by_topic)[topic] = key
+        return key
+
+    def commit_offset(self, group, topic, queue_id, offset):
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id); see
+        :meth:`rocketstore.MessageStore.commit_offset`."""
+        cdef int64_t qid = 0, at = 0
+        cdef FastRLock lock = self._offsets_lock
+        cdef object key, table, offsets, previous
+        cdef bint done = False
+        if (self.open and self._offsets is not None and _plain_int(queue_id, 0, &qid) and qid <= INT32_MAX
+                and _plain_int(offset, 0, &at)):
+            key = self._offset_key(group, topic)
+            if key is not None:
+                self.fast_calls += 1
+                if lock is not None:
+                    # the common case as ConsumerOffsetTable.commit_key does it: a queue the table
+                    # has, moving forward
+                    lock.take(True)
+                    try:
+                        table = self._offsets._table
+                        if type(table) is dict:
+                            offsets = (<dict>table).get(key)
+                            if type(offsets) is dict:
+                                previous = (<dict>offsets).get(queue_id)
+                                if type(previous) is int and previous <= offset:
+                                    (<dict>offsets)[queue_id] = offset
+                                    self._offsets.dirty = True
+                                    done = True
+                    finally:
+                        lock.give()
+                if not done:
+                    self._offsets.commit_key(key, queue_id, offset)  # new, or a move back: logged
+                return None
+        self.careful_calls += 1
+        return self._cls.commit_offset(self._owner(), group, topic, queue_id, offset)
 
     def query_by_unique_key(self, topic, unique_key):
         """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""

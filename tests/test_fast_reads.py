@@ -13,6 +13,7 @@ from rocketstore.errors import (
     InvalidMessageIdError,
     MessageNotFoundError,
     StoreClosedError,
+    StoreReadOnlyError,
 )
 from rocketstore.storebase import StoreBase
 
@@ -374,3 +375,62 @@ def test_a_key_lookup_over_a_damaged_index_file_finds_what_select_files_finds(tm
                 assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], key
     finally:
         s.close()
+
+
+def test_a_commit_of_an_offset_is_one_fast_call_with_the_class_answers(store, caplog):
+    """The consumer's loop commits after every pull: an owning store's commit_offset is its
+    FastReads method, which keeps the table as the class's method keeps it."""
+    fast = store._role.fast_reads
+    assert type(store._role.commit_offset).__name__ in ("builtin_function_or_method", "method")
+    before = fast.fast_calls
+    store.commit_offset("g", TOPIC, 1, 5)  # a new queue of a new group
+    store.commit_offset("g", TOPIC, 1, 7)  # the common case: a queue the table has
+    store.commit_offset("g", TOPIC, 0, 2)
+    assert fast.fast_calls == before + 3
+    assert (store.committed_offset("g", TOPIC, 1), store.committed_offset("g", TOPIC, 0)) == (7, 2)
+    assert store._offsets.dirty
+    with caplog.at_level("WARNING"):
+        store.commit_offset("g", TOPIC, 1, 3)  # a move back is kept, and logged
+    assert store.committed_offset("g", TOPIC, 1) == 3
+    assert "moves back from 7 to 3" in caplog.text
+    assert store.persist_offsets()
+    assert not store._offsets.dirty
+    store.commit_offset("g", TOPIC, 1, 4)
+    assert store._offsets.dirty  # what persist_offsets writes next
+    # what the fast call does not take is the class's, with its errors
+    careful = fast.careful_calls
+    for args, error in (
+        (("", TOPIC, 0, 1), InvalidMessageError),
+        ((1, TOPIC, 0, 1), TypeError),
+        (("g@h", TOPIC, 0, 1), InvalidMessageError),
+        (("g", "T@x", 0, 1), InvalidMessageError),
+        (("g", TOPIC, -1, 1), InvalidMessageError),
+        (("g", TOPIC, 0, -1), InvalidMessageError),
+        (("g", TOPIC, True, 1), InvalidMessageError),
+        (("g", TOPIC, 0, 1.0), InvalidMessageError),
+    ):
+        with pytest.raises(error):
+            store.commit_offset(*args)
+    assert fast.careful_calls == careful + 8
+    assert store.committed_offset("g", TOPIC, 0) == 2
+    numpy = pytest.importorskip("numpy")
+    store.commit_offset("g", TOPIC, 0, numpy.int64(9))  # the class's method takes numpy ints
+    assert store.committed_offset("g", TOPIC, 0) == 9
+    held = store._role.commit_offset
+    store.close()
+    with pytest.raises(StoreClosedError):
+        held("g", TOPIC, 0, 10)
+    with pytest.raises(StoreClosedError):
+        store.commit_offset("g", TOPIC, 0, 10)
+
+
+def test_a_read_only_store_refuses_a_commit(tmp_path, impl):
+    path = str(tmp_path / "s")
+    with MessageStore(path, implementation=impl.name) as w:
+        w.commit_offset("g", TOPIC, 0, 3)
+    with MessageStore(path, implementation=impl.name, read_only=True) as r:
+        with pytest.raises(StoreReadOnlyError):
+            r.commit_offset("g", TOPIC, 0, 4)
+        assert r.committed_offset("g", TOPIC, 0) == 3
+    with MessageStore(path, implementation=impl.name) as w:
+        assert w.committed_offset("g", TOPIC, 0) == 3

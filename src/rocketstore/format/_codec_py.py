@@ -2030,9 +2030,24 @@ class FastReads:
     the class's method, which opens the store again)."""
 
     def __init__(
-        self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *, result_type
+        self,
+        store_ref,
+        cls,
+        queues,
+        segments,
+        core,
+        services,
+        dispatcher,
+        cap,
+        follower=None,
+        *,
+        result_type,
+        offsets=None,
     ):
         self._result_type = result_type  # what get_message returns: consume.GetMessageResult
+        #: an owning store's ConsumerOffsetTable, which commit_offset commits to (None: the
+        #: class's method, which says why not)
+        self._offsets = offsets
         self._follower = follower
         self._store = store_ref  # weak: the store's dict holds these methods
         self._cls = cls
@@ -2109,6 +2124,33 @@ class FastReads:
                 return hits
         self.careful_calls += 1
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def commit_offset(self, group, topic, queue_id, offset):
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id); see
+        :meth:`rocketstore.MessageStore.commit_offset`. Names the class's method takes as they
+        are (a non-empty str without '@'), a queue id in 0 .. 2**31-1 and an offset in
+        0 .. 2**63-1, all plain ints, go to the table's ``commit_key`` (the compiled twin sets
+        a queue the table has, moving forward, itself, under the table's lock); anything else
+        is the class's method's, with its errors."""
+        if (
+            self.open
+            and self._offsets is not None
+            and type(group) is str
+            and type(topic) is str
+            and group
+            and topic
+            and "@" not in group
+            and "@" not in topic
+            and type(queue_id) is int
+            and 0 <= queue_id <= _INT32_MAX
+            and type(offset) is int
+            and 0 <= offset <= _INT64_MAX
+        ):
+            self.fast_calls += 1
+            self._offsets.commit_key(self._offsets.key(topic, group), queue_id, offset)
+            return None
+        self.careful_calls += 1
+        return self._cls.commit_offset(self._owner(), group, topic, queue_id, offset)
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
         """Pull messages of one queue; see :meth:`rocketstore.MessageStore.get_message`."""
