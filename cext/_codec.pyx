@@ -1919,7 +1919,10 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
     cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
-    if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
+    if _is_queue(cq):
+        if not _queue_bounds(<QueueState>cq, &lo, &hi):
+            return None
+    elif not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
         return None
     if not lo <= offset < hi:
         return None   # a bound status: the careful path says which
@@ -1945,6 +1948,32 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
             PyBuffer_Release(&view)
         return units, lo, hi
     return _disk_run(<QueueState>cq, offset, n, lo, hi)
+
+
+cdef bint _queue_bounds(QueueState cq, int64_t *lo, int64_t *hi) except -1:
+    """ConsumeQueue ``cq``'s ``min_offset`` and ``max_offset`` (its properties' arithmetic on the
+    fields it extends: ``_min_logic``, and the end of what its last file holds) into ``lo`` and
+    ``hi``, read here rather than through two Python properties; False when they are not plain
+    (no file table, a file that is not a mapped one, a negative position)."""
+    cdef list files
+    cdef MappedState last
+    cdef int64_t end = 0
+    if cq._files is None or cq._min_logic < 0:
+        return False
+    files = cq._files.files
+    if files is None:
+        return False
+    if len(files):
+        o = files[len(files) - 1]
+        if not _is_mapped(o):
+            return False
+        last = <MappedState>o
+        end = last.file_from_offset + last.wrote_position
+        if end < 0 or last.file_from_offset < 0 or last.wrote_position < 0:
+            return False
+    lo[0] = cq._min_logic // _CQ_UNIT
+    hi[0] = end // _CQ_UNIT
+    return True
 
 
 cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):

@@ -281,6 +281,35 @@ def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
         held("g", TOPIC, 1, 0)
 
 
+def test_a_pull_reads_the_queue_bounds_from_the_fields_the_queue_sets(store, monkeypatch):
+    """A pull's min and max offsets are the queue's ``min_offset`` and ``max_offset``, which the
+    compiled pull computes from the fields they are made of (``_min_logic``, the last unit
+    file's start and written position): a change to those is what the pull sees."""
+    for i in range(8):
+        store.put(TOPIC, b"m%d" % i, queue_id=1)
+    codec = store._impl.codec
+
+    def pull(offset, n=32):
+        return codec.queue_messages(store._queues, TOPIC, 1, offset, n, store._segments, store._core)
+
+    assert store.get_message("g", TOPIC, 1, 0).max_offset == 8  # (dispatched)
+    cq = store._queues.get(TOPIC, 1)
+    _messages, _units, lo, hi = pull(0)
+    assert (lo, hi) == (cq.min_offset, cq.max_offset) == (0, 8)
+    monkeypatch.setattr(cq, "_min_logic", 3 * 20)  # as retention moves it
+    assert pull(2) is None  # below the queue's start: the careful path says so
+    messages, _units, lo, hi = pull(3, 2)
+    assert (lo, hi) == (cq.min_offset, cq.max_offset) == (3, 8)
+    assert [m.queue_offset for m in messages] == [3, 4]
+    last = cq._files.files[-1]
+    monkeypatch.setattr(last, "wrote_position", 5 * 20)  # units 5.. not written yet
+    messages, _units, lo, hi = pull(3)
+    assert (lo, hi) == (3, 5) and [m.queue_offset for m in messages] == [3, 4]
+    assert pull(5) is None
+    monkeypatch.setattr(cq._files, "files", [])
+    assert pull(3) is None
+
+
 def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     """The compiled queue reads remember which queue the table maps (topic, queue id) to, for
     as long as the table is unchanged: one taken out (or replaced) is seen at once."""
