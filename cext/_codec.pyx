@@ -2495,13 +2495,18 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     return None
 
 
+# GetMessageStatus.FOUND, looked up once: an enum member read from its class costs about as
+# much as the rest of a one-message pull's result (EnumType's attribute lookup)
+cdef object _FOUND = _GetMessageStatus.FOUND
+
+
 cdef object _pull_result(type result_type, object next_begin, object lo, object hi, object messages,
                          object units, object first):
     """``result_type(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
     quick pull returns), its PullResult fields filled here."""
     cdef PullResult result
     result = PullResult.__new__(result_type)
-    result.status = _GetMessageStatus.FOUND
+    result.status = _FOUND
     result.next_begin_offset = next_begin
     result.min_offset = lo
     result.max_offset = hi

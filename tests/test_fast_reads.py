@@ -310,6 +310,44 @@ def test_a_pull_reads_the_queue_bounds_from_the_fields_the_queue_sets(store, mon
     assert pull(3) is None
 
 
+def test_the_messages_of_a_pull_are_each_their_own_record_across_segments(tmp_path, impl):
+    """Each message of a compiled pull reads its own record (body, topic, properties, fields),
+    and one kept after the others of its pull are gone still does; so in a pull whose records
+    lie in two segments."""
+    import gc
+    import pickle
+
+    with MessageStore(
+        str(tmp_path / "s"), implementation=impl.name, commitlog_file_size=64 * 1024, default_queues=2
+    ) as store:
+        bodies = [bytes([i % 251]) * (1 + (i * 37) % 900) for i in range(150)]
+        for i, body in enumerate(bodies):
+            store.put(TOPIC, body, tags=f"t{i}", keys=f"k{i}", queue_id=i % 2)
+        assert len(store._segments.files) > 1  # the pulls below cross a segment's end
+        for qid in (0, 1):
+            mine = bodies[qid::2]
+            offset, kept = 0, []
+            while True:
+                got = store.get_message("g", TOPIC, qid, offset, 40)
+                careful = StoreBase.get_message(store, "g", TOPIC, qid, offset, 40)
+                assert got.messages == careful.messages
+                if not got.messages:
+                    break
+                for m in got.messages:
+                    i = 2 * m.queue_offset + qid
+                    assert (m.body, m.topic, m.tags, m.keys, m.queue_id) == (bodies[i], TOPIC, f"t{i}", f"k{i}", qid)
+                kept.append(got.messages[len(got.messages) // 2])
+                offset = got.next_begin_offset
+            assert offset == len(mine)
+            del got, careful
+            gc.collect()
+            for m in kept:
+                i = 2 * m.queue_offset + qid
+                assert m.body == bodies[i] and m.keys == f"k{i}"
+                assert pickle.loads(pickle.dumps(m)) == m
+                assert m == store.get_by_queue_offset(TOPIC, qid, m.queue_offset)
+
+
 def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     """The compiled queue reads remember which queue the table maps (topic, queue id) to, for
     as long as the table is unchanged: one taken out (or replaced) is seen at once."""
