@@ -153,8 +153,12 @@ def main(argv=None) -> int:
         print(f"{name:32s} {count / seconds / 1e6:8.3f} M/s")
     if "lmdb cursor" in rows:
         rate = {k: c / s for k, (c, s) in rows.items()}
-        print(f"consume + commit / lmdb cursor   {rate['consume + commit (msgs)'] / rate['lmdb cursor']:8.3f}x")
-        print(f"random / lmdb get                {rate['get_by_queue_offset random'] / rate['lmdb get random']:8.3f}x")
+        print(
+            f"consume + commit / lmdb cursor   {rate['consume + commit (msgs)'] / rate['lmdb cursor']:8.3f}x"
+        )
+        print(
+            f"random / lmdb get                {rate['get_by_queue_offset random'] / rate['lmdb get random']:8.3f}x"
+        )
     print(f"load average after {os.getloadavg()[0]:.2f}")
     return 0
 

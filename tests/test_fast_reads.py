@@ -335,7 +335,13 @@ def test_the_messages_of_a_pull_are_each_their_own_record_across_segments(tmp_pa
                     break
                 for m in got.messages:
                     i = 2 * m.queue_offset + qid
-                    assert (m.body, m.topic, m.tags, m.keys, m.queue_id) == (bodies[i], TOPIC, f"t{i}", f"k{i}", qid)
+                    assert (m.body, m.topic, m.tags, m.keys, m.queue_id) == (
+                        bodies[i],
+                        TOPIC,
+                        f"t{i}",
+                        f"k{i}",
+                        qid,
+                    )
                 kept.append(got.messages[len(got.messages) // 2])
                 offset = got.next_begin_offset
             assert offset == len(mine)

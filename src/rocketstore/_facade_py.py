@@ -179,7 +179,6 @@ class FacadeBase:
         """The message at ``queue_offset`` of (topic, queue_id)."""
         return self._role.get_by_queue_offset(topic, queue_id, queue_offset)
 
-
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
 
