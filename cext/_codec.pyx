@@ -2524,7 +2524,8 @@ cdef class FastReads:
     methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset``,
     ``query_by_key``, ``query_by_unique_key`` and ``get_message`` (a pull from a given offset,
     no tags, no wait: units, records and messages in one call, the result's slots set in
-    place) while the store is open and follows no other process. What a fast call
+    place) while the store is open and follows no other process, and an owning store's
+    ``commit_offset`` over the class's (given ``offsets``, its ConsumerOffsetTable). What a fast call
     cannot answer (None), a keyword it does not take, or a closed store runs the class's method
     (the careful path), so results and errors are the class's. See the pure twin."""
     cdef object _store          # a weak reference: the store's dict holds these methods

@@ -2024,7 +2024,8 @@ class FastReads:
     FastReads): rocketstore.store puts these bound methods over the class's ``read``,
     ``get_by_msg_id``, ``get_by_queue_offset``, ``query_by_key``, ``query_by_unique_key`` and
     ``get_message`` (a pull from a given offset, no tags, no wait) while the store is open and
-    follows no other process. What a fast call cannot answer (None), a keyword it does not
+    follows no other process, and an owning store's ``commit_offset`` over the class's (given
+    ``offsets``, its ConsumerOffsetTable). What a fast call cannot answer (None), a keyword it does not
     take, or a closed store runs the class's method (the careful path). ``follower``: a read-only
     store's :class:`~rocketstore.processes.live.Follower`, whose ``follow()`` each call runs first (False:
     the class's method, which opens the store again)."""
