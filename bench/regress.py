@@ -40,10 +40,13 @@ keyed_batch        put_messages() of 1,000 Message(topic, body, keys=k) per     
 durable_64         durable put() from 64 threads, msg/s                          64 × fdatasync rate
 pop_ack            receive(max_msgs=32) + ack(handle) of each message (POP),     dict lookup loop /s
                    pre-faulted, msg/s
+consume_commit     get_message() pulls of 32 + commit_offset() after each (the   dict lookup loop /s
+                   consumer's loop), writable store, msg/s
 =================  ===========================================================  ==================
 
-pop_ack is POP's receive + ack loop (bench/pop.py measures it beside a pull consumer); the
-eight before it are the speed-goal paths (bench/compare.py has a row for each, where it stands beside
+pop_ack is POP's receive + ack loop (bench/pop.py measures it beside a pull consumer), and
+consume_commit that pull consumer's loop (bench/consumer.py measures it beside an LMDB cursor); the
+eight before pop_ack are the speed-goal paths (bench/compare.py has a row for each, where it stands beside
 LMDB, RocksDB and LevelDB). Those peers are not installed in CI, so the gates divide by a
 limit that always is; compare.py holds the peer ratios the goals are stated in. Their floors are
 half the baseline (tolerance 0.5, ``HALF_FLOOR``; this shared machine's noise is ±40 %), and they
@@ -161,11 +164,13 @@ RATIOS = {
     "keyed_batch": "put_messages() 1,000 keyed Message/call msg/s, pre-faulted ÷ dict lookup loop /s",
     "durable_64": "durable put, 64 threads, msg/s ÷ 64 × fdatasync/s",
     "pop_ack": "receive(32) + ack each msg/s, pre-faulted ÷ dict lookup loop /s",
+    "consume_commit": "get_message(32) + commit_offset msg/s ÷ dict lookup loop /s",
 }
 # the speed goals' ratios and pop_ack: floor at half the baseline, gating whatever the
 # spread of the baseline runs
 HALF_FLOOR = (
     "pop_ack",
+    "consume_commit",
     "iter_messages",
     "read_offset",
     "read_msg_id",
@@ -422,6 +427,29 @@ class Run:
             store.close()
             shutil.rmtree(path, ignore_errors=True)
 
+    def consume_commit(self) -> float:
+        """msg/s of the consumer's loop: get_message pulls of 32 from a given offset and a
+        commit_offset after each, CPU seconds of the calling thread, best chunk of 64 pulls; the
+        messages are dispatched before timing (a writable store: a read-only one cannot commit)."""
+        path, store = self._prefaulted("consume", 64 * MiB)
+        get_message, commit_offset = store.get_message, store.commit_offset
+        try:
+            store.create_topic("Consume", 1)
+            store.put_batch("Consume", [BODY] * self.p["pops"], queue_id=0)
+            store.queues()
+
+            def pulls(chunk):
+                for offset in chunk:
+                    got = get_message("bench", "Consume", 0, offset, 32)
+                    if len(got.messages) != 32:
+                        raise RuntimeError("get_message came back short")
+                    commit_offset("bench", "Consume", 0, got.next_begin_offset)
+
+            return 32 * best_of_chunks(range(0, self.p["pops"] - 32, 32), 64, pulls)
+        finally:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+
     def iter_messages(self, store) -> float:
         """msg/s of whole passes of iter_messages() over the keyed store (a MessageExt per
         record, CRC checked), the fastest of three, CPU seconds. Whole passes, not the fastest
@@ -557,6 +585,7 @@ def measure(root: str, p: dict, impl: str) -> dict:
             pairs["keyed_batch"].append((run.keyed_batch(), dict_loop()))
             pairs["durable_64"].append((run.durable(64), 64 * f))
             pairs["pop_ack"].append((run.pop_ack(), dict_loop()))
+            pairs["consume_commit"].append((run.consume_commit(), dict_loop()))
             limits["write_gbps"].append(w / 1e9)
             limits["fdatasync"].append(f)
             limits["memcpy_gbps"].append(m / 1e9)

@@ -1938,7 +1938,10 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
     cq = _queue_of(queues, topic, queue_id, qid)
     if cq is None:
         return None
-    if not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
+    if _is_queue(cq):
+        if not _queue_bounds(<QueueState>cq, &lo, &hi):
+            return None
+    elif not _plain_int(cq.min_offset, 0, &lo) or not _plain_int(cq.max_offset, 0, &hi):
         return None
     if not lo <= offset < hi:
         return None   # a bound status: the careful path says which
@@ -1964,6 +1967,32 @@ cdef object _queue_run(object queues, str topic, object queue_id, int64_t qid, i
             PyBuffer_Release(&view)
         return units, lo, hi
     return _disk_run(<QueueState>cq, offset, n, lo, hi)
+
+
+cdef bint _queue_bounds(QueueState cq, int64_t *lo, int64_t *hi) except -1:
+    """ConsumeQueue ``cq``'s ``min_offset`` and ``max_offset`` (its properties' arithmetic on the
+    fields it extends: ``_min_logic``, and the end of what its last file holds) into ``lo`` and
+    ``hi``, read here rather than through two Python properties; False when they are not plain
+    (no file table, a file that is not a mapped one, a negative position)."""
+    cdef list files
+    cdef MappedState last
+    cdef int64_t end = 0
+    if cq._files is None or cq._min_logic < 0:
+        return False
+    files = cq._files.files
+    if files is None:
+        return False
+    if len(files):
+        o = files[len(files) - 1]
+        if not _is_mapped(o):
+            return False
+        last = <MappedState>o
+        end = last.file_from_offset + last.wrote_position
+        if end < 0 or last.file_from_offset < 0 or last.wrote_position < 0:
+            return False
+    lo[0] = cq._min_logic // _CQ_UNIT
+    hi[0] = end // _CQ_UNIT
+    return True
 
 
 cdef object _queue_of(object queues, str topic, object queue_id, int64_t qid):
@@ -2485,13 +2514,18 @@ cpdef object unique_lookup(services, segments, core, topic, key, cap, dispatcher
     return None
 
 
+# GetMessageStatus.FOUND, looked up once: an enum member read from its class costs about as
+# much as the rest of a one-message pull's result (EnumType's attribute lookup)
+cdef object _FOUND = _GetMessageStatus.FOUND
+
+
 cdef object _pull_result(type result_type, object next_begin, object lo, object hi, object messages,
                          object units, object first):
     """``result_type(FOUND, next_begin, lo, hi, messages, units, first)`` (what the class's
     quick pull returns), its PullResult fields filled here."""
     cdef PullResult result
     result = PullResult.__new__(result_type)
-    result.status = _GetMessageStatus.FOUND
+    result.status = _FOUND
     result.next_begin_offset = next_begin
     result.min_offset = lo
     result.max_offset = hi
@@ -2501,28 +2535,40 @@ cdef object _pull_result(type result_type, object next_begin, object lo, object 
     return result
 
 
+cdef enum:
+    _OFFSET_KEYS_KEPT = 4096    # FastReads remembers the offset keys of this many groups at most
+
 cdef class FastReads:
     """An open store's point reads, each one compiled call: rocketstore.store puts these bound
     methods over the class's ``read``, ``get_by_msg_id``, ``get_by_queue_offset``,
     ``query_by_key``, ``query_by_unique_key`` and ``get_message`` (a pull from a given offset,
     no tags, no wait: units, records and messages in one call, the result's slots set in
-    place) while the store is open and follows no other process. What a fast call
+    place) while the store is open and follows no other process, and an owning store's
+    ``commit_offset`` over the class's (given ``offsets``, its ConsumerOffsetTable). What a fast call
     cannot answer (None), a keyword it does not take, or a closed store runs the class's method
     (the careful path), so results and errors are the class's. See the pure twin."""
     cdef object _store          # a weak reference: the store's dict holds these methods
     cdef object _cls
     cdef object _queues, _segments, _core, _services, _dispatcher, _cap, _follower
     cdef type _result_type
+    cdef object _offsets            # an owning store's ConsumerOffsetTable (else None: commits are careful)
+    cdef FastRLock _offsets_lock    # its lock when that is a FastRLock
+    cdef dict _offset_keys          # {group: {topic: the table's key}} of names checked here
     cdef public bint open
     # calls answered here, and calls handed to the class's method: what shows (tests, a
     # benchmark) that the compiled path is the one taken
     cdef readonly unsigned long long fast_calls, careful_calls
 
     def __init__(self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *,
-                 result_type):
+                 result_type, offsets=None):
         if not issubclass(result_type, PullResult):
             raise TypeError(f"result_type must extend this codec's PullResult, not {result_type!r}")
         self._result_type = result_type
+        self._offsets = offsets
+        self._offsets_lock = None
+        if offsets is not None and type(offsets._lock) is FastRLock:
+            self._offsets_lock = <FastRLock>offsets._lock
+        self._offset_keys = {}
         self._follower = follower
         self._store = store_ref
         self._cls = cls
@@ -2600,6 +2646,63 @@ cdef class FastReads:
                                     offset)
         self.careful_calls += 1
         return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
+
+    cdef object _offset_key(self, object group, object topic):
+        """The offsets table's key of (topic, group) when both are names the class's method takes
+        as they are (a non-empty str without '@'), else None; remembered once made."""
+        cdef object by_topic, key
+        if type(group) is not str or type(topic) is not str:
+            return None
+        by_topic = self._offset_keys.get(group)
+        if by_topic is not None:
+            key = (<dict>by_topic).get(topic)
+            if key is not None:
+                return key
+        if not group or not topic or "@" in <str>group or "@" in <str>topic:
+            return None
+        key = self._offsets.key(topic, group)
+        if type(key) is not str:
+            return None
+        if len(self._offset_keys) >= _OFFSET_KEYS_KEPT:
+            self._offset_keys.clear()
+        if by_topic is None:
+            by_topic = self._offset_keys[group] = {}
+        (<dict>by_topic)[topic] = key
+        return key
+
+    def commit_offset(self, group, topic, queue_id, offset):
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id); see
+        :meth:`rocketstore.MessageStore.commit_offset`."""
+        cdef int64_t qid = 0, at = 0
+        cdef FastRLock lock = self._offsets_lock
+        cdef object key, table, offsets, previous
+        cdef bint done = False
+        if (self.open and self._offsets is not None and _plain_int(queue_id, 0, &qid) and qid <= INT32_MAX
+                and _plain_int(offset, 0, &at)):
+            key = self._offset_key(group, topic)
+            if key is not None:
+                self.fast_calls += 1
+                if lock is not None:
+                    # the common case as ConsumerOffsetTable.commit_key does it: a queue the table
+                    # has, moving forward
+                    lock.take(True)
+                    try:
+                        table = self._offsets._table
+                        if type(table) is dict:
+                            offsets = (<dict>table).get(key)
+                            if type(offsets) is dict:
+                                previous = (<dict>offsets).get(queue_id)
+                                if type(previous) is int and previous <= offset:
+                                    (<dict>offsets)[queue_id] = offset
+                                    self._offsets.dirty = True
+                                    done = True
+                    finally:
+                        lock.give()
+                if not done:
+                    self._offsets.commit_key(key, queue_id, offset)  # new, or a move back: logged
+                return None
+        self.careful_calls += 1
+        return self._cls.commit_offset(self._owner(), group, topic, queue_id, offset)
 
     def query_by_unique_key(self, topic, unique_key):
         """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""

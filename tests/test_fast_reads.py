@@ -13,6 +13,7 @@ from rocketstore.errors import (
     InvalidMessageIdError,
     MessageNotFoundError,
     StoreClosedError,
+    StoreReadOnlyError,
 )
 from rocketstore.storebase import StoreBase
 
@@ -280,6 +281,79 @@ def test_a_pull_from_an_offset_is_one_fast_call_with_the_class_answers(store):
         held("g", TOPIC, 1, 0)
 
 
+def test_a_pull_reads_the_queue_bounds_from_the_fields_the_queue_sets(store, monkeypatch):
+    """A pull's min and max offsets are the queue's ``min_offset`` and ``max_offset``, which the
+    compiled pull computes from the fields they are made of (``_min_logic``, the last unit
+    file's start and written position): a change to those is what the pull sees."""
+    for i in range(8):
+        store.put(TOPIC, b"m%d" % i, queue_id=1)
+    codec = store._impl.codec
+
+    def pull(offset, n=32):
+        return codec.queue_messages(store._queues, TOPIC, 1, offset, n, store._segments, store._core)
+
+    assert store.get_message("g", TOPIC, 1, 0).max_offset == 8  # (dispatched)
+    cq = store._queues.get(TOPIC, 1)
+    _messages, _units, lo, hi = pull(0)
+    assert (lo, hi) == (cq.min_offset, cq.max_offset) == (0, 8)
+    monkeypatch.setattr(cq, "_min_logic", 3 * 20)  # as retention moves it
+    assert pull(2) is None  # below the queue's start: the careful path says so
+    messages, _units, lo, hi = pull(3, 2)
+    assert (lo, hi) == (cq.min_offset, cq.max_offset) == (3, 8)
+    assert [m.queue_offset for m in messages] == [3, 4]
+    last = cq._files.files[-1]
+    monkeypatch.setattr(last, "wrote_position", 5 * 20)  # units 5.. not written yet
+    messages, _units, lo, hi = pull(3)
+    assert (lo, hi) == (3, 5) and [m.queue_offset for m in messages] == [3, 4]
+    assert pull(5) is None
+    monkeypatch.setattr(cq._files, "files", [])
+    assert pull(3) is None
+
+
+def test_the_messages_of_a_pull_are_each_their_own_record_across_segments(tmp_path, impl):
+    """Each message of a compiled pull reads its own record (body, topic, properties, fields),
+    and one kept after the others of its pull are gone still does; so in a pull whose records
+    lie in two segments."""
+    import gc
+    import pickle
+
+    with MessageStore(
+        str(tmp_path / "s"), implementation=impl.name, commitlog_file_size=64 * 1024, default_queues=2
+    ) as store:
+        bodies = [bytes([i % 251]) * (1 + (i * 37) % 900) for i in range(150)]
+        for i, body in enumerate(bodies):
+            store.put(TOPIC, body, tags=f"t{i}", keys=f"k{i}", queue_id=i % 2)
+        assert len(store._segments.files) > 1  # the pulls below cross a segment's end
+        for qid in (0, 1):
+            mine = bodies[qid::2]
+            offset, kept = 0, []
+            while True:
+                got = store.get_message("g", TOPIC, qid, offset, 40)
+                careful = StoreBase.get_message(store, "g", TOPIC, qid, offset, 40)
+                assert got.messages == careful.messages
+                if not got.messages:
+                    break
+                for m in got.messages:
+                    i = 2 * m.queue_offset + qid
+                    assert (m.body, m.topic, m.tags, m.keys, m.queue_id) == (
+                        bodies[i],
+                        TOPIC,
+                        f"t{i}",
+                        f"k{i}",
+                        qid,
+                    )
+                kept.append(got.messages[len(got.messages) // 2])
+                offset = got.next_begin_offset
+            assert offset == len(mine)
+            del got, careful
+            gc.collect()
+            for m in kept:
+                i = 2 * m.queue_offset + qid
+                assert m.body == bodies[i] and m.keys == f"k{i}"
+                assert pickle.loads(pickle.dumps(m)) == m
+                assert m == store.get_by_queue_offset(TOPIC, qid, m.queue_offset)
+
+
 def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     """The compiled queue reads remember which queue the table maps (topic, queue id) to, for
     as long as the table is unchanged: one taken out (or replaced) is seen at once."""
@@ -374,3 +448,62 @@ def test_a_key_lookup_over_a_damaged_index_file_finds_what_select_files_finds(tm
                 assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], key
     finally:
         s.close()
+
+
+def test_a_commit_of_an_offset_is_one_fast_call_with_the_class_answers(store, caplog):
+    """The consumer's loop commits after every pull: an owning store's commit_offset is its
+    FastReads method, which keeps the table as the class's method keeps it."""
+    fast = store._role.fast_reads
+    assert type(store._role.commit_offset).__name__ in ("builtin_function_or_method", "method")
+    before = fast.fast_calls
+    store.commit_offset("g", TOPIC, 1, 5)  # a new queue of a new group
+    store.commit_offset("g", TOPIC, 1, 7)  # the common case: a queue the table has
+    store.commit_offset("g", TOPIC, 0, 2)
+    assert fast.fast_calls == before + 3
+    assert (store.committed_offset("g", TOPIC, 1), store.committed_offset("g", TOPIC, 0)) == (7, 2)
+    assert store._offsets.dirty
+    with caplog.at_level("WARNING"):
+        store.commit_offset("g", TOPIC, 1, 3)  # a move back is kept, and logged
+    assert store.committed_offset("g", TOPIC, 1) == 3
+    assert "moves back from 7 to 3" in caplog.text
+    assert store.persist_offsets()
+    assert not store._offsets.dirty
+    store.commit_offset("g", TOPIC, 1, 4)
+    assert store._offsets.dirty  # what persist_offsets writes next
+    # what the fast call does not take is the class's, with its errors
+    careful = fast.careful_calls
+    for args, error in (
+        (("", TOPIC, 0, 1), InvalidMessageError),
+        ((1, TOPIC, 0, 1), TypeError),
+        (("g@h", TOPIC, 0, 1), InvalidMessageError),
+        (("g", "T@x", 0, 1), InvalidMessageError),
+        (("g", TOPIC, -1, 1), InvalidMessageError),
+        (("g", TOPIC, 0, -1), InvalidMessageError),
+        (("g", TOPIC, True, 1), InvalidMessageError),
+        (("g", TOPIC, 0, 1.0), InvalidMessageError),
+    ):
+        with pytest.raises(error):
+            store.commit_offset(*args)
+    assert fast.careful_calls == careful + 8
+    assert store.committed_offset("g", TOPIC, 0) == 2
+    numpy = pytest.importorskip("numpy")
+    store.commit_offset("g", TOPIC, 0, numpy.int64(9))  # the class's method takes numpy ints
+    assert store.committed_offset("g", TOPIC, 0) == 9
+    held = store._role.commit_offset
+    store.close()
+    with pytest.raises(StoreClosedError):
+        held("g", TOPIC, 0, 10)
+    with pytest.raises(StoreClosedError):
+        store.commit_offset("g", TOPIC, 0, 10)
+
+
+def test_a_read_only_store_refuses_a_commit(tmp_path, impl):
+    path = str(tmp_path / "s")
+    with MessageStore(path, implementation=impl.name) as w:
+        w.commit_offset("g", TOPIC, 0, 3)
+    with MessageStore(path, implementation=impl.name, read_only=True) as r:
+        with pytest.raises(StoreReadOnlyError):
+            r.commit_offset("g", TOPIC, 0, 4)
+        assert r.committed_offset("g", TOPIC, 0) == 3
+    with MessageStore(path, implementation=impl.name) as w:
+        assert w.committed_offset("g", TOPIC, 0) == 3

@@ -181,6 +181,14 @@ class FacadeBase:
         """The message at ``queue_offset`` of (topic, queue_id)."""
         return self._role.get_by_queue_offset(topic, queue_id, queue_offset)
 
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
+
+        Kept in ``config/consumerOffset.json`` (written on close and by
+        :meth:`persist_offsets`).
+        """
+        self._role.commit_offset(group, topic, queue_id, offset)
+
 
 def docs(careful: type) -> dict[str, str]:
     """{name: docstring} of the hot calls, each with its ``__text_signature__`` line, taken from

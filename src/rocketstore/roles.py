@@ -54,6 +54,7 @@ BOUND = (
     "get_message",
     "receive",
     "ack",
+    "commit_offset",
 )
 #: Calls a role answers with callables taking the store first.
 WITH_STORE = (
@@ -89,7 +90,6 @@ WITH_STORE = (
     "queue_offsets",
     "compaction_log",
     "compacted",
-    "commit_offset",
     "committed_offset",
     "persist_offsets",
     "clean",

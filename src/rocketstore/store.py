@@ -461,14 +461,6 @@ class MessageStore(FacadeBase, StoreBase):
         """{(topic, queue_id): (min offset, max offset)} of every ConsumeQueue."""
         return self._role.queues(self)
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id).
-
-        Kept in ``config/consumerOffset.json`` (written on close and by
-        :meth:`persist_offsets`).
-        """
-        return self._role.commit_offset(self, group, topic, queue_id, offset)
-
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """``group``'s committed offset in (topic, queue_id); -1 when it has none."""
         return self._role.committed_offset(self, group, topic, queue_id)

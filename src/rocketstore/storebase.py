@@ -460,6 +460,7 @@ class StoreBase(JoinedWriting):
         that follows another process's writing runs inside a SwitchSafe (it may open again under
         a call: the careful path then runs again). The role it replaces is retired."""
         ref = weakref.ref(self)
+        owner = self._remote is None and not self._files_read_only
         fast = self._impl.codec.FastReads(
             ref,
             StoreBase,  # the careful paths, for what a fast call cannot answer
@@ -471,6 +472,7 @@ class StoreBase(JoinedWriting):
             MAX_MSGS_NUM_BATCH,
             self._follower,
             result_type=GetMessageResult,
+            offsets=self._offsets if owner else None,  # an owner's commit_offset: one compiled call
         )
         switch_safe = self._impl.store.SwitchSafe
         following = self._follower is not None
@@ -492,6 +494,7 @@ class StoreBase(JoinedWriting):
             kind = "following" if following else "read-only"
         else:
             kind = "owner"
+            calls["commit_offset"] = fast.commit_offset
             if isinstance(self._core, self._impl.store.CommitLogCore):
                 calls["put"] = self._impl.store.PutFront(
                     self._core, self._user_topics, ref, StoreBase.put

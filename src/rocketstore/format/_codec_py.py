@@ -2024,15 +2024,31 @@ class FastReads:
     FastReads): rocketstore.store puts these bound methods over the class's ``read``,
     ``get_by_msg_id``, ``get_by_queue_offset``, ``query_by_key``, ``query_by_unique_key`` and
     ``get_message`` (a pull from a given offset, no tags, no wait) while the store is open and
-    follows no other process. What a fast call cannot answer (None), a keyword it does not
+    follows no other process, and an owning store's ``commit_offset`` over the class's (given
+    ``offsets``, its ConsumerOffsetTable). What a fast call cannot answer (None), a keyword it does not
     take, or a closed store runs the class's method (the careful path). ``follower``: a read-only
     store's :class:`~rocketstore.processes.live.Follower`, whose ``follow()`` each call runs first (False:
     the class's method, which opens the store again)."""
 
     def __init__(
-        self, store_ref, cls, queues, segments, core, services, dispatcher, cap, follower=None, *, result_type
+        self,
+        store_ref,
+        cls,
+        queues,
+        segments,
+        core,
+        services,
+        dispatcher,
+        cap,
+        follower=None,
+        *,
+        result_type,
+        offsets=None,
     ):
         self._result_type = result_type  # what get_message returns: consume.GetMessageResult
+        #: an owning store's ConsumerOffsetTable, which commit_offset commits to (None: the
+        #: class's method, which says why not)
+        self._offsets = offsets
         self._follower = follower
         self._store = store_ref  # weak: the store's dict holds these methods
         self._cls = cls
@@ -2109,6 +2125,33 @@ class FastReads:
                 return hits
         self.careful_calls += 1
         return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
+
+    def commit_offset(self, group, topic, queue_id, offset):
+        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id); see
+        :meth:`rocketstore.MessageStore.commit_offset`. Names the class's method takes as they
+        are (a non-empty str without '@'), a queue id in 0 .. 2**31-1 and an offset in
+        0 .. 2**63-1, all plain ints, go to the table's ``commit_key`` (the compiled twin sets
+        a queue the table has, moving forward, itself, under the table's lock); anything else
+        is the class's method's, with its errors."""
+        if (
+            self.open
+            and self._offsets is not None
+            and type(group) is str
+            and type(topic) is str
+            and group
+            and topic
+            and "@" not in group
+            and "@" not in topic
+            and type(queue_id) is int
+            and 0 <= queue_id <= _INT32_MAX
+            and type(offset) is int
+            and 0 <= offset <= _INT64_MAX
+        ):
+            self.fast_calls += 1
+            self._offsets.commit_key(self._offsets.key(topic, group), queue_id, offset)
+            return None
+        self.careful_calls += 1
+        return self._cls.commit_offset(self._owner(), group, topic, queue_id, offset)
 
     def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
         """Pull messages of one queue; see :meth:`rocketstore.MessageStore.get_message`."""
