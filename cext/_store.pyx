@@ -2627,12 +2627,11 @@ cdef class PutFront:
                              deliver_at_ms=deliver_at_ms, delay_ms=delay_ms)
 
     @cython.binding(True)
-    def put_pipelined(self, store, topic, body=None, *, tags=None, keys=None, properties=None,
+    def put_pipelined(self, topic, body=None, *, tags=None, keys=None, properties=None,
                       queue_id=-1, flag=0, delay_level=None, deliver_at_ms=None, delay_ms=None):
         """Store one message durably without blocking; see
-        :meth:`rocketstore.MessageStore.put_pipelined` (a role's call: ``store`` first). The
-        shapes :meth:`put` takes in one call do here too, with a future; every other call is
-        ``general_pipelined(store, ...)``."""
+        :meth:`rocketstore.MessageStore.put_pipelined`. The shapes :meth:`put` takes in one call
+        do here too, with a future; every other call is ``general_pipelined(store, ...)``."""
         cdef int64_t qid = 0, flg = 0
         cdef CommitLogCore core = self._core
         if (PyUnicode_CheckExact(topic) and body is not None
@@ -2644,6 +2643,9 @@ cdef class PutFront:
             done = _put_keyed(core, topic, body, tags, keys, properties, <int>qid, <int32_t>flg, 2)
             if done is not None:
                 return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
         return self._general_pipelined(store, topic, body, tags=tags, keys=keys, properties=properties,
                                        queue_id=queue_id, flag=flag, delay_level=delay_level,
                                        deliver_at_ms=deliver_at_ms, delay_ms=delay_ms)

@@ -354,3 +354,14 @@ def test_a_compiled_future_in_flight_is_left_out_of_the_gc(tmp_path):
             assert not gc.is_tracked(future)
     finally:
         s.close()
+
+
+def test_the_pipelined_front_has_the_methods_signature(store):
+    import inspect
+
+    method = inspect.signature(StoreBase.put_pipelined)
+    front = inspect.signature(store._role.put_pipelined)
+    assert [(p.name, p.kind, p.default) for p in front.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in list(method.parameters.values())[1:]
+    ]
+    assert "durable" not in inspect.signature(MessageStore.put_pipelined).parameters

@@ -1852,7 +1852,6 @@ class PutFront:
 
     def put_pipelined(
         self,
-        store: Any,
         topic: Any,
         body: Any = None,
         *,
@@ -1866,9 +1865,8 @@ class PutFront:
         delay_ms: Any = None,
     ) -> Any:
         """Store one message durably without blocking; see
-        :meth:`rocketstore.MessageStore.put_pipelined` (a role's call: ``store`` first). The
-        shapes :meth:`put` takes in one call do here too, with a future; every other call is
-        ``general_pipelined(store, ...)``."""
+        :meth:`rocketstore.MessageStore.put_pipelined`. The shapes :meth:`put` takes in one call
+        do here too, with a future; every other call is ``general_pipelined(store, ...)``."""
         core = self._core
         if (
             type(topic) is str
@@ -1886,6 +1884,9 @@ class PutFront:
             done = core.put_keyed(topic, body, tags, keys, queue_id, flag, WAIT_FUTURE, properties)
             if done is not None:
                 return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
         return self._general_pipelined(
             store,
             topic,
