@@ -1,6 +1,6 @@
 /* rocketstore._facade: the compiled base of the MessageStore facade (pure twin: _facade_py.py).
  *
- * MessageStore's hot calls (put, the point reads, receive, ack, commit_offset) are methods of this type, fixed
+ * MessageStore's hot calls (put, put_pipelined, the point reads, receive, ack, commit_offset) are methods of this type, fixed
  * on the class. Each passes its arguments, as the caller gave them (vectorcall: no tuple, no
  * dict), to the store's role's callable of that name (rocketstore.roles), which setting
  * ``_role`` copies into this object's table: a call costs one C call more than calling the
@@ -10,10 +10,10 @@
 #include <Python.h>
 #include <string.h>
 
-enum { C_PUT, C_READ, C_MSG_ID, C_QUEUE_OFFSET, C_KEY, C_UNIQUE_KEY, C_GET_MESSAGE, C_RECEIVE, C_ACK, C_COMMIT_OFFSET, N_CALLS };
+enum { C_PUT, C_PUT_PIPELINED, C_READ, C_MSG_ID, C_QUEUE_OFFSET, C_KEY, C_UNIQUE_KEY, C_GET_MESSAGE, C_RECEIVE, C_ACK, C_COMMIT_OFFSET, N_CALLS };
 
 static const char *const CALL_NAMES[N_CALLS] = {
-    "put", "read", "get_by_msg_id", "get_by_queue_offset", "query_by_key",
+    "put", "put_pipelined", "read", "get_by_msg_id", "get_by_queue_offset", "query_by_key",
     "query_by_unique_key", "get_message", "receive", "ack", "commit_offset",
 };
 static PyObject *call_names[N_CALLS]; /* interned */
@@ -97,6 +97,7 @@ static PyObject *forward(FacadeObject *self, int i, PyObject *const *args, size_
         return forward((FacadeObject *)self, I, args, (size_t)nargs, kwnames);                      \
     }
 FORWARD(put, C_PUT)
+FORWARD(put_pipelined, C_PUT_PIPELINED)
 FORWARD(read, C_READ)
 FORWARD(get_by_msg_id, C_MSG_ID)
 FORWARD(get_by_queue_offset, C_QUEUE_OFFSET)
@@ -111,7 +112,7 @@ FORWARD(commit_offset, C_COMMIT_OFFSET)
     { #NAME, (PyCFunction)(void (*)(void))facade_##NAME, METH_FASTCALL | METH_KEYWORDS, NULL }
 
 static PyMethodDef facade_methods[] = {
-    METHOD(put), METHOD(read), METHOD(get_by_msg_id), METHOD(get_by_queue_offset), METHOD(query_by_key),
+    METHOD(put), METHOD(put_pipelined), METHOD(read), METHOD(get_by_msg_id), METHOD(get_by_queue_offset), METHOD(query_by_key),
     METHOD(query_by_unique_key), METHOD(get_message), METHOD(receive), METHOD(ack), METHOD(commit_offset),
     {NULL, NULL, 0, NULL},
 };

@@ -1031,7 +1031,7 @@ cdef class BatchPutResult:
                 f"queue_id={self.queue_id}, first_queue_offset={self.first_queue_offset})")
 
 
-cdef class PutFuture:   # GC-tracked: a raised _error's traceback can point back at the future
+cdef class PutFuture:   # GC-tracked once it holds an _error (its traceback can point back at it)
     """A durable put in flight: resolved when the flush thread's flushed offset covers it.
 
     ``result(timeout=None)`` returns the put's result once flushed; raises
@@ -1072,6 +1072,8 @@ cdef class PutFuture:   # GC-tracked: a raised _error's traceback can point back
             if caller_limited and rc == 1:
                 raise TimeoutError(f"offset {self.target} not flushed yet")
             if rc != 0:
+                if not PyObject_GC_IsTracked(self):
+                    PyObject_GC_Track(self)  # the error's traceback may come to hold the future
                 self._error = flush_timeout(self._result, rc)
             self._resolved = True
         if self._error is not None:
@@ -2015,6 +2017,10 @@ cdef class CommitLogCore:
         fut._result = result
         fut.target = end
         fut.deadline_ms = self._last_store_ts + self._sync_flush_timeout_ms  # the put's own time
+        # Out of the cyclic GC while it holds no error: its core and result never point back
+        # at it, and a pipelining caller keeps thousands alive, which every collection would
+        # walk. result() tracks it again before it stores an error (a traceback can cycle).
+        PyObject_GC_UnTrack(fut)
         return fut
 
     def put(self, topic, body not None, properties=None, int queue_id=-1,
@@ -2572,17 +2578,21 @@ cdef class PutFront:
     one call; every
     other call (another shape, bad input, a closed core) is ``general(store, ...)``, which is
     :meth:`rocketstore.MessageStore.put` itself. Nothing else differs: the same core calls
-    with the same arguments as that method's own fast paths."""
+    with the same arguments as that method's own fast paths. ``put_pipelined`` is the same for
+    the store's ``put_pipelined`` (``general_pipelined``), a future in place of the result."""
     cdef CommitLogCore _core
     cdef set _user_topics            # the store's own set (MessageStore._user_topics), not a copy
     cdef object _store_ref           # weakref to the store: the front lives in its __dict__
     cdef object _general
+    cdef object _general_pipelined
 
-    def __init__(self, CommitLogCore core not None, set user_topics not None, store_ref, general):
+    def __init__(self, CommitLogCore core not None, set user_topics not None, store_ref, general,
+                 general_pipelined):
         self._core = core
         self._user_topics = user_topics
         self._store_ref = store_ref
         self._general = general
+        self._general_pipelined = general_pipelined
 
     @cython.binding(True)   # a function inspect.signature() reads, as it read MessageStore.put
     def put(self, topic, body=None, *, tags=None, keys=None, properties=None, queue_id=-1, flag=0,
@@ -2615,3 +2625,27 @@ cdef class PutFront:
         return self._general(store, topic, body, tags=tags, keys=keys, properties=properties,
                              queue_id=queue_id, flag=flag, durable=durable, delay_level=delay_level,
                              deliver_at_ms=deliver_at_ms, delay_ms=delay_ms, compress=compress)
+
+    @cython.binding(True)
+    def put_pipelined(self, topic, body=None, *, tags=None, keys=None, properties=None,
+                      queue_id=-1, flag=0, delay_level=None, deliver_at_ms=None, delay_ms=None):
+        """Store one message durably without blocking; see
+        :meth:`rocketstore.MessageStore.put_pipelined`. The shapes :meth:`put` takes in one call
+        do here too, with a future; every other call is ``general_pipelined(store, ...)``."""
+        cdef int64_t qid = 0, flg = 0
+        cdef CommitLogCore core = self._core
+        if (PyUnicode_CheckExact(topic) and body is not None
+                and delay_level is None and deliver_at_ms is None and delay_ms is None
+                and not core._closed and PySet_Contains(self._user_topics, topic)
+                and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
+            if tags is None and keys is None and properties is None:
+                return core._put_one(topic, body, NULL, 0, <int>qid, <int32_t>flg, 0, 0, 0, 0, None, 2)
+            done = _put_keyed(core, topic, body, tags, keys, properties, <int>qid, <int32_t>flg, 2)
+            if done is not None:
+                return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._general_pipelined(store, topic, body, tags=tags, keys=keys, properties=properties,
+                                       queue_id=queue_id, flag=flag, delay_level=delay_level,
+                                       deliver_at_ms=deliver_at_ms, delay_ms=delay_ms)

@@ -48,3 +48,36 @@ def test_a_failing_flush_fails_the_waiting_durable_puts_then_the_store_resumes(t
             b"pipelined",
             b"after",
         ]
+
+
+def test_a_future_whose_flush_failed_is_collected_with_the_error_it_raised(tmp_path, impl, failing):
+    """The error a future raises holds a traceback whose frames can hold the future: that cycle
+    must be collected (the compiled future is left out of the cyclic GC while it carries no
+    error, and is tracked again when it gets one)."""
+    import gc
+    import weakref
+
+    class Witness:
+        pass
+
+    def wait_for(future):
+        witness = Witness()  # noqa: F841 (a local of the frame the traceback holds)
+        try:
+            future.result()
+        except FlushTimeoutError as exc:
+            return weakref.ref(witness), exc.result
+        raise AssertionError("the flush did not fail")
+
+    with MessageStore(
+        tmp_path / "s", implementation=impl.name, commitlog_file_size=1 << 20, sync_flush_timeout_ms=5000
+    ) as store:
+        store.put("T", b"first")
+        future = store.put_pipelined("T", b"pipelined")
+        failing(errno.EIO)
+        witness, result = wait_for(future)
+        assert gc.is_tracked(future)  # it now holds the error: the GC must see the cycle
+        failing(0)
+        del future
+        gc.collect()
+        assert witness() is None
+        assert store.read(result.commitlog_offset).body == b"pipelined"

@@ -284,3 +284,84 @@ def test_the_front_has_the_methods_signature(store):
     assert [(p.name, p.kind, p.default) for p in front.parameters.values()] == [
         (p.name, p.kind, p.default) for p in list(method.parameters.values())[1:]
     ]
+
+
+# ---- put_pipelined through the front ----
+
+
+def test_a_writing_store_puts_pipelined_through_the_front(store, impl):
+    assert isinstance(store._role.put_pipelined.__self__, impl.store.PutFront)
+    assert "put_pipelined" not in vars(store)
+
+
+PIPELINED_CALLS = [c for c in CALLS if "durable" not in c]
+
+
+@pytest.mark.parametrize("kwargs", PIPELINED_CALLS, ids=lambda d: ",".join(sorted(d)) or "plain")
+def test_front_stores_pipelined_what_the_method_stores(store, kwargs):
+    kwargs = {"queue_id": 1, **kwargs}
+    fast = store.put_pipelined(TOPIC, b"body", **kwargs)
+    general = StoreBase.put_pipelined(store, TOPIC, b"body", **kwargs)
+    assert type(fast) is type(general)
+    fast, general = fast.result(), general.result()
+    assert record(store, fast) == record(store, general)
+    assert general.queue_offset == fast.queue_offset + 1
+    assert general.commitlog_offset == fast.commitlog_offset + fast.size
+
+
+@pytest.mark.parametrize("args,kwargs,error", BAD, ids=lambda v: repr(v)[:30])
+def test_front_refuses_pipelined_what_the_method_refuses_and_writes_nothing(store, args, kwargs, error):
+    end = store._core.wrote_offset
+    with pytest.raises(error) as via_front:
+        store.put_pipelined(*args, **kwargs)
+    with pytest.raises(error) as via_method:
+        StoreBase.put_pipelined(store, *args, **kwargs)
+    assert str(via_front.value) == str(via_method.value)
+    assert store._core.wrote_offset == end
+
+
+def test_front_hands_other_pipelined_shapes_to_the_method(store):
+    f1 = store.put_pipelined(Message(TOPIC, b"m", keys="km"))
+    f2 = store.put_pipelined(TOPIC, b"p", properties={"a": "b"})
+    f3 = store.put_pipelined(TOPIC, b"d", delay_level=1)
+    f4 = store.put_pipelined("NewTopicOfThisCall", b"n")
+    assert store.read(f1.result().commitlog_offset).keys == "km"
+    assert store.read(f2.result().commitlog_offset).properties["a"] == "b"
+    assert store.read(f3.result().commitlog_offset).topic == "SCHEDULE_TOPIC_XXXX"
+    assert store.read(f4.result().commitlog_offset).topic == "NewTopicOfThisCall"
+    with pytest.raises(TypeError):
+        store.put_pipelined(TOPIC, b"x", durable=True)
+    with pytest.raises(TypeError):
+        store.put_pipelined()
+
+
+def test_a_closed_store_refuses_pipelined_puts(store):
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.put_pipelined(TOPIC, b"x")
+
+
+@pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
+def test_a_compiled_future_in_flight_is_left_out_of_the_gc(tmp_path):
+    """Thousands of futures in flight are the pipelined put's point: the cyclic GC need not walk
+    them while they hold no error (nothing of theirs can point back at them)."""
+    s = MessageStore(tmp_path / "s", implementation="c", dispatch_interval_ms=0)
+    try:
+        s.create_topic(TOPIC, 2)
+        for future in (s.put_pipelined(TOPIC, b"x"), s.put_pipelined(TOPIC, b"y", keys="k")):
+            assert not gc.is_tracked(future)
+            assert future.result().ok
+            assert not gc.is_tracked(future)
+    finally:
+        s.close()
+
+
+def test_the_pipelined_front_has_the_methods_signature(store):
+    import inspect
+
+    method = inspect.signature(StoreBase.put_pipelined)
+    front = inspect.signature(store._role.put_pipelined)
+    assert [(p.name, p.kind, p.default) for p in front.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in list(method.parameters.values())[1:]
+    ]
+    assert "durable" not in inspect.signature(MessageStore.put_pipelined).parameters

@@ -18,7 +18,7 @@ from rocketstore.roles import BOUND
 from rocketstore.services.pop import Received, ReceivedMessage
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore.log._store_py import PutResult
+    from rocketstore.log._store_py import PutFuture, PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
@@ -62,6 +62,23 @@ class FacadeBase:
         if not options:
             return self._role.put(topic, body)
         return self._role.put(topic, body, **options)
+
+    def put_pipelined(  # (the keyword arguments are the careful path's: StoreBase.put_pipelined)
+        self,
+        topic: str | Message,
+        body: Optional[Body] = None,
+        **options: Any,
+    ) -> PutFuture:
+        """Store one message durably without blocking: returns a :class:`PutFuture`.
+
+        The future resolves when the flush thread's group commit covers the message, so one
+        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put` but
+        ``durable``. It is always a future: its ``result()`` raises what :meth:`put` would (a
+        put that stored nothing gives an already-done future that raises its ``PutError``).
+        """
+        if not options:
+            return self._role.put_pipelined(topic, body)
+        return self._role.put_pipelined(topic, body, **options)
 
     def receive(
         self,

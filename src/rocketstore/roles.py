@@ -7,9 +7,10 @@ again (a following store under a writer's recovery), takes over writing (the own
 ended), closes, or is inherited by a forked child:
 
 ``owner``
-    This process holds the lock and appends: ``put`` is the implementation's ``PutFront``, the
-    point reads are its codec's ``FastReads``, ``receive`` and ``ack`` the POP service's
-    ``Receiver`` and its codec's ``PopAcker``; everything else the careful path.
+    This process holds the lock and appends: ``put`` and ``put_pipelined`` are the
+    implementation's ``PutFront``'s, the point reads are its codec's ``FastReads``, ``receive``
+    and ``ack`` the POP service's ``Receiver`` and its codec's ``PopAcker``; everything else the
+    careful path.
 ``joined``
     Another process holds the lock (rocketstore.processes.writers): writes run there, or append here
     through the shared table (rocketstore.log.sharedappend); reads are the following store's.
@@ -46,6 +47,7 @@ from rocketstore.errors import StoreClosedError
 #: Calls a role answers with callables of their own, called without the store (the hot paths).
 BOUND = (
     "put",
+    "put_pipelined",
     "read",
     "get_by_msg_id",
     "get_by_queue_offset",
@@ -58,7 +60,6 @@ BOUND = (
 )
 #: Calls a role answers with callables taking the store first.
 WITH_STORE = (
-    "put_pipelined",
     "put_batch",
     "put_messages",
     "send_back",

@@ -117,41 +117,6 @@ class MessageStore(FacadeBase, StoreBase):
         has ``"dispatch_error"``."""
         return self._role.retention_report(self)
 
-    def put_pipelined(
-        self,
-        topic: str | Message,
-        body: Optional[Body] = None,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        delay_level: Optional[int] = None,
-        deliver_at_ms: Optional[int] = None,
-        delay_ms: Optional[int] = None,
-    ) -> PutFuture:
-        """Store one message durably without blocking: returns a :class:`PutFuture`.
-
-        The future resolves when the flush thread's group commit covers the message, so one
-        thread can keep thousands of durable puts in flight. Arguments as for :meth:`put`. It is
-        always a future: its ``result()`` raises what :meth:`put` would (a put that stored
-        nothing gives an already-done future that raises its ``PutError``).
-        """
-        return self._role.put_pipelined(
-            self,
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-        )
-
     @overload
     def put_batch(
         self,
@@ -518,6 +483,7 @@ class MessageStore(FacadeBase, StoreBase):
 
 if FacadeBase is _facade_py.FacadeBase:  # (help() of the compiled put reads its text signature)
     FacadeBase.put.__signature__ = inspect.signature(StoreBase.put)  # type: ignore[attr-defined]
+    FacadeBase.put_pipelined.__signature__ = inspect.signature(StoreBase.put_pipelined)  # type: ignore[attr-defined]
 
 
 def open_store(path: Optional[str | os.PathLike[str]] = None, **options: Any) -> MessageStore:

@@ -496,9 +496,10 @@ class StoreBase(JoinedWriting):
             kind = "owner"
             calls["commit_offset"] = fast.commit_offset
             if isinstance(self._core, self._impl.store.CommitLogCore):
-                calls["put"] = self._impl.store.PutFront(
-                    self._core, self._user_topics, ref, StoreBase.put
-                ).put
+                front = self._impl.store.PutFront(
+                    self._core, self._user_topics, ref, StoreBase.put, StoreBase.put_pipelined
+                )
+                calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
             if self._pop is not None:
                 calls["ack"] = self._pop.ack  # no frame of this class's per ack
                 receiver = Receiver(ref, self._pop, StoreBase.receive)

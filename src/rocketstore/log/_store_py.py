@@ -1783,14 +1783,19 @@ class PutFront:
     keys=..., properties={...})`` of a topic already checked, go straight into the core; every
     other call
     (another shape, bad input, a closed core) is ``general(store, ...)``, which is
-    :meth:`rocketstore.MessageStore.put` itself. The compiled twin does the same in one C call."""
+    :meth:`rocketstore.MessageStore.put` itself. ``put_pipelined`` is the same for the store's
+    ``put_pipelined`` (``general_pipelined``), a future in place of the result. The compiled
+    twin does the same in one C call."""
 
-    __slots__ = ("_core", "_user_topics", "_store_ref", "_general")
+    __slots__ = ("_core", "_user_topics", "_store_ref", "_general", "_general_pipelined")
 
-    def __init__(self, core: CommitLogCore, user_topics: set[str], store_ref: Any, general: Any) -> None:
+    def __init__(
+        self, core: CommitLogCore, user_topics: set[str], store_ref: Any, general: Any, general_pipelined: Any
+    ) -> None:
         if not isinstance(core, CommitLogCore) or type(user_topics) is not set:
             raise TypeError("PutFront needs a CommitLogCore and a set")
-        self._core, self._user_topics, self._store_ref, self._general = core, user_topics, store_ref, general
+        self._core, self._user_topics, self._store_ref = core, user_topics, store_ref
+        self._general, self._general_pipelined = general, general_pipelined
 
     def put(
         self,
@@ -1846,4 +1851,55 @@ class PutFront:
             deliver_at_ms=deliver_at_ms,
             delay_ms=delay_ms,
             compress=compress,
+        )
+
+    def put_pipelined(
+        self,
+        topic: Any,
+        body: Any = None,
+        *,
+        tags: Any = None,
+        keys: Any = None,
+        properties: Any = None,
+        queue_id: Any = -1,
+        flag: Any = 0,
+        delay_level: Any = None,
+        deliver_at_ms: Any = None,
+        delay_ms: Any = None,
+    ) -> Any:
+        """Store one message durably without blocking; see
+        :meth:`rocketstore.MessageStore.put_pipelined`. The shapes :meth:`put` takes in one call
+        do here too, with a future; every other call is ``general_pipelined(store, ...)``."""
+        core = self._core
+        if (
+            type(topic) is str
+            and body is not None
+            and delay_level is None
+            and deliver_at_ms is None
+            and delay_ms is None
+            and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
+            and topic in self._user_topics
+            and _plain_int(queue_id, -1, _INT32_MAX)
+            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
+        ):
+            if tags is None and keys is None and properties is None:
+                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, WAIT_FUTURE)
+            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, WAIT_FUTURE, properties)
+            if done is not None:
+                return done
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._general_pipelined(
+            store,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
         )
