@@ -5,7 +5,12 @@ Three figures, measured in one run on this machine:
 1. **put-to-receive latency across processes**: this process puts one message every
    ``--gap-ms``; a reader process (a read-only store) waits in ``get_message(wait=)`` and, on
    receipt, takes ``CLOCK_MONOTONIC`` (the same clock in every process) minus the time the body
-   carries. Goal: p50 <= 100 us, p99 <= 2 ms.
+   carries. Beside it, in the same run, its baseline: an ``os.pipe`` ping (8 bytes written every
+   ``--gap-ms`` to a reader process blocked in ``os.read``), and its two pieces: the wake-up (a
+   reader that sleeps on the live page, then takes the time) and the pull after it (that reader's
+   ``get_message`` once woken: following the writer, dispatching the put, reading it). With
+   ``--spin-us N`` a fourth reader waits with ``wait_spin_us=N``. Goal: p50 <= 2x the pipe's,
+   p99 <= 150 us.
 2. **CPU of idle waiting consumers**: ``--consumers`` processes each iterate a ``Consumer`` that
    has nothing to receive for ``--idle-s`` seconds; their CPU time over that window, as a share of
    one core. Goal: < 1 % for 8.
@@ -35,10 +40,10 @@ from rocketstore import MessageStore  # noqa: E402
 READER = r"""
 import struct, sys, time
 from rocketstore import MessageStore
-path, n = sys.argv[1], int(sys.argv[2])
-with MessageStore(path, read_only=True) as store:
+path, n, spin, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+with MessageStore(path, read_only=True, wait_spin_us=spin) as store:
     print("READY", flush=True)
-    offset, lat = 0, []
+    offset, lat = start, []
     while len(lat) < n:
         got = store.get_message("bench", "Latency", 0, offset, max_msgs=64, wait=10)
         now = time.monotonic_ns()
@@ -48,6 +53,42 @@ with MessageStore(path, read_only=True) as store:
             lat.append(now - struct.unpack("<q", msg.body[:8])[0])
         offset = got.next_begin_offset
     print(" ".join(map(str, lat)), flush=True)
+"""
+
+PIPE = r"""
+import os, struct, sys, time
+fd, n = int(sys.argv[1]), int(sys.argv[2])
+print("READY", flush=True)
+lat = []
+for _ in range(n):
+    stamp = os.read(fd, 8)
+    lat.append(time.monotonic_ns() - struct.unpack("<q", stamp)[0])
+print(" ".join(map(str, lat)), flush=True)
+"""
+
+# The wake-up and the pull after it, apart: sleep on the topic's word, take the time, pull.
+SPLIT = r"""
+import struct, sys, time
+from rocketstore import MessageStore
+from rocketstore.processes.live import topic_slot
+path, n, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with MessageStore(path, read_only=True) as store:
+    live, slots, offset, wake, pull = store._live, (topic_slot("Split"),), start, [], []
+    print("READY", flush=True)
+    while len(wake) < n:
+        look = live.look(slots)
+        got = store.get_message("bench", "Split", 0, offset, max_msgs=64)
+        if not got.messages:
+            if not live.wait_look(look, 1.0 if wake else 10.0):
+                break
+            woken = time.monotonic_ns()
+            got = store.get_message("bench", "Split", 0, offset, max_msgs=64)
+            if len(got.messages) == 1:  # one put, one wake-up (not one that came while busy)
+                wake.append(woken - struct.unpack("<q", got.messages[0].body[:8])[0])
+                pull.append(time.monotonic_ns() - woken)
+        offset = got.next_begin_offset
+    print(" ".join(map(str, wake)), flush=True)
+    print(" ".join(map(str, pull)), flush=True)
 """
 
 WAKER = r"""
@@ -82,8 +123,10 @@ with MessageStore(path, read_only=True) as store:
 """
 
 
-def spawn(code: str, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+def spawn(code: str, *args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, pass_fds=pass_fds
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if line != "READY\n":
@@ -102,6 +145,46 @@ def put_rate(store: MessageStore, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def latency(store: MessageStore, path: str, n: int, gap_ms: float, spin: int) -> list[int]:
+    """A reader process's put-to-receive times (ns) of ``n`` puts, one every ``gap_ms``."""
+    start = store.max_queue_offset("Latency", 0)
+    reader = spawn(READER, path, str(n), str(spin), str(start))
+    for _ in range(n):
+        time.sleep(gap_ms / 1000.0)
+        store.put("Latency", struct.pack("<q", time.monotonic_ns()), queue_id=0)
+    out, _ = reader.communicate(timeout=120)
+    return [int(x) for x in out.split()]
+
+
+def pipe_ping(n: int, gap_ms: float) -> list[int]:
+    """The baseline: 8-byte writes to a pipe a process reads, one every ``gap_ms`` (ns)."""
+    r, w = os.pipe()
+    try:
+        reader = spawn(PIPE, str(r), str(n), pass_fds=(r,))
+        for _ in range(n):
+            time.sleep(gap_ms / 1000.0)
+            os.write(w, struct.pack("<q", time.monotonic_ns()))
+        out, _ = reader.communicate(timeout=120)
+    finally:
+        os.close(r)
+        os.close(w)
+    return [int(x) for x in out.split()]
+
+
+def split(store: MessageStore, path: str, n: int, gap_ms: float) -> tuple[list[int], list[int]]:
+    """The wake-up and the pull after it (ns), apart, of a reader of the topic Split."""
+    start = store.max_queue_offset("Split", 0)
+    reader = spawn(SPLIT, path, str(n), str(start))
+    for _ in range(n + n // 4):  # a few more: a put that came while the reader was busy is not counted
+        time.sleep(gap_ms / 1000.0)
+        store.put("Split", struct.pack("<q", time.monotonic_ns()), queue_id=0)
+        if reader.poll() is not None:
+            break
+    out, _ = reader.communicate(timeout=120)
+    wake, pull = out.split("\n")[:2]
+    return [int(x) for x in wake.split()], [int(x) for x in pull.split()]
+
+
 def pct(values: list[int], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(p / 100 * len(values)))] / 1000.0
@@ -113,6 +196,8 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=2.0)
     ap.add_argument("--consumers", type=int, default=8)
     ap.add_argument("--idle-s", type=float, default=5.0)
+    ap.add_argument("--spin-us", type=int, default=0, help="also a reader with wait_spin_us=N")
+    ap.add_argument("--rounds", type=int, default=1, help="latency rounds (pipe, reader, ... in turn)")
     args = ap.parse_args()
     print(buildinfo.header())
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
@@ -125,17 +210,31 @@ def main() -> None:
             store.create_topic("Nothing", 1)
             store.create_topic("Wake", 1)
             store.put("Nothing", b"")  # the topic has a queue; nobody waits on its end
-            reader = spawn(READER, path, str(args.messages))
-            for _ in range(args.messages):
-                time.sleep(args.gap_ms / 1000.0)
-                store.put("Latency", struct.pack("<q", time.monotonic_ns()), queue_id=0)
-            out, _ = reader.communicate(timeout=120)
-            lat = [int(x) for x in out.split()]
-            print(
-                f"put-to-receive across processes, {len(lat)} messages one per {args.gap_ms} ms: "
-                f"p50 {pct(lat, 50):.1f} us, p99 {pct(lat, 99):.1f} us, max {max(lat) / 1000:.1f} us "
-                f"(goal p50 <= 100 us, p99 <= 2000 us)"
-            )
+            store.create_topic("Split", 1)
+            for rnd in range(args.rounds):
+                pipe = pipe_ping(args.messages, args.gap_ms)
+                p50 = pct(pipe, 50)
+                print(
+                    f"round {rnd}: os.pipe ping, {len(pipe)} one per {args.gap_ms} ms: p50 {p50:.1f} us, "
+                    f"p99 {pct(pipe, 99):.1f} us (load average {os.getloadavg()[0]:.2f})"
+                )
+                readers = [("", 0)] + (
+                    [(f", wait_spin_us={args.spin_us}", args.spin_us)] if args.spin_us else []
+                )
+                for label, spin in readers:
+                    lat = latency(store, path, args.messages, args.gap_ms, spin)
+                    print(
+                        f"round {rnd}: put-to-receive across processes{label}, {len(lat)} messages one per "
+                        f"{args.gap_ms} ms: p50 {pct(lat, 50):.1f} us = {pct(lat, 50) / p50:.2f}x the pipe, "
+                        f"p99 {pct(lat, 99):.1f} us, max {max(lat) / 1000:.1f} us "
+                        f"(goal p50 <= 2x the pipe, p99 <= 150 us)"
+                    )
+                wake, pull = split(store, path, args.messages, args.gap_ms)
+                print(
+                    f"round {rnd}: its pieces ({len(wake)} single wake-ups): the wake-up p50 {pct(wake, 50):.1f} us "
+                    f"p99 {pct(wake, 99):.1f} us; the pull once woken (follow, dispatch, read) "
+                    f"p50 {pct(pull, 50):.1f} us p99 {pct(pull, 99):.1f} us"
+                )
 
             idle = [spawn(IDLE, path, str(args.idle_s)) for _ in range(args.consumers)]
             cpu = wall = 0.0

@@ -100,11 +100,12 @@ cdef extern from "live.h" nogil:
     int RS_LIVE_SIZE
     void rs_live_wake(uint8_t *page)
     uint32_t rs_live_seq(uint8_t *page)
-    int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms)
+    int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms, int64_t spin_us)
     int RS_LIVE_SLOTS, RS_LIVE_MAX_WAIT
     void rs_live_publish_slots(uint8_t *page, int64_t wrote, uint64_t slots)
     int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen, uint32_t page_seen,
-                           int64_t timeout_ms)
+                           int64_t timeout_ms,
+                           int64_t spin_us)
 
 
 cdef extern from "append.h" nogil:
@@ -773,21 +774,23 @@ cdef class _LivePage:
         PyBuffer_Release(&self.view)
 
 
-def live_wait(page, uint32_t seen, int64_t timeout_ms):
+def live_wait(page, uint32_t seen, int64_t timeout_ms, int64_t spin_us=0):
     """Sleep (GIL released) until the live page's sequence word is no longer ``seen`` or
-    ``timeout_ms`` passes (< 0: no limit); True if it changed."""
+    ``timeout_ms`` passes (< 0: no limit); True if it changed. ``spin_us``: spin on the word up
+    to that long before sleeping."""
     cdef _LivePage held = _LivePage(page)
     cdef int changed
     with nogil:
-        changed = rs_live_wait(<uint8_t *>held.view.buf, seen, timeout_ms)
+        changed = rs_live_wait(<uint8_t *>held.view.buf, seen, timeout_ms, spin_us)
     return changed != 0
 
 
-def live_wait_words(page, words, seen, uint32_t page_seen, int64_t timeout_ms):
+def live_wait_words(page, words, seen, uint32_t page_seen, int64_t timeout_ms, int64_t spin_us=0):
     """Sleep (GIL released) until one of the live page's u32 words at byte offsets ``words`` no
     longer holds its value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one
     changed. Without futex_waitv several words fall back to the page's sequence word, which
-    ``page_seen`` is the caller's look at."""
+    ``page_seen`` is the caller's look at. ``spin_us``: spin on the words up to that long before
+    sleeping."""
     cdef _LivePage held = _LivePage(page)
     cdef int n = len(words)
     cdef int at[64]
@@ -801,7 +804,7 @@ def live_wait_words(page, words, seen, uint32_t page_seen, int64_t timeout_ms):
         if at[i] < 64 or at[i] > 4096 - 8 or at[i] % 8:
             raise ValueError(f"{at[i]} is not a slot word of the live page")
     with nogil:
-        changed = rs_live_wait_words(<uint8_t *>held.view.buf, n, at, values, page_seen, timeout_ms)
+        changed = rs_live_wait_words(<uint8_t *>held.view.buf, n, at, values, page_seen, timeout_ms, spin_us)
     return changed != 0
 
 

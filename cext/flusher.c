@@ -13,6 +13,11 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -22,6 +27,9 @@
 #define PREFAULT_POLL_MS 2         /* while the writer moves */
 #define PREFAULT_IDLE_MAX_MS 200   /* back-off ceiling while it does not (an idle store sleeps) */
 #define FLUSH_ERROR_BACKOFF_MS 10
+/* After a round, the pages from its end on that the writer is about to write are made writable
+   again (see flush_round) up to this far ahead. */
+#define REPOPULATE_BYTES (64 * 1024)
 
 #ifdef RS_DEBUG_HOOKS
 /* Debug builds only (ROCKETSTORE_DEBUG_HOOKS=1): while non-zero, every flush round fails with
@@ -41,7 +49,7 @@ struct rs_flusher {
     /* `mu` guards the request/stop/stat fields and the condition variables. */
     pthread_mutex_t mu;
     pthread_cond_t work_cv;   /* flush thread sleeps here */
-    pthread_cond_t done_cv;   /* durable waiters sleep here */
+    pthread_cond_t done_cv;   /* durable waiters sleep here (on Linux: on done_gen, a futex) */
     pthread_cond_t stop_cv;   /* pre-fault thread sleeps here */
     /* `seg_mu` guards the segment table and is only ever held for a copy or an edit of it, so
        rs_flusher_register (called with the GIL held) never waits behind a system call. A flush
@@ -78,6 +86,12 @@ struct rs_flusher {
     int round_size;              /* arrivals the last round started with */
     int expected;                /* round_size + arrivals during that round: the group to gather */
     int64_t last_round_us;       /* how long that round's msync took */
+    /* Bumped (after flushed, last_errno, err_seq or stop changed) whenever durable waiters must
+       look again. On Linux they sleep on it as a futex, not on done_cv: a round's end wakes every
+       waiter it covered, and a condition variable would make each of them take `mu` in turn on
+       the way out (the flush thread too), a convoy of context switches between the end of one
+       round and the puts of the next. The waiters read the fields below it atomically. */
+    uint32_t done_gen;
 
     pthread_t flush_thread;
     pthread_t prefault_thread;
@@ -135,6 +149,16 @@ static int64_t now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Durable waiters look again (flushed, last_errno, err_seq or stop changed). Called with mu held. */
+static void wake_waiters(rs_flusher *f) {
+    __atomic_add_fetch(&f->done_gen, 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+    syscall(SYS_futex, &f->done_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    pthread_cond_broadcast(&f->done_cv);
+#endif
+}
+
 /* One flush round: msync [flushed, target) of every registered map, where target is everything
  * written (sync rounds) or only the whole pages behind the writer (async rounds: msync
  * write-protects the pages it cleans, and the writer would fault again on its current page).
@@ -169,6 +193,20 @@ static void flush_round(rs_flusher *f, int whole_pages_only) {
             err = errno;
         else if (full_sync(s->fd) != 0)
             err = errno;
+        /* The sync left the pages it wrote back write-protected (the kernel tracks their next
+           change), and with them, on some file systems, the pages written back with them ahead
+           of the writer (ext4's ordered data). The writer's next store to one faults, and the
+           fault can wait on the file system's journal, while the writer holds its lock and, in
+           Python, the GIL: every thread waits behind it between two rounds. Fault them writable
+           here instead, where nobody waits. Only pages populated before (below `prefaulted`:
+           their blocks are there, so this cannot fail for space), only with
+           MADV_POPULATE_WRITE (it changes no byte), and a failure only leaves the fault to the
+           writer. A round of one put leaves it to that put's next store: nobody waits
+           behind it, and an madvise per round would only add to that put's wait. */
+        int64_t ahead = min64(min64(target + REPOPULATE_BYTES, s->start + s->size),
+                              atomic_load(&f->prefaulted));
+        if (err == 0 && f->round_size > 1 && f->populate_write_ok && target >= s->start && ahead > target)
+            (void)rs_populate_write(s->addr + (target - s->start), ahead - target);
     }
 #ifdef RS_DEBUG_HOOKS
     if (!err)
@@ -186,10 +224,10 @@ static void flush_round(rs_flusher *f, int whole_pages_only) {
     f->last_round_us = took;
     /* Those it covers plus those that came during it: how many the next round should gather. */
     f->expected = f->round_size + f->arrivals;
-    f->last_errno = err;
+    __atomic_store_n(&f->last_errno, err, __ATOMIC_RELAXED);
     if (err)
-        f->err_seq = seq;
-    pthread_cond_broadcast(&f->done_cv);
+        __atomic_store_n(&f->err_seq, seq, __ATOMIC_RELAXED);
+    wake_waiters(f);
 }
 
 /* Group commit: before a sync round, give the puts woken by the last round a moment to come
@@ -441,7 +479,7 @@ void rs_flusher_stop(rs_flusher *f) {
         pthread_mutex_unlock(&f->mu);
         return;
     }
-    f->stop = 1;
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&f->work_cv);
     pthread_cond_broadcast(&f->stop_cv);
     pthread_mutex_unlock(&f->mu);
@@ -450,7 +488,7 @@ void rs_flusher_stop(rs_flusher *f) {
         pthread_join(f->prefault_thread, NULL);
     pthread_mutex_lock(&f->mu);
     f->joined = 1;
-    pthread_cond_broadcast(&f->done_cv); /* waiters see the final flushed offset, or `stop` */
+    wake_waiters(f); /* waiters see the final flushed offset, or `stop` */
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -554,6 +592,34 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
     f->arrivals++;
     if (f->arrivals >= f->expected)
         pthread_cond_signal(&f->work_cv); /* the group the flush thread gathers is complete */
+#ifdef __linux__
+    pthread_mutex_unlock(&f->mu);
+    for (;;) {
+        /* the generation first: a change of what is checked after it bumps it */
+        uint32_t gen = __atomic_load_n(&f->done_gen, __ATOMIC_SEQ_CST);
+        if (atomic_load(&f->flushed) >= target)
+            break;
+        int err = __atomic_load_n(&f->last_errno, __ATOMIC_RELAXED);
+        if (err && __atomic_load_n(&f->err_seq, __ATOMIC_RELAXED) > seen) {
+            result = err;
+            break;
+        }
+        if (__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
+            result = ESHUTDOWN;
+            break;
+        }
+        /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time (deadline_after's clock) */
+        long rc = syscall(SYS_futex, &f->done_gen, FUTEX_WAIT_BITSET_PRIVATE, gen,
+                          timeout_ms >= 0 ? &ts : NULL, NULL, FUTEX_BITSET_MATCH_ANY);
+        if (rc != 0 && errno == ETIMEDOUT && atomic_load(&f->flushed) < target) {
+            pthread_mutex_lock(&f->mu);
+            f->sync_timeouts++;
+            pthread_mutex_unlock(&f->mu);
+            result = 1;
+            break;
+        }
+    }
+#else
     while (atomic_load(&f->flushed) < target) {
         if (f->last_errno && f->err_seq > seen) {
             result = f->last_errno;
@@ -572,6 +638,7 @@ int rs_flusher_wait_nogil(rs_flusher *f, int64_t target, int64_t timeout_ms) {
         }
     }
     pthread_mutex_unlock(&f->mu);
+#endif
     return result;
 }
 

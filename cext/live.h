@@ -88,14 +88,58 @@ static inline int rs_live_left(const struct timespec *deadline, struct timespec 
     return left->tv_sec >= 0;
 }
 
+static inline void rs_live_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* The opt-in spin before a wait sleeps: read the words at `at[0..n)` (and the page's sequence
+ * word when `page_seen` is not NULL) until one no longer holds what the caller saw, for at most
+ * spin_us microseconds and never past `deadline` (timeout_ms < 0: none). Returns 1 if one
+ * changed. It counts itself in nowhere: a put seen while spinning costs the writer no wake-up
+ * call. */
+static inline int rs_live_spin(uint8_t *page, int n, const int *at, const uint32_t *seen,
+                               const uint32_t *page_seen, int64_t spin_us, int64_t timeout_ms,
+                               const struct timespec *deadline) {
+    if (spin_us <= 0)
+        return 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += spin_us / 1000000;
+    until.tv_nsec += (spin_us % 1000000) * 1000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    if (timeout_ms >= 0 && (deadline->tv_sec < until.tv_sec ||
+                            (deadline->tv_sec == until.tv_sec && deadline->tv_nsec < until.tv_nsec)))
+        until = *deadline;
+    for (unsigned k = 1;; k++) {
+        for (int i = 0; i < n; i++)
+            if (__atomic_load_n(rs_live_u32(page, at[i]), __ATOMIC_ACQUIRE) != seen[i])
+                return 1;
+        if (page_seen != NULL && __atomic_load_n(rs_live_u32(page, RS_LIVE_SEQ), __ATOMIC_ACQUIRE) != *page_seen)
+            return 1;
+        rs_live_relax();
+        if ((k & 63) == 0) {  /* a clock read costs more than a look at the words */
+            struct timespec left;
+            if (!rs_live_left(&until, &left) || (left.tv_sec == 0 && left.tv_nsec == 0))
+                return 0;
+        }
+    }
+}
+
 /* Sleep until one of the words at byte offsets `at[0..n)` no longer holds `seen[i]`, or
  * timeout_ms passes (-1: no limit). Returns 1 if one changed, 0 on timeout. One word: FUTEX_WAIT;
  * several: futex_waitv (Linux >= 5.16), else the page's sequence word (`page_seen`: its value
- * when the caller looked). Call without the GIL. */
+ * when the caller looked). spin_us > 0: spin on the words that long first (rs_live_spin). Call
+ * without the GIL. */
 static inline int rs_live_wait_words(uint8_t *page, int n, const int *at, const uint32_t *seen,
-                                     uint32_t page_seen, int64_t timeout_ms) {
+                                     uint32_t page_seen, int64_t timeout_ms, int64_t spin_us) {
     struct timespec deadline, left;
     rs_live_deadline(timeout_ms, &deadline);
+    if (rs_live_spin(page, n, at, seen, NULL, spin_us, timeout_ms, &deadline))
+        return 1;
     for (int i = 0; i < n; i++)
         __atomic_add_fetch(rs_live_u32(page, at[i] + 4), 1, __ATOMIC_SEQ_CST);
     int counted_page = 0, changed = 0;
@@ -155,12 +199,14 @@ static inline uint32_t rs_live_seq(uint8_t *page) {
 }
 
 /* Sleep until the sequence is no longer `seen`, or timeout_ms passes (-1: no limit). Returns 1 if
- * it changed, 0 on timeout. Without futexes it polls the word every millisecond. Call without
- * the GIL. */
-static inline int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms) {
+ * it changed, 0 on timeout. Without futexes it polls the word every millisecond. spin_us > 0:
+ * spin on the word that long first (rs_live_spin). Call without the GIL. */
+static inline int rs_live_wait(uint8_t *page, uint32_t seen, int64_t timeout_ms, int64_t spin_us) {
     uint32_t *word = rs_live_u32(page, RS_LIVE_SEQ);
     struct timespec deadline;
     rs_live_deadline(timeout_ms, &deadline);
+    if (rs_live_spin(page, 0, NULL, NULL, &seen, spin_us, timeout_ms, &deadline))
+        return 1;
     __atomic_add_fetch(rs_live_u32(page, RS_LIVE_WAITERS), 1, __ATOMIC_SEQ_CST);
     int changed = 0;
     for (;;) {

@@ -456,3 +456,36 @@ def test_a_reader_that_fell_behind_retention_starts_its_queues_past_the_deletion
         got = reader.get_message("g", "T", 0, low, max_msgs=1000)
         assert [m.queue_offset for m in got.messages] == list(range(low, high))
         assert not reader._queues.get("T", 0).holes
+
+
+def test_a_spinning_waiter_is_woken_by_a_put_and_keeps_its_timeout(tmp_path, impl):
+    """wait_spin_us: a waiter first spins on its words (no sleep) up to that long, then sleeps as
+    any waiter; a put while it spins or sleeps wakes it, and its timeout still ends the wait."""
+    path = tmp_path / "s"
+    writer = MessageStore(path, implementation=impl.name, **SMALL)
+    writer.create_topic("T", 1)
+    writer.put("T", b"first", queue_id=0)
+    reader = MessageStore(path, read_only=True, implementation=impl.name, wait_spin_us=1_000_000)
+    with writer, reader:
+        assert reader.config.wait_spin_us == 1_000_000
+        for delay in (0.05, 1.3):  # a put while it spins, then one after it went to sleep
+            start = reader.max_queue_offset("T", 0)
+            timer = threading.Timer(delay, lambda: writer.put("T", b"late", queue_id=0))
+            timer.start()
+            t0 = time.monotonic()
+            got = reader.get_message("g", "T", 0, start, wait=30)
+            timer.join()
+            assert [m.body for m in got.messages] == [b"late"]
+            assert time.monotonic() - t0 < 25
+        # the timeout is shorter than the spin: it ends the wait
+        t0 = time.monotonic()
+        got = reader.get_message("g", "T", 0, reader.max_queue_offset("T", 0), wait=0.05)
+        assert not got.messages and time.monotonic() - t0 < 0.6
+
+
+def test_wait_spin_us_is_checked(tmp_path):
+    from rocketstore.errors import StoreConfigError
+
+    for bad in (-1, 1_000_001):
+        with pytest.raises(StoreConfigError):
+            MessageStore(tmp_path / "s", wait_spin_us=bad)

@@ -204,3 +204,33 @@ def test_group_commit_flushes_many_durable_puts_per_round(tmp_path, impl):
         )
         assert stats["flushed_offset"] >= max(end_of(r) for r in flat)
         assert stats["flush_rounds"] < 0.5 * count
+
+
+def test_each_durable_put_returns_only_once_its_bytes_are_flushed(tmp_path, impl):
+    """Many threads wait in group commit at once, and rounds end while others are waiting: every
+    put, on its return, is covered by the flushed offset (a waiter woken by a round that did not
+    cover it sleeps again)."""
+    threads_n, per_thread = 16, 60
+    with open_store(tmp_path / "store", impl, commitlog_file_size=1 << 20) as s:
+        barrier = threading.Barrier(threads_n)
+        early, errors = [], []
+
+        def worker(i):
+            try:
+                barrier.wait()
+                for j in range(per_thread):
+                    r = s.put("TopicE", b"x" * (1 + (i * 7 + j) % 300), durable=True)
+                    flushed = s.flushed_offset
+                    if r.status is not PutStatus.PUT_OK or flushed < end_of(r):
+                        early.append((r.status, flushed, end_of(r)))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors
+        assert early == []

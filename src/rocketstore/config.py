@@ -168,6 +168,13 @@ class StoreConfig:
     #: docs/guide/fused-dispatch.md); False sends every record through the general path. The files
     #: are the same byte for byte either way; the pure-Python build always takes the general path.
     fused_dispatch: bool = True
+    #: A call that waits for puts (``get_message(wait=)``, ``Consumer.poll(timeout=)``) first
+    #: spins on the live page's words for up to this many microseconds, then sleeps (0: sleeps at
+    #: once). Opt-in for latency-critical readers: a put during the spin is seen within a
+    #: microsecond, and the reader's code is still in the CPU's caches, which roughly halves the
+    #: put-to-receive time between processes; the price is a core kept busy while it spins
+    #: (docs/guide/processes.md). At most 1,000,000 (one second).
+    wait_spin_us: int = 0
     #: How often that thread makes the ConsumeQueues and the index durable and records in the
     #: checkpoint the CommitLog offset they are complete to (``confirmPhyOffset``, §6): recovery
     #: after a crash re-reads only from there (ms; 0: only at close).
@@ -293,6 +300,8 @@ class StoreConfig:
             raise StoreConfigError("index_slots must be in 1..2**31-1 and index_count in 2..2**31-1")
         if self.dispatch_interval_ms < 0 or self.checkpoint_interval_ms < 0:
             raise StoreConfigError("dispatch_interval_ms and checkpoint_interval_ms must not be negative")
+        if not 0 <= self.wait_spin_us <= 1_000_000:
+            raise StoreConfigError("wait_spin_us must be between 0 and 1,000,000 (one second)")
         if not isinstance(self.fused_dispatch, bool):
             raise StoreConfigError(f"fused_dispatch must be a bool, not {self.fused_dispatch!r}")
         self.delay_levels_ms = parse_delay_levels(self.message_delay_level)

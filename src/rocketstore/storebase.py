@@ -2149,8 +2149,9 @@ class StoreBase(JoinedWriting):
     def _wait_for_put(self, seen: Look, deadline: float) -> bool:
         """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
         deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
-        StoreClosedError)."""
+        StoreClosedError). With ``wait_spin_us`` it spins first, once, before its first slice."""
         live = self._live
+        spin_us = self.config.wait_spin_us
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -2160,8 +2161,9 @@ class StoreBase(JoinedWriting):
                 time.sleep(min(left, 1.0))
                 continue
             try:
-                if live.wait_look(seen, min(left, 1.0)):
+                if live.wait_look(seen, min(left, 1.0), spin_us):
                     return True
+                spin_us = 0
             except ValueError:  # its map closed under it: this store closed, or opened again
                 self._check_open()
                 return True  # opened again (a writer's recovery, a takeover): look again

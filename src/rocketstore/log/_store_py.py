@@ -287,13 +287,41 @@ def live_wake(page: Any) -> None:
         _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
 
-def live_wait(page: Any, seen: int, timeout_ms: int) -> bool:
+def _live_spin(
+    page: Any,
+    words: list[int],
+    seen: list[int],
+    page_seen: Optional[int],
+    spin_us: int,
+    deadline: Optional[float],
+) -> bool:
+    """cext/live.h's ``rs_live_spin``: look at the words (and the sequence word when
+    ``page_seen`` is given) until one moved, for at most ``spin_us`` microseconds and never past
+    ``deadline``; True if one moved."""
+    if spin_us <= 0:
+        return False
+    until = time.monotonic() + spin_us / 1e6
+    if deadline is not None:
+        until = min(until, deadline)
+    while True:
+        if any(struct.unpack_from("<I", page, at)[0] != s for at, s in zip(words, seen)):
+            return True
+        if page_seen is not None and live_seq(page) != page_seen:
+            return True
+        if time.monotonic() >= until:
+            return False
+
+
+def live_wait(page: Any, seen: int, timeout_ms: int, spin_us: int = 0) -> bool:
     """Sleep until the live page's sequence word is no longer ``seen`` or ``timeout_ms`` passes
     (< 0: no limit); True if it changed. The pure twin cannot count itself in atomically among
-    the waiters, so it sets the page's always-wake flag: writers then wake on every put."""
+    the waiters, so it sets the page's always-wake flag: writers then wake on every put.
+    ``spin_us``: spin on the word up to that long before sleeping."""
     word = _live_word(page)
-    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
     deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    if _live_spin(page, [], [], seen, spin_us, deadline):
+        return True
+    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
     while word.value == seen:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -325,11 +353,14 @@ def _live_publish(page: Any, wrote: int, slots: Iterable[int] = ()) -> None:
             _futex(ctypes.byref(word), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
 
-def live_wait_words(page: Any, words: Any, seen: Any, page_seen: int, timeout_ms: int) -> bool:
+def live_wait_words(
+    page: Any, words: Any, seen: Any, page_seen: int, timeout_ms: int, spin_us: int = 0
+) -> bool:
     """Sleep until one of the live page's u32 words at byte offsets ``words`` no longer holds its
     value in ``seen``, or ``timeout_ms`` passes (< 0: no limit); True if one changed. The pure
     twin sets the page's always-wake flag (it cannot count itself in atomically) and waits on the
-    page's sequence word, which every put moves (``page_seen``: the caller's look at it)."""
+    page's sequence word, which every put moves (``page_seen``: the caller's look at it).
+    ``spin_us``: spin on the words up to that long before sleeping."""
     words, seen = list(words), list(seen)
     n = len(words)
     if n < 1 or n > _LIVE_MAX_WAIT or len(seen) != n:
@@ -337,8 +368,10 @@ def live_wait_words(page: Any, words: Any, seen: Any, page_seen: int, timeout_ms
     for at in words:
         if at < _LIVE_SLOT0 or at > _LIVE_SIZE - 8 or at % 8:
             raise ValueError(f"{at} is not a slot word of the live page")
-    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
     deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    if _live_spin(page, words, seen, None, spin_us, deadline):
+        return True
+    struct.pack_into("<I", page, _LIVE_ALWAYS_WAKE, 1)
     while True:
         if any(struct.unpack_from("<I", page, at)[0] != s for at, s in zip(words, seen)):
             return True

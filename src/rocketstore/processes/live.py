@@ -265,28 +265,32 @@ class LivePage:
         mm = self.mm
         return self.seq(), words, tuple(struct.unpack_from("<I", mm, at)[0] for at in words)
 
-    def wait_look(self, seen: Look, timeout: Optional[float]) -> bool:
+    def wait_look(self, seen: Look, timeout: Optional[float], spin_us: int = 0) -> bool:
         """Sleep until a put of a topic of the slots ``seen`` was taken for (or any put, with no
-        slots) or ``timeout`` seconds pass; True if one came."""
+        slots) or ``timeout`` seconds pass; True if one came. ``spin_us``: look at the words
+        without sleeping up to that long first (``StoreConfig.wait_spin_us``)."""
         page_seen, words, values = seen
         if not words or not self._counts_in():
-            return self.wait(page_seen, timeout)
+            return self.wait(page_seen, timeout, spin_us)
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
-        changed: bool = self._store.live_wait_words(self.mm, words, values, page_seen, ms)
+        changed: bool = self._store.live_wait_words(self.mm, words, values, page_seen, ms, spin_us)
         return changed
 
-    def wait(self, seen: int, timeout: Optional[float]) -> bool:
+    def wait(self, seen: int, timeout: Optional[float], spin_us: int = 0) -> bool:
         """Sleep until the sequence is no longer ``seen`` or ``timeout`` seconds pass (None: no
-        limit); True if it changed."""
+        limit); True if it changed. ``spin_us``: as for :meth:`wait_look`."""
         if not self._counts_in():
             deadline = None if timeout is None else time.monotonic() + timeout
+            spin_until = time.monotonic() + spin_us / 1e6
             while self.seq() == seen:
-                if deadline is not None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
                     return False
-                time.sleep(0.001)
+                if now >= spin_until:
+                    time.sleep(0.001)
             return True
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
-        changed: bool = self._store.live_wait(self.mm, seen, ms)
+        changed: bool = self._store.live_wait(self.mm, seen, ms, spin_us)
         return changed
 
     def changed(self) -> None:
