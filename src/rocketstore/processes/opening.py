@@ -198,18 +198,8 @@ def open_parts(
         opened.queue_offsets = queue_offsets
         opened.core = commitlog.core
         opened.lookups = KeyLookups(codec, commitlog, None, (opened.disk_index, opened.index))
-        opened.dispatcher = Dispatcher(
-            opened.segments,
-            codec,
-            impl.scan,
-            opened.queues,
-            opened.index,
-            start=dispatch_start,
-            end_of=lambda: commitlog.end,
-            delay_levels_ms=cfg.delay_levels_ms,
-            index_lazily=True,
-            end_core=commitlog,
-            batch=batch,
+        opened.dispatcher = _dispatcher(
+            opened, impl, dispatch_start, end_of=lambda: commitlog.end, index_lazily=True, end_core=commitlog
         )
         opened.guard = QueueGuard(commitlog, opened.queues, opened.dispatcher, cfg.delay_levels_ms, True)
         recovery.rebuild(opened.dispatcher, end, report)
@@ -236,18 +226,13 @@ def open_parts(
     )
     core.set_live(live.mm)
     commitlog.on_deleted = live.changed
-    opened.dispatcher = dispatcher = Dispatcher(
-        opened.segments,
-        codec,
-        impl.scan,
-        opened.queues,
-        opened.index,
-        start=dispatch_start,
+    opened.dispatcher = dispatcher = _dispatcher(
+        opened,
+        impl,
+        dispatch_start,
         end_of=lambda: core.wrote_offset,
-        delay_levels_ms=cfg.delay_levels_ms,
         fused=cfg.fused_dispatch,
         end_core=core,
-        batch=batch,
     )
     opened.checkpointer = Checkpointer(
         opened.checkpoint, core, dispatcher, opened.queues, opened.index, opened.offsets, path
@@ -303,6 +288,21 @@ def start_services(
         retry_max_times=opened.schedule.retry_max_times,
         clock=cfg.clock,
         quick=QuickPull(opened.queues, opened.segments, core, dispatcher.catch_up),
+    )
+
+
+def _dispatcher(opened: OpenedParts, impl: Any, start: int, **options: Any) -> Dispatcher:
+    """The dispatcher of ``opened``'s queues and index from CommitLog offset ``start``."""
+    return Dispatcher(
+        opened.segments,
+        impl.codec,
+        impl.scan,
+        opened.queues,
+        opened.index,
+        start=start,
+        delay_levels_ms=opened.config.delay_levels_ms,
+        batch=opened.batch,
+        **options,
     )
 
 
