@@ -1,9 +1,14 @@
 """The store's parts and the careful path of each of its calls (:class:`StoreBase`), under the
 facade :class:`rocketstore.store.MessageStore`.
 
-An open (``_open``) maps the CommitLog, recovers it (rocketstore.log.recovery), opens the queues and
-the index, and starts the services of a writable store; ``_choose_role`` then picks the role
-(rocketstore.roles) the facade's calls go to. ``close`` (``_teardown``) stops and closes each part.
+An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
+(rocketstore.log.recovery), open the queues and the index, and start the services of a writable
+store, and takes the parts it made; ``_choose_role`` then picks the role (rocketstore.roles) the
+facade's calls go to. ``close`` (``_teardown``) stops and closes each part. The calls' careful
+paths check their arguments and call the part that does the work: BatchCQ reads
+(rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
+(rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
+statistics (rocketstore.services.timerstats).
 Several processes writing one store (rocketstore.processes.writers, rocketstore.log.sharedappend) are wired
 here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
 call in the writing process, ``_writer_gone`` takes over when that process ended.
