@@ -205,9 +205,9 @@ def test_members_killed_at_random_never_make_the_group_skip(tmp_path, rng):
 
 
 def test_the_writer_writes_the_groups_offsets_into_consumer_offset_json(tmp_path, monkeypatch):
-    import rocketstore.storebase as store_module
+    import rocketstore.queues.checkpointing as checkpointing
 
-    monkeypatch.setattr(store_module, "_OFFSETS_PERSIST_MS", 0)
+    monkeypatch.setattr(checkpointing, "OFFSETS_PERSIST_MS", 0)
     path = tmp_path / "s"
     with MessageStore(path, checkpoint_interval_ms=10) as store:
         store.create_topic("T", 1)

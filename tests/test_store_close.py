@@ -174,3 +174,29 @@ def test_a_dropped_store_is_closed_at_once_without_a_garbage_collection(tmp_path
         assert settled(before, collect=False) == before
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_closed_store_s_parts_are_freed_when_it_is_dropped_without_a_garbage_collection(
+    tmp_path, impl, read_only
+):
+    # the parts an open made hold no reference cycle among them (nor back to what made them):
+    # the last reference gone, they are freed, each map and file with them, not at some later
+    # garbage collection
+    import weakref
+
+    path = tmp_path / "store"
+    busy_store(path, impl).close()
+    gc.collect()
+    gc.disable()
+    try:
+        s = MessageStore(path, implementation=impl.name, read_only=read_only)
+        assert s.query_by_key("T", "k1")[0].body == b"m1"
+        names = ("_commitlog", "_queues", "_index", "_disk_index", "_dispatcher", "_batch", "_checkpoint")
+        parts = {name: weakref.ref(getattr(s, name)) for name in names if getattr(s, name) is not None}
+        assert len(parts) == 6 + read_only  # (a read-only store has its disk index besides)
+        s.close()
+        del s
+        assert [name for name, ref in parts.items() if ref() is not None] == []
+    finally:
+        gc.enable()

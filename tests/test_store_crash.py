@@ -283,12 +283,12 @@ def test_records_a_power_cut_left_past_a_hole_never_come_back(tmp_path, impl):
 def test_an_open_makes_its_abort_file_durable_before_it_writes(tmp_path, impl, monkeypatch):
     """The abort file says the next open must recover; if a power cut lost it but kept what the
     run wrote, that open would trust the queues and the index as they are on disk."""
-    import rocketstore.storebase as store_module
+    import rocketstore.processes.opening as opening
 
     synced = []
-    real = store_module.fsync_dir
+    real = opening.fsync_dir
     monkeypatch.setattr(
-        store_module, "fsync_dir", lambda d: (synced.append((d, (path / "abort").exists())), real(d))
+        opening, "fsync_dir", lambda d: (synced.append((d, (path / "abort").exists())), real(d))
     )
     path = tmp_path / "store"
     with MessageStore(path, implementation=impl.name, commitlog_file_size=SEGMENT) as store:

@@ -150,14 +150,14 @@ def test_iter_messages_from_a_start_offset_skips_blanks_across_segments(tmp_path
 
 
 def test_iter_messages_reads_table_after_table_and_skips_a_damaged_body_in_a_later_one(tmp_path, impl):
-    from rocketstore import storebase as store_module
+    from rocketstore.log.recordscan import MESSAGE_CHUNK
 
-    n = store_module._MESSAGE_CHUNK * 2 + 300  # three tables of decoded records
+    n = MESSAGE_CHUNK * 2 + 300  # three tables of decoded records
     path = tmp_path / "store"
     with MessageStore(path, implementation=impl.name) as store:
         store.create_topic("TopicTables", 1)
         store.put_batch("TopicTables", [b"body-%06d" % i for i in range(n)], queue_id=0)
-    damaged = store_module._MESSAGE_CHUNK + 17  # in the second table
+    damaged = MESSAGE_CHUNK + 17  # in the second table
     (segment,) = segment_files(path)
     with open(segment, "r+b") as f:
         data = f.read()

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from rocketstore.consume import Consumer, poll_deadline
 from rocketstore.errors import InvalidMessageError, NotAStoreError, StoreClosedError, StoreReadOnlyError
-from rocketstore.files.configfiles import ConsumerOffsetTable
+from rocketstore.files.configfiles import GROUPS_DIR, ConsumerOffsetTable
 from rocketstore.files.mapped_file import allocate_file
 from rocketstore.message import MessageExt
 
@@ -56,7 +56,6 @@ __all__ = ["GROUPS_DIR", "GroupConsumer", "allocate_averagely"]
 
 _log = logging.getLogger("rocketstore.store")
 
-GROUPS_DIR = "rocketstore-groups"
 _MAGIC = b"RSGROUP\x01"
 _SIZE = 4096
 _SLOTS = 63

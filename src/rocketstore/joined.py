@@ -108,7 +108,7 @@ class JoinedWriting:
     _check_writable: Callable[[], None]
     _closed: bool
     _core: Any
-    _detect_config: Callable[[str], StoreConfig]
+    _detect_config: Callable[[], StoreConfig]
     _files_read_only: bool
     _impl: Any
     _live: Any
@@ -173,7 +173,7 @@ class JoinedWriting:
                     time.sleep(0.005)
                     continue
                 self._files_read_only = True
-                self.config = self._detect_config(os.path.join(self.path, "commitlog"))
+                self.config = self._detect_config()
                 return
             try:
                 if cfg.shared_writers:

@@ -1,9 +1,14 @@
 """The store's parts and the careful path of each of its calls (:class:`StoreBase`), under the
 facade :class:`rocketstore.store.MessageStore`.
 
-An open (``_open``) maps the CommitLog, recovers it (rocketstore.log.recovery), opens the queues and
-the index, and starts the services of a writable store; ``_choose_role`` then picks the role
-(rocketstore.roles) the facade's calls go to. ``close`` (``_teardown``) stops and closes each part.
+An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
+(rocketstore.log.recovery), open the queues and the index, and start the services of a writable
+store, and takes the parts it made; ``_choose_role`` then picks the role (rocketstore.roles) the
+facade's calls go to. ``close`` (``_teardown``) stops and closes each part. The calls' careful
+paths check their arguments and call the part that does the work: BatchCQ reads
+(rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
+(rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
+statistics (rocketstore.services.timerstats).
 Several processes writing one store (rocketstore.processes.writers, rocketstore.log.sharedappend) are wired
 here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
 call in the writing process, ``_writer_gone`` takes over when that process ended.
@@ -53,7 +58,6 @@ from rocketstore.consume import (
 from rocketstore.errors import (
     BatchTopicError,
     ConsumeQueueDamagedError,
-    CorruptRecordError,
     InvalidMessageError,
     InvalidMessageIdError,
     InvalidTimerError,
@@ -62,17 +66,13 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.files._files import fsync_dir, open_regular, raise_open_files_limit
 from rocketstore.files.checkpoint import Checkpoint
-from rocketstore.files.configfiles import ConsumerOffsetTable, TopicConfigTable
+from rocketstore.files.configfiles import ConsumerOffsetTable
 from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
 from rocketstore.files.storedir import (
     StoreLock,
     check_store_dir,
-    detect_segment_size,
-    writer_present,
 )
-from rocketstore.group import GROUPS_DIR
 from rocketstore.joined import (
     FORWARDED,
     Forwarder,
@@ -83,8 +83,8 @@ from rocketstore.joined import (
     joined_put_messages,
     uniq_prefix,
 )
-from rocketstore.log import recovery, sharedappend
 from rocketstore.log.commitlog import AppendCore, CommitLog
+from rocketstore.log.recordscan import message_chunks
 from rocketstore.message import (
     PROPERTY_DELAY,
     Message,
@@ -93,27 +93,20 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.processes.live import (
-    GEOMETRY_OPTIONS,
     AsyncWaker,
     Follower,
     LivePage,
     Look,
-    read_geometry,
     topic_slot,
 )
+from rocketstore.processes.opening import OpenedParts, detect_config, open_parts, start_services
 from rocketstore.processes.writers import WriterClient, WriterServer
-from rocketstore.queues.batchcq import BatchQueueStore, batch_topics, inner_count, inner_messages
+from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactionLog, latest_per_key
-from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, ConsumeQueueStore, offset_of_time
-from rocketstore.queues.dispatch import (
-    Dispatcher,
-    DispatchThread,
-    MemoryIndexService,
-    TailQueueStore,
-)
-from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH, IndexService, detect_queue_options
-from rocketstore.queues.queuecheck import QueueGuard
-from rocketstore.queues.timerwheel import read_timer_check, rocketmq_timers
+from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, offset_of_time
+from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
+from rocketstore.queues.lookups import KeyLookups
+from rocketstore.queues.queuecheck import QueueGuard, verify_store
 from rocketstore.roles import (
     BOUND,
     FAST_READS,
@@ -127,26 +120,23 @@ from rocketstore.services import report
 from rocketstore.services.parts import StoreParts
 from rocketstore.services.pop import (
     PopService,
-    QuickPull,
     Received,
     ReceivedMessage,
     Receiver,
 )
 from rocketstore.services.retention import (
     UNCHANGED,
-    Cleaner,
     retention_attribute_changes,
     retention_report,
     topic_policy,
 )
-from rocketstore.services.schedule import DelayProgress, ScheduleService, pending_counts
+from rocketstore.services.schedule import DelayProgress, pending_counts
 from rocketstore.services.timer import (
     TIMER_PROPERTIES,
     TIMER_TOPIC,
-    TimerProgress,
-    TimerService,
     is_timer_put,
 )
+from rocketstore.services.timerstats import timer_stats
 from rocketstore.services.topics import Topics
 from rocketstore.services.transaction import PreparedMessage, TransactionService
 
@@ -172,10 +162,6 @@ _WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_F
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
-#: Records decoded per table by iter_messages (scan's tables are SCAN_CHUNK rows): a table of
-#: 1,024 rows (176 KiB) is reused from the heap chunk after chunk, where SCAN_CHUNK's 11 MiB
-#: ones are fresh pages the kernel zeroes (up to a third of a first pass over a store).
-_MESSAGE_CHUNK = 1024
 #: What an open sets up, each closed by _teardown if set (None before it is).
 _PARTS = (
     "_timer",
@@ -194,10 +180,36 @@ _PARTS = (
     "_follower",
     "_waker",
 )
+#: What the store takes of an open's parts (rocketstore.processes.opening.OpenedParts), each
+#: as the attribute of its name with a leading underscore.
+_OPENED = (
+    "checkpoint",
+    "topics",
+    "commitlog",
+    "segments",
+    "live",
+    "follower",
+    "queues",
+    "index",
+    "disk_index",
+    "batch",
+    "offsets",
+    "queue_offsets",
+    "short_queues",
+    "core",
+    "dispatcher",
+    "guard",
+    "lookups",
+    "checkpointer",
+    "dispatch_thread",
+    "parts",
+    "cleaner",
+    "schedule",
+    "timer",
+    "pop",
+)
 
 
-#: How often the dispatch thread writes the consumer offsets (RocketMQ's flushConsumerOffsetInterval).
-_OFFSETS_PERSIST_MS = 5000
 #: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
 _WAITABLE = frozenset(
     (
@@ -350,15 +362,16 @@ class StoreBase(JoinedWriting):
     _timer: Any
     _pop: Optional[PopService]
     _guard: QueueGuard
+    _lookups: KeyLookups
     _parts: StoreParts
     #: made at the first transactional call (rocketstore.services.transaction)
     _transaction_service: Optional[TransactionService] = None
     _checkpoint: Checkpoint
+    _checkpointer: Checkpointer
     _offsets: ConsumerOffsetTable
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
     _follower: Optional[Follower] = None
-    _offsets_persisted = 0.0  # monotonic time of the last periodic offsets write
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
@@ -422,12 +435,11 @@ class StoreBase(JoinedWriting):
             raise typed from exc
 
     def _open_store_as_its_part(self) -> None:
-        commitlog_dir = os.path.join(self.path, "commitlog")
         # A read-only open beside a writer whose retention deletes files (and creates new ones)
         # while it looks may see a moment no store was in (a file sized or gone between two
         # looks): it looks again, a few times, before it reports what it found.
         for attempt in range(_READ_ONLY_ATTEMPTS):
-            self.config = self._detect_config(commitlog_dir)
+            self.config = self._detect_config()
             if not self._read_only_asked:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
                 self._take_role()
@@ -436,7 +448,7 @@ class StoreBase(JoinedWriting):
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
                 with deleted_files_closed_aside():
-                    self._open(commitlog_dir)
+                    self._open()
                 break
             except (StoreConfigError, OSError):
                 self._teardown(clean=False)
@@ -539,192 +551,37 @@ class StoreBase(JoinedWriting):
 
     # ---- open / close ----
 
-    def _detect_config(self, commitlog_dir: str) -> StoreConfig:
+    def _detect_config(self) -> StoreConfig:
         """The options given, and the geometry the store's files were written with."""
-        found = dict(self._options)
-        if "commitlog_file_size" not in found:
-            detected = detect_segment_size(commitlog_dir)
-            if detected is not None:
-                found["commitlog_file_size"] = detected
-        detect_queue_options(self.path, found)
-        if self._files_read_only:
-            # what the files cannot tell yet (a store with none), its writer's live page does;
-            # a page torn by a power cut says nothing (it holds no durable state)
-            page = {name: value for name, value in read_geometry(self.path).items() if name not in found}
-            if page:
-                try:
-                    return self._configured({**found, **page})
-                except StoreConfigError:
-                    _log.warning("%s: the live page's geometry is not valid; not used", self.path)
-        return self._configured(found)
+        return detect_config(self.path, self._options, self._files_read_only)
 
-    @staticmethod
-    def _configured(found: dict[str, Any]) -> StoreConfig:
-        config = StoreConfig(**found)
-        if config.raise_open_files_limit:
-            raise_open_files_limit()  # before the store maps its files
-        return config
-
-    def _open(self, commitlog_dir: str) -> None:
-        cfg = self.config
-        self._abort_path = os.path.join(self.path, "abort")
-        self.last_shutdown_clean = not os.path.exists(self._abort_path)
-        if not self._files_read_only:
-            # Writers that joined an owner gone by now append nothing from here (they send their
-            # puts here once this open serves them); one appending now finishes first.
-            sharedappend.invalidate(self.path)
-            # From here until a clean close, an interruption (a crash, a kill during this very
-            # recovery) makes the next open an abnormal one.
-            os.close(open_regular(self._abort_path, os.O_WRONLY | os.O_CREAT, "abort file"))
-            if self.last_shutdown_clean:
-                # durable before anything this run writes: a power cut that kept the run's data
-                # but lost the file would make the next open a clean one, which trusts the
-                # queues and the index as they are on disk
-                fsync_dir(self.path)
-        self._checkpoint = Checkpoint(os.path.join(self.path, "checkpoint"))
-        self._topics = Topics(
-            TopicConfigTable.in_store(self.path, cfg.default_queues, self._files_read_only),
-            cfg.default_queues,
-            self._mutex,
-        )
-        self._commitlog = commitlog = CommitLog(
-            commitlog_dir, cfg, self._impl, read_only=self._files_read_only
-        )
-        self._segments = commitlog.segments
-        if self._files_read_only:
-            # the writer's live page before anything is loaded: what it says next is newer
-            self._live = LivePage.attach(self.path, self._impl.store)
-            self._follower = None
-            if self._live is not None:
-                self._follower = Follower(self._live, commitlog, weak_method(self._segments_deleted))
-            # Queues and index first: a writer's retention deletes segments before the queue
-            # and index files that point into them, so every segment found after these has
-            # its units and index entries here (or dispatched into memory).
-            self._open_queues()
-            commitlog.load()
-        else:
-            commitlog.load()
-            self._open_queues()
-        self._offsets = ConsumerOffsetTable.in_store(
-            self.path,
-            read_only=self._files_read_only,
-            lock=self._codec.FastRLock(),  # every POP ack takes it
-        )
-        if not self._files_read_only:
-            self._import_group_offsets()
-        end, queue_offsets, dispatch_start = recovery.recover(
-            commitlog,
-            self._checkpoint,
-            self._queues,
-            self._disk_index if self._files_read_only else self._index,
-            abnormal=not self.last_shutdown_clean,
-            read_only=self._files_read_only,
-            until=recovery.published_end(self._live, self.path) if self._files_read_only else None,
-            report=self._report,
-        )
-        for bq in self._batch:  # nothing past the recovered end is read
-            bq.truncate(end)
-        self._dispatch_thread = None
-        self._cleaner = None
-        self._schedule = None  # the delay service (rocketstore.services.schedule) of a writable store
-        self._timer = None  # the timer service (rocketstore.services.timer) of a writable store
-        self._pop = None  # acknowledgement per message (rocketstore.services.pop) of a writable store
-        if self._files_read_only:
-            self._queue_offsets = queue_offsets
-            self._core = commitlog.core
-            self._dispatcher = Dispatcher(
-                self._segments,
-                self._codec,
-                self._impl.scan,
-                self._queues,
-                self._index,
-                start=dispatch_start,
-                end_of=weak_method(self._read_only_end),
-                delay_levels_ms=cfg.delay_levels_ms,
-                index_lazily=True,
-                end_core=commitlog,
-                batch=self._batch,
+    def _open(self) -> None:
+        """Open the parts (rocketstore.processes.opening) and take them, also those a failed
+        open opened, for ``_teardown`` to close; then start a writable store's services."""
+        opened = OpenedParts(self.path, self.config, self._files_read_only)
+        try:
+            open_parts(
+                opened,
+                self._impl,
+                self._mutex,
+                report=self._report,
+                uniq_prefix=uniq_prefix(self.config),
+                topic_lookup=weak_method(self._topic_queues, closed_error),
+                segments_deleted=weak_method(self._segments_deleted),
             )
-            self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, True)
-            recovery.rebuild(self._dispatcher, end, self._report)
-            self._short_queues = recovery.repair_holes(
-                self._queues, self._guard, self._without_batch(queue_offsets), True
-            )
-            if self._follower is not None:
-                self._follower.settle(commitlog.end, writer_present(self.path))
+        finally:
+            self._take_parts(opened)
+        if self._files_read_only:
             return
-
-        self._core = core = commitlog.start_appending(
-            end,
-            queue_offsets,
-            uniq_prefix(cfg),
-            topic_lookup=weak_method(self._topic_queues, closed_error),
-            roll=weak_method(commitlog.roll, closed_error),
-        )
-        self._topics.core = core
-        self._live = LivePage.create(
-            self.path,
-            self._impl.store,
-            end,
-            crashed=not self.last_shutdown_clean,
-            geometry=tuple(getattr(cfg, name) for name in GEOMETRY_OPTIONS),
-        )
-        core.set_live(self._live.mm)
-        commitlog.on_deleted = self._live.changed
-        self._dispatcher = Dispatcher(
-            self._segments,
-            self._codec,
-            self._impl.scan,
-            self._queues,
-            self._index,
-            start=dispatch_start,
-            end_of=lambda: core.wrote_offset,
-            delay_levels_ms=cfg.delay_levels_ms,
-            fused=cfg.fused_dispatch,
-            end_core=core,
-            batch=self._batch,
-        )
-        self._guard = QueueGuard(commitlog, self._queues, self._dispatcher, cfg.delay_levels_ms, False)
-        # what the queues and the index miss of the CommitLog
-        recovery.rebuild(self._dispatcher, end, self._report, self._save_checkpoint, self._queues.start_flush)
-        self._short_queues = recovery.repair_holes(
-            self._queues, self._guard, self._without_batch(queue_offsets), False
-        )
-        recovery.settle_queue_offsets(core, self._queues, self._without_batch(queue_offsets))
-        if cfg.dispatch_interval_ms:
-            self._dispatch_thread = DispatchThread(
-                self._dispatcher,
-                cfg.dispatch_interval_ms,
-                checkpoint=weak_method(self._background_checkpoint),
-                checkpoint_interval_ms=cfg.checkpoint_interval_ms,
+        try:
+            start_services(
+                opened,
+                put_message=weak_method(self._put_message, closed_error),
+                pop_pull=weak_method(self._pop_pull, closed_error),
+                pop_lookup=weak_method(self._pop_lookup, closed_error),
             )
-        self._parts = StoreParts(
-            self.path,
-            cfg,
-            commitlog,
-            self._queues,
-            self._index,
-            self._dispatcher,
-            self._topics,
-            weak_method(self._put_message, closed_error),
-            self._offsets,
-        )
-        self._cleaner = Cleaner(self._parts, clock=cfg.clock)
-        self._cleaner.start()
-        self._schedule = ScheduleService(self._parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
-        self._schedule.start()
-        self._timer = TimerService(self._parts, clock=cfg.clock, interval_ms=cfg.timer_interval_ms)
-        self._timer.start()
-        self._pop = PopService(
-            self._parts,
-            self._offsets,
-            pull=weak_method(self._pop_pull, closed_error),
-            lookup=weak_method(self._pop_lookup, closed_error),
-            send_back=self._schedule.send_back,
-            retry_max_times=self._schedule.retry_max_times,
-            clock=cfg.clock,
-            quick=QuickPull(self._queues, self._segments, core, self._dispatcher.catch_up),
-        )
+        finally:
+            self._take_parts(opened)
 
     def _segments_deleted(self) -> None:
         """A read-only store's follower dropped segments retention deleted: the queues start
@@ -738,16 +595,12 @@ class StoreBase(JoinedWriting):
                 dispatcher.offset = low  # what it had not dispatched yet is gone
         self._queues.correct_min_offset(low)
 
-    def _batch_count(self, commitlog_offset: int) -> int:
-        """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
-        return inner_count(self._commitlog.read(commitlog_offset))
-
-    def _without_batch(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
-        batch = self._batch.topics
-        if not batch:
-            return queue_offsets
-        return {key: nxt for key, nxt in queue_offsets.items() if key[0] not in batch}
+    def _take_parts(self, opened: OpenedParts) -> None:
+        self.last_shutdown_clean = opened.last_shutdown_clean
+        self._abort_path = opened.abort_path
+        for name in _OPENED:
+            setattr(self, "_" + name, getattr(opened, name))
+        self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
 
     def _batch_queue(self, topic: str, queue_id: int) -> Any:
         """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
@@ -764,183 +617,29 @@ class StoreBase(JoinedWriting):
         max_msgs: int,
         tag_filter: TagFilter,
     ) -> GetMessageResult:
-        """get_message of a BatchCQ topic: each inner message at its own queue offset, filtered
-        by its own tag (a unit's tagsCode stands for the whole record)."""
+        """get_message of a BatchCQ topic (rocketstore.queues.batchcq): each inner message at its
+        own queue offset, filtered by its own tag."""
         max_msgs = _check_int("max_msgs", max_msgs, 1)
         bq = self._batch_queue(topic, int(queue_id))
         if bq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-        lo, hi = bq.min_offset, bq.max_offset
         if offset is None:
             offset = self._offsets.query(group, topic, int(queue_id))
             if offset < 0:
-                offset = lo
-        if hi == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        messages: list[MessageExt] = []
-        position, scanned = offset, 0
-        while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
-            inner = self._batch_messages(bq, position)
-            for msg in inner:
-                if msg.queue_offset < position:
-                    continue
-                position = msg.queue_offset + 1
-                scanned += 1
-                if tag_filter.match_all or tag_filter.matches_tag(msg.tags):
-                    messages.append(msg)
-                    if len(messages) >= max_msgs:
-                        break
-        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, position, lo, hi, messages)
-
-    def _verify_batch(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
-        """verify() of the BatchConsumeQueues: each unit follows the one before it (base =
-        previous base + batch size) and points at its record (topic, queue id, base, size and
-        message count), but units below ``low``, which point at what retention deleted."""
-        for bq in self._batch:
-            bad, expect = 0, None
-            for commitlog_offset, _size, base, _count in bq.entries():
-                reason = None
-                if expect is not None and base != expect:
-                    reason = f"starts at queue offset {base}, not {expect}"
-                elif commitlog_offset >= low:
-                    try:
-                        self._batch_messages(bq, base)
-                    except (ConsumeQueueDamagedError, MessageNotFoundError, CorruptRecordError):
-                        reason = "does not point at a valid record of its queue"
-                expect = base + _count
-                if reason is not None:
-                    bad += 1
-                    if bad <= max_per_queue:
-                        problems.append(
-                            {
-                                "offset": int(commitlog_offset),
-                                "reason": f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit {base} {reason}",
-                            }
-                        )
-        return len(self._batch)
+                offset = bq.min_offset
+        return GetMessageResult(*self._batch.pull(bq, offset, max_msgs, tag_filter))
 
     def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
-        """The messages of the record holding ``queue_offset`` in BatchConsumeQueue ``bq``,
-        checked as a ConsumeQueue unit's record is (topic, queue id, base offset, size, count)."""
-        found = bq.locate(queue_offset)
-        if found is None:
-            raise ConsumeQueueDamagedError(
-                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} has no unit for queue offset {queue_offset}",
-                bq.topic,
-                bq.queue_id,
-                queue_offset,
-            )
-        commitlog_offset, size, base, count = found
-        if commitlog_offset < self._commitlog.min_offset:
-            raise MessageNotFoundError(
-                f"queue offset {queue_offset} of {bq.topic}-{bq.queue_id}: its record is gone"
-            )
-        try:
-            msg = self._commitlog.read(commitlog_offset)
-        except MessageNotFoundError:
-            msg = None
-        inner = inner_messages(msg) if msg is not None else []
-        if (
-            msg is None
-            or (msg.topic, msg.queue_id, msg.queue_offset, msg.size) != (bq.topic, bq.queue_id, base, size)
-            or len(inner) != count
-        ):
-            raise ConsumeQueueDamagedError(
-                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit at queue offset {base} does not "
-                f"point at its record",
-                bq.topic,
-                bq.queue_id,
-                queue_offset,
-            )
-        return inner
-
-    def _read_only_end(self) -> int:
-        return self._commitlog.end
-
-    def _open_queues(self) -> None:
-        """Open the ConsumeQueues (recovered, §4.4) and the index files.
-
-        A read-only store reads what is on disk and dispatches the rest into memory. After an
-        abnormal shutdown a writable store drops the index files newer than the checkpoint's
-        indexMsgTimestamp (§5.4); they are rebuilt from the CommitLog.
-        """
-        cfg = self.config
-        index_options = dict(
-            implementation=self._impl.name, slot_count=cfg.index_slots, index_count=cfg.index_count
-        )
-        self._queues = self._index = self._disk_index = None
-        table = self._topics.table
-        self._batch = BatchQueueStore(
-            self.path,
-            batch_topics(self.path, {t: table.attributes(t) for t in table.topics}),
-            weak_method(self._batch_count),
-        )
-        self._batch_topics = self._batch.topics
-        if self._files_read_only:
-            self._queues = TailQueueStore(self.path, cfg.consume_queue_units)
-            self._queues.recover()
-            self._disk_index = IndexService(self.path, read_only=True, **index_options)
-            # a crashed store no writer holds: its index as the resume point made it durable
-            self._disk_index.load(
-                not self.last_shutdown_clean and not writer_present(self.path),
-                self._checkpoint.index_msg_timestamp,
-                self._checkpoint.confirm_phy_offset,
-            )
-            self._index = MemoryIndexService(self.path, **index_options)
-        else:
-            self._queues = ConsumeQueueStore(self.path, cfg.consume_queue_units)
-            if self.last_shutdown_clean:
-                for cq in self._queues:
-                    cq.recover()
-            # after an abnormal stop recovery.recover() cuts each queue where the checkpoint vouches for
-            self._index = IndexService(
-                self.path, on_file_full=weak_method(self._index_file_full), **index_options
-            )
-            self._index.load(not self.last_shutdown_clean, self._checkpoint.index_msg_timestamp)
+        messages: list[MessageExt] = self._batch.messages(bq, queue_offset)
+        return messages
 
     def _report(self, stage: str, done: int, total: int) -> None:
         if self._progress is not None:
             self._progress(stage, done, total)
 
-    def _background_checkpoint(self) -> None:
-        """The dispatch thread's periodic step: the checkpoint, and every
-        ``_OFFSETS_PERSIST_MS`` the consumer offsets (with those process groups committed), as a
-        broker flushes them every 5 s."""
-        self._save_checkpoint()
-        now = time.monotonic()
-        if now - self._offsets_persisted >= _OFFSETS_PERSIST_MS / 1000.0:
-            self._offsets_persisted = now
-            # not under the store's mutex: close() holds it while it stops this thread
-            self._import_group_offsets()
-            self._offsets.persist()
-
     def _save_checkpoint(self) -> None:
-        """Make the ConsumeQueues and the index durable up to the dispatch offset and record
-        that offset (and its store time) in the checkpoint: a recovery after a crash starts there."""
-        dispatcher, cp = self._dispatcher, self._checkpoint
-        with dispatcher.lock:
-            offset, timestamp = dispatcher.offset, dispatcher.last_store_timestamp
-            if offset == cp.confirm_phy_offset:
-                return
-            if self._core.flushed_offset < offset and not self._core.flush(5000):
-                return  # the CommitLog is not durable that far yet: next time
-            self._queues.flush()
-            self._index.flush()
-            self._index.save_resume_point()
-            cp.confirm_phy_offset = offset
-            if timestamp:
-                cp.physic_msg_timestamp = cp.logics_msg_timestamp = timestamp
-            cp.flush()
-
-    def _index_file_full(self, end_timestamp: int) -> None:
-        self._checkpoint.index_msg_timestamp = end_timestamp
+        """The checkpoint moved to where dispatch got, once that is durable (Checkpointer.save)."""
+        self._checkpointer.save()
 
     def _topic_queues(self, topic: str) -> int:
         if topic in self._batch_topics:
@@ -1028,8 +727,8 @@ class StoreBase(JoinedWriting):
         run(self._close_append_table)
         durable = run(self._close_queues) and durable  # flushes the queues and the index
         if durable:
-            durable = run(self._final_checkpoint)
-            run(self._import_group_offsets)
+            durable = run(self._checkpointer.final)
+            run(lambda: self._offsets.import_group_offsets(self.path))
             for table in (self._topics, self._offsets):
                 run(table.persist)  # the data is closed cleanly all the same
         if getattr(self, "_commitlog", None) is not None:
@@ -1052,14 +751,6 @@ class StoreBase(JoinedWriting):
         finally:
             if self._remote is not None:
                 self._remote.close()
-
-    def _final_checkpoint(self) -> None:
-        cp = self._checkpoint
-        last = max(self._core.last_store_timestamp, self._dispatcher.last_store_timestamp)
-        if last:
-            cp.physic_msg_timestamp = cp.logics_msg_timestamp = last
-        cp.confirm_phy_offset = self._dispatcher.offset
-        cp.flush()
 
     def _remove_abort_file(self) -> None:
         try:
@@ -1168,9 +859,8 @@ class StoreBase(JoinedWriting):
                     raise errors[0]
                 for part in _PARTS:
                     setattr(self, part, None)
-                commitlog_dir = os.path.join(self.path, "commitlog")
-                self.config = self._detect_config(commitlog_dir)
-                self._open(commitlog_dir)
+                self.config = self._detect_config()
+                self._open()
                 self._closed = False
                 self._choose_role()
             finally:
@@ -1621,15 +1311,7 @@ class StoreBase(JoinedWriting):
 
     def timer_stats(self) -> dict[str, Any]:
         self._check_open()
-        wheel = self._rocketmq_timers()
-        stats: dict[str, Any]
-        if self._timer is not None:
-            stats = self._timer.stats()
-        else:
-            stats = self._read_only_timer_stats(wheel)
-        if wheel is not None:
-            stats["rocketmq"] = wheel
-        return stats
+        return timer_stats(self.path, self._timer, self._read, self._timer_records)
 
     def _timer_records(self, start: int) -> Iterator[MessageExt]:
         """The records of the timer queue from queue offset ``start`` on."""
@@ -1639,46 +1321,6 @@ class StoreBase(JoinedWriting):
                 yield self.get_by_queue_offset(TIMER_TOPIC, 0, q)
             except MessageNotFoundError:
                 continue  # gone (retention) or damaged: nothing to deliver
-
-    def _rocketmq_timers(self) -> Optional[dict[str, Any]]:
-        """What a RocketMQ 5.x broker's timer files say is pending (rocketstore.queues.timerwheel),
-        None when the store has none."""
-        check = read_timer_check(self.path)
-        if check is None:
-            return None
-        return rocketmq_timers(self.path, self._read, self._timer_records(check.queue_offset))
-
-    def _read_only_timer_stats(self, wheel: Optional[dict[str, Any]]) -> dict[str, Any]:
-        """timer_stats() of a read-only store: the timers waiting, as rocketstore's progress
-        file (or, before rocketstore ran the timers, a 5.x broker's files) says; the counters
-        are those of a writable store's service, none here."""
-        progress = TimerProgress.in_store(self.path, read_only=True)
-        stats: dict[str, Any] = {
-            "pending": 0,
-            "next_deliver_ms": None,
-            "delivered": 0,
-            "dropped": 0,
-            "reconciled": 0,
-            "resumed": 0,
-        }
-        untouched = progress.enqueue_offset == 0 and progress.intent is None and progress.first_pending == 0
-        if wheel is not None and untouched and progress.watermark[0] < 0:
-            deliver = [p["deliver_ms"] for p in wheel["pending"]]
-        else:
-            deliver = []
-            for msg in self._timer_records(progress.first_pending):
-                try:
-                    due = int((msg.properties or {}).get("TIMER_OUT_MS", "0"))
-                except ValueError:
-                    due = 0
-                if (
-                    msg.queue_offset >= progress.enqueue_offset
-                    or (due, msg.queue_offset) > progress.watermark
-                ):
-                    deliver.append(due)
-        stats["pending"] = len(deliver)
-        stats["next_deliver_ms"] = min(deliver) if deliver else None
-        return stats
 
     def delayed_counts(self) -> dict[int, int]:
         self._check_open()
@@ -1790,33 +1432,8 @@ class StoreBase(JoinedWriting):
     def _message_chunks(
         self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
     ) -> Iterator[Iterator[MessageExt]]:
-        """iter_messages' iterators, chained: each message comes from a compiled iterator
-        without a Python frame per message. A segment's records are decoded one by one as
-        they are asked for (``codec.segment_messages``); from a position that holds no valid
-        record on, the rest of the segment goes through the checked scan, which steps over
-        damage and logs it (``CommitLog.chunks``)."""
-        start, end = _offset_bounds(start, end)
-        codec = self._codec
-        for mf, lo, hi, limit in self._commitlog.ranges(start, end):
-            view = mf.view(0, limit)
-            it = codec.segment_messages(
-                view,
-                lo,
-                hi,
-                check_crc=check_crc,
-                copy_body=not zero_copy,
-                base=mf.file_from_offset if check_crc else None,
-            )
-            yield it
-            if it.reason == codec.STOP_LIMIT or it.reason == codec.STOP_BLANK:
-                if hi < limit:
-                    return  # the range asked for ends here
-                continue
-            rest = mf.end_offset if end is None else min(end, mf.end_offset)
-            for part, arr in self._commitlog.chunks(
-                mf.file_from_offset + it.stop, rest, check_crc, _MESSAGE_CHUNK
-            ):
-                yield codec.row_messages(part.view(0, self._readable_end(part)), arr, copy_body=not zero_copy)
+        start, end = _offset_bounds(start, end)  # (raised when iteration begins)
+        yield from message_chunks(self._commitlog, self._codec, start, end, zero_copy, check_crc)
 
     def scan(
         self,
@@ -1866,37 +1483,9 @@ class StoreBase(JoinedWriting):
         """
         self._check_open()
         self._dispatcher.catch_up()
-        found = self._commitlog.verify(progress)
-        problems, first = found["problems"], found["min_offset"]
-        checked = self._guard.verify(found.pop("found"), problems, first)
-        checked += self._verify_batch(problems, first)
-        for (topic, qid), n in sorted(self._short_queues.items()):
-            problems.append(
-                {
-                    "offset": first,
-                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) missing on disk before "
-                    f"its records in the CommitLog (rebuilt in memory; a writable open rewrites them)",
-                }
-            )
-        for (topic, qid), n in sorted(self._guard.mended.items()):
-            problems.append(
-                {
-                    "offset": first,
-                    "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
-                    f"disk did not point at their records (rebuilt in memory; a writable "
-                    f"open rewrites them)",
-                }
-            )
-        return {
-            "ok": not problems,
-            "records": found["records"],
-            "bytes": found["bytes"],
-            "segments": found["segments"],
-            "min_offset": first,
-            "max_offset": self.max_offset,
-            "queues": checked,
-            "problems": problems,
-        }
+        found = verify_store(self._commitlog, self._guard, self._batch, self._short_queues, progress)
+        found["max_offset"] = self.max_offset
+        return found
 
     # ---- consuming (§11) and consumer offsets (§10) ----
 
@@ -2320,58 +1909,17 @@ class StoreBase(JoinedWriting):
 
     def persist_offsets(self) -> bool:
         self._check_writable()
-        self._import_group_offsets()
+        self._offsets.import_group_offsets(self.path)
         return self._offsets.persist()
 
-    def _import_group_offsets(self) -> None:
-        """Copy the offsets that group members (rocketstore.group) committed into this store's
-        table: ``consumerOffset.json`` then holds them as a broker's does."""
-        directory = os.path.join(self.path, GROUPS_DIR)
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for name in names:
-            try:
-                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
-            except StoreConfigError:
-                _log.warning("group offsets %s are unreadable: not copied", name)
-                continue
-            for key, offsets in table.items():
-                topic, _, group = key.partition("@")
-                for queue_id, offset in offsets.items():
-                    if self._offsets.query(group, topic, queue_id) != offset:
-                        self._offsets.commit(group, topic, queue_id, offset)
-
     # ---- lookups (§3, §5.5) ----
-
-    def _index_candidates(
-        self, topic: str, key: str, begin: int, end: int, most: int = MAX_MSGS_NUM_BATCH
-    ) -> list[int]:
-        """The CommitLog offsets the index holds under ``topic#key`` within ``[begin, end]``, at
-        most ``most`` a service, ascending (an offset may repeat: _key_messages reads it once)."""
-        if self._disk_index is None:  # a writable store: one service
-            offsets: list[int] = self._index.query(topic, key, most, begin, end)[0]
-            return offsets
-        found: set[int] = set()
-        for service in (self._disk_index, self._index):
-            if service is not None:
-                found.update(service.query(topic, key, most, begin, end)[0])
-        return sorted(found)
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
         self._check_open()
         _check_name("topic", topic)
         _check_name("key", key)
         self._dispatcher.catch_up(index=True)
-        found: set[int] = set()
-        for service in (self._disk_index, self._index):
-            if service is not None:
-                offsets = service.query(topic, key, MAX_MSGS_NUM_BATCH, 0, _INT64_MAX)[0]
-                if len(offsets) >= MAX_MSGS_NUM_BATCH:
-                    return None
-                found.update(offsets)
-        return sorted(found)
+        return self._lookups.offsets(topic, key)
 
     def query_by_key(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
@@ -2401,55 +1949,14 @@ class StoreBase(JoinedWriting):
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
         self._dispatcher.catch_up(index=True)
-        # the index keeps store times in whole seconds from its file's begin: widen the window
-        # by a second each way, then hold every record to the exact bounds
-        window = (max(0, begin - 1000), min(_INT64_MAX, end + 1000))
-        offsets = self._index_candidates(topic, key, *window, max(max_num, MAX_MSGS_NUM_BATCH))
-        return self._key_messages(offsets, topic, key, begin, end, max_num, False)
-
-    def _key_messages(
-        self, offsets: list[int], topic: str, key: str, begin: int, end: int, limit: int, unique: bool
-    ) -> list[MessageExt]:
-        """The messages at the index's candidate ``offsets`` whose real topic is ``topic``, stored
-        within ``[begin, end]``, whose UNIQ_KEY (``unique``) or UNIQ_KEY or one of whose KEYS is
-        ``key``: at most ``limit``, read and re-checked in one compiled call (one by one when a
-        segment closes under it)."""
-        core = None if self._files_read_only else self._core
-        found: Optional[list[MessageExt]] = self._codec.key_messages(
-            offsets, self._segments, core, topic, key, begin, end, limit, unique
-        )
-        if found is not None:
-            return found
-        found = []
-        for offset in offsets:
-            try:
-                msg = self._commitlog.read(offset)
-            except MessageNotFoundError:
-                continue  # gone (retention) or cut by recovery
-            if msg.topic != topic or not begin <= msg.store_timestamp <= end:
-                continue
-            if msg.unique_key == key if unique else _has_key(msg, key):
-                found.append(msg)
-                if len(found) >= limit:
-                    break
-        return found
+        return self._lookups.by_key(topic, key, max_num, begin, end)
 
     def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
         self._check_open()
         _check_name("topic", topic)
         _check_name("unique_key", unique_key)
         self._dispatcher.catch_up(index=True)
-        begins = [0]
-        try:
-            begins.insert(0, max(0, self._codec.uniq_key_time(unique_key, now_ms()) - 1000))
-        except (InvalidMessageIdError, ValueError):
-            pass  # not a RocketMQ-made id: no time hint
-        for begin in begins:
-            offsets = self._index_candidates(topic, unique_key, begin, _INT64_MAX)
-            hits = self._key_messages(offsets, topic, unique_key, _INT64_MIN, _INT64_MAX, len(offsets), True)
-            if hits:
-                return min(hits, key=lambda m: m.store_timestamp)
-        raise MessageNotFoundError(f"no message of topic {topic!r} with UNIQ_KEY {unique_key!r}")
+        return self._lookups.by_unique_key(topic, unique_key, now_ms())
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         if not self._closed and (self._follower is None or self._follower.follow()):
@@ -2667,13 +2174,6 @@ def _message_at_unit(cq: Any, queue_offset: int, read: Any) -> MessageExt:
             f"the message at {cq.topic}-{cq.queue_id} offset {queue_offset} was deleted (retention)"
         )
     return msg
-
-
-def _has_key(msg: MessageExt, key: str) -> bool:
-    if msg.unique_key == key:
-        return True
-    keys = msg.keys
-    return keys is not None and key in keys.split(" ")
 
 
 StoreBase._careful = StoreBase  # what a joined store's calls run in the writing process

@@ -45,9 +45,14 @@ __all__ = [
     "DelayOffsetTable",
     "SubscriptionGroupTable",
     "TOPIC_GROUP_SEPARATOR",
+    "GROUPS_DIR",
 ]
 
 log = logging.getLogger("rocketstore.files.configfiles")
+_store_log = logging.getLogger("rocketstore.store")  # (the name users configure for a store's warnings)
+
+#: The folder of a store's consumer groups (rocketstore.group): members and committed offsets.
+GROUPS_DIR = "rocketstore-groups"
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -616,6 +621,28 @@ class ConsumerOffsetTable(ConfigFile):
 
     def __len__(self) -> int:
         return len(self._table)
+
+    def import_group_offsets(self, root: str | os.PathLike[str]) -> None:
+        """Copy the offsets that the consumer groups of the store at ``root`` committed
+        (rocketstore.group: ``<root>/rocketstore-groups/<group>.offsets.json``) into this table:
+        ``consumerOffset.json`` then holds them as a broker's does. A file it cannot read is
+        left out (logged)."""
+        directory = os.path.join(os.fspath(root), GROUPS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".offsets.json") and "@" not in n)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            try:
+                table = ConsumerOffsetTable.open(os.path.join(directory, name), read_only=True)
+            except StoreConfigError:
+                _store_log.warning("group offsets %s are unreadable: not copied", name)
+                continue
+            for key, offsets in table.items():
+                topic, _, group = key.partition("@")
+                for queue_id, offset in offsets.items():
+                    if self.query(group, topic, queue_id) != offset:
+                        self.commit(group, topic, queue_id, offset)
 
 
 # -- delayOffset.json --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ broker stopped before its dispatch got there) are indexed in memory from the Com
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
@@ -27,8 +28,9 @@ from typing import Any, Optional
 import numpy as np
 
 from rocketstore.base.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
-from rocketstore.errors import CorruptRecordError
+from rocketstore.errors import ConsumeQueueDamagedError, CorruptRecordError, MessageNotFoundError
 from rocketstore.message import MessageExt, is_stored_topic
+from rocketstore.status import GetMessageStatus
 
 __all__ = [
     "BCQ_UNIT_DTYPE",
@@ -286,14 +288,23 @@ class BatchConsumeQueue:
         )
 
 
+def _record_count(commitlog: Any, commitlog_offset: int) -> int:
+    """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
+    return inner_count(commitlog.read(commitlog_offset))
+
+
 class BatchQueueStore:
     """The BatchConsumeQueues of a store's BatchCQ ``topics`` (:func:`batch_topics`), each loaded
-    from disk, and made empty on first use for a queue without files."""
+    from disk, and made empty on first use for a queue without files; and their reads, each
+    inner message at its own queue offset, from ``commitlog`` (``read(offset)`` a record,
+    ``min_offset`` the oldest byte retention left)."""
 
-    def __init__(self, root: str | os.PathLike[str], topics: Iterable[str], count_of: Callable[[int], int]):
+    def __init__(self, root: str | os.PathLike[str], topics: Iterable[str], commitlog: Any):
         self.root = os.fspath(root)
         self.topics = frozenset(topics)
-        self._count_of = count_of
+        self._commitlog = commitlog
+        # (not a method of this store: its queues hold it, and would make a cycle with it)
+        self._count_of = functools.partial(_record_count, commitlog)
         self._queues: dict[tuple[str, int], BatchConsumeQueue] = {}
         self._lock = threading.Lock()
         for topic in sorted(self.topics):
@@ -326,3 +337,102 @@ class BatchQueueStore:
                 if bq is None:
                     bq = self._queues[key] = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
         return bq
+
+    def without_batch_topics(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
+        if not self.topics:
+            return queue_offsets
+        return {key: nxt for key, nxt in queue_offsets.items() if key[0] not in self.topics}
+
+    def messages(self, bq: BatchConsumeQueue, queue_offset: int) -> list[MessageExt]:
+        """The messages of the record holding ``queue_offset`` in ``bq``, checked as a
+        ConsumeQueue unit's record is (topic, queue id, base offset, size, count)."""
+        found = bq.locate(queue_offset)
+        if found is None:
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} has no unit for queue offset {queue_offset}",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        commitlog_offset, size, base, count = found
+        if commitlog_offset < self._commitlog.min_offset:
+            raise MessageNotFoundError(
+                f"queue offset {queue_offset} of {bq.topic}-{bq.queue_id}: its record is gone"
+            )
+        try:
+            msg = self._commitlog.read(commitlog_offset)
+        except MessageNotFoundError:
+            msg = None
+        inner = inner_messages(msg) if msg is not None else []
+        if (
+            msg is None
+            or (msg.topic, msg.queue_id, msg.queue_offset, msg.size) != (bq.topic, bq.queue_id, base, size)
+            or len(inner) != count
+        ):
+            raise ConsumeQueueDamagedError(
+                f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit at queue offset {base} does not "
+                f"point at its record",
+                bq.topic,
+                bq.queue_id,
+                queue_offset,
+            )
+        return inner
+
+    def pull(
+        self, bq: BatchConsumeQueue, offset: int, max_msgs: int, tag_filter: Any
+    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt]]:
+        """A pull of up to ``max_msgs`` inner messages from queue offset ``offset`` of ``bq``,
+        filtered by each one's own tag (a unit's tagsCode stands for the whole record):
+        ``(status, next offset, min offset, max offset, messages)`` as get_message gives them."""
+        lo, hi = bq.min_offset, bq.max_offset
+        if hi == 0:
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, []
+        if offset < lo:
+            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, []
+        if offset == hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, []
+        if offset > hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, []
+        messages: list[MessageExt] = []
+        position, scanned = offset, 0
+        while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
+            for msg in self.messages(bq, position):
+                if msg.queue_offset < position:
+                    continue
+                position = msg.queue_offset + 1
+                scanned += 1
+                if tag_filter.match_all or tag_filter.matches_tag(msg.tags):
+                    messages.append(msg)
+                    if len(messages) >= max_msgs:
+                        break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return status, position, lo, hi, messages
+
+    def verify(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
+        """verify() of the BatchConsumeQueues: each unit follows the one before it (base =
+        previous base + batch size) and points at its record (topic, queue id, base, size and
+        message count), but units below ``low``, which point at what retention deleted. Adds
+        what it finds to ``problems``; returns how many queues it checked."""
+        for bq in self:
+            bad, expect = 0, None
+            for commitlog_offset, _size, base, count in bq.entries():
+                reason = None
+                if expect is not None and base != expect:
+                    reason = f"starts at queue offset {base}, not {expect}"
+                elif commitlog_offset >= low:
+                    try:
+                        self.messages(bq, base)
+                    except (ConsumeQueueDamagedError, MessageNotFoundError, CorruptRecordError):
+                        reason = "does not point at a valid record of its queue"
+                expect = base + count
+                if reason is not None:
+                    bad += 1
+                    if bad <= max_per_queue:
+                        problems.append(
+                            {
+                                "offset": int(commitlog_offset),
+                                "reason": f"BatchConsumeQueue {bq.topic}-{bq.queue_id} unit {base} {reason}",
+                            }
+                        )
+        return len(self)

@@ -3,12 +3,13 @@
 A ConsumeQueue unit is only a pointer. :class:`QueueGuard` checks each record a unit points at
 (valid CRC, the unit's size, topic, queue id and queue offset, a PHYSICALOFFSET equal to where
 it lies), rebuilds a queue from the CommitLog when one does not (one scan; a read-only store
-does it in memory), and checks every unit of every queue for ``verify()``.
+does it in memory), and checks every unit of every queue for ``verify()``
+(:func:`verify_store`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -20,7 +21,7 @@ from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.recordscan import consumable_rows, plausible, queue_groups
 from rocketstore.message import MessageExt
 
-__all__ = ["QueueGuard"]
+__all__ = ["QueueGuard", "verify_store"]
 
 
 def _in_order(q: np.ndarray, vouched: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[int]]:
@@ -309,3 +310,48 @@ class QueueGuard:
             queue_id,
             int(want[k]),
         )
+
+
+def verify_store(
+    commitlog: CommitLog,
+    guard: QueueGuard,
+    batch: Any,
+    short_queues: Mapping[tuple[str, int], int],
+    progress: Optional[Callable[[str, int, int], None]] = None,
+) -> dict[str, Any]:
+    """A store's ``verify()``, dispatch caught up: every record of ``commitlog``
+    (``CommitLog.verify``), every ConsumeQueue unit against its record (``guard``), every
+    BatchConsumeQueue unit (``batch``, rocketstore.queues.batchcq.BatchQueueStore), and the
+    queues a read-only open found short on disk (``short_queues``: units missing) or the guard
+    mended in memory. ``"max_offset"`` is left as the CommitLog's for the caller to set."""
+    found = commitlog.verify(progress)
+    problems, first = found["problems"], found["min_offset"]
+    checked = guard.verify(found.pop("found"), problems, first)
+    checked += batch.verify(problems, first)
+    for (topic, qid), n in sorted(short_queues.items()):
+        problems.append(
+            {
+                "offset": first,
+                "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) missing on disk before "
+                f"its records in the CommitLog (rebuilt in memory; a writable open rewrites them)",
+            }
+        )
+    for (topic, qid), n in sorted(guard.mended.items()):
+        problems.append(
+            {
+                "offset": first,
+                "reason": f"ConsumeQueue {topic}-{qid}: {n} unit(s) on "
+                f"disk did not point at their records (rebuilt in memory; a writable "
+                f"open rewrites them)",
+            }
+        )
+    return {
+        "ok": not problems,
+        "records": found["records"],
+        "bytes": found["bytes"],
+        "segments": found["segments"],
+        "min_offset": first,
+        "max_offset": commitlog.max_offset,
+        "queues": checked,
+        "problems": problems,
+    }
