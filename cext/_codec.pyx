@@ -2687,7 +2687,7 @@ cdef class FastReads:
                     # has, moving forward
                     lock.take(True)
                     try:
-                        table = self._offsets._table
+                        table = self._offsets.table
                         if type(table) is dict:
                             offsets = (<dict>table).get(key)
                             if type(offsets) is dict:
@@ -3663,7 +3663,7 @@ cdef class PopAcker:
         if fast is not None:
             fast.take(True)
             try:
-                offsets = (<dict>self._offsets._table).get(lane.key)
+                offsets = (<dict>self._offsets.table).get(lane.key)
                 if offsets is not None:
                     previous = offsets.get(queue_id)
                     if previous is not None and previous <= committed:

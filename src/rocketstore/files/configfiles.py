@@ -520,7 +520,9 @@ class ConsumerOffsetTable(ConfigFile):
 
     def reset(self) -> None:
         super().reset()
-        self._table: dict[str, dict[int, int]] = {}
+        #: {"topic@group": {queue id: next offset}}: public, as the compiled commit and ack
+        #: paths (FastReads.commit_offset, PopAcker) update it in place under the table's lock
+        self.table: dict[str, dict[int, int]] = {}
 
     def decode(self, data) -> None:
         known, extra = self._split_extra(data, ("offsetTable",))
@@ -530,13 +532,13 @@ class ConsumerOffsetTable(ConfigFile):
             if not isinstance(key, str) or TOPIC_GROUP_SEPARATOR not in key:
                 raise StoreConfigError(f"offsetTable key {key!r} is not 'topic@group'")
             table[key] = _int_map(offsets, f"offsetTable[{key!r}]")
-        self._table, self._extra = table, extra
+        self.table, self._extra = table, extra
 
     def encode(self) -> dict:
         return _bean(
             {
                 **self._extra,
-                "offsetTable": {k: dict(sorted(self._table[k].items())) for k in sorted(self._table)},
+                "offsetTable": {k: dict(sorted(self.table[k].items())) for k in sorted(self.table)},
             }
         )
 
@@ -550,7 +552,7 @@ class ConsumerOffsetTable(ConfigFile):
         _check_qid(queue_id)
         _check_offset(offset)
         with self._lock:
-            offsets = self._table.setdefault(key, {})
+            offsets = self.table.setdefault(key, {})
             previous = offsets.get(queue_id)
             if previous is not None and offset < previous:
                 log.warning("offset of %s queue %d moves back from %d to %d", key, queue_id, previous, offset)
@@ -561,7 +563,7 @@ class ConsumerOffsetTable(ConfigFile):
         """:meth:`commit` under a ``key(topic, group)`` whose names and queue id were checked
         by an earlier :meth:`commit` (POP commits on every acknowledgement)."""
         with self._lock:
-            offsets = self._table.setdefault(key, {})
+            offsets = self.table.setdefault(key, {})
             previous = offsets.get(queue_id)
             if previous is not None and offset < previous:
                 log.warning("offset of %s queue %d moves back from %d to %d", key, queue_id, previous, offset)
@@ -570,37 +572,37 @@ class ConsumerOffsetTable(ConfigFile):
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """``queryOffset``: the committed offset, -1 if none."""
-        offsets = self._table.get(self.key(topic, group))
+        offsets = self.table.get(self.key(topic, group))
         if offsets is None:
             return -1
         return offsets.get(queue_id, -1)
 
     def query_all(self, group: str, topic: str) -> dict[int, int]:
         """{queue id: offset} of the group in the topic (a copy; empty if none)."""
-        return dict(self._table.get(self.key(topic, group)) or {})
+        return dict(self.table.get(self.key(topic, group)) or {})
 
     def remove(self, group: str, topic: Optional[str] = None, queue_id: Optional[int] = None) -> bool:
         """Forget a group's offsets: everywhere, in one topic, or of one queue. True if any."""
         with self._lock:
             removed = False
-            for key in list(self._table):
+            for key in list(self.table):
                 parts = key.split(TOPIC_GROUP_SEPARATOR)
                 if len(parts) < 2 or parts[1] != group or (topic is not None and parts[0] != topic):
                     continue
                 if queue_id is None:
-                    del self._table[key]
+                    del self.table[key]
                     removed = True
-                elif self._table[key].pop(queue_id, None) is not None:
+                elif self.table[key].pop(queue_id, None) is not None:
                     removed = True
-                    if not self._table[key]:
-                        del self._table[key]
+                    if not self.table[key]:
+                        del self.table[key]
             self.dirty |= removed
             return removed
 
     def groups(self, topic: Optional[str] = None) -> list[str]:
         """Groups with offsets (in ``topic``, if given)."""
         found = []
-        for key in list(self._table):
+        for key in list(self.table):
             parts = key.split(TOPIC_GROUP_SEPARATOR)
             if topic is None or parts[0] == topic:
                 found.append(parts[1])
@@ -609,7 +611,7 @@ class ConsumerOffsetTable(ConfigFile):
     def topics(self, group: Optional[str] = None) -> list[str]:
         """Topics with offsets (of ``group``, if given)."""
         found = []
-        for key in list(self._table):
+        for key in list(self.table):
             parts = key.split(TOPIC_GROUP_SEPARATOR)
             if group is None or parts[1] == group:
                 found.append(parts[0])
@@ -617,10 +619,10 @@ class ConsumerOffsetTable(ConfigFile):
 
     def items(self) -> Iterator[tuple[str, dict[int, int]]]:
         """("topic@group", {queue id: offset}) pairs (copies)."""
-        return iter([(k, dict(v)) for k, v in list(self._table.items())])
+        return iter([(k, dict(v)) for k, v in list(self.table.items())])
 
     def __len__(self) -> int:
-        return len(self._table)
+        return len(self.table)
 
     def import_group_offsets(self, root: str | os.PathLike[str]) -> None:
         """Copy the offsets that the consumer groups of the store at ``root`` committed
