@@ -72,3 +72,46 @@ def test_read_only_opens_beside_forced_cleans_see_a_consistent_store(tmp_path, i
     assert not errors, errors[0]
     assert not problems, "\n".join(map(str, problems[:12]))
     assert seen["messages"] > 0 and seen["deleted"] > 0
+
+
+def test_queue_files_deleted_while_a_read_only_open_recovers_them(tmp_path, impl, monkeypatch):
+    """The race the test above hits now and then, made certain: retention deletes queue files
+    (oldest first) while a read-only open (beside a writer: its abort file is there) searches
+    the queue's valid prefix, each time up to the file the search reads. The open succeeds (it
+    used to give up with SegmentError after five looks), and every message still in the CommitLog is read right (here all
+    of them: only queue files went, and the store rebuilds those units from the CommitLog)."""
+    from rocketstore.queues import consumequeue
+
+    path = tmp_path / "store"
+    writer = MessageStore(path, implementation=impl.name, **OPTIONS)
+    try:
+        writer.create_topic("T", 1)
+        count = 64 * 8  # 64 queue files of 8 units
+        for i in range(count):
+            writer.put("T", b"m%06d" % i, queue_id=0)
+        assert writer.max_queue_offset("T", 0) == count  # dispatched
+        writer.flush()
+        real = consumequeue.ConsumeQueue._stored
+        deleted = []
+
+        def stored(self, queue_offset):
+            if self.topic == "T":  # retention deletes every file up to the one read
+                start = queue_offset * 20 // (8 * 20) * (8 * 20)
+                for f in sorted((path / "consumequeue" / "T" / "0").iterdir()):
+                    if int(f.name) <= start:
+                        f.unlink()
+                        deleted.append(f.name)
+            return real(self, queue_offset)
+
+        monkeypatch.setattr(consumequeue.ConsumeQueue, "_stored", stored)
+        with MessageStore(path, implementation=impl.name, read_only=True) as r:
+            assert deleted
+            lo, hi = r.queues()[("T", 0)]
+            got, pos = [], lo
+            while pos < hi:
+                res = r.get_message("g", "T", 0, pos, max_msgs=64)
+                got += res.messages
+                pos = res.next_begin_offset
+            assert hi == count and [bytes(m.body) for m in got] == [b"m%06d" % i for i in range(lo, count)]
+    finally:
+        writer.close()

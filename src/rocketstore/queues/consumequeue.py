@@ -29,6 +29,7 @@ Versions: dispatch, recovery and ``maxPhysicOffset`` follow RocketMQ 5.x (duplic
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -42,6 +43,7 @@ from rocketstore.errors import (
     InvalidMessageError,
     InvalidQueueIdError,
     MessageNotFoundError,
+    SegmentError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
@@ -163,6 +165,16 @@ class _UnitFileQueue(MappedFileQueue):
     def drop_last(self) -> None:
         with self._lock:
             self.files.pop().destroy()
+
+    def forget_vanished(self) -> bool:
+        """Read-only: unmap (without deleting) the files up to the last one that no longer
+        exists, which retention deleted (oldest first, so every one before it is gone too);
+        whether there was one."""
+        with self._lock:
+            gone = [i for i, mf in enumerate(self.files) if not os.path.exists(mf.path)]
+            for _ in range(gone[-1] + 1 if gone else 0):
+                self.files.pop(0).close()
+            return bool(gone)
 
     def forget_after(self, offset: int) -> None:
         """Unmap (without deleting) every file that starts after ``offset``: read-only recovery."""
@@ -378,11 +390,20 @@ class ConsumeQueue(QueueState):
         with self._lock:
             self._check_open()
             self.holes = []
-            files = self._files.files
-            if not files:
-                self._min_logic, self._max_physic, self._flushed = 0, -1, 0
-                return -1
-            self._set_end(end_of(files), zero=zero)
+            while True:
+                files = self._files.files
+                if not files:
+                    self._min_logic, self._max_physic, self._flushed = 0, -1, 0
+                    return -1
+                try:
+                    end = end_of(files)
+                    break
+                except SegmentError as exc:
+                    # a read-only recovery beside a writer whose retention deleted a file while
+                    # this one read it: the queue is what is left; look again over that
+                    if not (self.read_only and exc.errno == errno.ENOENT and self._files.forget_vanished()):
+                        raise
+            self._set_end(end, zero=zero)
             self._max_physic = self._last_physic_end()
             self._min_logic = self._first_real_logic()
             self.holes = [(lo, hi) for lo, hi in self.holes if hi * CQ_UNIT_SIZE > self._min_logic]
