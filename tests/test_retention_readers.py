@@ -78,8 +78,9 @@ def test_queue_files_deleted_while_a_read_only_open_recovers_them(tmp_path, impl
     """The race the test above hits now and then, made certain: retention deletes queue files
     (oldest first) while a read-only open (beside a writer: its abort file is there) searches
     the queue's valid prefix, each time up to the file the search reads. The open succeeds (it
-    used to give up with SegmentError after five looks), and every message still in the CommitLog is read right (here all
-    of them: only queue files went, and the store rebuilds those units from the CommitLog)."""
+    used to give up with SegmentError after five looks), and every message still in the
+    CommitLog is read right (here all of them: only queue files went, and the store rebuilds
+    those units from the CommitLog)."""
     from rocketstore.queues import consumequeue
 
     path = tmp_path / "store"
