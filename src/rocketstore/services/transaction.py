@@ -115,6 +115,7 @@ _RESERVED = frozenset(
     }
 )
 _COMMIT, _ROLLBACK = "commit", "rollback"
+_LOOPBACK = bytes((127, 0, 0, 1))
 _HALF_QUEUE = 0
 
 
@@ -150,7 +151,7 @@ class TransactionService:
         self._depth = 0
         self._lock_path = os.path.join(parts.path, "config", "transactionResolve.lock")
         self._counter = itertools.count()
-        self._uniq_prefix = _uniq_prefix()
+        self._loader_hash = int.from_bytes(os.urandom(4), "big")
         self._round_robin: dict[str, itertools.count[int]] = {}
         #: half queue offsets that have an op record, and the op queue offset read up to
         self._closed_offsets: set[int] = set()
@@ -486,16 +487,13 @@ class TransactionService:
         offsets.persist()
 
     def _new_id(self) -> str:
+        """A client-style UNIQ_KEY (the codec's ``make_uniq_key``): loopback address, pid, this
+        service's random part in place of the class loader's hash, time and a counter."""
         now = self.clock()
-        start, _next = month_bounds(now)
-        span = max(now - start, 0) & 0xFFFFFFFF
-        counter = next(self._counter) & 0xFFFF
-        return (self._uniq_prefix + span.to_bytes(4, "big") + counter.to_bytes(2, "big")).hex().upper()
-
-
-def _uniq_prefix() -> bytes:
-    """A client-style UNIQ_KEY prefix: loopback address, pid, and a per-service random part."""
-    return bytes((127, 0, 0, 1)) + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
+        key: str = self._parts.commitlog.codec.make_uniq_key(
+            _LOOPBACK, os.getpid(), self._loader_hash, now, next(self._counter), month_bounds(now)[0]
+        )
+        return key
 
 
 def _tid(half: MessageExt) -> Optional[str]:
