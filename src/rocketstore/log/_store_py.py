@@ -1847,24 +1847,15 @@ class PutFront:
         compress: Any = None,
     ) -> Any:
         """Store one message; see :meth:`rocketstore.MessageStore.put`."""
-        core = self._core
         if (
-            type(topic) is str
-            and body is not None
-            and compress is None
+            compress is None
             and delay_level is None
             and deliver_at_ms is None
             and delay_ms is None
-            and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
-            and topic in self._user_topics
-            and _plain_int(queue_id, -1, _INT32_MAX)
-            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
             and (durable is None or durable is True or durable is False)
         ):
             wait = -1 if durable is None else (1 if durable else 0)
-            if tags is None and keys is None and properties is None:
-                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
-            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, wait, properties)
+            done = self._one_call(topic, body, tags, keys, properties, queue_id, flag, wait)
             if done is not None:
                 return done
         store = self._store_ref()
@@ -1886,6 +1877,33 @@ class PutFront:
             compress=compress,
         )
 
+    def _one_call(
+        self,
+        topic: Any,
+        body: Any,
+        tags: Any,
+        keys: Any,
+        properties: Any,
+        queue_id: Any,
+        flag: Any,
+        wait: int,
+    ) -> Any:
+        """The shapes the core stores in one call (a known user topic, plain ints, tags, keys and
+        plain properties), with the core's ``wait``; None, having done nothing, for any other."""
+        core = self._core
+        if (
+            type(topic) is str
+            and body is not None
+            and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
+            and topic in self._user_topics
+            and _plain_int(queue_id, -1, _INT32_MAX)
+            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
+        ):
+            if tags is None and keys is None and properties is None:
+                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, wait)
+            return core.put_keyed(topic, body, tags, keys, queue_id, flag, wait, properties)
+        return None
+
     def put_pipelined(
         self,
         topic: Any,
@@ -1903,21 +1921,8 @@ class PutFront:
         """Store one message durably without blocking; see
         :meth:`rocketstore.MessageStore.put_pipelined`. The shapes :meth:`put` takes in one call
         do here too, with a future; every other call is ``general_pipelined(store, ...)``."""
-        core = self._core
-        if (
-            type(topic) is str
-            and body is not None
-            and delay_level is None
-            and deliver_at_ms is None
-            and delay_ms is None
-            and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
-            and topic in self._user_topics
-            and _plain_int(queue_id, -1, _INT32_MAX)
-            and _plain_int(flag, _INT32_MIN, _INT32_MAX)
-        ):
-            if tags is None and keys is None and properties is None:
-                return core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, WAIT_FUTURE)
-            done = core.put_keyed(topic, body, tags, keys, queue_id, flag, WAIT_FUTURE, properties)
+        if delay_level is None and deliver_at_ms is None and delay_ms is None:
+            done = self._one_call(topic, body, tags, keys, properties, queue_id, flag, WAIT_FUTURE)
             if done is not None:
                 return done
         store = self._store_ref()
