@@ -88,13 +88,18 @@ class MessageStore(FacadeBase, StoreBase):
         retention_ms: Any = UNCHANGED,
         retention_bytes: Any = UNCHANGED,
         delete_when_consumed: Any = UNCHANGED,
+        cleanup_policy: Any = UNCHANGED,
     ) -> dict[str, Any]:
         """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
         as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
 
         Each argument left out stays as it is; None removes the topic's own value (the store's
         option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
-        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
+        or -1 for no limit. ``cleanup_policy="compaction"`` makes it a compacted topic (RocketMQ
+        5.x's ``cleanup.policy=COMPACTION``): retention passes keep the latest message of each key
+        in the topic's compaction log before its segments go, and :meth:`compacted` reads it
+        (docs/guide/retention.md); "delete" (the default) or None turns that off. Returns the
+        topic's policy as :meth:`topic_retention` does.
         """
         return self._role.set_topic_retention(
             self,
@@ -102,6 +107,7 @@ class MessageStore(FacadeBase, StoreBase):
             retention_ms=retention_ms,
             retention_bytes=retention_bytes,
             delete_when_consumed=delete_when_consumed,
+            cleanup_policy=cleanup_policy,
         )
 
     def topic_retention(self, topic: str) -> dict[str, Any]:

@@ -888,10 +888,13 @@ class StoreBase(JoinedWriting):
         retention_ms: Any = UNCHANGED,
         retention_bytes: Any = UNCHANGED,
         delete_when_consumed: Any = UNCHANGED,
+        cleanup_policy: Any = UNCHANGED,
     ) -> dict[str, Any]:
         self._check_writable()
         validate_topic(topic)
-        changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
+        changes = retention_attribute_changes(
+            retention_ms, retention_bytes, delete_when_consumed, cleanup_policy
+        )
         if changes:
             self._topics.update_attributes(topic, changes)
         return self.topic_retention(topic)
@@ -1873,7 +1876,7 @@ class StoreBase(JoinedWriting):
         self._check_open()
         _check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id, 0)
-        return CompactionLog(self.path, topic, queue_id, self._codec.decode_record).messages()
+        return CompactionLog.read(self.path, topic, queue_id, self._codec.decode_record)
 
     def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
         log = self.compaction_log(topic, queue_id)

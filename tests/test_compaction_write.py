@@ -1,0 +1,188 @@
+"""Compacted topics written by rocketstore: the compaction log keeps the latest message of each
+key once retention deleted the CommitLog segments, in files laid out as a RocketMQ 5.3.3 broker
+lays them out (the ``v5-compaction`` fixture is the reference), and a crash in a compaction's
+swap leaves a store whose compacted view is whole."""
+
+import json
+import os
+import struct
+
+import pytest
+from rocketmq5 import unpack
+
+from rocketstore import MessageStore
+from rocketstore.errors import StoreConfigError
+from rocketstore.format._codec_py import java_hash
+from rocketstore.queues.compaction import compaction_log_size
+from rocketstore.services import compaction as compaction_service
+
+TOPIC = "Profiles"
+SMALL = dict(
+    commitlog_file_size=64 * 1024,
+    compaction_queue_file_size=736,  # 16 units, as the fixture's broker had
+    compaction_file_size=4096,
+    clean_resource_interval_ms=0,
+)
+
+
+def _fill(store, rounds, keys=5, queue_id=0):
+    """Puts ``rounds`` rounds of ``keys`` keyed messages, a tombstone for key 3 in round 2;
+    returns {key: latest body} as a compacted view must give it."""
+    latest = {}
+    for r in range(rounds):
+        for k in range(keys):
+            key = f"user-{k}"
+            body = b"" if (k == 3 and r == 2) else f"{key} round {r} ".encode() * 20
+            store.put(TOPIC, body, keys=key, queue_id=queue_id)
+            latest.pop(key, None)
+            if body:
+                latest[key] = body
+    return latest
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _log_dir(root, kind="compactionLog", queue_id=0):
+    return os.path.join(root, "compaction", kind, TOPIC, str(queue_id))
+
+
+def test_the_log_file_size_is_the_brokers():
+    # the fixture's broker: 736-byte queue files, 4096 configured -> 4416-byte log files
+    assert compaction_log_size(736, 4096) == 4416
+    assert compaction_log_size(10 * 1024 * 1024 // 46 * 46, 100 * 1024 * 1024) == 104857460
+    assert compaction_log_size(736, 736 * 12 + 100) == 736 * 12
+    assert compaction_log_size(736, 736 * 12 + 400) == 736 * 13
+
+
+def test_a_compacted_topic_keeps_the_latest_of_each_key_after_its_segments_go(tmp_path, impl):
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.create_topic(TOPIC, 1)
+        policy = store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        assert policy["cleanup_policy"] == "compaction"
+        latest = _fill(store, 40)
+        for _ in range(60):  # later records of another topic push the compacted topic's segments out
+            store.put("Other", b"x" * 1000)
+        assert store.min_offset == 0
+        store.clean(force=True)
+        assert store.min_offset > 0 and store.min_queue_offset(TOPIC, 0) > 0
+        got = store.compacted(TOPIC, 0)
+        assert {k: m.body for k, m in got.items()} == latest
+        log = store.compaction_log(TOPIC, 0)
+        offsets = [m.queue_offset for m in log]
+        assert offsets == sorted(offsets) and len(offsets) < 200
+        assert all(m.topic == TOPIC and m.queue_id == 0 for m in log)
+        stats = store.compaction_stats() if hasattr(store, "compaction_stats") else None
+        del stats
+    # the files are the broker's shapes: log files of 4416 bytes, queue files of 736, same names
+    names = sorted(os.listdir(_log_dir(root)))
+    assert names and names == sorted(os.listdir(_log_dir(root, "compactionCq")))
+    assert all(os.path.getsize(os.path.join(_log_dir(root), n)) == 4416 for n in names)
+    assert all(os.path.getsize(os.path.join(_log_dir(root, "compactionCq"), n)) == 736 for n in names)
+    with open(os.path.join(root, "compaction", "position-checkpoint"), encoding="utf-8") as f:
+        assert json.load(f)["queueOffsetMap"][f"{TOPIC}_0"] > 0
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+
+
+def test_a_copy_is_the_record_with_its_place_in_the_log(tmp_path, impl):
+    """A copy's bytes are the CommitLog record's but for its physical offset (the broker's
+    ``CompactionAppendMessageCallback``), and each unit is (position, size, tags code, store
+    time, queue offset, 1, -1, 0)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.put(TOPIC, b"no key")  # not copied: the broker copies keyed messages only
+        put = [store.put(TOPIC, f"v{i}".encode(), keys=f"k{i}", tags="T", queue_id=0) for i in range(3)]
+        records = []
+        for r in put:
+            m = store.read(r.commitlog_offset)
+            records.append((r, m))
+    units, log, commitlog = (
+        _read(path)
+        for path in (
+            os.path.join(_log_dir(root, "compactionCq"), "0" * 20),
+            os.path.join(_log_dir(root), "0" * 20),
+            os.path.join(root, "commitlog", "0" * 20),
+        )
+    )
+    tags_code = java_hash("T")
+    position = 0
+    for i, (r, m) in enumerate(records):
+        unit = struct.unpack_from(">qiqqqhii", units, i * 46)
+        assert unit == (position, m.size, tags_code, m.store_timestamp, r.queue_offset, 1, -1, 0)
+        original = commitlog[r.commitlog_offset : r.commitlog_offset + m.size]
+        copy = log[position : position + m.size]
+        assert copy[:28] == original[:28] and copy[36:] == original[36:]
+        assert struct.unpack_from(">q", copy, 28)[0] == position
+        position += m.size
+    assert struct.unpack_from(">qiqqqhii", units, 3 * 46) == (0,) * 8
+
+
+def test_rocketstore_continues_a_brokers_compaction_log(tmp_path, impl):
+    """On the 5.3.3 fixture: new keyed puts go on in the broker's current files and roll where
+    the broker rolls (next file = last + 4416), and a compaction rewrites the closed files."""
+    root = str(unpack(tmp_path, "v5-compaction"))
+    topic = "FixtureCompactTopic"
+    with MessageStore(root, implementation=impl.name, clean_resource_interval_ms=0) as store:
+        before = {k: m.body for k, m in store.compacted(topic, 0).items()}
+        for i in range(40):
+            store.put(topic, f"new {i} ".encode() * 30, keys=f"user-{i % 3}", queue_id=0)
+            before.pop(f"user-{i % 3}", None)
+            before[f"user-{i % 3}"] = f"new {i} ".encode() * 30
+        store.clean()
+        got = {k: m.body for k, m in store.compacted(topic, 0).items()}
+        assert got == before
+    names = [int(n) for n in sorted(os.listdir(_log_dir(root).replace(TOPIC, topic)))]
+    assert all(n % 4416 == 0 for n in names) and names[-1] > 13248
+    for n in names:
+        assert os.path.getsize(os.path.join(_log_dir(root).replace(TOPIC, topic), f"{n:020d}")) == 4416
+    with open(os.path.join(root, "compaction", "position-checkpoint"), encoding="utf-8") as f:
+        positions = json.load(f)["queueOffsetMap"]
+    assert positions[f"{topic}_0"] > 36 and positions[f"{topic}_1"] == 35
+
+
+def test_a_crash_in_the_swap_is_finished_by_the_next_open(tmp_path, impl, monkeypatch):
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        latest = _fill(store, 20)
+        real = compaction_service.Compactor._finish_swap
+        calls = []
+
+        def crash(self, swap):
+            calls.append(swap)
+            # the first new file moved in, then the process "dies"
+            new_log, _ = self._dirs(swap["topic"], swap["queue_id"], scratch=True)
+            first = f"{swap['new'][0]:020d}"
+            os.replace(os.path.join(new_log, first), os.path.join(_log_dir(root), first))
+            raise OSError("killed")
+
+        monkeypatch.setattr(compaction_service.Compactor, "_finish_swap", crash)
+        store.clean()
+        assert calls, "no compaction ran"
+        assert os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+        # a reader meeting the half-done swap still gets the right view
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+        monkeypatch.setattr(compaction_service.Compactor, "_finish_swap", real)
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.clean()
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+
+
+def test_a_bad_cleanup_policy_is_refused_and_changes_nothing(tmp_path, impl):
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
+        store.create_topic(TOPIC, 1)
+        with pytest.raises(StoreConfigError, match="cleanup_policy"):
+            store.set_topic_retention(TOPIC, cleanup_policy="compact")
+        assert store.topic_retention(TOPIC)["cleanup_policy"] == "delete"
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.set_topic_retention(TOPIC, cleanup_policy=None)
+        assert store.topic_retention(TOPIC)["cleanup_policy"] == "delete"
