@@ -905,16 +905,8 @@ class Cleaner:
             self._dispatch_failures.failed(exc)
             return []
         self._dispatch_failures.succeeded()
-        if self._compactor is not None:
-            try:
-                # a compacted topic's records are in its compaction log before their segment goes
-                self._compactor.catch_up()
-            except Exception as exc:
-                self._dispatch_error = exc
-                log.error(
-                    "copying into the compaction logs before a deletion failed (%s): nothing deleted", exc
-                )
-                return []
+        if not self._copy_compacted():  # a compacted topic's records are copied before they go
+            return []
         with dispatcher.lock:
             # Only segments whose every record is in the queues and the index: deleting one the
             # dispatcher has not passed would leave its records in no queue and give later units
@@ -948,6 +940,19 @@ class Cleaner:
             log.info("deleted CommitLog segment %s", mf.path)
         self.deleted_segments += len(deleted)
         return deleted
+
+    def _copy_compacted(self) -> bool:
+        """Copy what compacted topics got into their compaction logs, before any segment goes;
+        False (nothing may go) when that fails."""
+        if self._compactor is None:
+            return True
+        try:
+            self._compactor.catch_up()
+        except Exception as exc:
+            self._dispatch_error = exc
+            log.error("copying into the compaction logs before a deletion failed (%s): nothing deleted", exc)
+            return False
+        return True
 
     def view(self, now: Optional[int] = None) -> RetentionView:
         """A :class:`RetentionView` of this store at ``now`` (default: the clock)."""
