@@ -79,7 +79,7 @@ class CompactionPositions(ConfigFile):
         extra.pop("empty", None)
         self.table, self._extra = dict(table), extra
 
-    def encode(self) -> dict:
+    def encode(self) -> dict[str, Any]:
         return {**self._extra, "empty": not self.table, "queueOffsetMap": dict(self.table)}
 
     def get(self, topic: str, queue_id: int) -> int:
