@@ -186,3 +186,67 @@ def test_a_bad_cleanup_policy_is_refused_and_changes_nothing(tmp_path, impl):
         store.set_topic_retention(TOPIC, cleanup_policy="compaction")
         store.set_topic_retention(TOPIC, cleanup_policy=None)
         assert store.topic_retention(TOPIC)["cleanup_policy"] == "delete"
+
+
+_CHILD = r"""
+import random, sys
+from rocketstore import MessageStore
+root, impl, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(seed)
+store = MessageStore(root, implementation=impl, commitlog_file_size=64 * 1024,
+                     compaction_queue_file_size=736, compaction_file_size=4096, clean_resource_interval_ms=0)
+store.set_topic_retention("Profiles", cleanup_policy="compaction")
+print("ready", flush=True)
+while True:
+    for _ in range(30):
+        key = f"user-{rng.randrange(7)}"
+        body = b"" if rng.random() < 0.1 else (key + " " + str(rng.random())).encode() * 5
+        store.put("Profiles", body, keys=key, queue_id=rng.randrange(2))
+    store.clean()
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_writer_leaves_compaction_files_a_broker_loads_and_the_whole_view(tmp_path, impl):
+    """Killed at random points of puts and compactions, the store reopens; its compacted view is
+    the latest message of each key over the queue (no segment was deleted), and each queue's log
+    and queue files match by name and size, as the broker's ``sanityCheck`` wants."""
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from rocketstore.queues.compaction import latest_per_key
+
+    root = str(tmp_path / "s")
+    rng = random.Random(7)
+    for seed in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, root, impl.name, str(seed)], stdout=subprocess.PIPE
+        )
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.3, 1.2))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        with MessageStore(root, implementation=impl.name, **SMALL) as store:
+            store.clean()
+            for qid in (0, 1):
+                everything = []
+                position = store.min_queue_offset(TOPIC, qid)
+                while position < store.max_queue_offset(TOPIC, qid):
+                    got = store.get_message("check", TOPIC, qid, position, 256)
+                    everything += got.messages
+                    position = got.next_begin_offset
+                want = {k: (m.queue_offset, m.body) for k, m in latest_per_key(everything).items()}
+                have = {k: (m.queue_offset, m.body) for k, m in store.compacted(TOPIC, qid).items()}
+                assert have == want
+                log = store.compaction_log(TOPIC, qid)
+                assert [m.queue_offset for m in log] == sorted({m.queue_offset for m in log})
+    for qid in (0, 1):
+        logs, cqs = os.listdir(_log_dir(root, queue_id=qid)), os.listdir(_log_dir(root, "compactionCq", qid))
+        assert sorted(logs) == sorted(cqs)
+        assert {os.path.getsize(os.path.join(_log_dir(root, queue_id=qid), n)) for n in logs} == {4416}
+        assert {os.path.getsize(os.path.join(_log_dir(root, "compactionCq", qid), n)) for n in cqs} == {736}
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))

@@ -133,6 +133,18 @@ class QueueLog:
             os.unlink(os.path.join(self.cq_dir, name))
         if not self.files:
             return
+        cq_names = set(_names(self.cq_dir))
+        for start in self.files:
+            if _name(start) not in cq_names:
+                # a log file without its queue file (a crash between their creation): no unit
+                # points into it; give it its empty queue file, as the broker's load wants one
+                os.makedirs(self.cq_dir, exist_ok=True)
+                fd = os.open(os.path.join(self.cq_dir, _name(start)), os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    os.ftruncate(fd, self.cq_size)
+                finally:
+                    os.close(fd)
+                fsync_dir(self.cq_dir)
         last = self.files[-1]
         for start in self.files:
             units, ended = self._units_of(start)
