@@ -1034,4 +1034,5 @@ class Cleaner:
             "deleted_segments": self.deleted_segments,
             "deleted_queue_files": self.deleted_queue_files,
             "deleted_index_files": self.deleted_index_files,
+            **({"compaction": self._compactor.stats()} if self._compactor is not None else {}),
         }
