@@ -250,3 +250,23 @@ def test_a_killed_writer_leaves_compaction_files_a_broker_loads_and_the_whole_vi
         assert {os.path.getsize(os.path.join(_log_dir(root, "compactionCq", qid), n)) for n in cqs} == {736}
     assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
     assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+
+
+def test_the_view_is_the_same_before_and_after_a_compaction_with_several_keys(tmp_path, impl):
+    """The key is the whole ``KEYS`` string, as the broker's compaction has it: a tombstone for
+    "a b" removes "a b" only, before a compaction as after it (a view keyed per word would show
+    "a" gone before and back after)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.put(TOPIC, b"a alone", keys="a", queue_id=0)
+        store.put(TOPIC, b"a and b", keys="a b", queue_id=0)
+        store.put(TOPIC, b"", keys="a b", queue_id=0)
+        before = {k: m.body for k, m in store.compacted(TOPIC, 0).items()}
+        for i in range(60):  # enough to close log files
+            store.put(TOPIC, b"x" * 300, keys=f"k{i % 4}", queue_id=0)
+        store.clean()
+        after = {k: m.body for k, m in store.compacted(TOPIC, 0).items()}
+        assert before == {"a": b"a alone"}
+        assert after["a"] == b"a alone" and "a b" not in after and "b" not in after
+        assert store.stats()["compaction"]["compactions"] >= 1

@@ -425,7 +425,8 @@ class MessageStore(FacadeBase, StoreBase):
     def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
         """The compacted view of (topic, queue_id): {key: its latest message}, over
         :meth:`compaction_log` and then the queue's messages past it, a key whose latest
-        message has an empty body (a tombstone) left out, in the order of those messages."""
+        message has an empty body (a tombstone) left out, in the order of those messages. A key
+        is a message's whole ``keys`` string, as RocketMQ's compaction takes it."""
         return self._role.compacted(self, topic, queue_id)
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:

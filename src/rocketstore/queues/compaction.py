@@ -247,11 +247,13 @@ class CompactionLog:
 
 def latest_per_key(messages: Iterable[MessageExt]) -> dict[str, MessageExt]:
     """{key: the last message of ``messages`` with that key}, in the order of those last
-    messages, a key whose last message has an empty body (a tombstone) left out; a message
-    with several keys counts for each, one without keys for none."""
+    messages, a key whose last message has an empty body (a tombstone) left out. The key is the
+    whole ``KEYS`` property, as the broker's compaction takes it (``"a b"`` is one key, not two:
+    a view keyed per word would change when a compaction runs); a message without keys has none."""
     latest: dict[str, MessageExt] = {}
     for msg in messages:
-        for key in (msg.keys or "").split():
+        key = msg.keys or ""
+        if key.strip():
             latest.pop(key, None)
             latest[key] = msg
     return {key: msg for key, msg in latest.items() if len(msg.body)}
