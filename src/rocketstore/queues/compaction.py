@@ -17,7 +17,9 @@ compactions by rocketstore's own retention passes) is :mod:`rocketstore.services
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
@@ -32,6 +34,7 @@ from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE
 __all__ = [
     "CLEANUP_POLICY",
     "COMPACTION",
+    "CompactedReads",
     "DELETE",
     "CompactionLog",
     "CompactionPositions",
@@ -243,6 +246,106 @@ class CompactionLog:
     def max_offset(self) -> int:
         """The queue offset after the last record the log keeps (0: none)."""
         return int(self.units["base"][-1]) + 1 if len(self.units) else 0
+
+
+class CompactedReads:
+    """Pulls of a compacted topic's queue below the queue's min offset (the records retention
+    deleted from the CommitLog), served from the queue's compaction log, as a 5.x broker serves
+    a compaction topic: what the log kept, at its queue offsets, the gaps skipped.
+    ``decode(buffer, position, ...)`` is the codec's record decoder."""
+
+    def __init__(self, root: str | os.PathLike[str], decode: Callable[..., Any]) -> None:
+        self._root = os.fspath(root)
+        self._decode = decode
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, int], _MappedLog] = {}
+
+    def pull(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, limit: int, tag_filter: Any
+    ) -> Optional[tuple[list[MessageExt], list[int], int]]:
+        """(up to ``max_msgs`` messages the log keeps at queue offsets ``offset`` .. ``limit``
+        that ``tag_filter`` lets through, their units' tagsCodes, the queue offset to pull from
+        next), or None when the log keeps nothing there."""
+        with self._lock:
+            key = (topic, queue_id)
+            log = self._queues.get(key)
+            signature = _signature(self._root, topic, queue_id)
+            if log is None or log.signature != signature:
+                if log is not None:
+                    log.close()
+                log = self._queues[key] = _MappedLog(self._root, topic, queue_id, signature)
+            bases = log.bases
+            at = int(np.searchsorted(bases, offset))
+            end = int(np.searchsorted(bases, limit))
+            if at >= end:
+                return None
+            out: list[MessageExt] = []
+            codes: list[int] = []
+            while at < end and len(out) < max_msgs:
+                unit = log.units[at]
+                at += 1
+                code = int(unit["tags_code"])
+                if not tag_filter.matches_code(code):
+                    continue
+                msg = log.message(unit, self._decode, topic, queue_id)
+                if tag_filter.matches_tag(msg.tags):
+                    out.append(msg)
+                    codes.append(code)
+            return out, codes, int(bases[at]) if at < end else limit
+
+    def close(self) -> None:
+        with self._lock:
+            for log in self._queues.values():
+                log.close()
+            self._queues.clear()
+
+
+def _signature(root: str, topic: str, queue_id: int) -> tuple[Any, ...]:
+    """What changes when a queue's compaction files change: names, sizes and mtimes, and a swap
+    in progress."""
+    out: list[Any] = []
+    for kind in ("compactionLog", "compactionCq"):
+        for start, path in queue_files(root, kind, topic, queue_id):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            out.append((kind, start, path, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+class _MappedLog:
+    """One queue's compaction log, mapped, and its units."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, signature: tuple[Any, ...]) -> None:
+        self.signature = signature
+        self.units = units_of(path for _, path in queue_files(root, "compactionCq", topic, queue_id))
+        self.bases = self.units["base"].astype(np.int64)
+        if len(self.bases) > 1 and not (self.bases[1:] > self.bases[:-1]).all():
+            raise CorruptRecordError(f"compaction log {topic}-{queue_id}: queue offsets out of order")
+        self._files: list[tuple[int, mmap.mmap]] = []
+        for start, path in queue_files(root, "compactionLog", topic, queue_id):
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size:
+                    self._files.append((start, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)))
+
+    def message(self, unit: Any, decode: Callable[..., Any], topic: str, queue_id: int) -> MessageExt:
+        offset, size, base = int(unit["commitlog_offset"]), int(unit["size"]), int(unit["base"])
+        for start, mm in self._files:
+            if start <= offset and offset - start + size <= len(mm):
+                msg: MessageExt = decode(mm[offset - start : offset - start + size], 0, check_crc=True)
+                if (msg.topic, msg.queue_id, msg.queue_offset, msg.size) == (topic, queue_id, base, size):
+                    msg.commitlog_offset = offset  # its place in the compaction log
+                    return msg
+                break
+        raise CorruptRecordError(
+            f"compaction log {topic}-{queue_id}: no record of queue offset {base} ({size} bytes) at {offset}"
+        )
+
+    def close(self) -> None:
+        for _, mm in self._files:
+            mm.close()
+        self._files = []
 
 
 def latest_per_key(messages: Iterable[MessageExt]) -> dict[str, MessageExt]:
