@@ -40,6 +40,7 @@ __all__ = [
     "CompactionPositions",
     "compacted_topics",
     "compaction_log_size",
+    "file_names",
     "latest_per_key",
     "pending_swap",
     "queue_files",
@@ -107,7 +108,8 @@ SCRATCH = "rocketstore-compacting"
 SWAP_FILE = "compactionSwap.json"
 
 
-def _names(directory: str) -> list[str]:
+def file_names(directory: str) -> list[str]:
+    """The 20-digit file names in ``directory``, oldest (smallest start) first; none when it is missing."""
     try:
         found = [n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit()]
     except (FileNotFoundError, NotADirectoryError):
@@ -137,7 +139,7 @@ def queue_files(root: str | os.PathLike[str], kind: str, topic: str, queue_id: i
     left out."""
     base = os.path.join(os.fspath(root), DIRECTORY)
     directory = os.path.join(base, kind, topic, str(queue_id))
-    files = {int(n): os.path.join(directory, n) for n in _names(directory)}
+    files = {int(n): os.path.join(directory, n) for n in file_names(directory)}
     swap = pending_swap(root)
     if swap is not None and (swap["topic"], int(swap["queue_id"])) == (topic, queue_id):
         new = {int(n) for n in swap["new"]}

@@ -55,6 +55,7 @@ from rocketstore.queues.compaction import (
     CompactionPositions,
     compacted_topics,
     compaction_log_size,
+    file_names,
     pending_swap,
 )
 from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE
@@ -73,14 +74,6 @@ _BLANK = struct.Struct(">ii")
 _INVALID_POS = -1
 #: records copied per read of the ConsumeQueue
 _CHUNK = 4096
-
-
-def _names(directory: str) -> list[str]:
-    try:
-        found = [n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit()]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(found, key=int)
 
 
 def _unit(offset: int, size: int, tags_code: int, store_time: int, queue_offset: int) -> bytes:
@@ -120,20 +113,20 @@ class QueueLog:
         self._dirty: list[_File] = []
         #: the queue offset after the last copy (0: none yet)
         self.max_offset = 0
-        self.files: list[int] = [int(n) for n in _names(log_dir)]
+        self.files: list[int] = [int(n) for n in file_names(log_dir)]
         #: (file start, last queue offset in it) of each log file with units
         self.file_last: dict[int, int] = {}
         self._load()
 
     def _load(self) -> None:
         """Find where the next copy goes: after the last unit whose record checks."""
-        for name in [n for n in _names(self.cq_dir) if int(n) not in self.files]:
+        for name in [n for n in file_names(self.cq_dir) if int(n) not in self.files]:
             # a queue file without its log file (a crash between their creation): nothing in it
             # can point anywhere
             os.unlink(os.path.join(self.cq_dir, name))
         if not self.files:
             return
-        cq_names = set(_names(self.cq_dir))
+        cq_names = set(file_names(self.cq_dir))
         for start in self.files:
             if _name(start) not in cq_names:
                 # a log file without its queue file (a crash between their creation): no unit
@@ -369,7 +362,7 @@ class Compactor:
         except OSError:
             others = []
         for queue in [own, *others]:
-            log_names, cq_names = _names(os.path.join(logs, queue)), _names(os.path.join(cqs, queue))
+            log_names, cq_names = file_names(os.path.join(logs, queue)), file_names(os.path.join(cqs, queue))
             if log_names and cq_names:
                 return (
                     os.path.getsize(os.path.join(logs, queue, log_names[0])),
