@@ -148,15 +148,15 @@ class QueueLog:
                 continue
             # the file being written: its last units must point at records that check
             good = len(units)
-            with open(os.path.join(self.log_dir, _name(start)), "rb") as f:
-                data = f.read()
+            log_fd = os.open(os.path.join(self.log_dir, _name(start)), os.O_RDWR)
+            length = os.fstat(log_fd).st_size
             while good:
                 unit = units[good - 1]
                 pos, size = int(unit["commitlog_offset"]) - start, int(unit["size"])
                 try:
-                    if pos < 0 or pos + size > len(data):
+                    if pos < 0 or size <= 0 or pos + size > length:
                         raise CorruptRecordError("past the end of the file")
-                    self._check(data[pos : pos + size], int(unit["base"]))
+                    self._check(os.pread(log_fd, size, pos), int(unit["base"]))
                     break
                 except (CorruptRecordError, MessageNotFoundError):
                     good -= 1
@@ -169,12 +169,12 @@ class QueueLog:
                     self.file_last[start] = int(units["base"][-1])
                 self.max_offset = max(self.file_last.values()) + 1 if self.file_last else 0
             wrote = int(units["commitlog_offset"][-1]) - start + int(units["size"][-1]) if good else 0
-            full = ended or len(data) - wrote < _END_BLANK
-            if not full and len(data) >= wrote + _END_BLANK:
-                full = _BLANK.unpack_from(data, wrote)[1] == _BLANK_MAGIC
+            full = ended or length - wrote < _END_BLANK
+            if not full:  # an end-of-file record after the last copy: the file is closed
+                full = _BLANK.unpack(os.pread(log_fd, _END_BLANK, wrote))[1] == _BLANK_MAGIC
             self._current = _File(
                 start,
-                os.open(os.path.join(self.log_dir, _name(start)), os.O_RDWR),
+                log_fd,
                 os.open(os.path.join(self.cq_dir, _name(start)), os.O_RDWR | os.O_CREAT, 0o644),
                 wrote,
                 good,
@@ -541,12 +541,12 @@ class Compactor:
             return False
         check = self._check(topic, queue_id)
         log_dir, cq_dir = self._dirs(topic, queue_id)
-        records = list(self._records_of(log_dir, cq_dir, old, check))
+        # two passes over the files, one file in memory at a time: the newest offset of each
+        # key in the files new since the last compaction, then the copies kept
         latest: dict[str, int] = {}
         last = since
-        fresh_set = set(fresh)
-        for start, queue_offset, _record, msg, _unit in records:
-            if start in fresh_set and queue_offset > since:
+        for _start, queue_offset, _record, msg, _unit in self._records_of(log_dir, cq_dir, fresh, check):
+            if queue_offset > since:
                 latest[msg.keys or ""] = queue_offset
                 last = queue_offset
         new_log, new_cq = self._dirs(topic, queue_id, scratch=True)
@@ -554,9 +554,10 @@ class Compactor:
             if os.path.isdir(directory):
                 shutil.rmtree(directory)
         out = QueueLog(new_log, new_cq, queue.log_size, queue.cq_size, check)
-        kept = 0
+        kept = seen = 0
         try:
-            for _start, queue_offset, record, msg, unit in records:
+            for _start, queue_offset, record, msg, unit in self._records_of(log_dir, cq_dir, old, check):
+                seen += 1
                 if queue_offset > last or (
                     (msg.keys or "").strip()
                     and queue_offset >= latest.get(msg.keys or "", -1)
@@ -580,13 +581,13 @@ class Compactor:
         queue.close()
         del self._queues[(topic, queue_id)]
         self.compactions += 1
-        self.dropped += len(records) - kept
+        self.dropped += seen - kept
         log.info(
             "compacted %s-%d: %d of %d messages kept, up to queue offset %d",
             topic,
             queue_id,
             kept,
-            len(records),
+            seen,
             last,
         )
         return True
