@@ -308,3 +308,69 @@ def test_a_consumer_reads_a_compacted_topic_from_its_start_after_retention(tmp_p
         assert store.get_message("g", TOPIC, 0, 0, 1000, "NoSuchTag").messages == []
         # a topic that is not compacted: OFFSET_TOO_SMALL as before
         assert store.get_message("g", "Other", 0, 0, 10).status.name == "OFFSET_TOO_SMALL"
+
+
+_RETAINING_CHILD = r"""
+import os, random, sys
+from rocketstore import MessageStore
+root, impl, seed, journal = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rng = random.Random(seed)
+store = MessageStore(root, implementation=impl, commitlog_file_size=64 * 1024, default_queues=1,
+                     compaction_queue_file_size=736, compaction_file_size=4096, clean_resource_interval_ms=0)
+store.set_topic_retention("Profiles", cleanup_policy="compaction", retention_ms=0)
+out = open(journal, "a", buffering=1)
+print("ready", flush=True)
+n = 0
+while True:
+    key = f"user-{int(rng.paretovariate(0.6)) % 400}"  # a few hot keys, many rarely written
+    body = b"" if rng.random() < 0.1 else f"{key} {seed} {n} ".encode() * rng.randrange(1, 20)
+    out.write(f"try {key} {body.hex()}\n")
+    store.put("Profiles", body, keys=key, queue_id=0)
+    out.write("done\n")
+    n += 1
+    if n % 50 == 0:
+        store.clean()
+"""
+
+
+@pytest.mark.slow
+def test_no_acknowledged_value_is_lost_when_a_writer_dies_during_retention(tmp_path, impl):
+    """A writer putting into a compacted topic whose segments retention deletes as soon as it
+    may is killed at random points, four times: after each, the compacted view holds, for every
+    key, the value of its last acknowledged put (or of the one in flight, when the kill came
+    between the store and the acknowledgement)."""
+    import random
+    import subprocess
+    import sys
+    import time
+
+    root, journal = str(tmp_path / "s"), str(tmp_path / "journal")
+    rng = random.Random(11)
+    for seed in range(4):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _RETAINING_CHILD, root, impl.name, str(seed), journal],
+            stdout=subprocess.PIPE,
+        )
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.5, 1.5))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        acked, in_flight = {}, None
+        with open(journal, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("try "):
+                    _, key, body = line.split(" ")
+                    in_flight = (key, bytes.fromhex(body.strip()))
+                elif line.strip() == "done" and in_flight is not None:
+                    acked[in_flight[0]] = in_flight[1]
+                    in_flight = None
+        with open(journal, "a", encoding="utf-8") as f:
+            f.write("\n")  # a torn last line ends here
+        with MessageStore(root, implementation=impl.name, **SMALL) as store:
+            assert store.min_offset > 0 or seed == 0
+            view = {k: m.body for k, m in store.compacted(TOPIC, 0).items()}
+            for key, body in acked.items():
+                if in_flight is not None and in_flight[0] == key and view.get(key, b"") == in_flight[1]:
+                    continue
+                assert view.get(key, b"") == body, key
