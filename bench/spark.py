@@ -9,14 +9,15 @@ that only re-yields prebuilt Arrow batches of the same shape (the floor of PySpa
 source path on this machine: no store read can beat it), for 5 columns and for all 17; and the
 sink (DataFrame -> new store) beside what it is made of and its ceilings: the same (topic, body)
 rows read into ``noop`` (the sink's input), written as Parquet, written to a Python sink that
-does nothing (the write path's floor: no Python sink can beat it), and staged by the sink's tasks
-without the driver's append (the sink's time minus this one is its commit); these four are timed
-in alternating rounds. ``--properties`` gives every
-stored message TAGS, KEYS and one more property (the properties map and tags/keys columns then
-have work to do; without it the bench's messages carry none). Each timing is the best of
-``--repeat`` runs after one warm-up query; the machine's load is printed alongside, and the first
-line names the build measured: the installed rocketstore's (``src/`` is never put on ``sys.path``),
-compiled or pure Python, with its CRC-32 path.
+does nothing (the write path's floor: no Python sink can beat it), and staged by the sink's
+tasks without the driver's append (the sink's time minus this one's is its commit).
+``--properties`` gives every stored message TAGS, KEYS and one more property (the properties map
+and tags/keys columns then have work to do; without it the bench's messages carry none). Each
+timing is the best of ``--repeat`` runs after one warm-up query; the reads, and then the writes,
+run in alternating rounds (each once per round), so a change of the machine's load falls on all
+alike. The machine's load is printed alongside, and the first line names the build measured: the
+installed rocketstore's (``src/`` is never put on ``sys.path``), compiled or pure Python, with its
+CRC-32 path.
 """
 
 import argparse
@@ -156,15 +157,6 @@ class StagedOnlyWriter(RocketStoreWriter):
 FIVE_COLUMNS = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
 
 
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times), times
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -248,11 +240,24 @@ def main():
             ("no-op Arrow Python source (all 17 cols)", floor_full_df),
             ("sink's input: (topic, body) read", arrow_df.select("topic", "body")),
         )
-        for name, df in () if args.sink_only else reads:
+        reads = () if args.sink_only else reads
+        for _name, df in reads:
             df.write.format("noop").mode("overwrite").save()  # warm-up
-            t, times = best(lambda df=df: df.write.format("noop").mode("overwrite").save(), args.repeat)
+        # alternating rounds, each read once per round: a change of the machine's load during
+        # the run falls on all of them alike, so their ratios hold where absolute rates do not
+        read_times: dict = {name: [] for name, _df in reads}
+        for _ in range(args.repeat):
+            for name, df in reads:
+                t = time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                read_times[name].append(time.perf_counter() - t)
+        for name, times in read_times.items():
+            t = min(times)
             results[name] = n / t
-            print(f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
+            print(
+                f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s"
+                f"  median {n / sorted(times)[len(times) // 2]:12,.0f} rows/s  runs {[round(x, 2) for x in times]}"
+            )
         if results:
             r = results
             a, p, u = r["rocketstore arrow (5 cols)"], r["parquet (5 cols)"], r["tuple source (5 cols)"]
