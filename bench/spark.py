@@ -7,13 +7,17 @@ segment); the same rows read by Spark from Parquet; the same store through a tup
 Python data source (the slow baseline the Arrow path is meant to beat); a Python data source
 that only re-yields prebuilt Arrow batches of the same shape (the floor of PySpark's Python data
 source path on this machine: no store read can beat it), for 5 columns and for all 17; and the
-sink (DataFrame -> new store) beside what it is made of and its ceiling: the same (topic, body)
-rows read into ``noop`` (the sink's input) and written as Parquet. ``--properties`` gives every
-stored message TAGS, KEYS and one more property (the properties map and tags/keys columns then
-have work to do; without it the bench's messages carry none). Each timing is the best of
-``--repeat`` runs after one warm-up query; the machine's load is printed alongside, and the first
-line names the build measured: the installed rocketstore's (``src/`` is never put on ``sys.path``),
-compiled or pure Python, with its CRC-32 path.
+sink (DataFrame -> new store) beside what it is made of and its ceilings: the same (topic, body)
+rows read into ``noop`` (the sink's input), written as Parquet, written to a Python sink that
+does nothing (the write path's floor: no Python sink can beat it), and staged by the sink's
+tasks without the driver's append (the sink's time minus this one's is its commit).
+``--properties`` gives every stored message TAGS, KEYS and one more property (the properties map
+and tags/keys columns then have work to do; without it the bench's messages carry none). Each
+timing is the best of ``--repeat`` runs after one warm-up query; the reads, and then the writes,
+run in alternating rounds (each once per round), so a change of the machine's load falls on all
+alike. The machine's load is printed alongside, and the first line names the build measured: the
+installed rocketstore's (``src/`` is never put on ``sys.path``), compiled or pure Python, with its
+CRC-32 path.
 """
 
 import argparse
@@ -25,11 +29,12 @@ import time
 
 import buildinfo
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, WriterCommitMessage
 
 buildinfo.require("bench/spark.py")
 
 from rocketstore.spark import QueueRange, RocketStoreReader, register  # noqa: E402
+from rocketstore.spark._writer import RocketStoreWriter  # noqa: E402
 from rocketstore.store import MessageStore  # noqa: E402
 
 
@@ -103,16 +108,53 @@ class FloorReader(DataSourceReader):
             yield batch.slice(0, min(batch.num_rows, p.end - start))
 
 
+class NoopSink(DataSource):
+    """The cost of the Python data source write path itself: an Arrow writer whose tasks only
+    count the batches Spark hands them and whose commit does nothing. No Python sink can be
+    faster than this on the machine it runs on (the sink's ceiling, as FloorSource is the read's)."""
+
+    @classmethod
+    def name(cls):
+        return "rocketstore_noop_sink"
+
+    def writer(self, schema, overwrite):
+        return NoopWriter()
+
+
+class RowCount(WriterCommitMessage):
+    def __init__(self, rows):
+        self.rows = rows
+
+
+class NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        rows = 0
+        for batch in iterator:
+            rows += batch.num_rows
+        return RowCount(rows)
+
+    def commit(self, messages):
+        pass
+
+
+class StagedOnlySink(DataSource):
+    """rocketstore's sink without the driver's append: its tasks stage their Arrow IPC files as
+    the sink's do, the commit only deletes them. The sink's time minus this one's is its commit."""
+
+    @classmethod
+    def name(cls):
+        return "rocketstore_staged_only"
+
+    def writer(self, schema, overwrite):
+        return StagedOnlyWriter(self.options, [f.name for f in schema.fields])
+
+
+class StagedOnlyWriter(RocketStoreWriter):
+    def commit(self, messages):
+        self._clean(messages)
+
+
 FIVE_COLUMNS = "topic STRING, queueId INT, queueOffset BIGINT, storeTimestamp TIMESTAMP, body BINARY"
-
-
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times), times
 
 
 def main():
@@ -159,6 +201,8 @@ def main():
         register(spark)
         spark.dataSource.register(TupleSource)
         spark.dataSource.register(FloorSource)
+        spark.dataSource.register(NoopSink)
+        spark.dataSource.register(StagedOnlySink)
         cols = FIVE_COLUMNS
         arrow_df = spark.read.format("rocketstore").schema(cols).load(store_path)
         by_segment_df = (
@@ -196,11 +240,24 @@ def main():
             ("no-op Arrow Python source (all 17 cols)", floor_full_df),
             ("sink's input: (topic, body) read", arrow_df.select("topic", "body")),
         )
-        for name, df in () if args.sink_only else reads:
+        reads = () if args.sink_only else reads
+        for _name, df in reads:
             df.write.format("noop").mode("overwrite").save()  # warm-up
-            t, times = best(lambda df=df: df.write.format("noop").mode("overwrite").save(), args.repeat)
+        # alternating rounds, each read once per round: a change of the machine's load during
+        # the run falls on all of them alike, so their ratios hold where absolute rates do not
+        read_times: dict = {name: [] for name, _df in reads}
+        for _ in range(args.repeat):
+            for name, df in reads:
+                t = time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                read_times[name].append(time.perf_counter() - t)
+        for name, times in read_times.items():
+            t = min(times)
             results[name] = n / t
-            print(f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s  runs {[round(x, 2) for x in times]}")
+            print(
+                f"{name:44s} best {t:6.2f} s  {n / t:12,.0f} rows/s"
+                f"  median {n / sorted(times)[len(times) // 2]:12,.0f} rows/s  runs {[round(x, 2) for x in times]}"
+            )
         if results:
             r = results
             a, p, u = r["rocketstore arrow (5 cols)"], r["parquet (5 cols)"], r["tuple source (5 cols)"]
@@ -215,31 +272,47 @@ def main():
                 f"/parquet (17) = {full / r['parquet (all 17 cols)']:.2f}x   "
                 f"no-op source (17)/no-op source (5) = {r['no-op Arrow Python source (all 17 cols)'] / f:.2f}x"
             )
-        else:
-            arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(
-                os.path.join(work, "sink-warmup")
+        # The sink beside what bounds it, in alternating rounds (each round times every one of
+        # them once, so a change of the machine's load falls on all alike): a Parquet write of the
+        # same rows, the do-nothing Python sink (the API's ceiling) and the sink's tasks alone.
+        sink_input = arrow_df.select("topic", "body")
+        writes = {
+            "parquet write (topic, body)": lambda target: sink_input.write.parquet(target),
+            "no-op Python sink (topic, body)": lambda target: (
+                sink_input.write.format("rocketstore_noop_sink").mode("append").save(target)
+            ),
+            "sink tasks only: staged, no commit": lambda target: (
+                sink_input.write.format("rocketstore_staged_only").mode("append").save(target)
+            ),
+            "sink (topic, body)": lambda target: (
+                sink_input.write.format("rocketstore").mode("append").save(target)
+            ),
+        }
+        for j, fn in enumerate(writes.values()):  # warm-up: each one's workers and imports
+            fn(os.path.join(work, f"write-warmup-{j}"))
+            shutil.rmtree(os.path.join(work, f"write-warmup-{j}"), ignore_errors=True)
+        write_times: dict = {name: [] for name in writes}
+        for i in range(args.repeat):
+            for j, (name, fn) in enumerate(writes.items()):
+                target = os.path.join(work, f"write-{i}-{j}")
+                t = time.perf_counter()
+                fn(target)
+                write_times[name].append(time.perf_counter() - t)
+                shutil.rmtree(target, ignore_errors=True)
+        for name, times in write_times.items():
+            print(
+                f"{name:44s} best {min(times):6.2f} s  {n / min(times):12,.0f} rows/s"
+                f"  median {n / sorted(times)[len(times) // 2]:12,.0f} rows/s  runs {[round(x, 2) for x in times]}"
             )
-        pq_times = []
-        for i in range(args.repeat):
-            target = os.path.join(work, f"sink-parquet-{i}")
-            t = time.perf_counter()
-            arrow_df.select("topic", "body").write.parquet(target)
-            pq_times.append(time.perf_counter() - t)
+        sink = min(write_times["sink (topic, body)"])
+        noop = min(write_times["no-op Python sink (topic, body)"])
+        staged = min(write_times["sink tasks only: staged, no commit"])
         print(
-            f"{'parquet write (topic, body)':44s} best {min(pq_times):6.2f} s  {n / min(pq_times):12,.0f} rows/s"
-            f"  runs {[round(x, 2) for x in pq_times]}"
+            f"sink/parquet write = {min(write_times['parquet write (topic, body)']) / sink:.2f}x   "
+            f"sink/no-op Python sink = {noop / sink:.2f}x   "
+            f"staged only/no-op Python sink = {noop / staged:.2f}x   "
+            f"commit (sink - staged only) = {sink - staged:.2f} s"
         )
-        sink_times = []
-        for i in range(args.repeat):
-            target = os.path.join(work, f"sink-{i}")
-            t = time.perf_counter()
-            arrow_df.select("topic", "body").write.format("rocketstore").mode("append").save(target)
-            sink_times.append(time.perf_counter() - t)
-        print(
-            f"{'sink (topic, body)':44s} best {min(sink_times):6.2f} s  {n / min(sink_times):12,.0f} rows/s"
-            f"  runs {[round(x, 2) for x in sink_times]}"
-        )
-        print(f"sink/parquet write = {min(pq_times) / min(sink_times):.2f}x")
         print(f"load after: {os.getloadavg()[0]:.2f}")
         spark.stop()
     finally:
