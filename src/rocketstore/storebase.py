@@ -1719,7 +1719,7 @@ class StoreBase(JoinedWriting):
                 start = self._offsets.query(group, topic, int(queue_id))
                 if start < 0:
                     start = cq.min_offset if cq is not None else 0
-            if cq is not None and start < cq.min_offset:
+            if cq is not None and type(start) is int and start < cq.min_offset:
                 compacted = self._compacted_pull(cq, start, max_msgs, tag_filter)
                 if compacted is not None:
                     return compacted
