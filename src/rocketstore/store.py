@@ -357,7 +357,13 @@ class MessageStore(FacadeBase, StoreBase):
     ) -> GetMessageResult:
         """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
         ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
-        Tags are filtered by tagsCode only."""
+        Tags are filtered by tagsCode only.
+
+        A RocketMQ 5.x BatchCQ topic's queue (``queue.type=BatchCQ``) gives one row per queue
+        offset, that is per inner message: the CommitLog offset and size of the batch record
+        holding it and its BatchConsumeQueue unit's tagsCode, repeated for each message of a
+        batch (a copy, not a view). A batch's unit carries no tags of its messages, so only the
+        rows of a unit of one tagged message are dropped by a tag expression."""
         return self._role.get_units(self, topic, queue_id, offset, max_msgs, tags)
 
     def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
@@ -366,6 +372,10 @@ class MessageStore(FacadeBase, StoreBase):
 
         The view stops at the end of a ConsumeQueue file and at the queue's end: loop from
         ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
+
+        A BatchCQ topic's queue: one row per queue offset (per inner message), as
+        :meth:`get_units` gives them; ``records_at`` with ``queue=`` takes these rows as they are
+        and yields a row per inner message.
         """
         return self._role.queue_units(self, topic, queue_id, start, count)
 
@@ -387,7 +397,9 @@ class MessageStore(FacadeBase, StoreBase):
         ``queue=(topic, queue_id, first_queue_offset)``: the units are that queue's from that
         offset on, and each record must be the one its position names (topic, queue id, queue
         offset, PHYSICALOFFSET), else :class:`ConsumeQueueDamagedError`: a damaged unit never
-        yields another message's row."""
+        yields another message's row. For a BatchCQ queue, the rows :meth:`queue_units` gives
+        (a batch record once per inner message) yield one row per inner message: the record's
+        fields, its own queue offset, flag, body CRC, body and properties (spans of ``view``)."""
         return self._role.records_at(self, commitlog_offsets, sizes, check_crc=check_crc, queue=queue)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:

@@ -1781,6 +1781,10 @@ class StoreBase(JoinedWriting):
         """:meth:`get_message` for POP: the one-call pull of :meth:`get_message` when it can
         decide, else the careful path, where dispatch catches up only when the queue has fewer
         than ``max_msgs`` units from ``offset``."""
+        if topic in self._batch_topics:
+            return self._batch_pull(
+                topic, queue_id, offset, group, max_msgs, tag_filter or TagFilter.parse(None)
+            )
         if tag_filter is None or tag_filter.match_all:
             quick = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
             if quick is not None:
@@ -1794,6 +1798,8 @@ class StoreBase(JoinedWriting):
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
+        if topic in self._batch_topics:
+            return self.get_by_queue_offset(topic, queue_id, queue_offset)
         return self._pull(
             topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
         )
@@ -1801,10 +1807,18 @@ class StoreBase(JoinedWriting):
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
     ) -> GetMessageResult:
+        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            if bq is not None:
+                units = self._batch.units(bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags))
+                return GetMessageResult(*units)
         return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
 
     def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
-        cq = self._queue(topic, queue_id)
+        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
+            cq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+        else:
+            cq = self._queue(topic, queue_id)
         start, count = _check_int("start", start), _check_int("count", count)
         if cq is None:
             if start == 0:
@@ -1826,6 +1840,9 @@ class StoreBase(JoinedWriting):
         sizes = np.asarray(sizes, dtype=np.int64)
         if len(offsets) != len(sizes):
             raise ValueError("commitlog_offsets and sizes differ in length")
+        if queue is not None and queue[0] in self._batch_topics:  # a row per inner message
+            yield from self._batch.records_at(offsets, sizes, queue, check_crc)
+            return
         if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
             raise ValueError("commitlog_offsets must be strictly ascending")
         check = None
@@ -1848,6 +1865,9 @@ class StoreBase(JoinedWriting):
         return cq.max_offset if cq is not None else 0
 
     def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        if topic in self._batch_topics:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.offset_of_time(_check_int("timestamp", timestamp)) if bq is not None else 0
         cq = self._queue(topic, queue_id)
         timestamp = _check_int("timestamp", timestamp)
         if cq is None:
@@ -2039,6 +2059,11 @@ class StoreBase(JoinedWriting):
                     if cq.max_offset > found.get(key, 0):
                         found[key] = cq.max_offset
             return found
+        if self._batch_topics:  # the core counts a batch record as one offset
+            return {
+                **self._core.queue_offsets(),
+                **{(b.topic, b.queue_id): b.max_offset for b in self._batch},
+            }
         return self._core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:

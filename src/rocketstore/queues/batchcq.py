@@ -28,7 +28,13 @@ from typing import Any, Optional
 import numpy as np
 
 from rocketstore.base.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
-from rocketstore.errors import ConsumeQueueDamagedError, CorruptRecordError, MessageNotFoundError
+from rocketstore.errors import (
+    ConsumeQueueDamagedError,
+    CorruptRecordError,
+    InvalidMessageError,
+    MessageNotFoundError,
+)
+from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt, is_stored_topic
 from rocketstore.status import GetMessageStatus
 
@@ -42,7 +48,9 @@ __all__ = [
     "batch_topics",
     "inner_count",
     "inner_messages",
+    "inner_spans",
     "load_units",
+    "unwrap_rows",
 ]
 
 #: the topic attribute that names a topic's queue type, and the value of a BatchConsumeQueue's
@@ -72,6 +80,8 @@ PROPERTY_INNER_NUM = "INNER_NUM"
 
 _INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PROPS_LEN = struct.Struct(">h")
+#: how many queue offsets a get_units of a BatchConsumeQueue looks at, at least
+_UNITS_SCAN = 1024
 
 
 def batch_topics(root: str | os.PathLike[str], attributes: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
@@ -124,24 +134,10 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
         return [msg]
     body = bytes(msg.body)
     out: list[MessageExt] = []
-    pos, end = 0, len(body)
-    while pos < end:
-        if end - pos < _INNER_HEAD.size:
-            raise CorruptRecordError(f"inner batch at {msg.commitlog_offset}: a message is cut at {pos}")
-        total, _magic, body_crc, flag, body_len = _INNER_HEAD.unpack_from(body, pos)
-        at = pos + _INNER_HEAD.size
-        if body_len < 0 or at + body_len + 2 > end:
-            raise CorruptRecordError(
-                f"inner batch at {msg.commitlog_offset}: a message's body overruns at {pos}"
-            )
+    for total, body_crc, flag, at, body_len, props_at, props_len in inner_spans(
+        body, 0, len(body), msg.commitlog_offset
+    ):
         inner_body = body[at : at + body_len]
-        at += body_len
-        (props_len,) = _PROPS_LEN.unpack_from(body, at)
-        at += 2
-        if props_len < 0 or at + props_len > end or total != at + props_len - pos:
-            raise CorruptRecordError(
-                f"inner batch at {msg.commitlog_offset}: a message's length is wrong at {pos}"
-            )
         out.append(
             MessageExt(
                 size=total,
@@ -160,11 +156,71 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
                 prepared_transaction_offset=msg.prepared_transaction_offset,
                 body=inner_body,
                 topic=msg.topic,
-                properties=_properties(body[at : at + props_len]),
+                properties=_properties(body[props_at : props_at + props_len]),
             )
         )
-        pos = at + props_len
     return out
+
+
+def inner_spans(
+    buffer: Any, start: int, end: int, where: int
+) -> list[tuple[int, int, int, int, int, int, int]]:
+    """The messages of an inner batch's body ``buffer[start:end]`` in RocketMQ's batch encoding:
+    ``(total size, body CRC, flag, body position, body length, properties position, properties
+    length)`` each, positions in ``buffer``. Raises :class:`CorruptRecordError` (naming CommitLog
+    offset ``where``) when the body does not hold whole messages."""
+    out = []
+    pos = start
+    while pos < end:
+        if end - pos < _INNER_HEAD.size:
+            raise CorruptRecordError(f"inner batch at {where}: a message is cut at {pos - start}")
+        total, _magic, body_crc, flag, body_len = _INNER_HEAD.unpack_from(buffer, pos)
+        at = pos + _INNER_HEAD.size
+        if body_len < 0 or at + body_len + 2 > end:
+            raise CorruptRecordError(f"inner batch at {where}: a message's body overruns at {pos - start}")
+        (props_len,) = _PROPS_LEN.unpack_from(buffer, at + body_len)
+        props_at = at + body_len + 2
+        if props_len < 0 or props_at + props_len > end or total != props_at + props_len - pos:
+            raise CorruptRecordError(f"inner batch at {where}: a message's length is wrong at {pos - start}")
+        out.append((total, body_crc, flag, at, body_len, props_at, props_len))
+        pos = props_at + props_len
+    return out
+
+
+def unwrap_rows(view: Any, rows: np.ndarray, segment_start: int) -> np.ndarray:
+    """``rows`` (``RECORD_DTYPE`` over ``view``, a CommitLog segment from ``segment_start``) with
+    each inner batch's row replaced by one row per message, as a RocketMQ client unwraps it: the
+    record's fields, queue offset ``base + i``, and the message's own flag, body CRC, body and
+    properties (their positions in ``view``). ``rows`` itself when it holds no inner batch.
+    Raises :class:`CorruptRecordError` for an inner batch whose body is compressed (its messages
+    are no spans of ``view``: get_message reads them) or does not hold whole messages."""
+    flags = rows["sys_flag"]
+    batch = ((flags & SYSFLAG_INNER_BATCH) != 0) & ((flags & SYSFLAG_NEED_UNWRAP) != 0)
+    if not batch.any():
+        return rows
+    out = []
+    for row, is_batch in zip(rows, batch.tolist()):
+        if not is_batch:
+            out.append(row)
+            continue
+        where = segment_start + int(row["position"])
+        if int(row["sys_flag"]) & _COMPRESSION_BITS:
+            raise CorruptRecordError(
+                f"inner batch at {where} has a compressed body: its messages are no spans of the "
+                "CommitLog (read them with get_message)"
+            )
+        at = int(row["body_pos"])
+        base = int(row["queue_offset"])
+        for i, (_total, body_crc, flag, body_at, body_len, props_at, props_len) in enumerate(
+            inner_spans(view, at, at + int(row["body_len"]), where)
+        ):
+            one = row.copy()
+            one["queue_offset"] = base + i
+            one["flag"], one["body_crc"] = flag, body_crc
+            one["body_pos"], one["body_len"] = body_at, body_len
+            one["properties_pos"], one["properties_len"] = props_at, props_len
+            out.append(one)
+    return np.array(out, dtype=rows.dtype)
 
 
 def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
@@ -201,9 +257,12 @@ def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
 
 class BatchConsumeQueue:
     """One BatchConsumeQueue: its units on disk, then those dispatch found in the CommitLog past
-    them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds."""
+    them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds and
+    when it was stored: ``(count, store_timestamp)``."""
 
-    def __init__(self, root: str, topic: str, queue_id: int, count_of: Callable[[int], int]) -> None:
+    def __init__(
+        self, root: str, topic: str, queue_id: int, count_of: Callable[[int], tuple[int, int]]
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
@@ -216,6 +275,8 @@ class BatchConsumeQueue:
         self._offsets = disk["commitlog_offset"].astype(np.int64)
         self._sizes = disk["size"].astype(np.int64)
         self._counts = disk["batch_size"].astype(np.int64)
+        self._codes = disk["tags_code"].astype(np.int64)
+        self._times = disk["store_time"].astype(np.int64)
 
     def __len__(self) -> int:
         return len(self._bases)
@@ -243,6 +304,7 @@ class BatchConsumeQueue:
             if dropped:
                 self._bases, self._offsets = self._bases[:keep], self._offsets[:keep]
                 self._sizes, self._counts = self._sizes[:keep], self._counts[:keep]
+                self._codes, self._times = self._codes[:keep], self._times[:keep]
         return dropped
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
@@ -250,12 +312,14 @@ class BatchConsumeQueue:
         when it lies past the last one indexed; one indexed already is left as it is."""
         if commitlog_offset + size <= self.max_physic_offset:
             return False
-        count = self._count_of(commitlog_offset)
+        count, store_time = self._count_of(commitlog_offset)
         with self._lock:
             self._bases = np.append(self._bases, queue_offset)
             self._offsets = np.append(self._offsets, commitlog_offset)
             self._sizes = np.append(self._sizes, size)
             self._counts = np.append(self._counts, count)
+            self._codes = np.append(self._codes, tags_code)
+            self._times = np.append(self._times, store_time)
         return True
 
     def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
@@ -281,6 +345,54 @@ class BatchConsumeQueue:
             return None
         return int(self._offsets[i]), int(self._sizes[i]), base, count
 
+    def rows(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The queue offsets ``start ..`` (up to ``count`` of them, to the queue's end or the first
+        one no unit covers), one row per inner message: ``(units, batch)``, ``units`` of
+        ``CQ_UNIT_DTYPE`` (its record's CommitLog offset and size, its unit's tagsCode, repeated
+        for each message of a batch) and ``batch`` each row's batch size."""
+        with self._lock:
+            bases, counts = self._bases, self._counts
+            offsets, sizes, codes = self._offsets, self._sizes, self._codes
+        end = min(start + max(count, 0), int(bases[-1] + counts[-1]) if len(bases) else 0)
+        wanted = np.arange(start, max(start, end), dtype=np.int64)
+        at = np.searchsorted(bases, wanted, side="right") - 1
+        if len(bases):
+            safe = np.maximum(at, 0)
+            covered = (at >= 0) & (wanted < bases[safe] + counts[safe])
+        else:
+            covered = np.zeros(len(wanted), dtype=bool)
+        gap = np.flatnonzero(~covered)
+        if len(gap):
+            at = at[: gap[0]]
+        units = np.zeros(len(at), dtype=CQ_UNIT_DTYPE)
+        units["commitlog_offset"] = offsets[at]
+        units["size"] = sizes[at]
+        units["tags_code"] = codes[at]
+        return units, counts[at]
+
+    def units(self, start: int, count: int) -> np.ndarray:
+        """queue_units of this queue: :meth:`rows` from ``start`` (a copy, not a view of the
+        files), after the checks of ``ConsumeQueue.units``: ``start == max_offset`` gives an
+        empty array, a ``start`` outside ``[min_offset, max_offset]`` raises
+        :class:`MessageNotFoundError`."""
+        if count < 0:
+            raise InvalidMessageError(f"count {count} is negative")
+        if not self.min_offset <= start <= self.max_offset:
+            raise MessageNotFoundError(
+                f"queue offset {start} is outside [{self.min_offset}, {self.max_offset}] of "
+                f"{self.topic}-{self.queue_id}"
+            )
+        return self.rows(start, count)[0]
+
+    def offset_of_time(self, timestamp: int) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp`` (ms): the base
+        of the first such unit (a batch's messages share their record's store time); the max
+        offset when every one is older, 0 for an empty queue."""
+        with self._lock:
+            bases, times = self._bases, self._times
+        i = int(np.searchsorted(times, timestamp, side="left"))  # store times do not decrease
+        return int(bases[i]) if i < len(bases) else self.max_offset
+
     def entries(self) -> Iterator[tuple[int, int, int, int]]:
         """Every unit: ``(commitlog_offset, size, base, batch_size)``, in queue order."""
         yield from zip(
@@ -288,9 +400,11 @@ class BatchConsumeQueue:
         )
 
 
-def _record_count(commitlog: Any, commitlog_offset: int) -> int:
-    """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
-    return inner_count(commitlog.read(commitlog_offset))
+def _record_count(commitlog: Any, commitlog_offset: int) -> tuple[int, int]:
+    """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue,
+    and its store timestamp."""
+    msg = commitlog.read(commitlog_offset)
+    return inner_count(msg), int(msg.store_timestamp)
 
 
 class BatchQueueStore:
@@ -381,19 +495,20 @@ class BatchQueueStore:
 
     def pull(
         self, bq: BatchConsumeQueue, offset: int, max_msgs: int, tag_filter: Any
-    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt]]:
+    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt], Any, Any]:
         """A pull of up to ``max_msgs`` inner messages from queue offset ``offset`` of ``bq``,
         filtered by each one's own tag (a unit's tagsCode stands for the whole record):
-        ``(status, next offset, min offset, max offset, messages)`` as get_message gives them."""
+        ``(status, next offset, min offset, max offset, messages, units, queue offsets)`` as
+        get_message gives them (a unit per message, as :meth:`units` gives them)."""
         lo, hi = bq.min_offset, bq.max_offset
         if hi == 0:
-            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, []
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, [], None, None
         if offset < lo:
-            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, []
+            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, [], None, None
         if offset == hi:
-            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, []
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [], None, None
         if offset > hi:
-            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, []
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, [], None, None
         messages: list[MessageExt] = []
         position, scanned = offset, 0
         while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
@@ -407,7 +522,106 @@ class BatchQueueStore:
                     if len(messages) >= max_msgs:
                         break
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        return status, position, lo, hi, messages
+        queue_offsets = np.array([m.queue_offset for m in messages], dtype=np.int64)
+        rows = bq.rows(offset, position - offset)[0][queue_offsets - offset]
+        return status, position, lo, hi, messages, rows, queue_offsets
+
+    def units(
+        self, bq: BatchConsumeQueue, offset: int, max_msgs: int, tag_filter: Any
+    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt], np.ndarray, np.ndarray]:
+        """get_units of ``bq``: up to ``max_msgs`` rows from queue offset ``offset``, one per
+        inner message (:meth:`BatchConsumeQueue.rows`), without reading the CommitLog. The
+        tagsCode filters only a unit of one tagged message: a batch's unit (and any with tagsCode
+        0) does not carry its messages' tags, so its rows are kept as candidates under any
+        expression. ``(status, next offset, min, max, [], units, queue offsets)``."""
+        lo, hi = bq.min_offset, bq.max_offset
+        empty = np.empty(0, dtype=CQ_UNIT_DTYPE)
+        none = np.empty(0, dtype=np.int64)
+        if hi == 0:
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, [], empty, none
+        if offset < lo:
+            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, [], empty, none
+        if offset == hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [], empty, none
+        if offset > hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, [], empty, none
+        rows, batch = bq.rows(offset, max(max_msgs, _UNITS_SCAN))
+        queue_offsets = np.arange(offset, offset + len(rows), dtype=np.int64)
+        if not tag_filter.match_all:
+            codes = rows["tags_code"]
+            keep = tag_filter.mask(codes) | (batch > 1) | (codes == 0)
+            rows, queue_offsets = rows[keep], queue_offsets[keep]
+        position = offset + len(batch)
+        if len(rows) > max_msgs:
+            rows, queue_offsets = rows[:max_msgs], queue_offsets[:max_msgs]
+            position = int(queue_offsets[-1]) + 1
+        status = GetMessageStatus.FOUND if len(rows) else GetMessageStatus.NO_MATCHED_MESSAGE
+        return status, position, lo, hi, [], rows, queue_offsets
+
+    def records_at(
+        self, offsets: np.ndarray, sizes: np.ndarray, queue: tuple[str, int, int], check_crc: bool
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
+        """records_at of a BatchCQ queue's rows (:meth:`BatchConsumeQueue.rows`, one per inner
+        message from queue offset ``queue[2]``): each row must be the record its unit names
+        (topic, queue id, base offset, PHYSICALOFFSET) else :class:`ConsumeQueueDamagedError`,
+        and yields one ``RECORD_DTYPE`` row per inner message: the record's fields, its queue
+        offset, and the inner message's flag, body CRC, body and properties (positions in the
+        segment's view). An inner batch whose body is compressed has no such spans in the view:
+        it raises :class:`CorruptRecordError` naming it (get_message reads it)."""
+        topic, queue_id, first = queue
+        bq = self.get(topic, queue_id)
+        wanted = [
+            (first + i, int(o), int(n)) for i, (o, n) in enumerate(zip(offsets.tolist(), sizes.tolist()))
+        ]
+        records: dict[int, tuple[int, int, int]] = {}  # commitlog offset -> (size, base, count)
+        for position, offset, size in wanted:
+            found = bq.locate(position) if bq is not None else None
+            if found is None or found[:2] != (offset, size):
+                raise ConsumeQueueDamagedError(
+                    f"BatchConsumeQueue {topic}-{queue_id} has no unit ({offset}, {size}) at queue "
+                    f"offset {position}",
+                    topic,
+                    queue_id,
+                    position,
+                )
+            records[offset] = (size, found[2], found[3])
+        if not wanted:
+            return
+        lo, hi = wanted[0][0], wanted[-1][0] + 1
+        starts = np.fromiter(records, dtype=np.int64, count=len(records))
+        lengths = np.array([records[o][0] for o in records], dtype=np.int64)
+        name = topic.encode("utf-8")
+        for segment_start, view, rows in self._commitlog.records_at(starts, lengths, check_crc, None):
+            for row in rows:
+                offset = int(row["physical_offset"])
+                size, base, count = records.get(offset, (-1, -1, -1))
+                tpos, tlen = int(row["topic_pos"]), int(row["topic_len"])
+                if (
+                    int(row["position"]) + segment_start != offset
+                    or (int(row["queue_id"]), int(row["queue_offset"]), int(row["size"]))
+                    != (queue_id, base, size)
+                    or bytes(view[tpos : tpos + tlen]) != name
+                ):
+                    raise ConsumeQueueDamagedError(
+                        f"BatchConsumeQueue {topic}-{queue_id} unit at queue offset {base} does not "
+                        f"point at its record",
+                        topic,
+                        queue_id,
+                        max(base, lo),
+                    )
+            unwrapped = unwrap_rows(view, rows, segment_start)
+            for offset in np.unique(unwrapped["physical_offset"]).tolist():
+                size, base, count = records[offset]
+                if int((unwrapped["physical_offset"] == offset).sum()) != count:
+                    raise ConsumeQueueDamagedError(
+                        f"BatchConsumeQueue {topic}-{queue_id} unit at queue offset {base} counts "
+                        f"{count} messages, not its record's",
+                        topic,
+                        queue_id,
+                        max(base, lo),
+                    )
+            q = unwrapped["queue_offset"]
+            yield segment_start, view, unwrapped[(q >= lo) & (q < hi)]
 
     def verify(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
         """verify() of the BatchConsumeQueues: each unit follows the one before it (base =
