@@ -197,6 +197,7 @@ def open_parts(
     if read_only:
         opened.queue_offsets = queue_offsets
         opened.core = commitlog.core
+        batch.mend(queue_offsets, end)  # and nothing before it is missed
         opened.lookups = KeyLookups(codec, commitlog, None, (opened.disk_index, opened.index))
         opened.dispatcher = _dispatcher(
             opened, impl, dispatch_start, end_of=lambda: commitlog.end, index_lazily=True, end_core=commitlog
@@ -216,6 +217,7 @@ def open_parts(
         roll=weak_method(commitlog.roll, _closed),
     )
     opened.topics.core = core
+    batch.mend(queue_offsets, end)  # and nothing before it is missed
     opened.lookups = KeyLookups(codec, commitlog, core, (None, opened.index))
     opened.live = live = LivePage.create(
         path,

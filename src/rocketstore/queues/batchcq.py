@@ -34,6 +34,7 @@ from rocketstore.errors import (
     InvalidMessageError,
     MessageNotFoundError,
 )
+from rocketstore.format._codec_py import tags_code
 from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt, is_stored_topic
 from rocketstore.status import GetMessageStatus
@@ -80,6 +81,9 @@ PROPERTY_INNER_NUM = "INNER_NUM"
 
 _INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PROPS_LEN = struct.Struct(">h")
+#: sysFlag's transaction bits, and the values of those that get no queue unit (prepared, rolled back)
+_TRANSACTION_BITS = 0x0C
+_NO_UNIT = (0x04, 0x0C)
 #: how many queue offsets a get_units of a BatchConsumeQueue looks at, at least
 _UNITS_SCAN = 1024
 
@@ -290,6 +294,11 @@ class BatchConsumeQueue:
         return int(self._bases[-1] + self._counts[-1]) if len(self._bases) else 0
 
     @property
+    def last_base(self) -> int:
+        """The queue offset of the last record indexed (-1: none)."""
+        return int(self._bases[-1]) if len(self._bases) else -1
+
+    @property
     def max_physic_offset(self) -> int:
         """The end of the last record indexed (-1: none)."""
         return int(self._offsets[-1] + self._sizes[-1]) if len(self._offsets) else -1
@@ -393,6 +402,27 @@ class BatchConsumeQueue:
         i = int(np.searchsorted(times, timestamp, side="left"))  # store times do not decrease
         return int(bases[i]) if i < len(bases) else self.max_offset
 
+    def file_images(self, file_size: int) -> dict[str, bytes]:
+        """The queue's units as RocketMQ 5.3.3's BatchConsumeQueue lays them out in its files:
+        ``{20-digit start byte offset: file_size bytes}`` from byte 0, each unit 46 bytes
+        (compactedOffset -1, reserved 0), the last file zero-filled; a unit never straddles two
+        files (``file_size`` a multiple of 46). What a writer of these files would write, as
+        the tests compare with the fixture's own bytes."""
+        if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
+            raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
+        with self._lock:
+            units = np.zeros(len(self._bases), dtype=BCQ_UNIT_DTYPE)
+            units["commitlog_offset"], units["size"] = self._offsets, self._sizes
+            units["tags_code"], units["store_time"] = self._codes, self._times
+            units["base"], units["batch_size"] = self._bases, self._counts
+        units["compacted_offset"] = -1
+        data = units.tobytes()
+        per = file_size // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE
+        return {
+            f"{start:020d}": data[start : start + per].ljust(file_size, b"\0")
+            for start in range(0, max(len(data), 1), per)
+        }
+
     def entries(self) -> Iterator[tuple[int, int, int, int]]:
         """Every unit: ``(commitlog_offset, size, base, batch_size)``, in queue order."""
         yield from zip(
@@ -451,6 +481,33 @@ class BatchQueueStore:
                 if bq is None:
                     bq = self._queues[key] = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
         return bq
+
+    def mend(self, queue_offsets: Mapping[tuple[str, int], int], end: int) -> int:
+        """Index from the CommitLog, up to ``end``, the records of a BatchCQ queue whose files
+        miss them at their tail (a file lost, a broker stopped before it flushed them, a queue
+        with no files at all): ``queue_offsets`` is recovery's next queue offset of each queue
+        by its records, a batch record counted once, so a queue whose last unit's base is below
+        the last record's misses records. Returns how many records were indexed."""
+        lagging: dict[tuple[str, int], BatchConsumeQueue] = {}
+        for (topic, queue_id), nxt in queue_offsets.items():
+            if topic in self.topics:
+                bq = self.find_or_create(topic, queue_id)
+                last_base = bq.last_base
+                if nxt - 1 > last_base:
+                    lagging[(topic, queue_id)] = bq
+        if not lagging:
+            return 0
+        start = max(min(max(bq.max_physic_offset, 0) for bq in lagging.values()), self._commitlog.min_offset)
+        queue_ids = np.array(sorted({q for _t, q in lagging}), dtype=np.int64)
+        added = 0
+        for mf, rows in self._commitlog.chunks(start, end):
+            maybe = rows[np.isin(rows["queue_id"], queue_ids) & (rows["queue_offset"] >= 0)]
+            for offset in (maybe["position"].astype(np.int64) + mf.file_from_offset).tolist():
+                msg = self._commitlog.read(offset)
+                bq_or_none = lagging.get((msg.topic, msg.queue_id))
+                if bq_or_none is not None and msg.sys_flag & _TRANSACTION_BITS not in _NO_UNIT:
+                    added += bq_or_none.append(msg.queue_offset, offset, msg.size, tags_code(msg.tags))
+        return added
 
     def without_batch_topics(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
