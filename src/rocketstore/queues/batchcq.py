@@ -34,7 +34,7 @@ from rocketstore.errors import (
     InvalidMessageError,
     MessageNotFoundError,
 )
-from rocketstore.format._codec_py import tags_code
+from rocketstore.format._codec_py import java_hash, tags_code
 from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt, is_stored_topic
 from rocketstore.status import GetMessageStatus
@@ -47,9 +47,13 @@ __all__ = [
     "BatchConsumeQueue",
     "BatchQueueStore",
     "batch_topics",
+    "encode_inner_batch",
+    "inner_batch_properties",
     "inner_count",
     "inner_messages",
     "inner_spans",
+    "java_map_order",
+    "java_properties",
     "load_units",
     "unwrap_rows",
 ]
@@ -78,6 +82,7 @@ assert BCQ_UNIT_DTYPE.itemsize == BCQ_UNIT_SIZE
 SYSFLAG_NEED_UNWRAP = 0x040
 SYSFLAG_INNER_BATCH = 0x080
 PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
 
 _INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PROPS_LEN = struct.Struct(">h")
@@ -225,6 +230,57 @@ def unwrap_rows(view: Any, rows: np.ndarray, segment_start: int) -> np.ndarray:
             one["properties_pos"], one["properties_len"] = props_at, props_len
             out.append(one)
     return np.array(out, dtype=rows.dtype)
+
+
+def java_map_order(names: Iterable[str]) -> list[str]:
+    """``names`` in the order a ``java.util.HashMap`` holding them iterates: by bucket
+    (``h ^ (h >>> 16)`` of ``String.hashCode``, masked by a table of 16 doubled while more than
+    3/4 full), the given order within a bucket. RocketMQ writes a properties string in this
+    order (``messageProperties2String`` over a HashMap)."""
+    names = list(names)
+    size = 16
+    while len(names) > size * 3 // 4:
+        size *= 2
+
+    def bucket(name: str) -> int:
+        h = java_hash(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (size - 1)
+
+    return sorted(names, key=bucket)
+
+
+def java_properties(properties: Mapping[str, str]) -> bytes:
+    """``properties`` as RocketMQ's ``messageProperties2String`` writes a HashMap of them:
+    ``name\x01value\x02`` in :func:`java_map_order`."""
+    return "".join(f"{n}\x01{properties[n]}\x02" for n in java_map_order(properties)).encode("utf-8")
+
+
+def encode_inner_batch(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes:
+    """The body of an inner batch record as 5.3.3's producer encodes its messages
+    (``MessageDecoder.encodeMessages``: per message int totalSize, int magic 0, int bodyCRC 0,
+    int flag, int bodyLen, body, short propertiesLength, properties) from ``(flag, body,
+    properties)`` of each, the properties in :func:`java_properties`' order."""
+    out = bytearray()
+    for flag, body, properties in messages:
+        props = java_properties(properties)
+        if len(props) > 0x7FFF:
+            raise ValueError(f"a message's properties are {len(props)} bytes; the limit is 32767")
+        out += _INNER_HEAD.pack(_INNER_HEAD.size + len(body) + 2 + len(props), 0, 0, flag, len(body))
+        out += body
+        out += _PROPS_LEN.pack(len(props))
+        out += props
+    return bytes(out)
+
+
+def inner_batch_properties(base: int, count: int, unique_key: str, properties: Mapping[str, str]) -> bytes:
+    """The properties string of an inner batch record of ``count`` messages at queue offset
+    ``base``, as 5.3.3's broker writes it: ``properties`` (the batch's own, e.g. ``CLUSTER``,
+    ``WAIT``) with ``UNIQ_KEY``, ``INNER_NUM`` and ``INNER_BASE``, in HashMap order (a
+    ``__CRC32#`` property, when the store writes one, goes after them)."""
+    return java_properties(
+        # (the producer's UNIQ_KEY first: it goes before a property of the same bucket)
+        {"UNIQ_KEY": unique_key, **properties, PROPERTY_INNER_NUM: str(count), PROPERTY_INNER_BASE: str(base)}
+    )
 
 
 def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
