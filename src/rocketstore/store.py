@@ -77,9 +77,20 @@ class MessageStore(FacadeBase, StoreBase):
     ``done`` and ``total`` count CommitLog bytes.
     """
 
-    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
-        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
-        return self._role.create_topic(self, topic, queues)
+    def create_topic(
+        self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
+    ) -> None:
+        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count.
+
+        ``queue_type="BatchCQ"`` makes it a RocketMQ 5.x BatchCQ topic (the attribute
+        ``queue.type=BatchCQ`` in ``config/topics.json``, as 5.3.3 writes it): its queues are
+        ``batchconsumequeue/`` files, and a :meth:`put_batch` there writes one inner batch record
+        whose messages each get their own queue offset (a single put, a plain record). Only a
+        topic without messages can change its type; ``"SimpleCQ"`` (ConsumeQueues) is the
+        default."""
+        if queue_type is None:
+            return self._role.create_topic(self, topic, queues)
+        return self._role.create_topic(self, topic, queues, queue_type=queue_type)
 
     def set_topic_retention(
         self,

@@ -56,7 +56,6 @@ from rocketstore.consume import (
     scan_budget,
 )
 from rocketstore.errors import (
-    BatchTopicError,
     ConsumeQueueDamagedError,
     InvalidMessageError,
     InvalidMessageIdError,
@@ -101,6 +100,7 @@ from rocketstore.processes.live import (
 )
 from rocketstore.processes.opening import OpenedParts, detect_config, open_parts, start_services
 from rocketstore.processes.writers import WriterClient, WriterServer
+from rocketstore.queues.batchcq import batch_bodies, set_queue_type
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactionLog, latest_per_key
 from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, offset_of_time
@@ -642,12 +642,6 @@ class StoreBase(JoinedWriting):
         self._checkpointer.save()
 
     def _topic_queues(self, topic: str) -> int:
-        if topic in self._batch_topics:
-            # its units would go in a BatchConsumeQueue, which rocketstore does not write
-            raise BatchTopicError(
-                f"topic {topic!r} is a BatchCQ topic (queue.type=BatchCQ): rocketstore reads its "
-                f"BatchConsumeQueue but does not write it, so it takes no put"
-            )
         return self._topics.queues_for_put(topic)
 
     def close(self) -> None:
@@ -761,7 +755,7 @@ class StoreBase(JoinedWriting):
     def _close_queues(self) -> None:
         """Close the ConsumeQueues and the index files, each whatever the others raised."""
         error = None
-        for part in ("_queues", "_index", "_disk_index"):
+        for part in ("_queues", "_batch", "_index", "_disk_index"):
             obj = getattr(self, part, None)
             if obj is not None:
                 try:
@@ -873,12 +867,23 @@ class StoreBase(JoinedWriting):
 
     # ---- topics ----
 
-    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
+    def create_topic(
+        self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
+    ) -> None:
         self._check_writable()
         topic = _plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
+        if queue_type is not None:  # (rocketstore.queues.batchcq)
+            held = (
+                self.queues()
+                if queue_type != ("BatchCQ" if topic in self._batch_topics else "SimpleCQ")
+                else {}
+            )
+            self._batch_topics = set_queue_type(
+                self._batch, self._dispatcher, self._topics, topic, queue_type, held
+            )
         self._topics.set(topic, queues)
 
     def set_topic_retention(
@@ -1229,6 +1234,12 @@ class StoreBase(JoinedWriting):
             if is_timer_put(properties):
                 raise InvalidTimerError("a batch cannot be a timer message")
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
+        if topic in self._batch_topics:  # one inner batch record (rocketstore.queues.batchcq)
+            writer = self._batch.writer
+            put: BatchPutResult | PutFuture = writer.put(
+                self._core, topic, batch_bodies(bodies, lengths), tags, properties, queue_id, wait, flag
+            )
+            return put
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
     def put_messages(
@@ -1242,6 +1253,9 @@ class StoreBase(JoinedWriting):
         # every other one through _message_item's full checks
         if type(messages) is not list:
             messages = list(messages)
+        if self._batch_topics and any(getattr(m, "topic", None) in self._batch_topics for m in messages):
+            wait = self._wait_mode(durable, -1)  # one inner batch record (rocketstore.queues.batchcq)
+            return [self._batch.writer.put_messages(self._core, messages, wait)]
         # a batch of plain messages: read, encoded and stored in one compiled pass
         done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
         if done is not None:

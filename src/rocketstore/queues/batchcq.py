@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore.base._clock import month_bounds, now_ms
 from rocketstore.base.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
 from rocketstore.errors import (
     ConsumeQueueDamagedError,
@@ -45,7 +46,10 @@ __all__ = [
     "BATCH_CQ",
     "QUEUE_TYPE",
     "BatchConsumeQueue",
+    "BatchQueueFiles",
     "BatchQueueStore",
+    "InnerBatchWriter",
+    "batch_bodies",
     "batch_topics",
     "encode_inner_batch",
     "inner_batch_properties",
@@ -61,6 +65,7 @@ __all__ = [
 #: the topic attribute that names a topic's queue type, and the value of a BatchConsumeQueue's
 QUEUE_TYPE = "queue.type"
 BATCH_CQ = "BatchCQ"
+SIMPLE_CQ = "SimpleCQ"
 DIRECTORY = "batchconsumequeue"
 
 BCQ_UNIT_SIZE = 46
@@ -86,6 +91,7 @@ PROPERTY_INNER_BASE = "INNER_BASE"
 
 _INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PROPS_LEN = struct.Struct(">h")
+_LOOPBACK = bytes((127, 0, 0, 1))
 #: sysFlag's transaction bits, and the values of those that get no queue unit (prepared, rolled back)
 _TRANSACTION_BITS = 0x0C
 _NO_UNIT = (0x04, 0x0C)
@@ -283,6 +289,169 @@ def inner_batch_properties(base: int, count: int, unique_key: str, properties: M
     )
 
 
+def batch_bodies(bodies: Any, lengths: Any = None) -> list[bytes]:
+    """put_batch's ``bodies`` (a sequence of bytes-like, or one buffer cut by ``lengths``) as a
+    list of bytes."""
+    if lengths is None:
+        return [bytes(b) for b in bodies]
+    buf = memoryview(bodies).cast("B")
+    out, pos = [], 0
+    for n in np.asarray(lengths, dtype=np.int64).tolist():
+        if n < 0 or pos + n > len(buf):
+            raise InvalidMessageError("lengths run past the end of the bodies' buffer")
+        out.append(bytes(buf[pos : pos + n]))
+        pos += n
+    if pos != len(buf):
+        raise InvalidMessageError(f"lengths add up to {pos} bytes, the buffer holds {len(buf)}")
+    return out
+
+
+def set_queue_type(
+    batch: BatchQueueStore,
+    dispatcher: Any,
+    topics: Any,
+    topic: str,
+    queue_type: str,
+    queues: Mapping[tuple[str, int], tuple[int, int]],
+) -> frozenset[str]:
+    """create_topic's ``queue_type``: ``topic`` becomes a BatchCQ topic (``queue.type=BatchCQ``
+    in topics.json, ``batch`` and ``dispatcher`` told), or stays what it is. Only a topic with
+    no message in ``queues`` ({(topic, queue id): (min, max)} of the store, given when the type
+    would change) may change; a BatchCQ topic stays one. Returns the store's BatchCQ topics."""
+    if queue_type not in (BATCH_CQ, SIMPLE_CQ):
+        raise InvalidMessageError(f"queue_type must be {BATCH_CQ!r} or {SIMPLE_CQ!r}, not {queue_type!r}")
+    current = BATCH_CQ if topic in batch.topics else SIMPLE_CQ
+    if queue_type == current:
+        return batch.topics
+    if queue_type == SIMPLE_CQ:
+        raise InvalidMessageError(f"topic {topic!r} is a BatchCQ topic: its queue type stays BatchCQ")
+    if any(hi > 0 for (t, _q), (_lo, hi) in queues.items() if t == topic):
+        raise InvalidMessageError(
+            f"topic {topic!r} holds messages in ConsumeQueues: it cannot become BatchCQ"
+        )
+    topics.update_attributes(topic, {QUEUE_TYPE: BATCH_CQ})
+    batch.add_topic(topic)
+    dispatcher.use_batch(batch)
+    return batch.topics
+
+
+class InnerBatchWriter:
+    """Puts into a BatchCQ topic's queue as 5.3.3's producer and broker write a batch there: one
+    inner batch record (sysFlag INNER_BATCH | NEED_UNWRAP) whose body is the messages in the
+    producer's batch encoding, each with its own UNIQ_KEY (and WAIT, TAGS, its properties), and
+    whose properties are the batch's UNIQ_KEY, CLUSTER, WAIT, INNER_NUM and INNER_BASE (the
+    queue offset of its first message, set under the append lock by the core's
+    ``put_inner_batch``), all in java.util.HashMap order. ``codec`` makes the client-style
+    UNIQ_KEYs (``make_uniq_key``); ``cluster`` is the broker cluster name the record carries."""
+
+    def __init__(self, codec: Any, cluster: str, clock: Callable[[], int]) -> None:
+        self._codec = codec
+        self._cluster = cluster
+        self._clock = clock
+        self._loader_hash = int.from_bytes(os.urandom(4), "big")
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def new_id(self) -> str:
+        """A client-style UNIQ_KEY: loopback address, pid, a random part, time and a counter."""
+        now = self._clock()
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        key: str = self._codec.make_uniq_key(
+            _LOOPBACK, os.getpid(), self._loader_hash, now, counter, month_bounds(now)[0]
+        )
+        return key
+
+    def record_properties(self, count: int) -> tuple[bytes, bytes, str]:
+        """``(properties before the INNER_BASE value, after it, the batch's UNIQ_KEY)`` of an
+        inner batch record of ``count`` messages: UNIQ_KEY, CLUSTER, WAIT, INNER_NUM and
+        INNER_BASE in HashMap order, as 5.3.3's broker writes them."""
+        unique_key = self.new_id()
+        names = {
+            "UNIQ_KEY": unique_key,
+            "CLUSTER": self._cluster,
+            "WAIT": "true",
+            PROPERTY_INNER_NUM: str(count),
+            PROPERTY_INNER_BASE: "",
+        }
+        before: list[str] = []
+        after: list[str] = []
+        part = before
+        for name in java_map_order(names):
+            if name == PROPERTY_INNER_BASE:
+                before.append(f"{name}\x01")
+                part = after
+                after.append("\x02")
+            else:
+                part.append(f"{name}\x01{names[name]}\x02")
+        return "".join(before).encode("utf-8"), "".join(after).encode("utf-8"), unique_key
+
+    def put_messages(self, core: Any, messages: list[Any], wait: int) -> Any:
+        """put_messages into a BatchCQ topic: ``messages`` (:class:`rocketstore.Message`, all of
+        that topic and one queue id) as one inner batch record, each with its own flag, body,
+        tags, keys and properties, as a 5.x producer's ``send(Collection<Message>)``. Its
+        PutResult (message ``i`` at ``queue_offset + i``) or PutFuture."""
+        topics = {m.topic for m in messages}
+        queue_ids = {m.queue_id for m in messages}
+        if len(topics) != 1 or len(queue_ids) != 1:
+            raise InvalidMessageError(
+                "messages to a BatchCQ topic are put as one batch record: all of one topic and one queue_id"
+            )
+        items = []
+        for m in messages:
+            if m.sys_flag or m.reconsume_times or m.born_timestamp:
+                raise InvalidMessageError(
+                    "a BatchCQ batch's messages take no sys_flag, reconsume_times or born_timestamp"
+                )
+            props: dict[str, str] = {}
+            if m.tags is not None:
+                props["TAGS"] = m.tags
+            if m.keys is not None:
+                props["KEYS"] = m.keys if isinstance(m.keys, str) else " ".join(m.keys)
+            props["WAIT"] = "true"
+            user = dict(m.properties or {})
+            if "DELAY" in user or "UNIQ_KEY" in user or any(k.startswith("TIMER_") for k in user):
+                raise InvalidMessageError(
+                    "a BatchCQ batch's messages cannot be delayed, timed or carry a UNIQ_KEY"
+                )
+            props.update(user)
+            items.append((int(m.flag), bytes(m.body), props))
+        return self.put_items(core, topics.pop(), items, queue_ids.pop(), wait)
+
+    def put_items(
+        self, core: Any, topic: str, items: list[tuple[int, bytes, dict[str, str]]], queue_id: int, wait: int
+    ) -> Any:
+        """One inner batch record of ``items`` ``(flag, body, properties)`` (each message's
+        UNIQ_KEY added) through ``core.put_inner_batch``."""
+        if not items:
+            raise InvalidMessageError("a batch needs at least one message")
+        body = encode_inner_batch((flag, b, {**props, "UNIQ_KEY": self.new_id()}) for flag, b, props in items)
+        before, after, unique_key = self.record_properties(len(items))
+        return core.put_inner_batch(topic, body, before, after, queue_id, len(items), unique_key, 0, wait)
+
+    def put(
+        self,
+        core: Any,
+        topic: str,
+        bodies: list[bytes],
+        tags: Optional[str],
+        properties: Optional[Mapping[str, str]],
+        queue_id: int,
+        wait: int,
+        flag: int = 0,
+    ) -> Any:
+        """One inner batch record of ``bodies`` into (``topic``, ``queue_id``; -1: the core's
+        choice) through ``core.put_inner_batch``: its PutResult (queue offset the first
+        message's; message ``i`` is at ``queue_offset + i``) or PutFuture."""
+        own: dict[str, str] = {}
+        if tags is not None:
+            own["TAGS"] = tags
+        own["WAIT"] = "true"
+        own.update(properties or {})
+        return self.put_items(core, topic, [(flag, b, own) for b in bodies], queue_id, wait)
+
+
 def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
     """The valid units of the queue's files, oldest first: as ``BatchConsumeQueue.recover``
     takes them, up to the first unit whose CommitLog offset, size, base or batch size is not
@@ -315,6 +484,107 @@ def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
 
+#: 5.3.3's BatchConsumeQueue file: 300,000 units (``mapperFileSizeBatchConsumeQueue``)
+BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE
+
+
+def file_size_of(directory: str) -> Optional[int]:
+    """The size of the first file of a BatchConsumeQueue directory (a broker's setting), None
+    when it has none or its size is no multiple of a unit."""
+    try:
+        names = sorted((n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()), key=int)
+        size = os.path.getsize(os.path.join(directory, names[0])) if names else 0
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return size if size > 0 and size % BCQ_UNIT_SIZE == 0 else None
+
+
+class BatchQueueFiles:
+    """Writes one BatchConsumeQueue's units into its files, as 5.3.3 lays them out
+    (:meth:`BatchConsumeQueue.file_images`): files of ``file_size`` bytes named by their first
+    byte's offset, each unit at ``46 * number``. ``written`` units are on disk; :meth:`write`
+    adds the queue's units past them, :meth:`sync` makes the files hold exactly the queue's
+    units at a writable open (after recovery cut or mended them), :meth:`flush` makes the
+    writes durable."""
+
+    def __init__(self, directory: str, file_size: int, written: int) -> None:
+        if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
+            raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
+        self.directory = directory
+        self.file_size = file_size
+        self.per_file = file_size // BCQ_UNIT_SIZE
+        self.written = written
+        self._fds: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _fd(self, index: int, create: bool = True) -> Optional[int]:
+        fd = self._fds.get(index)
+        if fd is None:
+            path = os.path.join(self.directory, f"{index * self.file_size:020d}")
+            if not create and not os.path.exists(path):
+                return None
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < self.file_size:
+                os.ftruncate(fd, self.file_size)
+            self._fds[index] = fd
+        return fd
+
+    def _put(self, number: int, data: bytes) -> None:
+        """``data`` (whole units) at unit ``number`` on, across files."""
+        while data:
+            index, slot = divmod(number, self.per_file)
+            take = min(len(data) // BCQ_UNIT_SIZE, self.per_file - slot)
+            fd = self._fd(index)
+            assert fd is not None
+            os.pwrite(fd, data[: take * BCQ_UNIT_SIZE], slot * BCQ_UNIT_SIZE)
+            self._dirty.add(index)
+            data, number = data[take * BCQ_UNIT_SIZE :], number + take
+
+    def write(self, bq: BatchConsumeQueue) -> None:
+        """The units of ``bq`` past those written, into the files."""
+        with self._lock:
+            units = bq.units_array(self.written)
+            if len(units):
+                self._put(self.written, units.tobytes())
+                self.written += len(units)
+
+    def sync(self, bq: BatchConsumeQueue, on_disk: int) -> None:
+        """Make the files hold ``bq``'s units and nothing after them: ``on_disk`` units were
+        read from them (recovery may have left some out, or indexed more from the CommitLog);
+        stale bytes after the last unit are zeroed (a later load would read them as units)."""
+        with self._lock:
+            keep = min(on_disk, len(bq))
+            self.written = keep
+        self.write(bq)
+        with self._lock:
+            number = self.written
+            index, slot = divmod(number, self.per_file)
+            while True:
+                fd = self._fd(index, create=False)
+                if fd is None:
+                    break
+                at = slot * BCQ_UNIT_SIZE
+                tail = os.pread(fd, self.file_size - at, at)
+                if tail.strip(b"\0"):
+                    os.pwrite(fd, bytes(len(tail)), at)
+                    self._dirty.add(index)
+                index, slot = index + 1, 0
+
+    def flush(self) -> None:
+        with self._lock:
+            for index in sorted(self._dirty):
+                os.fsync(self._fds[index])
+            self._dirty.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
 class BatchConsumeQueue:
     """One BatchConsumeQueue: its units on disk, then those dispatch found in the CommitLog past
     them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds and
@@ -331,12 +601,50 @@ class BatchConsumeQueue:
         disk = load_units(self.directory)
         #: the units on disk (read once at open)
         self.disk_units = disk
-        self._bases = disk["base"].astype(np.int64)
-        self._offsets = disk["commitlog_offset"].astype(np.int64)
-        self._sizes = disk["size"].astype(np.int64)
-        self._counts = disk["batch_size"].astype(np.int64)
-        self._codes = disk["tags_code"].astype(np.int64)
-        self._times = disk["store_time"].astype(np.int64)
+        # the units' columns, grown by doubling (an append is amortised O(1)); [:_n] are valid
+        self._n = len(disk)
+        self._cols = [
+            disk[name].astype(np.int64)
+            for name in ("base", "commitlog_offset", "size", "batch_size", "tags_code", "store_time")
+        ]
+        #: what writes the units into the files (a writable store's; None: memory only)
+        self.files: Optional[BatchQueueFiles] = None
+
+    @property
+    def _bases(self) -> np.ndarray:
+        return self._cols[0][: self._n]
+
+    @property
+    def _offsets(self) -> np.ndarray:
+        return self._cols[1][: self._n]
+
+    @property
+    def _sizes(self) -> np.ndarray:
+        return self._cols[2][: self._n]
+
+    @property
+    def _counts(self) -> np.ndarray:
+        return self._cols[3][: self._n]
+
+    @property
+    def _codes(self) -> np.ndarray:
+        return self._cols[4][: self._n]
+
+    @property
+    def _times(self) -> np.ndarray:
+        return self._cols[5][: self._n]
+
+    def units_array(self, start: int = 0) -> np.ndarray:
+        """The units from number ``start`` on as ``BCQ_UNIT_DTYPE`` (as the files hold them)."""
+        with self._lock:
+            n = self._n
+            units = np.zeros(max(n - start, 0), dtype=BCQ_UNIT_DTYPE)
+            for name, col in zip(
+                ("base", "commitlog_offset", "size", "batch_size", "tags_code", "store_time"), self._cols
+            ):
+                units[name] = col[start:n]
+        units["compacted_offset"] = -1
+        return units
 
     def __len__(self) -> int:
         return len(self._bases)
@@ -365,11 +673,8 @@ class BatchConsumeQueue:
         made durable); the files keep them. Returns how many were left out."""
         with self._lock:
             keep = int(np.searchsorted(self._offsets + self._sizes, end, side="right"))
-            dropped = len(self._offsets) - keep
-            if dropped:
-                self._bases, self._offsets = self._bases[:keep], self._offsets[:keep]
-                self._sizes, self._counts = self._sizes[:keep], self._counts[:keep]
-                self._codes, self._times = self._codes[:keep], self._times[:keep]
+            dropped = self._n - keep
+            self._n = keep
         return dropped
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
@@ -379,12 +684,16 @@ class BatchConsumeQueue:
             return False
         count, store_time = self._count_of(commitlog_offset)
         with self._lock:
-            self._bases = np.append(self._bases, queue_offset)
-            self._offsets = np.append(self._offsets, commitlog_offset)
-            self._sizes = np.append(self._sizes, size)
-            self._counts = np.append(self._counts, count)
-            self._codes = np.append(self._codes, tags_code)
-            self._times = np.append(self._times, store_time)
+            n = self._n
+            if n == len(self._cols[0]):
+                self._cols = [np.concatenate([c, np.zeros(max(n, 16), dtype=np.int64)]) for c in self._cols]
+            for col, value in zip(
+                self._cols, (queue_offset, commitlog_offset, size, count, tags_code, store_time)
+            ):
+                col[n] = value
+            self._n = n + 1
+        if self.files is not None:
+            self.files.write(self)
         return True
 
     def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
@@ -466,12 +775,7 @@ class BatchConsumeQueue:
         the tests compare with the fixture's own bytes."""
         if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
             raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
-        with self._lock:
-            units = np.zeros(len(self._bases), dtype=BCQ_UNIT_DTYPE)
-            units["commitlog_offset"], units["size"] = self._offsets, self._sizes
-            units["tags_code"], units["store_time"] = self._codes, self._times
-            units["base"], units["batch_size"] = self._bases, self._counts
-        units["compacted_offset"] = -1
+        units = self.units_array()
         data = units.tobytes()
         per = file_size // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE
         return {
@@ -507,6 +811,9 @@ class BatchQueueStore:
         self._count_of = functools.partial(_record_count, commitlog)
         self._queues: dict[tuple[str, int], BatchConsumeQueue] = {}
         self._lock = threading.Lock()
+        self._file_size: Optional[int] = None  # (write_files: the files are written)
+        #: what puts a batch into a BatchCQ topic (a writable store's: write_files)
+        self.writer: Optional[InnerBatchWriter] = None
         for topic in sorted(self.topics):
             try:
                 names = os.listdir(os.path.join(self.root, DIRECTORY, topic))
@@ -515,6 +822,50 @@ class BatchQueueStore:
             for name in sorted(names):
                 if name.isascii() and name.isdigit() and str(int(name)) == name and int(name) <= 0x7FFFFFFF:
                     self.find_or_create(topic, int(name))
+
+    def write_files(self, codec: Any, cluster: str, file_size: Optional[int] = None) -> None:
+        """A writable store's: from now on each queue's units go into its files too (their size
+        that of a queue's existing files, else ``file_size``, else 5.3.3's); the files are made
+        to hold exactly the units recovery kept and mended. Writes nothing when they already do.
+        :attr:`writer` then puts inner batch records (``codec``'s UNIQ_KEYs, ``cluster`` the
+        broker cluster name they carry)."""
+        self.writer = InnerBatchWriter(codec, cluster, now_ms)
+        if file_size is None:
+            found = [file_size_of(bq.directory) for bq in self._queues.values()]
+            file_size = next((f for f in found if f), BCQ_FILE_SIZE)
+        self._file_size = file_size
+        for bq in list(self._queues.values()):
+            self._attach(bq)
+
+    def _attach(self, bq: BatchConsumeQueue) -> None:
+        if bq.files is None and self._file_size is not None:
+            files = BatchQueueFiles(bq.directory, file_size_of(bq.directory) or self._file_size, 0)
+            bq.files = files
+            files.sync(bq, len(bq.disk_units))
+
+    def flush(self) -> None:
+        """fsync what the queues wrote into their files."""
+        for bq in self:
+            if bq.files is not None:
+                bq.files.flush()
+
+    def close(self) -> None:
+        """Flush and close the files written (each queue whatever another raised)."""
+        error: Optional[BaseException] = None
+        for bq in self:
+            if bq.files is not None:
+                try:
+                    bq.files.flush()
+                except OSError as exc:
+                    error = error or exc
+                bq.files.close()
+                bq.files = None
+        if error is not None:
+            raise error
+
+    def add_topic(self, topic: str) -> None:
+        """``topic`` is a BatchCQ topic from now on (created so)."""
+        self.topics = self.topics | {topic}
 
     def __contains__(self, topic: object) -> bool:
         return topic in self.topics
@@ -535,7 +886,9 @@ class BatchQueueStore:
             with self._lock:
                 bq = self._queues.get(key)
                 if bq is None:
-                    bq = self._queues[key] = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
+                    bq = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
+                    self._attach(bq)
+                    self._queues[key] = bq
         return bq
 
     def mend(self, queue_offsets: Mapping[tuple[str, int], int], end: int) -> int:
