@@ -194,6 +194,11 @@ class MessageStore(FacadeBase, StoreBase):
         :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
         message raises and nothing of the batch is written. A batch is stored whole or not at
         all; the errors are :meth:`put`'s.
+
+        Into a BatchCQ topic (:meth:`create_topic` ``queue_type``, or a RocketMQ 5.x broker's):
+        one inner batch record as 5.3.3 writes it, and its result is that record's
+        :class:`PutResult` (or a :class:`PutFuture` of it): ``queue_offset`` is the first
+        message's, message ``i`` is at ``queue_offset + i``.
         """
         return self._role.put_batch(
             self,
@@ -218,6 +223,10 @@ class MessageStore(FacadeBase, StoreBase):
 
         Every message is validated before the first is written; they are stored all or none,
         with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
+
+        Messages to a BatchCQ topic must all be of that topic and one queue id: they are stored
+        as one inner batch record, each with its own flag, body, tags, keys and properties, and
+        the list holds that record's one result (message ``i`` at ``queue_offset + i``).
         """
         return self._role.put_messages(self, messages, durable=durable)
 

@@ -1,4 +1,4 @@
-"""RocketMQ 5.x's BatchConsumeQueue (docs/format.md §4.8), read.
+"""RocketMQ 5.x's BatchConsumeQueue (docs/format.md §4.8), read and written.
 
 A topic whose ``queue.type`` attribute is ``BatchCQ`` has no ConsumeQueue: its queues are
 ``batchconsumequeue/<topic>/<queueId>/<20-digit start byte offset>`` files of 46-byte units, one
@@ -12,8 +12,11 @@ Each inner message is handed out on its own, as RocketMQ's client unwraps it
 timestamps, sysFlag and CommitLog offset, queue offset ``base + i``, and its own flag, body and
 properties.
 
-rocketstore reads these files and never writes them: records the files do not index yet (a
-broker stopped before its dispatch got there) are indexed in memory from the CommitLog.
+Records the files do not index yet (a broker stopped before its dispatch got there, a file
+lost) are indexed from the CommitLog at open. A writable store writes the files too
+(:class:`BatchQueueFiles`), and its batch puts into such a topic write inner batch records as
+5.3.3 does (:class:`InnerBatchWriter`; the record's INNER_BASE is set under the append lock by
+the core's ``put_inner_batch``).
 """
 
 from __future__ import annotations
