@@ -162,3 +162,21 @@ def test_the_queue_type_of_a_topic_with_messages_does_not_change(tmp_path, impl)
             == {("Plain", q): (0, 1) for q in [store.get_message("g", "Plain", 0, 0).messages and 0 or 0]}
             or True
         )
+
+
+def test_retention_moves_a_batch_queue_s_first_offset_past_what_it_deleted(tmp_path, impl):
+    """Segments deleted by retention: the BatchCQ queue's first offset is the first message whose
+    record is left, a pull below it says OFFSET_TOO_SMALL (not an error), and verify is clean."""
+    with MessageStore(tmp_path / "s", implementation=impl.name, commitlog_file_size=4096) as store:
+        store.create_topic("B", 1, queue_type="BatchCQ")
+        for i in range(40):
+            store.put_batch("B", [b"m%d-%d:" % (i, j) + bytes(50) for j in range(3)], queue_id=0)
+        assert store.clean(force=True)["commitlog"]
+        lo, hi = store.queues()[("B", 0)]
+        assert 0 < lo < hi == 120 and lo % 3 == 0
+        assert store.min_queue_offset("B", 0) == lo
+        got = store.get_message("g", "B", 0, 0, 10)
+        assert (got.status.name, got.next_begin_offset) == ("OFFSET_TOO_SMALL", lo)
+        first = store.get_message("g", "B", 0, lo, 10).messages[0]
+        assert first.queue_offset == lo and first.body.startswith(b"m%d-0:" % (lo // 3))
+        assert store.verify()["problems"] == []

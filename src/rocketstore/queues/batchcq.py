@@ -555,25 +555,28 @@ class BatchQueueFiles:
 
     def sync(self, bq: BatchConsumeQueue, on_disk: int) -> None:
         """Make the files hold ``bq``'s units and nothing after them: ``on_disk`` units were
-        read from them (recovery may have left some out, or indexed more from the CommitLog);
-        stale bytes after the last unit are zeroed (a later load would read them as units)."""
+        read from them (recovery may have left some out, or indexed more from the CommitLog).
+        Units left out are zeroed, and so is what follows the last unit when it is not zero (a
+        unit the load refused, which a later load would stop at, and what is after it)."""
         with self._lock:
             keep = min(on_disk, len(bq))
+            if on_disk > keep:
+                self._put(keep, bytes((on_disk - keep) * BCQ_UNIT_SIZE))
             self.written = keep
         self.write(bq)
         with self._lock:
-            number = self.written
-            index, slot = divmod(number, self.per_file)
-            while True:
-                fd = self._fd(index, create=False)
-                if fd is None:
-                    break
+            index, slot = divmod(self.written, self.per_file)
+            fd = self._fd(index, create=False)
+            if fd is None or not os.pread(fd, BCQ_UNIT_SIZE, slot * BCQ_UNIT_SIZE).strip(b"\0"):
+                return  # (the files end in zeros after the last unit, as written)
+            while fd is not None:
                 at = slot * BCQ_UNIT_SIZE
                 tail = os.pread(fd, self.file_size - at, at)
                 if tail.strip(b"\0"):
                     os.pwrite(fd, bytes(len(tail)), at)
                     self._dirty.add(index)
                 index, slot = index + 1, 0
+                fd = self._fd(index, create=False)
 
     def flush(self) -> None:
         with self._lock:
@@ -594,9 +597,16 @@ class BatchConsumeQueue:
     when it was stored: ``(count, store_timestamp)``."""
 
     def __init__(
-        self, root: str, topic: str, queue_id: int, count_of: Callable[[int], tuple[int, int]]
+        self,
+        root: str,
+        topic: str,
+        queue_id: int,
+        count_of: Callable[[int], tuple[int, int]],
+        low: Optional[Callable[[], int]] = None,
     ) -> None:
         self.topic = topic
+        #: the CommitLog's first offset retention left (units below it point at nothing)
+        self._low = low
         self.queue_id = queue_id
         self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
         self._count_of = count_of
@@ -654,7 +664,14 @@ class BatchConsumeQueue:
 
     @property
     def min_offset(self) -> int:
-        return int(self._bases[0]) if len(self._bases) else 0
+        """The first queue offset whose record retention left (the max offset when none)."""
+        bases = self._bases
+        if not len(bases):
+            return 0
+        if self._low is None:
+            return int(bases[0])
+        i = int(np.searchsorted(self._offsets, self._low(), side="left"))
+        return int(bases[i]) if i < len(bases) else self.max_offset
 
     @property
     def max_offset(self) -> int:
@@ -812,6 +829,7 @@ class BatchQueueStore:
         self._commitlog = commitlog
         # (not a method of this store: its queues hold it, and would make a cycle with it)
         self._count_of = functools.partial(_record_count, commitlog)
+        self._low = functools.partial(getattr, commitlog, "min_offset")
         self._queues: dict[tuple[str, int], BatchConsumeQueue] = {}
         self._lock = threading.Lock()
         self._file_size: Optional[int] = None  # (write_files: the files are written)
@@ -889,7 +907,7 @@ class BatchQueueStore:
             with self._lock:
                 bq = self._queues.get(key)
                 if bq is None:
-                    bq = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
+                    bq = BatchConsumeQueue(self.root, topic, queue_id, self._count_of, self._low)
                     self._attach(bq)
                     self._queues[key] = bq
         return bq
