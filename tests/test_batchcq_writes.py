@@ -180,3 +180,38 @@ def test_retention_moves_a_batch_queue_s_first_offset_past_what_it_deleted(tmp_p
         first = store.get_message("g", "B", 0, lo, 10).messages[0]
         assert first.queue_offset == lo and first.body.startswith(b"m%d-0:" % (lo // 3))
         assert store.verify()["problems"] == []
+
+
+_JOINED_CHILD = r"""
+import sys
+from rocketstore import Message, MessageStore
+with MessageStore(sys.argv[1], implementation=sys.argv[2]) as s:
+    assert s.stats()["writer"] == "joined"
+    one = s.put("FixtureBatchTopic", b"j1", queue_id=0).queue_offset
+    batch = s.put_batch("FixtureBatchTopic", [b"j2", b"j3"], queue_id=0).queue_offset
+    [msgs] = s.put_messages([Message("FixtureBatchTopic", b"j%d" % i, queue_id=0) for i in (4, 5)])
+    print(one, batch, msgs.queue_offset)
+"""
+
+
+def test_a_joined_writer_s_batch_into_a_batch_cq_topic_is_one_inner_batch_record(tmp_path, impl):
+    """A joined writer's put_batch / put_messages into a BatchCQ topic run in the writing process
+    (one inner batch record each, as there); its single put appends in its own process, at the
+    queue offset after the BatchConsumeQueue's last message."""
+    import subprocess
+    import sys
+
+    root = unpack(tmp_path, NAME)
+    with MessageStore(root, implementation=impl.name) as store:
+        done = subprocess.run(
+            [sys.executable, "-c", _JOINED_CHILD, str(root), impl.name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["45", "46", "48"]
+        got = store.get_message("g", TOPIC, 0, 45, 10).messages
+        assert [(m.queue_offset, m.body) for m in got] == [(45 + i, b"j%d" % (i + 1)) for i in range(5)]
+        assert [m.sys_flag & 0xC0 for m in got] == [0, 0xC0, 0xC0, 0xC0, 0xC0]
+        assert store.verify()["problems"] == []
