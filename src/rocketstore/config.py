@@ -225,6 +225,12 @@ class StoreConfig:
     #: attribute only): a segment holding records of the topic goes only once every group with
     #: an offset for the topic has consumed past them, whatever the age and size rules say.
     delete_when_consumed: bool = False
+    #: Compacted topics (``set_topic_retention(topic, cleanup_policy="compaction")``): the size
+    #: of a compaction log file (``compactionMappedFileSize``, 100 MiB; rounded to a whole number
+    #: of queue files, at least 5) and of a compaction queue file (``compactionCqMappedFileSize``,
+    #: 10 MiB; rounded down to 46-byte units). A store that has compaction files keeps theirs.
+    compaction_file_size: int = 100 * MiB
+    compaction_queue_file_size: int = 10 * MiB
     #: How often the delay service looks for delayed messages that are due (ms; RocketMQ's
     #: 100 ms). 0: no background thread; :meth:`MessageStore.deliver_delayed` delivers.
     schedule_interval_ms: int = 100
@@ -383,6 +389,10 @@ class StoreConfig:
                 raise StoreConfigError(f"{name} must be None or an int in 0 .. 2**63-1")
         if not isinstance(self.delete_when_consumed, bool):
             raise StoreConfigError("delete_when_consumed must be a bool")
+        for name, low in (("compaction_queue_file_size", 16 * 46), ("compaction_file_size", 4096)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 30:
+                raise StoreConfigError(f"{name} must be an int in {low} .. 2**30")
 
     def _check_delete_unexpired(self) -> None:
         """Validate ``delete_unexpired_when_disk_full`` (default False) and fold the deprecated

@@ -99,13 +99,18 @@ class MessageStore(FacadeBase, StoreBase):
         retention_ms: Any = UNCHANGED,
         retention_bytes: Any = UNCHANGED,
         delete_when_consumed: Any = UNCHANGED,
+        cleanup_policy: Any = UNCHANGED,
     ) -> dict[str, Any]:
         """Set ``topic``'s retention policies (created with ``default_queues`` when unknown), kept
         as topic attributes in ``config/topics.json`` (docs/guide/retention.md).
 
         Each argument left out stays as it is; None removes the topic's own value (the store's
         option applies again); ``retention_ms`` / ``retention_bytes`` take an int, 0 or more,
-        or -1 for no limit. Returns the topic's policy as :meth:`topic_retention` does.
+        or -1 for no limit. ``cleanup_policy="compaction"`` makes it a compacted topic (RocketMQ
+        5.x's ``cleanup.policy=COMPACTION``): retention passes keep the latest message of each key
+        in the topic's compaction log before its segments go, and :meth:`compacted` reads it
+        (docs/guide/retention.md); "delete" (the default) or None turns that off. Returns the
+        topic's policy as :meth:`topic_retention` does.
         """
         return self._role.set_topic_retention(
             self,
@@ -113,6 +118,7 @@ class MessageStore(FacadeBase, StoreBase):
             retention_ms=retention_ms,
             retention_bytes=retention_bytes,
             delete_when_consumed=delete_when_consumed,
+            cleanup_policy=cleanup_policy,
         )
 
     def topic_retention(self, topic: str) -> dict[str, Any]:
@@ -451,7 +457,8 @@ class MessageStore(FacadeBase, StoreBase):
     def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
         """The compacted view of (topic, queue_id): {key: its latest message}, over
         :meth:`compaction_log` and then the queue's messages past it, a key whose latest
-        message has an empty body (a tombstone) left out, in the order of those messages."""
+        message has an empty body (a tombstone) left out, in the order of those messages. A key
+        is a message's whole ``keys`` string, as RocketMQ's compaction takes it."""
         return self._role.compacted(self, topic, queue_id)
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:

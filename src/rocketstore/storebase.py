@@ -102,7 +102,13 @@ from rocketstore.processes.opening import OpenedParts, detect_config, open_parts
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import batch_bodies, set_queue_type
 from rocketstore.queues.checkpointing import Checkpointer
-from rocketstore.queues.compaction import CompactionLog, latest_per_key
+from rocketstore.queues.compaction import (
+    CLEANUP_POLICY,
+    COMPACTION,
+    CompactedReads,
+    CompactionLog,
+    latest_per_key,
+)
 from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, offset_of_time
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
 from rocketstore.queues.lookups import KeyLookups
@@ -406,6 +412,7 @@ class StoreBase(JoinedWriting):
         #: topics (a set lookup on the reads' careful paths)
         self._batch: Any = None
         self._batch_topics: frozenset[str] = frozenset()
+        self._compacted_reads: Optional[CompactedReads] = None
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -755,7 +762,7 @@ class StoreBase(JoinedWriting):
     def _close_queues(self) -> None:
         """Close the ConsumeQueues and the index files, each whatever the others raised."""
         error = None
-        for part in ("_queues", "_batch", "_index", "_disk_index"):
+        for part in ("_queues", "_batch", "_index", "_disk_index", "_compacted_reads"):
             obj = getattr(self, part, None)
             if obj is not None:
                 try:
@@ -893,10 +900,13 @@ class StoreBase(JoinedWriting):
         retention_ms: Any = UNCHANGED,
         retention_bytes: Any = UNCHANGED,
         delete_when_consumed: Any = UNCHANGED,
+        cleanup_policy: Any = UNCHANGED,
     ) -> dict[str, Any]:
         self._check_writable()
         validate_topic(topic)
-        changes = retention_attribute_changes(retention_ms, retention_bytes, delete_when_consumed)
+        changes = retention_attribute_changes(
+            retention_ms, retention_bytes, delete_when_consumed, cleanup_policy
+        )
         if changes:
             self._topics.update_attributes(topic, changes)
         return self.topic_retention(topic)
@@ -1723,9 +1733,33 @@ class StoreBase(JoinedWriting):
                 start = self._offsets.query(group, topic, int(queue_id))
                 if start < 0:
                     start = cq.min_offset if cq is not None else 0
+            if cq is not None and start < cq.min_offset:
+                compacted = self._compacted_pull(cq, start, max_msgs, tag_filter)
+                if compacted is not None:
+                    return compacted
             return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
 
         return pull
+
+    def _compacted_pull(
+        self, cq: Any, start: int, max_msgs: int, tag_filter: TagFilter
+    ) -> Optional[GetMessageResult]:
+        """A pull below a compacted topic's min offset: what its compaction log kept there
+        (None: not a compacted topic, or the log keeps nothing there)."""
+        if self._topics.attributes(cq.topic).get(CLEANUP_POLICY, "").upper() != COMPACTION:
+            return None
+        if self._compacted_reads is None:
+            self._compacted_reads = CompactedReads(self.path, self._codec.decode_record)
+        got = self._compacted_reads.pull(cq.topic, cq.queue_id, start, max_msgs, cq.min_offset, tag_filter)
+        if got is None:
+            return None
+        messages, codes, next_offset = got
+        for msg in messages:
+            msg.commitlog_offset = -1  # its record is no longer in the CommitLog
+        units = np.array([(-1, m.size, c) for m, c in zip(messages, codes)], dtype=CQ_UNIT_DTYPE)
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        offsets = np.array([m.queue_offset for m in messages], dtype=np.int64)
+        return GetMessageResult(status, next_offset, cq.min_offset, cq.max_offset, messages, units, offsets)
 
     # ---- waiting for puts (rocketstore.processes.live) ----
 
@@ -1907,7 +1941,7 @@ class StoreBase(JoinedWriting):
         self._check_open()
         _check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id, 0)
-        return CompactionLog(self.path, topic, queue_id, self._codec.decode_record).messages()
+        return CompactionLog.read(self.path, topic, queue_id, self._codec.decode_record)
 
     def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
         log = self.compaction_log(topic, queue_id)

@@ -33,6 +33,7 @@ from rocketstore.queues.dispatch import Dispatcher, DispatchThread, MemoryIndexS
 from rocketstore.queues.indexservice import IndexService, detect_queue_options
 from rocketstore.queues.lookups import KeyLookups
 from rocketstore.queues.queuecheck import QueueGuard
+from rocketstore.services.compaction import Compactor
 from rocketstore.services.parts import StoreParts
 from rocketstore.services.pop import PopService, QuickPull
 from rocketstore.services.retention import Cleaner
@@ -281,7 +282,9 @@ def start_services(
         put_message,
         opened.offsets,
     )
-    opened.cleaner = Cleaner(parts, clock=cfg.clock)
+    opened.cleaner = Cleaner(
+        parts, clock=cfg.clock, compactor=Compactor(parts, opened.commitlog.codec.decode_record)
+    )
     opened.cleaner.start()
     opened.schedule = ScheduleService(parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
     opened.schedule.start()

@@ -75,6 +75,7 @@ from rocketstore.base._failurelog import FailureLog
 from rocketstore.errors import CorruptRecordError, DiskFullError, MessageNotFoundError, StoreConfigError
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.message import is_system_topic
+from rocketstore.queues.compaction import CLEANUP_POLICY, COMPACTION, DELETE
 from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE, first_unit_where
 from rocketstore.services.parts import StoreParts
 
@@ -171,6 +172,9 @@ class TopicPolicy:
     source: dict[str, str] = field(default_factory=dict)
     #: attribute values that could not be read (key -> value); the policy keeps data for them
     bad_attributes: dict[str, str] = field(default_factory=dict)
+    #: "delete", or "compaction": the latest message of each key is kept in the compaction log
+    #: (rocketstore.services.compaction) before segments go
+    cleanup_policy: str = "delete"
 
     @property
     def explicit(self) -> bool:
@@ -182,6 +186,7 @@ class TopicPolicy:
             "retention_ms": self.retention_ms,
             "retention_bytes": self.retention_bytes,
             "delete_when_consumed": self.delete_when_consumed,
+            "cleanup_policy": self.cleanup_policy,
             "source": dict(self.source),
         }
         if self.bad_attributes:
@@ -246,16 +251,29 @@ def topic_policy(config: Any, attributes: dict[str, str], topic: Optional[str] =
         if text not in ("true", "false"):
             bad[ATTR_DELETE_WHEN_CONSUMED] = attributes[ATTR_DELETE_WHEN_CONSUMED]
         consumed, source["delete_when_consumed"] = text != "false", "topic"
-    return TopicPolicy(retention_ms, retention_bytes, consumed, source, bad)
+    cleanup = "compaction" if attributes.get(CLEANUP_POLICY, "").upper() == COMPACTION else "delete"
+    return TopicPolicy(retention_ms, retention_bytes, consumed, source, bad, cleanup)
 
 
 def retention_attribute_changes(
-    retention_ms: Any = UNCHANGED, retention_bytes: Any = UNCHANGED, delete_when_consumed: Any = UNCHANGED
+    retention_ms: Any = UNCHANGED,
+    retention_bytes: Any = UNCHANGED,
+    delete_when_consumed: Any = UNCHANGED,
+    cleanup_policy: Any = UNCHANGED,
 ) -> dict[str, Optional[str]]:
     """Check ``set_topic_retention``'s arguments and turn them into attribute changes: a value
     sets the attribute, None removes it (the store's option applies again), UNCHANGED leaves it.
-    ``retention_ms`` and ``retention_bytes`` are ints, 0 or more, or -1 (no limit)."""
+    ``retention_ms`` and ``retention_bytes`` are ints, 0 or more, or -1 (no limit);
+    ``cleanup_policy`` is "delete" or "compaction" (RocketMQ 5.x's ``cleanup.policy``)."""
     changes: dict[str, Optional[str]] = {}
+    if cleanup_policy is not UNCHANGED:
+        if cleanup_policy is not None and (
+            not isinstance(cleanup_policy, str) or cleanup_policy.upper() not in (COMPACTION, DELETE)
+        ):
+            raise StoreConfigError(
+                f'cleanup_policy must be None, "delete" or "compaction", not {cleanup_policy!r}'
+            )
+        changes[CLEANUP_POLICY] = None if cleanup_policy is None else cleanup_policy.upper()
     for name, key, value in (
         ("retention_ms", ATTR_RETENTION_MS, retention_ms),
         ("retention_bytes", ATTR_RETENTION_BYTES, retention_bytes),
@@ -636,8 +654,12 @@ class Cleaner:
         clock: Optional[Callable[[], int]] = None,
         disk_usage: Optional[Callable[[str], float]] = None,
         local_hour: Optional[Callable[[int], int]] = None,
+        compactor: Any = None,
     ):
         self._parts = parts
+        #: the compaction logs' keeper (:class:`~rocketstore.services.compaction.Compactor`): it
+        #: copies what compacted topics got before any segment goes, and compacts after
+        self._compactor = compactor
         self.config = parts.config
         self._clock = clock or _now_ms
         self._disk_usage = disk_usage or _statvfs_usage
@@ -647,6 +669,9 @@ class Cleaner:
         self._space_warned = False  # "disk fills, nothing may go" logged already
         self._dispatch_failures = FailureLog(
             log, "dispatch before deleting CommitLog segments", "no segment is deleted until it succeeds"
+        )
+        self._compaction_failures = FailureLog(
+            log, "copying into the compaction logs", "retried at the next retention pass"
         )
         self._pass_failures = FailureLog(
             log, "background retention pass", f"retried every {self.config.clean_resource_interval_ms} ms"
@@ -786,6 +811,8 @@ class Cleaner:
             else:
                 self._space_warned = False
             cq_files, index_files = self._clean_queues()
+            if self._compactor is not None:
+                self._compact()
             if deleted:
                 usage, _ = self.check_disk()  # puts may resume at once
             return {
@@ -800,6 +827,20 @@ class Cleaner:
                 "dispatch_error": self._dispatch_error,
                 "held": self._held,
             }
+
+    def _compact(self) -> None:
+        """Copy what compacted topics got since the last pass, then compact their queues that
+        closed a compaction log file (logged, retried at the next pass, when it fails)."""
+        compactor = self._compactor
+        try:
+            if compactor.topics():
+                self._parts.dispatcher.catch_up()
+                compactor.catch_up()
+                compactor.compact()
+        except Exception as exc:
+            self._compaction_failures.failed(exc)
+        else:
+            self._compaction_failures.succeeded()
 
     def _what_retention_frees(self) -> str:
         cfg = self.config
@@ -864,6 +905,8 @@ class Cleaner:
             self._dispatch_failures.failed(exc)
             return []
         self._dispatch_failures.succeeded()
+        if not self._copy_compacted():  # a compacted topic's records are copied before they go
+            return []
         with dispatcher.lock:
             # Only segments whose every record is in the queues and the index: deleting one the
             # dispatcher has not passed would leave its records in no queue and give later units
@@ -897,6 +940,19 @@ class Cleaner:
             log.info("deleted CommitLog segment %s", mf.path)
         self.deleted_segments += len(deleted)
         return deleted
+
+    def _copy_compacted(self) -> bool:
+        """Copy what compacted topics got into their compaction logs, before any segment goes;
+        False (nothing may go) when that fails."""
+        if self._compactor is None:
+            return True
+        try:
+            self._compactor.catch_up()
+        except Exception as exc:
+            self._dispatch_error = exc
+            log.error("copying into the compaction logs before a deletion failed (%s): nothing deleted", exc)
+            return False
+        return True
 
     def view(self, now: Optional[int] = None) -> RetentionView:
         """A :class:`RetentionView` of this store at ``now`` (default: the clock)."""
@@ -964,6 +1020,8 @@ class Cleaner:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        if self._compactor is not None:
+            self._compactor.close()
 
     def stats(self) -> dict[str, Any]:
         """Counters for ``MessageStore.stats()``, with the disk checked now (``disk_usage``, and
@@ -976,4 +1034,5 @@ class Cleaner:
             "deleted_segments": self.deleted_segments,
             "deleted_queue_files": self.deleted_queue_files,
             "deleted_index_files": self.deleted_index_files,
+            **({"compaction": self._compactor.stats()} if self._compactor is not None else {}),
         }

@@ -1,0 +1,310 @@
+"""Compacted topics written by rocketstore: the compaction log keeps the latest message of each
+key once retention deleted the CommitLog segments, in files laid out as a RocketMQ 5.3.3 broker
+lays them out (the ``v5-compaction`` fixture is the reference), and a crash in a compaction's
+swap leaves a store whose compacted view is whole."""
+
+import json
+import os
+import struct
+
+import pytest
+from rocketmq5 import unpack
+
+from rocketstore import MessageStore
+from rocketstore.errors import StoreConfigError
+from rocketstore.format._codec_py import java_hash
+from rocketstore.queues.compaction import compaction_log_size
+from rocketstore.services import compaction as compaction_service
+
+TOPIC = "Profiles"
+SMALL = dict(
+    commitlog_file_size=64 * 1024,
+    compaction_queue_file_size=736,  # 16 units, as the fixture's broker had
+    compaction_file_size=4096,
+    clean_resource_interval_ms=0,
+)
+
+
+def _fill(store, rounds, keys=5, queue_id=0):
+    """Puts ``rounds`` rounds of ``keys`` keyed messages, a tombstone for key 3 in round 2;
+    returns {key: latest body} as a compacted view must give it."""
+    latest = {}
+    for r in range(rounds):
+        for k in range(keys):
+            key = f"user-{k}"
+            body = b"" if (k == 3 and r == 2) else f"{key} round {r} ".encode() * 20
+            store.put(TOPIC, body, keys=key, queue_id=queue_id)
+            latest.pop(key, None)
+            if body:
+                latest[key] = body
+    return latest
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _log_dir(root, kind="compactionLog", queue_id=0):
+    return os.path.join(root, "compaction", kind, TOPIC, str(queue_id))
+
+
+def test_the_log_file_size_is_the_brokers():
+    # the fixture's broker: 736-byte queue files, 4096 configured -> 4416-byte log files
+    assert compaction_log_size(736, 4096) == 4416
+    assert compaction_log_size(10 * 1024 * 1024 // 46 * 46, 100 * 1024 * 1024) == 104857460
+    assert compaction_log_size(736, 736 * 12 + 100) == 736 * 12
+    assert compaction_log_size(736, 736 * 12 + 400) == 736 * 13
+
+
+def test_a_compacted_topic_keeps_the_latest_of_each_key_after_its_segments_go(tmp_path, impl):
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.create_topic(TOPIC, 1)
+        policy = store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        assert policy["cleanup_policy"] == "compaction"
+        latest = _fill(store, 40)
+        for _ in range(60):  # later records of another topic push the compacted topic's segments out
+            store.put("Other", b"x" * 1000)
+        assert store.min_offset == 0
+        store.clean(force=True)
+        assert store.min_offset > 0 and store.min_queue_offset(TOPIC, 0) > 0
+        got = store.compacted(TOPIC, 0)
+        assert {k: m.body for k, m in got.items()} == latest
+        log = store.compaction_log(TOPIC, 0)
+        offsets = [m.queue_offset for m in log]
+        assert offsets == sorted(offsets) and len(offsets) < 200
+        assert all(m.topic == TOPIC and m.queue_id == 0 for m in log)
+        stats = store.compaction_stats() if hasattr(store, "compaction_stats") else None
+        del stats
+    # the files are the broker's shapes: log files of 4416 bytes, queue files of 736, same names
+    names = sorted(os.listdir(_log_dir(root)))
+    assert names and names == sorted(os.listdir(_log_dir(root, "compactionCq")))
+    assert all(os.path.getsize(os.path.join(_log_dir(root), n)) == 4416 for n in names)
+    assert all(os.path.getsize(os.path.join(_log_dir(root, "compactionCq"), n)) == 736 for n in names)
+    with open(os.path.join(root, "compaction", "position-checkpoint"), encoding="utf-8") as f:
+        assert json.load(f)["queueOffsetMap"][f"{TOPIC}_0"] > 0
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+
+
+def test_a_copy_is_the_record_with_its_place_in_the_log(tmp_path, impl):
+    """A copy's bytes are the CommitLog record's but for its physical offset (the broker's
+    ``CompactionAppendMessageCallback``), and each unit is (position, size, tags code, store
+    time, queue offset, 1, -1, 0)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.put(TOPIC, b"no key")  # not copied: the broker copies keyed messages only
+        put = [store.put(TOPIC, f"v{i}".encode(), keys=f"k{i}", tags="T", queue_id=0) for i in range(3)]
+        records = []
+        for r in put:
+            m = store.read(r.commitlog_offset)
+            records.append((r, m))
+    units, log, commitlog = (
+        _read(path)
+        for path in (
+            os.path.join(_log_dir(root, "compactionCq"), "0" * 20),
+            os.path.join(_log_dir(root), "0" * 20),
+            os.path.join(root, "commitlog", "0" * 20),
+        )
+    )
+    tags_code = java_hash("T")
+    position = 0
+    for i, (r, m) in enumerate(records):
+        unit = struct.unpack_from(">qiqqqhii", units, i * 46)
+        assert unit == (position, m.size, tags_code, m.store_timestamp, r.queue_offset, 1, -1, 0)
+        original = commitlog[r.commitlog_offset : r.commitlog_offset + m.size]
+        copy = log[position : position + m.size]
+        assert copy[:28] == original[:28] and copy[36:] == original[36:]
+        assert struct.unpack_from(">q", copy, 28)[0] == position
+        position += m.size
+    assert struct.unpack_from(">qiqqqhii", units, 3 * 46) == (0,) * 8
+
+
+def test_rocketstore_continues_a_brokers_compaction_log(tmp_path, impl):
+    """On the 5.3.3 fixture: new keyed puts go on in the broker's current files and roll where
+    the broker rolls (next file = last + 4416), and a compaction rewrites the closed files."""
+    root = str(unpack(tmp_path, "v5-compaction"))
+    topic = "FixtureCompactTopic"
+    with MessageStore(root, implementation=impl.name, clean_resource_interval_ms=0) as store:
+        before = {k: m.body for k, m in store.compacted(topic, 0).items()}
+        for i in range(40):
+            store.put(topic, f"new {i} ".encode() * 30, keys=f"user-{i % 3}", queue_id=0)
+            before.pop(f"user-{i % 3}", None)
+            before[f"user-{i % 3}"] = f"new {i} ".encode() * 30
+        store.clean()
+        got = {k: m.body for k, m in store.compacted(topic, 0).items()}
+        assert got == before
+    names = [int(n) for n in sorted(os.listdir(_log_dir(root).replace(TOPIC, topic)))]
+    assert all(n % 4416 == 0 for n in names) and names[-1] > 13248
+    for n in names:
+        assert os.path.getsize(os.path.join(_log_dir(root).replace(TOPIC, topic), f"{n:020d}")) == 4416
+    with open(os.path.join(root, "compaction", "position-checkpoint"), encoding="utf-8") as f:
+        positions = json.load(f)["queueOffsetMap"]
+    assert positions[f"{topic}_0"] > 36 and positions[f"{topic}_1"] == 35
+
+
+def test_a_crash_in_the_swap_is_finished_by_the_next_open(tmp_path, impl, monkeypatch):
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        latest = _fill(store, 20)
+        real = compaction_service.Compactor._finish_swap
+        calls = []
+
+        def crash(self, swap):
+            calls.append(swap)
+            # the first new file moved in, then the process "dies"
+            new_log, _ = self._dirs(swap["topic"], swap["queue_id"], scratch=True)
+            first = f"{swap['new'][0]:020d}"
+            os.replace(os.path.join(new_log, first), os.path.join(_log_dir(root), first))
+            raise OSError("killed")
+
+        monkeypatch.setattr(compaction_service.Compactor, "_finish_swap", crash)
+        store.clean()
+        assert calls, "no compaction ran"
+        assert os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+        # a reader meeting the half-done swap still gets the right view
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+        monkeypatch.setattr(compaction_service.Compactor, "_finish_swap", real)
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.clean()
+        assert {k: m.body for k, m in store.compacted(TOPIC, 0).items()} == latest
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+
+
+def test_a_bad_cleanup_policy_is_refused_and_changes_nothing(tmp_path, impl):
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
+        store.create_topic(TOPIC, 1)
+        with pytest.raises(StoreConfigError, match="cleanup_policy"):
+            store.set_topic_retention(TOPIC, cleanup_policy="compact")
+        assert store.topic_retention(TOPIC)["cleanup_policy"] == "delete"
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.set_topic_retention(TOPIC, cleanup_policy=None)
+        assert store.topic_retention(TOPIC)["cleanup_policy"] == "delete"
+
+
+_CHILD = r"""
+import random, sys
+from rocketstore import MessageStore
+root, impl, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(seed)
+store = MessageStore(root, implementation=impl, commitlog_file_size=64 * 1024,
+                     compaction_queue_file_size=736, compaction_file_size=4096, clean_resource_interval_ms=0)
+store.set_topic_retention("Profiles", cleanup_policy="compaction")
+print("ready", flush=True)
+while True:
+    for _ in range(30):
+        key = f"user-{rng.randrange(7)}"
+        body = b"" if rng.random() < 0.1 else (key + " " + str(rng.random())).encode() * 5
+        store.put("Profiles", body, keys=key, queue_id=rng.randrange(2))
+    store.clean()
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_writer_leaves_compaction_files_a_broker_loads_and_the_whole_view(tmp_path, impl):
+    """Killed at random points of puts and compactions, the store reopens; its compacted view is
+    the latest message of each key over the queue (no segment was deleted), and each queue's log
+    and queue files match by name and size, as the broker's ``sanityCheck`` wants."""
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from rocketstore.queues.compaction import latest_per_key
+
+    root = str(tmp_path / "s")
+    rng = random.Random(7)
+    for seed in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, root, impl.name, str(seed)], stdout=subprocess.PIPE
+        )
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.3, 1.2))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        with MessageStore(root, implementation=impl.name, **SMALL) as store:
+            store.clean()
+            for qid in (0, 1):
+                everything = []
+                position = store.min_queue_offset(TOPIC, qid)
+                while position < store.max_queue_offset(TOPIC, qid):
+                    got = store.get_message("check", TOPIC, qid, position, 256)
+                    everything += got.messages
+                    position = got.next_begin_offset
+                want = {k: (m.queue_offset, m.body) for k, m in latest_per_key(everything).items()}
+                have = {k: (m.queue_offset, m.body) for k, m in store.compacted(TOPIC, qid).items()}
+                assert have == want
+                log = store.compaction_log(TOPIC, qid)
+                assert [m.queue_offset for m in log] == sorted({m.queue_offset for m in log})
+    for qid in (0, 1):
+        logs, cqs = os.listdir(_log_dir(root, queue_id=qid)), os.listdir(_log_dir(root, "compactionCq", qid))
+        assert sorted(logs) == sorted(cqs)
+        assert {os.path.getsize(os.path.join(_log_dir(root, queue_id=qid), n)) for n in logs} == {4416}
+        assert {os.path.getsize(os.path.join(_log_dir(root, "compactionCq", qid), n)) for n in cqs} == {736}
+    assert not os.path.exists(os.path.join(root, "compaction", compaction_service.SCRATCH))
+    assert not os.path.exists(os.path.join(root, "config", compaction_service.SWAP_FILE))
+
+
+def test_the_view_is_the_same_before_and_after_a_compaction_with_several_keys(tmp_path, impl):
+    """The key is the whole ``KEYS`` string, as the broker's compaction has it: a tombstone for
+    "a b" removes "a b" only, before a compaction as after it (a view keyed per word would show
+    "a" gone before and back after)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.put(TOPIC, b"a alone", keys="a", queue_id=0)
+        store.put(TOPIC, b"a and b", keys="a b", queue_id=0)
+        store.put(TOPIC, b"", keys="a b", queue_id=0)
+        before = {k: m.body for k, m in store.compacted(TOPIC, 0).items()}
+        for i in range(60):  # enough to close log files
+            store.put(TOPIC, b"x" * 300, keys=f"k{i % 4}", queue_id=0)
+        store.clean()
+        after = {k: m.body for k, m in store.compacted(TOPIC, 0).items()}
+        assert before == {"a": b"a alone"}
+        assert after["a"] == b"a alone" and "a b" not in after and "b" not in after
+        assert store.stats()["compaction"]["compactions"] >= 1
+
+
+def test_a_consumer_reads_a_compacted_topic_from_its_start_after_retention(tmp_path, impl):
+    """Below the queue's min offset, pulls of a compacted topic are served from its compaction
+    log, as a 5.x broker serves them: a reader from offset 0 gets what compaction kept, at its
+    queue offsets, then the queue; such a message has no CommitLog offset (-1)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.create_topic(TOPIC, 1)
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        latest = _fill(store, 40)
+        for _ in range(60):
+            store.put("Other", b"x" * 1000)
+        store.clean(force=True)
+        low = store.min_queue_offset(TOPIC, 0)
+        assert low > 0
+        kept = {m.queue_offset: m for m in store.compaction_log(TOPIC, 0) if m.queue_offset < low}
+        got = store.get_message("g", TOPIC, 0, 0, 1000)
+        below = [m for m in got.messages]
+        assert [m.queue_offset for m in below] == sorted(kept)
+        assert [m.body for m in below] == [kept[q].body for q in sorted(kept)]
+        assert all(m.commitlog_offset == -1 for m in below) and list(got.units["commitlog_offset"]) == [
+            -1
+        ] * len(below)
+        assert got.next_begin_offset == low
+        seen, position = {}, 0  # a reader rebuilding its state from the start
+        while position < store.max_queue_offset(TOPIC, 0):
+            got = store.get_message("reader", TOPIC, 0, position, 16)
+            for m in got.messages:
+                seen.pop(m.keys, None)
+                if m.body:
+                    seen[m.keys] = m.body
+            position = got.next_begin_offset
+        assert seen == latest
+        # a tag filter applies below the min offset too
+        assert store.get_message("g", TOPIC, 0, 0, 1000, "NoSuchTag").messages == []
+        # a topic that is not compacted: OFFSET_TOO_SMALL as before
+        assert store.get_message("g", "Other", 0, 0, 10).status.name == "OFFSET_TOO_SMALL"
