@@ -185,6 +185,7 @@ cdef enum:
     PROP_CRC_NAME_LENGTH = 9   # len("__CRC32#\x01")
     PROP_CRC_LENGTH = 20       # the §1.6 property: name, 0x01, 10 digits, 0x02
     MAX_UNIQ_RAW = 28      # IPv6 UNIQ_KEY: 16 + 2 + 4 + 4 + 2 bytes
+    SYSFLAG_INNER_BATCH = 0x0C0   # a RocketMQ 5.x inner batch record: INNER_BATCH | NEED_UNWRAP
 
 cdef inline void _prop_crc_digits(int32_t crc, uint8_t *out) noexcept:
     """The 10 digits of a §1.6 CRC32 property: least significant first, padded with '0'."""
@@ -2104,6 +2105,52 @@ cdef class CommitLogCore:
         finally:
             if have_b:
                 PyBuffer_Release(&bview)
+        return self._finish(result, end, wait)
+
+    def put_inner_batch(self, topic, body not None, bytes props_before not None, bytes props_after not None,
+                        int queue_id, int count, unique_key not None, int64_t born_timestamp=0, int wait=-1):
+        """One RocketMQ 5.x inner batch record of ``count`` messages (sysFlag INNER_BATCH |
+        NEED_UNWRAP, ``body`` their batch encoding) at the queue's next offset, which then moves
+        by ``count``: the record's properties are ``props_before``, that offset in decimal (the
+        INNER_BASE value, known only under the append lock), then ``props_after``; they must
+        hold ``unique_key`` as UNIQ_KEY. Returns a PutResult (its queue offset the base) or a
+        PutFuture, as :meth:`put`."""
+        cdef _Topic t
+        cdef int qid
+        cdef int64_t end, base
+        cdef int32_t crc
+        cdef bytes data, props
+        self._check_open()
+        if count < 1 or count > 0x7FFF:
+            raise ValueError(f"an inner batch holds 1 to 32767 messages, not {count}")
+        if self._refusal is not None:
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), wait, -1)
+        t = self._topic(topic)
+        qid = self._choose_queue(t, queue_id)
+        data = bytes(body)
+        if PyBytes_GET_SIZE(data) > self._max_message_size:
+            raise MessageTooLargeError(
+                f"body of {PyBytes_GET_SIZE(data)} bytes exceeds max_message_size {self._max_message_size}")
+        crc = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+        result = PutResult.__new__(PutResult)
+        self._lock_append()
+        try:
+            self._check_open()
+            base = t.next_offsets[qid]
+            props = props_before + str(base).encode("ascii") + props_after
+            if PyBytes_GET_SIZE(props) > RS_MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError(
+                    f"properties are {PyBytes_GET_SIZE(props)} bytes encoded; the limit is "
+                    f"{RS_MAX_PROPERTIES_LENGTH}")
+            end = self._append(t, qid, <const uint8_t *>PyBytes_AS_STRING(data),
+                               <int32_t>PyBytes_GET_SIZE(data), crc,
+                               <const uint8_t *>PyBytes_AS_STRING(props), <int32_t>PyBytes_GET_SIZE(props),
+                               unique_key, 0, born_timestamp, SYSFLAG_INNER_BATCH, 0, 0, <PutResult>result)
+            t.next_offsets[qid] += count - 1  # (_append moved it by one; published at the release)
+        except SegmentError as exc:
+            return self._not_stored(CREATE_MAPPED_FILE_FAILED, exc, wait, -1)
+        finally:
+            self._unlock_append()
         return self._finish(result, end, wait)
 
     def put_batch(self, topic, bodies not None, lengths=None, properties=None,

@@ -6,12 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
-from rocketmq5 import STORES, body, changed_files, check_records, manifest, unpack
+from rocketmq5 import DATA, STORES, body, changed_files, check_records, manifest, unpack
 
 from rocketstore import Consumer, MessageStore
-from rocketstore.errors import BatchTopicError, UnsupportedStoreError
+from rocketstore.errors import UnsupportedStoreError
 
 
 @pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
@@ -86,20 +87,42 @@ def test_batch_consume_queue_hands_out_each_inner_message_at_its_own_position(tm
     assert changed_files(root, name) == []
 
 
-def test_a_put_to_a_batch_cq_topic_is_refused_and_writes_nothing(tmp_path, impl):
-    """rocketstore does not write BatchConsumeQueues: a put there would get a queue offset the
-    BatchConsumeQueue already gave an inner message, so it is refused before a byte is written."""
+def test_a_put_to_a_batch_cq_topic_takes_the_queue_offset_after_rocketmq_s_last(tmp_path, impl):
+    """A writable open of a store 5.3.3 wrote takes puts into its BatchCQ topic: the next queue
+    offset is the BatchConsumeQueue's end (a batch record counts its messages), a single put is a
+    plain record, a batch one inner batch record; RocketMQ's units stay as they were, the new ones
+    follow them in the same files."""
     root = unpack(tmp_path, "v5-batchcq")
     with MessageStore(root, implementation=impl.name) as store:
-        end = store.max_offset
-        with pytest.raises(BatchTopicError, match="BatchCQ"):
-            store.put("FixtureBatchTopic", b"x")
-        with pytest.raises(BatchTopicError):
-            store.put("FixtureBatchTopic", b"x", tags="T", keys="k", queue_id=1)
-        assert store.max_offset == end
+        assert store.put("FixtureBatchTopic", b"x", queue_id=1).queue_offset == 45
+        got = store.put_batch("FixtureBatchTopic", [b"a", b"b", b"c"], tags="T", queue_id=0)
+        assert got.queue_offset == 45
+        assert store.put("FixtureBatchTopic", b"y", tags="T", queue_id=0).queue_offset == 48
         assert store.put("FixtureSimpleTopic", b"y").queue_offset == 10
         assert store.verify()["ok"]
-    assert [p for p in changed_files(root, "v5-batchcq") if p.startswith("batchconsumequeue/")] == []
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        assert store.queues()[("FixtureBatchTopic", 0)] == (0, 49)
+        assert store.queues()[("FixtureBatchTopic", 1)] == (0, 46)
+        got = store.get_message("g", "FixtureBatchTopic", 0, 44, 10).messages
+        assert [(m.queue_offset, bytes(m.body)) for m in got][1:] == [
+            (45, b"a"),
+            (46, b"b"),
+            (47, b"c"),
+            (48, b"y"),
+        ]
+        assert check_records(store, "v5-batchcq") > 0
+        assert store.verify()["problems"] == []
+    changed = changed_files(root, "v5-batchcq")
+    assert sorted(p for p in changed if p.startswith("batchconsumequeue/")) == [
+        "batchconsumequeue/FixtureBatchTopic/0/00000000000000000368",
+        "batchconsumequeue/FixtureBatchTopic/1/00000000000000000368",
+    ]
+    for qid, kept in ((0, 4), (1, 1)):  # the units RocketMQ wrote in the file, byte for byte
+        path = f"batchconsumequeue/FixtureBatchTopic/{qid}/00000000000000000368"
+        data = (root / path).read_bytes()
+        with tarfile.open(DATA / "v5-batchcq.tar.gz") as tar:
+            theirs = tar.extractfile(f"v5-batchcq/{path}").read()
+        assert data[: kept * 46] == theirs[: kept * 46] and data[kept * 46 : (kept + 1) * 46] != bytes(46)
 
 
 def _timer_uniq_keys(name):

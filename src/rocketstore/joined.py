@@ -518,6 +518,7 @@ def joined_put_batch(store: Any, topic: Any, bodies: Any = None, **kwargs: Any) 
         and not kwargs.get("properties")
         and not kwargs.get("pipelined")
         and _JOINED_BATCH_ARGS.issuperset(kwargs)
+        and topic not in store._batch_topics  # (one inner batch record: the writing process's)
     ):
         appender = store._joined_appender()
         if appender and not appender.refusing:
@@ -546,6 +547,9 @@ def joined_put_messages(store: Any, messages: Any, durable: Optional[bool] = Non
         if type(messages) is not list:
             messages = list(messages)
         appender = store._joined_appender()
+        batch_topics = store._batch_topics  # (one inner batch record: the writing process's)
+        if batch_topics and any(getattr(m, "topic", None) in batch_topics for m in messages):
+            appender = None
         if appender and not appender.refusing:
             topics = set()
             for m in messages:

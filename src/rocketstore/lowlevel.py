@@ -8,6 +8,8 @@ implementation's (compiled when it is built, else the pure-Python twin), as the 
 - ``java_hash(text)``: Java's ``String.hashCode`` (the index's key hash, a queue's choice).
 - ``encode_record(...)``, ``decode_record(buffer, position)``: one CommitLog record.
 - ``decode_batch(buffer)``: every record of a buffer, as a numpy structured array of fields.
+- ``inner_messages(msg)``: the messages of a RocketMQ 5.x inner batch record (a BatchCQ topic's),
+  each at its own queue offset, as RocketMQ's client unwraps them; any other record as it is.
 - ``CQ_UNIT_DTYPE``: the 20-byte ConsumeQueue unit (commitlog_offset, size, tags_code), big-endian.
 
 docs/format.md describes the bytes.
@@ -15,8 +17,17 @@ docs/format.md describes the bytes.
 
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.format.units import CQ_UNIT_DTYPE
+from rocketstore.queues.batchcq import inner_messages
 
-__all__ = ["crc32", "java_hash", "encode_record", "decode_record", "decode_batch", "CQ_UNIT_DTYPE"]
+__all__ = [
+    "crc32",
+    "java_hash",
+    "encode_record",
+    "decode_record",
+    "decode_batch",
+    "inner_messages",
+    "CQ_UNIT_DTYPE",
+]
 
 crc32 = _DEFAULT.crc32.crc32
 java_hash = _DEFAULT.codec.java_hash

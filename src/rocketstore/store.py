@@ -77,9 +77,20 @@ class MessageStore(FacadeBase, StoreBase):
     ``done`` and ``total`` count CommitLog bytes.
     """
 
-    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
-        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count."""
-        return self._role.create_topic(self, topic, queues)
+    def create_topic(
+        self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
+    ) -> None:
+        """Create ``topic`` with ``queues`` queues (default ``default_queues``), or change its count.
+
+        ``queue_type="BatchCQ"`` makes it a RocketMQ 5.x BatchCQ topic (the attribute
+        ``queue.type=BatchCQ`` in ``config/topics.json``, as 5.3.3 writes it): its queues are
+        ``batchconsumequeue/`` files, and a :meth:`put_batch` there writes one inner batch record
+        whose messages each get their own queue offset (a single put, a plain record). Only a
+        topic without messages can change its type; ``"SimpleCQ"`` (ConsumeQueues) is the
+        default."""
+        if queue_type is None:
+            return self._role.create_topic(self, topic, queues)
+        return self._role.create_topic(self, topic, queues, queue_type=queue_type)
 
     def set_topic_retention(
         self,
@@ -189,6 +200,11 @@ class MessageStore(FacadeBase, StoreBase):
         :class:`PutFuture` of it with ``pipelined=True``). Everything is validated first: a bad
         message raises and nothing of the batch is written. A batch is stored whole or not at
         all; the errors are :meth:`put`'s.
+
+        Into a BatchCQ topic (:meth:`create_topic` ``queue_type``, or a RocketMQ 5.x broker's):
+        one inner batch record as 5.3.3 writes it, and its result is that record's
+        :class:`PutResult` (or a :class:`PutFuture` of it): ``queue_offset`` is the first
+        message's, message ``i`` is at ``queue_offset + i``.
         """
         return self._role.put_batch(
             self,
@@ -213,6 +229,10 @@ class MessageStore(FacadeBase, StoreBase):
 
         Every message is validated before the first is written; they are stored all or none,
         with :meth:`put`'s errors (a ``FlushTimeoutError``'s ``result`` is the list).
+
+        Messages to a BatchCQ topic must all be of that topic and one queue id: they are stored
+        as one inner batch record, each with its own flag, body, tags, keys and properties, and
+        the list holds that record's one result (message ``i`` at ``queue_offset + i``).
         """
         return self._role.put_messages(self, messages, durable=durable)
 
@@ -363,7 +383,13 @@ class MessageStore(FacadeBase, StoreBase):
     ) -> GetMessageResult:
         """:meth:`get_message` without reading the CommitLog: ``result.units`` is a numpy array of
         ConsumeQueue units (``CQ_UNIT_DTYPE``), zero-copy when every unit scanned is taken.
-        Tags are filtered by tagsCode only."""
+        Tags are filtered by tagsCode only.
+
+        A RocketMQ 5.x BatchCQ topic's queue (``queue.type=BatchCQ``) gives one row per queue
+        offset, that is per inner message: the CommitLog offset and size of the batch record
+        holding it and its BatchConsumeQueue unit's tagsCode, repeated for each message of a
+        batch (a copy, not a view). A batch's unit carries no tags of its messages, so only the
+        rows of a unit of one tagged message are dropped by a tag expression."""
         return self._role.get_units(self, topic, queue_id, offset, max_msgs, tags)
 
     def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
@@ -372,6 +398,10 @@ class MessageStore(FacadeBase, StoreBase):
 
         The view stops at the end of a ConsumeQueue file and at the queue's end: loop from
         ``start + len(view)``. ``MessageNotFoundError`` outside [min, max] of the queue.
+
+        A BatchCQ topic's queue: one row per queue offset (per inner message), as
+        :meth:`get_units` gives them; ``records_at`` with ``queue=`` takes these rows as they are
+        and yields a row per inner message.
         """
         return self._role.queue_units(self, topic, queue_id, start, count)
 
@@ -393,7 +423,9 @@ class MessageStore(FacadeBase, StoreBase):
         ``queue=(topic, queue_id, first_queue_offset)``: the units are that queue's from that
         offset on, and each record must be the one its position names (topic, queue id, queue
         offset, PHYSICALOFFSET), else :class:`ConsumeQueueDamagedError`: a damaged unit never
-        yields another message's row."""
+        yields another message's row. For a BatchCQ queue, the rows :meth:`queue_units` gives
+        (a batch record once per inner message) yield one row per inner message: the record's
+        fields, its own queue offset, flag, body CRC, body and properties (spans of ``view``)."""
         return self._role.records_at(self, commitlog_offsets, sizes, check_crc=check_crc, queue=queue)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:

@@ -56,7 +56,6 @@ from rocketstore.consume import (
     scan_budget,
 )
 from rocketstore.errors import (
-    BatchTopicError,
     ConsumeQueueDamagedError,
     InvalidMessageError,
     InvalidMessageIdError,
@@ -101,6 +100,7 @@ from rocketstore.processes.live import (
 )
 from rocketstore.processes.opening import OpenedParts, detect_config, open_parts, start_services
 from rocketstore.processes.writers import WriterClient, WriterServer
+from rocketstore.queues.batchcq import batch_bodies, set_queue_type
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import (
     CLEANUP_POLICY,
@@ -649,12 +649,6 @@ class StoreBase(JoinedWriting):
         self._checkpointer.save()
 
     def _topic_queues(self, topic: str) -> int:
-        if topic in self._batch_topics:
-            # its units would go in a BatchConsumeQueue, which rocketstore does not write
-            raise BatchTopicError(
-                f"topic {topic!r} is a BatchCQ topic (queue.type=BatchCQ): rocketstore reads its "
-                f"BatchConsumeQueue but does not write it, so it takes no put"
-            )
         return self._topics.queues_for_put(topic)
 
     def close(self) -> None:
@@ -768,7 +762,7 @@ class StoreBase(JoinedWriting):
     def _close_queues(self) -> None:
         """Close the ConsumeQueues and the index files, each whatever the others raised."""
         error = None
-        for part in ("_queues", "_index", "_disk_index", "_compacted_reads"):
+        for part in ("_queues", "_batch", "_index", "_disk_index", "_compacted_reads"):
             obj = getattr(self, part, None)
             if obj is not None:
                 try:
@@ -880,12 +874,23 @@ class StoreBase(JoinedWriting):
 
     # ---- topics ----
 
-    def create_topic(self, topic: str, queues: Optional[int] = None) -> None:
+    def create_topic(
+        self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
+    ) -> None:
         self._check_writable()
         topic = _plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
+        if queue_type is not None:  # (rocketstore.queues.batchcq)
+            held = (
+                self.queues()
+                if queue_type != ("BatchCQ" if topic in self._batch_topics else "SimpleCQ")
+                else {}
+            )
+            self._batch_topics = set_queue_type(
+                self._batch, self._dispatcher, self._topics, topic, queue_type, held
+            )
         self._topics.set(topic, queues)
 
     def set_topic_retention(
@@ -1239,6 +1244,12 @@ class StoreBase(JoinedWriting):
             if is_timer_put(properties):
                 raise InvalidTimerError("a batch cannot be a timer message")
         wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
+        if topic in self._batch_topics:  # one inner batch record (rocketstore.queues.batchcq)
+            writer = self._batch.writer
+            put: BatchPutResult | PutFuture = writer.put(
+                self._core, topic, batch_bodies(bodies, lengths), tags, properties, queue_id, wait, flag
+            )
+            return put
         return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
     def put_messages(
@@ -1252,6 +1263,9 @@ class StoreBase(JoinedWriting):
         # every other one through _message_item's full checks
         if type(messages) is not list:
             messages = list(messages)
+        if self._batch_topics and any(getattr(m, "topic", None) in self._batch_topics for m in messages):
+            wait = self._wait_mode(durable, -1)  # one inner batch record (rocketstore.queues.batchcq)
+            return [self._batch.writer.put_messages(self._core, messages, wait)]
         # a batch of plain messages: read, encoded and stored in one compiled pass
         done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
         if done is not None:
@@ -1815,6 +1829,10 @@ class StoreBase(JoinedWriting):
         """:meth:`get_message` for POP: the one-call pull of :meth:`get_message` when it can
         decide, else the careful path, where dispatch catches up only when the queue has fewer
         than ``max_msgs`` units from ``offset``."""
+        if topic in self._batch_topics:
+            return self._batch_pull(
+                topic, queue_id, offset, group, max_msgs, tag_filter or TagFilter.parse(None)
+            )
         if tag_filter is None or tag_filter.match_all:
             quick = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
             if quick is not None:
@@ -1828,6 +1846,8 @@ class StoreBase(JoinedWriting):
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
         """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
+        if topic in self._batch_topics:
+            return self.get_by_queue_offset(topic, queue_id, queue_offset)
         return self._pull(
             topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
         )
@@ -1835,10 +1855,18 @@ class StoreBase(JoinedWriting):
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
     ) -> GetMessageResult:
+        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            if bq is not None:
+                units = self._batch.units(bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags))
+                return GetMessageResult(*units)
         return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
 
     def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
-        cq = self._queue(topic, queue_id)
+        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
+            cq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+        else:
+            cq = self._queue(topic, queue_id)
         start, count = _check_int("start", start), _check_int("count", count)
         if cq is None:
             if start == 0:
@@ -1860,6 +1888,9 @@ class StoreBase(JoinedWriting):
         sizes = np.asarray(sizes, dtype=np.int64)
         if len(offsets) != len(sizes):
             raise ValueError("commitlog_offsets and sizes differ in length")
+        if queue is not None and queue[0] in self._batch_topics:  # a row per inner message
+            yield from self._batch.records_at(offsets, sizes, queue, check_crc)
+            return
         if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
             raise ValueError("commitlog_offsets must be strictly ascending")
         check = None
@@ -1882,6 +1913,9 @@ class StoreBase(JoinedWriting):
         return cq.max_offset if cq is not None else 0
 
     def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        if topic in self._batch_topics:
+            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
+            return bq.offset_of_time(_check_int("timestamp", timestamp)) if bq is not None else 0
         cq = self._queue(topic, queue_id)
         timestamp = _check_int("timestamp", timestamp)
         if cq is None:
@@ -2073,6 +2107,11 @@ class StoreBase(JoinedWriting):
                     if cq.max_offset > found.get(key, 0):
                         found[key] = cq.max_offset
             return found
+        if self._batch_topics:  # the core counts a batch record as one offset
+            return {
+                **self._core.queue_offsets(),
+                **{(b.topic, b.queue_id): b.max_offset for b in self._batch},
+            }
         return self._core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:

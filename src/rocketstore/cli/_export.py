@@ -19,6 +19,7 @@ from rocketstore.cli._common import (
     open_store,
 )
 from rocketstore.cli._output import MessageOutput, Progress, _host_text, _is_terminal, _n, _print_json
+from rocketstore.lowlevel import inner_messages
 from rocketstore.message import MessageExt
 from rocketstore.store import MessageStore
 
@@ -190,7 +191,8 @@ def _export_to(sink, store: MessageStore, args, show_bar: bool) -> int:
             for msg in _messages(
                 store, store.min_offset, store.max_offset, topics, args.begin, args.end, bar
             ):
-                sink.write(msg)
+                for one in inner_messages(msg):  # a BatchCQ inner batch: each of its messages
+                    sink.write(one)
     finally:
         sink.close()
     return sink.count

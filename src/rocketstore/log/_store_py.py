@@ -75,6 +75,10 @@ _debug_sync_errno = 0
 # ---- keyed puts: TAGS and KEYS encoded straight from the arguments ----
 
 
+#: sysFlag of a RocketMQ 5.x inner batch record: INNER_BATCH | NEED_UNWRAP
+_SYSFLAG_INNER_BATCH = 0x0C0
+
+
 def _plain_text(value: object) -> Optional[bytes]:
     """The UTF-8 of an exact, non-empty str without a separator (0x01, 0x02), else None."""
     if type(value) is not str or not value or "\x01" in value or "\x02" in value:
@@ -1561,6 +1565,57 @@ class CommitLogCore:
             except SegmentError as exc:
                 # No segment space: nothing of this record was written (CREATE_MAPEDFILE_FAILED).
                 return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
+        return self._finish(result, end, wait)
+
+    def put_inner_batch(
+        self, topic, body, props_before, props_after, queue_id, count, unique_key, born_timestamp=0, wait=-1
+    ):
+        """One RocketMQ 5.x inner batch record of ``count`` messages (sysFlag INNER_BATCH |
+        NEED_UNWRAP, ``body`` their batch encoding) at the queue's next offset, which then moves
+        by ``count``: the record's properties are ``props_before``, that offset in decimal (the
+        INNER_BASE value, known only under the append lock), then ``props_after``; they must
+        hold ``unique_key`` as UNIQ_KEY. Returns a PutResult (its queue offset the base) or a
+        PutFuture, as :meth:`put`."""
+        self._check_open()
+        if count < 1 or count > 0x7FFF:
+            raise ValueError(f"an inner batch holds 1 to 32767 messages, not {count}")
+        if self._refusal is not None:
+            return self._not_stored(_SERVICE_NOT_AVAILABLE, self._refused(), wait, None)
+        t = self._topic(topic)
+        qid = self._choose_queue(t, queue_id)
+        body = bytes(body)
+        if len(body) > self._max_message_size:
+            raise MessageTooLargeError(
+                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
+            )
+        crc = _body_crc(body)
+        with self._appending():
+            self._check_open()
+            base = t.next_offsets[qid]
+            props = bytes(props_before) + str(base).encode("ascii") + bytes(props_after)
+            if len(props) > MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLargeError(
+                    f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+                )
+            length = self._validate(t, len(body), props, unique_key, _SYSFLAG_INNER_BATCH)
+            try:
+                result, end = self._append(
+                    t,
+                    qid,
+                    body,
+                    crc,
+                    props,
+                    unique_key,
+                    0,
+                    born_timestamp,
+                    _SYSFLAG_INNER_BATCH,
+                    0,
+                    0,
+                    length,
+                )
+            except SegmentError as exc:
+                return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
+            t.next_offsets[qid] += count - 1  # (_append moved it by one; published at the lock's release)
         return self._finish(result, end, wait)
 
     def put_batch(

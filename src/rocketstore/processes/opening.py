@@ -198,6 +198,7 @@ def open_parts(
     if read_only:
         opened.queue_offsets = queue_offsets
         opened.core = commitlog.core
+        batch.mend(queue_offsets, end)  # and nothing before it is missed
         opened.lookups = KeyLookups(codec, commitlog, None, (opened.disk_index, opened.index))
         opened.dispatcher = _dispatcher(
             opened, impl, dispatch_start, end_of=lambda: commitlog.end, index_lazily=True, end_core=commitlog
@@ -217,6 +218,12 @@ def open_parts(
         roll=weak_method(commitlog.roll, _closed),
     )
     opened.topics.core = core
+    batch.mend(queue_offsets, end)  # and nothing before it is missed
+    batch.write_files(
+        codec, cfg.broker_cluster_name
+    )  # (the files made to hold what recovery kept and mended)
+    for bq in batch:  # a batch record takes as many queue offsets as it has messages
+        core.set_queue_offset(bq.topic, bq.queue_id, bq.max_offset)
     opened.lookups = KeyLookups(codec, commitlog, core, (None, opened.index))
     opened.live = live = LivePage.create(
         path,
@@ -238,6 +245,7 @@ def open_parts(
     opened.checkpointer = Checkpointer(
         opened.checkpoint, core, dispatcher, opened.queues, opened.index, opened.offsets, path
     )
+    opened.checkpointer.batch = batch
     opened.guard = QueueGuard(commitlog, opened.queues, dispatcher, cfg.delay_levels_ms, False)
     # what the queues and the index miss of the CommitLog
     recovery.rebuild(dispatcher, end, report, opened.checkpointer.save, opened.queues.start_flush)

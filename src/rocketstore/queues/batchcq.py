@@ -1,4 +1,4 @@
-"""RocketMQ 5.x's BatchConsumeQueue (docs/format.md §4.8), read.
+"""RocketMQ 5.x's BatchConsumeQueue (docs/format.md §4.8), read and written.
 
 A topic whose ``queue.type`` attribute is ``BatchCQ`` has no ConsumeQueue: its queues are
 ``batchconsumequeue/<topic>/<queueId>/<20-digit start byte offset>`` files of 46-byte units, one
@@ -12,8 +12,11 @@ Each inner message is handed out on its own, as RocketMQ's client unwraps it
 timestamps, sysFlag and CommitLog offset, queue offset ``base + i``, and its own flag, body and
 properties.
 
-rocketstore reads these files and never writes them: records the files do not index yet (a
-broker stopped before its dispatch got there) are indexed in memory from the CommitLog.
+Records the files do not index yet (a broker stopped before its dispatch got there, a file
+lost) are indexed from the CommitLog at open. A writable store writes the files too
+(:class:`BatchQueueFiles`), and its batch puts into such a topic write inner batch records as
+5.3.3 does (:class:`InnerBatchWriter`; the record's INNER_BASE is set under the append lock by
+the core's ``put_inner_batch``).
 """
 
 from __future__ import annotations
@@ -27,8 +30,16 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore.base._clock import month_bounds, now_ms
 from rocketstore.base.compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
-from rocketstore.errors import ConsumeQueueDamagedError, CorruptRecordError, MessageNotFoundError
+from rocketstore.errors import (
+    ConsumeQueueDamagedError,
+    CorruptRecordError,
+    InvalidMessageError,
+    MessageNotFoundError,
+)
+from rocketstore.format._codec_py import java_hash, tags_code
+from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt, is_stored_topic
 from rocketstore.status import GetMessageStatus
 
@@ -38,16 +49,26 @@ __all__ = [
     "BATCH_CQ",
     "QUEUE_TYPE",
     "BatchConsumeQueue",
+    "BatchQueueFiles",
     "BatchQueueStore",
+    "InnerBatchWriter",
+    "batch_bodies",
     "batch_topics",
+    "encode_inner_batch",
+    "inner_batch_properties",
     "inner_count",
     "inner_messages",
+    "inner_spans",
+    "java_map_order",
+    "java_properties",
     "load_units",
+    "unwrap_rows",
 ]
 
 #: the topic attribute that names a topic's queue type, and the value of a BatchConsumeQueue's
 QUEUE_TYPE = "queue.type"
 BATCH_CQ = "BatchCQ"
+SIMPLE_CQ = "SimpleCQ"
 DIRECTORY = "batchconsumequeue"
 
 BCQ_UNIT_SIZE = 46
@@ -69,9 +90,16 @@ assert BCQ_UNIT_DTYPE.itemsize == BCQ_UNIT_SIZE
 SYSFLAG_NEED_UNWRAP = 0x040
 SYSFLAG_INNER_BATCH = 0x080
 PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
 
 _INNER_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PROPS_LEN = struct.Struct(">h")
+_LOOPBACK = bytes((127, 0, 0, 1))
+#: sysFlag's transaction bits, and the values of those that get no queue unit (prepared, rolled back)
+_TRANSACTION_BITS = 0x0C
+_NO_UNIT = (0x04, 0x0C)
+#: how many queue offsets a get_units of a BatchConsumeQueue looks at, at least
+_UNITS_SCAN = 1024
 
 
 def batch_topics(root: str | os.PathLike[str], attributes: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
@@ -124,24 +152,10 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
         return [msg]
     body = bytes(msg.body)
     out: list[MessageExt] = []
-    pos, end = 0, len(body)
-    while pos < end:
-        if end - pos < _INNER_HEAD.size:
-            raise CorruptRecordError(f"inner batch at {msg.commitlog_offset}: a message is cut at {pos}")
-        total, _magic, body_crc, flag, body_len = _INNER_HEAD.unpack_from(body, pos)
-        at = pos + _INNER_HEAD.size
-        if body_len < 0 or at + body_len + 2 > end:
-            raise CorruptRecordError(
-                f"inner batch at {msg.commitlog_offset}: a message's body overruns at {pos}"
-            )
+    for total, body_crc, flag, at, body_len, props_at, props_len in inner_spans(
+        body, 0, len(body), msg.commitlog_offset
+    ):
         inner_body = body[at : at + body_len]
-        at += body_len
-        (props_len,) = _PROPS_LEN.unpack_from(body, at)
-        at += 2
-        if props_len < 0 or at + props_len > end or total != at + props_len - pos:
-            raise CorruptRecordError(
-                f"inner batch at {msg.commitlog_offset}: a message's length is wrong at {pos}"
-            )
         out.append(
             MessageExt(
                 size=total,
@@ -160,11 +174,285 @@ def inner_messages(msg: MessageExt) -> list[MessageExt]:
                 prepared_transaction_offset=msg.prepared_transaction_offset,
                 body=inner_body,
                 topic=msg.topic,
-                properties=_properties(body[at : at + props_len]),
+                properties=_properties(body[props_at : props_at + props_len]),
             )
         )
-        pos = at + props_len
     return out
+
+
+def inner_spans(
+    buffer: Any, start: int, end: int, where: int
+) -> list[tuple[int, int, int, int, int, int, int]]:
+    """The messages of an inner batch's body ``buffer[start:end]`` in RocketMQ's batch encoding:
+    ``(total size, body CRC, flag, body position, body length, properties position, properties
+    length)`` each, positions in ``buffer``. Raises :class:`CorruptRecordError` (naming CommitLog
+    offset ``where``) when the body does not hold whole messages."""
+    out = []
+    pos = start
+    while pos < end:
+        if end - pos < _INNER_HEAD.size:
+            raise CorruptRecordError(f"inner batch at {where}: a message is cut at {pos - start}")
+        total, _magic, body_crc, flag, body_len = _INNER_HEAD.unpack_from(buffer, pos)
+        at = pos + _INNER_HEAD.size
+        if body_len < 0 or at + body_len + 2 > end:
+            raise CorruptRecordError(f"inner batch at {where}: a message's body overruns at {pos - start}")
+        (props_len,) = _PROPS_LEN.unpack_from(buffer, at + body_len)
+        props_at = at + body_len + 2
+        if props_len < 0 or props_at + props_len > end or total != props_at + props_len - pos:
+            raise CorruptRecordError(f"inner batch at {where}: a message's length is wrong at {pos - start}")
+        out.append((total, body_crc, flag, at, body_len, props_at, props_len))
+        pos = props_at + props_len
+    return out
+
+
+def unwrap_rows(view: Any, rows: np.ndarray, segment_start: int) -> np.ndarray:
+    """``rows`` (``RECORD_DTYPE`` over ``view``, a CommitLog segment from ``segment_start``) with
+    each inner batch's row replaced by one row per message, as a RocketMQ client unwraps it: the
+    record's fields, queue offset ``base + i``, and the message's own flag, body CRC, body and
+    properties (their positions in ``view``). ``rows`` itself when it holds no inner batch.
+    Raises :class:`CorruptRecordError` for an inner batch whose body is compressed (its messages
+    are no spans of ``view``: get_message reads them) or does not hold whole messages."""
+    flags = rows["sys_flag"]
+    batch = ((flags & SYSFLAG_INNER_BATCH) != 0) & ((flags & SYSFLAG_NEED_UNWRAP) != 0)
+    if not batch.any():
+        return rows
+    out = []
+    for row, is_batch in zip(rows, batch.tolist()):
+        if not is_batch:
+            out.append(row)
+            continue
+        where = segment_start + int(row["position"])
+        if int(row["sys_flag"]) & _COMPRESSION_BITS:
+            raise CorruptRecordError(
+                f"inner batch at {where} has a compressed body: its messages are no spans of the "
+                "CommitLog (read them with get_message)"
+            )
+        at = int(row["body_pos"])
+        base = int(row["queue_offset"])
+        for i, (_total, body_crc, flag, body_at, body_len, props_at, props_len) in enumerate(
+            inner_spans(view, at, at + int(row["body_len"]), where)
+        ):
+            one = row.copy()
+            one["queue_offset"] = base + i
+            one["flag"], one["body_crc"] = flag, body_crc
+            one["body_pos"], one["body_len"] = body_at, body_len
+            one["properties_pos"], one["properties_len"] = props_at, props_len
+            out.append(one)
+    return np.array(out, dtype=rows.dtype)
+
+
+def java_map_order(names: Iterable[str]) -> list[str]:
+    """``names`` in the order a ``java.util.HashMap`` holding them iterates: by bucket
+    (``h ^ (h >>> 16)`` of ``String.hashCode``, masked by a table of 16 doubled while more than
+    3/4 full), the given order within a bucket. RocketMQ writes a properties string in this
+    order (``messageProperties2String`` over a HashMap)."""
+    names = list(names)
+    size = 16
+    while len(names) > size * 3 // 4:
+        size *= 2
+
+    def bucket(name: str) -> int:
+        h = java_hash(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (size - 1)
+
+    return sorted(names, key=bucket)
+
+
+def java_properties(properties: Mapping[str, str]) -> bytes:
+    """``properties`` as RocketMQ's ``messageProperties2String`` writes a HashMap of them:
+    ``name\x01value\x02`` in :func:`java_map_order`."""
+    return "".join(f"{n}\x01{properties[n]}\x02" for n in java_map_order(properties)).encode("utf-8")
+
+
+def encode_inner_batch(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes:
+    """The body of an inner batch record as 5.3.3's producer encodes its messages
+    (``MessageDecoder.encodeMessages``: per message int totalSize, int magic 0, int bodyCRC 0,
+    int flag, int bodyLen, body, short propertiesLength, properties) from ``(flag, body,
+    properties)`` of each, the properties in :func:`java_properties`' order."""
+    out = bytearray()
+    for flag, body, properties in messages:
+        props = java_properties(properties)
+        if len(props) > 0x7FFF:
+            raise ValueError(f"a message's properties are {len(props)} bytes; the limit is 32767")
+        out += _INNER_HEAD.pack(_INNER_HEAD.size + len(body) + 2 + len(props), 0, 0, flag, len(body))
+        out += body
+        out += _PROPS_LEN.pack(len(props))
+        out += props
+    return bytes(out)
+
+
+def inner_batch_properties(base: int, count: int, unique_key: str, properties: Mapping[str, str]) -> bytes:
+    """The properties string of an inner batch record of ``count`` messages at queue offset
+    ``base``, as 5.3.3's broker writes it: ``properties`` (the batch's own, e.g. ``CLUSTER``,
+    ``WAIT``) with ``UNIQ_KEY``, ``INNER_NUM`` and ``INNER_BASE``, in HashMap order (a
+    ``__CRC32#`` property, when the store writes one, goes after them)."""
+    return java_properties(
+        # (the producer's UNIQ_KEY first: it goes before a property of the same bucket)
+        {"UNIQ_KEY": unique_key, **properties, PROPERTY_INNER_NUM: str(count), PROPERTY_INNER_BASE: str(base)}
+    )
+
+
+def batch_bodies(bodies: Any, lengths: Any = None) -> list[bytes]:
+    """put_batch's ``bodies`` (a sequence of bytes-like, or one buffer cut by ``lengths``) as a
+    list of bytes."""
+    if lengths is None:
+        return [bytes(b) for b in bodies]
+    buf = memoryview(bodies).cast("B")
+    out, pos = [], 0
+    for n in np.asarray(lengths, dtype=np.int64).tolist():
+        if n < 0 or pos + n > len(buf):
+            raise InvalidMessageError("lengths run past the end of the bodies' buffer")
+        out.append(bytes(buf[pos : pos + n]))
+        pos += n
+    if pos != len(buf):
+        raise InvalidMessageError(f"lengths add up to {pos} bytes, the buffer holds {len(buf)}")
+    return out
+
+
+def set_queue_type(
+    batch: BatchQueueStore,
+    dispatcher: Any,
+    topics: Any,
+    topic: str,
+    queue_type: str,
+    queues: Mapping[tuple[str, int], tuple[int, int]],
+) -> frozenset[str]:
+    """create_topic's ``queue_type``: ``topic`` becomes a BatchCQ topic (``queue.type=BatchCQ``
+    in topics.json, ``batch`` and ``dispatcher`` told), or stays what it is. Only a topic with
+    no message in ``queues`` ({(topic, queue id): (min, max)} of the store, given when the type
+    would change) may change; a BatchCQ topic stays one. Returns the store's BatchCQ topics."""
+    if queue_type not in (BATCH_CQ, SIMPLE_CQ):
+        raise InvalidMessageError(f"queue_type must be {BATCH_CQ!r} or {SIMPLE_CQ!r}, not {queue_type!r}")
+    current = BATCH_CQ if topic in batch.topics else SIMPLE_CQ
+    if queue_type == current:
+        return batch.topics
+    if queue_type == SIMPLE_CQ:
+        raise InvalidMessageError(f"topic {topic!r} is a BatchCQ topic: its queue type stays BatchCQ")
+    if any(hi > 0 for (t, _q), (_lo, hi) in queues.items() if t == topic):
+        raise InvalidMessageError(
+            f"topic {topic!r} holds messages in ConsumeQueues: it cannot become BatchCQ"
+        )
+    topics.update_attributes(topic, {QUEUE_TYPE: BATCH_CQ})
+    batch.add_topic(topic)
+    dispatcher.use_batch(batch)
+    return batch.topics
+
+
+class InnerBatchWriter:
+    """Puts into a BatchCQ topic's queue as 5.3.3's producer and broker write a batch there: one
+    inner batch record (sysFlag INNER_BATCH | NEED_UNWRAP) whose body is the messages in the
+    producer's batch encoding, each with its own UNIQ_KEY (and WAIT, TAGS, its properties), and
+    whose properties are the batch's UNIQ_KEY, CLUSTER, WAIT, INNER_NUM and INNER_BASE (the
+    queue offset of its first message, set under the append lock by the core's
+    ``put_inner_batch``), all in java.util.HashMap order. ``codec`` makes the client-style
+    UNIQ_KEYs (``make_uniq_key``); ``cluster`` is the broker cluster name the record carries."""
+
+    def __init__(self, codec: Any, cluster: str, clock: Callable[[], int]) -> None:
+        self._codec = codec
+        self._cluster = cluster
+        self._clock = clock
+        self._loader_hash = int.from_bytes(os.urandom(4), "big")
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def new_id(self) -> str:
+        """A client-style UNIQ_KEY: loopback address, pid, a random part, time and a counter."""
+        now = self._clock()
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        key: str = self._codec.make_uniq_key(
+            _LOOPBACK, os.getpid(), self._loader_hash, now, counter, month_bounds(now)[0]
+        )
+        return key
+
+    def record_properties(self, count: int) -> tuple[bytes, bytes, str]:
+        """``(properties before the INNER_BASE value, after it, the batch's UNIQ_KEY)`` of an
+        inner batch record of ``count`` messages: UNIQ_KEY, CLUSTER, WAIT, INNER_NUM and
+        INNER_BASE in HashMap order, as 5.3.3's broker writes them."""
+        unique_key = self.new_id()
+        names = {
+            "UNIQ_KEY": unique_key,
+            "CLUSTER": self._cluster,
+            "WAIT": "true",
+            PROPERTY_INNER_NUM: str(count),
+            PROPERTY_INNER_BASE: "",
+        }
+        before: list[str] = []
+        after: list[str] = []
+        part = before
+        for name in java_map_order(names):
+            if name == PROPERTY_INNER_BASE:
+                before.append(f"{name}\x01")
+                part = after
+                after.append("\x02")
+            else:
+                part.append(f"{name}\x01{names[name]}\x02")
+        return "".join(before).encode("utf-8"), "".join(after).encode("utf-8"), unique_key
+
+    def put_messages(self, core: Any, messages: list[Any], wait: int) -> Any:
+        """put_messages into a BatchCQ topic: ``messages`` (:class:`rocketstore.Message`, all of
+        that topic and one queue id) as one inner batch record, each with its own flag, body,
+        tags, keys and properties, as a 5.x producer's ``send(Collection<Message>)``. Its
+        PutResult (message ``i`` at ``queue_offset + i``) or PutFuture."""
+        topics = {m.topic for m in messages}
+        queue_ids = {m.queue_id for m in messages}
+        if len(topics) != 1 or len(queue_ids) != 1:
+            raise InvalidMessageError(
+                "messages to a BatchCQ topic are put as one batch record: all of one topic and one queue_id"
+            )
+        items = []
+        for m in messages:
+            if m.sys_flag or m.reconsume_times or m.born_timestamp:
+                raise InvalidMessageError(
+                    "a BatchCQ batch's messages take no sys_flag, reconsume_times or born_timestamp"
+                )
+            props: dict[str, str] = {}
+            if m.tags is not None:
+                props["TAGS"] = m.tags
+            if m.keys is not None:
+                props["KEYS"] = m.keys if isinstance(m.keys, str) else " ".join(m.keys)
+            props["WAIT"] = "true"
+            user = dict(m.properties or {})
+            if "DELAY" in user or "UNIQ_KEY" in user or any(k.startswith("TIMER_") for k in user):
+                raise InvalidMessageError(
+                    "a BatchCQ batch's messages cannot be delayed, timed or carry a UNIQ_KEY"
+                )
+            props.update(user)
+            items.append((int(m.flag), bytes(m.body), props))
+        return self.put_items(core, topics.pop(), items, queue_ids.pop(), wait)
+
+    def put_items(
+        self, core: Any, topic: str, items: list[tuple[int, bytes, dict[str, str]]], queue_id: int, wait: int
+    ) -> Any:
+        """One inner batch record of ``items`` ``(flag, body, properties)`` (each message's
+        UNIQ_KEY added) through ``core.put_inner_batch``."""
+        if not items:
+            raise InvalidMessageError("a batch needs at least one message")
+        body = encode_inner_batch((flag, b, {**props, "UNIQ_KEY": self.new_id()}) for flag, b, props in items)
+        before, after, unique_key = self.record_properties(len(items))
+        return core.put_inner_batch(topic, body, before, after, queue_id, len(items), unique_key, 0, wait)
+
+    def put(
+        self,
+        core: Any,
+        topic: str,
+        bodies: list[bytes],
+        tags: Optional[str],
+        properties: Optional[Mapping[str, str]],
+        queue_id: int,
+        wait: int,
+        flag: int = 0,
+    ) -> Any:
+        """One inner batch record of ``bodies`` into (``topic``, ``queue_id``; -1: the core's
+        choice) through ``core.put_inner_batch``: its PutResult (queue offset the first
+        message's; message ``i`` is at ``queue_offset + i``) or PutFuture."""
+        own: dict[str, str] = {}
+        if tags is not None:
+            own["TAGS"] = tags
+        own["WAIT"] = "true"
+        own.update(properties or {})
+        return self.put_items(core, topic, [(flag, b, own) for b in bodies], queue_id, wait)
 
 
 def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
@@ -199,12 +487,126 @@ def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
 
+#: 5.3.3's BatchConsumeQueue file: 300,000 units (``mapperFileSizeBatchConsumeQueue``)
+BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE
+
+
+def file_size_of(directory: str) -> Optional[int]:
+    """The size of the first file of a BatchConsumeQueue directory (a broker's setting), None
+    when it has none or its size is no multiple of a unit."""
+    try:
+        names = sorted((n for n in os.listdir(directory) if len(n) == 20 and n.isdigit()), key=int)
+        size = os.path.getsize(os.path.join(directory, names[0])) if names else 0
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return size if size > 0 and size % BCQ_UNIT_SIZE == 0 else None
+
+
+class BatchQueueFiles:
+    """Writes one BatchConsumeQueue's units into its files, as 5.3.3 lays them out
+    (:meth:`BatchConsumeQueue.file_images`): files of ``file_size`` bytes named by their first
+    byte's offset, each unit at ``46 * number``. ``written`` units are on disk; :meth:`write`
+    adds the queue's units past them, :meth:`sync` makes the files hold exactly the queue's
+    units at a writable open (after recovery cut or mended them), :meth:`flush` makes the
+    writes durable."""
+
+    def __init__(self, directory: str, file_size: int, written: int) -> None:
+        if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
+            raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
+        self.directory = directory
+        self.file_size = file_size
+        self.per_file = file_size // BCQ_UNIT_SIZE
+        self.written = written
+        self._fds: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _fd(self, index: int, create: bool = True) -> Optional[int]:
+        fd = self._fds.get(index)
+        if fd is None:
+            path = os.path.join(self.directory, f"{index * self.file_size:020d}")
+            if not create and not os.path.exists(path):
+                return None
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < self.file_size:
+                os.ftruncate(fd, self.file_size)
+            self._fds[index] = fd
+        return fd
+
+    def _put(self, number: int, data: bytes) -> None:
+        """``data`` (whole units) at unit ``number`` on, across files."""
+        while data:
+            index, slot = divmod(number, self.per_file)
+            take = min(len(data) // BCQ_UNIT_SIZE, self.per_file - slot)
+            fd = self._fd(index)
+            assert fd is not None
+            os.pwrite(fd, data[: take * BCQ_UNIT_SIZE], slot * BCQ_UNIT_SIZE)
+            self._dirty.add(index)
+            data, number = data[take * BCQ_UNIT_SIZE :], number + take
+
+    def write(self, bq: BatchConsumeQueue) -> None:
+        """The units of ``bq`` past those written, into the files."""
+        with self._lock:
+            units = bq.units_array(self.written)
+            if len(units):
+                self._put(self.written, units.tobytes())
+                self.written += len(units)
+
+    def sync(self, bq: BatchConsumeQueue, on_disk: int) -> None:
+        """Make the files hold ``bq``'s units and nothing after them: ``on_disk`` units were
+        read from them (recovery may have left some out, or indexed more from the CommitLog).
+        Units left out are zeroed, and so is what follows the last unit when it is not zero (a
+        unit the load refused, which a later load would stop at, and what is after it)."""
+        with self._lock:
+            keep = min(on_disk, len(bq))
+            if on_disk > keep:
+                self._put(keep, bytes((on_disk - keep) * BCQ_UNIT_SIZE))
+            self.written = keep
+        self.write(bq)
+        with self._lock:
+            index, slot = divmod(self.written, self.per_file)
+            fd = self._fd(index, create=False)
+            if fd is None or not os.pread(fd, BCQ_UNIT_SIZE, slot * BCQ_UNIT_SIZE).strip(b"\0"):
+                return  # (the files end in zeros after the last unit, as written)
+            while fd is not None:
+                at = slot * BCQ_UNIT_SIZE
+                tail = os.pread(fd, self.file_size - at, at)
+                if tail.strip(b"\0"):
+                    os.pwrite(fd, bytes(len(tail)), at)
+                    self._dirty.add(index)
+                index, slot = index + 1, 0
+                fd = self._fd(index, create=False)
+
+    def flush(self) -> None:
+        with self._lock:
+            for index in sorted(self._dirty):
+                os.fsync(self._fds[index])
+            self._dirty.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
 class BatchConsumeQueue:
     """One BatchConsumeQueue: its units on disk, then those dispatch found in the CommitLog past
-    them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds."""
+    them (in memory). ``count_of(commitlog_offset)`` says how many messages a record holds and
+    when it was stored: ``(count, store_timestamp)``."""
 
-    def __init__(self, root: str, topic: str, queue_id: int, count_of: Callable[[int], int]) -> None:
+    def __init__(
+        self,
+        root: str,
+        topic: str,
+        queue_id: int,
+        count_of: Callable[[int], tuple[int, int]],
+        low: Optional[Callable[[], int]] = None,
+    ) -> None:
         self.topic = topic
+        #: the CommitLog's first offset retention left (units below it point at nothing)
+        self._low = low
         self.queue_id = queue_id
         self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
         self._count_of = count_of
@@ -212,21 +614,73 @@ class BatchConsumeQueue:
         disk = load_units(self.directory)
         #: the units on disk (read once at open)
         self.disk_units = disk
-        self._bases = disk["base"].astype(np.int64)
-        self._offsets = disk["commitlog_offset"].astype(np.int64)
-        self._sizes = disk["size"].astype(np.int64)
-        self._counts = disk["batch_size"].astype(np.int64)
+        # the units' columns, grown by doubling (an append is amortised O(1)); [:_n] are valid
+        self._n = len(disk)
+        self._cols = [
+            disk[name].astype(np.int64)
+            for name in ("base", "commitlog_offset", "size", "batch_size", "tags_code", "store_time")
+        ]
+        #: what writes the units into the files (a writable store's; None: memory only)
+        self.files: Optional[BatchQueueFiles] = None
+
+    @property
+    def _bases(self) -> np.ndarray:
+        return self._cols[0][: self._n]
+
+    @property
+    def _offsets(self) -> np.ndarray:
+        return self._cols[1][: self._n]
+
+    @property
+    def _sizes(self) -> np.ndarray:
+        return self._cols[2][: self._n]
+
+    @property
+    def _counts(self) -> np.ndarray:
+        return self._cols[3][: self._n]
+
+    @property
+    def _codes(self) -> np.ndarray:
+        return self._cols[4][: self._n]
+
+    @property
+    def _times(self) -> np.ndarray:
+        return self._cols[5][: self._n]
+
+    def units_array(self, start: int = 0) -> np.ndarray:
+        """The units from number ``start`` on as ``BCQ_UNIT_DTYPE`` (as the files hold them)."""
+        with self._lock:
+            n = self._n
+            units = np.zeros(max(n - start, 0), dtype=BCQ_UNIT_DTYPE)
+            for name, col in zip(
+                ("base", "commitlog_offset", "size", "batch_size", "tags_code", "store_time"), self._cols
+            ):
+                units[name] = col[start:n]
+        units["compacted_offset"] = -1
+        return units
 
     def __len__(self) -> int:
         return len(self._bases)
 
     @property
     def min_offset(self) -> int:
-        return int(self._bases[0]) if len(self._bases) else 0
+        """The first queue offset whose record retention left (the max offset when none)."""
+        bases = self._bases
+        if not len(bases):
+            return 0
+        if self._low is None:
+            return int(bases[0])
+        i = int(np.searchsorted(self._offsets, self._low(), side="left"))
+        return int(bases[i]) if i < len(bases) else self.max_offset
 
     @property
     def max_offset(self) -> int:
         return int(self._bases[-1] + self._counts[-1]) if len(self._bases) else 0
+
+    @property
+    def last_base(self) -> int:
+        """The queue offset of the last record indexed (-1: none)."""
+        return int(self._bases[-1]) if len(self._bases) else -1
 
     @property
     def max_physic_offset(self) -> int:
@@ -239,10 +693,8 @@ class BatchConsumeQueue:
         made durable); the files keep them. Returns how many were left out."""
         with self._lock:
             keep = int(np.searchsorted(self._offsets + self._sizes, end, side="right"))
-            dropped = len(self._offsets) - keep
-            if dropped:
-                self._bases, self._offsets = self._bases[:keep], self._offsets[:keep]
-                self._sizes, self._counts = self._sizes[:keep], self._counts[:keep]
+            dropped = self._n - keep
+            self._n = keep
         return dropped
 
     def append(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
@@ -250,12 +702,18 @@ class BatchConsumeQueue:
         when it lies past the last one indexed; one indexed already is left as it is."""
         if commitlog_offset + size <= self.max_physic_offset:
             return False
-        count = self._count_of(commitlog_offset)
+        count, store_time = self._count_of(commitlog_offset)
         with self._lock:
-            self._bases = np.append(self._bases, queue_offset)
-            self._offsets = np.append(self._offsets, commitlog_offset)
-            self._sizes = np.append(self._sizes, size)
-            self._counts = np.append(self._counts, count)
+            n = self._n
+            if n == len(self._cols[0]):
+                self._cols = [np.concatenate([c, np.zeros(max(n, 16), dtype=np.int64)]) for c in self._cols]
+            for col, value in zip(
+                self._cols, (queue_offset, commitlog_offset, size, count, tags_code, store_time)
+            ):
+                col[n] = value
+            self._n = n + 1
+        if self.files is not None:
+            self.files.write(self)
         return True
 
     def append_many(self, queue_offsets: Any, commitlog_offsets: Any, sizes: Any, tags_codes: Any) -> int:
@@ -281,6 +739,70 @@ class BatchConsumeQueue:
             return None
         return int(self._offsets[i]), int(self._sizes[i]), base, count
 
+    def rows(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The queue offsets ``start ..`` (up to ``count`` of them, to the queue's end or the first
+        one no unit covers), one row per inner message: ``(units, batch)``, ``units`` of
+        ``CQ_UNIT_DTYPE`` (its record's CommitLog offset and size, its unit's tagsCode, repeated
+        for each message of a batch) and ``batch`` each row's batch size."""
+        with self._lock:
+            bases, counts = self._bases, self._counts
+            offsets, sizes, codes = self._offsets, self._sizes, self._codes
+        end = min(start + max(count, 0), int(bases[-1] + counts[-1]) if len(bases) else 0)
+        wanted = np.arange(start, max(start, end), dtype=np.int64)
+        at = np.searchsorted(bases, wanted, side="right") - 1
+        if len(bases):
+            safe = np.maximum(at, 0)
+            covered = (at >= 0) & (wanted < bases[safe] + counts[safe])
+        else:
+            covered = np.zeros(len(wanted), dtype=bool)
+        gap = np.flatnonzero(~covered)
+        if len(gap):
+            at = at[: gap[0]]
+        units = np.zeros(len(at), dtype=CQ_UNIT_DTYPE)
+        units["commitlog_offset"] = offsets[at]
+        units["size"] = sizes[at]
+        units["tags_code"] = codes[at]
+        return units, counts[at]
+
+    def units(self, start: int, count: int) -> np.ndarray:
+        """queue_units of this queue: :meth:`rows` from ``start`` (a copy, not a view of the
+        files), after the checks of ``ConsumeQueue.units``: ``start == max_offset`` gives an
+        empty array, a ``start`` outside ``[min_offset, max_offset]`` raises
+        :class:`MessageNotFoundError`."""
+        if count < 0:
+            raise InvalidMessageError(f"count {count} is negative")
+        if not self.min_offset <= start <= self.max_offset:
+            raise MessageNotFoundError(
+                f"queue offset {start} is outside [{self.min_offset}, {self.max_offset}] of "
+                f"{self.topic}-{self.queue_id}"
+            )
+        return self.rows(start, count)[0]
+
+    def offset_of_time(self, timestamp: int) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp`` (ms): the base
+        of the first such unit (a batch's messages share their record's store time); the max
+        offset when every one is older, 0 for an empty queue."""
+        with self._lock:
+            bases, times = self._bases, self._times
+        i = int(np.searchsorted(times, timestamp, side="left"))  # store times do not decrease
+        return int(bases[i]) if i < len(bases) else self.max_offset
+
+    def file_images(self, file_size: int) -> dict[str, bytes]:
+        """The queue's units as RocketMQ 5.3.3's BatchConsumeQueue lays them out in its files:
+        ``{20-digit start byte offset: file_size bytes}`` from byte 0, each unit 46 bytes
+        (compactedOffset -1, reserved 0), the last file zero-filled; a unit never straddles two
+        files (``file_size`` a multiple of 46). What a writer of these files would write, as
+        the tests compare with the fixture's own bytes."""
+        if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
+            raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
+        units = self.units_array()
+        data = units.tobytes()
+        per = file_size // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE
+        return {
+            f"{start:020d}": data[start : start + per].ljust(file_size, b"\0")
+            for start in range(0, max(len(data), 1), per)
+        }
+
     def entries(self) -> Iterator[tuple[int, int, int, int]]:
         """Every unit: ``(commitlog_offset, size, base, batch_size)``, in queue order."""
         yield from zip(
@@ -288,9 +810,11 @@ class BatchConsumeQueue:
         )
 
 
-def _record_count(commitlog: Any, commitlog_offset: int) -> int:
-    """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue."""
-    return inner_count(commitlog.read(commitlog_offset))
+def _record_count(commitlog: Any, commitlog_offset: int) -> tuple[int, int]:
+    """How many queue offsets the record at ``commitlog_offset`` takes in a BatchConsumeQueue,
+    and its store timestamp."""
+    msg = commitlog.read(commitlog_offset)
+    return inner_count(msg), int(msg.store_timestamp)
 
 
 class BatchQueueStore:
@@ -305,8 +829,12 @@ class BatchQueueStore:
         self._commitlog = commitlog
         # (not a method of this store: its queues hold it, and would make a cycle with it)
         self._count_of = functools.partial(_record_count, commitlog)
+        self._low = functools.partial(getattr, commitlog, "min_offset")
         self._queues: dict[tuple[str, int], BatchConsumeQueue] = {}
         self._lock = threading.Lock()
+        self._file_size: Optional[int] = None  # (write_files: the files are written)
+        #: what puts a batch into a BatchCQ topic (a writable store's: write_files)
+        self.writer: Optional[InnerBatchWriter] = None
         for topic in sorted(self.topics):
             try:
                 names = os.listdir(os.path.join(self.root, DIRECTORY, topic))
@@ -315,6 +843,50 @@ class BatchQueueStore:
             for name in sorted(names):
                 if name.isascii() and name.isdigit() and str(int(name)) == name and int(name) <= 0x7FFFFFFF:
                     self.find_or_create(topic, int(name))
+
+    def write_files(self, codec: Any, cluster: str, file_size: Optional[int] = None) -> None:
+        """A writable store's: from now on each queue's units go into its files too (their size
+        that of a queue's existing files, else ``file_size``, else 5.3.3's); the files are made
+        to hold exactly the units recovery kept and mended. Writes nothing when they already do.
+        :attr:`writer` then puts inner batch records (``codec``'s UNIQ_KEYs, ``cluster`` the
+        broker cluster name they carry)."""
+        self.writer = InnerBatchWriter(codec, cluster, now_ms)
+        if file_size is None:
+            found = [file_size_of(bq.directory) for bq in self._queues.values()]
+            file_size = next((f for f in found if f), BCQ_FILE_SIZE)
+        self._file_size = file_size
+        for bq in list(self._queues.values()):
+            self._attach(bq)
+
+    def _attach(self, bq: BatchConsumeQueue) -> None:
+        if bq.files is None and self._file_size is not None:
+            files = BatchQueueFiles(bq.directory, file_size_of(bq.directory) or self._file_size, 0)
+            bq.files = files
+            files.sync(bq, len(bq.disk_units))
+
+    def flush(self) -> None:
+        """fsync what the queues wrote into their files."""
+        for bq in self:
+            if bq.files is not None:
+                bq.files.flush()
+
+    def close(self) -> None:
+        """Flush and close the files written (each queue whatever another raised)."""
+        error: Optional[BaseException] = None
+        for bq in self:
+            if bq.files is not None:
+                try:
+                    bq.files.flush()
+                except OSError as exc:
+                    error = error or exc
+                bq.files.close()
+                bq.files = None
+        if error is not None:
+            raise error
+
+    def add_topic(self, topic: str) -> None:
+        """``topic`` is a BatchCQ topic from now on (created so)."""
+        self.topics = self.topics | {topic}
 
     def __contains__(self, topic: object) -> bool:
         return topic in self.topics
@@ -335,8 +907,37 @@ class BatchQueueStore:
             with self._lock:
                 bq = self._queues.get(key)
                 if bq is None:
-                    bq = self._queues[key] = BatchConsumeQueue(self.root, topic, queue_id, self._count_of)
+                    bq = BatchConsumeQueue(self.root, topic, queue_id, self._count_of, self._low)
+                    self._attach(bq)
+                    self._queues[key] = bq
         return bq
+
+    def mend(self, queue_offsets: Mapping[tuple[str, int], int], end: int) -> int:
+        """Index from the CommitLog, up to ``end``, the records of a BatchCQ queue whose files
+        miss them at their tail (a file lost, a broker stopped before it flushed them, a queue
+        with no files at all): ``queue_offsets`` is recovery's next queue offset of each queue
+        by its records, a batch record counted once, so a queue whose last unit's base is below
+        the last record's misses records. Returns how many records were indexed."""
+        lagging: dict[tuple[str, int], BatchConsumeQueue] = {}
+        for (topic, queue_id), nxt in queue_offsets.items():
+            if topic in self.topics:
+                bq = self.find_or_create(topic, queue_id)
+                last_base = bq.last_base
+                if nxt - 1 > last_base:
+                    lagging[(topic, queue_id)] = bq
+        if not lagging:
+            return 0
+        start = max(min(max(bq.max_physic_offset, 0) for bq in lagging.values()), self._commitlog.min_offset)
+        queue_ids = np.array(sorted({q for _t, q in lagging}), dtype=np.int64)
+        added = 0
+        for mf, rows in self._commitlog.chunks(start, end):
+            maybe = rows[np.isin(rows["queue_id"], queue_ids) & (rows["queue_offset"] >= 0)]
+            for offset in (maybe["position"].astype(np.int64) + mf.file_from_offset).tolist():
+                msg = self._commitlog.read(offset)
+                bq_or_none = lagging.get((msg.topic, msg.queue_id))
+                if bq_or_none is not None and msg.sys_flag & _TRANSACTION_BITS not in _NO_UNIT:
+                    added += bq_or_none.append(msg.queue_offset, offset, msg.size, tags_code(msg.tags))
+        return added
 
     def without_batch_topics(self, queue_offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """``queue_offsets`` but those of BatchCQ topics, which have no ConsumeQueue to mend."""
@@ -381,19 +982,20 @@ class BatchQueueStore:
 
     def pull(
         self, bq: BatchConsumeQueue, offset: int, max_msgs: int, tag_filter: Any
-    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt]]:
+    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt], Any, Any]:
         """A pull of up to ``max_msgs`` inner messages from queue offset ``offset`` of ``bq``,
         filtered by each one's own tag (a unit's tagsCode stands for the whole record):
-        ``(status, next offset, min offset, max offset, messages)`` as get_message gives them."""
+        ``(status, next offset, min offset, max offset, messages, units, queue offsets)`` as
+        get_message gives them (a unit per message, as :meth:`units` gives them)."""
         lo, hi = bq.min_offset, bq.max_offset
         if hi == 0:
-            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, []
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, [], None, None
         if offset < lo:
-            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, []
+            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, [], None, None
         if offset == hi:
-            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, []
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [], None, None
         if offset > hi:
-            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, []
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, [], None, None
         messages: list[MessageExt] = []
         position, scanned = offset, 0
         while position < hi and len(messages) < max_msgs and scanned < max(max_msgs, 64):
@@ -407,7 +1009,106 @@ class BatchQueueStore:
                     if len(messages) >= max_msgs:
                         break
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        return status, position, lo, hi, messages
+        queue_offsets = np.array([m.queue_offset for m in messages], dtype=np.int64)
+        rows = bq.rows(offset, position - offset)[0][queue_offsets - offset]
+        return status, position, lo, hi, messages, rows, queue_offsets
+
+    def units(
+        self, bq: BatchConsumeQueue, offset: int, max_msgs: int, tag_filter: Any
+    ) -> tuple[GetMessageStatus, int, int, int, list[MessageExt], np.ndarray, np.ndarray]:
+        """get_units of ``bq``: up to ``max_msgs`` rows from queue offset ``offset``, one per
+        inner message (:meth:`BatchConsumeQueue.rows`), without reading the CommitLog. The
+        tagsCode filters only a unit of one tagged message: a batch's unit (and any with tagsCode
+        0) does not carry its messages' tags, so its rows are kept as candidates under any
+        expression. ``(status, next offset, min, max, [], units, queue offsets)``."""
+        lo, hi = bq.min_offset, bq.max_offset
+        empty = np.empty(0, dtype=CQ_UNIT_DTYPE)
+        none = np.empty(0, dtype=np.int64)
+        if hi == 0:
+            return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, [], empty, none
+        if offset < lo:
+            return GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, [], empty, none
+        if offset == hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [], empty, none
+        if offset > hi:
+            return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, [], empty, none
+        rows, batch = bq.rows(offset, max(max_msgs, _UNITS_SCAN))
+        queue_offsets = np.arange(offset, offset + len(rows), dtype=np.int64)
+        if not tag_filter.match_all:
+            codes = rows["tags_code"]
+            keep = tag_filter.mask(codes) | (batch > 1) | (codes == 0)
+            rows, queue_offsets = rows[keep], queue_offsets[keep]
+        position = offset + len(batch)
+        if len(rows) > max_msgs:
+            rows, queue_offsets = rows[:max_msgs], queue_offsets[:max_msgs]
+            position = int(queue_offsets[-1]) + 1
+        status = GetMessageStatus.FOUND if len(rows) else GetMessageStatus.NO_MATCHED_MESSAGE
+        return status, position, lo, hi, [], rows, queue_offsets
+
+    def records_at(
+        self, offsets: np.ndarray, sizes: np.ndarray, queue: tuple[str, int, int], check_crc: bool
+    ) -> Iterator[tuple[int, Any, np.ndarray]]:
+        """records_at of a BatchCQ queue's rows (:meth:`BatchConsumeQueue.rows`, one per inner
+        message from queue offset ``queue[2]``): each row must be the record its unit names
+        (topic, queue id, base offset, PHYSICALOFFSET) else :class:`ConsumeQueueDamagedError`,
+        and yields one ``RECORD_DTYPE`` row per inner message: the record's fields, its queue
+        offset, and the inner message's flag, body CRC, body and properties (positions in the
+        segment's view). An inner batch whose body is compressed has no such spans in the view:
+        it raises :class:`CorruptRecordError` naming it (get_message reads it)."""
+        topic, queue_id, first = queue
+        bq = self.get(topic, queue_id)
+        wanted = [
+            (first + i, int(o), int(n)) for i, (o, n) in enumerate(zip(offsets.tolist(), sizes.tolist()))
+        ]
+        records: dict[int, tuple[int, int, int]] = {}  # commitlog offset -> (size, base, count)
+        for position, offset, size in wanted:
+            found = bq.locate(position) if bq is not None else None
+            if found is None or found[:2] != (offset, size):
+                raise ConsumeQueueDamagedError(
+                    f"BatchConsumeQueue {topic}-{queue_id} has no unit ({offset}, {size}) at queue "
+                    f"offset {position}",
+                    topic,
+                    queue_id,
+                    position,
+                )
+            records[offset] = (size, found[2], found[3])
+        if not wanted:
+            return
+        lo, hi = wanted[0][0], wanted[-1][0] + 1
+        starts = np.fromiter(records, dtype=np.int64, count=len(records))
+        lengths = np.array([records[o][0] for o in records], dtype=np.int64)
+        name = topic.encode("utf-8")
+        for segment_start, view, rows in self._commitlog.records_at(starts, lengths, check_crc, None):
+            for row in rows:
+                offset = int(row["physical_offset"])
+                size, base, count = records.get(offset, (-1, -1, -1))
+                tpos, tlen = int(row["topic_pos"]), int(row["topic_len"])
+                if (
+                    int(row["position"]) + segment_start != offset
+                    or (int(row["queue_id"]), int(row["queue_offset"]), int(row["size"]))
+                    != (queue_id, base, size)
+                    or bytes(view[tpos : tpos + tlen]) != name
+                ):
+                    raise ConsumeQueueDamagedError(
+                        f"BatchConsumeQueue {topic}-{queue_id} unit at queue offset {base} does not "
+                        f"point at its record",
+                        topic,
+                        queue_id,
+                        max(base, lo),
+                    )
+            unwrapped = unwrap_rows(view, rows, segment_start)
+            for offset in np.unique(unwrapped["physical_offset"]).tolist():
+                size, base, count = records[offset]
+                if int((unwrapped["physical_offset"] == offset).sum()) != count:
+                    raise ConsumeQueueDamagedError(
+                        f"BatchConsumeQueue {topic}-{queue_id} unit at queue offset {base} counts "
+                        f"{count} messages, not its record's",
+                        topic,
+                        queue_id,
+                        max(base, lo),
+                    )
+            q = unwrapped["queue_offset"]
+            yield segment_start, view, unwrapped[(q >= lo) & (q < hi)]
 
     def verify(self, problems: list[dict[str, Any]], low: int, max_per_queue: int = 10) -> int:
         """verify() of the BatchConsumeQueues: each unit follows the one before it (base =

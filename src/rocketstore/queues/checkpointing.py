@@ -24,7 +24,17 @@ class Checkpointer:
     ``offsets`` its ConsumerOffsetTable, which :meth:`background` writes now and then, with the
     offsets the groups of the store at ``root`` committed."""
 
-    __slots__ = ("checkpoint", "_core", "_dispatcher", "_queues", "_index", "_offsets", "_root", "_persisted")
+    __slots__ = (
+        "checkpoint",
+        "_core",
+        "_dispatcher",
+        "_queues",
+        "_index",
+        "_offsets",
+        "_root",
+        "_persisted",
+        "batch",
+    )
 
     def __init__(
         self,
@@ -44,6 +54,8 @@ class Checkpointer:
         self._offsets = offsets
         self._root = root
         self._persisted = 0.0  # monotonic time of the last periodic offsets write
+        #: the BatchConsumeQueues whose files are written (rocketstore.queues.batchcq), if any
+        self.batch: Any = None
 
     def background(self) -> None:
         """The dispatch thread's periodic step: the checkpoint (:meth:`save`), and every
@@ -69,6 +81,8 @@ class Checkpointer:
             if core.flushed_offset < offset and not core.flush(_FLUSH_WAIT_MS):
                 return
             self._queues.flush()
+            if self.batch is not None:
+                self.batch.flush()
             self._index.flush()
             self._index.save_resume_point()
             cp.confirm_phy_offset = offset

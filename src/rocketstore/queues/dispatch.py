@@ -182,6 +182,12 @@ class Dispatcher(DispatchState):
         """Whether the index is built only when a key query asks (``catch_up(index=True)``)."""
         return self._index_lazily
 
+    def use_batch(self, batch: Any) -> None:
+        """Dispatch the records of ``batch``'s BatchCQ topics into its BatchConsumeQueues from
+        now on (a topic created BatchCQ: none of its records was dispatched yet)."""
+        with self.lock:
+            self._batch = batch if batch is not None and batch.topics else None
+
     def catch_up(
         self,
         *,

@@ -40,6 +40,7 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from rocketstore.queues.batchcq import unwrap_rows
     from rocketstore.queues.dispatch import consumable_rows
     from rocketstore.store import MessageStore
 
@@ -52,7 +53,7 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
     wanted = pa.array(topics, type=pa.string())
     with MessageStore(p.root, read_only=True) as store:
         for _base, view, rows in store.scan(p.start, p.end, views=True):
-            rows = consumable_rows(rows)
+            rows = unwrap_rows(view, consumable_rows(rows), _base)  # a BatchCQ batch: its messages
             if not len(rows):
                 continue
             names = _slices(view, rows["topic_pos"], rows["topic_len"], pa.string())
