@@ -67,13 +67,8 @@ from rocketstore.files.storedir import (
     check_store_dir,
 )
 from rocketstore.joined import (
-    FORWARDED,
-    Forwarder,
-    JoinedPut,
     JoinedWriting,
     closed_error,
-    joined_put_batch,
-    joined_put_messages,
     uniq_prefix,
 )
 from rocketstore.log.commitlog import AppendCore, CommitLog
@@ -90,7 +85,7 @@ from rocketstore.processes.live import (
     Look,
     topic_slot,
 )
-from rocketstore.processes.opening import OpenedParts, detect_config, open_parts, start_services
+from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
 from rocketstore.processes.puts import Putter, check_mapping
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.checkpointing import Checkpointer
@@ -101,12 +96,8 @@ from rocketstore.queues.lookups import KeyLookups
 from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.queuecheck import QueueGuard, verify_store
 from rocketstore.roles import (
-    BOUND,
-    FAST_READS,
-    SWITCH_SAFE,
-    CarefulCall,
     Role,
-    SwitchSafeCall,
+    choose_role,
     resuming_calls,
 )
 from rocketstore.services import report
@@ -115,7 +106,6 @@ from rocketstore.services.pop import (
     PopService,
     Received,
     ReceivedMessage,
-    Receiver,
 )
 from rocketstore.services.retention import (
     UNCHANGED,
@@ -329,6 +319,8 @@ class StoreBase(JoinedWriting):
     _offsets: ConsumerOffsetTable
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
+    #: the parts of the last open (rocketstore.processes.opening), which a close closes
+    _opened: Optional[OpenedParts] = None
     #: the careful path of the puts (rocketstore.processes.puts), over the parts of the last open
     _putter: Putter
     #: the pulls by queue position (rocketstore.queues.puller), over the parts of the last open
@@ -407,6 +399,7 @@ class StoreBase(JoinedWriting):
                 self._take_role()
             for part in _PARTS:
                 setattr(self, part, None)
+            self._opened = None
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
                 with deleted_files_closed_aside():
@@ -427,63 +420,12 @@ class StoreBase(JoinedWriting):
         self._choose_role()
 
     def _choose_role(self) -> None:
-        """The role (rocketstore.roles) of this store, just opened: ``owner`` (puts through the
-        implementation's PutFront, ``receive`` and ``ack`` through the POP service's compiled
-        calls), ``joined`` (writes run in the writing process, or append here), ``following`` or
-        ``read-only``; each answers the point reads through the codec's FastReads, which a store
-        that follows another process's writing runs inside a SwitchSafe (it may open again under
-        a call: the careful path then runs again). The role it replaces is retired."""
-        ref = weakref.ref(self)
-        owner = self._remote is None and not self._files_read_only
-        fast = self._impl.codec.FastReads(
-            ref,
-            StoreBase,  # the careful paths, for what a fast call cannot answer
-            self._queues,
-            self._segments,
-            None if self._files_read_only else self._core,
-            (self._disk_index, self._index),
-            self._dispatcher,
-            MAX_MSGS_NUM_BATCH,
-            self._follower,
-            result_type=GetMessageResult,
-            offsets=self._offsets if owner else None,  # an owner's commit_offset: one compiled call
-        )
-        switch_safe = self._impl.store.SwitchSafe
-        following = self._follower is not None
-        calls: dict[str, Any] = {}
-        for name in FAST_READS:
-            method = getattr(fast, name)
-            calls[name] = switch_safe(ref, getattr(StoreBase, name), method) if following else method
-        receiver = None
-        if self._remote is not None:
-            kind = "joined"
-            for name in FORWARDED:
-                if not name.startswith("_"):  # (the joined store's own machinery asks for those)
-                    forwarder = Forwarder(name)
-                    calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
-            calls["put"] = JoinedPut(self)  # appends here when it can (sharedappend)
-            calls["put_batch"] = joined_put_batch
-            calls["put_messages"] = joined_put_messages
-        elif self._files_read_only:
-            kind = "following" if following else "read-only"
-        else:
-            kind = "owner"
-            calls["commit_offset"] = fast.commit_offset
-            if isinstance(self._core, self._impl.store.CommitLogCore):
-                front = self._impl.store.PutFront(
-                    self._core, self._user_topics, ref, StoreBase.put, StoreBase.put_pipelined
-                )
-                calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
-            if self._pop is not None:
-                calls["ack"] = self._pop.ack  # no frame of this class's per ack
-                receiver = Receiver(ref, self._pop, StoreBase.receive)
-                calls["receive"] = receiver.receive
-        if following:
-            for name in SWITCH_SAFE:
-                if name not in calls:
-                    careful = getattr(StoreBase, name)
-                    calls[name] = switch_safe(ref, careful) if name in BOUND else SwitchSafeCall(careful)
-        old, self._role = self._role, Role(kind, self, StoreBase, calls, fast, receiver)
+        """The role (rocketstore.roles.choose_role) of this store, just opened; the role it
+        replaces is retired."""
+        opened = self._opened
+        assert opened is not None  # (a role is chosen after an open that succeeded)
+        role = choose_role(self, opened, self._impl, self._remote is not None, self._user_topics, StoreBase)
+        old, self._role = self._role, role
         old.retire()
 
     def _retire_role(self) -> None:
@@ -559,7 +501,7 @@ class StoreBase(JoinedWriting):
 
     def _take_parts(self, opened: OpenedParts) -> None:
         self.last_shutdown_clean = opened.last_shutdown_clean
-        self._abort_path = opened.abort_path
+        self._opened = opened
         for name in _OPENED:
             setattr(self, "_" + name, getattr(opened, name))
         self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
@@ -696,33 +638,7 @@ class StoreBase(JoinedWriting):
             run(self._drop_appender)
         if not keep_link:
             run(self._close_links)
-
-        for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                run(obj.close if part in ("_timer", "_schedule", "_pop") else obj.stop)
-        writable = not self._files_read_only
-        core = getattr(self, "_core", None)
-        durable = clean and writable and core is not None
-        if durable:
-            durable = run(self._dispatcher.catch_up)
-        if writable and core is not None:
-            durable = run(core.close) and durable
-        run(self._close_append_table)
-        durable = run(self._close_queues) and durable  # flushes the queues and the index
-        if durable:
-            durable = run(self._checkpointer.final)
-            run(lambda: self._offsets.import_group_offsets(self.path))
-            for table in (self._topics, self._offsets):
-                run(table.persist)  # the data is closed cleanly all the same
-        if getattr(self, "_commitlog", None) is not None:
-            run(self._commitlog.close)
-        for part in ("_waker", "_live"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                run(obj.close)
-        if durable:
-            run(self._remove_abort_file)
+        close_parts(self._opened, clean, run, self._close_append_table, self._waker)
         run(self._lock.release)
         return errors
 
@@ -735,25 +651,6 @@ class StoreBase(JoinedWriting):
         finally:
             if self._remote is not None:
                 self._remote.close()
-
-    def _remove_abort_file(self) -> None:
-        try:
-            os.unlink(self._abort_path)
-        except FileNotFoundError:
-            pass
-
-    def _close_queues(self) -> None:
-        """Close the ConsumeQueues and the index files, each whatever the others raised."""
-        error = None
-        for part in ("_queues", "_index", "_disk_index"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                try:
-                    obj.close()
-                except BaseException as exc:
-                    error = error or exc
-        if error is not None:
-            raise error
 
     def __enter__(self) -> Any:
         return self
@@ -843,6 +740,7 @@ class StoreBase(JoinedWriting):
                     raise errors[0]
                 for part in _PARTS:
                     setattr(self, part, None)
+                self._opened = None
                 self.config = self._detect_config()
                 self._open()
                 self._closed = False
