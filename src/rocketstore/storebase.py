@@ -3,9 +3,12 @@ facade :class:`rocketstore.store.MessageStore`.
 
 An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
 (rocketstore.log.recovery), open the queues and the index, and start the services of a writable
-store, and takes the parts it made; ``_choose_role`` then picks the role (rocketstore.roles) the
-facade's calls go to. ``close`` (``_teardown``) stops and closes each part. The calls' careful
-paths check their arguments and call the part that does the work: BatchCQ reads
+store, and keeps the parts it made (an ``OpenedParts``), with the objects that work on them: the
+careful path of the puts (rocketstore.processes.puts) and the pulls by queue position
+(rocketstore.queues.puller); rocketstore.roles' ``choose_role`` then picks the role the facade's
+calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other processes, has
+rocketstore.processes.opening's ``close_parts`` close the parts and releases the lock. The calls'
+careful paths check their arguments and call the part that does the work: BatchCQ reads
 (rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
 (rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
 statistics (rocketstore.services.timerstats).
