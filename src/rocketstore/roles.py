@@ -239,7 +239,13 @@ class SwitchSafeCall:
 
 
 def choose_role(
-    store: Any, opened: OpenedParts, impl: Any, joined: bool, user_topics: set[str], careful: Any
+    store: Any,
+    opened: OpenedParts,
+    impl: Any,
+    joined: bool,
+    user_topics: set[str],
+    careful: Any,
+    putter: Any,
 ) -> Role:
     """The role of ``store``, just opened with ``opened``'s parts by the implementation
     ``impl``: ``owner`` (puts through the implementation's PutFront, ``receive`` and ``ack``
@@ -248,7 +254,9 @@ def choose_role(
     reads through the codec's FastReads, which a store that follows another process's writing
     runs inside a SwitchSafe (it may open again under a call: the careful path then runs
     again). ``user_topics``: the set of user topics a put was checked for (the PutFront's);
-    ``careful``: the class whose methods are the careful paths."""
+    ``careful``: the class whose methods are the careful paths; ``putter``: the careful path of
+    an owner's puts (rocketstore.processes.puts), called with the store first as ``careful``'s
+    methods are."""
     ref = weakref.ref(store)
     read_only = opened.read_only
     owner = not joined and not read_only
@@ -287,8 +295,9 @@ def choose_role(
         kind = "owner"
         calls["commit_offset"] = fast.commit_offset
         if isinstance(opened.core, impl.store.CommitLogCore):
-            front = impl.store.PutFront(opened.core, user_topics, ref, careful.put, careful.put_pipelined)
+            front = impl.store.PutFront(opened.core, user_topics, ref, putter.put, putter.put_pipelined)
             calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
+        calls["put_batch"], calls["put_messages"] = putter.put_batch, putter.put_messages
         if opened.pop is not None:
             calls["ack"] = opened.pop.ack  # no frame of the careful class's per ack
             receiver = Receiver(ref, opened.pop, careful.receive)

@@ -427,7 +427,9 @@ class StoreBase(JoinedWriting):
         replaces is retired."""
         opened = self._opened
         assert opened is not None  # (a role is chosen after an open that succeeded)
-        role = choose_role(self, opened, self._impl, self._remote is not None, self._user_topics, StoreBase)
+        role = choose_role(
+            self, opened, self._impl, self._remote is not None, self._user_topics, StoreBase, self._putter
+        )
         old, self._role = self._role, role
         old.retire()
 
@@ -518,8 +520,9 @@ class StoreBase(JoinedWriting):
             self._codec,
             self._offsets,
             self._follower,
-            weak_method(self._is_closed, lambda: True),
-            weak_method(self._open_pulls, closed_error),
+            weakref.ref(self),
+            StoreBase._is_closed,
+            StoreBase._open_pulls,
         )
         self._putter = Putter(
             self._core,
@@ -527,8 +530,8 @@ class StoreBase(JoinedWriting):
             self._user_topics,
             self._timer,
             self._schedule,
-            weak_method(self._check_writable, closed_error),
-            weak_method(self._is_closed, lambda: True),
+            StoreBase._check_writable,
+            StoreBase._is_closed,
         )
 
     def _batch_queue(self, topic: str, queue_id: int) -> Any:
@@ -825,6 +828,7 @@ class StoreBase(JoinedWriting):
         compress: Optional[str] = None,
     ) -> PutResult:
         return self._putter.put(
+            self,
             topic,
             body,
             tags=tags,
@@ -854,6 +858,7 @@ class StoreBase(JoinedWriting):
         delay_ms: Optional[int] = None,
     ) -> PutFuture:
         return self._putter.put_pipelined(
+            self,
             topic,
             body,
             tags=tags,
@@ -878,7 +883,7 @@ class StoreBase(JoinedWriting):
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
         prepared_offset: int = 0,
     ) -> Any:
-        return self._putter.put_message(m, durable, mode, delay_level, timer, prepared_offset)
+        return self._putter.put_message(self, m, durable, mode, delay_level, timer, prepared_offset)
 
     def put_batch(
         self,
@@ -894,7 +899,16 @@ class StoreBase(JoinedWriting):
         pipelined: bool = False,
     ) -> BatchPutResult | PutFuture:
         return self._putter.put_batch(
-            topic, bodies, lengths, tags, properties, queue_id, flag, durable, pipelined
+            self,
+            topic,
+            bodies,
+            lengths=lengths,
+            tags=tags,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            durable=durable,
+            pipelined=pipelined,
         )
 
     def put_messages(
@@ -903,7 +917,7 @@ class StoreBase(JoinedWriting):
         *,
         durable: Optional[bool] = None,
     ) -> list[PutResult]:
-        return self._putter.put_messages(messages, durable)
+        return self._putter.put_messages(self, messages, durable=durable)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
 

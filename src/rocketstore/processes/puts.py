@@ -58,8 +58,12 @@ class Putter:
     core, or the stand-in of a read-only, closed or forked store, whose calls raise why),
     ``codec``, ``user_topics`` (the user topics a put was checked for: the set the store's
     ``PutFront`` reads), ``timer`` and ``schedule`` (the services a timed or delayed put is
-    rewritten by; None when not running), ``check_writable()`` (raises unless the store is open
-    for writing) and ``closed()``."""
+    rewritten by; None when not running), ``check_writable(store)`` (raises unless the store is
+    open for writing) and ``closed(store)``.
+
+    Each put is called with the store it puts for first, as the store's role calls the careful
+    path: an owner's role holds these methods themselves (its ``PutFront`` hands them what it
+    cannot take in one call), so the careful path costs no frame more than the facade's own."""
 
     __slots__ = ("core", "codec", "user_topics", "timer", "schedule", "_check_writable", "_closed")
 
@@ -72,8 +76,8 @@ class Putter:
         user_topics: set[str],
         timer: Any,
         schedule: Any,
-        check_writable: Callable[[], None],
-        closed: Callable[[], bool],
+        check_writable: Callable[[Any], None],
+        closed: Callable[[Any], bool],
     ) -> None:
         self.core, self.codec, self.user_topics = core, codec, user_topics
         self.timer, self.schedule = timer, schedule
@@ -91,6 +95,7 @@ class Putter:
 
     def put(
         self,
+        store: Any,
         topic: str | Message,
         body: Optional[Body] = None,
         *,
@@ -110,6 +115,7 @@ class Putter:
         then a timer's or a delayed put's, then the general path."""
         if compress is not None:
             return self._put_compressed(
+                store,
                 topic,
                 body,
                 compress,
@@ -170,7 +176,13 @@ class Putter:
             )
             if done is not None:
                 return done
-        if tags is None and keys is None and properties is None and body is not None and not self._closed():
+        if (
+            tags is None
+            and keys is None
+            and properties is None
+            and body is not None
+            and not self._closed(store)
+        ):
             # a timer or delayed put's own hot path (rocketstore.services.timer, rocketstore.services.schedule);
             # anything else (both, a read-only store) is the general path's to refuse
             wait = -1 if durable is None else (1 if durable else 0)
@@ -186,16 +198,28 @@ class Putter:
                 )
                 return delayed
         if body is None:
-            return cast("PutResult", self.put_message(topic, durable, 0, delay_level, timer))
+            return cast("PutResult", self.put_message(store, topic, durable, 0, delay_level, timer))
         return cast(
             "PutResult",
             self._put(
-                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level, timer
+                store,
+                cast(str, topic),
+                body,
+                tags,
+                keys,
+                properties,
+                queue_id,
+                flag,
+                durable,
+                0,
+                delay_level,
+                timer,
             ),
         )
 
     def _put_compressed(
         self,
+        store: Any,
         topic: Any,
         body: Optional[Body],
         compress: str,
@@ -231,10 +255,11 @@ class Putter:
             sys_flag=sys_flag_bits(compress),
         )
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        return cast("PutResult", self.put_message(message, durable, 0, delay_level, timer))
+        return cast("PutResult", self.put_message(store, message, durable, 0, delay_level, timer))
 
     def put_pipelined(
         self,
+        store: Any,
         topic: str | Message,
         body: Optional[Body] = None,
         *,
@@ -251,11 +276,12 @@ class Putter:
         self.check_user_topic(topic)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
         if body is None:
-            return cast("PutFuture", self.put_message(topic, True, WAIT_FUTURE, delay_level, timer))
+            return cast("PutFuture", self.put_message(store, topic, True, WAIT_FUTURE, delay_level, timer))
         queue_id, flag = check_put_ints(queue_id, flag)
         return cast(
             "PutFuture",
             self._put(
+                store,
                 cast(str, topic),
                 body,
                 tags,
@@ -280,6 +306,7 @@ class Putter:
 
     def _put(
         self,
+        store: Any,
         topic: str,
         body: Body,
         tags: Optional[str],
@@ -299,7 +326,9 @@ class Putter:
             or timer is not None
             or (properties and _SCHEDULING.intersection(properties))
         ):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
+            topic, queue_id, properties = self._delayed(
+                store, topic, queue_id, properties, delay_level, timer
+            )
         if tags is None and keys is None and properties is None:
             props, unique_key, wait = None, None, -1
         else:
@@ -310,6 +339,7 @@ class Putter:
 
     def message_item(
         self,
+        store: Any,
         m: Message,
         delay_level: Optional[int] = None,
         timer: Timer = None,
@@ -336,13 +366,16 @@ class Putter:
             or timer is not None
             or (properties and _SCHEDULING.intersection(properties))
         ):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
+            topic, queue_id, properties = self._delayed(
+                store, topic, queue_id, properties, delay_level, timer
+            )
         props, unique_key, wait = self._properties(m.tags, m.keys, properties)
         body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()  # never bytes(int)
         return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
 
     def put_message(
         self,
+        store: Any,
         m: object,
         durable: Optional[bool],
         mode: int,
@@ -352,9 +385,9 @@ class Putter:
     ) -> Any:
         """One Message through the core; ``prepared_offset``: a committed transaction's half
         message (its record's PREPAREDTRANSACTIONOFFSET)."""
-        self._check_writable()
+        self._check_writable(store)
         (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self.message_item(
-            cast(Message, m), delay_level, timer
+            store, cast(Message, m), delay_level, timer
         )
         core_wait = mode or wait_mode(durable, wait)
         return self.core.put(
@@ -363,18 +396,20 @@ class Putter:
 
     def put_batch(
         self,
+        store: Any,
         topic: str,
         bodies: Any,
-        lengths: Any,
-        tags: Optional[str],
-        properties: Optional[Mapping[str, str]],
-        queue_id: int,
-        flag: int,
-        durable: Optional[bool],
-        pipelined: bool,
+        *,
+        lengths: Any = None,
+        tags: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        queue_id: int = -1,
+        flag: int = 0,
+        durable: Optional[bool] = None,
+        pipelined: bool = False,
     ) -> BatchPutResult | PutFuture:
         """``MessageStore.put_batch``: one batch of one topic and queue, whole or not at all."""
-        self._check_writable()
+        self._check_writable(store)
         self.check_user_topic(topic)
         queue_id, flag = check_put_ints(queue_id, flag)
         props = None
@@ -390,10 +425,12 @@ class Putter:
         wait = WAIT_FUTURE if pipelined else wait_mode(durable, -1)
         return self.core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
 
-    def put_messages(self, messages: Sequence[Message], durable: Optional[bool]) -> list[PutResult]:
+    def put_messages(
+        self, store: Any, messages: Sequence[Message], *, durable: Optional[bool] = None
+    ) -> list[PutResult]:
         """``MessageStore.put_messages``: the plain messages in one compiled pass, any other
         through :meth:`message_item`'s full checks."""
-        self._check_writable()
+        self._check_writable(store)
         # the plain messages (a known user topic, tags and keys at most) in one compiled call;
         # every other one through _message_item's full checks
         if type(messages) is not list:
@@ -407,13 +444,14 @@ class Putter:
         for i in slow:
             m = messages[i]
             self.check_user_topic(m)
-            items[i], wait = self.message_item(m)
+            items[i], wait = self.message_item(store, m)
             no_wait = no_wait and wait == 0
         mode = wait_mode(durable, 0 if no_wait else -1)
         return self.core.put_many(items, mode)
 
     def _delayed(
         self,
+        store: Any,
         topic: str,
         queue_id: int,
         properties: Optional[Mapping[str, str]],
@@ -422,7 +460,7 @@ class Putter:
     ) -> tuple[str, int, Optional[Mapping[str, str]]]:
         """(topic, queue_id, properties) of a put, rewritten into rmq_sys_wheel_timer if it is a
         timer message, into SCHEDULE_TOPIC_XXXX if delayed."""
-        self._check_writable()
+        self._check_writable(store)
         if timer is not None or is_timer_put(properties):
             if delay_level is not None:
                 raise InvalidTimerError("give delay_level or a timer (deliver_at_ms, delay_ms), not both")

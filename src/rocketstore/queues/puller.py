@@ -105,8 +105,9 @@ class Puller:
     ``dispatcher``, ``guard`` (the QueueGuard), ``segments`` and ``commitlog``, ``core`` (the
     append core of a writable store, None when read-only), ``codec``, ``offsets`` (the consumer
     offsets), ``follower`` (a read-only store's, whose ``follow()`` is False once a writer opened
-    the store again, or None), ``closed()`` and ``open_puller()`` (raises unless the store is open,
-    or opens it again; returns the puller of the open it is in)."""
+    the store again, or None), ``store`` (a weak reference to the store), ``closed(store)`` and
+    ``open_puller(store)`` (raises unless the store is open, or opens it again; returns the
+    puller of the open it is in)."""
 
     __slots__ = (
         "queues",
@@ -118,6 +119,7 @@ class Puller:
         "codec",
         "offsets",
         "follower",
+        "_store",
         "_closed",
         "_open_puller",
     )
@@ -133,24 +135,35 @@ class Puller:
         codec: Any,
         offsets: Any,
         follower: Any,
-        closed: Callable[[], bool],
-        open_puller: Callable[[], Puller],
+        store: Callable[[], Any],
+        closed: Callable[[Any], bool],
+        open_puller: Callable[[Any], Puller],
     ) -> None:
         self.queues, self.dispatcher, self.guard = queues, dispatcher, guard
         self.segments, self.commitlog, self.core, self.codec = segments, commitlog, core, codec
         self.offsets, self.follower = offsets, follower
-        self._closed, self._open_puller = closed, open_puller
+        self._store, self._closed, self._open_puller = store, closed, open_puller
+
+    def _open(self) -> Puller:
+        """The puller of the open the store is in, once it is open (StoreClosedError if not)."""
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return self._open_puller(store)
 
     def _stale(self) -> bool:
         """Closed, or a following store whose writer opened it again (the careful path decides)."""
-        return self._closed() or (self.follower is not None and not self.follower.follow())
+        store = self._store()
+        return (
+            store is None or self._closed(store) or (self.follower is not None and not self.follower.follow())
+        )
 
     def queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
         """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
         with known holes is rebuilt from the CommitLog first. ``need``: dispatch catches up only
         if the queue ends before that queue offset (POP's own records, put between its pulls,
         would otherwise be dispatched on every pull)."""
-        current = self._open_puller()
+        current = self._open()
         if current is not self:  # opened again meanwhile: the new open's parts
             return current.queue(topic, queue_id, need)
         return self._queue(topic, queue_id, need)
@@ -173,7 +186,7 @@ class Puller:
         ``read`` (a :class:`UnitReader`): a unit that does not point at its own record makes the
         queue be rebuilt from the CommitLog and tried again; if that cannot help, the position
         is reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
-        current = self._open_puller()
+        current = self._open()
         if current is not self:  # opened again meanwhile: the new open's parts
             return current.pull(topic, queue_id, fetch, need)
         cq = self._queue(topic, queue_id, need)
