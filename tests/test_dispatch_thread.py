@@ -15,8 +15,14 @@ from rocketstore.queues.dispatch import DispatchThread
 compiled = pytest.mark.skipif(_impl.COMPILED is None, reason="compiled modules not built")
 
 
+#: no background thread that dispatches (the delay and timer passes catch dispatch up first)
+_NO_DISPATCHING_THREADS = dict(
+    dispatch_interval_ms=0, schedule_interval_ms=0, timer_interval_ms=0, clean_resource_interval_ms=0
+)
+
+
 def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching(tmp_path, impl):
-    with MessageStore(str(tmp_path / "s"), implementation=impl.name, dispatch_interval_ms=0) as s:
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name, **_NO_DISPATCHING_THREADS) as s:
         s.create_topic("T", 1)
         start = s._dispatcher.catch_up()
         s.put("T", b"body", keys="k")

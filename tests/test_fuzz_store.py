@@ -94,7 +94,7 @@ def build_store(path: str, implementation: str) -> list[tuple[int, str, int, str
                 0,
             )
             # a user's put cannot reach %RETRY%g1 (a system topic): the store's internal path can
-            r = store._put(*args)
+            r = store._putter._put(store, *args)
             written.append((r.commitlog_offset, topic, r.queue_id, key))
         store.put_batch("T1", [b"batch-%d" % i for i in range(20)], tags="batch", queue_id=0)
         store.commit_offset("g1", "T0", 0, 5)

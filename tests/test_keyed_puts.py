@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rocketstore import Message, MessageStore, _impl
 from rocketstore.errors import InvalidMessageError, InvalidQueueIdError, PropertiesTooLargeError
-from rocketstore.storebase import _SCHEDULING
+from rocketstore.processes.puts import _SCHEDULING
 
 TOPIC = "KeyedTopic"
 #: A mapping that is not a dict: the general path encodes it (in Python), the reference here.

@@ -318,3 +318,30 @@ def test_architecture_md_shows_each_module_in_its_layer():
             assert re.search(rf"`{re.escape(shown)}[`.*/ ]", row), (
                 f"ARCHITECTURE.md: {module} in the {name} row"
             )
+
+
+#: The most lines a module of ``src/rocketstore`` may have: one a reader can hold in mind.
+MAX_MODULE_LINES = 1000
+#: Modules longer still, each with what is to shorten it.
+LONG_MODULES = {
+    "storebase": "the store keeps each part an open made as an attribute of its own (beside the "
+    "OpenedParts) and the joined writers' machinery as a mixin: the store to hold its OpenedParts "
+    "alone, and the waits for puts to move beside the live page",
+    "format._codec_py": "the pure twin of the record codec, the message object and the batch reads: "
+    "split by concern, as cext/ is to be",
+    "log._store_py": "the pure twin of the append core, PutFront and the futures: split with cext/_store.pyx",
+    "queues.consumequeue": "the ConsumeQueue file and its store: the store of queues to a module of its own",
+    "services.pop": "the receive and ack paths, the revive log and the snapshot: a module each",
+    "log.commitlog": "the CommitLog and its reads and scans: the reads to log/recordscan",
+    "services.timer": "the timer service and its rewrite of a put: the rewrite and the wheel apart",
+}
+
+
+def test_no_module_is_longer_than_a_reader_holds():
+    long = {}
+    for name, path in MODULES.items():
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_MODULE_LINES and name not in LONG_MODULES:
+            long[name] = lines
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them, or list them with why): {long}"

@@ -170,7 +170,7 @@ def test_reopen_replays_records_after_the_snapshot(tmp_path, impl, clock):
     store.change_invisible_time(got[1].handle, 50_000)
     state = loads_fastjson((path / "config" / "rocketstorePop.json").read_text())
     assert state["reviveOffset"] == 1 and state["lanes"][0]["f"][0][0] == 0
-    store._pop = None  # as if killed: no snapshot at close
+    store._opened.pop = None  # as if killed: no snapshot at close
     store._teardown(clean=False)
     store._closed = True
     with open_store(path, impl, clock) as store:
@@ -440,7 +440,7 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
     assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 5, "next": 5, "in_flight": 0}
     assert bodies(store.receive(GROUP, TOPIC, 10, 1000)) == [b"m8", b"m9"]
     assert store.committed_offset(GROUP, TOPIC, 0) == 8
-    store._pop = None  # as if killed: the reopen replays the records
+    store._opened.pop = None  # as if killed: the reopen replays the records
     store._teardown(clean=False)
     store._closed = True
     monkeypatch.undo()

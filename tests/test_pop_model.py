@@ -218,7 +218,7 @@ class PopMachine(RuleBasedStateMachine):
         """Drop the store as a killed process would: no snapshot at close, the abort file stays,
         so the reopen replays the revive log after the last periodic snapshot."""
         store = self.store
-        store._pop = None
+        store._opened.pop = None
         store._teardown(clean=False)
         store._closed = True
         self.store = self._open()

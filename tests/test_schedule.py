@@ -463,7 +463,9 @@ def test_an_undeliverable_record_is_skipped_even_across_a_crash(tmp_path, impl, 
     store = open_store(path, impl, clock)
     store.put("TopicA", b"a", delay_level=1)
     # a user's put cannot reach SCHEDULE_TOPIC_XXXX: plant the record through the internal path
-    store._put(SCHEDULE_TOPIC, b"bad", None, None, {"REAL_TOPIC": "TopicA", "REAL_QID": "99"}, 0, 0, None, 0)
+    store._putter._put(
+        store, SCHEDULE_TOPIC, b"bad", None, None, {"REAL_TOPIC": "TopicA", "REAL_QID": "99"}, 0, 0, None, 0
+    )
     store.put("TopicA", b"b", delay_level=1)
     clock.now = now_ms() + 2000
     _crash_on_persist(store, 2)

@@ -138,7 +138,7 @@ def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
         return original(*args, **kwargs)
 
     if step == "core":  # a compiled class's method cannot be patched: wrap the core
-        s._core = _Wrapped(target, close=fails)
+        s._opened.core = _Wrapped(target, close=fails)  # (what the close closes)
     else:
         setattr(target, name, fails)
     with pytest.raises(OSError, match=f"{step} failed"):

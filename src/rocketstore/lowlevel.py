@@ -17,7 +17,7 @@ docs/format.md describes the bytes.
 
 from rocketstore._impl import DEFAULT as _DEFAULT
 from rocketstore.format.units import CQ_UNIT_DTYPE
-from rocketstore.queues.batchcq import inner_messages
+from rocketstore.queues.innerbatch import inner_messages
 
 __all__ = [
     "crc32",

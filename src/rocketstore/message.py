@@ -39,7 +39,12 @@ __all__ = [
     "PROPERTY_TIMER_DELAY_SEC",
     "PROPERTY_TIMER_DELAY_MS",
     "SPECIAL_PROPERTIES",
+    "SYSFLAG_HOSTS_V6",
 ]
+
+#: sysFlag's BORNHOST_V6 | STOREHOST_V6 bits: a copy of a record (a delayed message delivered, a
+#: committed transaction, a timer's) leaves them out, as the append core sets its own hosts'.
+SYSFLAG_HOSTS_V6 = 0x010 | 0x020
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"

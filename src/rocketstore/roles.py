@@ -43,6 +43,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from rocketstore.errors import StoreClosedError
+from rocketstore.joined import FORWARDED, Forwarder, JoinedPut, joined_put_batch, joined_put_messages
+from rocketstore.processes.opening import OpenedParts
+from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
+from rocketstore.queues.pulls import GetMessageResult
+from rocketstore.services.pop import Receiver
 
 #: Calls a role answers with callables of their own, called without the store (the hot paths).
 BOUND = (
@@ -231,3 +236,75 @@ class SwitchSafeCall:
 
     def __call__(self, store: Any, *args: Any, **kwargs: Any) -> Any:
         return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
+
+
+def choose_role(
+    store: Any,
+    opened: OpenedParts,
+    impl: Any,
+    joined: bool,
+    user_topics: set[str],
+    careful: Any,
+    putter: Any,
+) -> Role:
+    """The role of ``store``, just opened with ``opened``'s parts by the implementation
+    ``impl``: ``owner`` (puts through the implementation's PutFront, ``receive`` and ``ack``
+    through the POP service's compiled calls), ``joined`` (another process holds the lock:
+    writes run there, or append here), ``following`` or ``read-only``; each answers the point
+    reads through the codec's FastReads, which a store that follows another process's writing
+    runs inside a SwitchSafe (it may open again under a call: the careful path then runs
+    again). ``user_topics``: the set of user topics a put was checked for (the PutFront's);
+    ``careful``: the class whose methods are the careful paths; ``putter``: the careful path of
+    an owner's puts (rocketstore.processes.puts), called with the store first as ``careful``'s
+    methods are."""
+    ref = weakref.ref(store)
+    read_only = opened.read_only
+    owner = not joined and not read_only
+    fast = impl.codec.FastReads(
+        ref,
+        careful,  # the careful paths, for what a fast call cannot answer
+        opened.queues,
+        opened.segments,
+        None if read_only else opened.core,
+        (opened.disk_index, opened.index),
+        opened.dispatcher,
+        MAX_MSGS_NUM_BATCH,
+        opened.follower,
+        result_type=GetMessageResult,
+        offsets=opened.offsets if owner else None,  # an owner's commit_offset: one compiled call
+    )
+    switch_safe = impl.store.SwitchSafe
+    following = opened.follower is not None
+    calls: dict[str, Any] = {}
+    for name in FAST_READS:
+        method = getattr(fast, name)
+        calls[name] = switch_safe(ref, getattr(careful, name), method) if following else method
+    receiver = None
+    if joined:
+        kind = "joined"
+        for name in FORWARDED:
+            if not name.startswith("_"):  # (the joined store's own machinery asks for those)
+                forwarder = Forwarder(name)
+                calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
+        calls["put"] = JoinedPut(store)  # appends here when it can (sharedappend)
+        calls["put_batch"] = joined_put_batch
+        calls["put_messages"] = joined_put_messages
+    elif read_only:
+        kind = "following" if following else "read-only"
+    else:
+        kind = "owner"
+        calls["commit_offset"] = fast.commit_offset
+        if isinstance(opened.core, impl.store.CommitLogCore):
+            front = impl.store.PutFront(opened.core, user_topics, ref, putter.put, putter.put_pipelined)
+            calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
+        calls["put_batch"], calls["put_messages"] = putter.put_batch, putter.put_messages
+        if opened.pop is not None:
+            calls["ack"] = opened.pop.ack  # no frame of the careful class's per ack
+            receiver = Receiver(ref, opened.pop, careful.receive)
+            calls["receive"] = receiver.receive
+    if following:
+        for name in SWITCH_SAFE:
+            if name not in calls:
+                method = getattr(careful, name)
+                calls[name] = switch_safe(ref, method) if name in BOUND else SwitchSafeCall(method)
+    return Role(kind, store, careful, calls, fast, receiver)

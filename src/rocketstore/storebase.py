@@ -3,9 +3,12 @@ facade :class:`rocketstore.store.MessageStore`.
 
 An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
 (rocketstore.log.recovery), open the queues and the index, and start the services of a writable
-store, and takes the parts it made; ``_choose_role`` then picks the role (rocketstore.roles) the
-facade's calls go to. ``close`` (``_teardown``) stops and closes each part. The calls' careful
-paths check their arguments and call the part that does the work: BatchCQ reads
+store, and keeps the parts it made (an ``OpenedParts``), with the objects that work on them: the
+careful path of the puts (rocketstore.processes.puts) and the pulls by queue position
+(rocketstore.queues.puller); rocketstore.roles' ``choose_role`` then picks the role the facade's
+calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other processes, has
+rocketstore.processes.opening's ``close_parts`` close the parts and releases the lock. The calls'
+careful paths check their arguments and call the part that does the work: BatchCQ reads
 (rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
 (rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
 statistics (rocketstore.services.timerstats).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import itertools
 import logging
 import math
@@ -39,27 +43,20 @@ from typing import (
 import numpy as np
 
 from rocketstore import _impl
-from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.base._background import weak_method
 from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
 from rocketstore.base._clock import now_ms
-from rocketstore.base.compression import CODECS, deflate, sys_flag_bits
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.consume import (
     GetMessageResult,
     GetMessageStatus,
     TagFilter,
     _check_int,
-    _DamagedUnit,
-    get_message,
     get_units,
-    scan_budget,
 )
 from rocketstore.errors import (
-    ConsumeQueueDamagedError,
     InvalidMessageError,
     InvalidMessageIdError,
-    InvalidTimerError,
     MessageNotFoundError,
     StoreClosedError,
     StoreConfigError,
@@ -73,22 +70,15 @@ from rocketstore.files.storedir import (
     check_store_dir,
 )
 from rocketstore.joined import (
-    FORWARDED,
-    Forwarder,
-    JoinedPut,
     JoinedWriting,
     closed_error,
-    joined_put_batch,
-    joined_put_messages,
     uniq_prefix,
 )
 from rocketstore.log.commitlog import AppendCore, CommitLog
 from rocketstore.log.recordscan import message_chunks
 from rocketstore.message import (
-    PROPERTY_DELAY,
     Message,
     MessageExt,
-    check_user_topic,
     validate_topic,
 )
 from rocketstore.processes.live import (
@@ -98,28 +88,20 @@ from rocketstore.processes.live import (
     Look,
     topic_slot,
 )
-from rocketstore.processes.opening import OpenedParts, detect_config, open_parts, start_services
+from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
+from rocketstore.processes.puts import Putter, check_mapping
 from rocketstore.processes.writers import WriterClient, WriterServer
-from rocketstore.queues.batchcq import batch_bodies, set_queue_type
+from rocketstore.queues.batchcq import set_queue_type
 from rocketstore.queues.checkpointing import Checkpointer
-from rocketstore.queues.compaction import (
-    CLEANUP_POLICY,
-    COMPACTION,
-    CompactedReads,
-    CompactionLog,
-    latest_per_key,
-)
-from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, PLACEHOLDER_SIZE, offset_of_time
+from rocketstore.queues.compaction import CompactionLog, compacted_pull, latest_per_key
+from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, offset_of_time
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
 from rocketstore.queues.lookups import KeyLookups
+from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.queuecheck import QueueGuard, verify_store
 from rocketstore.roles import (
-    BOUND,
-    FAST_READS,
-    SWITCH_SAFE,
-    CarefulCall,
     Role,
-    SwitchSafeCall,
+    choose_role,
     resuming_calls,
 )
 from rocketstore.services import report
@@ -128,7 +110,6 @@ from rocketstore.services.pop import (
     PopService,
     Received,
     ReceivedMessage,
-    Receiver,
 )
 from rocketstore.services.retention import (
     UNCHANGED,
@@ -138,9 +119,7 @@ from rocketstore.services.retention import (
 )
 from rocketstore.services.schedule import DelayProgress, pending_counts
 from rocketstore.services.timer import (
-    TIMER_PROPERTIES,
     TIMER_TOPIC,
-    is_timer_put,
 )
 from rocketstore.services.timerstats import timer_stats
 from rocketstore.services.topics import Topics
@@ -160,10 +139,7 @@ _T = TypeVar("_T")
 __all__ = ["StoreBase"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: Properties that make a put delayed or timed (rocketstore.services.schedule, rocketstore.services.timer).
-_SCHEDULING = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
 _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
-_WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
@@ -282,6 +258,9 @@ def _forked() -> None:
         store._forked_from = parent
         store._closed = True
         store._core = _ForkedCore(parent)
+        putter = getattr(store, "_putter", None)
+        if putter is not None:
+            putter.core = store._core  # (its careful puts raise why, as the core's)
         store._retire_role()  # (its compiled calls hold the parent's core)
         if store._server is not None:
             store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
@@ -309,39 +288,6 @@ def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[i
         None if start is None else check_int("start", start, 0),
         None if end is None else check_int("end", end, 0),
     )
-
-
-class _UnitReader:
-    """The ``read`` callback of a pull from one queue: every unit checked by the QueueGuard;
-    ``pull`` reads the candidates of a view of units in one compiled call per segment."""
-
-    __slots__ = ("_guard", "topic", "queue_id")
-
-    def __init__(self, guard: QueueGuard, topic: str, queue_id: int) -> None:
-        self._guard, self.topic, self.queue_id = guard, topic, queue_id
-
-    def __call__(self, offset: int, size: int, queue_offset: int) -> Optional[MessageExt]:
-        return self._guard.unit_message(self.topic, self.queue_id, queue_offset, offset, size)
-
-    def pull(
-        self,
-        units: np.ndarray,
-        base: int,
-        want: int,
-        codes: Optional[tuple[int, ...]],
-        tags: Optional[frozenset[str]],
-        nothing_yet: bool,
-    ) -> tuple[list[Any], list[int], int, bool, int]:
-        """The messages of up to ``want`` candidate units (see QueueGuard.pull): ``(messages,
-        unit indices, stop, full, last gone)``. A unit that does not point at its record ends
-        the batch before it, or raises ``_DamagedUnit`` when ``nothing_yet`` was collected."""
-        codec = self._guard.codec
-        found, taken, stop, kind, last_gone = self._guard.pull(
-            self.topic, self.queue_id, units, base, want, codes, tags
-        )
-        if kind == codec.PULL_DAMAGED and nothing_yet and not found:
-            raise _DamagedUnit(self.topic, self.queue_id, base + stop)
-        return found, taken, stop, kind != codec.PULL_END, last_gone
 
 
 class StoreBase(JoinedWriting):
@@ -377,6 +323,12 @@ class StoreBase(JoinedWriting):
     _offsets: ConsumerOffsetTable
     _topics: Topics
     _queue_offsets: dict[tuple[str, int], int]
+    #: the parts of the last open (rocketstore.processes.opening), which a close closes
+    _opened: Optional[OpenedParts] = None
+    #: the careful path of the puts (rocketstore.processes.puts), over the parts of the last open
+    _putter: Putter
+    #: the pulls by queue position (rocketstore.queues.puller), over the parts of the last open
+    _pulls: Puller
     _follower: Optional[Follower] = None
     _live: Optional[LivePage] = None
     _waker: Optional[AsyncWaker] = None
@@ -412,7 +364,6 @@ class StoreBase(JoinedWriting):
         #: topics (a set lookup on the reads' careful paths)
         self._batch: Any = None
         self._batch_topics: frozenset[str] = frozenset()
-        self._compacted_reads: Optional[CompactedReads] = None
         self._sharing_stopped = False
         self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
@@ -452,6 +403,7 @@ class StoreBase(JoinedWriting):
                 self._take_role()
             for part in _PARTS:
                 setattr(self, part, None)
+            self._opened = None
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
                 with deleted_files_closed_aside():
@@ -472,63 +424,14 @@ class StoreBase(JoinedWriting):
         self._choose_role()
 
     def _choose_role(self) -> None:
-        """The role (rocketstore.roles) of this store, just opened: ``owner`` (puts through the
-        implementation's PutFront, ``receive`` and ``ack`` through the POP service's compiled
-        calls), ``joined`` (writes run in the writing process, or append here), ``following`` or
-        ``read-only``; each answers the point reads through the codec's FastReads, which a store
-        that follows another process's writing runs inside a SwitchSafe (it may open again under
-        a call: the careful path then runs again). The role it replaces is retired."""
-        ref = weakref.ref(self)
-        owner = self._remote is None and not self._files_read_only
-        fast = self._impl.codec.FastReads(
-            ref,
-            StoreBase,  # the careful paths, for what a fast call cannot answer
-            self._queues,
-            self._segments,
-            None if self._files_read_only else self._core,
-            (self._disk_index, self._index),
-            self._dispatcher,
-            MAX_MSGS_NUM_BATCH,
-            self._follower,
-            result_type=GetMessageResult,
-            offsets=self._offsets if owner else None,  # an owner's commit_offset: one compiled call
+        """The role (rocketstore.roles.choose_role) of this store, just opened; the role it
+        replaces is retired."""
+        opened = self._opened
+        assert opened is not None  # (a role is chosen after an open that succeeded)
+        role = choose_role(
+            self, opened, self._impl, self._remote is not None, self._user_topics, StoreBase, self._putter
         )
-        switch_safe = self._impl.store.SwitchSafe
-        following = self._follower is not None
-        calls: dict[str, Any] = {}
-        for name in FAST_READS:
-            method = getattr(fast, name)
-            calls[name] = switch_safe(ref, getattr(StoreBase, name), method) if following else method
-        receiver = None
-        if self._remote is not None:
-            kind = "joined"
-            for name in FORWARDED:
-                if not name.startswith("_"):  # (the joined store's own machinery asks for those)
-                    forwarder = Forwarder(name)
-                    calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
-            calls["put"] = JoinedPut(self)  # appends here when it can (sharedappend)
-            calls["put_batch"] = joined_put_batch
-            calls["put_messages"] = joined_put_messages
-        elif self._files_read_only:
-            kind = "following" if following else "read-only"
-        else:
-            kind = "owner"
-            calls["commit_offset"] = fast.commit_offset
-            if isinstance(self._core, self._impl.store.CommitLogCore):
-                front = self._impl.store.PutFront(
-                    self._core, self._user_topics, ref, StoreBase.put, StoreBase.put_pipelined
-                )
-                calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
-            if self._pop is not None:
-                calls["ack"] = self._pop.ack  # no frame of this class's per ack
-                receiver = Receiver(ref, self._pop, StoreBase.receive)
-                calls["receive"] = receiver.receive
-        if following:
-            for name in SWITCH_SAFE:
-                if name not in calls:
-                    careful = getattr(StoreBase, name)
-                    calls[name] = switch_safe(ref, careful) if name in BOUND else SwitchSafeCall(careful)
-        old, self._role = self._role, Role(kind, self, StoreBase, calls, fast, receiver)
+        old, self._role = self._role, role
         old.retire()
 
     def _retire_role(self) -> None:
@@ -604,10 +507,39 @@ class StoreBase(JoinedWriting):
 
     def _take_parts(self, opened: OpenedParts) -> None:
         self.last_shutdown_clean = opened.last_shutdown_clean
-        self._abort_path = opened.abort_path
+        self._opened = opened
         for name in _OPENED:
             setattr(self, "_" + name, getattr(opened, name))
         self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
+        self._pulls = Puller(
+            self._queues,
+            self._dispatcher,
+            self._guard,
+            self._segments,
+            self._commitlog,
+            None if self._files_read_only else self._core,
+            self._codec,
+            self._offsets,
+            self._follower,
+            weakref.ref(self),
+            StoreBase._is_closed,
+            StoreBase._open_pulls,
+            (
+                functools.partial(compacted_pull, opened.compacted_reads, self._topics.attributes)
+                if opened.compacted_reads is not None
+                else None
+            ),
+        )
+        self._putter = Putter(
+            self._core,
+            self._codec,
+            self._user_topics,
+            self._timer,
+            self._schedule,
+            StoreBase._check_writable,
+            StoreBase._is_closed,
+            self._batch,
+        )
 
     def _batch_queue(self, topic: str, queue_id: int) -> Any:
         """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
@@ -713,33 +645,7 @@ class StoreBase(JoinedWriting):
             run(self._drop_appender)
         if not keep_link:
             run(self._close_links)
-
-        for part in ("_timer", "_schedule", "_pop", "_cleaner", "_dispatch_thread"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                run(obj.close if part in ("_timer", "_schedule", "_pop") else obj.stop)
-        writable = not self._files_read_only
-        core = getattr(self, "_core", None)
-        durable = clean and writable and core is not None
-        if durable:
-            durable = run(self._dispatcher.catch_up)
-        if writable and core is not None:
-            durable = run(core.close) and durable
-        run(self._close_append_table)
-        durable = run(self._close_queues) and durable  # flushes the queues and the index
-        if durable:
-            durable = run(self._checkpointer.final)
-            run(lambda: self._offsets.import_group_offsets(self.path))
-            for table in (self._topics, self._offsets):
-                run(table.persist)  # the data is closed cleanly all the same
-        if getattr(self, "_commitlog", None) is not None:
-            run(self._commitlog.close)
-        for part in ("_waker", "_live"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                run(obj.close)
-        if durable:
-            run(self._remove_abort_file)
+        close_parts(self._opened, clean, run, self._close_append_table, self._waker)
         run(self._lock.release)
         return errors
 
@@ -752,25 +658,6 @@ class StoreBase(JoinedWriting):
         finally:
             if self._remote is not None:
                 self._remote.close()
-
-    def _remove_abort_file(self) -> None:
-        try:
-            os.unlink(self._abort_path)
-        except FileNotFoundError:
-            pass
-
-    def _close_queues(self) -> None:
-        """Close the ConsumeQueues and the index files, each whatever the others raised."""
-        error = None
-        for part in ("_queues", "_batch", "_index", "_disk_index", "_compacted_reads"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                try:
-                    obj.close()
-                except BaseException as exc:
-                    error = error or exc
-        if error is not None:
-            raise error
 
     def __enter__(self) -> Any:
         return self
@@ -860,12 +747,16 @@ class StoreBase(JoinedWriting):
                     raise errors[0]
                 for part in _PARTS:
                     setattr(self, part, None)
+                self._opened = None
                 self.config = self._detect_config()
                 self._open()
                 self._closed = False
                 self._choose_role()
             finally:
                 self._switching = False
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -933,23 +824,7 @@ class StoreBase(JoinedWriting):
         """{topic: queue count}."""
         return self._topics.counts()
 
-    # ---- puts ----
-
-    def _properties(
-        self,
-        tags: Optional[str],
-        keys: Keys,
-        properties: Optional[Mapping[str, str]],
-    ) -> tuple[Optional[bytes], Optional[str], int]:
-        """(encoded properties, the caller's UNIQ_KEY or None, wait override or -1)."""
-        found: tuple[Optional[bytes], Optional[str], int] = self._codec.put_properties(tags, keys, properties)
-        return found
-
-    def _wait_mode(self, durable: Optional[bool], wait_override: int) -> int:
-        """The core's wait argument: -1 lets the core apply the store's flush_disk_type."""
-        if durable is not None:
-            return 1 if durable else 0
-        return wait_override
+    # ---- puts (rocketstore.processes.puts) ----
 
     def put(
         self,
@@ -967,130 +842,21 @@ class StoreBase(JoinedWriting):
         delay_ms: Optional[int] = None,
         compress: Optional[str] = None,
     ) -> PutResult:
-        if compress is not None:
-            return self._put_compressed(
-                topic,
-                body,
-                compress,
-                tags,
-                keys,
-                properties,
-                queue_id,
-                flag,
-                durable,
-                delay_level,
-                deliver_at_ms,
-                delay_ms,
-            )
-        if topic.__class__ is not str or topic not in self._user_topics:
-            self._check_user_topic(topic)
-        if (
-            type(queue_id) is not int
-            or type(flag) is not int
-            or not -1 <= queue_id <= _INT32_MAX
-            or not _INT32_MIN <= flag <= _INT32_MAX
-        ):
-            queue_id, flag = check_put_ints(queue_id, flag)
-        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        if (
-            tags is None
-            and keys is None
-            and properties is None
-            and body is not None
-            and delay_level is None
-            and timer is None
-        ):
-            # the hot path: one call into the core (-1: the store's flush_disk_type decides)
-            return self._core.put(
-                topic,
-                body,
-                None,
-                queue_id,
-                flag,
-                0,
-                0,
-                0,
-                0,
-                None,
-                -1 if durable is None else (1 if durable else 0),
-            )
-        if body is not None and delay_level is None and timer is None:
-            # tags, keys and plain properties: encoded in the core (None: not the plain shape,
-            # e.g. a DELAY or WAIT property, a mapping that is not a dict; see below)
-            done = self._core.put_keyed(
-                topic,
-                body,
-                tags,
-                keys,
-                queue_id,
-                flag,
-                -1 if durable is None else (1 if durable else 0),
-                properties,
-            )
-            if done is not None:
-                return done
-        if tags is None and keys is None and properties is None and body is not None and not self._closed:
-            # a timer or delayed put's own hot path (rocketstore.services.timer, rocketstore.services.schedule);
-            # anything else (both, a read-only store) is the general path's to refuse
-            wait = -1 if durable is None else (1 if durable else 0)
-            if delay_level is None and self._timer is not None:
-                timed: Optional[PutResult] = self._timer.put(
-                    self._core, topic, body, queue_id, flag, wait, deliver_at_ms, delay_ms
-                )
-                if timed is not None:  # None: not a plain int, the general path decides
-                    return timed
-            elif delay_level is not None and timer is None and self._schedule is not None:
-                delayed: PutResult = self._schedule.put(
-                    self._core, topic, body, queue_id, flag, wait, delay_level
-                )
-                return delayed
-        if body is None:
-            return cast("PutResult", self._put_message(topic, durable, 0, delay_level, timer))
-        return cast(
-            "PutResult",
-            self._put(
-                cast(str, topic), body, tags, keys, properties, queue_id, flag, durable, 0, delay_level, timer
-            ),
-        )
-
-    def _put_compressed(
-        self,
-        topic: Any,
-        body: Optional[Body],
-        compress: str,
-        tags: Optional[str],
-        keys: Keys,
-        properties: Optional[Mapping[str, str]],
-        queue_id: int,
-        flag: int,
-        durable: Optional[bool],
-        delay_level: Optional[int],
-        deliver_at_ms: Optional[int],
-        delay_ms: Optional[int],
-    ) -> PutResult:
-        """A put whose body is compressed first, as a RocketMQ producer compresses it: the
-        stored bytes are ``compress``'s, and sysFlag says which (rocketstore.base.compression)."""
-        if not isinstance(compress, str) or compress not in CODECS:
-            raise InvalidMessageError(f"compress must be one of {sorted(CODECS)}, not {compress!r}")
-        if isinstance(topic, MESSAGE_TYPES):
-            raise InvalidMessageError(
-                "put(message, compress=...): compress the Message's body and set its sys_flag"
-            )
-        if body is None:
-            raise TypeError("body is required")
-        self._check_user_topic(topic)
-        message = Message(
+        return self._putter.put(
+            self,
             topic,
-            deflate(memoryview(body), compress),
+            body,
             tags=tags,
-            keys=keys if keys is None or isinstance(keys, str) else list(keys),
+            keys=keys,
             properties=properties,
             queue_id=queue_id,
             flag=flag,
-            sys_flag=sys_flag_bits(compress),
+            durable=durable,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
+            compress=compress,
         )
-        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        return cast("PutResult", self._put_message(message, durable, 0, delay_level, timer))
 
     def put_pipelined(
         self,
@@ -1106,96 +872,22 @@ class StoreBase(JoinedWriting):
         deliver_at_ms: Optional[int] = None,
         delay_ms: Optional[int] = None,
     ) -> PutFuture:
-        self._check_user_topic(topic)
-        timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
-        if body is None:
-            return cast("PutFuture", self._put_message(topic, True, _WAIT_FUTURE, delay_level, timer))
-        queue_id, flag = check_put_ints(queue_id, flag)
-        return cast(
-            "PutFuture",
-            self._put(
-                cast(str, topic),
-                body,
-                tags,
-                keys,
-                properties,
-                queue_id,
-                flag,
-                True,
-                _WAIT_FUTURE,
-                delay_level,
-                timer,
-            ),
+        return self._putter.put_pipelined(
+            self,
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+            delay_ms=delay_ms,
         )
 
     def _check_user_topic(self, topic: object) -> None:
-        """SystemTopicError if a user's put (``topic`` a str or a Message) names a system topic;
-        the store's own puts into them (delay, send_back) do not come through here."""
-        name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
-        check_user_topic(name)
-        if name.__class__ is str and len(self._user_topics) < 65536:
-            self._user_topics.add(name)
-
-    def _put(
-        self,
-        topic: str,
-        body: Body,
-        tags: Optional[str],
-        keys: Keys,
-        properties: Optional[Mapping[str, str]],
-        queue_id: int,
-        flag: int,
-        durable: Optional[bool],
-        mode: int,
-        delay_level: Optional[int] = None,
-        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
-    ) -> Any:
-        """One put through the core; ``mode`` _WAIT_FUTURE for a future, else 0 (by ``durable``)."""
-        _check_mapping(properties)
-        if (
-            delay_level is not None
-            or timer is not None
-            or (properties and _SCHEDULING.intersection(properties))
-        ):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
-        if tags is None and keys is None and properties is None:
-            props, unique_key, wait = None, None, -1
-        else:
-            props, unique_key, wait = self._properties(tags, keys, properties)
-        return self._core.put(
-            topic, body, props, queue_id, flag, 0, 0, 0, 0, unique_key, mode or self._wait_mode(durable, wait)
-        )
-
-    def _message_item(
-        self,
-        m: Message,
-        delay_level: Optional[int] = None,
-        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
-    ) -> tuple[Any, ...]:
-        if not isinstance(m, MESSAGE_TYPES):
-            if isinstance(m, str):
-                raise TypeError(
-                    f"body must be bytes-like (bytes, bytearray, ...), not None: put({m!r}, body)"
-                )
-            raise TypeError(f"expected a Message, or a topic and a body, not {type(m).__name__}")
-        topic, properties = m.topic, _check_mapping(m.properties)
-        queue_id, flag = check_put_ints(m.queue_id, m.flag)
-        born = check_int("born_timestamp", m.born_timestamp)
-        sys_flag = check_int("sys_flag", m.sys_flag, INT32_MIN, INT32_MAX)
-        if sys_flag & ~0x7FF or (sys_flag >> 8) & 7 > 3:
-            # bits RocketMQ does not define, or a compression type that does not exist:
-            # verify() would report the record
-            raise InvalidMessageError(f"sys_flag {sys_flag:#x} has bits RocketMQ does not define")
-        reconsume = check_int("reconsume_times", m.reconsume_times, INT32_MIN, INT32_MAX)
-        if (
-            delay_level is not None
-            or timer is not None
-            or (properties and _SCHEDULING.intersection(properties))
-        ):
-            topic, queue_id, properties = self._delayed(topic, queue_id, properties, delay_level, timer)
-        props, unique_key, wait = self._properties(m.tags, m.keys, properties)
-        body = m.body if type(m.body) is bytes else memoryview(m.body).tobytes()  # never bytes(int)
-        return (topic, body, props, queue_id, flag, born, sys_flag, reconsume, unique_key), wait
+        self._putter.check_user_topic(topic)
 
     def _put_message(
         self,
@@ -1206,16 +898,7 @@ class StoreBase(JoinedWriting):
         timer: Optional[tuple[Optional[int], Optional[int]]] = None,
         prepared_offset: int = 0,
     ) -> Any:
-        """One Message through the core; ``prepared_offset``: a committed transaction's half
-        message (its record's PREPAREDTRANSACTIONOFFSET)."""
-        self._check_writable()
-        (topic, body, props, qid, flag, born, sys_flag, reconsume, unique_key), wait = self._message_item(
-            cast(Message, m), delay_level, timer
-        )
-        wait_mode = mode or self._wait_mode(durable, wait)
-        return self._core.put(
-            topic, body, props, qid, flag, born, sys_flag, reconsume, prepared_offset, unique_key, wait_mode
-        )
+        return self._putter.put_message(self, m, durable, mode, delay_level, timer, prepared_offset)
 
     def put_batch(
         self,
@@ -1230,27 +913,18 @@ class StoreBase(JoinedWriting):
         durable: Optional[bool] = None,
         pipelined: bool = False,
     ) -> BatchPutResult | PutFuture:
-        self._check_writable()
-        self._check_user_topic(topic)
-        queue_id, flag = check_put_ints(queue_id, flag)
-        props = None
-        _check_mapping(properties)
-        if tags is not None or properties:
-            props, unique_key, _ = self._properties(tags, None, properties)
-            if unique_key is not None:
-                raise InvalidMessageError("a batch's shared properties cannot carry one UNIQ_KEY")
-            if properties and PROPERTY_DELAY in properties:
-                raise InvalidMessageError("a batch cannot be delayed (RocketMQ refuses DELAY on batches)")
-            if is_timer_put(properties):
-                raise InvalidTimerError("a batch cannot be a timer message")
-        wait = _WAIT_FUTURE if pipelined else self._wait_mode(durable, -1)
-        if topic in self._batch_topics:  # one inner batch record (rocketstore.queues.batchcq)
-            writer = self._batch.writer
-            put: BatchPutResult | PutFuture = writer.put(
-                self._core, topic, batch_bodies(bodies, lengths), tags, properties, queue_id, wait, flag
-            )
-            return put
-        return self._core.put_batch(topic, bodies, lengths, props, queue_id, flag, 0, 0, wait)
+        return self._putter.put_batch(
+            self,
+            topic,
+            bodies,
+            lengths=lengths,
+            tags=tags,
+            properties=properties,
+            queue_id=queue_id,
+            flag=flag,
+            durable=durable,
+            pipelined=pipelined,
+        )
 
     def put_messages(
         self,
@@ -1258,55 +932,9 @@ class StoreBase(JoinedWriting):
         *,
         durable: Optional[bool] = None,
     ) -> list[PutResult]:
-        self._check_writable()
-        # the plain messages (a known user topic, tags and keys at most) in one compiled call;
-        # every other one through _message_item's full checks
-        if type(messages) is not list:
-            messages = list(messages)
-        if self._batch_topics and any(getattr(m, "topic", None) in self._batch_topics for m in messages):
-            wait = self._wait_mode(durable, -1)  # one inner batch record (rocketstore.queues.batchcq)
-            return [self._batch.writer.put_messages(self._core, messages, wait)]
-        # a batch of plain messages: read, encoded and stored in one compiled pass
-        done = self._core.put_plain_messages(messages, self._user_topics, self._wait_mode(durable, -1))
-        if done is not None:
-            return cast("list[PutResult]", done)
-        items, slow = self._codec.plain_message_items(messages, self._user_topics, MESSAGE_TYPES)
-        no_wait = len(slow) == len(items) > 0  # WAIT=false on every message: a plain one has none
-        for i in slow:
-            m = messages[i]
-            self._check_user_topic(m)
-            items[i], wait = self._message_item(m)
-            no_wait = no_wait and wait == 0
-        mode = self._wait_mode(durable, 0 if no_wait else -1)
-        return self._core.put_many(items, mode)
+        return self._putter.put_messages(self, messages, durable=durable)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
-
-    def _delayed(
-        self,
-        topic: str,
-        queue_id: int,
-        properties: Optional[Mapping[str, str]],
-        delay_level: Optional[int],
-        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
-    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
-        """(topic, queue_id, properties) of a put, rewritten into rmq_sys_wheel_timer if it is a
-        timer message, into SCHEDULE_TOPIC_XXXX if delayed."""
-        self._check_writable()
-        if timer is not None or is_timer_put(properties):
-            if delay_level is not None:
-                raise InvalidTimerError("give delay_level or a timer (deliver_at_ms, delay_ms), not both")
-            deliver_at_ms, delay_ms = timer or (None, None)
-            timed: tuple[str, int, Optional[Mapping[str, str]]] = self._timer.rewrite(
-                topic, queue_id, properties, deliver_at_ms, delay_ms
-            )
-            return timed
-        if delay_level is None and not (properties and PROPERTY_DELAY in properties):
-            return topic, queue_id, properties
-        rewritten: tuple[str, int, Optional[Mapping[str, str]]] = self._schedule.rewrite(
-            topic, queue_id, properties, delay_level
-        )
-        return rewritten
 
     def send_back(
         self,
@@ -1514,45 +1142,14 @@ class StoreBase(JoinedWriting):
     # ---- consuming (§11) and consumer offsets (§10) ----
 
     def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
-        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None; a queue
-        with known holes is rebuilt from the CommitLog first. ``need``: dispatch catches up only
-        if the queue ends before that queue offset (POP's own records, put between its pulls,
-        would otherwise be dispatched on every pull)."""
-        self._check_open()
-        _check_name("topic", topic)
-        queue_id = _check_int("queue_id", queue_id)
-        cq = self._queues.get(topic, queue_id) if need is not None else None
-        if cq is None or cq.max_offset < need:
-            self._dispatcher.catch_up()
-            cq = self._queues.get(topic, queue_id)
-        if cq is not None and cq.holes:
-            self._guard.repair([(topic, queue_id)])
-        return cq
+        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None
+        (rocketstore.queues.puller)."""
+        return self._pulls.queue(topic, queue_id, need)
 
-    def _pull(
-        self, topic: str, queue_id: int, fetch: Callable[[Any, Any], _T], need: Optional[int] = None
-    ) -> _T:
-        """``fetch(cq, read)`` (a pull or a lookup by queue position) with every unit checked by
-        :meth:`_unit_message`: a unit that does not point at its own record makes the store
-        rebuild the queue from the CommitLog and try again; if that cannot help, the position is
-        reported missing (:class:`ConsumeQueueDamagedError`), never another message."""
-        cq = self._queue(topic, queue_id, need)
-        read = _UnitReader(self._guard, topic, int(queue_id))
-        for attempt in range(2):
-            try:
-                return fetch(cq, read)
-            except _DamagedUnit as exc:
-                if attempt:
-                    raise ConsumeQueueDamagedError(
-                        f"ConsumeQueue {topic}-{queue_id} unit {exc.queue_offset} does not point at "
-                        f"its message, and rebuilding the queue from the CommitLog did not help",
-                        topic,
-                        queue_id,
-                        exc.queue_offset,
-                    ) from None
-                self._guard.repair([(topic, queue_id)])
-                cq = self._queues.get(topic, queue_id)
-        raise AssertionError("unreachable")  # the second attempt returns or raises
+    def _open_pulls(self) -> Puller:
+        """This store's puller, once it is open (a following store may open again here)."""
+        self._check_open()
+        return self._pulls
 
     def get_message(
         self,
@@ -1566,12 +1163,12 @@ class StoreBase(JoinedWriting):
         wait: Optional[float] = None,
     ) -> GetMessageResult:
         if wait is None and offset is not None:
-            _check_name("group", group)
+            check_name("group", group)
             tag_filter = TagFilter.parse(tags)
             if tag_filter.match_all:
-                quick = self._quick_pull(topic, queue_id, offset, max_msgs)
+                quick = self._pulls.quick_pull(topic, queue_id, offset, max_msgs)
             else:
-                quick = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
+                quick = self._pulls.quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
             if quick is not None:
                 return quick
         looks = self._pull_looks(group, topic, queue_id, offset, max_msgs, tags, wait)
@@ -1579,89 +1176,6 @@ class StoreBase(JoinedWriting):
         while deadline is not None and self._wait_for_put(seen, deadline):
             found, seen, deadline = next(looks)
         return found
-
-    def _quick_tagged_pull(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: TagFilter
-    ) -> Optional[GetMessageResult]:
-        """A pull with a tag filter whose units lie in one ConsumeQueue file and whose records
-        lie in one segment, through the codec's ``pull_units`` (which the careful path runs
-        too: tagsCode filter, the real tag re-checked, every unit checked against its record)
-        without the careful path's frames. The batch must end as that path's would end it:
-        full, or at the queue's end or the scan budget with a message found; None otherwise
-        (damage, another file or segment, nothing found), and the careful path decides."""
-        if type(topic) is not str or type(queue_id) is not int or type(offset) is not int:
-            return None
-        if type(max_msgs) is not int or max_msgs < 1 or offset < 0:
-            return None
-        if self._closed or (self._follower is not None and not self._follower.follow()):
-            return None
-        self._dispatcher.catch_up()
-        cq = self._queues.get(topic, queue_id)
-        if cq is None or cq.holes:
-            return None
-        lo, hi = cq.min_offset, cq.max_offset
-        if not lo <= offset < hi:
-            return None
-        budget = scan_budget(max_msgs)
-        try:
-            units = cq.units(offset, budget)
-            mf = self._segments.find(int(units[0]["commitlog_offset"])) if len(units) else None
-            if mf is None:
-                return None
-            view = mf.view(0, self._readable_end(mf))
-        except (MessageNotFoundError, StoreClosedError):
-            return None
-        codec = self._codec
-        found, taken, stop, kind = codec.pull_units(
-            view,
-            mf.file_from_offset,
-            mf.file_size,
-            units,
-            0,
-            max_msgs,
-            offset,
-            topic,
-            queue_id,
-            tag_filter.code_tuple,
-            tag_filter.tags,
-        )
-        if kind == codec.PULL_FULL:
-            end = offset + stop
-        elif kind == codec.PULL_END and found and (offset + len(units) == hi or len(units) >= budget):
-            end = offset + len(units)
-        else:
-            return None
-        return GetMessageResult(
-            GetMessageStatus.FOUND, end, lo, hi, found, units[taken], offset + np.array(taken, dtype=np.int64)
-        )
-
-    def _quick_pull(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, need: Optional[int] = None
-    ) -> Optional[GetMessageResult]:
-        """The common pull (every message from a given offset, all within one ConsumeQueue
-        file, nothing damaged) in one compiled call, by the rules of the careful path; None for
-        anything that path must decide (bounds, holes, filters, damage, a closed store).
-        ``need``: as for :meth:`_queue`, dispatch catches up only if the queue ends before it."""
-        if self._closed or (self._follower is not None and not self._follower.follow()):
-            return None
-        cq = self._queues.get(topic, queue_id) if need is not None else None
-        if cq is None or cq.max_offset < need:
-            self._dispatcher.catch_up()
-        got = self._codec.queue_messages(
-            self._queues,
-            topic,
-            queue_id,
-            offset,
-            max_msgs,
-            self._segments,
-            None if self._files_read_only else self._core,
-        )
-        if got is None:
-            return None
-        messages, units, lo, hi = got
-        return GetMessageResult(
-            GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
-        )
 
     async def get_message_async(
         self,
@@ -1694,72 +1208,21 @@ class StoreBase(JoinedWriting):
     ) -> Iterator[tuple[GetMessageResult, Look, Optional[float]]]:
         """get_message's pulls, each with what a wait for the next put compares against and the
         wait's deadline, which is None once waiting is not worth it (the caller then returns)."""
-        _check_name("group", group)
+        check_name("group", group)
         tag_filter = TagFilter.parse(tags)
         deadline = self._deadline(wait)
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
-            found = None
             if topic in self._batch_topics:
                 found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
-            elif offset is not None:
-                if tag_filter.match_all:
-                    found = self._quick_pull(topic, queue_id, offset, max_msgs)
-                else:
-                    found = self._quick_tagged_pull(topic, queue_id, offset, max_msgs, tag_filter)
-            if found is None:
-                found = self._pull(
-                    topic, queue_id, self._puller(group, topic, queue_id, offset, max_msgs, tag_filter)
-                )
+            else:
+                found = self._pulls.look(group, topic, queue_id, offset, max_msgs, tag_filter)
             if deadline is None or not self._may_wait(found):
                 yield found, seen, None
                 return
             if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = found.next_begin_offset  # scanned past what did not match
             yield found, seen, deadline
-
-    def _puller(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: Optional[int],
-        max_msgs: int,
-        tag_filter: TagFilter,
-    ) -> Callable[[Any, Any], GetMessageResult]:
-        def pull(cq: Any, read: Any) -> GetMessageResult:
-            start = offset
-            if start is None:
-                start = self._offsets.query(group, topic, int(queue_id))
-                if start < 0:
-                    start = cq.min_offset if cq is not None else 0
-            if cq is not None and type(start) is int and start < cq.min_offset:
-                compacted = self._compacted_pull(cq, start, max_msgs, tag_filter)
-                if compacted is not None:
-                    return compacted
-            return get_message(cq, start, max_msgs, tag_filter, read, with_queue_offset=True)
-
-        return pull
-
-    def _compacted_pull(
-        self, cq: Any, start: int, max_msgs: int, tag_filter: TagFilter
-    ) -> Optional[GetMessageResult]:
-        """A pull below a compacted topic's min offset: what its compaction log kept there
-        (None: not a compacted topic, or the log keeps nothing there)."""
-        if self._topics.attributes(cq.topic).get(CLEANUP_POLICY, "").upper() != COMPACTION:
-            return None
-        if self._compacted_reads is None:
-            self._compacted_reads = CompactedReads(self.path, self._codec.decode_record)
-        got = self._compacted_reads.pull(cq.topic, cq.queue_id, start, max_msgs, cq.min_offset, tag_filter)
-        if got is None:
-            return None
-        messages, codes, next_offset = got
-        for msg in messages:
-            msg.commitlog_offset = -1  # its record is no longer in the CommitLog
-        units = np.array([(-1, m.size, c) for m, c in zip(messages, codes)], dtype=CQ_UNIT_DTYPE)
-        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
-        offsets = np.array([m.queue_offset for m in messages], dtype=np.int64)
-        return GetMessageResult(status, next_offset, cq.min_offset, cq.max_offset, messages, units, offsets)
 
     # ---- waiting for puts (rocketstore.processes.live) ----
 
@@ -1826,31 +1289,16 @@ class StoreBase(JoinedWriting):
     def _pop_pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
     ) -> GetMessageResult:
-        """:meth:`get_message` for POP: the one-call pull of :meth:`get_message` when it can
-        decide, else the careful path, where dispatch catches up only when the queue has fewer
-        than ``max_msgs`` units from ``offset``."""
-        if topic in self._batch_topics:
+        if topic in self._batch_topics:  # one inner message at a time (rocketstore.queues.batchcq)
             return self._batch_pull(
                 topic, queue_id, offset, group, max_msgs, tag_filter or TagFilter.parse(None)
             )
-        if tag_filter is None or tag_filter.match_all:
-            quick = self._quick_pull(topic, queue_id, offset, max_msgs, offset + max_msgs)
-            if quick is not None:
-                return quick
-        return self._pull(
-            topic,
-            queue_id,
-            lambda cq, read: get_message(cq, offset, max_msgs, tag_filter, read, with_queue_offset=True),
-            offset + max_msgs,
-        )
+        return self._pulls.pop_pull(group, topic, queue_id, offset, max_msgs, tag_filter)
 
     def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        """:meth:`get_by_queue_offset` of a position POP handed out (dispatched already)."""
         if topic in self._batch_topics:
             return self.get_by_queue_offset(topic, queue_id, queue_offset)
-        return self._pull(
-            topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read), queue_offset + 1
-        )
+        return self._pulls.pop_lookup(topic, queue_id, queue_offset)
 
     def get_units(
         self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
@@ -1939,7 +1387,7 @@ class StoreBase(JoinedWriting):
 
     def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
         self._check_open()
-        _check_name("topic", topic)
+        check_name("topic", topic)
         queue_id = _check_int("queue_id", queue_id, 0)
         return CompactionLog.read(self.path, topic, queue_id, self._codec.decode_record)
 
@@ -1961,8 +1409,8 @@ class StoreBase(JoinedWriting):
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
-        _check_name("group", group)
-        _check_name("topic", topic)
+        check_name("group", group)
+        check_name("topic", topic)
         _check_int("queue_id", queue_id, 0)
         _check_int("offset", offset, 0)
         if "@" in group or "@" in topic:
@@ -1971,8 +1419,8 @@ class StoreBase(JoinedWriting):
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         self._check_open()
-        _check_name("group", group)
-        _check_name("topic", topic)
+        check_name("group", group)
+        check_name("topic", topic)
         return self._offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
@@ -1984,8 +1432,8 @@ class StoreBase(JoinedWriting):
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
         self._check_open()
-        _check_name("topic", topic)
-        _check_name("key", key)
+        check_name("topic", topic)
+        check_name("key", key)
         self._dispatcher.catch_up(index=True)
         return self._lookups.offsets(topic, key)
 
@@ -2011,8 +1459,8 @@ class StoreBase(JoinedWriting):
             if hits is not None:
                 return hits
         self._check_open()
-        _check_name("topic", topic)
-        _check_name("key", key)
+        check_name("topic", topic)
+        check_name("key", key)
         max_num = _check_int("max_num", max_num, 1)
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
@@ -2021,8 +1469,8 @@ class StoreBase(JoinedWriting):
 
     def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
         self._check_open()
-        _check_name("topic", topic)
-        _check_name("unique_key", unique_key)
+        check_name("topic", topic)
+        check_name("unique_key", unique_key)
         self._dispatcher.catch_up(index=True)
         return self._lookups.by_unique_key(topic, unique_key, now_ms())
 
@@ -2049,13 +1497,7 @@ class StoreBase(JoinedWriting):
                 if msg.queue_offset == queue_offset:
                     return msg
             raise AssertionError("unreachable")  # _batch_messages checked the count
-        cq = self._queue(topic, queue_id)
-        if cq is not None:
-            try:  # the common case, without _pull's retry frame
-                return _message_at_unit(cq, queue_offset, _UnitReader(self._guard, topic, int(queue_id)))
-            except _DamagedUnit:
-                pass  # _pull rebuilds the queue and tries again, or reports the position missing
-        return self._pull(topic, queue_id, lambda cq, read: _message_at_unit(cq, queue_offset, read))
+        return self._pulls.message_at(topic, queue_id, queue_offset)
 
     # ---- retention, durability, state ----
 
@@ -2172,7 +1614,7 @@ class StoreBase(JoinedWriting):
         check_immunity_s: Optional[int] = None,
         durable: Optional[bool] = None,
     ) -> PreparedMessage:
-        _check_mapping(properties)
+        check_mapping(properties)
         queue_id, flag = check_put_ints(queue_id, flag)
         return self._transactions().prepare(
             topic,
@@ -2215,38 +1657,6 @@ class StoreBase(JoinedWriting):
             )
         )
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
-
-
-def _check_mapping(properties: object) -> Optional[Mapping[str, str]]:
-    if properties is not None and not isinstance(properties, Mapping):
-        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
-    return properties
-
-
-def _check_name(what: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not value:
-        raise InvalidMessageError(f"{what} must not be empty")
-    return value
-
-
-def _message_at_unit(cq: Any, queue_offset: int, read: Any) -> MessageExt:
-    """The message the unit at ``queue_offset`` of ``cq`` points at, checked by ``read``
-    (MessageNotFoundError if the queue, the unit or its record is not there)."""
-    if cq is None:
-        raise MessageNotFoundError(f"no queue {read.topic}-{read.queue_id}")
-    commitlog_offset, size, _tags = cq.unit(queue_offset)
-    if commitlog_offset == 0 and size == PLACEHOLDER_SIZE:
-        raise MessageNotFoundError(
-            f"no message at {cq.topic}-{cq.queue_id} offset {queue_offset}: its record is gone (damage)"
-        )
-    msg: Optional[MessageExt] = read(commitlog_offset, size, queue_offset)
-    if msg is None:
-        raise MessageNotFoundError(
-            f"the message at {cq.topic}-{cq.queue_id} offset {queue_offset} was deleted (retention)"
-        )
-    return msg
 
 
 StoreBase._careful = StoreBase  # what a joined store's calls run in the writing process

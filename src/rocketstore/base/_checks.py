@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ __all__ = [
     "batch_lengths",
     "timeout_ms",
     "wait_deadline",
+    "java_int",
     "INT32_MIN",
     "INT32_MAX",
     "INT64_MIN",
@@ -26,6 +28,17 @@ __all__ = [
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # (ASCII digits: Java's radix-10 parse takes no others)
+
+
+def java_int(text: object, bits: int = 32) -> Optional[int]:
+    """``text`` read as Java's ``Integer.parseInt`` (``bits=32``) or ``Long.parseLong`` (64) reads
+    it; None where Java throws (not text, a sign alone, a space, an underscore, out of range)."""
+    if not isinstance(text, str) or _JAVA_INT.fullmatch(text) is None:
+        return None
+    value = int(text)
+    limit = 1 << (bits - 1)
+    return value if -limit <= value < limit else None
 
 
 def check_int(

@@ -28,6 +28,7 @@ from rocketstore.log.commitlog import CommitLog
 from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, read_geometry
 from rocketstore.queues.batchcq import BatchQueueStore, batch_topics
 from rocketstore.queues.checkpointing import Checkpointer
+from rocketstore.queues.compaction import CompactedReads
 from rocketstore.queues.consumequeue import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore
 from rocketstore.queues.indexservice import IndexService, detect_queue_options
@@ -41,7 +42,7 @@ from rocketstore.services.schedule import ScheduleService
 from rocketstore.services.timer import TimerService
 from rocketstore.services.topics import Topics
 
-__all__ = ["OpenedParts", "detect_config", "open_parts", "start_services"]
+__all__ = ["OpenedParts", "detect_config", "open_parts", "start_services", "close_parts"]
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
@@ -106,6 +107,8 @@ class OpenedParts:
         self.index: Any = None
         self.disk_index: Any = None
         self.batch: Any = None
+        #: the pulls below a compacted topic's min offset (rocketstore.queues.compaction)
+        self.compacted_reads: Optional[CompactedReads] = None
         self.offsets: Any = None
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.short_queues: dict[tuple[str, int], int] = {}
@@ -160,6 +163,7 @@ def open_parts(
         TopicConfigTable.in_store(path, cfg.default_queues, read_only), cfg.default_queues, mutex
     )
     opened.commitlog = commitlog = CommitLog(os.path.join(path, "commitlog"), cfg, impl, read_only=read_only)
+    opened.compacted_reads = CompactedReads(path, commitlog.codec.decode_record)
     opened.segments = commitlog.segments
     if read_only:
         # the writer's live page before anything is loaded: what it says next is newer
@@ -361,3 +365,71 @@ def _index_file_full(checkpoint: Checkpoint) -> Callable[[int], None]:
         checkpoint.index_msg_timestamp = end_timestamp
 
     return full
+
+
+def close_parts(
+    opened: Optional[OpenedParts],
+    clean: bool,
+    run: Callable[[Callable[[], object]], bool],
+    after_core: Callable[[], object],
+    waker: Any = None,
+) -> bool:
+    """Stop and close every part ``opened`` holds, in the order that keeps the data safe, each
+    whatever the others raised: ``run(step)`` runs one step, keeps what it raised and says
+    whether it succeeded. ``clean``: a close (dispatch the rest, then, if the CommitLog, the
+    queues and the index are durable, write the checkpoint, topics.json and consumerOffset.json
+    and remove the abort file); else a failed open or a reopen (the abort file stays).
+    ``after_core`` runs once the append core is closed (the joined writers' shared table);
+    ``waker`` (the asyncio waiters' thread, if one was started) closes before the live page.
+    Returns whether the data was closed durable."""
+    if opened is None:  # (the open failed before it made its parts)
+        run(after_core)
+        return False
+    for service in (opened.timer, opened.schedule, opened.pop):
+        if service is not None:
+            run(service.close)
+    for thread in (opened.cleaner, opened.dispatch_thread):
+        if thread is not None:
+            run(thread.stop)
+    writable = not opened.read_only
+    core = opened.core
+    durable = clean and writable and core is not None
+    if durable:
+        durable = run(opened.dispatcher.catch_up)
+    if writable and core is not None:
+        durable = run(core.close) and durable
+    run(after_core)
+    durable = run(lambda: _close_queues(opened)) and durable  # flushes the queues and the index
+    if durable:
+        durable = run(opened.checkpointer.final)
+        run(lambda: opened.offsets.import_group_offsets(opened.path))
+        for table in (opened.topics, opened.offsets):
+            run(table.persist)  # the data is closed cleanly all the same
+    if opened.commitlog is not None:
+        run(opened.commitlog.close)
+    for page in (waker, opened.live):
+        if page is not None:
+            run(page.close)
+    if durable:
+        run(lambda: _remove_file(opened.abort_path))
+    return durable
+
+
+def _close_queues(opened: OpenedParts) -> None:
+    """Close the ConsumeQueues and the index files, each whatever the others raised."""
+    error = None
+    for part in (opened.queues, opened.batch, opened.index, opened.disk_index, opened.compacted_reads):
+        if part is not None:
+            try:
+                part.close()
+            except BaseException as exc:
+                error = error or exc
+    if error is not None:
+        raise error
+
+
+def _remove_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -28,8 +28,11 @@ import numpy as np
 
 from rocketstore.errors import CorruptRecordError, StoreConfigError
 from rocketstore.files.configfiles import ConfigFile
+from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt
 from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE
+from rocketstore.queues.pulls import GetMessageResult
+from rocketstore.status import GetMessageStatus
 
 __all__ = [
     "CLEANUP_POLICY",
@@ -38,6 +41,7 @@ __all__ = [
     "DELETE",
     "CompactionLog",
     "CompactionPositions",
+    "compacted_pull",
     "compacted_topics",
     "compaction_log_size",
     "file_names",
@@ -300,6 +304,32 @@ class CompactedReads:
             for log in self._queues.values():
                 log.close()
             self._queues.clear()
+
+
+def compacted_pull(
+    reads: CompactedReads,
+    attributes: Callable[[str], Mapping[str, str]],
+    cq: Any,
+    start: int,
+    max_msgs: int,
+    tag_filter: Any,
+) -> Optional[GetMessageResult]:
+    """A pull of the ConsumeQueue ``cq`` below its min offset, when its topic is compacted
+    (``attributes(topic)`` says): what the compaction log kept from ``start`` on, each message's
+    ``commitlog_offset`` -1 since its record left the CommitLog. None: the topic is not
+    compacted, or the log keeps nothing there (the pull's own rules then say OFFSET_TOO_SMALL)."""
+    if attributes(cq.topic).get(CLEANUP_POLICY, "").upper() != COMPACTION:
+        return None
+    got = reads.pull(cq.topic, cq.queue_id, start, max_msgs, cq.min_offset, tag_filter)
+    if got is None:
+        return None
+    messages, codes, next_offset = got
+    for msg in messages:
+        msg.commitlog_offset = -1  # its record is no longer in the CommitLog
+    units = np.array([(-1, m.size, c) for m, c in zip(messages, codes)], dtype=CQ_UNIT_DTYPE)
+    status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+    offsets = np.array([m.queue_offset for m in messages], dtype=np.int64)
+    return GetMessageResult(status, next_offset, cq.min_offset, cq.max_offset, messages, units, offsets)
 
 
 def _signature(root: str, topic: str, queue_id: int) -> tuple[Any, ...]:

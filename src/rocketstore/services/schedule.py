@@ -72,12 +72,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 from rocketstore.base._background import start_weak_thread
+from rocketstore.base._checks import java_int
 from rocketstore.base._clock import now_ms
 from rocketstore.base._failurelog import FailureLog
 from rocketstore.errors import (
@@ -93,6 +93,7 @@ from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
+    SYSFLAG_HOSTS_V6,
     Message,
     MessageExt,
     is_valid_topic,
@@ -140,9 +141,7 @@ RETRY_AFTER_FAILURE_MS = 10_000
 #: How long a pass waits for its copies to be flushed before it gives up (and reconciles later).
 FLUSH_TIMEOUT_MS = 10_000
 
-_SYSFLAG_HOSTS_V6 = 0x010 | 0x020  # BORNHOST_V6 | STOREHOST_V6: the core sets its own
 _UNIQ_KEY_EXTRA = len(PROPERTY_UNIQ_KEY) + 2 + 56  # a generated UNIQ_KEY property, at most
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 _INTENT_KEY = "rocketstoreDelivering"
 
 
@@ -163,14 +162,6 @@ def check_delay_level(level: object, max_level: int) -> int:
     if not 1 <= level <= max_level:
         raise InvalidDelayLevelError(f"delay_level must be between 1 and {max_level}, not {level}")
     return level
-
-
-def _java_int(text: object) -> Optional[int]:
-    """``Integer.parseInt``: None where Java throws."""
-    if not isinstance(text, str) or _JAVA_INT.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if -(1 << 31) <= value < (1 << 31) else None
 
 
 def _check_group(group: object) -> str:
@@ -387,7 +378,7 @@ class ScheduleService:
             level = check_delay_level(delay_level, self.max_level)
         else:
             text = props.get(PROPERTY_DELAY)
-            parsed = _java_int(text)
+            parsed = java_int(text)
             if parsed is None:
                 raise InvalidDelayLevelError(f"the DELAY property {text!r} is not a decimal int")
             if parsed <= 0:
@@ -565,7 +556,7 @@ class ScheduleService:
             return None
         props = sched.properties or {}
         topic = props.get(PROPERTY_REAL_TOPIC)
-        queue_id = _java_int(props.get(PROPERTY_REAL_QUEUE_ID))
+        queue_id = java_int(props.get(PROPERTY_REAL_QUEUE_ID))
         why = None
         if topic is None or not is_valid_topic(topic) or topic == SCHEDULE_TOPIC:
             why = f"REAL_TOPIC {topic!r} is not a topic"
@@ -608,7 +599,7 @@ class ScheduleService:
                 why,
             )
             return None
-        sys_flag = sched.sys_flag & ~_SYSFLAG_HOSTS_V6
+        sys_flag = sched.sys_flag & ~SYSFLAG_HOSTS_V6
         item = (
             topic,
             body,
@@ -761,7 +752,7 @@ class ScheduleService:
             queue_id=0,
             born_timestamp=msg.born_timestamp,
             reconsume_times=reconsume + 1 if reconsume_times is None else reconsume_times,
-            sys_flag=msg.sys_flag & ~_SYSFLAG_HOSTS_V6,
+            sys_flag=msg.sys_flag & ~SYSFLAG_HOSTS_V6,
         )
         return self._parts.put_message(copy, None, 0)  # the store's own put into a system topic
 

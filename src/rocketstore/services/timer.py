@@ -75,6 +75,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
+from rocketstore.base._checks import java_int
 from rocketstore.base._clock import now_ms
 from rocketstore.base._failurelog import FailureLog
 from rocketstore.errors import (
@@ -95,18 +96,17 @@ from rocketstore.message import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQ_KEY,
+    SYSFLAG_HOSTS_V6,
     is_valid_topic,
 )
 from rocketstore.queues.timerwheel import read_timer_check, recall_key
 from rocketstore.services.parts import StoreParts
 from rocketstore.services.schedule import (
-    _SYSFLAG_HOSTS_V6,
     _UNIQ_KEY_EXTRA,
     PROPERTY_CRC32,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     _is_copy,
-    _java_int,
     java_hashmap_order,
 )
 
@@ -181,7 +181,7 @@ def _deliver_ms(
         raise InvalidTimerError(f"the properties already name a timer ({named[0]})")
     if len(named) > 1:
         raise InvalidTimerError(f"a message names one timer property, not {' and '.join(named)}")
-    level = _java_int(props[PROPERTY_DELAY]) if PROPERTY_DELAY in props else 0
+    level = java_int(props[PROPERTY_DELAY]) if PROPERTY_DELAY in props else 0
     if level is None or level > 0:
         raise InvalidTimerError("a timer message cannot also have a DELAY level")
     if deliver_at_ms is not None:
@@ -818,7 +818,7 @@ class TimerService:
                 return self._drop(queue_offset, commitlog_offset, "the record is gone")
         props = rec.properties or {}
         topic = props.get(PROPERTY_REAL_TOPIC)
-        queue_id = _java_int(props.get(PROPERTY_REAL_QUEUE_ID))
+        queue_id = java_int(props.get(PROPERTY_REAL_QUEUE_ID))
         if rec.topic != TIMER_TOPIC:
             return self._drop(queue_offset, commitlog_offset, f"the record is in {rec.topic!r}")
         if topic is None or not is_valid_topic(topic) or topic == TIMER_TOPIC:
@@ -861,7 +861,7 @@ class TimerService:
             queue_id,
             rec.flag,
             rec.born_timestamp,
-            rec.sys_flag & ~_SYSFLAG_HOSTS_V6,
+            rec.sys_flag & ~SYSFLAG_HOSTS_V6,
             rec.reconsume_times,
             unique_key,
         )

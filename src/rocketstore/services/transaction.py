@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from rocketstore.base._checks import java_int
 from rocketstore.base._clock import month_bounds, now_ms
 from rocketstore.errors import (
     InvalidMessageError,
@@ -59,6 +60,7 @@ from rocketstore.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    SYSFLAG_HOSTS_V6,
     Message,
     MessageExt,
     check_user_topic,
@@ -272,7 +274,7 @@ class TransactionService:
                     counts["closed"] += 1
                     walked = offset + 1
                     continue
-            checks = _java_int(props.get(PROPERTY_CHECK_TIMES)) or 0
+            checks = java_int(props.get(PROPERTY_CHECK_TIMES)) or 0
             if checks >= max_checks:
                 self._discard(half)
                 counts["discarded"] += 1
@@ -393,7 +395,7 @@ class TransactionService:
             if op.topic != OP_TOPIC or op.tags != REMOVE_TAG:
                 continue
             for text in bytes(op.body).decode("utf-8", "replace").split(","):
-                value = _java_int(text.strip())
+                value = java_int(text.strip(), 64)  # Long.valueOf: queue offsets
                 if value is not None:
                     self._closed_offsets.add(value)
         self._ops_read = cq.max_offset
@@ -506,7 +508,7 @@ def _real_message(half: MessageExt) -> Message:
     """The committed message of ``half`` (EndTransactionProcessor's endMessageTransaction)."""
     props = dict(half.properties or {})
     topic = props.pop(PROPERTY_REAL_TOPIC)
-    queue_id = _java_int(props.pop(PROPERTY_REAL_QUEUE_ID, None))
+    queue_id = java_int(props.pop(PROPERTY_REAL_QUEUE_ID, None))
     if queue_id is None:
         raise MessageNotFoundError(f"half message {_tid(half)} has no REAL_QID")
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
@@ -527,11 +529,8 @@ def _copy(half: MessageExt, topic: str, queue_id: int, props: dict[str, str], sy
         flag=half.flag,
         born_timestamp=half.born_timestamp,
         reconsume_times=half.reconsume_times,
-        sys_flag=sys_flag & ~_SYSFLAG_HOSTS_V6,
+        sys_flag=sys_flag & ~SYSFLAG_HOSTS_V6,
     )
-
-
-_SYSFLAG_HOSTS_V6 = 0x10 | 0x20
 
 
 def _check_put(result: Any, what: str) -> None:
@@ -541,16 +540,7 @@ def _check_put(result: Any, what: str) -> None:
 
 def _immunity_ms(text: Optional[str], timeout_ms: int) -> int:
     """The ms a half message is left alone: its CHECK_IMMUNITY_TIME_IN_SECONDS, at least the timeout."""
-    seconds = _java_int(text)
+    seconds = java_int(text, 64)  # Long.parseLong
     if seconds is None or seconds < 0:
         return timeout_ms
     return max(seconds * 1000, timeout_ms)
-
-
-def _java_int(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None

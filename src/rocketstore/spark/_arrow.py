@@ -40,8 +40,8 @@ def read_commitlog_range(p: CommitLogRange, columns, batch_rows: int = DEFAULT_A
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from rocketstore.queues.batchcq import unwrap_rows
     from rocketstore.queues.dispatch import consumable_rows
+    from rocketstore.queues.innerbatch import unwrap_rows
     from rocketstore.store import MessageStore
 
     topics = sorted({t for t, _q, _s, _e in p.ranges})
