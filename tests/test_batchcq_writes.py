@@ -215,3 +215,24 @@ def test_a_joined_writer_s_batch_into_a_batch_cq_topic_is_one_inner_batch_record
         assert [(m.queue_offset, m.body) for m in got] == [(45 + i, b"j%d" % (i + 1)) for i in range(5)]
         assert [m.sys_flag & 0xC0 for m in got] == [0, 0xC0, 0xC0, 0xC0, 0xC0]
         assert store.verify()["problems"] == []
+
+
+def test_retention_waits_for_the_groups_of_a_batch_cq_topic(tmp_path, impl):
+    """``delete_when_consumed`` holds a segment while a group has not consumed the BatchCQ
+    messages in it, as for any topic, and lets it go once the group consumed past them; the
+    retention report names the topic's oldest segment."""
+    with MessageStore(
+        tmp_path / "s", implementation=impl.name, commitlog_file_size=4096, clean_resource_interval_ms=0
+    ) as store:
+        store.create_topic("B", 1, queue_type="BatchCQ")
+        store.set_topic_retention("B", retention_ms=0, delete_when_consumed=True)
+        for i in range(40):
+            store.put_batch("B", [b"m%d-%d:" % (i, j) + bytes(50) for j in range(3)], queue_id=0)
+        store.commit_offset("G", "B", 0, 4)  # inside the second batch
+        assert store.clean()["commitlog"] == []
+        assert store.retention_report()["topics"]["B"]["oldest_segment"] is not None
+        assert store.get_message("G", "B", 0, 4, 1).messages[0].body.startswith(b"m1-1:")
+        store.commit_offset("G", "B", 0, 60)
+        assert store.clean()["commitlog"]
+        assert 4 < store.min_queue_offset("B", 0) <= 60
+        assert store.get_message("G", "B", 0, 60, 1).messages[0].body.startswith(b"m20-0:")

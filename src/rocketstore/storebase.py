@@ -812,7 +812,7 @@ class StoreBase(JoinedWriting):
         return retention_report(
             self.config,
             self._commitlog,
-            self._queues,
+            [*self._queues, *(self._batch if self._batch is not None else ())],
             self._topics.table,
             self._offsets,
             self._dispatcher,

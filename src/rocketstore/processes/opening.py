@@ -285,6 +285,7 @@ def start_services(
         opened.topics,
         put_message,
         opened.offsets,
+        opened.batch,
     )
     opened.cleaner = Cleaner(
         parts, clock=cfg.clock, compactor=Compactor(parts, opened.commitlog.codec.decode_record)

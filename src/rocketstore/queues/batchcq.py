@@ -370,6 +370,41 @@ class BatchConsumeQueue:
     def max_offset(self) -> int:
         return int(self._bases[-1] + self._counts[-1]) if len(self._bases) else 0
 
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """(CommitLog offset, size, tagsCode) of the record holding ``queue_offset`` (as
+        ``ConsumeQueue.unit``, for retention's binary searches); MessageNotFoundError outside
+        ``[min_offset, max_offset)``."""
+        with self._lock:
+            bases, counts = self._bases, self._counts
+            at = int(np.searchsorted(bases, queue_offset, side="right")) - 1
+            if at < 0 or queue_offset >= int(bases[at] + counts[at]):
+                raise MessageNotFoundError(
+                    f"queue offset {queue_offset} is outside {self.topic}-{self.queue_id}"
+                )
+            return int(self._offsets[at]), int(self._sizes[at]), int(self._codes[at])
+
+    def iter_units(
+        self, start: Optional[int] = None, stop: Optional[int] = None, chunk: int = 65536
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """(the first record's base, its units as ``CQ_UNIT_DTYPE``) of the records holding queue
+        offsets in ``[start, stop)`` (default: all): one unit per record, not per message
+        (retention adds up the records' bytes), ``chunk`` records at a time."""
+        with self._lock:
+            n = self._n
+            bases, offsets, sizes, counts, codes = (
+                col[:n].copy()
+                for col in (self._cols[0], self._cols[1], self._cols[2], self._cols[3], self._cols[4])
+            )
+        lo = 0 if start is None else int(np.searchsorted(bases + counts, start, side="right"))
+        hi = n if stop is None else int(np.searchsorted(bases, stop, side="left"))
+        for at in range(lo, hi, chunk):
+            end = min(at + chunk, hi)
+            units = np.zeros(end - at, dtype=CQ_UNIT_DTYPE)
+            units["commitlog_offset"] = offsets[at:end]
+            units["size"] = sizes[at:end]
+            units["tags_code"] = codes[at:end]
+            yield int(bases[at]), units
+
     @property
     def last_base(self) -> int:
         """The queue offset of the last record indexed (-1: none)."""

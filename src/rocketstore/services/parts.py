@@ -41,3 +41,11 @@ class StoreParts:
     #: the consumer offset table (:class:`~rocketstore.files.configfiles.ConsumerOffsetTable`): the
     #: retention policy ``delete_when_consumed`` reads how far each group consumed
     offsets: Any = None
+    #: the BatchConsumeQueues of ``queue.type=BatchCQ`` topics
+    #: (:class:`~rocketstore.queues.batchcq.BatchQueueStore`, None when there is none): retention
+    #: reads them beside the ConsumeQueues
+    batch: Any = None
+
+    def all_queues(self) -> list[Any]:
+        """The ConsumeQueues, then the BatchConsumeQueues."""
+        return [*self.queues, *(self.batch if self.batch is not None else ())]

@@ -456,7 +456,7 @@ class Cleaner:
         return RetentionView(
             self.config,
             parts.commitlog,
-            parts.queues,
+            parts.all_queues(),
             parts.topics.table,
             parts.offsets,
             self._clock() if now is None else int(now),

@@ -19,6 +19,7 @@ from rocketstore.files.mapped_file import MappedFile
 from rocketstore.message import is_system_topic
 from rocketstore.queues.compaction import CLEANUP_POLICY, COMPACTION, DELETE
 from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE, first_unit_where
+from rocketstore.queues.innerbatch import inner_count
 
 __all__ = [
     "ATTR_DELETE_WHEN_CONSUMED",
@@ -355,7 +356,11 @@ class RetentionView:
             msg = self.commitlog.read(int(phy))
         except (MessageNotFoundError, CorruptRecordError, ValueError, OSError):
             return -1
-        if msg.topic != cq.topic or msg.queue_id != cq.queue_id or msg.queue_offset != queue_offset:
+        if msg.topic != cq.topic or msg.queue_id != cq.queue_id:
+            return -1
+        if msg.queue_offset != queue_offset and not (  # an inner batch record holds several
+            msg.queue_offset < queue_offset < msg.queue_offset + inner_count(msg)
+        ):
             return -1
         return int(phy)
 
