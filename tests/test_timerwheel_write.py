@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 
 from rocketmq5 import manifest, unpack
 
+from rocketstore import MessageStore
 from rocketstore.queues.timerwheel import (
     MAGIC_DEFAULT,
     MAGIC_DELETE,
@@ -130,3 +132,75 @@ def test_writer_reopens_at_the_end_of_the_valid_units(tmp_path):
     for name in sorted(os.listdir(full / "timerlog")):
         assert (full / "timerlog" / name).read_bytes() == (split / "timerlog" / name).read_bytes()
     assert _sha(full / "timerwheel") == _sha(split / "timerwheel")
+
+
+T0 = 1_800_000_000_000  # on a slot's start
+
+
+def _broker_view(root, impl):
+    """The uniq keys a 5.x broker opening ``root`` would deliver, as rocketstore reads its timer
+    files (the slots from lastReadTimeMs on, then the timer queue from the checkpoint's
+    offset), and the checkpoint's read time."""
+    with MessageStore(root, implementation=impl.name, read_only=True) as store:
+        wheel = store.timer_stats()["rocketmq"]
+    return {p["uniq_key"] for p in wheel["pending"]}, wheel["read_time_ms"]
+
+
+def _put_timers(store, delays):
+    return {d: store.put("T", str(d).encode(), delay_ms=d).unique_key for d in delays}
+
+
+def test_a_broker_finds_exactly_the_timers_rocketstore_left_pending(tmp_path, impl):
+    """rocketstore's timer files, read as a broker reads them, hold each pending timer once and
+    none rocketstore delivered (no waiting unit shares a slot with a delivered one)."""
+    now = [T0]
+    root = tmp_path / "s"
+    delays = [1500, 2500, 3_600_000, 7_200_000, 86_400_000, 2 * 86_400_000 + 5]
+    with MessageStore(root, implementation=impl.name, clock=lambda: now[0], timer_interval_ms=0) as store:
+        store.create_topic("T", 2)
+        keys = _put_timers(store, delays)
+        assert store.deliver_timers(T0 + 3000) == 2
+    pending, read_time = _broker_view(root, impl)
+    assert pending == {keys[d] for d in delays[2:]}
+    assert read_time == T0 + 3000  # past the slot of the last delivered: none waits in it
+    # and again after more puts and deliveries on a reopened store: the log goes on, chained
+    now[0] = T0 + 10_000
+    with MessageStore(root, implementation=impl.name, clock=lambda: now[0], timer_interval_ms=0) as store:
+        more = {d: store.put("T", b"m%d" % d, delay_ms=d).unique_key for d in (500, 3_600_000, 40_000)}
+        assert store.deliver_timers(T0 + 3_700_000) == 4  # 500, 40_000 and the two at 1 h
+    pending, read_time = _broker_view(root, impl)
+    assert pending == {keys[d] for d in delays[3:]}
+    assert more[3_600_000] not in pending and read_time == T0 + 3_611_000  # the slot after the last delivered
+
+
+def test_a_broker_repeats_only_the_delivered_timers_of_a_partly_delivered_slot(tmp_path, impl):
+    """A pass delivers to the millisecond, a broker a slot (1 s) at a time: lastReadTimeMs stays
+    at the slot that still holds a waiting timer, and a broker taking over would deliver again
+    the ones rocketstore delivered from that slot (docs/guide/timers.md), no others."""
+    now = [T0]
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, clock=lambda: now[0], timer_interval_ms=0) as store:
+        store.create_topic("T", 2)
+        keys = _put_timers(store, [200, 1200, 1800, 5000])
+        assert store.deliver_timers(T0 + 1500) == 2  # 200 and 1200
+    pending, read_time = _broker_view(root, impl)
+    assert read_time == T0 + 1000
+    assert pending == {keys[1200], keys[1800], keys[5000]}  # 1200: delivered, in 1800's slot
+
+
+def test_a_writable_open_of_a_store_without_the_files_writes_them_for_what_waits(tmp_path, impl):
+    """A store whose timers ran before rocketstore kept the broker's files (no timerlog/) gets
+    units for the timers still waiting when it opens: a broker finds those, not the delivered."""
+    now = [T0]
+    root = tmp_path / "s"
+    with MessageStore(root, implementation=impl.name, clock=lambda: now[0], timer_interval_ms=0) as store:
+        store.create_topic("T", 2)
+        keys = _put_timers(store, [100, 900, 60_000, 120_000])
+        assert store.deliver_timers(T0 + 1000) == 2
+    for name in ("timerlog", "timerwheel", "config/timercheck"):
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with MessageStore(root, implementation=impl.name, clock=lambda: now[0], timer_interval_ms=0):
+        pass
+    pending, _read_time = _broker_view(root, impl)
+    assert pending == {keys[60_000], keys[120_000]}
