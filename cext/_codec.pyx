@@ -2980,14 +2980,18 @@ cdef inline void _wbe32(uint8_t *p, int32_t v) noexcept nogil:
     p[3] = <uint8_t>u
 
 
-cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash) noexcept:
-    """What a timer log unit takes from its record: the magic (MAGIC_DEFAULT, with MAGIC_DELETE
-    when it names TIMER_DEL_UNIQKEY), and in ``topic_hash`` Java's hashCode of REAL_TOPIC (the
-    last piece decode_properties keeps; 0 when there is none); -1 when REAL_TOPIC is not
-    ASCII (the careful path hashes it)."""
-    cdef int64_t i = 0, end, sep, k
+cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash,
+                           int64_t *out_ms) noexcept:
+    """What a timer log unit takes from its record, in one pass over its properties: the magic
+    (MAGIC_DEFAULT, with MAGIC_DELETE when it names TIMER_DEL_UNIQKEY), in ``topic_hash`` Java's
+    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as
+    _timer_out_ms reads it (0 when there is none, -1 when it is not plain digits); -1 when
+    REAL_TOPIC is not ASCII (the careful path hashes it). Each the last piece of its name
+    decode_properties keeps."""
+    cdef int64_t i = 0, end, sep, k, v
     cdef const uint8_t *hit
-    cdef int64_t found_pos = -1, found_len = 0
+    cdef int64_t found_pos = -1, found_len = 0, ms_pos = -1
+    cdef int32_t ms_len = 0
     cdef int magic = 1
     cdef uint32_t h = 0
     while i <= n:
@@ -3003,7 +3007,14 @@ cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash)
                         found_len = end - sep - 1
                     elif sep - i == 17 and memcmp(props + i, b"TIMER_DEL_UNIQKEY", 17) == 0:
                         magic = 1 | 4
+                    elif sep - i == 12 and memcmp(props + i, b"TIMER_OUT_MS", 12) == 0:
+                        ms_pos = sep + 1
+                        ms_len = <int32_t>(end - sep - 1)
         i = end + 1
+    out_ms[0] = 0
+    if ms_pos >= 0:
+        v = _digits(props + ms_pos, ms_len, _TIMER_MAX_DIGITS)
+        out_ms[0] = v if v >= 0 else -1
     for k in range(found_len):
         if props[found_pos + k] >= 0x80:
             return -1
@@ -3028,6 +3039,7 @@ def timer_units(units, first_queue_offset, segments, core, facts=None):
     cdef int64_t first = _check_int(first_queue_offset, "first_queue_offset", 0, INT64_MAX)
     cdef int64_t offset, size
     cdef int32_t topic_hash
+    cdef int64_t ms
     cdef int magic
     cdef rs_record rec
     cdef list out = [], careful = []
@@ -3054,14 +3066,20 @@ def timer_units(units, first_queue_offset, segments, core, facts=None):
             deliver = None
             magic = -1
             topic_hash = 0
+            ms = 0
             if reader.record(offset, &rec):
-                deliver = _timer_out_ms(rec.properties, rec.properties_len)
-                if f != NULL:
-                    magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash)
+                if f == NULL:
+                    deliver = _timer_out_ms(rec.properties, rec.properties_len)
+                else:
+                    magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
+                    if ms >= 0:
+                        deliver = ms
+                    else:
+                        ms = 0
             if deliver is None or (f != NULL and magic < 0):
                 careful.append(len(out))
             if f != NULL:
-                _wbe64(f + k * _TIMER_FACT, deliver if deliver is not None else 0)
+                _wbe64(f + k * _TIMER_FACT, ms)
                 _wbe64(f + k * _TIMER_FACT + 8, offset)
                 _wbe32(f + k * _TIMER_FACT + 16, <int32_t>size)
                 _wbe32(f + k * _TIMER_FACT + 20, topic_hash)

@@ -49,12 +49,32 @@ A copy that exists is never written again, a copy that does not is written: no l
 duplicate. :meth:`TimerService.stats` counts the passes settled this way and the copies found
 already written (``resumed``), which a broker would have delivered twice.
 
-**Files.** RocketMQ 5.x keeps ``timerlog/`` (52-byte units chained per slot), ``timerwheel``
-(one 32-byte slot per ``timerPrecisionMs`` over 7 days) and ``config/timercheck``. Its wheel
-cannot hold a millisecond (100 ms at the finest) and its checkpoint delivers at least once, so
-rocketstore does not write those files (a 5.x broker that opened a directory with its own
-``timercheck`` missing would read rmq_sys_wheel_timer from its start and deliver again); see
-docs/guide/timers.md.
+**RocketMQ 5.x's files, for a broker taking over.** 5.x keeps ``timerlog/`` (52-byte units
+chained per slot), ``timerwheel`` (32-byte slots, one per second) and ``config/timercheck``
+(rocketstore.queues.timerwheel). Their wheel cannot hold a millisecond and their checkpoint
+delivers at least once, so rocketstore's own state stays ``config/timerProgress``; but it keeps
+those files as 5.3.3 would after reading the same units, so that a 5.x broker opening the store
+delivers each timer rocketstore has not delivered (none lost), and repeats few it has:
+
+* each unit a pass reads (:meth:`TimerService._pass`, in queue order, also one due already:
+  a broker's recovery reads the timer queue on from the record of the last unit in its log) is
+  appended to ``timerlog/`` in the slot of its deliver time, never rolled (5.3.3 rolls a unit
+  due more than 2 days ahead into a nearer slot and re-puts the message when it comes;
+  rocketstore re-puts nothing, so a rolled unit would be lost to a broker opening the store
+  after that slot). The files are kept only while ``timer_max_delay_sec`` is at most 7 days,
+  within the wheel's reach;
+* the checkpoint (:class:`~rocketstore.queues.timerwheel.TimerWheelWriter.checkpoint`: the log
+  synced, then the changed slots, then ``timercheck``) describes a state whose copies are
+  durable: ``lastReadTimeMs`` the slot of the watermark W (or the next, when no waiting unit is
+  in W's slot), the queue offsets its Q; it is written before the units read after that state
+  are appended, at most once a second while passes run (the broker's timerFlushIntervalMs), and
+  when the service closes;
+* a broker taking over delivers again only the units rocketstore delivered from W's slot (a
+  broker delivers a whole slot, rocketstore to the millisecond) and, after a crash no
+  rocketstore open followed, those read or delivered since the last checkpoint;
+* an open finds the end of the timer log (a torn last unit, one naming no timer record, is cut)
+  and writes units for the waiting records it lacks (a crash lost them, or the store ran timers
+  before rocketstore kept these files), from the first waiting unit on.
 
 A record that cannot be delivered (REAL_TOPIC or REAL_QID unusable, ``TIMER_OUT_MS`` missing,
 the record gone under retention, a copy too large) is logged, counted in ``dropped`` and passed
@@ -155,7 +175,7 @@ _DELIVER_MS = operator.itemgetter(0)  # of a unit (deliver ms, queue offset, Com
 #: further ahead than the wheel's TTL (7 days: half its ring of slots at 1 s precision)
 WHEEL_REACH_MS = 7 * 86_400_000
 #: at most one checkpoint of those files a second (the broker's timerFlushIntervalMs) while
-#: passes run; one at each close and each deliver_timers()
+#: passes run, and one at close
 WHEEL_CHECK_INTERVAL_MS = 1000
 #: the codec's timer_units ``facts``: deliver ms, offsetPy, sizePy, REAL_TOPIC's hash, magic
 _FACT_DTYPE = np.dtype(
@@ -373,9 +393,17 @@ class TimerService:
         self.max_delay_ms = cfg.timer_max_delay_sec * 1000
         self._interval_ms = interval_ms
         self._progress = TimerProgress.in_store(parts.path)
-        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers here
+        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers
+        #: here: rocketstore writes one too, so it is a broker's when the broker's timer metrics
+        #: are there (rocketstore never writes them) or rocketstore has not run timers here yet
         self._broker = read_timer_check(parts.path)
         progress = self._progress
+        if (
+            self._broker is not None
+            and not os.path.exists(os.path.join(parts.path, "config", "timermetrics"))
+            and (progress.enqueue_offset or progress.watermark != _NO_KEY or progress.intent is not None)
+        ):
+            self._broker = None
         if (
             self._broker is not None
             and progress.enqueue_offset == 0
@@ -424,7 +452,7 @@ class TimerService:
             )
         self._wheel_q = 0  # the timer log holds units of the timer queue's records below it
         self._wheel_dirty = False  # units appended since the last checkpoint of those files
-        self._wheel_checked = (0, 0)  # (clock, (read time, queue offset)) of that checkpoint
+        self._wheel_checked = (self.clock(), (-1, -1))  # (clock, state) of that checkpoint
         self._wheel_state: tuple[int, int] = (-1, -1)
         self._write_ms = 0  # the broker's currWriteTimeMs: the clock rounded down, never back
         with self._lock:
@@ -794,8 +822,7 @@ class TimerService:
             total += delivered
             if not more:
                 with self._lock:
-                    self._commit()
-                    self._wheel_sync(force=True)
+                    self._commit()  # (and RocketMQ's checkpoint, at most once a second)
                 return total
 
     def _pass(self, now: Optional[int]) -> tuple[int, bool]:
