@@ -148,7 +148,8 @@ def test_progress_file_under_config_holds_the_state(store, clock, tmp_path):
     p = TimerProgress.in_store(tmp_path / "store", read_only=True)
     assert (p.enqueue_offset, p.first_pending, p.watermark, p.intent) == (2, 1, (clock.now + 5, 0), None)
     # and RocketMQ 5.x's, for a broker taking over (docs/guide/timers.md): one unit per message,
-    # the checkpoint past both
+    # the checkpoint (written at close, or once a second) past both
+    store.close()
     for name in ("timerlog", "timerwheel", "config/timercheck"):
         assert (tmp_path / "store" / name).exists()
     check = read_timer_check(tmp_path / "store")

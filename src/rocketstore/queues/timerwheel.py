@@ -31,8 +31,10 @@ pending timers (see that module for what it writes when, and why it never rolls 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Optional
@@ -51,6 +53,8 @@ __all__ = [
     "rocketmq_timers",
     "recall_key",
 ]
+
+log = logging.getLogger("rocketstore.queues.timerwheel")
 
 TIMER_CHECK = os.path.join("config", "timercheck")
 TIMER_LOG = "timerlog"
@@ -295,6 +299,7 @@ class TimerWheelWriter:
         self._slots: dict[int, list[int]] = {}  # slot index -> [time / precision, first, last, num, magic]
         self._dirty_slots: set[int] = set()
         self._wheel_fd: Optional[int] = None
+        self._worker: Optional[threading.Thread] = None
         starts = self._starts()
         self.file_size = file_size or TIMER_LOG_FILE_SIZE
         if starts:
@@ -500,26 +505,67 @@ class TimerWheelWriter:
             self._dirty_files.add(start)
         self.end = end
 
-    def checkpoint(self, read_time_ms: int, queue_offset: int) -> None:
+    def checkpoint(self, read_time_ms: int, queue_offset: int, *, wait: bool = True) -> bool:
         """Make the units durable, write the changed slots into the wheel and sync it, then write
         and sync ``config/timercheck``: ``lastReadTimeMs`` ``read_time_ms``, the flush position the
-        end of the units, ``lastTimerQueueOffset`` and ``masterTimerQueueOffset``
-        ``queue_offset``."""
-        for start in sorted(self._dirty_files):
-            os.fdatasync(self._fd(start))
+        end of the units, ``lastTimerLogFlushPos`` and ``masterTimerQueueOffset``
+        ``queue_offset``. ``wait=False`` leaves the syncing and writing to a thread (the caller
+        goes on appending: the checkpoint holds what was appended when it was called) and returns
+        False, doing nothing, while the last such one runs; its failure is logged, and what it
+        should have written is written by the next checkpoint."""
+        worker = self._worker
+        if worker is not None:
+            if not wait and worker.is_alive():
+                return False
+            worker.join()
+            self._worker = None
+        job = self._snapshot(read_time_ms, queue_offset)
+        if wait:
+            self._write(job)
+        else:
+            self._worker = threading.Thread(
+                target=self._write_logged, args=(job,), name="rocketstore-timerwheel"
+            )
+            self._worker.start()
+        return True
+
+    def _snapshot(self, read_time_ms: int, queue_offset: int) -> tuple[Any, ...]:
+        """What a checkpoint writes, taken in the appending thread."""
+        files = sorted(self._dirty_files)
+        fds = [self._fd(start) for start in files]
+        slots = {index: tuple(self._slots[index]) for index in self._dirty_slots}
+        wheel = self._wheel(True) if slots else None
+        created, self._created = self._created, False
         self._dirty_files.clear()
-        if self._created:
+        self._dirty_slots.clear()
+        # keep the slots a later unit may still chain to; forget the passed ones not to write
+        floor = read_time_ms // self.precision_ms - 1
+        for index in [i for i, slot in self._slots.items() if slot[0] < floor]:
+            del self._slots[index]
+        return files, fds, slots, wheel, created, read_time_ms, queue_offset, self.end
+
+    def _write_logged(self, job: tuple[Any, ...]) -> None:
+        try:
+            self._write(job)
+        except Exception:
+            log.exception("writing RocketMQ's timer files failed: the next checkpoint writes them")
+            files, _fds, slots, _wheel, created, *_rest = job
+            self._dirty_files.update(files)
+            self._dirty_slots.update(i for i in slots if i in self._slots)
+            self._created = self._created or created
+
+    def _write(self, job: tuple[Any, ...]) -> None:
+        _files, fds, slots, wheel, created, read_time_ms, queue_offset, end = job
+        for fd in fds:
+            os.fdatasync(fd)
+        if created:
             fsync_dir(self._log_dir)
             fsync_dir(self.root)
-            self._created = False
-        if self._dirty_slots:
-            fd = self._wheel(True)
-            assert fd is not None
-            for index in sorted(self._dirty_slots):
-                os.pwrite(fd, _SLOT.pack(*self._slots[index]), index * SLOT_SIZE)
-            os.fdatasync(fd)
-            self._dirty_slots.clear()
-        self._slots.clear()  # all written: read again from the wheel when needed
+        if slots:
+            assert wheel is not None
+            for index in sorted(slots):
+                os.pwrite(wheel, _SLOT.pack(*slots[index]), index * SLOT_SIZE)
+            os.fdatasync(wheel)
         path = os.path.join(self.root, TIMER_CHECK)
         created = not os.path.exists(path)
         if created:
@@ -535,7 +581,7 @@ class TimerWheelWriter:
             os.pwrite(
                 fd,
                 _CHECK_FULL.pack(
-                    read_time_ms, self.end, queue_offset, queue_offset, state_version, stamp, counter
+                    read_time_ms, end, queue_offset, queue_offset, state_version, stamp, counter
                 ),
                 0,
             )
@@ -546,7 +592,11 @@ class TimerWheelWriter:
             fsync_dir(os.path.dirname(path))
 
     def close(self) -> None:
-        """Close the files (what :meth:`checkpoint` did not write stays unwritten)."""
+        """Close the files once a checkpoint in progress is done (what no :meth:`checkpoint`
+        wrote stays unwritten)."""
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

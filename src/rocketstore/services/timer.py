@@ -710,8 +710,9 @@ class TimerService:
         return slot
 
     def _wheel_checkpoint(self, read_time: int, queue_offset: int, force: bool) -> None:
-        """Write RocketMQ's timer checkpoint (the lock is held): at most once a second, unless
-        ``force``; not when nothing changed."""
+        """Write RocketMQ's timer checkpoint (the lock is held): at most once a second, its syncs
+        in the writer's thread (not in the way of delivery), unless ``force`` (at close, at
+        open); not when nothing changed."""
         wheel = self._wheel
         if wheel is None:
             return
@@ -721,7 +722,8 @@ class TimerService:
         now = self.clock()
         if not force and 0 <= now - self._wheel_checked[0] < WHEEL_CHECK_INTERVAL_MS:
             return
-        wheel.checkpoint(read_time, queue_offset)
+        if not wheel.checkpoint(read_time, queue_offset, wait=force):
+            return  # the last one still runs: a later pass writes this
         self._wheel_dirty = False
         self._wheel_state = state
         self._wheel_checked = (now, state)
