@@ -308,6 +308,7 @@ class TimerWheelWriter:
             )
         #: the timer log position after its last whole unit: where the next one goes
         self.end = self._recover(starts, valid)
+        self._wheel_synced = 0  # the wheel file holds the slots of the units below it, synced
 
     # ---- opening ----
 
@@ -521,7 +522,7 @@ class TimerWheelWriter:
             self._worker = None
         job = self._snapshot(read_time_ms, queue_offset)
         if wait:
-            self._write(job)
+            self._write(job, True)
         else:
             self._worker = threading.Thread(
                 target=self._write_logged, args=(job,), name="rocketstore-timerwheel"
@@ -546,7 +547,7 @@ class TimerWheelWriter:
 
     def _write_logged(self, job: tuple[Any, ...]) -> None:
         try:
-            self._write(job)
+            self._write(job, False)
         except Exception:
             log.exception("writing RocketMQ's timer files failed: the next checkpoint writes them")
             files, _fds, slots, _wheel, created, *_rest = job
@@ -554,7 +555,13 @@ class TimerWheelWriter:
             self._dirty_slots.update(i for i in slots if i in self._slots)
             self._created = self._created or created
 
-    def _write(self, job: tuple[Any, ...]) -> None:
+    def _write(self, job: tuple[Any, ...], full: bool) -> None:
+        """Write a checkpoint: the units synced first, so that neither the slots nor
+        ``timercheck`` written after them ever name a unit a power cut could take away. ``full``
+        syncs the wheel and ``timercheck`` too; else the wheel is synced only when a broker's
+        recovery would not relink what it lacks (it relinks the units from the start of the
+        file before the one holding the flush position on), and ``timercheck`` is left to the
+        system (an older one names fewer delivered timers: a broker repeats more, loses none)."""
         _files, fds, slots, wheel, created, read_time_ms, queue_offset, end = job
         for fd in fds:
             os.fdatasync(fd)
@@ -565,7 +572,11 @@ class TimerWheelWriter:
             assert wheel is not None
             for index in sorted(slots):
                 os.pwrite(wheel, _SLOT.pack(*slots[index]), index * SLOT_SIZE)
-            os.fdatasync(wheel)
+            fs = self.file_size
+            relinked_from = max(0, end - fs) // fs * fs
+            if full or self._wheel_synced < relinked_from:
+                os.fdatasync(wheel)
+                self._wheel_synced = end
         path = os.path.join(self.root, TIMER_CHECK)
         created = not os.path.exists(path)
         if created:
@@ -585,7 +596,8 @@ class TimerWheelWriter:
                 ),
                 0,
             )
-            os.fdatasync(fd)
+            if full or created:
+                os.fdatasync(fd)
         finally:
             os.close(fd)
         if created:
