@@ -502,7 +502,7 @@ class TimerWheelWriter:
         cuts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]]).tolist() + [n]
         for a, b in zip(cuts[:-1], cuts[1:]):
             start = int(starts[a])
-            os.pwrite(self._fd(start, create=True), rec[a:b].view(np.uint8), int(pos[a]) - start)
+            os.pwrite(self._fd(start, create=True), rec[a:b].view(np.uint8).data, int(pos[a]) - start)
             self._dirty_files.add(start)
         self.end = end
 
