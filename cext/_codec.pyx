@@ -10,6 +10,7 @@ scans) are rocketstore.format._scan's.
 cimport cython
 from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_IsContiguous,
                              PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow
@@ -2964,25 +2965,98 @@ cdef _SegmentReader _reader(segments, core):
     return r
 
 
-def timer_units(units, first_queue_offset, segments, core):
+cdef inline void _wbe64(uint8_t *p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    cdef int k
+    for k in range(8):
+        p[k] = <uint8_t>(u >> (56 - 8 * k))
+
+
+cdef inline void _wbe32(uint8_t *p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <uint8_t>(u >> 24)
+    p[1] = <uint8_t>(u >> 16)
+    p[2] = <uint8_t>(u >> 8)
+    p[3] = <uint8_t>u
+
+
+cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash,
+                           int64_t *out_ms) noexcept:
+    """What a timer log unit takes from its record, in one pass over its properties: the magic
+    (MAGIC_DEFAULT, with MAGIC_DELETE when it names TIMER_DEL_UNIQKEY), in ``topic_hash`` Java's
+    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as
+    _timer_out_ms reads it (0 when there is none, -1 when it is not plain digits); -1 when
+    REAL_TOPIC is not ASCII (the careful path hashes it). Each the last piece of its name
+    decode_properties keeps."""
+    cdef int64_t i = 0, end, sep, k, v
+    cdef const uint8_t *hit
+    cdef int64_t found_pos = -1, found_len = 0, ms_pos = -1
+    cdef int32_t ms_len = 0
+    cdef int magic = 1
+    cdef uint32_t h = 0
+    while i <= n:
+        hit = <const uint8_t *>memchr(props + i, 2, <size_t>(n - i)) if i < n else NULL
+        end = (hit - props) if hit != NULL else n
+        if end - i >= 3:
+            hit = <const uint8_t *>memchr(props + i, 1, <size_t>(end - i))
+            if hit != NULL:
+                sep = hit - props
+                if i < sep < end - 1:
+                    if sep - i == 10 and memcmp(props + i, b"REAL_TOPIC", 10) == 0:
+                        found_pos = sep + 1
+                        found_len = end - sep - 1
+                    elif sep - i == 17 and memcmp(props + i, b"TIMER_DEL_UNIQKEY", 17) == 0:
+                        magic = 1 | 4
+                    elif sep - i == 12 and memcmp(props + i, b"TIMER_OUT_MS", 12) == 0:
+                        ms_pos = sep + 1
+                        ms_len = <int32_t>(end - sep - 1)
+        i = end + 1
+    out_ms[0] = 0
+    if ms_pos >= 0:
+        v = _digits(props + ms_pos, ms_len, _TIMER_MAX_DIGITS)
+        out_ms[0] = v if v >= 0 else -1
+    for k in range(found_len):
+        if props[found_pos + k] >= 0x80:
+            return -1
+        h = 31 * h + props[found_pos + k]
+    topic_hash[0] = <int32_t>h
+    return magic
+
+
+cdef enum:
+    _TIMER_FACT = 28  # the bytes timer_units appends to ``facts`` per unit
+
+
+def timer_units(units, first_queue_offset, segments, core, facts=None):
     """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's ``units`` (a
     CQ_UNIT_DTYPE array starting at ``first_queue_offset``; placeholders left out) and the
     indices of those whose deliver ms is None: their record could not be read here, or its
-    TIMER_OUT_MS is not plain digits; the careful path reads those (see the pure twin)."""
+    TIMER_OUT_MS is not plain digits; the careful path reads those (see the pure twin).
+    ``facts``, a bytearray, gains per unit what a timer log unit holds (see the pure twin)."""
     cdef Py_buffer table
     cdef const uint8_t *u
-    cdef Py_ssize_t n, i
+    cdef Py_ssize_t n, i, k = 0
     cdef int64_t first = _check_int(first_queue_offset, "first_queue_offset", 0, INT64_MAX)
     cdef int64_t offset, size
+    cdef int32_t topic_hash
+    cdef int64_t ms
+    cdef int magic
     cdef rs_record rec
     cdef list out = [], careful = []
     cdef _SegmentReader reader = _reader(segments, core)
+    cdef bytearray more = None
+    cdef uint8_t *f = NULL
     if not isinstance(units, _np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
         raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    if facts is not None and type(facts) is not bytearray:
+        raise TypeError("facts must be a bytearray or None")
     units = _np.ascontiguousarray(units)
     PyObject_GetBuffer(units, &table, PyBUF_SIMPLE)
     try:
         n = table.len // _CQ_UNIT
+        if facts is not None:
+            more = bytearray(n * _TIMER_FACT)
+            f = <uint8_t *>PyByteArray_AS_STRING(more)
         for i in range(n):
             u = <const uint8_t *>table.buf + i * _CQ_UNIT
             offset = _be64(u)
@@ -2990,14 +3064,33 @@ def timer_units(units, first_queue_offset, segments, core):
             if offset == 0 and size == _PLACEHOLDER_SIZE:
                 continue
             deliver = None
+            magic = -1
+            topic_hash = 0
+            ms = 0
             if reader.record(offset, &rec):
-                deliver = _timer_out_ms(rec.properties, rec.properties_len)
-            if deliver is None:
+                if f == NULL:
+                    deliver = _timer_out_ms(rec.properties, rec.properties_len)
+                else:
+                    magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
+                    if ms >= 0:
+                        deliver = ms
+                    else:
+                        ms = 0
+            if deliver is None or (f != NULL and magic < 0):
                 careful.append(len(out))
+            if f != NULL:
+                _wbe64(f + k * _TIMER_FACT, ms)
+                _wbe64(f + k * _TIMER_FACT + 8, offset)
+                _wbe32(f + k * _TIMER_FACT + 16, <int32_t>size)
+                _wbe32(f + k * _TIMER_FACT + 20, topic_hash)
+                _wbe32(f + k * _TIMER_FACT + 24, magic if magic > 0 else 1)
+                k += 1
             out.append((deliver, first + i, offset))
     finally:
         PyBuffer_Release(&table)
         reader.release()
+    if more is not None:
+        facts += more[: k * _TIMER_FACT]
     return out, careful
 
 

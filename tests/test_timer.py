@@ -31,6 +31,7 @@ from rocketstore.errors import (
     SystemTopicError,
     TimerTooFarError,
 )
+from rocketstore.queues.timerwheel import read_timer_check
 from rocketstore.services.timer import TIMER_TOPIC, TimerProgress, intent_units
 
 DAY_MS = 86_400_000
@@ -146,9 +147,13 @@ def test_progress_file_under_config_holds_the_state(store, clock, tmp_path):
     assert path.stat().st_size == 2 * TimerProgress.SLOT_SIZE
     p = TimerProgress.in_store(tmp_path / "store", read_only=True)
     assert (p.enqueue_offset, p.first_pending, p.watermark, p.intent) == (2, 1, (clock.now + 5, 0), None)
-    for name in ("timerlog", "timerwheel"):  # 5.x's files are not written (docs/guide/timers.md)
-        assert not (tmp_path / "store" / name).exists()
-    assert not (tmp_path / "store" / "config" / "timercheck").exists()
+    # and RocketMQ 5.x's, for a broker taking over (docs/guide/timers.md): one unit per message,
+    # the checkpoint (written at close, or once a second) past both
+    store.close()
+    for name in ("timerlog", "timerwheel", "config/timercheck"):
+        assert (tmp_path / "store" / name).exists()
+    check = read_timer_check(tmp_path / "store")
+    assert (check.queue_offset, check.timerlog_flush_pos) == (2, 2 * 52)
 
 
 def test_restart_delivers_each_message_once(tmp_path, impl, clock, rng):

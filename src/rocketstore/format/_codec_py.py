@@ -2203,7 +2203,20 @@ def timer_properties(name, value, deliver, topic, queue_id) -> bytes:
     )
 
 
-def timer_units(units, first_queue_offset, segments, core) -> tuple[list, list]:
+#: timer_units' ``facts`` per unit: deliver ms, offsetPy (longs), sizePy, the hash of REAL_TOPIC,
+#: the magic (ints), big-endian
+_TIMER_FACT = struct.Struct(">qqiii")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int."""
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def timer_units(units, first_queue_offset, segments, core, facts=None) -> tuple[list, list]:
     """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's ``units`` (a
     CQ_UNIT_DTYPE array whose first unit has queue offset ``first_queue_offset``; placeholders
     left out), and the indices of those whose deliver ms is None.
@@ -2211,10 +2224,18 @@ def timer_units(units, first_queue_offset, segments, core) -> tuple[list, list]:
     The deliver ms is the record's TIMER_OUT_MS (0 when it has none) when the record is read
     here: the segment holding it is found by arithmetic (see :func:`queue_message`) and the
     record is whole and CRC-valid, and the value is 1 .. 18 ASCII digits. Else it is None, and
-    the caller's careful path reads the record (the timer service's ``commitlog.read``)."""
+    the caller's careful path reads the record (the timer service's ``commitlog.read``).
+
+    ``facts`` (a bytearray, or None) gains per unit what RocketMQ 5.x's timer log unit holds of
+    it (``_TIMER_FACT``): the deliver ms (0 for a careful one), its CommitLog offset and size,
+    Java's hashCode of its REAL_TOPIC (0 when it has none) and the magic (1, or 5 when it names
+    TIMER_DEL_UNIQKEY: a recall). A unit whose REAL_TOPIC is not ASCII is careful too: the
+    caller's careful path fills in its facts."""
     first = _check_int(first_queue_offset, "first_queue_offset", 0, _INT64_MAX)
     if not isinstance(units, np.ndarray) or units.ndim != 1 or units.dtype.itemsize != _CQ_UNIT:
         raise TypeError("units must be a one-dimensional array of CQ_UNIT_DTYPE")
+    if facts is not None and type(facts) is not bytearray:
+        raise TypeError("facts must be a bytearray or None")
     raw = np.ascontiguousarray(units).tobytes()
     out: list = []
     careful: list = []
@@ -2224,6 +2245,7 @@ def timer_units(units, first_queue_offset, segments, core) -> tuple[list, list]:
         if offset == 0 and size == _PLACEHOLDER_SIZE:
             continue
         deliver = None
+        topic_hash, magic = 0, -1
         props = _timer_record_properties(files, core, offset)
         if props is not None:
             text = props.get("TIMER_OUT_MS")
@@ -2231,8 +2253,14 @@ def timer_units(units, first_queue_offset, segments, core) -> tuple[list, list]:
                 deliver = 0
             elif _TIMER_DIGITS.fullmatch(text):
                 deliver = int(text)
-        if deliver is None:
+            topic = props.get("REAL_TOPIC")
+            if topic is None or topic.isascii():
+                topic_hash = java_string_hash(topic) if topic is not None else 0
+                magic = 5 if "TIMER_DEL_UNIQKEY" in props else 1
+        if deliver is None or (facts is not None and magic < 0):
             careful.append(len(out))
+        if facts is not None:
+            facts += _TIMER_FACT.pack(deliver or 0, offset, size, topic_hash, max(magic, 1))
         out.append((deliver, first + i, offset))
     return out, careful
 

@@ -49,12 +49,33 @@ A copy that exists is never written again, a copy that does not is written: no l
 duplicate. :meth:`TimerService.stats` counts the passes settled this way and the copies found
 already written (``resumed``), which a broker would have delivered twice.
 
-**Files.** RocketMQ 5.x keeps ``timerlog/`` (52-byte units chained per slot), ``timerwheel``
-(one 32-byte slot per ``timerPrecisionMs`` over 7 days) and ``config/timercheck``. Its wheel
-cannot hold a millisecond (100 ms at the finest) and its checkpoint delivers at least once, so
-rocketstore does not write those files (a 5.x broker that opened a directory with its own
-``timercheck`` missing would read rmq_sys_wheel_timer from its start and deliver again); see
-docs/guide/timers.md.
+**RocketMQ 5.x's files, for a broker taking over.** 5.x keeps ``timerlog/`` (52-byte units
+chained per slot), ``timerwheel`` (32-byte slots, one per second) and ``config/timercheck``
+(rocketstore.queues.timerwheel). Their wheel cannot hold a millisecond and their checkpoint
+delivers at least once, so rocketstore's own state stays ``config/timerProgress``; but it keeps
+those files as 5.3.3 would after reading the same units, so that a 5.x broker opening the store
+delivers each timer rocketstore has not delivered (none lost), and repeats few it has:
+
+* each unit a pass reads (:meth:`TimerService._pass`, in queue order, also one due already:
+  a broker's recovery reads the timer queue on from the record of the last unit in its log) is
+  appended to ``timerlog/`` in the slot of its deliver time, never rolled (5.3.3 rolls a unit
+  due more than 2 days ahead into a nearer slot and re-puts the message when it comes;
+  rocketstore re-puts nothing, so a rolled unit would be lost to a broker opening the store
+  after that slot). The files are kept only while ``timer_max_delay_sec`` is at most 7 days,
+  within the wheel's reach;
+* the checkpoint (:class:`~rocketstore.queues.timerwheel.TimerWheelWriter.checkpoint`: the log
+  synced, then the changed slots, then ``timercheck``) describes a state whose copies are
+  durable: ``lastReadTimeMs`` the slot of the watermark W (or the next, when no waiting unit is
+  in W's slot), the queue offsets its Q; it is written before the units read after that state
+  are appended, at most once every 10 s while passes run (its syncs slow the CommitLog's flush
+  that delivery waits for; the broker's own timerFlushIntervalMs is 1 s), and
+  when the service closes;
+* a broker taking over delivers again only the units rocketstore delivered from W's slot (a
+  broker delivers a whole slot, rocketstore to the millisecond) and, after a crash no
+  rocketstore open followed, those read or delivered since the last checkpoint;
+* an open finds the end of the timer log (a torn last unit, one naming no timer record, is cut)
+  and writes units for the waiting records it lacks (a crash lost them, or the store ran timers
+  before rocketstore kept these files), from the first waiting unit on.
 
 A record that cannot be delivered (REAL_TOPIC or REAL_QID unusable, ``TIMER_OUT_MS`` missing,
 the record gone under retention, a copy too large) is logged, counted in ``dropped`` and passed
@@ -74,6 +95,8 @@ import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
+
+import numpy as np
 
 from rocketstore.base._checks import java_int
 from rocketstore.base._clock import now_ms
@@ -99,7 +122,13 @@ from rocketstore.message import (
     SYSFLAG_HOSTS_V6,
     is_valid_topic,
 )
-from rocketstore.queues.timerwheel import read_timer_check, recall_key
+from rocketstore.queues.timerwheel import (
+    TIMER_PRECISION_MS,
+    TimerWheelWriter,
+    java_string_hash,
+    read_timer_check,
+    recall_key,
+)
 from rocketstore.services.parts import StoreParts
 from rocketstore.services.schedule import (
     _UNIQ_KEY_EXTRA,
@@ -143,6 +172,18 @@ FLUSH_TIMEOUT_MS = 10_000
 _JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
 _NO_KEY = (-(1 << 63), -1)  # below every key: nothing delivered yet
 _DELIVER_MS = operator.itemgetter(0)  # of a unit (deliver ms, queue offset, CommitLog offset)
+#: rocketstore keeps RocketMQ 5.x's timer files (module docstring) when no timer can be due
+#: further ahead than the wheel's TTL (7 days: half its ring of slots at 1 s precision)
+WHEEL_REACH_MS = 7 * 86_400_000
+#: at most one checkpoint of those files every 10 s (its syncs delay the CommitLog flushes a
+#: pass waits for: at 1 s, the broker's timerFlushIntervalMs, timer lateness p99 rose) while
+#: passes run, and one at close
+WHEEL_CHECK_INTERVAL_MS = 10_000
+#: the codec's timer_units ``facts``: deliver ms, offsetPy, sizePy, REAL_TOPIC's hash, magic
+_FACT_DTYPE = np.dtype(
+    [("deliver", ">i8"), ("offset", ">i8"), ("size", ">i4"), ("hash", ">i4"), ("magic", ">i4")]
+)
+_FACT = struct.Struct(">qqiii")
 
 
 def is_timer_put(properties: Optional[Mapping[str, str]]) -> bool:
@@ -354,9 +395,17 @@ class TimerService:
         self.max_delay_ms = cfg.timer_max_delay_sec * 1000
         self._interval_ms = interval_ms
         self._progress = TimerProgress.in_store(parts.path)
-        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers here
+        #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers
+        #: here: rocketstore writes one too, so it is a broker's when the broker's timer metrics
+        #: are there (rocketstore never writes them) or rocketstore has not run timers here yet
         self._broker = read_timer_check(parts.path)
         progress = self._progress
+        if (
+            self._broker is not None
+            and not os.path.exists(os.path.join(parts.path, "config", "timermetrics"))
+            and (progress.enqueue_offset or progress.watermark != _NO_KEY or progress.intent is not None)
+        ):
+            self._broker = None
         if (
             self._broker is not None
             and progress.enqueue_offset == 0
@@ -394,6 +443,20 @@ class TimerService:
         self._loaded = False
         self._uncommitted = False  # the file holds the last pass's intent, not its state after
         self._unflushed = 0  # where the last pass's copies end, until they are flushed
+        #: RocketMQ 5.x's timer files, kept for a broker taking over (module docstring)
+        self._wheel: Optional[TimerWheelWriter] = None
+        self._wheel_on = self.max_delay_ms <= WHEEL_REACH_MS
+        if not self._wheel_on:
+            log.warning(
+                "timer_max_delay_sec %d is beyond the RocketMQ timer wheel's reach (7 days): "
+                "timerlog/, timerwheel and config/timercheck are not kept",
+                cfg.timer_max_delay_sec,
+            )
+        self._wheel_q = 0  # the timer log holds units of the timer queue's records below it
+        self._wheel_dirty = False  # units appended since the last checkpoint of those files
+        self._wheel_checked = (self.clock(), (-1, -1))  # (clock, state) of that checkpoint
+        self._wheel_state: tuple[int, int] = (-1, -1)
+        self._write_ms = 0  # the broker's currWriteTimeMs: the clock rounded down, never back
         with self._lock:
             self._load()
 
@@ -419,6 +482,10 @@ class TimerService:
             thread.join()
         with self._lock:
             self._commit()
+            self._wheel_sync(force=True)
+            if self._wheel is not None:
+                self._wheel.close()
+                self._wheel = None
 
     def _tick(self) -> Optional[float]:
         """One pass of the background thread; the seconds until the next (None: until a timer
@@ -530,12 +597,15 @@ class TimerService:
     def _queue(self) -> Any:
         return self._parts.queues.get(TIMER_TOPIC, 0)
 
-    def _read_units(self, start: int, end: int) -> list[tuple[int, int, int]]:
+    def _read_units(
+        self, start: int, end: int, facts: Optional[bytearray] = None
+    ) -> list[tuple[int, int, int]]:
         """``(deliver ms, queue offset, CommitLog offset)`` of the timer queue's units in
         [start, end) (placeholders left out); a unit's deliver time is its record's
         TIMER_OUT_MS, 0 (due now, dropped at delivery) when it has none or is gone. The codec
         reads a chunk of units and their records in one call (``timer_units``); a unit it
-        cannot settle is read here, one record at a time."""
+        cannot settle is read here, one record at a time. ``facts`` gains each unit's timer
+        log facts (``_FACT``)."""
         cq = self._queue()
         commitlog = self._parts.commitlog
         out: list[tuple[int, int, int]] = []
@@ -546,14 +616,125 @@ class TimerService:
             view = cq.units(pos, min(end - pos, UNITS_PER_CALL))
             if not len(view):
                 break
-            found, careful = self._codec.timer_units(view, pos, commitlog.segments, commitlog.core)
+            base = len(out)
+            found, careful = self._codec.timer_units(view, pos, commitlog.segments, commitlog.core, facts)
             pos += len(view)
             del view
             for i in careful:
-                _none, queue_offset, commitlog_offset = found[i]
-                found[i] = (self._deliver_time(commitlog_offset), queue_offset, commitlog_offset)
+                deliver, queue_offset, commitlog_offset = found[i]
+                if deliver is None:
+                    deliver = self._deliver_time(commitlog_offset)
+                found[i] = (deliver, queue_offset, commitlog_offset)
+                if facts is not None:
+                    self._careful_fact(facts, base + i, deliver, commitlog_offset)
             out += found
         return out
+
+    def _careful_fact(self, facts: bytearray, row: int, deliver: int, commitlog_offset: int) -> None:
+        """The timer log facts of a unit the codec left to the careful path."""
+        try:
+            props = self._parts.commitlog.read(commitlog_offset).properties or {}
+        except MessageNotFoundError:
+            props = {}
+        topic = props.get(PROPERTY_REAL_TOPIC)
+        _none, _offset, size, _hash, _magic = _FACT.unpack_from(facts, row * _FACT.size)
+        topic_hash = java_string_hash(topic) if topic is not None else 0
+        magic = 5 if recall_key(props) is not None else 1
+        _FACT.pack_into(facts, row * _FACT.size, deliver, commitlog_offset, size, topic_hash, magic)
+
+    # ---- RocketMQ 5.x's timer files ----
+
+    def _open_wheel(self) -> Optional[TimerWheelWriter]:
+        """The writer of RocketMQ's timer files, opened on first need (the lock is held): the
+        timer log's end found, and units written for the records below the queue offset
+        rocketstore read that it lacks (a crash lost them, or the store was written before
+        rocketstore kept these files); None when they are not kept."""
+        if self._wheel is None and self._wheel_on:
+            commitlog = self._parts.commitlog
+
+            def record(offset: int) -> Any:
+                try:
+                    rec = commitlog.read(offset)
+                except MessageNotFoundError:
+                    return None
+                return rec if rec.topic == TIMER_TOPIC else None
+
+            def valid(offset: int, size: int) -> bool:
+                rec = record(offset)
+                return rec is not None and rec.size == size
+
+            wheel = TimerWheelWriter(self._parts.path, valid=valid)
+            last = wheel.last_unit()
+            rec = record(last[1]) if last is not None else None
+            self._wheel, self._wheel_q = wheel, (rec.queue_offset + 1 if rec is not None else 0)
+            # units for the records still waiting that the timer log lacks (those below the
+            # first waiting one are delivered: a broker need not see them)
+            start = max(self._wheel_q, self._first_pending())
+            if start < self._enqueued:
+                facts = bytearray()
+                self._read_units(start, self._enqueued, facts)
+                self._wheel_append(facts)
+                self._wheel_q = self._enqueued
+        return self._wheel
+
+    def _wheel_append(self, facts: bytearray, skip: int = 0) -> None:
+        """Append the units of ``facts`` (less the first ``skip``) to the timer log."""
+        rows = np.frombuffer(facts, dtype=_FACT_DTYPE)[skip:]
+        if not len(rows) or self._wheel is None:
+            return
+        p = TIMER_PRECISION_MS
+        self._write_ms = max(self._write_ms, self.clock() // p * p)
+        self._wheel.append(rows, self._write_ms)
+        self._wheel_dirty = True
+
+    def _wheel_add(self, facts: bytearray, new: list[tuple[int, int, int]], from_q: int, end: int) -> None:
+        """Append the units of the records read in [from_q, end) (``new``, their ``facts``) the
+        timer log does not hold yet."""
+        skip = 0
+        if self._wheel_q > from_q:  # a crash left units of these records: not twice
+            skip = sum(1 for u in new if u[1] < self._wheel_q)
+        self._wheel_append(facts, skip)
+        self._wheel_q = max(self._wheel_q, end)
+
+    def _read_time(self, w: tuple[int, int], pending_ms: Optional[int], whole: bool) -> int:
+        """``lastReadTimeMs`` for a broker taking over: the slot of watermark ``w`` (every unit
+        with a key at most ``w`` delivered; its slot may hold some not delivered), or, when
+        ``whole`` (no pass in flight) and no unit waits in that slot (``pending_ms``: the
+        smallest deliver ms waiting), the next; the slot of the first waiting unit before
+        anything was delivered."""
+        p = TIMER_PRECISION_MS
+        if w == _NO_KEY:
+            base = pending_ms if pending_ms is not None else self._write_ms or self.clock()
+            return base // p * p
+        slot = w[0] // p * p
+        if whole and (pending_ms is None or pending_ms >= slot + p):
+            slot += p
+        return slot
+
+    def _wheel_checkpoint(self, read_time: int, queue_offset: int, force: bool) -> None:
+        """Write RocketMQ's timer checkpoint (the lock is held): at most once every 10 s, its syncs
+        in the writer's thread (not in the way of delivery), unless ``force`` (at close, at
+        open); not when nothing changed."""
+        wheel = self._wheel
+        if wheel is None:
+            return
+        state = (read_time, queue_offset)
+        if not self._wheel_dirty and state == self._wheel_state:
+            return
+        now = self.clock()
+        if not force and 0 <= now - self._wheel_checked[0] < WHEEL_CHECK_INTERVAL_MS:
+            return
+        if not wheel.checkpoint(read_time, queue_offset, wait=force):
+            return  # the last one still runs: a later pass writes this
+        self._wheel_dirty = False
+        self._wheel_state = state
+        self._wheel_checked = (now, state)
+
+    def _wheel_sync(self, force: bool) -> None:
+        """The checkpoint of the state saved (no pass in flight; the lock is held)."""
+        if self._wheel is not None and not self._uncommitted and not self._needs_reload:
+            pending = self._heap[0][0] if self._heap else None
+            self._wheel_checkpoint(self._read_time(self._watermark, pending, True), self._enqueued, force)
 
     def _deliver_time(self, commitlog_offset: int) -> int:
         """The TIMER_OUT_MS of the record at ``commitlog_offset``; 0 when it has none or is gone."""
@@ -597,6 +778,8 @@ class TimerService:
         heapq.heapify(self._heap)
         self._next_due = self._heap[0][0] if self._heap else None
         self._needs_reload = self._uncommitted = False
+        if self._has_timers() and self._wheel is None and self._open_wheel() is not None:
+            self._wheel_sync(force=True)  # only when it wrote units or the state moved
 
     def _without_recalled(self, units: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """``units`` less a 5.x broker's recalls (a record with ``TIMER_DEL_UNIQKEY``), the
@@ -643,7 +826,7 @@ class TimerService:
             total += delivered
             if not more:
                 with self._lock:
-                    self._commit()
+                    self._commit()  # (and RocketMQ's checkpoint, at most once every 10 s)
                 return total
 
     def _pass(self, now: Optional[int]) -> tuple[int, bool]:
@@ -658,7 +841,9 @@ class TimerService:
             cq = self._queue()
             from_q, from_w = self._enqueued, self._watermark
             end = min(cq.max_offset, from_q + ENQUEUE_LIMIT) if cq is not None else from_q
-            new = self._read_units(from_q, end) if end > from_q else []
+            wheel = self._open_wheel()
+            facts = bytearray() if wheel is not None and end > from_q else None
+            new = self._read_units(from_q, end, facts) if end > from_q else []
             # an intent is settled from the units between its L and its new Q: those read in
             # this pass (from the old Q on) are among them, also a late one no heap holds
             from_first = min(self._first_pending(), from_q)
@@ -669,8 +854,12 @@ class TimerService:
             self._next_due = heap[0][0] if heap else None
             more = end < (cq.max_offset if cq is not None else end) or bool(heap and heap[0][0] <= now)
             if not taken:
+                if facts:
+                    self._wheel_add(facts, new, from_q, end)
                 if self._uncommitted and not more:
                     self._commit()  # idle: the previous pass's state replaces its intent
+                elif not self._uncommitted:
+                    self._wheel_sync(force=False)
                 return 0, more  # only new units read: the file need not change (module docstring)
             self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
@@ -688,6 +877,14 @@ class TimerService:
                 "to": (end, to_w),
             }
             progress.persist()
+            if wheel is not None:
+                # RocketMQ's checkpoint of the state before this pass (durable now), then the
+                # units read in this pass: the checkpoint never names a unit after its queue
+                # offset (module docstring)
+                pending = min(taken[0][0], heap[0][0]) if heap else taken[0][0]
+                self._wheel_checkpoint(self._read_time(from_w, pending, False), from_q, False)
+                if facts:
+                    self._wheel_add(facts, new, from_q, end)
             if items:
                 core.put_many(items, 0)  # stores all or raises a PutError
                 # Flushed while the next pass reads and builds its copies: _settle() waits for
@@ -803,6 +1000,7 @@ class TimerService:
         self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
         self._progress.persist()
         self._needs_reload = self._uncommitted = False
+        self._wheel_sync(force=False)
 
     def _copy(
         self, unit: tuple[int, int, int], dequeue_ms: int, rec: Any = None
