@@ -2567,8 +2567,8 @@ cdef class FastReads:
         self._result_type = result_type
         self._offsets = offsets
         self._offsets_lock = None
-        if offsets is not None and type(offsets._lock) is FastRLock:
-            self._offsets_lock = <FastRLock>offsets._lock
+        if offsets is not None and type(offsets.lock) is FastRLock:
+            self._offsets_lock = <FastRLock>offsets.lock
         self._offset_keys = {}
         self._follower = follower
         self._store = store_ref
@@ -3589,7 +3589,7 @@ cdef class PopAcker:
     """(the pure twin's docstring, rocketstore.format._codec_py.PopAcker) The compiled twin does the
     common case itself, under the service's lock when that is a FastRLock: a handle (a str, or
     a ``received_type``) that ends in two runs of plain digits, of a lane of the service's
-    ``_by_prefix`` that handed that offset out, still under that delivery, once the revive
+    ``by_prefix`` that handed that offset out, still under that delivery, once the revive
     topic exists and the open has replayed everything. It writes the ``bAck`` record of that
     one offset (the lane's ``ack_head`` + the offset's digits + ``ack_tail``: what
     ``PopService._finish`` writes for it) through the CommitLog core's ``put``, and applies it
@@ -3606,29 +3606,29 @@ cdef class PopAcker:
     cdef object _by_prefix, _commitlog, _topic, _props, _offsets
     cdef FastRLock _lock, _offsets_lock   # the same locks when they are FastRLocks (else None)
     cdef int64_t _compact_slack
-    # the lane of the last handle (lanes stay in the service's _by_prefix for good): a handle
+    # the lane of the last handle (lanes stay in the service's by_prefix for good): a handle
     # of the same lane is matched by comparing its prefix's bytes, not sliced and looked up
     cdef PopLane _last
     # flags of the service that only ever go one way, read until they have: the revive topic
-    # exists (_topic_ready), the open has replayed everything (not _loading)
+    # exists (topic_ready), the open has replayed everything (not loading)
     cdef bint _ready, _loaded, _snapshots
     cdef public bint closed
 
-    def __init__(self, service, received_type, careful, periodic):
+    def __init__(self, service, received_type, careful, periodic, lock, offsets, commitlog):
         self._service_ref = _weakref.ref(service)  # the service holds this: no cycle
         self._careful, self._periodic = careful, periodic
         self._received_type = received_type
         self._countdown = POP_SNAPSHOT_CHECK_EVERY
-        self._lock = service._lock if type(service._lock) is FastRLock else None
-        self._offsets = service._offsets
-        self._offsets_lock = service._offsets._lock if type(service._offsets._lock) is FastRLock else None
-        self._by_prefix = service._by_prefix
-        self._commitlog = service._parts.commitlog
-        self._topic, self._props = service.topic, service._ack_props
+        self._lock = lock if type(lock) is FastRLock else None
+        self._offsets = offsets
+        self._offsets_lock = offsets.lock if type(offsets.lock) is FastRLock else None
+        self._by_prefix = service.by_prefix
+        self._commitlog = commitlog
+        self._topic, self._props = service.topic, service.ack_props
         self._compact_slack = service.COMPACT_SLACK
         self._last = None
         self._ready = self._loaded = False
-        self._snapshots = bool(service._snapshot_interval_ms)  # set once, at the service's start
+        self._snapshots = bool(service.snapshot_interval_ms)  # set once, at the service's start
 
     def ack(self, handle):
         """Acknowledge one received message; see :meth:`rocketstore.MessageStore.ack`."""
@@ -3669,11 +3669,11 @@ cdef class PopAcker:
             if type(handle) is not str:
                 return _CAREFUL
         if not self._ready:
-            if not service._topic_ready:
+            if not service.topic_ready:
                 return _CAREFUL
             self._ready = True
         if not self._loaded:
-            if service._loading:
+            if service.loading:
                 return _CAREFUL
             self._loaded = True
         try:
@@ -3727,7 +3727,7 @@ cdef class PopAcker:
         except _FlushTimeoutError as exc:  # stored; its flush did not confirm: apply, then return it
             timeout = exc
             result = exc.result
-        service._log_next = result.queue_offset + 1
+        service.log_next = result.queue_offset + 1
         del inflight[offset]
         committed = lane.committed
         if offset == committed or not inflight:

@@ -155,6 +155,11 @@ class ConfigFile:
         self.reset()
 
     @property
+    def lock(self) -> Any:
+        """The reentrant lock that guards the table (the compiled POP ack takes it too)."""
+        return self._lock
+
+    @property
     def bak_path(self) -> str:
         return self.path + ".bak"
 

@@ -2420,7 +2420,8 @@ POP_SNAPSHOT_CHECK_EVERY = 64
 
 
 class PopAcker:
-    """``PopService.ack``: ``PopAcker(service, received_type, careful, periodic).ack(handle)``
+    """``PopService.ack``: ``PopAcker(service, received_type, careful, periodic, lock, offsets,
+    commitlog).ack(handle)``
     is ``careful(service, handle)`` (``PopService.ack_handle``: the one ack, every case, written
     once in rocketstore.services.pop, which looks at the periodic snapshot itself), while the service
     lives and until ``closed`` is set (then StoreClosedError). The compiled twin does the common
@@ -2430,7 +2431,18 @@ class PopAcker:
 
     __slots__ = ("_service_ref", "_careful", "closed")
 
-    def __init__(self, service: Any, received_type: Any, careful: Any, periodic: Any) -> None:
+    def __init__(
+        self,
+        service: Any,
+        received_type: Any,
+        careful: Any,
+        periodic: Any,
+        lock: Any = None,
+        offsets: Any = None,
+        commitlog: Any = None,
+    ) -> None:
+        # (``lock``, ``offsets`` and ``commitlog``: the service's, which the compiled twin's
+        # common case takes; this one hands every ack to ``careful``)
         self._service_ref = weakref.ref(service)
         self._careful = careful
         # set by the service's close: from then on every ack raises StoreClosedError (a caller

@@ -467,20 +467,20 @@ class PopService:
         self.clock = clock or now_ms
         cfg = parts.config
         self.topic = revive_topic(cfg.broker_cluster_name)
-        self._snapshot_interval_ms = cfg.pop_snapshot_interval_ms
+        self.snapshot_interval_ms = cfg.pop_snapshot_interval_ms
         self._lock = parts.commitlog.codec.FastRLock()  # an ack takes it: the compiled one is cheap
         self._lanes: dict[tuple[str, str, int], _Lane] = {}
         self._names_checked: set[tuple[str, str]] = set()  # (group, topic) a receive checked
-        self._by_prefix: dict[str, _Lane] = {}
+        self.by_prefix: dict[str, _Lane] = {}
         self._state = PopState.in_store(parts.path)
         self._seq = 0
         self._rotation = 0
-        self._log_next = 0  # the revive queue offset after the last record applied
+        self.log_next = 0  # the revive queue offset after the last record applied
         self._snapshot_offset = 0
         self._last_snapshot = self.clock()
         codec = parts.commitlog.codec
         self._props = {tag: codec.encode_properties({"TAGS": tag}) for tag in (CK_TAG, BATCH_ACK_TAG)}
-        self._ack_props = self._props[BATCH_ACK_TAG]
+        self.ack_props = self._props[BATCH_ACK_TAG]
         # ack() in one call of the compiled twin (or its pure one): parse, check, record, apply
         self._lane_type = codec.PopLane
         self.receipt_handles = codec.receipt_handles
@@ -494,11 +494,19 @@ class PopService:
             PopService.receive_run if quick is not None else None
         )
         self._acks_closed = False  # set by close: every ack raises StoreClosedError from then on
-        self._acker = codec.PopAcker(self, ReceivedMessage, PopService.ack_handle, PopService._snapshot_check)
+        self._acker = codec.PopAcker(
+            self,
+            ReceivedMessage,
+            PopService.ack_handle,
+            PopService._snapshot_check,
+            self._lock,
+            self._offsets,
+            self._parts.commitlog,
+        )
         self.ack = self._acker.ack
-        self._topic_ready = False
+        self.topic_ready = False
         self._closed = False
-        self._loading = True  # offsets are committed once the open has replayed everything
+        self.loading = True  # offsets are committed once the open has replayed everything
         self.dead_lettered = 0
         self.snapshot_failures = 0
         self.lost = 0
@@ -512,7 +520,7 @@ class PopService:
         stored nothing raises (then nothing is applied); one that stored the record but whose
         flush did not confirm in time (``SYNC_FLUSH``) returns that error: the record is in the
         log, the caller applies it."""
-        if not self._topic_ready:
+        if not self.topic_ready:
             self._ensure_topic()
         body = record if isinstance(record, bytes) else _dumps(record)
         try:
@@ -520,14 +528,14 @@ class PopService:
                 self.topic, body, self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
             )
         except FlushTimeoutError as exc:
-            self._log_next = exc.result.queue_offset + 1
+            self.log_next = exc.result.queue_offset + 1
             return exc
-        self._log_next = result.queue_offset + 1
+        self.log_next = result.queue_offset + 1
         return None
 
     def _ensure_topic(self) -> None:
         self._parts.topics.ensure(self.topic, 1, perm=PERM_READ | PERM_WRITE)
-        self._topic_ready = True
+        self.topic_ready = True
 
     def _unconfirmed(self, timeout: Optional[FlushTimeoutError], what: str) -> None:
         if timeout is not None:
@@ -544,7 +552,7 @@ class PopService:
             lane = self._lanes[key] = self._lane_type(
                 group, topic, queue_id, start, ConsumerOffsetTable.key(topic, group)
             )
-            self._by_prefix[lane.prefix] = lane
+            self.by_prefix[lane.prefix] = lane
         return lane
 
     def _apply_ck(
@@ -580,7 +588,7 @@ class PopService:
             lane.compact()
 
     def _committed_moved(self, lane: _Lane) -> None:
-        if lane.advance() and not self._loading:
+        if lane.advance() and not self.loading:
             self._offsets.commit_key(lane.key, lane.queue_id, lane.committed)
 
     def _apply_record(self, tag: Optional[str], body: bytes) -> bool:
@@ -631,9 +639,9 @@ class PopService:
                 lane.heap.append((deadline, self._seq, tuple(offs), (n,) * len(offs)))
             heapq.heapify(lane.heap)
             lane.advance()
-        self._log_next = self._snapshot_offset = state.revive_offset
+        self.log_next = self._snapshot_offset = state.revive_offset
         self._replay()
-        self._loading = False
+        self.loading = False
         for lane in self._lanes.values():
             if self._offsets.query(lane.group, lane.topic, lane.queue_id) != lane.committed:
                 self._offsets.commit(lane.group, lane.topic, lane.queue_id, lane.committed)
@@ -645,7 +653,7 @@ class PopService:
         cq = parts.queues.get(self.topic, REVIVE_QUEUE_ID)
         if cq is None:
             return 0
-        pos = self._log_next
+        pos = self.log_next
         if pos < cq.min_offset:
             log.error(
                 "POP: revive log records %d..%d were deleted before a snapshot covered them; "
@@ -677,7 +685,7 @@ class PopService:
                 else:
                     self.skipped_records += 1
                     log.error("POP: revive log record %d is not rocketstore's; skipped", pos - 1)
-        self._log_next = pos
+        self.log_next = pos
         return applied
 
     # ---- receive ----
@@ -787,7 +795,7 @@ class PopService:
                 tag_filter,
                 out,
             )
-        if self._snapshot_interval_ms:
+        if self.snapshot_interval_ms:
             self._maybe_snapshot(now)
 
     def receive_run(
@@ -1059,7 +1067,7 @@ class PopService:
 
     def _snapshot_check(self) -> None:
         """An ack's look at the periodic snapshot (the compiled acker's ``periodic``)."""
-        if self._snapshot_interval_ms:
+        if self.snapshot_interval_ms:
             self._maybe_snapshot(self.clock())
 
     def _parse(self, handle: object) -> tuple[_Lane, int, int]:
@@ -1073,7 +1081,7 @@ class PopService:
             offset, number = int(o), int(n)
         except ValueError:
             raise InvalidReceiptHandleError(f"not a receipt handle: {handle!r}") from None
-        lane = self._by_prefix.get(prefix)
+        lane = self.by_prefix.get(prefix)
         if lane is None or offset < 0 or number < 0 or offset >= lane.next:
             raise InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
         return lane, offset, number
@@ -1203,9 +1211,9 @@ class PopService:
         logged and counted (``pop_snapshot_failures``) rather than raised; the revive log holds
         everything, and the next open replays more of it."""
         if (
-            self._snapshot_interval_ms
-            and now - self._last_snapshot >= self._snapshot_interval_ms
-            and self._log_next != self._snapshot_offset
+            self.snapshot_interval_ms
+            and now - self._last_snapshot >= self.snapshot_interval_ms
+            and self.log_next != self._snapshot_offset
         ):
             try:
                 self.snapshot()
@@ -1218,7 +1226,7 @@ class PopService:
         written. The CommitLog is flushed first (False, nothing written, if that times out)."""
         with self._lock:
             self._last_snapshot = self.clock()
-            if self._log_next == self._snapshot_offset:
+            if self.log_next == self._snapshot_offset:
                 return False  # nothing new (a store that never used POP gets no file)
             if not self._parts.commitlog.core.flush(FLUSH_TIMEOUT_MS):
                 log.warning("POP: the CommitLog flush timed out; snapshot skipped")
@@ -1237,12 +1245,12 @@ class PopService:
                     }
                 )
             state = self._state
-            state.lanes, state.revive_offset = lanes, self._log_next
+            state.lanes, state.revive_offset = lanes, self.log_next
             state.dirty = True
             state.persist()
             state.loaded_from = state.path
-            self._snapshot_offset = self._log_next
-            self._offsets.commit(REVIVE_GROUP, self.topic, REVIVE_QUEUE_ID, self._log_next)
+            self._snapshot_offset = self.log_next
+            self._offsets.commit(REVIVE_GROUP, self.topic, REVIVE_QUEUE_ID, self.log_next)
             self._offsets.persist()  # the groups' lowest un-acked offsets, for other readers
             return True
 
