@@ -73,6 +73,7 @@ __all__ = [
     "java_map_order",
     "java_properties",
     "load_units",
+    "valid_prefix",
     "unwrap_rows",
 ]
 
@@ -148,11 +149,23 @@ def set_queue_type(
     return batch.topics
 
 
-def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
+def valid_prefix(units: np.ndarray) -> int:
+    """How many leading ``units`` are valid, as ``BatchConsumeQueue.recover`` takes them: CommitLog
+    offset and base 0 or more, size and batch size positive (an end unit or zeros end them)."""
+    valid = (
+        (units["commitlog_offset"] >= 0)
+        & (units["size"] > 0)
+        & (units["base"] >= 0)
+        & (units["batch_size"] > 0)
+    )
+    bad = np.flatnonzero(~valid)
+    return int(bad[0]) if len(bad) else len(units)
+
+
+def load_units(directory: str) -> np.ndarray:
     """The valid units of the queue's files, oldest first: as ``BatchConsumeQueue.recover``
-    takes them, up to the first unit whose CommitLog offset, size, base or batch size is not
-    positive (a whole file of valid units goes on into the next file). ``sparse``: each file's
-    valid units, every file (a compaction queue's files each end where its records did)."""
+    takes them, up to the first unit :func:`valid_prefix` refuses (a whole file of valid units
+    goes on into the next file)."""
     try:
         names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit())
     except (FileNotFoundError, NotADirectoryError):
@@ -162,19 +175,10 @@ def load_units(directory: str, *, sparse: bool = False) -> np.ndarray:
         with open(os.path.join(directory, name), "rb") as f:
             data = f.read()
         units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
-        valid = (
-            (units["commitlog_offset"] >= 0)
-            & (units["size"] > 0)
-            & (units["base"] >= 0)
-            & (units["batch_size"] > 0)
-        )
-        bad = np.flatnonzero(~valid)
-        if len(bad):
-            parts.append(units[: bad[0]])
-            if sparse:
-                continue
+        good = valid_prefix(units)
+        parts.append(units[:good])
+        if good < len(units):
             break
-        parts.append(units)
     if not parts:
         return np.empty(0, dtype=BCQ_UNIT_DTYPE)
     return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()

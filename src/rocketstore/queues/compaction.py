@@ -30,7 +30,7 @@ from rocketstore.errors import CorruptRecordError, StoreConfigError
 from rocketstore.files.configfiles import ConfigFile
 from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.message import MessageExt
-from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE
+from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, valid_prefix
 from rocketstore.queues.pulls import GetMessageResult
 from rocketstore.status import GetMessageStatus
 
@@ -166,14 +166,7 @@ def units_of(paths: Iterable[str]) -> np.ndarray:
         with open(path, "rb") as f:
             data = f.read()
         units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
-        valid = (
-            (units["commitlog_offset"] >= 0)
-            & (units["size"] > 0)
-            & (units["base"] >= 0)
-            & (units["batch_size"] > 0)
-        )
-        bad = np.flatnonzero(~valid)
-        parts.append(units[: bad[0]] if len(bad) else units)
+        parts.append(units[: valid_prefix(units)])
     return np.concatenate(parts) if parts else np.empty(0, dtype=BCQ_UNIT_DTYPE)
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from rocketstore.base._failurelog import FailureLog
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError
 from rocketstore.files._files import fsync_dir, replace_file
-from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE
+from rocketstore.queues.batchcq import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, valid_prefix
 from rocketstore.queues.compaction import (
     DIRECTORY,
     SCRATCH,
@@ -191,11 +191,8 @@ class QueueLog:
         except FileNotFoundError:
             return np.empty(0, dtype=BCQ_UNIT_DTYPE), False
         units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
-        valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0) & (units["batch_size"] > 0)
-        bad = np.flatnonzero(~valid)
-        if not len(bad):
-            return units.copy(), False
-        return units[: bad[0]].copy(), bool(units["commitlog_offset"][bad[0]] == -1)
+        good = valid_prefix(units)
+        return units[:good].copy(), good < len(units) and bool(units["commitlog_offset"][good] == -1)
 
     def _zero_units(self, start: int, lo: int, hi: int) -> None:
         fd = os.open(os.path.join(self.cq_dir, _name(start)), os.O_RDWR)
@@ -313,14 +310,6 @@ class QueueLog:
 
 def _name(start: int) -> str:
     return f"{start:020d}"
-
-
-@dataclass
-class _Queue:
-    topic: str
-    queue_id: int
-    log: QueueLog
-    failures: Any = field(default=None)
 
 
 class Compactor:
@@ -602,9 +591,7 @@ class Compactor:
             units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
             with open(os.path.join(log_dir, _name(start)), "rb") as f:
                 log_data = f.read()
-            for unit in units:
-                if unit["commitlog_offset"] < 0 or unit["size"] <= 0 or unit["batch_size"] <= 0:
-                    break
+            for unit in units[: valid_prefix(units)]:
                 pos, size = int(unit["commitlog_offset"]) - start, int(unit["size"])
                 record = log_data[pos : pos + size]
                 queue_offset = int(unit["base"])
