@@ -105,7 +105,7 @@ def test_docs_never_cite_files_users_do_not_have():
 _CITED_SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
 #: A numbered heading of docs/format.md: ``## 1. CommitLog records``, ``### 1.6 The CRC32 property``
 _NUMBERED_HEADING = re.compile(r"^#{2,6} (\d+(?:\.\d+)*)\.? ", re.M)
-_CITING_SUFFIXES = {".py", ".pyi", ".pyx", ".pxd", ".h", ".c", ".md"}
+_CITING_SUFFIXES = {".py", ".pyi", ".pyx", ".pxi", ".pxd", ".h", ".c", ".md"}
 
 
 def _cited_sections() -> dict[str, str]:

@@ -169,6 +169,16 @@ def _pyx_imported_names(text: str) -> set[str]:
     return found
 
 
+_PYX_INCLUDE = re.compile(r'^include\s+"([^"]+)"', re.M)
+
+
+def _pyx_text(path: Path) -> str:
+    """A Cython source with the files it ``include``s put in place (they are compiled into it,
+    and their imports are its own), as the compiler reads it."""
+    text = path.read_text(encoding="utf-8")
+    return _PYX_INCLUDE.sub(lambda m: _pyx_text(path.parent / m.group(1)), text)
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package modules it imports (names relative to the package)."""
     graph: dict[str, set[str]] = {}
@@ -178,7 +188,7 @@ def import_graph() -> dict[str, set[str]]:
         graph[module] = {t for t in map(_target, names) if t is not None and t != module}
     for twin in TWINS:
         source = CEXT / f"{twin.rsplit('.', 1)[-1]}.pyx"
-        names = _pyx_imported_names(source.read_text(encoding="utf-8"))
+        names = _pyx_imported_names(_pyx_text(source))
         graph[twin] = {t for t in map(_target, names) if t is not None and t != twin}
     for name in PLAIN_C:
         graph[name] = set()
@@ -287,6 +297,14 @@ def test_the_reader_finds_each_kind_of_import(source, expected):
 def test_the_reader_resolves_relative_imports_inside_subpackages():
     names = _imported_names(ast.parse("from ._common import x\nfrom .. import store"), "cli._commands", False)
     assert {_target(n) for n in names} == {"cli._common", "store"}
+
+
+def test_the_pyx_reader_reads_included_files(tmp_path):
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "inner.pxi").write_text("from rocketstore.errors import StoreError\n")
+    (tmp_path / "outer.pxi").write_text('include "part/inner.pxi"\n')
+    (tmp_path / "m.pyx").write_text('import numpy\ninclude "outer.pxi"\n')
+    assert _pyx_imported_names(_pyx_text(tmp_path / "m.pyx")) == {"rocketstore.errors"}
 
 
 def test_the_pyx_reader_finds_python_imports_and_skips_cimports():
