@@ -327,12 +327,8 @@ class Cleaner:
     def _compact(self) -> None:
         """Copy what compacted topics got since the last pass, then compact their queues that
         closed a compaction log file (logged, retried at the next pass, when it fails)."""
-        compactor = self._compactor
         try:
-            if compactor.topics():
-                self._parts.dispatcher.catch_up()
-                compactor.catch_up()
-                compactor.compact()
+            self._compactor.run()
         except Exception as exc:
             self._compaction_failures.failed(exc)
         else:
