@@ -471,6 +471,8 @@ class Cleaner:
         with parts.dispatcher.lock:
             try:
                 cq_files = parts.queues.delete_expired(min_offset)
+                if parts.batch is not None:
+                    cq_files += parts.batch.delete_expired(min_offset)
                 index_files = parts.index.delete_expired(min_offset)
             except OSError:
                 log.exception("deleting ConsumeQueue or index files failed; retried next pass")
