@@ -59,7 +59,7 @@ def outcome(acker, handle):
 
 def test_the_store_acks_through_the_implementations_acker(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
-        assert type(store._pop._acker) is impl.codec.PopAcker
+        assert type(store._opened.pop._acker) is impl.codec.PopAcker
 
 
 @pytest.mark.parametrize("offset", [0, 7, 10, 99, 12345])
@@ -174,7 +174,7 @@ def test_odd_handles_get_what_the_careful_steps_decide(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 3)
         store.receive(GROUP, TOPIC, 3, 60_000)
-        service = store._pop
+        service = store._opened.pop
         for handle in ODD_HANDLES:
             before = len(revive_records(store))
             expected = careful(service, handle) if isinstance(handle, str) else None
@@ -191,7 +191,7 @@ def test_generated_handles_get_what_the_careful_steps_decide(tmp_path, impl, clo
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 12, queues=2)
         store.receive(GROUP, TOPIC, 12, 60_000)
-        service = store._pop
+        service = store._opened.pop
 
         @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
         @given(
@@ -258,7 +258,7 @@ def test_the_acker_keeps_no_store_alive_and_refuses_once_it_is_gone(tmp_path, im
     store = open_store(tmp_path / "s", impl, clock)
     fill(store, 1)
     [got] = store.receive(GROUP, TOPIC, 1, 60_000)
-    ack = store._pop.ack
+    ack = store._opened.pop.ack
     store.close()
     del store
     gc.collect()

@@ -314,7 +314,7 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
     path = tmp_path / "s"
     with open_store(path, impl, append_prop_crc=True) as s:
         s.create_topic("TopicF", 1)
-        r = s._core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
+        r = s._opened.core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
         assert s.read(r.commitlog_offset).properties == {
             "a": "b",
             "__CRC32#": s.read(r.commitlog_offset).properties["__CRC32#"],

@@ -19,16 +19,13 @@ call in the writing process, ``_writer_gone`` takes over when that process ended
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import functools
 import itertools
 import logging
-import math
 import os
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import (
@@ -44,7 +41,14 @@ import numpy as np
 
 from rocketstore import _impl
 from rocketstore.base._background import weak_method
-from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
+from rocketstore.base._checks import (
+    INT32_MAX,
+    INT32_MIN,
+    check_int,
+    check_put_ints,
+    timeout_ms,
+    wait_deadline,
+)
 from rocketstore.base._clock import now_ms
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.consume import (
@@ -62,8 +66,6 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.files.checkpoint import Checkpoint
-from rocketstore.files.configfiles import ConsumerOffsetTable
 from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
 from rocketstore.files.storedir import (
     StoreLock,
@@ -74,7 +76,6 @@ from rocketstore.joined import (
     closed_error,
     uniq_prefix,
 )
-from rocketstore.log.commitlog import AppendCore, CommitLog
 from rocketstore.log.recordscan import message_chunks
 from rocketstore.message import (
     Message,
@@ -82,30 +83,24 @@ from rocketstore.message import (
     validate_topic,
 )
 from rocketstore.processes.live import (
-    AsyncWaker,
-    Follower,
-    LivePage,
     Look,
-    topic_slot,
+    PutWaits,
 )
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
 from rocketstore.processes.puts import Putter, check_mapping
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import set_queue_type
-from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactionLog, compacted_pull, latest_per_key
 from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, offset_of_time
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
-from rocketstore.queues.lookups import KeyLookups
 from rocketstore.queues.puller import Puller, check_name
-from rocketstore.queues.queuecheck import QueueGuard, verify_store
+from rocketstore.queues.queuecheck import verify_store
 from rocketstore.roles import (
     Role,
     choose_role,
     resuming_calls,
 )
 from rocketstore.services import report
-from rocketstore.services.parts import StoreParts
 from rocketstore.services.pop import (
     PopService,
     Received,
@@ -122,7 +117,6 @@ from rocketstore.services.timer import (
     TIMER_TOPIC,
 )
 from rocketstore.services.timerstats import timer_stats
-from rocketstore.services.topics import Topics
 from rocketstore.services.transaction import PreparedMessage, TransactionService
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
@@ -144,54 +138,6 @@ _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
-#: What an open sets up, each closed by _teardown if set (None before it is).
-_PARTS = (
-    "_timer",
-    "_schedule",
-    "_pop",
-    "_cleaner",
-    "_dispatch_thread",
-    "_core",
-    "_dispatcher",
-    "_commitlog",
-    "_segments",
-    "_queues",
-    "_index",
-    "_disk_index",
-    "_live",
-    "_follower",
-    "_waker",
-)
-#: What the store takes of an open's parts (rocketstore.processes.opening.OpenedParts), each
-#: as the attribute of its name with a leading underscore.
-_OPENED = (
-    "checkpoint",
-    "topics",
-    "commitlog",
-    "segments",
-    "live",
-    "follower",
-    "queues",
-    "index",
-    "disk_index",
-    "batch",
-    "offsets",
-    "queue_offsets",
-    "short_queues",
-    "core",
-    "dispatcher",
-    "guard",
-    "lookups",
-    "checkpointer",
-    "dispatch_thread",
-    "parts",
-    "cleaner",
-    "schedule",
-    "timer",
-    "pop",
-)
-
-
 #: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
 _WAITABLE = frozenset(
     (
@@ -257,10 +203,12 @@ def _forked() -> None:
     for store in list(_OPEN_STORES):
         store._forked_from = parent
         store._closed = True
-        store._core = _ForkedCore(parent)
+        forked = _ForkedCore(parent)
+        if store._opened is not None:
+            store._opened.core = forked
         putter = getattr(store, "_putter", None)
         if putter is not None:
-            putter.core = store._core  # (its careful puts raise why, as the core's)
+            putter.core = forked  # (its careful puts raise why, as the core's)
         store._retire_role()  # (its compiled calls hold the parent's core)
         if store._server is not None:
             store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
@@ -294,44 +242,18 @@ class StoreBase(JoinedWriting):
     """A store's parts and the careful path of every call: :class:`MessageStore` is its facade,
     whose methods (documented there) call the role (rocketstore.roles) that calls these."""
 
-    # What an open sets up (each None until it is: _PARTS). Any where the class is a twin's
-    # (compiled or pure) or a read-only stand-in's.
     config: StoreConfig
     last_shutdown_clean: bool
     _impl: Any
     _codec: Any
-    _core: AppendCore
-    _commitlog: CommitLog
-    _segments: Any
-    _end: int
-    _queues: Any
-    _index: Any
-    _disk_index: Any
-    _dispatcher: Any
-    _dispatch_thread: Any
-    _cleaner: Any
-    _schedule: Any
-    _timer: Any
-    _pop: Optional[PopService]
-    _guard: QueueGuard
-    _lookups: KeyLookups
-    _parts: StoreParts
+    #: the parts of the last open (rocketstore.processes.opening), which a close closes
+    _opened: OpenedParts = None  # type: ignore[assignment]  # (until the first open made them)
     #: made at the first transactional call (rocketstore.services.transaction)
     _transaction_service: Optional[TransactionService] = None
-    _checkpoint: Checkpoint
-    _checkpointer: Checkpointer
-    _offsets: ConsumerOffsetTable
-    _topics: Topics
-    _queue_offsets: dict[tuple[str, int], int]
-    #: the parts of the last open (rocketstore.processes.opening), which a close closes
-    _opened: Optional[OpenedParts] = None
     #: the careful path of the puts (rocketstore.processes.puts), over the parts of the last open
     _putter: Putter
     #: the pulls by queue position (rocketstore.queues.puller), over the parts of the last open
     _pulls: Puller
-    _follower: Optional[Follower] = None
-    _live: Optional[LivePage] = None
-    _waker: Optional[AsyncWaker] = None
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
     _takeover_pending = False  # joined, the owner ended, and taking over failed: the next call tries again
@@ -358,11 +280,8 @@ class StoreBase(JoinedWriting):
         # rocketstore.log.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
         # for it; a joined store's own appender (None: not asked yet, False: none to be had)
         self._append_table: Optional[tuple[int, Any, int]] = None
-        #: a read-only open's queues that end before their records (rebuilt in memory)
-        self._short_queues: dict[tuple[str, int], int] = {}
-        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.queues.batchcq), and those
-        #: topics (a set lookup on the reads' careful paths)
-        self._batch: Any = None
+        #: the topics of the store's BatchConsumeQueues (rocketstore.queues.batchcq): a set lookup
+        #: on the reads' careful paths
         self._batch_topics: frozenset[str] = frozenset()
         self._sharing_stopped = False
         self._appender: Any = None
@@ -372,7 +291,6 @@ class StoreBase(JoinedWriting):
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._core = None  # type: ignore[assignment]  # set by _open
         self._mutex = threading.RLock()
         self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
         self._options = options
@@ -401,9 +319,7 @@ class StoreBase(JoinedWriting):
             if not self._read_only_asked:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
                 self._take_role()
-            for part in _PARTS:
-                setattr(self, part, None)
-            self._opened = None
+            self._opened = None  # type: ignore[assignment]  # (made by _open)
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
                 with deleted_files_closed_aside():
@@ -496,56 +412,57 @@ class StoreBase(JoinedWriting):
     def _segments_deleted(self) -> None:
         """A read-only store's follower dropped segments retention deleted: the queues start
         above them (what a writable store's Cleaner does for its own queues)."""
-        if not self._commitlog.files:
+        if not self._opened.commitlog.files:
             return
-        low = self._commitlog.min_offset
-        dispatcher = self._dispatcher
+        low = self._opened.commitlog.min_offset
+        dispatcher = self._opened.dispatcher
         with dispatcher.lock:
             if dispatcher.offset < low:
                 dispatcher.offset = low  # what it had not dispatched yet is gone
-        self._queues.correct_min_offset(low)
+        self._opened.queues.correct_min_offset(low)
 
     def _take_parts(self, opened: OpenedParts) -> None:
         self.last_shutdown_clean = opened.last_shutdown_clean
         self._opened = opened
-        for name in _OPENED:
-            setattr(self, "_" + name, getattr(opened, name))
         self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
+        ref = weakref.ref(self)
+        if opened.waits is None:
+            opened.waits = PutWaits(opened.live, self.config.wait_spin_us, ref, StoreBase._check_open)
         self._pulls = Puller(
-            self._queues,
-            self._dispatcher,
-            self._guard,
-            self._segments,
-            self._commitlog,
-            None if self._files_read_only else self._core,
+            opened.queues,
+            opened.dispatcher,
+            opened.guard,
+            opened.segments,
+            opened.commitlog,
+            None if self._files_read_only else opened.core,
             self._codec,
-            self._offsets,
-            self._follower,
-            weakref.ref(self),
+            opened.offsets,
+            opened.follower,
+            ref,
             StoreBase._is_closed,
             StoreBase._open_pulls,
             (
-                functools.partial(compacted_pull, opened.compacted_reads, self._topics.attributes)
+                functools.partial(compacted_pull, opened.compacted_reads, opened.topics.attributes)
                 if opened.compacted_reads is not None
                 else None
             ),
         )
         self._putter = Putter(
-            self._core,
+            opened.core,
             self._codec,
             self._user_topics,
-            self._timer,
-            self._schedule,
+            opened.timer,
+            opened.schedule,
             StoreBase._check_writable,
             StoreBase._is_closed,
-            self._batch,
+            opened.batch,
         )
 
     def _batch_queue(self, topic: str, queue_id: int) -> Any:
         """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
         self._check_open()
-        self._dispatcher.catch_up()
-        return self._batch.get(topic, queue_id)
+        self._opened.dispatcher.catch_up()
+        return self._opened.batch.get(topic, queue_id)
 
     def _batch_pull(
         self,
@@ -563,13 +480,13 @@ class StoreBase(JoinedWriting):
         if bq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
         if offset is None:
-            offset = self._offsets.query(group, topic, int(queue_id))
+            offset = self._opened.offsets.query(group, topic, int(queue_id))
             if offset < 0:
                 offset = bq.min_offset
-        return GetMessageResult(*self._batch.pull(bq, offset, max_msgs, tag_filter))
+        return GetMessageResult(*self._opened.batch.pull(bq, offset, max_msgs, tag_filter))
 
     def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
-        messages: list[MessageExt] = self._batch.messages(bq, queue_offset)
+        messages: list[MessageExt] = self._opened.batch.messages(bq, queue_offset)
         return messages
 
     def _report(self, stage: str, done: int, total: int) -> None:
@@ -578,10 +495,10 @@ class StoreBase(JoinedWriting):
 
     def _save_checkpoint(self) -> None:
         """The checkpoint moved to where dispatch got, once that is durable (Checkpointer.save)."""
-        self._checkpointer.save()
+        self._opened.checkpointer.save()
 
     def _topic_queues(self, topic: str) -> int:
-        return self._topics.queues_for_put(topic)
+        return self._opened.topics.queues_for_put(topic)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
@@ -605,7 +522,7 @@ class StoreBase(JoinedWriting):
         if self._server is not None:
             # the joined writers' calls in progress first; their next ones go to the next owner
             self._server.close()
-        for service in (self._timer, self._schedule, self._pop):
+        for service in (self._opened.timer, self._opened.schedule, self._opened.pop):
             if service is not None:
                 try:
                     service.close()  # before the mutex: a delivery pass in progress may need it,
@@ -645,7 +562,7 @@ class StoreBase(JoinedWriting):
             run(self._drop_appender)
         if not keep_link:
             run(self._close_links)
-        close_parts(self._opened, clean, run, self._close_append_table, self._waker)
+        close_parts(self._opened, clean, run, self._close_append_table)
         run(self._lock.release)
         return errors
 
@@ -727,16 +644,16 @@ class StoreBase(JoinedWriting):
                 self._resume_takeover()  # the owner ended and this store's takeover failed
                 return self._check_open()
             if self._forked_from is not None:
-                self._core.put  # noqa: B018 (raises why)
+                self._opened.core.put  # noqa: B018 (raises why)
             raise StoreClosedError("the store is closed")
-        if self._follower is not None and not self._follower.follow():
+        if self._opened.follower is not None and not self._opened.follower.follow():
             self._reopen()
 
     def _reopen(self) -> None:
         """A writer opened the store since this read-only one did (its recovery may have cut
         what this one mapped): open it again, as if new."""
         with self._mutex:
-            if self._closed or self._follower is None or self._follower.follow():
+            if self._closed or self._opened.follower is None or self._opened.follower.follow():
                 return
             self._switching = True  # other threads' calls wait for it (_check_open)
             self._switches += 1
@@ -745,9 +662,7 @@ class StoreBase(JoinedWriting):
                 errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
                 if errors:
                     raise errors[0]
-                for part in _PARTS:
-                    setattr(self, part, None)
-                self._opened = None
+                self._opened = None  # type: ignore[assignment]  # (made by _open)
                 self.config = self._detect_config()
                 self._open()
                 self._closed = False
@@ -780,9 +695,9 @@ class StoreBase(JoinedWriting):
                 else {}
             )
             self._batch_topics = set_queue_type(
-                self._batch, self._dispatcher, self._topics, topic, queue_type, held
+                self._opened.batch, self._opened.dispatcher, self._opened.topics, topic, queue_type, held
             )
-        self._topics.set(topic, queues)
+        self._opened.topics.set(topic, queues)
 
     def set_topic_retention(
         self,
@@ -799,30 +714,30 @@ class StoreBase(JoinedWriting):
             retention_ms, retention_bytes, delete_when_consumed, cleanup_policy
         )
         if changes:
-            self._topics.update_attributes(topic, changes)
+            self._opened.topics.update_attributes(topic, changes)
         return self.topic_retention(topic)
 
     def topic_retention(self, topic: str) -> dict[str, Any]:
         self._check_open()
         validate_topic(topic)
-        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
+        return topic_policy(self.config, self._opened.topics.attributes(topic), topic).as_dict()
 
     def retention_report(self) -> dict[str, Any]:
         self._check_open()
         return retention_report(
             self.config,
-            self._commitlog,
-            [*self._queues, *(self._batch if self._batch is not None else ())],
-            self._topics.table,
-            self._offsets,
-            self._dispatcher,
+            self._opened.commitlog,
+            [*self._opened.queues, *(self._opened.batch if self._opened.batch is not None else ())],
+            self._opened.topics.table,
+            self._opened.offsets,
+            self._opened.dispatcher,
             dispatch=not self._files_read_only,
         )
 
     @property
     def topics(self) -> dict[str, int]:
         """{topic: queue count}."""
-        return self._topics.counts()
+        return self._opened.topics.counts()
 
     # ---- puts (rocketstore.processes.puts) ----
 
@@ -945,25 +860,27 @@ class StoreBase(JoinedWriting):
         max_reconsume_times: Optional[int] = None,
     ) -> PutResult:
         self._check_writable()
-        return cast("PutResult", self._schedule.send_back(group, message, delay_level, max_reconsume_times))
+        return cast(
+            "PutResult", self._opened.schedule.send_back(group, message, delay_level, max_reconsume_times)
+        )
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
-        delivered: int = self._schedule.deliver(now)
+        delivered: int = self._opened.schedule.deliver(now)
         return delivered
 
     def deliver_timers(self, now: Optional[int] = None) -> int:
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
-        delivered: int = self._timer.deliver(now)
+        delivered: int = self._opened.timer.deliver(now)
         return delivered
 
     def timer_stats(self) -> dict[str, Any]:
         self._check_open()
-        return timer_stats(self.path, self._timer, self._read, self._timer_records)
+        return timer_stats(self.path, self._opened.timer, self._read, self._timer_records)
 
     def _timer_records(self, start: int) -> Iterator[MessageExt]:
         """The records of the timer queue from queue offset ``start`` on."""
@@ -976,24 +893,24 @@ class StoreBase(JoinedWriting):
 
     def delayed_counts(self) -> dict[int, int]:
         self._check_open()
-        if self._schedule is not None:
-            offsets = self._schedule.offsets()
+        if self._opened.schedule is not None:
+            offsets = self._opened.schedule.offsets()
         else:
             offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
         return pending_counts(self.queues(), offsets)
 
     def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
         self._check_writable()
-        group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
+        group_config: dict[str, Any] = self._opened.schedule.update_group(group, retry_max_times)
         return group_config
 
     # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.services.pop) ----
 
     def _pop_service(self) -> PopService:
-        if self._closed or self._follower is not None or self._files_read_only:
+        if self._closed or self._opened.follower is not None or self._files_read_only:
             self._check_writable()  # (with none of the three, it has nothing to check)
-        assert self._pop is not None
-        return self._pop
+        assert self._opened.pop is not None
+        return self._opened.pop
 
     def receive(
         self,
@@ -1017,7 +934,7 @@ class StoreBase(JoinedWriting):
         )
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
-        pop = self._pop  # None unless writable; _pop_service() says why not
+        pop = self._opened.pop  # None unless writable; _pop_service() says why not
         if pop is None or self._closed:
             pop = self._pop_service()
         return pop.ack(handle)
@@ -1034,12 +951,16 @@ class StoreBase(JoinedWriting):
     # ---- reads ----
 
     def _readable_end(self, mf: MappedFile) -> int:
-        return self._commitlog.readable_end(mf)
+        return self._opened.commitlog.readable_end(mf)
 
     def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
-        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+        if (
+            not zero_copy
+            and not self._closed
+            and (self._opened.follower is None or self._opened.follower.follow())
+        ):
             msg: Optional[MessageExt] = self._codec.record_at(
-                self._segments, None if self._files_read_only else self._core, commitlog_offset
+                self._opened.segments, None if self._files_read_only else self._opened.core, commitlog_offset
             )
             if msg is not None:  # else the careful path says why not, or reads it
                 return _placed(msg, commitlog_offset)
@@ -1047,12 +968,16 @@ class StoreBase(JoinedWriting):
         return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
 
     def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
-        return self._commitlog.read(commitlog_offset, zero_copy)
+        return self._opened.commitlog.read(commitlog_offset, zero_copy)
 
     def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
-        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
+        if (
+            not zero_copy
+            and not self._closed
+            and (self._opened.follower is None or self._opened.follower.follow())
+        ):
             msg: Optional[MessageExt] = self._codec.message_by_id(
-                self._segments, None if self._files_read_only else self._core, msg_id
+                self._opened.segments, None if self._files_read_only else self._opened.core, msg_id
             )
             if msg is not None:  # else the careful path says why not, or reads it
                 return msg
@@ -1085,7 +1010,7 @@ class StoreBase(JoinedWriting):
         self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
     ) -> Iterator[Iterator[MessageExt]]:
         start, end = _offset_bounds(start, end)  # (raised when iteration begins)
-        yield from message_chunks(self._commitlog, self._codec, start, end, zero_copy, check_crc)
+        yield from message_chunks(self._opened.commitlog, self._codec, start, end, zero_copy, check_crc)
 
     def scan(
         self,
@@ -1112,7 +1037,7 @@ class StoreBase(JoinedWriting):
         self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
     ) -> Iterator[tuple[MappedFile, np.ndarray]]:
         start, end = _offset_bounds(start, end)
-        return self._commitlog.chunks(start, end, check_crc, chunk)
+        return self._opened.commitlog.chunks(start, end, check_crc, chunk)
 
     def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
         """Check every record's structure and body CRC, segment by segment, every field that can
@@ -1134,8 +1059,14 @@ class StoreBase(JoinedWriting):
         writable open cuts).
         """
         self._check_open()
-        self._dispatcher.catch_up()
-        found = verify_store(self._commitlog, self._guard, self._batch, self._short_queues, progress)
+        self._opened.dispatcher.catch_up()
+        found = verify_store(
+            self._opened.commitlog,
+            self._opened.guard,
+            self._opened.batch,
+            self._opened.short_queues,
+            progress,
+        )
         found["max_offset"] = self.max_offset
         return found
 
@@ -1210,81 +1141,41 @@ class StoreBase(JoinedWriting):
         wait's deadline, which is None once waiting is not worth it (the caller then returns)."""
         check_name("group", group)
         tag_filter = TagFilter.parse(tags)
-        deadline = self._deadline(wait)
+        deadline = wait_deadline(wait)
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             if topic in self._batch_topics:
                 found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
             else:
                 found = self._pulls.look(group, topic, queue_id, offset, max_msgs, tag_filter)
-            if deadline is None or not self._may_wait(found):
+            if deadline is None or found.messages or found.status not in _WAITABLE:
                 yield found, seen, None
                 return
             if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = found.next_begin_offset  # scanned past what did not match
             yield found, seen, deadline
 
-    # ---- waiting for puts (rocketstore.processes.live) ----
-
-    @staticmethod
-    def _deadline(wait: Optional[float]) -> Optional[float]:
-        """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
-        if wait is None:
-            return None
-        ms = timeout_ms(wait)
-        return math.inf if ms < 0 else time.monotonic() + ms / 1000.0
-
-    @staticmethod
-    def _may_wait(found: GetMessageResult) -> bool:
-        return not found.messages and found.status in _WAITABLE
+    # ---- waiting for puts (rocketstore.processes.live.PutWaits; Consumer and GroupConsumer too) ----
 
     def _live_look(self, topics: Sequence[str]) -> Look:
         """What a wait for puts of ``topics`` compares against (taken before looking for messages)."""
         self._check_open()
-        live = self._live
-        if live is None:
-            return (0, (), ())
-        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
+        return self._put_waits().look(topics)
 
     def _wait_for_put(self, seen: Look, deadline: float) -> bool:
-        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
-        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
-        StoreClosedError). With ``wait_spin_us`` it spins first, once, before its first slice."""
-        live = self._live
-        spin_us = self.config.wait_spin_us
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._check_open()
-            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
-                time.sleep(min(left, 1.0))
-                continue
-            try:
-                if live.wait_look(seen, min(left, 1.0), spin_us):
-                    return True
-                spin_us = 0
-            except ValueError:  # its map closed under it: this store closed, or opened again
-                self._check_open()
-                return True  # opened again (a writer's recovery, a takeover): look again
-            if self._live is not live:
-                return True
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline (PutWaits.wait)."""
+        return self._put_waits().wait(seen, deadline)
 
     async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        live = self._live
-        if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
-            await asyncio.sleep(min(left, 1.0))
+        return await self._put_waits().wait_async(seen, deadline)
+
+    def _put_waits(self) -> PutWaits:
+        opened = self._opened
+        if opened is None or opened.waits is None:  # opening again: wait for it, or say why not
             self._check_open()
-            return not math.isinf(left) and left > 1.0  # look again (and find nothing)
-        with self._mutex:
-            if self._waker is None:
-                self._waker = AsyncWaker(live)
-            waker = self._waker
-        await waker.changed(seen, None if math.isinf(left) else left)
-        return True
+            opened = self._opened
+        assert opened.waits is not None
+        return opened.waits
 
     def _pop_pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
@@ -1306,7 +1197,9 @@ class StoreBase(JoinedWriting):
         if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
             bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
             if bq is not None:
-                units = self._batch.units(bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags))
+                units = self._opened.batch.units(
+                    bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags)
+                )
                 return GetMessageResult(*units)
         return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
 
@@ -1337,14 +1230,16 @@ class StoreBase(JoinedWriting):
         if len(offsets) != len(sizes):
             raise ValueError("commitlog_offsets and sizes differ in length")
         if queue is not None and queue[0] in self._batch_topics:  # a row per inner message
-            yield from self._batch.records_at(offsets, sizes, queue, check_crc)
+            yield from self._opened.batch.records_at(offsets, sizes, queue, check_crc)
             return
         if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
             raise ValueError("commitlog_offsets must be strictly ascending")
         check = None
         if queue is not None:
-            check = lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first)
-        yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
+            check = lambda view, base, rows, first: self._opened.guard.check_rows(
+                view, base, rows, queue, first
+            )
+        yield from self._opened.commitlog.records_at(offsets, sizes, check_crc, check)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         if topic in self._batch_topics:
@@ -1379,10 +1274,12 @@ class StoreBase(JoinedWriting):
 
     def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         self._check_open()
-        self._dispatcher.catch_up()
-        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
+        self._opened.dispatcher.catch_up()
+        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._opened.queues}
         if self._batch_topics:
-            found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
+            found.update(
+                {(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._opened.batch}
+            )
         return found
 
     def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
@@ -1415,18 +1312,18 @@ class StoreBase(JoinedWriting):
         _check_int("offset", offset, 0)
         if "@" in group or "@" in topic:
             raise InvalidMessageError("group and topic must not contain '@' (the file's key separator)")
-        self._offsets.commit(group, topic, int(queue_id), int(offset))
+        self._opened.offsets.commit(group, topic, int(queue_id), int(offset))
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         self._check_open()
         check_name("group", group)
         check_name("topic", topic)
-        return self._offsets.query(group, topic, queue_id)
+        return self._opened.offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
         self._check_writable()
-        self._offsets.import_group_offsets(self.path)
-        return self._offsets.persist()
+        self._opened.offsets.import_group_offsets(self.path)
+        return self._opened.offsets.persist()
 
     # ---- lookups (§3, §5.5) ----
 
@@ -1434,27 +1331,27 @@ class StoreBase(JoinedWriting):
         self._check_open()
         check_name("topic", topic)
         check_name("key", key)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.offsets(topic, key)
+        self._opened.dispatcher.catch_up(index=True)
+        return self._opened.lookups.offsets(topic, key)
 
     def query_by_key(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
     ) -> list[MessageExt]:
-        if not self._closed and (self._follower is None or self._follower.follow()):
+        if not self._closed and (self._opened.follower is None or self._opened.follower.follow()):
             # the common case in one compiled call: the dispatcher's catch-up (when it has
             # anything to do), index walk, re-check and decode of each hit; None for anything
             # the checks below must decide
             hits: Optional[list[MessageExt]] = self._codec.key_lookup(
-                (self._disk_index, self._index),
-                self._segments,
-                None if self._files_read_only else self._core,
+                (self._opened.disk_index, self._opened.index),
+                self._opened.segments,
+                None if self._files_read_only else self._opened.core,
                 topic,
                 key,
                 max_num,
                 begin,
                 end,
                 MAX_MSGS_NUM_BATCH,
-                self._dispatcher,
+                self._opened.dispatcher,
             )
             if hits is not None:
                 return hits
@@ -1464,27 +1361,27 @@ class StoreBase(JoinedWriting):
         max_num = _check_int("max_num", max_num, 1)
         begin = _check_int("begin", begin, 0)
         end = _INT64_MAX if end is None else _check_int("end", end, 0)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.by_key(topic, key, max_num, begin, end)
+        self._opened.dispatcher.catch_up(index=True)
+        return self._opened.lookups.by_key(topic, key, max_num, begin, end)
 
     def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
         self._check_open()
         check_name("topic", topic)
         check_name("unique_key", unique_key)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.by_unique_key(topic, unique_key, now_ms())
+        self._opened.dispatcher.catch_up(index=True)
+        return self._opened.lookups.by_unique_key(topic, unique_key, now_ms())
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        if not self._closed and (self._follower is None or self._follower.follow()):
+        if not self._closed and (self._opened.follower is None or self._opened.follower.follow()):
             # the common case in one compiled call: the unit, its record, every check of
             # QueueGuard.unit_message; anything else (None) takes the careful path below
             msg: Optional[MessageExt] = self._codec.queue_message(
-                self._queues,
+                self._opened.queues,
                 topic,
                 queue_id,
                 queue_offset,
-                self._segments,
-                None if self._files_read_only else self._core,
+                self._opened.segments,
+                None if self._files_read_only else self._opened.core,
             )
             if msg is not None:
                 return msg
@@ -1503,58 +1400,58 @@ class StoreBase(JoinedWriting):
 
     def clean(self, force: bool = False) -> dict[str, Any]:
         self._check_writable()
-        cleaned: dict[str, Any] = self._cleaner.clean(force=force)
+        cleaned: dict[str, Any] = self._opened.cleaner.clean(force=force)
         return cleaned
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         self._check_writable()
-        return self._core.flush(timeout_ms(timeout))
+        return self._opened.core.flush(timeout_ms(timeout))
 
     @property
     def min_offset(self) -> int:
-        if self._follower is not None:
+        if self._opened.follower is not None:
             return int(self._switch_safe(self._min_offset))
-        return self._commitlog.min_offset
+        return self._opened.commitlog.min_offset
 
     def _min_offset(self) -> int:
         self._check_open()
-        return self._commitlog.min_offset
+        return self._opened.commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
-        if self._follower is not None or self._switching or self._closed:
+        if self._opened.follower is not None or self._switching or self._closed:
             # (a joined store taking over writing waits for it: its new CommitLog has no core yet)
             return int(self._switch_safe(self._max_offset))
-        return self._commitlog.max_offset
+        return self._opened.commitlog.max_offset
 
     def _max_offset(self) -> int:
         self._check_open()
-        return self._commitlog.max_offset
+        return self._opened.commitlog.max_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self._commitlog.flushed_offset
+        return self._opened.commitlog.flushed_offset
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         if self._files_read_only:
             self._check_open()
-            found = dict(self._queue_offsets)
+            found = dict(self._opened.queue_offsets)
             if self._batch_topics:
-                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
-            if self._follower is not None:
-                self._dispatcher.catch_up()
-                for cq in self._queues:
+                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._opened.batch})
+            if self._opened.follower is not None:
+                self._opened.dispatcher.catch_up()
+                for cq in self._opened.queues:
                     key = (cq.topic, cq.queue_id)
                     if cq.max_offset > found.get(key, 0):
                         found[key] = cq.max_offset
             return found
         if self._batch_topics:  # the core counts a batch record as one offset
             return {
-                **self._core.queue_offsets(),
-                **{(b.topic, b.queue_id): b.max_offset for b in self._batch},
+                **self._opened.core.queue_offsets(),
+                **{(b.topic, b.queue_id): b.max_offset for b in self._opened.batch},
             }
-        return self._core.queue_offsets()
+        return self._opened.core.queue_offsets()
 
     def stats(self) -> dict[str, Any]:
         self._check_open()
@@ -1565,23 +1462,23 @@ class StoreBase(JoinedWriting):
             else ("read-only" if self._files_read_only else "this process"),
             "writer_pid": self.writer_pid,
             "joined_writers": self._server.connections if self._server is not None else 0,
-            "segments": len(self._segments.files),
+            "segments": len(self._opened.segments.files),
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
         }
         if not self._files_read_only:
-            out.update(self._core.stats())
-            out.update(self._cleaner.stats())
-            if self._pop is not None:
-                out.update(self._pop.stats())
+            out.update(self._opened.core.stats())
+            out.update(self._opened.cleaner.stats())
+            if self._opened.pop is not None:
+                out.update(self._opened.pop.stats())
         return report.describe(
             path=self.path,
             counters=out,
             last_shutdown_clean=self.last_shutdown_clean,
             queues=self.queues(),
             topics=self.topics,
-            offsets=self._offsets,
+            offsets=self._opened.offsets,
             delayed=self.delayed_counts(),
             retention=self.retention_report(),
         )
@@ -1596,8 +1493,10 @@ class StoreBase(JoinedWriting):
                 "check_transactions runs there (prepare, commit and rollback work here)"
             )
         service = self._transaction_service
-        if service is None or service.parts is not self._parts:
-            service = self._transaction_service = TransactionService(self._parts, clock=self.config.clock)
+        if service is None or service.parts is not self._opened.parts:
+            service = self._transaction_service = TransactionService(
+                self._opened.parts, clock=self.config.clock
+            )
         return service
 
     def prepare_transaction(

@@ -24,8 +24,8 @@ from rocketstore.files.checkpoint import Checkpoint
 from rocketstore.files.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.files.storedir import detect_segment_size, writer_present
 from rocketstore.log import recovery, sharedappend
-from rocketstore.log.commitlog import CommitLog
-from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, read_geometry
+from rocketstore.log.commitlog import AppendCore, CommitLog
+from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, PutWaits, read_geometry
 from rocketstore.queues.batchcq import BatchQueueStore, batch_topics
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactedReads
@@ -97,9 +97,9 @@ class OpenedParts:
         self.read_only = read_only
         self.abort_path = os.path.join(path, "abort")
         self.last_shutdown_clean = not os.path.exists(self.abort_path)
-        self.checkpoint: Any = None
-        self.topics: Any = None
-        self.commitlog: Any = None
+        self.checkpoint: Checkpoint = None  # type: ignore[assignment]
+        self.topics: Topics = None  # type: ignore[assignment]
+        self.commitlog: CommitLog = None  # type: ignore[assignment]
         self.segments: Any = None
         self.live: Optional[LivePage] = None
         self.follower: Optional[Follower] = None
@@ -109,20 +109,22 @@ class OpenedParts:
         self.batch: Any = None
         #: the pulls below a compacted topic's min offset (rocketstore.queues.compaction)
         self.compacted_reads: Optional[CompactedReads] = None
-        self.offsets: Any = None
+        self.offsets: ConsumerOffsetTable = None  # type: ignore[assignment]
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.short_queues: dict[tuple[str, int], int] = {}
-        self.core: Any = None
+        self.core: AppendCore = None  # type: ignore[assignment]
         self.dispatcher: Any = None
-        self.guard: Any = None
-        self.lookups: Any = None
-        self.checkpointer: Any = None
+        self.guard: QueueGuard = None  # type: ignore[assignment]
+        self.lookups: KeyLookups = None  # type: ignore[assignment]
+        self.checkpointer: Checkpointer = None  # type: ignore[assignment]
         self.dispatch_thread: Any = None
-        self.parts: Any = None
+        self.parts: StoreParts = None  # type: ignore[assignment]
         self.cleaner: Any = None
         self.schedule: Any = None
         self.timer: Any = None
-        self.pop: Any = None
+        self.pop: Optional[PopService] = None
+        #: the waits for puts (rocketstore.processes.live.PutWaits), which the store makes
+        self.waits: Optional[PutWaits] = None
 
 
 def open_parts(
@@ -373,7 +375,6 @@ def close_parts(
     clean: bool,
     run: Callable[[Callable[[], object]], bool],
     after_core: Callable[[], object],
-    waker: Any = None,
 ) -> bool:
     """Stop and close every part ``opened`` holds, in the order that keeps the data safe, each
     whatever the others raised: ``run(step)`` runs one step, keeps what it raised and says
@@ -381,7 +382,7 @@ def close_parts(
     queues and the index are durable, write the checkpoint, topics.json and consumerOffset.json
     and remove the abort file); else a failed open or a reopen (the abort file stays).
     ``after_core`` runs once the append core is closed (the joined writers' shared table);
-    ``waker`` (the asyncio waiters' thread, if one was started) closes before the live page.
+    The waits for puts (and the asyncio waiters' thread) end before the live page closes.
     Returns whether the data was closed durable."""
     if opened is None:  # (the open failed before it made its parts)
         run(after_core)
@@ -408,7 +409,7 @@ def close_parts(
             run(table.persist)  # the data is closed cleanly all the same
     if opened.commitlog is not None:
         run(opened.commitlog.close)
-    for page in (waker, opened.live):
+    for page in (opened.waits, opened.live):
         if page is not None:
             run(page.close)
     if durable:
