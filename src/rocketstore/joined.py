@@ -450,7 +450,7 @@ class JoinedPut:
         ):
             appender = store._joined_appender()
             if appender and not appender.refusing:
-                store._check_user_topic(topic)  # (remembered for the hot path above)
+                store._putter.check_user_topic(topic)  # (remembered for the hot path above)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
                 tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")

@@ -78,7 +78,6 @@ from rocketstore.joined import (
 )
 from rocketstore.log.recordscan import message_chunks
 from rocketstore.message import (
-    Message,
     MessageExt,
     validate_topic,
 )
@@ -87,7 +86,7 @@ from rocketstore.processes.live import (
     PutWaits,
 )
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
-from rocketstore.processes.puts import Putter, check_mapping
+from rocketstore.processes.puts import Putter, check_mapping, store_method
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import set_queue_type
 from rocketstore.queues.compaction import CompactionLog, compacted_pull, latest_per_key
@@ -122,7 +121,7 @@ from rocketstore.services.transaction import PreparedMessage, TransactionService
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
+    from rocketstore.log._store_py import PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
@@ -739,115 +738,16 @@ class StoreBase(JoinedWriting):
         """{topic: queue count}."""
         return self._opened.topics.counts()
 
-    # ---- puts (rocketstore.processes.puts) ----
+    # ---- puts (rocketstore.processes.puts: the Putter of the last open) ----
 
-    def put(
-        self,
-        topic: str | Message,
-        body: Optional[Body] = None,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        durable: Optional[bool] = None,
-        delay_level: Optional[int] = None,
-        deliver_at_ms: Optional[int] = None,
-        delay_ms: Optional[int] = None,
-        compress: Optional[str] = None,
-    ) -> PutResult:
-        return self._putter.put(
-            self,
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            durable=durable,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-            compress=compress,
-        )
+    def _putter_of(self) -> Putter:
+        return self._putter
 
-    def put_pipelined(
-        self,
-        topic: str | Message,
-        body: Optional[Body] = None,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        delay_level: Optional[int] = None,
-        deliver_at_ms: Optional[int] = None,
-        delay_ms: Optional[int] = None,
-    ) -> PutFuture:
-        return self._putter.put_pipelined(
-            self,
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-        )
-
-    def _check_user_topic(self, topic: object) -> None:
-        self._putter.check_user_topic(topic)
-
-    def _put_message(
-        self,
-        m: object,
-        durable: Optional[bool],
-        mode: int,
-        delay_level: Optional[int] = None,
-        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
-        prepared_offset: int = 0,
-    ) -> Any:
-        return self._putter.put_message(self, m, durable, mode, delay_level, timer, prepared_offset)
-
-    def put_batch(
-        self,
-        topic: str,
-        bodies: Any,
-        *,
-        lengths: Any = None,
-        tags: Optional[str] = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        durable: Optional[bool] = None,
-        pipelined: bool = False,
-    ) -> BatchPutResult | PutFuture:
-        return self._putter.put_batch(
-            self,
-            topic,
-            bodies,
-            lengths=lengths,
-            tags=tags,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            durable=durable,
-            pipelined=pipelined,
-        )
-
-    def put_messages(
-        self,
-        messages: Sequence[Message],
-        *,
-        durable: Optional[bool] = None,
-    ) -> list[PutResult]:
-        return self._putter.put_messages(self, messages, durable=durable)
+    put = store_method("put", _putter_of)
+    put_pipelined = store_method("put_pipelined", _putter_of)
+    put_batch = store_method("put_batch", _putter_of)
+    put_messages = store_method("put_messages", _putter_of)
+    _put_message = store_method("put_message", _putter_of)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
 
