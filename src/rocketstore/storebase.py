@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import itertools
 import logging
 import os
 import sys
@@ -37,8 +36,6 @@ from typing import (
     cast,
 )
 
-import numpy as np
-
 from rocketstore import _impl
 from rocketstore.base._background import weak_method
 from rocketstore.base._checks import (
@@ -49,24 +46,22 @@ from rocketstore.base._checks import (
     timeout_ms,
     wait_deadline,
 )
-from rocketstore.base._clock import now_ms
+from rocketstore.base._delegate import delegated
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.consume import (
     GetMessageResult,
     GetMessageStatus,
     TagFilter,
     _check_int,
-    get_units,
 )
 from rocketstore.errors import (
     InvalidMessageError,
-    InvalidMessageIdError,
     MessageNotFoundError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
+from rocketstore.files.mapped_file import deleted_files_closed_aside, typed_error
 from rocketstore.files.storedir import (
     StoreLock,
     check_store_dir,
@@ -76,7 +71,6 @@ from rocketstore.joined import (
     closed_error,
     uniq_prefix,
 )
-from rocketstore.log.recordscan import message_chunks
 from rocketstore.message import (
     MessageExt,
     validate_topic,
@@ -86,14 +80,12 @@ from rocketstore.processes.live import (
     PutWaits,
 )
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
-from rocketstore.processes.puts import Putter, check_mapping, store_method
+from rocketstore.processes.puts import Putter, check_mapping
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import set_queue_type
-from rocketstore.queues.compaction import CompactionLog, compacted_pull, latest_per_key
-from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, offset_of_time
-from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
+from rocketstore.queues.compaction import compacted_pull
 from rocketstore.queues.puller import Puller, check_name
-from rocketstore.queues.queuecheck import verify_store
+from rocketstore.queues.reads import StoreReads
 from rocketstore.roles import (
     Role,
     choose_role,
@@ -253,6 +245,8 @@ class StoreBase(JoinedWriting):
     _putter: Putter
     #: the pulls by queue position (rocketstore.queues.puller), over the parts of the last open
     _pulls: Puller
+    #: the careful path of the reads (rocketstore.queues.reads), over the parts of the last open
+    _reads: StoreReads
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
     _takeover_pending = False  # joined, the owner ended, and taking over failed: the next call tries again
@@ -421,6 +415,8 @@ class StoreBase(JoinedWriting):
         self._opened.queues.correct_min_offset(low)
 
     def _take_parts(self, opened: OpenedParts) -> None:
+        """Take the parts ``opened`` holds, and make the objects that work on them: the careful
+        paths of the puts (Putter) and of the reads (StoreReads, and its Puller), the waits."""
         self.last_shutdown_clean = opened.last_shutdown_clean
         self._opened = opened
         self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
@@ -446,6 +442,9 @@ class StoreBase(JoinedWriting):
                 else None
             ),
         )
+        self._reads = StoreReads(
+            opened, self._codec, self._pulls, ref, StoreBase._is_closed, StoreBase._open_reads
+        )
         self._putter = Putter(
             opened.core,
             self._codec,
@@ -456,37 +455,6 @@ class StoreBase(JoinedWriting):
             StoreBase._is_closed,
             opened.batch,
         )
-
-    def _batch_queue(self, topic: str, queue_id: int) -> Any:
-        """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
-        self._check_open()
-        self._opened.dispatcher.catch_up()
-        return self._opened.batch.get(topic, queue_id)
-
-    def _batch_pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: Optional[int],
-        group: str,
-        max_msgs: int,
-        tag_filter: TagFilter,
-    ) -> GetMessageResult:
-        """get_message of a BatchCQ topic (rocketstore.queues.batchcq): each inner message at its
-        own queue offset, filtered by its own tag."""
-        max_msgs = _check_int("max_msgs", max_msgs, 1)
-        bq = self._batch_queue(topic, int(queue_id))
-        if bq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-        if offset is None:
-            offset = self._opened.offsets.query(group, topic, int(queue_id))
-            if offset < 0:
-                offset = bq.min_offset
-        return GetMessageResult(*self._opened.batch.pull(bq, offset, max_msgs, tag_filter))
-
-    def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
-        messages: list[MessageExt] = self._opened.batch.messages(bq, queue_offset)
-        return messages
 
     def _report(self, stage: str, done: int, total: int) -> None:
         if self._progress is not None:
@@ -743,11 +711,11 @@ class StoreBase(JoinedWriting):
     def _putter_of(self) -> Putter:
         return self._putter
 
-    put = store_method("put", _putter_of)
-    put_pipelined = store_method("put_pipelined", _putter_of)
-    put_batch = store_method("put_batch", _putter_of)
-    put_messages = store_method("put_messages", _putter_of)
-    _put_message = store_method("put_message", _putter_of)
+    put = delegated(Putter.put, _putter_of, with_store=True)
+    put_pipelined = delegated(Putter.put_pipelined, _putter_of, with_store=True)
+    put_batch = delegated(Putter.put_batch, _putter_of, with_store=True)
+    put_messages = delegated(Putter.put_messages, _putter_of, with_store=True)
+    _put_message = delegated(Putter.put_message, _putter_of, with_store=True)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
 
@@ -780,7 +748,7 @@ class StoreBase(JoinedWriting):
 
     def timer_stats(self) -> dict[str, Any]:
         self._check_open()
-        return timer_stats(self.path, self._opened.timer, self._read, self._timer_records)
+        return timer_stats(self.path, self._opened.timer, self._reads.record, self._timer_records)
 
     def _timer_records(self, start: int) -> Iterator[MessageExt]:
         """The records of the timer queue from queue offset ``start`` on."""
@@ -848,134 +816,38 @@ class StoreBase(JoinedWriting):
     def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
         return self._pop_service().status(group, topic)
 
-    # ---- reads ----
+    # ---- reads (rocketstore.queues.reads: the StoreReads of the last open) ----
 
-    def _readable_end(self, mf: MappedFile) -> int:
-        return self._opened.commitlog.readable_end(mf)
+    def _reads_of(self) -> StoreReads:
+        return self._reads
 
-    def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
-        if (
-            not zero_copy
-            and not self._closed
-            and (self._opened.follower is None or self._opened.follower.follow())
-        ):
-            msg: Optional[MessageExt] = self._codec.record_at(
-                self._opened.segments, None if self._files_read_only else self._opened.core, commitlog_offset
-            )
-            if msg is not None:  # else the careful path says why not, or reads it
-                return _placed(msg, commitlog_offset)
+    def _open_reads(self) -> StoreReads:
+        """This store's reads, once it is open (a following store may open again here)."""
         self._check_open()
-        return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
+        return self._reads
 
-    def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
-        return self._opened.commitlog.read(commitlog_offset, zero_copy)
-
-    def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
-        if (
-            not zero_copy
-            and not self._closed
-            and (self._opened.follower is None or self._opened.follower.follow())
-        ):
-            msg: Optional[MessageExt] = self._codec.message_by_id(
-                self._opened.segments, None if self._files_read_only else self._opened.core, msg_id
-            )
-            if msg is not None:  # else the careful path says why not, or reads it
-                return msg
-        if not isinstance(msg_id, str):
-            raise InvalidMessageIdError(f"message id must be a str, not {type(msg_id).__name__}")
-        _host, _port, offset = self._codec.parse_offset_msg_id(msg_id)
-        msg = self.read(offset, zero_copy=zero_copy)
-        if msg.msg_id != msg_id.upper():
-            raise MessageNotFoundError(f"message {msg_id} is not in this store")
-        return msg
-
-    def iter_messages(
-        self,
-        start: Optional[int] = None,
-        end: Optional[int] = None,
-        *,
-        zero_copy: bool = False,
-        check_crc: bool = True,
-    ) -> Iterator[MessageExt]:
-        """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
-
-        Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them), as is a whole record whose PHYSICALOFFSET names another place (a copy:
-        :meth:`read` refuses it there). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
-        ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
-        self._check_open()
-        return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
-
-    def _message_chunks(
-        self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
-    ) -> Iterator[Iterator[MessageExt]]:
-        start, end = _offset_bounds(start, end)  # (raised when iteration begins)
-        yield from message_chunks(self._opened.commitlog, self._codec, start, end, zero_copy, check_crc)
-
-    def scan(
-        self,
-        start: Optional[int] = None,
-        end: Optional[int] = None,
-        *,
-        check_crc: bool = True,
-        views: bool = False,
-    ) -> Iterator[tuple[Any, ...]]:
-        """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
-        65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
-        Python call per field. CRCs as in :meth:`iter_messages`.
-
-        ``views=True`` yields ``(segment_start, view, records)`` as :meth:`records_at` does:
-        ``view`` is a read-only map of the segment the positions point into."""
-        self._check_open()
-        for mf, arr in self._scan(start, end, check_crc):
-            if views:
-                yield mf.file_from_offset, mf.view(0, self._readable_end(mf)), arr
-            else:
-                yield mf.file_from_offset, arr
-
-    def _scan(
-        self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
-    ) -> Iterator[tuple[MappedFile, np.ndarray]]:
-        start, end = _offset_bounds(start, end)
-        return self._opened.commitlog.chunks(start, end, check_crc, chunk)
-
-    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
-        """Check every record's structure and body CRC, segment by segment, every field that can
-        be cross-checked (``rocketstore.format._verify``: PhysicalOffset against the record's position,
-        room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
-        characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
-        timestamps against their neighbours'), and every ConsumeQueue unit against the record it
-        points to (topic, queue id, queue offset, size).
-        Works on read-only stores.
-
-        Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
-        "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
-        CRC is skipped by its length and the scan goes on; a record whose lengths make no sense
-        ends its segment. ``progress("verify", done, total)`` is called as bytes are checked.
-
-        A read-only store checks every segment to the end of the file: damage followed by
-        whole records is reported, but not what follows the last whole record, since a writer
-        beside it may be in the middle of writing that (or a crash left it, which the next
-        writable open cuts).
-        """
-        self._check_open()
-        self._opened.dispatcher.catch_up()
-        found = verify_store(
-            self._opened.commitlog,
-            self._opened.guard,
-            self._opened.batch,
-            self._opened.short_queues,
-            progress,
-        )
-        found["max_offset"] = self.max_offset
-        return found
+    read = delegated(StoreReads.read, _reads_of)
+    get_by_msg_id = delegated(StoreReads.get_by_msg_id, _reads_of)
+    iter_messages = delegated(StoreReads.iter_messages, _reads_of)
+    scan = delegated(StoreReads.scan, _reads_of)
+    records_at = delegated(StoreReads.records_at, _reads_of)
+    verify = delegated(StoreReads.verify, _reads_of)
+    get_units = delegated(StoreReads.get_units, _reads_of)
+    queue_units = delegated(StoreReads.queue_units, _reads_of)
+    min_queue_offset = delegated(StoreReads.min_queue_offset, _reads_of)
+    max_queue_offset = delegated(StoreReads.max_queue_offset, _reads_of)
+    queue_offset_of_time = delegated(StoreReads.queue_offset_of_time, _reads_of)
+    queues = delegated(StoreReads.queues, _reads_of)
+    compaction_log = delegated(StoreReads.compaction_log, _reads_of)
+    compacted = delegated(StoreReads.compacted, _reads_of)
+    key_offsets = delegated(StoreReads.key_offsets, _reads_of)
+    query_by_key = delegated(StoreReads.query_by_key, _reads_of)
+    query_by_unique_key = delegated(StoreReads.query_by_unique_key, _reads_of)
+    get_by_queue_offset = delegated(StoreReads.get_by_queue_offset, _reads_of)
+    _pop_pull = delegated(StoreReads.pop_pull, _reads_of)
+    _pop_lookup = delegated(StoreReads.pop_lookup, _reads_of)
 
     # ---- consuming (§11) and consumer offsets (§10) ----
-
-    def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
-        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None
-        (rocketstore.queues.puller)."""
-        return self._pulls.queue(topic, queue_id, need)
 
     def _open_pulls(self) -> Puller:
         """This store's puller, once it is open (a following store may open again here)."""
@@ -1045,7 +917,7 @@ class StoreBase(JoinedWriting):
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             if topic in self._batch_topics:
-                found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
+                found = self._reads.batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
             else:
                 found = self._pulls.look(group, topic, queue_id, offset, max_msgs, tag_filter)
             if deadline is None or found.messages or found.status not in _WAITABLE:
@@ -1077,133 +949,6 @@ class StoreBase(JoinedWriting):
         assert opened.waits is not None
         return opened.waits
 
-    def _pop_pull(
-        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
-    ) -> GetMessageResult:
-        if topic in self._batch_topics:  # one inner message at a time (rocketstore.queues.batchcq)
-            return self._batch_pull(
-                topic, queue_id, offset, group, max_msgs, tag_filter or TagFilter.parse(None)
-            )
-        return self._pulls.pop_pull(group, topic, queue_id, offset, max_msgs, tag_filter)
-
-    def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        if topic in self._batch_topics:
-            return self.get_by_queue_offset(topic, queue_id, queue_offset)
-        return self._pulls.pop_lookup(topic, queue_id, queue_offset)
-
-    def get_units(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
-    ) -> GetMessageResult:
-        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            if bq is not None:
-                units = self._opened.batch.units(
-                    bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags)
-                )
-                return GetMessageResult(*units)
-        return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
-
-    def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
-        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
-            cq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-        else:
-            cq = self._queue(topic, queue_id)
-        start, count = _check_int("start", start), _check_int("count", count)
-        if cq is None:
-            if start == 0:
-                return np.empty(0, dtype=CQ_UNIT_DTYPE)
-            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        units: np.ndarray = cq.units(start, count)
-        return units
-
-    def records_at(
-        self,
-        commitlog_offsets: Any,
-        sizes: Any,
-        *,
-        check_crc: bool = True,
-        queue: Optional[tuple[str, int, int]] = None,
-    ) -> Iterator[tuple[int, Any, np.ndarray]]:
-        self._check_open()
-        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
-        sizes = np.asarray(sizes, dtype=np.int64)
-        if len(offsets) != len(sizes):
-            raise ValueError("commitlog_offsets and sizes differ in length")
-        if queue is not None and queue[0] in self._batch_topics:  # a row per inner message
-            yield from self._opened.batch.records_at(offsets, sizes, queue, check_crc)
-            return
-        if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
-            raise ValueError("commitlog_offsets must be strictly ascending")
-        check = None
-        if queue is not None:
-            check = lambda view, base, rows, first: self._opened.guard.check_rows(
-                view, base, rows, queue, first
-            )
-        yield from self._opened.commitlog.records_at(offsets, sizes, check_crc, check)
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.min_offset if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.max_offset if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.offset_of_time(_check_int("timestamp", timestamp)) if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        timestamp = _check_int("timestamp", timestamp)
-        if cq is None:
-            return 0
-
-        def store_time_of(commitlog_offset: int) -> Optional[int]:
-            try:
-                return int(self._read(commitlog_offset).store_timestamp)
-            except MessageNotFoundError:
-                return None  # gone (retention): older than anything left
-
-        return offset_of_time(cq, timestamp, store_time_of)  # a read-only store's TailQueue too
-
-    def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
-        self._check_open()
-        self._opened.dispatcher.catch_up()
-        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._opened.queues}
-        if self._batch_topics:
-            found.update(
-                {(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._opened.batch}
-            )
-        return found
-
-    def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
-        self._check_open()
-        check_name("topic", topic)
-        queue_id = _check_int("queue_id", queue_id, 0)
-        return CompactionLog.read(self.path, topic, queue_id, self._codec.decode_record)
-
-    def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
-        log = self.compaction_log(topic, queue_id)
-        start = log[-1].queue_offset + 1 if log else 0
-
-        def past_the_log() -> Iterator[MessageExt]:
-            position = max(start, self.min_queue_offset(topic, queue_id))
-            end = self.max_queue_offset(topic, queue_id)
-            while position < end:
-                got = self.get_message("rocketstore-compacted", topic, queue_id, position, 256)
-                yield from got.messages
-                if got.next_begin_offset <= position:
-                    break
-                position = got.next_begin_offset
-
-        return latest_per_key(itertools.chain(log, past_the_log()))
-
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
         check_name("group", group)
@@ -1224,77 +969,6 @@ class StoreBase(JoinedWriting):
         self._check_writable()
         self._opened.offsets.import_group_offsets(self.path)
         return self._opened.offsets.persist()
-
-    # ---- lookups (§3, §5.5) ----
-
-    def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
-        self._check_open()
-        check_name("topic", topic)
-        check_name("key", key)
-        self._opened.dispatcher.catch_up(index=True)
-        return self._opened.lookups.offsets(topic, key)
-
-    def query_by_key(
-        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
-    ) -> list[MessageExt]:
-        if not self._closed and (self._opened.follower is None or self._opened.follower.follow()):
-            # the common case in one compiled call: the dispatcher's catch-up (when it has
-            # anything to do), index walk, re-check and decode of each hit; None for anything
-            # the checks below must decide
-            hits: Optional[list[MessageExt]] = self._codec.key_lookup(
-                (self._opened.disk_index, self._opened.index),
-                self._opened.segments,
-                None if self._files_read_only else self._opened.core,
-                topic,
-                key,
-                max_num,
-                begin,
-                end,
-                MAX_MSGS_NUM_BATCH,
-                self._opened.dispatcher,
-            )
-            if hits is not None:
-                return hits
-        self._check_open()
-        check_name("topic", topic)
-        check_name("key", key)
-        max_num = _check_int("max_num", max_num, 1)
-        begin = _check_int("begin", begin, 0)
-        end = _INT64_MAX if end is None else _check_int("end", end, 0)
-        self._opened.dispatcher.catch_up(index=True)
-        return self._opened.lookups.by_key(topic, key, max_num, begin, end)
-
-    def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
-        self._check_open()
-        check_name("topic", topic)
-        check_name("unique_key", unique_key)
-        self._opened.dispatcher.catch_up(index=True)
-        return self._opened.lookups.by_unique_key(topic, unique_key, now_ms())
-
-    def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        if not self._closed and (self._opened.follower is None or self._opened.follower.follow()):
-            # the common case in one compiled call: the unit, its record, every check of
-            # QueueGuard.unit_message; anything else (None) takes the careful path below
-            msg: Optional[MessageExt] = self._codec.queue_message(
-                self._opened.queues,
-                topic,
-                queue_id,
-                queue_offset,
-                self._opened.segments,
-                None if self._files_read_only else self._opened.core,
-            )
-            if msg is not None:
-                return msg
-        queue_offset = _check_int("queue_offset", queue_offset)
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            if bq is None or not bq.min_offset <= queue_offset < bq.max_offset:
-                raise MessageNotFoundError(f"no message at queue offset {queue_offset} of {topic}-{queue_id}")
-            for msg in self._batch_messages(bq, queue_offset):
-                if msg.queue_offset == queue_offset:
-                    return msg
-            raise AssertionError("unreachable")  # _batch_messages checked the count
-        return self._pulls.message_at(topic, queue_id, queue_offset)
 
     # ---- retention, durability, state ----
 

@@ -11,8 +11,6 @@ whether it is closed or writable.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
@@ -28,7 +26,7 @@ if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stub
     from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
     from rocketstore.log.commitlog import AppendCore
 
-__all__ = ["Putter", "check_mapping", "store_method", "WAIT_FUTURE"]
+__all__ = ["Putter", "check_mapping", "WAIT_FUTURE"]
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
@@ -494,20 +492,3 @@ class Putter:
             topic, queue_id, properties, delay_level
         )
         return rewritten
-
-
-def store_method(name: str, putter_of: Callable[[Any], Putter]) -> Callable[..., Any]:
-    """The store's method ``name`` (``put``, ``put_pipelined``, ``put_batch``, ``put_messages``,
-    ``put_message``): ``putter_of(store)``'s, called with the store first, with its signature
-    and documentation but for ``store`` (one place for them: the Putter's)."""
-    method = getattr(Putter, name)
-
-    @functools.wraps(method)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return method(putter_of(self), self, *args, **kwargs)
-
-    signature = inspect.signature(method)
-    putter, _store, *params = signature.parameters.values()
-    call.__signature__ = signature.replace(parameters=[putter, *params])  # type: ignore[attr-defined]
-    del call.__wrapped__  # (the signature is this one's, not the Putter's)
-    return call
