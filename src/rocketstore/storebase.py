@@ -26,34 +26,15 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Optional,
-    TypeVar,
-    Union,
-    cast,
-)
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from rocketstore import _impl
 from rocketstore.base._background import weak_method
-from rocketstore.base._checks import (
-    INT32_MAX,
-    INT32_MIN,
-    check_int,
-    check_put_ints,
-    timeout_ms,
-    wait_deadline,
-)
+from rocketstore.base._checks import check_int, timeout_ms, wait_deadline
 from rocketstore.base._delegate import delegated
 from rocketstore.config import StoreConfig, default_store_path
-from rocketstore.consume import (
-    GetMessageResult,
-    GetMessageStatus,
-    TagFilter,
-    _check_int,
-)
+from rocketstore.consume import GetMessageResult, GetMessageStatus, TagFilter, _check_int
 from rocketstore.errors import (
     InvalidMessageError,
     MessageNotFoundError,
@@ -62,41 +43,20 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.files.mapped_file import deleted_files_closed_aside, typed_error
-from rocketstore.files.storedir import (
-    StoreLock,
-    check_store_dir,
-)
-from rocketstore.joined import (
-    JoinedWriting,
-    closed_error,
-    uniq_prefix,
-)
-from rocketstore.message import (
-    MessageExt,
-    validate_topic,
-)
-from rocketstore.processes.live import (
-    Look,
-    PutWaits,
-)
+from rocketstore.files.storedir import StoreLock, check_store_dir
+from rocketstore.joined import JoinedWriting, closed_error, uniq_prefix
+from rocketstore.message import MessageExt, validate_topic
+from rocketstore.processes.live import Look, PutWaits
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
-from rocketstore.processes.puts import Putter, check_mapping
+from rocketstore.processes.puts import Putter
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import set_queue_type
 from rocketstore.queues.compaction import compacted_pull
 from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.reads import StoreReads
-from rocketstore.roles import (
-    Role,
-    choose_role,
-    resuming_calls,
-)
+from rocketstore.roles import Role, choose_role, resuming_calls
 from rocketstore.services import report
-from rocketstore.services.pop import (
-    PopService,
-    Received,
-    ReceivedMessage,
-)
+from rocketstore.services.pop import PopService, Received, ReceivedMessage
 from rocketstore.services.retention import (
     UNCHANGED,
     retention_attribute_changes,
@@ -104,11 +64,9 @@ from rocketstore.services.retention import (
     topic_policy,
 )
 from rocketstore.services.schedule import DelayProgress, pending_counts
-from rocketstore.services.timer import (
-    TIMER_TOPIC,
-)
+from rocketstore.services.timer import TIMER_TOPIC
 from rocketstore.services.timerstats import timer_stats
-from rocketstore.services.transaction import PreparedMessage, TransactionService
+from rocketstore.services.transaction import TransactionService
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
@@ -119,12 +77,8 @@ if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stub
 Body = Union[bytes, bytearray, memoryview]
 #: ``keys=``: one string of space-separated keys, or a sequence of keys.
 Keys = Union[str, Sequence[str], None]
-_T = TypeVar("_T")
 
 __all__ = ["StoreBase"]
-
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
@@ -168,18 +122,6 @@ class _ForkedCore:
         )
 
 
-def _placed(msg: MessageExt, commitlog_offset: int) -> MessageExt:
-    """``msg``, read at ``commitlog_offset``, if its record says it was written there: a
-    whole, CRC-valid record moved from elsewhere (its PhysicalOffset field names another
-    place; verify() lists it) is not the message stored at that offset."""
-    if msg.commitlog_offset != commitlog_offset:
-        raise MessageNotFoundError(
-            f"no message at commitlog offset {commitlog_offset}: the record there says it was "
-            f"written at {msg.commitlog_offset} (damage; verify() lists it)"
-        )
-    return msg
-
-
 def _plain_str(value: Any) -> Any:
     """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
     str: both then answer alike); anything else as it is, for the callee to check."""
@@ -218,15 +160,6 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
-
-
-def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[int], Optional[int]]:
-    """A scan's CommitLog bounds, each None or an int >= 0 (InvalidMessageError otherwise: a
-    float or NaN bound would be compared, not refused, and the scan would start anywhere)."""
-    return (
-        None if start is None else check_int("start", start, 0),
-        None if end is None else check_int("end", end, 0),
-    )
 
 
 class StoreBase(JoinedWriting):
@@ -386,7 +319,6 @@ class StoreBase(JoinedWriting):
                 report=self._report,
                 uniq_prefix=uniq_prefix(self.config),
                 topic_lookup=weak_method(self._topic_queues, closed_error),
-                segments_deleted=weak_method(self._segments_deleted),
             )
         finally:
             self._take_parts(opened)
@@ -401,18 +333,6 @@ class StoreBase(JoinedWriting):
             )
         finally:
             self._take_parts(opened)
-
-    def _segments_deleted(self) -> None:
-        """A read-only store's follower dropped segments retention deleted: the queues start
-        above them (what a writable store's Cleaner does for its own queues)."""
-        if not self._opened.commitlog.files:
-            return
-        low = self._opened.commitlog.min_offset
-        dispatcher = self._opened.dispatcher
-        with dispatcher.lock:
-            if dispatcher.offset < low:
-                dispatcher.offset = low  # what it had not dispatched yet is gone
-        self._opened.queues.correct_min_offset(low)
 
     def _take_parts(self, opened: OpenedParts) -> None:
         """Take the parts ``opened`` holds, and make the objects that work on them: the careful
@@ -459,10 +379,6 @@ class StoreBase(JoinedWriting):
     def _report(self, stage: str, done: int, total: int) -> None:
         if self._progress is not None:
             self._progress(stage, done, total)
-
-    def _save_checkpoint(self) -> None:
-        """The checkpoint moved to where dispatch got, once that is durable (Checkpointer.save)."""
-        self._opened.checkpointer.save()
 
     def _topic_queues(self, topic: str) -> int:
         return self._opened.topics.queues_for_put(topic)
@@ -807,14 +723,9 @@ class StoreBase(JoinedWriting):
             pop = self._pop_service()
         return pop.ack(handle)
 
-    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
-        return self._pop_service().ack_many(handles)
-
-    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
-        return self._pop_service().change_invisible_time(handle, invisible_time_ms)
-
-    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
-        return self._pop_service().status(group, topic)
+    ack_many = delegated(PopService.ack_many, _pop_service)
+    change_invisible_time = delegated(PopService.change_invisible_time, _pop_service)
+    pop_status = delegated(PopService.status, _pop_service)
 
     # ---- reads (rocketstore.queues.reads: the StoreReads of the last open) ----
 
@@ -844,6 +755,7 @@ class StoreBase(JoinedWriting):
     query_by_key = delegated(StoreReads.query_by_key, _reads_of)
     query_by_unique_key = delegated(StoreReads.query_by_unique_key, _reads_of)
     get_by_queue_offset = delegated(StoreReads.get_by_queue_offset, _reads_of)
+    queue_offsets = delegated(StoreReads.queue_offsets, _reads_of)
     _pop_pull = delegated(StoreReads.pop_pull, _reads_of)
     _pop_lookup = delegated(StoreReads.pop_lookup, _reads_of)
 
@@ -1007,26 +919,6 @@ class StoreBase(JoinedWriting):
     def flushed_offset(self) -> int:
         return self._opened.commitlog.flushed_offset
 
-    def queue_offsets(self) -> dict[tuple[str, int], int]:
-        if self._files_read_only:
-            self._check_open()
-            found = dict(self._opened.queue_offsets)
-            if self._batch_topics:
-                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._opened.batch})
-            if self._opened.follower is not None:
-                self._opened.dispatcher.catch_up()
-                for cq in self._opened.queues:
-                    key = (cq.topic, cq.queue_id)
-                    if cq.max_offset > found.get(key, 0):
-                        found[key] = cq.max_offset
-            return found
-        if self._batch_topics:  # the core counts a batch record as one offset
-            return {
-                **self._opened.core.queue_offsets(),
-                **{(b.topic, b.queue_id): b.max_offset for b in self._opened.batch},
-            }
-        return self._opened.core.queue_offsets()
-
     def stats(self) -> dict[str, Any]:
         self._check_open()
         out = {
@@ -1073,53 +965,11 @@ class StoreBase(JoinedWriting):
             )
         return service
 
-    def prepare_transaction(
-        self,
-        topic: str,
-        body: Body,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        producer_group: Optional[str] = None,
-        check_immunity_s: Optional[int] = None,
-        durable: Optional[bool] = None,
-    ) -> PreparedMessage:
-        check_mapping(properties)
-        queue_id, flag = check_put_ints(queue_id, flag)
-        return self._transactions().prepare(
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=dict(properties) if properties else None,
-            queue_id=queue_id,
-            flag=flag,
-            producer_group=producer_group,
-            check_immunity_s=check_immunity_s,
-            durable=durable,
-        )
-
-    def commit_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> MessageExt:
-        return self._transactions().commit(prepared, durable=durable)
-
-    def rollback_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> None:
-        self._transactions().rollback(prepared, durable=durable)
-
-    def open_transactions(self) -> list[MessageExt]:
-        return self._transactions().open_transactions()
-
-    def check_transactions(
-        self,
-        resolve: Callable[[MessageExt], Optional[str]],
-        *,
-        timeout_ms: int = 6_000,
-        max_checks: int = 15,
-        now: Optional[int] = None,
-    ) -> dict[str, int]:
-        return self._transactions().check(resolve, timeout_ms=timeout_ms, max_checks=max_checks, now=now)
+    prepare_transaction = delegated(TransactionService.prepare, _transactions)
+    commit_transaction = delegated(TransactionService.commit, _transactions)
+    rollback_transaction = delegated(TransactionService.rollback, _transactions)
+    open_transactions = delegated(TransactionService.open_transactions, _transactions)
+    check_transactions = delegated(TransactionService.check, _transactions)
 
     def __repr__(self) -> str:
         state = (

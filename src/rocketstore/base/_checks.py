@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +16,7 @@ from rocketstore.errors import InvalidMessageError, InvalidQueueIdError
 __all__ = [
     "check_int",
     "check_put_ints",
+    "check_mapping",
     "contiguous",
     "batch_lengths",
     "timeout_ms",
@@ -102,6 +104,13 @@ def batch_lengths(lengths: Any) -> np.ndarray:
     if (lens < 0).any():
         raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
     return lens
+
+
+def check_mapping(properties: object) -> Optional[Mapping[str, str]]:
+    """``properties`` if it is None or a mapping; InvalidMessageError otherwise."""
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
+    return properties
 
 
 def timeout_ms(timeout: object) -> int:

@@ -10,9 +10,11 @@ put of a service's own records, POP's pulls and lookups, the topic of a put) it 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Optional
 
@@ -127,6 +129,20 @@ class OpenedParts:
         self.waits: Optional[PutWaits] = None
 
 
+def _segments_deleted(opened_ref: Callable[[], Optional[OpenedParts]]) -> None:
+    """A read-only store's follower dropped segments retention deleted: the queues start above
+    them (what a writable store's Cleaner does for its own queues)."""
+    opened = opened_ref()
+    if opened is None or not opened.commitlog.files:
+        return
+    low = opened.commitlog.min_offset
+    dispatcher = opened.dispatcher
+    with dispatcher.lock:
+        if dispatcher.offset < low:
+            dispatcher.offset = low  # what it had not dispatched yet is gone
+    opened.queues.correct_min_offset(low)
+
+
 def open_parts(
     opened: OpenedParts,
     impl: Any,
@@ -135,14 +151,12 @@ def open_parts(
     report: Callable[[str, int, int], None],
     uniq_prefix: bytes,
     topic_lookup: Callable[[str], int],
-    segments_deleted: Callable[[], None],
 ) -> None:
     """Open the store ``opened`` describes, filling it part by part: map the CommitLog, recover
     it, open the queues and the index, and start a writable store's append core and dispatch
     (its services: :func:`start_services`). ``report(stage, done, total)`` follows recovery;
-    ``topic_lookup(topic)`` is the facade's queue count of a put's topic, ``segments_deleted()``
-    what a read-only store does when its follower dropped segments (weak methods: no part keeps
-    the store alive).
+    ``topic_lookup(topic)`` is the facade's queue count of a put's topic (a weak method: no part
+    keeps the store alive).
 
     No part refers to ``opened``: the parts are freed, their files closed, as soon as the store
     drops them, not at the next garbage collection."""
@@ -171,7 +185,9 @@ def open_parts(
         # the writer's live page before anything is loaded: what it says next is newer
         opened.live = LivePage.attach(path, impl.store)
         if opened.live is not None:
-            opened.follower = Follower(opened.live, commitlog, segments_deleted)
+            opened.follower = Follower(
+                opened.live, commitlog, functools.partial(_segments_deleted, weakref.ref(opened))
+            )
         # Queues and index first: a writer's retention deletes segments before the queue
         # and index files that point into them, so every segment found after these has
         # its units and index entries here (or dispatched into memory).

@@ -363,6 +363,24 @@ class StoreReads:
 
         return latest_per_key(itertools.chain(log, past_the_log()))
 
+    def queue_offsets(self) -> dict[tuple[str, int], int]:
+        opened = self.checked().opened if self.opened.read_only else self.opened
+        batch = opened.batch if opened.batch is not None and opened.batch.topics else ()
+        if opened.read_only:
+            found = dict(opened.queue_offsets)
+            found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in batch})
+            if opened.follower is not None:
+                opened.dispatcher.catch_up()
+                for cq in opened.queues:
+                    key = (cq.topic, cq.queue_id)
+                    if cq.max_offset > found.get(key, 0):
+                        found[key] = cq.max_offset
+            return found
+        offsets: dict[tuple[str, int], int] = opened.core.queue_offsets()
+        if batch:  # the core counts a batch record as one offset
+            return {**offsets, **{(b.topic, b.queue_id): b.max_offset for b in batch}}
+        return offsets
+
     # ---- lookups (§3, §5.5) ----
 
     def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
