@@ -105,7 +105,7 @@ def batch_fused(s, keys, bodies):
 
 def batch_general(s, keys, bodies):
     codec, core, topics = s._codec, s._opened.core, s._user_topics
-    s._check_user_topic(TOPIC)
+    s._putter.check_user_topic(TOPIC)
     for i in range(0, len(keys), BATCH):
         messages = [Message(TOPIC, b, keys=k) for k, b in zip(keys[i : i + BATCH], bodies[i : i + BATCH])]
         items, slow = codec.plain_message_items(messages, topics, (Message,))

@@ -129,7 +129,10 @@ def main() -> None:
 
         cleaners = {
             hour: Cleaner(
-                store._opened.parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms, h=hour: h
+                store._opened.parts,
+                clock=lambda: now,
+                disk_usage=lambda p: 0.5,
+                local_hour=lambda ms, h=hour: h,
             )
             for hour in (4, 5)
         }

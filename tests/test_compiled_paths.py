@@ -44,7 +44,9 @@ def test_the_managers_hot_state_is_the_compiled_codecs(tmp_path):
         s.put(TOPIC, b"body", keys="k", queue_id=1)
         assert s.get_by_queue_offset(TOPIC, 1, 0).body == b"body"
         assert isinstance(s._opened.segments, codec.SegmentTable)
-        assert s._opened.segments.files and all(isinstance(f, codec.MappedState) for f in s._opened.segments.files)
+        assert s._opened.segments.files and all(
+            isinstance(f, codec.MappedState) for f in s._opened.segments.files
+        )
         assert isinstance(s._opened.queues, codec.QueueTable)
         cq = s._opened.queues.get(TOPIC, 1)
         assert isinstance(cq, codec.QueueState) and isinstance(cq._files, codec.SegmentTable)

@@ -173,7 +173,9 @@ def test_the_fast_calls_read_the_fields_the_managers_set(store, monkeypatch):
     codec = store._impl.codec
 
     def fast_queue_read():
-        return codec.queue_message(store._opened.queues, TOPIC, 1, 0, store._opened.segments, store._opened.core)
+        return codec.queue_message(
+            store._opened.queues, TOPIC, 1, 0, store._opened.segments, store._opened.core
+        )
 
     def fast_read():
         return codec.record_at(store._opened.segments, store._opened.core, r.commitlog_offset)
@@ -290,7 +292,9 @@ def test_a_pull_reads_the_queue_bounds_from_the_fields_the_queue_sets(store, mon
     codec = store._impl.codec
 
     def pull(offset, n=32):
-        return codec.queue_messages(store._opened.queues, TOPIC, 1, offset, n, store._opened.segments, store._opened.core)
+        return codec.queue_messages(
+            store._opened.queues, TOPIC, 1, offset, n, store._opened.segments, store._opened.core
+        )
 
     assert store.get_message("g", TOPIC, 1, 0).max_offset == 8  # (dispatched)
     cq = store._opened.queues.get(TOPIC, 1)

@@ -57,7 +57,9 @@ def open_store(path, impl, **options):
 
 def cleaner(store, disk=None, hour=5):
     """A Cleaner on ``store`` whose local hour is ``hour`` (04 is delete_when) and clock NOW."""
-    return Cleaner(store._opened.parts, clock=lambda: NOW, disk_usage=disk or Disk(), local_hour=lambda ms: hour)
+    return Cleaner(
+        store._opened.parts, clock=lambda: NOW, disk_usage=disk or Disk(), local_hour=lambda ms: hour
+    )
 
 
 def fill(store, segments, queue_id=0, keys=True):

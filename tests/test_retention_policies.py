@@ -32,7 +32,9 @@ def open_store(path, impl, **options):
 
 def cleaner(store, hour=5, now=NOW):
     """A cleaner at ``now`` whose local hour is 5 (not a delete_when hour) and disk half full."""
-    return Cleaner(store._opened.parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour)
+    return Cleaner(
+        store._opened.parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour
+    )
 
 
 def age(store, hours, now=NOW):

@@ -201,7 +201,7 @@ def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point
         for i in range(3):
             owner.put("T", b"dispatched before the page said so %d" % i)
         owner.get_message("g", "T", 0, first)  # the owner's units on disk
-        owner._save_checkpoint()  # and vouched for: a reader keeps them
+        owner._opened.checkpointer.save()  # and vouched for: a reader keeps them
         page = path / "rocketstore-live"
         with open(page, "r+b") as f:  # the page as it was before the puts were published
             f.seek(16)

@@ -123,9 +123,12 @@ class _Wrapped:
 @pytest.mark.parametrize("step", ["core", "checkpoint", "queues", "segments"])
 def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
     s = busy_store(tmp_path / "store", impl)
-    target = {"core": s._opened.core, "checkpoint": s._opened.checkpoint, "queues": s._opened.queues, "segments": s._opened.segments}[
-        step
-    ]
+    target = {
+        "core": s._opened.core,
+        "checkpoint": s._opened.checkpoint,
+        "queues": s._opened.queues,
+        "segments": s._opened.segments,
+    }[step]
     name = "flush" if step == "checkpoint" else "close"
     original = getattr(target, name)
     calls = []
@@ -194,7 +197,9 @@ def test_a_closed_store_s_parts_are_freed_when_it_is_dropped_without_a_garbage_c
         assert s.query_by_key("T", "k1")[0].body == b"m1"
         names = ("commitlog", "queues", "index", "disk_index", "dispatcher", "batch", "checkpoint")
         opened = s._opened
-        parts = {name: weakref.ref(getattr(opened, name)) for name in names if getattr(opened, name) is not None}
+        parts = {
+            name: weakref.ref(getattr(opened, name)) for name in names if getattr(opened, name) is not None
+        }
         del opened
         assert len(parts) == 6 + read_only  # (a read-only store has its disk index besides)
         s.close()

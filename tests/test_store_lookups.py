@@ -345,7 +345,10 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
         assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
         assert ro.get_by_msg_id(rs[5].msg_id).body == b"r5"
         # the units on disk are read in one call; past them, the careful path decides
-        assert ro._codec.queue_message(ro._opened.queues, "TopicRo", 0, 9, ro._opened.segments, None).body == b"r9"
+        assert (
+            ro._codec.queue_message(ro._opened.queues, "TopicRo", 0, 9, ro._opened.segments, None).body
+            == b"r9"
+        )
         assert ro._codec.queue_message(ro._opened.queues, "TopicRo", 0, 10, ro._opened.segments, None) is None
 
 
@@ -453,11 +456,18 @@ def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl
     assert store.get_by_queue_offset("TopicQ", 0, 0).body == b"q0"  # dispatched by now
     topic, queue_id, queue_offset = args
     assert (
-        impl.codec.queue_message(store._opened.queues, topic, queue_id, queue_offset, store._opened.segments, store._opened.core)
+        impl.codec.queue_message(
+            store._opened.queues, topic, queue_id, queue_offset, store._opened.segments, store._opened.core
+        )
         is None
     )
     assert impl.codec.queue_message(None, "TopicQ", 0, 0, store._opened.segments, store._opened.core) is None
-    assert impl.codec.queue_message(store._opened.queues, "TopicQ", 0, 0, store._opened.segments, store._opened.core).body == b"q0"
+    assert (
+        impl.codec.queue_message(
+            store._opened.queues, "TopicQ", 0, 0, store._opened.segments, store._opened.core
+        ).body
+        == b"q0"
+    )
 
 
 @pytest.mark.parametrize(
@@ -640,11 +650,20 @@ def test_a_one_call_pull_gives_what_the_careful_path_gives(tmp_path, impl):
                 ]
                 assert got.buffer_total_size == sum(r.size for r in rs[offset : offset + len(expect)])
         # within one file, the compiled call answers; across a file's end, it leaves it
-        one = impl.codec.queue_messages(s._opened.queues, "TopicP", 0, 0, 32, s._opened.segments, s._opened.core)
+        one = impl.codec.queue_messages(
+            s._opened.queues, "TopicP", 0, 0, 32, s._opened.segments, s._opened.core
+        )
         assert [m.body for m in one[0]] == [b"p%d" % i for i in range(32)] and one[2:] == (0, 200)
-        assert impl.codec.queue_messages(s._opened.queues, "TopicP", 0, 60, 8, s._opened.segments, s._opened.core) is None
         assert (
-            impl.codec.queue_messages(s._opened.queues, "TopicP", 0, 199, 5, s._opened.segments, s._opened.core)[0][0].body
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 60, 8, s._opened.segments, s._opened.core
+            )
+            is None
+        )
+        assert (
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 199, 5, s._opened.segments, s._opened.core
+            )[0][0].body
             == b"p199"
         )
 
@@ -673,8 +692,13 @@ def test_queue_messages_leaves_every_unusual_case_to_the_careful_path(store, imp
     for i in range(3):
         store.put("TopicP", b"p%d" % i, queue_id=0)
     assert bodies(store.get_message("g", "TopicP", 0, 0)) == [b"p0", b"p1", b"p2"]
-    assert impl.codec.queue_messages(store._opened.queues, *args, store._opened.segments, store._opened.core) is None
-    assert impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._opened.segments, store._opened.core) is None
+    assert (
+        impl.codec.queue_messages(store._opened.queues, *args, store._opened.segments, store._opened.core)
+        is None
+    )
+    assert (
+        impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._opened.segments, store._opened.core) is None
+    )
 
 
 def test_a_damaged_unit_goes_to_the_careful_path_which_never_hands_out_another_message(tmp_path, impl):
@@ -685,7 +709,12 @@ def test_a_damaged_unit_goes_to_the_careful_path_which_never_hands_out_another_m
         mf = cq._files.files[0]
         # unit 4 now points at message 5's record: a unit that does not point at its own record
         mf.mm[4 * 20 : 4 * 20 + 8] = rs[5].commitlog_offset.to_bytes(8, "big")
-        assert impl.codec.queue_messages(s._opened.queues, "TopicP", 0, 0, 10, s._opened.segments, s._opened.core) is None
+        assert (
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 0, 10, s._opened.segments, s._opened.core
+            )
+            is None
+        )
         got = s.get_message("g", "TopicP", 0, 0, max_msgs=10)
         assert [(m.queue_offset, m.body) for m in got.messages] == [
             (i, b"p%d" % i) for i in range(len(got.messages))

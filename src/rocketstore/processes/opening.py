@@ -31,7 +31,7 @@ from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, Put
 from rocketstore.queues.batchcq import BatchQueueStore, batch_topics
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactedReads
-from rocketstore.queues.consumequeue import ConsumeQueueStore
+from rocketstore.queues.cqstore import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore
 from rocketstore.queues.indexservice import IndexService, detect_queue_options
 from rocketstore.queues.lookups import KeyLookups

@@ -23,14 +23,15 @@ from rocketstore.base._clock import now_ms
 from rocketstore.errors import InvalidMessageIdError, MessageNotFoundError, StoreClosedError
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.format.tagfilter import TagFilter
+from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.log import recordscan
 from rocketstore.message import MessageExt
 from rocketstore.queues.compaction import CompactionLog, latest_per_key
-from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, offset_of_time
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
 from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.pulls import GetMessageResult, get_units
 from rocketstore.queues.queuecheck import verify_store
+from rocketstore.queues.unitfiles import offset_of_time
 from rocketstore.status import GetMessageStatus
 
 __all__ = ["StoreReads"]
