@@ -19,7 +19,8 @@ from rocketstore.errors import (
     SystemTopicError,
 )
 from rocketstore.files.fastjson import loads_fastjson
-from rocketstore.services.pop import REVIVE_GROUP, _dumps, revive_topic
+from rocketstore.services.pop.records import REVIVE_GROUP, revive_topic
+from rocketstore.services.pop.records import dumps as _dumps
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -435,7 +436,7 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
         return real(group, topic, qid, offset, max_msgs, *tag_filter)
 
     monkeypatch.setattr(pop, "_pull", pull)
-    monkeypatch.setattr("rocketstore.services.pop.PASS_OVER_PULLS", 5)
+    monkeypatch.setattr("rocketstore.services.pop.service.PASS_OVER_PULLS", 5)
     assert store.receive(GROUP, TOPIC, 10, 1000) == []  # five passed over, recorded
     assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 5, "next": 5, "in_flight": 0}
     assert bodies(store.receive(GROUP, TOPIC, 10, 1000)) == [b"m8", b"m9"]
@@ -472,7 +473,7 @@ def test_tags_filter_what_is_received_and_the_rest_is_passed_over(tmp_path, impl
 def test_a_dead_letter_compacting_the_heap_mid_receive_loses_no_deadline(tmp_path, impl, clock, monkeypatch):
     from rocketstore import Message
 
-    monkeypatch.setattr("rocketstore.services.pop.COMPACT_SLACK", -(1 << 30))  # compact at every ack
+    monkeypatch.setattr("rocketstore.services.pop.service.COMPACT_SLACK", -(1 << 30))  # compact at every ack
     with open_store(tmp_path / "s", impl, clock) as store:
         store.create_topic(TOPIC, 1)
         store.put(Message(TOPIC, b"m0", queue_id=0, reconsume_times=5))  # at its maximum already
@@ -509,7 +510,8 @@ def test_a_receive_reads_past_a_queue_file_end_and_filtered_units_for_its_max(tm
     "group, topic, queue_id, first, count", [("g", "T", 0, 0, 1), ("%RETRY%g-1", "A_b|c", 7, 2**40, 32)]
 )
 def test_an_ack_record_is_written_as_the_general_encoder_writes_it(group, topic, queue_id, first, count):
-    from rocketstore.services.pop import _ACK_RANGE_JSON, _dumps
+    from rocketstore.services.pop.records import ACK_RANGE_JSON as _ACK_RANGE_JSON
+    from rocketstore.services.pop.records import dumps as _dumps
 
     record = {"c": group, "t": topic, "q": queue_id, "so": first, "n": count}
     assert (_ACK_RANGE_JSON % (group, count, queue_id, first, topic)).encode() == _dumps(record)

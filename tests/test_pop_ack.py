@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from rocketstore import MessageStore
 from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError
 from rocketstore.files.fastjson import loads_fastjson
-from rocketstore.services.pop import _ACK_RANGE_JSON, ReceivedMessage, _dumps, revive_topic
+from rocketstore.services.pop import ReceivedMessage, revive_topic
+from rocketstore.services.pop.records import ACK_RANGE_JSON as _ACK_RANGE_JSON
+from rocketstore.services.pop.records import dumps as _dumps
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -242,7 +244,8 @@ def test_receipt_handles_are_the_prefix_offset_and_number(impl, prefix, offsets,
 def test_a_checkpoint_record_is_written_as_the_general_encoder_writes_it(
     group, topic, queue_id, base, now, invisible, offsets, redelivered
 ):
-    from rocketstore.services.pop import _checkpoint, _checkpoint_json
+    from rocketstore.services.pop.records import checkpoint_json as _checkpoint_json
+    from rocketstore.services.pop.records import checkpoint_record as _checkpoint
 
     numbers = [int(redelivered)] * len(offsets)
     nxt = max(offsets, default=base) + 1
@@ -283,7 +286,7 @@ _NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
 def test_a_runs_checkpoint_is_what_the_general_encoder_writes(
     impl, group, topic, queue_id, base, now, invisible, so, n
 ):
-    from rocketstore.services.pop import _checkpoint
+    from rocketstore.services.pop.records import checkpoint_record as _checkpoint
 
     offsets = list(range(so, so + n))
     args = (group, topic, queue_id, base, now, invisible, offsets, [0] * n, so + n)

@@ -18,7 +18,8 @@ from rocketstore.errors import (
     StoreClosedError,
 )
 from rocketstore.format import _codec_py
-from rocketstore.services.pop import PopService, ReceivedMessage, Receiver, _checkpoint_json, revive_topic
+from rocketstore.services.pop import PopService, ReceivedMessage, Receiver, revive_topic
+from rocketstore.services.pop.records import checkpoint_json as _checkpoint_json
 
 TOPIC, GROUP = "PopFast", "fastGroup"
 REVIVE = revive_topic("DefaultCluster")
