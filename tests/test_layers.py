@@ -327,7 +327,6 @@ LONG_MODULES = {
     "format._codec_py": "the pure twin of the record codec, the message object and the batch reads: "
     "split by concern, as cext/ is to be",
     "log._store_py": "the pure twin of the append core, PutFront and the futures: split with cext/_store.pyx",
-    "log.commitlog": "the CommitLog and its reads and scans: the reads to log/recordscan",
     "services.timer": "the timer service and its rewrite of a put: the rewrite and the wheel apart",
 }
 
