@@ -3,18 +3,18 @@ facade :class:`rocketstore.store.MessageStore`.
 
 An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
 (rocketstore.log.recovery), open the queues and the index, and start the services of a writable
-store, and keeps the parts it made (an ``OpenedParts``), with the objects that work on them: the
-careful path of the puts (rocketstore.processes.puts) and the pulls by queue position
-(rocketstore.queues.puller); rocketstore.roles' ``choose_role`` then picks the role the facade's
-calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other processes, has
-rocketstore.processes.opening's ``close_parts`` close the parts and releases the lock. The calls'
-careful paths check their arguments and call the part that does the work: BatchCQ reads
-(rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
-(rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
-statistics (rocketstore.services.timerstats).
-Several processes writing one store (rocketstore.processes.writers, rocketstore.log.sharedappend) are wired
-here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
-call in the writing process, ``_writer_gone`` takes over when that process ended.
+store, into an ``OpenedParts``: the store holds that alone (``_opened``), with the objects made
+over it at each open: the careful path of the puts (rocketstore.processes.puts' ``Putter``), of the
+reads (rocketstore.queues.reads' ``StoreReads``, and its pulls by queue position,
+rocketstore.queues.puller's ``Puller``) and the waits for puts (rocketstore.processes.live's
+``PutWaits``). The store's put and read methods are theirs (rocketstore.base._delegate), its
+transactions and POP calls their services'. rocketstore.roles' ``choose_role`` then picks the role
+the facade's calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other
+processes, has rocketstore.processes.opening's ``close_parts`` close the parts and releases the
+lock. Several processes writing one store (rocketstore.processes.writers,
+rocketstore.log.sharedappend) are wired here too (rocketstore.joined): ``_take_role`` takes the
+lock or joins its holder, ``_forward`` runs a joined store's call in the writing process,
+``_writer_gone`` takes over when that process ended.
 """
 
 from __future__ import annotations
