@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from rocketstore import _impl
 from rocketstore.base._background import weak_method
-from rocketstore.base._checks import check_int, timeout_ms, wait_deadline
+from rocketstore.base._checks import check_int, plain_str, timeout_ms, wait_deadline
 from rocketstore.base._delegate import delegated
 from rocketstore.config import StoreConfig, default_store_path
 from rocketstore.consume import GetMessageResult, GetMessageStatus, TagFilter, _check_int
@@ -56,7 +56,7 @@ from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.reads import StoreReads
 from rocketstore.roles import Role, choose_role, resuming_calls
 from rocketstore.services import report
-from rocketstore.services.pop import PopService, Received, ReceivedMessage
+from rocketstore.services.pop import PopService, ReceivedMessage
 from rocketstore.services.retention import (
     UNCHANGED,
     retention_attribute_changes,
@@ -120,12 +120,6 @@ class _ForkedCore:
             f"this store was opened by process {self._parent} before it forked: open it again in "
             "this process (it then joins the writing process)"
         )
-
-
-def _plain_str(value: Any) -> Any:
-    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
-    str: both then answer alike); anything else as it is, for the callee to check."""
-    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
 
 
 def _forked() -> None:
@@ -567,7 +561,7 @@ class StoreBase(JoinedWriting):
         self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
     ) -> None:
         self._check_writable()
-        topic = _plain_str(validate_topic(topic))
+        topic = plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
@@ -696,26 +690,7 @@ class StoreBase(JoinedWriting):
         assert self._opened.pop is not None
         return self._opened.pop
 
-    def receive(
-        self,
-        group: str,
-        topic: str,
-        max_msgs: int = 32,
-        invisible_time_ms: int = 30_000,
-        *,
-        queue_id: Optional[int] = None,
-        max_reconsume_times: Optional[int] = None,
-        tags: Optional[str] = None,
-    ) -> Received:
-        return self._pop_service().receive(
-            _plain_str(group),
-            _plain_str(topic),
-            max_msgs,
-            invisible_time_ms,
-            queue_id,
-            max_reconsume_times,
-            _plain_str(tags),
-        )
+    receive = delegated(PopService.receive, _pop_service)
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
         pop = self._opened.pop  # None unless writable; _pop_service() says why not

@@ -17,6 +17,7 @@ __all__ = [
     "check_int",
     "check_put_ints",
     "check_mapping",
+    "plain_str",
     "contiguous",
     "batch_lengths",
     "timeout_ms",
@@ -104,6 +105,12 @@ def batch_lengths(lengths: Any) -> np.ndarray:
     if (lens < 0).any():
         raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
     return lens
+
+
+def plain_str(value: Any) -> Any:
+    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
+    str: both then answer alike); anything else as it is, for the callee to check."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
 
 
 def check_mapping(properties: object) -> Optional[Mapping[str, str]]:

@@ -11,15 +11,16 @@ __all__ = ["delegated"]
 
 
 def delegated(method: Callable[..., Any], part_of: Callable[[Any], Any], *, with_store: bool = False) -> Any:
-    """A method whose call ``obj.name(...)`` is ``method(part_of(obj), ...)``: the part's method,
-    with its signature and documentation (one place for them: the part's). ``with_store``: the
-    part's method takes the object it works for after its own (``method(part, obj, ...)``); the
-    signature shown leaves that parameter out."""
+    """A method whose call ``obj.name(...)`` is ``part_of(obj).<method's name>(...)``: the part's
+    method (looked up on the part, as a call of it would), with its signature and documentation
+    (one place for them: the part's). ``with_store``: the part's method takes the object it
+    works for first (``part.method(obj, ...)``); the signature shown leaves that parameter out."""
+    name = method.__name__
     if with_store:
 
         @functools.wraps(method)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return method(part_of(self), self, *args, **kwargs)
+            return getattr(part_of(self), name)(self, *args, **kwargs)
 
         signature = inspect.signature(method)
         part, _obj, *params = signature.parameters.values()
@@ -29,6 +30,6 @@ def delegated(method: Callable[..., Any], part_of: Callable[[Any], Any], *, with
 
     @functools.wraps(method)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return method(part_of(self), *args, **kwargs)
+        return getattr(part_of(self), name)(*args, **kwargs)
 
     return forward

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from time import time_ns
 from typing import Any, NamedTuple, Optional
 
+from rocketstore.base._checks import plain_str
 from rocketstore.base._clock import now_ms
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -367,13 +368,15 @@ class PopService:
         self,
         group: str,
         topic: str,
-        max_msgs: int,
-        invisible_time_ms: int,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
         tags: Optional[str] = None,
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
+        group, topic, tags = plain_str(group), plain_str(topic), plain_str(tags)
         tag_filter = _MATCH_ALL if tags is None else TagFilter.parse(tags)
         if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
             _check_group(group)
