@@ -102,7 +102,7 @@ def test_a_plain_delayed_put_stores_and_raises_what_the_general_path_does(pair, 
 
 def test_the_fast_delayed_put_is_taken(pair, monkeypatch):
     fast, _ = pair
-    monkeypatch.setattr(fast._schedule, "rewrite", None)  # the general path would call it
+    monkeypatch.setattr(fast._opened.schedule, "rewrite", None)  # the general path would call it
     assert fast.put("TopicA", b"x", delay_level=2).ok
 
 
