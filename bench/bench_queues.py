@@ -48,7 +48,7 @@ def queued(tmp_path_factory):
             put = store.put
             for key in _keys(MESSAGES):
                 put(TOPIC, BODY, tags="TagA", keys=key)
-            store._dispatcher.catch_up()
+            store._opened.dispatcher.catch_up()
             stores[impl] = store
         return stores[impl]
 
@@ -146,7 +146,7 @@ def test_index_put_by_dispatch(benchmark, impl, tmp_path):
 
     try:
         benchmark.pedantic(
-            store._dispatcher.catch_up, setup=setup, rounds=5 if impl == "c" else 3, iterations=1
+            store._opened.dispatcher.catch_up, setup=setup, rounds=5 if impl == "c" else 3, iterations=1
         )
         assert len(store.query_by_key(TOPIC, _keys(1, start[0] - 1)[0], 1)) == 1
     finally:

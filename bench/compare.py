@@ -271,7 +271,7 @@ class Rocket(Contender):
 
     def settle(self):
         # keys are queryable once the dispatcher has indexed them: the put phase includes that
-        self.store._dispatcher.catch_up()
+        self.store._opened.dispatcher.catch_up()
 
     def read_all(self, cap):
         return count_until(self.store.iter_messages(), cap)

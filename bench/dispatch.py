@@ -49,11 +49,11 @@ def one_catch_up(root: str, n: int, fused: bool) -> tuple[float, float, int]:
         body = os.urandom(128)
         for i in range(0, n, BATCH):
             s.put_messages([Message(TOPIC, body, keys=f"key-{j:016d}") for j in range(i, min(n, i + BATCH))])
-        before = s._dispatcher.dispatched_records
+        before = s._opened.dispatcher.dispatched_records
         c0, t0 = _cpu(), time.perf_counter()
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
         t1, c1 = time.perf_counter(), _cpu()
-        count = s._dispatcher.dispatched_records - before
+        count = s._opened.dispatcher.dispatched_records - before
     finally:
         s.close()
         shutil.rmtree(path, ignore_errors=True)

@@ -68,7 +68,7 @@ def _timed(root, keys, bodies, put, options) -> tuple[float, float, float]:
         t0 = time.perf_counter()
         put(s, keys, bodies)
         t1 = time.perf_counter()
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
         t2 = time.perf_counter()
         c1 = _cpu()
     finally:
@@ -104,8 +104,8 @@ def batch_fused(s, keys, bodies):
 
 
 def batch_general(s, keys, bodies):
-    codec, core, topics = s._codec, s._core, s._user_topics
-    s._check_user_topic(TOPIC)
+    codec, core, topics = s._codec, s._opened.core, s._user_topics
+    s._putter.check_user_topic(TOPIC)
     for i in range(0, len(keys), BATCH):
         messages = [Message(TOPIC, b, keys=k) for k, b in zip(keys[i : i + BATCH], bodies[i : i + BATCH])]
         items, slow = codec.plain_message_items(messages, topics, (Message,))

@@ -73,7 +73,7 @@ from rocketstore import MessageStore
 from rocketstore.processes.live import topic_slot
 path, n, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with MessageStore(path, read_only=True) as store:
-    live, slots, offset, wake, pull = store._live, (topic_slot("Split"),), start, [], []
+    live, slots, offset, wake, pull = store._opened.live, (topic_slot("Split"),), start, [], []
     print("READY", flush=True)
     while len(wake) < n:
         look = live.look(slots)
@@ -97,7 +97,7 @@ from rocketstore import MessageStore
 from rocketstore.processes.live import topic_slot
 path, n = sys.argv[1], int(sys.argv[2])
 with MessageStore(path, read_only=True) as store:
-    live, lat = store._live, []
+    live, lat = store._opened.live, []
     print("READY", flush=True)
     # a wake that came while this process was still busy with the last one is not waited for:
     # count the wakes, and stop after a second without a put (the bench puts every few ms)
@@ -252,7 +252,7 @@ def main() -> None:
             waker = spawn(WAKER, path, str(args.messages))
             for _ in range(args.messages):
                 time.sleep(args.gap_ms / 1000.0)
-                struct.pack_into("<q", store._live.mm, 56, time.monotonic_ns())
+                struct.pack_into("<q", store._opened.live.mm, 56, time.monotonic_ns())
                 store.put("Wake", b"", queue_id=0)
             out, _ = waker.communicate(timeout=120)
             wake = [int(x) for x in out.split()]

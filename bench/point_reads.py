@@ -59,7 +59,7 @@ def main() -> None:
             body = os.urandom(128)
             for i in range(0, args.messages, 1000):
                 store.put_messages([Message(TOPIC, body, keys=k) for k in keys[i : i + 1000]])
-            store._dispatcher.catch_up()
+            store._opened.dispatcher.catch_up()
             offsets, queue_ids, queue_offsets = probes.message_positions(store)
             sample = rng.choices(range(args.messages), k=LOOKUPS)
             at = [int(offsets[i]) for i in sample]

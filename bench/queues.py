@@ -74,7 +74,7 @@ def put_core_then_dispatch(root: str, impl: str, n: int) -> dict:
         t0 = time.perf_counter()
         _put_all(store, keys)
         t1 = time.perf_counter()
-        store._dispatcher.catch_up()
+        store._opened.dispatcher.catch_up()
         t2 = time.perf_counter()
     shutil.rmtree(path)
     return {
@@ -94,7 +94,7 @@ def put_with_dispatch(root: str, impl: str, n: int) -> dict:
     t0 = time.perf_counter()
     _put_all(store, keys)
     t1 = time.perf_counter()
-    store._dispatcher.catch_up()
+    store._opened.dispatcher.catch_up()
     t2 = time.perf_counter()
     return {
         "messages": n,
@@ -145,7 +145,7 @@ def lookups(store: MessageStore, keys: list[str], count: int) -> dict:
     for k in sample:
         found += len(store.query_by_key(TOPIC, k, 1))
     t1 = time.perf_counter()
-    index = store._index
+    index = store._opened.index
     for k in sample:
         index.query(TOPIC, k, 1)
     t_index = time.perf_counter()

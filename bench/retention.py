@@ -66,7 +66,7 @@ def build(path: str, segments: int, impl: str) -> MessageStore:
     )
     body = b"x" * 120
     i = 0
-    while len(store._segments.files) < segments + 1:
+    while len(store._opened.segments.files) < segments + 1:
         batch = [(TOPICS[(i + k) % len(TOPICS)], body) for k in range(1000)]
         for topic, b in batch:
             store.put(topic, b, keys=f"k{i}")
@@ -118,7 +118,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         raise
-    files = store._segments.files
+    files = store._opened.segments.files
     messages = sum(hi - lo for lo, hi in store.queues().values())
     print(
         f"store: {len(files):,} segments of {SEGMENT} B, {messages:,} messages in {len(TOPICS)} topics x "
@@ -129,7 +129,10 @@ def main() -> None:
 
         cleaners = {
             hour: Cleaner(
-                store._parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms, h=hour: h
+                store._opened.parts,
+                clock=lambda: now,
+                disk_usage=lambda p: 0.5,
+                local_hour=lambda ms, h=hour: h,
             )
             for hour in (4, 5)
         }
@@ -146,7 +149,7 @@ def main() -> None:
 
         def set_age(hours: float) -> None:
             when = (now - hours * HOUR_MS) / 1000
-            for mf in store._segments.files:
+            for mf in store._opened.segments.files:
                 os.utime(mf.path, (when, when))
 
         set_age(100)  # every segment expired under RocketMQ's rule
@@ -168,7 +171,7 @@ def main() -> None:
         store.commit_offset("G2", TOPICS[3], 2, store.max_queue_offset(TOPICS[3], 2))
 
         view = cleaner(5).view()
-        candidates = list(store._segments.files)[:-1]
+        candidates = list(store._opened.segments.files)[:-1]
         out["decide all segments"], (doomed, held) = timed(
             lambda: cleaner(5).view().walk(candidates, scheduled=False), args.repeat
         )

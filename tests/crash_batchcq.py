@@ -156,7 +156,7 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
     with MessageStore(path, implementation=implementation, read_only=True) as store:
         assert {k: v for k, v in store.queues().items() if k[0] == TOPIC} == bounds
         for (_t, qid), (_lo, hi) in bounds.items():
-            bq = store._batch.get(TOPIC, qid)  # noqa: SLF001 (the units read from the files)
+            bq = store._opened.batch.get(TOPIC, qid)  # noqa: SLF001 (the units read from the files)
             disk = bq.disk_units
             assert len(disk) == len(bq), f"queue {qid}: the files hold {len(disk)} units, the queue {len(bq)}"
             assert int(disk["base"][-1] + disk["batch_size"][-1]) == hi

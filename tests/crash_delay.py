@@ -95,7 +95,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             if rng.random() < 0.05:
                 time.sleep(0.001)
 
-    run_writers(writer, emit, f"READY {store._schedule.reconciled}\n")
+    run_writers(writer, emit, f"READY {store._opened.schedule.reconciled}\n")
 
 
 # -- the parent -----------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
         path, implementation=implementation, clock=lambda: ahead, schedule_interval_ms=0, **STORE_OPTIONS
     ) as store:
         assert not store.last_shutdown_clean, "the crash left no abort file"
-        reconciled = store._schedule.reconciled
+        reconciled = store._opened.schedule.reconciled
         store.deliver_delayed()
         assert store.delayed_counts() == {}, f"still waiting: {store.delayed_counts()}"
         scheduled = {}

@@ -273,7 +273,7 @@ def test_units_indexed_from_the_commitlog_are_rocketmq_s_units_byte_for_byte(roo
     shutil.rmtree(root / "batchconsumequeue")
     with MessageStore(root, implementation=impl.name, read_only=True) as store:
         got = {}
-        for bq in store._batch:  # noqa: SLF001 (the in-memory units, laid out as files)
+        for bq in store._opened.batch:  # noqa: SLF001 (the in-memory units, laid out as files)
             for name, data in bq.file_images(size).items():
                 got[f"batchconsumequeue/{bq.topic}/{bq.queue_id}/{name}"] = hashlib.sha256(data).hexdigest()
     assert got == files

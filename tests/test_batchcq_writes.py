@@ -140,7 +140,7 @@ def test_a_topic_created_batch_cq_writes_its_batchconsumequeue(tmp_path, impl):
                 (4, b"eee"),
             ]
             assert store.get_by_queue_offset("B", 1, 0).tags == "T"
-            assert len(store._batch.get("B", 0).disk_units) == 3  # noqa: SLF001 (the units the files hold)
+            assert len(store._opened.batch.get("B", 0).disk_units) == 3  # noqa: SLF001 (the units the files hold)
             assert store.verify()["problems"] == []
 
 

@@ -43,13 +43,15 @@ def test_the_managers_hot_state_is_the_compiled_codecs(tmp_path):
     with MessageStore(str(tmp_path / "s"), implementation="c", default_queues=2) as s:
         s.put(TOPIC, b"body", keys="k", queue_id=1)
         assert s.get_by_queue_offset(TOPIC, 1, 0).body == b"body"
-        assert isinstance(s._segments, codec.SegmentTable)
-        assert s._segments.files and all(isinstance(f, codec.MappedState) for f in s._segments.files)
-        assert isinstance(s._queues, codec.QueueTable)
-        cq = s._queues.get(TOPIC, 1)
+        assert isinstance(s._opened.segments, codec.SegmentTable)
+        assert s._opened.segments.files and all(
+            isinstance(f, codec.MappedState) for f in s._opened.segments.files
+        )
+        assert isinstance(s._opened.queues, codec.QueueTable)
+        cq = s._opened.queues.get(TOPIC, 1)
         assert isinstance(cq, codec.QueueState) and isinstance(cq._files, codec.SegmentTable)
-        assert isinstance(s._dispatcher, codec.DispatchState)
-        services = [x for x in (s._disk_index, s._index) if x is not None]
+        assert isinstance(s._opened.dispatcher, codec.DispatchState)
+        services = [x for x in (s._opened.disk_index, s._opened.index) if x is not None]
         assert services and all(isinstance(x, codec.IndexState) for x in services)
         assert all(isinstance(f, codec.IndexFileState) for x in services for f in x._files)
 
@@ -58,7 +60,7 @@ def test_every_point_read_of_a_writable_store_takes_the_compiled_path(tmp_path):
     path = str(tmp_path / "s")
     with MessageStore(path, implementation="c", default_queues=2) as s:
         put = [s.put(TOPIC, b"body%d" % i, keys="k%d" % i, queue_id=i % 2) for i in range(COUNT)]
-        s._dispatcher.catch_up()  # (a queue read of a unit not dispatched yet is the careful path's)
+        s._opened.dispatcher.catch_up()  # (a queue read of a unit not dispatched yet is the careful path's)
         fast = s._role.fast_reads
         assert type(fast) is _impl.COMPILED.codec.FastReads
         calls = _read_everything(s, put)

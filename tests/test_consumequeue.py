@@ -27,11 +27,11 @@ from rocketstore.queues.consumequeue import (
     PLACEHOLDER_SIZE,
     PLACEHOLDER_UNIT,
     ConsumeQueue,
-    ConsumeQueueStore,
     encode_unit,
     roll_next_file,
     unit_location,
 )
+from rocketstore.queues.cqstore import ConsumeQueueStore
 
 UNITS = 10  # small files for most tests: 200 bytes each
 MSG = 137  # the record size of vector 6
@@ -660,7 +660,7 @@ def test_read_only_store_on_a_missing_directory_is_empty(tmp_path):
 def test_zero_pages_zeroes_the_range_and_writes_only_pages_that_held_data(size, spans, a, b):
     import mmap
 
-    from rocketstore.queues.consumequeue import _zero_pages
+    from rocketstore.queues.unitfiles import zero_pages as _zero_pages
 
     mm = mmap.mmap(-1, size)
     for at, n in spans:

@@ -24,13 +24,13 @@ _NO_DISPATCHING_THREADS = dict(
 def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching(tmp_path, impl):
     with MessageStore(str(tmp_path / "s"), implementation=impl.name, **_NO_DISPATCHING_THREADS) as s:
         s.create_topic("T", 1)
-        start = s._dispatcher.catch_up()
+        start = s._opened.dispatcher.catch_up()
         s.put("T", b"body", keys="k")
         held = threading.Event()
         release = threading.Event()
 
         def dispatching():
-            with s._dispatcher.lock:
+            with s._opened.dispatcher.lock:
                 held.set()
                 release.wait(30)
 
@@ -38,13 +38,13 @@ def test_a_catch_up_that_need_not_wait_leaves_the_pass_to_the_thread_dispatching
         other.start()
         try:
             assert held.wait(30)
-            assert s._dispatcher.try_catch_up() is False  # returned at once, nothing dispatched
-            assert s._dispatcher.offset == start
+            assert s._opened.dispatcher.try_catch_up() is False  # returned at once, nothing dispatched
+            assert s._opened.dispatcher.offset == start
         finally:
             release.set()
             other.join()
-        assert s._dispatcher.try_catch_up() is True
-        assert s._dispatcher.offset > start
+        assert s._opened.dispatcher.try_catch_up() is True
+        assert s._opened.dispatcher.offset > start
         assert [m.body for m in s.query_by_key("T", "k")] == [b"body"]
 
 

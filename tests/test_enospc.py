@@ -137,7 +137,7 @@ def test_failed_segment_creation_fails_puts_with_disk_full_and_writes_resume(
                 put()
         check_readable(store, acked)
         end = store.max_offset
-        mapped_end = store._segments.files[-1].end_offset
+        mapped_end = store._opened.segments.files[-1].end_offset
         assert all(int(n) < mapped_end for n in os.listdir(path / "commitlog"))  # no half-made file
 
         # space is back: the next put starts the next segment, queue offsets continue
@@ -185,7 +185,7 @@ def test_a_batch_spanning_segments_is_stored_whole_or_not_at_all(tmp_path, impl,
         assert set(statuses) == {PutStatus.PUT_OK} and error is None
         acked += list(zip(ids, results))
         assert [r.queue_offset for _, r in acked] == list(range(len(acked)))
-        assert store._segments.files[-1].file_from_offset >= 3 * SEGMENT
+        assert store._opened.segments.files[-1].file_from_offset >= 3 * SEGMENT
         check_readable(store, acked)
     with open_store(path, impl) as store:
         check_readable(store, acked)
@@ -581,7 +581,7 @@ def test_a_store_whose_queue_files_cannot_grow_logs_dispatch_failure_once_and_re
 
         while not recovered() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert recovered() and store._dispatcher.offset == store.max_offset
+        assert recovered() and store._opened.dispatcher.offset == store.max_offset
         check_queue(store, acked)
     records = [r for r in caplog.records if r.name == "rocketstore.queues.dispatch"]
     assert len([r for r in records if r.levelname == "ERROR"]) == 1
@@ -610,7 +610,7 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
         for i in range(300):
             acked.append((i, store.put(TOPIC, body(i), queue_id=0, keys=f"key{i}")))
         store.queues()
-        segments = [mf.file_from_offset for mf in store._segments.files]
+        segments = [mf.file_from_offset for mf in store._opened.segments.files]
         assert len(segments) >= 5
         st = os.statvfs(small_tmpfs)
         with open(ballast, "wb") as f:  # fill the file system to about 96 %
@@ -623,7 +623,7 @@ def test_a_real_disk_filled_by_another_file_keeps_young_messages_and_shows_in_st
         assert store.clean()["commitlog"] == []  # nothing is expired: nothing goes
         put_is_refused_with_disk_full(store)
         assert store.stats()["refused_puts"] >= 1
-        assert [mf.file_from_offset for mf in store._segments.files] == segments
+        assert [mf.file_from_offset for mf in store._opened.segments.files] == segments
 
         os.unlink(ballast)  # space returns
         assert store.stats()["disk_full"] is False

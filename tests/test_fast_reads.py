@@ -122,7 +122,7 @@ def test_a_following_store_reads_fast_sees_a_writers_new_puts_and_keeps_a_subcla
     with MessageStore(path, implementation=impl.name, default_queues=1) as w:
         first = w.put(TOPIC, b"one", keys="k1")
         with Logged(path, implementation=impl.name, read_only=True) as ro:
-            assert ro._follower is not None and ro._role.fast_reads is not None
+            assert ro._opened.follower is not None and ro._role.fast_reads is not None
             for name in NAMES:  # each switch-safe; the fast method is tried first where it is the class's
                 assert type(getattr(ro._role, name)).__name__ == "SwitchSafe", name
             assert [m.body for m in ro.query_by_key(TOPIC, "k1")] == [b"one"]
@@ -173,13 +173,15 @@ def test_the_fast_calls_read_the_fields_the_managers_set(store, monkeypatch):
     codec = store._impl.codec
 
     def fast_queue_read():
-        return codec.queue_message(store._queues, TOPIC, 1, 0, store._segments, store._core)
+        return codec.queue_message(
+            store._opened.queues, TOPIC, 1, 0, store._opened.segments, store._opened.core
+        )
 
     def fast_read():
-        return codec.record_at(store._segments, store._core, r.commitlog_offset)
+        return codec.record_at(store._opened.segments, store._opened.core, r.commitlog_offset)
 
     assert fast_queue_read().body == b"body" and fast_read().body == b"body"
-    segment = store._segments.files[0]
+    segment = store._opened.segments.files[0]
     mm = segment.mm
     monkeypatch.setattr(segment, "mm", None)  # as if closed
     assert fast_read() is None and fast_queue_read() is None
@@ -188,10 +190,10 @@ def test_the_fast_calls_read_the_fields_the_managers_set(store, monkeypatch):
     assert fast_read() is None
     monkeypatch.undo()
     assert fast_read().body == b"body"
-    monkeypatch.setattr(store._segments, "files", [])
+    monkeypatch.setattr(store._opened.segments, "files", [])
     assert fast_read() is None and fast_queue_read() is None
     monkeypatch.undo()
-    cq = store._queues.get(TOPIC, 1)
+    cq = store._opened.queues.get(TOPIC, 1)
     unit_file = cq._files.files[0]
     for obj, name, value in (
         (cq, "holes", [(0, 1)]),
@@ -204,12 +206,12 @@ def test_the_fast_calls_read_the_fields_the_managers_set(store, monkeypatch):
         monkeypatch.undo()
         assert fast_queue_read().body == b"body"
     # the table of queues: a queue taken out of it is not found (its lookup cache emptied)
-    queues = store._queues._take_queues()
+    queues = store._opened.queues._take_queues()
     try:
         assert fast_queue_read() is None
     finally:
         for q in queues:
-            store._queues._put_queue((q.topic, q.queue_id), q)
+            store._opened.queues._put_queue((q.topic, q.queue_id), q)
     assert fast_queue_read().body == b"body"
 
 
@@ -222,7 +224,7 @@ def test_a_fast_read_by_id_answers_only_for_the_records_own_id(store):
     assert len(msg_id) == 32 and msg_id == msg_id.upper()
 
     def fast(i):
-        return codec.message_by_id(store._segments, store._core, i)
+        return codec.message_by_id(store._opened.segments, store._opened.core, i)
 
     assert fast(msg_id).commitlog_offset == r.commitlog_offset
     assert fast(msg_id.lower()).commitlog_offset == r.commitlog_offset
@@ -290,10 +292,12 @@ def test_a_pull_reads_the_queue_bounds_from_the_fields_the_queue_sets(store, mon
     codec = store._impl.codec
 
     def pull(offset, n=32):
-        return codec.queue_messages(store._queues, TOPIC, 1, offset, n, store._segments, store._core)
+        return codec.queue_messages(
+            store._opened.queues, TOPIC, 1, offset, n, store._opened.segments, store._opened.core
+        )
 
     assert store.get_message("g", TOPIC, 1, 0).max_offset == 8  # (dispatched)
-    cq = store._queues.get(TOPIC, 1)
+    cq = store._opened.queues.get(TOPIC, 1)
     _messages, _units, lo, hi = pull(0)
     assert (lo, hi) == (cq.min_offset, cq.max_offset) == (0, 8)
     monkeypatch.setattr(cq, "_min_logic", 3 * 20)  # as retention moves it
@@ -323,7 +327,7 @@ def test_the_messages_of_a_pull_are_each_their_own_record_across_segments(tmp_pa
         bodies = [bytes([i % 251]) * (1 + (i * 37) % 900) for i in range(150)]
         for i, body in enumerate(bodies):
             store.put(TOPIC, body, tags=f"t{i}", keys=f"k{i}", queue_id=i % 2)
-        assert len(store._segments.files) > 1  # the pulls below cross a segment's end
+        assert len(store._opened.segments.files) > 1  # the pulls below cross a segment's end
         for qid in (0, 1):
             mine = bodies[qid::2]
             offset, kept = 0, []
@@ -359,11 +363,11 @@ def test_a_queue_taken_out_of_the_table_is_not_read_from_memory(store):
     as long as the table is unchanged: one taken out (or replaced) is seen at once."""
     codec = store._impl.codec
     store.put(TOPIC, b"body", queue_id=1)
-    store._dispatcher.catch_up()
-    table = store._queues
+    store._opened.dispatcher.catch_up()
+    table = store._opened.queues
 
     def fast(topic=TOPIC):
-        return codec.queue_message(table, topic, 1, 0, store._segments, store._core)
+        return codec.queue_message(table, topic, 1, 0, store._opened.segments, store._opened.core)
 
     assert fast().body == b"body" and fast().body == b"body"  # remembered
     cq = table.get(TOPIC, 1)
@@ -398,10 +402,10 @@ def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl,
             keys = f"k{i % 9} shared \u043a\u043b\u044e\u0447{i % 3} \u952e\U0001f511{i % 2}"  # 2- and 4-byte text
             r = s.put(TOPIC, b"m%d" % i, keys=keys, queue_id=0)
             stored.append(r)
-        s._dispatcher.catch_up(index=True)
-        assert len(s._index._files) > 5
+        s._opened.dispatcher.catch_up(index=True)
+        assert len(s._opened.index._files) > 5
         times = sorted(m.store_timestamp for m in (s.read(r.commitlog_offset) for r in stored))
-        services = (s._disk_index, s._index)
+        services = (s._opened.disk_index, s._opened.index)
         for key in ("k0", "k4", "shared", "k9", "nobody", "\u043a\u043b\u044e\u04471", "\u952e\U0001f5110"):
             for max_num, begin, end in (
                 (32, 0, None),
@@ -409,7 +413,7 @@ def test_a_key_lookup_walks_the_index_files_as_select_files_does(tmp_path, impl,
                 (300, times[100], None),
                 (64, 0, times[200]),
             ):
-                args = (services, s._segments, s._core, TOPIC, key, max_num, begin, end, cap)
+                args = (services, s._opened.segments, s._opened.core, TOPIC, key, max_num, begin, end, cap)
                 fast = impl.codec.key_lookup(*args)
                 careful = _codec_py.key_lookup(*args)
                 assert fast is not None and careful is not None
@@ -435,14 +439,14 @@ def test_a_key_lookup_over_a_damaged_index_file_finds_what_select_files_finds(tm
     try:
         for i in range(300):
             s.put(TOPIC, b"m%d" % i, keys=f"k{i % 13}", queue_id=0)
-        s._dispatcher.catch_up(index=True)
-        mm = s._index._files[-1].mapped.mm
-        services = (s._disk_index, s._index)
+        s._opened.dispatcher.catch_up(index=True)
+        mm = s._opened.index._files[-1].mapped.mm
+        services = (s._opened.disk_index, s._opened.index)
         for _round in range(30):
             for _ in range(6):  # a few random bytes past the header: slots and items
                 mm[rng.randrange(40, len(mm))] = rng.randrange(256)
             for key in ("k0", "k5", "k12", "nobody"):
-                args = (services, s._segments, s._core, TOPIC, key, 32, 0, None, 64)
+                args = (services, s._opened.segments, s._opened.core, TOPIC, key, 32, 0, None, 64)
                 fast = impl.codec.key_lookup(*args)
                 careful = _codec_py.key_lookup(*args)
                 assert [m.commitlog_offset for m in fast] == [m.commitlog_offset for m in careful], key
@@ -461,15 +465,15 @@ def test_a_commit_of_an_offset_is_one_fast_call_with_the_class_answers(store, ca
     store.commit_offset("g", TOPIC, 0, 2)
     assert fast.fast_calls == before + 3
     assert (store.committed_offset("g", TOPIC, 1), store.committed_offset("g", TOPIC, 0)) == (7, 2)
-    assert store._offsets.dirty
+    assert store._opened.offsets.dirty
     with caplog.at_level("WARNING"):
         store.commit_offset("g", TOPIC, 1, 3)  # a move back is kept, and logged
     assert store.committed_offset("g", TOPIC, 1) == 3
     assert "moves back from 7 to 3" in caplog.text
     assert store.persist_offsets()
-    assert not store._offsets.dirty
+    assert not store._opened.offsets.dirty
     store.commit_offset("g", TOPIC, 1, 4)
-    assert store._offsets.dirty  # what persist_offsets writes next
+    assert store._opened.offsets.dirty  # what persist_offsets writes next
     # what the fast call does not take is the class's, with its errors
     careful = fast.careful_calls
     for args, error in (

@@ -79,7 +79,7 @@ def test_the_pop_service_and_offsets_use_it(tmp_path, impl):
 
     with MessageStore(str(tmp_path / "s"), implementation=impl.name) as store:
         kind = type(impl.codec.FastRLock())
-        assert type(store._offsets._lock) is kind
+        assert type(store._opened.offsets._lock) is kind
         store.create_topic("T", 1)
         store.put("T", b"x", queue_id=0)
         got = store.receive("G", "T", 1, 60_000)

@@ -320,7 +320,7 @@ def test_recovery_allocates_before_it_zeroes_a_stale_tail(tmp_path, impl, monkey
     space.on = False
     with open_store(path, impl) as store:
         assert [bytes(m.body) for m in store.iter_messages()] == [b"m%d" % i for i in range(50)]
-        seg = store._segments.files[-1]
+        seg = store._opened.segments.files[-1]
         size = seg.file_size
         assert bytes(seg.mm[size // 2 : size // 2 + 512]) == bytes(512)
 
@@ -393,7 +393,7 @@ def test_the_pure_twin_allocates_a_sparse_segment_it_appends_to(tmp_path, monkey
     space.on = False
     with open_store(path, py) as store:
         store.put(TOPIC, b"y")
-        seg = store._segments.files[-1]
+        seg = store._opened.segments.files[-1]
         holes = mapped_file.data_extents(seg.fd, 0, seg.file_size)
         assert holes == [(0, seg.file_size)]  # no hole left to store into
     with open_store(path, c) as store:

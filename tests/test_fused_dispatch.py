@@ -74,7 +74,7 @@ def fill(store, rng, count):
             store.put(topic, b"m" * rng.randrange(0, 200), keys=keys, tags=tags, queue_id=rng.randrange(3))
         done += 1
         if rng.random() < 0.05:
-            store._dispatcher.catch_up()  # dispatch in steps, as queries and the thread do
+            store._opened.dispatcher.catch_up()  # dispatch in steps, as queries and the thread do
 
 
 def queue_and_index_bytes(root):
@@ -103,7 +103,7 @@ def rebuilt(src, dst, **options):
         if os.path.exists(os.path.join(dst, name)):
             os.remove(os.path.join(dst, name))
     with open_store(str(dst), **options) as s:
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
     return queue_and_index_bytes(str(dst))
 
 
@@ -115,9 +115,9 @@ def test_fused_writes_the_general_paths_bytes(tmp_path, seed):
     rng = random.Random(seed)
     root = tmp_path / "store"
     with open_store(str(root)) as s:
-        assert s._dispatcher._fused is not None
+        assert s._opened.dispatcher._fused is not None
         fill(s, rng, 1500)
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
     live = queue_and_index_bytes(str(root))
     general = rebuilt(root, tmp_path / "general", fused_dispatch=False)
     fused = rebuilt(root, tmp_path / "fused")
@@ -137,17 +137,17 @@ def test_fused_dispatch_carries_most_records(tmp_path):
     calls = []
     with open_store(root, consume_queue_units=300_000, index_count=200_000) as s:
         s.create_topic("T", 4)
-        original = s._dispatcher._dispatch
+        original = s._opened.dispatcher._dispatch
 
         def counting(view, base, records):
             calls.append(len(records))
             return original(view, base, records)
 
-        s._dispatcher._dispatch = counting
+        s._opened.dispatcher._dispatch = counting
         for i in range(20):
             s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
-        s._dispatcher.catch_up()
-        assert s._dispatcher.dispatched_records == 20_000
+        s._opened.dispatcher.catch_up()
+        assert s._opened.dispatcher.dispatched_records == 20_000
         for j in (0, 777, 999):
             assert [bytes(m.body) for m in s.query_by_key("T", f"key-7-{j}")] == [b"x" * 50]
     assert sum(calls) <= 4 * 64  # the first records of each queue, and no more
@@ -165,16 +165,16 @@ def test_fused_dispatch_carries_most_records_after_a_reopen(tmp_path):
             s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
     calls = []
     with open_store(root, **options) as s:
-        original = s._dispatcher._dispatch
+        original = s._opened.dispatcher._dispatch
 
         def counting(view, base, records):
             calls.append(len(records))
             return original(view, base, records)
 
-        s._dispatcher._dispatch = counting
+        s._opened.dispatcher._dispatch = counting
         for i in range(10, 50):
             s.put_messages([Message("T", b"x" * 50, keys=f"key-{i}-{j}") for j in range(1000)])
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
         assert [bytes(m.body) for m in s.query_by_key("T", "key-20-5")] == [b"x" * 50]
     assert sum(calls) <= 4 * 64, calls
 
@@ -188,7 +188,7 @@ def test_damage_is_stepped_over_alike(tmp_path):
     root = tmp_path / "store"
     with open_store(str(root)) as s:
         fill(s, random.Random(7), 300)
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
         mid = int(s.queue_units("Alpha", 1, 3, 1)[0]["commitlog_offset"])
     seg = os.path.join(root, "commitlog", "00000000000000000000")
     with open(seg, "r+b") as f:
@@ -208,7 +208,7 @@ def test_fused_dispatch_option_is_checked(tmp_path):
 @compiled
 def test_pure_build_takes_the_general_path(tmp_path):
     with MessageStore(str(tmp_path / "s"), implementation="py", dispatch_interval_ms=0) as s:
-        assert s._dispatcher._fused is None
+        assert s._opened.dispatcher._fused is None
         s.put("T", b"x", keys="k")
         assert len(s.query_by_key("T", "k")) == 1
 
@@ -273,7 +273,7 @@ def _records(tmp_path, n=30):
     with open_store(root, dispatch_interval_ms=0) as s:
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"y" * 20, keys=f"a{i} b{i}", tags="t") for i in range(n)])
-        end = s._dispatcher._end_of()
+        end = s._opened.dispatcher._end_of()
     with open(os.path.join(root, "commitlog", "00000000000000000000"), "rb") as f:
         data = f.read(end)
     shutil.rmtree(root)
@@ -326,8 +326,8 @@ def redispatched(src, dst, damage=None, **options):
     if damage is not None:
         damage(str(dst))
     with open_store(str(dst), **options) as s:
-        s._dispatcher.catch_up()
-        assert s._dispatcher.dispatched_records > 0
+        s._opened.dispatcher.catch_up()
+        assert s._opened.dispatcher.dispatched_records > 0
     return queue_and_index_bytes(str(dst))
 
 
@@ -351,7 +351,7 @@ def test_redispatch_over_existing_files(tmp_path, damage):
     root = tmp_path / "store"
     with open_store(str(root)) as s:
         fill(s, random.Random(11), 1200)
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
     original = queue_and_index_bytes(str(root))
     general = redispatched(root, tmp_path / "general", damage, fused_dispatch=False)
     fused = redispatched(root, tmp_path / "fused", damage)
@@ -373,8 +373,8 @@ def test_a_few_records_take_the_general_path(tmp_path):
             s.create_topic(f"T{t}", 8)
             for q in range(8):
                 s.put(f"T{t}", b"x", keys="k", queue_id=q)
-        s._dispatcher.catch_up()
-        assert len(s._dispatcher._fused.queues) == 256
+        s._opened.dispatcher.catch_up()
+        assert len(s._opened.dispatcher._fused.queues) == 256
         runs = []
         original = fused.FusedDispatch.run
 
@@ -389,7 +389,7 @@ def test_a_few_records_take_the_general_path(tmp_path):
             assert runs == []
             for i in range(8000):
                 s.put(f"T{i % 32}", b"z" * 100, keys=f"many-{i}", queue_id=i % 8)
-            s._dispatcher.catch_up()
+            s._opened.dispatcher.catch_up()
             assert runs
             assert [m.body for m in s.query_by_key("T7", "many-7")] == [b"z" * 100]
         finally:
@@ -408,7 +408,7 @@ def test_a_window_that_cannot_be_allocated_leaves_its_records_to_the_general_pat
     with open_store(root, consume_queue_units=10_000, index_count=100_000) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"a", keys=f"a{i}") for i in range(200)])
-        s._dispatcher.catch_up()
+        s._opened.dispatcher.catch_up()
         real = ConsumeQueue.tail_window
 
         def failing(self, files):
@@ -421,8 +421,8 @@ def test_a_window_that_cannot_be_allocated_leaves_its_records_to_the_general_pat
             IndexService, "tail_window", lambda self: (_ for _ in ()).throw(DiskFullError(28, "full"))
         )
         s.put_messages([Message("T", b"b" * 100, keys=f"b{i}") for i in range(2000)])
-        s._dispatcher.catch_up()
-        assert s._dispatcher.dispatched_records == 2200
+        s._opened.dispatcher.catch_up()
+        assert s._opened.dispatcher.dispatched_records == 2200
         assert [m.body for m in s.query_by_key("T", "b1999")] == [b"b" * 100]
         assert s.queue_units("T", 1, 0, 10_000)["size"].size == 1100
 
@@ -475,8 +475,8 @@ def test_a_replaced_queue_object_is_learned_again(tmp_path):
 
     with open_store(str(tmp_path / "s")) as s:
         s.put("T", b"x", keys="k", queue_id=0)
-        s._dispatcher.catch_up()
-        fused = s._dispatcher._fused
+        s._opened.dispatcher.catch_up()
+        fused = s._opened.dispatcher._fused
         old = fused.queues[("T", 0)]
         new = ConsumeQueue(str(tmp_path / "other"), "T", 0, 64)
         store = fused._queue_store

@@ -82,7 +82,7 @@ def test_keyed_batch_keeps_each_message_s_fields(store):
         if m.queue_id >= 0:
             assert got.queue_id == m.queue_id
     assert store.read(results[0].commitlog_offset).born_timestamp == 1_700_000_000_000
-    store._dispatcher.catch_up()
+    store._opened.dispatcher.catch_up()
     assert [bytes(m.body) for m in store.query_by_key(TOPIC, "a")] == [b"one"]
 
 
@@ -144,7 +144,7 @@ NOT_PLAIN = [
 
 @pytest.mark.parametrize("odd", NOT_PLAIN, ids=repr)
 def test_core_hands_a_batch_that_is_not_plain_back_untouched(store, odd):
-    core = store._core
+    core = store._opened.core
     before = core.wrote_offset
     assert core.put_plain_messages([Message(TOPIC, b"fine", keys="k"), odd], {TOPIC}, 0) is None
     assert core.put_plain_messages([], {TOPIC}, 0) is None
@@ -155,7 +155,7 @@ def test_core_hands_a_batch_that_is_not_plain_back_untouched(store, odd):
 
 
 def test_core_hands_keys_that_are_not_plain_back_untouched(store):
-    core = store._core
+    core = store._opened.core
     before = core.wrote_offset
     for tags, keys in [(None, ["a", 1]), ("", None), (None, "\ud800"), ("x", "a\x02")]:
         assert core.put_keyed(TOPIC, b"x", tags, keys, -1, 0, 0) is None
@@ -222,7 +222,7 @@ PROPERTY_SHAPES = [
 
 @pytest.mark.parametrize("shape", PROPERTY_SHAPES, ids=repr)
 def test_a_put_with_a_properties_dict_stores_what_the_general_path_stores(store, shape):
-    core = store._core
+    core = store._opened.core
     plain = core.put_keyed(TOPIC, b"body", shape.get("tags"), shape.get("keys"), 1, 7, 0, shape["properties"])
     assert plain is not None  # the core took it: no Python per message
     fast = store.put(TOPIC, b"body", queue_id=1, flag=7, **shape)
@@ -242,7 +242,7 @@ def test_a_put_with_a_properties_dict_stores_what_the_general_path_stores(store,
 
 
 def test_special_properties_keep_their_meaning(store):
-    core = store._core
+    core = store._opened.core
     before = core.wrote_offset
     for name in _impl.PURE.store.SPECIAL_PROPERTIES:
         assert core.put_keyed(TOPIC, b"x", None, None, -1, 0, 0, {"a": "b", name: "1"}) is None
@@ -433,7 +433,7 @@ def test_messages_of_either_type_are_stored_alike(store, message_type):
     assert stored(store, mixed[0]) == stored(store, general[0]) == stored(store, mixed[-1])
     if store._impl.compiled:  # the compiled core reads both types itself
         both = [t(TOPIC, b"x", keys="k") for t in _impl.MESSAGE_TYPES]
-        assert store._core.put_plain_messages(both, {TOPIC}, 0) is not None
+        assert store._opened.core.put_plain_messages(both, {TOPIC}, 0) is not None
     single = store.put(message_type(TOPIC, b"one", keys="k1", queue_id=general[0].queue_id))
     assert stored(store, single) == stored(store, general[0])
     with pytest.raises(TypeError, match="expected a Message"):
@@ -448,8 +448,8 @@ def test_messages_of_a_subclass_or_with_a_field_unset_take_the_general_path(stor
     sub = Audited(TOPIC, b"sub", keys="k1")
     unset = message_type(TOPIC, b"unset", keys="k2")
     del unset.flag
-    assert store._core.put_plain_messages([sub], {TOPIC}, 0) is None
-    assert store._core.put_plain_messages([message_type(TOPIC, b"x"), unset], {TOPIC}, 0) is None
+    assert store._opened.core.put_plain_messages([sub], {TOPIC}, 0) is None
+    assert store._opened.core.put_plain_messages([message_type(TOPIC, b"x"), unset], {TOPIC}, 0) is None
     done = store.put_messages([sub])
     assert store.read(done[0].commitlog_offset).body == b"sub"
     with pytest.raises(AttributeError):

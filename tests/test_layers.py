@@ -342,13 +342,7 @@ def test_architecture_md_shows_each_module_in_its_layer():
 MAX_MODULE_LINES = 1000
 #: Modules longer still, each with what is to shorten it.
 LONG_MODULES = {
-    "storebase": "the store keeps each part an open made as an attribute of its own (beside the "
-    "OpenedParts) and the joined writers' machinery as a mixin: the store to hold its OpenedParts "
-    "alone, and the waits for puts to move beside the live page",
     "log._store_py": "the pure twin of the append core, PutFront and the futures: split with cext/_store.pyx",
-    "queues.consumequeue": "the ConsumeQueue file and its store: the store of queues to a module of its own",
-    "services.pop": "the receive and ack paths, the revive log and the snapshot: a module each",
-    "log.commitlog": "the CommitLog and its reads and scans: the reads to log/recordscan",
     "services.timer": "the timer service and its rewrite of a put: the rewrite and the wheel apart",
 }
 

@@ -96,7 +96,7 @@ def test_a_reader_opens_again_when_a_writer_cut_what_it_saw(tmp_path, impl):
         for i in range(10):
             writer.put("T", b"m%d" % i, queue_id=0)
         assert reader.max_queue_offset("T", 0) == 11
-        follower = reader._follower
+        follower = reader._opened.follower
         writer.close()
         # the page says records end further than the CommitLog's do (a power cut lost the
         # last ones): the next writer's recovery cuts there, and readers open again
@@ -105,7 +105,7 @@ def test_a_reader_opens_again_when_a_writer_cut_what_it_saw(tmp_path, impl):
             f.write(struct.pack("<q", reader.max_offset + 4096))
         with MessageStore(path, implementation=impl.name) as again:
             assert reader.max_queue_offset("T", 0) == 11
-            assert reader._follower is not follower  # opened again
+            assert reader._opened.follower is not follower  # opened again
             again.put("T", b"after", queue_id=0)
             assert reader.get_by_queue_offset("T", 0, 11).body == b"after"
 
@@ -291,7 +291,7 @@ def test_a_waiter_sleeps_through_puts_of_other_topics(tmp_path, impl):
         store.put("Busy", b"x")
         store.put("Quiet", b"x")
         assert topic_slot("Busy") != topic_slot("Quiet")
-        live = store._live
+        live = store._opened.live
         look = live.look((topic_slot("Quiet"),))
         timer = threading.Timer(0.05, lambda: [store.put("Busy", b"y") for _ in range(50)])
         timer.start()
@@ -307,7 +307,7 @@ def test_a_waiter_sleeps_through_puts_of_other_topics(tmp_path, impl):
 
 def test_live_page_words_are_checked(tmp_path, impl):
     with MessageStore(tmp_path / "s", implementation=impl.name) as store:
-        mm = store._live.mm
+        mm = store._opened.live.mm
         for words, seen in (([], []), ([8], [0]), ([64, 72], [0]), ([4096], [0]), ([65], [0])):
             with pytest.raises(ValueError):
                 impl.store.live_wait_words(mm, words, seen, 0, 0)
@@ -364,13 +364,13 @@ def test_a_reader_ahead_of_the_published_end_does_not_reopen(tmp_path, impl):
     writer, reader = open_pair(path, impl)
     with writer, reader:
         end = reader.max_offset
-        follower = reader._follower
+        follower = reader._opened.follower
         with open(path / LIVE_NAME, "r+b") as f:
             f.seek(16)
             f.write(struct.pack("<q", end - 10))
         for _ in range(3):
             assert reader.max_offset == end
-        assert reader._follower is follower
+        assert reader._opened.follower is follower
 
 
 def test_a_writer_opening_after_a_crash_makes_readers_open_again(tmp_path, impl):
@@ -379,11 +379,11 @@ def test_a_writer_opening_after_a_crash_makes_readers_open_again(tmp_path, impl)
     with reader:
         writer.close()
         (path / "abort").touch()  # as a killed writer leaves it
-        follower = reader._follower
+        follower = reader._opened.follower
         with MessageStore(path, implementation=impl.name) as again:
             again.put("T", b"after", queue_id=0)
             assert reader.get_by_queue_offset("T", 0, 1).body == b"after"
-            assert reader._follower is not follower
+            assert reader._opened.follower is not follower
 
 
 def test_async_iteration_ends_when_the_store_closes(tmp_path, impl):
@@ -444,7 +444,7 @@ def test_a_reader_that_fell_behind_retention_starts_its_queues_past_the_deletion
     writer = MessageStore(path, implementation=impl.name, **SMALL)
     reader = MessageStore(path, read_only=True, implementation=impl.name)
     with writer, reader:
-        assert reader._queues.get("T", 0).disk is not None
+        assert reader._opened.queues.get("T", 0).disk is not None
         for i in range(400):
             writer.put("T", b"late%d" % i, queue_id=0)
         writer.clean(force=True)
@@ -455,7 +455,7 @@ def test_a_reader_that_fell_behind_retention_starts_its_queues_past_the_deletion
         assert (low, high) == writer.queues()[("T", 0)]
         got = reader.get_message("g", "T", 0, low, max_msgs=1000)
         assert [m.queue_offset for m in got.messages] == list(range(low, high))
-        assert not reader._queues.get("T", 0).holes
+        assert not reader._opened.queues.get("T", 0).holes
 
 
 def test_a_spinning_waiter_is_woken_by_a_put_and_keeps_its_timeout(tmp_path, impl):

@@ -19,7 +19,8 @@ from rocketstore.errors import (
     SystemTopicError,
 )
 from rocketstore.files.fastjson import loads_fastjson
-from rocketstore.services.pop import REVIVE_GROUP, _dumps, revive_topic
+from rocketstore.services.pop.records import REVIVE_GROUP, revive_topic
+from rocketstore.services.pop.records import dumps as _dumps
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -165,7 +166,7 @@ def test_reopen_replays_records_after_the_snapshot(tmp_path, impl, clock):
     store = open_store(path, impl, clock, pop_snapshot_interval_ms=0)
     fill(store, 3)
     got = store.receive(GROUP, TOPIC, 3, 1000)
-    store._pop.snapshot()
+    store._opened.pop.snapshot()
     store.ack(got[0].handle)  # after the snapshot: only in the revive log
     store.change_invisible_time(got[1].handle, 50_000)
     state = loads_fastjson((path / "config" / "rocketstorePop.json").read_text())
@@ -265,7 +266,7 @@ def test_a_foreign_record_in_the_revive_topic_is_skipped_and_counted(tmp_path, i
     with open_store(path, impl, clock) as store:
         fill(store, 1)
         store.receive(GROUP, TOPIC, 1, 10)
-        store._parts.put_message(Message(REVIVE, b'{"so": 1}', tags="ck", queue_id=0), None, 0)
+        store._opened.parts.put_message(Message(REVIVE, b'{"so": 1}', tags="ck", queue_id=0), None, 0)
     for name in ("rocketstorePop.json", "rocketstorePop.json.bak"):  # replay the whole log
         if (path / "config" / name).exists():
             os.unlink(path / "config" / name)
@@ -347,7 +348,7 @@ def test_a_message_deleted_before_it_came_back_is_dropped_and_counted(tmp_path, 
         def gone(topic, queue_id, offset):
             raise MessageNotFoundError("deleted by retention")
 
-        monkeypatch.setattr(store._pop, "_lookup", gone)
+        monkeypatch.setattr(store._opened.pop, "_lookup", gone)
         assert store.receive(GROUP, TOPIC, 2, 10) == []
         assert store.stats()["pop_lost_to_retention"] == 2
         assert store.committed_offset(GROUP, TOPIC, 0) == 2
@@ -365,7 +366,7 @@ def test_a_snapshot_that_cannot_be_written_does_not_fail_the_receive(tmp_path, i
         def full(force=False):
             raise DiskFullError(28, "No space left on device")
 
-        monkeypatch.setattr(store._pop._state, "persist", full)
+        monkeypatch.setattr(store._opened.pop._state, "persist", full)
         clock.now += 100
         got = store.receive(GROUP, TOPIC, 2, 60_000)
         assert len(got) == 2 and store.stats()["pop_snapshot_failures"] == 1
@@ -380,7 +381,7 @@ def test_an_ack_whose_flush_times_out_is_applied_and_raised(tmp_path, impl, cloc
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 3)
         got = store.receive(GROUP, TOPIC, 3, 10)
-        commitlog = store._pop._parts.commitlog
+        commitlog = store._opened.pop._parts.commitlog
         core = commitlog.core
 
         class Unconfirmed:  # stores, then reports the flush as timed out (SYNC_FLUSH)
@@ -412,7 +413,7 @@ def test_acknowledged_batches_do_not_pile_up_in_memory(tmp_path, impl, clock):
             if not got:
                 break
             store.ack_many(got)
-        [lane] = store._pop._lanes.values()
+        [lane] = store._opened.pop._lanes.values()
         assert len(lane.heap) <= 2 * 1 + 256 + 1 and len(lane.inflight) == 1
         clock.now += 60_000
         again = store.receive(GROUP, TOPIC, 10, 60_000)
@@ -425,7 +426,7 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
     path = tmp_path / "s"
     store = open_store(path, impl, clock)
     fill(store, 10)
-    pop = store._pop
+    pop = store._opened.pop
     real = pop._pull
     hidden = 8  # as if units 0..7 were placeholders: each pull passes one over
 
@@ -435,7 +436,7 @@ def test_units_with_no_message_are_passed_over_and_recorded(tmp_path, impl, cloc
         return real(group, topic, qid, offset, max_msgs, *tag_filter)
 
     monkeypatch.setattr(pop, "_pull", pull)
-    monkeypatch.setattr("rocketstore.services.pop.PASS_OVER_PULLS", 5)
+    monkeypatch.setattr("rocketstore.services.pop.service.PASS_OVER_PULLS", 5)
     assert store.receive(GROUP, TOPIC, 10, 1000) == []  # five passed over, recorded
     assert store.pop_status(GROUP, TOPIC)[0] == {"committed": 5, "next": 5, "in_flight": 0}
     assert bodies(store.receive(GROUP, TOPIC, 10, 1000)) == [b"m8", b"m9"]
@@ -472,7 +473,7 @@ def test_tags_filter_what_is_received_and_the_rest_is_passed_over(tmp_path, impl
 def test_a_dead_letter_compacting_the_heap_mid_receive_loses_no_deadline(tmp_path, impl, clock, monkeypatch):
     from rocketstore import Message
 
-    monkeypatch.setattr("rocketstore.services.pop.COMPACT_SLACK", -(1 << 30))  # compact at every ack
+    monkeypatch.setattr("rocketstore.services.pop.service.COMPACT_SLACK", -(1 << 30))  # compact at every ack
     with open_store(tmp_path / "s", impl, clock) as store:
         store.create_topic(TOPIC, 1)
         store.put(Message(TOPIC, b"m0", queue_id=0, reconsume_times=5))  # at its maximum already
@@ -509,7 +510,8 @@ def test_a_receive_reads_past_a_queue_file_end_and_filtered_units_for_its_max(tm
     "group, topic, queue_id, first, count", [("g", "T", 0, 0, 1), ("%RETRY%g-1", "A_b|c", 7, 2**40, 32)]
 )
 def test_an_ack_record_is_written_as_the_general_encoder_writes_it(group, topic, queue_id, first, count):
-    from rocketstore.services.pop import _ACK_RANGE_JSON, _dumps
+    from rocketstore.services.pop.records import ACK_RANGE_JSON as _ACK_RANGE_JSON
+    from rocketstore.services.pop.records import dumps as _dumps
 
     record = {"c": group, "t": topic, "q": queue_id, "so": first, "n": count}
     assert (_ACK_RANGE_JSON % (group, count, queue_id, first, topic)).encode() == _dumps(record)

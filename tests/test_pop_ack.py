@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from rocketstore import MessageStore
 from rocketstore.errors import InvalidReceiptHandleError, ReceiptHandleExpiredError
 from rocketstore.files.fastjson import loads_fastjson
-from rocketstore.services.pop import _ACK_RANGE_JSON, ReceivedMessage, _dumps, revive_topic
+from rocketstore.services.pop import ReceivedMessage, revive_topic
+from rocketstore.services.pop.records import ACK_RANGE_JSON as _ACK_RANGE_JSON
+from rocketstore.services.pop.records import dumps as _dumps
 
 TOPIC, GROUP = "PopTopic", "popGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -59,7 +61,7 @@ def outcome(acker, handle):
 
 def test_the_store_acks_through_the_implementations_acker(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
-        assert type(store._pop._acker) is impl.codec.PopAcker
+        assert type(store._opened.pop._acker) is impl.codec.PopAcker
 
 
 @pytest.mark.parametrize("offset", [0, 7, 10, 99, 12345])
@@ -174,7 +176,7 @@ def test_odd_handles_get_what_the_careful_steps_decide(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 3)
         store.receive(GROUP, TOPIC, 3, 60_000)
-        service = store._pop
+        service = store._opened.pop
         for handle in ODD_HANDLES:
             before = len(revive_records(store))
             expected = careful(service, handle) if isinstance(handle, str) else None
@@ -191,7 +193,7 @@ def test_generated_handles_get_what_the_careful_steps_decide(tmp_path, impl, clo
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 12, queues=2)
         store.receive(GROUP, TOPIC, 12, 60_000)
-        service = store._pop
+        service = store._opened.pop
 
         @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
         @given(
@@ -242,7 +244,8 @@ def test_receipt_handles_are_the_prefix_offset_and_number(impl, prefix, offsets,
 def test_a_checkpoint_record_is_written_as_the_general_encoder_writes_it(
     group, topic, queue_id, base, now, invisible, offsets, redelivered
 ):
-    from rocketstore.services.pop import _checkpoint, _checkpoint_json
+    from rocketstore.services.pop.records import checkpoint_json as _checkpoint_json
+    from rocketstore.services.pop.records import checkpoint_record as _checkpoint
 
     numbers = [int(redelivered)] * len(offsets)
     nxt = max(offsets, default=base) + 1
@@ -258,7 +261,7 @@ def test_the_acker_keeps_no_store_alive_and_refuses_once_it_is_gone(tmp_path, im
     store = open_store(tmp_path / "s", impl, clock)
     fill(store, 1)
     [got] = store.receive(GROUP, TOPIC, 1, 60_000)
-    ack = store._pop.ack
+    ack = store._opened.pop.ack
     store.close()
     del store
     gc.collect()
@@ -283,7 +286,7 @@ _NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
 def test_a_runs_checkpoint_is_what_the_general_encoder_writes(
     impl, group, topic, queue_id, base, now, invisible, so, n
 ):
-    from rocketstore.services.pop import _checkpoint
+    from rocketstore.services.pop.records import checkpoint_record as _checkpoint
 
     offsets = list(range(so, so + n))
     args = (group, topic, queue_id, base, now, invisible, offsets, [0] * n, so + n)

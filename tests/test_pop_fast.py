@@ -18,7 +18,8 @@ from rocketstore.errors import (
     StoreClosedError,
 )
 from rocketstore.format import _codec_py
-from rocketstore.services.pop import PopService, ReceivedMessage, Receiver, _checkpoint_json, revive_topic
+from rocketstore.services.pop import PopService, ReceivedMessage, Receiver, revive_topic
+from rocketstore.services.pop.records import checkpoint_json as _checkpoint_json
 
 TOPIC, GROUP = "PopFast", "fastGroup"
 REVIVE = revive_topic("DefaultCluster")
@@ -69,8 +70,8 @@ class Spy:
 
 def test_the_store_receives_through_the_implementations_step(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
-        assert store._pop._receive_run is PopService.receive_run
-        assert store._pop.received_rows is impl.codec.received_rows
+        assert store._opened.pop._receive_run is PopService.receive_run
+        assert store._opened.pop.received_rows is impl.codec.received_rows
 
 
 def scenario(store, clock):
@@ -101,8 +102,8 @@ def test_the_one_call_step_does_what_the_general_path_does(tmp_path, impl, clock
         with open_store(tmp_path / name, impl, clock, pop_snapshot_interval_ms=0) as store:
             fill(store, 100, queues=2)
             if not fast:
-                store._pop._receive_run = None
-            spy = Spy(store._pop) if fast else None
+                store._opened.pop._receive_run = None
+            spy = Spy(store._opened.pop) if fast else None
             results.append((scenario(store, clock), revive_bodies(store)))
             if spy is not None:
                 assert spy.runs > 0  # the step was taken ...
@@ -114,7 +115,7 @@ def test_the_step_writes_the_general_checkpoint(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock, pop_snapshot_interval_ms=0) as store:
         fill(store, 40)
         store.receive(GROUP, TOPIC, 4, 60_000)  # makes the lane (the general path)
-        spy = Spy(store._pop)
+        spy = Spy(store._opened.pop)
         got = store.receive(GROUP, TOPIC, 32, 60_000)
         assert (spy.runs, spy.general) == (1, 0)
         assert [m.handle for m in got] == [f"{GROUP} {TOPIC} 0 {o} 0" for o in range(4, 36)]
@@ -133,7 +134,7 @@ def test_a_message_due_back_comes_before_new_ones(tmp_path, impl, clock):
         for m in first[1:]:
             store.ack(m)
         clock.now += 1_000
-        spy = Spy(store._pop)
+        spy = Spy(store._opened.pop)
         again = store.receive(GROUP, TOPIC, 4, 1_000)
         assert spy.runs == 0 and spy.general == 1
         assert again[0].message.queue_offset == 0 and again[0].reconsume_times == 1
@@ -146,7 +147,7 @@ def test_a_tag_filter_takes_the_general_path(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 60, tags=["A", "B"])
         store.receive(GROUP, TOPIC, 2, 60_000, tags="A")
-        spy = Spy(store._pop)
+        spy = Spy(store._opened.pop)
         got = store.receive(GROUP, TOPIC, 8, 60_000, tags="A")
         assert spy.runs == 0
         assert [m.message.tags for m in got] == ["A"] * 8
@@ -159,7 +160,7 @@ def test_a_short_pull_takes_the_general_path(tmp_path, impl, clock):
         fill(store, 10)
         store.receive(GROUP, TOPIC, 4, 60_000)
         records = len(revive_bodies(store))
-        spy = Spy(store._pop)
+        spy = Spy(store._opened.pop)
         got = store.receive(GROUP, TOPIC, 32, 60_000)
         assert (spy.runs, spy.general) == (0, 1)
         assert [m.message.queue_offset for m in got] == list(range(4, 10))
@@ -179,7 +180,7 @@ def lane_state(lane):
 def test_the_step_declines_without_writing(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 40)
-        service = store._pop
+        service = store._opened.pop
         run = PopService.receive_run
         store.receive(GROUP, TOPIC, 4, 1_000)
         lane = service._lanes[(GROUP, TOPIC, 0)]
@@ -204,7 +205,7 @@ def test_the_step_declines_without_writing(tmp_path, impl, clock):
 def test_receiving_through_the_step_then_acking_finishes_everything(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as store:
         fill(store, 300, queues=3)
-        spy = Spy(store._pop)
+        spy = Spy(store._opened.pop)
         done = 0
         while got := store.receive(GROUP, TOPIC, 16, 60_000):
             for m in got:
@@ -324,7 +325,7 @@ def test_a_writable_store_acks_through_the_acker_itself(tmp_path, impl, clock):
     s = open_store(str(tmp_path / "s"), impl, clock)
     try:
         fill(s, 3)
-        assert s._role.ack == s._pop.ack  # the acker itself
+        assert s._role.ack == s._opened.pop.ack  # the acker itself
         got = s.receive(GROUP, TOPIC, 3, 60_000)
         assert s.ack(got[0].handle) is True
         assert s.ack(got[0]) is False  # (a ReceivedMessage; already acknowledged)
@@ -341,7 +342,7 @@ def test_an_ack_held_past_close_raises_store_closed(tmp_path, impl, clock):
     s = open_store(str(tmp_path / "s"), impl, clock)
     fill(s, 2)
     got = s.receive(GROUP, TOPIC, 2, 60_000)
-    held, service = s._role.ack, s._pop  # the service kept alive: only the acker's flag can refuse
+    held, service = s._role.ack, s._opened.pop  # the service kept alive: only the acker's flag can refuse
     s.close()
     for ack in (held, s.ack, service.ack):
         with pytest.raises(StoreClosedError):
@@ -365,7 +366,7 @@ def test_a_subclass_keeps_its_own_ack(tmp_path, impl, clock):
     s = Counting(str(tmp_path / "s"), implementation=impl.name, clock=clock, schedule_interval_ms=0)
     try:
         fill(s, 1)
-        assert s._role.ack == s._pop.ack  # the role's; the class's override calls it
+        assert s._role.ack == s._opened.pop.ack  # the role's; the class's override calls it
         assert s.ack(s.receive(GROUP, TOPIC, 1, 60_000)[0].handle) is True
         assert Counting.acks == 1
     finally:
@@ -408,7 +409,7 @@ def test_a_writable_store_receives_through_the_receiver(tmp_path, impl, clock):
         receiver = s._role.pop_receiver
         assert type(receiver) is Receiver
         assert s._role.receive == receiver.receive
-        spy = Spy(s._pop)
+        spy = Spy(s._opened.pop)
         # new lanes: the general path makes them; then the one-call step
         got = [m for _ in range(3) for m in s.receive(GROUP, TOPIC, 2, 60_000)]
         assert spy.general == 2 and spy.runs == 1
@@ -421,7 +422,7 @@ def test_the_receiver_hands_everything_else_to_the_class(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as s:
         fill(s, 8, queues=2)
         s.receive(GROUP, TOPIC, 1, 60_000)  # (the names are checked once)
-        spy = FallbackSpy(s._pop)
+        spy = FallbackSpy(s._opened.pop)
         s.receive(GROUP, TOPIC, 1, 60_000)
         assert spy.calls == 0
         s.receive(GROUP, TOPIC, 1, 60_000, queue_id=1)
@@ -456,8 +457,8 @@ def test_a_clock_that_is_not_an_int_takes_the_class_path(tmp_path, impl, clock):
     with open_store(tmp_path / "s", impl, clock) as s:
         fill(s, 4)
         s.receive(GROUP, TOPIC, 1, 60_000)
-        spy = FallbackSpy(s._pop)
-        s._pop.clock = lambda: float(clock.now)
+        spy = FallbackSpy(s._opened.pop)
+        s._opened.pop.clock = lambda: float(clock.now)
         got = s.receive(GROUP, TOPIC, 1, 60_000)
         assert spy.calls == 1 and len(got) == 1
 
@@ -478,7 +479,7 @@ def test_a_receive_held_past_close_raises_store_closed(tmp_path, impl, clock):
     s = open_store(tmp_path / "s", impl, clock)
     fill(s, 2)
     s.receive(GROUP, TOPIC, 1, 60_000)
-    held, service = s._role.receive, s._pop
+    held, service = s._role.receive, s._opened.pop
     s.close()
     with pytest.raises(StoreClosedError):
         held(GROUP, TOPIC, 1, 60_000)
@@ -548,7 +549,7 @@ def test_every_so_many_acks_look_at_the_snapshot(tmp_path, impl, clock, monkeypa
         fill(store, n)
         got = store.receive(GROUP, TOPIC, n, 60_000)
         snapshots = []
-        store._pop.snapshot = lambda: snapshots.append(1) or True
+        store._opened.pop.snapshot = lambda: snapshots.append(1) or True
         clock.now += 1_000  # a snapshot is due from now on
         for m in got:
             assert store.ack(m.handle) is True

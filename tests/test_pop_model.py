@@ -247,8 +247,8 @@ SETTINGS = settings(
 
 
 def test_pop_agrees_with_the_model(impl, monkeypatch):
-    import rocketstore.services.pop
+    import rocketstore.services.pop.service
 
-    monkeypatch.setattr(rocketstore.services.pop, "COMPACT_SLACK", -(1 << 30))  # compact at every ack
+    monkeypatch.setattr(rocketstore.services.pop.service, "COMPACT_SLACK", -(1 << 30))  # compact at every ack
     machine = type(f"PopMachine_{impl.name}", (PopMachine,), {"IMPL": impl.name})
     run_state_machine_as_test(machine, settings=SETTINGS)

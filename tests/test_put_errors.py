@@ -71,7 +71,7 @@ def test_refused_puts_raise_a_typed_put_error_and_write_nothing(impl, tmp_path):
         store.create_topic(TOPIC, 2)
         store.put(TOPIC, b"before", queue_id=0)
         end, queue_offsets = store.max_offset, store.queue_offsets()
-        store._core.refuse_puts(DiskFullError(errno.ENOSPC, "the disk is 97% full (test)"))
+        store._opened.core.refuse_puts(DiskFullError(errno.ENOSPC, "the disk is 97% full (test)"))
         for put in _every_put(store):
             with pytest.raises(PutError) as info:
                 put()
@@ -94,7 +94,7 @@ def test_refused_puts_raise_a_typed_put_error_and_write_nothing(impl, tmp_path):
             future.add_done_callback(called.append)
             assert called == [future]
         assert store.max_offset == end and store.queue_offsets() == queue_offsets
-        store._core.refuse_puts(None)
+        store._opened.core.refuse_puts(None)
         ok = store.put(TOPIC, b"after", queue_id=0)
         assert ok.ok and ok.commitlog_offset == end and ok.queue_offset == queue_offsets[(TOPIC, 0)]
 
@@ -103,12 +103,12 @@ def test_a_put_without_segment_space_raises_create_mapped_file_failed(impl, tmp_
     with _open(impl, tmp_path / "s") as store:
         store.create_topic(TOPIC, 2)
         store.put(TOPIC, b"x" * 100)
-        real_roll = store._segments.segment_at
+        real_roll = store._opened.segments.segment_at
 
         def no_space(start):
             raise space_error(errno.ENOSPC, "cannot create segment")
 
-        store._segments.segment_at = no_space
+        store._opened.segments.segment_at = no_space
         with pytest.raises(CreateMappedFileFailedError) as info:
             for _ in range(SEGMENT // 900 + 2):
                 store.put(TOPIC, b"y" * 900)
@@ -130,11 +130,11 @@ def test_a_put_without_segment_space_raises_create_mapped_file_failed(impl, tmp_
         def other_failure(start):
             raise SegmentError(errno.EACCES, "cannot create segment: Permission denied")
 
-        store._segments.segment_at = other_failure
+        store._opened.segments.segment_at = other_failure
         with pytest.raises(CreateMappedFileFailedError) as info:
             store.put(TOPIC, b"z")
         assert not isinstance(info.value, DiskFullError) and info.value.errno == errno.EACCES
-        store._segments.segment_at = real_roll
+        store._opened.segments.segment_at = real_roll
         assert store.put(TOPIC, b"z").commitlog_offset == SEGMENT
 
 
@@ -284,7 +284,7 @@ def test_an_exception_in_the_flush_thread_fails_durable_puts_and_close_returns(i
 def test_a_dead_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path):
     _pure_only(impl)
     store = _open(impl, tmp_path / "s", sync_flush_timeout_ms=60_000)
-    flusher = store._core._flusher
+    flusher = store._opened.core._flusher
 
     def broken_round():
         raise RuntimeError("the flush thread's own bug")

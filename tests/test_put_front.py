@@ -79,13 +79,13 @@ BAD = [
 
 @pytest.mark.parametrize("args,kwargs,error", BAD, ids=lambda v: repr(v)[:30])
 def test_front_refuses_what_the_method_refuses_and_writes_nothing(store, args, kwargs, error):
-    end = store._core.wrote_offset
+    end = store._opened.core.wrote_offset
     with pytest.raises(error) as via_front:
         store.put(*args, **kwargs)
     with pytest.raises(error) as via_method:
         StoreBase.put(store, *args, **kwargs)
     assert str(via_front.value) == str(via_method.value)
-    assert store._core.wrote_offset == end
+    assert store._opened.core.wrote_offset == end
 
 
 def test_front_hands_other_shapes_to_the_method(store):
@@ -191,7 +191,7 @@ def test_methods_held_from_before_a_fork_do_not_append_in_the_child(store):
         "put_messages": (store.put_messages, ([Message(TOPIC, b"child")],)),
         "ack": (store.ack, (got[0].handle,)),
         "receive": (store.receive, ("forkGroup", TOPIC, 1, 60_000)),
-        "core put": (store._core.put, (TOPIC, b"child", None, 0)),
+        "core put": (store._opened.core.put, (TOPIC, b"child", None, 0)),
     }
     end = store.max_offset
     r, w = os.pipe()
@@ -311,13 +311,13 @@ def test_front_stores_pipelined_what_the_method_stores(store, kwargs):
 
 @pytest.mark.parametrize("args,kwargs,error", BAD, ids=lambda v: repr(v)[:30])
 def test_front_refuses_pipelined_what_the_method_refuses_and_writes_nothing(store, args, kwargs, error):
-    end = store._core.wrote_offset
+    end = store._opened.core.wrote_offset
     with pytest.raises(error) as via_front:
         store.put_pipelined(*args, **kwargs)
     with pytest.raises(error) as via_method:
         StoreBase.put_pipelined(store, *args, **kwargs)
     assert str(via_front.value) == str(via_method.value)
-    assert store._core.wrote_offset == end
+    assert store._opened.core.wrote_offset == end
 
 
 def test_front_hands_other_pipelined_shapes_to_the_method(store):

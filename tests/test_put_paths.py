@@ -24,8 +24,8 @@ def test_put_without_segment_space_reports_create_mapped_file_failed(impl, tmp_p
         def refuse(start):
             raise SegmentError(28, "No space left on device (simulated)")
 
-        real_roll = store._segments.segment_at
-        store._segments.segment_at = refuse
+        real_roll = store._opened.segments.segment_at
+        store._opened.segments.segment_at = refuse
         # fill the first segment until a record must go to the next one
         stored = 0
         with pytest.raises(CreateMappedFileFailedError) as info:
@@ -38,7 +38,7 @@ def test_put_without_segment_space_reports_create_mapped_file_failed(impl, tmp_p
         stored_end = store.max_offset
         assert stored_end >= before
         # space is back: the same put succeeds at the start of the next segment
-        store._segments.segment_at = real_roll
+        store._opened.segments.segment_at = real_roll
         again = store.put("T", b"z" * 900)
         assert again.ok and again.commitlog_offset == SEGMENT
         assert store.read(again.commitlog_offset).body == b"z" * 900
@@ -65,7 +65,7 @@ def test_records_on_disk_are_what_the_codec_encodes(impl, tmp_path):
     ) as store:
         results = [store.put("TopicTest", bytes([i]) * i, keys=f"k{i}", flag=i) for i in range(50)]
         results += list(store.put_batch("TopicTest", [b"batch"] * 5, tags="TagB"))
-        segment = store._segments.files[0]
+        segment = store._opened.segments.files[0]
         for r in results:
             m = store.read(r.commitlog_offset)
             raw = bytes(segment.mm[r.commitlog_offset : r.commitlog_offset + r.size])
@@ -92,7 +92,7 @@ def test_records_on_disk_are_what_the_codec_encodes(impl, tmp_path):
 def test_segment_files_are_sparse_or_preallocated_to_full_size(impl, tmp_path):
     with _open(impl, tmp_path / "s") as store:
         store.put("T", b"x")
-        path = store._segments.files[0].path
+        path = store._opened.segments.files[0].path
         assert os.path.getsize(path) == SEGMENT
         assert os.path.basename(path) == "0" * 20
 

@@ -232,7 +232,7 @@ def test_checkpoint_inside_a_record_is_not_trusted(tmp_path, impl, inside):
             for m in store.iter_messages()
             if m.commitlog_offset > SEGMENT and 0 < m.commitlog_offset % SEGMENT < SEGMENT // 4
         )
-        store._save_checkpoint()  # queues, index and its resume point durable
+        store._opened.checkpointer.save()  # queues, index and its resume point durable
         crashed = crash_copy(path, str(tmp_path / "crashed"))
     finally:
         store.close()
@@ -453,7 +453,7 @@ def test_a_damaged_record_header_below_the_checkpoint_does_not_cut_the_log(tmp_p
         put_round(store, ["A"], 40)
         offsets = [store.get_by_queue_offset("A", 0, q).commitlog_offset for q in range(40)]
         if not clean:
-            store._save_checkpoint()
+            store._opened.checkpointer.save()
             crashed = crash_copy(path, str(tmp_path / "crashed"))
     if not clean:
         path = crashed

@@ -1,4 +1,4 @@
-"""The recovery scan's per-queue offsets (scan.queue_ranges, commitlog.queue_offset_ranges) and
+"""The recovery scan's per-queue offsets (scan.queue_ranges, recordscan.queue_offset_ranges) and
 the index slot table rebuilt on a roll back: the same answers as the exact (slow) way."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rocketstore.errors import CorruptRecordError
 from rocketstore.format import _codec_py, _scan_py
-from rocketstore.log.commitlog import queue_offset_ranges
+from rocketstore.log.recordscan import queue_offset_ranges
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPICS = ["a", "ab", "abcdefgh", "abcdefghi", "%RETRY%group-x", "%RETRY%group-y", "T" * 127]
@@ -529,7 +529,7 @@ def test_recover_scan_spans_many_tables_of_rows_and_many_queues(codec, scan):
 
 
 def test_recovered_chunk_groups_exactly_when_two_queues_share_a_key(codec, scan):
-    from rocketstore.log.commitlog import RecoveredChunk
+    from rocketstore.log.recordscan import RecoveredChunk
 
     buf, rows = batch(
         {"topic": "TopicA", "queue_offset": 0},

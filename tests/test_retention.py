@@ -57,14 +57,16 @@ def open_store(path, impl, **options):
 
 def cleaner(store, disk=None, hour=5):
     """A Cleaner on ``store`` whose local hour is ``hour`` (04 is delete_when) and clock NOW."""
-    return Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk or Disk(), local_hour=lambda ms: hour)
+    return Cleaner(
+        store._opened.parts, clock=lambda: NOW, disk_usage=disk or Disk(), local_hour=lambda ms: hour
+    )
 
 
 def fill(store, segments, queue_id=0, keys=True):
     """Put messages into queue ``queue_id`` until the CommitLog has ``segments`` segments;
     returns the put results (each message has key ``k<i>``)."""
     results = []
-    while len(store._segments.files) < segments or store.max_offset % SEGMENT < 2 * BODY:
+    while len(store._opened.segments.files) < segments or store.max_offset % SEGMENT < 2 * BODY:
         i = len(results)
         body = b"%06d" % i + bytes([i % 251]) * (BODY - 6)
         results.append(store.put(TOPIC, body, keys=f"k{i}" if keys else None, queue_id=queue_id))
@@ -74,19 +76,19 @@ def fill(store, segments, queue_id=0, keys=True):
 
 def age(store, hours, which=None, now=NOW):
     """Set the mtime of segments (all by default) to ``hours`` before ``now`` (epoch ms)."""
-    files = store._segments.files if which is None else which
+    files = store._opened.segments.files if which is None else which
     when = (now - hours * HOUR_MS) / 1000
     for mf in files:
         os.utime(mf.path, (when, when))
 
 
 def starts(store):
-    return [mf.file_from_offset for mf in store._segments.files]
+    return [mf.file_from_offset for mf in store._opened.segments.files]
 
 
 def on_disk(store):
     """Segment files on disk, but the one the store prepares ahead of need (not in use yet)."""
-    end = store._segments.files[-1].end_offset
+    end = store._opened.segments.files[-1].end_offset
     return sorted(o for o in map(int, os.listdir(os.path.join(store.path, "commitlog"))) if o < end)
 
 
@@ -103,8 +105,8 @@ def store(tmp_path, impl):
 def test_expired_segments_are_deleted_at_a_delete_when_hour_oldest_first(store):
     fill(store, 6)
     before = starts(store)
-    age(store, 73, store._segments.files[:4])
-    age(store, 1, store._segments.files[4:])
+    age(store, 73, store._opened.segments.files[:4])
+    age(store, 1, store._opened.segments.files[4:])
     result = cleaner(store, hour=4).run_once()
     assert result["trigger"] == "time" and not result["forced"]
     assert result["commitlog"] == before[:4]
@@ -140,7 +142,7 @@ def test_segments_younger_than_file_reserved_time_stay(tmp_path, impl):
 
 def test_deletion_stops_at_the_first_young_segment_and_leaves_no_hole(store):
     fill(store, 6)
-    files = list(store._segments.files)
+    files = list(store._opened.segments.files)
     age(store, 100)
     age(store, 1, [files[2]])  # segments 0, 1 expired; 2 young; 3, 4 expired again
     result = cleaner(store, hour=4).run_once()
@@ -157,13 +159,13 @@ def test_a_pass_deletes_at_most_delete_files_batch_max_segments(tmp_path, impl):
         assert len(c.run_once()["commitlog"]) == 3
         assert len(c.run_once()["commitlog"]) == 2  # the last segment stays
         assert c.run_once()["commitlog"] == []
-        assert len(store._segments.files) == 1
+        assert len(store._opened.segments.files) == 1
 
 
 def test_manual_clean_runs_passes_until_nothing_expired_is_left(tmp_path, impl):
     with open_store(tmp_path / "s", impl, delete_files_batch_max=2) as store:
         fill(store, 7)
-        files = list(store._segments.files)
+        files = list(store._opened.segments.files)
         age(store, 100)
         age(store, 1, files[5:])
         total = cleaner(store, Disk(0.1), hour=5).clean()
@@ -174,7 +176,7 @@ def test_manual_clean_runs_passes_until_nothing_expired_is_left(tmp_path, impl):
 
 def test_forced_clean_deletes_every_segment_but_the_one_being_written(store):
     results = fill(store, 5)
-    last = store._segments.files[-1].file_from_offset
+    last = store._opened.segments.files[-1].file_from_offset
     total = cleaner(store).clean(force=True)
     assert total["forced"] and total["commitlog"] == [0, SEGMENT, 2 * SEGMENT, 3 * SEGMENT]
     assert starts(store) == on_disk(store) == [last]
@@ -189,7 +191,7 @@ def test_a_full_segment_still_being_flushed_by_the_writer_is_never_deleted(store
     # The writer's segment is always the last one; even the one before it goes only when full.
     assert cleaner(store).clean(force=True)["commitlog"] == [0]
     assert cleaner(store).clean(force=True)["commitlog"] == []
-    assert len(store._segments.files) == 1
+    assert len(store._opened.segments.files) == 1
 
 
 # ---- disk usage ----
@@ -197,7 +199,7 @@ def test_a_full_segment_still_being_flushed_by_the_writer_is_never_deleted(store
 
 def test_disk_above_max_used_space_ratio_deletes_expired_segments_at_any_hour(store):
     fill(store, 5)
-    files = list(store._segments.files)
+    files = list(store._opened.segments.files)
     age(store, 100, files[:2])
     age(store, 1, files[2:])
     result = cleaner(store, Disk(0.76), hour=5).run_once()
@@ -213,7 +215,7 @@ def test_by_default_a_fuller_disk_deletes_only_expired_segments_and_refuses_puts
     path = tmp_path / "s"
     with open_store(path, impl) as store:
         results = fill(store, 5)
-        files = list(store._segments.files)
+        files = list(store._opened.segments.files)
         age(store, 100, files[:2])
         age(store, 1, files[2:])
         result = cleaner(store, Disk(0.86), hour=5).run_once()
@@ -293,7 +295,7 @@ def test_disk_above_warning_level_refuses_every_put_until_usage_is_back_at_the_f
         assert "disk_space_warning_level_ratio" in str(info.value)
     assert store.max_offset == end and len(list(store.iter_messages())) == count
     assert store.queue_offsets() == queue_offsets
-    assert store._core.stats()["refused_puts"] == len(refused)
+    assert store._opened.core.stats()["refused_puts"] == len(refused)
 
     disk.usage = 0.88  # below the warning level, above the forcible one: still full
     assert c.run_once()["disk_full"]
@@ -316,7 +318,7 @@ def test_puts_resume_in_the_same_pass_that_freed_the_space(tmp_path, impl):
             store.put(TOPIC, b"x")
 
         def freed(path):  # usage falls once the segments are gone
-            return 0.5 if len(store._segments.files) == 1 else 0.95
+            return 0.5 if len(store._opened.segments.files) == 1 else 0.95
 
         c._disk_usage = freed
         result = c.run_once()
@@ -338,13 +340,13 @@ def test_disk_usage_reads_the_file_system(tmp_path):
 def test_queue_and_index_files_below_the_new_min_offset_go_and_min_offsets_are_corrected(store):
     results = fill(store, 6)
     store.queues()  # dispatch everything
-    cq = store._queues.get(TOPIC, 0)
+    cq = store._opened.queues.get(TOPIC, 0)
     cq_dir = cq.directory
     cq_files_before = sorted(os.listdir(cq_dir))
-    index_before = [f.name for f in store._index.files]
+    index_before = [f.name for f in store._opened.index.files]
     assert len(cq_files_before) > 5 and len(index_before) > 3
-    age(store, 100, store._segments.files[:3])
-    age(store, 1, store._segments.files[3:])
+    age(store, 100, store._opened.segments.files[:3])
+    age(store, 1, store._opened.segments.files[3:])
     result = cleaner(store, hour=4).run_once()
     min_offset = 3 * SEGMENT
     assert result["commitlog"] == [0, SEGMENT, 2 * SEGMENT] and store.min_offset == min_offset
@@ -364,7 +366,7 @@ def test_queue_and_index_files_below_the_new_min_offset_go_and_min_offsets_are_c
     assert [m.queue_offset for m in got.messages] == list(range(expected_min, expected_min + 4))
 
     # index: files that end below min_offset are gone; keys of deleted messages find nothing
-    kept_index = [f for f in store._index.files]
+    kept_index = [f for f in store._opened.index.files]
     assert result["index_files"] == len(index_before) - len(kept_index) > 0
     assert all(f.end_phy_offset >= min_offset for f in kept_index[:-1])
     assert not os.path.exists(os.path.join(store.path, "index", index_before[0]))
@@ -380,8 +382,8 @@ def test_queues_are_cleaned_only_when_the_commitlog_min_offset_grew(store):
     first = c.run_once()  # nothing to delete; queues corrected once
     assert first["commitlog"] == [] and first["consumequeue_files"] == 0
     calls = []
-    real = store._queues.delete_expired
-    store._queues.delete_expired = lambda off: calls.append(off) or real(off)
+    real = store._opened.queues.delete_expired
+    store._opened.queues.delete_expired = lambda off: calls.append(off) or real(off)
     c.run_once()
     assert calls == []
     c.clean(force=True)
@@ -417,7 +419,7 @@ def test_views_taken_before_deletion_stay_readable_and_later_reads_raise_not_fou
     results = fill(store, 4)
     store.queues()
     first = results[0]
-    seg0 = store._segments.files[0]
+    seg0 = store._opened.segments.files[0]
     seg0_path = seg0.path
     body_view = store.read(first.commitlog_offset, zero_copy=True).body
     assert isinstance(body_view, memoryview)
@@ -508,7 +510,7 @@ def test_readers_racing_the_cleaner_see_whole_messages_or_not_found(tmp_path, im
                 t.join()
         assert not errors, errors[0]
         assert counts["read"] > 0 and counts["gone"] > 0
-        assert len(store._segments.files) <= 2
+        assert len(store._opened.segments.files) <= 2
 
 
 # ---- the background thread and the store's entry points ----
@@ -526,7 +528,7 @@ def test_background_thread_runs_passes_until_stopped(tmp_path, impl):
                 return super().__call__(path)
 
         disk = CountingDisk(0.5)
-        c = Cleaner(store._parts, clock=lambda: NOW, disk_usage=disk, local_hour=lambda ms: 4)
+        c = Cleaner(store._opened.parts, clock=lambda: NOW, disk_usage=disk, local_hour=lambda ms: 4)
         store.config.clean_resource_interval_ms = 5
         c.start()
         try:
@@ -588,7 +590,7 @@ def test_store_clean_and_stats_use_the_cleaner(tmp_path, impl):
         assert stats["deleted_segments"] == 2 and stats["disk_full"] is False
         fill(store, 5)
         assert len(store.clean(force=True)["commitlog"]) >= 2
-        assert len(store._segments.files) == 1
+        assert len(store._opened.segments.files) == 1
 
 
 # ---- options ----
@@ -644,7 +646,7 @@ store = MessageStore(path, implementation=impl, store_host="10.0.0.7", commitlog
 for i in range(400):
     assert store.put("TopicRetention", b"%06d" % i + b"c" * 994, keys="k%d" % i, queue_id=i % 2).ok
 store.queues()
-deleted = Cleaner(store._parts, disk_usage=lambda p: 0.5).clean(force=True)["commitlog"]
+deleted = Cleaner(store._opened.parts, disk_usage=lambda p: 0.5).clean(force=True)["commitlog"]
 assert len(deleted) >= 5
 for i in range(400, 430):
     assert store.put("TopicRetention", b"%06d" % i + b"c" * 994, keys="k%d" % i, queue_id=i % 2).ok
@@ -705,7 +707,7 @@ def test_stats_reads_the_disk_at_call_time_without_a_background_cleaner(tmp_path
     with open_store(tmp_path / "s", impl, clean_resource_interval_ms=0) as store:
         fill(store, 1)
         disk = Disk(0.5)
-        store._cleaner._disk_usage = disk  # the disk changes after the open's own check
+        store._opened.cleaner._disk_usage = disk  # the disk changes after the open's own check
         stats = store.stats()
         assert stats["disk_usage"] == 0.5 and stats["disk_full"] is False
         disk.usage = 1.0  # something else filled the disk
@@ -759,18 +761,18 @@ def test_retention_deletes_nothing_when_the_dispatch_before_it_fails(tmp_path, i
     with undispatched_store(tmp_path, impl) as store:
         results = []
         for q in (0, 1, 0, 1, 0):
-            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+            results += fill(store, len(store._opened.segments.files) + 1, queue_id=q)
         before = starts(store)
-        assert len(before) >= 5 and store._dispatcher.offset < before[1]  # nothing dispatched
+        assert len(before) >= 5 and store._opened.dispatcher.offset < before[1]  # nothing dispatched
 
         def full(*args, **kwargs):
             raise DiskFullError(28, "No space left on device (test)")
 
-        monkeypatch.setattr(store._dispatcher, "catch_up", full)
+        monkeypatch.setattr(store._opened.dispatcher, "catch_up", full)
         with caplog.at_level("INFO", logger="rocketstore.services.retention"):
             result = store.clean(force=True)
             assert result["commitlog"] == [] and isinstance(result["dispatch_error"], DiskFullError)
-            c = store._cleaner  # one cleaner: its passes say it once
+            c = store._opened.cleaner  # one cleaner: its passes say it once
             c._disk_usage, c._local_hour = Disk(0.99), (lambda ms: 4)
             for _ in range(3):
                 age(store, 100, now=time.time() * 1000)
@@ -792,14 +794,14 @@ def test_retention_deletes_only_segments_the_dispatcher_has_passed(tmp_path, imp
     with undispatched_store(tmp_path, impl) as store:
         results = []
         for q in (0, 1, 0, 1, 0):
-            results += fill(store, len(store._segments.files) + 1, queue_id=q)
+            results += fill(store, len(store._opened.segments.files) + 1, queue_id=q)
         before = starts(store)
-        real = store._dispatcher.catch_up
+        real = store._opened.dispatcher.catch_up
 
         def partial(*args, **kwargs):  # dispatch stops inside the third segment
             return real(target=before[2] + 10)
 
-        monkeypatch.setattr(store._dispatcher, "catch_up", partial)
+        monkeypatch.setattr(store._opened.dispatcher, "catch_up", partial)
         assert store.clean(force=True)["commitlog"] == before[:2]
         monkeypatch.undo()
         kept = [r for r in results if r.commitlog_offset >= before[2]]

@@ -156,7 +156,7 @@ class RetentionMachine(RuleBasedStateMachine):
         active = self.active()
         if not scheduled and not active:
             return []
-        files = [mf.file_from_offset for mf in self.store._segments.files]
+        files = [mf.file_from_offset for mf in self.store._opened.segments.files]
         wrote = self.store.max_offset
         out = []
         for start in files[:-1]:
@@ -223,7 +223,7 @@ class RetentionMachine(RuleBasedStateMachine):
     )
     def age(self, old, young, split):
         """The first ``split`` segments ``old`` hours old, the rest ``young`` (never older)."""
-        files = self.store._segments.files
+        files = self.store._opened.segments.files
         for i, mf in enumerate(files):
             hours = old if i < split else min(old, young)
             when = (NOW - hours * HOUR_MS) / 1000
@@ -235,7 +235,7 @@ class RetentionMachine(RuleBasedStateMachine):
         self.store.queues()  # dispatched, so the model and the queues see the same records
         want = self.expected(hour, manual, force)
         cleaner = Cleaner(
-            self.store._parts, clock=lambda: NOW, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour
+            self.store._opened.parts, clock=lambda: NOW, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour
         )
         result = cleaner.run_once(manual=manual, force=force)
         assert result["commitlog"] == want, (result, want)
@@ -257,7 +257,7 @@ class RetentionMachine(RuleBasedStateMachine):
     def what_is_left_reads_back(self):
         if not hasattr(self, "store"):
             return
-        files = self.store._segments.files
+        files = self.store._opened.segments.files
         if files:  # no hole: the oldest segment goes first
             assert self.store.min_offset == files[0].file_from_offset
         for r in self.records[:: max(1, len(self.records) // 8)]:

@@ -32,12 +32,14 @@ def open_store(path, impl, **options):
 
 def cleaner(store, hour=5, now=NOW):
     """A cleaner at ``now`` whose local hour is 5 (not a delete_when hour) and disk half full."""
-    return Cleaner(store._parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour)
+    return Cleaner(
+        store._opened.parts, clock=lambda: now, disk_usage=lambda p: 0.5, local_hour=lambda ms: hour
+    )
 
 
 def age(store, hours, now=NOW):
     when = (now - hours * HOUR_MS) / 1000
-    for mf in store._segments.files:
+    for mf in store._opened.segments.files:
         os.utime(mf.path, (when, when))
 
 
@@ -46,7 +48,7 @@ def fill(store, segments, topics=("A",), body=300):
     returns [(topic, queue id, queue offset, commitlog offset)]."""
     out = []
     i = 0
-    while len(store._segments.files) < segments:
+    while len(store._opened.segments.files) < segments:
         topic = topics[i % len(topics)]
         r = store.put(topic, b"%05d" % i + b"x" * (body - 5), queue_id=i % 2)
         out.append((topic, i % 2, r.queue_offset, r.commitlog_offset))
@@ -55,7 +57,7 @@ def fill(store, segments, topics=("A",), body=300):
 
 
 def starts(store):
-    return [mf.file_from_offset for mf in store._segments.files]
+    return [mf.file_from_offset for mf in store._opened.segments.files]
 
 
 @pytest.fixture
@@ -308,7 +310,7 @@ def test_no_size_cap_or_full_disk_deletes_unconsumed_data_but_a_forced_manual_cl
         age(s, 100)
         s.commit_offset("G", "A", 0, 0)
         s.commit_offset("G", "A", 1, 0)
-        c = Cleaner(s._parts, clock=lambda: NOW, disk_usage=lambda p: 0.88, local_hour=lambda ms: 4)
+        c = Cleaner(s._opened.parts, clock=lambda: NOW, disk_usage=lambda p: 0.88, local_hour=lambda ms: 4)
         result = c.run_once()  # above the forcible ratio, at the delete_when hour, over the cap
         assert result["forced"] and result["commitlog"] == []
         assert result["held"]["held_by"]["A"][0]["policy"] == "delete_when_consumed"
@@ -325,7 +327,7 @@ def test_the_consumption_gate_checks_the_record_at_the_groups_position(store, mo
     for q in (0, 1):
         store.commit_offset("G", "A", q, position[q])
     store.queues()  # dispatched
-    cq = store._queues.get("A", 0)
+    cq = store._opened.queues.get("A", 0)
     real = cq.unit
 
     def damaged(queue_offset):  # the unit at the group's position points at another record
@@ -402,7 +404,7 @@ def test_a_failed_write_of_the_offsets_that_release_segments_deletes_nothing(sto
     def no_space(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store._parts.offsets, "persist", no_space)
+    monkeypatch.setattr(store._opened.parts.offsets, "persist", no_space)
     result = cleaner(store).run_once()
     assert result["commitlog"] == [] and isinstance(result["dispatch_error"], OSError)
     monkeypatch.undo()

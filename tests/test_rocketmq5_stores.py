@@ -81,7 +81,7 @@ def test_batch_consume_queue_hands_out_each_inner_message_at_its_own_position(tm
         while batch := consumer.poll(5):
             polled += [(m.queue_id, m.queue_offset) for m in batch]
         assert sorted(polled) == sorted(expected)
-        assert ("FixtureBatchTopic", 0) not in {(cq.topic, cq.queue_id) for cq in store._queues}  # noqa: SLF001
+        assert ("FixtureBatchTopic", 0) not in {(cq.topic, cq.queue_id) for cq in store._opened.queues}  # noqa: SLF001
         assert check_records(store, name) == len(expected) + 10
         assert not (root / "consumequeue" / "FixtureBatchTopic").exists()
     assert changed_files(root, name) == []

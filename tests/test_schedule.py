@@ -264,7 +264,7 @@ class _Crash(Exception):
 def _crash_on_persist(store, call):
     """ "Crash" the next pass at its ``call``-th write of delayOffset.json: 1, right after the
     intent is written; 2, right before the advanced offsets would be written."""
-    progress = store._schedule._progress
+    progress = store._opened.schedule._progress
     real = progress.persist
     calls = []
 
@@ -289,7 +289,7 @@ def test_an_interrupted_pass_is_settled_on_open_exactly_once(tmp_path, impl, clo
     for i in range(10):
         store.put("TopicA", b"m%d" % i, delay_level=1 + i % 2)
     clock.now = now_ms() + 10_000
-    svc = store._schedule
+    svc = store._opened.schedule
     if written == "all":
         _crash_on_persist(store, 2)
         with pytest.raises(_Crash):
@@ -302,13 +302,13 @@ def test_an_interrupted_pass_is_settled_on_open_exactly_once(tmp_path, impl, clo
         assert svc._progress.intent is not None
         if written == "some":  # the first 4 copies made it, in order, before the crash
             units = svc._plan(clock.now)[0]
-            store._core.put_many([u.item for u in units[:4]], 0)
+            store._opened.core.put_many([u.item for u in units[:4]], 0)
     # the intent is on disk; a clean close keeps it (it must be settled by the next open)
     store.close()
     on_disk = (path / "config" / "delayOffset.json").read_text()
     assert "rocketstoreDelivering" in on_disk
     store = open_store(path, impl, clock)
-    assert store._schedule.reconciled == 1
+    assert store._opened.schedule.reconciled == 1
     store.deliver_delayed()
     assert sorted(m.body for m in copies(store, "TopicA")) == sorted(b"m%d" % i for i in range(10))
     assert store.delayed_counts() == {}
@@ -324,7 +324,7 @@ def test_a_failed_pass_is_settled_before_the_next_one(store, clock):
     with pytest.raises(_Crash):
         store.deliver_delayed()
     assert store.deliver_delayed() == 0
-    assert store._schedule.reconciled == 1
+    assert store._opened.schedule.reconciled == 1
     assert len(copies(store, "TopicA")) == 5
 
 
@@ -429,7 +429,7 @@ def test_background_thread_delivers_and_stops_on_close(tmp_path, impl):
         while not copies(store, "TopicA") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(copies(store, "TopicA")) == 1
-        thread = store._schedule._thread
+        thread = store._opened.schedule._thread
         assert thread is not None and thread.is_alive()
     finally:
         store.close()
@@ -471,17 +471,17 @@ def test_an_undeliverable_record_is_skipped_even_across_a_crash(tmp_path, impl, 
     _crash_on_persist(store, 2)
     with pytest.raises(_Crash):
         store.deliver_delayed()
-    assert store._schedule.dropped == 1
+    assert store._opened.schedule.dropped == 1
     assert loads_fastjson((path / "config" / "delayOffset.json").read_text())["rocketstoreDelivering"][
         "skipped"
     ] == [[1, 1]]
     store.close()
     store = open_store(path, impl, clock)
     try:
-        assert store._schedule.reconciled == 1
+        assert store._opened.schedule.reconciled == 1
         assert store.deliver_delayed() == 0
         assert sorted(m.body for m in copies(store, "TopicA")) == [b"a", b"b"]
-        assert store._schedule.offsets() == {1: 3}
+        assert store._opened.schedule.offsets() == {1: 3}
     finally:
         store.close()
 

@@ -65,7 +65,7 @@ def test_joined_puts_append_in_their_own_process_beside_the_owners(tmp_path, imp
         for i in range(400):
             r = owner.put("T", b"o-%d" % i, keys="o-%d" % i)
             placed.append((r.queue_id, r.queue_offset, r.commitlog_offset, "o-%d" % i))
-        owned = owner._core.puts
+        owned = owner._opened.core.puts
         for k, child in enumerate(children):
             out, err = child.communicate(timeout=120)
             assert child.returncode == 0, err
@@ -73,7 +73,7 @@ def test_joined_puts_append_in_their_own_process_beside_the_owners(tmp_path, imp
             assert found["writer"] == os.getpid()
             assert found["appended_here"] == 406  # none went through the owner
             placed += [(q, o, c, b if b.startswith("o") else f"{k}:{b}") for q, o, c, b in found["placed"]]
-        assert owner._core.puts == owned
+        assert owner._opened.core.puts == owned
         # the children's bodies repeat: tell them apart by where they are
         by_position = {(q, o): (c, b.split(":")[-1]) for q, o, c, b in placed}
         assert len(by_position) == len(placed) == 1212
@@ -201,7 +201,7 @@ def test_a_reader_bounded_by_the_published_end_still_reads_what_the_queues_point
         for i in range(3):
             owner.put("T", b"dispatched before the page said so %d" % i)
         owner.get_message("g", "T", 0, first)  # the owner's units on disk
-        owner._save_checkpoint()  # and vouched for: a reader keeps them
+        owner._opened.checkpointer.save()  # and vouched for: a reader keeps them
         page = path / "rocketstore-live"
         with open(page, "r+b") as f:  # the page as it was before the puts were published
             f.seek(16)
@@ -258,7 +258,7 @@ def test_with_shared_append_off_joined_puts_run_in_the_owner(tmp_path, impl):
         owner.create_topic("T", 2)
         out = json.loads(run_child(JOINED, path, impl.name, 30))
         assert out["appended_here"] == 0
-        assert owner._core.puts == 36
+        assert owner._opened.core.puts == 36
         _check_queues(owner, [tuple(p) for p in out["placed"]])
         assert not (path / sharedappend.APPEND_NAME).exists()
 
@@ -300,11 +300,11 @@ def test_while_the_owner_refuses_puts_joined_writers_get_its_typed_error(tmp_pat
         owner.put("T", b"first")
         run_child(JOINED, path, impl.name, 3)  # the table exists
         stored = owner.max_offset
-        owner._core.refuse_puts(DiskFullError(28, "test: the disk is full"))
+        owner._opened.core.refuse_puts(DiskFullError(28, "test: the disk is full"))
         refused = json.loads(run_child(REFUSED, path, impl.name))
         assert refused == {"put": "PutRefusedDiskFullError", "put_batch": "PutRefusedDiskFullError"}
         assert owner.max_offset == stored  # nothing written
-        owner._core.refuse_puts(None)
+        owner._opened.core.refuse_puts(None)
         assert json.loads(run_child(REFUSED, path, impl.name)) == {"put": None, "put_batch": None}
 
 
@@ -330,11 +330,11 @@ def test_joined_durable_puts_are_flushed_by_the_owners_group_commit(tmp_path, im
     path = tmp_path / "s"
     with open_store(path, impl) as owner:
         owner.put("T", b"first")
-        waits = owner._core.durable_waits
+        waits = owner._opened.core.durable_waits
         out = json.loads(run_child(DURABLE, path, impl.name))
         assert out["appended_here"] == 8 and out["waited_here"] == 0  # appended there, flushed here
-        assert owner._core.durable_waits > waits
-        assert owner._core.flushed_offset >= max(out["ends"])
+        assert owner._opened.core.durable_waits > waits
+        assert owner._opened.core.flushed_offset >= max(out["ends"])
 
 
 ONE_JOINED_PUT = """
@@ -560,10 +560,10 @@ def test_a_joined_put_of_a_message_appends_in_its_own_process(tmp_path, impl):
     path = tmp_path / "s"
     with open_store(path, impl, schedule_interval_ms=0) as owner:  # (no delivery puts meanwhile)
         owner.create_topic("T", 2)
-        owner_puts = owner._core.puts
+        owner_puts = owner._opened.core.puts
         out = json.loads(run_child(JOINED_MESSAGE_PUTS, path, impl.name))
         assert out["appended"] == out["appended_after"] == 4
-        assert owner._core.puts == owner_puts + 4  # the other shapes only
+        assert owner._opened.core.puts == owner_puts + 4  # the other shapes only
         got = [owner.read(offset) for offset, _, _ in out["placed"]]
         assert [m.body for m in got] == [b"plain", b"tagged", b"keyed", b"durable"]
         assert [(m.queue_id, m.queue_offset) for m in got] == [(q, o) for _, q, o in out["placed"]]
@@ -584,7 +584,7 @@ def test_a_joined_put_of_a_message_appends_in_its_own_process(tmp_path, impl):
         )
         ours = {k: v for k, v in got[2].properties.items() if k != "UNIQ_KEY"}
         assert ours == {k: v for k, v in same.properties.items() if k != "UNIQ_KEY"}
-        assert owner._core.flushed_offset >= got[3].commitlog_offset + got[3].size
+        assert owner._opened.core.flushed_offset >= got[3].commitlog_offset + got[3].size
         assert [m.body for m in owner.query_by_key("T", "k2")] == [b"keyed", b"keyed"]
         delayed, view, levelled, views = (owner.read(offset) for offset in out["others"])
         assert (delayed.topic, levelled.topic) == ("SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX")

@@ -95,7 +95,7 @@ def _fail(exc):
 def test_close_runs_every_step_when_the_final_dispatch_fails(tmp_path, impl):
     before = resources()
     s = busy_store(tmp_path / "store", impl)
-    s._dispatcher.catch_up = _fail(DiskFullError(28, "no space for the ConsumeQueue"))
+    s._opened.dispatcher.catch_up = _fail(DiskFullError(28, "no space for the ConsumeQueue"))
     with pytest.raises(DiskFullError, match="no space for the ConsumeQueue"):
         s.close()
     assert s.closed
@@ -123,9 +123,12 @@ class _Wrapped:
 @pytest.mark.parametrize("step", ["core", "checkpoint", "queues", "segments"])
 def test_close_releases_the_lock_whatever_step_fails(tmp_path, impl, step):
     s = busy_store(tmp_path / "store", impl)
-    target = {"core": s._core, "checkpoint": s._checkpoint, "queues": s._queues, "segments": s._segments}[
-        step
-    ]
+    target = {
+        "core": s._opened.core,
+        "checkpoint": s._opened.checkpoint,
+        "queues": s._opened.queues,
+        "segments": s._opened.segments,
+    }[step]
     name = "flush" if step == "checkpoint" else "close"
     original = getattr(target, name)
     calls = []
@@ -192,8 +195,12 @@ def test_a_closed_store_s_parts_are_freed_when_it_is_dropped_without_a_garbage_c
     try:
         s = MessageStore(path, implementation=impl.name, read_only=read_only)
         assert s.query_by_key("T", "k1")[0].body == b"m1"
-        names = ("_commitlog", "_queues", "_index", "_disk_index", "_dispatcher", "_batch", "_checkpoint")
-        parts = {name: weakref.ref(getattr(s, name)) for name in names if getattr(s, name) is not None}
+        names = ("commitlog", "queues", "index", "disk_index", "dispatcher", "batch", "checkpoint")
+        opened = s._opened
+        parts = {
+            name: weakref.ref(getattr(opened, name)) for name in names if getattr(opened, name) is not None
+        }
+        del opened
         assert len(parts) == 6 + read_only  # (a read-only store has its disk index besides)
         s.close()
         del s

@@ -376,7 +376,7 @@ for i in range(30):
 deadline = time.monotonic() + 10
 while not os.path.exists(os.path.join(sys.argv[1], "indexResume")) and time.monotonic() < deadline:
     time.sleep(0.01)
-s._dispatch_thread.stop()  # no checkpoint after this one
+s._opened.dispatch_thread.stop()  # no checkpoint after this one
 for i in range(400):
     s.put("T", b"late-%d" % i, keys="late-%d" % i, durable=True)
 s.query_by_key("T", "late-0")
@@ -404,7 +404,7 @@ def test_a_read_only_open_rolls_the_index_back_to_its_resume_point_in_memory(tmp
         f.write(bytes(index.stat().st_size - lo))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     with MessageStore(root, implementation=impl.name, read_only=True, **options) as reader:
-        assert [f.index_count for f in reader._disk_index.files] == [durable_items]
+        assert [f.index_count for f in reader._opened.disk_index.files] == [durable_items]
         assert sum(1 for i in range(30) if reader.query_by_key("T", "early-%d" % i)) == 30
         assert sum(1 for i in range(400) if reader.query_by_key("T", "late-%d" % i)) == 400
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

@@ -345,8 +345,11 @@ def test_lookups_on_a_read_only_store(tmp_path, impl):
         assert ro.get_by_queue_offset("TopicRo", 0, 9).body == b"r9"
         assert ro.get_by_msg_id(rs[5].msg_id).body == b"r5"
         # the units on disk are read in one call; past them, the careful path decides
-        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 9, ro._segments, None).body == b"r9"
-        assert ro._codec.queue_message(ro._queues, "TopicRo", 0, 10, ro._segments, None) is None
+        assert (
+            ro._codec.queue_message(ro._opened.queues, "TopicRo", 0, 9, ro._opened.segments, None).body
+            == b"r9"
+        )
+        assert ro._codec.queue_message(ro._opened.queues, "TopicRo", 0, 10, ro._opened.segments, None) is None
 
 
 def test_a_following_reader_reads_the_writers_new_messages_by_key_and_queue_offset(tmp_path, impl):
@@ -453,11 +456,18 @@ def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl
     assert store.get_by_queue_offset("TopicQ", 0, 0).body == b"q0"  # dispatched by now
     topic, queue_id, queue_offset = args
     assert (
-        impl.codec.queue_message(store._queues, topic, queue_id, queue_offset, store._segments, store._core)
+        impl.codec.queue_message(
+            store._opened.queues, topic, queue_id, queue_offset, store._opened.segments, store._opened.core
+        )
         is None
     )
-    assert impl.codec.queue_message(None, "TopicQ", 0, 0, store._segments, store._core) is None
-    assert impl.codec.queue_message(store._queues, "TopicQ", 0, 0, store._segments, store._core).body == b"q0"
+    assert impl.codec.queue_message(None, "TopicQ", 0, 0, store._opened.segments, store._opened.core) is None
+    assert (
+        impl.codec.queue_message(
+            store._opened.queues, "TopicQ", 0, 0, store._opened.segments, store._opened.core
+        ).body
+        == b"q0"
+    )
 
 
 @pytest.mark.parametrize(
@@ -478,10 +488,10 @@ def test_queue_message_leaves_every_unusual_case_to_the_careful_path(store, impl
 def test_key_lookup_leaves_arguments_to_check_to_the_careful_path(store, impl, args):
     store.put("TopicK", b"x", keys="k")
     assert len(store.query_by_key("TopicK", "k")) == 1  # dispatched by now
-    segments, core = store._segments, store._core
-    services = (None, store._index)
+    segments, core = store._opened.segments, store._opened.core
+    services = (None, store._opened.index)
     assert impl.codec.key_lookup(services, segments, core, *args, 64) is None
-    assert impl.codec.key_lookup(store._index, segments, core, "TopicK", "k", 32, 0, None, 64) is None
+    assert impl.codec.key_lookup(store._opened.index, segments, core, "TopicK", "k", 32, 0, None, 64) is None
     found = impl.codec.key_lookup(services, segments, core, "TopicK", "k", 32, 0, None, 64)
     assert [m.body for m in found] == [b"x"]
     assert impl.codec.key_lookup((), segments, core, "TopicK", "k", 32, 0, None, 64) == []
@@ -491,8 +501,8 @@ def test_key_lookup_catches_the_dispatcher_up_first(tmp_path, impl):
     # no background dispatch: only a lookup (or close) dispatches what was put
     s = open_store(tmp_path / "store", impl, dispatch_interval_ms=0)
     try:
-        dispatcher, segments, core = s._dispatcher, s._segments, s._core
-        services = (None, s._index)
+        dispatcher, segments, core = s._opened.dispatcher, s._opened.segments, s._opened.core
+        services = (None, s._opened.index)
         assert dispatcher.end_core is core
         s.put("TopicL", b"first", keys="k")
         assert dispatcher.offset < core.wrote_offset  # waiting: nothing indexed yet
@@ -640,11 +650,20 @@ def test_a_one_call_pull_gives_what_the_careful_path_gives(tmp_path, impl):
                 ]
                 assert got.buffer_total_size == sum(r.size for r in rs[offset : offset + len(expect)])
         # within one file, the compiled call answers; across a file's end, it leaves it
-        one = impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 32, s._segments, s._core)
+        one = impl.codec.queue_messages(
+            s._opened.queues, "TopicP", 0, 0, 32, s._opened.segments, s._opened.core
+        )
         assert [m.body for m in one[0]] == [b"p%d" % i for i in range(32)] and one[2:] == (0, 200)
-        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 60, 8, s._segments, s._core) is None
         assert (
-            impl.codec.queue_messages(s._queues, "TopicP", 0, 199, 5, s._segments, s._core)[0][0].body
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 60, 8, s._opened.segments, s._opened.core
+            )
+            is None
+        )
+        assert (
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 199, 5, s._opened.segments, s._opened.core
+            )[0][0].body
             == b"p199"
         )
 
@@ -673,19 +692,29 @@ def test_queue_messages_leaves_every_unusual_case_to_the_careful_path(store, imp
     for i in range(3):
         store.put("TopicP", b"p%d" % i, queue_id=0)
     assert bodies(store.get_message("g", "TopicP", 0, 0)) == [b"p0", b"p1", b"p2"]
-    assert impl.codec.queue_messages(store._queues, *args, store._segments, store._core) is None
-    assert impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._segments, store._core) is None
+    assert (
+        impl.codec.queue_messages(store._opened.queues, *args, store._opened.segments, store._opened.core)
+        is None
+    )
+    assert (
+        impl.codec.queue_messages(None, "TopicP", 0, 0, 4, store._opened.segments, store._opened.core) is None
+    )
 
 
 def test_a_damaged_unit_goes_to_the_careful_path_which_never_hands_out_another_message(tmp_path, impl):
     with open_store(tmp_path / "store", impl) as s:
         rs = [s.put("TopicP", b"p%d" % i, queue_id=0) for i in range(10)]
         assert bodies(s.get_message("g", "TopicP", 0, 0, max_msgs=10)) == [b"p%d" % i for i in range(10)]
-        cq = s._queues.get("TopicP", 0)
+        cq = s._opened.queues.get("TopicP", 0)
         mf = cq._files.files[0]
         # unit 4 now points at message 5's record: a unit that does not point at its own record
         mf.mm[4 * 20 : 4 * 20 + 8] = rs[5].commitlog_offset.to_bytes(8, "big")
-        assert impl.codec.queue_messages(s._queues, "TopicP", 0, 0, 10, s._segments, s._core) is None
+        assert (
+            impl.codec.queue_messages(
+                s._opened.queues, "TopicP", 0, 0, 10, s._opened.segments, s._opened.core
+            )
+            is None
+        )
         got = s.get_message("g", "TopicP", 0, 0, max_msgs=10)
         assert [(m.queue_offset, m.body) for m in got.messages] == [
             (i, b"p%d" % i) for i in range(len(got.messages))
@@ -706,11 +735,11 @@ def test_a_following_reader_pulls_the_writers_new_messages_in_one_call(tmp_path,
             assert bodies(got) == [b"b%d" % i for i in range(5)]
             assert got.queue_offsets.tolist() == [5, 6, 7, 8, 9] and got.next_begin_offset == 10
             # the new units are in the reader's memory: the compiled call reads them there
-            one = impl.codec.queue_messages(ro._queues, "TopicP", 0, 6, 2, ro._segments, None)
+            one = impl.codec.queue_messages(ro._opened.queues, "TopicP", 0, 6, 2, ro._opened.segments, None)
             assert [m.body for m in one[0]] == [b"b1", b"b2"]
             assert bodies(ro.get_message("g", "TopicP", 0, 3, max_msgs=4)) == [b"a3", b"a4", b"b0", b"b1"]
             # the units it found on disk are read from the files in one call too
-            disk = impl.codec.queue_messages(ro._queues, "TopicP", 0, 1, 4, ro._segments, None)
+            disk = impl.codec.queue_messages(ro._opened.queues, "TopicP", 0, 1, 4, ro._opened.segments, None)
             assert [m.body for m in disk[0]] == [b"a1", b"a2", b"a3", b"a4"] and disk[2:] == (0, 10)
 
 
@@ -720,17 +749,17 @@ def test_a_following_reader_pulls_the_writers_new_messages_in_one_call(tmp_path,
 def test_record_at_and_message_by_id_read_what_the_careful_path_reads(store, impl):
     rs = [store.put("TopicR", b"r%d" % i, queue_id=0) for i in range(5)]
     for i, r in enumerate(rs):
-        m = impl.codec.record_at(store._segments, store._core, r.commitlog_offset)
-        assert m == store._commitlog.read(r.commitlog_offset) and m.body == b"r%d" % i
-        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id) == m
-        assert impl.codec.message_by_id(store._segments, store._core, r.msg_id.lower()) == m
+        m = impl.codec.record_at(store._opened.segments, store._opened.core, r.commitlog_offset)
+        assert m == store._opened.commitlog.read(r.commitlog_offset) and m.body == b"r%d" % i
+        assert impl.codec.message_by_id(store._opened.segments, store._opened.core, r.msg_id) == m
+        assert impl.codec.message_by_id(store._opened.segments, store._opened.core, r.msg_id.lower()) == m
         assert store.read(r.commitlog_offset) == m and store.get_by_msg_id(r.msg_id.lower()) == m
     inside = rs[2].commitlog_offset + 4  # not where a record starts
     other_host = ("0A000001" + rs[2].msg_id[8:], rs[2].msg_id[:8] + "0001" + rs[2].msg_id[12:])
     for offset in (inside, -1, 2**63, True, 1.0, rs[-1].commitlog_offset + rs[-1].size, None):
-        assert impl.codec.record_at(store._segments, store._core, offset) is None
+        assert impl.codec.record_at(store._opened.segments, store._opened.core, offset) is None
     for msg_id in (*other_host, rs[2].msg_id[:-1], rs[2].msg_id + "0", "Z" * 32, 12, None, "F" * 32):
-        assert impl.codec.message_by_id(store._segments, store._core, msg_id) is None
+        assert impl.codec.message_by_id(store._opened.segments, store._opened.core, msg_id) is None
     with pytest.raises(MessageNotFoundError):
         store.read(inside)
     with pytest.raises(MessageNotFoundError):

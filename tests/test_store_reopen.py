@@ -425,13 +425,13 @@ def test_a_reader_beside_a_writer_starts_at_a_checkpoint_the_queues_have_passed(
 
     with open_store(path, impl, commitlog_file_size=4 * SEGMENT, dispatch_interval_ms=0) as w:
         first = [w.put("T", b"a%d" % i, queue_id=0) for i in range(40)]
-        w._dispatcher.catch_up()
-        w._save_checkpoint()
+        w._opened.dispatcher.catch_up()
+        w._opened.checkpointer.save()
         confirm = first[-1].commitlog_offset + first[-1].size
         assert Checkpoint(os.path.join(path, "checkpoint")).confirm_phy_offset == confirm
         later = [w.put("T", b"b%d" % i, queue_id=0) for i in range(40)]
         w.flush()
-        w._dispatcher.catch_up()
+        w._opened.dispatcher.catch_up()
         assert w.max_queue_offset("T", 0) == 80
         store, scanned = _recover_total(path, impl)
         with store:

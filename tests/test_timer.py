@@ -185,7 +185,7 @@ class _Crash(Exception):
 def _crash_on_persist(store, call):
     """ "Crash" the next pass at its ``call``-th write of config/timerProgress: 1, right after the
     intent is written; 2, right before the state after would be written."""
-    progress = store._timer._progress
+    progress = store._opened.timer._progress
     real = progress.persist
     calls = []
 
@@ -208,7 +208,7 @@ def test_an_interrupted_pass_is_rolled_forward_on_open_exactly_once(tmp_path, im
     for i in range(10):
         store.put("TopicA", b"m%d" % i, delay_ms=10 - i % 3)
     store.put("TopicA", b"later", delay_ms=1000)
-    svc = store._timer
+    svc = store._opened.timer
     _crash_on_persist(store, 2 if written == "all" else 1)
     with pytest.raises(_Crash):
         store.deliver_timers(clock.now + 10)
@@ -216,7 +216,7 @@ def test_an_interrupted_pass_is_rolled_forward_on_open_exactly_once(tmp_path, im
     assert intent is not None
     if written == "some":  # the first 4 copies made it, in order, before the crash
         units = intent_units(svc._read_units(0, intent["to"][0]), intent)
-        store._core.put_many([svc._copy(u, intent["dequeueMs"])[0] for u in units[:4]], 0)
+        store._opened.core.put_many([svc._copy(u, intent["dequeueMs"])[0] for u in units[:4]], 0)
     store.close()  # a clean close keeps the intent: the next open settles it
     assert TimerProgress.in_store(path, read_only=True).intent is not None
     store = open_store(path, impl, clock)
@@ -285,7 +285,7 @@ def test_horizon_is_configurable_and_a_batch_cannot_be_timed(tmp_path, impl, clo
 
 def test_an_undeliverable_record_is_counted_and_passed_over(store, clock):
     store.put("TopicA", b"ok", delay_ms=5)
-    store._core.put(  # a record a broker could have written: REAL_QID outside the topic
+    store._opened.core.put(  # a record a broker could have written: REAL_QID outside the topic
         TIMER_TOPIC,
         b"bad",
         store._codec.encode_properties({"TIMER_OUT_MS": str(clock.now + 1), "REAL_TOPIC": "TopicA", "REAL_QID": "99"}),
@@ -308,7 +308,7 @@ def test_background_thread_delivers_and_stops_on_close(tmp_path, impl):
         while not copies(store, "TopicA") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(copies(store, "TopicA")) == 1
-        thread = store._timer._thread
+        thread = store._opened.timer._thread
         assert thread is not None and thread.is_alive()
     finally:
         store.close()
@@ -450,7 +450,7 @@ class TimerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.due)
     @rule(written=st.sampled_from(["none", "some", "all"]), some=st.integers(0, 5))
     def crash_in_a_pass(self, written, some):
-        svc = self.store._timer
+        svc = self.store._opened.timer
         _crash_on_persist(self.store, 2 if written == "all" else 1)
         try:
             self.store.deliver_timers()
@@ -460,7 +460,7 @@ class TimerMachine(RuleBasedStateMachine):
                 units = intent_units(svc._read_units(0, intent["to"][0]), intent)
                 items = [c[0] for c in (svc._copy(u, intent["dequeueMs"]) for u in units[:some]) if c]
                 if items:
-                    self.store._core.put_many(items, 0)
+                    self.store._opened.core.put_many(items, 0)
         else:
             svc._progress.persist = type(svc._progress).persist.__get__(svc._progress)  # nothing was due
         self.store.close()
@@ -549,7 +549,7 @@ def test_a_timer_record_a_5x_broker_wrote_is_delivered(store, clock):
     }
     store.create_topic("TopicA", 4)
     raw = store._codec.encode_properties(props)  # with the UNIQ_KEY the core is told of
-    store._core.put(TIMER_TOPIC, b"java", raw, 0, 0, 0, 0, 0, 0, props["UNIQ_KEY"], 0)
+    store._opened.core.put(TIMER_TOPIC, b"java", raw, 0, 0, 0, 0, 0, 0, props["UNIQ_KEY"], 0)
     assert store.deliver_timers(due - 1) == 0
     assert store.deliver_timers(due) == 1
     [c] = copies(store, "TopicA")

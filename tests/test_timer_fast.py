@@ -102,7 +102,7 @@ def test_a_plain_delayed_put_stores_and_raises_what_the_general_path_does(pair, 
 
 def test_the_fast_delayed_put_is_taken(pair, monkeypatch):
     fast, _ = pair
-    monkeypatch.setattr(fast._schedule, "rewrite", None)  # the general path would call it
+    monkeypatch.setattr(fast._opened.schedule, "rewrite", None)  # the general path would call it
     assert fast.put("TopicA", b"x", delay_level=2).ok
 
 
@@ -120,7 +120,7 @@ def test_a_plain_timer_put_to_a_new_topic_creates_it_as_the_general_path_does(pa
 def test_the_fast_timer_put_is_taken(pair, clock, monkeypatch):
     """The test above compares two paths: the plain put must really be the fast one."""
     fast, _ = pair
-    monkeypatch.setattr(fast._timer, "rewrite", None)  # the general path would call it
+    monkeypatch.setattr(fast._opened.timer, "rewrite", None)  # the general path would call it
     assert fast.put("TopicA", b"x", delay_ms=5).ok
 
 
@@ -194,13 +194,13 @@ def timer_store(tmp_path, impl, clock):
 def _put_raw(store, props, unique=False, sys_flag=0):
     """A record in the timer topic with these exact properties (and a UNIQ_KEY the core adds,
     unless ``unique``)."""
-    return store._core.put(
+    return store._opened.core.put(
         TIMER_TOPIC, b"body", props, 0, 5, 1234, sys_flag, 2, 0, "K" if unique else None, 0
     )
 
 
 def _units(store):
-    svc = store._timer
+    svc = store._opened.timer
     svc._parts.dispatcher.catch_up()
     return svc._read_units(0, svc._queue().max_offset)
 
@@ -214,7 +214,7 @@ def test_timer_copies_are_the_copies_copy_builds(timer_store, batch):
     drops or builds otherwise is left to it."""
     for props, unique, sys_flag in batch:
         _put_raw(timer_store, props, unique, sys_flag)
-    svc = timer_store._timer
+    svc = timer_store._opened.timer
     commitlog = svc._parts.commitlog
     units = _units(timer_store)
     dequeue = 1_700_000_000_123
@@ -249,7 +249,7 @@ def test_timer_copies_build_the_usual_record_in_the_compiled_twin(timer_store):
         b"REAL_TOPIC\x01TopicA\x02REAL_QID\x012\x02TIMER_OUT_MS\x0155\x02__CRC32#\x010000000001\x02",
     )
     _put_raw(timer_store, b"REAL_TOPIC\x01TopicA\x02REAL_QID\x012\x02TIMER_OUT_MS\x0155\x02REAL_QID\x011\x02")
-    svc = timer_store._timer
+    svc = timer_store._opened.timer
     commitlog = svc._parts.commitlog
     units = _units(timer_store)
     items, careful = commitlog.codec.timer_copies(
@@ -274,7 +274,7 @@ def test_timer_units_twins_read_what_the_careful_path_reads(timer_store):
         b"",
     ):
         _put_raw(timer_store, props)
-    svc = timer_store._timer
+    svc = timer_store._opened.timer
     commitlog = svc._parts.commitlog
     svc._parts.dispatcher.catch_up()
     cq = svc._queue()
@@ -351,7 +351,7 @@ def test_deliver_returns_with_the_copies_flushed(timer_store, clock):
     for n in range(50):
         timer_store.put("TopicA", b"m%d" % n, delay_ms=1 + n)
     assert timer_store.deliver_timers(clock.now + 100) == 51
-    core = timer_store._timer._parts.commitlog.core
+    core = timer_store._opened.timer._parts.commitlog.core
     assert core.flushed_offset >= core.wrote_offset
 
 
@@ -363,7 +363,7 @@ def test_a_failed_flush_of_a_pass_is_rolled_forward_by_the_next(tmp_path, clock)
         s.create_topic("TopicA", 1)
         for n in range(10):
             s.put("TopicA", b"m%d" % n, delay_ms=1 + n)
-        svc = s._timer
+        svc = s._opened.timer
         core = svc._parts.commitlog.core
         real = core.wait_flushed
         core.wait_flushed = lambda offset, timeout_ms=-1: 5  # EIO
@@ -384,7 +384,7 @@ def test_timer_copies_refuse_an_order_that_is_not_a_permutation(timer_store, cac
     writes out of bounds. (The pure twin asks for no order.)"""
     if not timer_store._impl.compiled:
         pytest.skip("the pure twin leaves every record to _copy")
-    svc = timer_store._timer
+    svc = timer_store._opened.timer
     commitlog = svc._parts.commitlog
     offsets = [u[2] for u in _units(timer_store)]
     orders = {}

@@ -280,7 +280,7 @@ def test_op_records_a_5x_broker_batches_close_every_offset_they_name(tmp_path, i
     with _open(str(tmp_path / "s"), impl) as s:
         a, b, c = (s.prepare_transaction("Orders", b"%d" % i) for i in range(3))
         # an op record as a 5.x broker writes it, through the store's own put into system topics
-        s._parts.put_message(
+        s._opened.parts.put_message(
             Message(OP_TOPIC, b"%d,%d," % (a.queue_offset, c.queue_offset), tags="d"), None, 0
         )
         assert [m.commitlog_offset for m in s.open_transactions()] == [b.commitlog_offset]

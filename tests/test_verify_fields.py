@@ -314,7 +314,7 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
     path = tmp_path / "s"
     with open_store(path, impl, append_prop_crc=True) as s:
         s.create_topic("TopicF", 1)
-        r = s._core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
+        r = s._opened.core.put("TopicF", b"x", b"a\x01b", 0, 0, 0, 0, 0, 0, "UK", 0)
         assert s.read(r.commitlog_offset).properties == {
             "a": "b",
             "__CRC32#": s.read(r.commitlog_offset).properties["__CRC32#"],
@@ -328,7 +328,7 @@ def test_prop_crc_after_properties_without_a_final_separator_inserts_one(tmp_pat
 def test_reserved_columns_keep_every_row_in_order_when_more_come_than_reserved():
     import numpy as np
 
-    from rocketstore.log.commitlog import ReservedColumns
+    from rocketstore.log.recordscan import ReservedColumns
 
     columns = ReservedColumns((np.int64, np.bool_), 3)
     assert [len(c) for c in columns.filled()] == [0, 0]
@@ -352,7 +352,7 @@ def test_stamp_check_chunk_by_chunk_finds_what_one_pass_over_every_record_finds(
     from hypothesis import strategies as st
 
     from rocketstore.format._verify import TIMESTAMP_WINDOW_MS
-    from rocketstore.log.commitlog import StampCheck
+    from rocketstore.log.recordscan import StampCheck
 
     w = TIMESTAMP_WINDOW_MS
     step = st.sampled_from([0, 1, 5, w + 1, -1, -(w + 1), 3 * w, -3 * w])

@@ -107,17 +107,15 @@ class JoinedWriting:
     _check_open: Callable[[], None]
     _check_writable: Callable[[], None]
     _closed: bool
-    _core: Any
     _detect_config: Callable[[], StoreConfig]
     _files_read_only: bool
     _impl: Any
-    _live: Any
     _lock: StoreLock
     _mutex: threading.RLock
+    _opened: Any  # (rocketstore.processes.opening.OpenedParts)
     _open_store: Callable[[], None]
     _read_only_asked: bool
     _remote: Optional[WriterClient]
-    _segments: Any
     _server: Optional[WriterServer]
     _sharing_stopped: bool
     _switches: int
@@ -299,8 +297,8 @@ class JoinedWriting:
                 epoch = random.getrandbits(63) | 1
                 try:
                     sharedappend.hold_presence(fd)
-                    self._segments.share()
-                    self._core.share(mm, fd, epoch, True)
+                    self._opened.segments.share()
+                    self._opened.core.share(mm, fd, epoch, True)
                 except BaseException:
                     close_map(mm)
                     os.close(fd)
@@ -315,7 +313,7 @@ class JoinedWriting:
         if self._sharing_stopped:
             return  # (close() stops sharing first; its teardown asks again)
         self._sharing_stopped = True
-        core = getattr(self, "_core", None)
+        core = self._opened.core if self._opened is not None else None
         if self._files_read_only or self._remote is not None or self._read_only_asked:
             return
         if self._append_table is not None and core is not None:
@@ -339,7 +337,7 @@ class JoinedWriting:
             if self._appender is not None:
                 return self._appender
             self._appender = False
-            live = self._live
+            live = self._opened.live
             if self._remote is None or live is None or not live.writable or not sharedappend.supported():
                 return False
             info = self._forward("_share_append", (), {})
@@ -367,7 +365,7 @@ class JoinedWriting:
         ``offset`` (with the durable puts of every process); 0, else 1 (timed out) or the
         flush's errno."""
         self._check_writable()
-        core = self._core
+        core = self._opened.core
         core.wrote_offset  # noqa: B018 (adopts what the joined writers appended, to flush it)
         return int(core.wait_flushed(int(offset), self.config.sync_flush_timeout_ms))
 
@@ -452,7 +450,7 @@ class JoinedPut:
         ):
             appender = store._joined_appender()
             if appender and not appender.refusing:
-                store._check_user_topic(topic)  # (remembered for the hot path above)
+                store._putter.check_user_topic(topic)  # (remembered for the hot path above)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
                 tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")

@@ -3,114 +3,60 @@ facade :class:`rocketstore.store.MessageStore`.
 
 An open (``_open``) has rocketstore.processes.opening map the CommitLog, recover it
 (rocketstore.log.recovery), open the queues and the index, and start the services of a writable
-store, and keeps the parts it made (an ``OpenedParts``), with the objects that work on them: the
-careful path of the puts (rocketstore.processes.puts) and the pulls by queue position
-(rocketstore.queues.puller); rocketstore.roles' ``choose_role`` then picks the role the facade's
-calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other processes, has
-rocketstore.processes.opening's ``close_parts`` close the parts and releases the lock. The calls'
-careful paths check their arguments and call the part that does the work: BatchCQ reads
-(rocketstore.queues.batchcq), key lookups (rocketstore.queues.lookups), verify
-(rocketstore.queues.queuecheck), the checkpoint (rocketstore.queues.checkpointing), timer
-statistics (rocketstore.services.timerstats).
-Several processes writing one store (rocketstore.processes.writers, rocketstore.log.sharedappend) are wired
-here too: ``_take_role`` takes the lock or joins its holder, ``_forward`` runs a joined store's
-call in the writing process, ``_writer_gone`` takes over when that process ended.
+store, into an ``OpenedParts``: the store holds that alone (``_opened``), with the objects made
+over it at each open: the careful path of the puts (rocketstore.processes.puts' ``Putter``), of the
+reads (rocketstore.queues.reads' ``StoreReads``, and its pulls by queue position,
+rocketstore.queues.puller's ``Puller``) and the waits for puts (rocketstore.processes.live's
+``PutWaits``). The store's put and read methods are theirs (rocketstore.base._delegate), its
+transactions and POP calls their services'. rocketstore.roles' ``choose_role`` then picks the role
+the facade's calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other
+processes, has rocketstore.processes.opening's ``close_parts`` close the parts and releases the
+lock. Several processes writing one store (rocketstore.processes.writers,
+rocketstore.log.sharedappend) are wired here too (rocketstore.joined): ``_take_role`` takes the
+lock or joins its holder, ``_forward`` runs a joined store's call in the writing process,
+``_writer_gone`` takes over when that process ended.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import functools
-import itertools
 import logging
-import math
 import os
 import sys
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Optional,
-    TypeVar,
-    Union,
-    cast,
-)
-
-import numpy as np
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from rocketstore import _impl
 from rocketstore.base._background import weak_method
-from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints, timeout_ms
-from rocketstore.base._clock import now_ms
+from rocketstore.base._checks import check_int, plain_str, timeout_ms, wait_deadline
+from rocketstore.base._delegate import delegated
 from rocketstore.config import StoreConfig, default_store_path
-from rocketstore.consume import (
-    GetMessageResult,
-    GetMessageStatus,
-    TagFilter,
-    _check_int,
-    get_units,
-)
+from rocketstore.consume import GetMessageResult, GetMessageStatus, TagFilter, _check_int
 from rocketstore.errors import (
     InvalidMessageError,
-    InvalidMessageIdError,
     MessageNotFoundError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.files.checkpoint import Checkpoint
-from rocketstore.files.configfiles import ConsumerOffsetTable
-from rocketstore.files.mapped_file import MappedFile, deleted_files_closed_aside, typed_error
-from rocketstore.files.storedir import (
-    StoreLock,
-    check_store_dir,
-)
-from rocketstore.joined import (
-    JoinedWriting,
-    closed_error,
-    uniq_prefix,
-)
-from rocketstore.log.commitlog import AppendCore, CommitLog
-from rocketstore.log.recordscan import message_chunks
-from rocketstore.message import (
-    Message,
-    MessageExt,
-    validate_topic,
-)
-from rocketstore.processes.live import (
-    AsyncWaker,
-    Follower,
-    LivePage,
-    Look,
-    topic_slot,
-)
+from rocketstore.files.mapped_file import deleted_files_closed_aside, typed_error
+from rocketstore.files.storedir import StoreLock, check_store_dir
+from rocketstore.joined import JoinedWriting, closed_error, uniq_prefix
+from rocketstore.message import MessageExt, validate_topic
+from rocketstore.processes.live import Look, PutWaits
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
-from rocketstore.processes.puts import Putter, check_mapping
+from rocketstore.processes.puts import Putter
 from rocketstore.processes.writers import WriterClient, WriterServer
 from rocketstore.queues.batchcq import set_queue_type
-from rocketstore.queues.checkpointing import Checkpointer
-from rocketstore.queues.compaction import CompactionLog, compacted_pull, latest_per_key
-from rocketstore.queues.consumequeue import CQ_UNIT_DTYPE, offset_of_time
-from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
-from rocketstore.queues.lookups import KeyLookups
+from rocketstore.queues.compaction import compacted_pull
 from rocketstore.queues.puller import Puller, check_name
-from rocketstore.queues.queuecheck import QueueGuard, verify_store
-from rocketstore.roles import (
-    Role,
-    choose_role,
-    resuming_calls,
-)
+from rocketstore.queues.reads import StoreReads
+from rocketstore.roles import Role, choose_role, resuming_calls
 from rocketstore.services import report
-from rocketstore.services.parts import StoreParts
-from rocketstore.services.pop import (
-    PopService,
-    Received,
-    ReceivedMessage,
-)
+from rocketstore.services.pop import PopService, ReceivedMessage
 from rocketstore.services.retention import (
     UNCHANGED,
     retention_attribute_changes,
@@ -118,80 +64,25 @@ from rocketstore.services.retention import (
     topic_policy,
 )
 from rocketstore.services.schedule import DelayProgress, pending_counts
-from rocketstore.services.timer import (
-    TIMER_TOPIC,
-)
+from rocketstore.services.timer import TIMER_TOPIC
 from rocketstore.services.timerstats import timer_stats
-from rocketstore.services.topics import Topics
-from rocketstore.services.transaction import PreparedMessage, TransactionService
+from rocketstore.services.transaction import TransactionService
 
 _log = logging.getLogger("rocketstore.store")  # (the name users configure)
 
 if TYPE_CHECKING:  # the compiled twins have the same classes (see the .pyi stubs)
-    from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
+    from rocketstore.log._store_py import PutResult
 
 #: A message body: bytes or anything with the buffer protocol.
 Body = Union[bytes, bytearray, memoryview]
 #: ``keys=``: one string of space-separated keys, or a sequence of keys.
 Keys = Union[str, Sequence[str], None]
-_T = TypeVar("_T")
 
 __all__ = ["StoreBase"]
-
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 
 
 #: How often a read-only open looks again when what it found changed under it (see __init__).
 _READ_ONLY_ATTEMPTS = 5
-#: What an open sets up, each closed by _teardown if set (None before it is).
-_PARTS = (
-    "_timer",
-    "_schedule",
-    "_pop",
-    "_cleaner",
-    "_dispatch_thread",
-    "_core",
-    "_dispatcher",
-    "_commitlog",
-    "_segments",
-    "_queues",
-    "_index",
-    "_disk_index",
-    "_live",
-    "_follower",
-    "_waker",
-)
-#: What the store takes of an open's parts (rocketstore.processes.opening.OpenedParts), each
-#: as the attribute of its name with a leading underscore.
-_OPENED = (
-    "checkpoint",
-    "topics",
-    "commitlog",
-    "segments",
-    "live",
-    "follower",
-    "queues",
-    "index",
-    "disk_index",
-    "batch",
-    "offsets",
-    "queue_offsets",
-    "short_queues",
-    "core",
-    "dispatcher",
-    "guard",
-    "lookups",
-    "checkpointer",
-    "dispatch_thread",
-    "parts",
-    "cleaner",
-    "schedule",
-    "timer",
-    "pop",
-)
-
-
 #: A pull that found nothing yet, worth waiting on (get_message's ``wait``).
 _WAITABLE = frozenset(
     (
@@ -231,24 +122,6 @@ class _ForkedCore:
         )
 
 
-def _placed(msg: MessageExt, commitlog_offset: int) -> MessageExt:
-    """``msg``, read at ``commitlog_offset``, if its record says it was written there: a
-    whole, CRC-valid record moved from elsewhere (its PhysicalOffset field names another
-    place; verify() lists it) is not the message stored at that offset."""
-    if msg.commitlog_offset != commitlog_offset:
-        raise MessageNotFoundError(
-            f"no message at commitlog offset {commitlog_offset}: the record there says it was "
-            f"written at {msg.commitlog_offset} (damage; verify() lists it)"
-        )
-    return msg
-
-
-def _plain_str(value: Any) -> Any:
-    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
-    str: both then answer alike); anything else as it is, for the callee to check."""
-    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
-
-
 def _forked() -> None:
     """In a child forked from a process with stores open: those are not this process's. Each
     is closed here without a byte written (no final flush, checkpoint or abort-file removal,
@@ -257,10 +130,12 @@ def _forked() -> None:
     for store in list(_OPEN_STORES):
         store._forked_from = parent
         store._closed = True
-        store._core = _ForkedCore(parent)
+        forked = _ForkedCore(parent)
+        if store._opened is not None:
+            store._opened.core = forked
         putter = getattr(store, "_putter", None)
         if putter is not None:
-            putter.core = store._core  # (its careful puts raise why, as the core's)
+            putter.core = forked  # (its careful puts raise why, as the core's)
         store._retire_role()  # (its compiled calls hold the parent's core)
         if store._server is not None:
             store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
@@ -281,57 +156,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def _offset_bounds(start: Optional[int], end: Optional[int]) -> tuple[Optional[int], Optional[int]]:
-    """A scan's CommitLog bounds, each None or an int >= 0 (InvalidMessageError otherwise: a
-    float or NaN bound would be compared, not refused, and the scan would start anywhere)."""
-    return (
-        None if start is None else check_int("start", start, 0),
-        None if end is None else check_int("end", end, 0),
-    )
-
-
 class StoreBase(JoinedWriting):
     """A store's parts and the careful path of every call: :class:`MessageStore` is its facade,
     whose methods (documented there) call the role (rocketstore.roles) that calls these."""
 
-    # What an open sets up (each None until it is: _PARTS). Any where the class is a twin's
-    # (compiled or pure) or a read-only stand-in's.
     config: StoreConfig
     last_shutdown_clean: bool
     _impl: Any
     _codec: Any
-    _core: AppendCore
-    _commitlog: CommitLog
-    _segments: Any
-    _end: int
-    _queues: Any
-    _index: Any
-    _disk_index: Any
-    _dispatcher: Any
-    _dispatch_thread: Any
-    _cleaner: Any
-    _schedule: Any
-    _timer: Any
-    _pop: Optional[PopService]
-    _guard: QueueGuard
-    _lookups: KeyLookups
-    _parts: StoreParts
+    #: the parts of the last open (rocketstore.processes.opening), which a close closes
+    _opened: OpenedParts = None  # type: ignore[assignment]  # (until the first open made them)
     #: made at the first transactional call (rocketstore.services.transaction)
     _transaction_service: Optional[TransactionService] = None
-    _checkpoint: Checkpoint
-    _checkpointer: Checkpointer
-    _offsets: ConsumerOffsetTable
-    _topics: Topics
-    _queue_offsets: dict[tuple[str, int], int]
-    #: the parts of the last open (rocketstore.processes.opening), which a close closes
-    _opened: Optional[OpenedParts] = None
     #: the careful path of the puts (rocketstore.processes.puts), over the parts of the last open
     _putter: Putter
     #: the pulls by queue position (rocketstore.queues.puller), over the parts of the last open
     _pulls: Puller
-    _follower: Optional[Follower] = None
-    _live: Optional[LivePage] = None
-    _waker: Optional[AsyncWaker] = None
+    #: the careful path of the reads (rocketstore.queues.reads), over the parts of the last open
+    _reads: StoreReads
     _switching = False  # opening again (_reopen) or taking over from a writing process (_writer_gone)
     _switches = 0  # how often it did
     _takeover_pending = False  # joined, the owner ended, and taking over failed: the next call tries again
@@ -358,11 +200,8 @@ class StoreBase(JoinedWriting):
         # rocketstore.log.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
         # for it; a joined store's own appender (None: not asked yet, False: none to be had)
         self._append_table: Optional[tuple[int, Any, int]] = None
-        #: a read-only open's queues that end before their records (rebuilt in memory)
-        self._short_queues: dict[tuple[str, int], int] = {}
-        #: the BatchConsumeQueues of the store's BatchCQ topics (rocketstore.queues.batchcq), and those
-        #: topics (a set lookup on the reads' careful paths)
-        self._batch: Any = None
+        #: the topics of the store's BatchConsumeQueues (rocketstore.queues.batchcq): a set lookup
+        #: on the reads' careful paths
         self._batch_topics: frozenset[str] = frozenset()
         self._sharing_stopped = False
         self._appender: Any = None
@@ -372,7 +211,6 @@ class StoreBase(JoinedWriting):
         self._progress = progress
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
-        self._core = None  # type: ignore[assignment]  # set by _open
         self._mutex = threading.RLock()
         self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
         self._options = options
@@ -401,9 +239,7 @@ class StoreBase(JoinedWriting):
             if not self._read_only_asked:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
                 self._take_role()
-            for part in _PARTS:
-                setattr(self, part, None)
-            self._opened = None
+            self._opened = None  # type: ignore[assignment]  # (made by _open)
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
                 with deleted_files_closed_aside():
@@ -477,7 +313,6 @@ class StoreBase(JoinedWriting):
                 report=self._report,
                 uniq_prefix=uniq_prefix(self.config),
                 topic_lookup=weak_method(self._topic_queues, closed_error),
-                segments_deleted=weak_method(self._segments_deleted),
             )
         finally:
             self._take_parts(opened)
@@ -493,95 +328,54 @@ class StoreBase(JoinedWriting):
         finally:
             self._take_parts(opened)
 
-    def _segments_deleted(self) -> None:
-        """A read-only store's follower dropped segments retention deleted: the queues start
-        above them (what a writable store's Cleaner does for its own queues)."""
-        if not self._commitlog.files:
-            return
-        low = self._commitlog.min_offset
-        dispatcher = self._dispatcher
-        with dispatcher.lock:
-            if dispatcher.offset < low:
-                dispatcher.offset = low  # what it had not dispatched yet is gone
-        self._queues.correct_min_offset(low)
-
     def _take_parts(self, opened: OpenedParts) -> None:
+        """Take the parts ``opened`` holds, and make the objects that work on them: the careful
+        paths of the puts (Putter) and of the reads (StoreReads, and its Puller), the waits."""
         self.last_shutdown_clean = opened.last_shutdown_clean
         self._opened = opened
-        for name in _OPENED:
-            setattr(self, "_" + name, getattr(opened, name))
         self._batch_topics = opened.batch.topics if opened.batch is not None else frozenset()
+        ref = weakref.ref(self)
+        if opened.waits is None:
+            opened.waits = PutWaits(opened.live, self.config.wait_spin_us, ref, StoreBase._check_open)
         self._pulls = Puller(
-            self._queues,
-            self._dispatcher,
-            self._guard,
-            self._segments,
-            self._commitlog,
-            None if self._files_read_only else self._core,
+            opened.queues,
+            opened.dispatcher,
+            opened.guard,
+            opened.segments,
+            opened.commitlog,
+            None if self._files_read_only else opened.core,
             self._codec,
-            self._offsets,
-            self._follower,
-            weakref.ref(self),
+            opened.offsets,
+            opened.follower,
+            ref,
             StoreBase._is_closed,
             StoreBase._open_pulls,
             (
-                functools.partial(compacted_pull, opened.compacted_reads, self._topics.attributes)
+                functools.partial(compacted_pull, opened.compacted_reads, opened.topics.attributes)
                 if opened.compacted_reads is not None
                 else None
             ),
         )
+        self._reads = StoreReads(
+            opened, self._codec, self._pulls, ref, StoreBase._is_closed, StoreBase._open_reads
+        )
         self._putter = Putter(
-            self._core,
+            opened.core,
             self._codec,
             self._user_topics,
-            self._timer,
-            self._schedule,
+            opened.timer,
+            opened.schedule,
             StoreBase._check_writable,
             StoreBase._is_closed,
-            self._batch,
+            opened.batch,
         )
-
-    def _batch_queue(self, topic: str, queue_id: int) -> Any:
-        """The BatchConsumeQueue of (topic, queue_id) after dispatch caught up, or None."""
-        self._check_open()
-        self._dispatcher.catch_up()
-        return self._batch.get(topic, queue_id)
-
-    def _batch_pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: Optional[int],
-        group: str,
-        max_msgs: int,
-        tag_filter: TagFilter,
-    ) -> GetMessageResult:
-        """get_message of a BatchCQ topic (rocketstore.queues.batchcq): each inner message at its
-        own queue offset, filtered by its own tag."""
-        max_msgs = _check_int("max_msgs", max_msgs, 1)
-        bq = self._batch_queue(topic, int(queue_id))
-        if bq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-        if offset is None:
-            offset = self._offsets.query(group, topic, int(queue_id))
-            if offset < 0:
-                offset = bq.min_offset
-        return GetMessageResult(*self._batch.pull(bq, offset, max_msgs, tag_filter))
-
-    def _batch_messages(self, bq: Any, queue_offset: int) -> list[MessageExt]:
-        messages: list[MessageExt] = self._batch.messages(bq, queue_offset)
-        return messages
 
     def _report(self, stage: str, done: int, total: int) -> None:
         if self._progress is not None:
             self._progress(stage, done, total)
 
-    def _save_checkpoint(self) -> None:
-        """The checkpoint moved to where dispatch got, once that is durable (Checkpointer.save)."""
-        self._checkpointer.save()
-
     def _topic_queues(self, topic: str) -> int:
-        return self._topics.queues_for_put(topic)
+        return self._opened.topics.queues_for_put(topic)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
@@ -605,7 +399,7 @@ class StoreBase(JoinedWriting):
         if self._server is not None:
             # the joined writers' calls in progress first; their next ones go to the next owner
             self._server.close()
-        for service in (self._timer, self._schedule, self._pop):
+        for service in (self._opened.timer, self._opened.schedule, self._opened.pop):
             if service is not None:
                 try:
                     service.close()  # before the mutex: a delivery pass in progress may need it,
@@ -645,7 +439,7 @@ class StoreBase(JoinedWriting):
             run(self._drop_appender)
         if not keep_link:
             run(self._close_links)
-        close_parts(self._opened, clean, run, self._close_append_table, self._waker)
+        close_parts(self._opened, clean, run, self._close_append_table)
         run(self._lock.release)
         return errors
 
@@ -727,16 +521,16 @@ class StoreBase(JoinedWriting):
                 self._resume_takeover()  # the owner ended and this store's takeover failed
                 return self._check_open()
             if self._forked_from is not None:
-                self._core.put  # noqa: B018 (raises why)
+                self._opened.core.put  # noqa: B018 (raises why)
             raise StoreClosedError("the store is closed")
-        if self._follower is not None and not self._follower.follow():
+        if self._opened.follower is not None and not self._opened.follower.follow():
             self._reopen()
 
     def _reopen(self) -> None:
         """A writer opened the store since this read-only one did (its recovery may have cut
         what this one mapped): open it again, as if new."""
         with self._mutex:
-            if self._closed or self._follower is None or self._follower.follow():
+            if self._closed or self._opened.follower is None or self._opened.follower.follow():
                 return
             self._switching = True  # other threads' calls wait for it (_check_open)
             self._switches += 1
@@ -745,9 +539,7 @@ class StoreBase(JoinedWriting):
                 errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
                 if errors:
                     raise errors[0]
-                for part in _PARTS:
-                    setattr(self, part, None)
-                self._opened = None
+                self._opened = None  # type: ignore[assignment]  # (made by _open)
                 self.config = self._detect_config()
                 self._open()
                 self._closed = False
@@ -769,7 +561,7 @@ class StoreBase(JoinedWriting):
         self, topic: str, queues: Optional[int] = None, *, queue_type: Optional[str] = None
     ) -> None:
         self._check_writable()
-        topic = _plain_str(validate_topic(topic))
+        topic = plain_str(validate_topic(topic))
         queues = self.config.default_queues if queues is None else queues
         check_int("queues", queues, 1, 1024)
         queues = int(queues)
@@ -780,9 +572,9 @@ class StoreBase(JoinedWriting):
                 else {}
             )
             self._batch_topics = set_queue_type(
-                self._batch, self._dispatcher, self._topics, topic, queue_type, held
+                self._opened.batch, self._opened.dispatcher, self._opened.topics, topic, queue_type, held
             )
-        self._topics.set(topic, queues)
+        self._opened.topics.set(topic, queues)
 
     def set_topic_retention(
         self,
@@ -799,140 +591,41 @@ class StoreBase(JoinedWriting):
             retention_ms, retention_bytes, delete_when_consumed, cleanup_policy
         )
         if changes:
-            self._topics.update_attributes(topic, changes)
+            self._opened.topics.update_attributes(topic, changes)
         return self.topic_retention(topic)
 
     def topic_retention(self, topic: str) -> dict[str, Any]:
         self._check_open()
         validate_topic(topic)
-        return topic_policy(self.config, self._topics.attributes(topic), topic).as_dict()
+        return topic_policy(self.config, self._opened.topics.attributes(topic), topic).as_dict()
 
     def retention_report(self) -> dict[str, Any]:
         self._check_open()
         return retention_report(
             self.config,
-            self._commitlog,
-            [*self._queues, *(self._batch if self._batch is not None else ())],
-            self._topics.table,
-            self._offsets,
-            self._dispatcher,
+            self._opened.commitlog,
+            [*self._opened.queues, *(self._opened.batch if self._opened.batch is not None else ())],
+            self._opened.topics.table,
+            self._opened.offsets,
+            self._opened.dispatcher,
             dispatch=not self._files_read_only,
         )
 
     @property
     def topics(self) -> dict[str, int]:
         """{topic: queue count}."""
-        return self._topics.counts()
+        return self._opened.topics.counts()
 
-    # ---- puts (rocketstore.processes.puts) ----
+    # ---- puts (rocketstore.processes.puts: the Putter of the last open) ----
 
-    def put(
-        self,
-        topic: str | Message,
-        body: Optional[Body] = None,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        durable: Optional[bool] = None,
-        delay_level: Optional[int] = None,
-        deliver_at_ms: Optional[int] = None,
-        delay_ms: Optional[int] = None,
-        compress: Optional[str] = None,
-    ) -> PutResult:
-        return self._putter.put(
-            self,
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            durable=durable,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-            compress=compress,
-        )
+    def _putter_of(self) -> Putter:
+        return self._putter
 
-    def put_pipelined(
-        self,
-        topic: str | Message,
-        body: Optional[Body] = None,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        delay_level: Optional[int] = None,
-        deliver_at_ms: Optional[int] = None,
-        delay_ms: Optional[int] = None,
-    ) -> PutFuture:
-        return self._putter.put_pipelined(
-            self,
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
-            delay_ms=delay_ms,
-        )
-
-    def _check_user_topic(self, topic: object) -> None:
-        self._putter.check_user_topic(topic)
-
-    def _put_message(
-        self,
-        m: object,
-        durable: Optional[bool],
-        mode: int,
-        delay_level: Optional[int] = None,
-        timer: Optional[tuple[Optional[int], Optional[int]]] = None,
-        prepared_offset: int = 0,
-    ) -> Any:
-        return self._putter.put_message(self, m, durable, mode, delay_level, timer, prepared_offset)
-
-    def put_batch(
-        self,
-        topic: str,
-        bodies: Any,
-        *,
-        lengths: Any = None,
-        tags: Optional[str] = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        durable: Optional[bool] = None,
-        pipelined: bool = False,
-    ) -> BatchPutResult | PutFuture:
-        return self._putter.put_batch(
-            self,
-            topic,
-            bodies,
-            lengths=lengths,
-            tags=tags,
-            properties=properties,
-            queue_id=queue_id,
-            flag=flag,
-            durable=durable,
-            pipelined=pipelined,
-        )
-
-    def put_messages(
-        self,
-        messages: Sequence[Message],
-        *,
-        durable: Optional[bool] = None,
-    ) -> list[PutResult]:
-        return self._putter.put_messages(self, messages, durable=durable)
+    put = delegated(Putter.put, _putter_of, with_store=True)
+    put_pipelined = delegated(Putter.put_pipelined, _putter_of, with_store=True)
+    put_batch = delegated(Putter.put_batch, _putter_of, with_store=True)
+    put_messages = delegated(Putter.put_messages, _putter_of, with_store=True)
+    _put_message = delegated(Putter.put_message, _putter_of, with_store=True)
 
     # ---- delayed delivery, retry and dead-letter queues (§12; rocketstore.services.schedule) ----
 
@@ -945,25 +638,27 @@ class StoreBase(JoinedWriting):
         max_reconsume_times: Optional[int] = None,
     ) -> PutResult:
         self._check_writable()
-        return cast("PutResult", self._schedule.send_back(group, message, delay_level, max_reconsume_times))
+        return cast(
+            "PutResult", self._opened.schedule.send_back(group, message, delay_level, max_reconsume_times)
+        )
 
     def deliver_delayed(self, now: Optional[int] = None) -> int:
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
-        delivered: int = self._schedule.deliver(now)
+        delivered: int = self._opened.schedule.deliver(now)
         return delivered
 
     def deliver_timers(self, now: Optional[int] = None) -> int:
         self._check_writable()
         if now is not None:  # a NaN or float would skip due messages without delivering them
             now = check_int("now", now, 0)
-        delivered: int = self._timer.deliver(now)
+        delivered: int = self._opened.timer.deliver(now)
         return delivered
 
     def timer_stats(self) -> dict[str, Any]:
         self._check_open()
-        return timer_stats(self.path, self._timer, self._read, self._timer_records)
+        return timer_stats(self.path, self._opened.timer, self._reads.record, self._timer_records)
 
     def _timer_records(self, start: int) -> Iterator[MessageExt]:
         """The records of the timer queue from queue offset ``start`` on."""
@@ -976,175 +671,70 @@ class StoreBase(JoinedWriting):
 
     def delayed_counts(self) -> dict[int, int]:
         self._check_open()
-        if self._schedule is not None:
-            offsets = self._schedule.offsets()
+        if self._opened.schedule is not None:
+            offsets = self._opened.schedule.offsets()
         else:
             offsets = DelayProgress.in_store(self.path, read_only=True).as_dict()
         return pending_counts(self.queues(), offsets)
 
     def update_subscription_group(self, group: str, *, retry_max_times: int) -> dict[str, Any]:
         self._check_writable()
-        group_config: dict[str, Any] = self._schedule.update_group(group, retry_max_times)
+        group_config: dict[str, Any] = self._opened.schedule.update_group(group, retry_max_times)
         return group_config
 
     # ---- acknowledgement per message (RocketMQ 5.x POP; rocketstore.services.pop) ----
 
     def _pop_service(self) -> PopService:
-        if self._closed or self._follower is not None or self._files_read_only:
+        if self._closed or self._opened.follower is not None or self._files_read_only:
             self._check_writable()  # (with none of the three, it has nothing to check)
-        assert self._pop is not None
-        return self._pop
+        assert self._opened.pop is not None
+        return self._opened.pop
 
-    def receive(
-        self,
-        group: str,
-        topic: str,
-        max_msgs: int = 32,
-        invisible_time_ms: int = 30_000,
-        *,
-        queue_id: Optional[int] = None,
-        max_reconsume_times: Optional[int] = None,
-        tags: Optional[str] = None,
-    ) -> Received:
-        return self._pop_service().receive(
-            _plain_str(group),
-            _plain_str(topic),
-            max_msgs,
-            invisible_time_ms,
-            queue_id,
-            max_reconsume_times,
-            _plain_str(tags),
-        )
+    receive = delegated(PopService.receive, _pop_service)
 
     def ack(self, handle: str | ReceivedMessage) -> bool:
-        pop = self._pop  # None unless writable; _pop_service() says why not
+        pop = self._opened.pop  # None unless writable; _pop_service() says why not
         if pop is None or self._closed:
             pop = self._pop_service()
         return pop.ack(handle)
 
-    def ack_many(self, handles: Iterable[str | ReceivedMessage] | Received) -> int:
-        return self._pop_service().ack_many(handles)
+    ack_many = delegated(PopService.ack_many, _pop_service)
+    change_invisible_time = delegated(PopService.change_invisible_time, _pop_service)
+    pop_status = delegated(PopService.status, _pop_service)
 
-    def change_invisible_time(self, handle: str | ReceivedMessage, invisible_time_ms: int) -> str:
-        return self._pop_service().change_invisible_time(handle, invisible_time_ms)
+    # ---- reads (rocketstore.queues.reads: the StoreReads of the last open) ----
 
-    def pop_status(self, group: str, topic: str) -> dict[int, dict[str, int]]:
-        return self._pop_service().status(group, topic)
+    def _reads_of(self) -> StoreReads:
+        return self._reads
 
-    # ---- reads ----
-
-    def _readable_end(self, mf: MappedFile) -> int:
-        return self._commitlog.readable_end(mf)
-
-    def read(self, commitlog_offset: int, *, zero_copy: bool = False) -> MessageExt:
-        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
-            msg: Optional[MessageExt] = self._codec.record_at(
-                self._segments, None if self._files_read_only else self._core, commitlog_offset
-            )
-            if msg is not None:  # else the careful path says why not, or reads it
-                return _placed(msg, commitlog_offset)
+    def _open_reads(self) -> StoreReads:
+        """This store's reads, once it is open (a following store may open again here)."""
         self._check_open()
-        return _placed(self._read(commitlog_offset, zero_copy), commitlog_offset)
+        return self._reads
 
-    def _read(self, commitlog_offset: int, zero_copy: bool = False) -> MessageExt:
-        return self._commitlog.read(commitlog_offset, zero_copy)
-
-    def get_by_msg_id(self, msg_id: str, *, zero_copy: bool = False) -> MessageExt:
-        if not zero_copy and not self._closed and (self._follower is None or self._follower.follow()):
-            msg: Optional[MessageExt] = self._codec.message_by_id(
-                self._segments, None if self._files_read_only else self._core, msg_id
-            )
-            if msg is not None:  # else the careful path says why not, or reads it
-                return msg
-        if not isinstance(msg_id, str):
-            raise InvalidMessageIdError(f"message id must be a str, not {type(msg_id).__name__}")
-        _host, _port, offset = self._codec.parse_offset_msg_id(msg_id)
-        msg = self.read(offset, zero_copy=zero_copy)
-        if msg.msg_id != msg_id.upper():
-            raise MessageNotFoundError(f"message {msg_id} is not in this store")
-        return msg
-
-    def iter_messages(
-        self,
-        start: Optional[int] = None,
-        end: Optional[int] = None,
-        *,
-        zero_copy: bool = False,
-        check_crc: bool = True,
-    ) -> Iterator[MessageExt]:
-        """Messages in CommitLog order from offset ``start`` (default: the first) up to ``end``.
-
-        Each body's CRC is checked and a damaged record is skipped (logged; :meth:`verify`
-        lists them), as is a whole record whose PHYSICALOFFSET names another place (a copy:
-        :meth:`read` refuses it there). ``check_crc=False`` trusts the bytes and reads faster. A ``start`` or
-        ``end`` that is not an int >= 0 raises ``InvalidMessageError`` when iteration begins."""
-        self._check_open()
-        return itertools.chain.from_iterable(self._message_chunks(start, end, zero_copy, check_crc))
-
-    def _message_chunks(
-        self, start: Optional[int], end: Optional[int], zero_copy: bool, check_crc: bool
-    ) -> Iterator[Iterator[MessageExt]]:
-        start, end = _offset_bounds(start, end)  # (raised when iteration begins)
-        yield from message_chunks(self._commitlog, self._codec, start, end, zero_copy, check_crc)
-
-    def scan(
-        self,
-        start: Optional[int] = None,
-        end: Optional[int] = None,
-        *,
-        check_crc: bool = True,
-        views: bool = False,
-    ) -> Iterator[tuple[Any, ...]]:
-        """Columnar scan: yields ``(segment_start, records)`` with ``records`` a numpy array of up to
-        65536 ``RECORD_DTYPE`` rows (positions relative to the segment), decoded in C without a
-        Python call per field. CRCs as in :meth:`iter_messages`.
-
-        ``views=True`` yields ``(segment_start, view, records)`` as :meth:`records_at` does:
-        ``view`` is a read-only map of the segment the positions point into."""
-        self._check_open()
-        for mf, arr in self._scan(start, end, check_crc):
-            if views:
-                yield mf.file_from_offset, mf.view(0, self._readable_end(mf)), arr
-            else:
-                yield mf.file_from_offset, arr
-
-    def _scan(
-        self, start: Optional[int], end: Optional[int], check_crc: bool = True, chunk: int = 0
-    ) -> Iterator[tuple[MappedFile, np.ndarray]]:
-        start, end = _offset_bounds(start, end)
-        return self._commitlog.chunks(start, end, check_crc, chunk)
-
-    def verify(self, progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, Any]:
-        """Check every record's structure and body CRC, segment by segment, every field that can
-        be cross-checked (``rocketstore.format._verify``: PhysicalOffset against the record's position,
-        room for the BLANK record, sysFlag bits, the prepared-transaction offset, topic
-        characters, properties as UTF-8, a §1.6 CRC32 property where there is one, store
-        timestamps against their neighbours'), and every ConsumeQueue unit against the record it
-        points to (topic, queue id, queue offset, size).
-        Works on read-only stores.
-
-        Returns ``{"ok", "records", "bytes", "segments", "min_offset", "max_offset",
-        "queues", "problems"}``; each problem is ``{"offset", "reason"}``. A record with a bad
-        CRC is skipped by its length and the scan goes on; a record whose lengths make no sense
-        ends its segment. ``progress("verify", done, total)`` is called as bytes are checked.
-
-        A read-only store checks every segment to the end of the file: damage followed by
-        whole records is reported, but not what follows the last whole record, since a writer
-        beside it may be in the middle of writing that (or a crash left it, which the next
-        writable open cuts).
-        """
-        self._check_open()
-        self._dispatcher.catch_up()
-        found = verify_store(self._commitlog, self._guard, self._batch, self._short_queues, progress)
-        found["max_offset"] = self.max_offset
-        return found
+    read = delegated(StoreReads.read, _reads_of)
+    get_by_msg_id = delegated(StoreReads.get_by_msg_id, _reads_of)
+    iter_messages = delegated(StoreReads.iter_messages, _reads_of)
+    scan = delegated(StoreReads.scan, _reads_of)
+    records_at = delegated(StoreReads.records_at, _reads_of)
+    verify = delegated(StoreReads.verify, _reads_of)
+    get_units = delegated(StoreReads.get_units, _reads_of)
+    queue_units = delegated(StoreReads.queue_units, _reads_of)
+    min_queue_offset = delegated(StoreReads.min_queue_offset, _reads_of)
+    max_queue_offset = delegated(StoreReads.max_queue_offset, _reads_of)
+    queue_offset_of_time = delegated(StoreReads.queue_offset_of_time, _reads_of)
+    queues = delegated(StoreReads.queues, _reads_of)
+    compaction_log = delegated(StoreReads.compaction_log, _reads_of)
+    compacted = delegated(StoreReads.compacted, _reads_of)
+    key_offsets = delegated(StoreReads.key_offsets, _reads_of)
+    query_by_key = delegated(StoreReads.query_by_key, _reads_of)
+    query_by_unique_key = delegated(StoreReads.query_by_unique_key, _reads_of)
+    get_by_queue_offset = delegated(StoreReads.get_by_queue_offset, _reads_of)
+    queue_offsets = delegated(StoreReads.queue_offsets, _reads_of)
+    _pop_pull = delegated(StoreReads.pop_pull, _reads_of)
+    _pop_lookup = delegated(StoreReads.pop_lookup, _reads_of)
 
     # ---- consuming (§11) and consumer offsets (§10) ----
-
-    def _queue(self, topic: str, queue_id: int, need: Optional[int] = None) -> Any:
-        """The ConsumeQueue of (topic, queue_id) after catching dispatch up, or None
-        (rocketstore.queues.puller)."""
-        return self._pulls.queue(topic, queue_id, need)
 
     def _open_pulls(self) -> Puller:
         """This store's puller, once it is open (a following store may open again here)."""
@@ -1210,202 +800,41 @@ class StoreBase(JoinedWriting):
         wait's deadline, which is None once waiting is not worth it (the caller then returns)."""
         check_name("group", group)
         tag_filter = TagFilter.parse(tags)
-        deadline = self._deadline(wait)
+        deadline = wait_deadline(wait)
         while True:
             seen = self._live_look((topic,) if deadline is not None else ())
             if topic in self._batch_topics:
-                found = self._batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
+                found = self._reads.batch_pull(topic, queue_id, offset, group, max_msgs, tag_filter)
             else:
                 found = self._pulls.look(group, topic, queue_id, offset, max_msgs, tag_filter)
-            if deadline is None or not self._may_wait(found):
+            if deadline is None or found.messages or found.status not in _WAITABLE:
                 yield found, seen, None
                 return
             if found.status == GetMessageStatus.NO_MATCHED_MESSAGE:
                 offset = found.next_begin_offset  # scanned past what did not match
             yield found, seen, deadline
 
-    # ---- waiting for puts (rocketstore.processes.live) ----
-
-    @staticmethod
-    def _deadline(wait: Optional[float]) -> Optional[float]:
-        """The monotonic time a wait of ``wait`` seconds ends (inf: no limit), None: no wait."""
-        if wait is None:
-            return None
-        ms = timeout_ms(wait)
-        return math.inf if ms < 0 else time.monotonic() + ms / 1000.0
-
-    @staticmethod
-    def _may_wait(found: GetMessageResult) -> bool:
-        return not found.messages and found.status in _WAITABLE
+    # ---- waiting for puts (rocketstore.processes.live.PutWaits; Consumer and GroupConsumer too) ----
 
     def _live_look(self, topics: Sequence[str]) -> Look:
         """What a wait for puts of ``topics`` compares against (taken before looking for messages)."""
         self._check_open()
-        live = self._live
-        if live is None:
-            return (0, (), ())
-        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
+        return self._put_waits().look(topics)
 
     def _wait_for_put(self, seen: Look, deadline: float) -> bool:
-        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
-        deadline. It sleeps in slices of a second, so a close of this store is noticed (it raises
-        StoreClosedError). With ``wait_spin_us`` it spins first, once, before its first slice."""
-        live = self._live
-        spin_us = self.config.wait_spin_us
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._check_open()
-            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
-                time.sleep(min(left, 1.0))
-                continue
-            try:
-                if live.wait_look(seen, min(left, 1.0), spin_us):
-                    return True
-                spin_us = 0
-            except ValueError:  # its map closed under it: this store closed, or opened again
-                self._check_open()
-                return True  # opened again (a writer's recovery, a takeover): look again
-            if self._live is not live:
-                return True
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline (PutWaits.wait)."""
+        return self._put_waits().wait(seen, deadline)
 
     async def _wait_for_put_async(self, seen: Look, deadline: float) -> bool:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        live = self._live
-        if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
-            await asyncio.sleep(min(left, 1.0))
+        return await self._put_waits().wait_async(seen, deadline)
+
+    def _put_waits(self) -> PutWaits:
+        opened = self._opened
+        if opened is None or opened.waits is None:  # opening again: wait for it, or say why not
             self._check_open()
-            return not math.isinf(left) and left > 1.0  # look again (and find nothing)
-        with self._mutex:
-            if self._waker is None:
-                self._waker = AsyncWaker(live)
-            waker = self._waker
-        await waker.changed(seen, None if math.isinf(left) else left)
-        return True
-
-    def _pop_pull(
-        self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: Any = None
-    ) -> GetMessageResult:
-        if topic in self._batch_topics:  # one inner message at a time (rocketstore.queues.batchcq)
-            return self._batch_pull(
-                topic, queue_id, offset, group, max_msgs, tag_filter or TagFilter.parse(None)
-            )
-        return self._pulls.pop_pull(group, topic, queue_id, offset, max_msgs, tag_filter)
-
-    def _pop_lookup(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        if topic in self._batch_topics:
-            return self.get_by_queue_offset(topic, queue_id, queue_offset)
-        return self._pulls.pop_lookup(topic, queue_id, queue_offset)
-
-    def get_units(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, tags: Optional[str] = None
-    ) -> GetMessageResult:
-        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            if bq is not None:
-                units = self._batch.units(bq, _check_int("offset", offset), max_msgs, TagFilter.parse(tags))
-                return GetMessageResult(*units)
-        return get_units(self._queue(topic, queue_id), offset, max_msgs, TagFilter.parse(tags))
-
-    def queue_units(self, topic: str, queue_id: int, start: int, count: int) -> np.ndarray:
-        if topic in self._batch_topics:  # one row per inner message (rocketstore.queues.batchcq)
-            cq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-        else:
-            cq = self._queue(topic, queue_id)
-        start, count = _check_int("start", start), _check_int("count", count)
-        if cq is None:
-            if start == 0:
-                return np.empty(0, dtype=CQ_UNIT_DTYPE)
-            raise MessageNotFoundError(f"no queue {topic}-{queue_id}")
-        units: np.ndarray = cq.units(start, count)
-        return units
-
-    def records_at(
-        self,
-        commitlog_offsets: Any,
-        sizes: Any,
-        *,
-        check_crc: bool = True,
-        queue: Optional[tuple[str, int, int]] = None,
-    ) -> Iterator[tuple[int, Any, np.ndarray]]:
-        self._check_open()
-        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
-        sizes = np.asarray(sizes, dtype=np.int64)
-        if len(offsets) != len(sizes):
-            raise ValueError("commitlog_offsets and sizes differ in length")
-        if queue is not None and queue[0] in self._batch_topics:  # a row per inner message
-            yield from self._batch.records_at(offsets, sizes, queue, check_crc)
-            return
-        if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
-            raise ValueError("commitlog_offsets must be strictly ascending")
-        check = None
-        if queue is not None:
-            check = lambda view, base, rows, first: self._guard.check_rows(view, base, rows, queue, first)
-        yield from self._commitlog.records_at(offsets, sizes, check_crc, check)
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.min_offset if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.max_offset if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def queue_offset_of_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            return bq.offset_of_time(_check_int("timestamp", timestamp)) if bq is not None else 0
-        cq = self._queue(topic, queue_id)
-        timestamp = _check_int("timestamp", timestamp)
-        if cq is None:
-            return 0
-
-        def store_time_of(commitlog_offset: int) -> Optional[int]:
-            try:
-                return int(self._read(commitlog_offset).store_timestamp)
-            except MessageNotFoundError:
-                return None  # gone (retention): older than anything left
-
-        return offset_of_time(cq, timestamp, store_time_of)  # a read-only store's TailQueue too
-
-    def queues(self) -> dict[tuple[str, int], tuple[int, int]]:
-        self._check_open()
-        self._dispatcher.catch_up()
-        found = {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset) for cq in self._queues}
-        if self._batch_topics:
-            found.update({(bq.topic, bq.queue_id): (bq.min_offset, bq.max_offset) for bq in self._batch})
-        return found
-
-    def compaction_log(self, topic: str, queue_id: int) -> list[MessageExt]:
-        self._check_open()
-        check_name("topic", topic)
-        queue_id = _check_int("queue_id", queue_id, 0)
-        return CompactionLog.read(self.path, topic, queue_id, self._codec.decode_record)
-
-    def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
-        log = self.compaction_log(topic, queue_id)
-        start = log[-1].queue_offset + 1 if log else 0
-
-        def past_the_log() -> Iterator[MessageExt]:
-            position = max(start, self.min_queue_offset(topic, queue_id))
-            end = self.max_queue_offset(topic, queue_id)
-            while position < end:
-                got = self.get_message("rocketstore-compacted", topic, queue_id, position, 256)
-                yield from got.messages
-                if got.next_begin_offset <= position:
-                    break
-                position = got.next_begin_offset
-
-        return latest_per_key(itertools.chain(log, past_the_log()))
+            opened = self._opened
+        assert opened.waits is not None
+        return opened.waits
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._check_writable()
@@ -1415,146 +844,55 @@ class StoreBase(JoinedWriting):
         _check_int("offset", offset, 0)
         if "@" in group or "@" in topic:
             raise InvalidMessageError("group and topic must not contain '@' (the file's key separator)")
-        self._offsets.commit(group, topic, int(queue_id), int(offset))
+        self._opened.offsets.commit(group, topic, int(queue_id), int(offset))
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         self._check_open()
         check_name("group", group)
         check_name("topic", topic)
-        return self._offsets.query(group, topic, queue_id)
+        return self._opened.offsets.query(group, topic, queue_id)
 
     def persist_offsets(self) -> bool:
         self._check_writable()
-        self._offsets.import_group_offsets(self.path)
-        return self._offsets.persist()
-
-    # ---- lookups (§3, §5.5) ----
-
-    def key_offsets(self, topic: str, key: str) -> Optional[list[int]]:
-        self._check_open()
-        check_name("topic", topic)
-        check_name("key", key)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.offsets(topic, key)
-
-    def query_by_key(
-        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: Optional[int] = None
-    ) -> list[MessageExt]:
-        if not self._closed and (self._follower is None or self._follower.follow()):
-            # the common case in one compiled call: the dispatcher's catch-up (when it has
-            # anything to do), index walk, re-check and decode of each hit; None for anything
-            # the checks below must decide
-            hits: Optional[list[MessageExt]] = self._codec.key_lookup(
-                (self._disk_index, self._index),
-                self._segments,
-                None if self._files_read_only else self._core,
-                topic,
-                key,
-                max_num,
-                begin,
-                end,
-                MAX_MSGS_NUM_BATCH,
-                self._dispatcher,
-            )
-            if hits is not None:
-                return hits
-        self._check_open()
-        check_name("topic", topic)
-        check_name("key", key)
-        max_num = _check_int("max_num", max_num, 1)
-        begin = _check_int("begin", begin, 0)
-        end = _INT64_MAX if end is None else _check_int("end", end, 0)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.by_key(topic, key, max_num, begin, end)
-
-    def query_by_unique_key(self, topic: str, unique_key: str) -> MessageExt:
-        self._check_open()
-        check_name("topic", topic)
-        check_name("unique_key", unique_key)
-        self._dispatcher.catch_up(index=True)
-        return self._lookups.by_unique_key(topic, unique_key, now_ms())
-
-    def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt:
-        if not self._closed and (self._follower is None or self._follower.follow()):
-            # the common case in one compiled call: the unit, its record, every check of
-            # QueueGuard.unit_message; anything else (None) takes the careful path below
-            msg: Optional[MessageExt] = self._codec.queue_message(
-                self._queues,
-                topic,
-                queue_id,
-                queue_offset,
-                self._segments,
-                None if self._files_read_only else self._core,
-            )
-            if msg is not None:
-                return msg
-        queue_offset = _check_int("queue_offset", queue_offset)
-        if topic in self._batch_topics:
-            bq = self._batch_queue(topic, _check_int("queue_id", queue_id))
-            if bq is None or not bq.min_offset <= queue_offset < bq.max_offset:
-                raise MessageNotFoundError(f"no message at queue offset {queue_offset} of {topic}-{queue_id}")
-            for msg in self._batch_messages(bq, queue_offset):
-                if msg.queue_offset == queue_offset:
-                    return msg
-            raise AssertionError("unreachable")  # _batch_messages checked the count
-        return self._pulls.message_at(topic, queue_id, queue_offset)
+        self._opened.offsets.import_group_offsets(self.path)
+        return self._opened.offsets.persist()
 
     # ---- retention, durability, state ----
 
     def clean(self, force: bool = False) -> dict[str, Any]:
         self._check_writable()
-        cleaned: dict[str, Any] = self._cleaner.clean(force=force)
+        cleaned: dict[str, Any] = self._opened.cleaner.clean(force=force)
         return cleaned
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         self._check_writable()
-        return self._core.flush(timeout_ms(timeout))
+        return self._opened.core.flush(timeout_ms(timeout))
 
     @property
     def min_offset(self) -> int:
-        if self._follower is not None:
+        if self._opened.follower is not None:
             return int(self._switch_safe(self._min_offset))
-        return self._commitlog.min_offset
+        return self._opened.commitlog.min_offset
 
     def _min_offset(self) -> int:
         self._check_open()
-        return self._commitlog.min_offset
+        return self._opened.commitlog.min_offset
 
     @property
     def max_offset(self) -> int:
         """The CommitLog offset just past the last record."""
-        if self._follower is not None or self._switching or self._closed:
+        if self._opened.follower is not None or self._switching or self._closed:
             # (a joined store taking over writing waits for it: its new CommitLog has no core yet)
             return int(self._switch_safe(self._max_offset))
-        return self._commitlog.max_offset
+        return self._opened.commitlog.max_offset
 
     def _max_offset(self) -> int:
         self._check_open()
-        return self._commitlog.max_offset
+        return self._opened.commitlog.max_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self._commitlog.flushed_offset
-
-    def queue_offsets(self) -> dict[tuple[str, int], int]:
-        if self._files_read_only:
-            self._check_open()
-            found = dict(self._queue_offsets)
-            if self._batch_topics:
-                found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in self._batch})
-            if self._follower is not None:
-                self._dispatcher.catch_up()
-                for cq in self._queues:
-                    key = (cq.topic, cq.queue_id)
-                    if cq.max_offset > found.get(key, 0):
-                        found[key] = cq.max_offset
-            return found
-        if self._batch_topics:  # the core counts a batch record as one offset
-            return {
-                **self._core.queue_offsets(),
-                **{(b.topic, b.queue_id): b.max_offset for b in self._batch},
-            }
-        return self._core.queue_offsets()
+        return self._opened.commitlog.flushed_offset
 
     def stats(self) -> dict[str, Any]:
         self._check_open()
@@ -1565,23 +903,23 @@ class StoreBase(JoinedWriting):
             else ("read-only" if self._files_read_only else "this process"),
             "writer_pid": self.writer_pid,
             "joined_writers": self._server.connections if self._server is not None else 0,
-            "segments": len(self._segments.files),
+            "segments": len(self._opened.segments.files),
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
         }
         if not self._files_read_only:
-            out.update(self._core.stats())
-            out.update(self._cleaner.stats())
-            if self._pop is not None:
-                out.update(self._pop.stats())
+            out.update(self._opened.core.stats())
+            out.update(self._opened.cleaner.stats())
+            if self._opened.pop is not None:
+                out.update(self._opened.pop.stats())
         return report.describe(
             path=self.path,
             counters=out,
             last_shutdown_clean=self.last_shutdown_clean,
             queues=self.queues(),
             topics=self.topics,
-            offsets=self._offsets,
+            offsets=self._opened.offsets,
             delayed=self.delayed_counts(),
             retention=self.retention_report(),
         )
@@ -1596,57 +934,17 @@ class StoreBase(JoinedWriting):
                 "check_transactions runs there (prepare, commit and rollback work here)"
             )
         service = self._transaction_service
-        if service is None or service.parts is not self._parts:
-            service = self._transaction_service = TransactionService(self._parts, clock=self.config.clock)
+        if service is None or service.parts is not self._opened.parts:
+            service = self._transaction_service = TransactionService(
+                self._opened.parts, clock=self.config.clock
+            )
         return service
 
-    def prepare_transaction(
-        self,
-        topic: str,
-        body: Body,
-        *,
-        tags: Optional[str] = None,
-        keys: Keys = None,
-        properties: Optional[Mapping[str, str]] = None,
-        queue_id: int = -1,
-        flag: int = 0,
-        producer_group: Optional[str] = None,
-        check_immunity_s: Optional[int] = None,
-        durable: Optional[bool] = None,
-    ) -> PreparedMessage:
-        check_mapping(properties)
-        queue_id, flag = check_put_ints(queue_id, flag)
-        return self._transactions().prepare(
-            topic,
-            body,
-            tags=tags,
-            keys=keys,
-            properties=dict(properties) if properties else None,
-            queue_id=queue_id,
-            flag=flag,
-            producer_group=producer_group,
-            check_immunity_s=check_immunity_s,
-            durable=durable,
-        )
-
-    def commit_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> MessageExt:
-        return self._transactions().commit(prepared, durable=durable)
-
-    def rollback_transaction(self, prepared: Any, *, durable: Optional[bool] = None) -> None:
-        self._transactions().rollback(prepared, durable=durable)
-
-    def open_transactions(self) -> list[MessageExt]:
-        return self._transactions().open_transactions()
-
-    def check_transactions(
-        self,
-        resolve: Callable[[MessageExt], Optional[str]],
-        *,
-        timeout_ms: int = 6_000,
-        max_checks: int = 15,
-        now: Optional[int] = None,
-    ) -> dict[str, int]:
-        return self._transactions().check(resolve, timeout_ms=timeout_ms, max_checks=max_checks, now=now)
+    prepare_transaction = delegated(TransactionService.prepare, _transactions)
+    commit_transaction = delegated(TransactionService.commit, _transactions)
+    rollback_transaction = delegated(TransactionService.rollback, _transactions)
+    open_transactions = delegated(TransactionService.open_transactions, _transactions)
+    check_transactions = delegated(TransactionService.check, _transactions)
 
     def __repr__(self) -> str:
         state = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +16,8 @@ from rocketstore.errors import InvalidMessageError, InvalidQueueIdError
 __all__ = [
     "check_int",
     "check_put_ints",
+    "check_mapping",
+    "plain_str",
     "contiguous",
     "batch_lengths",
     "timeout_ms",
@@ -102,6 +105,19 @@ def batch_lengths(lengths: Any) -> np.ndarray:
     if (lens < 0).any():
         raise InvalidMessageError(f"lengths[{int(np.argmax(lens < 0))}] is negative")
     return lens
+
+
+def plain_str(value: Any) -> Any:
+    """A str subclass as a plain str (the compiled twin takes only exact str, the pure one any
+    str: both then answer alike); anything else as it is, for the callee to check."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def check_mapping(properties: object) -> Optional[Mapping[str, str]]:
+    """``properties`` if it is None or a mapping; InvalidMessageError otherwise."""
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
+    return properties
 
 
 def timeout_ms(timeout: object) -> int:

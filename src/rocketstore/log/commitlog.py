@@ -1,4 +1,5 @@
-"""The CommitLog: segments, the append core, recovery's CRC scan, truncation, reads and scans.
+"""The CommitLog: segments, the append core, recovery's CRC scan, truncation, reads and scans
+(their chunked scans of records are rocketstore.log.recordscan's).
 
 One of a store's layers (``ARCHITECTURE.md``): it knows records and segments, not queues. The
 store facade (:class:`rocketstore.store.MessageStore`) owns a ``CommitLog`` beside the
@@ -15,7 +16,6 @@ below, never through its attributes' internals.
 from __future__ import annotations
 
 import logging
-import mmap
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
@@ -23,35 +23,30 @@ import numpy as np
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreReadOnlyError
-from rocketstore.files.mapped_file import MappedFile, MappedFileQueue, allocate_range, populate_read
-from rocketstore.format._verify import record_problems, timestamp_problems
-from rocketstore.log.recordscan import SCAN_CHUNK, consumable, decode_chunks, plausible, queue_groups, resync
+from rocketstore.files.mapped_file import MappedFile, MappedFileQueue, allocate_range
+from rocketstore.format._verify import record_problems
+from rocketstore.log.recordscan import (
+    STEPPED,
+    ReservedColumns,
+    StampCheck,
+    checked_chunks,
+    column_chunks,
+    decode_chunks,
+    recover_chunks,
+    resync,
+    stop_reason,
+    will_read,
+)
 from rocketstore.message import MessageExt
 
 if TYPE_CHECKING:
     from rocketstore.log._store_py import BatchPutResult, PutFuture, PutResult
 
-__all__ = ["CommitLog", "AppendCore", "checked_chunks", "queue_offset_ranges", "stop_reason", "STEPPED"]
+__all__ = ["CommitLog", "AppendCore"]
 
 _log = logging.getLogger("rocketstore.store")
 
 _INT64_MAX = (1 << 63) - 1
-
-
-def _TORN_FIELDS(scan: Any) -> int:  # noqa: N802 (a constant of the scan kernels' BAD_* bits)
-    """The field_problems bits that mark a record torn by a crash (see CommitLog._first_torn)."""
-    return int(
-        scan.BAD_TOPIC
-        | scan.BAD_PROPERTIES_UTF8
-        | scan.BAD_PHYSICAL_OFFSET
-        | scan.BAD_SYSFLAG
-        | scan.BAD_PROP_CRC
-    )
-
-
-#: A pseudo stop reason of :func:`checked_chunks`: damaged bytes at ``stop``, stepped over to the
-#: next whole record (:func:`~rocketstore.log.recordscan.resync`); more chunks follow.
-STEPPED = -1
 
 
 class AppendCore(Protocol):
@@ -743,165 +738,6 @@ class CommitLog:
         return reasons + gone
 
 
-class StampCheck:
-    """Store timestamps, chunk by chunk in CommitLog order, for ``timestamp_problems``: while
-    they never decrease from >= 0 each lies between its neighbours and nothing is kept but the
-    last two; from the first chunk that steps back, every one is kept (with those two before
-    it, its neighbours) in a :class:`ReservedColumns` of ``capacity`` rows at most."""
-
-    def __init__(self, capacity: int):
-        self._capacity = capacity
-        self._kept: Optional[ReservedColumns] = None
-        self._tail = (np.empty(0, np.int64), np.empty(0, np.int64))
-        self._last = 0
-
-    def add(self, offsets: np.ndarray, stamps: np.ndarray, before: int) -> None:
-        """The next chunk's records: CommitLog ``offsets`` and store ``stamps``; ``before``
-        records came before it."""
-        if self._kept is None:
-            # in cache, chunk by chunk: not one np.diff over every record at the end
-            if stamps[0] >= self._last and bool((stamps[1:] >= stamps[:-1]).all()):
-                if len(offsets) < 2:  # a chunk of one record: the one before it stays
-                    offsets = np.concatenate((self._tail[0], offsets))
-                    stamps = np.concatenate((self._tail[1], stamps))
-                self._tail = (offsets[-2:].copy(), stamps[-2:].copy())
-                self._last = int(stamps[-1])
-                return
-            self._kept = ReservedColumns((np.int64, np.int64), self._capacity - before + 2)
-            self._kept.append(self._tail)
-        self._kept.append((offsets, stamps))
-
-    def problems(self) -> list[dict[str, Any]]:
-        """``timestamp_problems`` of every record, as verify reports them."""
-        if self._kept is None:
-            return []
-        at, stamps = self._kept.filled()
-        # of two records kept from before, the first has its left neighbour outside: ordered
-        # with both neighbours, there is nothing to report of it
-        context = int(at[0]) if len(self._tail[0]) == 2 else None
-        return [
-            {"offset": offset, "reason": reason}
-            for offset, reason in timestamp_problems(at, stamps)
-            if offset != context
-        ]
-
-
-class ReservedColumns:
-    """Columns appended chunk by chunk to arrays reserved once for ``capacity`` rows (grown by
-    doubling should more come): the pages of the reserve are touched, and zeroed by the kernel,
-    only as rows fill them, and no list of chunks is concatenated at the end."""
-
-    def __init__(self, dtypes: tuple[Any, ...], capacity: int):
-        self._arrays = [np.empty(max(capacity, 1), dtype=dtype) for dtype in dtypes]
-        self._n = 0
-
-    def append(self, chunk: tuple[np.ndarray, ...]) -> None:
-        n = len(chunk[0])
-        end = self._n + n
-        if end > len(self._arrays[0]):
-            grown = max(end, 2 * len(self._arrays[0]))
-            self._arrays = [
-                np.concatenate((a[: self._n], np.empty(grown - self._n, a.dtype))) for a in self._arrays
-            ]
-        for array, column in zip(self._arrays, chunk):
-            array[self._n : end] = column
-        self._n = end
-
-    def filled(self) -> tuple[np.ndarray, ...]:
-        """The rows appended so far, one view per column."""
-        return tuple(a[: self._n] for a in self._arrays)
-
-
-def checked_chunks(
-    codec: Any,
-    view: Any,
-    lo: int,
-    hi: int,
-    base: int,
-    data_end: Optional[int] = None,
-    *,
-    chunks: Optional[Callable[[int, int], Iterator[tuple[Any, int, int]]]] = None,
-    chunk: int = 0,
-    placed: bool = False,
-) -> Iterator[tuple[Any, int, int]]:
-    """:func:`decode_chunks` with body CRCs checked over ``view[lo:hi]`` (a segment starting at
-    CommitLog offset ``base``), stepping over damage: a record whose CRC fails when its length
-    is still plausible (a flipped bit in a body), and bytes whose lengths cannot be trusted, up to
-    the next whole record (its magic code, PHYSICALOFFSET and CRC found).
-
-    Yields ``(records, stop, reason)``; a chunk that ends at a bad CRC has ``STOP_BAD_CRC``, one
-    that ends at stepped-over bytes ``STEPPED`` (more may follow either). The last chunk's stop
-    and reason say where and why the scan ended. Damage at or past ``data_end`` (default
-    ``hi``) is not stepped over: what recovery found written, or what the checkpoint vouches for (a
-    segment's unwritten end or a torn tail is no damage, and searching a gigabyte of zeros for a
-    record costs a second).
-
-    ``chunks(lo, hi)``: the scan of ``view[lo:hi]`` (default: :func:`decode_chunks` with CRCs,
-    RECORD_DTYPE rows of at most ``chunk`` records; :func:`column_chunks`: ``scan.verify_scan``'s
-    columns). ``placed`` (the default scan): a whole record whose PHYSICALOFFSET names another
-    place (copied there) is damage too, stepped over.
-    """
-    if chunks is None:
-        placed_at = base if placed else None
-        chunks = lambda a, b: decode_chunks(  # noqa: E731
-            codec, view, a, b, check_crc=True, chunk=chunk, base=placed_at
-        )
-    resync_hi = hi if data_end is None else min(hi, data_end)
-
-    def resync_at(stop: int) -> int:
-        return resync(codec, view, stop, hi, base) if stop < resync_hi else -1
-
-    pos = lo
-    while True:
-        nxt = -1
-        for arr, stop, reason in chunks(pos, hi):
-            if reason in (codec.STOP_LIMIT, codec.STOP_BAD_CRC, codec.STOP_BLANK) or stop >= hi:
-                yield arr, stop, reason
-            else:  # lengths that cannot be trusted, or the end of the data
-                nxt = resync_at(stop)
-                yield arr, stop, (reason if nxt < 0 else STEPPED)
-        if reason == codec.STOP_BAD_CRC and stop < resync_hi:
-            size = int.from_bytes(view[stop : stop + 4], "big", signed=True)
-            nxt = stop + size if 0 < size <= hi - stop else resync_at(stop)
-        if nxt < 0:
-            return
-        pos = nxt
-
-
-def queue_offset_ranges(
-    scan: Any, buffer: Any, rows: np.ndarray, base: int, keys: Optional[np.ndarray] = None
-) -> list[tuple[str, int, int, int]]:
-    """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the consumable
-    records of ``rows`` (decoded from ``buffer``, which starts at CommitLog offset ``base``)
-    whose queue offset is :func:`~rocketstore.log.recordscan.plausible`: what recovery needs to know
-    where each queue's next put goes. ``keys``: the rows' ``scan.queue_keys`` if known.
-
-    One compiled pass (``scan.queue_ranges``: no sort, no mask, no copy of the rows);
-    :func:`~rocketstore.log.recordscan.queue_groups` (exact grouping) should two queues share a key."""
-    if not len(rows):
-        return []
-    if keys is None:
-        keys = scan.queue_keys(buffer, rows)
-    ranges = scan.queue_ranges(buffer, rows, keys, base)  # counts only rows that get a unit
-    if ranges is None:  # two queues share a 64-bit key
-        rows = rows[consumable(rows) & plausible(rows, base)]
-        out = []
-        for topic, qid, group in queue_groups(scan, buffer, rows):
-            offsets = rows["queue_offset"][group]
-            out.append((topic, qid, int(offsets.min()), int(offsets.max())))
-        return out
-    raw = memoryview(buffer).cast("B")
-    topic_pos, topic_len, queue_id = rows["topic_pos"], rows["topic_len"], rows["queue_id"]
-    out = []
-    for r, low, high in zip(*(column.tolist() for column in ranges)):
-        at = int(topic_pos[r])
-        topic = bytes(raw[at : at + int(topic_len[r])]).decode("utf-8", "surrogateescape")
-        out.append((topic, int(queue_id[r]), low, high))
-    return out
-
-
-#: Bytes of a segment mapped (``populate_read``) ahead of each compiled call of a scan: about
-#: what one call reads; what a call reads past it (large records) faults in as usual.
 #: truncate_to reads and zeroes the stale tail in chunks of this size.
 _ZERO_CHUNK = 1 << 20
 
@@ -943,112 +779,3 @@ def _zero_stale(mf: MappedFile, pos: int, everywhere: bool) -> int:
         if not everywhere:
             break
     return last
-
-
-POPULATE_AHEAD = 32 << 20
-
-#: Records per compiled call of the recovery scan: the call decodes them into a small table that
-#: stays in cache whatever this is; it sets how often progress is reported and the GIL taken.
-RECOVER_CHUNK = 65536
-
-
-class RecoveredChunk:
-    """What :func:`recover_chunks` found in one stretch of records: ``count`` records kept from
-    ``start``, whether a torn record ended them (``torn``), and their per-queue ranges (``ranges``
-    of ``scan.recover_scan``; None when two queues share a key)."""
-
-    __slots__ = ("start", "stop", "count", "torn", "ranges")
-
-    def __init__(self, start: int, stop: int, count: int, torn: bool, ranges: Optional[list[Any]]):
-        self.start, self.stop, self.count, self.torn, self.ranges = start, stop, count, torn, ranges
-
-    def queue_ranges(self, codec: Any, scan: Any, view: Any, base: int) -> list[tuple[str, int, int, int]]:
-        """``(topic, queue_id, lowest, highest queue offset)`` of each queue among the records
-        (``view``: their segment, starting at CommitLog offset ``base``), as
-        :func:`queue_offset_ranges` has them."""
-        if self.ranges is None:  # two queues share a 64-bit key: decoded again, grouped exactly
-            rows, stop, _reason = codec.decode_batch(view, self.start, self.stop, check_crc=True)
-            if len(rows) != self.count or stop != self.stop:
-                raise CorruptRecordError(
-                    f"the records at commitlog offset {base + self.start} changed during recovery"
-                )
-            return queue_offset_ranges(scan, view, rows, base)
-        raw = memoryview(view).cast("B")
-        return [
-            (bytes(raw[at : at + length]).decode("utf-8", "surrogateescape"), qid, low, high)
-            for at, length, qid, low, high in self.ranges
-        ]
-
-
-def recover_chunks(
-    codec: Any, scan: Any, mf: MappedFile, torn_from: Optional[int] = None, max_records: int = RECOVER_CHUNK
-) -> Callable[[int, int], Iterator[tuple[RecoveredChunk, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``scan.recover_scan`` over segment ``mf``
-    in calls of at most ``max_records`` records, each yielding a :class:`RecoveredChunk`.
-    ``torn_from``: the position from which a record whose fields are torn (``_TORN_FIELDS``)
-    ends the scan with STOP_CORRUPT (None: no such check)."""
-    mask = 0 if torn_from is None else _TORN_FIELDS(scan)
-    first = _INT64_MAX if torn_from is None else torn_from
-    view, base, size = mf.mm, mf.file_from_offset, mf.file_size
-
-    def chunks(lo: int, hi: int) -> Iterator[tuple[RecoveredChunk, int, int]]:
-        while True:
-            populate_read(view, lo, min(hi, lo + POPULATE_AHEAD))
-            count, stop, reason, torn, ranges = scan.recover_scan(
-                view,
-                lo,
-                hi,
-                base=base,
-                segment_size=size,
-                torn_from=first,
-                torn_mask=mask,
-                max_records=max_records,
-            )
-            yield RecoveredChunk(lo, stop, count, torn, ranges), stop, reason
-            if torn or reason != codec.STOP_LIMIT or stop >= hi or not count:
-                return
-            lo = stop
-
-    return chunks
-
-
-def column_chunks(
-    codec: Any, scan: Any, view: Any, base: int, segment_size: int, mm: Any = None
-) -> Callable[[int, int], Iterator[tuple[Any, int, int]]]:
-    """A ``chunks`` scan for :func:`checked_chunks`: ``scan.verify_scan`` over ``view`` (a
-    segment of ``segment_size`` bytes starting at CommitLog offset ``base``) in chunks of at
-    most SCAN_CHUNK records, as :func:`decode_chunks` does with decode_batch. ``mm``: the
-    segment's map (``view`` is a view of it), whose pages are mapped ahead of each call."""
-
-    def chunks(lo: int, hi: int) -> Iterator[tuple[Any, int, int]]:
-        while True:
-            if mm is not None:
-                populate_read(mm, lo, min(hi, lo + POPULATE_AHEAD))
-            cols, stop, reason = scan.verify_scan(
-                view, lo, hi, base=base, segment_size=segment_size, max_records=SCAN_CHUNK
-            )
-            yield cols, stop, reason
-            if reason != codec.STOP_LIMIT or stop >= hi or not len(cols[0]):
-                return
-            lo = stop
-
-    return chunks
-
-
-def will_read(mf: MappedFile) -> None:
-    """Ask the kernel to read a segment ahead: a scan then runs without a page fault per page."""
-    try:
-        mf.mm.madvise(mmap.MADV_WILLNEED)
-    except (AttributeError, OSError, ValueError):  # no madvise here, or a closed map
-        pass
-
-
-def stop_reason(codec: Any, reason: int) -> str:
-    """What a scan's stop ``reason`` means, in words."""
-    return {
-        codec.STOP_END: "no record where one should be (zeros or garbage)",
-        codec.STOP_TRUNCATED: "truncated record: it runs past the end of the segment",
-        codec.STOP_CORRUPT: "corrupt record: inconsistent lengths",
-        codec.STOP_BAD_CRC: "corrupt record: body CRC mismatch",
-        STEPPED: "corrupt record: lengths that cannot be trusted (stepped over to the next whole record)",
-    }.get(reason, f"stop reason {reason}")

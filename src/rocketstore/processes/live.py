@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import mmap
 import os
 import random
@@ -47,14 +48,14 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from rocketstore.errors import NotAStoreError, StoreConfigError
+from rocketstore.errors import NotAStoreError, StoreClosedError, StoreConfigError
 from rocketstore.files.mapped_file import MappedFile, allocate_file
 from rocketstore.files.storedir import writer_present
 
-__all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "Look", "topic_slot"]
+__all__ = ["LIVE_NAME", "LivePage", "Follower", "AsyncWaker", "PutWaits", "Look", "topic_slot"]
 
 LIVE_NAME = "rocketstore-live"
 LIVE_SIZE = 4096
@@ -480,3 +481,93 @@ class AsyncWaker:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class PutWaits:
+    """The waits for puts of one open of a store (get_message's ``wait``, the consumers' polls):
+    what a wait compares against (:meth:`look`, taken before looking for messages) and the
+    sleep until a put of the topics looked at (:meth:`wait`, :meth:`wait_async`). ``live``: the
+    store's live page (None: no rocketstore writer keeps one, nothing wakes a wait);
+    ``spin_us``: how long a wait spins before it sleeps; ``check_open(store)`` raises unless the
+    store (held weakly through ``store_ref``) is open, and opens a following store again when a
+    writer opened it since. A wait notices its open is over (:meth:`close`: the store closed, or
+    opened again) within a second."""
+
+    __slots__ = ("live", "spin_us", "_store", "_check_open", "_lock", "_waker", "_closed")
+
+    def __init__(
+        self,
+        live: Optional[LivePage],
+        spin_us: int,
+        store_ref: Callable[[], Any],
+        check_open: Callable[[Any], None],
+    ) -> None:
+        self.live, self.spin_us = live, spin_us
+        self._store, self._check_open = store_ref, check_open
+        self._lock = threading.Lock()
+        self._waker: Optional[AsyncWaker] = None
+        self._closed = False
+
+    def check_open(self) -> None:
+        """StoreClosedError unless the store is open (a following store may open again here)."""
+        store = self._store()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        self._check_open(store)
+
+    def look(self, topics: Sequence[str]) -> Look:
+        """What a wait for puts of ``topics`` compares against (the store checked open first)."""
+        live = self.live
+        if live is None:
+            return (0, (), ())
+        return live.look(tuple(sorted({topic_slot(t) for t in topics})))
+
+    def wait(self, seen: Look, deadline: float) -> bool:
+        """Sleep until a put of the topics ``seen`` was taken for, or the deadline; False at the
+        deadline. It sleeps in slices of a second, so a close of the store is noticed (it raises
+        StoreClosedError). With ``spin_us`` it spins first, once, before its first slice."""
+        live = self.live
+        spin_us = self.spin_us
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.check_open()
+            if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+                time.sleep(min(left, 1.0))
+                continue
+            try:
+                if live.wait_look(seen, min(left, 1.0), spin_us):
+                    return True
+                spin_us = 0
+            except ValueError:  # its map closed under it: the store closed, or opened again
+                self.check_open()
+                return True  # opened again (a writer's recovery, a takeover): look again
+            if self._closed:
+                return True
+
+    async def wait_async(self, seen: Look, deadline: float) -> bool:
+        """:meth:`wait` for asyncio: one thread (an :class:`AsyncWaker`) sleeps for every waiter."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        live = self.live
+        if live is None:  # a store no rocketstore writer keeps a live page for: nothing comes
+            await asyncio.sleep(min(left, 1.0))
+            self.check_open()
+            return not math.isinf(left) and left > 1.0  # look again (and find nothing)
+        with self._lock:
+            if self._waker is None:
+                self._waker = AsyncWaker(live)
+            waker = self._waker
+        await waker.changed(seen, None if math.isinf(left) else left)
+        return True
+
+    def close(self) -> None:
+        """This open is over: the waits in progress return (to look again, or to say the store is
+        closed), the asyncio waiters' thread stops."""
+        self._closed = True
+        with self._lock:
+            waker, self._waker = self._waker, None
+        if waker is not None:
+            waker.close()

@@ -10,9 +10,11 @@ put of a service's own records, POP's pulls and lookups, the topic of a put) it 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Optional
 
@@ -24,12 +26,12 @@ from rocketstore.files.checkpoint import Checkpoint
 from rocketstore.files.configfiles import ConsumerOffsetTable, TopicConfigTable
 from rocketstore.files.storedir import detect_segment_size, writer_present
 from rocketstore.log import recovery, sharedappend
-from rocketstore.log.commitlog import CommitLog
-from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, read_geometry
+from rocketstore.log.commitlog import AppendCore, CommitLog
+from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, PutWaits, read_geometry
 from rocketstore.queues.batchcq import BCQ_UNIT_SIZE, BatchQueueStore, batch_topics
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactedReads
-from rocketstore.queues.consumequeue import ConsumeQueueStore
+from rocketstore.queues.cqstore import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher, DispatchThread, MemoryIndexService, TailQueueStore
 from rocketstore.queues.indexservice import IndexService, detect_queue_options
 from rocketstore.queues.lookups import KeyLookups
@@ -97,9 +99,9 @@ class OpenedParts:
         self.read_only = read_only
         self.abort_path = os.path.join(path, "abort")
         self.last_shutdown_clean = not os.path.exists(self.abort_path)
-        self.checkpoint: Any = None
-        self.topics: Any = None
-        self.commitlog: Any = None
+        self.checkpoint: Checkpoint = None  # type: ignore[assignment]
+        self.topics: Topics = None  # type: ignore[assignment]
+        self.commitlog: CommitLog = None  # type: ignore[assignment]
         self.segments: Any = None
         self.live: Optional[LivePage] = None
         self.follower: Optional[Follower] = None
@@ -109,20 +111,36 @@ class OpenedParts:
         self.batch: Any = None
         #: the pulls below a compacted topic's min offset (rocketstore.queues.compaction)
         self.compacted_reads: Optional[CompactedReads] = None
-        self.offsets: Any = None
+        self.offsets: ConsumerOffsetTable = None  # type: ignore[assignment]
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.short_queues: dict[tuple[str, int], int] = {}
-        self.core: Any = None
+        self.core: AppendCore = None  # type: ignore[assignment]
         self.dispatcher: Any = None
-        self.guard: Any = None
-        self.lookups: Any = None
-        self.checkpointer: Any = None
+        self.guard: QueueGuard = None  # type: ignore[assignment]
+        self.lookups: KeyLookups = None  # type: ignore[assignment]
+        self.checkpointer: Checkpointer = None  # type: ignore[assignment]
         self.dispatch_thread: Any = None
-        self.parts: Any = None
+        self.parts: StoreParts = None  # type: ignore[assignment]
         self.cleaner: Any = None
         self.schedule: Any = None
         self.timer: Any = None
-        self.pop: Any = None
+        self.pop: Optional[PopService] = None
+        #: the waits for puts (rocketstore.processes.live.PutWaits), which the store makes
+        self.waits: Optional[PutWaits] = None
+
+
+def _segments_deleted(opened_ref: Callable[[], Optional[OpenedParts]]) -> None:
+    """A read-only store's follower dropped segments retention deleted: the queues start above
+    them (what a writable store's Cleaner does for its own queues)."""
+    opened = opened_ref()
+    if opened is None or not opened.commitlog.files:
+        return
+    low = opened.commitlog.min_offset
+    dispatcher = opened.dispatcher
+    with dispatcher.lock:
+        if dispatcher.offset < low:
+            dispatcher.offset = low  # what it had not dispatched yet is gone
+    opened.queues.correct_min_offset(low)
 
 
 def open_parts(
@@ -133,14 +151,12 @@ def open_parts(
     report: Callable[[str, int, int], None],
     uniq_prefix: bytes,
     topic_lookup: Callable[[str], int],
-    segments_deleted: Callable[[], None],
 ) -> None:
     """Open the store ``opened`` describes, filling it part by part: map the CommitLog, recover
     it, open the queues and the index, and start a writable store's append core and dispatch
     (its services: :func:`start_services`). ``report(stage, done, total)`` follows recovery;
-    ``topic_lookup(topic)`` is the facade's queue count of a put's topic, ``segments_deleted()``
-    what a read-only store does when its follower dropped segments (weak methods: no part keeps
-    the store alive).
+    ``topic_lookup(topic)`` is the facade's queue count of a put's topic (a weak method: no part
+    keeps the store alive).
 
     No part refers to ``opened``: the parts are freed, their files closed, as soon as the store
     drops them, not at the next garbage collection."""
@@ -169,7 +185,9 @@ def open_parts(
         # the writer's live page before anything is loaded: what it says next is newer
         opened.live = LivePage.attach(path, impl.store)
         if opened.live is not None:
-            opened.follower = Follower(opened.live, commitlog, segments_deleted)
+            opened.follower = Follower(
+                opened.live, commitlog, functools.partial(_segments_deleted, weakref.ref(opened))
+            )
         # Queues and index first: a writer's retention deletes segments before the queue
         # and index files that point into them, so every segment found after these has
         # its units and index entries here (or dispatched into memory).
@@ -372,7 +390,6 @@ def close_parts(
     clean: bool,
     run: Callable[[Callable[[], object]], bool],
     after_core: Callable[[], object],
-    waker: Any = None,
 ) -> bool:
     """Stop and close every part ``opened`` holds, in the order that keeps the data safe, each
     whatever the others raised: ``run(step)`` runs one step, keeps what it raised and says
@@ -380,7 +397,7 @@ def close_parts(
     queues and the index are durable, write the checkpoint, topics.json and consumerOffset.json
     and remove the abort file); else a failed open or a reopen (the abort file stays).
     ``after_core`` runs once the append core is closed (the joined writers' shared table);
-    ``waker`` (the asyncio waiters' thread, if one was started) closes before the live page.
+    The waits for puts (and the asyncio waiters' thread) end before the live page closes.
     Returns whether the data was closed durable."""
     if opened is None:  # (the open failed before it made its parts)
         run(after_core)
@@ -407,7 +424,7 @@ def close_parts(
             run(table.persist)  # the data is closed cleanly all the same
     if opened.commitlog is not None:
         run(opened.commitlog.close)
-    for page in (waker, opened.live):
+    for page in (opened.waits, opened.live):
         if page is not None:
             run(page.close)
     if durable:

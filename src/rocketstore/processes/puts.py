@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from rocketstore._impl import MESSAGE_TYPES
-from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_put_ints
+from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_mapping, check_put_ints
 from rocketstore.base.compression import CODECS, deflate, sys_flag_bits
 from rocketstore.errors import InvalidMessageError, InvalidTimerError
 from rocketstore.message import PROPERTY_DELAY, Message, check_user_topic
@@ -38,13 +38,6 @@ _INT32_MIN, _INT32_MAX = INT32_MIN, INT32_MAX
 WAIT_FUTURE = 2  # the core's wait argument for a PutFuture (both twins' WAIT_FUTURE)
 #: A timer put's (deliver_at_ms, delay_ms), or None.
 Timer = Optional[tuple[Optional[int], Optional[int]]]
-
-
-def check_mapping(properties: object) -> Optional[Mapping[str, str]]:
-    """``properties`` if it is None or a mapping; InvalidMessageError otherwise."""
-    if properties is not None and not isinstance(properties, Mapping):
-        raise InvalidMessageError(f"properties must be a mapping, not {type(properties).__name__}")
-    return properties
 
 
 def wait_mode(durable: Optional[bool], wait_override: int) -> int:

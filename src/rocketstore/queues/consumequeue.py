@@ -39,25 +39,41 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rocketstore.base._checks import INT64_MAX
 from rocketstore.errors import (
     InvalidMessageError,
-    InvalidQueueIdError,
     MessageNotFoundError,
     SegmentError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
 )
-from rocketstore.files.mapped_file import (
-    MappedFile,
-    MappedFileQueue,
-    advise_random,
-    allocate_range,
-    offset_to_file_name,
-)
-from rocketstore.format._hotstate import QueueState, QueueTable
+from rocketstore.files.mapped_file import MappedFile, allocate_range
+from rocketstore.format._hotstate import QueueState
 from rocketstore.format.units import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PLACEHOLDER_SIZE
-from rocketstore.message import is_stored_topic, validate_stored_topic
+from rocketstore.message import validate_stored_topic
+from rocketstore.queues.unitfiles import (
+    DEFAULT_CQ_FILE_SIZE,
+    DEFAULT_CQ_UNITS,
+    PLACEHOLDER_UNIT,
+    UNIT_STRUCT,
+    ZERO_PAGE,
+    UnitFileQueue,
+    check_queue_id,
+    check_unit,
+    encode_unit,
+    false_runs,
+    file_units,
+    first_false,
+    first_unit_where,
+    fits_between,
+    offset_of_time,
+    roll_next_file,
+    unit_extents,
+    unit_location,
+    units_of_records,
+    zero_after,
+)
 
 __all__ = [
     "CQ_UNIT_SIZE",
@@ -70,191 +86,14 @@ __all__ = [
     "fits_between",
     "unit_location",
     "roll_next_file",
+    "units_of_records",
     "ConsumeQueue",
-    "ConsumeQueueStore",
 ]
 
 log = logging.getLogger("rocketstore.queues.consumequeue")
 
-DEFAULT_CQ_UNITS = 300_000
-DEFAULT_CQ_FILE_SIZE = DEFAULT_CQ_UNITS * CQ_UNIT_SIZE  # 6,000,000
-
-_UNIT = struct.Struct(">qiq")
 _LONG = struct.Struct(">q")
-assert _UNIT.size == CQ_UNIT_SIZE
-
 _RESERVE_BYTES = 1 << 17  # file space allocated ahead of the writer at a time (6,553 units)
-PLACEHOLDER_UNIT = _UNIT.pack(0, PLACEHOLDER_SIZE, 0)
-
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def fits_between(before: Any, before_size: Any, offset: Any, size: Any, after: Any, after_size: Any) -> Any:
-    """Whether records at CommitLog ``offset`` of ``size`` bytes can sit between the records
-    the units before and after their queue positions point at (numpy arrays or ints): a
-    queue's records rise with the CommitLog, so a record that lies after its successor's, or
-    before its predecessor's, does not continue its queue there (its QUEUEID, QUEUEOFFSET or
-    TOPIC, which no CRC covers, is damaged). A placeholder or empty neighbour (size 0 or
-    PLACEHOLDER_SIZE) does not count."""
-    real_before = (before_size > 0) & (before_size != PLACEHOLDER_SIZE) & (before >= 0)
-    real_after = (after_size > 0) & (after_size != PLACEHOLDER_SIZE) & (after >= 0)
-    return np.logical_not(
-        (real_before & (before + before_size > offset)) | (real_after & (offset + size > after))
-    )
-
-
-def encode_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
-    """The 20 bytes of one unit."""
-    _check_unit(commitlog_offset, size, tags_code)
-    return _UNIT.pack(commitlog_offset, size, tags_code)
-
-
-def unit_location(queue_offset: int, units_per_file: int = DEFAULT_CQ_UNITS) -> tuple[str, int]:
-    """(file name, byte position in it) of queue offset ``queue_offset`` (§4.1)."""
-    if queue_offset < 0:
-        raise InvalidMessageError(f"queue offset {queue_offset} is negative")
-    byte = queue_offset * CQ_UNIT_SIZE
-    file_size = units_per_file * CQ_UNIT_SIZE
-    return offset_to_file_name(byte - byte % file_size), byte % file_size
-
-
-def roll_next_file(queue_offset: int, units_per_file: int = DEFAULT_CQ_UNITS) -> int:
-    """``rollNextFile``: the first queue offset of the file after the one holding ``queue_offset``."""
-    return queue_offset + units_per_file - queue_offset % units_per_file
-
-
-def _check_unit(commitlog_offset: int, size: int, tags_code: int) -> None:
-    if not 0 <= commitlog_offset <= _INT64_MAX:
-        raise InvalidMessageError(f"CommitLog offset {commitlog_offset} is outside 0 .. 2**63-1")
-    if not 0 < size <= PLACEHOLDER_SIZE:
-        raise InvalidMessageError(f"record size {size} is outside 1 .. 2**31-1")
-    if not _INT64_MIN <= tags_code <= _INT64_MAX:
-        raise InvalidMessageError(f"tagsCode {tags_code} does not fit a Java long")
-
-
-def _check_topic(topic: object) -> str:
-    return validate_stored_topic(topic)
-
-
-def _check_queue_id(queue_id: object) -> int:
-    if isinstance(queue_id, bool) or not isinstance(queue_id, (int, np.integer)) or queue_id < 0:
-        raise InvalidQueueIdError(f"queue id must be a non-negative int, not {queue_id!r}")
-    return int(queue_id)
-
-
-class _UnitFileQueue(MappedFileQueue):
-    """A :class:`MappedFileQueue` that can also drop files at either end (retention, truncation).
-
-    A file it makes is advised ``MADV_RANDOM`` (:func:`advise_random`): its first unit otherwise
-    faults in a large folio ahead, 1.6 ms per new queue on this project's VM, 13 of the 21 ms of
-    a fresh store's first dispatch of 8 queues. A queue's units are written in order, a page at
-    a time, and read back through the same map; files found on disk keep the default advice (a
-    consumer after a restart reads them ahead)."""
-
-    def segment_at(self, start: int) -> MappedFile:
-        made = not self.files or start >= self.files[-1].end_offset
-        mf = super().segment_at(start)
-        if made and not self.read_only:
-            advise_random(mf.mm)
-        return mf
-
-    def drop_first(self) -> None:
-        with self._lock:
-            self.files.pop(0).destroy()
-
-    def drop_last(self) -> None:
-        with self._lock:
-            self.files.pop().destroy()
-
-    def forget_vanished(self) -> bool:
-        """Read-only: unmap (without deleting) the files up to the last one that no longer
-        exists, which retention deleted (oldest first, so every one before it is gone too);
-        whether there was one."""
-        with self._lock:
-            gone = [i for i, mf in enumerate(self.files) if not os.path.exists(mf.path)]
-            for _ in range(gone[-1] + 1 if gone else 0):
-                self.files.pop(0).close()
-            return bool(gone)
-
-    def forget_after(self, offset: int) -> None:
-        """Unmap (without deleting) every file that starts after ``offset``: read-only recovery."""
-        with self._lock:
-            while self.files and self.files[-1].file_from_offset > offset:
-                self.files.pop().close()
-
-
-def _file_units(mf: MappedFile, count: Optional[int] = None) -> np.ndarray:
-    """A numpy view of the first ``count`` units of ``mf`` (all of them by default).
-
-    The view holds an export of the map: keep it local, so it is released before anyone closes
-    the map.
-    """
-    if count is None:
-        count = mf.file_size // CQ_UNIT_SIZE
-    return np.frombuffer(memoryview(mf.mm).toreadonly(), dtype=CQ_UNIT_DTYPE, count=count)
-
-
-def _unit_extents(mf: MappedFile, most: int = -1) -> list[tuple[int, int]]:
-    """The ``[lo, hi)`` unit index ranges of ``mf`` whose bytes all lie in its data, not in a hole
-    (:meth:`MappedFile.data_extents`): only those are read through the map, since on a full
-    tmpfs a read of a hole through a map is a SIGBUS. A hole holds no unit (zeros): one cut by
-    a hole's edge was never written whole."""
-    extents = []
-    for a, b in mf.data_extents(most=most):
-        lo, hi = -(-a // CQ_UNIT_SIZE), b // CQ_UNIT_SIZE
-        if lo < hi:
-            extents.append((lo, hi))
-    return extents
-
-
-def _false_runs(mask: np.ndarray) -> list[tuple[int, int]]:
-    """The ``[lo, hi)`` index ranges where a bool array is False."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([1], mask.view(np.int8), [1]))))
-    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
-
-
-#: The unit of :func:`_zero_pages`: what the kernel writes back (one page, in the common case).
-_ZERO_PAGE = 4096
-
-
-def _zero_pages(mm: Any, lo: int, hi: int) -> tuple[int, int]:
-    """Make ``mm[lo:hi]`` zero, writing only the ``_ZERO_PAGE`` pieces (page-aligned, cut to the
-    range) that hold a non-zero byte. Returns where the first written piece starts and the last
-    ends (equal: nothing written)."""
-    if hi <= lo:
-        return hi, hi
-    first, last = hi, lo
-    whole = np.frombuffer(mm, dtype=np.uint8, count=hi - lo, offset=lo)
-    try:
-        at = lo
-        while at < hi:
-            if at % _ZERO_PAGE == 0 and hi - at >= _ZERO_PAGE:  # up to 256 whole pages at once
-                nxt = at + min((hi - at) // _ZERO_PAGE, 256) * _ZERO_PAGE
-            else:  # the piece up to the next page boundary (or hi)
-                nxt = min(hi, (at // _ZERO_PAGE + 1) * _ZERO_PAGE)
-            piece = whole[at - lo : nxt - lo]
-            if piece.any():
-                pages = (
-                    np.flatnonzero(piece.reshape(-1, _ZERO_PAGE).any(axis=1))
-                    if nxt - at > _ZERO_PAGE
-                    else [0]
-                )
-                size = min(_ZERO_PAGE, nxt - at)
-                for k in pages:
-                    piece[k * size : (k + 1) * size] = 0
-                first = min(first, at + int(pages[0]) * size)
-                last = max(last, at + (int(pages[-1]) + 1) * size)
-            at = nxt
-    finally:
-        del whole
-    return (first, last) if first < last else (hi, hi)
-
-
-def _first_false(mask: np.ndarray) -> int:
-    """Index of the first False in a bool array, or its length when all are True."""
-    if mask.all():
-        return len(mask)
-    return int(np.argmin(mask))
 
 
 class ConsumeQueue(QueueState):
@@ -279,15 +118,15 @@ class ConsumeQueue(QueueState):
         *,
         preallocate: bool = False,
     ):
-        self.topic = _check_topic(topic)
-        self.queue_id = _check_queue_id(queue_id)
+        self.topic = validate_stored_topic(topic)
+        self.queue_id = check_queue_id(queue_id)
         if isinstance(units_per_file, bool) or not isinstance(units_per_file, int) or units_per_file < 1:
             raise StoreConfigError(f"units_per_file must be a positive int, not {units_per_file!r}")
         self.units_per_file = units_per_file
         self.file_size = units_per_file * CQ_UNIT_SIZE
         self.read_only = bool(read_only)
         self.directory = os.path.join(os.fspath(root), "consumequeue", topic, str(self.queue_id))
-        self._files = _UnitFileQueue(
+        self._files = UnitFileQueue(
             self.directory, self.file_size, read_only=self.read_only, preallocate=preallocate
         )
         self._lock = threading.RLock()
@@ -340,13 +179,13 @@ class ConsumeQueue(QueueState):
         masks: list[tuple[int, np.ndarray]] = []
         for mf in files[first_scanned:]:
             valid = np.zeros(self.units_per_file, dtype=bool)  # a hole holds no unit
-            for lo, hi in _unit_extents(mf):
-                arr = _file_units(mf, hi)[lo:]
+            for lo, hi in unit_extents(mf):
+                arr = file_units(mf, hi)[lo:]
                 # a unit whose end would not fit a Java long points at no record (damage)
                 valid[lo:hi] = (
                     (arr["commitlog_offset"] >= 0)
                     & (arr["size"] > 0)
-                    & (arr["commitlog_offset"] <= _INT64_MAX - arr["size"].astype(np.int64))
+                    & (arr["commitlog_offset"] <= INT64_MAX - arr["size"].astype(np.int64))
                 )
                 del arr
             masks.append((mf.file_from_offset // CQ_UNIT_SIZE, valid))
@@ -355,7 +194,7 @@ class ConsumeQueue(QueueState):
                 end = mf.file_from_offset + (int(used[-1]) + 1) * CQ_UNIT_SIZE
         for first, valid in masks:
             valid = valid[: max(0, end // CQ_UNIT_SIZE - first)]
-            self.holes += [(first + lo, first + hi) for lo, hi in _false_runs(valid)]
+            self.holes += [(first + lo, first + hi) for lo, hi in false_runs(valid)]
         return end
 
     def recover_prefix(self, limit: int) -> int:
@@ -377,7 +216,7 @@ class ConsumeQueue(QueueState):
             while lo < hi:
                 mid = (lo + hi) // 2
                 offset, size, _tags = self._stored(mid)
-                if offset >= 0 and size > 0 and offset < limit and offset <= _INT64_MAX - size:
+                if offset >= 0 and size > 0 and offset < limit and offset <= INT64_MAX - size:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -425,7 +264,7 @@ class ConsumeQueue(QueueState):
             return 0, 0, 0
         # read through the file, not the map: past the end it may be a hole, and on a full
         # tmpfs even a read of a hole through a map is a SIGBUS
-        return _UNIT.unpack(mf.pread(byte - mf.file_from_offset, CQ_UNIT_SIZE))
+        return UNIT_STRUCT.unpack(mf.pread(byte - mf.file_from_offset, CQ_UNIT_SIZE))
 
     def _set_end(self, end: int, *, zero: bool = True) -> None:
         """Make byte offset ``end`` the queue's end: the files before it full, the one holding it
@@ -443,21 +282,8 @@ class ConsumeQueue(QueueState):
             self._files.truncate_after(end)
             last = self._files.find(end)
             if last is not None and zero:
-                self._zero_after(last, end - last.file_from_offset)
+                zero_after(last, end - last.file_from_offset)
         self._flushed = end
-
-    @staticmethod
-    def _zero_after(mf: MappedFile, lo: int) -> None:
-        """Zero every byte of ``mf`` from ``lo`` on, and msync what was written: only the pages
-        that hold a non-zero byte are written (a page already zero is left clean, so it is
-        neither dirtied nor written back), and no table of the non-zero bytes is made."""
-        first, last = mf.file_size, lo
-        for a, b in mf.data_extents(lo):  # a hole is zero, and not read (see _unit_extents)
-            written = _zero_pages(mf.mm, a, b)
-            if written[0] < written[1]:
-                first, last = min(first, written[0]), max(last, written[1])
-        if first < last:
-            mf.flush(first, last)
 
     # -- bounds -------------------------------------------------------------------------------
     @property
@@ -513,8 +339,8 @@ class ConsumeQueue(QueueState):
         mf = self._files.find(end - CQ_UNIT_SIZE) if end >= CQ_UNIT_SIZE else None
         if mf is None:
             return -1
-        offset, size, _ = _UNIT.unpack_from(mf.mm, end - CQ_UNIT_SIZE - mf.file_from_offset)
-        if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0 or offset > _INT64_MAX - size:
+        offset, size, _ = UNIT_STRUCT.unpack_from(mf.mm, end - CQ_UNIT_SIZE - mf.file_from_offset)
+        if (offset, size) == (0, PLACEHOLDER_SIZE) or offset < 0 or size <= 0 or offset > INT64_MAX - size:
             return -1
         return int(offset) + int(size)
 
@@ -525,10 +351,10 @@ class ConsumeQueue(QueueState):
             return 0
         first = files[0]
         n = first.wrote_position // CQ_UNIT_SIZE
-        if n == 0 or _UNIT.unpack_from(first.mm, 0)[:2] != (0, PLACEHOLDER_SIZE):
+        if n == 0 or UNIT_STRUCT.unpack_from(first.mm, 0)[:2] != (0, PLACEHOLDER_SIZE):
             return first.file_from_offset
-        arr = _file_units(first, n)
-        leading = _first_false((arr["commitlog_offset"] == 0) & (arr["size"] == PLACEHOLDER_SIZE))
+        arr = file_units(first, n)
+        leading = first_false((arr["commitlog_offset"] == 0) & (arr["size"] == PLACEHOLDER_SIZE))
         return first.file_from_offset + leading * CQ_UNIT_SIZE
 
     # -- writing (dispatch, §4.2) -------------------------------------------------------------
@@ -550,7 +376,7 @@ class ConsumeQueue(QueueState):
         """
         if queue_offset < 0:
             raise InvalidMessageError(f"queue offset {queue_offset} is negative")
-        _check_unit(commitlog_offset, size, tags_code)
+        check_unit(commitlog_offset, size, tags_code)
         with self._lock:
             self._check_writable()
             return self._append_one(queue_offset, commitlog_offset, size, tags_code)
@@ -574,7 +400,7 @@ class ConsumeQueue(QueueState):
             self._pad(end, expect)
             mf = self._file_for_append(expect)
         self._reserve(mf, mf.wrote_position + CQ_UNIT_SIZE)
-        _UNIT.pack_into(mf.mm, mf.wrote_position, commitlog_offset, size, tags_code)
+        UNIT_STRUCT.pack_into(mf.mm, mf.wrote_position, commitlog_offset, size, tags_code)
         mf.wrote_position += CQ_UNIT_SIZE
         self._max_physic = commitlog_offset + size
         return True
@@ -597,7 +423,7 @@ class ConsumeQueue(QueueState):
         if mf is None or byte < self._min_logic:
             return False
         pos = byte - mf.file_from_offset
-        offset, stored_size, _tags = _UNIT.unpack_from(mf.mm, pos)
+        offset, stored_size, _tags = UNIT_STRUCT.unpack_from(mf.mm, pos)
         if (offset, stored_size) == (commitlog_offset, size):
             return False
         before, before_size, _tags = self._stored(queue_offset - 1) if byte > self._min_logic else (0, 0, 0)
@@ -625,7 +451,7 @@ class ConsumeQueue(QueueState):
             commitlog_offset,
             size,
         )
-        _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
+        UNIT_STRUCT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
         self._flushed = min(self._flushed, byte)
         if byte + CQ_UNIT_SIZE == self._end():
             self._max_physic = commitlog_offset + size
@@ -672,7 +498,7 @@ class ConsumeQueue(QueueState):
             if not 0 <= k < len(files):
                 continue
             rows = which == k
-            arr = _file_units(files[k])
+            arr = file_units(files[k])
             at = queue_offsets[rows] - files[k].file_from_offset // CQ_UNIT_SIZE
             offsets[rows] = arr["commitlog_offset"][at]
             sizes[rows] = arr["size"][at]
@@ -753,7 +579,7 @@ class ConsumeQueue(QueueState):
             raise InvalidMessageError("a CommitLog offset is negative")
         if ((sz <= 0) | (sz > PLACEHOLDER_SIZE)).any():
             raise InvalidMessageError("a record size is outside 1 .. 2**31-1")
-        if (phys > _INT64_MAX - sz).any():
+        if (phys > INT64_MAX - sz).any():
             raise InvalidMessageError("a CommitLog offset + size overflows a Java long")
         ends = phys + sz
         # in_order[j]: unit j+1 continues unit j (next queue offset, not a duplicate of it)
@@ -766,7 +592,7 @@ class ConsumeQueue(QueueState):
                 end = self._end()
                 if not self._is_empty() and int(q[i]) * CQ_UNIT_SIZE < end:
                     # a re-dispatch of units below the end: compared in bulk, rewritten if wrong
-                    j = i + _first_false(q[i:] * CQ_UNIT_SIZE < end)
+                    j = i + first_false(q[i:] * CQ_UNIT_SIZE < end)
                     written += self._rewrite_many(q[i:j], phys[i:j], sz[i:j], tags[i:j])
                     i = j
                     continue
@@ -777,7 +603,7 @@ class ConsumeQueue(QueueState):
                 mf = self._file_for_append(end)
                 room = (self.file_size - mf.wrote_position) // CQ_UNIT_SIZE
                 k = min(room, n - i)
-                k = 1 + _first_false(in_order[i : i + k - 1])
+                k = 1 + first_false(in_order[i : i + k - 1])
                 self._reserve(mf, mf.wrote_position + k * CQ_UNIT_SIZE)
                 dst = np.frombuffer(mf.mm, dtype=CQ_UNIT_DTYPE, count=k, offset=mf.wrote_position)
                 dst["commitlog_offset"] = phys[i : i + k]
@@ -843,7 +669,7 @@ class ConsumeQueue(QueueState):
         with self._lock:
             self._check_open()
             mf, pos = self._locate(queue_offset)
-            return _UNIT.unpack_from(mf.mm, pos)
+            return UNIT_STRUCT.unpack_from(mf.mm, pos)
 
     def units(self, start: int, count: int) -> np.ndarray:
         """Up to ``count`` units from queue offset ``start``, as a zero-copy read-only view.
@@ -984,23 +810,23 @@ class ConsumeQueue(QueueState):
             files = self._files.files
             while files:
                 mf = files[-1]
-                # only the units before the file's first hole are read (see _unit_extents): a
+                # only the units before the file's first hole are read (see unit_extents): a
                 # hole holds no valid unit, so the cut is there at the latest
-                extents = _unit_extents(mf, most=1)
-                arr = _file_units(mf, extents[0][1] if extents and extents[0][0] == 0 else 0)
+                extents = unit_extents(mf, most=1)
+                arr = file_units(mf, extents[0][1] if extents and extents[0][0] == 0 else 0)
                 offsets, sizes = arr["commitlog_offset"], arr["size"]
                 if (int(offsets[0]) if len(offsets) else 0) >= process_offset:
                     del arr, offsets, sizes
                     self._files.drop_last()
                     continue
                 plain_valid = (offsets >= 0) & (sizes > 0)
-                keep = _first_false(plain_valid & (offsets < process_offset))
+                keep = first_false(plain_valid & (offsets < process_offset))
                 del arr, offsets, sizes, plain_valid
                 mf.wrote_position = keep * CQ_UNIT_SIZE
                 # Zero everything after the cut, not just the next valid-looking units: after a
                 # power cut the rest of the file may hold any bytes, and a unit left there would
                 # come back as valid once the queue grows up to it again.
-                self._zero_after(mf, keep * CQ_UNIT_SIZE)
+                zero_after(mf, keep * CQ_UNIT_SIZE)
                 break
             end = self._end()
             self._flushed = min(self._flushed, end)
@@ -1094,7 +920,7 @@ class ConsumeQueue(QueueState):
             end, pieces = ranges
             for mf, lo, hi in pieces:
                 if mf.file_from_offset + hi == end:  # the tail: its last, partial page left out
-                    hi -= hi % _ZERO_PAGE
+                    hi -= hi % ZERO_PAGE
                 if hi > lo:
                     mf.start_writeback(lo, hi)
 
@@ -1162,222 +988,3 @@ class ConsumeQueue(QueueState):
             f"<ConsumeQueue {self.topic}-{self.queue_id} [{self.min_offset}, {self.max_offset})"
             f" files={self.file_count}>"
         )
-
-
-class ConsumeQueueStore(QueueTable):
-    """Every consume queue under ``<root>/consumequeue``, keyed by (topic, queue id).
-
-    The constructor maps every ``consumequeue/<topic>/<queueId>`` directory (skipping names that
-    are not a topic or an integer queue id); call :meth:`recover` next, as the store does.
-    """
-
-    # ``_queues`` (a read-only view, changed through ``_put_queue`` and ``_take_queues``) is
-    # the QueueTable's it extends: see ConsumeQueue.__slots__.
-    __slots__ = ("__dict__", "__weakref__")
-
-    def __init__(
-        self,
-        root: str,
-        units_per_file: int = DEFAULT_CQ_UNITS,
-        read_only: bool = False,
-        *,
-        preallocate: bool = False,
-    ):
-        self.root = os.fspath(root)
-        self.directory = os.path.join(self.root, "consumequeue")
-        self.units_per_file = units_per_file
-        self.read_only = bool(read_only)
-        self.preallocate = preallocate
-        super().__init__()
-        self._lock = threading.Lock()
-        self.load()
-
-    def load(self) -> None:
-        """Map every queue on disk (a queue already loaded is kept)."""
-        try:
-            topics = sorted(os.listdir(self.directory))
-        except FileNotFoundError:
-            return
-        except NotADirectoryError:
-            raise StoreConfigError(f"{self.directory} is not a directory") from None
-        try:
-            for topic in topics:
-                topic_dir = os.path.join(self.directory, topic)
-                if not os.path.isdir(topic_dir) or not is_stored_topic(topic):
-                    continue
-                for name in sorted(os.listdir(topic_dir)):
-                    if (
-                        not (name.isascii() and name.isdigit())
-                        or str(int(name)) != name  # not a name a queue id is written as
-                        or int(name) > 0x7FFFFFFF  # QUEUEID is an int32: no queue of ours or Java's
-                        or not os.path.isdir(os.path.join(topic_dir, name))
-                    ):
-                        continue
-                    key = (topic, int(name))
-                    if key in self._queues:
-                        continue
-                    cq = ConsumeQueue(
-                        self.root,
-                        topic,
-                        key[1],
-                        self.units_per_file,
-                        self.read_only,
-                        preallocate=self.preallocate,
-                    )
-                    cq.load()
-                    self._put_queue(key, cq)
-        except BaseException:
-            self.close()
-            raise
-
-    def recover(self, limit: Optional[int] = None) -> int:
-        """Recover every queue: :meth:`ConsumeQueue.recover` (§4.4, after a clean stop), or with
-        ``limit`` :meth:`ConsumeQueue.recover_prefix` (after an abnormal one). Returns the max
-        physical offset over all (-1: none)."""
-        if limit is None:
-            return max((cq.recover() for cq in self), default=-1)
-        return max((cq.recover_prefix(limit) for cq in self), default=-1)
-
-    def truncate_dirty(self, process_offset: int) -> None:
-        """``truncateDirtyLogicFiles(process_offset)`` on every queue."""
-        for cq in self:
-            cq.truncate_dirty(process_offset)
-
-    def correct_min_offset(self, min_commitlog_offset: int) -> None:
-        """:meth:`ConsumeQueue.correct_min_offset` on every queue."""
-        for cq in self:
-            cq.correct_min_offset(min_commitlog_offset)
-
-    def delete_expired(self, min_phy_offset: int) -> int:
-        """``deleteExpiredFile`` on every queue; returns the number of files deleted."""
-        return sum(cq.delete_expired(min_phy_offset) for cq in self)
-
-    def get(self, topic: str, queue_id: int) -> Optional[ConsumeQueue]:
-        """The queue, or None when it does not exist (``NO_MATCHED_LOGIC_QUEUE``)."""
-        return self._queues.get((topic, queue_id))
-
-    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue of (topic, queue_id), created empty (nothing on disk yet) if missing."""
-        key = (topic, queue_id)
-        cq: Optional[ConsumeQueue] = self._queues.get(key)
-        if cq is not None:
-            return cq
-        with self._lock:
-            cq = self._queues.get(key)
-            if cq is None:
-                cq = ConsumeQueue(
-                    self.root,
-                    topic,
-                    queue_id,
-                    self.units_per_file,
-                    self.read_only,
-                    preallocate=self.preallocate,
-                )
-                self._put_queue(key, cq)
-            return cq
-
-    def topics(self) -> list[str]:
-        """The topics that have at least one queue, sorted."""
-        return sorted({topic for topic, _ in self._queues})
-
-    def max_offsets(self) -> dict[tuple[str, int], int]:
-        """{(topic, queue id): max_offset} of every queue."""
-        with self._lock:
-            queues = list(self._queues.items())
-        return {key: cq.max_offset for key, cq in queues}
-
-    def flush(self, least_pages: int = 0) -> bool:
-        """Flush every queue; True if any had something to flush. Every queue's writeback is
-        started first (:meth:`ConsumeQueue.start_flush`), so the msyncs wait for the writes of
-        all the queues together, not one queue's after another's."""
-        queues = list(self)
-        if len(queues) > 1:
-            for cq in queues:
-                cq.start_flush(least_pages)
-        flushed = False
-        for cq in queues:
-            flushed |= cq.flush(least_pages)
-        return flushed
-
-    def start_flush(self) -> None:
-        """:meth:`ConsumeQueue.start_flush` on every queue: their writeback started, nothing
-        waited for (a hint)."""
-        for cq in self:
-            cq.start_flush()
-
-    def close(self) -> None:
-        """Flush and close every queue."""
-        with self._lock:
-            queues = self._take_queues()
-        for cq in queues:
-            cq.close()
-
-    def __iter__(self) -> Iterator[ConsumeQueue]:
-        with self._lock:
-            return iter(list(self._queues.values()))
-
-    def __len__(self) -> int:
-        return len(self._queues)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._queues
-
-    def __enter__(self) -> ConsumeQueueStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def units_of_records(
-    lo: int,
-    hi: int,
-    queue_offsets: np.ndarray,
-    commitlog_offsets: np.ndarray,
-    sizes: np.ndarray,
-    tags_codes: np.ndarray,
-) -> tuple[np.ndarray, int]:
-    """The units of queue offsets ``[lo, hi)`` that records (arrays, one per queue offset) call
-    for: each record's unit at its queue offset, a placeholder where no record is. Returns
-    (units, how many have a record); :meth:`ConsumeQueue.repair` and the read-only store's
-    in-memory repair both rebuild from it."""
-    units = np.zeros(hi - lo, dtype=CQ_UNIT_DTYPE)
-    units["size"] = PLACEHOLDER_SIZE
-    rows = (queue_offsets >= lo) & (queue_offsets < hi)
-    at = queue_offsets[rows] - lo
-    units["commitlog_offset"][at] = commitlog_offsets[rows]
-    units["size"][at] = sizes[rows]
-    units["tags_code"][at] = tags_codes[rows]
-    return units, int(rows.sum())
-
-
-def first_unit_where(queue: Any, reached: Callable[[tuple[int, int, int]], bool]) -> int:
-    """The first queue offset of ``queue`` (anything with ``min_offset``, ``max_offset`` and
-    ``unit``) whose ``(commitlog_offset, size, tags_code)`` unit ``reached`` holds for, by binary
-    search: ``reached`` must be False up to some point along the queue and True after it.
-    ``max_offset`` when it holds for none; a unit deleted under the search counts as False."""
-    lo: int = queue.min_offset
-    hi: int = queue.max_offset
-    while lo < hi:
-        mid = (lo + hi) // 2
-        try:
-            unit = queue.unit(mid)
-        except MessageNotFoundError:  # deleted under us: before anything left
-            lo = mid + 1
-            continue
-        if reached(unit):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def offset_of_time(queue: Any, timestamp: int, store_time_of: Callable[[int], Optional[int]]) -> int:
-    """:meth:`ConsumeQueue.offset_of_time` over anything with its reading interface
-    (``min_offset``, ``max_offset``, ``unit``): a read-only store's tail queues too."""
-
-    def reached(unit: tuple[int, int, int]) -> bool:
-        stored = store_time_of(unit[0])
-        return stored is not None and stored >= timestamp
-
-    return first_unit_where(queue, reached)

@@ -47,11 +47,11 @@ from rocketstore.log.recordscan import (  # the names dispatch has always offere
 from rocketstore.queues.consumequeue import (
     CQ_UNIT_DTYPE,
     PLACEHOLDER_SIZE,
-    ConsumeQueueStore,
     fits_between,
     roll_next_file,
     units_of_records,
 )
+from rocketstore.queues.cqstore import ConsumeQueueStore
 from rocketstore.queues.fused import FusedDispatch, fused_for
 from rocketstore.queues.indexservice import IndexService
 

@@ -153,7 +153,7 @@ def fused_for(queues: Any, index: Any, delay_levels_ms: Any) -> Optional[FusedDi
     """A :class:`FusedDispatch` for a writable store's ``queues`` and ``index`` when their build
     has the compiled kernel; None otherwise (the pure-Python build, a read-only store's memory
     queues and index)."""
-    from rocketstore.queues.consumequeue import ConsumeQueueStore
+    from rocketstore.queues.cqstore import ConsumeQueueStore
     from rocketstore.queues.indexservice import IndexService
 
     module = getattr(index, "_index", None)

@@ -28,7 +28,7 @@ class StoreParts:
     path: str
     config: StoreConfig
     commitlog: CommitLog
-    #: the ConsumeQueues (:class:`~rocketstore.queues.consumequeue.ConsumeQueueStore`)
+    #: the ConsumeQueues (:class:`~rocketstore.queues.cqstore.ConsumeQueueStore`)
     queues: Any
     #: the index files (:class:`~rocketstore.queues.indexservice.IndexService`)
     index: Any

@@ -16,10 +16,11 @@ import numpy as np
 from rocketstore.base._clock import now_ms as _now_ms
 from rocketstore.errors import CorruptRecordError, MessageNotFoundError, StoreConfigError
 from rocketstore.files.mapped_file import MappedFile
+from rocketstore.format.units import PLACEHOLDER_SIZE
 from rocketstore.message import is_system_topic
 from rocketstore.queues.compaction import CLEANUP_POLICY, COMPACTION, DELETE
-from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE, first_unit_where
 from rocketstore.queues.innerbatch import inner_count
+from rocketstore.queues.unitfiles import first_unit_where
 
 __all__ = [
     "ATTR_DELETE_WHEN_CONSUMED",

@@ -42,12 +42,12 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from rocketstore.base._checks import java_int
+from rocketstore.base._checks import check_mapping, check_put_ints, java_int
 from rocketstore.base._clock import month_bounds, now_ms
 from rocketstore.errors import (
     InvalidMessageError,
@@ -168,13 +168,15 @@ class TransactionService:
         *,
         tags: Optional[str] = None,
         keys: Any = None,
-        properties: Optional[dict[str, str]] = None,
+        properties: Optional[Mapping[str, str]] = None,
         queue_id: int = -1,
         flag: int = 0,
         producer_group: Optional[str] = None,
         check_immunity_s: Optional[int] = None,
         durable: Optional[bool] = None,
     ) -> PreparedMessage:
+        check_mapping(properties)
+        queue_id, flag = check_put_ints(queue_id, flag)
         check_user_topic(topic)
         props = dict(properties) if properties else {}
         reserved = _RESERVED.intersection(props)

@@ -1,103 +1,17 @@
-"""Acknowledgement per message: RocketMQ 5.x POP consumption (receive, ack, change invisible time).
-
-A consumer group *receives* messages of a topic; each comes with a **receipt handle** and stays
-invisible to the rest of the group for ``invisible_time_ms``. :meth:`PopService.ack` finishes
-one; :meth:`PopService.change_invisible_time` moves its deadline; a message not acknowledged by
-its deadline comes back (to any receiver of the group) with its reconsume times raised by one,
-and one whose next delivery would pass ``max_reconsume_times`` goes to ``%DLQ%<group>`` instead.
-
-**State, as RocketMQ 5.x keeps it: records in a system topic.** Every change is first written as
-a message into ``rmq_sys_REVIVE_LOG_<broker_cluster_name>`` queue 0 (5.x's revive topic), then
-applied in memory, under one lock, so the in-memory state is always the fold of that log:
-
-=====  ==================================================================================
-tag    body (JSON; 5.x's ``PopCheckPoint`` / ``BatchAckMsg`` field names where they exist)
-=====  ==================================================================================
- ck    a checkpoint: ``c`` group, ``t`` topic, ``q`` queue id, ``pt`` pop time, ``it``
-       invisible time (the messages are due back at ``pt + it``), ``so`` first queue offset,
-       ``n`` how many, ``d`` each message's offset minus ``so`` (left out for the run
-       ``so .. so + n - 1``); rocketstore's: ``rt`` each message's delivery number (0 first,
-       +1 per redelivery; left out when all are 0), ``nx`` the lane's next queue offset
-       after this receive, ``b`` the lane's lowest un-acked offset (its start, when new).
-       A ``ck`` with ``n`` 0 only moves ``nx`` past units with no message (placeholders,
-       records deleted before anyone received them).
- bAck  acknowledgements: ``c``, ``t``, ``q``, ``aol`` (5.x's ackOffsetList) the queue
-       offsets finished, or ``so`` and ``n`` for a run of them; rocketstore's ``r``: why,
-       when not a consumer's ack (``dlq``: sent to the DLQ; ``gone``: the message was
-       deleted by retention before it came back).
-=====  ==================================================================================
-
-A ``change_invisible_time`` is a one-message ``ck`` with the same delivery number (5.x writes an
-ack and a new checkpoint). The records are ordinary CommitLog records, so they are exactly as
-durable as any put (``flush_disk_type``; the CommitLog's recovery after a crash), and a Java
-broker opens the directory as it opens any other topic.
-
-**One ack, one call.** The single ack is written once, :meth:`PopService.ack_handle`: the
-handle is checked as :meth:`PopService._parse` and :meth:`PopService._current` check it, the
-``bAck`` record of its one offset is appended through the CommitLog core's ``put`` and applied to
-the lane (a ``PopLane`` twin) and the group's committed offset (:meth:`PopService._finish`),
-under the service's lock, before it returns; then the periodic snapshot is looked at. Nothing is
-buffered. :meth:`PopService.ack` is the implementation's ``PopAcker.ack``: the compiled one does
-the common case (a plain handle of a known lane, still under that delivery) in one call with no
-Python frame, and hands everything else, and every 64th ack (the snapshot check), to
-``ack_handle`` before writing anything; the pure one hands everything to it.
-
-**One receive step.** The common receive of one queue (its lane exists, none of its messages is
-due back, no tag filter, and the codec's one-call pull ``queue_messages`` hands out every
-message asked for, with no gap) is :meth:`PopService.receive_run`: the same checkpoint record as
-:meth:`PopService._receive_lane` writes (the codec's ``checkpoint_run``), applied as
-:meth:`PopService._apply_ck` applies it (the lane's ``take_run``). Anything else (a new lane,
-messages due back, dead letters, a filter, a short pull, placeholders) goes the general way; the
-step writes nothing when it steps aside. A writable store's ``receive`` is a :class:`Receiver`,
-which sends the common shape straight to :meth:`PopService.receive_common`.
-
-**Snapshot.** Replaying the whole log at every open would grow without bound, so the state is
-also written, crash-safely (:class:`~rocketstore.files.configfiles.ConfigFile`'s ``.bak`` protocol), to
-``config/rocketstorePop.json`` with the revive queue offset it covers (``reviveOffset``): on
-close, and during use at most every ``pop_snapshot_interval_ms``. The CommitLog is flushed
-first, so the snapshot never covers records a power cut could take back. An open loads the
-snapshot and replays the records after ``reviveOffset``. The revive queue offset covered is
-also committed for 5.x's ``CID_RMQ_SYS_REVIVE_GROUP`` in ``consumerOffset.json``, which each
-snapshot writes too.
-
-**The group's consumer offset** in ``consumerOffset.json`` (:class:`ConsumerOffsetTable`) is kept
-at the lowest queue offset not yet acknowledged (or dead-lettered) in each queue: everything
-below it is finished, so a retention policy that deletes what is consumed may read it there.
-
-Where rocketstore differs from RocketMQ 5.x, on purpose:
-
-* A message that comes back is delivered again **from its original queue position**; 5.x's
-  revive service copies it into ``%RETRY%<group>`` (a new record, reconsume times + 1) and moves
-  the consumer offset past it at pop time. Here nothing is copied, the delivery number is kept
-  in the checkpoints, the reconsume times a receiver sees is the record's plus that number,
-  and the consumer offset stays at the lowest un-acked message (what retention needs).
-* The checkpoint is written when the messages are handed out (5.x buffers it in memory for a
-  while, ``PopBufferMergeService``), and a ``change_invisible_time`` keeps the handle valid.
-* One revive queue (5.x: ``reviveQueueNum``, 8), and no revive thread: what is due back is
-  found when a receive looks (a heap of deadlines per queue), not by a timer.
-* A receipt handle is ``"<group> <topic> <queue id> <queue offset> <delivery number>"`` (5.x's
-  ``ExtraInfoUtil`` string holds the checkpoint's revive offset, pop time, broker name ...).
-* A dead letter's reconsume times is the last delivery's plus one (4.x's ``send_back``), and a
-  crash between the dead letter's put and its ``bAck`` record puts it into the DLQ once more
-  when it comes back after the reopen (at most one duplicate per crash).
-
-**Across processes.** The state lives in the memory of the process that has the store open for
-writing (the store's lock admits one). As the state is a fold of the revive log, a multi-process
-store can share it by taking one cross-process lock around each call, catching up on the revive
-log records written by others since its last look (:meth:`PopService._replay`), then deciding and
-appending as here.
-"""
+"""The POP service of a writable store (:class:`PopService`): its receive and ack paths over the
+lanes it folds from the revive log (rocketstore.services.pop.records), and the snapshot it
+writes (rocketstore.services.pop.snapshot); the package's docstring says how."""
 
 from __future__ import annotations
 
 import heapq
 import json
 import logging
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from time import time_ns
-from typing import Any, NamedTuple, Optional, overload
+from typing import Any, NamedTuple, Optional
 
+from rocketstore.base._checks import plain_str
 from rocketstore.base._clock import now_ms
 from rocketstore.errors import (
     FlushTimeoutError,
@@ -107,49 +21,42 @@ from rocketstore.errors import (
     ReceiptHandleExpiredError,
     RocketStoreError,
     StoreClosedError,
-    StoreConfigError,
 )
 from rocketstore.files.configfiles import (
     PERM_READ,
     PERM_WRITE,
-    ConfigFile,
     ConsumerOffsetTable,
 )
-from rocketstore.format import _codec_py
 from rocketstore.format.tagfilter import TagFilter
 from rocketstore.message import MessageExt, is_valid_topic
 from rocketstore.queues.consumequeue import PLACEHOLDER_SIZE
 from rocketstore.services.parts import StoreParts
+from rocketstore.services.pop.received import (
+    MAX_INVISIBLE_TIME_MS,
+    MAX_RECEIVE_BATCH,
+    Lane,
+    Received,
+    ReceivedMessage,
+)
+from rocketstore.services.pop.records import (
+    ACK_RANGE_JSON,
+    BATCH_ACK_TAG,
+    CK_TAG,
+    REVIVE_GROUP,
+    REVIVE_QUEUE_ID,
+    checkpoint_json,
+    checkpoint_record,
+    dumps,
+    revive_topic,
+)
+from rocketstore.services.pop.snapshot import PopState
 from rocketstore.services.schedule import _check_group, retry_topic
 from rocketstore.status import GetMessageStatus
 
-__all__ = [
-    "REVIVE_TOPIC_PREFIX",
-    "REVIVE_GROUP",
-    "CK_TAG",
-    "BATCH_ACK_TAG",
-    "MAX_RECEIVE_BATCH",
-    "MAX_INVISIBLE_TIME_MS",
-    "ReceivedMessage",
-    "Received",
-    "PopService",
-    "PopState",
-    "QuickPull",
-    "Receiver",
-    "revive_topic",
-]
+__all__ = ["PopService", "QuickPull", "PASS_OVER_PULLS", "COMPACT_SLACK", "REPLAY_STEP", "FLUSH_TIMEOUT_MS"]
 
 log = logging.getLogger("rocketstore.services.pop")
 
-REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"  # PopAckConstants.REVIVE_TOPIC
-REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
-CK_TAG = "ck"  # PopAckConstants.CK_TAG
-BATCH_ACK_TAG = "bAck"  # PopAckConstants.BATCH_ACK_TAG
-REVIVE_QUEUE_ID = 0
-#: At most this many messages per receive (5.x: 32 per checkpoint, its bitmap is an int).
-MAX_RECEIVE_BATCH = 4096
-#: The longest invisible time (the 5.x proxy's ``maxInvisibleTimeMills``, 12 h).
-MAX_INVISIBLE_TIME_MS = 12 * 3600 * 1000
 #: How long a snapshot waits for the CommitLog flush before it gives up (the snapshot is skipped).
 FLUSH_TIMEOUT_MS = 10_000
 #: A receive passes over at most this many pulls' worth of units with no message (placeholders,
@@ -175,245 +82,12 @@ _DLQ = "dlq"
 _GONE = "gone"
 
 
-def revive_topic(cluster: str) -> str:
-    """``rmq_sys_REVIVE_LOG_<cluster>``."""
-    return REVIVE_TOPIC_PREFIX + cluster
-
-
-class ReceivedMessage(NamedTuple):
-    """One message handed out by :meth:`MessageStore.receive`."""
-
-    #: the message as stored (its ``reconsume_times`` is the record's)
-    message: MessageExt
-    #: the receipt handle for :meth:`MessageStore.ack` / ``change_invisible_time``
-    handle: str
-    #: the record's reconsume times plus the times this message came back to the group
-    reconsume_times: int
-
-
-class Received(Sequence[ReceivedMessage]):
-    """What one :meth:`MessageStore.receive` handed out: a sequence of
-    :class:`ReceivedMessage`, also readable as parallel lists (``messages``, ``handles``,
-    ``reconsume_times``). Give it whole to :meth:`MessageStore.ack_many` to acknowledge every
-    message in it without parsing handles (the fast path); the handle strings are only made
-    when asked for."""
-
-    __slots__ = ("messages", "reconsume_times", "_lanes", "_handles", "_service")
-
-    def __init__(self, service: Optional[PopService] = None) -> None:
-        self.messages: list[MessageExt] = []
-        self.reconsume_times: list[int] = []
-        #: (lane, offsets, delivery numbers) per queue, in the order of ``messages``
-        #: and the (deadline, number) tuple they all share in ``inflight`` (or None)
-        self._lanes: list[tuple[_Lane, list[int], tuple[int, ...], Optional[tuple[int, int]]]] = []
-        self._handles: Optional[list[str]] = None
-        self._service = service
-
-    @classmethod
-    def from_handles(
-        cls, messages: list[MessageExt], handles: list[str], reconsume_times: list[int]
-    ) -> Received:
-        """A Received of messages and their handles alone (no service's lanes): acknowledged
-        through its handles."""
-        found = cls()
-        found.messages, found._handles, found.reconsume_times = (
-            list(messages),
-            list(handles),
-            list(reconsume_times),
-        )
-        return found
-
-    @property
-    def service(self) -> Optional[PopService]:
-        """The service that handed these out (None: made from handles, e.g. unpickled)."""
-        return self._service
-
-    @property
-    def lanes(self) -> list[tuple[_Lane, list[int], tuple[int, ...], Optional[tuple[int, int]]]]:
-        """(lane, offsets, delivery numbers, shared stamp) per queue: what the service that
-        handed these out acknowledges them by (the list itself, which its receive fills)."""
-        return self._lanes
-
-    @property
-    def handles(self) -> list[str]:
-        """The receipt handles, in the order of ``messages``."""
-        if self._handles is None:
-            handles: list[str] = []
-            make = self._service.receipt_handles  # type: ignore[union-attr]  # lanes: a service's
-            for lane, offsets, numbers, _stamp in self._lanes:
-                handles += make(lane.prefix, offsets, numbers)
-            self._handles = handles
-        return self._handles
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    @overload
-    def __getitem__(self, index: int) -> ReceivedMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[ReceivedMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> ReceivedMessage | list[ReceivedMessage]:
-        if isinstance(index, slice):
-            return list(
-                map(ReceivedMessage, self.messages[index], self.handles[index], self.reconsume_times[index])
-            )
-        return ReceivedMessage(self.messages[index], self.handles[index], self.reconsume_times[index])
-
-    def __iter__(self) -> Iterator[ReceivedMessage]:
-        # the implementation's received_rows: no NamedTuple __new__ frame per message
-        return iter(self._rows(ReceivedMessage, self.messages, self.handles, self.reconsume_times))
-
-    @property
-    def _rows(self) -> Callable[..., list[ReceivedMessage]]:
-        service = self._service
-        return _codec_py.received_rows if service is None else service.received_rows
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (Received, list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # a mutable sequence, like a list
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # pickled (a joined writer's receive, rocketstore.processes.writers): its handles, not its lanes
-        return (_received, (self.messages, self.handles, self.reconsume_times))
-
-    def __repr__(self) -> str:
-        return f"<Received {len(self.messages)} messages>"
-
-
-def _received(messages: list[MessageExt], handles: list[str], reconsume_times: list[int]) -> Received:
-    """A Received as unpickled: acknowledged through its handles."""
-    return Received.from_handles(messages, handles, reconsume_times)
-
-
-#: The POP state of one (group, topic, queue id): a twin class (rocketstore.format._codec_py.PopLane, the
-#: compiled one for the compiled build, which its PopAcker reads without attribute lookups); typed
-#: by the pure one.
-_Lane = _codec_py.PopLane
-
-
-class PopState(ConfigFile):
-    """``config/rocketstorePop.json``: a snapshot of every lane at a revive queue offset:
-    ``{"reviveOffset": P, "lanes": [{"c": group, "t": topic, "q": queue id, "b": lowest
-    un-acked, "nx": next, "f": [[offset, visible at, delivery number], ...]}, ...]}``."""
-
-    FILE_NAME = "rocketstorePop.json"
-
-    def reset(self) -> None:
-        super().reset()
-        self.revive_offset = 0
-        self.lanes: list[dict[str, Any]] = []
-
-    def decode(self, data: Any) -> None:
-        if not isinstance(data, dict):
-            raise StoreConfigError(f"{self.FILE_NAME} must hold an object")
-        offset = data.get("reviveOffset", 0)
-        lanes = data.get("lanes") or []
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise StoreConfigError(f"{self.FILE_NAME}: reviveOffset is not an offset: {offset!r}")
-        if not isinstance(lanes, list):
-            raise StoreConfigError(f"{self.FILE_NAME}: lanes must be a list")
-        checked = []
-        for lane in lanes:
-            try:
-                group, topic, qid = str(lane["c"]), str(lane["t"]), _int(lane["q"])
-                committed, nxt = _int(lane["b"]), _int(lane["nx"])
-                flight = [(_int(o), _int(v), _int(c)) for o, v, c in lane.get("f") or []]
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StoreConfigError(f"{self.FILE_NAME}: bad lane {lane!r}: {exc}") from None
-            if not committed <= nxt or any(not committed <= o < nxt for o, _v, _c in flight):
-                raise StoreConfigError(f"{self.FILE_NAME}: lane {group}/{topic}/{qid} is inconsistent")
-            checked.append({"c": group, "t": topic, "q": qid, "b": committed, "nx": nxt, "f": flight})
-        self.revive_offset, self.lanes = offset, checked
-
-    def encode(self) -> dict[str, Any]:
-        return {"lanes": self.lanes, "reviveOffset": self.revive_offset}
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"not a non-negative int: {value!r}")
-    return value
-
-
 def _check_int(name: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidMessageError(f"{name} must be an int, not {type(value).__name__}")
     if not low <= value <= high:
         raise InvalidMessageError(f"{name} must be between {low} and {high}, not {value}")
     return value
-
-
-def _checkpoint(
-    group: str,
-    topic: str,
-    queue_id: int,
-    base: int,
-    now: int,
-    invisible: int,
-    offsets: list[int],
-    numbers: list[int],
-    nxt: int,
-) -> dict[str, Any]:
-    """A ``ck`` record (module docstring); ``d`` and ``rt`` are left out when the offsets are a
-    run from ``so`` (then ``n`` counts them) and every delivery number is 0."""
-    so = min(offsets) if offsets else nxt
-    record: dict[str, Any] = {"c": group, "t": topic, "q": queue_id, "b": base, "pt": now, "it": invisible}
-    record["so"], record["n"], record["nx"] = so, len(offsets), nxt
-    if not offsets:
-        return record
-    if offsets[-1] - so != len(offsets) - 1 or offsets[0] != so or sorted(offsets) != offsets:
-        record["d"] = [o - so for o in offsets]
-    if any(numbers):
-        record["rt"] = numbers
-    return record
-
-
-def _checkpoint_json(
-    group: str,
-    topic: str,
-    queue_id: int,
-    base: int,
-    now: int,
-    invisible: int,
-    offsets: list[int],
-    numbers: list[int],
-    nxt: int,
-) -> bytes:
-    """``_dumps(_checkpoint(...))``, the common record made without a dict (one per receive)."""
-    if offsets and not any(numbers):
-        so = offsets[0]
-        if offsets[-1] - so == len(offsets) - 1 and sorted(offsets) == offsets:  # a run from so
-            return _codec_py.checkpoint_run(
-                base, group, invisible, len(offsets), nxt, now, queue_id, so, topic
-            )
-    return _dumps(_checkpoint(group, topic, queue_id, base, now, invisible, offsets, numbers, nxt))
-
-
-def _dumps(record: dict[str, Any]) -> bytes:
-    """Compact JSON, keys sorted (as fastjson writes a bean). Group and topic names need no
-    escaping (``[%|a-zA-Z0-9_-]``), ints and lists of ints none either: written by hand, as
-    this runs once per receive and per acknowledgement."""
-    parts = []
-    for key in sorted(record):
-        value = record[key]
-        if isinstance(value, str):
-            text = f'"{value}"'
-        elif isinstance(value, (list, tuple)):
-            text = "[" + ",".join(map(str, value)) + "]"
-        else:
-            text = str(value)
-        parts.append(f'"{key}":{text}')
-    return ("{" + ",".join(parts) + "}").encode()
-
-
-#: What :func:`_dumps` writes for the acknowledgement of a range of offsets (group, count, queue
-#: id, first offset, topic), made without a dict: one is written per ``ack``.
-_ACK_RANGE_JSON = '{"c":"%s","n":%d,"q":%d,"so":%d,"t":"%s"}'
 
 
 class QuickPull(NamedTuple):
@@ -469,9 +143,9 @@ class PopService:
         self.topic = revive_topic(cfg.broker_cluster_name)
         self.snapshot_interval_ms = cfg.pop_snapshot_interval_ms
         self._lock = parts.commitlog.codec.FastRLock()  # an ack takes it: the compiled one is cheap
-        self._lanes: dict[tuple[str, str, int], _Lane] = {}
+        self._lanes: dict[tuple[str, str, int], Lane] = {}
         self._names_checked: set[tuple[str, str]] = set()  # (group, topic) a receive checked
-        self.by_prefix: dict[str, _Lane] = {}
+        self.by_prefix: dict[str, Lane] = {}
         self._state = PopState.in_store(parts.path)
         self._seq = 0
         self._rotation = 0
@@ -522,7 +196,7 @@ class PopService:
         log, the caller applies it."""
         if not self.topic_ready:
             self._ensure_topic()
-        body = record if isinstance(record, bytes) else _dumps(record)
+        body = record if isinstance(record, bytes) else dumps(record)
         try:
             result = self._parts.commitlog.core.put(
                 self.topic, body, self._props[tag], REVIVE_QUEUE_ID, 0, 0, 0, 0, 0, None, -1
@@ -541,7 +215,7 @@ class PopService:
         if timeout is not None:
             log.warning("POP: the flush of %s did not confirm in time (%s); it is recorded", what, timeout)
 
-    def _lane_of(self, group: str, topic: str, queue_id: int, start: int, commit: bool = True) -> _Lane:
+    def _lane_of(self, group: str, topic: str, queue_id: int, start: int, commit: bool = True) -> Lane:
         """The lane of (group, topic, queue_id), made starting at ``start`` if new (and, with
         ``commit``, its start committed; an open commits once it has replayed everything)."""
         key = (group, topic, queue_id)
@@ -556,7 +230,7 @@ class PopService:
         return lane
 
     def _apply_ck(
-        self, lane: _Lane, deadline: int, offsets: tuple[int, ...], numbers: tuple[int, ...], nxt: int
+        self, lane: Lane, deadline: int, offsets: tuple[int, ...], numbers: tuple[int, ...], nxt: int
     ) -> Optional[tuple[int, int]]:
         """Apply a checkpoint; returns the one (deadline, number) object every offset got when
         their numbers are equal (an acknowledgement of the batch checks them by identity). A
@@ -579,7 +253,7 @@ class PopService:
         self._committed_moved(lane)
         return stamp
 
-    def _apply_ack(self, lane: _Lane, offsets: Iterable[int]) -> None:
+    def _apply_ack(self, lane: Lane, offsets: Iterable[int]) -> None:
         inflight = lane.inflight
         for o in offsets:
             inflight.pop(o, None)
@@ -587,7 +261,7 @@ class PopService:
         if len(lane.heap) > 2 * len(inflight) + COMPACT_SLACK:
             lane.compact()
 
-    def _committed_moved(self, lane: _Lane) -> None:
+    def _committed_moved(self, lane: Lane) -> None:
         if lane.advance() and not self.loading:
             self._offsets.commit_key(lane.key, lane.queue_id, lane.committed)
 
@@ -694,13 +368,15 @@ class PopService:
         self,
         group: str,
         topic: str,
-        max_msgs: int,
-        invisible_time_ms: int,
+        max_msgs: int = 32,
+        invisible_time_ms: int = 30_000,
+        *,
         queue_id: Optional[int] = None,
         max_reconsume_times: Optional[int] = None,
         tags: Optional[str] = None,
     ) -> Received:
         """See :meth:`MessageStore.receive`."""
+        group, topic, tags = plain_str(group), plain_str(topic), plain_str(tags)
         tag_filter = _MATCH_ALL if tags is None else TagFilter.parse(tags)
         if type(group) is not str or type(topic) is not str or (group, topic) not in self._names_checked:
             _check_group(group)
@@ -849,7 +525,7 @@ class PopService:
             self._committed_moved(lane)  # (else it cannot move)
         out.messages += messages
         out.reconsume_times += times
-        out._lanes.append((lane, offsets, numbers, stamp))  # noqa: SLF001 (this module's Received; no property frame)
+        out.lanes.append((lane, offsets, numbers, stamp))
         return True
 
     def _start_of(self, group: str, topic: str, queue_id: int) -> int:
@@ -895,7 +571,7 @@ class PopService:
                 return
             base = lane.committed if lane is not None else start
             timeout = self._write(
-                CK_TAG, _checkpoint_json(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
+                CK_TAG, checkpoint_json(group, topic, qid, base, now, invisible, offsets, numbers, nxt)
             )
             self._unconfirmed(timeout, "a checkpoint")  # if lost, the messages only come back early
         except BaseException:
@@ -918,7 +594,7 @@ class PopService:
 
     def _new_messages(
         self,
-        lane: Optional[_Lane],
+        lane: Optional[Lane],
         group: str,
         topic: str,
         qid: int,
@@ -967,7 +643,7 @@ class PopService:
 
     def _due(
         self,
-        lane: _Lane,
+        lane: Lane,
         now: int,
         want: int,
         max_reconsume: int,
@@ -1017,20 +693,20 @@ class PopService:
                 heapq.heappush(lane.heap, (deadline, seq, tuple(rest_o), tuple(rest_n)))
             popped.append(entry)
 
-    def _dead_letter(self, lane: _Lane, offset: int, message: MessageExt, reconsume: int) -> None:
+    def _dead_letter(self, lane: Lane, offset: int, message: MessageExt, reconsume: int) -> None:
         self._send_back(lane.group, message, -1, reconsume_times=reconsume + 1)
         self._unconfirmed(self._finish(lane, [offset], _DLQ), "an acknowledgement")
         self.dead_lettered += 1
 
     def _finish(
-        self, lane: _Lane, offsets: list[int], reason: Optional[str] = None
+        self, lane: Lane, offsets: list[int], reason: Optional[str] = None
     ) -> Optional[FlushTimeoutError]:
         """Record and apply the acknowledgement of ``offsets`` (sorted, distinct); the flush
         timeout, if the record's flush did not confirm."""
         record: dict[str, Any] | bytes
         if offsets[-1] - offsets[0] == len(offsets) - 1 and reason is None:  # the common record
             record = (
-                _ACK_RANGE_JSON % (lane.group, len(offsets), lane.queue_id, offsets[0], lane.topic)
+                ACK_RANGE_JSON % (lane.group, len(offsets), lane.queue_id, offsets[0], lane.topic)
             ).encode()
         else:
             record = {"c": lane.group, "t": lane.topic, "q": lane.queue_id}
@@ -1070,7 +746,7 @@ class PopService:
         if self.snapshot_interval_ms:
             self._maybe_snapshot(self.clock())
 
-    def _parse(self, handle: object) -> tuple[_Lane, int, int]:
+    def _parse(self, handle: object) -> tuple[Lane, int, int]:
         if isinstance(handle, ReceivedMessage):
             handle = handle.handle
         if not isinstance(handle, str):
@@ -1086,7 +762,7 @@ class PopService:
             raise InvalidReceiptHandleError(f"no message of this store was received with handle {handle!r}")
         return lane, offset, number
 
-    def _current(self, lane: _Lane, offset: int, number: int, handle: str) -> bool:
+    def _current(self, lane: Lane, offset: int, number: int, handle: str) -> bool:
         """True if the handle names the message's current delivery, False if the message is
         finished already; ReceiptHandleExpiredError if it was handed out again since."""
         now = lane.inflight.get(offset)
@@ -1131,7 +807,7 @@ class PopService:
             raise timeout  # all acknowledged, but not confirmed durable
         return acked
 
-    def _current_of_batch(self, batch: Received, stale: list[str]) -> list[tuple[_Lane, list[int]]]:
+    def _current_of_batch(self, batch: Received, stale: list[str]) -> list[tuple[Lane, list[int]]]:
         """(lane, sorted offsets) of the messages of ``batch`` still under its delivery; the
         handles of those handed out again since go to ``stale``."""
         todo = []
@@ -1155,10 +831,10 @@ class PopService:
 
     def _current_of_handles(
         self, handles: list[str | ReceivedMessage], stale: list[str]
-    ) -> list[tuple[_Lane, list[int]]]:
+    ) -> list[tuple[Lane, list[int]]]:
         handles = [h.handle if isinstance(h, ReceivedMessage) else h for h in handles]
         parsed = [self._parse(h) for h in handles]  # every handle checked before any is written
-        by_lane: dict[int, tuple[_Lane, list[int]]] = {}
+        by_lane: dict[int, tuple[Lane, list[int]]] = {}
         for h, (lane, offset, number) in zip(handles, parsed):
             now = lane.inflight.get(offset)
             if now is None:
@@ -1186,7 +862,7 @@ class PopService:
             now = self.clock()
             timeout = self._write(
                 CK_TAG,
-                _checkpoint(
+                checkpoint_record(
                     lane.group,
                     lane.topic,
                     lane.queue_id,
@@ -1287,67 +963,3 @@ class PopService:
         self._acker.closed = True  # (the owner role's ``ack``: rocketstore.roles)
         self.snapshot()
         self._closed = True
-
-
-class Receiver:
-    """A writable store's ``receive`` (its owner role's, rocketstore.roles): the common shape,
-    ``receive(group, topic, max_msgs, invisible_time_ms)`` with exact ``str`` names, ``int``
-    bounds in range and no ``queue_id``, ``max_reconsume_times`` or ``tags``, goes straight to
-    the service's :meth:`PopService.receive_common`, with no frame of the store on the way;
-    anything else, and whatever that declines, is ``fallback(store, group, topic, max_msgs,
-    invisible_time_ms, queue_id=, max_reconsume_times=, tags=)``: ``StoreBase.receive``, which
-    checks and raises. StoreClosedError once the store is gone; ``closed`` (set when the store
-    drops this receiver) sends every call to ``fallback``."""
-
-    __slots__ = ("_store_ref", "_service_ref", "_fallback", "closed")
-
-    def __init__(
-        self, store_ref: Callable[[], Any], service: PopService, fallback: Callable[..., Received]
-    ) -> None:
-        self._store_ref = store_ref
-        self._service_ref = weakref.ref(service)
-        self._fallback = fallback
-        self.closed = False
-
-    def receive(
-        self,
-        group: Any,
-        topic: Any,
-        max_msgs: Any = 32,
-        invisible_time_ms: Any = 30_000,
-        queue_id: Any = None,
-        max_reconsume_times: Any = None,
-        tags: Any = None,
-    ) -> Received:
-        """Hand out messages to a consumer group (POP); see
-        :meth:`rocketstore.MessageStore.receive`."""
-        service = self._service_ref()
-        if (
-            service is not None
-            and not self.closed
-            and queue_id is None
-            and max_reconsume_times is None
-            and tags is None
-            and type(group) is str
-            and type(topic) is str
-            and type(max_msgs) is int
-            and type(invisible_time_ms) is int
-            and 1 <= max_msgs <= MAX_RECEIVE_BATCH
-            and 0 <= invisible_time_ms <= MAX_INVISIBLE_TIME_MS
-        ):
-            got = service.receive_common(group, topic, max_msgs, invisible_time_ms)
-            if got is not None:
-                return got
-        store = self._store_ref()
-        if store is None:
-            raise StoreClosedError("the store is closed")
-        return self._fallback(
-            store,
-            group,
-            topic,
-            max_msgs,
-            invisible_time_ms,
-            queue_id=queue_id,
-            max_reconsume_times=max_reconsume_times,
-            tags=tags,
-        )
