@@ -507,3 +507,34 @@ def test_a_read_only_store_refuses_a_commit(tmp_path, impl):
         assert r.committed_offset("g", TOPIC, 0) == 3
     with MessageStore(path, implementation=impl.name) as w:
         assert w.committed_offset("g", TOPIC, 0) == 3
+
+
+def test_a_pulls_messages_share_one_copy_of_their_records_that_outlives_the_store(tmp_path, impl):
+    """A compiled pull copies its records into one bytes block (up to 64 KiB; a larger record
+    gets its own), not one copy per message: each message keeps its block, so a message kept
+    after its store is closed and its files deleted still reads its own record."""
+    import shutil
+
+    path = tmp_path / "s"
+    with MessageStore(str(path), implementation=impl.name, default_queues=1) as store:
+        bodies = [bytes([i]) * (100 + 997 * (i % 5)) for i in range(40)] + [b"x" * 70_000, b"y"]
+        for i, body in enumerate(bodies):
+            store.put(TOPIC, body, keys=f"k{i}", queue_id=0)
+        small = store.get_message("g", TOPIC, 0, 0, 32).messages
+        big = store.get_message("g", TOPIC, 0, 32, 32).messages
+        assert [m.queue_offset for m in small + big] == list(range(len(bodies)))
+    shutil.rmtree(path)
+    gc.collect()
+    for m in small + big:
+        assert m.body == bodies[m.queue_offset] and m.keys == f"k{m.queue_offset}"
+    if impl.name != "c":
+        return
+    blocks = []
+    for m in small + big:
+        (owner,) = [o for o in gc.get_referents(m) if type(o) is bytes and len(o) >= m.size]
+        if not blocks or blocks[-1] is not owner:
+            blocks.append(owner)
+    sizes = [m.size for m in small + big]
+    assert all(len(b) <= 64 * 1024 for b in blocks[:-2]) and len(blocks[-2]) == sizes[-2]
+    assert sum(len(b) for b in blocks) == sum(sizes)  # each record copied once
+    assert len(blocks) < len(sizes) // 4

@@ -293,6 +293,25 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
     return units, lo, hi
 
 
+cdef enum:
+    _BLOCK_BYTES = 65536   # a pull's records share blocks of this many bytes at most (or one record)
+
+
+cdef int64_t _block_bytes(const uint8_t *units, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """The size of the block for the records of units[i:n] from unit i (its size is positive):
+    unit i's record and the following ones whose sizes are positive, while the sum stays within
+    _BLOCK_BYTES."""
+    cdef int64_t total = _be32(units + i * _CQ_UNIT + 8), size
+    i += 1
+    while i < n:
+        size = _be32(units + i * _CQ_UNIT + 8)
+        if size <= 0 or size > _BLOCK_BYTES - total:
+            break
+        total += size
+        i += 1
+    return total
+
+
 def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
     call (see the pure twin, rocketstore.format._codec_py.queue_messages); None: the careful path
@@ -306,6 +325,10 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     cdef bint mapped = False
     cdef list messages = []
     cdef MappedState seg
+    cdef rs_record rec
+    cdef bytes block = None
+    cdef uint8_t *cursor = NULL
+    cdef int64_t room = 0
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
             or not _plain_int(max_msgs, 1, &want)):
@@ -326,6 +349,10 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             size = _be32(u + 8)
             if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
                 return None
+            if size > room:   # a new block: this record and the next ones that fit in _BLOCK_BYTES
+                room = _block_bytes(<const uint8_t *>PyBytes_AS_STRING(units), i, n)
+                block = PyBytes_FromStringAndSize(NULL, room)
+                cursor = <uint8_t *>PyBytes_AS_STRING(block)
             if not mapped or at < seg_start or at >= seg_end:
                 if mapped:
                     PyBuffer_Release(&view)
@@ -338,11 +365,12 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
                     return None
                 mapped = True
                 seg_start, seg_end = start, start + seg.file_size
-            m = _unit_message(<const uint8_t *>view.buf, readable, None, at - seg_start, at, size, qo + i,
-                              t, t_len, <int32_t>qid, None)
-            if m is None:
+            if size > room or not _unit_record(<const uint8_t *>view.buf, readable, at - seg_start, at, size,
+                                               qo + i, t, t_len, <int32_t>qid, &rec):
                 return None
-            messages.append(m)
+            messages.append(_message_copied(block, cursor, <const uint8_t *>view.buf + (at - seg_start), &rec))
+            cursor += size
+            room -= size
     finally:
         if mapped:
             PyBuffer_Release(&view)

@@ -14,8 +14,10 @@ cdef class MessageExt:
     """A record as stored in the CommitLog (compiled twin of :class:`rocketstore.MessageExt`).
 
     The fixed-width fields are C integers; ``body``, ``topic``, ``properties`` and the hosts are
-    decoded from the record's bytes on first access and kept. The record is a private copy, or
-    (zero-copy reads) a read-only view of the segment map that this object keeps alive.
+    decoded from the record's bytes on first access and kept. The record is a private copy (a
+    pull's messages share one bytes block of their records, up to 64 KiB, which each keeps
+    alive), or (zero-copy reads) a read-only view of the segment map that this object keeps
+    alive.
     ``isinstance(m, rocketstore.MessageExt)`` is true, and it compares equal to the pure twin's
     message for the same record.
     """
@@ -250,6 +252,24 @@ cdef MessageExt _message(object zc_view, const uint8_t *base, int64_t pos, const
         m._p = rec
         m._zero_copy = True
         m._rec_pos = pos
+    return _message_fields(m, rec, r)
+
+
+cdef MessageExt _message_copied(bytes block, uint8_t *at, const uint8_t *rec, const rs_record *r):
+    """The message for the decoded record r at rec (r's pointers point into rec[0 ..
+    r.total_size)), copied here to ``at``, inside ``block`` (a bytes object not yet shared, which
+    the caller sized so the record fits): the message keeps the block, so several messages
+    share one copy and one allocation."""
+    cdef MessageExt m = MessageExt.__new__(MessageExt)
+    memcpy(at, rec, <size_t>r.total_size)
+    m._owner = block
+    m._p = at
+    PyObject_GC_UnTrack(m)   # as a private copy's (see _message)
+    return _message_fields(m, rec, r)
+
+
+cdef inline MessageExt _message_fields(MessageExt m, const uint8_t *rec, const rs_record *r):
+    """m with r's fields, and its field offsets from rec (where r's pointers point)."""
     m.size = r.total_size
     m.magic = r.magic
     m.body_crc = r.body_crc
