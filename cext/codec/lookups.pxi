@@ -2,6 +2,8 @@
 # Part of rocketstore.format._codec: included by cext/_codec.pyx, whose imports and
 # constants it uses.
 
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+
 
 # ---- Small helpers of the point reads: a power of two's shift, a record's prefetch ----
 
@@ -312,7 +314,7 @@ cdef int64_t _block_bytes(const uint8_t *units, Py_ssize_t i, Py_ssize_t n) noex
     return total
 
 
-def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+cpdef object queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
     call (see the pure twin, rocketstore.format._codec_py.queue_messages); None: the careful path
     decides."""
@@ -323,7 +325,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     cdef int64_t at, size, i, n
     cdef Py_ssize_t t_len = 0
     cdef bint mapped = False
-    cdef list messages = []
+    cdef list messages
     cdef MappedState seg
     cdef rs_record rec
     cdef bytes block = None
@@ -342,6 +344,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
         return None
     t = _utf8_of(keep, &t_len)
     n = PyBytes_GET_SIZE(units) // _CQ_UNIT
+    messages = PyList_New(n)   # of n NULL items: each set below before it is returned
     try:
         for i in range(n):
             u = <const uint8_t *>PyBytes_AS_STRING(units) + i * _CQ_UNIT
@@ -368,7 +371,9 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             if size > room or not _unit_record(<const uint8_t *>view.buf, readable, at - seg_start, at, size,
                                                qo + i, t, t_len, <int32_t>qid, &rec):
                 return None
-            messages.append(_message_copied(block, cursor, <const uint8_t *>view.buf + (at - seg_start), &rec))
+            m = _message_copied(block, cursor, <const uint8_t *>view.buf + (at - seg_start), &rec)
+            Py_INCREF(m)
+            PyList_SET_ITEM(messages, i, m)
             cursor += size
             room -= size
     finally:
