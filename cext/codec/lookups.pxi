@@ -296,6 +296,8 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
 
 
 cdef enum:
+    _PULL_AHEAD = 2        # a pull prefetches the record this many units ahead of the one it reads
+    _PULL_AHEAD_BYTES = 512  # up to this many of its bytes
     _BLOCK_BYTES = 65536   # a pull's records share blocks of this many bytes at most (or one record)
 
 
@@ -322,7 +324,7 @@ cpdef object queue_messages(queues, topic, queue_id, offset, max_msgs, segments,
     cdef const uint8_t *u
     cdef const uint8_t *t
     cdef int64_t qo = 0, qid = 0, want = 0, start = 0, seg_start = 0, seg_end = 0, readable = 0
-    cdef int64_t at, size, i, n
+    cdef int64_t at, size, i, n, ahead
     cdef Py_ssize_t t_len = 0
     cdef bint mapped = False
     cdef list messages
@@ -368,6 +370,12 @@ cpdef object queue_messages(queues, topic, queue_id, offset, max_msgs, segments,
                     return None
                 mapped = True
                 seg_start, seg_end = start, start + seg.file_size
+            if i + _PULL_AHEAD < n:   # start loading a later record's first lines meanwhile
+                u = u + _PULL_AHEAD * _CQ_UNIT
+                ahead = _be64(u) - seg_start
+                if 0 <= ahead < readable:
+                    _prefetch_record(<const uint8_t *>view.buf, ahead, min(<int64_t>_be32(u + 8), _PULL_AHEAD_BYTES),
+                                     readable)
             if size > room or not _unit_record(<const uint8_t *>view.buf, readable, at - seg_start, at, size,
                                                qo + i, t, t_len, <int32_t>qid, &rec):
                 return None
