@@ -298,7 +298,7 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
 cdef enum:
     _PULL_AHEAD = 2        # a pull prefetches the record this many units ahead of the one it reads
     _PULL_AHEAD_BYTES = 512  # up to this many of its bytes
-    _BLOCK_BYTES = 65536   # a pull's records share blocks of this many bytes at most (or one record)
+    _BLOCK_BYTES = 16384   # a pull's records share blocks of this many bytes at most (or one record)
 
 
 cdef int64_t _block_bytes(const uint8_t *units, Py_ssize_t i, Py_ssize_t n) noexcept:
