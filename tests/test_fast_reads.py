@@ -563,7 +563,11 @@ def test_pulled_messages_are_never_ones_the_program_holds_and_come_back_fresh(tm
             careful = StoreBase.get_by_queue_offset(store, TOPIC, 0, i)
             assert isinstance(m, MessageExt) and m == careful
             assert (m.body, m.topic, m.tags, m.keys) == (b"b%d" % i, TOPIC, f"t{i}", f"k{i}")
-            assert (m.born_host, m.store_host, m.msg_id) == (careful.born_host, careful.store_host, careful.msg_id)
+            assert (m.born_host, m.store_host, m.msg_id) == (
+                careful.born_host,
+                careful.store_host,
+                careful.msg_id,
+            )
             assert m.properties == careful.properties and "self" not in m.properties
 
         held = []
