@@ -595,3 +595,32 @@ def test_pulled_messages_are_never_ones_the_program_holds_and_come_back_fresh(tm
         assert freed == [True]
         for m in held:
             check(m)
+
+
+def test_a_pull_made_while_a_reused_message_is_reset_gets_its_own_messages(tmp_path, impl):
+    """Resetting a dropped message for reuse frees what the program left in it, which may run
+    code (a ``__del__``) that pulls again, through the whole ring of reused messages: both pulls
+    get their own records, and the message being reset is not handed out by the inner one."""
+    n = 200
+    seen = []
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name, default_queues=1) as store:
+        for i in range(n):
+            store.put(TOPIC, b"b%d" % i, queue_id=0)
+
+        class PullsOnDelete:
+            def __del__(self):
+                inner = store.get_message("g", TOPIC, 0, 0, n).messages
+                seen.append([(m.queue_offset, m.body) for m in inner])
+
+        for _ in range(3):
+            got = store.get_message("g", TOPIC, 0, 0, 32).messages
+            for m in got:
+                m.properties["deleted"] = PullsOnDelete()
+            del got, m
+            filler = store.get_message("g", TOPIC, 0, 100, 32).messages  # the ring's other half
+            del filler
+            outer = store.get_message("g", TOPIC, 0, 100, 32).messages  # resets the dropped ones
+            assert [(m.queue_offset, m.body) for m in outer] == [(i, b"b%d" % i) for i in range(100, 132)]
+            assert len({id(m) for m in outer}) == 32
+            del outer
+    assert len(seen) == 96 and all(s == [(i, b"b%d" % i) for i in range(n)] for s in seen)

@@ -288,15 +288,16 @@ cdef MessageExt _pulled_message(bint keep):
     when only the ring refers to it (reset here), else a new one that (``keep``) takes its place."""
     global _kept_at
     cdef Py_ssize_t k = _kept_at
-    cdef PyObject *old = _kept[k]
+    cdef PyObject *old
     cdef MessageExt m
     if not (RS_REUSE_MESSAGES and keep):
         m = MessageExt.__new__(MessageExt)
         PyObject_GC_UnTrack(m)
         return m
     _kept_at = (k + 1) % _KEPT
+    old = _kept[k]
     if old != NULL and Py_REFCNT(<object>old) == 1:
-        m = <MessageExt><object>old
+        m = <MessageExt><object>old   # no code runs between the look and this reference
         # each reset may free what the program left in the message (running its __del__): the
         # ring still refers to m meanwhile, so a pull that code makes does not take it
         m._owner = None
@@ -307,8 +308,9 @@ cdef MessageExt _pulled_message(bint keep):
         if PyObject_GC_IsTracked(m):   # a setter, or the properties getter, tracked it
             PyObject_GC_UnTrack(m)
         return m
-    m = MessageExt.__new__(MessageExt)
+    m = MessageExt.__new__(MessageExt)   # may run the collector, and so other threads' code
     PyObject_GC_UnTrack(m)
+    old = _kept[k]   # again: another thread's pull may have replaced it meanwhile
     Py_INCREF(m)
     _kept[k] = <PyObject *>m
     Py_XDECREF(old)   # the program's now (or freed)
