@@ -511,3 +511,120 @@ def test_a_read_only_store_refuses_a_commit(tmp_path, impl):
         assert r.committed_offset("g", TOPIC, 0) == 3
     with MessageStore(path, implementation=impl.name) as w:
         assert w.committed_offset("g", TOPIC, 0) == 3
+
+
+def test_a_pulls_messages_share_one_copy_of_their_records_that_outlives_the_store(tmp_path, impl):
+    """A compiled pull copies its records into one bytes block (up to 16 KiB; a larger record
+    gets its own), not one copy per message: each message keeps its block, so a message kept
+    after its store is closed and its files deleted still reads its own record."""
+    import shutil
+
+    path = tmp_path / "s"
+    with MessageStore(str(path), implementation=impl.name, default_queues=1) as store:
+        bodies = [bytes([i]) * (100 + 997 * (i % 5)) for i in range(40)] + [b"x" * 70_000, b"y"]
+        for i, body in enumerate(bodies):
+            store.put(TOPIC, body, keys=f"k{i}", queue_id=0)
+        small = store.get_message("g", TOPIC, 0, 0, 32).messages
+        big = store.get_message("g", TOPIC, 0, 32, 32).messages
+        assert [m.queue_offset for m in small + big] == list(range(len(bodies)))
+    shutil.rmtree(path)
+    gc.collect()
+    for m in small + big:
+        assert m.body == bodies[m.queue_offset] and m.keys == f"k{m.queue_offset}"
+    if impl.name != "c":
+        return
+    blocks = []
+    for m in small + big:
+        (owner,) = [o for o in gc.get_referents(m) if type(o) is bytes and len(o) >= m.size]
+        if not blocks or blocks[-1] is not owner:
+            blocks.append(owner)
+    sizes = [m.size for m in small + big]
+    assert all(len(b) <= 16 * 1024 for b in blocks[:-2]) and len(blocks[-2]) == sizes[-2]
+    assert sum(len(b) for b in blocks) == sum(sizes)  # each record copied once
+    assert len(blocks) < len(sizes) // 4
+
+
+def test_pulled_messages_are_never_ones_the_program_holds_and_come_back_fresh(tmp_path, impl):
+    """A compiled pull reuses the messages the program has dropped: one the program still holds
+    is never handed out again; one it changed (body, topic, hosts, properties) and dropped comes
+    back as its new record's, with none of those changes; and one dropped inside a reference
+    cycle is still collected."""
+    from rocketstore import MessageExt
+
+    freed = []
+
+    class Sentinel:
+        def __del__(self):
+            freed.append(True)
+
+    n = 300
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name, default_queues=1) as store:
+        for i in range(n):
+            store.put(TOPIC, b"b%d" % i, tags=f"t{i}", keys=f"k{i}", queue_id=0)
+
+        def check(m):
+            i = m.queue_offset
+            careful = StoreBase.get_by_queue_offset(store, TOPIC, 0, i)
+            assert isinstance(m, MessageExt) and m == careful
+            assert (m.body, m.topic, m.tags, m.keys) == (b"b%d" % i, TOPIC, f"t{i}", f"k{i}")
+            assert (m.born_host, m.store_host, m.msg_id) == (
+                careful.born_host,
+                careful.store_host,
+                careful.msg_id,
+            )
+            assert m.properties == careful.properties and "self" not in m.properties
+
+        held = []
+        for round_ in range(3):
+            offset = 0
+            while offset < n:
+                got = store.get_message("g", TOPIC, 0, offset, 7).messages
+                assert [m.queue_offset for m in got] == list(range(offset, min(n, offset + 7)))
+                for m in got:
+                    check(m)
+                if round_ == 0 and offset % 3 == 0:
+                    held.extend(got)
+                elif round_ == 0 and offset == 7:
+                    got[0].properties["self"] = got[0]  # a cycle through the message
+                    got[0].properties["sentinel"] = Sentinel()
+                else:
+                    for m in got:
+                        m.body = b"changed"
+                        m.topic = "Other"
+                        m.born_host = m.store_host = ("10.0.0.1", 1)
+                        m.properties["self"] = "x"
+                offset += len(got)
+                del got, m
+        gc.collect()
+        assert freed == [True]
+        for m in held:
+            check(m)
+
+
+def test_a_pull_made_while_a_reused_message_is_reset_gets_its_own_messages(tmp_path, impl):
+    """Resetting a dropped message for reuse frees what the program left in it, which may run
+    code (a ``__del__``) that pulls again, through the whole ring of reused messages: both pulls
+    get their own records, and the message being reset is not handed out by the inner one."""
+    n = 200
+    seen = []
+    with MessageStore(str(tmp_path / "s"), implementation=impl.name, default_queues=1) as store:
+        for i in range(n):
+            store.put(TOPIC, b"b%d" % i, queue_id=0)
+
+        class PullsOnDelete:
+            def __del__(self):
+                inner = store.get_message("g", TOPIC, 0, 0, n).messages
+                seen.append([(m.queue_offset, m.body) for m in inner])
+
+        for _ in range(3):
+            got = store.get_message("g", TOPIC, 0, 0, 32).messages
+            for m in got:
+                m.properties["deleted"] = PullsOnDelete()
+            del got, m
+            filler = store.get_message("g", TOPIC, 0, 100, 32).messages  # the ring's other half
+            del filler
+            outer = store.get_message("g", TOPIC, 0, 100, 32).messages  # resets the dropped ones
+            assert [(m.queue_offset, m.body) for m in outer] == [(i, b"b%d" % i) for i in range(100, 132)]
+            assert len({id(m) for m in outer}) == 32
+            del outer
+    assert len(seen) == 96 and all(s == [(i, b"b%d" % i) for i in range(n)] for s in seen)

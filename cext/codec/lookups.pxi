@@ -2,6 +2,8 @@
 # Part of rocketstore.format._codec: included by cext/_codec.pyx, whose imports and
 # constants it uses.
 
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+
 
 # ---- Small helpers of the point reads: a power of two's shift, a record's prefetch ----
 
@@ -293,7 +295,28 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
     return units, lo, hi
 
 
-def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
+cdef enum:
+    _PULL_AHEAD = 2        # a pull prefetches the record this many units ahead of the one it reads
+    _PULL_AHEAD_BYTES = 512  # up to this many of its bytes
+    _BLOCK_BYTES = 16384   # a pull's records share blocks of this many bytes at most (or one record)
+
+
+cdef int64_t _block_bytes(const uint8_t *units, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """The size of the block for the records of units[i:n] from unit i (its size is positive):
+    unit i's record and the following ones whose sizes are positive, while the sum stays within
+    _BLOCK_BYTES."""
+    cdef int64_t total = _be32(units + i * _CQ_UNIT + 8), size
+    i += 1
+    while i < n:
+        size = _be32(units + i * _CQ_UNIT + 8)
+        if size <= 0 or size > _BLOCK_BYTES - total:
+            break
+        total += size
+        i += 1
+    return total
+
+
+cpdef object queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
     call (see the pure twin, rocketstore.format._lookups_py.queue_messages); None: the careful path
     decides."""
@@ -301,11 +324,15 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     cdef const uint8_t *u
     cdef const uint8_t *t
     cdef int64_t qo = 0, qid = 0, want = 0, start = 0, seg_start = 0, seg_end = 0, readable = 0
-    cdef int64_t at, size, i, n
+    cdef int64_t at, size, i, n, ahead
     cdef Py_ssize_t t_len = 0
     cdef bint mapped = False
-    cdef list messages = []
+    cdef list messages
     cdef MappedState seg
+    cdef rs_record rec
+    cdef bytes block = None
+    cdef uint8_t *cursor = NULL
+    cdef int64_t room = 0
     if (type(topic) is not str or not _plain_int(queue_id, INT32_MIN, &qid) or qid > INT32_MAX
             or not _plain_int(offset, 0, &qo) or qo > INT64_MAX // _CQ_UNIT
             or not _plain_int(max_msgs, 1, &want)):
@@ -319,6 +346,7 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
         return None
     t = _utf8_of(keep, &t_len)
     n = PyBytes_GET_SIZE(units) // _CQ_UNIT
+    messages = PyList_New(n)   # of n NULL items: each set below before it is returned
     try:
         for i in range(n):
             u = <const uint8_t *>PyBytes_AS_STRING(units) + i * _CQ_UNIT
@@ -326,6 +354,10 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
             size = _be32(u + 8)
             if at < 0 or size <= 0 or (at == 0 and size == _PLACEHOLDER_SIZE):
                 return None
+            if size > room:   # a new block: this record and the next ones that fit in _BLOCK_BYTES
+                room = _block_bytes(<const uint8_t *>PyBytes_AS_STRING(units), i, n)
+                block = PyBytes_FromStringAndSize(NULL, room)
+                cursor = <uint8_t *>PyBytes_AS_STRING(block)
             if not mapped or at < seg_start or at >= seg_end:
                 if mapped:
                     PyBuffer_Release(&view)
@@ -338,11 +370,20 @@ def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
                     return None
                 mapped = True
                 seg_start, seg_end = start, start + seg.file_size
-            m = _unit_message(<const uint8_t *>view.buf, readable, None, at - seg_start, at, size, qo + i,
-                              t, t_len, <int32_t>qid, None)
-            if m is None:
+            if i + _PULL_AHEAD < n:   # start loading a later record's first lines meanwhile
+                u = u + _PULL_AHEAD * _CQ_UNIT
+                ahead = _be64(u) - seg_start
+                if 0 <= ahead < readable:
+                    _prefetch_record(<const uint8_t *>view.buf, ahead, min(<int64_t>_be32(u + 8), _PULL_AHEAD_BYTES),
+                                     readable)
+            if size > room or not _unit_record(<const uint8_t *>view.buf, readable, at - seg_start, at, size,
+                                               qo + i, t, t_len, <int32_t>qid, &rec):
                 return None
-            messages.append(m)
+            m = _message_copied(block, cursor, <const uint8_t *>view.buf + (at - seg_start), &rec)
+            Py_INCREF(m)
+            PyList_SET_ITEM(messages, i, m)
+            cursor += size
+            room -= size
     finally:
         if mapped:
             PyBuffer_Release(&view)

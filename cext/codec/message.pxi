@@ -2,6 +2,8 @@
 # Part of rocketstore.format._codec: included by cext/_codec.pyx, whose imports and
 # constants it uses.
 
+from cpython.ref cimport Py_REFCNT
+
 
 cdef tuple _FIELDS = _message_mod.MESSAGE_FIELDS
 cdef object _MV_CAST = memoryview
@@ -14,8 +16,10 @@ cdef class MessageExt:
     """A record as stored in the CommitLog (compiled twin of :class:`rocketstore.MessageExt`).
 
     The fixed-width fields are C integers; ``body``, ``topic``, ``properties`` and the hosts are
-    decoded from the record's bytes on first access and kept. The record is a private copy, or
-    (zero-copy reads) a read-only view of the segment map that this object keeps alive.
+    decoded from the record's bytes on first access and kept. The record is a private copy (a
+    pull's messages share one bytes block of their records, up to 16 KiB, which each keeps
+    alive), or (zero-copy reads) a read-only view of the segment map that this object keeps
+    alive.
     ``isinstance(m, rocketstore.MessageExt)`` is true, and it compares equal to the pure twin's
     message for the same record.
     """
@@ -250,6 +254,83 @@ cdef MessageExt _message(object zc_view, const uint8_t *base, int64_t pos, const
         m._p = rec
         m._zero_copy = True
         m._rec_pos = pos
+    return _message_fields(m, rec, r)
+
+
+# A pull's messages come from a ring of the last _KEPT messages pulls made: a message of the ring
+# that nothing else refers to any more (its reference count is the ring's one) is reset and
+# handed out again, instead of being freed when its pull is dropped and made anew by the next
+# one (the allocator's freelist still clears, tracks and untracks each object, and its
+# deallocation clears every field: about a fifth of a pull of 32). Only messages whose block is
+# at most _KEPT_BLOCK bytes are kept, so what the ring keeps alive after the program drops its
+# messages is bounded (_KEPT blocks at most). A free-threaded build makes each one anew (a
+# reference count of 1 proves nothing there without the GIL).
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    #define RS_REUSE_MESSAGES 0
+    #else
+    #define RS_REUSE_MESSAGES 1
+    #endif
+    """
+    const bint RS_REUSE_MESSAGES
+
+cdef enum:
+    _KEPT = 64
+    _KEPT_BLOCK = 16384
+
+cdef PyObject *_kept[_KEPT]   # strong references, or NULL
+cdef Py_ssize_t _kept_at = 0
+
+
+cdef MessageExt _pulled_message(bint keep):
+    """A MessageExt in the state MessageExt.__new__ gives one, untracked: the ring's next one
+    when only the ring refers to it (reset here), else a new one that (``keep``) takes its place."""
+    global _kept_at
+    cdef Py_ssize_t k = _kept_at
+    cdef PyObject *old
+    cdef MessageExt m
+    if not (RS_REUSE_MESSAGES and keep):
+        m = MessageExt.__new__(MessageExt)
+        PyObject_GC_UnTrack(m)
+        return m
+    _kept_at = (k + 1) % _KEPT
+    old = _kept[k]
+    if old != NULL and Py_REFCNT(<object>old) == 1:
+        m = <MessageExt><object>old   # no code runs between the look and this reference
+        # each reset may free what the program left in the message (running its __del__): the
+        # ring still refers to m meanwhile, so a pull that code makes does not take it
+        m._owner = None
+        m._body = m._topic = m._props = m._born = m._store = m._stored = None
+        m._zero_copy = False
+        m._store_assigned = False
+        m._rec_pos = 0
+        if PyObject_GC_IsTracked(m):   # a setter, or the properties getter, tracked it
+            PyObject_GC_UnTrack(m)
+        return m
+    m = MessageExt.__new__(MessageExt)   # may run the collector, and so other threads' code
+    PyObject_GC_UnTrack(m)
+    old = _kept[k]   # again: another thread's pull may have replaced it meanwhile
+    Py_INCREF(m)
+    _kept[k] = <PyObject *>m
+    Py_XDECREF(old)   # the program's now (or freed)
+    return m
+
+
+cdef MessageExt _message_copied(bytes block, uint8_t *at, const uint8_t *rec, const rs_record *r):
+    """The message for the decoded record r at rec (r's pointers point into rec[0 ..
+    r.total_size)), copied here to ``at``, inside ``block`` (a bytes object not yet shared, which
+    the caller sized so the record fits): the message keeps the block, so several messages
+    share one copy and one allocation."""
+    cdef MessageExt m = _pulled_message(PyBytes_GET_SIZE(block) <= _KEPT_BLOCK)
+    memcpy(at, rec, <size_t>r.total_size)
+    m._owner = block   # untracked, as a private copy's (see _message)
+    m._p = at
+    return _message_fields(m, rec, r)
+
+
+cdef inline MessageExt _message_fields(MessageExt m, const uint8_t *rec, const rs_record *r):
+    """m with r's fields, and its field offsets from rec (where r's pointers point)."""
     m.size = r.total_size
     m.magic = r.magic
     m.body_crc = r.body_crc

@@ -3,18 +3,27 @@
 # constants it uses.
 
 
+cdef inline bint _unit_record(const uint8_t *base, Py_ssize_t n, int64_t pos, int64_t offset, int64_t size,
+                              int64_t queue_offset, const uint8_t *topic, Py_ssize_t topic_len, int32_t queue_id,
+                              rs_record *rec) noexcept:
+    """True when base[pos:] (of ``n`` readable bytes) holds the record a unit points at: one
+    whose size, queue, queue offset, CommitLog offset, topic and CRC are the unit's and its
+    queue's (decoded into rec)."""
+    cdef int64_t rc
+    if pos < 0 or pos >= n or size <= 0:
+        return False
+    rc = rs_decode_record(base + pos, n - pos, rec, 1)
+    return not (rc <= 0 or rec.total_size != size or rec.queue_id != queue_id
+                or rec.queue_offset != queue_offset or rec.physical_offset != offset
+                or rec.topic_len != topic_len or memcmp(rec.topic, topic, <size_t>topic_len) != 0)
+
+
 cdef object _unit_message(const uint8_t *base, Py_ssize_t n, object zc_view, int64_t pos, int64_t offset,
                           int64_t size, int64_t queue_offset, const uint8_t *topic, Py_ssize_t topic_len,
                           int32_t queue_id, object tags):
     cdef rs_record rec
     cdef rs_dispatch_props found
-    cdef int64_t rc
-    if pos < 0 or pos >= n or size <= 0:
-        return None
-    rc = rs_decode_record(base + pos, n - pos, &rec, 1)
-    if (rc <= 0 or rec.total_size != size or rec.queue_id != queue_id or rec.queue_offset != queue_offset
-            or rec.physical_offset != offset or rec.topic_len != topic_len
-            or memcmp(rec.topic, topic, <size_t>topic_len) != 0):
+    if not _unit_record(base, n, pos, offset, size, queue_offset, topic, topic_len, queue_id, &rec):
         return None
     if tags is not None:
         rs_dispatch_properties(rec.properties, rec.properties_len, &found)
