@@ -351,7 +351,6 @@ LONG_MODULES = {
     "queues.consumequeue": "the ConsumeQueue file and its store: the store of queues to a module of its own",
     "services.pop": "the receive and ack paths, the revive log and the snapshot: a module each",
     "log.commitlog": "the CommitLog and its reads and scans: the reads to log/recordscan",
-    "services.timer": "the timer service and its rewrite of a put: the rewrite and the wheel apart",
 }
 
 
