@@ -2014,7 +2014,7 @@ def unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
 # ---------------------------------------------------------------------------------------------
 # Timer messages (rocketstore.services.timer): the put's properties, the units' deliver times, the copies
 
-__all__ += ["timer_properties", "timer_units", "timer_copies"]
+__all__ += ["timer_properties", "timer_units", "timer_copies", "timer_copy_rows"]
 
 _TIMER_DIGITS = re.compile(r"[0-9]{1,18}")
 
@@ -2301,6 +2301,23 @@ def timer_copies(
         out.append(None)
     return out, list(range(len(out)))
 
+
+def timer_copy_rows(
+    offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room
+) -> tuple[bytes, list, list]:
+    """:func:`timer_copies` as ``(rows, topics, careful)`` for the append core's ``put_copies``:
+    ``rows`` one row per offset, each a 40-byte head of little-endian fields (topic, an index
+    into ``topics``; queue id; flag; sysFlag; reconsume times; body length; properties length;
+    1 when the properties hold the UNIQ_KEY, else 0, all int32; born timestamp, int64), then
+    the body and the encoded properties; the row of an index in ``careful`` is a head alone with
+    topic -1 (the careful path's copy goes there). The compiled twin builds the rows of the
+    records timer_copies builds; this twin, like its timer_copies, leaves every record to the
+    careful path."""
+    _none, careful = timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room)
+    return _CAREFUL_ROW * len(careful), [], careful
+
+
+_CAREFUL_ROW = struct.pack("<iiiiiiiiq", -1, 0, 0, 0, 0, 0, 0, 0, 0)
 
 # ---- acknowledgement per message (POP): one ack in one call (rocketstore.services.pop) ----
 

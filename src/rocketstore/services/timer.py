@@ -34,7 +34,7 @@ taken. An open rebuilds the heap from the units between L and Q (each record rea
 
 1. persists its *intent* (the CommitLog offset E its copies are written after, the pass time,
    the state before and after) together with the state before it;
-2. puts the copies, in key order, in one ``put_many`` (nothing comes between them);
+2. puts the copies, in key order, in one ``put_copies`` (nothing comes between them);
 3. flushes the CommitLog;
 4. leaves the state after to be saved with the next pass's intent, or when the service is idle,
    ``deliver()`` returns or the store closes (one fdatasync per pass before its copies).
@@ -575,7 +575,7 @@ class TimerService(TimerPuts):
                 return 0, more  # only new units read: the file need not change (module docstring)
             self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
-            items = self._copies(taken, now)
+            rows, topics, items, count = self._copies(taken, now)
             core = self._parts.commitlog.core
             self._settle()  # the last pass's copies are durable before its intent is replaced
             progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
@@ -597,8 +597,8 @@ class TimerService(TimerPuts):
                 self._wheel_checkpoint(self._read_time(from_w, pending, False), from_q, False)
                 if facts:
                     self._wheel_add(facts, new, from_q, end)
-            if items:
-                core.put_many(items, 0)  # stores all or raises a PutError
+            if count:
+                core.put_copies(rows, topics, items)  # stores all or raises a PutError
                 # Flushed while the next pass reads and builds its copies: _settle() waits for
                 # it before anything depends on these copies being durable (the next intent, the
                 # state after this pass, deliver() returning).
@@ -608,8 +608,8 @@ class TimerService(TimerPuts):
             # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
             self._uncommitted = True
             self._needs_reload = False
-            self.delivered += len(items)
-            return len(items), more
+            self.delivered += count
+            return count, more
 
     def _settle(self) -> None:
         """Wait for the flush of the last pass's copies (the lock is held); a failed or
@@ -672,12 +672,13 @@ class TimerService(TimerPuts):
                 heapq.heappush(self._offsets, r[1])
         return taken, to_w
 
-    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> list[tuple[Any, ...]]:
-        """The ``put_many`` items of the copies of ``units`` (the undeliverable left out, logged
-        and counted): built by the codec in one call (``timer_copies``), each it leaves (an
-        unusual record) by :meth:`_copy`."""
+    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> tuple[Any, ...]:
+        """The copies of ``units`` for the core's ``put_copies`` (the undeliverable left out,
+        logged and counted): ``(rows, topics, items, how many)``, built by the codec in one call
+        (``timer_copy_rows``, no Python object per copy), each it leaves (an unusual record) by
+        :meth:`_copy` as a put_many item in ``items``."""
         commitlog = self._parts.commitlog
-        built: tuple[list[Any], list[int]] = self._codec.timer_copies(
+        rows, topics, careful = self._codec.timer_copy_rows(
             [u[2] for u in units],
             commitlog.segments,
             commitlog.core,
@@ -687,13 +688,11 @@ class TimerService(TimerPuts):
             _order_indices,
             self._room,
         )
-        items, careful = built
+        items = []
         for i in careful:
             copy = self._copy(units[i], dequeue_ms)
-            items[i] = copy[0] if copy is not None else None
-        if careful and None in items:
-            items = [item for item in items if item is not None]
-        return items
+            items.append(copy[0] if copy is not None else None)
+        return rows, topics, items, len(units) - items.count(None)
 
     def _real_topic(self, raw: bytes) -> Optional[tuple[str, int]]:
         """(topic, its queue count) of a REAL_TOPIC value that can be delivered to, else None
