@@ -6,8 +6,8 @@ the errors ``rewrite`` does (so does a delayed one, ``ScheduleService.put``); a 
 flushed before the next intent and before ``deliver()`` returns."""
 
 import heapq
-import struct
 import random
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
