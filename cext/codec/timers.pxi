@@ -5,6 +5,8 @@
 
 __all__ += ["timer_properties", "timer_units", "timer_copies", "timer_copy_rows"]
 
+from libc.stdlib cimport qsort
+
 cdef enum:
     _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds,
     _PREFETCH_BYTES = 512       # up to this much of each
@@ -134,31 +136,6 @@ cdef int64_t _digits(const uint8_t *p, int32_t n, int max_digits) noexcept:
     return v
 
 
-cdef object _timer_out_ms(const uint8_t *props, int32_t n):
-    """The record's TIMER_OUT_MS as the timer service reads it (the last piece of that name that
-    decode_properties keeps; 0 when there is none), or None when it is not plain digits."""
-    cdef int64_t i = 0, end, sep, v
-    cdef const uint8_t *hit
-    cdef int64_t found_pos = -1
-    cdef int32_t found_len = 0
-    while i <= n:
-        hit = <const uint8_t *>memchr(props + i, 2, <size_t>(n - i)) if i < n else NULL
-        end = (hit - props) if hit != NULL else n
-        if end - i >= 3:
-            hit = <const uint8_t *>memchr(props + i, 1, <size_t>(end - i))
-            if hit != NULL:
-                sep = hit - props
-                if (i < sep < end - 1 and sep - i == 12
-                        and memcmp(props + i, b"TIMER_OUT_MS", 12) == 0):
-                    found_pos = sep + 1
-                    found_len = <int32_t>(end - sep - 1)
-        i = end + 1
-    if found_pos < 0:
-        return 0
-    v = _digits(props + found_pos, found_len, _TIMER_MAX_DIGITS)
-    return None if v < 0 else v
-
-
 cdef class _SegmentReader:
     """The CommitLog segment last read, kept exported while a call reads records in order."""
     cdef Py_buffer view
@@ -232,8 +209,8 @@ cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash,
                            int64_t *out_ms) noexcept:
     """What a timer log unit takes from its record, in one pass over its properties: the magic
     (MAGIC_DEFAULT, with MAGIC_DELETE when it names TIMER_DEL_UNIQKEY), in ``topic_hash`` Java's
-    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as
-    _timer_out_ms reads it (0 when there is none, -1 when it is not plain digits); -1 when
+    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as the
+    timer service reads it (0 when there is none, -1 when it is not plain digits); -1 when
     REAL_TOPIC is not ASCII (the careful path hashes it). Each the last piece of its name
     decode_properties keeps."""
     cdef int64_t i = 0, end, sep, k, v
@@ -315,15 +292,12 @@ def timer_units(units, first_queue_offset, segments, core, facts=None):
             magic = -1
             topic_hash = 0
             ms = 0
-            if reader.record(offset, &rec):
-                if f == NULL:
-                    deliver = _timer_out_ms(rec.properties, rec.properties_len)
+            if reader.record(offset, &rec):   # (the one walk of the properties, with or without facts)
+                magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
+                if ms >= 0:
+                    deliver = ms
                 else:
-                    magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
-                    if ms >= 0:
-                        deliver = ms
-                    else:
-                        ms = 0
+                    ms = 0
             if deliver is None or (f != NULL and magic < 0):
                 careful.append(len(out))
             if f != NULL:
@@ -458,9 +432,12 @@ cdef enum:
 
 
 cdef class _CopyRows:
-    """The rows timer_copy_rows builds, in a buffer that grows, and the topics they name."""
+    """The rows timer_copy_rows builds, in a buffer that grows, in the order their records are
+    read (``starts`` and ``ends`` of the row of each index), and the topics they name."""
     cdef uint8_t *buf
     cdef Py_ssize_t len, cap
+    cdef int64_t *starts
+    cdef int64_t *ends
     cdef list topics
     cdef dict index
     cdef object last_topic
@@ -496,8 +473,38 @@ cdef class _CopyRows:
         self.last_topic, self.last_index = topic, <int32_t>found
         return self.last_index
 
+    cdef bytes in_order(self, Py_ssize_t n):
+        """The rows of indices 0 .. n - 1, in that order, in one bytes."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.len)
+        cdef char *p = PyBytes_AS_STRING(out)
+        cdef Py_ssize_t i, at = 0, size
+        for i in range(n):
+            size = self.ends[i] - self.starts[i]
+            if size < 0 or at + size > self.len or self.ends[i] > self.len:
+                raise AssertionError("timer_copy_rows: a row outside its buffer")
+            memcpy(p + at, self.buf + self.starts[i], size)
+            at += size
+        if at != self.len:
+            raise AssertionError("timer_copy_rows: rows missing")
+        return out
+
     def __dealloc__(self):
         PyMem_Free(self.buf)
+        PyMem_Free(self.starts)
+        PyMem_Free(self.ends)
+
+
+cdef struct _OffsetAt:
+    int64_t offset
+    Py_ssize_t index
+
+
+cdef int _by_offset(const void *a, const void *b) noexcept nogil:
+    cdef const _OffsetAt *x = <const _OffsetAt *>a
+    cdef const _OffsetAt *y = <const _OffsetAt *>b
+    if x.offset != y.offset:
+        return -1 if x.offset < y.offset else 1
+    return -1 if x.index < y.index else (1 if x.index > y.index else 0)
 
 
 cdef inline void _wle32(uint8_t *p, int32_t v) noexcept:
@@ -549,8 +556,9 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
     cdef bint fit
     cdef _CopyShape shape = _CopyShape.__new__(_CopyShape)
     cdef _SegmentReader reader = _reader(segments, core)
-    cdef Py_ssize_t index = 0, n, ahead
+    cdef Py_ssize_t index = 0, n, ahead, step
     cdef int64_t *wanted = NULL
+    cdef _OffsetAt *seq = NULL
     if type(orders) is not dict:
         raise TypeError("orders must be a dict")
     if not isinstance(offsets, (list, tuple)):
@@ -562,16 +570,32 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
     try:
         for index in range(n):
             wanted[index] = _check_int(offsets[index], "offset", INT64_MIN, INT64_MAX)
-        # The copies are built in the order put_many writes them, so their records are read in
-        # key order, scattered over the CommitLog: each is prefetched a few records ahead.
-        # (Reading them in CommitLog order instead measured slower: put_many then walks
-        # objects scattered in memory.)
+        # As items, the copies are built in the order put_many writes them, so their records
+        # are read in key order, scattered over the CommitLog: each is prefetched a few records
+        # ahead (reading them in CommitLog order measured slower: put_many then walks objects
+        # scattered in memory). As rows, the records are read in CommitLog order and the rows
+        # put in key order at the end, one memcpy each.
         if rows is None:
             out = [None] * n
-        for index in range(n):
-            offset = wanted[index]
-            for ahead in range(index + _PREFETCH_AHEAD, min(n, index + _PREFETCH_AHEAD + 1)):
+        else:
+            seq = <_OffsetAt *>PyMem_Malloc(max(n, 1) * sizeof(_OffsetAt))
+            rows.starts = <int64_t *>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+            rows.ends = <int64_t *>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+            if seq == NULL or rows.starts == NULL or rows.ends == NULL:
+                raise MemoryError()
+            for index in range(n):
+                seq[index].offset = wanted[index]
+                seq[index].index = index
+            qsort(seq, n, sizeof(_OffsetAt), _by_offset)
+            for index in range(n):
+                wanted[index] = seq[index].offset
+        for step in range(n):
+            index = step if seq == NULL else seq[step].index
+            offset = wanted[step]
+            for ahead in range(step + _PREFETCH_AHEAD, min(n, step + _PREFETCH_AHEAD + 1)):
                 reader.prefetch(wanted[ahead])
+            if rows is not None:
+                rows.starts[index] = rows.len
             fit = False
             if (reader.record(offset, &rec) and rec.topic_len == 19
                     and memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) == 0):
@@ -607,6 +631,7 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
                 careful.append(index)
                 if rows is not None:   # a row that stands for the careful path's copy
                     _copy_head(rows.grow(_COPY_ROW), -1, 0, 0, 0, 0, 0, 0, 0, 0)
+                    rows.ends[index] = rows.len
                 continue
             if rows is not None:
                 row = rows.grow(_COPY_ROW + rec.body_len + total)
@@ -617,6 +642,7 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
                 memcpy(row + _COPY_ROW, rec.body, rec.body_len)
                 _copy_properties(<char *>row + _COPY_ROW + rec.body_len, shape, pieces, props,
                                  deq_text, deq_len)
+                rows.ends[index] = rows.len
                 continue
             raw = PyBytes_FromStringAndSize(NULL, total)
             _copy_properties(PyBytes_AS_STRING(raw), shape, pieces, props, deq_text, deq_len)
@@ -636,7 +662,10 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
             )
     finally:
         PyMem_Free(wanted)
+        PyMem_Free(seq)
         reader.release()
+    if seq != NULL:
+        careful.sort()
     return out, careful
 
 
@@ -684,8 +713,10 @@ def timer_copy_rows(offsets, segments, core, dequeue_ms, real_topic, orders, ord
     int64), then the body and the encoded properties. The row of an index in ``careful`` is a
     head alone with topic -1: the careful path's copy (or no copy) goes there."""
     cdef _CopyRows rows = _CopyRows.__new__(_CopyRows)
+    if not isinstance(offsets, (list, tuple)):
+        offsets = list(offsets)
     rows.topics = []
     rows.index = {}
     rows.last_index = -1
     _, careful = _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, rows)
-    return PyBytes_FromStringAndSize(<const char *>rows.buf, rows.len), rows.topics, careful
+    return rows.in_order(len(offsets)), rows.topics, careful
