@@ -2402,14 +2402,29 @@ cdef class CommitLogCore:
             self._unlock_append()
         return self._finish_many(results, end, wait)
 
-    def put_copies(self, bytes rows not None, list topics not None, list items not None):
+    def put_copies(self, rows not None, list topics not None, list items not None):
         """:meth:`put_many` of the copies a timer pass built as rows (the codec's
-        ``timer_copy_rows``: one row per copy, ``topics`` the names its rows index), without a
-        Python object per copy; a row with topic -1 stands for the next entry of ``items``, a
+        ``timer_copy_rows``, in any buffer: one row per copy, ``topics`` the names its rows
+        index), without a Python object per copy; a row with topic -1 stands for the next entry
+        of ``items``, a
         put_many item or None (no copy). Validated whole before the first byte is written;
         returns ``(records written, the end offset of the last)``; the caller flushes."""
-        cdef const uint8_t *buf = <const uint8_t *>PyBytes_AS_STRING(rows)
-        cdef Py_ssize_t size = PyBytes_GET_SIZE(rows), at = 0, n = 0, m = 0, i, used = 0
+        cdef Py_buffer view
+        cdef const uint8_t *buf
+        self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
+        if self._refusal is not None:
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), 0, -1)
+        PyObject_GetBuffer(rows, &view, PyBUF_SIMPLE)
+        try:
+            return self._put_copies(<const uint8_t *>view.buf, view.len, topics, items)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef object _put_copies(self, const uint8_t *buf, Py_ssize_t size, list topics, list items):
+        cdef Py_ssize_t at = 0, n = 0, m = 0, i, used = 0
         cdef int64_t body_len, props_len, length, end = 0
         cdef int32_t ti
         cdef int extra
@@ -2420,12 +2435,6 @@ cdef class CommitLogCore:
         cdef _Topic t
         cdef bytes body, props
         cdef PutResult scratch
-        self._check_open()
-        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
-            with nogil:
-                rs_serve_yield()
-        if self._refusal is not None:
-            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), 0, -1)
         while at < size:    # the rows' layout, checked before any is read
             if size - at < _COPY_ROW_HEAD:
                 raise ValueError("rows end in a torn row")

@@ -423,12 +423,15 @@ def _rows(rows, topics):
     return out
 
 
-def _copy_rows(codec, svc, units, dequeue):
+def _copy_rows(codec, svc, units, dequeue, out=None):
+    """``(rows, topics, careful)`` of ``timer_copy_rows`` (into ``out``, a bytearray)."""
     commitlog = svc._parts.commitlog
-    return codec.timer_copy_rows(
+    out = bytearray() if out is None else out
+    used, topics, careful = codec.timer_copy_rows(
         [u[2] for u in units], commitlog.segments, commitlog.core, dequeue, svc._real_topic, {},
-        timer_mod._order_indices, svc._room,
+        timer_mod._order_indices, svc._room, out,
     )  # fmt: skip
+    return bytes(out[:used]), topics, careful
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -450,7 +453,11 @@ def test_timer_copy_rows_hold_the_copies_timer_copies_builds(timer_store, batch)
             timer_mod._order_indices, svc._room,
         )  # fmt: skip
         rows, topics, careful_rows = _copy_rows(codec, svc, units, dequeue)
-        assert type(rows) is bytes and careful_rows == careful
+        assert careful_rows == careful
+        # into a bytearray that held longer rows: the same rows, and it is not shrunk
+        out = bytearray(b"\xff" * (len(rows) + 100))
+        assert _copy_rows(codec, svc, units, dequeue, out) == (rows, topics, careful)
+        assert len(out) == len(rows) + 100
         got = _rows(rows, topics)
         assert len(got) == len(units)
         for i, item in enumerate(items):

@@ -5,7 +5,7 @@
 
 __all__ += ["timer_properties", "timer_units", "timer_copies", "timer_copy_rows"]
 
-from libc.stdlib cimport qsort
+from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
 
 cdef enum:
     _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds,
@@ -432,12 +432,11 @@ cdef enum:
 
 
 cdef class _CopyRows:
-    """The rows timer_copy_rows builds, in a buffer that grows, in the order their records are
-    read (``starts`` and ``ends`` of the row of each index), and the topics they name."""
-    cdef uint8_t *buf
-    cdef Py_ssize_t len, cap
-    cdef int64_t *starts
-    cdef int64_t *ends
+    """The rows timer_copy_rows builds into the caller's bytearray ``out`` (its size is the room
+    it has; it grows, never shrinks, so that its memory serves pass after pass), and the topics
+    they name."""
+    cdef bytearray out
+    cdef Py_ssize_t len
     cdef list topics
     cdef dict index
     cdef object last_topic
@@ -445,19 +444,11 @@ cdef class _CopyRows:
 
     cdef uint8_t *grow(self, Py_ssize_t need) except NULL:
         """Room for ``need`` more bytes at the end (``len`` is moved past them)."""
-        cdef Py_ssize_t cap = self.cap
-        cdef uint8_t *grown
+        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.out)
         cdef uint8_t *at
-        if self.len + need > cap:
-            cap = max(2 * cap, self.len + need, 1 << 16)
-            grown = <uint8_t *>PyMem_Malloc(cap)
-            if grown == NULL:
-                raise MemoryError()
-            if self.len:
-                memcpy(grown, self.buf, self.len)
-            PyMem_Free(self.buf)
-            self.buf, self.cap = grown, cap
-        at = self.buf + self.len
+        if self.len + need > size:
+            PyByteArray_Resize(self.out, max(2 * size, self.len + need, 1 << 16))
+        at = <uint8_t *>PyByteArray_AS_STRING(self.out) + self.len
         self.len += need
         return at
 
@@ -472,39 +463,6 @@ cdef class _CopyRows:
             self.index[topic] = found
         self.last_topic, self.last_index = topic, <int32_t>found
         return self.last_index
-
-    cdef bytes in_order(self, Py_ssize_t n):
-        """The rows of indices 0 .. n - 1, in that order, in one bytes."""
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.len)
-        cdef char *p = PyBytes_AS_STRING(out)
-        cdef Py_ssize_t i, at = 0, size
-        for i in range(n):
-            size = self.ends[i] - self.starts[i]
-            if size < 0 or at + size > self.len or self.ends[i] > self.len:
-                raise AssertionError("timer_copy_rows: a row outside its buffer")
-            memcpy(p + at, self.buf + self.starts[i], size)
-            at += size
-        if at != self.len:
-            raise AssertionError("timer_copy_rows: rows missing")
-        return out
-
-    def __dealloc__(self):
-        PyMem_Free(self.buf)
-        PyMem_Free(self.starts)
-        PyMem_Free(self.ends)
-
-
-cdef struct _OffsetAt:
-    int64_t offset
-    Py_ssize_t index
-
-
-cdef int _by_offset(const void *a, const void *b) noexcept nogil:
-    cdef const _OffsetAt *x = <const _OffsetAt *>a
-    cdef const _OffsetAt *y = <const _OffsetAt *>b
-    if x.offset != y.offset:
-        return -1 if x.offset < y.offset else 1
-    return -1 if x.index < y.index else (1 if x.index > y.index else 0)
 
 
 cdef inline void _wle32(uint8_t *p, int32_t v) noexcept:
@@ -556,9 +514,8 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
     cdef bint fit
     cdef _CopyShape shape = _CopyShape.__new__(_CopyShape)
     cdef _SegmentReader reader = _reader(segments, core)
-    cdef Py_ssize_t index = 0, n, ahead, step
+    cdef Py_ssize_t index = 0, n, ahead
     cdef int64_t *wanted = NULL
-    cdef _OffsetAt *seq = NULL
     if type(orders) is not dict:
         raise TypeError("orders must be a dict")
     if not isinstance(offsets, (list, tuple)):
@@ -570,32 +527,17 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
     try:
         for index in range(n):
             wanted[index] = _check_int(offsets[index], "offset", INT64_MIN, INT64_MAX)
-        # As items, the copies are built in the order put_many writes them, so their records
+        # The copies are built in the order put_many / put_copies write them, so their records
         # are read in key order, scattered over the CommitLog: each is prefetched a few records
-        # ahead (reading them in CommitLog order measured slower: put_many then walks objects
-        # scattered in memory). As rows, the records are read in CommitLog order and the rows
-        # put in key order at the end, one memcpy each.
+        # ahead. (Reading them in CommitLog order instead measured slower as items, put_many
+        # then walking objects scattered in memory, and no faster as rows, put in key order
+        # after: a sort and a copy of each.)
         if rows is None:
             out = [None] * n
-        else:
-            seq = <_OffsetAt *>PyMem_Malloc(max(n, 1) * sizeof(_OffsetAt))
-            rows.starts = <int64_t *>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
-            rows.ends = <int64_t *>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
-            if seq == NULL or rows.starts == NULL or rows.ends == NULL:
-                raise MemoryError()
-            for index in range(n):
-                seq[index].offset = wanted[index]
-                seq[index].index = index
-            qsort(seq, n, sizeof(_OffsetAt), _by_offset)
-            for index in range(n):
-                wanted[index] = seq[index].offset
-        for step in range(n):
-            index = step if seq == NULL else seq[step].index
-            offset = wanted[step]
-            for ahead in range(step + _PREFETCH_AHEAD, min(n, step + _PREFETCH_AHEAD + 1)):
+        for index in range(n):
+            offset = wanted[index]
+            for ahead in range(index + _PREFETCH_AHEAD, min(n, index + _PREFETCH_AHEAD + 1)):
                 reader.prefetch(wanted[ahead])
-            if rows is not None:
-                rows.starts[index] = rows.len
             fit = False
             if (reader.record(offset, &rec) and rec.topic_len == 19
                     and memcmp(rec.topic, PyBytes_AS_STRING(_TIMER_TOPIC), 19) == 0):
@@ -631,7 +573,6 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
                 careful.append(index)
                 if rows is not None:   # a row that stands for the careful path's copy
                     _copy_head(rows.grow(_COPY_ROW), -1, 0, 0, 0, 0, 0, 0, 0, 0)
-                    rows.ends[index] = rows.len
                 continue
             if rows is not None:
                 row = rows.grow(_COPY_ROW + rec.body_len + total)
@@ -642,7 +583,6 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
                 memcpy(row + _COPY_ROW, rec.body, rec.body_len)
                 _copy_properties(<char *>row + _COPY_ROW + rec.body_len, shape, pieces, props,
                                  deq_text, deq_len)
-                rows.ends[index] = rows.len
                 continue
             raw = PyBytes_FromStringAndSize(NULL, total)
             _copy_properties(PyBytes_AS_STRING(raw), shape, pieces, props, deq_text, deq_len)
@@ -662,10 +602,7 @@ cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, order
             )
     finally:
         PyMem_Free(wanted)
-        PyMem_Free(seq)
         reader.release()
-    if seq != NULL:
-        careful.sort()
     return out, careful
 
 
@@ -704,19 +641,22 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     return _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, None)
 
 
-def timer_copy_rows(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
-    """:func:`timer_copies` as ``(rows, topics, careful)``, for the append core's ``put_copies``
-    (no Python object per copy): ``rows`` (bytes) holds one row per offset, in order, each a
-    40-byte head of little-endian fields (topic, an index into ``topics``, the copies' topic
-    names; queue id; flag; sysFlag; reconsume times; body length; properties length; 1 when
-    the properties hold the UNIQ_KEY, 0 when the core generates one, all int32; born timestamp,
-    int64), then the body and the encoded properties. The row of an index in ``careful`` is a
-    head alone with topic -1: the careful path's copy (or no copy) goes there."""
+def timer_copy_rows(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, out):
+    """:func:`timer_copies` as rows for the append core's ``put_copies`` (no Python object per
+    copy), written into the bytearray ``out`` from its start: ``(the length of the rows,
+    topics, careful)``. ``out`` grows as needed and is never shrunk (its size is room, not
+    rows: a caller passing the same one each time reuses its memory). One row per offset, in
+    order, each a 40-byte head of little-endian fields (topic, an index into ``topics``, the
+    copies' topic names; queue id; flag; sysFlag; reconsume times; body length; properties
+    length; 1 when the properties hold the UNIQ_KEY, 0 when the core generates one, all int32;
+    born timestamp, int64), then the body and the encoded properties. The row of an index in
+    ``careful`` is a head alone with topic -1: the careful path's copy (or no copy) goes there."""
     cdef _CopyRows rows = _CopyRows.__new__(_CopyRows)
-    if not isinstance(offsets, (list, tuple)):
-        offsets = list(offsets)
+    if type(out) is not bytearray:
+        raise TypeError("out must be a bytearray")
+    rows.out = out
     rows.topics = []
     rows.index = {}
     rows.last_index = -1
     _, careful = _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, rows)
-    return rows.in_order(len(offsets)), rows.topics, careful
+    return rows.len, rows.topics, careful

@@ -1773,12 +1773,11 @@ class CommitLogCore:
 
     def put_copies(self, rows, topics, items):
         """:meth:`put_many` of the copies a timer pass built as rows (the codec's
-        ``timer_copy_rows``: one row per copy, ``topics`` the names its rows index); a row with
+        ``timer_copy_rows``, any buffer: one row per copy, ``topics`` the names its rows index); a row with
         topic -1 stands for the next entry of ``items``, a put_many item or None (no copy).
         Validated whole before the first byte is written; returns ``(records written, the end
         offset of the last)``; the caller flushes."""
-        if type(rows) is not bytes:
-            raise TypeError("rows must be bytes")
+        rows = bytes(rows)  # any buffer
         copies, at, n, left = [], 0, 0, iter(items)
         while at < len(rows):
             if len(rows) - at < _COPY_ROW.size:
