@@ -2410,7 +2410,6 @@ cdef class CommitLogCore:
         put_many item or None (no copy). Validated whole before the first byte is written;
         returns ``(records written, the end offset of the last)``; the caller flushes."""
         cdef Py_buffer view
-        cdef const uint8_t *buf
         self._check_open()
         if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
             with nogil:
