@@ -855,6 +855,23 @@ cdef class _Pin:
             self.held = False
 
 
+cdef enum:
+    _COPY_ROW_HEAD = 40     # the head of a row of the codec's timer_copy_rows (put_copies)
+
+
+cdef struct _CopyIn:
+    # one copy put_copies appends: its fields, checked, and its body and properties
+    const uint8_t *body
+    const uint8_t *props
+    int32_t body_len, props_len, crc, flag, sys_flag, reconsume, qid, topic
+    int64_t born
+    bint has_key
+
+
+cdef inline int32_t _rle32(const uint8_t *p) noexcept:
+    return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
+
+
 cdef class _Topic:
     cdef bytes name
     cdef int nqueues
@@ -2384,6 +2401,136 @@ cdef class CommitLogCore:
         finally:
             self._unlock_append()
         return self._finish_many(results, end, wait)
+
+    def put_copies(self, rows not None, list topics not None, list items not None):
+        """:meth:`put_many` of the copies a timer pass built as rows (the codec's
+        ``timer_copy_rows``, in any buffer: one row per copy, ``topics`` the names its rows
+        index), without a Python object per copy; a row with topic -1 stands for the next entry
+        of ``items``, a
+        put_many item or None (no copy). Validated whole before the first byte is written;
+        returns ``(records written, the end offset of the last)``; the caller flushes."""
+        cdef Py_buffer view
+        self._check_open()
+        if rs_serve_waiting() > 0:  # a joined writer's call waits for the GIL (serve.h)
+            with nogil:
+                rs_serve_yield()
+        if self._refusal is not None:
+            return self._not_stored(SERVICE_NOT_AVAILABLE, self._refused(), 0, -1)
+        PyObject_GetBuffer(rows, &view, PyBUF_SIMPLE)
+        try:
+            return self._put_copies(<const uint8_t *>view.buf, view.len, topics, items)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef object _put_copies(self, const uint8_t *buf, Py_ssize_t size, list topics, list items):
+        cdef Py_ssize_t at = 0, n = 0, m = 0, i, used = 0
+        cdef int64_t body_len, props_len, length, end = 0
+        cdef int32_t ti
+        cdef int extra
+        cdef _CopyIn *ins = NULL
+        cdef _CopyIn *c
+        cdef int64_t[::1] rec_lens
+        cdef list tops, keep = []
+        cdef _Topic t
+        cdef bytes body, props
+        cdef PutResult scratch
+        while at < size:    # the rows' layout, checked before any is read
+            if size - at < _COPY_ROW_HEAD:
+                raise ValueError("rows end in a torn row")
+            body_len = _rle32(buf + at + 20)
+            props_len = _rle32(buf + at + 24)
+            if body_len < 0 or props_len < 0 or body_len + props_len > size - at - _COPY_ROW_HEAD:
+                raise ValueError(f"row {n}: its lengths overrun the rows")
+            at += _COPY_ROW_HEAD + body_len + props_len
+            n += 1
+        tops = [self._topic(name) for name in topics]
+        ins = <_CopyIn *>PyMem_Malloc(max(n, 1) * sizeof(_CopyIn))
+        if ins == NULL:
+            raise MemoryError()
+        try:
+            rec_lens_arr = np.empty(n, dtype=np.int64)
+            rec_lens = rec_lens_arr
+            at = 0
+            for i in range(n):
+                c = &ins[m]
+                ti = _rle32(buf + at)
+                body_len = _rle32(buf + at + 20)
+                props_len = _rle32(buf + at + 24)
+                if ti == -1:    # the careful path's copy, or none
+                    if used == len(items):
+                        raise ValueError("fewer items than rows that stand for one")
+                    item = items[used]
+                    used += 1
+                    at += _COPY_ROW_HEAD + body_len + props_len
+                    if item is None:
+                        continue
+                    topic, body, props, queue_id, flag, born_ts, sys_flag, reconsume, unique_key = item
+                    keep.append(body)
+                    keep.append(props)
+                    c.topic = len(tops)
+                    tops.append(self._topic(topic))
+                    c.qid, c.flag, c.born, c.sys_flag, c.reconsume = queue_id, flag, born_ts, sys_flag, reconsume
+                    c.body = <const uint8_t *>PyBytes_AS_STRING(body)
+                    c.body_len = <int32_t>min(PyBytes_GET_SIZE(body), INT32_MAX)
+                    c.props = <const uint8_t *>PyBytes_AS_STRING(props)
+                    c.props_len = <int32_t>min(PyBytes_GET_SIZE(props), INT32_MAX)
+                    c.has_key = unique_key is not None
+                else:
+                    if ti < 0 or ti >= len(topics):
+                        raise ValueError(f"row {i}: topic {ti} is not one of the {len(topics)} topics")
+                    c.topic = ti
+                    c.qid = _rle32(buf + at + 4)
+                    c.flag = _rle32(buf + at + 8)
+                    c.sys_flag = _rle32(buf + at + 12)
+                    c.reconsume = _rle32(buf + at + 16)
+                    c.has_key = _rle32(buf + at + 28) != 0
+                    c.born = <int64_t>((<uint64_t><uint32_t>_rle32(buf + at + 32))
+                                       | (<uint64_t><uint32_t>_rle32(buf + at + 36) << 32))
+                    c.body = buf + at + _COPY_ROW_HEAD
+                    c.body_len = <int32_t>body_len
+                    c.props = c.body + body_len
+                    c.props_len = <int32_t>props_len
+                    at += _COPY_ROW_HEAD + body_len + props_len
+                # put_many's checks
+                t = <_Topic>tops[c.topic]
+                c.qid = self._choose_queue(t, c.qid)
+                if c.body_len > self._max_message_size:
+                    raise MessageTooLargeError(
+                        f"copy {i}: body of {c.body_len} bytes exceeds max_message_size {self._max_message_size}")
+                extra = 0 if c.has_key else 9 + 2 * (self._uniq_prefix_len + 6) + 1
+                extra += self._prop_crc_extra(c.props, c.props_len, c.has_key)
+                if c.props_len + extra > RS_MAX_PROPERTIES_LENGTH:
+                    raise PropertiesTooLargeError(f"copy {i}: properties exceed 32767 bytes")
+                length = rs_record_length(c.body_len, len(t.name), c.props_len + extra,
+                                          c.sys_flag | self._host_sysflag, RS_MAGIC_V1)
+                if length < 0 or length > self._max_message_size:
+                    raise MessageTooLargeError(f"copy {i}: record exceeds max_message_size {self._max_message_size}")
+                if length + RS_END_FILE_MIN_BLANK > self._file_size:
+                    raise MessageTooLargeError(
+                        f"copy {i}: record of {length} bytes cannot fit a {self._file_size}-byte segment")
+                rec_lens[m] = length
+                c.crc = rs_body_crc(c.body, c.body_len)
+                m += 1
+            if used != len(items):
+                raise ValueError("more items than rows that stand for one")
+            scratch = PutResult.__new__(PutResult)
+            self._check_open()
+            self._lock_append()
+            try:
+                self._check_open()
+                refused = self._reserve_or_refuse(rec_lens[:m], 0, -1)
+                if refused is not None:
+                    return refused
+                for i in range(m):
+                    c = &ins[i]
+                    end = self._append(<_Topic>tops[c.topic], c.qid, c.body, c.body_len, c.crc, c.props,
+                                       c.props_len, True if c.has_key else None, c.flag, c.born, c.sys_flag,
+                                       c.reconsume, 0, scratch)
+            finally:
+                self._unlock_append()
+        finally:
+            PyMem_Free(ins)
+        return m, end
 
     def put_plain_messages(self, list messages not None, user_topics not None, int wait=-1):
         """:meth:`put_many` of a batch of plain :class:`rocketstore.Message` objects, read and

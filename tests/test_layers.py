@@ -343,7 +343,6 @@ MAX_MODULE_LINES = 1000
 #: Modules longer still, each with what is to shorten it.
 LONG_MODULES = {
     "log._store_py": "the pure twin of the append core, PutFront and the futures: split with cext/_store.pyx",
-    "services.timer": "the timer service and its rewrite of a put: the rewrite and the wheel apart",
 }
 
 

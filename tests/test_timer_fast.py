@@ -7,6 +7,7 @@ flushed before the next intent and before ``deliver()`` returns."""
 
 import heapq
 import random
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -400,3 +401,130 @@ def test_timer_copies_refuse_an_order_that_is_not_a_permutation(timer_store, cac
         commitlog.codec.timer_copies(
             offsets, commitlog.segments, commitlog.core, 5, svc._real_topic, orders, order_of, svc._room
         )
+
+
+_ROW = struct.Struct("<iiiiiiiiq")
+
+
+def _rows(rows, topics):
+    """The copies of ``timer_copy_rows``' rows as put_many items (the unique key True when the
+    properties hold one), None for a row that stands for the careful path's copy."""
+    out, at = [], 0
+    while at < len(rows):
+        topic, qid, flag, sys_flag, reconsume, body_len, props_len, has_key, born = _ROW.unpack_from(rows, at)
+        at += _ROW.size
+        body, props = rows[at : at + body_len], rows[at + body_len : at + body_len + props_len]
+        at += body_len + props_len
+        out.append(
+            None
+            if topic == -1
+            else (topics[topic], body, props, qid, flag, born, sys_flag, reconsume, True if has_key else None)
+        )
+    return out
+
+
+def _copy_rows(codec, svc, units, dequeue, out=None):
+    """``(rows, topics, careful)`` of ``timer_copy_rows`` (into ``out``, a bytearray)."""
+    commitlog = svc._parts.commitlog
+    out = bytearray() if out is None else out
+    used, topics, careful = codec.timer_copy_rows(
+        [u[2] for u in units], commitlog.segments, commitlog.core, dequeue, svc._real_topic, {},
+        timer_mod._order_indices, svc._room, out,
+    )  # fmt: skip
+    return bytes(out[:used]), topics, careful
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batch=st.lists(st.tuples(_raw_properties(), st.booleans(), st.sampled_from([0, 0x10, 0x30])), max_size=8)
+)
+def test_timer_copy_rows_hold_the_copies_timer_copies_builds(timer_store, batch):
+    """A row of ``timer_copy_rows`` holds what the item of ``timer_copies`` holds; the careful
+    path's rows are heads alone, at the same indices."""
+    for props, unique, sys_flag in batch:
+        _put_raw(timer_store, props, unique, sys_flag)
+    svc = timer_store._opened.timer
+    commitlog = svc._parts.commitlog
+    units = _units(timer_store)
+    dequeue = 1_700_000_000_123
+    for codec in {_impl.PURE.codec, commitlog.codec}:
+        items, careful = codec.timer_copies(
+            [u[2] for u in units], commitlog.segments, commitlog.core, dequeue, svc._real_topic, {},
+            timer_mod._order_indices, svc._room,
+        )  # fmt: skip
+        rows, topics, careful_rows = _copy_rows(codec, svc, units, dequeue)
+        assert careful_rows == careful
+        # into a bytearray that held longer rows: the same rows, and it is not shrunk
+        out = bytearray(b"\xff" * (len(rows) + 100))
+        assert _copy_rows(codec, svc, units, dequeue, out) == (rows, topics, careful)
+        assert len(out) == len(rows) + 100
+        got = _rows(rows, topics)
+        assert len(got) == len(units)
+        for i, item in enumerate(items):
+            if item is None:
+                assert got[i] is None and i in careful
+            else:
+                assert got[i] == (*item[:8], True if item[8] is not None else None), i
+                if item[8] is not None:  # put_copies then generates none: the properties hold it
+                    assert b"UNIQ_KEY\x01%s\x02" % item[8].encode() in got[i][2]
+
+
+def test_put_copies_writes_the_records_put_many_writes(timer_store):
+    """The same copies through ``put_copies`` (rows, and a careful item where a row stands for
+    one) and through ``put_many`` (items): the same records but the store's own fields."""
+    for n in range(6):
+        timer_store.put("TopicA", b"m%d" % n, delay_ms=10 + n, tags="T", keys="k")
+    _put_raw(timer_store, b"REAL_TOPIC\x01TopicA\x02REAL_QID\x012\x02TIMER_OUT_MS\x0155\x02REAL_QID\x011\x02")
+    _put_raw(timer_store, b"REAL_TOPIC\x01TopicA\x02REAL_QID\x013\x02TIMER_OUT_MS\x0156\x02", unique=True)
+    svc = timer_store._opened.timer
+    core = timer_store._opened.core
+    units = _units(timer_store)
+    rows, topics, careful = _copy_rows(svc._parts.commitlog.codec, svc, units, 99)
+    items = [svc._copy(units[i], 99)[0] for i in careful]
+    expected = [svc._copy(u, 99)[0] for u in units]
+    start = core.wrote_offset
+    written, end = core.put_copies(rows, topics, items)
+    assert written == len(units) and end == core.wrote_offset
+    middle = core.wrote_offset
+    results = core.put_many(expected, 0)
+    assert core.wrote_offset - middle == end - start
+
+    def fields(offset):
+        m = timer_store.read(offset)
+        props = dict(m.properties)
+        return (m.topic, m.queue_id, m.body, m.flag, m.born_timestamp, m.sys_flag, m.reconsume_times, props)
+
+    offsets, at = [], start
+    for r in results:
+        offsets.append(at)
+        at += r.size
+    theirs = [fields(r.commitlog_offset) for r in results]
+    mine = [fields(o) for o in offsets]
+    for a, b in zip(mine, theirs):
+        if "UNIQ_KEY" not in b[7] or a[7]["UNIQ_KEY"] != b[7]["UNIQ_KEY"]:  # generated: each its own
+            a[7].pop("UNIQ_KEY", None)
+            b[7].pop("UNIQ_KEY", None)
+        assert a == b
+
+
+@pytest.mark.parametrize(
+    ("rows", "topics", "items", "error"),
+    [
+        (_ROW.pack(0, 0, 0, 0, 0, 0, 0, 1, 0)[:39], ["TopicA"], [], "torn"),
+        (_ROW.pack(0, 0, 0, 0, 0, 5, 0, 1, 0) + b"abcd", ["TopicA"], [], "overrun"),
+        (_ROW.pack(0, 0, 0, 0, 0, -1, 0, 1, 0), ["TopicA"], [], "overrun"),
+        (_ROW.pack(1, 0, 0, 0, 0, 0, 0, 1, 0), ["TopicA"], [], "not one of"),
+        (_ROW.pack(-1, 0, 0, 0, 0, 0, 0, 0, 0), ["TopicA"], [], "fewer items"),
+        (_ROW.pack(-1, 0, 0, 0, 0, 0, 0, 0, 0), ["TopicA"], [None, None], "more items"),
+        (_ROW.pack(0, 9, 0, 0, 0, 1, 0, 1, 0) + b"x", ["TopicA"], [], "out of range"),
+    ],
+)
+def test_put_copies_refuses_bad_rows_before_writing(timer_store, rows, topics, items, error):
+    core = timer_store._opened.core
+    good = _ROW.pack(0, 1, 0, 0, 0, 2, 0, 0, 0) + b"ok"
+    before = core.wrote_offset
+    with pytest.raises(Exception, match=error):
+        core.put_copies(good + rows, topics, items)
+    assert core.wrote_offset == before
+    assert core.put_copies(b"", [], []) == (0, 0)
+    assert core.put_copies(_ROW.pack(-1, 0, 0, 0, 0, 0, 0, 0, 0), [], [None]) == (0, 0)

@@ -3,7 +3,9 @@
 # constants it uses.
 
 
-__all__ += ["timer_properties", "timer_units", "timer_copies"]
+__all__ += ["timer_properties", "timer_units", "timer_copies", "timer_copy_rows"]
+
+from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
 
 cdef enum:
     _PREFETCH_AHEAD = 24        # timer_copies reads records this many ahead of the one it builds,
@@ -134,31 +136,6 @@ cdef int64_t _digits(const uint8_t *p, int32_t n, int max_digits) noexcept:
     return v
 
 
-cdef object _timer_out_ms(const uint8_t *props, int32_t n):
-    """The record's TIMER_OUT_MS as the timer service reads it (the last piece of that name that
-    decode_properties keeps; 0 when there is none), or None when it is not plain digits."""
-    cdef int64_t i = 0, end, sep, v
-    cdef const uint8_t *hit
-    cdef int64_t found_pos = -1
-    cdef int32_t found_len = 0
-    while i <= n:
-        hit = <const uint8_t *>memchr(props + i, 2, <size_t>(n - i)) if i < n else NULL
-        end = (hit - props) if hit != NULL else n
-        if end - i >= 3:
-            hit = <const uint8_t *>memchr(props + i, 1, <size_t>(end - i))
-            if hit != NULL:
-                sep = hit - props
-                if (i < sep < end - 1 and sep - i == 12
-                        and memcmp(props + i, b"TIMER_OUT_MS", 12) == 0):
-                    found_pos = sep + 1
-                    found_len = <int32_t>(end - sep - 1)
-        i = end + 1
-    if found_pos < 0:
-        return 0
-    v = _digits(props + found_pos, found_len, _TIMER_MAX_DIGITS)
-    return None if v < 0 else v
-
-
 cdef class _SegmentReader:
     """The CommitLog segment last read, kept exported while a call reads records in order."""
     cdef Py_buffer view
@@ -232,8 +209,8 @@ cdef int _timer_unit_facts(const uint8_t *props, int32_t n, int32_t *topic_hash,
                            int64_t *out_ms) noexcept:
     """What a timer log unit takes from its record, in one pass over its properties: the magic
     (MAGIC_DEFAULT, with MAGIC_DELETE when it names TIMER_DEL_UNIQKEY), in ``topic_hash`` Java's
-    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as
-    _timer_out_ms reads it (0 when there is none, -1 when it is not plain digits); -1 when
+    hashCode of REAL_TOPIC (0 when there is none) and in ``out_ms`` its TIMER_OUT_MS as the
+    timer service reads it (0 when there is none, -1 when it is not plain digits); -1 when
     REAL_TOPIC is not ASCII (the careful path hashes it). Each the last piece of its name
     decode_properties keeps."""
     cdef int64_t i = 0, end, sep, k, v
@@ -315,15 +292,12 @@ def timer_units(units, first_queue_offset, segments, core, facts=None):
             magic = -1
             topic_hash = 0
             ms = 0
-            if reader.record(offset, &rec):
-                if f == NULL:
-                    deliver = _timer_out_ms(rec.properties, rec.properties_len)
+            if reader.record(offset, &rec):   # (the one walk of the properties, with or without facts)
+                magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
+                if ms >= 0:
+                    deliver = ms
                 else:
-                    magic = _timer_unit_facts(rec.properties, rec.properties_len, &topic_hash, &ms)
-                    if ms >= 0:
-                        deliver = ms
-                    else:
-                        ms = 0
+                    ms = 0
             if deliver is None or (f != NULL and magic < 0):
                 careful.append(len(out))
             if f != NULL:
@@ -453,15 +427,75 @@ cdef class _CopyShape:
         return self.topic_found
 
 
-def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
-    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``
-    (the timer service's ``_copy``: REAL_TOPIC / REAL_QID restored and left out with a CRC32
-    property, TIMER_DEQUEUE_MS added, the rest kept in the order of a Java ``HashMap``), and
-    the indices of the None among them: the careful path decides those (see the pure twin).
-    ``real_topic(raw)`` gives ``(topic, its queue count)`` for REAL_TOPIC bytes, or None;
-    ``orders`` caches ``order_of(names)``, the HashMap order of the kept names plus
-    TIMER_DEQUEUE_MS (indices); ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the
-    longest record allowed)``."""
+cdef enum:
+    _COPY_ROW = 40   # the head of a row of timer_copy_rows (see there)
+
+
+cdef class _CopyRows:
+    """The rows timer_copy_rows builds into the caller's bytearray ``out`` (its size is the room
+    it has; it grows, never shrinks, so that its memory serves pass after pass), and the topics
+    they name."""
+    cdef bytearray out
+    cdef Py_ssize_t len
+    cdef list topics
+    cdef dict index
+    cdef object last_topic
+    cdef int32_t last_index
+
+    cdef uint8_t *grow(self, Py_ssize_t need) except NULL:
+        """Room for ``need`` more bytes at the end (``len`` is moved past them)."""
+        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.out)
+        cdef uint8_t *at
+        if self.len + need > size:
+            PyByteArray_Resize(self.out, max(2 * size, self.len + need, 1 << 16))
+        at = <uint8_t *>PyByteArray_AS_STRING(self.out) + self.len
+        self.len += need
+        return at
+
+    cdef int32_t topic_index(self, object topic) except -1:
+        """The index of ``topic`` (a str) in ``topics``, added when new."""
+        if topic is self.last_topic:
+            return self.last_index
+        found = self.index.get(topic)
+        if found is None:
+            found = len(self.topics)
+            self.topics.append(topic)
+            self.index[topic] = found
+        self.last_topic, self.last_index = topic, <int32_t>found
+        return self.last_index
+
+
+cdef inline void _wle32(uint8_t *p, int32_t v) noexcept:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <uint8_t>u
+    p[1] = <uint8_t>(u >> 8)
+    p[2] = <uint8_t>(u >> 16)
+    p[3] = <uint8_t>(u >> 24)
+
+
+cdef inline void _wle64(uint8_t *p, int64_t v) noexcept:
+    _wle32(p, <int32_t>(<uint64_t>v & 0xFFFFFFFF))
+    _wle32(p + 4, <int32_t>(<uint64_t>v >> 32))
+
+
+cdef inline void _copy_head(uint8_t *p, int32_t topic, int32_t qid, int32_t flag, int32_t sys_flag,
+                            int32_t reconsume, int32_t body_len, int32_t props_len, int32_t has_key,
+                            int64_t born) noexcept:
+    _wle32(p, topic)
+    _wle32(p + 4, qid)
+    _wle32(p + 8, flag)
+    _wle32(p + 12, sys_flag)
+    _wle32(p + 16, reconsume)
+    _wle32(p + 20, body_len)
+    _wle32(p + 24, props_len)
+    _wle32(p + 28, has_key)
+    _wle64(p + 32, born)
+
+
+cdef object _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room,
+                          _CopyRows rows):
+    """timer_copies (``rows`` None) or timer_copy_rows (the rows appended to ``rows``): the
+    copies, as put_many items or rows, and the indices the careful path decides."""
     cdef _Piece pieces[_TIMER_MAX_PIECES]
     cdef Py_ssize_t npieces, k, j, total, topic_len = 0
     cdef rs_record rec
@@ -474,7 +508,8 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     cdef char deq_text[24]
     cdef Py_ssize_t deq_len = _decimal(deq_text, deq)
     cdef char *p
-    cdef list out, careful = []
+    cdef uint8_t *row
+    cdef list out = None, careful = []
     cdef bytes raw
     cdef bint fit
     cdef _CopyShape shape = _CopyShape.__new__(_CopyShape)
@@ -492,11 +527,13 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
     try:
         for index in range(n):
             wanted[index] = _check_int(offsets[index], "offset", INT64_MIN, INT64_MAX)
-        # The copies are built in the order put_many writes them, so their records are read in
-        # key order, scattered over the CommitLog: each is prefetched a few records ahead.
-        # (Reading them in CommitLog order instead measured slower: put_many then walks
-        # objects scattered in memory.)
-        out = [None] * n
+        # The copies are built in the order put_many / put_copies write them, so their records
+        # are read in key order, scattered over the CommitLog: each is prefetched a few records
+        # ahead. (Reading them in CommitLog order instead measured slower as items, put_many
+        # then walking objects scattered in memory, and no faster as rows, put in key order
+        # after: a sort and a copy of each.)
+        if rows is None:
+            out = [None] * n
         for index in range(n):
             offset = wanted[index]
             for ahead in range(index + _PREFETCH_AHEAD, min(n, index + _PREFETCH_AHEAD + 1)):
@@ -534,25 +571,21 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
                 fit = total <= RS_MAX_PROPERTIES_LENGTH and length <= longest
             if not fit:
                 careful.append(index)
+                if rows is not None:   # a row that stands for the careful path's copy
+                    _copy_head(rows.grow(_COPY_ROW), -1, 0, 0, 0, 0, 0, 0, 0, 0)
+                continue
+            if rows is not None:
+                row = rows.grow(_COPY_ROW + rec.body_len + total)
+                _copy_head(row, rows.topic_index(topic), <int32_t>qid, rec.flag,
+                           rec.sys_flag & ~(RS_SYSFLAG_BORNHOST_V6 | RS_SYSFLAG_STOREHOST_V6),
+                           rec.reconsume_times, rec.body_len, <int32_t>total, shape.uniq_i >= 0,
+                           rec.born_timestamp)
+                memcpy(row + _COPY_ROW, rec.body, rec.body_len)
+                _copy_properties(<char *>row + _COPY_ROW + rec.body_len, shape, pieces, props,
+                                 deq_text, deq_len)
                 continue
             raw = PyBytes_FromStringAndSize(NULL, total)
-            p = PyBytes_AS_STRING(raw)
-            for j in range(shape.kept_n + 1):
-                if shape.order[j] == shape.kept_n:
-                    memcpy(p, b"TIMER_DEQUEUE_MS\x01", 17)
-                    p += 17
-                    memcpy(p, deq_text, deq_len)
-                    p += deq_len
-                else:
-                    k = shape.kept[shape.order[j]]
-                    memcpy(p, props + pieces[k].name_pos, pieces[k].name_len)
-                    p += pieces[k].name_len
-                    p[0] = 1
-                    p += 1
-                    memcpy(p, props + pieces[k].value_pos, pieces[k].value_len)
-                    p += pieces[k].value_len
-                p[0] = 2
-                p += 1
+            _copy_properties(PyBytes_AS_STRING(raw), shape, pieces, props, deq_text, deq_len)
             unique_key = None
             if shape.uniq_i >= 0:
                 unique_key = _utf8(props + pieces[shape.uniq_i].value_pos, pieces[shape.uniq_i].value_len)
@@ -571,3 +604,59 @@ def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_
         PyMem_Free(wanted)
         reader.release()
     return out, careful
+
+
+cdef void _copy_properties(char *p, _CopyShape shape, _Piece *pieces, const uint8_t *props,
+                           const char *deq_text, Py_ssize_t deq_len) noexcept:
+    """Write a copy's properties (the kept pieces and TIMER_DEQUEUE_MS, in the shape's order) at
+    ``p``, which has room for them (the ``total`` _timer_copies counted)."""
+    cdef Py_ssize_t j, k
+    for j in range(shape.kept_n + 1):
+        if shape.order[j] == shape.kept_n:
+            memcpy(p, b"TIMER_DEQUEUE_MS\x01", 17)
+            p += 17
+            memcpy(p, deq_text, deq_len)
+            p += deq_len
+        else:
+            k = shape.kept[shape.order[j]]
+            memcpy(p, props + pieces[k].name_pos, pieces[k].name_len)
+            p += pieces[k].name_len
+            p[0] = 1
+            p += 1
+            memcpy(p, props + pieces[k].value_pos, pieces[k].value_len)
+            p += pieces[k].value_len
+        p[0] = 2
+        p += 1
+
+
+def timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room):
+    """The ``put_many`` items of the copies a timer pass puts for the records at ``offsets``
+    (the timer service's ``_copy``: REAL_TOPIC / REAL_QID restored and left out with a CRC32
+    property, TIMER_DEQUEUE_MS added, the rest kept in the order of a Java ``HashMap``), and
+    the indices of the None among them: the careful path decides those (see the pure twin).
+    ``real_topic(raw)`` gives ``(topic, its queue count)`` for REAL_TOPIC bytes, or None;
+    ``orders`` caches ``order_of(names)``, the HashMap order of the kept names plus
+    TIMER_DEQUEUE_MS (indices); ``room`` is ``(host bytes, a generated UNIQ_KEY's bytes, the
+    longest record allowed)``."""
+    return _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, None)
+
+
+def timer_copy_rows(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, out):
+    """:func:`timer_copies` as rows for the append core's ``put_copies`` (no Python object per
+    copy), written into the bytearray ``out`` from its start: ``(the length of the rows,
+    topics, careful)``. ``out`` grows as needed and is never shrunk (its size is room, not
+    rows: a caller passing the same one each time reuses its memory). One row per offset, in
+    order, each a 40-byte head of little-endian fields (topic, an index into ``topics``, the
+    copies' topic names; queue id; flag; sysFlag; reconsume times; body length; properties
+    length; 1 when the properties hold the UNIQ_KEY, 0 when the core generates one, all int32;
+    born timestamp, int64), then the body and the encoded properties. The row of an index in
+    ``careful`` is a head alone with topic -1: the careful path's copy (or no copy) goes there."""
+    cdef _CopyRows rows = _CopyRows.__new__(_CopyRows)
+    if type(out) is not bytearray:
+        raise TypeError("out must be a bytearray")
+    rows.out = out
+    rows.topics = []
+    rows.index = {}
+    rows.last_index = -1
+    _, careful = _timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, rows)
+    return rows.len, rows.topics, careful

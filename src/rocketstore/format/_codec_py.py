@@ -270,6 +270,7 @@ from rocketstore.format._timers_py import (
 )
 from rocketstore.format._timers_py import (
     timer_copies,
+    timer_copy_rows,
     timer_properties,
     timer_units,
 )
@@ -333,6 +334,7 @@ __all__ = [
     "timer_properties",
     "timer_units",
     "timer_copies",
+    "timer_copy_rows",
     "PopLane",
     "PopAcker",
     "POP_SNAPSHOT_CHECK_EVERY",

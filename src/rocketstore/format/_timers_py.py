@@ -140,3 +140,29 @@ def timer_copies(
         _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
         out.append(None)
     return out, list(range(len(out)))
+
+
+def timer_copy_rows(
+    offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room, out
+) -> tuple[int, list, list]:
+    """:func:`timer_copies` as rows for the append core's ``put_copies``, written into the
+    bytearray ``out`` from its start (grown as needed, never shrunk: its size is room, not
+    rows): ``(the length of the rows, topics, careful)``. One row per offset, each a 40-byte head
+    of little-endian fields (topic, an index into ``topics``; queue id; flag; sysFlag; reconsume
+    times; body length; properties length; 1 when the properties hold the UNIQ_KEY, else 0, all
+    int32; born timestamp, int64), then the body and the encoded properties; the row of an index
+    in ``careful`` is a head alone with topic -1 (the careful path's copy goes there). The
+    compiled twin builds the rows of the records its timer_copies builds; this twin, like its
+    timer_copies, leaves every record to the careful path."""
+    if type(out) is not bytearray:
+        raise TypeError("out must be a bytearray")
+    _none, careful = timer_copies(offsets, segments, core, dequeue_ms, real_topic, orders, order_of, room)
+    rows = _CAREFUL_ROW * len(careful)
+    if len(out) < len(rows):
+        out.extend(bytes(len(rows) - len(out)))
+    out[: len(rows)] = rows
+    return len(rows), [], careful
+
+
+#: the head of a row timer_copy_rows leaves to the careful path
+_CAREFUL_ROW = struct.pack("<iiiiiiiiq", -1, 0, 0, 0, 0, 0, 0, 0, 0)

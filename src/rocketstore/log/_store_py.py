@@ -419,6 +419,9 @@ def _debug_fail_syncs(err: int) -> None:
 WAIT_NONE = 0
 WAIT_BLOCK = 1
 WAIT_FUTURE = 2
+#: the head of a row of the codec's timer_copy_rows (put_copies)
+_COPY_ROW = struct.Struct("<iiiiiiiiq")
+_NO_ITEM = object()
 
 MAGIC_V1 = -626843481
 MAGIC_BLANK = -875286124
@@ -1767,6 +1770,45 @@ class CommitLogCore:
         elif wait == WAIT_FUTURE and results:
             return [self._finish(r, end, WAIT_FUTURE) for r in results]
         return results
+
+    def put_copies(self, rows, topics, items):
+        """:meth:`put_many` of the copies a timer pass built as rows (the codec's
+        ``timer_copy_rows``, any buffer: one row per copy, ``topics`` the names its rows index); a row with
+        topic -1 stands for the next entry of ``items``, a put_many item or None (no copy).
+        Validated whole before the first byte is written; returns ``(records written, the end
+        offset of the last)``; the caller flushes."""
+        rows = bytes(rows)  # any buffer
+        copies, at, n, left = [], 0, 0, iter(items)
+        while at < len(rows):
+            if len(rows) - at < _COPY_ROW.size:
+                raise ValueError("rows end in a torn row")
+            topic, qid, flag, sys_flag, reconsume, body_len, props_len, has_key, born = _COPY_ROW.unpack_from(
+                rows, at
+            )
+            start = at + _COPY_ROW.size
+            if body_len < 0 or props_len < 0 or body_len + props_len > len(rows) - start:
+                raise ValueError(f"row {n}: its lengths overrun the rows")
+            at = start + body_len + props_len
+            n += 1
+            if topic == -1:
+                item = next(left, _NO_ITEM)
+                if item is _NO_ITEM:
+                    raise ValueError("fewer items than rows that stand for one")
+                if item is not None:
+                    copies.append(item)
+                continue
+            if not 0 <= topic < len(topics):
+                raise ValueError(f"row {n - 1}: topic {topic} is not one of the {len(topics)} topics")
+            body, props = rows[start : start + body_len], rows[start + body_len : at]
+            key = True if has_key else None
+            copies.append((topics[topic], body, props, qid, flag, born, sys_flag, reconsume, key))
+        if next(left, _NO_ITEM) is not _NO_ITEM:
+            raise ValueError("more items than rows that stand for one")
+        if not copies:
+            return 0, 0
+        results = self.put_many(copies, WAIT_NONE)
+        last = results[-1]
+        return len(results), last.commitlog_offset + last.size
 
     def put_keyed(self, topic, body, tags, keys, queue_id=-1, flag=0, wait=-1, properties=None):
         """:meth:`put` of a message whose properties are ``tags``, ``keys`` and a plain

@@ -34,7 +34,7 @@ taken. An open rebuilds the heap from the units between L and Q (each record rea
 
 1. persists its *intent* (the CommitLog offset E its copies are written after, the pass time,
    the state before and after) together with the state before it;
-2. puts the copies, in key order, in one ``put_many`` (nothing comes between them);
+2. puts the copies, in key order, in one ``put_copies`` (nothing comes between them);
 3. flushes the CommitLog;
 4. leaves the state after to be saved with the next pass's intent, or when the service is idle,
    ``deliver()`` returns or the store closes (one fdatasync per pass before its copies).
@@ -92,8 +92,7 @@ import os
 import struct
 import threading
 import weakref
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -101,20 +100,8 @@ import numpy as np
 from rocketstore.base._checks import java_int
 from rocketstore.base._clock import now_ms
 from rocketstore.base._failurelog import FailureLog
-from rocketstore.errors import (
-    InvalidMessageError,
-    InvalidQueueIdError,
-    InvalidTimerError,
-    MessageNotFoundError,
-    StoreConfigError,
-    StoreReadOnlyError,
-    TimerTooFarError,
-)
-from rocketstore.files._files import fsync_dir, write_synced
-from rocketstore.files.configfiles import PERM_READ, PERM_WRITE
-from rocketstore.files.mapped_file import NO_SPACE_ERRNOS, space_error
+from rocketstore.errors import InvalidMessageError, MessageNotFoundError
 from rocketstore.message import (
-    PROPERTY_DELAY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
@@ -138,6 +125,16 @@ from rocketstore.services.schedule import (
     _is_copy,
     java_hashmap_order,
 )
+from rocketstore.services.timerprogress import NO_KEY, TimerProgress, intent_units
+from rocketstore.services.timerput import (
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    TIMER_PROPERTIES,
+    TIMER_TOPIC,
+    TimerPuts,
+    is_timer_put,
+    java_long,
+)
 
 __all__ = [
     "TIMER_TOPIC",
@@ -149,16 +146,12 @@ __all__ = [
     "TIMER_PROPERTIES",
     "TimerProgress",
     "TimerService",
+    "intent_units",
     "is_timer_put",
 ]
 
 log = logging.getLogger("rocketstore.services.timer")
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
-PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-#: The properties that make a put a timer message (MessageConst).
-TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 #: At most this many copies per pass (besides the late ones: new units due by the watermark),
 #: and this many new units read per pass: as many as a pass can take, so that new units
 #: already due are delivered at once, not pushed into the heap and popped again.
@@ -169,8 +162,6 @@ UNITS_PER_CALL = 4096
 #: After a failed pass the thread waits this long before the next.
 RETRY_AFTER_FAILURE_MS = 1000
 FLUSH_TIMEOUT_MS = 10_000
-_JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
-_NO_KEY = (-(1 << 63), -1)  # below every key: nothing delivered yet
 _DELIVER_MS = operator.itemgetter(0)  # of a unit (deliver ms, queue offset, CommitLog offset)
 #: rocketstore keeps RocketMQ 5.x's timer files (module docstring) when no timer can be due
 #: further ahead than the wheel's TTL (7 days: half its ring of slots at 1 s precision)
@@ -186,203 +177,7 @@ _FACT_DTYPE = np.dtype(
 _FACT = struct.Struct(">qqiii")
 
 
-def is_timer_put(properties: Optional[Mapping[str, str]]) -> bool:
-    """Whether a put with these properties is a timer message (it names a TIMER_* time)."""
-    return bool(properties) and any(name in properties for name in TIMER_PROPERTIES)  # type: ignore[operator]
-
-
-def _java_long(text: object) -> Optional[int]:
-    """``Long.parseLong``: None where Java throws."""
-    if not isinstance(text, str):
-        return None
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    value = int(text)
-    return value if _JAVA_LONG[0] <= value <= _JAVA_LONG[1] else None
-
-
-def _check_ms(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTimerError(f"{name} must be an int of milliseconds, not {type(value).__name__}")
-    if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
-        raise InvalidTimerError(f"{name} {value} does not fit a Java long")
-    return value
-
-
-def _deliver_ms(
-    props: dict[str, str], deliver_at_ms: Optional[int], delay_ms: Optional[int], now: int
-) -> int:
-    """The deliver time of a timer put at ``now``, as 5.x's ``transformTimerMessage`` reads it;
-    a keyword argument is written into ``props`` as the property a 5.x client would set."""
-    named = [name for name in TIMER_PROPERTIES if name in props]
-    if deliver_at_ms is not None and delay_ms is not None:
-        raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
-    if (deliver_at_ms is not None or delay_ms is not None) and named:
-        raise InvalidTimerError(f"the properties already name a timer ({named[0]})")
-    if len(named) > 1:
-        raise InvalidTimerError(f"a message names one timer property, not {' and '.join(named)}")
-    level = java_int(props[PROPERTY_DELAY]) if PROPERTY_DELAY in props else 0
-    if level is None or level > 0:
-        raise InvalidTimerError("a timer message cannot also have a DELAY level")
-    if deliver_at_ms is not None:
-        props[PROPERTY_TIMER_DELIVER_MS] = str(_check_ms("deliver_at_ms", deliver_at_ms))
-    elif delay_ms is not None:
-        props[PROPERTY_TIMER_DELAY_MS] = str(_check_ms("delay_ms", delay_ms))
-    name = next(n for n in TIMER_PROPERTIES if n in props)
-    value = _java_long(props[name])
-    if value is None:
-        raise InvalidTimerError(f"the {name} property {props[name]!r} is not a decimal long")
-    if name == PROPERTY_TIMER_DELAY_SEC:
-        deliver = now + value * 1000
-    elif name == PROPERTY_TIMER_DELAY_MS:
-        deliver = now + value
-    else:
-        deliver = value
-    return deliver
-
-
-class TimerProgress:
-    """``config/timerProgress``: the timer service's state and the intent of a pass in progress
-    (module docstring), in two fixed slots written in turn, each fdatasynced.
-
-    ========  ======  ===========================================================================
-    offset    size    field (big-endian, as RocketMQ's files)
-    ========  ======  ===========================================================================
-    0         4       magic ``0x544D5250`` ("TMRP")
-    4         4       version (1)
-    8         8       sequence number (the slot with the larger valid one is current)
-    16        8       enqueueOffset Q
-    24        8       firstPendingOffset L
-    32        8       readTimeMs, 40: readQueueOffset (the watermark W)
-    48        8       1 when an intent follows, else 0
-    56        8 x 9   intent: commitlogOffset, dequeueMs, done, fromOffset, fromTimeMs,
-                      fromQueueOffset, toOffset, toTimeMs, toQueueOffset
-    128       4       CRC32 of bytes 0..127
-    ========  ======  ===========================================================================
-
-    Slot n lives at ``n * SLOT_SIZE``. A write goes to the slot not holding the current state and
-    is fdatasynced before anything depends on it, so a torn write leaves the other slot, and
-    the state before, intact. A file of zeros (created, nothing written yet) is the empty state;
-    a file with no valid slot but not all zeros is damage (:class:`StoreConfigError`)."""
-
-    FILE_NAME = "timerProgress"
-    MAGIC = 0x544D5250
-    VERSION = 1
-    SLOT_SIZE = 160
-    _LAYOUT = struct.Struct(">IIq" + "q" * 14)
-    _CRC = struct.Struct(">I")
-
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
-        self.path = os.fspath(path)
-        self.read_only = read_only
-        self._seq = 0
-        self._slot = 1  # the next write goes to slot 0
-        self.enqueue_offset = 0
-        self.first_pending = 0
-        self.watermark: tuple[int, int] = _NO_KEY
-        #: the pass in progress: commitlogOffset, dequeueMs, done, from (Q, W) and ``to`` (Q, W)
-        self.intent: Optional[dict[str, Any]] = None
-
-    @classmethod
-    def in_store(cls, root: str | os.PathLike[str], *, read_only: bool = False) -> TimerProgress:
-        """Open and load ``<root>/config/timerProgress``."""
-        progress = cls(os.path.join(os.fspath(root), "config", cls.FILE_NAME), read_only=read_only)
-        progress.load()
-        return progress
-
-    def load(self) -> bool:
-        """Read the current slot; False (empty state) when the file is missing or all zeros."""
-        try:
-            with open(self.path, "rb") as f:
-                raw = f.read(2 * self.SLOT_SIZE)
-        except FileNotFoundError:
-            return False
-        best = None
-        for n in (0, 1):
-            chunk = raw[n * self.SLOT_SIZE : n * self.SLOT_SIZE + self._LAYOUT.size + 4]
-            if len(chunk) < self._LAYOUT.size + 4:
-                continue
-            body, (crc,) = chunk[: self._LAYOUT.size], self._CRC.unpack(chunk[self._LAYOUT.size :])
-            fields = self._LAYOUT.unpack(body)
-            if fields[0] != self.MAGIC or zlib.crc32(body) != crc:
-                continue
-            if fields[1] != self.VERSION:
-                raise StoreConfigError(f"{self.path}: version {fields[1]} is not {self.VERSION}")
-            if best is None or fields[2] > best[1][2]:
-                best = (n, fields)
-        if best is None:
-            if raw.strip(b"\0"):
-                raise StoreConfigError(f"{self.path}: neither slot is valid (damaged)")
-            return False
-        self._slot, fields = best
-        self._seq = fields[2]
-        q, low, t, tq, has_intent = fields[3:8]
-        e, d, done, fq, ft, fqo, tq2, tt, tqo = fields[8:17]
-        if min(q, low, tq + 1, e, done, fq, fqo + 1, tq2, tqo + 1) < 0 or has_intent not in (0, 1):
-            raise StoreConfigError(f"{self.path}: a field is out of range: {fields}")
-        self.enqueue_offset, self.first_pending, self.watermark = q, low, (t, tq)
-        self.intent = None
-        if has_intent:
-            self.intent = {
-                "commitlogOffset": e,
-                "dequeueMs": d,
-                "done": done,
-                "fromOffset": fq,
-                "fromTimeMs": ft,
-                "fromQueueOffset": fqo,
-                "to": (tq2, (tt, tqo)),
-            }
-        return True
-
-    def persist(self) -> None:
-        """Write the state (and intent) into the other slot and fdatasync it."""
-        if self.read_only:
-            raise StoreReadOnlyError(f"{self.path} was opened read-only")
-        i = self.intent
-        intent = (
-            (1, i["commitlogOffset"], i["dequeueMs"], i["done"], i["fromOffset"], i["fromTimeMs"],
-             i["fromQueueOffset"], i["to"][0], i["to"][1][0], i["to"][1][1])
-            if i is not None
-            else (0,) * 10
-        )  # fmt: skip
-        body = self._LAYOUT.pack(
-            self.MAGIC,
-            self.VERSION,
-            self._seq + 1,
-            self.enqueue_offset,
-            self.first_pending,
-            self.watermark[0],
-            self.watermark[1],
-            *intent,
-        )
-        slot = 1 - self._slot
-        try:
-            created = not os.path.exists(self.path)
-            if created:
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                write_synced(self.path, bytes(2 * self.SLOT_SIZE))
-                fsync_dir(os.path.dirname(self.path))
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                os.pwrite(fd, body + self._CRC.pack(zlib.crc32(body)), slot * self.SLOT_SIZE)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno not in NO_SPACE_ERRNOS:
-                raise
-            raise space_error(exc.errno, "writing timerProgress failed", self.path) from exc
-        self._seq += 1
-        self._slot = slot
-
-    def set_state(self, enqueue_offset: int, watermark: tuple[int, int], first_pending: int) -> None:
-        """The state after a pass, without an intent (saved by :meth:`persist`)."""
-        self.enqueue_offset, self.watermark, self.first_pending = enqueue_offset, watermark, first_pending
-        self.intent = None
-
-
-class TimerService:
+class TimerService(TimerPuts):
     """The timer service of one writable :class:`~rocketstore.MessageStore` (module docstring).
     Built by the store when it opens; it rebuilds its heap and settles an interrupted pass."""
 
@@ -403,13 +198,13 @@ class TimerService:
         if (
             self._broker is not None
             and not os.path.exists(os.path.join(parts.path, "config", "timermetrics"))
-            and (progress.enqueue_offset or progress.watermark != _NO_KEY or progress.intent is not None)
+            and (progress.enqueue_offset or progress.watermark != NO_KEY or progress.intent is not None)
         ):
             self._broker = None
         if (
             self._broker is not None
             and progress.enqueue_offset == 0
-            and progress.watermark == _NO_KEY
+            and progress.watermark == NO_KEY
             and progress.intent is None
         ):
             # Take over where the broker's timer stopped: the timer queue's units below its
@@ -440,6 +235,9 @@ class TimerService:
         self.delivered = self.dropped = self.reconciled = self.resumed = 0
         self._next_due: Optional[int] = None
         self._heap: list[tuple[int, int, int]] = []
+        #: the codec writes a pass's copies here (its memory reused pass after pass: fresh
+        #: pages for each pass's rows measured a third of their cost)
+        self._rows = bytearray()
         self._loaded = False
         self._uncommitted = False  # the file holds the last pass's intent, not its state after
         self._unflushed = 0  # where the last pass's copies end, until they are flushed
@@ -504,89 +302,6 @@ class TimerService:
         if self._next_due is not None:
             wait_ms = min(wait_ms, max(0, self._next_due - self.clock()))
         return wait_ms / 1000
-
-    # ---- the rewrite on put ----
-
-    def rewrite(
-        self,
-        topic: str,
-        queue_id: int,
-        properties: Optional[Mapping[str, str]],
-        deliver_at_ms: Optional[int],
-        delay_ms: Optional[int],
-    ) -> tuple[str, int, Optional[Mapping[str, str]]]:
-        """``(topic, queue_id, properties)`` of a put: rewritten into rmq_sys_wheel_timer when it
-        is a timer message due in the future, else returned as given (module docstring)."""
-        props = dict(properties) if properties else {}
-        now = self.clock()
-        deliver = _deliver_ms(props, deliver_at_ms, delay_ms, now)
-        if isinstance(queue_id, bool) or not isinstance(queue_id, int):
-            raise InvalidQueueIdError(f"queue id must be an int, not {type(queue_id).__name__}")
-        if deliver <= now:  # due already: a plain message (as 5.x stores it)
-            return topic, queue_id, props
-        if deliver - now > self.max_delay_ms:
-            raise TimerTooFarError(
-                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
-            )
-        queue_id = self._parts.topics.queue_for_put(topic, queue_id, self._round_robin)
-        if not self._topic_ready:
-            self._parts.topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
-            self._topic_ready = True
-        props[PROPERTY_TIMER_OUT_MS] = str(deliver)
-        props[PROPERTY_REAL_TOPIC] = topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-        due = self._next_due
-        if (due is None or deliver < due) and not self._wake.is_set():
-            self._wake.set()  # the thread sleeps until a later time: let it look again
-        return TIMER_TOPIC, 0, props
-
-    def put(
-        self,
-        core: Any,
-        topic: str,
-        body: Any,
-        queue_id: int,
-        flag: int,
-        wait: int,
-        deliver_at_ms: Optional[int],
-        delay_ms: Optional[int],
-    ) -> Any:
-        """A timer put with no tags, keys or properties (``topic`` a user topic the caller
-        checked, ``queue_id`` and ``flag`` checked ints): :meth:`rewrite`'s checks, errors and
-        properties, without building a dict, then the core's put. None (nothing done, the clock
-        not read) when the value is not a plain int: the general path decides."""
-        if delay_ms is None:
-            name, value = PROPERTY_TIMER_DELIVER_MS, deliver_at_ms
-        elif deliver_at_ms is None:
-            name, value = PROPERTY_TIMER_DELAY_MS, delay_ms
-        else:
-            raise InvalidTimerError("give deliver_at_ms or delay_ms, not both")
-        if value.__class__ is not int:
-            return None
-        if not _JAVA_LONG[0] <= value <= _JAVA_LONG[1]:
-            _check_ms("deliver_at_ms" if delay_ms is None else "delay_ms", value)
-        now = self.clock()
-        deliver = value if delay_ms is None else now + value
-        if deliver <= now:  # due already: a plain message (as 5.x stores it)
-            props = self._codec.encode_properties({name: str(value)})
-            return core.put(topic, body, props, queue_id, flag, 0, 0, 0, 0, None, wait)
-        if deliver - now > self.max_delay_ms:
-            raise TimerTooFarError(
-                f"due in {deliver - now} ms, beyond timer_max_delay_sec ({self.max_delay_ms // 1000} s)"
-            )
-        topics = self._parts.topics
-        queue_id = topics.queue_for_put(topic, queue_id, self._round_robin)
-        if not self._topic_ready:
-            topics.ensure(TIMER_TOPIC, 1, perm=PERM_READ | PERM_WRITE)
-            self._topic_ready = True
-        due = self._next_due
-        if (due is None or deliver < due) and not self._wake.is_set():
-            self._wake.set()  # the thread sleeps until a later time: let it look again
-        # rewrite()'s properties, encoded: the timer property, TIMER_OUT_MS, REAL_TOPIC, REAL_QID
-        props = self._codec.timer_properties(name, value, deliver, topic, queue_id)
-        return core.put(TIMER_TOPIC, body, props, 0, flag, 0, 0, 0, 0, None, wait)
-
-    # ---- the heap ----
 
     def _has_timers(self) -> bool:
         """Whether this store has the timer topic (a timer message was ever put)."""
@@ -703,7 +418,7 @@ class TimerService:
         smallest deliver ms waiting), the next; the slot of the first waiting unit before
         anything was delivered."""
         p = TIMER_PRECISION_MS
-        if w == _NO_KEY:
+        if w == NO_KEY:
             base = pending_ms if pending_ms is not None else self._write_ms or self.clock()
             return base // p * p
         slot = w[0] // p * p
@@ -742,7 +457,7 @@ class TimerService:
             rec = self._parts.commitlog.read(commitlog_offset)
         except MessageNotFoundError:
             return 0
-        return _java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
+        return java_long((rec.properties or {}).get(PROPERTY_TIMER_OUT_MS)) or 0
 
     def _load(self) -> None:
         """Rebuild the heap from the progress file and the timer queue; settle an intent."""
@@ -863,7 +578,7 @@ class TimerService:
                 return 0, more  # only new units read: the file need not change (module docstring)
             self._needs_reload = True  # until the copies are durable: the file is the truth
             progress = self._progress
-            items = self._copies(taken, now)
+            used, topics, items, count = self._copies(taken, now)
             core = self._parts.commitlog.core
             self._settle()  # the last pass's copies are durable before its intent is replaced
             progress.enqueue_offset, progress.watermark, progress.first_pending = from_q, from_w, from_first
@@ -885,8 +600,9 @@ class TimerService:
                 self._wheel_checkpoint(self._read_time(from_w, pending, False), from_q, False)
                 if facts:
                     self._wheel_add(facts, new, from_q, end)
-            if items:
-                core.put_many(items, 0)  # stores all or raises a PutError
+            if count:
+                with memoryview(self._rows)[:used] as rows:  # released here: _rows may grow
+                    core.put_copies(rows, topics, items)  # stores all or raises a PutError
                 # Flushed while the next pass reads and builds its copies: _settle() waits for
                 # it before anything depends on these copies being durable (the next intent, the
                 # state after this pass, deliver() returning).
@@ -896,8 +612,8 @@ class TimerService:
             # service is idle, closes or deliver() returns: one fdatasync per pass, not two.
             self._uncommitted = True
             self._needs_reload = False
-            self.delivered += len(items)
-            return len(items), more
+            self.delivered += count
+            return count, more
 
     def _settle(self) -> None:
         """Wait for the flush of the last pass's copies (the lock is held); a failed or
@@ -960,12 +676,13 @@ class TimerService:
                 heapq.heappush(self._offsets, r[1])
         return taken, to_w
 
-    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> list[tuple[Any, ...]]:
-        """The ``put_many`` items of the copies of ``units`` (the undeliverable left out, logged
-        and counted): built by the codec in one call (``timer_copies``), each it leaves (an
-        unusual record) by :meth:`_copy`."""
+    def _copies(self, units: list[tuple[int, int, int]], dequeue_ms: int) -> tuple[Any, ...]:
+        """The copies of ``units`` for the core's ``put_copies`` (the undeliverable left out,
+        logged and counted): ``(the length of the rows in _rows, topics, items, how many)``,
+        built by the codec in one call (``timer_copy_rows``, no Python object per copy), each it
+        leaves (an unusual record) by :meth:`_copy` as a put_many item in ``items``."""
         commitlog = self._parts.commitlog
-        built: tuple[list[Any], list[int]] = self._codec.timer_copies(
+        used, topics, careful = self._codec.timer_copy_rows(
             [u[2] for u in units],
             commitlog.segments,
             commitlog.core,
@@ -974,14 +691,13 @@ class TimerService:
             _ORDER_INDICES,
             _order_indices,
             self._room,
+            self._rows,
         )
-        items, careful = built
+        items = []
         for i in careful:
             copy = self._copy(units[i], dequeue_ms)
-            items[i] = copy[0] if copy is not None else None
-        if careful and None in items:
-            items = [item for item in items if item is not None]
-        return items
+            items.append(copy[0] if copy is not None else None)
+        return used, topics, items, len(units) - items.count(None)
 
     def _real_topic(self, raw: bytes) -> Optional[tuple[str, int]]:
         """(topic, its queue count) of a REAL_TOPIC value that can be delivered to, else None
@@ -1027,7 +743,7 @@ class TimerService:
             )
         if queue_id >= parts.topics.queues_for_put(topic):
             return self._drop(queue_offset, commitlog_offset, f"REAL_QID {queue_id} is outside {topic!r}")
-        if _java_long(props.get(PROPERTY_TIMER_OUT_MS)) is None:
+        if java_long(props.get(PROPERTY_TIMER_OUT_MS)) is None:
             return self._drop(queue_offset, commitlog_offset, "it has no TIMER_OUT_MS")
         kept = {
             k: v
@@ -1182,18 +898,6 @@ def _hashmap_order(keys: tuple[str, ...]) -> list[str]:
             _ORDERS.clear()
         order = _ORDERS[keys] = java_hashmap_order(keys)
     return order
-
-
-def intent_units(units: list[tuple[int, int, int]], intent: Mapping[str, Any]) -> list[tuple[int, int, int]]:
-    """The units (``(deliver ms, queue offset, CommitLog offset)``) the pass of ``intent``
-    delivers, in its order: below its new Q, with a key at most its new W and above its old W or
-    at or past its old Q."""
-    from_q = intent["fromOffset"]
-    from_w = (intent["fromTimeMs"], intent["fromQueueOffset"])
-    to_q, to_w = intent["to"]
-    return sorted(
-        u for u in units if u[1] < to_q and (u[0], u[1]) <= to_w and ((u[0], u[1]) > from_w or u[1] >= from_q)
-    )
 
 
 def _run(
