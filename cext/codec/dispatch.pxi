@@ -187,6 +187,62 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
         PyBuffer_Release(&src)
 
 
+cdef enum:
+    # At most this many records dispatch_few hands back (its rows sit on the stack).
+    _FEW_RECORDS_MAX = 16
+
+_INT64_DTYPE = _np.dtype(_np.int64)
+
+
+def dispatch_few(buffer, start, end, delays, max_records):
+    """What dispatch needs of each record of ``buffer[start:end]``, when that stretch holds at most
+    ``max_records`` (0 .. 16) whole records before its end or the first position holding none;
+    None when it holds more (the batch path, :func:`decode_batch` and :func:`dispatch_info`,
+    serves those, faster per record). See the pure twin
+    (rocketstore.format._codec_py.dispatch_few): ``(stop, reason, rows)``, ``stop`` and ``reason``
+    as ``decode_batch(buffer, start, end, check_crc=False)`` gives them, ``rows`` a tuple of
+    ``(position, size, queue_id, queue_offset, sys_flag, store_timestamp, topic, tags_code, keys)``
+    per record. ``delays``: the delay table as a one-dimensional int64 numpy array."""
+    cdef Py_buffer src, table
+    cdef rs_batch_row rows[_FEW_RECORDS_MAX + 1]
+    cdef rs_dispatch_row info
+    cdef _key_spans spans
+    cdef const rs_batch_row *r
+    cdef const uint8_t *data
+    cdef int64_t c_end, pos, n, i, keys, limit, bad = -1
+    cdef int reason = _STOP_LIMIT, what = 0
+    limit = _check_int(max_records, "max_records", 0, _FEW_RECORDS_MAX)
+    delays = _check_table("delays", delays, _INT64_DTYPE, "int64")
+    _get_readable(buffer, &src)
+    try:
+        c_end = _scan_end(start, end, max_records, src.len)
+        pos = start
+        data = <const uint8_t *>src.buf
+        n = _scan_rows(data, &pos, c_end, rows, limit + 1, limit + 1, 0, &reason, -1)
+        if n > limit:
+            return None
+        out = []
+        PyObject_GetBuffer(delays, &table, PyBUF_SIMPLE)
+        try:
+            for i in range(n):
+                r = &rows[i]
+                keys = _dispatch_scan(data, src.len, r, 1, <const int64_t *>table.buf,
+                                      table.len // <Py_ssize_t>sizeof(int64_t), &info, &spans, &bad, &what)
+                if keys < 0:
+                    if what == _OUTSIDE_TOPIC:
+                        raise _outside(i, r.position, "topic", r.topic_pos, r.topic_len, src.len)
+                    raise _outside(i, r.position, "properties", r.properties_pos, r.properties_len, src.len)
+                out.append((r.position, r.size, r.queue_id, r.queue_offset, r.sys_flag, r.store_timestamp,
+                            PyUnicode_DecodeUTF8(<const char *>data + r.topic_pos, r.topic_len,
+                                                 "surrogateescape"),
+                            info.tags_code, keys))
+        finally:
+            PyBuffer_Release(&table)
+        return pos, reason, tuple(out)
+    finally:
+        PyBuffer_Release(&src)
+
+
 cdef int64_t _count_pieces(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,
                            int32_t *counts, int64_t *bad) noexcept nogil:
     """Pass 1 of property_pieces: kept pieces per record; -1 with *bad the first record whose

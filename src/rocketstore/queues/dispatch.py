@@ -95,6 +95,12 @@ FUSED_CHUNK_PER_QUEUE = 64
 #: Records the general path takes at a time when the fused pass stopped before one it cannot
 #: dispatch (its queue new to it, a file to roll, damage), before the fused pass resumes.
 GENERAL_CHUNK = 64
+#: At most this many new records (a follower catching up with a put or a few) take the
+#: one-record path (``codec.dispatch_few``: Python integers, no arrays), whose cost is per record;
+#: more take the batch path, whose arrays cost ~10 us a pass and little per record.
+FEW_RECORDS = 4
+#: Stretches longer than this are not offered to the one-record path (they hold more records).
+FEW_BYTES = 1 << 16
 
 
 def _log_implausible(count: int, queue_offset: int, commitlog_offset: int) -> None:
@@ -151,6 +157,9 @@ class Dispatcher(DispatchState):
         self._delay_levels = (
             codec.DEFAULT_DELAY_LEVELS_MS if delay_levels_ms is None else tuple(delay_levels_ms)
         )
+        #: the delay table as dispatch_few reads it
+        self._delays = np.asarray(self._delay_levels, dtype=np.int64)
+        self._few_kernel = getattr(codec, "dispatch_few", None)
         self.offset = start
         self._lock = threading.Lock()
         self.dispatched_records = 0
@@ -269,14 +278,20 @@ class Dispatcher(DispatchState):
     def _dispatch_segment(self, mf: MappedFile, pos: int, target: int) -> int:
         base = mf.file_from_offset
         hi = min(mf.file_size, target - base)
-        view = mf.view(0, hi)
-        lo = pos - base
+        lo, reason = self._few(mf, base, pos - base, hi)
+        view = None
         while True:
-            stop, reason = self._dispatch_range(view, base, lo, hi)
+            stop = lo
+            if reason is None:  # the batch path from lo
+                if view is None:
+                    view = mf.view(0, hi)
+                stop, reason = self._dispatch_range(view, base, lo, hi)
             if reason == self._codec.STOP_BLANK or stop >= mf.file_size:
                 return mf.end_offset
             if not self._damaged_at(mf, stop):
                 return base + int(stop)
+            if view is None:
+                view = mf.view(0, hi)
             # Every record below end_of() is complete, so this one is damaged and its length
             # cannot be trusted: go on at the next whole record (its magic code and
             # PHYSICALOFFSET found), rather than stall every queue behind it or skip the rest of
@@ -292,6 +307,7 @@ class Dispatcher(DispatchState):
                 )
                 return mf.end_offset
             log.error("damaged bytes at commitlog offset %d .. %d: stepped over", base + stop, base + lo)
+            reason = None
 
     def _dispatch_range(self, view: Any, base: int, lo: int, hi: int) -> tuple[int, Any]:
         """Dispatch the records of ``view[lo:hi]`` until the first position holding no whole
@@ -405,33 +421,76 @@ class Dispatcher(DispatchState):
         self.dispatched_records += len(records)
         self.last_store_timestamp = int(records["store_timestamp"][-1])
 
+    def _few(self, mf: MappedFile, base: int, lo: int, hi: int) -> tuple[int, Any]:
+        """The one-record path over ``mf[lo:hi]``, when that holds at most :data:`FEW_RECORDS`
+        records: their units dispatched by :meth:`_dispatch`'s rules, it returns where and why
+        it stopped, as :meth:`_dispatch_range` does. ``(at, None)``: the batch path is to go on
+        from ``at`` (more records, or index keys to build now, which need its arrays)."""
+        kernel, mm = self._few_kernel, mf.mm
+        if kernel is None or mm is None or self._index_only or not 0 < hi - lo <= FEW_BYTES:
+            return lo, None  # (a closed or deleted segment: mf.view says which)
+        try:
+            found = kernel(mm, lo, hi, self._delays, FEW_RECORDS)
+        except (TypeError, ValueError):  # the map closed meanwhile: mf.view says how
+            return lo, None
+        if found is None:
+            return lo, None
+        stop, reason, rows = found
+        for position, size, queue_id, queue_offset, sys_flag, timestamp, topic, tags_code, keys in rows:
+            tx = sys_flag & SYSFLAG_TRANSACTION_MASK
+            if keys and tx != TRANSACTION_ROLLBACK_TYPE and not self._index_lazily:
+                stop, reason = position, None
+                break
+            self._unit(base, position, size, queue_id, queue_offset, tx, topic, tags_code)
+            self.dispatched_records += 1
+            self.last_store_timestamp = timestamp
+        if stop != lo:
+            self._advance(base + stop)
+            if self._progress is not None:
+                self._progress(self.offset)
+        return stop, reason
+
+    def _unit(
+        self,
+        base: int,
+        position: int,
+        size: int,
+        queue_id: int,
+        queue_offset: int,
+        tx: int,
+        topic: str,
+        tags_code: int,
+    ) -> None:
+        """The unit of one record (``tx``: its sys flag's transaction type), by
+        :meth:`_dispatch`'s rules: none for an implausible queue offset or a prepared or
+        rolled-back transaction."""
+        if not 0 <= queue_offset <= (base + position) // RECORD_FIXED_LENGTH:
+            _log_implausible(1, queue_offset, base + position)
+            return
+        if tx == TRANSACTION_PREPARED_TYPE or tx == TRANSACTION_ROLLBACK_TYPE:
+            return
+        try:
+            if self._batch is not None and topic in self._batch.topics:
+                queue = self._batch.find_or_create(topic, queue_id)
+            else:
+                queue = self._queues.find_or_create(topic, queue_id)
+        except InvalidMessageError as exc:  # not a topic a queue can be named after
+            log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
+            return
+        queue.append(queue_offset, base + position, size, tags_code)
+        if self._fused is not None:
+            self._fused.learn(topic, queue_id)
+
     def _dispatch_one(
         self, view: Any, base: int, records: np.ndarray, tags_code: int, keys: np.ndarray
     ) -> None:
         """:meth:`_dispatch` of one record (a follower catching up with one put) by the same rules,
         on Python integers: no array masks or grouping, which cost more than the record."""
         row = records.tolist()[0]  # a tuple of Python values: faster than a field access each
-        sys_flag, queue_offset, position = row[_SYS_FLAG], row[_QUEUE_OFFSET], row[_POSITION]
-        tx = sys_flag & SYSFLAG_TRANSACTION_MASK
-        if not 0 <= queue_offset <= (base + position) // RECORD_FIXED_LENGTH:
-            _log_implausible(1, queue_offset, base + position)
-        elif tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
-            at = row[_TOPIC_POS]
-            topic = bytes(memoryview(view).cast("B")[at : at + row[_TOPIC_LEN]]).decode(
-                "utf-8", "surrogateescape"
-            )
-            queue_id = row[_QUEUE_ID]
-            try:
-                if self._batch is not None and topic in self._batch.topics:
-                    queue = self._batch.find_or_create(topic, queue_id)
-                else:
-                    queue = self._queues.find_or_create(topic, queue_id)
-            except InvalidMessageError as exc:  # not a topic a queue can be named after
-                log.warning("record(s) of topic %r queue %d not dispatched: %s", topic, queue_id, exc)
-            else:
-                queue.append(queue_offset, base + position, row[_SIZE], tags_code)
-                if self._fused is not None:
-                    self._fused.learn(topic, queue_id)
+        tx = row[_SYS_FLAG] & SYSFLAG_TRANSACTION_MASK
+        at = row[_TOPIC_POS]
+        topic = bytes(memoryview(view).cast("B")[at : at + row[_TOPIC_LEN]]).decode("utf-8", "surrogateescape")
+        self._unit(base, row[_POSITION], row[_SIZE], row[_QUEUE_ID], row[_QUEUE_OFFSET], tx, topic, tags_code)
         if len(keys) and tx != TRANSACTION_ROLLBACK_TYPE and not self._index_lazily:
             self._index.build_refs(view, base, records, keys)
         self.dispatched_records += 1
