@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +37,7 @@ from rocketstore.format._codec_py import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from rocketstore.format._hotstate import DispatchState, MappedState, QueueTable
+from rocketstore.format.units import CQ_UNIT_SIZE
 from rocketstore.log.recordscan import (  # the names dispatch has always offered
     consumable,
     consumable_rows,
@@ -67,6 +69,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("rocketstore.queues.dispatch")
+
+#: One ConsumeQueue unit's bytes (CQ_UNIT_DTYPE: big-endian commitlog offset, size, tags code).
+_UNIT = struct.Struct(">qiq")
 
 #: Where the fields :meth:`Dispatcher._dispatch_one` reads sit in a record row's ``tolist()``.
 _POSITION, _SIZE, _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TIMESTAMP, _TOPIC_POS, _TOPIC_LEN = (
@@ -279,6 +284,8 @@ class Dispatcher(DispatchState):
         base = mf.file_from_offset
         hi = min(mf.file_size, target - base)
         lo, reason = self._few(mf, base, pos - base, hi)
+        if reason == self._codec.STOP_LIMIT and lo >= hi:  # all of it (what came since: next pass)
+            return mf.end_offset if lo >= mf.file_size else base + lo
         view = None
         while True:
             stop = lo
@@ -601,6 +608,8 @@ class TailQueue:
         self.units_per_file = units_per_file
         self._lock = threading.Lock()
         self._tail = np.empty(0, dtype=CQ_UNIT_DTYPE)
+        #: the bytes of ``_tail`` (a memoryview): one unit is written with a struct, not numpy
+        self._raw: Optional[memoryview] = None
         self._count = 0
         has_disk = disk is not None and disk.max_offset > disk.min_offset
         self._start: Optional[int] = disk.max_offset if has_disk else None
@@ -736,9 +745,13 @@ class TailQueue:
         with self._lock:
             if self._start is None or self._rebase or queue_offset != self._start + self._count:
                 return False
-            self._grow(self._count + 1)
-            self._tail[self._count] = (commitlog_offset, size, tags_code)
-            self._count += 1
+            count = self._count
+            self._grow(count + 1)
+            raw = self._raw
+            if raw is None or raw.obj is not self._tail:
+                raw = self._raw = memoryview(self._tail).cast("B")
+            _UNIT.pack_into(raw, count * CQ_UNIT_SIZE, commitlog_offset, size, tags_code)
+            self._count = count + 1
             self._max_physic = commitlog_offset + size
             return True
 
