@@ -46,13 +46,13 @@ from collections.abc import Mapping as _Mapping
 import numpy as _np
 
 # the rare shapes of a put's properties (a mapping, bad input): one copy, the pure twin's
-from rocketstore.format._codec_py import put_properties as _put_properties_slow
+from rocketstore.format._record_py import put_properties as _put_properties_slow
 # a properties mapping checked and encoded (the argument checks and the error each case raises:
 # one copy, the pure twin's; the hot paths that encode properties are the put's own, below and in
 # rocketstore.log._store)
-from rocketstore.format._codec_py import encode_properties
-from rocketstore.format._codec_py import _topic_bytes as _topic_bytes_slow
-from rocketstore.format._codec_py import timer_properties as _timer_properties_slow
+from rocketstore.format._record_py import encode_properties
+from rocketstore.format._record_py import _topic_bytes as _topic_bytes_slow
+from rocketstore.format._timers_py import timer_properties as _timer_properties_slow
 from rocketstore.errors import (CorruptRecordError, InvalidMessageError, InvalidMessageIdError,
                                 PropertiesTooLargeError)
 from rocketstore import message as _message_mod
@@ -148,7 +148,7 @@ STOP_CORRUPT = 4
 STOP_BAD_CRC = 5
 
 # why decode_record raised, in words: the pure twin's table (the STOP_* values are the same)
-from rocketstore.format._codec_py import _MESSAGES
+from rocketstore.format._record_py import _MESSAGES
 
 RECORD_DTYPE = _np.dtype([
     ("position", "=i8"), ("size", "=i4"), ("magic", "=i4"), ("body_crc", "=i4"),

@@ -28,7 +28,7 @@ from rocketstore.errors import CorruptRecordError, StoreConfigError, StoreReadOn
 from rocketstore.queues._index_py import index_file_name, parse_index_file_name
 # The dtypes of put_refs' tables: numpy dtypes compare by layout, so the pure twin's are the compiled
 # twin's (rocketstore.format._codec checks its C structs against them at import).
-from rocketstore.format._codec_py import KEYREF_DTYPE, RECORD_DTYPE
+from rocketstore.format._record_py import KEYREF_DTYPE, RECORD_DTYPE
 
 cdef extern from *:
     """

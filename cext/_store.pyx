@@ -490,7 +490,7 @@ cdef inline Py_ssize_t _plain_text(object s, const char **out):
 
 
 cdef Py_ssize_t _keyed_length(object tags, object keys):
-    """The length of TAGS and KEYS encoded as rocketstore.format._codec_py.put_properties encodes them
+    """The length of TAGS and KEYS encoded as rocketstore.format._record_py.put_properties encodes them
     (tags a plain str; keys a plain str or a non-empty list or tuple of plain str), or -1 when
     either is another shape, or too long: then the general path encodes (or refuses) them."""
     cdef Py_ssize_t total = 0, n, i, count

@@ -15,7 +15,7 @@
  *    40     8  BORNTIMESTAMP
  *    48     8  BORNHOST (4 address bytes + int port; 16 + 4 if sysFlag 0x10)
  *
- * The same table, as Python constants, lives in src/rocketstore/format/_codec_py.py; tests/test_codec_vectors.py
+ * The same table, as Python constants, lives in src/rocketstore/format/_record_py.py; tests/test_codec_vectors.py
  * checks that both agree with cext/_codec.pxd (which mirrors this file).
  */
 #ifndef ROCKETSTORE_RECORD_H

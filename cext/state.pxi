@@ -5,7 +5,7 @@
 # per call is here, as fields of these classes, which the managing classes extend: each number
 # lives once, in the compiled object, and Python reads and writes it as an ordinary attribute.
 # The kernels read the fields directly (after a type check), never by a guessed memory offset.
-# The pure twins (rocketstore.format._codec_py) are plain classes with the same slots.
+# The pure twins (rocketstore.format._lookups_py) are plain classes with the same slots.
 
 from types import MappingProxyType as _MappingProxyType
 

@@ -26,10 +26,9 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 import time
 
-from crash_harness import run_iterations, start_and_kill
+from crash_harness import child_lines, run_iterations, run_writers, start_and_kill
 
 TOPIC = "BatchTopic"
 QUEUES = 3
@@ -46,13 +45,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
     run = seed % 1_000_000  # (the writers' names differ from one child to the next)
     store = MessageStore(path, implementation=implementation, **STORE_OPTIONS)
     store.create_topic(TOPIC, QUEUES, queue_type="BatchCQ")
-    out = sys.stdout
-    out_lock = threading.Lock()
-
-    def emit(line: str) -> None:
-        with out_lock:
-            out.write(line)
-            out.flush()
+    emit = child_lines()
 
     def writer(t: int) -> None:
         rng = random.Random(seed * 31 + t)
@@ -87,12 +80,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             if rng.random() < 0.05:
                 time.sleep(0.001)
 
-    threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(2)]
-    emit("READY 0\n")
-    for th in threads:
-        th.start()
-    while True:
-        time.sleep(1)
+    run_writers(writer, emit, "READY 0\n")
 
 
 # -- the parent -----------------------------------------------------------------------------------

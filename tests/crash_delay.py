@@ -29,24 +29,23 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 import time
 
-from crash_harness import run_iterations, start_and_kill
+from crash_harness import (
+    SMALL_STORE,
+    acked_keys,
+    check_delivered_once,
+    child_lines,
+    run_iterations,
+    run_writers,
+    start_and_kill,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPEED = 1000  # the child's delay clock runs this much faster than real time
 LEVELS = range(1, 7)  # 1 s .. 2 min: 1 .. 120 ms real
 TOPICS = ("DelayA", "DelayB")
-HOST = "10.0.0.7"
-STORE_OPTIONS = dict(
-    commitlog_file_size=256 * 1024,
-    consume_queue_units=400,
-    index_slots=64,
-    index_count=600,
-    store_host=HOST,
-    checkpoint_interval_ms=20,
-)
+STORE_OPTIONS = SMALL_STORE
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -65,13 +64,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
     store = MessageStore(
         path, implementation=implementation, clock=fast_clock, schedule_interval_ms=1, **STORE_OPTIONS
     )
-    out = sys.stdout
-    out_lock = threading.Lock()
-
-    def emit(line: str) -> None:
-        with out_lock:
-            out.write(line)
-            out.flush()
+    emit = child_lines()
 
     def writer(t: int) -> None:
         rng = random.Random(seed * 31 + t)
@@ -102,12 +95,7 @@ def child_main(path: str, implementation: str, seed: int) -> None:
             if rng.random() < 0.05:
                 time.sleep(0.001)
 
-    threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(2)]
-    emit(f"READY {store._schedule.reconciled}\n")
-    for th in threads:
-        th.start()
-    while True:
-        time.sleep(1)
+    run_writers(writer, emit, f"READY {store._schedule.reconciled}\n")
 
 
 # -- the parent -----------------------------------------------------------------------------------
@@ -118,7 +106,7 @@ def run_and_kill(path: str, implementation: str, rng: random.Random, src: str):
     ready, out = start_and_kill(
         __file__, path, implementation, rng, src, delays=(0.0, 0.03, 0.1, 0.3), jitter=0.4
     )
-    acked = [line.split()[1].decode() for line in out.split(b"\n")[:-1] if line.startswith(b"ACK ")]
+    acked = acked_keys(out)
     return acked, int(ready[1])
 
 
@@ -161,18 +149,7 @@ def check_store(path: str, implementation: str, acked: set) -> dict:
                     m = store.get_by_queue_offset(t, qid, q)
                     if "REAL_TOPIC" in m.properties:
                         found.setdefault(m.unique_key, []).append(m)
-        lost = [k for k in scheduled if k not in found]
-        duplicated = {k: len(v) for k, v in found.items() if len(v) > 1}
-        orphans = [k for k in found if k not in scheduled]
-        assert not lost, f"{len(lost)} delayed messages never delivered, e.g. {lost[:3]}"
-        assert not duplicated, (
-            f"{len(duplicated)} delivered more than once, e.g. {list(duplicated.items())[:3]}"
-        )
-        assert not orphans, f"{len(orphans)} copies without a scheduled record, e.g. {orphans[:3]}"
-        for key, [copy] in found.items():
-            s = scheduled[key]
-            assert (copy.topic, copy.queue_id) == (s.properties["REAL_TOPIC"], int(s.properties["REAL_QID"]))
-            assert copy.body == s.body, f"copy of {key} has another body"
+        check_delivered_once(scheduled, found, "delayed")
         missing = acked - set(scheduled)
         assert not missing, f"{len(missing)} acknowledged delayed puts are gone, e.g. {sorted(missing)[:3]}"
         report = store.verify()

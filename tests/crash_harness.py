@@ -174,6 +174,65 @@ class Acked:
         self.queue_id, self.queue_offset = int(queue_id), int(queue_offset)
 
 
+#: The store the service harnesses (delayed and timer delivery) write: small CommitLog segments,
+#: ConsumeQueue and index files, so that a few seconds of puts roll them all.
+SMALL_STORE = dict(
+    commitlog_file_size=256 * 1024,
+    consume_queue_units=400,
+    index_slots=64,
+    index_count=600,
+    store_host="10.0.0.7",
+    checkpoint_interval_ms=20,
+)
+
+
+def child_lines() -> Callable[[str], None]:
+    """A child's way to tell the parent a line: whole lines, from any thread, flushed at once."""
+    out = sys.stdout
+    lock = threading.Lock()
+
+    def emit(line: str) -> None:
+        with lock:
+            out.write(line)
+            out.flush()
+
+    return emit
+
+
+def run_writers(
+    writer: Callable[[int], None], emit: Callable[[str], None], ready: str, threads: int = 2
+) -> None:
+    """A child's last step: say ``ready`` to the parent, then run ``writer(t)`` on ``threads``
+    threads until the parent kills the process."""
+    workers = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(threads)]
+    emit(ready)
+    for th in workers:
+        th.start()
+    while True:
+        time.sleep(1)
+
+
+def acked_keys(out: bytes) -> list[str]:
+    """The UNIQ_KEYs of a child's ``ACK <key>`` lines."""
+    return [line.split()[1].decode() for line in out.split(b"\n")[:-1] if line.startswith(b"ACK ")]
+
+
+def check_delivered_once(originals: dict, found: dict, what: str) -> None:
+    """Each message of ``originals`` (UNIQ_KEY -> the record the service keeps) has exactly one
+    copy in ``found`` (UNIQ_KEY -> the copies met in the real topics), each copy has its
+    original, and each copy is in the original's REAL_TOPIC / REAL_QID with its body."""
+    lost = [k for k in originals if k not in found]
+    duplicated = {k: len(v) for k, v in found.items() if len(v) > 1}
+    orphans = [k for k in found if k not in originals]
+    assert not lost, f"{len(lost)} {what} messages never delivered, e.g. {lost[:3]}"
+    assert not duplicated, f"{len(duplicated)} delivered more than once, e.g. {list(duplicated.items())[:3]}"
+    assert not orphans, f"{len(orphans)} copies without a {what} record, e.g. {orphans[:3]}"
+    for key, [copy] in found.items():
+        s = originals[key]
+        assert (copy.topic, copy.queue_id) == (s.properties["REAL_TOPIC"], int(s.properties["REAL_QID"]))
+        assert copy.body == s.body, f"copy of {key} has another body"
+
+
 def start_and_kill(
     script: str, path: str, implementation: str, rng: random.Random, src: str, delays: tuple, jitter: float
 ) -> tuple[list, bytes]:

@@ -236,3 +236,54 @@ def test_retention_waits_for_the_groups_of_a_batch_cq_topic(tmp_path, impl):
         assert store.clean()["commitlog"]
         assert 4 < store.min_queue_offset("B", 0) <= 60
         assert store.get_message("G", "B", 0, 60, 1).messages[0].body.startswith(b"m20-0:")
+
+
+def test_retention_deletes_the_batch_queue_files_below_the_commitlog(tmp_path, impl):
+    """A BatchCQ queue's files whose every record retention deleted go with them, oldest first,
+    as 5.x's deleteExpiredFile does (the file of the last unit stays); the files left keep their
+    names (byte offsets), so a reopen, a read-only open and later puts number the units as before."""
+    import os
+
+    path = tmp_path / "s"
+    opts = dict(implementation=impl.name, commitlog_file_size=4096, batch_queue_units=4)
+    directory = path / "batchconsumequeue" / "B" / "0"
+    with MessageStore(path, **opts) as store:
+        store.create_topic("B", 1, queue_type="BatchCQ")
+        for i in range(40):
+            store.put_batch("B", [b"m%d-%d:" % (i, j) + bytes(50) for j in range(3)], queue_id=0)
+        assert store.queues()[("B", 0)] == (0, 120)  # (dispatched)
+        before = sorted(os.listdir(directory))
+        assert len(before) == 10 and all(os.path.getsize(directory / n) == 4 * 46 for n in before)
+        report = store.clean(force=True)
+        lo, hi = store.queues()[("B", 0)]
+        assert 0 < lo < hi == 120
+        after = sorted(os.listdir(directory))
+        assert after == before[-len(after) :] and len(after) < len(before), (before, after)
+        assert report["consumequeue_files"] >= len(before) - len(after)
+        # no file left is wholly below the CommitLog; the first one left holds the queue's first record
+        first = int(after[0]) // 46
+        units = load_units(str(directory))
+        assert units["base"][0] <= lo < units["base"][0] + 3 * 4
+        assert first == int(after[0]) // 46 and int(after[0]) % (4 * 46) == 0
+        messages = []
+        pos = lo
+        while pos < hi:
+            got = store.get_message("g", "B", 0, pos, 64)
+            messages += got.messages
+            pos = got.next_begin_offset
+        assert [m.queue_offset for m in messages] == list(range(lo, hi))
+    for read_only in (True, False):
+        with MessageStore(path, read_only=read_only, **opts) as store:
+            assert store.queues()[("B", 0)] == (lo, hi)
+            got = store.get_message("g", "B", 0, lo, 3).messages
+            assert [m.queue_offset for m in got] == [lo, lo + 1, lo + 2]
+            assert store.verify()["problems"] == []
+    with MessageStore(path, **opts) as store:
+        store.put_batch("B", [b"after-%d" % j for j in range(3)], queue_id=0)
+        assert store.queues()[("B", 0)] == (lo, hi + 3)
+    units = load_units(str(directory))
+    assert int(units["base"][-1]) == hi and sorted(os.listdir(directory))[0] == after[0]
+    with MessageStore(path, read_only=True, **opts) as store:
+        assert [bytes(m.body) for m in store.get_message("g", "B", 0, hi, 3).messages] == [
+            b"after-%d" % j for j in range(3)
+        ]

@@ -345,8 +345,6 @@ LONG_MODULES = {
     "storebase": "the store keeps each part an open made as an attribute of its own (beside the "
     "OpenedParts) and the joined writers' machinery as a mixin: the store to hold its OpenedParts "
     "alone, and the waits for puts to move beside the live page",
-    "format._codec_py": "the pure twin of the record codec, the message object and the batch reads: "
-    "split by concern, as cext/ is to be",
     "log._store_py": "the pure twin of the append core, PutFront and the futures: split with cext/_store.pyx",
     "queues.consumequeue": "the ConsumeQueue file and its store: the store of queues to a module of its own",
     "services.pop": "the receive and ack paths, the revive log and the snapshot: a module each",

@@ -125,7 +125,7 @@ cdef int64_t _dispatch_keys(const uint8_t *base, const _key_spans *spans, int64_
 
 def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
     """``(info, keys)``: what dispatch needs from each record of ``records`` (see the pure twin,
-    rocketstore.format._codec_py.dispatch_info). Large batches are scanned without the GIL; ``buffer``
+    rocketstore.format._dispatch_py.dispatch_info). Large batches are scanned without the GIL; ``buffer``
     and ``records`` stay exported meanwhile."""
     cdef Py_buffer src, rec_view, info_view, keys_view
     cdef int64_t n, count, written, bad = -1, max_level, i

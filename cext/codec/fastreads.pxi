@@ -205,7 +205,7 @@ cdef class FastReads:
 
 
 def plain_message_items(messages, user_topics, message_types=None):
-    """The core's put items of a put_messages batch's plain messages (see rocketstore.format._codec_py)."""
+    """The core's put items of a put_messages batch's plain messages (see rocketstore.format._record_py)."""
     cdef list items = [], slow = []
     cdef Py_ssize_t i = 0
     cdef object qid, flag, born, tags, keys

@@ -127,7 +127,7 @@ cdef bint _mapped(MappedState mf, int64_t readable, Py_buffer *view) except -1:
 
 cpdef object queue_message(queues, topic, queue_id, queue_offset, segments, core):
     """The message at ``queue_offset`` of (topic, queue_id), read and checked in one call (see the
-    pure twin, rocketstore.format._codec_py.queue_message); None: the careful path decides."""
+    pure twin, rocketstore.format._lookups_py.queue_message); None: the careful path decides."""
     cdef Py_buffer view
     cdef const uint8_t *u
     cdef const uint8_t *t
@@ -295,7 +295,7 @@ cdef object _disk_run(QueueState cq, int64_t offset, int64_t n, object lo, objec
 
 def queue_messages(queues, topic, queue_id, offset, max_msgs, segments, core):
     """A pull of every message from ``offset`` of (topic, queue_id), up to ``max_msgs``, in one
-    call (see the pure twin, rocketstore.format._codec_py.queue_messages); None: the careful path
+    call (see the pure twin, rocketstore.format._lookups_py.queue_messages); None: the careful path
     decides."""
     cdef Py_buffer view
     cdef const uint8_t *u
@@ -374,7 +374,7 @@ cdef object _record_at(object segments, object core, int64_t offset):
 
 cpdef object record_at(segments, core, offset):
     """The message at CommitLog ``offset`` in one call (see the pure twin,
-    rocketstore.format._codec_py.record_at); None: the careful path decides."""
+    rocketstore.format._lookups_py.record_at); None: the careful path decides."""
     cdef int64_t at = 0
     if not _plain_int(offset, 0, &at):
         return None
@@ -383,7 +383,7 @@ cpdef object record_at(segments, core, offset):
 
 cpdef object message_by_id(segments, core, msg_id):
     """The message whose offsetMsgId is ``msg_id``, in one call (see the pure twin,
-    rocketstore.format._codec_py.message_by_id); None: the careful path decides."""
+    rocketstore.format._lookups_py.message_by_id); None: the careful path decides."""
     cdef uint64_t offset = 0
     cdef uint8_t raw[28]          # host, port, offset: what the id's hex digits spell
     cdef Py_ssize_t n, i
@@ -506,7 +506,7 @@ cdef object _key_messages(object offsets, const int64_t *candidates, Py_ssize_t 
 
 def key_messages(offsets, segments, core, topic, key, begin, end, limit, unique):
     """The messages of ``topic`` under ``key`` at the CommitLog ``offsets`` an index lookup found,
-    each re-checked (see the pure twin, rocketstore.format._codec_py.key_messages)."""
+    each re-checked (see the pure twin, rocketstore.format._lookups_py.key_messages)."""
     if type(topic) is not str or type(key) is not str:
         raise TypeError("topic and key must be str")
     cdef int64_t lo = _check_int(begin, "begin", INT64_MIN, INT64_MAX)
@@ -537,7 +537,7 @@ cdef object _INT64_MAX = INT64_MAX   # made once: the usual end of a lookup's wi
 
 cpdef object key_lookup(services, segments, core, topic, key, max_num, begin, end, cap, dispatcher=None):
     """``MessageStore.query_by_key`` in one call: the index walk of each service under its lock,
-    then the re-check and decode of each hit (see the pure twin, rocketstore.format._codec_py.key_lookup);
+    then the re-check and decode of each hit (see the pure twin, rocketstore.format._lookups_py.key_lookup);
     None: the careful path decides."""
     cdef int64_t lo = 0, hi = INT64_MAX, most = 0, limit = 0
     cdef int64_t found[2 * _WALK_ROOM]

@@ -447,7 +447,7 @@ def record_from_row(buffer, row, *, copy_body=True):
 
 
 def messages_from_rows(buffer, rows, *, copy_body=True):
-    """The MessageExt of every row of a decode_batch array (see rocketstore.format._codec_py)."""
+    """The MessageExt of every row of a decode_batch array (see rocketstore.format._messages_py)."""
     if not isinstance(rows, _np.ndarray) or rows.ndim != 1 or rows.dtype != RECORD_DTYPE:
         raise TypeError("rows must be a one-dimensional numpy array of RECORD_DTYPE")
     return _rows_messages(buffer, _np.ascontiguousarray(rows), copy_body)
@@ -537,7 +537,7 @@ cdef class _SegmentMessages:
 def segment_messages(buffer, start=0, end=None, *, check_crc=True, copy_body=True, base=None):
     """The records of ``buffer[start:end]`` as messages, decoded one by one as they are asked for,
     with the iterator's ``stop`` and ``reason`` at the end (see the pure twin,
-    rocketstore.format._codec_py.segment_messages)."""
+    rocketstore.format._messages_py.segment_messages)."""
     cdef int64_t c_base = -1 if base is None else _check_int(base, "base", 0, INT64_MAX)
     cdef _SegmentMessages it = _SegmentMessages.__new__(_SegmentMessages)
     it._zc_view = None if copy_body else _zero_copy_view(buffer)

@@ -47,7 +47,7 @@ cdef inline Py_ssize_t _ack_digits(const char *text, Py_ssize_t end, int64_t *va
 
 
 cdef class PopLane:
-    """(the pure twin's docstring, rocketstore.format._codec_py.PopLane) The compiled twin keeps
+    """(the pure twin's docstring, rocketstore.format._pop_py.PopLane) The compiled twin keeps
     ``committed`` and ``next`` as C integers, which its PopAcker reads and sets directly."""
 
     cdef public str group, topic, prefix, key
@@ -263,7 +263,7 @@ cdef object _CAREFUL = object()   # PopAcker._ack: this ack is the careful one's
 
 
 cdef class PopAcker:
-    """(the pure twin's docstring, rocketstore.format._codec_py.PopAcker) The compiled twin does the
+    """(the pure twin's docstring, rocketstore.format._pop_py.PopAcker) The compiled twin does the
     common case itself, under the service's lock when that is a FastRLock: a handle (a str, or
     a ``received_type``) that ends in two runs of plain digits, of a lane of the service's
     ``by_prefix`` that handed that offset out, still under that delivery, once the revive
@@ -539,7 +539,7 @@ cdef extern from "Python.h":
 
 
 def received_rows(type cls, list messages, list handles, list times):
-    """(the pure twin's docstring, rocketstore.format._codec_py.received_rows) The compiled twin
+    """(the pure twin's docstring, rocketstore.format._pop_py.received_rows) The compiled twin
     allocates each row as ``tuple.__new__`` does for a subclass with no ``__dict__`` and fills
     its three items, with no argument tuple in between."""
     cdef Py_ssize_t n = len(messages), i

@@ -34,7 +34,7 @@ cdef enum:
 
 def pull_units(buffer, file_from, file_size, units, start, want, first_queue_offset, topic, queue_id,
                codes=None, tags=None, *, copy_body=True):
-    """One step of a pull over ConsumeQueue units (see the pure twin, rocketstore.format._codec_py.pull_units)."""
+    """One step of a pull over ConsumeQueue units (see the pure twin, rocketstore.format._messages_py.pull_units)."""
     cdef Py_buffer view, table
     cdef const uint8_t *seg = NULL
     cdef const uint8_t *u

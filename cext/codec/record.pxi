@@ -71,7 +71,7 @@ cdef object _plain_value(object value):
 
 
 def put_properties(tags, keys, properties):
-    """The properties of a put (see rocketstore.format._codec_py.put_properties): plain str tags, keys
+    """The properties of a put (see rocketstore.format._record_py.put_properties): plain str tags, keys
     and a dict of plain str properties are encoded here, in the pure twin's order; every other
     shape (and every error) is the pure twin's."""
     cdef list parts

@@ -154,6 +154,10 @@ class StoreConfig:
     born_port: int = 0
     #: Units per ConsumeQueue file (``mappedFileSizeConsumeQueue`` / 20: 300,000 = 6,000,000 bytes).
     consume_queue_units: int = 300_000
+    #: Units per BatchConsumeQueue file, for the files rocketstore starts (5.x's
+    #: ``mapperFileSizeBatchConsumeQueue`` / 46: 300,000 = 13,800,000 bytes); a queue's existing
+    #: files keep their size.
+    batch_queue_units: int = 300_000
     #: Hash slots and items per index file (``maxHashSlotNum``, ``maxIndexNum``): 420 MB files.
     index_slots: int = 5_000_000
     index_count: int = 20_000_000
@@ -296,12 +300,10 @@ class StoreConfig:
         for name in ("store_port", "born_port"):
             if not 0 <= getattr(self, name) <= 0xFFFF:
                 raise StoreConfigError(f"{name} must be a TCP port number")
-        if (
-            isinstance(self.consume_queue_units, bool)
-            or not isinstance(self.consume_queue_units, int)
-            or not 1 <= self.consume_queue_units <= (1 << 26)
-        ):
-            raise StoreConfigError("consume_queue_units must be an int between 1 and 2**26")
+        for name in ("consume_queue_units", "batch_queue_units"):
+            units = getattr(self, name)
+            if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= (1 << 26):
+                raise StoreConfigError(f"{name} must be an int between 1 and 2**26")
         if not 1 <= self.index_slots <= 0x7FFFFFFF or not 2 <= self.index_count <= 0x7FFFFFFF:
             raise StoreConfigError("index_slots must be in 1..2**31-1 and index_count in 2..2**31-1")
         if self.dispatch_interval_ms < 0 or self.checkpoint_interval_ms < 0:

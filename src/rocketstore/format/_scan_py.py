@@ -14,7 +14,11 @@ import zlib
 
 import numpy as np
 
-from rocketstore.format._codec_py import (
+from rocketstore.format._dispatch_py import (
+    _check_table,
+    _outside,
+)
+from rocketstore.format._record_py import (
     _INT64_MAX,
     _INT64_MIN,
     _PROP_CRC_LENGTH,
@@ -26,8 +30,6 @@ from rocketstore.format._codec_py import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    _check_table,
-    _outside,
     _readable_view,
     decode_batch,
 )

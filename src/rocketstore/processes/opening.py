@@ -26,7 +26,7 @@ from rocketstore.files.storedir import detect_segment_size, writer_present
 from rocketstore.log import recovery, sharedappend
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.processes.live import GEOMETRY_OPTIONS, Follower, LivePage, read_geometry
-from rocketstore.queues.batchcq import BatchQueueStore, batch_topics
+from rocketstore.queues.batchcq import BCQ_UNIT_SIZE, BatchQueueStore, batch_topics
 from rocketstore.queues.checkpointing import Checkpointer
 from rocketstore.queues.compaction import CompactedReads
 from rocketstore.queues.consumequeue import ConsumeQueueStore
@@ -223,9 +223,8 @@ def open_parts(
     )
     opened.topics.core = core
     batch.mend(queue_offsets, end)  # and nothing before it is missed
-    batch.write_files(
-        codec, cfg.broker_cluster_name
-    )  # (the files made to hold what recovery kept and mended)
+    # (the files made to hold what recovery kept and mended)
+    batch.write_files(codec, cfg.broker_cluster_name, cfg.batch_queue_units * BCQ_UNIT_SIZE)
     for bq in batch:  # a batch record takes as many queue offsets as it has messages
         core.set_queue_offset(bq.topic, bq.queue_id, bq.max_offset)
     opened.lookups = KeyLookups(codec, commitlog, core, (None, opened.index))

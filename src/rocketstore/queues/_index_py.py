@@ -36,10 +36,12 @@ import time
 from typing import Optional
 
 from rocketstore.errors import CorruptRecordError, StoreConfigError, StoreReadOnlyError
-from rocketstore.format._codec_py import (
+from rocketstore.format._dispatch_py import (
+    _check_table,
+)
+from rocketstore.format._record_py import (
     KEYREF_DTYPE,
     RECORD_DTYPE,
-    _check_table,
     _readable_view,
     index_key_hash,
 )

@@ -73,6 +73,7 @@ __all__ = [
     "java_map_order",
     "java_properties",
     "load_units",
+    "load_queue",
     "valid_prefix",
     "unwrap_rows",
 ]
@@ -163,25 +164,39 @@ def valid_prefix(units: np.ndarray) -> int:
 
 
 def load_units(directory: str) -> np.ndarray:
-    """The valid units of the queue's files, oldest first: as ``BatchConsumeQueue.recover``
-    takes them, up to the first unit :func:`valid_prefix` refuses (a whole file of valid units
-    goes on into the next file)."""
+    """The valid units of the queue's files, oldest first (:func:`load_queue`'s)."""
+    return load_queue(directory)[1]
+
+
+def load_queue(directory: str) -> tuple[int, np.ndarray]:
+    """(the number of the first unit on disk, the valid units of the queue's files, oldest
+    first): as ``BatchConsumeQueue.recover`` takes them, up to the first unit
+    :func:`valid_prefix` refuses (a whole file of valid units goes on into the next file) or
+    the first file missing. A file's name is the byte offset of its first unit, so once
+    retention deleted the first files the units are numbered from the first file left."""
     try:
-        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit())
+        names = sorted(
+            (n for n in os.listdir(directory) if len(n) == 20 and n.isascii() and n.isdigit()), key=int
+        )
     except (FileNotFoundError, NotADirectoryError):
-        return np.empty(0, dtype=BCQ_UNIT_DTYPE)
+        names = []
     parts = []
-    for name in sorted(names, key=int):
+    first = int(names[0]) // BCQ_UNIT_SIZE if names else 0
+    expected = int(names[0]) if names else 0
+    for name in names:
+        if int(name) != expected:
+            break  # a file missing: what follows it cannot be numbered
         with open(os.path.join(directory, name), "rb") as f:
             data = f.read()
         units = np.frombuffer(data, dtype=BCQ_UNIT_DTYPE, count=len(data) // BCQ_UNIT_SIZE)
         good = valid_prefix(units)
         parts.append(units[:good])
-        if good < len(units):
+        if good < len(units) or not len(data) or len(data) % BCQ_UNIT_SIZE:
             break
+        expected += len(data)
     if not parts:
-        return np.empty(0, dtype=BCQ_UNIT_DTYPE)
-    return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        return first, np.empty(0, dtype=BCQ_UNIT_DTYPE)
+    return first, np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
 
 #: 5.3.3's BatchConsumeQueue file: 300,000 units (``mapperFileSizeBatchConsumeQueue``)
@@ -202,18 +217,22 @@ def file_size_of(directory: str) -> Optional[int]:
 class BatchQueueFiles:
     """Writes one BatchConsumeQueue's units into its files, as 5.3.3 lays them out
     (:meth:`BatchConsumeQueue.file_images`): files of ``file_size`` bytes named by their first
-    byte's offset, each unit at ``46 * number``. ``written`` units are on disk; :meth:`write`
-    adds the queue's units past them, :meth:`sync` makes the files hold exactly the queue's
-    units at a writable open (after recovery cut or mended them), :meth:`flush` makes the
-    writes durable."""
+    byte's offset, each unit at ``46 * number``; the queue's unit 0 is number ``first`` (the
+    first file left after retention deleted older ones). ``written`` units are on disk;
+    :meth:`write` adds the queue's units past them, :meth:`sync` makes the files hold exactly
+    the queue's units at a writable open (after recovery cut or mended them), :meth:`flush`
+    makes the writes durable, :meth:`delete_expired` deletes the files retention emptied."""
 
-    def __init__(self, directory: str, file_size: int, written: int) -> None:
+    def __init__(self, directory: str, file_size: int, written: int, first: int = 0) -> None:
         if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
             raise ValueError(f"a BatchConsumeQueue file size must be a positive multiple of {BCQ_UNIT_SIZE}")
         self.directory = directory
         self.file_size = file_size
         self.per_file = file_size // BCQ_UNIT_SIZE
         self.written = written
+        self.first = first
+        #: the files below this one are deleted
+        self.first_file = first // self.per_file
         self._fds: dict[int, int] = {}
         self._dirty: set[int] = set()
         self._lock = threading.Lock()
@@ -232,7 +251,8 @@ class BatchQueueFiles:
         return fd
 
     def _put(self, number: int, data: bytes) -> None:
-        """``data`` (whole units) at unit ``number`` on, across files."""
+        """``data`` (whole units) at the queue's unit ``number`` on, across files."""
+        number += self.first
         while data:
             index, slot = divmod(number, self.per_file)
             take = min(len(data) // BCQ_UNIT_SIZE, self.per_file - slot)
@@ -262,7 +282,7 @@ class BatchQueueFiles:
             self.written = keep
         self.write(bq)
         with self._lock:
-            index, slot = divmod(self.written, self.per_file)
+            index, slot = divmod(self.first + self.written, self.per_file)
             fd = self._fd(index, create=False)
             if fd is None or not os.pread(fd, BCQ_UNIT_SIZE, slot * BCQ_UNIT_SIZE).strip(b"\0"):
                 return  # (the files end in zeros after the last unit, as written)
@@ -274,6 +294,30 @@ class BatchQueueFiles:
                     self._dirty.add(index)
                 index, slot = index + 1, 0
                 fd = self._fd(index, create=False)
+
+    def delete_expired(self, bq: BatchConsumeQueue, min_offset: int) -> int:
+        """Delete the files, oldest first, whose every unit's record ends at or below CommitLog
+        offset ``min_offset`` (retention deleted them); never the file of the last unit written.
+        Returns how many files went."""
+        deleted = 0
+        with self._lock:
+            last_file = (self.first + self.written - 1) // self.per_file
+            while self.first_file < last_file:
+                end = (self.first_file + 1) * self.per_file - self.first  # the queue's unit after the file
+                if end > 0 and bq.record_end(end - 1) > min_offset:
+                    break
+                fd = self._fds.pop(self.first_file, None)
+                if fd is not None:
+                    os.close(fd)
+                self._dirty.discard(self.first_file)
+                try:
+                    os.unlink(os.path.join(self.directory, f"{self.first_file * self.file_size:020d}"))
+                except FileNotFoundError:
+                    pass
+                else:
+                    deleted += 1
+                self.first_file += 1
+        return deleted
 
     def flush(self) -> None:
         with self._lock:
@@ -308,9 +352,10 @@ class BatchConsumeQueue:
         self.directory = os.path.join(root, DIRECTORY, topic, str(queue_id))
         self._count_of = count_of
         self._lock = threading.Lock()
-        disk = load_units(self.directory)
-        #: the units on disk (read once at open)
+        first, disk = load_queue(self.directory)
+        #: the units on disk (read once at open), and the number on disk of the first
         self.disk_units = disk
+        self.disk_first = first
         # the units' columns, grown by doubling (an append is amortised O(1)); [:_n] are valid
         self._n = len(disk)
         self._cols = [
@@ -408,6 +453,11 @@ class BatchConsumeQueue:
             units["size"] = sizes[at:end]
             units["tags_code"] = codes[at:end]
             yield int(bases[at]), units
+
+    def record_end(self, number: int) -> int:
+        """Where the record of the queue's unit ``number`` ends in the CommitLog."""
+        with self._lock:
+            return int(self._cols[1][number] + self._cols[2][number])
 
     @property
     def last_base(self) -> int:
@@ -592,9 +642,16 @@ class BatchQueueStore:
 
     def _attach(self, bq: BatchConsumeQueue) -> None:
         if bq.files is None and self._file_size is not None:
-            files = BatchQueueFiles(bq.directory, file_size_of(bq.directory) or self._file_size, 0)
+            files = BatchQueueFiles(
+                bq.directory, file_size_of(bq.directory) or self._file_size, 0, bq.disk_first
+            )
             bq.files = files
             files.sync(bq, len(bq.disk_units))
+
+    def delete_expired(self, min_offset: int) -> int:
+        """Delete the files of each queue whose records are all below CommitLog offset
+        ``min_offset`` (retention's, after it deleted segments). Returns how many went."""
+        return sum(bq.files.delete_expired(bq, min_offset) for bq in self if bq.files is not None)
 
     def flush(self) -> None:
         """fsync what the queues wrote into their files."""

@@ -171,80 +171,33 @@ def units_of(paths: Iterable[str]) -> np.ndarray:
 
 
 class CompactionLog:
-    """One queue's compaction log and its sparse queue. ``decode(buffer, position)`` decodes a
-    record (the codec's ``decode_record``)."""
+    """Reading one queue's whole compaction log (``rocketstore.MessageStore.compaction_log``)."""
 
-    def __init__(
-        self, root: str | os.PathLike[str], topic: str, queue_id: int, decode: Callable[..., Any]
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.units = units_of(path for _, path in queue_files(root, "compactionCq", topic, queue_id))
-        self._decode = decode
-        self._files: list[tuple[int, bytes]] = []
-        for start, path in queue_files(root, "compactionLog", topic, queue_id):
-            with open(path, "rb") as f:
-                self._files.append((start, f.read()))
-
-    @classmethod
+    @staticmethod
     def read(
-        cls,
         root: str | os.PathLike[str],
         topic: str,
         queue_id: int,
         decode: Callable[..., Any],
         attempts: int = 5,
     ) -> list[MessageExt]:
-        """:meth:`messages` of the queue's log, read again when a compaction replaced files
-        under the read (a file gone, or a record or order that does not check); the last
-        attempt's error is raised."""
+        """The records the log keeps, in queue order, each checked as a pull checks it (CRC,
+        topic, queue id, queue offset, size against its unit), read again when a compaction
+        replaced files under the read (a file gone, or a record or order that does not check);
+        the last attempt's error is raised. ``decode`` is the codec's ``decode_record``."""
         for attempt in range(attempts):
+            log = None
             try:
-                return cls(root, topic, queue_id, decode).messages()
+                log = _MappedLog(os.fspath(root), topic, queue_id, ())
+                return [log.message(unit, decode, topic, queue_id) for unit in log.units]
             except (FileNotFoundError, CorruptRecordError):
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.01 * (attempt + 1))
+            finally:
+                if log is not None:
+                    log.close()
         raise AssertionError("unreachable")
-
-    def messages(self) -> list[MessageExt]:
-        """The records the log keeps, in queue order, each checked (CRC, topic, queue id, queue
-        offset, size against its unit); :class:`CorruptRecordError` names the first that is not."""
-        bases = self.units["base"]
-        if len(bases) > 1 and not (bases[1:] > bases[:-1]).all():
-            raise CorruptRecordError(
-                f"compaction log {self.topic}-{self.queue_id}: queue offsets out of order (files replaced under the read?)"
-            )
-        out = []
-        for offset, size, base in zip(
-            self.units["commitlog_offset"].tolist(), self.units["size"].tolist(), self.units["base"].tolist()
-        ):
-            msg = self._read(offset, size)
-            if (msg.topic, msg.queue_id, msg.queue_offset) != (self.topic, self.queue_id, base):
-                raise CorruptRecordError(
-                    f"compaction log {self.topic}-{self.queue_id}: the record at {offset} is not queue offset {base}'s"
-                )
-            out.append(msg)
-        return out
-
-    def _read(self, offset: int, size: int) -> MessageExt:
-        for start, data in self._files:
-            if start <= offset < start + len(data):
-                msg: MessageExt = self._decode(
-                    data, offset - start, end=min(len(data), offset - start + size)
-                )
-                if msg.size != size:
-                    break
-                msg.commitlog_offset = offset  # its place in the compaction log
-                return msg
-        raise CorruptRecordError(
-            f"compaction log {self.topic}-{self.queue_id}: no record of {size} bytes at {offset}"
-        )
-
-    @property
-    def max_offset(self) -> int:
-        """The queue offset after the last record the log keeps (0: none)."""
-        return int(self.units["base"][-1]) + 1 if len(self.units) else 0
 
 
 class CompactedReads:

@@ -449,7 +449,18 @@ class Compactor:
         """Copy into the compaction logs every record of a compaction topic dispatched since the
         last call (the caller dispatched first). Durable when it returns; raises when a copy
         cannot be made (the caller then deletes no CommitLog segment). Returns the copies made."""
+        return self._catch_up(self.topics())
+
+    def run(self) -> None:
+        """A retention pass's work: dispatch, copy what compacted topics got since the last
+        pass, then compact their queues that closed a log file (raises what copying raises)."""
         topics = self.topics()
+        if topics:
+            self._parts.dispatcher.catch_up()
+            self._catch_up(topics)
+            self._compact(topics)
+
+    def _catch_up(self, topics: frozenset[str]) -> int:
         if not topics:
             return 0
         with self._lock:
@@ -502,7 +513,9 @@ class Compactor:
         """Compact each compaction topic's queues that closed a log file since their last
         compaction. Returns the queues compacted; a queue that fails is logged and retried at
         the next call."""
-        topics = self.topics()
+        return self._compact(self.topics())
+
+    def _compact(self, topics: frozenset[str]) -> int:
         if not topics:
             return 0
         done = 0
@@ -602,9 +615,10 @@ class Compactor:
     def close(self) -> None:
         """Copy what is left (a broker taking over finds the logs complete), then close files."""
         try:
-            if self.topics():
+            topics = self.topics()
+            if topics:
                 self._parts.dispatcher.catch_up()
-                self.catch_up()
+                self._catch_up(topics)
         except Exception as exc:
             log.error("copying into the compaction logs at close failed: %s", exc)
         with self._lock:

@@ -327,12 +327,8 @@ class Cleaner:
     def _compact(self) -> None:
         """Copy what compacted topics got since the last pass, then compact their queues that
         closed a compaction log file (logged, retried at the next pass, when it fails)."""
-        compactor = self._compactor
         try:
-            if compactor.topics():
-                self._parts.dispatcher.catch_up()
-                compactor.catch_up()
-                compactor.compact()
+            self._compactor.run()
         except Exception as exc:
             self._compaction_failures.failed(exc)
         else:
@@ -475,6 +471,8 @@ class Cleaner:
         with parts.dispatcher.lock:
             try:
                 cq_files = parts.queues.delete_expired(min_offset)
+                if parts.batch is not None:
+                    cq_files += parts.batch.delete_expired(min_offset)
                 index_files = parts.index.delete_expired(min_offset)
             except OSError:
                 log.exception("deleting ConsumeQueue or index files failed; retried next pass")
