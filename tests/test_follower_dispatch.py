@@ -1,8 +1,6 @@
 """A read-only store following a writer dispatches each put as the writer did: one put at a time
 (the one-record path, codec.dispatch_few), a few at a time, and many (the batch path)."""
 
-import pytest
-
 from rocketstore import Message, MessageStore
 from rocketstore.format._codec_py import SCHEDULE_TOPIC
 

@@ -194,6 +194,7 @@ cdef enum:
     # At most this many records dispatch_few hands back (its rows sit on the stack).
     _FEW_RECORDS_MAX = 16
 
+
 def dispatch_few(buffer, int64_t start, int64_t end, delays, int64_t max_records):
     """What dispatch needs of each record of ``buffer[start:end]``, when that stretch holds at most
     ``max_records`` (0 .. 16) whole records before its end or the first position holding none;

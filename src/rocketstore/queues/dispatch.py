@@ -482,8 +482,9 @@ class Dispatcher(DispatchState):
     def _dispatch_one(
         self, view: Any, base: int, records: np.ndarray, tags_code: int, keys: np.ndarray
     ) -> None:
-        """:meth:`_dispatch` of one record (a follower catching up with one put) by the same rules,
-        on Python integers: no array masks or grouping, which cost more than the record."""
+        """:meth:`_dispatch` of one record (a writer's put whose keys it indexes now: the
+        one-record path leaves those to the arrays) by the same rules, on Python integers: no
+        array masks or grouping, which cost more than the record."""
         row = records.tolist()[0]  # a tuple of Python values: faster than a field access each
         tx = row[_SYS_FLAG] & SYSFLAG_TRANSACTION_MASK
         at = row[_TOPIC_POS]
