@@ -91,7 +91,7 @@ FUSED_CHUNK_PER_QUEUE = 64
 #: Records the general path takes at a time when the fused pass stopped before one it cannot
 #: dispatch (its queue new to it, a file to roll, damage), before the fused pass resumes.
 GENERAL_CHUNK = 64
-#: At most this many new records (a follower catching up with a put or a few) take the
+#: At most this many new records (a follower catching up with a put or a few) take its
 #: one-record path (``codec.dispatch_few``: Python integers, no arrays), whose cost is per record;
 #: more take the batch path, whose arrays cost ~10 us a pass and little per record.
 FEW_RECORDS = 4
@@ -420,13 +420,16 @@ class Dispatcher(DispatchState):
         self.last_store_timestamp = int(records["store_timestamp"][-1])
 
     def _few(self, mf: MappedFile, base: int, lo: int, hi: int) -> tuple[int, Any]:
-        """The one-record path over ``mf[lo:hi]``, when that holds at most :data:`FEW_RECORDS`
-        records: their units dispatched by :meth:`_dispatch`'s rules, it returns where and why
-        it stopped, as :meth:`_dispatch_range` does. ``(at, None)``: the batch path is to go on
-        from ``at`` (more records, or index keys to build now, which need its arrays)."""
+        """The one-record path over ``mf[lo:hi]`` of a dispatcher that indexes lazily (a
+        follower), when that holds at most :data:`FEW_RECORDS` records: their units dispatched by
+        :meth:`_dispatch`'s rules, it returns where and why it stopped, as :meth:`_dispatch_range`
+        does. ``(lo, None)``: the batch path is to take the stretch (more records; or a writer,
+        whose every put has a UNIQ_KEY to index now, with the batch path's arrays)."""
         kernel, mm = self._few_kernel, mf.mm
-        if kernel is None or mm is None or self._index_only or not 0 < hi - lo <= FEW_BYTES:
+        if kernel is None or mm is None or not self._index_lazily or self._index_only:
             return lo, None  # (a closed or deleted segment: mf.view says which)
+        if not 0 < hi - lo <= FEW_BYTES:
+            return lo, None
         try:
             found = kernel(mm, lo, hi, self._delays, FEW_RECORDS)
         except (TypeError, ValueError):  # the map closed meanwhile: mf.view says how
@@ -434,11 +437,8 @@ class Dispatcher(DispatchState):
         if found is None:
             return lo, None
         stop, reason, rows = found
-        for position, size, queue_id, queue_offset, sys_flag, timestamp, topic, tags_code, keys in rows:
+        for position, size, queue_id, queue_offset, sys_flag, timestamp, topic, tags_code, _keys in rows:
             tx = sys_flag & SYSFLAG_TRANSACTION_MASK
-            if keys and tx != TRANSACTION_ROLLBACK_TYPE and not self._index_lazily:
-                stop, reason = position, None
-                break
             self._unit(base, position, size, queue_id, queue_offset, tx, topic, tags_code)
             self.dispatched_records += 1
             self.last_store_timestamp = timestamp
