@@ -194,9 +194,10 @@ class TailQueue:
                 return False
             count = self._count
             self._grow(count + 1)
-            raw = self._raw
-            if raw is None or raw.obj is not self._tail:
-                raw = self._raw = memoryview(self._tail).cast("B")
+            tail: Any  # (an ndarray: a buffer, which numpy's stubs do not say)
+            raw, tail = self._raw, self._tail
+            if raw is None or raw.obj is not tail:  # a new tail array since the last unit
+                raw = self._raw = memoryview(tail).cast("B")
             _UNIT.pack_into(raw, count * CQ_UNIT_SIZE, commitlog_offset, size, tags_code)
             self._count = count + 1
             self._max_physic = commitlog_offset + size
