@@ -85,7 +85,7 @@ __all__ = [
     "segment_messages", "queue_message", "queue_messages", "record_at", "message_by_id", "key_messages", "key_lookup",
     "unique_lookup", "FastReads", "FastRLock",
     "PULL_END", "PULL_FULL", "PULL_OUTSIDE", "PULL_DAMAGED",
-    "dispatch_info", "property_pieces",
+    "dispatch_info", "dispatch_few", "property_pieces",
     "make_offset_msg_id", "parse_offset_msg_id", "make_uniq_key", "uniq_key_time",
     "RECORD_DTYPE", "DISPATCH_DTYPE", "KEYREF_DTYPE", "PIECE_DTYPE", "SCHEDULE_TOPIC", "DEFAULT_DELAY_LEVELS_MS",
 ]

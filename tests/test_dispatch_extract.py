@@ -956,3 +956,92 @@ def test_queue_groups_survive_a_queue_key_collision(scan):
     )
     groups = {(t, q): idx.tolist() for t, q, idx in queue_groups(_CollidingKeys(scan), buf, rows)}
     assert groups == {("TopicA", 0): [0, 3], ("TopicB", 0): [1, 4], ("TopicA", 1): [2]}
+
+
+# ---- dispatch_few: a follower's catch-up of a put or a few, without arrays ----
+
+DELAYS = np.array(_codec_py.DEFAULT_DELAY_LEVELS_MS, dtype=np.int64)
+
+
+def few_model(buf, lo, hi, delays, max_records):
+    """dispatch_few as decode_batch (no CRC check) and dispatch_info give it."""
+    rows, stop, reason = _codec_py.decode_batch(buf, lo, hi, check_crc=False)
+    if len(rows) > max_records:
+        return None
+    info, keys = _codec_py.dispatch_info(buf, rows, delays.tolist())
+    out = []
+    for i, row in enumerate(rows):
+        at, n = int(row["topic_pos"]), int(row["topic_len"])
+        out.append(
+            (
+                *(int(row[f]) for f in ("position", "size", "queue_id", "queue_offset", "sys_flag")),
+                int(row["store_timestamp"]),
+                bytes(buf[at : at + n]).decode("utf-8", "surrogateescape"),
+                int(info["tags_code"][i]),
+                int((keys["record"] == i).sum()),
+            )
+        )
+    return stop, reason, tuple(out)
+
+
+RECORD = st.fixed_dictionaries(
+    {
+        "topic": st.sampled_from(["TopicTest", SCHEDULE, "тема", "T"]),
+        "queue_id": st.integers(0, 7),
+        "queue_offset": st.integers(0, 2**40),
+        "sys_flag": st.sampled_from([0, 0x4, 0x8, 0xC]),
+        "store_timestamp": st.integers(0, 2**62),
+        "properties": st.dictionaries(
+            st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "a"]),
+            st.sampled_from(["TagA", "тег", "k1 k2", "  x  ", "3", "18", "99", "-1", "abc"]),
+        ),
+    }
+)
+
+
+@SETTINGS
+@given(
+    records=st.lists(RECORD, max_size=6),
+    cut=st.integers(0, 400),
+    max_records=st.integers(0, 5),
+    delays=st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=5),
+)
+def test_dispatch_few_gives_what_the_batch_path_gives(records, cut, max_records, delays):
+    buf = b"\0" * 8 + b"".join(_codec_py.encode_record(body=b"x", **r) for r in records)
+    hi = max(8, len(buf) - cut)  # a record cut in two at the end, sometimes
+    twins = [_codec_py] + ([_codec_c] if _codec_c is not None else [])
+    for table in (DELAYS, np.array(delays, dtype=np.int64)):
+        want = few_model(buf, 8, hi, table, max_records)
+        for twin in twins:
+            assert twin.dispatch_few(buf, 8, hi, table, max_records) == want
+            assert twin.dispatch_few(memoryview(buf)[:hi], 8, hi, table, max_records) == want
+
+
+def test_dispatch_few_stops_where_decode_batch_stops(codec):
+    buf, rows = batch({"properties": {"TAGS": "A"}}, {"properties": {"KEYS": "a b"}}, prefix=b"\0" * 4)
+    damaged = bytearray(buf)
+    damaged[int(rows[1]["position"]) + 4] ^= 0xFF  # the second record's magic code
+    got = codec.dispatch_few(bytes(damaged), 4, len(buf), DELAYS, 4)
+    assert got == few_model(bytes(damaged), 4, len(buf), DELAYS, 4)
+    assert got[0] == int(rows[1]["position"]) and got[1] != _codec_py.STOP_LIMIT and len(got[2]) == 1
+    assert codec.dispatch_few(buf, 4, len(buf), DELAYS, 1) is None  # two records: more than one
+    assert codec.dispatch_few(buf, 4, len(buf), DELAYS, 2)[2][1][-1] == 2  # its two keys
+    assert codec.dispatch_few(buf, 4, 4, DELAYS, 0) == (4, _codec_py.STOP_LIMIT, ())
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        ((0, 10, DELAYS, 17), ValueError),
+        ((0, 10, DELAYS, -1), ValueError),
+        ((0, 10, [1000], 4), TypeError),
+        ((0, 10, DELAYS.astype(np.int32), 4), TypeError),
+        ((0, 10, DELAYS.reshape(2, 9), 4), TypeError),
+        ((5, 4, DELAYS, 4), ValueError),
+        ((0, 999, DELAYS, 4), ValueError),
+        ((-1, 10, DELAYS, 4), ValueError),
+    ],
+)
+def test_dispatch_few_checks_its_arguments(codec, args, error):
+    with pytest.raises(error):
+        codec.dispatch_few(b"\0" * 64, *args)

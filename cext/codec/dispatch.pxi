@@ -2,6 +2,9 @@
 # Part of rocketstore.format._codec: included by cext/_codec.pyx, whose imports and
 # constants it uses.
 
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+
 
 # Where a record's index keys lie in the buffer, kept between dispatch_info's two passes.
 cdef struct _key_spans:
@@ -185,6 +188,77 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):
         PyMem_Free(spans)
         PyMem_Free(delays)
         PyBuffer_Release(&src)
+
+
+cdef enum:
+    # At most this many records dispatch_few hands back (its rows sit on the stack).
+    _FEW_RECORDS_MAX = 16
+
+
+def dispatch_few(buffer, int64_t start, int64_t end, delays, int64_t max_records):
+    """What dispatch needs of each record of ``buffer[start:end]``, when that stretch holds at most
+    ``max_records`` (0 .. 16) whole records before its end or the first position holding none;
+    None when it holds more (the batch path, :func:`decode_batch` and :func:`dispatch_info`,
+    serves those, faster per record). See the pure twin
+    (rocketstore.format._codec_py.dispatch_few): ``(stop, reason, rows)``, ``stop`` and ``reason``
+    as ``decode_batch(buffer, start, end, check_crc=False)`` gives them, ``rows`` a tuple of
+    ``(position, size, queue_id, queue_offset, sys_flag, store_timestamp, topic, tags_code, keys)``
+    per record. ``delays``: the delay table as a one-dimensional int64 numpy array."""
+    cdef Py_buffer src, table
+    cdef rs_batch_row rows[_FEW_RECORDS_MAX + 1]
+    cdef rs_dispatch_row info
+    cdef _key_spans spans
+    cdef const rs_batch_row *r
+    cdef const uint8_t *data
+    cdef int64_t pos = start, n, i, keys, bad = -1
+    cdef int reason = _STOP_LIMIT, what = 0
+    if not 0 <= max_records <= _FEW_RECORDS_MAX:
+        raise ValueError(f"max_records must be in [0, {_FEW_RECORDS_MAX}], not {max_records}")
+    if type(delays) is not _np.ndarray:
+        raise TypeError("delays must be a one-dimensional numpy array of int64")
+    _get_readable(buffer, &src)
+    memset(&table, 0, sizeof(Py_buffer))   # PyBuffer_Release: a no-op until the table is exported
+    try:
+        PyObject_GetBuffer(delays, &table, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)
+        if not _int64_vector(&table):
+            raise TypeError("delays must be a one-dimensional numpy array of int64")
+        if start < 0 or start > end or end > src.len:
+            raise ValueError(f"range [{start}, {end}) is out of bounds for a buffer of {src.len} bytes")
+        data = <const uint8_t *>src.buf
+        n = _scan_rows(data, &pos, end, rows, max_records + 1, max_records + 1, 0, &reason, -1)
+        if n > max_records:
+            return None
+        out = PyTuple_New(n)
+        for i in range(n):
+            r = &rows[i]
+            keys = _dispatch_scan(data, src.len, r, 1, <const int64_t *>table.buf, table.shape[0],
+                                  &info, &spans, &bad, &what)
+            if keys < 0:
+                if what == _OUTSIDE_TOPIC:
+                    raise _outside(i, r.position, "topic", r.topic_pos, r.topic_len, src.len)
+                raise _outside(i, r.position, "properties", r.properties_pos, r.properties_len, src.len)
+            row = _few_row(r, data, info.tags_code, keys)
+            Py_INCREF(row)   # PyTuple_SET_ITEM steals it
+            PyTuple_SET_ITEM(out, i, row)
+        return pos, reason, out
+    finally:
+        PyBuffer_Release(&table)
+        PyBuffer_Release(&src)
+
+
+cdef tuple _few_row(const rs_batch_row *r, const uint8_t *data, int64_t tags_code, int64_t keys):
+    """One row of dispatch_few's answer (built apart: Cython takes minutes over this tuple inside
+    dispatch_few's try/finally)."""
+    return (r.position, r.size, r.queue_id, r.queue_offset, r.sys_flag, r.store_timestamp,
+            PyUnicode_DecodeUTF8(<const char *>data + r.topic_pos, r.topic_len, "surrogateescape"),
+            tags_code, keys)
+
+
+cdef bint _int64_vector(const Py_buffer *view) noexcept:
+    """Whether ``view`` is one dimension of native int64 ("q", or "l" where a long is 8 bytes)."""
+    if view.ndim != 1 or view.itemsize != 8 or view.format == NULL or view.format[1] != 0:
+        return False
+    return view.format[0] == b"q" or (view.format[0] == b"l" and sizeof(long) == 8)
 
 
 cdef int64_t _count_pieces(const uint8_t *base, int64_t size, const rs_batch_row *rows, int64_t n,

@@ -45,6 +45,7 @@ escaped string equals ``java_hash_bytes`` of the raw bytes.
 from __future__ import annotations
 
 from rocketstore.format._dispatch_py import (
+    dispatch_few,
     dispatch_info,
     property_pieces,
 )
@@ -312,6 +313,7 @@ __all__ = [
     "PULL_OUTSIDE",
     "PULL_DAMAGED",
     "dispatch_info",
+    "dispatch_few",
     "property_pieces",
     "make_offset_msg_id",
     "parse_offset_msg_id",

@@ -27,6 +27,7 @@ from rocketstore.format._record_py import (
     SCHEDULE_TOPIC,
     STOP_CORRUPT,
     _readable_view,
+    decode_batch,
     java_hash_bytes,
 )
 
@@ -204,6 +205,54 @@ def dispatch_info(buffer, records, delay_levels_ms=DEFAULT_DELAY_LEVELS_MS):  # 
     if keys:
         refs[:] = keys
     return info, refs
+
+
+#: At most this many records dispatch_few hands back.
+_FEW_RECORDS_MAX = 16
+
+
+def dispatch_few(buffer, start, end, delays, max_records):
+    """What dispatch needs of each record of ``buffer[start:end]`` (a follower catching up with a
+    put or a few), when that stretch holds at most ``max_records`` (0 .. 16) whole records before
+    its end or the first position holding none; None when it holds more (:func:`decode_batch`
+    and :func:`dispatch_info` serve those, faster per record).
+
+    Returns ``(stop, reason, rows)``: ``stop`` and ``reason`` as
+    ``decode_batch(buffer, start, end, check_crc=False)`` gives them; ``rows`` a tuple with one
+    ``(position, size, queue_id, queue_offset, sys_flag, store_timestamp, topic, tags_code,
+    keys)`` per record: ``topic`` decoded as UTF-8 (surrogateescape), ``tags_code`` as
+    dispatch_info's, ``keys`` how many index keys dispatch_info finds in it. ``delays``: the
+    delay table as a one-dimensional int64 numpy array.
+    """
+    if not isinstance(max_records, int) or not 0 <= max_records <= _FEW_RECORDS_MAX:
+        raise ValueError(f"max_records must be in [0, {_FEW_RECORDS_MAX}], not {max_records}")
+    if type(delays) is not np.ndarray or delays.ndim != 1 or delays.dtype != np.int64:
+        raise TypeError("delays must be a one-dimensional numpy array of int64")
+    records, stop, reason = decode_batch(buffer, start, end, check_crc=False, max_records=max_records + 1)
+    if len(records) > max_records:
+        return None
+    info, keys = dispatch_info(buffer, records, delays.tolist())
+    counts = np.bincount(keys["record"], minlength=len(records)).tolist()
+    view = _readable_view(buffer)
+    rows = []
+    for (position, size, queue_id, queue_offset, sys_flag, timestamp, at, length), tags_code, count in zip(
+        records[list(_FEW_FIELDS)].tolist(), info["tags_code"].tolist(), counts
+    ):
+        topic = bytes(view[at : at + length]).decode("utf-8", "surrogateescape")
+        rows.append((position, size, queue_id, queue_offset, sys_flag, timestamp, topic, tags_code, count))
+    return stop, reason, tuple(rows)
+
+
+_FEW_FIELDS = (
+    "position",
+    "size",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "store_timestamp",
+    "topic_pos",
+    "topic_len",
+)
 
 
 def _wrap64(value: int) -> int:
