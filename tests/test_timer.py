@@ -183,13 +183,15 @@ class _Crash(Exception):
 
 
 def _crash_on_persist(store, call):
-    """ "Crash" the next pass at its ``call``-th write of config/timerProgress: 1, right after the
-    intent is written; 2, right before the state after would be written."""
+    """ "Crash" the next pass at its ``call``-th write of config/timerProgress from its intent on:
+    1, right after the intent is written; 2, right before the state after would be written."""
     progress = store._opened.timer._progress
     real = progress.persist
     calls = []
 
     def persist():
+        if not calls and progress.intent is None:
+            return real()  # a state written before the pass's intent (its first timer checkpoint's)
         calls.append(1)
         if len(calls) == call:
             if call == 1:
@@ -199,6 +201,32 @@ def _crash_on_persist(store, call):
         return real()
 
     progress.persist = persist
+
+
+def test_rocketstore_s_own_timer_checkpoint_is_not_taken_for_a_broker_s(tmp_path, impl, clock):
+    """A store whose timers rocketstore read but did not deliver yet closes with RocketMQ's
+    timer checkpoint (config/timercheck, for a broker taking over) and no delivery state of
+    its own: opened again, rocketstore must not take that checkpoint for a broker's (whose
+    read time says everything due before its slot was delivered) and deliver a message put
+    since, due before that slot, early."""
+    clock.now = clock.now // 1000 * 1000 + 990  # 10 ms before a timer slot starts
+    path = tmp_path / "store"
+    store = open_store(path, impl, clock)
+    store.put("TopicA", b"next-slot", delay_ms=10)
+    assert store.deliver_timers() == 0
+    store.close()
+    assert read_timer_check(path) is not None
+    store = open_store(path, impl, clock)
+    try:
+        store.put("TopicA", b"this-slot", deliver_at_ms=clock.now + 1)
+        assert store.deliver_timers() == 0, "delivered before its time"
+        clock.now += 1
+        assert store.deliver_timers() == 1
+        clock.now += 9
+        assert store.deliver_timers() == 1
+        assert store.timer_stats()["pending"] == 0
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("written", ["none", "some", "all"])

@@ -193,20 +193,16 @@ class TimerService(TimerPuts):
         #: RocketMQ 5.x's timer checkpoint (config/timercheck), None when no broker kept timers
         #: here: rocketstore writes one too, so it is a broker's when the broker's timer metrics
         #: are there (rocketstore never writes them) or rocketstore has not run timers here yet
+        #: (its own state, config/timerProgress, is always written before its first checkpoint)
         self._broker = read_timer_check(parts.path)
         progress = self._progress
         if (
             self._broker is not None
             and not os.path.exists(os.path.join(parts.path, "config", "timermetrics"))
-            and (progress.enqueue_offset or progress.watermark != NO_KEY or progress.intent is not None)
+            and progress.on_disk
         ):
             self._broker = None
-        if (
-            self._broker is not None
-            and progress.enqueue_offset == 0
-            and progress.watermark == NO_KEY
-            and progress.intent is None
-        ):
+        if self._broker is not None and not progress.on_disk:
             # Take over where the broker's timer stopped: the timer queue's units below its
             # queue offset are in its timer log, and it delivered every one due before its read
             # time (the next slot it would deliver); the others wait here.
@@ -433,6 +429,11 @@ class TimerService(TimerPuts):
         wheel = self._wheel
         if wheel is None:
             return
+        if not self._progress.on_disk:
+            # rocketstore's state first: an open that finds a checkpoint and no state of
+            # rocketstore's takes the checkpoint for a broker's (__init__)
+            self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
+            self._progress.persist()
         state = (read_time, queue_offset)
         if not self._wheel_dirty and state == self._wheel_state:
             return

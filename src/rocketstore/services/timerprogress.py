@@ -59,6 +59,8 @@ class TimerProgress:
         self.watermark: tuple[int, int] = NO_KEY
         #: the pass in progress: commitlogOffset, dequeueMs, done, from (Q, W) and ``to`` (Q, W)
         self.intent: Optional[dict[str, Any]] = None
+        #: the file holds a state (loaded, or persisted since)
+        self.on_disk = False
 
     @classmethod
     def in_store(cls, root: str | os.PathLike[str], *, read_only: bool = False) -> TimerProgress:
@@ -109,6 +111,7 @@ class TimerProgress:
                 "fromQueueOffset": fqo,
                 "to": (tq2, (tt, tqo)),
             }
+        self.on_disk = True
         return True
 
     def persist(self) -> None:
@@ -151,6 +154,7 @@ class TimerProgress:
             raise space_error(exc.errno, "writing timerProgress failed", self.path) from exc
         self._seq += 1
         self._slot = slot
+        self.on_disk = True
 
     def set_state(self, enqueue_offset: int, watermark: tuple[int, int], first_pending: int) -> None:
         """The state after a pass, without an intent (saved by :meth:`persist`)."""
