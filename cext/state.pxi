@@ -52,8 +52,8 @@ cdef enum:
 
 
 cdef class QueueTable:
-    """The queues of a store by (topic, queue id) (consumequeue.ConsumeQueueStore and
-    dispatch.TailQueueStore extend it). ``_queues`` is a read-only view: the table changes
+    """The queues of a store by (topic, queue id) (cqstore.ConsumeQueueStore and
+    tailqueue.TailQueueStore extend it). ``_queues`` is a read-only view: the table changes
     through :meth:`_put_queue` and :meth:`_take_queues` only, which also empty the lookup cache
     the point reads keep (a queue by the identity of its topic string and its id)."""
     cdef dict _table

@@ -287,3 +287,17 @@ def test_retention_deletes_the_batch_queue_files_below_the_commitlog(tmp_path, i
         assert [bytes(m.body) for m in store.get_message("g", "B", 0, hi, 3).messages] == [
             b"after-%d" % j for j in range(3)
         ]
+
+
+def test_a_follower_s_queue_offsets_show_a_batch_queue_a_put_just_made(tmp_path, impl):
+    """A read-only store beside the writer: queue_offsets() catches up first, so the BatchCQ
+    queue the writer's last put made is there, at the writer's offset."""
+    path = tmp_path / "s"
+    with MessageStore(path, implementation=impl.name) as writer:
+        writer.create_topic("B", 2, queue_type="BatchCQ")
+        writer.put_batch("B", [b"a", b"b"], queue_id=0)
+        with MessageStore(path, implementation=impl.name, read_only=True) as reader:
+            assert reader.queue_offsets()[("B", 0)] == 2
+            writer.put_batch("B", [b"c", b"d", b"e"], queue_id=1)
+            assert reader.queue_offsets().get(("B", 1)) == 3
+            assert reader.queue_offsets() == writer.queue_offsets()

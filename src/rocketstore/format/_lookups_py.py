@@ -77,8 +77,8 @@ class QueueState:
 
 
 class QueueTable:
-    """The queues of a store by (topic, queue id) (consumequeue.ConsumeQueueStore and
-    dispatch.TailQueueStore extend it). ``_queues`` is a read-only view: the table changes
+    """The queues of a store by (topic, queue id) (cqstore.ConsumeQueueStore and
+    tailqueue.TailQueueStore extend it). ``_queues`` is a read-only view: the table changes
     through :meth:`_put_queue` and :meth:`_take_queues` only (the compiled twin keeps a lookup
     cache they empty)."""
 

@@ -366,12 +366,13 @@ class StoreReads:
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         opened = self.checked().opened if self.opened.read_only else self.opened
+        if opened.read_only and opened.follower is not None:
+            opened.dispatcher.catch_up()  # (before the BatchCQ queues: a put may have made one)
         batch = opened.batch if opened.batch is not None and opened.batch.topics else ()
         if opened.read_only:
             found = dict(opened.queue_offsets)
             found.update({(bq.topic, bq.queue_id): bq.max_offset for bq in batch})
             if opened.follower is not None:
-                opened.dispatcher.catch_up()
                 for cq in opened.queues:
                     key = (cq.topic, cq.queue_id)
                     if cq.max_offset > found.get(key, 0):
