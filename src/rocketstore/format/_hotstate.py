@@ -36,7 +36,7 @@ NO_EXTENSIONS = env_flag("ROCKETSTORE_NO_EXTENSIONS")
 REQUIRE_EXTENSIONS = env_flag("ROCKETSTORE_REQUIRE_EXTENSIONS")
 
 if TYPE_CHECKING or NO_EXTENSIONS:
-    from rocketstore.format._codec_py import (
+    from rocketstore.format._lookups_py import (
         DispatchState,
         IndexFileState,
         IndexState,
@@ -61,7 +61,7 @@ else:
     except ImportError:  # pragma: no cover - depends on the build (rocketstore._impl says why)
         if REQUIRE_EXTENSIONS:
             raise
-        from rocketstore.format._codec_py import (
+        from rocketstore.format._lookups_py import (
             DispatchState,
             IndexFileState,
             IndexState,

@@ -8,7 +8,7 @@ format, at their original queue offsets) and indexes them in
 a sparse queue: one unit per record kept, ``commitlog_offset`` its position in the compaction
 log). ``compaction/position-checkpoint`` (JSON) says how far each queue was compacted.
 
-:class:`CompactionLog` reads one queue's log; :func:`latest_per_key` makes the compacted view,
+:func:`read_compaction_log` reads one queue's log; :func:`latest_per_key` makes the compacted view,
 the latest message of each key, a key whose latest message has an empty body (a tombstone)
 left out. :class:`CompactionPositions` is the position checkpoint; the writing side (copies and
 compactions by rocketstore's own retention passes) is :mod:`rocketstore.services.compaction`.
@@ -39,7 +39,7 @@ __all__ = [
     "COMPACTION",
     "CompactedReads",
     "DELETE",
-    "CompactionLog",
+    "read_compaction_log",
     "CompactionPositions",
     "compacted_pull",
     "compacted_topics",
@@ -170,34 +170,31 @@ def units_of(paths: Iterable[str]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=BCQ_UNIT_DTYPE)
 
 
-class CompactionLog:
-    """Reading one queue's whole compaction log (``rocketstore.MessageStore.compaction_log``)."""
-
-    @staticmethod
-    def read(
-        root: str | os.PathLike[str],
-        topic: str,
-        queue_id: int,
-        decode: Callable[..., Any],
-        attempts: int = 5,
-    ) -> list[MessageExt]:
-        """The records the log keeps, in queue order, each checked as a pull checks it (CRC,
-        topic, queue id, queue offset, size against its unit), read again when a compaction
-        replaced files under the read (a file gone, or a record or order that does not check);
-        the last attempt's error is raised. ``decode`` is the codec's ``decode_record``."""
-        for attempt in range(attempts):
-            log = None
-            try:
-                log = _MappedLog(os.fspath(root), topic, queue_id, ())
-                return [log.message(unit, decode, topic, queue_id) for unit in log.units]
-            except (FileNotFoundError, CorruptRecordError):
-                if attempt == attempts - 1:
-                    raise
-                time.sleep(0.01 * (attempt + 1))
-            finally:
-                if log is not None:
-                    log.close()
-        raise AssertionError("unreachable")
+def read_compaction_log(
+    root: str | os.PathLike[str],
+    topic: str,
+    queue_id: int,
+    decode: Callable[..., Any],
+    attempts: int = 5,
+) -> list[MessageExt]:
+    """The records one queue's compaction log keeps (``rocketstore.MessageStore.compaction_log``),
+    in queue order, each checked as a pull checks it (CRC, topic, queue id, queue offset, size
+    against its unit), read again when a compaction replaced files under the read (a file gone,
+    or a record or order that does not check); the last attempt's error is raised. ``decode``
+    is the codec's ``decode_record``."""
+    for attempt in range(attempts):
+        log = None
+        try:
+            log = _MappedLog(os.fspath(root), topic, queue_id, ())
+            return [log.message(unit, decode, topic, queue_id) for unit in log.units]
+        except (FileNotFoundError, CorruptRecordError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+        finally:
+            if log is not None:
+                log.close()
+    raise AssertionError("unreachable")
 
 
 class CompactedReads:

@@ -26,7 +26,7 @@ from rocketstore.format.tagfilter import TagFilter
 from rocketstore.format.units import CQ_UNIT_DTYPE
 from rocketstore.log import recordscan
 from rocketstore.message import MessageExt
-from rocketstore.queues.compaction import CompactionLog, latest_per_key
+from rocketstore.queues.compaction import latest_per_key, read_compaction_log
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
 from rocketstore.queues.puller import Puller, check_name
 from rocketstore.queues.pulls import GetMessageResult, get_units
@@ -345,7 +345,7 @@ class StoreReads:
         reads = self.checked()
         check_name("topic", topic)
         queue_id = check_int("queue_id", queue_id, 0)
-        return CompactionLog.read(reads.opened.path, topic, queue_id, self.codec.decode_record)
+        return read_compaction_log(reads.opened.path, topic, queue_id, self.codec.decode_record)
 
     def compacted(self, topic: str, queue_id: int) -> dict[str, MessageExt]:
         log = self.compaction_log(topic, queue_id)

@@ -509,13 +509,10 @@ class Compactor:
 
     # ---- compacting ----
 
-    def compact(self) -> int:
-        """Compact each compaction topic's queues that closed a log file since their last
-        compaction. Returns the queues compacted; a queue that fails is logged and retried at
-        the next call."""
-        return self._compact(self.topics())
-
     def _compact(self, topics: frozenset[str]) -> int:
+        """Compact each of ``topics``' queues that closed a log file since their last
+        compaction. Returns the queues compacted; a queue that fails is logged and retried at
+        the next pass."""
         if not topics:
             return 0
         done = 0

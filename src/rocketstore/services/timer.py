@@ -432,8 +432,7 @@ class TimerService(TimerPuts):
         if not self._progress.on_disk:
             # rocketstore's state first: an open that finds a checkpoint and no state of
             # rocketstore's takes the checkpoint for a broker's (__init__)
-            self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
-            self._progress.persist()
+            self._save_state()
         state = (read_time, queue_offset)
         if not self._wheel_dirty and state == self._wheel_state:
             return
@@ -714,10 +713,14 @@ class TimerService(TimerPuts):
             return
         self._settle()
         self._needs_reload = True
-        self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
-        self._progress.persist()
+        self._save_state()
         self._needs_reload = self._uncommitted = False
         self._wheel_sync(force=False)
+
+    def _save_state(self) -> None:
+        """Write the state this service holds (no pass in flight) into config/timerProgress."""
+        self._progress.set_state(self._enqueued, self._watermark, self._first_pending())
+        self._progress.persist()
 
     def _copy(
         self, unit: tuple[int, int, int], dequeue_ms: int, rec: Any = None
