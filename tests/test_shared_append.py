@@ -32,7 +32,7 @@ JOINED = """
     placed += [(0, b.first_queue_offset + k, int(b.commitlog_offsets[k]), "jb-%d" % k) for k in range(3)]
     ms = s.put_messages([Message("T", b"jm-%d" % k, keys="jm-%d" % k, queue_id=0) for k in range(3)])
     placed += [(r.queue_id, r.queue_offset, r.commitlog_offset, "jm-%d" % k) for k, r in enumerate(ms)]
-    appender = s._appender
+    appender = s._joined.appender
     print(json.dumps({
         "appended_here": appender.core.puts if appender else 0,
         "writer": s.writer_pid,
@@ -221,7 +221,7 @@ KILLED_AFTER_ITS_RECORD = """
     from rocketstore.log import _store_py
     s = MessageStore(sys.argv[1], implementation="py")
     s.put("T", b"appended here")
-    assert s._appender, "the put did not append in this process"
+    assert s._joined.appender, "the put did not append in this process"
     _store_py._debug_publish_fault(1)  # the record is written; nothing of it is published yet
     s.put("T", b"never acknowledged")
 """
@@ -320,7 +320,7 @@ DURABLE = """
     ends.append(b.end_offset)
     ms = s.put_messages([Message("T", b"dm-0", keys="dm")], durable=True)
     ends.append(ms[0].commitlog_offset + ms[0].size)
-    core = s._appender.core
+    core = s._joined.appender.core
     print(json.dumps({"ends": ends, "appended_here": core.puts, "waited_here": core.durable_waits}))
     s.close()
 """
@@ -342,7 +342,7 @@ ONE_JOINED_PUT = """
     from rocketstore import MessageStore
     s = MessageStore(sys.argv[1], implementation=sys.argv[2])
     s.put("T", b"joined")
-    assert s._appender, "the put did not append in this process"
+    assert s._joined.appender, "the put did not append in this process"
     s.close()
 """
 
@@ -357,7 +357,7 @@ def test_the_owner_puts_on_after_it_stopped_sharing(tmp_path, impl):
         owner.create_topic("T", 2)
         run_child(ONE_JOINED_PUT, path, impl.name)
         before = owner.put("T", b"shared", queue_id=0)  # the owner's topic entry is the table's
-        owner._stop_sharing()
+        owner._joined.stop_sharing(owner)
         after = owner.put("T", b"alone", queue_id=0)
         assert after.queue_offset == before.queue_offset + 1
         owner.create_topic("T", 3)  # a count change goes to the table entry too
@@ -370,7 +370,7 @@ A_MEMBER_THAT_STAYS = """
     from rocketstore import MessageStore
     s = MessageStore(sys.argv[1], implementation=sys.argv[2])
     s.put("T", b"joined")
-    assert s._appender, "the put did not append in this process"
+    assert s._joined.appender, "the put did not append in this process"
     print("joined", flush=True)
     sys.stdin.readline()  # stays joined until told
     s.close()
@@ -395,7 +395,7 @@ def test_a_reader_stops_at_the_published_end_while_a_joined_writer_outlives_the_
         member = spawn_child(A_MEMBER_THAT_STAYS, path, impl.name, stdin=True)
         try:
             assert member.stdout.readline() == "joined\n"
-            _drop_presence(owner._append_table[0])
+            _drop_presence(owner._joined.append_table[0])
             assert sharedappend.appenders_present(str(path))  # the member still holds on
             nxt, end = map(int, run_child(DIES_AFTER_A_WHOLE_RECORD, path).split())
             assert (nxt, end) == (owner.max_queue_offset("T", 0), owner.max_offset)
@@ -417,9 +417,9 @@ JOINED_WITH_PROPERTIES = """
     from rocketstore import MessageStore
     s = MessageStore(sys.argv[1], implementation=sys.argv[2])
     plain = s.put("T", b"with properties", keys="jp", properties={"region": "eu"})
-    appended = s._appender.core.puts
+    appended = s._joined.appender.core.puts
     delayed = s.put("T", b"delayed", properties={"DELAY": "1"})
-    print(json.dumps([appended, s._appender.core.puts, plain.commitlog_offset, delayed.commitlog_offset]))
+    print(json.dumps([appended, s._joined.appender.core.puts, plain.commitlog_offset, delayed.commitlog_offset]))
     s.close()
 """
 
@@ -441,7 +441,7 @@ DIES_PUBLISHING = """
     path, impl, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
     s = MessageStore(path, implementation=impl)
     s.put("T", b"joined-0", queue_id=0)
-    assert s._appender, "the put did not append in this process"
+    assert s._joined.appender, "the put did not append in this process"
     s._impl.store._debug_publish_fault(step)
     # one append that moves two queues: ended after the step (os._exit(86), as a kill -9 there)
     s.put_messages([Message("T", b"dying-0", queue_id=0), Message("T", b"dying-1", queue_id=1)])
@@ -454,7 +454,7 @@ JOINED_AFTER = """
     s = MessageStore(sys.argv[1], implementation=sys.argv[2])
     for q in (0, 1):
         s.put("T", b"joined-after-%d" % q, queue_id=q)
-    assert s._appender, "the puts did not append in this process"
+    assert s._joined.appender, "the puts did not append in this process"
     s.close()
 """
 
@@ -525,8 +525,8 @@ JOINED_MESSAGE_PUTS = """
     from rocketstore import Message, MessageStore
     s = MessageStore(sys.argv[1], implementation=sys.argv[2])
     s.put("T", b"first")
-    assert s._appender, "the put did not append in this process"
-    before = s._appender.core.puts
+    assert s._joined.appender, "the put did not append in this process"
+    before = s._joined.appender.core.puts
     results = [
         s.put(Message("T", b"plain")),
         s.put(Message("T", b"tagged", tags="TagA", queue_id=1)),
@@ -534,7 +534,7 @@ JOINED_MESSAGE_PUTS = """
                       born_timestamp=1234567890123, flag=7)),
         s.put(Message("T", b"durable", keys="kd"), durable=True),
     ]
-    appended = s._appender.core.puts - before
+    appended = s._joined.appender.core.puts - before
     # other shapes are the owner's: a DELAY property, a body that is not bytes, a delay level
     others = [
         s.put(Message("T", b"delayed", properties={"DELAY": "1"})),
@@ -544,7 +544,7 @@ JOINED_MESSAGE_PUTS = """
     ]
     print(json.dumps({
         "appended": appended,
-        "appended_after": s._appender.core.puts - before,
+        "appended_after": s._joined.appender.core.puts - before,
         "placed": [[r.commitlog_offset, r.queue_id, r.queue_offset] for r in results],
         "others": [r.commitlog_offset for r in others],
     }))
@@ -598,11 +598,11 @@ CLOSED_UNDER_A_PUT = """
     path, impl = sys.argv[1], sys.argv[2]
     s = MessageStore(path, implementation=impl)
     s.put("T", b"first")
-    appender = s._appender
+    appender = s._joined.appender
     assert appender, "the joined store appends in its own process"
     core = appender.core
     # a takeover (another thread) closes the appender between a put's look at it and its call
-    s._drop_appender()
+    s._joined.drop_appender()
     try:
         core.put("T", b"late", None, -1, 0, 0, 0, 0, 0, None, 0)
         print("put on a closed appender returned", flush=True)

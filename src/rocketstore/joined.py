@@ -1,12 +1,12 @@
 """Several processes writing one store: the lock holder serves the others (rocketstore.processes.writers),
 which append through a shared table when they can (rocketstore.log.sharedappend).
 
-:class:`JoinedWriting` is the part of :class:`rocketstore.storebase.StoreBase` that takes the
-lock or joins its holder (``_take_role``), runs a joined store's calls in the writing process
-(``_forward``; ``_serve_call`` there), takes over when that process ended (``_writer_gone``) and
-shares or uses the append table. The callables a joined store's role holds
-(rocketstore.roles) are here too: :class:`Forwarder`, :class:`JoinedPut`,
-:func:`joined_put_batch` and :func:`joined_put_messages`.
+:class:`Joined` is a store's side of that, a plain object the store
+(rocketstore.storebase.StoreBase) holds for its life: it takes the lock or joins its holder
+(``take_role``), runs a joined store's calls in the writing process (``forward``; ``serve_call``
+there) and shares or uses the append table; when the process it joined ended it has the store take
+over (the store's ``_writer_gone``). The callables a joined store's role holds (rocketstore.roles)
+are here too: :class:`Forwarder` and :class:`JoinedPuts`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.base._background import weak_method
@@ -94,73 +94,117 @@ FORWARDED = _REPEATABLE | {
 }
 
 
-class JoinedWriting:
-    """The store's side of several writer processes (see the module's docstring); mixed into
-    StoreBase, whose attributes these methods use."""
+class Joined:
+    """A store's links to the other processes writing it (see the module's docstring), one for
+    the life of the store (rocketstore.storebase.StoreBase holds it): the server of its joined
+    writers (this process holds the lock), or the client of the process it joined
+    (``remote``), the shared append table it made for them (``append_table``), and a joined
+    store's own appender (``appender``: None not asked yet, False none to be had).
 
-    #: The class whose methods are the careful paths (StoreBase): what the writing process runs
-    #: for a joined store's call, and what a joined store runs once it writes itself.
-    _careful: ClassVar[type]
-    _append_table: Optional[tuple[int, Any, int]]
-    _appender: Any
-    _await_takeover: Callable[[], None]
-    _check_open: Callable[[], None]
-    _check_writable: Callable[[], None]
-    _closed: bool
-    _detect_config: Callable[[], StoreConfig]
-    _files_read_only: bool
-    _impl: Any
-    _lock: StoreLock
-    _mutex: threading.RLock
-    _opened: Any  # (rocketstore.processes.opening.OpenedParts)
-    _open_store: Callable[[], None]
-    _read_only_asked: bool
-    _remote: Optional[WriterClient]
-    _server: Optional[WriterServer]
-    _sharing_stopped: bool
-    _switches: int
-    _switching: bool
-    _takeover_pending: bool
-    _teardown: Callable[..., list[BaseException]]
-    config: StoreConfig
-    path: str
+    It knows its store weakly, and the few steps of the store it needs as the store class's
+    functions (``steps``, called with the store first): ``check_open``, ``check_writable``,
+    ``parts`` (the OpenedParts of the last open) and ``writer_gone`` (the takeover, the store's:
+    it opens the store again).
+    ``careful``: the class whose methods are the careful paths, what the writing process runs
+    for a joined store's call and a joined store once it writes itself."""
 
-    def _take_role(self) -> None:
+    __slots__ = (
+        "__weakref__",
+        "_ref",
+        "path",
+        "lock",
+        "mutex",
+        "impl",
+        "careful",
+        "check_open",
+        "check_writable",
+        "parts",
+        "writer_gone",
+        "server",
+        "remote",
+        "append_table",
+        "appender",
+        "sharing_stopped",
+    )
+
+    def __init__(
+        self,
+        store: Any,
+        mutex: threading.RLock,
+        impl: Any,
+        careful: type,
+        steps: tuple[
+            Callable[[Any], None],
+            Callable[[Any], None],
+            Callable[[Any], Any],
+            Callable[[Any, WriterClient], None],
+        ],
+    ) -> None:
+        self._ref = weakref.ref(store)
+        self.path: str = store.path
+        self.lock = StoreLock(self.path)  # the store's lock, which this process holds or waits on
+        self.mutex, self.impl, self.careful = mutex, impl, careful
+        self.check_open, self.check_writable, self.parts, self.writer_gone = steps
+        self.server: Optional[WriterServer] = None  # serving joined writers (this process writes)
+        self.remote: Optional[WriterClient] = None  # the process this one's writes go to
+        # rocketstore.log.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
+        # for it; a joined store's own appender (None: not asked yet, False: none to be had)
+        self.append_table: Optional[tuple[int, Any, int]] = None
+        self.appender: Any = None
+        self.sharing_stopped = False
+
+    def store(self) -> Any:
+        """The store (StoreClosedError once it is gone)."""
+        store = self._ref()
+        if store is None:
+            closed_error()
+        return store
+
+    def opened(self) -> None:
+        """The store opened (again): its joined writers and its own appends start afresh."""
+        if self.server is not None:
+            self.server.ready()
+        self.appender = None
+        self.sharing_stopped = False
+
+    # ---- taking the lock or joining its holder, serving, forwarding ----
+
+    def take_role(self, cfg: StoreConfig) -> bool:
         """Take the store's lock and serve joining writers, or join the process that holds it
-        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off).
+        (StoreLockedError when that is not a rocketstore writer, or shared_writers is off);
+        whether it joined (its files are then read-only here).
 
         Waits as long as the lock changes hands: each holder gets ``writer_wait_s`` to serve,
         and the graces run from the first reading of that holder, so a holder that stalls or
         dies before it serves (a takeover that failed) sends the waiters on to the next one,
         or makes one of them the owner; a moment when nobody holds the lock is no verdict."""
-        cfg = self.config
         watched: Any = ()  # the holder being waited for (StoreLock.holder), and since when
         since = time.monotonic()
         while True:
             try:
-                self._lock.acquire(shares=cfg.shared_writers)
+                self.lock.acquire(shares=cfg.shared_writers)
             except StoreLockedError as exc:
                 if not cfg.shared_writers or getattr(exc, "in_this_process", False):
                     raise
-                holder = self._lock.holder()
+                holder = self.lock.holder()
                 if holder != watched:
                     watched, since = holder, time.monotonic()
                 if holder is not None and not holder[0]:
                     # nobody holds it (its holder just died or released it, or one of ours is
                     # between its two locks): take it, or see who did
-                    self._check_wait(since)
+                    self._check_wait(cfg, since)
                     time.sleep(0.001)
                     continue
                 try:
-                    self._remote = WriterClient(self.path, since + cfg.writer_wait_s)
+                    self.remote = WriterClient(self.path, since + cfg.writer_wait_s)
                 except (NoWriter, WriterGone):
                     # nobody serves the socket: an owner between its lock and its socket, one
                     # closing (it removed its socket before its lock), one gone, or not ours
-                    holder = self._lock.holder()
+                    holder = self.lock.holder()
                     if holder != watched:
                         watched, since = holder, time.monotonic()
                         continue
-                    waited = self._check_wait(since)
+                    waited = self._check_wait(cfg, since)
                     if (holder is not None and not holder[1] and waited >= _NOT_SHARING_GRACE) or (
                         holder is None and waited >= _NO_SERVER_GRACE
                     ):
@@ -170,97 +214,90 @@ class JoinedWriting:
                         ) from None
                     time.sleep(0.005)
                     continue
-                self._files_read_only = True
-                self.config = self._detect_config()
-                return
+                return True
             try:
                 if cfg.shared_writers:
-                    self._server = WriterServer(
-                        self.path, weak_method(self._serve_call, closed_error), self._impl.store.serve_step
+                    self.server = WriterServer(
+                        self.path, weak_method(self.serve_call, closed_error), self.impl.store.serve_step
                     )
             except BaseException:
-                self._lock.release()
+                self.lock.release()
                 raise
-            self._files_read_only = False
-            return
+            return False
 
-    def _check_wait(self, since: float) -> float:
+    def _check_wait(self, cfg: StoreConfig, since: float) -> float:
         """How long the lock's holder seen ``since`` then has not served; StoreLockedError past
         ``writer_wait_s``."""
         waited = time.monotonic() - since
-        if waited >= self.config.writer_wait_s:
+        if waited >= cfg.writer_wait_s:
             raise StoreLockedError(
                 f"store {self.path}: the process holding its lock did not serve writers "
-                f"within writer_wait_s ({self.config.writer_wait_s} s)"
+                f"within writer_wait_s ({cfg.writer_wait_s} s)"
             ) from None
         return waited
 
-    def _serve_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def serve_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A joined writer's call, run here (the owner)."""
         if name not in FORWARDED:
             raise StoreReadOnlyError(f"{name!r} is not a call a joined writer may make")
-        method = getattr(self._careful, name)
         if name == "put_pipelined":
-            return method(self, *args, **kwargs).result()
-        return method(self, *args, **kwargs)
+            return self.run_here(self.store(), name, args, kwargs).result()
+        return self.run_here(self.store(), name, args, kwargs)
 
-    def _forward(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A write of a joined store: run by the owner; after the owner ended, by the next."""
+    def run_here(self, store: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A joined writer's call run by ``store``, which writes: its careful path, or what a
+        joined writer's own machinery asks of the owner."""
+        if name == "_share_append":
+            return self.share_append(store)
+        if name == "_flush_to":
+            return self.flush_to(store, *args)
+        return getattr(self.careful, name)(store, *args, **kwargs)
+
+    def forward(self, store: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A write of the joined ``store``: run by the owner; after the owner ended, by the next."""
         while True:
-            self._check_open()
-            client = self._remote
+            self.check_open(store)
+            client = self.remote
             if client is None:  # this process writes now
-                return getattr(self._careful, name)(self, *args, **kwargs)
+                return self.run_here(store, name, args, kwargs)
             if name == "put_pipelined":
                 return RemoteFuture(
-                    client.submit(lambda: self._forward("put", args, {**kwargs, "durable": True}))
+                    client.submit(lambda: self.forward(store, "put", args, {**kwargs, "durable": True}))
                 )
             try:
                 return client.call(name, args, kwargs)
             except WriterGone as gone:
-                self._writer_gone(client)
+                self.writer_gone(store, client)
                 if gone.sent and name not in _REPEATABLE:
                     raise WriterGoneError(
                         f"the process writing for store {self.path} ended during {name}(): "
                         "whether it took effect is unknown"
                     ) from None
 
-    def _writer_gone(self, client: WriterClient) -> None:
-        """The owner this store joined is gone: take the lock, or join the next owner. When
-        that fails, the error is raised and the store's next call tries again."""
-        with self._mutex:
-            if self._remote is not client or self._closed:
-                return
-            _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
-            self._switching = True
-            self._switches += 1
-            self._closed = True
-            try:
-                self._teardown(clean=False)  # the following reader's parts and the client
-                self._remote = None
-                self._take_over()
-            finally:
-                self._switching = False
-
-    def _resume_takeover(self) -> None:
-        """A call of this store, whose takeover failed: take over now (or raise why not)."""
-        with self._mutex:
-            if not self._takeover_pending:
-                return  # another thread did (or the store was closed: the call says so)
-            self._switching = True
-            self._switches += 1
-            try:
-                self._take_over()
-            finally:
-                self._switching = False
-
-    def _take_over(self) -> None:
+    def close_links(self) -> None:
+        """Stop serving joined writers, or close the connection to the writing process."""
+        server, self.server = self.server, None
         try:
-            self._open_store()
-        except BaseException:
-            self._await_takeover()
-            raise
-        self._takeover_pending = False
+            if server is not None:
+                server.close()
+        finally:
+            if self.remote is not None:
+                self.remote.close()
+
+    def forget_in_child(self) -> None:
+        """In a child forked after the store opened: the links and the table are the parent's."""
+        if self.server is not None:
+            self.server.forget_in_child()  # its threads are the parent's; its sockets' copies go
+        self.server = None
+        self.remote = None
+        self.appender = False  # (its lock is the parent's open file description: unusable here)
+        if self.append_table is not None:
+            try:
+                os.close(self.append_table[0])  # (the parent's presence lock stays the parent's)
+            except OSError:
+                pass
+        self.append_table = None
+        self.lock.forget_in_child()  # (so that the store can be opened again: it joins)
 
     # ---- several writer processes appending (rocketstore.log.sharedappend) ----
 
@@ -279,17 +316,18 @@ class JoinedWriting:
         "sync_flush_timeout_ms",
     )
 
-    def _share_append(self) -> Optional[dict[str, Any]]:
-        """A joined writer asks to append in its own process: the shared table's epoch and the
-        options its records take, or None (``shared_append`` off, not possible here, closing)."""
-        cfg = self.config
-        if not cfg.shared_append or not sharedappend.supported() or self._files_read_only:
+    def share_append(self, store: Any) -> Optional[dict[str, Any]]:
+        """A joined writer asks the owner ``store`` to append in its own process: the shared
+        table's epoch and the options its records take, or None (``shared_append`` off, not
+        possible here, closing)."""
+        cfg = store.config
+        if not cfg.shared_append or not sharedappend.supported():
             return None
-        with self._mutex:
-            self._check_open()
-            if self._sharing_stopped or self._remote is not None:
-                return None
-            if self._append_table is None:
+        with self.mutex:
+            self.check_open(store)
+            if self.sharing_stopped or self.remote is not None or store.writer_pid is None:
+                return None  # (writer_pid None: the store's files are read-only here)
+            if self.append_table is None:
                 table = sharedappend.open_table(self.path, create=True)
                 if table is None:
                     return None
@@ -297,95 +335,103 @@ class JoinedWriting:
                 epoch = random.getrandbits(63) | 1
                 try:
                     sharedappend.hold_presence(fd)
-                    self._opened.segments.share()
-                    self._opened.core.share(mm, fd, epoch, True)
+                    parts = self.parts(store)
+                    parts.segments.share()
+                    parts.core.share(mm, fd, epoch, True)
                 except BaseException:
                     close_map(mm)
                     os.close(fd)
                     raise
-                self._append_table = (fd, mm, epoch)
+                self.append_table = (fd, mm, epoch)
             options = {name: getattr(cfg, name) for name in self._APPEND_OPTIONS}
-            return {"epoch": self._append_table[2], "options": options}
+            return {"epoch": self.append_table[2], "options": options}
 
-    def _stop_sharing(self) -> None:
-        """Joined writers append nothing more themselves (the owner closing): what they appended
-        is adopted first; their next puts come here, then to the next owner."""
-        if self._sharing_stopped:
+    def stop_sharing(self, store: Any) -> None:
+        """Joined writers append nothing more themselves (the owner ``store`` closing): what
+        they appended is adopted first; their next puts come here, then to the next owner."""
+        if self.sharing_stopped:
             return  # (close() stops sharing first; its teardown asks again)
-        self._sharing_stopped = True
-        core = self._opened.core if self._opened is not None else None
-        if self._files_read_only or self._remote is not None or self._read_only_asked:
+        self.sharing_stopped = True
+        if self.remote is not None or store.writer_pid is None:  # (None: its files are read-only)
             return
-        if self._append_table is not None and core is not None:
-            core.unshare()
+        parts = self.parts(store)
+        if self.append_table is not None and parts is not None and parts.core is not None:
+            parts.core.unshare()
         # its epoch is 0 (unshare, or this open's invalidate): a writer that still maps it appends
         # nothing, and the store directory holds what a broker's does again
         sharedappend.remove(self.path)
 
-    def _close_append_table(self) -> None:
-        table, self._append_table = self._append_table, None
+    def stop_serving(self, store: Any) -> None:
+        """The owner ``store`` closing: sharing stops, then the joined writers' calls in
+        progress end (their next ones go to the next owner)."""
+        self.stop_sharing(store)
+        if self.server is not None:
+            self.server.close()
+
+    def close_append_table(self) -> None:
+        table, self.append_table = self.append_table, None
         if table is not None:
             close_map(table[1])
             os.close(table[0])
 
-    def _joined_appender(self) -> Any:
-        """This joined store's own appender (sharedappend.JoinedAppender), or False."""
-        appender = self._appender
+    def appender_of(self, store: Any) -> Any:
+        """The joined ``store``'s own appender (sharedappend.JoinedAppender), or False."""
+        appender = self.appender
         if appender is not None:
             return appender
-        with self._mutex:
-            if self._appender is not None:
-                return self._appender
-            self._appender = False
-            live = self._opened.live
-            if self._remote is None or live is None or not live.writable or not sharedappend.supported():
+        with self.mutex:
+            if self.appender is not None:
+                return self.appender
+            self.appender = False
+            live = self.parts(store).live
+            if self.remote is None or live is None or not live.writable or not sharedappend.supported():
                 return False
-            info = self._forward("_share_append", (), {})
-            if not info or self._remote is None:  # off, or this process became the writer
+            info = self.forward(store, "_share_append", (), {})
+            if not info or self.remote is None:  # off, or this process became the writer
                 return False
-            config = dataclasses.replace(self.config, **info["options"])
+            config = dataclasses.replace(store.config, **info["options"])
             try:
-                self._appender = sharedappend.JoinedAppender(
+                self.appender = sharedappend.JoinedAppender(
                     self.path,
                     config,
-                    self._impl.store,
+                    self.impl.store,
                     live.mm,
                     info["epoch"],
                     uniq_prefix(config),
-                    weak_method(self._joined_topic_queues, closed_error),
+                    weak_method(self._topic_queues, closed_error),
                 )
             except (sharedappend.StaleTable, OSError, RocketStoreError) as exc:
                 _log.warning(
                     "store %s: joined writer appends through the writing process: %s", self.path, exc
                 )
-            return self._appender
+            return self.appender
 
-    def _flush_to(self, offset: int) -> int:
-        """A joined writer's durable put: the owner's group commit flushes the CommitLog up to
-        ``offset`` (with the durable puts of every process); 0, else 1 (timed out) or the
-        flush's errno."""
-        self._check_writable()
-        core = self._opened.core
+    def flush_to(self, store: Any, offset: int) -> int:
+        """A joined writer's durable put: the owner ``store``'s group commit flushes the
+        CommitLog up to ``offset`` (with the durable puts of every process); 0, else 1 (timed
+        out) or the flush's errno."""
+        self.check_writable(store)
+        core = self.parts(store).core
         core.wrote_offset  # noqa: B018 (adopts what the joined writers appended, to flush it)
-        return int(core.wait_flushed(int(offset), self.config.sync_flush_timeout_ms))
+        return int(core.wait_flushed(int(offset), store.config.sync_flush_timeout_ms))
 
-    def _joined_durable(self, result: Any, end: int) -> Any:
+    def durable(self, store: Any, result: Any, end: int) -> Any:
         """``result`` once the owner's group commit flushed up to ``end`` (FlushTimeoutError
         carrying it when that did not confirm)."""
-        rc = self._forward("_flush_to", (end,), {})
+        rc = self.forward(store, "_flush_to", (end,), {})
         if rc:
             raise flush_timeout(result, rc)
         return result
 
-    def _joined_topic_queues(self, topic: str) -> int:
-        queues: int = self._forward("_topic_queues", (topic,), {})
+    def _topic_queues(self, topic: str) -> int:
+        queues: int = self.forward(self.store(), "_topic_queues", (topic,), {})
         return queues
 
-    def _drop_appender(self) -> None:
+    def drop_appender(self) -> None:
         """The owner this store's appender joined is gone or closing: appends go through it (or
         the next one) again."""
-        with self._mutex:
-            appender, self._appender = self._appender, False
+        with self.mutex:
+            appender, self.appender = self.appender, False
         if appender:
             appender.close()
 
@@ -394,37 +440,46 @@ class Forwarder:
     """A joined writer's call (its role's): ``forwarder(store, ...)`` runs in the writing
     process."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_joined", "_name")
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, joined: Joined, name: str) -> None:
+        self._joined, self._name = joined, name
 
     def __call__(self, store: Any, *args: Any, **kwargs: Any) -> Any:
-        return store._forward(self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()})
+        return self._joined.forward(
+            store, self._name, _sendable(args), {k: _sendable_value(v) for k, v in kwargs.items()}
+        )
 
 
-class JoinedPut:
-    """A joined writer's ``put``: plain, tagged and keyed puts, and those with a plain properties
-    dict, also of a plain Message, append in this process under the shared append lock
-    (rocketstore.log.sharedappend); anything else, and every put while that is not possible, runs
-    in the writing process. Holds the store weakly (the store's role holds it)."""
+class JoinedPuts:
+    """A joined writer's puts (its role's): plain, tagged and keyed puts, and those with a plain
+    properties dict, also of a plain Message, plain batches and batches of plain messages,
+    append in this process under the shared append lock (rocketstore.log.sharedappend); anything
+    else, and every put while that is not possible, runs in the writing process. ``putter``:
+    the careful path of the puts of the last open (it remembers the user topics checked);
+    ``batch``: its BatchConsumeQueues (their topics' puts are the writing process's). ``open``
+    turns False when the role retires: every put then takes the general path."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("joined", "user_topics", "putter", "batch", "open")
 
-    def __init__(self, store: Any) -> None:
-        self._store = weakref.ref(store)
+    def __init__(self, joined: Joined, putter: Any, batch: Any) -> None:
+        self.joined, self.putter, self.batch = joined, putter, batch
+        self.user_topics: set[str] = putter.user_topics
+        self.open = True
 
-    def __call__(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
-        store = self._store()
-        if store is None:
-            closed_error()
-        appender = store._appender
+    def _batch_topics(self) -> frozenset[str]:
+        return self.batch.topics if self.batch is not None else frozenset()
+
+    def put(self, topic: Any, body: Any = None, **kwargs: Any) -> Any:
+        """``put``, called without the store (a BOUND call)."""
+        joined = self.joined
+        appender = joined.appender
         if (
             not kwargs
             and appender
-            and not store._closed
+            and self.open
             and topic.__class__ is str
-            and topic in store._user_topics
+            and topic in self.user_topics
             and body is not None
             and not appender.refusing
             and not appender.sync_flush
@@ -434,13 +489,14 @@ class JoinedPut:
                 return appender.core.put(topic, body, None, -1, 0, 0, 0, 0, 0, None, 0)
             except (sharedappend.StaleTable, sharedappend.NotShareable):
                 pass  # the general path below says what to do
-        if body is None and not store._closed and _JOINED_MESSAGE_ARGS.issuperset(kwargs):
+        store = joined.store()
+        if body is None and self.open and _JOINED_MESSAGE_ARGS.issuperset(kwargs):
             # put(Message(...)): a plain one (put_plain_messages says) appends here too
-            done = _put_message_here(store, topic, kwargs.get("durable"))
+            done = self._put_message_here(store, topic, kwargs.get("durable"))
             if done is not None:
                 return done
         if (
-            not store._closed  # (also a store a fork inherited: closed in the child)
+            self.open  # (not a retired role's: a store closed, taking over, or a fork inherited)
             and topic.__class__ is str
             and body is not None
             and kwargs.get("delay_level") is None
@@ -448,9 +504,9 @@ class JoinedPut:
             and kwargs.get("delay_ms") is None
             and _JOINED_PUT_ARGS.issuperset(kwargs)
         ):
-            appender = store._joined_appender()
+            appender = joined.appender_of(store)
             if appender and not appender.refusing:
-                store._putter.check_user_topic(topic)  # (remembered for the hot path above)
+                self.putter.check_user_topic(topic)  # (remembered for the hot path above)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
                 tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
@@ -462,115 +518,119 @@ class JoinedPut:
                     if done is not None:
                         # durable: flushed by the owner's group commit, with every process's
                         return (
-                            store._joined_durable(done, done.commitlog_offset + done.size)
+                            joined.durable(store, done, done.commitlog_offset + done.size)
                             if durable
                             else done
                         )
                 except sharedappend.StaleTable:
-                    store._drop_appender()  # the owner is closing or gone: through it, or the next
+                    joined.drop_appender()  # the owner is closing or gone: through it, or the next
                 except sharedappend.NotShareable:
                     pass
-        return store._forward(
-            "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
+        return joined.forward(
+            store, "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
         )
 
+    def _put_message_here(self, store: Any, message: Any, durable: Optional[bool]) -> Any:
+        """A joined writer's ``put(message)`` appended in this process when the message is plain
+        (an exact Message of a user topic, a bytes body, tags, keys and a plain properties dict,
+        queue id, flag and born timestamp; see CommitLogCore.put_plain_messages); None, having
+        written nothing, when it is not or appending here is not possible (the writing process
+        puts it)."""
+        name = getattr(message, "topic", None)
+        if name.__class__ is not str:
+            return None
+        joined = self.joined
+        appender = joined.appender_of(store)
+        if not appender or appender.refusing:
+            return None
+        try:
+            check_user_topic(name)
+        except RocketStoreError:
+            return None  # the writing process says what is wrong
+        try:
+            done = appender.core.put_plain_messages([message], {name}, 0)
+        except sharedappend.StaleTable:
+            joined.drop_appender()  # the owner is closing or gone: through it, or the next
+            return None
+        except sharedappend.NotShareable:
+            return None
+        if done is None:
+            return None
+        result = done[0]
+        if appender.durable(durable):
+            return joined.durable(store, result, result.commitlog_offset + result.size)
+        return result
 
-def _put_message_here(store: Any, message: Any, durable: Optional[bool]) -> Any:
-    """A joined writer's ``put(message)`` appended in this process when the message is plain (an
-    exact Message of a user topic, a bytes body, tags, keys and a plain properties dict, queue
-    id, flag and born timestamp; see CommitLogCore.put_plain_messages); None, having written
-    nothing, when it is not or appending here is not possible (the writing process puts it)."""
-    name = getattr(message, "topic", None)
-    if name.__class__ is not str:
-        return None
-    appender = store._joined_appender()
-    if not appender or appender.refusing:
-        return None
-    try:
-        check_user_topic(name)
-    except RocketStoreError:
-        return None  # the writing process says what is wrong
-    try:
-        done = appender.core.put_plain_messages([message], {name}, 0)
-    except sharedappend.StaleTable:
-        store._drop_appender()  # the owner is closing or gone: through it, or the next
-        return None
-    except sharedappend.NotShareable:
-        return None
-    if done is None:
-        return None
-    result = done[0]
-    if appender.durable(durable):
-        return store._joined_durable(result, result.commitlog_offset + result.size)
-    return result
+    def put_batch(self, store: Any, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
+        """``put_batch`` (called with the store first): a batch without tags or properties
+        appends in this process; anything else runs in the writing process."""
+        joined = self.joined
+        if (
+            self.open
+            and topic.__class__ is str
+            and bodies is not None
+            and kwargs.get("tags") is None
+            and not kwargs.get("properties")
+            and not kwargs.get("pipelined")
+            and _JOINED_BATCH_ARGS.issuperset(kwargs)
+            and topic not in self._batch_topics()  # (one inner batch record: the writing process's)
+        ):
+            appender = joined.appender_of(store)
+            if appender and not appender.refusing:
+                check_user_topic(topic)
+                queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
+                durable = appender.durable(kwargs.get("durable"))
+                try:
+                    done = appender.core.put_batch(
+                        topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
+                    )
+                    return joined.durable(store, done, done.end_offset) if durable and len(done) else done
+                except sharedappend.StaleTable:
+                    joined.drop_appender()
+                except sharedappend.NotShareable:
+                    pass
+        return joined.forward(
+            store, "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
+        )
 
-
-def joined_put_batch(store: Any, topic: Any, bodies: Any = None, **kwargs: Any) -> Any:
-    """A joined writer's ``put_batch``: a batch without tags or properties appends in this
-    process (rocketstore.log.sharedappend); anything else runs in the writing process."""
-    if (
-        not store._closed
-        and topic.__class__ is str
-        and bodies is not None
-        and kwargs.get("tags") is None
-        and not kwargs.get("properties")
-        and not kwargs.get("pipelined")
-        and _JOINED_BATCH_ARGS.issuperset(kwargs)
-        and topic not in store._batch_topics  # (one inner batch record: the writing process's)
-    ):
-        appender = store._joined_appender()
-        if appender and not appender.refusing:
-            check_user_topic(topic)
-            queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
-            durable = appender.durable(kwargs.get("durable"))
-            try:
-                done = appender.core.put_batch(
-                    topic, bodies, kwargs.get("lengths"), None, queue_id, flag, 0, 0, 0
-                )
-                return store._joined_durable(done, done.end_offset) if durable and len(done) else done
-            except sharedappend.StaleTable:
-                store._drop_appender()
-            except sharedappend.NotShareable:
-                pass
-    return store._forward(
-        "put_batch", _sendable((topic, bodies)), {k: _sendable_value(v) for k, v in kwargs.items()}
-    )
-
-
-def joined_put_messages(store: Any, messages: Any, durable: Optional[bool] = None) -> Any:
-    """A joined writer's ``put_messages``: a batch of plain messages (tags and keys at most, of
-    user topics) appends in this process (rocketstore.log.sharedappend); anything else runs in the
-    writing process."""
-    if not store._closed:
-        if type(messages) is not list:
-            messages = list(messages)
-        appender = store._joined_appender()
-        batch_topics = store._batch_topics  # (one inner batch record: the writing process's)
-        if batch_topics and any(getattr(m, "topic", None) in batch_topics for m in messages):
-            appender = None
-        if appender and not appender.refusing:
-            topics = set()
-            for m in messages:
-                name = getattr(m, "topic", None)
-                if name.__class__ is str and name not in topics:
-                    try:
-                        check_user_topic(name)
-                    except Exception:
-                        continue  # not plain here: the writing process says what is wrong
-                    topics.add(name)
-            try:
-                done = appender.core.put_plain_messages(messages, topics, 0)
-                if done is not None:
-                    if appender.durable(durable) and done:
-                        return store._joined_durable(done, max(r.commitlog_offset + r.size for r in done))
-                    return done
-            except sharedappend.StaleTable:
-                store._drop_appender()
-            except sharedappend.NotShareable:
-                pass
-    return store._forward(
-        "put_messages", (_sendable_value(messages),), {} if durable is None else {"durable": durable}
-    )
+    def put_messages(self, store: Any, messages: Any, durable: Optional[bool] = None) -> Any:
+        """``put_messages`` (called with the store first): a batch of plain messages (tags and
+        keys at most, of user topics) appends in this process; anything else runs in the writing
+        process."""
+        joined = self.joined
+        if self.open:
+            if type(messages) is not list:
+                messages = list(messages)
+            appender = joined.appender_of(store)
+            batch_topics = self._batch_topics()  # (one inner batch record: the writing process's)
+            if batch_topics and any(getattr(m, "topic", None) in batch_topics for m in messages):
+                appender = None
+            if appender and not appender.refusing:
+                topics = set()
+                for m in messages:
+                    name = getattr(m, "topic", None)
+                    if name.__class__ is str and name not in topics:
+                        try:
+                            check_user_topic(name)
+                        except Exception:
+                            continue  # not plain here: the writing process says what is wrong
+                        topics.add(name)
+                try:
+                    done = appender.core.put_plain_messages(messages, topics, 0)
+                    if done is not None:
+                        if appender.durable(durable) and done:
+                            return joined.durable(store, done, max(r.commitlog_offset + r.size for r in done))
+                        return done
+                except sharedappend.StaleTable:
+                    joined.drop_appender()
+                except sharedappend.NotShareable:
+                    pass
+        return joined.forward(
+            store,
+            "put_messages",
+            (_sendable_value(messages),),
+            {} if durable is None else {"durable": durable},
+        )
 
 
 _JOINED_MESSAGE_ARGS = frozenset(("durable",))

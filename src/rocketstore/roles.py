@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from rocketstore.errors import StoreClosedError
-from rocketstore.joined import FORWARDED, Forwarder, JoinedPut, joined_put_batch, joined_put_messages
+from rocketstore.joined import FORWARDED, Forwarder, Joined, JoinedPuts
 from rocketstore.processes.opening import OpenedParts
 from rocketstore.queues.indexservice import MAX_MSGS_NUM_BATCH
 from rocketstore.queues.pulls import GetMessageResult
@@ -140,11 +140,12 @@ FAST_READS = (
 
 class Role:
     """One store's calls for the part its process plays (see the module's docstring): ``kind``,
-    a callable for every name of :data:`BOUND` and :data:`WITH_STORE`, and the compiled objects
-    whose callables it holds (``fast_reads``, ``pop_receiver``), which :meth:`retire` turns to
-    the careful path for a caller that still holds one of their methods."""
+    a callable for every name of :data:`BOUND` and :data:`WITH_STORE`, and the objects whose
+    callables it holds (``fast_reads``, ``pop_receiver``, a joined store's ``joined_puts``),
+    which :meth:`retire` turns to the careful path for a caller that still holds one of their
+    methods."""
 
-    __slots__ = ("kind", "fast_reads", "pop_receiver", *BOUND, *WITH_STORE)
+    __slots__ = ("kind", "fast_reads", "pop_receiver", "joined_puts", *BOUND, *WITH_STORE)
 
     def __init__(
         self,
@@ -154,10 +155,12 @@ class Role:
         calls: Mapping[str, Callable[..., Any]] = {},  # noqa: B006 (read, never changed)
         fast_reads: Any = None,
         pop_receiver: Any = None,
+        joined_puts: Optional[JoinedPuts] = None,
     ) -> None:
         self.kind = kind
         self.fast_reads = fast_reads
         self.pop_receiver = pop_receiver
+        self.joined_puts = joined_puts
         ref = weakref.ref(store)
         for name in BOUND:
             call = calls.get(name)
@@ -173,6 +176,8 @@ class Role:
             self.fast_reads.open = False
         if self.pop_receiver is not None:
             self.pop_receiver.closed = True
+        if self.joined_puts is not None:
+            self.joined_puts.open = False
 
     def __repr__(self) -> str:
         return f"<Role {self.kind}>"
@@ -195,57 +200,57 @@ class CarefulCall:
 
 
 class ResumingCall:
-    """A call of a store whose takeover failed (``taking over``): the takeover again (the
-    store's ``_resume_takeover``, which raises why it cannot), then the call as the store's new
-    role answers it. ``bound``: a :data:`BOUND` call (the store held weakly), else one called
-    with the store first."""
+    """A call of a store whose takeover failed (``taking over``): ``resumed(store)`` takes over
+    again (or raises why it cannot) and gives the store's new role, which then answers the call.
+    ``ref``: the store, held weakly, for a :data:`BOUND` call; None for one called with the
+    store first."""
 
-    __slots__ = ("_ref", "_name")
+    __slots__ = ("_ref", "_name", "_resumed")
 
-    def __init__(self, ref: Optional[Callable[[], Any]], name: str) -> None:
-        self._ref, self._name = ref, name
+    def __init__(self, ref: Optional[Callable[[], Any]], name: str, resumed: Callable[[Any], Role]) -> None:
+        self._ref, self._name, self._resumed = ref, name, resumed
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._ref is None:
-            store = args[0]
-            store._resume_takeover()
-            return getattr(store._role, self._name)(*args, **kwargs)
+            return getattr(self._resumed(args[0]), self._name)(*args, **kwargs)
         store = self._ref()
         if store is None:
             raise StoreClosedError("the store is closed")
-        store._resume_takeover()
-        return getattr(store._role, self._name)(*args, **kwargs)
+        return getattr(self._resumed(store), self._name)(*args, **kwargs)
 
 
-def resuming_calls(store: Any) -> dict[str, ResumingCall]:
+def resuming_calls(store: Any, resumed: Callable[[Any], Role]) -> dict[str, ResumingCall]:
     """Every call of a ``taking over`` role (see :class:`ResumingCall`)."""
     ref = weakref.ref(store)
-    calls = {name: ResumingCall(ref, name) for name in BOUND}
-    calls.update((name, ResumingCall(None, name)) for name in WITH_STORE)
+    calls = {name: ResumingCall(ref, name, resumed) for name in BOUND}
+    calls.update((name, ResumingCall(None, name, resumed)) for name in WITH_STORE)
     return calls
 
 
 class SwitchSafeCall:
     """A following store's :data:`WITH_STORE` read: ``method(store, ...)``, run again when the
-    store opened again under it (the store's ``_switch_safe``)."""
+    store opened again under it (``switch_safe(store, call)``: the store class's)."""
 
-    __slots__ = ("_method",)
+    __slots__ = ("_method", "_switch_safe")
 
-    def __init__(self, method: Callable[..., Any]) -> None:
-        self._method = method
+    def __init__(
+        self, method: Callable[..., Any], switch_safe: Callable[[Any, Callable[[], Any]], Any]
+    ) -> None:
+        self._method, self._switch_safe = method, switch_safe
 
     def __call__(self, store: Any, *args: Any, **kwargs: Any) -> Any:
-        return store._switch_safe(functools.partial(self._method, store, *args, **kwargs))
+        return self._switch_safe(store, functools.partial(self._method, store, *args, **kwargs))
 
 
 def choose_role(
     store: Any,
     opened: OpenedParts,
     impl: Any,
-    joined: bool,
+    links: Joined,
     user_topics: set[str],
     careful: Any,
     putter: Any,
+    switch_safe_call: Callable[[Any, Callable[[], Any]], Any],
 ) -> Role:
     """The role of ``store``, just opened with ``opened``'s parts by the implementation
     ``impl``: ``owner`` (puts through the implementation's PutFront, ``receive`` and ``ack``
@@ -253,11 +258,14 @@ def choose_role(
     writes run there, or append here), ``following`` or ``read-only``; each answers the point
     reads through the codec's FastReads, which a store that follows another process's writing
     runs inside a SwitchSafe (it may open again under a call: the careful path then runs
-    again). ``user_topics``: the set of user topics a put was checked for (the PutFront's);
-    ``careful``: the class whose methods are the careful paths; ``putter``: the careful path of
-    an owner's puts (rocketstore.processes.puts), called with the store first as ``careful``'s
-    methods are."""
+    again). ``links``: the store's links to other writing processes (rocketstore.joined: joined
+    when it has a ``remote``); ``user_topics``: the set of user topics a put was checked for
+    (the PutFront's); ``careful``: the class whose methods are the careful paths; ``putter``:
+    the careful path of the puts (rocketstore.processes.puts), called with the store first as
+    ``careful``'s methods are; ``switch_safe_call(store, call)``: a following store's call,
+    run again when the store opened again under it."""
     ref = weakref.ref(store)
+    joined = links.remote is not None
     read_only = opened.read_only
     owner = not joined and not read_only
     fast = impl.codec.FastReads(
@@ -279,16 +287,17 @@ def choose_role(
     for name in FAST_READS:
         method = getattr(fast, name)
         calls[name] = switch_safe(ref, getattr(careful, name), method) if following else method
-    receiver = None
+    receiver = joined_puts = None
     if joined:
         kind = "joined"
         for name in FORWARDED:
             if not name.startswith("_"):  # (the joined store's own machinery asks for those)
-                forwarder = Forwarder(name)
+                forwarder = Forwarder(links, name)
                 calls[name] = CarefulCall(ref, forwarder) if name in BOUND else forwarder
-        calls["put"] = JoinedPut(store)  # appends here when it can (sharedappend)
-        calls["put_batch"] = joined_put_batch
-        calls["put_messages"] = joined_put_messages
+        joined_puts = JoinedPuts(links, putter, opened.batch)  # append here when they can (sharedappend)
+        calls["put"] = joined_puts.put
+        calls["put_batch"] = joined_puts.put_batch
+        calls["put_messages"] = joined_puts.put_messages
     elif read_only:
         kind = "following" if following else "read-only"
     else:
@@ -306,5 +315,7 @@ def choose_role(
         for name in SWITCH_SAFE:
             if name not in calls:
                 method = getattr(careful, name)
-                calls[name] = switch_safe(ref, method) if name in BOUND else SwitchSafeCall(method)
-    return Role(kind, store, careful, calls, fast, receiver)
+                calls[name] = (
+                    switch_safe(ref, method) if name in BOUND else SwitchSafeCall(method, switch_safe_call)
+                )
+    return Role(kind, store, careful, calls, fast, receiver, joined_puts)

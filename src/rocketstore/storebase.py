@@ -11,10 +11,10 @@ rocketstore.queues.puller's ``Puller``) and the waits for puts (rocketstore.proc
 transactions and POP calls their services'. rocketstore.roles' ``choose_role`` then picks the role
 the facade's calls go to. ``close`` (``_teardown``) stops sharing, closes the links to other
 processes, has rocketstore.processes.opening's ``close_parts`` close the parts and releases the
-lock. Several processes writing one store (rocketstore.processes.writers,
-rocketstore.log.sharedappend) are wired here too (rocketstore.joined): ``_take_role`` takes the
-lock or joins its holder, ``_forward`` runs a joined store's call in the writing process,
-``_writer_gone`` takes over when that process ended.
+lock. The links to other processes writing the store (rocketstore.processes.writers,
+rocketstore.log.sharedappend) are the store's ``Joined`` (rocketstore.joined, ``_joined``): it
+takes the lock or joins its holder, and runs a joined store's calls in the writing process; when
+that process ended, the store takes over (``_writer_gone``: it opens again, as ``_reopen`` does).
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from rocketstore.errors import (
     StoreReadOnlyError,
 )
 from rocketstore.files.mapped_file import deleted_files_closed_aside, typed_error
-from rocketstore.files.storedir import StoreLock, check_store_dir
-from rocketstore.joined import JoinedWriting, closed_error, uniq_prefix
+from rocketstore.files.storedir import check_store_dir
+from rocketstore.joined import Joined, closed_error, uniq_prefix
 from rocketstore.message import MessageExt, validate_topic
 from rocketstore.processes.live import Look, PutWaits
 from rocketstore.processes.opening import OpenedParts, close_parts, detect_config, open_parts, start_services
 from rocketstore.processes.puts import Putter
-from rocketstore.processes.writers import WriterClient, WriterServer
+from rocketstore.processes.writers import WriterClient
 from rocketstore.queues.batchcq import set_queue_type
 from rocketstore.queues.compaction import compacted_pull
 from rocketstore.queues.puller import Puller, check_name
@@ -105,7 +105,7 @@ def _close_open_stores() -> None:
     a close from ``__del__`` would wait for (a hang at exit, seen once)."""
     for store in list(_OPEN_STORES):
         if not store.closed:
-            store._close_quietly()
+            store._close_quietly()  # noqa: SLF001 (the exit hook of this module's class)
 
 
 class _ForkedCore:
@@ -123,32 +123,11 @@ class _ForkedCore:
 
 
 def _forked() -> None:
-    """In a child forked from a process with stores open: those are not this process's. Each
-    is closed here without a byte written (no final flush, checkpoint or abort-file removal,
-    which the parent still owns) and its calls raise StoreClosedError saying why."""
+    """In a child forked from a process with stores open: those are not this process's (see
+    StoreBase._forget_in_child)."""
     parent = os.getppid()
     for store in list(_OPEN_STORES):
-        store._forked_from = parent
-        store._closed = True
-        forked = _ForkedCore(parent)
-        if store._opened is not None:
-            store._opened.core = forked
-        putter = getattr(store, "_putter", None)
-        if putter is not None:
-            putter.core = forked  # (its careful puts raise why, as the core's)
-        store._retire_role()  # (its compiled calls hold the parent's core)
-        if store._server is not None:
-            store._server.forget_in_child()  # its threads are the parent's; its sockets' copies go
-        store._server = None
-        store._remote = None
-        store._appender = False  # (its lock is the parent's open file description: unusable here)
-        if store._append_table is not None:
-            try:
-                os.close(store._append_table[0])  # (the parent's presence lock stays the parent's)
-            except OSError:
-                pass
-        store._append_table = None
-        store._lock.forget_in_child()  # (so that it can open the store again: it joins)
+        store._forget_in_child(parent)  # noqa: SLF001 (the fork handler of this module's class)
     _OPEN_STORES.clear()
 
 
@@ -156,7 +135,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-class StoreBase(JoinedWriting):
+class StoreBase:
     """A store's parts and the careful path of every call: :class:`MessageStore` is its facade,
     whose methods (documented there) call the role (rocketstore.roles) that calls these."""
 
@@ -194,17 +173,9 @@ class StoreBase(JoinedWriting):
         self._read_only_asked = read_only
         self._files_read_only = read_only
         self._closed = True
-        self._lock = StoreLock(self.path)
-        self._server: Optional[WriterServer] = None  # serving joined writers (this process writes)
-        self._remote: Optional[WriterClient] = None  # the process this one's writes go to
-        # rocketstore.log.sharedappend: the owner's table (fd, map, epoch) once a joined writer asked
-        # for it; a joined store's own appender (None: not asked yet, False: none to be had)
-        self._append_table: Optional[tuple[int, Any, int]] = None
         #: the topics of the store's BatchConsumeQueues (rocketstore.queues.batchcq): a set lookup
         #: on the reads' careful paths
         self._batch_topics: frozenset[str] = frozenset()
-        self._sharing_stopped = False
-        self._appender: Any = None
         check_store_dir(self.path, read_only=read_only)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be a callable(stage, done, total)")
@@ -212,6 +183,14 @@ class StoreBase(JoinedWriting):
         self._impl = _impl.get(implementation)
         self._codec = self._impl.codec
         self._mutex = threading.RLock()
+        #: the links to the other processes writing the store (rocketstore.joined)
+        self._joined = Joined(
+            self,
+            self._mutex,
+            self._impl,
+            StoreBase,
+            (StoreBase._check_open, StoreBase._check_writable, StoreBase._parts_of, StoreBase._writer_gone),
+        )
         self._user_topics: set[str] = set()  # topics a user's put was checked for (not system topics)
         self._options = options
         self._role = Role("closed", self, StoreBase)
@@ -238,7 +217,11 @@ class StoreBase(JoinedWriting):
             self.config = self._detect_config()
             if not self._read_only_asked:
                 os.makedirs(os.path.join(self.path, "config"), exist_ok=True)
-                self._take_role()
+                if self._joined.take_role(self.config):  # joined the process holding the lock
+                    self._files_read_only = True
+                    self.config = self._detect_config()
+                else:
+                    self._files_read_only = False
             self._opened = None  # type: ignore[assignment]  # (made by _open)
             try:
                 # the files recovery deletes are closed meanwhile, on a thread (all before this returns)
@@ -253,10 +236,7 @@ class StoreBase(JoinedWriting):
                 self._teardown(clean=False)  # what was opened is closed; the abort file stays
                 raise
         self._closed = False
-        if self._server is not None:
-            self._server.ready()
-        self._appender = None
-        self._sharing_stopped = False
+        self._joined.opened()
         self._choose_role()
 
     def _choose_role(self) -> None:
@@ -265,7 +245,14 @@ class StoreBase(JoinedWriting):
         opened = self._opened
         assert opened is not None  # (a role is chosen after an open that succeeded)
         role = choose_role(
-            self, opened, self._impl, self._remote is not None, self._user_topics, StoreBase, self._putter
+            self,
+            opened,
+            self._impl,
+            self._joined,
+            self._user_topics,
+            StoreBase,
+            self._putter,
+            StoreBase._switch_safe,
         )
         old, self._role = self._role, role
         old.retire()
@@ -279,8 +266,68 @@ class StoreBase(JoinedWriting):
         """This joined store's takeover failed: every call tries it again
         (``_resume_takeover``)."""
         self._takeover_pending = True
-        old, self._role = self._role, Role("taking over", self, StoreBase, resuming_calls(self))
+        old, self._role = (
+            self._role,
+            Role("taking over", self, StoreBase, resuming_calls(self, StoreBase._resume_takeover)),
+        )
         old.retire()
+
+    def _resume_takeover(self) -> Role:
+        """A call of this store, whose takeover failed: take over now (or raise why not); the
+        role the store has then."""
+        # (not pending: another thread did, or the store was closed: the call says so)
+        self._switch(lambda: not self._takeover_pending, self._take_over)
+        role: Role = self._role
+        return role
+
+    def _writer_gone(self, client: WriterClient) -> None:
+        """The owner this joined store's ``client`` reached is gone: take the lock, or join the
+        next owner. When that fails, the error is raised and the next call tries again."""
+
+        def take_over() -> None:
+            _log.info("store %s: the writing process %d ended; taking over", self.path, client.owner_pid)
+            self._closed = True
+            self._teardown(clean=False)  # the following reader's parts and the client
+            self._joined.remote = None
+            self._take_over()
+
+        self._switch(lambda: self._joined.remote is not client or self._closed, take_over)
+
+    def _take_over(self) -> None:
+        try:
+            self._open_store()
+        except BaseException:
+            self._await_takeover()
+            raise
+        self._takeover_pending = False
+
+    def _switch(self, done: Callable[[], bool], step: Callable[[], None]) -> None:
+        """Open this store again (``step``: a reopen or a takeover) unless ``done()`` (asked under
+        the mutex): other threads' calls wait for it (``_check_open``) and may run again after."""
+        with self._mutex:
+            if done():
+                return
+            self._switching = True
+            self._switches += 1
+            try:
+                step()
+            finally:
+                self._switching = False
+
+    def _forget_in_child(self, parent: int) -> None:
+        """In a child forked after this store opened: it is closed here without a byte written
+        (no final flush, checkpoint or abort-file removal, which the parent still owns) and its
+        calls raise StoreClosedError saying why."""
+        self._forked_from = parent
+        self._closed = True
+        forked = _ForkedCore(parent)
+        if self._opened is not None:
+            self._opened.core = forked
+        putter = getattr(self, "_putter", None)
+        if putter is not None:
+            putter.core = forked  # (its careful puts raise why, as the core's)
+        self._retire_role()  # (its compiled calls hold the parent's core)
+        self._joined.forget_in_child()
 
     @property
     def read_only(self) -> bool:
@@ -291,8 +338,9 @@ class StoreBase(JoinedWriting):
     def writer_pid(self) -> Optional[int]:
         """The process that writes for this store: this one's pid when it holds the lock, the
         owner's when this store joined it (rocketstore.processes.writers), None when read-only."""
-        if self._remote is not None:
-            return self._remote.owner_pid
+        remote = self._joined.remote
+        if remote is not None:
+            return remote.owner_pid
         return None if self._files_read_only else os.getpid()
 
     # ---- open / close ----
@@ -377,6 +425,9 @@ class StoreBase(JoinedWriting):
     def _topic_queues(self, topic: str) -> int:
         return self._opened.topics.queues_for_put(topic)
 
+    def _parts_of(self) -> OpenedParts:
+        return self._opened
+
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort file and release the lock.
 
@@ -395,10 +446,9 @@ class StoreBase(JoinedWriting):
                 self._retire_role()
         if getattr(self, "_closed", True):
             return
-        self._stop_sharing()  # joined writers' own appends first: they now come here
-        if self._server is not None:
-            # the joined writers' calls in progress first; their next ones go to the next owner
-            self._server.close()
+        # joined writers' own appends first: they now come here; then their calls in progress
+        # (their next ones go to the next owner)
+        self._joined.stop_serving(self)
         for service in (self._opened.timer, self._opened.schedule, self._opened.pop):
             if service is not None:
                 try:
@@ -434,24 +484,15 @@ class StoreBase(JoinedWriting):
                 errors.append(exc)
                 return False
 
-        run(self._stop_sharing)
-        if self._appender:
-            run(self._drop_appender)
+        joined = self._joined
+        run(functools.partial(joined.stop_sharing, self))
+        if joined.appender:
+            run(joined.drop_appender)
         if not keep_link:
-            run(self._close_links)
-        close_parts(self._opened, clean, run, self._close_append_table)
-        run(self._lock.release)
+            run(joined.close_links)
+        close_parts(self._opened, clean, run, joined.close_append_table)
+        run(joined.lock.release)
         return errors
-
-    def _close_links(self) -> None:
-        """Stop serving joined writers, or close the connection to the writing process."""
-        server, self._server = self._server, None
-        try:
-            if server is not None:
-                server.close()
-        finally:
-            if self._remote is not None:
-                self._remote.close()
 
     def __enter__(self) -> Any:
         return self
@@ -529,23 +570,23 @@ class StoreBase(JoinedWriting):
     def _reopen(self) -> None:
         """A writer opened the store since this read-only one did (its recovery may have cut
         what this one mapped): open it again, as if new."""
-        with self._mutex:
-            if self._closed or self._opened.follower is None or self._opened.follower.follow():
-                return
-            self._switching = True  # other threads' calls wait for it (_check_open)
-            self._switches += 1
+
+        def reopen() -> None:
             self._closed = True
-            try:
-                errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
-                if errors:
-                    raise errors[0]
-                self._opened = None  # type: ignore[assignment]  # (made by _open)
-                self.config = self._detect_config()
-                self._open()
-                self._closed = False
-                self._choose_role()
-            finally:
-                self._switching = False
+            errors = self._teardown(clean=False, keep_link=True)  # a joined store stays joined
+            if errors:
+                raise errors[0]
+            self._opened = None  # type: ignore[assignment]  # (made by _open)
+            self.config = self._detect_config()
+            self._open()
+            self._closed = False
+            self._choose_role()
+
+        def done() -> bool:
+            follower = self._opened.follower
+            return self._closed or follower is None or bool(follower.follow())
+
+        self._switch(done, reopen)
 
     def _is_closed(self) -> bool:
         return self._closed
@@ -899,10 +940,10 @@ class StoreBase(JoinedWriting):
         out = {
             "implementation": self._impl.name,
             "writer": "joined"
-            if self._remote is not None
+            if self._joined.remote is not None
             else ("read-only" if self._files_read_only else "this process"),
             "writer_pid": self.writer_pid,
-            "joined_writers": self._server.connections if self._server is not None else 0,
+            "joined_writers": self._joined.server.connections if self._joined.server is not None else 0,
             "segments": len(self._opened.segments.files),
             "segment_size": self.config.commitlog_file_size,
             "min_offset": self.min_offset,
@@ -928,7 +969,7 @@ class StoreBase(JoinedWriting):
 
     def _transactions(self) -> TransactionService:
         self._check_writable()
-        if self._remote is not None:
+        if self._joined.remote is not None:
             raise StoreReadOnlyError(
                 f"this store is joined to the writing process {self.writer_pid}: "
                 "check_transactions runs there (prepare, commit and rollback work here)"
@@ -951,10 +992,9 @@ class StoreBase(JoinedWriting):
             "closed"
             if self._closed
             else (
-                "joined" if self._remote is not None else ("read-only" if self._files_read_only else "open")
+                "joined"
+                if self._joined.remote is not None
+                else ("read-only" if self._files_read_only else "open")
             )
         )
         return f"<MessageStore {self.path!r} {state} impl={self._impl.name}>"
-
-
-StoreBase._careful = StoreBase  # what a joined store's calls run in the writing process
