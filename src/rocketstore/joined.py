@@ -101,12 +101,11 @@ class Joined:
     (``remote``), the shared append table it made for them (``append_table``), and a joined
     store's own appender (``appender``: None not asked yet, False none to be had).
 
-    It knows its store weakly, and the few steps of the store it needs as the store class's
-    functions (``steps``, called with the store first): ``check_open``, ``check_writable``,
-    ``parts`` (the OpenedParts of the last open) and ``writer_gone`` (the takeover, the store's:
-    it opens the store again).
-    ``careful``: the class whose methods are the careful paths, what the writing process runs
-    for a joined store's call and a joined store once it writes itself."""
+    It knows its store weakly; ``careful`` is the store's class, whose methods are the careful
+    paths (what the writing process runs for a joined store's call, and a joined store once it
+    writes itself), and ``steps`` the few of its functions this needs, called with the store
+    first: ``check_open``, ``check_writable``, ``parts`` (the OpenedParts of the last open) and
+    ``writer_gone`` (the takeover, the store's: it opens the store again)."""
 
     __slots__ = (
         "__weakref__",

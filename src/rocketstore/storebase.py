@@ -262,16 +262,6 @@ class StoreBase:
         old, self._role = self._role, Role("closed", self, StoreBase)
         old.retire()
 
-    def _await_takeover(self) -> None:
-        """This joined store's takeover failed: every call tries it again
-        (``_resume_takeover``)."""
-        self._takeover_pending = True
-        old, self._role = (
-            self._role,
-            Role("taking over", self, StoreBase, resuming_calls(self, StoreBase._resume_takeover)),
-        )
-        old.retire()
-
     def _resume_takeover(self) -> Role:
         """A call of this store, whose takeover failed: take over now (or raise why not); the
         role the store has then."""
@@ -294,10 +284,15 @@ class StoreBase:
         self._switch(lambda: self._joined.remote is not client or self._closed, take_over)
 
     def _take_over(self) -> None:
+        """Open this joined store again, its owner gone; when that fails, every call tries it
+        again (``_resume_takeover``)."""
         try:
             self._open_store()
         except BaseException:
-            self._await_takeover()
+            self._takeover_pending = True
+            resuming = resuming_calls(self, StoreBase._resume_takeover)
+            old, self._role = self._role, Role("taking over", self, StoreBase, resuming)
+            old.retire()
             raise
         self._takeover_pending = False
 

@@ -46,10 +46,10 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
 
 The owner's dispatcher indexes every process's records: the owner looks at the table's end
 whenever it dispatches or reads, and adopts the segments the others created. A durable put of
-a joined process appends there, then waits in the owner (``Joined.flush_to``, rocketstore.joined): one group
-commit, one ``fdatasync``, covers the waiting puts of every process. Everything else a joined
-process writes (topics, offsets, POP, timers, delays, messages of other shapes) still runs in
-the owner.
+a joined process appends there, then waits in the owner (rocketstore.joined's
+``Joined.flush_to``): one group commit, one ``fdatasync``, covers the waiting puts of every
+process. Everything else a joined process writes (topics, offsets, POP, timers, delays, messages
+of other shapes) still runs in the owner.
 """
 
 from __future__ import annotations
