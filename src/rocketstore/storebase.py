@@ -368,6 +368,7 @@ class StoreBase(JoinedWriting):
             StoreBase._check_writable,
             StoreBase._is_closed,
             opened.batch,
+            opened.topics,
         )
 
     def _report(self, stage: str, done: int, total: int) -> None:
