@@ -57,7 +57,7 @@ class Putter:
     into a ``queue.type=BatchCQ`` topic is one inner batch record) and ``topics`` (the topic
     table, rocketstore.services.topics.Topics: a put of one message without keys to a compacted
     topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics``, so every
-    put of it comes here).
+    put of it comes here, but in ``keyed`` once checked).
 
     Each put is called with the store it puts for first, as the store's role calls the careful
     path: an owner's role holds these methods themselves (its ``PutFront`` hands them what it
@@ -71,6 +71,7 @@ class Putter:
         "schedule",
         "batch",
         "topics",
+        "keyed",
         "_check_writable",
         "_closed",
     )
@@ -91,8 +92,10 @@ class Putter:
     ) -> None:
         self.core, self.codec, self.user_topics = core, codec, user_topics
         self.topics = topics
+        #: the compacted topics a put was checked for (the others are in ``user_topics``)
+        self.keyed: set[str] = set()
         if topics is not None:
-            topics.put_checked = user_topics  # a topic whose attributes change is checked again
+            topics.checked = (user_topics, self.keyed)  # a topic whose attributes change: again
         self.timer, self.schedule = timer, schedule
         self.batch = batch  # the BatchConsumeQueues (rocketstore.queues.batchcq), whose topics' batches are inner batch records
         self._check_writable, self._closed = check_writable, closed
@@ -144,7 +147,8 @@ class Putter:
                 delay_ms,
             )
         if topic.__class__ is not str or topic not in self.user_topics:
-            self.check_user_topic(topic)
+            if topic.__class__ is not str or topic not in self.keyed:
+                self.check_user_topic(topic)
             self.check_keyed(topic, keys, properties)
         if (
             type(queue_id) is not int
@@ -318,11 +322,11 @@ class Putter:
         the store's own puts into them (delay, send_back) do not come through here."""
         name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
-        if name.__class__ is str and len(self.user_topics) < 65536 and not self._compacted(name):
-            self.user_topics.add(name)
-
-    def _compacted(self, topic: str) -> bool:
-        return self.topics is not None and bool(self.topics.compacted(topic))
+        if name.__class__ is str:
+            if self.topics is not None and self.topics.compacted(name):
+                self.keyed.add(name)  # (as many as there are compacted topics)
+            elif len(self.user_topics) < 65536:
+                self.user_topics.add(name)
 
     def check_keyed(self, topic: object, keys: Keys = None, properties: Any = None) -> None:
         """KeyRequiredError if a put of one message (``topic`` a str with ``keys`` and
@@ -333,7 +337,7 @@ class Putter:
         name = topic
         if isinstance(topic, MESSAGE_TYPES):
             name, keys, properties = topic.topic, topic.keys, topic.properties
-        if not isinstance(name, str) or not self._compacted(name):
+        if name.__class__ is not str or name not in self.keyed:  # (check_user_topic came first)
             return
         if keys is None:
             value = properties.get("KEYS") if isinstance(properties, Mapping) else None

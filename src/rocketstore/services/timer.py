@@ -869,8 +869,9 @@ class TimerService(TimerPuts):
         and the record of the first timer still waiting or not read yet, as a 5.x broker
         deletes them (:meth:`TimerWheelWriter.delete_files_below`, which also keeps the files a
         broker's recovery reads); returns how many went. None goes while the files are not
-        kept here (no timer put since the store opened, or ``timer_max_delay_sec`` beyond the
-        wheel) or after a failed pass (the next pass reloads the state first)."""
+        kept here (a store that never had a timer, or ``timer_max_delay_sec`` beyond the
+        wheel), after a failed pass (the next pass reloads the state first), or while the first
+        waiting timer's unit in the timer queue is gone (no bound is known then)."""
         with self._lock:
             wheel = self._wheel
             if wheel is None or self._needs_reload:

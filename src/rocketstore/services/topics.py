@@ -29,9 +29,10 @@ class Topics:
         self.default_queues = default_queues
         self.lock = lock if lock is not None else threading.RLock()
         self.core: Any = None
-        #: the user topics a put was checked for (the facade's set, whose puts skip the careful
-        #: checks; None: none): a topic whose attributes change leaves it, to be checked again
-        self.put_checked: Optional[set[str]] = None
+        #: sets of the topics a put was checked for (the facade's, whose puts skip the careful
+        #: checks, and the putter's compacted ones): a topic whose attributes change leaves
+        #: them, to be checked again
+        self.checked: tuple[set[str], ...] = ()
 
     def counts(self) -> dict[str, int]:
         """{topic: queue count}."""
@@ -103,8 +104,8 @@ class Topics:
                 self.table.create(topic, self.default_queues)
             attrs = self.table.update_attributes(topic, changes)
             self.table.persist()
-            if self.put_checked is not None:
-                self.put_checked.discard(topic)
+            for checked in self.checked:
+                checked.discard(topic)
             if created and self.core is not None:
                 self.core.forget_topic(topic)
             return attrs
