@@ -10,7 +10,7 @@ import struct
 import pytest
 from rocketmq5 import unpack
 
-from rocketstore import MessageStore
+from rocketstore import Message, MessageStore
 from rocketstore.errors import StoreConfigError
 from rocketstore.format._codec_py import java_hash
 from rocketstore.queues.compaction import compaction_log_size
@@ -97,7 +97,8 @@ def test_a_copy_is_the_record_with_its_place_in_the_log(tmp_path, impl):
     root = str(tmp_path / "s")
     with MessageStore(root, implementation=impl.name, **SMALL) as store:
         store.set_topic_retention(TOPIC, cleanup_policy="compaction")
-        store.put(TOPIC, b"no key")  # not copied: the broker copies keyed messages only
+        # not copied: the broker copies keyed messages only (a batch: a single put is refused)
+        store.put_messages([Message(TOPIC, b"no key")])
         put = [store.put(TOPIC, f"v{i}".encode(), keys=f"k{i}", tags="T", queue_id=0) for i in range(3)]
         records = []
         for r in put:
@@ -374,3 +375,49 @@ def test_no_acknowledged_value_is_lost_when_a_writer_dies_during_retention(tmp_p
                 if in_flight is not None and in_flight[0] == key and view.get(key, b"") == in_flight[1]:
                     continue
                 assert view.get(key, b"") == body, key
+
+
+def test_a_single_put_without_keys_to_a_compacted_topic_is_refused_as_a_broker_refuses_it(tmp_path, impl):
+    """RocketMQ 5.x's SendMessageProcessor refuses a send to a ``cleanup.policy=COMPACTION``
+    topic whose KEYS are blank (MESSAGE_ILLEGAL, "Required message key is missing"); a batch
+    send is not checked (its messages without keys are stored, and compaction skips them)."""
+    from rocketstore.errors import InvalidMessageError, KeyRequiredError
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.put(TOPIC, b"before", queue_id=0)  # a known topic first (the one-call put takes it)
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        refused = [
+            lambda: store.put(TOPIC, b"x", queue_id=0),
+            lambda: store.put(TOPIC, b"x", keys="", queue_id=0),
+            lambda: store.put(TOPIC, b"x", keys=" \t", queue_id=0),
+            lambda: store.put(TOPIC, b"x", keys=[], queue_id=0),
+            lambda: store.put(TOPIC, b"x", tags="t", properties={"a": "b"}, queue_id=0),
+            lambda: store.put(TOPIC, b"x", delay_ms=5_000, queue_id=0),
+            lambda: store.put(TOPIC, b"x", delay_level=1, queue_id=0),
+            lambda: store.put(TOPIC, b"x", compress="zlib", queue_id=0),
+            lambda: store.put(Message(TOPIC, b"x", queue_id=0)),
+            lambda: store.put_pipelined(TOPIC, b"x", queue_id=0),
+        ]
+        for put in refused:
+            with pytest.raises(KeyRequiredError, match="Required message key is missing"):
+                put()
+        assert issubclass(KeyRequiredError, InvalidMessageError)
+        assert store.max_queue_offset(TOPIC, 0) == 1  # nothing written
+        assert store.put(TOPIC, b"k", keys="user-1", queue_id=0).ok
+        assert store.put(TOPIC, b"k", keys=["user-2"], queue_id=0).ok
+        assert store.put(TOPIC, b"k", properties={"KEYS": "user-3"}, queue_id=0).ok
+        assert store.put(Message(TOPIC, b"k", keys="user-4", queue_id=0)).ok
+        assert store.put_pipelined(TOPIC, b"k", keys="user-5", queue_id=0).result().ok
+        # a batch is not checked (as the broker's sendBatchMessage): stored, not compacted
+        assert all(r.ok for r in store.put_messages([Message(TOPIC, b"batch", queue_id=0)]))
+        assert store.put_batch(TOPIC, [b"b1", b"b2"], queue_id=0).ok
+        assert store.max_queue_offset(TOPIC, 0) == 9
+        assert sorted(store.compacted(TOPIC, 0)) == ["user-1", "user-2", "user-3", "user-4", "user-5"]
+        store.set_topic_retention(TOPIC, cleanup_policy="delete")  # no longer compacted
+        assert store.put(TOPIC, b"x", queue_id=0).ok
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:  # reopened: still refused
+        with pytest.raises(KeyRequiredError):
+            store.put(TOPIC, b"x", queue_id=0)
+        assert store.put(TOPIC, b"k", keys="user-1", queue_id=0).ok

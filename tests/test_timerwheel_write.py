@@ -204,3 +204,99 @@ def test_a_writable_open_of_a_store_without_the_files_writes_them_for_what_waits
         pass
     pending, _read_time = _broker_view(root, impl)
     assert pending == {keys[60_000], keys[120_000]}
+
+
+UNITS_PER_FILE = 8
+TIMER_LOG_FILE = 52 * UNITS_PER_FILE + 16  # 8 units and the blank that ends a full file
+
+
+def _small_timer_log(root, impl, now):
+    """A new store whose timer log files hold 8 units each (the writer keeps an existing
+    log's file size)."""
+    with _open(root, impl, now):
+        pass
+    os.makedirs(root / "timerlog")
+    with open(root / "timerlog" / f"{0:020d}", "wb") as f:
+        f.truncate(TIMER_LOG_FILE)
+
+
+def _timer_log_files(root):
+    return sorted(int(n) for n in os.listdir(root / "timerlog"))
+
+
+def _open(root, impl, now):
+    return MessageStore(
+        root,
+        implementation=impl.name,
+        clock=lambda: now[0],
+        timer_interval_ms=0,
+        commitlog_file_size=64 * 1024,
+        consume_queue_units=64,
+    )
+
+
+def _fill(store, n=120):
+    """Plain messages after the timers, so that the segments holding the timers' records are
+    no longer the last (retention may delete them)."""
+    for _ in range(n):
+        store.put("Filler", b"f" * 2048)
+
+
+def test_retention_deletes_the_timer_log_files_whose_records_it_deleted(tmp_path, impl):
+    """As a 5.x broker's TimerMessageStore (every 30 s, MappedFileQueue's
+    deleteExpiredFileByOffsetForTimerLog): a timer log file whose units all name CommitLog
+    records retention deleted goes, oldest first; the files a broker's recovery rescans (the
+    one holding the checkpoint's flush position, the one before it) and the last stay, and the
+    timers still waiting are delivered, here and by a broker opening the store."""
+    now = [T0]
+    root = tmp_path / "s"
+    _small_timer_log(root, impl, now)
+    with _open(root, impl, now) as store:
+        for i in range(40):  # 5 files of units, delivered
+            store.put("T", b"t%d" % i + b"x" * 2048, delay_ms=5)
+        assert store.deliver_timers(T0 + 5) == 40
+        _fill(store)
+        waiting = {store.put("T", b"w%d" % d, delay_ms=d).unique_key for d in (60_000, 120_000, 180_000)}
+        assert store.deliver_timers(T0 + 10) == 0  # read into the log: a sixth file
+        assert _timer_log_files(root) == [i * TIMER_LOG_FILE for i in range(6)]
+        result = store.clean(force=True)
+        assert result["commitlog"], result
+        # files 0..3 name only deleted records; 4 holds the flush position less a file, 5 is written
+        assert _timer_log_files(root) == [4 * TIMER_LOG_FILE, 5 * TIMER_LOG_FILE]
+        assert result["timer_log_files"] == 4
+        assert store.stats()["deleted_timer_log_files"] == 4
+        assert store.clean(force=True)["timer_log_files"] == 0
+    pending, _read_time = _broker_view(root, impl)
+    assert pending == waiting
+    with _open(root, impl, now) as store:  # a reopen finds the log's end in what is left
+        more = store.put("T", b"later", delay_ms=1000).unique_key
+        assert store.deliver_timers(T0 + 200_000) == 4
+        assert _timer_log_files(root)[-1] == 5 * TIMER_LOG_FILE
+    pending, _read_time = _broker_view(root, impl)
+    assert more not in pending and not pending & waiting
+
+
+def test_a_timer_log_file_holding_a_waiting_timer_stays(tmp_path, impl):
+    """A file holding the unit of a timer not yet delivered stays, and every file after it,
+    even once retention deleted that timer's record (it is dropped when due, as a broker drops
+    it); once it is, the files go."""
+    now = [T0]
+    root = tmp_path / "s"
+    _small_timer_log(root, impl, now)
+    with _open(root, impl, now) as store:
+        store.put("T", b"long", delay_ms=86_400_000)  # the first unit of file 0
+        for i in range(40):
+            store.put("T", b"t%d" % i + b"x" * 2048, delay_ms=5)
+        assert store.deliver_timers(T0 + 5) == 40
+        _fill(store)
+        store.put("T", b"w", delay_ms=60_000)
+        store.deliver_timers(T0 + 10)
+        files = _timer_log_files(root)
+        assert len(files) == 6
+        result = store.clean(force=True)
+        assert result["commitlog"] and result["timer_log_files"] == 0
+        assert _timer_log_files(root) == files
+        assert store.deliver_timers(T0 + 86_400_000) == 1  # the long one's record is gone: dropped
+        assert store.timer_stats()["dropped"] == 1
+        assert store.clean(force=True)["timer_log_files"] == 4
+        assert _timer_log_files(root) == files[4:]

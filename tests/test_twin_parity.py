@@ -11,6 +11,9 @@ import pytest
 from rocketstore import _impl
 
 TWINS = ("crc32", "codec", "scan", "store", "index")
+#: Names only the compiled twin has: the point reads' front in one C call (the pure build's roles
+#: call the careful paths, which read through the same kernels, instead of a copy of the front).
+COMPILED_ONLY = {"codec": {"FastReads"}}
 
 
 @pytest.mark.parametrize("twin", TWINS)
@@ -18,7 +21,9 @@ def test_both_twins_export_the_same_names(twin):
     if _impl.COMPILED is None:
         pytest.skip("the compiled modules are not built")
     compiled, pure = getattr(_impl.COMPILED, twin), getattr(_impl.PURE, twin)
-    assert sorted(compiled.__all__) == sorted(pure.__all__)
+    only = COMPILED_ONLY.get(twin, set())
+    assert sorted(set(compiled.__all__) - only) == sorted(pure.__all__)
+    assert all(hasattr(compiled, name) and not hasattr(pure, name) for name in only)
     for name in pure.__all__:
         assert hasattr(compiled, name) and hasattr(pure, name), name
         a, b = getattr(compiled, name), getattr(pure, name)

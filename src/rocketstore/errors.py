@@ -21,6 +21,7 @@ __all__ = [
     "CompressionUnavailableError",
     "UnsupportedStoreError",
     "BatchTopicError",
+    "KeyRequiredError",
     "InvalidQueueIdError",
     "InvalidDelayLevelError",
     "InvalidTimerError",
@@ -80,6 +81,14 @@ class SystemTopicError(InvalidTopicError):
 class BatchTopicError(InvalidTopicError):
     """A put to a topic whose queues are RocketMQ 5.x BatchConsumeQueues (``queue.type=BatchCQ``):
     the store reads them, but does not write them yet."""
+
+
+class KeyRequiredError(InvalidMessageError):
+    """A put of one message without keys (no ``KEYS``, or only blanks) to a compacted topic
+    (``cleanup.policy=COMPACTION``): RocketMQ 5.x's broker refuses such a send (MESSAGE_ILLEGAL,
+    "Required message key is missing"), since compaction keeps the latest message of each key.
+    A batch (``put_batch``, ``put_messages``) is not checked, as the broker's batch send is not:
+    its messages without keys are stored, and compaction leaves them out."""
 
 
 class InvalidQueueIdError(InvalidMessageError):

@@ -8,8 +8,9 @@ ended), closes, or is inherited by a forked child:
 
 ``owner``
     This process holds the lock and appends: ``put`` and ``put_pipelined`` are the
-    implementation's ``PutFront``'s, the point reads are its codec's ``FastReads``, ``receive``
-    and ``ack`` the POP service's ``Receiver`` and its codec's ``PopAcker``; everything else the
+    implementation's ``PutFront``'s, the point reads its codec's ``FastReads`` (the compiled
+    codec's; the pure build's are the careful paths, which read through the same kernels),
+    ``receive`` and ``ack`` the POP service's ``Receiver`` and its codec's ``PopAcker``; everything else the
     careful path.
 ``joined``
     Another process holds the lock (rocketstore.processes.writers): writes run there, or append here
@@ -256,35 +257,38 @@ def choose_role(
     ``impl``: ``owner`` (puts through the implementation's PutFront, ``receive`` and ``ack``
     through the POP service's compiled calls), ``joined`` (another process holds the lock:
     writes run there, or append here), ``following`` or ``read-only``; each answers the point
-    reads through the codec's FastReads, which a store that follows another process's writing
-    runs inside a SwitchSafe (it may open again under a call: the careful path then runs
-    again). ``links``: the store's links to other writing processes (rocketstore.joined: joined
-    when it has a ``remote``); ``user_topics``: the set of user topics a put was checked for
-    (the PutFront's); ``careful``: the class whose methods are the careful paths; ``putter``:
-    the careful path of the puts (rocketstore.processes.puts), called with the store first as
-    ``careful``'s methods are; ``switch_safe_call(store, call)``: a following store's call,
-    run again when the store opened again under it."""
+    reads through the codec's FastReads (the compiled codec's; the pure build calls the careful
+    paths), which a store that follows another process's writing runs inside a SwitchSafe (it
+    may open again under a call: the careful path then runs again). ``links``: the store's links
+    to other writing processes (rocketstore.joined: joined when it has a ``remote``);
+    ``user_topics``: the set of user topics a put was checked for (the PutFront's); ``careful``:
+    the class whose methods are the careful paths; ``putter``: the careful path of the puts
+    (rocketstore.processes.puts), called with the store first as ``careful``'s methods are;
+    ``switch_safe_call(store, call)``: a following store's call, run again when the store opened
+    again under it."""
     ref = weakref.ref(store)
     joined = links.remote is not None
     read_only = opened.read_only
     owner = not joined and not read_only
-    fast = impl.codec.FastReads(
-        ref,
-        careful,  # the careful paths, for what a fast call cannot answer
-        opened.queues,
-        opened.segments,
-        None if read_only else opened.core,
-        (opened.disk_index, opened.index),
-        opened.dispatcher,
-        MAX_MSGS_NUM_BATCH,
-        opened.follower,
-        result_type=GetMessageResult,
-        offsets=opened.offsets if owner else None,  # an owner's commit_offset: one compiled call
-    )
+    fast = None  # the pure codec has no front: its point reads are the careful paths
+    if hasattr(impl.codec, "FastReads"):
+        fast = impl.codec.FastReads(
+            ref,
+            careful,  # the careful paths, for what a fast call cannot answer
+            opened.queues,
+            opened.segments,
+            None if read_only else opened.core,
+            (opened.disk_index, opened.index),
+            opened.dispatcher,
+            MAX_MSGS_NUM_BATCH,
+            opened.follower,
+            result_type=GetMessageResult,
+            offsets=opened.offsets if owner else None,  # an owner's commit_offset: one compiled call
+        )
     switch_safe = impl.store.SwitchSafe
     following = opened.follower is not None
     calls: dict[str, Any] = {}
-    for name in FAST_READS:
+    for name in FAST_READS if fast is not None else ():
         method = getattr(fast, name)
         calls[name] = switch_safe(ref, getattr(careful, name), method) if following else method
     receiver = joined_puts = None
@@ -302,7 +306,8 @@ def choose_role(
         kind = "following" if following else "read-only"
     else:
         kind = "owner"
-        calls["commit_offset"] = fast.commit_offset
+        if fast is not None:
+            calls["commit_offset"] = fast.commit_offset
         if isinstance(opened.core, impl.store.CommitLogCore):
             front = impl.store.PutFront(opened.core, user_topics, ref, putter.put, putter.put_pipelined)
             calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined

@@ -490,7 +490,7 @@ class MessageStore(FacadeBase, StoreBase):
         the index: the pass dispatches first, and deletes nothing if that fails (a full disk;
         ``"dispatch_error"`` in the result is then that error, else None).
         Returns ``{"commitlog": [start offsets deleted], "consumequeue_files", "index_files",
-        "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
+        "timer_log_files", "min_offset", "disk_usage", "disk_full", "dispatch_error"}``. The background cleaner
         does the same every ``clean_resource_interval_ms`` at the ``delete_when`` hours or when
         the disk fills.
         """

@@ -411,6 +411,7 @@ class StoreBase:
             StoreBase._check_writable,
             StoreBase._is_closed,
             opened.batch,
+            opened.topics,
         )
 
     def _report(self, stage: str, done: int, total: int) -> None:

@@ -51,7 +51,6 @@ from rocketstore.format._dispatch_py import (
 )
 from rocketstore.format._lookups_py import (
     DispatchState,
-    FastReads,
     IndexFileState,
     IndexState,
     MappedState,
@@ -306,7 +305,6 @@ __all__ = [
     "key_messages",
     "key_lookup",
     "unique_lookup",
-    "FastReads",
     "FastRLock",
     "PULL_END",
     "PULL_FULL",

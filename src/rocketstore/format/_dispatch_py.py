@@ -21,6 +21,7 @@ from rocketstore.format._record_py import (
     _INT64_MIN,
     DEFAULT_DELAY_LEVELS_MS,
     DISPATCH_DTYPE,
+    DISPATCH_ROW_FIELDS,
     KEYREF_DTYPE,
     PIECE_DTYPE,
     RECORD_DTYPE,
@@ -236,23 +237,11 @@ def dispatch_few(buffer, start, end, delays, max_records):
     view = _readable_view(buffer)
     rows = []
     for (position, size, queue_id, queue_offset, sys_flag, timestamp, at, length), tags_code, count in zip(
-        records[list(_FEW_FIELDS)].tolist(), info["tags_code"].tolist(), counts
+        records[list(DISPATCH_ROW_FIELDS)].tolist(), info["tags_code"].tolist(), counts
     ):
         topic = bytes(view[at : at + length]).decode("utf-8", "surrogateescape")
         rows.append((position, size, queue_id, queue_offset, sys_flag, timestamp, topic, tags_code, count))
     return stop, reason, tuple(rows)
-
-
-_FEW_FIELDS = (
-    "position",
-    "size",
-    "queue_id",
-    "queue_offset",
-    "sys_flag",
-    "store_timestamp",
-    "topic_pos",
-    "topic_len",
-)
 
 
 def _wrap64(value: int) -> int:

@@ -1,5 +1,9 @@
 """Point reads in one call (pure twin): the hot state they read, by queue position, CommitLog
-offset, msgId and key, and their front (FastReads).
+offset, msgId and key.
+
+The compiled codec has a front for them too (``FastReads``, the facade's point reads in one C
+call); the pure build has none: its roles call the careful paths (rocketstore.queues.reads),
+which call these.
 """
 
 from __future__ import annotations
@@ -10,11 +14,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
-from rocketstore.base._clock import now_ms
 from rocketstore.errors import (
     InvalidMessageIdError,
     InvalidTopicError,
-    StoreClosedError,
 )
 from rocketstore.format._messages_py import (
     _CQ_UNIT,
@@ -36,7 +38,6 @@ from rocketstore.format._record_py import (
     _topic_bytes,
 )
 from rocketstore.format.units import PLACEHOLDER_SIZE as _PLACEHOLDER_SIZE
-from rocketstore.status import GetMessageStatus
 
 # ---------------------------------------------------------------------------------------------
 # Lookups in one call: a message by queue position, the messages an index lookup found
@@ -521,179 +522,3 @@ def unique_lookup(services, segments, core, topic, key, cap, dispatcher, now):
         if hits:
             return min(hits, key=operator.attrgetter("store_timestamp"))
     return None
-
-
-class FastReads:
-    """An open store's point reads, each in one call of this module (the twin of the compiled
-    FastReads): rocketstore.store puts these bound methods over the class's ``read``,
-    ``get_by_msg_id``, ``get_by_queue_offset``, ``query_by_key``, ``query_by_unique_key`` and
-    ``get_message`` (a pull from a given offset, no tags, no wait) while the store is open and
-    follows no other process, and an owning store's ``commit_offset`` over the class's (given
-    ``offsets``, its ConsumerOffsetTable). What a fast call cannot answer (None), a keyword it does not
-    take, or a closed store runs the class's method (the careful path). ``follower``: a read-only
-    store's :class:`~rocketstore.processes.live.Follower`, whose ``follow()`` each call runs first (False:
-    the class's method, which opens the store again)."""
-
-    def __init__(
-        self,
-        store_ref,
-        cls,
-        queues,
-        segments,
-        core,
-        services,
-        dispatcher,
-        cap,
-        follower=None,
-        *,
-        result_type,
-        offsets=None,
-    ):
-        self._result_type = result_type  # what get_message returns: consume.GetMessageResult
-        #: an owning store's ConsumerOffsetTable, which commit_offset commits to (None: the
-        #: class's method, which says why not)
-        self._offsets = offsets
-        self._follower = follower
-        self._store = store_ref  # weak: the store's dict holds these methods
-        self._cls = cls
-        self._queues = queues
-        self._segments = segments
-        self._core = core
-        self._services = services
-        self._dispatcher = dispatcher
-        self._cap = cap
-        self.open = True
-        #: calls answered here, and calls handed to the class's method
-        self.fast_calls = 0
-        self.careful_calls = 0
-
-    def _current(self) -> bool:
-        """True unless this store follows a writer that opened the store since (the class's
-        method opens it again): a following store's ``follow()``, run first as its methods do."""
-        return self._follower is None or self._follower.follow() is True
-
-    def _owner(self):
-        store = self._store()
-        if store is None:
-            raise StoreClosedError("the store is closed")
-        return store
-
-    def read(self, commitlog_offset, *, zero_copy=False):
-        """Read one message by CommitLog offset; see :meth:`rocketstore.MessageStore.read`."""
-        if self.open and self._current() and zero_copy is False:
-            msg = record_at(self._segments, self._core, commitlog_offset)
-            if msg is not None:
-                self.fast_calls += 1
-                return msg
-        self.careful_calls += 1
-        return self._cls.read(self._owner(), commitlog_offset, zero_copy=zero_copy)
-
-    def get_by_msg_id(self, msg_id, *, zero_copy=False):
-        """Read one message by its msgId; see :meth:`rocketstore.MessageStore.get_by_msg_id`."""
-        if self.open and self._current() and zero_copy is False:
-            msg = message_by_id(self._segments, self._core, msg_id)
-            if msg is not None:
-                self.fast_calls += 1
-                return msg
-        self.careful_calls += 1
-        return self._cls.get_by_msg_id(self._owner(), msg_id, zero_copy=zero_copy)
-
-    def get_by_queue_offset(self, topic, queue_id, queue_offset):
-        """Read one message by queue position; see
-        :meth:`rocketstore.MessageStore.get_by_queue_offset`."""
-        if self.open and self._current():
-            msg = queue_message(self._queues, topic, queue_id, queue_offset, self._segments, self._core)
-            if msg is not None:
-                self.fast_calls += 1
-                return msg
-        self.careful_calls += 1
-        return self._cls.get_by_queue_offset(self._owner(), topic, queue_id, queue_offset)
-
-    def query_by_key(self, topic, key, max_num=32, begin=0, end=None):
-        """Messages of a topic by key; see :meth:`rocketstore.MessageStore.query_by_key`."""
-        if self.open and self._current():
-            hits = key_lookup(
-                self._services,
-                self._segments,
-                self._core,
-                topic,
-                key,
-                max_num,
-                begin,
-                end,
-                self._cap,
-                self._dispatcher,
-            )
-            if hits is not None:
-                self.fast_calls += 1
-                return hits
-        self.careful_calls += 1
-        return self._cls.query_by_key(self._owner(), topic, key, max_num, begin, end)
-
-    def commit_offset(self, group, topic, queue_id, offset):
-        """Record ``offset`` as ``group``'s next offset to consume in (topic, queue_id); see
-        :meth:`rocketstore.MessageStore.commit_offset`. Names the class's method takes as they
-        are (a non-empty str without '@'), a queue id in 0 .. 2**31-1 and an offset in
-        0 .. 2**63-1, all plain ints, go to the table's ``commit_key`` (the compiled twin sets
-        a queue the table has, moving forward, itself, under the table's lock); anything else
-        is the class's method's, with its errors."""
-        if (
-            self.open
-            and self._offsets is not None
-            and type(group) is str
-            and type(topic) is str
-            and group
-            and topic
-            and "@" not in group
-            and "@" not in topic
-            and type(queue_id) is int
-            and 0 <= queue_id <= _INT32_MAX
-            and type(offset) is int
-            and 0 <= offset <= _INT64_MAX
-        ):
-            self.fast_calls += 1
-            self._offsets.commit_key(self._offsets.key(topic, group), queue_id, offset)
-            return None
-        self.careful_calls += 1
-        return self._cls.commit_offset(self._owner(), group, topic, queue_id, offset)
-
-    def get_message(self, group, topic, queue_id, offset=None, max_msgs=32, tags=None, *, wait=None):
-        """Pull messages of one queue; see :meth:`rocketstore.MessageStore.get_message`."""
-        if (
-            self.open
-            and wait is None
-            and offset is not None
-            and tags is None
-            and type(group) is str
-            and group
-            and self._current()
-        ):
-            self._dispatcher.catch_up()  # as the class's quick pull does first
-            got = queue_messages(self._queues, topic, queue_id, offset, max_msgs, self._segments, self._core)
-            if got is not None:
-                messages, units, lo, hi = got
-                self.fast_calls += 1
-                return self._result_type(
-                    GetMessageStatus.FOUND, offset + len(messages), lo, hi, messages, units, offset
-                )
-        self.careful_calls += 1
-        return self._cls.get_message(self._owner(), group, topic, queue_id, offset, max_msgs, tags, wait=wait)
-
-    def query_by_unique_key(self, topic, unique_key):
-        """A message by its UNIQ_KEY; see :meth:`rocketstore.MessageStore.query_by_unique_key`."""
-        if self.open and self._current():
-            msg = unique_lookup(
-                self._services,
-                self._segments,
-                self._core,
-                topic,
-                unique_key,
-                self._cap,
-                self._dispatcher,
-                now_ms(),
-            )
-            if msg is not None:
-                self.fast_calls += 1
-                return msg
-        self.careful_calls += 1
-        return self._cls.query_by_unique_key(self._owner(), topic, unique_key)

@@ -118,6 +118,20 @@ RECORD_DTYPE = np.dtype(
     align=True,
 )
 
+#: The fields of a record row dispatch reads, in this order: dispatch_few's rows (the pure twin
+#: reads them from the record rows) and the dispatcher's one-record path (by their places in a
+#: row's ``tolist()``).
+DISPATCH_ROW_FIELDS = (
+    "position",
+    "size",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "store_timestamp",
+    "topic_pos",
+    "topic_len",
+)
+
 #: One row per record of dispatch_info: what the ConsumeQueue unit needs beyond the record row.
 #: ``tags_pos``/``tags_len`` locate the TAGS value in the buffer (-1/0 when absent); ``delay_level``
 #: is the DELAY property as Integer.parseInt reads it (0 when absent or unparseable).

@@ -311,6 +311,7 @@ def start_services(
     opened.schedule = ScheduleService(parts, clock=cfg.clock, interval_ms=cfg.schedule_interval_ms)
     opened.schedule.start()
     opened.timer = TimerService(parts, clock=cfg.clock, interval_ms=cfg.timer_interval_ms)
+    opened.cleaner.timer_log = opened.timer.delete_log_files
     opened.timer.start()
     opened.pop = PopService(
         parts,

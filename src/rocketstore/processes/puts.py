@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union, cast
 from rocketstore._impl import MESSAGE_TYPES
 from rocketstore.base._checks import INT32_MAX, INT32_MIN, check_int, check_mapping, check_put_ints
 from rocketstore.base.compression import CODECS, deflate, sys_flag_bits
-from rocketstore.errors import InvalidMessageError, InvalidTimerError
+from rocketstore.errors import InvalidMessageError, InvalidTimerError, KeyRequiredError
 from rocketstore.message import PROPERTY_DELAY, Message, check_user_topic
 from rocketstore.queues.innerbatch import batch_bodies
 from rocketstore.services.timer import TIMER_PROPERTIES, is_timer_put
@@ -53,14 +53,28 @@ class Putter:
     ``codec``, ``user_topics`` (the user topics a put was checked for: the set the store's
     ``PutFront`` reads), ``timer`` and ``schedule`` (the services a timed or delayed put is
     rewritten by; None when not running), ``check_writable(store)`` (raises unless the store is
-    open for writing), ``closed(store)`` and ``batch`` (the BatchConsumeQueues, or None: a batch
-    into a ``queue.type=BatchCQ`` topic is one inner batch record).
+    open for writing), ``closed(store)``, ``batch`` (the BatchConsumeQueues, or None: a batch
+    into a ``queue.type=BatchCQ`` topic is one inner batch record) and ``topics`` (the topic
+    table, rocketstore.services.topics.Topics: a put of one message without keys to a compacted
+    topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics``, so every
+    put of it comes here, but in ``keyed`` once checked).
 
     Each put is called with the store it puts for first, as the store's role calls the careful
     path: an owner's role holds these methods themselves (its ``PutFront`` hands them what it
     cannot take in one call), so the careful path costs no frame more than the facade's own."""
 
-    __slots__ = ("core", "codec", "user_topics", "timer", "schedule", "batch", "_check_writable", "_closed")
+    __slots__ = (
+        "core",
+        "codec",
+        "user_topics",
+        "timer",
+        "schedule",
+        "batch",
+        "topics",
+        "keyed",
+        "_check_writable",
+        "_closed",
+    )
 
     core: AppendCore
 
@@ -74,8 +88,14 @@ class Putter:
         check_writable: Callable[[Any], None],
         closed: Callable[[Any], bool],
         batch: Any = None,
+        topics: Any = None,
     ) -> None:
         self.core, self.codec, self.user_topics = core, codec, user_topics
+        self.topics = topics
+        #: the compacted topics a put was checked for (the others are in ``user_topics``)
+        self.keyed: set[str] = set()
+        if topics is not None:
+            topics.checked = (user_topics, self.keyed)  # a topic whose attributes change: again
         self.timer, self.schedule = timer, schedule
         self.batch = batch  # the BatchConsumeQueues (rocketstore.queues.batchcq), whose topics' batches are inner batch records
         self._check_writable, self._closed = check_writable, closed
@@ -127,7 +147,9 @@ class Putter:
                 delay_ms,
             )
         if topic.__class__ is not str or topic not in self.user_topics:
-            self.check_user_topic(topic)
+            if topic.__class__ is not str or topic not in self.keyed:
+                self.check_user_topic(topic)
+            self.check_keyed(topic, keys, properties)
         if (
             type(queue_id) is not int
             or type(flag) is not int
@@ -241,6 +263,7 @@ class Putter:
         if body is None:
             raise TypeError("body is required")
         self.check_user_topic(topic)
+        self.check_keyed(topic, keys, properties)
         message = Message(
             topic,
             deflate(memoryview(body), compress),
@@ -271,6 +294,7 @@ class Putter:
     ) -> PutFuture:
         """``MessageStore.put_pipelined``'s careful path: :meth:`put` with a future."""
         self.check_user_topic(topic)
+        self.check_keyed(topic, keys, properties)
         timer = None if deliver_at_ms is None and delay_ms is None else (deliver_at_ms, delay_ms)
         if body is None:
             return cast("PutFuture", self.put_message(store, topic, True, WAIT_FUTURE, delay_level, timer))
@@ -298,8 +322,36 @@ class Putter:
         the store's own puts into them (delay, send_back) do not come through here."""
         name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
-        if name.__class__ is str and len(self.user_topics) < 65536:
-            self.user_topics.add(name)
+        if name.__class__ is str:
+            if self.topics is not None and self.topics.compacted(name):
+                self.keyed.add(name)  # (as many as there are compacted topics)
+            elif len(self.user_topics) < 65536:
+                self.user_topics.add(name)
+
+    def check_keyed(self, topic: object, keys: Keys = None, properties: Any = None) -> None:
+        """KeyRequiredError if a put of one message (``topic`` a str with ``keys`` and
+        ``properties``, or a Message) goes to a compacted topic without keys: RocketMQ 5.x's
+        SendMessageProcessor refuses a send whose ``KEYS`` is blank to a
+        ``cleanup.policy=COMPACTION`` topic (MESSAGE_ILLEGAL, "Required message key is
+        missing"). A batch is not checked: the broker's batch send is not."""
+        name = topic
+        if isinstance(topic, MESSAGE_TYPES):
+            name, keys, properties = topic.topic, topic.keys, topic.properties
+        if name.__class__ is not str or name not in self.keyed:  # (check_user_topic came first)
+            return
+        if keys is None:
+            value = properties.get("KEYS") if isinstance(properties, Mapping) else None
+        elif isinstance(keys, str):
+            value = keys
+        else:  # a sequence of keys (one that is not is the general path's to refuse)
+            value = (
+                " ".join(k for k in keys if isinstance(k, str)) if isinstance(keys, (list, tuple)) else "?"
+            )
+        if not isinstance(value, str) or not value.strip():
+            raise KeyRequiredError(
+                f"Required message key is missing: topic {name!r} is compacted "
+                "(cleanup.policy=COMPACTION), and a put of one message needs keys"
+            )
 
     def _put(
         self,

@@ -36,6 +36,7 @@ from rocketstore.format._codec_py import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from rocketstore.format._hotstate import DispatchState
+from rocketstore.format._record_py import DISPATCH_ROW_FIELDS
 from rocketstore.log.recordscan import (  # the names dispatch has always offered
     consumable,
     consumable_rows,
@@ -66,17 +67,7 @@ log = logging.getLogger("rocketstore.queues.dispatch")
 
 #: Where the fields :meth:`Dispatcher._dispatch_one` reads sit in a record row's ``tolist()``.
 _POSITION, _SIZE, _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TIMESTAMP, _TOPIC_POS, _TOPIC_LEN = (
-    (RECORD_DTYPE.names or ()).index(name)
-    for name in (
-        "position",
-        "size",
-        "queue_id",
-        "queue_offset",
-        "sys_flag",
-        "store_timestamp",
-        "topic_pos",
-        "topic_len",
-    )
+    (RECORD_DTYPE.names or ()).index(name) for name in DISPATCH_ROW_FIELDS
 )
 
 #: Records per chunk the dispatcher decodes: each chunk is walked by several passes (dispatch

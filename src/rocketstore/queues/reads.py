@@ -1,7 +1,8 @@
 """The careful path of a store's reads: :class:`StoreReads`.
 
-The facade's point reads take one compiled call (the codec's ``FastReads``); what those cannot
-answer (a zero-copy read, a damaged or missing record, a bad argument, a closed store, a
+The facade's point reads take one compiled call (the compiled codec's ``FastReads``; the pure
+build has no such front: its point reads come here, and read through the same kernels); what
+those cannot answer (a zero-copy read, a damaged or missing record, a bad argument, a closed store, a
 BatchCQ topic) comes here, as do the bulk reads: the CommitLog in order (``iter_messages``,
 ``scan``, ``records_at``), ``verify``, the lookups by key and the views of the queues. A
 ``StoreReads`` holds the parts of one open of a store (the store makes a new one at each) and

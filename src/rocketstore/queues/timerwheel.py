@@ -261,6 +261,13 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def _whole(units: np.ndarray) -> np.ndarray:
+    """Which of ``units`` are whole, as a broker's recovery reads them: size 52, a magic of
+    RocketMQ's."""
+    whole: np.ndarray = (units["size"] == UNIT_SIZE) & ((units["magic"] | 0xF) == 0xF)
+    return whole
+
+
 def _java_div(values: np.ndarray, divisor: int) -> np.ndarray:
     """Java's long division (toward zero) of each value."""
     return np.where(values < 0, -((-values) // divisor), values // divisor)
@@ -349,8 +356,7 @@ class TimerWheelWriter:
         while True:
             raw = os.pread(fd, UNIT_SIZE * 65536, end - start)
             units = np.frombuffer(raw[: len(raw) // UNIT_SIZE * UNIT_SIZE], dtype=_UNIT_DTYPE)
-            good = (units["size"] == UNIT_SIZE) & ((units["magic"] | 0xF) == 0xF)
-            bad = np.flatnonzero(~good)
+            bad = np.flatnonzero(~_whole(units))
             n = int(bad[0]) if len(bad) else len(units)
             end += n * UNIT_SIZE
             if n < len(units) or not len(units):
@@ -602,6 +608,51 @@ class TimerWheelWriter:
             os.close(fd)
         if created:
             fsync_dir(os.path.dirname(path))
+
+    # ---- retention ----
+
+    def delete_files_below(self, offset_py: int) -> list[int]:
+        """Delete the timer log's leading files whose every unit names a CommitLog record below
+        ``offset_py``, oldest first, stopping at the first that stays; returns their start
+        offsets. A 5.x broker's TimerMessageStore does this every 30 s with the CommitLog's min
+        offset (MappedFileQueue.deleteExpiredFileByOffsetForTimerLog: a file goes, the last
+        never, when the unit at its last unit's place names a record below it). Here a file
+        also stays when it is not full of whole units, when a broker's recovery rescans it (it
+        holds the checkpoint's flush position, or is the file before that one: the broker
+        relinks from there); a checkpoint in progress is waited for first (it holds the
+        descriptors of the files it syncs)."""
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        starts = self._starts()
+        fs = self.file_size
+        check = read_timer_check(self.root)
+        flush = self.end if check is None else min(self.end, check.timerlog_flush_pos)
+        rescanned = max(0, flush - fs) // fs * fs  # the first file a broker's recovery reads
+        units = (fs - MIN_BLANK_LEN) // UNIT_SIZE
+        deleted: list[int] = []
+        for start in starts[:-1]:
+            if start + fs > rescanned or units <= 0:
+                break
+            path = os.path.join(self._log_dir, f"{start:020d}")
+            if os.path.getsize(path) != fs:
+                break
+            raw = os.pread(self._fd(start), UNIT_SIZE, (units - 1) * UNIT_SIZE)
+            last = np.frombuffer(raw, dtype=_UNIT_DTYPE)  # the broker's check first: cheap
+            if len(last) != 1 or not _whole(last).all() or int(last["offset"][0]) >= offset_py:
+                break
+            log_units = np.fromfile(path, dtype=_UNIT_DTYPE, count=units)
+            if len(log_units) != units or not _whole(log_units).all():
+                break
+            if int(log_units["offset"].max()) >= offset_py:
+                break
+            os.close(self._fds.pop(start))
+            os.unlink(path)
+            self._dirty_files.discard(start)  # nothing left to sync
+            deleted.append(start)
+        if deleted:
+            fsync_dir(self._log_dir)
+        return deleted
 
     def close(self) -> None:
         """Close the files once a checkpoint in progress is done (what no :meth:`checkpoint`

@@ -33,6 +33,10 @@ manual :meth:`Cleaner.clean`) does what RocketMQ's ``CleanCommitLogService`` and
 3. **ConsumeQueues and index**, when the CommitLog's min offset grew: delete the queue files
    whose last unit points below it and correct every queue's min offset (§4.5, §4.6), then the
    index files that end below it (§5.4).
+4. **Timer log** (5.x's ``timerlog/``, kept for a broker taking over the timers): the files
+   whose units all name records below the CommitLog's min offset, oldest first, as a 5.x
+   broker's timer store deletes them; never one holding a timer still waiting, nor the files
+   a broker's recovery reads (rocketstore.services.timer's ``delete_log_files``).
 
 Deletion while readers hold views (``ReferenceResource``): RocketMQ counts references and
 unmaps a file when the last reader releases it (forcibly after 120 s). Here each zero-copy view
@@ -185,6 +189,11 @@ class Cleaner:
         self.deleted_segments = 0
         self.deleted_queue_files = 0
         self.deleted_index_files = 0
+        self.deleted_timer_log_files = 0
+        #: ``delete(commitlog_min)``: deletes the timer log files (``timerlog/``) no timer needs
+        #: below the CommitLog's min offset and says how many (the timer service's
+        #: ``delete_log_files``, set once it exists; None: the timer log is left alone)
+        self.timer_log: Optional[Callable[[int], int]] = None
 
     # ---- the disk check ----
 
@@ -254,6 +263,7 @@ class Cleaner:
              "forced": bool,                  # segments were deleted regardless of age
              "commitlog": [start offsets of the segments deleted],
              "consumequeue_files": int, "index_files": int,   # files deleted
+             "timer_log_files": int,          # timerlog/ files deleted
              "min_offset": int,               # the CommitLog's min offset afterwards
              "disk_usage": float,             # fraction in use after the pass (-1: unreadable)
              "disk_full": bool,               # puts are refused
@@ -307,6 +317,7 @@ class Cleaner:
             else:
                 self._space_warned = False
             cq_files, index_files = self._clean_queues()
+            timer_log_files = self._clean_timer_log()
             if self._compactor is not None:
                 self._compact()
             if deleted:
@@ -317,6 +328,7 @@ class Cleaner:
                 "commitlog": [mf.file_from_offset for mf in deleted],
                 "consumequeue_files": cq_files,
                 "index_files": index_files,
+                "timer_log_files": timer_log_files,
                 "min_offset": self._parts.commitlog.min_offset,
                 "disk_usage": usage,
                 "disk_full": self.disk_full,
@@ -360,6 +372,7 @@ class Cleaner:
                 total["commitlog"] += result["commitlog"]
                 total["consumequeue_files"] += result["consumequeue_files"]
                 total["index_files"] += result["index_files"]
+                total["timer_log_files"] += result["timer_log_files"]
                 for key in ("min_offset", "disk_usage", "disk_full", "dispatch_error", "held"):
                     total[key] = result[key]
             if not result["commitlog"]:
@@ -482,6 +495,22 @@ class Cleaner:
         self.deleted_index_files += index_files
         return cq_files, index_files
 
+    def _clean_timer_log(self) -> int:
+        """Delete the timer log files whose units all name records below the CommitLog's min
+        offset, as a 5.x broker's timer store does (every 30 s there; every pass here), unless
+        a timer still needs them (the timer service says which); a failure is logged and the
+        next pass tries again."""
+        delete = self.timer_log
+        if delete is None or not self._parts.commitlog.files:
+            return 0
+        try:
+            deleted = delete(self._parts.commitlog.min_offset)
+        except OSError:
+            log.exception("deleting timer log files failed; retried next pass")
+            return 0
+        self.deleted_timer_log_files += deleted
+        return deleted
+
     # ---- the background thread ----
 
     def start(self) -> None:
@@ -528,5 +557,6 @@ class Cleaner:
             "deleted_segments": self.deleted_segments,
             "deleted_queue_files": self.deleted_queue_files,
             "deleted_index_files": self.deleted_index_files,
+            "deleted_timer_log_files": self.deleted_timer_log_files,
             **({"compaction": self._compactor.stats()} if self._compactor is not None else {}),
         }

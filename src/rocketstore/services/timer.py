@@ -75,7 +75,9 @@ delivers each timer rocketstore has not delivered (none lost), and repeats few i
   rocketstore open followed, those read or delivered since the last checkpoint;
 * an open finds the end of the timer log (a torn last unit, one naming no timer record, is cut)
   and writes units for the waiting records it lacks (a crash lost them, or the store ran timers
-  before rocketstore kept these files), from the first waiting unit on.
+  before rocketstore kept these files), from the first waiting unit on;
+* retention deletes the old files as a broker does (:meth:`TimerService.delete_log_files`),
+  never one holding a unit of a timer still waiting.
 
 A record that cannot be delivered (REAL_TOPIC or REAL_QID unusable, ``TIMER_OUT_MS`` missing,
 the record gone under retention, a copy too large) is logged, counted in ``dropped`` and passed
@@ -858,6 +860,36 @@ class TimerService(TimerPuts):
                     if j == len(expected):
                         return j
         return j
+
+    # ---- retention ----
+
+    def delete_log_files(self, commitlog_min: int) -> int:
+        """Delete the timer log files (RocketMQ's ``timerlog/``) whose every unit names a record
+        below both ``commitlog_min`` (the CommitLog's min offset: retention deleted the record)
+        and the record of the first timer still waiting or not read yet, as a 5.x broker
+        deletes them (:meth:`TimerWheelWriter.delete_files_below`, which also keeps the files a
+        broker's recovery reads); returns how many went. None goes while the files are not
+        kept here (a store that never had a timer, or ``timer_max_delay_sec`` beyond the
+        wheel), after a failed pass (the next pass reloads the state first), or while the first
+        waiting timer's unit in the timer queue is gone (no bound is known then)."""
+        with self._lock:
+            wheel = self._wheel
+            if wheel is None or self._needs_reload:
+                return 0
+            bound = commitlog_min
+            cq = self._queue()
+            first = self._first_pending()  # waiting, or the first not read yet
+            if cq is not None and first < cq.max_offset:
+                # the timer queue's records are in CommitLog order: none waits below this one's
+                try:
+                    unit = cq.units(first, 1)
+                except MessageNotFoundError:
+                    return 0  # its unit is gone (under retention): no bound known, none deleted
+                if not len(unit):
+                    return 0
+                bound = min(bound, int(unit["commitlog_offset"][0]))
+                del unit
+            return len(wheel.delete_files_below(bound))
 
     # ---- state ----
 

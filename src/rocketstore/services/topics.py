@@ -13,6 +13,7 @@ from typing import Any, Optional
 from rocketstore.errors import InvalidQueueIdError
 from rocketstore.files.configfiles import TopicConfigTable
 from rocketstore.message import validate_topic
+from rocketstore.queues.compaction import CLEANUP_POLICY, COMPACTION
 
 __all__ = ["Topics"]
 
@@ -28,6 +29,10 @@ class Topics:
         self.default_queues = default_queues
         self.lock = lock if lock is not None else threading.RLock()
         self.core: Any = None
+        #: sets of the topics a put was checked for (the facade's, whose puts skip the careful
+        #: checks, and the putter's compacted ones): a topic whose attributes change leaves
+        #: them, to be checked again
+        self.checked: tuple[set[str], ...] = ()
 
     def counts(self) -> dict[str, int]:
         """{topic: queue count}."""
@@ -81,6 +86,10 @@ class Topics:
             if self.core is not None:
                 self.core.forget_topic(topic)
 
+    def compacted(self, topic: str) -> bool:
+        """Whether ``topic`` is compacted (RocketMQ 5.x's ``cleanup.policy=COMPACTION``)."""
+        return self.table.attributes(topic).get(CLEANUP_POLICY, "").upper() == COMPACTION
+
     def attributes(self, topic: str) -> dict[str, str]:
         """The topic's 5.x ``attributes`` map (a copy; {} for an unknown topic)."""
         return self.table.attributes(topic)
@@ -95,6 +104,8 @@ class Topics:
                 self.table.create(topic, self.default_queues)
             attrs = self.table.update_attributes(topic, changes)
             self.table.persist()
+            for checked in self.checked:
+                checked.discard(topic)
             if created and self.core is not None:
                 self.core.forget_topic(topic)
             return attrs
