@@ -621,3 +621,34 @@ def test_a_put_on_a_joined_appender_closed_under_it_is_stale_and_touches_no_clos
         out = run_child(CLOSED_UNDER_A_PUT, path, impl.name)
         assert out.split()[:1] == ["ok"], out
         assert [m.body for m in queue_messages(owner, "T", 0)] == [b"first", b"second"]
+
+
+JOINED_KEYLESS = """
+    import json, sys
+    from rocketstore import Message, MessageStore
+    from rocketstore.errors import KeyRequiredError
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+    refused = 0
+    for put in (
+        lambda: s.put("C", b"x", queue_id=0),
+        lambda: s.put("C", b"x", tags="t", queue_id=0),
+        lambda: s.put(Message("C", b"x", queue_id=0)),
+    ):
+        try:
+            put()
+        except KeyRequiredError:
+            refused += 1
+    kept = s.put("C", b"k", keys="user-1", queue_id=0).queue_offset
+    print(json.dumps([refused, kept]), flush=True)
+    s.close()
+"""
+
+
+def test_a_joined_writer_refuses_a_keyless_put_to_a_compacted_topic_as_the_owner_does(tmp_path, impl):
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("C", b"before", keys="user-0", queue_id=0)
+        owner.set_topic_retention("C", cleanup_policy="compaction")
+        refused, kept = json.loads(run_child(JOINED_KEYLESS, path, impl.name))
+        assert (refused, kept) == (3, 1)  # each refused, nothing written
+        assert owner.max_queue_offset("C", 0) == 2

@@ -506,9 +506,10 @@ class JoinedPuts:
             appender = joined.appender_of(store)
             if appender and not appender.refusing:
                 self.putter.check_user_topic(topic)  # (remembered for the hot path above)
+                tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
+                self.putter.check_keyed(topic, keys, properties)  # (a compacted topic needs keys)
                 queue_id, flag = check_put_ints(kwargs.get("queue_id", -1), kwargs.get("flag", 0))
                 durable = appender.durable(kwargs.get("durable"))
-                tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
                 try:
                     if tags is None and keys is None and properties is None:
                         done = appender.core.put(topic, body, None, queue_id, flag, 0, 0, 0, 0, None, 0)
@@ -543,9 +544,10 @@ class JoinedPuts:
         if not appender or appender.refusing:
             return None
         try:
-            check_user_topic(name)
+            self.putter.check_user_topic(name)
         except RocketStoreError:
             return None  # the writing process says what is wrong
+        self.putter.check_keyed(message)  # (a compacted topic needs keys: nothing written)
         try:
             done = appender.core.put_plain_messages([message], {name}, 0)
         except sharedappend.StaleTable:
