@@ -303,3 +303,30 @@ def test_a_dead_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path
         assert not closer.is_alive(), "close() hung"
     finally:
         threading.excepthook = hook
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"store_host": b"\x7f\x00\x00"}, "hosts must be 4 (IPv4) or 16 (IPv6) address bytes"),
+        ({"born_host": bytes(17)}, "hosts must be 4 (IPv4) or 16 (IPv6) address bytes"),
+        ({"uniq_prefix": bytes(23)}, "uniq_prefix must be 10 or 22 bytes"),
+        ({"file_size": 4095}, "file_size must be at least 4096 bytes"),
+    ],
+)
+def test_an_append_core_refuses_hosts_prefixes_and_segments_it_cannot_hold(impl, change, message):
+    args = dict(
+        file_size=1 << 16,
+        start_offset=0,
+        store_host=bytes(4),
+        store_port=10911,
+        born_host=bytes(16),
+        born_port=1,
+        uniq_prefix=bytes(22),
+        max_message_size=1 << 12,
+        topic_lookup=lambda topic: 4,
+        roll=None,
+    )
+    impl.store.CommitLogCore(**args).close()  # the defaults are accepted
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        impl.store.CommitLogCore(**{**args, **change})

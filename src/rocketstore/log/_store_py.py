@@ -41,6 +41,7 @@ from rocketstore.files.mapped_file import flush_timeout
 from rocketstore.format._codec_py import make_offset_msg_id
 from rocketstore.format._verify import PROP_CRC_LENGTH, prop_crc_digits
 from rocketstore.log import sharedappend as _ap
+from rocketstore.log.coreargs import check_core_args
 from rocketstore.message import SPECIAL_PROPERTIES, Message
 from rocketstore.status import PutStatus
 
@@ -914,12 +915,7 @@ class CommitLogCore:
         sync_flush_timeout_ms=5000,
         default_wait=0,
     ):
-        if len(store_host) not in (4, 16) or len(born_host) not in (4, 16):
-            raise ValueError("hosts must be 4 (IPv4) or 16 (IPv6) address bytes")
-        if len(uniq_prefix) not in (10, 22):
-            raise ValueError("uniq_prefix must be 10 or 22 bytes (ip + pid + loader hash)")
-        if file_size < 4096:
-            raise ValueError("file_size must be at least 4096 bytes")
+        check_core_args(file_size, store_host, born_host, uniq_prefix)
         self._file_size = file_size
         self._max_message_size = max_message_size
         self._sync_flush_timeout_ms = sync_flush_timeout_ms
