@@ -18,13 +18,13 @@ cdef bint _bytes_view(object data, Py_buffer *view, const uint8_t **ptr, Py_ssiz
 
 cdef int _check_open(CommitLogCore core) except -1:
     if core._closed:
-        _raise_closed(core)
+        core._raise_closed()
     if core._fork_gen != rs_fork_generation:
-        _refuse_forked(core)
+        core._refuse_forked()
     return 0
 
 
-cdef int _raise_closed(CommitLogCore core) except -1:
+cdef int _closed_error(CommitLogCore core) except -1:
     if core._share != NULL and not core._share_owner:
         # a joined process's own appender, closed (a takeover, the owner gone) after its
         # caller looked at it: the caller puts another way
@@ -32,7 +32,7 @@ cdef int _raise_closed(CommitLogCore core) except -1:
     raise StoreClosedError("the store is closed")
 
 
-cdef int _refuse_forked(CommitLogCore core) except -1:
+cdef int _forked_error(CommitLogCore core) except -1:
     raise StoreClosedError(
         f"this store was opened by process {core._opener} before it forked: open it again in "
         "this process (it then joins the writing process)")
@@ -59,7 +59,7 @@ cdef object _not_stored(CommitLogCore core, int status, object cause, int wait, 
     return fut if n < 0 else [fut] * n
 
 
-cdef int64_t _month_roll(CommitLogCore core, int64_t now) except -1:
+cdef int64_t _month_bounds(CommitLogCore core, int64_t now) except -1:
     start, nxt = month_bounds(now)
     core._month_start = start
     core._month_next = nxt
@@ -69,7 +69,7 @@ cdef int64_t _month_roll(CommitLogCore core, int64_t now) except -1:
 cdef inline int _make_uniq(CommitLogCore core, int64_t now, uint8_t *raw) except -1:
     """UNIQ_KEY raw bytes (spec §3.2): prefix, ms since month start (u32), counter (u16)."""
     if now >= core._month_next or now < core._month_start:
-        _month_roll(core, now)
+        core._month_roll(now)
     cdef int n = core._uniq_prefix_len
     cdef int64_t span = now - core._month_start
     memcpy(raw, core._uniq_prefix, n)
@@ -150,7 +150,7 @@ cdef int64_t _append(CommitLogCore core, _Topic t, int queue_id, const uint8_t *
 
     while True:
         if core._base == NULL:
-            _roll_segment(core)
+            core._roll_segment()
         remaining = core._file_size - core._pos
         if length + RS_END_FILE_MIN_BLANK <= remaining:
             break

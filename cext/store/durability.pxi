@@ -89,7 +89,7 @@ cdef int _close(CommitLogCore core) except -1:
     if core._watcher is not None:
         _close(core._watcher)
     for start in list(core._pins):
-        _release_segment(core, start)
+        core.release_segment(start)
     core._base = NULL
     _notify(core)
     core._live_page = NULL

@@ -37,10 +37,10 @@ cdef _Pin _pin(CommitLogCore core, mm, int64_t start, fd):
     if rs_flusher_register(core._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
         # Tiny segments filled faster than the flush interval: flush what was written,
         # release the flushed segments and try again.
-        _release_flushed_segments(core)
+        core.release_flushed_segments()
         if rs_flusher_register(core._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
             _wait(core, rs_flusher_wrote(core._flusher), -1)
-            _release_flushed_segments(core)
+            core.release_flushed_segments()
             if rs_flusher_register(core._flusher, start, <uint8_t *>pin.view.buf, pin.view.len, fileno) != 0:
                 raise SegmentError("too many unflushed segments registered with the flush thread")
     core._pins[start] = pin
@@ -65,19 +65,19 @@ cdef int _release_flushed_segments(CommitLogCore core) except -1:
     cdef int64_t flushed = rs_flusher_flushed(core._flusher)
     for start in sorted(core._pins):
         if start + core._file_size <= flushed and start != core._file_from:
-            _release_segment(core, start)
+            core.release_segment(start)
     return 0
 
 
-cdef int _roll_segment(CommitLogCore core) except -1:
+cdef int _next_segment(CommitLogCore core) except -1:
     """Ask the Python layer for the segment starting at the current end; make it active."""
     cdef int64_t start = core._file_from, pos = core._pos
     if pos >= core._file_size:     # the active segment is full (BLANK written): the next one
         start += core._file_size
         pos = 0
     mm, fd = core._roll(start)
-    _set_active(core, mm, start, pos, fd)
-    _release_flushed_segments(core)
+    core.set_active(mm, start, pos, fd)
+    core.release_flushed_segments()
     return 0
 
 

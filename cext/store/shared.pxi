@@ -92,14 +92,14 @@ cdef int _lock_append(CommitLogCore core) except -1:
     cdef int err
     cdef uint8_t *t
     if core._fork_gen != rs_fork_generation:
-        _refuse_forked(core)  # (before the lock: a parent's thread may have held it at the fork)
+        core._refuse_forked()  # (before the lock: a parent's thread may have held it at the fork)
     _acquire(core._lock)
     t = core._share
     if t == NULL:
         return 0
     if core._closed and not core._share_owner:
         PyThread_release_lock(core._lock)
-        _raise_closed(core)  # closed since the caller's look: its file is closed too
+        core._raise_closed()  # closed since the caller's look: its file is closed too
     with nogil:
         err = rs_ap_lock(t)
     if err:
@@ -119,7 +119,7 @@ cdef int _lock_append(CommitLogCore core) except -1:
                 core._owner_seen_ms = now
         if rs_ap_u32(t, RS_AP_O_BUSY)[0] != 0:
             rs_ap_repair(t)    # a writer died inside: its offsets and half-written bytes go
-        _adopt(core, rs_ap_i64(t, RS_AP_O_END)[0], rs_ap_i64(t, RS_AP_O_LAST_TS)[0])
+        core._adopt(rs_ap_i64(t, RS_AP_O_END)[0], rs_ap_i64(t, RS_AP_O_LAST_TS)[0])
         rs_ap_u32(t, RS_AP_O_BUSY)[0] = core._pid
     except BaseException:
         rs_ap_unlock(t)
@@ -174,7 +174,7 @@ cdef inline void _notify(CommitLogCore core) noexcept:
         rs_live_publish_slots(core._live_page, rs_flusher_wrote(core._flusher), dirty)
 
 
-cdef int _adopt(CommitLogCore core, int64_t end, int64_t last_ts) except -1:
+cdef int _adopt_end(CommitLogCore core, int64_t end, int64_t last_ts) except -1:
     """Move to ``end``, where the table says whole records end (other processes appended)."""
     cdef int64_t start
     if last_ts > core._last_store_ts:
@@ -188,7 +188,7 @@ cdef int _adopt(CommitLogCore core, int64_t end, int64_t last_ts) except -1:
             # (its checkpoint vouches for them)
             mm, fd = core._roll(start)
             _pin(core, mm, start, fd)
-            _release_flushed_segments(core)
+            core.release_flushed_segments()
         core._base = NULL              # the next append maps it (_roll_segment)
         core._file_from = start
         core._pos = end - start

@@ -10,7 +10,7 @@ cdef _Topic _topic(CommitLogCore core, topic):
         return t
     nqueues = core._topic_lookup(topic)  # validates (InvalidTopicError); may switch threads
     if core._share != NULL:
-        return _shared_topic(core, topic, nqueues)
+        return core._shared_topic(topic, nqueues)
     t = _Topic.__new__(_Topic)
     t.name = topic.encode("utf-8")
     t.slot = rs_body_crc(<const uint8_t *>PyBytes_AS_STRING(t.name), PyBytes_GET_SIZE(t.name)) % RS_LIVE_SLOTS
@@ -30,7 +30,7 @@ cdef _Topic _topic(CommitLogCore core, topic):
     return core._topics.setdefault(topic, t)
 
 
-cdef _Topic _shared_topic(CommitLogCore core, topic, int nqueues):
+cdef _Topic _new_shared_topic(CommitLogCore core, topic, int nqueues):
     """The entry of the shared append table for a topic new to this core: found, or added.
     A topic the table cannot hold (full, too many queues, the owner's alone) is the owner's
     own (a joined writer raises NotShareable: its puts go to the owner)."""
