@@ -1,7 +1,7 @@
 """CommitLogCore, the pure append core: its segments, the append path of one record (checks,
 UNIQ_KEY, the record packed into the segment's map, the BLANK rule), put and an inner batch
 record, the flush waits and close. Its topics, the shared append table and the batch puts are
-functions of it in _topics_py, _shared_py and _batches.
+functions of it in _topics_py, _shared_py and _batches_py.
 
 Part of the pure-Python twin of ``rocketstore.log._store``, gathered by
 :mod:`rocketstore.log._store_py`; the compiled twin's is cext/store/core.pxi, append.pxi, segments.pxi.
@@ -62,7 +62,6 @@ SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 _UNIQ_NAME = b"UNIQ_KEY\x01"
 _BLANK = struct.Struct(">ii")
-_PUT_OK = PutStatus.PUT_OK
 _CREATE_MAPPED_FILE_FAILED = PutStatus.CREATE_MAPPED_FILE_FAILED
 _SERVICE_NOT_AVAILABLE = PutStatus.SERVICE_NOT_AVAILABLE
 

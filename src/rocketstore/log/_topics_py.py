@@ -15,6 +15,9 @@ from rocketstore.log._live_py import LIVE_SLOTS
 
 
 class Topic:
+    """One topic of the core: its queue count, next queue offsets and round-robin position (its
+    entry's views in the shared append table once attached)."""
+
     __slots__ = ("name", "nqueues", "next_offsets", "rr", "slot", "committed", "entry", "dirty", "shared_nq")
 
     def __init__(self, name, nqueues):
