@@ -87,7 +87,7 @@ cdef int _close(CommitLogCore core) except -1:
     with nogil:
         rs_flusher_wait_nogil(core._flusher, rs_flusher_wrote(core._flusher), -1)
     if core._watcher is not None:
-        _close(core._watcher)
+        core._watcher.close()
     for start in list(core._pins):
         core.release_segment(start)
     core._base = NULL
