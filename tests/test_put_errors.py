@@ -22,7 +22,7 @@ from rocketstore.errors import (
 )
 from rocketstore.files._flushwatch import FlushWatcher
 from rocketstore.files.mapped_file import space_error
-from rocketstore.log import _store_py
+from rocketstore.log import _flusher_py
 
 SEGMENT = 64 * 1024
 TOPIC = "PutErrors"
@@ -159,8 +159,8 @@ def _pure_only(impl):
 def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(impl, tmp_path, monkeypatch):
     _pure_only(impl)
     with _open(impl, tmp_path / "s") as store:
-        real_sync = _store_py._data_sync
-        monkeypatch.setattr(_store_py, "_data_sync", _Gate(OSError(errno.EIO, "Input/output error")))
+        real_sync = _flusher_py._data_sync
+        monkeypatch.setattr(_flusher_py, "_data_sync", _Gate(OSError(errno.EIO, "Input/output error")))
         with pytest.raises(FlushTimeoutError) as info:
             store.put(TOPIC, b"durable?", durable=True)
         err = info.value
@@ -182,7 +182,7 @@ def test_a_failed_flush_raises_flush_timeout_error_carrying_the_stored_result(im
         with pytest.raises(FlushTimeoutError) as info:
             future.result()
         assert store.read(info.value.result.commitlog_offset).body == b"pipelined"
-        monkeypatch.setattr(_store_py, "_data_sync", real_sync)  # the disk is back
+        monkeypatch.setattr(_flusher_py, "_data_sync", real_sync)  # the disk is back
         assert store.put(TOPIC, b"durable", durable=True).ok
 
 
@@ -190,7 +190,7 @@ def test_callbacks_and_await_fire_when_the_flush_times_out(impl, tmp_path, monke
     _pure_only(impl)
     gate = _Gate()
     with _open(impl, tmp_path / "s", sync_flush_timeout_ms=50) as store:
-        monkeypatch.setattr(_store_py, "_data_sync", gate)
+        monkeypatch.setattr(_flusher_py, "_data_sync", gate)
         future = store.put_pipelined(TOPIC, b"slow")
         fired = threading.Event()
         future.add_done_callback(lambda f: fired.set())
@@ -244,10 +244,10 @@ class _RecordingMap:
 def test_data_sync_msyncs_the_written_range_from_its_page(monkeypatch):
     """The pure twin syncs as the compiled flush thread does: an msync of the range, from the
     page it starts in; no descriptor is needed (a sealed segment's own is closed)."""
-    monkeypatch.setattr(_store_py, "_FULL_SYNC", None)
+    monkeypatch.setattr(_flusher_py, "_FULL_SYNC", None)
     mm = _RecordingMap()
-    _store_py._data_sync(-1, mm, 5000, 9000)
-    _store_py._data_sync(None, mm, 8192, 8192)  # nothing written: nothing to sync
+    _flusher_py._data_sync(-1, mm, 5000, 9000)
+    _flusher_py._data_sync(None, mm, 8192, 8192)  # nothing written: nothing to sync
     assert mm.flushed == [(4096, 4904)]
 
 
@@ -261,17 +261,17 @@ def test_data_sync_uses_full_fsync_where_the_platform_has_it(monkeypatch):
         def fcntl(fd, cmd):
             done.append(("fcntl", fd, cmd))
 
-    monkeypatch.setattr(_store_py, "fcntl", MacFcntl())
-    monkeypatch.setattr(_store_py, "_FULL_SYNC", 51)
+    monkeypatch.setattr(_flusher_py, "fcntl", MacFcntl())
+    monkeypatch.setattr(_flusher_py, "_FULL_SYNC", 51)
     mm = _RecordingMap()
-    _store_py._data_sync(7, mm, 0, 10)
+    _flusher_py._data_sync(7, mm, 0, 10)
     assert mm.flushed == [(0, 10)] and done == [("fcntl", 7, 51)]
 
 
 def test_an_exception_in_the_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path, monkeypatch):
     _pure_only(impl)
     store = _open(impl, tmp_path / "s", sync_flush_timeout_ms=60_000)
-    monkeypatch.setattr(_store_py, "_data_sync", _Gate(RuntimeError("unexpected")))
+    monkeypatch.setattr(_flusher_py, "_data_sync", _Gate(RuntimeError("unexpected")))
     with pytest.raises(FlushTimeoutError) as info:
         store.put(TOPIC, b"durable", durable=True)
     assert store.read(info.value.result.commitlog_offset).body == b"durable"
@@ -303,3 +303,30 @@ def test_a_dead_flush_thread_fails_durable_puts_and_close_returns(impl, tmp_path
         assert not closer.is_alive(), "close() hung"
     finally:
         threading.excepthook = hook
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"store_host": b"\x7f\x00\x00"}, "hosts must be 4 (IPv4) or 16 (IPv6) address bytes"),
+        ({"born_host": bytes(17)}, "hosts must be 4 (IPv4) or 16 (IPv6) address bytes"),
+        ({"uniq_prefix": bytes(23)}, "uniq_prefix must be 10 or 22 bytes"),
+        ({"file_size": 4095}, "file_size must be at least 4096 bytes"),
+    ],
+)
+def test_an_append_core_refuses_hosts_prefixes_and_segments_it_cannot_hold(impl, change, message):
+    args = dict(
+        file_size=1 << 16,
+        start_offset=0,
+        store_host=bytes(4),
+        store_port=10911,
+        born_host=bytes(16),
+        born_port=1,
+        uniq_prefix=bytes(22),
+        max_message_size=1 << 12,
+        topic_lookup=lambda topic: 4,
+        roll=None,
+    )
+    impl.store.CommitLogCore(**args).close()  # the defaults are accepted
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        impl.store.CommitLogCore(**{**args, **change})
