@@ -184,11 +184,20 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    static const char rs_hex_digits[] = "0123456789ABCDEF";
+    /* "00" "01" ... "FF": byte b's two hex digits at 2 * b */
+    static const char rs_hex_pairs[] =
+        "000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F"
+        "202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F"
+        "404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F"
+        "606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F"
+        "808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9F"
+        "A0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF"
+        "C0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDF"
+        "E0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF";
     static const char rs_uniq_property_name[] = "UNIQ_KEY\x01";
     static const char rs_prop_crc_reserved[] = "__CRC32#\x01" "0000000000" "\x02";
     """
-    const char *rs_hex_digits
+    const char *rs_hex_pairs
     const char *rs_uniq_property_name
     const char *rs_prop_crc_reserved
 
@@ -256,13 +265,16 @@ cdef inline void _acquire(PyThread_type_lock lock):
             PyThread_acquire_lock(lock, WAIT_LOCK)
 
 
-cdef str _hex(const uint8_t *raw, int n):
-    cdef bytearray out = bytearray(2 * n)
-    cdef char *p = out
+cdef inline void _hex_into(char *p, const uint8_t *raw, int n) noexcept:
+    """Writes 2 * n upper-case hex digits of raw[0:n] at p."""
     cdef int i
     for i in range(n):
-        p[2 * i] = rs_hex_digits[raw[i] >> 4]
-        p[2 * i + 1] = rs_hex_digits[raw[i] & 15]
+        memcpy(p + 2 * i, rs_hex_pairs + 2 * raw[i], 2)
+
+
+cdef str _hex(const uint8_t *raw, int n):
+    cdef bytearray out = bytearray(2 * n)
+    _hex_into(out, raw, n)
     return out.decode("ascii")
 
 

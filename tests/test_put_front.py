@@ -44,6 +44,30 @@ def test_a_writing_store_puts_through_the_front(store, impl):
     assert "put" not in vars(store) and type(store).put is MessageStore.put
 
 
+@pytest.mark.parametrize("host", ["10.1.2.3", "2001:db8::1"])
+def test_the_unique_key_written_is_the_host_then_time_then_counter(tmp_path, impl, host):
+    """The UNIQ_KEY property a put writes is the upper-case hex of the store host, the process,
+    the milliseconds and a counter, as its result says, for one put, a keyed one and a batch."""
+    import ipaddress
+
+    s = MessageStore(tmp_path / "s", implementation=impl.name, store_host=host, dispatch_interval_ms=0)
+    try:
+        results = [s.put(TOPIC, b"x"), s.put(TOPIC, b"y", keys="k", tags="T")]
+        batch = s.put_batch(TOPIC, [b"a", b"b"])
+        keys = [r.unique_key for r in results] + list(batch.unique_keys)
+        offsets = [r.commitlog_offset for r in results] + list(batch.commitlog_offsets)
+        stored = [s.read(o).properties["UNIQ_KEY"] for o in offsets]
+    finally:
+        s.close()
+    assert stored == keys and len(set(keys)) == 4
+    host_hex = ipaddress.ip_address(host).packed.hex().upper()
+    for key in keys:
+        assert key.startswith(host_hex) and key == key.upper() and len(key) == len(host_hex) + 24
+        int(key, 16)
+    counters = [int(k[-4:], 16) for k in keys]
+    assert counters == [(counters[0] + i) % 65536 for i in range(4)]
+
+
 CALLS = [
     dict(),
     dict(queue_id=1, flag=-5),

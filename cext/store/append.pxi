@@ -218,12 +218,13 @@ cdef int64_t _append(CommitLogCore core, _Topic t, int queue_id, const uint8_t *
 
 
 cdef inline void _write_uniq_property(CommitLogCore core, uint8_t *p, const uint8_t *raw, int n) noexcept:
-    cdef int i
+    """The UNIQ_KEY property of raw[0:n], which starts with the core's prefix: that part's hex
+    is the core's, written once at its start (a third of a put's encoding work, else)."""
+    cdef int k = core._uniq_prefix_len
     memcpy(p, rs_uniq_property_name, UNIQ_NAME_LEN)
     p += UNIQ_NAME_LEN
-    for i in range(n):
-        p[2 * i] = rs_hex_digits[raw[i] >> 4]
-        p[2 * i + 1] = rs_hex_digits[raw[i] & 15]
+    memcpy(p, core._uniq_prefix_hex, 2 * k)
+    _hex_into(<char *>p + 2 * k, raw + k, n - k)
     p[2 * n] = 2
 
 

@@ -54,6 +54,7 @@ cdef class CommitLogCore:
     cdef int32_t _host_sysflag       # IPv6 bits implied by the hosts
     cdef uint8_t _uniq_prefix[22]
     cdef int _uniq_prefix_len
+    cdef char _uniq_prefix_hex[44]   # its hex digits, as a UNIQ_KEY property starts
     cdef int64_t _month_start, _month_next
     cdef uint32_t _uniq_counter
     cdef uint8_t *_props             # scratch: user properties + generated UNIQ_KEY (+ CRC32)
@@ -114,6 +115,7 @@ cdef class CommitLogCore:
                               | (RS_SYSFLAG_BORNHOST_V6 if len(born_host) == 16 else 0))
         memcpy(self._uniq_prefix, <char *>uniq_prefix, len(uniq_prefix))
         self._uniq_prefix_len = len(uniq_prefix)
+        _hex_into(self._uniq_prefix_hex, self._uniq_prefix, self._uniq_prefix_len)
         self._topics = {}
         self._pins = {}
         self._topic_lookup = topic_lookup

@@ -405,10 +405,19 @@ def keyed_properties(tags, keys, properties=None):
     return out
 
 
+cdef object _MINUS_ONE = -1
+cdef object _ZERO = 0
+
+
 cdef inline bint _int_in(object v, int64_t lo, int64_t hi, int64_t *out):
     """Whether ``v`` is an exact int within lo..hi (its value in ``*out``)."""
     cdef int overflow = 0
     cdef long long x
+    # put's defaults (queue_id=-1, flag=0) are these objects: no conversion call for them
+    if v is _MINUS_ONE or v is _ZERO:
+        x = -1 if v is _MINUS_ONE else 0
+        out[0] = x
+        return lo <= x <= hi
     if not PyLong_CheckExact(v):
         return False
     x = PyLong_AsLongLongAndOverflow(v, &overflow)
