@@ -149,6 +149,22 @@ def test_a_wrong_option_type_names_the_option(tmp_path, impl, option, value, tak
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(
+    "option, near",
+    [("commitlog_segment_size", "commitlog_file_size"), ("flushdisktype", "flush_disk_type"), ("zzz", None)],
+)
+def test_an_unknown_option_is_a_typed_error_that_names_it_and_its_near_names(tmp_path, impl, option, near):
+    from rocketstore import MessageStore
+    from rocketstore.errors import StoreConfigError
+
+    with pytest.raises(StoreConfigError) as caught:
+        MessageStore(tmp_path / "s", implementation=impl.name, **{option: 1})
+    assert isinstance(caught.value, TypeError)  # as any unknown keyword argument is
+    text = str(caught.value)
+    assert repr(option) in text and (near is None or near in text) and "StoreConfig" in text, text
+    assert not (tmp_path / "s").exists()
+
+
 def test_the_package_exports_what_an_application_uses_and_the_format_level_names_moved():
     import rocketstore
     import rocketstore.lowlevel

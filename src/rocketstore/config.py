@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import socket
 import warnings
-from collections.abc import Callable
-from typing import Optional
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
 
-from rocketstore.errors import StoreConfigError
+from rocketstore.errors import StoreConfigError, UnknownOptionError
 from rocketstore.message import is_valid_topic
 
 __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "default_store_path", "local_ipv4"]
@@ -416,3 +417,17 @@ class StoreConfig:
             )
             new, self.clean_file_forcibly_enable = old, None
         self.delete_unexpired_when_disk_full = bool(new)
+
+
+def config_from_options(options: Mapping[str, Any]) -> StoreConfig:
+    """``StoreConfig(**options)``; a name it does not have is an UnknownOptionError that names
+    it and the options whose names are near it."""
+    known = [field.name for field in dataclasses.fields(StoreConfig)]
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+            raise UnknownOptionError(
+                f"unknown store option {name!r}{hint} (the options are StoreConfig's fields)"
+            )
+    return StoreConfig(**options)

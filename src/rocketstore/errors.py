@@ -14,6 +14,7 @@ from rocketstore.status import PutStatus
 
 __all__ = [
     "RocketStoreError",
+    "UnknownOptionError",
     "InvalidMessageError",
     "InvalidTopicError",
     "SystemTopicError",
@@ -168,6 +169,11 @@ class StoreReadOnlyError(RocketStoreError):
 
 class StoreConfigError(RocketStoreError, ValueError):
     """An invalid store option, or a store directory laid out for other options."""
+
+
+class UnknownOptionError(StoreConfigError, TypeError):
+    """An option name :class:`rocketstore.config.StoreConfig` does not have; a ``TypeError``
+    too, as any unknown keyword argument is."""
 
 
 class UnsupportedStoreError(StoreConfigError):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Optional
 
 from rocketstore.base._background import weak_method
-from rocketstore.config import StoreConfig
+from rocketstore.config import StoreConfig, config_from_options
 from rocketstore.errors import StoreClosedError, StoreConfigError
 from rocketstore.files._files import fsync_dir, open_regular, raise_open_files_limit
 from rocketstore.files.checkpoint import Checkpoint
@@ -70,7 +70,7 @@ def detect_config(path: str, options: Mapping[str, Any], read_only: bool) -> Sto
 
 
 def _configured(found: dict[str, Any]) -> StoreConfig:
-    config = StoreConfig(**found)
+    config = config_from_options(found)
     if config.raise_open_files_limit:
         raise_open_files_limit()  # before the store maps its files
     return config
