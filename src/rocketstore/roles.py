@@ -243,6 +243,24 @@ class SwitchSafeCall:
         return self._switch_safe(store, functools.partial(self._method, store, *args, **kwargs))
 
 
+def _point_reads(
+    ref: Callable[[], Any], careful: Any, fast: Any, reads: Any, following: bool, switch_safe: Any
+) -> dict[str, Any]:
+    """A role's point reads: FastReads' (in a SwitchSafe for a following store), else the open's
+    careful reads part's own methods (a following store's stay the careful path, which may open
+    again under the call)."""
+    calls: dict[str, Any] = {}
+    if fast is not None:
+        for name in FAST_READS:
+            method = getattr(fast, name)
+            calls[name] = switch_safe(ref, getattr(careful, name), method) if following else method
+    elif reads is not None and not following:
+        for name in FAST_READS:
+            if hasattr(reads, name):  # (get_message is the store's own)
+                calls[name] = getattr(reads, name)
+    return calls
+
+
 def choose_role(
     store: Any,
     opened: OpenedParts,
@@ -252,6 +270,7 @@ def choose_role(
     careful: Any,
     putter: Any,
     switch_safe_call: Callable[[Any, Callable[[], Any]], Any],
+    reads: Any = None,
 ) -> Role:
     """The role of ``store``, just opened with ``opened``'s parts by the implementation
     ``impl``: ``owner`` (puts through the implementation's PutFront, ``receive`` and ``ack``
@@ -265,7 +284,9 @@ def choose_role(
     the class whose methods are the careful paths; ``putter``: the careful path of the puts
     (rocketstore.processes.puts), called with the store first as ``careful``'s methods are;
     ``switch_safe_call(store, call)``: a following store's call, run again when the store opened
-    again under it."""
+    again under it; ``reads``: the open's careful reads (rocketstore.queues.reads.StoreReads),
+    whose methods answer the point reads of a store that is not following when the codec has
+    no FastReads (the careful method of ``careful`` would pass them there, three frames on)."""
     ref = weakref.ref(store)
     joined = links.remote is not None
     read_only = opened.read_only
@@ -287,10 +308,7 @@ def choose_role(
         )
     switch_safe = impl.store.SwitchSafe
     following = opened.follower is not None
-    calls: dict[str, Any] = {}
-    for name in FAST_READS if fast is not None else ():
-        method = getattr(fast, name)
-        calls[name] = switch_safe(ref, getattr(careful, name), method) if following else method
+    calls = _point_reads(ref, careful, fast, reads, following, switch_safe)
     receiver = joined_puts = None
     if joined:
         kind = "joined"

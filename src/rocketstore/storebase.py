@@ -253,6 +253,7 @@ class StoreBase:
             StoreBase,
             self._putter,
             StoreBase._switch_safe,
+            self._reads,
         )
         old, self._role = self._role, role
         old.retire()
