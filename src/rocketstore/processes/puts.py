@@ -56,8 +56,9 @@ class Putter:
     open for writing), ``closed(store)``, ``batch`` (the BatchConsumeQueues, or None: a batch
     into a ``queue.type=BatchCQ`` topic is one inner batch record) and ``topics`` (the topic
     table, rocketstore.services.topics.Topics: a put of one message without keys to a compacted
-    topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics``, so every
-    put of it comes here, but in ``keyed`` once checked).
+    topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics`` but in
+    ``keyed`` once checked, which the ``PutFront`` reads too: a put of it whose keys are plainly
+    there takes the one call, every other comes here).
 
     Each put is called with the store it puts for first, as the store's role calls the careful
     path: an owner's role holds these methods themselves (its ``PutFront`` hands them what it
