@@ -463,7 +463,9 @@ def test_a_keyed_put_to_a_compacted_topic_takes_the_one_call_path(tmp_path, impl
 
 
 @pytest.mark.parametrize("pipelined", [False, True])
-def test_keys_not_plainly_present_go_the_careful_path_to_a_compacted_topic(tmp_path, impl, monkeypatch, pipelined):
+def test_keys_not_plainly_present_go_the_careful_path_to_a_compacted_topic(
+    tmp_path, impl, monkeypatch, pipelined
+):
     """Keys the one-call test does not take (None, a list, a str beginning with a blank or a
     character past ASCII, KEYS in the properties) go the careful path, which stores the put or
     refuses it (KeyRequiredError, nothing written) as it always did."""
