@@ -517,7 +517,8 @@ class JoinedPuts:
             and _JOINED_PUT_ARGS.issuperset(kwargs)
         ):
             appender = joined.appender_of(store)
-            if appender and not appender.refusing and self._topics_read(appender):
+            # (watch == seen: not refusing, and the topics are the ones the owner's count says)
+            if appender and (appender.watch[0] == appender.seen or self._topics_read(appender)):
                 self.putter.check_user_topic(topic)  # (remembered for the hot path above)
                 tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
                 self.putter.check_keyed(topic, keys, properties)  # (a compacted topic needs keys)
@@ -544,10 +545,13 @@ class JoinedPuts:
         )
 
     def _topics_read(self, appender: Any) -> bool:
-        """Whether this process's topics are the ones the owner's count of topic changes says
-        (the shared append table's): else they are read again (a topic became compacted, say),
-        and every topic's puts checked again. False, the puts being the writing process's, when
-        they cannot be read."""
+        """Whether a put may append here: the owner does not refuse puts, and this process's
+        topics are the ones the owner's count of topic changes says (the shared append
+        table's), or read again now (a topic became compacted, say: every topic's puts are
+        checked again). False, the puts being the writing process's, when the owner refuses or
+        the topics cannot be read."""
+        if appender.refusing:
+            return False
         count = appender.topics
         if appender.seen != count << 32:
             topics = self.putter.topics
@@ -571,7 +575,7 @@ class JoinedPuts:
             return None
         joined = self.joined
         appender = joined.appender_of(store)
-        if not appender or appender.refusing or not self._topics_read(appender):
+        if not appender or (appender.watch[0] != appender.seen and not self._topics_read(appender)):
             return None
         try:
             self.putter.check_user_topic(name)
