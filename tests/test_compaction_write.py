@@ -508,3 +508,43 @@ def test_keys_not_plainly_present_go_the_careful_path_to_a_compacted_topic(
             assert calls, kwargs
             assert store.get_by_queue_offset(TOPIC, 0, offset).keys == keys
         assert store.max_queue_offset(TOPIC, 0) == 1 + len(stored)
+
+
+def test_a_topic_made_compacted_while_its_first_put_is_checked_is_not_remembered_as_ordinary(
+    tmp_path, impl, monkeypatch
+):
+    """A put checks a topic (not compacted) while another thread makes it compacted: the check
+    and the change are ordered (the topic table's lock), so the topic is not remembered as an
+    ordinary one, and a keyless put after the change is refused."""
+    import threading
+
+    from rocketstore.errors import KeyRequiredError
+    from rocketstore.services.topics import Topics
+
+    looked, changed = threading.Event(), threading.Event()
+    compacted = Topics.compacted
+
+    def slow_look(self, topic):
+        found = compacted(self, topic)
+        if topic == TOPIC and not looked.is_set():
+            looked.set()
+            changed.wait(0.5)  # the change, unless it waits for this check to end
+        return found
+
+    monkeypatch.setattr(Topics, "compacted", slow_look)
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.create_topic(TOPIC, 1)
+
+        def change():
+            looked.wait(5)
+            store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+            changed.set()
+
+        thread = threading.Thread(target=change)
+        thread.start()
+        store.put(TOPIC, b"checked before the change", queue_id=0)
+        thread.join()
+        with pytest.raises(KeyRequiredError):
+            store.put(TOPIC, b"after the change", queue_id=0)
+        assert store.max_queue_offset(TOPIC, 0) == 1

@@ -323,8 +323,17 @@ class Putter:
         the store's own puts into them (delay, send_back) do not come through here."""
         name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
-        if name.__class__ is str:
-            if self.topics is not None and self.topics.compacted(name):
+        if name.__class__ is not str or name in self.user_topics or name in self.keyed:
+            return
+        topics = self.topics
+        if topics is None:
+            if len(self.user_topics) < 65536:
+                self.user_topics.add(name)
+            return
+        # under the table's lock: a change of the topic's attributes (which takes it out of
+        # these sets) comes before the look or after the add, never between
+        with topics.lock:
+            if topics.compacted(name):
                 self.keyed.add(name)  # (as many as there are compacted topics)
             elif len(self.user_topics) < 65536:
                 self.user_topics.add(name)
