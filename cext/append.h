@@ -39,6 +39,7 @@
 #define RS_AP_O_ENTRIES 40   /* u32 */
 #define RS_AP_O_SEGMENT 48   /* i64: the CommitLog's segment size */
 #define RS_AP_O_REFUSING 56  /* u32: the owner refuses puts (disk full): joined puts go to it */
+#define RS_AP_O_TOPICS 60    /* u32: moved by the owner when a topic's attributes change (Python reads it) */
 #define RS_AP_O_PUBLISHING 64 /* i64: the end the writer inside publishes (noted before its offsets) */
 #define RS_AP_O_MUTEX 128    /* the append lock: a process-shared robust pthread mutex (<= 128 bytes) */
 /* entry */

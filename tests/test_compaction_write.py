@@ -421,3 +421,130 @@ def test_a_single_put_without_keys_to_a_compacted_topic_is_refused_as_a_broker_r
         with pytest.raises(KeyRequiredError):
             store.put(TOPIC, b"x", queue_id=0)
         assert store.put(TOPIC, b"k", keys="user-1", queue_id=0).ok
+
+
+def _counting_careful_path(monkeypatch):
+    """Counts the calls of the careful path of puts (Putter.put, Putter.put_pipelined): the
+    front a store opened after this hands what it does not take in one call there."""
+    from rocketstore.processes.puts import Putter
+
+    calls = []
+    for name in ("put", "put_pipelined"):
+        method = getattr(Putter, name)
+
+        def counting(self, *args, _method=method, _name=name, **kwargs):
+            calls.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(Putter, name, counting)
+    return calls
+
+
+def test_a_keyed_put_to_a_compacted_topic_takes_the_one_call_path(tmp_path, impl, monkeypatch):
+    """A put whose keys are plainly present (a str beginning with a printable ASCII character)
+    to a compacted topic already checked goes into the core in one call, as a put to an ordinary
+    topic does: the careful path is not called."""
+    calls = _counting_careful_path(monkeypatch)
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        store.put(TOPIC, b"first", keys="user-0", queue_id=0)  # checked here
+        store.put("Plain", b"first", queue_id=0)
+        del calls[:]
+        results = [store.put(TOPIC, b"k", keys=f"user-{i}", queue_id=0) for i in range(1, 4)]
+        results.append(store.put(TOPIC, b"k", keys="user-4", tags="t", properties={"a": "b"}, queue_id=0))
+        results.append(store.put_pipelined(TOPIC, b"k", keys="user-5", queue_id=0).result())
+        results.append(store.put("Plain", b"x", queue_id=0))
+        assert calls == []
+        assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5, 1]
+        message = store.get_by_queue_offset(TOPIC, 0, 4)
+        assert (message.keys, message.tags, message.properties["a"]) == ("user-4", "t", "b")
+        assert sorted(store.compacted(TOPIC, 0)) == [f"user-{i}" for i in range(6)]
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_keys_not_plainly_present_go_the_careful_path_to_a_compacted_topic(
+    tmp_path, impl, monkeypatch, pipelined
+):
+    """Keys the one-call test does not take (None, a list, a str beginning with a blank or a
+    character past ASCII, KEYS in the properties) go the careful path, which stores the put or
+    refuses it (KeyRequiredError, nothing written) as it always did."""
+    from rocketstore.errors import KeyRequiredError
+
+    calls = _counting_careful_path(monkeypatch)
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        put = (lambda *a, **k: store.put_pipelined(*a, **k).result()) if pipelined else store.put
+        store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+        put(TOPIC, b"first", keys="user-0", queue_id=0)  # checked
+        refused = [
+            dict(),
+            dict(keys=""),
+            dict(keys=" "),
+            dict(keys="\t\n"),
+            dict(keys=[]),
+            dict(keys=[" "]),
+            dict(properties={"KEYS": " "}),
+            dict(properties={"a": "b"}),
+            dict(tags="t"),
+        ]
+        for kwargs in refused:
+            del calls[:]
+            with pytest.raises(KeyRequiredError):
+                put(TOPIC, b"x", queue_id=0, **kwargs)
+            assert calls, kwargs
+        assert store.max_queue_offset(TOPIC, 0) == 1  # nothing written
+        stored = [
+            ("  x", dict(keys="  x")),
+            (" a b", dict(keys=" a b")),
+            ("\u00e9t\u00e9", dict(keys="\u00e9t\u00e9")),
+            ("k1", dict(keys=["k1"])),
+            ("k2 k3", dict(keys=("k2", "k3"))),
+            ("k4", dict(properties={"KEYS": "k4"})),
+        ]
+        for offset, (keys, kwargs) in enumerate(stored, 1):
+            del calls[:]
+            assert put(TOPIC, b"k", queue_id=0, **kwargs).queue_offset == offset
+            assert calls, kwargs
+            assert store.get_by_queue_offset(TOPIC, 0, offset).keys == keys
+        assert store.max_queue_offset(TOPIC, 0) == 1 + len(stored)
+
+
+def test_a_topic_made_compacted_while_its_first_put_is_checked_is_not_remembered_as_ordinary(
+    tmp_path, impl, monkeypatch
+):
+    """A put checks a topic (not compacted) while another thread makes it compacted: the check
+    and the change are ordered (the topic table's lock), so the topic is not remembered as an
+    ordinary one, and a keyless put after the change is refused."""
+    import threading
+
+    from rocketstore.errors import KeyRequiredError
+    from rocketstore.services.topics import Topics
+
+    looked, changed = threading.Event(), threading.Event()
+    compacted = Topics.compacted
+
+    def slow_look(self, topic):
+        found = compacted(self, topic)
+        if topic == TOPIC and not looked.is_set():
+            looked.set()
+            changed.wait(0.5)  # the change, unless it waits for this check to end
+        return found
+
+    monkeypatch.setattr(Topics, "compacted", slow_look)
+    root = str(tmp_path / "s")
+    with MessageStore(root, implementation=impl.name, **SMALL) as store:
+        store.create_topic(TOPIC, 1)
+
+        def change():
+            looked.wait(5)
+            store.set_topic_retention(TOPIC, cleanup_policy="compaction")
+            changed.set()
+
+        thread = threading.Thread(target=change)
+        thread.start()
+        store.put(TOPIC, b"checked before the change", queue_id=0)
+        thread.join()
+        with pytest.raises(KeyRequiredError):
+            store.put(TOPIC, b"after the change", queue_id=0)
+        assert store.max_queue_offset(TOPIC, 0) == 1

@@ -652,3 +652,63 @@ def test_a_joined_writer_refuses_a_keyless_put_to_a_compacted_topic_as_the_owner
         refused, kept = json.loads(run_child(JOINED_KEYLESS, path, impl.name))
         assert (refused, kept) == (3, 1)  # each refused, nothing written
         assert owner.max_queue_offset("C", 0) == 2
+
+
+JOINED_SEES_COMPACTION = """
+    import json, sys
+    from rocketstore import Message, MessageStore
+    from rocketstore.errors import KeyRequiredError
+    s = MessageStore(sys.argv[1], implementation=sys.argv[2])
+
+    def puts():
+        outcomes = []
+        for put in (
+            lambda: s.put("C", b"x", queue_id=0),
+            lambda: s.put("C", b"x", tags="t", queue_id=0),
+            lambda: s.put(Message("C", b"x", queue_id=0)),
+            lambda: s.put("C", b"k", keys="user-1", queue_id=0),
+        ):
+            try:
+                outcomes.append(put().queue_offset)
+            except KeyRequiredError:
+                outcomes.append("refused")
+        return outcomes
+
+    for line in sys.stdin:
+        if line.strip() == "compact here":  # this process asks (the owner runs it)
+            s.set_topic_retention("C", cleanup_policy="compaction")
+        elif line.strip() == "delete here":
+            s.set_topic_retention("C", cleanup_policy="delete")
+        print(json.dumps([puts(), bool(s._joined.appender)]), flush=True)
+    s.close()
+"""
+
+
+def test_a_joined_writer_sees_a_topic_become_compacted_after_it_put_to_it(tmp_path, impl):
+    """A joined writer that put to a topic, keyless, refuses keyless puts to it once the owner
+    (or the joined writer itself, through the owner) made it compacted, and takes them again
+    once it is not: the owner tells the joined writers through the shared append table that the
+    topics changed."""
+    path = tmp_path / "s"
+    with open_store(path, impl) as owner:
+        owner.put("C", b"before", queue_id=0)
+        child = spawn_child(JOINED_SEES_COMPACTION, path, impl.name, stdin=True)
+        try:
+
+            def step(line):
+                child.stdin.write(line + "\n")
+                child.stdin.flush()
+                return json.loads(child.stdout.readline())
+
+            assert step("") == [[1, 2, 3, 4], True]  # an ordinary topic, appended in the child
+            owner.set_topic_retention("C", cleanup_policy="compaction")
+            assert step("") == [["refused", "refused", "refused", 5], True]
+            owner.set_topic_retention("C", cleanup_policy="delete")
+            assert step("") == [[6, 7, 8, 9], True]
+            assert step("compact here") == [["refused", "refused", "refused", 10], True]
+            assert step("delete here") == [[11, 12, 13, 14], True]
+        finally:
+            _, errors = child.communicate(timeout=120)  # (its stdin closed: it closes the store)
+        assert child.returncode == 0, errors
+        assert owner.max_queue_offset("C", 0) == 15
+        assert owner._joined.append_table is not None  # (the child appended through the table)

@@ -28,25 +28,44 @@ cdef object _put_keyed(CommitLogCore core, topic, body, tags, keys, properties, 
             PyMem_Free(props)
 
 
+cdef extern from "Python.h":
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    Py_UCS4 PyUnicode_READ_CHAR(object o, Py_ssize_t index)
+
+
+cdef inline bint _keys_plain(keys):
+    """Whether ``keys`` are plainly present, as a compacted topic's put needs them: an exact str
+    whose first character is printable ASCII (not blank). Any other keys are the careful path's
+    to check."""
+    cdef Py_UCS4 first
+    if not PyUnicode_CheckExact(keys) or PyUnicode_GET_LENGTH(keys) < 1:
+        return False
+    first = PyUnicode_READ_CHAR(keys, 0)
+    return 0x21 <= first <= 0x7e
+
+
 cdef class PutFront:
     """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
     store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
     keys=..., properties={...})`` of a topic already checked, go straight into the core in this
-    one call; every
-    other call (another shape, bad input, a closed core) is ``general(store, ...)``, which is
+    one call, also of a compacted topic already checked (in ``keyed``) when the call's keys are
+    plainly there (``_keys_plain``); every other call (another shape, bad input, a closed
+    core, keys the careful path checks) is ``general(store, ...)``, which is
     :meth:`rocketstore.MessageStore.put` itself. Nothing else differs: the same core calls
     with the same arguments as that method's own fast paths. ``put_pipelined`` is the same for
     the store's ``put_pipelined`` (``general_pipelined``), a future in place of the result."""
     cdef CommitLogCore _core
     cdef set _user_topics            # the store's own set (MessageStore._user_topics), not a copy
+    cdef set _keyed                  # the compacted topics checked (the Putter's own set)
     cdef object _store_ref           # weakref to the store: the front lives in its __dict__
     cdef object _general
     cdef object _general_pipelined
 
-    def __init__(self, CommitLogCore core not None, set user_topics not None, store_ref, general,
-                 general_pipelined):
+    def __init__(self, CommitLogCore core not None, set user_topics not None, set keyed not None, store_ref,
+                 general, general_pipelined):
         self._core = core
         self._user_topics = user_topics
+        self._keyed = keyed
         self._store_ref = store_ref
         self._general = general
         self._general_pipelined = general_pipelined
@@ -60,7 +79,9 @@ cdef class PutFront:
         cdef CommitLogCore core = self._core
         if (PyUnicode_CheckExact(topic) and body is not None and compress is None
                 and delay_level is None and deliver_at_ms is None and delay_ms is None
-                and not core._closed and PySet_Contains(self._user_topics, topic)
+                and not core._closed
+                and (PySet_Contains(self._user_topics, topic)
+                     or (_keys_plain(keys) and PySet_Contains(self._keyed, topic)))
                 and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
             if durable is None:
                 wait = -1                # the store's flush_disk_type decides
@@ -93,7 +114,9 @@ cdef class PutFront:
         cdef CommitLogCore core = self._core
         if (PyUnicode_CheckExact(topic) and body is not None
                 and delay_level is None and deliver_at_ms is None and delay_ms is None
-                and not core._closed and PySet_Contains(self._user_topics, topic)
+                and not core._closed
+                and (PySet_Contains(self._user_topics, topic)
+                     or (_keys_plain(keys) and PySet_Contains(self._keyed, topic)))
                 and _int_in(queue_id, -1, INT32_MAX, &qid) and _int_in(flag, INT32_MIN, INT32_MAX, &flg)):
             if tags is None and keys is None and properties is None:
                 return _put_one(core, topic, body, NULL, 0, <int>qid, <int32_t>flg, 0, 0, 0, 0, None, 2)

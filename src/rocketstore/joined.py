@@ -29,6 +29,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import (
     RocketStoreError,
     StoreClosedError,
+    StoreConfigError,
     StoreLockedError,
     StoreReadOnlyError,
     WriterGoneError,
@@ -342,8 +343,20 @@ class Joined:
                     os.close(fd)
                     raise
                 self.append_table = (fd, mm, epoch)
+                # a topic's attributes changed: the joined writers read their topics again
+                parts.topics.changed = self._topics_changed
             options = {name: getattr(cfg, name) for name in self._APPEND_OPTIONS}
             return {"epoch": self.append_table[2], "options": options}
+
+    def _topics_changed(self) -> None:
+        """The owner changed a topic's attributes: the joined writers read their topics again
+        (rocketstore.services.topics calls this, under its lock, one change at a time)."""
+        table = self.append_table
+        if table is not None:
+            try:
+                sharedappend.topics_changed(table[1])
+            except ValueError:
+                pass  # closed meanwhile: sharing stopped (its epoch is 0: nobody appends through it)
 
     def stop_sharing(self, store: Any) -> None:
         """Joined writers append nothing more themselves (the owner ``store`` closing): what
@@ -480,7 +493,7 @@ class JoinedPuts:
             and topic.__class__ is str
             and topic in self.user_topics
             and body is not None
-            and not appender.refusing
+            and appender.watch[0] == appender.seen  # (not refusing; the topics read since changed)
             and not appender.sync_flush
         ):
             # the hot path, put(topic, body) of a topic already checked: one call into the core
@@ -504,7 +517,8 @@ class JoinedPuts:
             and _JOINED_PUT_ARGS.issuperset(kwargs)
         ):
             appender = joined.appender_of(store)
-            if appender and not appender.refusing:
+            # (watch == seen: not refusing, and the topics are the ones the owner's count says)
+            if appender and (appender.watch[0] == appender.seen or self._topics_read(appender)):
                 self.putter.check_user_topic(topic)  # (remembered for the hot path above)
                 tags, keys, properties = kwargs.get("tags"), kwargs.get("keys"), kwargs.get("properties")
                 self.putter.check_keyed(topic, keys, properties)  # (a compacted topic needs keys)
@@ -530,6 +544,26 @@ class JoinedPuts:
             store, "put", _sendable((topic, body)), {k: _sendable_value(v) for k, v in kwargs.items()}
         )
 
+    def _topics_read(self, appender: Any) -> bool:
+        """Whether a put may append here: the owner does not refuse puts, and this process's
+        topics are the ones the owner's count of topic changes says (the shared append
+        table's), or read again now (a topic became compacted, say: every topic's puts are
+        checked again). False, the puts being the writing process's, when the owner refuses or
+        the topics cannot be read."""
+        if appender.refusing:
+            return False
+        count = appender.topics
+        if appender.seen != count << 32:
+            topics = self.putter.topics
+            if topics is not None:
+                try:
+                    topics.reload()
+                except (StoreConfigError, OSError) as exc:
+                    _log.warning("store %s: joined writer cannot read the topics: %s", self.joined.path, exc)
+                    return False
+            appender.topics_seen(count)
+        return True
+
     def _put_message_here(self, store: Any, message: Any, durable: Optional[bool]) -> Any:
         """A joined writer's ``put(message)`` appended in this process when the message is plain
         (an exact Message of a user topic, a bytes body, tags, keys and a plain properties dict,
@@ -541,7 +575,7 @@ class JoinedPuts:
             return None
         joined = self.joined
         appender = joined.appender_of(store)
-        if not appender or appender.refusing:
+        if not appender or (appender.watch[0] != appender.seen and not self._topics_read(appender)):
             return None
         try:
             self.putter.check_user_topic(name)

@@ -327,7 +327,9 @@ def choose_role(
         if fast is not None:
             calls["commit_offset"] = fast.commit_offset
         if isinstance(opened.core, impl.store.CommitLogCore):
-            front = impl.store.PutFront(opened.core, user_topics, ref, putter.put, putter.put_pipelined)
+            front = impl.store.PutFront(
+                opened.core, user_topics, putter.keyed, ref, putter.put, putter.put_pipelined
+            )
             calls["put"], calls["put_pipelined"] = front.put, front.put_pipelined
         calls["put_batch"], calls["put_messages"] = putter.put_batch, putter.put_messages
         if opened.pop is not None:

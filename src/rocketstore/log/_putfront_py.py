@@ -13,24 +13,38 @@ from rocketstore.log._core_py import WAIT_FUTURE, CommitLogCore
 from rocketstore.log._keyed_py import INT32_MAX, INT32_MIN, plain_int
 
 
+def keys_plain(keys: Any) -> bool:
+    """Whether ``keys`` are plainly present, as a compacted topic's put needs them: an exact str
+    whose first character is printable ASCII (not blank). Any other keys are the careful path's
+    to check."""
+    return type(keys) is str and keys != "" and "!" <= keys[0] <= "~"
+
+
 class PutFront:
     """A writing store's ``put`` (rocketstore.store installs ``PutFront(...).put`` as the
     store's ``put``): the common shapes, ``put(topic, body)`` and ``put(topic, body, tags=...,
-    keys=..., properties={...})`` of a topic already checked, go straight into the core; every
-    other call
-    (another shape, bad input, a closed core) is ``general(store, ...)``, which is
+    keys=..., properties={...})`` of a topic already checked, go straight into the core, also of
+    a compacted topic already checked (in ``keyed``) when the call's keys are plainly there
+    (:func:`keys_plain`); every other call (another shape, bad input, a closed core, keys the
+    careful path checks) is ``general(store, ...)``, which is
     :meth:`rocketstore.MessageStore.put` itself. ``put_pipelined`` is the same for the store's
     ``put_pipelined`` (``general_pipelined``), a future in place of the result. The compiled
     twin does the same in one C call."""
 
-    __slots__ = ("_core", "_user_topics", "_store_ref", "_general", "_general_pipelined")
+    __slots__ = ("_core", "_user_topics", "_keyed", "_store_ref", "_general", "_general_pipelined")
 
     def __init__(
-        self, core: CommitLogCore, user_topics: set[str], store_ref: Any, general: Any, general_pipelined: Any
+        self,
+        core: CommitLogCore,
+        user_topics: set[str],
+        keyed: set[str],
+        store_ref: Any,
+        general: Any,
+        general_pipelined: Any,
     ) -> None:
-        if not isinstance(core, CommitLogCore) or type(user_topics) is not set:
-            raise TypeError("PutFront needs a CommitLogCore and a set")
-        self._core, self._user_topics, self._store_ref = core, user_topics, store_ref
+        if not isinstance(core, CommitLogCore) or type(user_topics) is not set or type(keyed) is not set:
+            raise TypeError("PutFront needs a CommitLogCore and two sets")
+        self._core, self._user_topics, self._keyed, self._store_ref = core, user_topics, keyed, store_ref
         self._general, self._general_pipelined = general, general_pipelined
 
     def put(
@@ -98,7 +112,7 @@ class PutFront:
             type(topic) is str
             and body is not None
             and not core._closed  # noqa: SLF001 (the front's own core: the raw flag, as the compiled front reads it)
-            and topic in self._user_topics
+            and (topic in self._user_topics or (keys_plain(keys) and topic in self._keyed))
             and plain_int(queue_id, -1, INT32_MAX)
             and plain_int(flag, INT32_MIN, INT32_MAX)
         ):

@@ -21,6 +21,9 @@ few pages written):
   has the next offsets restored from the committed ones, and the next append goes from the
   published end, over what the dead one half wrote. So the committed offsets count exactly the
   records before the end: no queue offset is given twice and none is skipped;
+* ``topics``: a count the owner moves each time a topic's attributes change (a topic becomes
+  compacted, say). A joined writer that sees a count it did not read its topics at reads them
+  again (``config/topics.json``) and checks each topic's puts again before it appends;
 * ``epoch``: the owner's generation. An opening owner sets it to 0 before it recovers the
   store (a joined writer then appends nothing and sends its puts to the owner, which tells it
   when the owner is gone), and to its own once it shares. A clean close sets it to 0 again;
@@ -36,6 +39,7 @@ Layout (little-endian; ``cext/append.h`` is the compiled side)::
      20  u32 full (no entry can be added)                   24 i64 end of whole records
      32  i64 last store timestamp   40  u32 entries        48 i64 segment size
      56  u32 refusing (the owner refuses puts: disk full; joined puts then go to it)
+     60  u32 topics: moved by the owner when a topic's attributes change
      64  i64 publishing: the end the writer inside publishes, noted before its committed offsets
     128  the append lock: a process-shared robust pthread mutex (at most 128 bytes)
     entry i at 4096 + i * 20480
@@ -88,6 +92,7 @@ __all__ = [
     "NotShareable",
     "JoinedAppender",
     "appenders_present",
+    "topics_changed",
 ]
 
 APPEND_NAME = "rocketstore-append"
@@ -99,7 +104,7 @@ MAX_ENTRIES = (SIZE - HEAD) // ENTRY
 MAGIC = 0x31444E5050415352  # b"RSAPPND1" little-endian
 
 O_MAGIC, O_EPOCH, O_BUSY, O_FULL, O_END, O_LAST_TS = 0, 8, 16, 20, 24, 32
-O_ENTRIES, O_SEGMENT, O_REFUSING, O_PUBLISHING = 40, 48, 56, 64
+O_ENTRIES, O_SEGMENT, O_REFUSING, O_TOPICS, O_PUBLISHING = 40, 48, 56, 60, 64
 O_MUTEX, MUTEX_BYTES = 128, 128
 E_NAME_LEN, E_NQUEUES, E_NAME, E_NEXT, E_COMMITTED = 0, 4, 8, 4096, 12288
 
@@ -274,6 +279,13 @@ def open_table(root: str, create: bool) -> Optional[tuple[int, mmap.mmap]]:
     return fd, mm
 
 
+def topics_changed(mm: mmap.mmap) -> None:
+    """The owner changed a topic's attributes (persisted): joined writers read their topics
+    again before their next put appends. Called by the owner alone, one change at a time."""
+    count = struct.unpack_from("<I", mm, O_TOPICS)[0]
+    struct.pack_into("<I", mm, O_TOPICS, (count + 1) & 0xFFFFFFFF)
+
+
 def invalidate(root: str) -> None:
     """Epoch 0, under the lock: joined writers stop appending (an owner opening or closing).
     Waits for an append in progress to end.
@@ -426,6 +438,11 @@ class JoinedAppender:
             os.close(self._fd)
             raise
         self._words = memoryview(self._table)[:64].cast("I")  # the header's u32 words
+        #: refusing and topics as one word (refusing in the low half), a joined put's one look
+        self.watch = memoryview(self._table)[O_REFUSING : O_REFUSING + 8].cast("Q")
+        #: ``watch``'s value while the owner takes puts and this process's topics are the ones
+        #: the owner's count says (``topics_seen``); -1 until they are read
+        self.seen = -1
         self._directory = os.path.join(root, "commitlog")
         self._size = config.commitlog_file_size
         self._preallocate = not getattr(store_module, "POPULATE_WRITE", False)
@@ -452,6 +469,15 @@ class JoinedAppender:
     def refusing(self) -> bool:
         """The owner refuses puts (a full disk): send them there, for its typed error."""
         return bool(self._words[O_REFUSING // 4])
+
+    @property
+    def topics(self) -> int:
+        """The owner's count of topic attribute changes (see :func:`topics_changed`)."""
+        return int(self._words[O_TOPICS // 4])
+
+    def topics_seen(self, count: int) -> None:
+        """This process's topics are read again since the owner's count was ``count``."""
+        self.seen = count << 32
 
     def _roll(self, start: int) -> tuple[Any, int]:
         """The core's callback: the segment at ``start`` (under the shared lock: made now unless
@@ -480,9 +506,10 @@ class JoinedAppender:
         for mf in self._segments.values():
             mf.close()
         self._segments.clear()
-        words = getattr(self, "_words", None)
-        if words is not None:
-            words.release()
+        for name in ("_words", "watch"):
+            view = getattr(self, name, None)
+            if view is not None:
+                view.release()
         close_map(self._table)
         if self._fd >= 0:
             os.close(self._fd)

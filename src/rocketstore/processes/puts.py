@@ -56,8 +56,9 @@ class Putter:
     open for writing), ``closed(store)``, ``batch`` (the BatchConsumeQueues, or None: a batch
     into a ``queue.type=BatchCQ`` topic is one inner batch record) and ``topics`` (the topic
     table, rocketstore.services.topics.Topics: a put of one message without keys to a compacted
-    topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics``, so every
-    put of it comes here, but in ``keyed`` once checked).
+    topic is refused, :meth:`check_keyed`; such a topic is never in ``user_topics`` but in
+    ``keyed`` once checked, which the ``PutFront`` reads too: a put of it whose keys are plainly
+    there takes the one call, every other comes here).
 
     Each put is called with the store it puts for first, as the store's role calls the careful
     path: an owner's role holds these methods themselves (its ``PutFront`` hands them what it
@@ -322,8 +323,17 @@ class Putter:
         the store's own puts into them (delay, send_back) do not come through here."""
         name = topic.topic if isinstance(topic, MESSAGE_TYPES) else topic
         check_user_topic(name)
-        if name.__class__ is str:
-            if self.topics is not None and self.topics.compacted(name):
+        if name.__class__ is not str or name in self.user_topics or name in self.keyed:
+            return
+        topics = self.topics
+        if topics is None:
+            if len(self.user_topics) < 65536:
+                self.user_topics.add(name)
+            return
+        # under the table's lock: a change of the topic's attributes (which takes it out of
+        # these sets) comes before the look or after the add, never between
+        with topics.lock:
+            if topics.compacted(name):
                 self.keyed.add(name)  # (as many as there are compacted topics)
             elif len(self.user_topics) < 65536:
                 self.user_topics.add(name)

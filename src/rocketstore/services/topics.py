@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from typing import Any, Optional
 
 from rocketstore.errors import InvalidQueueIdError
@@ -33,6 +34,9 @@ class Topics:
         #: checks, and the putter's compacted ones): a topic whose attributes change leaves
         #: them, to be checked again
         self.checked: tuple[set[str], ...] = ()
+        #: called (under the lock) once a change of a topic's attributes is persisted: the
+        #: owner tells the joined writers (rocketstore.joined), or None
+        self.changed: Optional[Callable[[], None]] = None
 
     def counts(self) -> dict[str, int]:
         """{topic: queue count}."""
@@ -108,7 +112,17 @@ class Topics:
                 checked.discard(topic)
             if created and self.core is not None:
                 self.core.forget_topic(topic)
+            if self.changed is not None:
+                self.changed()
             return attrs
+
+    def reload(self) -> None:
+        """Read the table again from its file (another process changed it: a joined writer's
+        topics, after the owner's); every topic a put was checked for is checked again."""
+        with self.lock:
+            self.table.load()
+            for checked in self.checked:
+                checked.clear()
 
     def ensure(self, topic: str, queues: int, *, perm: int) -> None:
         """Make ``topic`` exist with at least ``queues`` queues (a system topic a service writes)."""
