@@ -180,7 +180,7 @@ def _queue_of(queues, topic, queue_id):
     """The queue (topic, queue_id) of a store's ConsumeQueueStore or TailQueueStore ``queues``,
     or None: no such queue, or one with holes (the careful path rebuilds it first)."""
     table = getattr(queues, "_queues", None)  # (a QueueTable's, of either twin)
-    if not isinstance(table, Mapping):
+    if type(table) is not MappingProxyType and not isinstance(table, Mapping):  # (the ABC check is slow)
         return None
     cq = table.get((topic, queue_id))
     return None if cq is None or cq.holes else cq

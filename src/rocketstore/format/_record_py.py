@@ -750,7 +750,13 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
         return STOP_CORRUPT, total
     if check_crc:
         # a record that carries the whole-record CRC is checked by it alone, as record.h does
-        carried = _prop_crc_carried(buf, pos + total, props_len)
+        end = pos + total
+        carried = (  # rs_prop_crc_carried (record.h): ends in the __CRC32# property (§1.6)
+            props_len >= _PROP_CRC_LENGTH
+            and buf[end - 1] == 2
+            and buf[end - _PROP_CRC_LENGTH : end - _PROP_CRC_LENGTH + _PROP_CRC_NAME_LENGTH]
+            == b"__CRC32#\x01"
+        )
         if (
             not _prop_crc_ok(buf, pos, total)
             if carried
@@ -781,17 +787,6 @@ def _parse(buf, pos, end, check_crc):  # noqa: C901 (the pure twin reads a recor
         topic_len,
         props_pos,
         props_len,
-    )
-
-
-def _prop_crc_carried(buf, end, props_len):
-    """rs_prop_crc_carried: whether the record ending at ``buf[end]`` (its properties
-    ``props_len`` bytes) ends in the __CRC32# property's name and 0x02 (§1.6)."""
-    tail = end - _PROP_CRC_LENGTH
-    return (
-        props_len >= _PROP_CRC_LENGTH
-        and buf[end - 1] == 2
-        and buf[tail : tail + _PROP_CRC_NAME_LENGTH] == b"__CRC32#\x01"
     )
 
 
