@@ -506,10 +506,7 @@ class CommitLogCore:
             raise PropertiesTooLargeError(
                 f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
             )
-        if len(body) > self._max_message_size:
-            raise MessageTooLargeError(
-                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
-            )
+        self._check_body_size(body)
         length = self._validate(t, len(body), props, unique_key, sys_flag)
         crc = body_crc(body)
         with appending(self):
@@ -534,6 +531,12 @@ class CommitLogCore:
                 return self._not_stored(_CREATE_MAPPED_FILE_FAILED, exc, wait, None)
         return self._finish(result, end, wait)
 
+    def _check_body_size(self, body):
+        if len(body) > self._max_message_size:
+            raise MessageTooLargeError(
+                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
+            )
+
     def put_inner_batch(
         self, topic, body, props_before, props_after, queue_id, count, unique_key, born_timestamp=0, wait=-1
     ):
@@ -551,10 +554,7 @@ class CommitLogCore:
         t = topic_entry(self, topic)
         qid = self._choose_queue(t, queue_id)
         body = bytes(body)
-        if len(body) > self._max_message_size:
-            raise MessageTooLargeError(
-                f"body of {len(body)} bytes exceeds max_message_size {self._max_message_size}"
-            )
+        self._check_body_size(body)
         crc = body_crc(body)
         with appending(self):
             self._check_open()

@@ -75,11 +75,8 @@ class PutFront:
             done = self._one_call(topic, body, tags, keys, properties, queue_id, flag, wait)
             if done is not None:
                 return done
-        store = self._store_ref()
-        if store is None:
-            raise StoreClosedError("the store is closed")
         return self._general(
-            store,
+            self._store(),
             topic,
             body,
             tags=tags,
@@ -93,6 +90,13 @@ class PutFront:
             delay_ms=delay_ms,
             compress=compress,
         )
+
+    def _store(self) -> Any:
+        """The store this front puts for (the general path's first argument), while it lives."""
+        store = self._store_ref()
+        if store is None:
+            raise StoreClosedError("the store is closed")
+        return store
 
     def _one_call(
         self,
@@ -142,11 +146,8 @@ class PutFront:
             done = self._one_call(topic, body, tags, keys, properties, queue_id, flag, WAIT_FUTURE)
             if done is not None:
                 return done
-        store = self._store_ref()
-        if store is None:
-            raise StoreClosedError("the store is closed")
         return self._general_pipelined(
-            store,
+            self._store(),
             topic,
             body,
             tags=tags,

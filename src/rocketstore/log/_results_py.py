@@ -17,37 +17,14 @@ from rocketstore.status import PutStatus
 _PUT_OK = PutStatus.PUT_OK
 
 
-class PutResult:
-    """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
+class _Outcome:
+    """What PutResult and BatchPutResult share: a put's status and a flush's error."""
 
-    __slots__ = (
-        "_status",
-        "commitlog_offset",
-        "size",
-        "queue_id",
-        "queue_offset",
-        "store_timestamp",
-        "_unique_key",
-        "_host",
-        "_port",
-        "error",
-    )
+    __slots__ = ("_status", "error")
 
     _status: int
-    commitlog_offset: int  #: where the record starts in the CommitLog
-    size: int  #: the record's length in bytes
-    queue_id: int
-    queue_offset: int  #: the message's position in its ConsumeQueue
-    store_timestamp: int  #: ms since the epoch
     #: a flush's error (with status FLUSH_DISK_TIMEOUT), else None
     error: Optional[BaseException]
-
-    def __init__(self) -> None:
-        self._status = _PUT_OK
-        self._unique_key: Optional[str] = None
-        self._host = b""
-        self._port = 0
-        self.error = None
 
     @property
     def status(self) -> PutStatus:
@@ -56,6 +33,40 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return bool(self._status == _PUT_OK)
+
+    def _set_status(self, status: int) -> None:
+        self._status = status
+
+    def _set_error(self, error: Optional[BaseException]) -> None:
+        self.error = error
+
+
+class PutResult(_Outcome):
+    """Where a put landed: status, commitlog offset and size, queue id/offset, store time, ids."""
+
+    __slots__ = (
+        "commitlog_offset",
+        "size",
+        "queue_id",
+        "queue_offset",
+        "store_timestamp",
+        "_unique_key",
+        "_host",
+        "_port",
+    )
+
+    commitlog_offset: int  #: where the record starts in the CommitLog
+    size: int  #: the record's length in bytes
+    queue_id: int
+    queue_offset: int  #: the message's position in its ConsumeQueue
+    store_timestamp: int  #: ms since the epoch
+
+    def __init__(self) -> None:
+        self._status = _PUT_OK
+        self._unique_key: Optional[str] = None
+        self._host = b""
+        self._port = 0
+        self.error = None
 
     @property
     def unique_key(self) -> Optional[str]:
@@ -66,12 +77,6 @@ class PutResult:
     def msg_id(self) -> str:
         """The offsetMsgId: store host, port and CommitLog offset in hex."""
         return str(make_offset_msg_id(self._host, self._port, self.commitlog_offset))
-
-    def _set_status(self, status: int) -> None:
-        self._status = status
-
-    def _set_error(self, error: Optional[BaseException]) -> None:
-        self.error = error
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -120,11 +125,10 @@ def _put_result(
     return r
 
 
-class BatchPutResult:
+class BatchPutResult(_Outcome):
     """Results of one batch put: columns, plus ``len()`` and indexing to a ``PutResult``."""
 
     __slots__ = (
-        "_status",
         "topic",
         "queue_id",
         "first_queue_offset",
@@ -135,7 +139,6 @@ class BatchPutResult:
         "_unique_keys",
         "_host",
         "_port",
-        "error",
     )
 
     topic: str
@@ -145,28 +148,12 @@ class BatchPutResult:
     sizes: Any  #: int32 array
     store_timestamps: Any  #: int64 array
     queue_offsets: Any  #: int64 array
-    error: Optional[BaseException]
-    _status: int
     _unique_keys: list[Optional[str]]
     _host: bytes
     _port: int
 
     def __init__(self) -> None:
         self.error = None
-
-    @property
-    def status(self) -> PutStatus:
-        return PutStatus(self._status)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self._status == _PUT_OK)
-
-    def _set_status(self, status: int) -> None:
-        self._status = status
-
-    def _set_error(self, error: Optional[BaseException]) -> None:
-        self.error = error
 
     @property
     def unique_keys(self) -> list[Optional[str]]:
